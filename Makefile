@@ -1,0 +1,33 @@
+# Thin wrapper around CMake. `make` builds into build/, `make test` runs the
+# suite, `make test-asan` runs it under AddressSanitizer + UBSan.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps test test-asan demo clean format bench
+
+all: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@scripts/install-deps.sh --check >/dev/null 2>&1 || scripts/install-deps.sh
+
+test: all
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTESSEL_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+demo: all
+	$(BUILD)/example_train_mlp
+
+bench: all
+	$(BUILD)/bench_step
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,108 @@
+/* tessel/compile.h — compiling a graph into a training (or inference) plan.
+ *
+ * ts_compile() turns a graph into a plan: autodiff adds the backward pass,
+ * the train pass adds clipping and the optimizer update, then the graph is
+ * simplified, scheduled and memory-planned into one arena. The user's graph
+ * is not modified (compile works on a copy).
+ *
+ *     ts_train_spec spec = ts_train_spec_default(loss);
+ *     spec.opt = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
+ *     spec.clip_grad_norm = 1.0;
+ *     ts_plan *plan;
+ *     if (ts_compile(g, &spec, NULL, &plan) != TS_OK) puts(ts_last_error());
+ *
+ * An inference-only plan: set spec.loss = TS_NONE (or pass spec = NULL) and
+ * mark the values to read with ts_mark_output().
+ */
+#ifndef TESSEL_COMPILE_H
+#define TESSEL_COMPILE_H
+
+#include <stdint.h>
+#include "tessel/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_plan ts_plan;
+
+typedef enum ts_optimizer_kind {
+    TS_OPT_NONE = 0, /* compute gradients only (readable with ts_plan_read_grad) */
+    TS_OPT_SGD,
+    TS_OPT_ADAM,
+    TS_OPT_ADAMW
+} ts_optimizer_kind;
+
+/* Hyperparameters follow torch.optim exactly (same defaults, same update). */
+typedef struct ts_optimizer {
+    ts_optimizer_kind kind;
+    double lr;
+    double momentum, dampening; /* SGD */
+    int nesterov;               /* SGD */
+    double beta1, beta2, eps;   /* Adam, AdamW */
+    double weight_decay;        /* SGD/Adam: L2 added to the gradient; AdamW: decoupled */
+} ts_optimizer;
+
+static inline ts_optimizer ts_sgd(double lr, double momentum, double dampening, int nesterov,
+                                  double weight_decay) {
+    ts_optimizer o = {TS_OPT_SGD, lr, momentum, dampening, nesterov, 0, 0, 0, weight_decay};
+    return o;
+}
+static inline ts_optimizer ts_adam(double lr, double beta1, double beta2, double eps,
+                                   double weight_decay) {
+    ts_optimizer o = {TS_OPT_ADAM, lr, 0, 0, 0, beta1, beta2, eps, weight_decay};
+    return o;
+}
+static inline ts_optimizer ts_adamw(double lr, double beta1, double beta2, double eps,
+                                    double weight_decay) {
+    ts_optimizer o = {TS_OPT_ADAMW, lr, 0, 0, 0, beta1, beta2, eps, weight_decay};
+    return o;
+}
+
+typedef enum ts_lr_kind {
+    TS_LR_CONSTANT = 0, /* lr after warm-up */
+    TS_LR_LINEAR,       /* warm-up, then linear decay to min_lr at total_steps */
+    TS_LR_COSINE        /* warm-up, then cosine decay to min_lr at total_steps */
+} ts_lr_kind;
+
+typedef struct ts_lr_schedule {
+    ts_lr_kind kind;
+    int64_t warmup_steps; /* linear ramp from lr/warmup to lr over these steps (0 = none) */
+    int64_t total_steps;  /* for LINEAR and COSINE */
+    double min_lr;        /* floor reached at total_steps */
+} ts_lr_schedule;
+
+/* Learning rate used at step `step` (1-based) for base rate `lr`. */
+double ts_lr_at(const ts_lr_schedule *s, double lr, int64_t step);
+
+typedef struct ts_train_spec {
+    ts_val loss;             /* scalar float; TS_NONE for an inference plan */
+    const ts_val *trainable; /* NULL: every parameter */
+    int n_trainable;
+    ts_optimizer opt;
+    ts_lr_schedule schedule;
+    double clip_grad_norm; /* > 0: scale gradients to this global L2 norm (torch semantics) */
+} ts_train_spec;
+
+/* loss with plain SGD lr 0.01 (no momentum), constant schedule, no clipping. */
+ts_train_spec ts_train_spec_default(ts_val loss);
+
+typedef struct ts_compile_options {
+    uint64_t seed;      /* parameter init and dropout (default 0) */
+    int threads;        /* 0: all cores (OMP_NUM_THREADS if set) */
+    int debug_nan;      /* check every value for NaN/Inf after it is computed */
+    int no_simplify;    /* skip DCE/CSE/constant folding */
+    int naive_schedule; /* keep build order instead of the memory-aware schedule */
+    int no_inplace;     /* never let an output share its input's memory */
+} ts_compile_options;
+
+ts_compile_options ts_compile_options_default(void);
+
+/* spec and options may be NULL (inference plan; defaults). */
+ts_status ts_compile(const ts_graph *g, const ts_train_spec *spec, const ts_compile_options *opt,
+                     ts_plan **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,236 @@
+/* tessel/graph.h — building a model as a graph.
+ *
+ * A graph holds values (typed tensors with static shapes) and the nodes that
+ * produce them. Build it with the functions below; each returns a handle to
+ * the new value and infers its dtype and shape on the spot:
+ *
+ *     ts_graph *g = ts_graph_new();
+ *     int64_t xd[] = {64, 784}, wd[] = {10, 784}, bd[] = {10};
+ *     ts_val x = ts_input(g, "x", TS_F32, 2, xd);
+ *     ts_val y = ts_input(g, "y", TS_I64, 1, xd);               // labels [64]
+ *     ts_val w = ts_param(g, "fc.weight", TS_F32, 2, wd, ts_init_kaiming_uniform(sqrt(5)));
+ *     ts_val b = ts_param(g, "fc.bias", TS_F32, 1, bd, ts_init_uniform(-0.0357, 0.0357));
+ *     ts_val logits = ts_linear(g, x, w, b);                     // [64, 10]
+ *     ts_val loss = ts_cross_entropy(g, logits, y, -100);        // scalar
+ *     if (ts_graph_status(g) != TS_OK) puts(ts_graph_error(g));
+ *
+ * Errors are sticky: the first failing builder call records a message naming
+ * the op and its operand shapes, returns TS_NONE, and every later call that
+ * receives TS_NONE returns TS_NONE quietly. Check ts_graph_status() once at
+ * the end (ts_compile() checks it too).
+ *
+ * Conventions: dimensions are listed outermost first (row-major, as in NumPy
+ * and PyTorch); negative axes count from the end; binary elementwise ops
+ * broadcast NumPy-style; reductions take a list of axes (none = all).
+ */
+#ifndef TESSEL_GRAPH_H
+#define TESSEL_GRAPH_H
+
+#include <stdint.h>
+#include "tessel/dtype.h"
+#include "tessel/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TS_MAX_RANK 8
+
+typedef struct ts_graph ts_graph;
+
+/* A handle to a value of a graph. id < 0 means "no value". */
+typedef struct ts_val {
+    int32_t id;
+} ts_val;
+
+#define TS_NONE ((ts_val){-1})
+static inline int ts_val_ok(ts_val v) { return v.id >= 0; }
+
+/* ---- parameter initialisers ------------------------------------------- */
+
+typedef enum ts_init_kind {
+    TS_INIT_ZEROS,
+    TS_INIT_ONES,
+    TS_INIT_CONSTANT,        /* a = value */
+    TS_INIT_NORMAL,          /* a = mean, b = std */
+    TS_INIT_UNIFORM,         /* a = low, b = high */
+    TS_INIT_KAIMING_UNIFORM, /* a = negative slope (torch's `a`); fan_in mode, leaky_relu gain */
+    TS_INIT_KAIMING_NORMAL,  /* a = negative slope */
+    TS_INIT_XAVIER_UNIFORM,  /* a = gain */
+    TS_INIT_XAVIER_NORMAL,   /* a = gain */
+    TS_INIT_BUFFER           /* data = host values in the parameter's dtype (copied) */
+} ts_init_kind;
+
+typedef struct ts_init {
+    ts_init_kind kind;
+    double a, b;
+    const void *data;
+} ts_init;
+
+/* Fan-in and fan-out follow PyTorch: for dims [out, in, k...],
+ * fan_in = in * prod(k), fan_out = out * prod(k). Random initialisers draw
+ * from a counter-based generator keyed by the compile seed and the
+ * parameter's name, so values do not depend on build order or threads. */
+static inline ts_init ts_init_zeros(void) { return (ts_init){TS_INIT_ZEROS, 0, 0, 0}; }
+static inline ts_init ts_init_ones(void) { return (ts_init){TS_INIT_ONES, 0, 0, 0}; }
+static inline ts_init ts_init_constant(double v) { return (ts_init){TS_INIT_CONSTANT, v, 0, 0}; }
+static inline ts_init ts_init_normal(double mean, double std) {
+    return (ts_init){TS_INIT_NORMAL, mean, std, 0};
+}
+static inline ts_init ts_init_uniform(double lo, double hi) {
+    return (ts_init){TS_INIT_UNIFORM, lo, hi, 0};
+}
+static inline ts_init ts_init_kaiming_uniform(double a) {
+    return (ts_init){TS_INIT_KAIMING_UNIFORM, a, 0, 0};
+}
+static inline ts_init ts_init_kaiming_normal(double a) {
+    return (ts_init){TS_INIT_KAIMING_NORMAL, a, 0, 0};
+}
+static inline ts_init ts_init_xavier_uniform(double gain) {
+    return (ts_init){TS_INIT_XAVIER_UNIFORM, gain, 0, 0};
+}
+static inline ts_init ts_init_xavier_normal(double gain) {
+    return (ts_init){TS_INIT_XAVIER_NORMAL, gain, 0, 0};
+}
+static inline ts_init ts_init_buffer(const void *data) {
+    return (ts_init){TS_INIT_BUFFER, 0, 0, data};
+}
+
+/* ---- graph lifetime and queries -------------------------------------- */
+
+ts_graph *ts_graph_new(void);
+void ts_graph_free(ts_graph *g);
+/* The first builder error (TS_OK if none) and its message. */
+ts_status ts_graph_status(const ts_graph *g);
+const char *ts_graph_error(const ts_graph *g);
+
+/* Record an error in the graph (first one wins; also ts_last_error()).
+ * For builders of composite layers; returns TS_NONE for convenience. */
+ts_val ts_graph_fail(ts_graph *g, ts_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+int ts_rank(const ts_graph *g, ts_val v);
+ts_dtype ts_dtype_of(const ts_graph *g, ts_val v);
+/* Size of one axis (negative counts from the end); -1 for a bad value/axis. */
+int64_t ts_dim(const ts_graph *g, ts_val v, int axis);
+int64_t ts_numel(const ts_graph *g, ts_val v);
+const char *ts_name(const ts_graph *g, ts_val v);
+/* Give a value a name (used in dumps, error messages and ts_plan_read). */
+ts_status ts_set_name(ts_graph *g, ts_val v, const char *name);
+/* Keep v readable after each step under `name` (e.g. logits, accuracy). */
+ts_status ts_mark_output(ts_graph *g, ts_val v, const char *name);
+/* Find a value by name; TS_NONE if absent. */
+ts_val ts_find(const ts_graph *g, const char *name);
+
+/* ---- leaves ------------------------------------------------------------ */
+
+/* Data fed each step with ts_plan_set_input(). */
+ts_val ts_input(ts_graph *g, const char *name, ts_dtype dt, int rank, const int64_t *dims);
+/* A trainable tensor, initialised when the plan is created. */
+ts_val ts_param(ts_graph *g, const char *name, ts_dtype dt, int rank, const int64_t *dims,
+                ts_init init);
+/* A constant tensor; data (in dtype dt, row-major) is copied. name may be NULL. */
+ts_val ts_constant(ts_graph *g, const char *name, ts_dtype dt, int rank, const int64_t *dims,
+                   const void *data);
+/* A rank-0 constant. */
+ts_val ts_scalar(ts_graph *g, double value, ts_dtype dt);
+
+/* ---- elementwise ------------------------------------------------------- */
+
+ts_val ts_add(ts_graph *g, ts_val a, ts_val b);
+ts_val ts_sub(ts_graph *g, ts_val a, ts_val b);
+ts_val ts_mul(ts_graph *g, ts_val a, ts_val b);
+ts_val ts_div(ts_graph *g, ts_val a, ts_val b);
+ts_val ts_maximum(ts_graph *g, ts_val a, ts_val b);
+ts_val ts_minimum(ts_graph *g, ts_val a, ts_val b);
+ts_val ts_neg(ts_graph *g, ts_val a);
+ts_val ts_exp(ts_graph *g, ts_val a);
+ts_val ts_log(ts_graph *g, ts_val a);
+ts_val ts_sqrt(ts_graph *g, ts_val a);
+ts_val ts_rsqrt(ts_graph *g, ts_val a);
+ts_val ts_abs(ts_graph *g, ts_val a);
+ts_val ts_relu(ts_graph *g, ts_val a);
+ts_val ts_sigmoid(ts_graph *g, ts_val a);
+ts_val ts_tanh(ts_graph *g, ts_val a);
+ts_val ts_pow_scalar(ts_graph *g, ts_val a, double exponent);
+ts_val ts_leaky_relu(ts_graph *g, ts_val a, double negative_slope);
+/* a * s + t, elementwise, with scalars s and t. */
+ts_val ts_affine_scalar(ts_graph *g, ts_val a, double s, double t);
+typedef enum ts_gelu_approx { TS_GELU_ERF = 0, TS_GELU_TANH = 1 } ts_gelu_approx;
+ts_val ts_gelu(ts_graph *g, ts_val a, ts_gelu_approx approx);
+/* Convert dtype (float<->int truncates toward zero). */
+ts_val ts_cast(ts_graph *g, ts_val a, ts_dtype to);
+/* cond (u8, 0/1) ? a : b, all three broadcast together. */
+ts_val ts_where(ts_graph *g, ts_val cond, ts_val a, ts_val b);
+
+/* ---- linear algebra --------------------------------------------------- */
+
+/* a [..., M, K] @ b [..., K, N] -> [..., M, N]; trans_a / trans_b read a or
+ * b as its last two axes swapped. Batch axes broadcast; a rank-1 operand is
+ * not promoted (use ts_reshape). */
+ts_val ts_matmul(ts_graph *g, ts_val a, ts_val b, int trans_a, int trans_b);
+/* x [..., in] @ w[out, in]^T + b[out] -> [..., out] (PyTorch nn.Linear). b may be TS_NONE. */
+ts_val ts_linear(ts_graph *g, ts_val x, ts_val w, ts_val b);
+
+/* ---- normalisation and softmax ---------------------------------------- */
+
+ts_val ts_softmax(ts_graph *g, ts_val a, int axis);
+ts_val ts_log_softmax(ts_graph *g, ts_val a, int axis);
+/* Normalise over the last axis; weight and bias [D] may be TS_NONE. */
+ts_val ts_layer_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, double eps);
+
+/* ---- reductions (naxes == 0 reduces over every axis) ------------------ */
+
+ts_val ts_sum(ts_graph *g, ts_val a, int naxes, const int *axes, int keepdim);
+ts_val ts_mean(ts_graph *g, ts_val a, int naxes, const int *axes, int keepdim);
+ts_val ts_max(ts_graph *g, ts_val a, int naxes, const int *axes, int keepdim);
+
+/* ---- shape ------------------------------------------------------------ */
+
+/* New dims with the same element count; one entry may be -1 (inferred). */
+ts_val ts_reshape(ts_graph *g, ts_val a, int rank, const int64_t *dims);
+ts_val ts_transpose(ts_graph *g, ts_val a, int axis0, int axis1);
+/* out.dims[i] = a.dims[perm[i]] */
+ts_val ts_permute(ts_graph *g, ts_val a, const int *perm);
+ts_val ts_concat(ts_graph *g, int n, const ts_val *vals, int axis);
+/* Elements [start, end) along axis (negative indices count from the end). */
+ts_val ts_slice(ts_graph *g, ts_val a, int axis, int64_t start, int64_t end);
+/* Split along axis into n pieces of the given sizes (summing to the axis). */
+ts_status ts_split(ts_graph *g, ts_val a, int axis, int n, const int64_t *sizes, ts_val *outs);
+
+/* ---- indexing --------------------------------------------------------- */
+
+/* NumPy take: out = data.shape[:axis] + indices.shape + data.shape[axis+1:].
+ * indices are i32 or i64; an index out of range is a run-time error naming
+ * the value. The gradient scatter-adds into data. */
+ts_val ts_gather(ts_graph *g, ts_val data, ts_val indices, int axis);
+/* table [V, D], indices [...] -> [..., D] */
+ts_val ts_embedding(ts_graph *g, ts_val table, ts_val indices);
+
+/* ---- regularisation --------------------------------------------------- */
+
+/* Inverted dropout with probability p during training steps; identity in
+ * inference plans. The mask comes from a counter-based generator keyed by
+ * (seed, this node, step), so it is reproducible and independent of threads. */
+ts_val ts_dropout(ts_graph *g, ts_val a, double p);
+
+/* ---- losses (all return a scalar, mean over elements) ----------------- */
+
+ts_val ts_mse_loss(ts_graph *g, ts_val pred, ts_val target);
+ts_val ts_bce_with_logits(ts_graph *g, ts_val logits, ts_val target);
+/* logits [N, C] (or [..., C]), target [N] (or [...]) of class indices (i32 /
+ * i64). Targets equal to ignore_index do not count (mean over the rest). */
+ts_val ts_cross_entropy(ts_graph *g, ts_val logits, ts_val target, int64_t ignore_index);
+
+/* ---- attention -------------------------------------------------------- */
+
+/* softmax(q k^T / sqrt(hd) + causal mask) v for q, k, v [B, H, T, hd]. */
+ts_val ts_causal_attention(ts_graph *g, ts_val q, ts_val k, ts_val v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,80 @@
+/* tessel/plan.h — running a compiled plan.
+ *
+ *     for (int step = 0; step < 100; step++) {
+ *         ts_plan_set_input(plan, "x", x, sizeof x);
+ *         ts_plan_set_input(plan, "y", y, sizeof y);
+ *         if (ts_plan_step(plan) != TS_OK) { puts(ts_last_error()); break; }
+ *         printf("step %d loss %.4f\n", step, ts_plan_loss(plan));
+ *     }
+ *     ts_plan_read(plan, "fc.weight", w, sizeof w);
+ *     ts_plan_free(plan);
+ *
+ * A step performs no allocation: every tensor lives at a fixed offset of one
+ * arena decided when the plan was compiled. Named values readable with
+ * ts_plan_read(): parameters, inputs, marked outputs, "loss", and
+ * "grad:NAME" for the gradient of parameter NAME.
+ */
+#ifndef TESSEL_PLAN_H
+#define TESSEL_PLAN_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "tessel/compile.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Copy one step's data into input `name`; bytes must equal its size. */
+ts_status ts_plan_set_input(ts_plan *p, const char *name, const void *data, size_t bytes);
+/* Run one step: forward, backward and update for a training plan, forward
+ * only for an inference plan. */
+ts_status ts_plan_step(ts_plan *p);
+/* Loss of the last step (NaN before the first step or in inference plans). */
+double ts_plan_loss(const ts_plan *p);
+/* Number of steps run so far (restored with ts_plan_set_step when resuming). */
+int64_t ts_plan_step_count(const ts_plan *p);
+void ts_plan_set_step(ts_plan *p, int64_t steps_done);
+/* Learning rate the next step will use. */
+double ts_plan_lr(const ts_plan *p);
+
+/* Read a named value (see above); bytes must equal its size. */
+ts_status ts_plan_read(const ts_plan *p, const char *name, void *dst, size_t bytes);
+/* Overwrite a parameter (e.g. load weights). */
+ts_status ts_plan_write_param(ts_plan *p, const char *name, const void *src, size_t bytes);
+
+/* Describe a named value: dtype, rank and dims (dims may be NULL). */
+ts_status ts_plan_value_info(const ts_plan *p, const char *name, ts_dtype *dt, int *rank,
+                             int64_t *dims);
+
+/* Parameters of the plan, in arena order. */
+int ts_plan_param_count(const ts_plan *p);
+const char *ts_plan_param_name(const ts_plan *p, int i);
+
+typedef struct ts_plan_stats {
+    size_t arena_bytes;        /* the whole arena */
+    size_t param_bytes;        /* parameters region */
+    size_t grad_bytes;         /* gradients region */
+    size_t state_bytes;        /* optimizer state region */
+    size_t io_bytes;           /* inputs, constants, outputs */
+    size_t temp_bytes;         /* planned region for intermediate values */
+    size_t naive_bytes;        /* sum of the sizes of every tensor of the step */
+    size_t peak_live_bytes;    /* peak of live intermediate bytes in the chosen schedule */
+    size_t naive_peak_bytes;   /* same for the build-order schedule */
+    int n_instructions;
+    int n_inplace;             /* outputs that share their input's memory */
+    double flops_per_step;
+} ts_plan_stats;
+
+ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st);
+
+typedef enum ts_dump_kind { TS_DUMP_IR, TS_DUMP_PLAN, TS_DUMP_MEMORY } ts_dump_kind;
+/* Print the compiled graph, the instruction list or the memory plan. */
+ts_status ts_plan_dump(const ts_plan *p, ts_dump_kind kind, FILE *out);
+
+void ts_plan_free(ts_plan *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

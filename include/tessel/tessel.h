@@ -1,0 +1,20 @@
+/* tessel/tessel.h — the whole public API.
+ *
+ * tessel compiles a model's whole training step (forward, backward,
+ * optimizer) into one static plan with a fixed memory layout and runs it.
+ * Start with graph.h (build), compile.h (compile), plan.h (run).
+ */
+#ifndef TESSEL_H
+#define TESSEL_H
+
+#include "tessel/status.h"
+#include "tessel/dtype.h"
+#include "tessel/log.h"
+#include "tessel/graph.h"
+#include "tessel/compile.h"
+#include "tessel/plan.h"
+#include "tessel/models.h"
+
+#define TESSEL_VERSION "0.1.0"
+
+#endif

@@ -1,0 +1,41 @@
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+#include "core.h"
+
+char *ts_shape_str(char *buf, size_t n, ts_dtype dt, int rank, const int64_t *dims) {
+    size_t k = (size_t)snprintf(buf, n, "%s[", ts_dtype_name(dt));
+    for (int i = 0; i < rank && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)dims[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
+int64_t ts_shape_numel(int rank, const int64_t *dims) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= dims[i];
+    return n;
+}
+
+uint64_t ts_hash64(const void *data, size_t n, uint64_t seed) {
+    /* FNV-1a followed by a splitmix finaliser: cheap, stable across builds. */
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ULL ^ seed;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h;
+}
+
+uint64_t ts_hash_str(const char *s) {
+    size_t n = 0;
+    while (s[n]) n++;
+    return ts_hash64(s, n, 0);
+}
+
+double ts_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,65 @@
+/* kern.h — helpers for writing reference CPU kernels (internal).
+ *
+ * Kernels are written once as a macro body over an element type T and
+ * instantiated for float and double (f64 serves the gradient checks).
+ * Loops that matter are compiled twice with TS_CLONES: an AVX-512 version
+ * picked at load time on CPUs that have it, and a generic one elsewhere.
+ * Parallel loops split work by output element, never by reduction order,
+ * so results do not depend on the thread count.
+ */
+#ifndef TS_KERN_H
+#define TS_KERN_H
+
+#include "op.h"
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define TS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TS_CLONES
+#endif
+
+/* Below this many elements a loop stays on one thread. */
+#define TS_PAR_MIN 16384
+
+/* Element strides of x for each axis of out (0 where x broadcasts). x's
+ * shape must broadcast to out's. */
+static inline void ts_bcast_strides(const ts_tensor *x, const ts_tensor *out, int64_t *str) {
+    int lead = out->rank - x->rank;
+    int64_t s = 1;
+    for (int i = out->rank - 1; i >= 0; i--) {
+        int xi = i - lead;
+        if (xi < 0 || x->dims[xi] == 1) {
+            str[i] = 0;
+        } else {
+            str[i] = s;
+        }
+        if (xi >= 0) s *= x->dims[xi];
+    }
+}
+
+/* Offset of row `row` (index over all axes but the last) given strides. */
+static inline int64_t ts_row_offset(int64_t row, int rank, const int64_t *dims,
+                                    const int64_t *str) {
+    int64_t off = 0;
+    for (int i = rank - 2; i >= 0; i--) {
+        int64_t d = dims[i];
+        off += (row % d) * str[i];
+        row /= d;
+    }
+    return off;
+}
+
+static inline int64_t ts_rows(const ts_tensor *t) {
+    int64_t r = 1;
+    for (int i = 0; i + 1 < t->rank; i++) r *= t->dims[i];
+    return r;
+}
+static inline int64_t ts_inner(const ts_tensor *t) { return t->rank ? t->dims[t->rank - 1] : 1; }
+
+/* Split [0, n) into fixed-size blocks (independent of thread count), for
+ * reductions that must be deterministic: partial sums per block, then the
+ * blocks summed in order. */
+#define TS_RED_BLOCK 4096
+static inline int64_t ts_red_blocks(int64_t n) { return (n + TS_RED_BLOCK - 1) / TS_RED_BLOCK; }
+
+#endif

@@ -1,0 +1,409 @@
+/* Losses with a scalar (mean) output: binary cross-entropy with logits,
+ * cross-entropy over class indices, and the composite MSE loss.
+ *
+ * Determinism: the mean is a sum over fixed blocks (TS_RED_BLOCK elements
+ * for BCE, CE_ROWS rows for CE) whose double partials land in scratch and
+ * are added in block order, so the loss does not depend on the thread
+ * count. */
+#include <math.h>
+#include <string.h>
+#include "kern.h"
+
+#define LN      16 /* interleaved partial sums of a row reduction */
+#define CE_ROWS 64 /* rows per block of the cross-entropy sum */
+
+/* ---- inference --------------------------------------------------------- */
+
+static ts_status need_float(const ts_type *t, const char *what) {
+    if (t->dtype != TS_F32 && t->dtype != TS_F64)
+        return ts_fail(TS_ERR_SHAPE, "%s must be f32 or f64, got %s", what,
+                       ts_dtype_name(t->dtype));
+    return TS_OK;
+}
+
+static ts_status need_scalar(const ts_type *t, ts_dtype dt, const char *what) {
+    if (t->rank != 0 || t->dtype != dt)
+        return ts_fail(TS_ERR_SHAPE, "%s must be a %s scalar", what, ts_dtype_name(dt));
+    return TS_OK;
+}
+
+static ts_status infer_bce(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_type *x = ts_in_type(g, n, 0), *y = ts_in_type(g, n, 1);
+    ts_status s = need_float(x, "logits");
+    if (s != TS_OK) return s;
+    if (!ts_type_equal(x, y))
+        return ts_fail(TS_ERR_SHAPE, "logits and target must have the same dtype and shape");
+    *out = (ts_type){.dtype = x->dtype, .rank = 0};
+    *n_out = 1;
+    return TS_OK;
+}
+
+static ts_status infer_bce_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    ts_status s = infer_bce(g, &(ts_node){.in = n->in + 1, .n_in = 2}, out, n_out);
+    if (s != TS_OK) return s;
+    const ts_type *x = ts_in_type(g, n, 1);
+    if ((s = need_scalar(ts_in_type(g, n, 0), x->dtype, "dl")) != TS_OK) return s;
+    *out = *x;
+    return TS_OK;
+}
+
+static ts_status check_ce(const ts_type *lg, const ts_type *tg) {
+    ts_status s = need_float(lg, "logits");
+    if (s != TS_OK) return s;
+    if (lg->rank != 2) return ts_fail(TS_ERR_SHAPE, "logits must be [N, C]");
+    if (tg->dtype != TS_I32 && tg->dtype != TS_I64)
+        return ts_fail(TS_ERR_SHAPE, "target must be i32 or i64, got %s", ts_dtype_name(tg->dtype));
+    if (tg->rank != 1 || tg->dims[0] != lg->dims[0])
+        return ts_fail(TS_ERR_SHAPE, "target must be [%lld] (one class index per row)",
+                       (long long)lg->dims[0]);
+    return TS_OK;
+}
+
+static ts_status infer_ce(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_type *lg = ts_in_type(g, n, 0);
+    ts_status s = check_ce(lg, ts_in_type(g, n, 1));
+    if (s != TS_OK) return s;
+    out[0] = (ts_type){.dtype = lg->dtype, .rank = 0};
+    out[1] = (ts_type){.dtype = lg->dtype, .rank = 1, .dims = {lg->dims[0]}};
+    *n_out = 2;
+    return TS_OK;
+}
+
+static ts_status infer_ce_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_type *lg = ts_in_type(g, n, 1);
+    ts_status s = check_ce(lg, ts_in_type(g, n, 2));
+    if (s != TS_OK) return s;
+    if ((s = need_scalar(ts_in_type(g, n, 0), lg->dtype, "dl")) != TS_OK) return s;
+    ts_type lse = {.dtype = lg->dtype, .rank = 1, .dims = {lg->dims[0]}};
+    if (!ts_type_equal(ts_in_type(g, n, 3), &lse))
+        return ts_fail(TS_ERR_SHAPE, "lse must be %s[%lld]", ts_dtype_name(lg->dtype),
+                       (long long)lg->dims[0]);
+    *out = *lg;
+    *n_out = 1;
+    return TS_OK;
+}
+
+/* ---- gradients --------------------------------------------------------- */
+
+static ts_status grad_bce(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    if (!ts_val_ok(dy[0])) return TS_OK;
+    ts_val x = ts_mkval(n->in[0]), y = ts_mkval(n->in[1]);
+    ts_val in[3] = {dy[0], x, y};
+    din[0] = ts_node_add(g, TS_OP_BCE_LOGITS_BWD, 3, in, NULL, NULL);
+    /* d/dy (max(x,0) - x*y + log1p(exp(-|x|))) = -x, over the mean; torch
+     * differentiates the target too. Dead-code elimination drops it when
+     * the target needs no gradient. */
+    double inv_n = 1.0 / (double)ts_type_numel(ts_in_type(g, n, 0));
+    din[1] = ts_mul(g, ts_affine_scalar(g, x, -inv_n, 0.0), dy[0]);
+    return ts_graph_status(g);
+}
+
+static ts_status grad_ce(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    if (ts_val_ok(dy[1])) {
+        /* lse is an internal output for the backward op (never handed out). */
+        ts_graph_fail(g, TS_ERR_UNSUPPORTED,
+                      "cross_entropy: gradients through the lse output are not supported");
+        return ts_graph_status(g);
+    }
+    if (!ts_val_ok(dy[0])) return TS_OK;
+    ts_val in[4] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->in[1]), ts_mkval(n->out[1])};
+    din[0] = ts_node_add(g, TS_OP_CROSS_ENTROPY_BWD, 4, in, &n->a, NULL);
+    return ts_graph_status(g);
+}
+
+/* ---- kernels ----------------------------------------------------------- */
+
+/* Pairwise sum of the LN partials in a fixed order. */
+static inline double comb(const double *a) {
+    double s[LN / 2];
+    for (int j = 0; j < LN / 2; j++) s[j] = a[j] + a[j + LN / 2];
+    for (int w = LN / 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) s[j] += s[j + w];
+    return s[0];
+}
+
+static inline int64_t target_at(const void *t, int is64, int64_t i) {
+    return is64 ? ((const int64_t *)t)[i] : (int64_t)((const int32_t *)t)[i];
+}
+
+/* Per-block partial of the cross-entropy sum; bad is the first row of the
+ * block with an out-of-range target (-1 if none). */
+typedef struct ce_part {
+    double sum;
+    int64_t count, bad, pad;
+} ce_part;
+
+static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int64_t t, int64_t c) {
+    return ts_fail(TS_ERR_INVALID,
+                   "%s '%s': target[%lld] = %lld is out of range [0, %lld) and is not "
+                   "ignore_index %lld",
+                   op, k->label ? k->label : "?", (long long)row, (long long)t, (long long)c,
+                   (long long)k->a->i[0]);
+}
+
+#define DEF_LOSS(T, SFX, EXP, LOG1P, ABS)                                                          \
+    /* Sum over [0, n) of max(x,0) - x*y + log1p(exp(-|x|)) (torch's stable form). */              \
+    TS_CLONES static double bce_block_##SFX(const T *x, const T *y, int64_t n) {                   \
+        double acc[LN] = {0}, s = 0;                                                               \
+        int64_t i = 0;                                                                             \
+        for (; i + LN <= n; i += LN)                                                               \
+            for (int j = 0; j < LN; j++) {                                                         \
+                T v = x[i + j];                                                                    \
+                acc[j] += (double)((v > 0 ? v : 0) - v * y[i + j] + LOG1P(EXP(-ABS(v))));          \
+            }                                                                                      \
+        for (; i < n; i++) {                                                                       \
+            T v = x[i];                                                                            \
+            s += (double)((v > 0 ? v : 0) - v * y[i] + LOG1P(EXP(-ABS(v))));                       \
+        }                                                                                          \
+        return s + comb(acc);                                                                      \
+    }                                                                                              \
+    static ts_status bce_##SFX(const ts_kargs *k) {                                                \
+        const T *x = k->in[0].data, *y = k->in[1].data;                                            \
+        int64_t n = ts_tensor_numel(&k->in[0]), nb = ts_red_blocks(n);                             \
+        double *part = k->scratch;                                                                 \
+        if ((size_t)nb * sizeof(double) > k->scratch_bytes)                                        \
+            return ts_fail(TS_ERR_INTERNAL, "bce_logits '%s': scratch too small", k->label);       \
+        _Pragma("omp parallel for schedule(static) if (n >= TS_PAR_MIN)") for (int64_t b = 0;      \
+                                                                               b < nb; b++) {      \
+            int64_t s = b * TS_RED_BLOCK, len = n - s < TS_RED_BLOCK ? n - s : TS_RED_BLOCK;       \
+            part[b] = bce_block_##SFX(x + s, y + s, len);                                          \
+        }                                                                                          \
+        double sum = 0;                                                                            \
+        for (int64_t b = 0; b < nb; b++) sum += part[b];                                           \
+        *(T *)k->out[0].data = (T)(n ? sum / (double)n : NAN); /* empty mean: NaN, as torch */     \
+        return TS_OK;                                                                              \
+    }                                                                                              \
+    /* dx = (sigmoid(x) - y) * dl / N, sigmoid without overflow for either sign. */                \
+    TS_CLONES static void bce_bwd_chunk_##SFX(T *dx, const T *x, const T *y, int64_t n, T sc) {    \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            T v = x[i], e = EXP(-ABS(v));                                                          \
+            T sg = v >= 0 ? 1 / (1 + e) : e / (1 + e);                                             \
+            dx[i] = (sg - y[i]) * sc;                                                              \
+        }                                                                                          \
+    }                                                                                              \
+    static ts_status bce_bwd_##SFX(const ts_kargs *k) {                                            \
+        const T *x = k->in[1].data, *y = k->in[2].data;                                            \
+        T *dx = k->out[0].data;                                                                    \
+        int64_t n = ts_tensor_numel(&k->in[1]), nb = ts_red_blocks(n);                             \
+        T sc = (T)((double)*(const T *)k->in[0].data / (double)n);                                 \
+        _Pragma("omp parallel for schedule(static) if (n >= TS_PAR_MIN)") for (int64_t b = 0;      \
+                                                                               b < nb; b++) {      \
+            int64_t s = b * TS_RED_BLOCK, len = n - s < TS_RED_BLOCK ? n - s : TS_RED_BLOCK;       \
+            bce_bwd_chunk_##SFX(dx + s, x + s, y + s, len, sc);                                    \
+        }                                                                                          \
+        return TS_OK;                                                                              \
+    }                                                                                              \
+    /* log(sum(exp(x))) of one row, max subtracted; a row of -inf gives -inf. */                   \
+    TS_CLONES static double lse_row_##SFX(const T *x, int64_t c) {                                 \
+        T m = (T)-INFINITY;                                                                        \
+        for (int64_t i = 0; i < c; i++) m = x[i] > m ? x[i] : m;                                   \
+        if (m == (T)-INFINITY) m = 0;                                                              \
+        double acc[LN] = {0}, s = 0;                                                               \
+        int64_t i = 0;                                                                             \
+        for (; i + LN <= c; i += LN)                                                               \
+            for (int j = 0; j < LN; j++) acc[j] += EXP(x[i + j] - m);                              \
+        for (; i < c; i++) s += EXP(x[i] - m);                                                     \
+        return (double)m + log(s + comb(acc));                                                     \
+    }                                                                                              \
+    static ts_status ce_##SFX(const ts_kargs *k) {                                                 \
+        const T *x = k->in[0].data;                                                                \
+        const void *tg = k->in[1].data;                                                            \
+        int is64 = k->in[1].dtype == TS_I64;                                                       \
+        T *lse = k->out[1].data;                                                                   \
+        int64_t n = k->in[0].dims[0], c = k->in[0].dims[1], ign = k->a->i[0];                      \
+        int64_t nb = (n + CE_ROWS - 1) / CE_ROWS;                                                  \
+        ce_part *part = k->scratch;                                                                \
+        if ((size_t)nb * sizeof(ce_part) > k->scratch_bytes)                                       \
+            return ts_fail(TS_ERR_INTERNAL, "cross_entropy '%s': scratch too small", k->label);    \
+        _Pragma("omp parallel for schedule(static) if (n * c >= TS_PAR_MIN)") for (int64_t b = 0;  \
+                                                                                   b < nb; b++) {  \
+            ce_part p = {0, 0, -1, 0};                                                             \
+            int64_t r1 = (b + 1) * CE_ROWS < n ? (b + 1) * CE_ROWS : n;                            \
+            for (int64_t r = b * CE_ROWS; r < r1; r++) {                                           \
+                const T *row = x + r * c;                                                          \
+                double l = lse_row_##SFX(row, c);                                                  \
+                lse[r] = (T)l;                                                                     \
+                int64_t t = target_at(tg, is64, r);                                                \
+                if (t == ign) continue;                                                            \
+                if (t < 0 || t >= c) {                                                             \
+                    if (p.bad < 0) p.bad = r;                                                      \
+                    continue;                                                                      \
+                }                                                                                  \
+                p.sum += l - (double)row[t];                                                       \
+                p.count++;                                                                         \
+            }                                                                                      \
+            part[b] = p;                                                                           \
+        }                                                                                          \
+        double sum = 0;                                                                            \
+        int64_t count = 0;                                                                         \
+        for (int64_t b = 0; b < nb; b++) {                                                         \
+            if (part[b].bad >= 0)                                                                  \
+                return bad_target(k, "cross_entropy", part[b].bad,                                 \
+                                  target_at(tg, is64, part[b].bad), c);                            \
+            sum += part[b].sum;                                                                    \
+            count += part[b].count;                                                                \
+        }                                                                                          \
+        /* Every row ignored: 0/0 = NaN, as torch 1.13. */                                         \
+        *(T *)k->out[0].data = (T)(count ? sum / (double)count : NAN);                             \
+        return TS_OK;                                                                              \
+    }                                                                                              \
+    TS_CLONES static void ce_bwd_row_##SFX(T *d, const T *x, T lse, int64_t c, int64_t t, T sc) {  \
+        for (int64_t i = 0; i < c; i++) d[i] = EXP(x[i] - lse) * sc;                               \
+        d[t] = (EXP(x[t] - lse) - 1) * sc;                                                         \
+    }                                                                                              \
+    static ts_status ce_bwd_##SFX(const ts_kargs *k) {                                             \
+        const T *x = k->in[1].data, *lse = k->in[3].data;                                          \
+        const void *tg = k->in[2].data;                                                            \
+        int is64 = k->in[2].dtype == TS_I64;                                                       \
+        T *dx = k->out[0].data;                                                                    \
+        int64_t n = k->in[1].dims[0], c = k->in[1].dims[1], ign = k->a->i[0], count = 0;           \
+        for (int64_t r = 0; r < n; r++) {                                                          \
+            int64_t t = target_at(tg, is64, r);                                                    \
+            if (t == ign) continue;                                                                \
+            if (t < 0 || t >= c) return bad_target(k, "cross_entropy_bwd", r, t, c);               \
+            count++;                                                                               \
+        }                                                                                          \
+        /* With every row ignored all rows are zero and sc is never used. */                       \
+        T sc = (T)(count ? (double)*(const T *)k->in[0].data / (double)count : 0);                 \
+        _Pragma("omp parallel for schedule(static) if (n * c >= TS_PAR_MIN)") for (int64_t r = 0;  \
+                                                                                   r < n; r++) {   \
+            int64_t t = target_at(tg, is64, r);                                                    \
+            if (t == ign)                                                                          \
+                memset(dx + r * c, 0, (size_t)c * sizeof(T));                                      \
+            else                                                                                   \
+                ce_bwd_row_##SFX(dx + r * c, x + r * c, lse[r], c, t, sc);                         \
+        }                                                                                          \
+        return TS_OK;                                                                              \
+    }
+
+DEF_LOSS(float, f32, expf, log1pf, fabsf)
+DEF_LOSS(double, f64, exp, log1p, fabs)
+
+static ts_status k_bce(const ts_kargs *k) {
+    switch (k->in[0].dtype) {
+    case TS_F32: return bce_f32(k);
+    case TS_F64: return bce_f64(k);
+    default: return ts_kernel_bad_dtype(k, "bce_logits", k->in[0].dtype);
+    }
+}
+static ts_status k_bce_bwd(const ts_kargs *k) {
+    switch (k->in[1].dtype) {
+    case TS_F32: return bce_bwd_f32(k);
+    case TS_F64: return bce_bwd_f64(k);
+    default: return ts_kernel_bad_dtype(k, "bce_logits_bwd", k->in[1].dtype);
+    }
+}
+static ts_status k_ce(const ts_kargs *k) {
+    switch (k->in[0].dtype) {
+    case TS_F32: return ce_f32(k);
+    case TS_F64: return ce_f64(k);
+    default: return ts_kernel_bad_dtype(k, "cross_entropy", k->in[0].dtype);
+    }
+}
+static ts_status k_ce_bwd(const ts_kargs *k) {
+    switch (k->in[1].dtype) {
+    case TS_F32: return ce_bwd_f32(k);
+    case TS_F64: return ce_bwd_f64(k);
+    default: return ts_kernel_bad_dtype(k, "cross_entropy_bwd", k->in[1].dtype);
+    }
+}
+
+static size_t scratch_bce(const ts_graph *g, const ts_node *n) {
+    return (size_t)ts_red_blocks(ts_type_numel(ts_in_type(g, n, 0))) * sizeof(double);
+}
+static size_t scratch_ce(const ts_graph *g, const ts_node *n) {
+    int64_t rows = ts_in_type(g, n, 0)->dims[0];
+    return (size_t)((rows + CE_ROWS - 1) / CE_ROWS) * sizeof(ce_part);
+}
+
+static double cost_bce(const ts_graph *g, const ts_node *n) {
+    return 6.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+}
+static double cost_bce_bwd(const ts_graph *g, const ts_node *n) {
+    return 5.0 * (double)ts_type_numel(ts_in_type(g, n, 1));
+}
+static double cost_ce(const ts_graph *g, const ts_node *n) {
+    return 4.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+}
+static double cost_ce_bwd(const ts_graph *g, const ts_node *n) {
+    return 3.0 * (double)ts_type_numel(ts_in_type(g, n, 1));
+}
+
+const ts_op_def ts_def_bce_logits = {.name = "bce_logits",
+                                     .min_in = 2,
+                                     .max_in = 2,
+                                     .infer = infer_bce,
+                                     .grad = grad_bce,
+                                     .kernel = k_bce,
+                                     .scratch = scratch_bce,
+                                     .cost = cost_bce};
+
+const ts_op_def ts_def_bce_logits_bwd = {.name = "bce_logits_bwd",
+                                         .min_in = 3,
+                                         .max_in = 3,
+                                         .infer = infer_bce_bwd,
+                                         .kernel = k_bce_bwd,
+                                         .cost = cost_bce_bwd};
+
+const ts_op_def ts_def_cross_entropy = {.name = "cross_entropy",
+                                        .min_in = 2,
+                                        .max_in = 2,
+                                        .infer = infer_ce,
+                                        .grad = grad_ce,
+                                        .kernel = k_ce,
+                                        .scratch = scratch_ce,
+                                        .cost = cost_ce};
+
+const ts_op_def ts_def_cross_entropy_bwd = {.name = "cross_entropy_bwd",
+                                            .min_in = 4,
+                                            .max_in = 4,
+                                            .infer = infer_ce_bwd,
+                                            .kernel = k_ce_bwd,
+                                            .cost = cost_ce_bwd};
+
+/* ---- builders ---------------------------------------------------------- */
+
+ts_val ts_bce_with_logits(ts_graph *g, ts_val logits, ts_val target) {
+    ts_val in[2] = {logits, target};
+    return ts_node_add(g, TS_OP_BCE_LOGITS, 2, in, NULL, NULL);
+}
+
+/* mean((pred - target)^2). Shapes must match: torch broadcasts here with
+ * only a warning, which usually hides a bug ([N, 1] against [N]). */
+ts_val ts_mse_loss(ts_graph *g, ts_val pred, ts_val target) {
+    if (!g || g->status != TS_OK || !ts_val_ok(pred) || !ts_val_ok(target)) return TS_NONE;
+    const ts_type *p = &ts_v(g, pred)->t, *t = &ts_v(g, target)->t;
+    if (!ts_type_equal(p, t)) {
+        char pb[128], tb[128];
+        return ts_graph_fail(g, TS_ERR_SHAPE,
+                             "mse_loss(pred=%s, target=%s): pred and target must have the same "
+                             "dtype and shape",
+                             ts_type_str(pb, sizeof pb, p), ts_type_str(tb, sizeof tb, t));
+    }
+    ts_val d = ts_sub(g, pred, target);
+    return ts_mean(g, ts_mul(g, d, d), 0, NULL, 0);
+}
+
+ts_val ts_cross_entropy(ts_graph *g, ts_val logits, ts_val target, int64_t ignore_index) {
+    if (!g || g->status != TS_OK || !ts_val_ok(logits) || !ts_val_ok(target)) return TS_NONE;
+    ts_type lt = ts_v(g, logits)->t, tt = ts_v(g, target)->t;
+    int ok = lt.rank >= 1 && tt.rank == lt.rank - 1;
+    for (int i = 0; ok && i < tt.rank; i++) ok = tt.dims[i] == lt.dims[i];
+    if (!ok) {
+        char lb[128], tb[128];
+        return ts_graph_fail(g, TS_ERR_SHAPE,
+                             "cross_entropy(logits=%s, target=%s): target must have the shape of "
+                             "logits without the last (class) axis",
+                             ts_type_str(lb, sizeof lb, &lt), ts_type_str(tb, sizeof tb, &tt));
+    }
+    if (lt.rank != 2) {
+        /* [..., C] and [...] -> [N, C] and [N]: reshapes alias, so this is free. */
+        int64_t c = lt.dims[lt.rank - 1], n = ts_type_numel(&tt);
+        logits = ts_reshape(g, logits, 2, (int64_t[]){n, c});
+        target = ts_reshape(g, target, 1, (int64_t[]){n});
+    }
+    ts_attrs at = ts_attrs_zero();
+    at.i[0] = ignore_index;
+    ts_val in[2] = {logits, target};
+    return ts_node_add(g, TS_OP_CROSS_ENTROPY, 2, in, &at, NULL);
+}

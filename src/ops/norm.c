@@ -1,0 +1,330 @@
+/* Layer normalisation over the last axis and its backward op.
+ *
+ * Forward, per row of D elements: mean and variance (biased, as torch) are
+ * accumulated in double in two passes (sum, then sum of squared
+ * deviations), which is at least as accurate as torch's float Welford and
+ * agrees with it to ~1e-7 relative; rstd = 1 / sqrt(var + eps). mean and
+ * rstd are kept as extra outputs [rows] in the input dtype for the
+ * backward op, which then needs no second pass over the statistics.
+ *
+ * Backward: dx is row-parallel. dw and db sum over rows: rows are cut into
+ * fixed blocks of LN_ROWS, each (block, column chunk) task writes double
+ * partials to scratch, and the partials are added in block order per
+ * column, so the result does not depend on the thread count. */
+#include <math.h>
+#include "kern.h"
+
+#define LN      16  /* interleaved partial sums of a row reduction */
+#define LN_ROWS 128 /* rows per block of the dw/db reduction */
+#define LN_COLS 256 /* columns per task of the dw/db reduction */
+
+/* ---- inference --------------------------------------------------------- */
+
+static int64_t rows_of(const ts_type *t) {
+    int64_t r = 1;
+    for (int i = 0; i + 1 < t->rank; i++) r *= t->dims[i];
+    return r;
+}
+
+/* w or b: a [D] vector of x's dtype. */
+static ts_status check_vec(const ts_type *v, const ts_type *x, const char *what) {
+    int64_t d = x->dims[x->rank - 1];
+    if (v->dtype != x->dtype)
+        return ts_fail(TS_ERR_SHAPE, "%s must be %s like x, got %s", what, ts_dtype_name(x->dtype),
+                       ts_dtype_name(v->dtype));
+    if (v->rank != 1 || v->dims[0] != d)
+        return ts_fail(TS_ERR_SHAPE, "%s must be [%lld] (the last dim of x)", what, (long long)d);
+    return TS_OK;
+}
+
+/* has_w/has_b are 0 or 1 and the input count matches them. */
+static ts_status check_flags(const ts_node *n, int want_in) {
+    if ((n->a.i[0] != 0 && n->a.i[0] != 1) || (n->a.i[1] != 0 && n->a.i[1] != 1))
+        return ts_fail(TS_ERR_INVALID, "has_w/has_b must be 0 or 1");
+    if (n->n_in != want_in)
+        return ts_fail(TS_ERR_INVALID, "%d inputs do not match has_w=%d has_b=%d", n->n_in,
+                       (int)n->a.i[0], (int)n->a.i[1]);
+    return TS_OK;
+}
+
+static ts_status infer_ln(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    ts_status s = check_flags(n, 1 + (int)n->a.i[0] + (int)n->a.i[1]);
+    if (s != TS_OK) return s;
+    const ts_type *x = ts_in_type(g, n, 0);
+    if (x->dtype != TS_F32 && x->dtype != TS_F64)
+        return ts_fail(TS_ERR_SHAPE, "x must be f32 or f64, got %s", ts_dtype_name(x->dtype));
+    if (x->rank < 1) return ts_fail(TS_ERR_SHAPE, "x must have at least one axis");
+    double eps = n->a.f[0];
+    if (!(eps >= 0) || isinf(eps))
+        return ts_fail(TS_ERR_INVALID, "eps must be finite and >= 0, got %g", eps);
+    int k = 1;
+    if (n->a.i[0] && (s = check_vec(ts_in_type(g, n, k++), x, "weight")) != TS_OK) return s;
+    if (n->a.i[1] && (s = check_vec(ts_in_type(g, n, k++), x, "bias")) != TS_OK) return s;
+    out[0] = *x;
+    out[1] = (ts_type){.dtype = x->dtype, .rank = 1, .dims = {rows_of(x)}};
+    out[2] = out[1];
+    *n_out = 3;
+    return TS_OK;
+}
+
+static ts_status infer_ln_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    ts_status s = check_flags(n, 4 + (int)n->a.i[0]);
+    if (s != TS_OK) return s;
+    const ts_type *dy = ts_in_type(g, n, 0), *x = ts_in_type(g, n, 1);
+    if (x->dtype != TS_F32 && x->dtype != TS_F64)
+        return ts_fail(TS_ERR_SHAPE, "x must be f32 or f64, got %s", ts_dtype_name(x->dtype));
+    if (x->rank < 1) return ts_fail(TS_ERR_SHAPE, "x must have at least one axis");
+    if (!ts_type_equal(dy, x)) return ts_fail(TS_ERR_SHAPE, "dy and x must have the same type");
+    ts_type st = {.dtype = x->dtype, .rank = 1, .dims = {rows_of(x)}};
+    if (!ts_type_equal(ts_in_type(g, n, 2), &st) || !ts_type_equal(ts_in_type(g, n, 3), &st))
+        return ts_fail(TS_ERR_SHAPE, "mean and rstd must be %s[%lld]", ts_dtype_name(x->dtype),
+                       (long long)st.dims[0]);
+    if (n->a.i[0] && (s = check_vec(ts_in_type(g, n, 4), x, "weight")) != TS_OK) return s;
+    ts_type vec = {.dtype = x->dtype, .rank = 1, .dims = {x->dims[x->rank - 1]}};
+    int k = 0;
+    out[k++] = *x;
+    if (n->a.i[0]) out[k++] = vec;
+    if (n->a.i[1]) out[k++] = vec;
+    *n_out = k;
+    return TS_OK;
+}
+
+/* ---- gradient ---------------------------------------------------------- */
+
+static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    /* mean and rstd exist for the backward op only; ts_layer_norm never
+     * hands them out, so no gradient can flow into them. */
+    if (ts_val_ok(dy[1]) || ts_val_ok(dy[2])) {
+        ts_graph_fail(g, TS_ERR_UNSUPPORTED,
+                      "layer_norm: gradients through the mean/rstd outputs are not supported");
+        return ts_graph_status(g);
+    }
+    if (!ts_val_ok(dy[0])) return TS_OK;
+    int has_w = n->a.i[0] != 0, has_b = n->a.i[1] != 0;
+    ts_val in[5] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->out[1]), ts_mkval(n->out[2])};
+    if (has_w) in[4] = ts_mkval(n->in[1]);
+    ts_attrs at = ts_attrs_zero();
+    at.i[0] = has_w;
+    at.i[1] = has_b;
+    ts_val outs[TS_MAX_OUT];
+    if (!ts_val_ok(ts_node_add(g, TS_OP_LAYER_NORM_BWD, 4 + has_w, in, &at, outs)))
+        return ts_graph_status(g);
+    int k = 0;
+    din[0] = outs[k++];
+    if (has_w) din[1] = outs[k++];
+    if (has_b) din[1 + has_w] = outs[k++];
+    return ts_graph_status(g);
+}
+
+/* ---- kernels ----------------------------------------------------------- */
+
+/* Pairwise sum of the LN partials in a fixed order. */
+static inline double comb(const double *a) {
+    double s[LN / 2];
+    for (int j = 0; j < LN / 2; j++) s[j] = a[j] + a[j + LN / 2];
+    for (int w = LN / 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) s[j] += s[j + w];
+    return s[0];
+}
+
+#define DEF_LN(T, SFX)                                                                             \
+    /* One row: y, mean, rstd from x (w, b may be NULL). */                                        \
+    TS_CLONES static void ln_row_##SFX(T *y, T *mean_o, T *rstd_o, const T *x, const T *w,         \
+                                       const T *b, int64_t d, double eps) {                        \
+        double acc[LN] = {0}, s = 0;                                                               \
+        int64_t i = 0;                                                                             \
+        for (; i + LN <= d; i += LN)                                                               \
+            for (int j = 0; j < LN; j++) acc[j] += (double)x[i + j];                               \
+        for (; i < d; i++) s += (double)x[i];                                                      \
+        double mean = (s + comb(acc)) / (double)d;                                                 \
+        for (int j = 0; j < LN; j++) acc[j] = 0;                                                   \
+        s = 0;                                                                                     \
+        for (i = 0; i + LN <= d; i += LN)                                                          \
+            for (int j = 0; j < LN; j++) {                                                         \
+                double c = (double)x[i + j] - mean;                                                \
+                acc[j] += c * c;                                                                   \
+            }                                                                                      \
+        for (; i < d; i++) {                                                                       \
+            double c = (double)x[i] - mean;                                                        \
+            s += c * c;                                                                            \
+        }                                                                                          \
+        double rstd = 1.0 / sqrt((s + comb(acc)) / (double)d + eps);                               \
+        T m = (T)mean, r = (T)rstd;                                                                \
+        *mean_o = m;                                                                               \
+        *rstd_o = r;                                                                               \
+        if (w && b)                                                                                \
+            for (i = 0; i < d; i++) y[i] = (x[i] - m) * r * w[i] + b[i];                           \
+        else if (w)                                                                                \
+            for (i = 0; i < d; i++) y[i] = (x[i] - m) * r * w[i];                                  \
+        else if (b)                                                                                \
+            for (i = 0; i < d; i++) y[i] = (x[i] - m) * r + b[i];                                  \
+        else                                                                                       \
+            for (i = 0; i < d; i++) y[i] = (x[i] - m) * r;                                         \
+    }                                                                                              \
+    static ts_status ln_##SFX(const ts_kargs *k) {                                                 \
+        const ts_tensor *xt = &k->in[0];                                                           \
+        int has_w = k->a->i[0] != 0, has_b = k->a->i[1] != 0;                                      \
+        const T *x = xt->data, *w = has_w ? k->in[1].data : NULL;                                  \
+        const T *b = has_b ? k->in[1 + has_w].data : NULL;                                         \
+        T *y = k->out[0].data, *mean = k->out[1].data, *rstd = k->out[2].data;                     \
+        int64_t rows = ts_rows(xt), d = ts_inner(xt);                                              \
+        double eps = k->a->f[0];                                                                   \
+        _Pragma(                                                                                   \
+            "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t r = 0;   \
+                                                                                  r < rows; r++)   \
+            ln_row_##SFX(y + r * d, mean + r, rstd + r, x + r * d, w, b, d, eps);                  \
+        return TS_OK;                                                                              \
+    }                                                                                              \
+    /* dx of one row: g = dy * w, xh = (x - mean) * rstd,                                          \
+     * dx = rstd * (g - mean(g) - xh * mean(g * xh)). */                                           \
+    TS_CLONES static void ln_dx_row_##SFX(T *dx, const T *dy, const T *x, const T *w, T m, T r,    \
+                                          int64_t d) {                                             \
+        double a1[LN] = {0}, a2[LN] = {0}, s1 = 0, s2 = 0;                                         \
+        int64_t i = 0;                                                                             \
+        for (; i + LN <= d; i += LN)                                                               \
+            for (int j = 0; j < LN; j++) {                                                         \
+                T gv = w ? dy[i + j] * w[i + j] : dy[i + j];                                       \
+                T xh = (x[i + j] - m) * r;                                                         \
+                a1[j] += (double)gv;                                                               \
+                a2[j] += (double)(gv * xh);                                                        \
+            }                                                                                      \
+        for (; i < d; i++) {                                                                       \
+            T gv = w ? dy[i] * w[i] : dy[i];                                                       \
+            T xh = (x[i] - m) * r;                                                                 \
+            s1 += (double)gv;                                                                      \
+            s2 += (double)(gv * xh);                                                               \
+        }                                                                                          \
+        T mg = (T)((s1 + comb(a1)) / (double)d), mgx = (T)((s2 + comb(a2)) / (double)d);           \
+        for (i = 0; i < d; i++) {                                                                  \
+            T gv = w ? dy[i] * w[i] : dy[i];                                                       \
+            T xh = (x[i] - m) * r;                                                                 \
+            dx[i] = r * (gv - mg - xh * mgx);                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* Partial dw (dy * xh) and db (dy) of rows [r0, r1) for columns [c0, c0 + len). */            \
+    TS_CLONES static void ln_dwdb_##SFX(double *pw, double *pb, const T *dy, const T *x,           \
+                                        const T *mean, const T *rstd, int64_t r0, int64_t r1,      \
+                                        int64_t c0, int64_t len, int64_t d) {                      \
+        double aw[LN_COLS], ab[LN_COLS];                                                           \
+        for (int64_t c = 0; c < len; c++) aw[c] = ab[c] = 0;                                       \
+        for (int64_t r = r0; r < r1; r++) {                                                        \
+            const T *dyr = dy + r * d + c0, *xr = x + r * d + c0;                                  \
+            T m = mean[r], rs = rstd[r];                                                           \
+            for (int64_t c = 0; c < len; c++) {                                                    \
+                aw[c] += (double)(dyr[c] * ((xr[c] - m) * rs));                                    \
+                ab[c] += (double)dyr[c];                                                           \
+            }                                                                                      \
+        }                                                                                          \
+        if (pw)                                                                                    \
+            for (int64_t c = 0; c < len; c++) pw[c] = aw[c];                                       \
+        if (pb)                                                                                    \
+            for (int64_t c = 0; c < len; c++) pb[c] = ab[c];                                       \
+    }                                                                                              \
+    static ts_status ln_bwd_##SFX(const ts_kargs *k) {                                             \
+        const ts_tensor *xt = &k->in[1];                                                           \
+        int has_w = k->a->i[0] != 0, has_b = k->a->i[1] != 0;                                      \
+        const T *dy = k->in[0].data, *x = xt->data, *mean = k->in[2].data;                         \
+        const T *rstd = k->in[3].data, *w = has_w ? k->in[4].data : NULL;                          \
+        T *dx = k->out[0].data;                                                                    \
+        T *dw = has_w ? k->out[1].data : NULL, *db = has_b ? k->out[1 + has_w].data : NULL;        \
+        int64_t rows = ts_rows(xt), d = ts_inner(xt);                                              \
+        _Pragma(                                                                                   \
+            "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t r = 0;   \
+                                                                                  r < rows; r++)   \
+            ln_dx_row_##SFX(dx + r * d, dy + r * d, x + r * d, w, mean[r], rstd[r], d);            \
+        if (!dw && !db) return TS_OK;                                                              \
+        int64_t nrb = (rows + LN_ROWS - 1) / LN_ROWS, ncb = (d + LN_COLS - 1) / LN_COLS;           \
+        size_t need = (size_t)(nrb * d * 2) * sizeof(double);                                      \
+        if (need > k->scratch_bytes)                                                               \
+            return ts_fail(TS_ERR_INTERNAL, "layer_norm_bwd '%s': scratch too small", k->label);   \
+        double *pw = k->scratch, *pb = pw + nrb * d;                                               \
+        _Pragma(                                                                                   \
+            "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t t = 0;   \
+                                                                                  t < nrb * ncb;   \
+                                                                                  t++) {           \
+            int64_t rb = t / ncb, c0 = (t % ncb) * LN_COLS;                                        \
+            int64_t r0 = rb * LN_ROWS, r1 = r0 + LN_ROWS < rows ? r0 + LN_ROWS : rows;             \
+            int64_t len = d - c0 < LN_COLS ? d - c0 : LN_COLS;                                     \
+            ln_dwdb_##SFX(dw ? pw + rb *d + c0 : NULL, db ? pb + rb *d + c0 : NULL, dy, x, mean,   \
+                          rstd, r0, r1, c0, len, d);                                               \
+        }                                                                                          \
+        _Pragma("omp parallel for schedule(static) if (nrb * d >= TS_PAR_MIN)") for (int64_t c =   \
+                                                                                         0;        \
+                                                                                     c < d; c++) { \
+            double sw = 0, sb = 0;                                                                 \
+            if (dw)                                                                                \
+                for (int64_t rb = 0; rb < nrb; rb++) sw += pw[rb * d + c];                         \
+            if (db)                                                                                \
+                for (int64_t rb = 0; rb < nrb; rb++) sb += pb[rb * d + c];                         \
+            if (dw) dw[c] = (T)sw;                                                                 \
+            if (db) db[c] = (T)sb;                                                                 \
+        }                                                                                          \
+        return TS_OK;                                                                              \
+    }
+
+DEF_LN(float, f32)
+DEF_LN(double, f64)
+
+static ts_status k_ln(const ts_kargs *k) {
+    switch (k->in[0].dtype) {
+    case TS_F32: return ln_f32(k);
+    case TS_F64: return ln_f64(k);
+    default: return ts_kernel_bad_dtype(k, "layer_norm", k->in[0].dtype);
+    }
+}
+
+static ts_status k_ln_bwd(const ts_kargs *k) {
+    switch (k->in[1].dtype) {
+    case TS_F32: return ln_bwd_f32(k);
+    case TS_F64: return ln_bwd_f64(k);
+    default: return ts_kernel_bad_dtype(k, "layer_norm_bwd", k->in[1].dtype);
+    }
+}
+
+/* Partials of dw and db: one row of D doubles each per block of LN_ROWS rows. */
+static size_t scratch_ln_bwd(const ts_graph *g, const ts_node *n) {
+    if (!n->a.i[0] && !n->a.i[1]) return 0;
+    const ts_type *x = ts_in_type(g, n, 1);
+    int64_t rows = rows_of(x), d = x->dims[x->rank - 1];
+    return (size_t)(((rows + LN_ROWS - 1) / LN_ROWS) * d * 2) * sizeof(double);
+}
+
+static double cost_ln(const ts_graph *g, const ts_node *n) {
+    return 8.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+}
+static double cost_ln_bwd(const ts_graph *g, const ts_node *n) {
+    return 14.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+}
+
+const ts_op_def ts_def_layer_norm = {.name = "layer_norm",
+                                     .min_in = 1,
+                                     .max_in = 3,
+                                     .infer = infer_ln,
+                                     .grad = grad_ln,
+                                     .kernel = k_ln,
+                                     .cost = cost_ln};
+
+const ts_op_def ts_def_layer_norm_bwd = {.name = "layer_norm_bwd",
+                                         .min_in = 4,
+                                         .max_in = 5,
+                                         .infer = infer_ln_bwd,
+                                         .kernel = k_ln_bwd,
+                                         .scratch = scratch_ln_bwd,
+                                         .cost = cost_ln_bwd};
+
+/* ---- builder ----------------------------------------------------------- */
+
+ts_val ts_layer_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, double eps) {
+    /* TS_NONE for weight/bias means "absent": with a sticky error pending
+     * we return before it could be mistaken for that. */
+    if (!g || g->status != TS_OK || !ts_val_ok(x)) return TS_NONE;
+    ts_val in[3] = {x};
+    int n = 1;
+    ts_attrs at = ts_attrs_zero();
+    at.i[0] = ts_val_ok(weight);
+    at.i[1] = ts_val_ok(bias);
+    at.f[0] = eps;
+    if (ts_val_ok(weight)) in[n++] = weight;
+    if (ts_val_ok(bias)) in[n++] = bias;
+    return ts_node_add(g, TS_OP_LAYER_NORM, n, in, &at, NULL);
+}

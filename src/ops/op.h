@@ -1,0 +1,158 @@
+/* op.h — how an op is defined (internal).
+ *
+ * Every op is one ts_op_def in a file of its family (src/ops/<family>.c)
+ * and one line in registry.c. A definition gives:
+ *   - infer:  output dtypes and shapes from the input types and attributes;
+ *             on a mismatch return ts_fail(TS_ERR_SHAPE, "...") with the
+ *             reason; ts_node_add() prefixes the op name and operand shapes.
+ *   - grad:   emits the backward nodes through the builder (ts_node_add or
+ *             the public ts_* builders). dout[i] is the gradient flowing
+ *             into output i (TS_NONE if none); set din[j] for each input j
+ *             that gets a gradient (leave TS_NONE otherwise). NULL: the op
+ *             is not differentiable (autodiff reports it by name).
+ *   - kernel: the reference CPU kernel. Tensors are contiguous row-major;
+ *             float ops support f32 and f64 (gradient checks run in f64).
+ *   - scratch: bytes of temporary memory the kernel needs (planned in the
+ *             arena, so a step allocates nothing). NULL means none.
+ *   - cost:   floating-point operations of one execution (for reports).
+ */
+#ifndef TS_OP_H
+#define TS_OP_H
+
+#include "ir/ir.h"
+
+typedef enum ts_op_id {
+    /* binary elementwise (broadcasting) */
+    TS_OP_ADD,
+    TS_OP_SUB,
+    TS_OP_MUL,
+    TS_OP_DIV,
+    TS_OP_MAXIMUM,
+    TS_OP_MINIMUM,
+    TS_OP_MAXMIN_BWD, /* (dy, a, b) -> da or db; i[0]: 0 max 1 min, i[1]: 0 for a, 1 for b */
+    TS_OP_WHERE,      /* (cond u8, a, b) */
+    /* unary elementwise */
+    TS_OP_NEG,
+    TS_OP_EXP,
+    TS_OP_LOG,
+    TS_OP_SQRT,
+    TS_OP_RSQRT,
+    TS_OP_ABS,
+    TS_OP_RELU,
+    TS_OP_SIGMOID,
+    TS_OP_TANH,
+    TS_OP_POW_SCALAR,    /* f[0] exponent */
+    TS_OP_LEAKY_RELU,    /* f[0] negative slope */
+    TS_OP_AFFINE_SCALAR, /* f[0] * x + f[1] */
+    TS_OP_GELU,          /* i[0] ts_gelu_approx */
+    TS_OP_CAST,          /* i[0] target dtype */
+    TS_OP_UNARY_BWD,     /* (dy, s) -> dx; i[0] forward op, f[] its attrs, i[1] 0: s=x, 1: s=y */
+    /* linear algebra */
+    TS_OP_MATMUL, /* i[0] trans_a, i[1] trans_b */
+    /* softmax family; i[0] axis (normalised) */
+    TS_OP_SOFTMAX,
+    TS_OP_LOG_SOFTMAX,
+    TS_OP_SOFTMAX_BWD,     /* (dy, y) */
+    TS_OP_LOG_SOFTMAX_BWD, /* (dy, y) */
+    /* layer norm over the last axis */
+    TS_OP_LAYER_NORM,     /* (x[, w][, b]) -> (y, mean, rstd); i[0] has_w, i[1] has_b, f[0] eps */
+    TS_OP_LAYER_NORM_BWD, /* (dy, x, mean, rstd[, w]) -> (dx[, dw, db]); i[0] has_w, i[1] has_b */
+    /* reductions; i[0] axis bitmask, i[1] keepdim, f[0] scale (mean = 1/n) */
+    TS_OP_REDUCE_SUM,
+    TS_OP_REDUCE_MAX,
+    TS_OP_REDUCE_MAX_BWD, /* (dy, x, y) -> dx, ties share equally; same attrs */
+    /* shape */
+    TS_OP_RESHAPE,   /* output aliases the input's memory */
+    TS_OP_PERMUTE,   /* i[0..rank-1] perm */
+    TS_OP_EXPAND,    /* broadcast to the target shape; i[0] target rank, i[1..rank] target dims */
+    TS_OP_CONCAT,    /* i[0] axis */
+    TS_OP_SLICE,     /* i[0] axis, i[1] start, i[2] end */
+    TS_OP_SLICE_BWD, /* (dy) -> zeros of the source shape with dy at the slice; i[0..2] as slice, i[3] source extent */
+    /* indexing */
+    TS_OP_GATHER,      /* (data, idx); i[0] axis */
+    TS_OP_SCATTER_ADD, /* (dy, idx) -> zeros of the data shape, += dy at idx; i[0] axis, i[1] data extent */
+    /* regularisation */
+    TS_OP_DROPOUT, /* f[0] p, i[0] stream id, i[1] 1 in training plans */
+    /* losses (scalar outputs) */
+    TS_OP_BCE_LOGITS,     /* (x, y) -> mean loss */
+    TS_OP_BCE_LOGITS_BWD, /* (dl, x, y) -> dx */
+    TS_OP_CROSS_ENTROPY,  /* (logits[N,C], target[N]) -> (loss, lse[N]); i[0] ignore_index */
+    TS_OP_CROSS_ENTROPY_BWD, /* (dl, logits, target, lse) -> dlogits */
+    /* training step */
+    TS_OP_CLIP_COEF,   /* (g1..gn) -> scalar min(1, max_norm / (norm + 1e-6)); f[0] max_norm */
+    TS_OP_SGD_UPDATE,  /* (p, g[, buf][, coef]) in place; i[0] has_buf, i[1] has_coef, i[2] nesterov; f[0] momentum, f[1] dampening, f[2] wd; lr from the step context */
+    TS_OP_ADAM_UPDATE, /* (p, g, m, v[, coef]) in place; i[0] decoupled (AdamW), i[1] has_coef; f: beta1, beta2, eps, wd */
+    TS_OP_COUNT
+} ts_op_id;
+
+/* A tensor as a kernel sees it: contiguous, row-major. */
+typedef struct ts_tensor {
+    ts_dtype dtype;
+    int rank;
+    int64_t dims[TS_MAX_RANK];
+    void *data;
+} ts_tensor;
+
+static inline int64_t ts_tensor_numel(const ts_tensor *t) { return ts_shape_numel(t->rank, t->dims); }
+
+/* What the runtime tells a kernel about the step being run. */
+typedef struct ts_step_ctx {
+    int64_t step;  /* 1-based index of this step */
+    uint64_t seed; /* compile seed */
+    double lr;     /* learning rate for this step (schedule applied) */
+} ts_step_ctx;
+
+typedef struct ts_kargs {
+    const ts_attrs *a;
+    int n_in, n_out;
+    const ts_tensor *in;
+    const ts_tensor *out;
+    void *scratch; /* scratch_bytes from the op's scratch(); 64-byte aligned */
+    size_t scratch_bytes;
+    const ts_step_ctx *ctx;
+    const char *label; /* name of the first output, for messages */
+    void *backend;     /* backend state for this instruction (optimised kernels) */
+} ts_kargs;
+
+typedef ts_status (*ts_kernel_fn)(const ts_kargs *k);
+
+enum {
+    TS_OPF_ELEMENTWISE = 1 << 0, /* output[i] depends on inputs at i (after broadcast) */
+    TS_OPF_SIDE_EFFECT = 1 << 1, /* writes its inputs in place (optimizer): never removed */
+    TS_OPF_ALIAS = 1 << 2,       /* output 0 is input 0's memory reinterpreted (reshape) */
+    TS_OPF_INPLACE = 1 << 3,     /* output 0 may share input 0's memory when sizes match */
+    TS_OPF_RANDOM = 1 << 4       /* draws random numbers: never merged or folded */
+};
+
+typedef struct ts_op_def {
+    const char *name;
+    int min_in, max_in; /* input count bounds (max_in -1: unbounded) */
+    unsigned flags;
+    ts_status (*infer)(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out);
+    ts_status (*grad)(ts_graph *g, const ts_node *n, const ts_val *dout, ts_val *din);
+    ts_kernel_fn kernel;
+    size_t (*scratch)(const ts_graph *g, const ts_node *n);
+    double (*cost)(const ts_graph *g, const ts_node *n);
+} ts_op_def;
+
+const ts_op_def *ts_op_get(int op);
+/* Op id by name, -1 if unknown. */
+int ts_op_find(const char *name);
+
+/* Helpers for definitions. */
+static inline const ts_type *ts_in_type(const ts_graph *g, const ts_node *n, int i) {
+    return &g->values[n->in[i]].t;
+}
+static inline ts_attrs ts_attrs_zero(void) {
+    ts_attrs a = {{0}, {0}};
+    return a;
+}
+/* Broadcast shapes a and b NumPy-style into out; error message on mismatch. */
+ts_status ts_broadcast_shapes(const ts_type *a, const ts_type *b, ts_type *out);
+/* The gradient dy of a broadcast result, summed down to shape `to`
+ * (returns dy itself when shapes already match). */
+ts_val ts_sum_to(ts_graph *g, ts_val dy, const ts_type *to);
+/* Kernel error for a dtype it does not handle. */
+ts_status ts_kernel_bad_dtype(const ts_kargs *k, const char *op, ts_dtype dt);
+
+#endif

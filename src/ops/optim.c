@@ -1,0 +1,384 @@
+/* Training-step ops: gradient clipping coefficient and the SGD / Adam /
+ * AdamW parameter updates.
+ *
+ * The updates are side-effect nodes without outputs: they overwrite their
+ * parameter and state inputs in place. Each follows torch.optim 1.13's
+ * single-tensor path operation by operation, in the parameter's dtype, so an
+ * f32 plan gives torch's f32 results bit for bit (given the same gradients
+ * and clip coefficient). They are elementwise, so splitting them across
+ * threads in chunks gives the same bits for any thread count. */
+#include <math.h>
+#include <string.h>
+#include "kern.h"
+
+/* torch's CPU kernels for add(x, alpha=a) and addcmul are built with FMA
+ * (an explicit vec::fmadd, or a contracted a * b + c), so the updates use
+ * fma() at exactly those places to reproduce torch's f32 results bit for
+ * bit. fma is correctly rounded everywhere, so this costs no determinism.
+ * The clones differ from TS_CLONES: an "avx2" clone has no FMA unit
+ * enabled and would call fmaf() per element; the "fma" clone (AVX + FMA)
+ * vectorises on every x86 CPU that has it. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define OPT_CLONES __attribute__((target_clones("avx512f", "fma", "default")))
+#else
+#define OPT_CLONES
+#endif
+
+/* Elements per parallel chunk of the elementwise updates. */
+#define OPT_CHUNK 4096
+
+static const char *lbl(const ts_kargs *k) {
+    return k->label ? k->label : "?";
+}
+
+/* ---- inference --------------------------------------------------------- */
+
+static ts_status check_same(const ts_graph *g, const ts_node *n, int i, const char *what) {
+    const ts_type *p = ts_in_type(g, n, 0), *t = ts_in_type(g, n, i);
+    if (!ts_type_equal(p, t)) {
+        char a[128], b[128];
+        return ts_fail(TS_ERR_SHAPE, "%s %s does not match the parameter %s", what,
+                       ts_type_str(a, sizeof a, t), ts_type_str(b, sizeof b, p));
+    }
+    return TS_OK;
+}
+
+static ts_status check_coef(const ts_graph *g, const ts_node *n, int i) {
+    const ts_type *p = ts_in_type(g, n, 0), *c = ts_in_type(g, n, i);
+    if (c->dtype != p->dtype || ts_type_numel(c) != 1)
+        return ts_fail(TS_ERR_SHAPE, "the clip coefficient must be one %s element",
+                       ts_dtype_name(p->dtype));
+    return TS_OK;
+}
+
+static ts_status check_param(const ts_graph *g, const ts_node *n) {
+    const ts_type *p = ts_in_type(g, n, 0);
+    if (!ts_dtype_is_float(p->dtype))
+        return ts_fail(TS_ERR_SHAPE, "the parameter must be a float tensor, got %s",
+                       ts_dtype_name(p->dtype));
+    return check_same(g, n, 1, "gradient");
+}
+
+static ts_status infer_sgd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    (void)out;
+    int has_buf = n->a.i[0] != 0, has_coef = n->a.i[1] != 0;
+    if (n->n_in != 2 + has_buf + has_coef)
+        return ts_fail(TS_ERR_INVALID, "expects %d inputs (p, g%s%s), got %d",
+                       2 + has_buf + has_coef, has_buf ? ", buf" : "", has_coef ? ", coef" : "",
+                       n->n_in);
+    if (n->a.i[2] && !has_buf)
+        return ts_fail(TS_ERR_INVALID, "nesterov momentum needs a momentum buffer");
+    ts_status s = check_param(g, n);
+    if (s == TS_OK && has_buf) s = check_same(g, n, 2, "momentum buffer");
+    if (s == TS_OK && has_coef) s = check_coef(g, n, 2 + has_buf);
+    *n_out = 0;
+    return s;
+}
+
+static ts_status infer_adam(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    (void)out;
+    int has_coef = n->a.i[1] != 0;
+    if (n->n_in != 4 + has_coef)
+        return ts_fail(TS_ERR_INVALID, "expects %d inputs (p, g, m, v%s), got %d", 4 + has_coef,
+                       has_coef ? ", coef" : "", n->n_in);
+    ts_status s = check_param(g, n);
+    if (s == TS_OK) s = check_same(g, n, 2, "first moment");
+    if (s == TS_OK) s = check_same(g, n, 3, "second moment");
+    if (s == TS_OK && has_coef) s = check_coef(g, n, 4);
+    *n_out = 0;
+    return s;
+}
+
+static ts_status infer_clip(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    ts_dtype dt = ts_in_type(g, n, 0)->dtype;
+    if (!ts_dtype_is_float(dt))
+        return ts_fail(TS_ERR_SHAPE, "gradients must be float tensors, got %s", ts_dtype_name(dt));
+    for (int i = 1; i < n->n_in; i++)
+        if (ts_in_type(g, n, i)->dtype != dt)
+            return ts_fail(TS_ERR_SHAPE, "gradient %d is %s, the first is %s", i,
+                           ts_dtype_name(ts_in_type(g, n, i)->dtype), ts_dtype_name(dt));
+    if (!(n->a.f[0] > 0)) return ts_fail(TS_ERR_INVALID, "max_norm must be > 0, got %g", n->a.f[0]);
+    out->dtype = dt;
+    out->rank = 0;
+    *n_out = 1;
+    return TS_OK;
+}
+
+/* ---- SGD --------------------------------------------------------------- */
+
+/* Constants of one update, computed in double as Python computes them; the
+ * chunk functions round them to the parameter dtype where torch hands a
+ * Python float to a kernel. */
+typedef struct upd_args {
+    double coef, wd, mom, damp1, neg_lr;                    /* SGD; damp1 = 1 - dampening */
+    double pscale, b1, omb1, b2, omb2, bc2s, eps, neg_step; /* Adam */
+    int use_wd, first, nesterov;
+} upd_args;
+
+/* One chunk of an update: t[0] = p, t[1] = g, t[2..3] = state (or NULL). */
+typedef void (*upd_fn)(void *const *t, const upd_args *c, int64_t s, int64_t n);
+
+/* torch.optim.SGD, _single_tensor_sgd (fma(a, b, c) = a * b + c rounded once):
+ *   d_p = g (* clip coef);  if wd: d_p = fma(wd, p, d_p)
+ *   if momentum: buf = first step ? d_p : fma(1 - dampening, d_p, buf * momentum)
+ *                d_p = nesterov ? fma(momentum, buf, d_p) : buf
+ *   p = fma(-lr, d_p, p)
+ * Without a buffer t[2] is NULL. The flags are loop-invariant, so the
+ * compiler unswitches them out of the vectorised loops. */
+#define DEF_SGD(name, T, FMA)                                                                      \
+    OPT_CLONES static void name(void *const *t, const upd_args *c, int64_t s, int64_t n) {         \
+        T *restrict p = (T *)t[0] + s, *restrict buf = t[2] ? (T *)t[2] + s : NULL;                \
+        const T *restrict g = (const T *)t[1] + s;                                                 \
+        const T coef = (T)c->coef, wd = (T)c->wd, mom = (T)c->mom, damp1 = (T)c->damp1;            \
+        const T neg_lr = (T)c->neg_lr;                                                             \
+        const int use_wd = c->use_wd, first = c->first, nesterov = c->nesterov;                    \
+        if (!buf) {                                                                                \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T d = g[i] * coef;                                                                 \
+                if (use_wd) d = FMA(wd, p[i], d);                                                  \
+                p[i] = FMA(neg_lr, d, p[i]);                                                       \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            T d = g[i] * coef;                                                                     \
+            if (use_wd) d = FMA(wd, p[i], d);                                                      \
+            T b = first ? d : FMA(damp1, d, buf[i] * mom);                                         \
+            buf[i] = b;                                                                            \
+            d = nesterov ? FMA(mom, b, d) : b;                                                     \
+            p[i] = FMA(neg_lr, d, p[i]);                                                           \
+        }                                                                                          \
+    }
+
+DEF_SGD(sgd_f32, float, fmaf)
+DEF_SGD(sgd_f64, double, fma)
+
+/* torch.optim.Adam / AdamW, _single_tensor_adam(w) (amsgrad off):
+ *   g = g (* clip coef)
+ *   Adam with wd:  g = fma(wd, p, g)       AdamW:  p = p * (1 - lr * wd)
+ *   m = fma(1 - beta1, g, m * beta1)
+ *   v = fma((1 - beta2) * g, g, v * beta2)        (addcmul: (value * g) * g + v)
+ *   denom = sqrt(v) / sqrt(1 - beta2^t) + eps
+ *   p = p + (-lr / (1 - beta1^t)) * m / denom     (addcdiv: (value * m) / denom)
+ * For Adam pscale is 1 (exact); for AdamW use_wd is 0. */
+#define DEF_ADAM(name, T, SQRT, FMA)                                                               \
+    OPT_CLONES static void name(void *const *t, const upd_args *c, int64_t s, int64_t n) {         \
+        T *restrict p = (T *)t[0] + s, *restrict m = (T *)t[2] + s, *restrict v = (T *)t[3] + s;   \
+        const T *restrict g = (const T *)t[1] + s;                                                 \
+        const T coef = (T)c->coef, wd = (T)c->wd, pscale = (T)c->pscale, b1 = (T)c->b1;            \
+        const T omb1 = (T)c->omb1, b2 = (T)c->b2, omb2 = (T)c->omb2, bc2s = (T)c->bc2s;            \
+        const T eps = (T)c->eps, neg_step = (T)c->neg_step;                                        \
+        const int use_wd = c->use_wd;                                                              \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            T gr = g[i] * coef, pi = p[i];                                                         \
+            if (use_wd) gr = FMA(wd, pi, gr);                                                      \
+            pi = pi * pscale;                                                                      \
+            T mi = FMA(omb1, gr, m[i] * b1);                                                       \
+            T vi = FMA(omb2 * gr, gr, v[i] * b2);                                                  \
+            m[i] = mi;                                                                             \
+            v[i] = vi;                                                                             \
+            T denom = SQRT(vi) / bc2s + eps;                                                       \
+            p[i] = pi + neg_step * mi / denom;                                                     \
+        }                                                                                          \
+    }
+
+DEF_ADAM(adam_f32, float, sqrtf, fmaf)
+DEF_ADAM(adam_f64, double, sqrt, fma)
+
+/* Run an update over the parameter in fixed chunks; elementwise, so the
+ * result does not depend on how chunks are spread over threads. */
+static void run_update(upd_fn f, void *const *t, const upd_args *c, int64_t n) {
+    int64_t nch = (n + OPT_CHUNK - 1) / OPT_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+    for (int64_t ch = 0; ch < nch; ch++) {
+        int64_t s = ch * OPT_CHUNK;
+        f(t, c, s, n - s < OPT_CHUNK ? n - s : OPT_CHUNK);
+    }
+}
+
+/* The clip coefficient as a double (exact for f32 and f64), 1 without one. */
+static double coef_of(const ts_tensor *c) {
+    return c->dtype == TS_F32 ? (double)*(const float *)c->data : *(const double *)c->data;
+}
+
+/* The momentum buffer is created on the first step as a copy of d_p (no
+ * dampening), as torch does when the buffer is None. The plan has no
+ * "None" state, so "first" means ctx->step == 1: a run resumed with
+ * ts_plan_set_step() continues with the restored buffer, and a fresh plan
+ * starts at step 1 whatever the buffer holds. */
+static ts_status k_sgd(const ts_kargs *k) {
+    const ts_attrs *a = k->a;
+    int has_buf = a->i[0] != 0, has_coef = a->i[1] != 0;
+    ts_dtype dt = k->in[0].dtype;
+    if (dt != TS_F32 && dt != TS_F64) return ts_kernel_bad_dtype(k, "sgd_update", dt);
+    if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "sgd_update '%s': no step context", lbl(k));
+    upd_args c = {0};
+    c.coef = has_coef ? coef_of(&k->in[2 + has_buf]) : 1.0; /* g * 1 is exact */
+    c.mom = a->f[0];
+    c.damp1 = 1.0 - a->f[1];
+    c.wd = a->f[2];
+    c.use_wd = a->f[2] != 0;
+    c.neg_lr = -k->ctx->lr;
+    c.first = k->ctx->step == 1;
+    c.nesterov = a->i[2] != 0;
+    void *t[4] = {k->in[0].data, k->in[1].data, has_buf ? k->in[2].data : NULL, NULL};
+    run_update(dt == TS_F32 ? sgd_f32 : sgd_f64, t, &c, ts_tensor_numel(&k->in[0]));
+    return TS_OK;
+}
+
+/* The step t of the bias corrections is ctx->step (1-based), so a resumed
+ * run continues the corrections where it stopped. */
+static ts_status k_adam(const ts_kargs *k) {
+    const ts_attrs *a = k->a;
+    int decoupled = a->i[0] != 0, has_coef = a->i[1] != 0;
+    ts_dtype dt = k->in[0].dtype;
+    if (dt != TS_F32 && dt != TS_F64) return ts_kernel_bad_dtype(k, "adam_update", dt);
+    if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "adam_update '%s': no step context", lbl(k));
+    if (k->ctx->step < 1)
+        return ts_fail(TS_ERR_INVALID, "adam_update '%s': step %lld (steps count from 1)", lbl(k),
+                       (long long)k->ctx->step);
+    double b1 = a->f[0], b2 = a->f[1], wd = a->f[3], lr = k->ctx->lr, t = (double)k->ctx->step;
+    upd_args c = {0};
+    c.coef = has_coef ? coef_of(&k->in[4]) : 1.0;
+    c.wd = wd;
+    c.use_wd = !decoupled && wd != 0;
+    c.pscale = decoupled ? 1.0 - lr * wd : 1.0;
+    c.b1 = b1;
+    c.omb1 = 1.0 - b1;
+    c.b2 = b2;
+    c.omb2 = 1.0 - b2;
+    c.bc2s = sqrt(1.0 - pow(b2, t));
+    c.eps = a->f[2];
+    c.neg_step = -(lr / (1.0 - pow(b1, t)));
+    void *tt[4] = {k->in[0].data, k->in[1].data, k->in[2].data, k->in[3].data};
+    run_update(dt == TS_F32 ? adam_f32 : adam_f64, tt, &c, ts_tensor_numel(&k->in[0]));
+    return TS_OK;
+}
+
+/* ---- clip coefficient -------------------------------------------------- */
+
+/* Scratch: the first block index of each gradient (n_in + 1 int64), then
+ * one double partial sum of squares per TS_RED_BLOCK block of every
+ * gradient. */
+static size_t clip_part_off(int n_in) {
+    return TS_ALIGN_UP(sizeof(int64_t) * (size_t)(n_in + 1), TS_ALIGN);
+}
+
+static size_t scratch_clip(const ts_graph *g, const ts_node *n) {
+    int64_t blocks = 0;
+    for (int i = 0; i < n->n_in; i++) blocks += ts_red_blocks(ts_type_numel(ts_in_type(g, n, i)));
+    return TS_ALIGN_UP(clip_part_off(n->n_in) + sizeof(double) * (size_t)blocks, TS_ALIGN);
+}
+
+/* Sum of squares of one block in double. Eight fixed lanes, added in a
+ * fixed order at the end, let the loop vectorise without -ffast-math while
+ * keeping the result independent of the machine and the thread count. */
+#define DEF_SUMSQ(name, T)                                                                         \
+    TS_CLONES static double name(const T *restrict x, int64_t n) {                                 \
+        double acc[8] = {0};                                                                       \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            for (int j = 0; j < 8; j++) acc[j] += (double)x[i + j] * (double)x[i + j];             \
+        for (; i < n; i++) acc[0] += (double)x[i] * (double)x[i];                                  \
+        return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));  \
+    }
+
+DEF_SUMSQ(sumsq_f32, float)
+DEF_SUMSQ(sumsq_f64, double)
+
+/* torch.nn.utils.clip_grad_norm_ (norm_type 2):
+ *   total = norm(stack([norm(g_i) for g_i]))      (each norm in the grads' dtype)
+ *   coef = clamp(max_norm / (total + 1e-6), max=1)
+ * where torch evaluates max_norm / tensor as reciprocal(tensor) * max_norm.
+ * Sums of squares are accumulated in double over fixed blocks, then rounded
+ * where torch rounds. torch accumulates in float in an order set by its
+ * vectorised reduction, so the coefficient can differ from torch's by an ulp;
+ * the double sums are the more accurate of the two and do not depend on the
+ * machine or the thread count. */
+#define CLIP_FINISH(T)                                                                             \
+    do {                                                                                           \
+        double tot = 0;                                                                            \
+        for (int i = 0; i < k->n_in; i++) {                                                        \
+            double ss = 0;                                                                         \
+            for (int64_t b = first[i]; b < first[i + 1]; b++) ss += part[b];                       \
+            T norm_i = (T)sqrt(ss);                                                                \
+            tot += (double)norm_i * (double)norm_i;                                                \
+        }                                                                                          \
+        T total = (T)sqrt(tot);                                                                    \
+        T inv = (T)1 / (total + (T)1e-6);                                                          \
+        T coef = inv * (T)k->a->f[0];                                                              \
+        *(T *)k->out[0].data = coef > (T)1 ? (T)1 : coef; /* NaN stays NaN, as torch.clamp */      \
+    } while (0)
+
+static ts_status k_clip(const ts_kargs *k) {
+    ts_dtype dt = k->out[0].dtype;
+    if (dt != TS_F32 && dt != TS_F64) return ts_kernel_bad_dtype(k, "clip_coef", dt);
+    int64_t blocks = 0;
+    for (int i = 0; i < k->n_in; i++) blocks += ts_red_blocks(ts_tensor_numel(&k->in[i]));
+    size_t off = clip_part_off(k->n_in);
+    if (!k->scratch || k->scratch_bytes < off + sizeof(double) * (size_t)blocks)
+        return ts_fail(TS_ERR_INTERNAL, "clip_coef '%s': scratch too small (%zu bytes)", lbl(k),
+                       k->scratch_bytes);
+    int64_t *first = k->scratch;
+    double *part = (double *)((char *)k->scratch + off);
+    first[0] = 0;
+    for (int i = 0; i < k->n_in; i++)
+        first[i + 1] = first[i] + ts_red_blocks(ts_tensor_numel(&k->in[i]));
+    size_t es = ts_dtype_size(dt);
+    /* One parallel loop over every block of every gradient; each block's
+     * partial lands in its own slot, so the order of the sums is fixed. */
+#pragma omp parallel for schedule(static) if (blocks * TS_RED_BLOCK >= TS_PAR_MIN)
+    for (int64_t b = 0; b < blocks; b++) {
+        int i = 0;
+        while (first[i + 1] <= b) i++;
+        int64_t n = ts_tensor_numel(&k->in[i]), s = (b - first[i]) * TS_RED_BLOCK;
+        int64_t len = n - s < TS_RED_BLOCK ? n - s : TS_RED_BLOCK;
+        const char *x = (const char *)k->in[i].data + s * (int64_t)es;
+        part[b] =
+            dt == TS_F32 ? sumsq_f32((const float *)x, len) : sumsq_f64((const double *)x, len);
+    }
+    if (dt == TS_F32)
+        CLIP_FINISH(float);
+    else
+        CLIP_FINISH(double);
+    return TS_OK;
+}
+
+/* ---- costs and definitions --------------------------------------------- */
+
+static double cost_sgd(const ts_graph *g, const ts_node *n) {
+    return 6.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+}
+static double cost_adam(const ts_graph *g, const ts_node *n) {
+    return 14.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+}
+static double cost_clip(const ts_graph *g, const ts_node *n) {
+    double c = 0;
+    for (int i = 0; i < n->n_in; i++) c += 2.0 * (double)ts_type_numel(ts_in_type(g, n, i));
+    return c;
+}
+
+const ts_op_def ts_def_sgd_update = {.name = "sgd_update",
+                                     .min_in = 2,
+                                     .max_in = 4,
+                                     .flags = TS_OPF_SIDE_EFFECT,
+                                     .infer = infer_sgd,
+                                     .kernel = k_sgd,
+                                     .cost = cost_sgd};
+
+const ts_op_def ts_def_adam_update = {.name = "adam_update",
+                                      .min_in = 4,
+                                      .max_in = 5,
+                                      .flags = TS_OPF_SIDE_EFFECT,
+                                      .infer = infer_adam,
+                                      .kernel = k_adam,
+                                      .cost = cost_adam};
+
+const ts_op_def ts_def_clip_coef = {.name = "clip_coef",
+                                    .min_in = 1,
+                                    .max_in = -1,
+                                    .flags = 0,
+                                    .infer = infer_clip,
+                                    .kernel = k_clip,
+                                    .scratch = scratch_clip,
+                                    .cost = cost_clip};

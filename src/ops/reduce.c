@@ -1,0 +1,375 @@
+/* Reductions over a set of axes: sum (and mean, a scaled sum), max, and
+ * the max backward. Axes are stored as a bit mask in i[0], keepdim in i[1],
+ * the scale in f[0].
+ *
+ * Determinism: every output is accumulated in a fixed order that does not
+ * depend on the thread count. Long reductions into few outputs are split
+ * into fixed blocks of TS_RED_BLOCK elements whose partial sums (in double)
+ * land in scratch memory and are then added in block order. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+#include "kern.h"
+
+static ts_status infer_reduce(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_type *a = ts_in_type(g, n, 0);
+    uint64_t mask = (uint64_t)n->a.i[0];
+    if (mask >> a->rank)
+        return ts_fail(TS_ERR_INVALID, "axis mask 0x%llx names axes beyond rank %d",
+                       (unsigned long long)mask, a->rank);
+    if (!ts_dtype_is_float(a->dtype))
+        return ts_fail(TS_ERR_SHAPE, "reductions need a float dtype, got %s",
+                       ts_dtype_name(a->dtype));
+    out->dtype = a->dtype;
+    out->rank = 0;
+    for (int i = 0; i < a->rank; i++) {
+        if (mask >> i & 1) {
+            if (n->a.i[1]) out->dims[out->rank++] = 1;
+        } else {
+            out->dims[out->rank++] = a->dims[i];
+        }
+    }
+    *n_out = 1;
+    return TS_OK;
+}
+
+static ts_status infer_max_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    ts_node fwd = *n;
+    fwd.in = n->in + 1; /* x */
+    ts_status s = infer_reduce(g, &fwd, out, n_out);
+    if (s != TS_OK) return s;
+    if (!ts_type_equal(out, ts_in_type(g, n, 0)) || !ts_type_equal(out, ts_in_type(g, n, 2)))
+        return ts_fail(TS_ERR_SHAPE, "dy and y must have the reduced shape");
+    *out = *ts_in_type(g, n, 1);
+    return TS_OK;
+}
+
+/* dy has the reduced shape: reshape it to keepdim form and expand back. */
+static ts_val keepdim_form(ts_graph *g, ts_val v, const ts_type *x, uint64_t mask) {
+    int64_t dims[TS_MAX_RANK] = {0};
+    for (int i = 0; i < x->rank; i++) dims[i] = (mask >> i & 1) ? 1 : x->dims[i];
+    return ts_reshape(g, v, x->rank, dims);
+}
+
+static ts_status grad_sum(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    ts_type x = *ts_in_type(g, n, 0);
+    ts_val d = keepdim_form(g, dy[0], &x, (uint64_t)n->a.i[0]);
+    if (n->a.f[0] != 1.0) d = ts_affine_scalar(g, d, n->a.f[0], 0.0);
+    ts_attrs at = ts_attrs_zero();
+    at.i[0] = x.rank;
+    for (int i = 0; i < x.rank; i++) at.i[1 + i] = x.dims[i];
+    din[0] = ts_node_add(g, TS_OP_EXPAND, 1, &d, &at, NULL);
+    return ts_graph_status(g);
+}
+
+static ts_status grad_max(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    ts_val in[3] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->out[0])};
+    din[0] = ts_node_add(g, TS_OP_REDUCE_MAX_BWD, 3, in, &n->a, NULL);
+    return ts_graph_status(g);
+}
+
+/* The input viewed as [outer, red, inner] groups after merging adjacent
+ * axes of the same kind. Only the patterns [K, R, K'] (any of them may be
+ * 1) are handled by the fast paths; others use the generic walk. */
+typedef struct red_shape {
+    int nd;
+    int64_t d[TS_MAX_RANK];
+    int r[TS_MAX_RANK]; /* 1 if reduced */
+} red_shape;
+
+static void merge_axes(const ts_tensor *x, uint64_t mask, red_shape *s) {
+    s->nd = 0;
+    for (int i = 0; i < x->rank; i++) {
+        int r = mask >> i & 1;
+        if (x->dims[i] == 1) continue;
+        if (s->nd && s->r[s->nd - 1] == r) {
+            s->d[s->nd - 1] *= x->dims[i];
+        } else {
+            s->d[s->nd] = x->dims[i];
+            s->r[s->nd++] = r;
+        }
+    }
+}
+
+/* Split into outer (kept), red (reduced), inner (kept) if the pattern fits. */
+static int as_ori(const red_shape *s, int64_t *outer, int64_t *red, int64_t *inner) {
+    *outer = *red = *inner = 1;
+    int i = 0;
+    if (i < s->nd && !s->r[i]) *outer = s->d[i++];
+    if (i < s->nd && s->r[i]) *red = s->d[i++];
+    if (i < s->nd && !s->r[i]) *inner = s->d[i++];
+    return i == s->nd;
+}
+
+static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
+    const ts_type *x = ts_in_type(g, n, 0);
+    /* Partial sums for the [outer, red] case: outer * blocks doubles. */
+    int64_t numel = ts_type_numel(x);
+    return (size_t)(ts_red_blocks(numel) + 1) * sizeof(double) * 2 + 64;
+}
+
+#define DEF_SUM(T, SFX)                                                                           \
+    TS_CLONES static double sum_contig_##SFX(const T *p, int64_t n) {                             \
+        double acc[8] = {0};                                                                      \
+        int64_t i = 0;                                                                            \
+        for (; i + 8 <= n; i += 8)                                                                \
+            for (int j = 0; j < 8; j++) acc[j] += (double)p[i + j];                               \
+        double s = 0;                                                                             \
+        for (; i < n; i++) s += (double)p[i];                                                     \
+        return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + \
+               s;                                                                                 \
+    }                                                                                             \
+    TS_CLONES static void sum_cols_##SFX(T *o, const T *p, int64_t red, int64_t inner, double sc) { \
+        /* o[j] = sc * sum_r p[r*inner + j], rows in order: vectorised over j. */                 \
+        for (int64_t j0 = 0; j0 < inner; j0 += 256) {                                             \
+            int64_t len = inner - j0 < 256 ? inner - j0 : 256;                                    \
+            double acc[256];                                                                      \
+            for (int64_t j = 0; j < len; j++) acc[j] = 0;                                         \
+            for (int64_t r = 0; r < red; r++) {                                                   \
+                const T *row = p + r * inner + j0;                                                \
+                for (int64_t j = 0; j < len; j++) acc[j] += (double)row[j];                       \
+            }                                                                                     \
+            for (int64_t j = 0; j < len; j++) o[j0 + j] = (T)(acc[j] * sc);                       \
+        }                                                                                         \
+    }                                                                                             \
+    static ts_status sum_##SFX(const ts_kargs *k) {                                               \
+        const ts_tensor *x = &k->in[0];                                                           \
+        const T *p = x->data;                                                                     \
+        T *o = k->out[0].data;                                                                    \
+        double sc = k->a->f[0];                                                                   \
+        red_shape s;                                                                              \
+        merge_axes(x, (uint64_t)k->a->i[0], &s);                                                  \
+        int64_t outer, red, inner;                                                                \
+        if (as_ori(&s, &outer, &red, &inner)) {                                                   \
+            if (inner == 1) {                                                                     \
+                /* Each output sums a contiguous run: fixed blocks, partials in order. */         \
+                int64_t nb = ts_red_blocks(red);                                                  \
+                double *part = k->scratch;                                                        \
+                _Pragma("omp parallel for schedule(static) if (outer * red >= TS_PAR_MIN)")       \
+                for (int64_t t = 0; t < outer * nb; t++) {                                        \
+                    int64_t oi = t / nb, b = t % nb, st = b * TS_RED_BLOCK;                       \
+                    int64_t len = red - st < TS_RED_BLOCK ? red - st : TS_RED_BLOCK;              \
+                    part[t] = sum_contig_##SFX(p + oi * red + st, len);                           \
+                }                                                                                 \
+                for (int64_t oi = 0; oi < outer; oi++) {                                          \
+                    double acc = 0;                                                               \
+                    for (int64_t b = 0; b < nb; b++) acc += part[oi * nb + b];                    \
+                    o[oi] = (T)(acc * sc);                                                        \
+                }                                                                                 \
+            } else {                                                                              \
+                int64_t ncb = (inner + 255) / 256;                                                \
+                _Pragma("omp parallel for schedule(static) if (outer * red * inner >= TS_PAR_MIN)") \
+                for (int64_t t = 0; t < outer * ncb; t++) {                                       \
+                    int64_t oi = t / ncb, cb = t % ncb, j0 = cb * 256;                            \
+                    int64_t len = inner - j0 < 256 ? inner - j0 : 256;                            \
+                    sum_cols_##SFX(o + oi * inner + j0, p + oi * red * inner + j0, red, inner,    \
+                                   sc);                                                           \
+                    (void)len;                                                                    \
+                }                                                                                 \
+            }                                                                                     \
+            return TS_OK;                                                                         \
+        }                                                                                         \
+        /* Generic: walk every input element once, in order, into double accumulators. */         \
+        int64_t no = ts_tensor_numel(&k->out[0]), nx = ts_tensor_numel(x);                        \
+        double *acc = k->scratch;                                                                 \
+        if ((size_t)no * sizeof(double) > k->scratch_bytes)                                       \
+            return ts_fail(TS_ERR_INTERNAL, "sum '%s': scratch too small", k->label);             \
+        memset(acc, 0, (size_t)no * sizeof(double));                                              \
+        int64_t ostr[TS_MAX_RANK], st = 1;                                                        \
+        for (int i = x->rank - 1; i >= 0; i--) {                                                  \
+            int red_ax = (uint64_t)k->a->i[0] >> i & 1;                                           \
+            ostr[i] = red_ax ? 0 : st;                                                            \
+            if (!red_ax) st *= x->dims[i];                                                        \
+        }                                                                                         \
+        for (int64_t e = 0; e < nx; e++) {                                                        \
+            int64_t rem = e, off = 0;                                                             \
+            for (int i = x->rank - 1; i >= 0; i--) {                                              \
+                off += (rem % x->dims[i]) * ostr[i];                                              \
+                rem /= x->dims[i];                                                                \
+            }                                                                                     \
+            acc[off] += (double)p[e];                                                             \
+        }                                                                                         \
+        for (int64_t i = 0; i < no; i++) o[i] = (T)(acc[i] * sc);                                 \
+        return TS_OK;                                                                             \
+    }
+
+DEF_SUM(float, f32)
+DEF_SUM(double, f64)
+
+static size_t scratch_sum(const ts_graph *g, const ts_node *n) {
+    size_t a = scratch_reduce(g, n);
+    size_t b = (size_t)ts_type_numel(&g->values[n->out[0]].t) * sizeof(double) + 64;
+    return a > b ? a : b;
+}
+
+static ts_status k_sum(const ts_kargs *k) {
+    switch (k->in[0].dtype) {
+    case TS_F32: return sum_f32(k);
+    case TS_F64: return sum_f64(k);
+    default: return ts_kernel_bad_dtype(k, "sum", k->in[0].dtype);
+    }
+}
+
+/* Output index of every input element: strides of the output (0 on reduced axes). */
+static void out_strides(const ts_tensor *x, uint64_t mask, int64_t *ostr) {
+    int64_t st = 1;
+    for (int i = x->rank - 1; i >= 0; i--) {
+        int r = mask >> i & 1;
+        ostr[i] = r ? 0 : st;
+        if (!r) st *= x->dims[i];
+    }
+}
+
+static inline int64_t out_index(int64_t e, const ts_tensor *x, const int64_t *ostr) {
+    int64_t off = 0;
+    for (int i = x->rank - 1; i >= 0; i--) {
+        off += (e % x->dims[i]) * ostr[i];
+        e /= x->dims[i];
+    }
+    return off;
+}
+
+#define DEF_MAX(T, SFX)                                                                           \
+    static ts_status max_##SFX(const ts_kargs *k) {                                               \
+        const ts_tensor *x = &k->in[0];                                                           \
+        const T *p = x->data;                                                                     \
+        T *o = k->out[0].data;                                                                    \
+        red_shape s;                                                                              \
+        merge_axes(x, (uint64_t)k->a->i[0], &s);                                                  \
+        int64_t outer, red, inner, no = ts_tensor_numel(&k->out[0]), nx = ts_tensor_numel(x);     \
+        if (as_ori(&s, &outer, &red, &inner)) {                                                   \
+            _Pragma("omp parallel for schedule(static) if (nx >= TS_PAR_MIN)")                    \
+            for (int64_t oi = 0; oi < outer; oi++) {                                              \
+                T *dst = o + oi * inner;                                                          \
+                const T *src = p + oi * red * inner;                                              \
+                for (int64_t j = 0; j < inner; j++) dst[j] = src[j];                              \
+                for (int64_t r = 1; r < red; r++)                                                 \
+                    for (int64_t j = 0; j < inner; j++) {                                         \
+                        T v = src[r * inner + j];                                                 \
+                        if (v > dst[j] || v != v) dst[j] = v;                                     \
+                    }                                                                             \
+            }                                                                                     \
+            return TS_OK;                                                                         \
+        }                                                                                         \
+        int64_t ostr[TS_MAX_RANK];                                                                \
+        out_strides(x, (uint64_t)k->a->i[0], ostr);                                               \
+        for (int64_t i = 0; i < no; i++) o[i] = (T)-INFINITY;                                     \
+        for (int64_t e = 0; e < nx; e++) {                                                        \
+            int64_t oi = out_index(e, x, ostr);                                                   \
+            if (p[e] > o[oi] || p[e] != p[e]) o[oi] = p[e];                                       \
+        }                                                                                         \
+        return TS_OK;                                                                             \
+    }                                                                                             \
+    /* dx = dy * (x == y) / (number of ties): torch's amax backward. */                           \
+    static ts_status max_bwd_##SFX(const ts_kargs *k) {                                           \
+        const ts_tensor *x = &k->in[1];                                                           \
+        const T *dy = k->in[0].data, *px = x->data, *y = k->in[2].data;                           \
+        T *dx = k->out[0].data;                                                                   \
+        int64_t no = ts_tensor_numel(&k->in[0]), nx = ts_tensor_numel(x);                         \
+        double *cnt = k->scratch;                                                                 \
+        int64_t ostr[TS_MAX_RANK];                                                                \
+        out_strides(x, (uint64_t)k->a->i[0], ostr);                                               \
+        for (int64_t i = 0; i < no; i++) cnt[i] = 0;                                              \
+        for (int64_t e = 0; e < nx; e++) {                                                        \
+            int64_t oi = out_index(e, x, ostr);                                                   \
+            cnt[oi] += px[e] == y[oi];                                                            \
+        }                                                                                         \
+        for (int64_t e = 0; e < nx; e++) {                                                        \
+            int64_t oi = out_index(e, x, ostr);                                                   \
+            dx[e] = px[e] == y[oi] ? (T)(dy[oi] / cnt[oi]) : (T)0;                                \
+        }                                                                                         \
+        return TS_OK;                                                                             \
+    }
+
+DEF_MAX(float, f32)
+DEF_MAX(double, f64)
+
+static ts_status k_max(const ts_kargs *k) {
+    switch (k->in[0].dtype) {
+    case TS_F32: return max_f32(k);
+    case TS_F64: return max_f64(k);
+    default: return ts_kernel_bad_dtype(k, "max", k->in[0].dtype);
+    }
+}
+
+static ts_status k_max_bwd(const ts_kargs *k) {
+    switch (k->in[1].dtype) {
+    case TS_F32: return max_bwd_f32(k);
+    case TS_F64: return max_bwd_f64(k);
+    default: return ts_kernel_bad_dtype(k, "max_bwd", k->in[1].dtype);
+    }
+}
+
+static size_t scratch_max_bwd(const ts_graph *g, const ts_node *n) {
+    return (size_t)ts_type_numel(ts_in_type(g, n, 0)) * sizeof(double) + 64;
+}
+
+static double cost_reduce(const ts_graph *g, const ts_node *n) {
+    return (double)ts_type_numel(ts_in_type(g, n, 0));
+}
+
+const ts_op_def ts_def_reduce_sum = {.name = "sum",
+                                     .min_in = 1,
+                                     .max_in = 1,
+                                     .infer = infer_reduce,
+                                     .grad = grad_sum,
+                                     .kernel = k_sum,
+                                     .scratch = scratch_sum,
+                                     .cost = cost_reduce};
+
+const ts_op_def ts_def_reduce_max = {.name = "max",
+                                     .min_in = 1,
+                                     .max_in = 1,
+                                     .infer = infer_reduce,
+                                     .grad = grad_max,
+                                     .kernel = k_max,
+                                     .cost = cost_reduce};
+
+const ts_op_def ts_def_reduce_max_bwd = {.name = "max_bwd",
+                                         .min_in = 3,
+                                         .max_in = 3,
+                                         .infer = infer_max_bwd,
+                                         .kernel = k_max_bwd,
+                                         .scratch = scratch_max_bwd,
+                                         .cost = cost_reduce};
+
+/* ---- builders ---------------------------------------------------------- */
+
+static ts_val reduce(ts_graph *g, int op, const char *what, ts_val a, int naxes, const int *axes,
+                     int keepdim, int mean) {
+    if (!g || g->status != TS_OK || !ts_val_ok(a)) return TS_NONE;
+    int rank = ts_rank(g, a);
+    uint64_t mask = 0;
+    if (naxes == 0) {
+        mask = rank ? ((1ull << rank) - 1) : 0;
+    } else {
+        if (!axes) return ts_graph_fail(g, TS_ERR_INVALID, "%s: axes is NULL", what);
+        for (int i = 0; i < naxes; i++) {
+            int ax = ts_axis(axes[i], rank);
+            if (ax < 0)
+                return ts_graph_fail(g, TS_ERR_INVALID, "%s: axis %d out of range for rank %d",
+                                     what, axes[i], rank);
+            if (mask >> ax & 1)
+                return ts_graph_fail(g, TS_ERR_INVALID, "%s: axis %d given twice", what, axes[i]);
+            mask |= 1ull << ax;
+        }
+    }
+    int64_t count = 1;
+    for (int i = 0; i < rank; i++)
+        if (mask >> i & 1) count *= ts_dim(g, a, i);
+    ts_attrs at = ts_attrs_zero();
+    at.i[0] = (int64_t)mask;
+    at.i[1] = keepdim != 0;
+    at.f[0] = mean ? 1.0 / (double)count : 1.0;
+    return ts_node_add(g, op, 1, &a, &at, NULL);
+}
+
+ts_val ts_sum(ts_graph *g, ts_val a, int naxes, const int *axes, int keepdim) {
+    return reduce(g, TS_OP_REDUCE_SUM, "sum", a, naxes, axes, keepdim, 0);
+}
+ts_val ts_mean(ts_graph *g, ts_val a, int naxes, const int *axes, int keepdim) {
+    return reduce(g, TS_OP_REDUCE_SUM, "mean", a, naxes, axes, keepdim, 1);
+}
+ts_val ts_max(ts_graph *g, ts_val a, int naxes, const int *axes, int keepdim) {
+    return reduce(g, TS_OP_REDUCE_MAX, "max", a, naxes, axes, keepdim, 0);
+}

@@ -1,0 +1,857 @@
+/* Unary elementwise ops: neg, exp, log, sqrt, rsqrt, abs, relu, sigmoid,
+ * tanh, pow_scalar, leaky_relu, affine_scalar, gelu, cast, and unary_bwd,
+ * the one backward op that serves all of them.
+ *
+ * Every differentiable op (except neg and affine, whose gradients are a neg
+ * and an affine of dy) differentiates into a single unary_bwd node reading
+ * dy and ONE saved tensor: the output y where the derivative is cheap in y
+ * (relu, sigmoid, tanh, exp, sqrt, rsqrt), else the input x. Keeping only
+ * one of them alive is what lets the forward op run in place.
+ *
+ * f32 kernels avoid libm calls that GCC cannot vectorise (expf, logf,
+ * tanhf, erff are scalar calls without -ffast-math): exp and log below are
+ * branch-free Cephes polynomials (about 1 ulp) that vectorise under
+ * `omp simd`, and sigmoid, tanh and both GELUs are built on them in forms
+ * that neither overflow nor cancel. f64 kernels (gradient checks) use libm.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "kern.h"
+
+/* ---- vectorisable f32 math --------------------------------------------- */
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* exp(x): x = n ln2 + r with |r| <= ln2/2, exp(r) by Cephes' expf
+ * polynomial, then the scale 2^n applied as two halves so that results in
+ * the subnormal range and the overflow to inf are rounded once, correctly.
+ * n comes from the bits of x*log2(e) + 1.5*2^23 (round to nearest without a
+ * float->int conversion, which would be undefined for NaN). */
+static inline float m_exp_f32(float x) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    x = x > 88.8f ? 88.8f : x;       /* exp(88.8) overflows to inf below */
+    x = x < -104.0f ? -104.0f : x;   /* exp(-104) rounds to 0 below */
+    float t = x * 1.44269504088896341f + magic;
+    float r = t - magic;
+    uint32_t n = f32_bits(t) - f32_bits(magic);
+    x = x - r * 0.693359375f; /* ln2 split in two: r * hi is exact */
+    x = x - r * -2.12194440e-4f;
+    float z = x * x;
+    float p = (((((1.9875691500e-4f * x + 1.3981999507e-3f) * x + 8.3334519073e-3f) * x +
+                 4.1665795894e-2f) *
+                    x +
+                1.6666665459e-1f) *
+                   x +
+               5.0000001201e-1f) *
+                  z +
+              x + 1.0f;
+    int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
+    float s1 = f32_from_bits((uint32_t)(n1 + 127) << 23);
+    float s2 = f32_from_bits((uint32_t)(n2 + 127) << 23);
+    return p * s1 * s2;
+}
+
+/* log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by Cephes' logf
+ * polynomial; subnormals are pre-scaled, and 0, negatives, inf and NaN are
+ * patched at the end so the main path stays branch-free. */
+static inline float m_log_f32(float x) {
+    int sub = x < 1.17549435e-38f;        /* subnormal (or <= 0, patched below) */
+    float xs = sub ? x * 33554432.0f : x; /* 2^25 */
+    uint32_t b = f32_bits(xs);
+    int32_t e = (int32_t)((b >> 23) & 0xffu) - 126 - (sub ? 25 : 0);
+    float m = f32_from_bits((b & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+    int lo = m < 0.707106781186547524f;
+    e -= lo;
+    m = lo ? m + m - 1.0f : m - 1.0f;
+    float z = m * m;
+    float y = ((((((((7.0376836292e-2f * m - 1.1514610310e-1f) * m + 1.1676998740e-1f) * m -
+                    1.2420140846e-1f) *
+                       m +
+                   1.4249322787e-1f) *
+                      m -
+                  1.6668057665e-1f) *
+                     m +
+                 2.0000714765e-1f) *
+                    m -
+                2.4999993993e-1f) *
+                   m +
+               3.3333331174e-1f) *
+              m * z;
+    float fe = (float)e;
+    y += -2.12194440e-4f * fe;
+    y += -0.5f * z;
+    float r = m + y + 0.693359375f * fe;
+    r = x == INFINITY ? x : r;
+    r = x == 0.0f ? -INFINITY : r;
+    r = (x < 0.0f) ? NAN : r;
+    return x != x ? x : r;
+}
+
+/* sigmoid(x) = 1 / (1 + e^-x), evaluated with e = exp(-|x|) <= 1 so that
+ * it never overflows and the negative side keeps full relative accuracy. */
+static inline float m_sigmoid_f32(float x) {
+    float e = m_exp_f32(-fabsf(x));
+    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+}
+static inline double m_sigmoid_f64(double x) {
+    double e = exp(-fabs(x));
+    return (x >= 0.0 ? 1.0 : e) / (1.0 + e);
+}
+
+/* tanh: Cephes' odd polynomial below 0.625 (where 1 - 2/(e^2x + 1) would
+ * cancel), that formula above it (e^2x = inf gives exactly +-1). */
+static inline float m_tanh_f32(float x) {
+    float ax = fabsf(x), z = x * x;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                    1.33314422036e-1f) *
+                       z -
+                   3.33332819422e-1f) *
+                      z * x +
+                  x;
+    float e = m_exp_f32(ax + ax);
+    float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
+    return ax < 0.625f ? small : big;
+}
+
+/* Standard normal CDF Phi(x) = erfc(-x/sqrt2)/2 and, if pdf != NULL, the
+ * density phi(x). erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2), is
+ * Numerical Recipes' erfcc (relative error < 1.2e-7 for all z), so the
+ * negative tail keeps relative accuracy where 1 + erf(.) would cancel.
+ * exp(-x^2/2) is split as exp(-xh^2/2) exp(-(x-xh)(x+xh)/2) with xh = x
+ * truncated to 12 bits, so the large part of the exponent is exact. |x| is
+ * clamped at 16, beyond which Phi is exactly 0 or 1 in f32. */
+static inline float m_ncdf_f32(float x, float *pdf) {
+    x = x > 16.0f ? 16.0f : x;
+    x = x < -16.0f ? -16.0f : x;
+    float ax = fabsf(x);
+    float t = 1.0f / (1.0f + 0.353553390593273762f * ax); /* z/2 = |x| / (2 sqrt2) */
+    float p =
+        -1.26551223f +
+        t * (1.00002368f +
+             t * (0.37409196f +
+                  t * (0.09678418f +
+                       t * (-0.18628806f +
+                            t * (0.27886807f + t * (-1.13520398f +
+                                                    t * (1.48851587f + t * (-0.82215223f +
+                                                                            t * 0.17087277f))))))));
+    float xh = f32_from_bits(f32_bits(ax) & 0xfffff000u);
+    float rest = -0.5f * ((ax - xh) * (ax + xh));
+    float eh = m_exp_f32(-0.5f * (xh * xh));
+    float half_erfc = 0.5f * t * eh * m_exp_f32(rest + p);
+    if (pdf) *pdf = 0.398942280401432678f * eh * m_exp_f32(rest);
+    return x < 0.0f ? half_erfc : 1.0f - half_erfc;
+}
+
+/* ---- constants of PyTorch's GELU ------------------------------------- */
+
+#define SQRT1_2      0.707106781186547524401
+#define INV_SQRT_2PI 0.398942280401432677940
+#define GELU_BETA    0.797884560802865355879 /* sqrt(2/pi) */
+#define GELU_KAPPA   0.044715
+
+/* tanh GELU: 0.5x(1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi)(x + k x^3).
+ * x^3 overflowing to inf only saturates the sigmoid (no NaN). */
+static inline float m_gelu_tanh_f32(float x) {
+    float u2 = (float)(2.0 * GELU_BETA) * (x + (float)GELU_KAPPA * (x * x * x));
+    return x * m_sigmoid_f32(u2);
+}
+static inline double m_gelu_tanh_f64(double x) {
+    double u2 = 2.0 * GELU_BETA * (x + GELU_KAPPA * (x * x * x));
+    return x * m_sigmoid_f64(u2);
+}
+
+/* d/dx of the tanh GELU: PyTorch's 0.5(1 + th) + 0.5x(1 - th^2) u'
+ * with 1 + th = 2 s and 1 - th^2 = 4 s (1 - s), s = sigmoid(2u), 1 - s
+ * evaluated as sigmoid(-2u) (no cancellation). Beyond |x| = 30 the
+ * derivative is exactly 0 or 1 even in f64, so x is clamped there to keep
+ * x^3 finite (inf * 0 would be NaN). */
+#define DEF_GELU_TANH_GRAD(name, T, SIG)                                                           \
+    static inline T name(T x) {                                                                    \
+        x = x > (T)30 ? (T)30 : (x < (T)-30 ? (T)-30 : x);                                         \
+        T x2 = x * x;                                                                              \
+        T u2 = (T)(2.0 * GELU_BETA) * (x + (T)GELU_KAPPA * (x2 * x));                              \
+        T s = SIG(u2), sn = SIG(-u2);                                                              \
+        return s + (T)2 * x * s * sn * (T)GELU_BETA * ((T)1 + (T)(3.0 * GELU_KAPPA) * x2);         \
+    }
+DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f32, float, m_sigmoid_f32)
+DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f64, double, m_sigmoid_f64)
+
+/* ---- inference --------------------------------------------------------- */
+
+static ts_status need_float(ts_dtype dt) {
+    if (!ts_dtype_is_float(dt))
+        return ts_fail(TS_ERR_SHAPE, "needs a floating-point input, got %s (cast it first)",
+                       ts_dtype_name(dt));
+    return TS_OK;
+}
+
+static ts_status check_attrs(int op, const ts_attrs *a) {
+    switch (op) {
+    case TS_OP_POW_SCALAR:
+        if (!isfinite(a->f[0]))
+            return ts_fail(TS_ERR_INVALID, "exponent %g is not finite", a->f[0]);
+        break;
+    case TS_OP_LEAKY_RELU:
+        if (!isfinite(a->f[0]))
+            return ts_fail(TS_ERR_INVALID, "negative slope %g is not finite", a->f[0]);
+        break;
+    case TS_OP_AFFINE_SCALAR:
+        if (!isfinite(a->f[0]) || !isfinite(a->f[1]))
+            return ts_fail(TS_ERR_INVALID, "scale %g and shift %g must be finite", a->f[0],
+                           a->f[1]);
+        break;
+    case TS_OP_GELU:
+        if (a->i[0] != TS_GELU_ERF && a->i[0] != TS_GELU_TANH)
+            return ts_fail(TS_ERR_INVALID, "approximation %lld is neither erf (0) nor tanh (1)",
+                           (long long)a->i[0]);
+        break;
+    default: break;
+    }
+    return TS_OK;
+}
+
+static ts_status infer_unary(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_type *x = ts_in_type(g, n, 0);
+    ts_status s = need_float(x->dtype);
+    if (s == TS_OK) s = check_attrs(n->op, &n->a);
+    if (s != TS_OK) return s;
+    *out = *x;
+    *n_out = 1;
+    return TS_OK;
+}
+
+/* dtypes the cast kernel converts between */
+static int cast_dtype_ok(int64_t dt) {
+    return dt == TS_F32 || dt == TS_F64 || dt == TS_F16 || dt == TS_BF16 || dt == TS_I32 ||
+           dt == TS_I64 || dt == TS_U8;
+}
+
+static ts_status infer_cast(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_type *x = ts_in_type(g, n, 0);
+    int64_t to = n->a.i[0];
+    if (to < 0 || to >= TS_DTYPE_COUNT)
+        return ts_fail(TS_ERR_INVALID, "target dtype %lld is not a dtype", (long long)to);
+    if (!cast_dtype_ok(x->dtype) || !cast_dtype_ok(to))
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "cannot convert %s to %s (cast supports f32, f64, f16, bf16, i32, i64, u8)",
+                       ts_dtype_name(x->dtype), ts_dtype_name((ts_dtype)to));
+    *out = *x;
+    out->dtype = (ts_dtype)to;
+    *n_out = 1;
+    return TS_OK;
+}
+
+/* Which saved tensor unary_bwd can differentiate from: bit 0 set if x
+ * (s = input), bit 1 if y (s = output). Ops whose derivative is cheap in y
+ * also accept x (recomputing y), for passes that trade memory for compute. */
+static int bwd_sides(int64_t op) {
+    switch (op) {
+    case TS_OP_EXP:
+    case TS_OP_SQRT:
+    case TS_OP_RSQRT:
+    case TS_OP_RELU:
+    case TS_OP_SIGMOID:
+    case TS_OP_TANH: return 3;
+    case TS_OP_LOG:
+    case TS_OP_ABS:
+    case TS_OP_POW_SCALAR:
+    case TS_OP_LEAKY_RELU:
+    case TS_OP_GELU: return 1;
+    default: return 0;
+    }
+}
+
+/* The forward op's attributes as stored in a unary_bwd node. */
+static ts_attrs fwd_attrs(const ts_attrs *a) {
+    ts_attrs f = *a;
+    f.i[0] = a->i[2];
+    return f;
+}
+
+static ts_status infer_unary_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_type *dy = ts_in_type(g, n, 0), *s = ts_in_type(g, n, 1);
+    int64_t op = n->a.i[0], side = n->a.i[1];
+    int sides = bwd_sides(op);
+    if (!sides)
+        return ts_fail(TS_ERR_INVALID, "forward op %lld has no unary_bwd rule", (long long)op);
+    if (side != 0 && side != 1)
+        return ts_fail(TS_ERR_INVALID, "saved-tensor selector %lld is neither x (0) nor y (1)",
+                       (long long)side);
+    if (!(sides & (1 << side)))
+        return ts_fail(TS_ERR_INVALID, "%s's gradient cannot be computed from its output",
+                       ts_op_get((int)op)->name);
+    ts_status st = need_float(dy->dtype);
+    if (st != TS_OK) return st;
+    if (!ts_type_equal(dy, s))
+        return ts_fail(TS_ERR_SHAPE, "gradient and saved tensor differ in dtype or shape");
+    ts_attrs fa = fwd_attrs(&n->a);
+    if ((st = check_attrs((int)op, &fa)) != TS_OK) return st;
+    *out = *dy;
+    *n_out = 1;
+    return TS_OK;
+}
+
+/* ---- gradients --------------------------------------------------------- */
+
+static ts_val unary_bwd(ts_graph *g, const ts_node *n, ts_val dy, int side) {
+    ts_attrs a = n->a;
+    a.i[0] = n->op;
+    a.i[1] = side;
+    a.i[2] = n->a.i[0];
+    ts_val in[2] = {dy, ts_mkval(side ? n->out[0] : n->in[0])};
+    return ts_node_add(g, TS_OP_UNARY_BWD, 2, in, &a, NULL);
+}
+
+static ts_status grad_from_y(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    if (ts_val_ok(dy[0])) din[0] = unary_bwd(g, n, dy[0], 1);
+    return ts_graph_status(g);
+}
+
+static ts_status grad_from_x(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    if (ts_val_ok(dy[0])) din[0] = unary_bwd(g, n, dy[0], 0);
+    return ts_graph_status(g);
+}
+
+static ts_status grad_neg(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    (void)n;
+    if (ts_val_ok(dy[0])) din[0] = ts_neg(g, dy[0]);
+    return ts_graph_status(g);
+}
+
+static ts_status grad_affine(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    if (!ts_val_ok(dy[0])) return ts_graph_status(g);
+    double s = n->a.f[0];
+    din[0] = s == 1.0 ? dy[0] : ts_affine_scalar(g, dy[0], s, 0.0);
+    return ts_graph_status(g);
+}
+
+/* Only a float->float cast passes a gradient (cast back to the input's
+ * dtype); an integer result carries none, as in PyTorch. */
+static ts_status grad_cast(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    ts_dtype from = ts_in_type(g, n, 0)->dtype;
+    if (ts_val_ok(dy[0]) && ts_dtype_is_float(from) && ts_dtype_is_float((ts_dtype)n->a.i[0]))
+        din[0] = ts_cast(g, dy[0], from);
+    return ts_graph_status(g);
+}
+
+/* ---- forward kernels --------------------------------------------------- */
+
+/* One chunk of an elementwise op: o[i] = f(x[i]). o may equal x (in place):
+ * `omp simd` asserts there is no other overlap, which lets GCC vectorise
+ * without a runtime alias check that in-place calls would fail. */
+typedef void (*fwd_fn)(void *o, const void *x, int64_t n, const ts_attrs *a);
+
+#define DEF_FWD(name, T, expr)                                                                     \
+    TS_CLONES static void name(void *o_, const void *x_, int64_t n, const ts_attrs *a) {           \
+        T *o = o_;                                                                                 \
+        const T *xs = x_;                                                                          \
+        const T f0 = (T)a->f[0], f1 = (T)a->f[1];                                                  \
+        (void)f0;                                                                                  \
+        (void)f1;                                                                                  \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                      \
+            const T x = xs[i];                                                                     \
+            o[i] = (expr);                                                                         \
+        }                                                                                          \
+    }
+
+#define DEF_FWD2(op, e32, e64)                                                                     \
+    DEF_FWD(op##_f32, float, e32)                                                                  \
+    DEF_FWD(op##_f64, double, e64)
+
+DEF_FWD2(neg, -x, -x)
+DEF_FWD2(exp, m_exp_f32(x), exp(x))
+DEF_FWD2(log, m_log_f32(x), log(x))
+DEF_FWD2(sqrt, sqrtf(x), sqrt(x))
+DEF_FWD2(rsqrt, 1.0f / sqrtf(x), 1.0 / sqrt(x))
+DEF_FWD2(abs, fabsf(x), fabs(x))
+/* x < 0 ? 0 : x keeps NaN, as torch.relu does */
+DEF_FWD2(relu, x < 0.0f ? 0.0f : x, x < 0.0 ? 0.0 : x)
+DEF_FWD2(sigmoid, m_sigmoid_f32(x), m_sigmoid_f64(x))
+DEF_FWD2(tanh, m_tanh_f32(x), tanh(x))
+DEF_FWD2(leaky, x > 0.0f ? x : x * f0, x > 0.0 ? x : x * f0)
+DEF_FWD2(affine, x *f0 + f1, x *f0 + f1)
+DEF_FWD2(gelu_erf, x *m_ncdf_f32(x, NULL), 0.5 * x * erfc(-x * SQRT1_2))
+DEF_FWD2(gelu_tanh, m_gelu_tanh_f32(x), m_gelu_tanh_f64(x))
+
+/* x^e with PyTorch's special cases (exact products, sqrt, reciprocals)
+ * picked once per call; BODY consumes p = x^e for element i. */
+#define POW_CASE(T, PEXPR, BODY)                                                                   \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                          \
+        const T x = xs[i];                                                                         \
+        const T p = (PEXPR);                                                                       \
+        BODY;                                                                                      \
+    }
+#define POW_DISPATCH(T, SQRT, POW, ex, BODY)                                                       \
+    if (ex == 0) {                                                                                 \
+        POW_CASE(T, ((void)x, (T)1), BODY)                                                         \
+    } else if (ex == 1) {                                                                          \
+        POW_CASE(T, x, BODY)                                                                       \
+    } else if (ex == 2) {                                                                          \
+        POW_CASE(T, x *x, BODY)                                                                    \
+    } else if (ex == 3) {                                                                          \
+        POW_CASE(T, x *x *x, BODY)                                                                 \
+    } else if (ex == 0.5) {                                                                        \
+        POW_CASE(T, SQRT(x), BODY)                                                                 \
+    } else if (ex == -0.5) {                                                                       \
+        POW_CASE(T, (T)1 / SQRT(x), BODY)                                                          \
+    } else if (ex == -1) {                                                                         \
+        POW_CASE(T, (T)1 / x, BODY)                                                                \
+    } else if (ex == -2) {                                                                         \
+        POW_CASE(T, (T)1 / (x * x), BODY)                                                          \
+    } else {                                                                                       \
+        const T et_ = (T)ex;                                                                       \
+        POW_CASE(T, POW(x, et_), BODY)                                                             \
+    }
+
+#define DEF_POW_FWD(name, T, SQRT, POW)                                                            \
+    TS_CLONES static void name(void *o_, const void *x_, int64_t n, const ts_attrs *a) {           \
+        T *o = o_;                                                                                 \
+        const T *xs = x_;                                                                          \
+        const double e = a->f[0];                                                                  \
+        POW_DISPATCH(T, SQRT, POW, e, o[i] = p)                                                    \
+    }
+DEF_POW_FWD(pow_f32, float, sqrtf, powf)
+DEF_POW_FWD(pow_f64, double, sqrt, pow)
+
+/* Run a chunked elementwise kernel; chunks are independent, so the result
+ * does not depend on the thread count. */
+#define CHUNK 4096
+
+static ts_status run_fwd(const ts_kargs *k, fwd_fn f32, fwd_fn f64, const char *op) {
+    const ts_tensor *x = &k->in[0], *o = &k->out[0];
+    fwd_fn f = o->dtype == TS_F32 ? f32 : o->dtype == TS_F64 ? f64 : NULL;
+    if (!f) return ts_kernel_bad_dtype(k, op, o->dtype);
+    size_t es = ts_dtype_size(o->dtype);
+    int64_t n = ts_tensor_numel(o), nch = (n + CHUNK - 1) / CHUNK;
+    char *po = o->data;
+    const char *px = x->data;
+    const ts_attrs *a = k->a;
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+    for (int64_t c = 0; c < nch; c++) {
+        int64_t s = c * CHUNK, len = n - s < CHUNK ? n - s : CHUNK;
+        f(po + s * (int64_t)es, px + s * (int64_t)es, len, a);
+    }
+    return TS_OK;
+}
+
+#define FWD_KERNEL(op, nm)                                                                         \
+    static ts_status k_##op(const ts_kargs *k) {                                                   \
+        return run_fwd(k, op##_f32, op##_f64, nm);                                                 \
+    }
+FWD_KERNEL(neg, "neg")
+FWD_KERNEL(exp, "exp")
+FWD_KERNEL(log, "log")
+FWD_KERNEL(sqrt, "sqrt")
+FWD_KERNEL(rsqrt, "rsqrt")
+FWD_KERNEL(abs, "abs")
+FWD_KERNEL(relu, "relu")
+FWD_KERNEL(sigmoid, "sigmoid")
+FWD_KERNEL(tanh, "tanh")
+FWD_KERNEL(pow, "pow_scalar")
+FWD_KERNEL(leaky, "leaky_relu")
+FWD_KERNEL(affine, "affine_scalar")
+
+static ts_status k_gelu(const ts_kargs *k) {
+    if (k->a->i[0] == TS_GELU_TANH) return run_fwd(k, gelu_tanh_f32, gelu_tanh_f64, "gelu");
+    return run_fwd(k, gelu_erf_f32, gelu_erf_f64, "gelu");
+}
+
+/* ---- backward kernels -------------------------------------------------- */
+
+/* o[i] = f(dy[i], s[i]); o may equal dy (in place). */
+typedef void (*bwd_fn)(void *o, const void *dy, const void *s, int64_t n, const ts_attrs *a);
+
+#define DEF_BWD(name, T, expr)                                                                     \
+    TS_CLONES static void name(void *o_, const void *d_, const void *s_, int64_t n,                \
+                               const ts_attrs *a) {                                                \
+        T *o = o_;                                                                                 \
+        const T *ds = d_, *ss = s_;                                                                \
+        const T f0 = (T)a->f[0];                                                                   \
+        (void)f0;                                                                                  \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                      \
+            const T d = ds[i], s = ss[i];                                                          \
+            o[i] = (expr);                                                                         \
+        }                                                                                          \
+    }
+
+#define DEF_BWD2(op, e32, e64)                                                                     \
+    DEF_BWD(op##_f32, float, e32)                                                                  \
+    DEF_BWD(op##_f64, double, e64)
+
+/* Expressions follow PyTorch's derivatives.yaml / backward kernels; s is y
+ * for the *_y variants and x for the others. */
+DEF_BWD2(exp_y, d *s, d *s)
+DEF_BWD2(exp_x, d *m_exp_f32(s), d *exp(s))
+DEF_BWD2(log_x, d / s, d / s)
+DEF_BWD2(sqrt_y, d / (s + s), d / (s + s))
+DEF_BWD2(sqrt_x, d / (2.0f * sqrtf(s)), d / (2.0 * sqrt(s)))
+DEF_BWD2(rsqrt_y, -0.5f * d * (s * s * s), -0.5 * d * (s * s * s))
+DEF_BWD2(rsqrt_x, -0.5f * d * (1.0f / (s * sqrtf(s))), -0.5 * d * (1.0 / (s * sqrt(s))))
+/* grad * sgn(x): 0 at x == 0 */
+DEF_BWD2(abs_x, d *(float)((s > 0.0f) - (s < 0.0f)), d *(double)((s > 0.0) - (s < 0.0)))
+/* threshold_backward: y <= 0 ? 0 : grad (also right for s = x) */
+DEF_BWD2(relu_ys, s <= 0.0f ? 0.0f : d, s <= 0.0 ? 0.0 : d)
+DEF_BWD2(sigmoid_y, d *(1.0f - s) * s, d *(1.0 - s) * s)
+DEF_BWD2(sigmoid_x, d *m_sigmoid_f32(-s) * m_sigmoid_f32(s),
+         d *m_sigmoid_f64(-s) * m_sigmoid_f64(s))
+DEF_BWD2(tanh_y, d *(1.0f - s * s), d *(1.0 - s * s))
+DEF_BWD2(tanh_x, d *(1.0f - m_tanh_f32(s) * m_tanh_f32(s)), d *(1.0 - tanh(s) * tanh(s)))
+/* leaky_relu_backward: x > 0 ? grad : grad * slope */
+DEF_BWD2(leaky_x, s > 0.0f ? d : d * f0, s > 0.0 ? d : d * f0)
+
+static inline float m_gelu_erf_grad_f32(float x) {
+    float pdf, cdf = m_ncdf_f32(x, &pdf);
+    float xc = x > 16.0f ? 16.0f : (x < -16.0f ? -16.0f : x);
+    return cdf + xc * pdf;
+}
+static inline double m_gelu_erf_grad_f64(double x) {
+    double xc = x > 40.0 ? 40.0 : (x < -40.0 ? -40.0 : x); /* x * pdf is 0 beyond */
+    return 0.5 * erfc(-x * SQRT1_2) + xc * (INV_SQRT_2PI * exp(-0.5 * xc * xc));
+}
+DEF_BWD2(gelu_erf_x, d *m_gelu_erf_grad_f32(s), d *m_gelu_erf_grad_f64(s))
+DEF_BWD2(gelu_tanh_x, d *m_gelu_tanh_grad_f32(s), d *m_gelu_tanh_grad_f64(s))
+
+/* pow backward: exponent 0 gives zeros; else grad * (e * x^(e-1)). */
+#define DEF_POW_BWD(name, T, SQRT, POW)                                                            \
+    TS_CLONES static void name(void *o_, const void *d_, const void *s_, int64_t n,                \
+                               const ts_attrs *a) {                                                \
+        T *o = o_;                                                                                 \
+        const T *ds = d_, *xs = s_;                                                                \
+        const double e = a->f[0], em1 = e - 1.0;                                                   \
+        const T et = (T)e;                                                                         \
+        if (e == 0) {                                                                              \
+            for (int64_t i = 0; i < n; i++) o[i] = 0;                                              \
+            return;                                                                                \
+        }                                                                                          \
+        POW_DISPATCH(T, SQRT, POW, em1, o[i] = ds[i] * (et * p))                                   \
+    }
+DEF_POW_BWD(pow_x_f32, float, sqrtf, powf)
+DEF_POW_BWD(pow_x_f64, double, sqrt, pow)
+
+static ts_status k_unary_bwd(const ts_kargs *k) {
+    int64_t op = k->a->i[0], side = k->a->i[1];
+    bwd_fn f32 = NULL, f64 = NULL;
+#define PICK(fn)                                                                                   \
+    do {                                                                                           \
+        f32 = fn##_f32;                                                                            \
+        f64 = fn##_f64;                                                                            \
+    } while (0)
+    switch (op) {
+    case TS_OP_EXP:
+        if (side)
+            PICK(exp_y);
+        else
+            PICK(exp_x);
+        break;
+    case TS_OP_LOG: PICK(log_x); break;
+    case TS_OP_SQRT:
+        if (side)
+            PICK(sqrt_y);
+        else
+            PICK(sqrt_x);
+        break;
+    case TS_OP_RSQRT:
+        if (side)
+            PICK(rsqrt_y);
+        else
+            PICK(rsqrt_x);
+        break;
+    case TS_OP_ABS: PICK(abs_x); break;
+    case TS_OP_RELU: PICK(relu_ys); break;
+    case TS_OP_SIGMOID:
+        if (side)
+            PICK(sigmoid_y);
+        else
+            PICK(sigmoid_x);
+        break;
+    case TS_OP_TANH:
+        if (side)
+            PICK(tanh_y);
+        else
+            PICK(tanh_x);
+        break;
+    case TS_OP_POW_SCALAR: PICK(pow_x); break;
+    case TS_OP_LEAKY_RELU: PICK(leaky_x); break;
+    case TS_OP_GELU:
+        if (k->a->i[2] == TS_GELU_TANH)
+            PICK(gelu_tanh_x);
+        else
+            PICK(gelu_erf_x);
+        break;
+    default:
+        return ts_fail(TS_ERR_INTERNAL, "unary_bwd '%s': no rule for forward op %lld",
+                       k->label ? k->label : "?", (long long)op);
+    }
+#undef PICK
+    const ts_tensor *d = &k->in[0], *s = &k->in[1], *o = &k->out[0];
+    bwd_fn f = o->dtype == TS_F32 ? f32 : o->dtype == TS_F64 ? f64 : NULL;
+    if (!f) return ts_kernel_bad_dtype(k, "unary_bwd", o->dtype);
+    /* float attributes as the forward op saw them (gelu's approx is in i[2]) */
+    ts_attrs fa = fwd_attrs(k->a);
+    size_t es = ts_dtype_size(o->dtype);
+    int64_t n = ts_tensor_numel(o), nch = (n + CHUNK - 1) / CHUNK;
+    char *po = o->data;
+    const char *pd = d->data, *ps = s->data;
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+    for (int64_t c = 0; c < nch; c++) {
+        int64_t st = c * CHUNK, len = n - st < CHUNK ? n - st : CHUNK;
+        int64_t off = st * (int64_t)es;
+        f(po + off, pd + off, ps + off, len, &fa);
+    }
+    return TS_OK;
+}
+
+/* ---- cast -------------------------------------------------------------- */
+
+/* f16 and bf16 go through f32 with round-to-nearest-even. */
+static inline float bf16_to_f32(uint16_t h) {
+    return f32_from_bits((uint32_t)h << 16);
+}
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return f32_from_bits(sign | 0x7f800000u | (m << 13)); /* inf / NaN */
+    if (e == 0) {                                                        /* zero / subnormal */
+        float v = (float)m * 5.9604644775390625e-8f;                     /* m * 2^-24 */
+        return sign ? -v : v;
+    }
+    return f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
+}
+static inline uint16_t f32_to_f16(float f) {
+    uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
+    if (a < 0x38800000u) {                                   /* below 2^-14: subnormal f16 */
+        /* adding 0.5 makes the FPU round m * 2^-24 to an integer (ties to even) */
+        float v = f32_from_bits(a) + 0.5f;
+        return (uint16_t)(sign | (f32_bits(v) - 0x3f000000u));
+    }
+    uint32_t r = a + 0x0fffu + ((a >> 13) & 1u); /* round mantissa to 10 bits */
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+/* float -> integer truncates toward zero and saturates (NaN gives 0), so
+ * out-of-range values are defined; in range this equals PyTorch. u8 takes
+ * the low byte of the i64 result (-1.0 -> 255, as PyTorch). */
+static inline int64_t f_to_i64(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+static inline int32_t f_to_i32(double v) {
+    if (v != v) return 0;
+    if (v >= 2147483647.0) return INT32_MAX;
+    if (v <= -2147483648.0) return INT32_MIN;
+    return (int32_t)v;
+}
+
+/* Every element goes through one of three carriers: double for floats
+ * (exact for f32, f16, bf16), int64 for integers. */
+static inline double load_f(const void *p, ts_dtype dt, int64_t i) {
+    switch (dt) {
+    case TS_F32: return ((const float *)p)[i];
+    case TS_F64: return ((const double *)p)[i];
+    case TS_F16: return f16_to_f32(((const uint16_t *)p)[i]);
+    case TS_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
+    case TS_I32: return ((const int32_t *)p)[i];
+    case TS_I64: return (double)((const int64_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+static inline int64_t load_i(const void *p, ts_dtype dt, int64_t i) {
+    switch (dt) {
+    case TS_I32: return ((const int32_t *)p)[i];
+    case TS_I64: return ((const int64_t *)p)[i];
+    case TS_U8: return ((const uint8_t *)p)[i];
+    default: return f_to_i64(load_f(p, dt, i));
+    }
+}
+
+/* Same-size pairs may run in place: `omp simd` as in the unary kernels. */
+#define CAST_LOOP(TO, TI, EXPR)                                                                    \
+    {                                                                                              \
+        TO *o = po;                                                                                \
+        const TI *x = px;                                                                          \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = (EXPR);                         \
+        return;                                                                                    \
+    }
+
+TS_CLONES static void cast_chunk(void *po, const void *px, ts_dtype from, ts_dtype to, int64_t n) {
+    /* hot pairs as straight, vectorisable loops */
+    if (from == TS_F32 && to == TS_F64) CAST_LOOP(double, float, (double)x[i]);
+    if (from == TS_F64 && to == TS_F32) CAST_LOOP(float, double, (float)x[i]);
+    if (from == TS_I32 && to == TS_F32) CAST_LOOP(float, int32_t, (float)x[i]);
+    if (from == TS_I64 && to == TS_F32) CAST_LOOP(float, int64_t, (float)x[i]);
+    if (from == TS_U8 && to == TS_F32) CAST_LOOP(float, uint8_t, (float)x[i]);
+    if (from == TS_F32 && to == TS_BF16) CAST_LOOP(uint16_t, float, f32_to_bf16(x[i]));
+    if (from == TS_BF16 && to == TS_F32) CAST_LOOP(float, uint16_t, bf16_to_f32(x[i]));
+    if (from == TS_F32 && to == TS_F16) CAST_LOOP(uint16_t, float, f32_to_f16(x[i]));
+    if (from == TS_F16 && to == TS_F32) CAST_LOOP(float, uint16_t, f16_to_f32(x[i]));
+    for (int64_t i = 0; i < n; i++) {
+        switch (to) {
+        case TS_F32: ((float *)po)[i] = (float)load_f(px, from, i); break;
+        case TS_F64: ((double *)po)[i] = load_f(px, from, i); break;
+        /* f64 -> f32 -> f16 would round twice; rare enough to accept (the
+         * precision pass converts from f32) */
+        case TS_F16: ((uint16_t *)po)[i] = f32_to_f16((float)load_f(px, from, i)); break;
+        case TS_BF16: ((uint16_t *)po)[i] = f32_to_bf16((float)load_f(px, from, i)); break;
+        case TS_I32:
+            ((int32_t *)po)[i] = ts_dtype_is_float(from) ? f_to_i32(load_f(px, from, i))
+                                                         : (int32_t)load_i(px, from, i);
+            break;
+        case TS_I64: ((int64_t *)po)[i] = load_i(px, from, i); break;
+        default: ((uint8_t *)po)[i] = (uint8_t)load_i(px, from, i); break;
+        }
+    }
+}
+
+static ts_status k_cast(const ts_kargs *k) {
+    const ts_tensor *x = &k->in[0], *o = &k->out[0];
+    if (!cast_dtype_ok(x->dtype) || !cast_dtype_ok(o->dtype))
+        return ts_kernel_bad_dtype(k, "cast", cast_dtype_ok(x->dtype) ? o->dtype : x->dtype);
+    size_t ei = ts_dtype_size(x->dtype), eo = ts_dtype_size(o->dtype);
+    int64_t n = ts_tensor_numel(o), nch = (n + CHUNK - 1) / CHUNK;
+    if (x->dtype == o->dtype) {
+        if (o->data != x->data && n) memcpy(o->data, x->data, (size_t)n * eo);
+        return TS_OK;
+    }
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+    for (int64_t c = 0; c < nch; c++) {
+        int64_t s = c * CHUNK, len = n - s < CHUNK ? n - s : CHUNK;
+        cast_chunk((char *)o->data + s * (int64_t)eo, (const char *)x->data + s * (int64_t)ei,
+                   x->dtype, o->dtype, len);
+    }
+    return TS_OK;
+}
+
+/* ---- definitions ------------------------------------------------------- */
+
+static double cost_elementwise(const ts_graph *g, const ts_node *n) {
+    return (double)ts_type_numel(&g->values[n->out[0]].t);
+}
+
+#define UN_DEF(id, nm, gr, kern)                                                                   \
+    const ts_op_def ts_def_##id = {.name = nm,                                                     \
+                                   .min_in = 1,                                                    \
+                                   .max_in = 1,                                                    \
+                                   .flags = TS_OPF_ELEMENTWISE | TS_OPF_INPLACE,                   \
+                                   .infer = infer_unary,                                           \
+                                   .grad = gr,                                                     \
+                                   .kernel = kern,                                                 \
+                                   .cost = cost_elementwise};
+
+UN_DEF(neg, "neg", grad_neg, k_neg)
+UN_DEF(exp, "exp", grad_from_y, k_exp)
+UN_DEF(log, "log", grad_from_x, k_log)
+UN_DEF(sqrt, "sqrt", grad_from_y, k_sqrt)
+UN_DEF(rsqrt, "rsqrt", grad_from_y, k_rsqrt)
+UN_DEF(abs, "abs", grad_from_x, k_abs)
+UN_DEF(relu, "relu", grad_from_y, k_relu)
+UN_DEF(sigmoid, "sigmoid", grad_from_y, k_sigmoid)
+UN_DEF(tanh, "tanh", grad_from_y, k_tanh)
+UN_DEF(pow_scalar, "pow_scalar", grad_from_x, k_pow)
+UN_DEF(leaky_relu, "leaky_relu", grad_from_x, k_leaky)
+UN_DEF(affine_scalar, "affine_scalar", grad_affine, k_affine)
+UN_DEF(gelu, "gelu", grad_from_x, k_gelu)
+
+/* In place only when element sizes match (f32 <-> i32, f64 <-> i64): each
+ * element is read before the same bytes are written. */
+const ts_op_def ts_def_cast = {.name = "cast",
+                               .min_in = 1,
+                               .max_in = 1,
+                               .flags = TS_OPF_ELEMENTWISE | TS_OPF_INPLACE,
+                               .infer = infer_cast,
+                               .grad = grad_cast,
+                               .kernel = k_cast,
+                               .cost = cost_elementwise};
+
+const ts_op_def ts_def_unary_bwd = {.name = "unary_bwd",
+                                    .min_in = 2,
+                                    .max_in = 2,
+                                    .flags = TS_OPF_ELEMENTWISE | TS_OPF_INPLACE,
+                                    .infer = infer_unary_bwd,
+                                    .kernel = k_unary_bwd,
+                                    .cost = cost_elementwise};
+
+/* ---- builders ---------------------------------------------------------- */
+
+static ts_val un(ts_graph *g, int op, ts_val a, const ts_attrs *attrs) {
+    return ts_node_add(g, op, 1, &a, attrs, NULL);
+}
+
+ts_val ts_neg(ts_graph *g, ts_val a) {
+    return un(g, TS_OP_NEG, a, NULL);
+}
+ts_val ts_exp(ts_graph *g, ts_val a) {
+    return un(g, TS_OP_EXP, a, NULL);
+}
+ts_val ts_log(ts_graph *g, ts_val a) {
+    return un(g, TS_OP_LOG, a, NULL);
+}
+ts_val ts_sqrt(ts_graph *g, ts_val a) {
+    return un(g, TS_OP_SQRT, a, NULL);
+}
+ts_val ts_rsqrt(ts_graph *g, ts_val a) {
+    return un(g, TS_OP_RSQRT, a, NULL);
+}
+ts_val ts_abs(ts_graph *g, ts_val a) {
+    return un(g, TS_OP_ABS, a, NULL);
+}
+ts_val ts_relu(ts_graph *g, ts_val a) {
+    return un(g, TS_OP_RELU, a, NULL);
+}
+ts_val ts_sigmoid(ts_graph *g, ts_val a) {
+    return un(g, TS_OP_SIGMOID, a, NULL);
+}
+ts_val ts_tanh(ts_graph *g, ts_val a) {
+    return un(g, TS_OP_TANH, a, NULL);
+}
+
+ts_val ts_pow_scalar(ts_graph *g, ts_val a, double exponent) {
+    ts_attrs at = ts_attrs_zero();
+    at.f[0] = exponent;
+    return un(g, TS_OP_POW_SCALAR, a, &at);
+}
+
+ts_val ts_leaky_relu(ts_graph *g, ts_val a, double negative_slope) {
+    ts_attrs at = ts_attrs_zero();
+    at.f[0] = negative_slope;
+    return un(g, TS_OP_LEAKY_RELU, a, &at);
+}
+
+ts_val ts_affine_scalar(ts_graph *g, ts_val a, double s, double t) {
+    ts_attrs at = ts_attrs_zero();
+    at.f[0] = s;
+    at.f[1] = t;
+    return un(g, TS_OP_AFFINE_SCALAR, a, &at);
+}
+
+ts_val ts_gelu(ts_graph *g, ts_val a, ts_gelu_approx approx) {
+    ts_attrs at = ts_attrs_zero();
+    at.i[0] = approx;
+    return un(g, TS_OP_GELU, a, &at);
+}
+
+/* A cast to the value's own dtype is the value itself (as Tensor.to). */
+ts_val ts_cast(ts_graph *g, ts_val a, ts_dtype to) {
+    if (g && ts_val_ok(a) && a.id < g->n_values && g->values[a.id].t.dtype == to) return a;
+    ts_attrs at = ts_attrs_zero();
+    at.i[0] = to;
+    return un(g, TS_OP_CAST, a, &at);
+}

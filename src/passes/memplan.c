@@ -1,0 +1,214 @@
+/* memplan: every tensor of the step gets a fixed offset in one arena.
+ *
+ * Layout: [params | grads | optimizer state | inputs, constants, outputs |
+ * intermediates]. The first four regions are contiguous and persistent
+ * (the optimizer walks params, grads and state as flat arrays). The
+ * intermediates region is planned from liveness: each storage root lives
+ * from the step its producer runs to the last step reading it or any view
+ * of it; roots are placed largest first at the lowest offset that does not
+ * collide with a root alive at the same time (greedy by size). Views
+ * (reshape) share their source's storage, and an elementwise op may write
+ * over its input when that input dies at the op. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "passes.h"
+
+typedef struct interval {
+    int32_t id; /* value id (root) or -(node+1) for scratch */
+    int start, end;
+    size_t bytes, off;
+} interval;
+
+static int cmp_size_desc(const void *a, const void *b) {
+    const interval *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int cmp_off(const void *a, const void *b) {
+    const interval *x = *(interval *const *)a, *y = *(interval *const *)b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Greedy-by-size placement; returns the region size. */
+static ts_status place(interval *iv, int n, size_t *total) {
+    qsort(iv, (size_t)n, sizeof *iv, cmp_size_desc);
+    interval **live = ts_alloc(sizeof(interval *) * (size_t)(n + 1), "memplan");
+    if (!live) return TS_ERR_NOMEM;
+    size_t top = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        for (int j = 0; j < i; j++)
+            if (iv[j].start <= iv[i].end && iv[i].start <= iv[j].end) live[k++] = &iv[j];
+        qsort(live, (size_t)k, sizeof *live, cmp_off);
+        size_t off = 0;
+        for (int j = 0; j < k; j++) {
+            if (live[j]->off >= off + iv[i].bytes) break;
+            size_t e = TS_ALIGN_UP(live[j]->off + live[j]->bytes, TS_ALIGN);
+            if (e > off) off = e;
+        }
+        iv[i].off = off;
+        if (off + iv[i].bytes > top) top = off + iv[i].bytes;
+    }
+    free(live);
+    *total = TS_ALIGN_UP(top, TS_ALIGN);
+    return TS_OK;
+}
+
+void ts_memplan_free(ts_memplan *mp) {
+    free(mp->off);
+    free(mp->scratch_off);
+    free(mp->scratch_bytes);
+    free(mp->alias_skip);
+    memset(mp, 0, sizeof *mp);
+}
+
+static int observable(const ts_value *v) { return v->is_output || v->grad_of >= 0; }
+
+ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, int allow_inplace,
+                          ts_memplan *mp) {
+    int nv = g->n_values, nn = g->n_nodes;
+    memset(mp, 0, sizeof *mp);
+    ts_status s = TS_OK;
+    int32_t *root = ts_alloc(sizeof(int32_t) * (size_t)(nv + 1), "memplan");
+    int *pos = ts_alloc(sizeof(int) * (size_t)(nn + 1), "memplan");
+    int *last = ts_alloc(sizeof(int) * (size_t)(nv + 1), "memplan");
+    char *pinned = ts_zalloc((size_t)nv + 1, "memplan");
+    interval *iv = ts_alloc(sizeof(interval) * (size_t)(nv + nn + 1), "memplan");
+    mp->off = ts_alloc(sizeof(size_t) * (size_t)(nv + 1), "memplan");
+    mp->scratch_off = ts_zalloc(sizeof(size_t) * (size_t)(nn + 1), "memplan");
+    mp->scratch_bytes = ts_zalloc(sizeof(size_t) * (size_t)(nn + 1), "memplan");
+    mp->alias_skip = ts_zalloc((size_t)nn + 1, "memplan");
+    if (!root || !pos || !last || !pinned || !iv || !mp->off || !mp->scratch_off ||
+        !mp->scratch_bytes || !mp->alias_skip) {
+        s = TS_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < nn; i++) pos[i] = -1;
+    for (int k = 0; k < n_order; k++) pos[order[k]] = k;
+    for (int v = 0; v < nv; v++) {
+        const ts_value *val = &g->values[v];
+        root[v] = v;
+        if (val->kind == TS_VK_NODE &&
+            (ts_op_get(g->nodes[val->node].op)->flags & TS_OPF_ALIAS)) {
+            root[v] = root[g->nodes[val->node].in[0]];
+            mp->alias_skip[val->node] = 1;
+        }
+        mp->naive_bytes += ts_type_bytes(&val->t);
+        mp->off[v] = SIZE_MAX;
+    }
+    /* Pinned roots: everything persistent or observable. */
+    for (int v = 0; v < nv; v++) {
+        const ts_value *val = &g->values[v];
+        if (val->kind != TS_VK_NODE || observable(val)) pinned[root[v]] = 1;
+    }
+    /* Last use of each root, over every view of it. */
+    for (int v = 0; v < nv; v++) {
+        const ts_value *val = &g->values[v];
+        last[v] = val->kind == TS_VK_NODE ? pos[val->node] : -1;
+    }
+    for (int k = 0; k < n_order; k++) {
+        const ts_node *n = &g->nodes[order[k]];
+        for (int j = 0; j < n->n_in; j++)
+            if (last[root[n->in[j]]] < k) last[root[n->in[j]]] = k;
+    }
+    /* In-place: output 0 takes input 0's storage when input 0 dies here. */
+    for (int k = 0; allow_inplace && k < n_order; k++) {
+        int i = order[k];
+        const ts_node *n = &g->nodes[i];
+        if (!(ts_op_get(n->op)->flags & TS_OPF_INPLACE) || n->n_out < 1 || n->n_in < 1) continue;
+        int32_t r = root[n->in[0]], o = n->out[0];
+        if (pinned[r] || pinned[o] || last[r] != k || root[o] != o) continue;
+        if (ts_type_bytes(&g->values[r].t) != ts_type_bytes(&g->values[o].t)) continue;
+        int clash = 0;
+        for (int j = 1; j < n->n_in; j++) clash |= root[n->in[j]] == r && n->in[j] != n->in[0];
+        if (clash) continue;
+        /* o's views now point at r; r lives as long as o did. */
+        for (int v = 0; v < nv; v++)
+            if (root[v] == o) root[v] = r;
+        last[r] = last[o] > k ? last[o] : k;
+        mp->n_inplace++;
+    }
+
+    /* Persistent regions, in value order (params in declaration order). */
+    size_t cur = 0;
+    mp->param_off = cur;
+    for (int v = 0; v < nv; v++)
+        if (g->values[v].kind == TS_VK_PARAM) {
+            mp->off[v] = cur;
+            cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[v].t), TS_ALIGN);
+        }
+    mp->param_bytes = cur - mp->param_off;
+    mp->grad_off = cur;
+    for (int p = 0; p < nv; p++) {
+        if (g->values[p].kind != TS_VK_PARAM) continue;
+        for (int v = 0; v < nv; v++)
+            if (g->values[v].grad_of == p) {
+                mp->off[root[v]] = cur;
+                cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[v].t), TS_ALIGN);
+                break;
+            }
+    }
+    mp->grad_bytes = cur - mp->grad_off;
+    mp->state_off = cur;
+    for (int v = 0; v < nv; v++)
+        if (g->values[v].kind == TS_VK_STATE) {
+            mp->off[v] = cur;
+            cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[v].t), TS_ALIGN);
+        }
+    mp->state_bytes = cur - mp->state_off;
+    mp->io_off = cur;
+    for (int v = 0; v < nv; v++) {
+        const ts_value *val = &g->values[v];
+        int32_t r = root[v];
+        if (!pinned[r] || mp->off[r] != SIZE_MAX) continue;
+        if (val->kind == TS_VK_INPUT || val->kind == TS_VK_CONST || val->kind == TS_VK_NODE) {
+            mp->off[r] = cur;
+            cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[r].t), TS_ALIGN);
+        }
+    }
+    mp->io_bytes = cur - mp->io_off;
+
+    /* Intermediates and scratch: liveness intervals. */
+    int ni = 0;
+    for (int v = 0; v < nv; v++) {
+        if (root[v] != v || pinned[v] || g->values[v].kind != TS_VK_NODE) continue;
+        int st = pos[g->values[v].node];
+        iv[ni++] = (interval){v, st, last[v] > st ? last[v] : st, ts_type_bytes(&g->values[v].t), 0};
+    }
+    for (int i = 0; i < nn; i++) {
+        const ts_op_def *def = ts_op_get(g->nodes[i].op);
+        size_t sb = def->scratch ? def->scratch(g, &g->nodes[i]) : 0;
+        mp->scratch_bytes[i] = sb;
+        mp->naive_bytes += sb;
+        if (sb) iv[ni++] = (interval){-(i + 1), pos[i], pos[i], sb, 0};
+    }
+    size_t temp_total = 0;
+    if ((s = place(iv, ni, &temp_total)) != TS_OK) goto done;
+    mp->temp_off = cur;
+    mp->temp_bytes = temp_total;
+    for (int i = 0; i < ni; i++) {
+        if (iv[i].id >= 0) mp->off[iv[i].id] = cur + iv[i].off;
+        else mp->scratch_off[-iv[i].id - 1] = cur + iv[i].off;
+    }
+    mp->arena_bytes = cur + temp_total;
+    for (int v = 0; v < nv; v++) {
+        mp->off[v] = mp->off[root[v]];
+        if (mp->off[v] == SIZE_MAX) {
+            char lb[32];
+            s = ts_fail(TS_ERR_INTERNAL, "memplan: value '%s' got no memory",
+                        ts_value_label(g, v, lb, sizeof lb));
+            goto done;
+        }
+    }
+done:
+    free(root);
+    free(pos);
+    free(last);
+    free(pinned);
+    free(iv);
+    if (s != TS_OK) ts_memplan_free(mp);
+    return s;
+}

@@ -1,0 +1,57 @@
+/* passes.h — the compiler passes (internal). Each is graph -> graph,
+ * pure, and testable alone. ts_compile() runs them in this order:
+ *   autodiff -> train -> simplify -> schedule -> memplan -> lower.
+ */
+#ifndef TS_PASSES_H
+#define TS_PASSES_H
+
+#include "ops/op.h"
+#include "tessel/compile.h"
+
+/* Add gradient nodes for loss w.r.t. each of params[0..n). On return
+ * grads[i] is the gradient value of params[i] (marked grad_of), or -1 if
+ * the parameter cannot reach the loss (a warning names it). */
+ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int n,
+                           int32_t *grads);
+
+/* Add clipping and the optimizer update for every parameter with a
+ * gradient: optimizer state values (TS_VK_STATE) and side-effect update
+ * nodes ordered after every other reader of the parameter. */
+ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *params,
+                        const int32_t *grads, int n);
+
+/* Dead-code elimination, common-subexpression elimination, constant
+ * folding. Keeps outputs, gradients and side effects. Renumbers values:
+ * *remap (size = old value count) receives old -> new ids if non-NULL. */
+ts_status ts_pass_simplify(ts_graph *g, int32_t **remap);
+
+/* Peak bytes of intermediate values alive at once if nodes run in
+ * `order` (n entries). */
+size_t ts_schedule_peak(const ts_graph *g, const int32_t *order, int n);
+/* A topological order (node ids) chosen to lower peak live memory. Falls
+ * back to build order when that is no worse. *peak and *naive_peak get the
+ * two estimates. */
+ts_status ts_pass_schedule(const ts_graph *g, int naive, int32_t **order, int *n_order,
+                           size_t *peak, size_t *naive_peak);
+
+/* The memory plan: one arena with fixed regions. */
+typedef struct ts_memplan {
+    size_t *off;           /* per value: byte offset in the arena (SIZE_MAX: none) */
+    size_t *scratch_off;   /* per node: scratch offset */
+    size_t *scratch_bytes; /* per node */
+    char *alias_skip;      /* per node: 1 if its output is its input's memory (no kernel) */
+    size_t param_off, param_bytes;
+    size_t grad_off, grad_bytes;
+    size_t state_off, state_bytes;
+    size_t io_off, io_bytes;
+    size_t temp_off, temp_bytes;
+    size_t arena_bytes;
+    size_t naive_bytes; /* sum of every value's size plus scratch */
+    int n_inplace;
+} ts_memplan;
+
+ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, int allow_inplace,
+                          ts_memplan *mp);
+void ts_memplan_free(ts_memplan *mp);
+
+#endif

@@ -1,0 +1,127 @@
+/* The train pass: the optimizer update as nodes of the step graph.
+ * Gradient clipping by global norm (one CLIP_COEF node over every
+ * gradient), optimizer state as persistent STATE values, and one in-place
+ * update node per parameter, ordered after every other reader of the
+ * parameter so the forward and backward passes see the old weights. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "passes.h"
+
+static int32_t new_state(ts_graph *g, int32_t param, const char *suffix) {
+    char name[512];
+    snprintf(name, sizeof name, "%s.%s", g->values[param].name, suffix);
+    ts_type t = g->values[param].t;
+    int32_t id = ts_value_new(g, &t, TS_VK_STATE, name);
+    if (id >= 0) {
+        g->values[id].init = ts_init_zeros();
+        g->values[id].state_of = param;
+    }
+    return id;
+}
+
+static ts_status check_opt(const ts_train_spec *spec) {
+    const ts_optimizer *o = &spec->opt;
+    if (!(o->lr >= 0)) return ts_fail(TS_ERR_INVALID, "optimizer: invalid learning rate %g", o->lr);
+    if (!(o->weight_decay >= 0))
+        return ts_fail(TS_ERR_INVALID, "optimizer: invalid weight decay %g", o->weight_decay);
+    if (o->kind == TS_OPT_SGD) {
+        if (!(o->momentum >= 0))
+            return ts_fail(TS_ERR_INVALID, "sgd: invalid momentum %g", o->momentum);
+        if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+            return ts_fail(TS_ERR_INVALID, "sgd: nesterov needs momentum > 0 and dampening 0");
+    }
+    if (o->kind == TS_OPT_ADAM || o->kind == TS_OPT_ADAMW) {
+        if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+            return ts_fail(TS_ERR_INVALID, "adam: betas must be in [0, 1), got (%g, %g)", o->beta1,
+                           o->beta2);
+        if (!(o->eps >= 0)) return ts_fail(TS_ERR_INVALID, "adam: invalid eps %g", o->eps);
+    }
+    if (!(spec->clip_grad_norm >= 0))
+        return ts_fail(TS_ERR_INVALID, "clip_grad_norm must be >= 0, got %g", spec->clip_grad_norm);
+    return TS_OK;
+}
+
+ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *params,
+                        const int32_t *grads, int n) {
+    ts_status s = check_opt(spec);
+    if (s != TS_OK || spec->opt.kind == TS_OPT_NONE) return s;
+    int ng = 0;
+    for (int i = 0; i < n; i++) ng += grads[i] >= 0;
+    if (ng == 0) return TS_OK;
+
+    ts_val coef = TS_NONE;
+    if (spec->clip_grad_norm > 0) {
+        ts_val *gv = ts_alloc(sizeof(ts_val) * (size_t)ng, "train");
+        if (!gv) return TS_ERR_NOMEM;
+        for (int i = 0, k = 0; i < n; i++)
+            if (grads[i] >= 0) gv[k++] = ts_mkval(grads[i]);
+        ts_attrs a = ts_attrs_zero();
+        a.f[0] = spec->clip_grad_norm;
+        coef = ts_node_add(g, TS_OP_CLIP_COEF, ng, gv, &a, NULL);
+        free(gv);
+        if ((s = ts_graph_status(g)) != TS_OK) return s;
+        ts_set_name(g, coef, "clip_coef");
+    }
+    const ts_optimizer *o = &spec->opt;
+    int n_nodes_before = g->n_nodes;
+    for (int i = 0; i < n; i++) {
+        if (grads[i] < 0) continue;
+        int32_t p = params[i];
+        ts_val in[5];
+        int k = 0;
+        ts_attrs a = ts_attrs_zero();
+        int op;
+        in[k++] = ts_mkval(p);
+        in[k++] = ts_mkval(grads[i]);
+        if (o->kind == TS_OPT_SGD) {
+            op = TS_OP_SGD_UPDATE;
+            if (o->momentum != 0) {
+                int32_t buf = new_state(g, p, "momentum");
+                if (buf < 0) return ts_graph_status(g);
+                in[k++] = ts_mkval(buf);
+                a.i[0] = 1;
+            }
+            a.i[2] = o->nesterov != 0;
+            a.f[0] = o->momentum;
+            a.f[1] = o->dampening;
+            a.f[2] = o->weight_decay;
+        } else {
+            op = TS_OP_ADAM_UPDATE;
+            int32_t m = new_state(g, p, "exp_avg"), v = new_state(g, p, "exp_avg_sq");
+            if (m < 0 || v < 0) return ts_graph_status(g);
+            in[k++] = ts_mkval(m);
+            in[k++] = ts_mkval(v);
+            a.i[0] = o->kind == TS_OPT_ADAMW;
+            a.f[0] = o->beta1;
+            a.f[1] = o->beta2;
+            a.f[2] = o->eps;
+            a.f[3] = o->weight_decay;
+        }
+        if (ts_val_ok(coef)) {
+            in[k++] = coef;
+            a.i[1] = 1;
+        }
+        ts_node_add(g, op, k, in, &a, NULL);
+        if ((s = ts_graph_status(g)) != TS_OK) return s;
+    }
+    /* Every update runs after every other node reading its parameter,
+     * directly or through a view of it (reshape shares memory). */
+    char *view = ts_zalloc((size_t)g->n_values, "train");
+    if (!view) return TS_ERR_NOMEM;
+    for (int u = n_nodes_before; u < g->n_nodes && s == TS_OK; u++) {
+        int32_t p = g->nodes[u].in[0];
+        memset(view, 0, (size_t)g->n_values);
+        view[p] = 1;
+        for (int j = 0; j < n_nodes_before && s == TS_OK; j++) {
+            const ts_node *r = &g->nodes[j];
+            int reads = 0;
+            for (int q = 0; q < r->n_in; q++) reads |= view[r->in[q]];
+            if (!reads) continue;
+            if (ts_op_get(r->op)->flags & TS_OPF_ALIAS) view[r->out[0]] = 1;
+            s = ts_node_add_ctrl(g, u, j);
+        }
+    }
+    free(view);
+    return s;
+}

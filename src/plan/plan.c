@@ -1,0 +1,123 @@
+/* The public run-time API of a plan: feeding inputs, stepping, reading and
+ * writing named values, statistics and dumps. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+#include "plan.h"
+
+const ts_named *ts_plan_find(const ts_plan *p, const char *name) {
+    for (int i = 0; p && name && i < p->n_named; i++)
+        if (strcmp(p->named[i].name, name) == 0) return &p->named[i];
+    return NULL;
+}
+
+static ts_status find_sized(const ts_plan *p, const char *what, const char *name, size_t bytes,
+                            const ts_named **out) {
+    if (!p) return ts_fail(TS_ERR_INVALID, "%s: plan is NULL", what);
+    const ts_named *nm = ts_plan_find(p, name);
+    if (!nm) return ts_fail(TS_ERR_NOT_FOUND, "%s: no value named '%s'", what, name ? name : "");
+    size_t need = ts_type_bytes(&nm->t);
+    if (bytes != need) {
+        char tb[128];
+        return ts_fail(TS_ERR_INVALID, "%s '%s': %zu bytes given, %s needs %zu", what, name,
+                       bytes, ts_type_str(tb, sizeof tb, &nm->t), need);
+    }
+    *out = nm;
+    return TS_OK;
+}
+
+ts_status ts_plan_set_input(ts_plan *p, const char *name, const void *data, size_t bytes) {
+    const ts_named *nm;
+    ts_status s = find_sized(p, "set_input", name, bytes, &nm);
+    if (s != TS_OK) return s;
+    if (nm->kind != TS_VK_INPUT)
+        return ts_fail(TS_ERR_INVALID, "set_input: '%s' is not an input", name);
+    if (!data) return ts_fail(TS_ERR_INVALID, "set_input '%s': data is NULL", name);
+    memcpy(p->arena + nm->off, data, bytes);
+    return TS_OK;
+}
+
+ts_status ts_plan_step(ts_plan *p) {
+    if (!p) return ts_fail(TS_ERR_INVALID, "step: plan is NULL");
+    p->ctx.step = p->steps_done + 1;
+    p->ctx.lr = ts_lr_at(&p->spec.schedule, p->spec.opt.lr, p->ctx.step);
+    if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
+    ts_status s = ts_cpu_execute(p);
+    if (s != TS_OK) return s;
+    if (p->loss >= 0) {
+        const ts_type *t = &p->graph->values[p->loss].t;
+        p->last_loss = t->dtype == TS_F64 ? *(double *)(p->arena + p->loss_off)
+                                          : (double)*(float *)(p->arena + p->loss_off);
+    }
+    p->steps_done++;
+    return TS_OK;
+}
+
+double ts_plan_loss(const ts_plan *p) { return p ? p->last_loss : NAN; }
+int64_t ts_plan_step_count(const ts_plan *p) { return p ? p->steps_done : 0; }
+void ts_plan_set_step(ts_plan *p, int64_t steps_done) {
+    if (p && steps_done >= 0) p->steps_done = steps_done;
+}
+double ts_plan_lr(const ts_plan *p) {
+    return p ? ts_lr_at(&p->spec.schedule, p->spec.opt.lr, p->steps_done + 1) : NAN;
+}
+
+ts_status ts_plan_read(const ts_plan *p, const char *name, void *dst, size_t bytes) {
+    const ts_named *nm;
+    ts_status s = find_sized(p, "read", name, bytes, &nm);
+    if (s != TS_OK) return s;
+    if (!dst) return ts_fail(TS_ERR_INVALID, "read '%s': dst is NULL", name);
+    memcpy(dst, p->arena + nm->off, bytes);
+    return TS_OK;
+}
+
+ts_status ts_plan_write_param(ts_plan *p, const char *name, const void *src, size_t bytes) {
+    const ts_named *nm;
+    ts_status s = find_sized(p, "write_param", name, bytes, &nm);
+    if (s != TS_OK) return s;
+    if (nm->kind != TS_VK_PARAM && nm->kind != TS_VK_STATE)
+        return ts_fail(TS_ERR_INVALID, "write_param: '%s' is not a parameter or state", name);
+    if (!src) return ts_fail(TS_ERR_INVALID, "write_param '%s': src is NULL", name);
+    memcpy(p->arena + nm->off, src, bytes);
+    return TS_OK;
+}
+
+ts_status ts_plan_value_info(const ts_plan *p, const char *name, ts_dtype *dt, int *rank,
+                             int64_t *dims) {
+    const ts_named *nm = ts_plan_find(p, name);
+    if (!nm) return ts_fail(TS_ERR_NOT_FOUND, "value_info: no value named '%s'", name ? name : "");
+    if (dt) *dt = nm->t.dtype;
+    if (rank) *rank = nm->t.rank;
+    if (dims) memcpy(dims, nm->t.dims, sizeof(int64_t) * (size_t)nm->t.rank);
+    return TS_OK;
+}
+
+int ts_plan_param_count(const ts_plan *p) {
+    int n = 0;
+    for (int i = 0; p && i < p->n_named; i++) n += p->named[i].kind == TS_VK_PARAM;
+    return n;
+}
+
+const char *ts_plan_param_name(const ts_plan *p, int idx) {
+    for (int i = 0, k = 0; p && i < p->n_named; i++)
+        if (p->named[i].kind == TS_VK_PARAM && k++ == idx) return p->named[i].name;
+    return NULL;
+}
+
+ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st) {
+    if (!p || !st) return ts_fail(TS_ERR_INVALID, "get_stats: NULL argument");
+    memset(st, 0, sizeof *st);
+    st->arena_bytes = p->mp.arena_bytes;
+    st->param_bytes = p->mp.param_bytes;
+    st->grad_bytes = p->mp.grad_bytes;
+    st->state_bytes = p->mp.state_bytes;
+    st->io_bytes = p->mp.io_bytes;
+    st->temp_bytes = p->mp.temp_bytes;
+    st->naive_bytes = p->mp.naive_bytes;
+    st->peak_live_bytes = p->peak_live;
+    st->naive_peak_bytes = p->naive_peak;
+    st->n_instructions = p->n_ins;
+    st->n_inplace = p->mp.n_inplace;
+    st->flops_per_step = p->flops;
+    return TS_OK;
+}

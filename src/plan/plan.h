@@ -1,0 +1,72 @@
+/* plan.h — the compiled plan (internal): a flat list of instructions whose
+ * tensors point into one arena, and the table of named values. Built by
+ * ts_compile (compile.c); executed by a backend (src/backends/cpu). */
+#ifndef TS_PLAN_H
+#define TS_PLAN_H
+
+#include "ops/op.h"
+#include "passes/passes.h"
+#include "tessel/plan.h"
+
+typedef struct ts_instr {
+    int op;
+    int node; /* node id in the plan's graph (for dumps) */
+    ts_kernel_fn fn;
+    ts_attrs a;
+    int n_in, n_out;
+    ts_tensor *in; /* n_in (owned) */
+    ts_tensor out[TS_MAX_OUT];
+    size_t in_off[16], out_off[TS_MAX_OUT]; /* arena offsets (first 16 inputs, for dumps) */
+    size_t scratch_off, scratch_bytes;
+    char *label; /* name of the first output (owned) */
+    double flops;
+    void *backend; /* backend state (e.g. a oneDNN primitive) */
+    void (*backend_free)(void *);
+} ts_instr;
+
+typedef enum ts_region { TS_RG_PARAM, TS_RG_GRAD, TS_RG_STATE, TS_RG_IO, TS_RG_TEMP } ts_region;
+
+/* A value the user can address by name. */
+typedef struct ts_named {
+    char *name;
+    ts_type t;
+    size_t off;
+    ts_value_kind kind;
+    int is_grad;
+    int32_t value; /* id in the plan's graph */
+} ts_named;
+
+struct ts_plan {
+    ts_graph *graph; /* the final graph (after every pass), for dumps */
+    int32_t *order;
+    int n_order;
+    ts_memplan mp;
+    ts_instr *ins;
+    int n_ins;
+    unsigned char *arena;
+    ts_named *named;
+    int n_named;
+    int32_t loss;      /* value id of the loss, -1 for inference plans */
+    size_t loss_off;
+    int training;
+    ts_train_spec spec; /* trainable pointer cleared */
+    ts_compile_options opt;
+    ts_step_ctx ctx;
+    int64_t steps_done;
+    double last_loss;
+    size_t peak_live, naive_peak;
+    double flops;
+    void *backend_scratch; /* shared scratch for backend kernels (oneDNN) */
+    size_t backend_scratch_bytes;
+};
+
+/* CPU backend: choose optimised kernels for the plan's instructions
+ * (creating their state once) and size the shared backend scratch. */
+ts_status ts_cpu_prepare(ts_plan *p);
+/* Run every instruction once. */
+ts_status ts_cpu_execute(ts_plan *p);
+
+/* Look up a named value. */
+const ts_named *ts_plan_find(const ts_plan *p, const char *name);
+
+#endif
