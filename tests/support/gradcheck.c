@@ -43,6 +43,11 @@ static ts_graph *build_graph(int n_in, const gc_input *in, double **vals, gc_bui
     }
     ts_val y = build(g, v, user);
     if (ts_graph_status(g) != TS_OK) return g;
+    /* An op that returns its input unchanged (identity permute, p = 0
+     * dropout): give the output a node of its own so naming it "out" does
+     * not rename the input. */
+    for (int i = 0; i < n_in; i++)
+        if (y.id == v[i].id) y = ts_affine_scalar(g, y, 1.0, 0.0);
     ts_mark_output(g, y, "out");
     int64_t n = ts_numel(g, y);
     *out_n = n;
@@ -50,9 +55,10 @@ static ts_graph *build_graph(int n_in, const gc_input *in, double **vals, gc_bui
     int64_t dims[TS_MAX_RANK];
     for (int i = 0; i < rank; i++) dims[i] = ts_dim(g, y, i);
     void *rb = malloc((size_t)n * 8 + 8);
-    for (int64_t e = 0; e < n; e++) {
-        if (ft == TS_F64) ((double *)rb)[e] = R[e];
-        else ((float *)rb)[e] = (float)R[e];
+    for (int64_t e = 0; e < n; e++) { /* R == NULL: a first build to learn the output size */
+        double r = R ? R[e] : 1.0;
+        if (ft == TS_F64) ((double *)rb)[e] = r;
+        else ((float *)rb)[e] = (float)r;
     }
     ts_val r = ts_constant(g, "R", ft, rank, dims, rb);
     free(rb);
@@ -80,8 +86,7 @@ int gc_check_opt(const char *label, int n_in, const gc_input *in, gc_build_fn bu
     int64_t out_n = 0;
     ts_val loss = TS_NONE;
     {
-        double dummy[1] = {0};
-        ts_graph *g0 = build_graph(n_in, in, vals, build, user, TS_F64, dummy, &out_n, &loss);
+        ts_graph *g0 = build_graph(n_in, in, vals, build, user, TS_F64, NULL, &out_n, &loss);
         ts_status st = ts_graph_status(g0);
         if (st != TS_OK) {
             CHECK(0, "%s: building failed: %s", label, ts_graph_error(g0));

@@ -624,8 +624,7 @@ static void check_plan_training(void) {
     }
 }
 
-/* Referenced here so a static link keeps optim.c's definitions: the
- * registry only names them weakly. */
+/* The registry maps the op ids to this file's definitions. */
 extern const ts_op_def ts_def_sgd_update, ts_def_adam_update, ts_def_clip_coef;
 
 int main(void) {
