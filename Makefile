@@ -24,7 +24,8 @@ demo: all
 	$(BUILD)/example_train_mlp
 
 bench: all
-	$(BUILD)/bench_step
+	$(BUILD)/bench_step --workload W1 --compare-torch
+	$(BUILD)/bench_step --workload W3 --compare-torch --steps 5
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

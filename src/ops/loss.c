@@ -237,11 +237,16 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
     }                                                                                              \
     /* log(sum(exp(x))) of one row, max subtracted; a row of -inf gives -inf. */                   \
     TS_CLONES static double lse_row_##SFX(const T *x, int64_t c) {                                 \
-        T m = (T)-INFINITY;                                                                        \
-        for (int64_t i = 0; i < c; i++) m = x[i] > m ? x[i] : m;                                   \
+        T mx[LN], m = (T)-INFINITY;                                                                \
+        for (int j = 0; j < LN; j++) mx[j] = (T)-INFINITY;                                         \
+        int64_t i = 0;                                                                             \
+        for (; i + LN <= c; i += LN)                                                               \
+            for (int j = 0; j < LN; j++) mx[j] = x[i + j] > mx[j] ? x[i + j] : mx[j];              \
+        for (; i < c; i++) m = x[i] > m ? x[i] : m;                                                \
+        for (int j = 0; j < LN; j++) m = mx[j] > m ? mx[j] : m;                                    \
         if (m == (T)-INFINITY) m = 0;                                                              \
         double acc[LN] = {0}, s = 0;                                                               \
-        int64_t i = 0;                                                                             \
+        i = 0;                                                                                     \
         for (; i + LN <= c; i += LN)                                                               \
             for (int j = 0; j < LN; j++) acc[j] += EXP(x[i + j] - m);                              \
         for (; i < c; i++) s += EXP(x[i] - m);                                                     \
