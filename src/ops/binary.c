@@ -42,21 +42,21 @@ static ts_status infer_maxmin_bwd(const ts_graph *g, const ts_node *n, ts_type *
 /* ---- gradients --------------------------------------------------------- */
 
 static ts_status grad_add(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
-    din[0] = ts_sum_to(g, dy[0], ts_in_type(g, n, 0));
-    din[1] = ts_sum_to(g, dy[0], ts_in_type(g, n, 1));
+    din[0] = ts_sum_to(g, dy[0], ts_mkval(n->in[0]));
+    din[1] = ts_sum_to(g, dy[0], ts_mkval(n->in[1]));
     return ts_graph_status(g);
 }
 
 static ts_status grad_sub(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
-    din[0] = ts_sum_to(g, dy[0], ts_in_type(g, n, 0));
-    din[1] = ts_sum_to(g, ts_neg(g, dy[0]), ts_in_type(g, n, 1));
+    din[0] = ts_sum_to(g, dy[0], ts_mkval(n->in[0]));
+    din[1] = ts_sum_to(g, ts_neg(g, dy[0]), ts_mkval(n->in[1]));
     return ts_graph_status(g);
 }
 
 static ts_status grad_mul(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
     ts_val a = ts_mkval(n->in[0]), b = ts_mkval(n->in[1]);
-    din[0] = ts_sum_to(g, ts_mul(g, dy[0], b), ts_in_type(g, n, 0));
-    din[1] = ts_sum_to(g, ts_mul(g, dy[0], a), ts_in_type(g, n, 1));
+    din[0] = ts_sum_to(g, ts_mul(g, dy[0], b), ts_mkval(n->in[0]));
+    din[1] = ts_sum_to(g, ts_mul(g, dy[0], a), ts_mkval(n->in[1]));
     return ts_graph_status(g);
 }
 
@@ -64,8 +64,8 @@ static ts_status grad_div(ts_graph *g, const ts_node *n, const ts_val *dy, ts_va
     /* d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b */
     ts_val b = ts_mkval(n->in[1]), y = ts_mkval(n->out[0]);
     ts_val da = ts_div(g, dy[0], b);
-    din[0] = ts_sum_to(g, da, ts_in_type(g, n, 0));
-    din[1] = ts_sum_to(g, ts_neg(g, ts_mul(g, da, y)), ts_in_type(g, n, 1));
+    din[0] = ts_sum_to(g, da, ts_mkval(n->in[0]));
+    din[1] = ts_sum_to(g, ts_neg(g, ts_mul(g, da, y)), ts_mkval(n->in[1]));
     return ts_graph_status(g);
 }
 
@@ -76,7 +76,7 @@ static ts_status grad_maxmin(ts_graph *g, const ts_node *n, const ts_val *dy, ts
         a.i[0] = n->op == TS_OP_MINIMUM;
         a.i[1] = side;
         ts_val d = ts_node_add(g, TS_OP_MAXMIN_BWD, 3, in, &a, NULL);
-        din[side] = ts_sum_to(g, d, ts_in_type(g, n, side));
+        din[side] = ts_sum_to(g, d, ts_mkval(n->in[side]));
     }
     return ts_graph_status(g);
 }
@@ -84,8 +84,8 @@ static ts_status grad_maxmin(ts_graph *g, const ts_node *n, const ts_val *dy, ts
 static ts_status grad_where(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
     ts_val c = ts_mkval(n->in[0]);
     ts_val zero = ts_scalar(g, 0, ts_dtype_of(g, dy[0]));
-    din[1] = ts_sum_to(g, ts_where(g, c, dy[0], zero), ts_in_type(g, n, 1));
-    din[2] = ts_sum_to(g, ts_where(g, c, zero, dy[0]), ts_in_type(g, n, 2));
+    din[1] = ts_sum_to(g, ts_where(g, c, dy[0], zero), ts_mkval(n->in[1]));
+    din[2] = ts_sum_to(g, ts_where(g, c, zero, dy[0]), ts_mkval(n->in[2]));
     return ts_graph_status(g);
 }
 

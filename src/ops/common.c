@@ -16,9 +16,11 @@ ts_status ts_broadcast_shapes(const ts_type *a, const ts_type *b, ts_type *out) 
     return TS_OK;
 }
 
-ts_val ts_sum_to(ts_graph *g, ts_val dy, const ts_type *to) {
-    if (!ts_val_ok(dy)) return dy;
-    const ts_type *t = &ts_v(g, dy)->t;
+ts_val ts_sum_to(ts_graph *g, ts_val dy, ts_val like) {
+    if (!ts_val_ok(dy) || !ts_val_ok(like)) return dy;
+    /* Copies: pointers into g->values move when nodes are added. */
+    const ts_type to_copy = ts_v(g, like)->t, *to = &to_copy;
+    const ts_type t_copy = ts_v(g, dy)->t, *t = &t_copy;
     if (t->rank == to->rank) {
         int same = 1;
         for (int i = 0; i < t->rank; i++) same &= t->dims[i] == to->dims[i];

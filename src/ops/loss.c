@@ -57,8 +57,8 @@ static inline float vexpf(float x) {
 /* ---- inference --------------------------------------------------------- */
 
 static ts_status need_float(const ts_type *t, const char *what) {
-    if (t->dtype != TS_F32 && t->dtype != TS_F64)
-        return ts_fail(TS_ERR_SHAPE, "%s must be f32 or f64, got %s", what,
+    if (!ts_dtype_is_float(t->dtype))
+        return ts_fail(TS_ERR_SHAPE, "%s must be a float type, got %s", what,
                        ts_dtype_name(t->dtype));
     return TS_OK;
 }

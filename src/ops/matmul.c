@@ -48,16 +48,16 @@ static ts_val flatten_rows(ts_graph *g, ts_val v) {
 static ts_status grad_matmul(ts_graph *g, const ts_node *n, const ts_val *dyv, ts_val *din) {
     ts_val A = ts_mkval(n->in[0]), B = ts_mkval(n->in[1]), dC = dyv[0];
     int ta = (int)n->a.i[0], tb = (int)n->a.i[1];
-    ts_type at = *ts_in_type(g, n, 0), bt = *ts_in_type(g, n, 1);
+    int a_rank = ts_in_type(g, n, 0)->rank, b_rank = ts_in_type(g, n, 1)->rank;
     /* dA' = dC B'^T and dB' = A'^T dC, transposed back where the operand
      * was read transposed. */
     if (ta == 0 && tb == 0) din[0] = ts_matmul(g, dC, B, 0, 1);
     else if (ta == 0 && tb == 1) din[0] = ts_matmul(g, dC, B, 0, 0);
     else if (ta == 1 && tb == 0) din[0] = ts_matmul(g, B, dC, 0, 1);
     else din[0] = ts_matmul(g, B, dC, 1, 1);
-    din[0] = ts_sum_to(g, din[0], &at);
+    din[0] = ts_sum_to(g, din[0], A);
 
-    if (bt.rank == 2 && at.rank > 2 && ta == 0) {
+    if (b_rank == 2 && a_rank > 2 && ta == 0) {
         /* b shared by every batch (nn.Linear): one GEMM over all rows
          * instead of per-batch products summed afterwards. */
         ts_val fa = flatten_rows(g, A), fd = flatten_rows(g, dC);
@@ -67,7 +67,7 @@ static ts_status grad_matmul(ts_graph *g, const ts_node *n, const ts_val *dyv, t
         else if (ta == 0 && tb == 1) din[1] = ts_matmul(g, dC, A, 1, 0);
         else if (ta == 1 && tb == 0) din[1] = ts_matmul(g, A, dC, 0, 0);
         else din[1] = ts_matmul(g, dC, A, 1, 1);
-        din[1] = ts_sum_to(g, din[1], &bt);
+        din[1] = ts_sum_to(g, din[1], B);
     }
     return ts_graph_status(g);
 }

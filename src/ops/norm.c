@@ -51,8 +51,8 @@ static ts_status infer_ln(const ts_graph *g, const ts_node *n, ts_type *out, int
     ts_status s = check_flags(n, 1 + (int)n->a.i[0] + (int)n->a.i[1]);
     if (s != TS_OK) return s;
     const ts_type *x = ts_in_type(g, n, 0);
-    if (x->dtype != TS_F32 && x->dtype != TS_F64)
-        return ts_fail(TS_ERR_SHAPE, "x must be f32 or f64, got %s", ts_dtype_name(x->dtype));
+    if (!ts_dtype_is_float(x->dtype))
+        return ts_fail(TS_ERR_SHAPE, "x must be a float type, got %s", ts_dtype_name(x->dtype));
     if (x->rank < 1) return ts_fail(TS_ERR_SHAPE, "x must have at least one axis");
     double eps = n->a.f[0];
     if (!(eps >= 0) || isinf(eps))
@@ -71,8 +71,8 @@ static ts_status infer_ln_bwd(const ts_graph *g, const ts_node *n, ts_type *out,
     ts_status s = check_flags(n, 4 + (int)n->a.i[0]);
     if (s != TS_OK) return s;
     const ts_type *dy = ts_in_type(g, n, 0), *x = ts_in_type(g, n, 1);
-    if (x->dtype != TS_F32 && x->dtype != TS_F64)
-        return ts_fail(TS_ERR_SHAPE, "x must be f32 or f64, got %s", ts_dtype_name(x->dtype));
+    if (!ts_dtype_is_float(x->dtype))
+        return ts_fail(TS_ERR_SHAPE, "x must be a float type, got %s", ts_dtype_name(x->dtype));
     if (x->rank < 1) return ts_fail(TS_ERR_SHAPE, "x must have at least one axis");
     if (!ts_type_equal(dy, x)) return ts_fail(TS_ERR_SHAPE, "dy and x must have the same type");
     ts_type st = {.dtype = x->dtype, .rank = 1, .dims = {rows_of(x)}};

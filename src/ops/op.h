@@ -149,9 +149,10 @@ static inline ts_attrs ts_attrs_zero(void) {
 }
 /* Broadcast shapes a and b NumPy-style into out; error message on mismatch. */
 ts_status ts_broadcast_shapes(const ts_type *a, const ts_type *b, ts_type *out);
-/* The gradient dy of a broadcast result, summed down to shape `to`
- * (returns dy itself when shapes already match). */
-ts_val ts_sum_to(ts_graph *g, ts_val dy, const ts_type *to);
+/* The gradient dy of a broadcast result, summed down to the shape of value
+ * `like` (returns dy itself when shapes already match). Takes a value, not
+ * a type pointer: pointers into g->values move as nodes are added. */
+ts_val ts_sum_to(ts_graph *g, ts_val dy, ts_val like);
 /* Kernel error for a dtype it does not handle. */
 ts_status ts_kernel_bad_dtype(const ts_kargs *k, const char *op, ts_dtype dt);
 

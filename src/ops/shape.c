@@ -343,8 +343,7 @@ static ts_status infer_expand(const ts_graph *g, const ts_node *n, ts_type *out,
 }
 
 static ts_status grad_expand(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
-    ts_type t = *ts_in_type(g, n, 0);
-    din[0] = ts_sum_to(g, dy[0], &t);
+    din[0] = ts_sum_to(g, dy[0], ts_mkval(n->in[0]));
     return ts_graph_status(g);
 }
 

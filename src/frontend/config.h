@@ -1,0 +1,133 @@
+/* config.h — run configuration from a YAML file plus `key.path=value`
+ * overrides, and the graph, train spec and compile options it describes.
+ *
+ *     ts_config c;
+ *     ts_config_init(&c);
+ *     if (ts_config_load_file(&c, "examples/w1.yaml") != TS_OK ||
+ *         ts_config_set(&c, "train.lr=3e-4") != TS_OK || ts_config_finish(&c) != TS_OK)
+ *         puts(ts_last_error());   // "w1.yaml:7:3: unknown key 'train.lrr' (did you mean ...)"
+ *     ts_graph *g; ts_model m; ts_train_spec spec; ts_compile_options opt;
+ *     ts_config_build(&c, &g, &m, &spec, &opt);
+ *
+ * Every key lives in one table (ts_config_key_at) holding its path, type,
+ * place in ts_config, allowed range, default and help; parsing, overrides,
+ * validation, ts_config_write and the docs check all read that table, so a
+ * new key is a struct field plus one table line.
+ *
+ * Model keys are stored flat (mlp and gpt keys side by side) because a file
+ * may set model.batch before it names the model; ts_config_finish() fills
+ * every model key the config left unset from the preset and rejects keys
+ * that do not belong to the chosen model.
+ */
+#ifndef TS_FRONTEND_CONFIG_H
+#define TS_FRONTEND_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "tessel/tessel.h"
+
+/* Enum values are positions in the key's `choices` list. */
+typedef enum ts_cfg_model_name { TS_CFG_MLP = 0, TS_CFG_GPT } ts_cfg_model_name;
+typedef enum ts_cfg_preset { TS_CFG_W1 = 0, TS_CFG_W3, TS_CFG_GPT2_124M } ts_cfg_preset;
+typedef enum ts_cfg_optimizer { TS_CFG_SGD = 0, TS_CFG_ADAM, TS_CFG_ADAMW } ts_cfg_optimizer;
+typedef enum ts_cfg_schedule { TS_CFG_CONSTANT = 0, TS_CFG_LINEAR, TS_CFG_COSINE } ts_cfg_schedule;
+
+#define TS_CFG_MAX_KEYS 128
+
+typedef struct ts_config {
+    struct {
+        int name, preset; /* ts_cfg_model_name, ts_cfg_preset */
+        int64_t batch;
+        /* mlp */
+        int64_t window, features, in_dim, hidden, out_dim;
+        int n_hidden, layer_norm;
+        /* gpt */
+        int64_t ctx, vocab, d_model;
+        int n_layers, n_heads;
+        double dropout;
+    } model;
+    struct {
+        int optimizer; /* ts_cfg_optimizer */
+        double lr, momentum, dampening;
+        int nesterov;
+        double beta1, beta2, eps, weight_decay, clip_grad_norm;
+        int schedule; /* ts_cfg_schedule */
+        int64_t warmup_steps, total_steps;
+        double min_lr;
+        int64_t steps;
+        uint64_t seed;
+        int threads;
+    } train;
+    struct {
+        int debug_nan, no_simplify, naive_schedule, no_inplace;
+    } compile;
+
+    /* Where each key (by table index) got its value: set[i] is 0 for a
+     * default, 1 from the file (at line[i]:col[i]), 2 from an override. */
+    unsigned char set[TS_CFG_MAX_KEYS];
+    int line[TS_CFG_MAX_KEYS], col[TS_CFG_MAX_KEYS];
+    char file[512]; /* the loaded file, for messages ("" if none) */
+    int finished;
+} ts_config;
+
+typedef enum ts_cfg_type {
+    TS_CFG_INT,  /* int */
+    TS_CFG_I64,  /* int64_t */
+    TS_CFG_U64,  /* uint64_t */
+    TS_CFG_F64,  /* double */
+    TS_CFG_BOOL, /* int, 0 or 1 */
+    TS_CFG_ENUM, /* int, index into choices */
+    TS_CFG_STR   /* char[size] */
+} ts_cfg_type;
+
+/* Key flags. */
+#define TS_CFG_FOR_MLP 1 /* model key used by mlp models */
+#define TS_CFG_FOR_GPT 2 /* model key used by gpt models */
+#define TS_CFG_DERIVED 4 /* `dflt` describes a computed default; it is not a value */
+
+typedef struct ts_config_key {
+    const char *path; /* "train.lr" */
+    ts_cfg_type type;
+    size_t offset, size; /* the field inside ts_config */
+    int flags;
+    const char *choices; /* TS_CFG_ENUM: "sgd|adam|adamw" */
+    const char *range;   /* numbers: "[0, 1)", "(0, inf)"; NULL = any */
+    const char *dflt;    /* as written in a config file, or a description (TS_CFG_DERIVED) */
+    const char *help;
+} ts_config_key;
+
+int ts_config_key_count(void);
+const ts_config_key *ts_config_key_at(int i);
+/* Index of the key with this path, or -1. */
+int ts_config_key_find(const char *path);
+/* "integer", "number", "bool", "string" or the choices "sgd | adam | adamw". */
+const char *ts_config_type_name(const ts_config_key *k, char *buf, size_t n);
+
+/* Every key at its default; no model chosen yet. */
+void ts_config_init(ts_config *c);
+/* Apply a YAML file: a mapping of sections (model, train, compile) to
+ * mappings of keys. Errors name the file, line and column. */
+ts_status ts_config_load_file(ts_config *c, const char *path);
+/* Same, from text in memory; `name` stands for the file in messages. */
+ts_status ts_config_load_string(ts_config *c, const char *text, size_t len, const char *name);
+/* Apply one override "key.path=value" with the same checks as the file. */
+ts_status ts_config_set(ts_config *c, const char *assignment);
+/* Fill the model from the preset, derive defaults (weight_decay,
+ * total_steps) and check the keys against each other. Call once, after
+ * every load and set. */
+ts_status ts_config_finish(ts_config *c);
+
+/* The finished config as YAML that loads back to the same values. */
+ts_status ts_config_write(const ts_config *c, FILE *out);
+
+/* The model of a finished config, for callers that shape data for it. */
+ts_mlp_config ts_config_mlp(const ts_config *c);
+ts_gpt_config ts_config_gpt(const ts_config *c);
+
+/* Build the configured model into a new graph and describe its training
+ * step. On success the caller owns *g (ts_graph_free). */
+ts_status ts_config_build(const ts_config *c, ts_graph **g, ts_model *m, ts_train_spec *spec,
+                          ts_compile_options *opt);
+
+#endif
