@@ -94,6 +94,7 @@ typedef struct ts_compile_options {
     int no_simplify;    /* skip DCE/CSE/constant folding */
     int naive_schedule; /* keep build order instead of the memory-aware schedule */
     int no_inplace;     /* never let an output share its input's memory */
+    int reference_kernels; /* run every op on its reference kernel (no oneDNN): for checking */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

@@ -101,7 +101,7 @@ int ts_config_key_count(void);
 const ts_config_key *ts_config_key_at(int i);
 /* Index of the key with this path, or -1. */
 int ts_config_key_find(const char *path);
-/* "integer", "number", "bool", "string" or the choices "sgd | adam | adamw". */
+/* "integer", "number", "bool", "string" or the choices "sgd, adam, adamw". */
 const char *ts_config_type_name(const ts_config_key *k, char *buf, size_t n);
 
 /* Every key at its default; no model chosen yet. */

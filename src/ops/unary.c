@@ -62,17 +62,22 @@ static inline float m_exp_f32(float x) {
 }
 
 /* log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by Cephes' logf
- * polynomial; subnormals are pre-scaled, and 0, negatives, inf and NaN are
+ * polynomial; subnormals are rescaled, and 0, negatives, inf and NaN are
  * patched at the end so the main path stays branch-free. */
 static inline float m_log_f32(float x) {
-    int sub = x < 1.17549435e-38f;        /* subnormal (or <= 0, patched below) */
-    float xs = sub ? x * 33554432.0f : x; /* 2^25 */
+    /* A subnormal x = k 2^-149 is read as the float k (exact). Both the
+     * conversion and the add run for every element and only their inputs
+     * are selected: GCC does not if-convert a float op that is used on one
+     * side of a branch only (it may trap), and the loop would not vectorise. */
+    int sub = x < 1.17549435e-38f; /* subnormal (or <= 0, patched below) */
+    int32_t k = sub ? (int32_t)(f32_bits(x) & 0x007fffffu) : 0;
+    float xs = (float)k + (sub ? 0.0f : x);
     uint32_t b = f32_bits(xs);
-    int32_t e = (int32_t)((b >> 23) & 0xffu) - 126 - (sub ? 25 : 0);
+    int32_t e = (int32_t)((b >> 23) & 0xffu) - 126 - (sub ? 149 : 0);
     float m = f32_from_bits((b & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
     int lo = m < 0.707106781186547524f;
     e -= lo;
-    m = lo ? m + m - 1.0f : m - 1.0f;
+    m = m + (lo ? m : 0.0f) - 1.0f; /* 2m - 1 or m - 1, both exact */
     float z = m * m;
     float y = ((((((((7.0376836292e-2f * m - 1.1514610310e-1f) * m + 1.1676998740e-1f) * m -
                     1.2420140846e-1f) *

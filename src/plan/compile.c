@@ -151,6 +151,7 @@ static ts_status lower(ts_plan *p) {
         }
         in->scratch_off = p->mp.scratch_off[i];
         in->scratch_bytes = p->mp.scratch_bytes[i];
+        in->scratch = in->scratch_bytes ? p->arena + in->scratch_off : NULL;
         char lb[64], buf[600];
         if (n->n_out) {
             snprintf(buf, sizeof buf, "%s", ts_value_label(g, n->out[0], lb, sizeof lb));

@@ -18,6 +18,7 @@ typedef struct ts_instr {
     ts_tensor out[TS_MAX_OUT];
     size_t in_off[16], out_off[TS_MAX_OUT]; /* arena offsets (first 16 inputs, for dumps) */
     size_t scratch_off, scratch_bytes;
+    void *scratch; /* the kernel's scratch memory (arena or backend buffer) */
     char *label; /* name of the first output (owned) */
     double flops;
     void *backend; /* backend state (e.g. a oneDNN primitive) */

@@ -26,7 +26,7 @@ ts_status ts_cpu_execute(ts_plan *p) {
                       in->n_out,
                       in->in,
                       in->out,
-                      in->scratch_bytes ? p->arena + in->scratch_off : NULL,
+                      in->scratch,
                       in->scratch_bytes,
                       &p->ctx,
                       in->label,
@@ -49,10 +49,5 @@ ts_status ts_cpu_execute(ts_plan *p) {
             }
         }
     }
-    return TS_OK;
-}
-
-ts_status ts_cpu_prepare(ts_plan *p) {
-    (void)p;
     return TS_OK;
 }

@@ -1,0 +1,379 @@
+/* dnnl_matmul.c — oneDNN matmul wrapper: create once, run many times. */
+#include "backends/cpu/dnnl_matmul.h"
+
+#include <dnnl.h>
+#include <dnnl_debug.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/core.h"
+
+struct ts_mm {
+    ts_mm_desc d;
+    char label[64];
+    char what[400]; /* "matmul 'label' f32[2,3,5] x f32[5,7]^T -> f32[2,3,7]" */
+    dnnl_primitive_t prim;
+    dnnl_memory_t mem_a, mem_b, mem_c, mem_s; /* mem_s is NULL without scratchpad */
+    dnnl_exec_arg_t args[4];
+    int nargs;
+    size_t scratch_bytes;
+    int nthr;
+    char impl[64];
+};
+
+/* ---- global engine and stream ------------------------------------------ */
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t g_engine;
+static dnnl_stream_t g_stream;
+static dnnl_status_t g_init_status = dnnl_success;
+static const char *g_init_call = "";
+
+static void init_engine(void) {
+    dnnl_status_t st = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
+    if (st != dnnl_success) {
+        g_init_status = st;
+        g_init_call = "dnnl_engine_create";
+        g_engine = NULL;
+        return;
+    }
+    st = dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        g_init_status = st;
+        g_init_call = "dnnl_stream_create";
+        g_stream = NULL;
+        dnnl_engine_destroy(g_engine);
+        g_engine = NULL;
+    }
+}
+
+static ts_status dnnl_to_ts(dnnl_status_t st) {
+    switch (st) {
+    case dnnl_success: return TS_OK;
+    case dnnl_out_of_memory: return TS_ERR_NOMEM;
+    case dnnl_invalid_arguments: return TS_ERR_INVALID;
+    case dnnl_unimplemented: return TS_ERR_UNSUPPORTED;
+    default: return TS_ERR_INTERNAL;
+    }
+}
+
+/* Convert a failed oneDNN call into a ts_status naming the op and the call. */
+static ts_status dnnl_fail(dnnl_status_t st, const char *what, const char *call) {
+    return ts_fail(dnnl_to_ts(st), "%s: %s failed: %s", what, call, dnnl_status2str(st));
+}
+
+#define TS_DNNL_TRY(m, call)                                                                       \
+    do {                                                                                           \
+        dnnl_status_t st_ = (call);                                                                \
+        if (st_ != dnnl_success) {                                                                 \
+            ts_status ts_ = dnnl_fail(st_, (m)->what, #call);                                      \
+            ts_mm_free(m);                                                                         \
+            return ts_;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* ---- descriptors --------------------------------------------------------- */
+
+static const char *op_label(const ts_mm_desc *d) {
+    return d->label ? d->label : "?";
+}
+
+/* "f32[2,3,5]" or "f32[3,5]^T" for an operand stored as `rows x cols`. */
+static void operand_str(char *buf, size_t n, ts_dtype dt, int64_t batch, int64_t rows, int64_t cols,
+                        int trans) {
+    const char *tn = (unsigned)dt < TS_DTYPE_COUNT ? ts_dtype_name(dt) : "?";
+    if (batch > 0)
+        snprintf(buf, n, "%s[%lld,%lld,%lld]%s", tn, (long long)batch, (long long)rows,
+                 (long long)cols, trans ? "^T" : "");
+    else
+        snprintf(buf, n, "%s[%lld,%lld]%s", tn, (long long)rows, (long long)cols,
+                 trans ? "^T" : "");
+}
+
+/* Describe the op for messages; batch dims are shown only when batch > 1. */
+static void describe(char *buf, size_t n, const ts_mm_desc *d) {
+    char sa[80], sb[80], sc[80];
+    int batched = d->batch != 1;
+    int64_t ba = batched && !d->a_broadcast ? d->batch : 0;
+    int64_t bb = batched && !d->b_broadcast ? d->batch : 0;
+    /* shapes as stored in memory */
+    operand_str(sa, sizeof sa, d->a_dt, ba, d->trans_a ? d->K : d->M, d->trans_a ? d->M : d->K,
+                d->trans_a);
+    operand_str(sb, sizeof sb, d->b_dt, bb, d->trans_b ? d->N : d->K, d->trans_b ? d->K : d->N,
+                d->trans_b);
+    operand_str(sc, sizeof sc, d->c_dt, batched ? d->batch : 0, d->M, d->N, 0);
+    snprintf(buf, n, "matmul '%.63s' %s x %s %s %s", op_label(d), sa, sb,
+             d->accumulate ? "+->" : "->", sc);
+}
+
+static ts_status check_desc(const ts_mm_desc *d, const char *what) {
+    if (d->batch < 1 || d->M < 1 || d->N < 1 || d->K < 1)
+        return ts_fail(TS_ERR_SHAPE, "%s: batch, M, N and K must be >= 1", what);
+    /* Every element count, with its byte size, must fit comfortably in int64. */
+    const int64_t lim = INT64_C(1) << 40;
+    if (d->M > lim / d->K || d->K > lim / d->N || d->M > lim / d->N ||
+        d->batch > lim / (d->M * d->K) || d->batch > lim / (d->K * d->N) ||
+        d->batch > lim / (d->M * d->N))
+        return ts_fail(TS_ERR_SHAPE, "%s: operands too large", what);
+    return TS_OK;
+}
+
+static ts_status check_types(const ts_mm_desc *d, const char *what) {
+    int ok =
+        (d->a_dt == TS_F32 && d->b_dt == TS_F32 && d->c_dt == TS_F32) ||
+        (d->a_dt == TS_BF16 && d->b_dt == TS_BF16 && (d->c_dt == TS_F32 || d->c_dt == TS_BF16));
+    if (!ok)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "%s: dtype combination not supported (want f32 x f32 -> f32 or "
+                       "bf16 x bf16 -> f32/bf16)",
+                       what);
+    return TS_OK;
+}
+
+static dnnl_data_type_t to_dnnl_dt(ts_dtype t) {
+    return t == TS_BF16 ? dnnl_bf16 : dnnl_f32;
+}
+
+/* Memory descriptor of a [batch?, rows, cols] logical matrix stored either
+ * row-major as [rows, cols] or (trans) as [cols, rows]. Uses 2D when the
+ * whole matmul has batch 1. */
+static dnnl_status_t init_md(dnnl_memory_desc_t *md, int batched, int64_t batch, int64_t rows,
+                             int64_t cols, int trans, ts_dtype dt) {
+    dnnl_dims_t dims, strides;
+    int nd = 0;
+    if (batched) {
+        dims[nd] = batch;
+        strides[nd] = rows * cols;
+        nd++;
+    }
+    dims[nd] = rows;
+    strides[nd] = trans ? 1 : cols;
+    dims[nd + 1] = cols;
+    strides[nd + 1] = trans ? rows : 1;
+    return dnnl_memory_desc_init_by_strides(md, nd + 2, dims, to_dnnl_dt(dt), strides);
+}
+
+/* ---- create / run / free ------------------------------------------------ */
+
+ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
+    if (!out) return ts_fail(TS_ERR_INVALID, "ts_mm_create: out is NULL");
+    *out = NULL;
+    if (!d) return ts_fail(TS_ERR_INVALID, "ts_mm_create: descriptor is NULL");
+
+    ts_mm *m = ts_zalloc(sizeof *m, "matmul primitive");
+    if (!m) {
+        ts_error_prefix("matmul '%s'", op_label(d));
+        return TS_ERR_NOMEM;
+    }
+    m->d = *d;
+    snprintf(m->label, sizeof m->label, "%s", op_label(d));
+    m->d.label = m->label;
+    describe(m->what, sizeof m->what, &m->d);
+
+    ts_status s = check_desc(d, m->what);
+    if (s == TS_OK) s = check_types(d, m->what);
+    if (s == TS_OK && d->batch > 1 && d->a_broadcast && d->b_broadcast)
+        s = ts_fail(TS_ERR_UNSUPPORTED,
+                    "%s: A and B both broadcast over the batch (oneDNN needs one of them "
+                    "batched); compute one batch-1 product instead",
+                    m->what);
+    if (s != TS_OK) {
+        ts_mm_free(m);
+        return s;
+    }
+
+    pthread_once(&g_once, init_engine);
+    if (!g_engine) {
+        s = dnnl_fail(g_init_status, m->what, g_init_call);
+        ts_mm_free(m);
+        return s;
+    }
+
+    int batched = d->batch != 1;
+    dnnl_memory_desc_t md_a, md_b, md_c;
+    TS_DNNL_TRY(
+        m, init_md(&md_a, batched, d->a_broadcast ? 1 : d->batch, d->M, d->K, d->trans_a, d->a_dt));
+    TS_DNNL_TRY(
+        m, init_md(&md_b, batched, d->b_broadcast ? 1 : d->batch, d->K, d->N, d->trans_b, d->b_dt));
+    TS_DNNL_TRY(m, init_md(&md_c, batched, d->batch, d->M, d->N, 0, d->c_dt));
+
+    dnnl_matmul_desc_t op;
+    TS_DNNL_TRY(m, dnnl_matmul_desc_init(&op, &md_a, &md_b, NULL, &md_c));
+
+    /* The attribute and post-ops objects live only during creation. */
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+    const char *call = "dnnl_primitive_attr_create";
+    if (st == dnnl_success) {
+        call = "dnnl_primitive_attr_set_scratchpad_mode";
+        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    }
+    if (st == dnnl_success) {
+        call = "dnnl_primitive_attr_set_fpmath_mode";
+        st = dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict);
+    }
+    if (st == dnnl_success && d->accumulate) {
+        call = "dnnl_post_ops_create";
+        st = dnnl_post_ops_create(&po);
+        if (st == dnnl_success) {
+            call = "dnnl_post_ops_append_sum";
+            st = dnnl_post_ops_append_sum(po, 1.0f);
+        }
+        if (st == dnnl_success) {
+            call = "dnnl_primitive_attr_set_post_ops";
+            st = dnnl_primitive_attr_set_post_ops(attr, po);
+        }
+    }
+    if (st == dnnl_success) {
+        /* oneDNN fixes its thread count (and blocking) here. */
+        m->nthr = omp_get_max_threads();
+        call = "dnnl_primitive_desc_create";
+        st = dnnl_primitive_desc_create(&pd, &op, attr, g_engine, NULL);
+    }
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (st != dnnl_success) {
+        s = dnnl_fail(st, m->what, call);
+        ts_mm_free(m);
+        return s;
+    }
+
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
+        snprintf(m->impl, sizeof m->impl, "%s", impl);
+    const dnnl_memory_desc_t *md_s = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    m->scratch_bytes = md_s ? dnnl_memory_desc_get_size(md_s) : 0;
+
+    st = dnnl_primitive_create(&m->prim, pd);
+    call = "dnnl_primitive_create";
+    if (st == dnnl_success && m->scratch_bytes > 0) {
+        st = dnnl_memory_create(&m->mem_s, md_s, g_engine, DNNL_MEMORY_NONE);
+        call = "dnnl_memory_create(scratchpad)";
+    }
+    dnnl_primitive_desc_destroy(pd); /* md_s is not used past this point */
+    if (st != dnnl_success) {
+        s = dnnl_fail(st, m->what, call);
+        ts_mm_free(m);
+        return s;
+    }
+
+    TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_a, &md_a, g_engine, DNNL_MEMORY_NONE));
+    TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_b, &md_b, g_engine, DNNL_MEMORY_NONE));
+    TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_c, &md_c, g_engine, DNNL_MEMORY_NONE));
+
+    m->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, m->mem_a};
+    m->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, m->mem_b};
+    m->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, m->mem_c};
+    m->nargs = 3;
+    if (m->mem_s) m->args[m->nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m->mem_s};
+
+    *out = m;
+    return TS_OK;
+}
+
+size_t ts_mm_scratch_bytes(const ts_mm *m) {
+    return m ? m->scratch_bytes : 0;
+}
+const char *ts_mm_impl(const ts_mm *m) {
+    return m ? m->impl : "";
+}
+int ts_mm_threads(const ts_mm *m) {
+    return m ? m->nthr : 0;
+}
+const ts_mm_desc *ts_mm_get_desc(const ts_mm *m) {
+    return m ? &m->d : NULL;
+}
+
+#define TS_DNNL_RUN(m, call)                                                                       \
+    do {                                                                                           \
+        dnnl_status_t st_ = (call);                                                                \
+        if (st_ != dnnl_success) return dnnl_fail(st_, (m)->what, #call);                          \
+    } while (0)
+
+ts_status ts_mm_run(ts_mm *m, const void *a, const void *b, void *c, void *scratch) {
+    if (!m) return ts_fail(TS_ERR_INVALID, "ts_mm_run: matmul is NULL");
+    if (!a || !b || !c)
+        return ts_fail(TS_ERR_INVALID, "%s: NULL operand (a=%p b=%p c=%p)", m->what, a, b, c);
+    if (m->scratch_bytes > 0 && !scratch)
+        return ts_fail(TS_ERR_INVALID, "%s: needs %zu bytes of scratch, got NULL", m->what,
+                       m->scratch_bytes);
+    /* oneDNN only reads A and B; its C API has no const handle setter. */
+    TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_a, (void *)(uintptr_t)a));
+    TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_b, (void *)(uintptr_t)b));
+    TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_c, c));
+    if (m->mem_s) TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_s, scratch));
+    TS_DNNL_RUN(m, dnnl_primitive_execute(m->prim, g_stream, m->nargs, m->args));
+    TS_DNNL_RUN(m, dnnl_stream_wait(g_stream));
+    return TS_OK;
+}
+
+void ts_mm_free(ts_mm *m) {
+    if (!m) return;
+    if (m->mem_a) dnnl_memory_destroy(m->mem_a);
+    if (m->mem_b) dnnl_memory_destroy(m->mem_b);
+    if (m->mem_c) dnnl_memory_destroy(m->mem_c);
+    if (m->mem_s) dnnl_memory_destroy(m->mem_s);
+    if (m->prim) dnnl_primitive_destroy(m->prim);
+    free(m);
+}
+
+/* ---- reference kernels --------------------------------------------------- */
+
+/* Element offsets of A[b, i, k], B[b, k, j] for the layouts in the header. */
+#define REF_IDX_A(d, bi, i, k)                                                                     \
+    ((d)->a_broadcast ? 0 : (bi) * (d)->M * (d)->K) +                                              \
+        ((d)->trans_a ? (k) * (d)->M + (i) : (i) * (d)->K + (k))
+#define REF_IDX_B(d, bi, k, j)                                                                     \
+    ((d)->b_broadcast ? 0 : (bi) * (d)->K * (d)->N) +                                              \
+        ((d)->trans_b ? (j) * (d)->K + (k) : (k) * (d)->N + (j))
+
+static ts_status ref_check(const ts_mm_desc *d, const void *a, const void *b, const void *c,
+                           const char *fn) {
+    if (!d) return ts_fail(TS_ERR_INVALID, "%s: descriptor is NULL", fn);
+    char what[400];
+    describe(what, sizeof what, d);
+    ts_status s = check_desc(d, what);
+    if (s != TS_OK) return s;
+    if (!a || !b || !c) return ts_fail(TS_ERR_INVALID, "%s: %s: NULL operand", fn, what);
+    return TS_OK;
+}
+
+ts_status ts_mm_ref_f32(const ts_mm_desc *d, const float *a, const float *b, float *c) {
+    ts_status s = ref_check(d, a, b, c, "ts_mm_ref_f32");
+    if (s != TS_OK) return s;
+    const int64_t rows = d->batch * d->M;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t bi = r / d->M, i = r % d->M;
+        for (int64_t j = 0; j < d->N; j++) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < d->K; k++)
+                acc += (double)a[REF_IDX_A(d, bi, i, k)] * (double)b[REF_IDX_B(d, bi, k, j)];
+            float *dst = &c[r * d->N + j];
+            *dst = d->accumulate ? (float)((double)*dst + acc) : (float)acc;
+        }
+    }
+    return TS_OK;
+}
+
+ts_status ts_mm_ref_f64(const ts_mm_desc *d, const double *a, const double *b, double *c) {
+    ts_status s = ref_check(d, a, b, c, "ts_mm_ref_f64");
+    if (s != TS_OK) return s;
+    const int64_t rows = d->batch * d->M;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t bi = r / d->M, i = r % d->M;
+        for (int64_t j = 0; j < d->N; j++) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < d->K; k++)
+                acc += a[REF_IDX_A(d, bi, i, k)] * b[REF_IDX_B(d, bi, k, j)];
+            double *dst = &c[r * d->N + j];
+            *dst = d->accumulate ? *dst + acc : acc;
+        }
+    }
+    return TS_OK;
+}

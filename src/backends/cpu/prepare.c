@@ -1,0 +1,89 @@
+/* Preparing a plan for the CPU: instructions that have an optimised kernel
+ * get it here, once, with whatever state it needs (a oneDNN primitive);
+ * every other instruction keeps its op's reference kernel. */
+#include <stdlib.h>
+#include <string.h>
+#include "backends/cpu/dnnl_matmul.h"
+#include "plan/plan.h"
+
+static ts_status k_dnnl_matmul(const ts_kargs *k) {
+    return ts_mm_run(k->backend, k->in[0].data, k->in[1].data, k->out[0].data, k->scratch);
+}
+
+static void free_mm(void *m) { ts_mm_free(m); }
+
+/* Map a matmul instruction onto the [batch, M, K] x [batch, K, N] shapes the
+ * oneDNN wrapper takes. Returns 0 when the broadcast pattern does not fit
+ * (the reference kernel then stays). */
+static int mm_desc_for(const ts_instr *in, ts_mm_desc *d) {
+    const ts_tensor *A = &in->in[0], *B = &in->in[1], *C = &in->out[0];
+    if (A->dtype != TS_F32 || B->dtype != TS_F32 || C->dtype != TS_F32) return 0;
+    memset(d, 0, sizeof *d);
+    d->a_dt = d->b_dt = d->c_dt = TS_F32;
+    d->trans_a = (int)in->a.i[0];
+    d->trans_b = (int)in->a.i[1];
+    d->M = C->dims[C->rank - 2];
+    d->N = C->dims[C->rank - 1];
+    d->K = A->dims[A->rank - (d->trans_a ? 2 : 1)];
+    d->label = in->label;
+    int64_t batch = 1;
+    for (int i = 0; i < C->rank - 2; i++) batch *= C->dims[i];
+    int64_t a_batch = 1, b_batch = 1;
+    for (int i = 0; i < A->rank - 2; i++) a_batch *= A->dims[i];
+    for (int i = 0; i < B->rank - 2; i++) b_batch *= B->dims[i];
+    if (b_batch == 1 && !d->trans_a) {
+        /* B shared by all batches (nn.Linear): one tall GEMM. */
+        d->M *= batch;
+        d->batch = 1;
+        return 1;
+    }
+    d->batch = batch;
+    if (a_batch == batch && b_batch == batch) {
+        /* Same batch shape on both sides (no broadcasting inside). */
+        int lead_a = C->rank - A->rank, lead_b = C->rank - B->rank;
+        for (int i = 0; i < C->rank - 2; i++) {
+            if (i >= lead_a && A->dims[i - lead_a] != C->dims[i]) return 0;
+            if (i >= lead_b && B->dims[i - lead_b] != C->dims[i]) return 0;
+        }
+        return 1;
+    }
+    if (b_batch == 1) {
+        d->b_broadcast = 1;
+        return a_batch == batch;
+    }
+    if (a_batch == 1) {
+        d->a_broadcast = 1;
+        return b_batch == batch;
+    }
+    return 0;
+}
+
+ts_status ts_cpu_prepare(ts_plan *p) {
+    size_t scratch = 0;
+    if (p->opt.reference_kernels) return TS_OK;
+    for (int i = 0; i < p->n_ins; i++) {
+        ts_instr *in = &p->ins[i];
+        ts_mm_desc d;
+        if (in->op != TS_OP_MATMUL || !mm_desc_for(in, &d)) continue;
+        ts_mm *mm;
+        ts_status s = ts_mm_create(&d, &mm);
+        if (s != TS_OK) return s;
+        in->backend = mm;
+        in->backend_free = free_mm;
+        in->fn = k_dnnl_matmul;
+        size_t sb = ts_mm_scratch_bytes(mm);
+        if (sb > scratch) scratch = sb;
+    }
+    if (scratch) {
+        p->backend_scratch = ts_aligned_alloc(scratch, "oneDNN scratchpad");
+        if (!p->backend_scratch) return TS_ERR_NOMEM;
+        p->backend_scratch_bytes = scratch;
+        /* One buffer serves every oneDNN instruction in turn. */
+        for (int i = 0; i < p->n_ins; i++)
+            if (p->ins[i].fn == k_dnnl_matmul) {
+                p->ins[i].scratch = p->backend_scratch;
+                p->ins[i].scratch_bytes = scratch;
+            }
+    }
+    return TS_OK;
+}

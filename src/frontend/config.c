@@ -1,0 +1,943 @@
+/* The YAML run configuration: one key table drives parsing, overrides,
+ * validation, the resolved dump and the documentation check. */
+#include "frontend/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <yaml.h>
+#include "core/core.h"
+
+/* Which values of the choosing key (model.name, train.optimizer) use a key. */
+#define FOR_MODEL (TS_CFG_FOR_MLP | TS_CFG_FOR_GPT)
+#define FOR_SGD   8
+#define FOR_ADAM  16 /* adam and adamw */
+
+#define FIELD(sec, f) offsetof(ts_config, sec.f), sizeof(((ts_config *)0)->sec.f)
+#define SIZE_RANGE    "[1, 1e9]"
+
+static const ts_config_key keys[] = {
+    /* model */
+    {"model.name", TS_CFG_ENUM, FIELD(model, name), TS_CFG_DERIVED, "mlp|gpt", NULL, "the preset's",
+     "model family: an MLP regressor or a GPT decoder"},
+    {"model.preset", TS_CFG_ENUM, FIELD(model, preset), TS_CFG_DERIVED, "w1|w3|gpt2-124m", NULL,
+     "w1 (mlp), w3 (gpt)",
+     "benchmark shape giving every model key not set: w1 (mlp), w3 or gpt2-124m (gpt)"},
+    {"model.batch", TS_CFG_I64, FIELD(model, batch), FOR_MODEL | TS_CFG_DERIVED, NULL, SIZE_RANGE,
+     "preset", "samples (mlp) or sequences (gpt) per step"},
+    {"model.window", TS_CFG_I64, FIELD(model, window), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
+     "[0, 1e9]", "preset", "time steps per sample; 0 for a flat input of in_dim features"},
+    {"model.features", TS_CFG_I64, FIELD(model, features), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
+     SIZE_RANGE, "preset", "features per time step (input x is [batch, window, features])"},
+    {"model.in_dim", TS_CFG_I64, FIELD(model, in_dim), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
+     SIZE_RANGE, "window * features", "input width; set it with window: 0 for x [batch, in_dim]"},
+    {"model.hidden", TS_CFG_I64, FIELD(model, hidden), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
+     SIZE_RANGE, "preset", "width of each hidden layer"},
+    {"model.n_hidden", TS_CFG_INT, FIELD(model, n_hidden), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
+     "[0, 1000]", "preset", "hidden layers, each Linear -> ReLU (-> LayerNorm)"},
+    {"model.out_dim", TS_CFG_I64, FIELD(model, out_dim), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
+     SIZE_RANGE, "preset", "outputs per sample (MSE loss against y [batch, out_dim])"},
+    {"model.layer_norm", TS_CFG_BOOL, FIELD(model, layer_norm), TS_CFG_FOR_MLP | TS_CFG_DERIVED,
+     NULL, NULL, "preset", "LayerNorm after each hidden ReLU"},
+    {"model.ctx", TS_CFG_I64, FIELD(model, ctx), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL, SIZE_RANGE,
+     "preset", "context length (tokens per sequence)"},
+    {"model.vocab", TS_CFG_I64, FIELD(model, vocab), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
+     SIZE_RANGE, "preset", "vocabulary size"},
+    {"model.d_model", TS_CFG_I64, FIELD(model, d_model), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
+     SIZE_RANGE, "preset", "embedding width; a multiple of n_heads"},
+    {"model.n_layers", TS_CFG_INT, FIELD(model, n_layers), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
+     "[0, 1000]", "preset", "transformer blocks"},
+    {"model.n_heads", TS_CFG_INT, FIELD(model, n_heads), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
+     "[1, 1e6]", "preset", "attention heads per block"},
+    {"model.dropout", TS_CFG_F64, FIELD(model, dropout), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
+     "[0, 1)", "preset", "dropout probability on embeddings, attention and MLP outputs"},
+    /* train */
+    {"train.optimizer", TS_CFG_ENUM, FIELD(train, optimizer), 0, "sgd|adam|adamw", NULL, "adamw",
+     "update rule, as torch.optim.SGD, Adam, AdamW"},
+    {"train.lr", TS_CFG_F64, FIELD(train, lr), 0, NULL, "[0, inf)", "1e-3",
+     "peak learning rate (after warm-up)"},
+    {"train.momentum", TS_CFG_F64, FIELD(train, momentum), FOR_SGD, NULL, "[0, inf)", "0",
+     "SGD momentum factor"},
+    {"train.dampening", TS_CFG_F64, FIELD(train, dampening), FOR_SGD, NULL, "[0, 1]", "0",
+     "SGD dampening of the momentum"},
+    {"train.nesterov", TS_CFG_BOOL, FIELD(train, nesterov), FOR_SGD, NULL, NULL, "false",
+     "SGD Nesterov momentum (needs momentum > 0 and dampening 0)"},
+    {"train.beta1", TS_CFG_F64, FIELD(train, beta1), FOR_ADAM, NULL, "[0, 1)", "0.9",
+     "Adam/AdamW decay of the first moment"},
+    {"train.beta2", TS_CFG_F64, FIELD(train, beta2), FOR_ADAM, NULL, "[0, 1)", "0.999",
+     "Adam/AdamW decay of the second moment"},
+    {"train.eps", TS_CFG_F64, FIELD(train, eps), FOR_ADAM, NULL, "[0, inf)", "1e-8",
+     "Adam/AdamW term added to the denominator"},
+    {"train.weight_decay", TS_CFG_F64, FIELD(train, weight_decay), TS_CFG_DERIVED, NULL, "[0, inf)",
+     "0.01 (adamw), 0 (sgd, adam)",
+     "AdamW: decoupled decay; SGD and Adam: L2 term added to the gradient"},
+    {"train.clip_grad_norm", TS_CFG_F64, FIELD(train, clip_grad_norm), 0, NULL, "[0, inf)", "0",
+     "scale gradients to at most this global L2 norm (0: off)"},
+    {"train.schedule", TS_CFG_ENUM, FIELD(train, schedule), 0, "constant|linear|cosine", NULL,
+     "constant", "learning rate after warm-up: constant, or decaying to min_lr at total_steps"},
+    {"train.warmup_steps", TS_CFG_I64, FIELD(train, warmup_steps), 0, NULL, "[0, 1e15]", "0",
+     "steps of linear ramp from lr / warmup_steps up to lr"},
+    {"train.total_steps", TS_CFG_I64, FIELD(train, total_steps), TS_CFG_DERIVED, NULL, "[1, 1e15]",
+     "train.steps", "step at which linear and cosine schedules reach min_lr"},
+    {"train.min_lr", TS_CFG_F64, FIELD(train, min_lr), 0, NULL, "[0, inf)", "0",
+     "learning rate reached at total_steps (linear, cosine)"},
+    {"train.steps", TS_CFG_I64, FIELD(train, steps), 0, NULL, "[1, 1e15]", "100",
+     "optimizer steps to run"},
+    {"train.seed", TS_CFG_U64, FIELD(train, seed), 0, NULL, NULL, "0",
+     "seed of parameter init, dropout and synthetic data"},
+    {"train.threads", TS_CFG_INT, FIELD(train, threads), 0, NULL, "[0, 4096]", "0",
+     "worker threads (0: all cores, or OMP_NUM_THREADS)"},
+    /* compile */
+    {"compile.debug_nan", TS_CFG_BOOL, FIELD(compile, debug_nan), 0, NULL, NULL, "false",
+     "check every value for NaN/Inf as it is computed"},
+    {"compile.no_simplify", TS_CFG_BOOL, FIELD(compile, no_simplify), 0, NULL, NULL, "false",
+     "skip dead-code elimination, CSE and constant folding"},
+    {"compile.naive_schedule", TS_CFG_BOOL, FIELD(compile, naive_schedule), 0, NULL, NULL, "false",
+     "keep build order instead of the memory-aware schedule"},
+    {"compile.no_inplace", TS_CFG_BOOL, FIELD(compile, no_inplace), 0, NULL, NULL, "false",
+     "never let an output share its input's memory"},
+};
+
+#define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
+_Static_assert(sizeof keys / sizeof keys[0] <= TS_CFG_MAX_KEYS, "raise TS_CFG_MAX_KEYS");
+
+enum { ORIGIN_DEFAULT = 0, ORIGIN_FILE = 1, ORIGIN_SET = 2 };
+
+int ts_config_key_count(void) {
+    return N_KEYS;
+}
+
+const ts_config_key *ts_config_key_at(int i) {
+    return i >= 0 && i < N_KEYS ? &keys[i] : NULL;
+}
+
+int ts_config_key_find(const char *path) {
+    for (int i = 0; path && i < N_KEYS; i++)
+        if (!strcmp(keys[i].path, path)) return i;
+    return -1;
+}
+
+/* The i-th entry of "a|b|c" into buf; 0 if there is none. */
+static int choice_at(const char *choices, int i, char *buf, size_t n) {
+    const char *p = choices;
+    for (int k = 0; k < i; k++) {
+        p = strchr(p, '|');
+        if (!p) return 0;
+        p++;
+    }
+    size_t len = strcspn(p, "|");
+    if (len >= n) len = n - 1;
+    memcpy(buf, p, len);
+    buf[len] = 0;
+    return 1;
+}
+
+const char *ts_config_type_name(const ts_config_key *k, char *buf, size_t n) {
+    switch (k->type) {
+    case TS_CFG_INT:
+    case TS_CFG_I64:
+    case TS_CFG_U64: snprintf(buf, n, "integer"); break;
+    case TS_CFG_F64: snprintf(buf, n, "number"); break;
+    case TS_CFG_BOOL: snprintf(buf, n, "bool"); break;
+    case TS_CFG_STR: snprintf(buf, n, "string"); break;
+    case TS_CFG_ENUM: {
+        size_t k2 = 0;
+        char c[64];
+        buf[0] = 0;
+        for (int i = 0; choice_at(k->choices, i, c, sizeof c) && k2 < n; i++)
+            k2 += (size_t)snprintf(buf + k2, n - k2, i ? ", %s" : "%s", c);
+        break;
+    }
+    }
+    return buf;
+}
+
+/* ---- edit distance and suggestions ------------------------------------- */
+
+/* Optimal string alignment distance: Levenshtein plus adjacent swaps, so
+ * "trian" is one edit from "train". Names are short; longer inputs are cut. */
+static int osa(const char *a, const char *b) {
+    enum { M = 64 };
+    int n = (int)strlen(a), m = (int)strlen(b);
+    if (n > M) n = M;
+    if (m > M) m = M;
+    static _Thread_local int d[M + 1][M + 1];
+    for (int i = 0; i <= n; i++) d[i][0] = i;
+    for (int j = 0; j <= m; j++) d[0][j] = j;
+    for (int i = 1; i <= n; i++)
+        for (int j = 1; j <= m; j++) {
+            int cost = a[i - 1] != b[j - 1];
+            int v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[n][m];
+}
+
+static const char *leaf(const char *path) {
+    const char *dot = strrchr(path, '.');
+    return dot ? dot + 1 : path;
+}
+
+/* How far `cand` is from what the user wrote: a misspelt name, or the
+ * right name in the wrong section ("model.lr" -> "train.lr"). */
+static int suggest_score(const char *got, const char *cand) {
+    int s = osa(got, cand);
+    const char *gl = leaf(got), *cl = leaf(cand);
+    if (gl != got || cl != cand) {
+        int t = osa(gl, cl) + 1;
+        if (t < s) s = t;
+        size_t ng = strlen(gl), nc = strlen(cl), mn = ng < nc ? ng : nc;
+        /* "batch_size" for "batch", "warmup" for "warmup_steps" */
+        if (mn >= 3 && !strncmp(gl, cl, mn) && 2 < s) s = 2;
+    }
+    return s;
+}
+
+/* Whether cand (at distance s) beats the best so far; on a tie the one
+ * closer in length wins, so "adamx" suggests adamw rather than adam. */
+static int closer(int s, int best_s, const char *got, const char *cand, const char *best) {
+    if (s != best_s) return s < best_s;
+    long g = (long)strlen(got), dc = labs((long)strlen(cand) - g),
+         db = labs((long)strlen(best) - g);
+    return dc < db;
+}
+
+/* Candidate names: every key path and every section (path prefix). */
+static int candidate(int i, char *buf, size_t n) {
+    if (i < N_KEYS) {
+        snprintf(buf, n, "%s", keys[i].path);
+        return 1;
+    }
+    i -= N_KEYS;
+    if (i >= N_KEYS) return 0;
+    size_t len = strcspn(keys[i].path, ".");
+    if (len >= n) len = n - 1;
+    memcpy(buf, keys[i].path, len);
+    buf[len] = 0;
+    return 1;
+}
+
+/* " (did you mean 'train.lr'?)", else the names valid where the user was. */
+static void suggestion(const char *got, char *out, size_t n) {
+    char best[128] = "", c[128];
+    int best_s = INT_MAX;
+    for (int i = 0; candidate(i, c, sizeof c); i++) {
+        int s = suggest_score(got, c);
+        if (closer(s, best_s, got, c, best)) best_s = s, snprintf(best, sizeof best, "%s", c);
+    }
+    if (best_s <= 1 + (int)strlen(leaf(got)) / 3) {
+        snprintf(out, n, " (did you mean '%s'?)", best);
+        return;
+    }
+    /* Inside a known section list its keys; otherwise list the sections. */
+    size_t sec = strcspn(got, "."), k = 0;
+    int known = 0;
+    for (int i = 0; i < N_KEYS; i++)
+        known |= got[sec] == '.' && !strncmp(keys[i].path, got, sec + 1);
+    out[0] = 0;
+    for (int i = 0; i < N_KEYS && k < n; i++) {
+        const char *p = keys[i].path;
+        size_t ps = strcspn(p, ".");
+        if (known) {
+            if (strncmp(p, got, sec + 1)) continue;
+            k += (size_t)snprintf(out + k, n - k, "%s%s", k ? ", " : " (valid here: ", p + sec + 1);
+        } else if (i == 0 || strncmp(keys[i - 1].path, p, ps + 1)) {
+            /* the table is grouped by section, so a section starts where the prefix changes */
+            k += (size_t)snprintf(out + k, n - k, "%s%.*s", k ? ", " : " (sections: ", (int)ps, p);
+        }
+    }
+    if (k && k < n) snprintf(out + k, n - k, ")");
+}
+
+/* ---- values ------------------------------------------------------------- */
+
+static int is_section(const char *path) {
+    size_t n = strlen(path);
+    for (int i = 0; i < N_KEYS; i++)
+        if (!strncmp(keys[i].path, path, n) && keys[i].path[n] == '.') return 1;
+    return 0;
+}
+
+/* 'text' shortened for a message. */
+static const char *shown(const char *text, char *buf, size_t n) {
+    size_t len = strlen(text);
+    if (len < 48) {
+        snprintf(buf, n, "'%s'", text);
+    } else {
+        snprintf(buf, n, "'%.44s...'", text);
+    }
+    return buf;
+}
+
+static int parse_i64(const char *s, int64_t *v) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (end != s && !*end && !errno) {
+        *v = x;
+        return 1;
+    }
+    /* 1e6 is a fine way to write a step count; 1.5 is not an integer. */
+    double d = strtod(s, &end);
+    if (end == s || *end || !isfinite(d) || d != floor(d) || fabs(d) >= 9.2e18) return 0;
+    *v = (int64_t)d;
+    return 1;
+}
+
+static int parse_f64(const char *s, double *v) {
+    char *end;
+    double d = strtod(s, &end);
+    if (end == s || *end || !isfinite(d)) return 0;
+    *v = d;
+    return 1;
+}
+
+static int parse_bool(const char *s, int *v) {
+    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(s, yes[i])) return *v = 1, 1;
+        if (!strcasecmp(s, no[i])) return *v = 0, 1;
+    }
+    return 0;
+}
+
+/* Checks v against a range written "[lo, hi)", "(0, inf)" and the like. */
+static int in_range(const char *range, double v) {
+    if (!range) return 1;
+    char *p;
+    double lo = strtod(range + 1, &p);
+    while (*p == ',' || *p == ' ') p++;
+    double hi = strtod(p, &p);
+    int lo_ok = range[0] == '[' ? v >= lo : v > lo;
+    int hi_ok = *p == ']' ? v <= hi : v < hi;
+    return lo_ok && hi_ok;
+}
+
+/* "a number", "one of sgd | adam | adamw", ... for messages. */
+static const char *expected(const ts_config_key *k, char *buf, size_t n) {
+    char tb[96];
+    switch (k->type) {
+    case TS_CFG_INT:
+    case TS_CFG_I64:
+    case TS_CFG_U64: return "an integer";
+    case TS_CFG_F64: return "a number";
+    case TS_CFG_BOOL: return "true or false";
+    case TS_CFG_STR: return "a string";
+    case TS_CFG_ENUM: snprintf(buf, n, "one of %s", ts_config_type_name(k, tb, sizeof tb)); break;
+    }
+    return buf;
+}
+
+/* Parse `text` for key k and store it in c. The message names the key but
+ * not the place; the caller adds that. */
+static ts_status store(ts_config *c, const ts_config_key *k, const char *text) {
+    char eb[128], vb[64];
+    char *dst = (char *)c + k->offset;
+    if (!*text)
+        return ts_fail(TS_ERR_INVALID, "%s: expected %s, got nothing", k->path,
+                       expected(k, eb, sizeof eb));
+    switch (k->type) {
+    case TS_CFG_INT:
+    case TS_CFG_I64: {
+        int64_t v;
+        if (!parse_i64(text, &v)) {
+            double d;
+            /* a whole number too large for int64 is out of range, not malformed */
+            if (parse_f64(text, &d) && d == floor(d)) break;
+            return ts_fail(TS_ERR_INVALID, "%s: expected an integer, got %s", k->path,
+                           shown(text, vb, sizeof vb));
+        }
+        if (!in_range(k->range, (double)v) ||
+            (k->type == TS_CFG_INT && (v < INT_MIN || v > INT_MAX)))
+            break;
+        if (k->type == TS_CFG_INT) {
+            int iv = (int)v;
+            memcpy(dst, &iv, sizeof iv);
+        } else {
+            memcpy(dst, &v, sizeof v);
+        }
+        return TS_OK;
+    }
+    case TS_CFG_U64: {
+        char *end;
+        errno = 0;
+        const char *p = text;
+        while (isspace((unsigned char)*p)) p++;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (*p == '-' || end == p || *end || errno)
+            return ts_fail(TS_ERR_INVALID, "%s: expected an integer in [0, 2^64), got %s", k->path,
+                           shown(text, vb, sizeof vb));
+        uint64_t u = v;
+        if (!in_range(k->range, (double)u)) break;
+        memcpy(dst, &u, sizeof u);
+        return TS_OK;
+    }
+    case TS_CFG_F64: {
+        double v;
+        if (!parse_f64(text, &v))
+            return ts_fail(TS_ERR_INVALID, "%s: expected a number, got %s", k->path,
+                           shown(text, vb, sizeof vb));
+        if (!in_range(k->range, v)) break;
+        memcpy(dst, &v, sizeof v);
+        return TS_OK;
+    }
+    case TS_CFG_BOOL: {
+        int v;
+        if (!parse_bool(text, &v))
+            return ts_fail(TS_ERR_INVALID, "%s: expected true or false, got %s", k->path,
+                           shown(text, vb, sizeof vb));
+        memcpy(dst, &v, sizeof v);
+        return TS_OK;
+    }
+    case TS_CFG_ENUM: {
+        char ch[64], best[64] = "";
+        int best_s = INT_MAX;
+        for (int i = 0; choice_at(k->choices, i, ch, sizeof ch); i++) {
+            /* Case does not matter: "AdamW" means adamw. */
+            if (!strcasecmp(ch, text)) {
+                memcpy(dst, &i, sizeof i);
+                return TS_OK;
+            }
+            int s = osa(text, ch);
+            if (closer(s, best_s, text, ch, best))
+                best_s = s, snprintf(best, sizeof best, "%s", ch);
+        }
+        char hint[96] = "";
+        if (best_s <= 1 + (int)strlen(text) / 3)
+            snprintf(hint, sizeof hint, " (did you mean '%s'?)", best);
+        return ts_fail(TS_ERR_INVALID, "%s: expected %s, got %s%s", k->path,
+                       expected(k, eb, sizeof eb), shown(text, vb, sizeof vb), hint);
+    }
+    case TS_CFG_STR:
+        if (strlen(text) >= k->size)
+            return ts_fail(TS_ERR_INVALID, "%s: longer than %zu characters", k->path, k->size - 1);
+        memcpy(dst, text, strlen(text) + 1);
+        return TS_OK;
+    }
+    /* Every break above lands here: a well-formed value outside the range. */
+    if (!k->range)
+        return ts_fail(TS_ERR_INVALID, "%s: %s is out of range", k->path,
+                       shown(text, vb, sizeof vb));
+    return ts_fail(TS_ERR_INVALID, "%s: must be in %s, got %s", k->path, k->range,
+                   shown(text, vb, sizeof vb));
+}
+
+/* "file:line:col: " or "--set: " for where key i got its value; "" for a default. */
+static const char *origin(const ts_config *c, int i, char *buf, size_t n) {
+    if (i < 0 || c->set[i] == ORIGIN_DEFAULT)
+        snprintf(buf, n, "%s", c->file[0] ? c->file : "config");
+    else if (c->set[i] == ORIGIN_FILE)
+        snprintf(buf, n, "%s:%d:%d", c->file, c->line[i], c->col[i]);
+    else
+        snprintf(buf, n, "--set");
+    return buf;
+}
+
+void ts_config_init(ts_config *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < N_KEYS; i++)
+        if (!(keys[i].flags & TS_CFG_DERIVED)) store(c, &keys[i], keys[i].dflt);
+}
+
+/* ---- YAML --------------------------------------------------------------- */
+
+typedef struct walk_ctx {
+    ts_config *c;
+    yaml_document_t *doc;
+    const char *name;
+    unsigned char seen[TS_CFG_MAX_KEYS];
+} walk_ctx;
+
+static ts_status at(const walk_ctx *w, const yaml_node_t *node, ts_status s) {
+    ts_error_prefix("%s:%zu:%zu", w->name, node->start_mark.line + 1, node->start_mark.column + 1);
+    return s;
+}
+
+static const char *node_kind(const yaml_node_t *n) {
+    return n->type == YAML_MAPPING_NODE ? "a mapping" : "a list";
+}
+
+/* A YAML null: an empty plain scalar, "~" or "null". */
+static int is_null(const yaml_node_t *n) {
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
+    const char *v = (const char *)n->data.scalar.value;
+    return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
+}
+
+static ts_status walk(walk_ctx *w, const yaml_node_t *map, const char *prefix) {
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *kn = yaml_document_get_node(w->doc, p->key);
+        yaml_node_t *vn = yaml_document_get_node(w->doc, p->value);
+        if (!kn || !vn) return ts_fail(TS_ERR_INTERNAL, "%s: YAML node missing", w->name);
+        if (kn->type != YAML_SCALAR_NODE)
+            return at(w, kn,
+                      ts_fail(TS_ERR_FORMAT, "a key must be a plain name, got %s", node_kind(kn)));
+        char path[256];
+        int n = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "",
+                         (const char *)kn->data.scalar.value);
+        if (n < 0 || (size_t)n >= sizeof path)
+            return at(w, kn, ts_fail(TS_ERR_FORMAT, "key name too long"));
+        int idx = ts_config_key_find(path);
+        if (vn->type == YAML_MAPPING_NODE && idx < 0 && is_section(path)) {
+            ts_status s = walk(w, vn, path);
+            if (s != TS_OK) return s;
+            continue;
+        }
+        if (idx < 0 && is_section(path) && is_null(vn)) continue; /* "compile:" alone */
+        if (idx < 0) {
+            char hint[512];
+            if (is_section(path))
+                return at(w, vn,
+                          ts_fail(TS_ERR_FORMAT,
+                                  "%s: expected a mapping of keys, got "
+                                  "a value",
+                                  path));
+            suggestion(path, hint, sizeof hint);
+            return at(w, kn, ts_fail(TS_ERR_INVALID, "unknown key '%s'%s", path, hint));
+        }
+        if (vn->type != YAML_SCALAR_NODE) {
+            char eb[128];
+            return at(w, vn,
+                      ts_fail(TS_ERR_INVALID, "%s: expected %s, got %s", path,
+                              expected(&keys[idx], eb, sizeof eb), node_kind(vn)));
+        }
+        if (w->seen[idx])
+            return at(w, kn,
+                      ts_fail(TS_ERR_INVALID, "duplicate key '%s' (first set on line %d)", path,
+                              w->c->line[idx]));
+        ts_status s = store(w->c, &keys[idx], (const char *)vn->data.scalar.value);
+        if (s != TS_OK) return at(w, vn, s);
+        w->seen[idx] = 1;
+        w->c->set[idx] = ORIGIN_FILE;
+        w->c->line[idx] = (int)kn->start_mark.line + 1;
+        w->c->col[idx] = (int)kn->start_mark.column + 1;
+    }
+    return TS_OK;
+}
+
+static ts_status parse_error(const yaml_parser_t *ps, const char *name) {
+    const char *problem = ps->problem ? ps->problem : "cannot parse";
+    if (ps->error == YAML_READER_ERROR)
+        return ts_fail(TS_ERR_FORMAT, "%s: malformed YAML at byte %zu: %s", name,
+                       ps->problem_offset, problem);
+    if (ps->error == YAML_MEMORY_ERROR)
+        return ts_fail(TS_ERR_NOMEM, "%s: out of memory while parsing YAML", name);
+    char ctx[160] = "";
+    if (ps->context)
+        snprintf(ctx, sizeof ctx, " (%s at line %zu)", ps->context, ps->context_mark.line + 1);
+    return ts_fail(TS_ERR_FORMAT, "%s:%zu:%zu: malformed YAML: %s%s", name,
+                   ps->problem_mark.line + 1, ps->problem_mark.column + 1, problem, ctx);
+}
+
+static ts_status load(ts_config *c, yaml_parser_t *ps, const char *name) {
+    if (c->finished)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: config already finished; load files before "
+                       "ts_config_finish",
+                       name);
+    snprintf(c->file, sizeof c->file, "%s", name);
+    yaml_document_t doc;
+    if (!yaml_parser_load(ps, &doc)) return parse_error(ps, name);
+    ts_status s = TS_OK;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    walk_ctx w;
+    memset(&w, 0, sizeof w);
+    w.c = c, w.doc = &doc, w.name = name;
+    if (root && root->type == YAML_MAPPING_NODE) {
+        s = walk(&w, root, "");
+    } else if (root && !(root->type == YAML_SCALAR_NODE && !root->data.scalar.length)) {
+        s = at(&w, root,
+               ts_fail(TS_ERR_FORMAT,
+                       "expected a mapping of sections (model, train, compile), got %s",
+                       root->type == YAML_SCALAR_NODE ? "a value" : "a list"));
+    }
+    yaml_document_delete(&doc);
+    if (s != TS_OK) return s;
+    /* A second document would be silently ignored; say so instead. */
+    if (!yaml_parser_load(ps, &doc)) return parse_error(ps, name);
+    if (yaml_document_get_root_node(&doc))
+        s = ts_fail(TS_ERR_FORMAT, "%s:%zu: only one YAML document is allowed", name,
+                    doc.start_mark.line + 1);
+    yaml_document_delete(&doc);
+    return s;
+}
+
+ts_status ts_config_load_string(ts_config *c, const char *text, size_t len, const char *name) {
+    if (!c || !text) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+    yaml_parser_t ps;
+    if (!yaml_parser_initialize(&ps)) return ts_fail(TS_ERR_NOMEM, "config: YAML parser");
+    yaml_parser_set_input_string(&ps, (const unsigned char *)text, len);
+    ts_status s = load(c, &ps, name ? name : "config");
+    yaml_parser_delete(&ps);
+    return s;
+}
+
+ts_status ts_config_load_file(ts_config *c, const char *path) {
+    if (!c || !path) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return ts_fail(errno == ENOENT ? TS_ERR_NOT_FOUND : TS_ERR_IO,
+                       "cannot open config '%s': %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return ts_fail(TS_ERR_IO, "cannot read config '%s': it is a directory", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return ts_fail(TS_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
+    yaml_parser_t ps;
+    if (!yaml_parser_initialize(&ps)) {
+        fclose(f);
+        return ts_fail(TS_ERR_NOMEM, "config: YAML parser");
+    }
+    yaml_parser_set_input_file(&ps, f);
+    ts_status s = load(c, &ps, path);
+    yaml_parser_delete(&ps);
+    fclose(f);
+    return s;
+}
+
+ts_status ts_config_set(ts_config *c, const char *assignment) {
+    if (!c || !assignment) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+    if (c->finished)
+        return ts_fail(TS_ERR_INVALID, "--set: config already finished; apply overrides "
+                                       "before ts_config_finish");
+    while (isspace((unsigned char)*assignment)) assignment++;
+    const char *eq = strchr(assignment, '=');
+    char vb[64];
+    if (!eq || eq == assignment)
+        return ts_fail(TS_ERR_INVALID, "--set: expected key=value (e.g. train.lr=3e-4), got %s",
+                       shown(assignment, vb, sizeof vb));
+    char path[256], value[1024];
+    size_t kl = (size_t)(eq - assignment);
+    while (kl && isspace((unsigned char)assignment[kl - 1])) kl--;
+    const char *vs = eq + 1;
+    while (isspace((unsigned char)*vs)) vs++;
+    size_t vl = strlen(vs);
+    while (vl && isspace((unsigned char)vs[vl - 1])) vl--;
+    if (kl >= sizeof path || vl >= sizeof value)
+        return ts_fail(TS_ERR_INVALID, "--set: key or value too long");
+    memcpy(path, assignment, kl);
+    path[kl] = 0;
+    memcpy(value, vs, vl);
+    value[vl] = 0;
+    /* Quotes protect a value from the shell's view, not ours. */
+    if (vl >= 2 && (value[0] == '"' || value[0] == '\'') && value[vl - 1] == value[0]) {
+        memmove(value, value + 1, vl - 2);
+        value[vl - 2] = 0;
+    }
+    int idx = ts_config_key_find(path);
+    if (idx < 0) {
+        char hint[512];
+        if (is_section(path))
+            return ts_fail(TS_ERR_INVALID, "--set: '%s' is a section; set one of its keys", path);
+        suggestion(path, hint, sizeof hint);
+        return ts_fail(TS_ERR_INVALID, "--set: unknown key '%s'%s", path, hint);
+    }
+    ts_status s = store(c, &keys[idx], value);
+    if (s != TS_OK) {
+        ts_error_prefix("--set");
+        return s;
+    }
+    c->set[idx] = ORIGIN_SET;
+    return TS_OK;
+}
+
+/* ---- finishing ---------------------------------------------------------- */
+
+static void preset_values(int preset, ts_config *p) {
+    if (preset == TS_CFG_W1) {
+        ts_mlp_config m = ts_mlp_w1();
+        p->model.batch = m.batch, p->model.window = m.window, p->model.features = m.features;
+        p->model.in_dim = m.in_dim, p->model.hidden = m.hidden, p->model.n_hidden = m.n_hidden;
+        p->model.out_dim = m.out_dim, p->model.layer_norm = m.layer_norm;
+    } else {
+        ts_gpt_config g = preset == TS_CFG_W3 ? ts_gpt_w3() : ts_gpt2_124m();
+        p->model.batch = g.batch, p->model.ctx = g.ctx, p->model.vocab = g.vocab;
+        p->model.d_model = g.d_model, p->model.n_layers = g.n_layers;
+        p->model.n_heads = g.n_heads, p->model.dropout = g.dropout;
+    }
+}
+
+/* a * b * ... without overflow; 0 when the product exceeds `limit`. */
+static int64_t product(int64_t limit, int n, const int64_t *f) {
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) {
+        if (f[i] <= 0) return f[i] == 0 ? 0 : -1;
+        if (p > limit / f[i]) return -1;
+        p *= f[i];
+    }
+    return p;
+}
+
+static ts_status check_sizes(const ts_config *c) {
+    /* Far beyond any machine, but keeps shape arithmetic inside int64. */
+    const int64_t limit = (int64_t)1 << 40;
+    const ts_cfg_model_name kind = (ts_cfg_model_name)c->model.name;
+    int64_t B = c->model.batch, D = c->model.d_model, T = c->model.ctx, V = c->model.vocab;
+    int64_t H = c->model.n_heads, in = c->model.in_dim, hid = c->model.hidden;
+    struct {
+        const char *what;
+        int n;
+        int64_t f[4];
+    } t[] = {
+        {"input x", 2, {B, in}},
+        {"first weight", 2, {hid, in}},
+        {"activations", 2, {B, hid}},
+        {"output", 2, {B, c->model.out_dim}},
+        {"logits", 3, {B, T, V}},
+        {"attention scores", 4, {B, H, T, T}},
+        {"MLP activations", 4, {B, T, D, 4}},
+        {"token embedding", 2, {V, D}},
+    };
+    for (int i = 0; i < (int)(sizeof t / sizeof t[0]); i++) {
+        if ((i < 4) != (kind == TS_CFG_MLP)) continue; /* the first four are the mlp's */
+        if (product(limit, t[i].n, t[i].f) < 0)
+            return ts_fail(TS_ERR_INVALID, "%s: model too large: its %s would exceed 2^40 elements",
+                           c->file[0] ? c->file : "config", t[i].what);
+    }
+    return TS_OK;
+}
+
+ts_status ts_config_finish(ts_config *c) {
+    if (!c) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+    if (c->finished) return TS_OK;
+    char where[600];
+    const int i_name = ts_config_key_find("model.name"),
+              i_preset = ts_config_key_find("model.preset");
+    const int i_opt = ts_config_key_find("train.optimizer"),
+              i_in = ts_config_key_find("model.in_dim");
+    const int i_wd = ts_config_key_find("train.weight_decay"),
+              i_total = ts_config_key_find("train.total_steps");
+    const int i_heads = ts_config_key_find("model.n_heads"),
+              i_nest = ts_config_key_find("train.nesterov");
+
+    /* The model: name and preset imply each other when only one is given. */
+    if (!c->set[i_name] && !c->set[i_preset])
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: no model: set model.name (mlp or gpt) or "
+                       "model.preset (w1, w3 or gpt2-124m)",
+                       origin(c, -1, where, sizeof where));
+    int family = c->model.preset == TS_CFG_W1 ? TS_CFG_MLP : TS_CFG_GPT;
+    if (!c->set[i_name]) c->model.name = family;
+    if (!c->set[i_preset]) c->model.preset = c->model.name == TS_CFG_MLP ? TS_CFG_W1 : TS_CFG_W3;
+    if (c->set[i_name] && c->set[i_preset] && family != c->model.name) {
+        char pn[32], fn[32], nn[32];
+        choice_at(keys[i_preset].choices, c->model.preset, pn, sizeof pn);
+        choice_at(keys[i_name].choices, family, fn, sizeof fn);
+        choice_at(keys[i_name].choices, c->model.name, nn, sizeof nn);
+        return ts_fail(TS_ERR_INVALID, "%s: model.preset %s is a %s preset, but model.name is %s",
+                       origin(c, i_preset, where, sizeof where), pn, fn, nn);
+    }
+
+    ts_config preset, *p = &preset;
+    memset(p, 0, sizeof *p);
+    preset_values(c->model.preset, p);
+    const int use_model = c->model.name == TS_CFG_MLP ? TS_CFG_FOR_MLP : TS_CFG_FOR_GPT;
+    const int use_opt = c->train.optimizer == TS_CFG_SGD ? FOR_SGD : FOR_ADAM;
+    char opt_name[32];
+    choice_at(keys[i_opt].choices, c->train.optimizer, opt_name, sizeof opt_name);
+    for (int i = 0; i < N_KEYS; i++) {
+        const ts_config_key *k = &keys[i];
+        int model_key = (k->flags & FOR_MODEL) != 0, opt_key = (k->flags & (FOR_SGD | FOR_ADAM));
+        if (model_key && !c->set[i]) memcpy((char *)c + k->offset, (char *)p + k->offset, k->size);
+        if (!c->set[i]) continue;
+        if (model_key && !(k->flags & use_model))
+            return ts_fail(TS_ERR_INVALID, "%s: %s is not a key of %s models",
+                           origin(c, i, where, sizeof where), k->path,
+                           use_model == TS_CFG_FOR_MLP ? "mlp" : "gpt");
+        if (opt_key && !(k->flags & use_opt))
+            return ts_fail(TS_ERR_INVALID, "%s: %s is not used by %s (it is for %s)",
+                           origin(c, i, where, sizeof where), k->path, opt_name,
+                           (k->flags & FOR_SGD) ? "sgd" : "adam and adamw");
+    }
+
+    if (c->model.name == TS_CFG_MLP) {
+        if (c->model.window > 0) {
+            int64_t f[2] = {c->model.window, c->model.features};
+            int64_t in = product((int64_t)1 << 40, 2, f);
+            if (c->set[i_in] && c->model.in_dim != in)
+                return ts_fail(TS_ERR_INVALID,
+                               "%s: model.in_dim %lld does not match window * features = %lld; "
+                               "set model.window: 0 for a flat input",
+                               origin(c, i_in, where, sizeof where), (long long)c->model.in_dim,
+                               (long long)in);
+            c->model.in_dim = in;
+        } else if (c->model.in_dim <= 0) {
+            return ts_fail(TS_ERR_INVALID, "%s: model.window is 0, so set model.in_dim",
+                           origin(c, ts_config_key_find("model.window"), where, sizeof where));
+        }
+    } else if (c->model.d_model % c->model.n_heads) {
+        return ts_fail(
+            TS_ERR_INVALID, "%s: model.d_model %lld is not divisible by model.n_heads %d",
+            origin(c, i_heads, where, sizeof where), (long long)c->model.d_model, c->model.n_heads);
+    }
+
+    if (!c->set[i_wd]) c->train.weight_decay = c->train.optimizer == TS_CFG_ADAMW ? 0.01 : 0.0;
+    if (!c->set[i_total]) c->train.total_steps = c->train.steps;
+    if (c->train.optimizer == TS_CFG_SGD && c->train.nesterov &&
+        (c->train.momentum <= 0 || c->train.dampening != 0))
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: train.nesterov needs train.momentum > 0 and "
+                       "train.dampening 0",
+                       origin(c, i_nest, where, sizeof where));
+    ts_status s = check_sizes(c);
+    if (s != TS_OK) return s;
+    c->finished = 1;
+    return TS_OK;
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+/* Shortest text that reads back as the same double. */
+static void fmt_double(double v, char *buf, size_t n) {
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+static int key_applies(const ts_config *c, const ts_config_key *k) {
+    if (!strcmp(k->path, "model.preset")) return 0; /* every model key is written out */
+    if (k->flags & FOR_MODEL)
+        return (k->flags & (c->model.name == TS_CFG_MLP ? TS_CFG_FOR_MLP : TS_CFG_FOR_GPT)) != 0;
+    if (k->flags & (FOR_SGD | FOR_ADAM))
+        return (k->flags & (c->train.optimizer == TS_CFG_SGD ? FOR_SGD : FOR_ADAM)) != 0;
+    return 1;
+}
+
+ts_status ts_config_write(const ts_config *c, FILE *out) {
+    if (!c || !out) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+    if (!c->finished) return ts_fail(TS_ERR_INVALID, "config: write needs a finished config");
+    char section[64] = "";
+    for (int i = 0; i < N_KEYS; i++) {
+        const ts_config_key *k = &keys[i];
+        if (!key_applies(c, k)) continue;
+        size_t sl = strcspn(k->path, ".");
+        if (strlen(section) != sl || strncmp(section, k->path, sl)) {
+            snprintf(section, sizeof section, "%.*s", (int)sl, k->path);
+            fprintf(out, "%s:\n", section);
+        }
+        const char *src = (const char *)c + k->offset;
+        char buf[64];
+        fprintf(out, "  %s: ", leaf(k->path));
+        switch (k->type) {
+        case TS_CFG_INT: {
+            int v;
+            memcpy(&v, src, sizeof v);
+            fprintf(out, "%d\n", v);
+            break;
+        }
+        case TS_CFG_I64: {
+            int64_t v;
+            memcpy(&v, src, sizeof v);
+            fprintf(out, "%lld\n", (long long)v);
+            break;
+        }
+        case TS_CFG_U64: {
+            uint64_t v;
+            memcpy(&v, src, sizeof v);
+            fprintf(out, "%llu\n", (unsigned long long)v);
+            break;
+        }
+        case TS_CFG_F64: {
+            double v;
+            memcpy(&v, src, sizeof v);
+            fmt_double(v, buf, sizeof buf);
+            fprintf(out, "%s\n", buf);
+            break;
+        }
+        case TS_CFG_BOOL:
+        case TS_CFG_ENUM: {
+            int v;
+            memcpy(&v, src, sizeof v);
+            if (k->type == TS_CFG_BOOL)
+                snprintf(buf, sizeof buf, "%s", v ? "true" : "false");
+            else if (!choice_at(k->choices, v, buf, sizeof buf))
+                return ts_fail(TS_ERR_INTERNAL, "config: %s holds %d", k->path, v);
+            fprintf(out, "%s\n", buf);
+            break;
+        }
+        case TS_CFG_STR:
+            /* Double-quoted YAML: escape what would end or bend the string. */
+            fputc('"', out);
+            for (const char *s = src; *s; s++) {
+                if (*s == '"' || *s == '\\') fputc('\\', out);
+                fputc(*s, out);
+            }
+            fputs("\"\n", out);
+            break;
+        }
+    }
+    return ferror(out) ? ts_fail(TS_ERR_IO, "config: write failed") : TS_OK;
+}
+
+/* ---- building ----------------------------------------------------------- */
+
+ts_mlp_config ts_config_mlp(const ts_config *c) {
+    ts_mlp_config m = {c->model.batch,  c->model.window,   c->model.features, c->model.in_dim,
+                       c->model.hidden, c->model.n_hidden, c->model.out_dim,  c->model.layer_norm};
+    return m;
+}
+
+ts_gpt_config ts_config_gpt(const ts_config *c) {
+    ts_gpt_config g = {c->model.batch,    c->model.ctx,     c->model.vocab,  c->model.d_model,
+                       c->model.n_layers, c->model.n_heads, c->model.dropout};
+    return g;
+}
+
+ts_status ts_config_build(const ts_config *c, ts_graph **g, ts_model *m, ts_train_spec *spec,
+                          ts_compile_options *opt) {
+    if (!c || !g || !m || !spec || !opt) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+    if (!c->finished) return ts_fail(TS_ERR_INVALID, "config: call ts_config_finish first");
+    *g = NULL;
+    ts_graph *gr = ts_graph_new();
+    if (!gr) return ts_fail(TS_ERR_NOMEM, "config: out of memory for the graph");
+    ts_status s;
+    if (c->model.name == TS_CFG_MLP) {
+        ts_mlp_config mc = ts_config_mlp(c);
+        s = ts_build_mlp(gr, &mc, m);
+    } else {
+        ts_gpt_config gc = ts_config_gpt(c);
+        s = ts_build_gpt(gr, &gc, m);
+    }
+    if (s != TS_OK) {
+        ts_fail(s, "%s", ts_graph_error(gr));
+        ts_error_prefix("building the %s model", c->model.name == TS_CFG_MLP ? "mlp" : "gpt");
+        ts_graph_free(gr);
+        return s;
+    }
+    const double lr = c->train.lr, wd = c->train.weight_decay;
+    *spec = ts_train_spec_default(m->loss);
+    switch ((ts_cfg_optimizer)c->train.optimizer) {
+    case TS_CFG_SGD:
+        spec->opt = ts_sgd(lr, c->train.momentum, c->train.dampening, c->train.nesterov, wd);
+        break;
+    case TS_CFG_ADAM:
+        spec->opt = ts_adam(lr, c->train.beta1, c->train.beta2, c->train.eps, wd);
+        break;
+    case TS_CFG_ADAMW:
+        spec->opt = ts_adamw(lr, c->train.beta1, c->train.beta2, c->train.eps, wd);
+        break;
+    }
+    static const ts_lr_kind kinds[] = {TS_LR_CONSTANT, TS_LR_LINEAR, TS_LR_COSINE};
+    spec->schedule = (ts_lr_schedule){kinds[c->train.schedule], c->train.warmup_steps,
+                                      c->train.total_steps, c->train.min_lr};
+    spec->clip_grad_norm = c->train.clip_grad_norm;
+    *opt = ts_compile_options_default();
+    opt->seed = c->train.seed;
+    opt->threads = c->train.threads;
+    opt->debug_nan = c->compile.debug_nan;
+    opt->no_simplify = c->compile.no_simplify;
+    opt->naive_schedule = c->compile.naive_schedule;
+    opt->no_inplace = c->compile.no_inplace;
+    *g = gr;
+    return TS_OK;
+}

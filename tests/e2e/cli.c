@@ -1,0 +1,232 @@
+/* The `tessel` command line end to end: dumps of the benchmark configs,
+ * exit codes and messages for bad input, and training runs whose loss
+ * falls and repeats exactly. Runs $TESSEL_BIN from the repository root. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "check.h"
+
+static const char *bin;
+static char dir[64];
+
+typedef struct result {
+    int rc;
+    char *out, *err;
+} result;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return calloc(1, 1);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)n + 1);
+    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+    fclose(f);
+    return s;
+}
+
+/* Run `tessel ARGS`, capturing stdout, stderr and the exit status. */
+static result run(const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' %s >%s/out 2>%s/err", bin, args, dir, dir);
+    int st = system(cmd);
+    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, NULL, NULL};
+    char path[128];
+    snprintf(path, sizeof path, "%s/out", dir);
+    r.out = slurp(path);
+    snprintf(path, sizeof path, "%s/err", dir);
+    r.err = slurp(path);
+    return r;
+}
+
+static void done(result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+static const char *write_file(const char *name, const char *text) {
+    static char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    return path;
+}
+
+/* "arena  N bytes" and "naive sum  N bytes" of a --dump memory. */
+static void memory_summary(const char *out, const char *what) {
+    unsigned long long arena = 0, naive = 0;
+    const char *a = strstr(out, "arena "), *n = strstr(out, "naive sum ");
+    CHECK(a && sscanf(a, "arena %llu bytes", &arena) == 1, "%s: arena line", what);
+    CHECK(n && sscanf(n, "naive sum %llu bytes", &naive) == 1, "%s: naive line", what);
+    CHECK(arena > 0 && arena < naive, "%s: arena %llu < naive %llu", what, arena, naive);
+    printf("%s: arena %llu bytes, naive sum %llu bytes (%.3f)\n", what, arena, naive,
+           naive ? (double)arena / (double)naive : 0.0);
+}
+
+static void test_basics(void) {
+    result r = run("version");
+    CHECK(r.rc == 0 && !strncmp(r.out, "tessel ", 7), "version: %d '%s'", r.rc, r.out);
+    done(&r);
+    r = run("help");
+    CHECK(r.rc == 0 && strstr(r.out, "usage: tessel") && strstr(r.out, "--dump"), "help");
+    done(&r);
+    r = run("compile --help");
+    CHECK(r.rc == 0 && strstr(r.out, "usage: tessel"), "--help");
+    done(&r);
+    r = run("");
+    CHECK(r.rc == 2 && strstr(r.err, "usage: tessel"), "no command: %d", r.rc);
+    done(&r);
+    r = run("frobnicate");
+    CHECK(r.rc == 2 && strstr(r.err, "tessel: error: unknown command 'frobnicate'"), "unknown "
+                                                                                     "command");
+    done(&r);
+}
+
+static void test_compile_dumps(void) {
+    result r = run("compile examples/w1.yaml --dump ir");
+    CHECK(r.rc == 0 && strstr(r.out, "\"net.0.weight\"") && strstr(r.out, "f32[256,64,32]"),
+          "w1 ir: %d %s", r.rc, r.err);
+    done(&r);
+    r = run("compile examples/w1.yaml --dump plan");
+    CHECK(r.rc == 0 && strstr(r.out, " instructions, ") && strstr(r.out, "matmul"),
+          "w1 plan: %d %s", r.rc, r.err);
+    done(&r);
+    r = run("compile examples/w1.yaml --dump memory");
+    CHECK(r.rc == 0, "w1 memory: %s", r.err);
+    memory_summary(r.out, "W1");
+    done(&r);
+    r = run("compile examples/w1.yaml");
+    CHECK(r.rc == 0 && strstr(r.out, "arena / naive") && strstr(r.out, "flops per step"),
+          "default dump is stats: %s", r.err);
+    done(&r);
+
+    /* A small GPT, with every dump in one run. */
+    r = run("compile examples/tiny_gpt.yaml --set model.n_layers=1 --dump ir --dump plan "
+            "--dump=memory --dump stats --dump config");
+    CHECK(r.rc == 0, "gpt dumps: %s", r.err);
+    CHECK(strstr(r.out, "== ir ==") && strstr(r.out, "\"blocks.0.attn.c_attn.weight\"") &&
+              !strstr(r.out, "blocks.1."),
+          "gpt ir with one block");
+    CHECK(strstr(r.out, "== plan ==") && strstr(r.out, "== memory ==") &&
+              strstr(r.out, "== stats ==") && strstr(r.out, "n_layers: 1"),
+          "gpt plan, memory, stats and config");
+    done(&r);
+
+    /* The full W3 compiles in a few seconds; once. */
+    r = run("compile examples/w3.yaml --dump memory");
+    CHECK(r.rc == 0, "w3 memory: %s", r.err);
+    memory_summary(r.out, "W3");
+    done(&r);
+
+    /* --dump config loads back to the same config. */
+    r = run("compile examples/w3.yaml --set train.lr=1.5e-4 --dump config");
+    CHECK(r.rc == 0 && strstr(r.out, "lr: 0.00015"), "config dump");
+    const char *path = write_file("resolved.yaml", r.out);
+    char args[256];
+    snprintf(args, sizeof args, "compile %s --dump config", path);
+    result r2 = run(args);
+    CHECK(r2.rc == 0 && !strcmp(r.out, r2.out), "resolved config reads back the same");
+    done(&r);
+    done(&r2);
+}
+
+static void test_errors(void) {
+    result r = run("compile examples/w1.yaml --set train.lrr=3 --dump ir");
+    CHECK(r.rc == 2, "bad key: exit %d", r.rc);
+    CHECK(strstr(r.err, "tessel: error: ") && strstr(r.err, "did you mean 'train.lr'?"),
+          "bad key message: %s", r.err);
+    CHECK(!*r.out, "nothing on stdout after an error");
+    done(&r);
+
+    const char *bad = write_file("bad.yaml", "model:\n  preset: w1\ntrain:\n  lr: fast\n");
+    char args[256];
+    snprintf(args, sizeof args, "train %s", bad);
+    r = run(args);
+    CHECK(r.rc == 2 && strstr(r.err, "bad.yaml:4:7: train.lr: expected a number, got 'fast'"),
+          "type error: %d %s", r.rc, r.err);
+    done(&r);
+    const char *broken = write_file("broken.yaml", "model:\n  preset: [w1\n");
+    snprintf(args, sizeof args, "compile %s", broken);
+    r = run(args);
+    CHECK(r.rc == 2 && strstr(r.err, "malformed YAML"), "malformed: %d %s", r.rc, r.err);
+    done(&r);
+
+    struct {
+        const char *args, *msg;
+    } cases[] = {
+        {"compile no/such.yaml", "cannot open config 'no/such.yaml'"},
+        {"compile", "missing CONFIG.yaml"},
+        {"compile examples/w1.yaml examples/w3.yaml", "takes one config file"},
+        {"compile examples/w1.yaml --dump xml", "unknown kind 'xml'"},
+        {"compile examples/w1.yaml --dump", "--dump needs a value"},
+        {"compile examples/w1.yaml --steps 3", "unknown option '--steps'"},
+        {"train examples/w1.yaml --steps many", "train.steps: expected an integer, got 'many'"},
+        {"train examples/w1.yaml --set model.ctx=3", "model.ctx is not a key of mlp models"},
+        {"compile examples/w3.yaml --set model.n_heads=5", "not divisible by model.n_heads 5"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r = run(cases[i].args);
+        CHECK(r.rc == 2 && strstr(r.err, "tessel: error: ") && strstr(r.err, cases[i].msg),
+              "'%s': exit %d, stderr '%s'", cases[i].args, r.rc, r.err);
+        done(&r);
+    }
+}
+
+/* Losses of the "step N/M  loss X" lines; returns how many. */
+static int losses(const char *out, double *loss, int max) {
+    int n = 0;
+    for (const char *p = out; p && *p && n < max; p = strchr(p, '\n'), p = p ? p + 1 : p) {
+        long long s, total;
+        if (sscanf(p, "step %lld/%lld loss %lf", &s, &total, &loss[n]) == 3) n++;
+    }
+    return n;
+}
+
+static void check_training(const char *args, const char *unit, int steps) {
+    result r = run(args);
+    double loss[256], again[256];
+    int n = losses(r.out, loss, 256);
+    CHECK(r.rc == 0, "%s: exit %d: %s", args, r.rc, r.err);
+    CHECK(n == steps, "%s: %d step lines, expected %d", args, n, steps);
+    CHECK(strstr(r.out, unit) && strstr(r.out, "done: "), "%s: throughput in %s", args, unit);
+    if (n == steps && n > 1) {
+        CHECK(loss[n - 1] < 0.8 * loss[0], "%s: loss %g -> %g should fall", args, loss[0],
+              loss[n - 1]);
+        printf("%s: loss %.4f -> %.4f\n", args, loss[0], loss[n - 1]);
+    }
+    /* Same config and seed: the same losses, bit for bit. */
+    result r2 = run(args);
+    int n2 = losses(r2.out, again, 256);
+    CHECK(n2 == n && !memcmp(loss, again, (size_t)n * sizeof *loss), "%s: rerun repeats", args);
+    done(&r);
+    done(&r2);
+}
+
+static void test_train(void) {
+    check_training("train examples/tiny_gpt.yaml --steps 30 --set model.n_layers=1", "tokens/s",
+                   30);
+    check_training("train examples/w1.yaml --steps 30 --set model.batch=32 --set model.window=8 "
+                   "--set model.features=8 --set model.hidden=64 --set train.threads=1",
+                   "samples/s", 30);
+}
+
+int main(void) {
+    bin = getenv("TESSEL_BIN");
+    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
+    snprintf(dir, sizeof dir, "/tmp/tessel-cli-XXXXXX");
+    CHECK(mkdtemp(dir) != NULL, "temporary directory");
+    if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/cli");
+    test_basics();
+    test_compile_dumps();
+    test_errors();
+    test_train();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return check_summary("e2e/cli");
+}

@@ -1,0 +1,33 @@
+/* cli.h — pieces shared by the subcommands of the `tessel` command line. */
+#ifndef TESSEL_CLI_H
+#define TESSEL_CLI_H
+
+#include "frontend/config.h"
+
+/* Exit statuses: success, an internal failure, bad usage/config/input. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+#define CLI_MAX_ARGS 256
+
+/* The command line after the subcommand, split into its parts. */
+typedef struct cli_args {
+    const char *config;             /* CONFIG.yaml */
+    const char *sets[CLI_MAX_ARGS]; /* --set key=value, in order */
+    int n_sets;
+    const char *dumps[CLI_MAX_ARGS]; /* compile: --dump KIND, in order */
+    int n_dumps;
+    const char *steps; /* train: --steps N */
+} cli_args;
+
+/* Prints "tessel: error: <message>" to stderr and returns `code`. */
+int cli_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The exit status for a library failure before any step ran: bad input
+ * unless the library ran out of memory or hit a bug. */
+int cli_status_code(ts_status s);
+/* Load, override and finish the config named by the arguments. */
+int cli_load_config(const cli_args *a, ts_config *c);
+
+int cli_compile(const cli_args *a);
+int cli_train(const cli_args *a);
+
+#endif

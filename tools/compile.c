@@ -1,0 +1,85 @@
+/* tessel compile: compile the configured training step and print dumps. */
+#include <stdio.h>
+#include <string.h>
+#include "cli.h"
+
+static const char *const kinds[] = {"ir", "plan", "memory", "stats", "config"};
+enum { N_KINDS = sizeof kinds / sizeof kinds[0] };
+
+static void print_stats(const ts_plan_stats *st) {
+    const double mib = 1024.0 * 1024.0;
+    struct {
+        const char *name;
+        size_t bytes;
+    } rows[] = {
+        {"arena", st->arena_bytes},
+        {"  params", st->param_bytes},
+        {"  grads", st->grad_bytes},
+        {"  optimizer state", st->state_bytes},
+        {"  io/consts", st->io_bytes},
+        {"  temporaries", st->temp_bytes},
+        {"naive sum", st->naive_bytes},
+        {"peak live (schedule)", st->peak_live_bytes},
+        {"peak live (build order)", st->naive_peak_bytes},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        printf("%-24s %14zu bytes %10.2f MiB\n", rows[i].name, rows[i].bytes,
+               (double)rows[i].bytes / mib);
+    printf("%-24s %14.3f\n", "arena / naive",
+           st->naive_bytes ? (double)st->arena_bytes / (double)st->naive_bytes : 0.0);
+    printf("%-24s %14d\n", "instructions", st->n_instructions);
+    printf("%-24s %14d\n", "in-place outputs", st->n_inplace);
+    printf("%-24s %14.3f GFLOP\n", "flops per step", st->flops_per_step * 1e-9);
+}
+
+int cli_compile(const cli_args *a) {
+    int which[CLI_MAX_ARGS], n = a->n_dumps ? a->n_dumps : 1, need_plan = 0;
+    for (int i = 0; i < n; i++) {
+        const char *k = a->n_dumps ? a->dumps[i] : "stats";
+        which[i] = -1;
+        for (int j = 0; j < N_KINDS; j++)
+            if (!strcmp(k, kinds[j])) which[i] = j;
+        if (which[i] < 0)
+            return cli_error(CLI_USAGE,
+                             "--dump: unknown kind '%s' (ir, plan, memory, stats, "
+                             "config)",
+                             k);
+        need_plan |= which[i] != 4;
+    }
+    ts_config c;
+    int rc = cli_load_config(a, &c);
+    if (rc != CLI_OK) return rc;
+
+    ts_graph *g = NULL;
+    ts_plan *plan = NULL;
+    if (need_plan) {
+        ts_model m;
+        ts_train_spec spec;
+        ts_compile_options opt;
+        ts_status s = ts_config_build(&c, &g, &m, &spec, &opt);
+        if (s == TS_OK) s = ts_compile(g, &spec, &opt, &plan);
+        if (s != TS_OK) {
+            ts_graph_free(g);
+            return cli_error(cli_status_code(s), "%s", ts_last_error());
+        }
+    }
+    ts_status s = TS_OK;
+    for (int i = 0; i < n && s == TS_OK; i++) {
+        if (n > 1) printf("%s== %s ==\n", i ? "\n" : "", kinds[which[i]]);
+        switch (which[i]) {
+        case 0: s = ts_plan_dump(plan, TS_DUMP_IR, stdout); break;
+        case 1: s = ts_plan_dump(plan, TS_DUMP_PLAN, stdout); break;
+        case 2: s = ts_plan_dump(plan, TS_DUMP_MEMORY, stdout); break;
+        case 3: {
+            ts_plan_stats st;
+            if ((s = ts_plan_get_stats(plan, &st)) == TS_OK) print_stats(&st);
+            break;
+        }
+        default: s = ts_config_write(&c, stdout); break;
+        }
+    }
+    ts_plan_free(plan);
+    ts_graph_free(g);
+    if (fflush(stdout) != 0 && s == TS_OK) return cli_error(CLI_FAIL, "writing the dump failed");
+    return s == TS_OK ? CLI_OK : cli_error(CLI_FAIL, "%s", ts_last_error());
+}

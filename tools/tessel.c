@@ -1,0 +1,122 @@
+/* tessel — the command line: parses arguments and hands them to the
+ * library (frontend/config for the config, the public API for the rest). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "cli.h"
+
+static const char usage[] =
+    "usage: tessel <command> [arguments]\n"
+    "\n"
+    "commands:\n"
+    "  train CONFIG.yaml [--set key=value ...] [--steps N]\n"
+    "      train the configured model on synthetic data, one progress line per step\n"
+    "  compile CONFIG.yaml [--set key=value ...] [--dump ir|plan|memory|stats|config ...]\n"
+    "      compile the training step and print the requested dumps (default: stats)\n"
+    "  version       print the version\n"
+    "  help          print this help\n"
+    "\n"
+    "--set overrides one config key after the file is read, e.g. --set train.lr=3e-4\n"
+    "--set model.n_layers=2; docs/config.md lists every key.\n"
+    "exit status: 0 success, 1 internal failure, 2 bad usage, config or input\n";
+
+int cli_error(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tessel: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+int cli_status_code(ts_status s) {
+    return s == TS_ERR_NOMEM || s == TS_ERR_INTERNAL ? CLI_FAIL : CLI_USAGE;
+}
+
+int cli_load_config(const cli_args *a, ts_config *c) {
+    ts_config_init(c);
+    ts_status s = ts_config_load_file(c, a->config);
+    for (int i = 0; s == TS_OK && i < a->n_sets; i++) s = ts_config_set(c, a->sets[i]);
+    if (s == TS_OK && a->steps) {
+        char set[128];
+        snprintf(set, sizeof set, "train.steps=%.100s", a->steps);
+        s = ts_config_set(c, set);
+    }
+    if (s == TS_OK) s = ts_config_finish(c);
+    return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());
+}
+
+/* "--opt value" or "--opt=value": the value, advancing *i past it; NULL if
+ * argv[*i] is not this option. *missing is set when the value is absent. */
+static const char *option(int argc, char **argv, int *i, const char *opt, int *missing) {
+    size_t n = strlen(opt);
+    if (strncmp(argv[*i], opt, n)) return NULL;
+    if (argv[*i][n] == '=') return argv[*i] + n + 1;
+    if (argv[*i][n]) return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int parse(int argc, char **argv, const char *cmd, cli_args *a) {
+    memset(a, 0, sizeof *a);
+    const int is_compile = !strcmp(cmd, "compile");
+    for (int i = 0; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if ((v = option(argc, argv, &i, "--set", &missing))) {
+            if (a->n_sets == CLI_MAX_ARGS) return cli_error(CLI_USAGE, "too many --set options");
+            a->sets[a->n_sets++] = v;
+        } else if (is_compile && (v = option(argc, argv, &i, "--dump", &missing))) {
+            if (a->n_dumps == CLI_MAX_ARGS) return cli_error(CLI_USAGE, "too many --dump options");
+            a->dumps[a->n_dumps++] = v;
+        } else if (!is_compile && (v = option(argc, argv, &i, "--steps", &missing))) {
+            /* the same as --set train.steps=N, applied after every --set */
+            a->steps = v;
+        } else if (missing) {
+            return cli_error(CLI_USAGE, "%s needs a value (see tessel help)", argv[i]);
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return cli_error(CLI_USAGE, "%s: unknown option '%s' (options: --set%s)", cmd, argv[i],
+                             is_compile ? ", --dump" : ", --steps");
+        } else if (a->config) {
+            return cli_error(CLI_USAGE, "%s takes one config file, got '%s' and '%s'", cmd,
+                             a->config, argv[i]);
+        } else {
+            a->config = argv[i];
+        }
+    }
+    if (!a->config) return cli_error(CLI_USAGE, "%s: missing CONFIG.yaml (see tessel help)", cmd);
+    return CLI_OK;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return CLI_USAGE;
+    }
+    const char *cmd = argv[1];
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return CLI_OK;
+        }
+    if (!strcmp(cmd, "help")) {
+        fputs(usage, stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("tessel %s\n", TESSEL_VERSION);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "compile") || !strcmp(cmd, "train")) {
+        cli_args a;
+        int rc = parse(argc - 2, argv + 2, cmd, &a);
+        if (rc != CLI_OK) return rc;
+        return cmd[0] == 'c' ? cli_compile(&a) : cli_train(&a);
+    }
+    return cli_error(CLI_USAGE, "unknown command '%s' (commands: train, compile, version, help)",
+                     cmd);
+}
