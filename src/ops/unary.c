@@ -65,15 +65,17 @@ static inline float m_exp_f32(float x) {
  * polynomial; subnormals are rescaled, and 0, negatives, inf and NaN are
  * patched at the end so the main path stays branch-free. */
 static inline float m_log_f32(float x) {
-    /* A subnormal x = k 2^-149 is read as the float k (exact). Both the
-     * conversion and the add run for every element and only their inputs
-     * are selected: GCC does not if-convert a float op that is used on one
-     * side of a branch only (it may trap), and the loop would not vectorise. */
+    /* x = t 2^s with t = 1.f for a normal x (exponent field E, s = E - 127)
+     * and t = 0.f for a subnormal one (s = -126), f the 23 fraction bits;
+     * both t are exact. The float add runs for every element and only its
+     * operand is selected: GCC does not if-convert a float op used on one
+     * side of a branch (it may trap), and the loop would not vectorise. */
+    uint32_t bx = f32_bits(x);
     int sub = x < 1.17549435e-38f; /* subnormal (or <= 0, patched below) */
-    int32_t k = sub ? (int32_t)(f32_bits(x) & 0x007fffffu) : 0;
-    float xs = (float)k + (sub ? 0.0f : x);
-    uint32_t b = f32_bits(xs);
-    int32_t e = (int32_t)((b >> 23) & 0xffu) - 126 - (sub ? 149 : 0);
+    float t = (f32_from_bits((bx & 0x007fffffu) | 0x3f800000u) - 1.0f) + (sub ? 0.0f : 1.0f);
+    int32_t sc = sub ? -126 : (int32_t)((bx >> 23) & 0xffu) - 127;
+    uint32_t b = f32_bits(t);
+    int32_t e = (int32_t)((b >> 23) & 0xffu) - 126 + sc;
     float m = f32_from_bits((b & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
     int lo = m < 0.707106781186547524f;
     e -= lo;

@@ -152,12 +152,20 @@ static ts_status lower(ts_plan *p) {
         in->scratch_off = p->mp.scratch_off[i];
         in->scratch_bytes = p->mp.scratch_bytes[i];
         in->scratch = in->scratch_bytes ? p->arena + in->scratch_off : NULL;
+        /* The label names the value in messages: its own name, or for an
+         * unnamed value "%id = op(inputs)" so a NaN report is still readable. */
         char lb[64], buf[600];
-        if (n->n_out) {
-            snprintf(buf, sizeof buf, "%s", ts_value_label(g, n->out[0], lb, sizeof lb));
+        size_t k2 = 0;
+        if (n->n_out && g->values[n->out[0]].name) {
+            snprintf(buf, sizeof buf, "%s", g->values[n->out[0]].name);
         } else {
-            snprintf(buf, sizeof buf, "%s(%s)", def->name,
-                     ts_value_label(g, n->in[0], lb, sizeof lb));
+            if (n->n_out) k2 = (size_t)snprintf(buf, sizeof buf, "%%%d = ", n->out[0]);
+            k2 += (size_t)snprintf(buf + k2, sizeof buf - k2, "%s(", def->name);
+            for (int j = 0; j < n->n_in && j < 3 && k2 < sizeof buf; j++)
+                k2 += (size_t)snprintf(buf + k2, sizeof buf - k2, "%s%s", j ? ", " : "",
+                                       ts_value_label(g, n->in[j], lb, sizeof lb));
+            if (k2 < sizeof buf)
+                snprintf(buf + k2, sizeof buf - k2, "%s)", n->n_in > 3 ? ", ..." : "");
         }
         if (!(in->label = ts_strdup(buf))) return TS_ERR_NOMEM;
     }

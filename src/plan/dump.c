@@ -22,7 +22,10 @@ static void dump_plan(const ts_plan *p, FILE *out) {
         fprintf(out, " <-");
         for (int j = 0; j < in->n_in && j < 16; j++) fprintf(out, " @%zu", in->in_off[j]);
         if (in->n_in > 16) fprintf(out, " ...(%d inputs)", in->n_in);
-        if (in->scratch_bytes) fprintf(out, " scratch %zu@%zu", in->scratch_bytes, in->scratch_off);
+        if (in->scratch_bytes && in->scratch == p->backend_scratch)
+            fprintf(out, " scratch %zu (backend buffer)", in->scratch_bytes);
+        else if (in->scratch_bytes)
+            fprintf(out, " scratch %zu@%zu", in->scratch_bytes, in->scratch_off);
         fprintf(out, "  ; %s%s\n", in->label, in->backend ? " [optimised]" : "");
     }
 }
