@@ -24,6 +24,7 @@ demo: all
 	$(BUILD)/example_train_mlp
 
 bench: all
+	$(BUILD)/bench_gemm
 	$(BUILD)/bench_step --workload W1 --compare-torch
 	$(BUILD)/bench_step --workload W3 --compare-torch --steps 5
 

@@ -46,7 +46,7 @@ typedef enum ts_op_id {
     TS_OP_AFFINE_SCALAR, /* f[0] * x + f[1] */
     TS_OP_GELU,          /* i[0] ts_gelu_approx */
     TS_OP_CAST,          /* i[0] target dtype */
-    TS_OP_UNARY_BWD,     /* (dy, s) -> dx; i[0] forward op, f[] its attrs, i[1] 0: s=x, 1: s=y */
+    TS_OP_UNARY_BWD,     /* (dy, s) -> dx; i[0] fwd op, i[1] s: 0 x 1 y; i[2], f[]: fwd i[0], f[] */
     /* linear algebra */
     TS_OP_MATMUL, /* i[0] trans_a, i[1] trans_b */
     /* softmax family; i[0] axis (normalised) */

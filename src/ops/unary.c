@@ -14,6 +14,15 @@
  * `omp simd`, and sigmoid, tanh and both GELUs are built on them in forms
  * that neither overflow nor cancel. f64 kernels (gradient checks) use libm.
  */
+/* GCC only if-converts (and so vectorises) a loop whose float operations
+ * it may execute speculatively; under the default -ftrapping-math a float
+ * op that a select guards (log's subnormal path, GCC's own rewrites of
+ * selects) keeps the whole loop scalar. No code here reads floating-point
+ * exception flags, so results are unchanged. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -67,9 +76,7 @@ static inline float m_exp_f32(float x) {
 static inline float m_log_f32(float x) {
     /* x = t 2^s with t = 1.f for a normal x (exponent field E, s = E - 127)
      * and t = 0.f for a subnormal one (s = -126), f the 23 fraction bits;
-     * both t are exact. The float add runs for every element and only its
-     * operand is selected: GCC does not if-convert a float op used on one
-     * side of a branch (it may trap), and the loop would not vectorise. */
+     * both t are exact. */
     uint32_t bx = f32_bits(x);
     int sub = x < 1.17549435e-38f; /* subnormal (or <= 0, patched below) */
     float t = (f32_from_bits((bx & 0x007fffffu) | 0x3f800000u) - 1.0f) + (sub ? 0.0f : 1.0f);

@@ -309,6 +309,9 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec,
     if ((s = lower(p)) != TS_OK) goto fail;
     if ((s = build_named(p)) != TS_OK) goto fail;
     if (p->loss >= 0) p->loss_off = p->mp.off[p->loss];
+    /* oneDNN fixes a primitive's thread count when it is created: create
+     * them under the count the plan will run with. */
+    if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
     if ((s = ts_cpu_prepare(p)) != TS_OK) goto fail;
     p->ctx.seed = p->opt.seed;
     *out = p;
