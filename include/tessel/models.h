@@ -29,7 +29,8 @@ typedef struct ts_model {
 } ts_model;
 
 /* Multi-layer perceptron: [Linear -> ReLU -> LayerNorm] per hidden layer,
- * then Linear to out_dim; MSE loss against y [batch, out_dim]. The input x
+ * then Linear to out_dim; MSE loss against y [batch, out_dim] (or, with
+ * classes > 0, cross-entropy over `classes` logits). The input x
  * has shape [batch, window, features] (flattened inside) when window > 0,
  * else [batch, in_dim]. Parameter names follow nn.Sequential: net.0.weight,
  * net.2.weight (LayerNorm), ... */
@@ -41,6 +42,9 @@ typedef struct ts_mlp_config {
     int n_hidden; /* hidden layers */
     int64_t out_dim;
     int layer_norm; /* 1: LayerNorm after each hidden ReLU */
+    int64_t classes; /* > 0: a classifier: logits [batch, classes] and
+                        cross-entropy against class ids y [batch] (i64);
+                        0: regression, MSE against y [batch, out_dim] */
 } ts_mlp_config;
 
 /* W1: window 64 x 32 features, 2 hidden layers of 1024, out 1, batch 256. */

@@ -883,7 +883,7 @@ ts_status ts_config_write(const ts_config *c, FILE *out) {
 
 ts_mlp_config ts_config_mlp(const ts_config *c) {
     ts_mlp_config m = {c->model.batch,  c->model.window,   c->model.features, c->model.in_dim,
-                       c->model.hidden, c->model.n_hidden, c->model.out_dim,  c->model.layer_norm};
+                       c->model.hidden, c->model.n_hidden, c->model.out_dim,  c->model.layer_norm, 0};
     return m;
 }
 

@@ -4,7 +4,7 @@
 #include "tessel/tessel.h"
 
 ts_mlp_config ts_mlp_w1(void) {
-    ts_mlp_config c = {256, 64, 32, 0, 1024, 2, 1, 1};
+    ts_mlp_config c = {256, 64, 32, 0, 1024, 2, 1, 1, 0};
     return c;
 }
 
@@ -45,8 +45,9 @@ ts_status ts_build_mlp(ts_graph *g, const ts_mlp_config *c, ts_model *m) {
         int64_t xd[2] = {c->batch, in_dim};
         x = m->input = ts_input(g, "x", TS_F32, 2, xd);
     }
-    int64_t yd[2] = {c->batch, c->out_dim};
-    m->target = ts_input(g, "y", TS_F32, 2, yd);
+    int64_t yd[2] = {c->batch, c->out_dim}, out_dim = c->classes > 0 ? c->classes : c->out_dim;
+    if (c->classes > 0) m->target = ts_input(g, "y", TS_I64, 1, yd);
+    else m->target = ts_input(g, "y", TS_F32, 2, yd);
     int idx = 0;
     int64_t width = in_dim;
     for (int l = 0; l < c->n_hidden; l++) {
@@ -68,9 +69,10 @@ ts_status ts_build_mlp(ts_graph *g, const ts_mlp_config *c, ts_model *m) {
     }
     char name[64];
     snprintf(name, sizeof name, "net.%d", idx);
-    m->output = linear_layer(g, x, name, width, c->out_dim);
-    ts_mark_output(g, m->output, "pred");
-    m->loss = ts_mse_loss(g, m->output, m->target);
+    m->output = linear_layer(g, x, name, width, out_dim);
+    ts_mark_output(g, m->output, c->classes > 0 ? "logits" : "pred");
+    m->loss = c->classes > 0 ? ts_cross_entropy(g, m->output, m->target, -100)
+                             : ts_mse_loss(g, m->output, m->target);
     ts_set_name(g, m->loss, "loss");
     return ts_graph_status(g);
 }

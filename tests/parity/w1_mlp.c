@@ -2,7 +2,7 @@
 #include "parity.h"
 
 int main(void) {
-    ts_mlp_config c = {16, 8, 8, 0, 32, 2, 1, 1};
+    ts_mlp_config c = {16, 8, 8, 0, 32, 2, 1, 1, 0};
     ts_graph *g = ts_graph_new();
     ts_model m;
     CHECK_OK(ts_build_mlp(g, &c, &m));

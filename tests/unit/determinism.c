@@ -85,7 +85,7 @@ static void check_model(const char *label, ts_graph *g, ts_val loss, int is_gpt)
 }
 
 int main(void) {
-    ts_mlp_config mc = {16, 8, 8, 0, 64, 2, 1, 1};
+    ts_mlp_config mc = {16, 8, 8, 0, 64, 2, 1, 1, 0};
     ts_graph *g = ts_graph_new();
     ts_model m;
     CHECK_OK(ts_build_mlp(g, &mc, &m));

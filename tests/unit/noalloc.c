@@ -98,7 +98,7 @@ static void run(const char *label, ts_graph *g, ts_val loss, int is_gpt, int ref
 }
 
 int main(void) {
-    ts_mlp_config mc = {16, 8, 8, 0, 64, 2, 1, 1};
+    ts_mlp_config mc = {16, 8, 8, 0, 64, 2, 1, 1, 0};
     ts_graph *g = ts_graph_new();
     ts_model m;
     CHECK_OK(ts_build_mlp(g, &mc, &m));

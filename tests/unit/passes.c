@@ -139,7 +139,7 @@ static void test_memplan(const char *label, ts_graph *g, ts_val loss) {
 
 int main(void) {
     test_simplify();
-    ts_mlp_config mc = {32, 8, 8, 0, 64, 2, 1, 1};
+    ts_mlp_config mc = {32, 8, 8, 0, 64, 2, 1, 1, 0};
     ts_graph *g = ts_graph_new();
     ts_model m;
     CHECK_OK(ts_build_mlp(g, &mc, &m));
