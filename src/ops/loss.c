@@ -8,51 +8,11 @@
 #include <math.h>
 #include <string.h>
 #include "kern.h"
+#include "vmath.h"
 
 #define LN      16 /* interleaved partial sums of a row reduction */
 #define CE_ROWS 64 /* rows per block of the cross-entropy sum */
 
-/* exp for f32 rows in a form the compiler can vectorise (a call to libm's
- * expf cannot be): Cephes' range reduction and degree-5 polynomial, within
- * 1 ulp of exp over the normal range (torch's CPU kernels use SLEEF's 1-ulp
- * expf). Every select works on bit patterns through branch-free masks,
- * because under the default -ftrapping-math a float compare feeding a
- * select blocks if-conversion. -inf and results below FLT_MIN give 0,
- * overflow +inf, NaN stays NaN. No FMA contraction (ISO C mode), so every
- * target_clones variant returns the same bits. */
-static inline uint32_t f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-static inline float u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-static inline float vexpf(float x) {
-    const uint32_t LO = 0xc2aeac50u; /* -87.33654f: exp(LO) = FLT_MIN */
-    const uint32_t HI = 0x42b17218u; /* 88.72283f: exp overflows above */
-    uint32_t u = f2u(x);
-    uint32_t mn = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);               /* NaN */
-    uint32_t mu = (0u - (uint32_t)(u > LO)) & ~mn;                                /* x < LO */
-    uint32_t mo = (0u - (uint32_t)(u > HI)) & (0u - (uint32_t)(u < 0x80000000u)); /* x > HI */
-    float xc = u2f((u & ~(mu | mo | mn)) | (LO & mu) | (HI & mo));
-    float nf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = xc - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    /* 2^n in two factors so each exponent stays in range for n in [-126, 128]. */
-    int32_t n = (int32_t)nf, n1 = n >> 1;
-    float y = p * u2f((uint32_t)(n1 + 127) << 23) * u2f((uint32_t)(n - n1 + 127) << 23);
-    return u2f((f2u(y) & ~(mu | mo | mn)) | (0x7f800000u & mo) | (u & mn));
-}
 
 /* ---- inference --------------------------------------------------------- */
 
@@ -323,7 +283,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         return TS_OK;                                                                              \
     }
 
-DEF_LOSS(float, f32, vexpf, log1pf, fabsf)
+DEF_LOSS(float, f32, m_exp_f32, log1pf, fabsf)
 DEF_LOSS(double, f64, exp, log1p, fabs)
 
 static ts_status k_bce(const ts_kargs *k) {
