@@ -94,39 +94,39 @@ static ts_status grad_where(ts_graph *g, const ts_node *n, const ts_val *dy, ts_
 /* One output row: o[i] = f(a[i*sa], b[i*sb]) with sa, sb in {0, 1}. */
 typedef void (*row2_fn)(void *o, const void *a, const void *b, int64_t n, int64_t sa, int64_t sb);
 /* One output row of a ternary op. */
-typedef void (*row3_fn)(void *o, const void *c, const void *a, const void *b, int64_t n,
-                        int64_t sc, int64_t sa, int64_t sb);
+typedef void (*row3_fn)(void *o, const void *c, const void *a, const void *b, int64_t n, int64_t sc,
+                        int64_t sa, int64_t sb);
 
-#define DEF_ROW2(name, T, expr)                                                                   \
-    TS_CLONES static void name(void *o_, const void *a_, const void *b_, int64_t n, int64_t sa,  \
-                               int64_t sb) {                                                     \
-        T *o = o_;                                                                               \
-        const T *a = a_, *b = b_;                                                                \
-        if (sa && sb) {                                                                          \
-            for (int64_t i = 0; i < n; i++) {                                                    \
-                T x = a[i], y = b[i];                                                            \
-                o[i] = (expr);                                                                   \
-            }                                                                                    \
-        } else if (sa) {                                                                         \
-            T y = b[0];                                                                          \
-            for (int64_t i = 0; i < n; i++) {                                                    \
-                T x = a[i];                                                                      \
-                o[i] = (expr);                                                                   \
-            }                                                                                    \
-        } else if (sb) {                                                                         \
-            T x = a[0];                                                                          \
-            for (int64_t i = 0; i < n; i++) {                                                    \
-                T y = b[i];                                                                      \
-                o[i] = (expr);                                                                   \
-            }                                                                                    \
-        } else {                                                                                 \
-            T x = a[0], y = b[0];                                                                \
-            for (int64_t i = 0; i < n; i++) o[i] = (expr);                                       \
-        }                                                                                        \
+#define DEF_ROW2(name, T, expr)                                                                    \
+    TS_CLONES static void name(void *o_, const void *a_, const void *b_, int64_t n, int64_t sa,    \
+                               int64_t sb) {                                                       \
+        T *o = o_;                                                                                 \
+        const T *a = a_, *b = b_;                                                                  \
+        if (sa && sb) {                                                                            \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T x = a[i], y = b[i];                                                              \
+                o[i] = (expr);                                                                     \
+            }                                                                                      \
+        } else if (sa) {                                                                           \
+            T y = b[0];                                                                            \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T x = a[i];                                                                        \
+                o[i] = (expr);                                                                     \
+            }                                                                                      \
+        } else if (sb) {                                                                           \
+            T x = a[0];                                                                            \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T y = b[i];                                                                        \
+                o[i] = (expr);                                                                     \
+            }                                                                                      \
+        } else {                                                                                   \
+            T x = a[0], y = b[0];                                                                  \
+            for (int64_t i = 0; i < n; i++) o[i] = (expr);                                         \
+        }                                                                                          \
     }
 
-#define DEF_BIN(op, expr)                                                                        \
-    DEF_ROW2(op##_f32, float, expr)                                                              \
+#define DEF_BIN(op, expr)                                                                          \
+    DEF_ROW2(op##_f32, float, expr)                                                                \
     DEF_ROW2(op##_f64, double, expr)
 
 DEF_BIN(add, x + y)
@@ -195,17 +195,17 @@ static ts_status run3(const ts_kargs *k, row3_fn f32, row3_fn f64) {
     return TS_OK;
 }
 
-#define DEF_ROW3(name, T, CT, expr)                                                               \
-    TS_CLONES static void name(void *o_, const void *c_, const void *a_, const void *b_,          \
-                               int64_t n, int64_t sc, int64_t sa, int64_t sb) {                   \
-        T *o = o_;                                                                                \
-        const CT *c = c_;                                                                         \
-        const T *a = a_, *b = b_;                                                                 \
-        for (int64_t i = 0; i < n; i++) {                                                         \
-            CT z = c[i * sc];                                                                     \
-            T x = a[i * sa], y = b[i * sb];                                                       \
-            o[i] = (expr);                                                                        \
-        }                                                                                         \
+#define DEF_ROW3(name, T, CT, expr)                                                                \
+    TS_CLONES static void name(void *o_, const void *c_, const void *a_, const void *b_,           \
+                               int64_t n, int64_t sc, int64_t sa, int64_t sb) {                    \
+        T *o = o_;                                                                                 \
+        const CT *c = c_;                                                                          \
+        const T *a = a_, *b = b_;                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            CT z = c[i * sc];                                                                      \
+            T x = a[i * sa], y = b[i * sb];                                                        \
+            o[i] = (expr);                                                                         \
+        }                                                                                          \
     }
 
 DEF_ROW3(where_f32, float, unsigned char, z ? x : y)
@@ -221,13 +221,27 @@ DEF_ROW3(min_a_f64, double, double, x < y ? z : (x == y ? z * 0.5 : 0.0))
 DEF_ROW3(min_b_f32, float, float, y < x ? z : (x == y ? z * 0.5f : 0.0f))
 DEF_ROW3(min_b_f64, double, double, y < x ? z : (x == y ? z * 0.5 : 0.0))
 
-static ts_status k_add(const ts_kargs *k) { return run2(k, add_f32, add_f64); }
-static ts_status k_sub(const ts_kargs *k) { return run2(k, sub_f32, sub_f64); }
-static ts_status k_mul(const ts_kargs *k) { return run2(k, mul_f32, mul_f64); }
-static ts_status k_div(const ts_kargs *k) { return run2(k, div_f32, div_f64); }
-static ts_status k_max(const ts_kargs *k) { return run2(k, max_f32, max_f64); }
-static ts_status k_min(const ts_kargs *k) { return run2(k, min_f32, min_f64); }
-static ts_status k_where(const ts_kargs *k) { return run3(k, where_f32, where_f64); }
+static ts_status k_add(const ts_kargs *k) {
+    return run2(k, add_f32, add_f64);
+}
+static ts_status k_sub(const ts_kargs *k) {
+    return run2(k, sub_f32, sub_f64);
+}
+static ts_status k_mul(const ts_kargs *k) {
+    return run2(k, mul_f32, mul_f64);
+}
+static ts_status k_div(const ts_kargs *k) {
+    return run2(k, div_f32, div_f64);
+}
+static ts_status k_max(const ts_kargs *k) {
+    return run2(k, max_f32, max_f64);
+}
+static ts_status k_min(const ts_kargs *k) {
+    return run2(k, min_f32, min_f64);
+}
+static ts_status k_where(const ts_kargs *k) {
+    return run3(k, where_f32, where_f64);
+}
 static ts_status k_maxmin_bwd(const ts_kargs *k) {
     static const row3_fn f32[2][2] = {{max_a_f32, max_b_f32}, {min_a_f32, min_b_f32}};
     static const row3_fn f64[2][2] = {{max_a_f64, max_b_f64}, {min_a_f64, min_b_f64}};
@@ -239,14 +253,14 @@ static double cost_elementwise(const ts_graph *g, const ts_node *n) {
     return (double)ts_type_numel(&g->values[n->out[0]].t);
 }
 
-#define BIN_DEF(id, nm, gr, kern)                                                                 \
-    const ts_op_def ts_def_##id = {.name = nm,                                                    \
-                                   .min_in = 2,                                                   \
-                                   .max_in = 2,                                                   \
-                                   .flags = TS_OPF_ELEMENTWISE | TS_OPF_INPLACE,                  \
-                                   .infer = infer_binary,                                         \
-                                   .grad = gr,                                                    \
-                                   .kernel = kern,                                                \
+#define BIN_DEF(id, nm, gr, kern)                                                                  \
+    const ts_op_def ts_def_##id = {.name = nm,                                                     \
+                                   .min_in = 2,                                                    \
+                                   .max_in = 2,                                                    \
+                                   .flags = TS_OPF_ELEMENTWISE | TS_OPF_INPLACE,                   \
+                                   .infer = infer_binary,                                          \
+                                   .grad = gr,                                                     \
+                                   .kernel = kern,                                                 \
                                    .cost = cost_elementwise};
 
 BIN_DEF(add, "add", grad_add, k_add)
@@ -280,12 +294,24 @@ static ts_val bin(ts_graph *g, int op, ts_val a, ts_val b) {
     return ts_node_add(g, op, 2, in, NULL, NULL);
 }
 
-ts_val ts_add(ts_graph *g, ts_val a, ts_val b) { return bin(g, TS_OP_ADD, a, b); }
-ts_val ts_sub(ts_graph *g, ts_val a, ts_val b) { return bin(g, TS_OP_SUB, a, b); }
-ts_val ts_mul(ts_graph *g, ts_val a, ts_val b) { return bin(g, TS_OP_MUL, a, b); }
-ts_val ts_div(ts_graph *g, ts_val a, ts_val b) { return bin(g, TS_OP_DIV, a, b); }
-ts_val ts_maximum(ts_graph *g, ts_val a, ts_val b) { return bin(g, TS_OP_MAXIMUM, a, b); }
-ts_val ts_minimum(ts_graph *g, ts_val a, ts_val b) { return bin(g, TS_OP_MINIMUM, a, b); }
+ts_val ts_add(ts_graph *g, ts_val a, ts_val b) {
+    return bin(g, TS_OP_ADD, a, b);
+}
+ts_val ts_sub(ts_graph *g, ts_val a, ts_val b) {
+    return bin(g, TS_OP_SUB, a, b);
+}
+ts_val ts_mul(ts_graph *g, ts_val a, ts_val b) {
+    return bin(g, TS_OP_MUL, a, b);
+}
+ts_val ts_div(ts_graph *g, ts_val a, ts_val b) {
+    return bin(g, TS_OP_DIV, a, b);
+}
+ts_val ts_maximum(ts_graph *g, ts_val a, ts_val b) {
+    return bin(g, TS_OP_MAXIMUM, a, b);
+}
+ts_val ts_minimum(ts_graph *g, ts_val a, ts_val b) {
+    return bin(g, TS_OP_MINIMUM, a, b);
+}
 
 ts_val ts_where(ts_graph *g, ts_val cond, ts_val a, ts_val b) {
     ts_val in[3] = {cond, a, b};

@@ -9,8 +9,8 @@ ts_status ts_broadcast_shapes(const ts_type *a, const ts_type *b, ts_type *out) 
         int ia = i - (r - a->rank), ib = i - (r - b->rank);
         int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
         if (da != db && da != 1 && db != 1)
-            return ts_fail(TS_ERR_SHAPE, "shapes do not broadcast: axis %d is %lld vs %lld",
-                           i - r, (long long)da, (long long)db);
+            return ts_fail(TS_ERR_SHAPE, "shapes do not broadcast: axis %d is %lld vs %lld", i - r,
+                           (long long)da, (long long)db);
         out->dims[i] = da == 1 ? db : da;
     }
     return TS_OK;

@@ -16,6 +16,26 @@
 #define TS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TS_CLONES
+/* Row reductions keep TS_LANES interleaved partial sums (so the loop
+ * vectorises) and combine them pairwise in a fixed order. */
+#define TS_LANES 16
+static inline double ts_lanes_sum(const double *a) {
+    double s[TS_LANES / 2];
+    for (int j = 0; j < TS_LANES / 2; j++) s[j] = a[j] + a[j + TS_LANES / 2];
+    for (int w = TS_LANES / 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) s[j] += s[j + w];
+    return s[0];
+}
+
+/* The body of a kernel entry point that runs the f32 or f64 instantiation
+ * by dtype `dt` (anything else is reported as unsupported). */
+#define TS_FLOAT_DISPATCH(k, dt, opname, f32, f64)                                                 \
+    switch (dt) {                                                                                  \
+    case TS_F32: return f32(k);                                                                    \
+    case TS_F64: return f64(k);                                                                    \
+    default: return ts_kernel_bad_dtype(k, opname, dt);                                            \
+    }
+
 #endif
 
 /* Below this many elements a loop stays on one thread. */
@@ -54,12 +74,36 @@ static inline int64_t ts_rows(const ts_tensor *t) {
     for (int i = 0; i + 1 < t->rank; i++) r *= t->dims[i];
     return r;
 }
-static inline int64_t ts_inner(const ts_tensor *t) { return t->rank ? t->dims[t->rank - 1] : 1; }
+static inline int64_t ts_inner(const ts_tensor *t) {
+    return t->rank ? t->dims[t->rank - 1] : 1;
+}
 
 /* Split [0, n) into fixed-size blocks (independent of thread count), for
  * reductions that must be deterministic: partial sums per block, then the
  * blocks summed in order. */
 #define TS_RED_BLOCK 4096
-static inline int64_t ts_red_blocks(int64_t n) { return (n + TS_RED_BLOCK - 1) / TS_RED_BLOCK; }
+static inline int64_t ts_red_blocks(int64_t n) {
+    return (n + TS_RED_BLOCK - 1) / TS_RED_BLOCK;
+}
+
+/* Row reductions keep TS_LANES interleaved partial sums (so the loop
+ * vectorises) and combine them pairwise in a fixed order. */
+#define TS_LANES 16
+static inline double ts_lanes_sum(const double *a) {
+    double s[TS_LANES / 2];
+    for (int j = 0; j < TS_LANES / 2; j++) s[j] = a[j] + a[j + TS_LANES / 2];
+    for (int w = TS_LANES / 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) s[j] += s[j + w];
+    return s[0];
+}
+
+/* The body of a kernel entry point that runs the f32 or f64 instantiation
+ * by dtype `dt` (anything else is reported as unsupported). */
+#define TS_FLOAT_DISPATCH(k, dt, opname, f32, f64)                                                 \
+    switch (dt) {                                                                                  \
+    case TS_F32: return f32(k);                                                                    \
+    case TS_F64: return f64(k);                                                                    \
+    default: return ts_kernel_bad_dtype(k, opname, dt);                                            \
+    }
 
 #endif

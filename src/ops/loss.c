@@ -10,9 +10,8 @@
 #include "kern.h"
 #include "vmath.h"
 
-#define LN      16 /* interleaved partial sums of a row reduction */
-#define CE_ROWS 64 /* rows per block of the cross-entropy sum */
-
+#define LN      TS_LANES /* interleaved partial sums of a row reduction */
+#define CE_ROWS 64       /* rows per block of the cross-entropy sum */
 
 /* ---- inference --------------------------------------------------------- */
 
@@ -115,15 +114,6 @@ static ts_status grad_ce(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
 
 /* ---- kernels ----------------------------------------------------------- */
 
-/* Pairwise sum of the LN partials in a fixed order. */
-static inline double comb(const double *a) {
-    double s[LN / 2];
-    for (int j = 0; j < LN / 2; j++) s[j] = a[j] + a[j + LN / 2];
-    for (int w = LN / 4; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) s[j] += s[j + w];
-    return s[0];
-}
-
 static inline int64_t target_at(const void *t, int is64, int64_t i) {
     return is64 ? ((const int64_t *)t)[i] : (int64_t)((const int32_t *)t)[i];
 }
@@ -157,7 +147,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
             T v = x[i];                                                                            \
             s += (double)((v > 0 ? v : 0) - v * y[i] + LOG1P(EXP(-ABS(v))));                       \
         }                                                                                          \
-        return s + comb(acc);                                                                      \
+        return s + ts_lanes_sum(acc);                                                              \
     }                                                                                              \
     static ts_status bce_##SFX(const ts_kargs *k) {                                                \
         const T *x = k->in[0].data, *y = k->in[1].data;                                            \
@@ -210,7 +200,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         for (; i + LN <= c; i += LN)                                                               \
             for (int j = 0; j < LN; j++) acc[j] += EXP(x[i + j] - m);                              \
         for (; i < c; i++) s += EXP(x[i] - m);                                                     \
-        return (double)m + log(s + comb(acc));                                                     \
+        return (double)m + log(s + ts_lanes_sum(acc));                                             \
     }                                                                                              \
     static ts_status ce_##SFX(const ts_kargs *k) {                                                 \
         const T *x = k->in[0].data;                                                                \
@@ -287,32 +277,16 @@ DEF_LOSS(float, f32, m_exp_f32, log1pf, fabsf)
 DEF_LOSS(double, f64, exp, log1p, fabs)
 
 static ts_status k_bce(const ts_kargs *k) {
-    switch (k->in[0].dtype) {
-    case TS_F32: return bce_f32(k);
-    case TS_F64: return bce_f64(k);
-    default: return ts_kernel_bad_dtype(k, "bce_logits", k->in[0].dtype);
-    }
+    TS_FLOAT_DISPATCH(k, k->in[0].dtype, "bce_logits", bce_f32, bce_f64);
 }
 static ts_status k_bce_bwd(const ts_kargs *k) {
-    switch (k->in[1].dtype) {
-    case TS_F32: return bce_bwd_f32(k);
-    case TS_F64: return bce_bwd_f64(k);
-    default: return ts_kernel_bad_dtype(k, "bce_logits_bwd", k->in[1].dtype);
-    }
+    TS_FLOAT_DISPATCH(k, k->in[1].dtype, "bce_logits_bwd", bce_bwd_f32, bce_bwd_f64);
 }
 static ts_status k_ce(const ts_kargs *k) {
-    switch (k->in[0].dtype) {
-    case TS_F32: return ce_f32(k);
-    case TS_F64: return ce_f64(k);
-    default: return ts_kernel_bad_dtype(k, "cross_entropy", k->in[0].dtype);
-    }
+    TS_FLOAT_DISPATCH(k, k->in[0].dtype, "cross_entropy", ce_f32, ce_f64);
 }
 static ts_status k_ce_bwd(const ts_kargs *k) {
-    switch (k->in[1].dtype) {
-    case TS_F32: return ce_bwd_f32(k);
-    case TS_F64: return ce_bwd_f64(k);
-    default: return ts_kernel_bad_dtype(k, "cross_entropy_bwd", k->in[1].dtype);
-    }
+    TS_FLOAT_DISPATCH(k, k->in[1].dtype, "cross_entropy_bwd", ce_bwd_f32, ce_bwd_f64);
 }
 
 static size_t scratch_bce(const ts_graph *g, const ts_node *n) {

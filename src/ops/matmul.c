@@ -51,10 +51,14 @@ static ts_status grad_matmul(ts_graph *g, const ts_node *n, const ts_val *dyv, t
     int a_rank = ts_in_type(g, n, 0)->rank, b_rank = ts_in_type(g, n, 1)->rank;
     /* dA' = dC B'^T and dB' = A'^T dC, transposed back where the operand
      * was read transposed. */
-    if (ta == 0 && tb == 0) din[0] = ts_matmul(g, dC, B, 0, 1);
-    else if (ta == 0 && tb == 1) din[0] = ts_matmul(g, dC, B, 0, 0);
-    else if (ta == 1 && tb == 0) din[0] = ts_matmul(g, B, dC, 0, 1);
-    else din[0] = ts_matmul(g, B, dC, 1, 1);
+    if (ta == 0 && tb == 0)
+        din[0] = ts_matmul(g, dC, B, 0, 1);
+    else if (ta == 0 && tb == 1)
+        din[0] = ts_matmul(g, dC, B, 0, 0);
+    else if (ta == 1 && tb == 0)
+        din[0] = ts_matmul(g, B, dC, 0, 1);
+    else
+        din[0] = ts_matmul(g, B, dC, 1, 1);
     din[0] = ts_sum_to(g, din[0], A);
 
     if (b_rank == 2 && a_rank > 2 && ta == 0) {
@@ -63,10 +67,14 @@ static ts_status grad_matmul(ts_graph *g, const ts_node *n, const ts_val *dyv, t
         ts_val fa = flatten_rows(g, A), fd = flatten_rows(g, dC);
         din[1] = tb ? ts_matmul(g, fd, fa, 1, 0) : ts_matmul(g, fa, fd, 1, 0);
     } else {
-        if (ta == 0 && tb == 0) din[1] = ts_matmul(g, A, dC, 1, 0);
-        else if (ta == 0 && tb == 1) din[1] = ts_matmul(g, dC, A, 1, 0);
-        else if (ta == 1 && tb == 0) din[1] = ts_matmul(g, A, dC, 0, 0);
-        else din[1] = ts_matmul(g, dC, A, 1, 1);
+        if (ta == 0 && tb == 0)
+            din[1] = ts_matmul(g, A, dC, 1, 0);
+        else if (ta == 0 && tb == 1)
+            din[1] = ts_matmul(g, dC, A, 1, 0);
+        else if (ta == 1 && tb == 0)
+            din[1] = ts_matmul(g, A, dC, 0, 0);
+        else
+            din[1] = ts_matmul(g, dC, A, 1, 1);
         din[1] = ts_sum_to(g, din[1], B);
     }
     return ts_graph_status(g);
@@ -91,40 +99,44 @@ static int64_t batch_offset(const ts_tensor *x, const ts_tensor *o, int64_t bi) 
     return off;
 }
 
-#define DEF_MM(T, SFX)                                                                            \
-    TS_CLONES static void mm_row_##SFX(T *c, const T *a, const T *b, int64_t i, int64_t N,        \
-                                       int64_t K, int64_t M, int ta, int tb) {                    \
-        /* c[i, :] = sum_k a[i, k] * b[k, :] for one row i. */                                    \
-        for (int64_t j = 0; j < N; j++) c[j] = 0;                                                 \
-        if (!tb) {                                                                                \
-            for (int64_t k = 0; k < K; k++) {                                                     \
-                T aik = ta ? a[k * M + i] : a[i * K + k];                                         \
-                const T *brow = b + k * N;                                                        \
-                for (int64_t j = 0; j < N; j++) c[j] += aik * brow[j];                            \
-            }                                                                                     \
-        } else {                                                                                  \
-            for (int64_t j = 0; j < N; j++) {                                                     \
-                const T *brow = b + j * K;                                                        \
-                T acc = 0;                                                                        \
-                if (ta)                                                                           \
-                    for (int64_t k = 0; k < K; k++) acc += a[k * M + i] * brow[k];                \
-                else                                                                              \
-                    for (int64_t k = 0; k < K; k++) acc += a[i * K + k] * brow[k];                \
-                c[j] = acc;                                                                       \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    static void mm_##SFX(const ts_kargs *k, int64_t batch, int64_t M, int64_t N, int64_t K) {     \
-        const ts_tensor *A = &k->in[0], *B = &k->in[1], *C = &k->out[0];                          \
-        int ta = (int)k->a->i[0], tb = (int)k->a->i[1];                                           \
-        _Pragma("omp parallel for schedule(static) if (batch * M * N * K >= 65536)")              \
-        for (int64_t t = 0; t < batch * M; t++) {                                                 \
-            int64_t bi = t / M, i = t % M;                                                        \
-            const T *a = (const T *)A->data + batch_offset(A, C, bi);                             \
-            const T *b = (const T *)B->data + batch_offset(B, C, bi);                             \
-            T *c = (T *)C->data + bi * M * N + i * N;                                             \
-            mm_row_##SFX(c, a, b, i, N, K, M, ta, tb);                                            \
-        }                                                                                         \
+#define DEF_MM(T, SFX)                                                                             \
+    TS_CLONES static void mm_row_##SFX(T *c, const T *a, const T *b, int64_t i, int64_t N,         \
+                                       int64_t K, int64_t M, int ta, int tb) {                     \
+        /* c[i, :] = sum_k a[i, k] * b[k, :] for one row i. */                                     \
+        for (int64_t j = 0; j < N; j++) c[j] = 0;                                                  \
+        if (!tb) {                                                                                 \
+            for (int64_t k = 0; k < K; k++) {                                                      \
+                T aik = ta ? a[k * M + i] : a[i * K + k];                                          \
+                const T *brow = b + k * N;                                                         \
+                for (int64_t j = 0; j < N; j++) c[j] += aik * brow[j];                             \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t j = 0; j < N; j++) {                                                      \
+                const T *brow = b + j * K;                                                         \
+                T acc = 0;                                                                         \
+                if (ta)                                                                            \
+                    for (int64_t k = 0; k < K; k++) acc += a[k * M + i] * brow[k];                 \
+                else                                                                               \
+                    for (int64_t k = 0; k < K; k++) acc += a[i * K + k] * brow[k];                 \
+                c[j] = acc;                                                                        \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void mm_##SFX(const ts_kargs *k, int64_t batch, int64_t M, int64_t N, int64_t K) {      \
+        const ts_tensor *A = &k->in[0], *B = &k->in[1], *C = &k->out[0];                           \
+        int ta = (int)k->a->i[0], tb = (int)k->a->i[1];                                            \
+        _Pragma(                                                                                   \
+            "omp parallel for schedule(static) if (batch * M * N * K >= 65536)") for (int64_t t =  \
+                                                                                          0;       \
+                                                                                      t <          \
+                                                                                      batch * M;   \
+                                                                                      t++) {       \
+            int64_t bi = t / M, i = t % M;                                                         \
+            const T *a = (const T *)A->data + batch_offset(A, C, bi);                              \
+            const T *b = (const T *)B->data + batch_offset(B, C, bi);                              \
+            T *c = (T *)C->data + bi * M * N + i * N;                                              \
+            mm_row_##SFX(c, a, b, i, N, K, M, ta, tb);                                             \
+        }                                                                                          \
     }
 
 DEF_MM(float, f32)

@@ -14,9 +14,9 @@
 #include <math.h>
 #include "kern.h"
 
-#define LN      16  /* interleaved partial sums of a row reduction */
-#define LN_ROWS 128 /* rows per block of the dw/db reduction */
-#define LN_COLS 256 /* columns per task of the dw/db reduction */
+#define LN      TS_LANES /* interleaved partial sums of a row reduction */
+#define LN_ROWS 128      /* rows per block of the dw/db reduction */
+#define LN_COLS 256      /* columns per task of the dw/db reduction */
 
 /* ---- inference --------------------------------------------------------- */
 
@@ -118,15 +118,6 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
 
 /* ---- kernels ----------------------------------------------------------- */
 
-/* Pairwise sum of the LN partials in a fixed order. */
-static inline double comb(const double *a) {
-    double s[LN / 2];
-    for (int j = 0; j < LN / 2; j++) s[j] = a[j] + a[j + LN / 2];
-    for (int w = LN / 4; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) s[j] += s[j + w];
-    return s[0];
-}
-
 #define DEF_LN(T, SFX)                                                                             \
     /* One row: y, mean, rstd from x (w, b may be NULL). */                                        \
     TS_CLONES static void ln_row_##SFX(T *y, T *mean_o, T *rstd_o, const T *x, const T *w,         \
@@ -136,7 +127,7 @@ static inline double comb(const double *a) {
         for (; i + LN <= d; i += LN)                                                               \
             for (int j = 0; j < LN; j++) acc[j] += (double)x[i + j];                               \
         for (; i < d; i++) s += (double)x[i];                                                      \
-        double mean = (s + comb(acc)) / (double)d;                                                 \
+        double mean = (s + ts_lanes_sum(acc)) / (double)d;                                         \
         for (int j = 0; j < LN; j++) acc[j] = 0;                                                   \
         s = 0;                                                                                     \
         for (i = 0; i + LN <= d; i += LN)                                                          \
@@ -148,7 +139,7 @@ static inline double comb(const double *a) {
             double c = (double)x[i] - mean;                                                        \
             s += c * c;                                                                            \
         }                                                                                          \
-        double rstd = 1.0 / sqrt((s + comb(acc)) / (double)d + eps);                               \
+        double rstd = 1.0 / sqrt((s + ts_lanes_sum(acc)) / (double)d + eps);                       \
         T m = (T)mean, r = (T)rstd;                                                                \
         *mean_o = m;                                                                               \
         *rstd_o = r;                                                                               \
@@ -194,7 +185,8 @@ static inline double comb(const double *a) {
             s1 += (double)gv;                                                                      \
             s2 += (double)(gv * xh);                                                               \
         }                                                                                          \
-        T mg = (T)((s1 + comb(a1)) / (double)d), mgx = (T)((s2 + comb(a2)) / (double)d);           \
+        T mg = (T)((s1 + ts_lanes_sum(a1)) / (double)d),                                           \
+          mgx = (T)((s2 + ts_lanes_sum(a2)) / (double)d);                                          \
         for (i = 0; i < d; i++) {                                                                  \
             T gv = w ? dy[i] * w[i] : dy[i];                                                       \
             T xh = (x[i] - m) * r;                                                                 \
@@ -266,19 +258,11 @@ DEF_LN(float, f32)
 DEF_LN(double, f64)
 
 static ts_status k_ln(const ts_kargs *k) {
-    switch (k->in[0].dtype) {
-    case TS_F32: return ln_f32(k);
-    case TS_F64: return ln_f64(k);
-    default: return ts_kernel_bad_dtype(k, "layer_norm", k->in[0].dtype);
-    }
+    TS_FLOAT_DISPATCH(k, k->in[0].dtype, "layer_norm", ln_f32, ln_f64);
 }
 
 static ts_status k_ln_bwd(const ts_kargs *k) {
-    switch (k->in[1].dtype) {
-    case TS_F32: return ln_bwd_f32(k);
-    case TS_F64: return ln_bwd_f64(k);
-    default: return ts_kernel_bad_dtype(k, "layer_norm_bwd", k->in[1].dtype);
-    }
+    TS_FLOAT_DISPATCH(k, k->in[1].dtype, "layer_norm_bwd", ln_bwd_f32, ln_bwd_f64);
 }
 
 /* Partials of dw and db: one row of D doubles each per block of LN_ROWS rows. */

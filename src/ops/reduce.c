@@ -108,89 +108,95 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
     return (size_t)(ts_red_blocks(numel) + 1) * sizeof(double) * 2 + 64;
 }
 
-#define DEF_SUM(T, SFX)                                                                           \
-    TS_CLONES static double sum_contig_##SFX(const T *p, int64_t n) {                             \
-        double acc[8] = {0};                                                                      \
-        int64_t i = 0;                                                                            \
-        for (; i + 8 <= n; i += 8)                                                                \
-            for (int j = 0; j < 8; j++) acc[j] += (double)p[i + j];                               \
-        double s = 0;                                                                             \
-        for (; i < n; i++) s += (double)p[i];                                                     \
+#define DEF_SUM(T, SFX)                                                                            \
+    TS_CLONES static double sum_contig_##SFX(const T *p, int64_t n) {                              \
+        double acc[8] = {0};                                                                       \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            for (int j = 0; j < 8; j++) acc[j] += (double)p[i + j];                                \
+        double s = 0;                                                                              \
+        for (; i < n; i++) s += (double)p[i];                                                      \
         return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + \
-               s;                                                                                 \
-    }                                                                                             \
-    TS_CLONES static void sum_cols_##SFX(T *o, const T *p, int64_t red, int64_t inner, double sc) { \
-        /* o[j] = sc * sum_r p[r*inner + j], rows in order: vectorised over j. */                 \
-        for (int64_t j0 = 0; j0 < inner; j0 += 256) {                                             \
-            int64_t len = inner - j0 < 256 ? inner - j0 : 256;                                    \
-            double acc[256];                                                                      \
-            for (int64_t j = 0; j < len; j++) acc[j] = 0;                                         \
-            for (int64_t r = 0; r < red; r++) {                                                   \
-                const T *row = p + r * inner + j0;                                                \
-                for (int64_t j = 0; j < len; j++) acc[j] += (double)row[j];                       \
-            }                                                                                     \
-            for (int64_t j = 0; j < len; j++) o[j0 + j] = (T)(acc[j] * sc);                       \
-        }                                                                                         \
-    }                                                                                             \
-    static ts_status sum_##SFX(const ts_kargs *k) {                                               \
-        const ts_tensor *x = &k->in[0];                                                           \
-        const T *p = x->data;                                                                     \
-        T *o = k->out[0].data;                                                                    \
-        double sc = k->a->f[0];                                                                   \
-        red_shape s;                                                                              \
-        merge_axes(x, (uint64_t)k->a->i[0], &s);                                                  \
-        int64_t outer, red, inner;                                                                \
-        if (as_ori(&s, &outer, &red, &inner)) {                                                   \
-            if (inner == 1) {                                                                     \
-                /* Each output sums a contiguous run: fixed blocks, partials in order. */         \
-                int64_t nb = ts_red_blocks(red);                                                  \
-                double *part = k->scratch;                                                        \
-                _Pragma("omp parallel for schedule(static) if (outer * red >= TS_PAR_MIN)")       \
-                for (int64_t t = 0; t < outer * nb; t++) {                                        \
-                    int64_t oi = t / nb, b = t % nb, st = b * TS_RED_BLOCK;                       \
-                    int64_t len = red - st < TS_RED_BLOCK ? red - st : TS_RED_BLOCK;              \
-                    part[t] = sum_contig_##SFX(p + oi * red + st, len);                           \
-                }                                                                                 \
-                for (int64_t oi = 0; oi < outer; oi++) {                                          \
-                    double acc = 0;                                                               \
-                    for (int64_t b = 0; b < nb; b++) acc += part[oi * nb + b];                    \
-                    o[oi] = (T)(acc * sc);                                                        \
-                }                                                                                 \
-            } else {                                                                              \
-                int64_t ncb = (inner + 255) / 256;                                                \
-                _Pragma("omp parallel for schedule(static) if (outer * red * inner >= TS_PAR_MIN)") \
-                for (int64_t t = 0; t < outer * ncb; t++) {                                       \
-                    int64_t oi = t / ncb, cb = t % ncb, j0 = cb * 256;                            \
-                    int64_t len = inner - j0 < 256 ? inner - j0 : 256;                            \
-                    sum_cols_##SFX(o + oi * inner + j0, p + oi * red * inner + j0, red, inner,    \
-                                   sc);                                                           \
-                    (void)len;                                                                    \
-                }                                                                                 \
-            }                                                                                     \
-            return TS_OK;                                                                         \
-        }                                                                                         \
-        /* Generic: walk every input element once, in order, into double accumulators. */         \
-        int64_t no = ts_tensor_numel(&k->out[0]), nx = ts_tensor_numel(x);                        \
-        double *acc = k->scratch;                                                                 \
-        if ((size_t)no * sizeof(double) > k->scratch_bytes)                                       \
-            return ts_fail(TS_ERR_INTERNAL, "sum '%s': scratch too small", k->label);             \
-        memset(acc, 0, (size_t)no * sizeof(double));                                              \
-        int64_t ostr[TS_MAX_RANK], st = 1;                                                        \
-        for (int i = x->rank - 1; i >= 0; i--) {                                                  \
-            int red_ax = (uint64_t)k->a->i[0] >> i & 1;                                           \
-            ostr[i] = red_ax ? 0 : st;                                                            \
-            if (!red_ax) st *= x->dims[i];                                                        \
-        }                                                                                         \
-        for (int64_t e = 0; e < nx; e++) {                                                        \
-            int64_t rem = e, off = 0;                                                             \
-            for (int i = x->rank - 1; i >= 0; i--) {                                              \
-                off += (rem % x->dims[i]) * ostr[i];                                              \
-                rem /= x->dims[i];                                                                \
-            }                                                                                     \
-            acc[off] += (double)p[e];                                                             \
-        }                                                                                         \
-        for (int64_t i = 0; i < no; i++) o[i] = (T)(acc[i] * sc);                                 \
-        return TS_OK;                                                                             \
+               s;                                                                                  \
+    }                                                                                              \
+    TS_CLONES static void sum_cols_##SFX(T *o, const T *p, int64_t red, int64_t inner,             \
+                                         double sc) {                                              \
+        /* o[j] = sc * sum_r p[r*inner + j], rows in order: vectorised over j. */                  \
+        for (int64_t j0 = 0; j0 < inner; j0 += 256) {                                              \
+            int64_t len = inner - j0 < 256 ? inner - j0 : 256;                                     \
+            double acc[256];                                                                       \
+            for (int64_t j = 0; j < len; j++) acc[j] = 0;                                          \
+            for (int64_t r = 0; r < red; r++) {                                                    \
+                const T *row = p + r * inner + j0;                                                 \
+                for (int64_t j = 0; j < len; j++) acc[j] += (double)row[j];                        \
+            }                                                                                      \
+            for (int64_t j = 0; j < len; j++) o[j0 + j] = (T)(acc[j] * sc);                        \
+        }                                                                                          \
+    }                                                                                              \
+    static ts_status sum_##SFX(const ts_kargs *k) {                                                \
+        const ts_tensor *x = &k->in[0];                                                            \
+        const T *p = x->data;                                                                      \
+        T *o = k->out[0].data;                                                                     \
+        double sc = k->a->f[0];                                                                    \
+        red_shape s;                                                                               \
+        merge_axes(x, (uint64_t)k->a->i[0], &s);                                                   \
+        int64_t outer, red, inner;                                                                 \
+        if (as_ori(&s, &outer, &red, &inner)) {                                                    \
+            if (inner == 1) {                                                                      \
+                /* Each output sums a contiguous run: fixed blocks, partials in order. */          \
+                int64_t nb = ts_red_blocks(red);                                                   \
+                double *part = k->scratch;                                                         \
+                _Pragma("omp parallel for schedule(static) if (outer * red >= TS_PAR_MIN)") for (  \
+                    int64_t t = 0; t < outer * nb; t++) {                                          \
+                    int64_t oi = t / nb, b = t % nb, st = b * TS_RED_BLOCK;                        \
+                    int64_t len = red - st < TS_RED_BLOCK ? red - st : TS_RED_BLOCK;               \
+                    part[t] = sum_contig_##SFX(p + oi * red + st, len);                            \
+                }                                                                                  \
+                for (int64_t oi = 0; oi < outer; oi++) {                                           \
+                    double acc = 0;                                                                \
+                    for (int64_t b = 0; b < nb; b++) acc += part[oi * nb + b];                     \
+                    o[oi] = (T)(acc * sc);                                                         \
+                }                                                                                  \
+            } else {                                                                               \
+                int64_t ncb = (inner + 255) / 256;                                                 \
+                int64_t work = outer * red * inner;                                                \
+                _Pragma(                                                                           \
+                    "omp parallel for schedule(static) if (work >= TS_PAR_MIN)") for (int64_t t =  \
+                                                                                          0;       \
+                                                                                      t <          \
+                                                                                      outer * ncb; \
+                                                                                      t++) {       \
+                    int64_t oi = t / ncb, cb = t % ncb, j0 = cb * 256;                             \
+                    int64_t len = inner - j0 < 256 ? inner - j0 : 256;                             \
+                    sum_cols_##SFX(o + oi * inner + j0, p + oi * red * inner + j0, red, inner,     \
+                                   sc);                                                            \
+                    (void)len;                                                                     \
+                }                                                                                  \
+            }                                                                                      \
+            return TS_OK;                                                                          \
+        }                                                                                          \
+        /* Generic: walk every input element once, in order, into double accumulators. */          \
+        int64_t no = ts_tensor_numel(&k->out[0]), nx = ts_tensor_numel(x);                         \
+        double *acc = k->scratch;                                                                  \
+        if ((size_t)no * sizeof(double) > k->scratch_bytes)                                        \
+            return ts_fail(TS_ERR_INTERNAL, "sum '%s': scratch too small", k->label);              \
+        memset(acc, 0, (size_t)no * sizeof(double));                                               \
+        int64_t ostr[TS_MAX_RANK], st = 1;                                                         \
+        for (int i = x->rank - 1; i >= 0; i--) {                                                   \
+            int red_ax = (uint64_t)k->a->i[0] >> i & 1;                                            \
+            ostr[i] = red_ax ? 0 : st;                                                             \
+            if (!red_ax) st *= x->dims[i];                                                         \
+        }                                                                                          \
+        for (int64_t e = 0; e < nx; e++) {                                                         \
+            int64_t rem = e, off = 0;                                                              \
+            for (int i = x->rank - 1; i >= 0; i--) {                                               \
+                off += (rem % x->dims[i]) * ostr[i];                                               \
+                rem /= x->dims[i];                                                                 \
+            }                                                                                      \
+            acc[off] += (double)p[e];                                                              \
+        }                                                                                          \
+        for (int64_t i = 0; i < no; i++) o[i] = (T)(acc[i] * sc);                                  \
+        return TS_OK;                                                                              \
     }
 
 DEF_SUM(float, f32)
@@ -203,11 +209,7 @@ static size_t scratch_sum(const ts_graph *g, const ts_node *n) {
 }
 
 static ts_status k_sum(const ts_kargs *k) {
-    switch (k->in[0].dtype) {
-    case TS_F32: return sum_f32(k);
-    case TS_F64: return sum_f64(k);
-    default: return ts_kernel_bad_dtype(k, "sum", k->in[0].dtype);
-    }
+    TS_FLOAT_DISPATCH(k, k->in[0].dtype, "sum", sum_f32, sum_f64);
 }
 
 /* Output index of every input element: strides of the output (0 on reduced axes). */
@@ -229,75 +231,69 @@ static inline int64_t out_index(int64_t e, const ts_tensor *x, const int64_t *os
     return off;
 }
 
-#define DEF_MAX(T, SFX)                                                                           \
-    static ts_status max_##SFX(const ts_kargs *k) {                                               \
-        const ts_tensor *x = &k->in[0];                                                           \
-        const T *p = x->data;                                                                     \
-        T *o = k->out[0].data;                                                                    \
-        red_shape s;                                                                              \
-        merge_axes(x, (uint64_t)k->a->i[0], &s);                                                  \
-        int64_t outer, red, inner, no = ts_tensor_numel(&k->out[0]), nx = ts_tensor_numel(x);     \
-        if (as_ori(&s, &outer, &red, &inner)) {                                                   \
-            _Pragma("omp parallel for schedule(static) if (nx >= TS_PAR_MIN)")                    \
-            for (int64_t oi = 0; oi < outer; oi++) {                                              \
-                T *dst = o + oi * inner;                                                          \
-                const T *src = p + oi * red * inner;                                              \
-                for (int64_t j = 0; j < inner; j++) dst[j] = src[j];                              \
-                for (int64_t r = 1; r < red; r++)                                                 \
-                    for (int64_t j = 0; j < inner; j++) {                                         \
-                        T v = src[r * inner + j];                                                 \
-                        if (v > dst[j] || v != v) dst[j] = v;                                     \
-                    }                                                                             \
-            }                                                                                     \
-            return TS_OK;                                                                         \
-        }                                                                                         \
-        int64_t ostr[TS_MAX_RANK];                                                                \
-        out_strides(x, (uint64_t)k->a->i[0], ostr);                                               \
-        for (int64_t i = 0; i < no; i++) o[i] = (T)-INFINITY;                                     \
-        for (int64_t e = 0; e < nx; e++) {                                                        \
-            int64_t oi = out_index(e, x, ostr);                                                   \
-            if (p[e] > o[oi] || p[e] != p[e]) o[oi] = p[e];                                       \
-        }                                                                                         \
-        return TS_OK;                                                                             \
-    }                                                                                             \
-    /* dx = dy * (x == y) / (number of ties): torch's amax backward. */                           \
-    static ts_status max_bwd_##SFX(const ts_kargs *k) {                                           \
-        const ts_tensor *x = &k->in[1];                                                           \
-        const T *dy = k->in[0].data, *px = x->data, *y = k->in[2].data;                           \
-        T *dx = k->out[0].data;                                                                   \
-        int64_t no = ts_tensor_numel(&k->in[0]), nx = ts_tensor_numel(x);                         \
-        double *cnt = k->scratch;                                                                 \
-        int64_t ostr[TS_MAX_RANK];                                                                \
-        out_strides(x, (uint64_t)k->a->i[0], ostr);                                               \
-        for (int64_t i = 0; i < no; i++) cnt[i] = 0;                                              \
-        for (int64_t e = 0; e < nx; e++) {                                                        \
-            int64_t oi = out_index(e, x, ostr);                                                   \
-            cnt[oi] += px[e] == y[oi];                                                            \
-        }                                                                                         \
-        for (int64_t e = 0; e < nx; e++) {                                                        \
-            int64_t oi = out_index(e, x, ostr);                                                   \
-            dx[e] = px[e] == y[oi] ? (T)(dy[oi] / cnt[oi]) : (T)0;                                \
-        }                                                                                         \
-        return TS_OK;                                                                             \
+#define DEF_MAX(T, SFX)                                                                            \
+    static ts_status max_##SFX(const ts_kargs *k) {                                                \
+        const ts_tensor *x = &k->in[0];                                                            \
+        const T *p = x->data;                                                                      \
+        T *o = k->out[0].data;                                                                     \
+        red_shape s;                                                                               \
+        merge_axes(x, (uint64_t)k->a->i[0], &s);                                                   \
+        int64_t outer, red, inner, no = ts_tensor_numel(&k->out[0]), nx = ts_tensor_numel(x);      \
+        if (as_ori(&s, &outer, &red, &inner)) {                                                    \
+            _Pragma("omp parallel for schedule(static) if (nx >= TS_PAR_MIN)") for (int64_t oi =   \
+                                                                                        0;         \
+                                                                                    oi < outer;    \
+                                                                                    oi++) {        \
+                T *dst = o + oi * inner;                                                           \
+                const T *src = p + oi * red * inner;                                               \
+                for (int64_t j = 0; j < inner; j++) dst[j] = src[j];                               \
+                for (int64_t r = 1; r < red; r++)                                                  \
+                    for (int64_t j = 0; j < inner; j++) {                                          \
+                        T v = src[r * inner + j];                                                  \
+                        if (v > dst[j] || v != v) dst[j] = v;                                      \
+                    }                                                                              \
+            }                                                                                      \
+            return TS_OK;                                                                          \
+        }                                                                                          \
+        int64_t ostr[TS_MAX_RANK];                                                                 \
+        out_strides(x, (uint64_t)k->a->i[0], ostr);                                                \
+        for (int64_t i = 0; i < no; i++) o[i] = (T)-INFINITY;                                      \
+        for (int64_t e = 0; e < nx; e++) {                                                         \
+            int64_t oi = out_index(e, x, ostr);                                                    \
+            if (p[e] > o[oi] || p[e] != p[e]) o[oi] = p[e];                                        \
+        }                                                                                          \
+        return TS_OK;                                                                              \
+    }                                                                                              \
+    /* dx = dy * (x == y) / (number of ties): torch's amax backward. */                            \
+    static ts_status max_bwd_##SFX(const ts_kargs *k) {                                            \
+        const ts_tensor *x = &k->in[1];                                                            \
+        const T *dy = k->in[0].data, *px = x->data, *y = k->in[2].data;                            \
+        T *dx = k->out[0].data;                                                                    \
+        int64_t no = ts_tensor_numel(&k->in[0]), nx = ts_tensor_numel(x);                          \
+        double *cnt = k->scratch;                                                                  \
+        int64_t ostr[TS_MAX_RANK];                                                                 \
+        out_strides(x, (uint64_t)k->a->i[0], ostr);                                                \
+        for (int64_t i = 0; i < no; i++) cnt[i] = 0;                                               \
+        for (int64_t e = 0; e < nx; e++) {                                                         \
+            int64_t oi = out_index(e, x, ostr);                                                    \
+            cnt[oi] += px[e] == y[oi];                                                             \
+        }                                                                                          \
+        for (int64_t e = 0; e < nx; e++) {                                                         \
+            int64_t oi = out_index(e, x, ostr);                                                    \
+            dx[e] = px[e] == y[oi] ? (T)(dy[oi] / cnt[oi]) : (T)0;                                 \
+        }                                                                                          \
+        return TS_OK;                                                                              \
     }
 
 DEF_MAX(float, f32)
 DEF_MAX(double, f64)
 
 static ts_status k_max(const ts_kargs *k) {
-    switch (k->in[0].dtype) {
-    case TS_F32: return max_f32(k);
-    case TS_F64: return max_f64(k);
-    default: return ts_kernel_bad_dtype(k, "max", k->in[0].dtype);
-    }
+    TS_FLOAT_DISPATCH(k, k->in[0].dtype, "max", max_f32, max_f64);
 }
 
 static ts_status k_max_bwd(const ts_kargs *k) {
-    switch (k->in[1].dtype) {
-    case TS_F32: return max_bwd_f32(k);
-    case TS_F64: return max_bwd_f64(k);
-    default: return ts_kernel_bad_dtype(k, "max_bwd", k->in[1].dtype);
-    }
+    TS_FLOAT_DISPATCH(k, k->in[1].dtype, "max_bwd", max_bwd_f32, max_bwd_f64);
 }
 
 static size_t scratch_max_bwd(const ts_graph *g, const ts_node *n) {

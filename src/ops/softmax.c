@@ -21,9 +21,8 @@
 #include "kern.h"
 #include "vmath.h"
 
-#define LN 16 /* interleaved partial sums of a row reduction */
-#define CW 64 /* inner positions per task for a non-last axis */
-
+#define LN TS_LANES /* interleaved partial sums of a row reduction */
+#define CW 64       /* inner positions per task for a non-last axis */
 
 /* ---- inference --------------------------------------------------------- */
 
@@ -65,15 +64,6 @@ static ts_status grad_softmax(ts_graph *g, const ts_node *n, const ts_val *dy, t
 
 /* ---- kernels ----------------------------------------------------------- */
 
-/* Pairwise sum of the LN partials in a fixed order. */
-static inline double comb(const double *a) {
-    double s[LN / 2];
-    for (int j = 0; j < LN / 2; j++) s[j] = a[j] + a[j + LN / 2];
-    for (int w = LN / 4; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) s[j] += s[j + w];
-    return s[0];
-}
-
 /* Row functions: out, a, b (b unused by the forward ops), n elements along
  * the axis; column functions add the stride `inner` and the width w <= CW.
  * The max ignores NaN; a NaN still reaches every output through exp. */
@@ -106,7 +96,7 @@ static inline double comb(const double *a) {
             y[i] = EXP(x[i] - m);                                                                  \
             s += y[i];                                                                             \
         }                                                                                          \
-        s += comb(acc);                                                                            \
+        s += ts_lanes_sum(acc);                                                                    \
         T inv = (T)(s == 0 ? 0 : 1 / s); /* s == 0 only for a fully masked row */                  \
         for (i = 0; i < n; i++) y[i] *= inv;                                                       \
     }                                                                                              \
@@ -121,7 +111,7 @@ static inline double comb(const double *a) {
         for (; i + LN <= n; i += LN)                                                               \
             for (int j = 0; j < LN; j++) acc[j] += EXP(x[i + j] - m);                              \
         for (; i < n; i++) s += EXP(x[i] - m);                                                     \
-        s += comb(acc);                                                                            \
+        s += ts_lanes_sum(acc);                                                                    \
         T ls = (T)(s == 0 ? 0 : log(s)); /* fully masked: y = -inf */                              \
         for (i = 0; i < n; i++) y[i] = (x[i] - m) - ls;                                            \
     }                                                                                              \
@@ -135,7 +125,7 @@ static inline double comb(const double *a) {
         for (; i + LN <= n; i += LN)                                                               \
             for (int j = 0; j < LN; j++) acc[j] += (double)(dy[i + j] * y[i + j]);                 \
         for (; i < n; i++) s += (double)(dy[i] * y[i]);                                            \
-        T st = (T)(s + comb(acc));                                                                 \
+        T st = (T)(s + ts_lanes_sum(acc));                                                         \
         for (i = 0; i < n; i++) dx[i] = y[i] * (dy[i] - st);                                       \
     }                                                                                              \
     TS_CLONES static void lsm_bwd_row_##SFX(void *o_, const void *dy_, const void *y_, int64_t n,  \
@@ -148,7 +138,7 @@ static inline double comb(const double *a) {
         for (; i + LN <= n; i += LN)                                                               \
             for (int j = 0; j < LN; j++) acc[j] += (double)dy[i + j];                              \
         for (; i < n; i++) s += (double)dy[i];                                                     \
-        T st = (T)(s + comb(acc));                                                                 \
+        T st = (T)(s + ts_lanes_sum(acc));                                                         \
         for (i = 0; i < n; i++) dx[i] = dy[i] - EXP(y[i]) * st;                                    \
     }                                                                                              \
     /* Column variants: x points at (outer, 0, c0), element (j, c) at j * inner + c. */            \
