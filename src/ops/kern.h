@@ -16,26 +16,6 @@
 #define TS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TS_CLONES
-/* Row reductions keep TS_LANES interleaved partial sums (so the loop
- * vectorises) and combine them pairwise in a fixed order. */
-#define TS_LANES 16
-static inline double ts_lanes_sum(const double *a) {
-    double s[TS_LANES / 2];
-    for (int j = 0; j < TS_LANES / 2; j++) s[j] = a[j] + a[j + TS_LANES / 2];
-    for (int w = TS_LANES / 4; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) s[j] += s[j + w];
-    return s[0];
-}
-
-/* The body of a kernel entry point that runs the f32 or f64 instantiation
- * by dtype `dt` (anything else is reported as unsupported). */
-#define TS_FLOAT_DISPATCH(k, dt, opname, f32, f64)                                                 \
-    switch (dt) {                                                                                  \
-    case TS_F32: return f32(k);                                                                    \
-    case TS_F64: return f64(k);                                                                    \
-    default: return ts_kernel_bad_dtype(k, opname, dt);                                            \
-    }
-
 #endif
 
 /* Below this many elements a loop stays on one thread. */
