@@ -20,8 +20,10 @@ test-asan: deps
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
+# Trains a classifier on Fashion-MNIST (Debian package dataset-fashion-mnist,
+# installed by `deps`) into a fresh run directory under runs/.
 demo: all
-	$(BUILD)/example_train_mlp
+	@$(BUILD)/tessel train examples/fashion_mnist.yaml --out runs/demo-$$(date +%Y%m%d-%H%M%S)
 
 bench: all
 	$(BUILD)/bench_gemm

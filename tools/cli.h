@@ -17,6 +17,7 @@ typedef struct cli_args {
     const char *dumps[CLI_MAX_ARGS]; /* compile: --dump KIND, in order */
     int n_dumps;
     const char *steps; /* train: --steps N */
+    const char *out;   /* train: --out RUN_DIR */
 } cli_args;
 
 /* Prints "tessel: error: <message>" to stderr and returns `code`. */
@@ -29,5 +30,7 @@ int cli_load_config(const cli_args *a, ts_config *c);
 
 int cli_compile(const cli_args *a);
 int cli_train(const cli_args *a);
+/* tessel bench takes its own options (no config file). */
+int cli_bench(int argc, char **argv);
 
 #endif

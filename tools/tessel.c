@@ -9,16 +9,22 @@ static const char usage[] =
     "usage: tessel <command> [arguments]\n"
     "\n"
     "commands:\n"
-    "  train CONFIG.yaml [--set key=value ...] [--steps N]\n"
-    "      train the configured model on synthetic data, one progress line per step\n"
+    "  train CONFIG.yaml [--set key=value ...] [--steps N] [--out RUN_DIR]\n"
+    "      train the configured model on its data (data.source) with progress, evaluation\n"
+    "      and a run directory (RUN_DIR must be new or empty); Ctrl-C stops after the step\n"
     "  compile CONFIG.yaml [--set key=value ...] [--dump ir|plan|memory|stats|config ...]\n"
     "      compile the training step and print the requested dumps (default: stats)\n"
+    "  bench --workload W1|W3|gpt2-124m [--steps N] [--threads N] [--profile]\n"
+    "        [--json FILE] [--compare-torch]\n"
+    "      time training steps of a benchmark workload (shared/BENCH.md), optionally\n"
+    "      alternating with the PyTorch reference, and print the ratio\n"
     "  version       print the version\n"
     "  help          print this help\n"
     "\n"
     "--set overrides one config key after the file is read, e.g. --set train.lr=3e-4\n"
     "--set model.n_layers=2; docs/config.md lists every key.\n"
-    "exit status: 0 success, 1 internal failure, 2 bad usage, config or input\n";
+    "exit status: 0 success, 1 internal failure, 2 bad usage, config or input,\n"
+    "130 training stopped by Ctrl-C\n";
 
 int cli_error(int code, const char *fmt, ...) {
     va_list ap;
@@ -76,11 +82,13 @@ static int parse(int argc, char **argv, const char *cmd, cli_args *a) {
         } else if (!is_compile && (v = option(argc, argv, &i, "--steps", &missing))) {
             /* the same as --set train.steps=N, applied after every --set */
             a->steps = v;
+        } else if (!is_compile && (v = option(argc, argv, &i, "--out", &missing))) {
+            a->out = v;
         } else if (missing) {
             return cli_error(CLI_USAGE, "%s needs a value (see tessel help)", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_error(CLI_USAGE, "%s: unknown option '%s' (options: --set%s)", cmd, argv[i],
-                             is_compile ? ", --dump" : ", --steps");
+                             is_compile ? ", --dump" : ", --steps, --out");
         } else if (a->config) {
             return cli_error(CLI_USAGE, "%s takes one config file, got '%s' and '%s'", cmd,
                              a->config, argv[i]);
@@ -117,6 +125,7 @@ int main(int argc, char **argv) {
         if (rc != CLI_OK) return rc;
         return cmd[0] == 'c' ? cli_compile(&a) : cli_train(&a);
     }
-    return cli_error(CLI_USAGE, "unknown command '%s' (commands: train, compile, version, help)",
-                     cmd);
+    if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
+    return cli_error(CLI_USAGE,
+                     "unknown command '%s' (commands: train, compile, bench, version, help)", cmd);
 }

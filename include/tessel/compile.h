@@ -88,13 +88,15 @@ typedef struct ts_train_spec {
 ts_train_spec ts_train_spec_default(ts_val loss);
 
 typedef struct ts_compile_options {
-    uint64_t seed;      /* parameter init and dropout (default 0) */
-    int threads;        /* 0: all cores (OMP_NUM_THREADS if set) */
-    int debug_nan;      /* check every value for NaN/Inf after it is computed */
-    int no_simplify;    /* skip DCE/CSE/constant folding */
-    int naive_schedule; /* keep build order instead of the memory-aware schedule */
-    int no_inplace;     /* never let an output share its input's memory */
+    uint64_t seed;         /* parameter init and dropout (default 0) */
+    int threads;           /* 0: all cores (OMP_NUM_THREADS if set) */
+    int debug_nan;         /* check every value for NaN/Inf after it is computed */
+    int no_simplify;       /* skip DCE/CSE/constant folding */
+    int naive_schedule;    /* keep build order instead of the memory-aware schedule */
+    int no_inplace;        /* never let an output share its input's memory */
     int reference_kernels; /* run every op on its reference kernel (no oneDNN): for checking */
+    int profile; /* time every instruction of every step (read with ts_plan_profile); off by
+                    default, and then a step does not look at the clock at all */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

@@ -230,6 +230,92 @@ ts_val ts_cross_entropy(ts_graph *g, ts_val logits, ts_val target, int64_t ignor
 /* softmax(q k^T / sqrt(hd) + causal mask) v for q, k, v [B, H, T, hd]. */
 ts_val ts_causal_attention(ts_graph *g, ts_val q, ts_val k, ts_val v);
 
+/* ---- convolution and pooling ------------------------------------------ */
+
+/* N-d convolution, nd = 1, 2 or 3 spatial dims, as torch's Conv1d/2d/3d:
+ * x [N, C, (D,) (H,) W], w [O, C/groups, k...], b [O] or TS_NONE ->
+ * y [N, O, out...] with out = floor((in + 2*padding - dilation*(k-1) - 1) /
+ * stride) + 1. stride, padding and dilation hold nd values each; NULL means
+ * all 1, all 0 and all 1. groups = C = O is a depthwise convolution. */
+ts_val ts_conv(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd, const int64_t *stride,
+               const int64_t *padding, const int64_t *dilation, int64_t groups);
+/* Transposed convolution (torch's ConvTranspose, dilation 1): x [N, C, in...],
+ * w [C, O/groups, k...], b [O] or TS_NONE -> y [N, O, out...] with
+ * out = (in - 1)*stride - 2*padding + k + output_padding; output_padding
+ * (NULL: 0) must be smaller than the stride. */
+ts_val ts_conv_transpose(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd, const int64_t *stride,
+                         const int64_t *padding, const int64_t *output_padding, int64_t groups);
+/* Pooling over the nd trailing dims of x [N, C, ...] (floor mode as torch).
+ * stride NULL means stride = kernel, padding NULL means 0; padding may be
+ * at most half the kernel. Max pooling passes the gradient to the first
+ * maximum of each window (a NaN counts as the maximum). */
+ts_val ts_max_pool(ts_graph *g, ts_val x, int nd, const int64_t *kernel, const int64_t *stride,
+                   const int64_t *padding);
+/* Average over each window; count_include_pad counts padded positions in
+ * the divisor (torch's default is 1). */
+ts_val ts_avg_pool(ts_graph *g, ts_val x, int nd, const int64_t *kernel, const int64_t *stride,
+                   const int64_t *padding, int count_include_pad);
+/* Average into output_size[j] windows per spatial dim; window o spans
+ * [floor(o*in/out), ceil((o+1)*in/out)) as torch's AdaptiveAvgPool. */
+ts_val ts_adaptive_avg_pool(ts_graph *g, ts_val x, int nd, const int64_t *output_size);
+
+/* ---- fused attention ---------------------------------------------------- */
+
+/* softmax(scale * q k^T [+ causal mask]) v for q, k, v [B, H, T, hd] of one
+ * float dtype, as one fused op: blockwise (flash-attention style), so no
+ * [T, T] matrix is stored; causal hides key j from query i when j > i.
+ * ts_causal_attention(g, q, k, v) is ts_attention(g, q, k, v, 1, 1/sqrt(hd)). */
+ts_val ts_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, int causal, double scale);
+
+/* ---- batch normalisation ---------------------------------------------- */
+
+/* BatchNorm1d/2d/3d over x [N, C], [N, C, L], [N, C, H, W] or [N, C, D, H, W]
+ * with PyTorch semantics. Creates the persistent state values
+ * "<name_prefix>.running_mean" (zeros) and "<name_prefix>.running_var"
+ * (ones), [C] each, readable and writable by name on a plan. Training plans
+ * (compiled with a loss) normalise with the batch statistics (biased
+ * variance) and update the running statistics in place every step:
+ * running = (1 - momentum) * running + momentum * batch (the unbiased
+ * variance for running_var). Inference plans normalise with the running
+ * statistics. weight and bias [C] are both given or both TS_NONE
+ * (affine=False). PyTorch's defaults: momentum 0.1, eps 1e-5. */
+ts_val ts_batch_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const char *name_prefix,
+                     double momentum, double eps);
+
+/* ---- recurrent layers -------------------------------------------------- */
+
+/* One GRU step with PyTorch's gate order (r, z, n): gi = x W_ih^T + b_ih and
+ * gh = h W_hh^T + b_hh, both [B, 3H], h [B, H] -> h' [B, H] with
+ * n = tanh(gi_n + r * gh_n), h' = (1 - z) * n + z * h. */
+ts_val ts_gru_cell(ts_graph *g, ts_val gi, ts_val gh, ts_val h);
+/* One LSTM step (gates i, f, g, o): gi, gh [B, 4H], c [B, H] -> h' [B, H];
+ * *c_out (if not NULL) receives c' = f * c + i * g; h' = o * tanh(c'). */
+ts_val ts_lstm_cell(ts_graph *g, ts_val gi, ts_val gh, ts_val c, ts_val *c_out);
+
+/* Multi-layer GRU / LSTM over x [B, T, F] (batch_first) unrolled over the
+ * static T, as torch.nn.GRU / nn.LSTM(F, hidden, layers, batch_first=True).
+ * Returns the last layer's outputs [B, T, hidden]. Parameters are created
+ * as "<name_prefix>.weight_ih_l<k>" [G, in], "weight_hh_l<k>" [G, hidden],
+ * "bias_ih_l<k>" and "bias_hh_l<k>" [G] (G = 3 or 4 * hidden), initialised
+ * U(-1/sqrt(hidden), 1/sqrt(hidden)) like torch. h0 / c0 [layers, B, hidden]
+ * may be TS_NONE (zeros); *h_n_out / *c_n_out (if not NULL) receive the
+ * final states [layers, B, hidden]. The input projection of all steps is
+ * one matmul per layer; only the hidden projection runs per step. */
+ts_val ts_gru(ts_graph *g, ts_val x, ts_val h0, int layers, int64_t hidden,
+              const char *name_prefix, ts_val *h_n_out);
+ts_val ts_lstm(ts_graph *g, ts_val x, ts_val h0, ts_val c0, int layers, int64_t hidden,
+               const char *name_prefix, ts_val *h_n_out, ts_val *c_n_out);
+
+/* ---- sparse ------------------------------------------------------------ */
+
+/* CSR matrix (rows x cols) @ dense [cols, F] -> [rows, F]. indptr i64
+ * [rows + 1], indices i64 [nnz] and values [nnz] (dense's dtype) must be
+ * constants: the structure is checked here and its transpose is built once
+ * for the gradient, which flows to dense only. See tessel/sparse.h for a
+ * CSR helper and the GCN adjacency. */
+ts_val ts_spmm(ts_graph *g, ts_val indptr, ts_val indices, ts_val values, ts_val dense,
+               int64_t rows, int64_t cols);
+
 #ifdef __cplusplus
 }
 #endif

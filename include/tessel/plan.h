@@ -51,22 +51,71 @@ ts_status ts_plan_value_info(const ts_plan *p, const char *name, ts_dtype *dt, i
 int ts_plan_param_count(const ts_plan *p);
 const char *ts_plan_param_name(const ts_plan *p, int i);
 
+/* Persistent values: everything a checkpoint must hold to resume a run
+ * bit-exactly — the parameters, then the optimizer and normalisation state
+ * (Adam moments, momentum buffers, running statistics), in arena order.
+ * Gradients are not persistent: every step recomputes them. */
+typedef struct ts_persistent {
+    const char *name; /* owned by the plan */
+    int is_state;     /* 0: parameter; 1: state (write it back with ts_plan_write_param) */
+    ts_dtype dtype;
+    int rank;
+    int64_t dims[TS_MAX_RANK];
+    size_t bytes;
+    size_t snapshot_off; /* where the value lies in a ts_plan_snapshot() buffer */
+} ts_persistent;
+
+int ts_plan_persistent_count(const ts_plan *p);
+ts_status ts_plan_persistent(const ts_plan *p, int i, ts_persistent *out);
+/* Copy every persistent value into `dst` with two memcpy's (the parameter
+ * and state regions of the arena are contiguous), so a checkpoint can be
+ * written in the background while the next steps run. `bytes` must equal
+ * ts_plan_snapshot_bytes(). */
+size_t ts_plan_snapshot_bytes(const ts_plan *p);
+ts_status ts_plan_snapshot(const ts_plan *p, void *dst, size_t bytes);
+/* The seed the plan was compiled with: parameter init and dropout masks
+ * are functions of (seed, name or step), so a resumed run must match it. */
+uint64_t ts_plan_seed(const ts_plan *p);
+
 typedef struct ts_plan_stats {
-    size_t arena_bytes;        /* the whole arena */
-    size_t param_bytes;        /* parameters region */
-    size_t grad_bytes;         /* gradients region */
-    size_t state_bytes;        /* optimizer state region */
-    size_t io_bytes;           /* inputs, constants, outputs */
-    size_t temp_bytes;         /* planned region for intermediate values */
-    size_t naive_bytes;        /* sum of the sizes of every tensor of the step */
-    size_t peak_live_bytes;    /* peak of live intermediate bytes in the chosen schedule */
-    size_t naive_peak_bytes;   /* same for the build-order schedule */
+    size_t arena_bytes;      /* the whole arena */
+    size_t param_bytes;      /* parameters region */
+    size_t grad_bytes;       /* gradients region */
+    size_t state_bytes;      /* optimizer state region */
+    size_t io_bytes;         /* inputs, constants, outputs */
+    size_t temp_bytes;       /* planned region for intermediate values */
+    size_t naive_bytes;      /* sum of the sizes of every tensor of the step */
+    size_t peak_live_bytes;  /* peak of live intermediate bytes in the chosen schedule */
+    size_t naive_peak_bytes; /* same for the build-order schedule */
     int n_instructions;
-    int n_inplace;             /* outputs that share their input's memory */
+    int n_inplace; /* outputs that share their input's memory */
     double flops_per_step;
 } ts_plan_stats;
 
 ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st);
+
+/* Time spent per op kind over the steps run so far, in a plan compiled with
+ * ts_compile_options.profile set:
+ *
+ *     ts_profile_entry top[8];
+ *     int n = ts_plan_profile(plan, top, 8);       // slowest first
+ *     for (int i = 0; i < n; i++) printf("%-12s %8.2f ms\n", top[i].op, 1e3 * top[i].seconds);
+ */
+typedef struct ts_profile_entry {
+    const char *op;   /* op name ("matmul", "layer_norm", ...) */
+    double seconds;   /* total over every step */
+    int64_t calls;    /* instruction executions */
+    int instructions; /* instructions of this op in the plan */
+    double flops;     /* per step, from the op's cost model */
+    int is_gemm;      /* a GEMM (or convolution) kernel */
+} ts_profile_entry;
+
+/* Fill up to `max` entries sorted by time (slowest first) and return how
+ * many op kinds ran (which may exceed max); -1 with an error when the plan
+ * was not compiled with profiling. out may be NULL to count. */
+int ts_plan_profile(const ts_plan *p, ts_profile_entry *out, int max);
+/* Forget the times gathered so far (e.g. after warm-up steps). */
+void ts_plan_profile_reset(ts_plan *p);
 
 typedef enum ts_dump_kind { TS_DUMP_IR, TS_DUMP_PLAN, TS_DUMP_MEMORY } ts_dump_kind;
 /* Print the compiled graph, the instruction list or the memory plan. */

@@ -26,11 +26,13 @@
 #include <stdio.h>
 #include "tessel/graph.h"
 
-/* One file that went into a dataset. */
+/* One file that went into a dataset. The hash covers the bytes as stored
+ * (a gzip file's compressed bytes) and is computed over the very bytes the
+ * reader parsed, in the same pass. */
 typedef struct ts_lineage {
-    char *path;
+    char *path;      /* as given to the reader */
     char sha256[65]; /* lower-case hex */
-    int64_t bytes;
+    int64_t bytes;   /* file size */
 } ts_lineage;
 
 typedef struct ts_dataset {
@@ -54,7 +56,9 @@ size_t ts_dataset_y_bytes(const ts_dataset *d);
 /* ---- readers (errors name the file and what is wrong) ------------------- */
 
 /* A .npy file (format 1.0/2.0/3.0, C order, little-endian f4/f8/i4/i8/u1):
- * data converted to `want` (f32, i64, ...). */
+ * data converted to `want` (f32, f64, i32, i64 or u8). Conversion to an
+ * integer type never changes a value: a float that is not whole, or a value
+ * out of range, is an error naming the element. Free with ts_array_free. */
 typedef struct ts_array {
     ts_dtype dtype;
     int rank;
@@ -63,61 +67,77 @@ typedef struct ts_array {
     ts_lineage lineage;
 } ts_array;
 ts_status ts_data_read_npy(const char *path, ts_dtype want, ts_array *out);
-/* An IDX file (u8 images/labels), gzip or plain. */
+/* An IDX file (u8 elements, 1 to TS_MAX_RANK dimensions), gzip (recognised
+ * by its magic bytes) or plain; values converted to `want` unscaled. */
 ts_status ts_data_read_idx(const char *path, ts_dtype want, ts_array *out);
 void ts_array_free(ts_array *a);
 
 /* Images + labels of the same count: x scaled to [0, 1] f32 and flattened
- * ([n, rows*cols]), y i64 class ids. */
+ * ([n, rows*cols]), y i64 class ids (y_rank 0). Lineage: images, labels. */
 ts_status ts_data_load_idx_pair(const char *images, const char *labels, ts_dataset **out);
 /* Two .npy files: x [n, ...] (to f32), y [n, ...] (f32, or i64 for integer
- * labels). */
+ * labels); the leading axis is the example axis. Lineage: x, y. */
 ts_status ts_data_load_npy_pair(const char *x_path, const char *y_path, ts_dataset **out);
 
 typedef struct ts_csv_options {
     const char *path;
     const char *const *features; /* column names used as features (NULL: all but label) */
     int n_features;
-    const char *label;   /* column predicted */
-    int64_t window;      /* rows per example */
-    int64_t horizon;     /* label taken `horizon` rows after the window's last row */
-    int normalise;       /* standardise features with statistics of the first train_rows */
-    int64_t train_rows;  /* rows whose statistics are used (0: all) */
+    const char *label;  /* column predicted */
+    int64_t window;     /* rows per example */
+    int64_t horizon;    /* label taken `horizon` rows after the window's last row */
+    int normalise;      /* standardise features with statistics of the first train_rows */
+    int64_t train_rows; /* rows whose statistics are used (0: all) */
 } ts_csv_options;
-/* x [window, n_features] f32, y [1] f32. A cell that is not a number is an
- * error naming the row and column. */
+/* x [window, n_features] f32, y [1] f32. Rows are the data lines after the
+ * header (blank lines skipped); example i takes rows [i, i + window) and the
+ * label of row i + window - 1 + horizon (horizon >= 0), so
+ * n = rows - window - horizon + 1. Features may include the label column.
+ * Normalisation changes x only (y keeps its units); a feature with std 0
+ * gets std 1. A cell that is not a number is an error "FILE:LINE: column
+ * 'NAME' holds 'abc', not a number" (LINE counts the header as line 1); an
+ * unknown column is an error listing the columns there are. */
 ts_status ts_data_load_csv_windows(const ts_csv_options *o, ts_dataset **out);
 
-/* A raw token file (little-endian uint16 or uint32, bits = 16 or 32): examples
- * are consecutive windows of ctx + 1 tokens; x = first ctx, y = next ctx
- * (i64). Tokens >= vocab are an error naming the offset. */
+/* A raw token file (little-endian uint16 or uint32, bits = 16 or 32): example
+ * k is the window of ctx + 1 tokens starting at token k * ctx (windows share
+ * one token, so every token but the first is a target exactly once);
+ * x = first ctx, y = next ctx (i64); n = (tokens - 1) / ctx. A token >= vocab
+ * is an error naming its byte offset and value. */
 ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
                               ts_dataset **out);
 
 /* ---- splits and loaders -------------------------------------------------- */
 
-/* Deterministic split: a permutation by seed, the last val_fraction to val.
- * The parts own copies; `all` is unchanged. */
+/* Deterministic split: a Philox Fisher-Yates permutation keyed by seed; its
+ * last round(val_fraction * n) entries go to val (0 <= val_fraction < 1; val
+ * may be empty, train may not). Each part keeps the examples' original
+ * relative order. The parts own copies (lineage and normalisation
+ * statistics included); `all` is unchanged. */
 ts_status ts_dataset_split(const ts_dataset *all, double val_fraction, uint64_t seed,
                            ts_dataset **train, ts_dataset **val);
 
 typedef struct ts_loader ts_loader;
 /* Batches of `batch` examples; shuffle: a fresh permutation per epoch from
- * (seed, epoch); the last partial batch of an epoch is dropped (a plan's
- * shapes are static). Fails if the dataset has fewer than `batch` examples. */
+ * (seed, epoch); no shuffle: file order. The last partial batch of an epoch
+ * is dropped (a plan's shapes are static). Fails if the dataset has fewer
+ * than `batch` examples. The loader borrows `d`: keep it alive until
+ * ts_loader_free. */
 ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_t seed,
                         ts_loader **out);
 /* Copy the next batch into x and y (batch * example bytes each). */
 ts_status ts_loader_next(ts_loader *l, void *x, void *y);
-int64_t ts_loader_epoch(const ts_loader *l);     /* 0-based epoch of the next batch */
-int64_t ts_loader_position(const ts_loader *l);  /* batches handed out so far */
+int64_t ts_loader_epoch(const ts_loader *l);    /* 0-based epoch of the next batch */
+int64_t ts_loader_position(const ts_loader *l); /* batches handed out so far */
 int64_t ts_loader_batches_per_epoch(const ts_loader *l);
 /* Jump to a position (resume): the next batch is the one a fresh loader
  * would return after `batches` calls. */
 ts_status ts_loader_seek(ts_loader *l, int64_t batches);
 void ts_loader_free(ts_loader *l);
 
-/* SHA-256 of a file, hex. */
-ts_status ts_sha256_file(const char *path, char hex[65], int64_t *bytes);
+/* SHA-256 of a file, lower-case hex, streamed; *bytes (if not NULL) gets
+ * the size. Named ts_data_ because tessel/ckpt.h declares the public
+ * two-argument ts_sha256_file(path, hex); both give the same digest. */
+ts_status ts_data_sha256_file(const char *path, char hex[65], int64_t *bytes);
 
 #endif

@@ -16,6 +16,12 @@
 #define FOR_MODEL (TS_CFG_FOR_MLP | TS_CFG_FOR_GPT)
 #define FOR_SGD   8
 #define FOR_ADAM  16 /* adam and adamw */
+/* Which values of data.source use a key. */
+#define FOR_IDX    32
+#define FOR_NPY    64
+#define FOR_CSV    128
+#define FOR_TOKENS 256
+#define FOR_FILES  (FOR_IDX | FOR_NPY | FOR_CSV | FOR_TOKENS)
 
 #define FIELD(sec, f) offsetof(ts_config, sec.f), sizeof(((ts_config *)0)->sec.f)
 #define SIZE_RANGE    "[1, 1e9]"
@@ -43,6 +49,9 @@ static const ts_config_key keys[] = {
      SIZE_RANGE, "preset", "outputs per sample (MSE loss against y [batch, out_dim])"},
     {"model.layer_norm", TS_CFG_BOOL, FIELD(model, layer_norm), TS_CFG_FOR_MLP | TS_CFG_DERIVED,
      NULL, NULL, "preset", "LayerNorm after each hidden ReLU"},
+    {"model.classes", TS_CFG_I64, FIELD(model, classes), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
+     "[0, 1e9]", "from integer labels, else 0",
+     "> 0: a classifier (logits, cross-entropy against class ids); 0: regression (MSE)"},
     {"model.ctx", TS_CFG_I64, FIELD(model, ctx), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL, SIZE_RANGE,
      "preset", "context length (tokens per sequence)"},
     {"model.vocab", TS_CFG_I64, FIELD(model, vocab), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
@@ -91,6 +100,14 @@ static const ts_config_key keys[] = {
      "seed of parameter init, dropout and synthetic data"},
     {"train.threads", TS_CFG_INT, FIELD(train, threads), 0, NULL, "[0, 4096]", "0",
      "worker threads (0: all cores, or OMP_NUM_THREADS)"},
+    {"train.epochs", TS_CFG_I64, FIELD(train, epochs), 0, NULL, "[0, 1e9]", "0",
+     "> 0: passes over the training split, instead of train.steps"},
+    {"train.eval_every", TS_CFG_I64, FIELD(train, eval_every), 0, NULL, "[0, 1e15]", "0",
+     "steps between evaluations on the validation split (0: at each epoch's end)"},
+    {"train.metrics", TS_CFG_STR, FIELD(train, metrics), TS_CFG_DERIVED | TS_CFG_LIST, NULL, NULL,
+     "accuracy (classifiers), mse (regression)", "what evaluation reports besides the loss"},
+    {"train.log_every", TS_CFG_I64, FIELD(train, log_every), 0, NULL, "[0, 1e15]", "0",
+     "steps between log lines when not on a terminal (0: about 100 lines)"},
     /* compile */
     {"compile.debug_nan", TS_CFG_BOOL, FIELD(compile, debug_nan), 0, NULL, NULL, "false",
      "check every value for NaN/Inf as it is computed"},
@@ -100,6 +117,42 @@ static const ts_config_key keys[] = {
      "keep build order instead of the memory-aware schedule"},
     {"compile.no_inplace", TS_CFG_BOOL, FIELD(compile, no_inplace), 0, NULL, NULL, "false",
      "never let an output share its input's memory"},
+    /* data */
+    {"data.source", TS_CFG_ENUM, FIELD(data, source), 0, "synthetic|idx|npy|csv|tokens", NULL,
+     "synthetic", "where the examples come from (see Data sources)"},
+    {"data.train_images", TS_CFG_STR, FIELD(data, train_images), FOR_IDX | TS_CFG_DERIVED, NULL,
+     NULL, "required (idx)", "IDX image file of the training set (plain or .gz)"},
+    {"data.train_labels", TS_CFG_STR, FIELD(data, train_labels), FOR_IDX | TS_CFG_DERIVED, NULL,
+     NULL, "required (idx)", "IDX label file of the training set"},
+    {"data.test_images", TS_CFG_STR, FIELD(data, test_images), FOR_IDX | TS_CFG_DERIVED, NULL, NULL,
+     "none", "IDX images of a test set, evaluated at the end"},
+    {"data.test_labels", TS_CFG_STR, FIELD(data, test_labels), FOR_IDX | TS_CFG_DERIVED, NULL, NULL,
+     "none", "IDX labels of the test set"},
+    {"data.x", TS_CFG_STR, FIELD(data, x), FOR_NPY | TS_CFG_DERIVED, NULL, NULL, "required (npy)",
+     ".npy array of inputs [n, ...]"},
+    {"data.y", TS_CFG_STR, FIELD(data, y), FOR_NPY | TS_CFG_DERIVED, NULL, NULL, "required (npy)",
+     ".npy array of targets [n, ...] (integers: class ids)"},
+    {"data.path", TS_CFG_STR, FIELD(data, path), FOR_CSV | FOR_TOKENS | TS_CFG_DERIVED, NULL, NULL,
+     "required (csv, tokens)", "the CSV file, or the raw token file"},
+    {"data.features", TS_CFG_STR, FIELD(data, features), FOR_CSV | TS_CFG_DERIVED | TS_CFG_LIST,
+     NULL, NULL, "every column but the label", "CSV columns used as features"},
+    {"data.label", TS_CFG_STR, FIELD(data, label), FOR_CSV | TS_CFG_DERIVED, NULL, NULL,
+     "required (csv)", "CSV column predicted"},
+    {"data.window", TS_CFG_I64, FIELD(data, window), FOR_CSV, NULL, SIZE_RANGE, "16",
+     "CSV rows per example"},
+    {"data.horizon", TS_CFG_I64, FIELD(data, horizon), FOR_CSV, NULL, "[0, 1e9]", "1",
+     "rows from a window's last row to the row of its label"},
+    {"data.normalise", TS_CFG_BOOL, FIELD(data, normalise), FOR_CSV, NULL, NULL, "true",
+     "standardise each feature with its mean and std over all rows"},
+    {"data.bits", TS_CFG_INT, FIELD(data, bits), FOR_TOKENS, NULL, "[16, 32]", "16",
+     "token width of the token file: 16 or 32 (little-endian)"},
+    {"data.val_fraction", TS_CFG_F64, FIELD(data, val_fraction), FOR_FILES, NULL, "[0, 1)", "0.1",
+     "share of the examples held out for validation"},
+    {"data.shuffle", TS_CFG_BOOL, FIELD(data, shuffle), FOR_FILES, NULL, NULL, "true",
+     "visit the training split in a new order each epoch (fixed by train.seed)"},
+    /* output */
+    {"output.dir", TS_CFG_STR, FIELD(output, dir), TS_CFG_DERIVED, NULL, NULL, "none",
+     "run directory (must not exist or be empty; tessel train --out overrides)"},
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -143,7 +196,7 @@ const char *ts_config_type_name(const ts_config_key *k, char *buf, size_t n) {
     case TS_CFG_U64: snprintf(buf, n, "integer"); break;
     case TS_CFG_F64: snprintf(buf, n, "number"); break;
     case TS_CFG_BOOL: snprintf(buf, n, "bool"); break;
-    case TS_CFG_STR: snprintf(buf, n, "string"); break;
+    case TS_CFG_STR: snprintf(buf, n, (k->flags & TS_CFG_LIST) ? "list of names" : "string"); break;
     case TS_CFG_ENUM: {
         size_t k2 = 0;
         char c[64];
@@ -226,7 +279,9 @@ static int candidate(int i, char *buf, size_t n) {
     return 1;
 }
 
-/* " (did you mean 'train.lr'?)", else the names valid where the user was. */
+/* " (did you mean 'train.lr'?)", else the names valid where the user was.
+ * A name outside every section also gets the list of sections, since a
+ * near miss there ("dataset" for "data") may still be the wrong guess. */
 static void suggestion(const char *got, char *out, size_t n) {
     char best[128] = "", c[128];
     int best_s = INT_MAX;
@@ -234,25 +289,31 @@ static void suggestion(const char *got, char *out, size_t n) {
         int s = suggest_score(got, c);
         if (closer(s, best_s, got, c, best)) best_s = s, snprintf(best, sizeof best, "%s", c);
     }
-    if (best_s <= 1 + (int)strlen(leaf(got)) / 3) {
-        snprintf(out, n, " (did you mean '%s'?)", best);
-        return;
+    size_t sec = strcspn(got, "."), k = 0;
+    const int close = best_s <= 1 + (int)strlen(leaf(got)) / 3;
+    if (close) {
+        k = (size_t)snprintf(out, n, " (did you mean '%s'?", best);
+        if (got[sec] == '.' || k >= n) {
+            if (k < n) snprintf(out + k, n - k, ")");
+            return;
+        }
     }
     /* Inside a known section list its keys; otherwise list the sections. */
-    size_t sec = strcspn(got, "."), k = 0;
     int known = 0;
     for (int i = 0; i < N_KEYS; i++)
         known |= got[sec] == '.' && !strncmp(keys[i].path, got, sec + 1);
-    out[0] = 0;
+    if (!close) out[0] = 0;
+    const size_t start = k;
     for (int i = 0; i < N_KEYS && k < n; i++) {
         const char *p = keys[i].path;
         size_t ps = strcspn(p, ".");
+        const char *open = k == start ? (close ? " sections: " : " (sections: ") : ", ";
         if (known) {
             if (strncmp(p, got, sec + 1)) continue;
             k += (size_t)snprintf(out + k, n - k, "%s%s", k ? ", " : " (valid here: ", p + sec + 1);
         } else if (i == 0 || strncmp(keys[i - 1].path, p, ps + 1)) {
             /* the table is grouped by section, so a section starts where the prefix changes */
-            k += (size_t)snprintf(out + k, n - k, "%s%.*s", k ? ", " : " (sections: ", (int)ps, p);
+            k += (size_t)snprintf(out + k, n - k, "%s%.*s", open, (int)ps, p);
         }
     }
     if (k && k < n) snprintf(out + k, n - k, ")");
@@ -331,7 +392,7 @@ static const char *expected(const ts_config_key *k, char *buf, size_t n) {
     case TS_CFG_U64: return "an integer";
     case TS_CFG_F64: return "a number";
     case TS_CFG_BOOL: return "true or false";
-    case TS_CFG_STR: return "a string";
+    case TS_CFG_STR: return (k->flags & TS_CFG_LIST) ? "a name or a list of names" : "a string";
     case TS_CFG_ENUM: snprintf(buf, n, "one of %s", ts_config_type_name(k, tb, sizeof tb)); break;
     }
     return buf;
@@ -473,6 +534,32 @@ static int is_null(const yaml_node_t *n) {
     return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
 }
 
+/* A YAML list of names as the comma-separated text the key stores. */
+static ts_status join_list(const walk_ctx *w, const yaml_node_t *seq, const ts_config_key *k,
+                           char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (yaml_node_item_t *it = seq->data.sequence.items.start; it < seq->data.sequence.items.top;
+         it++) {
+        yaml_node_t *item = yaml_document_get_node(w->doc, *it);
+        if (!item) return ts_fail(TS_ERR_INTERNAL, "%s: YAML node missing", w->name);
+        if (item->type != YAML_SCALAR_NODE || !item->data.scalar.length)
+            return at(w, item,
+                      ts_fail(TS_ERR_INVALID, "%s: expected a list of names, got %s in it", k->path,
+                              item->type == YAML_SCALAR_NODE ? "an empty one" : node_kind(item)));
+        const char *v = (const char *)item->data.scalar.value;
+        if (strchr(v, ','))
+            return at(
+                w, item,
+                ts_fail(TS_ERR_INVALID, "%s: a name may not contain ',', got '%s'", k->path, v));
+        int m = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", v);
+        if (m < 0 || (size_t)m >= n - len)
+            return at(w, seq, ts_fail(TS_ERR_INVALID, "%s: list too long", k->path));
+        len += (size_t)m;
+    }
+    return TS_OK;
+}
+
 static ts_status walk(walk_ctx *w, const yaml_node_t *map, const char *prefix) {
     for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
          p++) {
@@ -505,7 +592,13 @@ static ts_status walk(walk_ctx *w, const yaml_node_t *map, const char *prefix) {
             suggestion(path, hint, sizeof hint);
             return at(w, kn, ts_fail(TS_ERR_INVALID, "unknown key '%s'%s", path, hint));
         }
-        if (vn->type != YAML_SCALAR_NODE) {
+        char joined[1024];
+        const char *text = NULL;
+        if (vn->type == YAML_SEQUENCE_NODE && (keys[idx].flags & TS_CFG_LIST)) {
+            ts_status s = join_list(w, vn, &keys[idx], joined, sizeof joined);
+            if (s != TS_OK) return s;
+            text = joined;
+        } else if (vn->type != YAML_SCALAR_NODE) {
             char eb[128];
             return at(w, vn,
                       ts_fail(TS_ERR_INVALID, "%s: expected %s, got %s", path,
@@ -515,7 +608,8 @@ static ts_status walk(walk_ctx *w, const yaml_node_t *map, const char *prefix) {
             return at(w, kn,
                       ts_fail(TS_ERR_INVALID, "duplicate key '%s' (first set on line %d)", path,
                               w->c->line[idx]));
-        ts_status s = store(w->c, &keys[idx], (const char *)vn->data.scalar.value);
+        if (!text) text = (const char *)vn->data.scalar.value;
+        ts_status s = store(w->c, &keys[idx], text);
         if (s != TS_OK) return at(w, vn, s);
         w->seen[idx] = 1;
         w->c->set[idx] = ORIGIN_FILE;
@@ -556,10 +650,11 @@ static ts_status load(ts_config *c, yaml_parser_t *ps, const char *name) {
     if (root && root->type == YAML_MAPPING_NODE) {
         s = walk(&w, root, "");
     } else if (root && !(root->type == YAML_SCALAR_NODE && !root->data.scalar.length)) {
-        s = at(&w, root,
-               ts_fail(TS_ERR_FORMAT,
-                       "expected a mapping of sections (model, train, compile), got %s",
-                       root->type == YAML_SCALAR_NODE ? "a value" : "a list"));
+        s = at(
+            &w, root,
+            ts_fail(TS_ERR_FORMAT,
+                    "expected a mapping of sections (model, train, compile, data, output), got %s",
+                    root->type == YAML_SCALAR_NODE ? "a value" : "a list"));
     }
     yaml_document_delete(&doc);
     if (s != TS_OK) return s;
@@ -706,6 +801,129 @@ static ts_status check_sizes(const ts_config *c) {
     return TS_OK;
 }
 
+static int source_flag(int source) {
+    static const int flags[] = {0, FOR_IDX, FOR_NPY, FOR_CSV, FOR_TOKENS};
+    return source >= 0 && source < 5 ? flags[source] : 0;
+}
+
+/* "csv and tokens" for the sources whose flags are set. */
+static void source_names(int flags, char *buf, size_t n) {
+    static const char *names[] = {"synthetic", "idx", "npy", "csv", "tokens"};
+    int count = 0, total = 0;
+    for (int s = 1; s < 5; s++) total += (flags & source_flag(s)) != 0;
+    size_t k = 0;
+    for (int s = 1; s < 5 && k < n; s++) {
+        if (!(flags & source_flag(s))) continue;
+        count++;
+        const char *sep = count == 1 ? "" : count == total ? " and " : ", ";
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", sep, names[s]);
+    }
+}
+
+/* Parses the metric names of train.metrics. */
+static ts_status parse_metrics(const char *text, int *accuracy, int *mse) {
+    *accuracy = *mse = 0;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t len = strcspn(p, ", ");
+        if (!len) break;
+        if (len == 8 && !strncasecmp(p, "accuracy", 8)) {
+            *accuracy = 1;
+        } else if (len == 3 && !strncasecmp(p, "mse", 3)) {
+            *mse = 1;
+        } else {
+            return ts_fail(TS_ERR_INVALID, "train.metrics: unknown metric '%.*s' (accuracy, mse)",
+                           (int)len, p);
+        }
+        p += len;
+    }
+    return TS_OK;
+}
+
+ts_status ts_config_metrics(const ts_config *c, int *accuracy, int *mse) {
+    if (!c || !accuracy || !mse) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+    return parse_metrics(c->train.metrics, accuracy, mse);
+}
+
+/* The data section against itself and the model. */
+static ts_status check_data(const ts_config *c) {
+    char where[600], where2[600];
+    const int i_source = ts_config_key_find("data.source"),
+              i_ep = ts_config_key_find("train.epochs"),
+              i_steps = ts_config_key_find("train.steps"),
+              i_metrics = ts_config_key_find("train.metrics");
+    const int src = c->data.source;
+    const char *names[] = {"synthetic", "idx", "npy", "csv", "tokens"};
+    if (c->set[i_ep] && c->train.epochs > 0) {
+        if (src == TS_CFG_SYNTHETIC)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: train.epochs needs a dataset (set data.source); synthetic data "
+                           "runs train.steps",
+                           origin(c, i_ep, where, sizeof where));
+        if (c->set[i_steps])
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: set train.epochs or train.steps, not both (train.steps is set "
+                           "at %s)",
+                           origin(c, i_ep, where, sizeof where),
+                           origin(c, i_steps, where2, sizeof where2));
+    }
+    if (c->set[i_metrics]) {
+        int acc, mse;
+        ts_status s = parse_metrics(c->train.metrics, &acc, &mse);
+        if (s != TS_OK) {
+            ts_error_prefix("%s", origin(c, i_metrics, where, sizeof where));
+            return s;
+        }
+    }
+    if (src == TS_CFG_SYNTHETIC) {
+        if (c->model.classes > 0)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.classes needs labelled data (set data.source); synthetic "
+                           "mlp data is a regression task",
+                           origin(c, ts_config_key_find("model.classes"), where, sizeof where));
+        return TS_OK;
+    }
+    const int gpt = c->model.name == TS_CFG_GPT;
+    if (gpt != (src == TS_CFG_TOKENS))
+        return ts_fail(TS_ERR_INVALID, "%s: data.source %s needs %s model, but model.name is %s",
+                       origin(c, i_source, where, sizeof where), names[src],
+                       src == TS_CFG_TOKENS ? "a gpt" : "an mlp", gpt ? "gpt" : "mlp");
+    /* Files each source needs, as (key, value) pairs. */
+    struct {
+        int source;
+        const char *key, *value;
+    } need[] = {
+        {TS_CFG_IDX, "data.train_images", c->data.train_images},
+        {TS_CFG_IDX, "data.train_labels", c->data.train_labels},
+        {TS_CFG_NPY, "data.x", c->data.x},
+        {TS_CFG_NPY, "data.y", c->data.y},
+        {TS_CFG_CSV, "data.path", c->data.path},
+        {TS_CFG_CSV, "data.label", c->data.label},
+        {TS_CFG_TOKENS, "data.path", c->data.path},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (need[i].source == src && !need[i].value[0])
+            return ts_fail(TS_ERR_INVALID, "%s: data.source %s needs %s",
+                           origin(c, i_source, where, sizeof where), names[src], need[i].key);
+    if (src == TS_CFG_IDX && !c->data.test_images[0] != !c->data.test_labels[0])
+        return ts_fail(TS_ERR_INVALID, "%s: set data.test_images and data.test_labels together",
+                       origin(c,
+                              ts_config_key_find(c->data.test_images[0] ? "data.test_images"
+                                                                        : "data.test_labels"),
+                              where, sizeof where));
+    if (src == TS_CFG_TOKENS && c->data.bits != 16 && c->data.bits != 32)
+        return ts_fail(TS_ERR_INVALID, "%s: data.bits must be 16 or 32, got %d",
+                       origin(c, ts_config_key_find("data.bits"), where, sizeof where),
+                       c->data.bits);
+    if (src == TS_CFG_CSV && c->model.classes > 0)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: model.classes is set, but CSV windows have a numeric target "
+                       "(regression); remove model.classes",
+                       origin(c, ts_config_key_find("model.classes"), where, sizeof where));
+    return TS_OK;
+}
+
 ts_status ts_config_finish(ts_config *c) {
     if (!c) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
     if (c->finished) return TS_OK;
@@ -718,6 +936,7 @@ ts_status ts_config_finish(ts_config *c) {
               i_total = ts_config_key_find("train.total_steps");
     const int i_heads = ts_config_key_find("model.n_heads"),
               i_nest = ts_config_key_find("train.nesterov");
+    const int i_source = ts_config_key_find("data.source");
 
     /* The model: name and preset imply each other when only one is given. */
     if (!c->set[i_name] && !c->set[i_preset])
@@ -757,7 +976,16 @@ ts_status ts_config_finish(ts_config *c) {
             return ts_fail(TS_ERR_INVALID, "%s: %s is not used by %s (it is for %s)",
                            origin(c, i, where, sizeof where), k->path, opt_name,
                            (k->flags & FOR_SGD) ? "sgd" : "adam and adamw");
+        if ((k->flags & FOR_FILES) && !(k->flags & source_flag(c->data.source))) {
+            char src[32], users[64] = "";
+            choice_at(keys[i_source].choices, c->data.source, src, sizeof src);
+            source_names(k->flags, users, sizeof users);
+            return ts_fail(TS_ERR_INVALID, "%s: %s is not used by data.source %s (it is for %s)",
+                           origin(c, i, where, sizeof where), k->path, src, users);
+        }
     }
+    ts_status ds = check_data(c);
+    if (ds != TS_OK) return ds;
 
     if (c->model.name == TS_CFG_MLP) {
         if (c->model.window > 0) {
@@ -806,6 +1034,16 @@ static void fmt_double(double v, char *buf, size_t n) {
 
 static int key_applies(const ts_config *c, const ts_config_key *k) {
     if (!strcmp(k->path, "model.preset")) return 0; /* every model key is written out */
+    /* Unset strings (no file, no run directory) stay unwritten. */
+    if (k->type == TS_CFG_STR && !((const char *)c + k->offset)[0]) return 0;
+    if (k->flags & FOR_FILES) return (k->flags & source_flag(c->data.source)) != 0;
+    if (c->train.epochs > 0) {
+        /* epochs decide the steps: writing both would not load back */
+        if (!strcmp(k->path, "train.steps")) return 0;
+        if (!strcmp(k->path, "train.total_steps") && !c->batches_per_epoch &&
+            !c->set[ts_config_key_find("train.total_steps")])
+            return 0;
+    }
     if (k->flags & FOR_MODEL)
         return (k->flags & (c->model.name == TS_CFG_MLP ? TS_CFG_FOR_MLP : TS_CFG_FOR_GPT)) != 0;
     if (k->flags & (FOR_SGD | FOR_ADAM))
@@ -882,9 +1120,68 @@ ts_status ts_config_write(const ts_config *c, FILE *out) {
 /* ---- building ----------------------------------------------------------- */
 
 ts_mlp_config ts_config_mlp(const ts_config *c) {
-    ts_mlp_config m = {c->model.batch,  c->model.window,   c->model.features, c->model.in_dim,
-                       c->model.hidden, c->model.n_hidden, c->model.out_dim,  c->model.layer_norm, 0};
+    ts_mlp_config m = {c->model.batch,   c->model.window,     c->model.features,
+                       c->model.in_dim,  c->model.hidden,     c->model.n_hidden,
+                       c->model.out_dim, c->model.layer_norm, c->model.classes};
     return m;
+}
+
+ts_status ts_config_fit_data(ts_config *c, const ts_config_data_shape *d) {
+    if (!c || !d) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+    if (!c->finished) return ts_fail(TS_ERR_INVALID, "config: call ts_config_finish first");
+    char where[600];
+    const int i_window = ts_config_key_find("model.window"),
+              i_in = ts_config_key_find("model.in_dim"),
+              i_out = ts_config_key_find("model.out_dim"),
+              i_classes = ts_config_key_find("model.classes"),
+              i_total = ts_config_key_find("train.total_steps");
+    if (c->model.name == TS_CFG_MLP) {
+        if (c->set[i_window] && c->model.window > 0 &&
+            c->model.window * c->model.features != d->in_dim)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.window %lld x model.features %lld does not match the data's "
+                           "%lld values per example; leave the input shape to the data",
+                           origin(c, i_window, where, sizeof where), (long long)c->model.window,
+                           (long long)c->model.features, (long long)d->in_dim);
+        if (c->set[i_in] && c->model.window == 0 && c->model.in_dim != d->in_dim)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.in_dim is %lld, but the data has %lld values per example",
+                           origin(c, i_in, where, sizeof where), (long long)c->model.in_dim,
+                           (long long)d->in_dim);
+        /* A flat input: the data's example layout is what x holds. */
+        c->model.window = 0;
+        c->model.in_dim = d->in_dim;
+        if (d->classes > 0) {
+            if (c->set[i_classes] && c->model.classes == 0)
+                return ts_fail(TS_ERR_INVALID,
+                               "%s: model.classes is 0 (regression), but the targets are class "
+                               "ids",
+                               origin(c, i_classes, where, sizeof where));
+            if (!c->set[i_classes]) c->model.classes = d->classes;
+        } else {
+            if (c->model.classes > 0)
+                return ts_fail(TS_ERR_INVALID,
+                               "%s: model.classes is %lld, but the targets are numbers, not class "
+                               "ids",
+                               origin(c, i_classes, where, sizeof where),
+                               (long long)c->model.classes);
+            if (c->set[i_out] && c->model.out_dim != d->out_dim)
+                return ts_fail(TS_ERR_INVALID,
+                               "%s: model.out_dim is %lld, but the data has %lld targets per "
+                               "example",
+                               origin(c, i_out, where, sizeof where), (long long)c->model.out_dim,
+                               (long long)d->out_dim);
+            c->model.out_dim = d->out_dim;
+        }
+    }
+    if (d->batches_per_epoch <= 0)
+        return ts_fail(TS_ERR_INVALID, "config: the training split has no full batch");
+    c->batches_per_epoch = d->batches_per_epoch;
+    if (c->train.epochs > 0) {
+        c->train.steps = c->train.epochs * d->batches_per_epoch;
+        if (!c->set[i_total]) c->train.total_steps = c->train.steps;
+    }
+    return TS_OK;
 }
 
 ts_gpt_config ts_config_gpt(const ts_config *c) {

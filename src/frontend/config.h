@@ -32,6 +32,13 @@ typedef enum ts_cfg_model_name { TS_CFG_MLP = 0, TS_CFG_GPT } ts_cfg_model_name;
 typedef enum ts_cfg_preset { TS_CFG_W1 = 0, TS_CFG_W3, TS_CFG_GPT2_124M } ts_cfg_preset;
 typedef enum ts_cfg_optimizer { TS_CFG_SGD = 0, TS_CFG_ADAM, TS_CFG_ADAMW } ts_cfg_optimizer;
 typedef enum ts_cfg_schedule { TS_CFG_CONSTANT = 0, TS_CFG_LINEAR, TS_CFG_COSINE } ts_cfg_schedule;
+typedef enum ts_cfg_source {
+    TS_CFG_SYNTHETIC = 0,
+    TS_CFG_IDX,
+    TS_CFG_NPY,
+    TS_CFG_CSV,
+    TS_CFG_TOKENS
+} ts_cfg_source;
 
 #define TS_CFG_MAX_KEYS 128
 
@@ -42,6 +49,7 @@ typedef struct ts_config {
         /* mlp */
         int64_t window, features, in_dim, hidden, out_dim;
         int n_hidden, layer_norm;
+        int64_t classes; /* > 0: a classifier over this many classes */
         /* gpt */
         int64_t ctx, vocab, d_model;
         int n_layers, n_heads;
@@ -58,10 +66,32 @@ typedef struct ts_config {
         int64_t steps;
         uint64_t seed;
         int threads;
+        int64_t epochs;     /* > 0: steps = epochs * batches per epoch (ts_config_fit_data) */
+        int64_t eval_every; /* steps between evaluations; 0: at the end of each epoch */
+        int64_t log_every;  /* steps between log lines; 0: about 100 lines per run */
+        char metrics[64];   /* "accuracy, mse"; "" until the data says which apply */
     } train;
     struct {
         int debug_nan, no_simplify, naive_schedule, no_inplace;
     } compile;
+    struct {
+        int source; /* ts_cfg_source */
+        char train_images[512], train_labels[512], test_images[512], test_labels[512]; /* idx */
+        char x[512], y[512];                                                           /* npy */
+        char path[512];          /* csv, tokens */
+        char features[1024];     /* csv: "a, b, c"; "" for every column but the label */
+        char label[128];         /* csv */
+        int64_t window, horizon; /* csv */
+        int normalise;           /* csv */
+        int bits;                /* tokens: 16 or 32 */
+        double val_fraction;
+        int shuffle;
+    } data;
+    struct {
+        char dir[512]; /* run directory; "" for none */
+    } output;
+    /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
+    int64_t batches_per_epoch;
 
     /* Where each key (by table index) got its value: set[i] is 0 for a
      * default, 1 from the file (at line[i]:col[i]), 2 from an override. */
@@ -82,9 +112,10 @@ typedef enum ts_cfg_type {
 } ts_cfg_type;
 
 /* Key flags. */
-#define TS_CFG_FOR_MLP 1 /* model key used by mlp models */
-#define TS_CFG_FOR_GPT 2 /* model key used by gpt models */
-#define TS_CFG_DERIVED 4 /* `dflt` describes a computed default; it is not a value */
+#define TS_CFG_FOR_MLP 1    /* model key used by mlp models */
+#define TS_CFG_FOR_GPT 2    /* model key used by gpt models */
+#define TS_CFG_DERIVED 4    /* `dflt` describes a computed default; it is not a value */
+#define TS_CFG_LIST    1024 /* TS_CFG_STR that a file may also write as a YAML list of names */
 
 typedef struct ts_config_key {
     const char *path; /* "train.lr" */
@@ -106,7 +137,8 @@ const char *ts_config_type_name(const ts_config_key *k, char *buf, size_t n);
 
 /* Every key at its default; no model chosen yet. */
 void ts_config_init(ts_config *c);
-/* Apply a YAML file: a mapping of sections (model, train, compile) to
+/* Apply a YAML file: a mapping of sections (model, train, compile, data,
+ * output) to
  * mappings of keys. Errors name the file, line and column. */
 ts_status ts_config_load_file(ts_config *c, const char *path);
 /* Same, from text in memory; `name` stands for the file in messages. */
@@ -117,6 +149,24 @@ ts_status ts_config_set(ts_config *c, const char *assignment);
  * total_steps) and check the keys against each other. Call once, after
  * every load and set. */
 ts_status ts_config_finish(ts_config *c);
+
+/* What the loaded data says about the model, for ts_config_fit_data. */
+typedef struct ts_config_data_shape {
+    int64_t in_dim;            /* features per example */
+    int64_t out_dim;           /* regression targets per example (0 for class labels) */
+    int64_t classes;           /* class labels: max label + 1; 0 for float targets */
+    int64_t batches_per_epoch; /* of the training split */
+} ts_config_data_shape;
+
+/* After the data is loaded (a finished config with a data source): give an
+ * mlp the input width, output width or class count of the data, checking
+ * keys the config set against it, and turn train.epochs into train.steps
+ * (and train.total_steps unless set). Errors name the key's file and line. */
+ts_status ts_config_fit_data(ts_config *c, const ts_config_data_shape *d);
+
+/* The metrics to evaluate: "accuracy, mse" split into flags. An unknown
+ * name is an error. */
+ts_status ts_config_metrics(const ts_config *c, int *accuracy, int *mse);
 
 /* The finished config as YAML that loads back to the same values. */
 ts_status ts_config_write(const ts_config *c, FILE *out);

@@ -1,14 +1,18 @@
-/* Causal self-attention as a composite of existing ops:
- *
- *     softmax(where(mask, (q @ k^T) / sqrt(hd), -inf)) @ v
- *
- * with mask a constant lower-triangular [T, T] u8 tensor broadcast over the
- * batch and head axes. Building it from ops gives it gradients, f32/f64
- * kernels and planning for free; the -inf entries become exact zeros after
- * the softmax, and where() routes no gradient to them. */
+/* Attention builders. Both emit one fused `attention` node (see
+ * attention_fused.c): o = softmax(scale * q k^T [+ causal mask]) v computed
+ * blockwise, so no [T, T] score matrix is stored in the forward or the
+ * backward; the gradient is one `attention_bwd` node giving dq, dk and dv. */
 #include <math.h>
-#include <stdlib.h>
 #include "ops/op.h"
+
+ts_val ts_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, int causal, double scale) {
+    if (!g || g->status != TS_OK || !ts_val_ok(q) || !ts_val_ok(k) || !ts_val_ok(v)) return TS_NONE;
+    ts_attrs at = ts_attrs_zero();
+    at.i[0] = causal;
+    at.f[0] = scale;
+    ts_val in[3] = {q, k, v};
+    return ts_node_add(g, TS_OP_ATTENTION, 3, in, &at, NULL);
+}
 
 ts_val ts_causal_attention(ts_graph *g, ts_val q, ts_val k, ts_val v) {
     if (!g || g->status != TS_OK || !ts_val_ok(q) || !ts_val_ok(k) || !ts_val_ok(v)) return TS_NONE;
@@ -22,23 +26,5 @@ ts_val ts_causal_attention(ts_graph *g, ts_val q, ts_val k, ts_val v) {
                              ts_type_str(a, sizeof a, tq), ts_type_str(b, sizeof b, tk),
                              ts_type_str(c, sizeof c, tv));
     }
-    ts_dtype dt = tq->dtype;
-    int64_t T = tq->dims[2], hd = tq->dims[3];
-
-    unsigned char *m = ts_alloc((size_t)(T * T), "causal mask");
-    if (!m) {
-        ts_graph_set_error(g, TS_ERR_NOMEM);
-        return TS_NONE;
-    }
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < T; j++) m[i * T + j] = j <= i; /* query i sees keys 0..i */
-    int64_t md[2] = {T, T};
-    ts_val mask = ts_constant(g, NULL, TS_U8, 2, md, m);
-    free(m);
-
-    ts_val s = ts_matmul(g, q, k, 0, 1);                     /* [B, H, T, T] */
-    s = ts_affine_scalar(g, s, 1.0 / sqrt((double)hd), 0.0); /* scaled scores */
-    s = ts_where(g, mask, s, ts_scalar(g, -INFINITY, dt));   /* hide the future */
-    ts_val p = ts_softmax(g, s, -1);                         /* over the keys */
-    return ts_matmul(g, p, v, 0, 0);                         /* [B, H, T, hd] */
+    return ts_attention(g, q, k, v, 1, 1.0 / sqrt((double)tq->dims[3]));
 }

@@ -52,6 +52,21 @@ extern const ts_op_def ts_def_cross_entropy_bwd;
 extern const ts_op_def ts_def_clip_coef;
 extern const ts_op_def ts_def_sgd_update;
 extern const ts_op_def ts_def_adam_update;
+extern const ts_op_def ts_def_attention;
+extern const ts_op_def ts_def_attention_bwd;
+extern const ts_op_def ts_def_conv;
+extern const ts_op_def ts_def_conv_bwd_data;
+extern const ts_op_def ts_def_conv_bwd_weight;
+extern const ts_op_def ts_def_conv_transpose;
+extern const ts_op_def ts_def_pool;
+extern const ts_op_def ts_def_pool_bwd;
+extern const ts_op_def ts_def_batch_norm;
+extern const ts_op_def ts_def_batch_norm_bwd;
+extern const ts_op_def ts_def_gru_cell;
+extern const ts_op_def ts_def_gru_cell_bwd;
+extern const ts_op_def ts_def_lstm_cell;
+extern const ts_op_def ts_def_lstm_cell_bwd;
+extern const ts_op_def ts_def_spmm;
 
 static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_ADD] = &ts_def_add,
@@ -103,6 +118,21 @@ static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_CLIP_COEF] = &ts_def_clip_coef,
     [TS_OP_SGD_UPDATE] = &ts_def_sgd_update,
     [TS_OP_ADAM_UPDATE] = &ts_def_adam_update,
+    [TS_OP_ATTENTION] = &ts_def_attention,
+    [TS_OP_ATTENTION_BWD] = &ts_def_attention_bwd,
+    [TS_OP_CONV] = &ts_def_conv,
+    [TS_OP_CONV_BWD_DATA] = &ts_def_conv_bwd_data,
+    [TS_OP_CONV_BWD_WEIGHT] = &ts_def_conv_bwd_weight,
+    [TS_OP_CONV_TRANSPOSE] = &ts_def_conv_transpose,
+    [TS_OP_POOL] = &ts_def_pool,
+    [TS_OP_POOL_BWD] = &ts_def_pool_bwd,
+    [TS_OP_BATCH_NORM] = &ts_def_batch_norm,
+    [TS_OP_BATCH_NORM_BWD] = &ts_def_batch_norm_bwd,
+    [TS_OP_GRU_CELL] = &ts_def_gru_cell,
+    [TS_OP_GRU_CELL_BWD] = &ts_def_gru_cell_bwd,
+    [TS_OP_LSTM_CELL] = &ts_def_lstm_cell,
+    [TS_OP_LSTM_CELL_BWD] = &ts_def_lstm_cell_bwd,
+    [TS_OP_SPMM] = &ts_def_spmm,
 };
 
 const ts_op_def *ts_op_get(int op) { return (op >= 0 && op < TS_OP_COUNT) ? table[op] : NULL; }

@@ -249,7 +249,8 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
         if ((s = ts_pass_train(g, spec, params, grads, np)) != TS_OK) goto done;
     }
     for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].op == TS_OP_DROPOUT) g->nodes[i].a.i[1] = p->training;
+        if (g->nodes[i].op == TS_OP_DROPOUT || g->nodes[i].op == TS_OP_BATCH_NORM)
+            g->nodes[i].a.i[1] = p->training;
     if (!p->opt.no_simplify) {
         if ((s = ts_pass_simplify(g, &remap)) != TS_OK) goto done;
         if (loss >= 0) p->loss = remap[loss];

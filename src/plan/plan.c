@@ -121,3 +121,72 @@ ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st) {
     st->flops_per_step = p->flops;
     return TS_OK;
 }
+
+/* The i-th persistent value: parameters first, then state, each in value
+ * order (which memplan also uses for their offsets). */
+static const ts_named *persistent_at(const ts_plan *p, int idx) {
+    for (int pass = 0, k = 0; p && pass < 2; pass++) {
+        ts_value_kind want = pass == 0 ? TS_VK_PARAM : TS_VK_STATE;
+        for (int i = 0; i < p->n_named; i++)
+            if (p->named[i].kind == want && k++ == idx) return &p->named[i];
+    }
+    return NULL;
+}
+
+int ts_plan_persistent_count(const ts_plan *p) {
+    int n = 0;
+    for (int i = 0; p && i < p->n_named; i++)
+        n += p->named[i].kind == TS_VK_PARAM || p->named[i].kind == TS_VK_STATE;
+    return n;
+}
+
+ts_status ts_plan_persistent(const ts_plan *p, int i, ts_persistent *out) {
+    if (!p || !out) return ts_fail(TS_ERR_INVALID, "persistent: NULL argument");
+    const ts_named *nm = persistent_at(p, i);
+    if (!nm)
+        return ts_fail(TS_ERR_INVALID, "persistent: index %d out of range [0, %d)", i,
+                       ts_plan_persistent_count(p));
+    memset(out, 0, sizeof *out);
+    out->name = nm->name;
+    out->is_state = nm->kind == TS_VK_STATE;
+    out->dtype = nm->t.dtype;
+    out->rank = nm->t.rank;
+    memcpy(out->dims, nm->t.dims, sizeof(int64_t) * (size_t)nm->t.rank);
+    out->bytes = ts_type_bytes(&nm->t);
+    out->snapshot_off =
+        out->is_state ? p->mp.param_bytes + (nm->off - p->mp.state_off) : nm->off - p->mp.param_off;
+    return TS_OK;
+}
+
+size_t ts_plan_snapshot_bytes(const ts_plan *p) {
+    return p ? p->mp.param_bytes + p->mp.state_bytes : 0;
+}
+
+/* Copy in 4 MiB blocks over the plan's threads: one thread alone does not
+ * reach the memory bandwidth, and this copy is the whole stall an
+ * asynchronous checkpoint adds to a step. */
+static void copy_blocks(unsigned char *dst, const unsigned char *src, size_t n) {
+    const size_t blk = (size_t)4 << 20;
+    const int64_t nb = (int64_t)((n + blk - 1) / blk);
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nb; b++) {
+        size_t o = (size_t)b * blk, len = n - o < blk ? n - o : blk;
+        memcpy(dst + o, src + o, len);
+    }
+}
+
+ts_status ts_plan_snapshot(const ts_plan *p, void *dst, size_t bytes) {
+    if (!p || !dst) return ts_fail(TS_ERR_INVALID, "snapshot: NULL argument");
+    if (bytes != ts_plan_snapshot_bytes(p))
+        return ts_fail(TS_ERR_INVALID, "snapshot: %zu bytes given, the persistent values need %zu",
+                       bytes, ts_plan_snapshot_bytes(p));
+    if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
+    copy_blocks(dst, p->arena + p->mp.param_off, p->mp.param_bytes);
+    copy_blocks((unsigned char *)dst + p->mp.param_bytes, p->arena + p->mp.state_off,
+                p->mp.state_bytes);
+    return TS_OK;
+}
+
+uint64_t ts_plan_seed(const ts_plan *p) {
+    return p ? p->opt.seed : 0;
+}

@@ -19,10 +19,12 @@ typedef struct ts_instr {
     size_t in_off[16], out_off[TS_MAX_OUT]; /* arena offsets (first 16 inputs, for dumps) */
     size_t scratch_off, scratch_bytes;
     void *scratch; /* the kernel's scratch memory (arena or backend buffer) */
-    char *label; /* name of the first output (owned) */
+    char *label;   /* name of the first output (owned) */
     double flops;
     void *backend; /* backend state (e.g. a oneDNN primitive) */
     void (*backend_free)(void *);
+    double prof_seconds; /* with opt.profile: time spent in this instruction so far */
+    int64_t prof_calls;
 } ts_instr;
 
 typedef enum ts_region { TS_RG_PARAM, TS_RG_GRAD, TS_RG_STATE, TS_RG_IO, TS_RG_TEMP } ts_region;
@@ -47,7 +49,7 @@ struct ts_plan {
     unsigned char *arena;
     ts_named *named;
     int n_named;
-    int32_t loss;      /* value id of the loss, -1 for inference plans */
+    int32_t loss; /* value id of the loss, -1 for inference plans */
     size_t loss_off;
     int training;
     ts_train_spec spec; /* trainable pointer cleared */

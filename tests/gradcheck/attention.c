@@ -1,11 +1,26 @@
-/* Causal attention: gradients by finite differences, the forward against
- * PyTorch, and shape errors. */
+/* Attention: the fused op (ts_causal_attention, ts_attention) checked by
+ * finite differences, the forward against PyTorch, the fused op against the
+ * composite of matmul/where/softmax/matmul it replaces (forward and
+ * gradients in f32, random inputs, block edge cases), bitwise determinism
+ * between 1 and 2 threads, and shape errors. */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "gradcheck.h"
 
 static ts_val build(ts_graph *g, const ts_val *in, void *user) {
     (void)user;
     return ts_causal_attention(g, in[0], in[1], in[2]);
+}
+
+typedef struct attn_opts {
+    int causal;
+    double scale;
+} attn_opts;
+
+static ts_val build_attn(ts_graph *g, const ts_val *in, void *user) {
+    const attn_opts *o = user;
+    return ts_attention(g, in[0], in[1], in[2], o->causal, o->scale);
 }
 
 static void check_grads(void) {
@@ -17,6 +32,21 @@ static void check_grads(void) {
     gc_check("causal_attention wide scores", 3, in, build, NULL);
     gc_input one[3] = {GC_F(1, 1, 1, 4), GC_F(1, 1, 1, 4), GC_F(1, 1, 1, 4)};
     gc_check("causal_attention T=1", 3, one, build, NULL);
+    /* Several blocks of 64 queries and keys with a partial last block, and
+     * an odd head size: the online softmax rescaling across key blocks, dq
+     * summed over key blocks, dk and dv over query blocks. */
+    gc_input multi[3] = {GC_F(1, 1, 130, 3), GC_F(1, 1, 130, 3), GC_F(1, 1, 130, 3)};
+    gc_options few = {.max_elems = 40}; /* per input, spread over the blocks */
+    gc_check_opt("causal_attention T=130 (3 blocks) hd=3", 3, multi, build, NULL, &few);
+    gc_input odd[3] = {GC_F(2, 1, 70, 5), GC_F(2, 1, 70, 5), GC_F(2, 1, 70, 5)};
+    for (int i = 0; i < 2; i++) odd[i].lo = -2, odd[i].hi = 2;
+    gc_check("causal_attention T=70 hd=5", 3, odd, build, NULL);
+    /* Without the mask and with another scale (ts_attention). */
+    attn_opts full = {0, 0.7};
+    gc_check("attention non-causal scale 0.7", 3, in, build_attn, &full);
+    gc_check("attention non-causal T=70 hd=5", 3, odd, build_attn, &full);
+    attn_opts causal = {1, 1.3};
+    gc_check_opt("attention causal scale 1.3 T=130", 3, multi, build_attn, &causal, &few);
 }
 
 /* softmax(q k^T / sqrt(3) masked) v for B=1, H=2, T=4, hd=3 computed by
@@ -96,6 +126,131 @@ static void check_forward(ts_dtype dt, double tol) {
     ts_graph_free(g);
 }
 
+/* ---- fused vs composite ------------------------------------------------ */
+
+/* The composite the fused op replaced: softmax(where(mask, q k^T * scale,
+ * -inf)) v with a constant lower-triangular mask when causal. */
+static ts_val composite(ts_graph *g, ts_val q, ts_val k, ts_val v, int causal, double scale) {
+    ts_dtype dt = ts_dtype_of(g, q);
+    int64_t T = ts_dim(g, q, 2);
+    ts_val s = ts_matmul(g, q, k, 0, 1);
+    s = ts_affine_scalar(g, s, scale, 0.0);
+    if (causal) {
+        unsigned char *m = malloc((size_t)(T * T));
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < T; j++) m[i * T + j] = j <= i;
+        int64_t md[2] = {T, T};
+        ts_val mask = ts_constant(g, NULL, TS_U8, 2, md, m);
+        free(m);
+        s = ts_where(g, mask, s, ts_scalar(g, -INFINITY, dt));
+    }
+    return ts_matmul(g, ts_softmax(g, s, -1), v, 0, 0);
+}
+
+/* Outputs of one run: o, then dq, dk, dv for loss = sum(o * r). */
+typedef struct attn_run {
+    float *t[4];
+} attn_run;
+
+static float *rand_f32(size_t n, unsigned *seed, double lo, double hi) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * rand_r(seed) / RAND_MAX);
+    return x;
+}
+
+/* Builds loss = sum(attention(q, k, v) * r) with q, k, v parameters holding
+ * data[0..2] and r = data[3]; fills out (allocated) with o and the
+ * gradients. Returns 0 on success. */
+static int run_attn(int fused, const int64_t *d, int causal, double scale, int threads,
+                    float *const *data, attn_run *out) {
+    ts_graph *g = ts_graph_new();
+    const char *names[3] = {"q", "k", "v"};
+    ts_val in[3];
+    for (int j = 0; j < 3; j++)
+        in[j] = ts_param(g, names[j], TS_F32, 4, d, ts_init_buffer(data[j]));
+    ts_val r = ts_constant(g, "r", TS_F32, 4, d, data[3]);
+    ts_val o = fused ? ts_attention(g, in[0], in[1], in[2], causal, scale)
+                     : composite(g, in[0], in[1], in[2], causal, scale);
+    CHECK_OK(ts_mark_output(g, o, "o"));
+    ts_val loss = ts_sum(g, ts_mul(g, o, r), 0, NULL, 0);
+    ts_train_spec spec = ts_train_spec_default(loss);
+    spec.opt.kind = TS_OPT_NONE;
+    ts_compile_options opt = ts_compile_options_default();
+    opt.threads = threads;
+    ts_plan *plan = NULL;
+    ts_status st = ts_graph_status(g);
+    if (st == TS_OK) st = ts_compile(g, &spec, &opt, &plan);
+    CHECK(st == TS_OK, "compile: %s", ts_last_error());
+    ts_graph_free(g);
+    if (st != TS_OK) return 1;
+    size_t bytes = (size_t)(d[0] * d[1] * d[2] * d[3]) * sizeof(float);
+    const char *reads[4] = {"o", "grad:q", "grad:k", "grad:v"};
+    st = ts_plan_step(plan);
+    for (int j = 0; j < 4; j++) {
+        out->t[j] = malloc(bytes);
+        if (st == TS_OK) st = ts_plan_read(plan, reads[j], out->t[j], bytes);
+    }
+    CHECK(st == TS_OK, "step/read: %s", ts_last_error());
+    ts_plan_free(plan);
+    return st != TS_OK;
+}
+
+static void free_run(attn_run *r) {
+    for (int j = 0; j < 4; j++) free(r->t[j]);
+}
+
+/* max |a - b| / max |b| for o, dq, dk, dv of the fused op against the
+ * composite, within tol; and the fused results bit-identical with 1 and 2
+ * threads. */
+static void compare(const int64_t *d, int causal, double scale, double tol, unsigned seed) {
+    size_t n = (size_t)(d[0] * d[1] * d[2] * d[3]);
+    float *data[4];
+    for (int j = 0; j < 4; j++)
+        data[j] = rand_f32(n, &seed, j < 2 ? -2.0 : -1.0, j < 2 ? 2.0 : 1.0);
+    attn_run f2 = {{0}}, f1 = {{0}}, c = {{0}};
+    if (!run_attn(1, d, causal, scale, 2, data, &f2) &&
+        !run_attn(1, d, causal, scale, 1, data, &f1) &&
+        !run_attn(0, d, causal, scale, 2, data, &c)) {
+        const char *what[4] = {"o", "dq", "dk", "dv"};
+        for (int j = 0; j < 4; j++) {
+            double err = 0, mag = 0;
+            for (size_t i = 0; i < n; i++) {
+                double e = fabs((double)f2.t[j][i] - (double)c.t[j][i]);
+                err = e > err ? e : err;
+                mag = fabs((double)c.t[j][i]) > mag ? fabs((double)c.t[j][i]) : mag;
+            }
+            /* dq and dk are exactly 0 at T = 1 (softmax over one key): the fused
+             * op leaves a rounding residue (~1e-8) there, so the scale has a floor. */
+            CHECK(err <= tol * fmax(mag, 1e-2),
+                  "[%lld,%lld,%lld,%lld] causal=%d %s: fused vs composite %.3g "
+                  "relative (tol %g)",
+                  (long long)d[0], (long long)d[1], (long long)d[2], (long long)d[3], causal,
+                  what[j], err / fmax(mag, 1e-2), tol);
+            CHECK(memcmp(f1.t[j], f2.t[j], n * sizeof(float)) == 0,
+                  "[%lld,%lld,%lld,%lld] causal=%d %s: 1 and 2 threads differ", (long long)d[0],
+                  (long long)d[1], (long long)d[2], (long long)d[3], causal, what[j]);
+        }
+    }
+    free_run(&f2), free_run(&f1), free_run(&c);
+    for (int j = 0; j < 4; j++) free(data[j]);
+}
+
+static void check_vs_composite(void) {
+    static const int64_t shapes[][4] = {
+        {2, 3, 64, 16},  /* one full block */
+        {1, 2, 100, 7},  /* T not a multiple of the block, odd hd */
+        {3, 1, 1, 5},    /* T = 1 */
+        {2, 2, 130, 33}, /* three blocks, the last of 2 rows, odd hd over a vector */
+        {1, 2, 256, 64}, /* a W3 head */
+        {1, 1, 200, 80}, /* hd above one 64-wide register tile */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        double scale = 1.0 / sqrt((double)shapes[i][3]);
+        compare(shapes[i], 1, scale, 1e-5, 11 + (unsigned)i);
+        compare(shapes[i], 0, scale, 1e-5, 31 + (unsigned)i);
+    }
+}
+
 static void check_errors(void) {
     struct {
         int rank;
@@ -113,12 +268,40 @@ static void check_errors(void) {
               "case %d: message '%s'", i, ts_graph_error(g));
         ts_graph_free(g);
     }
+    /* The fused op's own checks, through ts_attention: messages name the op,
+     * the operand shapes and the reason. */
+    struct {
+        int qrank, causal;
+        double scale;
+        int64_t v[4];
+        ts_status want;
+        const char *says;
+    } cases[4] = {
+        {4, 2, 0.5, {1, 2, 4, 3}, TS_ERR_INVALID, "causal must be 0 or 1"},
+        {4, 1, NAN, {1, 2, 4, 3}, TS_ERR_INVALID, "scale must be finite"},
+        {3, 1, 0.5, {1, 2, 4, 3}, TS_ERR_SHAPE, "[B, H, T, hd]"},
+        {4, 0, 0.5, {1, 2, 5, 3}, TS_ERR_SHAPE, "v must have q's dtype and shape"},
+    };
+    for (int i = 0; i < 4; i++) {
+        int64_t d[4] = {1, 2, 4, 3};
+        ts_graph *g = ts_graph_new();
+        ts_val q = ts_input(g, "q", TS_F32, cases[i].qrank, d + 4 - cases[i].qrank);
+        ts_val k = ts_input(g, "k", TS_F32, 4, d), v = ts_input(g, "v", TS_F32, 4, cases[i].v);
+        CHECK(!ts_val_ok(ts_attention(g, q, k, v, cases[i].causal, cases[i].scale)),
+              "attention case %d accepted", i);
+        const char *msg = ts_graph_error(g);
+        CHECK(ts_graph_status(g) == cases[i].want && strstr(msg, "attention(") == msg &&
+                  strstr(msg, cases[i].says) != NULL,
+              "attention case %d: message '%s'", i, msg);
+        ts_graph_free(g);
+    }
 }
 
 int main(void) {
     check_grads();
     check_forward(TS_F64, 1e-12);
     check_forward(TS_F32, 2e-6);
+    check_vs_composite();
     check_errors();
     return check_summary("attention");
 }

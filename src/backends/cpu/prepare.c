@@ -3,6 +3,7 @@
  * every other instruction keeps its op's reference kernel. */
 #include <stdlib.h>
 #include <string.h>
+#include "backends/cpu/dnnl_conv.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "plan/plan.h"
 
@@ -85,5 +86,7 @@ ts_status ts_cpu_prepare(ts_plan *p) {
                 p->ins[i].scratch_bytes = scratch;
             }
     }
+    ts_status s;
+    if ((s = ts_cpu_prepare_conv(p)) != TS_OK) return s;
     return TS_OK;
 }

@@ -1,0 +1,220 @@
+/* tessel/ckpt.h — checkpoints an auditor can trust, and the audit log.
+ *
+ * A run directory holds checkpoints `step-00001000/` (safetensors shards of
+ * every parameter and optimizer state value, and a signed manifest.json
+ * with per-file SHA-256 and per-tensor CRC-32C), a `LATEST` file naming the
+ * newest committed one, and `audit.log`. docs/checkpoints.md describes the
+ * format. Saving in the background while training goes on:
+ *
+ *     ts_ckpt_options o = ts_ckpt_options_default();
+ *     o.sign_key = "tessel.key";            // from `tessel keygen`
+ *     o.keep_last = 3;
+ *     ts_ckpt_saver *sv;
+ *     if (ts_ckpt_saver_new("runs/a", plan, &o, &sv) != TS_OK) ...
+ *     for (...) {
+ *         ts_plan_step(plan);
+ *         if (step % 100 == 0) ts_ckpt_saver_begin(sv, plan, &meta); // copies, returns
+ *     }
+ *     ts_ckpt_saver_wait(sv);               // status of the last save
+ *     ts_ckpt_saver_free(sv);
+ *
+ * Resuming into a freshly compiled plan (nothing is written into the plan
+ * unless the signature, every file hash and every tensor CRC check out and
+ * every tensor fits the plan):
+ *
+ *     ts_ckpt *c;
+ *     if (ts_ckpt_open("runs/a", "tessel.pub", NULL, &c) != TS_OK) puts(ts_last_error());
+ *     ts_ckpt_restore(c, plan, NULL);       // values and step count
+ *     ts_ckpt_info info;
+ *     ts_ckpt_get_info(c, &info);           // data position, epoch, ...
+ *     ts_ckpt_close(c);
+ */
+#ifndef TESSEL_CKPT_H
+#define TESSEL_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tessel/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_audit ts_audit;
+
+/* ---- keys ---------------------------------------------------------------- */
+
+/* Write a new Ed25519 key pair: the private key with mode 0600, the public
+ * key 0644. Neither file may exist yet. */
+ts_status ts_ckpt_keygen(const char *private_key_path, const char *public_key_path);
+
+/* SHA-256 of a file as 64 hex digits (for data lineage). */
+ts_status ts_sha256_file(const char *path, char hex[65]);
+
+/* ---- saving -------------------------------------------------------------- */
+
+typedef struct ts_ckpt_data_file {
+    const char *path;
+    const char *sha256; /* 64 hex digits */
+} ts_ckpt_data_file;
+
+/* What the caller knows about the run; copied when a save begins. */
+typedef struct ts_ckpt_meta {
+    const void *config; /* the resolved config text; its SHA-256 goes into the manifest */
+    size_t config_bytes;
+    const ts_ckpt_data_file *data_files; /* data lineage */
+    int n_data_files;
+    int64_t data_position; /* samples (or batches) the loader has handed out */
+    int64_t epoch;
+} ts_ckpt_meta;
+
+typedef struct ts_ckpt_options {
+    const char *sign_key; /* private key file; NULL: the manifest is not signed */
+    int keep_last;        /* retention: keep the newest K checkpoints (0: keep all) */
+    int keep_every;       /* and those whose step is a multiple of M (0: none) */
+    int threads;          /* writing/hashing threads (0: two per core, at most 8) */
+    ts_audit *audit;      /* record every save here (NULL: no log) */
+} ts_ckpt_options;
+
+ts_ckpt_options ts_ckpt_options_default(void);
+
+typedef struct ts_ckpt_saver ts_ckpt_saver;
+
+/* A saver for checkpoints of run_dir (created if missing). Loads the
+ * signing key now, so a bad key fails before training starts. With a plan
+ * (may be NULL) the snapshot buffer is allocated and faulted in now, not
+ * during the first save's stall. */
+ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt_options *opt,
+                            ts_ckpt_saver **out);
+/* Snapshot every persistent value of the plan and its step count into the
+ * saver's host buffer, then write the checkpoint in a background thread.
+ * Waits first for the previous save; returns its failure, if any, instead
+ * of starting a new one. */
+ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta *meta);
+/* Wait for the running save; its status (TS_OK when none ran). */
+ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s);
+/* Waits for a running save (its status is lost: call wait first). */
+void ts_ckpt_saver_free(ts_ckpt_saver *s);
+
+/* Timings of the last begin() and of the last save that wait() saw
+ * complete (a save still running is not reported yet). */
+typedef struct ts_ckpt_save_stats {
+    int64_t step;      /* of the last completed save */
+    uint64_t bytes;    /* tensor bytes written */
+    double stall_s;    /* time begin() held the caller (wait + snapshot) */
+    double snapshot_s; /* the copy into the host buffer */
+    double write_s;    /* background: shards + hashes + manifest + commit */
+    double throughput; /* bytes / write_s */
+    char dir[256];     /* the committed directory name, e.g. "step-00001000" */
+} ts_ckpt_save_stats;
+
+ts_status ts_ckpt_saver_stats(const ts_ckpt_saver *s, ts_ckpt_save_stats *st);
+
+/* Save synchronously (a saver begun and waited for). */
+ts_status ts_ckpt_save(const ts_plan *p, const char *run_dir, const ts_ckpt_meta *meta,
+                       const ts_ckpt_options *opt);
+
+/* Remove unfinished "*.tmp" directories and, when keep_last > 0, every
+ * checkpoint that is neither among the newest keep_last, a multiple of
+ * keep_every, nor the one LATEST names. *removed (may be NULL) counts
+ * removed directories. Run it only while no save is running. */
+ts_status ts_ckpt_gc(const char *run_dir, int keep_last, int keep_every, int *removed);
+
+/* ---- loading ------------------------------------------------------------- */
+
+typedef struct ts_ckpt ts_ckpt;
+
+/* A checkpoint directory for `path`: path itself if it holds manifest.json,
+ * else the directory its LATEST file names. */
+ts_status ts_ckpt_resolve(const char *path, char *out, size_t n);
+
+/* Open and verify a checkpoint (a run directory means its LATEST): the
+ * manifest's signature (when public_key is not NULL; an unsigned manifest
+ * is then refused), every file's size and SHA-256, every tensor's layout
+ * and CRC-32C. A failure names the file and tensor at fault. With `audit`
+ * the outcome is logged as a "verify" entry. */
+ts_status ts_ckpt_open(const char *path, const char *public_key, ts_audit *audit, ts_ckpt **out);
+void ts_ckpt_close(ts_ckpt *c);
+
+typedef struct ts_ckpt_info {
+    const char *dir; /* strings are owned by the checkpoint */
+    const char *id;
+    const char *time;
+    const char *tessel_version;
+    const char *config_sha256; /* "" when the saver had no config */
+    int64_t step;
+    uint64_t seed; /* RNG state: Philox streams are keyed by (seed, step) */
+    int64_t data_position, epoch;
+    int n_data_files;
+    const ts_ckpt_data_file *data_files;
+    int world_size;
+    int n_tensors, n_files;
+    uint64_t bytes;     /* tensor bytes */
+    int is_signed;      /* the manifest carries a signature */
+    int signature_ok;   /* ... and it was verified with the given public key */
+    const char *signer; /* public key (hex) named in the signature, "" if unsigned */
+} ts_ckpt_info;
+
+ts_status ts_ckpt_get_info(const ts_ckpt *c, ts_ckpt_info *info);
+/* The manifest as stored. */
+const char *ts_ckpt_manifest(const ts_ckpt *c);
+
+typedef struct ts_ckpt_tensor {
+    const char *name;
+    int is_state;
+    ts_dtype dtype;
+    int rank;
+    int64_t dims[TS_MAX_RANK]; /* global shape */
+    size_t bytes;
+    int n_chunks;
+} ts_ckpt_tensor;
+
+int ts_ckpt_tensor_count(const ts_ckpt *c);
+ts_status ts_ckpt_tensor_info(const ts_ckpt *c, int i, ts_ckpt_tensor *out);
+/* Assemble a whole tensor from its chunks; bytes must equal its size. */
+ts_status ts_ckpt_read(const ts_ckpt *c, const char *name, void *dst, size_t bytes);
+
+/* Write every value into the plan and restore its step count. The plan
+ * must have exactly the checkpoint's persistent values (names, dtypes,
+ * shapes) and seed; this is checked for all of them before the first byte
+ * is written. With `audit` a "load" entry is logged. */
+ts_status ts_ckpt_restore(const ts_ckpt *c, ts_plan *p, ts_audit *audit);
+/* ts_ckpt_open + ts_ckpt_restore + ts_ckpt_close. */
+ts_status ts_ckpt_load(ts_plan *p, const char *path, const char *public_key, ts_audit *audit);
+
+/* Write the parameters (no optimizer state) as one standard safetensors
+ * file with the step and id in its metadata. */
+ts_status ts_ckpt_export_safetensors(const ts_ckpt *c, const char *path);
+
+/* ---- audit log ----------------------------------------------------------- */
+
+/* Open (or create) RUN_DIR/audit.log for appending; its chain is checked
+ * first, so a damaged log is reported instead of extended. With a private
+ * key, every save and every 16th entry are followed by a signed head. */
+ts_status ts_audit_open(const char *run_dir, const char *private_key, ts_audit **out);
+/* Append {"event": event, fields...}; fields_json is a JSON object text
+ * or NULL. Events used by tessel: save, load, verify, resume, alert,
+ * config. Thread-safe. */
+ts_status ts_audit_append(ts_audit *a, const char *event, const char *fields_json);
+/* Append a signed head now (needs a private key). */
+ts_status ts_audit_sign_head(ts_audit *a);
+/* Signs a head when entries were added since the last one. */
+ts_status ts_audit_close(ts_audit *a);
+
+typedef struct ts_audit_report {
+    int64_t entries;
+    int64_t signed_heads;
+    int64_t last_signed_seq;  /* -1: none */
+    int checkpoints_anchored; /* checkpoints whose manifest's audit head matched */
+} ts_audit_report;
+
+/* Check RUN_DIR/audit.log: every entry's hash chain and sequence number,
+ * every signed head (with public_key; NULL skips signatures), and the log
+ * head recorded in each checkpoint's manifest (which catches lines cut off
+ * the end). The first break is reported by line number. */
+ts_status ts_audit_verify(const char *run_dir, const char *public_key, ts_audit_report *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

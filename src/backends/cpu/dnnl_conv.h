@@ -1,0 +1,39 @@
+/* dnnl_conv.h — convolutions of a plan on oneDNN primitives.
+ *
+ * ts_cpu_prepare_conv() gives every f32 conv, conv_bwd_data,
+ * conv_bwd_weight and conv_transpose instruction of a plan a oneDNN
+ * convolution primitive (forward, backward data, backward weights; the
+ * transposed convolution runs as backward data, which is what oneDNN's
+ * deconvolution does inside), created once when the plan is built.
+ *
+ * Layouts: the arena keeps torch's plain layouts (x [N, C, spatial...],
+ * weights [O, C/groups, k...]). The primitives are created with "any"
+ * formats so that oneDNN picks its blocked layouts (nCdhw16c, ...), and the
+ * wrapper reorders operands into and out of them through the scratch
+ * buffer. Measured on the W4 conv (N=4, 16->16 channels, 32^3, 3^3 pad 1,
+ * 1 thread): plain formats choose gemm:jit at ~340-390 ms per pass,
+ * blocked formats jit:avx512_core at ~35-40 ms with the reorders included.
+ *
+ * Determinism: forward and backward-data primitives reduce each output over
+ * its own inputs in a fixed order, and give the same bits for any thread
+ * count (tests/gradcheck/conv.c checks 1 vs 2 threads). The backward-weights
+ * primitive splits its reduction over the batch between threads, so its
+ * bits depend on the thread count. It is therefore run per image: one
+ * primitive for a single image, created for one thread, runs on the images
+ * in parallel (one lane of scratch per thread), and the per-image weight
+ * gradients are added in image order.
+ *
+ * An instruction whose primitive oneDNN cannot create, or for which it
+ * would only offer its reference implementation, keeps the op's reference
+ * kernel. All primitives of a plan share the plan's backend scratch buffer
+ * (grown here if the convolutions need more than the other backend kernels);
+ * a step allocates nothing. */
+#ifndef TS_DNNL_CONV_H
+#define TS_DNNL_CONV_H
+
+#include "plan/plan.h"
+
+/* Prepare the plan's convolutions (no-op with reference_kernels). */
+ts_status ts_cpu_prepare_conv(ts_plan *p);
+
+#endif

@@ -1,0 +1,92 @@
+/* ckpt_internal.h — helpers shared by the checkpoint files (internal):
+ * SHA-256, hex, durable file-system operations, Ed25519 keys, canonical
+ * JSON and the audit log's hooks for the savers and loaders. */
+#ifndef TS_CKPT_INTERNAL_H
+#define TS_CKPT_INTERNAL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "core/core.h"
+#include "tessel/ckpt.h"
+
+#define CK_SHA_HEX 65 /* 64 hex digits and the NUL */
+
+/* ---- SHA-256 (OpenSSL EVP) --------------------------------------------- */
+
+typedef struct ck_sha256 {
+    void *ctx; /* EVP_MD_CTX */
+} ck_sha256;
+
+ts_status ck_sha256_begin(ck_sha256 *h, const char *what);
+void ck_sha256_update(ck_sha256 *h, const void *data, size_t n);
+/* Finish into 64 lowercase hex digits and release the context. */
+void ck_sha256_end(ck_sha256 *h, char hex[CK_SHA_HEX]);
+/* Release a context without finishing it (error paths). */
+void ck_sha256_abort(ck_sha256 *h);
+ts_status ck_sha256_mem(const void *data, size_t n, char hex[CK_SHA_HEX]);
+/* Hash a whole file by reading it; *size gets its length (may be NULL). */
+ts_status ck_sha256_file(const char *path, char hex[CK_SHA_HEX], uint64_t *size);
+
+/* ---- small helpers ----------------------------------------------------- */
+
+void ck_hex(const unsigned char *b, size_t n, char *out); /* out: 2n+1 chars */
+/* Parse exactly 2n hex digits; 0 on any other input. */
+int ck_unhex(const char *s, unsigned char *out, size_t n);
+/* "dir/name", malloc'ed (NULL and TS_ERR_NOMEM recorded on failure). */
+char *ck_join(const char *dir, const char *name);
+/* Current UTC time as "2024-05-01T12:00:00Z". */
+void ck_utc_now(char buf[32]);
+/* Compact JSON with sorted keys, leaving out `skip` at the top level (NULL:
+ * nothing): the bytes a signature covers. malloc'ed; NULL on failure. */
+char *ck_canonical(json_t *obj, const char *skip);
+
+/* ---- durable files ----------------------------------------------------- */
+
+/* Create `path` (O_EXCL when `excl`), write all of `data`, fsync, close. */
+ts_status ck_write_sync(const char *path, const void *data, size_t n, mode_t mode, int excl);
+/* fsync a directory so the names created or renamed in it are durable. */
+ts_status ck_fsync_dir(const char *dir);
+/* Read a whole file of at most `max` bytes, NUL-terminated. */
+ts_status ck_read_file(const char *path, size_t max, char **out, size_t *n);
+/* Remove a checkpoint-like directory holding only regular files (refuses
+ * anything else, so a wrong path cannot take a tree with it). */
+ts_status ck_remove_flat_dir(const char *dir);
+
+/* ---- Ed25519 (libsodium) ----------------------------------------------- */
+
+#define CK_PK_BYTES  32
+#define CK_SK_BYTES  64
+#define CK_SIG_BYTES 64
+
+typedef struct ck_key {
+    unsigned char pk[CK_PK_BYTES];
+    unsigned char sk[CK_SK_BYTES];
+    int has_secret;
+} ck_key;
+
+ts_status ck_key_load_secret(const char *path, ck_key *k);
+ts_status ck_key_load_public(const char *path, ck_key *k);
+/* Signature of msg as 128 hex digits. */
+void ck_sign(const ck_key *k, const void *msg, size_t n, char out[2 * CK_SIG_BYTES + 1]);
+/* 1 if sig_hex is a valid signature of msg by pk. */
+int ck_verify(const unsigned char pk[CK_PK_BYTES], const void *msg, size_t n, const char *sig_hex);
+/* Wipe key material before it is freed or goes out of scope. */
+void ck_key_wipe(ck_key *k);
+
+/* ---- audit hooks ------------------------------------------------------- */
+
+/* Append an entry (fields: an object or NULL, stolen). Thread-safe. */
+ts_status ck_audit_event(ts_audit *a, const char *event, json_t *fields);
+/* Sequence number and hash of the last entry (seq -1 for an empty log). */
+void ck_audit_head(ts_audit *a, int64_t *seq, char hex[CK_SHA_HEX]);
+
+/* ---- checkpoint names -------------------------------------------------- */
+
+/* "step-%08lld": the directory name of a checkpoint. */
+void ck_step_name(char buf[40], int64_t step);
+/* step of a name "step-NNNNNNNN" (exactly, no suffix); -1 otherwise. */
+int64_t ck_parse_step_name(const char *name);
+
+#endif

@@ -1,0 +1,692 @@
+/* Opening, verifying and restoring checkpoints. ts_ckpt_open() checks all
+ * of a checkpoint before anyone reads a value from it: the manifest's
+ * structure and signature, each file's size, safetensors layout and
+ * SHA-256, and each tensor's dtype, shape, chunk layout and CRC-32C. Files
+ * are checked by parallel threads; the first failure in file order is
+ * reported, so the message does not depend on timing. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "ckpt/safetensors.h"
+#include "ckpt_internal.h"
+#include "core/crc32c.h"
+
+#define MANIFEST_MAX ((size_t)256 << 20)
+
+typedef struct ld_chunk {
+    int file;
+    int64_t off[TS_MAX_RANK], shape[TS_MAX_RANK];
+    uint32_t crc;
+    const unsigned char *data; /* in the mapped shard, once verified */
+    size_t bytes;
+} ld_chunk;
+
+typedef struct ld_tensor {
+    const char *name; /* borrowed from the manifest JSON */
+    int is_state;
+    ts_dtype dtype;
+    int rank;
+    int64_t dims[TS_MAX_RANK];
+    size_t bytes;
+    ld_chunk *chunks;
+    int n_chunks;
+} ld_tensor;
+
+typedef struct ld_file {
+    const char *name; /* borrowed from the manifest JSON */
+    char *path;
+    uint64_t bytes;
+    const char *sha;
+    ts_st_file *st;
+    ts_status status;
+    char err[1024];
+} ld_file;
+
+struct ts_ckpt {
+    char *dir;
+    char *text;
+    json_t *m;
+    ld_file *f;
+    int nf;
+    ld_tensor *t;
+    int nt;
+    ts_ckpt_data_file *data;
+    int nd;
+    ts_ckpt_info info;
+    atomic_int next_file;
+};
+
+/* ---- resolving ------------------------------------------------------------- */
+
+ts_status ts_ckpt_resolve(const char *path, char *out, size_t n) {
+    if (!path || !out || n == 0) return ts_fail(TS_ERR_INVALID, "ckpt resolve: NULL argument");
+    char *mp = ck_join(path, "manifest.json");
+    if (!mp) return TS_ERR_NOMEM;
+    struct stat st;
+    int is_ckpt = stat(mp, &st) == 0;
+    free(mp);
+    if (is_ckpt) {
+        if ((size_t)snprintf(out, n, "%s", path) >= n)
+            return ts_fail(TS_ERR_INVALID, "%s: path too long", path);
+        return TS_OK;
+    }
+    char *lp = ck_join(path, "LATEST"), *text = NULL;
+    if (!lp) return TS_ERR_NOMEM;
+    ts_status s = ck_read_file(lp, 4096, &text, NULL);
+    free(lp);
+    if (s != TS_OK)
+        return ts_fail(TS_ERR_NOT_FOUND,
+                       "%s: neither a checkpoint (no manifest.json) nor a run directory with a "
+                       "LATEST checkpoint",
+                       path);
+    text[strcspn(text, "\r\n")] = '\0';
+    if (ck_parse_step_name(text) < 0) {
+        s = ts_fail(TS_ERR_FORMAT, "%s/LATEST: names '%.64s', not a step-N directory", path, text);
+    } else if ((size_t)snprintf(out, n, "%s/%s", path, text) >= n) {
+        s = ts_fail(TS_ERR_INVALID, "%s: path too long", path);
+    }
+    free(text);
+    return s;
+}
+
+/* ---- manifest parsing ------------------------------------------------------- */
+
+static ts_status bad_field(const ts_ckpt *c, const char *what) {
+    return ts_fail(TS_ERR_FORMAT, "%s/manifest.json: %s", c->dir, what);
+}
+
+static int get_dims(json_t *a, int64_t *dims, int *rank) {
+    if (!json_is_array(a) || json_array_size(a) > TS_MAX_RANK) return 0;
+    *rank = (int)json_array_size(a);
+    for (int i = 0; i < *rank; i++) {
+        json_t *v = json_array_get(a, (size_t)i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0) return 0;
+        dims[i] = json_integer_value(v);
+    }
+    return 1;
+}
+
+static int find_file(const ts_ckpt *c, const char *name) {
+    for (int i = 0; name && i < c->nf; i++)
+        if (!strcmp(c->f[i].name, name)) return i;
+    return -1;
+}
+
+/* Chunks must lie inside the tensor and tile it exactly. */
+static ts_status check_tiling(const ts_ckpt *c, const ld_tensor *t) {
+    int64_t total = 0;
+    for (int k = 0; k < t->n_chunks; k++) {
+        const ld_chunk *ch = &t->chunks[k];
+        int64_t numel = 1;
+        for (int d = 0; d < t->rank; d++) {
+            if (ch->off[d] < 0 || ch->shape[d] > t->dims[d] - ch->off[d])
+                return ts_fail(TS_ERR_FORMAT,
+                               "%s/manifest.json: tensor '%s': chunk %d lies outside the tensor",
+                               c->dir, t->name, k);
+            numel *= ch->shape[d];
+        }
+        total += numel;
+        for (int j = 0; j < k && numel > 0; j++) {
+            int overlap = 1;
+            for (int d = 0; d < t->rank && overlap; d++)
+                overlap = ch->off[d] < t->chunks[j].off[d] + t->chunks[j].shape[d] &&
+                          t->chunks[j].off[d] < ch->off[d] + ch->shape[d];
+            if (overlap)
+                return ts_fail(TS_ERR_FORMAT,
+                               "%s/manifest.json: tensor '%s': chunks %d and %d overlap", c->dir,
+                               t->name, j, k);
+        }
+    }
+    if (total != ts_shape_numel(t->rank, t->dims))
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s/manifest.json: tensor '%s': chunks hold %lld elements, the tensor %lld",
+                       c->dir, t->name, (long long)total,
+                       (long long)ts_shape_numel(t->rank, t->dims));
+    return TS_OK;
+}
+
+static ts_status parse_tensors(ts_ckpt *c) {
+    json_t *ts = json_object_get(c->m, "tensors");
+    if (!json_is_array(ts)) return bad_field(c, "\"tensors\" is missing or not an array");
+    c->nt = (int)json_array_size(ts);
+    c->t = ts_zalloc(sizeof *c->t * (size_t)(c->nt + 1), "ckpt tensors");
+    if (!c->t) return TS_ERR_NOMEM;
+    for (int i = 0; i < c->nt; i++) {
+        json_t *e = json_array_get(ts, (size_t)i);
+        ld_tensor *t = &c->t[i];
+        t->name = json_string_value(json_object_get(e, "name"));
+        const char *kind = json_string_value(json_object_get(e, "kind"));
+        const char *dt = json_string_value(json_object_get(e, "dtype"));
+        json_t *chunks = json_object_get(e, "chunks");
+        int dtv = dt ? ts_dtype_parse(dt) : -1;
+        if (!t->name || !kind || (strcmp(kind, "param") && strcmp(kind, "state")) || dtv < 0 ||
+            !get_dims(json_object_get(e, "shape"), t->dims, &t->rank) || !json_is_array(chunks) ||
+            json_array_size(chunks) == 0) {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "tensor %d ('%s'): needs name, kind (param|state), dtype, shape and chunks", i,
+                     t->name ? t->name : "?");
+            return bad_field(c, msg);
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(c->t[j].name, t->name)) {
+                char msg[512];
+                snprintf(msg, sizeof msg, "tensor '%s' is listed twice", t->name);
+                return bad_field(c, msg);
+            }
+        t->is_state = !strcmp(kind, "state");
+        t->dtype = (ts_dtype)dtv;
+        t->bytes = (size_t)ts_shape_numel(t->rank, t->dims) * ts_dtype_size(t->dtype);
+        t->n_chunks = (int)json_array_size(chunks);
+        t->chunks = ts_zalloc(sizeof *t->chunks * (size_t)t->n_chunks, "ckpt chunks");
+        if (!t->chunks) return TS_ERR_NOMEM;
+        for (int k = 0; k < t->n_chunks; k++) {
+            json_t *ce = json_array_get(chunks, (size_t)k);
+            ld_chunk *ch = &t->chunks[k];
+            const char *crc = json_string_value(json_object_get(ce, "crc32c"));
+            unsigned char cb[4];
+            int r1 = 0, r2 = 0;
+            ch->file = find_file(c, json_string_value(json_object_get(ce, "file")));
+            if (ch->file < 0 || !get_dims(json_object_get(ce, "offset"), ch->off, &r1) ||
+                !get_dims(json_object_get(ce, "shape"), ch->shape, &r2) || r1 != t->rank ||
+                r2 != t->rank || !ck_unhex(crc, cb, 4)) {
+                char msg[512];
+                snprintf(msg, sizeof msg,
+                         "tensor '%s' chunk %d: needs a listed file, offset and shape of rank %d "
+                         "and an 8-digit crc32c",
+                         t->name, k, t->rank);
+                return bad_field(c, msg);
+            }
+            ch->crc = (uint32_t)cb[0] << 24 | (uint32_t)cb[1] << 16 | (uint32_t)cb[2] << 8 | cb[3];
+            ch->bytes = (size_t)ts_shape_numel(t->rank, ch->shape) * ts_dtype_size(t->dtype);
+        }
+        ts_status s = check_tiling(c, t);
+        if (s != TS_OK) return s;
+    }
+    return TS_OK;
+}
+
+static ts_status parse_manifest(ts_ckpt *c) {
+    json_t *m = c->m;
+    const char *fmt = json_string_value(json_object_get(m, "format"));
+    if (!fmt || strcmp(fmt, "tessel-checkpoint"))
+        return bad_field(c, "\"format\" is not \"tessel-checkpoint\"");
+    if (json_integer_value(json_object_get(m, "format_version")) != 1)
+        return bad_field(c, "\"format_version\" is not 1 (written by a newer tessel?)");
+    json_t *step = json_object_get(m, "step");
+    ts_ckpt_info *in = &c->info;
+    in->dir = c->dir;
+    in->id = json_string_value(json_object_get(m, "id"));
+    in->time = json_string_value(json_object_get(m, "time"));
+    in->tessel_version = json_string_value(json_object_get(m, "tessel_version"));
+    in->config_sha256 = json_string_value(json_object_get(m, "config_sha256"));
+    json_t *rng = json_object_get(m, "rng"), *data = json_object_get(m, "data");
+    const char *seed = json_string_value(json_object_get(rng, "seed"));
+    if (!json_is_integer(step) || json_integer_value(step) < 0 || !in->id || !in->time ||
+        !in->tessel_version || !in->config_sha256 || !seed || !json_is_object(data))
+        return bad_field(c, "needs step, id, time, tessel_version, config_sha256, rng.seed, data");
+    in->step = json_integer_value(step);
+    char *end;
+    errno = 0;
+    in->seed = strtoull(seed, &end, 10);
+    if (errno || *end || !*seed) return bad_field(c, "rng.seed is not a decimal integer");
+    in->data_position = json_integer_value(json_object_get(data, "position"));
+    in->epoch = json_integer_value(json_object_get(data, "epoch"));
+    json_t *dfiles = json_object_get(data, "files");
+    c->nd = (int)json_array_size(dfiles);
+    c->data = ts_zalloc(sizeof *c->data * (size_t)(c->nd + 1), "ckpt lineage");
+    if (!c->data) return TS_ERR_NOMEM;
+    for (int i = 0; i < c->nd; i++) {
+        json_t *e = json_array_get(dfiles, (size_t)i);
+        c->data[i].path = json_string_value(json_object_get(e, "path"));
+        c->data[i].sha256 = json_string_value(json_object_get(e, "sha256"));
+        if (!c->data[i].path || !c->data[i].sha256)
+            return bad_field(c, "data.files[] needs path and sha256");
+    }
+    in->data_files = c->data;
+    in->n_data_files = c->nd;
+    json_t *world = json_object_get(m, "world");
+    in->world_size = (int)json_integer_value(json_object_get(world, "size"));
+    if (in->world_size < 1) return bad_field(c, "world.size must be >= 1");
+
+    json_t *files = json_object_get(m, "files");
+    if (!json_is_array(files)) return bad_field(c, "\"files\" is missing or not an array");
+    c->nf = (int)json_array_size(files);
+    c->f = ts_zalloc(sizeof *c->f * (size_t)(c->nf + 1), "ckpt files");
+    if (!c->f) return TS_ERR_NOMEM;
+    for (int i = 0; i < c->nf; i++) {
+        json_t *e = json_array_get(files, (size_t)i);
+        ld_file *f = &c->f[i];
+        f->name = json_string_value(json_object_get(e, "name"));
+        f->sha = json_string_value(json_object_get(e, "sha256"));
+        json_t *b = json_object_get(e, "bytes");
+        unsigned char tmp[32];
+        /* A name is a plain file inside the checkpoint: a manifest must not
+         * make us read (or trust) anything outside it. */
+        if (!f->name || !*f->name || strchr(f->name, '/') || !strcmp(f->name, "..") ||
+            !strcmp(f->name, ".") || !json_is_integer(b) || json_integer_value(b) < 0 ||
+            !ck_unhex(f->sha, tmp, 32)) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "files[%d] needs a plain file name, bytes and a sha256", i);
+            return bad_field(c, msg);
+        }
+        f->bytes = (uint64_t)json_integer_value(b);
+        if (!(f->path = ck_join(c->dir, f->name))) return TS_ERR_NOMEM;
+    }
+    in->n_files = c->nf;
+    ts_status s = parse_tensors(c);
+    if (s != TS_OK) return s;
+    in->n_tensors = c->nt;
+    for (int i = 0; i < c->nt; i++) in->bytes += c->t[i].bytes;
+    return TS_OK;
+}
+
+static ts_status check_signature(ts_ckpt *c, const char *public_key) {
+    json_t *sig = json_object_get(c->m, "signature");
+    const char *alg = json_string_value(json_object_get(sig, "algorithm"));
+    const char *signer = json_string_value(json_object_get(sig, "public_key"));
+    const char *value = json_string_value(json_object_get(sig, "value"));
+    c->info.is_signed = sig != NULL;
+    c->info.signer = signer ? signer : "";
+    if (sig && (!alg || strcmp(alg, "ed25519") || !signer || !value))
+        return bad_field(c, "\"signature\" needs algorithm \"ed25519\", public_key and value");
+    if (!public_key) return TS_OK;
+    if (!sig)
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s/manifest.json: not signed, but a public key was given to verify it",
+                       c->dir);
+    ck_key k;
+    ts_status s = ck_key_load_public(public_key, &k);
+    if (s != TS_OK) return s;
+    char want[2 * CK_PK_BYTES + 1];
+    ck_hex(k.pk, CK_PK_BYTES, want);
+    if (strcmp(signer, want) != 0)
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s/manifest.json: signed by key %.16s..., not by %s (%.16s...)", c->dir,
+                       signer, public_key, want);
+    char *canon = ck_canonical(c->m, "signature");
+    if (!canon) return ts_fail(TS_ERR_NOMEM, "%s/manifest.json: out of memory", c->dir);
+    int ok = ck_verify(k.pk, canon, strlen(canon), value);
+    free(canon);
+    if (!ok)
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s/manifest.json: the signature does not verify: the manifest was changed "
+                       "after it was signed",
+                       c->dir);
+    c->info.signature_ok = 1;
+    return TS_OK;
+}
+
+/* ---- per-file verification --------------------------------------------------- */
+
+/* The first tensor of file `fi` whose data fails its CRC (NULL if none). */
+static const char *crc_culprit(ts_ckpt *c, int fi, int set_data, ts_status *err) {
+    ld_file *f = &c->f[fi];
+    for (int i = 0; i < c->nt; i++) {
+        ld_tensor *t = &c->t[i];
+        for (int k = 0; k < t->n_chunks; k++) {
+            ld_chunk *ch = &t->chunks[k];
+            if (ch->file != fi) continue;
+            ts_st_tensor st;
+            if (ts_st_find(f->st, t->name, &st) != TS_OK) {
+                *err = ts_fail(TS_ERR_FORMAT,
+                               "%s: the manifest lists tensor '%s' in this file, "
+                               "which does not hold it",
+                               f->path, t->name);
+                return t->name;
+            }
+            int same = st.dtype == t->dtype && st.rank == t->rank && st.bytes == ch->bytes;
+            for (int d = 0; same && d < t->rank; d++) same = st.dims[d] == ch->shape[d];
+            if (!same) {
+                *err = ts_fail(TS_ERR_FORMAT,
+                               "%s: tensor '%s' has a different dtype or shape than the manifest "
+                               "lists",
+                               f->path, t->name);
+                return t->name;
+            }
+            if (ts_crc32c(0, st.data, st.bytes) != ch->crc) return t->name;
+            if (set_data) ch->data = st.data;
+        }
+    }
+    return NULL;
+}
+
+static ts_status verify_file(ts_ckpt *c, int fi) {
+    ld_file *f = &c->f[fi];
+    struct stat st;
+    if (stat(f->path, &st) != 0)
+        return ts_fail(TS_ERR_IO, "%s: listed in the manifest but cannot be read: %s", f->path,
+                       strerror(errno));
+    if ((uint64_t)st.st_size != f->bytes)
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s: %lld bytes, the manifest says %llu (truncated or "
+                       "replaced)",
+                       f->path, (long long)st.st_size, (unsigned long long)f->bytes);
+    char sha[CK_SHA_HEX];
+    ts_status s = ck_sha256_file(f->path, sha, NULL);
+    if (s != TS_OK) return s;
+    int sha_ok = strcmp(sha, f->sha) == 0;
+    s = ts_st_open(f->path, &f->st);
+    if (s != TS_OK) {
+        if (!sha_ok) ts_error_prefix("%s: SHA-256 does not match the manifest", f->path);
+        return s;
+    }
+    ts_status err = TS_OK;
+    const char *bad = crc_culprit(c, fi, sha_ok, &err);
+    if (err != TS_OK) return err;
+    if (bad)
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s: tensor '%s' fails its CRC-32C%s: the data was changed after the "
+                       "checkpoint was saved",
+                       f->path, bad, sha_ok ? "" : " and the file its SHA-256");
+    if (!sha_ok)
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s: SHA-256 %.16s... does not match the manifest's %.16s... (every "
+                       "tensor's CRC matches: the header was changed)",
+                       f->path, sha, f->sha);
+    return TS_OK;
+}
+
+static void *file_worker(void *arg) {
+    ts_ckpt *c = arg;
+    for (;;) {
+        int k = atomic_fetch_add(&c->next_file, 1);
+        if (k >= c->nf) break;
+        c->f[k].status = verify_file(c, k);
+        if (c->f[k].status != TS_OK)
+            snprintf(c->f[k].err, sizeof c->f[k].err, "%s", ts_last_error());
+    }
+    return NULL;
+}
+
+static ts_status verify_files(ts_ckpt *c) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = (int)(ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu);
+    if (threads > c->nf) threads = c->nf;
+    pthread_t th[8];
+    int started = 0;
+    atomic_store(&c->next_file, 0);
+    for (; started < threads - 1; started++)
+        if (pthread_create(&th[started], NULL, file_worker, c) != 0) break;
+    file_worker(c);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (int k = 0; k < c->nf; k++)
+        if (c->f[k].status != TS_OK) return ts_fail(c->f[k].status, "%s", c->f[k].err);
+    return TS_OK;
+}
+
+/* ---- open / close -------------------------------------------------------------- */
+
+void ts_ckpt_close(ts_ckpt *c) {
+    if (!c) return;
+    for (int i = 0; i < c->nf; i++) {
+        ts_st_close(c->f[i].st);
+        free(c->f[i].path);
+    }
+    free(c->f);
+    for (int i = 0; i < c->nt; i++) free(c->t[i].chunks);
+    free(c->t);
+    free(c->data);
+    json_decref(c->m);
+    free(c->text);
+    free(c->dir);
+    free(c);
+}
+
+static ts_status open_verified(const char *path, const char *public_key, ts_ckpt **out) {
+    char dir[4096];
+    ts_status s = ts_ckpt_resolve(path, dir, sizeof dir);
+    if (s != TS_OK) return s;
+    ts_ckpt *c = ts_zalloc(sizeof *c, "checkpoint");
+    if (!c) return TS_ERR_NOMEM;
+    *out = c;
+    if (!(c->dir = ts_strdup(dir))) return ts_fail(TS_ERR_NOMEM, "ckpt: out of memory");
+    char *mp = ck_join(dir, "manifest.json");
+    if (!mp) return TS_ERR_NOMEM;
+    s = ck_read_file(mp, MANIFEST_MAX, &c->text, NULL);
+    if (s == TS_OK) {
+        json_error_t je;
+        c->m = json_loads(c->text, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(c->m))
+            s = ts_fail(TS_ERR_FORMAT,
+                        "%s: not a valid manifest (line %d, column %d: %s): truncated or edited",
+                        mp, je.line, je.column, c->m ? "not an object" : je.text);
+    }
+    free(mp);
+    if (s == TS_OK) s = parse_manifest(c);
+    if (s == TS_OK) s = check_signature(c, public_key);
+    if (s == TS_OK) s = verify_files(c);
+    return s;
+}
+
+ts_status ts_ckpt_open(const char *path, const char *public_key, ts_audit *audit, ts_ckpt **out) {
+    if (!path || !out) return ts_fail(TS_ERR_INVALID, "ckpt open: NULL argument");
+    *out = NULL;
+    ts_ckpt *c = NULL;
+    ts_status s = open_verified(path, public_key, &c);
+    if (audit) {
+        const char *sig = !c || !c->info.is_signed ? "absent"
+                          : c->info.signature_ok   ? "verified"
+                                                   : "unchecked";
+        json_t *f = json_pack("{s:s, s:b, s:s}", "dir", c && c->dir ? c->dir : path, "ok",
+                              s == TS_OK, "signature", sig);
+        if (f && c && s == TS_OK) {
+            json_object_set_new(f, "step", json_integer(c->info.step));
+            json_object_set_new(f, "id", json_string(c->info.id));
+        }
+        if (f && s != TS_OK) json_object_set_new(f, "error", json_string(ts_last_error()));
+        /* Keep the verification's message: it is what the caller reports. */
+        char saved[1024];
+        snprintf(saved, sizeof saved, "%s", ts_last_error());
+        ts_status as = ck_audit_event(audit, "verify", f);
+        if (s != TS_OK)
+            ts_fail(s, "%s", saved);
+        else
+            s = as;
+    }
+    if (s != TS_OK) {
+        ts_ckpt_close(c);
+        return s;
+    }
+    *out = c;
+    return TS_OK;
+}
+
+/* ---- reading --------------------------------------------------------------------- */
+
+ts_status ts_ckpt_get_info(const ts_ckpt *c, ts_ckpt_info *info) {
+    if (!c || !info) return ts_fail(TS_ERR_INVALID, "ckpt info: NULL argument");
+    *info = c->info;
+    return TS_OK;
+}
+
+const char *ts_ckpt_manifest(const ts_ckpt *c) {
+    return c ? c->text : NULL;
+}
+
+int ts_ckpt_tensor_count(const ts_ckpt *c) {
+    return c ? c->nt : 0;
+}
+
+ts_status ts_ckpt_tensor_info(const ts_ckpt *c, int i, ts_ckpt_tensor *out) {
+    if (!c || !out) return ts_fail(TS_ERR_INVALID, "ckpt tensor info: NULL argument");
+    if (i < 0 || i >= c->nt)
+        return ts_fail(TS_ERR_INVALID, "ckpt tensor info: index %d out of range [0, %d)", i, c->nt);
+    const ld_tensor *t = &c->t[i];
+    memset(out, 0, sizeof *out);
+    out->name = t->name;
+    out->is_state = t->is_state;
+    out->dtype = t->dtype;
+    out->rank = t->rank;
+    memcpy(out->dims, t->dims, sizeof out->dims);
+    out->bytes = t->bytes;
+    out->n_chunks = t->n_chunks;
+    return TS_OK;
+}
+
+static const ld_tensor *find_tensor(const ts_ckpt *c, const char *name) {
+    for (int i = 0; name && i < c->nt; i++)
+        if (!strcmp(c->t[i].name, name)) return &c->t[i];
+    return NULL;
+}
+
+/* Copy each chunk's rows to their place in the row-major whole. */
+static void assemble(const ld_tensor *t, unsigned char *dst) {
+    size_t esz = ts_dtype_size(t->dtype);
+    for (int k = 0; k < t->n_chunks; k++) {
+        const ld_chunk *ch = &t->chunks[k];
+        if (t->rank == 0 || ch->bytes == t->bytes) {
+            memcpy(dst, ch->data, ch->bytes);
+            continue;
+        }
+        int last = t->rank - 1;
+        size_t row = (size_t)ch->shape[last] * esz;
+        int64_t rows = ts_shape_numel(last, ch->shape), idx[TS_MAX_RANK] = {0};
+        for (int64_t r = 0; r < rows && row > 0; r++) {
+            int64_t lin = 0; /* element index of (off + idx) in the whole tensor */
+            for (int d = 0; d < t->rank; d++)
+                lin = lin * t->dims[d] + ch->off[d] + (d < last ? idx[d] : 0);
+            memcpy(dst + (size_t)lin * esz, ch->data + (size_t)r * row, row);
+            for (int d = last - 1; d >= 0; d--) {
+                if (++idx[d] < ch->shape[d]) break;
+                idx[d] = 0;
+            }
+        }
+    }
+}
+
+ts_status ts_ckpt_read(const ts_ckpt *c, const char *name, void *dst, size_t bytes) {
+    if (!c || !dst) return ts_fail(TS_ERR_INVALID, "ckpt read: NULL argument");
+    const ld_tensor *t = find_tensor(c, name);
+    if (!t) return ts_fail(TS_ERR_NOT_FOUND, "%s: no tensor '%s'", c->dir, name ? name : "");
+    if (bytes != t->bytes)
+        return ts_fail(TS_ERR_INVALID, "%s: tensor '%s' is %zu bytes, %zu given", c->dir, name,
+                       t->bytes, bytes);
+    assemble(t, dst);
+    return TS_OK;
+}
+
+/* ---- restoring ------------------------------------------------------------------- */
+
+static ts_status check_fits(const ts_ckpt *c, const ts_plan *p) {
+    int n = ts_plan_persistent_count(p);
+    if (ts_plan_seed(p) != c->info.seed)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: saved by a run with seed %llu, the plan has seed %llu: dropout masks "
+                       "would differ from the original run",
+                       c->dir, (unsigned long long)c->info.seed,
+                       (unsigned long long)ts_plan_seed(p));
+    for (int i = 0; i < n; i++) {
+        ts_persistent pv;
+        ts_status s = ts_plan_persistent(p, i, &pv);
+        if (s != TS_OK) return s;
+        const ld_tensor *t = find_tensor(c, pv.name);
+        if (!t)
+            return ts_fail(TS_ERR_NOT_FOUND, "%s: has no tensor '%s', which the plan needs (%s)",
+                           c->dir, pv.name, pv.is_state ? "optimizer state" : "parameter");
+        int same = t->dtype == pv.dtype && t->rank == pv.rank && t->is_state == pv.is_state;
+        for (int d = 0; same && d < t->rank; d++) same = t->dims[d] == pv.dims[d];
+        if (!same) {
+            char a[128], b[128];
+            ts_shape_str(a, sizeof a, t->dtype, t->rank, t->dims);
+            ts_shape_str(b, sizeof b, pv.dtype, pv.rank, pv.dims);
+            return ts_fail(TS_ERR_SHAPE, "%s: tensor '%s' is %s %s, the plan's is %s %s", c->dir,
+                           pv.name, t->is_state ? "state" : "param", a,
+                           pv.is_state ? "state" : "param", b);
+        }
+    }
+    if (c->nt != n) {
+        for (int i = 0; i < c->nt; i++) {
+            int found = 0;
+            for (int j = 0; j < n && !found; j++) {
+                ts_persistent pv;
+                found = ts_plan_persistent(p, j, &pv) == TS_OK && !strcmp(pv.name, c->t[i].name);
+            }
+            if (!found)
+                return ts_fail(TS_ERR_INVALID,
+                               "%s: tensor '%s' has no place in the plan (a different model or "
+                               "optimizer?)",
+                               c->dir, c->t[i].name);
+        }
+    }
+    return TS_OK;
+}
+
+ts_status ts_ckpt_restore(const ts_ckpt *c, ts_plan *p, ts_audit *audit) {
+    if (!c || !p) return ts_fail(TS_ERR_INVALID, "ckpt restore: NULL argument");
+    ts_status s = check_fits(c, p);
+    size_t tmp_bytes = 0;
+    for (int i = 0; i < c->nt; i++)
+        if (c->t[i].n_chunks > 1 && c->t[i].bytes > tmp_bytes) tmp_bytes = c->t[i].bytes;
+    unsigned char *tmp = NULL;
+    if (s == TS_OK && tmp_bytes && !(tmp = ts_alloc(tmp_bytes, "ckpt restore"))) s = TS_ERR_NOMEM;
+    /* Everything is checked; from here on only memcpy's into the plan. */
+    for (int i = 0; i < c->nt && s == TS_OK; i++) {
+        const ld_tensor *t = &c->t[i];
+        const void *src = t->chunks[0].data;
+        if (t->n_chunks > 1) {
+            assemble(t, tmp);
+            src = tmp;
+        }
+        s = ts_plan_write_param(p, t->name, src, t->bytes);
+    }
+    free(tmp);
+    if (s == TS_OK) ts_plan_set_step(p, c->info.step);
+    if (s == TS_OK && audit)
+        s = ck_audit_event(audit, "load",
+                           json_pack("{s:s, s:s, s:I, s:b}", "dir", c->dir, "id", c->info.id,
+                                     "step", (json_int_t)c->info.step, "signature_verified",
+                                     c->info.signature_ok));
+    return s;
+}
+
+ts_status ts_ckpt_load(ts_plan *p, const char *path, const char *public_key, ts_audit *audit) {
+    ts_ckpt *c;
+    ts_status s = ts_ckpt_open(path, public_key, audit, &c);
+    if (s != TS_OK) return s;
+    s = ts_ckpt_restore(c, p, audit);
+    ts_ckpt_close(c);
+    return s;
+}
+
+/* ---- export ------------------------------------------------------------------------ */
+
+ts_status ts_ckpt_export_safetensors(const ts_ckpt *c, const char *path) {
+    if (!c || !path) return ts_fail(TS_ERR_INVALID, "ckpt export: NULL argument");
+    ts_st_writer *w;
+    ts_status s = ts_st_writer_new(&w);
+    if (s != TS_OK) return s;
+    void **owned = ts_zalloc(sizeof(void *) * (size_t)(c->nt + 1), "ckpt export");
+    if (!owned) s = TS_ERR_NOMEM;
+    /* Larger elements first keeps every tensor aligned (see safetensors.h). */
+    for (size_t esz = 8; esz >= 1 && s == TS_OK; esz /= 2)
+        for (int i = 0; i < c->nt && s == TS_OK; i++) {
+            const ld_tensor *t = &c->t[i];
+            if (t->is_state || ts_dtype_size(t->dtype) != esz) continue;
+            const void *src = t->chunks[0].data;
+            if (t->n_chunks > 1) {
+                if (!(owned[i] = ts_alloc(t->bytes ? t->bytes : 1, "ckpt export"))) {
+                    s = TS_ERR_NOMEM;
+                    break;
+                }
+                assemble(t, owned[i]);
+                src = owned[i];
+            }
+            s = ts_st_writer_add(w, t->name, t->dtype, t->rank, t->dims, src);
+        }
+    char step[24];
+    snprintf(step, sizeof step, "%lld", (long long)c->info.step);
+    if (s == TS_OK) s = ts_st_writer_meta(w, "format", "pt");
+    if (s == TS_OK) s = ts_st_writer_meta(w, "tessel_step", step);
+    if (s == TS_OK) s = ts_st_writer_meta(w, "tessel_checkpoint_id", c->info.id);
+    if (s == TS_OK) s = ts_st_writer_save(w, path);
+    ts_st_writer_free(w);
+    for (int i = 0; owned && i < c->nt; i++) free(owned[i]);
+    free(owned);
+    return s;
+}

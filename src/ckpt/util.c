@@ -1,0 +1,256 @@
+/* Helpers of the checkpoint module: SHA-256 through OpenSSL's EVP
+ * interface, hex, canonical JSON and the file-system calls of the commit
+ * protocol, each of which reports the path it failed on. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "ckpt_internal.h"
+
+ts_status ck_sha256_begin(ck_sha256 *h, const char *what) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(ctx);
+        h->ctx = NULL;
+        return ts_fail(TS_ERR_INTERNAL, "%s: cannot start SHA-256 (OpenSSL)", what);
+    }
+    h->ctx = ctx;
+    return TS_OK;
+}
+
+void ck_sha256_update(ck_sha256 *h, const void *data, size_t n) {
+    /* EVP_DigestUpdate only fails on a NULL or finished context, which the
+     * begin/end pairing rules out. */
+    if (n) EVP_DigestUpdate(h->ctx, data, n);
+}
+
+void ck_sha256_end(ck_sha256 *h, char hex[CK_SHA_HEX]) {
+    unsigned char md[32];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(h->ctx, md, &len);
+    ck_hex(md, 32, hex);
+    EVP_MD_CTX_free(h->ctx);
+    h->ctx = NULL;
+}
+
+void ck_sha256_abort(ck_sha256 *h) {
+    EVP_MD_CTX_free(h->ctx);
+    h->ctx = NULL;
+}
+
+ts_status ck_sha256_mem(const void *data, size_t n, char hex[CK_SHA_HEX]) {
+    ck_sha256 h;
+    ts_status s = ck_sha256_begin(&h, "sha256");
+    if (s != TS_OK) return s;
+    ck_sha256_update(&h, data, n);
+    ck_sha256_end(&h, hex);
+    return TS_OK;
+}
+
+ts_status ck_sha256_file(const char *path, char hex[CK_SHA_HEX], uint64_t *size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ts_fail(TS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    const size_t bufsz = (size_t)1 << 20;
+    unsigned char *buf = ts_alloc(bufsz, path);
+    if (!buf) {
+        close(fd);
+        return TS_ERR_NOMEM;
+    }
+    ck_sha256 h;
+    ts_status s = ck_sha256_begin(&h, path);
+    uint64_t total = 0;
+    while (s == TS_OK) {
+        ssize_t r = read(fd, buf, bufsz);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            s = ts_fail(TS_ERR_IO, "%s: read failed after %llu bytes: %s", path,
+                        (unsigned long long)total, strerror(errno));
+            ck_sha256_abort(&h);
+            break;
+        }
+        if (r == 0) {
+            ck_sha256_end(&h, hex);
+            break;
+        }
+        ck_sha256_update(&h, buf, (size_t)r);
+        total += (uint64_t)r;
+    }
+    free(buf);
+    close(fd);
+    if (s == TS_OK && size) *size = total;
+    return s;
+}
+
+ts_status ts_sha256_file(const char *path, char hex[65]) {
+    if (!path || !hex) return ts_fail(TS_ERR_INVALID, "sha256_file: NULL argument");
+    return ck_sha256_file(path, hex, NULL);
+}
+
+void ck_hex(const unsigned char *b, size_t n, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int ck_unhex(const char *s, unsigned char *out, size_t n) {
+    if (!s || strlen(s) != 2 * n) return 0;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) return 0;
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return 1;
+}
+
+char *ck_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = ts_alloc(a + b + 2, "path");
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+void ck_utc_now(char buf[32]) {
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+char *ck_canonical(json_t *obj, const char *skip) {
+    json_t *copy = json_copy(obj); /* shallow: only the top level is edited */
+    if (!copy) return NULL;
+    if (skip) json_object_del(copy, skip);
+    char *s = json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(copy);
+    return s;
+}
+
+ts_status ck_write_sync(const char *path, const void *data, size_t n, mode_t mode, int excl) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (excl ? O_EXCL : O_TRUNC), mode);
+    if (fd < 0) return ts_fail(TS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    const unsigned char *p = data;
+    ts_status s = TS_OK;
+    while (n > 0) {
+        ssize_t r = write(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            s = ts_fail(TS_ERR_IO, "%s: write failed: %s", path,
+                        r < 0 ? strerror(errno) : "no progress");
+            break;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    if (s == TS_OK && fsync(fd) != 0)
+        s = ts_fail(TS_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && s == TS_OK)
+        s = ts_fail(TS_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    return s;
+}
+
+ts_status ck_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return ts_fail(TS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+    ts_status s = TS_OK;
+    /* Some file systems cannot sync a directory (EINVAL): nothing to make
+     * durable there. */
+    if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP)
+        s = ts_fail(TS_ERR_IO, "%s: fsync of directory failed: %s", dir, strerror(errno));
+    close(fd);
+    return s;
+}
+
+ts_status ck_read_file(const char *path, size_t max, char **out, size_t *n) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ts_fail(errno == ENOENT ? TS_ERR_NOT_FOUND : TS_ERR_IO, "%s: cannot open: %s", path,
+                       strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ts_fail(TS_ERR_IO, "%s: not a readable regular file", path);
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return ts_fail(TS_ERR_FORMAT, "%s: %lld bytes, more than the %zu allowed", path,
+                       (long long)st.st_size, max);
+    }
+    size_t len = (size_t)st.st_size, got = 0;
+    char *buf = ts_alloc(len + 1, path);
+    if (!buf) {
+        close(fd);
+        return TS_ERR_NOMEM;
+    }
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break; /* the file shrank: keep what was there */
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = '\0';
+    *out = buf;
+    if (n) *n = got;
+    return TS_OK;
+}
+
+ts_status ck_remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return TS_OK;
+        return ts_fail(TS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+    }
+    int fd = dirfd(d);
+    ts_status s = TS_OK;
+    struct dirent *e;
+    while (s == TS_OK && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        struct stat st;
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (!S_ISREG(st.st_mode))
+            s = ts_fail(TS_ERR_IO, "%s: holds '%s', which is not a regular file; not removing it",
+                        dir, e->d_name);
+        else if (unlinkat(fd, e->d_name, 0) != 0)
+            s = ts_fail(TS_ERR_IO, "%s/%s: cannot remove: %s", dir, e->d_name, strerror(errno));
+    }
+    closedir(d);
+    if (s == TS_OK && rmdir(dir) != 0 && errno != ENOENT)
+        s = ts_fail(TS_ERR_IO, "%s: cannot remove directory: %s", dir, strerror(errno));
+    return s;
+}
+
+void ck_step_name(char buf[40], int64_t step) {
+    snprintf(buf, 40, "step-%08lld", (long long)step);
+}
+
+int64_t ck_parse_step_name(const char *name) {
+    if (strncmp(name, "step-", 5) != 0) return -1;
+    const char *p = name + 5;
+    if (!*p || strlen(p) > 18) return -1;
+    int64_t v = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}

@@ -1,0 +1,386 @@
+/* Datasets in memory: lineage (SHA-256 of every file read), deterministic
+ * splits, and loaders whose batch order is a pure function of (seed, epoch).
+ *
+ * Both the split and the loader shuffle with Fisher-Yates driven by Philox
+ * words, never by a stateful generator, so any position of any epoch can be
+ * recomputed from scratch: that is what makes ts_loader_seek exact. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <openssl/evp.h>
+#include "data/data_internal.h"
+
+/* ---- lineage and files --------------------------------------------------- */
+
+static void hex_digest(const unsigned char *md, char hex[65]) {
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        hex[2 * i] = digits[md[i] >> 4];
+        hex[2 * i + 1] = digits[md[i] & 15];
+    }
+    hex[64] = 0;
+}
+
+/* Streams `path` in chunks through SHA-256. With `keep`, the bytes are also
+ * collected in *buf, so a reader parses exactly the bytes it hashed. */
+static ts_status hash_file(const char *path, char hex[65], int64_t *bytes, uint8_t **buf,
+                           size_t *len) {
+    if (!path) return ts_fail(TS_ERR_INVALID, "reading a file: no path given");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ts_fail(errno == ENOENT ? TS_ERR_NOT_FOUND : TS_ERR_IO, "%s: cannot open: %s", path,
+                       strerror(errno));
+    enum { CHUNK = 1 << 20 };
+    ts_status s = TS_OK;
+    uint8_t *data = NULL, *chunk = NULL;
+    size_t cap = 0, n = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        s = ts_fail(TS_ERR_INTERNAL, "%s: OpenSSL could not start a SHA-256 digest", path);
+        goto done;
+    }
+    if (buf) {
+        /* The size on disk is only a first guess (the loop grows the buffer
+         * if the file turns out longer); one byte more lets the read that
+         * meets the end of a file of exactly that size stop without growing. */
+        struct stat st;
+        cap = fstat(fileno(f), &st) == 0 && st.st_size > 0 ? (size_t)st.st_size + 1 : CHUNK;
+        if (!(data = ts_alloc(cap, path))) {
+            s = TS_ERR_NOMEM;
+            goto done;
+        }
+    } else if (!(chunk = ts_alloc(CHUNK, "SHA-256 read buffer"))) {
+        s = TS_ERR_NOMEM;
+        goto done;
+    }
+    for (;;) {
+        if (buf && n == cap) {
+            size_t nc = cap < ((size_t)1 << 62) ? 2 * cap : cap + CHUNK;
+            uint8_t *p = ts_realloc(data, nc, path);
+            if (!p) {
+                s = TS_ERR_NOMEM;
+                goto done;
+            }
+            data = p, cap = nc;
+        }
+        uint8_t *dst = buf ? data + n : chunk;
+        size_t want = buf ? (cap - n < CHUNK ? cap - n : CHUNK) : CHUNK;
+        size_t got = fread(dst, 1, want, f);
+        if (got && EVP_DigestUpdate(ctx, dst, got) != 1) {
+            s = ts_fail(TS_ERR_INTERNAL, "%s: OpenSSL SHA-256 update failed", path);
+            goto done;
+        }
+        n += got;
+        if (got < want) {
+            if (ferror(f)) {
+                s = ts_fail(TS_ERR_IO, "%s: read failed after %zu bytes: %s", path, n,
+                            strerror(errno));
+                goto done;
+            }
+            break;
+        }
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != 32) {
+        s = ts_fail(TS_ERR_INTERNAL, "%s: OpenSSL SHA-256 final step failed", path);
+        goto done;
+    }
+    hex_digest(md, hex);
+    if (bytes) *bytes = (int64_t)n;
+    if (buf) {
+        *buf = data, *len = n;
+        data = NULL;
+    }
+done:
+    EVP_MD_CTX_free(ctx);
+    free(data);
+    free(chunk);
+    fclose(f);
+    return s;
+}
+
+ts_status ts_data_sha256_file(const char *path, char hex[65], int64_t *bytes) {
+    if (!hex) return ts_fail(TS_ERR_INVALID, "ts_data_sha256_file: no output buffer");
+    return hash_file(path, hex, bytes, NULL, NULL);
+}
+
+ts_status ts_data_slurp(const char *path, uint8_t **buf, size_t *len, ts_lineage *lin) {
+    memset(lin, 0, sizeof *lin);
+    *buf = NULL, *len = 0;
+    char *p = ts_strdup(path);
+    if (path && !p) return TS_ERR_NOMEM;
+    ts_status s = hash_file(path, lin->sha256, &lin->bytes, buf, len);
+    if (s != TS_OK) {
+        free(p);
+        memset(lin, 0, sizeof *lin);
+        return s;
+    }
+    lin->path = p;
+    return TS_OK;
+}
+
+void ts_lineage_clear(ts_lineage *l) {
+    if (!l) return;
+    free(l->path);
+    memset(l, 0, sizeof *l);
+}
+
+ts_status ts_dataset_add_lineage(ts_dataset *d, ts_lineage *l) {
+    ts_lineage *p = ts_realloc(d->lineage, (size_t)(d->n_lineage + 1) * sizeof *p, "lineage");
+    if (!p) return TS_ERR_NOMEM;
+    d->lineage = p;
+    d->lineage[d->n_lineage++] = *l;
+    memset(l, 0, sizeof *l);
+    return TS_OK;
+}
+
+/* ---- datasets ------------------------------------------------------------ */
+
+void ts_dataset_free(ts_dataset *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n_lineage; i++) free(d->lineage[i].path);
+    free(d->lineage);
+    free(d->x);
+    free(d->y);
+    free(d->norm_mean);
+    free(d->norm_std);
+    free(d);
+}
+
+size_t ts_dataset_x_bytes(const ts_dataset *d) {
+    return ts_dtype_size(d->x_dtype) * (size_t)ts_shape_numel(d->x_rank, d->x_dims);
+}
+
+size_t ts_dataset_y_bytes(const ts_dataset *d) {
+    return ts_dtype_size(d->y_dtype) * (size_t)ts_shape_numel(d->y_rank, d->y_dims);
+}
+
+/* ---- Philox permutations ------------------------------------------------- */
+
+/* The stream of 32-bit words ts_philox(key, hi, 0), ts_philox(key, hi, 1),
+ * ..., four words per call, consumed in order. */
+typedef struct word_stream {
+    uint64_t key, hi, ctr;
+    uint32_t w[4];
+    int used;
+} word_stream;
+
+static uint64_t next64(word_stream *ws) {
+    uint64_t r = 0;
+    for (int k = 0; k < 2; k++) {
+        if (ws->used == 4) {
+            ts_philox(ws->key, ws->hi, ws->ctr++, ws->w);
+            ws->used = 0;
+        }
+        r = (r << 32) | ws->w[ws->used++];
+    }
+    return r;
+}
+
+/* Uniform in [0, bound) without modulo bias: 64-bit draws below the largest
+ * multiple of bound are kept (a rejection happens with probability
+ * < bound / 2^64, so practically never, but the result stays exact). */
+static uint64_t below(word_stream *ws, uint64_t bound) {
+    const uint64_t reject_under = (0 - bound) % bound; /* 2^64 mod bound */
+    for (;;) {
+        uint64_t r = next64(ws);
+        if (r >= reject_under) return r % bound;
+    }
+}
+
+/* Stream keys are a hash of (seed, purpose) so a split and a loader with the
+ * same seed still shuffle independently. Bytes are serialised little-endian
+ * so the key does not depend on the host. */
+static uint64_t stream_key(uint64_t seed, uint64_t purpose) {
+    uint8_t b[16];
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(seed >> (8 * i));
+    for (int i = 0; i < 8; i++) b[8 + i] = (uint8_t)(purpose >> (8 * i));
+    return ts_hash64(b, sizeof b, 0);
+}
+#define PURPOSE_SPLIT  0x74696c7073ULL   /* "split" */
+#define PURPOSE_LOADER 0x726564616f6cULL /* "loader" */
+
+/* Fisher-Yates from the top: for i = n-1 down to 1, swap p[i] with p[j],
+ * j uniform in [0, i]. */
+static void permute(int64_t *p, int64_t n, uint64_t key, uint64_t hi) {
+    word_stream ws = {.key = key, .hi = hi, .ctr = 0, .used = 4};
+    for (int64_t i = 0; i < n; i++) p[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)below(&ws, (uint64_t)i + 1);
+        int64_t t = p[i];
+        p[i] = p[j], p[j] = t;
+    }
+}
+
+/* ---- splits -------------------------------------------------------------- */
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A copy of `all` holding examples idx[0..count) in that order. */
+static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count,
+                        ts_dataset **out) {
+    *out = NULL;
+    ts_dataset *d = ts_zalloc(sizeof *d, "dataset");
+    if (!d) return TS_ERR_NOMEM;
+    d->n = count;
+    d->x_dtype = all->x_dtype, d->y_dtype = all->y_dtype;
+    d->x_rank = all->x_rank, d->y_rank = all->y_rank;
+    memcpy(d->x_dims, all->x_dims, sizeof d->x_dims);
+    memcpy(d->y_dims, all->y_dims, sizeof d->y_dims);
+    const size_t xb = ts_dataset_x_bytes(all), yb = ts_dataset_y_bytes(all);
+    d->x = ts_alloc((size_t)count * xb, "dataset split x");
+    d->y = ts_alloc((size_t)count * yb, "dataset split y");
+    if (!d->x || !d->y) goto nomem;
+    for (int64_t i = 0; i < count; i++) {
+        memcpy((char *)d->x + (size_t)i * xb, (const char *)all->x + (size_t)idx[i] * xb, xb);
+        memcpy((char *)d->y + (size_t)i * yb, (const char *)all->y + (size_t)idx[i] * yb, yb);
+    }
+    if (all->n_lineage) {
+        d->lineage = ts_zalloc((size_t)all->n_lineage * sizeof *d->lineage, "lineage");
+        if (!d->lineage) goto nomem;
+        for (int i = 0; i < all->n_lineage; i++) {
+            d->lineage[i] = all->lineage[i];
+            d->lineage[i].path = NULL;
+            d->n_lineage = i + 1;
+            if (all->lineage[i].path && !(d->lineage[i].path = ts_strdup(all->lineage[i].path)))
+                goto nomem;
+        }
+    }
+    if (all->norm_mean && all->norm_std) {
+        size_t nb = (size_t)all->n_norm * sizeof(float);
+        d->norm_mean = ts_alloc(nb, "normalisation means");
+        d->norm_std = ts_alloc(nb, "normalisation deviations");
+        if (!d->norm_mean || !d->norm_std) goto nomem;
+        memcpy(d->norm_mean, all->norm_mean, nb);
+        memcpy(d->norm_std, all->norm_std, nb);
+        d->n_norm = all->n_norm;
+    }
+    *out = d;
+    return TS_OK;
+nomem:
+    ts_dataset_free(d);
+    return TS_ERR_NOMEM;
+}
+
+ts_status ts_dataset_split(const ts_dataset *all, double val_fraction, uint64_t seed,
+                           ts_dataset **train, ts_dataset **val) {
+    if (train) *train = NULL;
+    if (val) *val = NULL;
+    if (!all || !train || !val)
+        return ts_fail(TS_ERR_INVALID, "dataset split: missing dataset or output pointer");
+    if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+        return ts_fail(TS_ERR_INVALID, "dataset split: validation fraction %g is not in [0, 1)",
+                       val_fraction);
+    const int64_t n = all->n;
+    /* Round half up: the sizes are a pure function of (n, fraction). */
+    const int64_t n_val = (int64_t)(val_fraction * (double)n + 0.5);
+    const int64_t n_train = n - n_val;
+    if (n_train < 1)
+        return ts_fail(TS_ERR_INVALID,
+                       "dataset split: %lld examples with validation fraction %g leave none for "
+                       "training",
+                       (long long)n, val_fraction);
+    int64_t *perm = ts_alloc((size_t)n * sizeof *perm, "split permutation");
+    if (!perm) return TS_ERR_NOMEM;
+    permute(perm, n, stream_key(seed, PURPOSE_SPLIT), 0);
+    /* Each part keeps the examples' original relative order: the split only
+     * decides membership, so an unshuffled loader still walks a time series
+     * forwards. */
+    qsort(perm, (size_t)n_train, sizeof *perm, cmp_i64);
+    qsort(perm + n_train, (size_t)n_val, sizeof *perm, cmp_i64);
+    ts_status s = subset(all, perm, n_train, train);
+    if (s == TS_OK) s = subset(all, perm + n_train, n_val, val);
+    free(perm);
+    if (s != TS_OK) {
+        ts_dataset_free(*train);
+        *train = NULL;
+    }
+    return s;
+}
+
+/* ---- loaders ------------------------------------------------------------- */
+
+struct ts_loader {
+    const ts_dataset *d; /* borrowed: must outlive the loader */
+    int64_t batch, per_epoch, pos;
+    int shuffle;
+    uint64_t key;
+    size_t xb, yb;
+    int64_t *perm;      /* permutation of the epoch perm_epoch (shuffle only) */
+    int64_t perm_epoch; /* -1: none computed yet */
+};
+
+ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_t seed,
+                        ts_loader **out) {
+    if (!out) return ts_fail(TS_ERR_INVALID, "loader: no output pointer");
+    *out = NULL;
+    if (!d) return ts_fail(TS_ERR_INVALID, "loader: no dataset");
+    if (batch < 1) return ts_fail(TS_ERR_INVALID, "loader: batch size %lld", (long long)batch);
+    if (d->n < batch)
+        return ts_fail(TS_ERR_INVALID,
+                       "loader: the dataset has %lld examples, fewer than one batch of %lld",
+                       (long long)d->n, (long long)batch);
+    ts_loader *l = ts_zalloc(sizeof *l, "loader");
+    if (!l) return TS_ERR_NOMEM;
+    l->d = d;
+    l->batch = batch;
+    l->per_epoch = d->n / batch;
+    l->shuffle = shuffle != 0;
+    l->key = stream_key(seed, PURPOSE_LOADER);
+    l->xb = ts_dataset_x_bytes(d);
+    l->yb = ts_dataset_y_bytes(d);
+    l->perm_epoch = -1;
+    if (l->shuffle && !(l->perm = ts_alloc((size_t)d->n * sizeof *l->perm, "loader permutation"))) {
+        free(l);
+        return TS_ERR_NOMEM;
+    }
+    *out = l;
+    return TS_OK;
+}
+
+ts_status ts_loader_next(ts_loader *l, void *x, void *y) {
+    if (!l || !x || !y) return ts_fail(TS_ERR_INVALID, "loader: missing loader or batch buffer");
+    const int64_t epoch = l->pos / l->per_epoch, first = (l->pos % l->per_epoch) * l->batch;
+    if (l->shuffle && l->perm_epoch != epoch) {
+        /* The epoch is the counter's high word: every epoch has its own
+         * stream, computed on demand, so seeking costs one permutation. */
+        permute(l->perm, l->d->n, l->key, (uint64_t)epoch);
+        l->perm_epoch = epoch;
+    }
+    for (int64_t j = 0; j < l->batch; j++) {
+        const int64_t e = l->shuffle ? l->perm[first + j] : first + j;
+        memcpy((char *)x + (size_t)j * l->xb, (const char *)l->d->x + (size_t)e * l->xb, l->xb);
+        memcpy((char *)y + (size_t)j * l->yb, (const char *)l->d->y + (size_t)e * l->yb, l->yb);
+    }
+    l->pos++;
+    return TS_OK;
+}
+
+int64_t ts_loader_epoch(const ts_loader *l) {
+    return l ? l->pos / l->per_epoch : 0;
+}
+int64_t ts_loader_position(const ts_loader *l) {
+    return l ? l->pos : 0;
+}
+int64_t ts_loader_batches_per_epoch(const ts_loader *l) {
+    return l ? l->per_epoch : 0;
+}
+
+ts_status ts_loader_seek(ts_loader *l, int64_t batches) {
+    if (!l) return ts_fail(TS_ERR_INVALID, "loader seek: no loader");
+    if (batches < 0)
+        return ts_fail(TS_ERR_INVALID, "loader seek: negative position %lld", (long long)batches);
+    l->pos = batches;
+    return TS_OK;
+}
+
+void ts_loader_free(ts_loader *l) {
+    if (!l) return;
+    free(l->perm);
+    free(l);
+}

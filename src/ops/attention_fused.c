@@ -1,0 +1,568 @@
+/* Fused scaled dot-product attention, forward and backward, flash-attention
+ * style on the CPU:
+ *
+ *     o = softmax(scale * q k^T [+ causal mask]) v,   q, k, v, o [B, H, T, hd]
+ *
+ * No T x T matrix is ever stored. The forward walks each block of BS
+ * queries over the key blocks it can see, keeping per row the running
+ * maximum m and sum l of the online softmax; the output block accumulates
+ * in o and is rescaled whenever the maximum grows. It returns o and
+ * lse = m + log(l) [B, H, T], the only thing the backward keeps besides
+ * the inputs. The backward recomputes each score block from q, k and lse:
+ *
+ *     p = exp(scale * q k^T - lse)     dv += p^T do      dp = do v^T
+ *     ds = scale * p * (dp - D)        dq += ds k        dk += ds^T q
+ *
+ * with D = rowsum(do * o). Causal: key j is visible to query i when j <= i;
+ * blocks entirely above the diagonal are skipped (about half the work), and
+ * the masked entries of a diagonal block get p = 0.
+ *
+ * The block products are small GEMMs (BS x BS x hd) computed by mm_*, a
+ * register-blocked kernel over 64-byte vectors (GCC vector extensions)
+ * vectorised along the output row. Score blocks are computed transposed
+ * (keys x queries, from a transposed copy of the q or do block made once
+ * per query block), so the softmax statistics of a query run along the
+ * vector axis and no k or v block is ever transposed.
+ *
+ * Threads and determinism. Forward work items are (b, h, query block),
+ * backward items are (b, h): an item computes its outputs alone, in a fixed
+ * order (dq of a block sums over key blocks in increasing order, dk and dv
+ * of a key block over query blocks in increasing order), so results do not
+ * depend on the thread count or on which thread ran an item. An item in
+ * flight uses one scratch slot; scratch holds min(SLOTS, items) slots and
+ * the parallel loop runs at most that many threads (slot = thread number).
+ * Within one CPU family the bits are fixed; the AVX-512 build contracts
+ * a * b + c into FMA in the GEMM kernel and exp (as oneDNN does in its
+ * GEMMs), so the generic build differs in the last bits.
+ *
+ * A row always sees key 0 when causal, so no row is fully masked. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+#include "kern.h"
+
+#define BS       64        /* queries and keys per block */
+#define SLOTS    64        /* work items in flight at most (scratch slots) */
+#define LN       16        /* interleaved partial sums or maxima of a row reduction */
+#define PAR_WORK (1 << 20) /* B*H*T*T*hd below which a call runs on one thread */
+
+/* a * b + c contracted into FMA where the target has it (see above), in
+ * the GEMM kernel and the block functions that evaluate exp. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define FMA_OK __attribute__((optimize("fp-contract=fast")))
+#else
+#define FMA_OK
+#endif
+
+typedef float vf32 __attribute__((vector_size(64)));
+typedef double vf64 __attribute__((vector_size(64)));
+typedef int32_t vi32 __attribute__((vector_size(64))); /* shuffle masks */
+typedef int64_t vi64 __attribute__((vector_size(64)));
+
+/* ---- inference --------------------------------------------------------- */
+
+static ts_status check_attrs(const ts_node *n) {
+    if (n->a.i[0] != 0 && n->a.i[0] != 1)
+        return ts_fail(TS_ERR_INVALID, "causal must be 0 or 1, got %lld", (long long)n->a.i[0]);
+    if (!isfinite(n->a.f[0]))
+        return ts_fail(TS_ERR_INVALID, "scale must be finite, got %g", n->a.f[0]);
+    return TS_OK;
+}
+
+/* q (input 0) is a float [B, H, T, hd] with T, hd >= 1; inputs [first, last]
+ * must have q's type. */
+static ts_status check_like_q(const ts_graph *g, const ts_node *n, const ts_type *q, int first,
+                              int last, const char *const *names) {
+    if (!ts_dtype_is_float(q->dtype) || q->rank != 4)
+        return ts_fail(TS_ERR_SHAPE, "q must be a float tensor [B, H, T, hd]");
+    if (q->dims[2] < 1 || q->dims[3] < 1)
+        return ts_fail(TS_ERR_SHAPE, "T and hd must be at least 1");
+    for (int i = first; i <= last; i++)
+        if (!ts_type_equal(ts_in_type(g, n, i), q))
+            return ts_fail(TS_ERR_SHAPE, "%s must have q's dtype and shape", names[i]);
+    return TS_OK;
+}
+
+static ts_type lse_type(const ts_type *q) {
+    return (ts_type){.dtype = q->dtype, .rank = 3, .dims = {q->dims[0], q->dims[1], q->dims[2]}};
+}
+
+static ts_status infer_attn(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    static const char *const names[] = {"q", "k", "v"};
+    const ts_type *q = ts_in_type(g, n, 0);
+    ts_status s = check_attrs(n);
+    if (s == TS_OK) s = check_like_q(g, n, q, 1, 2, names);
+    if (s != TS_OK) return s;
+    out[0] = *q;
+    out[1] = lse_type(q);
+    *n_out = 2;
+    return TS_OK;
+}
+
+/* (do, q, k, v, o, lse) -> (dq, dk, dv) */
+static ts_status infer_attn_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    static const char *const names[] = {"do", "q", "k", "v", "o"};
+    const ts_type *q = ts_in_type(g, n, 1);
+    ts_status s = check_attrs(n);
+    if (s == TS_OK) s = check_like_q(g, n, q, 2, 4, names);
+    if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, 0), q))
+        s = ts_fail(TS_ERR_SHAPE, "do must have q's dtype and shape");
+    ts_type lt = lse_type(q);
+    if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, 5), &lt))
+        s = ts_fail(TS_ERR_SHAPE, "lse must be %s[%lld, %lld, %lld]", ts_dtype_name(q->dtype),
+                    (long long)lt.dims[0], (long long)lt.dims[1], (long long)lt.dims[2]);
+    if (s != TS_OK) return s;
+    out[0] = out[1] = out[2] = *q;
+    *n_out = 3;
+    return TS_OK;
+}
+
+/* ---- gradient ---------------------------------------------------------- */
+
+static ts_status grad_attn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    /* lse exists for the backward op only; the builders never hand it out. */
+    if (ts_val_ok(dy[1])) {
+        ts_graph_fail(g, TS_ERR_UNSUPPORTED,
+                      "attention: gradients through the lse output are not supported");
+        return ts_graph_status(g);
+    }
+    if (!ts_val_ok(dy[0])) return TS_OK;
+    ts_val in[6] = {dy[0],
+                    ts_mkval(n->in[0]),
+                    ts_mkval(n->in[1]),
+                    ts_mkval(n->in[2]),
+                    ts_mkval(n->out[0]),
+                    ts_mkval(n->out[1])};
+    ts_attrs at = n->a; /* copy: n points into g->nodes, which moves */
+    ts_val outs[TS_MAX_OUT];
+    if (!ts_val_ok(ts_node_add(g, TS_OP_ATTENTION_BWD, 6, in, &at, outs)))
+        return ts_graph_status(g);
+    for (int i = 0; i < 3; i++) din[i] = outs[i];
+    return ts_graph_status(g);
+}
+
+/* ---- vectorisable exp for f32 ------------------------------------------ */
+
+/* exp in a form the compiler vectorises (a call to libm's expf cannot be),
+ * for the arguments attention has: x <= 0 up to rounding (a score minus
+ * its row's maximum or lse). Cephes' range reduction and degree-5
+ * polynomial as softmax.c's vexpf (within 1 ulp; the same bits where no
+ * FMA is contracted), with the special cases reduced to two clamps: x < -87
+ * (and -inf) gives exp(-87) ~ 1.6e-38 instead of 0 (callers write the
+ * masked entries' 0 themselves), x > 88 gives exp(88); NaN stays NaN.
+ * About half the instructions of vexpf, which matters here: the exps of a
+ * block cost as much as one of its GEMMs. */
+static inline uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline float aexpf(float x) {
+    x = x < -87.0f ? -87.0f : x; /* NaN passes both clamps */
+    x = x > 88.0f ? 88.0f : x;
+    float nf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = x - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    /* n in [-126, 127]: 2^n is one normal float and the product is exact. */
+    return p * u2f((uint32_t)((int32_t)nf + 127) << 23);
+}
+
+/* ---- kernels ----------------------------------------------------------- */
+
+/* Pairwise sum of LN partials in a fixed order. */
+#define DEF_COMB(T, SFX)                                                                           \
+    static inline T comb_##SFX(const T *a) {                                                       \
+        T s[LN / 2];                                                                               \
+        for (int j = 0; j < LN / 2; j++) s[j] = a[j] + a[j + LN / 2];                              \
+        for (int w = LN / 4; w >= 1; w /= 2)                                                       \
+            for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
+        return s[0];                                                                               \
+    }
+DEF_COMB(float, f32)
+DEF_COMB(double, f64)
+
+/* mm: C[m][n] = (acc ? C[m][n] : 0) + sum_k A[m*sam + k*sak] * B[k*ldb + n]
+ * for m < M, n < N, k < K. Vectorised along n (4 rows x 4 vectors of
+ * registers per tile), A read as broadcast scalars with any strides, so
+ * A^T costs nothing. Each C element adds its K products in increasing k
+ * whatever path (tile, single vector, scalar tail) computes it. */
+#define DEF_MM(T, V, SFX)                                                                          \
+    static inline __attribute__((always_inline))                                                   \
+    FMA_OK void mm_rows_##SFX(const int mr, int64_t N, int64_t K, const T *A, int64_t sam,         \
+                              int64_t sak, const T *B, int64_t ldb, T *C, int64_t ldc, int acc) {  \
+        const int vl = (int)(sizeof(V) / sizeof(T));                                               \
+        const V zero = {0};                                                                        \
+        int64_t n = 0;                                                                             \
+        for (; n + 4 * vl <= N; n += 4 * vl) {                                                     \
+            V c[4][4];                                                                             \
+            for (int r = 0; r < mr; r++)                                                           \
+                for (int j = 0; j < 4; j++) {                                                      \
+                    c[r][j] = zero;                                                                \
+                    if (acc) memcpy(&c[r][j], C + r * ldc + n + j * vl, sizeof(V));                \
+                }                                                                                  \
+            for (int64_t k = 0; k < K; k++) {                                                      \
+                V b[4];                                                                            \
+                for (int j = 0; j < 4; j++) memcpy(&b[j], B + k * ldb + n + j * vl, sizeof(V));    \
+                for (int r = 0; r < mr; r++) {                                                     \
+                    T a = A[r * sam + k * sak];                                                    \
+                    for (int j = 0; j < 4; j++) c[r][j] += a * b[j];                               \
+                }                                                                                  \
+            }                                                                                      \
+            for (int r = 0; r < mr; r++)                                                           \
+                for (int j = 0; j < 4; j++) memcpy(C + r * ldc + n + j * vl, &c[r][j], sizeof(V)); \
+        }                                                                                          \
+        for (; n + vl <= N; n += vl) {                                                             \
+            V c[4];                                                                                \
+            for (int r = 0; r < mr; r++) {                                                         \
+                c[r] = zero;                                                                       \
+                if (acc) memcpy(&c[r], C + r * ldc + n, sizeof(V));                                \
+            }                                                                                      \
+            for (int64_t k = 0; k < K; k++) {                                                      \
+                V b;                                                                               \
+                memcpy(&b, B + k * ldb + n, sizeof b);                                             \
+                for (int r = 0; r < mr; r++) c[r] += A[r * sam + k * sak] * b;                     \
+            }                                                                                      \
+            for (int r = 0; r < mr; r++) memcpy(C + r * ldc + n, &c[r], sizeof(V));                \
+        }                                                                                          \
+        for (; n < N; n++)                                                                         \
+            for (int r = 0; r < mr; r++) {                                                         \
+                T c = acc ? C[r * ldc + n] : 0;                                                    \
+                for (int64_t k = 0; k < K; k++) c += A[r * sam + k * sak] * B[k * ldb + n];        \
+                C[r * ldc + n] = c;                                                                \
+            }                                                                                      \
+    }                                                                                              \
+    TS_CLONES FMA_OK static void mm_##SFX(int64_t M, int64_t N, int64_t K, const T *A,             \
+                                          int64_t sam, int64_t sak, const T *B, int64_t ldb, T *C, \
+                                          int64_t ldc, int acc) {                                  \
+        int64_t m = 0;                                                                             \
+        for (; m + 4 <= M; m += 4)                                                                 \
+            mm_rows_##SFX(4, N, K, A + m * sam, sam, sak, B, ldb, C + m * ldc, ldc, acc);          \
+        for (; m < M; m++)                                                                         \
+            mm_rows_##SFX(1, N, K, A + m * sam, sam, sak, B, ldb, C + m * ldc, ldc, acc);          \
+    }
+DEF_MM(float, vf32, f32)
+DEF_MM(double, vf64, f64)
+
+/* Block kernels of one (query block, key block) pair. Scores are kept
+ * transposed, s[j*BS + i] for key j and query i, so every row operation
+ * (maximum, sum, exp with the row's m or lse) runs along the vector axis
+ * with no horizontal reduction. Key j is visible to query i from column
+ * first(j) on: 0, or with the causal mask j - diag where diag is the query
+ * block's start minus the key block's start. */
+static inline int64_t first(int causal, int64_t j, int64_t diag, int64_t nq) {
+    if (!causal || j <= diag) return 0;
+    return j - diag < nq ? j - diag : nq;
+}
+
+#define DEF_ROWS(T, SFX, EXP, LOG)                                                                 \
+    /* Online softmax over one key block: s becomes p = exp(scale*s - m_new) (0 at masked keys),   \
+     * m the new maxima, l and the output rows o (NULL: not yet written) rescaled by exp(m_old -   \
+     * m_new). tmp: 3*BS. */                                                                       \
+    TS_CLONES FMA_OK static void fwd_block_##SFX(T *s, int64_t nq, int64_t nk, T *m, T *l, T *o,   \
+                                                 int64_t hd, T scale, int causal, int64_t diag,    \
+                                                 T *tmp) {                                         \
+        T *mx = tmp, *al = tmp + BS, *rs = tmp + 2 * BS;                                           \
+        for (int64_t i = 0; i < nq; i++) mx[i] = m[i], rs[i] = 0;                                  \
+        for (int64_t j = 0; j < nk; j++) {                                                         \
+            T *sj = s + j * BS;                                                                    \
+            for (int64_t i = first(causal, j, diag, nq); i < nq; i++) {                            \
+                T x = sj[i] * scale;                                                               \
+                sj[i] = x;                                                                         \
+                mx[i] = x > mx[i] ? x : mx[i];                                                     \
+            }                                                                                      \
+        }                                                                                          \
+        for (int64_t i = 0; i < nq; i++)                                                           \
+            al[i] = EXP(m[i] - mx[i]); /* unused at first (m = -inf) */                            \
+        for (int64_t j = 0; j < nk; j++) {                                                         \
+            T *sj = s + j * BS;                                                                    \
+            int64_t i = 0, i0 = first(causal, j, diag, nq);                                        \
+            for (; i < i0; i++) sj[i] = 0;                                                         \
+            for (; i < nq; i++) {                                                                  \
+                T e = EXP(sj[i] - mx[i]);                                                          \
+                sj[i] = e;                                                                         \
+                rs[i] += e;                                                                        \
+            }                                                                                      \
+        }                                                                                          \
+        for (int64_t i = 0; i < nq; i++) {                                                         \
+            l[i] = l[i] * al[i] + rs[i];                                                           \
+            m[i] = mx[i];                                                                          \
+            if (o)                                                                                 \
+                for (int64_t d = 0; d < hd; d++) o[i * hd + d] *= al[i];                           \
+        }                                                                                          \
+    }                                                                                              \
+    /* o /= l and lse = m + log(l) once every key block is in. */                                  \
+    TS_CLONES static void fwd_final_##SFX(T *o, T *lse, const T *m, const T *l, int64_t nq,        \
+                                          int64_t hd) {                                            \
+        for (int64_t i = 0; i < nq; i++) {                                                         \
+            T inv = 1 / l[i];                                                                      \
+            for (int64_t d = 0; d < hd; d++) o[i * hd + d] *= inv;                                 \
+            lse[i] = m[i] + LOG(l[i]);                                                             \
+        }                                                                                          \
+    }                                                                                              \
+    /* Backward: s becomes p = exp(scale*s - lse) (0 at masked keys). */                           \
+    TS_CLONES FMA_OK static void bwd_p_##SFX(T *s, int64_t nq, int64_t nk, const T *lse, T scale,  \
+                                             int causal, int64_t diag) {                           \
+        for (int64_t j = 0; j < nk; j++) {                                                         \
+            T *sj = s + j * BS;                                                                    \
+            int64_t i = 0, i0 = first(causal, j, diag, nq);                                        \
+            for (; i < i0; i++) sj[i] = 0;                                                         \
+            for (; i < nq; i++) sj[i] = EXP(sj[i] * scale - lse[i]);                               \
+        }                                                                                          \
+    }                                                                                              \
+    /* dp becomes ds = scale * p * (dp - D). */                                                    \
+    TS_CLONES static void bwd_ds_##SFX(T *dp, const T *p, int64_t nq, int64_t nk, const T *D,      \
+                                       T scale) {                                                  \
+        for (int64_t j = 0; j < nk; j++) {                                                         \
+            T *r = dp + j * BS;                                                                    \
+            const T *pj = p + j * BS;                                                              \
+            for (int64_t i = 0; i < nq; i++) r[i] = scale * (pj[i] * (r[i] - D[i]));               \
+        }                                                                                          \
+    }                                                                                              \
+    /* D[i] = sum_d do[i][d] * o[i][d], accumulated in double. */                                  \
+    TS_CLONES static void bwd_rowdot_##SFX(T *D, const T *dout, const T *o, int64_t n,             \
+                                           int64_t hd) {                                           \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const T *a = dout + i * hd, *b = o + i * hd;                                           \
+            double acc[LN] = {0}, s = 0;                                                           \
+            int64_t d = 0;                                                                         \
+            for (; d + LN <= hd; d += LN)                                                          \
+                for (int t = 0; t < LN; t++) acc[t] += (double)a[d + t] * (double)b[d + t];        \
+            for (; d < hd; d++) s += (double)a[d] * (double)b[d];                                  \
+            D[i] = (T)(s + comb_f64(acc));                                                         \
+        }                                                                                          \
+    }
+
+DEF_ROWS(float, f32, aexpf, logf)
+DEF_ROWS(double, f64, exp, log)
+
+/* Scratch of one forward slot (q block transposed, scores, m, l and 3
+ * rows of temporaries) and one backward slot (q and do blocks transposed,
+ * p, ds, D), rounded up to whole 64-byte lines. */
+static size_t round64(size_t bytes) {
+    return (bytes + 63) & ~(size_t)63;
+}
+static size_t fwd_slot_bytes(int64_t hd, size_t es) {
+    return round64((size_t)(hd * BS + BS * BS + 5 * BS) * es);
+}
+static size_t bwd_slot_bytes(int64_t T, int64_t hd, size_t es) {
+    return round64((size_t)(2 * hd * BS + 2 * BS * BS + T) * es);
+}
+static int64_t nblocks(int64_t T) {
+    return (T + BS - 1) / BS;
+}
+static int64_t slots_for(int64_t items) {
+    return items < SLOTS ? items : SLOTS;
+}
+/* Threads for a kernel call: one per slot at most, and one for a small
+ * problem (work = B*H*T*T*hd), where starting a team costs more than it
+ * saves. */
+static int threads_for(int64_t slots, int64_t work) {
+    int nt = omp_get_max_threads();
+    if (work < PAR_WORK) return 1;
+    return nt < slots ? nt : (int)slots;
+}
+
+#define DEF_ITEMS(T, V, VI, SFX)                                                                   \
+    /* dst[d*BS + i] = src[i*hd + d] for i < n: a block with rows along the vector axis. Whole     \
+     * L x L tiles (L lanes) are transposed in registers; the edges element by element. */         \
+    TS_CLONES static void transpose_##SFX(T *dst, const T *src, int64_t n, int64_t hd) {           \
+        enum { L = sizeof(V) / sizeof(T) };                                                        \
+        int64_t nt = n / L * L, dt = hd / L * L;                                                   \
+        /* Stage s (w = L/2 >> s) exchanges bit w of the row and column indices: elements (r, c)   \
+         * and (r^w, c^w) whose bit w differs swap; after every bit the tile is transposed. */     \
+        VI lo[4], hi[4];                                                                           \
+        for (int st = 0, w = L / 2; w >= 1; st++, w /= 2)                                          \
+            for (int c = 0; c < L; c++) {                                                          \
+                lo[st][c] = c & w ? L + c - w : c;                                                 \
+                hi[st][c] = c & w ? L + c : c + w;                                                 \
+            }                                                                                      \
+        for (int64_t i0 = 0; i0 < nt; i0 += L)                                                     \
+            for (int64_t d0 = 0; d0 < dt; d0 += L) {                                               \
+                V r[L];                                                                            \
+                _Pragma("GCC unroll 16") for (int i = 0; i < L; i++)                               \
+                    memcpy(&r[i], src + (i0 + i) * hd + d0, sizeof(V));                            \
+                _Pragma("GCC unroll 4") for (int st = 0, w = L / 2; w >= 1; st++, w /= 2) {        \
+                    _Pragma("GCC unroll 16") for (int i = 0; i < L; i++) if (!(i & w)) {           \
+                        V a = r[i], b = r[i + w];                                                  \
+                        r[i] = __builtin_shuffle(a, b, lo[st]);                                    \
+                        r[i + w] = __builtin_shuffle(a, b, hi[st]);                                \
+                    }                                                                              \
+                }                                                                                  \
+                _Pragma("GCC unroll 16") for (int i = 0; i < L; i++)                               \
+                    memcpy(dst + (d0 + i) * BS + i0, &r[i], sizeof(V));                            \
+            }                                                                                      \
+        for (int64_t d = 0; d < hd; d++)                                                           \
+            for (int64_t i = d < dt ? nt : 0; i < n; i++) dst[d * BS + i] = src[i * hd + d];       \
+    }                                                                                              \
+    /* One query block [q0, q0 + nq) of one (b, h): q, k, v, o point at the head. */               \
+    static void fwd_item_##SFX(const T *q, const T *k, const T *v, T *o, T *lse, int64_t T_,       \
+                               int64_t hd, int64_t q0, T scale, int causal, T *ws) {               \
+        int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_;                    \
+        T *qt = ws, *s = qt + hd * BS, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;               \
+        T *ob = o + q0 * hd;                                                                       \
+        for (int64_t i = 0; i < nq; i++) m[i] = (T)-INFINITY, l[i] = 0;                            \
+        transpose_##SFX(qt, q + q0 * hd, nq, hd);                                                  \
+        for (int64_t k0 = 0; k0 < kend; k0 += BS) {                                                \
+            int64_t nk = kend - k0 < BS ? kend - k0 : BS;                                          \
+            mm_##SFX(nk, nq, hd, k + k0 * hd, hd, 1, qt, BS, s, BS, 0); /* s^T = k q^T */          \
+            /* The first key block writes o (no rescale, no accumulation). */                      \
+            fwd_block_##SFX(s, nq, nk, m, l, k0 ? ob : NULL, hd, scale, causal, q0 - k0, tmp);     \
+            mm_##SFX(nq, hd, nk, s, 1, BS, v + k0 * hd, hd, ob, hd, k0 > 0); /* o += p v */        \
+        }                                                                                          \
+        fwd_final_##SFX(ob, lse + q0, m, l, nq, hd);                                               \
+    }                                                                                              \
+    static ts_status fwd_##SFX(const ts_kargs *k) {                                                \
+        const ts_tensor *qt = &k->in[0];                                                           \
+        int64_t BH = qt->dims[0] * qt->dims[1], T_ = qt->dims[2], hd = qt->dims[3];                \
+        int64_t nqb = nblocks(T_), items = BH * nqb, slots = slots_for(items);                     \
+        size_t slot = fwd_slot_bytes(hd, sizeof(T));                                               \
+        if ((size_t)slots * slot > k->scratch_bytes)                                               \
+            return ts_fail(TS_ERR_INTERNAL, "attention '%s': scratch too small", k->label);        \
+        const T *q = qt->data, *kk = k->in[1].data, *v = k->in[2].data;                            \
+        T *o = k->out[0].data, *lse = k->out[1].data, scale = (T)k->a->f[0];                       \
+        int causal = k->a->i[0] != 0;                                                              \
+        char *ws = k->scratch;                                                                     \
+        int nt = threads_for(slots, BH * T_ * T_ * hd);                                            \
+        _Pragma("omp parallel num_threads(nt) if (nt > 1)") {                                      \
+            T *w = (T *)(ws + (size_t)omp_get_thread_num() * slot);                                \
+            /* The last query blocks see the most keys: hand them out first. */                    \
+            _Pragma("omp for schedule(dynamic, 1)") for (int64_t it = 0; it < items; it++) {       \
+                int64_t bh = it % BH, qb = nqb - 1 - it / BH, off = bh * T_ * hd;                  \
+                fwd_item_##SFX(q + off, kk + off, v + off, o + off, lse + bh * T_, T_, hd,         \
+                               qb * BS, scale, causal, w);                                         \
+            }                                                                                      \
+        }                                                                                          \
+        return TS_OK;                                                                              \
+    }                                                                                              \
+    /* One (b, h): every pointer at the head. Query blocks outside, key blocks inside: dq of a     \
+     * block sums over key blocks in order, dk and dv of a key block over query blocks in order.   \
+     */                                                                                            \
+    static void bwd_item_##SFX(const T *dout, const T *q, const T *k, const T *v, const T *o,      \
+                               const T *lse, T *dq, T *dk, T *dv, int64_t T_, int64_t hd, T scale, \
+                               int causal, T *ws) {                                                \
+        T *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS; \
+        bwd_rowdot_##SFX(D, dout, o, T_, hd);                                                      \
+        for (int64_t q0 = 0; q0 < T_; q0 += BS) {                                                  \
+            int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_;                \
+            const T *qb = q + q0 * hd, *dob = dout + q0 * hd;                                      \
+            T *dqb = dq + q0 * hd;                                                                 \
+            transpose_##SFX(qt, qb, nq, hd);                                                       \
+            transpose_##SFX(dot, dob, nq, hd);                                                     \
+            for (int64_t k0 = 0; k0 < kend; k0 += BS) {                                            \
+                int64_t nk = kend - k0 < BS ? kend - k0 : BS;                                      \
+                const T *kb = k + k0 * hd, *vb = v + k0 * hd;                                      \
+                T *dkb = dk + k0 * hd, *dvb = dv + k0 * hd;                                        \
+                mm_##SFX(nk, nq, hd, kb, hd, 1, qt, BS, p, BS, 0); /* s^T = k q^T */               \
+                bwd_p_##SFX(p, nq, nk, lse + q0, scale, causal, q0 - k0);                          \
+                /* The first query block to see a key block writes its dk, dv; the first key       \
+                 * block writes dq (so no output needs zeroing). */                                \
+                int first_q = q0 == (causal ? k0 : 0);                                             \
+                mm_##SFX(nk, hd, nq, p, BS, 1, dob, hd, dvb, hd, !first_q); /* dv += p^T do */     \
+                mm_##SFX(nk, nq, hd, vb, hd, 1, dot, BS, ds, BS, 0);        /* dp^T = v do^T */    \
+                bwd_ds_##SFX(ds, p, nq, nk, D + q0, scale);                                        \
+                mm_##SFX(nq, hd, nk, ds, 1, BS, kb, hd, dqb, hd, k0 > 0);   /* dq += ds k */       \
+                mm_##SFX(nk, hd, nq, ds, BS, 1, qb, hd, dkb, hd, !first_q); /* dk += ds^T q */     \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static ts_status bwd_##SFX(const ts_kargs *k) {                                                \
+        const ts_tensor *qt = &k->in[1];                                                           \
+        int64_t BH = qt->dims[0] * qt->dims[1], T_ = qt->dims[2], hd = qt->dims[3];                \
+        int64_t slots = slots_for(BH);                                                             \
+        size_t slot = bwd_slot_bytes(T_, hd, sizeof(T));                                           \
+        if ((size_t)slots * slot > k->scratch_bytes)                                               \
+            return ts_fail(TS_ERR_INTERNAL, "attention_bwd '%s': scratch too small", k->label);    \
+        const T *dout = k->in[0].data, *q = qt->data, *kk = k->in[2].data, *v = k->in[3].data;     \
+        const T *o = k->in[4].data, *lse = k->in[5].data;                                          \
+        T *dq = k->out[0].data, *dk = k->out[1].data, *dv = k->out[2].data;                        \
+        T scale = (T)k->a->f[0];                                                                   \
+        int causal = k->a->i[0] != 0;                                                              \
+        char *ws = k->scratch;                                                                     \
+        int nt = threads_for(slots, BH * T_ * T_ * hd);                                            \
+        _Pragma("omp parallel num_threads(nt) if (nt > 1)") {                                      \
+            T *w = (T *)(ws + (size_t)omp_get_thread_num() * slot);                                \
+            _Pragma("omp for schedule(dynamic, 1)") for (int64_t bh = 0; bh < BH; bh++) {          \
+                int64_t off = bh * T_ * hd;                                                        \
+                bwd_item_##SFX(dout + off, q + off, kk + off, v + off, o + off, lse + bh * T_,     \
+                               dq + off, dk + off, dv + off, T_, hd, scale, causal, w);            \
+            }                                                                                      \
+        }                                                                                          \
+        return TS_OK;                                                                              \
+    }
+
+DEF_ITEMS(float, vf32, vi32, f32)
+DEF_ITEMS(double, vf64, vi64, f64)
+
+static ts_status k_attn(const ts_kargs *k) {
+    switch (k->in[0].dtype) {
+    case TS_F32: return fwd_f32(k);
+    case TS_F64: return fwd_f64(k);
+    default: return ts_kernel_bad_dtype(k, "attention", k->in[0].dtype);
+    }
+}
+
+static ts_status k_attn_bwd(const ts_kargs *k) {
+    switch (k->in[1].dtype) {
+    case TS_F32: return bwd_f32(k);
+    case TS_F64: return bwd_f64(k);
+    default: return ts_kernel_bad_dtype(k, "attention_bwd", k->in[1].dtype);
+    }
+}
+
+/* ---- scratch and cost -------------------------------------------------- */
+
+static size_t scratch_attn(const ts_graph *g, const ts_node *n) {
+    const ts_type *q = ts_in_type(g, n, 0);
+    int64_t items = q->dims[0] * q->dims[1] * nblocks(q->dims[2]);
+    return (size_t)slots_for(items) * fwd_slot_bytes(q->dims[3], ts_dtype_size(q->dtype));
+}
+
+static size_t scratch_attn_bwd(const ts_graph *g, const ts_node *n) {
+    const ts_type *q = ts_in_type(g, n, 1);
+    return (size_t)slots_for(q->dims[0] * q->dims[1]) *
+           bwd_slot_bytes(q->dims[2], q->dims[3], ts_dtype_size(q->dtype));
+}
+
+/* Multiply-adds over the (query, key) pairs that are visible: 2 products
+ * of hd in the forward, 5 in the backward (scores recomputed). */
+static double pairs_hd(const ts_graph *g, const ts_node *n, int q_in) {
+    const ts_type *q = ts_in_type(g, n, q_in);
+    double T = (double)q->dims[2];
+    double pairs = n->a.i[0] ? T * (T + 1) / 2 : T * T;
+    return (double)(q->dims[0] * q->dims[1]) * pairs * (double)q->dims[3];
+}
+static double cost_attn(const ts_graph *g, const ts_node *n) {
+    return 4.0 * pairs_hd(g, n, 0);
+}
+static double cost_attn_bwd(const ts_graph *g, const ts_node *n) {
+    return 10.0 * pairs_hd(g, n, 1);
+}
+
+const ts_op_def ts_def_attention = {.name = "attention",
+                                    .min_in = 3,
+                                    .max_in = 3,
+                                    .infer = infer_attn,
+                                    .grad = grad_attn,
+                                    .kernel = k_attn,
+                                    .scratch = scratch_attn,
+                                    .cost = cost_attn};
+
+const ts_op_def ts_def_attention_bwd = {.name = "attention_bwd",
+                                        .min_in = 6,
+                                        .max_in = 6,
+                                        .infer = infer_attn_bwd,
+                                        .kernel = k_attn_bwd,
+                                        .scratch = scratch_attn_bwd,
+                                        .cost = cost_attn_bwd};

@@ -1,0 +1,428 @@
+/* Batch normalisation over x [N, C, ...] (1d, 2d, 3d) with running
+ * statistics kept as persistent graph state.
+ *
+ * One BATCH_NORM node per layer reads x, the affine weight and bias and the
+ * two STATE values running_mean / running_var. Which statistics it uses is
+ * decided when the plan is compiled (ts_compile sets i[1]): a training plan
+ * normalises with the batch statistics (biased variance) and updates the
+ * running statistics in place as PyTorch does (momentum, unbiased variance);
+ * an inference plan normalises with the running statistics and writes
+ * nothing. Because it writes state the op is TS_OPF_SIDE_EFFECT: simplify
+ * never folds, merges or removes it, so it runs exactly once per step even
+ * when its outputs are unused; its outputs flow like any other node's.
+ *
+ * mean and rstd (the statistics actually used) are extra outputs [C] for
+ * the backward op. The backward op implements the training-mode gradient
+ * (batch statistics depend on x); gradients only exist in training plans.
+ *
+ * Reductions over N x spatial per channel are cut into fixed blocks (per
+ * channel, batch item and block of BN_BLK elements) whose double partial
+ * sums go to scratch and are added in block order, so results do not
+ * depend on the thread count. */
+#include <math.h>
+#include <string.h>
+#include "kern.h"
+
+#define BN_BLK 4096 /* elements per reduction block */
+#define BN_ACC 8    /* interleaved partial sums inside a block */
+
+/* ---- shapes ------------------------------------------------------------- */
+
+typedef struct bn_dims {
+    int64_t n, c, s; /* batch, channels, spatial elements per (n, c) */
+} bn_dims;
+
+static bn_dims dims_of(int rank, const int64_t *d) {
+    bn_dims r = {d[0], d[1], 1};
+    for (int i = 2; i < rank; i++) r.s *= d[i];
+    return r;
+}
+
+static int64_t n_sblocks(int64_t s) {
+    return (s + BN_BLK - 1) / BN_BLK;
+}
+
+/* Scratch: one double per (channel, batch item, block) plus per-channel
+ * mean and variance in double. */
+static size_t scratch_for(const ts_type *x, int per_task) {
+    bn_dims d = dims_of(x->rank, x->dims);
+    int64_t tasks = d.c * d.n * n_sblocks(d.s);
+    return (size_t)(tasks * per_task + 2 * d.c) * sizeof(double);
+}
+
+/* ---- inference --------------------------------------------------------- */
+
+static ts_status check_x(const ts_type *x) {
+    if (!ts_dtype_is_float(x->dtype))
+        return ts_fail(TS_ERR_SHAPE, "x must be a float type, got %s", ts_dtype_name(x->dtype));
+    if (x->rank < 2 || x->rank > 5)
+        return ts_fail(TS_ERR_SHAPE,
+                       "x must be [N, C], [N, C, L], [N, C, H, W] or "
+                       "[N, C, D, H, W], got rank %d",
+                       x->rank);
+    return TS_OK;
+}
+
+/* A per-channel vector: [C] of x's dtype. */
+static ts_status check_vec(const ts_type *v, const ts_type *x, const char *what) {
+    if (v->dtype != x->dtype || v->rank != 1 || v->dims[0] != x->dims[1]) {
+        char tb[128];
+        return ts_fail(TS_ERR_SHAPE, "%s must be %s[%lld] (one per channel of x), got %s", what,
+                       ts_dtype_name(x->dtype), (long long)x->dims[1],
+                       ts_type_str(tb, sizeof tb, v));
+    }
+    return TS_OK;
+}
+
+static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    int64_t affine = n->a.i[0], training = n->a.i[1];
+    if ((affine != 0 && affine != 1) || (training != 0 && training != 1))
+        return ts_fail(TS_ERR_INVALID, "affine and training flags must be 0 or 1");
+    if (n->n_in != 3 + 2 * (int)affine)
+        return ts_fail(TS_ERR_INVALID,
+                       "%d inputs do not match affine=%d (x%s, running_mean, "
+                       "running_var)",
+                       n->n_in, (int)affine, affine ? ", weight, bias" : "");
+    const ts_type *x = ts_in_type(g, n, 0);
+    ts_status s = check_x(x);
+    if (s != TS_OK) return s;
+    double m = n->a.f[0], eps = n->a.f[1];
+    if (!(m >= 0 && m <= 1)) return ts_fail(TS_ERR_INVALID, "momentum %g is not in [0, 1]", m);
+    if (!(eps >= 0) || isinf(eps))
+        return ts_fail(TS_ERR_INVALID, "eps must be finite and >= 0, got %g", eps);
+    int k = 1;
+    if (affine) {
+        if ((s = check_vec(ts_in_type(g, n, k++), x, "weight")) != TS_OK) return s;
+        if ((s = check_vec(ts_in_type(g, n, k++), x, "bias")) != TS_OK) return s;
+    }
+    if ((s = check_vec(ts_in_type(g, n, k++), x, "running_mean")) != TS_OK) return s;
+    if ((s = check_vec(ts_in_type(g, n, k++), x, "running_var")) != TS_OK) return s;
+    out[0] = *x;
+    out[1] = (ts_type){.dtype = x->dtype, .rank = 1, .dims = {x->dims[1]}};
+    out[2] = out[1];
+    *n_out = 3;
+    return TS_OK;
+}
+
+static ts_status infer_bn_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    int64_t affine = n->a.i[0];
+    if (affine != 0 && affine != 1) return ts_fail(TS_ERR_INVALID, "affine must be 0 or 1");
+    if (n->n_in != 4 + (int)affine)
+        return ts_fail(TS_ERR_INVALID, "%d inputs do not match affine=%d", n->n_in, (int)affine);
+    const ts_type *dy = ts_in_type(g, n, 0), *x = ts_in_type(g, n, 1);
+    ts_status s = check_x(x);
+    if (s != TS_OK) return s;
+    if (!ts_type_equal(dy, x)) return ts_fail(TS_ERR_SHAPE, "dy and x must have the same type");
+    if ((s = check_vec(ts_in_type(g, n, 2), x, "mean")) != TS_OK) return s;
+    if ((s = check_vec(ts_in_type(g, n, 3), x, "rstd")) != TS_OK) return s;
+    if (affine && (s = check_vec(ts_in_type(g, n, 4), x, "weight")) != TS_OK) return s;
+    out[0] = *x;
+    *n_out = 1;
+    if (affine) {
+        out[1] = (ts_type){.dtype = x->dtype, .rank = 1, .dims = {x->dims[1]}};
+        out[2] = out[1];
+        *n_out = 3;
+    }
+    return TS_OK;
+}
+
+/* ---- gradient ---------------------------------------------------------- */
+
+static ts_status grad_bn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    /* mean and rstd exist for the backward op; ts_batch_norm never hands
+     * them out, so no gradient can reach them through the public API. */
+    if (ts_val_ok(dy[1]) || ts_val_ok(dy[2])) {
+        ts_graph_fail(g, TS_ERR_UNSUPPORTED,
+                      "batch_norm: gradients through the mean/rstd outputs are not supported");
+        return ts_graph_status(g);
+    }
+    if (!ts_val_ok(dy[0])) return TS_OK;
+    int affine = n->a.i[0] != 0;
+    ts_val in[5] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->out[1]), ts_mkval(n->out[2])};
+    if (affine) in[4] = ts_mkval(n->in[1]);
+    ts_attrs at = ts_attrs_zero();
+    at.i[0] = affine;
+    ts_val outs[TS_MAX_OUT];
+    if (!ts_val_ok(ts_node_add(g, TS_OP_BATCH_NORM_BWD, 4 + affine, in, &at, outs)))
+        return ts_graph_status(g);
+    din[0] = outs[0];
+    if (affine) {
+        din[1] = outs[1];
+        din[2] = outs[2];
+    }
+    /* running_mean / running_var are state, not differentiated. */
+    return ts_graph_status(g);
+}
+
+/* ---- kernels ----------------------------------------------------------- */
+
+static inline double comb(const double *a) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+#define DEF_BN(T, SFX)                                                                             \
+    /* Sum of x[0..len) (sq == 0) or of (x - mean)^2 (sq == 1), in double. */                      \
+    TS_CLONES static double bn_sum_##SFX(const T *x, int64_t len, double mean, int sq) {           \
+        double acc[BN_ACC] = {0}, s = 0;                                                           \
+        int64_t i = 0;                                                                             \
+        if (!sq) {                                                                                 \
+            for (; i + BN_ACC <= len; i += BN_ACC)                                                 \
+                for (int j = 0; j < BN_ACC; j++) acc[j] += (double)x[i + j];                       \
+            for (; i < len; i++) s += (double)x[i];                                                \
+        } else {                                                                                   \
+            for (; i + BN_ACC <= len; i += BN_ACC)                                                 \
+                for (int j = 0; j < BN_ACC; j++) {                                                 \
+                    double d = (double)x[i + j] - mean;                                            \
+                    acc[j] += d * d;                                                               \
+                }                                                                                  \
+            for (; i < len; i++) {                                                                 \
+                double d = (double)x[i] - mean;                                                    \
+                s += d * d;                                                                        \
+            }                                                                                      \
+        }                                                                                          \
+        return s + comb(acc);                                                                      \
+    }                                                                                              \
+    /* Sums of dy and of dy * (x - mean) over [0, len). */                                         \
+    TS_CLONES static void bn_dsum_##SFX(const T *dy, const T *x, int64_t len, T mean, double *o1,  \
+                                        double *o2) {                                              \
+        double a1[BN_ACC] = {0}, a2[BN_ACC] = {0}, s1 = 0, s2 = 0;                                 \
+        int64_t i = 0;                                                                             \
+        for (; i + BN_ACC <= len; i += BN_ACC)                                                     \
+            for (int j = 0; j < BN_ACC; j++) {                                                     \
+                a1[j] += (double)dy[i + j];                                                        \
+                a2[j] += (double)(dy[i + j] * (x[i + j] - mean));                                  \
+            }                                                                                      \
+        for (; i < len; i++) {                                                                     \
+            s1 += (double)dy[i];                                                                   \
+            s2 += (double)(dy[i] * (x[i] - mean));                                                 \
+        }                                                                                          \
+        *o1 = s1 + comb(a1);                                                                       \
+        *o2 = s2 + comb(a2);                                                                       \
+    }                                                                                              \
+    TS_CLONES static void bn_affine_##SFX(T *y, const T *x, int64_t len, T a, T b) {               \
+        for (int64_t i = 0; i < len; i++) y[i] = x[i] * a + b;                                     \
+    }                                                                                              \
+    TS_CLONES static void bn_dx_##SFX(T *dx, const T *dy, const T *x, int64_t len, T mean, T k,    \
+                                      T mdy, T scale) {                                            \
+        for (int64_t i = 0; i < len; i++) dx[i] = (dy[i] - (x[i] - mean) * k - mdy) * scale;       \
+    }                                                                                              \
+    /* Per-channel sums over (n, block) tasks into part[], then in block order. */                 \
+    static void bn_channel_sums_##SFX(const T *x, bn_dims d, const double *mean, int sq,           \
+                                      double *part, double *res) {                                 \
+        int64_t nsb = n_sblocks(d.s), per_c = d.n * nsb, tasks = d.c * per_c;                      \
+        _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
+            int64_t t = 0; t < tasks; t++) {                                                       \
+            int64_t c = t / per_c, r = t % per_c, ni = r / nsb, sb = r % nsb;                      \
+            int64_t s0 = sb * BN_BLK, len = d.s - s0 < BN_BLK ? d.s - s0 : BN_BLK;                 \
+            part[t] = bn_sum_##SFX(x + (ni * d.c + c) * d.s + s0, len, sq ? mean[c] : 0, sq);      \
+        }                                                                                          \
+        for (int64_t c = 0; c < d.c; c++) {                                                        \
+            double s = 0;                                                                          \
+            for (int64_t q = 0; q < per_c; q++) s += part[c * per_c + q];                          \
+            res[c] = s;                                                                            \
+        }                                                                                          \
+    }                                                                                              \
+    static ts_status bn_fwd_##SFX(const ts_kargs *k) {                                             \
+        const ts_tensor *xt = &k->in[0];                                                           \
+        int affine = k->a->i[0] != 0, training = k->a->i[1] != 0;                                  \
+        double mom = k->a->f[0], eps = k->a->f[1];                                                 \
+        bn_dims d = dims_of(xt->rank, xt->dims);                                                   \
+        const T *x = xt->data;                                                                     \
+        const T *w = affine ? k->in[1].data : NULL, *b = affine ? k->in[2].data : NULL;            \
+        T *rm = k->in[1 + 2 * affine].data, *rv = k->in[2 + 2 * affine].data;                      \
+        T *y = k->out[0].data, *mean_o = k->out[1].data, *rstd_o = k->out[2].data;                 \
+        int64_t m = d.n * d.s;                                                                     \
+        if (training) {                                                                            \
+            if (m < 2)                                                                             \
+                return ts_fail(TS_ERR_SHAPE,                                                       \
+                               "batch_norm '%s': training needs more than one value per "          \
+                               "channel (x is [%lld, %lld, ...] with %lld spatial elements)",      \
+                               k->label, (long long)d.n, (long long)d.c, (long long)d.s);          \
+            size_t need = (size_t)(d.c * d.n * n_sblocks(d.s) + 2 * d.c) * sizeof(double);         \
+            if (need > k->scratch_bytes)                                                           \
+                return ts_fail(TS_ERR_INTERNAL, "batch_norm '%s': scratch too small", k->label);   \
+            double *part = k->scratch, *mean = part + d.c * d.n * n_sblocks(d.s),                  \
+                   *var = mean + d.c;                                                              \
+            bn_channel_sums_##SFX(x, d, NULL, 0, part, mean);                                      \
+            for (int64_t c = 0; c < d.c; c++) mean[c] /= (double)m;                                \
+            bn_channel_sums_##SFX(x, d, mean, 1, part, var);                                       \
+            for (int64_t c = 0; c < d.c; c++) {                                                    \
+                double v = var[c] / (double)m;                                                     \
+                mean_o[c] = (T)mean[c];                                                            \
+                rstd_o[c] = (T)(1.0 / sqrt(v + eps));                                              \
+                /* PyTorch: biased variance normalises, unbiased goes to the running stat. */      \
+                rm[c] = (T)(mom * mean[c] + (1.0 - mom) * (double)rm[c]);                          \
+                rv[c] =                                                                            \
+                    (T)(mom * (v * (double)m / (double)(m - 1)) + (1.0 - mom) * (double)rv[c]);    \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t c = 0; c < d.c; c++) {                                                    \
+                mean_o[c] = rm[c];                                                                 \
+                rstd_o[c] = (T)(1.0 / sqrt((double)rv[c] + eps));                                  \
+            }                                                                                      \
+        }                                                                                          \
+        /* y = x * alpha + beta with alpha = rstd * w, beta = b - mean * alpha (as torch). */      \
+        _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
+            int64_t t = 0; t < d.n * d.c; t++) {                                                   \
+            int64_t c = t % d.c;                                                                   \
+            double al = (double)rstd_o[c] * (w ? (double)w[c] : 1.0);                              \
+            double be = (b ? (double)b[c] : 0.0) - (double)mean_o[c] * al;                         \
+            bn_affine_##SFX(y + t * d.s, x + t * d.s, d.s, (T)al, (T)be);                          \
+        }                                                                                          \
+        return TS_OK;                                                                              \
+    }                                                                                              \
+    static ts_status bn_bwd_##SFX(const ts_kargs *k) {                                             \
+        const ts_tensor *xt = &k->in[1];                                                           \
+        int affine = k->a->i[0] != 0;                                                              \
+        bn_dims d = dims_of(xt->rank, xt->dims);                                                   \
+        const T *dy = k->in[0].data, *x = xt->data, *mean = k->in[2].data;                         \
+        const T *rstd = k->in[3].data, *w = affine ? k->in[4].data : NULL;                         \
+        T *dx = k->out[0].data;                                                                    \
+        T *dw = affine ? k->out[1].data : NULL, *db = affine ? k->out[2].data : NULL;              \
+        int64_t nsb = n_sblocks(d.s), per_c = d.n * nsb, tasks = d.c * per_c, m = d.n * d.s;       \
+        size_t need = (size_t)(2 * tasks + 2 * d.c) * sizeof(double);                              \
+        if (need > k->scratch_bytes)                                                               \
+            return ts_fail(TS_ERR_INTERNAL, "batch_norm_bwd '%s': scratch too small", k->label);   \
+        double *p1 = k->scratch, *p2 = p1 + tasks, *sdy = p2 + tasks, *sdx = sdy + d.c;            \
+        _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
+            int64_t t = 0; t < tasks; t++) {                                                       \
+            int64_t c = t / per_c, r = t % per_c, ni = r / nsb, sb = r % nsb;                      \
+            int64_t s0 = sb * BN_BLK, len = d.s - s0 < BN_BLK ? d.s - s0 : BN_BLK;                 \
+            int64_t off = (ni * d.c + c) * d.s + s0;                                               \
+            bn_dsum_##SFX(dy + off, x + off, len, mean[c], &p1[t], &p2[t]);                        \
+        }                                                                                          \
+        for (int64_t c = 0; c < d.c; c++) {                                                        \
+            double s1 = 0, s2 = 0;                                                                 \
+            for (int64_t q = 0; q < per_c; q++) {                                                  \
+                s1 += p1[c * per_c + q];                                                           \
+                s2 += p2[c * per_c + q];                                                           \
+            }                                                                                      \
+            sdy[c] = s1;                                                                           \
+            sdx[c] = s2;                                                                           \
+            if (dw) dw[c] = (T)(s2 * (double)rstd[c]);                                             \
+            if (db) db[c] = (T)s1;                                                                 \
+        }                                                                                          \
+        /* dx = w rstd (dy - mean(dy) - (x - mean) rstd^2 mean(dy (x - mean))). */                 \
+        _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
+            int64_t t = 0; t < d.n * d.c; t++) {                                                   \
+            int64_t c = t % d.c;                                                                   \
+            double r = (double)rstd[c];                                                            \
+            T kk = (T)(sdx[c] * r * r / (double)m), mdy = (T)(sdy[c] / (double)m);                 \
+            T scale = (T)(r * (w ? (double)w[c] : 1.0));                                           \
+            bn_dx_##SFX(dx + t * d.s, dy + t * d.s, x + t * d.s, d.s, mean[c], kk, mdy, scale);    \
+        }                                                                                          \
+        return TS_OK;                                                                              \
+    }
+
+DEF_BN(float, f32)
+DEF_BN(double, f64)
+
+static ts_status k_bn(const ts_kargs *k) {
+    switch (k->in[0].dtype) {
+    case TS_F32: return bn_fwd_f32(k);
+    case TS_F64: return bn_fwd_f64(k);
+    default: return ts_kernel_bad_dtype(k, "batch_norm", k->in[0].dtype);
+    }
+}
+
+static ts_status k_bn_bwd(const ts_kargs *k) {
+    switch (k->in[1].dtype) {
+    case TS_F32: return bn_bwd_f32(k);
+    case TS_F64: return bn_bwd_f64(k);
+    default: return ts_kernel_bad_dtype(k, "batch_norm_bwd", k->in[1].dtype);
+    }
+}
+
+/* The forward needs partials only in training mode, but the mode is set
+ * after the node is built, so the scratch is always planned. */
+static size_t scratch_bn(const ts_graph *g, const ts_node *n) {
+    return scratch_for(ts_in_type(g, n, 0), 1);
+}
+static size_t scratch_bn_bwd(const ts_graph *g, const ts_node *n) {
+    return scratch_for(ts_in_type(g, n, 1), 2);
+}
+
+static double cost_bn(const ts_graph *g, const ts_node *n) {
+    return 6.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+}
+static double cost_bn_bwd(const ts_graph *g, const ts_node *n) {
+    return 9.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+}
+
+const ts_op_def ts_def_batch_norm = {.name = "batch_norm",
+                                     .min_in = 3,
+                                     .max_in = 5,
+                                     .flags = TS_OPF_SIDE_EFFECT,
+                                     .infer = infer_bn,
+                                     .grad = grad_bn,
+                                     .kernel = k_bn,
+                                     .scratch = scratch_bn,
+                                     .cost = cost_bn};
+
+const ts_op_def ts_def_batch_norm_bwd = {.name = "batch_norm_bwd",
+                                         .min_in = 4,
+                                         .max_in = 5,
+                                         .infer = infer_bn_bwd,
+                                         .kernel = k_bn_bwd,
+                                         .scratch = scratch_bn_bwd,
+                                         .cost = cost_bn_bwd};
+
+/* ---- builder ----------------------------------------------------------- */
+
+static int32_t new_stat(ts_graph *g, const char *prefix, const char *suffix, ts_dtype dt, int64_t c,
+                        ts_init init) {
+    char name[512];
+    int len = snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+    if (len < 0 || (size_t)len >= sizeof name) {
+        ts_graph_fail(g, TS_ERR_INVALID, "batch_norm: name prefix '%.40s...' is too long", prefix);
+        return -1;
+    }
+    if (ts_val_ok(ts_find(g, name))) {
+        ts_graph_fail(g, TS_ERR_INVALID, "batch_norm: the name '%s' is already used", name);
+        return -1;
+    }
+    ts_type t = {.dtype = dt, .rank = 1, .dims = {c}};
+    int32_t id = ts_value_new(g, &t, TS_VK_STATE, name);
+    if (id >= 0) g->values[id].init = init;
+    return id;
+}
+
+ts_val ts_batch_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const char *name_prefix,
+                     double momentum, double eps) {
+    /* TS_NONE for weight/bias means "no affine": with a sticky error
+     * pending we return before it could be mistaken for that. */
+    if (!g || g->status != TS_OK || !ts_val_ok(x)) return TS_NONE;
+    if (ts_val_ok(weight) != ts_val_ok(bias))
+        return ts_graph_fail(g, TS_ERR_INVALID,
+                             "batch_norm: give both weight and bias or neither (affine=False)");
+    if (!name_prefix || !*name_prefix)
+        return ts_graph_fail(g, TS_ERR_INVALID,
+                             "batch_norm: a name prefix is required for the running statistics");
+    if (x.id >= g->n_values)
+        return ts_graph_fail(g, TS_ERR_INVALID, "batch_norm: x is not a value of this graph");
+    const ts_type xt = ts_v(g, x)->t;
+    if (check_x(&xt) != TS_OK) {
+        char tb[128];
+        return ts_graph_fail(g, TS_ERR_SHAPE, "batch_norm(%s=%s): %s",
+                             ts_name(g, x) ? ts_name(g, x) : "x", ts_type_str(tb, sizeof tb, &xt),
+                             ts_last_error());
+    }
+    int32_t rm = new_stat(g, name_prefix, "running_mean", xt.dtype, xt.dims[1], ts_init_zeros());
+    if (rm < 0) return TS_NONE;
+    int32_t rv = new_stat(g, name_prefix, "running_var", xt.dtype, xt.dims[1], ts_init_ones());
+    if (rv < 0) return TS_NONE;
+    ts_val in[5] = {x};
+    int n = 1;
+    ts_attrs at = ts_attrs_zero();
+    at.i[0] = ts_val_ok(weight);
+    at.i[1] = 1; /* ts_compile sets the plan's mode */
+    at.f[0] = momentum;
+    at.f[1] = eps;
+    if (ts_val_ok(weight)) {
+        in[n++] = weight;
+        in[n++] = bias;
+    }
+    in[n++] = ts_mkval(rm);
+    in[n++] = ts_mkval(rv);
+    return ts_node_add(g, TS_OP_BATCH_NORM, n, in, &at, NULL);
+}

@@ -1,0 +1,321 @@
+/* The step benchmark: one workload compiled once with profiling on, timed
+ * over rounds that alternate with the PyTorch reference (run through popen,
+ * as a separate process, so its memory and threads are its own). */
+#include "session/bench.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include "core/core.h"
+#include "data/synthetic.h"
+
+enum { N_BATCHES = 4, TOP_KERNELS = 12 };
+
+ts_bench_options ts_bench_options_default(void) {
+    ts_bench_options o;
+    memset(&o, 0, sizeof o);
+    o.workload = "W1";
+    o.precision = "fp32";
+    o.steps = 10;
+    o.warmup = 2;
+    o.threads = 2;
+    o.rounds = 2;
+    o.reference = "../shared/reference/torch_bench.py";
+    o.python = "/usr/bin/python3";
+    o.torch_min_time = 5;
+    return o;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of n values (sorts them); the lower middle for even n. */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[(n - 1) / 2];
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+}
+
+typedef struct workload {
+    ts_graph *g;
+    ts_model m;
+    ts_plan *p;
+    double per_step; /* samples or tokens */
+    int gpt, has_reference;
+    void *x[N_BATCHES], *y[N_BATCHES];
+    size_t xb, yb;
+} workload;
+
+static void workload_free(workload *w) {
+    for (int i = 0; i < N_BATCHES; i++) free(w->x[i]), free(w->y[i]);
+    ts_plan_free(w->p);
+    ts_graph_free(w->g);
+}
+
+/* The model, optimizer and data of shared/reference/torch_bench.py. */
+static ts_status workload_build(const ts_bench_options *o, workload *w, ts_bench_result *r) {
+    const char *wl = o->workload;
+    const char *unsupported[] = {"W2", "W4", "W5"};
+    for (int i = 0; i < 3; i++)
+        if (!strcasecmp(wl, unsupported[i]))
+            return ts_fail(TS_ERR_UNSUPPORTED,
+                           "bench: workload %s is not supported by tessel yet (supported: W1, "
+                           "W3, gpt2-124m)",
+                           unsupported[i]);
+    int w1 = !strcasecmp(wl, "W1"), w3 = !strcasecmp(wl, "W3");
+    if (!w1 && !w3 && strcasecmp(wl, "gpt2-124m"))
+        return ts_fail(TS_ERR_INVALID,
+                       "bench: unknown workload '%s' (W1, W2, W3, W4, W5, gpt2-124m)", wl);
+    if (strcasecmp(o->precision, "fp32"))
+        return ts_fail(strcasecmp(o->precision, "bf16") ? TS_ERR_INVALID : TS_ERR_UNSUPPORTED,
+                       "bench: precision '%s' %s (fp32)", o->precision,
+                       strcasecmp(o->precision, "bf16") ? "is unknown" : "is not supported yet");
+    if (!(w->g = ts_graph_new())) return ts_fail(TS_ERR_NOMEM, "bench: out of memory");
+    ts_train_spec spec;
+    ts_status s;
+    w->gpt = !w1;
+    w->has_reference = w1 || w3;
+    ts_mlp_config mc = ts_mlp_w1();
+    ts_gpt_config gc = w3 ? ts_gpt_w3() : ts_gpt2_124m();
+    if (w1) {
+        s = ts_build_mlp(w->g, &mc, &w->m);
+        spec = ts_train_spec_default(w->m.loss);
+        spec.opt = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
+        w->per_step = (double)mc.batch;
+    } else {
+        s = ts_build_gpt(w->g, &gc, &w->m);
+        spec = ts_train_spec_default(w->m.loss);
+        spec.opt = ts_adamw(3e-4, 0.9, 0.999, 1e-8, 0.1);
+        w->per_step = (double)(gc.batch * gc.ctx);
+    }
+    if (s != TS_OK) return ts_fail(s, "bench: building %s: %s", wl, ts_graph_error(w->g));
+    ts_compile_options opt = ts_compile_options_default();
+    opt.threads = o->threads;
+    opt.profile = 1; /* two clock reads per instruction: noise next to a step */
+    double t0 = ts_now();
+    if ((s = ts_compile(w->g, &spec, &opt, &w->p)) != TS_OK) return s;
+    r->compile_s = ts_now() - t0;
+    ts_plan_get_stats(w->p, &r->stats);
+    const ts_graph *g = w->g;
+    w->xb = (size_t)ts_numel(g, w->m.input) * ts_dtype_size(ts_dtype_of(g, w->m.input));
+    w->yb = (size_t)ts_numel(g, w->m.target) * ts_dtype_size(ts_dtype_of(g, w->m.target));
+    for (int b = 0; b < N_BATCHES; b++) {
+        if (!(w->x[b] = ts_alloc(w->xb, "bench batch")) ||
+            !(w->y[b] = ts_alloc(w->yb, "bench batch")))
+            return TS_ERR_NOMEM;
+        s = w1 ? ts_synth_regression(1234, b, mc.batch, mc.window, mc.features, mc.out_dim, w->x[b],
+                                     w->y[b])
+               : ts_synth_tokens(1234, b, gc.batch, gc.ctx, gc.vocab, w->x[b], w->y[b]);
+        if (s != TS_OK) return s;
+    }
+    return TS_OK;
+}
+
+static ts_status run_steps(workload *w, int n, double *times, int64_t *done) {
+    const char *in = ts_name(w->g, w->m.input), *tg = ts_name(w->g, w->m.target);
+    for (int i = 0; i < n; i++) {
+        int k = (int)(*done % N_BATCHES);
+        ts_status s = ts_plan_set_input(w->p, in, w->x[k], w->xb);
+        if (s == TS_OK) s = ts_plan_set_input(w->p, tg, w->y[k], w->yb);
+        double t0 = ts_now();
+        if (s == TS_OK) s = ts_plan_step(w->p);
+        if (s != TS_OK) return s;
+        if (times) times[i] = ts_now() - t0;
+        (*done)++;
+    }
+    return TS_OK;
+}
+
+/* One run of the reference; its RESULT line gives the figures. */
+static ts_status run_torch(const ts_bench_options *o, ts_bench_side *t) {
+    if (strchr(o->python, '\'') || strchr(o->reference, '\''))
+        return ts_fail(TS_ERR_INVALID, "bench: the reference path may not contain a quote");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp '%s' '%s' --workload %s "
+             "--mode eager --threads %d --min-steps 5 --min-time %g --budget 60 2>&1",
+             o->python, o->reference, o->workload, o->threads, o->torch_min_time);
+    FILE *f = popen(cmd, "r");
+    if (!f) return ts_fail(TS_ERR_IO, "bench: cannot start %s", o->python);
+    char line[4096], last[256] = "";
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] && line[0] != '\n') snprintf(last, sizeof last, "%.200s", line);
+        char *p = strstr(line, "RESULT"), *q = p ? strchr(p, ':') : NULL, unit[32];
+        double tp, ms;
+        if (!q || sscanf(q + 1, " %lf %31s median step %lf", &tp, unit, &ms) != 3) continue;
+        char *rs = strstr(q, "peak RSS");
+        if (rs) sscanf(rs, "peak RSS %lf", &t->rss_mb);
+        t->throughput = tp;
+        t->step_ms = ms;
+        found = 1;
+    }
+    int rc = pclose(f);
+    if (!found || rc != 0) {
+        last[strcspn(last, "\n")] = 0;
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "bench: the PyTorch reference failed (exit %d%s%s); it needs "
+                       "python3-torch and %s",
+                       rc, last[0] ? ": " : "", last, o->reference);
+    }
+    return TS_OK;
+}
+
+static void print_profile(FILE *out, ts_plan *p, int steps_done, int top) {
+    ts_profile_entry e[TOP_KERNELS];
+    int n = ts_plan_profile(p, e, top < TOP_KERNELS ? top : TOP_KERNELS);
+    double total = 0;
+    ts_profile_entry all[256];
+    int na = ts_plan_profile(p, all, 256);
+    for (int i = 0; i < na && i < 256; i++) total += all[i].seconds;
+    fprintf(out, "top kernels (per step, %d profiled steps):\n", steps_done);
+    fprintf(out, "  %-22s %10s %7s %6s %10s\n", "op", "ms/step", "share", "instr", "GFLOP/s");
+    for (int i = 0; i < n && i < top; i++) {
+        double ms = 1e3 * e[i].seconds / (steps_done ? steps_done : 1);
+        fprintf(out, "  %-22s %10.3f %6.1f%% %6d %10.1f%s\n", e[i].op, ms,
+                total > 0 ? 100.0 * e[i].seconds / total : 0.0, e[i].instructions,
+                e[i].seconds > 0 ? e[i].flops * steps_done / e[i].seconds * 1e-9 : 0.0,
+                e[i].is_gemm ? "  (GEMM/conv)" : "");
+    }
+}
+
+static double gemm_share(ts_plan *p) {
+    ts_profile_entry all[256];
+    int n = ts_plan_profile(p, all, 256);
+    double total = 0, gemm = 0;
+    for (int i = 0; i < n && i < 256; i++) {
+        total += all[i].seconds;
+        if (all[i].is_gemm) gemm += all[i].seconds;
+    }
+    return total > 0 ? gemm / total : NAN;
+}
+
+static ts_status append_json(const ts_bench_options *o, const ts_bench_result *r) {
+    json_t *j = json_pack(
+        "{s:s, s:s, s:i, s:s, s:{s:f, s:f, s:f, s:i, s:f}, s:f, s:f}", "workload", o->workload,
+        "precision", o->precision, "threads", o->threads, "unit", r->unit, "tessel", "step_ms",
+        r->tessel.step_ms, "throughput", r->tessel.throughput, "peak_rss_mb", r->tessel.rss_mb,
+        "steps", r->tessel.steps, "gemm_share", isfinite(r->gemm_share) ? r->gemm_share : 0.0,
+        "compile_s", r->compile_s, "flops_per_step", r->stats.flops_per_step);
+    if (!j) return ts_fail(TS_ERR_NOMEM, "bench: out of memory for JSON");
+    if (r->has_torch) {
+        json_object_set_new(j, "torch",
+                            json_pack("{s:f, s:f, s:f}", "step_ms", r->torch.step_ms, "throughput",
+                                      r->torch.throughput, "peak_rss_mb", r->torch.rss_mb));
+        json_object_set_new(j, "ratio", json_real(r->tessel.throughput / r->torch.throughput));
+    }
+    char *text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    json_decref(j);
+    if (!text) return ts_fail(TS_ERR_NOMEM, "bench: out of memory for JSON");
+    FILE *f = fopen(o->json_path, "a");
+    int bad = !f || fprintf(f, "%s\n", text) < 0;
+    if (f) bad |= fclose(f) != 0;
+    free(text);
+    return bad ? ts_fail(TS_ERR_IO, "bench: cannot write %s", o->json_path) : TS_OK;
+}
+
+ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
+    if (!opts || !r) return ts_fail(TS_ERR_INVALID, "bench: NULL argument");
+    ts_bench_options o = *opts;
+    FILE *out = o.out ? o.out : stdout;
+    memset(r, 0, sizeof *r);
+    if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.rounds < 1)
+        return ts_fail(TS_ERR_INVALID, "bench: steps, threads and rounds must be >= 1");
+    if (!o.compare_torch) o.rounds = 1;
+    workload w;
+    memset(&w, 0, sizeof w);
+    ts_status s = workload_build(&o, &w, r);
+    if (s == TS_OK && o.compare_torch && !w.has_reference)
+        s = ts_fail(TS_ERR_UNSUPPORTED, "bench: the PyTorch reference has no %s workload",
+                    o.workload);
+    if (s != TS_OK) {
+        workload_free(&w);
+        return s;
+    }
+    r->unit = w.gpt ? "tokens/s" : "samples/s";
+    fprintf(out, "tessel %s: compiled in %.2f s, %d instructions, %d threads\n", o.workload,
+            r->compile_s, r->stats.n_instructions, o.threads);
+    fflush(out);
+    const int total = o.steps * o.rounds;
+    double *times = ts_alloc(sizeof(double) * (size_t)total, "bench timings");
+    double *torch_ms = ts_alloc(sizeof(double) * (size_t)o.rounds, "bench timings");
+    double *torch_tp = ts_alloc(sizeof(double) * (size_t)o.rounds, "bench timings");
+    int64_t done = 0;
+    if (!times || !torch_ms || !torch_tp) s = TS_ERR_NOMEM;
+    if (s == TS_OK) s = run_steps(&w, o.warmup ? o.warmup : 0, NULL, &done);
+    r->loss_first = ts_plan_loss(w.p);
+    /* Warm-up pays for page faults and cold caches: profile only what is timed. */
+    ts_plan_profile_reset(w.p);
+    for (int round = 0; s == TS_OK && round < o.rounds; round++) {
+        s = run_steps(&w, o.steps, times + round * o.steps, &done);
+        if (s == TS_OK && o.compare_torch) {
+            ts_bench_side t = {0, 0, 0, 0};
+            s = run_torch(&o, &t);
+            torch_ms[round] = t.step_ms;
+            torch_tp[round] = t.throughput;
+            if (t.rss_mb > r->torch.rss_mb) r->torch.rss_mb = t.rss_mb;
+            r->torch.steps = round + 1;
+            if (s == TS_OK) {
+                double round_ms[2] = {0, 0}, *rt = times + round * o.steps;
+                double *copy = ts_alloc(sizeof(double) * (size_t)o.steps, "bench timings");
+                if (copy) {
+                    memcpy(copy, rt, sizeof(double) * (size_t)o.steps);
+                    round_ms[0] = 1e3 * median(copy, o.steps);
+                    free(copy);
+                }
+                round_ms[1] = t.step_ms;
+                fprintf(out, "  round %d/%d: tessel %.1f ms, pytorch %.1f ms per step\n", round + 1,
+                        o.rounds, round_ms[0], round_ms[1]);
+            }
+            fflush(out);
+        }
+    }
+    if (s == TS_OK) {
+        r->loss_last = ts_plan_loss(w.p);
+        const double med = median(times, total);
+        r->tessel = (ts_bench_side){1e3 * med, w.per_step / med, peak_rss_mb(), total};
+        r->gemm_share = gemm_share(w.p);
+        fprintf(out,
+                "tessel  %s: %10.1f %s  median step %8.1f ms  peak RSS %6.0f MB  loss %.4f -> "
+                "%.4f\n",
+                o.workload, r->tessel.throughput, r->unit, r->tessel.step_ms, r->tessel.rss_mb,
+                r->loss_first, r->loss_last);
+        const ts_plan_stats *st = &r->stats;
+        fprintf(out,
+                "        arena %.1f MiB (params %.1f, grads %.1f, state %.1f, temps %.1f), "
+                "%.2f GFLOP/step = %.1f GFLOP/s, GEMM/conv %.1f %% of kernel time\n",
+                st->arena_bytes / 1048576.0, st->param_bytes / 1048576.0,
+                st->grad_bytes / 1048576.0, st->state_bytes / 1048576.0, st->temp_bytes / 1048576.0,
+                st->flops_per_step * 1e-9, st->flops_per_step * 1e-9 / med, 100.0 * r->gemm_share);
+        if (o.profile) print_profile(out, w.p, total, TOP_KERNELS);
+        if (o.compare_torch) {
+            /* The lower-middle step time and the upper-middle throughput are
+             * the same run's when there are two: PyTorch's better one. */
+            r->has_torch = 1;
+            r->torch.step_ms = median(torch_ms, o.rounds);
+            qsort(torch_tp, (size_t)o.rounds, sizeof *torch_tp, cmp_d);
+            r->torch.throughput = torch_tp[o.rounds / 2];
+            fprintf(out, "pytorch %s: %10.1f %s  median step %8.1f ms  peak RSS %6.0f MB\n",
+                    o.workload, r->torch.throughput, r->unit, r->torch.step_ms, r->torch.rss_mb);
+            fprintf(out, "ratio   %s: throughput %.2fx PyTorch eager, peak RSS %.2fx\n", o.workload,
+                    r->tessel.throughput / r->torch.throughput,
+                    r->torch.rss_mb > 0 ? r->tessel.rss_mb / r->torch.rss_mb : NAN);
+        }
+        fflush(out);
+        if (o.json_path) s = append_json(&o, r);
+    }
+    free(times);
+    free(torch_ms);
+    free(torch_tp);
+    workload_free(&w);
+    return s;
+}

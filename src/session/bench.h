@@ -1,0 +1,56 @@
+/* bench.h — training-step benchmarks of the shared/BENCH.md workloads, with
+ * the PyTorch reference measured side by side in the same run.
+ *
+ *     ts_bench_options o = ts_bench_options_default();
+ *     o.workload = "W1";
+ *     o.compare_torch = 1;                  // alternate tessel and torch_bench.py
+ *     ts_bench_result r;
+ *     if (ts_bench_run(&o, &r) != TS_OK) puts(ts_last_error());
+ *
+ * Prints (to o.out) the median step time, throughput, peak RSS and the
+ * share of step time in GEMM kernels, and with compare_torch the
+ * reference's figures and the ratio. Machines are shared and noisy: the
+ * ratio from one run is the claim, never absolute times across days.
+ */
+#ifndef TS_SESSION_BENCH_H
+#define TS_SESSION_BENCH_H
+
+#include <stdio.h>
+#include "tessel/tessel.h"
+
+typedef struct ts_bench_options {
+    const char *workload;  /* W1, W3 or gpt2-124m (W2, W4, W5: not supported yet) */
+    const char *precision; /* fp32 (bf16: not supported yet) */
+    int steps;             /* timed steps per round (default 10) */
+    int warmup;            /* untimed steps before the first round (default 2) */
+    int threads;           /* default 2, as in BENCH.md */
+    int profile;           /* also print the kernels that took the most time */
+    int compare_torch;     /* run the reference too, alternating with tessel */
+    int rounds;            /* tessel/reference alternations with compare_torch (default 2) */
+    const char *reference; /* torch_bench.py (default ../shared/reference/torch_bench.py) */
+    const char *python;    /* interpreter (default /usr/bin/python3, which sees Debian's torch) */
+    double torch_min_time; /* seconds the reference times per run (default 5) */
+    const char *json_path; /* append the results as one JSON line (NULL: none) */
+    FILE *out;             /* the report (NULL: stdout) */
+} ts_bench_options;
+
+ts_bench_options ts_bench_options_default(void);
+
+typedef struct ts_bench_side {
+    double step_ms, throughput, rss_mb; /* median step; per second of `unit`; peak RSS */
+    int steps;                          /* timed steps (tessel) or reference runs */
+} ts_bench_side;
+
+typedef struct ts_bench_result {
+    const char *unit; /* samples/s or tokens/s */
+    ts_bench_side tessel, torch;
+    int has_torch;
+    double loss_first, loss_last;
+    double gemm_share; /* share of the step's kernel time spent in GEMMs */
+    double compile_s;
+    ts_plan_stats stats;
+} ts_bench_result;
+
+ts_status ts_bench_run(const ts_bench_options *o, ts_bench_result *r);
+
+#endif

@@ -1,0 +1,771 @@
+/* A training run: data, model, plans, the step loop, evaluation and the run
+ * directory. The order matters for the promise in session.h: every check
+ * that can fail on bad input (config, data, labels, shapes, compile, the
+ * run directory's state) runs before the run directory is created. */
+#include "session/session.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "core/core.h"
+#include "data/data.h"
+#include "data/synthetic.h"
+#include "tessel/tessel.h"
+
+/* Synthetic data cycles over a few fixed batches, as the reference
+ * benchmark does: a GPT can then lower its loss by memorising them, which
+ * fresh uniform tokens (whose best loss is log(vocab) from the start) would
+ * not allow. */
+enum { N_SYNTH = 4 };
+/* Step rates kept for the median: enough for any run a person watches. */
+enum { MAX_RATES = 1 << 20 };
+
+static const char *const source_names[] = {"synthetic", "idx", "npy", "csv", "tokens"};
+
+typedef struct session {
+    ts_config c; /* resolved copy */
+    const ts_session_options *o;
+    ts_session_result *r;
+    ts_progress pr;
+    /* data */
+    ts_dataset *all, *train, *val, *test;
+    ts_loader *loader;
+    int n_synth;
+    void *sx[N_SYNTH], *sy[N_SYNTH];
+    /* model and plans */
+    ts_graph *g;
+    ts_model m;
+    ts_plan *plan, *eval;
+    int gpt, classifier, want_acc, want_mse;
+    const char *in_name, *tgt_name, *out_name;
+    size_t xb, yb, outb; /* bytes of one batch's x, y and model output */
+    void *bx, *by;
+    float *bout;
+    void *pbuf; /* one parameter, for copying into the eval plan */
+    size_t pbuf_bytes;
+    double *rates;
+    int64_t n_rates;
+    /* run directory */
+    FILE *metrics;
+    int dir_made;
+} session;
+
+ts_session_options ts_session_options_default(void) {
+    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES};
+    return o;
+}
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static json_t *jnum(double v) {
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* A number for a JSON line: shortest text that reads back the same float,
+ * null for NaN and infinities (which JSON lacks). */
+static const char *num(double v, char *buf, size_t n) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, n, "%.9g", v);
+    return buf;
+}
+
+static int64_t numel_dims(int rank, const int64_t *dims) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= dims[i];
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double param_count(const ts_plan *p) {
+    double n = 0;
+    for (int i = 0; i < ts_plan_param_count(p); i++) {
+        int rank;
+        int64_t dims[TS_MAX_RANK];
+        if (ts_plan_value_info(p, ts_plan_param_name(p, i), NULL, &rank, dims) == TS_OK)
+            n += (double)numel_dims(rank, dims);
+    }
+    return n;
+}
+
+/* ---- the run directory --------------------------------------------------- */
+
+/* A run directory may be new or empty; anything else is someone's run. */
+static ts_status check_run_dir(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (errno == ENOENT) return TS_OK;
+        return ts_fail(TS_ERR_IO, "run directory '%s': %s", dir, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return ts_fail(TS_ERR_INVALID, "run directory '%s' exists and is not a directory", dir);
+    DIR *d = opendir(dir);
+    if (!d) return ts_fail(TS_ERR_IO, "run directory '%s': %s", dir, strerror(errno));
+    int empty = 1;
+    for (struct dirent *e; empty && (e = readdir(d));)
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    if (!empty)
+        return ts_fail(TS_ERR_INVALID,
+                       "run directory '%s' already exists and is not empty; nothing was written "
+                       "(choose a new one with --out or output.dir)",
+                       dir);
+    return TS_OK;
+}
+
+/* mkdir -p */
+static ts_status make_dirs(const char *dir) {
+    char path[512];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return ts_fail(TS_ERR_INVALID, "run directory '%s': path too long", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return ts_fail(TS_ERR_IO, "cannot create run directory '%s': %s", path,
+                           strerror(errno));
+        *p = c;
+        if (!c) break;
+    }
+    return TS_OK;
+}
+
+static FILE *open_in_dir(const session *s, const char *name, const char *mode) {
+    char path[640];
+    snprintf(path, sizeof path, "%s/%s", s->r->run_dir, name);
+    FILE *f = fopen(path, mode);
+    if (!f) ts_fail(TS_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    return f;
+}
+
+static ts_status write_json(const session *s, const char *name, json_t *obj) {
+    if (!obj) return ts_fail(TS_ERR_NOMEM, "out of memory for %s", name);
+    FILE *f = open_in_dir(s, name, "w");
+    ts_status st = TS_ERR_IO;
+    if (f) {
+        int bad =
+            json_dumpf(obj, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) != 0;
+        bad |= fputc('\n', f) == EOF;
+        bad |= fclose(f) != 0;
+        st = bad ? ts_fail(TS_ERR_IO, "writing %s/%s failed", s->r->run_dir, name) : TS_OK;
+    }
+    json_decref(obj);
+    return st;
+}
+
+static json_t *lineage_json(const ts_dataset *d, json_t *files) {
+    for (int i = 0; d && i < d->n_lineage; i++)
+        json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "path", d->lineage[i].path,
+                                               "bytes", (json_int_t)d->lineage[i].bytes, "sha256",
+                                               d->lineage[i].sha256));
+    return files;
+}
+
+static ts_status write_run_files(session *s) {
+    ts_status st = make_dirs(s->r->run_dir);
+    if (st != TS_OK) return st;
+    s->dir_made = 1;
+    FILE *f = open_in_dir(s, "config.yaml", "w");
+    if (!f) return TS_ERR_IO;
+    fprintf(f, "# resolved configuration of this run (tessel %s)\n", TESSEL_VERSION);
+    st = ts_config_write(&s->c, f);
+    if (fclose(f) != 0 && st == TS_OK) st = ts_fail(TS_ERR_IO, "writing config.yaml failed");
+    if (st != TS_OK) return st;
+
+    json_t *files = lineage_json(s->test, lineage_json(s->all, json_array()));
+    json_t *lin = json_pack(
+        "{s:s, s:o, s:{s:I, s:I, s:I}, s:f, s:b, s:I}", "source", source_names[s->c.data.source],
+        "files", files, "examples", "train", (json_int_t)(s->train ? s->train->n : 0), "val",
+        (json_int_t)(s->val ? s->val->n : 0), "test", (json_int_t)(s->test ? s->test->n : 0),
+        "val_fraction", s->c.data.val_fraction, "shuffle", s->c.data.shuffle, "seed",
+        (json_int_t)s->c.train.seed);
+    if ((st = write_json(s, "lineage.json", lin)) != TS_OK) return st;
+
+    if (s->all && s->all->norm_mean) {
+        json_t *names = json_array(), *mean = json_array(), *sd = json_array();
+        const char *p = s->c.data.features;
+        for (int64_t i = 0; i < s->all->n_norm; i++) {
+            json_array_append_new(mean, json_real(s->all->norm_mean[i]));
+            json_array_append_new(sd, json_real(s->all->norm_std[i]));
+        }
+        /* The feature names as configured; empty when every column but
+         * the label was used (the loader knows their order). */
+        while (*p) {
+            while (*p == ' ' || *p == ',') p++;
+            size_t len = strcspn(p, ",");
+            while (len && p[len - 1] == ' ') len--;
+            if (len) json_array_append_new(names, json_stringn(p, len));
+            p += strcspn(p, ",");
+        }
+        json_t *norm = json_pack("{s:s, s:o, s:o}", "method", "standardise: (x - mean) / std",
+                                 "mean", mean, "std", sd);
+        if (norm && json_array_size(names)) json_object_set(norm, "features", names);
+        json_decref(names);
+        if ((st = write_json(s, "normalisation.json", norm)) != TS_OK) return st;
+    }
+    s->metrics = open_in_dir(s, "metrics.jsonl", "w");
+    return s->metrics ? TS_OK : TS_ERR_IO;
+}
+
+static json_t *eval_json(const ts_eval_result *e) {
+    json_t *o = json_pack("{s:I, s:o}", "examples", (json_int_t)e->examples, "loss", jnum(e->loss));
+    if (!isnan(e->accuracy)) json_object_set_new(o, "accuracy", jnum(e->accuracy));
+    if (!isnan(e->mse)) json_object_set_new(o, "mse", jnum(e->mse));
+    return o;
+}
+
+/* summary.json, however the run ended; `error` is NULL on success. The
+ * status is that of writing the file. */
+static ts_status write_summary(session *s, const char *status, const char *error) {
+    if (!s->dir_made) return TS_OK;
+    ts_session_result *r = s->r;
+    char rate_key[32];
+    snprintf(rate_key, sizeof rate_key, "median_%.*s_per_s", (int)strcspn(r->unit, "/"), r->unit);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:f, s:o, s:I, s:I}", "status", status, "tessel",
+        TESSEL_VERSION, "model", s->gpt ? "gpt" : "mlp", "steps", (json_int_t)r->steps,
+        "planned_steps", (json_int_t)r->planned_steps, "first_loss", jnum(r->first_loss),
+        "final_loss", jnum(r->final_loss), "seconds", r->seconds, rate_key, jnum(r->median_rate),
+        "parameters", (json_int_t)(s->plan ? param_count(s->plan) : 0), "seed",
+        (json_int_t)s->c.train.seed);
+    if (!o) return ts_fail(TS_ERR_NOMEM, "out of memory for summary.json");
+    if (s->c.batches_per_epoch)
+        json_object_set_new(o, "epochs",
+                            json_real((double)r->steps / (double)s->c.batches_per_epoch));
+    if (r->has_val) json_object_set_new(o, "val", eval_json(&r->val));
+    if (r->has_test) json_object_set_new(o, "test", eval_json(&r->test));
+    if (error) json_object_set_new(o, "error", json_string(error));
+    return write_json(s, "summary.json", o);
+}
+
+/* ---- data ----------------------------------------------------------------- */
+
+static ts_status load_csv(session *s) {
+    const ts_config *c = &s->c;
+    char names[sizeof c->data.features];
+    const char *list[256];
+    int n = 0;
+    snprintf(names, sizeof names, "%s", c->data.features);
+    for (char *p = names; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        if (n == (int)(sizeof list / sizeof list[0]))
+            return ts_fail(TS_ERR_INVALID, "data.features: more than %d columns",
+                           (int)(sizeof list / sizeof list[0]));
+        char *end = p + strcspn(p, ",");
+        char *next = *end ? end + 1 : end;
+        while (end > p && end[-1] == ' ') end--;
+        *end = 0;
+        list[n++] = p;
+        p = next;
+    }
+    ts_csv_options co = {c->data.path,    n ? list : NULL,   n, c->data.label, c->data.window,
+                         c->data.horizon, c->data.normalise, 0};
+    return ts_data_load_csv_windows(&co, &s->all);
+}
+
+/* Class ids must be in [0, classes): the first bad one, named by file and
+ * example, is the error. Returns the largest label in *max. */
+static ts_status check_labels(const ts_dataset *d, const char *file, int64_t classes,
+                              int64_t *max) {
+    const int64_t *y = d->y;
+    for (int64_t i = 0; i < d->n; i++) {
+        if (y[i] < 0 || (classes > 0 && y[i] >= classes))
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: example %lld has label %lld, out of range: labels must be in "
+                           "[0, %lld)%s",
+                           file, (long long)i, (long long)y[i],
+                           (long long)(classes > 0 ? classes : 0),
+                           classes > 0 ? " (model.classes)" : "");
+        if (y[i] > *max) *max = y[i];
+    }
+    return TS_OK;
+}
+
+static ts_status load_data(session *s) {
+    ts_config *c = &s->c;
+    ts_status st = TS_OK;
+    const char *label_file = NULL, *test_label_file = NULL;
+    switch ((ts_cfg_source)c->data.source) {
+    case TS_CFG_SYNTHETIC: return TS_OK;
+    case TS_CFG_IDX:
+        st = ts_data_load_idx_pair(c->data.train_images, c->data.train_labels, &s->all);
+        if (st == TS_OK && c->data.test_images[0])
+            st = ts_data_load_idx_pair(c->data.test_images, c->data.test_labels, &s->test);
+        label_file = c->data.train_labels, test_label_file = c->data.test_labels;
+        break;
+    case TS_CFG_NPY:
+        st = ts_data_load_npy_pair(c->data.x, c->data.y, &s->all);
+        label_file = c->data.y;
+        break;
+    case TS_CFG_CSV: st = load_csv(s); break;
+    case TS_CFG_TOKENS:
+        st = ts_data_load_tokens(c->data.path, c->data.bits, c->model.ctx, c->model.vocab, &s->all);
+        break;
+    }
+    if (st != TS_OK) return st;
+
+    ts_config_data_shape shape = {0, 0, 0, 0};
+    shape.in_dim = numel_dims(s->all->x_rank, s->all->x_dims);
+    if (!s->gpt) {
+        const int64_t per = numel_dims(s->all->y_rank, s->all->y_dims);
+        if (s->all->y_dtype == TS_I64) {
+            if (per != 1)
+                return ts_fail(TS_ERR_SHAPE,
+                               "%s: integer targets are class ids, one per example, but each "
+                               "example has %lld",
+                               label_file, (long long)per);
+            const int64_t want = c->model.classes;
+            int64_t max = -1;
+            st = check_labels(s->all, label_file, want, &max);
+            if (st == TS_OK && s->test) st = check_labels(s->test, test_label_file, want, &max);
+            if (st != TS_OK) return st;
+            shape.classes = max + 1;
+        } else {
+            shape.out_dim = per;
+        }
+    }
+    if (s->test &&
+        (s->test->x_rank != s->all->x_rank ||
+         memcmp(s->test->x_dims, s->all->x_dims, sizeof(int64_t) * (size_t)s->all->x_rank)))
+        return ts_fail(TS_ERR_SHAPE, "%s: test images are not the shape of the training images",
+                       c->data.test_images);
+
+    st = ts_dataset_split(s->all, c->data.val_fraction, c->train.seed, &s->train, &s->val);
+    if (st != TS_OK) return st;
+    if (s->train->n < c->model.batch)
+        return ts_fail(TS_ERR_INVALID,
+                       "the training split has %lld examples, fewer than model.batch %lld "
+                       "(%lld examples, data.val_fraction %g)",
+                       (long long)s->train->n, (long long)c->model.batch, (long long)s->all->n,
+                       c->data.val_fraction);
+    shape.batches_per_epoch = s->train->n / c->model.batch;
+    st = ts_config_fit_data(c, &shape);
+    if (st != TS_OK) return st;
+    return ts_loader_new(s->train, c->model.batch, c->data.shuffle, c->train.seed, &s->loader);
+}
+
+static ts_status make_synthetic(session *s) {
+    const ts_config *c = &s->c;
+    int n = c->train.steps < N_SYNTH ? (int)c->train.steps : N_SYNTH;
+    for (; s->n_synth < n; s->n_synth++) {
+        int k = s->n_synth;
+        if (!(s->sx[k] = ts_alloc(s->xb, "synthetic batch")) ||
+            !(s->sy[k] = ts_alloc(s->yb, "synthetic batch"))) {
+            s->n_synth++;
+            return TS_ERR_NOMEM;
+        }
+        ts_status st;
+        if (!s->gpt) {
+            ts_mlp_config mc = ts_config_mlp(c);
+            int64_t window = mc.window > 0 ? mc.window : mc.in_dim;
+            int64_t features = mc.window > 0 ? mc.features : 1;
+            st = ts_synth_regression(c->train.seed, k, mc.batch, window, features, mc.out_dim,
+                                     s->sx[k], s->sy[k]);
+        } else {
+            ts_gpt_config gc = ts_config_gpt(c);
+            st = ts_synth_tokens(c->train.seed, k, gc.batch, gc.ctx, gc.vocab, s->sx[k], s->sy[k]);
+        }
+        if (st != TS_OK) return st;
+    }
+    return TS_OK;
+}
+
+/* ---- model and plans ---------------------------------------------------- */
+
+static size_t value_bytes(const ts_graph *g, ts_val v) {
+    return (size_t)ts_numel(g, v) * ts_dtype_size(ts_dtype_of(g, v));
+}
+
+static ts_status resolve_metrics(session *s) {
+    ts_config *c = &s->c;
+    if (!c->train.metrics[0])
+        snprintf(c->train.metrics, sizeof c->train.metrics, "%s",
+                 s->classifier ? "accuracy" : "mse");
+    ts_status st = ts_config_metrics(c, &s->want_acc, &s->want_mse);
+    if (st != TS_OK) return st;
+    if (s->want_acc && !s->classifier)
+        return ts_fail(TS_ERR_INVALID,
+                       "train.metrics: accuracy needs a classifier (model.classes > 0 or a gpt "
+                       "model); this model is a regression");
+    if (s->want_mse && s->classifier)
+        return ts_fail(TS_ERR_INVALID,
+                       "train.metrics: mse needs a regression model; this one is a classifier "
+                       "(use accuracy)");
+    return TS_OK;
+}
+
+static ts_status build(session *s) {
+    ts_train_spec spec;
+    ts_compile_options opt;
+    ts_status st = ts_config_build(&s->c, &s->g, &s->m, &spec, &opt);
+    if (st == TS_OK) st = ts_compile(s->g, &spec, &opt, &s->plan);
+    if (st != TS_OK) return st;
+    s->in_name = ts_name(s->g, s->m.input);
+    s->tgt_name = ts_name(s->g, s->m.target);
+    s->out_name = ts_name(s->g, s->m.output);
+    s->xb = value_bytes(s->g, s->m.input);
+    s->yb = value_bytes(s->g, s->m.target);
+    s->outb = value_bytes(s->g, s->m.output);
+    if (s->all) {
+        /* The model's inputs hold a batch of the dataset's examples. */
+        const size_t B = (size_t)s->c.model.batch;
+        if (s->xb != B * ts_dataset_x_bytes(s->all) || s->yb != B * ts_dataset_y_bytes(s->all) ||
+            ts_dtype_of(s->g, s->m.input) != s->all->x_dtype ||
+            ts_dtype_of(s->g, s->m.target) != s->all->y_dtype)
+            return ts_fail(TS_ERR_INTERNAL,
+                           "the model's inputs (%zu, %zu bytes) do not hold a batch of the "
+                           "data (%zu, %zu bytes per example)",
+                           s->xb, s->yb, ts_dataset_x_bytes(s->all), ts_dataset_y_bytes(s->all));
+    }
+    if (!(s->bx = ts_alloc(s->xb, "batch")) || !(s->by = ts_alloc(s->yb, "batch")))
+        return TS_ERR_NOMEM;
+    if ((s->val && s->val->n) || s->test) {
+        /* Evaluation runs an inference plan of the same graph: forward only,
+         * no dropout, its own arena; parameters are copied in by name. */
+        if ((st = ts_compile(s->g, NULL, &opt, &s->eval)) != TS_OK) return st;
+        if (!(s->bout = ts_alloc(s->outb, "model output"))) return TS_ERR_NOMEM;
+        for (int i = 0; i < ts_plan_param_count(s->plan); i++) {
+            ts_dtype dt;
+            int rank;
+            int64_t dims[TS_MAX_RANK];
+            ts_plan_value_info(s->plan, ts_plan_param_name(s->plan, i), &dt, &rank, dims);
+            size_t b = (size_t)numel_dims(rank, dims) * ts_dtype_size(dt);
+            if (b > s->pbuf_bytes) s->pbuf_bytes = b;
+        }
+        if (!(s->pbuf = ts_alloc(s->pbuf_bytes ? s->pbuf_bytes : 1, "parameter copy")))
+            return TS_ERR_NOMEM;
+    }
+    return TS_OK;
+}
+
+/* ---- evaluation ----------------------------------------------------------- */
+
+static ts_status copy_params(session *s) {
+    for (int i = 0; i < ts_plan_param_count(s->plan); i++) {
+        const char *name = ts_plan_param_name(s->plan, i);
+        ts_dtype dt;
+        int rank;
+        int64_t dims[TS_MAX_RANK];
+        /* A parameter the forward pass does not read is not in the plan. */
+        if (ts_plan_value_info(s->eval, name, &dt, &rank, dims) != TS_OK) continue;
+        size_t b = (size_t)numel_dims(rank, dims) * ts_dtype_size(dt);
+        ts_status st = ts_plan_read(s->plan, name, s->pbuf, b);
+        if (st == TS_OK) st = ts_plan_write_param(s->eval, name, s->pbuf, b);
+        if (st != TS_OK) return st;
+    }
+    return TS_OK;
+}
+
+/* Every example of d, in order, in batches of the plan's size; the last
+ * batch is padded with copies of its first example, which are not counted. */
+static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
+    const int64_t B = s->c.model.batch;
+    const size_t xe = ts_dataset_x_bytes(d), ye = ts_dataset_y_bytes(d);
+    /* Targets per example: class ids (classifier) or numbers (regression);
+     * the output has `width` values per target for a classifier. */
+    const int64_t per = (int64_t)(ye / (s->classifier ? sizeof(int64_t) : sizeof(float)));
+    const int64_t width = s->classifier ? (int64_t)(s->outb / sizeof(float)) / (B * per) : 1;
+    double loss = 0, sq = 0;
+    int64_t correct = 0, targets = 0;
+    ts_status st = copy_params(s);
+    for (int64_t start = 0; st == TS_OK && start < d->n; start += B) {
+        const int64_t cnt = d->n - start < B ? d->n - start : B;
+        memcpy(s->bx, (const char *)d->x + (size_t)start * xe, (size_t)cnt * xe);
+        for (int64_t i = cnt; i < B; i++)
+            memcpy((char *)s->bx + (size_t)i * xe, (const char *)d->x + (size_t)start * xe, xe);
+        st = ts_plan_set_input(s->eval, s->in_name, s->bx, s->xb);
+        if (st == TS_OK) st = ts_plan_step(s->eval);
+        if (st == TS_OK) st = ts_plan_read(s->eval, s->out_name, s->bout, s->outb);
+        if (st != TS_OK) break;
+        const int64_t nt = cnt * per;
+        if (s->classifier) {
+            const int64_t *y = (const int64_t *)((const char *)d->y + (size_t)start * ye);
+            for (int64_t t = 0; t < nt; t++) {
+                const float *row = s->bout + t * width;
+                int64_t arg = 0;
+                double mx = row[0], sum = 0;
+                for (int64_t k = 1; k < width; k++)
+                    if (row[k] > mx) mx = row[k], arg = k;
+                for (int64_t k = 0; k < width; k++) sum += exp((double)row[k] - mx);
+                loss += mx + log(sum) - (double)row[y[t]];
+                correct += arg == y[t];
+            }
+        } else {
+            const float *y = (const float *)((const char *)d->y + (size_t)start * ye);
+            for (int64_t t = 0; t < nt; t++) {
+                double diff = (double)s->bout[t] - (double)y[t];
+                sq += diff * diff;
+            }
+        }
+        targets += nt;
+    }
+    if (st != TS_OK) {
+        ts_error_prefix("evaluation");
+        return st;
+    }
+    e->examples = d->n;
+    e->accuracy = e->mse = NAN;
+    if (s->classifier) {
+        e->loss = targets ? loss / (double)targets : NAN;
+        if (s->want_acc) e->accuracy = targets ? (double)correct / (double)targets : NAN;
+    } else {
+        e->loss = targets ? sq / (double)targets : NAN;
+        if (s->want_mse) e->mse = e->loss;
+    }
+    return TS_OK;
+}
+
+static ts_status eval_split(session *s, const char *split, const ts_dataset *d, ts_eval_result *e,
+                            int64_t step, int64_t epoch) {
+    double t0 = ts_now();
+    ts_status st = evaluate(s, d, e);
+    if (st != TS_OK) return st;
+    char metrics[128] = "", b1[32], b2[32];
+    if (!isnan(e->accuracy))
+        snprintf(metrics, sizeof metrics, "  accuracy %.2f %%", 100.0 * e->accuracy);
+    else if (!isnan(e->mse))
+        snprintf(metrics, sizeof metrics, "  mse %.6g", e->mse);
+    ts_progress_log(&s->pr,
+                    "eval  step %lld  epoch %lld  %-4s loss %.6f%s  (%lld examples, %.1f s)",
+                    (long long)step, (long long)epoch, split, e->loss, metrics,
+                    (long long)e->examples, ts_now() - t0);
+    if (s->metrics) {
+        fprintf(s->metrics,
+                "{\"type\":\"eval\",\"split\":\"%s\",\"step\":%lld,\"epoch\":%lld,"
+                "\"examples\":%lld,\"loss\":%s",
+                split, (long long)step, (long long)epoch, (long long)e->examples,
+                num(e->loss, b1, sizeof b1));
+        if (!isnan(e->accuracy))
+            fprintf(s->metrics, ",\"accuracy\":%s", num(e->accuracy, b2, sizeof b2));
+        if (!isnan(e->mse)) fprintf(s->metrics, ",\"mse\":%s", num(e->mse, b2, sizeof b2));
+        fputs("}\n", s->metrics);
+        fflush(s->metrics);
+    }
+    return TS_OK;
+}
+
+/* ---- the step loop -------------------------------------------------------- */
+
+static ts_status next_batch(session *s, int64_t step) {
+    if (s->loader) return ts_loader_next(s->loader, s->bx, s->by);
+    int k = (int)((step - 1) % s->n_synth);
+    memcpy(s->bx, s->sx[k], s->xb);
+    memcpy(s->by, s->sy[k], s->yb);
+    return TS_OK;
+}
+
+static ts_status train_loop(session *s) {
+    ts_session_result *r = s->r;
+    const ts_config *c = &s->c;
+    const int64_t steps = c->train.steps, bpe = c->batches_per_epoch;
+    const double per_step = (double)c->model.batch * (s->gpt ? (double)c->model.ctx : 1.0);
+    const int has_val = s->val && s->val->n > 0;
+    const double t_start = ts_now();
+    ts_status st = TS_OK;
+    /* A stop requested while the data loaded or the plan compiled. */
+    if (s->o->stop && *s->o->stop) {
+        r->interrupted = 1;
+        ts_progress_log(&s->pr, "stopped before the first step (interrupted)");
+    }
+    for (int64_t step = 1; step <= steps && !r->interrupted; step++) {
+        const int64_t epoch = bpe ? (step - 1) / bpe + 1 : 0;
+        const double lr = ts_plan_lr(s->plan), t0 = ts_now();
+        st = next_batch(s, step);
+        if (st == TS_OK) st = ts_plan_set_input(s->plan, s->in_name, s->bx, s->xb);
+        if (st == TS_OK) st = ts_plan_set_input(s->plan, s->tgt_name, s->by, s->yb);
+        if (st == TS_OK) st = ts_plan_step(s->plan);
+        const double dt = ts_now() - t0;
+        if (st != TS_OK) {
+            ts_error_prefix("step %lld", (long long)step);
+            break;
+        }
+        const double loss = ts_plan_loss(s->plan), rate = dt > 0 ? per_step / dt : 0;
+        r->steps = step;
+        r->final_loss = loss;
+        if (step == 1) r->first_loss = loss;
+        if (step > 1 && s->n_rates < MAX_RATES) s->rates[s->n_rates++] = rate;
+        ts_progress_info in = {step, epoch, c->train.epochs, loss, lr, rate};
+        ts_progress_step(&s->pr, &in);
+        if (s->metrics) {
+            char b1[32], b2[32], b3[32];
+            fprintf(s->metrics,
+                    "{\"type\":\"train\",\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%s,"
+                    "\"samples_per_s\":%s}\n",
+                    (long long)step, (long long)epoch, num(loss, b1, sizeof b1),
+                    num(lr, b2, sizeof b2),
+                    num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3));
+        }
+        if (!isfinite(loss)) {
+            st = ts_fail(TS_ERR_NUMERIC,
+                         "step %lld: the loss is %g; lower train.lr, set train.clip_grad_norm, "
+                         "or find the first bad value with --set compile.debug_nan=true",
+                         (long long)step, loss);
+            break;
+        }
+        const int stop = s->o->stop && *s->o->stop;
+        const int due =
+            c->train.eval_every > 0 ? step % c->train.eval_every == 0 : bpe > 0 && step % bpe == 0;
+        if (has_val && (due || (step == steps && !stop))) {
+            st = eval_split(s, "val", s->val, &r->val, step, epoch);
+            if (st != TS_OK) break;
+            r->has_val = 1;
+        }
+        if (stop) {
+            r->interrupted = 1;
+            ts_progress_log(&s->pr, "stopped after step %lld of %lld (interrupted)",
+                            (long long)step, (long long)steps);
+            break;
+        }
+    }
+    r->seconds = ts_now() - t_start;
+    if (st == TS_OK && s->metrics && (fflush(s->metrics) != 0 || ferror(s->metrics)))
+        st = ts_fail(TS_ERR_IO, "writing %s/metrics.jsonl failed", r->run_dir);
+    if (st != TS_OK) {
+        r->failed_in_step = 1;
+        return st;
+    }
+    if (s->n_rates) {
+        qsort(s->rates, (size_t)s->n_rates, sizeof *s->rates, cmp_double);
+        r->median_rate = s->rates[s->n_rates / 2];
+    } else if (r->steps == 1 && r->seconds > 0) {
+        r->median_rate = per_step / r->seconds;
+    }
+    if (s->test && !r->interrupted) {
+        st = eval_split(s, "test", s->test, &r->test, r->steps, bpe ? (r->steps - 1) / bpe + 1 : 0);
+        if (st != TS_OK) return st;
+        r->has_test = 1;
+    }
+    return TS_OK;
+}
+
+/* ---- the session ---------------------------------------------------------- */
+
+static void header(session *s) {
+    const ts_config *c = &s->c;
+    ts_plan_stats st;
+    ts_plan_get_stats(s->plan, &st);
+    char data[256];
+    if (s->all)
+        snprintf(data, sizeof data, "%s data: %lld train, %lld val%s", source_names[c->data.source],
+                 (long long)s->train->n, (long long)s->val->n, s->test ? ", " : "");
+    else
+        snprintf(data, sizeof data, "synthetic data");
+    char test[64] = "";
+    if (s->test) snprintf(test, sizeof test, "%lld test", (long long)s->test->n);
+    char epochs[96] = "";
+    if (c->batches_per_epoch)
+        snprintf(epochs, sizeof epochs, " (%.3g epochs of %lld)",
+                 (double)c->train.steps / (double)c->batches_per_epoch,
+                 (long long)c->batches_per_epoch);
+    const double np = param_count(s->plan);
+    char params[32];
+    if (np >= 1e6)
+        snprintf(params, sizeof params, "%.2f M", np * 1e-6);
+    else
+        snprintf(params, sizeof params, "%.0f", np);
+    ts_progress_log(&s->pr,
+                    "training %s: %s parameters, batch %lld, %lld steps%s; %s%s; plan: %d "
+                    "instructions, arena %.1f MiB",
+                    s->gpt ? "gpt" : (s->classifier ? "mlp classifier" : "mlp"), params,
+                    (long long)c->model.batch, (long long)c->train.steps, epochs, data, test,
+                    st.n_instructions, (double)st.arena_bytes / (1024.0 * 1024.0));
+}
+
+static void session_free(session *s) {
+    if (s->metrics) fclose(s->metrics);
+    ts_loader_free(s->loader);
+    ts_dataset_free(s->all);
+    ts_dataset_free(s->train);
+    ts_dataset_free(s->val);
+    ts_dataset_free(s->test);
+    for (int i = 0; i < s->n_synth; i++) free(s->sx[i]), free(s->sy[i]);
+    ts_plan_free(s->plan);
+    ts_plan_free(s->eval);
+    ts_graph_free(s->g);
+    free(s->bx);
+    free(s->by);
+    free(s->bout);
+    free(s->pbuf);
+    free(s->rates);
+}
+
+static ts_status setup(session *s) {
+    ts_status st = load_data(s);
+    if (st != TS_OK) return st;
+    s->classifier = s->gpt || s->c.model.classes > 0;
+    if ((st = resolve_metrics(s)) != TS_OK) return st;
+    if ((st = build(s)) != TS_OK) return st;
+    if (!s->all && (st = make_synthetic(s)) != TS_OK) return st;
+    int64_t cap = s->c.train.steps < MAX_RATES ? s->c.train.steps : MAX_RATES;
+    if (!(s->rates = ts_alloc(sizeof(double) * (size_t)(cap + 1), "step rates")))
+        return TS_ERR_NOMEM;
+    return TS_OK;
+}
+
+ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_session_result *r) {
+    if (!c || !r) return ts_fail(TS_ERR_INVALID, "session: NULL argument");
+    ts_session_options dflt = ts_session_options_default();
+    if (!o) o = &dflt;
+    memset(r, 0, sizeof *r);
+    r->first_loss = r->final_loss = r->median_rate = NAN;
+    if (!c->finished) return ts_fail(TS_ERR_INVALID, "session: call ts_config_finish first");
+    session *s = ts_zalloc(sizeof *s, "session");
+    if (!s) return TS_ERR_NOMEM;
+    s->c = *c;
+    s->o = o;
+    s->r = r;
+    s->gpt = c->model.name == TS_CFG_GPT;
+    r->unit = s->gpt ? "tokens/s" : "samples/s";
+    const char *dir = o->out_dir && *o->out_dir ? o->out_dir : c->output.dir;
+    ts_status st = TS_OK;
+    if (dir[0]) {
+        if (snprintf(r->run_dir, sizeof r->run_dir, "%s", dir) >= (int)sizeof r->run_dir ||
+            snprintf(s->c.output.dir, sizeof s->c.output.dir, "%s", dir) >=
+                (int)sizeof s->c.output.dir)
+            st = ts_fail(TS_ERR_INVALID, "run directory '%.60s...': path too long", dir);
+        if (st == TS_OK) st = check_run_dir(dir);
+    }
+    ts_progress_start(&s->pr, o->log, o->progress, 1, 0, r->unit, 1);
+    if (st == TS_OK) st = setup(s);
+    if (st == TS_OK) {
+        r->planned_steps = s->c.train.steps;
+        ts_progress_start(&s->pr, o->log, o->progress, s->c.train.steps, s->c.train.log_every,
+                          r->unit,
+                          (double)s->c.model.batch * (s->gpt ? (double)s->c.model.ctx : 1.0));
+        header(s);
+        if (r->run_dir[0]) st = write_run_files(s);
+    }
+    if (st == TS_OK) {
+        st = train_loop(s);
+        ts_progress_end(&s->pr);
+        if (st == TS_OK || r->steps)
+            ts_progress_log(&s->pr, "done: %lld steps in %.2f s, loss %.6f -> %.6f, median %.0f %s",
+                            (long long)r->steps, r->seconds, r->first_loss, r->final_loss,
+                            r->median_rate, r->unit);
+        if (st != TS_OK) {
+            /* The run's own error is what the caller needs to see, even if
+             * the summary cannot be written either. */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", ts_last_error());
+            if (write_summary(s, "failed", msg) != TS_OK)
+                ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
+            ts_fail(st, "%s", msg);
+        } else if ((st = write_summary(s, r->interrupted ? "interrupted" : "completed", NULL)) !=
+                   TS_OK) {
+            r->failed_in_step = 1;
+        }
+    }
+    if (st != TS_OK && !s->dir_made) r->run_dir[0] = 0;
+    session_free(s);
+    free(s);
+    return st;
+}

@@ -1,0 +1,66 @@
+/* session.h — a training run: the configured data, model and plan, the
+ * step loop with evaluation, progress, and the run directory.
+ *
+ *     ts_config c;                                 // loaded and finished
+ *     static volatile sig_atomic_t stop;           // a SIGINT handler sets it
+ *     ts_session_options o = ts_session_options_default();
+ *     o.out_dir = "runs/first";                    // overrides output.dir
+ *     o.stop = &stop;
+ *     o.progress = isatty(1) ? TS_PROGRESS_TTY : TS_PROGRESS_LINES;
+ *     ts_session_result r;
+ *     if (ts_session_run(&c, &o, &r) != TS_OK) puts(ts_last_error());
+ *
+ * Everything that can be wrong with the config, the data or the run
+ * directory is found before the run directory is created, so a bad run
+ * leaves no trace and never touches an existing run: a directory that
+ * exists and is not empty is refused. The run directory then holds
+ * config.yaml (resolved), lineage.json, normalisation.json (CSV
+ * normalisation), metrics.jsonl (a line per step and per evaluation) and
+ * summary.json, which is written however the run ends. docs/config.md
+ * describes the files.
+ */
+#ifndef TS_SESSION_H
+#define TS_SESSION_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "frontend/config.h"
+#include "obs/progress.h"
+
+typedef struct ts_session_options {
+    const char *out_dir;         /* run directory; NULL: output.dir of the config */
+    volatile sig_atomic_t *stop; /* non-zero: stop after the current step (may be NULL) */
+    FILE *log;                   /* progress and messages (NULL: stdout) */
+    ts_progress_mode progress;   /* how progress is shown (default: log lines) */
+} ts_session_options;
+
+ts_session_options ts_session_options_default(void);
+
+/* Evaluation of one split; loss, accuracy and mse are NaN when not computed. */
+typedef struct ts_eval_result {
+    int64_t examples;
+    double loss, accuracy, mse;
+} ts_eval_result;
+
+typedef struct ts_session_result {
+    int64_t steps;         /* steps run */
+    int64_t planned_steps; /* train.steps after epochs were resolved */
+    double first_loss, final_loss;
+    double seconds;     /* wall time of the step loop, evaluations included */
+    double median_rate; /* per second, of `unit`, over the steps after the first */
+    const char *unit;   /* "samples/s" or "tokens/s" */
+    int has_val, has_test;
+    ts_eval_result val, test; /* the last evaluation of each split */
+    int interrupted;          /* stopped by the stop flag */
+    int failed_in_step;       /* the error came from a training step, not from setup */
+    char run_dir[512];        /* "" when the run wrote no directory */
+} ts_session_result;
+
+/* Run the finished config `c` (it is not modified; epochs and the data's
+ * shapes are resolved on a copy). On failure *r still says how far the run
+ * got, and a run directory that was created holds a summary.json with
+ * status "failed". An interrupted run returns TS_OK with r->interrupted. */
+ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_session_result *r);
+
+#endif

@@ -1,0 +1,154 @@
+/* `tessel bench` end to end: W1 with a few steps prints step time,
+ * throughput, peak RSS and the GEMM share; --profile lists kernels; --json
+ * appends a line that parses; --compare-torch alternates with a reference
+ * (here a stand-in script that prints a RESULT line as torch_bench.py
+ * does, so the test needs no PyTorch) and prints the ratio; unsupported
+ * workloads and bad options exit 2. Runs $TESSEL_BIN from the repository
+ * root. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "check.h"
+
+static const char *bin;
+static char dir[64];
+
+typedef struct result {
+    int rc;
+    char *out, *err;
+} result;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return calloc(1, 1);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+    fclose(f);
+    return s;
+}
+
+static result run(const char *args) {
+    char cmd[2048], p[128];
+    snprintf(cmd, sizeof cmd, "'%s' %s >%s/out 2>%s/err", bin, args, dir, dir);
+    int st = system(cmd);
+    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, NULL, NULL};
+    snprintf(p, sizeof p, "%s/out", dir);
+    r.out = slurp(p);
+    snprintf(p, sizeof p, "%s/err", dir);
+    r.err = slurp(p);
+    return r;
+}
+
+static void done(result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+static void test_w1(void) {
+    char args[512], json[128];
+    snprintf(json, sizeof json, "%s/bench.jsonl", dir);
+    snprintf(args, sizeof args, "bench --workload W1 --steps 3 --warmup 1 --profile --json %s",
+             json);
+    result r = run(args);
+    CHECK(r.rc == 0, "bench W1: exit %d: %s", r.rc, r.err);
+    double tp = 0, ms = 0, rss = 0, gemm = -1;
+    const char *line = strstr(r.out, "tessel  W1:");
+    CHECK(line && sscanf(line, "tessel  W1: %lf samples/s median step %lf ms peak RSS %lf MB", &tp,
+                         &ms, &rss) == 3,
+          "throughput, median step and peak RSS: %s", r.out);
+    CHECK(tp > 0 && ms > 0 && rss > 0, "positive figures");
+    const char *g = strstr(r.out, "GEMM/conv ");
+    CHECK(g && sscanf(g, "GEMM/conv %lf %% of kernel time", &gemm) == 1 && gemm > 0 && gemm <= 100,
+          "GEMM share of the step: %g", gemm);
+    CHECK(strstr(r.out, "top kernels") && strstr(r.out, "matmul") && strstr(r.out, "(GEMM/conv)"),
+          "--profile lists the kernels");
+    printf("%s", r.out);
+    done(&r);
+
+    json_error_t err;
+    char *text = slurp(json);
+    json_t *j = json_loads(text, JSON_DISABLE_EOF_CHECK, &err);
+    json_t *t = j ? json_object_get(j, "tessel") : NULL;
+    CHECK(t && json_number_value(json_object_get(t, "throughput")) > 0 &&
+              json_is_number(json_object_get(t, "gemm_share")) &&
+              !strcmp(json_string_value(json_object_get(j, "workload")), "W1"),
+          "--json line: %s", text);
+    json_decref(j);
+    free(text);
+}
+
+static void test_compare(void) {
+    /* A stand-in for torch_bench.py: its RESULT line, as the real one prints it. */
+    char ref[128], args[512];
+    snprintf(ref, sizeof ref, "%s/fake_bench.py", dir);
+    FILE *f = fopen(ref, "w");
+    if (f) {
+        fputs("import sys\n"
+              "print('== W1 finance time-series MLP | mode=eager')\n"
+              "print('RESULT W1 eager t=2 : 5000.00 samples/s  median step 51.2 ms (min 50.0 "
+              "max 53.0, n=5)  peak RSS 344 MB  self cpu 2.00 cores')\n",
+              f);
+        fclose(f);
+    }
+    snprintf(args, sizeof args,
+             "bench --workload W1 --steps 2 --warmup 1 --compare-torch --rounds 2 --reference %s",
+             ref);
+    result r = run(args);
+    CHECK(r.rc == 0, "compare: exit %d: %s", r.rc, r.err);
+    double tp = 0, ms = 0, ratio = 0;
+    const char *p = strstr(r.out, "pytorch W1:"), *q = strstr(r.out, "ratio   W1:");
+    CHECK(p && sscanf(p, "pytorch W1: %lf samples/s median step %lf ms", &tp, &ms) == 2 &&
+              tp == 5000 && ms == 51.2,
+          "reference figures parsed: %s", r.out);
+    CHECK(q && sscanf(q, "ratio   W1: throughput %lfx", &ratio) == 1 && ratio > 0, "ratio printed");
+    CHECK(strstr(r.out, "round 1/2") && strstr(r.out, "round 2/2"), "two alternating rounds");
+    done(&r);
+
+    /* A failing reference is an error that says what it needs. */
+    snprintf(args, sizeof args,
+             "bench --workload W1 --steps 1 --compare-torch --reference %s/none.py", dir);
+    r = run(args);
+    CHECK(r.rc == 2 && strstr(r.err, "the PyTorch reference failed"), "missing reference: %d %s",
+          r.rc, r.err);
+    done(&r);
+}
+
+static void test_errors(void) {
+    struct {
+        const char *args, *msg;
+    } cases[] = {
+        {"bench --workload W2", "W2 is not supported by tessel yet"},
+        {"bench --workload W5 --steps 2", "W5 is not supported by tessel yet"},
+        {"bench --workload W9", "unknown workload 'W9'"},
+        {"bench --workload W1 --precision bf16", "precision 'bf16' is not supported yet"},
+        {"bench --workload W1 --steps 0", "--steps: expected a whole number"},
+        {"bench --workload W1 --frobnicate", "unknown option '--frobnicate'"},
+        {"bench --workload", "missing value for '--workload'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        result r = run(cases[i].args);
+        CHECK(r.rc == 2 && strstr(r.err, "tessel: error: ") && strstr(r.err, cases[i].msg),
+              "'%s': exit %d, stderr '%s'", cases[i].args, r.rc, r.err);
+        done(&r);
+    }
+}
+
+int main(void) {
+    bin = getenv("TESSEL_BIN");
+    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
+    snprintf(dir, sizeof dir, "/tmp/tessel-bench-XXXXXX");
+    CHECK(mkdtemp(dir) != NULL, "temporary directory");
+    if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/bench");
+    test_w1();
+    test_compare();
+    test_errors();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return check_summary("e2e/bench");
+}

@@ -1,0 +1,301 @@
+/* `tessel train` end to end: every kind of bad input exits 2 with a clear
+ * message and leaves an existing run directory as it was; a small run
+ * writes every run-directory file; Ctrl-C stops cleanly with a summary;
+ * and the Fashion-MNIST demo config trains a few steps when the dataset is
+ * installed. Runs $TESSEL_BIN from the repository root. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "check.h"
+
+static const char *bin;
+static char dir[64];
+
+typedef struct result {
+    int rc;
+    char *out, *err;
+} result;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return calloc(1, 1);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+    fclose(f);
+    return s;
+}
+
+static const char *path_in(const char *name) {
+    static char buf[8][256];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static result run(const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s >%s/out 2>%s/err", bin, args, dir, dir);
+    int st = system(cmd);
+    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(path_in("out")), slurp(path_in("err"))};
+    return r;
+}
+
+static void done(result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void write_npy(const char *path, const char *descr, int64_t n, int64_t cols,
+                      const void *data, size_t elem, size_t cut) {
+    char shape[64], header[256];
+    if (cols)
+        snprintf(shape, sizeof shape, "(%lld, %lld)", (long long)n, (long long)cols);
+    else
+        snprintf(shape, sizeof shape, "(%lld,)", (long long)n);
+    int len = snprintf(header, sizeof header,
+                       "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+    int pad = (64 - (10 + len + 1) % 64) % 64;
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    unsigned short hl = (unsigned short)(len + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(hl & 0xff, f), fputc(hl >> 8, f);
+    fwrite(header, 1, (size_t)len, f);
+    for (int i = 0; i < pad; i++) fputc(' ', f);
+    fputc('\n', f);
+    fwrite(data, 1, (size_t)(n * (cols ? cols : 1)) * elem - cut, f);
+    fclose(f);
+}
+
+static int file_exists(const char *d, const char *name) {
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", d, name);
+    return stat(p, &st) == 0;
+}
+
+/* Entries of a directory besides . and .., by listing it with ls. */
+static int entries(const char *d) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' 2>/dev/null | wc -l", d);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1) n = -1;
+        pclose(p);
+    }
+    return n;
+}
+
+static void make_files(void) {
+    enum { N = 200, F = 6 };
+    static float x[N * F];
+    static int64_t y[N], ybad[N];
+    for (int i = 0; i < N * F; i++) x[i] = (float)((i * 7919) % 101) / 101.0f;
+    for (int i = 0; i < N; i++) y[i] = i % 3, ybad[i] = i == 37 ? 3 : i % 3;
+    write_npy(path_in("x.npy"), "<f4", N, F, x, sizeof(float), 0);
+    write_npy(path_in("y.npy"), "<i8", N, 0, y, sizeof(int64_t), 0);
+    write_npy(path_in("ybad.npy"), "<i8", N, 0, ybad, sizeof(int64_t), 0);
+    write_npy(path_in("xc.npy"), "<c8", N / 2, F, x, sizeof(float), 0);
+    write_npy(path_in("xtrunc.npy"), "<f4", N, F, x, sizeof(float), 100);
+    FILE *f = fopen(path_in("series.csv"), "w");
+    if (f) {
+        fprintf(f, "t,a,b,price\n");
+        for (int i = 0; i < 60; i++) fprintf(f, "%d,%.2f,%d,%.2f\n", i, i * 0.5, i % 7, i * 0.1);
+        fclose(f);
+    }
+    f = fopen(path_in("bad.csv"), "w");
+    if (f) {
+        fprintf(f, "t,a,b,price\n");
+        for (int i = 0; i < 60; i++)
+            fprintf(f, i == 40 ? "%d,%.2f,abc,%.2f\n" : "%d,%.2f,1,%.2f\n", i, i * 0.5, i * 0.1);
+        fclose(f);
+    }
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "model: {name: mlp, batch: 16, hidden: 16, n_hidden: 1}\n"
+             "train: {steps: 8, threads: 1}\n"
+             "data: {source: npy, x: %s, y: %s}\n",
+             path_in("x.npy"), path_in("y.npy"));
+    write_text(path_in("npy.yaml"), yaml);
+    snprintf(yaml, sizeof yaml,
+             "model: {name: mlp, batch: 8, hidden: 16, n_hidden: 1}\n"
+             "train: {steps: 8, threads: 1}\n"
+             "data: {source: csv, path: %s, label: price, features: [a, b], window: 4}\n",
+             path_in("series.csv"));
+    write_text(path_in("csv.yaml"), yaml);
+}
+
+static void test_bad_input(void) {
+    char empty[256], used[256];
+    snprintf(empty, sizeof empty, "%s", path_in("empty-run"));
+    snprintf(used, sizeof used, "%s", path_in("used-run"));
+    mkdir(empty, 0777);
+    mkdir(used, 0777);
+    write_text(path_in("used-run/summary.json"), "{\"status\": \"completed\"}\n");
+    struct {
+        const char *what, *config, *sets, *msg, *msg2;
+    } cases[] = {
+        {"missing file", "npy.yaml", "--set data.x=%s/nope.npy", "nope.npy: cannot open", NULL},
+        {"wrong .npy dtype", "npy.yaml", "--set data.x=%s/xc.npy", "xc.npy", "'<c8'"},
+        {"truncated .npy", "npy.yaml", "--set data.x=%s/xtrunc.npy", "xtrunc.npy", "truncated"},
+        {"non-numeric CSV cell", "csv.yaml", "--set data.path=%s/bad.csv", "bad.csv:42",
+         "column 'b' holds 'abc', not a number"},
+        {"label out of range", "npy.yaml", "--set data.y=%s/ybad.npy --set model.classes=3",
+         "ybad.npy: example 37 has label 3, out of range", "[0, 3)"},
+        {"config typo", "npy.yaml", "--set data.trian_images=%s", "unknown key 'data.trian_images'",
+         "did you mean 'data.train_images'?"},
+        {"key of another source", "npy.yaml", "--set data.path=%s/x.csv",
+         "data.path is not used by data.source npy", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char sets[512], args[1024];
+        snprintf(sets, sizeof sets, cases[i].sets, dir);
+        snprintf(args, sizeof args, "train %s %s --out %s", path_in(cases[i].config), sets, empty);
+        result r = run(args);
+        CHECK(r.rc == 2, "%s: exit %d, expected 2 (%s)", cases[i].what, r.rc, r.err);
+        CHECK(strstr(r.err, "tessel: error: ") && strstr(r.err, cases[i].msg) &&
+                  (!cases[i].msg2 || strstr(r.err, cases[i].msg2)),
+              "%s: message '%s'", cases[i].what, r.err);
+        CHECK(entries(empty) == 0, "%s: the existing run directory stays empty", cases[i].what);
+        printf("%-22s -> %s", cases[i].what, r.err);
+        done(&r);
+    }
+    /* A good config into a used run directory: refused, nothing changed. */
+    char args[1024];
+    snprintf(args, sizeof args, "train %s --out %s", path_in("npy.yaml"), used);
+    result r = run(args);
+    CHECK(r.rc == 2 && strstr(r.err, "already exists and is not empty"), "used dir: %d %s", r.rc,
+          r.err);
+    char *kept = slurp(path_in("used-run/summary.json"));
+    CHECK(entries(used) == 1 && !strcmp(kept, "{\"status\": \"completed\"}\n"),
+          "the used run directory is untouched");
+    free(kept);
+    done(&r);
+}
+
+static void test_success(void) {
+    char out[256];
+    snprintf(out, sizeof out, "%s", path_in("run-npy"));
+    char args[1024];
+    snprintf(args, sizeof args, "train %s --out %s", path_in("npy.yaml"), out);
+    result r = run(args);
+    CHECK(r.rc == 0, "npy run: exit %d: %s", r.rc, r.err);
+    CHECK(strstr(r.out, "run directory: ") && strstr(r.out, out), "prints the run directory");
+    CHECK(strstr(r.out, "eval  step 8") && strstr(r.out, "accuracy"), "evaluates at the end");
+    const char *files[] = {"config.yaml", "lineage.json", "metrics.jsonl", "summary.json"};
+    for (int i = 0; i < 4; i++) CHECK(file_exists(out, files[i]), "%s written", files[i]);
+    done(&r);
+
+    snprintf(out, sizeof out, "%s", path_in("run-csv"));
+    snprintf(args, sizeof args, "train %s --out %s", path_in("csv.yaml"), out);
+    r = run(args);
+    CHECK(r.rc == 0 && file_exists(out, "normalisation.json"), "csv run: %d %s", r.rc, r.err);
+    CHECK(strstr(r.out, " mse "), "regression reports mse");
+    done(&r);
+
+    /* The resolved config reproduces the run: same final loss. */
+    char a[256], b[256];
+    snprintf(args, sizeof args, "train %s/config.yaml --out %s", out, path_in("run-csv2"));
+    r = run(args);
+    CHECK(r.rc == 0, "rerun of config.yaml: %s", r.err);
+    done(&r);
+    char *s1 = slurp(path_in("run-csv/summary.json")),
+         *s2 = slurp(path_in("run-csv2/summary.json"));
+    const char *f1 = strstr(s1, "\"final_loss\""), *f2 = strstr(s2, "\"final_loss\"");
+    CHECK(f1 && f2 && sscanf(f1, "\"final_loss\": %255[^,]", a) == 1 &&
+              sscanf(f2, "\"final_loss\": %255[^,]", b) == 1 && !strcmp(a, b),
+          "config.yaml reproduces the final loss");
+    free(s1);
+    free(s2);
+}
+
+static void test_interrupt(void) {
+    char out[256], metrics[512];
+    snprintf(out, sizeof out, "%s", path_in("run-int"));
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    fflush(stdout); /* or the child would print what is buffered again */
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        execl(bin, bin, "train", "examples/w1.yaml", "--steps", "1000000", "--set", "model.batch=8",
+              "--set", "model.hidden=8", "--set", "model.window=2", "--set", "model.features=2",
+              "--set", "train.threads=1", "--out", out, (char *)NULL);
+        _exit(127);
+    }
+    /* Wait for a few steps (at most 20 s), then press Ctrl-C. */
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    for (int i = 0; i < 1000; i++) {
+        char *m = slurp(metrics);
+        size_t lines = 0;
+        for (char *p = m; (p = strchr(p, '\n')); p++) lines++;
+        free(m);
+        if (lines >= 5) break;
+        nanosleep(&pause, NULL);
+    }
+    kill(pid, SIGINT);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 130, "Ctrl-C: exit 130, got %d",
+          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    char *sum = slurp(path_in("run-int/summary.json"));
+    CHECK(strstr(sum, "\"status\": \"interrupted\""), "summary written: %s", sum);
+    free(sum);
+}
+
+static void test_demo_config(void) {
+    const char *images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+    if (access(images, R_OK) != 0) {
+        printf("skipped the demo config: %s is not installed (dataset-fashion-mnist)\n", images);
+        return;
+    }
+    char args[512];
+    snprintf(args, sizeof args,
+             "train examples/fashion_mnist.yaml --set train.epochs=0 --steps 30 --out %s",
+             path_in("run-demo"));
+    result r = run(args);
+    CHECK(r.rc == 0, "demo config: exit %d: %s", r.rc, r.err);
+    CHECK(strstr(r.out, "test loss") && strstr(r.out, "accuracy"), "test split evaluated");
+    char *sum = slurp(path_in("run-demo/summary.json"));
+    const char *t = strstr(sum, "\"test\"");
+    double acc = 0;
+    const char *a = t ? strstr(t, "\"accuracy\":") : NULL;
+    CHECK(a && sscanf(a, "\"accuracy\": %lf", &acc) == 1 && acc > 0.5,
+          "30 steps already beat chance by far: %.3f", acc);
+    printf("demo config, 30 steps: test accuracy %.3f\n", acc);
+    free(sum);
+    done(&r);
+}
+
+int main(void) {
+    bin = getenv("TESSEL_BIN");
+    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
+    snprintf(dir, sizeof dir, "/tmp/tessel-train-XXXXXX");
+    CHECK(mkdtemp(dir) != NULL, "temporary directory");
+    if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/train");
+    make_files();
+    test_bad_input();
+    test_success();
+    test_interrupt();
+    test_demo_config();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return check_summary("e2e/train");
+}

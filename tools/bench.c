@@ -1,0 +1,73 @@
+/* tessel bench: training-step throughput of a benchmark workload, with the
+ * PyTorch reference side by side (src/session/bench.c does the work). */
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "session/bench.h"
+
+static const char usage[] =
+    "usage: tessel bench --workload W1|W3|gpt2-124m [--steps N] [--threads N] [--warmup N]\n"
+    "                    [--precision fp32] [--profile] [--json FILE]\n"
+    "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n";
+
+/* A positive integer option value. */
+static int count(const char *opt, const char *v, int *out) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || n < 1 || n > 1000000)
+        return cli_error(CLI_USAGE, "%s: expected a whole number from 1 to 1000000, got '%s'", opt,
+                         v);
+    *out = (int)n;
+    return CLI_OK;
+}
+
+int cli_bench(int argc, char **argv) {
+    ts_bench_options o = ts_bench_options_default();
+    int rc = CLI_OK;
+    static const char *const with_value[] = {"--workload", "--precision", "--json",   "--reference",
+                                             "--steps",    "--threads",   "--rounds", "--warmup"};
+    for (int i = 0; i < argc && rc == CLI_OK; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+        if (!strcmp(a, "--compare-torch")) {
+            o.compare_torch = 1;
+            continue;
+        }
+        if (!strcmp(a, "--profile")) {
+            o.profile = 1;
+            continue;
+        }
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            known |= !strcmp(name, with_value[k]);
+        if (!known)
+            return cli_error(CLI_USAGE, "bench: %s '%s'\n%s",
+                             strncmp(a, "--", 2) ? "unexpected argument" : "unknown option", a,
+                             usage);
+        const char *v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!v) return cli_error(CLI_USAGE, "bench: missing value for '%s'\n%s", name, usage);
+        if (!strcmp(name, "--workload"))
+            o.workload = v;
+        else if (!strcmp(name, "--precision"))
+            o.precision = v;
+        else if (!strcmp(name, "--json"))
+            o.json_path = v;
+        else if (!strcmp(name, "--reference"))
+            o.reference = v;
+        else if (!strcmp(name, "--steps"))
+            rc = count(name, v, &o.steps);
+        else if (!strcmp(name, "--threads"))
+            rc = count(name, v, &o.threads);
+        else if (!strcmp(name, "--rounds"))
+            rc = count(name, v, &o.rounds);
+        else if (!strcmp(v, "0"))
+            o.warmup = 0; /* --warmup */
+        else
+            rc = count(name, v, &o.warmup);
+    }
+    if (rc != CLI_OK) return rc;
+    ts_bench_result r;
+    ts_status s = ts_bench_run(&o, &r);
+    return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());
+}

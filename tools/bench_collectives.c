@@ -1,0 +1,586 @@
+/* tessel bench collectives: collective bandwidth of the shm and mpi
+ * transports next to Open MPI's MPI_Allreduce, measured in one run.
+ *
+ *   tessel bench collectives [--procs N] [--transport shm|mpi|both]
+ *       [--ops all_reduce,reduce_scatter,all_gather] [--min BYTES] [--max BYTES]
+ *       [--algo NAME] [--time SECONDS] [--json]
+ *
+ * Started normally, it runs the shm part with N forked workers (buffers in
+ * the shared segment, as the memory planner places gradient buckets), then
+ * runs itself under `mpirun -np N` for the mpi transport and the
+ * MPI_Allreduce reference, and prints one table. Started by mpirun or srun
+ * itself, it measures the mpi transport and MPI_Allreduce only.
+ *
+ * Each point: rank 0 times one call, picks an iteration count filling
+ * --time seconds and broadcasts it; then barrier, the calls, barrier, and
+ * rank 0's mean. Bus bandwidth follows nccl-tests: all-reduce moves
+ * 2(n-1)/n of the buffer per rank, reduce-scatter and all-gather (n-1)/n.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "dist_cli.h"
+#include "tessel/dist.h"
+#ifdef TESSEL_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#define NOPS   3
+#define NSIZES 24
+#define REF    (TS_ALGO_COUNT) /* the MPI_Allreduce row */
+
+static const char *op_names[NOPS] = {"all_reduce", "reduce_scatter", "all_gather"};
+
+typedef struct point {
+    double us;     /* mean time per call, 0 if not measured */
+    char algo[16]; /* what ran */
+} point;
+
+typedef struct results {
+    int nsizes;
+    size_t bytes[NSIZES];
+    point shm[NOPS][NSIZES], mpi[NOPS][NSIZES], ref[NSIZES];    /* best over rounds */
+    point tshm[NOPS][NSIZES], tmpi[NOPS][NSIZES], tref[NSIZES]; /* this round */
+    int shm_ok, mpi_ok;
+    char shm_tune[256], mpi_tune[256];
+} results;
+
+typedef struct opts {
+    int procs, ops[NOPS], json, want_shm, want_mpi, rounds;
+    size_t min, max;
+    ts_coll_algo algo;
+    double time;
+    const char *worker_out; /* set in the copy run under mpirun */
+} opts;
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "tessel: error: bench collectives: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr,
+            "\nusage: tessel bench collectives [--procs N] [--transport shm|mpi|both]\n"
+            "           [--ops all_reduce,reduce_scatter,all_gather] [--min BYTES] [--max BYTES]\n"
+            "           [--algo auto|native|ring|rhd|rd|hier] [--time SECONDS] [--rounds N]\n"
+            "           [--json]\n");
+    return 2;
+}
+
+static int parse_bytes(const char *s, size_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 1) return -1;
+    if (*end == 'K' || *end == 'k')
+        v *= 1024, end++;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1048576, end++;
+    else if (*end == 'G' || *end == 'g')
+        v *= 1073741824.0, end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end || v > 4.0 * 1073741824.0) return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, opts *o) {
+    *o = (opts){.procs = 2,
+                .ops = {1, 1, 1},
+                .want_shm = 1,
+                .rounds = 1,
+                .want_mpi = 1,
+                .min = 4,
+                .max = 256u << 20,
+                .algo = TS_ALGO_AUTO,
+                .time = 0.1};
+    int i = argc > 0 && !strcmp(argv[0], "collectives") ? 1 : 0;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        static const char *const valued[] = {"--procs", "--transport", "--ops",
+                                             "--min",   "--max",       "--algo",
+                                             "--time",  "--rounds",    "--worker-out"};
+        const char *eq = strchr(a, '=');
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+        int known = 0;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+            known |= !strcmp(name, valued[k]);
+        if (!known) return usage_error("unknown option '%s'", a);
+        const char *v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!v) return usage_error("missing value for %s", name);
+        if (!strcmp(name, "--procs") || !strcmp(name, "--rounds")) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 256) return usage_error("expected 1..256, got '%s'", v);
+            *(!strcmp(name, "--procs") ? &o->procs : &o->rounds) = (int)n;
+        } else if (!strcmp(name, "--transport")) {
+            if (!strcmp(v, "shm"))
+                o->want_mpi = 0;
+            else if (!strcmp(v, "mpi"))
+                o->want_shm = 0;
+            else if (strcmp(v, "both"))
+                return usage_error("--transport: shm, mpi or both, got '%s'", v);
+        } else if (!strcmp(name, "--ops")) {
+            char buf[128];
+            snprintf(buf, sizeof buf, "%s", v);
+            memset(o->ops, 0, sizeof o->ops);
+            char *save = NULL;
+            for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                int k = -1;
+                for (int j = 0; j < NOPS; j++)
+                    if (!strcmp(t, op_names[j])) k = j;
+                if (k < 0) return usage_error("--ops: unknown collective '%s'", t);
+                o->ops[k] = 1;
+            }
+        } else if (!strcmp(name, "--min") || !strcmp(name, "--max")) {
+            if (parse_bytes(v, !strcmp(name, "--min") ? &o->min : &o->max))
+                return usage_error("bad size '%s' (e.g. 4, 64K, 256M)", v);
+        } else if (!strcmp(name, "--algo")) {
+            int al = ts_coll_algo_parse(v);
+            if (al < 0) return usage_error("--algo: unknown algorithm '%s'", v);
+            o->algo = (ts_coll_algo)al;
+        } else if (!strcmp(name, "--time")) {
+            char *end;
+            o->time = strtod(v, &end);
+            if (*end || o->time <= 0 || o->time > 60)
+                return usage_error("--time: 0..60 s, got '%s'", v);
+        } else {
+            o->worker_out = v;
+        }
+    }
+    if (o->min > o->max) return usage_error("--min is above --max%s", "");
+    return 0;
+}
+
+/* ---- measuring ------------------------------------------------------------ */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct bufs {
+    float *a, *b; /* a: all-reduce buffer, reduce-scatter input, all-gather output */
+    size_t max;
+} bufs;
+
+static ts_status one(ts_comm *c, int op, const bufs *B, size_t bytes, ts_coll_algo algo) {
+    size_t count = bytes / sizeof(float);
+    if (op == 0) return ts_allreduce(c, B->a, count, TS_F32, TS_RED_SUM, algo);
+    if (op == 1) return ts_reduce_scatter(c, B->a, B->b, count, TS_F32, TS_RED_SUM, algo);
+    return ts_allgather(c, NULL, B->a, count, TS_F32, algo);
+}
+
+/* Iterations filling `target` seconds, decided by rank 0 for everyone. */
+static ts_status iterations(ts_comm *c, double first, double target, int *iters) {
+    int n = first > 0 ? (int)(target / first) : 1000;
+    if (n < 3) n = 3;
+    if (n > 20000) n = 20000;
+    *iters = n;
+    return ts_broadcast(c, iters, sizeof *iters, 0);
+}
+
+static ts_status measure(ts_comm *c, int op, const bufs *B, size_t bytes, const opts *o, point *p) {
+    ts_status s = TS_OK;
+    for (int w = 0; w < 2 && s == TS_OK; w++) s = one(c, op, B, bytes, o->algo); /* warm-up */
+    if (s == TS_OK) s = ts_barrier(c);
+    double t0 = now_s();
+    if (s == TS_OK) s = one(c, op, B, bytes, o->algo);
+    int iters = 0;
+    if (s == TS_OK) s = iterations(c, now_s() - t0, o->time, &iters);
+    if (s == TS_OK) s = ts_barrier(c);
+    t0 = now_s();
+    for (int i = 0; i < iters && s == TS_OK; i++) s = one(c, op, B, bytes, o->algo);
+    if (s == TS_OK) s = ts_barrier(c);
+    if (s != TS_OK) return s;
+    p->us = (now_s() - t0) / iters * 1e6;
+    snprintf(p->algo, sizeof p->algo, "%s",
+             ts_comm_algo_label(c, o->algo != TS_ALGO_AUTO
+                                       ? o->algo
+                                       : ts_comm_algo_for(c, (ts_coll_kind)op, bytes, TS_F32)));
+    return TS_OK;
+}
+
+static ts_status alloc_bufs(ts_comm *c, size_t max, bufs *B) {
+    B->max = max;
+    B->a = ts_comm_alloc(c, max);
+    B->b = ts_comm_alloc(c, max / (size_t)ts_comm_size(c) + 64);
+    if (!B->a || !B->b) return TS_ERR_NOMEM;
+    /* Written once so every page exists before timing starts. */
+    for (size_t i = 0; i < max / sizeof(float); i++) B->a[i] = (float)(i % 7) * 1e-3f;
+    memset(B->b, 0, max / (size_t)ts_comm_size(c) + 64);
+    return TS_OK;
+}
+
+static void free_bufs(ts_comm *c, bufs *B) {
+    ts_comm_free(c, B->a);
+    ts_comm_free(c, B->b);
+}
+
+/* Measures every op and size on comm c into rows[op][size]. */
+static ts_status sweep(ts_comm *c, const opts *o, const results *R, point rows[NOPS][NSIZES],
+                       char *tune, size_t tune_n) {
+    bufs B = {0};
+    ts_status s = alloc_bufs(c, R->bytes[R->nsizes - 1], &B);
+    if (s == TS_OK && o->algo == TS_ALGO_AUTO) s = ts_comm_tune(c);
+    if (s == TS_OK) snprintf(tune, tune_n, "%s", ts_comm_tune_source(c));
+    for (int op = 0; op < NOPS && s == TS_OK; op++) {
+        if (!o->ops[op]) continue;
+        for (int k = 0; k < R->nsizes && s == TS_OK; k++)
+            s = measure(c, op, &B, R->bytes[k], o, &rows[op][k]);
+    }
+    free_bufs(c, &B);
+    return s;
+}
+
+typedef struct shm_job {
+    const opts *o;
+    results *R; /* in a MAP_SHARED mapping: rank 0 writes, the launcher reads */
+} shm_job;
+
+static int shm_worker(ts_comm *c, void *user) {
+    shm_job *j = user;
+    ts_status s = sweep(c, j->o, j->R, j->R->tshm, j->R->shm_tune, sizeof j->R->shm_tune);
+    if (s != TS_OK) {
+        fprintf(stderr, "tessel: error: bench collectives: shm rank %d: %s\n", ts_comm_rank(c),
+                ts_last_error());
+        return 1;
+    }
+    if (ts_comm_rank(c) == 0) j->R->shm_ok = 1;
+    return 0;
+}
+
+#ifdef TESSEL_HAVE_MPI
+/* Open MPI's blocking MPI_Allreduce on MPI_COMM_WORLD, the reference. */
+static int measure_ref(size_t bytes, float *buf, const opts *o, point *p) {
+    int count = (int)(bytes / sizeof(float)), rank, iters = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (int w = 0; w < 2; w++)
+        MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double first = MPI_Wtime() - t0;
+    if (rank == 0) {
+        iters = first > 0 ? (int)(o->time / first) : 1000;
+        iters = iters < 3 ? 3 : iters > 20000 ? 20000 : iters;
+    }
+    MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++)
+        if (MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) !=
+            MPI_SUCCESS)
+            return 1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    p->us = (MPI_Wtime() - t0) / iters * 1e6;
+    snprintf(p->algo, sizeof p->algo, "MPI_Allreduce");
+    return 0;
+}
+#endif
+
+/* Keeps the fastest of the rounds: the machine is shared, and the best
+ * round is the one least disturbed. */
+static void merge(point *best, point *p, int n) {
+    for (int i = 0; i < n; i++) {
+        if (p[i].us > 0 && (best[i].us <= 0 || p[i].us < best[i].us)) best[i] = p[i];
+        p[i].us = 0;
+    }
+}
+
+static void merge_all(results *R) {
+    merge(&R->shm[0][0], &R->tshm[0][0], NOPS * NSIZES);
+    merge(&R->mpi[0][0], &R->tmpi[0][0], NOPS * NSIZES);
+    merge(R->ref, R->tref, NSIZES);
+}
+
+/* Under mpirun: the mpi transport, then MPI_Allreduce, `rounds` times. */
+static int run_mpi_part(const opts *o, results *R, int rounds) {
+    ts_comm *c;
+    if (ts_comm_mpi(&c) != TS_OK) {
+        fprintf(stderr, "tessel: error: bench collectives: %s\n", ts_last_error());
+        return 1;
+    }
+    int rank = ts_comm_rank(c), rc = 0;
+    for (int round = 0; round < rounds && !rc; round++) {
+        if (sweep(c, o, R, R->tmpi, R->mpi_tune, sizeof R->mpi_tune) != TS_OK) {
+            fprintf(stderr, "tessel: error: bench collectives: mpi rank %d: %s\n", rank,
+                    ts_last_error());
+            rc = 1;
+        }
+#ifdef TESSEL_HAVE_MPI
+        if (!rc && o->ops[0]) {
+            float *buf = malloc(R->bytes[R->nsizes - 1]);
+            if (!buf) rc = 1;
+            for (size_t i = 0; buf && i < R->bytes[R->nsizes - 1] / sizeof(float); i++)
+                buf[i] = 1e-3f;
+            for (int k = 0; k < R->nsizes && !rc; k++)
+                rc = measure_ref(R->bytes[k], buf, o, &R->tref[k]);
+            free(buf);
+        }
+#endif
+        if (rank == 0 && o->worker_out && !rc) {
+            FILE *f = fopen(o->worker_out, "w");
+            if (!f) {
+                rc = 1;
+            } else {
+                fprintf(f, "tune %s\n", R->mpi_tune);
+                for (int k = 0; k < R->nsizes; k++) {
+                    for (int op = 0; op < NOPS; op++)
+                        if (R->tmpi[op][k].us > 0)
+                            fprintf(f, "%d %zu %s %.4f\n", op, R->bytes[k], R->tmpi[op][k].algo,
+                                    R->tmpi[op][k].us);
+                    if (R->tref[k].us > 0)
+                        fprintf(f, "ref %zu MPI_Allreduce %.4f\n", R->bytes[k], R->tref[k].us);
+                }
+                if (fclose(f)) rc = 1;
+            }
+        }
+        merge_all(R);
+    }
+    R->mpi_ok = !rc;
+    ts_comm_close(c);
+    return rc;
+}
+
+static int find_in_path(const char *prog, char *out, size_t n) {
+    const char *path = getenv("PATH");
+    if (!path) return 0;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *save = NULL;
+    for (char *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(out, n, "%s/%s", d, prog);
+        if (access(out, X_OK) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Re-runs this binary under mpirun and reads rank 0's results back. */
+static int spawn_mpi_part(int argc, char **argv, const opts *o, results *R) {
+    char mpirun[1024], exe[PATH_MAX], out[] = "/tmp/tessel-bench-mpi-XXXXXX";
+    if (!find_in_path("mpirun", mpirun, sizeof mpirun)) {
+        fprintf(stderr, "bench collectives: mpirun not found; skipping the mpi transport and "
+                        "MPI_Allreduce (install openmpi-bin)\n");
+        return 0;
+    }
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) return 1;
+    exe[k] = 0;
+    int fd = mkstemp(out);
+    if (fd < 0) return 1;
+    close(fd);
+    char np[16];
+    snprintf(np, sizeof np, "%d", o->procs);
+    const char *args[300];
+    int n = 0;
+    args[n++] = mpirun;
+    if (geteuid() == 0) args[n++] = "--allow-run-as-root";
+    args[n++] = "--oversubscribe";
+    args[n++] = "-np";
+    args[n++] = np;
+    args[n++] = exe;
+    args[n++] = "bench";
+    args[n++] = "collectives";
+    for (int i = argc > 0 && !strcmp(argv[0], "collectives") ? 1 : 0; i < argc && n < 290; i++)
+        args[n++] = argv[i];
+    args[n++] = "--worker-out";
+    args[n++] = out;
+    args[n] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+        execv(mpirun, (char *const *)args);
+        _exit(127);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        fprintf(stderr, "tessel: error: bench collectives: mpirun part failed (status %d)\n", st);
+        unlink(out);
+        return 1;
+    }
+    FILE *f = fopen(out, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char what[32], algo[64];
+        size_t bytes;
+        double us;
+        if (!strncmp(line, "tune ", 5)) {
+            line[strcspn(line, "\n")] = 0;
+            snprintf(R->mpi_tune, sizeof R->mpi_tune, "%.255s", line + 5);
+            continue;
+        }
+        if (sscanf(line, "%31s %zu %63s %lf", what, &bytes, algo, &us) != 4) continue;
+        for (int s = 0; s < R->nsizes; s++) {
+            if (R->bytes[s] != bytes) continue;
+            point *p = !strcmp(what, "ref") ? &R->tref[s] : &R->tmpi[atoi(what) % NOPS][s];
+            p->us = us;
+            snprintf(p->algo, sizeof p->algo, "%.15s", algo);
+        }
+    }
+    if (f) fclose(f);
+    unlink(out);
+    R->mpi_ok = 1;
+    return 0;
+}
+
+/* ---- reporting ------------------------------------------------------------- */
+
+static double algbw(size_t bytes, const point *p) {
+    return p->us > 0 ? bytes / p->us * 1e-3 : 0;
+}
+
+static double busbw(int op, int n, size_t bytes, const point *p) {
+    double f = op == 0 ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+    return algbw(bytes, p) * f;
+}
+
+static void size_str(size_t b, char *out, size_t n) {
+    if (b >= (1u << 20) && b % (1u << 20) == 0)
+        snprintf(out, n, "%zuM", b >> 20);
+    else if (b >= 1024 && b % 1024 == 0)
+        snprintf(out, n, "%zuK", b >> 10);
+    else
+        snprintf(out, n, "%zu", b);
+}
+
+static void print_table(const opts *o, const results *R) {
+    int n = o->procs;
+    printf("tessel bench collectives: %d ranks, f32 sum; GB/s = 1e9 bytes/s; busbw as nccl-tests\n",
+           n);
+    if (R->shm_ok) printf("shm: buffers in the shared segment; algorithms from %s\n", R->shm_tune);
+    if (R->mpi_ok)
+        printf("mpi: tessel's mpi transport under mpirun; algorithms from %s\n", R->mpi_tune);
+    for (int op = 0; op < NOPS; op++) {
+        if (!o->ops[op]) continue;
+        printf("\n%s\n%8s | %-7s %10s %8s %8s | %-7s %10s %8s", op_names[op], "bytes", "shm", "us",
+               "algbw", "busbw", "mpi", "us", "busbw");
+        if (op == 0) printf(" | %10s %8s | %s", "MPI_Allr us", "algbw", "shm/MPI");
+        printf("\n");
+        for (int k = 0; k < R->nsizes; k++) {
+            char sz[24];
+            size_str(R->bytes[k], sz, sizeof sz);
+            const point *s = &R->shm[op][k], *m = &R->mpi[op][k];
+            printf("%8s | %-7s %10.2f %8.3f %8.3f | %-7s %10.2f %8.3f", sz,
+                   s->us > 0 ? s->algo : "-", s->us, algbw(R->bytes[k], s),
+                   busbw(op, n, R->bytes[k], s), m->us > 0 ? m->algo : "-", m->us,
+                   busbw(op, n, R->bytes[k], m));
+            if (op == 0) {
+                const point *r = &R->ref[k];
+                printf(" | %10.2f %8.3f | ", r->us, algbw(R->bytes[k], r));
+                if (r->us > 0 && s->us > 0)
+                    printf("%.2fx", r->us / s->us);
+                else
+                    printf("-");
+            }
+            printf("\n");
+        }
+    }
+    /* The BENCH.md target: shm all-reduce >= 3x MPI_Allreduce, 64 KiB..16 MiB. */
+    double worst = 0;
+    int seen = 0;
+    for (int k = 0; k < R->nsizes && o->ops[0]; k++) {
+        if (R->bytes[k] < (64u << 10) || R->bytes[k] > (16u << 20)) continue;
+        if (R->shm[0][k].us <= 0 || R->ref[k].us <= 0) continue;
+        double ratio = R->ref[k].us / R->shm[0][k].us;
+        if (!seen++ || ratio < worst) worst = ratio;
+    }
+    if (seen)
+        printf("\ntarget shm all_reduce >= 3x MPI_Allreduce from 64K to 16M: lowest %.2fx -> %s\n",
+               worst, worst >= 3 ? "met" : "NOT met");
+}
+
+static void print_json(const opts *o, const results *R) {
+    printf("{\"procs\": %d, \"dtype\": \"f32\", \"shm_tuning\": \"%s\", \"mpi_tuning\": \"%s\", "
+           "\"results\": [",
+           o->procs, R->shm_tune, R->mpi_tune);
+    int first = 1;
+    for (int op = 0; op < NOPS; op++)
+        for (int k = 0; k < R->nsizes; k++)
+            for (int t = 0; t < 3; t++) {
+                const point *p = t == 0 ? &R->shm[op][k] : t == 1 ? &R->mpi[op][k] : &R->ref[k];
+                if (p->us <= 0 || (t == 2 && op != 0) || !o->ops[op]) continue;
+                printf("%s\n  {\"op\": \"%s\", \"bytes\": %zu, \"transport\": \"%s\", \"algo\": "
+                       "\"%s\", \"time_us\": %.4f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f}",
+                       first ? "" : ",", op_names[op], R->bytes[k],
+                       t == 0   ? "shm"
+                       : t == 1 ? "mpi"
+                                : "openmpi",
+                       p->algo, p->us, algbw(R->bytes[k], p), busbw(op, o->procs, R->bytes[k], p));
+                first = 0;
+            }
+    printf("\n]}\n");
+}
+
+int tessel_cmd_bench_collectives(int argc, char **argv) {
+    opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+    int under_mpi = ts_dist_started_by_mpi();
+    /* The results live in shared memory: the shm workers are forked. */
+    results *R = mmap(NULL, sizeof *R, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (R == MAP_FAILED) {
+        fprintf(stderr, "tessel: error: bench collectives: %s\n", strerror(errno));
+        return 1;
+    }
+    memset(R, 0, sizeof *R);
+    for (size_t b = 4; b <= o.max && R->nsizes < NSIZES; b *= 4)
+        if (b >= o.min) R->bytes[R->nsizes++] = b;
+    if (!R->nsizes) {
+        munmap(R, sizeof *R);
+        return usage_error("no size between --min and --max%s", "");
+    }
+    if (under_mpi) {
+        /* The copy started by spawn_mpi_part measures one round per call. */
+        rc = run_mpi_part(&o, R, o.worker_out ? 1 : o.rounds);
+        if (!rc && !o.worker_out) {
+            int rank = 0;
+            if (getenv("OMPI_COMM_WORLD_RANK")) rank = atoi(getenv("OMPI_COMM_WORLD_RANK"));
+            if (getenv("PMI_RANK")) rank = atoi(getenv("PMI_RANK"));
+            if (rank == 0) {
+                if (o.json)
+                    print_json(&o, R);
+                else
+                    print_table(&o, R);
+            }
+        }
+        munmap(R, sizeof *R);
+        return rc;
+    }
+    /* Rounds alternate shm and mpi, so both see the same spells of load. */
+    for (int round = 0; round < o.rounds && !rc; round++) {
+        if (o.want_shm) {
+            shm_job j = {&o, R};
+            ts_shm_options so = {0};
+            so.cpus_per_rank = 1; /* as mpirun binds each rank to a core */
+            size_t need = R->bytes[R->nsizes - 1];
+            so.heap_bytes = need + need / (size_t)o.procs + (64u << 20);
+            if (so.heap_bytes < (2ull << 30)) so.heap_bytes = 0;
+            if (ts_shm_launch(o.procs, &so, shm_worker, &j, NULL) != TS_OK) {
+                fprintf(stderr, "tessel: error: bench collectives: %s\n", ts_last_error());
+                rc = 1;
+            }
+        }
+        if (!rc && o.want_mpi) rc = spawn_mpi_part(argc, argv, &o, R);
+        merge_all(R);
+    }
+    if (!rc) {
+        if (o.json)
+            print_json(&o, R);
+        else
+            print_table(&o, R);
+    }
+    munmap(R, sizeof *R);
+    return rc;
+}
