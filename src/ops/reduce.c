@@ -175,38 +175,48 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
             }                                                                                      \
             return TS_OK;                                                                          \
         }                                                                                          \
-        /* Generic: walk every input element once, in order, into double accumulators. */          \
-        int64_t no = ts_tensor_numel(&k->out[0]), nx = ts_tensor_numel(x);                         \
-        double *acc = k->scratch;                                                                  \
-        if ((size_t)no * sizeof(double) > k->scratch_bytes)                                        \
-            return ts_fail(TS_ERR_INTERNAL, "sum '%s': scratch too small", k->label);              \
-        memset(acc, 0, (size_t)no * sizeof(double));                                               \
-        int64_t ostr[TS_MAX_RANK], st = 1;                                                         \
-        for (int i = x->rank - 1; i >= 0; i--) {                                                   \
-            int red_ax = (uint64_t)k->a->i[0] >> i & 1;                                            \
-            ostr[i] = red_ax ? 0 : st;                                                             \
-            if (!red_ax) st *= x->dims[i];                                                         \
+        /* Generic (e.g. axes {0, 2} of [N, C, S]): each output, in parallel, sums its             \
+         * reduced positions with an odometer over the merged reduced axes, innermost              \
+         * contiguous runs first: a fixed order whatever the thread count. */                      \
+        int64_t no = ts_tensor_numel(&k->out[0]);                                                  \
+        int64_t kd[TS_MAX_RANK], ks[TS_MAX_RANK], rd[TS_MAX_RANK], rs[TS_MAX_RANK];                \
+        int nk = 0, nr = 0;                                                                        \
+        int64_t stride = 1;                                                                        \
+        for (int i = s.nd - 1; i >= 0; i--) {                                                      \
+            if (s.r[i])                                                                            \
+                rd[nr] = s.d[i], rs[nr++] = stride;                                                \
+            else                                                                                   \
+                kd[nk] = s.d[i], ks[nk++] = stride;                                                \
+            stride *= s.d[i];                                                                      \
         }                                                                                          \
-        for (int64_t e = 0; e < nx; e++) {                                                         \
-            int64_t rem = e, off = 0;                                                              \
-            for (int i = x->rank - 1; i >= 0; i--) {                                               \
-                off += (rem % x->dims[i]) * ostr[i];                                               \
-                rem /= x->dims[i];                                                                 \
+        int64_t nred = 1;                                                                          \
+        for (int i = 0; i < nr; i++) nred *= rd[i];                                                \
+        _Pragma(                                                                                   \
+            "omp parallel for schedule(static) if (no * nred >= TS_PAR_MIN)") for (int64_t oi = 0; \
+                                                                                   oi < no;        \
+                                                                                   oi++) {         \
+            int64_t base = 0, rem = oi;                                                            \
+            for (int i = 0; i < nk; i++) {                                                         \
+                base += (rem % kd[i]) * ks[i];                                                     \
+                rem /= kd[i];                                                                      \
             }                                                                                      \
-            acc[off] += (double)p[e];                                                              \
+            int64_t idx[TS_MAX_RANK] = {0};                                                        \
+            double acc = 0;                                                                        \
+            for (int64_t r = 0; r < nred; r += rd[0]) {                                            \
+                int64_t off = base;                                                                \
+                for (int i = 1; i < nr; i++) off += idx[i] * rs[i];                                \
+                const T *run = p + off;                                                            \
+                for (int64_t j = 0; j < rd[0]; j++) acc += (double)run[j * rs[0]];                 \
+                for (int i = 1; i < nr && ++idx[i] == rd[i]; i++) idx[i] = 0;                      \
+            }                                                                                      \
+            o[oi] = (T)(acc * sc);                                                                 \
         }                                                                                          \
-        for (int64_t i = 0; i < no; i++) o[i] = (T)(acc[i] * sc);                                  \
         return TS_OK;                                                                              \
     }
 
 DEF_SUM(float, f32)
 DEF_SUM(double, f64)
 
-static size_t scratch_sum(const ts_graph *g, const ts_node *n) {
-    size_t a = scratch_reduce(g, n);
-    size_t b = (size_t)ts_type_numel(&g->values[n->out[0]].t) * sizeof(double) + 64;
-    return a > b ? a : b;
-}
 
 static ts_status k_sum(const ts_kargs *k) {
     TS_FLOAT_DISPATCH(k, k->in[0].dtype, "sum", sum_f32, sum_f64);
@@ -310,7 +320,7 @@ const ts_op_def ts_def_reduce_sum = {.name = "sum",
                                      .infer = infer_reduce,
                                      .grad = grad_sum,
                                      .kernel = k_sum,
-                                     .scratch = scratch_sum,
+                                     .scratch = scratch_reduce,
                                      .cost = cost_reduce};
 
 const ts_op_def ts_def_reduce_max = {.name = "max",
