@@ -103,9 +103,10 @@ static int as_ori(const red_shape *s, int64_t *outer, int64_t *red, int64_t *inn
 
 static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
     const ts_type *x = ts_in_type(g, n, 0);
-    /* Partial sums for the [outer, red] case: outer * blocks doubles. */
-    int64_t numel = ts_type_numel(x);
-    return (size_t)(ts_red_blocks(numel) + 1) * sizeof(double) * 2 + 64;
+    /* Partial sums for the [outer, red] case: outer * ceil(red / block)
+     * doubles, which is at most blocks(numel) + outer, and outer <= outputs. */
+    int64_t numel = ts_type_numel(x), outputs = ts_type_numel(&g->values[n->out[0]].t);
+    return (size_t)(ts_red_blocks(numel) + outputs + 1) * sizeof(double) + 64;
 }
 
 #define DEF_SUM(T, SFX)                                                                            \
