@@ -110,15 +110,16 @@ static void job_clear(ts_ckpt_saver *s) {
     s->n_data = 0;
 }
 
-/* (Re)allocate the snapshot buffer and touch every page: first-touch page
- * faults on ~300 MB cost about as much as the copy itself. */
-static ts_status ensure_buffer(ts_ckpt_saver *s, size_t need) {
+/* (Re)allocate the snapshot buffer. With `prefault`, touch every page now:
+ * first-touch page faults on ~300 MB cost about as much as the copy, and
+ * belong at start-up rather than in a step's stall. */
+static ts_status ensure_buffer(ts_ckpt_saver *s, size_t need, int prefault) {
     if (s->buf && need == s->buf_bytes) return TS_OK;
     ts_aligned_free(s->buf);
     s->buf_bytes = 0;
     if (!(s->buf = ts_aligned_alloc(need ? need : TS_ALIGN, "checkpoint snapshot buffer")))
         return TS_ERR_NOMEM;
-    memset(s->buf, 0, need);
+    if (prefault) memset(s->buf, 0, need);
     s->buf_bytes = need;
     return TS_OK;
 }
@@ -155,7 +156,7 @@ ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt
     s->keep_every = o.keep_every;
     s->audit = o.audit;
     s->background = 1;
-    if (p && ensure_buffer(s, ts_plan_snapshot_bytes(p)) != TS_OK) {
+    if (p && ensure_buffer(s, ts_plan_snapshot_bytes(p), 1) != TS_OK) {
         ts_ckpt_saver_free(s);
         return TS_ERR_NOMEM;
     }
@@ -593,7 +594,7 @@ ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_
         return st;
     }
     size_t need = ts_plan_snapshot_bytes(p);
-    if ((st = ensure_buffer(s, need)) != TS_OK) return st;
+    if ((st = ensure_buffer(s, need, 0)) != TS_OK) return st;
     double t1 = ts_now();
     st = ts_plan_snapshot(p, s->buf, need);
     double t2 = ts_now();

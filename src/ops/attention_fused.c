@@ -152,11 +152,6 @@ static ts_status grad_attn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_v
  * masked entries' 0 themselves), x > 88 gives exp(88); NaN stays NaN.
  * About half the instructions of vexpf, which matters here: the exps of a
  * block cost as much as one of its GEMMs. */
-static inline uint32_t f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
 static inline float u2f(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
@@ -182,16 +177,13 @@ static inline float aexpf(float x) {
 /* ---- kernels ----------------------------------------------------------- */
 
 /* Pairwise sum of LN partials in a fixed order. */
-#define DEF_COMB(T, SFX)                                                                           \
-    static inline T comb_##SFX(const T *a) {                                                       \
-        T s[LN / 2];                                                                               \
-        for (int j = 0; j < LN / 2; j++) s[j] = a[j] + a[j + LN / 2];                              \
-        for (int w = LN / 4; w >= 1; w /= 2)                                                       \
-            for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
-        return s[0];                                                                               \
-    }
-DEF_COMB(float, f32)
-DEF_COMB(double, f64)
+static inline double comb(const double *a) {
+    double s[LN / 2];
+    for (int j = 0; j < LN / 2; j++) s[j] = a[j] + a[j + LN / 2];
+    for (int w = LN / 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) s[j] += s[j + w];
+    return s[0];
+}
 
 /* mm: C[m][n] = (acc ? C[m][n] : 0) + sum_k A[m*sam + k*sak] * B[k*ldb + n]
  * for m < M, n < N, k < K. Vectorised along n (4 rows x 4 vectors of
@@ -340,7 +332,7 @@ static inline int64_t first(int causal, int64_t j, int64_t diag, int64_t nq) {
             for (; d + LN <= hd; d += LN)                                                          \
                 for (int t = 0; t < LN; t++) acc[t] += (double)a[d + t] * (double)b[d + t];        \
             for (; d < hd; d++) s += (double)a[d] * (double)b[d];                                  \
-            D[i] = (T)(s + comb_f64(acc));                                                         \
+            D[i] = (T)(s + comb(acc));                                                             \
         }                                                                                          \
     }
 

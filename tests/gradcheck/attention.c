@@ -41,6 +41,9 @@ static void check_grads(void) {
     gc_input odd[3] = {GC_F(2, 1, 70, 5), GC_F(2, 1, 70, 5), GC_F(2, 1, 70, 5)};
     for (int i = 0; i < 2; i++) odd[i].lo = -2, odd[i].hi = 2;
     gc_check("causal_attention T=70 hd=5", 3, odd, build, NULL);
+    /* hd = 35: the f64 kernels' register tiles (32 wide) and vector tail. */
+    gc_input wide[3] = {GC_F(1, 1, 70, 35), GC_F(1, 1, 70, 35), GC_F(1, 1, 70, 35)};
+    gc_check_opt("causal_attention T=70 hd=35", 3, wide, build, NULL, &few);
     /* Without the mask and with another scale (ts_attention). */
     attn_opts full = {0, 0.7};
     gc_check("attention non-causal scale 0.7", 3, in, build_attn, &full);
