@@ -34,8 +34,8 @@
  * collective, its sequence number, its size and the ranks that did not
  * arrive, e.g.
  *
- *     all_reduce #17 (4096 bytes, f32 sum, ring) on rank 0: timed out after
- *     30.0 s; ranks that did not arrive: 2 (killed by signal 9)
+ *     all_reduce #17 (4096 bytes, f32 sum, ring) on rank 0 of 4 (shm): timed
+ *     out after 1800.0 s; ranks that did not arrive: 2 (rank 2 last entered #16)
  *
  * After such a failure the comm is broken: later calls fail at once.
  *
@@ -227,6 +227,25 @@ ts_status ts_allgather_start(ts_comm *c, const void *send, void *recv, size_t co
 ts_status ts_coll_wait(ts_comm *c, ts_coll_ticket t);
 /* 1 when it finished (successfully or not); never blocks. */
 int ts_coll_done(ts_comm *c, ts_coll_ticket t);
+
+/* ---- tracing ------------------------------------------------------------ */
+
+/* One finished collective, for timelines (e.g. a Chrome trace of compute
+ * and communication per rank). Times are CLOCK_MONOTONIC seconds. */
+typedef struct ts_comm_span {
+    ts_coll_kind kind;
+    uint64_t seq;
+    size_t bytes;
+    const char *algo; /* as ts_comm_algo_label */
+    double start, end;
+    int ok; /* 0 when it failed */
+} ts_comm_span;
+
+typedef void (*ts_comm_trace_fn)(const ts_comm_span *span, void *user);
+
+/* Calls fn after every collective of this rank, on the thread that ran it
+ * (the communication thread for started ones). NULL turns it off. */
+void ts_comm_set_trace(ts_comm *c, ts_comm_trace_fn fn, void *user);
 
 /* ---- point to point ---------------------------------------------------- */
 

@@ -316,7 +316,7 @@ const char *ts_comm_algo_label(const ts_comm *c, ts_coll_algo a) {
 }
 
 static ts_status finish(ts_comm *c, ts_status s) {
-    ts_coll_leave(c);
+    ts_coll_leave(c, s);
     return s;
 }
 

@@ -99,6 +99,7 @@ void ts_coll_enter(ts_comm *c, ts_coll_kind kind, size_t bytes, ts_dtype dt, int
                    ts_reduce_op red) {
     c->seq++;
     c->cur_op = ts_coll_kind_name(kind);
+    c->cur_kind = kind;
     c->cur_seq = c->seq;
     c->cur_bytes = bytes;
     c->cur_dt = dt;
@@ -110,8 +111,19 @@ void ts_coll_enter(ts_comm *c, ts_coll_kind kind, size_t bytes, ts_dtype dt, int
     if (c->ops->enter) c->ops->enter(c, c->seq, kind, bytes);
 }
 
-void ts_coll_leave(ts_comm *c) {
+void ts_coll_leave(ts_comm *c, ts_status s) {
+    if (c->trace && c->cur_op) {
+        ts_comm_span sp = {c->cur_kind,  c->cur_seq, c->cur_bytes, c->cur_algo ? c->cur_algo : "",
+                           c->cur_start, ts_now(),   s == TS_OK};
+        c->trace(&sp, c->trace_user);
+    }
     c->cur_op = NULL;
+}
+
+void ts_comm_set_trace(ts_comm *c, ts_comm_trace_fn fn, void *user) {
+    if (!c) return;
+    c->trace = fn;
+    c->trace_user = user;
 }
 
 ts_status ts_coll_fail(ts_comm *c, const char *why_fmt, ...) {

@@ -121,6 +121,9 @@ struct ts_comm {
     int thread_ok; /* collectives may run on a communication thread */
 
     ts_async *async;
+    ts_comm_trace_fn trace;
+    void *trace_user;
+    ts_coll_kind cur_kind;
 };
 
 /* ---- comm.c ------------------------------------------------------------ */
@@ -137,7 +140,7 @@ double ts_dist_default_timeout(void);
 /* Marks the start and end of a collective (sequence number, deadline). */
 void ts_coll_enter(ts_comm *c, ts_coll_kind kind, size_t bytes, ts_dtype dt, int has_red,
                    ts_reduce_op red);
-void ts_coll_leave(ts_comm *c);
+void ts_coll_leave(ts_comm *c, ts_status s);
 /* The failure of the current collective: builds "all_reduce #17 (4096
  * bytes, f32 sum, ring) on rank 0: WHY; ranks that did not arrive: ...",
  * marks the comm broken, returns TS_ERR_IO. */

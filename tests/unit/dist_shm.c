@@ -301,6 +301,11 @@ static int work_det(ts_comm *c, void *user) {
         if (a == TS_ALGO_NATIVE)
             WCHECK(!memcmp(b, ref, count * 4), r, "direct all-reduce is the rank-order fold");
     }
+    /* Small all-reduces take the one-barrier path: the same fold. */
+    float small[37];
+    for (int i = 0; i < 37; i++) small[i] = rnd(r, (size_t)i);
+    WOK(ts_allreduce(c, small, 37, TS_F32, TS_RED_SUM, TS_ALGO_NATIVE), r);
+    WCHECK(!memcmp(small, ref, sizeof small), r, "small direct all-reduce is the rank-order fold");
     ts_comm_free(c, b);
     free(ref);
     return 0;
@@ -325,9 +330,23 @@ static void test_determinism(void) {
 
 /* ---- point to point and non-blocking collectives ---------------------------- */
 
+typedef struct spans {
+    _Atomic int n, bad;
+    uint64_t last_seq;
+} spans;
+
+static void on_span(const ts_comm_span *sp, void *user) {
+    spans *t = user;
+    if (sp->end < sp->start || !sp->ok || sp->seq <= t->last_seq || !sp->algo[0]) t->bad++;
+    t->last_seq = sp->seq;
+    t->n++;
+}
+
 static int work_p2p(ts_comm *c, void *user) {
     (void)user;
     int r = ts_comm_rank(c), n = ts_comm_size(c);
+    spans tr = {0};
+    ts_comm_set_trace(c, on_span, &tr);
     static const size_t sizes[] = {0, 100, 3u << 20};
     for (size_t k = 0; k < 3; k++) {
         size_t m = sizes[k];
@@ -369,6 +388,9 @@ static int work_p2p(ts_comm *c, void *user) {
     }
     ts_coll_ticket bogus = {999};
     WCHECK(ts_coll_wait(c, bogus) == TS_ERR_INVALID, r, "unknown ticket");
+    /* 4 all-reduces and the broadcast of the first AUTO call's tuning. */
+    WCHECK(tr.n == 5 && !tr.bad, r, "trace: %d spans (5 expected), %d bad", (int)tr.n, (int)tr.bad);
+    ts_comm_set_trace(c, NULL, NULL);
     return 0;
 }
 
