@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "dist_cli.h"
 #include "session/bench.h"
 
 static const char usage[] =
@@ -22,6 +23,7 @@ static int count(const char *opt, const char *v, int *out) {
 }
 
 int cli_bench(int argc, char **argv) {
+    if (argc && !strcmp(argv[0], "collectives")) return tessel_cmd_bench_collectives(argc, argv);
     ts_bench_options o = ts_bench_options_default();
     int rc = CLI_OK;
     static const char *const with_value[] = {"--workload", "--precision", "--json",   "--reference",

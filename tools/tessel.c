@@ -3,7 +3,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include "ckpt_cli.h"
 #include "cli.h"
+#include "plot_cli.h"
 
 static const char usage[] =
     "usage: tessel <command> [arguments]\n"
@@ -18,6 +20,10 @@ static const char usage[] =
     "        [--json FILE] [--compare-torch]\n"
     "      time training steps of a benchmark workload (shared/BENCH.md), optionally\n"
     "      alternating with the PyTorch reference, and print the ratio\n"
+    "  bench collectives [--transport shm|mpi] [--json FILE]\n"
+    "      all-reduce, reduce-scatter and all-gather bandwidth beside MPI_Allreduce\n"
+    TESSEL_CKPT_USAGE
+    "  plot RUN_DIR  draw loss, throughput and gradient-norm curves into RUN_DIR/plots\n"
     "  version       print the version\n"
     "  help          print this help\n"
     "\n"
@@ -126,6 +132,13 @@ int main(int argc, char **argv) {
         return cmd[0] == 'c' ? cli_compile(&a) : cli_train(&a);
     }
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt")) return tessel_cmd_ckpt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "keygen")) return tessel_cmd_keygen(argc - 2, argv + 2);
+    if (!strcmp(cmd, "audit")) return tessel_cmd_audit(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return tessel_cmd_export(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plot")) return tessel_cmd_plot(argc - 2, argv + 2);
     return cli_error(CLI_USAGE,
-                     "unknown command '%s' (commands: train, compile, bench, version, help)", cmd);
+                     "unknown command '%s' (commands: train, compile, bench, ckpt, keygen, audit, "
+                     "export, plot, version, help)",
+                     cmd);
 }

@@ -14,6 +14,9 @@
 #include "tessel/compile.h"
 #include "tessel/plan.h"
 #include "tessel/models.h"
+#include "tessel/sparse.h"
+#include "tessel/ckpt.h"
+#include "tessel/dist.h"
 
 #define TESSEL_VERSION "0.1.0"
 

@@ -433,13 +433,10 @@ static ts_status build(session *s) {
          * no dropout, its own arena; parameters are copied in by name. */
         if ((st = ts_compile(s->g, NULL, &opt, &s->eval)) != TS_OK) return st;
         if (!(s->bout = ts_alloc(s->outb, "model output"))) return TS_ERR_NOMEM;
-        for (int i = 0; i < ts_plan_param_count(s->plan); i++) {
-            ts_dtype dt;
-            int rank;
-            int64_t dims[TS_MAX_RANK];
-            ts_plan_value_info(s->plan, ts_plan_param_name(s->plan, i), &dt, &rank, dims);
-            size_t b = (size_t)numel_dims(rank, dims) * ts_dtype_size(dt);
-            if (b > s->pbuf_bytes) s->pbuf_bytes = b;
+        for (int i = 0; i < ts_plan_persistent_count(s->plan); i++) {
+            ts_persistent pv;
+            if (ts_plan_persistent(s->plan, i, &pv) == TS_OK && pv.bytes > s->pbuf_bytes)
+                s->pbuf_bytes = pv.bytes;
         }
         if (!(s->pbuf = ts_alloc(s->pbuf_bytes ? s->pbuf_bytes : 1, "parameter copy")))
             return TS_ERR_NOMEM;
@@ -449,17 +446,18 @@ static ts_status build(session *s) {
 
 /* ---- evaluation ----------------------------------------------------------- */
 
+/* Parameters and persistent state (BatchNorm running statistics: eval mode
+ * normalises with them) go into the eval plan by name; optimizer moments
+ * have no counterpart there and are skipped. */
 static ts_status copy_params(session *s) {
-    for (int i = 0; i < ts_plan_param_count(s->plan); i++) {
-        const char *name = ts_plan_param_name(s->plan, i);
-        ts_dtype dt;
-        int rank;
-        int64_t dims[TS_MAX_RANK];
-        /* A parameter the forward pass does not read is not in the plan. */
-        if (ts_plan_value_info(s->eval, name, &dt, &rank, dims) != TS_OK) continue;
-        size_t b = (size_t)numel_dims(rank, dims) * ts_dtype_size(dt);
-        ts_status st = ts_plan_read(s->plan, name, s->pbuf, b);
-        if (st == TS_OK) st = ts_plan_write_param(s->eval, name, s->pbuf, b);
+    for (int i = 0; i < ts_plan_persistent_count(s->plan); i++) {
+        ts_persistent pv;
+        ts_status st = ts_plan_persistent(s->plan, i, &pv);
+        if (st != TS_OK) return st;
+        /* A value the forward pass does not read is not in the eval plan. */
+        if (ts_plan_value_info(s->eval, pv.name, NULL, NULL, NULL) != TS_OK) continue;
+        st = ts_plan_read(s->plan, pv.name, s->pbuf, pv.bytes);
+        if (st == TS_OK) st = ts_plan_write_param(s->eval, pv.name, s->pbuf, pv.bytes);
         if (st != TS_OK) return st;
     }
     return TS_OK;
