@@ -69,7 +69,7 @@ static ts_status scan_log(const char *path, const char *text, size_t len, const 
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = (size_t)(nl - p);
         long lno = (long)ln + 1;
-        if ((s = ck_sha256_mem(p, n, out->hashes[ln])) != TS_OK) break;
+        if ((s = ts_sha256_mem(p, n, out->hashes[ln])) != TS_OK) break;
         json_error_t je;
         json_t *e = json_loadb(p, n, 0, &je);
         const char *prev = json_string_value(json_object_get(e, "prev"));
@@ -102,7 +102,7 @@ static ts_status scan_log(const char *path, const char *text, size_t len, const 
                             path, lno);
             } else if (pk) {
                 char want[2 * CK_PK_BYTES + 1];
-                ck_hex(pk->pk, CK_PK_BYTES, want);
+                ts_hex(pk->pk, CK_PK_BYTES, want);
                 char *canon = ck_canonical(e, "sig");
                 if (!canon)
                     s = ts_fail(TS_ERR_NOMEM, "%s: out of memory", path);
@@ -193,7 +193,7 @@ static ts_status append_locked(ts_audit *a, const char *event, json_t *e, int si
     bad |= json_object_set_new(e, "time", json_string(t));
     if (sign && !bad) {
         char pk[2 * CK_PK_BYTES + 1], sig[2 * CK_SIG_BYTES + 1];
-        ck_hex(a->key.pk, CK_PK_BYTES, pk);
+        ts_hex(a->key.pk, CK_PK_BYTES, pk);
         bad |= json_object_set_new(e, "signer", json_string(pk));
         char *canon = bad ? NULL : ck_canonical(e, NULL);
         if (!canon) return ts_fail(TS_ERR_NOMEM, "%s: out of memory", a->path);
@@ -207,7 +207,7 @@ static ts_status append_locked(ts_audit *a, const char *event, json_t *e, int si
                        a->path, event);
     size_t n = strlen(line);
     char hash[CK_SHA_HEX];
-    ts_status s = ck_sha256_mem(line, n, hash);
+    ts_status s = ts_sha256_mem(line, n, hash);
     line[n] = '\n'; /* json_dumps' buffer has room: the NUL is replaced and not needed */
     if (s == TS_OK) {
         ssize_t w = write(a->fd, line, n + 1);

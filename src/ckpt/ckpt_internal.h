@@ -9,29 +9,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "core/core.h"
+#include "core/sha256.h"
 #include "tessel/ckpt.h"
 
 #define CK_SHA_HEX 65 /* 64 hex digits and the NUL */
 
-/* ---- SHA-256 (OpenSSL EVP) --------------------------------------------- */
-
-typedef struct ck_sha256 {
-    void *ctx; /* EVP_MD_CTX */
-} ck_sha256;
-
-ts_status ck_sha256_begin(ck_sha256 *h, const char *what);
-void ck_sha256_update(ck_sha256 *h, const void *data, size_t n);
-/* Finish into 64 lowercase hex digits and release the context. */
-void ck_sha256_end(ck_sha256 *h, char hex[CK_SHA_HEX]);
-/* Release a context without finishing it (error paths). */
-void ck_sha256_abort(ck_sha256 *h);
-ts_status ck_sha256_mem(const void *data, size_t n, char hex[CK_SHA_HEX]);
-/* Hash a whole file by reading it; *size gets its length (may be NULL). */
-ts_status ck_sha256_file(const char *path, char hex[CK_SHA_HEX], uint64_t *size);
-
 /* ---- small helpers ----------------------------------------------------- */
 
-void ck_hex(const unsigned char *b, size_t n, char *out); /* out: 2n+1 chars */
 /* Parse exactly 2n hex digits; 0 on any other input. */
 int ck_unhex(const char *s, unsigned char *out, size_t n);
 /* "dir/name", malloc'ed (NULL and TS_ERR_NOMEM recorded on failure). */

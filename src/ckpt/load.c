@@ -304,7 +304,7 @@ static ts_status check_signature(ts_ckpt *c, const char *public_key) {
     ts_status s = ck_key_load_public(public_key, &k);
     if (s != TS_OK) return s;
     char want[2 * CK_PK_BYTES + 1];
-    ck_hex(k.pk, CK_PK_BYTES, want);
+    ts_hex(k.pk, CK_PK_BYTES, want);
     if (strcmp(signer, want) != 0)
         return ts_fail(TS_ERR_FORMAT,
                        "%s/manifest.json: signed by key %.16s..., not by %s (%.16s...)", c->dir,
@@ -368,7 +368,7 @@ static ts_status verify_file(ts_ckpt *c, int fi) {
                        "replaced)",
                        f->path, (long long)st.st_size, (unsigned long long)f->bytes);
     char sha[CK_SHA_HEX];
-    ts_status s = ck_sha256_file(f->path, sha, NULL);
+    ts_status s = ts_sha256_path(f->path, sha, NULL);
     if (s != TS_OK) return s;
     int sha_ok = strcmp(sha, f->sha) == 0;
     s = ts_st_open(f->path, &f->st);

@@ -257,10 +257,10 @@ static ts_status write_shard(ts_ckpt_saver *s, const char *dir, sv_shard *sh) {
     unsigned char *prefix = NULL;
     size_t plen = 0;
     if (st == TS_OK) st = read_prefix(path, &prefix, &plen);
-    ck_sha256 h;
-    if (st == TS_OK) st = ck_sha256_begin(&h, path);
+    ts_sha256 h;
+    if (st == TS_OK) st = ts_sha256_begin(&h, path);
     if (st == TS_OK) {
-        ck_sha256_update(&h, prefix, plen);
+        ts_sha256_update(&h, prefix, plen);
         uint64_t fb = plen;
         for (int j = 0; j < sh->n; j++) {
             sv_tensor *t = &s->t[sh->members[j]];
@@ -269,12 +269,12 @@ static ts_status write_shard(ts_ckpt_saver *s, const char *dir, sv_shard *sh) {
             for (size_t o = 0; o < t->bytes; o += HASH_BLOCK) {
                 size_t len = t->bytes - o < HASH_BLOCK ? t->bytes - o : HASH_BLOCK;
                 crc = ts_crc32c(crc, p + o, len);
-                ck_sha256_update(&h, p + o, len);
+                ts_sha256_update(&h, p + o, len);
             }
             t->crc = crc;
             fb += t->bytes;
         }
-        ck_sha256_end(&h, sh->sha);
+        ts_sha256_end(&h, sh->sha);
         sh->file_bytes = fb;
     }
     free(prefix);
@@ -333,7 +333,7 @@ static ts_status build_manifest(ts_ckpt_saver *s, char **out, char id[33]) {
     *out = NULL;
     unsigned char rnd[16];
     randombytes_buf(rnd, sizeof rnd);
-    ck_hex(rnd, sizeof rnd, id);
+    ts_hex(rnd, sizeof rnd, id);
     char now[32], seed[24];
     ck_utc_now(now);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)s->seed);
@@ -395,7 +395,7 @@ static ts_status build_manifest(ts_ckpt_saver *s, char **out, char id[33]) {
         bad |= !canon;
         if (canon) {
             ck_sign(&s->key, canon, strlen(canon), sig);
-            ck_hex(s->key.pk, CK_PK_BYTES, pk);
+            ts_hex(s->key.pk, CK_PK_BYTES, pk);
             bad |= json_object_set_new(m, "signature",
                                        json_pack("{s:s, s:s, s:s}", "algorithm", "ed25519",
                                                  "public_key", pk, "value", sig));
@@ -465,7 +465,7 @@ static ts_status run_job(ts_ckpt_saver *s) {
         char msha[CK_SHA_HEX];
         uint64_t bytes = 0;
         for (int k = 0; k < s->ns; k++) bytes += s->shards[k].file_bytes;
-        st = ck_sha256_mem(manifest, strlen(manifest), msha);
+        st = ts_sha256_mem(manifest, strlen(manifest), msha);
         if (st == TS_OK)
             st = ck_audit_event(s->audit, "save",
                                 json_pack("{s:I, s:s, s:s, s:s, s:I, s:b}", "step",
@@ -561,7 +561,7 @@ static ts_status take_job(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta
     s->data_position = meta ? meta->data_position : 0;
     s->epoch = meta ? meta->epoch : 0;
     if (meta && meta->config) {
-        ts_status st = ck_sha256_mem(meta->config, meta->config_bytes, s->config_sha);
+        ts_status st = ts_sha256_mem(meta->config, meta->config_bytes, s->config_sha);
         if (st != TS_OK) return st;
     }
     int nd = meta ? meta->n_data_files : 0;

@@ -36,9 +36,9 @@ ts_status ts_ckpt_keygen(const char *private_key_path, const char *public_key_pa
     char sk_text[sizeof SK_HEADER + 2 * CK_SK_BYTES + 2],
         pk_text[sizeof PK_HEADER + 2 * CK_PK_BYTES + 2];
     char hex[2 * CK_SK_BYTES + 1], pk_hex[2 * CK_PK_BYTES + 1];
-    ck_hex(k.sk, CK_SK_BYTES, hex);
+    ts_hex(k.sk, CK_SK_BYTES, hex);
     snprintf(sk_text, sizeof sk_text, "%s%s\n", SK_HEADER, hex);
-    ck_hex(k.pk, CK_PK_BYTES, pk_hex);
+    ts_hex(k.pk, CK_PK_BYTES, pk_hex);
     snprintf(pk_text, sizeof pk_text, "%s%s\n", PK_HEADER, pk_hex);
     /* Write the public key first: if the private one then fails, no secret
      * was left lying around, and the user deletes one harmless file. */
@@ -122,7 +122,7 @@ ts_status ck_key_load_public(const char *path, ck_key *k) {
 void ck_sign(const ck_key *k, const void *msg, size_t n, char out[2 * CK_SIG_BYTES + 1]) {
     unsigned char sig[CK_SIG_BYTES];
     crypto_sign_detached(sig, NULL, msg, n, k->sk);
-    ck_hex(sig, CK_SIG_BYTES, out);
+    ts_hex(sig, CK_SIG_BYTES, out);
 }
 
 int ck_verify(const unsigned char pk[CK_PK_BYTES], const void *msg, size_t n, const char *sig_hex) {

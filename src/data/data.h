@@ -135,9 +135,5 @@ int64_t ts_loader_batches_per_epoch(const ts_loader *l);
 ts_status ts_loader_seek(ts_loader *l, int64_t batches);
 void ts_loader_free(ts_loader *l);
 
-/* SHA-256 of a file, lower-case hex, streamed; *bytes (if not NULL) gets
- * the size. Named ts_data_ because tessel/ckpt.h declares the public
- * two-argument ts_sha256_file(path, hex); both give the same digest. */
-ts_status ts_data_sha256_file(const char *path, char hex[65], int64_t *bytes);
 
 #endif

@@ -8,22 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <openssl/evp.h>
+#include "core/sha256.h"
 #include "data/data_internal.h"
 
 /* ---- lineage and files --------------------------------------------------- */
 
-static void hex_digest(const unsigned char *md, char hex[65]) {
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        hex[2 * i] = digits[md[i] >> 4];
-        hex[2 * i + 1] = digits[md[i] & 15];
-    }
-    hex[64] = 0;
-}
-
-/* Streams `path` in chunks through SHA-256. With `keep`, the bytes are also
- * collected in *buf, so a reader parses exactly the bytes it hashed. */
+/* Reads `path` into *buf in chunks, hashing each chunk as it arrives, so a
+ * reader parses exactly the bytes it hashed. */
 static ts_status hash_file(const char *path, char hex[65], int64_t *bytes, uint8_t **buf,
                            size_t *len) {
     if (!path) return ts_fail(TS_ERR_INVALID, "reading a file: no path given");
@@ -33,14 +24,11 @@ static ts_status hash_file(const char *path, char hex[65], int64_t *bytes, uint8
                        strerror(errno));
     enum { CHUNK = 1 << 20 };
     ts_status s = TS_OK;
-    uint8_t *data = NULL, *chunk = NULL;
+    uint8_t *data = NULL;
     size_t cap = 0, n = 0;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        s = ts_fail(TS_ERR_INTERNAL, "%s: OpenSSL could not start a SHA-256 digest", path);
-        goto done;
-    }
-    if (buf) {
+    ts_sha256 h = {NULL};
+    if ((s = ts_sha256_begin(&h, path)) != TS_OK) goto done;
+    {
         /* The size on disk is only a first guess (the loop grows the buffer
          * if the file turns out longer); one byte more lets the read that
          * meets the end of a file of exactly that size stop without growing. */
@@ -50,12 +38,9 @@ static ts_status hash_file(const char *path, char hex[65], int64_t *bytes, uint8
             s = TS_ERR_NOMEM;
             goto done;
         }
-    } else if (!(chunk = ts_alloc(CHUNK, "SHA-256 read buffer"))) {
-        s = TS_ERR_NOMEM;
-        goto done;
     }
     for (;;) {
-        if (buf && n == cap) {
+        if (n == cap) {
             size_t nc = cap < ((size_t)1 << 62) ? 2 * cap : cap + CHUNK;
             uint8_t *p = ts_realloc(data, nc, path);
             if (!p) {
@@ -64,13 +49,10 @@ static ts_status hash_file(const char *path, char hex[65], int64_t *bytes, uint8
             }
             data = p, cap = nc;
         }
-        uint8_t *dst = buf ? data + n : chunk;
-        size_t want = buf ? (cap - n < CHUNK ? cap - n : CHUNK) : CHUNK;
+        uint8_t *dst = data + n;
+        size_t want = cap - n < CHUNK ? cap - n : CHUNK;
         size_t got = fread(dst, 1, want, f);
-        if (got && EVP_DigestUpdate(ctx, dst, got) != 1) {
-            s = ts_fail(TS_ERR_INTERNAL, "%s: OpenSSL SHA-256 update failed", path);
-            goto done;
-        }
+        ts_sha256_update(&h, dst, got);
         n += got;
         if (got < want) {
             if (ferror(f)) {
@@ -81,29 +63,15 @@ static ts_status hash_file(const char *path, char hex[65], int64_t *bytes, uint8
             break;
         }
     }
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != 32) {
-        s = ts_fail(TS_ERR_INTERNAL, "%s: OpenSSL SHA-256 final step failed", path);
-        goto done;
-    }
-    hex_digest(md, hex);
+    ts_sha256_end(&h, hex);
     if (bytes) *bytes = (int64_t)n;
-    if (buf) {
-        *buf = data, *len = n;
-        data = NULL;
-    }
+    *buf = data, *len = n;
+    data = NULL;
 done:
-    EVP_MD_CTX_free(ctx);
+    ts_sha256_abort(&h); /* no-op after ts_sha256_end */
     free(data);
-    free(chunk);
     fclose(f);
     return s;
-}
-
-ts_status ts_data_sha256_file(const char *path, char hex[65], int64_t *bytes) {
-    if (!hex) return ts_fail(TS_ERR_INVALID, "ts_data_sha256_file: no output buffer");
-    return hash_file(path, hex, bytes, NULL, NULL);
 }
 
 ts_status ts_data_slurp(const char *path, uint8_t **buf, size_t *len, ts_lineage *lin) {

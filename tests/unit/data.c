@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include "check.h"
+#include "core/sha256.h"
 #include "data/data.h"
 
 #define HAS(sub) (strstr(ts_last_error(), (sub)) != NULL)
@@ -172,7 +173,7 @@ static void test_npy(void) {
         CHECK(!memcmp(ds->x, x, sizeof x) && ((int64_t *)ds->y)[5] == 2, "npy pair data");
         char hex[65];
         int64_t bytes = 0;
-        CHECK_OK(ts_data_sha256_file(xp, hex, &bytes));
+        CHECK_OK(ts_sha256_path(xp, hex, &bytes));
         CHECK(ds->n_lineage == 2 && !strcmp(ds->lineage[0].path, xp) &&
                   !strcmp(ds->lineage[0].sha256, hex) && ds->lineage[0].bytes == bytes &&
                   !strcmp(ds->lineage[1].path, yp),
@@ -335,7 +336,7 @@ static void test_idx(void) {
         for (int i = 0; i < N; i++) ok &= ((int64_t *)d->y)[i] == lab[i];
         CHECK(ok, "IDX pair values (gzip %d)", gz);
         char hex[65];
-        CHECK_OK(ts_data_sha256_file(gz ? igz : ip, hex, NULL));
+        CHECK_OK(ts_sha256_path(gz ? igz : ip, hex, NULL));
         CHECK(d->n_lineage == 2 && !strcmp(d->lineage[0].sha256, hex) &&
                   !strcmp(d->lineage[1].path, gz ? lgz : lp),
               "IDX lineage hashes the file as stored (gzip %d)", gz);
@@ -791,22 +792,22 @@ static void test_loader(ts_dataset *all) {
 static void test_sha256(void) {
     char hex[65];
     int64_t n = -1;
-    CHECK_OK(ts_data_sha256_file(write_text("abc.txt", "abc"), hex, &n));
+    CHECK_OK(ts_sha256_path(write_text("abc.txt", "abc"), hex, &n));
     CHECK(n == 3 &&
               !strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
           "sha256(abc) = %s", hex);
-    CHECK_OK(ts_data_sha256_file(write_text("empty.txt", ""), hex, &n));
+    CHECK_OK(ts_sha256_path(write_text("empty.txt", ""), hex, &n));
     CHECK(n == 0 &&
               !strcmp(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
           "sha256('') = %s", hex);
     /* Longer than one read chunk: a million 'a' (FIPS 180-2 test vector). */
     static char mil[1000000];
     memset(mil, 'a', sizeof mil);
-    CHECK_OK(ts_data_sha256_file(write_bytes("million.txt", mil, sizeof mil), hex, &n));
+    CHECK_OK(ts_sha256_path(write_bytes("million.txt", mil, sizeof mil), hex, &n));
     CHECK(n == 1000000 &&
               !strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"),
           "sha256(a * 10^6) = %s", hex);
-    CHECK(ts_data_sha256_file(path_of("nope"), hex, NULL) == TS_ERR_NOT_FOUND && HAS("nope"),
+    CHECK(ts_sha256_path(path_of("nope"), hex, NULL) == TS_ERR_NOT_FOUND && HAS("nope"),
           "missing file: %s", ts_last_error());
 }
 

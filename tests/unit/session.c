@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "check.h"
+#include "core/sha256.h"
 #include "data/data.h"
 #include "session/session.h"
 
@@ -275,7 +276,7 @@ static void test_npy_classifier(void) {
         char hex[65];
         int64_t bytes;
         const char *p = json_string_value(json_object_get(e, "path"));
-        CHECK_OK(ts_data_sha256_file(p, hex, &bytes));
+        CHECK_OK(ts_sha256_path(p, hex, &bytes));
         CHECK(!strcmp(hex, json_string_value(json_object_get(e, "sha256"))) &&
                   json_integer_value(json_object_get(e, "bytes")) == bytes,
               "lineage hash of %s", p);
