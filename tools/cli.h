@@ -18,6 +18,7 @@ typedef struct cli_args {
     int n_dumps;
     const char *steps; /* train: --steps N */
     const char *out;   /* train: --out RUN_DIR */
+    const char *resume; /* train: --resume latest|CHECKPOINT_DIR */
 } cli_args;
 
 /* Prints "tessel: error: <message>" to stderr and returns `code`. */

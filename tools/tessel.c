@@ -12,8 +12,11 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  train CONFIG.yaml [--set key=value ...] [--steps N] [--out RUN_DIR]\n"
+    "        [--resume latest|CKPT_DIR]\n"
     "      train the configured model on its data (data.source) with progress, evaluation\n"
-    "      and a run directory (RUN_DIR must be new or empty); Ctrl-C stops after the step\n"
+    "      and a run directory (RUN_DIR must be new or empty); Ctrl-C stops after the step;\n"
+    "      --resume latest continues RUN_DIR from its newest checkpoint, --resume CKPT_DIR\n"
+    "      continues a checkpoint in a new RUN_DIR (ckpt.every saves them)\n"
     "  compile CONFIG.yaml [--set key=value ...] [--dump ir|plan|memory|stats|config ...]\n"
     "      compile the training step and print the requested dumps (default: stats)\n"
     "  bench --workload W1|W3|gpt2-124m [--steps N] [--threads N] [--profile]\n"
@@ -90,11 +93,13 @@ static int parse(int argc, char **argv, const char *cmd, cli_args *a) {
             a->steps = v;
         } else if (!is_compile && (v = option(argc, argv, &i, "--out", &missing))) {
             a->out = v;
+        } else if (!is_compile && (v = option(argc, argv, &i, "--resume", &missing))) {
+            a->resume = v;
         } else if (missing) {
             return cli_error(CLI_USAGE, "%s needs a value (see tessel help)", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_error(CLI_USAGE, "%s: unknown option '%s' (options: --set%s)", cmd, argv[i],
-                             is_compile ? ", --dump" : ", --steps, --out");
+                             is_compile ? ", --dump" : ", --steps, --out, --resume");
         } else if (a->config) {
             return cli_error(CLI_USAGE, "%s takes one config file, got '%s' and '%s'", cmd,
                              a->config, argv[i]);

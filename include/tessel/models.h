@@ -68,6 +68,87 @@ ts_gpt_config ts_gpt_w3(void);
 ts_gpt_config ts_gpt2_124m(void);
 ts_status ts_build_gpt(ts_graph *g, const ts_gpt_config *c, ts_model *m);
 
+/* Small image classifier (Fashion-MNIST style): two blocks of
+ * Conv2d 3x3 pad 1 (no bias) -> BatchNorm2d -> ReLU -> MaxPool2d 2, then
+ * Linear(c2 * (H/4) * (W/4), classes); cross-entropy against class ids
+ * y [batch] (i64). Input x [batch, channels, height, width], or with
+ * flat_input [batch, channels * height * width] (reshaped inside). Names
+ * follow nn.Sequential: features.0.weight (conv), features.1.{weight,bias,
+ * running_mean,running_var} (BatchNorm), features.4.weight, features.5.*,
+ * classifier.{weight,bias}. Height and width must be multiples of 4. */
+typedef struct ts_cnn_config {
+    int64_t batch, channels, height, width;
+    int64_t c1, c2; /* conv widths */
+    int64_t classes;
+    int flat_input;
+} ts_cnn_config;
+
+/* Fashion-MNIST: batch 64, 1 x 28 x 28, widths 32 and 64, 10 classes. */
+ts_cnn_config ts_cnn_fashion(void);
+ts_status ts_build_cnn(ts_graph *g, const ts_cnn_config *c, ts_model *m);
+
+/* Recurrent binary classifier (W2): nn.GRU / nn.LSTM(features, hidden,
+ * layers, batch_first=True) over x [batch, seq_len, features], the last
+ * layer's final hidden state h_n[-1] -> Linear(hidden, 1) = "pred"
+ * [batch, 1]; BCEWithLogits (mean) against y [batch, 1] (f32, 0/1).
+ * Names: gru.weight_ih_l0, gru.weight_hh_l0, gru.bias_ih_l0, gru.bias_hh_l0,
+ * ... (lstm.* for the LSTM), head.weight, head.bias. */
+typedef struct ts_rnn_config {
+    int64_t batch, seq_len, features, hidden;
+    int layers;
+} ts_rnn_config;
+
+/* W2: 32 features, sequence 64, hidden 256, 2 layers, batch 128. */
+ts_rnn_config ts_gru_w2(void);
+ts_status ts_build_gru(ts_graph *g, const ts_rnn_config *c, ts_model *m);
+ts_status ts_build_lstm(ts_graph *g, const ts_rnn_config *c, ts_model *m);
+
+/* 3D U-Net (W4) as torch_bench.py's UNet3D: per level a double conv
+ * [Conv3d 3^3 pad 1 (no bias) -> BatchNorm3d -> ReLU] x 2, MaxPool3d 2
+ * between levels, ConvTranspose3d 2^3 stride 2 (with bias) + skip concat
+ * [up, skip] on the way up, head Conv3d 1^3 -> classes. x [batch,
+ * in_channels, size, size, size] f32, y [batch, size, size, size] i64
+ * class ids; "logits" [batch, classes, size^3]; loss = cross-entropy (mean
+ * over voxels) + soft Dice (softmax probabilities, all classes, sums over
+ * batch and space, eps 1e-5, 1 - mean over classes). Names: enc1.0.weight,
+ * enc1.1.{weight,bias,running_mean,running_var}, enc1.3.weight, enc1.4.*,
+ * enc2.*, bott.*, up2.{weight,bias}, dec2.*, up1.*, dec1.*, head.{weight,
+ * bias}. size must be a multiple of 4. */
+typedef struct ts_unet3d_config {
+    int64_t batch, in_channels, size;
+    int64_t c1, c2, c3; /* channels per level */
+    int64_t classes;
+} ts_unet3d_config;
+
+/* W4: batch 4, 1 x 32^3, channels 16-32-64, 2 classes. */
+ts_unet3d_config ts_unet3d_w4(void);
+ts_status ts_build_unet3d(ts_graph *g, const ts_unet3d_config *c, ts_model *m);
+
+/* Two-layer graph convolutional network (W5), full batch, as
+ * torch_bench.py's GCN: h = ReLU(A_hat (X W1^T) + b1), out = A_hat (h W2^T)
+ * + b2, with A_hat = ts_gcn_norm_adjacency(nodes, n_edges, src, dst) built
+ * here and held in the graph as CSR constants (the edge arrays are only
+ * read during the call). x [nodes, in_features] f32, y [nodes] i64;
+ * "logits" [nodes, classes]; cross-entropy over all nodes. Names:
+ * lin1.weight [hidden, in_features] (Glorot uniform), b1 (zeros),
+ * lin2.weight, b2. */
+typedef struct ts_gcn_config {
+    int64_t nodes, in_features, hidden, classes;
+    int64_t n_edges;
+    const int64_t *src, *dst; /* [n_edges] each */
+} ts_gcn_config;
+
+/* W5: 20 000 nodes, 128 -> 64 -> 16 (no edges: set n_edges/src/dst, e.g.
+ * from ts_gcn_random_edges). */
+ts_gcn_config ts_gcn_w5(void);
+ts_status ts_build_gcn(ts_graph *g, const ts_gcn_config *c, ts_model *m);
+/* W5's random graph shape: nodes * avg_degree / 2 uniform (src, dst) pairs
+ * from a seeded generator (self pairs and duplicates are left in; the
+ * adjacency builder drops them). Fills malloc'ed *src and *dst (free them)
+ * and returns the pair count, or -1 on allocation failure. */
+int64_t ts_gcn_random_edges(int64_t nodes, int64_t avg_degree, uint64_t seed, int64_t **src,
+                            int64_t **dst);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,7 +15,7 @@
 #define TS_PRINTF(a, b)
 #endif
 
-#define TS_ALIGN 64
+#define TS_ALIGN          64
 #define TS_ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((size_t)(a)-1))
 
 /* Record a failure message for this thread and return `s`, so callers write
@@ -37,6 +37,11 @@ char *ts_strdup(const char *s);
 /* Grow *arr (element size `esz`) so it holds at least `need` elements. */
 ts_status ts_grow(void **arr, int *cap, int need, size_t esz, const char *what);
 
+/* Append printf-style text at buf[*len] (cap bytes in all), truncating
+ * quietly at the end of the buffer; *len is kept <= cap - 1. For messages
+ * assembled from parts whose worst-case sum exceeds the buffer. */
+void ts_catf(char *buf, size_t cap, size_t *len, const char *fmt, ...) TS_PRINTF(4, 5);
+
 /* "f32[2,3,4]" into buf; returns buf. */
 char *ts_shape_str(char *buf, size_t n, ts_dtype dt, int rank, const int64_t *dims);
 int64_t ts_shape_numel(int rank, const int64_t *dims);
@@ -48,7 +53,9 @@ uint64_t ts_hash_str(const char *s);
  * function of its arguments: streams are reproducible and need no state. */
 void ts_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);
 /* Uniform in [0, 1) from one random word (24-bit resolution, like float). */
-static inline double ts_u01(uint32_t r) { return (double)(r >> 8) * (1.0 / 16777216.0); }
+static inline double ts_u01(uint32_t r) {
+    return (double)(r >> 8) * (1.0 / 16777216.0);
+}
 /* Fill n values from a Philox stream: uniform [lo, hi) or normal(mean, std). */
 void ts_rand_uniform_f64(double *out, int64_t n, uint64_t key, double lo, double hi);
 void ts_rand_normal_f64(double *out, int64_t n, uint64_t key, double mean, double std);

@@ -140,23 +140,26 @@ ts_status ts_coll_fail(ts_comm *c, const char *why_fmt, ...) {
         if (c->ops->absent && a.ranks) c->ops->absent(c, c->cur_seq, &a);
         char who[400];
         size_t k = 0;
+        who[0] = 0;
         if (a.n == 0) {
-            k = (size_t)snprintf(who, sizeof who,
-                                 "every rank arrived (do all ranks call the same collectives?)");
+            ts_catf(who, sizeof who, &k,
+                    "every rank arrived (do all ranks call the same collectives?)");
         } else {
-            k = (size_t)snprintf(who, sizeof who, "ranks that did not arrive:");
-            for (int i = 0; i < a.n && k < sizeof who; i++)
-                k += (size_t)snprintf(who + k, sizeof who - k, "%s %d", i ? "," : "", a.ranks[i]);
-            if (a.note[0] && k < sizeof who) snprintf(who + k, sizeof who - k, " (%s)", a.note);
+            ts_catf(who, sizeof who, &k, "ranks that did not arrive:");
+            for (int i = 0; i < a.n; i++)
+                ts_catf(who, sizeof who, &k, "%s %d", i ? "," : "", a.ranks[i]);
+            if (a.note[0]) ts_catf(who, sizeof who, &k, " (%s)", a.note);
         }
         char what[96] = "";
         if (c->cur_has_red)
             snprintf(what, sizeof what, ", %s %s", ts_dtype_name(c->cur_dt),
                      ts_reduce_op_name(c->cur_red));
-        snprintf(msg, sizeof msg, "%s #%llu (%zu bytes%s%s%s) on rank %d of %d (%s): %s; %s",
-                 c->cur_op, (unsigned long long)c->cur_seq, c->cur_bytes, what,
-                 c->cur_algo ? ", " : "", c->cur_algo ? c->cur_algo : "", c->rank, c->size,
-                 c->ops->name, why, who);
+        size_t m = 0;
+        msg[0] = 0;
+        ts_catf(msg, sizeof msg, &m, "%s #%llu (%zu bytes%s%s%s) on rank %d of %d (%s): %s; %s",
+                c->cur_op, (unsigned long long)c->cur_seq, c->cur_bytes, what,
+                c->cur_algo ? ", " : "", c->cur_algo ? c->cur_algo : "", c->rank, c->size,
+                c->ops->name, why, who);
     }
     c->broken = 1;
     snprintf(c->broken_msg, sizeof c->broken_msg, "%s", msg);

@@ -313,11 +313,13 @@ ts_status ts_tune_run(ts_comm *c) {
     memcpy(c->table, table, sizeof c->table[0] * TUNED_KINDS);
     c->tuned = 1;
     if (msg[0] == 1) {
-        snprintf(c->tune_source, sizeof c->tune_source, "cache %s",
-                 c->rank == 0 ? path : "(rank 0)");
+        size_t k = 0;
+        ts_catf(c->tune_source, sizeof c->tune_source, &k, "cache %s",
+                c->rank == 0 ? path : "(rank 0)");
     } else if (c->rank == 0 && cached) {
         cache_save(c, path, dir, table, us);
-        snprintf(c->tune_source, sizeof c->tune_source, "probe (saved to %s)", path);
+        size_t k = 0;
+        ts_catf(c->tune_source, sizeof c->tune_source, &k, "probe (saved to %s)", path);
     } else {
         snprintf(c->tune_source, sizeof c->tune_source, "probe");
     }

@@ -153,6 +153,19 @@ static const ts_config_key keys[] = {
     /* output */
     {"output.dir", TS_CFG_STR, FIELD(output, dir), TS_CFG_DERIVED, NULL, NULL, "none",
      "run directory (must not exist or be empty; tessel train --out overrides)"},
+    /* ckpt */
+    {"ckpt.every", TS_CFG_I64, FIELD(ckpt, every), 0, NULL, "[0, 1e15]", "0",
+     "steps between checkpoints in the run directory (0: none)"},
+    {"ckpt.keep_last", TS_CFG_INT, FIELD(ckpt, keep_last), 0, NULL, "[0, 1e6]", "3",
+     "keep the newest K checkpoints (0: keep all)"},
+    {"ckpt.keep_every", TS_CFG_INT, FIELD(ckpt, keep_every), 0, NULL, "[0, 1e9]", "0",
+     "also keep checkpoints whose step is a multiple of M (0: none)"},
+    {"ckpt.sign_key", TS_CFG_STR, FIELD(ckpt, sign_key), TS_CFG_DERIVED, NULL, NULL, "none",
+     "private key from tessel keygen: signs manifests and the audit log (none: unsigned)"},
+    {"ckpt.verify_key", TS_CFG_STR, FIELD(ckpt, verify_key), TS_CFG_DERIVED, NULL, NULL, "none",
+     "public key a checkpoint must be signed with to resume (none: checksums only)"},
+    {"ckpt.async", TS_CFG_BOOL, FIELD(ckpt, async), 0, NULL, NULL, "true",
+     "write checkpoints in a background thread while training goes on"},
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -653,7 +666,8 @@ static ts_status load(ts_config *c, yaml_parser_t *ps, const char *name) {
         s = at(
             &w, root,
             ts_fail(TS_ERR_FORMAT,
-                    "expected a mapping of sections (model, train, compile, data, output), got %s",
+                    "expected a mapping of sections (model, train, compile, data, output, ckpt), "
+                    "got %s",
                     root->type == YAML_SCALAR_NODE ? "a value" : "a list"));
     }
     yaml_document_delete(&doc);

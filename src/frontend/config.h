@@ -90,6 +90,14 @@ typedef struct ts_config {
     struct {
         char dir[512]; /* run directory; "" for none */
     } output;
+    struct {
+        int64_t every;       /* steps between checkpoints; 0: none */
+        int keep_last;       /* retention: newest K (0: all) */
+        int keep_every;      /* ... and every step multiple of M (0: none) */
+        char sign_key[512];  /* private key for manifests and the audit log; "" unsigned */
+        char verify_key[512]; /* public key checked on resume; "" checksums only */
+        int async;           /* save in a background thread */
+    } ckpt;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 
@@ -138,8 +146,8 @@ const char *ts_config_type_name(const ts_config_key *k, char *buf, size_t n);
 /* Every key at its default; no model chosen yet. */
 void ts_config_init(ts_config *c);
 /* Apply a YAML file: a mapping of sections (model, train, compile, data,
- * output) to
- * mappings of keys. Errors name the file, line and column. */
+ * output, ckpt)
+ * to mappings of keys. Errors name the file, line and column. */
 ts_status ts_config_load_file(ts_config *c, const char *path);
 /* Same, from text in memory; `name` stands for the file in messages. */
 ts_status ts_config_load_string(ts_config *c, const char *text, size_t len, const char *name);

@@ -8,12 +8,14 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "core/core.h"
 #include "data/data.h"
 #include "data/synthetic.h"
+#include "tessel/ckpt.h"
 #include "tessel/tessel.h"
 
 /* Synthetic data cycles over a few fixed batches, as the reference
@@ -52,10 +54,22 @@ typedef struct session {
     /* run directory */
     FILE *metrics;
     int dir_made;
+    /* checkpoints */
+    int resume_in_place;      /* --resume latest: continue in the run directory */
+    ts_ckpt *ck;              /* the verified checkpoint to resume from */
+    int64_t start_step;       /* steps done before this run's first step */
+    char ck_dir[512], ck_id[80], ck_config[80];
+    char *ident;              /* the config text checkpoints are tied to (see identity) */
+    size_t ident_bytes;
+    char ident_sha[65];
+    ts_ckpt_data_file *lineage; /* data lineage for the manifests */
+    int n_lineage;
+    ts_audit *audit;
+    ts_ckpt_saver *sv;
 } session;
 
 ts_session_options ts_session_options_default(void) {
-    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES};
+    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES, NULL};
     return o;
 }
 
@@ -120,6 +134,86 @@ static ts_status check_run_dir(const char *dir) {
     return TS_OK;
 }
 
+/* --resume latest: the run directory must exist; ts_ckpt_open then
+ * finds its LATEST. */
+static ts_status check_resume_dir(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return ts_fail(errno == ENOENT ? TS_ERR_INVALID : TS_ERR_IO,
+                       "--resume latest: run directory '%s': %s (name the run to continue with "
+                       "--out or output.dir)",
+                       dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return ts_fail(TS_ERR_INVALID, "--resume latest: '%s' is not a directory", dir);
+    return TS_OK;
+}
+
+/* A key file named by the config must be readable before the run starts. */
+static ts_status check_key(const char *key, const char *path) {
+    if (!path[0]) return TS_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f) return ts_fail(TS_ERR_INVALID, "%s: cannot read '%s': %s", key, path, strerror(errno));
+    fclose(f);
+    return TS_OK;
+}
+
+static void sha256_hex(const void *data, size_t n, char hex[65]) {
+    unsigned char h[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256(h, (const unsigned char *)data, n);
+    sodium_bin2hex(hex, 65, h, sizeof h);
+}
+
+/* The resolved config as YAML (the bytes of config.yaml). */
+static ts_status config_text(const session *s, char **text, size_t *n) {
+    FILE *f = open_memstream(text, n);
+    if (!f) return ts_fail(TS_ERR_NOMEM, "out of memory for the config text");
+    fprintf(f, "# resolved configuration of this run (tessel %s)\n", TESSEL_VERSION);
+    ts_status st = ts_config_write(&s->c, f);
+    if (fclose(f) != 0 && st == TS_OK) st = ts_fail(TS_ERR_NOMEM, "out of memory for the config");
+    return st;
+}
+
+/* What a checkpoint is tied to: the resolved config without the keys that
+ * may change on resume because they do not change the numbers a step
+ * computes: train.steps, train.epochs (how far to go), train.log_every,
+ * train.eval_every, train.threads, and the output and ckpt sections. The
+ * manifests' config_sha256 is the hash of this text, so resuming with a
+ * higher train.steps matches while any other change is refused. */
+static ts_status identity(session *s) {
+    char *full = NULL;
+    size_t n = 0;
+    ts_status st = config_text(s, &full, &n);
+    if (st != TS_OK) {
+        free(full);
+        return st;
+    }
+    FILE *f = open_memstream(&s->ident, &s->ident_bytes);
+    if (!f) {
+        free(full);
+        return ts_fail(TS_ERR_NOMEM, "out of memory for the config text");
+    }
+    static const char *const skip[] = {"steps:", "epochs:", "log_every:", "eval_every:",
+                                       "threads:"};
+    int skip_section = 0, in_train = 0;
+    for (char *line = full; *line;) {
+        size_t len = strcspn(line, "\n");
+        const int top = line[0] != ' ' && line[0] != '#';
+        if (top) {
+            skip_section = !strncmp(line, "output:", 7) || !strncmp(line, "ckpt:", 5);
+            in_train = !strncmp(line, "train:", 6);
+        }
+        int keep = line[0] != '#' && !skip_section;
+        for (size_t i = 0; keep && in_train && !top && i < sizeof skip / sizeof *skip; i++)
+            if (!strncmp(line + 2, skip[i], strlen(skip[i]))) keep = 0;
+        if (keep) fprintf(f, "%.*s\n", (int)len, line);
+        line += len + (line[len] == '\n');
+    }
+    free(full);
+    if (fclose(f) != 0) return ts_fail(TS_ERR_NOMEM, "out of memory for the config text");
+    sha256_hex(s->ident, s->ident_bytes, s->ident_sha);
+    return TS_OK;
+}
+
 /* mkdir -p */
 static ts_status make_dirs(const char *dir) {
     char path[512];
@@ -173,12 +267,43 @@ static ts_status write_run_files(session *s) {
     ts_status st = make_dirs(s->r->run_dir);
     if (st != TS_OK) return st;
     s->dir_made = 1;
+    char *text = NULL;
+    size_t text_bytes = 0;
+    if ((st = config_text(s, &text, &text_bytes)) != TS_OK) {
+        free(text);
+        return st;
+    }
+    char config_sha[65];
+    sha256_hex(text, text_bytes, config_sha);
     FILE *f = open_in_dir(s, "config.yaml", "w");
-    if (!f) return TS_ERR_IO;
-    fprintf(f, "# resolved configuration of this run (tessel %s)\n", TESSEL_VERSION);
-    st = ts_config_write(&s->c, f);
-    if (fclose(f) != 0 && st == TS_OK) st = ts_fail(TS_ERR_IO, "writing config.yaml failed");
-    if (st != TS_OK) return st;
+    if (!f) {
+        free(text);
+        return TS_ERR_IO;
+    }
+    int bad = fwrite(text, 1, text_bytes, f) != text_bytes;
+    free(text);
+    if ((fclose(f) != 0) | bad) return ts_fail(TS_ERR_IO, "writing config.yaml failed");
+
+    /* The audit log: the config this run used, and where it resumed from. */
+    if ((st = ts_audit_open(s->r->run_dir, s->c.ckpt.sign_key[0] ? s->c.ckpt.sign_key : NULL,
+                            &s->audit)) != TS_OK)
+        return st;
+    char fields[1024];
+    snprintf(fields, sizeof fields,
+             "{\"file\":\"config.yaml\",\"sha256\":\"%s\",\"checkpoint_config_sha256\":\"%s\"}",
+             config_sha, s->ident_sha);
+    if ((st = ts_audit_append(s->audit, "config", fields)) != TS_OK) return st;
+    if (s->ck) {
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:b}", "checkpoint", s->ck_dir, "id",
+                              s->ck_id, "step", (json_int_t)s->start_step, "config_sha256",
+                              s->ck_config, "in_place", s->resume_in_place);
+        char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(o);
+        if (!txt) return ts_fail(TS_ERR_NOMEM, "out of memory for the audit log");
+        st = ts_audit_append(s->audit, "resume", txt);
+        free(txt);
+        if (st != TS_OK) return st;
+    }
 
     json_t *files = lineage_json(s->test, lineage_json(s->all, json_array()));
     json_t *lin = json_pack(
@@ -211,8 +336,19 @@ static ts_status write_run_files(session *s) {
         json_decref(names);
         if ((st = write_json(s, "normalisation.json", norm)) != TS_OK) return st;
     }
-    s->metrics = open_in_dir(s, "metrics.jsonl", "w");
-    return s->metrics ? TS_OK : TS_ERR_IO;
+    /* A resumed run appends: the lines before the checkpoint stay (steps
+     * after it that an interrupted run logged appear again). */
+    s->metrics = open_in_dir(s, "metrics.jsonl", s->ck ? "a" : "w");
+    if (!s->metrics) return TS_ERR_IO;
+    if (s->c.ckpt.every > 0) {
+        ts_ckpt_options co = ts_ckpt_options_default();
+        co.sign_key = s->c.ckpt.sign_key[0] ? s->c.ckpt.sign_key : NULL;
+        co.keep_last = s->c.ckpt.keep_last;
+        co.keep_every = s->c.ckpt.keep_every;
+        co.audit = s->audit;
+        if ((st = ts_ckpt_saver_new(s->r->run_dir, s->plan, &co, &s->sv)) != TS_OK) return st;
+    }
+    return TS_OK;
 }
 
 static json_t *eval_json(const ts_eval_result *e) {
@@ -240,6 +376,8 @@ static ts_status write_summary(session *s, const char *status, const char *error
     if (s->c.batches_per_epoch)
         json_object_set_new(o, "epochs",
                             json_real((double)r->steps / (double)s->c.batches_per_epoch));
+    if (r->resumed_step) json_object_set_new(o, "resumed_from_step", json_integer(r->resumed_step));
+    if (s->c.ckpt.every > 0) json_object_set_new(o, "checkpoints", json_integer(r->checkpoints));
     if (r->has_val) json_object_set_new(o, "val", eval_json(&r->val));
     if (r->has_test) json_object_set_new(o, "test", eval_json(&r->test));
     if (error) json_object_set_new(o, "error", json_string(error));
@@ -561,6 +699,25 @@ static ts_status next_batch(session *s, int64_t step) {
     return TS_OK;
 }
 
+/* Begin a checkpoint of the state after `step` (written in the background
+ * unless ckpt.async is off). */
+static ts_status save_checkpoint(session *s, int64_t step) {
+    ts_ckpt_meta meta = {s->ident,
+                         s->ident_bytes,
+                         s->lineage,
+                         s->n_lineage,
+                         s->loader ? ts_loader_position(s->loader) : step,
+                         s->loader ? ts_loader_epoch(s->loader) : 0};
+    ts_status st = ts_ckpt_saver_begin(s->sv, s->plan, &meta);
+    if (st == TS_OK && !s->c.ckpt.async) st = ts_ckpt_saver_wait(s->sv);
+    if (st != TS_OK) {
+        ts_error_prefix("checkpoint at step %lld", (long long)step);
+        return st;
+    }
+    s->r->checkpoints++;
+    return TS_OK;
+}
+
 static ts_status train_loop(session *s) {
     ts_session_result *r = s->r;
     const ts_config *c = &s->c;
@@ -574,7 +731,7 @@ static ts_status train_loop(session *s) {
         r->interrupted = 1;
         ts_progress_log(&s->pr, "stopped before the first step (interrupted)");
     }
-    for (int64_t step = 1; step <= steps && !r->interrupted; step++) {
+    for (int64_t step = s->start_step + 1; step <= steps && !r->interrupted; step++) {
         const int64_t epoch = bpe ? (step - 1) / bpe + 1 : 0;
         const double lr = ts_plan_lr(s->plan), t0 = ts_now();
         st = next_batch(s, step);
@@ -589,8 +746,8 @@ static ts_status train_loop(session *s) {
         const double loss = ts_plan_loss(s->plan), rate = dt > 0 ? per_step / dt : 0;
         r->steps = step;
         r->final_loss = loss;
-        if (step == 1) r->first_loss = loss;
-        if (step > 1 && s->n_rates < MAX_RATES) s->rates[s->n_rates++] = rate;
+        if (step == s->start_step + 1) r->first_loss = loss;
+        if (step > s->start_step + 1 && s->n_rates < MAX_RATES) s->rates[s->n_rates++] = rate;
         ts_progress_info in = {step, epoch, c->train.epochs, loss, lr, rate};
         ts_progress_step(&s->pr, &in);
         if (s->metrics) {
@@ -617,11 +774,33 @@ static ts_status train_loop(session *s) {
             if (st != TS_OK) break;
             r->has_val = 1;
         }
+        if (s->sv && (step == steps || step % c->ckpt.every == 0 || stop) &&
+            (st = save_checkpoint(s, step)) != TS_OK)
+            break;
         if (stop) {
             r->interrupted = 1;
             ts_progress_log(&s->pr, "stopped after step %lld of %lld (interrupted)",
                             (long long)step, (long long)steps);
             break;
+        }
+    }
+    if (s->sv) {
+        /* The last save, also after Ctrl-C or a failed step. */
+        ts_status ws = ts_ckpt_saver_wait(s->sv);
+        ts_ckpt_save_stats ss;
+        if (ws != TS_OK) {
+            if (st == TS_OK) {
+                ts_error_prefix("saving a checkpoint");
+                st = ws;
+            } else {
+                ts_progress_log(&s->pr, "tessel: error: saving a checkpoint: %s", ts_last_error());
+            }
+        } else if (r->checkpoints && ts_ckpt_saver_stats(s->sv, &ss) == TS_OK) {
+            ts_progress_log(&s->pr,
+                            "checkpoint %s/%s: %.1f MB, step stall %.1f ms, written in %.3f s "
+                            "(%.0f MB/s)",
+                            r->run_dir, ss.dir, (double)ss.bytes * 1e-6, ss.stall_s * 1e3,
+                            ss.write_s, ss.throughput * 1e-6);
         }
     }
     r->seconds = ts_now() - t_start;
@@ -634,7 +813,7 @@ static ts_status train_loop(session *s) {
     if (s->n_rates) {
         qsort(s->rates, (size_t)s->n_rates, sizeof *s->rates, cmp_double);
         r->median_rate = s->rates[s->n_rates / 2];
-    } else if (r->steps == 1 && r->seconds > 0) {
+    } else if (r->steps == s->start_step + 1 && r->seconds > 0) {
         r->median_rate = per_step / r->seconds;
     }
     if (s->test && !r->interrupted) {
@@ -679,6 +858,12 @@ static void header(session *s) {
 }
 
 static void session_free(session *s) {
+    ts_ckpt_saver_free(s->sv);
+    if (s->audit && ts_audit_close(s->audit) != TS_OK)
+        ts_progress_log(&s->pr, "tessel: warning: audit.log: %s", ts_last_error());
+    ts_ckpt_close(s->ck);
+    free(s->ident);
+    free(s->lineage);
     if (s->metrics) fclose(s->metrics);
     ts_loader_free(s->loader);
     ts_dataset_free(s->all);
@@ -706,6 +891,44 @@ static ts_status setup(session *s) {
     int64_t cap = s->c.train.steps < MAX_RATES ? s->c.train.steps : MAX_RATES;
     if (!(s->rates = ts_alloc(sizeof(double) * (size_t)(cap + 1), "step rates")))
         return TS_ERR_NOMEM;
+    const int n = (s->all ? s->all->n_lineage : 0) + (s->test ? s->test->n_lineage : 0);
+    if (n && !(s->lineage = ts_alloc(sizeof *s->lineage * (size_t)n, "data lineage")))
+        return TS_ERR_NOMEM;
+    for (int k = 0; k < 2; k++) {
+        const ts_dataset *d = k ? s->test : s->all;
+        for (int i = 0; d && i < d->n_lineage; i++)
+            s->lineage[s->n_lineage++] = (ts_ckpt_data_file){d->lineage[i].path,
+                                                             d->lineage[i].sha256};
+    }
+    return identity(s);
+}
+
+/* Load the verified checkpoint into the freshly compiled plan: the config
+ * must be the one it was saved with (up to the keys identity() leaves
+ * out), then values, step count and the loader's position. Nothing is
+ * written anywhere yet. */
+static ts_status resume(session *s) {
+    ts_ckpt_info in;
+    ts_status st = ts_ckpt_get_info(s->ck, &in);
+    if (st != TS_OK) return st;
+    snprintf(s->ck_dir, sizeof s->ck_dir, "%s", in.dir);
+    snprintf(s->ck_id, sizeof s->ck_id, "%s", in.id);
+    snprintf(s->ck_config, sizeof s->ck_config, "%s", in.config_sha256);
+    if (in.config_sha256[0] && strcmp(in.config_sha256, s->ident_sha))
+        return ts_fail(TS_ERR_INVALID,
+                       "--resume: checkpoint %s was saved with config sha256 %s, this config's is "
+                       "%s; only train.steps, train.epochs, train.log_every, train.eval_every, "
+                       "train.threads, output and ckpt may change on resume",
+                       in.dir, in.config_sha256, s->ident_sha);
+    if (in.step >= s->c.train.steps)
+        return ts_fail(TS_ERR_INVALID,
+                       "--resume: checkpoint %s is at step %lld and train.steps is %lld: nothing "
+                       "to do (raise train.steps)",
+                       in.dir, (long long)in.step, (long long)s->c.train.steps);
+    if ((st = ts_ckpt_restore(s->ck, s->plan, NULL)) != TS_OK) return st;
+    if (s->loader && (st = ts_loader_seek(s->loader, in.data_position)) != TS_OK) return st;
+    s->start_step = in.step;
+    s->r->resumed_step = in.step;
     return TS_OK;
 }
 
@@ -724,22 +947,43 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     s->gpt = c->model.name == TS_CFG_GPT;
     r->unit = s->gpt ? "tokens/s" : "samples/s";
     const char *dir = o->out_dir && *o->out_dir ? o->out_dir : c->output.dir;
+    const char *from = o->resume && *o->resume ? o->resume : NULL;
+    s->resume_in_place = from && !strcmp(from, "latest");
     ts_status st = TS_OK;
     if (dir[0]) {
         if (snprintf(r->run_dir, sizeof r->run_dir, "%s", dir) >= (int)sizeof r->run_dir ||
             snprintf(s->c.output.dir, sizeof s->c.output.dir, "%s", dir) >=
                 (int)sizeof s->c.output.dir)
             st = ts_fail(TS_ERR_INVALID, "run directory '%.60s...': path too long", dir);
-        if (st == TS_OK) st = check_run_dir(dir);
+        if (st == TS_OK) st = s->resume_in_place ? check_resume_dir(dir) : check_run_dir(dir);
+    } else if (s->resume_in_place) {
+        st = ts_fail(TS_ERR_INVALID, "--resume latest continues a run in its directory: name it "
+                                     "with --out RUN_DIR or output.dir");
+    } else if (c->ckpt.every > 0) {
+        st = ts_fail(TS_ERR_INVALID, "ckpt.every needs a run directory for the checkpoints "
+                                     "(--out RUN_DIR or output.dir)");
+    }
+    if (st == TS_OK) st = check_key("ckpt.sign_key", c->ckpt.sign_key);
+    if (st == TS_OK) st = check_key("ckpt.verify_key", c->ckpt.verify_key);
+    /* Verify the checkpoint (signature, file hashes, tensor CRCs) before
+     * anything else is loaded or written. */
+    if (st == TS_OK && from) {
+        st = ts_ckpt_open(s->resume_in_place ? dir : from,
+                          c->ckpt.verify_key[0] ? c->ckpt.verify_key : NULL, NULL, &s->ck);
+        if (st != TS_OK) ts_error_prefix("--resume %s", from);
     }
     ts_progress_start(&s->pr, o->log, o->progress, 1, 0, r->unit, 1);
     if (st == TS_OK) st = setup(s);
+    if (st == TS_OK && s->ck) st = resume(s);
     if (st == TS_OK) {
         r->planned_steps = s->c.train.steps;
         ts_progress_start(&s->pr, o->log, o->progress, s->c.train.steps, s->c.train.log_every,
                           r->unit,
                           (double)s->c.model.batch * (s->gpt ? (double)s->c.model.ctx : 1.0));
         header(s);
+        if (s->ck)
+            ts_progress_log(&s->pr, "resuming from %s at step %lld", s->ck_dir,
+                            (long long)s->start_step);
         if (r->run_dir[0]) st = write_run_files(s);
     }
     if (st == TS_OK) {

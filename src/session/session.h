@@ -16,8 +16,13 @@
  * exists and is not empty is refused. The run directory then holds
  * config.yaml (resolved), lineage.json, normalisation.json (CSV
  * normalisation), metrics.jsonl (a line per step and per evaluation) and
- * summary.json, which is written however the run ends. docs/config.md
- * describes the files.
+ * summary.json, which is written however the run ends, and audit.log.
+ * With ckpt.every > 0 a checkpoint is saved every N steps (and at the last
+ * step, or the step Ctrl-C stopped at) by a background saver; the run waits
+ * for the last save before it returns. docs/config.md describes the files,
+ * docs/checkpoints.md checkpoints and resuming ("Training with
+ * checkpoints"). A resumed run verifies the checkpoint before anything is
+ * loaded or written, and a refused one leaves every directory untouched.
  */
 #ifndef TS_SESSION_H
 #define TS_SESSION_H
@@ -33,6 +38,11 @@ typedef struct ts_session_options {
     volatile sig_atomic_t *stop; /* non-zero: stop after the current step (may be NULL) */
     FILE *log;                   /* progress and messages (NULL: stdout) */
     ts_progress_mode progress;   /* how progress is shown (default: log lines) */
+    /* Resume: NULL for a new run; "latest" continues the run directory's
+     * newest checkpoint in that directory (which must exist); any other
+     * value is a checkpoint directory (step-N, or a run directory meaning
+     * its LATEST) whose training continues in a new run directory. */
+    const char *resume;
 } ts_session_options;
 
 ts_session_options ts_session_options_default(void);
@@ -55,6 +65,8 @@ typedef struct ts_session_result {
     int interrupted;          /* stopped by the stop flag */
     int failed_in_step;       /* the error came from a training step, not from setup */
     char run_dir[512];        /* "" when the run wrote no directory */
+    int64_t resumed_step;     /* the checkpoint's step when resumed, else 0 */
+    int64_t checkpoints;      /* checkpoints this run saved */
 } ts_session_result;
 
 /* Run the finished config `c` (it is not modified; epochs and the data's

@@ -3,7 +3,7 @@
 
 Each fixture is a safetensors file holding, for a small version of a benchmark
 workload: the initial parameters, one input batch and its target, the loss and
-gradients of the first forward/backward, and the parameters after two AdamW
+gradients of the first forward/backward, and the parameters after two AdamW (W2, W4, W5: Adam)
 steps on that same batch. The model classes come from the reference benchmark
 script (shared/reference/torch_bench.py) so tessel is checked against exactly
 the models it is benchmarked against. See README.md beside this file.
@@ -57,6 +57,8 @@ def save_safetensors(path, tensors, metadata):
         if t.dtype not in ST_DTYPES:
             raise TypeError(f"{path}: tensor {name}: dtype {t.dtype} is not float32/int64")
         tag, np_dtype = ST_DTYPES[t.dtype]
+        if offset % t.element_size():
+            raise ValueError(f"{path}: tensor {name} would start misaligned at {offset}")
         data = t.detach().cpu().contiguous().numpy().astype(np_dtype, copy=False).tobytes()
         header[name] = {"dtype": tag, "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(data)]}
@@ -136,24 +138,110 @@ def make_w3(ref):
     return model, x, y, loss_fn, hp
 
 
-WORKLOADS = {"w1_small": make_w1, "w3_small": make_w3}
+def make_w2(ref):
+    """W2 (finance GRU) at batch 4, sequence 5, features 3, hidden 6, 2 layers."""
+    batch, seq, features, hidden, layers = 4, 5, 3, 6, 2
+    torch.manual_seed(MODEL_SEED)
+    model = ref.GRUClassifier(features, hidden, layers)
+    g = torch.Generator().manual_seed(DATA_SEED)
+    x = torch.randn(batch, seq, features, generator=g)
+    # As setup_w2, over the last 2 steps instead of 16.
+    y = (x[:, -2:, 0].sum(dim=1) > 0).float().unsqueeze(1)
+    hp = dict(workload="W2", model=f"GRUClassifier(f={features}, h={hidden}, layers={layers})",
+              seq_len=seq, features=features, hidden=hidden, layers=layers, batch=batch,
+              input_shape=list(x.shape), target_shape=list(y.shape),
+              loss="F.binary_cross_entropy_with_logits(model(x), y) (mean)", lr=1e-3,
+              weight_decay=0.0, optim_class="Adam")
+    return model, x, y, lambda out, t: F.binary_cross_entropy_with_logits(out, t), hp
+
+
+def make_w4(ref):
+    """W4 (3D U-Net) at batch 2, 1 x 8^3, channels 2-4-8, 2 classes."""
+    batch, size, ch = 2, 8, (2, 4, 8)
+    torch.manual_seed(MODEL_SEED)
+    model = ref.UNet3D(cin=1, ncls=2, ch=ch)
+    g = torch.Generator().manual_seed(DATA_SEED)
+    zz, yy, xx = torch.meshgrid(torch.arange(size), torch.arange(size), torch.arange(size),
+                                indexing="ij")
+    xs, ys = [], []
+    for _b in range(batch):  # setup_w4's noisy spheres, scaled to 8^3
+        c = torch.randint(2, 6, (3,), generator=g)
+        r = 1.5 + 2 * torch.rand(1, generator=g).item()
+        m = ((zz - c[0]) ** 2 + (yy - c[1]) ** 2 + (xx - c[2]) ** 2).float() <= r * r
+        xs.append((m.float() + 0.5 * torch.randn(size, size, size, generator=g)).unsqueeze(0))
+        ys.append(m.long())
+    x, y = torch.stack(xs), torch.stack(ys)
+
+    def loss_fn(logits, t):  # setup_w4's loss
+        ce = F.cross_entropy(logits, t)
+        probs = F.softmax(logits, dim=1)
+        onehot = F.one_hot(t, 2).permute(0, 4, 1, 2, 3).to(probs.dtype)
+        dims = (0, 2, 3, 4)
+        inter = (probs * onehot).sum(dims)
+        denom = probs.sum(dims) + onehot.sum(dims)
+        dice = 1.0 - ((2.0 * inter + 1e-5) / (denom + 1e-5)).mean()
+        return ce + dice
+
+    hp = dict(workload="W4", model=f"UNet3D(cin=1, ncls=2, ch={ch})", size=size,
+              channels=list(ch), classes=2, batch=batch, input_shape=list(x.shape),
+              target_shape=list(y.shape),
+              loss="F.cross_entropy (mean over voxels) + soft Dice, as setup_w4", lr=1e-3,
+              weight_decay=0.0, optim_class="Adam", buffers="running_mean/var after 2 steps")
+    return model, x, y, loss_fn, hp
+
+
+def make_w5(ref):
+    """W5 (GCN) at 30 nodes, mean degree 4, features 5, hidden 4, 3 classes."""
+    nodes, deg, fin, hid, ncls = 30, 4, 5, 4, 3
+    # build_graph draws src then dst first: redraw them from the same seed to
+    # store the raw edge list (self pairs and duplicates included).
+    g = torch.Generator().manual_seed(DATA_SEED)
+    adj, _ = ref.build_graph(g, nodes, deg)
+    g2 = torch.Generator().manual_seed(DATA_SEED)
+    m = nodes * deg // 2
+    src = torch.randint(0, nodes, (m,), generator=g2)
+    dst = torch.randint(0, nodes, (m,), generator=g2)
+    labels = torch.randint(0, ncls, (nodes,), generator=g)
+    centroids = torch.randn(ncls, fin, generator=g)
+    x = torch.randn(nodes, fin, generator=g) + 0.5 * centroids[labels]
+    torch.manual_seed(MODEL_SEED)
+    model = ref.GCN(fin, hid, ncls)
+    hp = dict(workload="W5", model=f"GCN(fin={fin}, hid={hid}, ncls={ncls})", nodes=nodes,
+              avg_degree=deg, edges=m, in_features=fin, hidden=hid, classes=ncls,
+              adjacency_nnz=int(adj._nnz()), input_shape=list(x.shape),
+              target_shape=list(labels.shape),
+              loss="F.cross_entropy over all nodes; adjacency from build_graph(input.src, "
+                   "input.dst)", lr=0.01, weight_decay=0.0, optim_class="Adam")
+    extra = dict(forward=lambda mod, inp: mod(inp, adj),
+                 inputs=[("input.src", src), ("input.dst", dst)])
+    return model, x, labels, lambda out, t: F.cross_entropy(out, t), hp, extra
+
+
+WORKLOADS = {"w1_small": make_w1, "w3_small": make_w3, "w2_small": make_w2,
+             "w4_small": make_w4, "w5_small": make_w5}
 
 # ----------------------------------------------------------------------------- generation
 
 
-def run(model, x, y, loss_fn, hp):
-    """Two AdamW steps on the same batch; returns the fixture tensors, in file order."""
+def run(model, x, y, loss_fn, hp, extra=None):
+    """Two AdamW (or Adam, hp["optim_class"]) steps on the same batch; returns
+    the fixture tensors, in file order. extra: "forward" (model, x) -> output
+    and "inputs" (more input tensors, stored first); W4 also stores the
+    BatchNorm running statistics after the steps as buffer.<name>."""
+    extra = extra or {}
+    forward = extra.get("forward", lambda mod, inp: mod(inp))
     params = list(model.named_parameters())  # parameters only: GPT's "mask" is a buffer
     for name, p in params:
         assert p.dtype == torch.float32, f"parameter {name} is {p.dtype}"
     initial = [(f"param.{n}", p.detach().clone()) for n, p in params]
-    opt = torch.optim.AdamW(model.parameters(), lr=hp["lr"], betas=BETAS, eps=EPS,
-                            weight_decay=hp["weight_decay"])
+    opt_class = torch.optim.Adam if hp.get("optim_class") == "Adam" else torch.optim.AdamW
+    opt = opt_class(model.parameters(), lr=hp["lr"], betas=BETAS, eps=EPS,
+                    weight_decay=hp["weight_decay"])
     model.train()
     losses, grads = [], None
     for _ in range(2):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(forward(model, x), y)
         loss.backward()
         if grads is None:  # gradients of the first backward, at the initial weights
             grads = [(f"grad.{n}", p.grad.detach().clone()) for n, p in params]
@@ -161,8 +249,11 @@ def run(model, x, y, loss_fn, hp):
         opt.step()
     step2 = [(f"step2.{n}", p.detach().clone()) for n, p in params]
     # Inputs first: int64 tensors then sit at 8-aligned offsets (all later tensors are f32).
-    tensors = [("input.x", x), ("target.y", y), ("loss", losses[0].reshape(()))]
+    tensors = list(extra.get("inputs", []))
+    tensors += [("input.x", x), ("target.y", y), ("loss", losses[0].reshape(()))]
     tensors += initial + grads + step2
+    tensors += [(f"buffer.{n}", b.detach().clone()) for n, b in model.named_buffers()
+                if n.endswith("running_mean") or n.endswith("running_var")]
     for name, t in tensors:
         assert t.dtype in (torch.float32, torch.int64), f"{name} is {t.dtype}"
     return tensors, [float(l) for l in losses], [n for n, _ in params]
@@ -174,7 +265,8 @@ def metadata(hp, losses, param_names, reference):
     meta = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in hp.items()}
     meta.update(
         format="pt",
-        optimizer="torch.optim.AdamW (single param group, decay on all parameters)",
+        optimizer=("torch.optim.Adam (single param group)" if hp.get("optim_class") == "Adam"
+                   else "torch.optim.AdamW (single param group, decay on all parameters)"),
         lr=repr(hp["lr"]), betas=json.dumps(list(BETAS)), eps=repr(EPS),
         weight_decay=repr(hp["weight_decay"]),
         steps="2 (zero_grad, forward, backward, step; both on the same batch)",
@@ -206,8 +298,9 @@ def main():
     ref = load_reference(args.reference)
     os.makedirs(args.out, exist_ok=True)
     for stem, make in WORKLOADS.items():
-        model, x, y, loss_fn, hp = make(ref)
-        tensors, losses, names = run(model, x, y, loss_fn, hp)
+        made = make(ref)
+        hp = made[4]
+        tensors, losses, names = run(*made)
         path = os.path.join(args.out, stem + ".safetensors")
         save_safetensors(path, tensors, metadata(hp, losses, names, args.reference))
 

@@ -15,4 +15,10 @@
 int parity_run(const char *fixture, const ts_graph *g, ts_val loss, const char *input_name,
                const char *target_name, ts_optimizer opt);
 
+/* As parity_run, and after the two steps also compares every fixture
+ * tensor "buffer.NAME" (BatchNorm running_mean / running_var) with
+ * ts_plan_read(NAME), within 1e-5 * max(1, max|ref|). */
+int parity_run_buffers(const char *fixture, const ts_graph *g, ts_val loss,
+                       const char *input_name, const char *target_name, ts_optimizer opt);
+
 #endif

@@ -1,0 +1,75 @@
+/* The small image classifier of the model zoo (Fashion-MNIST). */
+#include <math.h>
+#include <stdio.h>
+#include "tessel/tessel.h"
+
+ts_cnn_config ts_cnn_fashion(void) {
+    ts_cnn_config c = {64, 1, 28, 28, 32, 64, 10, 0};
+    return c;
+}
+
+/* Conv2d 3x3 pad 1 without bias (kaiming_uniform(sqrt 5) as torch), then
+ * BatchNorm2d (weight 1, bias 0, running stats), ReLU, MaxPool2d 2. */
+static ts_val block(ts_graph *g, ts_val x, int conv_idx, int64_t cin, int64_t cout) {
+    char name[64];
+    int64_t wd[4] = {cout, cin, 3, 3}, cd[1] = {cout}, pad[2] = {1, 1}, k[2] = {2, 2};
+    snprintf(name, sizeof name, "features.%d.weight", conv_idx);
+    ts_val w = ts_param(g, name, TS_F32, 4, wd, ts_init_kaiming_uniform(sqrt(5.0)));
+    x = ts_conv(g, x, w, TS_NONE, 2, NULL, pad, NULL, 1);
+    snprintf(name, sizeof name, "features.%d.weight", conv_idx + 1);
+    ts_val bw = ts_param(g, name, TS_F32, 1, cd, ts_init_ones());
+    snprintf(name, sizeof name, "features.%d.bias", conv_idx + 1);
+    ts_val bb = ts_param(g, name, TS_F32, 1, cd, ts_init_zeros());
+    snprintf(name, sizeof name, "features.%d", conv_idx + 1);
+    x = ts_relu(g, ts_batch_norm(g, x, bw, bb, name, 0.1, 1e-5));
+    return ts_max_pool(g, x, 2, k, NULL, NULL);
+}
+
+ts_status ts_build_cnn(ts_graph *g, const ts_cnn_config *c, ts_model *m) {
+    if (!g || !c || !m) {
+        ts_graph_fail(g, TS_ERR_INVALID, "model builder: NULL argument");
+        return TS_ERR_INVALID;
+    }
+    if (c->batch <= 0 || c->channels <= 0 || c->c1 <= 0 || c->c2 <= 0 || c->classes <= 0 ||
+        c->height <= 0 || c->width <= 0) {
+        ts_graph_fail(g, TS_ERR_INVALID,
+                      "cnn: batch, channels, height, width, c1, c2 and classes must be > 0 (got "
+                      "%lld, %lld, %lld, %lld, %lld, %lld, %lld)",
+                      (long long)c->batch, (long long)c->channels, (long long)c->height,
+                      (long long)c->width, (long long)c->c1, (long long)c->c2,
+                      (long long)c->classes);
+        return ts_graph_status(g);
+    }
+    if (c->height % 4 || c->width % 4) {
+        ts_graph_fail(g, TS_ERR_INVALID,
+                      "cnn: height and width must be multiples of 4 (two 2x2 poolings), got "
+                      "%lld x %lld",
+                      (long long)c->height, (long long)c->width);
+        return ts_graph_status(g);
+    }
+    int64_t B = c->batch, H = c->height, W = c->width;
+    int64_t xd[4] = {B, c->channels, H, W};
+    ts_val x;
+    if (c->flat_input) {
+        int64_t fd[2] = {B, c->channels * H * W};
+        m->input = ts_input(g, "x", TS_F32, 2, fd);
+        x = ts_reshape(g, m->input, 4, xd);
+    } else {
+        x = m->input = ts_input(g, "x", TS_F32, 4, xd);
+    }
+    int64_t yd[1] = {B};
+    m->target = ts_input(g, "y", TS_I64, 1, yd);
+    x = block(g, x, 0, c->channels, c->c1);
+    x = block(g, x, 4, c->c1, c->c2);
+    int64_t flat = c->c2 * (H / 4) * (W / 4);
+    int64_t fd[2] = {B, flat}, wd[2] = {c->classes, flat}, bd[1] = {c->classes};
+    x = ts_reshape(g, x, 2, fd);
+    double bound = 1.0 / sqrt((double)flat);
+    ts_val w = ts_param(g, "classifier.weight", TS_F32, 2, wd, ts_init_kaiming_uniform(sqrt(5.0)));
+    ts_val b = ts_param(g, "classifier.bias", TS_F32, 1, bd, ts_init_uniform(-bound, bound));
+    m->output = ts_linear(g, x, w, b);
+    ts_mark_output(g, m->output, "logits");
+    m->loss = ts_cross_entropy(g, m->output, m->target, -100);
+    ts_set_name(g, m->loss, "loss");
+    return ts_graph_status(g);
+}

@@ -1,0 +1,118 @@
+/* The 3D U-Net of the model zoo (benchmark W4). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "tessel/tessel.h"
+
+ts_unet3d_config ts_unet3d_w4(void) {
+    ts_unet3d_config c = {4, 1, 32, 16, 32, 64, 2};
+    return c;
+}
+
+/* torch's default conv init: kaiming_uniform(sqrt 5) weight, bias
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = dims[1] * kernel volume. */
+static ts_val conv_param(ts_graph *g, const char *prefix, const char *what, int64_t d0,
+                         int64_t d1, int64_t k) {
+    char name[160];
+    snprintf(name, sizeof name, "%s.%s", prefix, what);
+    int64_t wd[5] = {d0, d1, k, k, k};
+    return ts_param(g, name, TS_F32, 5, wd, ts_init_kaiming_uniform(sqrt(5.0)));
+}
+
+static ts_val conv_bias(ts_graph *g, const char *prefix, int64_t n, int64_t fan_in) {
+    char name[96];
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    int64_t bd[1] = {n};
+    double bound = 1.0 / sqrt((double)fan_in);
+    return ts_param(g, name, TS_F32, 1, bd, ts_init_uniform(-bound, bound));
+}
+
+/* nn.Sequential(Conv3d, BatchNorm3d, ReLU, Conv3d, BatchNorm3d, ReLU). */
+static ts_val double_conv(ts_graph *g, ts_val x, const char *prefix, int64_t cin, int64_t cout) {
+    int64_t pad[3] = {1, 1, 1}, cd[1] = {cout};
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.%d", prefix, 3 * i);
+        ts_val w = conv_param(g, name, "weight", cout, i ? cout : cin, 3);
+        x = ts_conv(g, x, w, TS_NONE, 3, NULL, pad, NULL, 1);
+        snprintf(name, sizeof name, "%s.%d.weight", prefix, 3 * i + 1);
+        ts_val bw = ts_param(g, name, TS_F32, 1, cd, ts_init_ones());
+        snprintf(name, sizeof name, "%s.%d.bias", prefix, 3 * i + 1);
+        ts_val bb = ts_param(g, name, TS_F32, 1, cd, ts_init_zeros());
+        snprintf(name, sizeof name, "%s.%d", prefix, 3 * i + 1);
+        x = ts_relu(g, ts_batch_norm(g, x, bw, bb, name, 0.1, 1e-5));
+    }
+    return x;
+}
+
+/* ConvTranspose3d(cin, cout, 2, stride 2): weight [cin, cout, 2, 2, 2]. */
+static ts_val up(ts_graph *g, ts_val x, const char *prefix, int64_t cin, int64_t cout) {
+    int64_t s[3] = {2, 2, 2};
+    ts_val w = conv_param(g, prefix, "weight", cin, cout, 2);
+    ts_val b = conv_bias(g, prefix, cout, cout * 8);
+    return ts_conv_transpose(g, x, w, b, 3, s, NULL, NULL, 1);
+}
+
+ts_status ts_build_unet3d(ts_graph *g, const ts_unet3d_config *c, ts_model *m) {
+    if (!g || !c || !m) {
+        ts_graph_fail(g, TS_ERR_INVALID, "model builder: NULL argument");
+        return TS_ERR_INVALID;
+    }
+    if (c->batch <= 0 || c->in_channels <= 0 || c->size <= 0 || c->c1 <= 0 || c->c2 <= 0 ||
+        c->c3 <= 0 || c->classes < 2) {
+        ts_graph_fail(g, TS_ERR_INVALID,
+                      "unet3d: batch, in_channels, size and channels c1-c2-c3 must be > 0 and "
+                      "classes >= 2 (got batch %lld, in_channels %lld, size %lld, channels "
+                      "%lld-%lld-%lld, classes %lld)",
+                      (long long)c->batch, (long long)c->in_channels, (long long)c->size,
+                      (long long)c->c1, (long long)c->c2, (long long)c->c3,
+                      (long long)c->classes);
+        return ts_graph_status(g);
+    }
+    if (c->size % 4) {
+        ts_graph_fail(g, TS_ERR_INVALID,
+                      "unet3d: size must be a multiple of 4 (two 2x pooling levels), got %lld",
+                      (long long)c->size);
+        return ts_graph_status(g);
+    }
+    int64_t B = c->batch, S = c->size, C = c->classes;
+    int64_t xd[5] = {B, c->in_channels, S, S, S}, yd[4] = {B, S, S, S}, k2[3] = {2, 2, 2};
+    m->input = ts_input(g, "x", TS_F32, 5, xd);
+    m->target = ts_input(g, "y", TS_I64, 4, yd);
+    ts_val e1 = double_conv(g, m->input, "enc1", c->in_channels, c->c1);
+    ts_val e2 = double_conv(g, ts_max_pool(g, e1, 3, k2, NULL, NULL), "enc2", c->c1, c->c2);
+    ts_val bt = double_conv(g, ts_max_pool(g, e2, 3, k2, NULL, NULL), "bott", c->c2, c->c3);
+    ts_val cat2[2] = {up(g, bt, "up2", c->c3, c->c2), e2};
+    ts_val d2 = double_conv(g, ts_concat(g, 2, cat2, 1), "dec2", 2 * c->c2, c->c2);
+    ts_val cat1[2] = {up(g, d2, "up1", c->c2, c->c1), e1};
+    ts_val d1 = double_conv(g, ts_concat(g, 2, cat1, 1), "dec1", 2 * c->c1, c->c1);
+    ts_val hw = conv_param(g, "head", "weight", C, c->c1, 1);
+    ts_val hb = conv_bias(g, "head", C, c->c1);
+    m->output = ts_conv(g, d1, hw, hb, 3, NULL, NULL, NULL, 1);
+    ts_mark_output(g, m->output, "logits");
+
+    /* Channels last for the losses: [B, S, S, S, C]. */
+    int perm[5] = {0, 2, 3, 4, 1};
+    ts_val lg = ts_permute(g, m->output, perm);
+    ts_val ce = ts_cross_entropy(g, lg, m->target, -100);
+    ts_val probs = ts_softmax(g, lg, 4);
+    float *eye = calloc((size_t)(C * C), sizeof *eye);
+    if (!eye) {
+        ts_graph_fail(g, TS_ERR_NOMEM, "unet3d: out of memory");
+        return ts_graph_status(g);
+    }
+    for (int64_t i = 0; i < C; i++) eye[i * C + i] = 1.0f;
+    int64_t ed[2] = {C, C};
+    ts_val onehot = ts_embedding(g, ts_constant(g, "unet3d.eye", TS_F32, 2, ed, eye), m->target);
+    free(eye);
+    int axes[4] = {0, 1, 2, 3};
+    ts_val inter = ts_sum(g, ts_mul(g, probs, onehot), 4, axes, 0); /* [C] */
+    ts_val denom = ts_add(g, ts_sum(g, probs, 4, axes, 0), ts_sum(g, onehot, 4, axes, 0));
+    ts_val ratio = ts_div(g, ts_affine_scalar(g, inter, 2.0, 1e-5),
+                          ts_affine_scalar(g, denom, 1.0, 1e-5));
+    int ax0[1] = {0};
+    ts_val dice = ts_affine_scalar(g, ts_mean(g, ratio, 1, ax0, 0), -1.0, 1.0);
+    m->loss = ts_add(g, ce, dice);
+    ts_set_name(g, m->loss, "loss");
+    return ts_graph_status(g);
+}
