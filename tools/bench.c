@@ -7,7 +7,8 @@
 #include "session/bench.h"
 
 static const char usage[] =
-    "usage: tessel bench --workload W1|W3|gpt2-124m [--steps N] [--threads N] [--warmup N]\n"
+    "usage: tessel bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--warmup "
+    "N]\n"
     "                    [--precision fp32] [--profile] [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n";
 

@@ -166,6 +166,15 @@ static const ts_config_key keys[] = {
      "public key a checkpoint must be signed with to resume (none: checksums only)"},
     {"ckpt.async", TS_CFG_BOOL, FIELD(ckpt, async), 0, NULL, NULL, "true",
      "write checkpoints in a background thread while training goes on"},
+    /* observe */
+    {"observe.metrics_port", TS_CFG_INT, FIELD(observe, metrics_port), 0, NULL, "[0, 65535]", "0",
+     "port of the Prometheus /metrics endpoint served while training (0: none)"},
+    {"observe.metrics_addr", TS_CFG_STR, FIELD(observe, metrics_addr), 0, NULL, NULL, "127.0.0.1",
+     "numeric address the endpoint listens on (0.0.0.0: every interface)"},
+    {"observe.tensorboard", TS_CFG_BOOL, FIELD(observe, tensorboard), 0, NULL, NULL, "true",
+     "write TensorBoard event files under RUN_DIR/tb/ (needs a run directory)"},
+    {"observe.histogram_every", TS_CFG_I64, FIELD(observe, histogram_every), 0, NULL, "[0, 1e15]",
+     "100", "steps between TensorBoard histograms of every parameter and gradient (0: none)"},
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -666,7 +675,8 @@ static ts_status load(ts_config *c, yaml_parser_t *ps, const char *name) {
         s = at(
             &w, root,
             ts_fail(TS_ERR_FORMAT,
-                    "expected a mapping of sections (model, train, compile, data, output, ckpt), "
+                    "expected a mapping of sections (model, train, compile, data, output, ckpt, "
+                    "observe), "
                     "got %s",
                     root->type == YAML_SCALAR_NODE ? "a value" : "a list"));
     }

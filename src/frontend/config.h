@@ -98,6 +98,12 @@ typedef struct ts_config {
         char verify_key[512]; /* public key checked on resume; "" checksums only */
         int async;           /* save in a background thread */
     } ckpt;
+    struct {
+        int metrics_port;      /* Prometheus /metrics endpoint; 0: none */
+        char metrics_addr[64]; /* numeric address it listens on */
+        int tensorboard;       /* event files under RUN_DIR/tb/ */
+        int64_t histogram_every; /* steps between weight/gradient histograms; 0: none */
+    } observe;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 
@@ -146,7 +152,7 @@ const char *ts_config_type_name(const ts_config_key *k, char *buf, size_t n);
 /* Every key at its default; no model chosen yet. */
 void ts_config_init(ts_config *c);
 /* Apply a YAML file: a mapping of sections (model, train, compile, data,
- * output, ckpt)
+ * output, ckpt, observe)
  * to mappings of keys. Errors name the file, line and column. */
 ts_status ts_config_load_file(ts_config *c, const char *path);
 /* Same, from text in memory; `name` stands for the file in messages. */

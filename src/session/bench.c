@@ -49,8 +49,11 @@ typedef struct workload {
     ts_graph *g;
     ts_model m;
     ts_plan *p;
-    double per_step; /* samples or tokens */
-    int gpt, has_reference;
+    double per_step; /* samples, tokens or epochs */
+    const char *unit;
+    int has_reference;
+    int n_batches; /* 1 for W5's single full batch */
+    double first_loss;
     void *x[N_BATCHES], *y[N_BATCHES];
     size_t xb, yb;
 } workload;
@@ -61,43 +64,159 @@ static void workload_free(workload *w) {
     ts_graph_free(w->g);
 }
 
+/* A key per (batch, stream), as data/synthetic.c derives its own. */
+static uint64_t bench_key(int64_t batch, uint64_t stream) {
+    uint64_t parts[3] = {1234, (uint64_t)batch, stream};
+    return ts_hash64(parts, sizeof parts, 0x62656e6368ULL /* "bench" */);
+}
+
+/* A uniform integer in [0, n) from word i of a Philox stream. */
+static int64_t rand_below(uint64_t key, uint64_t i, int64_t n) {
+    uint32_t r[4];
+    ts_philox(key, 0, i, r);
+    return (int64_t)((((uint64_t)r[0] << 32) | r[1]) % (uint64_t)n);
+}
+
+/* W2: x ~ N(0,1) [batch, seq, features]; y = (sum of feature 0 over the
+ * last 16 steps > 0) as 0/1 floats [batch, 1]. */
+static ts_status synth_w2(const ts_rnn_config *c, int64_t b, float *x, float *y) {
+    const int64_t n = c->batch * c->seq_len * c->features;
+    double *buf = ts_alloc((size_t)n * sizeof *buf, "bench batch");
+    if (!buf) return TS_ERR_NOMEM;
+    ts_rand_normal_f64(buf, n, bench_key(b, 1), 0.0, 1.0);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)buf[i];
+    free(buf);
+    const int64_t last = c->seq_len < 16 ? c->seq_len : 16;
+    for (int64_t i = 0; i < c->batch; i++) {
+        float sum = 0; /* in float, from the values the model sees, as torch sums */
+        for (int64_t t = c->seq_len - last; t < c->seq_len; t++)
+            sum += x[(i * c->seq_len + t) * c->features];
+        y[i] = sum > 0 ? 1.0f : 0.0f;
+    }
+    return TS_OK;
+}
+
+/* W4: per sample a sphere, centre in [8, 24)^3 (scaled to the volume),
+ * radius 4 + 6 U(0,1); x = mask + 0.5 N(0,1), y = mask (class ids). */
+static ts_status synth_w4(const ts_unet3d_config *c, int64_t b, float *x, int64_t *y) {
+    const int64_t S = c->size, vol = S * S * S;
+    double *noise = ts_alloc((size_t)vol * sizeof *noise, "bench batch"), u;
+    if (!noise) return TS_ERR_NOMEM;
+    for (int64_t i = 0; i < c->batch; i++) {
+        const uint64_t key = bench_key(b * 1000 + i, 4);
+        int64_t ctr[3];
+        for (int k = 0; k < 3; k++) ctr[k] = S / 4 + rand_below(key, (uint64_t)k, S / 2);
+        ts_rand_uniform_f64(&u, 1, bench_key(b * 1000 + i, 5), 0.0, 1.0);
+        const double r = (4 + 6 * u) * (double)S / 32.0;
+        ts_rand_normal_f64(noise, vol, bench_key(b * 1000 + i, 6), 0.0, 1.0);
+        for (int64_t z = 0; z < S; z++)
+            for (int64_t yy = 0; yy < S; yy++)
+                for (int64_t xx = 0; xx < S; xx++) {
+                    const int64_t v = (z * S + yy) * S + xx;
+                    const double d2 = (double)((z - ctr[0]) * (z - ctr[0]) +
+                                               (yy - ctr[1]) * (yy - ctr[1]) +
+                                               (xx - ctr[2]) * (xx - ctr[2]));
+                    const int in = d2 <= r * r;
+                    /* in_channels copies of the same volume (1 for W4) */
+                    for (int64_t ch = 0; ch < c->in_channels; ch++)
+                        x[(i * c->in_channels + ch) * vol + v] = (float)(in + 0.5 * noise[v]);
+                    y[i * vol + v] = in;
+                }
+    }
+    free(noise);
+    return TS_OK;
+}
+
+/* W5: labels uniform in [0, classes), x = N(0,1) + 0.5 centroid[label]
+ * with centroids ~ N(0,1) [classes, in_features]. */
+static ts_status synth_w5(const ts_gcn_config *c, float *x, int64_t *y) {
+    const int64_t n = c->nodes * c->in_features, nc = c->classes * c->in_features;
+    double *buf = ts_alloc((size_t)(n + nc) * sizeof *buf, "bench batch");
+    if (!buf) return TS_ERR_NOMEM;
+    double *cent = buf + n;
+    const uint64_t lk = bench_key(0, 7);
+    for (int64_t i = 0; i < c->nodes; i++) y[i] = rand_below(lk, (uint64_t)i, c->classes);
+    ts_rand_normal_f64(cent, nc, bench_key(0, 8), 0.0, 1.0);
+    ts_rand_normal_f64(buf, n, bench_key(0, 9), 0.0, 1.0);
+    for (int64_t i = 0; i < c->nodes; i++)
+        for (int64_t f = 0; f < c->in_features; f++)
+            x[i * c->in_features + f] =
+                (float)(buf[i * c->in_features + f] + 0.5 * cent[y[i] * c->in_features + f]);
+    free(buf);
+    return TS_OK;
+}
+
+enum { WL_W1, WL_W2, WL_W3, WL_W4, WL_W5, WL_GPT2 };
+
 /* The model, optimizer and data of shared/reference/torch_bench.py. */
 static ts_status workload_build(const ts_bench_options *o, workload *w, ts_bench_result *r) {
     const char *wl = o->workload;
-    const char *unsupported[] = {"W2", "W4", "W5"};
-    for (int i = 0; i < 3; i++)
-        if (!strcasecmp(wl, unsupported[i]))
-            return ts_fail(TS_ERR_UNSUPPORTED,
-                           "bench: workload %s is not supported by tessel yet (supported: W1, "
-                           "W3, gpt2-124m)",
-                           unsupported[i]);
-    int w1 = !strcasecmp(wl, "W1"), w3 = !strcasecmp(wl, "W3");
-    if (!w1 && !w3 && strcasecmp(wl, "gpt2-124m"))
+    static const char *const names[] = {"W1", "W2", "W3", "W4", "W5", "gpt2-124m"};
+    int kind = -1;
+    for (int i = 0; i < 6; i++)
+        if (!strcasecmp(wl, names[i])) kind = i;
+    if (kind < 0)
         return ts_fail(TS_ERR_INVALID,
                        "bench: unknown workload '%s' (W1, W2, W3, W4, W5, gpt2-124m)", wl);
+    if (o->compare_torch && kind == WL_GPT2) /* before building 124M parameters */
+        return ts_fail(TS_ERR_UNSUPPORTED, "bench: the PyTorch reference has no %s workload", wl);
     if (strcasecmp(o->precision, "fp32"))
         return ts_fail(strcasecmp(o->precision, "bf16") ? TS_ERR_INVALID : TS_ERR_UNSUPPORTED,
                        "bench: precision '%s' %s (fp32)", o->precision,
                        strcasecmp(o->precision, "bf16") ? "is unknown" : "is not supported yet");
     if (!(w->g = ts_graph_new())) return ts_fail(TS_ERR_NOMEM, "bench: out of memory");
     ts_train_spec spec;
-    ts_status s;
-    w->gpt = !w1;
-    w->has_reference = w1 || w3;
+    ts_status s = TS_OK;
+    w->has_reference = kind != WL_GPT2;
+    w->unit = "samples/s";
+    w->n_batches = N_BATCHES;
     ts_mlp_config mc = ts_mlp_w1();
-    ts_gpt_config gc = w3 ? ts_gpt_w3() : ts_gpt2_124m();
-    if (w1) {
+    ts_gpt_config gc = kind == WL_W3 ? ts_gpt_w3() : ts_gpt2_124m();
+    ts_rnn_config rc = ts_gru_w2();
+    ts_unet3d_config uc = ts_unet3d_w4();
+    ts_gcn_config nc = ts_gcn_w5();
+    /* Adam / AdamW with torch's defaults: betas (0.9, 0.999), eps 1e-8. */
+    ts_optimizer opt_spec = ts_adam(1e-3, 0.9, 0.999, 1e-8, 0);
+    switch (kind) {
+    case WL_W1:
         s = ts_build_mlp(w->g, &mc, &w->m);
-        spec = ts_train_spec_default(w->m.loss);
-        spec.opt = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
+        opt_spec = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
         w->per_step = (double)mc.batch;
-    } else {
+        break;
+    case WL_W2:
+        s = ts_build_gru(w->g, &rc, &w->m);
+        w->per_step = (double)rc.batch;
+        break;
+    case WL_W4:
+        s = ts_build_unet3d(w->g, &uc, &w->m);
+        w->per_step = (double)uc.batch;
+        break;
+    case WL_W5: {
+        int64_t *src = NULL, *dst = NULL;
+        nc.n_edges = ts_gcn_random_edges(nc.nodes, 10, 1234, &src, &dst);
+        if (nc.n_edges < 0) return ts_fail(TS_ERR_NOMEM, "bench: out of memory for W5's edges");
+        nc.src = src;
+        nc.dst = dst;
+        s = ts_build_gcn(w->g, &nc, &w->m);
+        free(src);
+        free(dst);
+        nc.src = nc.dst = NULL;
+        opt_spec = ts_adam(0.01, 0.9, 0.999, 1e-8, 0);
+        w->per_step = 1;
+        w->unit = "epochs/s";
+        w->n_batches = 1;
+        break;
+    }
+    default: /* W3, gpt2-124m */
         s = ts_build_gpt(w->g, &gc, &w->m);
-        spec = ts_train_spec_default(w->m.loss);
-        spec.opt = ts_adamw(3e-4, 0.9, 0.999, 1e-8, 0.1);
+        opt_spec = ts_adamw(3e-4, 0.9, 0.999, 1e-8, 0.1);
         w->per_step = (double)(gc.batch * gc.ctx);
+        w->unit = "tokens/s";
+        break;
     }
     if (s != TS_OK) return ts_fail(s, "bench: building %s: %s", wl, ts_graph_error(w->g));
+    spec = ts_train_spec_default(w->m.loss);
+    spec.opt = opt_spec;
     ts_compile_options opt = ts_compile_options_default();
     opt.threads = o->threads;
     opt.profile = 1; /* two clock reads per instruction: noise next to a step */
@@ -108,13 +227,20 @@ static ts_status workload_build(const ts_bench_options *o, workload *w, ts_bench
     const ts_graph *g = w->g;
     w->xb = (size_t)ts_numel(g, w->m.input) * ts_dtype_size(ts_dtype_of(g, w->m.input));
     w->yb = (size_t)ts_numel(g, w->m.target) * ts_dtype_size(ts_dtype_of(g, w->m.target));
-    for (int b = 0; b < N_BATCHES; b++) {
+    for (int b = 0; b < w->n_batches; b++) {
         if (!(w->x[b] = ts_alloc(w->xb, "bench batch")) ||
             !(w->y[b] = ts_alloc(w->yb, "bench batch")))
             return TS_ERR_NOMEM;
-        s = w1 ? ts_synth_regression(1234, b, mc.batch, mc.window, mc.features, mc.out_dim, w->x[b],
-                                     w->y[b])
-               : ts_synth_tokens(1234, b, gc.batch, gc.ctx, gc.vocab, w->x[b], w->y[b]);
+        switch (kind) {
+        case WL_W1:
+            s = ts_synth_regression(1234, b, mc.batch, mc.window, mc.features, mc.out_dim,
+                                    w->x[b], w->y[b]);
+            break;
+        case WL_W2: s = synth_w2(&rc, b, w->x[b], w->y[b]); break;
+        case WL_W4: s = synth_w4(&uc, b, w->x[b], w->y[b]); break;
+        case WL_W5: s = synth_w5(&nc, w->x[b], w->y[b]); break;
+        default: s = ts_synth_tokens(1234, b, gc.batch, gc.ctx, gc.vocab, w->x[b], w->y[b]);
+        }
         if (s != TS_OK) return s;
     }
     return TS_OK;
@@ -123,13 +249,15 @@ static ts_status workload_build(const ts_bench_options *o, workload *w, ts_bench
 static ts_status run_steps(workload *w, int n, double *times, int64_t *done) {
     const char *in = ts_name(w->g, w->m.input), *tg = ts_name(w->g, w->m.target);
     for (int i = 0; i < n; i++) {
-        int k = (int)(*done % N_BATCHES);
+        int k = (int)(*done % w->n_batches);
+        /* Outside the timed region: the plan may reuse input memory. */
         ts_status s = ts_plan_set_input(w->p, in, w->x[k], w->xb);
         if (s == TS_OK) s = ts_plan_set_input(w->p, tg, w->y[k], w->yb);
         double t0 = ts_now();
         if (s == TS_OK) s = ts_plan_step(w->p);
         if (s != TS_OK) return s;
         if (times) times[i] = ts_now() - t0;
+        if (*done == 0) w->first_loss = ts_plan_loss(w->p); /* with or without warm-up */
         (*done)++;
     }
     return TS_OK;
@@ -241,7 +369,7 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
         workload_free(&w);
         return s;
     }
-    r->unit = w.gpt ? "tokens/s" : "samples/s";
+    r->unit = w.unit;
     fprintf(out, "tessel %s: compiled in %.2f s, %d instructions, %d threads\n", o.workload,
             r->compile_s, r->stats.n_instructions, o.threads);
     fflush(out);
@@ -252,7 +380,7 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
     int64_t done = 0;
     if (!times || !torch_ms || !torch_tp) s = TS_ERR_NOMEM;
     if (s == TS_OK) s = run_steps(&w, o.warmup ? o.warmup : 0, NULL, &done);
-    r->loss_first = ts_plan_loss(w.p);
+    r->loss_first = w.first_loss;
     /* Warm-up pays for page faults and cold caches: profile only what is timed. */
     ts_plan_profile_reset(w.p);
     for (int round = 0; s == TS_OK && round < o.rounds; round++) {

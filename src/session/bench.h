@@ -19,7 +19,7 @@
 #include "tessel/tessel.h"
 
 typedef struct ts_bench_options {
-    const char *workload;  /* W1, W3 or gpt2-124m (W2, W4, W5: not supported yet) */
+    const char *workload;  /* W1..W5 or gpt2-124m (no PyTorch reference) */
     const char *precision; /* fp32 (bf16: not supported yet) */
     int steps;             /* timed steps per round (default 10) */
     int warmup;            /* untimed steps before the first round (default 2) */
@@ -42,7 +42,7 @@ typedef struct ts_bench_side {
 } ts_bench_side;
 
 typedef struct ts_bench_result {
-    const char *unit; /* samples/s or tokens/s */
+    const char *unit; /* samples/s, tokens/s or epochs/s */
     ts_bench_side tessel, torch;
     int has_torch;
     double loss_first, loss_last;

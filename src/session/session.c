@@ -12,9 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "core/core.h"
 #include "data/data.h"
 #include "data/synthetic.h"
+#include "obs/http.h"
+#include "obs/metrics.h"
+#include "obs/tfevents.h"
 #include "tessel/ckpt.h"
 #include "tessel/tessel.h"
 
@@ -66,6 +70,13 @@ typedef struct session {
     int n_lineage;
     ts_audit *audit;
     ts_ckpt_saver *sv;
+    /* observability (docs/observability.md) */
+    ts_train_metrics tm;
+    int tm_made;
+    ts_http_server *http;
+    ts_tfevents *tb;
+    float *gbuf; /* one parameter or gradient, read back for norms and histograms */
+    size_t gbuf_bytes;
 } session;
 
 ts_session_options ts_session_options_default(void) {
@@ -176,9 +187,10 @@ static ts_status config_text(const session *s, char **text, size_t *n) {
 /* What a checkpoint is tied to: the resolved config without the keys that
  * may change on resume because they do not change the numbers a step
  * computes: train.steps, train.epochs (how far to go), train.log_every,
- * train.eval_every, train.threads, and the output and ckpt sections. The
- * manifests' config_sha256 is the hash of this text, so resuming with a
- * higher train.steps matches while any other change is refused. */
+ * train.eval_every, train.threads, and the output, ckpt and observe
+ * sections. The manifests' config_sha256 is the hash of this text, so
+ * resuming with a higher train.steps matches while any other change is
+ * refused. */
 static ts_status identity(session *s) {
     char *full = NULL;
     size_t n = 0;
@@ -199,7 +211,8 @@ static ts_status identity(session *s) {
         size_t len = strcspn(line, "\n");
         const int top = line[0] != ' ' && line[0] != '#';
         if (top) {
-            skip_section = !strncmp(line, "output:", 7) || !strncmp(line, "ckpt:", 5);
+            skip_section = !strncmp(line, "output:", 7) || !strncmp(line, "ckpt:", 5) ||
+                           !strncmp(line, "observe:", 8);
             in_train = !strncmp(line, "train:", 6);
         }
         int keep = line[0] != '#' && !skip_section;
@@ -686,6 +699,12 @@ static ts_status eval_split(session *s, const char *split, const ts_dataset *d, 
         fputs("}\n", s->metrics);
         fflush(s->metrics);
     }
+    if (s->tb) {
+        char tag[32];
+        const char *const tags[] = {tag};
+        snprintf(tag, sizeof tag, "%s/loss", split);
+        if ((st = ts_tfevents_scalars(s->tb, step, 1, tags, &e->loss)) != TS_OK) return st;
+    }
     return TS_OK;
 }
 
@@ -718,6 +737,150 @@ static ts_status save_checkpoint(session *s, int64_t step) {
     return TS_OK;
 }
 
+/* ---- observability (docs/observability.md) ------------------------------- */
+
+/* The metrics registry and the /metrics endpoint, started before the run
+ * directory is made (a taken port leaves no trace) and before the first
+ * step; also the buffer the gradient norm and the histograms read into. */
+static ts_status observe_start(session *s) {
+    const ts_config *c = &s->c;
+    size_t most = sizeof(float);
+    for (int i = 0; i < ts_plan_param_count(s->plan); i++) {
+        ts_dtype dt;
+        int rank;
+        int64_t dims[TS_MAX_RANK];
+        if (ts_plan_value_info(s->plan, ts_plan_param_name(s->plan, i), &dt, &rank, dims) ==
+                TS_OK &&
+            dt == TS_F32) {
+            const size_t b = (size_t)numel_dims(rank, dims) * sizeof(float);
+            if (b > most) most = b;
+        }
+    }
+    if (!(s->gbuf = ts_alloc(most, "gradient read-back buffer"))) return TS_ERR_NOMEM;
+    s->gbuf_bytes = most;
+    if (c->observe.metrics_port <= 0) return TS_OK;
+    ts_status st = ts_train_metrics_create(0, &s->tm);
+    if (st != TS_OK) return st;
+    s->tm_made = 1;
+    ts_plan_stats ps;
+    if (ts_plan_get_stats(s->plan, &ps) == TS_OK)
+        ts_metric_set(s->tm.arena_bytes, (double)ps.arena_bytes);
+    const char *addr = c->observe.metrics_addr[0] ? c->observe.metrics_addr : "127.0.0.1";
+    st = ts_http_serve_metrics(s->tm.reg, addr, c->observe.metrics_port, &s->http);
+    if (st != TS_OK) {
+        ts_error_prefix("observe.metrics_port");
+        return st;
+    }
+    ts_progress_log(&s->pr, "metrics: http://%s%s%s:%d/metrics", strchr(addr, ':') ? "[" : "",
+                    addr, strchr(addr, ':') ? "]" : "", ts_http_port(s->http));
+    return TS_OK;
+}
+
+/* TensorBoard events under RUN_DIR/tb/, once the run directory exists. */
+static ts_status tensorboard_start(session *s) {
+    if (!s->r->run_dir[0] || !s->c.observe.tensorboard) return TS_OK;
+    char dir[640], suffix[64];
+    snprintf(dir, sizeof dir, "%s/tb", s->r->run_dir);
+    ts_tfevents_options o = ts_tfevents_options_default();
+    if (s->ck) {
+        /* A resumed run adds a file next to the earlier ones, which may
+         * have been opened in this same second. */
+        snprintf(suffix, sizeof suffix, ".resumed-step%lld.%ld", (long long)s->start_step,
+                 (long)getpid());
+        o.suffix = suffix;
+    }
+    ts_status st = ts_tfevents_open(dir, &o, &s->tb);
+    if (st != TS_OK) ts_error_prefix("observe.tensorboard");
+    return st;
+}
+
+/* Stop the endpoint and close the event file (idempotent). */
+static ts_status observe_end(session *s) {
+    ts_http_stop(s->http);
+    s->http = NULL;
+    ts_status st = TS_OK;
+    if (s->tb) {
+        st = ts_tfevents_close(s->tb);
+        s->tb = NULL;
+        if (st != TS_OK) ts_error_prefix("closing the TensorBoard events");
+    }
+    return st;
+}
+
+/* Read float32 value `name` into s->gbuf; *n = 0 for a value that is not
+ * float32 or not there (a parameter without a gradient). */
+static ts_status read_f32(session *s, const char *name, int64_t *n) {
+    ts_dtype dt;
+    int rank;
+    int64_t dims[TS_MAX_RANK];
+    *n = 0;
+    if (ts_plan_value_info(s->plan, name, &dt, &rank, dims) != TS_OK || dt != TS_F32)
+        return TS_OK;
+    const int64_t k = numel_dims(rank, dims);
+    if ((size_t)k * sizeof(float) > s->gbuf_bytes) return TS_OK;
+    ts_status st = ts_plan_read(s->plan, name, s->gbuf, (size_t)k * sizeof(float));
+    if (st == TS_OK) *n = k;
+    return st;
+}
+
+/* The global L2 norm of the gradients, read back from the plan's gradient
+ * region (not yet a monitor node of the step graph), and with `hist` the
+ * histograms of every parameter and its gradient. */
+static ts_status gradient_pass(session *s, int64_t step, int hist, double *norm) {
+    double sum = 0;
+    char name[600];
+    int64_t n;
+    ts_status st = TS_OK;
+    for (int i = 0; i < ts_plan_param_count(s->plan) && st == TS_OK; i++) {
+        const char *p = ts_plan_param_name(s->plan, i);
+        if (hist) {
+            if ((st = read_f32(s, p, &n)) != TS_OK) break;
+            snprintf(name, sizeof name, "weights/%s", p);
+            if (n && (st = ts_tfevents_histogram(s->tb, step, name, s->gbuf, n, NULL)) != TS_OK)
+                break;
+        }
+        snprintf(name, sizeof name, "grad:%s", p);
+        if ((st = read_f32(s, name, &n)) != TS_OK) break;
+        double part = 0;
+        for (int64_t j = 0; j < n; j++) part += (double)s->gbuf[j] * (double)s->gbuf[j];
+        sum += part;
+        snprintf(name, sizeof name, "grads/%s", p);
+        if (hist && n) st = ts_tfevents_histogram(s->tb, step, name, s->gbuf, n, NULL);
+    }
+    *norm = sqrt(sum);
+    return st;
+}
+
+/* Everything published after a step: the Prometheus metrics, the
+ * TensorBoard scalars and (every observe.histogram_every steps, and at the
+ * first step) the histograms. *grad_norm gets the global gradient norm. */
+static ts_status observe_step(session *s, int64_t step, double loss, double lr, double dt,
+                              double rate, double *grad_norm) {
+    const ts_config *c = &s->c;
+    const int64_t every = c->observe.histogram_every;
+    const int hist = s->tb && every > 0 && (step % every == 0 || step == s->start_step + 1);
+    ts_status st = gradient_pass(s, step, hist, grad_norm);
+    if (st != TS_OK) return st;
+    if (s->tm_made) {
+        ts_step_metrics m = ts_step_metrics_empty();
+        m.step = step;
+        m.loss = loss;
+        m.seconds = dt;
+        m.learning_rate = lr;
+        m.samples_per_s = s->gpt ? rate / (double)c->model.ctx : rate;
+        if (s->gpt) m.tokens_per_s = rate;
+        m.grad_norm = *grad_norm;
+        if ((st = ts_train_metrics_step(&s->tm, &m)) != TS_OK) return st;
+    }
+    if (s->tb) {
+        static const char *const tags[] = {"train/loss", "train/lr", "train/throughput",
+                                           "train/grad_norm"};
+        const double v[] = {loss, lr, rate, *grad_norm};
+        st = ts_tfevents_scalars(s->tb, step, 4, tags, v);
+    }
+    return st;
+}
+
 static ts_status train_loop(session *s) {
     ts_session_result *r = s->r;
     const ts_config *c = &s->c;
@@ -748,16 +911,22 @@ static ts_status train_loop(session *s) {
         r->final_loss = loss;
         if (step == s->start_step + 1) r->first_loss = loss;
         if (step > s->start_step + 1 && s->n_rates < MAX_RATES) s->rates[s->n_rates++] = rate;
+        double gnorm = NAN;
+        if ((st = observe_step(s, step, loss, lr, dt, rate, &gnorm)) != TS_OK) {
+            ts_error_prefix("step %lld", (long long)step);
+            break;
+        }
         ts_progress_info in = {step, epoch, c->train.epochs, loss, lr, rate};
         ts_progress_step(&s->pr, &in);
         if (s->metrics) {
-            char b1[32], b2[32], b3[32];
+            char b1[32], b2[32], b3[32], b4[32];
             fprintf(s->metrics,
                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%s,"
-                    "\"samples_per_s\":%s}\n",
+                    "\"samples_per_s\":%s,\"grad_norm\":%s}\n",
                     (long long)step, (long long)epoch, num(loss, b1, sizeof b1),
                     num(lr, b2, sizeof b2),
-                    num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3));
+                    num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3),
+                    num(gnorm, b4, sizeof b4));
         }
         if (!isfinite(loss)) {
             st = ts_fail(TS_ERR_NUMERIC,
@@ -858,6 +1027,10 @@ static void header(session *s) {
 }
 
 static void session_free(session *s) {
+    if (observe_end(s) != TS_OK)
+        ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
+    if (s->tm_made) ts_train_metrics_free(&s->tm);
+    free(s->gbuf);
     ts_ckpt_saver_free(s->sv);
     if (s->audit && ts_audit_close(s->audit) != TS_OK)
         ts_progress_log(&s->pr, "tessel: warning: audit.log: %s", ts_last_error());
@@ -918,7 +1091,7 @@ static ts_status resume(session *s) {
         return ts_fail(TS_ERR_INVALID,
                        "--resume: checkpoint %s was saved with config sha256 %s, this config's is "
                        "%s; only train.steps, train.epochs, train.log_every, train.eval_every, "
-                       "train.threads, output and ckpt may change on resume",
+                       "train.threads, output, ckpt and observe may change on resume",
                        in.dir, in.config_sha256, s->ident_sha);
     if (in.step >= s->c.train.steps)
         return ts_fail(TS_ERR_INVALID,
@@ -984,10 +1157,18 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
         if (s->ck)
             ts_progress_log(&s->pr, "resuming from %s at step %lld", s->ck_dir,
                             (long long)s->start_step);
-        if (r->run_dir[0]) st = write_run_files(s);
+        st = observe_start(s);
+        if (st == TS_OK && r->run_dir[0]) st = write_run_files(s);
+        if (st == TS_OK) st = tensorboard_start(s);
     }
     if (st == TS_OK) {
         st = train_loop(s);
+        /* The endpoint stops and the events are flushed when training ends. */
+        ts_status oe = observe_end(s);
+        if (st == TS_OK && oe != TS_OK) {
+            st = oe;
+            r->failed_in_step = 1;
+        }
         ts_progress_end(&s->pr);
         if (st == TS_OK || r->steps)
             ts_progress_log(&s->pr, "done: %lld steps in %.2f s, loss %.6f -> %.6f, median %.0f %s",

@@ -16,7 +16,12 @@
  * exists and is not empty is refused. The run directory then holds
  * config.yaml (resolved), lineage.json, normalisation.json (CSV
  * normalisation), metrics.jsonl (a line per step and per evaluation) and
- * summary.json, which is written however the run ends, and audit.log.
+ * summary.json, which is written however the run ends, and audit.log;
+ * tb/ holds TensorBoard events unless observe.tensorboard is off. With
+ * observe.metrics_port a Prometheus /metrics endpoint is served from before
+ * the first step until training ends; after each step the session
+ * publishes loss, learning rate, throughput, step time, memory and the
+ * global gradient norm (docs/observability.md).
  * With ckpt.every > 0 a checkpoint is saved every N steps (and at the last
  * step, or the step Ctrl-C stopped at) by a background saver; the run waits
  * for the last save before it returns. docs/config.md describes the files,
