@@ -113,8 +113,8 @@ static int same_tensors(const char *a, const char *b) {
     if (na >= 8) memcpy(&ha, x, 8);
     if (nb >= 8) memcpy(&hb, y, 8);
     const long da = na - 8 - (long)ha, db = nb - 8 - (long)hb;
-    int same = na >= 8 && nb >= 8 && ha < (uint64_t)na && hb < (uint64_t)nb && da > 0 &&
-               da == db && !memcmp(x + 8 + ha, y + 8 + hb, (size_t)da);
+    int same = na >= 8 && nb >= 8 && ha < (uint64_t)na && hb < (uint64_t)nb && da > 0 && da == db &&
+               !memcmp(x + 8 + ha, y + 8 + hb, (size_t)da);
     free(x);
     free(y);
     return same;
@@ -142,11 +142,11 @@ static void test_gpt_latest(void) {
     /* A new run refuses the used directory; a resume needs one. */
     expect_fail("used run dir", run("train %s/gpt.yaml --out %s/part", dir, dir),
                 "already exists and is not empty", NULL);
-    expect_fail("resume without run dir", run("train %s/gpt.yaml --resume latest", dir),
-                "--out", NULL);
+    expect_fail("resume without run dir", run("train %s/gpt.yaml --resume latest", dir), "--out",
+                NULL);
     expect_fail("resume missing run dir",
-                run("train %s/gpt.yaml --resume latest --out %s/nothing", dir, dir),
-                "No such file", NULL);
+                run("train %s/gpt.yaml --resume latest --out %s/nothing", dir, dir), "No such file",
+                NULL);
     /* Another learning rate is another training: refused with both hashes. */
     char *snap0 = snapshot("part");
     result r = run("train %s/gpt.yaml --out %s/part --resume latest --set train.lr=1e-3", dir, dir);
@@ -185,8 +185,8 @@ static void test_gpt_latest(void) {
     free(before);
     snprintf(path, sizeof path, "%s/part/summary.json", dir);
     char *sum = slurp(path, NULL);
-    CHECK(strstr(sum, "\"resumed_from_step\": 10") && strstr(sum, "\"steps\": 20"),
-          "summary: %s", sum);
+    CHECK(strstr(sum, "\"resumed_from_step\": 10") && strstr(sum, "\"steps\": 20"), "summary: %s",
+          sum);
     free(sum);
 
     /* Tampering: one flipped byte in a parameter shard of the newest
@@ -204,6 +204,7 @@ static void test_gpt_latest(void) {
                              "        warmup_steps: 3, min_lr: 3.0e-4, total_steps: 20,\n"
                              "        clip_grad_norm: 1.0, steps: 30, seed: 3, threads: 1}\n"
                              "ckpt: {every: 10}\n");
+    free(snap0);
     snap0 = snapshot("part");
     r = run("train %s/gpt30.yaml --out %s/part --resume latest", dir, dir);
     CHECK(strstr(r.err, "step-00000020/params-") && strstr(r.err, ".safetensors"),
