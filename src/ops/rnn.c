@@ -47,33 +47,12 @@
 #include "kern.h"
 #include "vmath.h"
 
-/* ---- activations ------------------------------------------------------- */
+/* ---- activations: the vectorisable sigmoid/tanh of vmath.h ----------- */
 
-static inline float sig_f32(float x) {
-    float e = m_exp_f32(-fabsf(x));
-    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-}
-static inline double sig_f64(double x) {
-    double e = exp(-fabs(x));
-    return (x >= 0.0 ? 1.0 : e) / (1.0 + e);
-}
-/* tanh: Cephes' odd polynomial below 0.625 (where 1 - 2/(e^2x + 1) would
- * cancel), that formula above it. */
-static inline float tanh_f32(float x) {
-    float ax = fabsf(x), z = x * x;
-    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
-                    1.33314422036e-1f) *
-                       z -
-                   3.33332819422e-1f) *
-                      z * x +
-                  x;
-    float e = m_exp_f32(ax + ax);
-    float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
-    return ax < 0.625f ? small : big;
-}
-static inline double tanh_f64(double x) {
-    return tanh(x);
-}
+#define sig_f32  m_sigmoid_f32
+#define sig_f64  m_sigmoid_f64
+#define tanh_f32 m_tanh_f32
+#define tanh_f64 m_tanh_f64
 
 /* ---- inference --------------------------------------------------------- */
 

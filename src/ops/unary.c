@@ -29,32 +29,6 @@
 #include "kern.h"
 #include "vmath.h"
 
-/* sigmoid(x) = 1 / (1 + e^-x), evaluated with e = exp(-|x|) <= 1 so that
- * it never overflows and the negative side keeps full relative accuracy. */
-static inline float m_sigmoid_f32(float x) {
-    float e = m_exp_f32(-fabsf(x));
-    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-}
-static inline double m_sigmoid_f64(double x) {
-    double e = exp(-fabs(x));
-    return (x >= 0.0 ? 1.0 : e) / (1.0 + e);
-}
-
-/* tanh: Cephes' odd polynomial below 0.625 (where 1 - 2/(e^2x + 1) would
- * cancel), that formula above it (e^2x = inf gives exactly +-1). */
-static inline float m_tanh_f32(float x) {
-    float ax = fabsf(x), z = x * x;
-    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
-                    1.33314422036e-1f) *
-                       z -
-                   3.33332819422e-1f) *
-                      z * x +
-                  x;
-    float e = m_exp_f32(ax + ax);
-    float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
-    return ax < 0.625f ? small : big;
-}
-
 /* Standard normal CDF Phi(x) = erfc(-x/sqrt2)/2 and, if pdf != NULL, the
  * density phi(x). erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2), is
  * Numerical Recipes' erfcc (relative error < 1.2e-7 for all z), so the

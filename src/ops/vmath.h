@@ -1,4 +1,4 @@
-/* vmath.h — f32 exp and log in forms the compiler vectorises (a call to
+/* vmath.h — f32 exp, log, sigmoid and tanh in forms the compiler vectorises (a call to
  * libm's expf/logf cannot be), shared by every kernel that needs them.
  * Both are within 1 ulp over the normal range; -fno-trapping-math (set for
  * the whole library) lets the selects if-convert. No FMA contraction in ISO
@@ -89,6 +89,36 @@ static inline float m_log_f32(float x) {
     r = x == 0.0f ? -INFINITY : r;
     r = (x < 0.0f) ? NAN : r;
     return x != x ? x : r;
+}
+
+/* sigmoid(x) = 1 / (1 + e^-x), evaluated with e = exp(-|x|) <= 1 so that
+ * it never overflows and the negative side keeps full relative accuracy. */
+static inline float m_sigmoid_f32(float x) {
+    float e = m_exp_f32(-fabsf(x));
+    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+}
+static inline double m_sigmoid_f64(double x) {
+    double e = exp(-fabs(x));
+    return (x >= 0.0 ? 1.0 : e) / (1.0 + e);
+}
+
+/* tanh: Cephes' odd polynomial below 0.625 (where 1 - 2/(e^2x + 1) would
+ * cancel), that formula above it (e^2x = inf gives exactly +-1). */
+static inline float m_tanh_f32(float x) {
+    float ax = fabsf(x), z = x * x;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                    1.33314422036e-1f) *
+                       z -
+                   3.33332819422e-1f) *
+                      z * x +
+                  x;
+    float e = m_exp_f32(ax + ax);
+    float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
+    return ax < 0.625f ? small : big;
+}
+
+static inline double m_tanh_f64(double x) {
+    return tanh(x);
 }
 
 #endif
