@@ -12,50 +12,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+#include "e2e.h"
 
 static const char *bin;
 static char dir[64];
-
-typedef struct result {
-    int rc;
-    char *out, *err;
-} result;
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return calloc(1, 1);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    fclose(f);
-    return s;
-}
-
-static result run(const char *args) {
-    char cmd[2048], p[128];
-    snprintf(cmd, sizeof cmd, "'%s' %s >%s/out 2>%s/err", bin, args, dir, dir);
-    int st = system(cmd);
-    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, NULL, NULL};
-    snprintf(p, sizeof p, "%s/out", dir);
-    r.out = slurp(p);
-    snprintf(p, sizeof p, "%s/err", dir);
-    r.err = slurp(p);
-    return r;
-}
-
-static void done(result *r) {
-    free(r->out);
-    free(r->err);
-}
 
 static void test_w1(void) {
     char args[512], json[128];
     snprintf(json, sizeof json, "%s/bench.jsonl", dir);
     snprintf(args, sizeof args, "bench --workload W1 --steps 3 --warmup 1 --profile --json %s",
              json);
-    result r = run(args);
+    e2e_result r = e2e_run(args);
     CHECK(r.rc == 0, "bench W1: exit %d: %s", r.rc, r.err);
     double tp = 0, ms = 0, rss = 0, gemm = -1;
     const char *line = strstr(r.out, "tessel  W1:");
@@ -69,10 +36,10 @@ static void test_w1(void) {
     CHECK(strstr(r.out, "top kernels") && strstr(r.out, "matmul") && strstr(r.out, "(GEMM/conv)"),
           "--profile lists the kernels");
     printf("%s", r.out);
-    done(&r);
+    e2e_done(&r);
 
     json_error_t err;
-    char *text = slurp(json);
+    char *text = e2e_slurp(json, NULL);
     json_t *j = json_loads(text, JSON_DISABLE_EOF_CHECK, &err);
     json_t *t = j ? json_object_get(j, "tessel") : NULL;
     CHECK(t && json_number_value(json_object_get(t, "throughput")) > 0 &&
@@ -97,11 +64,12 @@ static void test_other_workloads(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[256], head[64], fmt[160];
         snprintf(args, sizeof args, "bench --workload %s %s", cases[i].wl, cases[i].args);
-        result r = run(args);
+        e2e_result r = e2e_run(args);
         CHECK(r.rc == 0, "bench %s: exit %d: %s", cases[i].wl, r.rc, r.err);
         snprintf(head, sizeof head, "tessel  %s:", cases[i].wl);
-        snprintf(fmt, sizeof fmt, "tessel  %s: %%lf %s median step %%lf ms peak RSS %%lf MB loss %%lf",
-                 cases[i].wl, cases[i].unit);
+        snprintf(fmt, sizeof fmt,
+                 "tessel  %s: %%lf %s median step %%lf ms peak RSS %%lf MB loss %%lf", cases[i].wl,
+                 cases[i].unit);
         double tp = 0, ms = 0, rss = 0, loss = NAN;
         const char *line = strstr(r.out, head);
         CHECK(line && sscanf(line, fmt, &tp, &ms, &rss, &loss) == 4, "%s figures in %s: %s",
@@ -109,7 +77,7 @@ static void test_other_workloads(void) {
         CHECK(tp > 0 && ms > 0 && rss > 0 && isfinite(loss), "%s: positive figures, loss %g",
               cases[i].wl, loss);
         printf("%s", r.out);
-        done(&r);
+        e2e_done(&r);
     }
 }
 
@@ -129,7 +97,7 @@ static void test_compare(void) {
     snprintf(args, sizeof args,
              "bench --workload W1 --steps 2 --warmup 1 --compare-torch --rounds 2 --reference %s",
              ref);
-    result r = run(args);
+    e2e_result r = e2e_run(args);
     CHECK(r.rc == 0, "compare: exit %d: %s", r.rc, r.err);
     double tp = 0, ms = 0, ratio = 0;
     const char *p = strstr(r.out, "pytorch W1:"), *q = strstr(r.out, "ratio   W1:");
@@ -138,15 +106,15 @@ static void test_compare(void) {
           "reference figures parsed: %s", r.out);
     CHECK(q && sscanf(q, "ratio   W1: throughput %lfx", &ratio) == 1 && ratio > 0, "ratio printed");
     CHECK(strstr(r.out, "round 1/2") && strstr(r.out, "round 2/2"), "two alternating rounds");
-    done(&r);
+    e2e_done(&r);
 
     /* A failing reference is an error that says what it needs. */
     snprintf(args, sizeof args,
              "bench --workload W1 --steps 1 --compare-torch --reference %s/none.py", dir);
-    r = run(args);
+    r = e2e_run(args);
     CHECK(r.rc == 2 && strstr(r.err, "the PyTorch reference failed"), "missing reference: %d %s",
           r.rc, r.err);
-    done(&r);
+    e2e_done(&r);
 }
 
 static void test_errors(void) {
@@ -162,10 +130,10 @@ static void test_errors(void) {
         {"bench --workload", "missing value for '--workload'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        result r = run(cases[i].args);
+        e2e_result r = e2e_run(cases[i].args);
         CHECK(r.rc == 2 && strstr(r.err, "tessel: error: ") && strstr(r.err, cases[i].msg),
               "'%s': exit %d, stderr '%s'", cases[i].args, r.rc, r.err);
-        done(&r);
+        e2e_done(&r);
     }
 }
 
@@ -175,6 +143,7 @@ int main(void) {
     snprintf(dir, sizeof dir, "/tmp/tessel-bench-XXXXXX");
     CHECK(mkdtemp(dir) != NULL, "temporary directory");
     if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/bench");
+    e2e_init(bin, dir);
     test_w1();
     test_compare();
     test_other_workloads();

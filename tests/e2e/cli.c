@@ -6,45 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+#include "e2e.h"
 
 static const char *bin;
 static char dir[64];
-
-typedef struct result {
-    int rc;
-    char *out, *err;
-} result;
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return calloc(1, 1);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)n + 1);
-    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    fclose(f);
-    return s;
-}
-
-/* Run `tessel ARGS`, capturing stdout, stderr and the exit status. */
-static result run(const char *args) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' %s >%s/out 2>%s/err", bin, args, dir, dir);
-    int st = system(cmd);
-    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, NULL, NULL};
-    char path[128];
-    snprintf(path, sizeof path, "%s/out", dir);
-    r.out = slurp(path);
-    snprintf(path, sizeof path, "%s/err", dir);
-    r.err = slurp(path);
-    return r;
-}
-
-static void done(result *r) {
-    free(r->out);
-    free(r->err);
-}
 
 static const char *write_file(const char *name, const char *text) {
     static char path[128];
@@ -69,45 +34,45 @@ static void memory_summary(const char *out, const char *what) {
 }
 
 static void test_basics(void) {
-    result r = run("version");
+    e2e_result r = e2e_run("version");
     CHECK(r.rc == 0 && !strncmp(r.out, "tessel ", 7), "version: %d '%s'", r.rc, r.out);
-    done(&r);
-    r = run("help");
+    e2e_done(&r);
+    r = e2e_run("help");
     CHECK(r.rc == 0 && strstr(r.out, "usage: tessel") && strstr(r.out, "--dump"), "help");
-    done(&r);
-    r = run("compile --help");
+    e2e_done(&r);
+    r = e2e_run("compile --help");
     CHECK(r.rc == 0 && strstr(r.out, "usage: tessel"), "--help");
-    done(&r);
-    r = run("");
+    e2e_done(&r);
+    r = e2e_run("");
     CHECK(r.rc == 2 && strstr(r.err, "usage: tessel"), "no command: %d", r.rc);
-    done(&r);
-    r = run("frobnicate");
+    e2e_done(&r);
+    r = e2e_run("frobnicate");
     CHECK(r.rc == 2 && strstr(r.err, "tessel: error: unknown command 'frobnicate'"), "unknown "
                                                                                      "command");
-    done(&r);
+    e2e_done(&r);
 }
 
 static void test_compile_dumps(void) {
-    result r = run("compile examples/w1.yaml --dump ir");
+    e2e_result r = e2e_run("compile examples/w1.yaml --dump ir");
     CHECK(r.rc == 0 && strstr(r.out, "\"net.0.weight\"") && strstr(r.out, "f32[256,64,32]"),
           "w1 ir: %d %s", r.rc, r.err);
-    done(&r);
-    r = run("compile examples/w1.yaml --dump plan");
+    e2e_done(&r);
+    r = e2e_run("compile examples/w1.yaml --dump plan");
     CHECK(r.rc == 0 && strstr(r.out, " instructions, ") && strstr(r.out, "matmul"),
           "w1 plan: %d %s", r.rc, r.err);
-    done(&r);
-    r = run("compile examples/w1.yaml --dump memory");
+    e2e_done(&r);
+    r = e2e_run("compile examples/w1.yaml --dump memory");
     CHECK(r.rc == 0, "w1 memory: %s", r.err);
     memory_summary(r.out, "W1");
-    done(&r);
-    r = run("compile examples/w1.yaml");
+    e2e_done(&r);
+    r = e2e_run("compile examples/w1.yaml");
     CHECK(r.rc == 0 && strstr(r.out, "arena / naive") && strstr(r.out, "flops per step"),
           "default dump is stats: %s", r.err);
-    done(&r);
+    e2e_done(&r);
 
     /* A small GPT, with every dump in one run. */
-    r = run("compile examples/tiny_gpt.yaml --set model.n_layers=1 --dump ir --dump plan "
-            "--dump=memory --dump stats --dump config");
+    r = e2e_run("compile examples/tiny_gpt.yaml --set model.n_layers=1 --dump ir --dump plan "
+                "--dump=memory --dump stats --dump config");
     CHECK(r.rc == 0, "gpt dumps: %s", r.err);
     CHECK(strstr(r.out, "== ir ==") && strstr(r.out, "\"blocks.0.attn.c_attn.weight\"") &&
               !strstr(r.out, "blocks.1."),
@@ -115,46 +80,46 @@ static void test_compile_dumps(void) {
     CHECK(strstr(r.out, "== plan ==") && strstr(r.out, "== memory ==") &&
               strstr(r.out, "== stats ==") && strstr(r.out, "n_layers: 1"),
           "gpt plan, memory, stats and config");
-    done(&r);
+    e2e_done(&r);
 
     /* The full W3 compiles in a few seconds; once. */
-    r = run("compile examples/w3.yaml --dump memory");
+    r = e2e_run("compile examples/w3.yaml --dump memory");
     CHECK(r.rc == 0, "w3 memory: %s", r.err);
     memory_summary(r.out, "W3");
-    done(&r);
+    e2e_done(&r);
 
     /* --dump config loads back to the same config. */
-    r = run("compile examples/w3.yaml --set train.lr=1.5e-4 --dump config");
+    r = e2e_run("compile examples/w3.yaml --set train.lr=1.5e-4 --dump config");
     CHECK(r.rc == 0 && strstr(r.out, "lr: 0.00015"), "config dump");
     const char *path = write_file("resolved.yaml", r.out);
     char args[256];
     snprintf(args, sizeof args, "compile %s --dump config", path);
-    result r2 = run(args);
+    e2e_result r2 = e2e_run(args);
     CHECK(r2.rc == 0 && !strcmp(r.out, r2.out), "resolved config reads back the same");
-    done(&r);
-    done(&r2);
+    e2e_done(&r);
+    e2e_done(&r2);
 }
 
 static void test_errors(void) {
-    result r = run("compile examples/w1.yaml --set train.lrr=3 --dump ir");
+    e2e_result r = e2e_run("compile examples/w1.yaml --set train.lrr=3 --dump ir");
     CHECK(r.rc == 2, "bad key: exit %d", r.rc);
     CHECK(strstr(r.err, "tessel: error: ") && strstr(r.err, "did you mean 'train.lr'?"),
           "bad key message: %s", r.err);
     CHECK(!*r.out, "nothing on stdout after an error");
-    done(&r);
+    e2e_done(&r);
 
     const char *bad = write_file("bad.yaml", "model:\n  preset: w1\ntrain:\n  lr: fast\n");
     char args[256];
     snprintf(args, sizeof args, "train %s", bad);
-    r = run(args);
+    r = e2e_run(args);
     CHECK(r.rc == 2 && strstr(r.err, "bad.yaml:4:7: train.lr: expected a number, got 'fast'"),
           "type error: %d %s", r.rc, r.err);
-    done(&r);
+    e2e_done(&r);
     const char *broken = write_file("broken.yaml", "model:\n  preset: [w1\n");
     snprintf(args, sizeof args, "compile %s", broken);
-    r = run(args);
+    r = e2e_run(args);
     CHECK(r.rc == 2 && strstr(r.err, "malformed YAML"), "malformed: %d %s", r.rc, r.err);
-    done(&r);
+    e2e_done(&r);
 
     struct {
         const char *args, *msg;
@@ -170,10 +135,10 @@ static void test_errors(void) {
         {"compile examples/w3.yaml --set model.n_heads=5", "not divisible by model.n_heads 5"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        r = run(cases[i].args);
+        r = e2e_run(cases[i].args);
         CHECK(r.rc == 2 && strstr(r.err, "tessel: error: ") && strstr(r.err, cases[i].msg),
               "'%s': exit %d, stderr '%s'", cases[i].args, r.rc, r.err);
-        done(&r);
+        e2e_done(&r);
     }
 }
 
@@ -188,7 +153,7 @@ static int losses(const char *out, double *loss, int max) {
 }
 
 static void check_training(const char *args, const char *unit, int steps) {
-    result r = run(args);
+    e2e_result r = e2e_run(args);
     double loss[256], again[256];
     int n = losses(r.out, loss, 256);
     CHECK(r.rc == 0, "%s: exit %d: %s", args, r.rc, r.err);
@@ -200,11 +165,11 @@ static void check_training(const char *args, const char *unit, int steps) {
         printf("%s: loss %.4f -> %.4f\n", args, loss[0], loss[n - 1]);
     }
     /* Same config and seed: the same losses, bit for bit. */
-    result r2 = run(args);
+    e2e_result r2 = e2e_run(args);
     int n2 = losses(r2.out, again, 256);
     CHECK(n2 == n && !memcmp(loss, again, (size_t)n * sizeof *loss), "%s: rerun repeats", args);
-    done(&r);
-    done(&r2);
+    e2e_done(&r);
+    e2e_done(&r2);
 }
 
 static void test_train(void) {
@@ -221,6 +186,7 @@ int main(void) {
     snprintf(dir, sizeof dir, "/tmp/tessel-cli-XXXXXX");
     CHECK(mkdtemp(dir) != NULL, "temporary directory");
     if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/cli");
+    e2e_init(bin, dir);
     test_basics();
     test_compile_dumps();
     test_errors();

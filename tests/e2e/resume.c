@@ -20,63 +20,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+#include "e2e.h"
 
 static const char *bin;
 static char dir[64];
 
-typedef struct result {
-    int rc;
-    char *out, *err;
-} result;
-
-static char *slurp(const char *path, long *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return calloc(1, 1);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    fclose(f);
-    if (len) *len = n;
-    return s;
-}
-
-/* Run `tessel ARGS`, capturing stdout, stderr and the exit status. */
-static result run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static result run(const char *fmt, ...) {
-    char args[1536], cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s >%s/out 2>%s/err", bin, args, dir, dir);
-    int st = system(cmd);
-    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, NULL, NULL};
-    char path[128];
-    snprintf(path, sizeof path, "%s/out", dir);
-    r.out = slurp(path, NULL);
-    snprintf(path, sizeof path, "%s/err", dir);
-    r.err = slurp(path, NULL);
-    return r;
-}
-
-static void done(result *r) {
-    free(r->out);
-    free(r->err);
-}
-
-static void expect_ok(const char *what, result r) {
+static void expect_ok(const char *what, e2e_result r) {
     CHECK(r.rc == 0, "%s: exit %d\n%s%s", what, r.rc, r.out, r.err);
-    done(&r);
+    e2e_done(&r);
 }
 
 /* Exit 2 with every needle in stderr. */
-static void expect_fail(const char *what, result r, const char *n1, const char *n2) {
+static void expect_fail(const char *what, e2e_result r, const char *n1, const char *n2) {
     CHECK(r.rc == 2, "%s: exit %d, expected 2\n%s", what, r.rc, r.err);
     CHECK(strstr(r.err, n1) != NULL, "%s: '%s' not in: %s", what, n1, r.err);
     if (n2) CHECK(strstr(r.err, n2) != NULL, "%s: '%s' not in: %s", what, n2, r.err);
-    done(&r);
+    e2e_done(&r);
 }
 
 static void write_file(const char *name, const char *text) {
@@ -98,7 +57,7 @@ static char *snapshot(const char *run_dir) {
              "if [ -f \"$f\" ]; then sha256sum \"$f\"; else echo \"dir $f\"; fi; done >'%s'",
              dir, run_dir, path);
     if (system(cmd) != 0) return calloc(1, 1);
-    return slurp(path, NULL);
+    return e2e_slurp(path, NULL);
 }
 
 /* Two safetensors files hold the same tensor bytes (the header differs in
@@ -108,7 +67,7 @@ static int same_tensors(const char *a, const char *b) {
     snprintf(pa, sizeof pa, "%s/%s", dir, a);
     snprintf(pb, sizeof pb, "%s/%s", dir, b);
     long na = -1, nb = -2;
-    char *x = slurp(pa, &na), *y = slurp(pb, &nb);
+    char *x = e2e_slurp(pa, &na), *y = e2e_slurp(pb, &nb);
     uint64_t ha = 0, hb = 0;
     if (na >= 8) memcpy(&ha, x, 8);
     if (nb >= 8) memcpy(&hb, y, 8);
@@ -133,23 +92,24 @@ static void test_gpt_latest(void) {
                            "        warmup_steps: 3, min_lr: 3.0e-4, total_steps: 20,\n"
                            "        clip_grad_norm: 1.0, steps: 20, seed: 3, threads: 1}\n"
                            "ckpt: {every: 10}\n");
-    expect_ok("20 steps", run("train %s/gpt.yaml --out %s/full", dir, dir));
-    expect_ok("10 steps", run("train %s/gpt.yaml --out %s/part --steps 10", dir, dir));
+    expect_ok("20 steps", e2e_runf("train %s/gpt.yaml --out %s/full", dir, dir));
+    expect_ok("10 steps", e2e_runf("train %s/gpt.yaml --out %s/part --steps 10", dir, dir));
     char path[128];
     snprintf(path, sizeof path, "%s/part/metrics.jsonl", dir);
-    char *before = slurp(path, NULL);
+    char *before = e2e_slurp(path, NULL);
 
     /* A new run refuses the used directory; a resume needs one. */
-    expect_fail("used run dir", run("train %s/gpt.yaml --out %s/part", dir, dir),
+    expect_fail("used run dir", e2e_runf("train %s/gpt.yaml --out %s/part", dir, dir),
                 "already exists and is not empty", NULL);
-    expect_fail("resume without run dir", run("train %s/gpt.yaml --resume latest", dir), "--out",
-                NULL);
+    expect_fail("resume without run dir", e2e_runf("train %s/gpt.yaml --resume latest", dir),
+                "--out", NULL);
     expect_fail("resume missing run dir",
-                run("train %s/gpt.yaml --resume latest --out %s/nothing", dir, dir), "No such file",
-                NULL);
+                e2e_runf("train %s/gpt.yaml --resume latest --out %s/nothing", dir, dir),
+                "No such file", NULL);
     /* Another learning rate is another training: refused with both hashes. */
     char *snap0 = snapshot("part");
-    result r = run("train %s/gpt.yaml --out %s/part --resume latest --set train.lr=1e-3", dir, dir);
+    e2e_result r =
+        e2e_runf("train %s/gpt.yaml --out %s/part --resume latest --set train.lr=1e-3", dir, dir);
     CHECK(count_lines(r.err, "sha256") >= 2 || strstr(r.err, "config sha256"),
           "mismatch names the hashes: %s", r.err);
     expect_fail("changed config", r, "config sha256", "this config's is");
@@ -157,34 +117,34 @@ static void test_gpt_latest(void) {
     CHECK(!strcmp(snap0, snap1), "a refused resume leaves the run directory untouched");
     free(snap1);
 
-    r = run("train %s/gpt.yaml --out %s/part --resume latest", dir, dir);
+    r = e2e_runf("train %s/gpt.yaml --out %s/part --resume latest", dir, dir);
     CHECK(r.rc == 0, "resume latest: exit %d\n%s%s", r.rc, r.out, r.err);
     CHECK(strstr(r.out, "resuming from") && strstr(r.out, "at step 10"), "resume message: %s",
           r.out);
-    done(&r);
-    r = run("ckpt diff %s/full %s/part", dir, dir);
+    e2e_done(&r);
+    r = e2e_runf("ckpt diff %s/full %s/part", dir, dir);
     CHECK(r.rc == 0 && strstr(r.out, "0 different"), "20 vs 10 + 10: exit %d\n%s%s", r.rc, r.out,
           r.err);
-    done(&r);
-    expect_ok("export full", run("export %s/full --safetensors %s/full.st", dir, dir));
-    expect_ok("export part", run("export %s/part --safetensors %s/part.st", dir, dir));
+    e2e_done(&r);
+    expect_ok("export full", e2e_runf("export %s/full --safetensors %s/full.st", dir, dir));
+    expect_ok("export part", e2e_runf("export %s/part --safetensors %s/part.st", dir, dir));
     CHECK(same_tensors("full.st", "part.st"), "exported weights are byte-identical");
-    expect_ok("audit verify", run("audit verify %s/part", dir));
+    expect_ok("audit verify", e2e_runf("audit verify %s/part", dir));
 
     snprintf(path, sizeof path, "%s/part/audit.log", dir);
-    char *log = slurp(path, NULL);
+    char *log = e2e_slurp(path, NULL);
     CHECK(count_lines(log, "\"event\":\"config\"") == 2, "two config entries");
     CHECK(count_lines(log, "\"event\":\"resume\"") == 1, "one resume entry");
     CHECK(count_lines(log, "\"event\":\"save\"") == 2, "two saves");
     free(log);
     snprintf(path, sizeof path, "%s/part/metrics.jsonl", dir);
-    char *after = slurp(path, NULL);
+    char *after = e2e_slurp(path, NULL);
     CHECK(!strncmp(after, before, strlen(before)) && count_lines(after, "\"type\":\"train\"") == 20,
           "metrics.jsonl appended: 20 train lines");
     free(after);
     free(before);
     snprintf(path, sizeof path, "%s/part/summary.json", dir);
-    char *sum = slurp(path, NULL);
+    char *sum = e2e_slurp(path, NULL);
     CHECK(strstr(sum, "\"resumed_from_step\": 10") && strstr(sum, "\"steps\": 20"), "summary: %s",
           sum);
     free(sum);
@@ -206,7 +166,7 @@ static void test_gpt_latest(void) {
                              "ckpt: {every: 10}\n");
     free(snap0);
     snap0 = snapshot("part");
-    r = run("train %s/gpt30.yaml --out %s/part --resume latest", dir, dir);
+    r = e2e_runf("train %s/gpt30.yaml --out %s/part --resume latest", dir, dir);
     CHECK(strstr(r.err, "step-00000020/params-") && strstr(r.err, ".safetensors"),
           "names the file: %s", r.err);
     expect_fail("tampered", r, "tensor '", NULL);
@@ -236,18 +196,20 @@ static void test_mlp_dir(void) {
              "ckpt: {every: 13, keep_last: 0}\n",
              dir);
     write_file("mlp.yaml", yaml);
-    expect_ok("mlp 30", run("train %s/mlp.yaml --out %s/ma", dir, dir));
-    expect_ok("mlp 13", run("train %s/mlp.yaml --out %s/mb --steps 13", dir, dir));
-    expect_ok("mlp resume dir",
-              run("train %s/mlp.yaml --out %s/mc --resume %s/mb/step-00000013", dir, dir, dir));
-    result r = run("ckpt diff %s/ma %s/mc", dir, dir);
+    expect_ok("mlp 30", e2e_runf("train %s/mlp.yaml --out %s/ma", dir, dir));
+    expect_ok("mlp 13", e2e_runf("train %s/mlp.yaml --out %s/mb --steps 13", dir, dir));
+    expect_ok(
+        "mlp resume dir",
+        e2e_runf("train %s/mlp.yaml --out %s/mc --resume %s/mb/step-00000013", dir, dir, dir));
+    e2e_result r = e2e_runf("ckpt diff %s/ma %s/mc", dir, dir);
     CHECK(r.rc == 0 && strstr(r.out, "0 different"), "mlp 30 vs 13 + 17: exit %d\n%s%s", r.rc,
           r.out, r.err);
-    done(&r);
+    e2e_done(&r);
     /* The DIR form refuses a used run directory like a new run. */
-    expect_fail("resume into used dir",
-                run("train %s/mlp.yaml --out %s/ma --resume %s/mb/step-00000013", dir, dir, dir),
-                "already exists", NULL);
+    expect_fail(
+        "resume into used dir",
+        e2e_runf("train %s/mlp.yaml --out %s/ma --resume %s/mb/step-00000013", dir, dir, dir),
+        "already exists", NULL);
 }
 
 int main(void) {
@@ -262,6 +224,7 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
+    e2e_init(bin, dir);
     test_gpt_latest();
     test_mlp_dir();
     char cmd[128];

@@ -1,0 +1,54 @@
+#include "e2e.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+static const char *e2e_bin_path = "build/tessel";
+static const char *e2e_tmp = "/tmp";
+
+void e2e_init(const char *bin, const char *dir) {
+    if (bin) e2e_bin_path = bin;
+    if (dir) e2e_tmp = dir;
+}
+
+char *e2e_slurp(const char *path, long *len) {
+    FILE *f = fopen(path, "rb");
+    long n = 0;
+    char *s = NULL;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        s = calloc(1, (size_t)n + 1);
+        if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0, n = 0;
+    }
+    if (f) fclose(f);
+    if (!s) s = calloc(1, 1), n = 0;
+    if (len) *len = n;
+    return s;
+}
+
+e2e_result e2e_run(const char *args) {
+    char cmd[8192], path[1024];
+    snprintf(cmd, sizeof cmd, "'%s' %s >'%s/out' 2>'%s/err'", e2e_bin_path, args, e2e_tmp, e2e_tmp);
+    int st = system(cmd);
+    e2e_result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, NULL, NULL};
+    snprintf(path, sizeof path, "%s/out", e2e_tmp);
+    r.out = e2e_slurp(path, NULL);
+    snprintf(path, sizeof path, "%s/err", e2e_tmp);
+    r.err = e2e_slurp(path, NULL);
+    return r;
+}
+
+e2e_result e2e_runf(const char *fmt, ...) {
+    char args[6144];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return e2e_run(args);
+}
+
+void e2e_done(e2e_result *r) {
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
