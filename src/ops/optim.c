@@ -2,7 +2,10 @@
  * AdamW parameter updates.
  *
  * The updates are side-effect nodes without outputs: they overwrite their
- * parameter and state inputs in place. Each follows torch.optim 1.13's
+ * parameter and state inputs in place. One node may update many parameters
+ * (the train pass emits one node for all of them): its inputs are groups of
+ * (p, g[, state...]), one per parameter, then the optional clip coefficient,
+ * and the kernel walks every (parameter, chunk) pair in one parallel loop. Each follows torch.optim 1.13's
  * single-tensor path operation by operation, in the parameter's dtype, so an
  * f32 plan gives torch's f32 results bit for bit (given the same gradients
  * and clip coefficient). They are elementwise, so splitting them across
@@ -33,8 +36,9 @@ static const char *lbl(const ts_kargs *k) {
 
 /* ---- inference --------------------------------------------------------- */
 
-static ts_status check_same(const ts_graph *g, const ts_node *n, int i, const char *what) {
-    const ts_type *p = ts_in_type(g, n, 0), *t = ts_in_type(g, n, i);
+static ts_status check_same(const ts_graph *g, const ts_node *n, int base, int i,
+                            const char *what) {
+    const ts_type *p = ts_in_type(g, n, base), *t = ts_in_type(g, n, base + i);
     if (!ts_type_equal(p, t)) {
         char a[128], b[128];
         return ts_fail(TS_ERR_SHAPE, "%s %s does not match the parameter %s", what,
@@ -51,26 +55,46 @@ static ts_status check_coef(const ts_graph *g, const ts_node *n, int i) {
     return TS_OK;
 }
 
-static ts_status check_param(const ts_graph *g, const ts_node *n) {
-    const ts_type *p = ts_in_type(g, n, 0);
+static ts_status check_param(const ts_graph *g, const ts_node *n, int base) {
+    const ts_type *p = ts_in_type(g, n, base);
     if (!ts_dtype_is_float(p->dtype))
         return ts_fail(TS_ERR_SHAPE, "the parameter must be a float tensor, got %s",
                        ts_dtype_name(p->dtype));
-    return check_same(g, n, 1, "gradient");
+    if (p->dtype != ts_in_type(g, n, 0)->dtype)
+        return ts_fail(TS_ERR_SHAPE, "parameter input %d is %s, the first is %s", base,
+                       ts_dtype_name(p->dtype), ts_dtype_name(ts_in_type(g, n, 0)->dtype));
+    return check_same(g, n, base, 1, "gradient");
+}
+
+/* Inputs per parameter group. */
+static int sgd_group(const ts_attrs *a) {
+    return 2 + (a->i[0] != 0);
+}
+enum { ADAM_GROUP = 4 };
+
+/* Number of parameter groups of a node with n_in inputs, 0 if n_in does
+ * not fit whole groups plus the coefficient. */
+static int n_groups(int n_in, int gs, int has_coef) {
+    int m = n_in - has_coef;
+    return m >= gs && m % gs == 0 ? m / gs : 0;
 }
 
 static ts_status infer_sgd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     (void)out;
-    int has_buf = n->a.i[0] != 0, has_coef = n->a.i[1] != 0;
-    if (n->n_in != 2 + has_buf + has_coef)
-        return ts_fail(TS_ERR_INVALID, "expects %d inputs (p, g%s%s), got %d",
+    int has_buf = n->a.i[0] != 0, has_coef = n->a.i[1] != 0, gs = sgd_group(&n->a);
+    int ng = n_groups(n->n_in, gs, has_coef);
+    if (ng == 0)
+        return ts_fail(TS_ERR_INVALID, "expects %d inputs (p, g%s%s) per parameter, got %d",
                        2 + has_buf + has_coef, has_buf ? ", buf" : "", has_coef ? ", coef" : "",
                        n->n_in);
     if (n->a.i[2] && !has_buf)
         return ts_fail(TS_ERR_INVALID, "nesterov momentum needs a momentum buffer");
-    ts_status s = check_param(g, n);
-    if (s == TS_OK && has_buf) s = check_same(g, n, 2, "momentum buffer");
-    if (s == TS_OK && has_coef) s = check_coef(g, n, 2 + has_buf);
+    ts_status s = TS_OK;
+    for (int j = 0; j < ng && s == TS_OK; j++) {
+        s = check_param(g, n, j * gs);
+        if (s == TS_OK && has_buf) s = check_same(g, n, j * gs, 2, "momentum buffer");
+    }
+    if (s == TS_OK && has_coef) s = check_coef(g, n, n->n_in - 1);
     *n_out = 0;
     return s;
 }
@@ -78,13 +102,18 @@ static ts_status infer_sgd(const ts_graph *g, const ts_node *n, ts_type *out, in
 static ts_status infer_adam(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     (void)out;
     int has_coef = n->a.i[1] != 0;
-    if (n->n_in != 4 + has_coef)
-        return ts_fail(TS_ERR_INVALID, "expects %d inputs (p, g, m, v%s), got %d", 4 + has_coef,
-                       has_coef ? ", coef" : "", n->n_in);
-    ts_status s = check_param(g, n);
-    if (s == TS_OK) s = check_same(g, n, 2, "first moment");
-    if (s == TS_OK) s = check_same(g, n, 3, "second moment");
-    if (s == TS_OK && has_coef) s = check_coef(g, n, 4);
+    int ng = n_groups(n->n_in, ADAM_GROUP, has_coef);
+    if (ng == 0)
+        return ts_fail(TS_ERR_INVALID, "expects %d inputs (p, g, m, v%s) per parameter, got %d",
+                       4 + has_coef, has_coef ? ", coef" : "", n->n_in);
+    ts_status s = TS_OK;
+    for (int j = 0; j < ng && s == TS_OK; j++) {
+        int b = j * ADAM_GROUP;
+        s = check_param(g, n, b);
+        if (s == TS_OK) s = check_same(g, n, b, 2, "first moment");
+        if (s == TS_OK) s = check_same(g, n, b, 3, "second moment");
+    }
+    if (s == TS_OK && has_coef) s = check_coef(g, n, n->n_in - 1);
     *n_out = 0;
     return s;
 }
@@ -185,15 +214,52 @@ DEF_SGD(sgd_f64, double, fma)
 DEF_ADAM(adam_f32, float, sqrtf, fmaf)
 DEF_ADAM(adam_f64, double, sqrt, fma)
 
-/* Run an update over the parameter in fixed chunks; elementwise, so the
- * result does not depend on how chunks are spread over threads. */
-static void run_update(upd_fn f, void *const *t, const upd_args *c, int64_t n) {
-    int64_t nch = (n + OPT_CHUNK - 1) / OPT_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+/* Scratch of a fused update: the first chunk index of each parameter
+ * group (groups + 1 int64). */
+static size_t upd_scratch_bytes(int ng) {
+    if (ng + 1 <= 9) return 0; /* run_update keeps up to 9 on the stack */
+    return TS_ALIGN_UP(sizeof(int64_t) * (size_t)(ng + 1), TS_ALIGN);
+}
+
+/* Run an update over every parameter group in fixed chunks of each
+ * tensor, all (group, chunk) pairs in one parallel loop. Elementwise, and
+ * each tensor is chunked as it would be alone, so the result does not
+ * depend on the grouping or on how chunks are spread over threads. */
+static ts_status run_update(const ts_kargs *k, const char *op, upd_fn f, int gs, int ng,
+                            int has_state2, const upd_args *c) {
+    int64_t local[9], *first = local;
+    if (ng + 1 > (int)(sizeof local / sizeof local[0])) {
+        if (!k->scratch || k->scratch_bytes < sizeof(int64_t) * (size_t)(ng + 1))
+            return ts_fail(TS_ERR_INTERNAL, "%s '%s': scratch too small (%zu bytes)", op, lbl(k),
+                           k->scratch_bytes);
+        first = k->scratch;
+    }
+    int64_t total = 0;
+    first[0] = 0;
+    for (int j = 0; j < ng; j++) {
+        int64_t n = ts_tensor_numel(&k->in[j * gs]);
+        total += n;
+        first[j + 1] = first[j] + (n + OPT_CHUNK - 1) / OPT_CHUNK;
+    }
+    const int64_t nch = first[ng];
+    const ts_tensor *in = k->in;
+#pragma omp parallel for schedule(static) if (total >= TS_PAR_MIN)
     for (int64_t ch = 0; ch < nch; ch++) {
-        int64_t s = ch * OPT_CHUNK;
+        int lo = 0, hi = ng; /* the last group whose first chunk is <= ch */
+        while (hi - lo > 1) {
+            int mid = (lo + hi) / 2;
+            if (first[mid] <= ch)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        const ts_tensor *t0 = &in[lo * gs];
+        void *t[4] = {t0[0].data, t0[1].data, gs > 2 ? t0[2].data : NULL,
+                      has_state2 ? t0[3].data : NULL};
+        int64_t n = ts_tensor_numel(t0), s = (ch - first[lo]) * OPT_CHUNK;
         f(t, c, s, n - s < OPT_CHUNK ? n - s : OPT_CHUNK);
     }
+    return TS_OK;
 }
 
 /* The clip coefficient as a double (exact for f32 and f64), 1 without one. */
@@ -213,7 +279,9 @@ static ts_status k_sgd(const ts_kargs *k) {
     if (dt != TS_F32 && dt != TS_F64) return ts_kernel_bad_dtype(k, "sgd_update", dt);
     if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "sgd_update '%s': no step context", lbl(k));
     upd_args c = {0};
-    c.coef = has_coef ? coef_of(&k->in[2 + has_buf]) : 1.0; /* g * 1 is exact */
+    int gs = sgd_group(a), ng = n_groups(k->n_in, gs, has_coef);
+    if (ng == 0) return ts_fail(TS_ERR_INTERNAL, "sgd_update '%s': bad input count", lbl(k));
+    c.coef = has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0; /* g * 1 is exact */
     c.mom = a->f[0];
     c.damp1 = 1.0 - a->f[1];
     c.wd = a->f[2];
@@ -221,9 +289,8 @@ static ts_status k_sgd(const ts_kargs *k) {
     c.neg_lr = -k->ctx->lr;
     c.first = k->ctx->step == 1;
     c.nesterov = a->i[2] != 0;
-    void *t[4] = {k->in[0].data, k->in[1].data, has_buf ? k->in[2].data : NULL, NULL};
-    run_update(dt == TS_F32 ? sgd_f32 : sgd_f64, t, &c, ts_tensor_numel(&k->in[0]));
-    return TS_OK;
+    (void)has_buf;
+    return run_update(k, "sgd_update", dt == TS_F32 ? sgd_f32 : sgd_f64, gs, ng, 0, &c);
 }
 
 /* The step t of the bias corrections is ctx->step (1-based), so a resumed
@@ -239,7 +306,9 @@ static ts_status k_adam(const ts_kargs *k) {
                        (long long)k->ctx->step);
     double b1 = a->f[0], b2 = a->f[1], wd = a->f[3], lr = k->ctx->lr, t = (double)k->ctx->step;
     upd_args c = {0};
-    c.coef = has_coef ? coef_of(&k->in[4]) : 1.0;
+    int ng = n_groups(k->n_in, ADAM_GROUP, has_coef);
+    if (ng == 0) return ts_fail(TS_ERR_INTERNAL, "adam_update '%s': bad input count", lbl(k));
+    c.coef = has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0;
     c.wd = wd;
     c.use_wd = !decoupled && wd != 0;
     c.pscale = decoupled ? 1.0 - lr * wd : 1.0;
@@ -250,9 +319,8 @@ static ts_status k_adam(const ts_kargs *k) {
     c.bc2s = sqrt(1.0 - pow(b2, t));
     c.eps = a->f[2];
     c.neg_step = -(lr / (1.0 - pow(b1, t)));
-    void *tt[4] = {k->in[0].data, k->in[1].data, k->in[2].data, k->in[3].data};
-    run_update(dt == TS_F32 ? adam_f32 : adam_f64, tt, &c, ts_tensor_numel(&k->in[0]));
-    return TS_OK;
+    return run_update(k, "adam_update", dt == TS_F32 ? adam_f32 : adam_f64, ADAM_GROUP, ng, 1,
+                      &c);
 }
 
 /* ---- clip coefficient -------------------------------------------------- */
@@ -346,11 +414,25 @@ static ts_status k_clip(const ts_kargs *k) {
 
 /* ---- costs and definitions --------------------------------------------- */
 
+static double group_numel(const ts_graph *g, const ts_node *n, int gs) {
+    double e = 0;
+    for (int j = 0, ng = n_groups(n->n_in, gs, n->a.i[1] != 0); j < ng; j++)
+        e += (double)ts_type_numel(ts_in_type(g, n, j * gs));
+    return e;
+}
 static double cost_sgd(const ts_graph *g, const ts_node *n) {
-    return 6.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+    return 6.0 * group_numel(g, n, sgd_group(&n->a));
 }
 static double cost_adam(const ts_graph *g, const ts_node *n) {
-    return 14.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+    return 14.0 * group_numel(g, n, ADAM_GROUP);
+}
+static size_t scratch_sgd(const ts_graph *g, const ts_node *n) {
+    (void)g;
+    return upd_scratch_bytes(n_groups(n->n_in, sgd_group(&n->a), n->a.i[1] != 0));
+}
+static size_t scratch_adam(const ts_graph *g, const ts_node *n) {
+    (void)g;
+    return upd_scratch_bytes(n_groups(n->n_in, ADAM_GROUP, n->a.i[1] != 0));
 }
 static double cost_clip(const ts_graph *g, const ts_node *n) {
     double c = 0;
@@ -360,18 +442,20 @@ static double cost_clip(const ts_graph *g, const ts_node *n) {
 
 const ts_op_def ts_def_sgd_update = {.name = "sgd_update",
                                      .min_in = 2,
-                                     .max_in = 4,
+                                     .max_in = -1,
                                      .flags = TS_OPF_SIDE_EFFECT,
                                      .infer = infer_sgd,
                                      .kernel = k_sgd,
+                                     .scratch = scratch_sgd,
                                      .cost = cost_sgd};
 
 const ts_op_def ts_def_adam_update = {.name = "adam_update",
                                       .min_in = 4,
-                                      .max_in = 5,
+                                      .max_in = -1,
                                       .flags = TS_OPF_SIDE_EFFECT,
                                       .infer = infer_adam,
                                       .kernel = k_adam,
+                                      .scratch = scratch_adam,
                                       .cost = cost_adam};
 
 const ts_op_def ts_def_clip_coef = {.name = "clip_coef",

@@ -1,8 +1,10 @@
 /* The train pass: the optimizer update as nodes of the step graph.
  * Gradient clipping by global norm (one CLIP_COEF node over every
  * gradient), optimizer state as persistent STATE values, and one in-place
- * update node per parameter, ordered after every other reader of the
- * parameter so the forward and backward passes see the old weights. */
+ * update node for all parameters (groups of (p, g, state...) in parameter
+ * order, then the clip coefficient; the kernel walks them in one parallel
+ * loop), ordered after every other reader of any parameter so the forward
+ * and backward passes see the old weights. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,63 +66,71 @@ ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *p
         ts_set_name(g, coef, "clip_coef");
     }
     const ts_optimizer *o = &spec->opt;
-    int n_nodes_before = g->n_nodes;
-    for (int i = 0; i < n; i++) {
+    const int gs = o->kind == TS_OPT_SGD ? 2 + (o->momentum != 0) : 4;
+    ts_val *in = ts_alloc(sizeof(ts_val) * (size_t)(ng * gs + 1), "train");
+    if (!in) return TS_ERR_NOMEM;
+    int k = 0;
+    ts_attrs a = ts_attrs_zero();
+    int op;
+    if (o->kind == TS_OPT_SGD) {
+        op = TS_OP_SGD_UPDATE;
+        a.i[0] = o->momentum != 0;
+        a.i[2] = o->nesterov != 0;
+        a.f[0] = o->momentum;
+        a.f[1] = o->dampening;
+        a.f[2] = o->weight_decay;
+    } else {
+        op = TS_OP_ADAM_UPDATE;
+        a.i[0] = o->kind == TS_OPT_ADAMW;
+        a.f[0] = o->beta1;
+        a.f[1] = o->beta2;
+        a.f[2] = o->eps;
+        a.f[3] = o->weight_decay;
+    }
+    for (int i = 0; i < n && s == TS_OK; i++) {
         if (grads[i] < 0) continue;
         int32_t p = params[i];
-        ts_val in[5];
-        int k = 0;
-        ts_attrs a = ts_attrs_zero();
-        int op;
         in[k++] = ts_mkval(p);
         in[k++] = ts_mkval(grads[i]);
         if (o->kind == TS_OPT_SGD) {
-            op = TS_OP_SGD_UPDATE;
             if (o->momentum != 0) {
                 int32_t buf = new_state(g, p, "momentum");
-                if (buf < 0) return ts_graph_status(g);
+                if (buf < 0) s = ts_graph_status(g);
                 in[k++] = ts_mkval(buf);
-                a.i[0] = 1;
             }
-            a.i[2] = o->nesterov != 0;
-            a.f[0] = o->momentum;
-            a.f[1] = o->dampening;
-            a.f[2] = o->weight_decay;
         } else {
-            op = TS_OP_ADAM_UPDATE;
             int32_t m = new_state(g, p, "exp_avg"), v = new_state(g, p, "exp_avg_sq");
-            if (m < 0 || v < 0) return ts_graph_status(g);
+            if (m < 0 || v < 0) s = ts_graph_status(g);
             in[k++] = ts_mkval(m);
             in[k++] = ts_mkval(v);
-            a.i[0] = o->kind == TS_OPT_ADAMW;
-            a.f[0] = o->beta1;
-            a.f[1] = o->beta2;
-            a.f[2] = o->eps;
-            a.f[3] = o->weight_decay;
         }
-        if (ts_val_ok(coef)) {
-            in[k++] = coef;
-            a.i[1] = 1;
-        }
-        ts_node_add(g, op, k, in, &a, NULL);
-        if ((s = ts_graph_status(g)) != TS_OK) return s;
     }
-    /* Every update runs after every other node reading its parameter,
-     * directly or through a view of it (reshape shares memory). */
+    if (s == TS_OK && ts_val_ok(coef)) {
+        in[k++] = coef;
+        a.i[1] = 1;
+    }
+    int n_nodes_before = g->n_nodes;
+    if (s == TS_OK) {
+        ts_node_add(g, op, k, in, &a, NULL);
+        s = ts_graph_status(g);
+    }
+    free(in);
+    if (s != TS_OK) return s;
+    /* The update runs after every other node reading any of its
+     * parameters, directly or through a view of one (reshape shares
+     * memory). Nodes are in topological order, so one forward sweep
+     * propagates the views. */
     char *view = ts_zalloc((size_t)g->n_values, "train");
     if (!view) return TS_ERR_NOMEM;
-    for (int u = n_nodes_before; u < g->n_nodes && s == TS_OK; u++) {
-        int32_t p = g->nodes[u].in[0];
-        memset(view, 0, (size_t)g->n_values);
-        view[p] = 1;
-        for (int j = 0; j < n_nodes_before && s == TS_OK; j++) {
-            const ts_node *r = &g->nodes[j];
-            int reads = 0;
-            for (int q = 0; q < r->n_in; q++) reads |= view[r->in[q]];
-            if (!reads) continue;
-            if (ts_op_get(r->op)->flags & TS_OPF_ALIAS) view[r->out[0]] = 1;
-            s = ts_node_add_ctrl(g, u, j);
-        }
+    const int u = n_nodes_before;
+    for (int j = 0; j < ng; j++) view[g->nodes[u].in[j * gs]] = 1;
+    for (int j = 0; j < n_nodes_before && s == TS_OK; j++) {
+        const ts_node *r = &g->nodes[j];
+        int reads = 0;
+        for (int q = 0; q < r->n_in; q++) reads |= view[r->in[q]];
+        if (!reads) continue;
+        if (ts_op_get(r->op)->flags & TS_OPF_ALIAS) view[r->out[0]] = 1;
+        s = ts_node_add_ctrl(g, u, j);
     }
     free(view);
     return s;

@@ -333,11 +333,37 @@ static void run_case(const ocase *c, ts_dtype dt) {
               ts_graph_error(g));
         upd_node[t] = g->n_nodes - 1;
     }
+    /* One fused node over both parameters, run on copies: the same bits. */
+    int fused_node;
+    {
+        ts_attrs a = ts_attrs_zero();
+        ts_val in[9];
+        int k = 0;
+        for (int t = 0; t < 2; t++) {
+            in[k++] = vp[t];
+            in[k++] = vg[t];
+            if (c->op == TS_OP_ADAM_UPDATE || c->kind) in[k++] = vs1[t];
+            if (c->op == TS_OP_ADAM_UPDATE) in[k++] = vs2[t];
+        }
+        a.i[0] = c->kind;
+        if (c->op == TS_OP_SGD_UPDATE) a.i[2] = c->nesterov;
+        if (c->clip > 0) {
+            in[k++] = vc;
+            a.i[1] = 1;
+        }
+        memcpy(a.f, c->f, sizeof c->f);
+        ts_node_add(g, c->op, k, in, &a, NULL);
+        fused_node = g->n_nodes - 1;
+    }
     CHECK_OK(ts_graph_status(g));
     if (ts_graph_status(g) != TS_OK) {
         ts_graph_free(g);
         return;
     }
+    double fp[2][NA], fs1[2][NA], fs2[2][NA];
+    memcpy(fp, p, sizeof p);
+    memcpy(fs1, s1, sizeof s1);
+    memcpy(fs2, s2, sizeof s2);
 
     double tol = dt == TS_F32 ? 1e-6 : 1e-13, maxerr = 0;
     for (int step = 1; step <= 3; step++) {
@@ -359,6 +385,25 @@ static void run_case(const ocase *c, ts_dtype dt) {
             if (c->op == TS_OP_ADAM_UPDATE) in[k++] = tensor(dt, len[t], s2[t]);
             if (clip_node >= 0) in[k++] = tc;
             CHECK_OK(run_node(g, upd_node[t], in, NULL, &ctx));
+        }
+        {
+            ts_tensor in[9];
+            int k = 0;
+            for (int t = 0; t < 2; t++) {
+                in[k++] = tensor(dt, len[t], fp[t]);
+                in[k++] = tensor(dt, len[t], gr[t]);
+                if (c->op == TS_OP_ADAM_UPDATE || c->kind) in[k++] = tensor(dt, len[t], fs1[t]);
+                if (c->op == TS_OP_ADAM_UPDATE) in[k++] = tensor(dt, len[t], fs2[t]);
+            }
+            if (clip_node >= 0) in[k++] = tc;
+            CHECK_OK(run_node(g, fused_node, in, NULL, &ctx));
+            size_t es = ts_dtype_size(dt);
+            for (int t = 0; t < 2; t++)
+                CHECK(memcmp(fp[t], p[t], es * (size_t)len[t]) == 0 &&
+                          memcmp(fs1[t], s1[t], es * (size_t)len[t]) == 0 &&
+                          memcmp(fs2[t], s2[t], es * (size_t)len[t]) == 0,
+                      "%s %s step %d: fused update differs from per-parameter (tensor %d)",
+                      c->name, dn, step, t);
         }
         const double *ref = dt == TS_F32 ? c->ref32[step - 1] : c->ref64[step - 1];
         for (int i = 0; i < NP; i++) {
@@ -433,6 +478,95 @@ static void check_threads(void) {
     for (int r = 0; r < 2; r++)
         for (int j = 0; j < 4; j++) free(buf[r][j]);
     ts_graph_free(g);
+}
+
+/* A fused update over many parameters of mixed sizes (more groups than
+ * the kernel keeps on its stack, so it uses the planned scratch) gives the
+ * bits of one node per parameter, with 1 and 4 threads. */
+static void check_fused_many(void) {
+    enum { K = 12 };
+    const int64_t len[K] = {1, 4095, 4096, 4097, 300007, 7, 0 + 64, 12289, 3, 100000, 5, 9000};
+    for (int opk = 0; opk < 2; opk++) {
+        int op = opk ? TS_OP_ADAM_UPDATE : TS_OP_SGD_UPDATE, gs = opk ? 4 : 3;
+        ts_graph *g = ts_graph_new();
+        ts_val vin[K * 4 + 1];
+        int k = 0;
+        for (int t = 0; t < K; t++) {
+            int64_t d[1] = {len[t]};
+            for (int j = 0; j < gs; j++) {
+                char name[32];
+                snprintf(name, sizeof name, "t%d_%d", t, j);
+                vin[k++] = ts_input(g, name, TS_F32, 1, d);
+            }
+        }
+        vin[k++] = ts_input(g, "coef", TS_F32, 0, NULL);
+        ts_attrs a = ts_attrs_zero();
+        a.i[0] = 1, a.i[1] = 1;
+        if (opk)
+            a.f[0] = 0.9, a.f[1] = 0.999, a.f[2] = 1e-8, a.f[3] = 0.01;
+        else
+            a.f[0] = 0.9, a.f[1] = 0.1, a.f[2] = 0.01;
+        ts_node_add(g, op, k, vin, &a, NULL);
+        int fused = g->n_nodes - 1;
+        int single[K];
+        for (int t = 0; t < K; t++) {
+            ts_val one[5];
+            for (int j = 0; j < gs; j++) one[j] = vin[t * gs + j];
+            one[gs] = vin[k - 1];
+            ts_node_add(g, op, gs + 1, one, &a, NULL);
+            single[t] = g->n_nodes - 1;
+        }
+        CHECK_OK(ts_graph_status(g));
+        if (ts_graph_status(g) != TS_OK) {
+            ts_graph_free(g);
+            continue;
+        }
+        CHECK(ts_op_get(op)->scratch(g, &g->nodes[fused]) >= sizeof(int64_t) * (K + 1),
+              "fused %s: no scratch for %d groups", ts_op_get(op)->name, K);
+        /* r = 0: per-parameter nodes; r = 1, 2: fused with 1 and 4 threads. */
+        float *buf[3][K][4];
+        float cf = 0.75f;
+        int threads = omp_get_max_threads();
+        for (int r = 0; r < 3; r++) {
+            for (int t = 0; t < K; t++)
+                for (int j = 0; j < gs; j++) {
+                    buf[r][t][j] = malloc(sizeof(float) * (size_t)(len[t] + 1));
+                    for (int64_t i = 0; i < len[t]; i++)
+                        buf[r][t][j][i] = (float)(((i + 3 * t + j) * 7 % 101) - 50) / 23.0f +
+                                          (j == 3 ? 2.5f : 0.0f);
+                }
+            omp_set_num_threads(r == 1 ? 1 : 4);
+            for (int step = 1; step <= 3; step++) {
+                ts_step_ctx ctx = {step, 0, 0.01 * step};
+                ts_tensor tt[K * 4 + 1];
+                int q = 0;
+                for (int t = 0; t < K; t++)
+                    for (int j = 0; j < gs; j++) tt[q++] = tensor(TS_F32, len[t], buf[r][t][j]);
+                tt[q++] = tensor(TS_F32, -1, &cf);
+                if (r > 0) {
+                    CHECK_OK(run_node(g, fused, tt, NULL, &ctx));
+                    continue;
+                }
+                for (int t = 0; t < K; t++) {
+                    ts_tensor one[5];
+                    for (int j = 0; j < gs; j++) one[j] = tt[t * gs + j];
+                    one[gs] = tt[q - 1];
+                    CHECK_OK(run_node(g, single[t], one, NULL, &ctx));
+                }
+            }
+        }
+        omp_set_num_threads(threads);
+        for (int r = 1; r < 3; r++)
+            for (int t = 0; t < K; t++)
+                for (int j = 0; j < gs; j++)
+                    CHECK(memcmp(buf[0][t][j], buf[r][t][j], sizeof(float) * (size_t)len[t]) == 0,
+                          "fused %s (%d threads): tensor %d input %d differs from per-parameter",
+                          ts_op_get(op)->name, r == 1 ? 1 : 4, t, j);
+        for (int r = 0; r < 3; r++)
+            for (int t = 0; t < K; t++)
+                for (int j = 0; j < gs; j++) free(buf[r][t][j]);
+        ts_graph_free(g);
+    }
 }
 
 /* The global norm of a large tensor accumulates in double: compare with
@@ -637,6 +771,7 @@ int main(void) {
         run_case(&CASES[i], TS_F64);
     }
     check_threads();
+    check_fused_many();
     check_clip_large();
     check_resume();
     check_errors();
