@@ -13,7 +13,7 @@
 #include "core/core.h"
 
 /* Which values of the choosing key (model.name, train.optimizer) use a key. */
-#define FOR_MODEL (TS_CFG_FOR_MLP | TS_CFG_FOR_GPT)
+#define FOR_MODEL (TS_CFG_FOR_MLP | TS_CFG_FOR_GPT | TS_CFG_FOR_CNN)
 #define FOR_SGD   8
 #define FOR_ADAM  16 /* adam and adamw */
 /* Which values of data.source use a key. */
@@ -28,13 +28,14 @@
 
 static const ts_config_key keys[] = {
     /* model */
-    {"model.name", TS_CFG_ENUM, FIELD(model, name), TS_CFG_DERIVED, "mlp|gpt", NULL, "the preset's",
-     "model family: an MLP regressor or a GPT decoder"},
-    {"model.preset", TS_CFG_ENUM, FIELD(model, preset), TS_CFG_DERIVED, "w1|w3|gpt2-124m", NULL,
-     "w1 (mlp), w3 (gpt)",
-     "benchmark shape giving every model key not set: w1 (mlp), w3 or gpt2-124m (gpt)"},
+    {"model.name", TS_CFG_ENUM, FIELD(model, name), TS_CFG_DERIVED, "mlp|gpt|cnn", NULL,
+     "the preset's", "model family: an MLP, a GPT decoder or a small image classifier (CNN)"},
+    {"model.preset", TS_CFG_ENUM, FIELD(model, preset), TS_CFG_DERIVED, "w1|w3|gpt2-124m|fashion",
+     NULL, "w1 (mlp), w3 (gpt), fashion (cnn)",
+     "benchmark shape giving every model key not set: w1 (mlp), w3 or gpt2-124m (gpt), fashion "
+     "(cnn)"},
     {"model.batch", TS_CFG_I64, FIELD(model, batch), FOR_MODEL | TS_CFG_DERIVED, NULL, SIZE_RANGE,
-     "preset", "samples (mlp) or sequences (gpt) per step"},
+     "preset", "samples (mlp, cnn) or sequences (gpt) per step"},
     {"model.window", TS_CFG_I64, FIELD(model, window), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
      "[0, 1e9]", "preset", "time steps per sample; 0 for a flat input of in_dim features"},
     {"model.features", TS_CFG_I64, FIELD(model, features), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
@@ -49,7 +50,8 @@ static const ts_config_key keys[] = {
      SIZE_RANGE, "preset", "outputs per sample (MSE loss against y [batch, out_dim])"},
     {"model.layer_norm", TS_CFG_BOOL, FIELD(model, layer_norm), TS_CFG_FOR_MLP | TS_CFG_DERIVED,
      NULL, NULL, "preset", "LayerNorm after each hidden ReLU"},
-    {"model.classes", TS_CFG_I64, FIELD(model, classes), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
+    {"model.classes", TS_CFG_I64, FIELD(model, classes),
+     TS_CFG_FOR_MLP | TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL,
      "[0, 1e9]", "from integer labels, else 0",
      "> 0: a classifier (logits, cross-entropy against class ids); 0: regression (MSE)"},
     {"model.ctx", TS_CFG_I64, FIELD(model, ctx), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL, SIZE_RANGE,
@@ -64,6 +66,16 @@ static const ts_config_key keys[] = {
      "[1, 1e6]", "preset", "attention heads per block"},
     {"model.dropout", TS_CFG_F64, FIELD(model, dropout), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
      "[0, 1)", "preset", "dropout probability on embeddings, attention and MLP outputs"},
+    {"model.channels", TS_CFG_I64, FIELD(model, channels), TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL,
+     SIZE_RANGE, "preset", "image channels (x is [batch, channels * height * width])"},
+    {"model.height", TS_CFG_I64, FIELD(model, height), TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL,
+     SIZE_RANGE, "preset", "image height; a multiple of 4"},
+    {"model.width", TS_CFG_I64, FIELD(model, width), TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL,
+     SIZE_RANGE, "preset", "image width; a multiple of 4"},
+    {"model.c1", TS_CFG_I64, FIELD(model, c1), TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL, SIZE_RANGE,
+     "preset", "channels of the first Conv3x3 -> BatchNorm -> ReLU -> MaxPool block"},
+    {"model.c2", TS_CFG_I64, FIELD(model, c2), TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL, SIZE_RANGE,
+     "preset", "channels of the second block"},
     /* train */
     {"train.optimizer", TS_CFG_ENUM, FIELD(train, optimizer), 0, "sgd|adam|adamw", NULL, "adamw",
      "update rule, as torch.optim.SGD, Adam, AdamW"},
@@ -777,12 +789,27 @@ static void preset_values(int preset, ts_config *p) {
         p->model.batch = m.batch, p->model.window = m.window, p->model.features = m.features;
         p->model.in_dim = m.in_dim, p->model.hidden = m.hidden, p->model.n_hidden = m.n_hidden;
         p->model.out_dim = m.out_dim, p->model.layer_norm = m.layer_norm;
+    } else if (preset == TS_CFG_FASHION) {
+        ts_cnn_config m = ts_cnn_fashion();
+        p->model.batch = m.batch, p->model.channels = m.channels, p->model.height = m.height;
+        p->model.width = m.width, p->model.c1 = m.c1, p->model.c2 = m.c2;
     } else {
         ts_gpt_config g = preset == TS_CFG_W3 ? ts_gpt_w3() : ts_gpt2_124m();
         p->model.batch = g.batch, p->model.ctx = g.ctx, p->model.vocab = g.vocab;
         p->model.d_model = g.d_model, p->model.n_layers = g.n_layers;
         p->model.n_heads = g.n_heads, p->model.dropout = g.dropout;
     }
+}
+
+/* The key flag of a model family, its name and its family's default preset. */
+static int model_flag(int name) {
+    return name == TS_CFG_MLP ? TS_CFG_FOR_MLP : name == TS_CFG_CNN ? TS_CFG_FOR_CNN : TS_CFG_FOR_GPT;
+}
+static const char *model_word(int name) {
+    return name == TS_CFG_MLP ? "mlp" : name == TS_CFG_CNN ? "cnn" : "gpt";
+}
+static int preset_family(int preset) {
+    return preset == TS_CFG_W1 ? TS_CFG_MLP : preset == TS_CFG_FASHION ? TS_CFG_CNN : TS_CFG_GPT;
 }
 
 /* a * b * ... without overflow; 0 when the product exceeds `limit`. */
@@ -802,22 +829,30 @@ static ts_status check_sizes(const ts_config *c) {
     const ts_cfg_model_name kind = (ts_cfg_model_name)c->model.name;
     int64_t B = c->model.batch, D = c->model.d_model, T = c->model.ctx, V = c->model.vocab;
     int64_t H = c->model.n_heads, in = c->model.in_dim, hid = c->model.hidden;
+    const int64_t HW[2] = {c->model.height, c->model.width};
+    const int64_t hw = product(limit, 2, HW);
     struct {
+        int kind;
         const char *what;
         int n;
         int64_t f[4];
     } t[] = {
-        {"input x", 2, {B, in}},
-        {"first weight", 2, {hid, in}},
-        {"activations", 2, {B, hid}},
-        {"output", 2, {B, c->model.out_dim}},
-        {"logits", 3, {B, T, V}},
-        {"attention scores", 4, {B, H, T, T}},
-        {"MLP activations", 4, {B, T, D, 4}},
-        {"token embedding", 2, {V, D}},
+        {TS_CFG_MLP, "input x", 2, {B, in}},
+        {TS_CFG_MLP, "first weight", 2, {hid, in}},
+        {TS_CFG_MLP, "activations", 2, {B, hid}},
+        {TS_CFG_MLP, "output", 2, {B, c->model.out_dim}},
+        {TS_CFG_GPT, "logits", 3, {B, T, V}},
+        {TS_CFG_GPT, "attention scores", 4, {B, H, T, T}},
+        {TS_CFG_GPT, "MLP activations", 4, {B, T, D, 4}},
+        {TS_CFG_GPT, "token embedding", 2, {V, D}},
+        {TS_CFG_CNN, "input x", 3, {B, c->model.channels, hw}},
+        {TS_CFG_CNN, "first block", 3, {B, c->model.c1, hw}},
+        {TS_CFG_CNN, "second block", 3, {B, c->model.c2, hw}},
+        {TS_CFG_CNN, "classifier weight", 3, {c->model.classes > 0 ? c->model.classes : 1,
+                                              c->model.c2, hw}},
     };
     for (int i = 0; i < (int)(sizeof t / sizeof t[0]); i++) {
-        if ((i < 4) != (kind == TS_CFG_MLP)) continue; /* the first four are the mlp's */
+        if (t[i].kind != (int)kind) continue;
         if (product(limit, t[i].n, t[i].f) < 0)
             return ts_fail(TS_ERR_INVALID, "%s: model too large: its %s would exceed 2^40 elements",
                            c->file[0] ? c->file : "config", t[i].what);
@@ -901,6 +936,10 @@ static ts_status check_data(const ts_config *c) {
         }
     }
     if (src == TS_CFG_SYNTHETIC) {
+        if (c->model.name == TS_CFG_CNN)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: a cnn needs labelled images: set data.source (idx or npy)",
+                           origin(c, ts_config_key_find("model.name"), where, sizeof where));
         if (c->model.classes > 0)
             return ts_fail(TS_ERR_INVALID,
                            "%s: model.classes needs labelled data (set data.source); synthetic "
@@ -912,7 +951,12 @@ static ts_status check_data(const ts_config *c) {
     if (gpt != (src == TS_CFG_TOKENS))
         return ts_fail(TS_ERR_INVALID, "%s: data.source %s needs %s model, but model.name is %s",
                        origin(c, i_source, where, sizeof where), names[src],
-                       src == TS_CFG_TOKENS ? "a gpt" : "an mlp", gpt ? "gpt" : "mlp");
+                       src == TS_CFG_TOKENS ? "a gpt" : "an mlp or cnn", model_word(c->model.name));
+    if (c->model.name == TS_CFG_CNN && src == TS_CFG_CSV)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.source csv has numeric targets, but a cnn is a classifier; use "
+                       "idx or npy",
+                       origin(c, i_source, where, sizeof where));
     /* Files each source needs, as (key, value) pairs. */
     struct {
         int source;
@@ -965,12 +1009,15 @@ ts_status ts_config_finish(ts_config *c) {
     /* The model: name and preset imply each other when only one is given. */
     if (!c->set[i_name] && !c->set[i_preset])
         return ts_fail(TS_ERR_INVALID,
-                       "%s: no model: set model.name (mlp or gpt) or "
-                       "model.preset (w1, w3 or gpt2-124m)",
+                       "%s: no model: set model.name (mlp, gpt or cnn) or "
+                       "model.preset (w1, w3, gpt2-124m or fashion)",
                        origin(c, -1, where, sizeof where));
-    int family = c->model.preset == TS_CFG_W1 ? TS_CFG_MLP : TS_CFG_GPT;
+    int family = preset_family(c->model.preset);
     if (!c->set[i_name]) c->model.name = family;
-    if (!c->set[i_preset]) c->model.preset = c->model.name == TS_CFG_MLP ? TS_CFG_W1 : TS_CFG_W3;
+    if (!c->set[i_preset])
+        c->model.preset = c->model.name == TS_CFG_MLP   ? TS_CFG_W1
+                          : c->model.name == TS_CFG_CNN ? TS_CFG_FASHION
+                                                        : TS_CFG_W3;
     if (c->set[i_name] && c->set[i_preset] && family != c->model.name) {
         char pn[32], fn[32], nn[32];
         choice_at(keys[i_preset].choices, c->model.preset, pn, sizeof pn);
@@ -983,7 +1030,7 @@ ts_status ts_config_finish(ts_config *c) {
     ts_config preset, *p = &preset;
     memset(p, 0, sizeof *p);
     preset_values(c->model.preset, p);
-    const int use_model = c->model.name == TS_CFG_MLP ? TS_CFG_FOR_MLP : TS_CFG_FOR_GPT;
+    const int use_model = model_flag(c->model.name);
     const int use_opt = c->train.optimizer == TS_CFG_SGD ? FOR_SGD : FOR_ADAM;
     char opt_name[32];
     choice_at(keys[i_opt].choices, c->train.optimizer, opt_name, sizeof opt_name);
@@ -995,7 +1042,7 @@ ts_status ts_config_finish(ts_config *c) {
         if (model_key && !(k->flags & use_model))
             return ts_fail(TS_ERR_INVALID, "%s: %s is not a key of %s models",
                            origin(c, i, where, sizeof where), k->path,
-                           use_model == TS_CFG_FOR_MLP ? "mlp" : "gpt");
+                           model_word(c->model.name));
         if (opt_key && !(k->flags & use_opt))
             return ts_fail(TS_ERR_INVALID, "%s: %s is not used by %s (it is for %s)",
                            origin(c, i, where, sizeof where), k->path, opt_name,
@@ -1026,6 +1073,13 @@ ts_status ts_config_finish(ts_config *c) {
             return ts_fail(TS_ERR_INVALID, "%s: model.window is 0, so set model.in_dim",
                            origin(c, ts_config_key_find("model.window"), where, sizeof where));
         }
+    } else if (c->model.name == TS_CFG_CNN) {
+        if (c->model.height % 4 || c->model.width % 4)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.height and model.width must be multiples of 4 (two 2x2 "
+                           "poolings), got %lld x %lld",
+                           origin(c, ts_config_key_find("model.height"), where, sizeof where),
+                           (long long)c->model.height, (long long)c->model.width);
     } else if (c->model.d_model % c->model.n_heads) {
         return ts_fail(
             TS_ERR_INVALID, "%s: model.d_model %lld is not divisible by model.n_heads %d",
@@ -1069,7 +1123,7 @@ static int key_applies(const ts_config *c, const ts_config_key *k) {
             return 0;
     }
     if (k->flags & FOR_MODEL)
-        return (k->flags & (c->model.name == TS_CFG_MLP ? TS_CFG_FOR_MLP : TS_CFG_FOR_GPT)) != 0;
+        return (k->flags & model_flag(c->model.name)) != 0;
     if (k->flags & (FOR_SGD | FOR_ADAM))
         return (k->flags & (c->train.optimizer == TS_CFG_SGD ? FOR_SGD : FOR_ADAM)) != 0;
     return 1;
@@ -1197,6 +1251,20 @@ ts_status ts_config_fit_data(ts_config *c, const ts_config_data_shape *d) {
                                (long long)d->out_dim);
             c->model.out_dim = d->out_dim;
         }
+    } else if (c->model.name == TS_CFG_CNN) {
+        const int64_t f[3] = {c->model.channels, c->model.height, c->model.width};
+        if (product((int64_t)1 << 40, 3, f) != d->in_dim)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.channels %lld x height %lld x width %lld does not match the "
+                           "data's %lld values per example",
+                           origin(c, ts_config_key_find("model.channels"), where, sizeof where),
+                           (long long)f[0], (long long)f[1], (long long)f[2],
+                           (long long)d->in_dim);
+        if (d->classes <= 0)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: a cnn is a classifier, but the targets are numbers, not class ids",
+                           origin(c, ts_config_key_find("model.name"), where, sizeof where));
+        if (!c->set[i_classes]) c->model.classes = d->classes;
     }
     if (d->batches_per_epoch <= 0)
         return ts_fail(TS_ERR_INVALID, "config: the training split has no full batch");
@@ -1214,6 +1282,12 @@ ts_gpt_config ts_config_gpt(const ts_config *c) {
     return g;
 }
 
+ts_cnn_config ts_config_cnn(const ts_config *c) {
+    ts_cnn_config m = {c->model.batch, c->model.channels, c->model.height, c->model.width,
+                       c->model.c1,    c->model.c2,       c->model.classes, 1};
+    return m;
+}
+
 ts_status ts_config_build(const ts_config *c, ts_graph **g, ts_model *m, ts_train_spec *spec,
                           ts_compile_options *opt) {
     if (!c || !g || !m || !spec || !opt) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
@@ -1225,13 +1299,16 @@ ts_status ts_config_build(const ts_config *c, ts_graph **g, ts_model *m, ts_trai
     if (c->model.name == TS_CFG_MLP) {
         ts_mlp_config mc = ts_config_mlp(c);
         s = ts_build_mlp(gr, &mc, m);
+    } else if (c->model.name == TS_CFG_CNN) {
+        ts_cnn_config cc = ts_config_cnn(c);
+        s = ts_build_cnn(gr, &cc, m);
     } else {
         ts_gpt_config gc = ts_config_gpt(c);
         s = ts_build_gpt(gr, &gc, m);
     }
     if (s != TS_OK) {
         ts_fail(s, "%s", ts_graph_error(gr));
-        ts_error_prefix("building the %s model", c->model.name == TS_CFG_MLP ? "mlp" : "gpt");
+        ts_error_prefix("building the %s model", model_word(c->model.name));
         ts_graph_free(gr);
         return s;
     }

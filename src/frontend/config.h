@@ -14,7 +14,7 @@
  * validation, ts_config_write and the docs check all read that table, so a
  * new key is a struct field plus one table line.
  *
- * Model keys are stored flat (mlp and gpt keys side by side) because a file
+ * Model keys are stored flat (mlp, gpt and cnn keys side by side) because a file
  * may set model.batch before it names the model; ts_config_finish() fills
  * every model key the config left unset from the preset and rejects keys
  * that do not belong to the chosen model.
@@ -28,8 +28,13 @@
 #include "tessel/tessel.h"
 
 /* Enum values are positions in the key's `choices` list. */
-typedef enum ts_cfg_model_name { TS_CFG_MLP = 0, TS_CFG_GPT } ts_cfg_model_name;
-typedef enum ts_cfg_preset { TS_CFG_W1 = 0, TS_CFG_W3, TS_CFG_GPT2_124M } ts_cfg_preset;
+typedef enum ts_cfg_model_name { TS_CFG_MLP = 0, TS_CFG_GPT, TS_CFG_CNN } ts_cfg_model_name;
+typedef enum ts_cfg_preset {
+    TS_CFG_W1 = 0,
+    TS_CFG_W3,
+    TS_CFG_GPT2_124M,
+    TS_CFG_FASHION
+} ts_cfg_preset;
 typedef enum ts_cfg_optimizer { TS_CFG_SGD = 0, TS_CFG_ADAM, TS_CFG_ADAMW } ts_cfg_optimizer;
 typedef enum ts_cfg_schedule { TS_CFG_CONSTANT = 0, TS_CFG_LINEAR, TS_CFG_COSINE } ts_cfg_schedule;
 typedef enum ts_cfg_source {
@@ -54,6 +59,8 @@ typedef struct ts_config {
         int64_t ctx, vocab, d_model;
         int n_layers, n_heads;
         double dropout;
+        /* cnn (classes above) */
+        int64_t channels, height, width, c1, c2;
     } model;
     struct {
         int optimizer; /* ts_cfg_optimizer */
@@ -130,6 +137,7 @@ typedef enum ts_cfg_type {
 #define TS_CFG_FOR_GPT 2    /* model key used by gpt models */
 #define TS_CFG_DERIVED 4    /* `dflt` describes a computed default; it is not a value */
 #define TS_CFG_LIST    1024 /* TS_CFG_STR that a file may also write as a YAML list of names */
+#define TS_CFG_FOR_CNN 2048 /* model key used by cnn models */
 
 typedef struct ts_config_key {
     const char *path; /* "train.lr" */
@@ -188,6 +196,7 @@ ts_status ts_config_write(const ts_config *c, FILE *out);
 /* The model of a finished config, for callers that shape data for it. */
 ts_mlp_config ts_config_mlp(const ts_config *c);
 ts_gpt_config ts_config_gpt(const ts_config *c);
+ts_cnn_config ts_config_cnn(const ts_config *c); /* flat_input: x [batch, c * h * w] */
 
 /* Build the configured model into a new graph and describe its training
  * step. On success the caller owns *g (ts_graph_free). */

@@ -380,7 +380,8 @@ static ts_status write_summary(session *s, const char *status, const char *error
     snprintf(rate_key, sizeof rate_key, "median_%.*s_per_s", (int)strcspn(r->unit, "/"), r->unit);
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:f, s:o, s:I, s:I}", "status", status, "tessel",
-        TESSEL_VERSION, "model", s->gpt ? "gpt" : "mlp", "steps", (json_int_t)r->steps,
+        TESSEL_VERSION, "model",
+        s->gpt ? "gpt" : (s->c.model.name == TS_CFG_CNN ? "cnn" : "mlp"), "steps", (json_int_t)r->steps,
         "planned_steps", (json_int_t)r->planned_steps, "first_loss", jnum(r->first_loss),
         "final_loss", jnum(r->final_loss), "seconds", r->seconds, rate_key, jnum(r->median_rate),
         "parameters", (json_int_t)(s->plan ? param_count(s->plan) : 0), "seed",
@@ -1021,7 +1022,11 @@ static void header(session *s) {
     ts_progress_log(&s->pr,
                     "training %s: %s parameters, batch %lld, %lld steps%s; %s%s; plan: %d "
                     "instructions, arena %.1f MiB",
-                    s->gpt ? "gpt" : (s->classifier ? "mlp classifier" : "mlp"), params,
+                    s->gpt                           ? "gpt"
+                    : s->c.model.name == TS_CFG_CNN ? "cnn classifier"
+                    : s->classifier                 ? "mlp classifier"
+                                                    : "mlp",
+                    params,
                     (long long)c->model.batch, (long long)c->train.steps, epochs, data, test,
                     st.n_instructions, (double)st.arena_bytes / (1024.0 * 1024.0));
 }
