@@ -6,18 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "check.h"
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return calloc(1, 1);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    fclose(f);
-    return s;
-}
+#include "e2e.h"
 
 static double field(const char *json, const char *key) {
     char pat[64];
@@ -49,10 +38,10 @@ int main(void) {
              bin, dir, dir, dir);
     int rc = system(cmd);
     snprintf(cmd, sizeof cmd, "%s/err", dir);
-    char *err = slurp(cmd);
+    char *err = e2e_slurp(cmd, NULL);
     CHECK(rc == 0, "cnn config: exit %d: %s", rc, err);
     snprintf(cmd, sizeof cmd, "%s/run/summary.json", dir);
-    char *sum = slurp(cmd);
+    char *sum = e2e_slurp(cmd, NULL);
     CHECK(strstr(sum, "\"model\": \"cnn\"") != NULL, "summary names the cnn: %s", sum);
     double first = field(sum, "first_loss"), last = field(sum, "final_loss");
     CHECK(first > 1.5 && last > 0 && last < 0.8 * first, "loss falls over 20 steps: %.3f -> %.3f",

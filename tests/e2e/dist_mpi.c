@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+#include "e2e.h"
 #include "tessel/dist.h"
 
 /* ---- the worker ------------------------------------------------------------ */
@@ -239,18 +240,6 @@ static int worker(int stall) {
 
 /* ---- the launcher ------------------------------------------------------------ */
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return calloc(1, 1);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)n + 1);
-    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    fclose(f);
-    return s;
-}
-
 static int find_mpirun(char *out, size_t n) {
     const char *path = getenv("PATH");
     char buf[4096];
@@ -278,7 +267,7 @@ static int run(const char *mpirun, int np, int stall, char **out) {
              mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", np, exe, stall ? " --stall" : "",
              log);
     int st = system(cmd);
-    *out = slurp(log);
+    *out = e2e_slurp(log, NULL);
     unlink(log);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

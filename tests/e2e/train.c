@@ -11,26 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "e2e.h"
 
 static const char *bin;
 static char dir[64];
-
-typedef struct result {
-    int rc;
-    char *out, *err;
-} result;
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return calloc(1, 1);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    fclose(f);
-    return s;
-}
 
 static const char *path_in(const char *name) {
     static char buf[8][256];
@@ -38,19 +22,6 @@ static const char *path_in(const char *name) {
     k = (k + 1) % 8;
     snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
     return buf[k];
-}
-
-static result run(const char *args) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s >%s/out 2>%s/err", bin, args, dir, dir);
-    int st = system(cmd);
-    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(path_in("out")), slurp(path_in("err"))};
-    return r;
-}
-
-static void done(result *r) {
-    free(r->out);
-    free(r->err);
 }
 
 static void write_text(const char *path, const char *text) {
@@ -168,26 +139,26 @@ static void test_bad_input(void) {
         char sets[512], args[1024];
         snprintf(sets, sizeof sets, cases[i].sets, dir);
         snprintf(args, sizeof args, "train %s %s --out %s", path_in(cases[i].config), sets, empty);
-        result r = run(args);
+        e2e_result r = e2e_run(args);
         CHECK(r.rc == 2, "%s: exit %d, expected 2 (%s)", cases[i].what, r.rc, r.err);
         CHECK(strstr(r.err, "tessel: error: ") && strstr(r.err, cases[i].msg) &&
                   (!cases[i].msg2 || strstr(r.err, cases[i].msg2)),
               "%s: message '%s'", cases[i].what, r.err);
         CHECK(entries(empty) == 0, "%s: the existing run directory stays empty", cases[i].what);
         printf("%-22s -> %s", cases[i].what, r.err);
-        done(&r);
+        e2e_done(&r);
     }
     /* A good config into a used run directory: refused, nothing changed. */
     char args[1024];
     snprintf(args, sizeof args, "train %s --out %s", path_in("npy.yaml"), used);
-    result r = run(args);
+    e2e_result r = e2e_run(args);
     CHECK(r.rc == 2 && strstr(r.err, "already exists and is not empty"), "used dir: %d %s", r.rc,
           r.err);
-    char *kept = slurp(path_in("used-run/summary.json"));
+    char *kept = e2e_slurp(path_in("used-run/summary.json"), NULL);
     CHECK(entries(used) == 1 && !strcmp(kept, "{\"status\": \"completed\"}\n"),
           "the used run directory is untouched");
     free(kept);
-    done(&r);
+    e2e_done(&r);
 }
 
 static void test_success(void) {
@@ -195,29 +166,29 @@ static void test_success(void) {
     snprintf(out, sizeof out, "%s", path_in("run-npy"));
     char args[1024];
     snprintf(args, sizeof args, "train %s --out %s", path_in("npy.yaml"), out);
-    result r = run(args);
+    e2e_result r = e2e_run(args);
     CHECK(r.rc == 0, "npy run: exit %d: %s", r.rc, r.err);
     CHECK(strstr(r.out, "run directory: ") && strstr(r.out, out), "prints the run directory");
     CHECK(strstr(r.out, "eval  step 8") && strstr(r.out, "accuracy"), "evaluates at the end");
     const char *files[] = {"config.yaml", "lineage.json", "metrics.jsonl", "summary.json"};
     for (int i = 0; i < 4; i++) CHECK(file_exists(out, files[i]), "%s written", files[i]);
-    done(&r);
+    e2e_done(&r);
 
     snprintf(out, sizeof out, "%s", path_in("run-csv"));
     snprintf(args, sizeof args, "train %s --out %s", path_in("csv.yaml"), out);
-    r = run(args);
+    r = e2e_run(args);
     CHECK(r.rc == 0 && file_exists(out, "normalisation.json"), "csv run: %d %s", r.rc, r.err);
     CHECK(strstr(r.out, " mse "), "regression reports mse");
-    done(&r);
+    e2e_done(&r);
 
     /* The resolved config reproduces the run: same final loss. */
     char a[256], b[256];
     snprintf(args, sizeof args, "train %s/config.yaml --out %s", out, path_in("run-csv2"));
-    r = run(args);
+    r = e2e_run(args);
     CHECK(r.rc == 0, "rerun of config.yaml: %s", r.err);
-    done(&r);
-    char *s1 = slurp(path_in("run-csv/summary.json")),
-         *s2 = slurp(path_in("run-csv2/summary.json"));
+    e2e_done(&r);
+    char *s1 = e2e_slurp(path_in("run-csv/summary.json"), NULL),
+         *s2 = e2e_slurp(path_in("run-csv2/summary.json"), NULL);
     const char *f1 = strstr(s1, "\"final_loss\""), *f2 = strstr(s2, "\"final_loss\"");
     CHECK(f1 && f2 && sscanf(f1, "\"final_loss\": %255[^,]", a) == 1 &&
               sscanf(f2, "\"final_loss\": %255[^,]", b) == 1 && !strcmp(a, b),
@@ -242,7 +213,7 @@ static void test_interrupt(void) {
     /* Wait for a few steps (at most 20 s), then press Ctrl-C. */
     struct timespec pause = {0, 20 * 1000 * 1000};
     for (int i = 0; i < 1000; i++) {
-        char *m = slurp(metrics);
+        char *m = e2e_slurp(metrics, NULL);
         size_t lines = 0;
         for (char *p = m; (p = strchr(p, '\n')); p++) lines++;
         free(m);
@@ -254,7 +225,7 @@ static void test_interrupt(void) {
     waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 130, "Ctrl-C: exit 130, got %d",
           WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-    char *sum = slurp(path_in("run-int/summary.json"));
+    char *sum = e2e_slurp(path_in("run-int/summary.json"), NULL);
     CHECK(strstr(sum, "\"status\": \"interrupted\""), "summary written: %s", sum);
     free(sum);
 }
@@ -269,10 +240,10 @@ static void test_demo_config(void) {
     snprintf(args, sizeof args,
              "train examples/fashion_mnist.yaml --set train.epochs=0 --steps 30 --out %s",
              path_in("run-demo"));
-    result r = run(args);
+    e2e_result r = e2e_run(args);
     CHECK(r.rc == 0, "demo config: exit %d: %s", r.rc, r.err);
     CHECK(strstr(r.out, "test loss") && strstr(r.out, "accuracy"), "test split evaluated");
-    char *sum = slurp(path_in("run-demo/summary.json"));
+    char *sum = e2e_slurp(path_in("run-demo/summary.json"), NULL);
     const char *t = strstr(sum, "\"test\"");
     double acc = 0;
     const char *a = t ? strstr(t, "\"accuracy\":") : NULL;
@@ -280,7 +251,7 @@ static void test_demo_config(void) {
           "30 steps already beat chance by far: %.3f", acc);
     printf("demo config, 30 steps: test accuracy %.3f\n", acc);
     free(sum);
-    done(&r);
+    e2e_done(&r);
 }
 
 int main(void) {
@@ -289,6 +260,7 @@ int main(void) {
     snprintf(dir, sizeof dir, "/tmp/tessel-train-XXXXXX");
     CHECK(mkdtemp(dir) != NULL, "temporary directory");
     if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/train");
+    e2e_init(bin, dir);
     make_files();
     test_bad_input();
     test_success();
