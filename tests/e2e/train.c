@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "testfiles.h"
 #include "e2e.h"
 
 static const char *bin;
@@ -30,28 +31,6 @@ static void write_text(const char *path, const char *text) {
         fputs(text, f);
         fclose(f);
     }
-}
-
-static void write_npy(const char *path, const char *descr, int64_t n, int64_t cols,
-                      const void *data, size_t elem, size_t cut) {
-    char shape[64], header[256];
-    if (cols)
-        snprintf(shape, sizeof shape, "(%lld, %lld)", (long long)n, (long long)cols);
-    else
-        snprintf(shape, sizeof shape, "(%lld,)", (long long)n);
-    int len = snprintf(header, sizeof header,
-                       "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
-    int pad = (64 - (10 + len + 1) % 64) % 64;
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    unsigned short hl = (unsigned short)(len + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fputc(hl & 0xff, f), fputc(hl >> 8, f);
-    fwrite(header, 1, (size_t)len, f);
-    for (int i = 0; i < pad; i++) fputc(' ', f);
-    fputc('\n', f);
-    fwrite(data, 1, (size_t)(n * (cols ? cols : 1)) * elem - cut, f);
-    fclose(f);
 }
 
 static int file_exists(const char *d, const char *name) {
@@ -80,11 +59,11 @@ static void make_files(void) {
     static int64_t y[N], ybad[N];
     for (int i = 0; i < N * F; i++) x[i] = (float)((i * 7919) % 101) / 101.0f;
     for (int i = 0; i < N; i++) y[i] = i % 3, ybad[i] = i == 37 ? 3 : i % 3;
-    write_npy(path_in("x.npy"), "<f4", N, F, x, sizeof(float), 0);
-    write_npy(path_in("y.npy"), "<i8", N, 0, y, sizeof(int64_t), 0);
-    write_npy(path_in("ybad.npy"), "<i8", N, 0, ybad, sizeof(int64_t), 0);
-    write_npy(path_in("xc.npy"), "<c8", N / 2, F, x, sizeof(float), 0);
-    write_npy(path_in("xtrunc.npy"), "<f4", N, F, x, sizeof(float), 100);
+    tf_write_npy(path_in("x.npy"), "<f4", N, F, x, sizeof(float), 0);
+    tf_write_npy(path_in("y.npy"), "<i8", N, 0, y, sizeof(int64_t), 0);
+    tf_write_npy(path_in("ybad.npy"), "<i8", N, 0, ybad, sizeof(int64_t), 0);
+    tf_write_npy(path_in("xc.npy"), "<c8", N / 2, F, x, sizeof(float), 0);
+    tf_write_npy(path_in("xtrunc.npy"), "<f4", N, F, x, sizeof(float), 100);
     FILE *f = fopen(path_in("series.csv"), "w");
     if (f) {
         fprintf(f, "t,a,b,price\n");

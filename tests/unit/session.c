@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "check.h"
+#include "testfiles.h"
 #include "core/sha256.h"
 #include "data/data.h"
 #include "session/session.h"
@@ -29,28 +30,6 @@ static void write_bytes(const char *path, const void *data, size_t n) {
 }
 
 /* A version 1.0 .npy file of `n` rows of `cols` values ("<f4", "<i8"). */
-static void write_npy(const char *path, const char *descr, int64_t n, int64_t cols,
-                      const void *data, size_t elem) {
-    char shape[64], header[256];
-    if (cols)
-        snprintf(shape, sizeof shape, "(%lld, %lld)", (long long)n, (long long)cols);
-    else
-        snprintf(shape, sizeof shape, "(%lld,)", (long long)n);
-    int len = snprintf(header, sizeof header,
-                       "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
-    int total = 10 + len + 1, pad = (64 - total % 64) % 64;
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    unsigned short hl = (unsigned short)(len + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fputc(hl & 0xff, f), fputc(hl >> 8, f);
-    fwrite(header, 1, (size_t)len, f);
-    for (int i = 0; i < pad; i++) fputc(' ', f);
-    fputc('\n', f);
-    fwrite(data, elem, (size_t)(n * (cols ? cols : 1)), f);
-    fclose(f);
-}
-
 /* A plain IDX file of unsigned bytes. */
 static void write_idx(const char *path, int rank, const int *dims, const unsigned char *data) {
     FILE *f = fopen(path, "wb");
@@ -80,8 +59,8 @@ static void make_files(void) {
             x[i * F + j] =
                 (float)rand_r(&seed) / (float)RAND_MAX * 0.3f + (j / 2 == y[i] ? 1.0f : 0.0f);
     }
-    write_npy(path_in("x.npy"), "<f4", N, F, x, sizeof(float));
-    write_npy(path_in("y.npy"), "<i8", N, 0, y, sizeof(int64_t));
+    tf_write_npy(path_in("x.npy"), "<f4", N, F, x, sizeof(float), 0);
+    tf_write_npy(path_in("y.npy"), "<i8", N, 0, y, sizeof(int64_t), 0);
 
     /* 6x6 images: class k is a bright row k. */
     static unsigned char img[N * 36], lab[N];
