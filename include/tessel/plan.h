@@ -43,6 +43,10 @@ ts_status ts_plan_read(const ts_plan *p, const char *name, void *dst, size_t byt
 /* Overwrite a parameter (e.g. load weights). */
 ts_status ts_plan_write_param(ts_plan *p, const char *name, const void *src, size_t bytes);
 
+/* L2 norm of all gradients of the last step (before clipping), read in
+ * place: no copy of the gradients is made. */
+ts_status ts_plan_grad_norm(const ts_plan *p, double *norm);
+
 /* Describe a named value: dtype, rank and dims (dims may be NULL). */
 ts_status ts_plan_value_info(const ts_plan *p, const char *name, ts_dtype *dt, int *rank,
                              int64_t *dims);

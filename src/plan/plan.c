@@ -19,8 +19,8 @@ static ts_status find_sized(const ts_plan *p, const char *what, const char *name
     size_t need = ts_type_bytes(&nm->t);
     if (bytes != need) {
         char tb[128];
-        return ts_fail(TS_ERR_INVALID, "%s '%s': %zu bytes given, %s needs %zu", what, name,
-                       bytes, ts_type_str(tb, sizeof tb, &nm->t), need);
+        return ts_fail(TS_ERR_INVALID, "%s '%s': %zu bytes given, %s needs %zu", what, name, bytes,
+                       ts_type_str(tb, sizeof tb, &nm->t), need);
     }
     *out = nm;
     return TS_OK;
@@ -53,8 +53,12 @@ ts_status ts_plan_step(ts_plan *p) {
     return TS_OK;
 }
 
-double ts_plan_loss(const ts_plan *p) { return p ? p->last_loss : NAN; }
-int64_t ts_plan_step_count(const ts_plan *p) { return p ? p->steps_done : 0; }
+double ts_plan_loss(const ts_plan *p) {
+    return p ? p->last_loss : NAN;
+}
+int64_t ts_plan_step_count(const ts_plan *p) {
+    return p ? p->steps_done : 0;
+}
 void ts_plan_set_step(ts_plan *p, int64_t steps_done) {
     if (p && steps_done >= 0) p->steps_done = steps_done;
 }
@@ -189,4 +193,25 @@ ts_status ts_plan_snapshot(const ts_plan *p, void *dst, size_t bytes) {
 
 uint64_t ts_plan_seed(const ts_plan *p) {
     return p ? p->opt.seed : 0;
+}
+
+ts_status ts_plan_grad_norm(const ts_plan *p, double *norm) {
+    if (!p || !norm) return ts_fail(TS_ERR_INVALID, "grad_norm: NULL argument");
+    double sum = 0;
+    for (int i = 0; i < p->n_named; i++) {
+        const ts_named *nm = &p->named[i];
+        if (!nm->is_grad) continue;
+        int64_t n = ts_type_numel(&nm->t);
+        const void *x = p->arena + nm->off;
+        if (nm->t.dtype == TS_F32)
+            for (int64_t j = 0; j < n; j++)
+                sum += (double)((const float *)x)[j] * ((const float *)x)[j];
+        else if (nm->t.dtype == TS_F64)
+            for (int64_t j = 0; j < n; j++) sum += ((const double *)x)[j] * ((const double *)x)[j];
+        else
+            return ts_fail(TS_ERR_UNSUPPORTED, "grad_norm: gradient '%s' has dtype %s", nm->name,
+                           ts_dtype_name(nm->t.dtype));
+    }
+    *norm = sqrt(sum);
+    return TS_OK;
 }

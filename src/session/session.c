@@ -59,11 +59,11 @@ typedef struct session {
     FILE *metrics;
     int dir_made;
     /* checkpoints */
-    int resume_in_place;      /* --resume latest: continue in the run directory */
-    ts_ckpt *ck;              /* the verified checkpoint to resume from */
-    int64_t start_step;       /* steps done before this run's first step */
+    int resume_in_place; /* --resume latest: continue in the run directory */
+    ts_ckpt *ck;         /* the verified checkpoint to resume from */
+    int64_t start_step;  /* steps done before this run's first step */
     char ck_dir[512], ck_id[80], ck_config[80];
-    char *ident;              /* the config text checkpoints are tied to (see identity) */
+    char *ident; /* the config text checkpoints are tied to (see identity) */
     size_t ident_bytes;
     char ident_sha[65];
     ts_ckpt_data_file *lineage; /* data lineage for the manifests */
@@ -204,8 +204,8 @@ static ts_status identity(session *s) {
         free(full);
         return ts_fail(TS_ERR_NOMEM, "out of memory for the config text");
     }
-    static const char *const skip[] = {"steps:", "epochs:", "log_every:", "eval_every:",
-                                       "threads:"};
+    static const char *const skip[] = {
+        "steps:", "epochs:", "log_every:", "eval_every:", "threads:"};
     int skip_section = 0, in_train = 0;
     for (char *line = full; *line;) {
         size_t len = strcspn(line, "\n");
@@ -307,9 +307,9 @@ static ts_status write_run_files(session *s) {
              config_sha, s->ident_sha);
     if ((st = ts_audit_append(s->audit, "config", fields)) != TS_OK) return st;
     if (s->ck) {
-        json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:b}", "checkpoint", s->ck_dir, "id",
-                              s->ck_id, "step", (json_int_t)s->start_step, "config_sha256",
-                              s->ck_config, "in_place", s->resume_in_place);
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:b}", "checkpoint", s->ck_dir, "id", s->ck_id,
+                              "step", (json_int_t)s->start_step, "config_sha256", s->ck_config,
+                              "in_place", s->resume_in_place);
         char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         json_decref(o);
         if (!txt) return ts_fail(TS_ERR_NOMEM, "out of memory for the audit log");
@@ -380,12 +380,11 @@ static ts_status write_summary(session *s, const char *status, const char *error
     snprintf(rate_key, sizeof rate_key, "median_%.*s_per_s", (int)strcspn(r->unit, "/"), r->unit);
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:f, s:o, s:I, s:I}", "status", status, "tessel",
-        TESSEL_VERSION, "model",
-        s->gpt ? "gpt" : (s->c.model.name == TS_CFG_CNN ? "cnn" : "mlp"), "steps", (json_int_t)r->steps,
-        "planned_steps", (json_int_t)r->planned_steps, "first_loss", jnum(r->first_loss),
-        "final_loss", jnum(r->final_loss), "seconds", r->seconds, rate_key, jnum(r->median_rate),
-        "parameters", (json_int_t)(s->plan ? param_count(s->plan) : 0), "seed",
-        (json_int_t)s->c.train.seed);
+        TESSEL_VERSION, "model", s->gpt ? "gpt" : (s->c.model.name == TS_CFG_CNN ? "cnn" : "mlp"),
+        "steps", (json_int_t)r->steps, "planned_steps", (json_int_t)r->planned_steps, "first_loss",
+        jnum(r->first_loss), "final_loss", jnum(r->final_loss), "seconds", r->seconds, rate_key,
+        jnum(r->median_rate), "parameters", (json_int_t)(s->plan ? param_count(s->plan) : 0),
+        "seed", (json_int_t)s->c.train.seed);
     if (!o) return ts_fail(TS_ERR_NOMEM, "out of memory for summary.json");
     if (s->c.batches_per_epoch)
         json_object_set_new(o, "epochs",
@@ -772,8 +771,8 @@ static ts_status observe_start(session *s) {
         ts_error_prefix("observe.metrics_port");
         return st;
     }
-    ts_progress_log(&s->pr, "metrics: http://%s%s%s:%d/metrics", strchr(addr, ':') ? "[" : "",
-                    addr, strchr(addr, ':') ? "]" : "", ts_http_port(s->http));
+    ts_progress_log(&s->pr, "metrics: http://%s%s%s:%d/metrics", strchr(addr, ':') ? "[" : "", addr,
+                    strchr(addr, ':') ? "]" : "", ts_http_port(s->http));
     return TS_OK;
 }
 
@@ -815,8 +814,7 @@ static ts_status read_f32(session *s, const char *name, int64_t *n) {
     int rank;
     int64_t dims[TS_MAX_RANK];
     *n = 0;
-    if (ts_plan_value_info(s->plan, name, &dt, &rank, dims) != TS_OK || dt != TS_F32)
-        return TS_OK;
+    if (ts_plan_value_info(s->plan, name, &dt, &rank, dims) != TS_OK || dt != TS_F32) return TS_OK;
     const int64_t k = numel_dims(rank, dims);
     if ((size_t)k * sizeof(float) > s->gbuf_bytes) return TS_OK;
     ts_status st = ts_plan_read(s->plan, name, s->gbuf, (size_t)k * sizeof(float));
@@ -824,31 +822,23 @@ static ts_status read_f32(session *s, const char *name, int64_t *n) {
     return st;
 }
 
-/* The global L2 norm of the gradients, read back from the plan's gradient
- * region (not yet a monitor node of the step graph), and with `hist` the
- * histograms of every parameter and its gradient. */
+/* The global L2 norm of the gradients, computed in place in the plan's
+ * gradient region (not yet a monitor node of the step graph), and with
+ * `hist` the histograms of every parameter and its gradient. */
 static ts_status gradient_pass(session *s, int64_t step, int hist, double *norm) {
-    double sum = 0;
     char name[600];
     int64_t n;
-    ts_status st = TS_OK;
-    for (int i = 0; i < ts_plan_param_count(s->plan) && st == TS_OK; i++) {
+    ts_status st = ts_plan_grad_norm(s->plan, norm);
+    for (int i = 0; hist && i < ts_plan_param_count(s->plan) && st == TS_OK; i++) {
         const char *p = ts_plan_param_name(s->plan, i);
-        if (hist) {
-            if ((st = read_f32(s, p, &n)) != TS_OK) break;
-            snprintf(name, sizeof name, "weights/%s", p);
-            if (n && (st = ts_tfevents_histogram(s->tb, step, name, s->gbuf, n, NULL)) != TS_OK)
-                break;
-        }
+        if ((st = read_f32(s, p, &n)) != TS_OK) break;
+        snprintf(name, sizeof name, "weights/%s", p);
+        if (n && (st = ts_tfevents_histogram(s->tb, step, name, s->gbuf, n, NULL)) != TS_OK) break;
         snprintf(name, sizeof name, "grad:%s", p);
         if ((st = read_f32(s, name, &n)) != TS_OK) break;
-        double part = 0;
-        for (int64_t j = 0; j < n; j++) part += (double)s->gbuf[j] * (double)s->gbuf[j];
-        sum += part;
         snprintf(name, sizeof name, "grads/%s", p);
-        if (hist && n) st = ts_tfevents_histogram(s->tb, step, name, s->gbuf, n, NULL);
+        if (n) st = ts_tfevents_histogram(s->tb, step, name, s->gbuf, n, NULL);
     }
-    *norm = sqrt(sum);
     return st;
 }
 
@@ -1022,18 +1012,16 @@ static void header(session *s) {
     ts_progress_log(&s->pr,
                     "training %s: %s parameters, batch %lld, %lld steps%s; %s%s; plan: %d "
                     "instructions, arena %.1f MiB",
-                    s->gpt                           ? "gpt"
+                    s->gpt                          ? "gpt"
                     : s->c.model.name == TS_CFG_CNN ? "cnn classifier"
                     : s->classifier                 ? "mlp classifier"
                                                     : "mlp",
-                    params,
-                    (long long)c->model.batch, (long long)c->train.steps, epochs, data, test,
-                    st.n_instructions, (double)st.arena_bytes / (1024.0 * 1024.0));
+                    params, (long long)c->model.batch, (long long)c->train.steps, epochs, data,
+                    test, st.n_instructions, (double)st.arena_bytes / (1024.0 * 1024.0));
 }
 
 static void session_free(session *s) {
-    if (observe_end(s) != TS_OK)
-        ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
+    if (observe_end(s) != TS_OK) ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
     if (s->tm_made) ts_train_metrics_free(&s->tm);
     free(s->gbuf);
     ts_ckpt_saver_free(s->sv);
@@ -1075,8 +1063,8 @@ static ts_status setup(session *s) {
     for (int k = 0; k < 2; k++) {
         const ts_dataset *d = k ? s->test : s->all;
         for (int i = 0; d && i < d->n_lineage; i++)
-            s->lineage[s->n_lineage++] = (ts_ckpt_data_file){d->lineage[i].path,
-                                                             d->lineage[i].sha256};
+            s->lineage[s->n_lineage++] =
+                (ts_ckpt_data_file){d->lineage[i].path, d->lineage[i].sha256};
     }
     return identity(s);
 }
