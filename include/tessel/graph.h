@@ -316,6 +316,24 @@ ts_val ts_lstm(ts_graph *g, ts_val x, ts_val h0, ts_val c0, int layers, int64_t 
 ts_val ts_spmm(ts_graph *g, ts_val indptr, ts_val indices, ts_val values, ts_val dense,
                int64_t rows, int64_t cols);
 
+/* ---- FP8 quantisation (docs/fp8.md, tessel/quant.h) --------------------- */
+
+/* scale is the dequantisation step: rank 0 for the whole tensor, or [C]
+ * with one value per index of `axis` (per channel; axis is ignored for a
+ * rank-0 scale). Its dtype is the float side's (f32 or f64); every scale
+ * must be positive and finite (checked each step). Conversion rounds to
+ * nearest even and saturates at +-fmt_max. */
+/* x (f32/f64) -> FP8 codes of dtype fmt (TS_F8E4M3 or TS_F8E5M2), one
+ * byte each: q = encode(x / scale). Not differentiable (use ts_fake_quant
+ * in training graphs). */
+ts_val ts_quantize(ts_graph *g, ts_val x, ts_val scale, ts_dtype fmt, int axis);
+/* FP8 codes -> decode(q) * scale, in scale's dtype. */
+ts_val ts_dequantize(ts_graph *g, ts_val q, ts_val scale, int axis);
+/* ts_dequantize(ts_quantize(x)) in one op, x's dtype in and out. Its
+ * gradient is the straight-through estimator: dy where |x / scale| <=
+ * fmt_max, 0 where x saturates; the scale gets none. */
+ts_val ts_fake_quant(ts_graph *g, ts_val x, ts_val scale, ts_dtype fmt, int axis);
+
 #ifdef __cplusplus
 }
 #endif

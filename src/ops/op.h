@@ -108,6 +108,11 @@ typedef enum ts_op_id {
     TS_OP_LSTM_CELL_BWD, /* ([dgi_acc,] c, gates, c'[, dh'][, dc']) -> (dgi_acc + step t rows, dgates, dc); i[0] t, i[1] has_acc, i[2] has_dh, i[3] has_dc, i[4] T */
     /* sparse (CSR) x dense; see sparse.c */
     TS_OP_SPMM, /* (indptr i64 [R+1], indices i64 [nnz], values [nnz], dense [C,F][, transpose's indptr, indices, values]) -> [R,F]; i[0] R, i[1] C */
+    /* FP8 quantisation; see quant.c. i[0] FP8 dtype, i[1] channel axis (-1: per tensor) */
+    TS_OP_QUANTIZE,       /* (x, scale) -> codes (f8 dtype) */
+    TS_OP_DEQUANTIZE,     /* (codes, scale) -> scale's dtype */
+    TS_OP_FAKE_QUANT,     /* (x, scale) -> dequantize(quantize(x)) */
+    TS_OP_FAKE_QUANT_BWD, /* (dy, x, scale) -> dx, straight-through within range */
     TS_OP_COUNT
 } ts_op_id;
 

@@ -67,6 +67,10 @@ extern const ts_op_def ts_def_gru_cell_bwd;
 extern const ts_op_def ts_def_lstm_cell;
 extern const ts_op_def ts_def_lstm_cell_bwd;
 extern const ts_op_def ts_def_spmm;
+extern const ts_op_def ts_def_quantize;
+extern const ts_op_def ts_def_dequantize;
+extern const ts_op_def ts_def_fake_quant;
+extern const ts_op_def ts_def_fake_quant_bwd;
 
 static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_ADD] = &ts_def_add,
@@ -133,6 +137,10 @@ static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_LSTM_CELL] = &ts_def_lstm_cell,
     [TS_OP_LSTM_CELL_BWD] = &ts_def_lstm_cell_bwd,
     [TS_OP_SPMM] = &ts_def_spmm,
+    [TS_OP_QUANTIZE] = &ts_def_quantize,
+    [TS_OP_DEQUANTIZE] = &ts_def_dequantize,
+    [TS_OP_FAKE_QUANT] = &ts_def_fake_quant,
+    [TS_OP_FAKE_QUANT_BWD] = &ts_def_fake_quant_bwd,
 };
 
 const ts_op_def *ts_op_get(int op) { return (op >= 0 && op < TS_OP_COUNT) ? table[op] : NULL; }
