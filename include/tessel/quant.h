@@ -115,7 +115,7 @@ typedef struct ts_quant_error {
     double mse;            /* mean (x - q)^2, q = decode(encode(x / s)) * s */
     double max_abs;        /* max |x - q| */
     double sqnr_db;        /* 10 log10(sum x^2 / sum (x - q)^2); +inf if exact */
-    double frac_saturated; /* share of elements with |x / s| > fmt_max */
+    double frac_saturated; /* share clamped to +-max: |x / s| beyond max + half an ulp */
     double frac_flushed;   /* share of non-zero elements that quantise to 0 */
 } ts_quant_error;
 
