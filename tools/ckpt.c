@@ -6,6 +6,7 @@
 #include <string.h>
 #include "ckpt_cli.h"
 #include "cli.h"
+#include "quant/export.h"
 #include "tessel/ckpt.h"
 #include "tessel/tessel.h"
 
@@ -16,6 +17,7 @@ typedef struct opts {
     int n_pos;
     const char *pubkey, *out, *safetensors;
     const char *keep_last, *keep_every;
+    const char *fp8; /* export: e4m3|e5m2 */
     int json;
 } opts;
 
@@ -54,6 +56,8 @@ static int parse_opts(const char *cmd, int argc, char **argv, int max_pos, const
             o->keep_last = v;
         else if (!strcmp(name, "--keep-every"))
             o->keep_every = v;
+        else if (!strcmp(name, "--fp8"))
+            o->fp8 = v;
     }
     return CLI_OK;
 }
@@ -303,18 +307,26 @@ int tessel_cmd_audit(int argc, char **argv) {
 
 int tessel_cmd_export(int argc, char **argv) {
     opts o;
-    int rc = parse_opts("export", argc, argv, 1, " --safetensors --pubkey ", &o);
+    int rc = parse_opts("export", argc, argv, 1, " --safetensors --pubkey --fp8 ", &o);
     if (rc != CLI_OK) return rc;
     if (o.n_pos != 1 || !o.safetensors)
         return cli_error(CLI_USAGE, "export: usage: tessel export CKPT --safetensors FILE");
+    ts_dtype fp8 = !o.fp8                   ? TS_F32
+                   : !strcmp(o.fp8, "e4m3") ? TS_F8E4M3
+                   : !strcmp(o.fp8, "e5m2") ? TS_F8E5M2
+                                            : TS_DTYPE_COUNT;
+    if (fp8 == TS_DTYPE_COUNT)
+        return cli_error(CLI_USAGE, "export: --fp8 must be e4m3 or e5m2, got '%s'", o.fp8);
     ts_ckpt *c;
     ts_status s = ts_ckpt_open(o.pos[0], o.pubkey, NULL, &c);
-    if (s == TS_OK) s = ts_ckpt_export_safetensors(c, o.safetensors);
+    if (s == TS_OK)
+        s = o.fp8 ? ts_quant_export_safetensors(c, o.safetensors, fp8)
+                  : ts_ckpt_export_safetensors(c, o.safetensors);
     if (s == TS_OK) {
         ts_ckpt_info in;
         ts_ckpt_get_info(c, &in);
-        printf("wrote %s: the parameters of %s (step %lld)\n", o.safetensors, in.dir,
-               (long long)in.step);
+        printf("wrote %s: the parameters of %s (step %lld)%s%s\n", o.safetensors, in.dir,
+               (long long)in.step, o.fp8 ? ", float weights as FP8 " : "", o.fp8 ? o.fp8 : "");
     }
     ts_ckpt_close(c);
     return s == TS_OK ? CLI_OK : fail(s);

@@ -17,8 +17,9 @@
     "  keygen [--out PREFIX]   write an Ed25519 key pair PREFIX.key (0600) and PREFIX.pub\n"       \
     "  audit verify RUN_DIR [--pubkey FILE]\n"                                                     \
     "      check the audit log's hash chain, signed heads and checkpoint anchors\n"                \
-    "  export CKPT --safetensors FILE [--pubkey FILE]\n"                                           \
-    "      write the weights (no optimizer state) as a standard safetensors file\n"
+    "  export CKPT --safetensors FILE [--pubkey FILE] [--fp8 e4m3|e5m2]\n"                         \
+    "      write the weights (no optimizer state) as a standard safetensors file; --fp8 stores\n"  \
+    "      float weights as FP8 codes with a per-tensor F32 scale NAME.scale (docs/fp8.md)\n"
 
 int tessel_cmd_ckpt(int argc, char **argv);
 int tessel_cmd_keygen(int argc, char **argv);

@@ -6,6 +6,7 @@
 #include "ckpt_cli.h"
 #include "cli.h"
 #include "plot_cli.h"
+#include "quant_cli.h"
 
 static const char usage[] =
     "usage: tessel <command> [arguments]\n"
@@ -26,6 +27,7 @@ static const char usage[] =
     "  bench collectives [--transport shm|mpi] [--json FILE]\n"
     "      all-reduce, reduce-scatter and all-gather bandwidth beside MPI_Allreduce\n"
     TESSEL_CKPT_USAGE
+    TESSEL_QUANT_USAGE
     "  plot RUN_DIR  draw loss, throughput and gradient-norm curves into RUN_DIR/plots\n"
     "  version       print the version\n"
     "  help          print this help\n"
@@ -142,8 +144,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "audit")) return tessel_cmd_audit(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return tessel_cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return tessel_cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "quant")) return tessel_cmd_quant(argc - 2, argv + 2);
     return cli_error(CLI_USAGE,
                      "unknown command '%s' (commands: train, compile, bench, ckpt, keygen, audit, "
-                     "export, plot, version, help)",
+                     "export, plot, quant, version, help)",
                      cmd);
 }
