@@ -134,23 +134,31 @@ static ts_status check_scales(const ts_kargs *k, const char *op, const ts_tensor
     return TS_OK;
 }
 
+/* Elements per parallel chunk of a run (a per-tensor scale is one run). */
+#define QCHUNK 16384
+
 /* Runs BODY(i, s) for every element i with its scale s (type T), in the
- * two vectorisable loop shapes described at the top. */
+ * two vectorisable loop shapes described at the top; long runs are split
+ * into chunks so a per-tensor scale still spreads over the threads. */
+/* clang-format off */
 #define FOR_SCALED(v, T, sc, BODY)                                                                 \
     do {                                                                                           \
         if ((v).inner > 1 || (v).c == 1) {                                                         \
-            int64_t runs_ = (v).outer * (v).c, len_ = (v).inner;                                   \
-            _Pragma("omp parallel for schedule(static) if (runs_ * len_ >= TS_PAR_MIN)") for (     \
-                int64_t r_ = 0; r_ < runs_; r_++) {                                                \
+            int64_t len_ = (v).inner, nch_ = (len_ + QCHUNK - 1) / QCHUNK;                         \
+            int64_t n_ = (v).outer * (v).c * nch_, all_ = (v).outer * (v).c * len_;                \
+            _Pragma("omp parallel for schedule(static) if (all_ >= TS_PAR_MIN)")                   \
+            for (int64_t k_ = 0; k_ < n_; k_++) {                                                  \
+                const int64_t r_ = k_ / nch_, b_ = r_ * len_ + (k_ % nch_) * QCHUNK;               \
+                const int64_t e_ = b_ + QCHUNK < (r_ + 1) * len_ ? b_ + QCHUNK : (r_ + 1) * len_;  \
                 const T s = (sc)[r_ % (v).c];                                                      \
-                _Pragma("omp simd") for (int64_t i = r_ * len_; i < (r_ + 1) * len_; i++) {        \
+                _Pragma("omp simd") for (int64_t i = b_; i < e_; i++) {                            \
                     BODY;                                                                          \
                 }                                                                                  \
             }                                                                                      \
         } else {                                                                                   \
-            int64_t rows_ = (v).outer, len_ = (v).c;                                               \
-            _Pragma("omp parallel for schedule(static) if (rows_ * len_ >= TS_PAR_MIN)") for (     \
-                int64_t r_ = 0; r_ < rows_; r_++) {                                                \
+            int64_t rows_ = (v).outer, len_ = (v).c, all_ = rows_ * len_;                          \
+            _Pragma("omp parallel for schedule(static) if (all_ >= TS_PAR_MIN)")                   \
+            for (int64_t r_ = 0; r_ < rows_; r_++) {                                               \
                 _Pragma("omp simd") for (int64_t j_ = 0; j_ < len_; j_++) {                        \
                     const int64_t i = r_ * len_ + j_;                                              \
                     const T s = (sc)[j_];                                                          \
@@ -159,6 +167,7 @@ static ts_status check_scales(const ts_kargs *k, const char *op, const ts_tensor
             }                                                                                      \
         }                                                                                          \
     } while (0)
+/* clang-format on */
 
 /* One function per (dtype, format) so the encoder inlines into the loop. */
 #define DEF_QUANT_F32(name, ENC)                                                                   \

@@ -141,6 +141,39 @@ static void test_dequantize(void) {
             }
 }
 
+/* Tensors above the parallel threshold: a per-tensor scale split into
+ * chunks, runs per channel along axis 0, per-element scales along axis 1. */
+static void test_large(void) {
+    enum { R = 48, C = 1200 };
+    static float x[R * C], sc[C];
+    static uint8_t q[R * C];
+    for (int i = 0; i < R * C; i++) x[i] = (float)(sin(i * 0.37) * pow(2.0, (i % 23) - 10));
+    for (int c = 0; c < C; c++) sc[c] = (float)(0.001 * (1 + c % 13));
+    const int axes[3] = {-100, 0, 1};
+    for (int a = 0; a < 3; a++) {
+        ts_graph *g = ts_graph_new();
+        int64_t d[2] = {R, C}, sd = axes[a] == 0 ? R : C;
+        ts_val xv = ts_constant(g, "x", TS_F32, 2, d, x);
+        ts_val s = ts_constant(g, "s", TS_F32, axes[a] < -3 ? 0 : 1, &sd, sc);
+        ts_val y = ts_quantize(g, xv, s, TS_F8E5M2, axes[a]);
+        ts_plan *p = NULL;
+        CHECK_OK(ts_mark_output(g, y, "q"));
+        CHECK_OK(ts_compile(g, NULL, NULL, &p));
+        CHECK_OK(ts_plan_step(p));
+        CHECK_OK(ts_plan_read(p, "q", q, sizeof q));
+        int bad = 0;
+        for (int i = 0; i < R * C; i++) {
+            float si = axes[a] < -3 ? sc[0] : axes[a] == 0 ? sc[i / C] : sc[i % C];
+            uint8_t want = ts_fp8_from_f32(x[i] / si, TS_F8E5M2, 1);
+            if (q[i] != want && bad++ < 3)
+                CHECK(0, "large axis %d: q[%d] = 0x%02X, want 0x%02X", axes[a], i, q[i], want);
+        }
+        CHECK(bad == 0, "large axis %d: %d codes differ", axes[a], bad);
+        ts_plan_free(p);
+        ts_graph_free(g);
+    }
+}
+
 /* ---- straight-through gradient ------------------------------------------ */
 
 #define GN 40
@@ -344,6 +377,7 @@ int main(void) {
     fill_x();
     test_forward();
     test_dequantize();
+    test_large();
     test_ste();
     test_ste_per_channel();
     test_errors();
