@@ -45,7 +45,8 @@ ts_status ts_plan_read(const ts_plan *p, const char *name, void *dst, size_t byt
 ts_status ts_plan_write_param(ts_plan *p, const char *name, const void *src, size_t bytes);
 
 /* L2 norm of all gradients of the last step (before clipping), read in
- * place: no copy of the gradients is made. */
+ * place: no copy of the gradients is made. With monitors it is the sum of
+ * the monitors' sums of squares (no pass over the gradients at all). */
 ts_status ts_plan_grad_norm(const ts_plan *p, double *norm);
 
 /* The update gate: one decision per training step on whether the parameter
@@ -78,6 +79,27 @@ int64_t ts_plan_updates_applied(const ts_plan *plan);
 void ts_plan_set_updates_applied(ts_plan *plan, int64_t n);
 /* 1 if the gate skipped the update of the last step, else 0. */
 int ts_plan_last_step_skipped(const ts_plan *plan);
+
+/* Gradient monitors, in a plan compiled with ts_compile_options.monitors:
+ * one per float gradient, computed inside the step right after the
+ * gradient (before the update gate), so they are current in the gate
+ * callback and after ts_plan_step. Sums are in double over every element.
+ *
+ *     for (int i = 0; i < ts_plan_monitor_count(plan); i++) {
+ *         ts_grad_monitor m;
+ *         ts_plan_monitor(plan, i, &m);
+ *         printf("%s: norm %g\n", m.param, sqrt(m.sumsq));
+ *     }
+ */
+typedef struct ts_grad_monitor {
+    const char *param; /* parameter name (owned by the plan) */
+    double sumsq;      /* sum of squares of the gradient's elements */
+    double sum;        /* sum of the elements */
+    int64_t nonfinite; /* NaN or infinite elements */
+    int64_t numel;     /* elements */
+} ts_grad_monitor;
+int ts_plan_monitor_count(const ts_plan *p);
+ts_status ts_plan_monitor(const ts_plan *p, int i, ts_grad_monitor *out);
 
 /* Describe a named value: dtype, rank and dims (dims may be NULL). */
 ts_status ts_plan_value_info(const ts_plan *p, const char *name, ts_dtype *dt, int *rank,

@@ -108,8 +108,12 @@ typedef enum ts_op_id {
     TS_OP_LSTM_CELL_BWD, /* ([dgi_acc,] c, gates, c'[, dh'][, dc']) -> (dgi_acc + step t rows, dgates, dc); i[0] t, i[1] has_acc, i[2] has_dh, i[3] has_dc, i[4] T */
     /* sparse (CSR) x dense; see sparse.c */
     TS_OP_SPMM, /* (indptr i64 [R+1], indices i64 [nnz], values [nnz], dense [C,F][, transpose's indptr, indices, values]) -> [R,F]; i[0] R, i[1] C */
+    /* monitors; see monitor.c */
+    TS_OP_GRAD_STATS, /* (g) -> f64 [TS_GRAD_STATS_N]: sum of squares, sum, non-finite count, numel */
     TS_OP_COUNT
 } ts_op_id;
+
+enum { TS_GRAD_STATS_N = 4 };
 
 /* A tensor as a kernel sees it: contiguous, row-major. */
 typedef struct ts_tensor {
@@ -152,8 +156,10 @@ enum {
     TS_OPF_ALIAS = 1 << 2,       /* output 0 is input 0's memory reinterpreted (reshape) */
     TS_OPF_INPLACE = 1 << 3,     /* output 0 may share input 0's memory when sizes match */
     TS_OPF_RANDOM = 1 << 4,      /* draws random numbers: never merged or folded */
-    TS_OPF_UPDATE = 1 << 5       /* update phase (clip coefficient, optimizer): the update
+    TS_OPF_UPDATE = 1 << 5,      /* update phase (clip coefficient, optimizer): the update
                                     gate (ts_plan_set_update_gate) may skip it */
+    TS_OPF_MONITOR = 1 << 6      /* reads a gradient into a small monitor output: scheduled
+                                    as soon as it is ready, always before the update phase */
 };
 
 typedef struct ts_op_def {

@@ -246,7 +246,9 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
                 if (g->values[v].kind == TS_VK_PARAM) params[np++] = v;
         }
         if ((s = ts_pass_autodiff(g, loss, params, np, grads)) != TS_OK) goto done;
+        if (p->opt.monitors && (s = ts_pass_monitor(g, params, grads, np)) != TS_OK) goto done;
         if ((s = ts_pass_train(g, spec, params, grads, np)) != TS_OK) goto done;
+        if (p->opt.monitors && (s = ts_pass_monitor_order(g)) != TS_OK) goto done;
     }
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].op == TS_OP_DROPOUT || g->nodes[i].op == TS_OP_BATCH_NORM)

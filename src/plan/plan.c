@@ -220,6 +220,17 @@ uint64_t ts_plan_seed(const ts_plan *p) {
 ts_status ts_plan_grad_norm(const ts_plan *p, double *norm) {
     if (!p || !norm) return ts_fail(TS_ERR_INVALID, "grad_norm: NULL argument");
     double sum = 0;
+    const int nm = ts_plan_monitor_count(p);
+    if (nm > 0) {
+        for (int i = 0; i < nm; i++) {
+            ts_grad_monitor m;
+            ts_status s = ts_plan_monitor(p, i, &m);
+            if (s != TS_OK) return s;
+            sum += m.sumsq;
+        }
+        *norm = sqrt(sum);
+        return TS_OK;
+    }
     for (int i = 0; i < p->n_named; i++) {
         const ts_named *nm = &p->named[i];
         if (!nm->is_grad) continue;
