@@ -200,8 +200,10 @@ static const ts_config_key keys[] = {
      "50", "steps whose values form a metric's baseline (mean, std, z-score)"},
     {"alerts.baseline_warmup", TS_CFG_INT, FIELD(alerts, baseline_warmup), 0, NULL, "[0, 1e6]",
      "20", "steps before a baseline is used (ratio_to_baseline never fires earlier)"},
-    {"alerts.update_ratio", TS_CFG_BOOL, FIELD(alerts, update_ratio), 0, NULL, NULL, "true",
-     "measure ||update|| / ||parameters|| per group (one copy of the parameters per step)"},
+    {"alerts.update_ratio_every", TS_CFG_INT, FIELD(alerts, update_ratio_every), 0, NULL,
+     "[0, 1e9]", "10",
+     "steps between measurements of ||update|| / ||parameters|| (each copies the parameters; 0: "
+     "never)"},
     /* debug: corrupting data on purpose, to test alerts */
     {"debug.inject", TS_CFG_ENUM, FIELD(debug, inject), 0, "none|nan|scale", NULL, "none",
      "corrupt training batches: nan puts a NaN in x, scale multiplies x by inject_scale"},

@@ -117,7 +117,7 @@ typedef struct ts_config {
         char webhook_url[256]; /* receiver of action webhook */
         int baseline_window;   /* steps in a baseline */
         int baseline_warmup;   /* steps before a baseline is used */
-        int update_ratio;      /* measure ||update|| / ||param|| every step */
+        int update_ratio_every; /* steps between update-ratio measurements; 0: none */
     } alerts;
     struct {
         int inject;          /* 0 none, 1 nan, 2 scale: corrupt training batches (testing) */

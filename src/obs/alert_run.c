@@ -51,7 +51,8 @@ ts_status ts_alert_runner_new(ts_plan *plan, const ts_alert_run_config *cfg,
     ar->plan = plan;
     ar->cfg = *cfg;
     ts_status s = ts_alerts_new(cfg->rules, cfg->defaults, cfg->webhook_url, &ar->al);
-    if (s == TS_OK) s = ts_monitor_new(plan, cfg->window, cfg->warmup, cfg->update_ratio, &ar->mon);
+    if (s == TS_OK)
+        s = ts_monitor_new(plan, cfg->window, cfg->warmup, cfg->update_ratio_every, &ar->mon);
     if (s != TS_OK) {
         ts_alert_runner_free(ar);
         return s;

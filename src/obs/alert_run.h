@@ -31,8 +31,8 @@ typedef struct ts_alert_run_config {
     const char *rules; /* alerts.rules ("" for none) */
     int defaults;      /* use the default rules when there are none */
     const char *webhook_url;
-    int window, warmup; /* baseline */
-    int update_ratio;   /* measure ||update|| / ||param|| (one parameter copy per step) */
+    int window, warmup;     /* baseline */
+    int update_ratio_every; /* measure ||update|| / ||param|| every N steps (0: never) */
     int rank;
 } ts_alert_run_config;
 

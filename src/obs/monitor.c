@@ -104,7 +104,7 @@ static size_t f32_param_elems(const ts_plan *p, int i) {
     return n;
 }
 
-ts_status ts_monitor_new(const ts_plan *p, int window, int warmup, int update_ratio,
+ts_status ts_monitor_new(const ts_plan *p, int window, int warmup, int update_ratio_every,
                          ts_monitor **out) {
     *out = NULL;
     const int nm = ts_plan_monitor_count(p);
@@ -130,8 +130,8 @@ ts_status ts_monitor_new(const ts_plan *p, int window, int warmup, int update_ra
     }
     for (int i = 0; i < TS_MON_COUNT && s == TS_OK; i++)
         s = ts_baseline_init(&m->base[i], window, warmup);
-    m->update_ratio = update_ratio;
-    if (s == TS_OK && update_ratio) {
+    m->update_ratio_every = update_ratio_every;
+    if (s == TS_OK && update_ratio_every > 0) {
         size_t most = 1;
         for (int i = 0; i < ts_plan_param_count(p); i++) {
             const size_t n = f32_param_elems(p, i);
@@ -216,7 +216,9 @@ static ts_status copy_param(ts_monitor *m, const ts_plan *p, int i, const char *
 }
 
 ts_status ts_monitor_before_update(ts_monitor *m, const ts_plan *p) {
-    if (!m->update_ratio) return TS_OK;
+    /* Called in the update gate: the step being run is one past the count. */
+    const int64_t step = ts_plan_step_count(p) + 1;
+    if (m->update_ratio_every <= 0 || step % m->update_ratio_every) return TS_OK;
     ts_status s = each_param(m, p, copy_param);
     m->have_before = s == TS_OK;
     return s;
@@ -254,7 +256,7 @@ static ts_status diff_param(ts_monitor *m, const ts_plan *p, int i, const char *
 }
 
 ts_status ts_monitor_after_update(ts_monitor *m, const ts_plan *p) {
-    if (!m->update_ratio || !m->have_before) return TS_OK;
+    if (!m->have_before) return TS_OK;
     for (int k = 0; k < m->n_groups; k++) m->groups[k].p_sumsq = m->groups[k].d_sumsq = 0;
     ts_status s = each_param(m, p, diff_param);
     if (s != TS_OK) return s;

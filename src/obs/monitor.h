@@ -4,12 +4,12 @@
  * every number.
  *
  *     ts_monitor *m;
- *     ts_monitor_new(plan, 50, 20, 1, &m);       // window, warm-up, update ratio
+ *     ts_monitor_new(plan, 50, 20, 10, &m);       // window, warm-up, update ratio every 10 steps
  *     // in the update gate (gradients done, update not yet applied):
  *     ts_monitor_read(m, plan, loss);            // groups, norm, variance, non-finite
  *     ts_monitor_before_update(m, plan);         // copy the parameters
  *     // after ts_plan_step:
- *     ts_monitor_after_update(m, plan);          // update ratio (0 for a skipped step)
+ *     ts_monitor_after_update(m, plan);          // update ratio (NaN on steps not measured)
  *     double z = ts_baseline_z(&m->base[TS_MON_GRAD_NORM], m->value[TS_MON_GRAD_NORM]);
  *     ts_monitor_commit(m, 1);                   // this step's values join the baselines
  *     ts_monitor_free(m);
@@ -71,8 +71,8 @@ typedef struct ts_monitor {
     int *group_of; /* per plan monitor: its group */
     double value[TS_MON_COUNT];
     ts_baseline base[TS_MON_COUNT];
-    int update_ratio; /* measure the update ratio */
-    float *before;    /* parameters before the update (f32 parameters only) */
+    int update_ratio_every; /* measure the update ratio on steps that are multiples (0: never) */
+    float *before;          /* parameters before the update (f32 parameters only) */
     size_t before_n;
     float *now; /* one parameter after the update (the largest one's size) */
     int have_before;
@@ -81,7 +81,7 @@ typedef struct ts_monitor {
 /* Groups: a parameter belongs to the group named by its name up to the
  * last '.' ("net.0.weight" -> "net.0"; a name without '.' is its own
  * group). The plan must have monitors (ts_compile_options.monitors). */
-ts_status ts_monitor_new(const ts_plan *p, int window, int warmup, int update_ratio,
+ts_status ts_monitor_new(const ts_plan *p, int window, int warmup, int update_ratio_every,
                          ts_monitor **out);
 void ts_monitor_free(ts_monitor *m);
 ts_status ts_monitor_read(ts_monitor *m, const ts_plan *p, double loss);

@@ -900,7 +900,7 @@ static ts_status alerts_setup(session *s) {
                               c->alerts.webhook_url,
                               c->alerts.baseline_window,
                               c->alerts.baseline_warmup,
-                              c->alerts.update_ratio,
+                              c->alerts.update_ratio_every,
                               0};
     return ts_alert_runner_new(s->plan, &ac, &s->ar);
 }

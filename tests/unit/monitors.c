@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "obs/monitor.h"
 #include "plan/plan.h"
 
 enum { B = 16, IN = 40, OUT = 3 };
@@ -134,6 +135,78 @@ static void check_kernel(void) {
     }
 }
 
+/* The host side: groups (name up to the last '.'), variance and the update
+ * ratio against values read back from the plan around one step. */
+static ts_status host_gate(ts_plan *p, void *user, ts_gate_decision *out) {
+    ts_monitor *m = user;
+    ts_status s = ts_monitor_read(m, p, 0.0);
+    if (s == TS_OK) s = ts_monitor_before_update(m, p);
+    *out = TS_GATE_APPLY;
+    return s;
+}
+
+static double *read_all(ts_plan *p, const char *prefix, int64_t *n_out) {
+    int64_t total = 0;
+    for (int i = 0; i < ts_plan_param_count(p); i++) {
+        char name[300];
+        snprintf(name, sizeof name, "%s%s", prefix, ts_plan_param_name(p, i));
+        int rank;
+        int64_t dims[TS_MAX_RANK], n = 1;
+        ts_plan_value_info(p, name, NULL, &rank, dims);
+        for (int d = 0; d < rank; d++) n *= dims[d];
+        total += n;
+    }
+    double *v = malloc(sizeof(double) * (size_t)total);
+    float *tmp = malloc(sizeof(float) * (size_t)total);
+    int64_t off = 0;
+    for (int i = 0; i < ts_plan_param_count(p); i++) {
+        char name[300];
+        snprintf(name, sizeof name, "%s%s", prefix, ts_plan_param_name(p, i));
+        int rank;
+        int64_t dims[TS_MAX_RANK], n = 1;
+        ts_plan_value_info(p, name, NULL, &rank, dims);
+        for (int d = 0; d < rank; d++) n *= dims[d];
+        ts_plan_read(p, name, tmp + off, sizeof(float) * (size_t)n);
+        off += n;
+    }
+    for (int64_t j = 0; j < total; j++) v[j] = tmp[j];
+    free(tmp);
+    *n_out = total;
+    return v;
+}
+
+static void check_host(ts_plan *p) {
+    ts_monitor *m = NULL;
+    CHECK_OK(ts_monitor_new(p, 4, 0, 1, &m));
+    if (!m) return;
+    /* MLP parameters net.0.weight, net.0.bias, ...: groups net.0, net.2, ... */
+    CHECK(m->n_groups * 2 == ts_plan_param_count(p) && !strcmp(m->groups[0].name, "net.0"),
+          "%d groups, first '%s'", m->n_groups, m->groups[0].name);
+    int64_t n;
+    double *before = read_all(p, "", &n);
+    ts_plan_set_update_gate(p, host_gate, m);
+    feed(p, 4242, 0);
+    ts_plan_set_update_gate(p, NULL, NULL);
+    CHECK_OK(ts_monitor_after_update(m, p));
+    double *after = read_all(p, "", &n), *g = read_all(p, "grad:", &n);
+    double ps = 0, ds = 0, gs = 0, gq = 0;
+    for (int64_t j = 0; j < n; j++) {
+        ps += before[j] * before[j];
+        ds += (after[j] - before[j]) * (after[j] - before[j]);
+        gs += g[j];
+        gq += g[j] * g[j];
+    }
+    const double var = gq / (double)n - (gs / (double)n) * (gs / (double)n);
+    CHECK_NEAR(m->value[TS_MON_UPDATE_RATIO], sqrt(ds / ps), 1e-12 * sqrt(ds / ps));
+    CHECK_NEAR(m->value[TS_MON_GRAD_VARIANCE], var, 1e-9 * var);
+    CHECK_NEAR(m->value[TS_MON_GRAD_NORM], sqrt(gq), 1e-12 * sqrt(gq));
+    CHECK(m->value[TS_MON_UPDATE_RATIO] > 0, "an update happened");
+    free(before);
+    free(after);
+    free(g);
+    ts_monitor_free(m);
+}
+
 int main(void) {
     check_kernel();
     ts_mlp_config mc = {B, 0, 0, IN, 32, 2, OUT, 1, 0};
@@ -163,6 +236,7 @@ int main(void) {
               "monitors changed the trained weights");
         free(sa);
         free(sc);
+        check_host(b);
         /* A NaN input poisons every gradient: the monitors count it. */
         feed(a, 99, NAN);
         int64_t bad = 0;
