@@ -1,6 +1,7 @@
 /* passes.h — the compiler passes (internal). Each is graph -> graph,
  * pure, and testable alone. ts_compile() runs them in this order:
- *   autodiff -> train -> simplify -> schedule -> memplan -> lower.
+ *   autodiff -> [monitor] -> train -> [monitor order] -> simplify -> schedule
+ *   -> memplan -> lower.
  */
 #ifndef TS_PASSES_H
 #define TS_PASSES_H

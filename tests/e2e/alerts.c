@@ -5,7 +5,8 @@
  *
  * - log + snapshot: the alert line is printed, RUN_DIR/step-N-anomaly/
  *   exists, verifies (ts_ckpt_open) and carries "tag": "anomaly", LATEST
- *   is not moved to it, and audit.log holds the alert entry;
+ *   is not moved to it, audit.log holds the alert entry and the TensorBoard
+ *   events the scalar alerts/RULE;
  * - skip_step: with a checkpoint every step, the checkpoint of the skipped
  *   step holds bit-identical parameters and optimizer state to the one
  *   before it, updates_applied lags step by one, and the run completes;
@@ -96,6 +97,18 @@ static void test_log_snapshot(void) {
     CHECK(strstr(audit, "\"event\":\"alert\"") && strstr(audit, "\"rule\":\"explode_snap\""),
           "audit.log lacks the alert:\n%s", audit);
     free(audit);
+    /* The TensorBoard scalar alerts/RULE (tags are stored as plain bytes). */
+    char cmd[400], ev[256];
+    snprintf(cmd, sizeof cmd, "ls %s/snap/tb/events.out.tfevents.* > %s/ev.txt", dir, dir);
+    snprintf(ev, sizeof ev, "%s/ev.txt", dir);
+    char *evname = system(cmd) == 0 ? e2e_slurp(ev, NULL) : calloc(1, 1);
+    evname[strcspn(evname, "\n")] = 0;
+    long evlen = 0;
+    char *events = e2e_slurp(evname, &evlen);
+    CHECK(evlen > 0 && memmem(events, (size_t)evlen, "alerts/explode_snap", 19) != NULL,
+          "no alerts/explode_snap scalar in '%s'", evname);
+    free(events);
+    free(evname);
     snprintf(path, sizeof path, "%s/snap/summary.json", dir);
     char *sum = e2e_slurp(path, NULL);
     CHECK(strstr(sum, "\"completed\"") != NULL, "summary: %s", sum);

@@ -1,11 +1,14 @@
 /* Alert rules and baselines without a training run: rule parsing (both
  * spellings, every error), the default rules, streaks and for_steps,
  * ratio_to_baseline only after the warm-up, the windowed mean/std/z-score,
- * and the JSON an alert is sent as. */
+ * the JSON an alert is sent as, and a runner on a real plan: a NaN step is
+ * skipped with the weights unchanged, and every alert reaches the metrics
+ * (tessel_alerts_total, tessel_anomalies_total, tessel_skipped_steps_total). */
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
 #include "obs/alert.h"
+#include "obs/alert_run.h"
 
 static void expect_bad(const char *rule, const char *needle) {
     ts_alert_rule r;
@@ -135,7 +138,76 @@ static void test_eval(void) {
     for (int i = 0; i < TS_MON_COUNT; i++) ts_baseline_free(&m.base[i]);
 }
 
+/* A runner on a real plan: the gate skips a NaN step (weights unchanged),
+ * and every alert reaches the metrics registry with its rank. */
+static void test_runner(void) {
+    ts_mlp_config mc = {8, 0, 0, 6, 8, 1, 1, 0, 0};
+    ts_graph *g = ts_graph_new();
+    ts_model mdl;
+    CHECK_OK(ts_build_mlp(g, &mc, &mdl));
+    ts_train_spec spec = ts_train_spec_default(mdl.loss);
+    spec.opt = ts_adamw(1e-2, 0.9, 0.999, 1e-8, 0);
+    ts_compile_options opt = ts_compile_options_default();
+    opt.monitors = 1;
+    opt.threads = 1;
+    ts_plan *p = NULL;
+    CHECK_OK(ts_compile(g, &spec, &opt, &p));
+    ts_alert_run_config ac = {"name=nan metric=loss non_finite=true action=skip_step, "
+                              "name=big metric=nonfinite_grads above=0 action=log",
+                              1,
+                              "",
+                              5,
+                              2,
+                              1,
+                              0};
+    ts_alert_runner *ar = NULL;
+    ts_train_metrics tm;
+    CHECK_OK(ts_train_metrics_create(0, &tm));
+    if (p) CHECK_OK(ts_alert_runner_new(p, &ac, &ar));
+    if (!ar) return;
+    ts_alert_runner_attach(ar, NULL, &tm, NULL, NULL, "");
+    float x[8 * 6], y[8];
+    for (int i = 0; i < 48; i++) x[i] = (float)(i % 7) * 0.1f;
+    for (int i = 0; i < 8; i++) y[i] = 0.5f;
+    size_t nb = ts_plan_snapshot_bytes(p);
+    unsigned char *before = malloc(nb), *after = malloc(nb);
+    for (int step = 1; step <= 3; step++) {
+        x[0] = step == 2 ? NAN : 0.f;
+        ts_plan_set_input(p, "x", x, sizeof x);
+        ts_plan_set_input(p, "y", y, sizeof y);
+        ts_plan_snapshot(p, before, nb);
+        CHECK_OK(ts_plan_step(p));
+        ts_plan_snapshot(p, after, nb);
+        unsigned act = 0;
+        CHECK_OK(ts_alert_runner_step(ar, step, &act));
+        CHECK((step == 2) == ((act >> TS_AA_SKIP) & 1), "step %d: actions %x", step, act);
+        CHECK((step == 2) == !memcmp(before, after, nb), "step %d: weights %s", step,
+              step == 2 ? "changed by a skipped step" : "unchanged by an applied step");
+    }
+    CHECK(ar->skipped_total == 1 && ar->fired_total == 2 && ts_plan_updates_applied(p) == 2,
+          "skipped %lld, fired %lld, updates %lld", (long long)ar->skipped_total,
+          (long long)ar->fired_total, (long long)ts_plan_updates_applied(p));
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(ts_metrics_render(tm.reg, &text, &len));
+    CHECK(text &&
+              strstr(text, "tessel_alerts_total{rank=\"0\",rule=\"nan\",action=\"skip_step\"} 1") &&
+              strstr(text, "tessel_alerts_total{rank=\"0\",rule=\"big\",action=\"log\"} 1") &&
+              strstr(text, "tessel_skipped_steps_total{rank=\"0\",reason=\"alert\"} 1") &&
+              strstr(text, "tessel_anomalies_total{rank=\"0\",kind=\"loss_non_finite\"} 1") &&
+              strstr(text, "tessel_group_grad_norm{rank=\"0\",group=\"net.0\"}"),
+          "metrics:\n%s", text ? text : "");
+    free(text);
+    free(before);
+    free(after);
+    ts_alert_runner_free(ar);
+    ts_train_metrics_free(&tm);
+    ts_plan_free(p);
+    ts_graph_free(g);
+}
+
 int main(void) {
+    test_runner();
     test_parse();
     test_baseline();
     test_eval();
