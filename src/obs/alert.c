@@ -218,7 +218,8 @@ void ts_alerts_eval(ts_alerts *a, const ts_monitor *m, int phase, ts_alert_outco
         r->streak = 0;
         r->fired++;
         out->actions |= 1u << r->action;
-        if (out->n < TS_ALERT_MAX_EVENTS) out->ev[out->n++] = (ts_alert_event){r, v, base};
+        if (out->n < TS_ALERT_MAX_EVENTS)
+            out->ev[out->n++] = (ts_alert_event){r, v, base, ts_baseline_z(&m->base[r->metric], v)};
     }
 }
 
@@ -239,6 +240,7 @@ char *ts_alert_json(const ts_alert_event *e, int64_t step, int rank, const char 
         "for_steps", r->for_steps, "action", ts_alert_action_name(r->action), "step",
         (json_int_t)step, "rank", rank, "run_dir", run_dir ? run_dir : "");
     if (o && !isnan(e->baseline)) json_object_set_new(o, "baseline", jnum(e->baseline));
+    if (o && !isnan(e->z)) json_object_set_new(o, "z", jnum(e->z));
     char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     return txt;

@@ -55,6 +55,7 @@ typedef struct ts_alert_event {
     const ts_alert_rule *rule;
     double value;    /* the metric's value this step */
     double baseline; /* the baseline mean (NaN before the warm-up ends) */
+    double z;        /* (value - mean) / std against the baseline (NaN before) */
 } ts_alert_event;
 
 enum { TS_ALERT_MAX_EVENTS = 32 };

@@ -84,7 +84,8 @@ void ts_alert_runner_free(ts_alert_runner *ar) {
 static ts_status publish(ts_alert_runner *ar, const ts_alert_event *e, int64_t step) {
     const ts_alert_rule *r = e->rule;
     char desc[160], base[64] = "";
-    if (!isnan(e->baseline)) snprintf(base, sizeof base, ", baseline %.6g", e->baseline);
+    if (!isnan(e->baseline))
+        snprintf(base, sizeof base, ", baseline %.6g, z %.3g", e->baseline, e->z);
     if (ar->pr)
         ts_progress_log(ar->pr, "alert: step %lld: rule '%s' (%s): %s = %.6g%s -> %s",
                         (long long)step, r->name, ts_alert_describe(r, desc, sizeof desc),

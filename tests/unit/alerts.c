@@ -116,10 +116,11 @@ static void test_eval(void) {
               o.actions == 1u << TS_AA_SNAPSHOT,
           "ratio_to_baseline: %d events", o.n);
     char *json = ts_alert_json(&o.ev[0], 8, 0, "runs/x");
-    CHECK(json && !strcmp(json, "{\"action\":\"snapshot\",\"baseline\":1.0,\"condition\":"
-                                "\"ratio_to_baseline\",\"for_steps\":1,\"metric\":"
-                                "\"grad_variance\",\"rank\":0,\"rule\":\"v\",\"run_dir\":"
-                                "\"runs/x\",\"step\":8,\"threshold\":8.0,\"value\":9.0}"),
+    CHECK(json && !strcmp(json,
+                          "{\"action\":\"snapshot\",\"baseline\":1.0,\"condition\":"
+                          "\"ratio_to_baseline\",\"for_steps\":1,\"metric\":"
+                          "\"grad_variance\",\"rank\":0,\"rule\":\"v\",\"run_dir\":"
+                          "\"runs/x\",\"step\":8,\"threshold\":8.0,\"value\":9.0,\"z\":\"+Inf\"}"),
           "json: %s", json ? json : "(null)");
     free(json);
     set_values(&m, NAN, 1, 1);
