@@ -5,6 +5,7 @@
 #include <string.h>
 #include "ckpt_cli.h"
 #include "cli.h"
+#include "ctl_cli.h"
 #include "plot_cli.h"
 #include "quant_cli.h"
 
@@ -29,13 +30,15 @@ static const char usage[] =
     TESSEL_CKPT_USAGE
     TESSEL_QUANT_USAGE
     "  plot RUN_DIR  draw loss, throughput and gradient-norm curves into RUN_DIR/plots\n"
+    "  ctl resume|status RUN_DIR\n"
+    "      resume a run paused by an alert, or say whether it is paused\n"
     "  version       print the version\n"
     "  help          print this help\n"
     "\n"
     "--set overrides one config key after the file is read, e.g. --set train.lr=3e-4\n"
     "--set model.n_layers=2; docs/config.md lists every key.\n"
     "exit status: 0 success, 1 internal failure, 2 bad usage, config or input,\n"
-    "130 training stopped by Ctrl-C\n";
+    "3 training stopped by an alert rule (action stop), 130 training stopped by Ctrl-C\n";
 
 int cli_error(int code, const char *fmt, ...) {
     va_list ap;
@@ -145,8 +148,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "export")) return tessel_cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return tessel_cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "quant")) return tessel_cmd_quant(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ctl")) return tessel_cmd_ctl(argc - 2, argv + 2);
     return cli_error(CLI_USAGE,
                      "unknown command '%s' (commands: train, compile, bench, ckpt, keygen, audit, "
-                     "export, plot, quant, version, help)",
+                     "export, plot, quant, ctl, version, help)",
                      cmd);
 }

@@ -9,6 +9,8 @@
 
 /* Exit status of a run stopped by Ctrl-C: the shell's 128 + SIGINT. */
 enum { CLI_INTERRUPTED = 130 };
+/* Exit status of a run an alert rule with action stop ended. */
+enum { CLI_ALERT_STOP = 3 };
 
 static volatile sig_atomic_t stop_flag;
 
@@ -48,5 +50,10 @@ int cli_train(const cli_args *a) {
         return rc;
     }
     if (r.run_dir[0]) printf("run directory: %s\n", r.run_dir);
+    if (r.stopped_by_alert) {
+        fprintf(stderr, "tessel: stopped by alert rule '%s' after step %lld (exit status %d)\n",
+                r.alert_rule, (long long)r.steps, CLI_ALERT_STOP);
+        return CLI_ALERT_STOP;
+    }
     return r.interrupted ? CLI_INTERRUPTED : CLI_OK;
 }

@@ -91,6 +91,10 @@ ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt
  * Waits first for the previous save; returns its failure, if any, instead
  * of starting a new one. */
 ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta *meta);
+/* Tag the next save (a-z, 0-9, _): it is written as step-N-TAG/ with
+ * "tag" in its manifest, does not move LATEST and is never removed by
+ * retention (e.g. "anomaly" for an alert's snapshot). Open it by its path. */
+ts_status ts_ckpt_saver_set_tag(ts_ckpt_saver *s, const char *tag);
 /* Wait for the running save; its status (TS_OK when none ran). */
 ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s);
 /* Waits for a running save (its status is lost: call wait first). */
@@ -143,7 +147,8 @@ typedef struct ts_ckpt_info {
     const char *tessel_version;
     const char *config_sha256; /* "" when the saver had no config */
     int64_t step;
-    uint64_t seed; /* RNG state: Philox streams are keyed by (seed, step) */
+    int64_t updates_applied; /* optimizer updates applied (step minus skipped steps) */
+    uint64_t seed;           /* RNG state: Philox streams are keyed by (seed, step) */
     int64_t data_position, epoch;
     int n_data_files;
     const ts_ckpt_data_file *data_files;

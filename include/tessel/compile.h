@@ -97,6 +97,8 @@ typedef struct ts_compile_options {
     int reference_kernels; /* run every op on its reference kernel (no oneDNN): for checking */
     int profile; /* time every instruction of every step (read with ts_plan_profile); off by
                     default, and then a step does not look at the clock at all */
+    int monitors; /* gradient monitor nodes: statistics of every gradient, read with
+                     ts_plan_monitor() (docs/observability.md) */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

@@ -70,6 +70,8 @@ struct ts_ckpt_saver {
     sv_shard *shards;
     int ns;
     int64_t step;
+    int64_t updates_applied; /* optimizer updates applied (steps minus skipped ones) */
+    char tag_next[48], tag[48]; /* ts_ckpt_saver_set_tag: for the next save, for this job */
     uint64_t seed;
     char config_sha[CK_SHA_HEX];
     char **data_paths, **data_shas;
@@ -84,6 +86,15 @@ struct ts_ckpt_saver {
     ts_ckpt_save_stats stats; /* owned by the caller's thread */
     ts_ckpt_save_stats done;  /* written by the background thread, merged by wait() */
 };
+
+ts_status ts_ckpt_saver_set_tag(ts_ckpt_saver *s, const char *tag) {
+    if (!s || !tag) return ts_fail(TS_ERR_INVALID, "ckpt tag: NULL argument");
+    size_t n = strlen(tag);
+    if (n >= sizeof s->tag_next || strspn(tag, "abcdefghijklmnopqrstuvwxyz0123456789_") != n)
+        return ts_fail(TS_ERR_INVALID, "ckpt tag '%.60s': use 1-47 of a-z, 0-9 and _", tag);
+    memcpy(s->tag_next, tag, n + 1);
+    return TS_OK;
+}
 
 ts_ckpt_options ts_ckpt_options_default(void) {
     ts_ckpt_options o;
@@ -345,6 +356,8 @@ static ts_status build_manifest(ts_ckpt_saver *s, char **out, char id[33]) {
         bad |= json_object_set_new(m, "format_version", json_integer(1));
         bad |= json_object_set_new(m, "id", json_string(id));
         bad |= json_object_set_new(m, "step", json_integer(s->step));
+        bad |= json_object_set_new(m, "updates_applied", json_integer(s->updates_applied));
+        if (s->tag[0]) bad |= json_object_set_new(m, "tag", json_string(s->tag));
         bad |= json_object_set_new(m, "time", json_string(now));
         bad |= json_object_set_new(m, "tessel_version", json_string(TESSEL_VERSION));
         bad |= json_object_set_new(m, "config_sha256", json_string(s->config_sha));
@@ -442,8 +455,11 @@ static ts_status write_latest(const char *run_dir, const char *step_name) {
 }
 
 static ts_status run_job(ts_ckpt_saver *s) {
-    char step_name[40], tmp_name[48];
+    char step_name[96], tmp_name[104];
     ck_step_name(step_name, s->step);
+    /* A tagged checkpoint is step-N-TAG: not a step-N name, so retention
+     * and LATEST leave it alone. */
+    if (s->tag[0]) snprintf(step_name + strlen(step_name), 56, "-%s", s->tag);
     snprintf(tmp_name, sizeof tmp_name, "%s.tmp", step_name);
     char *tmp = ck_join(s->run_dir, tmp_name), *final = ck_join(s->run_dir, step_name),
          *mpath = tmp ? ck_join(tmp, "manifest.json") : NULL;
@@ -460,7 +476,7 @@ static ts_status run_job(ts_ckpt_saver *s) {
     if (st == TS_OK) st = ck_fsync_dir(tmp);
     if (st == TS_OK) st = move_into_place(tmp, final);
     if (st == TS_OK) st = ck_fsync_dir(s->run_dir);
-    if (st == TS_OK) st = write_latest(s->run_dir, step_name);
+    if (st == TS_OK && !s->tag[0]) st = write_latest(s->run_dir, step_name);
     if (st == TS_OK && s->audit) {
         char msha[CK_SHA_HEX];
         uint64_t bytes = 0;
@@ -556,6 +572,9 @@ static ts_status take_job(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta
         t->off = pv.snapshot_off;
     }
     s->step = ts_plan_step_count(p);
+    s->updates_applied = ts_plan_updates_applied(p);
+    memcpy(s->tag, s->tag_next, sizeof s->tag);
+    s->tag_next[0] = 0;
     s->seed = ts_plan_seed(p);
     s->config_sha[0] = '\0';
     s->data_position = meta ? meta->data_position : 0;

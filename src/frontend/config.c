@@ -187,6 +187,32 @@ static const ts_config_key keys[] = {
      "write TensorBoard event files under RUN_DIR/tb/ (needs a run directory)"},
     {"observe.histogram_every", TS_CFG_I64, FIELD(observe, histogram_every), 0, NULL, "[0, 1e15]",
      "100", "steps between TensorBoard histograms of every parameter and gradient (0: none)"},
+    /* alerts (docs/observability.md) */
+    {"alerts.rules", TS_CFG_STR, FIELD(alerts, rules), TS_CFG_DERIVED | TS_CFG_LIST, NULL, NULL,
+     "none",
+     "alert rules, each {metric, above|below|ratio_to_baseline|non_finite, for_steps, "
+     "action} as a mapping or as text \"metric=grad_norm above=150 action=pause\""},
+    {"alerts.defaults", TS_CFG_BOOL, FIELD(alerts, defaults), 0, NULL, NULL, "true",
+     "without alerts.rules, use the default rules (false: no alerts at all)"},
+    {"alerts.webhook_url", TS_CFG_STR, FIELD(alerts, webhook_url), TS_CFG_DERIVED, NULL, NULL,
+     "none", "where action webhook POSTs its JSON (a rule's url= overrides it)"},
+    {"alerts.baseline_window", TS_CFG_INT, FIELD(alerts, baseline_window), 0, NULL, "[1, 1e6]",
+     "50", "steps whose values form a metric's baseline (mean, std, z-score)"},
+    {"alerts.baseline_warmup", TS_CFG_INT, FIELD(alerts, baseline_warmup), 0, NULL, "[0, 1e6]",
+     "20", "steps before a baseline is used (ratio_to_baseline never fires earlier)"},
+    {"alerts.update_ratio_every", TS_CFG_INT, FIELD(alerts, update_ratio_every), 0, NULL,
+     "[0, 1e9]", "10",
+     "steps between measurements of ||update|| / ||parameters|| (each copies the parameters; 0: "
+     "never)"},
+    /* debug: corrupting data on purpose, to test alerts */
+    {"debug.inject", TS_CFG_ENUM, FIELD(debug, inject), 0, "none|nan|scale", NULL, "none",
+     "corrupt training batches: nan puts a NaN in x, scale multiplies x by inject_scale"},
+    {"debug.inject_step", TS_CFG_I64, FIELD(debug, inject_step), 0, NULL, "[0, 1e15]", "0",
+     "first step whose batch is corrupted"},
+    {"debug.inject_count", TS_CFG_INT, FIELD(debug, inject_count), 0, NULL, "[1, 1e9]", "1",
+     "consecutive steps corrupted"},
+    {"debug.inject_scale", TS_CFG_F64, FIELD(debug, inject_scale), 0, NULL, NULL, "1000",
+     "factor applied to x by inject: scale"},
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -568,6 +594,34 @@ static int is_null(const yaml_node_t *n) {
     return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
 }
 
+/* A mapping of scalars as "key=value key=value". */
+static ts_status flatten_map(const walk_ctx *w, const yaml_node_t *map, const ts_config_key *k,
+                             char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *kn = yaml_document_get_node(w->doc, p->key);
+        yaml_node_t *vn = yaml_document_get_node(w->doc, p->value);
+        if (!kn || !vn) return ts_fail(TS_ERR_INTERNAL, "%s: YAML node missing", w->name);
+        if (kn->type != YAML_SCALAR_NODE || vn->type != YAML_SCALAR_NODE || !vn->data.scalar.length)
+            return at(
+                w, vn,
+                ts_fail(TS_ERR_INVALID, "%s: a mapping in the list needs plain values", k->path));
+        const char *kv = (const char *)kn->data.scalar.value,
+                   *vv = (const char *)vn->data.scalar.value;
+        if (strpbrk(vv, ", \t") || strpbrk(kv, ", \t="))
+            return at(w, vn,
+                      ts_fail(TS_ERR_INVALID, "%s: '%s: %s': no ',' or spaces in these values",
+                              k->path, kv, vv));
+        int m = snprintf(buf + len, n - len, "%s%s=%s", len ? " " : "", kv, vv);
+        if (m < 0 || (size_t)m >= n - len)
+            return at(w, map, ts_fail(TS_ERR_INVALID, "%s: item too long", k->path));
+        len += (size_t)m;
+    }
+    return TS_OK;
+}
+
 /* A YAML list of names as the comma-separated text the key stores. */
 static ts_status join_list(const walk_ctx *w, const yaml_node_t *seq, const ts_config_key *k,
                            char *buf, size_t n) {
@@ -577,6 +631,18 @@ static ts_status join_list(const walk_ctx *w, const yaml_node_t *seq, const ts_c
          it++) {
         yaml_node_t *item = yaml_document_get_node(w->doc, *it);
         if (!item) return ts_fail(TS_ERR_INTERNAL, "%s: YAML node missing", w->name);
+        char flat[1024];
+        if (item->type == YAML_MAPPING_NODE) {
+            /* A mapping item ({metric: loss, non_finite: true}) becomes the
+             * text "metric=loss non_finite=true" (alerts.rules). */
+            ts_status s = flatten_map(w, item, k, flat, sizeof flat);
+            if (s != TS_OK) return s;
+            int m = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", flat);
+            if (m < 0 || (size_t)m >= n - len)
+                return at(w, seq, ts_fail(TS_ERR_INVALID, "%s: list too long", k->path));
+            len += (size_t)m;
+            continue;
+        }
         if (item->type != YAML_SCALAR_NODE || !item->data.scalar.length)
             return at(w, item,
                       ts_fail(TS_ERR_INVALID, "%s: expected a list of names, got %s in it", k->path,
@@ -626,7 +692,7 @@ static ts_status walk(walk_ctx *w, const yaml_node_t *map, const char *prefix) {
             suggestion(path, hint, sizeof hint);
             return at(w, kn, ts_fail(TS_ERR_INVALID, "unknown key '%s'%s", path, hint));
         }
-        char joined[1024];
+        char joined[2048];
         const char *text = NULL;
         if (vn->type == YAML_SEQUENCE_NODE && (keys[idx].flags & TS_CFG_LIST)) {
             ts_status s = join_list(w, vn, &keys[idx], joined, sizeof joined);

@@ -111,6 +111,20 @@ typedef struct ts_config {
         int tensorboard;       /* event files under RUN_DIR/tb/ */
         int64_t histogram_every; /* steps between weight/gradient histograms; 0: none */
     } observe;
+    struct {
+        char rules[2048];      /* alert rules, comma-separated "key=value ..." texts */
+        int defaults;          /* the default rules when there are none */
+        char webhook_url[256]; /* receiver of action webhook */
+        int baseline_window;   /* steps in a baseline */
+        int baseline_warmup;   /* steps before a baseline is used */
+        int update_ratio_every; /* steps between update-ratio measurements; 0: none */
+    } alerts;
+    struct {
+        int inject;          /* 0 none, 1 nan, 2 scale: corrupt training batches (testing) */
+        int64_t inject_step; /* first corrupted step */
+        int inject_count;    /* consecutive corrupted steps */
+        double inject_scale; /* factor for inject: scale */
+    } debug;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 

@@ -113,8 +113,12 @@ typedef enum ts_op_id {
     TS_OP_DEQUANTIZE,     /* (codes, scale) -> scale's dtype */
     TS_OP_FAKE_QUANT,     /* (x, scale) -> dequantize(quantize(x)) */
     TS_OP_FAKE_QUANT_BWD, /* (dy, x, scale) -> dx, straight-through within range */
+    /* monitors; see monitor.c */
+    TS_OP_GRAD_STATS, /* (g) -> f64 [TS_GRAD_STATS_N]: sum of squares, sum, non-finite count, numel */
     TS_OP_COUNT
 } ts_op_id;
+
+enum { TS_GRAD_STATS_N = 4 };
 
 /* A tensor as a kernel sees it: contiguous, row-major. */
 typedef struct ts_tensor {
@@ -131,6 +135,10 @@ typedef struct ts_step_ctx {
     int64_t step;  /* 1-based index of this step */
     uint64_t seed; /* compile seed */
     double lr;     /* learning rate for this step (schedule applied) */
+    /* 1-based count of applied updates including this one (the optimizer's
+     * t: a step the update gate skips does not count). 0: not counted
+     * separately, the optimizer kernels use `step`. */
+    int64_t opt_step;
 } ts_step_ctx;
 
 typedef struct ts_kargs {
@@ -152,7 +160,11 @@ enum {
     TS_OPF_SIDE_EFFECT = 1 << 1, /* writes its inputs in place (optimizer): never removed */
     TS_OPF_ALIAS = 1 << 2,       /* output 0 is input 0's memory reinterpreted (reshape) */
     TS_OPF_INPLACE = 1 << 3,     /* output 0 may share input 0's memory when sizes match */
-    TS_OPF_RANDOM = 1 << 4       /* draws random numbers: never merged or folded */
+    TS_OPF_RANDOM = 1 << 4,      /* draws random numbers: never merged or folded */
+    TS_OPF_UPDATE = 1 << 5,      /* update phase (clip coefficient, optimizer): the update
+                                    gate (ts_plan_set_update_gate) may skip it */
+    TS_OPF_MONITOR = 1 << 6      /* reads a gradient into a small monitor output: scheduled
+                                    as soon as it is ready, always before the update phase */
 };
 
 typedef struct ts_op_def {

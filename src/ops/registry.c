@@ -71,6 +71,7 @@ extern const ts_op_def ts_def_quantize;
 extern const ts_op_def ts_def_dequantize;
 extern const ts_op_def ts_def_fake_quant;
 extern const ts_op_def ts_def_fake_quant_bwd;
+extern const ts_op_def ts_def_grad_stats;
 
 static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_ADD] = &ts_def_add,
@@ -141,6 +142,7 @@ static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_DEQUANTIZE] = &ts_def_dequantize,
     [TS_OP_FAKE_QUANT] = &ts_def_fake_quant,
     [TS_OP_FAKE_QUANT_BWD] = &ts_def_fake_quant_bwd,
+    [TS_OP_GRAD_STATS] = &ts_def_grad_stats,
 };
 
 const ts_op_def *ts_op_get(int op) { return (op >= 0 && op < TS_OP_COUNT) ? table[op] : NULL; }

@@ -1,6 +1,7 @@
 /* passes.h — the compiler passes (internal). Each is graph -> graph,
  * pure, and testable alone. ts_compile() runs them in this order:
- *   autodiff -> train -> simplify -> schedule -> memplan -> lower.
+ *   autodiff -> [monitor] -> train -> [monitor order] -> simplify -> schedule
+ *   -> memplan -> lower.
  */
 #ifndef TS_PASSES_H
 #define TS_PASSES_H
@@ -19,6 +20,13 @@ ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int
  * nodes ordered after every other reader of the parameter. */
 ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *params,
                         const int32_t *grads, int n);
+
+/* Gradient monitors (docs/observability.md): a grad_stats node per float
+ * gradient, output "monitor:PARAM" (marked as an output); then, after the
+ * train pass, ts_pass_monitor_order makes every update-phase node run
+ * after every monitor. */
+ts_status ts_pass_monitor(ts_graph *g, const int32_t *params, const int32_t *grads, int n);
+ts_status ts_pass_monitor_order(ts_graph *g);
 
 /* Dead-code elimination, common-subexpression elimination, constant
  * folding. Keeps outputs, gradients and side effects. Renumbers values:

@@ -189,6 +189,12 @@ ts_status ts_pass_schedule(const ts_graph *g, int naive, int32_t **order_out, in
             long long best_score = 0;
             for (int r = 0; r < nr; r++) {
                 int i = ready[r];
+                /* A monitor runs as soon as it is ready: right after the
+                 * gradient it reads, while that is still in cache. */
+                if (ts_op_get(c.g->nodes[i].op)->flags & TS_OPF_MONITOR) {
+                    best = r;
+                    break;
+                }
                 long long score = (long long)alloc_bytes(&c, i) - (long long)freed_bytes(&c, i);
                 if (best < 0 || score < best_score ||
                     (score == best_score && i < ready[best])) {

@@ -246,7 +246,9 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
                 if (g->values[v].kind == TS_VK_PARAM) params[np++] = v;
         }
         if ((s = ts_pass_autodiff(g, loss, params, np, grads)) != TS_OK) goto done;
+        if (p->opt.monitors && (s = ts_pass_monitor(g, params, grads, np)) != TS_OK) goto done;
         if ((s = ts_pass_train(g, spec, params, grads, np)) != TS_OK) goto done;
+        if (p->opt.monitors && (s = ts_pass_monitor_order(g)) != TS_OK) goto done;
     }
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].op == TS_OP_DROPOUT || g->nodes[i].op == TS_OP_BATCH_NORM)
@@ -308,6 +310,9 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec,
     if ((s = compile_graph(p, spec)) != TS_OK) goto fail;
     if ((s = init_arena(p)) != TS_OK) goto fail;
     if ((s = lower(p)) != TS_OK) goto fail;
+    p->gate_ins = -1;
+    for (int i = 0; i < p->n_ins && p->gate_ins < 0; i++)
+        if (ts_op_get(p->ins[i].op)->flags & TS_OPF_UPDATE) p->gate_ins = i;
     if ((s = build_named(p)) != TS_OK) goto fail;
     if (p->loss >= 0) p->loss_off = p->mp.off[p->loss];
     /* oneDNN fixes a primitive's thread count when it is created: create

@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "data/data.h"
 #include "data/synthetic.h"
+#include "obs/alert_run.h"
 #include "obs/http.h"
 #include "obs/metrics.h"
 #include "obs/tfevents.h"
@@ -77,6 +78,8 @@ typedef struct session {
     ts_tfevents *tb;
     float *gbuf; /* one parameter or gradient, read back for norms and histograms */
     size_t gbuf_bytes;
+    ts_alert_runner *ar; /* gradient monitors and alert rules (src/obs/alert_run.h) */
+    ts_ckpt_saver *asv;  /* anomaly snapshots when ckpt.every is 0 (no s->sv) */
 } session;
 
 ts_session_options ts_session_options_default(void) {
@@ -212,7 +215,7 @@ static ts_status identity(session *s) {
         const int top = line[0] != ' ' && line[0] != '#';
         if (top) {
             skip_section = !strncmp(line, "output:", 7) || !strncmp(line, "ckpt:", 5) ||
-                           !strncmp(line, "observe:", 8);
+                           !strncmp(line, "observe:", 8) || !strncmp(line, "alerts:", 7);
             in_train = !strncmp(line, "train:", 6);
         }
         int keep = line[0] != '#' && !skip_section;
@@ -558,7 +561,9 @@ static ts_status build(session *s) {
     ts_train_spec spec;
     ts_compile_options opt;
     ts_status st = ts_config_build(&s->c, &s->g, &s->m, &spec, &opt);
+    opt.monitors = 1; /* gradient monitors for observe and alerts */
     if (st == TS_OK) st = ts_compile(s->g, &spec, &opt, &s->plan);
+    opt.monitors = 0;
     if (st != TS_OK) return st;
     s->in_name = ts_name(s->g, s->m.input);
     s->tgt_name = ts_name(s->g, s->m.target);
@@ -711,11 +716,19 @@ static ts_status eval_split(session *s, const char *split, const ts_dataset *d, 
 /* ---- the step loop -------------------------------------------------------- */
 
 static ts_status next_batch(session *s, int64_t step) {
-    if (s->loader) return ts_loader_next(s->loader, s->bx, s->by);
-    int k = (int)((step - 1) % s->n_synth);
-    memcpy(s->bx, s->sx[k], s->xb);
-    memcpy(s->by, s->sy[k], s->yb);
-    return TS_OK;
+    ts_status st = TS_OK;
+    if (s->loader) {
+        st = ts_loader_next(s->loader, s->bx, s->by);
+    } else {
+        int k = (int)((step - 1) % s->n_synth);
+        memcpy(s->bx, s->sx[k], s->xb);
+        memcpy(s->by, s->sy[k], s->yb);
+    }
+    const ts_config *c = &s->c;
+    if (st == TS_OK && c->debug.inject)
+        ts_alert_inject(c->debug.inject, c->debug.inject_step, c->debug.inject_count,
+                        c->debug.inject_scale, step, s->bx, s->xb);
+    return st;
 }
 
 /* Begin a checkpoint of the state after `step` (written in the background
@@ -861,6 +874,7 @@ static ts_status observe_step(session *s, int64_t step, double loss, double lr, 
         m.samples_per_s = s->gpt ? rate / (double)c->model.ctx : rate;
         if (s->gpt) m.tokens_per_s = rate;
         m.grad_norm = *grad_norm;
+        if (s->ar) m.grad_variance = s->ar->mon->value[TS_MON_GRAD_VARIANCE];
         if ((st = ts_train_metrics_step(&s->tm, &m)) != TS_OK) return st;
     }
     if (s->tb) {
@@ -868,6 +882,87 @@ static ts_status observe_step(session *s, int64_t step, double loss, double lr, 
                                            "train/grad_norm"};
         const double v[] = {loss, lr, rate, *grad_norm};
         st = ts_tfevents_scalars(s->tb, step, 4, tags, v);
+    }
+    if (st == TS_OK && s->tb && s->ar) st = ts_alert_runner_scalars(s->ar, s->tb, step);
+    return st;
+}
+
+/* ---- alerts (docs/observability.md) ------------------------------------- */
+
+/* The monitors and rules, checked before the run directory exists. */
+static ts_status alerts_setup(session *s) {
+    const ts_config *c = &s->c;
+    if (c->debug.inject && ts_dtype_of(s->g, s->m.input) != TS_F32)
+        return ts_fail(TS_ERR_INVALID, "debug.inject corrupts a float input x; this model's "
+                                       "input is not float32");
+    ts_alert_run_config ac = {c->alerts.rules,
+                              c->alerts.defaults,
+                              c->alerts.webhook_url,
+                              c->alerts.baseline_window,
+                              c->alerts.baseline_warmup,
+                              c->alerts.update_ratio_every,
+                              0};
+    return ts_alert_runner_new(s->plan, &ac, &s->ar);
+}
+
+/* What the fired rules do to the run: an anomaly checkpoint (snapshot,
+ * and before a pause), the pause itself, or a clean stop. */
+static ts_status alert_actions(session *s, int64_t step, unsigned act) {
+    ts_session_result *r = s->r;
+    const ts_alert_runner *ar = s->ar;
+    const int pause = (act >> TS_AA_PAUSE) & 1, stop = (act >> TS_AA_STOP) & 1;
+    ts_status st = TS_OK;
+    if (((act >> TS_AA_SNAPSHOT) & 1) || pause) {
+        if (!r->run_dir[0]) {
+            ts_progress_log(&s->pr, "alert: no run directory: no snapshot at step %lld",
+                            (long long)step);
+        } else {
+            if (!s->sv && !s->asv) {
+                ts_ckpt_options co = ts_ckpt_options_default();
+                co.sign_key = s->c.ckpt.sign_key[0] ? s->c.ckpt.sign_key : NULL;
+                co.audit = s->audit;
+                if ((st = ts_ckpt_saver_new(r->run_dir, s->plan, &co, &s->asv)) != TS_OK) return st;
+            }
+            ts_ckpt_saver *sv = s->sv ? s->sv : s->asv;
+            if ((st = ts_ckpt_saver_set_tag(sv, "anomaly")) != TS_OK) return st;
+            ts_ckpt_meta meta = {s->ident,
+                                 s->ident_bytes,
+                                 s->lineage,
+                                 s->n_lineage,
+                                 s->loader ? ts_loader_position(s->loader) : step,
+                                 s->loader ? ts_loader_epoch(s->loader) : 0};
+            st = ts_ckpt_saver_begin(sv, s->plan, &meta);
+            if (st == TS_OK) st = ts_ckpt_saver_wait(sv);
+            if (st != TS_OK) {
+                ts_error_prefix("alert snapshot at step %lld", (long long)step);
+                return st;
+            }
+            ts_progress_log(&s->pr, "alert: snapshot %s/step-%08lld-anomaly (rule '%s')",
+                            r->run_dir, (long long)step,
+                            ar->snapshot_rule ? ar->snapshot_rule->name
+                            : ar->pause_rule  ? ar->pause_rule->name
+                                              : "?");
+            r->anomaly_snapshots++;
+        }
+    }
+    if (stop) {
+        r->stopped_by_alert = 1;
+        snprintf(r->alert_rule, sizeof r->alert_rule, "%s",
+                 ar->stop_rule ? ar->stop_rule->name : "");
+        ts_progress_log(&s->pr, "stopped by alert rule '%s' after step %lld", r->alert_rule,
+                        (long long)step);
+        if (s->sv && s->c.ckpt.every > 0) st = save_checkpoint(s, step);
+        return st;
+    }
+    if (pause) {
+        if (!r->run_dir[0]) {
+            ts_progress_log(&s->pr, "alert: no run directory to resume through: not pausing");
+            return TS_OK;
+        }
+        int resumed = 0;
+        st = ts_alert_pause(r->run_dir, step, ar->pause_rule ? ar->pause_rule->name : "?",
+                            s->o->stop, &s->pr, &resumed);
+        if (st == TS_OK) r->pauses++;
     }
     return st;
 }
@@ -903,6 +998,11 @@ static ts_status train_loop(session *s) {
         if (step == s->start_step + 1) r->first_loss = loss;
         if (step > s->start_step + 1 && s->n_rates < MAX_RATES) s->rates[s->n_rates++] = rate;
         double gnorm = NAN;
+        unsigned alert = 0;
+        if (s->ar && (st = ts_alert_runner_step(s->ar, step, &alert)) != TS_OK) {
+            ts_error_prefix("step %lld: alerts", (long long)step);
+            break;
+        }
         if ((st = observe_step(s, step, loss, lr, dt, rate, &gnorm)) != TS_OK) {
             ts_error_prefix("step %lld", (long long)step);
             break;
@@ -919,13 +1019,16 @@ static ts_status train_loop(session *s) {
                     num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3),
                     num(gnorm, b4, sizeof b4));
         }
-        if (!isfinite(loss)) {
+        /* A skipped update kept the weights: the run can go on. */
+        if (!isfinite(loss) && !(alert & (1u << TS_AA_SKIP | 1u << TS_AA_STOP))) {
             st = ts_fail(TS_ERR_NUMERIC,
                          "step %lld: the loss is %g; lower train.lr, set train.clip_grad_norm, "
                          "or find the first bad value with --set compile.debug_nan=true",
                          (long long)step, loss);
             break;
         }
+        if (alert && (st = alert_actions(s, step, alert)) != TS_OK) break;
+        if (r->stopped_by_alert) break;
         const int stop = s->o->stop && *s->o->stop;
         const int due =
             c->train.eval_every > 0 ? step % c->train.eval_every == 0 : bpe > 0 && step % bpe == 0;
@@ -976,7 +1079,7 @@ static ts_status train_loop(session *s) {
     } else if (r->steps == s->start_step + 1 && r->seconds > 0) {
         r->median_rate = per_step / r->seconds;
     }
-    if (s->test && !r->interrupted) {
+    if (s->test && !r->interrupted && !r->stopped_by_alert) {
         st = eval_split(s, "test", s->test, &r->test, r->steps, bpe ? (r->steps - 1) / bpe + 1 : 0);
         if (st != TS_OK) return st;
         r->has_test = 1;
@@ -1022,9 +1125,11 @@ static void header(session *s) {
 
 static void session_free(session *s) {
     if (observe_end(s) != TS_OK) ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
+    ts_alert_runner_free(s->ar);
     if (s->tm_made) ts_train_metrics_free(&s->tm);
     free(s->gbuf);
     ts_ckpt_saver_free(s->sv);
+    ts_ckpt_saver_free(s->asv);
     if (s->audit && ts_audit_close(s->audit) != TS_OK)
         ts_progress_log(&s->pr, "tessel: warning: audit.log: %s", ts_last_error());
     ts_ckpt_close(s->ck);
@@ -1053,6 +1158,7 @@ static ts_status setup(session *s) {
     s->classifier = s->gpt || s->c.model.classes > 0;
     if ((st = resolve_metrics(s)) != TS_OK) return st;
     if ((st = build(s)) != TS_OK) return st;
+    if ((st = alerts_setup(s)) != TS_OK) return st;
     if (!s->all && (st = make_synthetic(s)) != TS_OK) return st;
     int64_t cap = s->c.train.steps < MAX_RATES ? s->c.train.steps : MAX_RATES;
     if (!(s->rates = ts_alloc(sizeof(double) * (size_t)(cap + 1), "step rates")))
@@ -1153,6 +1259,9 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
         st = observe_start(s);
         if (st == TS_OK && r->run_dir[0]) st = write_run_files(s);
         if (st == TS_OK) st = tensorboard_start(s);
+        if (st == TS_OK)
+            ts_alert_runner_attach(s->ar, &s->pr, s->tm_made ? &s->tm : NULL, s->tb, s->audit,
+                                   r->run_dir);
     }
     if (st == TS_OK) {
         st = train_loop(s);
@@ -1175,8 +1284,11 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
             if (write_summary(s, "failed", msg) != TS_OK)
                 ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
             ts_fail(st, "%s", msg);
-        } else if ((st = write_summary(s, r->interrupted ? "interrupted" : "completed", NULL)) !=
-                   TS_OK) {
+        } else if ((st = write_summary(s,
+                                       r->stopped_by_alert ? "stopped_by_alert"
+                                       : r->interrupted    ? "interrupted"
+                                                           : "completed",
+                                       NULL)) != TS_OK) {
             r->failed_in_step = 1;
         }
     }

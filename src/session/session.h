@@ -72,6 +72,10 @@ typedef struct ts_session_result {
     char run_dir[512];        /* "" when the run wrote no directory */
     int64_t resumed_step;     /* the checkpoint's step when resumed, else 0 */
     int64_t checkpoints;      /* checkpoints this run saved */
+    int stopped_by_alert;     /* an alert rule with action stop ended the run */
+    char alert_rule[64];      /* ... that rule */
+    int64_t anomaly_snapshots; /* step-N-anomaly checkpoints written by alerts */
+    int64_t pauses;            /* alert pauses resumed */
 } ts_session_result;
 
 /* Run the finished config `c` (it is not modified; epochs and the data's
