@@ -88,6 +88,9 @@ typedef struct ts_csv_options {
     int64_t horizon;    /* label taken `horizon` rows after the window's last row */
     int normalise;      /* standardise features with statistics of the first train_rows */
     int64_t train_rows; /* rows whose statistics are used (0: all) */
+    int64_t skip_rows;  /* lines skipped before the header (or the first row) */
+    int no_header;      /* 1: no header line; columns are named "0", "1", ... */
+    int64_t classes;    /* > 0: the label is a class id in [0, classes): y i64, y_rank 0 */
 } ts_csv_options;
 /* x [window, n_features] f32, y [1] f32. Rows are the data lines after the
  * header (blank lines skipped); example i takes rows [i, i + window) and the
@@ -98,6 +101,12 @@ typedef struct ts_csv_options {
  * 'NAME' holds 'abc', not a number" (LINE counts the header as line 1); an
  * unknown column is an error listing the columns there are. */
 ts_status ts_data_load_csv_windows(const ts_csv_options *o, ts_dataset **out);
+
+/* Standardises x of `train` and of others[0..n) in place with each
+ * feature's (last axis of x) mean and population std over `train` only (a
+ * constant feature gets std 1), recording them in each dataset's
+ * norm_mean / norm_std. The datasets must have the same f32 x shape. */
+ts_status ts_dataset_standardise(ts_dataset *train, ts_dataset *const *others, int n);
 
 /* A raw token file (little-endian uint16 or uint32, bits = 16 or 32): example
  * k is the window of ctx + 1 tokens starting at token k * ctx (windows share
@@ -134,6 +143,5 @@ int64_t ts_loader_batches_per_epoch(const ts_loader *l);
  * would return after `batches` calls. */
 ts_status ts_loader_seek(ts_loader *l, int64_t batches);
 void ts_loader_free(ts_loader *l);
-
 
 #endif
