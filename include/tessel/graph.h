@@ -232,6 +232,11 @@ ts_val ts_bce_with_logits(ts_graph *g, ts_val logits, ts_val target);
 /* logits [N, C] (or [..., C]), target [N] (or [...]) of class indices (i32 /
  * i64). Targets equal to ignore_index do not count (mean over the rest). */
 ts_val ts_cross_entropy(ts_graph *g, ts_val logits, ts_val target, int64_t ignore_index);
+/* The same with class weights [C] (torch's weight=): row i counts w[y_i]
+ * and the mean is sum_i w[y_i] l_i / sum_i w[y_i] over the rows not
+ * ignored. The weights get no gradient (make them a constant). */
+ts_val ts_cross_entropy_weighted(ts_graph *g, ts_val logits, ts_val target, ts_val weight,
+                                 int64_t ignore_index);
 
 /* ---- attention -------------------------------------------------------- */
 

@@ -78,8 +78,9 @@ typedef enum ts_op_id {
     /* losses (scalar outputs) */
     TS_OP_BCE_LOGITS,        /* (x, y) -> mean loss */
     TS_OP_BCE_LOGITS_BWD,    /* (dl, x, y) -> dx */
-    TS_OP_CROSS_ENTROPY,     /* (logits[N,C], target[N]) -> (loss, lse[N]); i[0] ignore_index */
-    TS_OP_CROSS_ENTROPY_BWD, /* (dl, logits, target, lse) -> dlogits */
+    TS_OP_CROSS_ENTROPY,     /* (logits[N,C], target[N][, weight[C]]) -> (loss, lse[N]); i[0]
+                                ignore_index */
+    TS_OP_CROSS_ENTROPY_BWD, /* (dl, logits, target, lse[, weight]) -> dlogits */
     /* training step */
     TS_OP_CLIP_COEF,  /* (g1..gn) -> scalar min(1, max_norm / (norm + 1e-6)); f[0] max_norm */
     TS_OP_SGD_UPDATE, /* (p, g[, buf][, coef]) in place; i[0] has_buf, i[1] has_coef, i[2] nesterov;
