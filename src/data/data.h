@@ -116,6 +116,43 @@ ts_status ts_dataset_standardise(ts_dataset *train, ts_dataset *const *others, i
 ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
                               ts_dataset **out);
 
+/* ---- graphs (src/data/graph.c) ------------------------------------------- */
+
+/* An undirected graph's edge list as read from a file. */
+typedef struct ts_edge_list {
+    int64_t n;          /* edges */
+    int64_t *src, *dst; /* [n] each, node ids in [0, nodes) */
+    ts_lineage lineage;
+} ts_edge_list;
+/* Reads an edge list: one edge per line, two node ids separated by a comma,
+ * tab or spaces ("12,40", "12\t40", "12 40"); '#' starts a comment (a whole
+ * line or the rest of one); blank lines and CRLF line ends are fine; the
+ * first line that is not a comment may be a header (cells that are not
+ * integers, e.g. "src,dst"). Errors name FILE:LINE: a line without exactly
+ * two cells, a cell that is not an integer, a node id outside [0, nodes), a
+ * self loop ("node 3 joined to itself": the normalisation adds every self
+ * loop once, so a listed one would count twice), and an edge listed twice
+ * in the same direction (naming both lines). The same pair listed in both
+ * directions is one undirected edge and is fine (many files list both). */
+ts_status ts_data_read_edges(const char *path, int64_t nodes, ts_edge_list *out);
+void ts_edge_list_free(ts_edge_list *e);
+
+/* A node-classification graph: edges, node features and node labels. */
+typedef struct ts_graph_data {
+    int64_t nodes, features, classes;
+    float *x;   /* [nodes, features] */
+    int64_t *y; /* [nodes], class ids in [0, classes) */
+    ts_edge_list edges;
+    ts_lineage x_lineage, y_lineage;
+} ts_graph_data;
+/* features: .npy [nodes, F] (converted to f32); labels: .npy of integers
+ * [nodes]; classes 0 means the largest label plus one. nodes is the
+ * features' row count; a label count that differs, a label outside
+ * [0, classes) (naming the node) and the edge errors above are errors. */
+ts_status ts_data_load_graph(const char *edges, const char *features, const char *labels,
+                             int64_t classes, ts_graph_data *out);
+void ts_graph_data_free(ts_graph_data *g);
+
 /* ---- splits and loaders -------------------------------------------------- */
 
 /* Deterministic split: a Philox Fisher-Yates permutation keyed by seed; its
