@@ -524,7 +524,14 @@ static ts_status load_data(session *s) {
                        c->data.val_fraction);
     shape.batches_per_epoch = s->train->n / c->model.batch;
     st = ts_config_fit_data(c, &shape);
-    if (st != TS_OK) return st;
+    if (st != TS_OK) {
+        /* Name the data file whose examples do not fit (images of the wrong size). */
+        const char *xf = c->data.source == TS_CFG_IDX   ? c->data.train_images
+                         : c->data.source == TS_CFG_NPY ? c->data.x
+                                                        : c->data.path;
+        if (xf[0]) ts_error_prefix("%s", xf);
+        return st;
+    }
     return ts_loader_new(s->train, c->model.batch, c->data.shuffle, c->train.seed, &s->loader);
 }
 
