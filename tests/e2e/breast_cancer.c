@@ -93,6 +93,30 @@ int main(void) {
         char *log = e2e_slurp(path, NULL);
         CHECK(strstr(log, "\"auc\":") != NULL, "metrics.jsonl has the auc");
         free(log);
+        /* Dice and mIoU of the predicted classes, in the log line and the summary. */
+        r = e2e_runf("train examples/breast_cancer.yaml --set train.epochs=3 --set "
+                     "'train.metrics=accuracy, dice, miou' --out %s/run2",
+                     dir);
+        CHECK(r.rc == 0 && strstr(r.out, " dice 0.") && strstr(r.out, " miou 0."),
+              "dice and miou reported: %s%s", r.out, r.err);
+        e2e_done(&r);
+        snprintf(path, sizeof path, "%s/run2/summary.json", dir);
+        sum = e2e_slurp(path, NULL);
+        val = strstr(sum, "\"val\"");
+        double dice = val ? field(val, "dice") : -1, miou = val ? field(val, "miou") : -1;
+        CHECK(dice > 0.8 && dice <= 1 && miou > 0.6 && miou <= dice && !strstr(sum, "\"auc\""),
+              "summary: dice %.4f, miou %.4f, no auc: %s", dice, miou, sum);
+        free(sum);
+        /* auc needs two classes: refused before the run directory exists. */
+        r = e2e_runf("train examples/breast_cancer.yaml --set train.metrics=auc --set "
+                     "model.classes=3 --out %s/run3",
+                     dir);
+        CHECK(r.rc == 2 &&
+                  strstr(r.err, "auc needs a binary classifier (2 classes), this one has 3"),
+              "auc with 3 classes: rc %d, %s", r.rc, r.err);
+        e2e_done(&r);
+        snprintf(path, sizeof path, "%s/run3", dir);
+        CHECK(access(path, F_OK) != 0, "no run directory after the refusal");
     }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
