@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps test test-asan demo clean format bench
+.PHONY: all deps test test-asan demo demo-mlp clean format bench
 
 all: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -20,10 +20,15 @@ test-asan: deps
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
-# Trains a classifier on Fashion-MNIST (Debian package dataset-fashion-mnist,
-# installed by `deps`) into a fresh run directory under runs/.
+# Trains the small CNN on Fashion-MNIST (Debian package dataset-fashion-mnist,
+# installed by `deps`) into a fresh run directory under runs/: about 91.5 %
+# test accuracy in about 45 s on 2 cores. `make demo-mlp` runs the MLP
+# example instead (about 89.6 % in about 10 s).
 demo: all
-	@$(BUILD)/tessel train examples/fashion_mnist.yaml --out runs/demo-$$(date +%Y%m%d-%H%M%S)
+	@$(BUILD)/tessel train examples/fashion_cnn.yaml --out runs/demo-$$(date +%Y%m%d-%H%M%S)
+
+demo-mlp: all
+	@$(BUILD)/tessel train examples/fashion_mnist.yaml --out runs/demo-mlp-$$(date +%Y%m%d-%H%M%S)
 
 bench: all
 	$(BUILD)/bench_gemm

@@ -44,7 +44,9 @@ typedef struct ts_val {
 } ts_val;
 
 #define TS_NONE ((ts_val){-1})
-static inline int ts_val_ok(ts_val v) { return v.id >= 0; }
+static inline int ts_val_ok(ts_val v) {
+    return v.id >= 0;
+}
 
 /* ---- parameter initialisers ------------------------------------------- */
 
@@ -71,9 +73,15 @@ typedef struct ts_init {
  * fan_in = in * prod(k), fan_out = out * prod(k). Random initialisers draw
  * from a counter-based generator keyed by the compile seed and the
  * parameter's name, so values do not depend on build order or threads. */
-static inline ts_init ts_init_zeros(void) { return (ts_init){TS_INIT_ZEROS, 0, 0, 0}; }
-static inline ts_init ts_init_ones(void) { return (ts_init){TS_INIT_ONES, 0, 0, 0}; }
-static inline ts_init ts_init_constant(double v) { return (ts_init){TS_INIT_CONSTANT, v, 0, 0}; }
+static inline ts_init ts_init_zeros(void) {
+    return (ts_init){TS_INIT_ZEROS, 0, 0, 0};
+}
+static inline ts_init ts_init_ones(void) {
+    return (ts_init){TS_INIT_ONES, 0, 0, 0};
+}
+static inline ts_init ts_init_constant(double v) {
+    return (ts_init){TS_INIT_CONSTANT, v, 0, 0};
+}
 static inline ts_init ts_init_normal(double mean, double std) {
     return (ts_init){TS_INIT_NORMAL, mean, std, 0};
 }
@@ -224,6 +232,11 @@ ts_val ts_bce_with_logits(ts_graph *g, ts_val logits, ts_val target);
 /* logits [N, C] (or [..., C]), target [N] (or [...]) of class indices (i32 /
  * i64). Targets equal to ignore_index do not count (mean over the rest). */
 ts_val ts_cross_entropy(ts_graph *g, ts_val logits, ts_val target, int64_t ignore_index);
+/* The same with class weights [C] (torch's weight=): row i counts w[y_i]
+ * and the mean is sum_i w[y_i] l_i / sum_i w[y_i] over the rows not
+ * ignored. The weights get no gradient (make them a constant). */
+ts_val ts_cross_entropy_weighted(ts_graph *g, ts_val logits, ts_val target, ts_val weight,
+                                 int64_t ignore_index);
 
 /* ---- attention -------------------------------------------------------- */
 
@@ -281,6 +294,12 @@ ts_val ts_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, int causal, doubl
  * (affine=False). PyTorch's defaults: momentum 0.1, eps 1e-5. */
 ts_val ts_batch_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const char *name_prefix,
                      double momentum, double eps);
+/* relu(ts_batch_norm(...)) as one node: the ReLU is applied as y is
+ * written, and its backward mask is recomputed from x inside the batch
+ * norm backward, which saves two full passes over the activation each way
+ * (Conv -> BatchNorm -> ReLU blocks of the cnn and unet3d models). */
+ts_val ts_batch_norm_relu(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
+                          const char *name_prefix, double momentum, double eps);
 
 /* ---- recurrent layers -------------------------------------------------- */
 
@@ -301,8 +320,8 @@ ts_val ts_lstm_cell(ts_graph *g, ts_val gi, ts_val gh, ts_val c, ts_val *c_out);
  * may be TS_NONE (zeros); *h_n_out / *c_n_out (if not NULL) receive the
  * final states [layers, B, hidden]. The input projection of all steps is
  * one matmul per layer; only the hidden projection runs per step. */
-ts_val ts_gru(ts_graph *g, ts_val x, ts_val h0, int layers, int64_t hidden,
-              const char *name_prefix, ts_val *h_n_out);
+ts_val ts_gru(ts_graph *g, ts_val x, ts_val h0, int layers, int64_t hidden, const char *name_prefix,
+              ts_val *h_n_out);
 ts_val ts_lstm(ts_graph *g, ts_val x, ts_val h0, ts_val c0, int layers, int64_t hidden,
                const char *name_prefix, ts_val *h_n_out, ts_val *c_n_out);
 

@@ -8,7 +8,12 @@
  * 1), because that is what an editor shows.
  *
  * Example i (0-based over data rows) takes rows [i, i + window) as x and
- * the label of row i + window - 1 + horizon as y. */
+ * the label of row i + window - 1 + horizon as y.
+ *
+ * skip_rows drops leading lines (scikit-learn's bundled tables open with a
+ * line of counts, not names); with no_header the columns are named by their
+ * 0-based index ("0", "1", ...). With classes > 0 the label is a class id:
+ * a whole number in [0, classes), stored as i64. */
 #include <locale.h>
 #include <math.h>
 #include <stdlib.h>
@@ -111,6 +116,7 @@ typedef struct csv_state {
     uint8_t *buf;
     ts_lineage lin;
     span *cols, *cells;
+    char *names;  /* generated column names without a header */
     int64_t *use; /* column index per slot: features, then the label */
     float *vals;  /* [rows, n_features + 1] */
     ts_dataset *d;
@@ -122,6 +128,7 @@ static void state_free(csv_state *st) {
     ts_lineage_clear(&st->lin);
     free(st->cols);
     free(st->cells);
+    free(st->names);
     free(st->use);
     free(st->vals);
     ts_dataset_free(st->d);
@@ -152,6 +159,11 @@ static ts_status check_options(const ts_csv_options *o) {
     if (o->train_rows < 0)
         return ts_fail(TS_ERR_INVALID, "%s: train_rows %lld is negative", p,
                        (long long)o->train_rows);
+    if (o->skip_rows < 0)
+        return ts_fail(TS_ERR_INVALID, "%s: skip_rows %lld is negative", p,
+                       (long long)o->skip_rows);
+    if (o->classes < 0)
+        return ts_fail(TS_ERR_INVALID, "%s: classes %lld is negative", p, (long long)o->classes);
     return TS_OK;
 }
 
@@ -168,17 +180,36 @@ static ts_status load(const ts_csv_options *o, csv_state *st, ts_dataset **out) 
     const char *p = (const char *)st->buf, *end = p + len;
     if (len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) p += 3; /* a UTF-8 byte-order mark */
 
-    /* Header. */
+    int64_t line = 1; /* file line of p */
+    for (int64_t k = 0; k < o->skip_rows; k++, line++) {
+        const char *q = memchr(p, '\n', (size_t)(end - p));
+        if (!q)
+            return ts_fail(TS_ERR_FORMAT, "%s: skip_rows is %lld but the file has %lld lines", path,
+                           (long long)o->skip_rows, (long long)line);
+        p = q + 1;
+    }
+
+    /* Header (or, without one, the first data line gives the column count). */
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     const char *hend = nl ? nl : end;
     if (trim(p, hend).s == hend)
-        return ts_fail(TS_ERR_FORMAT, "%s: the first line is empty; expected the column names",
-                       path);
+        return ts_fail(TS_ERR_FORMAT, "%s:%lld: the line is empty; expected %s", path,
+                       (long long)line, o->no_header ? "a data row" : "the column names");
     const int64_t ncols = split_cells(p, hend, NULL, 0);
     st->cols = ts_alloc((size_t)ncols * sizeof *st->cols, "CSV columns");
     st->cells = ts_alloc((size_t)ncols * sizeof *st->cells, "CSV cells");
     if (!st->cols || !st->cells) return TS_ERR_NOMEM;
-    split_cells(p, hend, st->cols, ncols);
+    if (o->no_header) {
+        /* Names "0", "1", ... in one buffer the spans point into. */
+        if (!(st->names = ts_alloc((size_t)ncols * 21, "CSV column names"))) return TS_ERR_NOMEM;
+        for (int64_t c = 0; c < ncols; c++) {
+            char *nm = st->names + c * 21;
+            int w = snprintf(nm, 21, "%lld", (long long)c);
+            st->cols[c] = (span){nm, nm + (w > 0 ? w : 0)};
+        }
+    } else {
+        split_cells(p, hend, st->cols, ncols);
+    }
 
     /* Columns used: the features in the order given (all but the label, in
      * file order, when none are named), then the label. */
@@ -205,8 +236,9 @@ static ts_status load(const ts_csv_options *o, csv_state *st, ts_dataset **out) 
     if (!(st->loc = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0)))
         return ts_fail(TS_ERR_NOMEM, "%s: cannot create the C locale for parsing numbers", path);
     const int64_t stride = nf + 1;
-    int64_t rows = 0, cap = 0, line = 1;
-    for (p = nl ? nl + 1 : end; p < end; p = nl ? nl + 1 : end) {
+    int64_t rows = 0, cap = 0;
+    if (o->no_header) line--; /* the first line read below is `p` itself */
+    for (p = o->no_header ? p : nl ? nl + 1 : end; p < end; p = nl ? nl + 1 : end) {
         line++;
         nl = memchr(p, '\n', (size_t)(end - p));
         const char *le = nl ? nl : end;
@@ -225,6 +257,15 @@ static ts_status load(const ts_csv_options *o, csv_state *st, ts_dataset **out) 
             if ((s = parse_cell(path, line, st->cells[st->use[k]], st->cols[st->use[k]], st->loc,
                                 &st->vals[rows * stride + k])) != TS_OK)
                 return s;
+        if (o->classes > 0) {
+            float lv = st->vals[rows * stride + nf];
+            if (lv != floorf(lv) || lv < 0 || lv >= (float)o->classes)
+                return ts_fail(TS_ERR_INVALID,
+                               "%s:%lld: label column '%.*s' holds %g, not a class id in [0, "
+                               "%lld) (model.classes)",
+                               path, (long long)line, (int)(st->cols[label].e - st->cols[label].s),
+                               st->cols[label].s, (double)lv, (long long)o->classes);
+        }
         rows++;
     }
 
@@ -270,13 +311,18 @@ static ts_status load(const ts_csv_options *o, csv_state *st, ts_dataset **out) 
     d->x_dtype = d->y_dtype = TS_F32;
     d->x_rank = 2, d->x_dims[0] = W, d->x_dims[1] = nf;
     d->y_rank = 1, d->y_dims[0] = 1;
+    if (o->classes > 0) d->y_dtype = TS_I64, d->y_rank = 0;
     float *x = d->x = ts_alloc((size_t)(n * W * nf) * sizeof(float), "CSV windows");
-    float *y = d->y = ts_alloc((size_t)n * sizeof(float), "CSV labels");
-    if (!x || !y) return TS_ERR_NOMEM;
+    d->y = ts_alloc((size_t)n * (o->classes > 0 ? sizeof(int64_t) : sizeof(float)), "CSV labels");
+    if (!x || !d->y) return TS_ERR_NOMEM;
     for (int64_t i = 0; i < n; i++) {
         for (int64_t t = 0; t < W; t++)
             memcpy(x + (i * W + t) * nf, st->vals + (i + t) * stride, (size_t)nf * sizeof *x);
-        y[i] = st->vals[(i + W - 1 + H) * stride + nf];
+        float lv = st->vals[(i + W - 1 + H) * stride + nf];
+        if (o->classes > 0)
+            ((int64_t *)d->y)[i] = (int64_t)lv;
+        else
+            ((float *)d->y)[i] = lv;
     }
     if ((s = ts_dataset_add_lineage(d, &st->lin)) != TS_OK) return s;
     *out = d;

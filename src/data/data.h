@@ -88,6 +88,9 @@ typedef struct ts_csv_options {
     int64_t horizon;    /* label taken `horizon` rows after the window's last row */
     int normalise;      /* standardise features with statistics of the first train_rows */
     int64_t train_rows; /* rows whose statistics are used (0: all) */
+    int64_t skip_rows;  /* lines skipped before the header (or the first row) */
+    int no_header;      /* 1: no header line; columns are named "0", "1", ... */
+    int64_t classes;    /* > 0: the label is a class id in [0, classes): y i64, y_rank 0 */
 } ts_csv_options;
 /* x [window, n_features] f32, y [1] f32. Rows are the data lines after the
  * header (blank lines skipped); example i takes rows [i, i + window) and the
@@ -99,6 +102,12 @@ typedef struct ts_csv_options {
  * unknown column is an error listing the columns there are. */
 ts_status ts_data_load_csv_windows(const ts_csv_options *o, ts_dataset **out);
 
+/* Standardises x of `train` and of others[0..n) in place with each
+ * feature's (last axis of x) mean and population std over `train` only (a
+ * constant feature gets std 1), recording them in each dataset's
+ * norm_mean / norm_std. The datasets must have the same f32 x shape. */
+ts_status ts_dataset_standardise(ts_dataset *train, ts_dataset *const *others, int n);
+
 /* A raw token file (little-endian uint16 or uint32, bits = 16 or 32): example
  * k is the window of ctx + 1 tokens starting at token k * ctx (windows share
  * one token, so every token but the first is a target exactly once);
@@ -106,6 +115,43 @@ ts_status ts_data_load_csv_windows(const ts_csv_options *o, ts_dataset **out);
  * is an error naming its byte offset and value. */
 ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
                               ts_dataset **out);
+
+/* ---- graphs (src/data/graph.c) ------------------------------------------- */
+
+/* An undirected graph's edge list as read from a file. */
+typedef struct ts_edge_list {
+    int64_t n;          /* edges */
+    int64_t *src, *dst; /* [n] each, node ids in [0, nodes) */
+    ts_lineage lineage;
+} ts_edge_list;
+/* Reads an edge list: one edge per line, two node ids separated by a comma,
+ * tab or spaces ("12,40", "12\t40", "12 40"); '#' starts a comment (a whole
+ * line or the rest of one); blank lines and CRLF line ends are fine; the
+ * first line that is not a comment may be a header (cells that are not
+ * integers, e.g. "src,dst"). Errors name FILE:LINE: a line without exactly
+ * two cells, a cell that is not an integer, a node id outside [0, nodes), a
+ * self loop ("node 3 joined to itself": the normalisation adds every self
+ * loop once, so a listed one would count twice), and an edge listed twice
+ * in the same direction (naming both lines). The same pair listed in both
+ * directions is one undirected edge and is fine (many files list both). */
+ts_status ts_data_read_edges(const char *path, int64_t nodes, ts_edge_list *out);
+void ts_edge_list_free(ts_edge_list *e);
+
+/* A node-classification graph: edges, node features and node labels. */
+typedef struct ts_graph_data {
+    int64_t nodes, features, classes;
+    float *x;   /* [nodes, features] */
+    int64_t *y; /* [nodes], class ids in [0, classes) */
+    ts_edge_list edges;
+    ts_lineage x_lineage, y_lineage;
+} ts_graph_data;
+/* features: .npy [nodes, F] (converted to f32); labels: .npy of integers
+ * [nodes]; classes 0 means the largest label plus one. nodes is the
+ * features' row count; a label count that differs, a label outside
+ * [0, classes) (naming the node) and the edge errors above are errors. */
+ts_status ts_data_load_graph(const char *edges, const char *features, const char *labels,
+                             int64_t classes, ts_graph_data *out);
+void ts_graph_data_free(ts_graph_data *g);
 
 /* ---- splits and loaders -------------------------------------------------- */
 
@@ -134,6 +180,5 @@ int64_t ts_loader_batches_per_epoch(const ts_loader *l);
  * would return after `batches` calls. */
 ts_status ts_loader_seek(ts_loader *l, int64_t batches);
 void ts_loader_free(ts_loader *l);
-
 
 #endif

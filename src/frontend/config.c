@@ -51,8 +51,8 @@ static const ts_config_key keys[] = {
     {"model.layer_norm", TS_CFG_BOOL, FIELD(model, layer_norm), TS_CFG_FOR_MLP | TS_CFG_DERIVED,
      NULL, NULL, "preset", "LayerNorm after each hidden ReLU"},
     {"model.classes", TS_CFG_I64, FIELD(model, classes),
-     TS_CFG_FOR_MLP | TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL,
-     "[0, 1e9]", "from integer labels, else 0",
+     TS_CFG_FOR_MLP | TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL, "[0, 1e9]",
+     "from integer labels, else 0",
      "> 0: a classifier (logits, cross-entropy against class ids); 0: regression (MSE)"},
     {"model.ctx", TS_CFG_I64, FIELD(model, ctx), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL, SIZE_RANGE,
      "preset", "context length (tokens per sequence)"},
@@ -117,7 +117,8 @@ static const ts_config_key keys[] = {
     {"train.eval_every", TS_CFG_I64, FIELD(train, eval_every), 0, NULL, "[0, 1e15]", "0",
      "steps between evaluations on the validation split (0: at each epoch's end)"},
     {"train.metrics", TS_CFG_STR, FIELD(train, metrics), TS_CFG_DERIVED | TS_CFG_LIST, NULL, NULL,
-     "accuracy (classifiers), mse (regression)", "what evaluation reports besides the loss"},
+     "accuracy (classifiers), mse (regression)",
+     "what evaluation reports besides the loss: accuracy, auc, dice, miou, mse"},
     {"train.log_every", TS_CFG_I64, FIELD(train, log_every), 0, NULL, "[0, 1e15]", "0",
      "steps between log lines when not on a terminal (0: about 100 lines)"},
     /* compile */
@@ -155,13 +156,18 @@ static const ts_config_key keys[] = {
     {"data.horizon", TS_CFG_I64, FIELD(data, horizon), FOR_CSV, NULL, "[0, 1e9]", "1",
      "rows from a window's last row to the row of its label"},
     {"data.normalise", TS_CFG_BOOL, FIELD(data, normalise), FOR_CSV, NULL, NULL, "true",
-     "standardise each feature with its mean and std over all rows"},
+     "standardise each feature (window 1: statistics of the training split; windows: of all "
+     "rows)"},
     {"data.bits", TS_CFG_INT, FIELD(data, bits), FOR_TOKENS, NULL, "[16, 32]", "16",
      "token width of the token file: 16 or 32 (little-endian)"},
     {"data.val_fraction", TS_CFG_F64, FIELD(data, val_fraction), FOR_FILES, NULL, "[0, 1)", "0.1",
      "share of the examples held out for validation"},
     {"data.shuffle", TS_CFG_BOOL, FIELD(data, shuffle), FOR_FILES, NULL, NULL, "true",
      "visit the training split in a new order each epoch (fixed by train.seed)"},
+    {"data.skip_rows", TS_CFG_I64, FIELD(data, skip_rows), FOR_CSV, NULL, "[0, 1e9]", "0",
+     "CSV lines skipped before the header (e.g. a line of counts)"},
+    {"data.header", TS_CFG_BOOL, FIELD(data, header), FOR_CSV, NULL, NULL, "true",
+     "the CSV has a header line; false names the columns 0, 1, 2, ..."},
     /* output */
     {"output.dir", TS_CFG_STR, FIELD(output, dir), TS_CFG_DERIVED, NULL, NULL, "none",
      "run directory (must not exist or be empty; tessel train --out overrides)"},
@@ -750,13 +756,12 @@ static ts_status load(ts_config *c, yaml_parser_t *ps, const char *name) {
     if (root && root->type == YAML_MAPPING_NODE) {
         s = walk(&w, root, "");
     } else if (root && !(root->type == YAML_SCALAR_NODE && !root->data.scalar.length)) {
-        s = at(
-            &w, root,
-            ts_fail(TS_ERR_FORMAT,
-                    "expected a mapping of sections (model, train, compile, data, output, ckpt, "
-                    "observe), "
-                    "got %s",
-                    root->type == YAML_SCALAR_NODE ? "a value" : "a list"));
+        s = at(&w, root,
+               ts_fail(TS_ERR_FORMAT,
+                       "expected a mapping of sections (model, train, compile, data, output, ckpt, "
+                       "observe), "
+                       "got %s",
+                       root->type == YAML_SCALAR_NODE ? "a value" : "a list"));
     }
     yaml_document_delete(&doc);
     if (s != TS_OK) return s;
@@ -869,7 +874,9 @@ static void preset_values(int preset, ts_config *p) {
 
 /* The key flag of a model family, its name and its family's default preset. */
 static int model_flag(int name) {
-    return name == TS_CFG_MLP ? TS_CFG_FOR_MLP : name == TS_CFG_CNN ? TS_CFG_FOR_CNN : TS_CFG_FOR_GPT;
+    return name == TS_CFG_MLP   ? TS_CFG_FOR_MLP
+           : name == TS_CFG_CNN ? TS_CFG_FOR_CNN
+                                : TS_CFG_FOR_GPT;
 }
 static const char *model_word(int name) {
     return name == TS_CFG_MLP ? "mlp" : name == TS_CFG_CNN ? "cnn" : "gpt";
@@ -914,8 +921,10 @@ static ts_status check_sizes(const ts_config *c) {
         {TS_CFG_CNN, "input x", 3, {B, c->model.channels, hw}},
         {TS_CFG_CNN, "first block", 3, {B, c->model.c1, hw}},
         {TS_CFG_CNN, "second block", 3, {B, c->model.c2, hw}},
-        {TS_CFG_CNN, "classifier weight", 3, {c->model.classes > 0 ? c->model.classes : 1,
-                                              c->model.c2, hw}},
+        {TS_CFG_CNN,
+         "classifier weight",
+         3,
+         {c->model.classes > 0 ? c->model.classes : 1, c->model.c2, hw}},
     };
     for (int i = 0; i < (int)(sizeof t / sizeof t[0]); i++) {
         if (t[i].kind != (int)kind) continue;
@@ -945,30 +954,52 @@ static void source_names(int flags, char *buf, size_t n) {
     }
 }
 
-/* Parses the metric names of train.metrics. */
-static ts_status parse_metrics(const char *text, int *accuracy, int *mse) {
-    *accuracy = *mse = 0;
+/* Parses the metric names of train.metrics into TS_METRIC_* flags. */
+static ts_status parse_metric_flags(const char *text, unsigned *flags) {
+    static const struct {
+        const char *name;
+        unsigned flag;
+    } known[] = {{"accuracy", TS_METRIC_ACCURACY},
+                 {"mse", TS_METRIC_MSE},
+                 {"auc", TS_METRIC_AUC},
+                 {"dice", TS_METRIC_DICE},
+                 {"miou", TS_METRIC_MIOU}};
+    *flags = 0;
     const char *p = text;
     while (*p) {
         while (*p == ' ' || *p == ',') p++;
         size_t len = strcspn(p, ", ");
         if (!len) break;
-        if (len == 8 && !strncasecmp(p, "accuracy", 8)) {
-            *accuracy = 1;
-        } else if (len == 3 && !strncasecmp(p, "mse", 3)) {
-            *mse = 1;
-        } else {
-            return ts_fail(TS_ERR_INVALID, "train.metrics: unknown metric '%.*s' (accuracy, mse)",
+        size_t k = 0;
+        while (k < sizeof known / sizeof known[0] &&
+               !(strlen(known[k].name) == len && !strncasecmp(p, known[k].name, len)))
+            k++;
+        if (k == sizeof known / sizeof known[0])
+            return ts_fail(TS_ERR_INVALID,
+                           "train.metrics: unknown metric '%.*s' (accuracy, auc, dice, miou, mse)",
                            (int)len, p);
-        }
+        *flags |= known[k].flag;
         p += len;
     }
     return TS_OK;
 }
 
+static ts_status parse_metrics(const char *text, int *accuracy, int *mse) {
+    unsigned f = 0;
+    ts_status s = parse_metric_flags(text, &f);
+    *accuracy = (f & TS_METRIC_ACCURACY) != 0;
+    *mse = (f & TS_METRIC_MSE) != 0;
+    return s;
+}
+
 ts_status ts_config_metrics(const ts_config *c, int *accuracy, int *mse) {
     if (!c || !accuracy || !mse) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
     return parse_metrics(c->train.metrics, accuracy, mse);
+}
+
+ts_status ts_config_metric_flags(const ts_config *c, unsigned *flags) {
+    if (!c || !flags) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+    return parse_metric_flags(c->train.metrics, flags);
 }
 
 /* The data section against itself and the model. */
@@ -1050,11 +1081,7 @@ static ts_status check_data(const ts_config *c) {
         return ts_fail(TS_ERR_INVALID, "%s: data.bits must be 16 or 32, got %d",
                        origin(c, ts_config_key_find("data.bits"), where, sizeof where),
                        c->data.bits);
-    if (src == TS_CFG_CSV && c->model.classes > 0)
-        return ts_fail(TS_ERR_INVALID,
-                       "%s: model.classes is set, but CSV windows have a numeric target "
-                       "(regression); remove model.classes",
-                       origin(c, ts_config_key_find("model.classes"), where, sizeof where));
+    /* CSV with model.classes: the label column holds class ids (see load_csv). */
     return TS_OK;
 }
 
@@ -1107,8 +1134,7 @@ ts_status ts_config_finish(ts_config *c) {
         if (!c->set[i]) continue;
         if (model_key && !(k->flags & use_model))
             return ts_fail(TS_ERR_INVALID, "%s: %s is not a key of %s models",
-                           origin(c, i, where, sizeof where), k->path,
-                           model_word(c->model.name));
+                           origin(c, i, where, sizeof where), k->path, model_word(c->model.name));
         if (opt_key && !(k->flags & use_opt))
             return ts_fail(TS_ERR_INVALID, "%s: %s is not used by %s (it is for %s)",
                            origin(c, i, where, sizeof where), k->path, opt_name,
@@ -1188,8 +1214,7 @@ static int key_applies(const ts_config *c, const ts_config_key *k) {
             !c->set[ts_config_key_find("train.total_steps")])
             return 0;
     }
-    if (k->flags & FOR_MODEL)
-        return (k->flags & model_flag(c->model.name)) != 0;
+    if (k->flags & FOR_MODEL) return (k->flags & model_flag(c->model.name)) != 0;
     if (k->flags & (FOR_SGD | FOR_ADAM))
         return (k->flags & (c->train.optimizer == TS_CFG_SGD ? FOR_SGD : FOR_ADAM)) != 0;
     return 1;
@@ -1324,8 +1349,7 @@ ts_status ts_config_fit_data(ts_config *c, const ts_config_data_shape *d) {
                            "%s: model.channels %lld x height %lld x width %lld does not match the "
                            "data's %lld values per example",
                            origin(c, ts_config_key_find("model.channels"), where, sizeof where),
-                           (long long)f[0], (long long)f[1], (long long)f[2],
-                           (long long)d->in_dim);
+                           (long long)f[0], (long long)f[1], (long long)f[2], (long long)d->in_dim);
         if (d->classes <= 0)
             return ts_fail(TS_ERR_INVALID,
                            "%s: a cnn is a classifier, but the targets are numbers, not class ids",
@@ -1349,7 +1373,7 @@ ts_gpt_config ts_config_gpt(const ts_config *c) {
 }
 
 ts_cnn_config ts_config_cnn(const ts_config *c) {
-    ts_cnn_config m = {c->model.batch, c->model.channels, c->model.height, c->model.width,
+    ts_cnn_config m = {c->model.batch, c->model.channels, c->model.height,  c->model.width,
                        c->model.c1,    c->model.c2,       c->model.classes, 1};
     return m;
 }

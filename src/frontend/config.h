@@ -76,7 +76,7 @@ typedef struct ts_config {
         int64_t epochs;     /* > 0: steps = epochs * batches per epoch (ts_config_fit_data) */
         int64_t eval_every; /* steps between evaluations; 0: at the end of each epoch */
         int64_t log_every;  /* steps between log lines; 0: about 100 lines per run */
-        char metrics[64];   /* "accuracy, mse"; "" until the data says which apply */
+        char metrics[64];   /* "accuracy, auc, dice, miou, mse"; "" until the data says */
     } train;
     struct {
         int debug_nan, no_simplify, naive_schedule, no_inplace;
@@ -93,22 +93,24 @@ typedef struct ts_config {
         int bits;                /* tokens: 16 or 32 */
         double val_fraction;
         int shuffle;
+        int64_t skip_rows; /* csv: lines skipped before the header */
+        int header;        /* csv: 0 names columns "0", "1", ... */
     } data;
     struct {
         char dir[512]; /* run directory; "" for none */
     } output;
     struct {
-        int64_t every;       /* steps between checkpoints; 0: none */
-        int keep_last;       /* retention: newest K (0: all) */
-        int keep_every;      /* ... and every step multiple of M (0: none) */
-        char sign_key[512];  /* private key for manifests and the audit log; "" unsigned */
+        int64_t every;        /* steps between checkpoints; 0: none */
+        int keep_last;        /* retention: newest K (0: all) */
+        int keep_every;       /* ... and every step multiple of M (0: none) */
+        char sign_key[512];   /* private key for manifests and the audit log; "" unsigned */
         char verify_key[512]; /* public key checked on resume; "" checksums only */
-        int async;           /* save in a background thread */
+        int async;            /* save in a background thread */
     } ckpt;
     struct {
-        int metrics_port;      /* Prometheus /metrics endpoint; 0: none */
-        char metrics_addr[64]; /* numeric address it listens on */
-        int tensorboard;       /* event files under RUN_DIR/tb/ */
+        int metrics_port;        /* Prometheus /metrics endpoint; 0: none */
+        char metrics_addr[64];   /* numeric address it listens on */
+        int tensorboard;         /* event files under RUN_DIR/tb/ */
         int64_t histogram_every; /* steps between weight/gradient histograms; 0: none */
     } observe;
     struct {
@@ -203,6 +205,15 @@ ts_status ts_config_fit_data(ts_config *c, const ts_config_data_shape *d);
 /* The metrics to evaluate: "accuracy, mse" split into flags. An unknown
  * name is an error. */
 ts_status ts_config_metrics(const ts_config *c, int *accuracy, int *mse);
+/* The same as flags, including the metrics of src/session/metrics_eval.h. */
+enum {
+    TS_METRIC_ACCURACY = 1,
+    TS_METRIC_MSE = 2,
+    TS_METRIC_AUC = 4,
+    TS_METRIC_DICE = 8,
+    TS_METRIC_MIOU = 16
+};
+ts_status ts_config_metric_flags(const ts_config *c, unsigned *flags);
 
 /* The finished config as YAML that loads back to the same values. */
 ts_status ts_config_write(const ts_config *c, FILE *out);

@@ -21,7 +21,7 @@ static ts_val block(ts_graph *g, ts_val x, int conv_idx, int64_t cin, int64_t co
     snprintf(name, sizeof name, "features.%d.bias", conv_idx + 1);
     ts_val bb = ts_param(g, name, TS_F32, 1, cd, ts_init_zeros());
     snprintf(name, sizeof name, "features.%d", conv_idx + 1);
-    x = ts_relu(g, ts_batch_norm(g, x, bw, bb, name, 0.1, 1e-5));
+    x = ts_batch_norm_relu(g, x, bw, bb, name, 0.1, 1e-5);
     return ts_max_pool(g, x, 2, k, NULL, NULL);
 }
 

@@ -11,8 +11,8 @@ ts_unet3d_config ts_unet3d_w4(void) {
 
 /* torch's default conv init: kaiming_uniform(sqrt 5) weight, bias
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = dims[1] * kernel volume. */
-static ts_val conv_param(ts_graph *g, const char *prefix, const char *what, int64_t d0,
-                         int64_t d1, int64_t k) {
+static ts_val conv_param(ts_graph *g, const char *prefix, const char *what, int64_t d0, int64_t d1,
+                         int64_t k) {
     char name[160];
     snprintf(name, sizeof name, "%s.%s", prefix, what);
     int64_t wd[5] = {d0, d1, k, k, k};
@@ -40,7 +40,7 @@ static ts_val double_conv(ts_graph *g, ts_val x, const char *prefix, int64_t cin
         snprintf(name, sizeof name, "%s.%d.bias", prefix, 3 * i + 1);
         ts_val bb = ts_param(g, name, TS_F32, 1, cd, ts_init_zeros());
         snprintf(name, sizeof name, "%s.%d", prefix, 3 * i + 1);
-        x = ts_relu(g, ts_batch_norm(g, x, bw, bb, name, 0.1, 1e-5));
+        x = ts_batch_norm_relu(g, x, bw, bb, name, 0.1, 1e-5);
     }
     return x;
 }
@@ -65,8 +65,7 @@ ts_status ts_build_unet3d(ts_graph *g, const ts_unet3d_config *c, ts_model *m) {
                       "classes >= 2 (got batch %lld, in_channels %lld, size %lld, channels "
                       "%lld-%lld-%lld, classes %lld)",
                       (long long)c->batch, (long long)c->in_channels, (long long)c->size,
-                      (long long)c->c1, (long long)c->c2, (long long)c->c3,
-                      (long long)c->classes);
+                      (long long)c->c1, (long long)c->c2, (long long)c->c3, (long long)c->classes);
         return ts_graph_status(g);
     }
     if (c->size % 4) {
@@ -108,8 +107,8 @@ ts_status ts_build_unet3d(ts_graph *g, const ts_unet3d_config *c, ts_model *m) {
     int axes[4] = {0, 1, 2, 3};
     ts_val inter = ts_sum(g, ts_mul(g, probs, onehot), 4, axes, 0); /* [C] */
     ts_val denom = ts_add(g, ts_sum(g, probs, 4, axes, 0), ts_sum(g, onehot, 4, axes, 0));
-    ts_val ratio = ts_div(g, ts_affine_scalar(g, inter, 2.0, 1e-5),
-                          ts_affine_scalar(g, denom, 1.0, 1e-5));
+    ts_val ratio =
+        ts_div(g, ts_affine_scalar(g, inter, 2.0, 1e-5), ts_affine_scalar(g, denom, 1.0, 1e-5));
     int ax0[1] = {0};
     ts_val dice = ts_affine_scalar(g, ts_mean(g, ratio, 1, ax0, 0), -1.0, 1.0);
     m->loss = ts_add(g, ce, dice);

@@ -15,10 +15,17 @@
  * the backward op. The backward op implements the training-mode gradient
  * (batch statistics depend on x); gradients only exist in training plans.
  *
+ * With i[2] set the node is relu(batch_norm(x)) in one pass (ts_batch_norm_
+ * relu); its backward recomputes the ReLU mask from x, mean, rstd, weight
+ * and bias with the same arithmetic as the forward instead of reading y.
+ *
  * Reductions over N x spatial per channel are cut into fixed blocks (per
- * channel, batch item and block of BN_BLK elements) whose double partial
- * sums go to scratch and are added in block order, so results do not
- * depend on the thread count. */
+ * channel, batch item and block of BN_BLK elements, 16 KiB of f32, so a
+ * block stays in L1). The forward takes each block's mean and sum of
+ * squared deviations in two sweeps over the cached block (x is read from
+ * memory once for the statistics) and merges the blocks with Chan et al.'s
+ * pairwise update in block order; the backward's double partial sums are
+ * added in block order too. Results do not depend on the thread count. */
 #include <math.h>
 #include <string.h>
 #include "kern.h"
@@ -42,12 +49,12 @@ static int64_t n_sblocks(int64_t s) {
     return (s + BN_BLK - 1) / BN_BLK;
 }
 
-/* Scratch: one double per (channel, batch item, block) plus per-channel
- * mean and variance in double. */
+/* Scratch: per_task doubles per (channel, batch item, block) plus four
+ * per-channel doubles. */
 static size_t scratch_for(const ts_type *x, int per_task) {
     bn_dims d = dims_of(x->rank, x->dims);
     int64_t tasks = d.c * d.n * n_sblocks(d.s);
-    return (size_t)(tasks * per_task + 2 * d.c) * sizeof(double);
+    return (size_t)(tasks * per_task + 4 * d.c) * sizeof(double);
 }
 
 /* ---- inference --------------------------------------------------------- */
@@ -75,9 +82,10 @@ static ts_status check_vec(const ts_type *v, const ts_type *x, const char *what)
 }
 
 static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    int64_t affine = n->a.i[0], training = n->a.i[1];
-    if ((affine != 0 && affine != 1) || (training != 0 && training != 1))
-        return ts_fail(TS_ERR_INVALID, "affine and training flags must be 0 or 1");
+    int64_t affine = n->a.i[0], training = n->a.i[1], relu = n->a.i[2];
+    if ((affine != 0 && affine != 1) || (training != 0 && training != 1) ||
+        (relu != 0 && relu != 1))
+        return ts_fail(TS_ERR_INVALID, "affine, training and relu flags must be 0 or 1");
     if (n->n_in != 3 + 2 * (int)affine)
         return ts_fail(TS_ERR_INVALID,
                        "%d inputs do not match affine=%d (x%s, running_mean, "
@@ -105,10 +113,12 @@ static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int
 }
 
 static ts_status infer_bn_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    int64_t affine = n->a.i[0];
-    if (affine != 0 && affine != 1) return ts_fail(TS_ERR_INVALID, "affine must be 0 or 1");
-    if (n->n_in != 4 + (int)affine)
-        return ts_fail(TS_ERR_INVALID, "%d inputs do not match affine=%d", n->n_in, (int)affine);
+    int64_t affine = n->a.i[0], relu = n->a.i[1];
+    if ((affine != 0 && affine != 1) || (relu != 0 && relu != 1))
+        return ts_fail(TS_ERR_INVALID, "affine and relu flags must be 0 or 1");
+    if (n->n_in != 4 + (int)affine + (int)(affine && relu))
+        return ts_fail(TS_ERR_INVALID, "%d inputs do not match affine=%d relu=%d", n->n_in,
+                       (int)affine, (int)relu);
     const ts_type *dy = ts_in_type(g, n, 0), *x = ts_in_type(g, n, 1);
     ts_status s = check_x(x);
     if (s != TS_OK) return s;
@@ -116,6 +126,7 @@ static ts_status infer_bn_bwd(const ts_graph *g, const ts_node *n, ts_type *out,
     if ((s = check_vec(ts_in_type(g, n, 2), x, "mean")) != TS_OK) return s;
     if ((s = check_vec(ts_in_type(g, n, 3), x, "rstd")) != TS_OK) return s;
     if (affine && (s = check_vec(ts_in_type(g, n, 4), x, "weight")) != TS_OK) return s;
+    if (affine && relu && (s = check_vec(ts_in_type(g, n, 5), x, "bias")) != TS_OK) return s;
     out[0] = *x;
     *n_out = 1;
     if (affine) {
@@ -137,13 +148,16 @@ static ts_status grad_bn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         return ts_graph_status(g);
     }
     if (!ts_val_ok(dy[0])) return TS_OK;
-    int affine = n->a.i[0] != 0;
-    ts_val in[5] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->out[1]), ts_mkval(n->out[2])};
-    if (affine) in[4] = ts_mkval(n->in[1]);
+    int affine = n->a.i[0] != 0, relu = n->a.i[2] != 0, n_in = 4;
+    ts_val in[6] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->out[1]), ts_mkval(n->out[2])};
+    if (affine) in[n_in++] = ts_mkval(n->in[1]);
+    /* The fused ReLU's mask is recomputed from x, which needs the bias. */
+    if (affine && relu) in[n_in++] = ts_mkval(n->in[2]);
     ts_attrs at = ts_attrs_zero();
     at.i[0] = affine;
+    at.i[1] = relu;
     ts_val outs[TS_MAX_OUT];
-    if (!ts_val_ok(ts_node_add(g, TS_OP_BATCH_NORM_BWD, 4 + affine, in, &at, outs)))
+    if (!ts_val_ok(ts_node_add(g, TS_OP_BATCH_NORM_BWD, n_in, in, &at, outs)))
         return ts_graph_status(g);
     din[0] = outs[0];
     if (affine) {
@@ -160,71 +174,98 @@ static inline double comb(const double *a) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-#define DEF_BN(T, SFX)                                                                             \
-    /* Sum of x[0..len) (sq == 0) or of (x - mean)^2 (sq == 1), in double. */                      \
-    TS_CLONES static double bn_sum_##SFX(const T *x, int64_t len, double mean, int sq) {           \
+/* Number of elements of reduction block sb (the last block may be short). */
+static inline int64_t blk_len(int64_t s, int64_t sb) {
+    int64_t s0 = sb * BN_BLK;
+    return s - s0 < BN_BLK ? s - s0 : BN_BLK;
+}
+
+/* y = x * alpha + beta with alpha = rstd * w, beta = b - mean * alpha (as
+ * torch). One function for the forward and the fused ReLU's backward, so
+ * both see the same alpha and beta and agree on which outputs were > 0. */
+static inline void bn_coef(double rstd, const void *w, const void *b, int64_t c, int f64,
+                           double mean, double *al, double *be) {
+    double wc = w ? (f64 ? ((const double *)w)[c] : (double)((const float *)w)[c]) : 1.0;
+    double bc = b ? (f64 ? ((const double *)b)[c] : (double)((const float *)b)[c]) : 0.0;
+    *al = rstd * wc;
+    *be = bc - mean * *al;
+}
+
+#define DEF_BN(T, SFX, F64)                                                                        \
+    /* Mean and sum of squared deviations of one block held in L1: x is read                       \
+     * from memory once (the second sweep hits the cache). */                                      \
+    TS_CLONES static void bn_block_stats_##SFX(const T *x, int64_t len, double *mean_o,            \
+                                               double *m2_o) {                                     \
         double acc[BN_ACC] = {0}, s = 0;                                                           \
         int64_t i = 0;                                                                             \
-        if (!sq) {                                                                                 \
+        for (; i + BN_ACC <= len; i += BN_ACC)                                                     \
+            for (int j = 0; j < BN_ACC; j++) acc[j] += (double)x[i + j];                           \
+        for (; i < len; i++) s += (double)x[i];                                                    \
+        double mean = (s + comb(acc)) / (double)len;                                               \
+        double q[BN_ACC] = {0}, r = 0;                                                             \
+        for (i = 0; i + BN_ACC <= len; i += BN_ACC)                                                \
+            for (int j = 0; j < BN_ACC; j++) {                                                     \
+                double d = (double)x[i + j] - mean;                                                \
+                q[j] += d * d;                                                                     \
+            }                                                                                      \
+        for (; i < len; i++) {                                                                     \
+            double d = (double)x[i] - mean;                                                        \
+            r += d * d;                                                                            \
+        }                                                                                          \
+        *mean_o = mean;                                                                            \
+        *m2_o = r + comb(q);                                                                       \
+    }                                                                                              \
+    /* Sums of g and g * (x - mean) over [0, len), g = dy, or with the fused                       \
+     * ReLU g = dy where x * a + b > 0 (the forward's output was positive). */                     \
+    TS_CLONES static void bn_dsum_##SFX(const T *dy, const T *x, int64_t len, T mean, int relu,    \
+                                        T a, T b, double *o1, double *o2) {                        \
+        double a1[BN_ACC] = {0}, a2[BN_ACC] = {0}, s1 = 0, s2 = 0;                                 \
+        int64_t i = 0;                                                                             \
+        if (!relu) {                                                                               \
             for (; i + BN_ACC <= len; i += BN_ACC)                                                 \
-                for (int j = 0; j < BN_ACC; j++) acc[j] += (double)x[i + j];                       \
-            for (; i < len; i++) s += (double)x[i];                                                \
+                for (int j = 0; j < BN_ACC; j++) {                                                 \
+                    a1[j] += (double)dy[i + j];                                                    \
+                    a2[j] += (double)(dy[i + j] * (x[i + j] - mean));                              \
+                }                                                                                  \
         } else {                                                                                   \
             for (; i + BN_ACC <= len; i += BN_ACC)                                                 \
                 for (int j = 0; j < BN_ACC; j++) {                                                 \
-                    double d = (double)x[i + j] - mean;                                            \
-                    acc[j] += d * d;                                                               \
+                    T v = x[i + j] * a + b, gg = v <= 0 ? (T)0 : dy[i + j];                        \
+                    a1[j] += (double)gg;                                                           \
+                    a2[j] += (double)(gg * (x[i + j] - mean));                                     \
                 }                                                                                  \
-            for (; i < len; i++) {                                                                 \
-                double d = (double)x[i] - mean;                                                    \
-                s += d * d;                                                                        \
-            }                                                                                      \
         }                                                                                          \
-        return s + comb(acc);                                                                      \
-    }                                                                                              \
-    /* Sums of dy and of dy * (x - mean) over [0, len). */                                         \
-    TS_CLONES static void bn_dsum_##SFX(const T *dy, const T *x, int64_t len, T mean, double *o1,  \
-                                        double *o2) {                                              \
-        double a1[BN_ACC] = {0}, a2[BN_ACC] = {0}, s1 = 0, s2 = 0;                                 \
-        int64_t i = 0;                                                                             \
-        for (; i + BN_ACC <= len; i += BN_ACC)                                                     \
-            for (int j = 0; j < BN_ACC; j++) {                                                     \
-                a1[j] += (double)dy[i + j];                                                        \
-                a2[j] += (double)(dy[i + j] * (x[i + j] - mean));                                  \
-            }                                                                                      \
         for (; i < len; i++) {                                                                     \
-            s1 += (double)dy[i];                                                                   \
-            s2 += (double)(dy[i] * (x[i] - mean));                                                 \
+            T v = x[i] * a + b, gg = relu && v <= 0 ? (T)0 : dy[i];                                \
+            s1 += (double)gg;                                                                      \
+            s2 += (double)(gg * (x[i] - mean));                                                    \
         }                                                                                          \
         *o1 = s1 + comb(a1);                                                                       \
         *o2 = s2 + comb(a2);                                                                       \
     }                                                                                              \
-    TS_CLONES static void bn_affine_##SFX(T *y, const T *x, int64_t len, T a, T b) {               \
-        for (int64_t i = 0; i < len; i++) y[i] = x[i] * a + b;                                     \
+    /* relu(x * a + b) keeps NaN, as torch.relu. */                                                \
+    TS_CLONES static void bn_affine_##SFX(T *y, const T *x, int64_t len, T a, T b, int relu) {     \
+        if (relu)                                                                                  \
+            for (int64_t i = 0; i < len; i++) {                                                    \
+                T v = x[i] * a + b;                                                                \
+                y[i] = v < 0 ? (T)0 : v;                                                           \
+            }                                                                                      \
+        else                                                                                       \
+            for (int64_t i = 0; i < len; i++) y[i] = x[i] * a + b;                                 \
     }                                                                                              \
     TS_CLONES static void bn_dx_##SFX(T *dx, const T *dy, const T *x, int64_t len, T mean, T k,    \
-                                      T mdy, T scale) {                                            \
-        for (int64_t i = 0; i < len; i++) dx[i] = (dy[i] - (x[i] - mean) * k - mdy) * scale;       \
-    }                                                                                              \
-    /* Per-channel sums over (n, block) tasks into part[], then in block order. */                 \
-    static void bn_channel_sums_##SFX(const T *x, bn_dims d, const double *mean, int sq,           \
-                                      double *part, double *res) {                                 \
-        int64_t nsb = n_sblocks(d.s), per_c = d.n * nsb, tasks = d.c * per_c;                      \
-        _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
-            int64_t t = 0; t < tasks; t++) {                                                       \
-            int64_t c = t / per_c, r = t % per_c, ni = r / nsb, sb = r % nsb;                      \
-            int64_t s0 = sb * BN_BLK, len = d.s - s0 < BN_BLK ? d.s - s0 : BN_BLK;                 \
-            part[t] = bn_sum_##SFX(x + (ni * d.c + c) * d.s + s0, len, sq ? mean[c] : 0, sq);      \
-        }                                                                                          \
-        for (int64_t c = 0; c < d.c; c++) {                                                        \
-            double s = 0;                                                                          \
-            for (int64_t q = 0; q < per_c; q++) s += part[c * per_c + q];                          \
-            res[c] = s;                                                                            \
-        }                                                                                          \
+                                      T mdy, T scale, int relu, T a, T b) {                        \
+        if (relu)                                                                                  \
+            for (int64_t i = 0; i < len; i++) {                                                    \
+                T v = x[i] * a + b, gg = v <= 0 ? (T)0 : dy[i];                                    \
+                dx[i] = (gg - (x[i] - mean) * k - mdy) * scale;                                    \
+            }                                                                                      \
+        else                                                                                       \
+            for (int64_t i = 0; i < len; i++) dx[i] = (dy[i] - (x[i] - mean) * k - mdy) * scale;   \
     }                                                                                              \
     static ts_status bn_fwd_##SFX(const ts_kargs *k) {                                             \
         const ts_tensor *xt = &k->in[0];                                                           \
-        int affine = k->a->i[0] != 0, training = k->a->i[1] != 0;                                  \
+        int affine = k->a->i[0] != 0, training = k->a->i[1] != 0, relu = k->a->i[2] != 0;          \
         double mom = k->a->f[0], eps = k->a->f[1];                                                 \
         bn_dims d = dims_of(xt->rank, xt->dims);                                                   \
         const T *x = xt->data;                                                                     \
@@ -238,20 +279,32 @@ static inline double comb(const double *a) {
                                "batch_norm '%s': training needs more than one value per "          \
                                "channel (x is [%lld, %lld, ...] with %lld spatial elements)",      \
                                k->label, (long long)d.n, (long long)d.c, (long long)d.s);          \
-            size_t need = (size_t)(d.c * d.n * n_sblocks(d.s) + 2 * d.c) * sizeof(double);         \
-            if (need > k->scratch_bytes)                                                           \
+            int64_t nsb = n_sblocks(d.s), per_c = d.n * nsb, tasks = d.c * per_c;                  \
+            if ((size_t)(2 * tasks) * sizeof(double) > k->scratch_bytes)                           \
                 return ts_fail(TS_ERR_INTERNAL, "batch_norm '%s': scratch too small", k->label);   \
-            double *part = k->scratch, *mean = part + d.c * d.n * n_sblocks(d.s),                  \
-                   *var = mean + d.c;                                                              \
-            bn_channel_sums_##SFX(x, d, NULL, 0, part, mean);                                      \
-            for (int64_t c = 0; c < d.c; c++) mean[c] /= (double)m;                                \
-            bn_channel_sums_##SFX(x, d, mean, 1, part, var);                                       \
+            double *part = k->scratch;                                                             \
+            _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (  \
+                int64_t t = 0; t < tasks; t++) {                                                   \
+                int64_t c = t / per_c, r = t % per_c, ni = r / nsb, sb = r % nsb;                  \
+                bn_block_stats_##SFX(x + (ni * d.c + c) * d.s + sb * BN_BLK, blk_len(d.s, sb),     \
+                                     &part[2 * t], &part[2 * t + 1]);                              \
+            }                                                                                      \
             for (int64_t c = 0; c < d.c; c++) {                                                    \
-                double v = var[c] / (double)m;                                                     \
-                mean_o[c] = (T)mean[c];                                                            \
+                /* Chan et al.'s pairwise update, blocks in a fixed order. */                      \
+                double cnt = 0, mean = 0, m2 = 0;                                                  \
+                for (int64_t q = 0; q < per_c; q++) {                                              \
+                    const double *pb = &part[2 * (c * per_c + q)];                                 \
+                    double nb = (double)blk_len(d.s, q % nsb), tot = cnt + nb;                     \
+                    double delta = pb[0] - mean;                                                   \
+                    mean += delta * (nb / tot);                                                    \
+                    m2 += pb[1] + delta * delta * (cnt * nb / tot);                                \
+                    cnt = tot;                                                                     \
+                }                                                                                  \
+                double v = m2 / (double)m;                                                         \
+                mean_o[c] = (T)mean;                                                               \
                 rstd_o[c] = (T)(1.0 / sqrt(v + eps));                                              \
                 /* PyTorch: biased variance normalises, unbiased goes to the running stat. */      \
-                rm[c] = (T)(mom * mean[c] + (1.0 - mom) * (double)rm[c]);                          \
+                rm[c] = (T)(mom * mean + (1.0 - mom) * (double)rm[c]);                             \
                 rv[c] =                                                                            \
                     (T)(mom * (v * (double)m / (double)(m - 1)) + (1.0 - mom) * (double)rv[c]);    \
             }                                                                                      \
@@ -261,35 +314,38 @@ static inline double comb(const double *a) {
                 rstd_o[c] = (T)(1.0 / sqrt((double)rv[c] + eps));                                  \
             }                                                                                      \
         }                                                                                          \
-        /* y = x * alpha + beta with alpha = rstd * w, beta = b - mean * alpha (as torch). */      \
         _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
             int64_t t = 0; t < d.n * d.c; t++) {                                                   \
             int64_t c = t % d.c;                                                                   \
-            double al = (double)rstd_o[c] * (w ? (double)w[c] : 1.0);                              \
-            double be = (b ? (double)b[c] : 0.0) - (double)mean_o[c] * al;                         \
-            bn_affine_##SFX(y + t * d.s, x + t * d.s, d.s, (T)al, (T)be);                          \
+            double al, be;                                                                         \
+            bn_coef((double)rstd_o[c], w, b, c, F64, (double)mean_o[c], &al, &be);                 \
+            bn_affine_##SFX(y + t * d.s, x + t * d.s, d.s, (T)al, (T)be, relu);                    \
         }                                                                                          \
         return TS_OK;                                                                              \
     }                                                                                              \
     static ts_status bn_bwd_##SFX(const ts_kargs *k) {                                             \
         const ts_tensor *xt = &k->in[1];                                                           \
-        int affine = k->a->i[0] != 0;                                                              \
+        int affine = k->a->i[0] != 0, relu = k->a->i[1] != 0;                                      \
         bn_dims d = dims_of(xt->rank, xt->dims);                                                   \
         const T *dy = k->in[0].data, *x = xt->data, *mean = k->in[2].data;                         \
         const T *rstd = k->in[3].data, *w = affine ? k->in[4].data : NULL;                         \
+        const T *bias = affine && relu ? k->in[5].data : NULL;                                     \
         T *dx = k->out[0].data;                                                                    \
         T *dw = affine ? k->out[1].data : NULL, *db = affine ? k->out[2].data : NULL;              \
         int64_t nsb = n_sblocks(d.s), per_c = d.n * nsb, tasks = d.c * per_c, m = d.n * d.s;       \
-        size_t need = (size_t)(2 * tasks + 2 * d.c) * sizeof(double);                              \
+        size_t need = (size_t)(2 * tasks + 4 * d.c) * sizeof(double);                              \
         if (need > k->scratch_bytes)                                                               \
             return ts_fail(TS_ERR_INTERNAL, "batch_norm_bwd '%s': scratch too small", k->label);   \
         double *p1 = k->scratch, *p2 = p1 + tasks, *sdy = p2 + tasks, *sdx = sdy + d.c;            \
+        double *al = sdx + d.c, *be = al + d.c;                                                    \
+        for (int64_t c = 0; c < d.c; c++)                                                          \
+            bn_coef((double)rstd[c], w, bias, c, F64, (double)mean[c], &al[c], &be[c]);            \
         _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
             int64_t t = 0; t < tasks; t++) {                                                       \
             int64_t c = t / per_c, r = t % per_c, ni = r / nsb, sb = r % nsb;                      \
-            int64_t s0 = sb * BN_BLK, len = d.s - s0 < BN_BLK ? d.s - s0 : BN_BLK;                 \
-            int64_t off = (ni * d.c + c) * d.s + s0;                                               \
-            bn_dsum_##SFX(dy + off, x + off, len, mean[c], &p1[t], &p2[t]);                        \
+            int64_t off = (ni * d.c + c) * d.s + sb * BN_BLK;                                      \
+            bn_dsum_##SFX(dy + off, x + off, blk_len(d.s, sb), mean[c], relu, (T)al[c], (T)be[c],  \
+                          &p1[t], &p2[t]);                                                         \
         }                                                                                          \
         for (int64_t c = 0; c < d.c; c++) {                                                        \
             double s1 = 0, s2 = 0;                                                                 \
@@ -302,20 +358,21 @@ static inline double comb(const double *a) {
             if (dw) dw[c] = (T)(s2 * (double)rstd[c]);                                             \
             if (db) db[c] = (T)s1;                                                                 \
         }                                                                                          \
-        /* dx = w rstd (dy - mean(dy) - (x - mean) rstd^2 mean(dy (x - mean))). */                 \
+        /* dx = w rstd (g - mean(g) - (x - mean) rstd^2 mean(g (x - mean))). */                    \
         _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
             int64_t t = 0; t < d.n * d.c; t++) {                                                   \
             int64_t c = t % d.c;                                                                   \
             double r = (double)rstd[c];                                                            \
             T kk = (T)(sdx[c] * r * r / (double)m), mdy = (T)(sdy[c] / (double)m);                 \
             T scale = (T)(r * (w ? (double)w[c] : 1.0));                                           \
-            bn_dx_##SFX(dx + t * d.s, dy + t * d.s, x + t * d.s, d.s, mean[c], kk, mdy, scale);    \
+            bn_dx_##SFX(dx + t * d.s, dy + t * d.s, x + t * d.s, d.s, mean[c], kk, mdy, scale,     \
+                        relu, (T)al[c], (T)be[c]);                                                 \
         }                                                                                          \
         return TS_OK;                                                                              \
     }
 
-DEF_BN(float, f32)
-DEF_BN(double, f64)
+DEF_BN(float, f32, 0)
+DEF_BN(double, f64, 1)
 
 static ts_status k_bn(const ts_kargs *k) {
     switch (k->in[0].dtype) {
@@ -336,7 +393,7 @@ static ts_status k_bn_bwd(const ts_kargs *k) {
 /* The forward needs partials only in training mode, but the mode is set
  * after the node is built, so the scratch is always planned. */
 static size_t scratch_bn(const ts_graph *g, const ts_node *n) {
-    return scratch_for(ts_in_type(g, n, 0), 1);
+    return scratch_for(ts_in_type(g, n, 0), 2);
 }
 static size_t scratch_bn_bwd(const ts_graph *g, const ts_node *n) {
     return scratch_for(ts_in_type(g, n, 1), 2);
@@ -361,7 +418,7 @@ const ts_op_def ts_def_batch_norm = {.name = "batch_norm",
 
 const ts_op_def ts_def_batch_norm_bwd = {.name = "batch_norm_bwd",
                                          .min_in = 4,
-                                         .max_in = 5,
+                                         .max_in = 6,
                                          .infer = infer_bn_bwd,
                                          .kernel = k_bn_bwd,
                                          .scratch = scratch_bn_bwd,
@@ -387,8 +444,8 @@ static int32_t new_stat(ts_graph *g, const char *prefix, const char *suffix, ts_
     return id;
 }
 
-ts_val ts_batch_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const char *name_prefix,
-                     double momentum, double eps) {
+static ts_val add_bn(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const char *name_prefix,
+                     double momentum, double eps, int relu) {
     /* TS_NONE for weight/bias means "no affine": with a sticky error
      * pending we return before it could be mistaken for that. */
     if (!g || g->status != TS_OK || !ts_val_ok(x)) return TS_NONE;
@@ -416,6 +473,7 @@ ts_val ts_batch_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const ch
     ts_attrs at = ts_attrs_zero();
     at.i[0] = ts_val_ok(weight);
     at.i[1] = 1; /* ts_compile sets the plan's mode */
+    at.i[2] = relu;
     at.f[0] = momentum;
     at.f[1] = eps;
     if (ts_val_ok(weight)) {
@@ -425,4 +483,14 @@ ts_val ts_batch_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const ch
     in[n++] = ts_mkval(rm);
     in[n++] = ts_mkval(rv);
     return ts_node_add(g, TS_OP_BATCH_NORM, n, in, &at, NULL);
+}
+
+ts_val ts_batch_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const char *name_prefix,
+                     double momentum, double eps) {
+    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, 0);
+}
+
+ts_val ts_batch_norm_relu(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
+                          const char *name_prefix, double momentum, double eps) {
+    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, 1);
 }

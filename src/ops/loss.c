@@ -1,5 +1,10 @@
 /* Losses with a scalar (mean) output: binary cross-entropy with logits,
- * cross-entropy over class indices, and the composite MSE loss.
+ * cross-entropy over class indices (optionally with class weights), and the
+ * composite MSE loss.
+ *
+ * Weighted cross-entropy follows torch: row i counts w[y_i] times and the
+ * mean divides by the sum of the weights of the rows not ignored,
+ * sum_i w[y_i] l_i / sum_i w[y_i]. The weights get no gradient.
  *
  * Determinism: the mean is a sum over fixed blocks (TS_RED_BLOCK elements
  * for BCE, CE_ROWS rows for CE) whose double partials land in scratch and
@@ -60,10 +65,19 @@ static ts_status check_ce(const ts_type *lg, const ts_type *tg) {
     return TS_OK;
 }
 
+/* The optional class weights: [C] of the logits' dtype. */
+static ts_status check_weight(const ts_type *lg, const ts_type *w) {
+    if (w->dtype != lg->dtype || w->rank != 1 || w->dims[0] != lg->dims[1])
+        return ts_fail(TS_ERR_SHAPE, "weight must be %s[%lld] (one per class)",
+                       ts_dtype_name(lg->dtype), (long long)lg->dims[1]);
+    return TS_OK;
+}
+
 static ts_status infer_ce(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *lg = ts_in_type(g, n, 0);
     ts_status s = check_ce(lg, ts_in_type(g, n, 1));
     if (s != TS_OK) return s;
+    if (n->n_in == 3 && (s = check_weight(lg, ts_in_type(g, n, 2))) != TS_OK) return s;
     out[0] = (ts_type){.dtype = lg->dtype, .rank = 0};
     out[1] = (ts_type){.dtype = lg->dtype, .rank = 1, .dims = {lg->dims[0]}};
     *n_out = 2;
@@ -79,6 +93,7 @@ static ts_status infer_ce_bwd(const ts_graph *g, const ts_node *n, ts_type *out,
     if (!ts_type_equal(ts_in_type(g, n, 3), &lse))
         return ts_fail(TS_ERR_SHAPE, "lse must be %s[%lld]", ts_dtype_name(lg->dtype),
                        (long long)lg->dims[0]);
+    if (n->n_in == 5 && (s = check_weight(lg, ts_in_type(g, n, 4))) != TS_OK) return s;
     *out = *lg;
     *n_out = 1;
     return TS_OK;
@@ -107,8 +122,9 @@ static ts_status grad_ce(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         return ts_graph_status(g);
     }
     if (!ts_val_ok(dy[0])) return TS_OK;
-    ts_val in[4] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->in[1]), ts_mkval(n->out[1])};
-    din[0] = ts_node_add(g, TS_OP_CROSS_ENTROPY_BWD, 4, in, &n->a, NULL);
+    ts_val in[5] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->in[1]), ts_mkval(n->out[1])};
+    if (n->n_in == 3) in[4] = ts_mkval(n->in[2]);
+    din[0] = ts_node_add(g, TS_OP_CROSS_ENTROPY_BWD, n->n_in == 3 ? 5 : 4, in, &n->a, NULL);
     return ts_graph_status(g);
 }
 
@@ -121,8 +137,8 @@ static inline int64_t target_at(const void *t, int is64, int64_t i) {
 /* Per-block partial of the cross-entropy sum; bad is the first row of the
  * block with an out-of-range target (-1 if none). */
 typedef struct ce_part {
-    double sum;
-    int64_t count, bad, pad;
+    double sum, wsum; /* weighted losses, weights (row count without weights) */
+    int64_t bad, pad;
 } ce_part;
 
 static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int64_t t, int64_t c) {
@@ -205,6 +221,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
     static ts_status ce_##SFX(const ts_kargs *k) {                                                 \
         const T *x = k->in[0].data;                                                                \
         const void *tg = k->in[1].data;                                                            \
+        const T *wt = k->n_in == 3 ? k->in[2].data : NULL;                                         \
         int is64 = k->in[1].dtype == TS_I64;                                                       \
         T *lse = k->out[1].data;                                                                   \
         int64_t n = k->in[0].dims[0], c = k->in[0].dims[1], ign = k->a->i[0];                      \
@@ -226,22 +243,24 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
                     if (p.bad < 0) p.bad = r;                                                      \
                     continue;                                                                      \
                 }                                                                                  \
-                p.sum += l - (double)row[t];                                                       \
-                p.count++;                                                                         \
+                double wv = wt ? (double)wt[t] : 1.0;                                              \
+                p.sum += wv * (l - (double)row[t]);                                                \
+                p.wsum += wv;                                                                      \
             }                                                                                      \
             part[b] = p;                                                                           \
         }                                                                                          \
-        double sum = 0;                                                                            \
-        int64_t count = 0;                                                                         \
+        double sum = 0, wsum = 0;                                                                  \
+        int64_t any = 0;                                                                           \
         for (int64_t b = 0; b < nb; b++) {                                                         \
             if (part[b].bad >= 0)                                                                  \
                 return bad_target(k, "cross_entropy", part[b].bad,                                 \
                                   target_at(tg, is64, part[b].bad), c);                            \
             sum += part[b].sum;                                                                    \
-            count += part[b].count;                                                                \
+            wsum += part[b].wsum;                                                                  \
         }                                                                                          \
-        /* Every row ignored: 0/0 = NaN, as torch 1.13. */                                         \
-        *(T *)k->out[0].data = (T)(count ? sum / (double)count : NAN);                             \
+        for (int64_t r = 0; r < n && !any; r++) any = target_at(tg, is64, r) != ign;               \
+        /* Every row ignored: 0/0 = NaN, as torch 1.13 (so are zero weights). */                   \
+        *(T *)k->out[0].data = (T)(any ? sum / wsum : NAN);                                        \
         return TS_OK;                                                                              \
     }                                                                                              \
     TS_CLONES static void ce_bwd_row_##SFX(T *d, const T *x, T lse, int64_t c, int64_t t, T sc) {  \
@@ -251,24 +270,27 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
     static ts_status ce_bwd_##SFX(const ts_kargs *k) {                                             \
         const T *x = k->in[1].data, *lse = k->in[3].data;                                          \
         const void *tg = k->in[2].data;                                                            \
+        const T *wt = k->n_in == 5 ? k->in[4].data : NULL;                                         \
         int is64 = k->in[2].dtype == TS_I64;                                                       \
         T *dx = k->out[0].data;                                                                    \
-        int64_t n = k->in[1].dims[0], c = k->in[1].dims[1], ign = k->a->i[0], count = 0;           \
+        int64_t n = k->in[1].dims[0], c = k->in[1].dims[1], ign = k->a->i[0];                      \
+        double wsum = 0;                                                                           \
         for (int64_t r = 0; r < n; r++) {                                                          \
             int64_t t = target_at(tg, is64, r);                                                    \
             if (t == ign) continue;                                                                \
             if (t < 0 || t >= c) return bad_target(k, "cross_entropy_bwd", r, t, c);               \
-            count++;                                                                               \
+            wsum += wt ? (double)wt[t] : 1.0;                                                      \
         }                                                                                          \
         /* With every row ignored all rows are zero and sc is never used. */                       \
-        T sc = (T)(count ? (double)*(const T *)k->in[0].data / (double)count : 0);                 \
+        double dl = (double)*(const T *)k->in[0].data, sc = wsum != 0 ? dl / wsum : 0;             \
         _Pragma("omp parallel for schedule(static) if (n * c >= TS_PAR_MIN)") for (int64_t r = 0;  \
                                                                                    r < n; r++) {   \
             int64_t t = target_at(tg, is64, r);                                                    \
             if (t == ign)                                                                          \
                 memset(dx + r * c, 0, (size_t)c * sizeof(T));                                      \
             else                                                                                   \
-                ce_bwd_row_##SFX(dx + r * c, x + r * c, lse[r], c, t, sc);                         \
+                ce_bwd_row_##SFX(dx + r * c, x + r * c, lse[r], c, t,                              \
+                                 (T)(wt ? sc * (double)wt[t] : sc));                               \
         }                                                                                          \
         return TS_OK;                                                                              \
     }
@@ -328,7 +350,7 @@ const ts_op_def ts_def_bce_logits_bwd = {.name = "bce_logits_bwd",
 
 const ts_op_def ts_def_cross_entropy = {.name = "cross_entropy",
                                         .min_in = 2,
-                                        .max_in = 2,
+                                        .max_in = 3,
                                         .infer = infer_ce,
                                         .grad = grad_ce,
                                         .kernel = k_ce,
@@ -337,7 +359,7 @@ const ts_op_def ts_def_cross_entropy = {.name = "cross_entropy",
 
 const ts_op_def ts_def_cross_entropy_bwd = {.name = "cross_entropy_bwd",
                                             .min_in = 4,
-                                            .max_in = 4,
+                                            .max_in = 5,
                                             .infer = infer_ce_bwd,
                                             .kernel = k_ce_bwd,
                                             .cost = cost_ce_bwd};
@@ -365,7 +387,8 @@ ts_val ts_mse_loss(ts_graph *g, ts_val pred, ts_val target) {
     return ts_mean(g, ts_mul(g, d, d), 0, NULL, 0);
 }
 
-ts_val ts_cross_entropy(ts_graph *g, ts_val logits, ts_val target, int64_t ignore_index) {
+static ts_val add_ce(ts_graph *g, ts_val logits, ts_val target, ts_val weight,
+                     int64_t ignore_index) {
     if (!g || g->status != TS_OK || !ts_val_ok(logits) || !ts_val_ok(target)) return TS_NONE;
     ts_type lt = ts_v(g, logits)->t, tt = ts_v(g, target)->t;
     int ok = lt.rank >= 1 && tt.rank == lt.rank - 1;
@@ -385,6 +408,18 @@ ts_val ts_cross_entropy(ts_graph *g, ts_val logits, ts_val target, int64_t ignor
     }
     ts_attrs at = ts_attrs_zero();
     at.i[0] = ignore_index;
-    ts_val in[2] = {logits, target};
-    return ts_node_add(g, TS_OP_CROSS_ENTROPY, 2, in, &at, NULL);
+    ts_val in[3] = {logits, target, weight};
+    return ts_node_add(g, TS_OP_CROSS_ENTROPY, ts_val_ok(weight) ? 3 : 2, in, &at, NULL);
+}
+
+ts_val ts_cross_entropy(ts_graph *g, ts_val logits, ts_val target, int64_t ignore_index) {
+    return add_ce(g, logits, target, TS_NONE, ignore_index);
+}
+
+ts_val ts_cross_entropy_weighted(ts_graph *g, ts_val logits, ts_val target, ts_val weight,
+                                 int64_t ignore_index) {
+    if (g && g->status == TS_OK && !ts_val_ok(weight))
+        return ts_graph_fail(g, TS_ERR_INVALID,
+                             "cross_entropy_weighted: no weight (use ts_cross_entropy)");
+    return add_ce(g, logits, target, weight, ignore_index);
 }

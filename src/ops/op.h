@@ -67,21 +67,26 @@ typedef enum ts_op_id {
     TS_OP_EXPAND,    /* broadcast to the target shape; i[0] target rank, i[1..rank] target dims */
     TS_OP_CONCAT,    /* i[0] axis */
     TS_OP_SLICE,     /* i[0] axis, i[1] start, i[2] end */
-    TS_OP_SLICE_BWD, /* (dy) -> zeros of the source shape with dy at the slice; i[0..2] as slice, i[3] source extent */
+    TS_OP_SLICE_BWD, /* (dy) -> zeros of the source shape with dy at the slice; i[0..2] as slice,
+                        i[3] source extent */
     /* indexing */
     TS_OP_GATHER,      /* (data, idx); i[0] axis */
-    TS_OP_SCATTER_ADD, /* (dy, idx) -> zeros of the data shape, += dy at idx; i[0] axis, i[1] data extent */
+    TS_OP_SCATTER_ADD, /* (dy, idx) -> zeros of the data shape, += dy at idx; i[0] axis, i[1] data
+                          extent */
     /* regularisation */
     TS_OP_DROPOUT, /* f[0] p, i[0] stream id, i[1] 1 in training plans */
     /* losses (scalar outputs) */
-    TS_OP_BCE_LOGITS,     /* (x, y) -> mean loss */
-    TS_OP_BCE_LOGITS_BWD, /* (dl, x, y) -> dx */
-    TS_OP_CROSS_ENTROPY,  /* (logits[N,C], target[N]) -> (loss, lse[N]); i[0] ignore_index */
-    TS_OP_CROSS_ENTROPY_BWD, /* (dl, logits, target, lse) -> dlogits */
+    TS_OP_BCE_LOGITS,        /* (x, y) -> mean loss */
+    TS_OP_BCE_LOGITS_BWD,    /* (dl, x, y) -> dx */
+    TS_OP_CROSS_ENTROPY,     /* (logits[N,C], target[N][, weight[C]]) -> (loss, lse[N]); i[0]
+                                ignore_index */
+    TS_OP_CROSS_ENTROPY_BWD, /* (dl, logits, target, lse[, weight]) -> dlogits */
     /* training step */
-    TS_OP_CLIP_COEF,   /* (g1..gn) -> scalar min(1, max_norm / (norm + 1e-6)); f[0] max_norm */
-    TS_OP_SGD_UPDATE,  /* (p, g[, buf][, coef]) in place; i[0] has_buf, i[1] has_coef, i[2] nesterov; f[0] momentum, f[1] dampening, f[2] wd; lr from the step context */
-    TS_OP_ADAM_UPDATE, /* (p, g, m, v[, coef]) in place; i[0] decoupled (AdamW), i[1] has_coef; f: beta1, beta2, eps, wd */
+    TS_OP_CLIP_COEF,  /* (g1..gn) -> scalar min(1, max_norm / (norm + 1e-6)); f[0] max_norm */
+    TS_OP_SGD_UPDATE, /* (p, g[, buf][, coef]) in place; i[0] has_buf, i[1] has_coef, i[2] nesterov;
+                         f[0] momentum, f[1] dampening, f[2] wd; lr from the step context */
+    TS_OP_ADAM_UPDATE, /* (p, g, m, v[, coef]) in place; i[0] decoupled (AdamW), i[1] has_coef; f:
+                          beta1, beta2, eps, wd */
     /* fused attention (flash-style, no T x T matrix kept); see attention_fused.c */
     TS_OP_ATTENTION,     /* (q, k, v [B,H,T,hd]) -> (o, lse [B,H,T]); i[0] causal; f[0] scale */
     TS_OP_ATTENTION_BWD, /* (do, q, k, v, o, lse) -> (dq, dk, dv); same attrs */
@@ -89,32 +94,41 @@ typedef enum ts_op_id {
     /* conv attrs: i[0] nd, i[1] groups, i[2+3j] stride, i[3+3j] padding, i[4+3j] dilation of
      * spatial dim j; i[11] three 21-bit fields (bwd_data: extra input size, bwd_weight: kernel,
      * transpose: output_padding) */
-    TS_OP_CONV,             /* (x [N,C,...], w [O,C/g,k...][, b [O]]) -> y */
-    TS_OP_CONV_BWD_DATA,    /* (dy, w) -> dx */
-    TS_OP_CONV_BWD_WEIGHT,  /* (dy, x) -> dw */
-    TS_OP_CONV_TRANSPOSE,   /* (x, w [C,O/g,k...][, b [O]]) -> y */
+    TS_OP_CONV,            /* (x [N,C,...], w [O,C/g,k...][, b [O]]) -> y */
+    TS_OP_CONV_BWD_DATA,   /* (dy, w) -> dx */
+    TS_OP_CONV_BWD_WEIGHT, /* (dy, x) -> dw */
+    TS_OP_CONV_TRANSPOSE,  /* (x, w [C,O/g,k...][, b [O]]) -> y */
     /* pool attrs: i[0] nd, i[1] mode (0 max, 1 avg, 2 avg count_include_pad, 3 adaptive avg),
      * i[2+3j] kernel (adaptive: output size), i[3+3j] stride, i[4+3j] padding; i[11] (bwd)
      * input spatial sizes as three 21-bit fields */
-    TS_OP_POOL,             /* (x) -> y */
-    TS_OP_POOL_BWD,         /* (dy[, x in max mode]) -> dx */
+    TS_OP_POOL,     /* (x) -> y */
+    TS_OP_POOL_BWD, /* (dy[, x in max mode]) -> dx */
     /* batch normalisation with running statistics; see batchnorm.c */
-    TS_OP_BATCH_NORM,     /* (x[, w, b], running_mean, running_var) -> (y, mean [C], rstd [C]); stats updated in place in training; i[0] affine, i[1] training (set by ts_compile); f[0] momentum, f[1] eps */
-    TS_OP_BATCH_NORM_BWD, /* (dy, x, mean, rstd[, w]) -> (dx[, dw, db]), training-mode gradient; i[0] affine */
+    TS_OP_BATCH_NORM, /* (x[, w, b], running_mean, running_var) -> (y, mean [C], rstd [C]); stats
+                         updated in place in training; i[0] affine, i[1] training (set by
+                         ts_compile), i[2] relu fused on y; f[0] momentum, f[1] eps */
+    TS_OP_BATCH_NORM_BWD, /* (dy, x, mean, rstd[, w[, b if relu]]) -> (dx[, dw, db]), training-mode
+                             gradient; i[0] affine, i[1] relu */
     /* recurrent cells; see rnn.c */
-    TS_OP_GRU_CELL,      /* (gi [B,T,3H], gh [B,3H], h [B,H]) -> (gi passed on, h', gates r,z,n [B,3H]); i[0] step t */
-    TS_OP_GRU_CELL_BWD,  /* ([dgi_acc,] h, gates, gh[, dh']) -> (dgi_acc + step t rows, dgh, dh); i[0] t, i[1] has_acc, i[2] has_dh, i[3] T */
-    TS_OP_LSTM_CELL,     /* (gi [B,T,4H], gh [B,4H], c [B,H]) -> (gi passed on, h', c', gates i,f,g,o [B,4H]); i[0] step t */
-    TS_OP_LSTM_CELL_BWD, /* ([dgi_acc,] c, gates, c'[, dh'][, dc']) -> (dgi_acc + step t rows, dgates, dc); i[0] t, i[1] has_acc, i[2] has_dh, i[3] has_dc, i[4] T */
+    TS_OP_GRU_CELL, /* (gi [B,T,3H], gh [B,3H], h [B,H]) -> (gi passed on, h', gates r,z,n [B,3H]);
+                       i[0] step t */
+    TS_OP_GRU_CELL_BWD, /* ([dgi_acc,] h, gates, gh[, dh']) -> (dgi_acc + step t rows, dgh, dh);
+                           i[0] t, i[1] has_acc, i[2] has_dh, i[3] T */
+    TS_OP_LSTM_CELL,    /* (gi [B,T,4H], gh [B,4H], c [B,H]) -> (gi passed on, h', c', gates i,f,g,o
+                           [B,4H]); i[0] step t */
+    TS_OP_LSTM_CELL_BWD, /* ([dgi_acc,] c, gates, c'[, dh'][, dc']) -> (dgi_acc + step t rows,
+                            dgates, dc); i[0] t, i[1] has_acc, i[2] has_dh, i[3] has_dc, i[4] T */
     /* sparse (CSR) x dense; see sparse.c */
-    TS_OP_SPMM, /* (indptr i64 [R+1], indices i64 [nnz], values [nnz], dense [C,F][, transpose's indptr, indices, values]) -> [R,F]; i[0] R, i[1] C */
+    TS_OP_SPMM, /* (indptr i64 [R+1], indices i64 [nnz], values [nnz], dense [C,F][, transpose's
+                   indptr, indices, values]) -> [R,F]; i[0] R, i[1] C */
     /* FP8 quantisation; see quant.c. i[0] FP8 dtype, i[1] channel axis (-1: per tensor) */
     TS_OP_QUANTIZE,       /* (x, scale) -> codes (f8 dtype) */
     TS_OP_DEQUANTIZE,     /* (codes, scale) -> scale's dtype */
     TS_OP_FAKE_QUANT,     /* (x, scale) -> dequantize(quantize(x)) */
     TS_OP_FAKE_QUANT_BWD, /* (dy, x, scale) -> dx, straight-through within range */
     /* monitors; see monitor.c */
-    TS_OP_GRAD_STATS, /* (g) -> f64 [TS_GRAD_STATS_N]: sum of squares, sum, non-finite count, numel */
+    TS_OP_GRAD_STATS, /* (g) -> f64 [TS_GRAD_STATS_N]: sum of squares, sum, non-finite count, numel
+                       */
     TS_OP_COUNT
 } ts_op_id;
 
@@ -128,7 +142,9 @@ typedef struct ts_tensor {
     void *data;
 } ts_tensor;
 
-static inline int64_t ts_tensor_numel(const ts_tensor *t) { return ts_shape_numel(t->rank, t->dims); }
+static inline int64_t ts_tensor_numel(const ts_tensor *t) {
+    return ts_shape_numel(t->rank, t->dims);
+}
 
 /* What the runtime tells a kernel about the step being run. */
 typedef struct ts_step_ctx {

@@ -20,6 +20,7 @@
 #include "obs/http.h"
 #include "obs/metrics.h"
 #include "obs/tfevents.h"
+#include "session/metrics_eval.h"
 #include "tessel/ckpt.h"
 #include "tessel/tessel.h"
 
@@ -80,6 +81,9 @@ typedef struct session {
     size_t gbuf_bytes;
     ts_alert_runner *ar; /* gradient monitors and alert rules (src/obs/alert_run.h) */
     ts_ckpt_saver *asv;  /* anomaly snapshots when ckpt.every is 0 (no s->sv) */
+    /* evaluation metrics beyond accuracy/mse (metrics_eval.h) */
+    unsigned metric_flags;
+    ts_metric_acc macc;
 } session;
 
 ts_session_options ts_session_options_default(void) {
@@ -330,12 +334,15 @@ static ts_status write_run_files(session *s) {
         (json_int_t)s->c.train.seed);
     if ((st = write_json(s, "lineage.json", lin)) != TS_OK) return st;
 
-    if (s->all && s->all->norm_mean) {
+    /* The training split carries the statistics used (its own when it was
+     * standardised after the split, else copies of the loader's). */
+    const ts_dataset *nd = s->train ? s->train : s->all;
+    if (nd && nd->norm_mean) {
         json_t *names = json_array(), *mean = json_array(), *sd = json_array();
         const char *p = s->c.data.features;
-        for (int64_t i = 0; i < s->all->n_norm; i++) {
-            json_array_append_new(mean, json_real(s->all->norm_mean[i]));
-            json_array_append_new(sd, json_real(s->all->norm_std[i]));
+        for (int64_t i = 0; i < nd->n_norm; i++) {
+            json_array_append_new(mean, json_real(nd->norm_mean[i]));
+            json_array_append_new(sd, json_real(nd->norm_std[i]));
         }
         /* The feature names as configured; empty when every column but
          * the label was used (the loader knows their order). */
@@ -371,6 +378,9 @@ static json_t *eval_json(const ts_eval_result *e) {
     json_t *o = json_pack("{s:I, s:o}", "examples", (json_int_t)e->examples, "loss", jnum(e->loss));
     if (!isnan(e->accuracy)) json_object_set_new(o, "accuracy", jnum(e->accuracy));
     if (!isnan(e->mse)) json_object_set_new(o, "mse", jnum(e->mse));
+    if (!isnan(e->auc)) json_object_set_new(o, "auc", jnum(e->auc));
+    if (!isnan(e->dice)) json_object_set_new(o, "dice", jnum(e->dice));
+    if (!isnan(e->miou)) json_object_set_new(o, "miou", jnum(e->miou));
     return o;
 }
 
@@ -421,8 +431,18 @@ static ts_status load_csv(session *s) {
         list[n++] = p;
         p = next;
     }
-    ts_csv_options co = {c->data.path,    n ? list : NULL,   n, c->data.label, c->data.window,
-                         c->data.horizon, c->data.normalise, 0};
+    /* A table (window 1) is standardised after the split, with statistics of
+     * the training split only (load_data); windows keep the loader's. */
+    ts_csv_options co = {.path = c->data.path,
+                         .features = n ? list : NULL,
+                         .n_features = n,
+                         .label = c->data.label,
+                         .window = c->data.window,
+                         .horizon = c->data.horizon,
+                         .normalise = c->data.normalise && c->data.window > 1,
+                         .skip_rows = c->data.skip_rows,
+                         .no_header = !c->data.header,
+                         .classes = c->model.classes};
     return ts_data_load_csv_windows(&co, &s->all);
 }
 
@@ -495,6 +515,10 @@ static ts_status load_data(session *s) {
 
     st = ts_dataset_split(s->all, c->data.val_fraction, c->train.seed, &s->train, &s->val);
     if (st != TS_OK) return st;
+    if (c->data.source == TS_CFG_CSV && c->data.normalise && c->data.window == 1) {
+        ts_dataset *others[1] = {s->val};
+        if ((st = ts_dataset_standardise(s->train, others, 1)) != TS_OK) return st;
+    }
     if (s->train->n < c->model.batch)
         return ts_fail(TS_ERR_INVALID,
                        "the training split has %lld examples, fewer than model.batch %lld "
@@ -503,7 +527,14 @@ static ts_status load_data(session *s) {
                        c->data.val_fraction);
     shape.batches_per_epoch = s->train->n / c->model.batch;
     st = ts_config_fit_data(c, &shape);
-    if (st != TS_OK) return st;
+    if (st != TS_OK) {
+        /* Name the data file whose examples do not fit (images of the wrong size). */
+        const char *xf = c->data.source == TS_CFG_IDX   ? c->data.train_images
+                         : c->data.source == TS_CFG_NPY ? c->data.x
+                                                        : c->data.path;
+        if (xf[0]) ts_error_prefix("%s", xf);
+        return st;
+    }
     return ts_loader_new(s->train, c->model.batch, c->data.shuffle, c->train.seed, &s->loader);
 }
 
@@ -554,6 +585,11 @@ static ts_status resolve_metrics(session *s) {
         return ts_fail(TS_ERR_INVALID,
                        "train.metrics: mse needs a regression model; this one is a classifier "
                        "(use accuracy)");
+    if ((st = ts_config_metric_flags(c, &s->metric_flags)) != TS_OK) return st;
+    if ((s->metric_flags & (TS_METRIC_AUC | TS_METRIC_DICE | TS_METRIC_MIOU)) && !s->classifier)
+        return ts_fail(TS_ERR_INVALID,
+                       "train.metrics: auc, dice and miou need a classifier (model.classes > 0); "
+                       "this model is a regression");
     return TS_OK;
 }
 
@@ -597,6 +633,13 @@ static ts_status build(session *s) {
         if (!(s->pbuf = ts_alloc(s->pbuf_bytes ? s->pbuf_bytes : 1, "parameter copy")))
             return TS_ERR_NOMEM;
     }
+    if (s->classifier) {
+        /* Logits per target: the output's values over the targets' count. */
+        const int64_t width = (int64_t)((s->outb / sizeof(float)) / (s->yb / sizeof(int64_t)));
+        if ((st = ts_metric_acc_init(&s->macc, s->metric_flags & ~(unsigned)TS_METRIC_ACCURACY,
+                                     width)) != TS_OK)
+            return st;
+    }
     return TS_OK;
 }
 
@@ -630,6 +673,7 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
     const int64_t width = s->classifier ? (int64_t)(s->outb / sizeof(float)) / (B * per) : 1;
     double loss = 0, sq = 0;
     int64_t correct = 0, targets = 0;
+    ts_metric_acc_reset(&s->macc);
     ts_status st = copy_params(s);
     for (int64_t start = 0; st == TS_OK && start < d->n; start += B) {
         const int64_t cnt = d->n - start < B ? d->n - start : B;
@@ -652,7 +696,9 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
                 for (int64_t k = 0; k < width; k++) sum += exp((double)row[k] - mx);
                 loss += mx + log(sum) - (double)row[y[t]];
                 correct += arg == y[t];
+                if (s->macc.flags && (st = ts_metric_acc_add(&s->macc, row, y[t])) != TS_OK) break;
             }
+            if (st != TS_OK) break;
         } else {
             const float *y = (const float *)((const char *)d->y + (size_t)start * ye);
             for (int64_t t = 0; t < nt; t++) {
@@ -667,7 +713,10 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
         return st;
     }
     e->examples = d->n;
-    e->accuracy = e->mse = NAN;
+    e->accuracy = e->mse = e->auc = e->dice = e->miou = NAN;
+    if (s->macc.flags &&
+        (st = ts_metric_acc_result(&s->macc, &e->auc, &e->dice, &e->miou)) != TS_OK)
+        return st;
     if (s->classifier) {
         e->loss = targets ? loss / (double)targets : NAN;
         if (s->want_acc) e->accuracy = targets ? (double)correct / (double)targets : NAN;
@@ -683,11 +732,20 @@ static ts_status eval_split(session *s, const char *split, const ts_dataset *d, 
     double t0 = ts_now();
     ts_status st = evaluate(s, d, e);
     if (st != TS_OK) return st;
-    char metrics[128] = "", b1[32], b2[32];
+    char metrics[160] = "", b1[32], b2[32];
     if (!isnan(e->accuracy))
         snprintf(metrics, sizeof metrics, "  accuracy %.2f %%", 100.0 * e->accuracy);
     else if (!isnan(e->mse))
         snprintf(metrics, sizeof metrics, "  mse %.6g", e->mse);
+    const struct {
+        const char *name;
+        double v;
+    } extra[] = {{"auc", e->auc}, {"dice", e->dice}, {"miou", e->miou}};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+        if (!isnan(extra[i].v)) {
+            size_t len = strlen(metrics);
+            snprintf(metrics + len, sizeof metrics - len, "  %s %.4f", extra[i].name, extra[i].v);
+        }
     ts_progress_log(&s->pr,
                     "eval  step %lld  epoch %lld  %-4s loss %.6f%s  (%lld examples, %.1f s)",
                     (long long)step, (long long)epoch, split, e->loss, metrics,
@@ -701,6 +759,9 @@ static ts_status eval_split(session *s, const char *split, const ts_dataset *d, 
         if (!isnan(e->accuracy))
             fprintf(s->metrics, ",\"accuracy\":%s", num(e->accuracy, b2, sizeof b2));
         if (!isnan(e->mse)) fprintf(s->metrics, ",\"mse\":%s", num(e->mse, b2, sizeof b2));
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+            if (!isnan(extra[i].v))
+                fprintf(s->metrics, ",\"%s\":%s", extra[i].name, num(extra[i].v, b2, sizeof b2));
         fputs("}\n", s->metrics);
         fflush(s->metrics);
     }
@@ -1144,6 +1205,7 @@ static void session_free(session *s) {
     for (int i = 0; i < s->n_synth; i++) free(s->sx[i]), free(s->sy[i]);
     ts_plan_free(s->plan);
     ts_plan_free(s->eval);
+    ts_metric_acc_free(&s->macc);
     ts_graph_free(s->g);
     free(s->bx);
     free(s->by);

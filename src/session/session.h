@@ -56,6 +56,7 @@ ts_session_options ts_session_options_default(void);
 typedef struct ts_eval_result {
     int64_t examples;
     double loss, accuracy, mse;
+    double auc, dice, miou; /* NaN unless asked for in train.metrics */
 } ts_eval_result;
 
 typedef struct ts_session_result {

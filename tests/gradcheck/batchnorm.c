@@ -386,9 +386,10 @@ typedef struct run_out {
     double *y, *dx, *dw, *db, *rm, *rv;
 } run_out;
 
-/* One training step (no optimizer) of batch_norm on x; outputs as double. */
-static void train_step(ts_dtype dt, int rank, const int64_t *dims, const double *x, const double *r,
-                       int threads, run_out *o) {
+/* One training step (no optimizer) of batch_norm on x; outputs as double.
+ * relu: 0 plain, 1 relu(batch_norm) as two nodes, 2 the fused node. */
+static void train_step_relu(ts_dtype dt, int rank, const int64_t *dims, const double *x,
+                            const double *r, int threads, int relu, run_out *o) {
     int64_t n = 1, c = dims[1];
     for (int i = 0; i < rank; i++) n *= dims[i];
     size_t es = ts_dtype_size(dt);
@@ -396,7 +397,7 @@ static void train_step(ts_dtype dt, int rank, const int64_t *dims, const double 
     unsigned char *buf = malloc((size_t)n * 8);
     double wv[64], bv[64];
     unsigned char wb[512], bb[512];
-    for (int i = 0; i < c; i++) wv[i] = 1 + 0.1 * i, bv[i] = 0.05 * i;
+    for (int i = 0; i < c; i++) wv[i] = (i % 3 == 2 ? -1 : 1) * (1 + 0.1 * i), bv[i] = 0.05 * i;
     to_dt(xb, x, (int)n, dt);
     to_dt(rb, r, (int)n, dt);
     to_dt(wb, wv, (int)c, dt);
@@ -405,7 +406,9 @@ static void train_step(ts_dtype dt, int rank, const int64_t *dims, const double 
     ts_val xv = ts_param(g, "x", dt, rank, dims, ts_init_buffer(xb));
     ts_val w = ts_param(g, "w", dt, 1, &c, ts_init_buffer(wb));
     ts_val b = ts_param(g, "b", dt, 1, &c, ts_init_buffer(bb));
-    ts_val y = ts_batch_norm(g, xv, w, b, "bn", 0.1, 1e-5);
+    ts_val y = relu == 2   ? ts_batch_norm_relu(g, xv, w, b, "bn", 0.1, 1e-5)
+               : relu == 1 ? ts_relu(g, ts_batch_norm(g, xv, w, b, "bn", 0.1, 1e-5))
+                           : ts_batch_norm(g, xv, w, b, "bn", 0.1, 1e-5);
     CHECK_OK(ts_mark_output(g, y, "y"));
     ts_train_spec spec = ts_train_spec_default(
         ts_sum(g, ts_mul(g, y, ts_constant(g, "r", dt, rank, dims, rb)), 0, NULL, 0));
@@ -431,6 +434,11 @@ static void train_step(ts_dtype dt, int rank, const int64_t *dims, const double 
     free(xb);
     free(rb);
     free(buf);
+}
+
+static void train_step(ts_dtype dt, int rank, const int64_t *dims, const double *x, const double *r,
+                       int threads, run_out *o) {
+    train_step_relu(dt, rank, dims, x, r, threads, 0, o);
 }
 
 static run_out alloc_out(int64_t n, int64_t c) {
@@ -478,6 +486,80 @@ static void kernels(void) {
             CHECK(same, "case %zu %s: 1 and 2 threads give different bits", k, dt ? "f32" : "f64");
         }
         free_out(&o64), free_out(&o32), free_out(&t1), free_out(&t2);
+        free(x), free(r);
+    }
+}
+
+/* ---- fused ReLU: gradient check, and the fused kernel against relu(bn) -- */
+
+static ts_val build_bn_relu(ts_graph *g, const ts_val *in, void *u) {
+    const bn_arg *a = u;
+    return ts_batch_norm_relu(g, in[0], a->affine ? in[1] : TS_NONE, a->affine ? in[2] : TS_NONE,
+                              "bn", a->momentum, a->eps);
+}
+
+static int same_bits(const run_out *a, const run_out *b, int64_t n, int64_t c) {
+    return !memcmp(a->y, b->y, (size_t)n * 8) && !memcmp(a->dx, b->dx, (size_t)n * 8) &&
+           !memcmp(a->dw, b->dw, (size_t)c * 8) && !memcmp(a->db, b->db, (size_t)c * 8) &&
+           !memcmp(a->rm, b->rm, (size_t)c * 8) && !memcmp(a->rv, b->rv, (size_t)c * 8);
+}
+
+static void fused_relu(void) {
+    gc_options o = {.no_f32 = 1};
+    /* Small shapes only: with thousands of values per channel, moving one x
+     * by the finite-difference step shifts the statistics enough to carry
+     * some other output across the ReLU's kink, and the numeric gradient
+     * drifts by ~1e-6; the big cases are covered below against relu(bn). */
+    const gc_input shapes[] = {GC_F(4, 3), GC_F(2, 3, 4, 5), GC_F(2, 2, 3, 2, 3), GC_F(3, 2, 40)};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int affine = 0; affine < 2; affine++) {
+            bn_arg a = {affine, 0.1, 1e-5};
+            int64_t c = shapes[s].dims[1];
+            gc_input in[3] = {shapes[s], GC_F(c), GC_F(c)};
+            in[0].lo = -2, in[0].hi = 3;
+            in[1].lo = 0.5, in[1].hi = 1.5;
+            in[2].lo = -0.1, in[2].hi = 0.1;
+            char label[96];
+            snprintf(label, sizeof label, "batch_norm_relu case %zu%s", s, affine ? " affine" : "");
+            gc_check_opt(label, 1 + 2 * affine, in, build_bn_relu, &a, &o);
+        }
+    /* Random shapes: the fused node matches the two-node reference (the
+     * same arithmetic, so the same bits) and is thread-count independent. */
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    for (int k = 0; k < 7; k++) {
+        /* rank 2..5 with random extents; N >= 2 so training has two values
+         * per channel; the last case is big enough to run in parallel. */
+        int rank = 2 + k % 4;
+        int64_t dims[5], n = 1;
+        for (int i = 0; i < rank; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            int64_t lim = i == 0 ? 3 : i == 1 ? 5 : 12;
+            dims[i] = (i == 0 ? 2 : 1) + (int64_t)((st >> 33) % (uint64_t)lim);
+        }
+        if (k == 6) dims[0] = 3, dims[1] = 4, dims[2] = 40, dims[3] = 41;
+        for (int i = 0; i < rank; i++) n *= dims[i];
+        int64_t c = dims[1];
+        double *x = malloc((size_t)n * 8), *r = malloc((size_t)n * 8);
+        for (int64_t i = 0; i < n; i++)
+            x[i] = sin(0.37 * (double)i + k) * 2 + 0.3 * cos(1.7 * (double)i),
+            r[i] = cos(0.3 * (double)i + k);
+        run_out ref = alloc_out(n, c), f1 = alloc_out(n, c), f2 = alloc_out(n, c);
+        for (int dt = 0; dt < 2; dt++) {
+            ts_dtype d = dt ? TS_F32 : TS_F64;
+            train_step_relu(d, rank, dims, x, r, 1, 1, &ref);
+            train_step_relu(d, rank, dims, x, r, 1, 2, &f1);
+            train_step_relu(d, rank, dims, x, r, 2, 2, &f2);
+            int zeros = 0;
+            for (int64_t i = 0; i < n; i++) zeros += ref.y[i] == 0;
+            CHECK(zeros > 0 && zeros < n, "case %d: the ReLU clips %d of %lld values", k, zeros,
+                  (long long)n);
+            CHECK(same_bits(&ref, &f1, n, c),
+                  "case %d %s: fused batch_norm_relu differs from relu(batch_norm)", k,
+                  dt ? "f32" : "f64");
+            CHECK(same_bits(&f1, &f2, n, c), "case %d %s: fused, 1 and 2 threads differ", k,
+                  dt ? "f32" : "f64");
+        }
+        free_out(&ref), free_out(&f1), free_out(&f2);
         free(x), free(r);
     }
 }
@@ -593,6 +675,7 @@ int main(void) {
     parity_1d_3d();
     kernels();
     side_effect();
+    fused_relu();
     errors();
     return check_summary("gradcheck_batchnorm");
 }

@@ -195,6 +195,88 @@ static void reference_values(void) {
     }
 }
 
+/* ---- weighted cross-entropy -------------------------------------------- */
+
+static const double ce_w[4] = {0.5, 2.0, 1.0, 3.0};
+
+static ts_val build_wce(ts_graph *g, const ts_val *in, void *u) {
+    /* The weights in the logits' dtype (the check runs f64 and f32). */
+    static const float ce_wf[4] = {0.5f, 2.0f, 1.0f, 3.0f};
+    ts_dtype dt = ts_dtype_of(g, in[0]);
+    ts_val w =
+        ts_constant(g, "w", dt, 1, (int64_t[]){4}, dt == TS_F64 ? (const void *)ce_w : ce_wf);
+    return ts_cross_entropy_weighted(g, in[0], in[1], w, *(const int64_t *)u);
+}
+static ts_val build_wce_scaled(ts_graph *g, const ts_val *in, void *u) {
+    return ts_mul(g, build_wce(g, in, u), in[2]);
+}
+
+/* torch 1.13, f64: F.cross_entropy(logits34, t, weight=[0.5, 2, 1, 3],
+ * ignore_index=-100) and logits.grad after backward(). */
+static void weighted(void) {
+    static const struct {
+        int64_t t[3];
+        double loss, grad[12];
+    } ref[] = {
+        {{3, -100, 1},
+         0.26612571262883,
+         {0.06633225021704355, 0.003302488276550203, 0.040232543484366896, -0.1098672819779606, 0,
+          0, 0, 0, 0.03769511223293098, -0.12146870105538597, 0.07980055322333153,
+          0.003973035599123372}},
+        {{0, 2, 1},
+         1.6048991339543484,
+         {-0.12706374994832295, 0.000786306732511953, 0.009579177020087355, 0.11669826619572367,
+          0.028871076637732362, 0.037071196209988014, -0.2792722777604509, 0.21333000491273052,
+          0.053850160332758544, -0.1735267157934085, 0.11400079031904503, 0.005675765141604817}},
+        {{3, 3, 1},
+         0.275885579728437,
+         {0.041457656385652214, 0.0020640551728438768, 0.025145339677729306, -0.06866705123622537,
+          0.037893288087023726, 0.04865594502560927, 0.008455135439408193, -0.09500436855204118,
+          0.023559445145581864, -0.07591793815961623, 0.049875345764582205,
+          0.0024831472494521076}}};
+    for (int k = 0; k < 3; k++) {
+        ts_graph *g = ts_graph_new();
+        ts_val l = ts_param(g, "p", TS_F64, 2, (int64_t[]){3, 4}, ts_init_buffer(logits34));
+        ts_val t = ts_constant(g, "t", TS_I64, 1, (int64_t[]){3}, ref[k].t);
+        ts_val w = ts_constant(g, "w", TS_F64, 1, (int64_t[]){4}, ce_w);
+        ts_val loss = ts_cross_entropy_weighted(g, l, t, w, -100);
+        CHECK_OK(ts_mark_output(g, loss, "loss"));
+        ts_train_spec spec = ts_train_spec_default(loss);
+        spec.opt.kind = TS_OPT_NONE;
+        ts_plan *p = NULL;
+        double got[12] = {0}, gl = 0;
+        CHECK_OK(ts_compile(g, &spec, NULL, &p));
+        if (p) {
+            CHECK_OK(ts_plan_step(p));
+            CHECK_OK(ts_plan_read(p, "loss", &gl, sizeof gl));
+            CHECK_OK(ts_plan_read(p, "grad:p", got, sizeof got));
+            ts_plan_free(p);
+        }
+        CHECK_NEAR(gl, ref[k].loss, 1e-14);
+        for (int i = 0; i < 12; i++) CHECK_NEAR(got[i], ref[k].grad[i], 1e-14);
+        ts_graph_free(g);
+    }
+    /* Gradient checks: plain, ignored rows, dl != 1. */
+    static const int64_t t4[4] = {1, 0, 3, 2}, t_ign[4] = {1, -100, 3, -100};
+    static const int64_t ign = -100;
+    gc_input a[2] = {GC_F(4, 4), idx_input(TS_I64, 1, (int64_t[]){4}, t4)};
+    gc_check("cross_entropy_weighted [4,4]", 2, a, build_wce, (void *)&ign);
+    a[1] = idx_input(TS_I64, 1, (int64_t[]){4}, t_ign);
+    gc_check("cross_entropy_weighted ignored rows", 2, a, build_wce, (void *)&ign);
+    gc_input b[3] = {GC_F(4, 4), idx_input(TS_I64, 1, (int64_t[]){4}, t4), GC_SCALAR};
+    b[2].lo = 0.5, b[2].hi = 2;
+    gc_check("cross_entropy_weighted * scalar", 3, b, build_wce_scaled, (void *)&ign);
+    /* A weight of the wrong length is a build error naming the shape. */
+    ts_graph *g = ts_graph_new();
+    ts_val l = ts_input(g, "l", TS_F64, 2, (int64_t[]){3, 4});
+    ts_val t = ts_input(g, "t", TS_I64, 1, (int64_t[]){3});
+    ts_val w = ts_constant(g, "w", TS_F64, 1, (int64_t[]){3}, ce_w);
+    CHECK(!ts_val_ok(ts_cross_entropy_weighted(g, l, t, w, -100)) &&
+              strstr(ts_last_error(), "weight must be f64[4]"),
+          "wrong weight length: %s", ts_last_error());
+    ts_graph_free(g);
+}
+
 /* Every target ignored: torch 1.13 returns NaN (0/0) and a zero gradient. */
 static void all_ignored(void) {
     static const int64_t t[3] = {-100, -100, -100};
@@ -322,6 +404,7 @@ static void errors(void) {
 }
 
 int main(void) {
+    weighted();
     gradchecks();
     reference_values();
     all_ignored();

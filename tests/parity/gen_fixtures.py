@@ -217,8 +217,72 @@ def make_w5(ref):
     return model, x, labels, lambda out, t: F.cross_entropy(out, t), hp, extra
 
 
+class SmallCNN(torch.nn.Module):
+    """tessel's `cnn` model (src/models/cnn.c): not a benchmark workload, so
+    defined here: two Conv2d 3x3 (no bias) -> BatchNorm2d -> ReLU -> MaxPool2d 2
+    blocks, then Linear over the flattened maps."""
+
+    def __init__(self, cin, c1, c2, h, w, ncls):
+        super().__init__()
+        nn = torch.nn
+        self.features = nn.Sequential(
+            nn.Conv2d(cin, c1, 3, padding=1, bias=False), nn.BatchNorm2d(c1), nn.ReLU(),
+            nn.MaxPool2d(2), nn.Conv2d(c1, c2, 3, padding=1, bias=False), nn.BatchNorm2d(c2),
+            nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Linear(c2 * (h // 4) * (w // 4), ncls)
+
+    def forward(self, x):
+        return self.classifier(self.features(x).flatten(1))
+
+
+class LSTMClassifier(torch.nn.Module):
+    """tessel's `lstm` model (src/models/rnn.c): GRUClassifier with an LSTM."""
+
+    def __init__(self, f, h, layers):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(input_size=f, hidden_size=h, num_layers=layers,
+                                  batch_first=True)
+        self.head = torch.nn.Linear(h, 1)
+
+    def forward(self, x):
+        out, (h_n, c_n) = self.lstm(x)
+        return self.head(h_n[-1])
+
+
+def make_cnn(ref):
+    """cnn at batch 4, 1 x 8 x 8, widths 3 and 4, 3 classes (BatchNorm running stats too)."""
+    batch, cin, hw, c1, c2, ncls = 4, 1, 8, 3, 4, 3
+    torch.manual_seed(MODEL_SEED)
+    model = SmallCNN(cin, c1, c2, hw, hw, ncls)
+    g = torch.Generator().manual_seed(DATA_SEED)
+    x = torch.randn(batch, cin, hw, hw, generator=g)
+    y = torch.randint(0, ncls, (batch,), generator=g)
+    hp = dict(workload="cnn", model=f"SmallCNN(cin={cin}, c1={c1}, c2={c2}, {hw}x{hw}, "
+              f"ncls={ncls})", batch=batch, input_shape=list(x.shape),
+              target_shape=list(y.shape), loss="F.cross_entropy (mean)", lr=1e-3,
+              weight_decay=0.0, optim_class="Adam", buffers="running_mean/var after 2 steps")
+    return model, x, y, lambda out, t: F.cross_entropy(out, t), hp
+
+
+def make_lstm(ref):
+    """lstm at batch 4, sequence 5, features 3, hidden 6, 2 layers (as w2_small)."""
+    batch, seq, features, hidden, layers = 4, 5, 3, 6, 2
+    torch.manual_seed(MODEL_SEED)
+    model = LSTMClassifier(features, hidden, layers)
+    g = torch.Generator().manual_seed(DATA_SEED)
+    x = torch.randn(batch, seq, features, generator=g)
+    y = (x[:, -2:, 0].sum(dim=1) > 0).float().unsqueeze(1)
+    hp = dict(workload="lstm", model=f"LSTMClassifier(f={features}, h={hidden}, "
+              f"layers={layers})", seq_len=seq, features=features, hidden=hidden, layers=layers,
+              batch=batch, input_shape=list(x.shape), target_shape=list(y.shape),
+              loss="F.binary_cross_entropy_with_logits(model(x), y) (mean)", lr=1e-3,
+              weight_decay=0.0, optim_class="Adam")
+    return model, x, y, lambda out, t: F.binary_cross_entropy_with_logits(out, t), hp
+
+
 WORKLOADS = {"w1_small": make_w1, "w3_small": make_w3, "w2_small": make_w2,
-             "w4_small": make_w4, "w5_small": make_w5}
+             "w4_small": make_w4, "w5_small": make_w5, "cnn_small": make_cnn,
+             "lstm_small": make_lstm}
 
 # ----------------------------------------------------------------------------- generation
 
@@ -285,6 +349,8 @@ def main():
     ap.add_argument("--reference", default=DEFAULT_REFERENCE,
                     help="path of torch_bench.py (default: %(default)s)")
     ap.add_argument("--out", default=DEFAULT_OUT, help="output directory (default: %(default)s)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated fixture stems to write (default: all)")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -297,7 +363,10 @@ def main():
 
     ref = load_reference(args.reference)
     os.makedirs(args.out, exist_ok=True)
+    only = set(args.only.split(",")) if args.only else None
     for stem, make in WORKLOADS.items():
+        if only and stem not in only:
+            continue
         made = make(ref)
         hp = made[4]
         tensors, losses, names = run(*made)

@@ -611,6 +611,61 @@ static void test_csv(void) {
     CHECK(!d, "no dataset after errors");
 }
 
+/* ---- CSV tables: skipped lines, no header, class labels, standardising --- */
+
+static void test_csv_table(void) {
+    const char *p = write_text("table.csv", "3,2,no,yes\n1,10,0\n3,30,1\n\n5,20,1\n");
+    ts_dataset *d = NULL;
+    ts_csv_options o = {
+        .path = p, .label = "2", .window = 1, .skip_rows = 1, .no_header = 1, .classes = 2};
+    CHECK_OK(ts_data_load_csv_windows(&o, &d));
+    if (d) {
+        const float *x = d->x;
+        const int64_t *y = d->y;
+        CHECK(d->n == 3 && d->y_dtype == TS_I64 && d->y_rank == 0 && d->x_dims[1] == 2 &&
+                  x[0] == 1 && x[1] == 10 && x[4] == 5 && y[0] == 0 && y[1] == 1 && y[2] == 1,
+              "table: 3 rows, columns named by position, i64 labels");
+        ts_dataset_free(d);
+        d = NULL;
+    }
+    /* Standardise: rows (1, 10), (3, 30) as the training split, (5, 20) held out. */
+    ts_dataset *tr = NULL, *va = NULL;
+    ts_csv_options ot = o;
+    ot.path = write_text("tab_train.csv", "a,b,y\n1,10,0\n3,30,1\n"), ot.skip_rows = 0;
+    ot.no_header = 0, ot.label = "y";
+    CHECK_OK(ts_data_load_csv_windows(&ot, &tr));
+    ot.path = write_text("tab_val.csv", "a,b,y\n5,20,1\n");
+    CHECK_OK(ts_data_load_csv_windows(&ot, &va));
+    if (tr && va) {
+        ts_dataset *others[1] = {va};
+        CHECK_OK(ts_dataset_standardise(tr, others, 1));
+        const float *tx = tr->x, *vx = va->x;
+        /* features (1, 3) and (10, 30): mean 2, 20; std 1, 10. */
+        CHECK(tr->n_norm == 2 && tr->norm_mean[0] == 2 && tr->norm_std[1] == 10 && tx[0] == -1 &&
+                  tx[1] == -1 && tx[2] == 1 && tx[3] == 1 && vx[0] == 3 && vx[1] == 0 &&
+                  va->norm_mean[1] == 20,
+              "standardised with the training rows' statistics only");
+    }
+    ts_dataset_free(tr);
+    ts_dataset_free(va);
+    /* A label outside the classes or not whole: FILE:LINE. */
+    o.classes = 1;
+    CHECK(ts_data_load_csv_windows(&o, &d) == TS_ERR_INVALID && HAS(p) && HAS(":3: label") &&
+              HAS("[0, 1)"),
+          "label outside the classes: %s", ts_last_error());
+    p = write_text("half.csv", "1,0.5\n");
+    ts_csv_options oh = {.path = p, .label = "1", .window = 1, .no_header = 1, .classes = 2};
+    CHECK(ts_data_load_csv_windows(&oh, &d) == TS_ERR_INVALID &&
+              HAS(":1: label column '1' holds 0.5"),
+          "fractional label: %s", ts_last_error());
+    o.classes = 2, o.skip_rows = 7;
+    CHECK(ts_data_load_csv_windows(&o, &d) == TS_ERR_FORMAT && HAS("skip_rows is 7"),
+          "skip_rows past the end: %s", ts_last_error());
+    o.skip_rows = -1;
+    CHECK(ts_data_load_csv_windows(&o, &d) == TS_ERR_INVALID, "negative skip_rows");
+    CHECK(!d, "no dataset after errors");
+}
+
 /* ---- tokens -------------------------------------------------------------- */
 
 static void test_tokens(void) {
@@ -824,6 +879,7 @@ int main(void) {
     test_fashion_mnist();
     test_csv();
     test_csv_mutations();
+    test_csv_table();
     test_tokens();
     ts_dataset *all = numbered();
     if (all) {
