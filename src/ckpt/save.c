@@ -77,6 +77,7 @@ struct ts_ckpt_saver {
     int n_data;
     int64_t data_position, epoch;
     atomic_int next_shard;
+    atomic_llong run_ns, wait_ns; /* writer threads, from schedstat */
 
     pthread_t thread;
     int running;
@@ -263,9 +264,20 @@ typedef struct worker_arg {
     const char *dir;
 } worker_arg;
 
+/* This thread's time on a CPU and waiting for one, in ns (0 if unknown). */
+static void thread_sched(long long *run, long long *wait) {
+    *run = *wait = 0;
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (!f) return;
+    if (fscanf(f, "%lld %lld", run, wait) != 2) *run = *wait = 0;
+    fclose(f);
+}
+
 static void *shard_worker(void *arg) {
     worker_arg *wa = arg;
     ts_ckpt_saver *s = wa->s;
+    long long run0, wait0, run1, wait1;
+    thread_sched(&run0, &wait0);
     for (;;) {
         int k = atomic_fetch_add(&s->next_shard, 1);
         if (k >= s->ns) break;
@@ -273,11 +285,16 @@ static void *shard_worker(void *arg) {
         sh->st = write_shard(s, wa->dir, sh);
         if (sh->st != TS_OK) snprintf(sh->err, sizeof sh->err, "%s", ts_last_error());
     }
+    thread_sched(&run1, &wait1);
+    atomic_fetch_add(&s->run_ns, run1 - run0);
+    atomic_fetch_add(&s->wait_ns, wait1 - wait0);
     return NULL;
 }
 
 static ts_status write_shards(ts_ckpt_saver *s, const char *dir) {
     atomic_store(&s->next_shard, 0);
+    atomic_store(&s->run_ns, 0);
+    atomic_store(&s->wait_ns, 0);
     int extra = (s->threads < s->ns ? s->threads : s->ns) - 1;
     pthread_t th[8];
     worker_arg wa = {s, dir};
@@ -488,6 +505,8 @@ static void *job_thread(void *arg) {
         s->done.bytes = bytes;
         s->done.write_s = dt;
         s->done.throughput = dt > 0 ? (double)bytes / dt : 0;
+        s->done.cpu_s = 1e-9 * (double)atomic_load(&s->run_ns);
+        s->done.cpu_wait_s = 1e-9 * (double)atomic_load(&s->wait_ns);
     }
     return NULL;
 }
@@ -503,6 +522,8 @@ ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s) {
             s->stats.bytes = s->done.bytes;
             s->stats.write_s = s->done.write_s;
             s->stats.throughput = s->done.throughput;
+            s->stats.cpu_s = s->done.cpu_s;
+            s->stats.cpu_wait_s = s->done.cpu_wait_s;
             memcpy(s->stats.dir, s->done.dir, sizeof s->stats.dir);
         }
     }
