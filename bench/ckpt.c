@@ -1,17 +1,25 @@
 /* Checkpoint throughput and the stall an asynchronous save adds to a step,
  * for W3-sized state (GPT W3: 23 M parameters, AdamW moments: ~280 MB).
  *
- *     bench_ckpt [RUN_DIR]      (default /tmp/tessel-bench-ckpt; removed after)
+ *     bench_ckpt [--save-only [--reps N]] [RUN_DIR]
+ *                               (default /tmp/tessel-bench-ckpt; removed after)
  *
  * Prints: CRC-32C and SHA-256 speed on one core; a synchronous save (write
  * + hash + fsync + commit); verify + load; then steps with an asynchronous
  * save begun every other step: the stall begin() adds, against the step
- * time, and the background throughput. */
+ * time, and the background throughput.
+ *
+ * --save-only skips the training steps: the raw speed of this disk for the
+ * same bytes (write() into the page cache, then fsync), then N synchronous
+ * saves and N asynchronous saves waited for at once (nothing else running),
+ * with medians. Every save fsyncs each file, the directory and LATEST: the
+ * figures are durable-write throughput, not page-cache speed. */
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "core/crc32c.h"
 #include "tessel/ckpt.h"
 #include "tessel/tessel.h"
@@ -64,7 +72,109 @@ static void hash_speed(void) {
     free(b);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The disk alone: `bytes` from memory with write() (page cache), then fsync. */
+static void raw_write(const char *run, size_t bytes) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/raw.bin", run);
+    unsigned char *b = malloc(bytes);
+    if (!b) return;
+    for (size_t i = 0; i < bytes; i++) b[i] = (unsigned char)(i * 2654435761u >> 13);
+    for (int rep = 0; rep < 2; rep++) {
+        FILE *f = fopen(path, "w");
+        if (!f) break;
+        int fd = fileno(f);
+        double t0 = now();
+        size_t done = 0;
+        while (done < bytes) {
+            size_t n = bytes - done < ((size_t)4 << 20) ? bytes - done : ((size_t)4 << 20);
+            ssize_t w = write(fd, b + done, n);
+            if (w <= 0) break;
+            done += (size_t)w;
+        }
+        double t1 = now();
+        int synced = fsync(fd) == 0;
+        double t2 = now();
+        fclose(f);
+        unlink(path);
+        printf("raw %.0f MB: write() %.3f s = %.2f GB/s (page cache); + fsync %.3f s: %.2f GB/s "
+               "durable%s\n",
+               (double)bytes / 1e6, t1 - t0, (double)bytes / (t1 - t0) / 1e9, t2 - t1,
+               (double)bytes / (t2 - t0) / 1e9, synced ? "" : " (fsync failed)");
+    }
+    free(b);
+}
+
+/* N synchronous saves, then N asynchronous saves each waited for at once. */
+static int save_bench(ts_plan *p, const char *run, const char *sk, double bytes, int reps) {
+    raw_write(run, (size_t)bytes);
+    ts_ckpt_options o = ts_ckpt_options_default();
+    o.sign_key = sk;
+    o.keep_last = 2;
+    const char cfg[] = "model: w3\n";
+    ts_ckpt_meta meta = {cfg, sizeof cfg - 1, NULL, 0, 0, 0};
+    double wall[100], cpus[100], async[100], stall[100], acpu[100], wcpu[100], wwait[100];
+    for (int rep = 0; rep < reps; rep++) {
+        double t0 = now(), c0 = cpu();
+        if (ts_ckpt_save(p, run, &meta, &o) != TS_OK)
+            return fprintf(stderr, "%s\n", ts_last_error()), 1;
+        wall[rep] = now() - t0;
+        cpus[rep] = cpu() - c0;
+        ts_plan_set_step(p, ts_plan_step_count(p) + 1);
+    }
+    ts_ckpt_saver *sv;
+    if (ts_ckpt_saver_new(run, p, &o, &sv) != TS_OK)
+        return fprintf(stderr, "%s\n", ts_last_error()), 1;
+    for (int rep = 0; rep < reps; rep++) {
+        ts_ckpt_save_stats ss;
+        double c0 = cpu();
+        if (ts_ckpt_saver_begin(sv, p, &meta) != TS_OK || ts_ckpt_saver_wait(sv) != TS_OK)
+            return fprintf(stderr, "%s\n", ts_last_error()), 1;
+        ts_ckpt_saver_stats(sv, &ss);
+        async[rep] = ss.write_s;
+        stall[rep] = ss.stall_s;
+        acpu[rep] = cpu() - c0;
+        wcpu[rep] = ss.cpu_s;
+        wwait[rep] = ss.cpu_wait_s;
+        ts_plan_set_step(p, ts_plan_step_count(p) + 1);
+    }
+    ts_ckpt_saver_free(sv);
+    double w = median(wall, reps), c = median(cpus, reps), a = median(async, reps);
+    printf("sync save, median of %d: %.3f s wall = %.2f GB/s; %.3f CPU s (%.2f core-s per GB)\n",
+           reps, w, bytes / w / 1e9, c, c / (bytes / 1e9));
+    double ac = median(acpu, reps);
+    printf("async save alone, median of %d: stall %.1f ms, background write %.3f s = %.2f GB/s; "
+           "%.3f CPU s with the snapshot (%.2f core-s per GB)\n",
+           reps, median(stall, reps) * 1e3, a, bytes / a / 1e9, ac, ac / (bytes / 1e9));
+    printf("  its shard writers: %.3f s on a CPU, %.3f s waiting for one (summed over threads; "
+           "a large wait means other work held the cores)\n",
+           median(wcpu, reps), median(wwait, reps));
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    int save_only = 0, reps = 5;
+    while (argc > 1 && !strncmp(argv[1], "--", 2)) {
+        if (!strcmp(argv[1], "--save-only")) {
+            save_only = 1;
+        } else if (!strcmp(argv[1], "--reps") && argc > 2) {
+            reps = atoi(argv[2]);
+            argv++, argc--;
+        } else {
+            fprintf(stderr, "usage: bench_ckpt [--save-only [--reps N]] [RUN_DIR]\n");
+            return 2;
+        }
+        argv++, argc--;
+    }
+    if (reps < 1 || reps > 100) reps = 5;
     const char *run = argc > 1 ? argv[1] : "/tmp/tessel-bench-ckpt";
     char cmd[600], sk[400], pk[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", run, run);
@@ -86,6 +196,13 @@ int main(int argc, char **argv) {
     printf("W3: params %.1f MB, optimizer state %.1f MB, %d persistent tensors\n",
            (double)st.param_bytes / 1e6, (double)st.state_bytes / 1e6, ts_plan_persistent_count(p));
     if (ts_ckpt_keygen(sk, pk) != TS_OK) return fprintf(stderr, "%s\n", ts_last_error()), 1;
+    if (save_only) {
+        int rc = save_bench(p, run, sk, (double)(st.param_bytes + st.state_bytes), reps);
+        ts_plan_free(p);
+        ts_graph_free(g);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", run);
+        return rc || system(cmd) != 0;
+    }
 
     double t0 = now();
     int ok = step(p, &c) && step(p, &c);

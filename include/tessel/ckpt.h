@@ -110,6 +110,11 @@ typedef struct ts_ckpt_save_stats {
     double write_s;    /* background: shards + hashes + manifest + commit */
     double throughput; /* bytes / write_s */
     char dir[256];     /* the committed directory name, e.g. "step-00001000" */
+    /* The shard writer threads of that save, summed over threads: time on
+     * a CPU, and time runnable but waiting for one (from
+     * /proc/thread-self/schedstat; 0 where the kernel does not say). A
+     * large wait means the cores were busy elsewhere, not a slow writer. */
+    double cpu_s, cpu_wait_s;
 } ts_ckpt_save_stats;
 
 ts_status ts_ckpt_saver_stats(const ts_ckpt_saver *s, ts_ckpt_save_stats *st);

@@ -116,7 +116,7 @@ typedef struct ts_shm_options {
                             (address space only: pages count once written) */
     const int *host_ids; /* nprocs entries: pretend rank r runs on host
                             host_ids[r] (tests of the hierarchical path);
-                            NULL: the real host name */
+                            NULL: the real host (see ts_comm_host) */
     double grace_s;      /* after one worker fails, how long the others get to
                             report before they are killed; 0: 10 s */
     int cpus_per_rank;   /* > 0: pin worker r to the r-th group of this many
@@ -147,7 +147,9 @@ int ts_comm_rank(const ts_comm *c);
 int ts_comm_size(const ts_comm *c);
 /* "shm", "mpi" or "self". */
 const char *ts_comm_transport(const ts_comm *c);
-/* Hosts are numbered 0.. in order of their lowest rank. */
+/* Hosts are numbered 0.. in order of their lowest rank. Ranks share a host
+ * when they run on the same machine (host name) in the same network
+ * namespace; TESSEL_HOST=NAME overrides both (the same NAME: one host). */
 int ts_comm_num_hosts(const ts_comm *c);
 int ts_comm_host(const ts_comm *c, int rank);
 /* Collectives this rank has entered so far. */

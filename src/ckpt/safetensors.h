@@ -122,6 +122,19 @@ ts_status ts_st_writer_meta(ts_st_writer *w, const char *key, const char *value)
  * left as it was. The writer stays usable (save again, or free it). */
 ts_status ts_st_writer_save(const ts_st_writer *w, const char *path);
 
+/* Called with every byte of the file, in file order, just before it is
+ * written: `tensor` is the tensor's index in ts_st_writer_add order, -1
+ * for the header (length, JSON and padding). */
+typedef void (*ts_st_chunk_fn)(void *user, int tensor, const void *data, size_t n);
+
+/* ts_st_writer_save that writes in pieces of at most `chunk` bytes (0: 1
+ * MiB) and hands each to fn first, so a caller hashes exactly the bytes
+ * written while they are still in cache, with no second pass over memory.
+ * Writeback of what was written is started every few pieces
+ * (sync_file_range), so the final fsync waits for the tail only. */
+ts_status ts_st_writer_save_with(const ts_st_writer *w, const char *path, size_t chunk,
+                                 ts_st_chunk_fn fn, void *user);
+
 /* Release the writer; NULL is allowed. */
 void ts_st_writer_free(ts_st_writer *w);
 

@@ -31,7 +31,8 @@
 #include "tessel/tessel.h"
 
 #define SHARD_MIN_BYTES ((size_t)16 << 20)
-#define HASH_BLOCK      ((size_t)1 << 20)
+/* Pieces hashed then written: small enough to stay in L2 between the two. */
+#define HASH_BLOCK ((size_t)256 << 10)
 
 typedef struct sv_tensor {
     char *name;
@@ -78,6 +79,7 @@ struct ts_ckpt_saver {
     int n_data;
     int64_t data_position, epoch;
     atomic_int next_shard;
+    atomic_llong run_ns, wait_ns; /* writer threads, from schedstat */
 
     pthread_t thread;
     int running;
@@ -219,76 +221,51 @@ static ts_status plan_shards(ts_ckpt_saver *s) {
     return TS_OK;
 }
 
-/* Header bytes of a written shard: the 8-byte length and the JSON. */
-static ts_status read_prefix(const char *path, unsigned char **out, size_t *n) {
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ts_fail(TS_ERR_IO, "%s: cannot reopen: %s", path, strerror(errno));
-    unsigned char len8[8];
-    ts_status s = TS_OK;
-    if (pread(fd, len8, 8, 0) != 8) s = ts_fail(TS_ERR_IO, "%s: cannot read back the header", path);
-    uint64_t hl = 0;
-    for (int i = 0; i < 8; i++) hl |= (uint64_t)len8[i] << (8 * i);
-    unsigned char *buf = NULL;
-    if (s == TS_OK && hl > ((uint64_t)100 << 20))
-        s = ts_fail(TS_ERR_FORMAT, "%s: header of %llu bytes read back", path,
-                    (unsigned long long)hl);
-    if (s == TS_OK && !(buf = ts_alloc((size_t)hl + 8, path))) s = TS_ERR_NOMEM;
-    if (s == TS_OK) {
-        memcpy(buf, len8, 8);
-        if (pread(fd, buf + 8, (size_t)hl, 8) != (ssize_t)hl)
-            s = ts_fail(TS_ERR_IO, "%s: cannot read back the header", path);
+/* What the writer hands over, piece by piece, before writing it: the
+ * file's SHA-256 and each tensor's CRC-32C are computed on those bytes
+ * while they are in cache, so hashing costs no second pass over memory and
+ * the file hash is exactly the hash of the bytes written (a load re-hashes
+ * the file, so a write that went wrong still cannot pass as good). */
+typedef struct shard_hash {
+    ts_sha256 sha;
+    ts_ckpt_saver *s;
+    const sv_shard *sh;
+    uint64_t bytes;
+} shard_hash;
+
+static void hash_piece(void *user, int tensor, const void *data, size_t n) {
+    shard_hash *h = user;
+    ts_sha256_update(&h->sha, data, n);
+    if (tensor >= 0) {
+        sv_tensor *t = &h->s->t[h->sh->members[tensor]];
+        t->crc = ts_crc32c(t->crc, data, n);
     }
-    close(fd);
-    if (s != TS_OK) {
-        free(buf);
-        return s;
-    }
-    *out = buf;
-    *n = (size_t)hl + 8;
-    return TS_OK;
+    h->bytes += n;
 }
 
-/* Write one shard, then one pass over its data in memory computes both the
- * file's SHA-256 (after the header read back) and each tensor's CRC-32C.
- * The hash covers the bytes handed to write(), and a load re-hashes the
- * file, so a write that went wrong still cannot pass as good. */
 static ts_status write_shard(ts_ckpt_saver *s, const char *dir, sv_shard *sh) {
     ts_st_writer *w;
     ts_status st = ts_st_writer_new(&w);
     if (st != TS_OK) return st;
     for (int j = 0; j < sh->n && st == TS_OK; j++) {
-        const sv_tensor *t = &s->t[sh->members[j]];
+        sv_tensor *t = &s->t[sh->members[j]];
+        t->crc = 0;
         st = ts_st_writer_add(w, t->name, t->dtype, t->rank, t->dims, s->buf + t->off);
     }
     char *path = ck_join(dir, sh->file);
     if (!path) st = TS_ERR_NOMEM;
-    if (st == TS_OK) st = ts_st_writer_save(w, path);
-    ts_st_writer_free(w);
-    unsigned char *prefix = NULL;
-    size_t plen = 0;
-    if (st == TS_OK) st = read_prefix(path, &prefix, &plen);
-    ts_sha256 h;
-    if (st == TS_OK) st = ts_sha256_begin(&h, path);
+    shard_hash h = {{NULL}, s, sh, 0};
+    if (st == TS_OK) st = ts_sha256_begin(&h.sha, path);
     if (st == TS_OK) {
-        ts_sha256_update(&h, prefix, plen);
-        uint64_t fb = plen;
-        for (int j = 0; j < sh->n; j++) {
-            sv_tensor *t = &s->t[sh->members[j]];
-            const unsigned char *p = s->buf + t->off;
-            uint32_t crc = 0;
-            for (size_t o = 0; o < t->bytes; o += HASH_BLOCK) {
-                size_t len = t->bytes - o < HASH_BLOCK ? t->bytes - o : HASH_BLOCK;
-                crc = ts_crc32c(crc, p + o, len);
-                ts_sha256_update(&h, p + o, len);
-            }
-            t->crc = crc;
-            fb += t->bytes;
+        st = ts_st_writer_save_with(w, path, HASH_BLOCK, hash_piece, &h);
+        if (st == TS_OK) {
+            ts_sha256_end(&h.sha, sh->sha);
+            sh->file_bytes = h.bytes;
+        } else {
+            ts_sha256_abort(&h.sha);
         }
-        ts_sha256_end(&h, sh->sha);
-        sh->file_bytes = fb;
     }
-    free(prefix);
+    ts_st_writer_free(w);
     free(path);
     return st;
 }
@@ -298,9 +275,20 @@ typedef struct worker_arg {
     const char *dir;
 } worker_arg;
 
+/* This thread's time on a CPU and waiting for one, in ns (0 if unknown). */
+static void thread_sched(long long *run, long long *wait) {
+    *run = *wait = 0;
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (!f) return;
+    if (fscanf(f, "%lld %lld", run, wait) != 2) *run = *wait = 0;
+    fclose(f);
+}
+
 static void *shard_worker(void *arg) {
     worker_arg *wa = arg;
     ts_ckpt_saver *s = wa->s;
+    long long run0, wait0, run1, wait1;
+    thread_sched(&run0, &wait0);
     for (;;) {
         int k = atomic_fetch_add(&s->next_shard, 1);
         if (k >= s->ns) break;
@@ -308,11 +296,16 @@ static void *shard_worker(void *arg) {
         sh->st = write_shard(s, wa->dir, sh);
         if (sh->st != TS_OK) snprintf(sh->err, sizeof sh->err, "%s", ts_last_error());
     }
+    thread_sched(&run1, &wait1);
+    atomic_fetch_add(&s->run_ns, run1 - run0);
+    atomic_fetch_add(&s->wait_ns, wait1 - wait0);
     return NULL;
 }
 
 static ts_status write_shards(ts_ckpt_saver *s, const char *dir) {
     atomic_store(&s->next_shard, 0);
+    atomic_store(&s->run_ns, 0);
+    atomic_store(&s->wait_ns, 0);
     int extra = (s->threads < s->ns ? s->threads : s->ns) - 1;
     pthread_t th[8];
     worker_arg wa = {s, dir};
@@ -528,6 +521,8 @@ static void *job_thread(void *arg) {
         s->done.bytes = bytes;
         s->done.write_s = dt;
         s->done.throughput = dt > 0 ? (double)bytes / dt : 0;
+        s->done.cpu_s = 1e-9 * (double)atomic_load(&s->run_ns);
+        s->done.cpu_wait_s = 1e-9 * (double)atomic_load(&s->wait_ns);
     }
     return NULL;
 }
@@ -543,6 +538,8 @@ ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s) {
             s->stats.bytes = s->done.bytes;
             s->stats.write_s = s->done.write_s;
             s->stats.throughput = s->done.throughput;
+            s->stats.cpu_s = s->done.cpu_s;
+            s->stats.cpu_wait_s = s->done.cpu_wait_s;
             memcpy(s->stats.dir, s->done.dir, sizeof s->stats.dir);
         }
     }

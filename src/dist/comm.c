@@ -50,13 +50,32 @@ double ts_dist_default_timeout(void) {
     return 1800.0;
 }
 
-uint64_t ts_dist_host_hash(void) {
+/* A rank's host is its machine name plus its network namespace. Ranks in
+ * one namespace reach each other over loopback and share the machine;
+ * ranks in different namespaces (containers, pods, the netns multi-host
+ * test) talk over a network even when the kernel and the name are shared,
+ * so the hierarchical algorithms treat them as different hosts. The name
+ * keeps the initial namespaces of different machines (the same inode
+ * number everywhere) apart. */
+void ts_dist_host_id(char *buf, size_t n) {
     const char *e = getenv("TESSEL_HOST");
-    char name[256];
-    if (e && *e) return ts_hash_str(e);
-    if (gethostname(name, sizeof name - 1)) return ts_hash_str("localhost");
+    if (!buf || n == 0) return;
+    if (e && *e) {
+        snprintf(buf, n, "%s", e);
+        return;
+    }
+    char name[256], ns[64];
+    if (gethostname(name, sizeof name - 1)) snprintf(name, sizeof name, "localhost");
     name[sizeof name - 1] = 0;
-    return ts_hash_str(name);
+    ssize_t k = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+    ns[k > 0 ? k : 0] = 0;
+    snprintf(buf, n, "%s%s%s", name, k > 0 ? "/" : "", ns);
+}
+
+uint64_t ts_dist_host_hash(void) {
+    char id[384];
+    ts_dist_host_id(id, sizeof id);
+    return ts_hash_str(id);
 }
 
 /* ---- waiting ------------------------------------------------------------- */

@@ -132,7 +132,10 @@ struct ts_comm {
  * environment, forced algorithms from TESSEL_COLL_ALGO, host table from
  * `host_hash` (this rank's; exchanged with the peers). */
 ts_status ts_comm_init_common(ts_comm *c, uint64_t host_hash);
-/* Hash of this machine's name (TESSEL_HOST overrides it, for tests). */
+/* What makes this rank's host: TESSEL_HOST when set, else the machine's
+ * name and network namespace ("node7/net:[4026531840]"). */
+void ts_dist_host_id(char *buf, size_t n);
+/* Hash of ts_dist_host_id: ranks with equal hashes share a host. */
 uint64_t ts_dist_host_hash(void);
 /* The default timeout: TESSEL_DIST_TIMEOUT seconds or 1800. */
 double ts_dist_default_timeout(void);

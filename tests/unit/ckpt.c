@@ -192,6 +192,10 @@ static void test_resume(ts_graph *g, ts_val loss, const char *sk, const char *pk
     CHECK_OK(ts_ckpt_saver_stats(sv, &st));
     CHECK(st.step == 10 && !strcmp(st.dir, "step-00000010"), "stats: step %lld dir %s",
           (long long)st.step, st.dir);
+    /* Linux reports the writers' CPU time (schedstat); waiting may be 0. */
+    CHECK((st.cpu_s > 0 || access("/proc/thread-self/schedstat", R_OK) != 0) && st.cpu_s < 60 &&
+              st.cpu_wait_s >= 0,
+          "writer CPU %g s, waited %g s", st.cpu_s, st.cpu_wait_s);
     ts_ckpt_saver_free(sv);
     ts_plan_free(b);
 

@@ -401,6 +401,63 @@ static void test_p2p_async(void) {
     }
 }
 
+/* Non-blocking reduce-scatter then all-gather (the ZeRO pattern), every
+ * count started before any is waited on; waiting for the last one waits
+ * for all. */
+static int work_nb_shard(ts_comm *c, void *user) {
+    (void)user;
+    int r = ts_comm_rank(c), n = ts_comm_size(c);
+    static const size_t counts[] = {1, 3, 1001, 4097};
+    enum { NC = 4 };
+    for (int nat = 0; nat < 2; nat++) {
+        ts_coll_algo a = nat ? TS_ALGO_NATIVE : TS_ALGO_RING;
+        float *src[NC], *part[NC], *full[NC];
+        ts_coll_ticket t[NC];
+        for (int k = 0; k < NC; k++) {
+            size_t len;
+            ts_comm_block(counts[k], n, r, NULL, &len);
+            src[k] = ts_comm_alloc(c, counts[k] * 4);
+            part[k] = ts_comm_alloc(c, (len ? len : 1) * 4);
+            full[k] = malloc(counts[k] * 4); /* private: staged by the transport */
+            for (size_t i = 0; i < counts[k]; i++) src[k][i] = (float)val(r, i, 50 + k);
+            WOK(ts_reduce_scatter_start(c, src[k], part[k], counts[k], TS_F32, TS_RED_SUM, a,
+                                        &t[k]),
+                r);
+        }
+        WOK(ts_coll_wait(c, t[NC - 1]), r);
+        for (int k = 0; k < NC; k++) {
+            WCHECK(ts_coll_done(c, t[k]), r, "reduce_scatter %d done with the last", k);
+            size_t off, len, bad = 0;
+            ts_comm_block(counts[k], n, r, &off, &len);
+            for (size_t i = 0; i < len; i++)
+                bad += part[k][i] != expect(n, off + i, 50 + k, TS_RED_SUM);
+            WCHECK(!bad, r, "non-blocking reduce_scatter %s n=%d count=%zu: %zu wrong",
+                   ts_coll_algo_name(a), n, counts[k], bad);
+            WOK(ts_allgather_start(c, part[k], full[k], counts[k], TS_F32, a, &t[k]), r);
+        }
+        for (int k = 0; k < NC; k++) {
+            WOK(ts_coll_wait(c, t[k]), r);
+            size_t bad = 0;
+            for (size_t i = 0; i < counts[k]; i++)
+                bad += full[k][i] != expect(n, i, 50 + k, TS_RED_SUM);
+            WCHECK(!bad, r, "non-blocking all_gather %s n=%d count=%zu: %zu wrong",
+                   ts_coll_algo_name(a), n, counts[k], bad);
+            ts_comm_free(c, src[k]);
+            ts_comm_free(c, part[k]);
+            free(full[k]);
+        }
+    }
+    return 0;
+}
+
+static void test_nb_shard(void) {
+    for (int n = 1; n <= 4; n++) {
+        CHECK(ts_shm_launch(n, NULL, work_nb_shard, NULL, NULL) == TS_OK, "%d ranks: %s", n,
+              ts_last_error());
+        collect();
+    }
+}
+
 /* ---- tuning, hosts, heap ---------------------------------------------------- */
 
 static int work_tune(ts_comm *c, void *user) {
@@ -599,6 +656,7 @@ int main(void) {
     test_collectives();
     test_determinism();
     test_p2p_async();
+    test_nb_shard();
     test_hosts_heap();
     test_failures();
     unsetenv("TESSEL_COLL_CACHE");
