@@ -108,6 +108,9 @@ typedef enum ts_op_id {
     TS_OP_LSTM_CELL_BWD, /* ([dgi_acc,] c, gates, c'[, dh'][, dc']) -> (dgi_acc + step t rows, dgates, dc); i[0] t, i[1] has_acc, i[2] has_dh, i[3] has_dc, i[4] T */
     /* sparse (CSR) x dense; see sparse.c */
     TS_OP_SPMM, /* (indptr i64 [R+1], indices i64 [nnz], values [nnz], dense [C,F][, transpose's indptr, indices, values]) -> [R,F]; i[0] R, i[1] C */
+    /* data-parallel collectives inserted by the distribute pass; see collective.c */
+    TS_OP_ALLREDUCE_START, /* (g1..gk) -> token i64: starts the sum all-reduce of bucket i[0] in place; i[1] ts_coll_algo */
+    TS_OP_ALLREDUCE_WAIT,  /* (token, g1..gk) -> token i64: waits for bucket i[0], then g /= ranks in place */
     TS_OP_COUNT
 } ts_op_id;
 

@@ -1,7 +1,8 @@
 /* memplan: every tensor of the step gets a fixed offset in one arena.
  *
  * Layout: [params | grads | optimizer state | inputs, constants, outputs |
- * intermediates]. The first four regions are contiguous and persistent
+ * intermediates]. Gradients are in the data-parallel buckets' order when
+ * the plan has buckets (distribute.c), else in the parameters' order. The first four regions are contiguous and persistent
  * (the optimizer walks params, grads and state as flat arrays). The
  * intermediates region is planned from liveness: each storage root lives
  * from the step its producer runs to the last step reading it or any view
@@ -142,10 +143,23 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
         }
     mp->param_bytes = cur - mp->param_off;
     mp->grad_off = cur;
+    /* Gradients of data-parallel buckets first, bucket by bucket (the
+     * inputs of the allreduce_start nodes, which the distribute pass adds
+     * in bucket order), so each bucket is one contiguous range. */
+    for (int i = 0; i < nn; i++) {
+        const ts_node *n = &g->nodes[i];
+        if (n->op != TS_OP_ALLREDUCE_START) continue;
+        for (int j = 0; j < n->n_in; j++)
+            if (mp->off[root[n->in[j]]] == SIZE_MAX) {
+                mp->off[root[n->in[j]]] = cur;
+                cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[n->in[j]].t), TS_ALIGN);
+            }
+    }
     for (int p = 0; p < nv; p++) {
         if (g->values[p].kind != TS_VK_PARAM) continue;
         for (int v = 0; v < nv; v++)
             if (g->values[v].grad_of == p) {
+                if (mp->off[root[v]] != SIZE_MAX) break;
                 mp->off[root[v]] = cur;
                 cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[v].t), TS_ALIGN);
                 break;

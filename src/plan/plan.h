@@ -4,6 +4,7 @@
 #ifndef TS_PLAN_H
 #define TS_PLAN_H
 
+#include "ops/collective.h"
 #include "ops/op.h"
 #include "passes/passes.h"
 #include "tessel/plan.h"
@@ -61,6 +62,11 @@ struct ts_plan {
     double flops;
     void *backend_scratch; /* shared scratch for backend kernels (oneDNN) */
     size_t backend_scratch_bytes;
+    /* Data parallelism (distribute pass): gradient buckets and the state
+     * their ops share; with buckets the arena comes from ts_comm_alloc. */
+    int n_buckets;
+    ts_dist_rt dist; /* tickets owned */
+    int arena_from_comm;
 };
 
 /* CPU backend: choose optimised kernels for the plan's instructions

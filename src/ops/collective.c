@@ -1,0 +1,155 @@
+/* Data-parallel collective ops, inserted by the distribute pass
+ * (src/passes/distribute.c), never by users.
+ *
+ *   allreduce_start (g1..gk) -> token    starts the sum all-reduce of one
+ *                                         gradient bucket on the step
+ *                                         context's comm and returns at once
+ *   allreduce_wait  (token, g1..gk) -> token
+ *                                         waits for that all-reduce, then
+ *                                         divides each gradient by the rank
+ *                                         count (the mean over ranks)
+ *
+ * Both write the gradients in place (side effects), so nothing may read a
+ * bucket's gradients between its start and its wait: the pass places the
+ * wait before the first such reader. The memory planner lays each bucket
+ * out as one contiguous range (64-byte padding between tensors stays zero),
+ * so a bucket is one collective; a bucket that is not contiguous falls back
+ * to one collective per tensor. The tokens only order start before wait and
+ * name the bucket in plan dumps. The comm and the buckets' tickets come
+ * from the instruction's backend state (collective.h). */
+#include <string.h>
+#include "collective.h"
+#include "kern.h"
+
+static const char *lbl(const ts_kargs *k) {
+    return k->label ? k->label : "?";
+}
+
+static ts_status check_grads(const ts_graph *g, const ts_node *n, int first) {
+    ts_dtype dt = ts_in_type(g, n, first)->dtype;
+    if (dt != TS_F32 && dt != TS_F64)
+        return ts_fail(TS_ERR_SHAPE, "gradients must be f32 or f64, got %s", ts_dtype_name(dt));
+    for (int i = first + 1; i < n->n_in; i++)
+        if (ts_in_type(g, n, i)->dtype != dt)
+            return ts_fail(TS_ERR_SHAPE, "gradient %d is %s, the first is %s", i - first,
+                           ts_dtype_name(ts_in_type(g, n, i)->dtype), ts_dtype_name(dt));
+    return TS_OK;
+}
+
+static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    ts_status s = check_grads(g, n, 0);
+    if (s != TS_OK) return s;
+    memset(out, 0, sizeof *out);
+    out->dtype = TS_I64;
+    out->rank = 0;
+    *n_out = 1;
+    return TS_OK;
+}
+
+static ts_status infer_wait(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_type *t = ts_in_type(g, n, 0);
+    if (t->dtype != TS_I64 || ts_type_numel(t) != 1)
+        return ts_fail(TS_ERR_SHAPE, "input 0 must be the i64 token of allreduce_start");
+    ts_status s = check_grads(g, n, 1);
+    if (s != TS_OK) return s;
+    memset(out, 0, sizeof *out);
+    out->dtype = TS_I64;
+    out->rank = 0;
+    *n_out = 1;
+    return TS_OK;
+}
+
+static ts_status rt_bucket(const ts_kargs *k, const char *op, const ts_dist_rt **rt, int *b) {
+    *rt = k->backend;
+    *b = (int)k->a->i[0];
+    if (!*rt || !(*rt)->comm || *b < 0 || *b >= (*rt)->n_buckets)
+        return ts_fail(TS_ERR_INTERNAL, "%s '%s': bucket %d has no comm in this plan", op, lbl(k),
+                       *b);
+    return TS_OK;
+}
+
+static ts_status k_start(const ts_kargs *k) {
+    const ts_dist_rt *rt;
+    int b;
+    ts_status s = rt_bucket(k, "allreduce_start", &rt, &b);
+    if (s != TS_OK) return s;
+    ts_comm *c = rt->comm;
+    const ts_dtype dt = k->in[0].dtype;
+    const size_t es = ts_dtype_size(dt);
+    const ts_coll_algo algo = (ts_coll_algo)k->a->i[1];
+    /* One collective over [lo, hi) when the tensors follow each other with
+     * at most the planner's alignment padding between them. */
+    char *lo = k->in[0].data, *hi = lo + (size_t)ts_tensor_numel(&k->in[0]) * es;
+    int contiguous = 1;
+    for (int j = 1; j < k->n_in && contiguous; j++) {
+        char *p = k->in[j].data;
+        if (p < hi || p - hi >= TS_ALIGN || (size_t)(p - hi) % es) contiguous = 0;
+        hi = p + (size_t)ts_tensor_numel(&k->in[j]) * es;
+    }
+    ts_coll_ticket t = {0};
+    if (contiguous) {
+        s = ts_allreduce_start(c, lo, (size_t)(hi - lo) / es, dt, TS_RED_SUM, algo, &t);
+    } else {
+        for (int j = 0; j < k->n_in && s == TS_OK; j++)
+            s = ts_allreduce_start(c, k->in[j].data, (size_t)ts_tensor_numel(&k->in[j]), dt,
+                                   TS_RED_SUM, algo, &t);
+    }
+    if (s != TS_OK) return s;
+    rt->tickets[b] = t;
+    *(int64_t *)k->out[0].data = b;
+    return TS_OK;
+}
+
+static void div_f32(float *x, int64_t n, float d) {
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] / d;
+}
+
+static void div_f64(double *x, int64_t n, double d) {
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] / d;
+}
+
+static ts_status k_wait(const ts_kargs *k) {
+    const ts_dist_rt *rt;
+    int b;
+    ts_status s = rt_bucket(k, "allreduce_wait", &rt, &b);
+    if (s != TS_OK) return s;
+    ts_comm *c = rt->comm;
+    if ((s = ts_coll_wait(c, rt->tickets[b])) != TS_OK) return s;
+    const int nr = ts_comm_size(c);
+    /* The sum over ranks becomes their mean: each rank's loss is the mean
+     * over its share of the batch, so the mean of the ranks' gradients is
+     * the gradient of the mean over the whole batch. x / n, not x * (1/n):
+     * exact for a power of two either way, and the same bits on every rank. */
+    for (int j = 1; j < k->n_in && nr > 1; j++) {
+        const ts_tensor *g = &k->in[j];
+        if (g->dtype == TS_F32)
+            div_f32(g->data, ts_tensor_numel(g), (float)nr);
+        else
+            div_f64(g->data, ts_tensor_numel(g), (double)nr);
+    }
+    *(int64_t *)k->out[0].data = b;
+    return TS_OK;
+}
+
+static double cost_wait(const ts_graph *g, const ts_node *n) {
+    double e = 0;
+    for (int i = 1; i < n->n_in; i++) e += (double)ts_type_numel(ts_in_type(g, n, i));
+    return e;
+}
+
+const ts_op_def ts_def_allreduce_start = {.name = "allreduce_start",
+                                          .min_in = 1,
+                                          .max_in = -1,
+                                          .flags = TS_OPF_SIDE_EFFECT,
+                                          .infer = infer_start,
+                                          .kernel = k_start};
+
+const ts_op_def ts_def_allreduce_wait = {.name = "allreduce_wait",
+                                         .min_in = 2,
+                                         .max_in = -1,
+                                         .flags = TS_OPF_SIDE_EFFECT,
+                                         .infer = infer_wait,
+                                         .kernel = k_wait,
+                                         .cost = cost_wait};
