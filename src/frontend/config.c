@@ -187,6 +187,15 @@ static const ts_config_key keys[] = {
      "write TensorBoard event files under RUN_DIR/tb/ (needs a run directory)"},
     {"observe.histogram_every", TS_CFG_I64, FIELD(observe, histogram_every), 0, NULL, "[0, 1e15]",
      "100", "steps between TensorBoard histograms of every parameter and gradient (0: none)"},
+    /* dist */
+    {"dist.procs", TS_CFG_INT, FIELD(dist, procs), 0, NULL, "[1, 1024]", "1",
+     "data-parallel worker processes on this host (tessel train --procs overrides)"},
+    {"dist.bucket_mb", TS_CFG_F64, FIELD(dist, bucket_mb), 0, NULL, "(0, 1e6]", "25",
+     "gradient bucket size in MiB (the first bucket is 1 MiB)"},
+    {"dist.algo", TS_CFG_ENUM, FIELD(dist, algo), 0, "auto|native|ring|rhd|rd|hier", NULL, "auto",
+     "all-reduce algorithm of the gradient buckets (auto: measured per size)"},
+    {"dist.timeout_s", TS_CFG_F64, FIELD(dist, timeout_s), 0, NULL, "[0, inf)", "0",
+     "seconds a collective may wait for a peer (0: TESSEL_DIST_TIMEOUT, else 1800)"},
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))

@@ -111,6 +111,12 @@ typedef struct ts_config {
         int tensorboard;       /* event files under RUN_DIR/tb/ */
         int64_t histogram_every; /* steps between weight/gradient histograms; 0: none */
     } observe;
+    struct {
+        int procs;        /* data-parallel worker processes on this host (tessel train) */
+        double bucket_mb; /* gradient bucket size (MiB) */
+        int algo;         /* ts_coll_algo of the gradient all-reduces */
+        double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
+    } dist;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 
