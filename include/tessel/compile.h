@@ -107,6 +107,7 @@ typedef struct ts_compile_options {
     double bucket_mb;       /* gradient bucket size in MiB (0: 25) */
     double first_bucket_mb; /* the first bucket, which starts earliest (0: 1) */
     int dist_algo;          /* ts_coll_algo of the gradient all-reduces (0: auto) */
+    int zero;               /* 1: ZeRO-1, optimizer state sharded over the ranks */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

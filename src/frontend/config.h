@@ -115,6 +115,7 @@ typedef struct ts_config {
         int procs;        /* data-parallel worker processes on this host (tessel train) */
         double bucket_mb; /* gradient bucket size (MiB) */
         int algo;         /* ts_coll_algo of the gradient all-reduces */
+        int zero;         /* ZeRO stage: 1 shards the optimizer state */
         double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
     } dist;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */

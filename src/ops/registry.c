@@ -69,6 +69,12 @@ extern const ts_op_def ts_def_lstm_cell_bwd;
 extern const ts_op_def ts_def_spmm;
 extern const ts_op_def ts_def_allreduce_start;
 extern const ts_op_def ts_def_allreduce_wait;
+extern const ts_op_def ts_def_reduce_scatter_start;
+extern const ts_op_def ts_def_reduce_scatter_wait;
+extern const ts_op_def ts_def_all_gather_start;
+extern const ts_op_def ts_def_all_gather_wait;
+extern const ts_op_def ts_def_zero_clip_coef;
+extern const ts_op_def ts_def_shard_update;
 
 static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_ADD] = &ts_def_add,
@@ -137,6 +143,12 @@ static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_SPMM] = &ts_def_spmm,
     [TS_OP_ALLREDUCE_START] = &ts_def_allreduce_start,
     [TS_OP_ALLREDUCE_WAIT] = &ts_def_allreduce_wait,
+    [TS_OP_REDUCE_SCATTER_START] = &ts_def_reduce_scatter_start,
+    [TS_OP_REDUCE_SCATTER_WAIT] = &ts_def_reduce_scatter_wait,
+    [TS_OP_ALL_GATHER_START] = &ts_def_all_gather_start,
+    [TS_OP_ALL_GATHER_WAIT] = &ts_def_all_gather_wait,
+    [TS_OP_ZERO_CLIP_COEF] = &ts_def_zero_clip_coef,
+    [TS_OP_SHARD_UPDATE] = &ts_def_shard_update,
 };
 
 const ts_op_def *ts_op_get(int op) { return (op >= 0 && op < TS_OP_COUNT) ? table[op] : NULL; }

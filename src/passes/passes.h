@@ -38,11 +38,15 @@ ts_status ts_pass_schedule(const ts_graph *g, int naive, int32_t **order, int *n
 /* Data parallelism: per gradient bucket an allreduce_start node right
  * after its last gradient in `order` and an allreduce_wait node before the
  * first later reader (src/passes/distribute.c). Replaces *order (the new
- * nodes inserted) and sets *n_buckets (0: no gradients). */
+ * nodes inserted) and sets *n_buckets to the number of ticket slots the
+ * plan needs (0: no gradients). With zero, see distribute.c. */
 typedef struct ts_dist_spec {
     size_t bucket_bytes;       /* buckets after the first */
     size_t first_bucket_bytes; /* the first bucket */
-    int algo;                  /* ts_coll_algo of the all-reduces */
+    int algo;                  /* ts_coll_algo of the collectives */
+    int zero;                  /* 1: ZeRO-1 (reduce-scatter, sharded update, all-gather) */
+    int rank, size;            /* this rank of size (ZeRO: which shard) */
+    int32_t *loss;             /* ZeRO compacts the graph: the loss id is remapped */
 } ts_dist_spec;
 ts_status ts_pass_distribute(ts_graph *g, int32_t **order, int *n_order, const ts_dist_spec *d,
                              int *n_buckets);

@@ -107,12 +107,10 @@ void ts_plan_free(ts_plan *p) {
     /* A step that failed between a bucket's start and its wait leaves its
      * all-reduce on the comm's thread, writing into the arena: let it end
      * (it completes, or fails at the comm's timeout) before freeing. */
-    for (int b = p->n_buckets - 1; b >= 0 && p->dist.tickets; b--)
-        if (p->dist.tickets[b].id) {
-            if (!ts_coll_done(p->opt.comm, p->dist.tickets[b]))
-                ts_coll_wait(p->opt.comm, p->dist.tickets[b]);
-            break;
-        }
+    ts_coll_ticket last = {0};
+    for (int b = 0; b < p->n_buckets && p->dist.tickets; b++)
+        if (p->dist.tickets[b].id > last.id) last = p->dist.tickets[b];
+    if (last.id && !ts_coll_done(p->opt.comm, last)) ts_coll_wait(p->opt.comm, last);
     free(p->dist.tickets);
     if (p->arena_from_comm) ts_comm_free(p->opt.comm, p->arena);
     else ts_aligned_free(p->arena);
@@ -288,6 +286,15 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
         d.bucket_bytes = (size_t)(mb * 1048576.0);
         d.first_bucket_bytes = (size_t)(first_mb * 1048576.0);
         d.algo = p->opt.dist_algo;
+        d.zero = p->opt.zero;
+        d.rank = ts_comm_rank(p->opt.comm);
+        d.size = ts_comm_size(p->opt.comm);
+        d.loss = &p->loss;
+        if (d.zero < 0 || d.zero > 1) {
+            s = ts_fail(TS_ERR_UNSUPPORTED, "compile: ZeRO stage %d (0 and 1 are supported)",
+                        d.zero);
+            goto done;
+        }
         if (d.algo < 0 || d.algo >= TS_ALGO_COUNT) {
             s = ts_fail(TS_ERR_INVALID, "compile: dist_algo %d is not a ts_coll_algo", d.algo);
             goto done;
@@ -360,7 +367,7 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec,
         p->dist.comm = p->opt.comm;
         p->dist.n_buckets = p->n_buckets;
         for (int i = 0; i < p->n_ins; i++)
-            if (p->ins[i].op == TS_OP_ALLREDUCE_START || p->ins[i].op == TS_OP_ALLREDUCE_WAIT)
+            if (p->ins[i].op >= TS_OP_ALLREDUCE_START && p->ins[i].op <= TS_OP_ZERO_CLIP_COEF)
                 p->ins[i].backend = &p->dist;
     }
     *out = p;

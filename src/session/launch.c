@@ -88,6 +88,12 @@ static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_ses
                        "model.batch %lld does not divide by %d processes: every rank trains on "
                        "model.batch / processes rows of each batch",
                        (long long)c->model.batch, n);
+    if (c->dist.zero && (c->ckpt.every > 0 || (o->resume && *o->resume)))
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "dist.zero %d shards the optimizer state over the processes, and "
+                       "checkpoints of sharded state are not supported yet: set dist.zero: 0 to %s",
+                       c->dist.zero,
+                       o->resume && *o->resume ? "resume" : "save checkpoints (ckpt.every)");
     shared_out *out =
         mmap(NULL, sizeof *out, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (out == MAP_FAILED) return ts_fail(TS_ERR_NOMEM, "--procs: cannot map shared memory");

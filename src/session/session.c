@@ -567,6 +567,7 @@ static ts_status build(session *s) {
     opt.comm = s->o->comm;
     opt.bucket_mb = s->c.dist.bucket_mb;
     opt.dist_algo = s->c.dist.algo;
+    opt.zero = s->nranks > 1 ? s->c.dist.zero : 0;
     if (st == TS_OK) st = ts_compile(s->g, &spec, &opt, &s->plan);
     opt.comm = NULL; /* the evaluation plan is this rank's alone */
     if (st != TS_OK) return st;
@@ -1161,6 +1162,11 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
                      "model.batch %lld does not divide by %d processes: every rank trains on "
                      "model.batch / processes rows of each batch",
                      (long long)c->model.batch, s->nranks);
+    if (st == TS_OK && s->nranks > 1 && c->dist.zero && (c->ckpt.every > 0 || from))
+        st = ts_fail(TS_ERR_UNSUPPORTED,
+                     "dist.zero %d shards the optimizer state over the processes, and checkpoints "
+                     "of sharded state are not supported yet: set dist.zero: 0 to %s",
+                     c->dist.zero, from ? "resume" : "save checkpoints (ckpt.every)");
     if (st == TS_OK) st = check_key("ckpt.sign_key", c->ckpt.sign_key);
     if (st == TS_OK) st = check_key("ckpt.verify_key", c->ckpt.verify_key);
     /* Verify the checkpoint (signature, file hashes, tensor CRCs) before

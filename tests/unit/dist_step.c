@@ -20,6 +20,7 @@ typedef struct shared {
     size_t n_floats;
     int steps_ok[4];
     int n_start, n_wait, overlap_ok, waits_before_update;
+    size_t arena_bytes, state_bytes; /* rank 0's plan */
     char err[4][512];
 } shared;
 
@@ -31,6 +32,9 @@ typedef struct run_cfg {
     double bucket_mb, first_mb;
     int die_rank; /* >= 0: this rank exits before step 2 */
     int dump;     /* rank 0 checks the plan dump */
+    int zero;     /* ZeRO stage */
+    int no_clip;  /* no clipping by global norm */
+    int sgd;      /* SGD with Nesterov momentum and weight decay instead of AdamW */
 } run_cfg;
 
 /* Global batch of step s: fixed pseudo-random values. */
@@ -43,7 +47,8 @@ static void batch(int step, float *x, float *y) {
 static ts_status compile(const run_cfg *rc, ts_comm *comm, ts_plan **p) {
     ts_train_spec spec = ts_train_spec_default(rc->loss);
     spec.opt = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
-    spec.clip_grad_norm = 1.0;
+    if (rc->sgd) spec.opt = ts_sgd(0.05, 0.9, 0, 1, 1e-4);
+    spec.clip_grad_norm = rc->no_clip ? 0.0 : 1.0;
     ts_compile_options opt = ts_compile_options_default();
     opt.seed = 7;
     opt.threads = 1;
@@ -51,6 +56,7 @@ static ts_status compile(const run_cfg *rc, ts_comm *comm, ts_plan **p) {
     opt.bucket_mb = rc->bucket_mb;
     opt.first_bucket_mb = rc->first_mb;
     opt.dist_algo = TS_ALGO_NATIVE;
+    opt.zero = rc->zero;
     return ts_compile(rc->g, &spec, &opt, p);
 }
 
@@ -112,6 +118,12 @@ static int worker(ts_comm *comm, void *user) {
         return 1;
     }
     if (rc->dump && r == 0) check_dump(p);
+    if (r == 0) {
+        ts_plan_stats st;
+        ts_plan_get_stats(p, &st);
+        SH->arena_bytes = st.arena_bytes;
+        SH->state_bytes = st.state_bytes;
+    }
     static float x[B * IN], y[B];
     int ok = 0;
     for (int s = 0; s < STEPS; s++) {
@@ -163,15 +175,6 @@ static size_t reference(float *out) {
     return k;
 }
 
-static ts_status launch(int n, run_cfg *rc, int *codes) {
-    memset(SH, 0, sizeof *SH);
-    ts_shm_options o = {0};
-    o.timeout_s = 5;
-    o.heap_bytes = (size_t)64 << 20;
-    o.grace_s = 2;
-    return ts_shm_launch(n, &o, worker, rc, codes);
-}
-
 static double max_abs_diff(const float *a, const float *b, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -179,6 +182,59 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
         if (!(d <= m)) m = d; /* NaN sticks */
     }
     return m;
+}
+
+static ts_status launch(int n, run_cfg *rc, int *codes);
+
+/* ZeRO-1 against ZeRO-0 on n ranks: the reduce-scatter folds each element
+ * in the same rank order as the all-reduce and the shard update is the
+ * fused update's arithmetic element by element, so without clipping the
+ * weights are the same bits. With clipping the coefficient's norm is summed
+ * over shards instead of per tensor (see zero_clip_coef), which may move
+ * it by an ulp: equal up to that rounding. */
+static void check_zero(int n, ts_graph *g, ts_val loss, int no_clip, int sgd) {
+    static float base[MAX_FLOATS];
+    run_cfg rc = {0};
+    rc.g = g;
+    rc.loss = loss;
+    rc.die_rank = -1;
+    rc.no_clip = no_clip;
+    rc.sgd = sgd;
+    rc.bucket_mb = 16.0 / 1024;
+    rc.first_mb = 4.0 / 1024;
+    ts_status s = launch(n, &rc, NULL);
+    CHECK(s == TS_OK, "zero 0, %d ranks: %s (%s)", n, ts_last_error(), SH->err[0]);
+    const size_t nf = SH->n_floats, state0 = SH->state_bytes, arena0 = SH->arena_bytes;
+    memcpy(base, SH->params[0], sizeof(float) * nf);
+    rc.zero = 1;
+    s = launch(n, &rc, NULL);
+    CHECK(s == TS_OK, "zero 1, %d ranks: %s (%s)", n, ts_last_error(), SH->err[0]);
+    CHECK(SH->n_floats == nf, "zero 1: %zu parameters, zero 0 %zu", SH->n_floats, nf);
+    for (int r = 1; r < n; r++)
+        CHECK(!memcmp(SH->params[0], SH->params[r], sizeof(float) * nf),
+              "zero 1, %d ranks: rank %d's weights differ from rank 0's", n, r);
+    double d = max_abs_diff(SH->params[0], base, nf);
+    if (no_clip)
+        CHECK(d == 0, "zero 1 vs zero 0 without clipping, %d ranks: max |dw| %.3g (want 0)", n, d);
+    else
+        CHECK(d <= 1e-6, "zero 1 vs zero 0 with clipping, %d ranks: max |dw| %.3g", n, d);
+    /* The optimizer state shrinks to the rank's shard (plus padding). */
+    CHECK(SH->state_bytes * (size_t)n <= state0 + (size_t)n * 4096,
+          "zero 1 state %zu bytes per rank, zero 0 %zu", SH->state_bytes, state0);
+    printf(
+        "%d ranks, %s, %s: zero 1 vs zero 0 max |dw| = %.3g; per-rank optimizer state %zu -> %zu "
+        "bytes, arena %zu -> %zu bytes\n",
+        n, sgd ? "sgd" : "adamw", no_clip ? "no clipping" : "clipping", d, state0, SH->state_bytes,
+        arena0, SH->arena_bytes);
+}
+
+static ts_status launch(int n, run_cfg *rc, int *codes) {
+    memset(SH, 0, sizeof *SH);
+    ts_shm_options o = {0};
+    o.timeout_s = 5;
+    o.heap_bytes = (size_t)64 << 20;
+    o.grace_s = 2;
+    return ts_shm_launch(n, &o, worker, rc, codes);
 }
 
 int main(void) {
@@ -248,6 +304,9 @@ int main(void) {
                   "rank 0's error: %s", SH->err[0]);
             printf("rank 1 died: rank 0 reported: %s\n", SH->err[0]);
         }
+        check_zero(n, rc.g, rc.loss, 1, 0);
+        check_zero(n, rc.g, rc.loss, 0, 0);
+        check_zero(n, rc.g, rc.loss, 1, 1);
         ts_graph_free(rc.g);
     }
     munmap(SH, sizeof *SH);
