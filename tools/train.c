@@ -27,6 +27,7 @@ int cli_train(const cli_args *a) {
     ts_session_options o = ts_session_options_default();
     o.out_dir = a->out;
     o.resume = a->resume;
+    o.trace = a->trace;
     o.stop = &stop_flag;
     o.log = stdout;
     o.progress = isatty(fileno(stdout)) ? TS_PROGRESS_TTY : TS_PROGRESS_LINES;

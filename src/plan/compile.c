@@ -283,6 +283,7 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
         ts_dist_spec d;
         double mb = p->opt.bucket_mb > 0 ? p->opt.bucket_mb : 25.0;
         double first_mb = p->opt.first_bucket_mb > 0 ? p->opt.first_bucket_mb : 1.0;
+        if (first_mb > mb) first_mb = mb; /* the first bucket is the small one */
         d.bucket_bytes = (size_t)(mb * 1048576.0);
         d.first_bucket_bytes = (size_t)(first_mb * 1048576.0);
         d.algo = p->opt.dist_algo;

@@ -67,6 +67,7 @@ struct ts_plan {
     int n_buckets;
     ts_dist_rt dist; /* tickets owned */
     int arena_from_comm;
+    struct ts_trace *trace; /* non-NULL: a compute span per instruction (not owned) */
 };
 
 /* CPU backend: choose optimised kernels for the plan's instructions
@@ -74,6 +75,11 @@ struct ts_plan {
 ts_status ts_cpu_prepare(ts_plan *p);
 /* Run every instruction once. */
 ts_status ts_cpu_execute(ts_plan *p);
+
+/* Record a "compute" span per instruction of every step into t (a
+ * Chrome trace, src/obs/trace.h; NULL: stop). Span names are op names,
+ * labels point into the plan: write the trace before freeing the plan. */
+void ts_plan_set_trace(ts_plan *p, struct ts_trace *t);
 
 /* Look up a named value. */
 const ts_named *ts_plan_find(const ts_plan *p, const char *name);

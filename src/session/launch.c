@@ -3,9 +3,14 @@
 #include "session/launch.h"
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include "core/core.h"
+#include "obs/progress.h"
+#include "obs/trace.h"
+#include "plan/plan.h"
 
 ts_status ts_session_agree(ts_comm *comm, double *loss, int *stop) {
     double v[2] = {*loss, *stop ? 1.0 : 0.0};
@@ -139,4 +144,73 @@ ts_status ts_session_run_dist(const ts_config *c, const ts_session_options *o,
     if (ts_dist_started_by_mpi()) return run_mpi(c, o, r);
     if (c->dist.procs > 1) return run_shm(c, o, r);
     return ts_session_run(c, o, r);
+}
+
+/* ---- --trace -------------------------------------------------------------- */
+
+ts_status ts_session_trace_start(ts_plan *plan, const ts_session_options *o, int64_t steps,
+                                 struct ts_trace **out) {
+    ts_plan_stats st;
+    ts_status s = ts_plan_get_stats(plan, &st);
+    if (s != TS_OK) return s;
+    /* A span per instruction and step, a few per collective; beyond 1 Mi
+     * spans the rest are counted as dropped. */
+    double want = ((double)st.n_instructions + 8.0) * (double)(steps + 1) + 1024.0;
+    size_t cap = want > (double)(1 << 20) ? (size_t)1 << 20 : (size_t)want;
+    const int rank = o->comm ? ts_comm_rank(o->comm) : 0;
+    if ((s = ts_trace_create(rank, cap, out)) != TS_OK) {
+        ts_error_prefix("--trace");
+        return s;
+    }
+    ts_trace_name_thread(*out, "step");
+    ts_plan_set_trace(plan, *out);
+    if (o->comm) ts_comm_set_trace(o->comm, ts_trace_comm_span, *out);
+    return TS_OK;
+}
+
+ts_status ts_session_trace_finish(ts_plan *plan, const ts_session_options *o, struct ts_trace *t,
+                                  struct ts_progress *pr) {
+    ts_plan_set_trace(plan, NULL);
+    if (o->comm) ts_comm_set_trace(o->comm, NULL, NULL);
+    const int n = o->comm ? ts_comm_size(o->comm) : 1, rank = o->comm ? ts_comm_rank(o->comm) : 0;
+    ts_status s = TS_OK;
+    if (n == 1) {
+        s = ts_trace_write(t, o->trace);
+    } else {
+        char mine[1024];
+        if (ts_trace_rank_path(o->trace, rank, mine, sizeof mine) != 0)
+            return ts_fail(TS_ERR_INVALID, "--trace %s: path too long", o->trace);
+        s = ts_trace_write(t, mine);
+        /* every rank's file is complete before rank 0 reads them */
+        ts_status b = ts_barrier(o->comm);
+        if (s == TS_OK) s = b;
+        if (s == TS_OK && rank == 0) {
+            char(*paths)[1024] = ts_alloc(sizeof *paths * (size_t)n, "--trace");
+            const char **pp = ts_alloc(sizeof *pp * (size_t)n, "--trace");
+            if (!paths || !pp) s = TS_ERR_NOMEM;
+            for (int r = 0; r < n && s == TS_OK; r++) {
+                ts_trace_rank_path(o->trace, r, paths[r], sizeof paths[r]);
+                pp[r] = paths[r];
+            }
+            if (s == TS_OK) s = ts_trace_merge(pp, n, o->trace);
+            for (int r = 0; s == TS_OK && r < n; r++) unlink(paths[r]);
+            free(paths);
+            free(pp);
+        }
+    }
+    if (s != TS_OK) {
+        ts_error_prefix("--trace %s", o->trace);
+        return s;
+    }
+    if (rank == 0)
+        ts_progress_log(pr, "trace: %s (%zu spans%s%zu dropped)", o->trace, ts_trace_count(t),
+                        n > 1 ? " on rank 0, " : ", ", ts_trace_dropped(t));
+    return TS_OK;
+}
+
+void ts_session_trace_close(ts_plan *plan, const ts_session_options *o, struct ts_trace *t) {
+    if (!t) return;
+    ts_plan_set_trace(plan, NULL);
+    if (o->comm) ts_comm_set_trace(o->comm, NULL, NULL);
+    ts_trace_free(t);
 }

@@ -27,4 +27,17 @@ ts_status ts_session_run_dist(const ts_config *c, const ts_session_options *o,
  * Collective. */
 ts_status ts_session_agree(ts_comm *comm, double *loss, int *stop);
 
+/* --trace: a trace of this rank's steps (instructions and collectives),
+ * started before the first step and written when training ends: with
+ * several ranks each writes FILE.rankR.json, then (after a barrier) rank 0
+ * merges them into FILE and removes them. */
+struct ts_trace;
+struct ts_progress;
+ts_status ts_session_trace_start(ts_plan *plan, const ts_session_options *o, int64_t steps,
+                                 struct ts_trace **out);
+ts_status ts_session_trace_finish(ts_plan *plan, const ts_session_options *o, struct ts_trace *t,
+                                  struct ts_progress *pr);
+/* Detaches the trace from the plan and the comm and frees it (NULL: nothing). */
+void ts_session_trace_close(ts_plan *plan, const ts_session_options *o, struct ts_trace *t);
+
 #endif

@@ -77,12 +77,13 @@ typedef struct session {
     ts_http_server *http;
     ts_tfevents *tb;
     int rank, nranks; /* data parallelism: this rank's rows of every batch */
+    struct ts_trace *trace; /* --trace */
     float *gbuf; /* one parameter or gradient, read back for norms and histograms */
     size_t gbuf_bytes;
 } session;
 
 ts_session_options ts_session_options_default(void) {
-    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES, NULL, NULL};
+    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES, NULL, NULL, NULL};
     return o;
 }
 
@@ -1063,6 +1064,7 @@ static void session_free(session *s) {
     ts_dataset_free(s->val);
     ts_dataset_free(s->test);
     for (int i = 0; i < s->n_synth; i++) free(s->sx[i]), free(s->sy[i]);
+    ts_session_trace_close(s->plan, s->o, s->trace);
     ts_plan_free(s->plan);
     ts_plan_free(s->eval);
     ts_graph_free(s->g);
@@ -1192,8 +1194,13 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
         if (st == TS_OK && r->run_dir[0]) st = write_run_files(s);
         if (st == TS_OK) st = tensorboard_start(s);
     }
+    if (st == TS_OK && o->trace) st = ts_session_trace_start(s->plan, o, s->c.train.steps, &s->trace);
     if (st == TS_OK) {
         st = train_loop(s);
+        if (st == TS_OK && s->trace) {
+            st = ts_session_trace_finish(s->plan, o, s->trace, &s->pr);
+            if (st != TS_OK) r->failed_in_step = 1;
+        }
         /* The endpoint stops and the events are flushed when training ends. */
         ts_status oe = observe_end(s);
         if (st == TS_OK && oe != TS_OK) {

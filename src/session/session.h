@@ -54,6 +54,10 @@ typedef struct ts_session_options {
      * options decide what a rank writes: ts_session_run_dist (launch.h)
      * gives ranks other than 0 no run directory, checkpoints or endpoint. */
     struct ts_comm *comm;
+    /* A Chrome trace of the training steps (every instruction a "compute"
+     * span, every collective a "comm" span, one process per rank) written
+     * to this file when training ends; NULL: none. */
+    const char *trace;
 } ts_session_options;
 
 ts_session_options ts_session_options_default(void);

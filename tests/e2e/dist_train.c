@@ -91,6 +91,31 @@ static void test_two_procs(void) {
     e2e_done(&r3);
 }
 
+/* --trace: one Chrome trace with both ranks' kernels and collectives. */
+static void test_trace(void) {
+    const char *trace = path_in("trace.json");
+    e2e_result r =
+        e2e_runf("train examples/w1.yaml %s --steps 3 --procs 2 --set dist.bucket_mb=0.001 "
+                 "--trace %s",
+                 small, trace);
+    CHECK(r.rc == 0, "--trace: exit %d: %s", r.rc, r.err);
+    CHECK(strstr(r.out, "trace: "), "the trace is reported: %s", r.out);
+    char *t = e2e_slurp(trace, NULL);
+    CHECK(!strncmp(t, "{\"traceEvents\":[", 15), "Chrome trace JSON: %.80s", t);
+    CHECK(strstr(t, "\"args\":{\"name\":\"rank 0\"}") &&
+              strstr(t, "\"args\":{\"name\":\"rank 1\"}"),
+          "both ranks in the merged file");
+    CHECK(strstr(t, "\"name\":\"all_reduce\",\"cat\":\"comm\"") &&
+              strstr(t, "\"name\":\"allreduce_start\",\"cat\":\"compute\"") &&
+              strstr(t, "\"name\":\"matmul\",\"cat\":\"compute\""),
+          "compute and comm spans");
+    CHECK(access(path_in("trace.rank0.json"), F_OK) != 0 &&
+              access(path_in("trace.rank1.json"), F_OK) != 0,
+          "the per-rank files are merged and removed");
+    free(t);
+    e2e_done(&r);
+}
+
 /* The worker processes of the launcher `pid` (its children; a /proc file
  * reports size 0, so it is read with stdio). */
 static int children(pid_t pid, pid_t *out, int max) {
@@ -168,6 +193,7 @@ int main(void) {
     if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/dist_train");
     e2e_init(bin, dir);
     test_two_procs();
+    test_trace();
     test_killed_worker();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "obs/trace.h"
 #include "plan/plan.h"
 
 /* Index of the first non-finite element of a float tensor, or -1. */
@@ -47,7 +48,23 @@ static inline ts_status run_one(ts_plan *p, int i) {
     return TS_OK;
 }
 
+void ts_plan_set_trace(ts_plan *p, struct ts_trace *t) {
+    if (p) p->trace = t;
+}
+
 ts_status ts_cpu_execute(ts_plan *p) {
+    if (p->trace) {
+        /* A timeline (--trace): one span per instruction. */
+        for (int i = 0; i < p->n_ins; i++) {
+            const ts_instr *in = &p->ins[i];
+            int h = ts_trace_begin_args(p->trace, ts_op_get(in->op)->name, TS_TRACE_COMPUTE,
+                                        (ts_trace_args){-1, -1, in->label});
+            ts_status s = run_one(p, i);
+            ts_trace_end(p->trace, h);
+            if (s != TS_OK) return s;
+        }
+        return TS_OK;
+    }
     /* Two loops rather than a test per instruction: without profiling the
      * step never reads the clock. */
     if (!p->opt.profile) {
