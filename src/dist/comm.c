@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "dist/comm.h"
 
@@ -65,13 +66,19 @@ int ts_spin(unsigned *spins) {
     unsigned s = ++*spins;
     /* Spinning keeps latency in the microseconds when every rank has a
      * core; yielding lets oversubscribed ranks (4 ranks on 2 cores) reach
-     * the point the spinner waits for. */
+     * the point the spinner waits for. A long wait sleeps: a waiter that
+     * only yields stays runnable and takes its fair share of the CPU from
+     * the thread it shares a core with (a communication thread waiting
+     * for a slower peer would halve the backward pass it overlaps). */
     if (s < 2048) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
-    } else {
+    } else if (s < 2048 + 1024) {
         sched_yield();
+    } else {
+        struct timespec ts = {0, 50 * 1000};
+        nanosleep(&ts, NULL);
     }
     return (s & 255) == 0;
 }

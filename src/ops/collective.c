@@ -93,15 +93,8 @@ static ts_status k_start(const ts_kargs *k) {
     const ts_dtype dt = k->in[0].dtype;
     const size_t es = ts_dtype_size(dt);
     const ts_coll_algo algo = (ts_coll_algo)k->a->i[1];
-    /* One collective over [lo, hi) when the tensors follow each other with
-     * at most the planner's alignment padding between them. */
-    char *lo = k->in[0].data, *hi = lo + (size_t)ts_tensor_numel(&k->in[0]) * es;
-    int contiguous = 1;
-    for (int j = 1; j < k->n_in && contiguous; j++) {
-        char *p = k->in[j].data;
-        if (p < hi || p - hi >= TS_ALIGN || (size_t)(p - hi) % es) contiguous = 0;
-        hi = p + (size_t)ts_tensor_numel(&k->in[j]) * es;
-    }
+    char *lo, *hi;
+    const int contiguous = span(k->in, k->n_in, &lo, &hi);
     ts_coll_ticket t = {0};
     if (contiguous) {
         s = ts_allreduce_start(c, lo, (size_t)(hi - lo) / es, dt, TS_RED_SUM, algo, &t);

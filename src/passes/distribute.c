@@ -72,7 +72,7 @@ static int32_t new_shard_state(ts_graph *g, const ts_type *t, int b, const char 
 static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
                               const ts_dist_spec *d, const grad_ref *gr, const int *first, int nb,
                               const int *start_at, const int32_t *root, int *n_slots) {
-    const int n_order = *n_order_io, n_old = g->n_nodes;
+    const int n_order = *n_order_io;
     const int32_t *order = *order_io;
     int u = -1, upos = -1;
     for (int k = 0; k < n_order; k++) {
@@ -97,14 +97,15 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     int32_t *rs_start = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int32_t *rs_wait = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int32_t *upd = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
+    int64_t *shard_off = ts_alloc(sizeof(int64_t) * (size_t)(nb + 1), "zero");
     int32_t *ag_start = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int32_t *ag_wait = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(un.n_in + nb + 8), "zero");
     int32_t *out = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 6 * nb + 2), "zero");
     int32_t *nmap = NULL, *vmap = NULL;
     ts_status s = TS_OK;
-    if (!group_of || !shard || !rs_start || !rs_wait || !upd || !ag_start || !ag_wait || !args ||
-        !out) {
+    if (!group_of || !shard || !rs_start || !rs_wait || !upd || !shard_off || !ag_start ||
+        !ag_wait || !args || !out) {
         s = TS_ERR_NOMEM;
         goto done;
     }
@@ -149,7 +150,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         rs_wait[b] = g->values[w.id].node;
         snprintf(name, sizeof name, "bucket%d.wait", b);
         ts_set_name(g, w, name);
-        upd[b] = (int32_t)(off); /* the shard's offset, until the update exists */
+        shard_off[b] = (int64_t)off;
     }
     if (s != TS_OK) goto done;
     /* The clip coefficient over every rank's shards. */
@@ -169,7 +170,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     static const char *const state_names[2][2] = {{"momentum", ""}, {"exp_avg", "exp_avg_sq"}};
     for (int b = 0; b < nb && s == TS_OK; b++) {
         const int k = first[b + 1] - first[b];
-        const int64_t off = upd[b];
+        const int64_t off = shard_off[b];
         const ts_type st = g->values[shard[b]].t;
         int na = 0;
         for (int i = 0; i < k; i++)
@@ -255,7 +256,6 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     if ((s = ts_graph_compact(g, vmap)) != TS_OK) goto done;
     for (int k = 0; k < m; k++) out[k] = nmap[out[k]];
     if (d->loss) *d->loss = vmap[*d->loss];
-    (void)n_old;
     free(*order_io);
     *order_io = out;
     *n_order_io = m;
@@ -267,6 +267,7 @@ done:
     free(rs_start);
     free(rs_wait);
     free(upd);
+    free(shard_off);
     free(ag_start);
     free(ag_wait);
     free(args);

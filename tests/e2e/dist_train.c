@@ -116,6 +116,23 @@ static void test_trace(void) {
     e2e_done(&r);
 }
 
+/* tessel bench --procs: runs W1 on 1 and 2 processes and reports the
+ * ratio (the figures themselves depend on the machine). */
+static void test_bench(void) {
+    e2e_result r = e2e_run("bench --workload W1 --procs 2 --threads 1 --steps 2 --warmup 0 "
+                           "--rounds 1");
+    CHECK(r.rc == 0, "bench --procs 2: exit %d: %s", r.rc, r.err);
+    CHECK(strstr(r.out, "W1 data parallel: 1 process x 1 thread(s), batch 256  vs  2 processes x "
+                        "1 thread(s), batch 128 each") &&
+              strstr(r.out, "samples/s") && strstr(r.out, "ratio ") &&
+              strstr(r.out, "without gradient exchange"),
+          "bench report: %s", r.out);
+    e2e_done(&r);
+    r = e2e_run("bench --workload W2 --procs 2");
+    CHECK(r.rc == 2 && strstr(r.err, "W1 or W3"), "W2 refused: exit %d: %s", r.rc, r.err);
+    e2e_done(&r);
+}
+
 /* The worker processes of the launcher `pid` (its children; a /proc file
  * reports size 0, so it is read with stdio). */
 static int children(pid_t pid, pid_t *out, int max) {
@@ -194,6 +211,7 @@ int main(void) {
     e2e_init(bin, dir);
     test_two_procs();
     test_trace();
+    test_bench();
     test_killed_worker();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
