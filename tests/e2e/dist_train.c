@@ -85,6 +85,15 @@ static void test_two_procs(void) {
           "zero with checkpoints: exit %d: %s", rz.rc, rz.err);
     e2e_done(&rz);
 
+    /* The example config: 2 processes from dist.procs. */
+    rz =
+        e2e_runf("train examples/w1_dist.yaml --steps 2 --set model.hidden=32 --set model.window=4 "
+                 "--set model.features=4 --out %s",
+                 path_in("example"));
+    CHECK(rz.rc == 0 && strstr(rz.out, "data parallel: 2 processes (shm), batch 128 per process"),
+          "examples/w1_dist.yaml: exit %d: %s%s", rz.rc, rz.out, rz.err);
+    e2e_done(&rz);
+
     e2e_result r3 = e2e_runf("train examples/w1.yaml %s --steps 2 --procs 3", small);
     CHECK(r3.rc == 2 && strstr(r3.err, "model.batch 16 does not divide by 3 processes"),
           "batch 16 on 3 processes: exit %d: %s", r3.rc, r3.err);
