@@ -5,12 +5,15 @@
 #include "cli.h"
 #include "dist_cli.h"
 #include "session/bench.h"
+#include "session/bench_dist.h"
 
 static const char usage[] =
     "usage: tessel bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--warmup "
     "N]\n"
     "                    [--precision fp32] [--profile] [--json FILE]\n"
-    "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n";
+    "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n"
+    "       tessel bench --workload W1|W3 --procs N [--threads N] [--steps N] [--rounds N]\n"
+    "                    [--per-rank-batch]   (N data-parallel processes against 1)\n";
 
 /* A positive integer option value. */
 static int count(const char *opt, const char *v, int *out) {
@@ -26,9 +29,10 @@ static int count(const char *opt, const char *v, int *out) {
 int cli_bench(int argc, char **argv) {
     if (argc && !strcmp(argv[0], "collectives")) return tessel_cmd_bench_collectives(argc, argv);
     ts_bench_options o = ts_bench_options_default();
-    int rc = CLI_OK;
+    int rc = CLI_OK, procs = 1, per_rank_batch = 0, threads_set = 0;
     static const char *const with_value[] = {"--workload", "--precision", "--json",   "--reference",
-                                             "--steps",    "--threads",   "--rounds", "--warmup"};
+                                             "--steps",    "--threads",   "--rounds", "--warmup",
+                                             "--procs"};
     for (int i = 0; i < argc && rc == CLI_OK; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
         char name[64];
@@ -39,6 +43,10 @@ int cli_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--profile")) {
             o.profile = 1;
+            continue;
+        }
+        if (!strcmp(a, "--per-rank-batch")) {
+            per_rank_batch = 1;
             continue;
         }
         int known = 0;
@@ -61,7 +69,9 @@ int cli_bench(int argc, char **argv) {
         else if (!strcmp(name, "--steps"))
             rc = count(name, v, &o.steps);
         else if (!strcmp(name, "--threads"))
-            rc = count(name, v, &o.threads);
+            rc = count(name, v, &o.threads), threads_set = 1;
+        else if (!strcmp(name, "--procs"))
+            rc = count(name, v, &procs);
         else if (!strcmp(name, "--rounds"))
             rc = count(name, v, &o.rounds);
         else if (!strcmp(v, "0"))
@@ -70,6 +80,19 @@ int cli_bench(int argc, char **argv) {
             rc = count(name, v, &o.warmup);
     }
     if (rc != CLI_OK) return rc;
+    if (procs > 1) {
+        ts_bench_dist_options d = ts_bench_dist_options_default();
+        d.workload = o.workload;
+        d.procs = procs;
+        if (threads_set) d.threads = o.threads;
+        d.steps = o.steps;
+        d.warmup = o.warmup;
+        d.rounds = o.rounds;
+        d.per_rank_batch = per_rank_batch;
+        ts_bench_dist_result dr;
+        ts_status s = ts_bench_dist_run(&d, &dr);
+        return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());
+    }
     ts_bench_result r;
     ts_status s = ts_bench_run(&o, &r);
     return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());

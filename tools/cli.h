@@ -19,6 +19,8 @@ typedef struct cli_args {
     const char *steps; /* train: --steps N */
     const char *out;   /* train: --out RUN_DIR */
     const char *resume; /* train: --resume latest|CHECKPOINT_DIR */
+    const char *procs;  /* train: --procs N (as --set dist.procs=N) */
+    const char *trace;  /* train: --trace FILE (Chrome trace of the steps) */
 } cli_args;
 
 /* Prints "tessel: error: <message>" to stderr and returns `code`. */

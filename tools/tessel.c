@@ -14,11 +14,13 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  train CONFIG.yaml [--set key=value ...] [--steps N] [--out RUN_DIR]\n"
-    "        [--resume latest|CKPT_DIR]\n"
+    "        [--resume latest|CKPT_DIR] [--procs N] [--trace FILE]\n"
     "      train the configured model on its data (data.source) with progress, evaluation\n"
     "      and a run directory (RUN_DIR must be new or empty); Ctrl-C stops after the step;\n"
     "      --resume latest continues RUN_DIR from its newest checkpoint, --resume CKPT_DIR\n"
-    "      continues a checkpoint in a new RUN_DIR (ckpt.every saves them)\n"
+    "      continues a checkpoint in a new RUN_DIR (ckpt.every saves them); --procs N trains\n"
+    "      on N processes of this host, each on model.batch / N rows (under mpirun: MPI ranks);\n"
+    "      --trace FILE writes a Chrome trace of every step's kernels and collectives per rank\n"
     "  compile CONFIG.yaml [--set key=value ...] [--dump ir|plan|memory|stats|config ...]\n"
     "      compile the training step and print the requested dumps (default: stats)\n"
     "  bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--profile]\n"
@@ -63,6 +65,11 @@ int cli_load_config(const cli_args *a, ts_config *c) {
         snprintf(set, sizeof set, "train.steps=%.100s", a->steps);
         s = ts_config_set(c, set);
     }
+    if (s == TS_OK && a->procs) {
+        char set[128];
+        snprintf(set, sizeof set, "dist.procs=%.100s", a->procs);
+        s = ts_config_set(c, set);
+    }
     if (s == TS_OK) s = ts_config_finish(c);
     return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());
 }
@@ -100,11 +107,15 @@ static int parse(int argc, char **argv, const char *cmd, cli_args *a) {
             a->out = v;
         } else if (!is_compile && (v = option(argc, argv, &i, "--resume", &missing))) {
             a->resume = v;
+        } else if (!is_compile && (v = option(argc, argv, &i, "--procs", &missing))) {
+            a->procs = v;
+        } else if (!is_compile && (v = option(argc, argv, &i, "--trace", &missing))) {
+            a->trace = v;
         } else if (missing) {
             return cli_error(CLI_USAGE, "%s needs a value (see tessel help)", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_error(CLI_USAGE, "%s: unknown option '%s' (options: --set%s)", cmd, argv[i],
-                             is_compile ? ", --dump" : ", --steps, --out, --resume");
+                             is_compile ? ", --dump" : ", --steps, --out, --resume, --procs, --trace");
         } else if (a->config) {
             return cli_error(CLI_USAGE, "%s takes one config file, got '%s' and '%s'", cmd,
                              a->config, argv[i]);

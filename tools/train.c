@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "session/session.h"
+#include "session/launch.h"
 
 /* Exit status of a run stopped by Ctrl-C: the shell's 128 + SIGINT. */
 enum { CLI_INTERRUPTED = 130 };
@@ -29,6 +29,7 @@ int cli_train(const cli_args *a) {
     ts_session_options o = ts_session_options_default();
     o.out_dir = a->out;
     o.resume = a->resume;
+    o.trace = a->trace;
     o.stop = &stop_flag;
     o.log = stdout;
     o.progress = isatty(fileno(stdout)) ? TS_PROGRESS_TTY : TS_PROGRESS_LINES;
@@ -39,7 +40,7 @@ int cli_train(const cli_args *a) {
     sigaction(SIGINT, &sa, &old);
 
     ts_session_result r;
-    ts_status s = ts_session_run(&c, &o, &r);
+    ts_status s = ts_session_run_dist(&c, &o, &r);
     sigaction(SIGINT, &old, NULL);
     fflush(stdout);
     if (s != TS_OK) {

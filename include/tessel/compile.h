@@ -95,10 +95,21 @@ typedef struct ts_compile_options {
     int naive_schedule;    /* keep build order instead of the memory-aware schedule */
     int no_inplace;        /* never let an output share its input's memory */
     int reference_kernels; /* run every op on its reference kernel (no oneDNN): for checking */
-    int profile; /* time every instruction of every step (read with ts_plan_profile); off by
-                    default, and then a step does not look at the clock at all */
+    int profile;  /* time every instruction of every step (read with ts_plan_profile); off by
+                     default, and then a step does not look at the clock at all */
     int monitors; /* gradient monitor nodes: statistics of every gradient, read with
                      ts_plan_monitor() (docs/observability.md) */
+    /* Data parallelism (docs/distributed.md, "The distributed step"): with a
+     * comm of more than one rank, each rank computes the gradients of its
+     * share of the batch and the plan averages them over the ranks in
+     * buckets, overlapped with the rest of the backward pass; every rank
+     * then applies the same update. The comm must outlive the plan, and
+     * every rank must compile the same graph with the same options. */
+    struct ts_comm *comm;   /* NULL: one process */
+    double bucket_mb;       /* gradient bucket size in MiB (0: 25) */
+    double first_bucket_mb; /* the first bucket, which starts earliest (0: 1) */
+    int dist_algo;          /* ts_coll_algo of the gradient all-reduces (0: auto) */
+    int zero;               /* 1: ZeRO-1, optimizer state sharded over the ranks */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

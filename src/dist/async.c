@@ -56,6 +56,7 @@ static ts_status run_job(ts_comm *c, const job *j) {
 static void *comm_thread(void *arg) {
     ts_comm *c = arg;
     ts_async *a = c->async;
+    ts_spin_may_sleep = 1;
     pthread_mutex_lock(&a->mu);
     for (;;) {
         while (!a->stop && a->finished == a->issued) pthread_cond_wait(&a->work, &a->mu);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "dist/comm.h"
 
@@ -80,17 +81,25 @@ uint64_t ts_dist_host_hash(void) {
 
 /* ---- waiting ------------------------------------------------------------- */
 
+_Thread_local int ts_spin_may_sleep;
+
 int ts_spin(unsigned *spins) {
     unsigned s = ++*spins;
     /* Spinning keeps latency in the microseconds when every rank has a
      * core; yielding lets oversubscribed ranks (4 ranks on 2 cores) reach
-     * the point the spinner waits for. */
+     * the point the spinner waits for. On the communication thread a long
+     * wait sleeps: a waiter that only yields stays runnable and takes its
+     * fair share of the CPU from the thread it shares a core with (waiting
+     * for a slower peer, it would halve the backward pass it overlaps). */
     if (s < 2048) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
-    } else {
+    } else if (s < 2048 + 1024 || !ts_spin_may_sleep) {
         sched_yield();
+    } else {
+        struct timespec ts = {0, 50 * 1000};
+        nanosleep(&ts, NULL);
     }
     return (s & 255) == 0;
 }

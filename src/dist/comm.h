@@ -159,6 +159,9 @@ ts_status ts_p2p_waitall(ts_comm *c, ts_req *const *reqs, int n);
  * check; returns non-zero every ~256 calls, when the caller should look at
  * the deadline and dead peers. */
 int ts_spin(unsigned *spins);
+/* Set on a communication thread (async.c): its long waits sleep 50 us per
+ * round instead of yielding, leaving the core to the step's own thread. */
+extern _Thread_local int ts_spin_may_sleep;
 /* Checks deadline and dead peers while waiting on `peer` (-1: all);
  * TS_OK to keep waiting, else the failure (after `recheck` returned 0
  * once more, so data delivered just before a peer exited is not lost). */

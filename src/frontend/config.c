@@ -219,6 +219,17 @@ static const ts_config_key keys[] = {
      "consecutive steps corrupted"},
     {"debug.inject_scale", TS_CFG_F64, FIELD(debug, inject_scale), 0, NULL, NULL, "1000",
      "factor applied to x by inject: scale"},
+    /* dist */
+    {"dist.procs", TS_CFG_INT, FIELD(dist, procs), 0, NULL, "[1, 1024]", "1",
+     "data-parallel worker processes on this host (tessel train --procs overrides)"},
+    {"dist.bucket_mb", TS_CFG_F64, FIELD(dist, bucket_mb), 0, NULL, "(0, 1e6]", "25",
+     "gradient bucket size in MiB (the first bucket is 1 MiB)"},
+    {"dist.algo", TS_CFG_ENUM, FIELD(dist, algo), 0, "auto|native|ring|rhd|rd|hier", NULL, "auto",
+     "all-reduce algorithm of the gradient buckets (auto: measured per size)"},
+    {"dist.zero", TS_CFG_INT, FIELD(dist, zero), 0, NULL, "[0, 1]", "0",
+     "ZeRO stage: 1 shards the optimizer state over the processes (0: replicated)"},
+    {"dist.timeout_s", TS_CFG_F64, FIELD(dist, timeout_s), 0, NULL, "[0, inf)", "0",
+     "seconds a collective may wait for a peer (0: TESSEL_DIST_TIMEOUT, else 1800)"},
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))

@@ -114,11 +114,11 @@ typedef struct ts_config {
         int64_t histogram_every; /* steps between weight/gradient histograms; 0: none */
     } observe;
     struct {
-        char rules[2048];      /* alert rules, comma-separated "key=value ..." texts */
-        int defaults;          /* the default rules when there are none */
-        char webhook_url[256]; /* receiver of action webhook */
-        int baseline_window;   /* steps in a baseline */
-        int baseline_warmup;   /* steps before a baseline is used */
+        char rules[2048];       /* alert rules, comma-separated "key=value ..." texts */
+        int defaults;           /* the default rules when there are none */
+        char webhook_url[256];  /* receiver of action webhook */
+        int baseline_window;    /* steps in a baseline */
+        int baseline_warmup;    /* steps before a baseline is used */
         int update_ratio_every; /* steps between update-ratio measurements; 0: none */
     } alerts;
     struct {
@@ -127,6 +127,13 @@ typedef struct ts_config {
         int inject_count;    /* consecutive corrupted steps */
         double inject_scale; /* factor for inject: scale */
     } debug;
+    struct {
+        int procs;        /* data-parallel worker processes on this host (tessel train) */
+        double bucket_mb; /* gradient bucket size (MiB) */
+        int algo;         /* ts_coll_algo of the gradient all-reduces */
+        int zero;         /* ZeRO stage: 1 shards the optimizer state */
+        double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
+    } dist;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 

@@ -129,6 +129,22 @@ typedef enum ts_op_id {
     /* monitors; see monitor.c */
     TS_OP_GRAD_STATS, /* (g) -> f64 [TS_GRAD_STATS_N]: sum of squares, sum, non-finite count, numel
                        */
+    /* data-parallel collectives inserted by the distribute pass; see collective.c */
+    TS_OP_ALLREDUCE_START, /* (g1..gk) -> token i64: starts the sum all-reduce of bucket i[0] in
+                              place; i[1] ts_coll_algo */
+    TS_OP_ALLREDUCE_WAIT, /* (token, g1..gk) -> token i64: waits for bucket i[0], then g /= ranks in
+                             place */
+    /* ZeRO-1 (see collective.c, optim.c shard_update) */
+    TS_OP_REDUCE_SCATTER_START, /* (g1..gk) -> (token, shard [i[2]]); i[0] ticket, i[1] algo, i[3]
+                                   bucket elements */
+    TS_OP_REDUCE_SCATTER_WAIT,  /* (token, shard) -> token; shard /= ranks */
+    TS_OP_ALL_GATHER_START,     /* (p1..pk) -> token; in place; i[0] ticket, i[1] algo, i[3] bucket
+                                   elements */
+    TS_OP_ALL_GATHER_WAIT,      /* (token, p1..pk) -> token */
+    TS_OP_ZERO_CLIP_COEF, /* (shard1..shardB) -> coef over all ranks' shards; f[0] max_norm, i[1]
+                             algo */
+    TS_OP_SHARD_UPDATE, /* (p1..pk, g_shard, s1[, s2][, coef]) update of elements [i[5], ...) of the
+                           params' range; i[7] sgd/adam op, i[6] k */
     TS_OP_COUNT
 } ts_op_id;
 

@@ -332,6 +332,112 @@ static ts_status k_adam(const ts_kargs *k) {
                       &c);
 }
 
+/* ---- ZeRO: the update of one rank's shard ------------------------------ */
+
+/* shard_update (p1..pk, g_shard, s1[, s2][, coef]): the optimizer update of
+ * elements [i[5], i[5] + numel(g_shard)) of the flat range the parameters
+ * p1..pk span in the arena (they are laid out one after the other, with
+ * zero padding between them, by memplan for a ZeRO bucket; the distribute
+ * pass makes these nodes). g_shard is the rank's reduced gradient shard and
+ * s1, s2 its optimizer state (the momentum buffer, or Adam's moments), as
+ * long as the shard. i[7] is the update op it replaces (sgd_update or
+ * adam_update) and i[0..2], f[] are that op's attributes, so every element
+ * gets exactly the arithmetic of the unsharded update; zero padding stays
+ * zero (zero gradient, zero state). i[6] is k. */
+static ts_status infer_shard(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    (void)out;
+    const int k = (int)n->a.i[6], ns = n->a.i[7] == TS_OP_ADAM_UPDATE ? 2 : (int)n->a.i[0];
+    const int has_coef = n->a.i[1] != 0;
+    if (n->a.i[7] != TS_OP_ADAM_UPDATE && n->a.i[7] != TS_OP_SGD_UPDATE)
+        return ts_fail(TS_ERR_INVALID, "i[7] must be sgd_update or adam_update");
+    if (k < 1 || n->n_in != k + 1 + ns + has_coef)
+        return ts_fail(TS_ERR_INVALID, "expects %d parameters, the gradient shard, %d states%s",
+                       k, ns, has_coef ? " and the clip coefficient" : "");
+    const ts_type *gs = ts_in_type(g, n, k);
+    for (int j = 0; j < k; j++)
+        if (ts_in_type(g, n, j)->dtype != gs->dtype)
+            return ts_fail(TS_ERR_SHAPE, "parameter %d is %s, the gradient shard %s", j,
+                           ts_dtype_name(ts_in_type(g, n, j)->dtype), ts_dtype_name(gs->dtype));
+    if (gs->dtype != TS_F32 && gs->dtype != TS_F64)
+        return ts_fail(TS_ERR_SHAPE, "the gradient shard must be f32 or f64");
+    for (int j = 0; j < ns; j++)
+        if (!ts_type_equal(ts_in_type(g, n, k + 1 + j), gs))
+            return ts_fail(TS_ERR_SHAPE, "state %d does not match the gradient shard", j);
+    *n_out = 0;
+    return TS_OK;
+}
+
+static ts_status k_shard(const ts_kargs *k) {
+    const ts_attrs *a = k->a;
+    const int np = (int)a->i[6], adam = a->i[7] == TS_OP_ADAM_UPDATE;
+    const int ns = adam ? 2 : (int)a->i[0], has_coef = a->i[1] != 0;
+    const ts_tensor *gs = &k->in[np];
+    const ts_dtype dt = gs->dtype;
+    const size_t es = ts_dtype_size(dt);
+    if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "shard_update '%s': no step context", lbl(k));
+    const int64_t n = ts_tensor_numel(gs), off = a->i[5];
+    const char *lo = k->in[0].data;
+    const ts_tensor *last = &k->in[np - 1];
+    const char *hi = (const char *)last->data + (size_t)ts_tensor_numel(last) * es;
+    if (off < 0 || lo + (size_t)(off + n) * es > hi)
+        return ts_fail(TS_ERR_INTERNAL,
+                       "shard_update '%s': shard [%lld, %lld) outside the parameters' %lld elements",
+                       lbl(k), (long long)off, (long long)(off + n), (long long)((hi - lo) / es));
+    upd_args c = {0};
+    const double coef = has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0;
+    upd_fn f;
+    if (adam) {
+        if (k->ctx->step < 1)
+            return ts_fail(TS_ERR_INVALID, "shard_update '%s': step %lld (steps count from 1)",
+                           lbl(k), (long long)k->ctx->step);
+        double b1 = a->f[0], b2 = a->f[1], wd = a->f[3], lr = k->ctx->lr, t = (double)k->ctx->step;
+        int decoupled = a->i[0] != 0;
+        c.coef = coef;
+        c.wd = wd;
+        c.use_wd = !decoupled && wd != 0;
+        c.pscale = decoupled ? 1.0 - lr * wd : 1.0;
+        c.b1 = b1;
+        c.omb1 = 1.0 - b1;
+        c.b2 = b2;
+        c.omb2 = 1.0 - b2;
+        c.bc2s = sqrt(1.0 - pow(b2, t));
+        c.eps = a->f[2];
+        c.neg_step = -(lr / (1.0 - pow(b1, t)));
+        f = dt == TS_F32 ? adam_f32 : adam_f64;
+    } else {
+        c.coef = coef;
+        c.mom = a->f[0];
+        c.damp1 = 1.0 - a->f[1];
+        c.wd = a->f[2];
+        c.use_wd = a->f[2] != 0;
+        c.neg_lr = -k->ctx->lr;
+        c.first = k->ctx->step == 1;
+        c.nesterov = a->i[2] != 0;
+        f = dt == TS_F32 ? sgd_f32 : sgd_f64;
+    }
+    void *t[4] = {(char *)lo + (size_t)off * es, gs->data, ns > 0 ? k->in[np + 1].data : NULL,
+                  ns > 1 ? k->in[np + 2].data : NULL};
+    const int64_t nch = (n + OPT_CHUNK - 1) / OPT_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+    for (int64_t ch = 0; ch < nch; ch++) {
+        int64_t s = ch * OPT_CHUNK;
+        f(t, &c, s, n - s < OPT_CHUNK ? n - s : OPT_CHUNK);
+    }
+    return TS_OK;
+}
+
+static double cost_shard(const ts_graph *g, const ts_node *n) {
+    return 14.0 * (double)ts_type_numel(ts_in_type(g, n, (int)n->a.i[6]));
+}
+
+const ts_op_def ts_def_shard_update = {.name = "shard_update",
+                                       .min_in = 2,
+                                       .max_in = -1,
+                                       .flags = TS_OPF_SIDE_EFFECT,
+                                       .infer = infer_shard,
+                                       .kernel = k_shard,
+                                       .cost = cost_shard};
+
 /* ---- clip coefficient -------------------------------------------------- */
 
 /* Scratch: the first block index of each gradient (n_in + 1 int64), then

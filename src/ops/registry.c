@@ -72,6 +72,14 @@ extern const ts_op_def ts_def_dequantize;
 extern const ts_op_def ts_def_fake_quant;
 extern const ts_op_def ts_def_fake_quant_bwd;
 extern const ts_op_def ts_def_grad_stats;
+extern const ts_op_def ts_def_allreduce_start;
+extern const ts_op_def ts_def_allreduce_wait;
+extern const ts_op_def ts_def_reduce_scatter_start;
+extern const ts_op_def ts_def_reduce_scatter_wait;
+extern const ts_op_def ts_def_all_gather_start;
+extern const ts_op_def ts_def_all_gather_wait;
+extern const ts_op_def ts_def_zero_clip_coef;
+extern const ts_op_def ts_def_shard_update;
 
 static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_ADD] = &ts_def_add,
@@ -143,9 +151,19 @@ static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_FAKE_QUANT] = &ts_def_fake_quant,
     [TS_OP_FAKE_QUANT_BWD] = &ts_def_fake_quant_bwd,
     [TS_OP_GRAD_STATS] = &ts_def_grad_stats,
+    [TS_OP_ALLREDUCE_START] = &ts_def_allreduce_start,
+    [TS_OP_ALLREDUCE_WAIT] = &ts_def_allreduce_wait,
+    [TS_OP_REDUCE_SCATTER_START] = &ts_def_reduce_scatter_start,
+    [TS_OP_REDUCE_SCATTER_WAIT] = &ts_def_reduce_scatter_wait,
+    [TS_OP_ALL_GATHER_START] = &ts_def_all_gather_start,
+    [TS_OP_ALL_GATHER_WAIT] = &ts_def_all_gather_wait,
+    [TS_OP_ZERO_CLIP_COEF] = &ts_def_zero_clip_coef,
+    [TS_OP_SHARD_UPDATE] = &ts_def_shard_update,
 };
 
-const ts_op_def *ts_op_get(int op) { return (op >= 0 && op < TS_OP_COUNT) ? table[op] : NULL; }
+const ts_op_def *ts_op_get(int op) {
+    return (op >= 0 && op < TS_OP_COUNT) ? table[op] : NULL;
+}
 
 int ts_op_find(const char *name) {
     for (int i = 0; i < TS_OP_COUNT; i++)

@@ -1,7 +1,8 @@
 /* memplan: every tensor of the step gets a fixed offset in one arena.
  *
  * Layout: [params | grads | optimizer state | inputs, constants, outputs |
- * intermediates]. The first four regions are contiguous and persistent
+ * intermediates]. Gradients are in the data-parallel buckets' order when
+ * the plan has buckets (distribute.c), else in the parameters' order. The first four regions are contiguous and persistent
  * (the optimizer walks params, grads and state as flat arrays). The
  * intermediates region is planned from liveness: each storage root lives
  * from the step its producer runs to the last step reading it or any view
@@ -135,17 +136,44 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     /* Persistent regions, in value order (params in declaration order). */
     size_t cur = 0;
     mp->param_off = cur;
+    /* ZeRO: parameters in their gradients' bucket order (the inputs of the
+     * reduce_scatter_start nodes), so a bucket's parameter range mirrors
+     * its gradient range element for element. */
+    for (int i = 0; i < nn; i++) {
+        const ts_node *n = &g->nodes[i];
+        if (n->op != TS_OP_REDUCE_SCATTER_START) continue;
+        for (int j = 0; j < n->n_in; j++) {
+            int32_t p = g->values[n->in[j]].grad_of;
+            if (p >= 0 && mp->off[p] == SIZE_MAX) {
+                mp->off[p] = cur;
+                cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[p].t), TS_ALIGN);
+            }
+        }
+    }
     for (int v = 0; v < nv; v++)
-        if (g->values[v].kind == TS_VK_PARAM) {
+        if (g->values[v].kind == TS_VK_PARAM && mp->off[v] == SIZE_MAX) {
             mp->off[v] = cur;
             cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[v].t), TS_ALIGN);
         }
     mp->param_bytes = cur - mp->param_off;
     mp->grad_off = cur;
+    /* Gradients of data-parallel buckets first, bucket by bucket (the
+     * inputs of the allreduce_start nodes, which the distribute pass adds
+     * in bucket order), so each bucket is one contiguous range. */
+    for (int i = 0; i < nn; i++) {
+        const ts_node *n = &g->nodes[i];
+        if (n->op != TS_OP_ALLREDUCE_START && n->op != TS_OP_REDUCE_SCATTER_START) continue;
+        for (int j = 0; j < n->n_in; j++)
+            if (mp->off[root[n->in[j]]] == SIZE_MAX) {
+                mp->off[root[n->in[j]]] = cur;
+                cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[n->in[j]].t), TS_ALIGN);
+            }
+    }
     for (int p = 0; p < nv; p++) {
         if (g->values[p].kind != TS_VK_PARAM) continue;
         for (int v = 0; v < nv; v++)
             if (g->values[v].grad_of == p) {
+                if (mp->off[root[v]] != SIZE_MAX) break;
                 mp->off[root[v]] = cur;
                 cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[v].t), TS_ALIGN);
                 break;

@@ -1,7 +1,8 @@
 /* passes.h — the compiler passes (internal). Each is graph -> graph,
  * pure, and testable alone. ts_compile() runs them in this order:
  *   autodiff -> [monitor] -> train -> [monitor order] -> simplify -> schedule
- *   -> memplan -> lower.
+ *   -> [distribute] -> memplan -> lower
+ * (distribute only in a training plan with a comm of more than one rank).
  */
 #ifndef TS_PASSES_H
 #define TS_PASSES_H
@@ -41,6 +42,22 @@ size_t ts_schedule_peak(const ts_graph *g, const int32_t *order, int n);
  * two estimates. */
 ts_status ts_pass_schedule(const ts_graph *g, int naive, int32_t **order, int *n_order,
                            size_t *peak, size_t *naive_peak);
+
+/* Data parallelism: per gradient bucket an allreduce_start node right
+ * after its last gradient in `order` and an allreduce_wait node before the
+ * first later reader (src/passes/distribute.c). Replaces *order (the new
+ * nodes inserted) and sets *n_buckets to the number of ticket slots the
+ * plan needs (0: no gradients). With zero, see distribute.c. */
+typedef struct ts_dist_spec {
+    size_t bucket_bytes;       /* buckets after the first */
+    size_t first_bucket_bytes; /* the first bucket */
+    int algo;                  /* ts_coll_algo of the collectives */
+    int zero;                  /* 1: ZeRO-1 (reduce-scatter, sharded update, all-gather) */
+    int rank, size;            /* this rank of size (ZeRO: which shard) */
+    int32_t *loss;             /* ZeRO compacts the graph: the loss id is remapped */
+} ts_dist_spec;
+ts_status ts_pass_distribute(ts_graph *g, int32_t **order, int *n_order, const ts_dist_spec *d,
+                             int *n_buckets);
 
 /* The memory plan: one arena with fixed regions. */
 typedef struct ts_memplan {

@@ -104,7 +104,16 @@ void ts_plan_free(ts_plan *p) {
     free(p->ins);
     for (int i = 0; i < p->n_named; i++) free(p->named[i].name);
     free(p->named);
-    ts_aligned_free(p->arena);
+    /* A step that failed between a bucket's start and its wait leaves its
+     * all-reduce on the comm's thread, writing into the arena: let it end
+     * (it completes, or fails at the comm's timeout) before freeing. */
+    ts_coll_ticket last = {0};
+    for (int b = 0; b < p->n_buckets && p->dist.tickets; b++)
+        if (p->dist.tickets[b].id > last.id) last = p->dist.tickets[b];
+    if (last.id && !ts_coll_done(p->opt.comm, last)) ts_coll_wait(p->opt.comm, last);
+    free(p->dist.tickets);
+    if (p->arena_from_comm) ts_comm_free(p->opt.comm, p->arena);
+    else ts_aligned_free(p->arena);
     ts_aligned_free(p->backend_scratch);
     ts_memplan_free(&p->mp);
     free(p->order);
@@ -202,8 +211,19 @@ static ts_status build_named(ts_plan *p) {
 
 static ts_status init_arena(ts_plan *p) {
     ts_graph *g = p->graph;
-    p->arena = ts_aligned_alloc(p->mp.arena_bytes, "plan arena");
-    if (!p->arena) return TS_ERR_NOMEM;
+    if (p->n_buckets > 0) {
+        /* On shm the gradients must lie in the shared segment for the
+         * direct all-reduce to read peers' buckets in place. */
+        p->arena = ts_comm_alloc(p->opt.comm, p->mp.arena_bytes);
+        if (!p->arena) {
+            ts_error_prefix("plan arena of %zu bytes", p->mp.arena_bytes);
+            return TS_ERR_NOMEM;
+        }
+        p->arena_from_comm = 1;
+    } else {
+        p->arena = ts_aligned_alloc(p->mp.arena_bytes, "plan arena");
+        if (!p->arena) return TS_ERR_NOMEM;
+    }
     memset(p->arena, 0, p->mp.arena_bytes);
     for (int v = 0; v < g->n_values; v++) {
         const ts_value *val = &g->values[v];
@@ -261,6 +281,30 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
     s = ts_pass_schedule(g, p->opt.naive_schedule, &p->order, &p->n_order, &p->peak_live,
                          &p->naive_peak);
     if (s != TS_OK) goto done;
+    if (loss >= 0 && p->opt.comm && ts_comm_size(p->opt.comm) > 1) {
+        ts_dist_spec d;
+        double mb = p->opt.bucket_mb > 0 ? p->opt.bucket_mb : 25.0;
+        double first_mb = p->opt.first_bucket_mb > 0 ? p->opt.first_bucket_mb : 1.0;
+        if (first_mb > mb) first_mb = mb; /* the first bucket is the small one */
+        d.bucket_bytes = (size_t)(mb * 1048576.0);
+        d.first_bucket_bytes = (size_t)(first_mb * 1048576.0);
+        d.algo = p->opt.dist_algo;
+        d.zero = p->opt.zero;
+        d.rank = ts_comm_rank(p->opt.comm);
+        d.size = ts_comm_size(p->opt.comm);
+        d.loss = &p->loss;
+        if (d.zero < 0 || d.zero > 1) {
+            s = ts_fail(TS_ERR_UNSUPPORTED, "compile: ZeRO stage %d (0 and 1 are supported)",
+                        d.zero);
+            goto done;
+        }
+        if (d.algo < 0 || d.algo >= TS_ALGO_COUNT) {
+            s = ts_fail(TS_ERR_INVALID, "compile: dist_algo %d is not a ts_coll_algo", d.algo);
+            goto done;
+        }
+        if ((s = ts_pass_distribute(g, &p->order, &p->n_order, &d, &p->n_buckets)) != TS_OK)
+            goto done;
+    }
     s = ts_pass_memplan(g, p->order, p->n_order, !p->opt.no_inplace, &p->mp);
 done:
     free(params);
@@ -320,6 +364,18 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec,
     if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
     if ((s = ts_cpu_prepare(p)) != TS_OK) goto fail;
     p->ctx.seed = p->opt.seed;
+    if (p->n_buckets > 0) {
+        p->dist.tickets = ts_zalloc(sizeof(ts_coll_ticket) * (size_t)p->n_buckets, "plan tickets");
+        if (!p->dist.tickets) {
+            s = TS_ERR_NOMEM;
+            goto fail;
+        }
+        p->dist.comm = p->opt.comm;
+        p->dist.n_buckets = p->n_buckets;
+        for (int i = 0; i < p->n_ins; i++)
+            if (p->ins[i].op >= TS_OP_ALLREDUCE_START && p->ins[i].op <= TS_OP_ZERO_CLIP_COEF)
+                p->ins[i].backend = &p->dist;
+    }
     *out = p;
     return TS_OK;
 fail:

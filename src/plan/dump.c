@@ -26,7 +26,8 @@ static void dump_plan(const ts_plan *p, FILE *out) {
             fprintf(out, " scratch %zu (backend buffer)", in->scratch_bytes);
         else if (in->scratch_bytes)
             fprintf(out, " scratch %zu@%zu", in->scratch_bytes, in->scratch_off);
-        fprintf(out, "  ; %s%s\n", in->label, in->backend ? " [optimised]" : "");
+        fprintf(out, "  ; %s%s\n", in->label,
+                in->backend && in->backend_free ? " [optimised]" : "");
     }
 }
 

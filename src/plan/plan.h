@@ -4,6 +4,7 @@
 #ifndef TS_PLAN_H
 #define TS_PLAN_H
 
+#include "ops/collective.h"
 #include "ops/op.h"
 #include "passes/passes.h"
 #include "tessel/plan.h"
@@ -69,6 +70,12 @@ struct ts_plan {
     int last_skipped;
     void *backend_scratch; /* shared scratch for backend kernels (oneDNN) */
     size_t backend_scratch_bytes;
+    /* Data parallelism (distribute pass): gradient buckets and the state
+     * their ops share; with buckets the arena comes from ts_comm_alloc. */
+    int n_buckets;
+    ts_dist_rt dist; /* tickets owned */
+    int arena_from_comm;
+    struct ts_trace *trace; /* non-NULL: a compute span per instruction (not owned) */
 };
 
 /* CPU backend: choose optimised kernels for the plan's instructions
@@ -77,6 +84,11 @@ ts_status ts_cpu_prepare(ts_plan *p);
 /* Run every instruction once, asking the update gate (if any) at
  * p->gate_ins; *skipped receives whether the update phase was skipped. */
 ts_status ts_cpu_execute(ts_plan *p, int *skipped);
+
+/* Record a "compute" span per instruction of every step into t (a
+ * Chrome trace, src/obs/trace.h; NULL: stop). Span names are op names,
+ * labels point into the plan: write the trace before freeing the plan. */
+void ts_plan_set_trace(ts_plan *p, struct ts_trace *t);
 
 /* Look up a named value. */
 const ts_named *ts_plan_find(const ts_plan *p, const char *name);

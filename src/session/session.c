@@ -21,6 +21,7 @@
 #include "obs/metrics.h"
 #include "obs/tfevents.h"
 #include "session/metrics_eval.h"
+#include "session/launch.h"
 #include "tessel/ckpt.h"
 #include "tessel/tessel.h"
 
@@ -77,7 +78,9 @@ typedef struct session {
     int tm_made;
     ts_http_server *http;
     ts_tfevents *tb;
-    float *gbuf; /* one parameter or gradient, read back for norms and histograms */
+    int rank, nranks;       /* data parallelism: this rank's rows of every batch */
+    struct ts_trace *trace; /* --trace */
+    float *gbuf;            /* one parameter or gradient, read back for norms and histograms */
     size_t gbuf_bytes;
     ts_alert_runner *ar; /* gradient monitors and alert rules (src/obs/alert_run.h) */
     ts_ckpt_saver *asv;  /* anomaly snapshots when ckpt.every is 0 (no s->sv) */
@@ -87,7 +90,7 @@ typedef struct session {
 } session;
 
 ts_session_options ts_session_options_default(void) {
-    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES, NULL};
+    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES, NULL, NULL, NULL};
     return o;
 }
 
@@ -543,8 +546,8 @@ static ts_status make_synthetic(session *s) {
     int n = c->train.steps < N_SYNTH ? (int)c->train.steps : N_SYNTH;
     for (; s->n_synth < n; s->n_synth++) {
         int k = s->n_synth;
-        if (!(s->sx[k] = ts_alloc(s->xb, "synthetic batch")) ||
-            !(s->sy[k] = ts_alloc(s->yb, "synthetic batch"))) {
+        if (!(s->sx[k] = ts_alloc(s->xb * (size_t)s->nranks, "synthetic batch")) ||
+            !(s->sy[k] = ts_alloc(s->yb * (size_t)s->nranks, "synthetic batch"))) {
             s->n_synth++;
             return TS_ERR_NOMEM;
         }
@@ -596,10 +599,19 @@ static ts_status resolve_metrics(session *s) {
 static ts_status build(session *s) {
     ts_train_spec spec;
     ts_compile_options opt;
-    ts_status st = ts_config_build(&s->c, &s->g, &s->m, &spec, &opt);
+    /* With N ranks the graph is built for model.batch / N rows (the
+     * session's buffers hold the whole batch; each rank feeds its rows). */
+    ts_config lc = s->c;
+    lc.model.batch /= s->nranks;
+    ts_status st = ts_config_build(&lc, &s->g, &s->m, &spec, &opt);
+    opt.comm = s->o->comm;
+    opt.bucket_mb = s->c.dist.bucket_mb;
+    opt.dist_algo = s->c.dist.algo;
+    opt.zero = s->nranks > 1 ? s->c.dist.zero : 0;
     opt.monitors = 1; /* gradient monitors for observe and alerts */
     if (st == TS_OK) st = ts_compile(s->g, &spec, &opt, &s->plan);
     opt.monitors = 0;
+    opt.comm = NULL; /* the evaluation plan is this rank's alone */
     if (st != TS_OK) return st;
     s->in_name = ts_name(s->g, s->m.input);
     s->tgt_name = ts_name(s->g, s->m.target);
@@ -609,7 +621,7 @@ static ts_status build(session *s) {
     s->outb = value_bytes(s->g, s->m.output);
     if (s->all) {
         /* The model's inputs hold a batch of the dataset's examples. */
-        const size_t B = (size_t)s->c.model.batch;
+        const size_t B = (size_t)lc.model.batch;
         if (s->xb != B * ts_dataset_x_bytes(s->all) || s->yb != B * ts_dataset_y_bytes(s->all) ||
             ts_dtype_of(s->g, s->m.input) != s->all->x_dtype ||
             ts_dtype_of(s->g, s->m.target) != s->all->y_dtype)
@@ -618,7 +630,8 @@ static ts_status build(session *s) {
                            "data (%zu, %zu bytes per example)",
                            s->xb, s->yb, ts_dataset_x_bytes(s->all), ts_dataset_y_bytes(s->all));
     }
-    if (!(s->bx = ts_alloc(s->xb, "batch")) || !(s->by = ts_alloc(s->yb, "batch")))
+    if (!(s->bx = ts_alloc(s->xb * (size_t)s->nranks, "batch")) ||
+        !(s->by = ts_alloc(s->yb * (size_t)s->nranks, "batch")))
         return TS_ERR_NOMEM;
     if ((s->val && s->val->n) || s->test) {
         /* Evaluation runs an inference plan of the same graph: forward only,
@@ -665,7 +678,7 @@ static ts_status copy_params(session *s) {
 /* Every example of d, in order, in batches of the plan's size; the last
  * batch is padded with copies of its first example, which are not counted. */
 static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
-    const int64_t B = s->c.model.batch;
+    const int64_t B = s->c.model.batch / s->nranks; /* the plan's batch */
     const size_t xe = ts_dataset_x_bytes(d), ye = ts_dataset_y_bytes(d);
     /* Targets per example: class ids (classifier) or numbers (regression);
      * the output has `width` values per target for a classifier. */
@@ -782,13 +795,13 @@ static ts_status next_batch(session *s, int64_t step) {
         st = ts_loader_next(s->loader, s->bx, s->by);
     } else {
         int k = (int)((step - 1) % s->n_synth);
-        memcpy(s->bx, s->sx[k], s->xb);
-        memcpy(s->by, s->sy[k], s->yb);
+        memcpy(s->bx, s->sx[k], s->xb * (size_t)s->nranks);
+        memcpy(s->by, s->sy[k], s->yb * (size_t)s->nranks);
     }
     const ts_config *c = &s->c;
     if (st == TS_OK && c->debug.inject)
         ts_alert_inject(c->debug.inject, c->debug.inject_step, c->debug.inject_count,
-                        c->debug.inject_scale, step, s->bx, s->xb);
+                        c->debug.inject_scale, step, s->bx, s->xb * (size_t)s->nranks);
     return st;
 }
 
@@ -1033,7 +1046,8 @@ static ts_status train_loop(session *s) {
     const ts_config *c = &s->c;
     const int64_t steps = c->train.steps, bpe = c->batches_per_epoch;
     const double per_step = (double)c->model.batch * (s->gpt ? (double)c->model.ctx : 1.0);
-    const int has_val = s->val && s->val->n > 0;
+    /* Ranks hold the same weights: rank 0 alone evaluates. */
+    const int has_val = s->val && s->val->n > 0 && s->rank == 0;
     const double t_start = ts_now();
     ts_status st = TS_OK;
     /* A stop requested while the data loaded or the plan compiled. */
@@ -1045,15 +1059,23 @@ static ts_status train_loop(session *s) {
         const int64_t epoch = bpe ? (step - 1) / bpe + 1 : 0;
         const double lr = ts_plan_lr(s->plan), t0 = ts_now();
         st = next_batch(s, step);
-        if (st == TS_OK) st = ts_plan_set_input(s->plan, s->in_name, s->bx, s->xb);
-        if (st == TS_OK) st = ts_plan_set_input(s->plan, s->tgt_name, s->by, s->yb);
+        /* This rank's rows: rank r takes rows r*B/N .. (r+1)*B/N - 1. */
+        if (st == TS_OK)
+            st = ts_plan_set_input(s->plan, s->in_name,
+                                   (const char *)s->bx + (size_t)s->rank * s->xb, s->xb);
+        if (st == TS_OK)
+            st = ts_plan_set_input(s->plan, s->tgt_name,
+                                   (const char *)s->by + (size_t)s->rank * s->yb, s->yb);
         if (st == TS_OK) st = ts_plan_step(s->plan);
+        double loss = ts_plan_loss(s->plan);
+        int stop = s->o->stop && *s->o->stop;
+        if (st == TS_OK && s->nranks > 1) st = ts_session_agree(s->o->comm, &loss, &stop);
         const double dt = ts_now() - t0;
         if (st != TS_OK) {
             ts_error_prefix("step %lld", (long long)step);
             break;
         }
-        const double loss = ts_plan_loss(s->plan), rate = dt > 0 ? per_step / dt : 0;
+        const double rate = dt > 0 ? per_step / dt : 0;
         r->steps = step;
         r->final_loss = loss;
         if (step == s->start_step + 1) r->first_loss = loss;
@@ -1090,7 +1112,6 @@ static ts_status train_loop(session *s) {
         }
         if (alert && (st = alert_actions(s, step, alert)) != TS_OK) break;
         if (r->stopped_by_alert) break;
-        const int stop = s->o->stop && *s->o->stop;
         const int due =
             c->train.eval_every > 0 ? step % c->train.eval_every == 0 : bpe > 0 && step % bpe == 0;
         if (has_val && (due || (step == steps && !stop))) {
@@ -1140,7 +1161,7 @@ static ts_status train_loop(session *s) {
     } else if (r->steps == s->start_step + 1 && r->seconds > 0) {
         r->median_rate = per_step / r->seconds;
     }
-    if (s->test && !r->interrupted && !r->stopped_by_alert) {
+    if (s->test && !r->interrupted && !r->stopped_by_alert && s->rank == 0) {
         st = eval_split(s, "test", s->test, &r->test, r->steps, bpe ? (r->steps - 1) / bpe + 1 : 0);
         if (st != TS_OK) return st;
         r->has_test = 1;
@@ -1182,6 +1203,12 @@ static void header(session *s) {
                                                     : "mlp",
                     params, (long long)c->model.batch, (long long)c->train.steps, epochs, data,
                     test, st.n_instructions, (double)st.arena_bytes / (1024.0 * 1024.0));
+    if (s->nranks > 1)
+        ts_progress_log(&s->pr,
+                        "data parallel: %d processes (%s), batch %lld per process, gradients "
+                        "averaged in buckets of %g MiB",
+                        s->nranks, ts_comm_transport(s->o->comm),
+                        (long long)(c->model.batch / s->nranks), c->dist.bucket_mb);
 }
 
 static void session_free(session *s) {
@@ -1203,6 +1230,7 @@ static void session_free(session *s) {
     ts_dataset_free(s->val);
     ts_dataset_free(s->test);
     for (int i = 0; i < s->n_synth; i++) free(s->sx[i]), free(s->sy[i]);
+    ts_session_trace_close(s->plan, s->o, s->trace);
     ts_plan_free(s->plan);
     ts_plan_free(s->eval);
     ts_metric_acc_free(&s->macc);
@@ -1278,6 +1306,8 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     s->c = *c;
     s->o = o;
     s->r = r;
+    s->nranks = o->comm ? ts_comm_size(o->comm) : 1;
+    s->rank = o->comm ? ts_comm_rank(o->comm) : 0;
     s->gpt = c->model.name == TS_CFG_GPT;
     r->unit = s->gpt ? "tokens/s" : "samples/s";
     const char *dir = o->out_dir && *o->out_dir ? o->out_dir : c->output.dir;
@@ -1297,6 +1327,16 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
         st = ts_fail(TS_ERR_INVALID, "ckpt.every needs a run directory for the checkpoints "
                                      "(--out RUN_DIR or output.dir)");
     }
+    if (st == TS_OK && c->model.batch % s->nranks)
+        st = ts_fail(TS_ERR_INVALID,
+                     "model.batch %lld does not divide by %d processes: every rank trains on "
+                     "model.batch / processes rows of each batch",
+                     (long long)c->model.batch, s->nranks);
+    if (st == TS_OK && s->nranks > 1 && c->dist.zero && (c->ckpt.every > 0 || from))
+        st = ts_fail(TS_ERR_UNSUPPORTED,
+                     "dist.zero %d shards the optimizer state over the processes, and checkpoints "
+                     "of sharded state are not supported yet: set dist.zero: 0 to %s",
+                     c->dist.zero, from ? "resume" : "save checkpoints (ckpt.every)");
     if (st == TS_OK) st = check_key("ckpt.sign_key", c->ckpt.sign_key);
     if (st == TS_OK) st = check_key("ckpt.verify_key", c->ckpt.verify_key);
     /* Verify the checkpoint (signature, file hashes, tensor CRCs) before
@@ -1325,8 +1365,14 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
             ts_alert_runner_attach(s->ar, &s->pr, s->tm_made ? &s->tm : NULL, s->tb, s->audit,
                                    r->run_dir);
     }
+    if (st == TS_OK && o->trace)
+        st = ts_session_trace_start(s->plan, o, s->c.train.steps, &s->trace);
     if (st == TS_OK) {
         st = train_loop(s);
+        if (st == TS_OK && s->trace) {
+            st = ts_session_trace_finish(s->plan, o, s->trace, &s->pr);
+            if (st != TS_OK) r->failed_in_step = 1;
+        }
         /* The endpoint stops and the events are flushed when training ends. */
         ts_status oe = observe_end(s);
         if (st == TS_OK && oe != TS_OK) {

@@ -48,6 +48,16 @@ typedef struct ts_session_options {
      * value is a checkpoint directory (step-N, or a run directory meaning
      * its LATEST) whose training continues in a new run directory. */
     const char *resume;
+    /* Data parallelism: this process is one rank of comm (NULL: the only
+     * one). Every rank runs ts_session_run with the same config; each
+     * trains on its model.batch / size rows of every batch. Only the
+     * options decide what a rank writes: ts_session_run_dist (launch.h)
+     * gives ranks other than 0 no run directory, checkpoints or endpoint. */
+    struct ts_comm *comm;
+    /* A Chrome trace of the training steps (every instruction a "compute"
+     * span, every collective a "comm" span, one process per rank) written
+     * to this file when training ends; NULL: none. */
+    const char *trace;
 } ts_session_options;
 
 ts_session_options ts_session_options_default(void);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "obs/trace.h"
 #include "plan/plan.h"
 
 /* Index of the first non-finite element of a float tensor, or -1. */
@@ -47,10 +48,27 @@ static inline ts_status run_one(ts_plan *p, int i) {
     return TS_OK;
 }
 
+void ts_plan_set_trace(ts_plan *p, struct ts_trace *t) {
+    if (p) p->trace = t;
+}
+
 /* Instructions [lo, hi); with skip_update the update-phase ones are left
- * out. Two loops rather than a test per instruction: without profiling the
- * step never reads the clock. */
+ * out. Separate loops rather than a test per instruction: without profiling
+ * or a trace the step never reads the clock. */
 static ts_status run_range(ts_plan *p, int lo, int hi, int skip_update) {
+    if (p->trace) {
+        /* A timeline (--trace): one span per instruction. */
+        for (int i = lo; i < hi; i++) {
+            if (skip_update && (ts_op_get(p->ins[i].op)->flags & TS_OPF_UPDATE)) continue;
+            const ts_instr *in = &p->ins[i];
+            int h = ts_trace_begin_args(p->trace, ts_op_get(in->op)->name, TS_TRACE_COMPUTE,
+                                        (ts_trace_args){-1, -1, in->label});
+            ts_status s = run_one(p, i);
+            ts_trace_end(p->trace, h);
+            if (s != TS_OK) return s;
+        }
+        return TS_OK;
+    }
     if (!p->opt.profile) {
         for (int i = lo; i < hi; i++) {
             if (skip_update && (ts_op_get(p->ins[i].op)->flags & TS_OPF_UPDATE)) continue;

@@ -1,0 +1,449 @@
+/* distribute: data parallelism in the step graph. Runs on a scheduled
+ * training graph when the plan has a comm of more than one rank.
+ *
+ * Gradients are sorted by the position in the schedule where each becomes
+ * final (roughly reverse layer order) and grouped into buckets: the first
+ * one small (first_bucket_bytes) so communication starts early, the rest
+ * up to bucket_bytes, a new bucket at every change of dtype. Per bucket the
+ * pass adds an allreduce_start node, placed in the order right after the
+ * bucket's last gradient is written, and an allreduce_wait node, placed
+ * right before the first later node that reads one of its gradients (the
+ * clip coefficient or the optimizer update; the end of the step if none).
+ * Everything scheduled between the two (the rest of the backward pass)
+ * overlaps the all-reduce. Readers get a control dependency on the wait.
+ *
+ * The memory planner then lays out the gradients bucket by bucket (the
+ * inputs of the start nodes in node order), so each bucket is one
+ * contiguous range and one collective. */
+#include <stdlib.h>
+#include <string.h>
+#include "passes.h"
+#include "tessel/dist.h"
+
+typedef struct grad_ref {
+    int32_t v; /* gradient value */
+    int ready; /* position in the order where it is final */
+    size_t bytes;
+} grad_ref;
+
+static int cmp_ready(const void *a, const void *b) {
+    const grad_ref *x = a, *y = b;
+    if (x->ready != y->ready) return x->ready < y->ready ? -1 : 1;
+    return (x->v > y->v) - (x->v < y->v);
+}
+
+static int is_alias(const ts_graph *g, int node) {
+    return (ts_op_get(g->nodes[node].op)->flags & TS_OPF_ALIAS) != 0;
+}
+
+/* ---- ZeRO-1 -------------------------------------------------------------
+ *
+ * Instead of all-reducing a bucket, reduce-scatter it: rank r receives the
+ * average of its block (ts_comm_block of the bucket's flat range) in a
+ * shard buffer, runs the optimizer on that block of the flat parameter
+ * range only (shard_update, with optimizer state as long as the shard),
+ * then all-gathers the bucket's parameters in place. The fused update node
+ * and its full-size state are removed (and the clip coefficient, which
+ * becomes zero_clip_coef over the shards). memplan lays out the parameters
+ * in the gradients' bucket order, so a bucket's parameter range mirrors its
+ * gradient range element for element. Order per step:
+ *   ... backward ... reduce_scatter_start(b) right after bucket b's last gradient
+ *   [at the update] reduce_scatter_wait(all) zero_clip_coef
+ *                   shard_update(b) all_gather_start(b) for each bucket
+ *   [end of step]   all_gather_wait(all) */
+
+/* Elements a bucket spans in memplan's layout (64-byte padding between
+ * tensors). */
+static int64_t bucket_span(const ts_graph *g, const grad_ref *gr, int lo, int hi) {
+    size_t off = 0, es = ts_dtype_size(g->values[gr[lo].v].t.dtype);
+    for (int i = lo; i < hi; i++)
+        off = i + 1 < hi ? TS_ALIGN_UP(off + gr[i].bytes, TS_ALIGN) : off + gr[i].bytes;
+    return (int64_t)(off / es);
+}
+
+static int32_t new_shard_state(ts_graph *g, const ts_type *t, int b, const char *what) {
+    char name[96];
+    snprintf(name, sizeof name, "zero.bucket%d.%s", b, what);
+    int32_t id = ts_value_new(g, t, TS_VK_STATE, name);
+    if (id >= 0) g->values[id].init = ts_init_zeros();
+    return id;
+}
+
+static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
+                              const ts_dist_spec *d, const grad_ref *gr, const int *first, int nb,
+                              const int *start_at, const int32_t *root, int *n_slots) {
+    const int n_order = *n_order_io;
+    const int32_t *order = *order_io;
+    int u = -1, upos = -1;
+    for (int k = 0; k < n_order; k++) {
+        int op = g->nodes[order[k]].op;
+        if (op == TS_OP_SGD_UPDATE || op == TS_OP_ADAM_UPDATE) u = order[k], upos = k;
+    }
+    if (u < 0)
+        return ts_fail(TS_ERR_INVALID, "distribute: ZeRO shards the optimizer; this plan has none");
+    const ts_node un = g->nodes[u]; /* copy: nodes move as nodes are added */
+    const int adam = un.op == TS_OP_ADAM_UPDATE, has_coef = un.a.i[1] != 0;
+    const int gs = adam ? 4 : 2 + (un.a.i[0] != 0), ns = gs - 2;
+    const int ngroups = (un.n_in - has_coef) / gs;
+    int clip = -1;
+    if (has_coef) {
+        clip = g->values[un.in[un.n_in - 1]].node;
+        if (clip < 0 || g->nodes[clip].op != TS_OP_CLIP_COEF)
+            return ts_fail(TS_ERR_INTERNAL, "distribute: the update's coefficient is no clip_coef");
+    }
+    const int nv0 = g->n_values;
+    int32_t *group_of = ts_alloc(sizeof(int32_t) * (size_t)(nv0 + 1), "zero");
+    int32_t *shard = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
+    int32_t *rs_start = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
+    int32_t *rs_wait = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
+    int32_t *upd = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
+    int64_t *shard_off = ts_alloc(sizeof(int64_t) * (size_t)(nb + 1), "zero");
+    int32_t *ag_start = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
+    int32_t *ag_wait = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
+    ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(un.n_in + nb + 8), "zero");
+    int32_t *out = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 6 * nb + 2), "zero");
+    int32_t *nmap = NULL, *vmap = NULL;
+    ts_status s = TS_OK;
+    if (!group_of || !shard || !rs_start || !rs_wait || !upd || !shard_off || !ag_start ||
+        !ag_wait || !args || !out) {
+        s = TS_ERR_NOMEM;
+        goto done;
+    }
+    for (int v = 0; v < nv0; v++) group_of[v] = -1;
+    for (int j = 0; j < ngroups; j++) group_of[root[un.in[j * gs + 1]]] = j;
+    for (int i = 0; i < first[nb]; i++)
+        if (group_of[root[gr[i].v]] < 0) {
+            char lb[32];
+            s = ts_fail(TS_ERR_UNSUPPORTED, "distribute: ZeRO: gradient '%s' has no update",
+                        ts_value_label(g, gr[i].v, lb, sizeof lb));
+            goto done;
+        }
+    for (int b = 0; b < nb && s == TS_OK; b++) {
+        const int k = first[b + 1] - first[b];
+        const int64_t span = bucket_span(g, gr, first[b], first[b + 1]);
+        size_t off, len;
+        ts_comm_block((size_t)span, d->size, d->rank, &off, &len);
+        if (len == 0) {
+            s = ts_fail(TS_ERR_UNSUPPORTED,
+                        "distribute: ZeRO: bucket %d has %lld elements, fewer than the %d ranks", b,
+                        (long long)span, d->size);
+            break;
+        }
+        char name[64];
+        ts_attrs a = ts_attrs_zero();
+        a.i[0] = b;
+        a.i[1] = d->algo;
+        a.i[2] = (int64_t)len;
+        a.i[3] = span;
+        for (int i = 0; i < k; i++) args[i] = ts_mkval(gr[first[b] + i].v);
+        ts_val tok = ts_node_add(g, TS_OP_REDUCE_SCATTER_START, k, args, &a, NULL);
+        if ((s = ts_graph_status(g)) != TS_OK) break;
+        rs_start[b] = g->values[tok.id].node;
+        shard[b] = g->nodes[rs_start[b]].out[1];
+        snprintf(name, sizeof name, "bucket%d.start", b);
+        ts_set_name(g, tok, name);
+        snprintf(name, sizeof name, "bucket%d.grad_shard", b);
+        ts_set_name(g, ts_mkval(shard[b]), name);
+        ts_val wargs[2] = {tok, ts_mkval(shard[b])};
+        ts_val w = ts_node_add(g, TS_OP_REDUCE_SCATTER_WAIT, 2, wargs, &a, NULL);
+        if ((s = ts_graph_status(g)) != TS_OK) break;
+        rs_wait[b] = g->values[w.id].node;
+        snprintf(name, sizeof name, "bucket%d.wait", b);
+        ts_set_name(g, w, name);
+        shard_off[b] = (int64_t)off;
+    }
+    if (s != TS_OK) goto done;
+    /* The clip coefficient over every rank's shards. */
+    ts_val coef = TS_NONE;
+    if (has_coef) {
+        for (int b = 0; b < nb; b++) args[b] = ts_mkval(shard[b]);
+        ts_attrs a = ts_attrs_zero();
+        a.f[0] = g->nodes[clip].a.f[0];
+        a.i[1] = d->algo;
+        coef = ts_node_add(g, TS_OP_ZERO_CLIP_COEF, nb, args, &a, NULL);
+        if ((s = ts_graph_status(g)) != TS_OK) goto done;
+        ts_set_name(g, coef, "clip_coef");
+        for (int b = 0; b < nb && s == TS_OK; b++)
+            s = ts_node_add_ctrl(g, g->values[coef.id].node, rs_wait[b]);
+    }
+    /* Per bucket: the shard's update and the all-gather of its parameters. */
+    static const char *const state_names[2][2] = {{"momentum", ""}, {"exp_avg", "exp_avg_sq"}};
+    for (int b = 0; b < nb && s == TS_OK; b++) {
+        const int k = first[b + 1] - first[b];
+        const int64_t off = shard_off[b];
+        const ts_type st = g->values[shard[b]].t;
+        int na = 0;
+        for (int i = 0; i < k; i++)
+            args[na++] = ts_mkval(un.in[group_of[root[gr[first[b] + i].v]] * gs]);
+        args[na++] = ts_mkval(shard[b]);
+        for (int j = 0; j < ns; j++) {
+            int32_t sv = new_shard_state(g, &st, b, state_names[adam][j]);
+            if (sv < 0) {
+                s = ts_graph_status(g);
+                break;
+            }
+            args[na++] = ts_mkval(sv);
+        }
+        if (s != TS_OK) break;
+        if (has_coef) args[na++] = coef;
+        ts_attrs a = un.a;
+        a.i[5] = off;
+        a.i[6] = k;
+        a.i[7] = un.op;
+        ts_node_add(g, TS_OP_SHARD_UPDATE, na, args, &a, NULL);
+        if ((s = ts_graph_status(g)) != TS_OK) break;
+        upd[b] = g->n_nodes - 1;
+        s = ts_node_add_ctrl(g, upd[b], rs_wait[b]);
+        /* after every reader of any parameter, as the fused update was */
+        for (int c = 0; c < un.n_ctrl && s == TS_OK; c++)
+            s = ts_node_add_ctrl(g, upd[b], un.ctrl[c]);
+        if (s != TS_OK) break;
+        ts_attrs ga = ts_attrs_zero();
+        ga.i[0] = nb + b;
+        ga.i[1] = d->algo;
+        ga.i[3] = g->nodes[rs_start[b]].a.i[3];
+        ts_val tok = ts_node_add(g, TS_OP_ALL_GATHER_START, k, args, &ga, NULL);
+        if ((s = ts_graph_status(g)) != TS_OK) break;
+        ag_start[b] = g->values[tok.id].node;
+        if ((s = ts_node_add_ctrl(g, ag_start[b], upd[b])) != TS_OK) break;
+        char name[64];
+        snprintf(name, sizeof name, "bucket%d.gather", b);
+        ts_set_name(g, tok, name);
+        memmove(args + 1, args, sizeof(ts_val) * (size_t)k);
+        args[0] = tok;
+        ts_val w = ts_node_add(g, TS_OP_ALL_GATHER_WAIT, k + 1, args, &ga, NULL);
+        if ((s = ts_graph_status(g)) != TS_OK) break;
+        ag_wait[b] = g->values[w.id].node;
+        snprintf(name, sizeof name, "bucket%d.gathered", b);
+        ts_set_name(g, w, name);
+    }
+    if (s != TS_OK) goto done;
+
+    /* The order: starts after their buckets' last gradients, everything
+     * else where the fused update was, the all-gather waits at the end. */
+    int m = 0;
+    for (int k = 0; k < n_order; k++) {
+        if (order[k] == clip) continue;
+        if (k == upos) {
+            for (int b = 0; b < nb; b++) out[m++] = rs_wait[b];
+            if (has_coef) out[m++] = g->values[coef.id].node;
+            for (int b = 0; b < nb; b++) out[m++] = upd[b], out[m++] = ag_start[b];
+            continue;
+        }
+        out[m++] = order[k];
+        for (int b = 0; b < nb; b++)
+            if (start_at[b] == k) out[m++] = rs_start[b];
+    }
+    for (int b = 0; b < nb; b++) out[m++] = ag_wait[b];
+
+    /* Drop the fused update, the clip coefficient and the full-size state
+     * (compaction removes values of dead nodes). */
+    g->nodes[u].dead = 1;
+    if (clip >= 0) g->nodes[clip].dead = 1;
+    for (int j = 0; j < ngroups; j++)
+        for (int q = 2; q < gs; q++) {
+            ts_value *sv = &g->values[un.in[j * gs + q]];
+            sv->kind = TS_VK_NODE;
+            sv->node = u;
+        }
+    nmap = ts_alloc(sizeof(int32_t) * (size_t)(g->n_nodes + 1), "zero");
+    vmap = ts_alloc(sizeof(int32_t) * (size_t)(g->n_values + 1), "zero");
+    if (!nmap || !vmap) {
+        s = TS_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0, c = 0; i < g->n_nodes; i++) nmap[i] = g->nodes[i].dead ? -1 : c++;
+    if ((s = ts_graph_compact(g, vmap)) != TS_OK) goto done;
+    for (int k = 0; k < m; k++) out[k] = nmap[out[k]];
+    if (d->loss) *d->loss = vmap[*d->loss];
+    free(*order_io);
+    *order_io = out;
+    *n_order_io = m;
+    out = NULL;
+    *n_slots = 2 * nb;
+done:
+    free(group_of);
+    free(shard);
+    free(rs_start);
+    free(rs_wait);
+    free(upd);
+    free(shard_off);
+    free(ag_start);
+    free(ag_wait);
+    free(args);
+    free(out);
+    free(nmap);
+    free(vmap);
+    return s;
+}
+
+ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
+                             const ts_dist_spec *d, int *n_buckets) {
+    *n_buckets = 0;
+    const int nn = g->n_nodes, nv = g->n_values, n_order = *n_order_io;
+    const int32_t *order = *order_io;
+    ts_status s = TS_OK;
+    int *pos = ts_alloc(sizeof(int) * (size_t)(nn + 1), "distribute");
+    int32_t *root = ts_alloc(sizeof(int32_t) * (size_t)(nv + 1), "distribute");
+    int *bucket_of = ts_alloc(sizeof(int) * (size_t)(nv + 1), "distribute"); /* per root */
+    grad_ref *gr = ts_alloc(sizeof(grad_ref) * (size_t)(nv + 1), "distribute");
+    int *first = NULL, *start_at = NULL, *wait_at = NULL;
+    int32_t *start_node = NULL, *wait_node = NULL, *out = NULL;
+    if (!pos || !root || !bucket_of || !gr) {
+        s = TS_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < nn; i++) pos[i] = -1;
+    for (int k = 0; k < n_order; k++) pos[order[k]] = k;
+    for (int v = 0; v < nv; v++) {
+        const ts_value *val = &g->values[v];
+        root[v] = v;
+        if (val->kind == TS_VK_NODE && is_alias(g, val->node))
+            root[v] = root[g->nodes[val->node].in[0]];
+        bucket_of[v] = -1;
+    }
+    /* One entry per gradient storage root. */
+    int ng = 0;
+    for (int v = 0; v < nv; v++) {
+        const ts_value *val = &g->values[v];
+        if (val->grad_of < 0 || val->kind != TS_VK_NODE || bucket_of[root[v]] == -2) continue;
+        ts_dtype dt = val->t.dtype;
+        if (dt != TS_F32 && dt != TS_F64) {
+            char lb[32];
+            s = ts_fail(TS_ERR_UNSUPPORTED,
+                        "distribute: gradient '%s' is %s; data-parallel training averages f32 "
+                        "and f64 gradients only",
+                        ts_value_label(g, v, lb, sizeof lb), ts_dtype_name(dt));
+            goto done;
+        }
+        bucket_of[root[v]] = -2; /* seen */
+        gr[ng++] = (grad_ref){v, pos[val->node], ts_type_bytes(&val->t)};
+    }
+    if (ng == 0) goto done;
+    qsort(gr, (size_t)ng, sizeof *gr, cmp_ready);
+
+    /* Buckets: [first[b], first[b + 1]) of gr. */
+    first = ts_alloc(sizeof(int) * (size_t)(ng + 1), "distribute");
+    if (!first) {
+        s = TS_ERR_NOMEM;
+        goto done;
+    }
+    int nb = 0;
+    size_t fill = 0;
+    for (int i = 0; i < ng; i++) {
+        size_t cap = nb <= 1 ? d->first_bucket_bytes : d->bucket_bytes;
+        int dtype_change = i > 0 && g->values[gr[i].v].t.dtype != g->values[gr[i - 1].v].t.dtype;
+        if (i == 0 || dtype_change || fill >= cap) {
+            first[nb++] = i;
+            fill = 0;
+        }
+        fill += gr[i].bytes;
+        bucket_of[root[gr[i].v]] = nb - 1;
+    }
+    first[nb] = ng;
+
+    /* Where each bucket starts (after its last gradient) and waits (before
+     * the first later reader of any of its gradients; n_order: the end). */
+    start_at = ts_alloc(sizeof(int) * (size_t)(nb + 1), "distribute");
+    wait_at = ts_alloc(sizeof(int) * (size_t)(nb + 1), "distribute");
+    start_node = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "distribute");
+    wait_node = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "distribute");
+    if (!start_at || !wait_at || !start_node || !wait_node) {
+        s = TS_ERR_NOMEM;
+        goto done;
+    }
+    for (int b = 0; b < nb; b++) {
+        start_at[b] = gr[first[b + 1] - 1].ready;
+        wait_at[b] = n_order;
+    }
+    if (d->zero) {
+        s = zero_rewrite(g, order_io, n_order_io, d, gr, first, nb, start_at, root, n_buckets);
+        goto done;
+    }
+    for (int k = 0; k < n_order; k++) {
+        const ts_node *n = &g->nodes[order[k]];
+        if (is_alias(g, order[k])) continue; /* a view reads nothing */
+        for (int j = 0; j < n->n_in; j++) {
+            int b = bucket_of[root[n->in[j]]];
+            if (b >= 0 && k > start_at[b] && k < wait_at[b]) wait_at[b] = k;
+        }
+    }
+
+    /* The nodes. */
+    for (int b = 0; b < nb && s == TS_OK; b++) {
+        int k = 0;
+        ts_val *args =
+            ts_alloc(sizeof(ts_val) * (size_t)(first[b + 1] - first[b] + 1), "distribute");
+        if (!args) {
+            s = TS_ERR_NOMEM;
+            break;
+        }
+        for (int i = first[b]; i < first[b + 1]; i++) args[1 + k++] = ts_mkval(gr[i].v);
+        ts_attrs a = ts_attrs_zero();
+        a.i[0] = b;
+        a.i[1] = d->algo;
+        char name[64];
+        ts_val tok = ts_node_add(g, TS_OP_ALLREDUCE_START, k, args + 1, &a, NULL);
+        if ((s = ts_graph_status(g)) == TS_OK) {
+            snprintf(name, sizeof name, "bucket%d.start", b);
+            s = ts_set_name(g, tok, name);
+        }
+        if (s == TS_OK) {
+            start_node[b] = g->values[tok.id].node;
+            args[0] = tok;
+            ts_val w = ts_node_add(g, TS_OP_ALLREDUCE_WAIT, k + 1, args, &a, NULL);
+            if ((s = ts_graph_status(g)) == TS_OK) {
+                snprintf(name, sizeof name, "bucket%d.wait", b);
+                s = ts_set_name(g, w, name);
+                wait_node[b] = g->values[w.id].node;
+            }
+        }
+        free(args);
+    }
+    if (s != TS_OK) goto done;
+    /* Readers after the start depend on the wait (the graph says what the
+     * order does). */
+    for (int k = 0; k < n_order && s == TS_OK; k++) {
+        int i = order[k];
+        const ts_node *n = &g->nodes[i];
+        if (is_alias(g, i)) continue;
+        for (int j = 0; j < n->n_in && s == TS_OK; j++) {
+            int b = bucket_of[root[n->in[j]]];
+            if (b >= 0 && k > start_at[b]) s = ts_node_add_ctrl(g, i, wait_node[b]);
+        }
+    }
+    if (s != TS_OK) goto done;
+
+    /* The new order: waits before their position, starts after theirs. */
+    out = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 2 * nb + 1), "distribute");
+    if (!out) {
+        s = TS_ERR_NOMEM;
+        goto done;
+    }
+    int m = 0;
+    for (int k = 0; k <= n_order; k++) {
+        for (int b = 0; b < nb; b++)
+            if (wait_at[b] == k) out[m++] = wait_node[b];
+        if (k == n_order) break;
+        out[m++] = order[k];
+        for (int b = 0; b < nb; b++)
+            if (start_at[b] == k) out[m++] = start_node[b];
+    }
+    free(*order_io);
+    *order_io = out;
+    *n_order_io = m;
+    out = NULL;
+    *n_buckets = nb;
+done:
+    free(pos);
+    free(root);
+    free(bucket_of);
+    free(gr);
+    free(first);
+    free(start_at);
+    free(wait_at);
+    free(start_node);
+    free(wait_node);
+    free(out);
+    return s;
+}

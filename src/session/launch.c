@@ -1,0 +1,216 @@
+/* Training on several processes: the shm launcher (fork N workers), the
+ * MPI path, and the per-step agreement between ranks. See launch.h. */
+#include "session/launch.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "core/core.h"
+#include "obs/progress.h"
+#include "obs/trace.h"
+#include "plan/plan.h"
+
+ts_status ts_session_agree(ts_comm *comm, double *loss, int *stop) {
+    double v[2] = {*loss, *stop ? 1.0 : 0.0};
+    ts_status s = ts_allreduce(comm, v, 2, TS_F64, TS_RED_SUM, TS_ALGO_AUTO);
+    if (s != TS_OK) return s;
+    *loss = v[0] / (double)ts_comm_size(comm);
+    *stop = v[1] > 0;
+    return TS_OK;
+}
+
+/* What rank 0 leaves for the launcher: its result and, on failure, its
+ * error (workers end with _exit; this lives in a MAP_SHARED mapping). */
+typedef struct shared_out {
+    ts_session_result r;
+    ts_status st;
+    char error[2048];
+} shared_out;
+
+typedef struct launch_ctx {
+    const ts_config *c;
+    const ts_session_options *o;
+    shared_out *out;
+} launch_ctx;
+
+/* Runs this rank's session. Ranks other than 0 write nothing: no run
+ * directory, checkpoints, TensorBoard files, endpoint or progress; a
+ * resume reads the same checkpoint as rank 0. */
+static ts_status run_rank(const ts_config *c0, const ts_session_options *o0, ts_comm *comm,
+                          ts_session_result *r) {
+    ts_config c = *c0;
+    ts_session_options o = *o0;
+    o.comm = comm;
+    if (ts_comm_rank(comm) == 0) return ts_session_run(&c, &o, r);
+    const char *dir = o0->out_dir && *o0->out_dir ? o0->out_dir : c0->output.dir;
+    char from[512];
+    if (o0->resume && !strcmp(o0->resume, "latest")) {
+        /* rank 0 continues in dir; the others only read its newest checkpoint */
+        snprintf(from, sizeof from, "%s", dir);
+        o.resume = from;
+    }
+    o.out_dir = NULL;
+    c.output.dir[0] = 0;
+    c.ckpt.every = 0;
+    c.observe.metrics_port = 0;
+    c.observe.tensorboard = 0;
+    c.observe.histogram_every = 0;
+    o.progress = TS_PROGRESS_NONE;
+    FILE *devnull = fopen("/dev/null", "w");
+    if (!devnull) return ts_fail(TS_ERR_IO, "rank %d: cannot open /dev/null", ts_comm_rank(comm));
+    o.log = devnull;
+    ts_status s = ts_session_run(&c, &o, r);
+    fclose(devnull);
+    return s;
+}
+
+static int worker(ts_comm *comm, void *user) {
+    const launch_ctx *lc = user;
+    ts_session_result r;
+    ts_status s = run_rank(lc->c, lc->o, comm, &r);
+    const int rank = ts_comm_rank(comm);
+    if (rank == 0) {
+        lc->out->r = r;
+        lc->out->st = s;
+        if (s != TS_OK) snprintf(lc->out->error, sizeof lc->out->error, "%s", ts_last_error());
+    }
+    if (s != TS_OK) {
+        fprintf(stderr, "tessel: rank %d: %s\n", rank, ts_last_error());
+        fflush(stderr);
+        return 1;
+    }
+    return 0;
+}
+
+static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_session_result *r) {
+    const int n = c->dist.procs;
+    memset(r, 0, sizeof *r);
+    r->first_loss = r->final_loss = r->median_rate = NAN;
+    if (c->model.batch % n)
+        return ts_fail(TS_ERR_INVALID,
+                       "model.batch %lld does not divide by %d processes: every rank trains on "
+                       "model.batch / processes rows of each batch",
+                       (long long)c->model.batch, n);
+    if (c->dist.zero && (c->ckpt.every > 0 || (o->resume && *o->resume)))
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "dist.zero %d shards the optimizer state over the processes, and "
+                       "checkpoints of sharded state are not supported yet: set dist.zero: 0 to %s",
+                       c->dist.zero,
+                       o->resume && *o->resume ? "resume" : "save checkpoints (ckpt.every)");
+    shared_out *out =
+        mmap(NULL, sizeof *out, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (out == MAP_FAILED) return ts_fail(TS_ERR_NOMEM, "--procs: cannot map shared memory");
+    memset(out, 0, sizeof *out);
+    out->st = TS_ERR_INTERNAL;
+    snprintf(out->error, sizeof out->error, "rank 0 ended before it reported");
+    out->r.first_loss = out->r.final_loss = out->r.median_rate = NAN;
+    launch_ctx lc = {c, o, out};
+    ts_shm_options so;
+    memset(&so, 0, sizeof so);
+    so.timeout_s = c->dist.timeout_s;
+    so.grace_s = 5;
+    fflush(NULL);
+    ts_status s = ts_shm_launch(n, &so, worker, &lc, NULL);
+    *r = out->r;
+    if (s == TS_OK && out->st != TS_OK)
+        s = ts_fail(out->st, "%s", out->error);
+    else if (s != TS_OK)
+        ts_error_prefix("tessel train --procs %d", n);
+    munmap(out, sizeof *out);
+    return s;
+}
+
+static ts_status run_mpi(const ts_config *c, const ts_session_options *o, ts_session_result *r) {
+    ts_comm *comm = NULL;
+    ts_status s = ts_comm_from_env(&comm);
+    if (s != TS_OK) return s;
+    if (c->dist.timeout_s > 0) ts_comm_set_timeout(comm, c->dist.timeout_s);
+    s = run_rank(c, o, comm, r);
+    if (s != TS_OK)
+        ts_error_prefix("rank %d of %d (%s)", ts_comm_rank(comm), ts_comm_size(comm),
+                        ts_comm_transport(comm));
+    ts_comm_close(comm);
+    return s;
+}
+
+ts_status ts_session_run_dist(const ts_config *c, const ts_session_options *o,
+                              ts_session_result *r) {
+    if (!c || !r) return ts_fail(TS_ERR_INVALID, "session: NULL argument");
+    ts_session_options dflt = ts_session_options_default();
+    if (!o) o = &dflt;
+    if (o->comm) return ts_session_run(c, o, r);
+    if (ts_dist_started_by_mpi()) return run_mpi(c, o, r);
+    if (c->dist.procs > 1) return run_shm(c, o, r);
+    return ts_session_run(c, o, r);
+}
+
+/* ---- --trace -------------------------------------------------------------- */
+
+ts_status ts_session_trace_start(ts_plan *plan, const ts_session_options *o, int64_t steps,
+                                 struct ts_trace **out) {
+    ts_plan_stats st;
+    ts_status s = ts_plan_get_stats(plan, &st);
+    if (s != TS_OK) return s;
+    /* A span per instruction and step, a few per collective; beyond 1 Mi
+     * spans the rest are counted as dropped. */
+    double want = ((double)st.n_instructions + 8.0) * (double)(steps + 1) + 1024.0;
+    size_t cap = want > (double)(1 << 20) ? (size_t)1 << 20 : (size_t)want;
+    const int rank = o->comm ? ts_comm_rank(o->comm) : 0;
+    if ((s = ts_trace_create(rank, cap, out)) != TS_OK) {
+        ts_error_prefix("--trace");
+        return s;
+    }
+    ts_trace_name_thread(*out, "step");
+    ts_plan_set_trace(plan, *out);
+    if (o->comm) ts_comm_set_trace(o->comm, ts_trace_comm_span, *out);
+    return TS_OK;
+}
+
+ts_status ts_session_trace_finish(ts_plan *plan, const ts_session_options *o, struct ts_trace *t,
+                                  struct ts_progress *pr) {
+    ts_plan_set_trace(plan, NULL);
+    if (o->comm) ts_comm_set_trace(o->comm, NULL, NULL);
+    const int n = o->comm ? ts_comm_size(o->comm) : 1, rank = o->comm ? ts_comm_rank(o->comm) : 0;
+    ts_status s = TS_OK;
+    if (n == 1) {
+        s = ts_trace_write(t, o->trace);
+    } else {
+        char mine[1024];
+        if (ts_trace_rank_path(o->trace, rank, mine, sizeof mine) != 0)
+            return ts_fail(TS_ERR_INVALID, "--trace %s: path too long", o->trace);
+        s = ts_trace_write(t, mine);
+        /* every rank's file is complete before rank 0 reads them */
+        ts_status b = ts_barrier(o->comm);
+        if (s == TS_OK) s = b;
+        if (s == TS_OK && rank == 0) {
+            char(*paths)[1024] = ts_alloc(sizeof *paths * (size_t)n, "--trace");
+            const char **pp = ts_alloc(sizeof *pp * (size_t)n, "--trace");
+            if (!paths || !pp) s = TS_ERR_NOMEM;
+            for (int r = 0; r < n && s == TS_OK; r++) {
+                ts_trace_rank_path(o->trace, r, paths[r], sizeof paths[r]);
+                pp[r] = paths[r];
+            }
+            if (s == TS_OK) s = ts_trace_merge(pp, n, o->trace);
+            for (int r = 0; s == TS_OK && r < n; r++) unlink(paths[r]);
+            free(paths);
+            free(pp);
+        }
+    }
+    if (s != TS_OK) {
+        ts_error_prefix("--trace %s", o->trace);
+        return s;
+    }
+    if (rank == 0)
+        ts_progress_log(pr, "trace: %s (%zu spans%s%zu dropped)", o->trace, ts_trace_count(t),
+                        n > 1 ? " on rank 0, " : ", ", ts_trace_dropped(t));
+    return TS_OK;
+}
+
+void ts_session_trace_close(ts_plan *plan, const ts_session_options *o, struct ts_trace *t) {
+    if (!t) return;
+    ts_plan_set_trace(plan, NULL);
+    if (o->comm) ts_comm_set_trace(o->comm, NULL, NULL);
+    ts_trace_free(t);
+}
