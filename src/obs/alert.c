@@ -223,10 +223,6 @@ void ts_alerts_eval(ts_alerts *a, const ts_monitor *m, int phase, ts_alert_outco
     }
 }
 
-int ts_alert_agree(const ts_alerts *a, int local_flag) {
-    return a && a->agree ? a->agree(a->agree_user, local_flag) : local_flag;
-}
-
 static json_t *jnum(double v) {
     return isfinite(v) ? json_real(v) : json_string(isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf");
 }

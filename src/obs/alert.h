@@ -14,7 +14,7 @@
  *     // in the update gate, after ts_monitor_read:
  *     ts_alert_outcome o;
  *     ts_alerts_eval(al, mon, TS_ALERT_BEFORE_UPDATE, &o);
- *     int skip = ts_alert_agree(al, (o.actions >> TS_AA_SKIP) & 1);
+ *     int skip = (o.actions >> TS_AA_SKIP) & 1;  // all-reduced (MAX) across ranks
  *     // after the step (update_ratio rules):
  *     ts_alerts_eval(al, mon, TS_ALERT_AFTER_UPDATE, &o2);
  *     ts_alerts_free(al);
@@ -65,17 +65,10 @@ typedef struct ts_alert_outcome {
     unsigned actions; /* bit 1 << ts_alert_action for every action that fired */
 } ts_alert_outcome;
 
-/* Data-parallel agreement on skip_step: every rank must skip or none.
- * Takes this rank's flag and returns the flag every rank uses (an
- * all-reduce with MAX over the ranks). NULL: a single process. */
-typedef int (*ts_alert_agree_fn)(void *user, int local_flag);
-
 typedef struct ts_alerts {
     ts_alert_rule *rules;
     int n;
     char webhook_url[256];
-    ts_alert_agree_fn agree;
-    void *agree_user;
 } ts_alerts;
 
 const char *ts_alert_action_name(int action);
@@ -93,8 +86,6 @@ const char *ts_alert_default_rules(void);
 const char *ts_alert_describe(const ts_alert_rule *r, char *buf, size_t n);
 /* Evaluate the rules of one phase against this step's monitor values. */
 void ts_alerts_eval(ts_alerts *a, const ts_monitor *m, int phase, ts_alert_outcome *out);
-/* The skip decision every rank agrees on (see ts_alert_agree_fn). */
-int ts_alert_agree(const ts_alerts *a, int local_flag);
 /* The JSON body of an alert (webhook, audit log); caller frees. */
 char *ts_alert_json(const ts_alert_event *e, int64_t step, int rank, const char *run_dir);
 

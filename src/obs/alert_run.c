@@ -36,9 +36,15 @@ static ts_status gate(ts_plan *p, void *user, ts_gate_decision *out) {
     ts_status s = before_update(ar, p);
     if (s != TS_OK) return s;
     ar->gated = 1;
-    /* In data-parallel runs every rank must take the same decision: the
-     * local flag goes through the agreement hook (an all-reduce MAX). */
-    ar->skipped = ts_alert_agree(ar->al, (ar->pre.actions >> TS_AA_SKIP) & 1);
+    /* In data-parallel runs every rank must take the same decision, or
+     * the ranks' weights part: one rank's skip is every rank's skip. */
+    int32_t skip = (int32_t)((ar->pre.actions >> TS_AA_SKIP) & 1);
+    if (ar->cfg.comm && ts_comm_size(ar->cfg.comm) > 1 &&
+        (s = ts_allreduce(ar->cfg.comm, &skip, 1, TS_I32, TS_RED_MAX, TS_ALGO_AUTO)) != TS_OK) {
+        ts_error_prefix("agreeing on skip_step");
+        return s;
+    }
+    ar->skipped = skip > 0;
     *out = ar->skipped ? TS_GATE_SKIP : TS_GATE_APPLY;
     return TS_OK;
 }

@@ -26,6 +26,7 @@
 #include "obs/progress.h"
 #include "obs/tfevents.h"
 #include "tessel/ckpt.h"
+#include "tessel/dist.h"
 
 typedef struct ts_alert_run_config {
     const char *rules; /* alerts.rules ("" for none) */
@@ -34,6 +35,7 @@ typedef struct ts_alert_run_config {
     int window, warmup;     /* baseline */
     int update_ratio_every; /* measure ||update|| / ||param|| every N steps (0: never) */
     int rank;
+    ts_comm *comm; /* data parallel (NULL: one process): the ranks agree on skip_step */
 } ts_alert_run_config;
 
 typedef struct ts_alert_runner {

@@ -975,7 +975,8 @@ static ts_status alerts_setup(session *s) {
                               c->alerts.baseline_window,
                               c->alerts.baseline_warmup,
                               c->alerts.update_ratio_every,
-                              0};
+                              s->rank,
+                              s->nranks > 1 ? s->o->comm : NULL};
     return ts_alert_runner_new(s->plan, &ac, &s->ar);
 }
 

@@ -66,6 +66,21 @@ static void test_two_procs(void) {
     e2e_done(&r1);
     e2e_done(&r2);
 
+    /* skip_step agreed by every rank: a NaN in rank 0's rows of batch 2
+     * makes rank 0's loss non-finite (the default rule skips the update);
+     * rank 1's own loss is finite, but its averaged gradient holds rank 0's
+     * NaNs, so a rank that applied it would poison the losses after it. */
+    e2e_result rs = e2e_runf("train examples/w1.yaml %s --steps 4 --procs 2 --set debug.inject=nan "
+                             "--set debug.inject_step=2 --out %s",
+                             small, path_in("skip"));
+    CHECK(rs.rc == 0, "--procs 2 with a NaN batch: exit %d: %s", rs.rc, rs.err);
+    CHECK(strstr(rs.out, "-> skip_step"), "the skip is reported: %s", rs.out);
+    double ls[16];
+    int ns = losses(path_in("skip/metrics.jsonl"), ls, 16);
+    CHECK(ns == 3 && isfinite(ls[1]) && isfinite(ls[2]),
+          "steps 3 and 4 train on finite weights (%d finite losses)", ns);
+    e2e_done(&rs);
+
     /* ZeRO-1: the same update bit for bit (no clipping in w1.yaml). */
     e2e_result rz =
         e2e_runf("train examples/w1.yaml %s --steps 6 --procs 2 --set dist.zero=1 --out %s", small,
