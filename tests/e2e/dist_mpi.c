@@ -239,11 +239,13 @@ static int worker(int stall) {
     int n = ts_comm_size(c);
     WCHECK(!strcmp(ts_comm_transport(c), "mpi"), "transport %s", ts_comm_transport(c));
     if (stall) {
-        ts_comm_set_timeout(c, 1.0);
+        /* 4 s: the ranks that wait then query each other for a quarter of
+         * it (1 s), long enough to overlap on a loaded machine. */
+        ts_comm_set_timeout(c, 4.0);
         float x[250] = {0};
         WOK(ts_allreduce(c, x, 250, TS_F32, TS_RED_SUM, TS_ALGO_RING));
         if (wrank == n - 1) {
-            sleep(3); /* misses the next collective */
+            sleep(12); /* misses the next collective */
             return 0; /* mpirun ends the job when the others fail */
         }
         s = ts_allreduce(c, x, 250, TS_F32, TS_RED_SUM, TS_ALGO_RING);
