@@ -9,7 +9,7 @@
 static const char usage[] =
     "usage: tessel bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--warmup "
     "N]\n"
-    "                    [--precision fp32] [--profile] [--json FILE]\n"
+    "                    [--precision fp32] [--profile] [--no-fuse] [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n";
 
 /* A positive integer option value. */
@@ -39,6 +39,10 @@ int cli_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--profile")) {
             o.profile = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-fuse")) {
+            o.no_fuse = 1;
             continue;
         }
         int known = 0;

@@ -97,6 +97,13 @@ typedef struct ts_compile_options {
     int reference_kernels; /* run every op on its reference kernel (no oneDNN): for checking */
     int profile; /* time every instruction of every step (read with ts_plan_profile); off by
                     default, and then a step does not look at the clock at all */
+    int no_fuse; /* keep every op its own kernel: no GEMM epilogues, no fused elementwise
+                    groups (for checking fusion; results are the same, see docs/fusion.md) */
+    int no_recompute; /* store every activation the backward reads instead of recomputing
+                         large GELU/LayerNorm outputs there (same results, more memory) */
+    int discard_outputs; /* training plans: values marked as outputs (other than the loss) are
+                            not kept readable after the step, so their memory can be reused
+                            (e.g. the logits, overwritten by their gradient); benchmarks */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

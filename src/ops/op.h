@@ -108,6 +108,9 @@ typedef enum ts_op_id {
     TS_OP_LSTM_CELL_BWD, /* ([dgi_acc,] c, gates, c'[, dh'][, dc']) -> (dgi_acc + step t rows, dgates, dc); i[0] t, i[1] has_acc, i[2] has_dh, i[3] has_dc, i[4] T */
     /* sparse (CSR) x dense; see sparse.c */
     TS_OP_SPMM, /* (indptr i64 [R+1], indices i64 [nnz], values [nnz], dense [C,F][, transpose's indptr, indices, values]) -> [R,F]; i[0] R, i[1] C */
+    /* fused ops, built by the fusion pass after autodiff; see fused.h */
+    TS_OP_FUSED_ELTWISE, /* (x0.., program) -> y; i[0] instructions, i[1] inputs */
+    TS_OP_MATMUL_EPI,    /* (a, b, post-op operands..) -> y; i[0..1] as matmul, i[2] n post, i[3..] kinds */
     TS_OP_COUNT
 } ts_op_id;
 
@@ -147,7 +150,8 @@ enum {
     TS_OPF_SIDE_EFFECT = 1 << 1, /* writes its inputs in place (optimizer): never removed */
     TS_OPF_ALIAS = 1 << 2,       /* output 0 is input 0's memory reinterpreted (reshape) */
     TS_OPF_INPLACE = 1 << 3,     /* output 0 may share input 0's memory when sizes match */
-    TS_OPF_RANDOM = 1 << 4       /* draws random numbers: never merged or folded */
+    TS_OPF_RANDOM = 1 << 4,      /* draws random numbers: never merged or folded */
+    TS_OPF_INPLACE_IN1 = 1 << 5  /* output 0 may share input 1's memory when sizes match */
 };
 
 typedef struct ts_op_def {

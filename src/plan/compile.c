@@ -245,7 +245,11 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
             for (int v = 0; v < g->n_values; v++)
                 if (g->values[v].kind == TS_VK_PARAM) params[np++] = v;
         }
-        if ((s = ts_pass_autodiff(g, loss, params, np, grads)) != TS_OK) goto done;
+        s = ts_pass_autodiff_ex(g, loss, params, np, grads, !p->opt.no_recompute);
+        if (s != TS_OK) goto done;
+        if (p->opt.discard_outputs)
+            for (int v = 0; v < g->n_values; v++)
+                if (v != loss) g->values[v].is_output = 0;
         if ((s = ts_pass_train(g, spec, params, grads, np)) != TS_OK) goto done;
     }
     for (int i = 0; i < g->n_nodes; i++)
@@ -254,6 +258,17 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
     if (!p->opt.no_simplify) {
         if ((s = ts_pass_simplify(g, &remap)) != TS_OK) goto done;
         if (loss >= 0) p->loss = remap[loss];
+    }
+    if (!p->opt.no_fuse) {
+        if ((s = ts_pass_fuse(g, &p->fuse)) != TS_OK) goto done;
+        int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(g->n_values + 1), "compile");
+        if (!map) {
+            s = TS_ERR_NOMEM;
+            goto done;
+        }
+        if ((s = ts_graph_compact(g, map)) == TS_OK && p->loss >= 0) p->loss = map[p->loss];
+        free(map);
+        if (s != TS_OK) goto done;
     }
     if ((s = ts_graph_verify(g)) != TS_OK) goto done;
     s = ts_pass_schedule(g, p->opt.naive_schedule, &p->order, &p->n_order, &p->peak_live,

@@ -58,6 +58,7 @@ struct ts_plan {
     int64_t steps_done;
     double last_loss;
     size_t peak_live, naive_peak;
+    ts_fuse_stats fuse; /* what the fusion pass did */
     double flops;
     void *backend_scratch; /* shared scratch for backend kernels (oneDNN) */
     size_t backend_scratch_bytes;

@@ -220,6 +220,9 @@ static ts_status workload_build(const ts_bench_options *o, workload *w, ts_bench
     ts_compile_options opt = ts_compile_options_default();
     opt.threads = o->threads;
     opt.profile = 1; /* two clock reads per instruction: noise next to a step */
+    opt.no_fuse = o->no_fuse;
+    /* nobody reads the logits after a benchmark step: their memory is reused */
+    opt.discard_outputs = 1;
     double t0 = ts_now();
     if ((s = ts_compile(w->g, &spec, &opt, &w->p)) != TS_OK) return s;
     r->compile_s = ts_now() - t0;
