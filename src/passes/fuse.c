@@ -5,7 +5,8 @@
  *    of a tensor of its own shape, or a relu, becomes one matmul_epi with
  *    those post-ops (in order, up to TS_EPI_MAX); the backend runs them as
  *    oneDNN post-ops while the output tile is in cache.
- * 2. Elementwise trees: a node of a fusable elementwise op absorbs the
+ * 2. Sums of slice gradients that tile an axis become one concat.
+ * 3. Elementwise trees: a node of a fusable elementwise op absorbs the
  *    producers of its inputs when they are fusable too, have the root's
  *    shape, and nothing else reads them; a tree of two or more nodes becomes
  *    one fused_eltwise. Inputs that broadcast stay external.
@@ -131,7 +132,65 @@ static ts_status fuse_epilogue(fctx *c, int32_t mi) {
     return TS_OK;
 }
 
-/* ---- 2. elementwise trees ----------------------------------------------------- */
+/* ---- 2. sums of slice gradients ------------------------------------------------- */
+
+/* add(add(slice_bwd(a), slice_bwd(b)), slice_bwd(c)) with ranges that tile
+ * the axis is concat(a, b, c): no zero-filled copies and no adds (the
+ * q, k, v split of attention). Equal values; only the sign of a zero can
+ * differ (x + 0 gives +0 for x = -0, the concat keeps -0). */
+enum { MAX_PIECES = 16 };
+
+static ts_status fuse_concat(fctx *c, int32_t root) {
+    ts_graph *g = c->g;
+    int32_t adds[MAX_PIECES] = {root}, leaf[MAX_PIECES];
+    int n_adds = 1, n_leaves = 0;
+    for (int k = 0; k < n_adds; k++) {
+        const ts_node *n = &g->nodes[adds[k]];
+        for (int j = 0; j < 2; j++) {
+            int32_t v = n->in[j];
+            if (n->in[0] == n->in[1] || !interior(c, v)) return TS_OK;
+            int32_t p = g->values[v].node;
+            const ts_node *pn = &g->nodes[p];
+            if (pn->dead || c->root_of[p] >= 0) return TS_OK;
+            if (pn->op == TS_OP_ADD && n_adds < MAX_PIECES)
+                adds[n_adds++] = p;
+            else if (pn->op == TS_OP_SLICE_BWD && n_leaves < MAX_PIECES)
+                leaf[n_leaves++] = p;
+            else
+                return TS_OK;
+        }
+    }
+    /* by start; the ranges must tile [0, extent) of one axis */
+    for (int i = 1; i < n_leaves; i++)
+        for (int j = i; j > 0 && g->nodes[leaf[j]].a.i[1] < g->nodes[leaf[j - 1]].a.i[1]; j--) {
+            int32_t t = leaf[j];
+            leaf[j] = leaf[j - 1];
+            leaf[j - 1] = t;
+        }
+    const ts_attrs *a0 = &g->nodes[leaf[0]].a;
+    int64_t at = 0;
+    for (int i = 0; i < n_leaves; i++) {
+        const ts_attrs *a = &g->nodes[leaf[i]].a;
+        if (a->i[0] != a0->i[0] || a->i[3] != a0->i[3] || a->i[1] != at) return TS_OK;
+        at = a->i[2];
+    }
+    if (at != a0->i[3]) return TS_OK;
+    int32_t in[MAX_PIECES];
+    for (int i = 0; i < n_leaves; i++) in[i] = g->nodes[leaf[i]].in[0];
+    ts_node *rn = &g->nodes[root];
+    ts_status s = set_inputs(rn, in, n_leaves);
+    if (s != TS_OK) return s;
+    rn->op = TS_OP_CONCAT;
+    rn->a = ts_attrs_zero();
+    rn->a.i[0] = a0->i[0];
+    for (int k = 1; k < n_adds && s == TS_OK; k++) s = absorb(c, adds[k], root);
+    for (int i = 0; i < n_leaves && s == TS_OK; i++) s = absorb(c, leaf[i], root);
+    c->st.concats++;
+    c->st.nodes_fused += n_adds + n_leaves - 1;
+    return s;
+}
+
+/* ---- 3. elementwise trees ----------------------------------------------------- */
 
 typedef struct tree {
     int32_t node[TS_FUSE_MAX_INSTR];
@@ -260,6 +319,8 @@ ts_status ts_pass_fuse(ts_graph *g, ts_fuse_stats *stats) {
     int nn = g->n_nodes;
     for (int i = 0; i < nn && s == TS_OK; i++)
         if (!g->nodes[i].dead && g->nodes[i].op == TS_OP_MATMUL) s = fuse_epilogue(&c, i);
+    for (int i = nn - 1; i >= 0 && s == TS_OK; i--)
+        if (!g->nodes[i].dead && g->nodes[i].op == TS_OP_ADD) s = fuse_concat(&c, i);
     /* Roots from the end, so a tree takes the longest chain ending at it. */
     for (int i = nn - 1; i >= 0 && s == TS_OK; i--)
         if (c.root_of[i] < 0 && fusable_node(g, &g->nodes[i])) s = fuse_tree(&c, i);

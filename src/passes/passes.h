@@ -11,8 +11,7 @@
 /* Add gradient nodes for loss w.r.t. each of params[0..n). On return
  * grads[i] is the gradient value of params[i] (marked grad_of), or -1 if
  * the parameter cannot reach the loss (a warning names it). */
-ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int n,
-                           int32_t *grads);
+ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int n, int32_t *grads);
 /* Same, and with allow_recompute a matmul's gradient reads a recomputed copy
  * of a large GELU or LayerNorm output instead of the stored one (same bits,
  * less memory: see autodiff.c). The copy's attrs carry i[TS_NI - 1] =
@@ -38,6 +37,7 @@ ts_status ts_pass_simplify(ts_graph *g, int32_t **remap);
 typedef struct ts_fuse_stats {
     int epilogues;   /* matmul_epi nodes made */
     int groups;      /* fused_eltwise nodes made */
+    int concats;     /* sums of slice gradients made one concat */
     int nodes_fused; /* nodes that disappeared into them */
 } ts_fuse_stats;
 ts_status ts_pass_fuse(ts_graph *g, ts_fuse_stats *stats);

@@ -273,6 +273,47 @@ static void check_grouping(void) {
     ts_graph_free(g);
 }
 
+/* ---- sums of slice gradients -> concat ------------------------------------------------ */
+
+static ts_val slice_bwd(ts_graph *g, ts_val dy, int axis, int64_t start, int64_t end,
+                        int64_t extent) {
+    ts_attrs a = ts_attrs_zero();
+    a.i[0] = axis;
+    a.i[1] = start;
+    a.i[2] = end;
+    a.i[3] = extent;
+    return ts_node_add(g, TS_OP_SLICE_BWD, 1, &dy, &a, NULL);
+}
+
+static void check_concat(void) {
+    int64_t da[3] = {4, 3, 5}, db[3] = {4, 3, 7}, dc[3] = {4, 3, 2};
+    /* pieces in scrambled order that tile [0, 14): one concat, same values */
+    feed f = {0};
+    ts_graph *g = ts_graph_new();
+    ts_val a = input(g, &f, "a", TS_F32, 3, da), b = input(g, &f, "b", TS_F32, 3, db);
+    ts_val c = input(g, &f, "c", TS_F32, 3, dc);
+    ts_val y = ts_add(g, slice_bwd(g, b, 2, 5, 12, 14),
+                      ts_add(g, slice_bwd(g, c, 2, 12, 14, 14), slice_bwd(g, a, 2, 0, 5, 14)));
+    compare("slice_bwd sum", g, y, &f, 1);
+    ts_fuse_stats st;
+    ts_graph *g2 = ts_graph_clone(g);
+    CHECK_OK(ts_pass_fuse(g2, &st));
+    CHECK(st.concats == 1 && live_ops(g2, TS_OP_CONCAT) == 1 && live_ops(g2, TS_OP_ADD) == 0,
+          "slice_bwd sum: %d concats", st.concats);
+    ts_graph_free(g2);
+    ts_graph_free(g);
+    feed_free(&f);
+    /* a gap at [12, 14): stays as it is */
+    g = ts_graph_new();
+    a = ts_input(g, "a", TS_F32, 3, da);
+    b = ts_input(g, "b", TS_F32, 3, db);
+    y = ts_add(g, slice_bwd(g, a, 2, 0, 5, 14), slice_bwd(g, b, 2, 5, 12, 14));
+    ts_mark_output(g, y, "y");
+    CHECK_OK(ts_pass_fuse(g, &st));
+    CHECK(st.concats == 0 && live_ops(g, TS_OP_SLICE_BWD) == 2, "gap: %d concats", st.concats);
+    ts_graph_free(g);
+}
+
 /* ---- GEMM epilogues against the unfused kernels ----------------------------------- */
 
 static void check_epilogue(int64_t batch, int64_t m, int64_t k, int64_t n, int relu, int resid) {
@@ -377,6 +418,7 @@ static void check_training(const char *label, ts_graph *g, ts_val loss, int gpt)
 
 int main(void) {
     check_grouping();
+    check_concat();
     int64_t small[3] = {4, 33, 70}, big[3] = {3, 37, 301};
     check_eltwise_ops(small);
     check_eltwise_ops(big); /* several threads, a partial last tile */
