@@ -98,7 +98,7 @@ typedef struct ts_compile_options {
     int profile; /* time every instruction of every step (read with ts_plan_profile); off by
                     default, and then a step does not look at the clock at all */
     int no_fuse; /* keep every op its own kernel: no GEMM epilogues, no fused elementwise
-                    groups (for checking fusion; results are the same, see docs/fusion.md) */
+                    groups (for checking fusion; same results, see docs/architecture.md) */
     int no_recompute; /* store every activation the backward reads instead of recomputing
                          large GELU/LayerNorm outputs there (same results, more memory) */
     int discard_outputs; /* training plans: values marked as outputs (other than the loss) are
