@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps test test-asan demo demo-mlp clean format bench
+.PHONY: all deps test test-asan demo demo-mlp clean format bench bench-table
 
 all: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -34,6 +34,11 @@ bench: all
 	$(BUILD)/bench_gemm
 	$(BUILD)/bench_step --workload W1 --compare-torch
 	$(BUILD)/bench_step --workload W3 --compare-torch --steps 5
+
+# The W1 / W3 / gpt2-124m table of docs/benchmarks.md, side by side with PyTorch
+# (several minutes; REFERENCE=path/to/torch_bench.py if not ../shared/reference).
+bench-table: all
+	scripts/bench-table.sh
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -10,7 +10,7 @@
 static const char usage[] =
     "usage: tessel bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--warmup "
     "N]\n"
-    "                    [--precision fp32] [--profile] [--json FILE]\n"
+    "                    [--precision fp32] [--profile] [--no-fuse] [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n"
     "       tessel bench --workload W1|W3 --procs N [--threads N] [--steps N] [--rounds N]\n"
     "                    [--per-rank-batch]   (N data-parallel processes against 1)\n";
@@ -30,9 +30,9 @@ int cli_bench(int argc, char **argv) {
     if (argc && !strcmp(argv[0], "collectives")) return tessel_cmd_bench_collectives(argc, argv);
     ts_bench_options o = ts_bench_options_default();
     int rc = CLI_OK, procs = 1, per_rank_batch = 0, threads_set = 0;
-    static const char *const with_value[] = {"--workload", "--precision", "--json",   "--reference",
-                                             "--steps",    "--threads",   "--rounds", "--warmup",
-                                             "--procs"};
+    static const char *const with_value[] = {"--workload",  "--precision", "--json",
+                                             "--reference", "--steps",     "--threads",
+                                             "--rounds",    "--warmup",    "--procs"};
     for (int i = 0; i < argc && rc == CLI_OK; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
         char name[64];
@@ -47,6 +47,10 @@ int cli_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--per-rank-batch")) {
             per_rank_batch = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-fuse")) {
+            o.no_fuse = 1;
             continue;
         }
         int known = 0;

@@ -110,6 +110,13 @@ typedef struct ts_compile_options {
     double first_bucket_mb; /* the first bucket, which starts earliest (0: 1) */
     int dist_algo;          /* ts_coll_algo of the gradient all-reduces (0: auto) */
     int zero;               /* 1: ZeRO-1, optimizer state sharded over the ranks */
+    int no_fuse;            /* keep every op its own kernel: no GEMM epilogues, no fused elementwise
+                               groups (for checking fusion; same results, see docs/architecture.md) */
+    int no_recompute;       /* store every activation the backward reads instead of recomputing
+                               large GELU/LayerNorm outputs there (same results, more memory) */
+    int discard_outputs;    /* training plans: values marked as outputs (other than the loss) are
+                               not kept readable after the step, so their memory can be reused
+                               (e.g. the logits, overwritten by their gradient); benchmarks */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

@@ -130,6 +130,13 @@ static const ts_config_key keys[] = {
      "keep build order instead of the memory-aware schedule"},
     {"compile.no_inplace", TS_CFG_BOOL, FIELD(compile, no_inplace), 0, NULL, NULL, "false",
      "never let an output share its input's memory"},
+    {"compile.no_fuse", TS_CFG_BOOL, FIELD(compile, no_fuse), 0, NULL, NULL, "false",
+     "run every op as its own kernel (no GEMM epilogues or fused elementwise groups)"},
+    {"compile.no_recompute", TS_CFG_BOOL, FIELD(compile, no_recompute), 0, NULL, NULL, "false",
+     "keep large GELU/LayerNorm outputs for the backward instead of recomputing them"},
+    {"compile.discard_outputs", TS_CFG_BOOL, FIELD(compile, discard_outputs), 0, NULL, NULL,
+     "false", "training: do not keep marked outputs (the logits) readable after the step, so "
+     "their memory is reused"},
     /* data */
     {"data.source", TS_CFG_ENUM, FIELD(data, source), 0, "synthetic|idx|npy|csv|tokens", NULL,
      "synthetic", "where the examples come from (see Data sources)"},
@@ -1437,6 +1444,9 @@ ts_status ts_config_build(const ts_config *c, ts_graph **g, ts_model *m, ts_trai
     opt->no_simplify = c->compile.no_simplify;
     opt->naive_schedule = c->compile.naive_schedule;
     opt->no_inplace = c->compile.no_inplace;
+    opt->no_fuse = c->compile.no_fuse;
+    opt->no_recompute = c->compile.no_recompute;
+    opt->discard_outputs = c->compile.discard_outputs;
     *g = gr;
     return TS_OK;
 }

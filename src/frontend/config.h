@@ -80,6 +80,7 @@ typedef struct ts_config {
     } train;
     struct {
         int debug_nan, no_simplify, naive_schedule, no_inplace;
+        int no_fuse, no_recompute, discard_outputs;
     } compile;
     struct {
         int source; /* ts_cfg_source */

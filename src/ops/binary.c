@@ -1,6 +1,7 @@
 /* Binary elementwise ops with NumPy broadcasting: add, sub, mul, div,
  * maximum, minimum (+ their backward helper) and where. */
 #include <string.h>
+#include "eltwise.h"
 #include "kern.h"
 
 /* ---- inference --------------------------------------------------------- */
@@ -247,6 +248,27 @@ static ts_status k_maxmin_bwd(const ts_kargs *k) {
     static const row3_fn f64[2][2] = {{max_a_f64, max_b_f64}, {min_a_f64, min_b_f64}};
     int m = k->a->i[0] != 0, s = k->a->i[1] != 0;
     return run3(k, f32[m][s], f64[m][s]);
+}
+
+/* ---- chunk functions for fused kernels (eltwise.h) ---------------------- */
+
+ts_binary_row_fn ts_binary_row_f32(int op) {
+    switch (op) {
+    case TS_OP_ADD: return add_f32;
+    case TS_OP_SUB: return sub_f32;
+    case TS_OP_MUL: return mul_f32;
+    case TS_OP_DIV: return div_f32;
+    case TS_OP_MAXIMUM: return max_f32;
+    case TS_OP_MINIMUM: return min_f32;
+    default: return NULL;
+    }
+}
+
+ts_ternary_row_fn ts_ternary_row_f32(int op, const ts_attrs *a) {
+    static const row3_fn mm[2][2] = {{max_a_f32, max_b_f32}, {min_a_f32, min_b_f32}};
+    if (op == TS_OP_WHERE) return where_f32;
+    if (op == TS_OP_MAXMIN_BWD) return mm[a->i[0] != 0][a->i[1] != 0];
+    return NULL;
 }
 
 static double cost_elementwise(const ts_graph *g, const ts_node *n) {

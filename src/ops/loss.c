@@ -263,9 +263,11 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         *(T *)k->out[0].data = (T)(any ? sum / wsum : NAN);                                        \
         return TS_OK;                                                                              \
     }                                                                                              \
+    /* d may be x itself (in place): x[t] is read before the row is written. */                    \
     TS_CLONES static void ce_bwd_row_##SFX(T *d, const T *x, T lse, int64_t c, int64_t t, T sc) {  \
-        for (int64_t i = 0; i < c; i++) d[i] = EXP(x[i] - lse) * sc;                               \
-        d[t] = (EXP(x[t] - lse) - 1) * sc;                                                         \
+        const T xt = x[t];                                                                         \
+        _Pragma("omp simd") for (int64_t i = 0; i < c; i++) d[i] = EXP(x[i] - lse) * sc;           \
+        d[t] = (EXP(xt - lse) - 1) * sc;                                                           \
     }                                                                                              \
     static ts_status ce_bwd_##SFX(const ts_kargs *k) {                                             \
         const T *x = k->in[1].data, *lse = k->in[3].data;                                          \
@@ -357,9 +359,11 @@ const ts_op_def ts_def_cross_entropy = {.name = "cross_entropy",
                                         .scratch = scratch_ce,
                                         .cost = cost_ce};
 
+/* dlogits may take the logits' memory when they die here (W3: 64 MiB). */
 const ts_op_def ts_def_cross_entropy_bwd = {.name = "cross_entropy_bwd",
                                             .min_in = 4,
                                             .max_in = 5,
+                                            .flags = TS_OPF_INPLACE_IN1,
                                             .infer = infer_ce_bwd,
                                             .kernel = k_ce_bwd,
                                             .cost = cost_ce_bwd};

@@ -145,6 +145,10 @@ typedef enum ts_op_id {
                              algo */
     TS_OP_SHARD_UPDATE, /* (p1..pk, g_shard, s1[, s2][, coef]) update of elements [i[5], ...) of the
                            params' range; i[7] sgd/adam op, i[6] k */
+    /* fused ops, built by the fusion pass after autodiff; see fused.h */
+    TS_OP_FUSED_ELTWISE, /* (x0.., program) -> y; i[0] instructions, i[1] inputs */
+    TS_OP_MATMUL_EPI,    /* (a, b, post-op operands..) -> y; i[0..1] as matmul, i[2] n post, i[3..]
+                            kinds */
     TS_OP_COUNT
 } ts_op_id;
 
@@ -195,8 +199,9 @@ enum {
     TS_OPF_RANDOM = 1 << 4,      /* draws random numbers: never merged or folded */
     TS_OPF_UPDATE = 1 << 5,      /* update phase (clip coefficient, optimizer): the update
                                     gate (ts_plan_set_update_gate) may skip it */
-    TS_OPF_MONITOR = 1 << 6      /* reads a gradient into a small monitor output: scheduled
+    TS_OPF_MONITOR = 1 << 6,     /* reads a gradient into a small monitor output: scheduled
                                     as soon as it is ready, always before the update phase */
+    TS_OPF_INPLACE_IN1 = 1 << 7  /* output 0 may share input 1's memory when sizes match */
 };
 
 typedef struct ts_op_def {

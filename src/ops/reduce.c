@@ -120,15 +120,15 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
         return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + \
                s;                                                                                  \
     }                                                                                              \
+    /* o[j] = sc * sum_r p[r*stride + j] for j < inner, rows in order: vectorised over j. */     \
     TS_CLONES static void sum_cols_##SFX(T *o, const T *p, int64_t red, int64_t inner,             \
-                                         double sc) {                                              \
-        /* o[j] = sc * sum_r p[r*inner + j], rows in order: vectorised over j. */                  \
+                                         int64_t stride, double sc) {                              \
         for (int64_t j0 = 0; j0 < inner; j0 += 256) {                                              \
             int64_t len = inner - j0 < 256 ? inner - j0 : 256;                                     \
             double acc[256];                                                                       \
             for (int64_t j = 0; j < len; j++) acc[j] = 0;                                          \
             for (int64_t r = 0; r < red; r++) {                                                    \
-                const T *row = p + r * inner + j0;                                                 \
+                const T *row = p + r * stride + j0;                                                \
                 for (int64_t j = 0; j < len; j++) acc[j] += (double)row[j];                        \
             }                                                                                      \
             for (int64_t j = 0; j < len; j++) o[j0 + j] = (T)(acc[j] * sc);                        \
@@ -169,9 +169,9 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
                                                                                       t++) {       \
                     int64_t oi = t / ncb, cb = t % ncb, j0 = cb * 256;                             \
                     int64_t len = inner - j0 < 256 ? inner - j0 : 256;                             \
-                    sum_cols_##SFX(o + oi * inner + j0, p + oi * red * inner + j0, red, inner,     \
-                                   sc);                                                            \
-                    (void)len;                                                                     \
+                    /* this block's 256 columns only (the row stride stays inner) */            \
+                    sum_cols_##SFX(o + oi * inner + j0, p + oi * red * inner + j0, red, len,       \
+                                   inner, sc);                                                     \
                 }                                                                                  \
             }                                                                                      \
             return TS_OK;                                                                          \

@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "eltwise.h"
 #include "kern.h"
 #include "vmath.h"
 
@@ -444,8 +445,9 @@ DEF_BWD2(gelu_tanh_x, d *m_gelu_tanh_grad_f32(s), d *m_gelu_tanh_grad_f64(s))
 DEF_POW_BWD(pow_x_f32, float, sqrtf, powf)
 DEF_POW_BWD(pow_x_f64, double, sqrt, pow)
 
-static ts_status k_unary_bwd(const ts_kargs *k) {
-    int64_t op = k->a->i[0], side = k->a->i[1];
+/* The chunk functions of unary_bwd with attributes a; 0 if there is no rule. */
+static int pick_bwd(const ts_attrs *a, bwd_fn *pf32, bwd_fn *pf64) {
+    int64_t op = a->i[0], side = a->i[1];
     bwd_fn f32 = NULL, f64 = NULL;
 #define PICK(fn)                                                                                   \
     do {                                                                                           \
@@ -489,16 +491,24 @@ static ts_status k_unary_bwd(const ts_kargs *k) {
     case TS_OP_POW_SCALAR: PICK(pow_x); break;
     case TS_OP_LEAKY_RELU: PICK(leaky_x); break;
     case TS_OP_GELU:
-        if (k->a->i[2] == TS_GELU_TANH)
+        if (a->i[2] == TS_GELU_TANH)
             PICK(gelu_tanh_x);
         else
             PICK(gelu_erf_x);
         break;
-    default:
-        return ts_fail(TS_ERR_INTERNAL, "unary_bwd '%s': no rule for forward op %lld",
-                       k->label ? k->label : "?", (long long)op);
+    default: return 0;
     }
 #undef PICK
+    *pf32 = f32;
+    *pf64 = f64;
+    return 1;
+}
+
+static ts_status k_unary_bwd(const ts_kargs *k) {
+    bwd_fn f32 = NULL, f64 = NULL;
+    if (!pick_bwd(k->a, &f32, &f64))
+        return ts_fail(TS_ERR_INTERNAL, "unary_bwd '%s': no rule for forward op %lld",
+                       k->label ? k->label : "?", (long long)k->a->i[0]);
     const ts_tensor *d = &k->in[0], *s = &k->in[1], *o = &k->out[0];
     bwd_fn f = o->dtype == TS_F32 ? f32 : o->dtype == TS_F64 ? f64 : NULL;
     if (!f) return ts_kernel_bad_dtype(k, "unary_bwd", o->dtype);
@@ -515,6 +525,34 @@ static ts_status k_unary_bwd(const ts_kargs *k) {
         f(po + off, pd + off, ps + off, len, &fa);
     }
     return TS_OK;
+}
+
+/* ---- chunk functions for fused kernels (eltwise.h) ---------------------- */
+
+ts_unary_chunk_fn ts_unary_chunk_f32(int op, const ts_attrs *a) {
+    switch (op) {
+    case TS_OP_NEG: return neg_f32;
+    case TS_OP_EXP: return exp_f32;
+    case TS_OP_LOG: return log_f32;
+    case TS_OP_SQRT: return sqrt_f32;
+    case TS_OP_RSQRT: return rsqrt_f32;
+    case TS_OP_ABS: return abs_f32;
+    case TS_OP_RELU: return relu_f32;
+    case TS_OP_SIGMOID: return sigmoid_f32;
+    case TS_OP_TANH: return tanh_f32;
+    case TS_OP_POW_SCALAR: return pow_f32;
+    case TS_OP_LEAKY_RELU: return leaky_f32;
+    case TS_OP_AFFINE_SCALAR: return affine_f32;
+    case TS_OP_GELU: return a->i[0] == TS_GELU_TANH ? gelu_tanh_f32 : gelu_erf_f32;
+    default: return NULL;
+    }
+}
+
+ts_unary_bwd_chunk_fn ts_unary_bwd_chunk_f32(const ts_attrs *a, ts_attrs *fwd) {
+    bwd_fn f32 = NULL, f64 = NULL;
+    if (!pick_bwd(a, &f32, &f64)) return NULL;
+    *fwd = fwd_attrs(a);
+    return f32;
 }
 
 /* ---- cast -------------------------------------------------------------- */

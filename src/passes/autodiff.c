@@ -7,19 +7,67 @@
 #include "passes.h"
 
 /* The copy op used when a gradient must own its memory. */
-static ts_val copy_of(ts_graph *g, ts_val v) { return ts_affine_scalar(g, v, 1.0, 0.0); }
+static ts_val copy_of(ts_graph *g, ts_val v) {
+    return ts_affine_scalar(g, v, 1.0, 0.0);
+}
+
+/* Recomputation: a large output of a cheap op (GELU, LayerNorm, the
+ * permute of the attention output) that a
+ * matmul reads is stored from the forward pass to the matmul's weight
+ * gradient in the backward. Both ops' own gradients keep their input (and
+ * LayerNorm's statistics) alive anyway, so the backward computes the output
+ * again from them instead, just before the weight gradient: the same kernel
+ * on the same values, so the same bits, and the forward output dies right
+ * after the forward matmul. The copy carries a marker attribute so that
+ * common-subexpression elimination does not merge it back. */
+#define RECOMPUTE_MIN_BYTES ((size_t)2 << 20)
+
+static int recomputable(const ts_graph *g, int32_t x) {
+    const ts_value *v = &g->values[x];
+    if (v->kind != TS_VK_NODE || v->out_index != 0 || v->is_output || v->grad_of >= 0 ||
+        ts_type_bytes(&v->t) < RECOMPUTE_MIN_BYTES)
+        return 0;
+    const ts_node *r = &g->nodes[v->node];
+    if (r->op == TS_OP_GELU || r->op == TS_OP_LAYER_NORM) return 1;
+    /* the attention output in [B, T, H, hd] order: a permute (and a reshape
+     * view) of the attention op's output, which its backward keeps */
+    if (r->op == TS_OP_RESHAPE) return recomputable(g, r->in[0]);
+    if (r->op == TS_OP_PERMUTE) {
+        const ts_value *src = &g->values[r->in[0]];
+        return src->kind == TS_VK_NODE && src->out_index == 0 &&
+               g->nodes[src->node].op == TS_OP_ATTENTION;
+    }
+    return 0;
+}
+
+static ts_val recompute(ts_graph *g, int32_t x) {
+    ts_node r = g->nodes[g->values[x].node];
+    ts_attrs a = r.a;
+    a.i[TS_NI - 1] = TS_RECOMPUTE_MARK;
+    ts_val in[TS_MAX_OUT + 4];
+    for (int j = 0; j < r.n_in && j < TS_MAX_OUT + 4; j++) in[j] = ts_mkval(r.in[j]);
+    if (r.op == TS_OP_RESHAPE) in[0] = recompute(g, r.in[0]);
+    ts_val outs[TS_MAX_OUT];
+    return ts_node_add(g, r.op, r.n_in, in, &a, outs);
+}
 
 ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int n,
                            int32_t *grads) {
+    return ts_pass_autodiff_ex(g, loss, params, n, grads, 0);
+}
+
+ts_status ts_pass_autodiff_ex(ts_graph *g, int32_t loss, const int32_t *params, int n,
+                              int32_t *grads, int allow_recompute) {
     int nv = g->n_values, nn = g->n_nodes;
     char *dep = ts_zalloc((size_t)nv, "autodiff"), *reach = ts_zalloc((size_t)nv, "autodiff");
     ts_val *gr = ts_alloc(sizeof(ts_val) * (size_t)nv, "autodiff");
+    ts_val *again = ts_alloc(sizeof(ts_val) * (size_t)nv, "autodiff");
     ts_status s = TS_OK;
-    if (!dep || !reach || !gr) {
+    if (!dep || !reach || !gr || !again) {
         s = TS_ERR_NOMEM;
         goto done;
     }
-    for (int i = 0; i < nv; i++) gr[i] = TS_NONE;
+    for (int i = 0; i < nv; i++) gr[i] = again[i] = TS_NONE;
     /* dep: depends on a differentiated parameter (forward sweep). */
     for (int i = 0; i < n; i++) dep[params[i]] = 1;
     for (int i = 0; i < nn; i++) {
@@ -69,7 +117,19 @@ ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int
             goto done;
         }
         memcpy(in, nd.in, sizeof(int32_t) * (size_t)nd.n_in);
-        nd.in = in; /* the copy must not share the input array either */
+        int32_t gin[2];
+        if (allow_recompute && nd.op == TS_OP_MATMUL) {
+            /* the matmul's gradient reads recomputed copies of its inputs */
+            for (int j = 0; j < 2; j++) {
+                gin[j] = in[j];
+                if (!recomputable(g, in[j])) continue;
+                if (!ts_val_ok(again[in[j]])) again[in[j]] = recompute(g, in[j]);
+                if (ts_val_ok(again[in[j]])) gin[j] = again[in[j]].id;
+            }
+            nd.in = gin;
+        } else {
+            nd.in = in; /* the copy must not share the input array either */
+        }
         s = def->grad(g, &nd, dout, din);
         if (s == TS_OK) s = ts_graph_status(g);
         for (int j = 0; j < nd.n_in && s == TS_OK; j++) {
@@ -116,5 +176,6 @@ done:
     free(dep);
     free(reach);
     free(gr);
+    free(again);
     return s;
 }

@@ -66,7 +66,9 @@ void ts_memplan_free(ts_memplan *mp) {
     memset(mp, 0, sizeof *mp);
 }
 
-static int observable(const ts_value *v) { return v->is_output || v->grad_of >= 0; }
+static int observable(const ts_value *v) {
+    return v->is_output || v->grad_of >= 0;
+}
 
 ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, int allow_inplace,
                           ts_memplan *mp) {
@@ -92,8 +94,7 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     for (int v = 0; v < nv; v++) {
         const ts_value *val = &g->values[v];
         root[v] = v;
-        if (val->kind == TS_VK_NODE &&
-            (ts_op_get(g->nodes[val->node].op)->flags & TS_OPF_ALIAS)) {
+        if (val->kind == TS_VK_NODE && (ts_op_get(g->nodes[val->node].op)->flags & TS_OPF_ALIAS)) {
             root[v] = root[g->nodes[val->node].in[0]];
             mp->alias_skip[val->node] = 1;
         }
@@ -115,16 +116,20 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
         for (int j = 0; j < n->n_in; j++)
             if (last[root[n->in[j]]] < k) last[root[n->in[j]]] = k;
     }
-    /* In-place: output 0 takes input 0's storage when input 0 dies here. */
+    /* In-place: output 0 takes input 0's (or, for TS_OPF_INPLACE_IN1, input
+     * 1's) storage when that input dies here. */
     for (int k = 0; allow_inplace && k < n_order; k++) {
         int i = order[k];
         const ts_node *n = &g->nodes[i];
-        if (!(ts_op_get(n->op)->flags & TS_OPF_INPLACE) || n->n_out < 1 || n->n_in < 1) continue;
-        int32_t r = root[n->in[0]], o = n->out[0];
+        unsigned fl = ts_op_get(n->op)->flags;
+        int src = (fl & TS_OPF_INPLACE) ? 0 : (fl & TS_OPF_INPLACE_IN1) ? 1 : -1;
+        if (src < 0 || n->n_out < 1 || n->n_in <= src) continue;
+        int32_t r = root[n->in[src]], o = n->out[0];
         if (pinned[r] || pinned[o] || last[r] != k || root[o] != o) continue;
         if (ts_type_bytes(&g->values[r].t) != ts_type_bytes(&g->values[o].t)) continue;
         int clash = 0;
-        for (int j = 1; j < n->n_in; j++) clash |= root[n->in[j]] == r && n->in[j] != n->in[0];
+        for (int j = 0; j < n->n_in; j++)
+            clash |= j != src && root[n->in[j]] == r && n->in[j] != n->in[src];
         if (clash) continue;
         /* o's views now point at r; r lives as long as o did. */
         for (int v = 0; v < nv; v++)
@@ -204,7 +209,8 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     for (int v = 0; v < nv; v++) {
         if (root[v] != v || pinned[v] || g->values[v].kind != TS_VK_NODE) continue;
         int st = pos[g->values[v].node];
-        iv[ni++] = (interval){v, st, last[v] > st ? last[v] : st, ts_type_bytes(&g->values[v].t), 0};
+        iv[ni++] =
+            (interval){v, st, last[v] > st ? last[v] : st, ts_type_bytes(&g->values[v].t), 0};
     }
     for (int i = 0; i < nn; i++) {
         const ts_op_def *def = ts_op_get(g->nodes[i].op);
@@ -218,8 +224,10 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     mp->temp_off = cur;
     mp->temp_bytes = temp_total;
     for (int i = 0; i < ni; i++) {
-        if (iv[i].id >= 0) mp->off[iv[i].id] = cur + iv[i].off;
-        else mp->scratch_off[-iv[i].id - 1] = cur + iv[i].off;
+        if (iv[i].id >= 0)
+            mp->off[iv[i].id] = cur + iv[i].off;
+        else
+            mp->scratch_off[-iv[i].id - 1] = cur + iv[i].off;
     }
     mp->arena_bytes = cur + temp_total;
     for (int v = 0; v < nv; v++) {

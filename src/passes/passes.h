@@ -13,8 +13,14 @@
 /* Add gradient nodes for loss w.r.t. each of params[0..n). On return
  * grads[i] is the gradient value of params[i] (marked grad_of), or -1 if
  * the parameter cannot reach the loss (a warning names it). */
-ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int n,
-                           int32_t *grads);
+ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int n, int32_t *grads);
+/* Same, and with allow_recompute a matmul's gradient reads a recomputed copy
+ * of a large GELU or LayerNorm output instead of the stored one (same bits,
+ * less memory: see autodiff.c). The copy's attrs carry i[TS_NI - 1] =
+ * TS_RECOMPUTE_MARK. */
+#define TS_RECOMPUTE_MARK 0x5243
+ts_status ts_pass_autodiff_ex(ts_graph *g, int32_t loss, const int32_t *params, int n,
+                              int32_t *grads, int allow_recompute);
 
 /* Add clipping and the optimizer update for every parameter with a
  * gradient: optimizer state values (TS_VK_STATE) and side-effect update
@@ -33,6 +39,17 @@ ts_status ts_pass_monitor_order(ts_graph *g);
  * folding. Keeps outputs, gradients and side effects. Renumbers values:
  * *remap (size = old value count) receives old -> new ids if non-NULL. */
 ts_status ts_pass_simplify(ts_graph *g, int32_t **remap);
+
+/* Fusion (after simplify): GEMM epilogues (bias, relu, residual add become
+ * oneDNN post-ops of one matmul_epi) and trees of f32 elementwise ops (one
+ * fused_eltwise each). Marks the fused nodes dead: compact afterwards. */
+typedef struct ts_fuse_stats {
+    int epilogues;   /* matmul_epi nodes made */
+    int groups;      /* fused_eltwise nodes made */
+    int concats;     /* sums of slice gradients made one concat */
+    int nodes_fused; /* nodes that disappeared into them */
+} ts_fuse_stats;
+ts_status ts_pass_fuse(ts_graph *g, ts_fuse_stats *stats);
 
 /* Peak bytes of intermediate values alive at once if nodes run in
  * `order` (n entries). */

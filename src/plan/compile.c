@@ -82,10 +82,13 @@ static ts_status init_value(const ts_value *v, void *dst, uint64_t seed) {
         ts_rand_uniform_f64(tmp, n, key, -bound, bound);
         break;
     }
-    case TS_INIT_XAVIER_NORMAL: ts_rand_normal_f64(tmp, n, key, 0, a * sqrt(2.0 / (fi + fo))); break;
+    case TS_INIT_XAVIER_NORMAL:
+        ts_rand_normal_f64(tmp, n, key, 0, a * sqrt(2.0 / (fi + fo)));
+        break;
     case TS_INIT_BUFFER: break;
     }
-    if (v->t.dtype == TS_F64) memcpy(dst, tmp, bytes);
+    if (v->t.dtype == TS_F64)
+        memcpy(dst, tmp, bytes);
     else
         for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)tmp[i];
     free(tmp);
@@ -112,8 +115,10 @@ void ts_plan_free(ts_plan *p) {
         if (p->dist.tickets[b].id > last.id) last = p->dist.tickets[b];
     if (last.id && !ts_coll_done(p->opt.comm, last)) ts_coll_wait(p->opt.comm, last);
     free(p->dist.tickets);
-    if (p->arena_from_comm) ts_comm_free(p->opt.comm, p->arena);
-    else ts_aligned_free(p->arena);
+    if (p->arena_from_comm)
+        ts_comm_free(p->opt.comm, p->arena);
+    else
+        ts_aligned_free(p->arena);
     ts_aligned_free(p->backend_scratch);
     ts_memplan_free(&p->mp);
     free(p->order);
@@ -265,7 +270,11 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
             for (int v = 0; v < g->n_values; v++)
                 if (g->values[v].kind == TS_VK_PARAM) params[np++] = v;
         }
-        if ((s = ts_pass_autodiff(g, loss, params, np, grads)) != TS_OK) goto done;
+        s = ts_pass_autodiff_ex(g, loss, params, np, grads, !p->opt.no_recompute);
+        if (s != TS_OK) goto done;
+        if (p->opt.discard_outputs)
+            for (int v = 0; v < g->n_values; v++)
+                if (v != loss) g->values[v].is_output = 0;
         if (p->opt.monitors && (s = ts_pass_monitor(g, params, grads, np)) != TS_OK) goto done;
         if ((s = ts_pass_train(g, spec, params, grads, np)) != TS_OK) goto done;
         if (p->opt.monitors && (s = ts_pass_monitor_order(g)) != TS_OK) goto done;
@@ -276,6 +285,17 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
     if (!p->opt.no_simplify) {
         if ((s = ts_pass_simplify(g, &remap)) != TS_OK) goto done;
         if (loss >= 0) p->loss = remap[loss];
+    }
+    if (!p->opt.no_fuse) {
+        if ((s = ts_pass_fuse(g, &p->fuse)) != TS_OK) goto done;
+        int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(g->n_values + 1), "compile");
+        if (!map) {
+            s = TS_ERR_NOMEM;
+            goto done;
+        }
+        if ((s = ts_graph_compact(g, map)) == TS_OK && p->loss >= 0) p->loss = map[p->loss];
+        free(map);
+        if (s != TS_OK) goto done;
     }
     if ((s = ts_graph_verify(g)) != TS_OK) goto done;
     s = ts_pass_schedule(g, p->opt.naive_schedule, &p->order, &p->n_order, &p->peak_live,
@@ -313,8 +333,8 @@ done:
     return s;
 }
 
-ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec,
-                     const ts_compile_options *opt, ts_plan **out) {
+ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_compile_options *opt,
+                     ts_plan **out) {
     if (!out) return ts_fail(TS_ERR_INVALID, "ts_compile: out is NULL");
     *out = NULL;
     if (!src) return ts_fail(TS_ERR_INVALID, "ts_compile: graph is NULL");

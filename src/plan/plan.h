@@ -59,6 +59,7 @@ struct ts_plan {
     int64_t steps_done;
     double last_loss;
     size_t peak_live, naive_peak;
+    ts_fuse_stats fuse; /* what the fusion pass did */
     double flops;
     /* The update gate: gate_ins is the first update-phase instruction
      * (TS_OPF_UPDATE) in the schedule, -1 without one; the executor asks

@@ -25,6 +25,7 @@ typedef struct ts_bench_options {
     int warmup;            /* untimed steps before the first round (default 2) */
     int threads;           /* default 2, as in BENCH.md */
     int profile;           /* also print the kernels that took the most time */
+    int no_fuse;           /* compile without fusion (ts_compile_options.no_fuse) */
     int compare_torch;     /* run the reference too, alternating with tessel */
     int rounds;            /* tessel/reference alternations with compare_torch (default 2) */
     const char *reference; /* torch_bench.py (default ../shared/reference/torch_bench.py) */

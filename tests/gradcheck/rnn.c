@@ -526,7 +526,8 @@ static void structure(void) {
             int n = ts_plan_profile(p, e, 64);
             int mm = 0, cells = 0, slices = 0;
             for (int i = 0; i < n; i++) {
-                if (!strcmp(e[i].op, "matmul")) mm = (int)e[i].instructions;
+                /* GEMMs with a fused bias add count as GEMMs */
+                if (!strncmp(e[i].op, "matmul", 6)) mm += (int)e[i].instructions;
                 if (!strcmp(e[i].op, lstm ? "lstm_cell" : "gru_cell"))
                     cells = (int)e[i].instructions;
                 if (!strncmp(e[i].op, "slice", 5)) slices += (int)e[i].instructions;

@@ -16,7 +16,9 @@ struct ts_mm {
     char what[400]; /* "matmul 'label' f32[2,3,5] x f32[5,7]^T -> f32[2,3,7]" */
     dnnl_primitive_t prim;
     dnnl_memory_t mem_a, mem_b, mem_c, mem_s; /* mem_s is NULL without scratchpad */
-    dnnl_exec_arg_t args[4];
+    dnnl_memory_t mem_post[4];                /* operands of the add post-ops */
+    int n_post_src;
+    dnnl_exec_arg_t args[8];
     int nargs;
     size_t scratch_bytes;
     int nthr;
@@ -174,6 +176,9 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
 
     ts_status s = check_desc(d, m->what);
     if (s == TS_OK) s = check_types(d, m->what);
+    if (s == TS_OK && (d->n_post < 0 || d->n_post > 4 || (d->n_post && d->c_dt != TS_F32)))
+        s = ts_fail(TS_ERR_UNSUPPORTED, "%s: %d post-ops (at most 4, f32 output only)", m->what,
+                    d->n_post);
     if (s == TS_OK && d->batch > 1 && d->a_broadcast && d->b_broadcast)
         s = ts_fail(TS_ERR_UNSUPPORTED,
                     "%s: A and B both broadcast over the batch (oneDNN needs one of them "
@@ -216,12 +221,41 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
         call = "dnnl_primitive_attr_set_fpmath_mode";
         st = dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict);
     }
-    if (st == dnnl_success && d->accumulate) {
+    if (st == dnnl_success && (d->accumulate || d->n_post)) {
         call = "dnnl_post_ops_create";
         st = dnnl_post_ops_create(&po);
-        if (st == dnnl_success) {
+        if (st == dnnl_success && d->accumulate) {
             call = "dnnl_post_ops_append_sum";
             st = dnnl_post_ops_append_sum(po, 1.0f);
+        }
+        for (int p = 0; st == dnnl_success && p < d->n_post; p++) {
+            if (d->post[p] == TS_MM_POST_RELU) {
+                call = "dnnl_post_ops_append_eltwise";
+                st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+                continue;
+            }
+            dnnl_memory_desc_t md1;
+            call = "dnnl_memory_desc_init_by_strides(post-op)";
+            if (d->post[p] == TS_MM_POST_BIAS)
+                st = init_md(&md1, batched, 1, 1, d->N, 0, TS_F32);
+            else
+                st = init_md(&md1, batched, d->batch, d->M, d->N, 0, TS_F32);
+            if (st == dnnl_success) {
+                call = "dnnl_post_ops_append_binary";
+                st = dnnl_post_ops_append_binary(po, dnnl_binary_add, &md1);
+            }
+            if (st == dnnl_success) {
+                call = "dnnl_memory_create(post-op)";
+                st = dnnl_memory_create(&m->mem_post[m->n_post_src], &md1, g_engine,
+                                        DNNL_MEMORY_NONE);
+                if (st == dnnl_success) {
+                    int idx = p + (d->accumulate ? 1 : 0);
+                    m->args[4 + m->n_post_src] =
+                        (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1,
+                                          m->mem_post[m->n_post_src]};
+                    m->n_post_src++;
+                }
+            }
         }
         if (st == dnnl_success) {
             call = "dnnl_primitive_attr_set_post_ops";
@@ -265,11 +299,15 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_b, &md_b, g_engine, DNNL_MEMORY_NONE));
     TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_c, &md_c, g_engine, DNNL_MEMORY_NONE));
 
+    /* args[4..] already hold the post-op operands; pack them after the others */
+    dnnl_exec_arg_t post_args[4];
+    memcpy(post_args, m->args + 4, sizeof post_args);
     m->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, m->mem_a};
     m->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, m->mem_b};
     m->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, m->mem_c};
     m->nargs = 3;
     if (m->mem_s) m->args[m->nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m->mem_s};
+    for (int p = 0; p < m->n_post_src; p++) m->args[m->nargs++] = post_args[p];
 
     *out = m;
     return TS_OK;
@@ -295,7 +333,19 @@ const ts_mm_desc *ts_mm_get_desc(const ts_mm *m) {
     } while (0)
 
 ts_status ts_mm_run(ts_mm *m, const void *a, const void *b, void *c, void *scratch) {
+    if (m && m->n_post_src)
+        return ts_fail(TS_ERR_INVALID, "%s: has post-op operands: use ts_mm_run_post", m->what);
+    return ts_mm_run_post(m, a, b, c, NULL, scratch);
+}
+
+ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const void *const *post,
+                         void *scratch) {
     if (!m) return ts_fail(TS_ERR_INVALID, "ts_mm_run: matmul is NULL");
+    for (int p = 0; p < m->n_post_src; p++) {
+        if (!post || !post[p])
+            return ts_fail(TS_ERR_INVALID, "%s: post-op operand %d is NULL", m->what, p);
+        TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_post[p], (void *)(uintptr_t)post[p]));
+    }
     if (!a || !b || !c)
         return ts_fail(TS_ERR_INVALID, "%s: NULL operand (a=%p b=%p c=%p)", m->what, a, b, c);
     if (m->scratch_bytes > 0 && !scratch)
@@ -317,6 +367,8 @@ void ts_mm_free(ts_mm *m) {
     if (m->mem_b) dnnl_memory_destroy(m->mem_b);
     if (m->mem_c) dnnl_memory_destroy(m->mem_c);
     if (m->mem_s) dnnl_memory_destroy(m->mem_s);
+    for (int p = 0; p < 4; p++)
+        if (m->mem_post[p]) dnnl_memory_destroy(m->mem_post[p]);
     if (m->prim) dnnl_primitive_destroy(m->prim);
     free(m);
 }

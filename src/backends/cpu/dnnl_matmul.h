@@ -58,7 +58,12 @@ typedef struct ts_mm_desc {
     int b_broadcast;           /* B has no batch dim: shared by every batch */
     int a_broadcast;           /* A has no batch dim: shared by every batch (not with b's) */
     int accumulate;            /* C += A*B instead of C = A*B */
-    const char *label;         /* names the op in error messages (copied); may be NULL */
+    /* Post-ops on C, in order (not with accumulate; f32 C only): TS_MM_POST_BIAS adds a row
+     * [N] to every row, TS_MM_POST_ADD adds a tensor of C's shape, TS_MM_POST_RELU.
+     * Their operands are passed to ts_mm_run_post in the order of the adds. */
+    int n_post;
+    int post[4];
+    const char *label; /* names the op in error messages (copied); may be NULL */
 } ts_mm_desc;
 
 typedef struct ts_mm ts_mm;
@@ -75,6 +80,13 @@ size_t ts_mm_scratch_bytes(const ts_mm *m);
 /* Run C = A*B (or C += A*B). `scratch` may be NULL when ts_mm_scratch_bytes
  * is 0. The buffers must not overlap C. Allocates nothing. */
 ts_status ts_mm_run(ts_mm *m, const void *a, const void *b, void *c, void *scratch);
+
+/* ts_mm_run with the operands of the descriptor's add post-ops (post[k] for
+ * the k-th add, in order). */
+ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const void *const *post,
+                         void *scratch);
+
+enum { TS_MM_POST_BIAS = 1, TS_MM_POST_ADD = 2, TS_MM_POST_RELU = 3 };
 
 void ts_mm_free(ts_mm *m);
 

@@ -129,7 +129,8 @@ int ts_plan_profile(const ts_plan *p, ts_profile_entry *out, int max) {
         e->instructions++;
         e->flops += in->flops;
         /* By name, so conv ops count wherever their family defines them. */
-        e->is_gemm = in->op == TS_OP_MATMUL || !strncmp(e->op, "conv", 4);
+        e->is_gemm =
+            in->op == TS_OP_MATMUL || in->op == TS_OP_MATMUL_EPI || !strncmp(e->op, "conv", 4);
     }
     int n = 0;
     for (int op = 0; op < TS_OP_COUNT; op++)

@@ -5,13 +5,38 @@
 #include <string.h>
 #include "backends/cpu/dnnl_conv.h"
 #include "backends/cpu/dnnl_matmul.h"
+#include "ops/fused.h"
 #include "plan/plan.h"
 
 static ts_status k_dnnl_matmul(const ts_kargs *k) {
     return ts_mm_run(k->backend, k->in[0].data, k->in[1].data, k->out[0].data, k->scratch);
 }
 
-static void free_mm(void *m) { ts_mm_free(m); }
+/* matmul_epi: the post-op operands follow A and B. */
+static ts_status k_dnnl_matmul_epi(const ts_kargs *k) {
+    const void *post[TS_EPI_MAX];
+    for (int j = 2; j < k->n_in; j++) post[j - 2] = k->in[j].data;
+    return ts_mm_run_post(k->backend, k->in[0].data, k->in[1].data, k->out[0].data, post,
+                          k->scratch);
+}
+
+static void free_mm(void *m) {
+    ts_mm_free(m);
+}
+
+/* The oneDNN post-ops of a matmul_epi instruction. */
+static void epi_posts(const ts_instr *in, ts_mm_desc *d) {
+    int next = 2;
+    d->n_post = (int)in->a.i[2];
+    for (int p = 0; p < d->n_post; p++) {
+        if (in->a.i[3 + p] == TS_EPI_RELU) {
+            d->post[p] = TS_MM_POST_RELU;
+            continue;
+        }
+        int full = ts_tensor_numel(&in->in[next++]) == ts_tensor_numel(&in->out[0]);
+        d->post[p] = full ? TS_MM_POST_ADD : TS_MM_POST_BIAS;
+    }
+}
 
 /* Map a matmul instruction onto the [batch, M, K] x [batch, K, N] shapes the
  * oneDNN wrapper takes. Returns 0 when the broadcast pattern does not fit
@@ -65,13 +90,15 @@ ts_status ts_cpu_prepare(ts_plan *p) {
     for (int i = 0; i < p->n_ins; i++) {
         ts_instr *in = &p->ins[i];
         ts_mm_desc d;
-        if (in->op != TS_OP_MATMUL || !mm_desc_for(in, &d)) continue;
+        if ((in->op != TS_OP_MATMUL && in->op != TS_OP_MATMUL_EPI) || !mm_desc_for(in, &d))
+            continue;
+        if (in->op == TS_OP_MATMUL_EPI) epi_posts(in, &d);
         ts_mm *mm;
         ts_status s = ts_mm_create(&d, &mm);
         if (s != TS_OK) return s;
         in->backend = mm;
         in->backend_free = free_mm;
-        in->fn = k_dnnl_matmul;
+        in->fn = in->op == TS_OP_MATMUL_EPI ? k_dnnl_matmul_epi : k_dnnl_matmul;
         size_t sb = ts_mm_scratch_bytes(mm);
         if (sb > scratch) scratch = sb;
     }
@@ -81,7 +108,7 @@ ts_status ts_cpu_prepare(ts_plan *p) {
         p->backend_scratch_bytes = scratch;
         /* One buffer serves every oneDNN instruction in turn. */
         for (int i = 0; i < p->n_ins; i++)
-            if (p->ins[i].fn == k_dnnl_matmul) {
+            if (p->ins[i].fn == k_dnnl_matmul || p->ins[i].fn == k_dnnl_matmul_epi) {
                 p->ins[i].scratch = p->backend_scratch;
                 p->ins[i].scratch_bytes = scratch;
             }
