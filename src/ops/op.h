@@ -48,7 +48,7 @@ typedef enum ts_op_id {
     TS_OP_CAST,          /* i[0] target dtype */
     TS_OP_UNARY_BWD,     /* (dy, s) -> dx; i[0] fwd op, i[1] s: 0 x 1 y; i[2], f[]: fwd i[0], f[] */
     /* linear algebra */
-    TS_OP_MATMUL, /* i[0] trans_a, i[1] trans_b */
+    TS_OP_MATMUL, /* i[0] trans_a, i[1] trans_b, i[2] bf16/f16 operands -> f32 out */
     /* softmax family; i[0] axis (normalised) */
     TS_OP_SOFTMAX,
     TS_OP_LOG_SOFTMAX,

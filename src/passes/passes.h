@@ -1,6 +1,6 @@
 /* passes.h — the compiler passes (internal). Each is graph -> graph,
  * pure, and testable alone. ts_compile() runs them in this order:
- *   autodiff -> train -> simplify -> schedule -> memplan -> lower.
+ *   autodiff -> train -> precision -> simplify -> schedule -> memplan -> lower.
  */
 #ifndef TS_PASSES_H
 #define TS_PASSES_H
@@ -19,6 +19,13 @@ ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int
  * nodes ordered after every other reader of the parameter. */
 ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *params,
                         const int32_t *grads, int n);
+
+/* Mixed precision (precision.c): matmuls on bf16/f16 operands with f32
+ * output, one shared cast per value, per the policy in `o`. *n_cast (may
+ * be NULL) receives the number of casts inserted. Run after the train
+ * pass. ts_precision_check validates the options alone. */
+ts_status ts_precision_check(const ts_precision_options *o);
+ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast);
 
 /* Dead-code elimination, common-subexpression elimination, constant
  * folding. Keeps outputs, gradients and side effects. Renumbers values:

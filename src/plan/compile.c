@@ -248,6 +248,7 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
         if ((s = ts_pass_autodiff(g, loss, params, np, grads)) != TS_OK) goto done;
         if ((s = ts_pass_train(g, spec, params, grads, np)) != TS_OK) goto done;
     }
+    if ((s = ts_pass_precision(g, &p->opt.precision, NULL)) != TS_OK) goto done;
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].op == TS_OP_DROPOUT || g->nodes[i].op == TS_OP_BATCH_NORM)
             g->nodes[i].a.i[1] = p->training;
@@ -267,8 +268,8 @@ done:
     return s;
 }
 
-ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec,
-                     const ts_compile_options *opt, ts_plan **out) {
+ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_compile_options *opt,
+                     ts_plan **out) {
     if (!out) return ts_fail(TS_ERR_INVALID, "ts_compile: out is NULL");
     *out = NULL;
     if (!src) return ts_fail(TS_ERR_INVALID, "ts_compile: graph is NULL");
@@ -305,7 +306,9 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec,
         p->spec = *spec;
         p->spec.trainable = NULL;
     }
-    if ((s = compile_graph(p, spec)) != TS_OK) goto fail;
+    s = compile_graph(p, spec);
+    p->opt.precision.keep_fp32 = NULL; /* the caller's string: read during compile only */
+    if (s != TS_OK) goto fail;
     if ((s = init_arena(p)) != TS_OK) goto fail;
     if ((s = lower(p)) != TS_OK) goto fail;
     if ((s = build_named(p)) != TS_OK) goto fail;

@@ -18,9 +18,12 @@ static void free_mm(void *m) { ts_mm_free(m); }
  * (the reference kernel then stays). */
 static int mm_desc_for(const ts_instr *in, ts_mm_desc *d) {
     const ts_tensor *A = &in->in[0], *B = &in->in[1], *C = &in->out[0];
-    if (A->dtype != TS_F32 || B->dtype != TS_F32 || C->dtype != TS_F32) return 0;
+    int low = (A->dtype == TS_BF16 || A->dtype == TS_F16) && B->dtype == A->dtype &&
+              C->dtype == TS_F32; /* mixed precision: low operands, f32 accumulate/output */
+    if (!low && (A->dtype != TS_F32 || B->dtype != TS_F32 || C->dtype != TS_F32)) return 0;
     memset(d, 0, sizeof *d);
-    d->a_dt = d->b_dt = d->c_dt = TS_F32;
+    d->a_dt = d->b_dt = A->dtype;
+    d->c_dt = TS_F32;
     d->trans_a = (int)in->a.i[0];
     d->trans_b = (int)in->a.i[1];
     d->M = C->dims[C->rank - 2];
@@ -68,6 +71,9 @@ ts_status ts_cpu_prepare(ts_plan *p) {
         if (in->op != TS_OP_MATMUL || !mm_desc_for(in, &d)) continue;
         ts_mm *mm;
         ts_status s = ts_mm_create(&d, &mm);
+        /* oneDNN has no f16 GEMM on CPUs without AVX512-FP16: the reference
+         * kernel (widening to f32) stays, with the same numerics. */
+        if (s == TS_ERR_UNSUPPORTED && d.a_dt == TS_F16) continue;
         if (s != TS_OK) return s;
         in->backend = mm;
         in->backend_free = free_mm;
