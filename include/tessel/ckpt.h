@@ -143,7 +143,8 @@ typedef struct ts_ckpt_info {
     const char *tessel_version;
     const char *config_sha256; /* "" when the saver had no config */
     int64_t step;
-    uint64_t seed; /* RNG state: Philox streams are keyed by (seed, step) */
+    int64_t updates_applied; /* optimizer updates applied (step minus skipped steps) */
+    uint64_t seed;           /* RNG state: Philox streams are keyed by (seed, step) */
     int64_t data_position, epoch;
     int n_data_files;
     const ts_ckpt_data_file *data_files;

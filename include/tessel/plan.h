@@ -32,7 +32,8 @@ ts_status ts_plan_set_input(ts_plan *p, const char *name, const void *data, size
 ts_status ts_plan_step(ts_plan *p);
 /* Loss of the last step (NaN before the first step or in inference plans). */
 double ts_plan_loss(const ts_plan *p);
-/* Number of steps run so far (restored with ts_plan_set_step when resuming). */
+/* Number of steps run so far (restored with ts_plan_set_step when resuming;
+ * it also sets ts_plan_updates_applied to the same count). */
 int64_t ts_plan_step_count(const ts_plan *p);
 void ts_plan_set_step(ts_plan *p, int64_t steps_done);
 /* Learning rate the next step will use. */
@@ -46,6 +47,37 @@ ts_status ts_plan_write_param(ts_plan *p, const char *name, const void *src, siz
 /* L2 norm of all gradients of the last step (before clipping), read in
  * place: no copy of the gradients is made. */
 ts_status ts_plan_grad_norm(const ts_plan *p, double *norm);
+
+/* The update gate: one decision per training step on whether the parameter
+ * update runs (alert action skip_step, a loss scaler's skip on non-finite
+ * gradients; in data-parallel runs every rank must return the same).
+ *
+ *     static ts_status gate(ts_plan *p, void *user, ts_gate_decision *out) {
+ *         double loss = ...; // gradients and monitor outputs are readable here
+ *         *out = isfinite(loss) ? TS_GATE_APPLY : TS_GATE_SKIP;
+ *         return TS_OK;
+ *     }
+ *     ts_plan_set_update_gate(plan, gate, NULL);
+ *
+ * The callback is called once per training step after every gradient (and
+ * every monitor node) is computed and before the first update-phase node
+ * (clip coefficient, optimizer update) runs; plans without an optimizer
+ * update never call it. Returning TS_GATE_SKIP leaves parameters and
+ * optimizer state untouched for this step (nodes after the gate that are
+ * not part of the update still run); a status other than TS_OK fails the
+ * step. fn NULL removes the gate (every update is applied). */
+typedef enum ts_gate_decision { TS_GATE_APPLY = 0, TS_GATE_SKIP = 1 } ts_gate_decision;
+typedef ts_status (*ts_update_gate_fn)(ts_plan *plan, void *user, ts_gate_decision *out);
+void ts_plan_set_update_gate(ts_plan *plan, ts_update_gate_fn fn, void *user);
+/* Number of updates actually applied so far (Adam's bias-correction step
+ * count t; torch increments it only when optimizer.step() runs). 0 in
+ * plans without an optimizer update. ts_plan_set_step() sets it to the
+ * step count (every step applied); a checkpoint restores the saved count
+ * afterwards with ts_plan_set_updates_applied(). */
+int64_t ts_plan_updates_applied(const ts_plan *plan);
+void ts_plan_set_updates_applied(ts_plan *plan, int64_t n);
+/* 1 if the gate skipped the update of the last step, else 0. */
+int ts_plan_last_step_skipped(const ts_plan *plan);
 
 /* Describe a named value: dtype, rank and dims (dims may be NULL). */
 ts_status ts_plan_value_info(const ts_plan *p, const char *name, ts_dtype *dt, int *rank,

@@ -231,6 +231,13 @@ static ts_status parse_manifest(ts_ckpt *c) {
         !in->tessel_version || !in->config_sha256 || !seed || !json_is_object(data))
         return bad_field(c, "needs step, id, time, tessel_version, config_sha256, rng.seed, data");
     in->step = json_integer_value(step);
+    /* Absent in checkpoints written before the update gate: every step
+     * was applied then. */
+    json_t *upd = json_object_get(m, "updates_applied");
+    if (upd && (!json_is_integer(upd) || json_integer_value(upd) < 0 ||
+                json_integer_value(upd) > in->step))
+        return bad_field(c, "\"updates_applied\" is not an integer in [0, step]");
+    in->updates_applied = upd ? json_integer_value(upd) : in->step;
     char *end;
     errno = 0;
     in->seed = strtoull(seed, &end, 10);
@@ -636,7 +643,10 @@ ts_status ts_ckpt_restore(const ts_ckpt *c, ts_plan *p, ts_audit *audit) {
         s = ts_plan_write_param(p, t->name, src, t->bytes);
     }
     free(tmp);
-    if (s == TS_OK) ts_plan_set_step(p, c->info.step);
+    if (s == TS_OK) {
+        ts_plan_set_step(p, c->info.step);
+        ts_plan_set_updates_applied(p, c->info.updates_applied);
+    }
     if (s == TS_OK && audit)
         s = ck_audit_event(audit, "load",
                            json_pack("{s:s, s:s, s:I, s:b}", "dir", c->dir, "id", c->info.id,

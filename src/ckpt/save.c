@@ -70,6 +70,7 @@ struct ts_ckpt_saver {
     sv_shard *shards;
     int ns;
     int64_t step;
+    int64_t updates_applied; /* optimizer updates applied (steps minus skipped ones) */
     uint64_t seed;
     char config_sha[CK_SHA_HEX];
     char **data_paths, **data_shas;
@@ -345,6 +346,7 @@ static ts_status build_manifest(ts_ckpt_saver *s, char **out, char id[33]) {
         bad |= json_object_set_new(m, "format_version", json_integer(1));
         bad |= json_object_set_new(m, "id", json_string(id));
         bad |= json_object_set_new(m, "step", json_integer(s->step));
+        bad |= json_object_set_new(m, "updates_applied", json_integer(s->updates_applied));
         bad |= json_object_set_new(m, "time", json_string(now));
         bad |= json_object_set_new(m, "tessel_version", json_string(TESSEL_VERSION));
         bad |= json_object_set_new(m, "config_sha256", json_string(s->config_sha));
@@ -556,6 +558,7 @@ static ts_status take_job(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta
         t->off = pv.snapshot_off;
     }
     s->step = ts_plan_step_count(p);
+    s->updates_applied = ts_plan_updates_applied(p);
     s->seed = ts_plan_seed(p);
     s->config_sha[0] = '\0';
     s->data_position = meta ? meta->data_position : 0;

@@ -126,6 +126,10 @@ typedef struct ts_step_ctx {
     int64_t step;  /* 1-based index of this step */
     uint64_t seed; /* compile seed */
     double lr;     /* learning rate for this step (schedule applied) */
+    /* 1-based count of applied updates including this one (the optimizer's
+     * t: a step the update gate skips does not count). 0: not counted
+     * separately, the optimizer kernels use `step`. */
+    int64_t opt_step;
 } ts_step_ctx;
 
 typedef struct ts_kargs {
@@ -147,7 +151,9 @@ enum {
     TS_OPF_SIDE_EFFECT = 1 << 1, /* writes its inputs in place (optimizer): never removed */
     TS_OPF_ALIAS = 1 << 2,       /* output 0 is input 0's memory reinterpreted (reshape) */
     TS_OPF_INPLACE = 1 << 3,     /* output 0 may share input 0's memory when sizes match */
-    TS_OPF_RANDOM = 1 << 4       /* draws random numbers: never merged or folded */
+    TS_OPF_RANDOM = 1 << 4,      /* draws random numbers: never merged or folded */
+    TS_OPF_UPDATE = 1 << 5       /* update phase (clip coefficient, optimizer): the update
+                                    gate (ts_plan_set_update_gate) may skip it */
 };
 
 typedef struct ts_op_def {

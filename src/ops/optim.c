@@ -267,11 +267,17 @@ static double coef_of(const ts_tensor *c) {
     return c->dtype == TS_F32 ? (double)*(const float *)c->data : *(const double *)c->data;
 }
 
+/* The optimizer's update count: opt_step, or step where the caller does
+ * not count updates separately (opt_step 0, e.g. a kernel run alone). */
+static int64_t opt_step_of(const ts_step_ctx *c) {
+    return c->opt_step > 0 ? c->opt_step : c->step;
+}
+
 /* The momentum buffer is created on the first step as a copy of d_p (no
  * dampening), as torch does when the buffer is None. The plan has no
- * "None" state, so "first" means ctx->step == 1: a run resumed with
- * ts_plan_set_step() continues with the restored buffer, and a fresh plan
- * starts at step 1 whatever the buffer holds. */
+ * "None" state, so "first" means the first applied update (opt_step 1): a
+ * run resumed with ts_plan_set_step() continues with the restored buffer,
+ * and a fresh plan starts at update 1 whatever the buffer holds. */
 static ts_status k_sgd(const ts_kargs *k) {
     const ts_attrs *a = k->a;
     int has_buf = a->i[0] != 0, has_coef = a->i[1] != 0;
@@ -287,24 +293,27 @@ static ts_status k_sgd(const ts_kargs *k) {
     c.wd = a->f[2];
     c.use_wd = a->f[2] != 0;
     c.neg_lr = -k->ctx->lr;
-    c.first = k->ctx->step == 1;
+    c.first = opt_step_of(k->ctx) == 1;
     c.nesterov = a->i[2] != 0;
     (void)has_buf;
     return run_update(k, "sgd_update", dt == TS_F32 ? sgd_f32 : sgd_f64, gs, ng, 0, &c);
 }
 
-/* The step t of the bias corrections is ctx->step (1-based), so a resumed
- * run continues the corrections where it stopped. */
+/* The step t of the bias corrections is the applied-update count
+ * ctx->opt_step (1-based; torch increments it only when optimizer.step()
+ * runs, so a skipped step does not advance it), and a resumed run continues
+ * the corrections where it stopped. */
 static ts_status k_adam(const ts_kargs *k) {
     const ts_attrs *a = k->a;
     int decoupled = a->i[0] != 0, has_coef = a->i[1] != 0;
     ts_dtype dt = k->in[0].dtype;
     if (dt != TS_F32 && dt != TS_F64) return ts_kernel_bad_dtype(k, "adam_update", dt);
     if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "adam_update '%s': no step context", lbl(k));
-    if (k->ctx->step < 1)
+    const int64_t opt_step = opt_step_of(k->ctx);
+    if (opt_step < 1)
         return ts_fail(TS_ERR_INVALID, "adam_update '%s': step %lld (steps count from 1)", lbl(k),
-                       (long long)k->ctx->step);
-    double b1 = a->f[0], b2 = a->f[1], wd = a->f[3], lr = k->ctx->lr, t = (double)k->ctx->step;
+                       (long long)opt_step);
+    double b1 = a->f[0], b2 = a->f[1], wd = a->f[3], lr = k->ctx->lr, t = (double)opt_step;
     upd_args c = {0};
     int ng = n_groups(k->n_in, ADAM_GROUP, has_coef);
     if (ng == 0) return ts_fail(TS_ERR_INTERNAL, "adam_update '%s': bad input count", lbl(k));
@@ -443,7 +452,7 @@ static double cost_clip(const ts_graph *g, const ts_node *n) {
 const ts_op_def ts_def_sgd_update = {.name = "sgd_update",
                                      .min_in = 2,
                                      .max_in = -1,
-                                     .flags = TS_OPF_SIDE_EFFECT,
+                                     .flags = TS_OPF_SIDE_EFFECT | TS_OPF_UPDATE,
                                      .infer = infer_sgd,
                                      .kernel = k_sgd,
                                      .scratch = scratch_sgd,
@@ -452,7 +461,7 @@ const ts_op_def ts_def_sgd_update = {.name = "sgd_update",
 const ts_op_def ts_def_adam_update = {.name = "adam_update",
                                       .min_in = 4,
                                       .max_in = -1,
-                                      .flags = TS_OPF_SIDE_EFFECT,
+                                      .flags = TS_OPF_SIDE_EFFECT | TS_OPF_UPDATE,
                                       .infer = infer_adam,
                                       .kernel = k_adam,
                                       .scratch = scratch_adam,
@@ -461,7 +470,7 @@ const ts_op_def ts_def_adam_update = {.name = "adam_update",
 const ts_op_def ts_def_clip_coef = {.name = "clip_coef",
                                     .min_in = 1,
                                     .max_in = -1,
-                                    .flags = 0,
+                                    .flags = TS_OPF_UPDATE,
                                     .infer = infer_clip,
                                     .kernel = k_clip,
                                     .scratch = scratch_clip,

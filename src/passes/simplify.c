@@ -42,7 +42,7 @@ static ts_status fold_constants(ts_graph *g) {
             ts_aligned_free(scratch);
             return TS_ERR_NOMEM;
         }
-        ts_step_ctx ctx = {1, 0, 0};
+        ts_step_ctx ctx = {1, 0, 0, 1};
         ts_kargs k = {&n->a, n->n_in, 1, in, &out, scratch, sb, &ctx, "constant", NULL};
         ts_status s = def->kernel(&k);
         ts_aligned_free(scratch);

@@ -311,6 +311,9 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
     if (s != TS_OK) goto fail;
     if ((s = init_arena(p)) != TS_OK) goto fail;
     if ((s = lower(p)) != TS_OK) goto fail;
+    p->gate_ins = -1;
+    for (int i = 0; i < p->n_ins && p->gate_ins < 0; i++)
+        if (ts_op_get(p->ins[i].op)->flags & TS_OPF_UPDATE) p->gate_ins = i;
     if ((s = build_named(p)) != TS_OK) goto fail;
     if (p->loss >= 0) p->loss_off = p->mp.off[p->loss];
     /* oneDNN fixes a primitive's thread count when it is created: create

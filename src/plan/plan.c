@@ -40,10 +40,14 @@ ts_status ts_plan_set_input(ts_plan *p, const char *name, const void *data, size
 ts_status ts_plan_step(ts_plan *p) {
     if (!p) return ts_fail(TS_ERR_INVALID, "step: plan is NULL");
     p->ctx.step = p->steps_done + 1;
+    p->ctx.opt_step = p->updates_applied + 1;
     p->ctx.lr = ts_lr_at(&p->spec.schedule, p->spec.opt.lr, p->ctx.step);
     if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
-    ts_status s = ts_cpu_execute(p);
+    int skipped = 0;
+    ts_status s = ts_cpu_execute(p, &skipped);
     if (s != TS_OK) return s;
+    p->last_skipped = skipped;
+    if (p->gate_ins >= 0 && !skipped) p->updates_applied++;
     if (p->loss >= 0) {
         const ts_type *t = &p->graph->values[p->loss].t;
         p->last_loss = t->dtype == TS_F64 ? *(double *)(p->arena + p->loss_off)
@@ -60,7 +64,25 @@ int64_t ts_plan_step_count(const ts_plan *p) {
     return p ? p->steps_done : 0;
 }
 void ts_plan_set_step(ts_plan *p, int64_t steps_done) {
-    if (p && steps_done >= 0) p->steps_done = steps_done;
+    if (p && steps_done >= 0) {
+        p->steps_done = steps_done;
+        p->updates_applied = p->gate_ins >= 0 ? steps_done : 0;
+    }
+}
+
+void ts_plan_set_update_gate(ts_plan *p, ts_update_gate_fn fn, void *user) {
+    if (!p) return;
+    p->gate_fn = fn;
+    p->gate_user = fn ? user : NULL;
+}
+int64_t ts_plan_updates_applied(const ts_plan *p) {
+    return p ? p->updates_applied : 0;
+}
+void ts_plan_set_updates_applied(ts_plan *p, int64_t n) {
+    if (p && n >= 0 && p->gate_ins >= 0) p->updates_applied = n;
+}
+int ts_plan_last_step_skipped(const ts_plan *p) {
+    return p ? p->last_skipped : 0;
 }
 double ts_plan_lr(const ts_plan *p) {
     return p ? ts_lr_at(&p->spec.schedule, p->spec.opt.lr, p->steps_done + 1) : NAN;

@@ -59,6 +59,14 @@ struct ts_plan {
     double last_loss;
     size_t peak_live, naive_peak;
     double flops;
+    /* The update gate: gate_ins is the first update-phase instruction
+     * (TS_OPF_UPDATE) in the schedule, -1 without one; the executor asks
+     * gate_fn there whether the update-phase instructions run. */
+    int gate_ins;
+    ts_update_gate_fn gate_fn;
+    void *gate_user;
+    int64_t updates_applied;
+    int last_skipped;
     void *backend_scratch; /* shared scratch for backend kernels (oneDNN) */
     size_t backend_scratch_bytes;
 };
@@ -66,8 +74,9 @@ struct ts_plan {
 /* CPU backend: choose optimised kernels for the plan's instructions
  * (creating their state once) and size the shared backend scratch. */
 ts_status ts_cpu_prepare(ts_plan *p);
-/* Run every instruction once. */
-ts_status ts_cpu_execute(ts_plan *p);
+/* Run every instruction once, asking the update gate (if any) at
+ * p->gate_ins; *skipped receives whether the update phase was skipped. */
+ts_status ts_cpu_execute(ts_plan *p, int *skipped);
 
 /* Look up a named value. */
 const ts_named *ts_plan_find(const ts_plan *p, const char *name);

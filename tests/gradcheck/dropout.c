@@ -17,7 +17,7 @@ static ts_status run(const ts_graph *g, int id, ts_dtype dt, int64_t n, const vo
                      int64_t step, uint64_t seed) {
     const ts_node *nd = &g->nodes[id];
     ts_tensor in = {dt, 1, {n}, (void *)x}, out = {dt, 1, {n}, y};
-    ts_step_ctx ctx = {step, seed, 0.1};
+    ts_step_ctx ctx = {step, seed, 0.1, 0};
     ts_kargs k = {&nd->a, 1, 1, &in, &out, NULL, 0, &ctx, "y", NULL};
     return ts_op_get(nd->op)->kernel(&k);
 }

@@ -367,7 +367,7 @@ static void run_case(const ocase *c, ts_dtype dt) {
 
     double tol = dt == TS_F32 ? 1e-6 : 1e-13, maxerr = 0;
     for (int step = 1; step <= 3; step++) {
-        ts_step_ctx ctx = {step, 0, LR[step - 1]};
+        ts_step_ctx ctx = {step, 0, LR[step - 1], 0};
         for (int i = 0; i < NP; i++) set(dt, gr[i >= NA], i >= NA ? i - NA : i, G[step - 1][i]);
         ts_tensor tc = tensor(dt, -1, coef);
         if (clip_node >= 0) {
@@ -460,7 +460,7 @@ static void check_threads(void) {
         }
         omp_set_num_threads(r == 0 ? 1 : 4);
         for (int step = 1; step <= 2; step++) {
-            ts_step_ctx ctx = {step, 0, 0.01};
+            ts_step_ctx ctx = {step, 0, 0.01, 0};
             ts_tensor t[5];
             for (int j = 0; j < 4; j++) t[j] = tensor(TS_F32, N, buf[r][j]);
             t[4] = tensor(TS_F32, -1, &cf[r]);
@@ -537,7 +537,7 @@ static void check_fused_many(void) {
                 }
             omp_set_num_threads(r == 1 ? 1 : 4);
             for (int step = 1; step <= 3; step++) {
-                ts_step_ctx ctx = {step, 0, 0.01 * step};
+                ts_step_ctx ctx = {step, 0, 0.01 * step, 0};
                 ts_tensor tt[K * 4 + 1];
                 int q = 0;
                 for (int t = 0; t < K; t++)
@@ -582,7 +582,7 @@ static void check_clip_large(void) {
     float *x = malloc(sizeof(float) * N), cf = 0;
     for (int i = 0; i < N; i++) x[i] = (i & 1) ? 0.5f : -0.5f; /* norm = 0.5 * 2^10 = 512 */
     ts_tensor in = tensor(TS_F32, N, x), out = tensor(TS_F32, -1, &cf);
-    ts_step_ctx ctx = {1, 0, 0.1};
+    ts_step_ctx ctx = {1, 0, 0.1, 0};
     CHECK_OK(run_node(g, 0, &in, &out, &ctx));
     CHECK_NEAR(cf, (double)(1.0f / (512.0f + 1e-6f)), 1e-9);
     /* Below max_norm the coefficient is clamped to exactly 1. */
@@ -606,7 +606,7 @@ static void check_resume(void) {
     ts_node_add(g, TS_OP_SGD_UPDATE, 3, in, &a, NULL);
     double p[2] = {1, 2}, gr[2] = {0.5, -0.5}, b[2] = {1, 1};
     ts_tensor t[3] = {tensor(TS_F64, 2, p), tensor(TS_F64, 2, gr), tensor(TS_F64, 2, b)};
-    ts_step_ctx ctx = {7, 0, 0.5};
+    ts_step_ctx ctx = {7, 0, 0.5, 0};
     CHECK_OK(run_node(g, 0, t, NULL, &ctx));
     CHECK_NEAR(b[0], 1.4, 1e-15);
     CHECK_NEAR(b[1], 0.4, 1e-15);

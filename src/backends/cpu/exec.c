@@ -47,17 +47,20 @@ static inline ts_status run_one(ts_plan *p, int i) {
     return TS_OK;
 }
 
-ts_status ts_cpu_execute(ts_plan *p) {
-    /* Two loops rather than a test per instruction: without profiling the
-     * step never reads the clock. */
+/* Instructions [lo, hi); with skip_update the update-phase ones are left
+ * out. Two loops rather than a test per instruction: without profiling the
+ * step never reads the clock. */
+static ts_status run_range(ts_plan *p, int lo, int hi, int skip_update) {
     if (!p->opt.profile) {
-        for (int i = 0; i < p->n_ins; i++) {
+        for (int i = lo; i < hi; i++) {
+            if (skip_update && (ts_op_get(p->ins[i].op)->flags & TS_OPF_UPDATE)) continue;
             ts_status s = run_one(p, i);
             if (s != TS_OK) return s;
         }
         return TS_OK;
     }
-    for (int i = 0; i < p->n_ins; i++) {
+    for (int i = lo; i < hi; i++) {
+        if (skip_update && (ts_op_get(p->ins[i].op)->flags & TS_OPF_UPDATE)) continue;
         double t0 = omp_get_wtime();
         ts_status s = run_one(p, i);
         p->ins[i].prof_seconds += omp_get_wtime() - t0;
@@ -65,6 +68,23 @@ ts_status ts_cpu_execute(ts_plan *p) {
         if (s != TS_OK) return s;
     }
     return TS_OK;
+}
+
+ts_status ts_cpu_execute(ts_plan *p, int *skipped) {
+    *skipped = 0;
+    if (p->gate_ins < 0 || !p->gate_fn) return run_range(p, 0, p->n_ins, 0);
+    ts_status s = run_range(p, 0, p->gate_ins, 0);
+    if (s != TS_OK) return s;
+    ts_gate_decision d = TS_GATE_APPLY;
+    if ((s = p->gate_fn(p, p->gate_user, &d)) != TS_OK) {
+        ts_error_prefix("step %lld, update gate", (long long)p->ctx.step);
+        return s;
+    }
+    if (d != TS_GATE_APPLY && d != TS_GATE_SKIP)
+        return ts_fail(TS_ERR_INVALID, "step %lld: the update gate returned %d (not a decision)",
+                       (long long)p->ctx.step, (int)d);
+    *skipped = d == TS_GATE_SKIP;
+    return run_range(p, p->gate_ins, p->n_ins, *skipped);
 }
 
 /* ---- the profile, per op kind ------------------------------------------- */
