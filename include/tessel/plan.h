@@ -79,6 +79,14 @@ void ts_plan_set_updates_applied(ts_plan *plan, int64_t n);
 /* 1 if the gate skipped the update of the last step, else 0. */
 int ts_plan_last_step_skipped(const ts_plan *plan);
 
+/* Loss scaling (ts_compile_options.precision.loss_scale): the scale the
+ * next step multiplies the loss by, the growth tracker (consecutive
+ * finite steps) and the steps whose gradients were non-finite so far
+ * (their updates skipped). Returns 0 (outputs untouched) when the plan has
+ * no loss scaling, else 1. Any pointer may be NULL. */
+int ts_plan_loss_scale(const ts_plan *p, double *scale, int64_t *growth_tracker,
+                       int64_t *skipped);
+
 /* Describe a named value: dtype, rank and dims (dims may be NULL). */
 ts_status ts_plan_value_info(const ts_plan *p, const char *name, ts_dtype *dt, int *rank,
                              int64_t *dims);

@@ -108,6 +108,8 @@ typedef enum ts_op_id {
     TS_OP_LSTM_CELL_BWD, /* ([dgi_acc,] c, gates, c'[, dh'][, dc']) -> (dgi_acc + step t rows, dgates, dc); i[0] t, i[1] has_acc, i[2] has_dh, i[3] has_dc, i[4] T */
     /* sparse (CSR) x dense; see sparse.c */
     TS_OP_SPMM, /* (indptr i64 [R+1], indices i64 [nnz], values [nnz], dense [C,F][, transpose's indptr, indices, values]) -> [R,F]; i[0] R, i[1] C */
+    /* loss scaling; see amp.c */
+    TS_OP_UNSCALE_GRADS, /* (scale, g1..gn) -> found_inf; g_i *= 1/scale in place */
     TS_OP_COUNT
 } ts_op_id;
 

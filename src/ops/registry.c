@@ -67,6 +67,7 @@ extern const ts_op_def ts_def_gru_cell_bwd;
 extern const ts_op_def ts_def_lstm_cell;
 extern const ts_op_def ts_def_lstm_cell_bwd;
 extern const ts_op_def ts_def_spmm;
+extern const ts_op_def ts_def_unscale_grads;
 
 static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_ADD] = &ts_def_add,
@@ -133,6 +134,7 @@ static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_LSTM_CELL] = &ts_def_lstm_cell,
     [TS_OP_LSTM_CELL_BWD] = &ts_def_lstm_cell_bwd,
     [TS_OP_SPMM] = &ts_def_spmm,
+    [TS_OP_UNSCALE_GRADS] = &ts_def_unscale_grads,
 };
 
 const ts_op_def *ts_op_get(int op) { return (op >= 0 && op < TS_OP_COUNT) ? table[op] : NULL; }

@@ -27,6 +27,17 @@ ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *p
 ts_status ts_precision_check(const ts_precision_options *o);
 ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast);
 
+/* Loss scaling (loss_scale.c), in three steps around autodiff and the
+ * train pass: the scale state and the scaled loss (*scaled is what
+ * autodiff differentiates, *scale the state value); one unscale_grads
+ * node over the gradients (*node, -1 if none); every later reader of a
+ * gradient ordered after that node. */
+ts_status ts_pass_loss_scale_loss(ts_graph *g, const ts_precision_options *o, int32_t loss,
+                                  int32_t *scaled, int32_t *scale);
+ts_status ts_pass_loss_scale_unscale(ts_graph *g, int32_t scale, const int32_t *grads, int n,
+                                     int32_t *node);
+ts_status ts_pass_loss_scale_order(ts_graph *g, int32_t node);
+
 /* Dead-code elimination, common-subexpression elimination, constant
  * folding. Keeps outputs, gradients and side effects. Renumbers values:
  * *remap (size = old value count) receives old -> new ids if non-NULL. */
