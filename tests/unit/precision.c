@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "frontend/config.h"
 #include "plan/plan.h"
 
 static int count_op(const ts_graph *g, int op) {
@@ -152,15 +153,22 @@ static double rel_err(const float *a, const float *b, int n) {
 
 static void test_numerics(void) {
     enum { NG = 48 * 24 };
-    float g32[NG], gbf[NG], gref[NG], g16[NG];
-    double l32, lbf, lref, l16;
+    float g32[NG], gbf[NG], gref[NG], g16[NG], g16r[NG];
+    double l32, lbf, lref, l16, l16r;
     ts_plan *p32 = build(TS_F32, NULL, 0, 0), *pbf = build(TS_BF16, NULL, 0, 0);
     ts_plan *pref = build(TS_BF16, NULL, 1, 0), *p16 = build(TS_F16, NULL, 0, 0);
-    if (!p32 || !pbf || !pref || !p16) goto out;
+    ts_plan *p16r = build(TS_F16, NULL, 1, 0);
+    if (!p32 || !pbf || !pref || !p16 || !p16r) goto out;
     one_step(p32, &l32, g32, sizeof g32);
     one_step(pbf, &lbf, gbf, sizeof gbf);
     one_step(pref, &lref, gref, sizeof gref);
     one_step(p16, &l16, g16, sizeof g16);
+    one_step(p16r, &l16r, g16r, sizeof g16r);
+    /* f16: oneDNN (or, without AVX512-FP16, the widening f32 GEMM) against
+     * the reference kernel */
+    CHECK(fabs(l16 - l16r) <= 1e-5 * fabs(l16r), "f16 loss: fast %.9g, reference %.9g", l16, l16r);
+    CHECK(rel_err(g16, g16r, NG) < 1e-5, "f16 gradient: fast vs reference, rel err %.3g",
+          rel_err(g16, g16r, NG));
     /* oneDNN and the reference multiply the same bf16 values in f32: only
      * the order of the f32 sums differs (K <= 48 terms) */
     CHECK(fabs(lbf - lref) <= 1e-5 * fabs(lref), "bf16 loss: oneDNN %.9g, reference %.9g", lbf,
@@ -182,6 +190,7 @@ out:
     ts_plan_free(pbf);
     ts_plan_free(pref);
     ts_plan_free(p16);
+    ts_plan_free(p16r);
 }
 
 static double train(ts_plan *p, int steps) {
@@ -240,7 +249,49 @@ out:
     ts_plan_free(pbf2);
 }
 
+/* The precision section of a config, as compile options. */
+static void test_config(void) {
+    static const char text[] = "model: {preset: w1}\n"
+                               "precision:\n"
+                               "  default: fp16\n"
+                               "  keep_fp32: [matmul]\n"
+                               "  growth_interval: 7\n";
+    ts_config c;
+    ts_config_init(&c);
+    CHECK_OK(ts_config_load_string(&c, text, sizeof text - 1, "p.yaml"));
+    CHECK_OK(ts_config_finish(&c));
+    ts_precision_options o;
+    ts_config_precision(&c, &o);
+    CHECK(o.compute == TS_F16 && o.keep_fp32 && !strcmp(o.keep_fp32, "matmul") &&
+              o.loss_scale == TS_SCALE_DYNAMIC && o.init_scale == 65536 && o.growth_factor == 2 &&
+              o.backoff_factor == 0.5 && o.growth_interval == 7,
+          "fp16 config: dynamic scaling by default (auto), keep_fp32 and interval read");
+    ts_config_init(&c);
+    CHECK_OK(ts_config_load_string(&c, text, sizeof text - 1, "p.yaml"));
+    CHECK_OK(ts_config_set(&c, "precision.default=bf16"));
+    CHECK_OK(ts_config_set(&c, "precision.loss_scale=1024"));
+    CHECK_OK(ts_config_finish(&c));
+    ts_config_precision(&c, &o);
+    CHECK(o.compute == TS_BF16 && o.loss_scale == TS_SCALE_STATIC && o.init_scale == 1024,
+          "a number is a static scale");
+    ts_config_init(&c);
+    CHECK_OK(ts_config_load_string(&c, text, sizeof text - 1, "p.yaml"));
+    CHECK_OK(ts_config_set(&c, "precision.default=bf16"));
+    ts_config_finish(&c);
+    ts_config_precision(&c, &o);
+    CHECK(o.loss_scale == TS_SCALE_NONE, "auto: no loss scaling for bf16");
+    ts_config_init(&c);
+    CHECK_OK(ts_config_load_string(&c, text, sizeof text - 1, "p.yaml"));
+    CHECK_OK(ts_config_set(&c, "precision.loss_scale=lots"));
+    CHECK(ts_config_finish(&c) == TS_ERR_INVALID && strstr(ts_last_error(), "'lots'"),
+          "a bad loss_scale is refused: %s", ts_last_error());
+    ts_config_init(&c);
+    CHECK(ts_config_set(&c, "precision.backoff_factor=1") == TS_ERR_INVALID,
+          "backoff_factor 1 is out of range");
+}
+
 int main(void) {
+    test_config();
     test_structure();
     test_numerics();
     test_convergence();
