@@ -9,7 +9,7 @@
 static const char usage[] =
     "usage: tessel bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--warmup "
     "N]\n"
-    "                    [--precision fp32] [--profile] [--json FILE]\n"
+    "                    [--precision fp32|bf16|fp16] [--profile] [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n";
 
 /* A positive integer option value. */

@@ -86,6 +86,9 @@ int ts_plan_last_step_skipped(const ts_plan *plan);
  * no loss scaling, else 1. Any pointer may be NULL. */
 int ts_plan_loss_scale(const ts_plan *p, double *scale, int64_t *growth_tracker,
                        int64_t *skipped);
+/* 1 if the last step's gradients were non-finite (so the loss scaler
+ * skipped its update and backed off), else 0. */
+int ts_plan_found_inf(const ts_plan *p);
 
 /* Describe a named value: dtype, rank and dims (dims may be NULL). */
 ts_status ts_plan_value_info(const ts_plan *p, const char *name, ts_dtype *dt, int *rank,

@@ -111,6 +111,13 @@ typedef struct ts_config {
         int tensorboard;       /* event files under RUN_DIR/tb/ */
         int64_t histogram_every; /* steps between weight/gradient histograms; 0: none */
     } observe;
+    struct {
+        int dflt;              /* compute type of GEMMs: 0 fp32, 1 bf16, 2 fp16 */
+        char keep_fp32[256];   /* op names kept in f32 */
+        char loss_scale[32];   /* auto | dynamic | none | a number */
+        double init_scale, growth_factor, backoff_factor;
+        int64_t growth_interval;
+    } precision;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 
@@ -189,6 +196,9 @@ ts_status ts_config_fit_data(ts_config *c, const ts_config_data_shape *d);
 /* The metrics to evaluate: "accuracy, mse" split into flags. An unknown
  * name is an error. */
 ts_status ts_config_metrics(const ts_config *c, int *accuracy, int *mse);
+
+/* The precision section as compile options (keep_fp32 points into c). */
+void ts_config_precision(const ts_config *c, ts_precision_options *o);
 
 /* The finished config as YAML that loads back to the same values. */
 ts_status ts_config_write(const ts_config *c, FILE *out);

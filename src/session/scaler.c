@@ -131,3 +131,7 @@ int ts_plan_loss_scale(const ts_plan *p, double *scale, int64_t *growth_tracker,
     if (skipped) *skipped = ps->sc.skipped;
     return 1;
 }
+
+int ts_plan_found_inf(const ts_plan *p) {
+    return p && p->scaler ? p->scaler->sc.last_skipped : 0;
+}
