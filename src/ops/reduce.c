@@ -121,10 +121,10 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
                s;                                                                                  \
     }                                                                                              \
     TS_CLONES static void sum_cols_##SFX(T *o, const T *p, int64_t red, int64_t inner,             \
-                                         double sc) {                                              \
-        /* o[j] = sc * sum_r p[r*inner + j], rows in order: vectorised over j. */                  \
-        for (int64_t j0 = 0; j0 < inner; j0 += 256) {                                              \
-            int64_t len = inner - j0 < 256 ? inner - j0 : 256;                                     \
+                                         int64_t ncols, double sc) {                               \
+        /* o[j] = sc * sum_r p[r*inner + j] for j < ncols, rows in order: vectorised over j. */    \
+        for (int64_t j0 = 0; j0 < ncols; j0 += 256) {                                              \
+            int64_t len = ncols - j0 < 256 ? ncols - j0 : 256;                                     \
             double acc[256];                                                                       \
             for (int64_t j = 0; j < len; j++) acc[j] = 0;                                          \
             for (int64_t r = 0; r < red; r++) {                                                    \
@@ -169,9 +169,9 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
                                                                                       t++) {       \
                     int64_t oi = t / ncb, cb = t % ncb, j0 = cb * 256;                             \
                     int64_t len = inner - j0 < 256 ? inner - j0 : 256;                             \
+                    /* this block's len columns only: more would write past the output */      \
                     sum_cols_##SFX(o + oi * inner + j0, p + oi * red * inner + j0, red, inner,     \
-                                   sc);                                                            \
-                    (void)len;                                                                     \
+                                   len, sc);                                                       \
                 }                                                                                  \
             }                                                                                      \
             return TS_OK;                                                                          \
