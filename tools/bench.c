@@ -10,7 +10,7 @@
 static const char usage[] =
     "usage: tessel bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--warmup "
     "N]\n"
-    "                    [--precision fp32] [--profile] [--no-fuse] [--json FILE]\n"
+    "                    [--precision fp32|bf16|fp16] [--profile] [--no-fuse] [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n"
     "       tessel bench --workload W1|W3 --procs N [--threads N] [--steps N] [--rounds N]\n"
     "                    [--per-rank-batch]   (N data-parallel processes against 1)\n";

@@ -24,7 +24,7 @@ static const char usage[] =
     "  compile CONFIG.yaml [--set key=value ...] [--dump ir|plan|memory|stats|config ...]\n"
     "      compile the training step and print the requested dumps (default: stats)\n"
     "  bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--profile]\n"
-    "        [--json FILE] [--compare-torch]\n"
+    "        [--json FILE] [--compare-torch] [--precision fp32|bf16|fp16]\n"
     "      time training steps of a benchmark workload (shared/BENCH.md), optionally\n"
     "      alternating with the PyTorch reference, and print the ratio\n"
     "  bench collectives [--transport shm|mpi] [--json FILE]\n"

@@ -87,6 +87,30 @@ typedef struct ts_train_spec {
 /* loss with plain SGD lr 0.01 (no momentum), constant schedule, no clipping. */
 ts_train_spec ts_train_spec_default(ts_val loss);
 
+/* Mixed precision (docs/precision.md). compute = TS_BF16 or TS_F16 runs
+ * every matmul (forward and backward) on operands cast to that type with
+ * f32 accumulation and output; everything else, the master weights and
+ * the optimizer stay f32. Loss scaling multiplies the loss by a scale kept
+ * in the plan ("loss_scaler.scale"), unscales the gradients and skips the
+ * update when any is non-finite, with torch GradScaler's rule for the
+ * scale (ts_plan_step applies it). */
+typedef enum ts_loss_scale_kind {
+    TS_SCALE_NONE = 0,
+    TS_SCALE_DYNAMIC, /* GradScaler: grows and backs off */
+    TS_SCALE_STATIC   /* a fixed scale; non-finite steps are still skipped */
+} ts_loss_scale_kind;
+
+typedef struct ts_precision_options {
+    ts_dtype compute;      /* TS_F32 (default: off), TS_BF16 or TS_F16 */
+    const char *keep_fp32; /* comma-separated op names left in f32 ("matmul"); read during
+                              ts_compile only; may be NULL */
+    ts_loss_scale_kind loss_scale;
+    double init_scale;       /* 0: 65536 (dynamic) */
+    double growth_factor;    /* 0: 2 */
+    double backoff_factor;   /* 0: 0.5 */
+    int64_t growth_interval; /* 0: 2000 */
+} ts_precision_options;
+
 typedef struct ts_compile_options {
     uint64_t seed;         /* parameter init and dropout (default 0) */
     int threads;           /* 0: all cores (OMP_NUM_THREADS if set) */
@@ -117,6 +141,7 @@ typedef struct ts_compile_options {
     int discard_outputs;    /* training plans: values marked as outputs (other than the loss) are
                                not kept readable after the step, so their memory can be reused
                                (e.g. the logits, overwritten by their gradient); benchmarks */
+    ts_precision_options precision; /* zero: everything in f32, no loss scaling */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

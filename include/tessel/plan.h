@@ -100,6 +100,15 @@ typedef struct ts_grad_monitor {
 } ts_grad_monitor;
 int ts_plan_monitor_count(const ts_plan *p);
 ts_status ts_plan_monitor(const ts_plan *p, int i, ts_grad_monitor *out);
+/* Loss scaling (ts_compile_options.precision.loss_scale): the scale the
+ * next step multiplies the loss by, the growth tracker (consecutive
+ * finite steps) and the steps whose gradients were non-finite so far
+ * (their updates skipped). Returns 0 (outputs untouched) when the plan has
+ * no loss scaling, else 1. Any pointer may be NULL. */
+int ts_plan_loss_scale(const ts_plan *p, double *scale, int64_t *growth_tracker, int64_t *skipped);
+/* 1 if the last step's gradients were non-finite (so the loss scaler
+ * skipped its update and backed off), else 0. */
+int ts_plan_found_inf(const ts_plan *p);
 
 /* Describe a named value: dtype, rank and dims (dims may be NULL). */
 ts_status ts_plan_value_info(const ts_plan *p, const char *name, ts_dtype *dt, int *rank,

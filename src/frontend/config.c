@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 #include "core/core.h"
+#include "passes/passes.h"
 
 /* Which values of the choosing key (model.name, train.optimizer) use a key. */
 #define FOR_MODEL (TS_CFG_FOR_MLP | TS_CFG_FOR_GPT | TS_CFG_FOR_CNN)
@@ -135,8 +136,24 @@ static const ts_config_key keys[] = {
     {"compile.no_recompute", TS_CFG_BOOL, FIELD(compile, no_recompute), 0, NULL, NULL, "false",
      "keep large GELU/LayerNorm outputs for the backward instead of recomputing them"},
     {"compile.discard_outputs", TS_CFG_BOOL, FIELD(compile, discard_outputs), 0, NULL, NULL,
-     "false", "training: do not keep marked outputs (the logits) readable after the step, so "
+     "false",
+     "training: do not keep marked outputs (the logits) readable after the step, so "
      "their memory is reused"},
+    /* precision (docs/precision.md) */
+    {"precision.default", TS_CFG_ENUM, FIELD(precision, dflt), 0, "fp32|bf16|fp16", NULL, "fp32",
+     "type matmuls compute in (f32 accumulation; weights, optimizer and the rest stay f32)"},
+    {"precision.keep_fp32", TS_CFG_STR, FIELD(precision, keep_fp32), TS_CFG_DERIVED | TS_CFG_LIST,
+     NULL, NULL, "none", "op names left in f32 (matmul)"},
+    {"precision.loss_scale", TS_CFG_STR, FIELD(precision, loss_scale), 0, NULL, NULL, "auto",
+     "dynamic (GradScaler), none, or a fixed number; auto: dynamic with fp16, else none"},
+    {"precision.init_scale", TS_CFG_F64, FIELD(precision, init_scale), 0, NULL, "(0, 3.4e38]",
+     "65536", "initial scale of dynamic loss scaling"},
+    {"precision.growth_factor", TS_CFG_F64, FIELD(precision, growth_factor), 0, NULL, "(1, inf)",
+     "2", "scale multiplier after growth_interval steps with finite gradients"},
+    {"precision.backoff_factor", TS_CFG_F64, FIELD(precision, backoff_factor), 0, NULL, "(0, 1)",
+     "0.5", "scale multiplier after a step with non-finite gradients (the update is skipped)"},
+    {"precision.growth_interval", TS_CFG_I64, FIELD(precision, growth_interval), 0, NULL,
+     "[1, 2147483647]", "2000", "consecutive finite steps before the scale grows"},
     /* data */
     {"data.source", TS_CFG_ENUM, FIELD(data, source), 0, "synthetic|idx|npy|csv|tokens", NULL,
      "synthetic", "where the examples come from (see Data sources)"},
@@ -1103,6 +1120,55 @@ static ts_status check_data(const ts_config *c) {
     return TS_OK;
 }
 
+/* precision.loss_scale: auto | dynamic | none | a positive number. */
+static int loss_scale_kind(const char *v, double *num) {
+    if (!strcmp(v, "auto")) return -1;
+    if (!strcmp(v, "dynamic")) return TS_SCALE_DYNAMIC;
+    if (!strcmp(v, "none")) return TS_SCALE_NONE;
+    char *end;
+    double x = strtod(v, &end);
+    if (end != v && !*end && x > 0 && x <= 3.4e38) {
+        *num = x;
+        return TS_SCALE_STATIC;
+    }
+    return -2;
+}
+
+static ts_status check_precision(const ts_config *c) {
+    char where[600];
+    double num = 0;
+    if (loss_scale_kind(c->precision.loss_scale, &num) == -2)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: precision.loss_scale '%s' is none of auto, dynamic, none or a "
+                       "number in (0, 3.4e38]",
+                       origin(c, ts_config_key_find("precision.loss_scale"), where, sizeof where),
+                       c->precision.loss_scale);
+    ts_precision_options o;
+    ts_config_precision(c, &o);
+    if (ts_precision_check(&o) != TS_OK) {
+        ts_error_prefix("%s",
+                        origin(c, ts_config_key_find("precision.keep_fp32"), where, sizeof where));
+        return TS_ERR_INVALID;
+    }
+    return TS_OK;
+}
+
+void ts_config_precision(const ts_config *c, ts_precision_options *o) {
+    static const ts_dtype types[] = {TS_F32, TS_BF16, TS_F16};
+    memset(o, 0, sizeof *o);
+    o->compute = types[c->precision.dflt];
+    o->keep_fp32 = c->precision.keep_fp32[0] ? c->precision.keep_fp32 : NULL;
+    double num = 0;
+    int k = loss_scale_kind(c->precision.loss_scale, &num);
+    o->loss_scale = k == -1 ? (o->compute == TS_F16 ? TS_SCALE_DYNAMIC : TS_SCALE_NONE)
+                    : k < 0 ? TS_SCALE_NONE
+                            : (ts_loss_scale_kind)k;
+    o->init_scale = o->loss_scale == TS_SCALE_STATIC ? num : c->precision.init_scale;
+    o->growth_factor = c->precision.growth_factor;
+    o->backoff_factor = c->precision.backoff_factor;
+    o->growth_interval = c->precision.growth_interval;
+}
+
 ts_status ts_config_finish(ts_config *c) {
     if (!c) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
     if (c->finished) return TS_OK;
@@ -1205,6 +1271,7 @@ ts_status ts_config_finish(ts_config *c) {
                        "train.dampening 0",
                        origin(c, i_nest, where, sizeof where));
     ts_status s = check_sizes(c);
+    if (s == TS_OK) s = check_precision(c);
     if (s != TS_OK) return s;
     c->finished = 1;
     return TS_OK;
@@ -1447,6 +1514,7 @@ ts_status ts_config_build(const ts_config *c, ts_graph **g, ts_model *m, ts_trai
     opt->no_fuse = c->compile.no_fuse;
     opt->no_recompute = c->compile.no_recompute;
     opt->discard_outputs = c->compile.discard_outputs;
+    ts_config_precision(c, &opt->precision); /* checked by ts_config_finish */
     *g = gr;
     return TS_OK;
 }

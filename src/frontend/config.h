@@ -135,6 +135,13 @@ typedef struct ts_config {
         int zero;         /* ZeRO stage: 1 shards the optimizer state */
         double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
     } dist;
+    struct {
+        int dflt;            /* compute type of GEMMs: 0 fp32, 1 bf16, 2 fp16 */
+        char keep_fp32[256]; /* op names kept in f32 */
+        char loss_scale[32]; /* auto | dynamic | none | a number */
+        double init_scale, growth_factor, backoff_factor;
+        int64_t growth_interval;
+    } precision;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 
@@ -222,6 +229,9 @@ enum {
     TS_METRIC_MIOU = 16
 };
 ts_status ts_config_metric_flags(const ts_config *c, unsigned *flags);
+
+/* The precision section as compile options (keep_fp32 points into c). */
+void ts_config_precision(const ts_config *c, ts_precision_options *o);
 
 /* The finished config as YAML that loads back to the same values. */
 ts_status ts_config_write(const ts_config *c, FILE *out);

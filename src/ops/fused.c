@@ -265,6 +265,7 @@ static ts_status infer_mm_epi(const ts_graph *g, const ts_node *n, ts_type *out,
         return ts_fail(TS_ERR_INVALID, "%d inputs for %d add post-ops", n->n_in, n_add);
     ts_node mm = *n;
     mm.n_in = 2;
+    mm.a.i[2] = 0; /* matmul's i[2] (low-precision operands) is the post-op count here */
     ts_status s = ts_op_get(TS_OP_MATMUL)->infer(g, &mm, out, n_out);
     if (s != TS_OK) return s;
     if (out->dtype != TS_F32) return ts_fail(TS_ERR_SHAPE, "matmul_epi is f32 only");
@@ -301,6 +302,9 @@ ts_status ts_mm_epi_apply(const ts_kargs *k) {
 
 static ts_status k_mm_epi(const ts_kargs *k) {
     ts_kargs mk = *k;
+    ts_attrs a = *k->a;
+    a.i[2] = 0; /* an f32 matmul: i[2] is the post-op count here */
+    mk.a = &a;
     mk.n_in = 2;
     ts_status s = ts_op_get(TS_OP_MATMUL)->kernel(&mk);
     return s != TS_OK ? s : ts_mm_epi_apply(k);
@@ -309,6 +313,7 @@ static ts_status k_mm_epi(const ts_kargs *k) {
 static double cost_mm_epi(const ts_graph *g, const ts_node *n) {
     ts_node mm = *n;
     mm.n_in = 2;
+    mm.a.i[2] = 0;
     return ts_op_get(TS_OP_MATMUL)->cost(g, &mm) +
            (double)ts_type_numel(&g->values[n->out[0]].t) * (double)n->a.i[2];
 }

@@ -1,7 +1,9 @@
 /* Matrix multiplication with optional transposes and broadcast batch axes,
  * and nn.Linear as matmul + bias. The reference kernel is a plain loop; the
- * CPU backend replaces it with oneDNN for f32/bf16 (src/backends/cpu). */
+ * CPU backend replaces it with oneDNN for f32/bf16 (src/backends/cpu). i[2] set
+ * (by the precision pass) marks bf16/f16 operands with an f32 output. */
 #include <string.h>
+#include "core/half.h"
 #include "kern.h"
 
 /* Logical [M, K] x [K, N] sizes of a node. */
@@ -13,8 +15,15 @@ static void mm_sizes(const ts_type *a, const ts_type *b, int ta, int tb, int64_t
     *N = b->dims[b->rank - (tb ? 2 : 1)];
 }
 
+static int is_low(ts_dtype dt) {
+    return dt == TS_BF16 || dt == TS_F16;
+}
+
 static ts_status infer_matmul(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *a = ts_in_type(g, n, 0), *b = ts_in_type(g, n, 1);
+    if (n->a.i[2] && !is_low(a->dtype))
+        return ts_fail(TS_ERR_SHAPE, "f32 output (i[2]) needs bf16 or f16 operands, got %s",
+                       ts_dtype_name(a->dtype));
     if (a->dtype != b->dtype)
         return ts_fail(TS_ERR_SHAPE, "dtypes differ (%s vs %s)", ts_dtype_name(a->dtype),
                        ts_dtype_name(b->dtype));
@@ -35,7 +44,7 @@ static ts_status infer_matmul(const ts_graph *g, const ts_node *n, ts_type *out,
     if (s != TS_OK) return ts_fail(s, "batch axes: %s", ts_last_error());
     out->dims[out->rank++] = M;
     out->dims[out->rank++] = N;
-    out->dtype = a->dtype;
+    out->dtype = n->a.i[2] ? TS_F32 : a->dtype;
     *n_out = 1;
     return TS_OK;
 }
@@ -49,6 +58,10 @@ static ts_status grad_matmul(ts_graph *g, const ts_node *n, const ts_val *dyv, t
     ts_val A = ts_mkval(n->in[0]), B = ts_mkval(n->in[1]), dC = dyv[0];
     int ta = (int)n->a.i[0], tb = (int)n->a.i[1];
     int a_rank = ts_in_type(g, n, 0)->rank, b_rank = ts_in_type(g, n, 1)->rank;
+    if (n->a.i[2])
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "matmul: a mixed-precision matmul (f32 output) has no gradient: "
+                       "the precision pass creates it after autodiff");
     /* dA' = dC B'^T and dB' = A'^T dC, transposed back where the operand
      * was read transposed. */
     if (ta == 0 && tb == 0)
@@ -142,6 +155,42 @@ static int64_t batch_offset(const ts_tensor *x, const ts_tensor *o, int64_t bi) 
 DEF_MM(float, f32)
 DEF_MM(double, f64)
 
+/* bf16/f16 operands, f32 output: the operands are widened (exactly) into
+ * scratch and multiplied in f32, which is what a bf16 x bf16 -> f32 GEMM
+ * with f32 accumulation computes. */
+static size_t scratch_matmul(const ts_graph *g, const ts_node *n) {
+    if (!n->a.i[2]) return 0;
+    size_t na = (size_t)ts_type_numel(ts_in_type(g, n, 0)),
+           nb = (size_t)ts_type_numel(ts_in_type(g, n, 1));
+    return ((na * 4 + 63) / 64 + (nb * 4 + 63) / 64) * 64;
+}
+
+static void widen(float *dst, const ts_tensor *t) {
+    int64_t n = ts_tensor_numel(t);
+    if (t->dtype == TS_BF16)
+        ts_bf16_to_f32_n(dst, t->data, n);
+    else
+        ts_f16_to_f32_n(dst, t->data, n);
+}
+
+static ts_status k_matmul_low(const ts_kargs *k, int64_t batch, int64_t M, int64_t N, int64_t K) {
+    const ts_tensor *A = &k->in[0], *B = &k->in[1];
+    if (!is_low(A->dtype) || B->dtype != A->dtype || k->out[0].dtype != TS_F32)
+        return ts_kernel_bad_dtype(k, "matmul (mixed precision)", A->dtype);
+    size_t na = (size_t)ts_tensor_numel(A);
+    float *fa = k->scratch, *fb = fa + (na * 4 + 63) / 64 * 16;
+    ts_tensor w[2] = {*A, *B};
+    w[0].dtype = w[1].dtype = TS_F32;
+    w[0].data = fa;
+    w[1].data = fb;
+    widen(fa, A);
+    widen(fb, B);
+    ts_kargs k2 = *k;
+    k2.in = w;
+    mm_f32(&k2, batch, M, N, K);
+    return TS_OK;
+}
+
 static ts_status k_matmul(const ts_kargs *k) {
     const ts_tensor *A = &k->in[0], *C = &k->out[0];
     int ta = (int)k->a->i[0];
@@ -149,6 +198,7 @@ static ts_status k_matmul(const ts_kargs *k) {
     int64_t K = A->dims[A->rank - (ta ? 2 : 1)];
     int64_t batch = 1;
     for (int i = 0; i < C->rank - 2; i++) batch *= C->dims[i];
+    if (k->a->i[2]) return k_matmul_low(k, batch, M, N, K);
     switch (C->dtype) {
     case TS_F32: mm_f32(k, batch, M, N, K); return TS_OK;
     case TS_F64: mm_f64(k, batch, M, N, K); return TS_OK;
@@ -168,6 +218,7 @@ const ts_op_def ts_def_matmul = {.name = "matmul",
                                  .infer = infer_matmul,
                                  .grad = grad_matmul,
                                  .kernel = k_matmul,
+                                 .scratch = scratch_matmul,
                                  .cost = cost_matmul};
 
 ts_val ts_matmul(ts_graph *g, ts_val a, ts_val b, int trans_a, int trans_b) {

@@ -48,7 +48,7 @@ typedef enum ts_op_id {
     TS_OP_CAST,          /* i[0] target dtype */
     TS_OP_UNARY_BWD,     /* (dy, s) -> dx; i[0] fwd op, i[1] s: 0 x 1 y; i[2], f[]: fwd i[0], f[] */
     /* linear algebra */
-    TS_OP_MATMUL, /* i[0] trans_a, i[1] trans_b */
+    TS_OP_MATMUL, /* i[0] trans_a, i[1] trans_b, i[2] bf16/f16 operands -> f32 out */
     /* softmax family; i[0] axis (normalised) */
     TS_OP_SOFTMAX,
     TS_OP_LOG_SOFTMAX,
@@ -149,6 +149,8 @@ typedef enum ts_op_id {
     TS_OP_FUSED_ELTWISE, /* (x0.., program) -> y; i[0] instructions, i[1] inputs */
     TS_OP_MATMUL_EPI,    /* (a, b, post-op operands..) -> y; i[0..1] as matmul, i[2] n post, i[3..]
                             kinds */
+    /* loss scaling; see amp.c */
+    TS_OP_UNSCALE_GRADS, /* (scale, g1..gn) -> found_inf; g_i *= 1/scale in place */
     TS_OP_COUNT
 } ts_op_id;
 

@@ -82,6 +82,7 @@ extern const ts_op_def ts_def_zero_clip_coef;
 extern const ts_op_def ts_def_shard_update;
 extern const ts_op_def ts_def_fused_eltwise;
 extern const ts_op_def ts_def_matmul_epi;
+extern const ts_op_def ts_def_unscale_grads;
 
 static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_ADD] = &ts_def_add,
@@ -163,6 +164,7 @@ static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_SHARD_UPDATE] = &ts_def_shard_update,
     [TS_OP_FUSED_ELTWISE] = &ts_def_fused_eltwise,
     [TS_OP_MATMUL_EPI] = &ts_def_matmul_epi,
+    [TS_OP_UNSCALE_GRADS] = &ts_def_unscale_grads,
 };
 
 const ts_op_def *ts_op_get(int op) {

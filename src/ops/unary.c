@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "eltwise.h"
+#include "core/half.h"
 #include "kern.h"
 #include "vmath.h"
 
@@ -557,37 +558,7 @@ ts_unary_bwd_chunk_fn ts_unary_bwd_chunk_f32(const ts_attrs *a, ts_attrs *fwd) {
 
 /* ---- cast -------------------------------------------------------------- */
 
-/* f16 and bf16 go through f32 with round-to-nearest-even. */
-static inline float bf16_to_f32(uint16_t h) {
-    return f32_from_bits((uint32_t)h << 16);
-}
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static inline float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1f) return f32_from_bits(sign | 0x7f800000u | (m << 13)); /* inf / NaN */
-    if (e == 0) {                                                        /* zero / subnormal */
-        float v = (float)m * 5.9604644775390625e-8f;                     /* m * 2^-24 */
-        return sign ? -v : v;
-    }
-    return f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
-}
-static inline uint16_t f32_to_f16(float f) {
-    uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-    if (a < 0x38800000u) {                                   /* below 2^-14: subnormal f16 */
-        /* adding 0.5 makes the FPU round m * 2^-24 to an integer (ties to even) */
-        float v = f32_from_bits(a) + 0.5f;
-        return (uint16_t)(sign | (f32_bits(v) - 0x3f000000u));
-    }
-    uint32_t r = a + 0x0fffu + ((a >> 13) & 1u); /* round mantissa to 10 bits */
-    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
+/* f16 and bf16 go through f32 with round-to-nearest-even (core/half.h). */
 
 /* float -> integer truncates toward zero and saturates (NaN gives 0), so
  * out-of-range values are defined; in range this equals PyTorch. u8 takes
@@ -611,8 +582,8 @@ static inline double load_f(const void *p, ts_dtype dt, int64_t i) {
     switch (dt) {
     case TS_F32: return ((const float *)p)[i];
     case TS_F64: return ((const double *)p)[i];
-    case TS_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-    case TS_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
+    case TS_F16: return ts_f16_to_f32(((const uint16_t *)p)[i]);
+    case TS_BF16: return ts_bf16_to_f32(((const uint16_t *)p)[i]);
     case TS_I32: return ((const int32_t *)p)[i];
     case TS_I64: return (double)((const int64_t *)p)[i];
     default: return ((const uint8_t *)p)[i];
@@ -643,18 +614,18 @@ TS_CLONES static void cast_chunk(void *po, const void *px, ts_dtype from, ts_dty
     if (from == TS_I32 && to == TS_F32) CAST_LOOP(float, int32_t, (float)x[i]);
     if (from == TS_I64 && to == TS_F32) CAST_LOOP(float, int64_t, (float)x[i]);
     if (from == TS_U8 && to == TS_F32) CAST_LOOP(float, uint8_t, (float)x[i]);
-    if (from == TS_F32 && to == TS_BF16) CAST_LOOP(uint16_t, float, f32_to_bf16(x[i]));
-    if (from == TS_BF16 && to == TS_F32) CAST_LOOP(float, uint16_t, bf16_to_f32(x[i]));
-    if (from == TS_F32 && to == TS_F16) CAST_LOOP(uint16_t, float, f32_to_f16(x[i]));
-    if (from == TS_F16 && to == TS_F32) CAST_LOOP(float, uint16_t, f16_to_f32(x[i]));
+    if (from == TS_F32 && to == TS_BF16) CAST_LOOP(uint16_t, float, ts_f32_to_bf16(x[i]));
+    if (from == TS_BF16 && to == TS_F32) CAST_LOOP(float, uint16_t, ts_bf16_to_f32(x[i]));
+    if (from == TS_F32 && to == TS_F16) CAST_LOOP(uint16_t, float, ts_f32_to_f16(x[i]));
+    if (from == TS_F16 && to == TS_F32) CAST_LOOP(float, uint16_t, ts_f16_to_f32(x[i]));
     for (int64_t i = 0; i < n; i++) {
         switch (to) {
         case TS_F32: ((float *)po)[i] = (float)load_f(px, from, i); break;
         case TS_F64: ((double *)po)[i] = load_f(px, from, i); break;
         /* f64 -> f32 -> f16 would round twice; rare enough to accept (the
          * precision pass converts from f32) */
-        case TS_F16: ((uint16_t *)po)[i] = f32_to_f16((float)load_f(px, from, i)); break;
-        case TS_BF16: ((uint16_t *)po)[i] = f32_to_bf16((float)load_f(px, from, i)); break;
+        case TS_F16: ((uint16_t *)po)[i] = ts_f32_to_f16((float)load_f(px, from, i)); break;
+        case TS_BF16: ((uint16_t *)po)[i] = ts_f32_to_bf16((float)load_f(px, from, i)); break;
         case TS_I32:
             ((int32_t *)po)[i] = ts_dtype_is_float(from) ? f_to_i32(load_f(px, from, i))
                                                          : (int32_t)load_i(px, from, i);

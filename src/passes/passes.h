@@ -1,8 +1,9 @@
 /* passes.h — the compiler passes (internal). Each is graph -> graph,
  * pure, and testable alone. ts_compile() runs them in this order:
- *   autodiff -> [monitor] -> train -> [monitor order] -> simplify -> schedule
- *   -> [distribute] -> memplan -> lower
- * (distribute only in a training plan with a comm of more than one rank).
+ *   autodiff -> [monitor] -> train -> [monitor order] -> precision -> simplify
+ *   -> fuse -> schedule -> [distribute] -> memplan -> lower
+ * (loss scaling around autodiff and train with precision.loss_scale;
+ * distribute only in a training plan with a comm of more than one rank).
  */
 #ifndef TS_PASSES_H
 #define TS_PASSES_H
@@ -34,6 +35,23 @@ ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *p
  * after every monitor. */
 ts_status ts_pass_monitor(ts_graph *g, const int32_t *params, const int32_t *grads, int n);
 ts_status ts_pass_monitor_order(ts_graph *g);
+/* Mixed precision (precision.c): matmuls on bf16/f16 operands with f32
+ * output, one shared cast per value, per the policy in `o`. *n_cast (may
+ * be NULL) receives the number of casts inserted. Run after the train
+ * pass. ts_precision_check validates the options alone. */
+ts_status ts_precision_check(const ts_precision_options *o);
+ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast);
+
+/* Loss scaling (loss_scale.c), in three steps around autodiff and the
+ * train pass: the scale state and the scaled loss (*scaled is what
+ * autodiff differentiates, *scale the state value); one unscale_grads
+ * node over the gradients (*node, -1 if none); every later reader of a
+ * gradient ordered after that node. */
+ts_status ts_pass_loss_scale_loss(ts_graph *g, const ts_precision_options *o, int32_t loss,
+                                  int32_t *scaled, int32_t *scale);
+ts_status ts_pass_loss_scale_unscale(ts_graph *g, int32_t scale, const int32_t *grads, int n,
+                                     int32_t *node);
+ts_status ts_pass_loss_scale_order(ts_graph *g, int32_t node);
 
 /* Dead-code elimination, common-subexpression elimination, constant
  * folding. Keeps outputs, gradients and side effects. Renumbers values:

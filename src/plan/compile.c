@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "plan.h"
+#include "session/scaler.h"
 
 ts_train_spec ts_train_spec_default(ts_val loss) {
     ts_train_spec s;
@@ -121,6 +122,7 @@ void ts_plan_free(ts_plan *p) {
         ts_aligned_free(p->arena);
     ts_aligned_free(p->backend_scratch);
     ts_memplan_free(&p->mp);
+    free(p->scaler);
     free(p->order);
     ts_graph_free(p->graph);
     free(p);
@@ -270,15 +272,25 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
             for (int v = 0; v < g->n_values; v++)
                 if (g->values[v].kind == TS_VK_PARAM) params[np++] = v;
         }
-        s = ts_pass_autodiff_ex(g, loss, params, np, grads, !p->opt.no_recompute);
+        int32_t diff = loss, scale = -1, unscale = -1; /* loss scaling: see loss_scale.c */
+        if (p->opt.precision.loss_scale != TS_SCALE_NONE &&
+            (s = ts_pass_loss_scale_loss(g, &p->opt.precision, loss, &diff, &scale)) != TS_OK)
+            goto done;
+        s = ts_pass_autodiff_ex(g, diff, params, np, grads, !p->opt.no_recompute);
         if (s != TS_OK) goto done;
         if (p->opt.discard_outputs)
             for (int v = 0; v < g->n_values; v++)
                 if (v != loss) g->values[v].is_output = 0;
+        if (scale >= 0 && (s = ts_pass_loss_scale_unscale(g, scale, grads, np, &unscale)) != TS_OK)
+            goto done;
+        /* after the unscale node: monitors see the true gradients (the
+         * order pass below puts them after it) */
         if (p->opt.monitors && (s = ts_pass_monitor(g, params, grads, np)) != TS_OK) goto done;
         if ((s = ts_pass_train(g, spec, params, grads, np)) != TS_OK) goto done;
         if (p->opt.monitors && (s = ts_pass_monitor_order(g)) != TS_OK) goto done;
+        if ((s = ts_pass_loss_scale_order(g, unscale)) != TS_OK) goto done;
     }
+    if ((s = ts_pass_precision(g, &p->opt.precision, NULL)) != TS_OK) goto done;
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].op == TS_OP_DROPOUT || g->nodes[i].op == TS_OP_BATCH_NORM)
             g->nodes[i].a.i[1] = p->training;
@@ -371,7 +383,13 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
         p->spec = *spec;
         p->spec.trainable = NULL;
     }
-    if ((s = compile_graph(p, spec)) != TS_OK) goto fail;
+    ts_scaler_config scfg = ts_scaler_config_from(&p->opt.precision);
+    if (!p->training) scfg.mode = TS_LOSS_SCALE_NONE, p->opt.precision.loss_scale = TS_SCALE_NONE;
+    if ((s = ts_scaler_config_check(&scfg)) != TS_OK) goto fail;
+    if ((s = ts_precision_check(&p->opt.precision)) != TS_OK) goto fail;
+    s = compile_graph(p, spec);
+    p->opt.precision.keep_fp32 = NULL; /* the caller's string: read during compile only */
+    if (s != TS_OK) goto fail;
     if ((s = init_arena(p)) != TS_OK) goto fail;
     if ((s = lower(p)) != TS_OK) goto fail;
     p->gate_ins = -1;
@@ -379,6 +397,7 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
         if (ts_op_get(p->ins[i].op)->flags & TS_OPF_UPDATE) p->gate_ins = i;
     if ((s = build_named(p)) != TS_OK) goto fail;
     if (p->loss >= 0) p->loss_off = p->mp.off[p->loss];
+    if (scfg.mode != TS_LOSS_SCALE_NONE && (s = ts_plan_scaler_setup(p, &scfg)) != TS_OK) goto fail;
     /* oneDNN fixes a primitive's thread count when it is created: create
      * them under the count the plan will run with. */
     if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);

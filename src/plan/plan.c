@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <string.h>
 #include "plan.h"
+#include "session/scaler.h"
 
 const ts_named *ts_plan_find(const ts_plan *p, const char *name) {
     for (int i = 0; p && name && i < p->n_named; i++)
@@ -47,6 +48,7 @@ ts_status ts_plan_step(ts_plan *p) {
     ts_status s = ts_cpu_execute(p, &skipped);
     if (s != TS_OK) return s;
     p->last_skipped = skipped;
+    if (p->scaler) ts_plan_scaler_after_step(p);
     if (p->gate_ins >= 0 && !skipped) p->updates_applied++;
     if (p->loss >= 0) {
         const ts_type *t = &p->graph->values[p->loss].t;
@@ -72,6 +74,11 @@ void ts_plan_set_step(ts_plan *p, int64_t steps_done) {
 
 void ts_plan_set_update_gate(ts_plan *p, ts_update_gate_fn fn, void *user) {
     if (!p) return;
+    if (p->scaler) { /* the loss scaler stays the gate and asks fn too */
+        p->scaler->next_fn = fn;
+        p->scaler->next_user = fn ? user : NULL;
+        return;
+    }
     p->gate_fn = fn;
     p->gate_user = fn ? user : NULL;
 }

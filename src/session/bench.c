@@ -113,9 +113,9 @@ static ts_status synth_w4(const ts_unet3d_config *c, int64_t b, float *x, int64_
             for (int64_t yy = 0; yy < S; yy++)
                 for (int64_t xx = 0; xx < S; xx++) {
                     const int64_t v = (z * S + yy) * S + xx;
-                    const double d2 = (double)((z - ctr[0]) * (z - ctr[0]) +
-                                               (yy - ctr[1]) * (yy - ctr[1]) +
-                                               (xx - ctr[2]) * (xx - ctr[2]));
+                    const double d2 =
+                        (double)((z - ctr[0]) * (z - ctr[0]) + (yy - ctr[1]) * (yy - ctr[1]) +
+                                 (xx - ctr[2]) * (xx - ctr[2]));
                     const int in = d2 <= r * r;
                     /* in_channels copies of the same volume (1 for W4) */
                     for (int64_t ch = 0; ch < c->in_channels; ch++)
@@ -160,10 +160,12 @@ static ts_status workload_build(const ts_bench_options *o, workload *w, ts_bench
                        "bench: unknown workload '%s' (W1, W2, W3, W4, W5, gpt2-124m)", wl);
     if (o->compare_torch && kind == WL_GPT2) /* before building 124M parameters */
         return ts_fail(TS_ERR_UNSUPPORTED, "bench: the PyTorch reference has no %s workload", wl);
-    if (strcasecmp(o->precision, "fp32"))
-        return ts_fail(strcasecmp(o->precision, "bf16") ? TS_ERR_INVALID : TS_ERR_UNSUPPORTED,
-                       "bench: precision '%s' %s (fp32)", o->precision,
-                       strcasecmp(o->precision, "bf16") ? "is unknown" : "is not supported yet");
+    const ts_dtype compute = !strcasecmp(o->precision, "bf16")   ? TS_BF16
+                             : !strcasecmp(o->precision, "fp16") ? TS_F16
+                                                                 : TS_F32;
+    if (compute == TS_F32 && strcasecmp(o->precision, "fp32"))
+        return ts_fail(TS_ERR_INVALID, "bench: precision '%s' is unknown (fp32, bf16, fp16)",
+                       o->precision);
     if (!(w->g = ts_graph_new())) return ts_fail(TS_ERR_NOMEM, "bench: out of memory");
     ts_train_spec spec;
     ts_status s = TS_OK;
@@ -224,6 +226,8 @@ static ts_status workload_build(const ts_bench_options *o, workload *w, ts_bench
     opt.no_fuse = o->no_fuse;
     /* nobody reads the logits after a benchmark step: their memory is reused */
     opt.discard_outputs = 1;
+    opt.precision.compute = compute; /* fp16: dynamic loss scaling, as torch needs it */
+    opt.precision.loss_scale = compute == TS_F16 ? TS_SCALE_DYNAMIC : TS_SCALE_NONE;
     double t0 = ts_now();
     if ((s = ts_compile(w->g, &spec, &opt, &w->p)) != TS_OK) return s;
     r->compile_s = ts_now() - t0;
@@ -237,8 +241,8 @@ static ts_status workload_build(const ts_bench_options *o, workload *w, ts_bench
             return TS_ERR_NOMEM;
         switch (kind) {
         case WL_W1:
-            s = ts_synth_regression(1234, b, mc.batch, mc.window, mc.features, mc.out_dim,
-                                    w->x[b], w->y[b]);
+            s = ts_synth_regression(1234, b, mc.batch, mc.window, mc.features, mc.out_dim, w->x[b],
+                                    w->y[b]);
             break;
         case WL_W2: s = synth_w2(&rc, b, w->x[b], w->y[b]); break;
         case WL_W4: s = synth_w4(&uc, b, w->x[b], w->y[b]); break;
@@ -267,6 +271,13 @@ static ts_status run_steps(workload *w, int n, double *times, int64_t *done) {
     return TS_OK;
 }
 
+/* The reference's mode for o->precision: bf16 autocast, except for W1,
+ * whose torch 1.13 autocast fails (LayerNorm dtype) and whose target is
+ * set against PyTorch fp32 anyway; fp16 autocast needs CUDA there. */
+static const char *torch_mode(const ts_bench_options *o) {
+    return !strcasecmp(o->precision, "bf16") && strcasecmp(o->workload, "W1") ? "bf16" : "eager";
+}
+
 /* One run of the reference; its RESULT line gives the figures. */
 static ts_status run_torch(const ts_bench_options *o, ts_bench_side *t) {
     if (strchr(o->python, '\'') || strchr(o->reference, '\''))
@@ -274,8 +285,8 @@ static ts_status run_torch(const ts_bench_options *o, ts_bench_side *t) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp '%s' '%s' --workload %s "
-             "--mode eager --threads %d --min-steps 5 --min-time %g --budget 60 2>&1",
-             o->python, o->reference, o->workload, o->threads, o->torch_min_time);
+             "--mode %s --threads %d --min-steps 5 --min-time %g --budget 60 2>&1",
+             o->python, o->reference, o->workload, torch_mode(o), o->threads, o->torch_min_time);
     FILE *f = popen(cmd, "r");
     if (!f) return ts_fail(TS_ERR_IO, "bench: cannot start %s", o->python);
     char line[4096], last[256] = "";
@@ -374,8 +385,8 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
         return s;
     }
     r->unit = w.unit;
-    fprintf(out, "tessel %s: compiled in %.2f s, %d instructions, %d threads\n", o.workload,
-            r->compile_s, r->stats.n_instructions, o.threads);
+    fprintf(out, "tessel %s: compiled in %.2f s, %d instructions, %d threads, %s\n", o.workload,
+            r->compile_s, r->stats.n_instructions, o.threads, o.precision);
     fflush(out);
     const int total = o.steps * o.rounds;
     double *times = ts_alloc(sizeof(double) * (size_t)total, "bench timings");
@@ -438,8 +449,9 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
             r->torch.throughput = torch_tp[o.rounds / 2];
             fprintf(out, "pytorch %s: %10.1f %s  median step %8.1f ms  peak RSS %6.0f MB\n",
                     o.workload, r->torch.throughput, r->unit, r->torch.step_ms, r->torch.rss_mb);
-            fprintf(out, "ratio   %s: throughput %.2fx PyTorch eager, peak RSS %.2fx\n", o.workload,
+            fprintf(out, "ratio   %s: throughput %.2fx PyTorch %s, peak RSS %.2fx\n", o.workload,
                     r->tessel.throughput / r->torch.throughput,
+                    strcmp(torch_mode(&o), "bf16") ? "eager fp32" : "bf16 autocast",
                     r->torch.rss_mb > 0 ? r->tessel.rss_mb / r->torch.rss_mb : NAN);
         }
         fflush(out);

@@ -20,7 +20,8 @@
 
 typedef struct ts_bench_options {
     const char *workload;  /* W1..W5 or gpt2-124m (no PyTorch reference) */
-    const char *precision; /* fp32 (bf16: not supported yet) */
+    const char *precision; /* fp32, bf16 or fp16: the matmuls' compute type (docs/precision.md);
+                              the reference runs bf16 autocast for bf16 (W1: fp32) */
     int steps;             /* timed steps per round (default 10) */
     int warmup;            /* untimed steps before the first round (default 2) */
     int threads;           /* default 2, as in BENCH.md */

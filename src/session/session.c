@@ -949,7 +949,12 @@ static ts_status observe_step(session *s, int64_t step, double loss, double lr, 
         if (s->gpt) m.tokens_per_s = rate;
         m.grad_norm = *grad_norm;
         if (s->ar) m.grad_variance = s->ar->mon->value[TS_MON_GRAD_VARIANCE];
+        double scale;
+        if (ts_plan_loss_scale(s->plan, &scale, NULL, NULL)) m.loss_scale = scale;
         if ((st = ts_train_metrics_step(&s->tm, &m)) != TS_OK) return st;
+        if (ts_plan_found_inf(s->plan) && /* the loss scaler skipped the update */
+            (st = ts_train_metrics_skipped(&s->tm, "non_finite_gradients")) != TS_OK)
+            return st;
     }
     if (s->tb) {
         static const char *const tags[] = {"train/loss", "train/lr", "train/throughput",
@@ -1094,14 +1099,18 @@ static ts_status train_loop(session *s) {
         ts_progress_info in = {step, epoch, c->train.epochs, loss, lr, rate};
         ts_progress_step(&s->pr, &in);
         if (s->metrics) {
-            char b1[32], b2[32], b3[32], b4[32];
+            char b1[32], b2[32], b3[32], b4[32], amp[96] = "";
+            double scale;
+            if (ts_plan_loss_scale(s->plan, &scale, NULL, NULL)) /* mixed precision */
+                snprintf(amp, sizeof amp, ",\"loss_scale\":%.9g,\"step_skipped\":%d", scale,
+                         ts_plan_last_step_skipped(s->plan));
             fprintf(s->metrics,
                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%s,"
-                    "\"samples_per_s\":%s,\"grad_norm\":%s}\n",
+                    "\"samples_per_s\":%s,\"grad_norm\":%s%s}\n",
                     (long long)step, (long long)epoch, num(loss, b1, sizeof b1),
                     num(lr, b2, sizeof b2),
                     num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3),
-                    num(gnorm, b4, sizeof b4));
+                    num(gnorm, b4, sizeof b4), amp);
         }
         /* A skipped update kept the weights: the run can go on. */
         if (!isfinite(loss) && !(alert & (1u << TS_AA_SKIP | 1u << TS_AA_STOP))) {

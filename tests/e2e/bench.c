@@ -108,6 +108,41 @@ static void test_compare(void) {
     CHECK(strstr(r.out, "round 1/2") && strstr(r.out, "round 2/2"), "two alternating rounds");
     e2e_done(&r);
 
+    /* --precision bf16: the reference runs bf16 autocast (its --mode), except
+     * for W1 (fp32: torch 1.13's autocast fails on its LayerNorm). */
+    char ref2[128];
+    snprintf(ref2, sizeof ref2, "%s/fake_mode.py", dir);
+    f = fopen(ref2, "w");
+    if (f) {
+        fputs("import sys\n"
+              "m = sys.argv[sys.argv.index('--mode') + 1]\n"
+              "tp = {'eager': 5000.0, 'bf16': 7000.0}[m]\n"
+              "print(f'RESULT x {m} t=2 : {tp:.2f} samples/s  median step 51.2 ms (min 50.0 "
+              "max 53.0, n=5)  peak RSS 344 MB')\n",
+              f);
+        fclose(f);
+    }
+    const struct {
+        const char *wl, *mode;
+        double tp;
+    } modes[] = {{"W2", "bf16 autocast", 7000}, {"W1", "eager fp32", 5000}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args,
+                 "bench --workload %s --precision bf16 --steps 1 --warmup 0 --compare-torch "
+                 "--rounds 1 --reference %s",
+                 modes[i].wl, ref2);
+        r = e2e_run(args);
+        char head[32], want[64];
+        snprintf(head, sizeof head, "pytorch %s:", modes[i].wl);
+        snprintf(want, sizeof want, "PyTorch %s", modes[i].mode);
+        p = strstr(r.out, head);
+        CHECK(r.rc == 0 && p && sscanf(p + strlen(head), "%lf", &tp) == 1 && tp == modes[i].tp &&
+                  strstr(r.out, want) && strstr(r.out, ", bf16"),
+              "bf16 bench of %s against %s: exit %d: %s %s", modes[i].wl, modes[i].mode, r.rc,
+              r.out, r.err);
+        e2e_done(&r);
+    }
+
     /* A failing reference is an error that says what it needs. */
     snprintf(args, sizeof args,
              "bench --workload W1 --steps 1 --compare-torch --reference %s/none.py", dir);
@@ -124,7 +159,7 @@ static void test_errors(void) {
         {"bench --workload gpt2-124m --compare-torch --steps 1",
          "the PyTorch reference has no gpt2-124m workload"},
         {"bench --workload W9", "unknown workload 'W9'"},
-        {"bench --workload W1 --precision bf16", "precision 'bf16' is not supported yet"},
+        {"bench --workload W1 --precision fp8", "precision 'fp8' is unknown"},
         {"bench --workload W1 --steps 0", "--steps: expected a whole number"},
         {"bench --workload W1 --frobnicate", "unknown option '--frobnicate'"},
         {"bench --workload", "missing value for '--workload'"},

@@ -125,17 +125,18 @@ static ts_status check_desc(const ts_mm_desc *d, const char *what) {
 static ts_status check_types(const ts_mm_desc *d, const char *what) {
     int ok =
         (d->a_dt == TS_F32 && d->b_dt == TS_F32 && d->c_dt == TS_F32) ||
-        (d->a_dt == TS_BF16 && d->b_dt == TS_BF16 && (d->c_dt == TS_F32 || d->c_dt == TS_BF16));
+        (d->a_dt == TS_BF16 && d->b_dt == TS_BF16 && (d->c_dt == TS_F32 || d->c_dt == TS_BF16)) ||
+        (d->a_dt == TS_F16 && d->b_dt == TS_F16 && (d->c_dt == TS_F32 || d->c_dt == TS_F16));
     if (!ok)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "%s: dtype combination not supported (want f32 x f32 -> f32 or "
-                       "bf16 x bf16 -> f32/bf16)",
+                       "bf16 x bf16 -> f32/bf16 or f16 x f16 -> f32/f16)",
                        what);
     return TS_OK;
 }
 
 static dnnl_data_type_t to_dnnl_dt(ts_dtype t) {
-    return t == TS_BF16 ? dnnl_bf16 : dnnl_f32;
+    return t == TS_BF16 ? dnnl_bf16 : t == TS_F16 ? dnnl_f16 : dnnl_f32;
 }
 
 /* Memory descriptor of a [batch?, rows, cols] logical matrix stored either

@@ -6,6 +6,7 @@
 #include "backends/cpu/dnnl_conv.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "ops/fused.h"
+#include "core/half.h"
 #include "plan/plan.h"
 
 static ts_status k_dnnl_matmul(const ts_kargs *k) {
@@ -38,14 +39,60 @@ static void epi_posts(const ts_instr *in, ts_mm_desc *d) {
     }
 }
 
+/* f16 operands where oneDNN has no f16 GEMM (no AVX512-FP16): widen them
+ * into the instruction's arena scratch (the reference kernel's, sized for
+ * both in f32) and run the f32 primitive. An f16 x f16 product is exact in
+ * f32 (22 significant bits), so this is an f16 GEMM with f32
+ * accumulation, at f32 speed. */
+typedef struct widen_mm {
+    ts_mm *mm;
+    float *wa, *wb;
+    int64_t na, nb;
+} widen_mm;
+
+static ts_status k_widen_matmul(const ts_kargs *k) {
+    const widen_mm *w = k->backend;
+    ts_f16_to_f32_n(w->wa, k->in[0].data, w->na);
+    ts_f16_to_f32_n(w->wb, k->in[1].data, w->nb);
+    return ts_mm_run(w->mm, w->wa, w->wb, k->out[0].data, k->scratch);
+}
+
+static void free_widen(void *p) {
+    widen_mm *w = p;
+    if (w) ts_mm_free(w->mm);
+    free(w);
+}
+
+static ts_status widen_instr(ts_instr *in, ts_mm_desc *d) {
+    widen_mm *w = ts_zalloc(sizeof *w, "f16 matmul");
+    if (!w) return TS_ERR_NOMEM;
+    d->a_dt = d->b_dt = TS_F32;
+    ts_status s = ts_mm_create(d, &w->mm);
+    if (s != TS_OK) {
+        free(w);
+        return s;
+    }
+    w->na = ts_tensor_numel(&in->in[0]);
+    w->nb = ts_tensor_numel(&in->in[1]);
+    w->wa = in->scratch; /* layout of matmul.c's scratch_matmul */
+    w->wb = w->wa + ((size_t)w->na * 4 + 63) / 64 * 16;
+    in->backend = w;
+    in->backend_free = free_widen;
+    in->fn = k_widen_matmul;
+    return TS_OK;
+}
+
 /* Map a matmul instruction onto the [batch, M, K] x [batch, K, N] shapes the
  * oneDNN wrapper takes. Returns 0 when the broadcast pattern does not fit
  * (the reference kernel then stays). */
 static int mm_desc_for(const ts_instr *in, ts_mm_desc *d) {
     const ts_tensor *A = &in->in[0], *B = &in->in[1], *C = &in->out[0];
-    if (A->dtype != TS_F32 || B->dtype != TS_F32 || C->dtype != TS_F32) return 0;
+    int low = (A->dtype == TS_BF16 || A->dtype == TS_F16) && B->dtype == A->dtype &&
+              C->dtype == TS_F32; /* mixed precision: low operands, f32 accumulate/output */
+    if (!low && (A->dtype != TS_F32 || B->dtype != TS_F32 || C->dtype != TS_F32)) return 0;
     memset(d, 0, sizeof *d);
-    d->a_dt = d->b_dt = d->c_dt = TS_F32;
+    d->a_dt = d->b_dt = A->dtype;
+    d->c_dt = TS_F32;
     d->trans_a = (int)in->a.i[0];
     d->trans_b = (int)in->a.i[1];
     d->M = C->dims[C->rank - 2];
@@ -95,10 +142,15 @@ ts_status ts_cpu_prepare(ts_plan *p) {
         if (in->op == TS_OP_MATMUL_EPI) epi_posts(in, &d);
         ts_mm *mm;
         ts_status s = ts_mm_create(&d, &mm);
-        if (s != TS_OK) return s;
-        in->backend = mm;
-        in->backend_free = free_mm;
-        in->fn = in->op == TS_OP_MATMUL_EPI ? k_dnnl_matmul_epi : k_dnnl_matmul;
+        if (s == TS_ERR_UNSUPPORTED && d.a_dt == TS_F16 && in->scratch) {
+            if ((s = widen_instr(in, &d)) != TS_OK) return s;
+            mm = ((widen_mm *)in->backend)->mm;
+        } else {
+            if (s != TS_OK) return s;
+            in->backend = mm;
+            in->backend_free = free_mm;
+            in->fn = in->op == TS_OP_MATMUL_EPI ? k_dnnl_matmul_epi : k_dnnl_matmul;
+        }
         size_t sb = ts_mm_scratch_bytes(mm);
         if (sb > scratch) scratch = sb;
     }
@@ -108,7 +160,8 @@ ts_status ts_cpu_prepare(ts_plan *p) {
         p->backend_scratch_bytes = scratch;
         /* One buffer serves every oneDNN instruction in turn. */
         for (int i = 0; i < p->n_ins; i++)
-            if (p->ins[i].fn == k_dnnl_matmul || p->ins[i].fn == k_dnnl_matmul_epi) {
+            if (p->ins[i].fn == k_dnnl_matmul || p->ins[i].fn == k_dnnl_matmul_epi ||
+                p->ins[i].fn == k_widen_matmul) {
                 p->ins[i].scratch = p->backend_scratch;
                 p->ins[i].scratch_bytes = scratch;
             }

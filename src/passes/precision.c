@@ -1,0 +1,142 @@
+/* The precision pass: an autocast policy applied to the training graph
+ * after autodiff and the train pass, so the forward and the backward GEMMs
+ * are both covered.
+ *
+ * Policy: every f32 matmul whose op is not listed in keep_fp32 reads its
+ * operands cast to the compute type (bf16 or f16) and accumulates and
+ * writes f32 (matmul i[2] = 1; oneDNN bf16 x bf16 -> f32). Reductions,
+ * norms, softmax, losses, attention and the optimizer are untouched and
+ * stay f32, and so do the master weights, gradients and optimizer state:
+ * a weight is cast on its way into a GEMM, never stored low.
+ *
+ * One cast per (value, type): a weight read by the forward GEMM and by
+ * the backward data GEMM, or an activation read by the forward GEMM and
+ * the weight-gradient GEMM, is converted once and shared. The cast is
+ * placed right before its first reader (nodes are renumbered to keep the
+ * graph in topological order), and every in-place update of the source
+ * (the optimizer) is ordered after it, so the cast sees the old weights. */
+#include <stdlib.h>
+#include <string.h>
+#include "passes.h"
+
+/* Op names in a comma-separated list (spaces allowed). */
+static int listed(const char *list, const char *name) {
+    if (!list) return 0;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        const char *e = p;
+        while (*e && *e != ',' && *e != ' ') e++;
+        if ((size_t)(e - p) == n && strncmp(p, name, n) == 0) return 1;
+        p = e;
+    }
+    return 0;
+}
+
+ts_status ts_precision_check(const ts_precision_options *o) {
+    if (o->compute != TS_F32 && o->compute != TS_BF16 && o->compute != TS_F16)
+        return ts_fail(TS_ERR_INVALID, "precision: compute type must be f32, bf16 or f16, got %s",
+                       ts_dtype_name(o->compute));
+    for (const char *p = o->keep_fp32; p && *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        const char *e = p;
+        while (*e && *e != ',' && *e != ' ') e++;
+        if (e > p) {
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)(e - p), p);
+            if (ts_op_find(name) < 0)
+                return ts_fail(TS_ERR_INVALID, "precision.keep_fp32: '%s' is not an op name", name);
+        }
+        p = e;
+    }
+    return TS_OK;
+}
+
+/* Does node n take part in the policy? */
+static int lowers(const ts_graph *g, const ts_node *n, const ts_precision_options *o) {
+    if (n->dead || n->op != TS_OP_MATMUL || n->a.i[2]) return 0;
+    if (listed(o->keep_fp32, ts_op_get(n->op)->name)) return 0;
+    return ts_in_type(g, n, 0)->dtype == TS_F32 && ts_in_type(g, n, 1)->dtype == TS_F32;
+}
+
+/* Put the nodes in the order perm[0..n) (old ids) and renumber every
+ * reference to a node. */
+static ts_status permute_nodes(ts_graph *g, const int32_t *perm, int n) {
+    ts_node *nodes = ts_alloc(sizeof(ts_node) * (size_t)(g->cap_nodes + 1), "precision");
+    int32_t *newid = ts_alloc(sizeof(int32_t) * (size_t)(n + 1), "precision");
+    if (!nodes || !newid) {
+        free(nodes);
+        free(newid);
+        return TS_ERR_NOMEM;
+    }
+    for (int k = 0; k < n; k++) {
+        nodes[k] = g->nodes[perm[k]];
+        newid[perm[k]] = k;
+    }
+    for (int k = 0; k < n; k++)
+        for (int c = 0; c < nodes[k].n_ctrl; c++) nodes[k].ctrl[c] = newid[nodes[k].ctrl[c]];
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].kind == TS_VK_NODE && g->values[v].node >= 0)
+            g->values[v].node = newid[g->values[v].node];
+    free(g->nodes);
+    g->nodes = nodes;
+    free(newid);
+    return TS_OK;
+}
+
+ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast) {
+    if (n_cast) *n_cast = 0;
+    ts_status s = ts_precision_check(o);
+    if (s != TS_OK || o->compute == TS_F32) return s;
+    const int n0 = g->n_nodes, nv0 = g->n_values;
+    int todo = 0;
+    for (int i = 0; i < n0; i++) todo += lowers(g, &g->nodes[i], o);
+    if (!todo) return TS_OK;
+    int32_t *cast_of = ts_alloc(sizeof(int32_t) * (size_t)nv0, "precision");
+    int32_t *perm = ts_alloc(sizeof(int32_t) * (size_t)(n0 + 2 * todo + 1), "precision");
+    if (!cast_of || !perm) {
+        free(cast_of);
+        free(perm);
+        return TS_ERR_NOMEM;
+    }
+    for (int v = 0; v < nv0; v++) cast_of[v] = -1;
+    int np = 0, casts = 0;
+    ts_attrs ca = ts_attrs_zero();
+    ca.i[0] = o->compute;
+    for (int i = 0; i < n0 && s == TS_OK; i++) {
+        if (!lowers(g, &g->nodes[i], o)) {
+            perm[np++] = i;
+            continue;
+        }
+        for (int j = 0; j < 2 && s == TS_OK; j++) {
+            int32_t v = g->nodes[i].in[j];
+            if (cast_of[v] < 0) {
+                ts_val c = ts_node_add(g, TS_OP_CAST, 1, (ts_val[]){ts_mkval(v)}, &ca, NULL);
+                if ((s = ts_graph_status(g)) != TS_OK) break;
+                cast_of[v] = c.id;
+                perm[np++] = g->n_nodes - 1;
+                casts++;
+                /* In-place writers of v (the optimizer update) run after the cast. */
+                for (int u = 0; u < n0 && s == TS_OK; u++) {
+                    const ts_node *w = &g->nodes[u];
+                    if (w->dead || !(ts_op_get(w->op)->flags & TS_OPF_SIDE_EFFECT)) continue;
+                    for (int q = 0; q < w->n_in; q++)
+                        if (w->in[q] == v) {
+                            s = ts_node_add_ctrl(g, u, g->n_nodes - 1);
+                            break;
+                        }
+                }
+            }
+            g->nodes[i].in[j] = cast_of[v];
+        }
+        g->nodes[i].a.i[2] = 1; /* f32 accumulation and output */
+        perm[np++] = i;
+    }
+    if (s == TS_OK && np != g->n_nodes)
+        s = ts_fail(TS_ERR_INTERNAL, "precision pass: %d of %d nodes ordered", np, g->n_nodes);
+    if (s == TS_OK) s = permute_nodes(g, perm, np);
+    free(cast_of);
+    free(perm);
+    if (s == TS_OK && n_cast) *n_cast = casts;
+    return s;
+}
