@@ -133,6 +133,7 @@ typedef struct ts_config {
         int algo;         /* ts_coll_algo of the gradient all-reduces */
         int zero;         /* ZeRO stage: 1 shards the optimizer state */
         double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
+        int max_restarts; /* --procs: restarts of failed workers from the latest checkpoint */
     } dist;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
