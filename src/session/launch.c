@@ -16,13 +16,15 @@
 
 /* The testing knob of docs/distributed.md ("Restarting failed workers"):
  * TESSEL_TEST_KILL_RANK=R TESSEL_TEST_KILL_STEP=S make rank R of the first
- * attempt kill itself with SIGKILL in its S-th step, before that step's
- * agreement, as a crash would. Set in the worker process (see worker()). */
+ * attempt (of the first TESSEL_TEST_KILL_ATTEMPTS attempts, default 1) kill
+ * itself with SIGKILL in its S-th step, before that step's agreement, as a
+ * crash would. Set in the worker process (see worker()). */
 static int64_t kill_at_step, steps_agreed;
 
 static void arm_test_kill(int rank, int attempt) {
     const char *kr = getenv("TESSEL_TEST_KILL_RANK"), *ks = getenv("TESSEL_TEST_KILL_STEP");
-    if (attempt != 0 || !kr || !ks || atoi(kr) != rank) return;
+    const char *ka = getenv("TESSEL_TEST_KILL_ATTEMPTS");
+    if (attempt >= (ka ? atoi(ka) : 1) || !kr || !ks || atoi(kr) != rank) return;
     kill_at_step = atoll(ks);
 }
 

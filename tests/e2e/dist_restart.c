@@ -84,6 +84,20 @@ static void test_restart(void) {
     e2e_done(&r);
     same_weights("killed at step 1", "full", "early");
 
+    /* A crash in every attempt: K restarts, then the run gives up. */
+    kill_knob("1", "1");
+    setenv("TESSEL_TEST_KILL_ATTEMPTS", "9", 1);
+    r = e2e_runf("train examples/w1.yaml %s --max-restarts 1 --out %s", small, path_in("always"));
+    unsetenv("TESSEL_TEST_KILL_ATTEMPTS");
+    kill_knob(NULL, NULL);
+    CHECK(r.rc == 1 &&
+              strstr(r.out, "restart 1/1 from the start after rank 1 killed by signal 9") &&
+              !strstr(r.out, "restart 2/") &&
+              strstr(r.err, "gave up after 1 restart (--max-restarts 1); the last attempt:") &&
+              strstr(r.err, "rank 1 killed by signal 9"),
+          "exhausted: exit %d\n%s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+
     /* K = 0: the failure ends the run. */
     kill_knob("1", "5");
     r = e2e_runf("train examples/w1.yaml %s --max-restarts 0 --out %s", small, path_in("k0"));
