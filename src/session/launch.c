@@ -175,11 +175,15 @@ static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_ses
         snprintf(err, sizeof err, "%s", ts_last_error());
         const int fixed = deterministic(out, codes, n);
         if (attempt == max || fixed) {
-            s = ts_fail(s, "%s after %d restart%s (--max-restarts %d); the last attempt: %s",
-                        fixed && attempt < max ? "not restarted: it failed in setup, which would "
-                                                 "fail again,"
-                                               : "gave up",
-                        attempt, attempt == 1 ? "" : "s", max, err);
+            if (attempt < max)
+                s = ts_fail(s,
+                            "not restarted (%d of --max-restarts %d used): attempt %d failed in "
+                            "setup, which would fail again: %s",
+                            attempt, max, attempt + 1, err);
+            else
+                s = ts_fail(s,
+                            "gave up after %d restart%s (--max-restarts %d); the last attempt: %s",
+                            attempt, attempt == 1 ? "" : "s", max, err);
             break;
         }
         fprintf(log, "tessel: attempt %d of %d failed: %s\n", attempt + 1, max + 1, err);

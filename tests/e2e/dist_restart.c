@@ -111,7 +111,9 @@ static void test_refusals(void) {
     /* A setup failure would repeat: not restarted, nothing counted twice. */
     e2e_result r = e2e_runf("train examples/w1.yaml %s --max-restarts 3 --resume %s --out %s",
                             small, path_in("nothing"), path_in("bad"));
-    CHECK(r.rc != 0 && strstr(r.err, "not restarted: it failed in setup") &&
+    CHECK(r.rc != 0 &&
+              strstr(r.err,
+                     "not restarted (0 of --max-restarts 3 used): attempt 1 failed in setup") &&
               !strstr(r.out, "restart 1/"),
           "setup error: exit %d\n%s%s", r.rc, r.out, r.err);
     e2e_done(&r);
