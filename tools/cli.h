@@ -21,6 +21,8 @@ typedef struct cli_args {
     const char *resume; /* train: --resume latest|CHECKPOINT_DIR */
     const char *procs;  /* train: --procs N (as --set dist.procs=N) */
     const char *trace;  /* train: --trace FILE (Chrome trace of the steps) */
+    /* train: --max-restarts K (as --set dist.max_restarts=K) */
+    const char *max_restarts;
 } cli_args;
 
 /* Prints "tessel: error: <message>" to stderr and returns `code`. */

@@ -14,12 +14,13 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  train CONFIG.yaml [--set key=value ...] [--steps N] [--out RUN_DIR]\n"
-    "        [--resume latest|CKPT_DIR] [--procs N] [--trace FILE]\n"
+    "        [--resume latest|CKPT_DIR] [--procs N] [--max-restarts K] [--trace FILE]\n"
     "      train the configured model on its data (data.source) with progress, evaluation\n"
     "      and a run directory (RUN_DIR must be new or empty); Ctrl-C stops after the step;\n"
     "      --resume latest continues RUN_DIR from its newest checkpoint, --resume CKPT_DIR\n"
     "      continues a checkpoint in a new RUN_DIR (ckpt.every saves them); --procs N trains\n"
     "      on N processes of this host, each on model.batch / N rows (under mpirun: MPI ranks);\n"
+    "      --max-restarts K restarts failed workers up to K times from the latest checkpoint;\n"
     "      --trace FILE writes a Chrome trace of every step's kernels and collectives per rank\n"
     "  compile CONFIG.yaml [--set key=value ...] [--dump ir|plan|memory|stats|config ...]\n"
     "      compile the training step and print the requested dumps (default: stats)\n"
@@ -70,6 +71,11 @@ int cli_load_config(const cli_args *a, ts_config *c) {
         snprintf(set, sizeof set, "dist.procs=%.100s", a->procs);
         s = ts_config_set(c, set);
     }
+    if (s == TS_OK && a->max_restarts) {
+        char set[128];
+        snprintf(set, sizeof set, "dist.max_restarts=%.100s", a->max_restarts);
+        s = ts_config_set(c, set);
+    }
     if (s == TS_OK) s = ts_config_finish(c);
     return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());
 }
@@ -109,13 +115,17 @@ static int parse(int argc, char **argv, const char *cmd, cli_args *a) {
             a->resume = v;
         } else if (!is_compile && (v = option(argc, argv, &i, "--procs", &missing))) {
             a->procs = v;
+        } else if (!is_compile && (v = option(argc, argv, &i, "--max-restarts", &missing))) {
+            a->max_restarts = v;
         } else if (!is_compile && (v = option(argc, argv, &i, "--trace", &missing))) {
             a->trace = v;
         } else if (missing) {
             return cli_error(CLI_USAGE, "%s needs a value (see tessel help)", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_error(CLI_USAGE, "%s: unknown option '%s' (options: --set%s)", cmd, argv[i],
-                             is_compile ? ", --dump" : ", --steps, --out, --resume, --procs, --trace");
+                             is_compile
+                                 ? ", --dump"
+                                 : ", --steps, --out, --resume, --procs, --max-restarts, --trace");
         } else if (a->config) {
             return cli_error(CLI_USAGE, "%s takes one config file, got '%s' and '%s'", cmd,
                              a->config, argv[i]);

@@ -204,7 +204,7 @@ ts_status ts_ckpt_export_safetensors(const ts_ckpt *c, const char *path);
 ts_status ts_audit_open(const char *run_dir, const char *private_key, ts_audit **out);
 /* Append {"event": event, fields...}; fields_json is a JSON object text
  * or NULL. Events used by tessel: save, load, verify, resume, alert,
- * config. Thread-safe. */
+ * config, restart. Thread-safe. */
 ts_status ts_audit_append(ts_audit *a, const char *event, const char *fields_json);
 /* Append a signed head now (needs a private key). */
 ts_status ts_audit_sign_head(ts_audit *a);

@@ -254,6 +254,9 @@ static const ts_config_key keys[] = {
      "ZeRO stage: 1 shards the optimizer state over the processes (0: replicated)"},
     {"dist.timeout_s", TS_CFG_F64, FIELD(dist, timeout_s), 0, NULL, "[0, inf)", "0",
      "seconds a collective may wait for a peer (0: TESSEL_DIST_TIMEOUT, else 1800)"},
+    {"dist.max_restarts", TS_CFG_INT, FIELD(dist, max_restarts), 0, NULL, "[0, 1000]", "0",
+     "times the --procs launcher restarts failed workers from the latest checkpoint "
+     "(tessel train --max-restarts overrides)"},
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))

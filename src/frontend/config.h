@@ -134,6 +134,7 @@ typedef struct ts_config {
         int algo;         /* ts_coll_algo of the gradient all-reduces */
         int zero;         /* ZeRO stage: 1 shards the optimizer state */
         double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
+        int max_restarts; /* --procs: restarts of failed workers from the latest checkpoint */
     } dist;
     struct {
         int dflt;            /* compute type of GEMMs: 0 fp32, 1 bf16, 2 fp16 */

@@ -2,6 +2,7 @@
  * MPI path, and the per-step agreement between ranks. See launch.h. */
 #include "session/launch.h"
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +12,24 @@
 #include "obs/progress.h"
 #include "obs/trace.h"
 #include "plan/plan.h"
+#include "session/restart.h"
+
+/* The testing knob of docs/distributed.md ("Restarting failed workers"):
+ * TESSEL_TEST_KILL_RANK=R TESSEL_TEST_KILL_STEP=S make rank R of the first
+ * attempt (of the first TESSEL_TEST_KILL_ATTEMPTS attempts, default 1) kill
+ * itself with SIGKILL in its S-th step, before that step's agreement, as a
+ * crash would. Set in the worker process (see worker()). */
+static int64_t kill_at_step, steps_agreed;
+
+static void arm_test_kill(int rank, int attempt) {
+    const char *kr = getenv("TESSEL_TEST_KILL_RANK"), *ks = getenv("TESSEL_TEST_KILL_STEP");
+    const char *ka = getenv("TESSEL_TEST_KILL_ATTEMPTS");
+    if (attempt >= (ka ? atoi(ka) : 1) || !kr || !ks || atoi(kr) != rank) return;
+    kill_at_step = atoll(ks);
+}
 
 ts_status ts_session_agree(ts_comm *comm, double *loss, int *stop) {
+    if (kill_at_step > 0 && ++steps_agreed == kill_at_step) raise(SIGKILL);
     double v[2] = {*loss, *stop ? 1.0 : 0.0};
     ts_status s = ts_allreduce(comm, v, 2, TS_F64, TS_RED_SUM, TS_ALGO_AUTO);
     if (s != TS_OK) return s;
@@ -33,6 +50,7 @@ typedef struct launch_ctx {
     const ts_config *c;
     const ts_session_options *o;
     shared_out *out;
+    int attempt; /* 0: the first; k: the k-th restart */
 } launch_ctx;
 
 /* Runs this rank's session. Ranks other than 0 write nothing: no run
@@ -68,9 +86,10 @@ static ts_status run_rank(const ts_config *c0, const ts_session_options *o0, ts_
 
 static int worker(ts_comm *comm, void *user) {
     const launch_ctx *lc = user;
+    const int rank = ts_comm_rank(comm);
+    arm_test_kill(rank, lc->attempt);
     ts_session_result r;
     ts_status s = run_rank(lc->c, lc->o, comm, &r);
-    const int rank = ts_comm_rank(comm);
     if (rank == 0) {
         lc->out->r = r;
         lc->out->st = s;
@@ -84,6 +103,40 @@ static int worker(ts_comm *comm, void *user) {
     return 0;
 }
 
+/* One attempt: n workers from scratch or from o->resume. codes[] gets
+ * their exit statuses (128 + signal). */
+static ts_status launch_once(const ts_config *c, const ts_session_options *o, shared_out *out,
+                             int attempt, int *codes, ts_session_result *r) {
+    const int n = c->dist.procs;
+    memset(out, 0, sizeof *out);
+    out->st = TS_ERR_INTERNAL;
+    snprintf(out->error, sizeof out->error, "rank 0 ended before it reported");
+    out->r.first_loss = out->r.final_loss = out->r.median_rate = NAN;
+    launch_ctx lc = {c, o, out, attempt};
+    ts_shm_options so;
+    memset(&so, 0, sizeof so);
+    so.timeout_s = c->dist.timeout_s;
+    so.grace_s = 5;
+    for (int i = 0; i < n; i++) codes[i] = 0;
+    fflush(NULL);
+    ts_status s = ts_shm_launch(n, &so, worker, &lc, codes);
+    *r = out->r;
+    if (s == TS_OK && out->st != TS_OK)
+        s = ts_fail(out->st, "%s", out->error);
+    else if (s != TS_OK)
+        ts_error_prefix("tessel train --procs %d", n);
+    return s;
+}
+
+/* A failed attempt that is not worth repeating: every failed worker exited
+ * by itself (no crash) and rank 0 failed before its first step, i.e. in
+ * setup (the config, the data, the checkpoint): the same again. */
+static int deterministic(const shared_out *out, const int *codes, int n) {
+    for (int i = 0; i < n; i++)
+        if (codes[i] >= 128 || codes[i] < 0) return 0;
+    return out->st != TS_OK && out->st != TS_ERR_INTERNAL && !out->r.failed_in_step;
+}
+
 static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_session_result *r) {
     const int n = c->dist.procs;
     memset(r, 0, sizeof *r);
@@ -93,6 +146,8 @@ static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_ses
                        "model.batch %lld does not divide by %d processes: every rank trains on "
                        "model.batch / processes rows of each batch",
                        (long long)c->model.batch, n);
+    ts_status s = ts_restart_check(c, n);
+    if (s != TS_OK) return s;
     if (c->dist.zero && (c->ckpt.every > 0 || (o->resume && *o->resume)))
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "dist.zero %d shards the optimizer state over the processes, and "
@@ -102,22 +157,43 @@ static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_ses
     shared_out *out =
         mmap(NULL, sizeof *out, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (out == MAP_FAILED) return ts_fail(TS_ERR_NOMEM, "--procs: cannot map shared memory");
-    memset(out, 0, sizeof *out);
-    out->st = TS_ERR_INTERNAL;
-    snprintf(out->error, sizeof out->error, "rank 0 ended before it reported");
-    out->r.first_loss = out->r.final_loss = out->r.median_rate = NAN;
-    launch_ctx lc = {c, o, out};
-    ts_shm_options so;
-    memset(&so, 0, sizeof so);
-    so.timeout_s = c->dist.timeout_s;
-    so.grace_s = 5;
-    fflush(NULL);
-    ts_status s = ts_shm_launch(n, &so, worker, &lc, NULL);
-    *r = out->r;
-    if (s == TS_OK && out->st != TS_OK)
-        s = ts_fail(out->st, "%s", out->error);
-    else if (s != TS_OK)
-        ts_error_prefix("tessel train --procs %d", n);
+    int *codes = ts_zalloc(sizeof *codes * (size_t)n, "--procs exit statuses");
+    if (!codes) {
+        munmap(out, sizeof *out);
+        return TS_ERR_NOMEM;
+    }
+    const int max = c->dist.max_restarts;
+    const char *dir = o->out_dir && *o->out_dir ? o->out_dir : c->output.dir;
+    FILE *log = o->log ? o->log : stdout;
+    ts_session_options oa = *o;
+    for (int attempt = 0;; attempt++) {
+        s = launch_once(c, &oa, out, attempt, codes, r);
+        const int rank = ts_restart_failed_rank(codes, n);
+        if (s == TS_OK || max == 0 || rank < 0 || (o->stop && *o->stop)) break;
+        char how[64], err[2048];
+        ts_restart_describe(codes[rank], how, sizeof how);
+        snprintf(err, sizeof err, "%s", ts_last_error());
+        const int fixed = deterministic(out, codes, n);
+        if (attempt == max || fixed) {
+            if (attempt < max)
+                s = ts_fail(s,
+                            "not restarted (%d of --max-restarts %d used): attempt %d failed in "
+                            "setup, which would fail again: %s",
+                            attempt, max, attempt + 1, err);
+            else
+                s = ts_fail(s,
+                            "gave up after %d restart%s (--max-restarts %d); the last attempt: %s",
+                            attempt, attempt == 1 ? "" : "s", max, err);
+            break;
+        }
+        fprintf(log, "tessel: attempt %d of %d failed: %s\n", attempt + 1, max + 1, err);
+        const char *resume = NULL;
+        if ((s = ts_restart_prepare(c, dir, o->resume, attempt + 1, max, rank, how, log,
+                                    &resume)) != TS_OK)
+            break;
+        oa.resume = resume;
+    }
+    free(codes);
     munmap(out, sizeof *out);
     return s;
 }
@@ -141,9 +217,18 @@ ts_status ts_session_run_dist(const ts_config *c, const ts_session_options *o,
     ts_session_options dflt = ts_session_options_default();
     if (!o) o = &dflt;
     if (o->comm) return ts_session_run(c, o, r);
-    if (ts_dist_started_by_mpi()) return run_mpi(c, o, r);
+    if (ts_dist_started_by_mpi()) {
+        if (c->dist.max_restarts > 0)
+            return ts_fail(TS_ERR_INVALID,
+                           "--max-restarts %d (dist.max_restarts) restarts the workers of "
+                           "--procs N; under mpirun or srun, restarting is the job launcher's "
+                           "(resume with --resume latest)",
+                           c->dist.max_restarts);
+        return run_mpi(c, o, r);
+    }
     if (c->dist.procs > 1) return run_shm(c, o, r);
-    return ts_session_run(c, o, r);
+    ts_status s = ts_restart_check(c, c->dist.procs);
+    return s != TS_OK ? s : ts_session_run(c, o, r);
 }
 
 /* ---- --trace -------------------------------------------------------------- */

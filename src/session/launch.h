@@ -12,6 +12,8 @@
  * When a worker fails, the others report at their next collective and the
  * launcher stops them, then returns TS_ERR_IO with a summary naming each
  * failed rank and how it ended, and the first error a worker reported.
+ * With config.dist.max_restarts K > 0 it then starts the workers again
+ * from the run directory's latest checkpoint, up to K times (restart.h).
  * See docs/distributed.md, "Training on several processes". */
 #ifndef TS_SESSION_LAUNCH_H
 #define TS_SESSION_LAUNCH_H

@@ -197,10 +197,10 @@ static ts_status config_text(const session *s, char **text, size_t *n) {
 /* What a checkpoint is tied to: the resolved config without the keys that
  * may change on resume because they do not change the numbers a step
  * computes: train.steps, train.epochs (how far to go), train.log_every,
- * train.eval_every, train.threads, and the output, ckpt and observe
- * sections. The manifests' config_sha256 is the hash of this text, so
- * resuming with a higher train.steps matches while any other change is
- * refused. */
+ * train.eval_every, train.threads, dist.max_restarts (how often a failed
+ * run is retried), and the output, ckpt and observe sections. The
+ * manifests' config_sha256 is the hash of this text, so resuming with a
+ * higher train.steps matches while any other change is refused. */
 static ts_status identity(session *s) {
     char *full = NULL;
     size_t n = 0;
@@ -216,7 +216,7 @@ static ts_status identity(session *s) {
     }
     static const char *const skip[] = {
         "steps:", "epochs:", "log_every:", "eval_every:", "threads:"};
-    int skip_section = 0, in_train = 0;
+    int skip_section = 0, in_train = 0, in_dist = 0;
     for (char *line = full; *line;) {
         size_t len = strcspn(line, "\n");
         const int top = line[0] != ' ' && line[0] != '#';
@@ -224,10 +224,12 @@ static ts_status identity(session *s) {
             skip_section = !strncmp(line, "output:", 7) || !strncmp(line, "ckpt:", 5) ||
                            !strncmp(line, "observe:", 8) || !strncmp(line, "alerts:", 7);
             in_train = !strncmp(line, "train:", 6);
+            in_dist = !strncmp(line, "dist:", 5);
         }
         int keep = line[0] != '#' && !skip_section;
         for (size_t i = 0; keep && in_train && !top && i < sizeof skip / sizeof *skip; i++)
             if (!strncmp(line + 2, skip[i], strlen(skip[i]))) keep = 0;
+        if (in_dist && !top && !strncmp(line + 2, "max_restarts:", 13)) keep = 0;
         if (keep) fprintf(f, "%.*s\n", (int)len, line);
         line += len + (line[len] == '\n');
     }
@@ -1290,7 +1292,8 @@ static ts_status resume(session *s) {
         return ts_fail(TS_ERR_INVALID,
                        "--resume: checkpoint %s was saved with config sha256 %s, this config's is "
                        "%s; only train.steps, train.epochs, train.log_every, train.eval_every, "
-                       "train.threads, output, ckpt and observe may change on resume",
+                       "train.threads, dist.max_restarts, output, ckpt and observe may change on "
+                       "resume",
                        in.dir, in.config_sha256, s->ident_sha);
     if (in.step >= s->c.train.steps)
         return ts_fail(TS_ERR_INVALID,

@@ -1,0 +1,111 @@
+/* --max-restarts: the launcher's side of a restart. See restart.h. */
+#include "session/restart.h"
+#include <errno.h>
+#include <jansson.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "core/core.h"
+#include "tessel/ckpt.h"
+
+ts_status ts_restart_check(const ts_config *c, int procs) {
+    const int k = c->dist.max_restarts;
+    if (k <= 0) return TS_OK;
+    if (procs <= 1)
+        return ts_fail(TS_ERR_INVALID,
+                       "--max-restarts %d (dist.max_restarts) restarts the workers of --procs N; "
+                       "this run has one process",
+                       k);
+    if (c->dist.zero)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "--max-restarts %d (dist.max_restarts) resumes from checkpoints, and "
+                       "dist.zero %d shards the optimizer state, whose checkpoints are not "
+                       "supported yet: set dist.zero: 0 to restart failed workers",
+                       k, c->dist.zero);
+    if (c->ckpt.every <= 0)
+        return ts_fail(TS_ERR_INVALID,
+                       "--max-restarts %d (dist.max_restarts) resumes from the latest checkpoint, "
+                       "and this run saves none: set ckpt.every (e.g. --set ckpt.every=100)",
+                       k);
+    return TS_OK;
+}
+
+int ts_restart_failed_rank(const int *codes, int n) {
+    for (int r = 0; r < n; r++)
+        if (codes[r] >= 128) return r;
+    for (int r = 0; r < n; r++)
+        if (codes[r] != 0) return r;
+    return -1;
+}
+
+void ts_restart_describe(int code, char *buf, size_t n) {
+    if (code >= 128)
+        snprintf(buf, n, "killed by signal %d", code - 128);
+    else
+        snprintf(buf, n, "exit status %d", code);
+}
+
+/* A "restart" entry in run_dir/audit.log when the run has one. */
+static ts_status audit_restart(const ts_config *c, const char *run_dir, int attempt, int max,
+                               const char *from, int rank, const char *how) {
+    char path[1024];
+    if ((size_t)snprintf(path, sizeof path, "%s/audit.log", run_dir) >= sizeof path)
+        return ts_fail(TS_ERR_INVALID, "run directory '%.60s...': path too long", run_dir);
+    if (access(path, F_OK) != 0) return TS_OK;
+    json_t *o = json_pack("{s:i, s:i, s:s?, s:i, s:s}", "restart", attempt, "max_restarts", max,
+                          "checkpoint", from, "rank", rank, "failure", how);
+    char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    if (!txt) return ts_fail(TS_ERR_NOMEM, "out of memory for the audit log");
+    ts_audit *a = NULL;
+    ts_status s = ts_audit_open(run_dir, c->ckpt.sign_key[0] ? c->ckpt.sign_key : NULL, &a);
+    if (s == TS_OK) s = ts_audit_append(a, "restart", txt);
+    if (a) {
+        ts_status cs = ts_audit_close(a);
+        if (s == TS_OK) s = cs;
+    }
+    free(txt);
+    if (s != TS_OK) ts_error_prefix("restart %d/%d: %s", attempt, max, path);
+    return s;
+}
+
+ts_status ts_restart_prepare(const ts_config *c, const char *run_dir, const char *orig_resume,
+                             int attempt, int max, int rank, const char *how, FILE *log,
+                             const char **resume) {
+    if (!log) log = stdout;
+    char ck[1024];
+    const int have_ckpt = ts_ckpt_resolve(run_dir, ck, sizeof ck) == TS_OK;
+    const char *name = NULL;
+    if (have_ckpt) {
+        name = strrchr(ck, '/');
+        name = name ? name + 1 : ck;
+    }
+    ts_status s = audit_restart(c, run_dir, attempt, max, name, rank, how);
+    if (s != TS_OK) return s;
+    if (have_ckpt) {
+        fprintf(log, "restart %d/%d from %s after rank %d %s\n", attempt, max, name, rank, how);
+        fflush(log);
+        *resume = "latest";
+        return TS_OK;
+    }
+    /* No checkpoint yet: start over as the first attempt did, in a new
+     * run directory (a run refuses a used one); keep the failed one. */
+    *resume = orig_resume;
+    char moved[1024] = "";
+    struct stat st;
+    if (stat(run_dir, &st) == 0) {
+        if ((size_t)snprintf(moved, sizeof moved, "%s.attempt-%d", run_dir, attempt) >=
+            sizeof moved)
+            return ts_fail(TS_ERR_INVALID, "run directory '%.60s...': path too long", run_dir);
+        if (rename(run_dir, moved) != 0)
+            return ts_fail(TS_ERR_IO,
+                           "restart %d/%d: no checkpoint to resume from, and the failed "
+                           "attempt's run directory '%s' cannot be moved to '%s': %s",
+                           attempt, max, run_dir, moved, strerror(errno));
+    }
+    fprintf(log, "restart %d/%d from %s after rank %d %s (no checkpoint yet%s%s)\n", attempt, max,
+            orig_resume && *orig_resume ? orig_resume : "the start", rank, how,
+            moved[0] ? "; the failed attempt's run directory is now " : "", moved);
+    fflush(log);
+    return TS_OK;
+}
