@@ -186,6 +186,14 @@ void ts_alert_inject(int kind, int64_t first, int count, double scale, int64_t s
 
 /* ---- pause ------------------------------------------------------------------ */
 
+/* SIGUSR1 ends a pause too (kill -USR1 PID), for schedulers and scripts
+ * that signal rather than run tessel ctl. */
+static volatile sig_atomic_t usr1_seen;
+static void on_usr1(int sig) {
+    (void)sig;
+    usr1_seen = 1;
+}
+
 ts_status ts_alert_pause(const char *run_dir, int64_t step, const char *rule,
                          volatile sig_atomic_t *stop, ts_progress *pr, int *resumed) {
     *resumed = 0;
@@ -205,18 +213,28 @@ ts_status ts_alert_pause(const char *run_dir, int64_t step, const char *rule,
                         (long long)step, rule, run_dir, (long)getpid());
     const double t0 = ts_now();
     const struct timespec tick = {0, 100 * 1000 * 1000};
+    struct sigaction sa, old_sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    sigemptyset(&sa.sa_mask);
+    usr1_seen = 0;
+    const int have_usr1 = sigaction(SIGUSR1, &sa, &old_sa) == 0;
+    int by_signal = 0;
     while (!(stop && *stop)) {
-        if (access(resume, F_OK) == 0) {
+        if (access(resume, F_OK) == 0 || (by_signal = usr1_seen)) {
             *resumed = 1;
             break;
         }
         nanosleep(&tick, NULL);
     }
+    if (have_usr1) sigaction(SIGUSR1, &old_sa, NULL);
     unlink(resume);
     unlink(paused);
     if (pr)
         ts_progress_log(pr, "%s after %.1f s paused at step %lld",
-                        *resumed ? "resumed by tessel ctl" : "stop requested while", ts_now() - t0,
-                        (long long)step);
+                        !*resumed   ? "stop requested while"
+                        : by_signal ? "resumed by SIGUSR1"
+                                    : "resumed by tessel ctl",
+                        ts_now() - t0, (long long)step);
     return TS_OK;
 }

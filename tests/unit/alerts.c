@@ -4,8 +4,13 @@
  * the JSON an alert is sent as, and a runner on a real plan: a NaN step is
  * skipped with the weights unchanged, and every alert reaches the metrics
  * (tessel_alerts_total, tessel_anomalies_total, tessel_skipped_steps_total). */
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 #include "check.h"
 #include "obs/alert.h"
 #include "obs/alert_run.h"
@@ -207,7 +212,36 @@ static void test_runner(void) {
     ts_graph_free(g);
 }
 
+/* A pause ends on SIGUSR1 as on tessel ctl resume: a child pauses, the
+ * parent signals it once PAUSED exists, and the child reports a resume. */
+static void test_pause_signal(void) {
+    char dir[] = "/tmp/tessel-alerts-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp: cannot make %s", dir);
+        return;
+    }
+    char paused[64];
+    snprintf(paused, sizeof paused, "%s/PAUSED", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int resumed = 0;
+        ts_status s = ts_alert_pause(dir, 7, "r", NULL, NULL, &resumed);
+        _exit(s == TS_OK && resumed ? 0 : 1);
+    }
+    const struct timespec tick = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 1000 && access(paused, F_OK) != 0; i++) nanosleep(&tick, NULL);
+    CHECK(access(paused, F_OK) == 0, "the child wrote %s", paused);
+    kill(pid, SIGUSR1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "SIGUSR1 resumed the pause (status %d)",
+          status);
+    CHECK(access(paused, F_OK) != 0, "PAUSED removed after the resume");
+    rmdir(dir);
+}
+
 int main(void) {
+    test_pause_signal();
     test_runner();
     test_parse();
     test_baseline();
