@@ -30,8 +30,9 @@
 #include <string.h>
 #include "kern.h"
 
-#define BN_BLK 4096 /* elements per reduction block */
-#define BN_ACC 8    /* interleaved partial sums inside a block */
+#define BN_BLK  4096 /* elements per reduction block */
+#define BN_ACC  8    /* interleaved partial sums inside a block */
+#define BN_DACC 16   /* lanes of the backward's sums (in the element type) */
 
 /* ---- shapes ------------------------------------------------------------- */
 
@@ -216,32 +217,40 @@ static inline void bn_coef(double rstd, const void *w, const void *b, int64_t c,
         *m2_o = r + comb(q);                                                                       \
     }                                                                                              \
     /* Sums of g and g * (x - mean) over [0, len), g = dy, or with the fused                       \
-     * ReLU g = dy where x * a + b > 0 (the forward's output was positive). */                     \
+     * ReLU g = dy where x * a + b > 0 (the forward's output was positive).                        \
+     * BN_DACC lanes in T (one AVX-512 register of floats) keep the loop                           \
+     * vectorised; a block is at most BN_BLK long, so a lane adds at most                          \
+     * BN_BLK / BN_DACC terms before the block's sum goes to double. */                            \
     TS_CLONES static void bn_dsum_##SFX(const T *dy, const T *x, int64_t len, T mean, int relu,    \
                                         T a, T b, double *o1, double *o2) {                        \
-        double a1[BN_ACC] = {0}, a2[BN_ACC] = {0}, s1 = 0, s2 = 0;                                 \
+        T a1[BN_DACC] = {0}, a2[BN_DACC] = {0};                                                    \
+        double s1 = 0, s2 = 0;                                                                     \
         int64_t i = 0;                                                                             \
         if (!relu) {                                                                               \
-            for (; i + BN_ACC <= len; i += BN_ACC)                                                 \
-                for (int j = 0; j < BN_ACC; j++) {                                                 \
-                    a1[j] += (double)dy[i + j];                                                    \
-                    a2[j] += (double)(dy[i + j] * (x[i + j] - mean));                              \
+            for (; i + BN_DACC <= len; i += BN_DACC)                                               \
+                for (int j = 0; j < BN_DACC; j++) {                                                \
+                    a1[j] += dy[i + j];                                                            \
+                    a2[j] += dy[i + j] * (x[i + j] - mean);                                        \
                 }                                                                                  \
         } else {                                                                                   \
-            for (; i + BN_ACC <= len; i += BN_ACC)                                                 \
-                for (int j = 0; j < BN_ACC; j++) {                                                 \
-                    T v = x[i + j] * a + b, gg = v <= 0 ? (T)0 : dy[i + j];                        \
-                    a1[j] += (double)gg;                                                           \
-                    a2[j] += (double)(gg * (x[i + j] - mean));                                     \
+            for (; i + BN_DACC <= len; i += BN_DACC)                                               \
+                for (int j = 0; j < BN_DACC; j++) {                                                \
+                    const T d = dy[i + j], v = x[i + j] * a + b, gg = v > 0 ? d : (T)0;            \
+                    a1[j] += gg;                                                                   \
+                    a2[j] += gg * (x[i + j] - mean);                                               \
                 }                                                                                  \
         }                                                                                          \
         for (; i < len; i++) {                                                                     \
-            T v = x[i] * a + b, gg = relu && v <= 0 ? (T)0 : dy[i];                                \
+            T v = x[i] * a + b, gg = relu && !(v > 0) ? (T)0 : dy[i];                              \
             s1 += (double)gg;                                                                      \
             s2 += (double)(gg * (x[i] - mean));                                                    \
         }                                                                                          \
-        *o1 = s1 + comb(a1);                                                                       \
-        *o2 = s2 + comb(a2);                                                                       \
+        for (int j = 0; j < BN_DACC; j++) {                                                        \
+            s1 += (double)a1[j];                                                                   \
+            s2 += (double)a2[j];                                                                   \
+        }                                                                                          \
+        *o1 = s1;                                                                                  \
+        *o2 = s2;                                                                                  \
     }                                                                                              \
     /* relu(x * a + b) keeps NaN, as torch.relu. */                                                \
     TS_CLONES static void bn_affine_##SFX(T *y, const T *x, int64_t len, T a, T b, int relu) {     \
