@@ -202,7 +202,15 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         return TS_OK;                                                                              \
     }                                                                                              \
     /* log(sum(exp(x))) of one row, max subtracted; a row of -inf gives -inf. */                   \
-    TS_CLONES static double lse_row_##SFX(const T *x, int64_t c) {                                 \
+    static inline double lse_row_##SFX(const T *x, int64_t c) {                                    \
+        if (c < LN) { /* a few classes: the same sums without the lanes (all 0) */                 \
+            T m = (T)-INFINITY;                                                                    \
+            for (int64_t i = 0; i < c; i++) m = x[i] > m ? x[i] : m;                               \
+            if (m == (T)-INFINITY) m = 0;                                                          \
+            double s = 0;                                                                          \
+            for (int64_t i = 0; i < c; i++) s += EXP(x[i] - m);                                    \
+            return (double)m + log(s);                                                             \
+        }                                                                                          \
         T mx[LN], m = (T)-INFINITY;                                                                \
         for (int j = 0; j < LN; j++) mx[j] = (T)-INFINITY;                                         \
         int64_t i = 0;                                                                             \
@@ -218,6 +226,28 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         for (; i < c; i++) s += EXP(x[i] - m);                                                     \
         return (double)m + log(s + ts_lanes_sum(acc));                                             \
     }                                                                                              \
+    /* One block of rows in one call: lse_row is inlined into each clone, so a                     \
+     * row of a few classes (a segmentation's per-voxel CE) costs no call. */                      \
+    TS_CLONES static ce_part ce_block_##SFX(const T *x, const void *tg, int is64, const T *wt,     \
+                                            T *lse, int64_t r0, int64_t r1, int64_t c,             \
+                                            int64_t ign) {                                         \
+        ce_part p = {0, 0, -1, 0};                                                                 \
+        for (int64_t r = r0; r < r1; r++) {                                                        \
+            const T *row = x + r * c;                                                              \
+            double l = lse_row_##SFX(row, c);                                                      \
+            lse[r] = (T)l;                                                                         \
+            int64_t t = target_at(tg, is64, r);                                                    \
+            if (t == ign) continue;                                                                \
+            if (t < 0 || t >= c) {                                                                 \
+                if (p.bad < 0) p.bad = r;                                                          \
+                continue;                                                                          \
+            }                                                                                      \
+            double wv = wt ? (double)wt[t] : 1.0;                                                  \
+            p.sum += wv * (l - (double)row[t]);                                                    \
+            p.wsum += wv;                                                                          \
+        }                                                                                          \
+        return p;                                                                                  \
+    }                                                                                              \
     static ts_status ce_##SFX(const ts_kargs *k) {                                                 \
         const T *x = k->in[0].data;                                                                \
         const void *tg = k->in[1].data;                                                            \
@@ -231,23 +261,8 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
             return ts_fail(TS_ERR_INTERNAL, "cross_entropy '%s': scratch too small", k->label);    \
         _Pragma("omp parallel for schedule(static) if (n * c >= TS_PAR_MIN)") for (int64_t b = 0;  \
                                                                                    b < nb; b++) {  \
-            ce_part p = {0, 0, -1, 0};                                                             \
             int64_t r1 = (b + 1) * CE_ROWS < n ? (b + 1) * CE_ROWS : n;                            \
-            for (int64_t r = b * CE_ROWS; r < r1; r++) {                                           \
-                const T *row = x + r * c;                                                          \
-                double l = lse_row_##SFX(row, c);                                                  \
-                lse[r] = (T)l;                                                                     \
-                int64_t t = target_at(tg, is64, r);                                                \
-                if (t == ign) continue;                                                            \
-                if (t < 0 || t >= c) {                                                             \
-                    if (p.bad < 0) p.bad = r;                                                      \
-                    continue;                                                                      \
-                }                                                                                  \
-                double wv = wt ? (double)wt[t] : 1.0;                                              \
-                p.sum += wv * (l - (double)row[t]);                                                \
-                p.wsum += wv;                                                                      \
-            }                                                                                      \
-            part[b] = p;                                                                           \
+            part[b] = ce_block_##SFX(x, tg, is64, wt, lse, b * CE_ROWS, r1, c, ign);               \
         }                                                                                          \
         double sum = 0, wsum = 0;                                                                  \
         int64_t any = 0;                                                                           \

@@ -83,6 +83,19 @@ static ts_status grad_softmax(ts_graph *g, const ts_node *n, const ts_val *dy, t
         (void)u, (void)inner, (void)w;                                                             \
         T *y = o_;                                                                                 \
         const T *x = x_;                                                                           \
+        if (n < LN) { /* a few elements: the same sums without the lanes (all 0) */                \
+            T m = (T)-INFINITY;                                                                    \
+            for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;                               \
+            if (m == (T)-INFINITY) m = 0;                                                          \
+            double s = 0;                                                                          \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                y[i] = EXP(x[i] - m);                                                              \
+                s += y[i];                                                                         \
+            }                                                                                      \
+            T inv = (T)(s == 0 ? 0 : 1 / s);                                                       \
+            for (int64_t i = 0; i < n; i++) y[i] *= inv;                                           \
+            return;                                                                                \
+        }                                                                                          \
         T m = rowmax_##SFX(x, n);                                                                  \
         double acc[LN] = {0}, s = 0;                                                               \
         int64_t i = 0;                                                                             \
