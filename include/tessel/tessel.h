@@ -17,6 +17,7 @@
 #include "tessel/sparse.h"
 #include "tessel/ckpt.h"
 #include "tessel/dist.h"
+#include "tessel/quant.h"
 
 #define TESSEL_VERSION "0.1.0"
 
