@@ -54,8 +54,9 @@ typedef struct launch_ctx {
 } launch_ctx;
 
 /* Runs this rank's session. Ranks other than 0 write nothing: no run
- * directory, checkpoints, TensorBoard files, endpoint or progress; a
- * resume reads the same checkpoint as rank 0. */
+ * directory, checkpoints, TensorBoard files or progress; each serves its
+ * own metrics endpoint (base port + rank) when metrics are on; a resume
+ * reads the same checkpoint as rank 0. */
 static ts_status run_rank(const ts_config *c0, const ts_session_options *o0, ts_comm *comm,
                           ts_session_result *r) {
     ts_config c = *c0;
@@ -72,7 +73,8 @@ static ts_status run_rank(const ts_config *c0, const ts_session_options *o0, ts_
     o.out_dir = NULL;
     c.output.dir[0] = 0;
     c.ckpt.every = 0;
-    c.observe.metrics_port = 0;
+    /* each rank serves its own /metrics on base port + rank */
+    if (c.observe.metrics_port > 0) c.observe.metrics_port += ts_comm_rank(comm);
     c.observe.tensorboard = 0;
     c.observe.histogram_every = 0;
     o.progress = TS_PROGRESS_NONE;
@@ -249,7 +251,7 @@ ts_status ts_session_trace_start(ts_plan *plan, const ts_session_options *o, int
     }
     ts_trace_name_thread(*out, "step");
     ts_plan_set_trace(plan, *out);
-    if (o->comm) ts_comm_set_trace(o->comm, ts_trace_comm_span, *out);
+    /* comm spans reach the trace through the session's comm hook */
     return TS_OK;
 }
 

@@ -20,6 +20,7 @@
 #include "obs/http.h"
 #include "obs/metrics.h"
 #include "obs/tfevents.h"
+#include "obs/trace.h"
 #include "session/metrics_eval.h"
 #include "session/launch.h"
 #include "tessel/ckpt.h"
@@ -848,7 +849,7 @@ static ts_status observe_start(session *s) {
     if (!(s->gbuf = ts_alloc(most, "gradient read-back buffer"))) return TS_ERR_NOMEM;
     s->gbuf_bytes = most;
     if (c->observe.metrics_port <= 0) return TS_OK;
-    ts_status st = ts_train_metrics_create(0, &s->tm);
+    ts_status st = ts_train_metrics_create(s->rank, &s->tm);
     if (st != TS_OK) return st;
     s->tm_made = 1;
     ts_plan_stats ps;
@@ -863,6 +864,17 @@ static ts_status observe_start(session *s) {
     ts_progress_log(&s->pr, "metrics: http://%s%s%s:%d/metrics", strchr(addr, ':') ? "[" : "", addr,
                     strchr(addr, ':') ? "]" : "", ts_http_port(s->http));
     return TS_OK;
+}
+
+/* Every collective of a data-parallel run: its bytes and time in the
+ * metrics, its span in the --trace timeline. Runs on the thread that ran
+ * the collective (the communication thread for the gradient buckets). */
+static void comm_span(const ts_comm_span *sp, void *user) {
+    session *s = user;
+    if (s->trace) ts_trace_comm_span(sp, s->trace);
+    if (s->tm_made)
+        ts_train_metrics_collective(&s->tm, ts_coll_kind_name(sp->kind), (double)sp->bytes,
+                                    sp->end - sp->start);
 }
 
 /* TensorBoard events under RUN_DIR/tb/, once the run directory exists. */
@@ -1224,6 +1236,8 @@ static void header(session *s) {
 }
 
 static void session_free(session *s) {
+    /* no collective may report into the metrics or trace freed below */
+    if (s->o && s->o->comm) ts_comm_set_trace(s->o->comm, NULL, NULL);
     if (observe_end(s) != TS_OK) ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
     ts_alert_runner_free(s->ar);
     if (s->tm_made) ts_train_metrics_free(&s->tm);
@@ -1380,6 +1394,8 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     }
     if (st == TS_OK && o->trace)
         st = ts_session_trace_start(s->plan, o, s->c.train.steps, &s->trace);
+    if (st == TS_OK && o->comm && (s->trace || s->tm_made))
+        ts_comm_set_trace(o->comm, comm_span, s);
     if (st == TS_OK) {
         st = train_loop(s);
         if (st == TS_OK && s->trace) {

@@ -195,6 +195,69 @@ static void check_plot(void) {
     CHECK(stat(png, &st) == 0 && st.st_size > 1000, "%s written", png);
 }
 
+/* Data parallel: every rank serves its own endpoint on base port + rank,
+ * labelled with its rank, and publishes its collectives' bytes and time. */
+static void check_dist_metrics(void) {
+    int port = -1;
+    for (int tries = 0; tries < 20 && port < 0; tries++) {
+        int p = free_port();
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {0};
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)(p + 1));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (p > 0 && p < 65535 && fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0)
+            port = p;
+        if (fd >= 0) close(fd);
+    }
+    if (port <= 0) {
+        CHECK(0, "two free ports in a row");
+        return;
+    }
+    char port_set[64], out[600];
+    snprintf(port_set, sizeof port_set, "observe.metrics_port=%d", port);
+    snprintf(out, sizeof out, "%s/dist", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setpgid(0, 0); /* its own group: the SIGINT below is a terminal's Ctrl-C */
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        execl(bin, bin, "train", "examples/w1.yaml", "--steps", "1000000", "--procs", "2", "--out",
+              out, "--set", port_set, "--set", "model.batch=16", "--set", "model.hidden=32",
+              "--set", "model.window=4", "--set", "model.features=4", "--set", "train.threads=1",
+              "--set", "dist.algo=native", (char *)NULL);
+        _exit(127);
+    }
+    const double t0 = now();
+    int got[2] = {0, 0};
+    while (now() - t0 < 20 && !(got[0] && got[1])) {
+        for (int r = 0; r < 2; r++) {
+            if (got[r]) continue;
+            char *b = scrape(port + r), want[64];
+            snprintf(want, sizeof want, "tessel_collective_bytes_total{rank=\"%d\",op=", r);
+            if (b && strstr(b, want) && strstr(b, "tessel_collectives_total{")) got[r] = 1;
+            free(b);
+        }
+        if (!(got[0] && got[1])) usleep(20000);
+    }
+    CHECK(got[0] && got[1],
+          "rank 0 on port %d and rank 1 on port %d publish their collectives "
+          "(rank 0: %d, rank 1: %d)",
+          port, port + 1, got[0], got[1]);
+    kill(-pid, SIGINT);
+    int status = 0;
+    while (now() - t0 < 40 && waitpid(pid, &status, WNOHANG) == 0) usleep(20000);
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        CHECK(0, "the data-parallel run did not stop on SIGINT");
+    } else {
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 130, "Ctrl-C exit status 130, got %d",
+              status);
+    }
+}
+
 int main(void) {
     bin = getenv("TESSEL_BIN");
     CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
@@ -258,6 +321,7 @@ int main(void) {
     check_events();
     check_jsonl();
     check_plot();
+    check_dist_metrics();
 
     if (!check_failed) {
         char cmd[128];
