@@ -337,6 +337,6 @@ const ts_op_def ts_def_all_gather_wait = {.name = "all_gather_wait",
 const ts_op_def ts_def_zero_clip_coef = {.name = "zero_clip_coef",
                                          .min_in = 1,
                                          .max_in = -1,
-                                         .flags = TS_OPF_SIDE_EFFECT,
+                                         .flags = TS_OPF_SIDE_EFFECT | TS_OPF_UPDATE,
                                          .infer = infer_zclip,
                                          .kernel = k_zclip};

@@ -5,11 +5,11 @@
  * parameter and state inputs in place. One node may update many parameters
  * (the train pass emits one node for all of them): its inputs are groups of
  * (p, g[, state...]), one per parameter, then the optional clip coefficient,
- * and the kernel walks every (parameter, chunk) pair in one parallel loop. Each follows torch.optim 1.13's
- * single-tensor path operation by operation, in the parameter's dtype, so an
- * f32 plan gives torch's f32 results bit for bit (given the same gradients
- * and clip coefficient). They are elementwise, so splitting them across
- * threads in chunks gives the same bits for any thread count. */
+ * and the kernel walks every (parameter, chunk) pair in one parallel loop. Each follows
+ * torch.optim 1.13's single-tensor path operation by operation, in the parameter's dtype, so an f32
+ * plan gives torch's f32 results bit for bit (given the same gradients and clip coefficient). They
+ * are elementwise, so splitting them across threads in chunks gives the same bits for any thread
+ * count. */
 #include <math.h>
 #include <string.h>
 #include "kern.h"
@@ -273,6 +273,37 @@ static int64_t opt_step_of(const ts_step_ctx *c) {
     return c->opt_step > 0 ? c->opt_step : c->step;
 }
 
+/* The per-step constants of SGD (a: sgd_update's attributes) and of Adam
+ * (a: adam_update's), shared by the full update and ZeRO's shard update so
+ * both take the same step. */
+static void sgd_consts(upd_args *c, const ts_attrs *a, const ts_step_ctx *ctx, double coef) {
+    c->coef = coef; /* g * 1 is exact */
+    c->mom = a->f[0];
+    c->damp1 = 1.0 - a->f[1];
+    c->wd = a->f[2];
+    c->use_wd = a->f[2] != 0;
+    c->neg_lr = -ctx->lr;
+    c->first = opt_step_of(ctx) == 1;
+    c->nesterov = a->i[2] != 0;
+}
+
+static void adam_consts(upd_args *c, const ts_attrs *a, const ts_step_ctx *ctx, double coef) {
+    const int decoupled = a->i[0] != 0;
+    const double b1 = a->f[0], b2 = a->f[1], wd = a->f[3], lr = ctx->lr;
+    const double t = (double)opt_step_of(ctx);
+    c->coef = coef;
+    c->wd = wd;
+    c->use_wd = !decoupled && wd != 0;
+    c->pscale = decoupled ? 1.0 - lr * wd : 1.0;
+    c->b1 = b1;
+    c->omb1 = 1.0 - b1;
+    c->b2 = b2;
+    c->omb2 = 1.0 - b2;
+    c->bc2s = sqrt(1.0 - pow(b2, t));
+    c->eps = a->f[2];
+    c->neg_step = -(lr / (1.0 - pow(b1, t)));
+}
+
 /* The momentum buffer is created on the first step as a copy of d_p (no
  * dampening), as torch does when the buffer is None. The plan has no
  * "None" state, so "first" means the first applied update (opt_step 1): a
@@ -287,14 +318,7 @@ static ts_status k_sgd(const ts_kargs *k) {
     upd_args c = {0};
     int gs = sgd_group(a), ng = n_groups(k->n_in, gs, has_coef);
     if (ng == 0) return ts_fail(TS_ERR_INTERNAL, "sgd_update '%s': bad input count", lbl(k));
-    c.coef = has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0; /* g * 1 is exact */
-    c.mom = a->f[0];
-    c.damp1 = 1.0 - a->f[1];
-    c.wd = a->f[2];
-    c.use_wd = a->f[2] != 0;
-    c.neg_lr = -k->ctx->lr;
-    c.first = opt_step_of(k->ctx) == 1;
-    c.nesterov = a->i[2] != 0;
+    sgd_consts(&c, a, k->ctx, has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0);
     (void)has_buf;
     return run_update(k, "sgd_update", dt == TS_F32 ? sgd_f32 : sgd_f64, gs, ng, 0, &c);
 }
@@ -305,7 +329,7 @@ static ts_status k_sgd(const ts_kargs *k) {
  * the corrections where it stopped. */
 static ts_status k_adam(const ts_kargs *k) {
     const ts_attrs *a = k->a;
-    int decoupled = a->i[0] != 0, has_coef = a->i[1] != 0;
+    int has_coef = a->i[1] != 0;
     ts_dtype dt = k->in[0].dtype;
     if (dt != TS_F32 && dt != TS_F64) return ts_kernel_bad_dtype(k, "adam_update", dt);
     if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "adam_update '%s': no step context", lbl(k));
@@ -313,23 +337,11 @@ static ts_status k_adam(const ts_kargs *k) {
     if (opt_step < 1)
         return ts_fail(TS_ERR_INVALID, "adam_update '%s': step %lld (steps count from 1)", lbl(k),
                        (long long)opt_step);
-    double b1 = a->f[0], b2 = a->f[1], wd = a->f[3], lr = k->ctx->lr, t = (double)opt_step;
     upd_args c = {0};
     int ng = n_groups(k->n_in, ADAM_GROUP, has_coef);
     if (ng == 0) return ts_fail(TS_ERR_INTERNAL, "adam_update '%s': bad input count", lbl(k));
-    c.coef = has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0;
-    c.wd = wd;
-    c.use_wd = !decoupled && wd != 0;
-    c.pscale = decoupled ? 1.0 - lr * wd : 1.0;
-    c.b1 = b1;
-    c.omb1 = 1.0 - b1;
-    c.b2 = b2;
-    c.omb2 = 1.0 - b2;
-    c.bc2s = sqrt(1.0 - pow(b2, t));
-    c.eps = a->f[2];
-    c.neg_step = -(lr / (1.0 - pow(b1, t)));
-    return run_update(k, "adam_update", dt == TS_F32 ? adam_f32 : adam_f64, ADAM_GROUP, ng, 1,
-                      &c);
+    adam_consts(&c, a, k->ctx, has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0);
+    return run_update(k, "adam_update", dt == TS_F32 ? adam_f32 : adam_f64, ADAM_GROUP, ng, 1, &c);
 }
 
 /* ---- ZeRO: the update of one rank's shard ------------------------------ */
@@ -351,8 +363,8 @@ static ts_status infer_shard(const ts_graph *g, const ts_node *n, ts_type *out, 
     if (n->a.i[7] != TS_OP_ADAM_UPDATE && n->a.i[7] != TS_OP_SGD_UPDATE)
         return ts_fail(TS_ERR_INVALID, "i[7] must be sgd_update or adam_update");
     if (k < 1 || n->n_in != k + 1 + ns + has_coef)
-        return ts_fail(TS_ERR_INVALID, "expects %d parameters, the gradient shard, %d states%s",
-                       k, ns, has_coef ? " and the clip coefficient" : "");
+        return ts_fail(TS_ERR_INVALID, "expects %d parameters, the gradient shard, %d states%s", k,
+                       ns, has_coef ? " and the clip coefficient" : "");
     const ts_type *gs = ts_in_type(g, n, k);
     for (int j = 0; j < k; j++)
         if (ts_in_type(g, n, j)->dtype != gs->dtype)
@@ -380,39 +392,21 @@ static ts_status k_shard(const ts_kargs *k) {
     const ts_tensor *last = &k->in[np - 1];
     const char *hi = (const char *)last->data + (size_t)ts_tensor_numel(last) * es;
     if (off < 0 || lo + (size_t)(off + n) * es > hi)
-        return ts_fail(TS_ERR_INTERNAL,
-                       "shard_update '%s': shard [%lld, %lld) outside the parameters' %lld elements",
-                       lbl(k), (long long)off, (long long)(off + n), (long long)((hi - lo) / es));
+        return ts_fail(
+            TS_ERR_INTERNAL,
+            "shard_update '%s': shard [%lld, %lld) outside the parameters' %lld elements", lbl(k),
+            (long long)off, (long long)(off + n), (long long)((hi - lo) / es));
     upd_args c = {0};
     const double coef = has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0;
     upd_fn f;
     if (adam) {
-        if (k->ctx->step < 1)
+        if (opt_step_of(k->ctx) < 1)
             return ts_fail(TS_ERR_INVALID, "shard_update '%s': step %lld (steps count from 1)",
-                           lbl(k), (long long)k->ctx->step);
-        double b1 = a->f[0], b2 = a->f[1], wd = a->f[3], lr = k->ctx->lr, t = (double)k->ctx->step;
-        int decoupled = a->i[0] != 0;
-        c.coef = coef;
-        c.wd = wd;
-        c.use_wd = !decoupled && wd != 0;
-        c.pscale = decoupled ? 1.0 - lr * wd : 1.0;
-        c.b1 = b1;
-        c.omb1 = 1.0 - b1;
-        c.b2 = b2;
-        c.omb2 = 1.0 - b2;
-        c.bc2s = sqrt(1.0 - pow(b2, t));
-        c.eps = a->f[2];
-        c.neg_step = -(lr / (1.0 - pow(b1, t)));
+                           lbl(k), (long long)opt_step_of(k->ctx));
+        adam_consts(&c, a, k->ctx, coef);
         f = dt == TS_F32 ? adam_f32 : adam_f64;
     } else {
-        c.coef = coef;
-        c.mom = a->f[0];
-        c.damp1 = 1.0 - a->f[1];
-        c.wd = a->f[2];
-        c.use_wd = a->f[2] != 0;
-        c.neg_lr = -k->ctx->lr;
-        c.first = k->ctx->step == 1;
-        c.nesterov = a->i[2] != 0;
+        sgd_consts(&c, a, k->ctx, coef);
         f = dt == TS_F32 ? sgd_f32 : sgd_f64;
     }
     void *t[4] = {(char *)lo + (size_t)off * es, gs->data, ns > 0 ? k->in[np + 1].data : NULL,
@@ -433,7 +427,7 @@ static double cost_shard(const ts_graph *g, const ts_node *n) {
 const ts_op_def ts_def_shard_update = {.name = "shard_update",
                                        .min_in = 2,
                                        .max_in = -1,
-                                       .flags = TS_OPF_SIDE_EFFECT,
+                                       .flags = TS_OPF_SIDE_EFFECT | TS_OPF_UPDATE,
                                        .infer = infer_shard,
                                        .kernel = k_shard,
                                        .cost = cost_shard};
