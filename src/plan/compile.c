@@ -272,6 +272,15 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
             for (int v = 0; v < g->n_values; v++)
                 if (g->values[v].kind == TS_VK_PARAM) params[np++] = v;
         }
+        /* ZeRO reduce-scatters the gradients into shards the unscale node
+         * does not see: the two are not combined yet. */
+        if (p->opt.zero && p->opt.comm && ts_comm_size(p->opt.comm) > 1 &&
+            p->opt.precision.loss_scale != TS_SCALE_NONE) {
+            s = ts_fail(TS_ERR_UNSUPPORTED, "compile: loss scaling (precision.loss_scale) with "
+                                            "ZeRO (dist.zero 1) is not supported yet; use "
+                                            "dist.zero 0 or bf16 without loss scaling");
+            goto done;
+        }
         int32_t diff = loss, scale = -1, unscale = -1; /* loss scaling: see loss_scale.c */
         if (p->opt.precision.loss_scale != TS_SCALE_NONE &&
             (s = ts_pass_loss_scale_loss(g, &p->opt.precision, loss, &diff, &scale)) != TS_OK)

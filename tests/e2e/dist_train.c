@@ -123,6 +123,13 @@ static void test_two_procs(void) {
         e2e_done(&a1);
     }
 
+    rz = e2e_runf("train examples/w1.yaml %s --steps 2 --procs 2 --set dist.zero=1 --set "
+                  "precision.default=fp16 --out %s",
+                  small, path_in("zero-fp16"));
+    CHECK(rz.rc == 2 && strstr(rz.err, "loss scaling") && strstr(rz.err, "ZeRO"),
+          "zero with fp16 loss scaling is refused: exit %d: %s", rz.rc, rz.err);
+    e2e_done(&rz);
+
     /* The example config: 2 processes from dist.procs. */
     rz =
         e2e_runf("train examples/w1_dist.yaml --steps 2 --set model.hidden=32 --set model.window=4 "
