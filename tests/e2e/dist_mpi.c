@@ -13,30 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+#include "rank_check.h"
 #include "e2e.h"
 #include "tessel/dist.h"
 
 /* ---- the worker ------------------------------------------------------------ */
 
 static int wrank;
-
-#define WCHECK(c, ...)                                                                             \
-    do {                                                                                           \
-        if (c) {                                                                                   \
-            check_passed++;                                                                        \
-        } else {                                                                                   \
-            check_failed++;                                                                        \
-            fprintf(stderr, "FAIL rank %d %s:%d: ", wrank, __FILE__, __LINE__);                    \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
-
-#define WOK(expr)                                                                                  \
-    do {                                                                                           \
-        ts_status w_s_ = (expr);                                                                   \
-        WCHECK(w_s_ == TS_OK, "%s -> %s: %s", #expr, ts_status_name(w_s_), ts_last_error());       \
-    } while (0)
 
 static double val(int r, size_t i, int salt) {
     return (double)((int)((r * 131 + (int)(i % 100003) * 7 + salt) % 17) - 8);
@@ -246,7 +229,7 @@ static int worker(int stall) {
         WOK(ts_allreduce(c, x, 250, TS_F32, TS_RED_SUM, TS_ALGO_RING));
         if (wrank == n - 1) {
             sleep(12); /* misses the next collective */
-            return 0; /* mpirun ends the job when the others fail */
+            return 0;  /* mpirun ends the job when the others fail */
         }
         s = ts_allreduce(c, x, 250, TS_F32, TS_RED_SUM, TS_ALGO_RING);
         printf("rank %d: %s\n", wrank, s == TS_OK ? "no error" : ts_last_error());

@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+#include "rank_check.h"
 #include "dist/comm.h"
 #include "e2e.h"
 #include "tessel/dist.h"
@@ -70,24 +71,6 @@ static uint64_t fnv(const void *p, size_t n) {
 /* ---- the worker (started by mpirun) --------------------------------------------- */
 
 static int wrank;
-
-#define WCHECK(c, ...)                                                                             \
-    do {                                                                                           \
-        if (c) {                                                                                   \
-            check_passed++;                                                                        \
-        } else {                                                                                   \
-            check_failed++;                                                                        \
-            fprintf(stderr, "FAIL rank %d %s:%d: ", wrank, __FILE__, __LINE__);                    \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
-
-#define WOK(expr)                                                                                  \
-    do {                                                                                           \
-        ts_status w_s_ = (expr);                                                                   \
-        WCHECK(w_s_ == TS_OK, "%s -> %s: %s", #expr, ts_status_name(w_s_), ts_last_error());       \
-    } while (0)
 
 /* Every rank's h; 1 when all equal. */
 static int same_everywhere(ts_comm *c, uint64_t h) {
