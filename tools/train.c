@@ -14,11 +14,12 @@ enum { CLI_ALERT_STOP = 3 };
 
 static volatile sig_atomic_t stop_flag;
 
+/* SIGINT (Ctrl-C) and SIGTERM (a scheduler, kill): stop after the current
+ * step; with --procs the launcher passes the request on to the workers. */
 static void on_sigint(int sig) {
-    (void)sig;
     stop_flag = 1;
-    /* A second Ctrl-C ends the process at once, as without a handler. */
-    signal(SIGINT, SIG_DFL);
+    /* A second one ends the process at once, as without a handler. */
+    signal(sig, SIG_DFL);
 }
 
 int cli_train(const cli_args *a) {
@@ -33,15 +34,17 @@ int cli_train(const cli_args *a) {
     o.stop = &stop_flag;
     o.log = stdout;
     o.progress = isatty(fileno(stdout)) ? TS_PROGRESS_TTY : TS_PROGRESS_LINES;
-    struct sigaction sa, old;
+    struct sigaction sa, old, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old);
+    sigaction(SIGTERM, &sa, &old_term);
 
     ts_session_result r;
     ts_status s = ts_session_run_dist(&c, &o, &r);
     sigaction(SIGINT, &old, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     fflush(stdout);
     if (s != TS_OK) {
         /* Before the first step anything wrong is the config's or the

@@ -50,6 +50,7 @@
 #ifndef TESSEL_DIST_H
 #define TESSEL_DIST_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "tessel/dtype.h"
@@ -122,6 +123,9 @@ typedef struct ts_shm_options {
     int cpus_per_rank;   /* > 0: pin worker r to the r-th group of this many
                             CPUs of the launcher's affinity mask (wrapping);
                             0: no pinning */
+    const volatile sig_atomic_t *forward_stop; /* when *forward_stop becomes non-zero (say, a
+                            signal handler of the launcher set it), every
+                            running worker gets SIGUSR2, once; NULL: never */
 } ts_shm_options;
 
 /* A worker's body: its return value is its exit status (0 = success). */

@@ -792,7 +792,7 @@ ts_status ts_shm_launch(int nprocs, const ts_shm_options *opt, ts_worker_fn fn, 
     /* Watch the workers: record how each ended where its peers can see
      * it, and after the first failure give the others `grace` seconds to
      * report before stopping them. */
-    int alive = started, killed = 0;
+    int alive = started, killed = 0, forwarded = 0;
     double fail_at = started < nprocs ? ts_now() - grace : 0;
     while (alive > 0) {
         for (int r = 0; r < started; r++) {
@@ -816,6 +816,13 @@ ts_status ts_shm_launch(int nprocs, const ts_shm_options *opt, ts_worker_fn fn, 
             } else {
                 atomic_store(&ctl[r].state, ST_EXITED);
             }
+        }
+        if (alive && opt && opt->forward_stop && *opt->forward_stop && !forwarded) {
+            /* the launcher was asked to stop (e.g. SIGINT or SIGTERM sent to it
+             * alone): the workers hear it too */
+            for (int r = 0; r < started; r++)
+                if (pids[r]) kill(pids[r], SIGUSR2);
+            forwarded = 1;
         }
         if (alive && fail_at && !killed && ts_now() - fail_at > grace) {
             for (int r = 0; r < started; r++)

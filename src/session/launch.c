@@ -86,9 +86,25 @@ static ts_status run_rank(const ts_config *c0, const ts_session_options *o0, ts_
     return s;
 }
 
+/* A worker's stop flag, for SIGUSR2: the launcher forwards a stop request
+ * that reached it alone (a terminal's Ctrl-C reaches the workers anyway). */
+static volatile sig_atomic_t *worker_stop;
+static void on_forwarded_stop(int sig) {
+    (void)sig;
+    if (worker_stop) *worker_stop = 1;
+}
+
 static int worker(ts_comm *comm, void *user) {
     const launch_ctx *lc = user;
     const int rank = ts_comm_rank(comm);
+    if (lc->o->stop) {
+        worker_stop = lc->o->stop;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_forwarded_stop;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGUSR2, &sa, NULL);
+    }
     arm_test_kill(rank, lc->attempt);
     ts_session_result r;
     ts_status s = run_rank(lc->c, lc->o, comm, &r);
@@ -119,6 +135,7 @@ static ts_status launch_once(const ts_config *c, const ts_session_options *o, sh
     memset(&so, 0, sizeof so);
     so.timeout_s = c->dist.timeout_s;
     so.grace_s = 5;
+    so.forward_stop = o->stop;
     for (int i = 0; i < n; i++) codes[i] = 0;
     fflush(NULL);
     ts_status s = ts_shm_launch(n, &so, worker, &lc, codes);

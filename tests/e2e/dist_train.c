@@ -239,6 +239,50 @@ static int children(pid_t pid, pid_t *out, int max) {
     return n;
 }
 
+/* SIGTERM sent to the launcher alone (a scheduler's kill, not a terminal's
+ * Ctrl-C that reaches the whole process group): the launcher passes the
+ * stop on to its workers, which end after the current step, agreed. */
+static void test_sigterm_launcher(void) {
+    char out[256], metrics[300];
+    snprintf(out, sizeof out, "%s", path_in("term"));
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) _exit(126);
+        execl(bin, bin, "train", "examples/w1.yaml", "--steps", "100000000", "--procs", "2",
+              "--set", "model.batch=8", "--set", "model.hidden=8", "--set", "model.window=2",
+              "--set", "model.features=2", "--set", "train.threads=1", "--set", "train.log_every=1",
+              "--out", out, (char *)NULL);
+        _exit(127);
+    }
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    int started = 0;
+    for (int i = 0; i < 1000 && !started; i++) {
+        char *m = e2e_slurp(metrics, NULL);
+        started = strstr(m, "\"step\":3,") != NULL;
+        free(m);
+        if (!started) nanosleep(&pause, NULL);
+    }
+    CHECK(started, "the run started");
+    kill(pid, SIGTERM);
+    int st = 0, done = 0;
+    for (int i = 0; i < 1000 && !done; i++) {
+        done = waitpid(pid, &st, WNOHANG) == pid;
+        if (!done) nanosleep(&pause, NULL);
+    }
+    if (!done) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    CHECK(done && WIFEXITED(st) && WEXITSTATUS(st) == 130,
+          "SIGTERM to the launcher stops the run (exit 130), status %d", st);
+    char *sum = e2e_slurp(path_in("term/summary.json"), NULL);
+    CHECK(strstr(sum, "\"status\": \"interrupted\""), "summary: %s", sum);
+    free(sum);
+}
+
 static void test_killed_worker(void) {
     char out[256], metrics[300], errf[300];
     snprintf(out, sizeof out, "%s", path_in("killed"));
@@ -308,6 +352,7 @@ int main(void) {
     test_mpirun();
     test_bench();
     test_killed_worker();
+    test_sigterm_launcher();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
