@@ -1227,12 +1227,21 @@ static void header(session *s) {
                                                     : "mlp",
                     params, (long long)c->model.batch, (long long)c->train.steps, epochs, data,
                     test, st.n_instructions, (double)st.arena_bytes / (1024.0 * 1024.0));
-    if (s->nranks > 1)
+    if (s->nranks > 1) {
         ts_progress_log(&s->pr,
                         "data parallel: %d processes (%s), batch %lld per process, gradients "
                         "averaged in buckets of %g MiB",
                         s->nranks, ts_comm_transport(s->o->comm),
                         (long long)(c->model.batch / s->nranks), c->dist.bucket_mb);
+        const double mib = 1024.0 * 1024.0;
+        ts_progress_log(&s->pr,
+                        "per process: arena %.1f MiB (parameters %.1f, gradients %.1f, optimizer "
+                        "state %.1f%s, temporaries %.1f)",
+                        (double)st.arena_bytes / mib, (double)st.param_bytes / mib,
+                        (double)st.grad_bytes / mib, (double)st.state_bytes / mib,
+                        c->dist.zero ? ": ZeRO-1, this rank's shard" : "",
+                        (double)st.temp_bytes / mib);
+    }
 }
 
 static void session_free(session *s) {

@@ -86,6 +86,8 @@ static void test_two_procs(void) {
         e2e_runf("train examples/w1.yaml %s --steps 6 --procs 2 --set dist.zero=1 --out %s", small,
                  path_in("zero"));
     CHECK(rz.rc == 0, "--procs 2, dist.zero 1: exit %d: %s", rz.rc, rz.err);
+    CHECK(strstr(rz.out, "per process: arena") && strstr(rz.out, "ZeRO-1, this rank's shard"),
+          "the per-process memory is reported: %s", rz.out);
     double z[16];
     int nz = losses(path_in("zero/metrics.jsonl"), z, 16);
     CHECK(nz == 6, "zero: 6 train lines, got %d", nz);
