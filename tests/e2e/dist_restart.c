@@ -17,14 +17,6 @@ static const char *small =
     "--set model.batch=16 --set model.hidden=32 --set model.window=4 --set model.features=4 "
     "--set train.threads=1 --set dist.algo=native --set ckpt.every=2 --steps 8 --procs 2";
 
-static const char *path_in(const char *name) {
-    static char buf[8][256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
-
 static void kill_knob(const char *rank, const char *step) {
     if (rank) {
         setenv("TESSEL_TEST_KILL_RANK", rank, 1);
@@ -37,20 +29,20 @@ static void kill_knob(const char *rank, const char *step) {
 
 /* The final checkpoints of two runs hold the same bytes. */
 static void same_weights(const char *what, const char *a, const char *b) {
-    e2e_result r = e2e_runf("ckpt diff %s %s", path_in(a), path_in(b));
+    e2e_result r = e2e_runf("ckpt diff %s %s", e2e_path(a), e2e_path(b));
     CHECK(r.rc == 0 && strstr(r.out, " 0 different") && strstr(r.out, "step-00000008 (step 8)"),
           "%s: ckpt diff exit %d\n%s%s", what, r.rc, r.out, r.err);
     e2e_done(&r);
 }
 
 static void test_restart(void) {
-    e2e_result r = e2e_runf("train examples/w1.yaml %s --out %s", small, path_in("full"));
+    e2e_result r = e2e_runf("train examples/w1.yaml %s --out %s", small, e2e_path("full"));
     CHECK(r.rc == 0, "uninterrupted: exit %d: %s", r.rc, r.err);
     e2e_done(&r);
 
     /* Rank 1 dies in step 5; step 4's checkpoint is the latest. */
     kill_knob("1", "5");
-    r = e2e_runf("train examples/w1.yaml %s --max-restarts 2 --out %s", small, path_in("killed"));
+    r = e2e_runf("train examples/w1.yaml %s --max-restarts 2 --out %s", small, e2e_path("killed"));
     kill_knob(NULL, NULL);
     CHECK(r.rc == 0, "killed once, restarted: exit %d\n%s%s", r.rc, r.out, r.err);
     CHECK(strstr(r.out, "restart 1/2 from step-00000004 after rank 1 killed by signal 9"),
@@ -60,34 +52,34 @@ static void test_restart(void) {
     CHECK(strstr(r.out, "done: 8 steps"), "the restarted attempt finishes: %s", r.out);
     e2e_done(&r);
     same_weights("killed at step 5", "full", "killed");
-    char *sum = e2e_slurp(path_in("killed/summary.json"), NULL);
+    char *sum = e2e_slurp(e2e_path("killed/summary.json"), NULL);
     CHECK(strstr(sum, "\"status\": \"completed\""), "summary: %s", sum);
     free(sum);
-    char *log = e2e_slurp(path_in("killed/audit.log"), NULL);
+    char *log = e2e_slurp(e2e_path("killed/audit.log"), NULL);
     CHECK(strstr(log, "\"event\":\"restart\"") && strstr(log, "\"checkpoint\":\"step-00000004\"") &&
               strstr(log, "\"failure\":\"killed by signal 9\""),
           "a restart entry in the audit log: %s", log);
     free(log);
-    r = e2e_runf("audit verify %s", path_in("killed"));
+    r = e2e_runf("audit verify %s", e2e_path("killed"));
     CHECK(r.rc == 0, "the audit log with the restart entry verifies: %s%s", r.out, r.err);
     e2e_done(&r);
 
     /* Rank 0 dies in step 1, before any checkpoint: from the start, in a
      * new run directory; the failed attempt's is kept beside it. */
     kill_knob("0", "1");
-    r = e2e_runf("train examples/w1.yaml %s --max-restarts 1 --out %s", small, path_in("early"));
+    r = e2e_runf("train examples/w1.yaml %s --max-restarts 1 --out %s", small, e2e_path("early"));
     kill_knob(NULL, NULL);
     CHECK(r.rc == 0, "killed before a checkpoint: exit %d\n%s%s", r.rc, r.out, r.err);
     CHECK(strstr(r.out, "restart 1/1 from the start after rank 0 killed by signal 9"),
           "the restart line: %s", r.out);
-    CHECK(access(path_in("early.attempt-1"), F_OK) == 0, "the failed attempt's directory is kept");
+    CHECK(access(e2e_path("early.attempt-1"), F_OK) == 0, "the failed attempt's directory is kept");
     e2e_done(&r);
     same_weights("killed at step 1", "full", "early");
 
     /* A crash in every attempt: K restarts, then the run gives up. */
     kill_knob("1", "1");
     setenv("TESSEL_TEST_KILL_ATTEMPTS", "9", 1);
-    r = e2e_runf("train examples/w1.yaml %s --max-restarts 1 --out %s", small, path_in("always"));
+    r = e2e_runf("train examples/w1.yaml %s --max-restarts 1 --out %s", small, e2e_path("always"));
     unsetenv("TESSEL_TEST_KILL_ATTEMPTS");
     kill_knob(NULL, NULL);
     CHECK(r.rc == 1 &&
@@ -100,7 +92,7 @@ static void test_restart(void) {
 
     /* K = 0: the failure ends the run. */
     kill_knob("1", "5");
-    r = e2e_runf("train examples/w1.yaml %s --max-restarts 0 --out %s", small, path_in("k0"));
+    r = e2e_runf("train examples/w1.yaml %s --max-restarts 0 --out %s", small, e2e_path("k0"));
     kill_knob(NULL, NULL);
     CHECK(r.rc != 0 && strstr(r.err, "rank 1 killed by signal 9") && !strstr(r.out, "restart 1/"),
           "--max-restarts 0: exit %d\n%s%s", r.rc, r.out, r.err);
@@ -110,7 +102,7 @@ static void test_restart(void) {
 static void test_refusals(void) {
     /* A setup failure would repeat: not restarted, nothing counted twice. */
     e2e_result r = e2e_runf("train examples/w1.yaml %s --max-restarts 3 --resume %s --out %s",
-                            small, path_in("nothing"), path_in("bad"));
+                            small, e2e_path("nothing"), e2e_path("bad"));
     CHECK(r.rc != 0 &&
               strstr(r.err,
                      "not restarted (0 of --max-restarts 3 used): attempt 1 failed in setup") &&
@@ -118,21 +110,21 @@ static void test_refusals(void) {
           "setup error: exit %d\n%s%s", r.rc, r.out, r.err);
     e2e_done(&r);
     r = e2e_runf("train examples/w1.yaml %s --set ckpt.every=0 --max-restarts 1 --out %s", small,
-                 path_in("nockpt"));
+                 e2e_path("nockpt"));
     CHECK(r.rc == 2 && strstr(r.err, "set ckpt.every"), "no checkpoints: exit %d: %s", r.rc, r.err);
     e2e_done(&r);
     r = e2e_runf("train examples/w1.yaml %s --set dist.zero=1 --max-restarts 1 --out %s", small,
-                 path_in("zero"));
+                 e2e_path("zero"));
     CHECK(r.rc == 2 && strstr(r.err, "--max-restarts 1") && strstr(r.err, "dist.zero"),
           "ZeRO: exit %d: %s", r.rc, r.err);
     e2e_done(&r);
     r = e2e_runf("train examples/w1.yaml %s --procs 1 --max-restarts 1 --out %s", small,
-                 path_in("one"));
+                 e2e_path("one"));
     CHECK(r.rc == 2 && strstr(r.err, "this run has one process"), "one process: exit %d: %s", r.rc,
           r.err);
     e2e_done(&r);
-    CHECK(access(path_in("nockpt"), F_OK) != 0 && access(path_in("zero"), F_OK) != 0 &&
-              access(path_in("one"), F_OK) != 0,
+    CHECK(access(e2e_path("nockpt"), F_OK) != 0 && access(e2e_path("zero"), F_OK) != 0 &&
+              access(e2e_path("one"), F_OK) != 0,
           "a refused run writes nothing");
 }
 

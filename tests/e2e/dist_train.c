@@ -19,14 +19,6 @@ static const char *small =
     "--set model.batch=16 --set model.hidden=32 --set model.window=4 --set model.features=4 "
     "--set train.threads=1 --set dist.algo=native";
 
-static const char *path_in(const char *name) {
-    static char buf[8][256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
-
 /* The "loss" values of the train lines of a metrics.jsonl. */
 static int losses(const char *path, double *out, int max) {
     char *m = e2e_slurp(path, NULL);
@@ -40,10 +32,11 @@ static int losses(const char *path, double *out, int max) {
 }
 
 static void test_two_procs(void) {
-    e2e_result r1 = e2e_runf("train examples/w1.yaml %s --steps 6 --out %s", small, path_in("one"));
+    e2e_result r1 =
+        e2e_runf("train examples/w1.yaml %s --steps 6 --out %s", small, e2e_path("one"));
     CHECK(r1.rc == 0, "1 process: exit %d: %s", r1.rc, r1.err);
     e2e_result r2 =
-        e2e_runf("train examples/w1.yaml %s --steps 6 --procs 2 --out %s", small, path_in("two"));
+        e2e_runf("train examples/w1.yaml %s --steps 6 --procs 2 --out %s", small, e2e_path("two"));
     CHECK(r2.rc == 0, "--procs 2: exit %d: %s", r2.rc, r2.err);
     CHECK(strstr(r2.out, "data parallel: 2 processes (shm), batch 8 per process"),
           "the header names the processes: %s", r2.out);
@@ -51,8 +44,8 @@ static void test_two_procs(void) {
     const char *d = strstr(r2.out, "done: 6 steps");
     CHECK(d && !strstr(d + 1, "done: 6 steps"), "one summary line: %s", r2.out);
     double a[16], b[16];
-    int na = losses(path_in("one/metrics.jsonl"), a, 16);
-    int nb = losses(path_in("two/metrics.jsonl"), b, 16);
+    int na = losses(e2e_path("one/metrics.jsonl"), a, 16);
+    int nb = losses(e2e_path("two/metrics.jsonl"), b, 16);
     CHECK(na == 6 && nb == 6, "6 train lines each (rank 0 alone writes), got %d and %d", na, nb);
     /* The mean of the ranks' losses over 8 rows each is the loss over 16
      * rows up to rounding; later steps also carry the weights' rounding
@@ -60,7 +53,7 @@ static void test_two_procs(void) {
     for (int i = 0; i < na && i < nb; i++)
         CHECK(fabs(a[i] - b[i]) <= 1e-5 * fabs(a[i]) + 1e-7, "step %d: loss %.9g vs %.9g", i + 1,
               a[i], b[i]);
-    char *sum = e2e_slurp(path_in("two/summary.json"), NULL);
+    char *sum = e2e_slurp(e2e_path("two/summary.json"), NULL);
     CHECK(strstr(sum, "\"status\": \"completed\""), "summary: %s", sum);
     free(sum);
     e2e_done(&r1);
@@ -72,11 +65,11 @@ static void test_two_procs(void) {
      * NaNs, so a rank that applied it would poison the losses after it. */
     e2e_result rs = e2e_runf("train examples/w1.yaml %s --steps 4 --procs 2 --set debug.inject=nan "
                              "--set debug.inject_step=2 --out %s",
-                             small, path_in("skip"));
+                             small, e2e_path("skip"));
     CHECK(rs.rc == 0, "--procs 2 with a NaN batch: exit %d: %s", rs.rc, rs.err);
     CHECK(strstr(rs.out, "-> skip_step"), "the skip is reported: %s", rs.out);
     double ls[16];
-    int ns = losses(path_in("skip/metrics.jsonl"), ls, 16);
+    int ns = losses(e2e_path("skip/metrics.jsonl"), ls, 16);
     CHECK(ns == 3 && isfinite(ls[1]) && isfinite(ls[2]),
           "steps 3 and 4 train on finite weights (%d finite losses)", ns);
     e2e_done(&rs);
@@ -84,12 +77,12 @@ static void test_two_procs(void) {
     /* ZeRO-1: the same update bit for bit (no clipping in w1.yaml). */
     e2e_result rz =
         e2e_runf("train examples/w1.yaml %s --steps 6 --procs 2 --set dist.zero=1 --out %s", small,
-                 path_in("zero"));
+                 e2e_path("zero"));
     CHECK(rz.rc == 0, "--procs 2, dist.zero 1: exit %d: %s", rz.rc, rz.err);
     CHECK(strstr(rz.out, "per process: arena") && strstr(rz.out, "ZeRO-1, this rank's shard"),
           "the per-process memory is reported: %s", rz.out);
     double z[16];
-    int nz = losses(path_in("zero/metrics.jsonl"), z, 16);
+    int nz = losses(e2e_path("zero/metrics.jsonl"), z, 16);
     CHECK(nz == 6, "zero: 6 train lines, got %d", nz);
     for (int i = 0; i < nz && i < nb; i++)
         CHECK(z[i] == b[i], "zero 1, step %d: loss %.9g, zero 0 %.9g", i + 1, z[i], b[i]);
@@ -97,7 +90,7 @@ static void test_two_procs(void) {
     rz = e2e_runf(
         "train examples/w1.yaml %s --steps 2 --procs 2 --set dist.zero=1 --set ckpt.every=1 "
         "--out %s",
-        small, path_in("zero-ckpt"));
+        small, e2e_path("zero-ckpt"));
     CHECK(rz.rc == 2 && strstr(rz.err, "checkpoints of sharded state are not supported yet"),
           "zero with checkpoints: exit %d: %s", rz.rc, rz.err);
     e2e_done(&rz);
@@ -109,14 +102,14 @@ static void test_two_procs(void) {
         double l0[16], l1[16];
         e2e_result a0 = e2e_runf("train examples/w1.yaml %s --steps 5 --procs 2 --set "
                                  "debug.inject=nan --set debug.inject_step=2 --out %s",
-                                 small, path_in("skip0"));
+                                 small, e2e_path("skip0"));
         e2e_result a1 = e2e_runf("train examples/w1.yaml %s --steps 5 --procs 2 --set dist.zero=1 "
                                  "--set debug.inject=nan --set debug.inject_step=2 --out %s",
-                                 small, path_in("skip1"));
+                                 small, e2e_path("skip1"));
         CHECK(a0.rc == 0 && a1.rc == 0, "skip runs: exit %d and %d: %s %s", a0.rc, a1.rc, a0.err,
               a1.err);
-        int n0 = losses(path_in("skip0/metrics.jsonl"), l0, 16);
-        int n1 = losses(path_in("skip1/metrics.jsonl"), l1, 16);
+        int n0 = losses(e2e_path("skip0/metrics.jsonl"), l0, 16);
+        int n1 = losses(e2e_path("skip1/metrics.jsonl"), l1, 16);
         CHECK(n0 == 4 && n1 == 4, "4 finite losses each (step 2 skipped), got %d and %d", n0, n1);
         for (int i = 0; i < n0 && i < n1; i++)
             CHECK(l0[i] == l1[i], "after a skip, zero 1 vs zero 0, loss %d: %.9g vs %.9g", i, l1[i],
@@ -127,7 +120,7 @@ static void test_two_procs(void) {
 
     rz = e2e_runf("train examples/w1.yaml %s --steps 2 --procs 2 --set dist.zero=1 --set "
                   "precision.default=fp16 --out %s",
-                  small, path_in("zero-fp16"));
+                  small, e2e_path("zero-fp16"));
     CHECK(rz.rc == 2 && strstr(rz.err, "loss scaling") && strstr(rz.err, "ZeRO"),
           "zero with fp16 loss scaling is refused: exit %d: %s", rz.rc, rz.err);
     e2e_done(&rz);
@@ -136,7 +129,7 @@ static void test_two_procs(void) {
     rz =
         e2e_runf("train examples/w1_dist.yaml --steps 2 --set model.hidden=32 --set model.window=4 "
                  "--set model.features=4 --out %s",
-                 path_in("example"));
+                 e2e_path("example"));
     CHECK(rz.rc == 0 && strstr(rz.out, "data parallel: 2 processes (shm), batch 128 per process"),
           "examples/w1_dist.yaml: exit %d: %s%s", rz.rc, rz.out, rz.err);
     e2e_done(&rz);
@@ -149,7 +142,7 @@ static void test_two_procs(void) {
 
 /* --trace: one Chrome trace with both ranks' kernels and collectives. */
 static void test_trace(void) {
-    const char *trace = path_in("trace.json");
+    const char *trace = e2e_path("trace.json");
     e2e_result r =
         e2e_runf("train examples/w1.yaml %s --steps 3 --procs 2 --set dist.bucket_mb=0.001 "
                  "--trace %s",
@@ -165,8 +158,8 @@ static void test_trace(void) {
               strstr(t, "\"name\":\"allreduce_start\",\"cat\":\"compute\"") &&
               strstr(t, "\"name\":\"matmul\",\"cat\":\"compute\""),
           "compute and comm spans");
-    CHECK(access(path_in("trace.rank0.json"), F_OK) != 0 &&
-              access(path_in("trace.rank1.json"), F_OK) != 0,
+    CHECK(access(e2e_path("trace.rank0.json"), F_OK) != 0 &&
+              access(e2e_path("trace.rank1.json"), F_OK) != 0,
           "the per-rank files are merged and removed");
     free(t);
     e2e_done(&r);
@@ -195,16 +188,16 @@ static void test_mpirun(void) {
              "TESSEL_COLL_CACHE=0 ASAN_OPTIONS=detect_leaks=0 '%s' %s--oversubscribe -np 2 '%s' "
              "train examples/w1.yaml %s "
              "--steps 6 --out %s > %s 2>&1",
-             mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", bin, small, path_in("mpi"),
-             path_in("mpi.log"));
+             mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", bin, small, e2e_path("mpi"),
+             e2e_path("mpi.log"));
     int rc = system(cmd);
-    char *log = e2e_slurp(path_in("mpi.log"), NULL);
+    char *log = e2e_slurp(e2e_path("mpi.log"), NULL);
     CHECK(rc == 0, "mpirun -np 2 tessel train: status %d:\n%s", rc, log);
     CHECK(strstr(log, "data parallel: 2 processes (mpi), batch 8 per process"), "mpi: %s", log);
     free(log);
     double a[16], b[16];
-    int na = losses(path_in("two/metrics.jsonl"), a, 16);
-    int nb = losses(path_in("mpi/metrics.jsonl"), b, 16);
+    int na = losses(e2e_path("two/metrics.jsonl"), a, 16);
+    int nb = losses(e2e_path("mpi/metrics.jsonl"), b, 16);
     CHECK(nb == 6, "mpi: rank 0 alone wrote 6 train lines, got %d", nb);
     /* 2 ranks: every all-reduce algorithm adds a + b, the same sum */
     for (int i = 0; i < na && i < nb; i++)
@@ -246,7 +239,7 @@ static int children(pid_t pid, pid_t *out, int max) {
  * stop on to its workers, which end after the current step, agreed. */
 static void test_sigterm_launcher(void) {
     char out[256], metrics[300];
-    snprintf(out, sizeof out, "%s", path_in("term"));
+    snprintf(out, sizeof out, "%s", e2e_path("term"));
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
     fflush(stdout);
     pid_t pid = fork();
@@ -280,16 +273,16 @@ static void test_sigterm_launcher(void) {
     }
     CHECK(done && WIFEXITED(st) && WEXITSTATUS(st) == 130,
           "SIGTERM to the launcher stops the run (exit 130), status %d", st);
-    char *sum = e2e_slurp(path_in("term/summary.json"), NULL);
+    char *sum = e2e_slurp(e2e_path("term/summary.json"), NULL);
     CHECK(strstr(sum, "\"status\": \"interrupted\""), "summary: %s", sum);
     free(sum);
 }
 
 static void test_killed_worker(void) {
     char out[256], metrics[300], errf[300];
-    snprintf(out, sizeof out, "%s", path_in("killed"));
+    snprintf(out, sizeof out, "%s", e2e_path("killed"));
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
-    snprintf(errf, sizeof errf, "%s", path_in("killed.err"));
+    snprintf(errf, sizeof errf, "%s", e2e_path("killed.err"));
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
@@ -337,7 +330,7 @@ static void test_killed_worker(void) {
           "the surviving rank's report: %s", err);
     printf("killed worker: launcher ended in %.2f s:\n%s", t, err);
     free(err);
-    char *sum = e2e_slurp(path_in("killed/summary.json"), NULL);
+    char *sum = e2e_slurp(e2e_path("killed/summary.json"), NULL);
     CHECK(strstr(sum, "\"status\": \"failed\""), "rank 0 wrote a failed summary: %s", sum);
     free(sum);
 }

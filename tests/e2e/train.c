@@ -17,14 +17,6 @@
 static const char *bin;
 static char dir[64];
 
-static const char *path_in(const char *name) {
-    static char buf[8][256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
-
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     if (f) {
@@ -59,18 +51,18 @@ static void make_files(void) {
     static int64_t y[N], ybad[N];
     for (int i = 0; i < N * F; i++) x[i] = (float)((i * 7919) % 101) / 101.0f;
     for (int i = 0; i < N; i++) y[i] = i % 3, ybad[i] = i == 37 ? 3 : i % 3;
-    tf_write_npy(path_in("x.npy"), "<f4", N, F, x, sizeof(float), 0);
-    tf_write_npy(path_in("y.npy"), "<i8", N, 0, y, sizeof(int64_t), 0);
-    tf_write_npy(path_in("ybad.npy"), "<i8", N, 0, ybad, sizeof(int64_t), 0);
-    tf_write_npy(path_in("xc.npy"), "<c8", N / 2, F, x, sizeof(float), 0);
-    tf_write_npy(path_in("xtrunc.npy"), "<f4", N, F, x, sizeof(float), 100);
-    FILE *f = fopen(path_in("series.csv"), "w");
+    tf_write_npy(e2e_path("x.npy"), "<f4", N, F, x, sizeof(float), 0);
+    tf_write_npy(e2e_path("y.npy"), "<i8", N, 0, y, sizeof(int64_t), 0);
+    tf_write_npy(e2e_path("ybad.npy"), "<i8", N, 0, ybad, sizeof(int64_t), 0);
+    tf_write_npy(e2e_path("xc.npy"), "<c8", N / 2, F, x, sizeof(float), 0);
+    tf_write_npy(e2e_path("xtrunc.npy"), "<f4", N, F, x, sizeof(float), 100);
+    FILE *f = fopen(e2e_path("series.csv"), "w");
     if (f) {
         fprintf(f, "t,a,b,price\n");
         for (int i = 0; i < 60; i++) fprintf(f, "%d,%.2f,%d,%.2f\n", i, i * 0.5, i % 7, i * 0.1);
         fclose(f);
     }
-    f = fopen(path_in("bad.csv"), "w");
+    f = fopen(e2e_path("bad.csv"), "w");
     if (f) {
         fprintf(f, "t,a,b,price\n");
         for (int i = 0; i < 60; i++)
@@ -82,23 +74,23 @@ static void make_files(void) {
              "model: {name: mlp, batch: 16, hidden: 16, n_hidden: 1}\n"
              "train: {steps: 8, threads: 1}\n"
              "data: {source: npy, x: %s, y: %s}\n",
-             path_in("x.npy"), path_in("y.npy"));
-    write_text(path_in("npy.yaml"), yaml);
+             e2e_path("x.npy"), e2e_path("y.npy"));
+    write_text(e2e_path("npy.yaml"), yaml);
     snprintf(yaml, sizeof yaml,
              "model: {name: mlp, batch: 8, hidden: 16, n_hidden: 1}\n"
              "train: {steps: 8, threads: 1}\n"
              "data: {source: csv, path: %s, label: price, features: [a, b], window: 4}\n",
-             path_in("series.csv"));
-    write_text(path_in("csv.yaml"), yaml);
+             e2e_path("series.csv"));
+    write_text(e2e_path("csv.yaml"), yaml);
 }
 
 static void test_bad_input(void) {
     char empty[256], used[256];
-    snprintf(empty, sizeof empty, "%s", path_in("empty-run"));
-    snprintf(used, sizeof used, "%s", path_in("used-run"));
+    snprintf(empty, sizeof empty, "%s", e2e_path("empty-run"));
+    snprintf(used, sizeof used, "%s", e2e_path("used-run"));
     mkdir(empty, 0777);
     mkdir(used, 0777);
-    write_text(path_in("used-run/summary.json"), "{\"status\": \"completed\"}\n");
+    write_text(e2e_path("used-run/summary.json"), "{\"status\": \"completed\"}\n");
     struct {
         const char *what, *config, *sets, *msg, *msg2;
     } cases[] = {
@@ -117,7 +109,7 @@ static void test_bad_input(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char sets[512], args[1024];
         snprintf(sets, sizeof sets, cases[i].sets, dir);
-        snprintf(args, sizeof args, "train %s %s --out %s", path_in(cases[i].config), sets, empty);
+        snprintf(args, sizeof args, "train %s %s --out %s", e2e_path(cases[i].config), sets, empty);
         e2e_result r = e2e_run(args);
         CHECK(r.rc == 2, "%s: exit %d, expected 2 (%s)", cases[i].what, r.rc, r.err);
         CHECK(strstr(r.err, "tessel: error: ") && strstr(r.err, cases[i].msg) &&
@@ -129,11 +121,11 @@ static void test_bad_input(void) {
     }
     /* A good config into a used run directory: refused, nothing changed. */
     char args[1024];
-    snprintf(args, sizeof args, "train %s --out %s", path_in("npy.yaml"), used);
+    snprintf(args, sizeof args, "train %s --out %s", e2e_path("npy.yaml"), used);
     e2e_result r = e2e_run(args);
     CHECK(r.rc == 2 && strstr(r.err, "already exists and is not empty"), "used dir: %d %s", r.rc,
           r.err);
-    char *kept = e2e_slurp(path_in("used-run/summary.json"), NULL);
+    char *kept = e2e_slurp(e2e_path("used-run/summary.json"), NULL);
     CHECK(entries(used) == 1 && !strcmp(kept, "{\"status\": \"completed\"}\n"),
           "the used run directory is untouched");
     free(kept);
@@ -142,9 +134,9 @@ static void test_bad_input(void) {
 
 static void test_success(void) {
     char out[256];
-    snprintf(out, sizeof out, "%s", path_in("run-npy"));
+    snprintf(out, sizeof out, "%s", e2e_path("run-npy"));
     char args[1024];
-    snprintf(args, sizeof args, "train %s --out %s", path_in("npy.yaml"), out);
+    snprintf(args, sizeof args, "train %s --out %s", e2e_path("npy.yaml"), out);
     e2e_result r = e2e_run(args);
     CHECK(r.rc == 0, "npy run: exit %d: %s", r.rc, r.err);
     CHECK(strstr(r.out, "run directory: ") && strstr(r.out, out), "prints the run directory");
@@ -153,8 +145,8 @@ static void test_success(void) {
     for (int i = 0; i < 4; i++) CHECK(file_exists(out, files[i]), "%s written", files[i]);
     e2e_done(&r);
 
-    snprintf(out, sizeof out, "%s", path_in("run-csv"));
-    snprintf(args, sizeof args, "train %s --out %s", path_in("csv.yaml"), out);
+    snprintf(out, sizeof out, "%s", e2e_path("run-csv"));
+    snprintf(args, sizeof args, "train %s --out %s", e2e_path("csv.yaml"), out);
     r = e2e_run(args);
     CHECK(r.rc == 0 && file_exists(out, "normalisation.json"), "csv run: %d %s", r.rc, r.err);
     CHECK(strstr(r.out, " mse "), "regression reports mse");
@@ -162,12 +154,12 @@ static void test_success(void) {
 
     /* The resolved config reproduces the run: same final loss. */
     char a[256], b[256];
-    snprintf(args, sizeof args, "train %s/config.yaml --out %s", out, path_in("run-csv2"));
+    snprintf(args, sizeof args, "train %s/config.yaml --out %s", out, e2e_path("run-csv2"));
     r = e2e_run(args);
     CHECK(r.rc == 0, "rerun of config.yaml: %s", r.err);
     e2e_done(&r);
-    char *s1 = e2e_slurp(path_in("run-csv/summary.json"), NULL),
-         *s2 = e2e_slurp(path_in("run-csv2/summary.json"), NULL);
+    char *s1 = e2e_slurp(e2e_path("run-csv/summary.json"), NULL),
+         *s2 = e2e_slurp(e2e_path("run-csv2/summary.json"), NULL);
     const char *f1 = strstr(s1, "\"final_loss\""), *f2 = strstr(s2, "\"final_loss\"");
     CHECK(f1 && f2 && sscanf(f1, "\"final_loss\": %255[^,]", a) == 1 &&
               sscanf(f2, "\"final_loss\": %255[^,]", b) == 1 && !strcmp(a, b),
@@ -178,7 +170,7 @@ static void test_success(void) {
 
 static void test_interrupt(void) {
     char out[256], metrics[512];
-    snprintf(out, sizeof out, "%s", path_in("run-int"));
+    snprintf(out, sizeof out, "%s", e2e_path("run-int"));
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
     fflush(stdout); /* or the child would print what is buffered again */
     pid_t pid = fork();
@@ -204,7 +196,7 @@ static void test_interrupt(void) {
     waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 130, "Ctrl-C: exit 130, got %d",
           WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-    char *sum = e2e_slurp(path_in("run-int/summary.json"), NULL);
+    char *sum = e2e_slurp(e2e_path("run-int/summary.json"), NULL);
     CHECK(strstr(sum, "\"status\": \"interrupted\""), "summary written: %s", sum);
     free(sum);
 }
@@ -218,11 +210,11 @@ static void test_demo_config(void) {
     char args[512];
     snprintf(args, sizeof args,
              "train examples/fashion_mnist.yaml --set train.epochs=0 --steps 30 --out %s",
-             path_in("run-demo"));
+             e2e_path("run-demo"));
     e2e_result r = e2e_run(args);
     CHECK(r.rc == 0, "demo config: exit %d: %s", r.rc, r.err);
     CHECK(strstr(r.out, "test loss") && strstr(r.out, "accuracy"), "test split evaluated");
-    char *sum = e2e_slurp(path_in("run-demo/summary.json"), NULL);
+    char *sum = e2e_slurp(e2e_path("run-demo/summary.json"), NULL);
     const char *t = strstr(sum, "\"test\"");
     double acc = 0;
     const char *a = t ? strstr(t, "\"accuracy\":") : NULL;

@@ -12,6 +12,14 @@ void e2e_init(const char *bin, const char *dir) {
     if (dir) e2e_tmp = dir;
 }
 
+const char *e2e_path(const char *name) {
+    static char buf[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", e2e_tmp, name);
+    return buf[k];
+}
+
 char *e2e_slurp(const char *path, long *len) {
     FILE *f = fopen(path, "rb");
     long n = 0;

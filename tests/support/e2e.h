@@ -15,6 +15,9 @@ typedef struct e2e_result {
 
 /* The tessel binary and a directory for the captured output files. */
 void e2e_init(const char *bin, const char *dir);
+/* DIR/name in the directory given to e2e_init; the result stays valid for
+ * the next 7 calls (so several can appear in one call's arguments). */
+const char *e2e_path(const char *name);
 /* A whole file as a NUL-terminated string ("" if unreadable); *len gets its
  * length (may be NULL). Free with free(). */
 char *e2e_slurp(const char *path, long *len);
