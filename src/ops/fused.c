@@ -252,6 +252,15 @@ int ts_mm_epi_operand_ok(const ts_type *x, const ts_type *out) {
     return x->dtype == TS_F32 && (ts_type_equal(x, out) || is_bias_shape(x, out));
 }
 
+/* The GEMM of a matmul_epi as the f32 matmul node it was: its two operands,
+ * and i[2] cleared (matmul's low-precision flag; the post-op count here). */
+static ts_node plain_matmul(const ts_node *n) {
+    ts_node mm = *n;
+    mm.n_in = 2;
+    mm.a.i[2] = 0;
+    return mm;
+}
+
 static ts_status infer_mm_epi(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     int n_post = (int)n->a.i[2], n_add = 0;
     if (n_post < 1 || n_post > TS_EPI_MAX) return ts_fail(TS_ERR_INVALID, "bad post-op count");
@@ -263,9 +272,7 @@ static ts_status infer_mm_epi(const ts_graph *g, const ts_node *n, ts_type *out,
     }
     if (n->n_in != 2 + n_add)
         return ts_fail(TS_ERR_INVALID, "%d inputs for %d add post-ops", n->n_in, n_add);
-    ts_node mm = *n;
-    mm.n_in = 2;
-    mm.a.i[2] = 0; /* matmul's i[2] (low-precision operands) is the post-op count here */
+    ts_node mm = plain_matmul(n);
     ts_status s = ts_op_get(TS_OP_MATMUL)->infer(g, &mm, out, n_out);
     if (s != TS_OK) return s;
     if (out->dtype != TS_F32) return ts_fail(TS_ERR_SHAPE, "matmul_epi is f32 only");
@@ -311,9 +318,7 @@ static ts_status k_mm_epi(const ts_kargs *k) {
 }
 
 static double cost_mm_epi(const ts_graph *g, const ts_node *n) {
-    ts_node mm = *n;
-    mm.n_in = 2;
-    mm.a.i[2] = 0;
+    ts_node mm = plain_matmul(n);
     return ts_op_get(TS_OP_MATMUL)->cost(g, &mm) +
            (double)ts_type_numel(&g->values[n->out[0]].t) * (double)n->a.i[2];
 }
