@@ -13,7 +13,7 @@ static const char usage[] =
     "                    [--precision fp32|bf16|fp16] [--profile] [--no-fuse] [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n"
     "       tessel bench --workload W1|W3 --procs N [--threads N] [--steps N] [--rounds N]\n"
-    "                    [--per-rank-batch]   (N data-parallel processes against 1)\n";
+    "                    [--per-rank-batch] [--zero]   (N data-parallel processes against 1)\n";
 
 /* A positive integer option value. */
 static int count(const char *opt, const char *v, int *out) {
@@ -29,7 +29,7 @@ static int count(const char *opt, const char *v, int *out) {
 int cli_bench(int argc, char **argv) {
     if (argc && !strcmp(argv[0], "collectives")) return tessel_cmd_bench_collectives(argc, argv);
     ts_bench_options o = ts_bench_options_default();
-    int rc = CLI_OK, procs = 1, per_rank_batch = 0, threads_set = 0;
+    int rc = CLI_OK, procs = 1, per_rank_batch = 0, threads_set = 0, zero = 0;
     static const char *const with_value[] = {"--workload",  "--precision", "--json",
                                              "--reference", "--steps",     "--threads",
                                              "--rounds",    "--warmup",    "--procs"};
@@ -47,6 +47,10 @@ int cli_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--per-rank-batch")) {
             per_rank_batch = 1;
+            continue;
+        }
+        if (!strcmp(a, "--zero")) {
+            zero = 1;
             continue;
         }
         if (!strcmp(a, "--no-fuse")) {
@@ -93,6 +97,7 @@ int cli_bench(int argc, char **argv) {
         d.warmup = o.warmup;
         d.rounds = o.rounds;
         d.per_rank_batch = per_rank_batch;
+        d.zero = zero;
         ts_bench_dist_result dr;
         ts_status s = ts_bench_dist_run(&d, &dr);
         return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());

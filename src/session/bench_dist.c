@@ -70,6 +70,7 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         co.threads = o->threads;
         co.comm = rc->no_comm ? NULL : comm;
         co.dist_algo = TS_ALGO_NATIVE; /* no probing inside the timed runs */
+        co.zero = rc->no_comm ? 0 : o->zero;
         s = ts_compile(g, &spec, &co, &p);
     }
     size_t xb = 0, yb = 0;
@@ -175,8 +176,9 @@ ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_res
                       : TS_OK;
     fprintf(out,
             "%s data parallel: 1 process x %d thread(s), batch %lld  vs  %d processes x %d "
-            "thread(s), batch %lld each (shm, direct all-reduce); %d rounds of %d steps\n",
+            "thread(s), batch %lld each (shm, %s); %d rounds of %d steps\n",
             o.workload, o.threads, (long long)batch, o.procs, o.threads, (long long)rank_batch,
+            o.zero ? "ZeRO-1: reduce-scatter, sharded update, all-gather" : "direct all-reduce",
             o.rounds, o.steps);
     for (int k = 0; s == TS_OK && k < o.rounds; k++) {
         s = one_run(&o, gpt, 1, batch, 0, sh, &t1[k]);
