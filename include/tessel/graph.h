@@ -252,22 +252,43 @@ ts_val ts_causal_attention(ts_graph *g, ts_val q, ts_val k, ts_val v);
  * all 1, all 0 and all 1. groups = C = O is a depthwise convolution. */
 ts_val ts_conv(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd, const int64_t *stride,
                const int64_t *padding, const int64_t *dilation, int64_t groups);
+/* Where the channel axis of an activation sits. Channels first is torch's
+ * layout and every builder's default; channels last ([N, (D,) (H,) W, C])
+ * is what the CPU's convolution kernels read and write natively, so a
+ * network built in it (conv, pooling and batch norm through the *_layout
+ * builders below, concat on the last axis) runs without converting
+ * between layouts around every convolution. Weights keep torch's layout
+ * either way. */
+typedef enum ts_layout { TS_CHANNELS_FIRST = 0, TS_CHANNELS_LAST = 1 } ts_layout;
+/* ts_conv with x [N, in..., C] -> y [N, out..., O] when layout is
+ * TS_CHANNELS_LAST. */
+ts_val ts_conv_layout(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd, const int64_t *stride,
+                      const int64_t *padding, const int64_t *dilation, int64_t groups,
+                      ts_layout layout);
 /* Transposed convolution (torch's ConvTranspose, dilation 1): x [N, C, in...],
  * w [C, O/groups, k...], b [O] or TS_NONE -> y [N, O, out...] with
  * out = (in - 1)*stride - 2*padding + k + output_padding; output_padding
  * (NULL: 0) must be smaller than the stride. */
 ts_val ts_conv_transpose(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd, const int64_t *stride,
                          const int64_t *padding, const int64_t *output_padding, int64_t groups);
+ts_val ts_conv_transpose_layout(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd,
+                                const int64_t *stride, const int64_t *padding,
+                                const int64_t *output_padding, int64_t groups, ts_layout layout);
 /* Pooling over the nd trailing dims of x [N, C, ...] (floor mode as torch).
  * stride NULL means stride = kernel, padding NULL means 0; padding may be
  * at most half the kernel. Max pooling passes the gradient to the first
  * maximum of each window (a NaN counts as the maximum). */
 ts_val ts_max_pool(ts_graph *g, ts_val x, int nd, const int64_t *kernel, const int64_t *stride,
                    const int64_t *padding);
+ts_val ts_max_pool_layout(ts_graph *g, ts_val x, int nd, const int64_t *kernel,
+                          const int64_t *stride, const int64_t *padding, ts_layout layout);
 /* Average over each window; count_include_pad counts padded positions in
  * the divisor (torch's default is 1). */
 ts_val ts_avg_pool(ts_graph *g, ts_val x, int nd, const int64_t *kernel, const int64_t *stride,
                    const int64_t *padding, int count_include_pad);
+ts_val ts_avg_pool_layout(ts_graph *g, ts_val x, int nd, const int64_t *kernel,
+                          const int64_t *stride, const int64_t *padding, int count_include_pad,
+                          ts_layout layout);
 /* Average into output_size[j] windows per spatial dim; window o spans
  * [floor(o*in/out), ceil((o+1)*in/out)) as torch's AdaptiveAvgPool. */
 ts_val ts_adaptive_avg_pool(ts_graph *g, ts_val x, int nd, const int64_t *output_size);
@@ -300,6 +321,10 @@ ts_val ts_batch_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const ch
  * (Conv -> BatchNorm -> ReLU blocks of the cnn and unet3d models). */
 ts_val ts_batch_norm_relu(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
                           const char *name_prefix, double momentum, double eps);
+/* Either of the two with x [N, ..., C] for TS_CHANNELS_LAST; relu 0 or 1. */
+ts_val ts_batch_norm_layout(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
+                            const char *name_prefix, double momentum, double eps, int relu,
+                            ts_layout layout);
 
 /* ---- recurrent layers -------------------------------------------------- */
 

@@ -1,4 +1,10 @@
-/* The 3D U-Net of the model zoo (benchmark W4). */
+/* The 3D U-Net of the model zoo (benchmark W4).
+ *
+ * Built channels last ([B, S, S, S, C] activations): the convolutions then
+ * run on oneDNN without converting layouts around each of them, and the
+ * per-voxel losses read the class axis where it already is. The model's
+ * interface stays torch's: x [B, C_in, S, S, S], logits [B, classes, S, S,
+ * S], and every parameter in torch's layout. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,13 +40,13 @@ static ts_val double_conv(ts_graph *g, ts_val x, const char *prefix, int64_t cin
         char name[64];
         snprintf(name, sizeof name, "%s.%d", prefix, 3 * i);
         ts_val w = conv_param(g, name, "weight", cout, i ? cout : cin, 3);
-        x = ts_conv(g, x, w, TS_NONE, 3, NULL, pad, NULL, 1);
+        x = ts_conv_layout(g, x, w, TS_NONE, 3, NULL, pad, NULL, 1, TS_CHANNELS_LAST);
         snprintf(name, sizeof name, "%s.%d.weight", prefix, 3 * i + 1);
         ts_val bw = ts_param(g, name, TS_F32, 1, cd, ts_init_ones());
         snprintf(name, sizeof name, "%s.%d.bias", prefix, 3 * i + 1);
         ts_val bb = ts_param(g, name, TS_F32, 1, cd, ts_init_zeros());
         snprintf(name, sizeof name, "%s.%d", prefix, 3 * i + 1);
-        x = ts_batch_norm_relu(g, x, bw, bb, name, 0.1, 1e-5);
+        x = ts_batch_norm_layout(g, x, bw, bb, name, 0.1, 1e-5, 1, TS_CHANNELS_LAST);
     }
     return x;
 }
@@ -50,7 +56,7 @@ static ts_val up(ts_graph *g, ts_val x, const char *prefix, int64_t cin, int64_t
     int64_t s[3] = {2, 2, 2};
     ts_val w = conv_param(g, prefix, "weight", cin, cout, 2);
     ts_val b = conv_bias(g, prefix, cout, cout * 8);
-    return ts_conv_transpose(g, x, w, b, 3, s, NULL, NULL, 1);
+    return ts_conv_transpose_layout(g, x, w, b, 3, s, NULL, NULL, 1, TS_CHANNELS_LAST);
 }
 
 ts_status ts_build_unet3d(ts_graph *g, const ts_unet3d_config *c, ts_model *m) {
@@ -78,21 +84,27 @@ ts_status ts_build_unet3d(ts_graph *g, const ts_unet3d_config *c, ts_model *m) {
     int64_t xd[5] = {B, c->in_channels, S, S, S}, yd[4] = {B, S, S, S}, k2[3] = {2, 2, 2};
     m->input = ts_input(g, "x", TS_F32, 5, xd);
     m->target = ts_input(g, "y", TS_I64, 4, yd);
-    ts_val e1 = double_conv(g, m->input, "enc1", c->in_channels, c->c1);
-    ts_val e2 = double_conv(g, ts_max_pool(g, e1, 3, k2, NULL, NULL), "enc2", c->c1, c->c2);
-    ts_val bt = double_conv(g, ts_max_pool(g, e2, 3, k2, NULL, NULL), "bott", c->c2, c->c3);
+    const ts_layout CL = TS_CHANNELS_LAST;
+    int to_last[5] = {0, 2, 3, 4, 1}, to_first[5] = {0, 4, 1, 2, 3};
+    int64_t xl[5] = {B, S, S, S, c->in_channels};
+    /* One input channel is the same memory either way. */
+    ts_val x =
+        c->in_channels == 1 ? ts_reshape(g, m->input, 5, xl) : ts_permute(g, m->input, to_last);
+    ts_val e1 = double_conv(g, x, "enc1", c->in_channels, c->c1);
+    ts_val e2 =
+        double_conv(g, ts_max_pool_layout(g, e1, 3, k2, NULL, NULL, CL), "enc2", c->c1, c->c2);
+    ts_val bt =
+        double_conv(g, ts_max_pool_layout(g, e2, 3, k2, NULL, NULL, CL), "bott", c->c2, c->c3);
     ts_val cat2[2] = {up(g, bt, "up2", c->c3, c->c2), e2};
-    ts_val d2 = double_conv(g, ts_concat(g, 2, cat2, 1), "dec2", 2 * c->c2, c->c2);
+    ts_val d2 = double_conv(g, ts_concat(g, 2, cat2, 4), "dec2", 2 * c->c2, c->c2);
     ts_val cat1[2] = {up(g, d2, "up1", c->c2, c->c1), e1};
-    ts_val d1 = double_conv(g, ts_concat(g, 2, cat1, 1), "dec1", 2 * c->c1, c->c1);
+    ts_val d1 = double_conv(g, ts_concat(g, 2, cat1, 4), "dec1", 2 * c->c1, c->c1);
     ts_val hw = conv_param(g, "head", "weight", C, c->c1, 1);
     ts_val hb = conv_bias(g, "head", C, c->c1);
-    m->output = ts_conv(g, d1, hw, hb, 3, NULL, NULL, NULL, 1);
+    ts_val lg = ts_conv_layout(g, d1, hw, hb, 3, NULL, NULL, NULL, 1, CL); /* [B, S, S, S, C] */
+    m->output = ts_permute(g, lg, to_first);
     ts_mark_output(g, m->output, "logits");
 
-    /* Channels last for the losses: [B, S, S, S, C]. */
-    int perm[5] = {0, 2, 3, 4, 1};
-    ts_val lg = ts_permute(g, m->output, perm);
     ts_val ce = ts_cross_entropy(g, lg, m->target, -100);
     ts_val probs = ts_softmax(g, lg, 4);
     float *eye = calloc((size_t)(C * C), sizeof *eye);

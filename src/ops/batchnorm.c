@@ -19,6 +19,10 @@
  * relu); its backward recomputes the ReLU mask from x, mean, rstd, weight
  * and bias with the same arithmetic as the forward instead of reading y.
  *
+ * With i[3] set (both ops) x is channels last, [N, ..., C]: the kernels
+ * see it as rows of C channels and reduce over blocks of rows, with every
+ * channel of a row in one vector.
+ *
  * Reductions over N x spatial per channel are cut into fixed blocks (per
  * channel, batch item and block of BN_BLK elements, 16 KiB of f32, so a
  * block stays in L1). The forward takes each block's mean and sum of
@@ -33,6 +37,7 @@
 #define BN_BLK  4096 /* elements per reduction block */
 #define BN_ACC  8    /* interleaved partial sums inside a block */
 #define BN_DACC 16   /* lanes of the backward's sums (in the element type) */
+#define BN_CL   3    /* attribute index of the channels-last flag (both ops) */
 
 /* ---- shapes ------------------------------------------------------------- */
 
@@ -46,13 +51,32 @@ static bn_dims dims_of(int rank, const int64_t *d) {
     return r;
 }
 
+/* Channels last: rows of C; a reduction block is BN_BLK elements' worth of
+ * whole rows. */
+static int64_t cl_rows(int rank, const int64_t *d) {
+    int64_t r = 1;
+    for (int i = 0; i < rank - 1; i++) r *= d[i];
+    return r;
+}
+static int64_t cl_blk_rows(int64_t c) {
+    return c >= BN_BLK ? 1 : BN_BLK / c;
+}
+static int64_t cl_nblocks(int rank, const int64_t *d) {
+    int64_t br = cl_blk_rows(d[rank - 1]);
+    return (cl_rows(rank, d) + br - 1) / br;
+}
+
 static int64_t n_sblocks(int64_t s) {
     return (s + BN_BLK - 1) / BN_BLK;
 }
 
 /* Scratch: per_task doubles per (channel, batch item, block) plus four
  * per-channel doubles. */
-static size_t scratch_for(const ts_type *x, int per_task) {
+static size_t scratch_for(const ts_type *x, int per_task, int cl) {
+    if (cl) {
+        int64_t c = x->dims[x->rank - 1];
+        return (size_t)(cl_nblocks(x->rank, x->dims) * c * per_task + 4 * c) * sizeof(double);
+    }
     bn_dims d = dims_of(x->rank, x->dims);
     int64_t tasks = d.c * d.n * n_sblocks(d.s);
     return (size_t)(tasks * per_task + 4 * d.c) * sizeof(double);
@@ -71,22 +95,27 @@ static ts_status check_x(const ts_type *x) {
     return TS_OK;
 }
 
+/* The channel count of x: axis 1, or the last axis channels last. */
+static int64_t chans(const ts_type *x, int cl) {
+    return x->dims[cl ? x->rank - 1 : 1];
+}
+
 /* A per-channel vector: [C] of x's dtype. */
-static ts_status check_vec(const ts_type *v, const ts_type *x, const char *what) {
-    if (v->dtype != x->dtype || v->rank != 1 || v->dims[0] != x->dims[1]) {
+static ts_status check_vec(const ts_type *v, const ts_type *x, int cl, const char *what) {
+    if (v->dtype != x->dtype || v->rank != 1 || v->dims[0] != chans(x, cl)) {
         char tb[128];
         return ts_fail(TS_ERR_SHAPE, "%s must be %s[%lld] (one per channel of x), got %s", what,
-                       ts_dtype_name(x->dtype), (long long)x->dims[1],
+                       ts_dtype_name(x->dtype), (long long)chans(x, cl),
                        ts_type_str(tb, sizeof tb, v));
     }
     return TS_OK;
 }
 
 static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    int64_t affine = n->a.i[0], training = n->a.i[1], relu = n->a.i[2];
+    int64_t affine = n->a.i[0], training = n->a.i[1], relu = n->a.i[2], cl = n->a.i[BN_CL];
     if ((affine != 0 && affine != 1) || (training != 0 && training != 1) ||
-        (relu != 0 && relu != 1))
-        return ts_fail(TS_ERR_INVALID, "affine, training and relu flags must be 0 or 1");
+        (relu != 0 && relu != 1) || (cl != 0 && cl != 1))
+        return ts_fail(TS_ERR_INVALID, "affine, training, relu and layout flags must be 0 or 1");
     if (n->n_in != 3 + 2 * (int)affine)
         return ts_fail(TS_ERR_INVALID,
                        "%d inputs do not match affine=%d (x%s, running_mean, "
@@ -101,13 +130,13 @@ static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int
         return ts_fail(TS_ERR_INVALID, "eps must be finite and >= 0, got %g", eps);
     int k = 1;
     if (affine) {
-        if ((s = check_vec(ts_in_type(g, n, k++), x, "weight")) != TS_OK) return s;
-        if ((s = check_vec(ts_in_type(g, n, k++), x, "bias")) != TS_OK) return s;
+        if ((s = check_vec(ts_in_type(g, n, k++), x, (int)cl, "weight")) != TS_OK) return s;
+        if ((s = check_vec(ts_in_type(g, n, k++), x, (int)cl, "bias")) != TS_OK) return s;
     }
-    if ((s = check_vec(ts_in_type(g, n, k++), x, "running_mean")) != TS_OK) return s;
-    if ((s = check_vec(ts_in_type(g, n, k++), x, "running_var")) != TS_OK) return s;
+    if ((s = check_vec(ts_in_type(g, n, k++), x, (int)cl, "running_mean")) != TS_OK) return s;
+    if ((s = check_vec(ts_in_type(g, n, k++), x, (int)cl, "running_var")) != TS_OK) return s;
     out[0] = *x;
-    out[1] = (ts_type){.dtype = x->dtype, .rank = 1, .dims = {x->dims[1]}};
+    out[1] = (ts_type){.dtype = x->dtype, .rank = 1, .dims = {chans(x, (int)cl)}};
     out[2] = out[1];
     *n_out = 3;
     return TS_OK;
@@ -115,6 +144,7 @@ static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int
 
 static ts_status infer_bn_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     int64_t affine = n->a.i[0], relu = n->a.i[1];
+    const int cl = n->a.i[BN_CL] != 0;
     if ((affine != 0 && affine != 1) || (relu != 0 && relu != 1))
         return ts_fail(TS_ERR_INVALID, "affine and relu flags must be 0 or 1");
     if (n->n_in != 4 + (int)affine + (int)(affine && relu))
@@ -124,14 +154,14 @@ static ts_status infer_bn_bwd(const ts_graph *g, const ts_node *n, ts_type *out,
     ts_status s = check_x(x);
     if (s != TS_OK) return s;
     if (!ts_type_equal(dy, x)) return ts_fail(TS_ERR_SHAPE, "dy and x must have the same type");
-    if ((s = check_vec(ts_in_type(g, n, 2), x, "mean")) != TS_OK) return s;
-    if ((s = check_vec(ts_in_type(g, n, 3), x, "rstd")) != TS_OK) return s;
-    if (affine && (s = check_vec(ts_in_type(g, n, 4), x, "weight")) != TS_OK) return s;
-    if (affine && relu && (s = check_vec(ts_in_type(g, n, 5), x, "bias")) != TS_OK) return s;
+    if ((s = check_vec(ts_in_type(g, n, 2), x, cl, "mean")) != TS_OK) return s;
+    if ((s = check_vec(ts_in_type(g, n, 3), x, cl, "rstd")) != TS_OK) return s;
+    if (affine && (s = check_vec(ts_in_type(g, n, 4), x, cl, "weight")) != TS_OK) return s;
+    if (affine && relu && (s = check_vec(ts_in_type(g, n, 5), x, cl, "bias")) != TS_OK) return s;
     out[0] = *x;
     *n_out = 1;
     if (affine) {
-        out[1] = (ts_type){.dtype = x->dtype, .rank = 1, .dims = {x->dims[1]}};
+        out[1] = (ts_type){.dtype = x->dtype, .rank = 1, .dims = {chans(x, cl)}};
         out[2] = out[1];
         *n_out = 3;
     }
@@ -157,6 +187,7 @@ static ts_status grad_bn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
     ts_attrs at = ts_attrs_zero();
     at.i[0] = affine;
     at.i[1] = relu;
+    at.i[BN_CL] = n->a.i[BN_CL];
     ts_val outs[TS_MAX_OUT];
     if (!ts_val_ok(ts_node_add(g, TS_OP_BATCH_NORM_BWD, n_in, in, &at, outs)))
         return ts_graph_status(g);
@@ -383,18 +414,192 @@ static inline void bn_coef(double rstd, const void *w, const void *b, int64_t c,
 DEF_BN(float, f32, 0)
 DEF_BN(double, f64, 1)
 
+/* Channels last. Scratch: per block of rows the C means and C sums of
+ * squared deviations (forward) or the C sums of g and g (x - mean)
+ * (backward), then 4 C doubles for per-channel values. Blocks are merged
+ * in block order, so results do not depend on the thread count. */
+#define DEF_BN_CL(T, SFX, F64)                                                                     \
+    TS_CLONES static void bn_cl_stats_##SFX(const T *x, int64_t rows, int64_t C, double *mean,     \
+                                            double *m2) {                                          \
+        for (int64_t c = 0; c < C; c++) mean[c] = 0, m2[c] = 0;                                    \
+        for (int64_t r = 0; r < rows; r++)                                                         \
+            for (int64_t c = 0; c < C; c++) mean[c] += (double)x[r * C + c];                       \
+        for (int64_t c = 0; c < C; c++) mean[c] /= (double)rows;                                   \
+        for (int64_t r = 0; r < rows; r++)                                                         \
+            for (int64_t c = 0; c < C; c++) {                                                      \
+                double d = (double)x[r * C + c] - mean[c];                                         \
+                m2[c] += d * d;                                                                    \
+            }                                                                                      \
+    }                                                                                              \
+    TS_CLONES static void bn_cl_affine_##SFX(T *y, const T *x, int64_t rows, int64_t C,            \
+                                             const T *al, const T *be, int relu) {                 \
+        for (int64_t r = 0; r < rows; r++) {                                                       \
+            const T *xr = x + r * C;                                                               \
+            T *yr = y + r * C;                                                                     \
+            if (relu)                                                                              \
+                for (int64_t c = 0; c < C; c++) {                                                  \
+                    T v = xr[c] * al[c] + be[c];                                                   \
+                    yr[c] = v < 0 ? (T)0 : v;                                                      \
+                }                                                                                  \
+            else                                                                                   \
+                for (int64_t c = 0; c < C; c++) yr[c] = xr[c] * al[c] + be[c];                     \
+        }                                                                                          \
+    }                                                                                              \
+    TS_CLONES static void bn_cl_dsum_##SFX(const T *dy, const T *x, int64_t rows, int64_t C,       \
+                                           const T *mean, int relu, const T *al, const T *be,      \
+                                           double *s1, double *s2) {                               \
+        for (int64_t c = 0; c < C; c++) s1[c] = 0, s2[c] = 0;                                      \
+        for (int64_t r = 0; r < rows; r++) {                                                       \
+            const T *xr = x + r * C, *gr = dy + r * C;                                             \
+            for (int64_t c = 0; c < C; c++) {                                                      \
+                T v = xr[c] * al[c] + be[c], gg = relu && !(v > 0) ? (T)0 : gr[c];                 \
+                s1[c] += (double)gg;                                                               \
+                s2[c] += (double)(gg * (xr[c] - mean[c]));                                         \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    TS_CLONES static void bn_cl_dx_##SFX(T *dx, const T *dy, const T *x, int64_t rows, int64_t C,  \
+                                         const T *mean, const T *kk, const T *mdy, const T *scale, \
+                                         int relu, const T *al, const T *be) {                     \
+        for (int64_t r = 0; r < rows; r++) {                                                       \
+            const T *xr = x + r * C, *gr = dy + r * C;                                             \
+            T *dr = dx + r * C;                                                                    \
+            for (int64_t c = 0; c < C; c++) {                                                      \
+                T v = xr[c] * al[c] + be[c], gg = relu && v <= 0 ? (T)0 : gr[c];                   \
+                dr[c] = (gg - (xr[c] - mean[c]) * kk[c] - mdy[c]) * scale[c];                      \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static ts_status bn_fwd_cl_##SFX(const ts_kargs *k) {                                          \
+        const ts_tensor *xt = &k->in[0];                                                           \
+        int affine = k->a->i[0] != 0, training = k->a->i[1] != 0, relu = k->a->i[2] != 0;          \
+        double mom = k->a->f[0], eps = k->a->f[1];                                                 \
+        const int64_t C = xt->dims[xt->rank - 1], R = cl_rows(xt->rank, xt->dims);                 \
+        const int64_t br = cl_blk_rows(C), nb = cl_nblocks(xt->rank, xt->dims);                    \
+        const T *x = xt->data;                                                                     \
+        const T *w = affine ? k->in[1].data : NULL, *b = affine ? k->in[2].data : NULL;            \
+        T *rm = k->in[1 + 2 * affine].data, *rv = k->in[2 + 2 * affine].data;                      \
+        T *y = k->out[0].data, *mean_o = k->out[1].data, *rstd_o = k->out[2].data;                 \
+        if ((size_t)(2 * nb * C + 4 * C) * sizeof(double) > k->scratch_bytes)                      \
+            return ts_fail(TS_ERR_INTERNAL, "batch_norm '%s': scratch too small", k->label);       \
+        double *part = k->scratch;                                                                 \
+        T *al = (T *)(part + 2 * nb * C), *be = (T *)(part + 2 * nb * C + C);                      \
+        if (training) {                                                                            \
+            if (R < 2)                                                                             \
+                return ts_fail(TS_ERR_SHAPE,                                                       \
+                               "batch_norm '%s': training needs more than one value per "          \
+                               "channel (x has %lld rows of %lld channels)",                       \
+                               k->label, (long long)R, (long long)C);                              \
+            _Pragma(                                                                               \
+                "omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
+                                                                                   q < nb; q++) {  \
+                int64_t r0 = q * br, rows = R - r0 < br ? R - r0 : br;                             \
+                bn_cl_stats_##SFX(x + r0 * C, rows, C, part + 2 * q * C, part + 2 * q * C + C);    \
+            }                                                                                      \
+            for (int64_t c = 0; c < C; c++) {                                                      \
+                double cnt = 0, mean = 0, m2 = 0;                                                  \
+                for (int64_t q = 0; q < nb; q++) {                                                 \
+                    double nbr = (double)(R - q * br < br ? R - q * br : br), tot = cnt + nbr;     \
+                    double delta = part[2 * q * C + c] - mean;                                     \
+                    mean += delta * (nbr / tot);                                                   \
+                    m2 += part[2 * q * C + C + c] + delta * delta * (cnt * nbr / tot);             \
+                    cnt = tot;                                                                     \
+                }                                                                                  \
+                double v = m2 / (double)R;                                                         \
+                mean_o[c] = (T)mean;                                                               \
+                rstd_o[c] = (T)(1.0 / sqrt(v + eps));                                              \
+                rm[c] = (T)(mom * mean + (1.0 - mom) * (double)rm[c]);                             \
+                rv[c] =                                                                            \
+                    (T)(mom * (v * (double)R / (double)(R - 1)) + (1.0 - mom) * (double)rv[c]);    \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t c = 0; c < C; c++) {                                                      \
+                mean_o[c] = rm[c];                                                                 \
+                rstd_o[c] = (T)(1.0 / sqrt((double)rv[c] + eps));                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int64_t c = 0; c < C; c++) {                                                          \
+            double a_, b_;                                                                         \
+            bn_coef((double)rstd_o[c], w, b, c, F64, (double)mean_o[c], &a_, &b_);                 \
+            al[c] = (T)a_;                                                                         \
+            be[c] = (T)b_;                                                                         \
+        }                                                                                          \
+        _Pragma("omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
+                                                                                   q < nb; q++) {  \
+            int64_t r0 = q * br, rows = R - r0 < br ? R - r0 : br;                                 \
+            bn_cl_affine_##SFX(y + r0 * C, x + r0 * C, rows, C, al, be, relu);                     \
+        }                                                                                          \
+        return TS_OK;                                                                              \
+    }                                                                                              \
+    static ts_status bn_bwd_cl_##SFX(const ts_kargs *k) {                                          \
+        const ts_tensor *xt = &k->in[1];                                                           \
+        int affine = k->a->i[0] != 0, relu = k->a->i[1] != 0;                                      \
+        const int64_t C = xt->dims[xt->rank - 1], R = cl_rows(xt->rank, xt->dims);                 \
+        const int64_t br = cl_blk_rows(C), nb = cl_nblocks(xt->rank, xt->dims);                    \
+        const T *dy = k->in[0].data, *x = xt->data, *mean = k->in[2].data;                         \
+        const T *rstd = k->in[3].data, *w = affine ? k->in[4].data : NULL;                         \
+        const T *bias = affine && relu ? k->in[5].data : NULL;                                     \
+        T *dx = k->out[0].data;                                                                    \
+        T *dw = affine ? k->out[1].data : NULL, *db = affine ? k->out[2].data : NULL;              \
+        if ((size_t)(2 * nb * C + 4 * C) * sizeof(double) > k->scratch_bytes)                      \
+            return ts_fail(TS_ERR_INTERNAL, "batch_norm_bwd '%s': scratch too small", k->label);   \
+        double *part = k->scratch, *tail = part + 2 * nb * C;                                      \
+        T *al = (T *)tail, *be = (T *)(tail + C), *kk = (T *)(tail + 2 * C);                       \
+        T *mdy = (T *)(tail + 3 * C), *scale = (T *)part; /* part is free once summed */           \
+        for (int64_t c = 0; c < C; c++) {                                                          \
+            double a_, b_;                                                                         \
+            bn_coef((double)rstd[c], w, bias, c, F64, (double)mean[c], &a_, &b_);                  \
+            al[c] = (T)a_;                                                                         \
+            be[c] = (T)b_;                                                                         \
+        }                                                                                          \
+        _Pragma("omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
+                                                                                   q < nb; q++) {  \
+            int64_t r0 = q * br, rows = R - r0 < br ? R - r0 : br;                                 \
+            bn_cl_dsum_##SFX(dy + r0 * C, x + r0 * C, rows, C, mean, relu, al, be,                 \
+                             part + 2 * q * C, part + 2 * q * C + C);                              \
+        }                                                                                          \
+        for (int64_t c = 0; c < C; c++) {                                                          \
+            double s1 = 0, s2 = 0;                                                                 \
+            for (int64_t q = 0; q < nb; q++) {                                                     \
+                s1 += part[2 * q * C + c];                                                         \
+                s2 += part[2 * q * C + C + c];                                                     \
+            }                                                                                      \
+            if (dw) dw[c] = (T)(s2 * (double)rstd[c]);                                             \
+            if (db) db[c] = (T)s1;                                                                 \
+            double r = (double)rstd[c];                                                            \
+            kk[c] = (T)(s2 * r * r / (double)R);                                                   \
+            mdy[c] = (T)(s1 / (double)R);                                                          \
+        }                                                                                          \
+        /* Block 0's sums (the first 2C doubles of part) are read above for                        \
+         * every channel before scale overwrites them. */                                          \
+        for (int64_t c = 0; c < C; c++)                                                            \
+            scale[c] = (T)((double)rstd[c] * (w ? (double)w[c] : 1.0));                            \
+        _Pragma("omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
+                                                                                   q < nb; q++) {  \
+            int64_t r0 = q * br, rows = R - r0 < br ? R - r0 : br;                                 \
+            bn_cl_dx_##SFX(dx + r0 * C, dy + r0 * C, x + r0 * C, rows, C, mean, kk, mdy, scale,    \
+                           relu, al, be);                                                          \
+        }                                                                                          \
+        return TS_OK;                                                                              \
+    }
+
+DEF_BN_CL(float, f32, 0)
+DEF_BN_CL(double, f64, 1)
+
 static ts_status k_bn(const ts_kargs *k) {
+    const int cl = k->a->i[BN_CL] != 0;
     switch (k->in[0].dtype) {
-    case TS_F32: return bn_fwd_f32(k);
-    case TS_F64: return bn_fwd_f64(k);
+    case TS_F32: return cl ? bn_fwd_cl_f32(k) : bn_fwd_f32(k);
+    case TS_F64: return cl ? bn_fwd_cl_f64(k) : bn_fwd_f64(k);
     default: return ts_kernel_bad_dtype(k, "batch_norm", k->in[0].dtype);
     }
 }
 
 static ts_status k_bn_bwd(const ts_kargs *k) {
+    const int cl = k->a->i[BN_CL] != 0;
     switch (k->in[1].dtype) {
-    case TS_F32: return bn_bwd_f32(k);
-    case TS_F64: return bn_bwd_f64(k);
+    case TS_F32: return cl ? bn_bwd_cl_f32(k) : bn_bwd_f32(k);
+    case TS_F64: return cl ? bn_bwd_cl_f64(k) : bn_bwd_f64(k);
     default: return ts_kernel_bad_dtype(k, "batch_norm_bwd", k->in[1].dtype);
     }
 }
@@ -402,10 +607,10 @@ static ts_status k_bn_bwd(const ts_kargs *k) {
 /* The forward needs partials only in training mode, but the mode is set
  * after the node is built, so the scratch is always planned. */
 static size_t scratch_bn(const ts_graph *g, const ts_node *n) {
-    return scratch_for(ts_in_type(g, n, 0), 2);
+    return scratch_for(ts_in_type(g, n, 0), 2, n->a.i[BN_CL] != 0);
 }
 static size_t scratch_bn_bwd(const ts_graph *g, const ts_node *n) {
-    return scratch_for(ts_in_type(g, n, 1), 2);
+    return scratch_for(ts_in_type(g, n, 1), 2, n->a.i[BN_CL] != 0);
 }
 
 static double cost_bn(const ts_graph *g, const ts_node *n) {
@@ -454,7 +659,7 @@ static int32_t new_stat(ts_graph *g, const char *prefix, const char *suffix, ts_
 }
 
 static ts_val add_bn(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const char *name_prefix,
-                     double momentum, double eps, int relu) {
+                     double momentum, double eps, int relu, int cl) {
     /* TS_NONE for weight/bias means "no affine": with a sticky error
      * pending we return before it could be mistaken for that. */
     if (!g || g->status != TS_OK || !ts_val_ok(x)) return TS_NONE;
@@ -473,9 +678,10 @@ static ts_val add_bn(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const ch
                              ts_name(g, x) ? ts_name(g, x) : "x", ts_type_str(tb, sizeof tb, &xt),
                              ts_last_error());
     }
-    int32_t rm = new_stat(g, name_prefix, "running_mean", xt.dtype, xt.dims[1], ts_init_zeros());
+    int32_t rm =
+        new_stat(g, name_prefix, "running_mean", xt.dtype, chans(&xt, cl), ts_init_zeros());
     if (rm < 0) return TS_NONE;
-    int32_t rv = new_stat(g, name_prefix, "running_var", xt.dtype, xt.dims[1], ts_init_ones());
+    int32_t rv = new_stat(g, name_prefix, "running_var", xt.dtype, chans(&xt, cl), ts_init_ones());
     if (rv < 0) return TS_NONE;
     ts_val in[5] = {x};
     int n = 1;
@@ -483,6 +689,7 @@ static ts_val add_bn(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const ch
     at.i[0] = ts_val_ok(weight);
     at.i[1] = 1; /* ts_compile sets the plan's mode */
     at.i[2] = relu;
+    at.i[BN_CL] = cl;
     at.f[0] = momentum;
     at.f[1] = eps;
     if (ts_val_ok(weight)) {
@@ -496,10 +703,17 @@ static ts_val add_bn(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const ch
 
 ts_val ts_batch_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const char *name_prefix,
                      double momentum, double eps) {
-    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, 0);
+    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, 0, 0);
 }
 
 ts_val ts_batch_norm_relu(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
                           const char *name_prefix, double momentum, double eps) {
-    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, 1);
+    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, 1, 0);
+}
+
+ts_val ts_batch_norm_layout(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
+                            const char *name_prefix, double momentum, double eps, int relu,
+                            ts_layout layout) {
+    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, relu != 0,
+                  layout == TS_CHANNELS_LAST);
 }

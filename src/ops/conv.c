@@ -15,6 +15,10 @@
  *                 rows a strided conv never read, < stride);
  *                 conv_bwd_weight: the kernel size; conv_transpose:
  *                 output_padding (< stride).
+ *   i[12]         layout: 0 channels first as above; 1 channels last, every
+ *                 activation [N, (D,) (H,) W, C] (weights keep torch's
+ *                 layout), which lets oneDNN run on the arena's memory
+ *                 without reordering it (W4: about 15 ms of a 160 ms step)
  *
  * conv (x, w[, b]) -> y; conv_bwd_data (dy, w) -> dx; conv_bwd_weight
  * (dy, x) -> dw; conv_transpose (x, w[, b]) -> y, which is conv_bwd_data
@@ -33,6 +37,7 @@
 #include "kern.h"
 
 #define FIELD_BITS 21
+#define CONV_CL    TS_CONV_LAYOUT
 #define FIELD_MAX  ((INT64_C(1) << FIELD_BITS) - 1)
 
 static int64_t field(int64_t packed, int j) {
@@ -63,19 +68,40 @@ static void geo_attrs(cgeo *q, const ts_attrs *a) {
     }
 }
 
-/* x dims [N, C, in...], w dims [O, C/g, k...], y dims [N, O, out...]. */
-static void geo_dims(cgeo *q, const int64_t *xd, const int64_t *wd, const int64_t *yd) {
+/* x dims [N, C, in...], w dims [O, C/g, k...], y dims [N, O, out...]
+ * (channels last: x [N, in..., C], y [N, out..., O]). */
+static void geo_dims(cgeo *q, const int64_t *xd, const int64_t *wd, const int64_t *yd, int cl) {
+    const int ch = cl ? q->nd + 1 : 1, sp = cl ? 1 : 2;
     q->N = xd[0];
-    q->C = xd[1];
-    q->O = yd[1];
+    q->C = xd[ch];
+    q->O = yd[ch];
     q->Cg = q->C / q->G;
     q->Og = q->O / q->G;
     for (int j = 0; j < q->nd; j++) {
         int t = 3 - q->nd + j;
-        q->in[t] = xd[2 + j];
-        q->out[t] = yd[2 + j];
+        q->in[t] = xd[sp + j];
+        q->out[t] = yd[sp + j];
         q->k[t] = wd[2 + j];
     }
+}
+
+/* The channel axis and the first spatial axis of an activation. */
+static int chan_axis(const ts_attrs *a) {
+    return a->i[CONV_CL] ? (int)a->i[0] + 1 : 1;
+}
+static int sp_axis(const ts_attrs *a) {
+    return a->i[CONV_CL] ? 1 : 2;
+}
+
+/* An activation type [N, C, spatial...] or [N, spatial..., C]. */
+static ts_type act_type(const ts_attrs *a, ts_dtype dt, int64_t n, int64_t c,
+                        const int64_t *spatial) {
+    int nd = (int)a->i[0];
+    ts_type t = {.dtype = dt, .rank = nd + 2};
+    t.dims[0] = n;
+    t.dims[chan_axis(a)] = c;
+    for (int j = 0; j < nd; j++) t.dims[sp_axis(a) + j] = spatial[j];
+    return t;
 }
 
 /* Output extent of a convolution over `in`; < 1 when the kernel does not fit. */
@@ -97,6 +123,9 @@ static ts_status check_attrs(const ts_node *n) {
     if (i[0] < 1 || i[0] > 3)
         return ts_fail(TS_ERR_INVALID, "spatial rank must be 1, 2 or 3, got %lld", (long long)i[0]);
     if (i[1] < 1) return ts_fail(TS_ERR_INVALID, "groups must be >= 1, got %lld", (long long)i[1]);
+    if (i[CONV_CL] != 0 && i[CONV_CL] != 1)
+        return ts_fail(TS_ERR_INVALID, "layout flag must be 0 or 1, got %lld",
+                       (long long)i[CONV_CL]);
     for (int j = 0; j < i[0]; j++) {
         int64_t s = i[2 + 3 * j], p = i[3 + 3 * j], d = i[4 + 3 * j];
         if (s < 1 || s > FIELD_MAX || p < 0 || p > FIELD_MAX || d < 1 || d > FIELD_MAX)
@@ -108,20 +137,24 @@ static ts_status check_attrs(const ts_node *n) {
     return TS_OK;
 }
 
-/* A float tensor [N, C, spatial...] of rank nd + 2 with C divisible by groups. */
-static ts_status check_act(const ts_type *t, int nd, int64_t groups, const char *what) {
+/* A float tensor [N, C, spatial...] (channels last [N, spatial..., C]) of
+ * rank nd + 2 with C divisible by groups. */
+static ts_status check_act(const ts_type *t, const ts_attrs *a, const char *what) {
+    int nd = (int)a->i[0];
+    int64_t groups = a->i[1];
     if (!ts_dtype_is_float(t->dtype))
         return ts_fail(TS_ERR_SHAPE, "%s must be a float type, got %s", what,
                        ts_dtype_name(t->dtype));
     if (t->rank != nd + 2)
         return ts_fail(TS_ERR_SHAPE,
-                       "%s must have rank %d ([N, C] + %d spatial dims) for a %d-d op, got rank %d",
-                       what, nd + 2, nd, nd, t->rank);
+                       "%s must have rank %d (%s with %d spatial dims) for a %d-d op, got rank %d",
+                       what, nd + 2, a->i[CONV_CL] ? "[N, spatial..., C]" : "[N, C, spatial...]",
+                       nd, nd, t->rank);
     for (int j = 0; j < t->rank; j++)
         if (t->dims[j] < 1) return ts_fail(TS_ERR_SHAPE, "%s has an empty axis %d", what, j);
-    if (t->dims[1] % groups)
+    if (t->dims[chan_axis(a)] % groups)
         return ts_fail(TS_ERR_SHAPE, "%s channels (%lld) are not divisible by groups (%lld)", what,
-                       (long long)t->dims[1], (long long)groups);
+                       (long long)t->dims[chan_axis(a)], (long long)groups);
     return TS_OK;
 }
 
@@ -165,22 +198,24 @@ static ts_status fwd_spatial(const ts_node *n, const int64_t *in, const int64_t 
 static ts_status infer_conv(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     ts_status s = check_attrs(n);
     if (s != TS_OK) return s;
-    int nd = (int)n->a.i[0];
-    int64_t G = n->a.i[1];
+    const ts_attrs *a = &n->a;
+    int nd = (int)a->i[0], ca = chan_axis(a);
+    int64_t G = a->i[1];
     const ts_type *x = ts_in_type(g, n, 0), *w = ts_in_type(g, n, 1);
-    if ((s = check_act(x, nd, G, "x")) != TS_OK) return s;
+    if ((s = check_act(x, a, "x")) != TS_OK) return s;
     if ((s = check_weight(w, x, nd, "[O, C/groups, k...]")) != TS_OK) return s;
     if (w->dims[0] % G)
         return ts_fail(TS_ERR_SHAPE, "output channels (%lld) are not divisible by groups (%lld)",
                        (long long)w->dims[0], (long long)G);
-    if (w->dims[1] * G != x->dims[1])
+    if (w->dims[1] * G != x->dims[ca])
         return ts_fail(TS_ERR_SHAPE,
                        "weight has %lld input channels per group, x has %lld channels in %lld "
                        "groups",
-                       (long long)w->dims[1], (long long)x->dims[1], (long long)G);
+                       (long long)w->dims[1], (long long)x->dims[ca], (long long)G);
     if ((s = check_bias(g, n, w->dims[0], x->dtype)) != TS_OK) return s;
-    *out = (ts_type){.dtype = x->dtype, .rank = nd + 2, .dims = {x->dims[0], w->dims[0]}};
-    if ((s = fwd_spatial(n, x->dims + 2, w->dims + 2, out->dims + 2)) != TS_OK) return s;
+    int64_t o[3];
+    if ((s = fwd_spatial(n, x->dims + sp_axis(a), w->dims + 2, o)) != TS_OK) return s;
+    *out = act_type(a, x->dtype, x->dims[0], w->dims[0], o);
     *n_out = 1;
     return TS_OK;
 }
@@ -212,17 +247,19 @@ static ts_status infer_conv_bwd_data(const ts_graph *g, const ts_node *n, ts_typ
                                      int *n_out) {
     ts_status s = check_attrs(n);
     if (s != TS_OK) return s;
-    int nd = (int)n->a.i[0];
-    int64_t G = n->a.i[1];
+    const ts_attrs *a = &n->a;
+    int nd = (int)a->i[0], ca = chan_axis(a);
+    int64_t G = a->i[1];
     const ts_type *dy = ts_in_type(g, n, 0), *w = ts_in_type(g, n, 1);
-    if ((s = check_act(dy, nd, G, "dy")) != TS_OK) return s;
+    if ((s = check_act(dy, a, "dy")) != TS_OK) return s;
     if ((s = check_weight(w, dy, nd, "[O, C/groups, k...]")) != TS_OK) return s;
-    if (w->dims[0] != dy->dims[1])
+    if (w->dims[0] != dy->dims[ca])
         return ts_fail(TS_ERR_SHAPE, "weight has %lld output channels, dy has %lld",
-                       (long long)w->dims[0], (long long)dy->dims[1]);
-    *out = (ts_type){.dtype = dy->dtype, .rank = nd + 2, .dims = {dy->dims[0], w->dims[1] * G}};
-    if ((s = bwd_spatial(n, dy->dims + 2, w->dims + 2, out->dims + 2, "extra input size")) != TS_OK)
+                       (long long)w->dims[0], (long long)dy->dims[ca]);
+    int64_t in[3];
+    if ((s = bwd_spatial(n, dy->dims + sp_axis(a), w->dims + 2, in, "extra input size")) != TS_OK)
         return s;
+    *out = act_type(a, dy->dtype, dy->dims[0], w->dims[1] * G, in);
     *n_out = 1;
     return TS_OK;
 }
@@ -232,24 +269,25 @@ static ts_status infer_conv_bwd_weight(const ts_graph *g, const ts_node *n, ts_t
                                        int *n_out) {
     ts_status s = check_attrs(n);
     if (s != TS_OK) return s;
-    int nd = (int)n->a.i[0];
-    int64_t G = n->a.i[1];
+    const ts_attrs *a = &n->a;
+    int nd = (int)a->i[0], ca = chan_axis(a), sa = sp_axis(a);
+    int64_t G = a->i[1];
     const ts_type *dy = ts_in_type(g, n, 0), *x = ts_in_type(g, n, 1);
-    if ((s = check_act(dy, nd, G, "dy")) != TS_OK) return s;
-    if ((s = check_act(x, nd, G, "x")) != TS_OK) return s;
+    if ((s = check_act(dy, a, "dy")) != TS_OK) return s;
+    if ((s = check_act(x, a, "x")) != TS_OK) return s;
     if (dy->dtype != x->dtype || dy->dims[0] != x->dims[0])
         return ts_fail(TS_ERR_SHAPE, "dy and x must have the same dtype and batch size");
     int64_t k[3] = {1, 1, 1}, o[3] = {1, 1, 1};
     for (int j = 0; j < nd; j++)
-        if ((k[j] = field(n->a.i[11], j)) < 1)
+        if ((k[j] = field(a->i[11], j)) < 1)
             return ts_fail(TS_ERR_INVALID, "kernel size of spatial dim %d must be >= 1", j);
-    if ((s = fwd_spatial(n, x->dims + 2, k, o)) != TS_OK) return s;
+    if ((s = fwd_spatial(n, x->dims + sa, k, o)) != TS_OK) return s;
     for (int j = 0; j < nd; j++)
-        if (o[j] != dy->dims[2 + j])
-            return ts_fail(TS_ERR_SHAPE,
-                           "spatial dim %d: x of size %lld gives an output of %lld, dy has %lld", j,
-                           (long long)x->dims[2 + j], (long long)o[j], (long long)dy->dims[2 + j]);
-    *out = (ts_type){.dtype = x->dtype, .rank = nd + 2, .dims = {dy->dims[1], x->dims[1] / G}};
+        if (o[j] != dy->dims[sa + j])
+            return ts_fail(
+                TS_ERR_SHAPE, "spatial dim %d: x of size %lld gives an output of %lld, dy has %lld",
+                j, (long long)x->dims[sa + j], (long long)o[j], (long long)dy->dims[sa + j]);
+    *out = (ts_type){.dtype = x->dtype, .rank = nd + 2, .dims = {dy->dims[ca], x->dims[ca] / G}};
     for (int j = 0; j < nd; j++) out->dims[2 + j] = k[j];
     *n_out = 1;
     return TS_OK;
@@ -260,19 +298,21 @@ static ts_status infer_conv_transpose(const ts_graph *g, const ts_node *n, ts_ty
                                       int *n_out) {
     ts_status s = check_attrs(n);
     if (s != TS_OK) return s;
-    int nd = (int)n->a.i[0];
-    int64_t G = n->a.i[1];
+    const ts_attrs *a = &n->a;
+    int nd = (int)a->i[0], ca = chan_axis(a);
+    int64_t G = a->i[1];
     const ts_type *x = ts_in_type(g, n, 0), *w = ts_in_type(g, n, 1);
-    if ((s = check_act(x, nd, G, "x")) != TS_OK) return s;
+    if ((s = check_act(x, a, "x")) != TS_OK) return s;
     if ((s = check_weight(w, x, nd, "[C, O/groups, k...]")) != TS_OK) return s;
-    if (w->dims[0] != x->dims[1])
+    if (w->dims[0] != x->dims[ca])
         return ts_fail(TS_ERR_SHAPE, "weight has %lld input channels (axis 0), x has %lld",
-                       (long long)w->dims[0], (long long)x->dims[1]);
+                       (long long)w->dims[0], (long long)x->dims[ca]);
     int64_t O = w->dims[1] * G;
     if ((s = check_bias(g, n, O, x->dtype)) != TS_OK) return s;
-    *out = (ts_type){.dtype = x->dtype, .rank = nd + 2, .dims = {x->dims[0], O}};
-    if ((s = bwd_spatial(n, x->dims + 2, w->dims + 2, out->dims + 2, "output_padding")) != TS_OK)
+    int64_t o[3];
+    if ((s = bwd_spatial(n, x->dims + sp_axis(a), w->dims + 2, o, "output_padding")) != TS_OK)
         return s;
+    *out = act_type(a, x->dtype, x->dims[0], O, o);
     *n_out = 1;
     return TS_OK;
 }
@@ -290,10 +330,11 @@ static ts_val add_conv_node(ts_graph *g, int op, ts_val a, ts_val b, const ts_at
 /* Field j = extra input size of x over the smallest input giving y's size. */
 static int64_t pack_extra(const ts_graph *g, const ts_attrs *a, ts_val x, ts_val w, ts_val y) {
     int64_t packed = 0;
+    const int sa = sp_axis(a);
     for (int j = 0; j < a->i[0]; j++) {
-        int64_t mn = conv_min_in(ts_dim(g, y, 2 + j), ts_dim(g, w, 2 + j), a->i[2 + 3 * j],
+        int64_t mn = conv_min_in(ts_dim(g, y, sa + j), ts_dim(g, w, 2 + j), a->i[2 + 3 * j],
                                  a->i[3 + 3 * j], a->i[4 + 3 * j]);
-        packed |= (ts_dim(g, x, 2 + j) - mn) << (FIELD_BITS * j);
+        packed |= (ts_dim(g, x, sa + j) - mn) << (FIELD_BITS * j);
     }
     return packed;
 }
@@ -308,7 +349,12 @@ static int64_t pack_kernel(const ts_graph *g, ts_val w, int nd) {
  * [N, O, S]: first over S, then over N, two reductions of the contiguous
  * kinds that ts_sum's kernel runs in parallel blocks (one sum over axes
  * {0, 2} takes its element-by-element path, ~20x slower on W4's shapes). */
-static ts_val bias_grad(ts_graph *g, ts_val dy) {
+static ts_val bias_grad(ts_graph *g, ts_val dy, const ts_attrs *a) {
+    if (a->i[CONV_CL]) { /* [N * spatial, O]: one sum over the rows */
+        int64_t d[2] = {-1, ts_dim(g, dy, chan_axis(a))};
+        int ax0 = 0;
+        return ts_sum(g, ts_reshape(g, dy, 2, d), 1, &ax0, 0);
+    }
     int64_t d[3] = {ts_dim(g, dy, 0), ts_dim(g, dy, 1), -1};
     int ax2 = 2, ax0 = 0;
     ts_val per_image = ts_sum(g, ts_reshape(g, dy, 3, d), 1, &ax2, 0);
@@ -323,7 +369,7 @@ static ts_status grad_conv(ts_graph *g, const ts_node *n, const ts_val *dyv, ts_
     int64_t extra = pack_extra(g, &a, x, w, ts_mkval(n->out[0]));
     din[0] = add_conv_node(g, TS_OP_CONV_BWD_DATA, dy, w, &a, extra);
     din[1] = add_conv_node(g, TS_OP_CONV_BWD_WEIGHT, dy, x, &a, pack_kernel(g, w, nd));
-    if (has_b) din[2] = bias_grad(g, dy);
+    if (has_b) din[2] = bias_grad(g, dy, &a);
     return ts_graph_status(g);
 }
 
@@ -336,7 +382,7 @@ static ts_status grad_conv_transpose(ts_graph *g, const ts_node *n, const ts_val
     /* y = conv_bwd_data(x, w): x plays dy of a conv from y's space. */
     din[0] = add_conv_node(g, TS_OP_CONV, dy, w, &a, 0);
     din[1] = add_conv_node(g, TS_OP_CONV_BWD_WEIGHT, x, dy, &a, pack_kernel(g, w, nd));
-    if (has_b) din[2] = bias_grad(g, dy);
+    if (has_b) din[2] = bias_grad(g, dy, &a);
     return ts_graph_status(g);
 }
 
@@ -511,15 +557,146 @@ static void out_range(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *
 DEF_CONV(float, f32)
 DEF_CONV(double, f64)
 
+/* Channels-last reference kernels: plain loops, one output element at a
+ * time with its terms in a fixed order (the CPU backend runs f32 on
+ * oneDNN; these serve f64, checks and reference_kernels). Element (n, d,
+ * h, w, c) of a [N, D, H, W, C] tensor with spatial sizes sz. */
+static inline int64_t cl_at(const int64_t *sz, int64_t C, int64_t n, int64_t d, int64_t h,
+                            int64_t w) {
+    return (((n * sz[0] + d) * sz[1] + h) * sz[2] + w) * C;
+}
+
+#define DEF_CONV_CL(T, SFX)                                                                        \
+    /* y[n, od, oh, :, :] for task t over (n, od, oh). */                                          \
+    static void fwd_cl_row_##SFX(T *y, const T *x, const T *w, const T *b, const cgeo *q,          \
+                                 int64_t t) {                                                      \
+        int64_t oh = t % q->out[1], od = t / q->out[1] % q->out[0],                                \
+                n = t / (q->out[1] * q->out[0]);                                                   \
+        for (int64_t ow = 0; ow < q->out[2]; ow++) {                                               \
+            T *yv = y + cl_at(q->out, q->O, n, od, oh, ow);                                        \
+            for (int64_t o = 0; o < q->O; o++) {                                                   \
+                T acc = b ? b[o] : (T)0;                                                           \
+                int64_t c0 = o / q->Og * q->Cg;                                                    \
+                for (int64_t c = 0; c < q->Cg; c++)                                                \
+                    for (int64_t kd = 0; kd < q->k[0]; kd++) {                                     \
+                        int64_t id = od * q->s[0] - q->p[0] + kd * q->d[0];                        \
+                        if (id < 0 || id >= q->in[0]) continue;                                    \
+                        for (int64_t kh = 0; kh < q->k[1]; kh++) {                                 \
+                            int64_t ih = oh * q->s[1] - q->p[1] + kh * q->d[1];                    \
+                            if (ih < 0 || ih >= q->in[1]) continue;                                \
+                            for (int64_t kw = 0; kw < q->k[2]; kw++) {                             \
+                                int64_t iw = ow * q->s[2] - q->p[2] + kw * q->d[2];                \
+                                if (iw < 0 || iw >= q->in[2]) continue;                            \
+                                acc += w[(((o * q->Cg + c) * q->k[0] + kd) * q->k[1] + kh) *       \
+                                             q->k[2] +                                             \
+                                         kw] *                                                     \
+                                       x[cl_at(q->in, q->C, n, id, ih, iw) + c0 + c];              \
+                            }                                                                      \
+                        }                                                                          \
+                    }                                                                              \
+                yv[o] = acc;                                                                       \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void conv_fwd_cl_##SFX(T *y, const T *x, const T *w, const T *b, const cgeo *q) {       \
+        int64_t rows = q->N * q->out[0] * q->out[1];                                               \
+        double work = (double)rows * (double)(q->out[2] * q->O * q->Cg * q->k[0] * q->k[1]);       \
+        _Pragma("omp parallel for schedule(static) if (work >= TS_PAR_MIN)") for (int64_t t = 0;   \
+                                                                                  t < rows; t++)   \
+            fwd_cl_row_##SFX(y, x, w, b, q, t);                                                    \
+    }                                                                                              \
+    /* dx[n, id, ih, :, :] for task t over (n, id, ih); b: initial value per channel. */           \
+    static void bwd_data_cl_row_##SFX(T *dx, const T *dy, const T *w, const T *b, const cgeo *q,   \
+                                      int64_t t) {                                                 \
+        int64_t ih = t % q->in[1], id = t / q->in[1] % q->in[0], n = t / (q->in[1] * q->in[0]);    \
+        for (int64_t iw = 0; iw < q->in[2]; iw++) {                                                \
+            T *xv = dx + cl_at(q->in, q->C, n, id, ih, iw);                                        \
+            for (int64_t c = 0; c < q->C; c++) {                                                   \
+                T acc = b ? b[c] : (T)0;                                                           \
+                int64_t grp = c / q->Cg, cg = c % q->Cg;                                           \
+                for (int64_t o = grp * q->Og; o < (grp + 1) * q->Og; o++)                          \
+                    for (int64_t kd = 0; kd < q->k[0]; kd++) {                                     \
+                        int64_t td = id + q->p[0] - kd * q->d[0];                                  \
+                        if (td < 0 || td % q->s[0] || td / q->s[0] >= q->out[0]) continue;         \
+                        for (int64_t kh = 0; kh < q->k[1]; kh++) {                                 \
+                            int64_t th = ih + q->p[1] - kh * q->d[1];                              \
+                            if (th < 0 || th % q->s[1] || th / q->s[1] >= q->out[1]) continue;     \
+                            for (int64_t kw = 0; kw < q->k[2]; kw++) {                             \
+                                int64_t tw = iw + q->p[2] - kw * q->d[2];                          \
+                                if (tw < 0 || tw % q->s[2] || tw / q->s[2] >= q->out[2]) continue; \
+                                acc += w[(((o * q->Cg + cg) * q->k[0] + kd) * q->k[1] + kh) *      \
+                                             q->k[2] +                                             \
+                                         kw] *                                                     \
+                                       dy[cl_at(q->out, q->O, n, td / q->s[0], th / q->s[1],       \
+                                                tw / q->s[2]) +                                    \
+                                          o];                                                      \
+                            }                                                                      \
+                        }                                                                          \
+                    }                                                                              \
+                xv[c] = acc;                                                                       \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void conv_bwd_data_cl_##SFX(T *dx, const T *dy, const T *w, const T *b,                 \
+                                       const cgeo *q) {                                            \
+        int64_t rows = q->N * q->in[0] * q->in[1];                                                 \
+        double work = (double)rows * (double)(q->in[2] * q->C * q->Og * q->k[0] * q->k[1]);        \
+        _Pragma("omp parallel for schedule(static) if (work >= TS_PAR_MIN)") for (int64_t t = 0;   \
+                                                                                  t < rows; t++)   \
+            bwd_data_cl_row_##SFX(dx, dy, w, b, q, t);                                             \
+    }                                                                                              \
+    /* dw[o, c, kd, kh, kw] for task t: every output position, in order. */                        \
+    static void bwd_weight_cl_one_##SFX(T *dw, const T *dy, const T *x, const cgeo *q,             \
+                                        int64_t t) {                                               \
+        int64_t kw = t % q->k[2], kh = t / q->k[2] % q->k[1];                                      \
+        int64_t kd = t / (q->k[2] * q->k[1]) % q->k[0];                                            \
+        int64_t c = t / (q->k[2] * q->k[1] * q->k[0]) % q->Cg;                                     \
+        int64_t o = t / (q->k[2] * q->k[1] * q->k[0] * q->Cg);                                     \
+        int64_t cin = o / q->Og * q->Cg + c;                                                       \
+        double acc = 0;                                                                            \
+        for (int64_t n = 0; n < q->N; n++)                                                         \
+            for (int64_t od = 0; od < q->out[0]; od++) {                                           \
+                int64_t id = od * q->s[0] - q->p[0] + kd * q->d[0];                                \
+                if (id < 0 || id >= q->in[0]) continue;                                            \
+                for (int64_t oh = 0; oh < q->out[1]; oh++) {                                       \
+                    int64_t ih = oh * q->s[1] - q->p[1] + kh * q->d[1];                            \
+                    if (ih < 0 || ih >= q->in[1]) continue;                                        \
+                    for (int64_t ow = 0; ow < q->out[2]; ow++) {                                   \
+                        int64_t iw = ow * q->s[2] - q->p[2] + kw * q->d[2];                        \
+                        if (iw < 0 || iw >= q->in[2]) continue;                                    \
+                        acc += (double)dy[cl_at(q->out, q->O, n, od, oh, ow) + o] *                \
+                               (double)x[cl_at(q->in, q->C, n, id, ih, iw) + cin];                 \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+        dw[t] = (T)acc;                                                                            \
+    }                                                                                              \
+    static void conv_bwd_weight_cl_##SFX(T *dw, const T *dy, const T *x, const cgeo *q) {          \
+        int64_t nw = q->O * q->Cg * q->k[0] * q->k[1] * q->k[2];                                   \
+        double work = (double)nw * (double)(q->N * q->out[0] * q->out[1] * q->out[2]);             \
+        _Pragma("omp parallel for schedule(dynamic, 1) if (work >= TS_PAR_MIN)") for (int64_t t =  \
+                                                                                          0;       \
+                                                                                      t < nw; t++) \
+            bwd_weight_cl_one_##SFX(dw, dy, x, q, t);                                              \
+    }
+
+DEF_CONV_CL(float, f32)
+DEF_CONV_CL(double, f64)
+
 static ts_status k_conv(const ts_kargs *k) {
     const ts_tensor *x = &k->in[0], *w = &k->in[1], *y = &k->out[0];
     const void *b = k->n_in > 2 ? k->in[2].data : NULL;
     cgeo q;
     geo_attrs(&q, k->a);
-    geo_dims(&q, x->dims, w->dims, y->dims);
+    const int cl = k->a->i[CONV_CL] != 0;
+    geo_dims(&q, x->dims, w->dims, y->dims, cl);
     switch (y->dtype) {
-    case TS_F32: conv_fwd_f32(y->data, x->data, w->data, b, &q); return TS_OK;
-    case TS_F64: conv_fwd_f64(y->data, x->data, w->data, b, &q); return TS_OK;
+    case TS_F32:
+        (cl ? conv_fwd_cl_f32 : conv_fwd_f32)(y->data, x->data, w->data, b, &q);
+        return TS_OK;
+    case TS_F64:
+        (cl ? conv_fwd_cl_f64 : conv_fwd_f64)(y->data, x->data, w->data, b, &q);
+        return TS_OK;
     default: return ts_kernel_bad_dtype(k, "conv", y->dtype);
     }
 }
@@ -531,10 +708,15 @@ static ts_status k_conv_bwd_data(const ts_kargs *k) {
     const void *b = k->n_in > 2 ? k->in[2].data : NULL;
     cgeo q;
     geo_attrs(&q, k->a);
-    geo_dims(&q, dx->dims, w->dims, dy->dims);
+    const int cl = k->a->i[CONV_CL] != 0;
+    geo_dims(&q, dx->dims, w->dims, dy->dims, cl);
     switch (dx->dtype) {
-    case TS_F32: conv_bwd_data_f32(dx->data, dy->data, w->data, b, &q); return TS_OK;
-    case TS_F64: conv_bwd_data_f64(dx->data, dy->data, w->data, b, &q); return TS_OK;
+    case TS_F32:
+        (cl ? conv_bwd_data_cl_f32 : conv_bwd_data_f32)(dx->data, dy->data, w->data, b, &q);
+        return TS_OK;
+    case TS_F64:
+        (cl ? conv_bwd_data_cl_f64 : conv_bwd_data_f64)(dx->data, dy->data, w->data, b, &q);
+        return TS_OK;
     default: return ts_kernel_bad_dtype(k, ts_op_get(TS_OP_CONV_BWD_DATA)->name, dx->dtype);
     }
 }
@@ -543,10 +725,15 @@ static ts_status k_conv_bwd_weight(const ts_kargs *k) {
     const ts_tensor *dy = &k->in[0], *x = &k->in[1], *dw = &k->out[0];
     cgeo q;
     geo_attrs(&q, k->a);
-    geo_dims(&q, x->dims, dw->dims, dy->dims);
+    const int cl = k->a->i[CONV_CL] != 0;
+    geo_dims(&q, x->dims, dw->dims, dy->dims, cl);
     switch (dw->dtype) {
-    case TS_F32: conv_bwd_weight_f32(dw->data, dy->data, x->data, &q); return TS_OK;
-    case TS_F64: conv_bwd_weight_f64(dw->data, dy->data, x->data, &q); return TS_OK;
+    case TS_F32:
+        (cl ? conv_bwd_weight_cl_f32 : conv_bwd_weight_f32)(dw->data, dy->data, x->data, &q);
+        return TS_OK;
+    case TS_F64:
+        (cl ? conv_bwd_weight_cl_f64 : conv_bwd_weight_f64)(dw->data, dy->data, x->data, &q);
+        return TS_OK;
     default: return ts_kernel_bad_dtype(k, "conv_bwd_weight", dw->dtype);
     }
 }
@@ -625,20 +812,35 @@ static int pack_conv(ts_graph *g, const char *fn, ts_attrs *at, int nd, const in
 
 ts_val ts_conv(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd, const int64_t *stride,
                const int64_t *padding, const int64_t *dilation, int64_t groups) {
+    return ts_conv_layout(g, x, w, b, nd, stride, padding, dilation, groups, TS_CHANNELS_FIRST);
+}
+
+ts_val ts_conv_layout(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd, const int64_t *stride,
+                      const int64_t *padding, const int64_t *dilation, int64_t groups,
+                      ts_layout layout) {
     /* TS_NONE for b means "no bias": with a sticky error pending we return
      * before it could be mistaken for that. */
     if (!g || g->status != TS_OK || !ts_val_ok(x) || !ts_val_ok(w)) return TS_NONE;
     ts_attrs at;
     if (!pack_conv(g, "conv", &at, nd, stride, padding, dilation, groups)) return TS_NONE;
+    at.i[CONV_CL] = layout == TS_CHANNELS_LAST;
     ts_val in[3] = {x, w, b};
     return ts_node_add(g, TS_OP_CONV, ts_val_ok(b) ? 3 : 2, in, &at, NULL);
 }
 
 ts_val ts_conv_transpose(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd, const int64_t *stride,
                          const int64_t *padding, const int64_t *output_padding, int64_t groups) {
+    return ts_conv_transpose_layout(g, x, w, b, nd, stride, padding, output_padding, groups,
+                                    TS_CHANNELS_FIRST);
+}
+
+ts_val ts_conv_transpose_layout(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd,
+                                const int64_t *stride, const int64_t *padding,
+                                const int64_t *output_padding, int64_t groups, ts_layout layout) {
     if (!g || g->status != TS_OK || !ts_val_ok(x) || !ts_val_ok(w)) return TS_NONE;
     ts_attrs at;
     if (!pack_conv(g, "conv_transpose", &at, nd, stride, padding, NULL, groups)) return TS_NONE;
+    at.i[CONV_CL] = layout == TS_CHANNELS_LAST;
     for (int j = 0; output_padding && j < nd; j++) {
         if (output_padding[j] < 0 || output_padding[j] > FIELD_MAX)
             return ts_graph_fail(g, TS_ERR_INVALID,

@@ -21,6 +21,10 @@
 
 #include "ir/ir.h"
 
+/* The attribute index of the layout flag of the conv ops (conv.c), which
+ * the oneDNN backend reads too. */
+#define TS_CONV_LAYOUT 12
+
 typedef enum ts_op_id {
     /* binary elementwise (broadcasting) */
     TS_OP_ADD,
@@ -98,6 +102,7 @@ typedef enum ts_op_id {
     TS_OP_CONV_BWD_DATA,   /* (dy, w) -> dx */
     TS_OP_CONV_BWD_WEIGHT, /* (dy, x) -> dw */
     TS_OP_CONV_TRANSPOSE,  /* (x, w [C,O/g,k...][, b [O]]) -> y */
+    /* (the four conv ops: attribute i[TS_CONV_LAYOUT] = 1 for channels last) */
     /* pool attrs: i[0] nd, i[1] mode (0 max, 1 avg, 2 avg count_include_pad, 3 adaptive avg),
      * i[2+3j] kernel (adaptive: output size), i[3+3j] stride, i[4+3j] padding; i[11] (bwd)
      * input spatial sizes as three 21-bit fields */

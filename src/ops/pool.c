@@ -11,6 +11,9 @@
  *   i[4 + 3j]    padding on both sides (adaptive: 0)
  *   i[11]        pool_bwd only: the input's spatial sizes, three 21-bit
  *                fields (field j = (i[11] >> 21j) & 0x1fffff)
+ *   i[12]        layout: 1 for channels last, x [N, (D,) (H,) W, C]; the
+ *                windows and the tie rule are the same, and the kernels
+ *                run over channel vectors
  *
  * Windows follow torch (floor mode): max and average windows start at
  * o*stride - padding and are clipped to the input; the average divides by
@@ -37,6 +40,7 @@
 enum { POOL_MAX = 0, POOL_AVG = 1, POOL_AVG_PAD = 2, POOL_ADAPTIVE_AVG = 3 };
 
 #define FIELD_BITS 21
+#define POOL_CL    12 /* attribute index of the layout flag */
 #define FIELD_MAX  ((INT64_C(1) << FIELD_BITS) - 1)
 
 static const char *mode_name(int64_t m) {
@@ -50,7 +54,7 @@ static const char *mode_name(int64_t m) {
 
 /* Geometry right-aligned in 3 spatial slots (unused leading slots: 1). */
 typedef struct pgeo {
-    int nd, mode;
+    int nd, mode, cl;
     int64_t N, C;
     int64_t in[3], out[3], k[3], s[3], p[3];
 } pgeo;
@@ -58,13 +62,15 @@ typedef struct pgeo {
 static void geo_make(pgeo *q, const ts_attrs *a, const int64_t *xd, const int64_t *yd) {
     q->nd = (int)a->i[0];
     q->mode = (int)a->i[1];
+    q->cl = a->i[POOL_CL] != 0;
+    const int sp = q->cl ? 1 : 2;
     q->N = xd[0];
-    q->C = xd[1];
+    q->C = xd[q->cl ? q->nd + 1 : 1];
     for (int j = 0; j < 3; j++) q->in[j] = q->out[j] = q->k[j] = q->s[j] = 1, q->p[j] = 0;
     for (int j = 0; j < q->nd; j++) {
         int t = 3 - q->nd + j;
-        q->in[t] = xd[2 + j];
-        q->out[t] = yd[2 + j];
+        q->in[t] = xd[sp + j];
+        q->out[t] = yd[sp + j];
         q->k[t] = a->i[2 + 3 * j];
         q->s[t] = a->i[3 + 3 * j];
         q->p[t] = a->i[4 + 3 * j];
@@ -98,15 +104,19 @@ static ts_status check_pool(const ts_node *n, const ts_type *x) {
     int nd = (int)i[0];
     if (i[1] < POOL_MAX || i[1] > POOL_ADAPTIVE_AVG)
         return ts_fail(TS_ERR_INVALID, "unknown pooling mode %lld", (long long)i[1]);
+    if (i[POOL_CL] != 0 && i[POOL_CL] != 1)
+        return ts_fail(TS_ERR_INVALID, "layout flag must be 0 or 1, got %lld",
+                       (long long)i[POOL_CL]);
+    const int sp = i[POOL_CL] ? 1 : 2;
     if (!ts_dtype_is_float(x->dtype))
         return ts_fail(TS_ERR_SHAPE, "x must be a float type, got %s", ts_dtype_name(x->dtype));
     if (x->rank != nd + 2)
-        return ts_fail(TS_ERR_SHAPE,
-                       "x must have rank %d ([N, C] + %d spatial dims) for %d-d pooling, got "
-                       "rank %d",
-                       nd + 2, nd, nd, x->rank);
+        return ts_fail(
+            TS_ERR_SHAPE,
+            "x must have rank %d (%s with %d spatial dims) for %d-d pooling, got rank %d", nd + 2,
+            i[POOL_CL] ? "[N, spatial..., C]" : "[N, C, spatial...]", nd, nd, x->rank);
     for (int j = 0; j < x->rank; j++)
-        if (x->dims[j] < 1 || (j >= 2 && x->dims[j] > FIELD_MAX))
+        if (x->dims[j] < 1 || (j >= sp && j < sp + nd && x->dims[j] > FIELD_MAX))
             return ts_fail(TS_ERR_SHAPE, "x axis %d has size %lld", j, (long long)x->dims[j]);
     for (int j = 0; j < nd; j++) {
         int64_t k = i[2 + 3 * j], s = i[3 + 3 * j], p = i[4 + 3 * j];
@@ -126,21 +136,22 @@ static ts_status check_pool(const ts_node *n, const ts_type *x) {
             return ts_fail(TS_ERR_INVALID,
                            "spatial dim %d: padding %lld is more than half the kernel %lld", j,
                            (long long)p, (long long)k);
-        if (x->dims[2 + j] + 2 * p < k)
+        if (x->dims[sp + j] + 2 * p < k)
             return ts_fail(TS_ERR_SHAPE,
                            "spatial dim %d: kernel %lld is larger than the padded input %lld + "
                            "2*%lld",
-                           j, (long long)k, (long long)x->dims[2 + j], (long long)p);
+                           j, (long long)k, (long long)x->dims[sp + j], (long long)p);
     }
     return TS_OK;
 }
 
 static void pool_out_dims(const ts_node *n, const ts_type *x, ts_type *y) {
-    int nd = (int)n->a.i[0];
-    *y = (ts_type){.dtype = x->dtype, .rank = nd + 2, .dims = {x->dims[0], x->dims[1]}};
+    int nd = (int)n->a.i[0], sp = n->a.i[POOL_CL] ? 1 : 2;
+    *y = *x;
     for (int j = 0; j < nd; j++) {
         int64_t k = n->a.i[2 + 3 * j], s = n->a.i[3 + 3 * j], p = n->a.i[4 + 3 * j];
-        y->dims[2 + j] = n->a.i[1] == POOL_ADAPTIVE_AVG ? k : (x->dims[2 + j] + 2 * p - k) / s + 1;
+        y->dims[sp + j] =
+            n->a.i[1] == POOL_ADAPTIVE_AVG ? k : (x->dims[sp + j] + 2 * p - k) / s + 1;
     }
 }
 
@@ -163,8 +174,9 @@ static ts_status infer_pool_bwd(const ts_graph *g, const ts_node *n, ts_type *ou
     if (n->n_in != want_in)
         return ts_fail(TS_ERR_INVALID, "%s pooling backward takes %d inputs, got %d",
                        mode_name(n->a.i[1]), want_in, n->n_in);
-    ts_type x = {.dtype = dy->dtype, .rank = dy->rank, .dims = {dy->dims[0], dy->dims[1]}};
-    for (int j = 0; j < nd; j++) x.dims[2 + j] = (n->a.i[11] >> (FIELD_BITS * j)) & FIELD_MAX;
+    ts_type x = *dy;
+    const int sp = n->a.i[POOL_CL] ? 1 : 2;
+    for (int j = 0; j < nd; j++) x.dims[sp + j] = (n->a.i[11] >> (FIELD_BITS * j)) & FIELD_MAX;
     if (want_in == 2 && !ts_type_equal(&x, ts_in_type(g, n, 1)))
         return ts_fail(TS_ERR_SHAPE, "x does not have the input shape recorded in the attributes");
     ts_status s = check_pool(n, &x);
@@ -185,7 +197,8 @@ static ts_status grad_pool(ts_graph *g, const ts_node *n, const ts_val *dy, ts_v
     ts_attrs at = n->a;
     int nd = (int)at.i[0];
     at.i[11] = 0;
-    for (int j = 0; j < nd; j++) at.i[11] |= ts_dim(g, x, 2 + j) << (FIELD_BITS * j);
+    const int sp = at.i[POOL_CL] ? 1 : 2;
+    for (int j = 0; j < nd; j++) at.i[11] |= ts_dim(g, x, sp + j) << (FIELD_BITS * j);
     ts_val in[2] = {dy[0], x};
     din[0] = ts_node_add(g, TS_OP_POOL_BWD, at.i[1] == POOL_MAX ? 2 : 1, in, &at, NULL);
     return ts_graph_status(g);
@@ -352,13 +365,118 @@ static void tap_range(int64_t off, int64_t s, int64_t in, int64_t o0, int64_t o1
 DEF_POOL(float, f32)
 DEF_POOL(double, f64)
 
+/* Channels last: each window position holds a contiguous vector of C
+ * channels, so the kernels walk a window position by position (row-major,
+ * the same order and tie rule as above) and update all channels at once.
+ * The forward owns output rows (n, od, oh); the backward owns (n, channel
+ * block) pairs, whose dx elements no other task touches. */
+#define CL_CBLK 16 /* channels per backward task */
+
+static inline int64_t pos_cl(const int64_t *sz, int64_t n, int64_t d, int64_t h, int64_t w) {
+    return ((n * sz[0] + d) * sz[1] + h) * sz[2] + w;
+}
+
+#define DEF_POOL_CL(T, SFX)                                                                        \
+    TS_CLONES static void pool_cl_row_##SFX(T *y, const T *x, const pgeo *q, int64_t t) {          \
+        int64_t oh = t % q->out[1], od = t / q->out[1] % q->out[0],                                \
+                n = t / (q->out[1] * q->out[0]);                                                   \
+        int64_t lo[3], hi[3], cnt[3], C = q->C;                                                    \
+        window(q, 0, od, &lo[0], &hi[0], &cnt[0]);                                                 \
+        window(q, 1, oh, &lo[1], &hi[1], &cnt[1]);                                                 \
+        const int is_max = q->mode == POOL_MAX;                                                    \
+        for (int64_t ow = 0; ow < q->out[2]; ow++) {                                               \
+            window(q, 2, ow, &lo[2], &hi[2], &cnt[2]);                                             \
+            T *yv = y + pos_cl(q->out, n, od, oh, ow) * C;                                         \
+            for (int64_t c = 0; c < C; c++) yv[c] = is_max ? (T)-INFINITY : (T)0;                  \
+            for (int64_t d = lo[0]; d < hi[0]; d++)                                                \
+                for (int64_t h = lo[1]; h < hi[1]; h++)                                            \
+                    for (int64_t w = lo[2]; w < hi[2]; w++) {                                      \
+                        const T *xv = x + pos_cl(q->in, n, d, h, w) * C;                           \
+                        if (is_max)                                                                \
+                            for (int64_t c = 0; c < C; c++) {                                      \
+                                T v = xv[c];                                                       \
+                                yv[c] = v > yv[c] || v != v ? v : yv[c];                           \
+                            }                                                                      \
+                        else                                                                       \
+                            for (int64_t c = 0; c < C; c++) yv[c] += xv[c];                        \
+                    }                                                                              \
+            if (!is_max) {                                                                         \
+                T div = (T)(cnt[0] * cnt[1] * cnt[2]);                                             \
+                for (int64_t c = 0; c < C; c++) yv[c] /= div;                                      \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void pool_fwd_cl_##SFX(T *y, const T *x, const pgeo *q) {                               \
+        int64_t rows = q->N * q->out[0] * q->out[1], work = rows * q->out[2] * q->C * 4;           \
+        _Pragma("omp parallel for schedule(static) if (work >= TS_PAR_MIN)") for (int64_t t = 0;   \
+                                                                                  t < rows; t++)   \
+            pool_cl_row_##SFX(y, x, q, t);                                                         \
+    }                                                                                              \
+    /* dx[n, ..., c0:c1] for task t over (n, channel block). */                                    \
+    TS_CLONES static void pool_bwd_cl_task_##SFX(T *dx, const T *dy, const T *x, const pgeo *q,    \
+                                                 int64_t t) {                                      \
+        int64_t nb = (q->C + CL_CBLK - 1) / CL_CBLK, n = t / nb, c0 = t % nb * CL_CBLK;            \
+        int64_t nc = q->C - c0 < CL_CBLK ? q->C - c0 : CL_CBLK, C = q->C;                          \
+        int64_t isz = q->in[0] * q->in[1] * q->in[2];                                              \
+        for (int64_t e = 0; e < isz; e++)                                                          \
+            memset(dx + (n * isz + e) * C + c0, 0, (size_t)nc * sizeof(T));                        \
+        int64_t lo[3], hi[3], cnt[3];                                                              \
+        for (int64_t od = 0; od < q->out[0]; od++) {                                               \
+            window(q, 0, od, &lo[0], &hi[0], &cnt[0]);                                             \
+            for (int64_t oh = 0; oh < q->out[1]; oh++) {                                           \
+                window(q, 1, oh, &lo[1], &hi[1], &cnt[1]);                                         \
+                for (int64_t ow = 0; ow < q->out[2]; ow++) {                                       \
+                    window(q, 2, ow, &lo[2], &hi[2], &cnt[2]);                                     \
+                    const T *gv = dy + pos_cl(q->out, n, od, oh, ow) * C + c0;                     \
+                    if (q->mode != POOL_MAX) {                                                     \
+                        T div = (T)(cnt[0] * cnt[1] * cnt[2]);                                     \
+                        for (int64_t d = lo[0]; d < hi[0]; d++)                                    \
+                            for (int64_t h = lo[1]; h < hi[1]; h++)                                \
+                                for (int64_t w = lo[2]; w < hi[2]; w++) {                          \
+                                    T *dv = dx + pos_cl(q->in, n, d, h, w) * C + c0;               \
+                                    for (int64_t c = 0; c < nc; c++) dv[c] += gv[c] / div;         \
+                                }                                                                  \
+                        continue;                                                                  \
+                    }                                                                              \
+                    T best[CL_CBLK];                                                               \
+                    int64_t at[CL_CBLK];                                                           \
+                    int64_t first = pos_cl(q->in, n, lo[0], lo[1], lo[2]);                         \
+                    for (int64_t c = 0; c < nc; c++) best[c] = (T)-INFINITY, at[c] = first;        \
+                    for (int64_t d = lo[0]; d < hi[0]; d++)                                        \
+                        for (int64_t h = lo[1]; h < hi[1]; h++)                                    \
+                            for (int64_t w = lo[2]; w < hi[2]; w++) {                              \
+                                int64_t p = pos_cl(q->in, n, d, h, w);                             \
+                                const T *xv = x + p * C + c0;                                      \
+                                for (int64_t c = 0; c < nc; c++) {                                 \
+                                    T v = xv[c];                                                   \
+                                    int up = v > best[c] || v != v;                                \
+                                    best[c] = up ? v : best[c];                                    \
+                                    at[c] = up ? p : at[c];                                        \
+                                }                                                                  \
+                            }                                                                      \
+                    for (int64_t c = 0; c < nc; c++) dx[at[c] * C + c0 + c] += gv[c];              \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void pool_bwd_cl_##SFX(T *dx, const T *dy, const T *x, const pgeo *q) {                 \
+        int64_t tasks = q->N * ((q->C + CL_CBLK - 1) / CL_CBLK);                                   \
+        int64_t work = tasks * q->in[0] * q->in[1] * q->in[2] * CL_CBLK * 4;                       \
+        _Pragma("omp parallel for schedule(static) if (work >= TS_PAR_MIN)") for (int64_t t = 0;   \
+                                                                                  t < tasks; t++)  \
+            pool_bwd_cl_task_##SFX(dx, dy, x, q, t);                                               \
+    }
+
+DEF_POOL_CL(float, f32)
+DEF_POOL_CL(double, f64)
+
 static ts_status k_pool(const ts_kargs *k) {
     const ts_tensor *x = &k->in[0], *y = &k->out[0];
     pgeo q;
     geo_make(&q, k->a, x->dims, y->dims);
     switch (y->dtype) {
-    case TS_F32: pool_fwd_f32(y->data, x->data, &q); return TS_OK;
-    case TS_F64: pool_fwd_f64(y->data, x->data, &q); return TS_OK;
+    case TS_F32: (q.cl ? pool_fwd_cl_f32 : pool_fwd_f32)(y->data, x->data, &q); return TS_OK;
+    case TS_F64: (q.cl ? pool_fwd_cl_f64 : pool_fwd_f64)(y->data, x->data, &q); return TS_OK;
     default: return ts_kernel_bad_dtype(k, "pool", y->dtype);
     }
 }
@@ -369,8 +487,8 @@ static ts_status k_pool_bwd(const ts_kargs *k) {
     pgeo q;
     geo_make(&q, k->a, dx->dims, dy->dims);
     switch (dx->dtype) {
-    case TS_F32: pool_bwd_f32(dx->data, dy->data, x, &q); return TS_OK;
-    case TS_F64: pool_bwd_f64(dx->data, dy->data, x, &q); return TS_OK;
+    case TS_F32: (q.cl ? pool_bwd_cl_f32 : pool_bwd_f32)(dx->data, dy->data, x, &q); return TS_OK;
+    case TS_F64: (q.cl ? pool_bwd_cl_f64 : pool_bwd_f64)(dx->data, dy->data, x, &q); return TS_OK;
     default: return ts_kernel_bad_dtype(k, "pool_bwd", dx->dtype);
     }
 }
@@ -378,9 +496,10 @@ static ts_status k_pool_bwd(const ts_kargs *k) {
 /* One operation per element of each window. */
 static double window_volume(const ts_node *n, const ts_type *x, const ts_type *y) {
     double v = 1;
+    const int sp = n->a.i[POOL_CL] ? 1 : 2;
     for (int j = 0; j < n->a.i[0]; j++)
         v *= n->a.i[1] == POOL_ADAPTIVE_AVG
-                 ? (double)(x->dims[2 + j] + y->dims[2 + j] - 1) / (double)y->dims[2 + j]
+                 ? (double)(x->dims[sp + j] + y->dims[sp + j] - 1) / (double)y->dims[sp + j]
                  : (double)n->a.i[2 + 3 * j];
     return v;
 }
@@ -412,7 +531,8 @@ const ts_op_def ts_def_pool_bwd = {.name = "pool_bwd",
 /* ---- builders ----------------------------------------------------------- */
 
 static ts_val pool_node(ts_graph *g, const char *fn, ts_val x, int nd, int mode,
-                        const int64_t *kernel, const int64_t *stride, const int64_t *padding) {
+                        const int64_t *kernel, const int64_t *stride, const int64_t *padding,
+                        ts_layout layout) {
     if (!g || g->status != TS_OK || !ts_val_ok(x)) return TS_NONE;
     if (nd < 1 || nd > 3)
         return ts_graph_fail(g, TS_ERR_INVALID, "%s: spatial rank must be 1, 2 or 3, got %d", fn,
@@ -421,6 +541,7 @@ static ts_val pool_node(ts_graph *g, const char *fn, ts_val x, int nd, int mode,
     ts_attrs at = ts_attrs_zero();
     at.i[0] = nd;
     at.i[1] = mode;
+    at.i[POOL_CL] = layout == TS_CHANNELS_LAST;
     for (int j = 0; j < nd; j++) {
         at.i[2 + 3 * j] = kernel[j];
         if (mode == POOL_ADAPTIVE_AVG) continue;
@@ -432,15 +553,28 @@ static ts_val pool_node(ts_graph *g, const char *fn, ts_val x, int nd, int mode,
 
 ts_val ts_max_pool(ts_graph *g, ts_val x, int nd, const int64_t *kernel, const int64_t *stride,
                    const int64_t *padding) {
-    return pool_node(g, "max_pool", x, nd, POOL_MAX, kernel, stride, padding);
+    return pool_node(g, "max_pool", x, nd, POOL_MAX, kernel, stride, padding, TS_CHANNELS_FIRST);
+}
+
+ts_val ts_max_pool_layout(ts_graph *g, ts_val x, int nd, const int64_t *kernel,
+                          const int64_t *stride, const int64_t *padding, ts_layout layout) {
+    return pool_node(g, "max_pool", x, nd, POOL_MAX, kernel, stride, padding, layout);
 }
 
 ts_val ts_avg_pool(ts_graph *g, ts_val x, int nd, const int64_t *kernel, const int64_t *stride,
                    const int64_t *padding, int count_include_pad) {
+    return ts_avg_pool_layout(g, x, nd, kernel, stride, padding, count_include_pad,
+                              TS_CHANNELS_FIRST);
+}
+
+ts_val ts_avg_pool_layout(ts_graph *g, ts_val x, int nd, const int64_t *kernel,
+                          const int64_t *stride, const int64_t *padding, int count_include_pad,
+                          ts_layout layout) {
     return pool_node(g, "avg_pool", x, nd, count_include_pad ? POOL_AVG_PAD : POOL_AVG, kernel,
-                     stride, padding);
+                     stride, padding, layout);
 }
 
 ts_val ts_adaptive_avg_pool(ts_graph *g, ts_val x, int nd, const int64_t *output_size) {
-    return pool_node(g, "adaptive_avg_pool", x, nd, POOL_ADAPTIVE_AVG, output_size, NULL, NULL);
+    return pool_node(g, "adaptive_avg_pool", x, nd, POOL_ADAPTIVE_AVG, output_size, NULL, NULL,
+                     TS_CHANNELS_FIRST);
 }

@@ -165,6 +165,29 @@ typedef struct bn_arg {
     double momentum, eps;
 } bn_arg;
 
+/* The layout train_step_relu and build_bn_cl build batch_norm in. */
+static ts_layout layout = TS_CHANNELS_FIRST;
+
+/* [N, C, s...] <-> [N, s..., C] for rank r. */
+static ts_val to_layout(ts_graph *g, ts_val v, int r, int last) {
+    int perm[5] = {0};
+    for (int i = 1; i < r; i++)
+        perm[i] = last ? (i == r - 1 ? 1 : i + 1) : (i == 1 ? r - 1 : i - 1);
+    return ts_permute(g, v, perm);
+}
+
+/* batch_norm (relu: fused batch_norm_relu) built channels last between
+ * permutes when layout says so. */
+static ts_val bn_in_layout(ts_graph *g, ts_val x, ts_val w, ts_val b, int relu) {
+    if (layout == TS_CHANNELS_FIRST)
+        return relu ? ts_batch_norm_relu(g, x, w, b, "bn", 0.1, 1e-5)
+                    : ts_batch_norm(g, x, w, b, "bn", 0.1, 1e-5);
+    int r = ts_rank(g, x);
+    ts_val y = ts_batch_norm_layout(g, to_layout(g, x, r, 1), w, b, "bn", 0.1, 1e-5, relu,
+                                    TS_CHANNELS_LAST);
+    return to_layout(g, y, r, 0);
+}
+
 static ts_val build_bn(ts_graph *g, const ts_val *in, void *u) {
     const bn_arg *a = u;
     return ts_batch_norm(g, in[0], a->affine ? in[1] : TS_NONE, a->affine ? in[2] : TS_NONE, "bn",
@@ -406,9 +429,9 @@ static void train_step_relu(ts_dtype dt, int rank, const int64_t *dims, const do
     ts_val xv = ts_param(g, "x", dt, rank, dims, ts_init_buffer(xb));
     ts_val w = ts_param(g, "w", dt, 1, &c, ts_init_buffer(wb));
     ts_val b = ts_param(g, "b", dt, 1, &c, ts_init_buffer(bb));
-    ts_val y = relu == 2   ? ts_batch_norm_relu(g, xv, w, b, "bn", 0.1, 1e-5)
-               : relu == 1 ? ts_relu(g, ts_batch_norm(g, xv, w, b, "bn", 0.1, 1e-5))
-                           : ts_batch_norm(g, xv, w, b, "bn", 0.1, 1e-5);
+    ts_val y = relu == 2   ? bn_in_layout(g, xv, w, b, 1)
+               : relu == 1 ? ts_relu(g, bn_in_layout(g, xv, w, b, 0))
+                           : bn_in_layout(g, xv, w, b, 0);
     CHECK_OK(ts_mark_output(g, y, "y"));
     ts_train_spec spec = ts_train_spec_default(
         ts_sum(g, ts_mul(g, y, ts_constant(g, "r", dt, rank, dims, rb)), 0, NULL, 0));
@@ -564,6 +587,89 @@ static void fused_relu(void) {
     }
 }
 
+/* ---- channels last ----------------------------------------------------- */
+
+typedef struct cl_arg {
+    int affine, relu;
+} cl_arg;
+
+static ts_val build_bn_cl(ts_graph *g, const ts_val *in, void *u) {
+    const cl_arg *a = u;
+    int r = ts_rank(g, in[0]);
+    ts_val w = a->affine ? in[1] : TS_NONE, b = a->affine ? in[2] : TS_NONE;
+    ts_val y = ts_batch_norm_layout(g, to_layout(g, in[0], r, 1), w, b, "bn", 0.1, 1e-5, a->relu,
+                                    TS_CHANNELS_LAST);
+    return to_layout(g, y, r, 0);
+}
+
+static int close_to(const double *a, const double *b, int64_t n, double tol) {
+    double mx = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs(a[i]));
+        worst = fmax(worst, fabs(a[i] - b[i]));
+    }
+    return worst <= tol * fmax(mx, 1e-30);
+}
+
+/* Gradient checks of the channels-last kernels (plain and fused ReLU), and
+ * a training step against channels first: the same statistics summed in
+ * another order, so equal to rounding; and the same bits at 1 and 2
+ * threads. */
+static void channels_last(void) {
+    gc_options o = {.no_f32 = 1};
+    const gc_input shapes[] = {GC_F(4, 3), GC_F(3, 2, 5), GC_F(2, 3, 4, 5), GC_F(2, 2, 3, 2, 3),
+                               GC_F(2, 2, 4099)};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int k = 0; k < 4; k++) {
+            cl_arg a = {k & 1, k >> 1};
+            if (a.relu && s == 4) continue; /* the ReLU's kink: see fused_relu */
+            int64_t c = shapes[s].dims[1];
+            gc_input in[3] = {shapes[s], GC_F(c), GC_F(c)};
+            in[0].lo = -2, in[0].hi = 3;
+            in[1].lo = 0.5, in[1].hi = 1.5;
+            in[2].lo = -0.1, in[2].hi = 0.1;
+            char label[96];
+            snprintf(label, sizeof label, "batch_norm%s channels last, case %zu%s",
+                     a.relu ? "_relu" : "", s, a.affine ? " affine" : "");
+            gc_check_opt(label, 1 + 2 * a.affine, in, build_bn_cl, &a, &o);
+        }
+    const struct {
+        int rank;
+        int64_t dims[5];
+    } cases[] = {{3, {3, 2, 5000}}, {4, {4, 16, 12, 12}}, {5, {2, 20, 4, 5, 6}}, {2, {300, 7}}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int64_t n = 1, c = cases[k].dims[1];
+        for (int i = 0; i < cases[k].rank; i++) n *= cases[k].dims[i];
+        double *x = malloc((size_t)n * 8), *r = malloc((size_t)n * 8);
+        for (int64_t i = 0; i < n; i++)
+            x[i] = sin(0.37 * (double)i + k) * 2 + 0.3 * cos(1.7 * (double)i),
+            r[i] = cos(0.3 * (double)i + k);
+        for (int dt = 0; dt < 2; dt++)
+            for (int relu = 0; relu < 3; relu += 2) {
+                ts_dtype d = dt ? TS_F32 : TS_F64;
+                double tol = dt ? 2e-5 : 1e-12;
+                run_out cf = alloc_out(n, c), c1 = alloc_out(n, c), c2 = alloc_out(n, c);
+                layout = TS_CHANNELS_FIRST;
+                train_step_relu(d, cases[k].rank, cases[k].dims, x, r, 2, relu, &cf);
+                layout = TS_CHANNELS_LAST;
+                train_step_relu(d, cases[k].rank, cases[k].dims, x, r, 1, relu, &c1);
+                train_step_relu(d, cases[k].rank, cases[k].dims, x, r, 2, relu, &c2);
+                layout = TS_CHANNELS_FIRST;
+                const char *dn = dt ? "f32" : "f64";
+                CHECK(close_to(cf.y, c1.y, n, tol) && close_to(cf.dx, c1.dx, n, tol) &&
+                          close_to(cf.dw, c1.dw, c, tol) && close_to(cf.db, c1.db, c, tol),
+                      "case %zu %s relu %d: channels last differs from channels first", k, dn,
+                      relu);
+                CHECK(close_to(cf.rm, c1.rm, c, tol) && close_to(cf.rv, c1.rv, c, tol),
+                      "case %zu %s: channels-last running statistics differ", k, dn);
+                CHECK(same_bits(&c1, &c2, n, c),
+                      "case %zu %s: channels last, 1 and 2 threads differ", k, dn);
+                free_out(&cf), free_out(&c1), free_out(&c2);
+            }
+        free(x), free(r);
+    }
+}
+
 /* ---- the node survives simplify and runs once per step ----------------- */
 
 static void side_effect(void) {
@@ -676,6 +782,7 @@ int main(void) {
     kernels();
     side_effect();
     fused_relu();
+    channels_last();
     errors();
     return check_summary("gradcheck_batchnorm");
 }

@@ -1,5 +1,7 @@
 /* Gradient checks, PyTorch reference values, oneDNN-vs-reference and
- * thread-count determinism for conv and conv_transpose (1-d, 2-d, 3-d). */
+ * thread-count determinism for conv and conv_transpose (1-d, 2-d, 3-d), in
+ * both layouts: the channels-last runs permute x in and y out, so every
+ * check compares against the same channels-first numbers. */
 #include <stdlib.h>
 #include <string.h>
 #include "gradcheck.h"
@@ -17,12 +19,31 @@ static int rank_of(const cv *c) {
     return c->nd + 2;
 }
 
+/* The layout the checks build the op in. */
+static ts_layout layout = TS_CHANNELS_FIRST;
+
+/* [N, C, s...] <-> [N, s..., C] for rank r. */
+static ts_val to_layout(ts_graph *g, ts_val v, int r, int last) {
+    int perm[5] = {0};
+    for (int i = 1; i < r; i++)
+        perm[i] = last ? (i == r - 1 ? 1 : i + 1) : (i == 1 ? r - 1 : i - 1);
+    return ts_permute(g, v, perm);
+}
+
 static ts_val build_cv(ts_graph *g, const ts_val *in, void *u) {
     const cv *c = u;
     ts_val b = c->bias ? in[2] : TS_NONE;
+    int r = rank_of(c), cl = layout == TS_CHANNELS_LAST;
+    ts_val x = cl ? to_layout(g, in[0], r, 1) : in[0], y;
     if (c->transpose)
-        return ts_conv_transpose(g, in[0], in[1], b, c->nd, c->s, c->p, c->op, c->groups);
-    return ts_conv(g, in[0], in[1], b, c->nd, c->s, c->p, c->d, c->groups);
+        y = ts_conv_transpose_layout(g, x, in[1], b, c->nd, c->s, c->p, c->op, c->groups, layout);
+    else
+        y = ts_conv_layout(g, x, in[1], b, c->nd, c->s, c->p, c->d, c->groups, layout);
+    return cl ? to_layout(g, y, r, 0) : y;
+}
+
+static const char *layout_name(void) {
+    return layout == TS_CHANNELS_LAST ? " (channels last)" : "";
 }
 
 /* Output channels of a configuration (the bias length). */
@@ -73,7 +94,9 @@ static void gradchecks(void) {
                           GC_F(out_channels(c))};
         memcpy(in[0].dims, c->x, sizeof c->x);
         memcpy(in[1].dims, c->w, sizeof c->w);
-        gc_check(c->label, 2 + c->bias, in, build_cv, (void *)c);
+        char label[160];
+        snprintf(label, sizeof label, "%s%s", c->label, layout_name());
+        gc_check(label, 2 + c->bias, in, build_cv, (void *)c);
     }
 }
 
@@ -405,11 +428,11 @@ static void dnnl_vs_reference(void) {
         int64_t cnt[4] = {0};
         int on[NPLANS];
         for (int k = 0; k < NPLANS; k++) on[k] = run_plan(c, k, res[k], cnt);
-        CHECK(on[P_REF] == 0, "%s: reference plan uses oneDNN", c->label);
+        CHECK(on[P_REF] == 0, "%s%s: reference plan uses oneDNN", c->label, layout_name());
         /* conv: y, dx, dw; conv_transpose: y, dx (a conv), dw. */
         CHECK(on[P_DNNL1] == 3 && on[P_DNNL2] == 3,
-              "%s: %d and %d of 3 conv instructions run on oneDNN (1 and 2 threads)", c->label,
-              on[P_DNNL1], on[P_DNNL2]);
+              "%s%s: %d and %d of 3 conv instructions run on oneDNN (1 and 2 threads)", c->label,
+              layout_name(), on[P_DNNL1], on[P_DNNL2]);
         const char *what[4] = {"y", "dx", "dw", "db"};
         for (int t = 0; t < 3 + c->bias; t++) {
             if (!res[P_REF][t] || !res[P_DNNL1][t] || !res[P_DNNL2][t]) continue;
@@ -418,13 +441,44 @@ static void dnnl_vs_reference(void) {
                 mx = fmax(mx, fabs(res[P_REF][t][e]));
                 worst = fmax(worst, fabs((double)res[P_DNNL2][t][e] - res[P_REF][t][e]));
             }
-            CHECK(worst <= 2e-5 * mx, "%s: oneDNN %s differs from the reference by %.3g (max %.3g)",
-                  c->label, what[t], worst, mx);
+            CHECK(worst <= 2e-5 * mx,
+                  "%s%s: oneDNN %s differs from the reference by %.3g (max %.3g)", c->label,
+                  layout_name(), what[t], worst, mx);
             CHECK(!memcmp(res[P_DNNL1][t], res[P_DNNL2][t], (size_t)cnt[t] * sizeof(float)),
-                  "%s: oneDNN %s differs between 1 and 2 threads", c->label, what[t]);
+                  "%s%s: oneDNN %s differs between 1 and 2 threads", c->label, layout_name(),
+                  what[t]);
         }
         for (int k = 0; k < NPLANS; k++)
             for (int t = 0; t < 4; t++) free(res[k][t]);
+    }
+}
+
+/* The channels-last reference kernels against the channels-first ones on
+ * the larger shapes (both through permutes to the same layout). */
+static void layouts_agree(void) {
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        const cv *c = &big[i];
+        float *res[2][4] = {{0}};
+        int64_t cnt[4] = {0};
+        for (int l = 0; l < 2; l++) {
+            layout = l ? TS_CHANNELS_LAST : TS_CHANNELS_FIRST;
+            run_plan(c, P_REF, res[l], cnt);
+        }
+        layout = TS_CHANNELS_FIRST;
+        const char *what[4] = {"y", "dx", "dw", "db"};
+        for (int t = 0; t < 3 + c->bias; t++) {
+            if (!res[0][t] || !res[1][t]) continue;
+            double mx = 0, worst = 0;
+            for (int64_t e = 0; e < cnt[t]; e++) {
+                mx = fmax(mx, fabs(res[0][t][e]));
+                worst = fmax(worst, fabs((double)res[1][t][e] - res[0][t][e]));
+            }
+            CHECK(worst <= 2e-5 * mx,
+                  "%s: channels-last reference %s differs from channels first by %.3g (max %.3g)",
+                  c->label, what[t], worst, mx);
+        }
+        for (int l = 0; l < 2; l++)
+            for (int t = 0; t < 4; t++) free(res[l][t]);
     }
 }
 
@@ -493,6 +547,11 @@ int main(void) {
     double_backward();
     torch_values();
     dnnl_vs_reference();
+    layout = TS_CHANNELS_LAST;
+    gradchecks();
+    dnnl_vs_reference();
+    layout = TS_CHANNELS_FIRST;
+    layouts_agree();
     errors();
     return check_summary("gradcheck_conv");
 }

@@ -1,5 +1,6 @@
 /* Gradient checks, PyTorch reference values, argmax and NaN rules,
- * determinism and errors for max, average and adaptive average pooling. */
+ * determinism and errors for max, average and adaptive average pooling, in
+ * both layouts (channels last through permutes in and out). */
 #include <stdlib.h>
 #include <string.h>
 #include "gradcheck.h"
@@ -14,9 +15,31 @@ typedef struct pl {
     int default_stride;       /* pass stride NULL (= kernel) */
 } pl;
 
+/* The layout the checks build the op in. */
+static ts_layout layout = TS_CHANNELS_FIRST;
+
+/* [N, C, s...] <-> [N, s..., C] for rank r. */
+static ts_val to_layout(ts_graph *g, ts_val v, int r, int last) {
+    int perm[5] = {0};
+    for (int i = 1; i < r; i++)
+        perm[i] = last ? (i == r - 1 ? 1 : i + 1) : (i == 1 ? r - 1 : i - 1);
+    return ts_permute(g, v, perm);
+}
+
 static ts_val build_pool(ts_graph *g, const ts_val *in, void *u) {
     const pl *c = u;
     const int64_t *s = c->default_stride ? NULL : c->s;
+    if (layout == TS_CHANNELS_LAST) {
+        ts_val x = to_layout(g, in[0], c->nd + 2, 1), y;
+        switch (c->kind) {
+        case MAXP: y = ts_max_pool_layout(g, x, c->nd, c->k, s, c->p, layout); break;
+        case AVG: y = ts_avg_pool_layout(g, x, c->nd, c->k, s, c->p, 0, layout); break;
+        case AVG_PAD: y = ts_avg_pool_layout(g, x, c->nd, c->k, s, c->p, 1, layout); break;
+        default: /* adaptive pooling is built channels first only */
+            return ts_graph_fail(g, TS_ERR_INVALID, "test: no channels-last adaptive pooling");
+        }
+        return to_layout(g, y, c->nd + 2, 0);
+    }
     switch (c->kind) {
     case MAXP: return ts_max_pool(g, in[0], c->nd, c->k, s, c->p);
     case AVG: return ts_avg_pool(g, in[0], c->nd, c->k, s, c->p, 0);
@@ -70,9 +93,13 @@ static const pl configs[] = {
 static void gradchecks(void) {
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
         const pl *c = &configs[i];
+        if (layout == TS_CHANNELS_LAST && c->kind == ADAPTIVE) continue;
         gc_input in = {TS_F64, c->nd + 2, {0}, 1, -2, 2, NULL};
         memcpy(in.dims, c->x, sizeof c->x);
-        gc_check(c->label, 1, &in, build_pool, (void *)c);
+        char label[160];
+        snprintf(label, sizeof label, "%s%s", c->label,
+                 layout == TS_CHANNELS_LAST ? " (channels last)" : "");
+        gc_check(label, 1, &in, build_pool, (void *)c);
     }
 }
 
@@ -262,11 +289,13 @@ static void determinism(void) {
         x[i] = (float)sin(i * 0.013) + 0.1f * (float)cos(i * 0.7);
     for (int t = 0; t < 2; t++) {
         ts_graph *g = ts_graph_new();
-        int64_t d[5] = {N, C, S, S, S}, k[3] = {3, 3, 3}, st[3] = {2, 2, 2}, p[3] = {1, 1, 1};
+        int64_t d[5] = {N, C, S, S, S};
         ts_val vx = ts_param(g, "x", TS_F32, 5, d, ts_init_buffer(x));
-        ts_val a = ts_max_pool(g, vx, 3, k, st, p);
-        ts_val b = ts_avg_pool(g, vx, 3, k, st, p, 1);
-        ts_val c = ts_avg_pool(g, vx, 3, k, (int64_t[]){1, 1, 1}, p, 0);
+        pl pa = {"", MAXP, 3, {0}, {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, 0};
+        pl pb = {"", AVG_PAD, 3, {0}, {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, 0};
+        pl pc = {"", AVG, 3, {0}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 0};
+        ts_val a = build_pool(g, &vx, &pa), b = build_pool(g, &vx, &pb);
+        ts_val c = build_pool(g, &vx, &pc);
         ts_val e = ts_adaptive_avg_pool(g, vx, 3, (int64_t[]){7, 6, 9});
         ts_val loss = ts_add(g,
                              ts_add(g, ts_sum(g, ts_mul(g, a, b), 0, NULL, 0),
@@ -287,6 +316,51 @@ static void determinism(void) {
     }
     CHECK(!memcmp(grads[0], grads[1], sizeof grads[0]),
           "pooling gradients differ between 1 and 2 threads");
+}
+
+/* Max and average pooling channels last against channels first (through
+ * permutes) on a 3-d shape with overlapping, padded windows and ties: the
+ * same maxima are picked, so the max output agrees bit for bit; the
+ * average's backward adds overlapping windows' shares in another order, so
+ * the gradient agrees to rounding. */
+static void layouts_agree(void) {
+    enum { N = 2, C = 20, S = 9 }; /* C > 16: two channel blocks in the backward */
+    static float x[N * C * S * S * S], res[2][2][N * C * S * S * S];
+    for (int i = 0; i < N * C * S * S * S; i++) x[i] = (float)((i * 7919) % 13) * 0.25f;
+    int64_t d[5] = {N, C, S, S, S};
+    for (int l = 0; l < 2; l++) {
+        layout = l ? TS_CHANNELS_LAST : TS_CHANNELS_FIRST;
+        ts_graph *g = ts_graph_new();
+        ts_val vx = ts_param(g, "x", TS_F32, 5, d, ts_init_buffer(x));
+        pl mc = {"", MAXP, 3, {0}, {3, 2, 3}, {2, 1, 2}, {1, 1, 0}, 0};
+        pl ac = {"", AVG_PAD, 3, {0}, {3, 2, 3}, {2, 1, 2}, {1, 1, 0}, 0};
+        ts_val a = build_pool(g, &vx, &mc), b = build_pool(g, &vx, &ac);
+        CHECK_OK(ts_mark_output(g, a, "a"));
+        ts_val loss = ts_sum(g, ts_mul(g, ts_mul(g, a, a), b), 0, NULL, 0);
+        ts_train_spec spec = ts_train_spec_default(loss);
+        spec.opt.kind = TS_OPT_NONE;
+        ts_plan *pln = NULL;
+        CHECK_OK(ts_compile(g, &spec, NULL, &pln));
+        if (pln) {
+            CHECK_OK(ts_plan_step(pln));
+            int64_t na = ts_numel(g, a);
+            CHECK_OK(ts_plan_read(pln, "a", res[l][0], (size_t)na * sizeof(float)));
+            CHECK_OK(ts_plan_read(pln, "grad:x", res[l][1], sizeof res[l][1]));
+            CHECK(!memcmp(res[0][0], res[l][0], (size_t)na * sizeof(float)),
+                  "max pool output: channels last differs from channels first");
+            ts_plan_free(pln);
+        }
+        ts_graph_free(g);
+    }
+    layout = TS_CHANNELS_FIRST;
+    double mx = 0, worst = 0;
+    for (int i = 0; i < N * C * S * S * S; i++) {
+        mx = fmax(mx, fabs(res[0][1][i]));
+        worst = fmax(worst, fabs((double)res[0][1][i] - res[1][1][i]));
+    }
+    CHECK(mx > 0 && worst <= 1e-6 * mx,
+          "pooling gradient: channels last differs from channels first by %.3g (max %.3g)", worst,
+          mx);
 }
 
 /* ---- errors ----------------------------------------------------------------- */
@@ -328,6 +402,11 @@ int main(void) {
     torch_values();
     max_rules();
     determinism();
+    layout = TS_CHANNELS_LAST;
+    gradchecks();
+    determinism();
+    layout = TS_CHANNELS_FIRST;
+    layouts_agree();
     errors();
     return check_summary("gradcheck_pool");
 }

@@ -44,8 +44,10 @@ typedef struct dconv {
     int per_image;
     int64_t N, wnumel;
     size_t src_img, dst_img, partial_off;
-    /* conv_transpose's bias: added after the primitive, per (n, channel) plane */
+    /* conv_transpose's bias: added after the primitive, per (n, channel) plane
+     * (channels last: to every row of bias_C channels) */
     int64_t bias_C, bias_inner;
+    int channels_last;
     size_t scratch_bytes;
 } dconv;
 
@@ -104,6 +106,10 @@ static dnnl_format_tag_t plain_tag(int rank) {
     }
 }
 
+static dnnl_format_tag_t channels_last_tag(int rank) {
+    return rank == 3 ? dnnl_acb : rank == 4 ? dnnl_acdb : dnnl_acdeb;
+}
+
 /* Plain and "any" descriptors of one operand. dims[0] is replaced by
  * `batch` when batch > 0 (per-image primitives). */
 static dnnl_status_t init_mds(dc_arg *a, int rank, const int64_t *dims, int64_t batch) {
@@ -113,6 +119,20 @@ static dnnl_status_t init_mds(dc_arg *a, int rank, const int64_t *dims, int64_t 
     dnnl_status_t st = dnnl_memory_desc_init_by_tag(&a->plain, rank, d, dnnl_f32, plain_tag(rank));
     if (st == dnnl_success)
         st = dnnl_memory_desc_init_by_tag(&a->md, rank, d, dnnl_f32, dnnl_format_tag_any);
+    return st;
+}
+
+/* An activation stored channels last ([N, spatial..., C]): oneDNN's dims
+ * are still [N, C, spatial...], its memory tag says where C lives, and the
+ * primitive is asked for that same layout, so nothing is reordered. */
+static dnnl_status_t init_mds_cl(dc_arg *a, int rank, const int64_t *dims, int64_t batch) {
+    dnnl_dims_t d;
+    d[0] = batch > 0 ? batch : dims[0];
+    d[1] = dims[rank - 1];
+    for (int i = 2; i < rank; i++) d[i] = dims[i - 1];
+    dnnl_status_t st =
+        dnnl_memory_desc_init_by_tag(&a->plain, rank, d, dnnl_f32, channels_last_tag(rank));
+    a->md = a->plain;
     return st;
 }
 
@@ -166,8 +186,11 @@ static ts_status dconv_build(dconv *c, const ts_instr *in) {
         c->nlanes = 1;
     }
 
-    dnnl_status_t st = init_mds(&c->a[S_SRC], nd + 2, t[S_SRC]->dims, batch);
-    if (st == dnnl_success) st = init_mds(&c->a[S_DST], nd + 2, t[S_DST]->dims, batch);
+    const int cl = in->a.i[TS_CONV_LAYOUT] != 0;
+    c->channels_last = cl;
+    dnnl_status_t st = (cl ? init_mds_cl : init_mds)(&c->a[S_SRC], nd + 2, t[S_SRC]->dims, batch);
+    if (st == dnnl_success)
+        st = (cl ? init_mds_cl : init_mds)(&c->a[S_DST], nd + 2, t[S_DST]->dims, batch);
     int64_t wd[TS_MAX_RANK];
     int wr = nd + 2;
     if (G > 1) { /* grouped weights [G, O/G, C/G, k...]: the same memory */
@@ -289,7 +312,7 @@ static ts_status dconv_build(dconv *c, const ts_instr *in) {
         c->scratch_bytes += TS_ALIGN_UP((size_t)(c->wnumel * c->N) * sizeof(float), TS_ALIGN);
     }
     if (in->op == TS_OP_CONV_TRANSPOSE && has_bias) {
-        c->bias_C = t[S_SRC]->dims[1];
+        c->bias_C = t[S_SRC]->dims[cl ? nd + 1 : 1];
         c->bias_inner = ts_tensor_numel(t[S_SRC]) / (c->N * c->bias_C);
     }
 
@@ -367,7 +390,14 @@ static ts_status k_dnnl_conv(const ts_kargs *k) {
     if (!c->per_image) {
         dnnl_status_t st = run_lane(c, &c->lanes[0], scratch, ptr);
         if (st != dnnl_success) return dnnl_fail(st, c, "dnnl_primitive_execute");
-        if (c->bias_C) {
+        if (c->bias_C && c->channels_last) {
+            float *y = t[S_SRC]->data;
+            const float *b = t[S_BIAS]->data;
+            int64_t C = c->bias_C, rows = c->N * c->bias_inner;
+#pragma omp parallel for schedule(static) if (rows * C >= 65536)
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t e = 0; e < C; e++) y[r * C + e] += b[e];
+        } else if (c->bias_C) {
             float *y = t[S_SRC]->data;
             const float *b = t[S_BIAS]->data;
             int64_t planes = c->N * c->bias_C, inner = c->bias_inner;
