@@ -1,4 +1,8 @@
-/* The small image classifier of the model zoo (Fashion-MNIST). */
+/* The small image classifier of the model zoo (Fashion-MNIST).
+ *
+ * The convolution blocks run channels last (see ts_layout in graph.h), so
+ * oneDNN convolves the arena's memory without reordering it; x, the
+ * features fed to the classifier and every parameter keep torch's layout. */
 #include <math.h>
 #include <stdio.h>
 #include "tessel/tessel.h"
@@ -15,14 +19,14 @@ static ts_val block(ts_graph *g, ts_val x, int conv_idx, int64_t cin, int64_t co
     int64_t wd[4] = {cout, cin, 3, 3}, cd[1] = {cout}, pad[2] = {1, 1}, k[2] = {2, 2};
     snprintf(name, sizeof name, "features.%d.weight", conv_idx);
     ts_val w = ts_param(g, name, TS_F32, 4, wd, ts_init_kaiming_uniform(sqrt(5.0)));
-    x = ts_conv(g, x, w, TS_NONE, 2, NULL, pad, NULL, 1);
+    x = ts_conv_layout(g, x, w, TS_NONE, 2, NULL, pad, NULL, 1, TS_CHANNELS_LAST);
     snprintf(name, sizeof name, "features.%d.weight", conv_idx + 1);
     ts_val bw = ts_param(g, name, TS_F32, 1, cd, ts_init_ones());
     snprintf(name, sizeof name, "features.%d.bias", conv_idx + 1);
     ts_val bb = ts_param(g, name, TS_F32, 1, cd, ts_init_zeros());
     snprintf(name, sizeof name, "features.%d", conv_idx + 1);
-    x = ts_batch_norm_relu(g, x, bw, bb, name, 0.1, 1e-5);
-    return ts_max_pool(g, x, 2, k, NULL, NULL);
+    x = ts_batch_norm_layout(g, x, bw, bb, name, 0.1, 1e-5, 1, TS_CHANNELS_LAST);
+    return ts_max_pool_layout(g, x, 2, k, NULL, NULL, TS_CHANNELS_LAST);
 }
 
 ts_status ts_build_cnn(ts_graph *g, const ts_cnn_config *c, ts_model *m) {
@@ -59,11 +63,16 @@ ts_status ts_build_cnn(ts_graph *g, const ts_cnn_config *c, ts_model *m) {
     }
     int64_t yd[1] = {B};
     m->target = ts_input(g, "y", TS_I64, 1, yd);
+    int to_last[4] = {0, 2, 3, 1}, to_first[4] = {0, 3, 1, 2};
+    int64_t xl[4] = {B, H, W, c->channels};
+    /* One channel is the same memory in either layout. */
+    x = c->channels == 1 ? ts_reshape(g, x, 4, xl) : ts_permute(g, x, to_last);
     x = block(g, x, 0, c->channels, c->c1);
     x = block(g, x, 4, c->c1, c->c2);
     int64_t flat = c->c2 * (H / 4) * (W / 4);
     int64_t fd[2] = {B, flat}, wd[2] = {c->classes, flat}, bd[1] = {c->classes};
-    x = ts_reshape(g, x, 2, fd);
+    /* torch flattens [B, C, H, W]: the classifier's weight keeps its layout. */
+    x = ts_reshape(g, ts_permute(g, x, to_first), 2, fd);
     double bound = 1.0 / sqrt((double)flat);
     ts_val w = ts_param(g, "classifier.weight", TS_F32, 2, wd, ts_init_kaiming_uniform(sqrt(5.0)));
     ts_val b = ts_param(g, "classifier.bias", TS_F32, 1, bd, ts_init_uniform(-bound, bound));

@@ -350,10 +350,11 @@ static int64_t pack_kernel(const ts_graph *g, ts_val w, int nd) {
  * kinds that ts_sum's kernel runs in parallel blocks (one sum over axes
  * {0, 2} takes its element-by-element path, ~20x slower on W4's shapes). */
 static ts_val bias_grad(ts_graph *g, ts_val dy, const ts_attrs *a) {
-    if (a->i[CONV_CL]) { /* [N * spatial, O]: one sum over the rows */
-        int64_t d[2] = {-1, ts_dim(g, dy, chan_axis(a))};
-        int ax0 = 0;
-        return ts_sum(g, ts_reshape(g, dy, 2, d), 1, &ax0, 0);
+    if (a->i[CONV_CL]) { /* as [N, spatial, O]: over the rows of each image, then over N */
+        int64_t d[3] = {ts_dim(g, dy, 0), -1, ts_dim(g, dy, chan_axis(a))};
+        int ax1 = 1, ax0 = 0;
+        ts_val per_image = ts_sum(g, ts_reshape(g, dy, 3, d), 1, &ax1, 0);
+        return ts_sum(g, per_image, 1, &ax0, 0);
     }
     int64_t d[3] = {ts_dim(g, dy, 0), ts_dim(g, dy, 1), -1};
     int ax2 = 2, ax0 = 0;
