@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench-table.sh — measure W1, W3 and gpt2-124m (batch 4, context 64) side by
+# bench-table.sh — measure W1-W5 and gpt2-124m (batch 4, context 64) side by
 # side with the PyTorch reference and write the table between the
 # "bench-table" markers of docs/benchmarks.md. Rerun it any time:
 #
@@ -25,6 +25,9 @@ started=$(date -u '+%Y-%m-%d %H:%M UTC')
 run() { nice -n "$NICE" "$BUILD/tessel" bench --json "$json" "$@"; }
 run --workload W1 --compare-torch --rounds "$ROUNDS" --reference "$REFERENCE"
 run --workload W3 --steps 5 --warmup 1 --compare-torch --rounds "$ROUNDS" --reference "$REFERENCE"
+run --workload W2 --compare-torch --rounds "$ROUNDS" --reference "$REFERENCE"
+run --workload W4 --steps 5 --compare-torch --rounds "$ROUNDS" --reference "$REFERENCE"
+run --workload W5 --compare-torch --rounds "$ROUNDS" --reference "$REFERENCE"
 run --workload gpt2-124m --steps 5 --warmup 1
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
