@@ -243,6 +243,16 @@ static void test_bench(void) {
               strstr(r.out, "without gradient exchange"),
           "bench report: %s", r.out);
     e2e_done(&r);
+    /* --zero takes a stage (alone: 1). */
+    r = e2e_run("bench --workload W1 --procs 2 --threads 1 --steps 1 --warmup 0 --rounds 1 --zero "
+                "2");
+    CHECK(r.rc == 0 && strstr(r.out, "(shm, ZeRO-2: reduce-scatter with early release"),
+          "bench --zero 2: exit %d: %s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+    r = e2e_run("bench --workload W1 --procs 2 --zero 3");
+    CHECK(r.rc == 2 && strstr(r.err, "--zero: expected 0, 1 or 2, got '3'"),
+          "bench --zero 3: exit %d: %s", r.rc, r.err);
+    e2e_done(&r);
     r = e2e_run("bench --workload W2 --procs 2");
     CHECK(r.rc == 2 && strstr(r.err, "W1 or W3"), "W2 refused: exit %d: %s", r.rc, r.err);
     e2e_done(&r);
