@@ -26,6 +26,7 @@ static int cmp_size_desc(const void *a, const void *b) {
     const interval *x = a, *y = b;
     if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
     if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    if (x->bucket != y->bucket) return x->bucket ? -1 : 1; /* ids of different kinds */
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
