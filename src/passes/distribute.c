@@ -119,16 +119,28 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     int32_t *out = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 6 * nb + 2), "zero");
     int32_t *bucket_of = ts_alloc(sizeof(int32_t) * (size_t)(nv0 + 1), "zero"); /* per root */
     int32_t *mon_bucket = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 1), "zero");
+    int *pos = ts_alloc(sizeof(int) * (size_t)(g->n_nodes + 1), "zero");
+    int *first_write = ts_alloc(sizeof(int) * (size_t)(nb + 1), "zero");
     int32_t *nmap = NULL, *vmap = NULL;
     ts_status s = TS_OK;
     if (!group_of || !shard || !rs_start || !rs_wait || !upd || !shard_off || !ag_start ||
-        !ag_wait || !args || !out || !bucket_of || !mon_bucket) {
+        !ag_wait || !args || !out || !bucket_of || !mon_bucket || !pos || !first_write) {
         s = TS_ERR_NOMEM;
         goto done;
     }
     for (int v = 0; v < nv0; v++) group_of[v] = bucket_of[v] = -1;
-    for (int b = 0; b < nb; b++)
-        for (int i = first[b]; i < first[b + 1]; i++) bucket_of[root[gr[i].v]] = b;
+    for (int i = 0; i < g->n_nodes; i++) pos[i] = n_order;
+    for (int k = 0; k < n_order; k++) pos[order[k]] = k;
+    /* ZeRO-2: where each bucket's memory is first written (the producer of
+     * a gradient's storage, which a view of it may follow). */
+    for (int b = 0; b < nb; b++) {
+        first_write[b] = n_order;
+        for (int i = first[b]; i < first[b + 1]; i++) {
+            bucket_of[root[gr[i].v]] = b;
+            int w = pos[g->values[root[gr[i].v]].node];
+            if (w < first_write[b]) first_write[b] = w;
+        }
+    }
     /* ZeRO-2: per position in the order, the bucket whose gradients a
      * monitor there reads (the latest, if several; -1: not a monitor or
      * reading something else too). */
@@ -261,7 +273,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     const int z2 = d->zero == 2;
     for (int k = 0; k < n_order; k++) {
         for (int b = 0; z2 && b + 1 < nb; b++) /* before the next bucket's first gradient */
-            if (gr[first[b + 1]].ready == k && k > start_at[b]) out[m++] = rs_wait[b];
+            if (first_write[b + 1] == k && k > start_at[b]) out[m++] = rs_wait[b];
         if (order[k] == clip) continue;
         if (z2 && mon_bucket[k] >= 0) continue; /* moved before its bucket's start */
         if (k == upos) {
@@ -277,7 +289,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
                 if (mon_bucket[j] == b) out[m++] = order[j];
             out[m++] = rs_start[b];
             /* the next bucket's first gradient is written by this node already */
-            if (z2 && b + 1 < nb && gr[first[b + 1]].ready <= k) out[m++] = rs_wait[b];
+            if (z2 && b + 1 < nb && first_write[b + 1] <= k) out[m++] = rs_wait[b];
         }
     }
     for (int b = 0; b < nb; b++) out[m++] = ag_wait[b];
@@ -311,6 +323,8 @@ done:
     free(group_of);
     free(bucket_of);
     free(mon_bucket);
+    free(pos);
+    free(first_write);
     free(shard);
     free(rs_start);
     free(rs_wait);
