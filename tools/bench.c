@@ -13,7 +13,8 @@ static const char usage[] =
     "                    [--precision fp32|bf16|fp16] [--profile] [--no-fuse] [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n"
     "       tessel bench --workload W1|W3 --procs N [--threads N] [--steps N] [--rounds N]\n"
-    "                    [--per-rank-batch] [--zero]   (N data-parallel processes against 1)\n";
+    "                    [--per-rank-batch] [--zero [0|1|2]]   (N data-parallel processes against "
+    "1)\n";
 
 /* A positive integer option value. */
 static int count(const char *opt, const char *v, int *out) {
@@ -49,8 +50,14 @@ int cli_bench(int argc, char **argv) {
             per_rank_batch = 1;
             continue;
         }
-        if (!strcmp(a, "--zero")) {
-            zero = 1;
+        if (!strcmp(name, "--zero")) { /* --zero alone: 1; --zero 2 or --zero=2: that stage */
+            const char *v = eq                                              ? eq + 1
+                            : i + 1 < argc && strncmp(argv[i + 1], "--", 2) ? argv[++i]
+                                                                            : "1";
+            if (strlen(v) != 1 || v[0] < '0' || v[0] > '2')
+                return cli_error(CLI_USAGE, "bench: --zero: expected 0, 1 or 2, got '%s'\n%s", v,
+                                 usage);
+            zero = v[0] - '0';
             continue;
         }
         if (!strcmp(a, "--no-fuse")) {

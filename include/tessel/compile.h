@@ -133,7 +133,9 @@ typedef struct ts_compile_options {
     double bucket_mb;       /* gradient bucket size in MiB (0: 25) */
     double first_bucket_mb; /* the first bucket, which starts earliest (0: 1) */
     int dist_algo;          /* ts_coll_algo of the gradient all-reduces (0: auto) */
-    int zero;               /* 1: ZeRO-1, optimizer state sharded over the ranks */
+    int zero;               /* 1: ZeRO-1, optimizer state sharded over the ranks; 2: ZeRO-2,
+                               gradients sharded too (a bucket's full gradients live only
+                               until its reduce-scatter; read them with monitors) */
     int no_fuse;            /* keep every op its own kernel: no GEMM epilogues, no fused elementwise
                                groups (for checking fusion; same results, see docs/architecture.md) */
     int no_recompute;       /* store every activation the backward reads instead of recomputing

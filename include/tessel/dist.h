@@ -200,7 +200,11 @@ void ts_comm_block(size_t count, int size, int rank, size_t *offset, size_t *len
 ts_status ts_allreduce(ts_comm *c, void *buf, size_t count, ts_dtype dt, ts_reduce_op op,
                        ts_coll_algo algo);
 /* send holds count elements; recv receives this rank's block (see
- * ts_comm_block) of their reduction over all ranks. */
+ * ts_comm_block) of their reduction over all ranks. When it returns on a
+ * rank, no peer reads that rank's send any more (shm's direct algorithm
+ * reads peers' buffers in place and ends with every rank past its reads;
+ * the others copy send out before they complete), so the caller may
+ * overwrite it at once: ZeRO-2 reuses a gradient bucket's memory this way. */
 ts_status ts_reduce_scatter(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dt,
                             ts_reduce_op op, ts_coll_algo algo);
 /* send holds this rank's block of a count-element array; recv receives

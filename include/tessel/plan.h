@@ -157,6 +157,11 @@ typedef struct ts_plan_stats {
     int n_instructions;
     int n_inplace; /* outputs that share their input's memory */
     double flops_per_step;
+    /* ZeRO-2 (else 0): the gradient buckets live in the temporaries region,
+     * each from its first gradient to its reduce-scatter, and grad_bytes is 0 */
+    size_t zero_grad_bytes;  /* every bucket's full gradients together */
+    size_t zero_grad_peak;   /* the most of them alive at once */
+    size_t zero_shard_bytes; /* this rank's shards of the reduced gradients */
 } ts_plan_stats;
 
 ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st);

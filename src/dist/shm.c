@@ -442,6 +442,9 @@ static ts_status run_direct(shm_comm *s, direct *d) {
             if ((st = epoch_barrier(s)) != TS_OK) return st;
         }
         direct_work(s, d, a, b);
+        /* Past this barrier every rank has finished reading every input:
+         * a caller may overwrite its buffer as soon as this returns (ZeRO-2
+         * reuses a gradient bucket's memory after its reduce-scatter). */
         if ((st = epoch_barrier(s)) != TS_OK) return st;
         if (!shared && d->kind == TS_COLL_ALLREDUCE) stage(s, d, a, b, 0);
         if (b >= d->count) break;

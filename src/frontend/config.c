@@ -250,8 +250,9 @@ static const ts_config_key keys[] = {
      "gradient bucket size in MiB (the first bucket is 1 MiB)"},
     {"dist.algo", TS_CFG_ENUM, FIELD(dist, algo), 0, "auto|native|ring|rhd|rd|hier", NULL, "auto",
      "all-reduce algorithm of the gradient buckets (auto: measured per size)"},
-    {"dist.zero", TS_CFG_INT, FIELD(dist, zero), 0, NULL, "[0, 1]", "0",
-     "ZeRO stage: 1 shards the optimizer state over the processes (0: replicated)"},
+    {"dist.zero", TS_CFG_INT, FIELD(dist, zero), 0, NULL, "[0, 2]", "0",
+     "ZeRO stage: 1 shards the optimizer state over the processes, 2 the gradients too (0: "
+     "replicated)"},
     {"dist.timeout_s", TS_CFG_F64, FIELD(dist, timeout_s), 0, NULL, "[0, inf)", "0",
      "seconds a collective may wait for a peer (0: TESSEL_DIST_TIMEOUT, else 1800)"},
     {"dist.max_restarts", TS_CFG_INT, FIELD(dist, max_restarts), 0, NULL, "[0, 1000]", "0",

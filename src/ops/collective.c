@@ -167,7 +167,9 @@ const ts_op_def ts_def_allreduce_wait = {.name = "allreduce_wait",
 
 /* reduce_scatter_start (g1..gk) -> (token, shard [i[2]]): starts the sum
  * reduce-scatter of the bucket's i[3] elements; the rank's block
- * (ts_comm_block) lands in shard. i[0] ticket slot, i[1] algo. */
+ * (ts_comm_block) lands in shard. i[0] ticket slot, i[1] algo, i[4] the
+ * ZeRO stage (2: the bucket is a temporary that memplan releases after the
+ * wait; the wait returns once every peer has read this rank's bucket). */
 static ts_status infer_rs_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     ts_status s = check_grads(g, n, 0);
     if (s != TS_OK) return s;
@@ -195,6 +197,14 @@ static ts_status k_rs_start(const ts_kargs *k) {
                        "reduce_scatter_start '%s': the bucket's gradients are not one range of "
                        "%lld elements",
                        lbl(k), (long long)k->a->i[3]);
+    /* The padding between tensors is part of the range: under ZeRO-2 the
+     * bucket is a temporary whose padding holds whatever was there before,
+     * so zero it (the shards' padding must stay zero, as the parameters'). */
+    for (int j = 0; j + 1 < k->n_in; j++) {
+        char *end = (char *)k->in[j].data + (size_t)ts_tensor_numel(&k->in[j]) * es;
+        if ((char *)k->in[j + 1].data > end)
+            memset(end, 0, (size_t)((char *)k->in[j + 1].data - end));
+    }
     ts_coll_ticket t = {0};
     s = ts_reduce_scatter_start(rt->comm, lo, k->out[1].data, (size_t)k->a->i[3], k->in[0].dtype,
                                 TS_RED_SUM, (ts_coll_algo)k->a->i[1], &t);

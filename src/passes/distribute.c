@@ -50,7 +50,22 @@ static int is_alias(const ts_graph *g, int node) {
  *   ... backward ... reduce_scatter_start(b) right after bucket b's last gradient
  *   [at the update] reduce_scatter_wait(all) zero_clip_coef
  *                   shard_update(b) all_gather_start(b) for each bucket
- *   [end of step]   all_gather_wait(all) */
+ *   [end of step]   all_gather_wait(all)
+ *
+ * ZeRO-2 (d->zero == 2) shards the gradients too: the same nodes, but
+ * reduce_scatter_wait(b) comes right before the node that writes bucket
+ * b + 1's first gradient (the last bucket's at the update), so the
+ * backward between the two buckets (the data gradients) overlaps the
+ * reduce-scatter and no two buckets need memory at once; and
+ * reduce_scatter_start carries i[4] = 2,
+ * which tells memplan to plan each bucket as one liveness interval in the
+ * temporaries (from its first gradient's write to its wait) instead of the
+ * persistent gradient region. Once the wait returned, every peer has
+ * finished reading the bucket (the reduce-scatter ends with every rank
+ * done: see ts_reduce_scatter_start), so later nodes may reuse its memory.
+ * Monitors reading a bucket's gradients run right before its start, so
+ * they do not keep the bucket alive. Until the update each rank keeps only
+ * its shards. */
 
 /* Elements a bucket spans in memplan's layout (64-byte padding between
  * tensors). */
@@ -102,14 +117,46 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     int32_t *ag_wait = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(un.n_in + nb + 8), "zero");
     int32_t *out = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 6 * nb + 2), "zero");
+    int32_t *bucket_of = ts_alloc(sizeof(int32_t) * (size_t)(nv0 + 1), "zero"); /* per root */
+    int32_t *mon_bucket = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 1), "zero");
+    int *pos = ts_alloc(sizeof(int) * (size_t)(g->n_nodes + 1), "zero");
+    int *first_write = ts_alloc(sizeof(int) * (size_t)(nb + 1), "zero");
     int32_t *nmap = NULL, *vmap = NULL;
     ts_status s = TS_OK;
     if (!group_of || !shard || !rs_start || !rs_wait || !upd || !shard_off || !ag_start ||
-        !ag_wait || !args || !out) {
+        !ag_wait || !args || !out || !bucket_of || !mon_bucket || !pos || !first_write) {
         s = TS_ERR_NOMEM;
         goto done;
     }
-    for (int v = 0; v < nv0; v++) group_of[v] = -1;
+    for (int v = 0; v < nv0; v++) group_of[v] = bucket_of[v] = -1;
+    for (int i = 0; i < g->n_nodes; i++) pos[i] = n_order;
+    for (int k = 0; k < n_order; k++) pos[order[k]] = k;
+    /* ZeRO-2: where each bucket's memory is first written (the producer of
+     * a gradient's storage, which a view of it may follow). */
+    for (int b = 0; b < nb; b++) {
+        first_write[b] = n_order;
+        for (int i = first[b]; i < first[b + 1]; i++) {
+            bucket_of[root[gr[i].v]] = b;
+            int w = pos[g->values[root[gr[i].v]].node];
+            if (w < first_write[b]) first_write[b] = w;
+        }
+    }
+    /* ZeRO-2: per position in the order, the bucket whose gradients a
+     * monitor there reads (the latest, if several; -1: not a monitor or
+     * reading something else too). */
+    for (int k = 0; k < n_order; k++) {
+        const ts_node *n = &g->nodes[order[k]];
+        mon_bucket[k] = -1;
+        if (!(ts_op_get(n->op)->flags & TS_OPF_MONITOR)) continue;
+        for (int j = 0; j < n->n_in; j++) {
+            int b = bucket_of[root[n->in[j]]];
+            if (b < 0) {
+                mon_bucket[k] = -1;
+                break;
+            }
+            if (b > mon_bucket[k]) mon_bucket[k] = b;
+        }
+    }
     for (int j = 0; j < ngroups; j++) group_of[root[un.in[j * gs + 1]]] = j;
     for (int i = 0; i < first[nb]; i++)
         if (group_of[root[gr[i].v]] < 0) {
@@ -135,6 +182,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         a.i[1] = d->algo;
         a.i[2] = (int64_t)len;
         a.i[3] = span;
+        a.i[4] = d->zero; /* 2: memplan releases the bucket after its wait */
         for (int i = 0; i < k; i++) args[i] = ts_mkval(gr[first[b] + i].v);
         ts_val tok = ts_node_add(g, TS_OP_REDUCE_SCATTER_START, k, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
@@ -222,17 +270,27 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     /* The order: starts after their buckets' last gradients, everything
      * else where the fused update was, the all-gather waits at the end. */
     int m = 0;
+    const int z2 = d->zero == 2;
     for (int k = 0; k < n_order; k++) {
+        for (int b = 0; z2 && b + 1 < nb; b++) /* before the next bucket's first gradient */
+            if (first_write[b + 1] == k && k > start_at[b]) out[m++] = rs_wait[b];
         if (order[k] == clip) continue;
+        if (z2 && mon_bucket[k] >= 0) continue; /* moved before its bucket's start */
         if (k == upos) {
-            for (int b = 0; b < nb; b++) out[m++] = rs_wait[b];
+            for (int b = z2 ? nb - 1 : 0; b < nb; b++) out[m++] = rs_wait[b];
             if (has_coef) out[m++] = g->values[coef.id].node;
             for (int b = 0; b < nb; b++) out[m++] = upd[b], out[m++] = ag_start[b];
             continue;
         }
         out[m++] = order[k];
-        for (int b = 0; b < nb; b++)
-            if (start_at[b] == k) out[m++] = rs_start[b];
+        for (int b = 0; b < nb; b++) {
+            if (start_at[b] != k) continue;
+            for (int j = 0; z2 && j < n_order; j++)
+                if (mon_bucket[j] == b) out[m++] = order[j];
+            out[m++] = rs_start[b];
+            /* the next bucket's first gradient is written by this node already */
+            if (z2 && b + 1 < nb && first_write[b + 1] <= k) out[m++] = rs_wait[b];
+        }
     }
     for (int b = 0; b < nb; b++) out[m++] = ag_wait[b];
 
@@ -263,6 +321,10 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     *n_slots = 2 * nb;
 done:
     free(group_of);
+    free(bucket_of);
+    free(mon_bucket);
+    free(pos);
+    free(first_write);
     free(shard);
     free(rs_start);
     free(rs_wait);

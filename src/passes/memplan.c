@@ -2,8 +2,8 @@
  *
  * Layout: [params | grads | optimizer state | inputs, constants, outputs |
  * intermediates]. Gradients are in the data-parallel buckets' order when
- * the plan has buckets (distribute.c), else in the parameters' order. The first four regions are contiguous and persistent
- * (the optimizer walks params, grads and state as flat arrays). The
+ * the plan has buckets (distribute.c), else in the parameters' order. The first four regions are
+ * contiguous and persistent (the optimizer walks params, grads and state as flat arrays). The
  * intermediates region is planned from liveness: each storage root lives
  * from the step its producer runs to the last step reading it or any view
  * of it; roots are placed largest first at the lowest offset that does not
@@ -16,15 +16,17 @@
 #include "passes.h"
 
 typedef struct interval {
-    int32_t id; /* value id (root) or -(node+1) for scratch */
+    int32_t id; /* value id (root), -(node+1) for scratch, or with bucket: its start node */
     int start, end;
     size_t bytes, off;
+    int bucket; /* ZeRO-2: 1 if this is a gradient bucket (id its start node) */
 } interval;
 
 static int cmp_size_desc(const void *a, const void *b) {
     const interval *x = a, *y = b;
     if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
     if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    if (x->bucket != y->bucket) return x->bucket ? -1 : 1; /* ids of different kinds */
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
@@ -66,6 +68,39 @@ void ts_memplan_free(ts_memplan *mp) {
     memset(mp, 0, sizeof *mp);
 }
 
+/* ZeRO-2: a reduce_scatter_start whose bucket memplan plans as one
+ * temporary (distribute.c sets i[4] = 2). */
+static int released_bucket(const ts_node *n) {
+    return n->op == TS_OP_REDUCE_SCATTER_START && n->a.i[4] == 2;
+}
+
+/* The bucket of start node i as one interval: its gradients at their
+ * persistent-layout offsets from the bucket's base (goff), alive from the
+ * first gradient's producer to the bucket's reduce_scatter_wait (or a
+ * later reader). */
+static interval bucket_interval(const ts_graph *g, int i, const int32_t *root, const int *pos,
+                                const int *last, const int32_t *order, int n_order, size_t *goff) {
+    const ts_node *n = &g->nodes[i];
+    interval iv = {i, pos[i], pos[i], 0, 0, 1};
+    size_t cur = 0;
+    for (int j = 0; j < n->n_in; j++) {
+        int32_t r = root[n->in[j]];
+        if (goff[r] != SIZE_MAX) continue; /* the same tensor twice */
+        goff[r] = cur;
+        iv.bytes = cur + ts_type_bytes(&g->values[r].t);
+        cur = TS_ALIGN_UP(iv.bytes, TS_ALIGN);
+        int st = pos[g->values[r].node];
+        if (st < iv.start) iv.start = st;
+        if (last[r] > iv.end) iv.end = last[r];
+    }
+    for (int k = 0; k < n_order; k++) {
+        const ts_node *w = &g->nodes[order[k]];
+        if (w->op == TS_OP_REDUCE_SCATTER_WAIT && g->values[w->in[0]].node == i && k > iv.end)
+            iv.end = k;
+    }
+    return iv;
+}
+
 static int observable(const ts_value *v) {
     return v->is_output || v->grad_of >= 0;
 }
@@ -79,12 +114,13 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     int *pos = ts_alloc(sizeof(int) * (size_t)(nn + 1), "memplan");
     int *last = ts_alloc(sizeof(int) * (size_t)(nv + 1), "memplan");
     char *pinned = ts_zalloc((size_t)nv + 1, "memplan");
+    size_t *goff = ts_alloc(sizeof(size_t) * (size_t)(nv + 1), "memplan"); /* ZeRO-2 */
     interval *iv = ts_alloc(sizeof(interval) * (size_t)(nv + nn + 1), "memplan");
     mp->off = ts_alloc(sizeof(size_t) * (size_t)(nv + 1), "memplan");
     mp->scratch_off = ts_zalloc(sizeof(size_t) * (size_t)(nn + 1), "memplan");
     mp->scratch_bytes = ts_zalloc(sizeof(size_t) * (size_t)(nn + 1), "memplan");
     mp->alias_skip = ts_zalloc((size_t)nn + 1, "memplan");
-    if (!root || !pos || !last || !pinned || !iv || !mp->off || !mp->scratch_off ||
+    if (!root || !pos || !last || !pinned || !goff || !iv || !mp->off || !mp->scratch_off ||
         !mp->scratch_bytes || !mp->alias_skip) {
         s = TS_ERR_NOMEM;
         goto done;
@@ -99,7 +135,7 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
             mp->alias_skip[val->node] = 1;
         }
         mp->naive_bytes += ts_type_bytes(&val->t);
-        mp->off[v] = SIZE_MAX;
+        mp->off[v] = goff[v] = SIZE_MAX;
     }
     /* Pinned roots: everything persistent or observable. */
     for (int v = 0; v < nv; v++) {
@@ -162,12 +198,22 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
         }
     mp->param_bytes = cur - mp->param_off;
     mp->grad_off = cur;
+    /* ZeRO-2 buckets go to the temporaries (below): their gradients'
+     * offsets inside the bucket now, the bucket's base later. */
+    int n_rel = 0;
+    for (int i = 0; i < nn; i++)
+        if (released_bucket(&g->nodes[i])) {
+            iv[n_rel++] = bucket_interval(g, i, root, pos, last, order, n_order, goff);
+            mp->zero_grad_bytes += TS_ALIGN_UP(iv[n_rel - 1].bytes, TS_ALIGN);
+            mp->zero_shard_bytes += ts_type_bytes(&g->values[g->nodes[i].out[1]].t);
+        }
     /* Gradients of data-parallel buckets first, bucket by bucket (the
      * inputs of the allreduce_start nodes, which the distribute pass adds
      * in bucket order), so each bucket is one contiguous range. */
     for (int i = 0; i < nn; i++) {
         const ts_node *n = &g->nodes[i];
         if (n->op != TS_OP_ALLREDUCE_START && n->op != TS_OP_REDUCE_SCATTER_START) continue;
+        if (released_bucket(n)) continue;
         for (int j = 0; j < n->n_in; j++)
             if (mp->off[root[n->in[j]]] == SIZE_MAX) {
                 mp->off[root[n->in[j]]] = cur;
@@ -178,7 +224,7 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
         if (g->values[p].kind != TS_VK_PARAM) continue;
         for (int v = 0; v < nv; v++)
             if (g->values[v].grad_of == p) {
-                if (mp->off[root[v]] != SIZE_MAX) break;
+                if (mp->off[root[v]] != SIZE_MAX || goff[root[v]] != SIZE_MAX) break;
                 mp->off[root[v]] = cur;
                 cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[v].t), TS_ALIGN);
                 break;
@@ -196,7 +242,7 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     for (int v = 0; v < nv; v++) {
         const ts_value *val = &g->values[v];
         int32_t r = root[v];
-        if (!pinned[r] || mp->off[r] != SIZE_MAX) continue;
+        if (!pinned[r] || mp->off[r] != SIZE_MAX || goff[r] != SIZE_MAX) continue;
         if (val->kind == TS_VK_INPUT || val->kind == TS_VK_CONST || val->kind == TS_VK_NODE) {
             mp->off[r] = cur;
             cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[r].t), TS_ALIGN);
@@ -204,27 +250,38 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     }
     mp->io_bytes = cur - mp->io_off;
 
-    /* Intermediates and scratch: liveness intervals. */
-    int ni = 0;
+    /* Intermediates and scratch: liveness intervals (after the ZeRO-2
+     * buckets, iv[0, n_rel)). */
+    int ni = n_rel;
+    for (int a = 0; a < n_rel; a++) { /* most bucket bytes alive at once */
+        size_t at = 0;
+        for (int b = 0; b < n_rel; b++)
+            if (iv[b].start <= iv[a].start && iv[a].start <= iv[b].end) at += iv[b].bytes;
+        if (at > mp->zero_grad_peak) mp->zero_grad_peak = at;
+    }
     for (int v = 0; v < nv; v++) {
         if (root[v] != v || pinned[v] || g->values[v].kind != TS_VK_NODE) continue;
         int st = pos[g->values[v].node];
         iv[ni++] =
-            (interval){v, st, last[v] > st ? last[v] : st, ts_type_bytes(&g->values[v].t), 0};
+            (interval){v, st, last[v] > st ? last[v] : st, ts_type_bytes(&g->values[v].t), 0, 0};
     }
     for (int i = 0; i < nn; i++) {
         const ts_op_def *def = ts_op_get(g->nodes[i].op);
         size_t sb = def->scratch ? def->scratch(g, &g->nodes[i]) : 0;
         mp->scratch_bytes[i] = sb;
         mp->naive_bytes += sb;
-        if (sb) iv[ni++] = (interval){-(i + 1), pos[i], pos[i], sb, 0};
+        if (sb) iv[ni++] = (interval){-(i + 1), pos[i], pos[i], sb, 0, 0};
     }
     size_t temp_total = 0;
     if ((s = place(iv, ni, &temp_total)) != TS_OK) goto done;
     mp->temp_off = cur;
     mp->temp_bytes = temp_total;
     for (int i = 0; i < ni; i++) {
-        if (iv[i].id >= 0)
+        if (iv[i].bucket) {
+            const ts_node *n = &g->nodes[iv[i].id];
+            for (int j = 0; j < n->n_in; j++)
+                mp->off[root[n->in[j]]] = cur + iv[i].off + goff[root[n->in[j]]];
+        } else if (iv[i].id >= 0)
             mp->off[iv[i].id] = cur + iv[i].off;
         else
             mp->scratch_off[-iv[i].id - 1] = cur + iv[i].off;
@@ -244,6 +301,7 @@ done:
     free(pos);
     free(last);
     free(pinned);
+    free(goff);
     free(iv);
     if (s != TS_OK) ts_memplan_free(mp);
     return s;

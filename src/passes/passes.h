@@ -87,9 +87,9 @@ typedef struct ts_dist_spec {
     size_t bucket_bytes;       /* buckets after the first */
     size_t first_bucket_bytes; /* the first bucket */
     int algo;                  /* ts_coll_algo of the collectives */
-    int zero;                  /* 1: ZeRO-1 (reduce-scatter, sharded update, all-gather) */
-    int rank, size;            /* this rank of size (ZeRO: which shard) */
-    int32_t *loss;             /* ZeRO compacts the graph: the loss id is remapped */
+    int zero;       /* 1: ZeRO-1 (reduce-scatter, sharded update, all-gather); 2: ZeRO-2 */
+    int rank, size; /* this rank of size (ZeRO: which shard) */
+    int32_t *loss;  /* ZeRO compacts the graph: the loss id is remapped */
 } ts_dist_spec;
 ts_status ts_pass_distribute(ts_graph *g, int32_t **order, int *n_order, const ts_dist_spec *d,
                              int *n_buckets);
@@ -108,6 +108,10 @@ typedef struct ts_memplan {
     size_t arena_bytes;
     size_t naive_bytes; /* sum of every value's size plus scratch */
     int n_inplace;
+    /* ZeRO-2: gradient buckets planned inside the temporaries region */
+    size_t zero_grad_bytes;  /* all buckets together (the full gradients) */
+    size_t zero_grad_peak;   /* the most bucket bytes alive at once */
+    size_t zero_shard_bytes; /* this rank's shards of the reduced gradients */
 } ts_memplan;
 
 ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, int allow_inplace,

@@ -276,9 +276,10 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
          * does not see: the two are not combined yet. */
         if (p->opt.zero && p->opt.comm && ts_comm_size(p->opt.comm) > 1 &&
             p->opt.precision.loss_scale != TS_SCALE_NONE) {
-            s = ts_fail(TS_ERR_UNSUPPORTED, "compile: loss scaling (precision.loss_scale) with "
-                                            "ZeRO (dist.zero 1) is not supported yet; use "
-                                            "dist.zero 0 or bf16 without loss scaling");
+            s = ts_fail(TS_ERR_UNSUPPORTED,
+                        "compile: loss scaling (precision.loss_scale) with ZeRO (dist.zero %d) is "
+                        "not supported yet; use dist.zero 0 or bf16 without loss scaling",
+                        p->opt.zero);
             goto done;
         }
         int32_t diff = loss, scale = -1, unscale = -1; /* loss scaling: see loss_scale.c */
@@ -334,8 +335,8 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
         d.rank = ts_comm_rank(p->opt.comm);
         d.size = ts_comm_size(p->opt.comm);
         d.loss = &p->loss;
-        if (d.zero < 0 || d.zero > 1) {
-            s = ts_fail(TS_ERR_UNSUPPORTED, "compile: ZeRO stage %d (0 and 1 are supported)",
+        if (d.zero < 0 || d.zero > 2) {
+            s = ts_fail(TS_ERR_UNSUPPORTED, "compile: ZeRO stage %d (0, 1 and 2 are supported)",
                         d.zero);
             goto done;
         }

@@ -37,6 +37,11 @@ static void dump_memory(const ts_plan *p, FILE *out) {
     fprintf(out, "arena          %12zu bytes  %s\n", m->arena_bytes, mib(a, sizeof a, m->arena_bytes));
     fprintf(out, "  params       %12zu bytes  @%zu\n", m->param_bytes, m->param_off);
     fprintf(out, "  grads        %12zu bytes  @%zu\n", m->grad_bytes, m->grad_off);
+    if (m->zero_grad_bytes)
+        fprintf(out,
+                "    ZeRO-2: gradient buckets %zu bytes in the temporaries, at most %zu alive at "
+                "once; shards %zu bytes\n",
+                m->zero_grad_bytes, m->zero_grad_peak, m->zero_shard_bytes);
     fprintf(out, "  opt state    %12zu bytes  @%zu\n", m->state_bytes, m->state_off);
     fprintf(out, "  io/consts    %12zu bytes  @%zu\n", m->io_bytes, m->io_off);
     fprintf(out, "  temporaries  %12zu bytes  @%zu\n", m->temp_bytes, m->temp_off);

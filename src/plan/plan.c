@@ -100,6 +100,11 @@ ts_status ts_plan_read(const ts_plan *p, const char *name, void *dst, size_t byt
     ts_status s = find_sized(p, "read", name, bytes, &nm);
     if (s != TS_OK) return s;
     if (!dst) return ts_fail(TS_ERR_INVALID, "read '%s': dst is NULL", name);
+    if (nm->is_grad && p->mp.zero_grad_bytes > 0)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "read '%s': under ZeRO-2 (dist.zero 2) a gradient lives only until its "
+                       "bucket's reduce-scatter; read the gradient monitors instead",
+                       name);
     memcpy(dst, p->arena + nm->off, bytes);
     return TS_OK;
 }
@@ -152,6 +157,9 @@ ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st) {
     st->n_instructions = p->n_ins;
     st->n_inplace = p->mp.n_inplace;
     st->flops_per_step = p->flops;
+    st->zero_grad_bytes = p->mp.zero_grad_bytes;
+    st->zero_grad_peak = p->mp.zero_grad_peak;
+    st->zero_shard_bytes = p->mp.zero_shard_bytes;
     return TS_OK;
 }
 
@@ -238,6 +246,10 @@ ts_status ts_plan_grad_norm(const ts_plan *p, double *norm) {
         *norm = sqrt(sum);
         return TS_OK;
     }
+    if (p->mp.zero_grad_bytes > 0)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "grad_norm: under ZeRO-2 (dist.zero 2) the gradients are gone after the "
+                       "step; compile with ts_compile_options.monitors to get their norm");
     for (int i = 0; i < p->n_named; i++) {
         const ts_named *nm = &p->named[i];
         if (!nm->is_grad) continue;

@@ -178,7 +178,9 @@ ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_res
             "%s data parallel: 1 process x %d thread(s), batch %lld  vs  %d processes x %d "
             "thread(s), batch %lld each (shm, %s); %d rounds of %d steps\n",
             o.workload, o.threads, (long long)batch, o.procs, o.threads, (long long)rank_batch,
-            o.zero ? "ZeRO-1: reduce-scatter, sharded update, all-gather" : "direct all-reduce",
+            o.zero == 2 ? "ZeRO-2: reduce-scatter with early release, sharded update, all-gather"
+            : o.zero    ? "ZeRO-1: reduce-scatter, sharded update, all-gather"
+                        : "direct all-reduce",
             o.rounds, o.steps);
     for (int k = 0; s == TS_OK && k < o.rounds; k++) {
         s = one_run(&o, gpt, 1, batch, 0, sh, &t1[k]);

@@ -30,7 +30,7 @@ typedef struct ts_bench_dist_options {
     int steps, warmup;    /* timed and untimed steps per run (default 10, 2) */
     int rounds;           /* single / N-process alternations (default 2) */
     int per_rank_batch;   /* 1: the workload's batch on every rank */
-    int zero;             /* the N-process runs shard the optimizer (ZeRO-1) */
+    int zero;             /* ZeRO stage of the N-process runs: 1 optimizer, 2 gradients too */
     FILE *out;            /* the report (NULL: stdout) */
 } ts_bench_dist_options;
 

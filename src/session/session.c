@@ -936,6 +936,7 @@ static ts_status gradient_pass(session *s, int64_t step, int hist, double *norm)
         snprintf(name, sizeof name, "weights/%s", p);
         if (n && (st = ts_tfevents_histogram(s->tb, step, name, s->gbuf, n, NULL)) != TS_OK) break;
         snprintf(name, sizeof name, "grad:%s", p);
+        if (s->nranks > 1 && s->c.dist.zero == 2) continue; /* ZeRO-2: gone after the step */
         if ((st = read_f32(s, name, &n)) != TS_OK) break;
         snprintf(name, sizeof name, "grads/%s", p);
         if (n) st = ts_tfevents_histogram(s->tb, step, name, s->gbuf, n, NULL);
@@ -1234,12 +1235,19 @@ static void header(session *s) {
                         s->nranks, ts_comm_transport(s->o->comm),
                         (long long)(c->model.batch / s->nranks), c->dist.bucket_mb);
         const double mib = 1024.0 * 1024.0;
+        char zs[48] = "", zg[192] = "";
+        if (c->dist.zero) snprintf(zs, sizeof zs, ": ZeRO-%d, this rank's shard", c->dist.zero);
+        if (st.zero_grad_bytes)
+            snprintf(zg, sizeof zg,
+                     ": ZeRO-2, buckets of %.1f in the temporaries, at most %.1f at once; this "
+                     "rank's shards %.1f",
+                     (double)st.zero_grad_bytes / mib, (double)st.zero_grad_peak / mib,
+                     (double)st.zero_shard_bytes / mib);
         ts_progress_log(&s->pr,
-                        "per process: arena %.1f MiB (parameters %.1f, gradients %.1f, optimizer "
+                        "per process: arena %.1f MiB (parameters %.1f, gradients %.1f%s, optimizer "
                         "state %.1f%s, temporaries %.1f)",
                         (double)st.arena_bytes / mib, (double)st.param_bytes / mib,
-                        (double)st.grad_bytes / mib, (double)st.state_bytes / mib,
-                        c->dist.zero ? ": ZeRO-1, this rank's shard" : "",
+                        (double)st.grad_bytes / mib, zg, (double)st.state_bytes / mib, zs,
                         (double)st.temp_bytes / mib);
     }
 }

@@ -87,6 +87,32 @@ static void test_two_procs(void) {
     for (int i = 0; i < nz && i < nb; i++)
         CHECK(z[i] == b[i], "zero 1, step %d: loss %.9g, zero 0 %.9g", i + 1, z[i], b[i]);
     e2e_done(&rz);
+    /* ZeRO-2 with small buckets (about 2 KiB, many of them): gradients
+     * released after their reduce-scatter, the same update bit for bit;
+     * the first step's TensorBoard histograms skip the released gradients. */
+    rz = e2e_runf("train examples/w1.yaml %s --steps 6 --procs 2 --set dist.zero=2 --set "
+                  "dist.bucket_mb=0.002 --out %s",
+                  small, e2e_path("zero2"));
+    CHECK(rz.rc == 0, "--procs 2, dist.zero 2: exit %d: %s", rz.rc, rz.err);
+    CHECK(strstr(rz.out, "gradients 0.0: ZeRO-2, buckets of") &&
+              strstr(rz.out, "ZeRO-2, this rank's shard"),
+          "the per-process memory marks ZeRO-2: %s", rz.out);
+    nz = losses(e2e_path("zero2/metrics.jsonl"), z, 16);
+    CHECK(nz == 6, "zero 2: 6 train lines, got %d", nz);
+    for (int i = 0; i < nz && i < nb; i++)
+        CHECK(z[i] == b[i], "zero 2, step %d: loss %.9g, zero 0 %.9g", i + 1, z[i], b[i]);
+    e2e_done(&rz);
+    rz = e2e_runf("train examples/w1.yaml %s --steps 2 --procs 2 --set dist.zero=2 --set "
+                  "precision.default=fp16 --out %s",
+                  small, e2e_path("zero2-fp16"));
+    CHECK(rz.rc == 2 && strstr(rz.err, "loss scaling") && strstr(rz.err, "dist.zero 2"),
+          "zero 2 with fp16 loss scaling is refused: exit %d: %s", rz.rc, rz.err);
+    e2e_done(&rz);
+    rz = e2e_runf("train examples/w1.yaml %s --steps 2 --procs 2 --set dist.zero=3", small);
+    CHECK(rz.rc == 2 && strstr(rz.err, "dist.zero"), "dist.zero 3 is refused: exit %d: %s", rz.rc,
+          rz.err);
+    e2e_done(&rz);
+
     rz = e2e_runf(
         "train examples/w1.yaml %s --steps 2 --procs 2 --set dist.zero=1 --set ckpt.every=1 "
         "--out %s",
@@ -95,9 +121,9 @@ static void test_two_procs(void) {
           "zero with checkpoints: exit %d: %s", rz.rc, rz.err);
     e2e_done(&rz);
 
-    /* A skipped step under ZeRO-1: the shard update counts applied updates
-     * (Adam's t) as the full update does, so the losses after the skip
-     * still match ZeRO 0 bit for bit. */
+    /* A skipped step under ZeRO-1 and ZeRO-2: the shard update counts
+     * applied updates (Adam's t) as the full update does, so the losses
+     * after the skip still match ZeRO 0 bit for bit. */
     {
         double l0[16], l1[16];
         e2e_result a0 = e2e_runf("train examples/w1.yaml %s --steps 5 --procs 2 --set "
@@ -106,6 +132,9 @@ static void test_two_procs(void) {
         e2e_result a1 = e2e_runf("train examples/w1.yaml %s --steps 5 --procs 2 --set dist.zero=1 "
                                  "--set debug.inject=nan --set debug.inject_step=2 --out %s",
                                  small, e2e_path("skip1"));
+        e2e_result a2 = e2e_runf("train examples/w1.yaml %s --steps 5 --procs 2 --set dist.zero=2 "
+                                 "--set debug.inject=nan --set debug.inject_step=2 --out %s",
+                                 small, e2e_path("skip2"));
         CHECK(a0.rc == 0 && a1.rc == 0, "skip runs: exit %d and %d: %s %s", a0.rc, a1.rc, a0.err,
               a1.err);
         int n0 = losses(e2e_path("skip0/metrics.jsonl"), l0, 16);
@@ -116,6 +145,14 @@ static void test_two_procs(void) {
                   l0[i]);
         e2e_done(&a0);
         e2e_done(&a1);
+        double l2[16];
+        int n2 = losses(e2e_path("skip2/metrics.jsonl"), l2, 16);
+        CHECK(a2.rc == 0 && n2 == 4, "skip under zero 2: exit %d, %d finite losses: %s", a2.rc, n2,
+              a2.err);
+        for (int i = 0; i < n2 && i < n1; i++)
+            CHECK(l2[i] == l1[i], "after a skip, zero 2 vs zero 1, loss %d: %.9g vs %.9g", i, l2[i],
+                  l1[i]);
+        e2e_done(&a2);
     }
 
     rz = e2e_runf("train examples/w1.yaml %s --steps 2 --procs 2 --set dist.zero=1 --set "
@@ -203,6 +240,23 @@ static void test_mpirun(void) {
     for (int i = 0; i < na && i < nb; i++)
         CHECK(fabs(a[i] - b[i]) <= 1e-6 * fabs(a[i]), "step %d: shm %.9g, mpi %.9g", i + 1, a[i],
               b[i]);
+    /* ZeRO-2 over MPI (MPI_Ireduce_scatter releases a bucket only once it
+     * completed): the same losses as the all-reduce over MPI. */
+    snprintf(cmd, sizeof cmd,
+             "TESSEL_COLL_CACHE=0 ASAN_OPTIONS=detect_leaks=0 '%s' %s--oversubscribe -np 2 '%s' "
+             "train examples/w1.yaml %s --steps 6 --set dist.zero=2 --set dist.bucket_mb=0.002 "
+             "--out %s > %s 2>&1",
+             mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", bin, small, e2e_path("mpi-z2"),
+             e2e_path("mpi-z2.log"));
+    rc = system(cmd);
+    log = e2e_slurp(e2e_path("mpi-z2.log"), NULL);
+    CHECK(rc == 0 && strstr(log, "ZeRO-2"), "mpirun, dist.zero 2: status %d:\n%s", rc, log);
+    free(log);
+    double z[16];
+    int nz = losses(e2e_path("mpi-z2/metrics.jsonl"), z, 16);
+    CHECK(nz == 6, "mpi, zero 2: 6 train lines, got %d", nz);
+    for (int i = 0; i < nz && i < nb; i++)
+        CHECK(z[i] == b[i], "step %d: mpi zero 2 %.9g, mpi zero 0 %.9g", i + 1, z[i], b[i]);
 }
 
 /* tessel bench --procs: runs W1 on 1 and 2 processes and reports the
@@ -216,6 +270,16 @@ static void test_bench(void) {
               strstr(r.out, "samples/s") && strstr(r.out, "ratio ") &&
               strstr(r.out, "without gradient exchange"),
           "bench report: %s", r.out);
+    e2e_done(&r);
+    /* --zero takes a stage (alone: 1). */
+    r = e2e_run("bench --workload W1 --procs 2 --threads 1 --steps 1 --warmup 0 --rounds 1 --zero "
+                "2");
+    CHECK(r.rc == 0 && strstr(r.out, "(shm, ZeRO-2: reduce-scatter with early release"),
+          "bench --zero 2: exit %d: %s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+    r = e2e_run("bench --workload W1 --procs 2 --zero 3");
+    CHECK(r.rc == 2 && strstr(r.err, "--zero: expected 0, 1 or 2, got '3'"),
+          "bench --zero 3: exit %d: %s", r.rc, r.err);
     e2e_done(&r);
     r = e2e_run("bench --workload W2 --procs 2");
     CHECK(r.rc == 2 && strstr(r.err, "W1 or W3"), "W2 refused: exit %d: %s", r.rc, r.err);
