@@ -349,7 +349,7 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
     int32_t *root = ts_alloc(sizeof(int32_t) * (size_t)(nv + 1), "distribute");
     int *bucket_of = ts_alloc(sizeof(int) * (size_t)(nv + 1), "distribute"); /* per root */
     grad_ref *gr = ts_alloc(sizeof(grad_ref) * (size_t)(nv + 1), "distribute");
-    int *first = NULL, *start_at = NULL, *wait_at = NULL;
+    int *first = NULL, *start_at = NULL, *wait_at = NULL, *mon_at = NULL;
     int32_t *start_node = NULL, *wait_node = NULL, *out = NULL;
     if (!pos || !root || !bucket_of || !gr) {
         s = TS_ERR_NOMEM;
@@ -422,9 +422,34 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
         s = zero_rewrite(g, order_io, n_order_io, d, gr, first, nb, start_at, root, n_buckets);
         goto done;
     }
+    /* A gradient monitor after its bucket's start would have to wait for
+     * the all-reduce right there and lose the overlap: it runs just before
+     * the start instead, reading this rank's gradients as without data
+     * parallelism (mon_at[k]: the bucket it moves to, -1: stays). */
+    mon_at = ts_alloc(sizeof(int) * (size_t)(n_order + 1), "distribute");
+    if (!mon_at) {
+        s = TS_ERR_NOMEM;
+        goto done;
+    }
     for (int k = 0; k < n_order; k++) {
         const ts_node *n = &g->nodes[order[k]];
-        if (is_alias(g, order[k])) continue; /* a view reads nothing */
+        mon_at[k] = -1;
+        if (!(ts_op_get(n->op)->flags & TS_OPF_MONITOR)) continue;
+        int mb = -1;
+        for (int j = 0; j < n->n_in; j++) {
+            int b = bucket_of[root[n->in[j]]];
+            if (b < 0 || (mb >= 0 && b != mb)) {
+                mb = -1;
+                break;
+            }
+            mb = b;
+        }
+        /* Every input final by then: they are all of bucket mb. */
+        if (mb >= 0 && k > start_at[mb]) mon_at[k] = mb;
+    }
+    for (int k = 0; k < n_order; k++) {
+        const ts_node *n = &g->nodes[order[k]];
+        if (is_alias(g, order[k]) || mon_at[k] >= 0) continue; /* a view reads nothing */
         for (int j = 0; j < n->n_in; j++) {
             int b = bucket_of[root[n->in[j]]];
             if (b >= 0 && k > start_at[b] && k < wait_at[b]) wait_at[b] = k;
@@ -468,15 +493,19 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
     for (int k = 0; k < n_order && s == TS_OK; k++) {
         int i = order[k];
         const ts_node *n = &g->nodes[i];
-        if (is_alias(g, i)) continue;
+        if (is_alias(g, i) || mon_at[k] >= 0) continue;
         for (int j = 0; j < n->n_in && s == TS_OK; j++) {
             int b = bucket_of[root[n->in[j]]];
             if (b >= 0 && k > start_at[b]) s = ts_node_add_ctrl(g, i, wait_node[b]);
         }
     }
+    /* ... and the start after the moved monitors. */
+    for (int k = 0; k < n_order && s == TS_OK; k++)
+        if (mon_at[k] >= 0) s = ts_node_add_ctrl(g, start_node[mon_at[k]], order[k]);
     if (s != TS_OK) goto done;
 
-    /* The new order: waits before their position, starts after theirs. */
+    /* The new order: waits before their position, starts after theirs
+     * (preceded by the monitors moved there). */
     out = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 2 * nb + 1), "distribute");
     if (!out) {
         s = TS_ERR_NOMEM;
@@ -487,9 +516,13 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
         for (int b = 0; b < nb; b++)
             if (wait_at[b] == k) out[m++] = wait_node[b];
         if (k == n_order) break;
-        out[m++] = order[k];
-        for (int b = 0; b < nb; b++)
-            if (start_at[b] == k) out[m++] = start_node[b];
+        if (mon_at[k] < 0) out[m++] = order[k];
+        for (int b = 0; b < nb; b++) {
+            if (start_at[b] != k) continue;
+            for (int q = k + 1; q < n_order; q++)
+                if (mon_at[q] == b) out[m++] = order[q];
+            out[m++] = start_node[b];
+        }
     }
     free(*order_io);
     *order_io = out;
@@ -504,6 +537,7 @@ done:
     free(first);
     free(start_at);
     free(wait_at);
+    free(mon_at);
     free(start_node);
     free(wait_node);
     free(out);

@@ -28,7 +28,8 @@ typedef struct shared {
     int n_mon;
     ts_plan_stats st; /* rank 0's plan */
     int n_start, n_wait, waits_before_last_start, first_update;
-    int n_overlapped; /* waits with compute between them and their start */
+    int n_overlapped;               /* waits with compute between them and their start */
+    int n_ar_wait, n_ar_overlapped; /* the same for ZeRO-0's all-reduces */
     int read_refused, norm_ok;
     char err[MAXR][512];
     int rs_bad[MAXR]; /* reduce-scatter reuse check: wrong elements per rank */
@@ -80,6 +81,9 @@ static void check_dump(ts_plan *p) {
             SH->n_wait++;
             waits_seen++;
             SH->n_overlapped += !strstr(prev, " reduce_scatter_start ");
+        } else if (strstr(line, " allreduce_wait ")) {
+            SH->n_ar_wait++;
+            SH->n_ar_overlapped += !strstr(prev, " allreduce_start ");
         } else if (strstr(line, " shard_update ") && SH->first_update < 0) {
             SH->first_update = i;
         }
@@ -195,6 +199,7 @@ static void compare(int n, int no_clip, int sgd) {
     run_cfg rc = {0, no_clip, sgd, 2.0 / 1024, 1.0 / 1024}; /* 2 KiB buckets, the first 1 KiB */
     const char *what = sgd ? "sgd" : no_clip ? "adamw" : "adamw+clip";
     ts_plan_stats st[3];
+    int ar_wait = 0, ar_overlapped = 0;
     for (int z = 0; z <= 2; z++) {
         rc.zero = z;
         ts_status s = launch(n, worker, &rc);
@@ -205,7 +210,10 @@ static void compare(int n, int no_clip, int sgd) {
         for (int r = 1; r < n; r++)
             CHECK(!memcmp(SH->params[0], SH->params[r], sizeof(float) * SH->n_floats),
                   "%d ranks, %s, zero %d: rank %d's weights differ from rank 0's", n, what, z, r);
-        if (z == 0) memcpy(w0, SH->params[0], sizeof(float) * SH->n_floats);
+        if (z == 0) {
+            memcpy(w0, SH->params[0], sizeof(float) * SH->n_floats);
+            ar_wait = SH->n_ar_wait, ar_overlapped = SH->n_ar_overlapped;
+        }
         if (z == 1) {
             memcpy(w1, SH->params[0], sizeof(float) * SH->n_floats);
             memcpy(m1, SH->mon[0], sizeof m1);
@@ -239,6 +247,11 @@ static void compare(int n, int no_clip, int sgd) {
           SH->waits_before_last_start, SH->n_start - 1);
     CHECK(SH->n_overlapped * 2 >= SH->n_wait, "%d of %d waits right after their start",
           SH->n_wait - SH->n_overlapped, SH->n_wait);
+    /* ZeRO-0 with monitors: they run before their bucket's all-reduce
+     * starts, so most waits still have compute between them and it. */
+    CHECK(ar_wait >= 6 && ar_overlapped * 2 >= ar_wait,
+          "zero 0 with monitors: %d of %d all-reduce waits right after their start",
+          ar_wait - ar_overlapped, ar_wait);
     /* Memory: no persistent gradient region; the buckets (the same bytes
      * as ZeRO-1's gradient region) are never all alive at once, and the
      * arena shrinks. */
