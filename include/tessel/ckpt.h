@@ -74,6 +74,19 @@ typedef struct ts_ckpt_options {
     int keep_every;       /* and those whose step is a multiple of M (0: none) */
     int threads;          /* writing/hashing threads (0: two per core, at most 8) */
     ts_audit *audit;      /* record every save here (NULL: no log) */
+    /* Sharded optimizer state (dist.zero, docs/checkpoints.md "Sharded
+     * optimizer state"): with world > 1 and a plan with ZeRO, every rank
+     * has a saver and begins each save at the same step; rank 0 writes
+     * the parameters, replicated state and manifest, the others only
+     * their blocks of the optimizer state. `group` must be the same on
+     * every rank of one launch and differ between launches (rank 0 draws
+     * it and broadcasts it), so rank 0 never takes another attempt's
+     * leftovers for this save's. Rank 0 waits at most rank_timeout_s
+     * (0: 600) for the other ranks' shards. Without ZeRO only rank 0 saves.
+     * Only rank 0 signs, logs to `audit` and applies retention. */
+    int rank, world;
+    uint64_t group;
+    double rank_timeout_s;
 } ts_ckpt_options;
 
 ts_ckpt_options ts_ckpt_options_default(void);
@@ -163,6 +176,7 @@ typedef struct ts_ckpt_info {
     int is_signed;      /* the manifest carries a signature */
     int signature_ok;   /* ... and it was verified with the given public key */
     const char *signer; /* public key (hex) named in the signature, "" if unsigned */
+    const char *layout; /* "replicated", or "zero": optimizer state saved by every rank */
 } ts_ckpt_info;
 
 ts_status ts_ckpt_get_info(const ts_ckpt *c, ts_ckpt_info *info);
@@ -183,6 +197,20 @@ int ts_ckpt_tensor_count(const ts_ckpt *c);
 ts_status ts_ckpt_tensor_info(const ts_ckpt *c, int i, ts_ckpt_tensor *out);
 /* Assemble a whole tensor from its chunks; bytes must equal its size. */
 ts_status ts_ckpt_read(const ts_ckpt *c, const char *name, void *dst, size_t bytes);
+/* Elements [start, start + count) of a tensor's row-major data. */
+ts_status ts_ckpt_read_range(const ts_ckpt *c, const char *name, int64_t start, int64_t count,
+                             void *dst);
+
+/* Where chunk k of tensor i lies: in tensor `tensor` of `file`, elements
+ * [start, start + count) of the tensor stored from element file_start of
+ * the file's tensor; start is -1 for a block that is part of the tensor
+ * in more than one dimension (count is then its element count). */
+typedef struct ts_ckpt_chunk {
+    const char *file, *tensor;
+    int64_t start, count, file_start;
+} ts_ckpt_chunk;
+
+ts_status ts_ckpt_chunk_info(const ts_ckpt *c, int i, int k, ts_ckpt_chunk *out);
 
 /* Write every value into the plan and restore its step count. The plan
  * must have exactly the checkpoint's persistent values (names, dtypes,

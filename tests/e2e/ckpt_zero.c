@@ -1,0 +1,162 @@
+/* Checkpoints of ZeRO-1 runs end to end (`tessel train --procs 2 --set
+ * dist.zero=1 --set ckpt.every=2`): every rank saves its block of the
+ * optimizer state, rank 0 the rest and the manifest. 12 steps against 6 +
+ * --resume latest + 6 give byte-identical checkpoints; ZeRO-1 and ZeRO-0
+ * checkpoints resume each other into the uninterrupted weights; a ZeRO
+ * checkpoint continues on one process and on 4 ZeRO ranks; a flipped byte
+ * in rank 1's shard is refused naming the file and tensor; and workers
+ * killed with SIGKILL while saves are in flight are restarted from a
+ * checkpoint that verifies, ending with the uninterrupted weights.
+ * tests/unit/ckpt_zero.c checks that N -> M loads the exact state. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "check.h"
+#include "e2e.h"
+
+static char dir[64];
+
+/* Small buckets (4 KB): blocks cut across parameters. No clipping, so
+ * ZeRO-1 is bit-identical to ZeRO-0. */
+static const char *small =
+    "--set model.batch=16 --set model.hidden=32 --set model.window=4 --set model.features=4 "
+    "--set train.threads=1 --set dist.algo=native --set dist.bucket_mb=0.004 "
+    "--set ckpt.every=2 --set ckpt.keep_last=0 --set train.total_steps=12";
+
+static void kill_knob(const char *rank, const char *step, const char *attempts) {
+    if (rank) {
+        setenv("TESSEL_TEST_KILL_RANK", rank, 1);
+        setenv("TESSEL_TEST_KILL_STEP", step, 1);
+        setenv("TESSEL_TEST_KILL_ATTEMPTS", attempts, 1);
+    } else {
+        unsetenv("TESSEL_TEST_KILL_RANK");
+        unsetenv("TESSEL_TEST_KILL_STEP");
+        unsetenv("TESSEL_TEST_KILL_ATTEMPTS");
+    }
+}
+
+static void train(const char *what, const char *args, const char *out) {
+    e2e_result r = e2e_runf("train examples/w1.yaml %s %s --out %s", small, args, e2e_path(out));
+    CHECK(r.rc == 0, "%s: exit %d\n%s%s", what, r.rc, r.out, r.err);
+    e2e_done(&r);
+}
+
+/* The latest checkpoints of two runs hold the same bytes at step 12. */
+static void same_weights(const char *what, const char *a, const char *b) {
+    e2e_result r = e2e_runf("ckpt diff %s %s", e2e_path(a), e2e_path(b));
+    CHECK(r.rc == 0 && strstr(r.out, " 0 different") && strstr(r.out, "step-00000012 (step 12)"),
+          "%s: ckpt diff exit %d\n%s%s", what, r.rc, r.out, r.err);
+    e2e_done(&r);
+}
+
+static void test_resume(void) {
+    train("uninterrupted, ZeRO-1", "--procs 2 --set dist.zero=1 --steps 12", "full");
+    e2e_result r = e2e_runf("ckpt inspect %s", e2e_path("full"));
+    CHECK(r.rc == 0 && strstr(r.out, "layout: world 2 (zero)") && strstr(r.out, "chunks: [0, ") &&
+              strstr(r.out, "optim-r1-000.safetensors:zero.bucket"),
+          "inspect shows the layout and chunks: %s%s", r.out, r.err);
+    e2e_done(&r);
+    char *m = e2e_slurp(e2e_path("full/step-00000012/manifest.json"), NULL);
+    CHECK(strstr(m, "\"optim-r0-000.safetensors\"") && strstr(m, "\"optim-r1-000.safetensors\"") &&
+              strstr(m, "\"name\": \"net.0.weight.exp_avg\"") &&
+              !strstr(m, "zero.bucket0.exp_avg\","),
+          "manifest: both ranks' files, logical tensors");
+    free(m);
+    struct stat st;
+    CHECK(stat(e2e_path("full/step-00000012/rank-1.json"), &st) != 0,
+          "the handshake files are not part of the committed checkpoint");
+
+    train("6 steps", "--procs 2 --set dist.zero=1 --steps 6", "half");
+    train("resumed", "--procs 2 --set dist.zero=1 --steps 12 --resume latest", "half");
+    same_weights("12 vs 6 + resume + 6", "full", "half");
+    r = e2e_runf("audit verify %s", e2e_path("half"));
+    CHECK(r.rc == 0, "audit log: %s%s", r.out, r.err);
+    e2e_done(&r);
+
+    /* ZeRO-0 and ZeRO-1 checkpoints are interchangeable. */
+    train("uninterrupted, ZeRO-0", "--procs 2 --set dist.zero=0 --steps 12", "full0");
+    same_weights("ZeRO-1 vs ZeRO-0", "full", "full0");
+    char from[600];
+    snprintf(from, sizeof from, "--procs 2 --set dist.zero=0 --steps 12 --resume %s",
+             e2e_path("full/step-00000006"));
+    train("ZeRO-1 -> ZeRO-0", from, "to0");
+    same_weights("saved by ZeRO-1, resumed by ZeRO-0", "full", "to0");
+    snprintf(from, sizeof from, "--procs 2 --set dist.zero=1 --steps 12 --resume %s",
+             e2e_path("full0/step-00000006"));
+    train("ZeRO-0 -> ZeRO-1", from, "to1");
+    same_weights("saved by ZeRO-0, resumed by ZeRO-1", "full", "to1");
+
+    /* 2 ranks -> 1 process, -> 4 ZeRO ranks: they continue. */
+    snprintf(from, sizeof from, "--steps 12 --resume %s", e2e_path("full/step-00000006"));
+    train("2 ZeRO ranks -> 1 process", from, "on1");
+    snprintf(from, sizeof from, "--procs 4 --set dist.zero=1 --steps 12 --resume %s",
+             e2e_path("full/step-00000006"));
+    train("2 ZeRO ranks -> 4", from, "on4");
+    r = e2e_runf("ckpt inspect %s", e2e_path("on4"));
+    CHECK(r.rc == 0 && strstr(r.out, "step 12,") && strstr(r.out, "layout: world 4 (zero)"),
+          "4 ranks saved step 12: %s%s", r.out, r.err);
+    e2e_done(&r);
+}
+
+static void test_tampered(void) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", e2e_path("full/step-00000006"),
+             e2e_path("tampered"));
+    CHECK(system(cmd) == 0, "copy a checkpoint");
+    /* The last bytes of rank 1's file: its block of the last bucket, which
+     * ends with a parameter's state (padding lies between tensors). */
+    FILE *f = fopen(e2e_path("tampered/optim-r1-000.safetensors"), "r+b");
+    CHECK(f != NULL, "open rank 1's shard");
+    if (f) {
+        fseek(f, -2, SEEK_END);
+        int c = fgetc(f);
+        fseek(f, -2, SEEK_END);
+        fputc(c ^ 0x40, f);
+        fclose(f);
+    }
+    e2e_result r = e2e_runf("train examples/w1.yaml %s --procs 2 --set dist.zero=1 --steps 12 "
+                            "--resume %s --out %s",
+                            small, e2e_path("tampered"), e2e_path("from-tampered"));
+    CHECK(r.rc == 2 && strstr(r.err, "optim-r1-000.safetensors: tensor 'net.") &&
+              strstr(r.err, ".exp_avg") && strstr(r.err, "fails its CRC-32C"),
+          "a flipped byte: exit %d: %s", r.rc, r.err);
+    e2e_done(&r);
+    CHECK(access(e2e_path("from-tampered"), F_OK) != 0, "a refused resume writes nothing");
+}
+
+/* Workers killed in step 5 of the first two attempts, while the previous
+ * step's save is being written in the background. */
+static void test_killed(const char *rank, const char *name) {
+    kill_knob(rank, "5", "2");
+    e2e_result r = e2e_runf("train examples/w1.yaml %s --procs 2 --set dist.zero=1 --steps 12 "
+                            "--max-restarts 3 --out %s",
+                            small, e2e_path(name));
+    kill_knob(NULL, NULL, NULL);
+    CHECK(r.rc == 0 && strstr(r.out, "restart 1/3") && strstr(r.out, "restart 2/3") &&
+              !strstr(r.out, "restart 3/3") && strstr(r.out, "killed by signal 9"),
+          "rank %s killed twice: exit %d\n%s%s", rank, r.rc, r.out, r.err);
+    e2e_done(&r);
+    r = e2e_runf("ckpt verify %s", e2e_path(name));
+    CHECK(r.rc == 0 && strstr(r.out, "step 12,"), "latest verifies: %s%s", r.out, r.err);
+    e2e_done(&r);
+    same_weights("killed and restarted", "full", name);
+}
+
+int main(void) {
+    const char *bin = getenv("TESSEL_BIN");
+    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
+    snprintf(dir, sizeof dir, "/tmp/tessel-ckpt-zero-e2e-XXXXXX");
+    CHECK(mkdtemp(dir) != NULL, "temporary directory");
+    if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/ckpt_zero");
+    e2e_init(bin, dir);
+    test_resume();
+    test_tampered();
+    test_killed("1", "killed1");
+    test_killed("0", "killed0");
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return check_summary("e2e/ckpt_zero");
+}
