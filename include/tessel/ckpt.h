@@ -117,7 +117,7 @@ void ts_ckpt_saver_free(ts_ckpt_saver *s);
  * complete (a save still running is not reported yet). */
 typedef struct ts_ckpt_save_stats {
     int64_t step;      /* of the last completed save */
-    uint64_t bytes;    /* tensor bytes written */
+    uint64_t bytes;    /* tensor bytes written (rank 0 of a ZeRO save: by every rank) */
     double stall_s;    /* time begin() held the caller (wait + snapshot) */
     double snapshot_s; /* the copy into the host buffer */
     double write_s;    /* background: shards + hashes + manifest + commit */

@@ -85,7 +85,9 @@ struct ts_ckpt_saver {
     int nt;
     sv_shard *shards;
     int ns;
-    int zero; /* this job saves sharded state with the other ranks */
+    int zero;             /* this job saves sharded state with the other ranks */
+    int others_save;      /* a tagged job of rank 0 while the other ranks save too */
+    uint64_t other_bytes; /* rank 0: the other ranks' state bytes in this save */
     sv_piece *pc;
     int npc;
     int64_t step;
@@ -135,7 +137,8 @@ static void job_clear(ts_ckpt_saver *s) {
     free(s->pc);
     s->pc = NULL;
     s->npc = 0;
-    s->zero = 0;
+    s->zero = s->others_save = 0;
+    s->other_bytes = 0;
     for (int i = 0; i < s->n_data; i++) {
         free(s->data_paths[i]);
         free(s->data_shas[i]);
@@ -582,6 +585,10 @@ static ts_status run_job(ts_ckpt_saver *s) {
         if (st == TS_OK)
             st = ck_rank_collect(tmp, s->world, s->group, s->step, s->rank_timeout_s, &z);
         if (st == TS_OK) st = ck_zset_check(&z, tmp);
+        s->other_bytes = 0; /* the save's size counts every rank's state */
+        for (int i = 0; st == TS_OK && i < z.nc; i++)
+            if (z.c[i].rank != s->rank)
+                s->other_bytes += (uint64_t)z.c[i].count * ts_dtype_size(z.c[i].dtype);
         if (st == TS_OK) {
             const char **own = ts_alloc(sizeof(char *) * (size_t)(s->ns + 1), "ckpt");
             if (!own) st = TS_ERR_NOMEM;
@@ -618,8 +625,13 @@ static ts_status run_job(ts_ckpt_saver *s) {
     }
     if (st == TS_OK && s->keep_last > 0) {
         /* With other ranks, a later save may already be under way in its
-         * step-M.tmp: only leftovers up to this step are removed. */
-        st = gc_upto(s->run_dir, s->keep_last, s->keep_every, s->zero ? s->step : INT64_MAX, NULL);
+         * step-M.tmp: only leftovers up to this step are removed (none by
+         * a tagged save, which runs beside the others' regular saves). */
+        st = gc_upto(s->run_dir, s->keep_last, s->keep_every,
+                     s->zero          ? s->step
+                     : s->others_save ? -1
+                                      : INT64_MAX,
+                     NULL);
         if (st != TS_OK) ts_error_prefix("%s committed, but retention failed", step_name);
     }
     if (st == TS_OK)
@@ -652,6 +664,7 @@ static void *job_thread(void *arg) {
     double dt = ts_now() - t0;
     uint64_t bytes = 0;
     for (int i = 0; i < s->nt; i++) bytes += s->t[i].skip ? 0 : s->t[i].bytes;
+    bytes += s->other_bytes;
     if (s->last == TS_OK) {
         s->done.step = s->step;
         s->done.bytes = bytes;
@@ -756,6 +769,13 @@ static ts_status take_job(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta
     if (s->world > 1 && !s->tag[0]) {
         ts_status st = take_layout(s, p);
         if (st != TS_OK) return st;
+    } else if (s->world > 1) {
+        ts_shard_piece *pc = NULL;
+        int n = 0;
+        ts_status st = ts_plan_shard_layout(p, &pc, &n);
+        free(pc);
+        if (st != TS_OK) return st;
+        s->others_save = n > 0;
     }
     s->seed = ts_plan_seed(p);
     s->config_sha[0] = '\0';

@@ -100,6 +100,31 @@ static void test_resume(void) {
     e2e_done(&r);
 }
 
+/* Signed: rank 0 signs the manifest, which holds every rank's file hashes. */
+static void test_signed(void) {
+    e2e_result r = e2e_runf("keygen --out %s", e2e_path("k"));
+    CHECK(r.rc == 0, "keygen: %s", r.err);
+    e2e_done(&r);
+    char args[700];
+    snprintf(args, sizeof args,
+             "--procs 2 --set dist.zero=1 --steps 4 --set ckpt.sign_key=%s "
+             "--set ckpt.verify_key=%s",
+             e2e_path("k.key"), e2e_path("k.pub"));
+    train("signed", args, "signed");
+    r = e2e_runf("ckpt verify %s --pubkey %s", e2e_path("signed"), e2e_path("k.pub"));
+    CHECK(r.rc == 0 && strstr(r.out, "signature verified"), "signed ZeRO checkpoint: %s%s", r.out,
+          r.err);
+    e2e_done(&r);
+    snprintf(args, sizeof args,
+             "--procs 2 --set dist.zero=1 --steps 6 --set ckpt.sign_key=%s "
+             "--set ckpt.verify_key=%s --resume latest",
+             e2e_path("k.key"), e2e_path("k.pub"));
+    train("signed, resumed", args, "signed");
+    r = e2e_runf("audit verify %s --pubkey %s", e2e_path("signed"), e2e_path("k.pub"));
+    CHECK(r.rc == 0, "audit log of the signed run: %s%s", r.out, r.err);
+    e2e_done(&r);
+}
+
 static void test_tampered(void) {
     char cmd[700];
     snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", e2e_path("full/step-00000006"),
@@ -152,6 +177,7 @@ int main(void) {
     if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/ckpt_zero");
     e2e_init(bin, dir);
     test_resume();
+    test_signed();
     test_tampered();
     test_killed("1", "killed1");
     test_killed("0", "killed0");

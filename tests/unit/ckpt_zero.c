@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "ckpt/ckpt_internal.h"
 #include "ckpt/safetensors.h"
 #include "core/crc32c.h"
 #include "tessel/ckpt.h"
@@ -169,6 +170,46 @@ static void test_assembly(void) {
                                                 "fails its CRC-32C"),
           "flipped byte: %s", s == TS_OK ? "accepted" : ts_last_error());
     ts_ckpt_close(bad);
+}
+
+/* ---- the rank-K.json handshake ---------------------------------------------- */
+
+/* Rank 0 takes only this save's files (group and step), and names the
+ * ranks it still misses when it gives up. */
+static void test_handshake(void) {
+    const char *d = at("hs");
+    CHECK(mkdir(d, 0755) == 0, "mkdir");
+    ck_zset own = {0}, got = {0};
+    CHECK_OK(ck_zset_add_file(&own, "optim-r1-000.safetensors", 128,
+                              "0000000000000000000000000000000000000000000000000000000000000000",
+                              1));
+    ck_zchunk c = {0};
+    c.name = "w.exp_avg";
+    c.dtype = TS_F32;
+    c.ndim = 1;
+    c.dims[0] = 15;
+    c.file = "optim-r1-000.safetensors";
+    c.tensor = "zero.bucket0.exp_avg";
+    c.start = 7;
+    c.count = 8;
+    c.crc = 0x1234abcd;
+    c.rank = 1;
+    CHECK_OK(ck_zset_add_chunk(&own, &c));
+    /* an earlier launch's leftover for the same step */
+    CHECK_OK(ck_rank_publish(d, 1, 3, 111, 4, &own));
+    ts_status s = ck_rank_collect(d, 3, 222, 4, 0.2, &got);
+    CHECK(s != TS_OK && strstr(ts_last_error(), "ranks 1, 2 of 3 did not publish"),
+          "stale rank-1.json: %s", s == TS_OK ? "taken" : ts_last_error());
+    ck_zset_free(&got);
+    CHECK_OK(ck_rank_publish(d, 1, 3, 222, 4, &own));
+    s = ck_rank_collect(d, 3, 222, 4, 0.2, &got);
+    CHECK(s != TS_OK && strstr(ts_last_error(), "rank 2 of 3 did not publish its shards"),
+          "rank 2 missing: %s", s == TS_OK ? "taken" : ts_last_error());
+    CHECK(got.nc == 1 && got.c[0].start == 7 && got.c[0].count == 8 && got.c[0].crc == 0x1234abcd &&
+              !strcmp(got.c[0].tensor, "zero.bucket0.exp_avg") && got.nf == 1 && got.f[0].rank == 1,
+          "rank 1's chunk read back: %d chunks", got.nc);
+    ck_zset_free(&got);
+    ck_zset_free(&own);
 }
 
 /* ---- plans: layout and N -> M ---------------------------------------------- */
@@ -430,6 +471,7 @@ int main(void) {
     CHECK(mkdtemp(root) != NULL, "temporary directory");
     srand((unsigned)getpid());
     test_assembly();
+    test_handshake();
     test_n_to_m();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
