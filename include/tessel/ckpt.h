@@ -108,6 +108,10 @@ ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_
  * "tag" in its manifest, does not move LATEST and is never removed by
  * retention (e.g. "anomaly" for an alert's snapshot). Open it by its path. */
 ts_status ts_ckpt_saver_set_tag(ts_ckpt_saver *s, const char *tag);
+/* A ZeRO save's rank 0 stops waiting for the other ranks' shards (its
+ * save then fails and commits nothing): for a run that failed, whose other
+ * ranks may be gone. Then call wait as usual. */
+void ts_ckpt_saver_cancel(ts_ckpt_saver *s);
 /* Wait for the running save; its status (TS_OK when none ran). */
 ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s);
 /* Waits for a running save (its status is lost: call wait first). */

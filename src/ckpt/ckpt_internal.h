@@ -5,6 +5,7 @@
 #define TS_CKPT_INTERNAL_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -118,9 +119,10 @@ ts_status ck_rank_publish(const char *dir, int rank, int world, uint64_t group, 
                           const ck_zset *own);
 /* Wait until ranks 1..world-1 have published this save's (group, step)
  * rank-K.json, polling, and add their files and chunks to z. Fails after
- * timeout_s naming the ranks missing. */
+ * timeout_s naming the ranks missing, or as soon as *cancel (may be NULL)
+ * is set. */
 ts_status ck_rank_collect(const char *dir, int world, uint64_t group, int64_t step,
-                          double timeout_s, ck_zset *z);
+                          double timeout_s, const atomic_int *cancel, ck_zset *z);
 /* Remove every file of DIR that is neither in keep nor named in own[]. */
 ts_status ck_tmp_cleanup(const char *dir, const ck_zset *keep, const char *const *own, int n_own);
 

@@ -99,6 +99,7 @@ struct ts_ckpt_saver {
     int n_data;
     int64_t data_position, epoch;
     atomic_int next_shard;
+    atomic_int cancel;            /* ts_ckpt_saver_cancel: stop waiting for the other ranks */
     atomic_llong run_ns, wait_ns; /* writer threads, from schedstat */
 
     pthread_t thread;
@@ -583,7 +584,8 @@ static ts_status run_job(ts_ckpt_saver *s) {
             return st;
         }
         if (st == TS_OK)
-            st = ck_rank_collect(tmp, s->world, s->group, s->step, s->rank_timeout_s, &z);
+            st = ck_rank_collect(tmp, s->world, s->group, s->step, s->rank_timeout_s, &s->cancel,
+                                 &z);
         if (st == TS_OK) st = ck_zset_check(&z, tmp);
         s->other_bytes = 0; /* the save's size counts every rank's state */
         for (int i = 0; st == TS_OK && i < z.nc; i++)
@@ -827,9 +829,14 @@ ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_
         return st;
     }
     s->running = 1;
+    atomic_store(&s->cancel, 0);
     s->stats.snapshot_s = t2 - t1;
     s->stats.stall_s = ts_now() - t0;
     return TS_OK;
+}
+
+void ts_ckpt_saver_cancel(ts_ckpt_saver *s) {
+    if (s) atomic_store(&s->cancel, 1);
 }
 
 ts_status ts_ckpt_saver_stats(const ts_ckpt_saver *s, ts_ckpt_save_stats *st) {

@@ -211,7 +211,7 @@ static int take_rank(const char *dir, int rank, int world, uint64_t group, int64
 }
 
 ts_status ck_rank_collect(const char *dir, int world, uint64_t group, int64_t step,
-                          double timeout_s, ck_zset *z) {
+                          double timeout_s, const atomic_int *cancel, ck_zset *z) {
     char *have = ts_zalloc((size_t)world + 1, "ckpt ranks");
     if (!have) return TS_ERR_NOMEM;
     const double t0 = ts_now();
@@ -223,6 +223,13 @@ ts_status ck_rank_collect(const char *dir, int world, uint64_t group, int64_t st
             if (got > 0) have[r] = 1, left--;
         }
         if (left == 0 || s != TS_OK) break;
+        if (cancel && atomic_load(cancel)) {
+            s = ts_fail(TS_ERR_IO,
+                        "%s: abandoned while waiting for the other ranks' shards (the run "
+                        "failed)",
+                        dir);
+            break;
+        }
         if (ts_now() - t0 > timeout_s) {
             char missing[512] = "";
             size_t ml = 0;

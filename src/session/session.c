@@ -1166,7 +1166,9 @@ static ts_status train_loop(session *s) {
         }
     }
     if (s->sv) {
-        /* The last save, also after Ctrl-C or a failed step. */
+        /* The last save, also after Ctrl-C or a failed step (whose other
+         * ranks may be gone: a ZeRO save stops waiting for them). */
+        if (st != TS_OK && s->nranks > 1) ts_ckpt_saver_cancel(s->sv);
         ts_status ws = ts_ckpt_saver_wait(s->sv);
         ts_ckpt_save_stats ss;
         if (ws != TS_OK) {

@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "check.h"
 #include "e2e.h"
@@ -67,6 +70,15 @@ static void test_resume(void) {
     struct stat st;
     CHECK(stat(e2e_path("full/step-00000012/rank-1.json"), &st) != 0,
           "the handshake files are not part of the committed checkpoint");
+    r = e2e_runf("export %s --safetensors %s", e2e_path("full"), e2e_path("w.safetensors"));
+    CHECK(r.rc == 0, "export: %s%s", r.out, r.err);
+    e2e_done(&r);
+    long n = 0;
+    char *w = e2e_slurp(e2e_path("w.safetensors"), &n);
+    const char *hdr = n > 8 ? w + 8 : ""; /* the JSON header, up to the first NUL of the data */
+    CHECK(strstr(hdr, "\"net.0.weight\"") && !strstr(hdr, "exp_avg") && !strstr(hdr, "zero."),
+          "export writes the weights only");
+    free(w);
 
     train("6 steps", "--procs 2 --set dist.zero=1 --steps 6", "half");
     train("resumed", "--procs 2 --set dist.zero=1 --steps 12 --resume latest", "half");
@@ -169,6 +181,96 @@ static void test_killed(const char *rank, const char *name) {
     same_weights("killed and restarted", "full", name);
 }
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The launcher's workers: its children. */
+static int workers(pid_t pid, pid_t *out, int max) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0;
+    long c;
+    while (n < max && fscanf(f, "%ld", &c) == 1) out[n++] = (pid_t)c;
+    fclose(f);
+    return n;
+}
+
+/* SIGKILL one worker of a run saving every step at a random moment,
+ * again and again: after each kill the run directory's LATEST verifies,
+ * and the next attempt resumes from it; a run that reaches the last step
+ * has the uninterrupted run's weights. */
+static void test_random_kills(const char *bin) {
+    const char *cfg = "--procs 2 --set dist.zero=1 --set ckpt.every=1 --set model.hidden=96 "
+                      "--steps 12";
+    train("uninterrupted reference", cfg, "rk-ref");
+    char run[256], log[256], cmd[2048];
+    snprintf(run, sizeof run, "%s", e2e_path("rk"));
+    snprintf(log, sizeof log, "%s", e2e_path("rk.log"));
+    unsigned seed = (unsigned)getpid();
+    int kills = 0, finished = 0;
+    double dur = 0.3; /* how long a whole attempt takes here (learnt from those that finish) */
+    const double t_end = now_s() + 20;
+    for (int attempt = 0; attempt < 40 && (kills < 6 || !finished) && now_s() < t_end; attempt++) {
+        char latest[300];
+        snprintf(latest, sizeof latest, "%s/LATEST", run);
+        const int resume = access(latest, F_OK) == 0;
+        if (!resume) {
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", run);
+            CHECK(system(cmd) == 0, "remove %s", run);
+        }
+        snprintf(cmd, sizeof cmd, "exec %s train examples/w1.yaml %s %s %s --out %s >>%s 2>&1", bin,
+                 small, cfg, resume ? "--resume latest" : "", run, log);
+        pid_t pid = fork();
+        if (pid == 0) {
+            execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+            _exit(127);
+        }
+        CHECK(pid > 0, "fork");
+        if (pid <= 0) return;
+        /* Every step saves: any moment of the attempt is in a save or
+         * close to one. */
+        const int last = kills >= 6; /* let one attempt run to the end */
+        const double t0 = now_s(), delay = dur * (0.1 + 0.8 * (rand_r(&seed) % 1000) / 1000.0);
+        struct timespec d = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+        nanosleep(&d, NULL);
+        pid_t w[8];
+        int nw = last ? 0 : workers(pid, w, 8), killed = 0;
+        if (nw > 0) killed = kill(w[rand_r(&seed) % (unsigned)nw], SIGKILL) == 0;
+        int status = 0;
+        waitpid(pid, &status, 0);
+        const int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        kills += killed && !ok;
+        if (ok && !resume) dur = 0.5 * dur + 0.5 * (now_s() - t0);
+        if (ok) {
+            /* The run reached the end before (or despite) the kill. */
+            e2e_result r = e2e_runf("ckpt diff %s %s", e2e_path("rk-ref"), run);
+            CHECK(r.rc == 0 && strstr(r.out, " 0 different") && strstr(r.out, "(step 12)"),
+                  "after %d kills: the finished run's weights: %s%s", kills, r.out, r.err);
+            e2e_done(&r);
+            finished++;
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", run);
+            CHECK(system(cmd) == 0, "remove %s", run);
+            continue;
+        }
+        CHECK(killed, "attempt %d failed without a kill (exit status %d); see %s", attempt, status,
+              log);
+        if (access(latest, F_OK) == 0) {
+            e2e_result r = e2e_runf("ckpt verify %s", run);
+            CHECK(r.rc == 0, "after kill %d: LATEST does not verify: %s%s", kills, r.out, r.err);
+            e2e_done(&r);
+        }
+    }
+    printf("random kills: %d workers killed, %d runs finished with the reference weights\n", kills,
+           finished);
+    CHECK(kills >= 3 && finished >= 1, "%d kills, %d finished runs (want >= 3 and >= 1)", kills,
+          finished);
+}
+
 int main(void) {
     const char *bin = getenv("TESSEL_BIN");
     CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
@@ -181,6 +283,7 @@ int main(void) {
     test_tampered();
     test_killed("1", "killed1");
     test_killed("0", "killed0");
+    test_random_kills(bin);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

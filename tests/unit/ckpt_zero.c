@@ -197,17 +197,24 @@ static void test_handshake(void) {
     CHECK_OK(ck_zset_add_chunk(&own, &c));
     /* an earlier launch's leftover for the same step */
     CHECK_OK(ck_rank_publish(d, 1, 3, 111, 4, &own));
-    ts_status s = ck_rank_collect(d, 3, 222, 4, 0.2, &got);
+    ts_status s = ck_rank_collect(d, 3, 222, 4, 0.2, NULL, &got);
     CHECK(s != TS_OK && strstr(ts_last_error(), "ranks 1, 2 of 3 did not publish"),
           "stale rank-1.json: %s", s == TS_OK ? "taken" : ts_last_error());
     ck_zset_free(&got);
     CHECK_OK(ck_rank_publish(d, 1, 3, 222, 4, &own));
-    s = ck_rank_collect(d, 3, 222, 4, 0.2, &got);
+    s = ck_rank_collect(d, 3, 222, 4, 0.2, NULL, &got);
     CHECK(s != TS_OK && strstr(ts_last_error(), "rank 2 of 3 did not publish its shards"),
           "rank 2 missing: %s", s == TS_OK ? "taken" : ts_last_error());
     CHECK(got.nc == 1 && got.c[0].start == 7 && got.c[0].count == 8 && got.c[0].crc == 0x1234abcd &&
               !strcmp(got.c[0].tensor, "zero.bucket0.exp_avg") && got.nf == 1 && got.f[0].rank == 1,
           "rank 1's chunk read back: %d chunks", got.nc);
+    ck_zset_free(&got);
+    /* a run that failed stops waiting at once */
+    atomic_int cancel = 1;
+    double t0 = ts_now();
+    s = ck_rank_collect(d, 3, 222, 4, 30, &cancel, &got);
+    CHECK(s != TS_OK && strstr(ts_last_error(), "abandoned") && ts_now() - t0 < 5,
+          "cancelled: %s after %.1f s", s == TS_OK ? "taken" : ts_last_error(), ts_now() - t0);
     ck_zset_free(&got);
     ck_zset_free(&own);
 }
