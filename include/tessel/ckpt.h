@@ -18,6 +18,15 @@
  *     ts_ckpt_saver_wait(sv);               // status of the last save
  *     ts_ckpt_saver_free(sv);
  *
+ * With ZeRO (the plan shards its optimizer state over the ranks of a
+ * comm), every rank has a saver and begins each save at the same step;
+ * rank 0 (which creates run_dir before training) writes the manifest once
+ * every rank's shards are on disk:
+ *
+ *     o.rank = ts_comm_rank(comm);
+ *     o.world = ts_comm_size(comm);
+ *     o.group = g;                          // the same on every rank: drawn by rank 0, broadcast
+ *
  * Resuming into a freshly compiled plan (nothing is written into the plan
  * unless the signature, every file hash and every tensor CRC check out and
  * every tensor fits the plan):

@@ -3,7 +3,9 @@
  * structure and signature, each file's size, safetensors layout and
  * SHA-256, and each tensor's dtype, shape, chunk layout and CRC-32C. Files
  * are checked by parallel threads; the first failure in file order is
- * reported, so the message does not depend on timing. */
+ * reported, so the message does not depend on timing. A plan with sharded
+ * optimizer state (ZeRO) is filled from ranges of the logical tensors
+ * (ts_plan_shard_layout), whatever the world size that saved them. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>

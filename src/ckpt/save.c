@@ -12,7 +12,11 @@
  *   5. logs the save to the audit log and applies retention.
  * A crash at any moment leaves LATEST naming the previous checkpoint or
  * the new one, and both complete; leftovers are "*.tmp" names that resume
- * ignores and ts_ckpt_gc() removes. */
+ * ignores and ts_ckpt_gc() removes.
+ *
+ * With ZeRO every rank runs step 1 for its blocks of the optimizer state
+ * and publishes rank-K.json; rank 0 waits for them, then goes on with 2.
+ * The manifest lists logical per-parameter tensors (zero.c). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
