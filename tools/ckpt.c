@@ -118,6 +118,8 @@ static int cmd_verify_inspect(int inspect, int argc, char **argv) {
         printf("rng seed %llu, data position %lld, epoch %lld, world size %d\n",
                (unsigned long long)in.seed, (long long)in.data_position, (long long)in.epoch,
                in.world_size);
+        /* zero: the optimizer state came from every rank, in chunks */
+        printf("layout: world %d (%s)\n", in.world_size, in.layout);
         for (int i = 0; i < in.n_data_files; i++)
             printf("data %s sha256 %s\n", in.data_files[i].path, in.data_files[i].sha256);
         if (in.is_signed) printf("signer %s\n", in.signer);
@@ -126,8 +128,22 @@ static int cmd_verify_inspect(int inspect, int argc, char **argv) {
             ts_ckpt_tensor_info(c, i, &t);
             char sh[160];
             shape_text(sh, sizeof sh, &t);
-            printf("  %-5s %-48s %-24s %10.3f MB\n", t.is_state ? "state" : "param", t.name, sh,
+            printf("  %-5s %-48s %-24s %10.3f MB", t.is_state ? "state" : "param", t.name, sh,
                    (double)t.bytes / 1e6);
+            /* several chunks: where each range of the flattened tensor lies */
+            for (int k = 0; t.n_chunks > 1 && k < t.n_chunks; k++) {
+                ts_ckpt_chunk ch;
+                if (ts_ckpt_chunk_info(c, i, k, &ch) != TS_OK) break;
+                if (ch.start < 0)
+                    printf("%s%s (block of %lld)", k ? ", " : "  chunks: ", ch.file,
+                           (long long)ch.count);
+                else
+                    printf("%s[%lld, %lld) %s:%s@%lld",
+                           k ? ", " : "  chunks: ", (long long)ch.start,
+                           (long long)(ch.start + ch.count), ch.file, ch.tensor,
+                           (long long)ch.file_start);
+            }
+            putchar('\n');
         }
     }
     ts_ckpt_close(c);

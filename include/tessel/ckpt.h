@@ -18,6 +18,15 @@
  *     ts_ckpt_saver_wait(sv);               // status of the last save
  *     ts_ckpt_saver_free(sv);
  *
+ * With ZeRO (the plan shards its optimizer state over the ranks of a
+ * comm), every rank has a saver and begins each save at the same step;
+ * rank 0 (which creates run_dir before training) writes the manifest once
+ * every rank's shards are on disk:
+ *
+ *     o.rank = ts_comm_rank(comm);
+ *     o.world = ts_comm_size(comm);
+ *     o.group = g;                          // the same on every rank: drawn by rank 0, broadcast
+ *
  * Resuming into a freshly compiled plan (nothing is written into the plan
  * unless the signature, every file hash and every tensor CRC check out and
  * every tensor fits the plan):
@@ -74,6 +83,19 @@ typedef struct ts_ckpt_options {
     int keep_every;       /* and those whose step is a multiple of M (0: none) */
     int threads;          /* writing/hashing threads (0: two per core, at most 8) */
     ts_audit *audit;      /* record every save here (NULL: no log) */
+    /* Sharded optimizer state (dist.zero, docs/checkpoints.md "Sharded
+     * optimizer state"): with world > 1 and a plan with ZeRO, every rank
+     * has a saver and begins each save at the same step; rank 0 writes
+     * the parameters, replicated state and manifest, the others only
+     * their blocks of the optimizer state. `group` must be the same on
+     * every rank of one launch and differ between launches (rank 0 draws
+     * it and broadcasts it), so rank 0 never takes another attempt's
+     * leftovers for this save's. Rank 0 waits at most rank_timeout_s
+     * (0: 600) for the other ranks' shards. Without ZeRO only rank 0 saves.
+     * Only rank 0 signs, logs to `audit` and applies retention. */
+    int rank, world;
+    uint64_t group;
+    double rank_timeout_s;
 } ts_ckpt_options;
 
 ts_ckpt_options ts_ckpt_options_default(void);
@@ -95,6 +117,10 @@ ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_
  * "tag" in its manifest, does not move LATEST and is never removed by
  * retention (e.g. "anomaly" for an alert's snapshot). Open it by its path. */
 ts_status ts_ckpt_saver_set_tag(ts_ckpt_saver *s, const char *tag);
+/* A ZeRO save's rank 0 stops waiting for the other ranks' shards (its
+ * save then fails and commits nothing): for a run that failed, whose other
+ * ranks may be gone. Then call wait as usual. */
+void ts_ckpt_saver_cancel(ts_ckpt_saver *s);
 /* Wait for the running save; its status (TS_OK when none ran). */
 ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s);
 /* Waits for a running save (its status is lost: call wait first). */
@@ -104,7 +130,7 @@ void ts_ckpt_saver_free(ts_ckpt_saver *s);
  * complete (a save still running is not reported yet). */
 typedef struct ts_ckpt_save_stats {
     int64_t step;      /* of the last completed save */
-    uint64_t bytes;    /* tensor bytes written */
+    uint64_t bytes;    /* tensor bytes written (rank 0 of a ZeRO save: by every rank) */
     double stall_s;    /* time begin() held the caller (wait + snapshot) */
     double snapshot_s; /* the copy into the host buffer */
     double write_s;    /* background: shards + hashes + manifest + commit */
@@ -163,6 +189,7 @@ typedef struct ts_ckpt_info {
     int is_signed;      /* the manifest carries a signature */
     int signature_ok;   /* ... and it was verified with the given public key */
     const char *signer; /* public key (hex) named in the signature, "" if unsigned */
+    const char *layout; /* "replicated", or "zero": optimizer state saved by every rank */
 } ts_ckpt_info;
 
 ts_status ts_ckpt_get_info(const ts_ckpt *c, ts_ckpt_info *info);
@@ -183,6 +210,20 @@ int ts_ckpt_tensor_count(const ts_ckpt *c);
 ts_status ts_ckpt_tensor_info(const ts_ckpt *c, int i, ts_ckpt_tensor *out);
 /* Assemble a whole tensor from its chunks; bytes must equal its size. */
 ts_status ts_ckpt_read(const ts_ckpt *c, const char *name, void *dst, size_t bytes);
+/* Elements [start, start + count) of a tensor's row-major data. */
+ts_status ts_ckpt_read_range(const ts_ckpt *c, const char *name, int64_t start, int64_t count,
+                             void *dst);
+
+/* Where chunk k of tensor i lies: in tensor `tensor` of `file`, elements
+ * [start, start + count) of the tensor stored from element file_start of
+ * the file's tensor; start is -1 for a block that is part of the tensor
+ * in more than one dimension (count is then its element count). */
+typedef struct ts_ckpt_chunk {
+    const char *file, *tensor;
+    int64_t start, count, file_start;
+} ts_ckpt_chunk;
+
+ts_status ts_ckpt_chunk_info(const ts_ckpt *c, int i, int k, ts_ckpt_chunk *out);
 
 /* Write every value into the plan and restore its step count. The plan
  * must have exactly the checkpoint's persistent values (names, dtypes,

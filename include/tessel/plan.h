@@ -140,6 +140,25 @@ ts_status ts_plan_persistent(const ts_plan *p, int i, ts_persistent *out);
  * ts_plan_snapshot_bytes(). */
 size_t ts_plan_snapshot_bytes(const ts_plan *p);
 ts_status ts_plan_snapshot(const ts_plan *p, void *dst, size_t bytes);
+
+/* Sharded optimizer state (dist.zero): a "zero.bucket<b>.<what>" state
+ * value holds this rank's block of bucket b's flat parameter range, which
+ * cuts across parameters and includes the 64-byte padding between them.
+ * One piece per (state value, parameter) overlap says which elements of
+ * the parameter's logical state tensor "<param>.<what>" (the one a run
+ * without ZeRO has, same dtype and shape as the parameter) lie where in the
+ * state value; elements of a state value in no piece are padding. The
+ * array is malloc'ed (free it); *n is 0 for a plan without ZeRO. */
+typedef struct ts_shard_piece {
+    const char *state; /* the plan's state value (owned by the plan) */
+    const char *param; /* the parameter (owned by the plan) */
+    const char *what;  /* "exp_avg", "exp_avg_sq" or "momentum" (points into state) */
+    int64_t state_off; /* first element in the state value */
+    int64_t param_off; /* first element in the logical tensor */
+    int64_t count;     /* elements */
+} ts_shard_piece;
+
+ts_status ts_plan_shard_layout(const ts_plan *p, ts_shard_piece **out, int *n);
 /* The seed the plan was compiled with: parameter init and dropout masks
  * are functions of (seed, name or step), so a resumed run must match it. */
 uint64_t ts_plan_seed(const ts_plan *p);

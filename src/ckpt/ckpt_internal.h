@@ -5,6 +5,7 @@
 #define TS_CKPT_INTERNAL_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -72,5 +73,57 @@ void ck_audit_head(ts_audit *a, int64_t *seq, char hex[CK_SHA_HEX]);
 void ck_step_name(char buf[40], int64_t step);
 /* step of a name "step-NNNNNNNN" (exactly, no suffix); -1 otherwise. */
 int64_t ck_parse_step_name(const char *name);
+
+/* ---- sharded optimizer state across ranks (zero.c) --------------------- */
+
+/* A chunk of a logical tensor in the flat form: elements [start, start +
+ * count) of `name` (dtype, dims: the logical tensor) stored from element
+ * file_start of tensor `tensor` in `file`, written by `rank`. */
+typedef struct ck_zchunk {
+    char *name;
+    ts_dtype dtype;
+    int ndim;
+    int64_t dims[TS_MAX_RANK];
+    char *file, *tensor;
+    int64_t start, count, file_start;
+    uint32_t crc;
+    int rank;
+} ck_zchunk;
+
+typedef struct ck_zfile {
+    char *name;
+    uint64_t bytes;
+    char sha[CK_SHA_HEX];
+    int rank;
+} ck_zfile;
+
+/* Files and chunks of one or several ranks. */
+typedef struct ck_zset {
+    ck_zfile *f;
+    int nf, capf;
+    ck_zchunk *c;
+    int nc, capc;
+} ck_zset;
+
+void ck_zset_free(ck_zset *z);
+ts_status ck_zset_add_file(ck_zset *z, const char *name, uint64_t bytes, const char *sha, int rank);
+/* Copies the strings. */
+ts_status ck_zset_add_chunk(ck_zset *z, const ck_zchunk *c);
+/* The manifest's entry of a chunk (without the logical tensor's fields). */
+json_t *ck_zchunk_json(const ck_zchunk *c);
+/* Sort the chunks by tensor and start, and check that they tile each
+ * tensor exactly (a failure is a bug: the ranks' layouts disagree). */
+ts_status ck_zset_check(ck_zset *z, const char *dir);
+/* Publish DIR/rank-RANK.json (written, fsync'ed, renamed into place). */
+ts_status ck_rank_publish(const char *dir, int rank, int world, uint64_t group, int64_t step,
+                          const ck_zset *own);
+/* Wait until ranks 1..world-1 have published this save's (group, step)
+ * rank-K.json, polling, and add their files and chunks to z. Fails after
+ * timeout_s naming the ranks missing, or as soon as *cancel (may be NULL)
+ * is set. */
+ts_status ck_rank_collect(const char *dir, int world, uint64_t group, int64_t step,
+                          double timeout_s, const atomic_int *cancel, ck_zset *z);
+/* Remove every file of DIR that is neither in keep nor named in own[]. */
+ts_status ck_tmp_cleanup(const char *dir, const ck_zset *keep, const char *const *own, int n_own);
 
 #endif

@@ -3,7 +3,9 @@
  * structure and signature, each file's size, safetensors layout and
  * SHA-256, and each tensor's dtype, shape, chunk layout and CRC-32C. Files
  * are checked by parallel threads; the first failure in file order is
- * reported, so the message does not depend on timing. */
+ * reported, so the message does not depend on timing. A plan with sharded
+ * optimizer state (ZeRO) is filled from ranges of the logical tensors
+ * (ts_plan_shard_layout), whatever the world size that saved them. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,11 +20,21 @@
 
 #define MANIFEST_MAX ((size_t)256 << 20)
 
+/* A chunk of a logical tensor. Two forms (docs/checkpoints.md): a block
+ * (offset and shape per dimension) that is a whole tensor of its file, or
+ * a flat range — elements [start, start + count) of the flattened tensor,
+ * stored from element file_start of the file's tensor `tensor` (a sharded
+ * optimizer state value cut across parameters). A block covering the whole
+ * tensor is also a flat range (start 0). */
 typedef struct ld_chunk {
     int file;
+    const char *tensor; /* the file's tensor (borrowed from the manifest JSON) */
+    int block;          /* the block form */
     int64_t off[TS_MAX_RANK], shape[TS_MAX_RANK];
+    int flat; /* start, count and file_start hold (flat form, or a whole-tensor block) */
+    int64_t start, count, file_start;
     uint32_t crc;
-    const unsigned char *data; /* in the mapped shard, once verified */
+    const unsigned char *data; /* the chunk's first byte in the mapped shard, once verified */
     size_t bytes;
 } ld_chunk;
 
@@ -117,8 +129,54 @@ static int find_file(const ts_ckpt *c, const char *name) {
     return -1;
 }
 
+static int cmp_start(const void *a, const void *b) {
+    const ld_chunk *x = a, *y = b;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+/* Flat chunks, sorted by start (the order the manifest lists them in does
+ * not matter): no overlap, no gap, nothing outside. */
+static ts_status check_flat_tiling(const ts_ckpt *c, ld_tensor *t) {
+    qsort(t->chunks, (size_t)t->n_chunks, sizeof *t->chunks, cmp_start);
+    const int64_t numel = ts_shape_numel(t->rank, t->dims);
+    int64_t at = 0;
+    for (int k = 0; k < t->n_chunks; k++) {
+        const ld_chunk *ch = &t->chunks[k];
+        if (ch->start < at)
+            return ts_fail(TS_ERR_FORMAT,
+                           "%s/manifest.json: tensor '%s': chunks overlap at element %lld", c->dir,
+                           t->name, (long long)ch->start);
+        if (ch->start > at)
+            return ts_fail(TS_ERR_FORMAT,
+                           "%s/manifest.json: tensor '%s': no chunk holds elements [%lld, %lld)",
+                           c->dir, t->name, (long long)at, (long long)ch->start);
+        if (ch->count > numel - ch->start)
+            return ts_fail(TS_ERR_FORMAT,
+                           "%s/manifest.json: tensor '%s': chunk [%lld, %lld) lies outside its "
+                           "%lld elements",
+                           c->dir, t->name, (long long)ch->start,
+                           (long long)(ch->start + ch->count), (long long)numel);
+        at = ch->start + ch->count;
+    }
+    if (at != numel)
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s/manifest.json: tensor '%s': chunks hold %lld elements, the tensor %lld",
+                       c->dir, t->name, (long long)at, (long long)numel);
+    return TS_OK;
+}
+
 /* Chunks must lie inside the tensor and tile it exactly. */
-static ts_status check_tiling(const ts_ckpt *c, const ld_tensor *t) {
+static ts_status check_tiling(const ts_ckpt *c, ld_tensor *t) {
+    int all_flat = 1, any_flat_form = 0;
+    for (int k = 0; k < t->n_chunks; k++) {
+        all_flat &= t->chunks[k].flat;
+        any_flat_form |= !t->chunks[k].block;
+    }
+    if (all_flat) return check_flat_tiling(c, t);
+    if (any_flat_form)
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s/manifest.json: tensor '%s': mixes flat chunks with partial blocks",
+                       c->dir, t->name);
     int64_t total = 0;
     for (int k = 0; k < t->n_chunks; k++) {
         const ld_chunk *ch = &t->chunks[k];
@@ -190,20 +248,47 @@ static ts_status parse_tensors(ts_ckpt *c) {
             ld_chunk *ch = &t->chunks[k];
             const char *crc = json_string_value(json_object_get(ce, "crc32c"));
             unsigned char cb[4];
-            int r1 = 0, r2 = 0;
+            int ok;
             ch->file = find_file(c, json_string_value(json_object_get(ce, "file")));
-            if (ch->file < 0 || !get_dims(json_object_get(ce, "offset"), ch->off, &r1) ||
-                !get_dims(json_object_get(ce, "shape"), ch->shape, &r2) || r1 != t->rank ||
-                r2 != t->rank || !ck_unhex(crc, cb, 4)) {
+            json_t *cnt = json_object_get(ce, "count");
+            if (cnt) { /* flat form */
+                json_t *st = json_object_get(ce, "start"), *fs = json_object_get(ce, "file_start");
+                ch->tensor = json_string_value(json_object_get(ce, "tensor"));
+                ok = ch->file >= 0 && ch->tensor && json_is_integer(cnt) && json_is_integer(st) &&
+                     json_is_integer(fs) && json_integer_value(cnt) > 0 &&
+                     json_integer_value(st) >= 0 && json_integer_value(fs) >= 0 &&
+                     ck_unhex(crc, cb, 4);
+                if (ok) {
+                    ch->flat = 1;
+                    ch->count = json_integer_value(cnt);
+                    ch->start = json_integer_value(st);
+                    ch->file_start = json_integer_value(fs);
+                }
+            } else {
+                int r1 = 0, r2 = 0;
+                ch->tensor = t->name;
+                ch->block = 1;
+                ok = ch->file >= 0 && get_dims(json_object_get(ce, "offset"), ch->off, &r1) &&
+                     get_dims(json_object_get(ce, "shape"), ch->shape, &r2) && r1 == t->rank &&
+                     r2 == t->rank && ck_unhex(crc, cb, 4);
+                if (ok) {
+                    int whole = 1;
+                    for (int d = 0; d < t->rank; d++)
+                        whole &= ch->off[d] == 0 && ch->shape[d] == t->dims[d];
+                    ch->flat = whole;
+                    ch->count = ts_shape_numel(t->rank, ch->shape);
+                }
+            }
+            if (!ok) {
                 char msg[512];
                 snprintf(msg, sizeof msg,
-                         "tensor '%s' chunk %d: needs a listed file, offset and shape of rank %d "
-                         "and an 8-digit crc32c",
+                         "tensor '%s' chunk %d: needs a listed file, an 8-digit crc32c and either "
+                         "offset and shape of rank %d or tensor, start, count and file_start",
                          t->name, k, t->rank);
                 return bad_field(c, msg);
             }
             ch->crc = (uint32_t)cb[0] << 24 | (uint32_t)cb[1] << 16 | (uint32_t)cb[2] << 8 | cb[3];
-            ch->bytes = (size_t)ts_shape_numel(t->rank, ch->shape) * ts_dtype_size(t->dtype);
+            ch->bytes = (size_t)ch->count * ts_dtype_size(t->dtype);
         }
         ts_status s = check_tiling(c, t);
         if (s != TS_OK) return s;
@@ -216,8 +301,10 @@ static ts_status parse_manifest(ts_ckpt *c) {
     const char *fmt = json_string_value(json_object_get(m, "format"));
     if (!fmt || strcmp(fmt, "tessel-checkpoint"))
         return bad_field(c, "\"format\" is not \"tessel-checkpoint\"");
-    if (json_integer_value(json_object_get(m, "format_version")) != 1)
-        return bad_field(c, "\"format_version\" is not 1 (written by a newer tessel?)");
+    /* 2: chunks in the flat form (sharded optimizer state) may occur. */
+    json_int_t fv = json_integer_value(json_object_get(m, "format_version"));
+    if (fv != 1 && fv != 2)
+        return bad_field(c, "\"format_version\" is not 1 or 2 (written by a newer tessel?)");
     json_t *step = json_object_get(m, "step");
     ts_ckpt_info *in = &c->info;
     in->dir = c->dir;
@@ -260,6 +347,8 @@ static ts_status parse_manifest(ts_ckpt *c) {
     json_t *world = json_object_get(m, "world");
     in->world_size = (int)json_integer_value(json_object_get(world, "size"));
     if (in->world_size < 1) return bad_field(c, "world.size must be >= 1");
+    in->layout = json_string_value(json_object_get(world, "layout"));
+    if (!in->layout) in->layout = "replicated";
 
     json_t *files = json_object_get(m, "files");
     if (!json_is_array(files)) return bad_field(c, "\"files\" is missing or not an array");
@@ -340,24 +429,31 @@ static const char *crc_culprit(ts_ckpt *c, int fi, int set_data, ts_status *err)
             ld_chunk *ch = &t->chunks[k];
             if (ch->file != fi) continue;
             ts_st_tensor st;
-            if (ts_st_find(f->st, t->name, &st) != TS_OK) {
+            if (ts_st_find(f->st, ch->tensor, &st) != TS_OK) {
                 *err = ts_fail(TS_ERR_FORMAT,
                                "%s: the manifest lists tensor '%s' in this file, "
                                "which does not hold it",
-                               f->path, t->name);
+                               f->path, ch->tensor);
                 return t->name;
             }
-            int same = st.dtype == t->dtype && st.rank == t->rank && st.bytes == ch->bytes;
-            for (int d = 0; same && d < t->rank; d++) same = st.dims[d] == ch->shape[d];
+            int same = st.dtype == t->dtype;
+            if (ch->block) {
+                same &= st.rank == t->rank && st.bytes == ch->bytes;
+                for (int d = 0; same && d < t->rank; d++) same = st.dims[d] == ch->shape[d];
+            } else {
+                same &= ch->count <= ts_shape_numel(st.rank, st.dims) - ch->file_start;
+            }
             if (!same) {
                 *err = ts_fail(TS_ERR_FORMAT,
                                "%s: tensor '%s' has a different dtype or shape than the manifest "
-                               "lists",
-                               f->path, t->name);
+                               "lists for '%s'",
+                               f->path, ch->tensor, t->name);
                 return t->name;
             }
-            if (ts_crc32c(0, st.data, st.bytes) != ch->crc) return t->name;
-            if (set_data) ch->data = st.data;
+            const unsigned char *data =
+                (const unsigned char *)st.data + (size_t)ch->file_start * ts_dtype_size(t->dtype);
+            if (ts_crc32c(0, data, ch->bytes) != ch->crc) return t->name;
+            if (set_data) ch->data = data;
         }
     }
     return NULL;
@@ -536,6 +632,19 @@ ts_status ts_ckpt_tensor_info(const ts_ckpt *c, int i, ts_ckpt_tensor *out) {
     return TS_OK;
 }
 
+ts_status ts_ckpt_chunk_info(const ts_ckpt *c, int i, int k, ts_ckpt_chunk *out) {
+    if (!c || !out) return ts_fail(TS_ERR_INVALID, "ckpt chunk info: NULL argument");
+    if (i < 0 || i >= c->nt || k < 0 || k >= c->t[i].n_chunks)
+        return ts_fail(TS_ERR_INVALID, "ckpt chunk info: tensor %d chunk %d out of range", i, k);
+    const ld_chunk *ch = &c->t[i].chunks[k];
+    out->file = c->f[ch->file].name;
+    out->tensor = ch->tensor;
+    out->start = ch->flat ? ch->start : -1;
+    out->count = ch->count;
+    out->file_start = ch->file_start;
+    return TS_OK;
+}
+
 static const ld_tensor *find_tensor(const ts_ckpt *c, const char *name) {
     for (int i = 0; name && i < c->nt; i++)
         if (!strcmp(c->t[i].name, name)) return &c->t[i];
@@ -547,8 +656,8 @@ static void assemble(const ld_tensor *t, unsigned char *dst) {
     size_t esz = ts_dtype_size(t->dtype);
     for (int k = 0; k < t->n_chunks; k++) {
         const ld_chunk *ch = &t->chunks[k];
-        if (t->rank == 0 || ch->bytes == t->bytes) {
-            memcpy(dst, ch->data, ch->bytes);
+        if (ch->flat) {
+            memcpy(dst + (size_t)ch->start * esz, ch->data, ch->bytes);
             continue;
         }
         int last = t->rank - 1;
@@ -567,6 +676,48 @@ static void assemble(const ld_tensor *t, unsigned char *dst) {
     }
 }
 
+static int all_flat(const ld_tensor *t) {
+    for (int k = 0; k < t->n_chunks; k++)
+        if (!t->chunks[k].flat) return 0;
+    return 1;
+}
+
+/* Elements [start, start + count) of t: the overlapping parts of its flat
+ * chunks, or a slice of the whole for partial blocks. */
+static ts_status read_range(const ld_tensor *t, int64_t start, int64_t count, unsigned char *dst) {
+    const size_t esz = ts_dtype_size(t->dtype);
+    if (!all_flat(t)) {
+        unsigned char *whole = ts_alloc(t->bytes ? t->bytes : 1, "ckpt read range");
+        if (!whole) return TS_ERR_NOMEM;
+        assemble(t, whole);
+        memcpy(dst, whole + (size_t)start * esz, (size_t)count * esz);
+        free(whole);
+        return TS_OK;
+    }
+    for (int k = 0; k < t->n_chunks; k++) {
+        const ld_chunk *ch = &t->chunks[k];
+        int64_t a = ch->start > start ? ch->start : start;
+        int64_t b = ch->start + ch->count < start + count ? ch->start + ch->count : start + count;
+        if (a < b)
+            memcpy(dst + (size_t)(a - start) * esz, ch->data + (size_t)(a - ch->start) * esz,
+                   (size_t)(b - a) * esz);
+    }
+    return TS_OK;
+}
+
+ts_status ts_ckpt_read_range(const ts_ckpt *c, const char *name, int64_t start, int64_t count,
+                             void *dst) {
+    if (!c || !dst) return ts_fail(TS_ERR_INVALID, "ckpt read range: NULL argument");
+    const ld_tensor *t = find_tensor(c, name);
+    if (!t) return ts_fail(TS_ERR_NOT_FOUND, "%s: no tensor '%s'", c->dir, name ? name : "");
+    const int64_t numel = ts_shape_numel(t->rank, t->dims);
+    if (start < 0 || count < 0 || count > numel - start)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: tensor '%s' has %lld elements; [%lld, %lld) lies outside", c->dir, name,
+                       (long long)numel, (long long)start, (long long)(start + count));
+    return read_range(t, start, count, dst);
+}
+
 ts_status ts_ckpt_read(const ts_ckpt *c, const char *name, void *dst, size_t bytes) {
     if (!c || !dst) return ts_fail(TS_ERR_INVALID, "ckpt read: NULL argument");
     const ld_tensor *t = find_tensor(c, name);
@@ -580,7 +731,79 @@ ts_status ts_ckpt_read(const ts_ckpt *c, const char *name, void *dst, size_t byt
 
 /* ---- restoring ------------------------------------------------------------------- */
 
-static ts_status check_fits(const ts_ckpt *c, const ts_plan *p) {
+/* The plan's sharded optimizer state (ZeRO; none otherwise): which
+ * elements of which logical tensors each "zero.bucket*" value holds. */
+typedef struct fit_layout {
+    ts_shard_piece *pc;
+    int n;
+} fit_layout;
+
+static int is_sharded(const fit_layout *L, const char *name) {
+    for (int i = 0; i < L->n; i++)
+        if (!strcmp(L->pc[i].state, name)) return 1;
+    return 0;
+}
+
+static void logical_name(char *buf, size_t n, const ts_shard_piece *pc) {
+    snprintf(buf, n, "%s.%s", pc->param, pc->what);
+}
+
+/* A checkpoint tensor "<param>.<what>" of a parameter of the plan, where
+ * the plan shards <what>: it has a place even if this rank's block holds
+ * none of it. */
+static int sharded_logical(const ts_plan *p, const fit_layout *L, const char *tname) {
+    const char *dot = strrchr(tname, '.');
+    if (!dot) return 0;
+    int what = 0;
+    for (int i = 0; i < L->n && !what; i++) what = !strcmp(L->pc[i].what, dot + 1);
+    if (!what) return 0;
+    for (int j = 0; j < ts_plan_persistent_count(p); j++) {
+        ts_persistent pv;
+        if (ts_plan_persistent(p, j, &pv) == TS_OK && !pv.is_state &&
+            strlen(pv.name) == (size_t)(dot - tname) &&
+            !strncmp(pv.name, tname, (size_t)(dot - tname)))
+            return 1;
+    }
+    return 0;
+}
+
+/* Every piece of a sharded value needs its logical tensor: state, the
+ * value's dtype, as many elements as the parameter. */
+static ts_status check_pieces(const ts_ckpt *c, const ts_plan *p, const fit_layout *L,
+                              const ts_persistent *pv) {
+    for (int i = 0; i < L->n; i++) {
+        const ts_shard_piece *pc = &L->pc[i];
+        if (strcmp(pc->state, pv->name)) continue;
+        char name[600];
+        logical_name(name, sizeof name, pc);
+        const ld_tensor *t = find_tensor(c, name);
+        if (!t)
+            return ts_fail(TS_ERR_NOT_FOUND,
+                           "%s: has no tensor '%s', which the plan's sharded optimizer state '%s' "
+                           "needs",
+                           c->dir, name, pv->name);
+        ts_dtype pdt;
+        int prank;
+        int64_t pdims[TS_MAX_RANK];
+        ts_status s = ts_plan_value_info(p, pc->param, &pdt, &prank, pdims);
+        if (s != TS_OK) return s;
+        const int64_t numel = ts_shape_numel(t->rank, t->dims);
+        if (!t->is_state || t->dtype != pv->dtype || numel != ts_shape_numel(prank, pdims) ||
+            pc->param_off + pc->count > numel) {
+            char a[128];
+            ts_shape_str(a, sizeof a, t->dtype, t->rank, t->dims);
+            return ts_fail(TS_ERR_SHAPE,
+                           "%s: tensor '%s' is %s %s; the plan's '%s' needs state of dtype %s "
+                           "with the %lld elements of parameter '%s'",
+                           c->dir, name, t->is_state ? "state" : "param", a, pv->name,
+                           ts_dtype_name(pv->dtype), (long long)ts_shape_numel(prank, pdims),
+                           pc->param);
+        }
+    }
+    return TS_OK;
+}
+
+static ts_status check_fits(const ts_ckpt *c, const ts_plan *p, const fit_layout *L) {
     int n = ts_plan_persistent_count(p);
     if (ts_plan_seed(p) != c->info.seed)
         return ts_fail(TS_ERR_INVALID,
@@ -592,6 +815,10 @@ static ts_status check_fits(const ts_ckpt *c, const ts_plan *p) {
         ts_persistent pv;
         ts_status s = ts_plan_persistent(p, i, &pv);
         if (s != TS_OK) return s;
+        if (is_sharded(L, pv.name)) {
+            if ((s = check_pieces(c, p, L, &pv)) != TS_OK) return s;
+            continue;
+        }
         const ld_tensor *t = find_tensor(c, pv.name);
         if (!t)
             return ts_fail(TS_ERR_NOT_FOUND, "%s: has no tensor '%s', which the plan needs (%s)",
@@ -607,42 +834,74 @@ static ts_status check_fits(const ts_ckpt *c, const ts_plan *p) {
                            pv.is_state ? "state" : "param", b);
         }
     }
-    if (c->nt != n) {
-        for (int i = 0; i < c->nt; i++) {
-            int found = 0;
-            for (int j = 0; j < n && !found; j++) {
-                ts_persistent pv;
-                found = ts_plan_persistent(p, j, &pv) == TS_OK && !strcmp(pv.name, c->t[i].name);
-            }
-            if (!found)
-                return ts_fail(TS_ERR_INVALID,
-                               "%s: tensor '%s' has no place in the plan (a different model or "
-                               "optimizer?)",
-                               c->dir, c->t[i].name);
+    for (int i = 0; i < c->nt; i++) {
+        int found = sharded_logical(p, L, c->t[i].name);
+        for (int j = 0; j < n && !found; j++) {
+            ts_persistent pv;
+            found = ts_plan_persistent(p, j, &pv) == TS_OK && !strcmp(pv.name, c->t[i].name);
         }
+        if (!found)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: tensor '%s' has no place in the plan (a different model or "
+                           "optimizer?)",
+                           c->dir, c->t[i].name);
     }
+    return TS_OK;
+}
+
+/* One persistent value's bytes: a whole tensor, or a sharded value
+ * assembled from the pieces of its logical tensors (padding zero). */
+static ts_status gather_value(const ts_ckpt *c, const fit_layout *L, const ts_persistent *pv,
+                              unsigned char *tmp, const void **src) {
+    if (is_sharded(L, pv->name)) {
+        const size_t es = ts_dtype_size(pv->dtype);
+        memset(tmp, 0, pv->bytes);
+        for (int i = 0; i < L->n; i++) {
+            const ts_shard_piece *pc = &L->pc[i];
+            if (strcmp(pc->state, pv->name)) continue;
+            char name[600];
+            logical_name(name, sizeof name, pc);
+            ts_status s = read_range(find_tensor(c, name), pc->param_off, pc->count,
+                                     tmp + (size_t)pc->state_off * es);
+            if (s != TS_OK) return s;
+        }
+        *src = tmp;
+        return TS_OK;
+    }
+    const ld_tensor *t = find_tensor(c, pv->name);
+    if (t->n_chunks == 1 && t->chunks[0].flat) {
+        *src = t->chunks[0].data;
+        return TS_OK;
+    }
+    assemble(t, tmp);
+    *src = tmp;
     return TS_OK;
 }
 
 ts_status ts_ckpt_restore(const ts_ckpt *c, ts_plan *p, ts_audit *audit) {
     if (!c || !p) return ts_fail(TS_ERR_INVALID, "ckpt restore: NULL argument");
-    ts_status s = check_fits(c, p);
+    fit_layout L = {NULL, 0};
+    ts_status s = ts_plan_shard_layout(p, &L.pc, &L.n);
+    if (s == TS_OK) s = check_fits(c, p, &L);
+    const int n = ts_plan_persistent_count(p);
     size_t tmp_bytes = 0;
-    for (int i = 0; i < c->nt; i++)
-        if (c->t[i].n_chunks > 1 && c->t[i].bytes > tmp_bytes) tmp_bytes = c->t[i].bytes;
+    for (int i = 0; i < n && s == TS_OK; i++) {
+        ts_persistent pv;
+        if ((s = ts_plan_persistent(p, i, &pv)) == TS_OK && pv.bytes > tmp_bytes)
+            tmp_bytes = pv.bytes;
+    }
     unsigned char *tmp = NULL;
-    if (s == TS_OK && tmp_bytes && !(tmp = ts_alloc(tmp_bytes, "ckpt restore"))) s = TS_ERR_NOMEM;
-    /* Everything is checked; from here on only memcpy's into the plan. */
-    for (int i = 0; i < c->nt && s == TS_OK; i++) {
-        const ld_tensor *t = &c->t[i];
-        const void *src = t->chunks[0].data;
-        if (t->n_chunks > 1) {
-            assemble(t, tmp);
-            src = tmp;
-        }
-        s = ts_plan_write_param(p, t->name, src, t->bytes);
+    if (s == TS_OK && !(tmp = ts_alloc(tmp_bytes ? tmp_bytes : 1, "ckpt restore")))
+        s = TS_ERR_NOMEM;
+    /* Everything is checked; from here on only copies into the plan. */
+    for (int i = 0; i < n && s == TS_OK; i++) {
+        ts_persistent pv;
+        const void *src = NULL;
+        if ((s = ts_plan_persistent(p, i, &pv)) == TS_OK) s = gather_value(c, &L, &pv, tmp, &src);
+        if (s == TS_OK) s = ts_plan_write_param(p, pv.name, src, pv.bytes);
     }
     free(tmp);
+    free(L.pc);
     if (s == TS_OK) {
         ts_plan_set_step(p, c->info.step);
         ts_plan_set_updates_applied(p, c->info.updates_applied);
@@ -679,7 +938,7 @@ ts_status ts_ckpt_export_safetensors(const ts_ckpt *c, const char *path) {
             const ld_tensor *t = &c->t[i];
             if (t->is_state || ts_dtype_size(t->dtype) != esz) continue;
             const void *src = t->chunks[0].data;
-            if (t->n_chunks > 1) {
+            if (t->n_chunks > 1 || !t->chunks[0].flat) {
                 if (!(owned[i] = ts_alloc(t->bytes ? t->bytes : 1, "ckpt export"))) {
                     s = TS_ERR_NOMEM;
                     break;

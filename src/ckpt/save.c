@@ -12,7 +12,11 @@
  *   5. logs the save to the audit log and applies retention.
  * A crash at any moment leaves LATEST naming the previous checkpoint or
  * the new one, and both complete; leftovers are "*.tmp" names that resume
- * ignores and ts_ckpt_gc() removes. */
+ * ignores and ts_ckpt_gc() removes.
+ *
+ * With ZeRO every rank runs step 1 for its blocks of the optimizer state
+ * and publishes rank-K.json; rank 0 waits for them, then goes on with 2.
+ * The manifest lists logical per-parameter tensors (zero.c). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -43,7 +47,18 @@ typedef struct sv_tensor {
     size_t bytes, off; /* in the snapshot */
     uint32_t crc;
     int shard;
+    int sharded; /* a ZeRO block of optimizer state ("zero.bucket*") */
+    int skip;    /* not this rank's to write (ranks > 0 write only their blocks) */
 } sv_tensor;
+
+/* A piece of a sharded value: elements of a logical tensor (ts_shard_piece). */
+typedef struct sv_piece {
+    char *name; /* "<param>.<what>" */
+    int tensor; /* the sharded value in s->t */
+    int64_t state_off, param_off, count;
+    int ndim;
+    int64_t dims[TS_MAX_RANK]; /* the parameter's */
+} sv_piece;
 
 typedef struct sv_shard {
     char file[64];
@@ -51,6 +66,7 @@ typedef struct sv_shard {
     int n;
     uint64_t bytes, file_bytes;
     char sha[CK_SHA_HEX];
+    int sharded; /* holds sharded values (listed through the rank's chunk set) */
     ts_status st;
     char err[1024];
 } sv_shard;
@@ -58,7 +74,10 @@ typedef struct sv_shard {
 struct ts_ckpt_saver {
     char *run_dir;
     int threads, keep_last, keep_every;
-    int background; /* lower the writer threads' priority (not for ts_ckpt_save) */
+    int background;  /* lower the writer threads' priority (not for ts_ckpt_save) */
+    int rank, world; /* ts_ckpt_options: several ranks save sharded state together */
+    uint64_t group;
+    double rank_timeout_s;
     ts_audit *audit;
     ck_key key;
 
@@ -70,8 +89,13 @@ struct ts_ckpt_saver {
     int nt;
     sv_shard *shards;
     int ns;
+    int zero;             /* this job saves sharded state with the other ranks */
+    int others_save;      /* a tagged job of rank 0 while the other ranks save too */
+    uint64_t other_bytes; /* rank 0: the other ranks' state bytes in this save */
+    sv_piece *pc;
+    int npc;
     int64_t step;
-    int64_t updates_applied; /* optimizer updates applied (steps minus skipped ones) */
+    int64_t updates_applied;    /* optimizer updates applied (steps minus skipped ones) */
     char tag_next[48], tag[48]; /* ts_ckpt_saver_set_tag: for the next save, for this job */
     uint64_t seed;
     char config_sha[CK_SHA_HEX];
@@ -79,6 +103,7 @@ struct ts_ckpt_saver {
     int n_data;
     int64_t data_position, epoch;
     atomic_int next_shard;
+    atomic_int cancel;            /* ts_ckpt_saver_cancel: stop waiting for the other ranks */
     atomic_llong run_ns, wait_ns; /* writer threads, from schedstat */
 
     pthread_t thread;
@@ -113,6 +138,12 @@ static void job_clear(ts_ckpt_saver *s) {
     free(s->shards);
     s->shards = NULL;
     s->ns = 0;
+    for (int i = 0; i < s->npc; i++) free(s->pc[i].name);
+    free(s->pc);
+    s->pc = NULL;
+    s->npc = 0;
+    s->zero = s->others_save = 0;
+    s->other_bytes = 0;
     for (int i = 0; i < s->n_data; i++) {
         free(s->data_paths[i]);
         free(s->data_shas[i]);
@@ -145,7 +176,11 @@ ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt
     if (o.keep_last < 0 || o.keep_every < 0 || o.threads < 0)
         return ts_fail(TS_ERR_INVALID,
                        "ckpt saver: keep_last, keep_every and threads must be >= 0");
-    if (mkdir(run_dir, 0755) != 0 && errno != EEXIST)
+    if (o.world < 0 || o.rank < 0 || (o.world > 1 && o.rank >= o.world) ||
+        (o.world <= 1 && o.rank > 0))
+        return ts_fail(TS_ERR_INVALID, "ckpt saver: rank %d of world %d", o.rank, o.world);
+    /* Ranks > 0 write into rank 0's run directory and must not create it. */
+    if (o.rank == 0 && mkdir(run_dir, 0755) != 0 && errno != EEXIST)
         return ts_fail(TS_ERR_IO, "%s: cannot create run directory: %s", run_dir, strerror(errno));
     ts_ckpt_saver *s = ts_zalloc(sizeof *s, "ckpt saver");
     if (!s) return TS_ERR_NOMEM;
@@ -167,8 +202,13 @@ ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt
     s->threads = o.threads > 0 ? o.threads : (int)(ncpu < 1 ? 2 : ncpu > 4 ? 8 : 2 * ncpu);
     s->keep_last = o.keep_last;
     s->keep_every = o.keep_every;
-    s->audit = o.audit;
+    s->audit = o.rank == 0 ? o.audit : NULL;
     s->background = 1;
+    s->rank = o.rank;
+    s->world = o.world > 1 ? o.world : 1;
+    s->group = o.group;
+    s->rank_timeout_s = o.rank_timeout_s > 0 ? o.rank_timeout_s : 600;
+    if (o.rank > 0) s->keep_last = s->keep_every = 0;
     if (p && ensure_buffer(s, ts_plan_snapshot_bytes(p), 1) != TS_OK) {
         ts_ckpt_saver_free(s);
         return TS_ERR_NOMEM;
@@ -192,20 +232,24 @@ static int by_dtype_size(const void *a, const void *b, void *ctx) {
  * end; a tensor is never split across files. */
 static ts_status plan_shards(ts_ckpt_saver *s) {
     uint64_t total = 0;
-    for (int i = 0; i < s->nt; i++) total += s->t[i].bytes;
+    for (int i = 0; i < s->nt; i++) total += s->t[i].skip ? 0 : s->t[i].bytes;
     uint64_t target = total / (uint64_t)(2 * s->threads);
     if (target < SHARD_MIN_BYTES) target = SHARD_MIN_BYTES;
     s->shards = ts_zalloc(sizeof *s->shards * (size_t)(s->nt + 1), "ckpt shards");
     if (!s->shards) return TS_ERR_NOMEM;
-    int counters[2] = {0, 0};
-    for (int kind = 0; kind < 2; kind++) {
+    /* kinds: parameters, replicated state, this rank's sharded state */
+    static const char *const prefix[3] = {"params", "state", "optim"};
+    int counters[3] = {0, 0, 0};
+    for (int kind = 0; kind < 3; kind++) {
         sv_shard *cur = NULL;
         for (int i = 0; i < s->nt; i++) {
-            if (s->t[i].is_state != kind) continue;
+            const sv_tensor *t = &s->t[i];
+            if (t->skip || (t->sharded ? 2 : t->is_state) != kind) continue;
             if (!cur || (cur->bytes > 0 && cur->bytes + s->t[i].bytes > target)) {
                 cur = &s->shards[s->ns++];
-                snprintf(cur->file, sizeof cur->file, "%s-r0-%03d.safetensors",
-                         kind ? "state" : "params", counters[kind]++);
+                snprintf(cur->file, sizeof cur->file, "%s-r%d-%03d.safetensors", prefix[kind],
+                         kind == 2 ? s->rank : 0, counters[kind]++);
+                cur->sharded = kind == 2;
                 cur->members = ts_alloc(sizeof(int) * (size_t)s->nt, "ckpt shard");
                 if (!cur->members) return TS_ERR_NOMEM;
             }
@@ -333,7 +377,28 @@ static json_t *int_array(const int64_t *v, int n) {
 
 /* Build the manifest and return its on-disk text (sorted keys, indented;
  * the signature covers the compact sorted form without "signature"). */
-static ts_status build_manifest(ts_ckpt_saver *s, char **out, char id[33]) {
+/* The logical tensors of sharded state: one entry per name of the sorted
+ * chunk set, with every rank's chunks. */
+static int add_logical(json_t *tensors, const ck_zset *z) {
+    int bad = 0;
+    for (int i = 0; i < z->nc && !bad;) {
+        const ck_zchunk *c0 = &z->c[i];
+        json_t *chunks = json_array();
+        int j = i;
+        for (; j < z->nc && !strcmp(z->c[j].name, c0->name) && chunks; j++)
+            bad |= json_array_append_new(chunks, ck_zchunk_json(&z->c[j]));
+        bad |=
+            !chunks || json_array_append_new(
+                           tensors, json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", c0->name, "kind",
+                                              "state", "dtype", ts_dtype_name(c0->dtype), "shape",
+                                              int_array(c0->dims, c0->ndim), "chunks", chunks));
+        i = j;
+    }
+    return bad;
+}
+
+/* z: with ZeRO, the files and chunks of sharded state of every rank. */
+static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, char **out, char id[33]) {
     *out = NULL;
     unsigned char rnd[16];
     randombytes_buf(rnd, sizeof rnd);
@@ -346,7 +411,7 @@ static ts_status build_manifest(ts_ckpt_saver *s, char **out, char id[33]) {
     int bad = !m || !files || !tensors || !dfiles;
     if (!bad) {
         bad |= json_object_set_new(m, "format", json_string("tessel-checkpoint"));
-        bad |= json_object_set_new(m, "format_version", json_integer(1));
+        bad |= json_object_set_new(m, "format_version", json_integer(z ? 2 : 1));
         bad |= json_object_set_new(m, "id", json_string(id));
         bad |= json_object_set_new(m, "step", json_integer(s->step));
         bad |= json_object_set_new(m, "updates_applied", json_integer(s->updates_applied));
@@ -364,16 +429,23 @@ static ts_status build_manifest(ts_ckpt_saver *s, char **out, char id[33]) {
                                    json_pack("{s:O, s:I, s:I}", "files", dfiles, "position",
                                              (json_int_t)s->data_position, "epoch",
                                              (json_int_t)s->epoch));
-        bad |= json_object_set_new(m, "world",
-                                   json_pack("{s:i, s:s}", "size", 1, "layout", "replicated"));
+        bad |= json_object_set_new(
+            m, "world",
+            json_pack("{s:i, s:s}", "size", z ? s->world : 1, "layout", z ? "zero" : "replicated"));
         for (int k = 0; k < s->ns && !bad; k++)
-            bad |= json_array_append_new(files, json_pack("{s:s, s:i, s:I, s:s}", "name",
-                                                          s->shards[k].file, "rank", 0, "bytes",
-                                                          (json_int_t)s->shards[k].file_bytes,
-                                                          "sha256", s->shards[k].sha));
+            if (!z || !s->shards[k].sharded)
+                bad |= json_array_append_new(files, json_pack("{s:s, s:i, s:I, s:s}", "name",
+                                                              s->shards[k].file, "rank", 0, "bytes",
+                                                              (json_int_t)s->shards[k].file_bytes,
+                                                              "sha256", s->shards[k].sha));
+        for (int k = 0; z && k < z->nf && !bad; k++)
+            bad |= json_array_append_new(
+                files, json_pack("{s:s, s:i, s:I, s:s}", "name", z->f[k].name, "rank", z->f[k].rank,
+                                 "bytes", (json_int_t)z->f[k].bytes, "sha256", z->f[k].sha));
         bad |= json_object_set(m, "files", files);
         for (int i = 0; i < s->nt && !bad; i++) {
             const sv_tensor *t = &s->t[i];
+            if (t->skip || (z && t->sharded)) continue;
             char crc[9];
             snprintf(crc, sizeof crc, "%08x", t->crc);
             int64_t zero[TS_MAX_RANK] = {0};
@@ -386,6 +458,7 @@ static ts_status build_manifest(ts_ckpt_saver *s, char **out, char id[33]) {
                                                    ts_dtype_name(t->dtype), "shape",
                                                    int_array(t->dims, t->rank), "chunks", chunk));
         }
+        if (z && !bad) bad |= add_logical(tensors, z);
         bad |= json_object_set(m, "tensors", tensors);
         if (s->audit && !bad) {
             int64_t aseq;
@@ -447,6 +520,40 @@ static ts_status write_latest(const char *run_dir, const char *step_name) {
     return s;
 }
 
+static ts_status gc_upto(const char *run_dir, int keep_last, int keep_every, int64_t tmp_upto,
+                         int *removed);
+
+/* This rank's files of sharded state and the chunks of logical tensors
+ * they hold, with each chunk's CRC-32C (from the snapshot, the bytes
+ * written). */
+static ts_status own_chunks(ts_ckpt_saver *s, ck_zset *z) {
+    ts_status st = TS_OK;
+    for (int k = 0; k < s->ns && st == TS_OK; k++)
+        if (s->shards[k].sharded)
+            st = ck_zset_add_file(z, s->shards[k].file, s->shards[k].file_bytes, s->shards[k].sha,
+                                  s->rank);
+    for (int i = 0; i < s->npc && st == TS_OK; i++) {
+        const sv_piece *pc = &s->pc[i];
+        const sv_tensor *t = &s->t[pc->tensor];
+        const size_t es = ts_dtype_size(t->dtype);
+        ck_zchunk c;
+        memset(&c, 0, sizeof c);
+        c.name = pc->name;
+        c.dtype = t->dtype;
+        c.ndim = pc->ndim;
+        memcpy(c.dims, pc->dims, sizeof c.dims);
+        c.file = s->shards[t->shard].file;
+        c.tensor = t->name;
+        c.start = pc->param_off;
+        c.count = pc->count;
+        c.file_start = pc->state_off;
+        c.crc = ts_crc32c(0, s->buf + t->off + (size_t)pc->state_off * es, (size_t)pc->count * es);
+        c.rank = s->rank;
+        st = ck_zset_add_chunk(z, &c);
+    }
+    return st;
+}
+
 static ts_status run_job(ts_ckpt_saver *s) {
     char step_name[96], tmp_name[104];
     ck_step_name(step_name, s->step);
@@ -458,13 +565,53 @@ static ts_status run_job(ts_ckpt_saver *s) {
          *mpath = tmp ? ck_join(tmp, "manifest.json") : NULL;
     char *manifest = NULL, id[33] = "";
     ts_status st = tmp && final && mpath ? TS_OK : TS_ERR_NOMEM;
-    /* A leftover from a crash at this step: nothing in it is trusted. */
-    if (st == TS_OK) st = ck_remove_flat_dir(tmp);
-    if (st == TS_OK && mkdir(tmp, 0755) != 0)
-        st = ts_fail(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    if (st == TS_OK) st = plan_shards(s);
-    if (st == TS_OK) st = write_shards(s, tmp);
-    if (st == TS_OK) st = build_manifest(s, &manifest, id);
+    ck_zset z = {0};
+    if (s->zero) {
+        /* Every rank writes into the same directory, in any order: it is
+         * never removed here (rank 0 removes what is not this save's just
+         * before the manifest; see zero.c). */
+        if (st == TS_OK && mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            st = ts_fail(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        if (st == TS_OK) st = plan_shards(s);
+        if (st == TS_OK) st = write_shards(s, tmp);
+        if (st == TS_OK) st = own_chunks(s, &z);
+        if (st == TS_OK && s->rank > 0) {
+            st = ck_rank_publish(tmp, s->rank, s->world, s->group, s->step, &z);
+            if (st == TS_OK)
+                snprintf(s->done.dir, sizeof s->done.dir, "%s", step_name);
+            else
+                ts_error_prefix("checkpoint %s, rank %d", tmp, s->rank);
+            ck_zset_free(&z);
+            free(mpath);
+            free(tmp);
+            free(final);
+            return st;
+        }
+        if (st == TS_OK)
+            st = ck_rank_collect(tmp, s->world, s->group, s->step, s->rank_timeout_s, &s->cancel,
+                                 &z);
+        if (st == TS_OK) st = ck_zset_check(&z, tmp);
+        s->other_bytes = 0; /* the save's size counts every rank's state */
+        for (int i = 0; st == TS_OK && i < z.nc; i++)
+            if (z.c[i].rank != s->rank)
+                s->other_bytes += (uint64_t)z.c[i].count * ts_dtype_size(z.c[i].dtype);
+        if (st == TS_OK) {
+            const char **own = ts_alloc(sizeof(char *) * (size_t)(s->ns + 1), "ckpt");
+            if (!own) st = TS_ERR_NOMEM;
+            for (int k = 0; own && k < s->ns; k++) own[k] = s->shards[k].file;
+            if (own) st = ck_tmp_cleanup(tmp, &z, own, s->ns);
+            free(own);
+        }
+    } else {
+        /* A leftover from a crash at this step: nothing in it is trusted. */
+        if (st == TS_OK) st = ck_remove_flat_dir(tmp);
+        if (st == TS_OK && mkdir(tmp, 0755) != 0)
+            st = ts_fail(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        if (st == TS_OK) st = plan_shards(s);
+        if (st == TS_OK) st = write_shards(s, tmp);
+    }
+    if (st == TS_OK) st = build_manifest(s, s->zero ? &z : NULL, &manifest, id);
+    ck_zset_free(&z);
     if (st == TS_OK) st = ck_write_sync(mpath, manifest, strlen(manifest), 0644, 1);
     if (st == TS_OK) st = ck_fsync_dir(tmp);
     if (st == TS_OK) st = move_into_place(tmp, final);
@@ -483,7 +630,14 @@ static ts_status run_job(ts_ckpt_saver *s) {
                                           "signed", s->key.has_secret));
     }
     if (st == TS_OK && s->keep_last > 0) {
-        st = ts_ckpt_gc(s->run_dir, s->keep_last, s->keep_every, NULL);
+        /* With other ranks, a later save may already be under way in its
+         * step-M.tmp: only leftovers up to this step are removed (none by
+         * a tagged save, which runs beside the others' regular saves). */
+        st = gc_upto(s->run_dir, s->keep_last, s->keep_every,
+                     s->zero          ? s->step
+                     : s->others_save ? -1
+                                      : INT64_MAX,
+                     NULL);
         if (st != TS_OK) ts_error_prefix("%s committed, but retention failed", step_name);
     }
     if (st == TS_OK)
@@ -515,7 +669,8 @@ static void *job_thread(void *arg) {
     if (s->last != TS_OK) snprintf(s->last_err, sizeof s->last_err, "%s", ts_last_error());
     double dt = ts_now() - t0;
     uint64_t bytes = 0;
-    for (int i = 0; i < s->nt; i++) bytes += s->t[i].bytes;
+    for (int i = 0; i < s->nt; i++) bytes += s->t[i].skip ? 0 : s->t[i].bytes;
+    bytes += s->other_bytes;
     if (s->last == TS_OK) {
         s->done.step = s->step;
         s->done.bytes = bytes;
@@ -549,6 +704,50 @@ ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s) {
     return TS_OK;
 }
 
+/* With ZeRO: which values are this rank's blocks of sharded state, and
+ * the pieces of logical tensors they hold; ranks > 0 write nothing else. */
+static ts_status take_layout(ts_ckpt_saver *s, const ts_plan *p) {
+    ts_shard_piece *pc = NULL;
+    int n = 0;
+    ts_status st = ts_plan_shard_layout(p, &pc, &n);
+    if (st != TS_OK) return st;
+    if (n == 0) {
+        if (s->rank > 0)
+            return ts_fail(TS_ERR_INVALID,
+                           "ckpt saver: rank %d: without sharded state (dist.zero) only rank 0 "
+                           "saves",
+                           s->rank);
+        return TS_OK;
+    }
+    s->zero = 1;
+    if (!(s->pc = ts_zalloc(sizeof *s->pc * (size_t)n, "ckpt pieces"))) st = TS_ERR_NOMEM;
+    for (int i = 0; i < n && st == TS_OK; i++) {
+        sv_piece *q = &s->pc[s->npc];
+        q->tensor = -1;
+        for (int j = 0; j < s->nt && q->tensor < 0; j++)
+            if (!strcmp(s->t[j].name, pc[i].state)) q->tensor = j;
+        ts_dtype dt;
+        char name[600];
+        snprintf(name, sizeof name, "%s.%s", pc[i].param, pc[i].what);
+        if (q->tensor < 0)
+            st =
+                ts_fail(TS_ERR_INTERNAL, "ckpt: sharded value '%s' is not persistent", pc[i].state);
+        else if ((st = ts_plan_value_info(p, pc[i].param, &dt, &q->ndim, q->dims)) != TS_OK)
+            break;
+        else if (!(q->name = ts_strdup(name)))
+            st = ts_fail(TS_ERR_NOMEM, "ckpt: out of memory");
+        if (st != TS_OK) break;
+        q->state_off = pc[i].state_off;
+        q->param_off = pc[i].param_off;
+        q->count = pc[i].count;
+        s->t[q->tensor].sharded = 1;
+        s->npc++;
+    }
+    free(pc);
+    for (int j = 0; j < s->nt && st == TS_OK; j++) s->t[j].skip = s->rank > 0 && !s->t[j].sharded;
+    return st;
+}
+
 /* Copy the job's description; the plan and meta may change or go away
  * once begin() returns. */
 static ts_status take_job(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta *meta) {
@@ -572,6 +771,18 @@ static ts_status take_job(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta
     s->updates_applied = ts_plan_updates_applied(p);
     memcpy(s->tag, s->tag_next, sizeof s->tag);
     s->tag_next[0] = 0;
+    /* A tagged snapshot (rank 0 alone) keeps the raw blocks of rank 0. */
+    if (s->world > 1 && !s->tag[0]) {
+        ts_status st = take_layout(s, p);
+        if (st != TS_OK) return st;
+    } else if (s->world > 1) {
+        ts_shard_piece *pc = NULL;
+        int n = 0;
+        ts_status st = ts_plan_shard_layout(p, &pc, &n);
+        free(pc);
+        if (st != TS_OK) return st;
+        s->others_save = n > 0;
+    }
     s->seed = ts_plan_seed(p);
     s->config_sha[0] = '\0';
     s->data_position = meta ? meta->data_position : 0;
@@ -622,9 +833,14 @@ ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_
         return st;
     }
     s->running = 1;
+    atomic_store(&s->cancel, 0);
     s->stats.snapshot_s = t2 - t1;
     s->stats.stall_s = ts_now() - t0;
     return TS_OK;
+}
+
+void ts_ckpt_saver_cancel(ts_ckpt_saver *s) {
+    if (s) atomic_store(&s->cancel, 1);
 }
 
 ts_status ts_ckpt_saver_stats(const ts_ckpt_saver *s, ts_ckpt_save_stats *st) {
@@ -666,6 +882,12 @@ static int cmp_desc(const void *a, const void *b) {
 }
 
 ts_status ts_ckpt_gc(const char *run_dir, int keep_last, int keep_every, int *removed) {
+    return gc_upto(run_dir, keep_last, keep_every, INT64_MAX, removed);
+}
+
+/* Leftover "step-N*.tmp" directories are removed for N <= tmp_upto. */
+static ts_status gc_upto(const char *run_dir, int keep_last, int keep_every, int64_t tmp_upto,
+                         int *removed) {
     if (removed) *removed = 0;
     if (!run_dir) return ts_fail(TS_ERR_INVALID, "ckpt gc: NULL run directory");
     char latest_dir[256] = "";
@@ -687,7 +909,8 @@ ts_status ts_ckpt_gc(const char *run_dir, int keep_last, int keep_every, int *re
     struct dirent *e;
     while (st == TS_OK && (e = readdir(d))) {
         size_t len = strlen(e->d_name);
-        if (len > 4 && !strcmp(e->d_name + len - 4, ".tmp") && !strncmp(e->d_name, "step-", 5)) {
+        if (len > 4 && !strcmp(e->d_name + len - 4, ".tmp") && !strncmp(e->d_name, "step-", 5) &&
+            strtoll(e->d_name + 5, NULL, 10) <= tmp_upto) {
             char *path = ck_join(run_dir, e->d_name);
             st = path ? ck_remove_flat_dir(path) : TS_ERR_NOMEM;
             if (st == TS_OK && removed) (*removed)++;

@@ -3,6 +3,7 @@
 #include "session/launch.h"
 #include <math.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,19 @@ ts_status ts_session_agree(ts_comm *comm, double *loss, int *stop) {
     return TS_OK;
 }
 
+ts_status ts_session_ckpt_group(ts_comm *comm, uint64_t *group) {
+    /* 52 random bits: exact in the f64 sum that broadcasts them. */
+    double v = 0;
+    if (ts_comm_rank(comm) == 0) {
+        uint64_t r;
+        randombytes_buf(&r, sizeof r);
+        v = (double)(r & (((uint64_t)1 << 52) - 1));
+    }
+    ts_status s = ts_allreduce(comm, &v, 1, TS_F64, TS_RED_SUM, TS_ALGO_AUTO);
+    if (s == TS_OK) *group = (uint64_t)v;
+    return s;
+}
+
 /* What rank 0 leaves for the launcher: its result and, on failure, its
  * error (workers end with _exit; this lives in a MAP_SHARED mapping). */
 typedef struct shared_out {
@@ -54,9 +68,10 @@ typedef struct launch_ctx {
 } launch_ctx;
 
 /* Runs this rank's session. Ranks other than 0 write nothing: no run
- * directory, checkpoints, TensorBoard files or progress; each serves its
- * own metrics endpoint (base port + rank) when metrics are on; a resume
- * reads the same checkpoint as rank 0. */
+ * directory, checkpoints, TensorBoard files or progress — except, with
+ * ZeRO, their blocks of the optimizer state into rank 0's checkpoints;
+ * each serves its own metrics endpoint (base port + rank) when metrics are
+ * on; a resume reads the same checkpoint as rank 0. */
 static ts_status run_rank(const ts_config *c0, const ts_session_options *o0, ts_comm *comm,
                           ts_session_result *r) {
     ts_config c = *c0;
@@ -72,7 +87,10 @@ static ts_status run_rank(const ts_config *c0, const ts_session_options *o0, ts_
     }
     o.out_dir = NULL;
     c.output.dir[0] = 0;
-    c.ckpt.every = 0;
+    if (c.dist.zero && c.ckpt.every > 0 && dir && *dir)
+        o.shard_dir = dir;
+    else
+        c.ckpt.every = 0;
     /* each rank serves its own /metrics on base port + rank */
     if (c.observe.metrics_port > 0) c.observe.metrics_port += ts_comm_rank(comm);
     c.observe.tensorboard = 0;
@@ -167,12 +185,6 @@ static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_ses
                        (long long)c->model.batch, n);
     ts_status s = ts_restart_check(c, n);
     if (s != TS_OK) return s;
-    if (c->dist.zero && (c->ckpt.every > 0 || (o->resume && *o->resume)))
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "dist.zero %d shards the optimizer state over the processes, and "
-                       "checkpoints of sharded state are not supported yet: set dist.zero: 0 to %s",
-                       c->dist.zero,
-                       o->resume && *o->resume ? "resume" : "save checkpoints (ckpt.every)");
     shared_out *out =
         mmap(NULL, sizeof *out, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (out == MAP_FAILED) return ts_fail(TS_ERR_NOMEM, "--procs: cannot map shared memory");

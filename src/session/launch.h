@@ -29,6 +29,11 @@ ts_status ts_session_run_dist(const ts_config *c, const ts_session_options *o,
  * Collective. */
 ts_status ts_session_agree(ts_comm *comm, double *loss, int *stop);
 
+/* A number rank 0 draws at random and every rank returns (collective):
+ * it tells this launch's checkpoint shards from those a killed earlier
+ * launch left behind (ts_ckpt_options.group). */
+ts_status ts_session_ckpt_group(ts_comm *comm, uint64_t *group);
+
 /* --trace: a trace of this rank's steps (instructions and collectives),
  * started before the first step and written when training ends: with
  * several ranks each writes FILE.rankR.json, then (after a barrier) rank 0

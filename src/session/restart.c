@@ -16,12 +16,6 @@ ts_status ts_restart_check(const ts_config *c, int procs) {
                        "--max-restarts %d (dist.max_restarts) restarts the workers of --procs N; "
                        "this run has one process",
                        k);
-    if (c->dist.zero)
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "--max-restarts %d (dist.max_restarts) resumes from checkpoints, and "
-                       "dist.zero %d shards the optimizer state, whose checkpoints are not "
-                       "supported yet: set dist.zero: 0 to restart failed workers",
-                       k, c->dist.zero);
     if (c->ckpt.every <= 0)
         return ts_fail(TS_ERR_INVALID,
                        "--max-restarts %d (dist.max_restarts) resumes from the latest checkpoint, "

@@ -74,6 +74,7 @@ typedef struct session {
     int n_lineage;
     ts_audit *audit;
     ts_ckpt_saver *sv;
+    uint64_t ckpt_group; /* ZeRO checkpoints: this launch's (ts_session_ckpt_group) */
     /* observability (docs/observability.md) */
     ts_train_metrics tm;
     int tm_made;
@@ -91,7 +92,7 @@ typedef struct session {
 } session;
 
 ts_session_options ts_session_options_default(void) {
-    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES, NULL, NULL, NULL};
+    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES, NULL, NULL, NULL, NULL};
     return o;
 }
 
@@ -199,7 +200,9 @@ static ts_status config_text(const session *s, char **text, size_t *n) {
  * may change on resume because they do not change the numbers a step
  * computes: train.steps, train.epochs (how far to go), train.log_every,
  * train.eval_every, train.threads, dist.max_restarts (how often a failed
- * run is retried), and the output, ckpt and observe sections. The
+ * run is retried), dist.procs, dist.zero, dist.bucket_mb and
+ * dist.timeout_s (how the same step is spread over processes), and the
+ * output, ckpt and observe sections. The
  * manifests' config_sha256 is the hash of this text, so resuming with a
  * higher train.steps matches while any other change is refused. */
 static ts_status identity(session *s) {
@@ -217,6 +220,10 @@ static ts_status identity(session *s) {
     }
     static const char *const skip[] = {
         "steps:", "epochs:", "log_every:", "eval_every:", "threads:"};
+    /* How the same global batch is spread over processes and how the
+     * optimizer state is sharded: a checkpoint loads on any of these. */
+    static const char *const dskip[] = {
+        "max_restarts:", "procs:", "zero:", "timeout_s:", "bucket_mb:"};
     int skip_section = 0, in_train = 0, in_dist = 0;
     for (char *line = full; *line;) {
         size_t len = strcspn(line, "\n");
@@ -230,7 +237,8 @@ static ts_status identity(session *s) {
         int keep = line[0] != '#' && !skip_section;
         for (size_t i = 0; keep && in_train && !top && i < sizeof skip / sizeof *skip; i++)
             if (!strncmp(line + 2, skip[i], strlen(skip[i]))) keep = 0;
-        if (in_dist && !top && !strncmp(line + 2, "max_restarts:", 13)) keep = 0;
+        for (size_t i = 0; keep && in_dist && !top && i < sizeof dskip / sizeof *dskip; i++)
+            if (!strncmp(line + 2, dskip[i], strlen(dskip[i]))) keep = 0;
         if (keep) fprintf(f, "%.*s\n", (int)len, line);
         line += len + (line[len] == '\n');
     }
@@ -375,6 +383,10 @@ static ts_status write_run_files(session *s) {
         co.keep_last = s->c.ckpt.keep_last;
         co.keep_every = s->c.ckpt.keep_every;
         co.audit = s->audit;
+        co.rank = s->rank; /* ZeRO: see shard_saver() */
+        co.world = s->nranks;
+        co.group = s->ckpt_group;
+        co.rank_timeout_s = s->c.dist.timeout_s;
         if ((st = ts_ckpt_saver_new(s->r->run_dir, s->plan, &co, &s->sv)) != TS_OK) return st;
     }
     return TS_OK;
@@ -1155,7 +1167,9 @@ static ts_status train_loop(session *s) {
         }
     }
     if (s->sv) {
-        /* The last save, also after Ctrl-C or a failed step. */
+        /* The last save, also after Ctrl-C or a failed step (whose other
+         * ranks may be gone: a ZeRO save stops waiting for them). */
+        if (st != TS_OK && s->nranks > 1) ts_ckpt_saver_cancel(s->sv);
         ts_status ws = ts_ckpt_saver_wait(s->sv);
         ts_ckpt_save_stats ss;
         if (ws != TS_OK) {
@@ -1308,6 +1322,21 @@ static ts_status setup(session *s) {
     return identity(s);
 }
 
+/* ZeRO checkpoints: every rank saves its block of the optimizer state, and
+ * rank 0 tells this launch's shards from leftovers by a number all agree
+ * on (docs/checkpoints.md, "Sharded optimizer state"). */
+static ts_status shard_saver(session *s) {
+    if (s->nranks < 2 || !s->c.dist.zero || s->c.ckpt.every <= 0) return TS_OK;
+    ts_status st = ts_session_ckpt_group(s->o->comm, &s->ckpt_group);
+    if (st != TS_OK || s->rank == 0 || !s->o->shard_dir) return st;
+    ts_ckpt_options co = ts_ckpt_options_default();
+    co.rank = s->rank;
+    co.world = s->nranks;
+    co.group = s->ckpt_group;
+    co.rank_timeout_s = s->c.dist.timeout_s;
+    return ts_ckpt_saver_new(s->o->shard_dir, s->plan, &co, &s->sv);
+}
+
 /* Load the verified checkpoint into the freshly compiled plan: the config
  * must be the one it was saved with (up to the keys identity() leaves
  * out), then values, step count and the loader's position. Nothing is
@@ -1323,8 +1352,8 @@ static ts_status resume(session *s) {
         return ts_fail(TS_ERR_INVALID,
                        "--resume: checkpoint %s was saved with config sha256 %s, this config's is "
                        "%s; only train.steps, train.epochs, train.log_every, train.eval_every, "
-                       "train.threads, dist.max_restarts, output, ckpt and observe may change on "
-                       "resume",
+                       "train.threads, dist.max_restarts, dist.procs, dist.zero, dist.bucket_mb, "
+                       "dist.timeout_s, output, ckpt and observe may change on resume",
                        in.dir, in.config_sha256, s->ident_sha);
     if (in.step >= s->c.train.steps)
         return ts_fail(TS_ERR_INVALID,
@@ -1367,7 +1396,7 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     } else if (s->resume_in_place) {
         st = ts_fail(TS_ERR_INVALID, "--resume latest continues a run in its directory: name it "
                                      "with --out RUN_DIR or output.dir");
-    } else if (c->ckpt.every > 0) {
+    } else if (c->ckpt.every > 0 && !o->shard_dir) {
         st = ts_fail(TS_ERR_INVALID, "ckpt.every needs a run directory for the checkpoints "
                                      "(--out RUN_DIR or output.dir)");
     }
@@ -1376,11 +1405,6 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
                      "model.batch %lld does not divide by %d processes: every rank trains on "
                      "model.batch / processes rows of each batch",
                      (long long)c->model.batch, s->nranks);
-    if (st == TS_OK && s->nranks > 1 && c->dist.zero && (c->ckpt.every > 0 || from))
-        st = ts_fail(TS_ERR_UNSUPPORTED,
-                     "dist.zero %d shards the optimizer state over the processes, and checkpoints "
-                     "of sharded state are not supported yet: set dist.zero: 0 to %s",
-                     c->dist.zero, from ? "resume" : "save checkpoints (ckpt.every)");
     if (st == TS_OK) st = check_key("ckpt.sign_key", c->ckpt.sign_key);
     if (st == TS_OK) st = check_key("ckpt.verify_key", c->ckpt.verify_key);
     /* Verify the checkpoint (signature, file hashes, tensor CRCs) before
@@ -1393,6 +1417,7 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     ts_progress_start(&s->pr, o->log, o->progress, 1, 0, r->unit, 1);
     if (st == TS_OK) st = setup(s);
     if (st == TS_OK && s->ck) st = resume(s);
+    if (st == TS_OK) st = shard_saver(s);
     if (st == TS_OK) {
         r->planned_steps = s->c.train.steps;
         ts_progress_start(&s->pr, o->log, o->progress, s->c.train.steps, s->c.train.log_every,

@@ -58,6 +58,10 @@ typedef struct ts_session_options {
      * span, every collective a "comm" span, one process per rank) written
      * to this file when training ends; NULL: none. */
     const char *trace;
+    /* Ranks other than 0 of a ZeRO run with checkpoints: rank 0's run
+     * directory, where they save their blocks of the optimizer state
+     * (ts_session_run_dist sets it; NULL otherwise). */
+    const char *shard_dir;
 } ts_session_options;
 
 ts_session_options ts_session_options_default(void);
