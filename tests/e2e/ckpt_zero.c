@@ -100,6 +100,19 @@ static void test_resume(void) {
     train("ZeRO-0 -> ZeRO-1", from, "to1");
     same_weights("saved by ZeRO-0, resumed by ZeRO-1", "full", "to1");
 
+    /* ZeRO-2 shards the gradients too, not the state differently: its
+     * checkpoints are ZeRO-1's, and resuming either way gives the bits of
+     * the uninterrupted run. */
+    train("uninterrupted, ZeRO-2", "--procs 2 --set dist.zero=2 --steps 12", "full2");
+    same_weights("ZeRO-2 vs ZeRO-1", "full", "full2");
+    train("6 steps, ZeRO-2", "--procs 2 --set dist.zero=2 --steps 6", "half2");
+    train("resumed, ZeRO-2", "--procs 2 --set dist.zero=2 --steps 12 --resume latest", "half2");
+    same_weights("ZeRO-2: 12 vs 6 + resume + 6", "full", "half2");
+    snprintf(from, sizeof from, "--procs 2 --set dist.zero=1 --steps 12 --resume %s",
+             e2e_path("full2/step-00000006"));
+    train("ZeRO-2 -> ZeRO-1", from, "from2");
+    same_weights("saved by ZeRO-2, resumed by ZeRO-1", "full", "from2");
+
     /* 2 ranks -> 1 process, -> 4 ZeRO ranks: they continue. */
     snprintf(from, sizeof from, "--steps 12 --resume %s", e2e_path("full/step-00000006"));
     train("2 ZeRO ranks -> 1 process", from, "on1");
