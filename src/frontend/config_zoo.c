@@ -21,8 +21,9 @@ ts_status ts_config_finish_zoo(ts_config *c) {
                 TS_ERR_INVALID, "%s: a %s needs model.n_layers >= 1",
                 ts_config_origin(c, ts_config_key_find("model.n_layers"), where, sizeof where),
                 ts_config_model_word(c->model.name));
-        /* out_dim is the width of a regression: setting it asks for one. */
-        if (c->set[i_out] && c->set[i_classes] && c->model.classes != 0)
+        /* out_dim is the width of a regression: setting it asks for one (a
+         * classifier's resolved config holds out_dim 1, which loads back). */
+        if (c->set[i_out] && c->set[i_classes] && c->model.classes != 0 && c->model.out_dim != 1)
             return ts_fail(TS_ERR_INVALID,
                            "%s: model.out_dim is the width of a regression, but model.classes is "
                            "%lld (set at %s); set model.classes: 0",

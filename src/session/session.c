@@ -92,6 +92,7 @@ typedef struct session {
     /* gru/lstm, unet3d, gcn (zoo_data.h) */
     int binary;         /* a gru/lstm with one logit: BCE against 0/1 targets */
     ts_zoo_graph graph; /* data.source graph: the gcn's edges */
+    ts_zoo_dice dice;   /* unet3d: the soft Dice term of the evaluation loss */
 } session;
 
 ts_session_options ts_session_options_default(void) {
@@ -718,7 +719,9 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
     double loss = 0, sq = 0;
     int64_t correct = 0, targets = 0, ignored = 0;
     ts_metric_acc_reset(&s->macc);
-    ts_status st = copy_params(s);
+    const int unet = s->c.model.name == TS_CFG_UNET3D;
+    ts_status st = unet ? ts_zoo_dice_reset(&s->dice, width) : TS_OK;
+    if (st == TS_OK) st = copy_params(s);
     for (int64_t start = 0; st == TS_OK && start < d->n; start += B) {
         const int64_t cnt = d->n - start < B ? d->n - start : B;
         memcpy(s->bx, (const char *)d->x + (size_t)start * xe, (size_t)cnt * xe);
@@ -727,10 +730,13 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
         st = ts_plan_set_input(s->eval, s->in_name, s->bx, s->xb);
         if (st == TS_OK) st = ts_plan_step(s->eval);
         if (st == TS_OK) st = ts_plan_read(s->eval, s->out_name, s->bout, s->outb);
-        if (st == TS_OK && s->c.model.name == TS_CFG_UNET3D) /* [B, C, voxels]: a row per voxel */
+        if (st == TS_OK && unet) /* [B, C, voxels]: a row per voxel */
             st = ts_zoo_channels_last(s->bout, B, width, per);
         if (st != TS_OK) break;
         const int64_t nt = cnt * per;
+        if (unet)
+            ts_zoo_dice_add(&s->dice, s->bout,
+                            (const int64_t *)((const char *)d->y + (size_t)start * ye), nt);
         if (s->binary) {
             const float *y = (const float *)((const char *)d->y + (size_t)start * ye);
             st = ts_zoo_binary_add(s->bout, y, nt, &loss, &correct, &s->macc);
@@ -775,6 +781,8 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
         return st;
     if (s->classifier || s->binary) {
         e->loss = targets ? loss / (double)targets : NAN;
+        /* unet3d: cross-entropy + soft Dice over the split, as it trains */
+        if (unet) e->loss += ts_zoo_dice_loss(&s->dice);
         if (s->want_acc) e->accuracy = targets ? (double)correct / (double)targets : NAN;
     } else {
         e->loss = targets ? sq / (double)targets : NAN;
@@ -1317,6 +1325,7 @@ static void session_free(session *s) {
     ts_plan_free(s->eval);
     ts_metric_acc_free(&s->macc);
     ts_zoo_graph_free(&s->graph);
+    ts_zoo_dice_free(&s->dice);
     ts_graph_free(s->g);
     free(s->bx);
     free(s->by);

@@ -377,3 +377,46 @@ ts_status ts_zoo_binary_add(const float *z, const float *y, int64_t n, double *l
     }
     return TS_OK;
 }
+
+ts_status ts_zoo_dice_reset(ts_zoo_dice *d, int64_t classes) {
+    if (d->classes != classes) {
+        free(d->sums);
+        d->sums = ts_alloc((size_t)(3 * classes) * sizeof *d->sums, "dice sums");
+        if (!d->sums) {
+            d->classes = 0;
+            return TS_ERR_NOMEM;
+        }
+        d->classes = classes;
+    }
+    memset(d->sums, 0, (size_t)(3 * classes) * sizeof *d->sums);
+    return TS_OK;
+}
+
+void ts_zoo_dice_add(ts_zoo_dice *d, const float *logits, const int64_t *labels, int64_t n) {
+    const int64_t C = d->classes;
+    double *inter = d->sums, *psum = d->sums + C, *tsum = d->sums + 2 * C;
+    for (int64_t t = 0; t < n; t++) {
+        const float *row = logits + t * C;
+        double mx = row[0], z = 0;
+        for (int64_t k = 1; k < C; k++)
+            if (row[k] > mx) mx = row[k];
+        for (int64_t k = 0; k < C; k++) z += exp((double)row[k] - mx);
+        for (int64_t k = 0; k < C; k++) psum[k] += exp((double)row[k] - mx) / z;
+        inter[labels[t]] += exp((double)row[labels[t]] - mx) / z;
+        tsum[labels[t]] += 1;
+    }
+}
+
+double ts_zoo_dice_loss(const ts_zoo_dice *d) {
+    const int64_t C = d->classes;
+    if (C <= 0) return NAN;
+    double mean = 0;
+    for (int64_t k = 0; k < C; k++)
+        mean += (2 * d->sums[k] + 1e-5) / (d->sums[C + k] + d->sums[2 * C + k] + 1e-5);
+    return 1 - mean / (double)C;
+}
+
+void ts_zoo_dice_free(ts_zoo_dice *d) {
+    free(d->sums);
+    memset(d, 0, sizeof *d);
+}

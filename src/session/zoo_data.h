@@ -79,6 +79,22 @@ ts_status ts_zoo_synth_val(const ts_config *c, ts_dataset **val);
  * classes], one row of logits per voxel as the evaluation reads them. */
 ts_status ts_zoo_channels_last(float *logits, int64_t batch, int64_t classes, int64_t vol);
 
+/* The soft Dice term of the unet3d's loss over a whole evaluation split:
+ * per class sums of p_c t_c, p_c and t_c over every voxel (p the softmax
+ * of the logits, t the one-hot label), as the training loss takes them
+ * over a batch. */
+typedef struct ts_zoo_dice {
+    int64_t classes;
+    double *sums; /* [3 * classes]: intersection, probabilities, labels */
+} ts_zoo_dice;
+/* Start over (allocating on first use) for `classes` classes. */
+ts_status ts_zoo_dice_reset(ts_zoo_dice *d, int64_t classes);
+/* n voxels: rows of `classes` logits, channels last, and their labels. */
+void ts_zoo_dice_add(ts_zoo_dice *d, const float *logits, const int64_t *labels, int64_t n);
+/* 1 - mean_c (2 I_c + 1e-5) / (P_c + T_c + 1e-5), as src/models/unet3d.c. */
+double ts_zoo_dice_loss(const ts_zoo_dice *d);
+void ts_zoo_dice_free(ts_zoo_dice *d);
+
 /* Evaluation of a binary classifier: n logits z against 0/1 targets y;
  * adds the BCE-with-logits terms to *loss, the correct signs to *correct,
  * and each target to acc (scores as the two logits {0, z}) when it has
