@@ -14,7 +14,7 @@
  * validation, ts_config_write and the docs check all read that table, so a
  * new key is a struct field plus one table line.
  *
- * Model keys are stored flat (mlp, gpt and cnn keys side by side) because a file
+ * Model keys are stored flat (the keys of every model side by side) because a file
  * may set model.batch before it names the model; ts_config_finish() fills
  * every model key the config left unset from the preset and rejects keys
  * that do not belong to the chosen model.
