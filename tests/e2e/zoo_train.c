@@ -4,7 +4,8 @@
  * the unet3d, accuracy on held-out nodes for the gcn), and two runs of the
  * same config give byte-identical weights (`tessel ckpt diff`). Also: CSV
  * sequences (class ids and regression) for the lstm, .npy volumes for the
- * unet3d, and --procs refused for the full-batch gcn. Shapes are small so
+ * unet3d, --procs refused for the full-batch gcn, and runs resumed from a
+ * checkpoint ending on the same bytes as runs without a stop. Shapes are small so
  * every run takes a fraction of a second to a few seconds. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,6 +209,36 @@ static void test_gcn(void) {
     e2e_done(&r);
 }
 
+/* N steps in one run and N/2 + N/2 with --resume latest give the same
+ * weights and optimizer state (BatchNorm running statistics included). */
+static void resume_exact(const char *name, const char *args, int steps) {
+    char full[64], part[64];
+    snprintf(full, sizeof full, "%s-full", name);
+    snprintf(part, sizeof part, "%s-part", name);
+    const char *common = "--set alerts.defaults=false";
+    e2e_result r = e2e_runf("train %s %s --set ckpt.every=%d --set train.total_steps=%d --set "
+                            "train.steps=%d --out %s",
+                            args, common, steps / 2, steps, steps, e2e_path(full));
+    CHECK(r.rc == 0, "%s full: exit %d\n%s", name, r.rc, r.err);
+    e2e_done(&r);
+    r = e2e_runf("train %s %s --set ckpt.every=%d --set train.total_steps=%d --set train.steps=%d "
+                 "--out %s",
+                 args, common, steps / 2, steps, steps / 2, e2e_path(part));
+    CHECK(r.rc == 0, "%s first half: exit %d\n%s", name, r.rc, r.err);
+    e2e_done(&r);
+    r = e2e_runf("train %s %s --set ckpt.every=%d --set train.total_steps=%d --set train.steps=%d "
+                 "--out %s --resume latest",
+                 args, common, steps / 2, steps, steps, e2e_path(part));
+    CHECK(r.rc == 0 && strstr(r.out, "resuming from"), "%s resumed: exit %d\n%s%s", name, r.rc,
+          r.out, r.err);
+    e2e_done(&r);
+    r = e2e_runf("ckpt diff %s %s", e2e_path(full), e2e_path(part));
+    CHECK(r.rc == 0 && strstr(r.out, " 0 different"), "%s: resumed run differs: exit %d\n%s%s",
+          name, r.rc, r.out, r.err);
+    printf("%s: %d steps = %d + %d resumed\n", name, steps, steps / 2, steps / 2);
+    e2e_done(&r);
+}
+
 int main(void) {
     const char *bin = getenv("TESSEL_BIN");
     CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
@@ -220,6 +251,15 @@ int main(void) {
     test_lstm_csv();
     test_unet3d();
     test_gcn();
+    resume_exact("gru-resume",
+                 "examples/w2.yaml --set model.batch=16 --set model.window=8 --set "
+                 "model.features=3 --set model.hidden=8 --set model.n_layers=1",
+                 20);
+    resume_exact("unet-resume",
+                 "examples/w4.yaml --set model.batch=2 --set model.size=8 --set model.c1=4 --set "
+                 "model.c2=4 --set model.c3=4",
+                 6);
+    resume_exact("gcn-resume", "examples/w5.yaml", 20);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
