@@ -201,6 +201,12 @@ static void test_gcn(void) {
     CHECK(field(s, "\"test\"", "examples") == 15, "15 test nodes: %s", s);
     free(s);
 
+    /* tessel compile reads the graph a gcn is built on. */
+    r = e2e_run("compile examples/w5.yaml --dump stats");
+    CHECK(r.rc == 0 && strstr(r.out, "arena"), "compile w5.yaml: exit %d\n%s%s", r.rc, r.out,
+          r.err);
+    e2e_done(&r);
+
     /* Data parallelism has no batch to split. */
     r = e2e_runf("train examples/w5.yaml --procs 2 --set train.steps=2 --out %s",
                  e2e_path("gcn-procs"));
