@@ -606,21 +606,20 @@ static ts_status resolve_metrics(session *s) {
                                                 : "mse");
     ts_status st = ts_config_metrics(c, &s->want_acc, &s->want_mse);
     if (st != TS_OK) return st;
-    if (s->binary) s->classifier = 1; /* for the checks: accuracy, auc */
-    if (s->want_acc && !s->classifier)
+    const int classifies = s->classifier || s->binary;
+    if (s->want_acc && !classifies)
         return ts_fail(TS_ERR_INVALID,
                        "train.metrics: accuracy needs a classifier (model.classes > 0 or a gpt "
                        "model); this model is a regression");
-    if (s->want_mse && s->classifier)
+    if (s->want_mse && classifies)
         return ts_fail(TS_ERR_INVALID,
                        "train.metrics: mse needs a regression model; this one is a classifier "
                        "(use accuracy)");
     if ((st = ts_config_metric_flags(c, &s->metric_flags)) != TS_OK) return st;
-    if ((s->metric_flags & (TS_METRIC_AUC | TS_METRIC_DICE | TS_METRIC_MIOU)) && !s->classifier)
+    if ((s->metric_flags & (TS_METRIC_AUC | TS_METRIC_DICE | TS_METRIC_MIOU)) && !classifies)
         return ts_fail(TS_ERR_INVALID,
                        "train.metrics: auc, dice and miou need a classifier (model.classes > 0); "
                        "this model is a regression");
-    if (s->binary) s->classifier = 0; /* its targets are 0/1 numbers, not class ids */
     return TS_OK;
 }
 
