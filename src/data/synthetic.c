@@ -128,3 +128,28 @@ ts_status ts_synth_volumes(uint64_t seed, int64_t index, int64_t batch, int64_t 
     free(noise);
     return TS_OK;
 }
+
+ts_status ts_synth_graph_nodes(uint64_t seed, int64_t nodes, int64_t features, int64_t classes,
+                               float *x, int64_t *y) {
+    if (!x || !y || nodes <= 0 || features <= 0 || classes <= 0)
+        return ts_fail(TS_ERR_INVALID,
+                       "synthetic graph: bad arguments (nodes %lld, features %lld, classes %lld)",
+                       (long long)nodes, (long long)features, (long long)classes);
+    const int64_t n = nodes * features, nc = classes * features;
+    double *buf = ts_alloc((size_t)(n + nc) * sizeof *buf, "synthetic graph");
+    if (!buf) return TS_ERR_NOMEM;
+    double *cent = buf + n;
+    const uint64_t lk = stream_key(seed, 0, 7);
+    for (int64_t i = 0; i < nodes; i++) {
+        uint32_t r[4];
+        ts_philox(lk, 0, (uint64_t)i, r);
+        y[i] = (int64_t)((((uint64_t)r[0] << 32) | r[1]) % (uint64_t)classes);
+    }
+    ts_rand_normal_f64(cent, nc, stream_key(seed, 0, 8), 0.0, 1.0);
+    ts_rand_normal_f64(buf, n, stream_key(seed, 0, 9), 0.0, 1.0);
+    for (int64_t i = 0; i < nodes; i++)
+        for (int64_t f = 0; f < features; f++)
+            x[i * features + f] = (float)(buf[i * features + f] + 0.5 * cent[y[i] * features + f]);
+    free(buf);
+    return TS_OK;
+}

@@ -41,4 +41,10 @@ ts_status ts_synth_binary_sequences(uint64_t seed, int64_t index, int64_t batch,
 ts_status ts_synth_volumes(uint64_t seed, int64_t index, int64_t batch, int64_t channels,
                            int64_t size, int64_t classes, float *x, int64_t *y);
 
+/* The nodes of the W5 task: labels y [nodes] uniform in [0, classes) and
+ * features x [nodes, features] = N(0, 1) + 0.5 centroid[label], with
+ * centroids N(0, 1) [classes, features] (the edges: ts_gcn_random_edges). */
+ts_status ts_synth_graph_nodes(uint64_t seed, int64_t nodes, int64_t features, int64_t classes,
+                               float *x, int64_t *y);
+
 #endif

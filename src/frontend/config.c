@@ -104,6 +104,9 @@ static const ts_config_key keys[] = {
      NULL, SIZE_RANGE, "preset", "channels of the second block (unet3d: level)"},
     {"model.c3", TS_CFG_I64, FIELD(model, c3), TS_CFG_FOR_UNET3D | TS_CFG_DERIVED, NULL, SIZE_RANGE,
      "preset", "channels of the unet3d's bottom level"},
+    {"model.nodes", TS_CFG_I64, FIELD(model, nodes), TS_CFG_FOR_GCN | TS_CFG_DERIVED, NULL,
+     "[2, 1e9]", "preset",
+     "nodes of the synthetic graph (data.source synthetic); a graph file has its own"},
     {"model.size", TS_CFG_I64, FIELD(model, size), TS_CFG_FOR_UNET3D | TS_CFG_DERIVED, NULL,
      "[4, 4096]", "preset", "edge of the unet3d's cubic volumes; a multiple of 4"},
     /* train */
@@ -949,7 +952,7 @@ static void preset_values(int preset, ts_config *p) {
         /* nodes and features come from the graph; batch 1: the whole graph */
         ts_gcn_config m = ts_gcn_w5();
         p->model.batch = 1, p->model.features = m.in_features, p->model.hidden = m.hidden;
-        p->model.classes = m.classes;
+        p->model.classes = m.classes, p->model.nodes = m.nodes;
     } else if (preset == TS_CFG_FASHION) {
         ts_cnn_config m = ts_cnn_fashion();
         p->model.batch = m.batch, p->model.channels = m.channels, p->model.height = m.height;
@@ -1177,11 +1180,6 @@ static ts_status check_data(const ts_config *c) {
             return ts_fail(TS_ERR_INVALID,
                            "%s: a cnn needs labelled images: set data.source (idx or npy)",
                            origin(c, ts_config_key_find("model.name"), where, sizeof where));
-        if (name == TS_CFG_GCN)
-            return ts_fail(TS_ERR_INVALID,
-                           "%s: a gcn needs a graph: set data.source graph (with data.edges, "
-                           "data.x and data.y)",
-                           origin(c, ts_config_key_find("model.name"), where, sizeof where));
         if (is_rnn(name) && c->model.classes >= 2)
             return ts_fail(TS_ERR_INVALID,
                            "%s: model.classes %lld needs labelled data (set data.source); "
@@ -1203,11 +1201,11 @@ static ts_status check_data(const ts_config *c) {
                                 1 << TS_CFG_CSV | 1 << TS_CFG_NPY,
                                 1 << TS_CFG_CSV | 1 << TS_CFG_NPY,
                                 1 << TS_CFG_NPY,
-                                1 << TS_CFG_GRAPH};
+                                1 << TS_CFG_GRAPH | 1 << TS_CFG_SYNTHETIC};
     if (name >= TS_CFG_GRU && name <= TS_CFG_GCN && !(takes[name] & (1 << src)))
         return ts_fail(TS_ERR_INVALID, "%s: data.source %s cannot feed a %s model (it reads %s)",
                        origin(c, i_source, where, sizeof where), names[src], model_word(name),
-                       name == TS_CFG_GCN      ? "graph"
+                       name == TS_CFG_GCN      ? "a synthetic graph or a graph file"
                        : name == TS_CFG_UNET3D ? "synthetic or npy volumes"
                                                : "synthetic, csv or npy sequences");
     if (src == TS_CFG_GRAPH && name != TS_CFG_GCN)

@@ -77,6 +77,7 @@ typedef struct ts_config {
          * (sequence length), features, hidden, n_layers, classes, out_dim;
          * gcn features, hidden, classes */
         int64_t size, c3;
+        int64_t nodes; /* gcn on synthetic data: the graph's size */
     } model;
     struct {
         int optimizer; /* ts_cfg_optimizer */

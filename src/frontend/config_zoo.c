@@ -97,7 +97,17 @@ ts_status ts_config_fit_zoo(ts_config *c, const ts_config_data_shape *d) {
                            ts_config_origin(c, i_feat, where, sizeof where),
                            (long long)c->model.features, (long long)d->cols,
                            c->model.name == TS_CFG_GCN ? "node" : "step");
-        if (c->model.name != TS_CFG_GCN) c->model.window = d->rows;
+        const int i_nodes = ts_config_key_find("model.nodes");
+        if (c->model.name == TS_CFG_GCN && c->set[i_nodes] && c->model.nodes != d->rows)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.nodes %lld does not match the graph's %lld nodes; leave it "
+                           "to the data",
+                           ts_config_origin(c, i_nodes, where, sizeof where),
+                           (long long)c->model.nodes, (long long)d->rows);
+        if (c->model.name == TS_CFG_GCN)
+            c->model.nodes = d->rows;
+        else
+            c->model.window = d->rows;
         c->model.features = d->cols;
     }
     if (d->classes > 0) {

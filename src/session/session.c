@@ -480,7 +480,9 @@ static ts_status load_data(session *s) {
     ts_config *c = &s->c;
     ts_status st = TS_OK;
     const char *label_file = NULL, *test_label_file = NULL;
-    switch ((ts_cfg_source)c->data.source) {
+    /* A synthetic gcn's graph is data like a graph file's (zoo_data.h). */
+    const int graph = c->data.source == TS_CFG_GRAPH || c->model.name == TS_CFG_GCN;
+    switch ((ts_cfg_source)(graph ? TS_CFG_GRAPH : c->data.source)) {
     case TS_CFG_SYNTHETIC: return TS_OK;
     case TS_CFG_IDX:
         st = ts_data_load_idx_pair(c->data.train_images, c->data.train_labels, &s->all);

@@ -10,6 +10,7 @@
 #include "core/core.h"
 #include "data/data_internal.h"
 #include "data/synthetic.h"
+#include "tessel/models.h"
 
 int ts_zoo_model(const ts_config *c) {
     const int n = c->model.name;
@@ -231,6 +232,24 @@ static ts_status split_by_fraction(const ts_config *c, int64_t nodes, int8_t *pa
     return s;
 }
 
+/* W5's graph from the seed: model.nodes nodes of model.features features
+ * in model.classes classes, mean degree 10 (ts_gcn_random_edges). */
+static ts_status synth_graph(const ts_config *c, ts_graph_data *gd) {
+    memset(gd, 0, sizeof *gd);
+    const int64_t N = c->model.nodes, F = c->model.features;
+    gd->nodes = N, gd->features = F, gd->classes = c->model.classes;
+    gd->x = ts_alloc((size_t)(N * F) * sizeof *gd->x, "synthetic graph");
+    gd->y = ts_alloc((size_t)N * sizeof *gd->y, "synthetic graph");
+    ts_status s = gd->x && gd->y ? TS_OK : TS_ERR_NOMEM;
+    if (s == TS_OK) s = ts_synth_graph_nodes(c->train.seed, N, F, gd->classes, gd->x, gd->y);
+    if (s == TS_OK) {
+        gd->edges.n = ts_gcn_random_edges(N, 10, c->train.seed, &gd->edges.src, &gd->edges.dst);
+        if (gd->edges.n < 0) s = ts_fail(TS_ERR_NOMEM, "synthetic graph: out of memory for edges");
+    }
+    if (s != TS_OK) ts_graph_data_free(gd);
+    return s;
+}
+
 ts_config_graph ts_zoo_graph_of(const ts_zoo_graph *g) {
     ts_config_graph cg = {g->nodes, g->edges.n, g->edges.src, g->edges.dst};
     return cg;
@@ -248,7 +267,10 @@ ts_status ts_zoo_load_graph(const ts_config *c, ts_zoo_graph *g, ts_dataset **al
     memset(g, 0, sizeof *g);
     *all = *train = *val = *test = NULL;
     ts_graph_data gd;
-    ts_status s = ts_data_load_graph(c->data.edges, c->data.x, c->data.y, classes_set(c), &gd);
+    ts_status s =
+        c->data.source == TS_CFG_SYNTHETIC
+            ? synth_graph(c, &gd)
+            : ts_data_load_graph(c->data.edges, c->data.x, c->data.y, classes_set(c), &gd);
     if (s != TS_OK) return s;
     int8_t *part = ts_alloc((size_t)gd.nodes, "node split");
     ts_lineage split_lin = {0};
@@ -273,9 +295,9 @@ ts_status ts_zoo_load_graph(const ts_config *c, ts_zoo_graph *g, ts_dataset **al
     if (s == TS_OK && g->n_test) s = graph_part(&gd, part, 2, test);
     if (s == TS_OK && !g->n_val) (*val)->n = 0;
     /* Lineage: the features, the labels, the edges and the split file. */
-    if (s == TS_OK) s = ts_dataset_add_lineage(*all, &gd.x_lineage);
-    if (s == TS_OK) s = ts_dataset_add_lineage(*all, &gd.y_lineage);
-    if (s == TS_OK) s = ts_dataset_add_lineage(*all, &gd.edges.lineage);
+    if (s == TS_OK && gd.x_lineage.path) s = ts_dataset_add_lineage(*all, &gd.x_lineage);
+    if (s == TS_OK && gd.y_lineage.path) s = ts_dataset_add_lineage(*all, &gd.y_lineage);
+    if (s == TS_OK && gd.edges.lineage.path) s = ts_dataset_add_lineage(*all, &gd.edges.lineage);
     if (s == TS_OK && split_lin.path) s = ts_dataset_add_lineage(*all, &split_lin);
     if (s == TS_OK) {
         g->nodes = gd.nodes;
@@ -307,7 +329,7 @@ ts_status ts_zoo_synth(const ts_config *c, int64_t index, void *x, void *y) {
         return ts_synth_volumes(seed, index, c->model.batch, c->model.channels, c->model.size,
                                 c->model.classes, x, y);
     if (c->model.name != TS_CFG_GRU && c->model.name != TS_CFG_LSTM)
-        return ts_fail(TS_ERR_INVALID, "synthetic data: a gcn needs data.source graph");
+        return ts_fail(TS_ERR_INVALID, "synthetic batches: a gcn's graph is one example");
     if (c->model.classes == 1)
         return ts_synth_binary_sequences(seed, index, c->model.batch, c->model.window,
                                          c->model.features, x, y);

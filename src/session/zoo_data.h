@@ -56,7 +56,9 @@ typedef struct ts_zoo_graph {
 
 /* data.source graph: reads data.edges, data.x, data.y (and data.node_split)
  * and splits the nodes (data.node_split, else data.val_fraction and
- * data.test_fraction with train.seed). *all holds the lineage; *val is
+ * data.test_fraction with train.seed). data.source synthetic: W5's graph
+ * (model.nodes, model.features, model.classes; mean degree 10) from the
+ * seed, split by the fractions' defaults (10 % val). *all holds the lineage; *val is
  * empty (n 0) without validation nodes and *test NULL without test nodes.
  * Fills *shape (batches_per_epoch 1: the graph is one batch). */
 ts_status ts_zoo_load_graph(const ts_config *c, ts_zoo_graph *g, ts_dataset **all,

@@ -123,9 +123,10 @@ static void test_gcn(void) {
     expect("gcn split file and fractions", args, "set data.node_split or the fractions", NULL);
     expect("gcn batch key", "examples/w5.yaml --set model.batch=4",
            "--set: model.batch is not a key of gcn models", NULL);
-    write_text(e2e_path("gcn0.yaml"), "model: {name: gcn}\n");
-    expect("gcn on synthetic data", e2e_path("gcn0.yaml"),
-           "a gcn needs a graph: set data.source graph", NULL);
+    expect("gcn nodes against the graph", "examples/w5.yaml --set model.nodes=50",
+           "--set: model.nodes 50 does not match the graph's 90 nodes", NULL);
+    expect("gcn graph keys on synthetic data", "examples/w5.yaml --set data.source=synthetic",
+           "examples/w5.yaml:17:3: data.x is not used by data.source synthetic", NULL);
 }
 
 static void test_rnn(void) {

@@ -201,6 +201,19 @@ static void test_gcn(void) {
     CHECK(field(s, "\"test\"", "examples") == 15, "15 test nodes: %s", s);
     free(s);
 
+    /* W5's synthetic graph (model.nodes, features, classes from the seed). */
+    write_text(e2e_path("gcn_synth.yaml"),
+               "model: {name: gcn, nodes: 600, features: 16, classes: 4, hidden: 16}\n"
+               "train: {optimizer: adam, lr: 0.01, steps: 30}\nalerts: {defaults: false}\n");
+    r = e2e_runf("train %s --out %s", e2e_path("gcn_synth.yaml"), e2e_path("gcn-synth"));
+    CHECK(r.rc == 0 && strstr(r.out, "graph of 600 nodes, 3000 edges: 540 train, 60 val"),
+          "synthetic gcn: exit %d\n%s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+    s = summary("gcn-synth");
+    loss_falls("gcn (synthetic W5 graph)", s, 0.8);
+    CHECK(field(s, "\"val\"", "accuracy") > 0.3, "synthetic gcn beats chance (0.25): %s", s);
+    free(s);
+
     /* tessel compile reads the graph a gcn is built on. */
     r = e2e_run("compile examples/w5.yaml --dump stats");
     CHECK(r.rc == 0 && strstr(r.out, "arena"), "compile w5.yaml: exit %d\n%s%s", r.rc, r.out,

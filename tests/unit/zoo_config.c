@@ -37,7 +37,8 @@ static void test_presets(void) {
     CHECK_OK(load(&c, "model: {preset: w5}\ndata: {source: graph, edges: e, x: x, y: y}\n"));
     ts_gcn_config w5 = ts_gcn_w5();
     CHECK(c.model.name == TS_CFG_GCN && c.model.features == w5.in_features &&
-              c.model.hidden == w5.hidden && c.model.classes == w5.classes && c.model.batch == 1,
+              c.model.hidden == w5.hidden && c.model.classes == w5.classes &&
+              c.model.nodes == w5.nodes && c.model.batch == 1,
           "w5 is W5's gcn");
     /* A regression gru: out_dim asks for it. */
     CHECK_OK(load(&c, "model: {name: gru, out_dim: 3}\n"));
