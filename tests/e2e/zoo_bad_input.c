@@ -125,8 +125,10 @@ static void test_gcn(void) {
            "--set: model.batch is not a key of gcn models", NULL);
     expect("gcn nodes against the graph", "examples/w5.yaml --set model.nodes=50",
            "--set: model.nodes 50 does not match the graph's 90 nodes", NULL);
-    expect("gcn graph keys on synthetic data", "examples/w5.yaml --set data.source=synthetic",
-           "examples/w5.yaml:17:3: data.x is not used by data.source synthetic", NULL);
+    write_text(e2e_path("gcnx.yaml"), "model: {name: gcn}\ndata: {source: synthetic, x: x.npy}\n");
+    snprintf(want, sizeof want, "%s:2:", e2e_path("gcnx.yaml"));
+    expect("gcn graph keys on synthetic data", e2e_path("gcnx.yaml"), want,
+           "data.x is not used by data.source synthetic (it is for npy and graph)");
 }
 
 static void test_rnn(void) {
