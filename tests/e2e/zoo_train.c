@@ -78,6 +78,16 @@ static void test_gru(void) {
     const double acc = field(s, "\"val\"", "accuracy"), auc = field(s, "\"val\"", "auc");
     CHECK(acc > 0.8 && auc > 0.85, "gru val accuracy %.3f, auc %.3f", acc, auc);
     free(s);
+
+    /* Two processes, 16 rows each: the batch splits as for the mlp. */
+    e2e_result r = e2e_runf("train examples/w2.yaml --procs 2 --set model.batch=32 --set "
+                            "model.window=16 --set model.features=4 --set model.hidden=16 --set "
+                            "model.n_layers=1 --set train.steps=4 --set alerts.defaults=false "
+                            "--out %s",
+                            e2e_path("gru-procs"));
+    CHECK(r.rc == 0 && strstr(r.out, "data parallel: 2 processes"), "gru --procs 2: exit %d\n%s%s",
+          r.rc, r.out, r.err);
+    e2e_done(&r);
 }
 
 /* A series whose class (0, 1, 2) is the sign pattern of the last two values
