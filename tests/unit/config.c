@@ -228,9 +228,9 @@ static void test_files(void) {
             ts_mlp_config m = ts_config_mlp(&c), w1 = ts_mlp_w1();
             w1.in_dim = w1.window * w1.features;
             CHECK(m.batch == w1.batch && m.window == w1.window && m.features == w1.features &&
-                      m.in_dim == w1.in_dim && m.hidden == w1.hidden && m.n_hidden == w1.n_hidden &&
-                      m.out_dim == w1.out_dim && m.layer_norm == w1.layer_norm &&
-                      m.classes == w1.classes,
+                      m.in_dim == w1.in_dim && m.hidden == w1.hidden &&
+                      m.n_hidden == w1.n_hidden && m.out_dim == w1.out_dim &&
+                      m.layer_norm == w1.layer_norm && m.classes == w1.classes,
                   "w1.yaml is the W1 shape"); /* field by field: padding is unspecified */
         } else if (i == 1) {
             ts_gpt_config g = ts_config_gpt(&c), w3 = ts_gpt_w3();
