@@ -41,7 +41,7 @@ typedef struct ts_mlp_config {
     int64_t hidden;
     int n_hidden; /* hidden layers */
     int64_t out_dim;
-    int layer_norm; /* 1: LayerNorm after each hidden ReLU */
+    int layer_norm;  /* 1: LayerNorm after each hidden ReLU */
     int64_t classes; /* > 0: a classifier: logits [batch, classes] and
                         cross-entropy against class ids y [batch] (i64);
                         0: regression, MSE against y [batch, out_dim] */
@@ -87,15 +87,22 @@ typedef struct ts_cnn_config {
 ts_cnn_config ts_cnn_fashion(void);
 ts_status ts_build_cnn(ts_graph *g, const ts_cnn_config *c, ts_model *m);
 
-/* Recurrent binary classifier (W2): nn.GRU / nn.LSTM(features, hidden,
+/* Recurrent sequence model (W2): nn.GRU / nn.LSTM(features, hidden,
  * layers, batch_first=True) over x [batch, seq_len, features], the last
- * layer's final hidden state h_n[-1] -> Linear(hidden, 1) = "pred"
- * [batch, 1]; BCEWithLogits (mean) against y [batch, 1] (f32, 0/1).
+ * layer's final hidden state h_n[-1] -> Linear(hidden, outputs) as "head".
+ * The head and loss follow classes and out_dim:
+ *   both 0 (W2): a binary classifier, "pred" [batch, 1], BCEWithLogits
+ *     (mean) against y [batch, 1] (f32, 0/1);
+ *   classes >= 2: "logits" [batch, classes], cross-entropy against class
+ *     ids y [batch] (i64);
+ *   out_dim > 0 (classes 0): regression, "pred" [batch, out_dim], MSE
+ *     against y [batch, out_dim] (f32).
  * Names: gru.weight_ih_l0, gru.weight_hh_l0, gru.bias_ih_l0, gru.bias_hh_l0,
  * ... (lstm.* for the LSTM), head.weight, head.bias. */
 typedef struct ts_rnn_config {
     int64_t batch, seq_len, features, hidden;
     int layers;
+    int64_t classes, out_dim; /* 0, 0: binary (see above) */
 } ts_rnn_config;
 
 /* W2: 32 features, sequence 64, hidden 256, 2 layers, batch 128. */

@@ -163,6 +163,11 @@ void ts_graph_data_free(ts_graph_data *g);
 ts_status ts_dataset_split(const ts_dataset *all, double val_fraction, uint64_t seed,
                            ts_dataset **train, ts_dataset **val);
 
+/* The permutation of [0, n) that ts_dataset_split draws for `seed` (its
+ * last entries are the validation examples), for callers that split
+ * something other than a dataset's examples (a graph's nodes). */
+ts_status ts_data_split_permutation(int64_t n, uint64_t seed, int64_t *perm);
+
 typedef struct ts_loader ts_loader;
 /* Batches of `batch` examples; shuffle: a fresh permutation per epoch from
  * (seed, epoch); no shuffle: file order. The last partial batch of an epoch

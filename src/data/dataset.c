@@ -184,6 +184,13 @@ static void permute(int64_t *p, int64_t n, uint64_t key, uint64_t hi) {
 
 /* ---- splits -------------------------------------------------------------- */
 
+ts_status ts_data_split_permutation(int64_t n, uint64_t seed, int64_t *perm) {
+    if (n < 0 || (n > 0 && !perm))
+        return ts_fail(TS_ERR_INVALID, "split permutation: bad arguments (n %lld)", (long long)n);
+    permute(perm, n, stream_key(seed, PURPOSE_SPLIT), 0);
+    return TS_OK;
+}
+
 static int cmp_i64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);

@@ -11,10 +11,12 @@
 #include <sys/stat.h>
 #include <yaml.h>
 #include "core/core.h"
+#include "frontend/config_internal.h"
 #include "passes/passes.h"
 
 /* Which values of the choosing key (model.name, train.optimizer) use a key. */
-#define FOR_MODEL (TS_CFG_FOR_MLP | TS_CFG_FOR_GPT | TS_CFG_FOR_CNN)
+#define FOR_ZOO   (TS_CFG_FOR_RNN | TS_CFG_FOR_UNET3D | TS_CFG_FOR_GCN)
+#define FOR_MODEL (TS_CFG_FOR_MLP | TS_CFG_FOR_GPT | TS_CFG_FOR_CNN | FOR_ZOO)
 #define FOR_SGD   8
 #define FOR_ADAM  16 /* adam and adamw */
 /* Which values of data.source use a key. */
@@ -22,61 +24,90 @@
 #define FOR_NPY    64
 #define FOR_CSV    128
 #define FOR_TOKENS 256
-#define FOR_FILES  (FOR_IDX | FOR_NPY | FOR_CSV | FOR_TOKENS)
+#define FOR_GRAPH  (1 << 16)
+#define FOR_FILES  (FOR_IDX | FOR_NPY | FOR_CSV | FOR_TOKENS | FOR_GRAPH)
 
 #define FIELD(sec, f) offsetof(ts_config, sec.f), sizeof(((ts_config *)0)->sec.f)
 #define SIZE_RANGE    "[1, 1e9]"
 
 static const ts_config_key keys[] = {
     /* model */
-    {"model.name", TS_CFG_ENUM, FIELD(model, name), TS_CFG_DERIVED, "mlp|gpt|cnn", NULL,
-     "the preset's", "model family: an MLP, a GPT decoder or a small image classifier (CNN)"},
-    {"model.preset", TS_CFG_ENUM, FIELD(model, preset), TS_CFG_DERIVED, "w1|w3|gpt2-124m|fashion",
-     NULL, "w1 (mlp), w3 (gpt), fashion (cnn)",
+    {"model.name", TS_CFG_ENUM, FIELD(model, name), TS_CFG_DERIVED,
+     "mlp|gpt|cnn|gru|lstm|unet3d|gcn", NULL, "the preset's",
+     "model family: an MLP, a GPT decoder, a small image classifier (CNN), a GRU or LSTM "
+     "sequence model, a 3D U-Net or a graph convolutional network (GCN)"},
+    {"model.preset", TS_CFG_ENUM, FIELD(model, preset), TS_CFG_DERIVED,
+     "w1|w3|gpt2-124m|fashion|w2|w4|w5", NULL,
+     "w1 (mlp), w3 (gpt), fashion (cnn), w2 (gru, lstm), w4 (unet3d), w5 (gcn)",
      "benchmark shape giving every model key not set: w1 (mlp), w3 or gpt2-124m (gpt), fashion "
-     "(cnn)"},
-    {"model.batch", TS_CFG_I64, FIELD(model, batch), FOR_MODEL | TS_CFG_DERIVED, NULL, SIZE_RANGE,
-     "preset", "samples (mlp, cnn) or sequences (gpt) per step"},
-    {"model.window", TS_CFG_I64, FIELD(model, window), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
-     "[0, 1e9]", "preset", "time steps per sample; 0 for a flat input of in_dim features"},
-    {"model.features", TS_CFG_I64, FIELD(model, features), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
-     SIZE_RANGE, "preset", "features per time step (input x is [batch, window, features])"},
+     "(cnn), w2 (gru, lstm), w4 (unet3d), w5 (gcn)"},
+    {"model.batch", TS_CFG_I64, FIELD(model, batch),
+     TS_CFG_FOR_MLP | TS_CFG_FOR_GPT | TS_CFG_FOR_CNN | TS_CFG_FOR_RNN | TS_CFG_FOR_UNET3D |
+         TS_CFG_DERIVED,
+     NULL, SIZE_RANGE, "preset",
+     "samples (mlp, cnn), sequences (gpt, gru, lstm) or volumes (unet3d) per step; a gcn takes "
+     "the whole graph"},
+    {"model.window", TS_CFG_I64, FIELD(model, window),
+     TS_CFG_FOR_MLP | TS_CFG_FOR_RNN | TS_CFG_DERIVED, NULL, "[0, 1e9]", "preset",
+     "time steps per sample; 0 for a flat input of in_dim features (gru, lstm: the sequence "
+     "length, >= 1; from the data when it has sequences)"},
+    {"model.features", TS_CFG_I64, FIELD(model, features),
+     TS_CFG_FOR_MLP | TS_CFG_FOR_RNN | TS_CFG_FOR_GCN | TS_CFG_DERIVED, NULL, SIZE_RANGE, "preset",
+     "features per time step (input x is [batch, window, features]); gcn: per node (from the "
+     "data)"},
     {"model.in_dim", TS_CFG_I64, FIELD(model, in_dim), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
      SIZE_RANGE, "window * features", "input width; set it with window: 0 for x [batch, in_dim]"},
-    {"model.hidden", TS_CFG_I64, FIELD(model, hidden), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
-     SIZE_RANGE, "preset", "width of each hidden layer"},
+    {"model.hidden", TS_CFG_I64, FIELD(model, hidden),
+     TS_CFG_FOR_MLP | TS_CFG_FOR_RNN | TS_CFG_FOR_GCN | TS_CFG_DERIVED, NULL, SIZE_RANGE, "preset",
+     "width of each hidden layer (gru, lstm: the hidden state)"},
     {"model.n_hidden", TS_CFG_INT, FIELD(model, n_hidden), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
      "[0, 1000]", "preset", "hidden layers, each Linear -> ReLU (-> LayerNorm)"},
-    {"model.out_dim", TS_CFG_I64, FIELD(model, out_dim), TS_CFG_FOR_MLP | TS_CFG_DERIVED, NULL,
-     SIZE_RANGE, "preset", "outputs per sample (MSE loss against y [batch, out_dim])"},
+    {"model.out_dim", TS_CFG_I64, FIELD(model, out_dim),
+     TS_CFG_FOR_MLP | TS_CFG_FOR_RNN | TS_CFG_DERIVED, NULL, SIZE_RANGE, "preset",
+     "outputs per sample (MSE loss against y [batch, out_dim])"},
     {"model.layer_norm", TS_CFG_BOOL, FIELD(model, layer_norm), TS_CFG_FOR_MLP | TS_CFG_DERIVED,
      NULL, NULL, "preset", "LayerNorm after each hidden ReLU"},
     {"model.classes", TS_CFG_I64, FIELD(model, classes),
-     TS_CFG_FOR_MLP | TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL, "[0, 1e9]",
-     "from integer labels, else 0",
-     "> 0: a classifier (logits, cross-entropy against class ids); 0: regression (MSE)"},
+     TS_CFG_FOR_MLP | TS_CFG_FOR_CNN | TS_CFG_FOR_RNN | TS_CFG_FOR_UNET3D | TS_CFG_FOR_GCN |
+         TS_CFG_DERIVED,
+     NULL, "[0, 1e9]", "from integer labels, else 0",
+     "> 0: a classifier (logits, cross-entropy against class ids); 0: regression (MSE); gru, "
+     "lstm: 1 is a binary classifier (one logit, BCE with logits against 0/1 targets); unet3d "
+     "and gcn: >= 2 classes of voxels or nodes"},
     {"model.ctx", TS_CFG_I64, FIELD(model, ctx), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL, SIZE_RANGE,
      "preset", "context length (tokens per sequence)"},
     {"model.vocab", TS_CFG_I64, FIELD(model, vocab), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
      SIZE_RANGE, "preset", "vocabulary size"},
     {"model.d_model", TS_CFG_I64, FIELD(model, d_model), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
      SIZE_RANGE, "preset", "embedding width; a multiple of n_heads"},
-    {"model.n_layers", TS_CFG_INT, FIELD(model, n_layers), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
-     "[0, 1000]", "preset", "transformer blocks"},
+    {"model.n_layers", TS_CFG_INT, FIELD(model, n_layers),
+     TS_CFG_FOR_GPT | TS_CFG_FOR_RNN | TS_CFG_DERIVED, NULL, "[0, 1000]", "preset",
+     "transformer blocks (gpt) or stacked recurrent layers (gru, lstm)"},
     {"model.n_heads", TS_CFG_INT, FIELD(model, n_heads), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
      "[1, 1e6]", "preset", "attention heads per block"},
     {"model.dropout", TS_CFG_F64, FIELD(model, dropout), TS_CFG_FOR_GPT | TS_CFG_DERIVED, NULL,
      "[0, 1)", "preset", "dropout probability on embeddings, attention and MLP outputs"},
-    {"model.channels", TS_CFG_I64, FIELD(model, channels), TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL,
-     SIZE_RANGE, "preset", "image channels (x is [batch, channels * height * width])"},
+    {"model.channels", TS_CFG_I64, FIELD(model, channels),
+     TS_CFG_FOR_CNN | TS_CFG_FOR_UNET3D | TS_CFG_DERIVED, NULL, SIZE_RANGE, "preset",
+     "image channels (x is [batch, channels * height * width]; unet3d: [batch, channels, size, "
+     "size, size])"},
     {"model.height", TS_CFG_I64, FIELD(model, height), TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL,
      SIZE_RANGE, "preset", "image height; a multiple of 4"},
     {"model.width", TS_CFG_I64, FIELD(model, width), TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL,
      SIZE_RANGE, "preset", "image width; a multiple of 4"},
-    {"model.c1", TS_CFG_I64, FIELD(model, c1), TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL, SIZE_RANGE,
-     "preset", "channels of the first Conv3x3 -> BatchNorm -> ReLU -> MaxPool block"},
-    {"model.c2", TS_CFG_I64, FIELD(model, c2), TS_CFG_FOR_CNN | TS_CFG_DERIVED, NULL, SIZE_RANGE,
-     "preset", "channels of the second block"},
+    {"model.c1", TS_CFG_I64, FIELD(model, c1), TS_CFG_FOR_CNN | TS_CFG_FOR_UNET3D | TS_CFG_DERIVED,
+     NULL, SIZE_RANGE, "preset",
+     "channels of the first Conv3x3 -> BatchNorm -> ReLU -> MaxPool block (unet3d: of the first "
+     "level)"},
+    {"model.c2", TS_CFG_I64, FIELD(model, c2), TS_CFG_FOR_CNN | TS_CFG_FOR_UNET3D | TS_CFG_DERIVED,
+     NULL, SIZE_RANGE, "preset", "channels of the second block (unet3d: level)"},
+    {"model.c3", TS_CFG_I64, FIELD(model, c3), TS_CFG_FOR_UNET3D | TS_CFG_DERIVED, NULL, SIZE_RANGE,
+     "preset", "channels of the unet3d's bottom level"},
+    {"model.nodes", TS_CFG_I64, FIELD(model, nodes), TS_CFG_FOR_GCN | TS_CFG_DERIVED, NULL,
+     "[2, 1e9]", "preset",
+     "nodes of the synthetic graph (data.source synthetic); a graph file has its own"},
+    {"model.size", TS_CFG_I64, FIELD(model, size), TS_CFG_FOR_UNET3D | TS_CFG_DERIVED, NULL,
+     "[4, 4096]", "preset", "edge of the unet3d's cubic volumes; a multiple of 4"},
     /* train */
     {"train.optimizer", TS_CFG_ENUM, FIELD(train, optimizer), 0, "sgd|adam|adamw", NULL, "adamw",
      "update rule, as torch.optim.SGD, Adam, AdamW"},
@@ -155,7 +186,7 @@ static const ts_config_key keys[] = {
     {"precision.growth_interval", TS_CFG_I64, FIELD(precision, growth_interval), 0, NULL,
      "[1, 2147483647]", "2000", "consecutive finite steps before the scale grows"},
     /* data */
-    {"data.source", TS_CFG_ENUM, FIELD(data, source), 0, "synthetic|idx|npy|csv|tokens", NULL,
+    {"data.source", TS_CFG_ENUM, FIELD(data, source), 0, "synthetic|idx|npy|csv|tokens|graph", NULL,
      "synthetic", "where the examples come from (see Data sources)"},
     {"data.train_images", TS_CFG_STR, FIELD(data, train_images), FOR_IDX | TS_CFG_DERIVED, NULL,
      NULL, "required (idx)", "IDX image file of the training set (plain or .gz)"},
@@ -165,10 +196,18 @@ static const ts_config_key keys[] = {
      "none", "IDX images of a test set, evaluated at the end"},
     {"data.test_labels", TS_CFG_STR, FIELD(data, test_labels), FOR_IDX | TS_CFG_DERIVED, NULL, NULL,
      "none", "IDX labels of the test set"},
-    {"data.x", TS_CFG_STR, FIELD(data, x), FOR_NPY | TS_CFG_DERIVED, NULL, NULL, "required (npy)",
-     ".npy array of inputs [n, ...]"},
-    {"data.y", TS_CFG_STR, FIELD(data, y), FOR_NPY | TS_CFG_DERIVED, NULL, NULL, "required (npy)",
-     ".npy array of targets [n, ...] (integers: class ids)"},
+    {"data.x", TS_CFG_STR, FIELD(data, x), FOR_NPY | FOR_GRAPH | TS_CFG_DERIVED, NULL, NULL,
+     "required (npy, graph)", ".npy array of inputs [n, ...] (graph: node features [nodes, F])"},
+    {"data.y", TS_CFG_STR, FIELD(data, y), FOR_NPY | FOR_GRAPH | TS_CFG_DERIVED, NULL, NULL,
+     "required (npy, graph)",
+     ".npy array of targets [n, ...] (integers: class ids; graph: node labels [nodes])"},
+    {"data.edges", TS_CFG_STR, FIELD(data, edges), FOR_GRAPH | TS_CFG_DERIVED, NULL, NULL,
+     "required (graph)", "edge list: a line \"src,dst\" (or tab/space separated) per edge"},
+    {"data.node_split", TS_CFG_STR, FIELD(data, node_split), FOR_GRAPH | TS_CFG_DERIVED, NULL, NULL,
+     "by fraction",
+     ".npy of integers [nodes]: 0 train, 1 val, 2 test, -1 unused (instead of the fractions)"},
+    {"data.test_fraction", TS_CFG_F64, FIELD(data, test_fraction), FOR_GRAPH, NULL, "[0, 1)", "0",
+     "share of the nodes held out for the test split (evaluated at the end)"},
     {"data.path", TS_CFG_STR, FIELD(data, path), FOR_CSV | FOR_TOKENS | TS_CFG_DERIVED, NULL, NULL,
      "required (csv, tokens)", "the CSV file, or the raw token file"},
     {"data.features", TS_CFG_STR, FIELD(data, features), FOR_CSV | TS_CFG_DERIVED | TS_CFG_LIST,
@@ -185,8 +224,9 @@ static const ts_config_key keys[] = {
     {"data.bits", TS_CFG_INT, FIELD(data, bits), FOR_TOKENS, NULL, "[16, 32]", "16",
      "token width of the token file: 16 or 32 (little-endian)"},
     {"data.val_fraction", TS_CFG_F64, FIELD(data, val_fraction), FOR_FILES, NULL, "[0, 1)", "0.1",
-     "share of the examples held out for validation"},
-    {"data.shuffle", TS_CFG_BOOL, FIELD(data, shuffle), FOR_FILES, NULL, NULL, "true",
+     "share of the examples (graph: nodes) held out for validation"},
+    {"data.shuffle", TS_CFG_BOOL, FIELD(data, shuffle), FOR_IDX | FOR_NPY | FOR_CSV | FOR_TOKENS,
+     NULL, NULL, "true",
      "visit the training split in a new order each epoch (fixed by train.seed)"},
     {"data.skip_rows", TS_CFG_I64, FIELD(data, skip_rows), FOR_CSV, NULL, "[0, 1e9]", "0",
      "CSV lines skipped before the header (e.g. a line of counts)"},
@@ -899,6 +939,20 @@ static void preset_values(int preset, ts_config *p) {
         p->model.batch = m.batch, p->model.window = m.window, p->model.features = m.features;
         p->model.in_dim = m.in_dim, p->model.hidden = m.hidden, p->model.n_hidden = m.n_hidden;
         p->model.out_dim = m.out_dim, p->model.layer_norm = m.layer_norm;
+    } else if (preset == TS_CFG_W2) {
+        ts_rnn_config m = ts_gru_w2();
+        p->model.batch = m.batch, p->model.window = m.seq_len, p->model.features = m.features;
+        p->model.hidden = m.hidden, p->model.n_layers = m.layers;
+        p->model.classes = 1, p->model.out_dim = 1; /* W2 is a binary classifier */
+    } else if (preset == TS_CFG_W4) {
+        ts_unet3d_config m = ts_unet3d_w4();
+        p->model.batch = m.batch, p->model.channels = m.in_channels, p->model.size = m.size;
+        p->model.c1 = m.c1, p->model.c2 = m.c2, p->model.c3 = m.c3, p->model.classes = m.classes;
+    } else if (preset == TS_CFG_W5) {
+        /* nodes and features come from the graph; batch 1: the whole graph */
+        ts_gcn_config m = ts_gcn_w5();
+        p->model.batch = 1, p->model.features = m.in_features, p->model.hidden = m.hidden;
+        p->model.classes = m.classes, p->model.nodes = m.nodes;
     } else if (preset == TS_CFG_FASHION) {
         ts_cnn_config m = ts_cnn_fashion();
         p->model.batch = m.batch, p->model.channels = m.channels, p->model.height = m.height;
@@ -913,15 +967,40 @@ static void preset_values(int preset, ts_config *p) {
 
 /* The key flag of a model family, its name and its family's default preset. */
 static int model_flag(int name) {
-    return name == TS_CFG_MLP   ? TS_CFG_FOR_MLP
-           : name == TS_CFG_CNN ? TS_CFG_FOR_CNN
-                                : TS_CFG_FOR_GPT;
+    static const int flags[] = {TS_CFG_FOR_MLP, TS_CFG_FOR_GPT,    TS_CFG_FOR_CNN, TS_CFG_FOR_RNN,
+                                TS_CFG_FOR_RNN, TS_CFG_FOR_UNET3D, TS_CFG_FOR_GCN};
+    return name >= 0 && name <= TS_CFG_GCN ? flags[name] : 0;
 }
 static const char *model_word(int name) {
-    return name == TS_CFG_MLP ? "mlp" : name == TS_CFG_CNN ? "cnn" : "gpt";
+    static const char *const words[] = {"mlp", "gpt", "cnn", "gru", "lstm", "unet3d", "gcn"};
+    return name >= 0 && name <= TS_CFG_GCN ? words[name] : "?";
+}
+const char *ts_config_model_word(int name) {
+    return model_word(name);
 }
 static int preset_family(int preset) {
-    return preset == TS_CFG_W1 ? TS_CFG_MLP : preset == TS_CFG_FASHION ? TS_CFG_CNN : TS_CFG_GPT;
+    switch ((ts_cfg_preset)preset) {
+    case TS_CFG_W1: return TS_CFG_MLP;
+    case TS_CFG_FASHION: return TS_CFG_CNN;
+    case TS_CFG_W2: return TS_CFG_GRU; /* and lstm */
+    case TS_CFG_W4: return TS_CFG_UNET3D;
+    case TS_CFG_W5: return TS_CFG_GCN;
+    default: return TS_CFG_GPT;
+    }
+}
+static int family_preset(int name) {
+    switch ((ts_cfg_model_name)name) {
+    case TS_CFG_MLP: return TS_CFG_W1;
+    case TS_CFG_CNN: return TS_CFG_FASHION;
+    case TS_CFG_GRU:
+    case TS_CFG_LSTM: return TS_CFG_W2;
+    case TS_CFG_UNET3D: return TS_CFG_W4;
+    case TS_CFG_GCN: return TS_CFG_W5;
+    default: return TS_CFG_W3;
+    }
+}
+static int is_rnn(int name) {
+    return name == TS_CFG_GRU || name == TS_CFG_LSTM;
 }
 
 /* a * b * ... without overflow; 0 when the product exceeds `limit`. */
@@ -935,6 +1014,17 @@ static int64_t product(int64_t limit, int n, const int64_t *f) {
     return p;
 }
 
+/* For config_zoo.c (config_internal.h). */
+const char *ts_config_origin(const ts_config *c, int i, char *buf, size_t n) {
+    return origin(c, i, buf, n);
+}
+int64_t ts_config_product(int64_t limit, int n, const int64_t *f) {
+    return product(limit, n, f);
+}
+int ts_config_is_rnn(int name) {
+    return is_rnn(name);
+}
+
 static ts_status check_sizes(const ts_config *c) {
     /* Far beyond any machine, but keeps shape arithmetic inside int64. */
     const int64_t limit = (int64_t)1 << 40;
@@ -943,6 +1033,8 @@ static ts_status check_sizes(const ts_config *c) {
     int64_t H = c->model.n_heads, in = c->model.in_dim, hid = c->model.hidden;
     const int64_t HW[2] = {c->model.height, c->model.width};
     const int64_t hw = product(limit, 2, HW);
+    const int64_t S3[3] = {c->model.size, c->model.size, c->model.size};
+    const int64_t vol = product(limit, 3, S3);
     struct {
         int kind;
         const char *what;
@@ -964,9 +1056,20 @@ static ts_status check_sizes(const ts_config *c) {
          "classifier weight",
          3,
          {c->model.classes > 0 ? c->model.classes : 1, c->model.c2, hw}},
+        {TS_CFG_GRU, "input x", 3, {B, c->model.window, c->model.features}},
+        {TS_CFG_GRU, "hidden states", 4, {B, c->model.window, hid, 4}},
+        {TS_CFG_GRU, "weights", 3, {hid, 4, hid + c->model.features}},
+        {TS_CFG_UNET3D, "input x", 3, {B, c->model.channels, vol}},
+        {TS_CFG_UNET3D,
+         "first level",
+         3,
+         {B, c->model.c1 > c->model.c2 ? c->model.c1 : c->model.c2, vol}},
+        {TS_CFG_UNET3D, "logits", 3, {B, c->model.classes, vol}},
+        {TS_CFG_UNET3D, "bottom weights", 3, {c->model.c3, c->model.c3, 27}},
+        {TS_CFG_GCN, "first weight", 2, {hid, c->model.features}},
     };
     for (int i = 0; i < (int)(sizeof t / sizeof t[0]); i++) {
-        if (t[i].kind != (int)kind) continue;
+        if (t[i].kind != (int)kind && !(t[i].kind == TS_CFG_GRU && kind == TS_CFG_LSTM)) continue;
         if (product(limit, t[i].n, t[i].f) < 0)
             return ts_fail(TS_ERR_INVALID, "%s: model too large: its %s would exceed 2^40 elements",
                            c->file[0] ? c->file : "config", t[i].what);
@@ -975,17 +1078,17 @@ static ts_status check_sizes(const ts_config *c) {
 }
 
 static int source_flag(int source) {
-    static const int flags[] = {0, FOR_IDX, FOR_NPY, FOR_CSV, FOR_TOKENS};
-    return source >= 0 && source < 5 ? flags[source] : 0;
+    static const int flags[] = {0, FOR_IDX, FOR_NPY, FOR_CSV, FOR_TOKENS, FOR_GRAPH};
+    return source >= 0 && source < 6 ? flags[source] : 0;
 }
 
 /* "csv and tokens" for the sources whose flags are set. */
 static void source_names(int flags, char *buf, size_t n) {
-    static const char *names[] = {"synthetic", "idx", "npy", "csv", "tokens"};
+    static const char *names[] = {"synthetic", "idx", "npy", "csv", "tokens", "graph"};
     int count = 0, total = 0;
-    for (int s = 1; s < 5; s++) total += (flags & source_flag(s)) != 0;
+    for (int s = 1; s < 6; s++) total += (flags & source_flag(s)) != 0;
     size_t k = 0;
-    for (int s = 1; s < 5 && k < n; s++) {
+    for (int s = 1; s < 6 && k < n; s++) {
         if (!(flags & source_flag(s))) continue;
         count++;
         const char *sep = count == 1 ? "" : count == total ? " and " : ", ";
@@ -1049,7 +1152,8 @@ static ts_status check_data(const ts_config *c) {
               i_steps = ts_config_key_find("train.steps"),
               i_metrics = ts_config_key_find("train.metrics");
     const int src = c->data.source;
-    const char *names[] = {"synthetic", "idx", "npy", "csv", "tokens"};
+    const char *names[] = {"synthetic", "idx", "npy", "csv", "tokens", "graph"};
+    const int name = c->model.name;
     if (c->set[i_ep] && c->train.epochs > 0) {
         if (src == TS_CFG_SYNTHETIC)
             return ts_fail(TS_ERR_INVALID,
@@ -1076,13 +1180,38 @@ static ts_status check_data(const ts_config *c) {
             return ts_fail(TS_ERR_INVALID,
                            "%s: a cnn needs labelled images: set data.source (idx or npy)",
                            origin(c, ts_config_key_find("model.name"), where, sizeof where));
-        if (c->model.classes > 0)
+        if (is_rnn(name) && c->model.classes >= 2)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.classes %lld needs labelled data (set data.source); "
+                           "synthetic %s data is W2's binary task (classes 1) or a regression "
+                           "(classes 0)",
+                           origin(c, ts_config_key_find("model.classes"), where, sizeof where),
+                           (long long)c->model.classes, model_word(name));
+        if (name == TS_CFG_MLP && c->model.classes > 0)
             return ts_fail(TS_ERR_INVALID,
                            "%s: model.classes needs labelled data (set data.source); synthetic "
                            "mlp data is a regression task",
                            origin(c, ts_config_key_find("model.classes"), where, sizeof where));
         return TS_OK;
     }
+    /* The newer models name the sources they read; the older keep their messages. */
+    static const int takes[] = {0,
+                                0,
+                                0,
+                                1 << TS_CFG_CSV | 1 << TS_CFG_NPY,
+                                1 << TS_CFG_CSV | 1 << TS_CFG_NPY,
+                                1 << TS_CFG_NPY,
+                                1 << TS_CFG_GRAPH | 1 << TS_CFG_SYNTHETIC};
+    if (name >= TS_CFG_GRU && name <= TS_CFG_GCN && !(takes[name] & (1 << src)))
+        return ts_fail(TS_ERR_INVALID, "%s: data.source %s cannot feed a %s model (it reads %s)",
+                       origin(c, i_source, where, sizeof where), names[src], model_word(name),
+                       name == TS_CFG_GCN      ? "a synthetic graph or a graph file"
+                       : name == TS_CFG_UNET3D ? "synthetic or npy volumes"
+                                               : "synthetic, csv or npy sequences");
+    if (src == TS_CFG_GRAPH && name != TS_CFG_GCN)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.source graph needs a gcn model, but model.name is %s",
+                       origin(c, i_source, where, sizeof where), model_word(name));
     const int gpt = c->model.name == TS_CFG_GPT;
     if (gpt != (src == TS_CFG_TOKENS))
         return ts_fail(TS_ERR_INVALID, "%s: data.source %s needs %s model, but model.name is %s",
@@ -1105,6 +1234,9 @@ static ts_status check_data(const ts_config *c) {
         {TS_CFG_CSV, "data.path", c->data.path},
         {TS_CFG_CSV, "data.label", c->data.label},
         {TS_CFG_TOKENS, "data.path", c->data.path},
+        {TS_CFG_GRAPH, "data.edges", c->data.edges},
+        {TS_CFG_GRAPH, "data.x", c->data.x},
+        {TS_CFG_GRAPH, "data.y", c->data.y},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].source == src && !need[i].value[0])
@@ -1120,6 +1252,21 @@ static ts_status check_data(const ts_config *c) {
         return ts_fail(TS_ERR_INVALID, "%s: data.bits must be 16 or 32, got %d",
                        origin(c, ts_config_key_find("data.bits"), where, sizeof where),
                        c->data.bits);
+    if (src == TS_CFG_GRAPH) {
+        const int i_val = ts_config_key_find("data.val_fraction"),
+                  i_test = ts_config_key_find("data.test_fraction");
+        if (c->data.node_split[0] && (c->set[i_val] || c->set[i_test]))
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: set data.node_split or the fractions (data.val_fraction, "
+                           "data.test_fraction), not both",
+                           origin(c, c->set[i_val] ? i_val : i_test, where, sizeof where));
+        if (!c->data.node_split[0] && c->data.val_fraction + c->data.test_fraction >= 1)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: data.val_fraction %g + data.test_fraction %g leave no training "
+                           "nodes",
+                           origin(c, c->set[i_test] ? i_test : i_val, where, sizeof where),
+                           c->data.val_fraction, c->data.test_fraction);
+    }
     /* CSV with model.classes: the label column holds class ids (see load_csv). */
     return TS_OK;
 }
@@ -1190,16 +1337,14 @@ ts_status ts_config_finish(ts_config *c) {
     /* The model: name and preset imply each other when only one is given. */
     if (!c->set[i_name] && !c->set[i_preset])
         return ts_fail(TS_ERR_INVALID,
-                       "%s: no model: set model.name (mlp, gpt or cnn) or "
-                       "model.preset (w1, w3, gpt2-124m or fashion)",
+                       "%s: no model: set model.name (mlp, gpt, cnn, gru, lstm, unet3d or gcn) "
+                       "or model.preset (w1, w2, w3, w4, w5, gpt2-124m or fashion)",
                        origin(c, -1, where, sizeof where));
     int family = preset_family(c->model.preset);
     if (!c->set[i_name]) c->model.name = family;
-    if (!c->set[i_preset])
-        c->model.preset = c->model.name == TS_CFG_MLP   ? TS_CFG_W1
-                          : c->model.name == TS_CFG_CNN ? TS_CFG_FASHION
-                                                        : TS_CFG_W3;
-    if (c->set[i_name] && c->set[i_preset] && family != c->model.name) {
+    if (!c->set[i_preset]) c->model.preset = family_preset(c->model.name);
+    if (c->set[i_name] && c->set[i_preset] && family != c->model.name &&
+        !(family == TS_CFG_GRU && c->model.name == TS_CFG_LSTM)) {
         char pn[32], fn[32], nn[32];
         choice_at(keys[i_preset].choices, c->model.preset, pn, sizeof pn);
         choice_at(keys[i_name].choices, family, fn, sizeof fn);
@@ -1260,6 +1405,10 @@ ts_status ts_config_finish(ts_config *c) {
                            "poolings), got %lld x %lld",
                            origin(c, ts_config_key_find("model.height"), where, sizeof where),
                            (long long)c->model.height, (long long)c->model.width);
+    } else if (is_rnn(c->model.name) || c->model.name == TS_CFG_UNET3D ||
+               c->model.name == TS_CFG_GCN) {
+        ts_status ms = ts_config_finish_zoo(c);
+        if (ms != TS_OK) return ms;
     } else if (c->model.d_model % c->model.n_heads) {
         return ts_fail(
             TS_ERR_INVALID, "%s: model.d_model %lld is not divisible by model.n_heads %d",
@@ -1445,6 +1594,10 @@ ts_status ts_config_fit_data(ts_config *c, const ts_config_data_shape *d) {
                            origin(c, ts_config_key_find("model.name"), where, sizeof where));
         if (!c->set[i_classes]) c->model.classes = d->classes;
     }
+    if (is_rnn(c->model.name) || c->model.name == TS_CFG_UNET3D || c->model.name == TS_CFG_GCN) {
+        ts_status zs = ts_config_fit_zoo(c, d);
+        if (zs != TS_OK) return zs;
+    }
     if (d->batches_per_epoch <= 0)
         return ts_fail(TS_ERR_INVALID, "config: the training split has no full batch");
     c->batches_per_epoch = d->batches_per_epoch;
@@ -1467,15 +1620,52 @@ ts_cnn_config ts_config_cnn(const ts_config *c) {
     return m;
 }
 
+ts_rnn_config ts_config_rnn(const ts_config *c) {
+    /* model.classes 1 (binary) is the builder's classes 0 and out_dim 0. */
+    ts_rnn_config r = {c->model.batch,
+                       c->model.window,
+                       c->model.features,
+                       c->model.hidden,
+                       c->model.n_layers,
+                       c->model.classes >= 2 ? c->model.classes : 0,
+                       c->model.classes == 0 ? c->model.out_dim : 0};
+    return r;
+}
+
+ts_unet3d_config ts_config_unet3d(const ts_config *c) {
+    ts_unet3d_config u = {c->model.batch, c->model.channels, c->model.size,   c->model.c1,
+                          c->model.c2,    c->model.c3,       c->model.classes};
+    return u;
+}
+
 ts_status ts_config_build(const ts_config *c, ts_graph **g, ts_model *m, ts_train_spec *spec,
                           ts_compile_options *opt) {
+    return ts_config_build_graph(c, NULL, g, m, spec, opt);
+}
+
+ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph, ts_graph **g,
+                                ts_model *m, ts_train_spec *spec, ts_compile_options *opt) {
     if (!c || !g || !m || !spec || !opt) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
     if (!c->finished) return ts_fail(TS_ERR_INVALID, "config: call ts_config_finish first");
     *g = NULL;
+    if (c->model.name == TS_CFG_GCN && !graph)
+        return ts_fail(TS_ERR_INVALID,
+                       "config: a gcn is built on its graph: load the data (data.source graph) "
+                       "and pass it to ts_config_build_graph");
     ts_graph *gr = ts_graph_new();
     if (!gr) return ts_fail(TS_ERR_NOMEM, "config: out of memory for the graph");
     ts_status s;
-    if (c->model.name == TS_CFG_MLP) {
+    if (is_rnn(c->model.name)) {
+        ts_rnn_config rc = ts_config_rnn(c);
+        s = c->model.name == TS_CFG_GRU ? ts_build_gru(gr, &rc, m) : ts_build_lstm(gr, &rc, m);
+    } else if (c->model.name == TS_CFG_UNET3D) {
+        ts_unet3d_config uc = ts_config_unet3d(c);
+        s = ts_build_unet3d(gr, &uc, m);
+    } else if (c->model.name == TS_CFG_GCN) {
+        ts_gcn_config nc = {graph->nodes,   c->model.features, c->model.hidden, c->model.classes,
+                            graph->n_edges, graph->src,        graph->dst};
+        s = ts_build_gcn(gr, &nc, m);
+    } else if (c->model.name == TS_CFG_MLP) {
         ts_mlp_config mc = ts_config_mlp(c);
         s = ts_build_mlp(gr, &mc, m);
     } else if (c->model.name == TS_CFG_CNN) {

@@ -14,7 +14,7 @@
  * validation, ts_config_write and the docs check all read that table, so a
  * new key is a struct field plus one table line.
  *
- * Model keys are stored flat (mlp, gpt and cnn keys side by side) because a file
+ * Model keys are stored flat (the keys of every model side by side) because a file
  * may set model.batch before it names the model; ts_config_finish() fills
  * every model key the config left unset from the preset and rejects keys
  * that do not belong to the chosen model.
@@ -28,12 +28,23 @@
 #include "tessel/tessel.h"
 
 /* Enum values are positions in the key's `choices` list. */
-typedef enum ts_cfg_model_name { TS_CFG_MLP = 0, TS_CFG_GPT, TS_CFG_CNN } ts_cfg_model_name;
+typedef enum ts_cfg_model_name {
+    TS_CFG_MLP = 0,
+    TS_CFG_GPT,
+    TS_CFG_CNN,
+    TS_CFG_GRU,
+    TS_CFG_LSTM,
+    TS_CFG_UNET3D,
+    TS_CFG_GCN
+} ts_cfg_model_name;
 typedef enum ts_cfg_preset {
     TS_CFG_W1 = 0,
     TS_CFG_W3,
     TS_CFG_GPT2_124M,
-    TS_CFG_FASHION
+    TS_CFG_FASHION,
+    TS_CFG_W2,
+    TS_CFG_W4,
+    TS_CFG_W5
 } ts_cfg_preset;
 typedef enum ts_cfg_optimizer { TS_CFG_SGD = 0, TS_CFG_ADAM, TS_CFG_ADAMW } ts_cfg_optimizer;
 typedef enum ts_cfg_schedule { TS_CFG_CONSTANT = 0, TS_CFG_LINEAR, TS_CFG_COSINE } ts_cfg_schedule;
@@ -42,7 +53,8 @@ typedef enum ts_cfg_source {
     TS_CFG_IDX,
     TS_CFG_NPY,
     TS_CFG_CSV,
-    TS_CFG_TOKENS
+    TS_CFG_TOKENS,
+    TS_CFG_GRAPH
 } ts_cfg_source;
 
 #define TS_CFG_MAX_KEYS 128
@@ -61,6 +73,11 @@ typedef struct ts_config {
         double dropout;
         /* cnn (classes above) */
         int64_t channels, height, width, c1, c2;
+        /* unet3d (channels, c1, c2 and classes above); gru/lstm use window
+         * (sequence length), features, hidden, n_layers, classes, out_dim;
+         * gcn features, hidden, classes */
+        int64_t size, c3;
+        int64_t nodes; /* gcn on synthetic data: the graph's size */
     } model;
     struct {
         int optimizer; /* ts_cfg_optimizer */
@@ -94,8 +111,11 @@ typedef struct ts_config {
         int bits;                /* tokens: 16 or 32 */
         double val_fraction;
         int shuffle;
-        int64_t skip_rows; /* csv: lines skipped before the header */
-        int header;        /* csv: 0 names columns "0", "1", ... */
+        int64_t skip_rows;    /* csv: lines skipped before the header */
+        int header;           /* csv: 0 names columns "0", "1", ... */
+        char edges[512];      /* graph: edge list (x: node features, y: node labels) */
+        char node_split[512]; /* graph: .npy of split ids per node; "" to split by fraction */
+        double test_fraction; /* graph: share of the nodes held out for the test split */
     } data;
     struct {
         char dir[512]; /* run directory; "" for none */
@@ -165,11 +185,14 @@ typedef enum ts_cfg_type {
 } ts_cfg_type;
 
 /* Key flags. */
-#define TS_CFG_FOR_MLP 1    /* model key used by mlp models */
-#define TS_CFG_FOR_GPT 2    /* model key used by gpt models */
-#define TS_CFG_DERIVED 4    /* `dflt` describes a computed default; it is not a value */
-#define TS_CFG_LIST    1024 /* TS_CFG_STR that a file may also write as a YAML list of names */
-#define TS_CFG_FOR_CNN 2048 /* model key used by cnn models */
+#define TS_CFG_FOR_MLP    1    /* model key used by mlp models */
+#define TS_CFG_FOR_GPT    2    /* model key used by gpt models */
+#define TS_CFG_DERIVED    4    /* `dflt` describes a computed default; it is not a value */
+#define TS_CFG_LIST       1024 /* TS_CFG_STR that a file may also write as a YAML list of names */
+#define TS_CFG_FOR_CNN    2048 /* model key used by cnn models */
+#define TS_CFG_FOR_RNN    (1 << 13) /* model key used by gru and lstm models */
+#define TS_CFG_FOR_UNET3D (1 << 14) /* model key used by unet3d models */
+#define TS_CFG_FOR_GCN    (1 << 15) /* model key used by gcn models */
 
 typedef struct ts_config_key {
     const char *path; /* "train.lr" */
@@ -210,6 +233,9 @@ typedef struct ts_config_data_shape {
     int64_t out_dim;           /* regression targets per example (0 for class labels) */
     int64_t classes;           /* class labels: max label + 1; 0 for float targets */
     int64_t batches_per_epoch; /* of the training split */
+    /* Sequences [window, features] and graphs [nodes, features]: those two
+     * sizes; unet3d volumes: channels and size (edge); 0 otherwise. */
+    int64_t rows, cols;
 } ts_config_data_shape;
 
 /* After the data is loaded (a finished config with a data source): give an
@@ -246,5 +272,23 @@ ts_cnn_config ts_config_cnn(const ts_config *c); /* flat_input: x [batch, c * h 
  * step. On success the caller owns *g (ts_graph_free). */
 ts_status ts_config_build(const ts_config *c, ts_graph **g, ts_model *m, ts_train_spec *spec,
                           ts_compile_options *opt);
+
+/* "mlp", "gpt", "cnn", "gru", "lstm", "unet3d" or "gcn" for model.name. */
+const char *ts_config_model_word(int name);
+
+/* The model of a finished gru/lstm or unet3d config. */
+ts_rnn_config ts_config_rnn(const ts_config *c);
+ts_unet3d_config ts_config_unet3d(const ts_config *c);
+
+/* What a gcn is built on besides its config: the graph the data holds
+ * (ts_config_build refuses a gcn, which needs its edges). */
+typedef struct ts_config_graph {
+    int64_t nodes, n_edges;
+    const int64_t *src, *dst; /* [n_edges] each */
+} ts_config_graph;
+/* ts_config_build with the graph of a gcn (gr is ignored by other models
+ * and may be NULL for them). */
+ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *gr, ts_graph **g,
+                                ts_model *m, ts_train_spec *spec, ts_compile_options *opt);
 
 #endif

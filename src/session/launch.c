@@ -14,6 +14,7 @@
 #include "obs/trace.h"
 #include "plan/plan.h"
 #include "session/restart.h"
+#include "session/zoo_data.h"
 
 /* The testing knob of docs/distributed.md ("Restarting failed workers"):
  * TESSEL_TEST_KILL_RANK=R TESSEL_TEST_KILL_STEP=S make rank R of the first
@@ -178,6 +179,7 @@ static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_ses
     const int n = c->dist.procs;
     memset(r, 0, sizeof *r);
     r->first_loss = r->final_loss = r->median_rate = NAN;
+    if (ts_zoo_check_procs(c, n) != TS_OK) return TS_ERR_UNSUPPORTED;
     if (c->model.batch % n)
         return ts_fail(TS_ERR_INVALID,
                        "model.batch %lld does not divide by %d processes: every rank trains on "

@@ -23,6 +23,7 @@
 #include "obs/trace.h"
 #include "session/metrics_eval.h"
 #include "session/launch.h"
+#include "session/zoo_data.h"
 #include "tessel/ckpt.h"
 #include "tessel/tessel.h"
 
@@ -34,7 +35,7 @@ enum { N_SYNTH = 4 };
 /* Step rates kept for the median: enough for any run a person watches. */
 enum { MAX_RATES = 1 << 20 };
 
-static const char *const source_names[] = {"synthetic", "idx", "npy", "csv", "tokens"};
+static const char *const source_names[] = {"synthetic", "idx", "npy", "csv", "tokens", "graph"};
 
 typedef struct session {
     ts_config c; /* resolved copy */
@@ -89,6 +90,10 @@ typedef struct session {
     /* evaluation metrics beyond accuracy/mse (metrics_eval.h) */
     unsigned metric_flags;
     ts_metric_acc macc;
+    /* gru/lstm, unet3d, gcn (zoo_data.h) */
+    int binary;         /* a gru/lstm with one logit: BCE against 0/1 targets */
+    ts_zoo_graph graph; /* data.source graph: the gcn's edges */
+    ts_zoo_dice dice;   /* unet3d: the soft Dice term of the evaluation loss */
 } session;
 
 ts_session_options ts_session_options_default(void) {
@@ -411,8 +416,8 @@ static ts_status write_summary(session *s, const char *status, const char *error
     snprintf(rate_key, sizeof rate_key, "median_%.*s_per_s", (int)strcspn(r->unit, "/"), r->unit);
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:f, s:o, s:I, s:I}", "status", status, "tessel",
-        TESSEL_VERSION, "model", s->gpt ? "gpt" : (s->c.model.name == TS_CFG_CNN ? "cnn" : "mlp"),
-        "steps", (json_int_t)r->steps, "planned_steps", (json_int_t)r->planned_steps, "first_loss",
+        TESSEL_VERSION, "model", ts_config_model_word(s->c.model.name), "steps",
+        (json_int_t)r->steps, "planned_steps", (json_int_t)r->planned_steps, "first_loss",
         jnum(r->first_loss), "final_loss", jnum(r->final_loss), "seconds", r->seconds, rate_key,
         jnum(r->median_rate), "parameters", (json_int_t)(s->plan ? param_count(s->plan) : 0),
         "seed", (json_int_t)s->c.train.seed);
@@ -460,7 +465,8 @@ static ts_status load_csv(session *s) {
                          .normalise = c->data.normalise && c->data.window > 1,
                          .skip_rows = c->data.skip_rows,
                          .no_header = !c->data.header,
-                         .classes = c->model.classes};
+                         /* binary gru/lstm: 0/1 numbers, checked by ts_zoo_fit */
+                         .classes = ts_zoo_binary(c) ? 0 : c->model.classes};
     return ts_data_load_csv_windows(&co, &s->all);
 }
 
@@ -486,7 +492,9 @@ static ts_status load_data(session *s) {
     ts_config *c = &s->c;
     ts_status st = TS_OK;
     const char *label_file = NULL, *test_label_file = NULL;
-    switch ((ts_cfg_source)c->data.source) {
+    /* A synthetic gcn's graph is data like a graph file's (zoo_data.h). */
+    const int graph = c->data.source == TS_CFG_GRAPH || c->model.name == TS_CFG_GCN;
+    switch ((ts_cfg_source)(graph ? TS_CFG_GRAPH : c->data.source)) {
     case TS_CFG_SYNTHETIC: return TS_OK;
     case TS_CFG_IDX:
         st = ts_data_load_idx_pair(c->data.train_images, c->data.train_labels, &s->all);
@@ -502,12 +510,24 @@ static ts_status load_data(session *s) {
     case TS_CFG_TOKENS:
         st = ts_data_load_tokens(c->data.path, c->data.bits, c->model.ctx, c->model.vocab, &s->all);
         break;
+    case TS_CFG_GRAPH: {
+        /* The whole graph is the one example of each split (zoo_data.h). */
+        ts_config_data_shape gs = {0, 0, 0, 0, 0, 0};
+        st = ts_zoo_load_graph(c, &s->graph, &s->all, &s->train, &s->val, &s->test, &gs);
+        if (st == TS_OK) st = ts_config_fit_data(c, &gs);
+        if (st != TS_OK) return st;
+        return ts_loader_new(s->train, 1, 0, c->train.seed, &s->loader);
+    }
     }
     if (st != TS_OK) return st;
 
-    ts_config_data_shape shape = {0, 0, 0, 0};
+    ts_config_data_shape shape = {0, 0, 0, 0, 0, 0};
     shape.in_dim = numel_dims(s->all->x_rank, s->all->x_dims);
-    if (!s->gpt) {
+    if (ts_zoo_model(c)) {
+        st = ts_zoo_fit(c, s->all, c->data.source == TS_CFG_CSV ? c->data.path : c->data.x,
+                        label_file ? label_file : c->data.path, &shape);
+        if (st != TS_OK) return st;
+    } else if (!s->gpt) {
         const int64_t per = numel_dims(s->all->y_rank, s->all->y_dims);
         if (s->all->y_dtype == TS_I64) {
             if (per != 1)
@@ -567,7 +587,9 @@ static ts_status make_synthetic(session *s) {
             return TS_ERR_NOMEM;
         }
         ts_status st;
-        if (!s->gpt) {
+        if (ts_zoo_model(c)) {
+            st = ts_zoo_synth(c, k, s->sx[k], s->sy[k]);
+        } else if (!s->gpt) {
             ts_mlp_config mc = ts_config_mlp(c);
             int64_t window = mc.window > 0 ? mc.window : mc.in_dim;
             int64_t features = mc.window > 0 ? mc.features : 1;
@@ -592,19 +614,23 @@ static ts_status resolve_metrics(session *s) {
     ts_config *c = &s->c;
     if (!c->train.metrics[0])
         snprintf(c->train.metrics, sizeof c->train.metrics, "%s",
-                 s->classifier ? "accuracy" : "mse");
+                 c->model.name == TS_CFG_UNET3D ? "accuracy, dice"
+                 : s->binary                    ? "accuracy, auc"
+                 : s->classifier                ? "accuracy"
+                                                : "mse");
     ts_status st = ts_config_metrics(c, &s->want_acc, &s->want_mse);
     if (st != TS_OK) return st;
-    if (s->want_acc && !s->classifier)
+    const int classifies = s->classifier || s->binary;
+    if (s->want_acc && !classifies)
         return ts_fail(TS_ERR_INVALID,
                        "train.metrics: accuracy needs a classifier (model.classes > 0 or a gpt "
                        "model); this model is a regression");
-    if (s->want_mse && s->classifier)
+    if (s->want_mse && classifies)
         return ts_fail(TS_ERR_INVALID,
                        "train.metrics: mse needs a regression model; this one is a classifier "
                        "(use accuracy)");
     if ((st = ts_config_metric_flags(c, &s->metric_flags)) != TS_OK) return st;
-    if ((s->metric_flags & (TS_METRIC_AUC | TS_METRIC_DICE | TS_METRIC_MIOU)) && !s->classifier)
+    if ((s->metric_flags & (TS_METRIC_AUC | TS_METRIC_DICE | TS_METRIC_MIOU)) && !classifies)
         return ts_fail(TS_ERR_INVALID,
                        "train.metrics: auc, dice and miou need a classifier (model.classes > 0); "
                        "this model is a regression");
@@ -618,7 +644,9 @@ static ts_status build(session *s) {
      * session's buffers hold the whole batch; each rank feeds its rows). */
     ts_config lc = s->c;
     lc.model.batch /= s->nranks;
-    ts_status st = ts_config_build(&lc, &s->g, &s->m, &spec, &opt);
+    ts_config_graph cg = ts_zoo_graph_of(&s->graph);
+    ts_status st =
+        ts_config_build_graph(&lc, s->graph.nodes ? &cg : NULL, &s->g, &s->m, &spec, &opt);
     opt.comm = s->o->comm;
     opt.bucket_mb = s->c.dist.bucket_mb;
     opt.dist_algo = s->c.dist.algo;
@@ -661,9 +689,11 @@ static ts_status build(session *s) {
         if (!(s->pbuf = ts_alloc(s->pbuf_bytes ? s->pbuf_bytes : 1, "parameter copy")))
             return TS_ERR_NOMEM;
     }
-    if (s->classifier) {
-        /* Logits per target: the output's values over the targets' count. */
-        const int64_t width = (int64_t)((s->outb / sizeof(float)) / (s->yb / sizeof(int64_t)));
+    if (s->classifier || s->binary) {
+        /* Logits per target: the output's values over the targets' count
+         * (a binary model's scores are taken as two logits {0, z}). */
+        const int64_t width =
+            s->binary ? 2 : (int64_t)((s->outb / sizeof(float)) / (s->yb / sizeof(int64_t)));
         if ((st = ts_metric_acc_init(&s->macc, s->metric_flags & ~(unsigned)TS_METRIC_ACCURACY,
                                      width)) != TS_OK)
             return st;
@@ -700,9 +730,11 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
     const int64_t per = (int64_t)(ye / (s->classifier ? sizeof(int64_t) : sizeof(float)));
     const int64_t width = s->classifier ? (int64_t)(s->outb / sizeof(float)) / (B * per) : 1;
     double loss = 0, sq = 0;
-    int64_t correct = 0, targets = 0;
+    int64_t correct = 0, targets = 0, ignored = 0;
     ts_metric_acc_reset(&s->macc);
-    ts_status st = copy_params(s);
+    const int unet = s->c.model.name == TS_CFG_UNET3D;
+    ts_status st = unet ? ts_zoo_dice_reset(&s->dice, width) : TS_OK;
+    if (st == TS_OK) st = copy_params(s);
     for (int64_t start = 0; st == TS_OK && start < d->n; start += B) {
         const int64_t cnt = d->n - start < B ? d->n - start : B;
         memcpy(s->bx, (const char *)d->x + (size_t)start * xe, (size_t)cnt * xe);
@@ -711,11 +743,24 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
         st = ts_plan_set_input(s->eval, s->in_name, s->bx, s->xb);
         if (st == TS_OK) st = ts_plan_step(s->eval);
         if (st == TS_OK) st = ts_plan_read(s->eval, s->out_name, s->bout, s->outb);
+        if (st == TS_OK && unet) /* [B, C, voxels]: a row per voxel */
+            st = ts_zoo_channels_last(s->bout, B, width, per);
         if (st != TS_OK) break;
         const int64_t nt = cnt * per;
-        if (s->classifier) {
+        if (unet)
+            ts_zoo_dice_add(&s->dice, s->bout,
+                            (const int64_t *)((const char *)d->y + (size_t)start * ye), nt);
+        if (s->binary) {
+            const float *y = (const float *)((const char *)d->y + (size_t)start * ye);
+            st = ts_zoo_binary_add(s->bout, y, nt, &loss, &correct, &s->macc);
+            if (st != TS_OK) break;
+        } else if (s->classifier) {
             const int64_t *y = (const int64_t *)((const char *)d->y + (size_t)start * ye);
             for (int64_t t = 0; t < nt; t++) {
+                if (y[t] == TS_ZOO_IGNORE) { /* a graph node outside this split */
+                    ignored++;
+                    continue;
+                }
                 const float *row = s->bout + t * width;
                 int64_t arg = 0;
                 double mx = row[0], sum = 0;
@@ -741,12 +786,16 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
         return st;
     }
     e->examples = d->n;
+    targets -= ignored;
+    if (s->graph.nodes) e->examples = targets; /* the split's nodes */
     e->accuracy = e->mse = e->auc = e->dice = e->miou = NAN;
     if (s->macc.flags &&
         (st = ts_metric_acc_result(&s->macc, &e->auc, &e->dice, &e->miou)) != TS_OK)
         return st;
-    if (s->classifier) {
+    if (s->classifier || s->binary) {
         e->loss = targets ? loss / (double)targets : NAN;
+        /* unet3d: cross-entropy + soft Dice over the split, as it trains */
+        if (unet) e->loss += ts_zoo_dice_loss(&s->dice);
         if (s->want_acc) e->accuracy = targets ? (double)correct / (double)targets : NAN;
     } else {
         e->loss = targets ? sq / (double)targets : NAN;
@@ -1215,13 +1264,19 @@ static void header(session *s) {
     ts_plan_stats st;
     ts_plan_get_stats(s->plan, &st);
     char data[256];
-    if (s->all)
+    if (s->graph.nodes) /* one example: the graph */
+        snprintf(data, sizeof data, "graph of %lld nodes, %lld edges: %lld train, %lld val%s",
+                 (long long)s->graph.nodes, (long long)s->graph.edges.n,
+                 (long long)s->graph.n_train, (long long)s->graph.n_val, s->test ? ", " : "");
+    else if (s->all)
         snprintf(data, sizeof data, "%s data: %lld train, %lld val%s", source_names[c->data.source],
                  (long long)s->train->n, (long long)s->val->n, s->test ? ", " : "");
     else
         snprintf(data, sizeof data, "synthetic data");
     char test[64] = "";
-    if (s->test) snprintf(test, sizeof test, "%lld test", (long long)s->test->n);
+    if (s->test)
+        snprintf(test, sizeof test, "%lld test",
+                 (long long)(s->graph.nodes ? s->graph.n_test : s->test->n));
     char epochs[96] = "";
     if (c->batches_per_epoch)
         snprintf(epochs, sizeof epochs, " (%.3g epochs of %lld)",
@@ -1238,6 +1293,7 @@ static void header(session *s) {
                     "instructions, arena %.1f MiB",
                     s->gpt                          ? "gpt"
                     : s->c.model.name == TS_CFG_CNN ? "cnn classifier"
+                    : s->c.model.name != TS_CFG_MLP ? ts_config_model_word(s->c.model.name)
                     : s->classifier                 ? "mlp classifier"
                                                     : "mlp",
                     params, (long long)c->model.batch, (long long)c->train.steps, epochs, data,
@@ -1291,6 +1347,8 @@ static void session_free(session *s) {
     ts_plan_free(s->plan);
     ts_plan_free(s->eval);
     ts_metric_acc_free(&s->macc);
+    ts_zoo_graph_free(&s->graph);
+    ts_zoo_dice_free(&s->dice);
     ts_graph_free(s->g);
     free(s->bx);
     free(s->by);
@@ -1302,8 +1360,11 @@ static void session_free(session *s) {
 static ts_status setup(session *s) {
     ts_status st = load_data(s);
     if (st != TS_OK) return st;
-    s->classifier = s->gpt || s->c.model.classes > 0;
+    s->binary = ts_zoo_binary(&s->c);
+    s->classifier = s->gpt || (s->c.model.classes > 0 && !s->binary);
     if ((st = resolve_metrics(s)) != TS_OK) return st;
+    if (!s->all && ts_zoo_model(&s->c) && (st = ts_zoo_synth_val(&s->c, &s->val)) != TS_OK)
+        return st;
     if ((st = build(s)) != TS_OK) return st;
     if ((st = alerts_setup(s)) != TS_OK) return st;
     if (!s->all && (st = make_synthetic(s)) != TS_OK) return st;
@@ -1382,7 +1443,9 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     s->nranks = o->comm ? ts_comm_size(o->comm) : 1;
     s->rank = o->comm ? ts_comm_rank(o->comm) : 0;
     s->gpt = c->model.name == TS_CFG_GPT;
-    r->unit = s->gpt ? "tokens/s" : "samples/s";
+    r->unit = s->gpt                        ? "tokens/s"
+              : c->model.name == TS_CFG_GCN ? "epochs/s" /* a step is the whole graph */
+                                            : "samples/s";
     const char *dir = o->out_dir && *o->out_dir ? o->out_dir : c->output.dir;
     const char *from = o->resume && *o->resume ? o->resume : NULL;
     s->resume_in_place = from && !strcmp(from, "latest");
@@ -1400,6 +1463,7 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
         st = ts_fail(TS_ERR_INVALID, "ckpt.every needs a run directory for the checkpoints "
                                      "(--out RUN_DIR or output.dir)");
     }
+    if (st == TS_OK) st = ts_zoo_check_procs(c, s->nranks);
     if (st == TS_OK && c->model.batch % s->nranks)
         st = ts_fail(TS_ERR_INVALID,
                      "model.batch %lld does not divide by %d processes: every rank trains on "

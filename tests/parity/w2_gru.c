@@ -3,7 +3,7 @@
 #include "parity.h"
 
 int main(void) {
-    ts_rnn_config c = {4, 5, 3, 6, 2};
+    ts_rnn_config c = {4, 5, 3, 6, 2, 0, 0};
     ts_graph *g = ts_graph_new();
     ts_model m;
     CHECK_OK(ts_build_gru(g, &c, &m));

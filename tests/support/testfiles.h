@@ -11,4 +11,8 @@
 void tf_write_npy(const char *path, const char *descr, int64_t n, int64_t cols, const void *data,
                   size_t elem, size_t cut);
 
+/* The same for any shape: rank dims (rank >= 1), the whole data. */
+void tf_write_npy_dims(const char *path, const char *descr, int rank, const int64_t *dims,
+                       const void *data, size_t elem);
+
 #endif

@@ -165,7 +165,7 @@ static void test_type_errors(void) {
     bad("empty value", "model:\n  name: mlp\n  batch:\n", NULL, TS_ERR_INVALID,
         "model.batch: expected an integer, got nothing", NULL);
     bad("list value", "model:\n  name: [mlp, gpt]\n", NULL, TS_ERR_INVALID,
-        "model.name: expected one of mlp, gpt, cnn, got a list", NULL);
+        "model.name: expected one of mlp, gpt, cnn, gru, lstm, unet3d, gcn, got a list", NULL);
     bad("seed sign", "model: {name: mlp}\ntrain: {seed: -1}\n", NULL, TS_ERR_INVALID, "train.seed",
         NULL);
     bad("nan", "model: {name: mlp}\ntrain: {lr: nan}\n", NULL, TS_ERR_INVALID,

@@ -75,7 +75,7 @@ static void test_cnn(void) {
 }
 
 static void test_rnn(int lstm) {
-    ts_rnn_config c = {16, 6, 3, 8, 2};
+    ts_rnn_config c = {16, 6, 3, 8, 2, 0, 0};
     ts_graph *g = ts_graph_new();
     ts_model m;
     CHECK_OK(lstm ? ts_build_lstm(g, &c, &m) : ts_build_gru(g, &c, &m));
