@@ -26,6 +26,8 @@ void ck_utc_now(char buf[32]);
 /* Compact JSON with sorted keys, leaving out `skip` at the top level (NULL:
  * nothing): the bytes a signature covers. malloc'ed; NULL on failure. */
 char *ck_canonical(json_t *obj, const char *skip);
+/* A JSON array of n integers (NULL when out of memory). */
+json_t *ck_int_array(const int64_t *v, int n);
 
 /* ---- durable files ----------------------------------------------------- */
 

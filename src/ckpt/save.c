@@ -365,16 +365,6 @@ static ts_status write_shards(ts_ckpt_saver *s, const char *dir) {
 
 /* ---- manifest ------------------------------------------------------------ */
 
-static json_t *int_array(const int64_t *v, int n) {
-    json_t *a = json_array();
-    for (int i = 0; a && i < n; i++)
-        if (json_array_append_new(a, json_integer(v[i])) != 0) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
-}
-
 /* Build the manifest and return its on-disk text (sorted keys, indented;
  * the signature covers the compact sorted form without "signature"). */
 /* The logical tensors of sharded state: one entry per name of the sorted
@@ -391,7 +381,7 @@ static int add_logical(json_t *tensors, const ck_zset *z) {
             !chunks || json_array_append_new(
                            tensors, json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", c0->name, "kind",
                                               "state", "dtype", ts_dtype_name(c0->dtype), "shape",
-                                              int_array(c0->dims, c0->ndim), "chunks", chunks));
+                                              ck_int_array(c0->dims, c0->ndim), "chunks", chunks));
         i = j;
     }
     return bad;
@@ -450,13 +440,13 @@ static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, char **out, 
             snprintf(crc, sizeof crc, "%08x", t->crc);
             int64_t zero[TS_MAX_RANK] = {0};
             json_t *chunk = json_pack("{s:s, s:i, s:o, s:o, s:s}", "file", s->shards[t->shard].file,
-                                      "rank", 0, "offset", int_array(zero, t->rank), "shape",
-                                      int_array(t->dims, t->rank), "crc32c", crc);
-            bad |= json_array_append_new(tensors,
-                                         json_pack("{s:s, s:s, s:s, s:o, s:[o]}", "name", t->name,
-                                                   "kind", t->is_state ? "state" : "param", "dtype",
-                                                   ts_dtype_name(t->dtype), "shape",
-                                                   int_array(t->dims, t->rank), "chunks", chunk));
+                                      "rank", 0, "offset", ck_int_array(zero, t->rank), "shape",
+                                      ck_int_array(t->dims, t->rank), "crc32c", crc);
+            bad |= json_array_append_new(
+                tensors,
+                json_pack("{s:s, s:s, s:s, s:o, s:[o]}", "name", t->name, "kind",
+                          t->is_state ? "state" : "param", "dtype", ts_dtype_name(t->dtype),
+                          "shape", ck_int_array(t->dims, t->rank), "chunks", chunk));
         }
         if (z && !bad) bad |= add_logical(tensors, z);
         bad |= json_object_set(m, "tensors", tensors);

@@ -170,3 +170,13 @@ int64_t ck_parse_step_name(const char *name) {
     }
     return v;
 }
+
+json_t *ck_int_array(const int64_t *v, int n) {
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_integer(v[i])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}

@@ -53,16 +53,6 @@ ts_status ck_zset_add_chunk(ck_zset *z, const ck_zchunk *c) {
     return TS_OK;
 }
 
-static json_t *dims_json(const int64_t *v, int n) {
-    json_t *a = json_array();
-    for (int i = 0; a && i < n; i++)
-        if (json_array_append_new(a, json_integer(v[i])) != 0) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
-}
-
 json_t *ck_zchunk_json(const ck_zchunk *c) {
     char crc[9];
     snprintf(crc, sizeof crc, "%08x", c->crc);
@@ -91,7 +81,7 @@ ts_status ck_rank_publish(const char *dir, int rank, int world, uint64_t group, 
         json_t *e = ck_zchunk_json(c);
         bad |= !e || json_object_set_new(e, "name", json_string(c->name)) ||
                json_object_set_new(e, "dtype", json_string(ts_dtype_name(c->dtype))) ||
-               json_object_set_new(e, "shape", dims_json(c->dims, c->ndim));
+               json_object_set_new(e, "shape", ck_int_array(c->dims, c->ndim));
         bad |= json_array_append_new(chunks, e);
     }
     char *text = bad ? NULL : json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);

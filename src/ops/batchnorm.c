@@ -223,6 +223,29 @@ static inline void bn_coef(double rstd, const void *w, const void *b, int64_t c,
     *be = bc - mean * *al;
 }
 
+/* Chan et al.'s pairwise update: fold a block of nb values with mean bm and
+ * sum of squared deviations bm2 into the running (cnt, mean, m2). Blocks
+ * are folded in a fixed order, so the result does not depend on threads. */
+static inline void chan_merge(double *cnt, double *mean, double *m2, double nb, double bm,
+                              double bm2) {
+    double tot = *cnt + nb, delta = bm - *mean;
+    *mean += delta * (nb / tot);
+    *m2 += bm2 + delta * delta * (*cnt * nb / tot);
+    *cnt = tot;
+}
+
+/* From a channel's mean and sum of squared deviations over m values: o =
+ * {mean, rstd, new running mean, new running var}. As PyTorch, the biased
+ * variance normalises and the unbiased one goes to the running statistic. */
+static inline void batch_stats(double mean, double m2, int64_t m, double mom, double eps, double rm,
+                               double rv, double o[4]) {
+    double v = m2 / (double)m;
+    o[0] = mean;
+    o[1] = 1.0 / sqrt(v + eps);
+    o[2] = mom * mean + (1.0 - mom) * rm;
+    o[3] = mom * (v * (double)m / (double)(m - 1)) + (1.0 - mom) * rv;
+}
+
 #define DEF_BN(T, SFX, F64)                                                                        \
     /* Mean and sum of squared deviations of one block held in L1: x is read                       \
      * from memory once (the second sweep hits the cache). */                                      \
@@ -334,19 +357,11 @@ static inline void bn_coef(double rstd, const void *w, const void *b, int64_t c,
                 double cnt = 0, mean = 0, m2 = 0;                                                  \
                 for (int64_t q = 0; q < per_c; q++) {                                              \
                     const double *pb = &part[2 * (c * per_c + q)];                                 \
-                    double nb = (double)blk_len(d.s, q % nsb), tot = cnt + nb;                     \
-                    double delta = pb[0] - mean;                                                   \
-                    mean += delta * (nb / tot);                                                    \
-                    m2 += pb[1] + delta * delta * (cnt * nb / tot);                                \
-                    cnt = tot;                                                                     \
+                    chan_merge(&cnt, &mean, &m2, (double)blk_len(d.s, q % nsb), pb[0], pb[1]);     \
                 }                                                                                  \
-                double v = m2 / (double)m;                                                         \
-                mean_o[c] = (T)mean;                                                               \
-                rstd_o[c] = (T)(1.0 / sqrt(v + eps));                                              \
-                /* PyTorch: biased variance normalises, unbiased goes to the running stat. */      \
-                rm[c] = (T)(mom * mean + (1.0 - mom) * (double)rm[c]);                             \
-                rv[c] =                                                                            \
-                    (T)(mom * (v * (double)m / (double)(m - 1)) + (1.0 - mom) * (double)rv[c]);    \
+                double o[4];                                                                       \
+                batch_stats(mean, m2, m, mom, eps, (double)rm[c], (double)rv[c], o);               \
+                mean_o[c] = (T)o[0], rstd_o[c] = (T)o[1], rm[c] = (T)o[2], rv[c] = (T)o[3];        \
             }                                                                                      \
         } else {                                                                                   \
             for (int64_t c = 0; c < d.c; c++) {                                                    \
@@ -498,19 +513,12 @@ DEF_BN(double, f64, 1)
             }                                                                                      \
             for (int64_t c = 0; c < C; c++) {                                                      \
                 double cnt = 0, mean = 0, m2 = 0;                                                  \
-                for (int64_t q = 0; q < nb; q++) {                                                 \
-                    double nbr = (double)(R - q * br < br ? R - q * br : br), tot = cnt + nbr;     \
-                    double delta = part[2 * q * C + c] - mean;                                     \
-                    mean += delta * (nbr / tot);                                                   \
-                    m2 += part[2 * q * C + C + c] + delta * delta * (cnt * nbr / tot);             \
-                    cnt = tot;                                                                     \
-                }                                                                                  \
-                double v = m2 / (double)R;                                                         \
-                mean_o[c] = (T)mean;                                                               \
-                rstd_o[c] = (T)(1.0 / sqrt(v + eps));                                              \
-                rm[c] = (T)(mom * mean + (1.0 - mom) * (double)rm[c]);                             \
-                rv[c] =                                                                            \
-                    (T)(mom * (v * (double)R / (double)(R - 1)) + (1.0 - mom) * (double)rv[c]);    \
+                for (int64_t q = 0; q < nb; q++)                                                   \
+                    chan_merge(&cnt, &mean, &m2, (double)(R - q * br < br ? R - q * br : br),      \
+                               part[2 * q * C + c], part[2 * q * C + C + c]);                      \
+                double o[4];                                                                       \
+                batch_stats(mean, m2, R, mom, eps, (double)rm[c], (double)rv[c], o);               \
+                mean_o[c] = (T)o[0], rstd_o[c] = (T)o[1], rm[c] = (T)o[2], rv[c] = (T)o[3];        \
             }                                                                                      \
         } else {                                                                                   \
             for (int64_t c = 0; c < C; c++) {                                                      \

@@ -168,14 +168,6 @@ typedef struct bn_arg {
 /* The layout train_step_relu and build_bn_cl build batch_norm in. */
 static ts_layout layout = TS_CHANNELS_FIRST;
 
-/* [N, C, s...] <-> [N, s..., C] for rank r. */
-static ts_val to_layout(ts_graph *g, ts_val v, int r, int last) {
-    int perm[5] = {0};
-    for (int i = 1; i < r; i++)
-        perm[i] = last ? (i == r - 1 ? 1 : i + 1) : (i == 1 ? r - 1 : i - 1);
-    return ts_permute(g, v, perm);
-}
-
 /* batch_norm (relu: fused batch_norm_relu) built channels last between
  * permutes when layout says so. */
 static ts_val bn_in_layout(ts_graph *g, ts_val x, ts_val w, ts_val b, int relu) {
@@ -183,9 +175,9 @@ static ts_val bn_in_layout(ts_graph *g, ts_val x, ts_val w, ts_val b, int relu) 
         return relu ? ts_batch_norm_relu(g, x, w, b, "bn", 0.1, 1e-5)
                     : ts_batch_norm(g, x, w, b, "bn", 0.1, 1e-5);
     int r = ts_rank(g, x);
-    ts_val y = ts_batch_norm_layout(g, to_layout(g, x, r, 1), w, b, "bn", 0.1, 1e-5, relu,
+    ts_val y = ts_batch_norm_layout(g, gc_to_layout(g, x, r, 1), w, b, "bn", 0.1, 1e-5, relu,
                                     TS_CHANNELS_LAST);
-    return to_layout(g, y, r, 0);
+    return gc_to_layout(g, y, r, 0);
 }
 
 static ts_val build_bn(ts_graph *g, const ts_val *in, void *u) {
@@ -597,9 +589,9 @@ static ts_val build_bn_cl(ts_graph *g, const ts_val *in, void *u) {
     const cl_arg *a = u;
     int r = ts_rank(g, in[0]);
     ts_val w = a->affine ? in[1] : TS_NONE, b = a->affine ? in[2] : TS_NONE;
-    ts_val y = ts_batch_norm_layout(g, to_layout(g, in[0], r, 1), w, b, "bn", 0.1, 1e-5, a->relu,
+    ts_val y = ts_batch_norm_layout(g, gc_to_layout(g, in[0], r, 1), w, b, "bn", 0.1, 1e-5, a->relu,
                                     TS_CHANNELS_LAST);
-    return to_layout(g, y, r, 0);
+    return gc_to_layout(g, y, r, 0);
 }
 
 static int close_to(const double *a, const double *b, int64_t n, double tol) {

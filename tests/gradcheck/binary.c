@@ -2,14 +2,34 @@
 #include <string.h>
 #include "gradcheck.h"
 
-static ts_val b_add(ts_graph *g, const ts_val *v, void *u) { (void)u; return ts_add(g, v[0], v[1]); }
-static ts_val b_sub(ts_graph *g, const ts_val *v, void *u) { (void)u; return ts_sub(g, v[0], v[1]); }
-static ts_val b_mul(ts_graph *g, const ts_val *v, void *u) { (void)u; return ts_mul(g, v[0], v[1]); }
-static ts_val b_div(ts_graph *g, const ts_val *v, void *u) { (void)u; return ts_div(g, v[0], v[1]); }
-static ts_val b_max(ts_graph *g, const ts_val *v, void *u) { (void)u; return ts_maximum(g, v[0], v[1]); }
-static ts_val b_min(ts_graph *g, const ts_val *v, void *u) { (void)u; return ts_minimum(g, v[0], v[1]); }
+static ts_val b_add(ts_graph *g, const ts_val *v, void *u) {
+    (void)u;
+    return ts_add(g, v[0], v[1]);
+}
+static ts_val b_sub(ts_graph *g, const ts_val *v, void *u) {
+    (void)u;
+    return ts_sub(g, v[0], v[1]);
+}
+static ts_val b_mul(ts_graph *g, const ts_val *v, void *u) {
+    (void)u;
+    return ts_mul(g, v[0], v[1]);
+}
+static ts_val b_div(ts_graph *g, const ts_val *v, void *u) {
+    (void)u;
+    return ts_div(g, v[0], v[1]);
+}
+static ts_val b_max(ts_graph *g, const ts_val *v, void *u) {
+    (void)u;
+    return ts_maximum(g, v[0], v[1]);
+}
+static ts_val b_min(ts_graph *g, const ts_val *v, void *u) {
+    (void)u;
+    return ts_minimum(g, v[0], v[1]);
+}
 
-typedef struct { int ta, tb; } mm_flags;
+typedef struct {
+    int ta, tb;
+} mm_flags;
 static ts_val b_mm(ts_graph *g, const ts_val *v, void *u) {
     mm_flags *f = u;
     return ts_matmul(g, v[0], v[1], f->ta, f->tb);
@@ -18,10 +38,16 @@ static ts_val b_linear(ts_graph *g, const ts_val *v, void *u) {
     (void)u;
     return ts_linear(g, v[0], v[1], v[2]);
 }
-typedef struct { int n; int axes[4]; int keep; int mean; } red_args;
+typedef struct {
+    int n;
+    int axes[4];
+    int keep;
+    int mean;
+} red_args;
 static ts_val b_sum(ts_graph *g, const ts_val *v, void *u) {
     red_args *r = u;
-    return r->mean ? ts_mean(g, v[0], r->n, r->axes, r->keep) : ts_sum(g, v[0], r->n, r->axes, r->keep);
+    return r->mean ? ts_mean(g, v[0], r->n, r->axes, r->keep)
+                   : ts_sum(g, v[0], r->n, r->axes, r->keep);
 }
 static ts_val b_maxr(ts_graph *g, const ts_val *v, void *u) {
     red_args *r = u;
@@ -64,10 +90,12 @@ int main(void) {
             gc_input in[2] = {ta ? GC_F(4, 3) : GC_F(3, 4), tb ? GC_F(5, 4) : GC_F(4, 5)};
             snprintf(lb, sizeof lb, "matmul ta=%d tb=%d", ta, tb);
             gc_check(lb, 2, in, b_mm, &f);
-            gc_input bi[2] = {ta ? GC_F(2, 4, 3) : GC_F(2, 3, 4), tb ? GC_F(2, 5, 4) : GC_F(2, 4, 5)};
+            gc_input bi[2] = {ta ? GC_F(2, 4, 3) : GC_F(2, 3, 4),
+                              tb ? GC_F(2, 5, 4) : GC_F(2, 4, 5)};
             snprintf(lb, sizeof lb, "batched matmul ta=%d tb=%d", ta, tb);
             gc_check(lb, 2, bi, b_mm, &f);
-            gc_input bb[2] = {ta ? GC_F(2, 1, 4, 3) : GC_F(2, 1, 3, 4), tb ? GC_F(3, 5, 4) : GC_F(3, 4, 5)};
+            gc_input bb[2] = {ta ? GC_F(2, 1, 4, 3) : GC_F(2, 1, 3, 4),
+                              tb ? GC_F(3, 5, 4) : GC_F(3, 4, 5)};
             snprintf(lb, sizeof lb, "broadcast batch matmul ta=%d tb=%d", ta, tb);
             gc_check(lb, 2, bb, b_mm, &f);
             gc_input sh[2] = {ta ? GC_F(2, 4, 3) : GC_F(2, 3, 4), tb ? GC_F(5, 4) : GC_F(4, 5)};

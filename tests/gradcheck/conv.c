@@ -22,24 +22,16 @@ static int rank_of(const cv *c) {
 /* The layout the checks build the op in. */
 static ts_layout layout = TS_CHANNELS_FIRST;
 
-/* [N, C, s...] <-> [N, s..., C] for rank r. */
-static ts_val to_layout(ts_graph *g, ts_val v, int r, int last) {
-    int perm[5] = {0};
-    for (int i = 1; i < r; i++)
-        perm[i] = last ? (i == r - 1 ? 1 : i + 1) : (i == 1 ? r - 1 : i - 1);
-    return ts_permute(g, v, perm);
-}
-
 static ts_val build_cv(ts_graph *g, const ts_val *in, void *u) {
     const cv *c = u;
     ts_val b = c->bias ? in[2] : TS_NONE;
     int r = rank_of(c), cl = layout == TS_CHANNELS_LAST;
-    ts_val x = cl ? to_layout(g, in[0], r, 1) : in[0], y;
+    ts_val x = cl ? gc_to_layout(g, in[0], r, 1) : in[0], y;
     if (c->transpose)
         y = ts_conv_transpose_layout(g, x, in[1], b, c->nd, c->s, c->p, c->op, c->groups, layout);
     else
         y = ts_conv_layout(g, x, in[1], b, c->nd, c->s, c->p, c->d, c->groups, layout);
-    return cl ? to_layout(g, y, r, 0) : y;
+    return cl ? gc_to_layout(g, y, r, 0) : y;
 }
 
 static const char *layout_name(void) {

@@ -18,19 +18,11 @@ typedef struct pl {
 /* The layout the checks build the op in. */
 static ts_layout layout = TS_CHANNELS_FIRST;
 
-/* [N, C, s...] <-> [N, s..., C] for rank r. */
-static ts_val to_layout(ts_graph *g, ts_val v, int r, int last) {
-    int perm[5] = {0};
-    for (int i = 1; i < r; i++)
-        perm[i] = last ? (i == r - 1 ? 1 : i + 1) : (i == 1 ? r - 1 : i - 1);
-    return ts_permute(g, v, perm);
-}
-
 static ts_val build_pool(ts_graph *g, const ts_val *in, void *u) {
     const pl *c = u;
     const int64_t *s = c->default_stride ? NULL : c->s;
     if (layout == TS_CHANNELS_LAST) {
-        ts_val x = to_layout(g, in[0], c->nd + 2, 1), y;
+        ts_val x = gc_to_layout(g, in[0], c->nd + 2, 1), y;
         switch (c->kind) {
         case MAXP: y = ts_max_pool_layout(g, x, c->nd, c->k, s, c->p, layout); break;
         case AVG: y = ts_avg_pool_layout(g, x, c->nd, c->k, s, c->p, 0, layout); break;
@@ -38,7 +30,7 @@ static ts_val build_pool(ts_graph *g, const ts_val *in, void *u) {
         default: /* adaptive pooling is built channels first only */
             return ts_graph_fail(g, TS_ERR_INVALID, "test: no channels-last adaptive pooling");
         }
-        return to_layout(g, y, c->nd + 2, 0);
+        return gc_to_layout(g, y, c->nd + 2, 0);
     }
     switch (c->kind) {
     case MAXP: return ts_max_pool(g, in[0], c->nd, c->k, s, c->p);

@@ -29,8 +29,10 @@ static ts_graph *build_graph(int n_in, const gc_input *in, double **vals, gc_bui
         if (in[i].dtype == TS_F64) {
             void *buf = malloc((size_t)n * 8 + 8);
             for (int64_t e = 0; e < n; e++) {
-                if (ft == TS_F64) ((double *)buf)[e] = vals[i][e];
-                else ((float *)buf)[e] = (float)vals[i][e];
+                if (ft == TS_F64)
+                    ((double *)buf)[e] = vals[i][e];
+                else
+                    ((float *)buf)[e] = (float)vals[i][e];
             }
             if (in[i].differentiable)
                 v[i] = ts_param(g, name, ft, in[i].rank, in[i].dims, ts_init_buffer(buf));
@@ -57,8 +59,10 @@ static ts_graph *build_graph(int n_in, const gc_input *in, double **vals, gc_bui
     void *rb = malloc((size_t)n * 8 + 8);
     for (int64_t e = 0; e < n; e++) { /* R == NULL: a first build to learn the output size */
         double r = R ? R[e] : 1.0;
-        if (ft == TS_F64) ((double *)rb)[e] = r;
-        else ((float *)rb)[e] = (float)r;
+        if (ft == TS_F64)
+            ((double *)rb)[e] = r;
+        else
+            ((float *)rb)[e] = (float)r;
     }
     ts_val r = ts_constant(g, "R", ft, rank, dims, rb);
     free(rb);
@@ -202,4 +206,11 @@ out:
 
 int gc_check(const char *label, int n_in, const gc_input *in, gc_build_fn build, void *user) {
     return gc_check_opt(label, n_in, in, build, user, NULL);
+}
+
+ts_val gc_to_layout(ts_graph *g, ts_val v, int r, int last) {
+    int perm[TS_MAX_RANK] = {0};
+    for (int i = 1; i < r; i++)
+        perm[i] = last ? (i == r - 1 ? 1 : i + 1) : (i == 1 ? r - 1 : i - 1);
+    return ts_permute(g, v, perm);
 }

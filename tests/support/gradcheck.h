@@ -26,7 +26,7 @@
 #include "check.h"
 
 typedef struct gc_input {
-    ts_dtype dtype;   /* TS_F64 for float inputs (converted to f32 for step 4) */
+    ts_dtype dtype; /* TS_F64 for float inputs (converted to f32 for step 4) */
     int rank;
     int64_t dims[TS_MAX_RANK];
     int differentiable; /* 1: a parameter whose gradient is checked */
@@ -37,18 +37,23 @@ typedef struct gc_input {
 typedef ts_val (*gc_build_fn)(ts_graph *g, const ts_val *in, void *user);
 
 typedef struct gc_options {
-    double tol;    /* default 1e-6 */
-    int max_elems; /* per input; default 200 */
-    int no_f32;    /* skip step 4 */
+    double tol;     /* default 1e-6 */
+    int max_elems;  /* per input; default 200 */
+    int no_f32;     /* skip step 4 */
     double f32_tol; /* default 1e-4 */
 } gc_options;
 
 /* A differentiable f64 input of the given dims (rank from the count). */
-#define GC_F(...)                                                                                 \
-    ((gc_input){TS_F64, sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), {__VA_ARGS__}, 1, 0, \
-                0, NULL})
+#define GC_F(...)                                                                                  \
+    ((gc_input){                                                                                   \
+        TS_F64, sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), {__VA_ARGS__}, 1, 0, 0, NULL})
 /* A rank-0 differentiable input. */
 #define GC_SCALAR ((gc_input){TS_F64, 0, {0}, 1, 0, 0, NULL})
+
+/* v [N, C, s...] permuted to channels last [N, s..., C] (last = 1) or back
+ * (last = 0), v of rank r: for checking the channels-last ops against
+ * channels-first numbers. */
+ts_val gc_to_layout(ts_graph *g, ts_val v, int r, int last);
 
 int gc_check(const char *label, int n_in, const gc_input *in, gc_build_fn build, void *user);
 int gc_check_opt(const char *label, int n_in, const gc_input *in, gc_build_fn build, void *user,
