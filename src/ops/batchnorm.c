@@ -446,6 +446,16 @@ DEF_BN(double, f64, 1)
                 m2[c] += d * d;                                                                    \
             }                                                                                      \
     }                                                                                              \
+    /* Per channel, y = x * al + be (bn_coef), in T for the row loops. */                          \
+    static void bn_cl_coefs_##SFX(T *al, T *be, const T *mean, const T *rstd, const T *w,          \
+                                  const T *b, int64_t C) {                                         \
+        for (int64_t c = 0; c < C; c++) {                                                          \
+            double a_, b_;                                                                         \
+            bn_coef((double)rstd[c], w, b, c, F64, (double)mean[c], &a_, &b_);                     \
+            al[c] = (T)a_;                                                                         \
+            be[c] = (T)b_;                                                                         \
+        }                                                                                          \
+    }                                                                                              \
     TS_CLONES static void bn_cl_affine_##SFX(T *y, const T *x, int64_t rows, int64_t C,            \
                                              const T *al, const T *be, int relu) {                 \
         for (int64_t r = 0; r < rows; r++) {                                                       \
@@ -526,12 +536,7 @@ DEF_BN(double, f64, 1)
                 rstd_o[c] = (T)(1.0 / sqrt((double)rv[c] + eps));                                  \
             }                                                                                      \
         }                                                                                          \
-        for (int64_t c = 0; c < C; c++) {                                                          \
-            double a_, b_;                                                                         \
-            bn_coef((double)rstd_o[c], w, b, c, F64, (double)mean_o[c], &a_, &b_);                 \
-            al[c] = (T)a_;                                                                         \
-            be[c] = (T)b_;                                                                         \
-        }                                                                                          \
+        bn_cl_coefs_##SFX(al, be, mean_o, rstd_o, w, b, C);                                        \
         _Pragma("omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
                                                                                    q < nb; q++) {  \
             int64_t r0 = q * br, rows = R - r0 < br ? R - r0 : br;                                 \
@@ -554,12 +559,7 @@ DEF_BN(double, f64, 1)
         double *part = k->scratch, *tail = part + 2 * nb * C;                                      \
         T *al = (T *)tail, *be = (T *)(tail + C), *kk = (T *)(tail + 2 * C);                       \
         T *mdy = (T *)(tail + 3 * C), *scale = (T *)part; /* part is free once summed */           \
-        for (int64_t c = 0; c < C; c++) {                                                          \
-            double a_, b_;                                                                         \
-            bn_coef((double)rstd[c], w, bias, c, F64, (double)mean[c], &a_, &b_);                  \
-            al[c] = (T)a_;                                                                         \
-            be[c] = (T)b_;                                                                         \
-        }                                                                                          \
+        bn_cl_coefs_##SFX(al, be, mean, rstd, w, bias, C);                                         \
         _Pragma("omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
                                                                                    q < nb; q++) {  \
             int64_t r0 = q * br, rows = R - r0 < br ? R - r0 : br;                                 \
