@@ -576,8 +576,13 @@ static ts_status load_data(session *s) {
     return ts_loader_new(s->train, c->model.batch, c->data.shuffle, c->train.seed, &s->loader);
 }
 
+/* The benchmark models (mlp, gpt) cycle over N_SYNTH fixed batches, as the
+ * reference benchmark does; the sequence and volume models draw a fresh
+ * batch every step instead (next_batch), so their evaluation measures
+ * generalisation, not memory of a few batches. */
 static ts_status make_synthetic(session *s) {
     const ts_config *c = &s->c;
+    if (ts_zoo_model(c)) return TS_OK;
     int n = c->train.steps < N_SYNTH ? (int)c->train.steps : N_SYNTH;
     for (; s->n_synth < n; s->n_synth++) {
         int k = s->n_synth;
@@ -857,6 +862,10 @@ static ts_status next_batch(session *s, int64_t step) {
     ts_status st = TS_OK;
     if (s->loader) {
         st = ts_loader_next(s->loader, s->bx, s->by);
+    } else if (s->n_synth == 0) {
+        /* Batch `step - 1` of the seed's stream: a resumed run draws the
+         * same batches; the validation batches come from indices 2^20 on. */
+        st = ts_zoo_synth(&s->c, step - 1, s->bx, s->by);
     } else {
         int k = (int)((step - 1) % s->n_synth);
         memcpy(s->bx, s->sx[k], s->xb * (size_t)s->nranks);
