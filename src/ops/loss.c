@@ -149,7 +149,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
                    (long long)k->a->i[0]);
 }
 
-#define DEF_LOSS(T, SFX, EXP, LOG1P, ABS)                                                          \
+#define DEF_LOSS(T, SFX, EXP, LOG1P, ABS, LOG, ROWWISE)                                            \
     /* Sum over [0, n) of max(x,0) - x*y + log1p(exp(-|x|)) (torch's stable form). */              \
     TS_CLONES static double bce_block_##SFX(const T *x, const T *y, int64_t n) {                   \
         double acc[LN] = {0}, s = 0;                                                               \
@@ -226,16 +226,33 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         for (; i < c; i++) s += EXP(x[i] - m);                                                     \
         return (double)m + log(s + ts_lanes_sum(acc));                                             \
     }                                                                                              \
+    /* lse of rows [r0, r1) (at most CE_ROWS) of a few classes each, class by                      \
+     * class so that every pass runs across the rows in vector lanes (a                            \
+     * segmentation's per-voxel CE has millions of rows of 2-16 classes). */                       \
+    TS_CLONES static void lse_rows_##SFX(const T *x, T *lse, int64_t r0, int64_t r1, int64_t c) {  \
+        T m[CE_ROWS], s[CE_ROWS];                                                                  \
+        const int64_t nr = r1 - r0;                                                                \
+        const T *xb = x + r0 * c;                                                                  \
+        for (int64_t r = 0; r < nr; r++) m[r] = (T)-INFINITY, s[r] = 0;                            \
+        for (int64_t i = 0; i < c; i++)                                                            \
+            for (int64_t r = 0; r < nr; r++) m[r] = xb[r * c + i] > m[r] ? xb[r * c + i] : m[r];   \
+        for (int64_t r = 0; r < nr; r++) m[r] = m[r] == (T)-INFINITY ? (T)0 : m[r];                \
+        for (int64_t i = 0; i < c; i++)                                                            \
+            for (int64_t r = 0; r < nr; r++) s[r] += EXP(xb[r * c + i] - m[r]);                    \
+        for (int64_t r = 0; r < nr; r++) lse[r0 + r] = m[r] + LOG(s[r]);                           \
+    }                                                                                              \
     /* One block of rows in one call: lse_row is inlined into each clone, so a                     \
      * row of a few classes (a segmentation's per-voxel CE) costs no call. */                      \
     TS_CLONES static ce_part ce_block_##SFX(const T *x, const void *tg, int is64, const T *wt,     \
                                             T *lse, int64_t r0, int64_t r1, int64_t c,             \
                                             int64_t ign) {                                         \
         ce_part p = {0, 0, -1, 0};                                                                 \
+        const int rowwise = ROWWISE && c < LN;                                                     \
+        if (rowwise) lse_rows_##SFX(x, lse, r0, r1, c);                                            \
         for (int64_t r = r0; r < r1; r++) {                                                        \
             const T *row = x + r * c;                                                              \
-            double l = lse_row_##SFX(row, c);                                                      \
-            lse[r] = (T)l;                                                                         \
+            double l = rowwise ? (double)lse[r] : lse_row_##SFX(row, c);                           \
+            if (!rowwise) lse[r] = (T)l;                                                           \
             int64_t t = target_at(tg, is64, r);                                                    \
             if (t == ign) continue;                                                                \
             if (t < 0 || t >= c) {                                                                 \
@@ -284,6 +301,33 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         _Pragma("omp simd") for (int64_t i = 0; i < c; i++) d[i] = EXP(x[i] - lse) * sc;           \
         d[t] = (EXP(xt - lse) - 1) * sc;                                                           \
     }                                                                                              \
+    /* Rows [r0, r1) of a few classes, class by class across the rows (see                         \
+     * lse_rows); the same values as ce_bwd_row. dx may be x: the targets'                         \
+     * logits are read before any row is written. */                                               \
+    TS_CLONES static void ce_bwd_rows_##SFX(T *dx, const T *x, const T *lse, const void *tg,       \
+                                            int is64, const T *wt, double sc, int64_t r0,          \
+                                            int64_t r1, int64_t c, int64_t ign) {                  \
+        T scr[CE_ROWS], xt[CE_ROWS];                                                               \
+        int64_t tr[CE_ROWS];                                                                       \
+        const int64_t nr = r1 - r0;                                                                \
+        for (int64_t r = 0; r < nr; r++) {                                                         \
+            int64_t t = target_at(tg, is64, r0 + r);                                               \
+            tr[r] = t;                                                                             \
+            scr[r] = t == ign ? (T)0 : (T)(wt ? sc * (double)wt[t] : sc);                          \
+            xt[r] = t == ign ? (T)0 : x[(r0 + r) * c + t];                                         \
+        }                                                                                          \
+        T *db = dx + r0 * c;                                                                       \
+        const T *xb = x + r0 * c;                                                                  \
+        for (int64_t i = 0; i < c; i++)                                                            \
+            for (int64_t r = 0; r < nr; r++)                                                       \
+                db[r * c + i] = EXP(xb[r * c + i] - lse[r0 + r]) * scr[r];                         \
+        for (int64_t r = 0; r < nr; r++) {                                                         \
+            if (tr[r] == ign)                                                                      \
+                memset(db + r * c, 0, (size_t)c * sizeof(T));                                      \
+            else                                                                                   \
+                db[r * c + tr[r]] = (EXP(xt[r] - lse[r0 + r]) - 1) * scr[r];                       \
+        }                                                                                          \
+    }                                                                                              \
     static ts_status ce_bwd_##SFX(const ts_kargs *k) {                                             \
         const T *x = k->in[1].data, *lse = k->in[3].data;                                          \
         const void *tg = k->in[2].data;                                                            \
@@ -300,6 +344,16 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         }                                                                                          \
         /* With every row ignored all rows are zero and sc is never used. */                       \
         double dl = (double)*(const T *)k->in[0].data, sc = wsum != 0 ? dl / wsum : 0;             \
+        if (ROWWISE && c < LN) {                                                                   \
+            const int64_t nb = (n + CE_ROWS - 1) / CE_ROWS;                                        \
+            _Pragma(                                                                               \
+                "omp parallel for schedule(static) if (n * c >= TS_PAR_MIN)") for (int64_t b = 0;  \
+                                                                                   b < nb; b++) {  \
+                int64_t r1 = (b + 1) * CE_ROWS < n ? (b + 1) * CE_ROWS : n;                        \
+                ce_bwd_rows_##SFX(dx, x, lse, tg, is64, wt, sc, b *CE_ROWS, r1, c, ign);           \
+            }                                                                                      \
+            return TS_OK;                                                                          \
+        }                                                                                          \
         _Pragma("omp parallel for schedule(static) if (n * c >= TS_PAR_MIN)") for (int64_t r = 0;  \
                                                                                    r < n; r++) {   \
             int64_t t = target_at(tg, is64, r);                                                    \
@@ -312,8 +366,8 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         return TS_OK;                                                                              \
     }
 
-DEF_LOSS(float, f32, m_exp_f32, log1pf, fabsf)
-DEF_LOSS(double, f64, exp, log1p, fabs)
+DEF_LOSS(float, f32, m_exp_f32, log1pf, fabsf, m_log_f32, 1)
+DEF_LOSS(double, f64, exp, log1p, fabs, log, 0)
 
 static ts_status k_bce(const ts_kargs *k) {
     TS_FLOAT_DISPATCH(k, k->in[0].dtype, "bce_logits", bce_f32, bce_f64);

@@ -278,8 +278,45 @@ static ts_status run_axis(const ts_kargs *k, const char *op, const axis_fn fns[4
     return TS_OK;
 }
 
+/* Softmax over the last axis of f32 rows of a few elements (n < LN, e.g.
+ * the per-voxel class scores of a segmentation: millions of rows of 2):
+ * SM_ROWS rows at a time, element by element across the rows so each pass
+ * fills the vector lanes. The same sums in the same order as sm_row's
+ * few-elements path, so the same bits. y may be x. */
+#define SM_ROWS 64
+TS_CLONES static void sm_rows_f32(float *y, const float *x, int64_t nr, int64_t n) {
+    float m[SM_ROWS], inv[SM_ROWS];
+    double s[SM_ROWS];
+    for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, s[r] = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < nr; r++) m[r] = x[r * n + i] > m[r] ? x[r * n + i] : m[r];
+    for (int64_t r = 0; r < nr; r++) m[r] = m[r] == -INFINITY ? 0.0f : m[r];
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < nr; r++) {
+            float e = m_exp_f32(x[r * n + i] - m[r]);
+            y[r * n + i] = e;
+            s[r] += e;
+        }
+    for (int64_t r = 0; r < nr; r++) inv[r] = (float)(s[r] == 0 ? 0 : 1 / s[r]);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < nr; r++) y[r * n + i] *= inv[r];
+}
+
 static ts_status k_softmax(const ts_kargs *k) {
     static const axis_fn f[4] = {sm_row_f32, sm_row_f64, sm_col_f32, sm_col_f64};
+    const ts_tensor *o = &k->out[0];
+    const int64_t n = o->rank ? o->dims[o->rank - 1] : 1;
+    if (o->dtype == TS_F32 && o->rank && k->a->i[0] == o->rank - 1 && n < LN) {
+        const int64_t rows = ts_tensor_numel(o) / n, nb = (rows + SM_ROWS - 1) / SM_ROWS;
+        float *y = o->data;
+        const float *x = k->in[0].data;
+#pragma omp parallel for schedule(static) if (rows * n >= TS_PAR_MIN)
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t r0 = b * SM_ROWS, nr = rows - r0 < SM_ROWS ? rows - r0 : SM_ROWS;
+            sm_rows_f32(y + r0 * n, x + r0 * n, nr, n);
+        }
+        return TS_OK;
+    }
     return run_axis(k, "softmax", f);
 }
 static ts_status k_log_softmax(const ts_kargs *k) {

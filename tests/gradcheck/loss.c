@@ -364,6 +364,59 @@ static void determinism(void) {
     CHECK(memcmp(&bce[0], &bce[1], sizeof bce[0]) == 0, "bce %.17g vs %.17g", bce[0], bce[1]);
 }
 
+/* Cross-entropy over rows of a few classes in f32 (the row-blocked path):
+ * loss and gradient against f64 (1e-5), with ignored rows and class
+ * weights, the same bits at 1 and 2 threads. */
+static void few_classes(void) {
+    enum { N = 9001 }; /* N * c >= TS_PAR_MIN: both thread counts run in parallel */
+    for (int c = 2; c <= 15; c += 13) {
+        static float lf[N * 15], gf[2][N * 15];
+        static double ld[N * 15], gd[N * 15];
+        static int64_t tg[N];
+        float wf[15];
+        double wd[15];
+        for (int i = 0; i < N * c; i++) ld[i] = sin(i * 0.53) * 7, lf[i] = (float)ld[i];
+        for (int i = 0; i < N; i++) tg[i] = i % 13 == 0 ? -100 : (i * 5) % c;
+        for (int j = 0; j < c; j++) wd[j] = 0.5 + j, wf[j] = (float)wd[j];
+        double loss[3] = {0};
+        for (int t = 0; t < 3; t++) {
+            const ts_dtype dt = t < 2 ? TS_F32 : TS_F64;
+            ts_graph *g = ts_graph_new();
+            int64_t d[2] = {N, c}, wdim[1] = {c};
+            ts_val l = ts_param(g, "p", dt, 2, d, ts_init_buffer(t < 2 ? (void *)lf : (void *)ld));
+            ts_val w = ts_constant(g, "w", dt, 1, wdim, t < 2 ? (void *)wf : (void *)wd);
+            ts_val ce = ts_cross_entropy_weighted(
+                g, l, ts_constant(g, "t", TS_I64, 1, (int64_t[]){N}, tg), w, -100);
+            ts_train_spec spec = ts_train_spec_default(ce);
+            spec.opt.kind = TS_OPT_NONE;
+            ts_compile_options o = ts_compile_options_default();
+            o.threads = t == 1 ? 2 : 1;
+            ts_plan *p = NULL;
+            CHECK_OK(ts_compile(g, &spec, &o, &p));
+            if (p) {
+                CHECK_OK(ts_plan_step(p));
+                loss[t] = ts_plan_loss(p);
+                CHECK_OK(ts_plan_read(p, "grad:p", t < 2 ? (void *)gf[t] : (void *)gd,
+                                      (size_t)(N * c) * ts_dtype_size(dt)));
+                ts_plan_free(p);
+            }
+            ts_graph_free(g);
+        }
+        CHECK(loss[0] == loss[1] && !memcmp(gf[0], gf[1], sizeof(float) * (size_t)(N * c)),
+              "cross_entropy c=%d: 1 and 2 threads differ", c);
+        CHECK(fabs(loss[0] - loss[2]) <= 1e-5 * fabs(loss[2]), "c=%d: loss %.9g, f64 %.9g", c,
+              loss[0], loss[2]);
+        double mx = 0, worst = 0;
+        for (int i = 0; i < N * c; i++) {
+            mx = fmax(mx, fabs(gd[i]));
+            worst = fmax(worst, fabs(gf[0][i] - gd[i]));
+        }
+        CHECK(worst <= 1e-5 * mx, "c=%d: gradient off f64 by %.3g (max %.3g)", c, worst, mx);
+        for (int j = 0; j < c; j++)
+            CHECK(gf[0][j] == 0, "an ignored row's gradient is 0, got %g", gf[0][j]);
+    }
+}
+
 static void errors(void) {
     ts_graph *g = ts_graph_new();
     ts_val a = ts_input(g, "a", TS_F32, 2, (int64_t[]){2, 3});
@@ -410,6 +463,7 @@ int main(void) {
     all_ignored();
     bad_target();
     determinism();
+    few_classes();
     errors();
     return check_summary("gradcheck_loss");
 }

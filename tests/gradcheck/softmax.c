@@ -1,4 +1,5 @@
 /* Gradient checks and reference values for softmax and log_softmax. */
+#include <math.h>
 #include <string.h>
 #include "gradcheck.h"
 
@@ -174,6 +175,52 @@ static void determinism(void) {
     }
 }
 
+/* f32 rows of a few elements along the last axis take the row-blocked
+ * path: against f64 (1e-6), the same bits at 1 and 2 threads, a fully
+ * masked row gives zeros and a NaN stays in its row. */
+static void few_columns(void) {
+    enum { R = 12003 }; /* R * n >= TS_PAR_MIN for n > 1: parallel */
+    for (int n = 1; n <= 15; n += 7) {
+        static float xf[R * 15], y[2][R * 15];
+        static double xd[R * 15], yd[R * 15];
+        for (int i = 0; i < R * n; i++) xd[i] = sin(i * 0.37) * 6, xf[i] = (float)xd[i];
+        for (int j = 0; j < n; j++) xf[5 * n + j] = -INFINITY, xd[5 * n + j] = -INFINITY;
+        xf[9 * n] = NAN;
+        for (int t = 0; t < 3; t++) {
+            ts_graph *g = ts_graph_new();
+            int64_t d[2] = {R, n};
+            ts_val c = t < 2 ? ts_constant(g, "x", TS_F32, 2, d, xf)
+                             : ts_constant(g, "x", TS_F64, 2, d, xd);
+            ts_val o = ts_softmax(g, c, 1);
+            ts_plan *p = NULL;
+            ts_compile_options co = ts_compile_options_default();
+            co.threads = t == 1 ? 2 : 1;
+            CHECK_OK(ts_mark_output(g, o, "out"));
+            CHECK_OK(ts_compile(g, NULL, &co, &p));
+            if (p) {
+                CHECK_OK(ts_plan_step(p));
+                CHECK_OK(ts_plan_read(p, "out", t < 2 ? (void *)y[t] : (void *)yd,
+                                      (size_t)(R * n) * (t < 2 ? sizeof(float) : sizeof(double))));
+                ts_plan_free(p);
+            }
+            ts_graph_free(g);
+        }
+        CHECK(!memcmp(y[0], y[1], sizeof(float) * (size_t)(R * n)),
+              "softmax n=%d: 1 and 2 threads differ", n);
+        int bad = 0;
+        for (int i = 0; i < R * n; i++) {
+            if (i / n == 9) {
+                bad += !isnan(y[0][i]);
+                continue;
+            }
+            bad += !(fabs(y[0][i] - yd[i]) <= 1e-6);
+        }
+        CHECK(bad == 0, "softmax n=%d: %d values off the f64 result", n, bad);
+        for (int j = 0; j < n; j++)
+            CHECK(y[0][5 * n + j] == 0, "masked row: y = %g", y[0][5 * n + j]);
+    }
+}
+
 static void errors(void) {
     ts_graph *g = ts_graph_new();
     ts_val x = ts_input(g, "x", TS_F32, 2, (int64_t[]){2, 3});
@@ -206,6 +253,7 @@ int main(void) {
     gradchecks();
     reference_values();
     determinism();
+    few_columns();
     errors();
     return check_summary("gradcheck_softmax");
 }
