@@ -13,8 +13,8 @@ static const char usage[] =
     "                    [--precision fp32|bf16|fp16] [--profile] [--no-fuse] [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n"
     "       tessel bench --workload W1|W3 --procs N [--threads N] [--steps N] [--rounds N]\n"
-    "                    [--per-rank-batch] [--zero [0|1|2]]   (N data-parallel processes against "
-    "1)\n";
+    "                    [--per-rank-batch] [--zero [0|1|2] [--private-params]] [--profile]\n"
+    "                    (N data-parallel processes against 1)\n";
 
 /* A positive integer option value. */
 static int count(const char *opt, const char *v, int *out) {
@@ -30,7 +30,7 @@ static int count(const char *opt, const char *v, int *out) {
 int cli_bench(int argc, char **argv) {
     if (argc && !strcmp(argv[0], "collectives")) return tessel_cmd_bench_collectives(argc, argv);
     ts_bench_options o = ts_bench_options_default();
-    int rc = CLI_OK, procs = 1, per_rank_batch = 0, threads_set = 0, zero = 0;
+    int rc = CLI_OK, procs = 1, per_rank_batch = 0, threads_set = 0, zero = 0, private_params = 0;
     static const char *const with_value[] = {"--workload",  "--precision", "--json",
                                              "--reference", "--steps",     "--threads",
                                              "--rounds",    "--warmup",    "--procs"};
@@ -44,6 +44,10 @@ int cli_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--profile")) {
             o.profile = 1;
+            continue;
+        }
+        if (!strcmp(a, "--private-params")) {
+            private_params = 1;
             continue;
         }
         if (!strcmp(a, "--per-rank-batch")) {
@@ -105,6 +109,8 @@ int cli_bench(int argc, char **argv) {
         d.rounds = o.rounds;
         d.per_rank_batch = per_rank_batch;
         d.zero = zero;
+        d.private_params = private_params;
+        d.profile = o.profile;
         ts_bench_dist_result dr;
         ts_status s = ts_bench_dist_run(&d, &dr);
         return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());

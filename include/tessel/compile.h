@@ -129,20 +129,24 @@ typedef struct ts_compile_options {
      * buckets, overlapped with the rest of the backward pass; every rank
      * then applies the same update. The comm must outlive the plan, and
      * every rank must compile the same graph with the same options. */
-    struct ts_comm *comm;   /* NULL: one process */
-    double bucket_mb;       /* gradient bucket size in MiB (0: 25) */
-    double first_bucket_mb; /* the first bucket, which starts earliest (0: 1) */
-    int dist_algo;          /* ts_coll_algo of the gradient all-reduces (0: auto) */
-    int zero;               /* 1: ZeRO-1, optimizer state sharded over the ranks; 2: ZeRO-2,
-                               gradients sharded too (a bucket's full gradients live only
-                               until its reduce-scatter; read them with monitors) */
-    int no_fuse;            /* keep every op its own kernel: no GEMM epilogues, no fused elementwise
-                               groups (for checking fusion; same results, see docs/architecture.md) */
-    int no_recompute;       /* store every activation the backward reads instead of recomputing
-                               large GELU/LayerNorm outputs there (same results, more memory) */
-    int discard_outputs;    /* training plans: values marked as outputs (other than the loss) are
-                               not kept readable after the step, so their memory can be reused
-                               (e.g. the logits, overwritten by their gradient); benchmarks */
+    struct ts_comm *comm;    /* NULL: one process */
+    double bucket_mb;        /* gradient bucket size in MiB (0: 25) */
+    double first_bucket_mb;  /* the first bucket, which starts earliest (0: 1) */
+    int dist_algo;           /* ts_coll_algo of the gradient all-reduces (0: auto) */
+    int zero;                /* 1: ZeRO-1, optimizer state sharded over the ranks; 2: ZeRO-2,
+                                gradients sharded too (a bucket's full gradients live only
+                                until its reduce-scatter; read them with monitors) */
+    int zero_private_params; /* ZeRO where the ranks share memory (shm, one host): 0 (default)
+                                keeps one copy of the parameters in the shared segment, each
+                                rank updating its block in place (no all-gather); 1: a copy per
+                                rank, all-gathered after the update, as across hosts */
+    int no_fuse;         /* keep every op its own kernel: no GEMM epilogues, no fused elementwise
+                            groups (for checking fusion; same results, see docs/architecture.md) */
+    int no_recompute;    /* store every activation the backward reads instead of recomputing
+                            large GELU/LayerNorm outputs there (same results, more memory) */
+    int discard_outputs; /* training plans: values marked as outputs (other than the loss) are
+                            not kept readable after the step, so their memory can be reused
+                            (e.g. the logits, overwritten by their gradient); benchmarks */
     ts_precision_options precision; /* zero: everything in f32, no loss scaling */
 } ts_compile_options;
 

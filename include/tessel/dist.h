@@ -187,6 +187,20 @@ void *ts_comm_alloc(ts_comm *c, size_t bytes);
 void ts_comm_free(ts_comm *c, void *p);
 /* 1 when [p, p + bytes) lies inside memory the peers can read directly. */
 int ts_comm_is_shared(const ts_comm *c, const void *p, size_t bytes);
+/* 1 when every rank reaches every rank's ts_comm_alloc memory at the same
+ * address (shm: one segment mapped before the workers were forked), so one
+ * buffer can serve all ranks and a rank may read a peer's buffer at the
+ * peer's pointer. 0 for mpi and self. */
+int ts_comm_shares_memory(const ts_comm *c);
+/* One buffer of `bytes` (64-byte aligned) that every rank reads and writes
+ * at the same address; collective, every rank gets the same *out.
+ * TS_ERR_UNSUPPORTED where the ranks share no memory (ts_comm_shares_memory
+ * 0). The ranks order their accesses themselves (barriers). Every rank
+ * calls ts_comm_release_shared when done; it does not wait for the others,
+ * and the memory goes back to the transport once the last rank released
+ * it. */
+ts_status ts_comm_alloc_shared(ts_comm *c, size_t bytes, void **out);
+void ts_comm_release_shared(ts_comm *c, void *p);
 
 /* ---- collectives ------------------------------------------------------- */
 

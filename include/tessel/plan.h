@@ -164,15 +164,17 @@ ts_status ts_plan_shard_layout(const ts_plan *p, ts_shard_piece **out, int *n);
 uint64_t ts_plan_seed(const ts_plan *p);
 
 typedef struct ts_plan_stats {
-    size_t arena_bytes;      /* the whole arena */
-    size_t param_bytes;      /* parameters region */
-    size_t grad_bytes;       /* gradients region */
-    size_t state_bytes;      /* optimizer state region */
-    size_t io_bytes;         /* inputs, constants, outputs */
-    size_t temp_bytes;       /* planned region for intermediate values */
-    size_t naive_bytes;      /* sum of the sizes of every tensor of the step */
-    size_t peak_live_bytes;  /* peak of live intermediate bytes in the chosen schedule */
-    size_t naive_peak_bytes; /* same for the build-order schedule */
+    size_t arena_bytes;        /* the whole arena of this process */
+    size_t shared_param_bytes; /* ZeRO with shared parameters: the parameters, one copy for
+                                  every process of the host, outside arena_bytes (0 otherwise) */
+    size_t param_bytes;        /* parameters region */
+    size_t grad_bytes;         /* gradients region */
+    size_t state_bytes;        /* optimizer state region */
+    size_t io_bytes;           /* inputs, constants, outputs */
+    size_t temp_bytes;         /* planned region for intermediate values */
+    size_t naive_bytes;        /* sum of the sizes of every tensor of the step */
+    size_t peak_live_bytes;    /* peak of live intermediate bytes in the chosen schedule */
+    size_t naive_peak_bytes;   /* same for the build-order schedule */
     int n_instructions;
     int n_inplace; /* outputs that share their input's memory */
     double flops_per_step;

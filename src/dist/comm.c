@@ -362,6 +362,76 @@ int ts_comm_is_shared(const ts_comm *c, const void *p, size_t bytes) {
     return c && c->ops->is_shared ? c->ops->is_shared(c, p, bytes) : 0;
 }
 
+int ts_comm_shares_memory(const ts_comm *c) {
+    return c && c->ops->shares_memory;
+}
+
+/* A shared block: one cache line of header (how many ranks still use it)
+ * in front of the caller's bytes, allocated by rank 0 from its memory. */
+typedef struct shared_hdr {
+    _Alignas(64) _Atomic int users;
+} shared_hdr;
+
+/* Rank 0: frees the pending blocks no rank uses any more. */
+static void reclaim_shared(ts_comm *c) {
+    int m = 0;
+    for (int i = 0; i < c->n_shared_pending; i++) {
+        shared_hdr *h = c->shared_pending[i];
+        if (atomic_load_explicit(&h->users, memory_order_acquire) == 0)
+            ts_comm_free(c, h);
+        else
+            c->shared_pending[m++] = h;
+    }
+    c->n_shared_pending = m;
+}
+
+ts_status ts_comm_alloc_shared(ts_comm *c, size_t bytes, void **out) {
+    if (!out) return ts_fail(TS_ERR_INVALID, "ts_comm_alloc_shared: out is NULL");
+    *out = NULL;
+    if (!c) return ts_fail(TS_ERR_INVALID, "ts_comm_alloc_shared: comm is NULL");
+    if (!ts_comm_shares_memory(c))
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "ts_comm_alloc_shared: the %s transport's ranks share no memory",
+                       c->ops->name);
+    shared_hdr *h = NULL;
+    uint64_t addr = 0;
+    if (c->rank == 0) {
+        reclaim_shared(c);
+        h = ts_comm_alloc(c, sizeof *h + bytes);
+        if (h) {
+            atomic_init(&h->users, c->size);
+            addr = (uint64_t)(uintptr_t)h;
+        }
+    }
+    /* addr 0 tells the peers that rank 0 ran out */
+    ts_status s = ts_broadcast(c, &addr, sizeof addr, 0);
+    if (s == TS_OK && addr == 0)
+        s = c->rank == 0
+                ? TS_ERR_NOMEM /* ts_comm_alloc said why */
+                : ts_fail(TS_ERR_NOMEM, "ts_comm_alloc_shared: rank 0 could not allocate %zu bytes",
+                          bytes);
+    if (s != TS_OK) {
+        if (h) ts_comm_free(c, h);
+        return s;
+    }
+    *out = (unsigned char *)(uintptr_t)addr + sizeof(shared_hdr);
+    return TS_OK;
+}
+
+void ts_comm_release_shared(ts_comm *c, void *p) {
+    if (!c || !p) return;
+    shared_hdr *h = (shared_hdr *)((unsigned char *)p - sizeof(shared_hdr));
+    int left = atomic_fetch_sub_explicit(&h->users, 1, memory_order_acq_rel) - 1;
+    if (c->rank != 0) return;
+    if (left == 0) {
+        ts_comm_free(c, h);
+    } else if (ts_grow((void **)&c->shared_pending, &c->cap_shared_pending, c->n_shared_pending + 1,
+                       sizeof *c->shared_pending, "shared blocks") == TS_OK) {
+        c->shared_pending[c->n_shared_pending++] = h;
+    } /* else: kept until the comm closes */
+    reclaim_shared(c);
+}
+
 /* ---- set-up and tear-down ----------------------------------------------- */
 
 ts_status ts_comm_init_common(ts_comm *c, uint64_t host_hash) {
@@ -402,6 +472,8 @@ ts_status ts_comm_init_common(ts_comm *c, uint64_t host_hash) {
 void ts_comm_close(ts_comm *c) {
     if (!c || c->no_close) return;
     ts_async_stop(c);
+    free(c->shared_pending); /* the transport's memory goes with it */
+    c->shared_pending = NULL;
     ts_aligned_free(c->scratch);
     free(c->host);
     free(c->absent_ranks);

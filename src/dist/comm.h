@@ -75,6 +75,7 @@ typedef struct ts_comm_ops {
     void *(*alloc)(ts_comm *c, size_t bytes);
     int (*free)(ts_comm *c, void *p); /* 0 when p was not the transport's */
     int (*is_shared)(const ts_comm *c, const void *p, size_t bytes);
+    int shares_memory; /* see ts_comm_shares_memory */
     /* Does the native collective handle this dtype/op? */
     int (*native_ok)(const ts_comm *c, ts_coll_kind kind, ts_dtype dt, ts_reduce_op op);
     void (*destroy)(ts_comm *c);
@@ -119,6 +120,11 @@ struct ts_comm {
     int *absent_ranks;
     int *members;  /* 2 * size ints for the hierarchical groups */
     int thread_ok; /* collectives may run on a communication thread */
+
+    /* ts_comm_alloc_shared blocks this rank (0) allocated whose peers may
+     * still use them; freed once their count of users reaches 0. */
+    void **shared_pending;
+    int n_shared_pending, cap_shared_pending;
 
     ts_async *async;
     ts_comm_trace_fn trace;

@@ -626,6 +626,7 @@ static const ts_comm_ops shm_ops = {
     .alloc = shm_alloc,
     .free = shm_free,
     .is_shared = shm_is_shared,
+    .shares_memory = 1,
     .native_ok = shm_native_ok,
     .destroy = shm_destroy,
 };

@@ -293,6 +293,10 @@ static const ts_config_key keys[] = {
     {"dist.zero", TS_CFG_INT, FIELD(dist, zero), 0, NULL, "[0, 2]", "0",
      "ZeRO stage: 1 shards the optimizer state over the processes, 2 the gradients too (0: "
      "replicated)"},
+    {"dist.share_params", TS_CFG_BOOL, FIELD(dist, share_params), 0, NULL, NULL, "true",
+     "ZeRO with --procs (processes of one host): one copy of the parameters in shared memory, "
+     "each process updating its block in place (false: a copy per process, all-gathered after "
+     "the update, as across hosts under mpirun)"},
     {"dist.timeout_s", TS_CFG_F64, FIELD(dist, timeout_s), 0, NULL, "[0, inf)", "0",
      "seconds a collective may wait for a peer (0: TESSEL_DIST_TIMEOUT, else 1800)"},
     {"dist.max_restarts", TS_CFG_INT, FIELD(dist, max_restarts), 0, NULL, "[0, 1000]", "0",

@@ -153,6 +153,7 @@ typedef struct ts_config {
         double bucket_mb; /* gradient bucket size (MiB) */
         int algo;         /* ts_coll_algo of the gradient all-reduces */
         int zero;         /* ZeRO stage: 1 shards the optimizer state */
+        int share_params; /* ZeRO on shm: one shared copy of the parameters */
         double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
         int max_restarts; /* --procs: restarts of failed workers from the latest checkpoint */
     } dist;

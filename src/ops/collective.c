@@ -214,13 +214,22 @@ static ts_status k_rs_start(const ts_kargs *k) {
     return TS_OK;
 }
 
-/* reduce_scatter_wait (token, shard) -> token: waits, then shard /= ranks. */
+/* reduce_scatter_wait (token, shard) -> token: waits, then shard /= ranks,
+ * unless i[5] is set: then the shard keeps the sum, and the shard_update
+ * and zero_clip_coef reading it divide as they go (one pass over the shard
+ * fewer). */
 static ts_status infer_rs_wait(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     return infer_wait(g, n, out, n_out);
 }
 
 static ts_status k_rs_wait(const ts_kargs *k) {
-    return k_wait(k);
+    if (!k->a->i[5]) return k_wait(k);
+    const ts_dist_rt *rt;
+    int b;
+    ts_status s = rt_bucket(k, "reduce_scatter_wait", &rt, &b);
+    if (s == TS_OK) s = ts_coll_wait(rt->comm, rt->tickets[b]);
+    if (s == TS_OK) *(int64_t *)k->out[0].data = b;
+    return s;
 }
 
 /* all_gather_start (p1..pk) -> token: every rank's block of the bucket's
@@ -263,7 +272,9 @@ static ts_status k_ag_wait(const ts_kargs *k) {
 }
 
 /* zero_clip_coef (shard1..shardB) -> coef: clipping by the global norm of
- * the averaged gradient when each rank holds only its shards: each rank
+ * the averaged gradient when each rank holds only its shards (sums over
+ * the ranks when i[2] > 1: each element is divided by i[2] first, as
+ * reduce_scatter_wait would have): each rank
  * sums the squares of its shards (double, fixed blocks, fixed order), one
  * all-reduce adds the ranks' sums (i[1] algo), and the coefficient follows
  * clip_coef: min(1, max_norm / (norm + 1e-6)) in the gradients' dtype.
@@ -278,21 +289,38 @@ static ts_status infer_zclip(const ts_graph *g, const ts_node *n, ts_type *out, 
     return TS_OK;
 }
 
-static double sumsq(const ts_tensor *t) {
+/* The mean of a sum over `ranks` in the sum's dtype T: x / ranks, the
+ * bits reduce_scatter_wait stores (x * (1 / ranks) when that is exact). */
+#define MEAN_OF(T, x, ranks, pow2) ((pow2) ? (x) * ((T)1 / (T)(ranks)) : (x) / (T)(ranks))
+
+static double sumsq(const ts_tensor *t, int64_t ranks) {
     const int64_t n = ts_tensor_numel(t);
+    const int pow2 = (ranks & (ranks - 1)) == 0;
     double acc[8] = {0};
     if (t->dtype == TS_F32) {
         const float *x = t->data;
         int64_t i = 0;
         for (; i + 8 <= n; i += 8)
-            for (int j = 0; j < 8; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
-        for (; i < n; i++) acc[0] += (double)x[i] * (double)x[i];
+            for (int j = 0; j < 8; j++) {
+                const double m = (double)MEAN_OF(float, x[i + j], ranks, pow2);
+                acc[j] += m * m;
+            }
+        for (; i < n; i++) {
+            const double m = (double)MEAN_OF(float, x[i], ranks, pow2);
+            acc[0] += m * m;
+        }
     } else {
         const double *x = t->data;
         int64_t i = 0;
         for (; i + 8 <= n; i += 8)
-            for (int j = 0; j < 8; j++) acc[j] += x[i + j] * x[i + j];
-        for (; i < n; i++) acc[0] += x[i] * x[i];
+            for (int j = 0; j < 8; j++) {
+                const double m = MEAN_OF(double, x[i + j], ranks, pow2);
+                acc[j] += m * m;
+            }
+        for (; i < n; i++) {
+            const double m = MEAN_OF(double, x[i], ranks, pow2);
+            acc[0] += m * m;
+        }
     }
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
@@ -302,7 +330,8 @@ static ts_status k_zclip(const ts_kargs *k) {
     if (!rt || !rt->comm)
         return ts_fail(TS_ERR_INTERNAL, "zero_clip_coef '%s': no comm in this plan", lbl(k));
     double ss = 0;
-    for (int j = 0; j < k->n_in; j++) ss += sumsq(&k->in[j]);
+    const int64_t ranks = k->a->i[2] > 1 ? k->a->i[2] : 1;
+    for (int j = 0; j < k->n_in; j++) ss += sumsq(&k->in[j], ranks);
     ts_status s = ts_allreduce(rt->comm, &ss, 1, TS_F64, TS_RED_SUM, (ts_coll_algo)k->a->i[1]);
     if (s != TS_OK) return s;
     if (k->out[0].dtype == TS_F32) {
@@ -350,3 +379,31 @@ const ts_op_def ts_def_zero_clip_coef = {.name = "zero_clip_coef",
                                          .flags = TS_OPF_SIDE_EFFECT | TS_OPF_UPDATE,
                                          .infer = infer_zclip,
                                          .kernel = k_zclip};
+
+/* zero_sync () -> token: every rank of the comm reaches this point before
+ * any goes on (shared parameters: see distribute.c). A blocking barrier;
+ * on a comm with a communication thread it queues behind the collectives
+ * started before it. */
+static ts_status infer_zsync(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    (void)g;
+    (void)n;
+    memset(out, 0, sizeof *out);
+    out->dtype = TS_I64;
+    *n_out = 1;
+    return TS_OK;
+}
+
+static ts_status k_zsync(const ts_kargs *k) {
+    const ts_dist_rt *rt = k->backend;
+    if (!rt || !rt->comm)
+        return ts_fail(TS_ERR_INTERNAL, "zero_sync '%s': no comm in this plan", lbl(k));
+    *(int64_t *)k->out[0].data = 0;
+    return ts_barrier(rt->comm);
+}
+
+const ts_op_def ts_def_zero_sync = {.name = "zero_sync",
+                                    .min_in = 0,
+                                    .max_in = 0,
+                                    .flags = TS_OPF_SIDE_EFFECT,
+                                    .infer = infer_zsync,
+                                    .kernel = k_zsync};

@@ -4,12 +4,18 @@
 #ifndef TS_OPS_COLLECTIVE_H
 #define TS_OPS_COLLECTIVE_H
 
+#include <stddef.h>
 #include "tessel/dist.h"
 
 typedef struct ts_dist_rt {
     ts_comm *comm;
     ts_coll_ticket *tickets; /* per bucket: its started all-reduce */
     int n_buckets;
+    /* ZeRO with shared parameters (ts_compile_options.zero_private_params
+     * 0 on shm): where each rank's arena lies relative to this rank's, so
+     * a fused shard update reads rank q's copy of a gradient at
+     * (char *)g + peer_delta[q]; NULL otherwise. */
+    ptrdiff_t *peer_delta;
 } ts_dist_rt;
 
 #endif

@@ -142,14 +142,19 @@ typedef enum ts_op_id {
     /* ZeRO-1 (see collective.c, optim.c shard_update) */
     TS_OP_REDUCE_SCATTER_START, /* (g1..gk) -> (token, shard [i[2]]); i[0] ticket, i[1] algo, i[3]
                                    bucket elements */
-    TS_OP_REDUCE_SCATTER_WAIT,  /* (token, shard) -> token; shard /= ranks */
+    TS_OP_REDUCE_SCATTER_WAIT,  /* (token, shard) -> token; shard /= ranks (i[5]: left a sum,
+                                   its readers divide) */
     TS_OP_ALL_GATHER_START,     /* (p1..pk) -> token; in place; i[0] ticket, i[1] algo, i[3] bucket
                                    elements */
     TS_OP_ALL_GATHER_WAIT,      /* (token, p1..pk) -> token */
     TS_OP_ZERO_CLIP_COEF, /* (shard1..shardB) -> coef over all ranks' shards; f[0] max_norm, i[1]
-                             algo */
+                             algo, i[2] ranks the shards' sums are divided by */
     TS_OP_SHARD_UPDATE, /* (p1..pk, g_shard, s1[, s2][, coef]) update of elements [i[5], ...) of the
-                           params' range; i[7] sgd/adam op, i[6] k */
+                           params' range; i[7] sgd/adam op, i[6] k, i[10] ranks g_shard's sum is
+                           divided by; i[8] > 0 (shared parameters,
+                           fused): (p1..pk, g1..gk, s1[, s2]), the gradient the mean over i[8]
+                           ranks' copies of the bucket, i[9] elements */
+    TS_OP_ZERO_SYNC,    /* () -> token: a barrier of the ranks (shared parameters) */
     /* fused ops, built by the fusion pass after autodiff; see fused.h */
     TS_OP_FUSED_ELTWISE, /* (x0.., program) -> y; i[0] instructions, i[1] inputs */
     TS_OP_MATMUL_EPI,    /* (a, b, post-op operands..) -> y; i[0..1] as matmul, i[2] n post, i[3..]

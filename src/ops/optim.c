@@ -12,6 +12,7 @@
  * count. */
 #include <math.h>
 #include <string.h>
+#include "collective.h"
 #include "kern.h"
 
 /* torch's CPU kernels for add(x, alpha=a) and addcmul are built with FMA
@@ -139,6 +140,11 @@ static ts_status infer_clip(const ts_graph *g, const ts_node *n, ts_type *out, i
  * chunk functions round them to the parameter dtype where torch hands a
  * Python float to a kernel. */
 typedef struct upd_args {
+    /* ZeRO: the gradient is a sum over ranks, divided here (gdiv: g / gd,
+     * else g * gm; gm = 1 / ranks is exact for a power of two, 1 without
+     * ZeRO), so no pass of its own divides it */
+    double gm, gd;
+    int gdiv;
     double coef, wd, mom, damp1, neg_lr;                    /* SGD; damp1 = 1 - dampening */
     double pscale, b1, omb1, b2, omb2, bc2s, eps, neg_step; /* Adam */
     int use_wd, first, nesterov;
@@ -159,18 +165,18 @@ typedef void (*upd_fn)(void *const *t, const upd_args *c, int64_t s, int64_t n);
         T *restrict p = (T *)t[0] + s, *restrict buf = t[2] ? (T *)t[2] + s : NULL;                \
         const T *restrict g = (const T *)t[1] + s;                                                 \
         const T coef = (T)c->coef, wd = (T)c->wd, mom = (T)c->mom, damp1 = (T)c->damp1;            \
-        const T neg_lr = (T)c->neg_lr;                                                             \
-        const int use_wd = c->use_wd, first = c->first, nesterov = c->nesterov;                    \
+        const T neg_lr = (T)c->neg_lr, gm = (T)c->gm, gd = (T)c->gd;                               \
+        const int use_wd = c->use_wd, first = c->first, nesterov = c->nesterov, gdiv = c->gdiv;    \
         if (!buf) {                                                                                \
             for (int64_t i = 0; i < n; i++) {                                                      \
-                T d = g[i] * coef;                                                                 \
+                T d = (gdiv ? g[i] / gd : g[i] * gm) * coef;                                       \
                 if (use_wd) d = FMA(wd, p[i], d);                                                  \
                 p[i] = FMA(neg_lr, d, p[i]);                                                       \
             }                                                                                      \
             return;                                                                                \
         }                                                                                          \
         for (int64_t i = 0; i < n; i++) {                                                          \
-            T d = g[i] * coef;                                                                     \
+            T d = (gdiv ? g[i] / gd : g[i] * gm) * coef;                                           \
             if (use_wd) d = FMA(wd, p[i], d);                                                      \
             T b = first ? d : FMA(damp1, d, buf[i] * mom);                                         \
             buf[i] = b;                                                                            \
@@ -196,10 +202,10 @@ DEF_SGD(sgd_f64, double, fma)
         const T *restrict g = (const T *)t[1] + s;                                                 \
         const T coef = (T)c->coef, wd = (T)c->wd, pscale = (T)c->pscale, b1 = (T)c->b1;            \
         const T omb1 = (T)c->omb1, b2 = (T)c->b2, omb2 = (T)c->omb2, bc2s = (T)c->bc2s;            \
-        const T eps = (T)c->eps, neg_step = (T)c->neg_step;                                        \
-        const int use_wd = c->use_wd;                                                              \
+        const T eps = (T)c->eps, neg_step = (T)c->neg_step, gm = (T)c->gm, gd = (T)c->gd;          \
+        const int use_wd = c->use_wd, gdiv = c->gdiv;                                              \
         for (int64_t i = 0; i < n; i++) {                                                          \
-            T gr = g[i] * coef, pi = p[i];                                                         \
+            T gr = (gdiv ? g[i] / gd : g[i] * gm) * coef, pi = p[i];                               \
             if (use_wd) gr = FMA(wd, pi, gr);                                                      \
             pi = pi * pscale;                                                                      \
             T mi = FMA(omb1, gr, m[i] * b1);                                                       \
@@ -276,7 +282,16 @@ static int64_t opt_step_of(const ts_step_ctx *c) {
 /* The per-step constants of SGD (a: sgd_update's attributes) and of Adam
  * (a: adam_update's), shared by the full update and ZeRO's shard update so
  * both take the same step. */
+/* The gradient divisor of a sum over `ranks` (1: none; see upd_args). */
+static void grad_divisor(upd_args *c, int64_t ranks) {
+    if (ranks < 1) ranks = 1;
+    c->gdiv = (ranks & (ranks - 1)) != 0;
+    c->gd = (double)ranks;
+    c->gm = 1.0 / (double)ranks;
+}
+
 static void sgd_consts(upd_args *c, const ts_attrs *a, const ts_step_ctx *ctx, double coef) {
+    grad_divisor(c, 1);
     c->coef = coef; /* g * 1 is exact */
     c->mom = a->f[0];
     c->damp1 = 1.0 - a->f[1];
@@ -291,6 +306,7 @@ static void adam_consts(upd_args *c, const ts_attrs *a, const ts_step_ctx *ctx, 
     const int decoupled = a->i[0] != 0;
     const double b1 = a->f[0], b2 = a->f[1], wd = a->f[3], lr = ctx->lr;
     const double t = (double)opt_step_of(ctx);
+    grad_divisor(c, 1);
     c->coef = coef;
     c->wd = wd;
     c->use_wd = !decoupled && wd != 0;
@@ -359,35 +375,72 @@ static ts_status k_adam(const ts_kargs *k) {
 static ts_status infer_shard(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     (void)out;
     const int k = (int)n->a.i[6], ns = n->a.i[7] == TS_OP_ADAM_UPDATE ? 2 : (int)n->a.i[0];
-    const int has_coef = n->a.i[1] != 0;
+    const int has_coef = n->a.i[1] != 0, fused = n->a.i[8] > 0, ng = fused ? k : 1;
     if (n->a.i[7] != TS_OP_ADAM_UPDATE && n->a.i[7] != TS_OP_SGD_UPDATE)
         return ts_fail(TS_ERR_INVALID, "i[7] must be sgd_update or adam_update");
-    if (k < 1 || n->n_in != k + 1 + ns + has_coef)
-        return ts_fail(TS_ERR_INVALID, "expects %d parameters, the gradient shard, %d states%s", k,
-                       ns, has_coef ? " and the clip coefficient" : "");
-    const ts_type *gs = ts_in_type(g, n, k);
-    for (int j = 0; j < k; j++)
-        if (ts_in_type(g, n, j)->dtype != gs->dtype)
-            return ts_fail(TS_ERR_SHAPE, "parameter %d is %s, the gradient shard %s", j,
-                           ts_dtype_name(ts_in_type(g, n, j)->dtype), ts_dtype_name(gs->dtype));
-    if (gs->dtype != TS_F32 && gs->dtype != TS_F64)
+    if (k < 1 || n->n_in != k + ng + ns + has_coef)
+        return ts_fail(TS_ERR_INVALID, "expects %d parameters, %s, %d states%s", k,
+                       fused ? "their gradients" : "the gradient shard", ns,
+                       has_coef ? " and the clip coefficient" : "");
+    if (fused && has_coef)
+        return ts_fail(TS_ERR_INVALID, "a fused shard update takes no clip coefficient");
+    const ts_dtype dt = ts_in_type(g, n, k)->dtype;
+    for (int j = 0; j < k + ng; j++)
+        if (ts_in_type(g, n, j)->dtype != dt)
+            return ts_fail(TS_ERR_SHAPE, "%s %d is %s, the gradient %s",
+                           j < k ? "parameter" : "gradient", j < k ? j : j - k,
+                           ts_dtype_name(ts_in_type(g, n, j)->dtype), ts_dtype_name(dt));
+    if (dt != TS_F32 && dt != TS_F64)
         return ts_fail(TS_ERR_SHAPE, "the gradient shard must be f32 or f64");
-    for (int j = 0; j < ns; j++)
-        if (!ts_type_equal(ts_in_type(g, n, k + 1 + j), gs))
+    for (int j = 0; j < ns; j++) {
+        const ts_type *t = ts_in_type(g, n, k + ng + j);
+        if (t->dtype != dt || t->rank != 1 ||
+            t->dims[0] != (fused ? n->a.i[9] : ts_type_numel(ts_in_type(g, n, k))))
             return ts_fail(TS_ERR_SHAPE, "state %d does not match the gradient shard", j);
+    }
     *n_out = 0;
     return TS_OK;
 }
+
+/* Fused shard update: the mean over `nr` ranks of elements [e, e + n) of
+ * the bucket's flat gradient range starting at g, rank q's copy at g +
+ * delta[q]: ((g_0 + g_1) + g_2 ...) / nr, the bits the reduce-scatter's
+ * fold and its wait's division give. */
+#define DEF_MEAN(name, T)                                                                          \
+    static void name(T *restrict out, const char *g, const ptrdiff_t *delta, int nr, int64_t e,    \
+                     int64_t n) {                                                                  \
+        const T *s0 = (const T *)(g + delta[0]) + e, *s1 = (const T *)(g + delta[1]) + e;          \
+        for (int64_t i = 0; i < n; i++) out[i] = s0[i] + s1[i];                                    \
+        for (int q = 2; q < nr; q++) {                                                             \
+            const T *sq = (const T *)(g + delta[q]) + e;                                           \
+            for (int64_t i = 0; i < n; i++) out[i] = out[i] + sq[i];                               \
+        }                                                                                          \
+        /* x * (1 / nr) is x / nr exactly when nr is a power of two */                             \
+        if ((nr & (nr - 1)) == 0) {                                                                \
+            const T r = (T)1 / (T)nr;                                                              \
+            for (int64_t i = 0; i < n; i++) out[i] = out[i] * r;                                   \
+        } else {                                                                                   \
+            const T d = (T)nr;                                                                     \
+            for (int64_t i = 0; i < n; i++) out[i] = out[i] / d;                                   \
+        }                                                                                          \
+    }
+DEF_MEAN(mean_f32, float)
+DEF_MEAN(mean_f64, double)
 
 static ts_status k_shard(const ts_kargs *k) {
     const ts_attrs *a = k->a;
     const int np = (int)a->i[6], adam = a->i[7] == TS_OP_ADAM_UPDATE;
     const int ns = adam ? 2 : (int)a->i[0], has_coef = a->i[1] != 0;
+    const int nr = (int)a->i[8], ng = nr > 0 ? np : 1; /* nr > 0: fused */
     const ts_tensor *gs = &k->in[np];
     const ts_dtype dt = gs->dtype;
     const size_t es = ts_dtype_size(dt);
     if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "shard_update '%s': no step context", lbl(k));
-    const int64_t n = ts_tensor_numel(gs), off = a->i[5];
+    const int64_t n = nr > 0 ? a->i[9] : ts_tensor_numel(gs), off = a->i[5];
+    const ts_dist_rt *rt = k->backend;
+    if (nr > 0 && (!rt || !rt->peer_delta || nr < 2 || nr != ts_comm_size(rt->comm)))
+        return ts_fail(TS_ERR_INTERNAL, "shard_update '%s': no peers' gradients in this plan",
+                       lbl(k));
     const char *lo = k->in[0].data;
     const ts_tensor *last = &k->in[np - 1];
     const char *hi = (const char *)last->data + (size_t)ts_tensor_numel(last) * es;
@@ -409,9 +462,34 @@ static ts_status k_shard(const ts_kargs *k) {
         sgd_consts(&c, a, k->ctx, coef);
         f = dt == TS_F32 ? sgd_f32 : sgd_f64;
     }
-    void *t[4] = {(char *)lo + (size_t)off * es, gs->data, ns > 0 ? k->in[np + 1].data : NULL,
-                  ns > 1 ? k->in[np + 2].data : NULL};
+    if (nr == 0) grad_divisor(&c, a->i[10]); /* the reduce-scatter left the sum */
+    void *t[4] = {(char *)lo + (size_t)off * es, gs->data, ns > 0 ? k->in[np + ng].data : NULL,
+                  ns > 1 ? k->in[np + ng + 1].data : NULL};
     const int64_t nch = (n + OPT_CHUNK - 1) / OPT_CHUNK;
+    if (nr > 0) {
+        /* The bucket's gradients are one range (memplan), as its
+         * parameters are: this rank's block of it, averaged over the ranks
+         * chunk by chunk into a buffer the update then reads. */
+        const char *glo = gs->data;
+        const ts_tensor *gl = &k->in[2 * np - 1];
+        if ((const char *)gl->data + (size_t)ts_tensor_numel(gl) * es - glo <
+            (off + n) * (ptrdiff_t)es)
+            return ts_fail(TS_ERR_INTERNAL, "shard_update '%s': gradients not one range", lbl(k));
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+        for (int64_t ch = 0; ch < nch; ch++) {
+            _Alignas(64) double buf[OPT_CHUNK]; /* OPT_CHUNK elements of f32 or f64 */
+            const int64_t s = ch * OPT_CHUNK, len = n - s < OPT_CHUNK ? n - s : OPT_CHUNK;
+            if (dt == TS_F32)
+                mean_f32((float *)buf, glo, rt->peer_delta, nr, off + s, len);
+            else
+                mean_f64(buf, glo, rt->peer_delta, nr, off + s, len);
+            void *tc[4] = {(char *)t[0] + (size_t)s * es, buf,
+                           t[2] ? (char *)t[2] + (size_t)s * es : NULL,
+                           t[3] ? (char *)t[3] + (size_t)s * es : NULL};
+            f(tc, &c, 0, len);
+        }
+        return TS_OK;
+    }
 #pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
     for (int64_t ch = 0; ch < nch; ch++) {
         int64_t s = ch * OPT_CHUNK;
@@ -421,6 +499,7 @@ static ts_status k_shard(const ts_kargs *k) {
 }
 
 static double cost_shard(const ts_graph *g, const ts_node *n) {
+    if (n->a.i[8] > 0) return (14.0 + (double)n->a.i[8]) * (double)n->a.i[9];
     return 14.0 * (double)ts_type_numel(ts_in_type(g, n, (int)n->a.i[6]));
 }
 

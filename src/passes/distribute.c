@@ -65,7 +65,28 @@ static int is_alias(const ts_graph *g, int node) {
  * done: see ts_reduce_scatter_start), so later nodes may reuse its memory.
  * Monitors reading a bucket's gradients run right before its start, so
  * they do not keep the bucket alive. Until the update each rank keeps only
- * its shards. */
+ * its shards.
+ *
+ * The shards keep the sum over the ranks (reduce_scatter_wait i[5]): the
+ * shard update and zero_clip_coef divide as they read them, which saves a
+ * pass over every shard.
+ *
+ * Shared parameters (d->shared_params: the ranks share memory, the shm
+ * transport): the plan keeps one copy of the parameters for all ranks
+ * (ts_comm_alloc_shared), and each rank's shard_update writes its block
+ * of it in place, so there is nothing to all-gather. Two barriers
+ * (zero_sync) order it: "zero.params_read" before the first update (every
+ * rank is done reading the parameters this step) and
+ * "zero.params_updated" at the end (every block is written before any
+ * rank's next step reads it). ZeRO-1 without clipping goes further: no
+ * reduce-scatter at all; the gradient buckets stay in the segment until
+ * the update, and each shard_update (i[8] = ranks) averages its block over
+ * every rank's copy of the bucket itself, reading the peers' arenas in
+ * place (the second barrier also keeps them until every rank has read
+ * them). Order per step:
+ *   ... backward ...
+ *   [at the update] zero_sync shard_update(b) for each bucket
+ *   [end of step]   zero_sync */
 
 /* Elements a bucket spans in memplan's layout (64-byte padding between
  * tensors). */
@@ -106,6 +127,12 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         if (clip < 0 || g->nodes[clip].op != TS_OP_CLIP_COEF)
             return ts_fail(TS_ERR_INTERNAL, "distribute: the update's coefficient is no clip_coef");
     }
+    /* Shared parameters (ranks on one host, shm): one copy of the
+     * parameters that each rank updates its block of in place, between two
+     * barriers, instead of all-gathering; without clipping ZeRO-1 also
+     * skips the reduce-scatter: the update reads every rank's gradients of
+     * its block in the segment and averages them itself (fused). */
+    const int shared = d->shared_params, fused = shared && d->zero == 1 && !has_coef;
     const int nv0 = g->n_values;
     int32_t *group_of = ts_alloc(sizeof(int32_t) * (size_t)(nv0 + 1), "zero");
     int32_t *shard = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
@@ -113,6 +140,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     int32_t *rs_wait = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int32_t *upd = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int64_t *shard_off = ts_alloc(sizeof(int64_t) * (size_t)(nb + 1), "zero");
+    int64_t *shard_len = ts_alloc(sizeof(int64_t) * (size_t)(nb + 1), "zero");
     int32_t *ag_start = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int32_t *ag_wait = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(un.n_in + nb + 8), "zero");
@@ -123,8 +151,9 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     int *first_write = ts_alloc(sizeof(int) * (size_t)(nb + 1), "zero");
     int32_t *nmap = NULL, *vmap = NULL;
     ts_status s = TS_OK;
-    if (!group_of || !shard || !rs_start || !rs_wait || !upd || !shard_off || !ag_start ||
-        !ag_wait || !args || !out || !bucket_of || !mon_bucket || !pos || !first_write) {
+    if (!group_of || !shard || !rs_start || !rs_wait || !upd || !shard_off || !shard_len ||
+        !ag_start || !ag_wait || !args || !out || !bucket_of || !mon_bucket || !pos ||
+        !first_write) {
         s = TS_ERR_NOMEM;
         goto done;
     }
@@ -176,6 +205,9 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
                         (long long)span, d->size);
             break;
         }
+        shard_off[b] = (int64_t)off;
+        shard_len[b] = (int64_t)len;
+        if (fused) continue;
         char name[64];
         ts_attrs a = ts_attrs_zero();
         a.i[0] = b;
@@ -183,6 +215,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         a.i[2] = (int64_t)len;
         a.i[3] = span;
         a.i[4] = d->zero; /* 2: memplan releases the bucket after its wait */
+        a.i[5] = 1;       /* the shard keeps the sum: its readers divide */
         for (int i = 0; i < k; i++) args[i] = ts_mkval(gr[first[b] + i].v);
         ts_val tok = ts_node_add(g, TS_OP_REDUCE_SCATTER_START, k, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
@@ -198,7 +231,6 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         rs_wait[b] = g->values[w.id].node;
         snprintf(name, sizeof name, "bucket%d.wait", b);
         ts_set_name(g, w, name);
-        shard_off[b] = (int64_t)off;
     }
     if (s != TS_OK) goto done;
     /* The clip coefficient over every rank's shards. */
@@ -208,22 +240,45 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         ts_attrs a = ts_attrs_zero();
         a.f[0] = g->nodes[clip].a.f[0];
         a.i[1] = d->algo;
+        a.i[2] = d->size; /* the shards hold sums over the ranks */
         coef = ts_node_add(g, TS_OP_ZERO_CLIP_COEF, nb, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) goto done;
         ts_set_name(g, coef, "clip_coef");
         for (int b = 0; b < nb && s == TS_OK; b++)
             s = ts_node_add_ctrl(g, g->values[coef.id].node, rs_wait[b]);
     }
+    /* Shared parameters: every rank has finished reading them (the
+     * backward) before any rank updates its block. */
+    int32_t sync_pre = -1, sync_post = -1;
+    if (shared) {
+        ts_attrs a = ts_attrs_zero();
+        ts_val t = ts_node_add(g, TS_OP_ZERO_SYNC, 0, NULL, &a, NULL);
+        if ((s = ts_graph_status(g)) != TS_OK) goto done;
+        ts_set_name(g, t, "zero.params_read");
+        sync_pre = g->values[t.id].node;
+        for (int c = 0; c < un.n_ctrl && s == TS_OK; c++)
+            s = ts_node_add_ctrl(g, sync_pre, un.ctrl[c]);
+        for (int b = 0; b < nb && s == TS_OK && !fused; b++)
+            s = ts_node_add_ctrl(g, sync_pre, rs_wait[b]);
+        if (s != TS_OK) goto done;
+    }
     /* Per bucket: the shard's update and the all-gather of its parameters. */
     static const char *const state_names[2][2] = {{"momentum", ""}, {"exp_avg", "exp_avg_sq"}};
     for (int b = 0; b < nb && s == TS_OK; b++) {
         const int k = first[b + 1] - first[b];
         const int64_t off = shard_off[b];
-        const ts_type st = g->values[shard[b]].t;
+        ts_type st;
+        memset(&st, 0, sizeof st);
+        st.dtype = g->values[gr[first[b]].v].t.dtype;
+        st.rank = 1;
+        st.dims[0] = shard_len[b];
         int na = 0;
         for (int i = 0; i < k; i++)
             args[na++] = ts_mkval(un.in[group_of[root[gr[first[b] + i].v]] * gs]);
-        args[na++] = ts_mkval(shard[b]);
+        if (fused)
+            for (int i = 0; i < k; i++) args[na++] = ts_mkval(gr[first[b] + i].v);
+        else
+            args[na++] = ts_mkval(shard[b]);
         for (int j = 0; j < ns; j++) {
             int32_t sv = new_shard_state(g, &st, b, state_names[adam][j]);
             if (sv < 0) {
@@ -238,14 +293,19 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         a.i[5] = off;
         a.i[6] = k;
         a.i[7] = un.op;
+        a.i[8] = fused ? d->size : 0; /* fused: the mean over this many ranks' gradients */
+        a.i[9] = shard_len[b];
+        a.i[10] = fused ? 1 : d->size; /* the shard holds the sum over the ranks */
         ts_node_add(g, TS_OP_SHARD_UPDATE, na, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
         upd[b] = g->n_nodes - 1;
-        s = ts_node_add_ctrl(g, upd[b], rs_wait[b]);
+        s = fused ? TS_OK : ts_node_add_ctrl(g, upd[b], rs_wait[b]);
+        if (s == TS_OK && shared) s = ts_node_add_ctrl(g, upd[b], sync_pre);
         /* after every reader of any parameter, as the fused update was */
         for (int c = 0; c < un.n_ctrl && s == TS_OK; c++)
             s = ts_node_add_ctrl(g, upd[b], un.ctrl[c]);
         if (s != TS_OK) break;
+        if (shared) continue;
         ts_attrs ga = ts_attrs_zero();
         ga.i[0] = nb + b;
         ga.i[1] = d->algo;
@@ -266,9 +326,21 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         ts_set_name(g, w, name);
     }
     if (s != TS_OK) goto done;
+    /* ... and every rank's block is updated (and, fused, every peer has
+     * read this rank's gradients) before the next step reads them. */
+    if (shared) {
+        ts_attrs a = ts_attrs_zero();
+        ts_val t = ts_node_add(g, TS_OP_ZERO_SYNC, 0, NULL, &a, NULL);
+        if ((s = ts_graph_status(g)) != TS_OK) goto done;
+        ts_set_name(g, t, "zero.params_updated");
+        sync_post = g->values[t.id].node;
+        for (int b = 0; b < nb && s == TS_OK; b++) s = ts_node_add_ctrl(g, sync_post, upd[b]);
+        if (s != TS_OK) goto done;
+    }
 
     /* The order: starts after their buckets' last gradients, everything
-     * else where the fused update was, the all-gather waits at the end. */
+     * else where the fused update was, the all-gather waits (or the last
+     * barrier) at the end. */
     int m = 0;
     const int z2 = d->zero == 2;
     for (int k = 0; k < n_order; k++) {
@@ -277,13 +349,17 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         if (order[k] == clip) continue;
         if (z2 && mon_bucket[k] >= 0) continue; /* moved before its bucket's start */
         if (k == upos) {
-            for (int b = z2 ? nb - 1 : 0; b < nb; b++) out[m++] = rs_wait[b];
+            for (int b = z2 ? nb - 1 : 0; b < nb && !fused; b++) out[m++] = rs_wait[b];
             if (has_coef) out[m++] = g->values[coef.id].node;
-            for (int b = 0; b < nb; b++) out[m++] = upd[b], out[m++] = ag_start[b];
+            if (shared) out[m++] = sync_pre;
+            for (int b = 0; b < nb; b++) {
+                out[m++] = upd[b];
+                if (!shared) out[m++] = ag_start[b];
+            }
             continue;
         }
         out[m++] = order[k];
-        for (int b = 0; b < nb; b++) {
+        for (int b = 0; b < nb && !fused; b++) {
             if (start_at[b] != k) continue;
             for (int j = 0; z2 && j < n_order; j++)
                 if (mon_bucket[j] == b) out[m++] = order[j];
@@ -292,7 +368,10 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
             if (z2 && b + 1 < nb && first_write[b + 1] <= k) out[m++] = rs_wait[b];
         }
     }
-    for (int b = 0; b < nb; b++) out[m++] = ag_wait[b];
+    if (shared)
+        out[m++] = sync_post;
+    else
+        for (int b = 0; b < nb; b++) out[m++] = ag_wait[b];
 
     /* Drop the fused update, the clip coefficient and the full-size state
      * (compaction removes values of dead nodes). */
@@ -330,6 +409,7 @@ done:
     free(rs_wait);
     free(upd);
     free(shard_off);
+    free(shard_len);
     free(ag_start);
     free(ag_wait);
     free(args);

@@ -74,6 +74,14 @@ static int released_bucket(const ts_node *n) {
     return n->op == TS_OP_REDUCE_SCATTER_START && n->a.i[4] == 2;
 }
 
+/* ZeRO with shared parameters, fused: a shard_update that reads the
+ * bucket's gradients of every rank (distribute.c) has the bucket's k
+ * parameters, then its k gradients, as inputs; returns k (0: another
+ * node). */
+static int fused_bucket(const ts_node *n) {
+    return n->op == TS_OP_SHARD_UPDATE && n->a.i[8] > 0 ? (int)n->a.i[6] : 0;
+}
+
 /* The bucket of start node i as one interval: its gradients at their
  * persistent-layout offsets from the bucket's base (goff), alive from the
  * first gradient's producer to the bucket's reduce_scatter_wait (or a
@@ -182,9 +190,10 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
      * its gradient range element for element. */
     for (int i = 0; i < nn; i++) {
         const ts_node *n = &g->nodes[i];
-        if (n->op != TS_OP_REDUCE_SCATTER_START) continue;
-        for (int j = 0; j < n->n_in; j++) {
-            int32_t p = g->values[n->in[j]].grad_of;
+        int k = fused_bucket(n);
+        if (n->op != TS_OP_REDUCE_SCATTER_START && !k) continue;
+        for (int j = 0; j < (k ? k : n->n_in); j++) {
+            int32_t p = k ? n->in[j] : g->values[n->in[j]].grad_of;
             if (p >= 0 && mp->off[p] == SIZE_MAX) {
                 mp->off[p] = cur;
                 cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[p].t), TS_ALIGN);
@@ -212,9 +221,10 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
      * in bucket order), so each bucket is one contiguous range. */
     for (int i = 0; i < nn; i++) {
         const ts_node *n = &g->nodes[i];
-        if (n->op != TS_OP_ALLREDUCE_START && n->op != TS_OP_REDUCE_SCATTER_START) continue;
+        const int k = fused_bucket(n);
+        if (n->op != TS_OP_ALLREDUCE_START && n->op != TS_OP_REDUCE_SCATTER_START && !k) continue;
         if (released_bucket(n)) continue;
-        for (int j = 0; j < n->n_in; j++)
+        for (int j = k; j < (k ? 2 * k : n->n_in); j++)
             if (mp->off[root[n->in[j]]] == SIZE_MAX) {
                 mp->off[root[n->in[j]]] = cur;
                 cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[n->in[j]].t), TS_ALIGN);

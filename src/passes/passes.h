@@ -87,9 +87,11 @@ typedef struct ts_dist_spec {
     size_t bucket_bytes;       /* buckets after the first */
     size_t first_bucket_bytes; /* the first bucket */
     int algo;                  /* ts_coll_algo of the collectives */
-    int zero;       /* 1: ZeRO-1 (reduce-scatter, sharded update, all-gather); 2: ZeRO-2 */
-    int rank, size; /* this rank of size (ZeRO: which shard) */
-    int32_t *loss;  /* ZeRO compacts the graph: the loss id is remapped */
+    int zero;          /* 1: ZeRO-1 (reduce-scatter, sharded update, all-gather); 2: ZeRO-2 */
+    int shared_params; /* ZeRO: the ranks update one shared copy of the parameters in
+                          place (ts_comm_shares_memory); no all-gather */
+    int rank, size;    /* this rank of size (ZeRO: which shard) */
+    int32_t *loss;     /* ZeRO compacts the graph: the loss id is remapped */
 } ts_dist_spec;
 ts_status ts_pass_distribute(ts_graph *g, int32_t **order, int *n_order, const ts_dist_spec *d,
                              int *n_buckets);

@@ -116,6 +116,8 @@ void ts_plan_free(ts_plan *p) {
         if (p->dist.tickets[b].id > last.id) last = p->dist.tickets[b];
     if (last.id && !ts_coll_done(p->opt.comm, last)) ts_coll_wait(p->opt.comm, last);
     free(p->dist.tickets);
+    free(p->dist.peer_delta);
+    if (p->params) ts_comm_release_shared(p->opt.comm, p->params);
     if (p->arena_from_comm)
         ts_comm_free(p->opt.comm, p->arena);
     else
@@ -157,17 +159,17 @@ static ts_status lower(ts_plan *p) {
         if (!in->in) return TS_ERR_NOMEM;
         for (int j = 0; j < n->n_in; j++) {
             size_t off = p->mp.off[n->in[j]];
-            set_tensor(&in->in[j], &g->values[n->in[j]].t, p->arena + off);
+            set_tensor(&in->in[j], &g->values[n->in[j]].t, ts_plan_at(p, off));
             if (j < 16) in->in_off[j] = off;
         }
         for (int j = 0; j < n->n_out; j++) {
             size_t off = p->mp.off[n->out[j]];
-            set_tensor(&in->out[j], &g->values[n->out[j]].t, p->arena + off);
+            set_tensor(&in->out[j], &g->values[n->out[j]].t, ts_plan_at(p, off));
             in->out_off[j] = off;
         }
         in->scratch_off = p->mp.scratch_off[i];
         in->scratch_bytes = p->mp.scratch_bytes[i];
-        in->scratch = in->scratch_bytes ? p->arena + in->scratch_off : NULL;
+        in->scratch = in->scratch_bytes ? ts_plan_at(p, in->scratch_off) : NULL;
         /* The label names the value in messages: its own name, or for an
          * unnamed value "%id = op(inputs)" so a NaN report is still readable. */
         char lb[64], buf[600];
@@ -216,32 +218,72 @@ static ts_status build_named(ts_plan *p) {
     return s;
 }
 
+/* ZeRO with shared parameters: every rank learns where each peer's arena
+ * lies (a fused shard update reads their gradients there). Collective. */
+static ts_status exchange_arenas(ts_plan *p) {
+    ts_comm *c = p->opt.comm;
+    const int n = ts_comm_size(c), me = ts_comm_rank(c);
+    int64_t *base = ts_alloc(sizeof(int64_t) * (size_t)n, "plan arenas");
+    p->dist.peer_delta = ts_alloc(sizeof(ptrdiff_t) * (size_t)n, "plan arenas");
+    if (!base || !p->dist.peer_delta) {
+        free(base);
+        return TS_ERR_NOMEM;
+    }
+    base[me] = (int64_t)(intptr_t)p->arena;
+    ts_status s = ts_allgather(c, NULL, base, (size_t)n, TS_I64, TS_ALGO_NATIVE);
+    for (int q = 0; q < n && s == TS_OK; q++)
+        p->dist.peer_delta[q] = (ptrdiff_t)(base[q] - base[me]);
+    free(base);
+    return s;
+}
+
 static ts_status init_arena(ts_plan *p) {
     ts_graph *g = p->graph;
+    const size_t po = p->mp.param_off, pb = p->mp.param_bytes;
+    if (p->zero_shared && po != 0)
+        return ts_fail(TS_ERR_INTERNAL, "plan: shared parameters must open the arena");
+    if (p->zero_shared && pb > 0) {
+        /* One copy of the parameters for every rank; rank 0 initialises
+         * it, and the exchange below (which every rank enters only after
+         * its initialisation) publishes it before any step reads it. */
+        void *sp;
+        ts_status s = ts_comm_alloc_shared(p->opt.comm, pb, &sp);
+        if (s != TS_OK) {
+            ts_error_prefix("ZeRO's shared parameters (%zu bytes)", pb);
+            return s;
+        }
+        p->params = sp;
+        p->arena_skip = pb;
+    }
+    const size_t bytes = p->mp.arena_bytes - p->arena_skip;
     if (p->n_buckets > 0) {
         /* On shm the gradients must lie in the shared segment for the
          * direct all-reduce to read peers' buckets in place. */
-        p->arena = ts_comm_alloc(p->opt.comm, p->mp.arena_bytes);
+        p->arena = ts_comm_alloc(p->opt.comm, bytes);
         if (!p->arena) {
-            ts_error_prefix("plan arena of %zu bytes", p->mp.arena_bytes);
+            ts_error_prefix("plan arena of %zu bytes", bytes);
             return TS_ERR_NOMEM;
         }
         p->arena_from_comm = 1;
     } else {
-        p->arena = ts_aligned_alloc(p->mp.arena_bytes, "plan arena");
+        p->arena = ts_aligned_alloc(bytes, "plan arena");
         if (!p->arena) return TS_ERR_NOMEM;
     }
-    memset(p->arena, 0, p->mp.arena_bytes);
+    const int owner = !p->params || ts_comm_rank(p->opt.comm) == 0;
+    memset(p->arena, 0, bytes);
+    if (owner && p->params) memset(p->params, 0, pb);
     for (int v = 0; v < g->n_values; v++) {
         const ts_value *val = &g->values[v];
-        void *dst = p->arena + p->mp.off[v];
+        if (p->mp.off[v] == SIZE_MAX) continue;
+        unsigned char *dst = ts_plan_at(p, p->mp.off[v]);
+        if (!owner && p->mp.off[v] - po < pb) continue; /* rank 0 initialises the shared ones */
         if (val->kind == TS_VK_CONST) memcpy(dst, val->data, ts_type_bytes(&val->t));
         if (val->kind == TS_VK_PARAM || val->kind == TS_VK_STATE) {
             ts_status s = init_value(val, dst, p->opt.seed);
             if (s != TS_OK) return s;
         }
     }
-    return TS_OK;
+    return p->zero_shared ? exchange_arenas(p) : TS_OK;
 }
 
 static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
@@ -332,6 +374,9 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
         d.first_bucket_bytes = (size_t)(first_mb * 1048576.0);
         d.algo = p->opt.dist_algo;
         d.zero = p->opt.zero;
+        p->zero_shared =
+            d.zero > 0 && !p->opt.zero_private_params && ts_comm_shares_memory(p->opt.comm);
+        d.shared_params = p->zero_shared;
         d.rank = ts_comm_rank(p->opt.comm);
         d.size = ts_comm_size(p->opt.comm);
         d.loss = &p->loss;
@@ -422,7 +467,7 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
         p->dist.comm = p->opt.comm;
         p->dist.n_buckets = p->n_buckets;
         for (int i = 0; i < p->n_ins; i++)
-            if (p->ins[i].op >= TS_OP_ALLREDUCE_START && p->ins[i].op <= TS_OP_ZERO_CLIP_COEF)
+            if (p->ins[i].op >= TS_OP_ALLREDUCE_START && p->ins[i].op <= TS_OP_ZERO_SYNC)
                 p->ins[i].backend = &p->dist;
     }
     *out = p;

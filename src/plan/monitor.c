@@ -23,7 +23,7 @@ ts_status ts_plan_monitor(const ts_plan *p, int i, ts_grad_monitor *out) {
     if (!nm)
         return ts_fail(TS_ERR_INVALID, "monitor: index %d out of range [0, %d)", i,
                        ts_plan_monitor_count(p));
-    const double *v = (const double *)(p->arena + nm->off);
+    const double *v = (const double *)ts_plan_at(p, nm->off);
     out->param = nm->name + sizeof MON - 1;
     out->sumsq = v[0];
     out->sum = v[1];

@@ -34,7 +34,7 @@ ts_status ts_plan_set_input(ts_plan *p, const char *name, const void *data, size
     if (nm->kind != TS_VK_INPUT)
         return ts_fail(TS_ERR_INVALID, "set_input: '%s' is not an input", name);
     if (!data) return ts_fail(TS_ERR_INVALID, "set_input '%s': data is NULL", name);
-    memcpy(p->arena + nm->off, data, bytes);
+    memcpy(ts_plan_at(p, nm->off), data, bytes);
     return TS_OK;
 }
 
@@ -52,8 +52,8 @@ ts_status ts_plan_step(ts_plan *p) {
     if (p->gate_ins >= 0 && !skipped) p->updates_applied++;
     if (p->loss >= 0) {
         const ts_type *t = &p->graph->values[p->loss].t;
-        p->last_loss = t->dtype == TS_F64 ? *(double *)(p->arena + p->loss_off)
-                                          : (double)*(float *)(p->arena + p->loss_off);
+        const unsigned char *l = ts_plan_at(p, p->loss_off);
+        p->last_loss = t->dtype == TS_F64 ? *(const double *)l : (double)*(const float *)l;
     }
     p->steps_done++;
     return TS_OK;
@@ -105,7 +105,7 @@ ts_status ts_plan_read(const ts_plan *p, const char *name, void *dst, size_t byt
                        "read '%s': under ZeRO-2 (dist.zero 2) a gradient lives only until its "
                        "bucket's reduce-scatter; read the gradient monitors instead",
                        name);
-    memcpy(dst, p->arena + nm->off, bytes);
+    memcpy(dst, ts_plan_at(p, nm->off), bytes);
     return TS_OK;
 }
 
@@ -116,7 +116,13 @@ ts_status ts_plan_write_param(ts_plan *p, const char *name, const void *src, siz
     if (nm->kind != TS_VK_PARAM && nm->kind != TS_VK_STATE)
         return ts_fail(TS_ERR_INVALID, "write_param: '%s' is not a parameter or state", name);
     if (!src) return ts_fail(TS_ERR_INVALID, "write_param '%s': src is NULL", name);
-    memcpy(p->arena + nm->off, src, bytes);
+    unsigned char *dst = ts_plan_at(p, nm->off);
+    /* Shared parameters (ZeRO on shm): every rank restores the same
+     * values; once one rank wrote them the others find them in place and
+     * leave the memory a peer may already read alone. */
+    if (p->params && nm->off - p->mp.param_off < p->mp.param_bytes && memcmp(dst, src, bytes) == 0)
+        return TS_OK;
+    memcpy(dst, src, bytes);
     return TS_OK;
 }
 
@@ -145,7 +151,8 @@ const char *ts_plan_param_name(const ts_plan *p, int idx) {
 ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st) {
     if (!p || !st) return ts_fail(TS_ERR_INVALID, "get_stats: NULL argument");
     memset(st, 0, sizeof *st);
-    st->arena_bytes = p->mp.arena_bytes;
+    st->arena_bytes = p->mp.arena_bytes - p->arena_skip;
+    st->shared_param_bytes = p->params ? p->mp.param_bytes : 0;
     st->param_bytes = p->mp.param_bytes;
     st->grad_bytes = p->mp.grad_bytes;
     st->state_bytes = p->mp.state_bytes;
@@ -222,8 +229,8 @@ ts_status ts_plan_snapshot(const ts_plan *p, void *dst, size_t bytes) {
         return ts_fail(TS_ERR_INVALID, "snapshot: %zu bytes given, the persistent values need %zu",
                        bytes, ts_plan_snapshot_bytes(p));
     if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
-    copy_blocks(dst, p->arena + p->mp.param_off, p->mp.param_bytes);
-    copy_blocks((unsigned char *)dst + p->mp.param_bytes, p->arena + p->mp.state_off,
+    copy_blocks(dst, ts_plan_at(p, p->mp.param_off), p->mp.param_bytes);
+    copy_blocks((unsigned char *)dst + p->mp.param_bytes, ts_plan_at(p, p->mp.state_off),
                 p->mp.state_bytes);
     return TS_OK;
 }
@@ -254,7 +261,7 @@ ts_status ts_plan_grad_norm(const ts_plan *p, double *norm) {
         const ts_named *nm = &p->named[i];
         if (!nm->is_grad) continue;
         int64_t n = ts_type_numel(&nm->t);
-        const void *x = p->arena + nm->off;
+        const void *x = ts_plan_at(p, nm->off);
         if (nm->t.dtype == TS_F32)
             for (int64_t j = 0; j < n; j++)
                 sum += (double)((const float *)x)[j] * ((const float *)x)[j];

@@ -47,7 +47,7 @@ struct ts_plan {
     ts_memplan mp;
     ts_instr *ins;
     int n_ins;
-    unsigned char *arena;
+    unsigned char *arena; /* address offsets with ts_plan_at */
     ts_named *named;
     int n_named;
     int32_t loss; /* value id of the loss, -1 for inference plans */
@@ -77,6 +77,13 @@ struct ts_plan {
     int n_buckets;
     ts_dist_rt dist; /* tickets owned */
     int arena_from_comm;
+    /* ZeRO with shared parameters: the parameter region lives here, one
+     * copy for every rank (ts_comm_alloc_shared), instead of at
+     * arena + mp.param_off; NULL otherwise. Address values with ts_plan_at. */
+    unsigned char *params;
+    int zero_shared;        /* the distribute pass planned shared parameters */
+    size_t arena_skip;      /* with params: the arena starts after memplan's parameter region
+                               (offset 0), which this process does not allocate */
     struct ts_trace *trace; /* non-NULL: a compute span per instruction (not owned) */
 };
 
@@ -91,6 +98,13 @@ ts_status ts_cpu_execute(ts_plan *p, int *skipped);
  * Chrome trace, src/obs/trace.h; NULL: stop). Span names are op names,
  * labels point into the plan: write the trace before freeing the plan. */
 void ts_plan_set_trace(ts_plan *p, struct ts_trace *t);
+
+/* Where the value at arena offset `off` (memplan's) lives. */
+static inline unsigned char *ts_plan_at(const ts_plan *p, size_t off) {
+    if (p->params && off - p->mp.param_off < p->mp.param_bytes)
+        return p->params + (off - p->mp.param_off);
+    return p->arena + (off - p->arena_skip);
+}
 
 /* Look up a named value. */
 const ts_named *ts_plan_find(const ts_plan *p, const char *name);

@@ -27,6 +27,7 @@ typedef struct run_out {
     double step_s; /* median timed step */
     double loss;
     char error[1024];
+    char profile[2048]; /* rank 0's time per op kind (options.profile) */
 } run_out;
 
 typedef struct run_ctx {
@@ -40,6 +41,23 @@ typedef struct run_ctx {
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+static int co_profile(const ts_plan *p) {
+    return ts_plan_profile(p, NULL, 0) >= 0;
+}
+
+/* The op kinds that took the most time, per step. */
+static void profile_text(const ts_plan *p, int steps, char *out) {
+    ts_profile_entry top[12];
+    const int n = ts_plan_profile(p, top, 12);
+    size_t len = 0;
+    for (int i = 0; i < n && i < 12; i++) {
+        int w = snprintf(out + len, 2048 - len, "    %-22s %8.3f ms/step  (%d instructions)\n",
+                         top[i].op, 1e3 * top[i].seconds / steps, top[i].instructions);
+        if (w < 0 || (size_t)w >= 2048 - len) break;
+        len += (size_t)w;
+    }
 }
 
 static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, double *loss) {
@@ -63,6 +81,7 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         spec.opt = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
     }
     ts_plan *p = NULL;
+    const int rank = ts_comm_rank(comm);
     void *x = NULL, *y = NULL;
     double *times = NULL;
     if (s == TS_OK) {
@@ -71,6 +90,8 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         co.comm = rc->no_comm ? NULL : comm;
         co.dist_algo = TS_ALGO_NATIVE; /* no probing inside the timed runs */
         co.zero = rc->no_comm ? 0 : o->zero;
+        co.zero_private_params = o->private_params;
+        co.profile = o->profile && !rc->no_comm;
         s = ts_compile(g, &spec, &co, &p);
     }
     size_t xb = 0, yb = 0;
@@ -82,7 +103,6 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         times = ts_alloc(sizeof(double) * (size_t)o->steps, "bench times");
         if (!x || !y || !times) s = TS_ERR_NOMEM;
     }
-    const int rank = ts_comm_rank(comm);
     if (s == TS_OK)
         s = rc->gpt ? ts_synth_tokens(1234, rank, gc.batch, gc.ctx, gc.vocab, x, y)
                     : ts_synth_regression(1234, rank, mc.batch, mc.window, mc.features, mc.out_dim,
@@ -97,7 +117,9 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         double t0 = ts_now();
         if (s == TS_OK) s = ts_plan_step(p);
         if (s == TS_OK && i >= o->warmup) times[i - o->warmup] = ts_now() - t0;
+        if (s == TS_OK && co_profile(p) && i + 1 == o->warmup) ts_plan_profile_reset(p);
     }
+    if (s == TS_OK && co_profile(p) && rank == 0) profile_text(p, o->steps, rc->out->profile);
     if (s == TS_OK) {
         qsort(times, (size_t)o->steps, sizeof *times, cmp_d);
         *median = times[o->steps / 2];
@@ -141,6 +163,20 @@ static ts_status one_run(const ts_bench_dist_options *o, int gpt, int n, int64_t
     return TS_OK;
 }
 
+/* What the N processes exchange, as configured (the shm transport shares
+ * memory, so ZeRO keeps one copy of the parameters unless told not to). */
+static const char *zero_words(const ts_bench_dist_options *o) {
+    if (!o->zero) return "direct all-reduce";
+    if (o->private_params)
+        return o->zero == 2 ? "ZeRO-2: reduce-scatter with early release, sharded update, "
+                              "all-gather"
+                            : "ZeRO-1: reduce-scatter, sharded update, all-gather";
+    return o->zero == 2 ? "ZeRO-2: reduce-scatter with early release, sharded update of the "
+                          "shared parameters"
+                        : "ZeRO-1: sharded update averaging the ranks' gradients in place, "
+                          "shared parameters";
+}
+
 static double median_of(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -167,6 +203,7 @@ ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_res
                        o.workload, (long long)batch, o.procs);
     const int64_t rank_batch = o.per_rank_batch ? batch : batch / o.procs;
     r->unit = gpt ? "tokens/s" : "samples/s";
+    char prof[sizeof(((run_out *)0)->profile)] = "";
     run_out *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     double *t1 = ts_alloc(sizeof(double) * (size_t)o.rounds, "bench"),
            *tn = ts_alloc(sizeof(double) * (size_t)o.rounds, "bench"),
@@ -178,13 +215,11 @@ ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_res
             "%s data parallel: 1 process x %d thread(s), batch %lld  vs  %d processes x %d "
             "thread(s), batch %lld each (shm, %s); %d rounds of %d steps\n",
             o.workload, o.threads, (long long)batch, o.procs, o.threads, (long long)rank_batch,
-            o.zero == 2 ? "ZeRO-2: reduce-scatter with early release, sharded update, all-gather"
-            : o.zero    ? "ZeRO-1: reduce-scatter, sharded update, all-gather"
-                        : "direct all-reduce",
-            o.rounds, o.steps);
+            zero_words(&o), o.rounds, o.steps);
     for (int k = 0; s == TS_OK && k < o.rounds; k++) {
         s = one_run(&o, gpt, 1, batch, 0, sh, &t1[k]);
         if (s == TS_OK) s = one_run(&o, gpt, o.procs, rank_batch, 0, sh, &tn[k]);
+        if (s == TS_OK) memcpy(prof, sh->profile, sizeof prof);
         if (s == TS_OK) s = one_run(&o, gpt, o.procs, rank_batch, 1, sh, &ti[k]);
         if (s == TS_OK)
             fprintf(out,
@@ -211,6 +246,9 @@ ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_res
                 "ceiling on this machine now; data parallel reaches %.0f %% of it\n",
                 o.procs, r->compute_only, r->unit, r->compute_only / r->single,
                 100.0 * r->multi / r->compute_only);
+        if (o.profile)
+            fprintf(out, "  rank 0 of %d processes, time per op kind (last round):\n%s", o.procs,
+                    prof);
     }
     if (sh != MAP_FAILED) munmap(sh, sizeof *sh);
     free(t1);

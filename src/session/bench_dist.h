@@ -16,7 +16,9 @@
  * same update as one process); per_rank_batch keeps the workload's batch
  * on every rank instead (N times the samples per step). Each round also
  * runs the N ranks without exchanging gradients: what the machine gives N
- * processes at all, the ceiling of the data-parallel figure. */
+ * processes at all, the ceiling of the data-parallel figure. With profile,
+ * rank 0 of the N-process runs times every instruction and the report
+ * ends with its time per op kind (last round). */
 #ifndef TS_SESSION_BENCH_DIST_H
 #define TS_SESSION_BENCH_DIST_H
 
@@ -31,6 +33,9 @@ typedef struct ts_bench_dist_options {
     int rounds;           /* single / N-process alternations (default 2) */
     int per_rank_batch;   /* 1: the workload's batch on every rank */
     int zero;             /* ZeRO stage of the N-process runs: 1 optimizer, 2 gradients too */
+    int private_params;   /* ZeRO: a copy of the parameters per process, all-gathered (default:
+                             one shared copy; ts_compile_options.zero_private_params) */
+    int profile;          /* print where rank 0 of the N processes spent its steps (per op) */
     FILE *out;            /* the report (NULL: stdout) */
 } ts_bench_dist_options;
 

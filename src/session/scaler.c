@@ -85,7 +85,7 @@ static ts_status scaler_gate(ts_plan *p, void *user, ts_gate_decision *out) {
         ts_status s = ps->next_fn(p, ps->next_user, &next);
         if (s != TS_OK) return s;
     }
-    float found = *(const float *)(p->arena + ps->found_off);
+    float found = *(const float *)ts_plan_at(p, ps->found_off);
     *out = found != 0.0f || next == TS_GATE_SKIP ? TS_GATE_SKIP : TS_GATE_APPLY;
     return TS_OK;
 }
@@ -113,12 +113,12 @@ ts_status ts_plan_scaler_setup(ts_plan *p, const ts_scaler_config *c) {
 
 void ts_plan_scaler_after_step(ts_plan *p) {
     ts_plan_scaler *ps = p->scaler;
-    float *scale = (float *)(p->arena + ps->scale_off);
-    float *tracker = (float *)(p->arena + ps->tracker_off);
+    float *scale = (float *)ts_plan_at(p, ps->scale_off);
+    float *tracker = (float *)ts_plan_at(p, ps->tracker_off);
     /* the state values are the truth (a checkpoint restore writes them) */
     ps->sc.scale = *scale;
     ps->sc.growth_tracker = (int32_t)*tracker;
-    ts_scaler_update(&ps->sc, *(const float *)(p->arena + ps->found_off) != 0.0f);
+    ts_scaler_update(&ps->sc, *(const float *)ts_plan_at(p, ps->found_off) != 0.0f);
     *scale = ps->sc.scale;
     *tracker = (float)ps->sc.growth_tracker;
 }
@@ -126,8 +126,8 @@ void ts_plan_scaler_after_step(ts_plan *p) {
 int ts_plan_loss_scale(const ts_plan *p, double *scale, int64_t *growth_tracker, int64_t *skipped) {
     if (!p || !p->scaler) return 0;
     const ts_plan_scaler *ps = p->scaler;
-    if (scale) *scale = *(const float *)(p->arena + ps->scale_off);
-    if (growth_tracker) *growth_tracker = (int64_t) * (const float *)(p->arena + ps->tracker_off);
+    if (scale) *scale = *(const float *)ts_plan_at(p, ps->scale_off);
+    if (growth_tracker) *growth_tracker = (int64_t) * (const float *)ts_plan_at(p, ps->tracker_off);
     if (skipped) *skipped = ps->sc.skipped;
     return 1;
 }

@@ -205,8 +205,8 @@ static ts_status config_text(const session *s, char **text, size_t *n) {
  * may change on resume because they do not change the numbers a step
  * computes: train.steps, train.epochs (how far to go), train.log_every,
  * train.eval_every, train.threads, dist.max_restarts (how often a failed
- * run is retried), dist.procs, dist.zero, dist.bucket_mb and
- * dist.timeout_s (how the same step is spread over processes), and the
+ * run is retried), dist.procs, dist.zero, dist.bucket_mb, dist.share_params
+ * and dist.timeout_s (how the same step is spread over processes), and the
  * output, ckpt and observe sections. The
  * manifests' config_sha256 is the hash of this text, so resuming with a
  * higher train.steps matches while any other change is refused. */
@@ -228,7 +228,7 @@ static ts_status identity(session *s) {
     /* How the same global batch is spread over processes and how the
      * optimizer state is sharded: a checkpoint loads on any of these. */
     static const char *const dskip[] = {
-        "max_restarts:", "procs:", "zero:", "timeout_s:", "bucket_mb:"};
+        "max_restarts:", "procs:", "zero:", "timeout_s:", "bucket_mb:", "share_params:"};
     int skip_section = 0, in_train = 0, in_dist = 0;
     for (char *line = full; *line;) {
         size_t len = strcspn(line, "\n");
@@ -656,6 +656,7 @@ static ts_status build(session *s) {
     opt.bucket_mb = s->c.dist.bucket_mb;
     opt.dist_algo = s->c.dist.algo;
     opt.zero = s->nranks > 1 ? s->c.dist.zero : 0;
+    opt.zero_private_params = !s->c.dist.share_params;
     opt.monitors = 1; /* gradient monitors for observe and alerts */
     if (st == TS_OK) st = ts_compile(s->g, &spec, &opt, &s->plan);
     opt.monitors = 0;
@@ -1325,9 +1326,15 @@ static void header(session *s) {
         ts_progress_log(&s->pr,
                         "per process: arena %.1f MiB (parameters %.1f, gradients %.1f%s, optimizer "
                         "state %.1f%s, temporaries %.1f)",
-                        (double)st.arena_bytes / mib, (double)st.param_bytes / mib,
+                        (double)st.arena_bytes / mib,
+                        (double)(st.shared_param_bytes ? 0 : st.param_bytes) / mib,
                         (double)st.grad_bytes / mib, zg, (double)st.state_bytes / mib, zs,
                         (double)st.temp_bytes / mib);
+        if (st.shared_param_bytes)
+            ts_progress_log(&s->pr,
+                            "shared by the %d processes: parameters %.1f MiB (one copy, each "
+                            "process updates its block)",
+                            s->nranks, (double)st.shared_param_bytes / mib);
     }
 }
 
@@ -1423,7 +1430,8 @@ static ts_status resume(session *s) {
                        "--resume: checkpoint %s was saved with config sha256 %s, this config's is "
                        "%s; only train.steps, train.epochs, train.log_every, train.eval_every, "
                        "train.threads, dist.max_restarts, dist.procs, dist.zero, dist.bucket_mb, "
-                       "dist.timeout_s, output, ckpt and observe may change on resume",
+                       "dist.share_params, dist.timeout_s, output, ckpt and observe may change on "
+                       "resume",
                        in.dir, in.config_sha256, s->ident_sha);
     if (in.step >= s->c.train.steps)
         return ts_fail(TS_ERR_INVALID,

@@ -86,6 +86,19 @@ static void test_two_procs(void) {
     CHECK(nz == 6, "zero: 6 train lines, got %d", nz);
     for (int i = 0; i < nz && i < nb; i++)
         CHECK(z[i] == b[i], "zero 1, step %d: loss %.9g, zero 0 %.9g", i + 1, z[i], b[i]);
+    CHECK(strstr(rz.out, "shared by the 2 processes: parameters"),
+          "one copy of the parameters for both processes is reported: %s", rz.out);
+    e2e_done(&rz);
+    /* A copy of the parameters per process (all-gathered): the same update. */
+    rz = e2e_runf("train examples/w1.yaml %s --steps 6 --procs 2 --set dist.zero=1 --set "
+                  "dist.share_params=false --out %s",
+                  small, e2e_path("zero-private"));
+    CHECK(rz.rc == 0 && !strstr(rz.out, "shared by the"),
+          "--procs 2, dist.zero 1, dist.share_params false: exit %d: %s%s", rz.rc, rz.out, rz.err);
+    nz = losses(e2e_path("zero-private/metrics.jsonl"), z, 16);
+    CHECK(nz == 6, "zero, private parameters: 6 train lines, got %d", nz);
+    for (int i = 0; i < nz && i < nb; i++)
+        CHECK(z[i] == b[i], "zero 1 private, step %d: loss %.9g, zero 0 %.9g", i + 1, z[i], b[i]);
     e2e_done(&rz);
     /* ZeRO-2 with small buckets (about 2 KiB, many of them): gradients
      * released after their reduce-scatter, the same update bit for bit;

@@ -2,7 +2,8 @@
  * and algorithm on counts that do not divide by the rank count, buffers in
  * and outside the shared segment, bit-identical results across runs and
  * ranks, point-to-point messages, non-blocking collectives, the tuning
- * cache, the hierarchical path on pretend hosts, and the errors for a
+ * cache, the hierarchical path on pretend hosts, memory shared by all
+ * ranks (ts_comm_alloc_shared), and the errors for a
  * killed peer, a stalled peer and mismatched calls.
  *
  * Workers are forked processes: they record their checks in a MAP_SHARED
@@ -528,6 +529,73 @@ static void test_hosts_heap(void) {
           "host table %d %d %d %d", SH->hosts[0], SH->hosts[1], SH->hosts[2], SH->hosts[3]);
 }
 
+/* ts_comm_alloc_shared: one pointer on every rank, memory every rank
+ * reads and writes, back to rank 0's heap once the last rank released it
+ * (whichever rank that is), NOMEM on every rank when rank 0 runs out. */
+static int work_shared_mem(ts_comm *c, void *user) {
+    (void)user;
+    const int r = ts_comm_rank(c), n = ts_comm_size(c);
+    enum { INTS = 100003 };
+    WCHECK(ts_comm_shares_memory(c), r, "shm shares memory");
+    void *a = NULL, *b = NULL, *d = NULL, *big = (void *)1;
+    WOK(ts_comm_alloc_shared(c, sizeof(int) * INTS, &a), r);
+    if (!a) return 1;
+    int64_t ptrs[MAXR];
+    ptrs[r] = (int64_t)(intptr_t)a;
+    WOK(ts_allgather(c, NULL, ptrs, (size_t)n, TS_I64, TS_ALGO_NATIVE), r);
+    for (int q = 0; q < n; q++) WCHECK(ptrs[q] == ptrs[0], r, "rank %d's pointer differs", q);
+    WCHECK(ts_comm_is_shared(c, a, sizeof(int) * INTS), r, "in the segment");
+    int *x = a;
+    size_t off, len;
+    ts_comm_block(INTS, n, r, &off, &len);
+    for (size_t i = off; i < off + len; i++) x[i] = r * 1000003 + (int)i;
+    WOK(ts_barrier(c), r);
+    int bad = 0;
+    for (int q = 0; q < n; q++) {
+        ts_comm_block(INTS, n, q, &off, &len);
+        for (size_t i = off; i < off + len; i++) bad += x[i] != q * 1000003 + (int)i;
+    }
+    WCHECK(bad == 0, r, "%d elements written by peers read wrong", bad);
+    WOK(ts_barrier(c), r);
+    /* rank 0 releases first: the block waits for the others */
+    if (r == 0) ts_comm_release_shared(c, a);
+    WOK(ts_barrier(c), r);
+    if (r != 0) ts_comm_release_shared(c, a);
+    WOK(ts_barrier(c), r);
+    WOK(ts_comm_alloc_shared(c, sizeof(int) * INTS, &b), r);
+    WCHECK(b == a, r, "released block reused (%p, was %p)", b, a);
+    /* rank 0 releases last: freed at once */
+    if (r != 0) ts_comm_release_shared(c, b);
+    WOK(ts_barrier(c), r);
+    if (r == 0) ts_comm_release_shared(c, b);
+    WOK(ts_comm_alloc_shared(c, sizeof(int) * INTS, &d), r);
+    WCHECK(d == a, r, "released block reused again");
+    ts_comm_release_shared(c, d);
+    ts_status s = ts_comm_alloc_shared(c, (size_t)1 << 40, &big);
+    WCHECK(s == TS_ERR_NOMEM && big == NULL && strstr(ts_last_error(), r ? "rank 0" : "heap"), r,
+           "exhaustion: %s: %s", ts_status_name(s), ts_last_error());
+    return 0;
+}
+
+static void test_shared_mem(void) {
+    for (int n = 1; n <= MAXR; n++) {
+        ts_shm_options o = {0};
+        o.heap_bytes = 16u << 20;
+        CHECK(ts_shm_launch(n, &o, work_shared_mem, NULL, NULL) == TS_OK, "%d ranks: %s", n,
+              ts_last_error());
+        collect();
+    }
+    /* one process without a segment: nothing to share */
+    ts_comm *self = NULL;
+    CHECK(ts_comm_self(&self) == TS_OK, "%s", ts_last_error());
+    void *p = (void *)1;
+    CHECK(!ts_comm_shares_memory(self), "self shares no memory");
+    CHECK(ts_comm_alloc_shared(self, 64, &p) == TS_ERR_UNSUPPORTED && p == NULL &&
+              strstr(ts_last_error(), "self"),
+          "self: %s", ts_last_error());
+    ts_comm_close(self);
+}
+
 /* ---- failures ------------------------------------------------------------------ */
 
 static int work_killed(ts_comm *c, void *user) {
@@ -658,6 +726,7 @@ int main(void) {
     test_p2p_async();
     test_nb_shard();
     test_hosts_heap();
+    test_shared_mem();
     test_failures();
     unsetenv("TESSEL_COLL_CACHE");
     unsetenv("TESSEL_COLL_PROBE");

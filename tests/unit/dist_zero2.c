@@ -8,6 +8,12 @@
  * overwrite its input as soon as it returns, which the early release
  * relies on.
  *
+ * Shared parameters (the default on shm): one copy of the parameters for
+ * all ranks, updated in place between two barriers, gives the bits of a
+ * copy per rank with an all-gather (zero_private_params), for ZeRO-1 (the
+ * update averaging the ranks' gradients itself when there is no clipping)
+ * and ZeRO-2; the parameters leave the per-process arena.
+ *
  * The model: [Linear -> ReLU -> LayerNorm] x 6 -> Linear, MSE, with odd
  * sizes (input 35, hidden 37), AdamW with weight decay, or SGD with
  * Nesterov momentum. */
@@ -28,6 +34,7 @@ typedef struct shared {
     int n_mon;
     ts_plan_stats st; /* rank 0's plan */
     int n_start, n_wait, waits_before_last_start, first_update;
+    int n_sync, n_gather;           /* zero_sync and all_gather_start instructions */
     int n_overlapped;               /* waits with compute between them and their start */
     int n_ar_wait, n_ar_overlapped; /* the same for ZeRO-0's all-reduces */
     int read_refused, norm_ok;
@@ -38,7 +45,7 @@ typedef struct shared {
 static shared *SH;
 
 typedef struct run_cfg {
-    int zero, no_clip, sgd;
+    int zero, no_clip, sgd, private_params;
     double bucket_mb, first_mb;
 } run_cfg;
 
@@ -84,6 +91,10 @@ static void check_dump(ts_plan *p) {
         } else if (strstr(line, " allreduce_wait ")) {
             SH->n_ar_wait++;
             SH->n_ar_overlapped += !strstr(prev, " allreduce_start ");
+        } else if (strstr(line, " zero_sync ")) {
+            SH->n_sync++;
+        } else if (strstr(line, " all_gather_start ")) {
+            SH->n_gather++;
         } else if (strstr(line, " shard_update ") && SH->first_update < 0) {
             SH->first_update = i;
         }
@@ -112,6 +123,7 @@ static int worker(ts_comm *comm, void *user) {
     opt.first_bucket_mb = rc->first_mb;
     opt.dist_algo = TS_ALGO_NATIVE;
     opt.zero = rc->zero;
+    opt.zero_private_params = rc->private_params;
     opt.monitors = 1;
     ts_plan *p = NULL;
     int ok = 0;
@@ -129,7 +141,7 @@ static int worker(ts_comm *comm, void *user) {
         /* Temporaries carry nothing from one step to the next: NaN them
          * all, so a bucket that relied on what its memory held before (its
          * padding, say) poisons the weights. */
-        memset(p->arena + p->mp.temp_off, 0xff, p->mp.temp_bytes);
+        memset(ts_plan_at(p, p->mp.temp_off), 0xff, p->mp.temp_bytes);
         batch(s, n, x, y);
         if (ts_plan_set_input(p, "x", x + (size_t)r * PER * IN, sizeof(float) * PER * IN) !=
                 TS_OK ||
@@ -192,11 +204,40 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
     return m;
 }
 
+/* ZeRO-1 and ZeRO-2 with a copy of the parameters per rank (all-gather)
+ * against the shared copy: the same bits (w1: ZeRO-1 shared, which ZeRO-2
+ * shared equals), the parameters back in the arena. */
+static void shared_vs_private(int n, run_cfg rc, const char *what, const float *w1,
+                              const ts_plan_stats *shared_st) {
+    rc.private_params = 1;
+    for (int z = 1; z <= 2; z++) {
+        rc.zero = z;
+        ts_status s = launch(n, worker, &rc);
+        CHECK(s == TS_OK, "%d ranks, %s, zero %d, private parameters: %s (rank 0: %s)", n, what, z,
+              ts_last_error(), SH->err[0]);
+        if (s != TS_OK) return;
+        CHECK(!memcmp(SH->params[0], w1, sizeof(float) * SH->n_floats),
+              "%d ranks, %s, zero %d: private vs shared parameters: max |dw| %.3g (want the "
+              "same bits)",
+              n, what, z, max_abs_diff(SH->params[0], w1, SH->n_floats));
+        CHECK(SH->n_sync == 0 && SH->n_gather == SH->n_start && SH->n_start > 0,
+              "zero %d, private: %d zero_sync, %d all-gathers, %d reduce-scatters", z, SH->n_sync,
+              SH->n_gather, SH->n_start);
+        /* the fused ZeRO-1 update also needs no gradient shards */
+        CHECK(SH->st.shared_param_bytes == 0 &&
+                  SH->st.arena_bytes >= shared_st[z].arena_bytes + shared_st[z].param_bytes &&
+                  (z == 1 ||
+                   SH->st.arena_bytes == shared_st[z].arena_bytes + shared_st[z].param_bytes),
+              "zero %d: arena %zu private, %zu + %zu shared", z, SH->st.arena_bytes,
+              shared_st[z].arena_bytes, shared_st[z].param_bytes);
+    }
+}
+
 /* ZeRO-2 against ZeRO-1 and ZeRO-0 on n ranks for one optimizer setting. */
 static void compare(int n, int no_clip, int sgd) {
     static float w0[MAX_FLOATS], w1[MAX_FLOATS];
     static double m1[MAX_MON];
-    run_cfg rc = {0, no_clip, sgd, 2.0 / 1024, 1.0 / 1024}; /* 2 KiB buckets, the first 1 KiB */
+    run_cfg rc = {0, no_clip, sgd, 0, 2.0 / 1024, 1.0 / 1024}; /* 2 KiB buckets, the first 1 KiB */
     const char *what = sgd ? "sgd" : no_clip ? "adamw" : "adamw+clip";
     ts_plan_stats st[3];
     int ar_wait = 0, ar_overlapped = 0;
@@ -217,6 +258,11 @@ static void compare(int n, int no_clip, int sgd) {
         if (z == 1) {
             memcpy(w1, SH->params[0], sizeof(float) * SH->n_floats);
             memcpy(m1, SH->mon[0], sizeof m1);
+            /* shared parameters without clipping: no reduce-scatter, the
+             * update reads every rank's gradients */
+            CHECK(SH->n_sync == 2 && SH->n_gather == 0 && (SH->n_start == 0) == no_clip,
+                  "zero 1, shared, %s: %d zero_sync, %d all-gathers, %d reduce-scatters", what,
+                  SH->n_sync, SH->n_gather, SH->n_start);
         }
     }
     const size_t nf = SH->n_floats;
@@ -265,6 +311,15 @@ static void compare(int n, int no_clip, int sgd) {
           "%d ranks: arena zero 2 %zu bytes, zero 1 %zu (gradients %zu)", n, st[2].arena_bytes,
           st[1].arena_bytes, st[1].grad_bytes);
     CHECK(st[0].zero_grad_bytes == 0 && st[1].zero_grad_bytes == 0, "no buckets released below 2");
+    /* Shared parameters: outside the arena, updated between two barriers,
+     * no all-gather. */
+    CHECK(st[0].shared_param_bytes == 0 && st[1].shared_param_bytes == st[1].param_bytes &&
+              st[2].shared_param_bytes == st[2].param_bytes && st[2].param_bytes > 0,
+          "shared parameters %zu / %zu / %zu bytes (zero 0/1/2)", st[0].shared_param_bytes,
+          st[1].shared_param_bytes, st[2].shared_param_bytes);
+    CHECK(SH->n_sync == 2 && SH->n_gather == 0, "zero 2, shared: %d zero_sync, %d all-gathers",
+          SH->n_sync, SH->n_gather);
+    shared_vs_private(n, rc, what, w1, st);
     printf("%d ranks, %s, %d buckets (%d waits overlapped): zero 2 = zero 1 bits, vs zero 0 max "
            "|dw| %.3g; arena "
            "%zu / %zu / %zu bytes (zero 0/1/2), gradients %zu -> 0 persistent (%zu in "
