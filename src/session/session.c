@@ -1323,13 +1323,16 @@ static void header(session *s) {
                      "rank's shards %.1f",
                      (double)st.zero_grad_bytes / mib, (double)st.zero_grad_peak / mib,
                      (double)st.zero_shard_bytes / mib);
+        char ps[48];
+        if (st.shared_param_bytes)
+            snprintf(ps, sizeof ps, "0.0: shared, below");
+        else
+            snprintf(ps, sizeof ps, "%.1f", (double)st.param_bytes / mib);
         ts_progress_log(&s->pr,
-                        "per process: arena %.1f MiB (parameters %.1f, gradients %.1f%s, optimizer "
+                        "per process: arena %.1f MiB (parameters %s, gradients %.1f%s, optimizer "
                         "state %.1f%s, temporaries %.1f)",
-                        (double)st.arena_bytes / mib,
-                        (double)(st.shared_param_bytes ? 0 : st.param_bytes) / mib,
-                        (double)st.grad_bytes / mib, zg, (double)st.state_bytes / mib, zs,
-                        (double)st.temp_bytes / mib);
+                        (double)st.arena_bytes / mib, ps, (double)st.grad_bytes / mib, zg,
+                        (double)st.state_bytes / mib, zs, (double)st.temp_bytes / mib);
         if (st.shared_param_bytes)
             ts_progress_log(&s->pr,
                             "shared by the %d processes: parameters %.1f MiB (one copy, each "
