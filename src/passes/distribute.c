@@ -105,6 +105,16 @@ static int32_t new_shard_state(ts_graph *g, const ts_type *t, int b, const char 
     return id;
 }
 
+/* A zero_sync node (a barrier of the ranks) named `name`; *node its id. */
+static ts_status add_sync(ts_graph *g, const char *name, int32_t *node) {
+    ts_attrs a = ts_attrs_zero();
+    ts_val t = ts_node_add(g, TS_OP_ZERO_SYNC, 0, NULL, &a, NULL);
+    ts_status s = ts_graph_status(g);
+    if (s == TS_OK) s = ts_set_name(g, t, name);
+    if (s == TS_OK) *node = g->values[t.id].node;
+    return s;
+}
+
 static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
                               const ts_dist_spec *d, const grad_ref *gr, const int *first, int nb,
                               const int *start_at, const int32_t *root, int *n_slots) {
@@ -251,11 +261,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
      * backward) before any rank updates its block. */
     int32_t sync_pre = -1, sync_post = -1;
     if (shared) {
-        ts_attrs a = ts_attrs_zero();
-        ts_val t = ts_node_add(g, TS_OP_ZERO_SYNC, 0, NULL, &a, NULL);
-        if ((s = ts_graph_status(g)) != TS_OK) goto done;
-        ts_set_name(g, t, "zero.params_read");
-        sync_pre = g->values[t.id].node;
+        if ((s = add_sync(g, "zero.params_read", &sync_pre)) != TS_OK) goto done;
         for (int c = 0; c < un.n_ctrl && s == TS_OK; c++)
             s = ts_node_add_ctrl(g, sync_pre, un.ctrl[c]);
         for (int b = 0; b < nb && s == TS_OK && !fused; b++)
@@ -329,11 +335,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     /* ... and every rank's block is updated (and, fused, every peer has
      * read this rank's gradients) before the next step reads them. */
     if (shared) {
-        ts_attrs a = ts_attrs_zero();
-        ts_val t = ts_node_add(g, TS_OP_ZERO_SYNC, 0, NULL, &a, NULL);
-        if ((s = ts_graph_status(g)) != TS_OK) goto done;
-        ts_set_name(g, t, "zero.params_updated");
-        sync_post = g->values[t.id].node;
+        if ((s = add_sync(g, "zero.params_updated", &sync_post)) != TS_OK) goto done;
         for (int b = 0; b < nb && s == TS_OK; b++) s = ts_node_add_ctrl(g, sync_post, upd[b]);
         if (s != TS_OK) goto done;
     }
