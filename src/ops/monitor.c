@@ -27,25 +27,33 @@ static size_t scratch_grad_stats(const ts_graph *g, const ts_node *n) {
     return sizeof(double) * 3 * (size_t)ts_red_blocks(ts_type_numel(ts_in_type(g, n, 0)));
 }
 
-/* Eight fixed lanes added in a fixed order: vectorises without
- * -ffast-math and gives the same bits on every machine. */
+/* 32 fixed lanes (four vectors of eight doubles, so the additions of one
+ * lane do not wait for each other's latency: the gradient is in cache, so
+ * that latency, not memory, bounded the loop) added in a fixed order:
+ * vectorises without -ffast-math and gives the same bits on every machine. */
+#define LANES 32
 #define DEF_BLOCK(name, T)                                                                         \
     TS_CLONES static void name(const T *restrict x, int64_t n, double *out3) {                     \
-        double sq[8] = {0}, s[8] = {0};                                                            \
+        double sq[LANES] = {0}, s[LANES] = {0};                                                    \
         int64_t bad = 0, i = 0;                                                                    \
-        for (; i + 8 <= n; i += 8)                                                                 \
-            for (int j = 0; j < 8; j++) {                                                          \
+        for (; i + LANES <= n; i += LANES)                                                         \
+            for (int j = 0; j < LANES; j++) {                                                      \
                 const double v = (double)x[i + j];                                                 \
                 sq[j] += v * v;                                                                    \
                 s[j] += v;                                                                         \
             }                                                                                      \
-        for (; i < n; i++) {                                                                       \
+        for (int j = 0; i < n; i++, j++) {                                                         \
             const double v = (double)x[i];                                                         \
-            sq[0] += v * v;                                                                        \
-            s[0] += v;                                                                             \
+            sq[j] += v * v;                                                                        \
+            s[j] += v;                                                                             \
         }                                                                                          \
-        out3[0] = ((sq[0] + sq[1]) + (sq[2] + sq[3])) + ((sq[4] + sq[5]) + (sq[6] + sq[7]));       \
-        out3[1] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));               \
+        for (int w = LANES / 2; w >= 1; w /= 2) /* pairwise: lane j + lane j + w */                \
+            for (int j = 0; j < w; j++) {                                                          \
+                sq[j] += sq[j + w];                                                                \
+                s[j] += s[j + w];                                                                  \
+            }                                                                                      \
+        out3[0] = sq[0];                                                                           \
+        out3[1] = s[0];                                                                            \
         if (!isfinite(out3[0]))                                                                    \
             for (i = 0; i < n; i++) bad += !isfinite(x[i]);                                        \
         out3[2] = (double)bad;                                                                     \
