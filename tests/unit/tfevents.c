@@ -368,6 +368,52 @@ static void test_write_read(void) {
     CHECK_OK(ts_tfevents_close(NULL));
 }
 
+/* Values on, next to and between the default limits (1e-12 * 1.1^k, both
+ * signs), below 1e-12, beyond 1e20 and zero land in the right bucket: the
+ * cumulative count through bucket i is the number of values below
+ * limit[i], for every limit written. */
+static void test_histogram_buckets(void) {
+    enum { NV = 100 };
+    double v[NV];
+    unsigned seed = 5;
+    int n = 0;
+    double lim = 1e-12;
+    for (int k = 0; k < 560 && n + 3 <= NV - 8; k += 1 + rand_r(&seed) % 23) {
+        while (lim < 1e-12 * pow(1.1, k) * 0.999)
+            lim *= 1.1; /* the limits as the writer makes them */
+        const double sign = rand_r(&seed) % 2 ? 1.0 : -1.0;
+        v[n++] = sign * lim;
+        v[n++] = sign * nextafter(lim, 0);
+        v[n++] = sign * lim * (1 + (double)rand_r(&seed) / RAND_MAX * 0.09);
+    }
+    const double extra[] = {0, -0.0, 3e-13, -7e-15, 1e21, -5e30, 1e-12, 2.0};
+    for (int i = 0; i < 8; i++) v[n++] = extra[i];
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s/buckets", dir);
+    ts_tfevents *w = NULL;
+    CHECK_OK(ts_tfevents_open(sub, NULL, &w));
+    if (!w) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s", ts_tfevents_path(w));
+    CHECK_OK(ts_tfevents_histogram_f64(w, 1, "h", v, n, NULL));
+    CHECK_OK(ts_tfevents_close(w));
+    event ev[2];
+    CHECK(read_events(path, ev, 2) == 2, "version and histogram records");
+    const value *h = &ev[1].values[0];
+    CHECK(h->has_histo && h->num == n && h->n_limit == h->n_bucket && h->n_limit < MAX_BUCKETS,
+          "%g values, %d limits", h->num, h->n_limit);
+    double cum = 0;
+    int bad = 0;
+    for (int i = 0; i < h->n_limit; i++) {
+        cum += h->bucket[i];
+        double below = 0;
+        for (int k = 0; k < n; k++) below += v[k] < h->limit[i];
+        bad += cum != below;
+    }
+    CHECK(bad == 0 && cum == n, "%d limits whose cumulative count is wrong (total %g of %d)", bad,
+          cum, n);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/tessel-tfevents-XXXXXX");
     if (!mkdtemp(dir)) {
@@ -376,6 +422,7 @@ int main(void) {
     }
     test_crc();
     test_write_read();
+    test_histogram_buckets();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
