@@ -295,25 +295,13 @@ static void test_webhook(void) {
 
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
-    bin = getenv("TESSEL_BIN");
-    if (!bin) bin = "build/tessel";
-    if (access(bin, X_OK) != 0) {
-        fprintf(stderr, "e2e/alerts: %s not found (set TESSEL_BIN)\n", bin);
-        return 1;
-    }
-    snprintf(dir, sizeof dir, "/tmp/tessel-alerts-XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    e2e_init(bin, dir);
+    bin = e2e_setup("alerts", dir, sizeof dir);
+    if (!bin) return check_summary("e2e/alerts");
     test_log_snapshot();
     test_skip();
     test_default_stop();
     test_default_pause();
     test_webhook();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/alerts");
 }

@@ -37,12 +37,7 @@ static void expect(const char *what, const char *args, const char *m1, const cha
 }
 
 int main(void) {
-    const char *bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    if (!bin || access(bin, X_OK) != 0) return check_summary("e2e/bad_input_models");
-    snprintf(dir, sizeof dir, "/tmp/tessel-badm-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    e2e_init(bin, dir);
+    if (!e2e_setup("badm", dir, sizeof dir)) return check_summary("e2e/bad_input_models");
 
     /* 8 images of 1 x 30 x 30 for a cnn configured for 28 x 28. */
     enum { N = 8, PIX = 30 * 30 };
@@ -88,8 +83,6 @@ int main(void) {
     snprintf(want, sizeof want, "%s: example 4 has label 2, out of range", in_dir("labbad.npy"));
     expect("npy label outside classes", args, want, NULL);
 
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/bad_input_models");
 }

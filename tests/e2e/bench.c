@@ -173,18 +173,12 @@ static void test_errors(void) {
 }
 
 int main(void) {
-    bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    snprintf(dir, sizeof dir, "/tmp/tessel-bench-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/bench");
-    e2e_init(bin, dir);
+    bin = e2e_setup("bench", dir, sizeof dir);
+    if (!bin) return check_summary("e2e/bench");
     test_w1();
     test_compare();
     test_other_workloads();
     test_errors();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/bench");
 }

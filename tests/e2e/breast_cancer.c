@@ -59,13 +59,8 @@ static void bad_input(const char *dir) {
 }
 
 int main(void) {
-    const char *bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    if (!bin || access(bin, X_OK) != 0) return check_summary("e2e/breast_cancer");
     char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/tessel-bc-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    e2e_init(bin, dir);
+    if (!e2e_setup("bc", dir, sizeof dir)) return check_summary("e2e/breast_cancer");
     bad_input(dir);
     if (access(BC_CSV, R_OK) != 0) {
         printf("skipped the training run: %s is not installed (python3-sklearn)\n", BC_CSV);
@@ -118,8 +113,6 @@ int main(void) {
         snprintf(path, sizeof path, "%s/run3", dir);
         CHECK(access(path, F_OK) != 0, "no run directory after the refusal");
     }
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/breast_cancer");
 }

@@ -289,20 +289,14 @@ static void test_random_kills(const char *bin) {
 }
 
 int main(void) {
-    const char *bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    snprintf(dir, sizeof dir, "/tmp/tessel-ckpt-zero-e2e-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/ckpt_zero");
-    e2e_init(bin, dir);
+    const char *bin = e2e_setup("ckpt-zero-e2e", dir, sizeof dir);
+    if (!bin) return check_summary("e2e/ckpt_zero");
     test_resume();
     test_signed();
     test_tampered();
     test_killed("1", "killed1");
     test_killed("0", "killed0");
     test_random_kills(bin);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/ckpt_zero");
 }

@@ -181,18 +181,12 @@ static void test_train(void) {
 }
 
 int main(void) {
-    bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    snprintf(dir, sizeof dir, "/tmp/tessel-cli-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/cli");
-    e2e_init(bin, dir);
+    bin = e2e_setup("cli", dir, sizeof dir);
+    if (!bin) return check_summary("e2e/cli");
     test_basics();
     test_compile_dumps();
     test_errors();
     test_train();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/cli");
 }

@@ -18,17 +18,14 @@ static double field(const char *json, const char *key) {
 }
 
 int main(void) {
-    const char *bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    if (!bin || access(bin, X_OK) != 0) return check_summary("e2e/cnn");
     const char *images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
     if (access(images, R_OK) != 0) {
         printf("skipped: %s is not installed (dataset-fashion-mnist)\n", images);
         return check_summary("e2e/cnn");
     }
     char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/tessel-cnn-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
+    const char *bin = e2e_setup("cnn", dir, sizeof dir);
+    if (!bin) return check_summary("e2e/cnn");
     char cmd[1024];
     /* No validation split and a 20-step run: the test split is the only
      * evaluation. */
@@ -49,7 +46,6 @@ int main(void) {
     printf("cnn config, 20 steps: loss %.3f -> %.3f\n", first, last);
     free(sum);
     free(err);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/cnn");
 }

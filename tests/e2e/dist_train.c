@@ -417,20 +417,14 @@ static void test_killed_worker(void) {
 }
 
 int main(void) {
-    bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    snprintf(dir, sizeof dir, "/tmp/tessel-dist-train-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/dist_train");
-    e2e_init(bin, dir);
+    bin = e2e_setup("dist-train", dir, sizeof dir);
+    if (!bin) return check_summary("e2e/dist_train");
     test_two_procs();
     test_trace();
     test_mpirun();
     test_bench();
     test_killed_worker();
     test_sigterm_launcher();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/dist_train");
 }

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "e2e.h"
 #include "obs/tfevents.h"
 
 static const char *bin;
@@ -259,11 +260,8 @@ static void check_dist_metrics(void) {
 }
 
 int main(void) {
-    bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    if (!bin || access(bin, X_OK) != 0) return check_summary("observe");
-    snprintf(dir, sizeof dir, "/tmp/tessel_observe_XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    bin = e2e_setup("observe", dir, sizeof dir);
+    if (!bin) return check_summary("observe");
     snprintf(run, sizeof run, "%s/run", dir);
     const int port = free_port();
     CHECK(port > 0, "a free port");
@@ -323,13 +321,7 @@ int main(void) {
     check_plot();
     check_dist_metrics();
 
-    if (!check_failed) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    } else {
-        fprintf(stderr, "observe: files kept in %s\n", dir);
-    }
+    e2e_cleanup(dir);
     printf("observe: %.1f s\n", now() - t0);
     return check_summary("observe");
 }

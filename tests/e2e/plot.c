@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+#include "e2e.h"
 #include "obs/plot.h"
 
 static char dir[64];
@@ -140,8 +141,6 @@ int main(void) {
     else
         printf("plot: SKIP drawing: gnuplot is not installed (Debian: apt-get install "
                "gnuplot-nox)\n");
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("plot");
 }

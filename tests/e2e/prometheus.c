@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "e2e.h"
 #include "core/core.h"
 #include "obs/http.h"
 #include "obs/metrics.h"
@@ -331,8 +332,6 @@ int main(void) {
         ts_http_stop(srv);
     }
     ts_train_metrics_free(&tm);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("prometheus");
 }

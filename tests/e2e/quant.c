@@ -191,22 +191,9 @@ static void test_ckpt(void) {
 }
 
 int main(void) {
-    const char *bin = getenv("TESSEL_BIN");
-    if (!bin) bin = "build/tessel";
-    if (access(bin, X_OK) != 0) {
-        fprintf(stderr, "e2e/quant: %s not found (set TESSEL_BIN)\n", bin);
-        return 1;
-    }
-    snprintf(dir, sizeof dir, "/tmp/tessel-quant-XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    e2e_init(bin, dir);
+    if (!e2e_setup("quant", dir, sizeof dir)) return check_summary("e2e/quant");
     test_npy();
     test_ckpt();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/quant");
 }

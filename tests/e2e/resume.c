@@ -213,22 +213,10 @@ static void test_mlp_dir(void) {
 }
 
 int main(void) {
-    bin = getenv("TESSEL_BIN");
-    if (!bin) bin = "build/tessel";
-    if (access(bin, X_OK) != 0) {
-        fprintf(stderr, "e2e/resume: %s not found (set TESSEL_BIN)\n", bin);
-        return 1;
-    }
-    snprintf(dir, sizeof dir, "/tmp/tessel-resume-XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    e2e_init(bin, dir);
+    bin = e2e_setup("resume", dir, sizeof dir);
+    if (!bin) return check_summary("e2e/resume");
     test_gpt_latest();
     test_mlp_dir();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/resume");
 }

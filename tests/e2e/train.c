@@ -226,19 +226,13 @@ static void test_demo_config(void) {
 }
 
 int main(void) {
-    bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    snprintf(dir, sizeof dir, "/tmp/tessel-train-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    if (!bin || access(bin, X_OK) != 0 || !dir[0]) return check_summary("e2e/train");
-    e2e_init(bin, dir);
+    bin = e2e_setup("train", dir, sizeof dir);
+    if (!bin) return check_summary("e2e/train");
     make_files();
     test_bad_input();
     test_success();
     test_interrupt();
     test_demo_config();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/train");
 }

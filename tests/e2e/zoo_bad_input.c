@@ -177,18 +177,11 @@ static void test_rnn(void) {
 }
 
 int main(void) {
-    const char *bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    if (!bin || access(bin, X_OK) != 0) return check_summary("e2e/zoo_bad_input");
     char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/tessel-zoobad-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    e2e_init(bin, dir);
+    if (!e2e_setup("zoobad", dir, sizeof dir)) return check_summary("e2e/zoo_bad_input");
     test_unet3d();
     test_gcn();
     test_rnn();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/zoo_bad_input");
 }

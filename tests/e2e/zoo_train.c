@@ -273,13 +273,8 @@ static void resume_exact(const char *name, const char *args, int steps) {
 }
 
 int main(void) {
-    const char *bin = getenv("TESSEL_BIN");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    if (!bin || access(bin, X_OK) != 0) return check_summary("e2e/zoo_train");
     char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/tessel-zoo-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    e2e_init(bin, dir);
+    if (!e2e_setup("zoo", dir, sizeof dir)) return check_summary("e2e/zoo_train");
     test_gru();
     test_lstm_csv();
     test_unet3d();
@@ -293,8 +288,6 @@ int main(void) {
                  "model.c2=4 --set model.c3=4",
                  6);
     resume_exact("gcn-resume", "examples/w5.yaml", 20);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!check_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/zoo_train");
 }

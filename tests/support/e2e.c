@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
+#include "check.h"
 
 static const char *e2e_bin_path = "build/tessel";
 static const char *e2e_tmp = "/tmp";
@@ -10,6 +12,29 @@ static const char *e2e_tmp = "/tmp";
 void e2e_init(const char *bin, const char *dir) {
     if (bin) e2e_bin_path = bin;
     if (dir) e2e_tmp = dir;
+}
+
+const char *e2e_setup(const char *tag, char *dir, size_t n) {
+    const char *bin = getenv("TESSEL_BIN");
+    if (!bin || !*bin) bin = "build/tessel"; /* run by hand from the repository root */
+    const int ok = access(bin, X_OK) == 0;
+    CHECK(ok, "tessel binary '%s' not found or not executable (set TESSEL_BIN)", bin);
+    snprintf(dir, n, "/tmp/tessel-%s-XXXXXX", tag);
+    const int made = ok && mkdtemp(dir) != NULL;
+    CHECK(!ok || made, "temporary directory %s", dir);
+    if (!made) return NULL;
+    e2e_init(bin, dir);
+    return bin;
+}
+
+void e2e_cleanup(const char *dir) {
+    if (check_failed) { /* kept for a look at what the failing runs left */
+        fprintf(stderr, "kept %s\n", dir);
+        return;
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
 const char *e2e_path(const char *name) {

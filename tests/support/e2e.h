@@ -1,12 +1,16 @@
 /* e2e.h — running the tessel command line from end-to-end tests.
  *
- *     e2e_init(getenv("TESSEL_BIN"), tmpdir);      // binary and scratch dir
+ *     char dir[64];
+ *     if (!e2e_setup("mytest", dir, sizeof dir)) return check_summary("e2e/mytest");
  *     e2e_result r = e2e_run("compile examples/w1.yaml --dump memory");
  *     CHECK(r.rc == 0, "%s", r.err);
  *     e2e_done(&r);
+ *     e2e_cleanup(dir);
  */
 #ifndef TS_TEST_E2E_H
 #define TS_TEST_E2E_H
+
+#include <stddef.h>
 
 typedef struct e2e_result {
     int rc;          /* exit status, -1 if killed by a signal */
@@ -15,6 +19,15 @@ typedef struct e2e_result {
 
 /* The tessel binary and a directory for the captured output files. */
 void e2e_init(const char *bin, const char *dir);
+/* The usual start of an e2e test: the binary from $TESSEL_BIN (default
+ * build/tessel; a failed check if it is not executable), a new scratch directory
+ * /tmp/tessel-TAG-XXXXXX written into dir (n bytes), and e2e_init with
+ * both. Returns the binary, or NULL when the test cannot run (the failed
+ * check is recorded). */
+const char *e2e_setup(const char *tag, char *dir, size_t n);
+/* Removes a scratch directory and everything in it, unless a check has
+ * failed (then it stays, for a look at what the runs left there). */
+void e2e_cleanup(const char *dir);
 /* DIR/name in the directory given to e2e_init; the result stays valid for
  * the next 7 calls (so several can appear in one call's arguments). */
 const char *e2e_path(const char *name);
