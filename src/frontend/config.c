@@ -172,9 +172,11 @@ static const ts_config_key keys[] = {
      "their memory is reused"},
     /* precision (docs/precision.md) */
     {"precision.default", TS_CFG_ENUM, FIELD(precision, dflt), 0, "fp32|bf16|fp16", NULL, "fp32",
-     "type matmuls compute in (f32 accumulation; weights, optimizer and the rest stay f32)"},
+     "type matmuls and convolutions compute in (f32 accumulation; weights, optimizer and the "
+     "rest stay f32)"},
     {"precision.keep_fp32", TS_CFG_STR, FIELD(precision, keep_fp32), TS_CFG_DERIVED | TS_CFG_LIST,
-     NULL, NULL, "none", "op names left in f32 (matmul)"},
+     NULL, NULL, "none",
+     "op names left in f32 (matmul, conv, conv_bwd_data, conv_bwd_weight, conv_transpose)"},
     {"precision.loss_scale", TS_CFG_STR, FIELD(precision, loss_scale), 0, NULL, NULL, "auto",
      "dynamic (GradScaler), none, or a fixed number; auto: dynamic with fp16, else none"},
     {"precision.init_scale", TS_CFG_F64, FIELD(precision, init_scale), 0, NULL, "(0, 3.4e38]",

@@ -18,7 +18,7 @@
 #include "tessel/graph.h"
 
 #define TS_MAX_OUT 4
-#define TS_NI 14 /* integer attributes per node */
+#define TS_NI 15 /* integer attributes per node (the last: autodiff's recompute mark) */
 #define TS_NF 6  /* float attributes per node */
 
 typedef enum ts_value_kind {

@@ -19,6 +19,12 @@
  *                 activation [N, (D,) (H,) W, C] (weights keep torch's
  *                 layout), which lets oneDNN run on the arena's memory
  *                 without reordering it (W4: about 15 ms of a 160 ms step)
+ *   i[13]         mixed precision (set by the precision pass): 1 when the two
+ *                 tensor operands (conv, conv_transpose: x, w; conv_bwd_data:
+ *                 dy, w; conv_bwd_weight: dy, x) are bf16 or f16 and the op
+ *                 accumulates and writes f32, like matmul's i[2]; a bias
+ *                 stays f32. Such a node has no gradient (the pass runs
+ *                 after autodiff). i[14] is autodiff's recompute mark.
  *
  * conv (x, w[, b]) -> y; conv_bwd_data (dy, w) -> dx; conv_bwd_weight
  * (dy, x) -> dw; conv_transpose (x, w[, b]) -> y, which is conv_bwd_data
@@ -34,11 +40,14 @@
  * the thread count. The CPU backend replaces f32 instances with oneDNN
  * primitives (src/backends/cpu/dnnl_conv.c). */
 #include <string.h>
+#include "core/half.h"
 #include "kern.h"
 
 #define FIELD_BITS 21
 #define CONV_CL    TS_CONV_LAYOUT
-#define FIELD_MAX  ((INT64_C(1) << FIELD_BITS) - 1)
+#define CONV_LOW   TS_CONV_LOW
+_Static_assert(CONV_LOW < TS_NI - 1, "the conv flags must not overlap the recompute mark");
+#define FIELD_MAX ((INT64_C(1) << FIELD_BITS) - 1)
 
 static int64_t field(int64_t packed, int j) {
     return (packed >> (FIELD_BITS * j)) & FIELD_MAX;
@@ -137,6 +146,31 @@ static ts_status check_attrs(const ts_node *n) {
     return TS_OK;
 }
 
+static int is_low(ts_dtype dt) {
+    return dt == TS_BF16 || dt == TS_F16;
+}
+
+/* The mixed-precision flag against the operands' dtype `dt`; *out_dt is
+ * the output dtype (f32 with the flag, else dt). */
+static ts_status check_low(const ts_node *n, ts_dtype dt, ts_dtype *out_dt) {
+    int64_t f = n->a.i[CONV_LOW];
+    if (f != 0 && f != 1)
+        return ts_fail(TS_ERR_INVALID, "mixed-precision flag i[%d] must be 0 or 1, got %lld",
+                       CONV_LOW, (long long)f);
+    if (f && !is_low(dt))
+        return ts_fail(TS_ERR_SHAPE,
+                       "mixed-precision flag i[%d] (f32 accumulation and output) needs bf16 or "
+                       "f16 operands, got %s",
+                       CONV_LOW, ts_dtype_name(dt));
+    if (!f && is_low(dt))
+        return ts_fail(TS_ERR_SHAPE,
+                       "%s operands need the mixed-precision flag i[%d] (f32 accumulation and "
+                       "output, set by the precision pass); a %s convolution is not supported",
+                       ts_dtype_name(dt), CONV_LOW, ts_dtype_name(dt));
+    *out_dt = f ? TS_F32 : dt;
+    return TS_OK;
+}
+
 /* A float tensor [N, C, spatial...] (channels last [N, spatial..., C]) of
  * rank nd + 2 with C divisible by groups. */
 static ts_status check_act(const ts_type *t, const ts_attrs *a, const char *what) {
@@ -204,6 +238,8 @@ static ts_status infer_conv(const ts_graph *g, const ts_node *n, ts_type *out, i
     const ts_type *x = ts_in_type(g, n, 0), *w = ts_in_type(g, n, 1);
     if ((s = check_act(x, a, "x")) != TS_OK) return s;
     if ((s = check_weight(w, x, nd, "[O, C/groups, k...]")) != TS_OK) return s;
+    ts_dtype odt;
+    if ((s = check_low(n, x->dtype, &odt)) != TS_OK) return s;
     if (w->dims[0] % G)
         return ts_fail(TS_ERR_SHAPE, "output channels (%lld) are not divisible by groups (%lld)",
                        (long long)w->dims[0], (long long)G);
@@ -212,10 +248,10 @@ static ts_status infer_conv(const ts_graph *g, const ts_node *n, ts_type *out, i
                        "weight has %lld input channels per group, x has %lld channels in %lld "
                        "groups",
                        (long long)w->dims[1], (long long)x->dims[ca], (long long)G);
-    if ((s = check_bias(g, n, w->dims[0], x->dtype)) != TS_OK) return s;
+    if ((s = check_bias(g, n, w->dims[0], odt)) != TS_OK) return s;
     int64_t o[3];
     if ((s = fwd_spatial(n, x->dims + sp_axis(a), w->dims + 2, o)) != TS_OK) return s;
-    *out = act_type(a, x->dtype, x->dims[0], w->dims[0], o);
+    *out = act_type(a, odt, x->dims[0], w->dims[0], o);
     *n_out = 1;
     return TS_OK;
 }
@@ -253,13 +289,15 @@ static ts_status infer_conv_bwd_data(const ts_graph *g, const ts_node *n, ts_typ
     const ts_type *dy = ts_in_type(g, n, 0), *w = ts_in_type(g, n, 1);
     if ((s = check_act(dy, a, "dy")) != TS_OK) return s;
     if ((s = check_weight(w, dy, nd, "[O, C/groups, k...]")) != TS_OK) return s;
+    ts_dtype odt;
+    if ((s = check_low(n, dy->dtype, &odt)) != TS_OK) return s;
     if (w->dims[0] != dy->dims[ca])
         return ts_fail(TS_ERR_SHAPE, "weight has %lld output channels, dy has %lld",
                        (long long)w->dims[0], (long long)dy->dims[ca]);
     int64_t in[3];
     if ((s = bwd_spatial(n, dy->dims + sp_axis(a), w->dims + 2, in, "extra input size")) != TS_OK)
         return s;
-    *out = act_type(a, dy->dtype, dy->dims[0], w->dims[1] * G, in);
+    *out = act_type(a, odt, dy->dims[0], w->dims[1] * G, in);
     *n_out = 1;
     return TS_OK;
 }
@@ -277,6 +315,8 @@ static ts_status infer_conv_bwd_weight(const ts_graph *g, const ts_node *n, ts_t
     if ((s = check_act(x, a, "x")) != TS_OK) return s;
     if (dy->dtype != x->dtype || dy->dims[0] != x->dims[0])
         return ts_fail(TS_ERR_SHAPE, "dy and x must have the same dtype and batch size");
+    ts_dtype odt;
+    if ((s = check_low(n, x->dtype, &odt)) != TS_OK) return s;
     int64_t k[3] = {1, 1, 1}, o[3] = {1, 1, 1};
     for (int j = 0; j < nd; j++)
         if ((k[j] = field(a->i[11], j)) < 1)
@@ -287,7 +327,7 @@ static ts_status infer_conv_bwd_weight(const ts_graph *g, const ts_node *n, ts_t
             return ts_fail(
                 TS_ERR_SHAPE, "spatial dim %d: x of size %lld gives an output of %lld, dy has %lld",
                 j, (long long)x->dims[sa + j], (long long)o[j], (long long)dy->dims[sa + j]);
-    *out = (ts_type){.dtype = x->dtype, .rank = nd + 2, .dims = {dy->dims[ca], x->dims[ca] / G}};
+    *out = (ts_type){.dtype = odt, .rank = nd + 2, .dims = {dy->dims[ca], x->dims[ca] / G}};
     for (int j = 0; j < nd; j++) out->dims[2 + j] = k[j];
     *n_out = 1;
     return TS_OK;
@@ -304,20 +344,30 @@ static ts_status infer_conv_transpose(const ts_graph *g, const ts_node *n, ts_ty
     const ts_type *x = ts_in_type(g, n, 0), *w = ts_in_type(g, n, 1);
     if ((s = check_act(x, a, "x")) != TS_OK) return s;
     if ((s = check_weight(w, x, nd, "[C, O/groups, k...]")) != TS_OK) return s;
+    ts_dtype odt;
+    if ((s = check_low(n, x->dtype, &odt)) != TS_OK) return s;
     if (w->dims[0] != x->dims[ca])
         return ts_fail(TS_ERR_SHAPE, "weight has %lld input channels (axis 0), x has %lld",
                        (long long)w->dims[0], (long long)x->dims[ca]);
     int64_t O = w->dims[1] * G;
-    if ((s = check_bias(g, n, O, x->dtype)) != TS_OK) return s;
+    if ((s = check_bias(g, n, O, odt)) != TS_OK) return s;
     int64_t o[3];
     if ((s = bwd_spatial(n, x->dims + sp_axis(a), w->dims + 2, o, "output_padding")) != TS_OK)
         return s;
-    *out = act_type(a, x->dtype, x->dims[0], O, o);
+    *out = act_type(a, odt, x->dims[0], O, o);
     *n_out = 1;
     return TS_OK;
 }
 
 /* ---- gradients --------------------------------------------------------- */
+
+/* A mixed-precision conv is created by the precision pass after autodiff. */
+static ts_status no_low_grad(const ts_node *n) {
+    return ts_fail(TS_ERR_UNSUPPORTED,
+                   "%s: a mixed-precision convolution (f32 output, i[%d]) has no gradient: the "
+                   "precision pass creates it after autodiff",
+                   ts_op_get(n->op)->name, CONV_LOW);
+}
 
 static ts_val add_conv_node(ts_graph *g, int op, ts_val a, ts_val b, const ts_attrs *at,
                             int64_t packed) {
@@ -363,6 +413,7 @@ static ts_val bias_grad(ts_graph *g, ts_val dy, const ts_attrs *a) {
 }
 
 static ts_status grad_conv(ts_graph *g, const ts_node *n, const ts_val *dyv, ts_val *din) {
+    if (n->a.i[CONV_LOW]) return no_low_grad(n);
     ts_val dy = dyv[0], x = ts_mkval(n->in[0]), w = ts_mkval(n->in[1]);
     if (!ts_val_ok(dy)) return TS_OK;
     ts_attrs a = n->a; /* n points into g->nodes, which moves as nodes are added */
@@ -376,6 +427,7 @@ static ts_status grad_conv(ts_graph *g, const ts_node *n, const ts_val *dyv, ts_
 
 static ts_status grad_conv_transpose(ts_graph *g, const ts_node *n, const ts_val *dyv,
                                      ts_val *din) {
+    if (n->a.i[CONV_LOW]) return no_low_grad(n);
     ts_val dy = dyv[0], x = ts_mkval(n->in[0]), w = ts_mkval(n->in[1]);
     if (!ts_val_ok(dy)) return TS_OK;
     ts_attrs a = n->a;
@@ -390,6 +442,7 @@ static ts_status grad_conv_transpose(ts_graph *g, const ts_node *n, const ts_val
 /* dx = A(dy, w) is linear in each of dy and w: d(dy) = conv(ddx, w),
  * d(w) = conv_bwd_weight(dy, ddx). */
 static ts_status grad_conv_bwd_data(ts_graph *g, const ts_node *n, const ts_val *dxv, ts_val *din) {
+    if (n->a.i[CONV_LOW]) return no_low_grad(n);
     ts_val ddx = dxv[0], dy = ts_mkval(n->in[0]), w = ts_mkval(n->in[1]);
     if (!ts_val_ok(ddx)) return TS_OK;
     ts_attrs a = n->a;
@@ -401,6 +454,7 @@ static ts_status grad_conv_bwd_data(ts_graph *g, const ts_node *n, const ts_val 
 /* dw = B(dy, x): d(dy) = conv(x, ddw), d(x) = conv_bwd_data(dy, ddw). */
 static ts_status grad_conv_bwd_weight(ts_graph *g, const ts_node *n, const ts_val *dwv,
                                       ts_val *din) {
+    if (n->a.i[CONV_LOW]) return no_low_grad(n);
     ts_val ddw = dwv[0], dy = ts_mkval(n->in[0]), x = ts_mkval(n->in[1]);
     if (!ts_val_ok(ddw)) return TS_OK;
     ts_attrs a = n->a;
@@ -420,23 +474,26 @@ static void out_range(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *
 }
 
 #define LANES 8
+/* The operand load of the f32/f64 kernels; the mixed-precision instances
+ * widen bf16/f16 operands with ts_bf16_to_f32 / ts_f16_to_f32 instead (exact). */
+#define LD_ID(v) (v)
 
-#define DEF_CONV(T, SFX)                                                                           \
+#define DEF_CONV(T, TI, LD, SFX)                                                                   \
     /* y row += w * x row over one kernel row (kw taps). */                                        \
-    TS_CLONES static void fwd_taps_##SFX(T *yr, const T *xr, const T *wr, const cgeo *q) {         \
+    TS_CLONES static void fwd_taps_##SFX(T *yr, const TI *xr, const TI *wr, const cgeo *q) {       \
         int64_t sw = q->s[2];                                                                      \
         for (int64_t kw = 0; kw < q->k[2]; kw++) {                                                 \
             int64_t off = kw * q->d[2] - q->p[2], lo, hi;                                          \
             out_range(off, sw, q->in[2], q->out[2], &lo, &hi);                                     \
-            T wv = wr[kw];                                                                         \
+            T wv = LD(wr[kw]);                                                                     \
             if (sw == 1)                                                                           \
-                for (int64_t o = lo; o < hi; o++) yr[o] += wv * xr[o + off];                       \
+                for (int64_t o = lo; o < hi; o++) yr[o] += wv * LD(xr[o + off]);                   \
             else                                                                                   \
-                for (int64_t o = lo; o < hi; o++) yr[o] += wv * xr[o * sw + off];                  \
+                for (int64_t o = lo; o < hi; o++) yr[o] += wv * LD(xr[o * sw + off]);              \
         }                                                                                          \
     }                                                                                              \
     /* y[n, o, od, oh, :] for task t over (n, o, od, oh). */                                       \
-    static void fwd_row_##SFX(T *y, const T *x, const T *w, const T *b, const cgeo *q,             \
+    static void fwd_row_##SFX(T *y, const TI *x, const TI *w, const T *b, const cgeo *q,           \
                               int64_t t) {                                                         \
         int64_t oh = t % q->out[1], od = t / q->out[1] % q->out[0];                                \
         int64_t o = t / (q->out[1] * q->out[0]) % q->O, n = t / (q->out[1] * q->out[0] * q->O);    \
@@ -451,14 +508,15 @@ static void out_range(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *
                 for (int64_t kh = 0; kh < q->k[1]; kh++) {                                         \
                     int64_t ih = oh * q->s[1] - q->p[1] + kh * q->d[1];                            \
                     if (ih < 0 || ih >= q->in[1]) continue;                                        \
-                    const T *xr =                                                                  \
+                    const TI *xr =                                                                 \
                         x + (((n * q->C + c0 + c) * q->in[0] + id) * q->in[1] + ih) * q->in[2];    \
-                    const T *wr = w + (((o * q->Cg + c) * q->k[0] + kd) * q->k[1] + kh) * q->k[2]; \
+                    const TI *wr =                                                                 \
+                        w + (((o * q->Cg + c) * q->k[0] + kd) * q->k[1] + kh) * q->k[2];           \
                     fwd_taps_##SFX(yr, xr, wr, q);                                                 \
                 }                                                                                  \
             }                                                                                      \
     }                                                                                              \
-    static void conv_fwd_##SFX(T *y, const T *x, const T *w, const T *b, const cgeo *q) {          \
+    static void conv_fwd_##SFX(T *y, const TI *x, const TI *w, const T *b, const cgeo *q) {        \
         int64_t rows = q->N * q->O * q->out[0] * q->out[1];                                        \
         double work = (double)rows * (double)q->out[2] * (double)(q->Cg * q->k[0] * q->k[1]);      \
         _Pragma("omp parallel for schedule(static) if (work >= TS_PAR_MIN)") for (int64_t t = 0;   \
@@ -466,20 +524,20 @@ static void out_range(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *
             fwd_row_##SFX(y, x, w, b, q, t);                                                       \
     }                                                                                              \
     /* dx row += w * dy row over one kernel row (the adjoint of fwd_taps). */                      \
-    TS_CLONES static void bwd_taps_##SFX(T *xr, const T *yr, const T *wr, const cgeo *q) {         \
+    TS_CLONES static void bwd_taps_##SFX(T *xr, const TI *yr, const TI *wr, const cgeo *q) {       \
         int64_t sw = q->s[2];                                                                      \
         for (int64_t kw = 0; kw < q->k[2]; kw++) {                                                 \
             int64_t off = kw * q->d[2] - q->p[2], lo, hi;                                          \
             out_range(off, sw, q->in[2], q->out[2], &lo, &hi);                                     \
-            T wv = wr[kw];                                                                         \
+            T wv = LD(wr[kw]);                                                                     \
             if (sw == 1)                                                                           \
-                for (int64_t o = lo; o < hi; o++) xr[o + off] += wv * yr[o];                       \
+                for (int64_t o = lo; o < hi; o++) xr[o + off] += wv * LD(yr[o]);                   \
             else                                                                                   \
-                for (int64_t o = lo; o < hi; o++) xr[o * sw + off] += wv * yr[o];                  \
+                for (int64_t o = lo; o < hi; o++) xr[o * sw + off] += wv * LD(yr[o]);              \
         }                                                                                          \
     }                                                                                              \
     /* dx[n, c, id, ih, :] for task t over (n, c, id, ih); b: initial value per channel. */        \
-    static void bwd_data_row_##SFX(T *dx, const T *dy, const T *w, const T *b, const cgeo *q,      \
+    static void bwd_data_row_##SFX(T *dx, const TI *dy, const TI *w, const T *b, const cgeo *q,    \
                                    int64_t t) {                                                    \
         int64_t ih = t % q->in[1], id = t / q->in[1] % q->in[0];                                   \
         int64_t c = t / (q->in[1] * q->in[0]) % q->C, n = t / (q->in[1] * q->in[0] * q->C);        \
@@ -494,16 +552,16 @@ static void out_range(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *
                 for (int64_t kh = 0; kh < q->k[1]; kh++) {                                         \
                     int64_t th = ih + q->p[1] - kh * q->d[1];                                      \
                     if (th < 0 || th % q->s[1] || th / q->s[1] >= q->out[1]) continue;             \
-                    const T *yr = dy + (((n * q->O + o) * q->out[0] + td / q->s[0]) * q->out[1] +  \
-                                        th / q->s[1]) *                                            \
-                                           q->out[2];                                              \
-                    const T *wr =                                                                  \
+                    const TI *yr = dy + (((n * q->O + o) * q->out[0] + td / q->s[0]) * q->out[1] + \
+                                         th / q->s[1]) *                                           \
+                                            q->out[2];                                             \
+                    const TI *wr =                                                                 \
                         w + (((o * q->Cg + cl) * q->k[0] + kd) * q->k[1] + kh) * q->k[2];          \
                     bwd_taps_##SFX(xr, yr, wr, q);                                                 \
                 }                                                                                  \
             }                                                                                      \
     }                                                                                              \
-    static void conv_bwd_data_##SFX(T *dx, const T *dy, const T *w, const T *b, const cgeo *q) {   \
+    static void conv_bwd_data_##SFX(T *dx, const TI *dy, const TI *w, const T *b, const cgeo *q) { \
         int64_t rows = q->N * q->C * q->in[0] * q->in[1];                                          \
         double work = (double)rows * (double)q->in[2] * (double)(q->Og * q->k[0] * q->k[1]);       \
         _Pragma("omp parallel for schedule(static) if (work >= TS_PAR_MIN)") for (int64_t t = 0;   \
@@ -511,18 +569,18 @@ static void out_range(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *
             bwd_data_row_##SFX(dx, dy, w, b, q, t);                                                \
     }                                                                                              \
     /* sum over o of dy[o] * x[o*s + off], in LANES interleaved partial sums. */                   \
-    TS_CLONES static double dot_row_##SFX(const T *yr, const T *xr, int64_t lo, int64_t hi,        \
+    TS_CLONES static double dot_row_##SFX(const TI *yr, const TI *xr, int64_t lo, int64_t hi,      \
                                           int64_t s, int64_t off) {                                \
         T l[LANES] = {0};                                                                          \
         int64_t o = lo;                                                                            \
         if (s == 1)                                                                                \
             for (; o + LANES <= hi; o += LANES)                                                    \
-                for (int j = 0; j < LANES; j++) l[j] += yr[o + j] * xr[o + j + off];               \
-        for (; o < hi; o++) l[0] += yr[o] * xr[o * s + off];                                       \
+                for (int j = 0; j < LANES; j++) l[j] += LD(yr[o + j]) * LD(xr[o + j + off]);       \
+        for (; o < hi; o++) l[0] += LD(yr[o]) * LD(xr[o * s + off]);                               \
         return (double)(((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));        \
     }                                                                                              \
     /* dw[o, c, kd, kh, kw] for task t: every (n, od, oh) row, in order. */                        \
-    static void bwd_weight_one_##SFX(T *dw, const T *dy, const T *x, const cgeo *q, int64_t t) {   \
+    static void bwd_weight_one_##SFX(T *dw, const TI *dy, const TI *x, const cgeo *q, int64_t t) { \
         int64_t kw = t % q->k[2], kh = t / q->k[2] % q->k[1];                                      \
         int64_t kd = t / (q->k[2] * q->k[1]) % q->k[0];                                            \
         int64_t c = t / (q->k[2] * q->k[1] * q->k[0]) % q->Cg;                                     \
@@ -537,16 +595,16 @@ static void out_range(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *
                 for (int64_t oh = 0; oh < q->out[1]; oh++) {                                       \
                     int64_t ih = oh * q->s[1] - q->p[1] + kh * q->d[1];                            \
                     if (ih < 0 || ih >= q->in[1]) continue;                                        \
-                    const T *yr =                                                                  \
+                    const TI *yr =                                                                 \
                         dy + (((n * q->O + o) * q->out[0] + od) * q->out[1] + oh) * q->out[2];     \
-                    const T *xr =                                                                  \
+                    const TI *xr =                                                                 \
                         x + (((n * q->C + cin) * q->in[0] + id) * q->in[1] + ih) * q->in[2];       \
                     acc += dot_row_##SFX(yr, xr, lo, hi, q->s[2], off);                            \
                 }                                                                                  \
             }                                                                                      \
         dw[t] = (T)acc;                                                                            \
     }                                                                                              \
-    static void conv_bwd_weight_##SFX(T *dw, const T *dy, const T *x, const cgeo *q) {             \
+    static void conv_bwd_weight_##SFX(T *dw, const TI *dy, const TI *x, const cgeo *q) {           \
         int64_t nw = q->O * q->Cg * q->k[0] * q->k[1] * q->k[2];                                   \
         double work = (double)nw * (double)(q->N * q->out[0] * q->out[1] * q->out[2]);             \
         _Pragma("omp parallel for schedule(dynamic, 1) if (work >= TS_PAR_MIN)") for (int64_t t =  \
@@ -555,8 +613,10 @@ static void out_range(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *
             bwd_weight_one_##SFX(dw, dy, x, q, t);                                                 \
     }
 
-DEF_CONV(float, f32)
-DEF_CONV(double, f64)
+DEF_CONV(float, float, LD_ID, f32)
+DEF_CONV(double, double, LD_ID, f64)
+DEF_CONV(float, uint16_t, ts_bf16_to_f32, bf16)
+DEF_CONV(float, uint16_t, ts_f16_to_f32, f16)
 
 /* Channels-last reference kernels: plain loops, one output element at a
  * time with its terms in a fixed order (the CPU backend runs f32 on
@@ -567,9 +627,9 @@ static inline int64_t cl_at(const int64_t *sz, int64_t C, int64_t n, int64_t d, 
     return (((n * sz[0] + d) * sz[1] + h) * sz[2] + w) * C;
 }
 
-#define DEF_CONV_CL(T, SFX)                                                                        \
+#define DEF_CONV_CL(T, TI, LD, SFX)                                                                \
     /* y[n, od, oh, :, :] for task t over (n, od, oh). */                                          \
-    static void fwd_cl_row_##SFX(T *y, const T *x, const T *w, const T *b, const cgeo *q,          \
+    static void fwd_cl_row_##SFX(T *y, const TI *x, const TI *w, const T *b, const cgeo *q,        \
                                  int64_t t) {                                                      \
         int64_t oh = t % q->out[1], od = t / q->out[1] % q->out[0],                                \
                 n = t / (q->out[1] * q->out[0]);                                                   \
@@ -588,10 +648,10 @@ static inline int64_t cl_at(const int64_t *sz, int64_t C, int64_t n, int64_t d, 
                             for (int64_t kw = 0; kw < q->k[2]; kw++) {                             \
                                 int64_t iw = ow * q->s[2] - q->p[2] + kw * q->d[2];                \
                                 if (iw < 0 || iw >= q->in[2]) continue;                            \
-                                acc += w[(((o * q->Cg + c) * q->k[0] + kd) * q->k[1] + kh) *       \
-                                             q->k[2] +                                             \
-                                         kw] *                                                     \
-                                       x[cl_at(q->in, q->C, n, id, ih, iw) + c0 + c];              \
+                                acc += LD(w[(((o * q->Cg + c) * q->k[0] + kd) * q->k[1] + kh) *    \
+                                                q->k[2] +                                          \
+                                            kw]) *                                                 \
+                                       LD(x[cl_at(q->in, q->C, n, id, ih, iw) + c0 + c]);          \
                             }                                                                      \
                         }                                                                          \
                     }                                                                              \
@@ -599,7 +659,7 @@ static inline int64_t cl_at(const int64_t *sz, int64_t C, int64_t n, int64_t d, 
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    static void conv_fwd_cl_##SFX(T *y, const T *x, const T *w, const T *b, const cgeo *q) {       \
+    static void conv_fwd_cl_##SFX(T *y, const TI *x, const TI *w, const T *b, const cgeo *q) {     \
         int64_t rows = q->N * q->out[0] * q->out[1];                                               \
         double work = (double)rows * (double)(q->out[2] * q->O * q->Cg * q->k[0] * q->k[1]);       \
         _Pragma("omp parallel for schedule(static) if (work >= TS_PAR_MIN)") for (int64_t t = 0;   \
@@ -607,7 +667,7 @@ static inline int64_t cl_at(const int64_t *sz, int64_t C, int64_t n, int64_t d, 
             fwd_cl_row_##SFX(y, x, w, b, q, t);                                                    \
     }                                                                                              \
     /* dx[n, id, ih, :, :] for task t over (n, id, ih); b: initial value per channel. */           \
-    static void bwd_data_cl_row_##SFX(T *dx, const T *dy, const T *w, const T *b, const cgeo *q,   \
+    static void bwd_data_cl_row_##SFX(T *dx, const TI *dy, const TI *w, const T *b, const cgeo *q, \
                                       int64_t t) {                                                 \
         int64_t ih = t % q->in[1], id = t / q->in[1] % q->in[0], n = t / (q->in[1] * q->in[0]);    \
         for (int64_t iw = 0; iw < q->in[2]; iw++) {                                                \
@@ -625,12 +685,12 @@ static inline int64_t cl_at(const int64_t *sz, int64_t C, int64_t n, int64_t d, 
                             for (int64_t kw = 0; kw < q->k[2]; kw++) {                             \
                                 int64_t tw = iw + q->p[2] - kw * q->d[2];                          \
                                 if (tw < 0 || tw % q->s[2] || tw / q->s[2] >= q->out[2]) continue; \
-                                acc += w[(((o * q->Cg + cg) * q->k[0] + kd) * q->k[1] + kh) *      \
-                                             q->k[2] +                                             \
-                                         kw] *                                                     \
-                                       dy[cl_at(q->out, q->O, n, td / q->s[0], th / q->s[1],       \
-                                                tw / q->s[2]) +                                    \
-                                          o];                                                      \
+                                acc += LD(w[(((o * q->Cg + cg) * q->k[0] + kd) * q->k[1] + kh) *   \
+                                                q->k[2] +                                          \
+                                            kw]) *                                                 \
+                                       LD(dy[cl_at(q->out, q->O, n, td / q->s[0], th / q->s[1],    \
+                                                   tw / q->s[2]) +                                 \
+                                             o]);                                                  \
                             }                                                                      \
                         }                                                                          \
                     }                                                                              \
@@ -638,7 +698,7 @@ static inline int64_t cl_at(const int64_t *sz, int64_t C, int64_t n, int64_t d, 
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    static void conv_bwd_data_cl_##SFX(T *dx, const T *dy, const T *w, const T *b,                 \
+    static void conv_bwd_data_cl_##SFX(T *dx, const TI *dy, const TI *w, const T *b,               \
                                        const cgeo *q) {                                            \
         int64_t rows = q->N * q->in[0] * q->in[1];                                                 \
         double work = (double)rows * (double)(q->in[2] * q->C * q->Og * q->k[0] * q->k[1]);        \
@@ -647,7 +707,7 @@ static inline int64_t cl_at(const int64_t *sz, int64_t C, int64_t n, int64_t d, 
             bwd_data_cl_row_##SFX(dx, dy, w, b, q, t);                                             \
     }                                                                                              \
     /* dw[o, c, kd, kh, kw] for task t: every output position, in order. */                        \
-    static void bwd_weight_cl_one_##SFX(T *dw, const T *dy, const T *x, const cgeo *q,             \
+    static void bwd_weight_cl_one_##SFX(T *dw, const TI *dy, const TI *x, const cgeo *q,           \
                                         int64_t t) {                                               \
         int64_t kw = t % q->k[2], kh = t / q->k[2] % q->k[1];                                      \
         int64_t kd = t / (q->k[2] * q->k[1]) % q->k[0];                                            \
@@ -665,14 +725,14 @@ static inline int64_t cl_at(const int64_t *sz, int64_t C, int64_t n, int64_t d, 
                     for (int64_t ow = 0; ow < q->out[2]; ow++) {                                   \
                         int64_t iw = ow * q->s[2] - q->p[2] + kw * q->d[2];                        \
                         if (iw < 0 || iw >= q->in[2]) continue;                                    \
-                        acc += (double)dy[cl_at(q->out, q->O, n, od, oh, ow) + o] *                \
-                               (double)x[cl_at(q->in, q->C, n, id, ih, iw) + cin];                 \
+                        acc += (double)LD(dy[cl_at(q->out, q->O, n, od, oh, ow) + o]) *            \
+                               (double)LD(x[cl_at(q->in, q->C, n, id, ih, iw) + cin]);             \
                     }                                                                              \
                 }                                                                                  \
             }                                                                                      \
         dw[t] = (T)acc;                                                                            \
     }                                                                                              \
-    static void conv_bwd_weight_cl_##SFX(T *dw, const T *dy, const T *x, const cgeo *q) {          \
+    static void conv_bwd_weight_cl_##SFX(T *dw, const TI *dy, const TI *x, const cgeo *q) {        \
         int64_t nw = q->O * q->Cg * q->k[0] * q->k[1] * q->k[2];                                   \
         double work = (double)nw * (double)(q->N * q->out[0] * q->out[1] * q->out[2]);             \
         _Pragma("omp parallel for schedule(dynamic, 1) if (work >= TS_PAR_MIN)") for (int64_t t =  \
@@ -681,8 +741,19 @@ static inline int64_t cl_at(const int64_t *sz, int64_t C, int64_t n, int64_t d, 
             bwd_weight_cl_one_##SFX(dw, dy, x, q, t);                                              \
     }
 
-DEF_CONV_CL(float, f32)
-DEF_CONV_CL(double, f64)
+DEF_CONV_CL(float, float, LD_ID, f32)
+DEF_CONV_CL(double, double, LD_ID, f64)
+DEF_CONV_CL(float, uint16_t, ts_bf16_to_f32, bf16)
+DEF_CONV_CL(float, uint16_t, ts_f16_to_f32, f16)
+
+/* The kernels of a mixed-precision node, chosen by the operands' dtype:
+ * the same loops as f32's with each operand widened (exactly) where it is
+ * read, so the result is bit for bit the f32 kernel's on the operands
+ * rounded to bf16/f16. Fails for operand dtypes without one. */
+static ts_status low_kernel(const ts_kargs *k, ts_dtype dt, const char *what) {
+    if (k->out[0].dtype == TS_F32 && is_low(dt)) return TS_OK;
+    return ts_kernel_bad_dtype(k, what, dt);
+}
 
 static ts_status k_conv(const ts_kargs *k) {
     const ts_tensor *x = &k->in[0], *w = &k->in[1], *y = &k->out[0];
@@ -691,6 +762,15 @@ static ts_status k_conv(const ts_kargs *k) {
     geo_attrs(&q, k->a);
     const int cl = k->a->i[CONV_CL] != 0;
     geo_dims(&q, x->dims, w->dims, y->dims, cl);
+    if (k->a->i[CONV_LOW]) {
+        ts_status s = low_kernel(k, x->dtype, "conv (mixed precision)");
+        if (s != TS_OK) return s;
+        if (x->dtype == TS_BF16)
+            (cl ? conv_fwd_cl_bf16 : conv_fwd_bf16)(y->data, x->data, w->data, b, &q);
+        else
+            (cl ? conv_fwd_cl_f16 : conv_fwd_f16)(y->data, x->data, w->data, b, &q);
+        return TS_OK;
+    }
     switch (y->dtype) {
     case TS_F32:
         (cl ? conv_fwd_cl_f32 : conv_fwd_f32)(y->data, x->data, w->data, b, &q);
@@ -711,6 +791,15 @@ static ts_status k_conv_bwd_data(const ts_kargs *k) {
     geo_attrs(&q, k->a);
     const int cl = k->a->i[CONV_CL] != 0;
     geo_dims(&q, dx->dims, w->dims, dy->dims, cl);
+    if (k->a->i[CONV_LOW]) {
+        ts_status s = low_kernel(k, dy->dtype, "conv_bwd_data (mixed precision)");
+        if (s != TS_OK) return s;
+        if (dy->dtype == TS_BF16)
+            (cl ? conv_bwd_data_cl_bf16 : conv_bwd_data_bf16)(dx->data, dy->data, w->data, b, &q);
+        else
+            (cl ? conv_bwd_data_cl_f16 : conv_bwd_data_f16)(dx->data, dy->data, w->data, b, &q);
+        return TS_OK;
+    }
     switch (dx->dtype) {
     case TS_F32:
         (cl ? conv_bwd_data_cl_f32 : conv_bwd_data_f32)(dx->data, dy->data, w->data, b, &q);
@@ -728,6 +817,15 @@ static ts_status k_conv_bwd_weight(const ts_kargs *k) {
     geo_attrs(&q, k->a);
     const int cl = k->a->i[CONV_CL] != 0;
     geo_dims(&q, x->dims, dw->dims, dy->dims, cl);
+    if (k->a->i[CONV_LOW]) {
+        ts_status s = low_kernel(k, x->dtype, "conv_bwd_weight (mixed precision)");
+        if (s != TS_OK) return s;
+        if (x->dtype == TS_BF16)
+            (cl ? conv_bwd_weight_cl_bf16 : conv_bwd_weight_bf16)(dw->data, dy->data, x->data, &q);
+        else
+            (cl ? conv_bwd_weight_cl_f16 : conv_bwd_weight_f16)(dw->data, dy->data, x->data, &q);
+        return TS_OK;
+    }
     switch (dw->dtype) {
     case TS_F32:
         (cl ? conv_bwd_weight_cl_f32 : conv_bwd_weight_f32)(dw->data, dy->data, x->data, &q);

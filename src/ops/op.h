@@ -24,6 +24,9 @@
 /* The attribute index of the layout flag of the conv ops (conv.c), which
  * the oneDNN backend reads too. */
 #define TS_CONV_LAYOUT 12
+/* ... and of their mixed-precision flag: bf16/f16 operands, f32 accumulation
+ * and output (set by the precision pass). */
+#define TS_CONV_LOW 13
 
 typedef enum ts_op_id {
     /* binary elementwise (broadcasting) */

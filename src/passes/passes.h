@@ -35,7 +35,7 @@ ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *p
  * after every monitor. */
 ts_status ts_pass_monitor(ts_graph *g, const int32_t *params, const int32_t *grads, int n);
 ts_status ts_pass_monitor_order(ts_graph *g);
-/* Mixed precision (precision.c): matmuls on bf16/f16 operands with f32
+/* Mixed precision (precision.c): matmuls and convs on bf16/f16 operands with f32
  * output, one shared cast per value, per the policy in `o`. *n_cast (may
  * be NULL) receives the number of casts inserted. Run after the train
  * pass. ts_precision_check validates the options alone. */

@@ -2,9 +2,11 @@
  * after autodiff and the train pass, so the forward and the backward GEMMs
  * are both covered.
  *
- * Policy: every f32 matmul whose op is not listed in keep_fp32 reads its
- * operands cast to the compute type (bf16 or f16) and accumulates and
- * writes f32 (matmul i[2] = 1; oneDNN bf16 x bf16 -> f32). Reductions,
+ * Policy: every f32 matmul and convolution (conv, conv_bwd_data,
+ * conv_bwd_weight, conv_transpose) whose op is not listed in keep_fp32
+ * reads its two tensor operands cast to the compute type (bf16 or f16) and
+ * accumulates and writes f32 (matmul i[2] = 1, conv i[TS_CONV_LOW] = 1;
+ * oneDNN bf16 x bf16 -> f32); a conv's bias stays f32. Reductions,
  * norms, softmax, losses, attention and the optimizer are untouched and
  * stay f32, and so do the master weights, gradients and optimizer state:
  * a weight is cast on its way into a GEMM, never stored low.
@@ -52,9 +54,23 @@ ts_status ts_precision_check(const ts_precision_options *o) {
     return TS_OK;
 }
 
+/* The attribute that marks node n's op as mixed precision (operands 0 and
+ * 1 low, f32 accumulation and output), or -1 for an op outside the policy. */
+static int low_flag(const ts_node *n) {
+    switch (n->op) {
+    case TS_OP_MATMUL: return 2;
+    case TS_OP_CONV:
+    case TS_OP_CONV_BWD_DATA:
+    case TS_OP_CONV_BWD_WEIGHT:
+    case TS_OP_CONV_TRANSPOSE: return TS_CONV_LOW;
+    default: return -1;
+    }
+}
+
 /* Does node n take part in the policy? */
 static int lowers(const ts_graph *g, const ts_node *n, const ts_precision_options *o) {
-    if (n->dead || n->op != TS_OP_MATMUL || n->a.i[2]) return 0;
+    int f = low_flag(n);
+    if (n->dead || f < 0 || n->a.i[f]) return 0;
     if (listed(o->keep_fp32, ts_op_get(n->op)->name)) return 0;
     return ts_in_type(g, n, 0)->dtype == TS_F32 && ts_in_type(g, n, 1)->dtype == TS_F32;
 }
@@ -129,7 +145,7 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_c
             }
             g->nodes[i].in[j] = cast_of[v];
         }
-        g->nodes[i].a.i[2] = 1; /* f32 accumulation and output */
+        g->nodes[i].a.i[low_flag(&g->nodes[i])] = 1; /* f32 accumulation and output */
         perm[np++] = i;
     }
     if (s == TS_OK && np != g->n_nodes)

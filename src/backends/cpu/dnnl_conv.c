@@ -112,26 +112,28 @@ static dnnl_format_tag_t channels_last_tag(int rank) {
 
 /* Plain and "any" descriptors of one operand. dims[0] is replaced by
  * `batch` when batch > 0 (per-image primitives). */
-static dnnl_status_t init_mds(dc_arg *a, int rank, const int64_t *dims, int64_t batch) {
+static dnnl_status_t init_mds(dc_arg *a, int rank, const int64_t *dims, int64_t batch,
+                              dnnl_data_type_t dt) {
     dnnl_dims_t d;
     for (int i = 0; i < rank; i++) d[i] = dims[i];
     if (batch > 0) d[0] = batch;
-    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&a->plain, rank, d, dnnl_f32, plain_tag(rank));
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&a->plain, rank, d, dt, plain_tag(rank));
     if (st == dnnl_success)
-        st = dnnl_memory_desc_init_by_tag(&a->md, rank, d, dnnl_f32, dnnl_format_tag_any);
+        st = dnnl_memory_desc_init_by_tag(&a->md, rank, d, dt, dnnl_format_tag_any);
     return st;
 }
 
 /* An activation stored channels last ([N, spatial..., C]): oneDNN's dims
  * are still [N, C, spatial...], its memory tag says where C lives, and the
  * primitive is asked for that same layout, so nothing is reordered. */
-static dnnl_status_t init_mds_cl(dc_arg *a, int rank, const int64_t *dims, int64_t batch) {
+static dnnl_status_t init_mds_cl(dc_arg *a, int rank, const int64_t *dims, int64_t batch,
+                                 dnnl_data_type_t dt) {
     dnnl_dims_t d;
     d[0] = batch > 0 ? batch : dims[0];
     d[1] = dims[rank - 1];
     for (int i = 2; i < rank; i++) d[i] = dims[i - 1];
     dnnl_status_t st =
-        dnnl_memory_desc_init_by_tag(&a->plain, rank, d, dnnl_f32, channels_last_tag(rank));
+        dnnl_memory_desc_init_by_tag(&a->plain, rank, d, dt, channels_last_tag(rank));
     a->md = a->plain;
     return st;
 }
@@ -188,9 +190,22 @@ static ts_status dconv_build(dconv *c, const ts_instr *in) {
 
     const int cl = in->a.i[TS_CONV_LAYOUT] != 0;
     c->channels_last = cl;
-    dnnl_status_t st = (cl ? init_mds_cl : init_mds)(&c->a[S_SRC], nd + 2, t[S_SRC]->dims, batch);
+    /* Mixed precision (i[TS_CONV_LOW]): the two tensor operands are bf16
+     * (or f16), the written one f32, accumulation f32. */
+    dnnl_data_type_t dt[S_COUNT] = {dnnl_f32, dnnl_f32, dnnl_f32, dnnl_f32};
+    dnnl_data_type_t lo = dnnl_f32;
+    if (in->a.i[TS_CONV_LOW]) {
+        const ts_dtype odt = in->in[0].dtype;
+        lo = odt == TS_BF16 ? dnnl_bf16 : odt == TS_F16 ? dnnl_f16 : dnnl_data_type_undef;
+        if (lo == dnnl_data_type_undef) return TS_ERR_UNSUPPORTED;
+        dt[S_SRC] = c->kind == DC_BWD_DATA ? dnnl_f32 : lo;
+        dt[S_WEI] = c->kind == DC_BWD_WEIGHT ? dnnl_f32 : lo;
+        dt[S_DST] = c->kind == DC_FWD ? dnnl_f32 : lo;
+    }
+    dnnl_status_t st =
+        (cl ? init_mds_cl : init_mds)(&c->a[S_SRC], nd + 2, t[S_SRC]->dims, batch, dt[S_SRC]);
     if (st == dnnl_success)
-        st = (cl ? init_mds_cl : init_mds)(&c->a[S_DST], nd + 2, t[S_DST]->dims, batch);
+        st = (cl ? init_mds_cl : init_mds)(&c->a[S_DST], nd + 2, t[S_DST]->dims, batch, dt[S_DST]);
     int64_t wd[TS_MAX_RANK];
     int wr = nd + 2;
     if (G > 1) { /* grouped weights [G, O/G, C/G, k...]: the same memory */
@@ -201,10 +216,18 @@ static ts_status dconv_build(dconv *c, const ts_instr *in) {
     } else {
         memcpy(wd, t[S_WEI]->dims, sizeof(int64_t) * (size_t)wr);
     }
-    if (st == dnnl_success) st = init_mds(&c->a[S_WEI], wr, wd, 0);
+    if (st == dnnl_success) st = init_mds(&c->a[S_WEI], wr, wd, 0, dt[S_WEI]);
+    /* The forward hint of a backward primitive: the forward conv these
+     * operands come from (low src and weights, f32 dst when mixed). */
+    dc_arg hint[S_COUNT];
+    if (st == dnnl_success)
+        st = (cl ? init_mds_cl : init_mds)(&hint[S_SRC], nd + 2, t[S_SRC]->dims, batch, lo);
+    if (st == dnnl_success)
+        st = (cl ? init_mds_cl : init_mds)(&hint[S_DST], nd + 2, t[S_DST]->dims, batch, dnnl_f32);
+    if (st == dnnl_success) st = init_mds(&hint[S_WEI], wr, wd, 0, lo);
     int has_bias = t[S_BIAS] != NULL;
     if (st == dnnl_success && has_bias && c->kind == DC_FWD) {
-        st = init_mds(&c->a[S_BIAS], 1, t[S_BIAS]->dims, 0);
+        st = init_mds(&c->a[S_BIAS], 1, t[S_BIAS]->dims, 0, dnnl_f32);
         c->a[S_BIAS].md = c->a[S_BIAS].plain;
     }
     if (st != dnnl_success) return dnnl_fail(st, c, "dnnl_memory_desc_init_by_tag");
@@ -220,17 +243,25 @@ static ts_status dconv_build(dconv *c, const ts_instr *in) {
      * floors like torch's, and the extra rows of conv_bwd_data (< stride)
      * fall in the floor. */
     dnnl_convolution_desc_t fd, bd;
-    TRY(c, dnnl_dilated_convolution_forward_desc_init(
-               &fd, dnnl_forward_training, dnnl_convolution_direct, &c->a[S_SRC].md,
-               &c->a[S_WEI].md, bmd, &c->a[S_DST].md, strides, dil, pad, pad));
-    if (c->kind == DC_BWD_DATA)
-        TRY(c, dnnl_dilated_convolution_backward_data_desc_init(
-                   &bd, dnnl_convolution_direct, &c->a[S_SRC].md, &c->a[S_WEI].md, &c->a[S_DST].md,
-                   strides, dil, pad, pad));
-    if (c->kind == DC_BWD_WEIGHT)
-        TRY(c, dnnl_dilated_convolution_backward_weights_desc_init(
-                   &bd, dnnl_convolution_direct, &c->a[S_SRC].md, &c->a[S_WEI].md, NULL,
-                   &c->a[S_DST].md, strides, dil, pad, pad));
+    const dc_arg *fa = c->kind == DC_FWD ? c->a : hint;
+    const char *call = "dnnl_dilated_convolution_forward_desc_init";
+    st = dnnl_dilated_convolution_forward_desc_init(
+        &fd, dnnl_forward_training, dnnl_convolution_direct, &fa[S_SRC].md, &fa[S_WEI].md, bmd,
+        &fa[S_DST].md, strides, dil, pad, pad);
+    if (st == dnnl_success && c->kind == DC_BWD_DATA)
+        call = "dnnl_dilated_convolution_backward_data_desc_init",
+        st = dnnl_dilated_convolution_backward_data_desc_init(
+            &bd, dnnl_convolution_direct, &c->a[S_SRC].md, &c->a[S_WEI].md, &c->a[S_DST].md,
+            strides, dil, pad, pad);
+    if (st == dnnl_success && c->kind == DC_BWD_WEIGHT)
+        call = "dnnl_dilated_convolution_backward_weights_desc_init",
+        st = dnnl_dilated_convolution_backward_weights_desc_init(
+            &bd, dnnl_convolution_direct, &c->a[S_SRC].md, &c->a[S_WEI].md, NULL, &c->a[S_DST].md,
+            strides, dil, pad, pad);
+    /* oneDNN 2.6 refuses some mixed data-type combinations already here
+     * (f16 backward data: invalid_arguments): the reference kernel runs. */
+    if (st != dnnl_success && lo != dnnl_f32) return TS_ERR_UNSUPPORTED;
+    if (st != dnnl_success) return dnnl_fail(st, c, call);
 
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t fpd = NULL, pd = NULL;
@@ -238,7 +269,7 @@ static ts_status dconv_build(dconv *c, const ts_instr *in) {
      * thread count (and with it the reduction order) here. */
     if (c->per_image) omp_set_num_threads(1);
     st = make_attr(&attr);
-    const char *call = "dnnl_primitive_desc_create";
+    call = "dnnl_primitive_desc_create";
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, attr, g_engine, NULL);
     if (st == dnnl_success && c->kind != DC_FWD)
         st = dnnl_primitive_desc_create(&pd, &bd, attr, g_engine, fpd);
@@ -309,6 +340,7 @@ static ts_status dconv_build(dconv *c, const ts_instr *in) {
         c->dst_img = dnnl_memory_desc_get_size(&c->a[S_DST].plain);
         c->wnumel = ts_tensor_numel(t[S_WEI]);
         c->partial_off = c->scratch_bytes;
+        /* f32 partials: the weight gradient is f32 in both precisions */
         c->scratch_bytes += TS_ALIGN_UP((size_t)(c->wnumel * c->N) * sizeof(float), TS_ALIGN);
     }
     if (in->op == TS_OP_CONV_TRANSPOSE && has_bias) {

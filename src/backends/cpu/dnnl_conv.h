@@ -1,6 +1,6 @@
 /* dnnl_conv.h — convolutions of a plan on oneDNN primitives.
  *
- * ts_cpu_prepare_conv() gives every f32 conv, conv_bwd_data,
+ * ts_cpu_prepare_conv() gives every f32 (or mixed-precision) conv, conv_bwd_data,
  * conv_bwd_weight and conv_transpose instruction of a plan a oneDNN
  * convolution primitive (forward, backward data, backward weights; the
  * transposed convolution runs as backward data, which is what oneDNN's
@@ -22,6 +22,15 @@
  * primitive for a single image, created for one thread, runs on the images
  * in parallel (one lane of scratch per thread), and the per-image weight
  * gradients are added in image order.
+ *
+ * Mixed precision (i[TS_CONV_LOW], set by the precision pass): the two
+ * tensor operands are bf16 and the written tensor f32 (conv: bf16 src and
+ * weights -> f32 dst; backward data: bf16 diff_dst and weights -> f32
+ * diff_src; backward weights: bf16 src and diff_dst -> f32 diff_weights),
+ * accumulated in f32 by oneDNN's avx512_core_bf16 (or AMX) kernels; the
+ * bias stays f32. f16 is tried the same way; on a CPU without an f16
+ * convolution oneDNN offers none (or only its reference one) and the
+ * reference kernel runs. Determinism is handled as for f32.
  *
  * An instruction whose primitive oneDNN cannot create, or for which it
  * would only offer its reference implementation, keeps the op's reference
