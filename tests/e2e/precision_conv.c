@@ -39,13 +39,8 @@ static void scan(const char *ir, int *convs, int *low, int *casts) {
 }
 
 int main(void) {
-    const char *bin = getenv("TESSEL_BIN");
     char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/tessel-pconv-XXXXXX");
-    CHECK(bin && access(bin, X_OK) == 0, "TESSEL_BIN must name the built tessel binary");
-    CHECK(mkdtemp(dir) != NULL, "temporary directory");
-    if (!bin || access(bin, X_OK) != 0) return check_summary("e2e/precision_conv");
-    e2e_init(bin, dir);
+    if (!e2e_setup("pconv", dir, sizeof dir)) return check_summary("e2e/precision_conv");
 
     int convs, low, casts;
     e2e_result r = e2e_run("compile examples/w4_bf16.yaml --dump ir");
@@ -72,8 +67,6 @@ int main(void) {
     CHECK(r.rc == 0 && strstr(r.out, "done: 2 steps"), "train w4_bf16 (8^3): %d %s %s", r.rc, r.out,
           r.err);
     e2e_done(&r);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    e2e_cleanup(dir);
     return check_summary("e2e/precision_conv");
 }
