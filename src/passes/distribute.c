@@ -526,6 +526,12 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
             }
             mb = b;
         }
+        /* A monitor that must follow a later node stays: with loss
+         * scaling it reads the gradients after the unscale, so it waits
+         * for the all-reduce and sees the averaged, unscaled gradients
+         * (before the start it would see this rank's scaled ones). */
+        for (int c = 0; c < n->n_ctrl && mb >= 0; c++)
+            if (pos[n->ctrl[c]] > start_at[mb]) mb = -1;
         /* Every input final by then: they are all of bucket mb. */
         if (mb >= 0 && k > start_at[mb]) mon_at[k] = mb;
     }

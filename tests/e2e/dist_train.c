@@ -3,6 +3,7 @@
  * ranks), rank 0 alone writes the run directory, a batch that does not
  * divide is refused, and a worker killed mid-run makes the launcher exit
  * non-zero quickly with a summary naming the rank and the signal. */
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,52 @@ static int losses(const char *path, double *out, int max) {
     }
     free(m);
     return n;
+}
+
+/* The "KEY":number fields of the train lines of a metrics.jsonl. */
+static int train_field(const char *path, const char *key, double *out, int max) {
+    char *m = e2e_slurp(path, NULL), pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    int n = 0;
+    for (char *p = m; (p = strstr(p, "{\"type\":\"train\"")); p++) {
+        const char *l = strstr(p, pat), *end = strchr(p, '\n');
+        if (l && (!end || l < end) && n < max && sscanf(l + strlen(pat), "%lf", &out[n]) == 1) n++;
+    }
+    free(m);
+    return n;
+}
+
+/* fp16 with dynamic loss scaling on 2 processes: the gradient monitors
+ * (and so the logged grad_norm and the alerts that watch it) see the
+ * averaged, unscaled gradients, as one process sees its own: they wait for
+ * the unscale instead of reading a rank's scaled gradients before the
+ * all-reduce (which made grad_norm 65536 times too large and paused the
+ * run on a gradient alert; the alerts are off here so that such a bug
+ * fails the comparison instead of pausing the test). */
+static void test_fp16(void) {
+    e2e_result r1 = e2e_runf("train examples/w1.yaml %s --steps 4 --set precision.default=fp16 "
+                             "--set alerts.defaults=false --out %s",
+                             small, e2e_path("fp16-one"));
+    e2e_result r2 = e2e_runf("train examples/w1.yaml %s --steps 4 --procs 2 --set "
+                             "precision.default=fp16 --set alerts.defaults=false --out %s",
+                             small, e2e_path("fp16-two"));
+    CHECK(r1.rc == 0 && r2.rc == 0, "fp16, 1 and 2 processes: exit %d and %d: %s %s", r1.rc, r2.rc,
+          r1.err, r2.err);
+    double g1[8], g2[8], l1[8], l2[8];
+    int n1 = train_field(e2e_path("fp16-one/metrics.jsonl"), "grad_norm", g1, 8);
+    int n2 = train_field(e2e_path("fp16-two/metrics.jsonl"), "grad_norm", g2, 8);
+    int m1 = losses(e2e_path("fp16-one/metrics.jsonl"), l1, 8);
+    int m2 = losses(e2e_path("fp16-two/metrics.jsonl"), l2, 8);
+    CHECK(n1 == 4 && n2 == 4 && m1 == 4 && m2 == 4, "4 train lines each: %d %d %d %d", n1, n2, m1,
+          m2);
+    for (int i = 0; i < n1 && i < n2 && i < m1 && i < m2; i++) {
+        CHECK(fabs(g2[i] - g1[i]) <= 1e-3 * g1[i],
+              "fp16 step %d: grad_norm %.9g on 2 processes, %.9g on 1", i + 1, g2[i], g1[i]);
+        CHECK(fabs(l2[i] - l1[i]) <= 1e-4 * l1[i], "fp16 step %d: loss %.9g on 2, %.9g on 1", i + 1,
+              l2[i], l1[i]);
+    }
+    e2e_done(&r1);
+    e2e_done(&r2);
 }
 
 static void test_two_procs(void) {
@@ -420,6 +467,7 @@ int main(void) {
     bin = e2e_setup("dist-train", dir, sizeof dir);
     if (!bin) return check_summary("e2e/dist_train");
     test_two_procs();
+    test_fp16();
     test_trace();
     test_mpirun();
     test_bench();
