@@ -246,6 +246,12 @@ ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_res
                 "ceiling on this machine now; data parallel reaches %.0f %% of it\n",
                 o.procs, r->compute_only, r->unit, r->compute_only / r->single,
                 100.0 * r->multi / r->compute_only);
+        /* Without ZeRO every process runs the whole optimizer update: say
+         * what shards it (docs/distributed.md, the benchmark section). */
+        if (!o.zero)
+            fprintf(out,
+                    "  (every process runs the whole optimizer update here; --zero 2 shards it "
+                    "and the gradients, with the parameters shared by the processes)\n");
         if (o.profile)
             fprintf(out, "  rank 0 of %d processes, time per op kind (last round):\n%s", o.procs,
                     prof);

@@ -332,14 +332,26 @@ static void test_bench(void) {
     CHECK(strstr(r.out, "W1 data parallel: 1 process x 1 thread(s), batch 256  vs  2 processes x "
                         "1 thread(s), batch 128 each") &&
               strstr(r.out, "samples/s") && strstr(r.out, "ratio ") &&
-              strstr(r.out, "without gradient exchange"),
+              strstr(r.out, "without gradient exchange") && strstr(r.out, "--zero 2 shards it"),
           "bench report: %s", r.out);
     e2e_done(&r);
-    /* --zero takes a stage (alone: 1). */
+    /* --zero takes a stage (alone: 1); the parameters are shared unless
+     * --private-params; --profile adds rank 0's time per op kind. */
     r = e2e_run("bench --workload W1 --procs 2 --threads 1 --steps 1 --warmup 0 --rounds 1 --zero "
-                "2");
-    CHECK(r.rc == 0 && strstr(r.out, "(shm, ZeRO-2: reduce-scatter with early release"),
-          "bench --zero 2: exit %d: %s%s", r.rc, r.out, r.err);
+                "2 --profile");
+    CHECK(r.rc == 0 &&
+              strstr(r.out, "(shm, ZeRO-2: reduce-scatter with early release, sharded update of "
+                            "the shared parameters)") &&
+              strstr(r.out, "rank 0 of 2 processes, time per op kind") &&
+              strstr(r.out, "shard_update") && strstr(r.out, "zero_sync") &&
+              !strstr(r.out, "all_gather"),
+          "bench --zero 2 --profile: exit %d: %s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+    r = e2e_run("bench --workload W1 --procs 2 --threads 1 --steps 1 --warmup 0 --rounds 1 --zero "
+                "--private-params --profile");
+    CHECK(r.rc == 0 && strstr(r.out, "(shm, ZeRO-1: reduce-scatter, sharded update, all-gather)") &&
+              strstr(r.out, "all_gather") && !strstr(r.out, "zero_sync"),
+          "bench --zero --private-params: exit %d: %s%s", r.rc, r.out, r.err);
     e2e_done(&r);
     r = e2e_run("bench --workload W1 --procs 2 --zero 3");
     CHECK(r.rc == 2 && strstr(r.err, "--zero: expected 0, 1 or 2, got '3'"),
