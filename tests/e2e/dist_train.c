@@ -32,6 +32,17 @@ static int losses(const char *path, double *out, int max) {
     return n;
 }
 
+/* The 6 train losses of run `run` equal ref[0..n_ref) bit for bit. */
+static void same_losses(const char *run, const double *ref, int n_ref, const char *what) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    double z[16];
+    int nz = losses(e2e_path(path), z, 16);
+    CHECK(nz == 6, "%s: 6 train lines, got %d", what, nz);
+    for (int i = 0; i < nz && i < n_ref; i++)
+        CHECK(z[i] == ref[i], "%s, step %d: loss %.9g, reference %.9g", what, i + 1, z[i], ref[i]);
+}
+
 /* The "KEY":number fields of the train lines of a metrics.jsonl. */
 static int train_field(const char *path, const char *key, double *out, int max) {
     char *m = e2e_slurp(path, NULL), pat[64];
@@ -128,11 +139,7 @@ static void test_two_procs(void) {
     CHECK(rz.rc == 0, "--procs 2, dist.zero 1: exit %d: %s", rz.rc, rz.err);
     CHECK(strstr(rz.out, "per process: arena") && strstr(rz.out, "ZeRO-1, this rank's shard"),
           "the per-process memory is reported: %s", rz.out);
-    double z[16];
-    int nz = losses(e2e_path("zero/metrics.jsonl"), z, 16);
-    CHECK(nz == 6, "zero: 6 train lines, got %d", nz);
-    for (int i = 0; i < nz && i < nb; i++)
-        CHECK(z[i] == b[i], "zero 1, step %d: loss %.9g, zero 0 %.9g", i + 1, z[i], b[i]);
+    same_losses("zero", b, nb, "zero 1 against zero 0");
     CHECK(strstr(rz.out, "shared by the 2 processes: parameters"),
           "one copy of the parameters for both processes is reported: %s", rz.out);
     e2e_done(&rz);
@@ -142,10 +149,7 @@ static void test_two_procs(void) {
                   small, e2e_path("zero-private"));
     CHECK(rz.rc == 0 && !strstr(rz.out, "shared by the"),
           "--procs 2, dist.zero 1, dist.share_params false: exit %d: %s%s", rz.rc, rz.out, rz.err);
-    nz = losses(e2e_path("zero-private/metrics.jsonl"), z, 16);
-    CHECK(nz == 6, "zero, private parameters: 6 train lines, got %d", nz);
-    for (int i = 0; i < nz && i < nb; i++)
-        CHECK(z[i] == b[i], "zero 1 private, step %d: loss %.9g, zero 0 %.9g", i + 1, z[i], b[i]);
+    same_losses("zero-private", b, nb, "zero 1, private parameters, against zero 0");
     e2e_done(&rz);
     /* ZeRO-2 with small buckets (about 2 KiB, many of them): gradients
      * released after their reduce-scatter, the same update bit for bit;
@@ -157,10 +161,7 @@ static void test_two_procs(void) {
     CHECK(strstr(rz.out, "gradients 0.0: ZeRO-2, buckets of") &&
               strstr(rz.out, "ZeRO-2, this rank's shard"),
           "the per-process memory marks ZeRO-2: %s", rz.out);
-    nz = losses(e2e_path("zero2/metrics.jsonl"), z, 16);
-    CHECK(nz == 6, "zero 2: 6 train lines, got %d", nz);
-    for (int i = 0; i < nz && i < nb; i++)
-        CHECK(z[i] == b[i], "zero 2, step %d: loss %.9g, zero 0 %.9g", i + 1, z[i], b[i]);
+    same_losses("zero2", b, nb, "zero 2 against zero 0");
     e2e_done(&rz);
     rz = e2e_runf("train examples/w1.yaml %s --steps 2 --procs 2 --set dist.zero=2 --set "
                   "precision.default=fp16 --out %s",
@@ -316,11 +317,7 @@ static void test_mpirun(void) {
     log = e2e_slurp(e2e_path("mpi-z2.log"), NULL);
     CHECK(rc == 0 && strstr(log, "ZeRO-2"), "mpirun, dist.zero 2: status %d:\n%s", rc, log);
     free(log);
-    double z[16];
-    int nz = losses(e2e_path("mpi-z2/metrics.jsonl"), z, 16);
-    CHECK(nz == 6, "mpi, zero 2: 6 train lines, got %d", nz);
-    for (int i = 0; i < nz && i < nb; i++)
-        CHECK(z[i] == b[i], "step %d: mpi zero 2 %.9g, mpi zero 0 %.9g", i + 1, z[i], b[i]);
+    same_losses("mpi-z2", b, nb, "mpi, zero 2 against mpi zero 0");
 }
 
 /* tessel bench --procs: runs W1 on 1 and 2 processes and reports the
