@@ -5,15 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gradcheck.h"
+#include "conv_cases.h"
 #include "plan/plan.h"
 
 /* A convolution (or transposed convolution) configuration. */
-typedef struct cv {
-    const char *label;
-    int transpose, nd, bias;
-    int64_t x[5], w[5]; /* x [N, C, spatial...], w as the op takes it */
-    int64_t s[3], p[3], d[3], op[3], groups;
-} cv;
+typedef conv_case cv;
 
 static int rank_of(const cv *c) {
     return c->nd + 2;
@@ -43,44 +39,11 @@ static int64_t out_channels(const cv *c) {
     return c->transpose ? c->w[1] * c->groups : c->w[0];
 }
 
-/* clang-format off */
-static const cv configs[] = {
-    {"conv1d", 0, 1, 1, {2, 3, 7}, {4, 3, 3}, {1}, {0}, {1}, {0}, 1},
-    {"conv1d stride 2 pad 1", 0, 1, 1, {2, 3, 8}, {4, 3, 3}, {2}, {1}, {1}, {0}, 1},
-    {"conv1d stride 3, unread tail", 0, 1, 0, {1, 2, 8}, {2, 2, 3}, {3}, {0}, {1}, {0}, 1},
-    {"conv1d dilation 3", 0, 1, 1, {2, 2, 9}, {3, 2, 3}, {1}, {2}, {3}, {0}, 1},
-    {"conv2d pad 1", 0, 2, 1, {2, 3, 5, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, {0}, 1},
-    {"conv2d stride (2,3) odd sizes", 0, 2, 1, {1, 2, 7, 5}, {3, 2, 3, 2}, {2, 3}, {1, 0}, {1, 1},
-     {0}, 1},
-    {"conv2d dilation (2,1)", 0, 2, 0, {1, 2, 7, 6}, {2, 2, 3, 3}, {1, 1}, {2, 1}, {2, 1}, {0}, 1},
-    {"conv2d groups 2", 0, 2, 1, {1, 4, 5, 5}, {6, 2, 3, 3}, {1, 1}, {0, 1}, {1, 1}, {0}, 2},
-    {"conv2d depthwise", 0, 2, 1, {2, 3, 5, 5}, {3, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, {0}, 3},
-    {"conv2d depthwise x2", 0, 2, 0, {1, 2, 4, 5}, {4, 1, 3, 3}, {2, 1}, {1, 1}, {1, 1}, {0}, 2},
-    {"conv2d size-1 dims, 1x1 kernel", 0, 2, 1, {1, 1, 1, 5}, {2, 1, 1, 1}, {1, 1}, {0, 0}, {1, 1},
-     {0}, 1},
-    {"conv3d pad 1", 0, 3, 1, {1, 2, 4, 5, 4}, {3, 2, 3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
-     {0}, 1},
-    {"conv3d stride, dilation", 0, 3, 0, {2, 2, 5, 5, 6}, {2, 2, 2, 2, 3}, {2, 1, 2}, {1, 0, 1},
-     {1, 2, 1}, {0}, 1},
-    {"conv3d groups 2", 0, 3, 1, {1, 4, 3, 4, 3}, {2, 2, 2, 2, 2}, {1, 2, 1}, {1, 1, 0}, {1, 1, 1},
-     {0}, 2},
-    {"conv_transpose1d stride 2 output_padding 1", 1, 1, 1, {1, 2, 4}, {2, 3, 3}, {2}, {1}, {1},
-     {1}, 1},
-    {"conv_transpose2d stride 2 pad 1 output_padding 1", 1, 2, 1, {2, 2, 3, 3}, {2, 2, 3, 3},
-     {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1},
-    {"conv_transpose2d groups 2", 1, 2, 0, {1, 4, 3, 2}, {4, 1, 2, 2}, {2, 1}, {0, 0}, {1, 1},
-     {0, 0}, 2},
-    {"conv_transpose3d 2^3 stride 2 (W4)", 1, 3, 1, {1, 4, 2, 3, 2}, {4, 2, 2, 2, 2}, {2, 2, 2},
-     {0, 0, 0}, {1, 1, 1}, {0, 0, 0}, 1},
-    {"conv_transpose3d stride 3 pad 1 output_padding (2,0,1)", 1, 3, 0, {1, 2, 2, 2, 3},
-     {2, 2, 3, 2, 3}, {3, 1, 2}, {1, 0, 1}, {1, 1, 1}, {2, 0, 1}, 1},
-};
-/* clang-format on */
-#define NCONFIGS (int)(sizeof configs / sizeof configs[0])
+#define NCONFIGS n_conv_cases
 
 static void gradchecks(void) {
     for (int i = 0; i < NCONFIGS; i++) {
-        const cv *c = &configs[i];
+        const cv *c = &conv_cases[i];
         gc_input in[3] = {{TS_F64, rank_of(c), {0}, 1, 0, 0, NULL},
                           {TS_F64, rank_of(c), {0}, 1, 0, 0, NULL},
                           GC_F(out_channels(c))};

@@ -24,57 +24,59 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "conv_cases.h"
 #include "core/half.h"
 #include "plan/plan.h"
 
-typedef struct cv {
-    const char *label;
-    int transpose, nd, bias;
-    int64_t x[5], w[5]; /* x [N, C, spatial...] (channels first), w as the op takes it */
-    int64_t s[3], p[3], d[3], op[3], groups;
-} cv;
-
-/* clang-format off */
-static const cv small[] = {
-    {"conv1d", 0, 1, 1, {2, 3, 7}, {4, 3, 3}, {1}, {0}, {1}, {0}, 1},
-    {"conv1d stride 2 pad 1", 0, 1, 1, {2, 3, 8}, {4, 3, 3}, {2}, {1}, {1}, {0}, 1},
-    {"conv1d stride 3, unread tail", 0, 1, 0, {1, 2, 8}, {2, 2, 3}, {3}, {0}, {1}, {0}, 1},
-    {"conv1d dilation 3", 0, 1, 1, {2, 2, 9}, {3, 2, 3}, {1}, {2}, {3}, {0}, 1},
-    {"conv2d pad 1", 0, 2, 1, {2, 3, 5, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, {0}, 1},
-    {"conv2d stride (2,3) odd sizes", 0, 2, 1, {1, 2, 7, 5}, {3, 2, 3, 2}, {2, 3}, {1, 0}, {1, 1},
-     {0}, 1},
-    {"conv2d dilation (2,1)", 0, 2, 0, {1, 2, 7, 6}, {2, 2, 3, 3}, {1, 1}, {2, 1}, {2, 1}, {0}, 1},
-    {"conv2d groups 2", 0, 2, 1, {1, 4, 5, 5}, {6, 2, 3, 3}, {1, 1}, {0, 1}, {1, 1}, {0}, 2},
-    {"conv2d depthwise", 0, 2, 1, {2, 3, 5, 5}, {3, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, {0}, 3},
-    {"conv2d 20 columns (vector lanes)", 0, 2, 1, {2, 3, 4, 20}, {4, 3, 3, 3}, {1, 1}, {1, 1},
-     {1, 1}, {0}, 1},
-    {"conv3d pad 1", 0, 3, 1, {1, 2, 4, 5, 4}, {3, 2, 3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
-     {0}, 1},
-    {"conv3d stride, dilation", 0, 3, 0, {2, 2, 5, 5, 6}, {2, 2, 2, 2, 3}, {2, 1, 2}, {1, 0, 1},
-     {1, 2, 1}, {0}, 1},
-    {"conv3d groups 2", 0, 3, 1, {1, 4, 3, 4, 3}, {2, 2, 2, 2, 2}, {1, 2, 1}, {1, 1, 0}, {1, 1, 1},
-     {0}, 2},
-    {"conv_transpose1d stride 2 output_padding 1", 1, 1, 1, {1, 2, 4}, {2, 3, 3}, {2}, {1}, {1},
-     {1}, 1},
-    {"conv_transpose2d stride 2 pad 1 output_padding 1", 1, 2, 1, {2, 2, 3, 3}, {2, 2, 3, 3},
-     {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1},
-    {"conv_transpose2d groups 2", 1, 2, 0, {1, 4, 3, 2}, {4, 1, 2, 2}, {2, 1}, {0, 0}, {1, 1},
-     {0, 0}, 2},
-    {"conv_transpose3d 2^3 stride 2 (W4)", 1, 3, 1, {1, 4, 2, 3, 2}, {4, 2, 2, 2, 2}, {2, 2, 2},
-     {0, 0, 0}, {1, 1, 1}, {0, 0, 0}, 1},
-};
+typedef conv_case cv;
 
 /* Sizes where oneDNN has blocked kernels. */
 static const cv big[] = {
-    {"conv2d 16->32 14x14 pad 1", 0, 2, 1, {3, 16, 14, 14}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1},
-     {0}, 1},
-    {"conv2d groups 2 stride 2", 0, 2, 1, {2, 16, 9, 11}, {16, 8, 3, 3}, {2, 2}, {1, 1}, {1, 1},
-     {0}, 2},
+    {"conv2d 16->32 14x14 pad 1",
+     0,
+     2,
+     1,
+     {3, 16, 14, 14},
+     {32, 16, 3, 3},
+     {1, 1},
+     {1, 1},
+     {1, 1},
+     {0},
+     1},
+    {"conv2d groups 2 stride 2",
+     0,
+     2,
+     1,
+     {2, 16, 9, 11},
+     {16, 8, 3, 3},
+     {2, 2},
+     {1, 1},
+     {1, 1},
+     {0},
+     2},
     {"conv1d dilation 2 stride 2", 0, 1, 1, {3, 16, 50}, {16, 16, 5}, {2}, {2}, {2}, {0}, 1},
-    {"conv3d 16->16 8^3 pad 1 (W4-like)", 0, 3, 0, {2, 16, 8, 8, 8}, {16, 16, 3, 3, 3}, {1, 1, 1},
-     {1, 1, 1}, {1, 1, 1}, {0}, 1},
-    {"conv_transpose3d 32->16 2^3 stride 2 (W4)", 1, 3, 1, {2, 32, 4, 4, 4}, {32, 16, 2, 2, 2},
-     {2, 2, 2}, {0, 0, 0}, {1, 1, 1}, {0, 0, 0}, 1},
+    {"conv3d 16->16 8^3 pad 1 (W4-like)",
+     0,
+     3,
+     0,
+     {2, 16, 8, 8, 8},
+     {16, 16, 3, 3, 3},
+     {1, 1, 1},
+     {1, 1, 1},
+     {1, 1, 1},
+     {0},
+     1},
+    {"conv_transpose3d 32->16 2^3 stride 2 (W4)",
+     1,
+     3,
+     1,
+     {2, 32, 4, 4, 4},
+     {32, 16, 2, 2, 2},
+     {2, 2, 2},
+     {0, 0, 0},
+     {1, 1, 1},
+     {0, 0, 0},
+     1},
 };
 /* clang-format on */
 
@@ -203,10 +205,10 @@ static int same_bits(const run *a, const run *b, int t) {
 /* The bf16/f16 reference kernels against the f32 ones on rounded operands. */
 static void reference_bits(void) {
     const ts_dtype dts[2] = {TS_BF16, TS_F16};
-    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
+    for (int i = 0; i < n_conv_cases; i++)
         for (int cl = 0; cl < 2; cl++)
             for (int k = 0; k < 2; k++) {
-                const cv *c = &small[i];
+                const cv *c = &conv_cases[i];
                 const ts_dtype dt = dts[k];
                 run lo, ref;
                 run_case(c, cl, dt, TS_F32, dt, K_REF, 0, NULL, &lo);
@@ -245,7 +247,7 @@ static int count_casts_kept(const cv *c, const char *keep, int *low) {
 }
 
 static void keep_fp32(void) {
-    const cv *c = &small[4];
+    const cv *c = conv_case_named("conv2d pad 1");
     int low;
     /* forward conv f32: x and w are cast only for the backward ops that read them */
     int casts = count_casts_kept(c, "conv", &low);
@@ -256,7 +258,8 @@ static void keep_fp32(void) {
           low, casts);
     casts = count_casts_kept(c, "conv, conv_bwd_data, conv_bwd_weight", &low);
     CHECK(low == 0 && casts == 0, "keep_fp32 all convs: %d low, %d casts (want none)", low, casts);
-    casts = count_casts_kept(&small[13], "conv_transpose", &low);
+    casts = count_casts_kept(conv_case_named("conv_transpose1d stride 2 output_padding 1"),
+                             "conv_transpose", &low);
     CHECK(low == 2 && casts == 3, "keep_fp32 conv_transpose: %d low (want 2), %d casts (want 3)",
           low, casts);
 }
