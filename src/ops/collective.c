@@ -407,3 +407,43 @@ const ts_op_def ts_def_zero_sync = {.name = "zero_sync",
                                     .flags = TS_OPF_SIDE_EFFECT,
                                     .infer = infer_zsync,
                                     .kernel = k_zsync};
+
+/* zero_found_inf (found_1..found_B) -> found_inf: loss scaling under ZeRO.
+ * Each rank unscales its own gradients bucket by bucket before they are
+ * reduced (unscale_grads, one per bucket), so each knows only whether its
+ * own were finite; the update is skipped on every rank when any rank's
+ * were not. The largest input flag, then the largest over the ranks (one
+ * all-reduce of a float, i[1] algo). */
+static ts_status infer_zfound(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    for (int i = 0; i < n->n_in; i++) {
+        const ts_type *t = ts_in_type(g, n, i);
+        if (t->dtype != TS_F32 || ts_type_numel(t) != 1)
+            return ts_fail(TS_ERR_SHAPE, "input %d must be one f32 flag (unscale_grads)", i);
+    }
+    memset(out, 0, sizeof *out);
+    out->dtype = TS_F32;
+    *n_out = 1;
+    return TS_OK;
+}
+
+static ts_status k_zfound(const ts_kargs *k) {
+    const ts_dist_rt *rt = k->backend;
+    if (!rt || !rt->comm)
+        return ts_fail(TS_ERR_INTERNAL, "zero_found_inf '%s': no comm in this plan", lbl(k));
+    float f = 0;
+    for (int i = 0; i < k->n_in; i++) {
+        const float v = *(const float *)k->in[i].data;
+        if (v > f) f = v;
+    }
+    ts_status s = ts_allreduce(rt->comm, &f, 1, TS_F32, TS_RED_MAX, (ts_coll_algo)k->a->i[1]);
+    if (s != TS_OK) return s;
+    *(float *)k->out[0].data = f;
+    return TS_OK;
+}
+
+const ts_op_def ts_def_zero_found_inf = {.name = "zero_found_inf",
+                                         .min_in = 1,
+                                         .max_in = -1,
+                                         .flags = TS_OPF_SIDE_EFFECT,
+                                         .infer = infer_zfound,
+                                         .kernel = k_zfound};

@@ -158,6 +158,8 @@ typedef enum ts_op_id {
                            fused): (p1..pk, g1..gk, s1[, s2]), the gradient the mean over i[8]
                            ranks' copies of the bucket, i[9] elements */
     TS_OP_ZERO_SYNC,    /* () -> token: a barrier of the ranks (shared parameters) */
+    TS_OP_ZERO_FOUND_INF, /* (found_1..found_B) -> found_inf: the largest flag over the inputs and
+                             the ranks (loss scaling under ZeRO); i[1] algo */
     /* fused ops, built by the fusion pass after autodiff; see fused.h */
     TS_OP_FUSED_ELTWISE, /* (x0.., program) -> y; i[0] instructions, i[1] inputs */
     TS_OP_MATMUL_EPI,    /* (a, b, post-op operands..) -> y; i[0..1] as matmul, i[2] n post, i[3..]

@@ -81,6 +81,7 @@ extern const ts_op_def ts_def_all_gather_wait;
 extern const ts_op_def ts_def_zero_clip_coef;
 extern const ts_op_def ts_def_shard_update;
 extern const ts_op_def ts_def_zero_sync;
+extern const ts_op_def ts_def_zero_found_inf;
 extern const ts_op_def ts_def_fused_eltwise;
 extern const ts_op_def ts_def_matmul_epi;
 extern const ts_op_def ts_def_unscale_grads;
@@ -164,6 +165,7 @@ static const ts_op_def *const table[TS_OP_COUNT] = {
     [TS_OP_ZERO_CLIP_COEF] = &ts_def_zero_clip_coef,
     [TS_OP_SHARD_UPDATE] = &ts_def_shard_update,
     [TS_OP_ZERO_SYNC] = &ts_def_zero_sync,
+    [TS_OP_ZERO_FOUND_INF] = &ts_def_zero_found_inf,
     [TS_OP_FUSED_ELTWISE] = &ts_def_fused_eltwise,
     [TS_OP_MATMUL_EPI] = &ts_def_matmul_epi,
     [TS_OP_UNSCALE_GRADS] = &ts_def_unscale_grads,

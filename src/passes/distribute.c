@@ -71,6 +71,14 @@ static int is_alias(const ts_graph *g, int node) {
  * shard update and zero_clip_coef divide as they read them, which saves a
  * pass over every shard.
  *
+ * Loss scaling: the graph's one unscale_grads (after the all-reduce
+ * without ZeRO) would need the averaged gradients whole. Instead each
+ * bucket gets its own, right before its reduce-scatter start: every rank
+ * unscales its own gradients (a power-of-two scale, so the sum comes out
+ * the same) and flags non-finite ones, and zero_found_inf at the update
+ * takes the largest flag over buckets and ranks as "found_inf", which the
+ * update gate reads.
+ *
  * Shared parameters (d->shared_params: the ranks share memory, the shm
  * transport): the plan keeps one copy of the parameters for all ranks
  * (ts_comm_alloc_shared), and each rank's shard_update writes its block
@@ -120,10 +128,11 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
                               const int *start_at, const int32_t *root, int *n_slots) {
     const int n_order = *n_order_io;
     const int32_t *order = *order_io;
-    int u = -1, upos = -1;
+    int u = -1, upos = -1, us = -1; /* us: the loss scaler's unscale_grads */
     for (int k = 0; k < n_order; k++) {
         int op = g->nodes[order[k]].op;
         if (op == TS_OP_SGD_UPDATE || op == TS_OP_ADAM_UPDATE) u = order[k], upos = k;
+        if (op == TS_OP_UNSCALE_GRADS) us = order[k];
     }
     if (u < 0)
         return ts_fail(TS_ERR_INVALID, "distribute: ZeRO shards the optimizer; this plan has none");
@@ -151,10 +160,11 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     int32_t *upd = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int64_t *shard_off = ts_alloc(sizeof(int64_t) * (size_t)(nb + 1), "zero");
     int64_t *shard_len = ts_alloc(sizeof(int64_t) * (size_t)(nb + 1), "zero");
+    int32_t *unscale = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int32_t *ag_start = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int32_t *ag_wait = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(un.n_in + nb + 8), "zero");
-    int32_t *out = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 6 * nb + 2), "zero");
+    int32_t *out = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 7 * nb + 4), "zero");
     int32_t *bucket_of = ts_alloc(sizeof(int32_t) * (size_t)(nv0 + 1), "zero"); /* per root */
     int32_t *mon_bucket = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 1), "zero");
     int *pos = ts_alloc(sizeof(int) * (size_t)(g->n_nodes + 1), "zero");
@@ -162,7 +172,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     int32_t *nmap = NULL, *vmap = NULL;
     ts_status s = TS_OK;
     if (!group_of || !shard || !rs_start || !rs_wait || !upd || !shard_off || !shard_len ||
-        !ag_start || !ag_wait || !args || !out || !bucket_of || !mon_bucket || !pos ||
+        !unscale || !ag_start || !ag_wait || !args || !out || !bucket_of || !mon_bucket || !pos ||
         !first_write) {
         s = TS_ERR_NOMEM;
         goto done;
@@ -217,6 +227,17 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         }
         shard_off[b] = (int64_t)off;
         shard_len[b] = (int64_t)len;
+        unscale[b] = -1;
+        if (us >= 0) {
+            /* Loss scaling: each rank unscales its own gradients of the
+             * bucket before they are reduced (see above). */
+            args[0] = ts_mkval(g->nodes[us].in[0]);
+            for (int i = 0; i < first[b + 1] - first[b]; i++)
+                args[1 + i] = ts_mkval(gr[first[b] + i].v);
+            ts_node_add(g, TS_OP_UNSCALE_GRADS, 1 + first[b + 1] - first[b], args, NULL, NULL);
+            if ((s = ts_graph_status(g)) != TS_OK) break;
+            unscale[b] = g->n_nodes - 1;
+        }
         if (fused) continue;
         char name[64];
         ts_attrs a = ts_attrs_zero();
@@ -230,6 +251,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         ts_val tok = ts_node_add(g, TS_OP_REDUCE_SCATTER_START, k, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
         rs_start[b] = g->values[tok.id].node;
+        if (unscale[b] >= 0 && (s = ts_node_add_ctrl(g, rs_start[b], unscale[b])) != TS_OK) break;
         shard[b] = g->nodes[rs_start[b]].out[1];
         snprintf(name, sizeof name, "bucket%d.start", b);
         ts_set_name(g, tok, name);
@@ -243,6 +265,26 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         ts_set_name(g, w, name);
     }
     if (s != TS_OK) goto done;
+    /* Loss scaling: whether any rank found a non-finite gradient, as the
+     * update gate needs it ("found_inf", the name the loss scaler reads). */
+    int32_t found = -1;
+    if (us >= 0) {
+        for (int b = 0; b < nb; b++) args[b] = ts_mkval(g->nodes[unscale[b]].out[0]);
+        ts_attrs a = ts_attrs_zero();
+        a.i[1] = d->algo;
+        ts_val f = ts_node_add(g, TS_OP_ZERO_FOUND_INF, nb, args, &a, NULL);
+        if ((s = ts_graph_status(g)) != TS_OK) goto done;
+        found = g->values[f.id].node;
+        const int32_t old = g->nodes[us].out[0];
+        free(g->values[old].name); /* the name moves to the agreed flag */
+        g->values[old].name = NULL;
+        g->values[old].is_output = 0;
+        g->values[f.id].is_output = 1;
+        if ((s = ts_set_name(g, f, "found_inf")) != TS_OK) goto done;
+        for (int b = 0; b < nb && s == TS_OK && !fused; b++)
+            s = ts_node_add_ctrl(g, found, rs_wait[b]);
+        if (s != TS_OK) goto done;
+    }
     /* The clip coefficient over every rank's shards. */
     ts_val coef = TS_NONE;
     if (has_coef) {
@@ -256,6 +298,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         ts_set_name(g, coef, "clip_coef");
         for (int b = 0; b < nb && s == TS_OK; b++)
             s = ts_node_add_ctrl(g, g->values[coef.id].node, rs_wait[b]);
+        if (s == TS_OK && found >= 0) s = ts_node_add_ctrl(g, g->values[coef.id].node, found);
     }
     /* Shared parameters: every rank has finished reading them (the
      * backward) before any rank updates its block. */
@@ -266,6 +309,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
             s = ts_node_add_ctrl(g, sync_pre, un.ctrl[c]);
         for (int b = 0; b < nb && s == TS_OK && !fused; b++)
             s = ts_node_add_ctrl(g, sync_pre, rs_wait[b]);
+        if (s == TS_OK && found >= 0) s = ts_node_add_ctrl(g, sync_pre, found);
         if (s != TS_OK) goto done;
     }
     /* Per bucket: the shard's update and the all-gather of its parameters. */
@@ -306,6 +350,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         if ((s = ts_graph_status(g)) != TS_OK) break;
         upd[b] = g->n_nodes - 1;
         s = fused ? TS_OK : ts_node_add_ctrl(g, upd[b], rs_wait[b]);
+        if (s == TS_OK && found >= 0) s = ts_node_add_ctrl(g, upd[b], found);
         if (s == TS_OK && shared) s = ts_node_add_ctrl(g, upd[b], sync_pre);
         /* after every reader of any parameter, as the fused update was */
         for (int c = 0; c < un.n_ctrl && s == TS_OK; c++)
@@ -348,10 +393,11 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     for (int k = 0; k < n_order; k++) {
         for (int b = 0; z2 && b + 1 < nb; b++) /* before the next bucket's first gradient */
             if (first_write[b + 1] == k && k > start_at[b]) out[m++] = rs_wait[b];
-        if (order[k] == clip) continue;
+        if (order[k] == clip || order[k] == us) continue;
         if (z2 && mon_bucket[k] >= 0) continue; /* moved before its bucket's start */
         if (k == upos) {
             for (int b = z2 ? nb - 1 : 0; b < nb && !fused; b++) out[m++] = rs_wait[b];
+            if (found >= 0) out[m++] = found;
             if (has_coef) out[m++] = g->values[coef.id].node;
             if (shared) out[m++] = sync_pre;
             for (int b = 0; b < nb; b++) {
@@ -361,8 +407,10 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
             continue;
         }
         out[m++] = order[k];
-        for (int b = 0; b < nb && !fused; b++) {
+        for (int b = 0; b < nb; b++) {
             if (start_at[b] != k) continue;
+            if (unscale[b] >= 0) out[m++] = unscale[b];
+            if (fused) continue;
             for (int j = 0; z2 && j < n_order; j++)
                 if (mon_bucket[j] == b) out[m++] = order[j];
             out[m++] = rs_start[b];
@@ -379,6 +427,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
      * (compaction removes values of dead nodes). */
     g->nodes[u].dead = 1;
     if (clip >= 0) g->nodes[clip].dead = 1;
+    if (us >= 0) g->nodes[us].dead = 1;
     for (int j = 0; j < ngroups; j++)
         for (int q = 2; q < gs; q++) {
             ts_value *sv = &g->values[un.in[j * gs + q]];
@@ -412,6 +461,7 @@ done:
     free(upd);
     free(shard_off);
     free(shard_len);
+    free(unscale);
     free(ag_start);
     free(ag_wait);
     free(args);

@@ -314,16 +314,6 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
             for (int v = 0; v < g->n_values; v++)
                 if (g->values[v].kind == TS_VK_PARAM) params[np++] = v;
         }
-        /* ZeRO reduce-scatters the gradients into shards the unscale node
-         * does not see: the two are not combined yet. */
-        if (p->opt.zero && p->opt.comm && ts_comm_size(p->opt.comm) > 1 &&
-            p->opt.precision.loss_scale != TS_SCALE_NONE) {
-            s = ts_fail(TS_ERR_UNSUPPORTED,
-                        "compile: loss scaling (precision.loss_scale) with ZeRO (dist.zero %d) is "
-                        "not supported yet; use dist.zero 0 or bf16 without loss scaling",
-                        p->opt.zero);
-            goto done;
-        }
         int32_t diff = loss, scale = -1, unscale = -1; /* loss scaling: see loss_scale.c */
         if (p->opt.precision.loss_scale != TS_SCALE_NONE &&
             (s = ts_pass_loss_scale_loss(g, &p->opt.precision, loss, &diff, &scale)) != TS_OK)
@@ -467,7 +457,7 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
         p->dist.comm = p->opt.comm;
         p->dist.n_buckets = p->n_buckets;
         for (int i = 0; i < p->n_ins; i++)
-            if (p->ins[i].op >= TS_OP_ALLREDUCE_START && p->ins[i].op <= TS_OP_ZERO_SYNC)
+            if (p->ins[i].op >= TS_OP_ALLREDUCE_START && p->ins[i].op <= TS_OP_ZERO_FOUND_INF)
                 p->ins[i].backend = &p->dist;
     }
     *out = p;
