@@ -128,6 +128,26 @@ static void test_zero_fp16(void) {
         CHECK(skipped >= 2 && recovered == 1, "%s: %d skipped steps, then %d recoveries", set[k],
               skipped, recovered);
     }
+    /* 3 ranks: the shards' sums are divided by 3, not a power of two. */
+    double l3[2][STEPS];
+    int n3[2];
+    for (int z = 0; z < 2; z++) {
+        char run[32], path[64];
+        snprintf(run, sizeof run, "zfp16-3r-%d", z);
+        e2e_result r =
+            e2e_runf("train examples/w1.yaml %s --set model.batch=12 --steps %d --procs 3 "
+                     "--set precision.default=fp16 --set precision.init_scale=524288 "
+                     "--set alerts.defaults=false --set dist.zero=%d --out %s",
+                     small, STEPS, 2 * z, e2e_path(run));
+        CHECK(r.rc == 0, "fp16, 3 ranks, zero %d: exit %d: %s", 2 * z, r.rc, r.err);
+        e2e_done(&r);
+        snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+        n3[z] = losses(e2e_path(path), l3[z], STEPS);
+    }
+    CHECK(n3[0] == n3[1] && n3[0] >= 3, "3 ranks: %d and %d finite losses", n3[0], n3[1]);
+    for (int i = 0; i < n3[0] && i < n3[1]; i++)
+        CHECK(l3[1][i] == l3[0][i], "fp16, 3 ranks, loss %d: zero 2 %.9g, zero 0 %.9g", i + 1,
+              l3[1][i], l3[0][i]);
 }
 
 static void test_two_procs(void) {
