@@ -153,9 +153,9 @@ typedef enum ts_op_id {
     TS_OP_ZERO_CLIP_COEF, /* (shard1..shardB) -> coef over all ranks' shards; f[0] max_norm, i[1]
                              algo, i[2] ranks the shards' sums are divided by */
     TS_OP_SHARD_UPDATE, /* (p1..pk, g_shard, s1[, s2][, coef]) update of elements [i[5], ...) of the
-                           params' range; i[7] sgd/adam op, i[6] k, i[10] ranks g_shard's sum is
+                           params' range; i[7] sgd/adam op, i[6] k, i[10] ranks the gradient sum is
                            divided by; i[8] > 0 (shared parameters,
-                           fused): (p1..pk, g1..gk, s1[, s2]), the gradient the mean over i[8]
+                           fused): (p1..pk, g1..gk, s1[, s2]), the gradient the sum over i[8]
                            ranks' copies of the bucket, i[9] elements */
     TS_OP_ZERO_SYNC,    /* () -> token: a barrier of the ranks (shared parameters) */
     TS_OP_ZERO_FOUND_INF, /* (found_1..found_B) -> found_inf: the largest flag over the inputs and

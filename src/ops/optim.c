@@ -402,11 +402,11 @@ static ts_status infer_shard(const ts_graph *g, const ts_node *n, ts_type *out, 
     return TS_OK;
 }
 
-/* Fused shard update: the mean over `nr` ranks of elements [e, e + n) of
+/* Fused shard update: the sum over `nr` ranks of elements [e, e + n) of
  * the bucket's flat gradient range starting at g, rank q's copy at g +
- * delta[q]: ((g_0 + g_1) + g_2 ...) / nr, the bits the reduce-scatter's
- * fold and its wait's division give. */
-#define DEF_MEAN(name, T)                                                                          \
+ * delta[q]: ((g_0 + g_1) + g_2 ...), the reduce-scatter's fold; the update
+ * divides it by nr as it does a reduce-scatter shard (grad_divisor). */
+#define DEF_SUM(name, T)                                                                           \
     static void name(T *restrict out, const char *g, const ptrdiff_t *delta, int nr, int64_t e,    \
                      int64_t n) {                                                                  \
         const T *s0 = (const T *)(g + delta[0]) + e, *s1 = (const T *)(g + delta[1]) + e;          \
@@ -415,17 +415,9 @@ static ts_status infer_shard(const ts_graph *g, const ts_node *n, ts_type *out, 
             const T *sq = (const T *)(g + delta[q]) + e;                                           \
             for (int64_t i = 0; i < n; i++) out[i] = out[i] + sq[i];                               \
         }                                                                                          \
-        /* x * (1 / nr) is x / nr exactly when nr is a power of two */                             \
-        if ((nr & (nr - 1)) == 0) {                                                                \
-            const T r = (T)1 / (T)nr;                                                              \
-            for (int64_t i = 0; i < n; i++) out[i] = out[i] * r;                                   \
-        } else {                                                                                   \
-            const T d = (T)nr;                                                                     \
-            for (int64_t i = 0; i < n; i++) out[i] = out[i] / d;                                   \
-        }                                                                                          \
     }
-DEF_MEAN(mean_f32, float)
-DEF_MEAN(mean_f64, double)
+DEF_SUM(ranks_sum_f32, float)
+DEF_SUM(ranks_sum_f64, double)
 
 static ts_status k_shard(const ts_kargs *k) {
     const ts_attrs *a = k->a;
@@ -462,13 +454,13 @@ static ts_status k_shard(const ts_kargs *k) {
         sgd_consts(&c, a, k->ctx, coef);
         f = dt == TS_F32 ? sgd_f32 : sgd_f64;
     }
-    if (nr == 0) grad_divisor(&c, a->i[10]); /* the reduce-scatter left the sum */
+    grad_divisor(&c, a->i[10]); /* the reduce-scatter, or the fused fold, leaves the sum */
     void *t[4] = {(char *)lo + (size_t)off * es, gs->data, ns > 0 ? k->in[np + ng].data : NULL,
                   ns > 1 ? k->in[np + ng + 1].data : NULL};
     const int64_t nch = (n + OPT_CHUNK - 1) / OPT_CHUNK;
     if (nr > 0) {
         /* The bucket's gradients are one range (memplan), as its
-         * parameters are: this rank's block of it, averaged over the ranks
+         * parameters are: this rank's block of it, summed over the ranks
          * chunk by chunk into a buffer the update then reads. */
         const char *glo = gs->data;
         const ts_tensor *gl = &k->in[2 * np - 1];
@@ -480,9 +472,9 @@ static ts_status k_shard(const ts_kargs *k) {
             _Alignas(64) double buf[OPT_CHUNK]; /* OPT_CHUNK elements of f32 or f64 */
             const int64_t s = ch * OPT_CHUNK, len = n - s < OPT_CHUNK ? n - s : OPT_CHUNK;
             if (dt == TS_F32)
-                mean_f32((float *)buf, glo, rt->peer_delta, nr, off + s, len);
+                ranks_sum_f32((float *)buf, glo, rt->peer_delta, nr, off + s, len);
             else
-                mean_f64(buf, glo, rt->peer_delta, nr, off + s, len);
+                ranks_sum_f64(buf, glo, rt->peer_delta, nr, off + s, len);
             void *tc[4] = {(char *)t[0] + (size_t)s * es, buf,
                            t[2] ? (char *)t[2] + (size_t)s * es : NULL,
                            t[3] ? (char *)t[3] + (size_t)s * es : NULL};

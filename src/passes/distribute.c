@@ -345,7 +345,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         a.i[7] = un.op;
         a.i[8] = fused ? d->size : 0; /* fused: the mean over this many ranks' gradients */
         a.i[9] = shard_len[b];
-        a.i[10] = fused ? 1 : d->size; /* the shard holds the sum over the ranks */
+        a.i[10] = d->size; /* the gradient read is the sum over the ranks */
         ts_node_add(g, TS_OP_SHARD_UPDATE, na, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
         upd[b] = g->n_nodes - 1;

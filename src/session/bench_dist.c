@@ -43,10 +43,6 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int co_profile(const ts_plan *p) {
-    return ts_plan_profile(p, NULL, 0) >= 0;
-}
-
 /* The op kinds that took the most time, per step. */
 static void profile_text(const ts_plan *p, int steps, char *out) {
     ts_profile_entry top[12];
@@ -81,7 +77,7 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         spec.opt = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
     }
     ts_plan *p = NULL;
-    const int rank = ts_comm_rank(comm);
+    const int rank = ts_comm_rank(comm), profile = o->profile && !rc->no_comm;
     void *x = NULL, *y = NULL;
     double *times = NULL;
     if (s == TS_OK) {
@@ -91,7 +87,7 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         co.dist_algo = TS_ALGO_NATIVE; /* no probing inside the timed runs */
         co.zero = rc->no_comm ? 0 : o->zero;
         co.zero_private_params = o->private_params;
-        co.profile = o->profile && !rc->no_comm;
+        co.profile = profile;
         s = ts_compile(g, &spec, &co, &p);
     }
     size_t xb = 0, yb = 0;
@@ -117,9 +113,9 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         double t0 = ts_now();
         if (s == TS_OK) s = ts_plan_step(p);
         if (s == TS_OK && i >= o->warmup) times[i - o->warmup] = ts_now() - t0;
-        if (s == TS_OK && co_profile(p) && i + 1 == o->warmup) ts_plan_profile_reset(p);
+        if (s == TS_OK && profile && i + 1 == o->warmup) ts_plan_profile_reset(p);
     }
-    if (s == TS_OK && co_profile(p) && rank == 0) profile_text(p, o->steps, rc->out->profile);
+    if (s == TS_OK && profile && rank == 0) profile_text(p, o->steps, rc->out->profile);
     if (s == TS_OK) {
         qsort(times, (size_t)o->steps, sizeof *times, cmp_d);
         *median = times[o->steps / 2];
