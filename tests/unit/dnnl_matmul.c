@@ -287,7 +287,7 @@ static void test_case(const ts_mm_desc *d, uint64_t key) {
           desc, worst32);
 
     /* Determinism across thread counts, run settings and runs. */
-    CHECK(memcmp(out[0], out[1], cbytes) == 0, "%s: 1-thread and 2-thread primitives differ", desc);
+    CHECK(memcmp(out[0], out[1], cbytes) == 0, "%s: 1-thread and 2-thread primitives differ (%s / %s)", desc, ts_mm_impl(m1), ts_mm_impl(m2));
     CHECK(memcmp(out[1], out[2], cbytes) == 0, "%s: differs when run under 1 OpenMP thread", desc);
     CHECK(memcmp(out[1], out[3], cbytes) == 0, "%s: differs inside a parallel region", desc);
     CHECK(memcmp(out[1], out[4], cbytes) == 0, "%s: differs run to run", desc);

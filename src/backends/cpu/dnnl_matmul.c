@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "core/half.h"
 
 struct ts_mm {
     ts_mm_desc d;
@@ -23,6 +24,11 @@ struct ts_mm {
     size_t scratch_bytes;
     int nthr;
     char impl[64];
+    /* Widened: A and B are bf16/f16 but the primitive is f32 x f32 (see ts_mm_create); a run
+     * first converts them into the caller's scratch, after oneDNN's own scratchpad. */
+    int widen;
+    size_t dnnl_scratch_bytes; /* oneDNN's part of scratch_bytes; f32 A, B (and C) follow */
+    int64_t a_elems, b_elems, c_elems;
 };
 
 /* ---- global engine and stream ------------------------------------------ */
@@ -160,6 +166,34 @@ static dnnl_status_t init_md(dnnl_memory_desc_t *md, int batched, int64_t batch,
 
 /* ---- create / run / free ------------------------------------------------ */
 
+static size_t align_up(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
+
+/* dst[i] = src[i] rounded to nearest even, into a bf16 or f16 result. */
+static void narrow_from_f32(void *dst, const float *src, ts_dtype dt, int64_t n) {
+    uint16_t *h = dst;
+    if (dt == TS_BF16) {
+#pragma omp parallel for schedule(static) if (n >= 65536)
+        for (int64_t i = 0; i < n; i++) h[i] = ts_f32_to_bf16(src[i]);
+    } else {
+#pragma omp parallel for schedule(static) if (n >= 65536)
+        for (int64_t i = 0; i < n; i++) h[i] = ts_f32_to_f16(src[i]);
+    }
+}
+
+/* dst[i] = (float)src[i] for a bf16 or f16 operand. */
+static void widen_to_f32(float *dst, const void *src, ts_dtype dt, int64_t n) {
+    const uint16_t *h = src;
+    if (dt == TS_BF16) {
+#pragma omp parallel for schedule(static) if (n >= 65536)
+        for (int64_t i = 0; i < n; i++) dst[i] = ts_bf16_to_f32(h[i]);
+    } else {
+#pragma omp parallel for schedule(static) if (n >= 65536)
+        for (int64_t i = 0; i < n; i++) dst[i] = ts_f16_to_f32(h[i]);
+    }
+}
+
 ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     if (!out) return ts_fail(TS_ERR_INVALID, "ts_mm_create: out is NULL");
     *out = NULL;
@@ -198,94 +232,126 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     }
 
     int batched = d->batch != 1;
+    m->a_elems = (d->a_broadcast ? 1 : d->batch) * d->M * d->K;
+    m->b_elems = (d->b_broadcast ? 1 : d->batch) * d->K * d->N;
+    m->c_elems = d->batch * d->M * d->N;
     dnnl_memory_desc_t md_a, md_b, md_c;
-    TS_DNNL_TRY(
-        m, init_md(&md_a, batched, d->a_broadcast ? 1 : d->batch, d->M, d->K, d->trans_a, d->a_dt));
-    TS_DNNL_TRY(
-        m, init_md(&md_b, batched, d->b_broadcast ? 1 : d->batch, d->K, d->N, d->trans_b, d->b_dt));
-    TS_DNNL_TRY(m, init_md(&md_c, batched, d->batch, d->M, d->N, 0, d->c_dt));
-
-    dnnl_matmul_desc_t op;
-    TS_DNNL_TRY(m, dnnl_matmul_desc_init(&op, &md_a, &md_b, NULL, &md_c));
-
-    /* The attribute and post-ops objects live only during creation. */
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = dnnl_primitive_attr_create(&attr);
-    const char *call = "dnnl_primitive_attr_create";
-    if (st == dnnl_success) {
-        call = "dnnl_primitive_attr_set_scratchpad_mode";
-        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-    }
-    if (st == dnnl_success) {
-        call = "dnnl_primitive_attr_set_fpmath_mode";
-        st = dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict);
-    }
-    if (st == dnnl_success && (d->accumulate || d->n_post)) {
-        call = "dnnl_post_ops_create";
-        st = dnnl_post_ops_create(&po);
-        if (st == dnnl_success && d->accumulate) {
-            call = "dnnl_post_ops_append_sum";
-            st = dnnl_post_ops_append_sum(po, 1.0f);
+    dnnl_status_t st = dnnl_success;
+    const char *call = "";
+    for (;;) { /* at most twice: native operand types, then widened (m->widen) */
+        ts_dtype a_dt = m->widen ? TS_F32 : d->a_dt, b_dt = m->widen ? TS_F32 : d->b_dt;
+        TS_DNNL_TRY(m, init_md(&md_a, batched, d->a_broadcast ? 1 : d->batch, d->M, d->K,
+                               d->trans_a, a_dt));
+        TS_DNNL_TRY(m, init_md(&md_b, batched, d->b_broadcast ? 1 : d->batch, d->K, d->N,
+                               d->trans_b, b_dt));
+        ts_dtype c_dt = m->widen ? TS_F32 : d->c_dt;
+        TS_DNNL_TRY(m, init_md(&md_c, batched, d->batch, d->M, d->N, 0, c_dt));
+
+        dnnl_matmul_desc_t op;
+        TS_DNNL_TRY(m, dnnl_matmul_desc_init(&op, &md_a, &md_b, NULL, &md_c));
+
+        /* The attribute and post-ops objects live only during creation. */
+        dnnl_primitive_attr_t attr = NULL;
+        dnnl_post_ops_t po = NULL;
+        m->n_post_src = 0;
+        st = dnnl_primitive_attr_create(&attr);
+        call = "dnnl_primitive_attr_create";
+        if (st == dnnl_success) {
+            call = "dnnl_primitive_attr_set_scratchpad_mode";
+            st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
         }
-        for (int p = 0; st == dnnl_success && p < d->n_post; p++) {
-            if (d->post[p] == TS_MM_POST_RELU) {
-                call = "dnnl_post_ops_append_eltwise";
-                st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
-                continue;
+        if (st == dnnl_success) {
+            call = "dnnl_primitive_attr_set_fpmath_mode";
+            st = dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict);
+        }
+        if (st == dnnl_success && (d->accumulate || d->n_post)) {
+            call = "dnnl_post_ops_create";
+            st = dnnl_post_ops_create(&po);
+            if (st == dnnl_success && d->accumulate) {
+                call = "dnnl_post_ops_append_sum";
+                st = dnnl_post_ops_append_sum(po, 1.0f);
             }
-            dnnl_memory_desc_t md1;
-            call = "dnnl_memory_desc_init_by_strides(post-op)";
-            if (d->post[p] == TS_MM_POST_BIAS)
-                st = init_md(&md1, batched, 1, 1, d->N, 0, TS_F32);
-            else
-                st = init_md(&md1, batched, d->batch, d->M, d->N, 0, TS_F32);
-            if (st == dnnl_success) {
-                call = "dnnl_post_ops_append_binary";
-                st = dnnl_post_ops_append_binary(po, dnnl_binary_add, &md1);
-            }
-            if (st == dnnl_success) {
-                call = "dnnl_memory_create(post-op)";
-                st = dnnl_memory_create(&m->mem_post[m->n_post_src], &md1, g_engine,
-                                        DNNL_MEMORY_NONE);
-                if (st == dnnl_success) {
-                    int idx = p + (d->accumulate ? 1 : 0);
-                    m->args[4 + m->n_post_src] =
-                        (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1,
-                                          m->mem_post[m->n_post_src]};
-                    m->n_post_src++;
+            for (int p = 0; st == dnnl_success && p < d->n_post; p++) {
+                if (d->post[p] == TS_MM_POST_RELU) {
+                    call = "dnnl_post_ops_append_eltwise";
+                    st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+                    continue;
                 }
+                dnnl_memory_desc_t md1;
+                call = "dnnl_memory_desc_init_by_strides(post-op)";
+                if (d->post[p] == TS_MM_POST_BIAS)
+                    st = init_md(&md1, batched, 1, 1, d->N, 0, TS_F32);
+                else
+                    st = init_md(&md1, batched, d->batch, d->M, d->N, 0, TS_F32);
+                if (st == dnnl_success) {
+                    call = "dnnl_post_ops_append_binary";
+                    st = dnnl_post_ops_append_binary(po, dnnl_binary_add, &md1);
+                }
+                if (st == dnnl_success) {
+                    call = "dnnl_memory_create(post-op)";
+                    st = dnnl_memory_create(&m->mem_post[m->n_post_src], &md1, g_engine,
+                                            DNNL_MEMORY_NONE);
+                    if (st == dnnl_success) {
+                        int idx = p + (d->accumulate ? 1 : 0);
+                        m->args[4 + m->n_post_src] =
+                            (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1,
+                                              m->mem_post[m->n_post_src]};
+                        m->n_post_src++;
+                    }
+                }
+            }
+            if (st == dnnl_success) {
+                call = "dnnl_primitive_attr_set_post_ops";
+                st = dnnl_primitive_attr_set_post_ops(attr, po);
             }
         }
         if (st == dnnl_success) {
-            call = "dnnl_primitive_attr_set_post_ops";
-            st = dnnl_primitive_attr_set_post_ops(attr, po);
+            /* oneDNN fixes its thread count (and blocking) here. */
+            m->nthr = omp_get_max_threads();
+            call = "dnnl_primitive_desc_create";
+            st = dnnl_primitive_desc_create(&pd, &op, attr, g_engine, NULL);
         }
-    }
-    if (st == dnnl_success) {
-        /* oneDNN fixes its thread count (and blocking) here. */
-        m->nthr = omp_get_max_threads();
-        call = "dnnl_primitive_desc_create";
-        st = dnnl_primitive_desc_create(&pd, &op, attr, g_engine, NULL);
-    }
-    if (po) dnnl_post_ops_destroy(po);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    if (st != dnnl_success) {
-        s = dnnl_fail(st, m->what, call);
-        ts_mm_free(m);
-        return s;
-    }
+        if (po) dnnl_post_ops_destroy(po);
+        if (attr) dnnl_primitive_attr_destroy(attr);
+        if (st != dnnl_success) {
+            s = dnnl_fail(st, m->what, call);
+            ts_mm_free(m);
+            return s;
+        }
 
-    const char *impl = NULL;
-    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
-        snprintf(m->impl, sizeof m->impl, "%s", impl);
+        const char *impl = NULL;
+        if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+            impl)
+            snprintf(m->impl, sizeof m->impl, "%s", impl);
+        /* Without AVX512-BF16, oneDNN 2.6 serves bf16 x bf16 with its generic gemm:jit driver,
+         * which splits K by the thread count it finds at creation and at run time (1 and 2 threads,
+         * or a run inside a parallel region, give different sums). Widening the operands to f32 is
+         * exact (every bf16/f16 product is exact in f32, and the sums are f32 either way) and the
+         * f32 kernels never split K, so the bits stop depending on threads. */
+        if (m->widen || strncmp(m->impl, "gemm:jit", 8) != 0 ||
+            (d->a_dt == TS_F32 && d->b_dt == TS_F32))
+            break;
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
+        for (int p = 0; p < m->n_post_src; p++) {
+            dnnl_memory_destroy(m->mem_post[p]);
+            m->mem_post[p] = NULL;
+        }
+        m->widen = 1;
+    }
+    if (m->widen) snprintf(m->impl + strlen(m->impl), sizeof m->impl - strlen(m->impl), "+f32");
     const dnnl_memory_desc_t *md_s = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    m->scratch_bytes = md_s ? dnnl_memory_desc_get_size(md_s) : 0;
+    m->dnnl_scratch_bytes = md_s ? dnnl_memory_desc_get_size(md_s) : 0;
+    m->scratch_bytes = m->dnnl_scratch_bytes;
+    if (m->widen)
+        m->scratch_bytes = align_up(m->scratch_bytes) + align_up((size_t)m->a_elems * 4) +
+                           align_up((size_t)m->b_elems * 4) +
+                           (d->c_dt != TS_F32 ? (size_t)m->c_elems * 4 : 0);
 
     st = dnnl_primitive_create(&m->prim, pd);
     call = "dnnl_primitive_create";
-    if (st == dnnl_success && m->scratch_bytes > 0) {
+    if (st == dnnl_success && m->dnnl_scratch_bytes > 0) {
         st = dnnl_memory_create(&m->mem_s, md_s, g_engine, DNNL_MEMORY_NONE);
         call = "dnnl_memory_create(scratchpad)";
     }
@@ -352,6 +418,21 @@ ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const 
     if (m->scratch_bytes > 0 && !scratch)
         return ts_fail(TS_ERR_INVALID, "%s: needs %zu bytes of scratch, got NULL", m->what,
                        m->scratch_bytes);
+    void *narrow_c = NULL; /* the caller's bf16/f16 C when a widened run computes in f32 */
+    if (m->widen) {
+        float *wa = (float *)((char *)scratch + align_up(m->dnnl_scratch_bytes));
+        float *wb = (float *)((char *)wa + align_up((size_t)m->a_elems * 4));
+        widen_to_f32(wa, a, m->d.a_dt, m->a_elems);
+        widen_to_f32(wb, b, m->d.b_dt, m->b_elems);
+        a = wa;
+        b = wb;
+        if (m->d.c_dt != TS_F32) { /* f32 C, rounded once at the end, as the native kernel does */
+            float *wc = (float *)((char *)wb + align_up((size_t)m->b_elems * 4));
+            if (m->d.accumulate) widen_to_f32(wc, c, m->d.c_dt, m->c_elems);
+            narrow_c = c;
+            c = wc;
+        }
+    }
     /* oneDNN only reads A and B; its C API has no const handle setter. */
     TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_a, (void *)(uintptr_t)a));
     TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_b, (void *)(uintptr_t)b));
@@ -359,6 +440,7 @@ ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const 
     if (m->mem_s) TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_s, scratch));
     TS_DNNL_RUN(m, dnnl_primitive_execute(m->prim, g_stream, m->nargs, m->args));
     TS_DNNL_RUN(m, dnnl_stream_wait(g_stream));
+    if (narrow_c) narrow_from_f32(narrow_c, c, m->d.c_dt, m->c_elems);
     return TS_OK;
 }
 
