@@ -567,6 +567,7 @@ void ts_graph_print(const ts_graph *g, const int32_t *order, FILE *out) {
             for (int j = 0; j <= last_f; j++) fprintf(out, j ? ",%g" : "%g", n->a.f[j]);
             fprintf(out, "]");
         }
+        if (n->recompute) fprintf(out, " recompute");
         fprintf(out, "\n");
     }
 }

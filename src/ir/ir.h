@@ -18,7 +18,7 @@
 #include "tessel/graph.h"
 
 #define TS_MAX_OUT 4
-#define TS_NI      15 /* integer attributes per node (the last: autodiff's recompute mark) */
+#define TS_NI      15 /* integer attributes per node */
 #define TS_NF      6  /* float attributes per node */
 
 typedef enum ts_value_kind {
@@ -62,6 +62,9 @@ typedef struct ts_node {
     int n_ctrl;
     int32_t *ctrl; /* control dependencies: nodes that must run before (owned) */
     int dead;
+    /* 1: autodiff's recomputed copy of a forward node (passes/autodiff.c),
+     * which CSE (passes/simplify.c) must not merge back into the original. */
+    int recompute;
 } ts_node;
 
 struct ts_graph {

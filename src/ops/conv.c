@@ -24,7 +24,7 @@
  *                 dy, w; conv_bwd_weight: dy, x) are bf16 or f16 and the op
  *                 accumulates and writes f32, like matmul's i[2]; a bias
  *                 stays f32. Such a node has no gradient (the pass runs
- *                 after autodiff). i[14] is autodiff's recompute mark.
+ *                 after autodiff).
  *
  * conv (x, w[, b]) -> y; conv_bwd_data (dy, w) -> dx; conv_bwd_weight
  * (dy, x) -> dw; conv_transpose (x, w[, b]) -> y, which is conv_bwd_data
@@ -46,7 +46,7 @@
 #define FIELD_BITS 21
 #define CONV_CL    TS_CONV_LAYOUT
 #define CONV_LOW   TS_CONV_LOW
-_Static_assert(CONV_LOW < TS_NI - 1, "the conv flags must not overlap the recompute mark");
+_Static_assert(CONV_LOW < TS_NI, "the conv flags must fit the attributes");
 #define FIELD_MAX ((INT64_C(1) << FIELD_BITS) - 1)
 
 static int64_t field(int64_t packed, int j) {
