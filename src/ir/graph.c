@@ -294,7 +294,7 @@ ts_val ts_node_add(ts_graph *g, int op, int n_in, const ts_val *in, const ts_att
     ts_node n = {0};
     n.op = op;
     n.n_in = n_in;
-    n.a = attrs ? *attrs : (ts_attrs){0};
+    n.a = attrs ? *attrs : ts_attrs_zero();
     n.in = ts_alloc(sizeof(int32_t) * (size_t)(n_in ? n_in : 1), "node inputs");
     if (!n.in) {
         ts_graph_set_error(g, TS_ERR_NOMEM);
@@ -553,20 +553,7 @@ void ts_graph_print(const ts_graph *g, const int32_t *order, FILE *out) {
                 fprintf(out, "%%%d", n->in[j]);
         }
         fprintf(out, ")");
-        int last_i = TS_NI - 1, last_f = TS_NF - 1;
-        while (last_i >= 0 && n->a.i[last_i] == 0) last_i--;
-        while (last_f >= 0 && n->a.f[last_f] == 0) last_f--;
-        if (last_i >= 0) {
-            fprintf(out, " i=[");
-            for (int j = 0; j <= last_i; j++)
-                fprintf(out, j ? ",%lld" : "%lld", (long long)n->a.i[j]);
-            fprintf(out, "]");
-        }
-        if (last_f >= 0) {
-            fprintf(out, " f=[");
-            for (int j = 0; j <= last_f; j++) fprintf(out, j ? ",%g" : "%g", n->a.f[j]);
-            fprintf(out, "]");
-        }
+        if (op_hooks.print_attrs) op_hooks.print_attrs(n, out);
         if (n->recompute) fprintf(out, " recompute");
         fprintf(out, "\n");
     }

@@ -14,12 +14,11 @@
 #define TS_IR_H
 
 #include <stdio.h>
+#include "core/attrs.h"
 #include "core/core.h"
 #include "tessel/graph.h"
 
 #define TS_MAX_OUT 4
-#define TS_NI      15 /* integer attributes per node */
-#define TS_NF      6  /* float attributes per node */
 
 typedef enum ts_value_kind {
     TS_VK_NODE = 0, /* produced by a node */
@@ -47,11 +46,6 @@ typedef struct ts_value {
     int32_t grad_of;  /* this value is the final gradient of that param, else -1 */
     int32_t state_of; /* STATE belonging to that param, else -1 */
 } ts_value;
-
-typedef struct ts_attrs {
-    int64_t i[TS_NI];
-    double f[TS_NF];
-} ts_attrs;
 
 typedef struct ts_node {
     int op; /* ts_op_id */
@@ -97,11 +91,14 @@ char *ts_type_str(char *buf, size_t n, const ts_type *t);
  * IR depends on src/core only:
  *   name:  the op's name, NULL if op is not a known op id;
  *   arity: its input count bounds (max_in -1: unbounded), 0 if unknown;
- *   infer: output types of node n (see ts_op_def.infer in ops/op.h). */
+ *   infer: output types of node n (see ts_op_def.infer in ops/op.h);
+ *   print_attrs: n's attributes for ts_graph_print (" name=value ...",
+ *          nothing when all are zero). */
 typedef struct ts_op_hooks {
     const char *(*name)(int op);
     int (*arity)(int op, int *min_in, int *max_in);
     ts_status (*infer)(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out);
+    void (*print_attrs)(const ts_node *n, FILE *out);
 } ts_op_hooks;
 void ts_ir_set_op_hooks(const ts_op_hooks *h);
 /* Name of op for messages and dumps ("?" if unknown). */

@@ -22,13 +22,6 @@
 
 #include "ir/ir.h"
 
-/* The attribute index of the layout flag of the conv ops (conv.c), which
- * the oneDNN backend reads too. */
-#define TS_CONV_LAYOUT 12
-/* ... and of their mixed-precision flag: bf16/f16 operands, f32 accumulation
- * and output (set by the precision pass). */
-#define TS_CONV_LOW 13
-
 /* The op ids, in the order of ops.def (which documents each op's operands). */
 typedef enum ts_op_id {
 #define X(NAME, name) TS_OP_##NAME,
@@ -104,13 +97,13 @@ const ts_op_def *ts_op_get(int op);
 /* Op id by name, -1 if unknown. */
 int ts_op_find(const char *name);
 
+/* Node n's attributes as text (" name=value ..." for ops with named fields,
+ * " i=[..] f=[..]" for the positional slots; zeros left out): attrs_print.c. */
+void ts_attrs_print(const ts_node *n, FILE *out);
+
 /* Helpers for definitions. */
 static inline const ts_type *ts_in_type(const ts_graph *g, const ts_node *n, int i) {
     return &g->values[n->in[i]].t;
-}
-static inline ts_attrs ts_attrs_zero(void) {
-    ts_attrs a = {{0}, {0}};
-    return a;
 }
 /* Broadcast shapes a and b NumPy-style into out; error message on mismatch. */
 ts_status ts_broadcast_shapes(const ts_type *a, const ts_type *b, ts_type *out);

@@ -49,7 +49,7 @@ static ts_status hook_infer(const ts_graph *g, const ts_node *n, ts_type *out, i
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
 static void install_hooks(void) {
-    static const ts_op_hooks hooks = {hook_name, hook_arity, hook_infer};
+    static const ts_op_hooks hooks = {hook_name, hook_arity, hook_infer, ts_attrs_print};
     ts_ir_set_op_hooks(&hooks);
 }
 

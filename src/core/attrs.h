@@ -1,0 +1,98 @@
+/* attrs.h — the attributes of a node, by op family (internal).
+ *
+ * A node's attributes (ts_node.a, and ts_instr.a / ts_kargs.a after
+ * compile) are one ts_attrs: a union of one struct per op family, read and
+ * written by name (n->a.matmul.trans_a, k->a->conv.stride[j]). Each op
+ * documents below which member it uses. Ops not yet given named fields use
+ * the positional slots i[] and f[] (documented in src/ops/ops.def).
+ *
+ * Rules that keep ts_attrs a plain value that CSE (passes/simplify.c) can
+ * hash and compare bytewise: every member is made of int64_t and double
+ * only (no padding), and every ts_attrs starts from ts_attrs_zero() (all
+ * bytes zero; a copy of another node's attributes is fine too) before its
+ * fields are written by name. Unused fields stay 0.
+ */
+#ifndef TS_ATTRS_H
+#define TS_ATTRS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define TS_NI 15 /* positional integer attributes (families without named fields) */
+#define TS_NF 6  /* positional float attributes */
+
+/* matmul: y = op(a) op(b), op a transpose when trans_a / trans_b is 1.
+ * low = 1 (set by the precision pass): bf16/f16 operands, f32 accumulation
+ * and output. */
+typedef struct ts_matmul_attrs {
+    int64_t trans_a, trans_b, low;
+} ts_matmul_attrs;
+
+/* matmul_epi (built by the fusion pass, see ops/fused.h): an f32 matmul
+ * (trans_a, trans_b as matmul) followed by n_post post-ops, post[p] one of
+ * TS_EPI_ADD / TS_EPI_RELU. */
+#define TS_ATTR_EPI_MAX 4
+typedef struct ts_matmul_epi_attrs {
+    int64_t trans_a, trans_b, n_post;
+    int64_t post[TS_ATTR_EPI_MAX];
+} ts_matmul_epi_attrs;
+
+/* conv, conv_bwd_data, conv_bwd_weight, conv_transpose (ops/conv.c): nd
+ * spatial dims (1, 2 or 3), groups; stride, padding (both sides) and
+ * dilation of spatial dim j < nd. extra[j]: conv: 0; conv_bwd_data: the
+ * input size beyond the smallest input that gives dy's size (the rows a
+ * strided conv never read, < stride); conv_bwd_weight: the kernel size;
+ * conv_transpose: output_padding (< stride). channels_last: 0 activations
+ * [N, C, spatial...]; 1 [N, spatial..., C] (weights keep torch's layout),
+ * which lets oneDNN run on the arena's memory without reordering it. low
+ * (set by the precision pass): 1 when the two tensor operands (conv,
+ * conv_transpose: x, w; conv_bwd_data: dy, w; conv_bwd_weight: dy, x) are
+ * bf16 or f16 and the op accumulates and writes f32; a bias stays f32. */
+typedef struct ts_conv_attrs {
+    int64_t nd, groups;
+    int64_t stride[3], padding[3], dilation[3];
+    int64_t extra[3];
+    int64_t channels_last, low;
+} ts_conv_attrs;
+
+/* pool, pool_bwd (ops/pool.c): nd spatial dims (1, 2 or 3); mode 0 max,
+ * 1 avg (padding not counted), 2 avg count_include_pad, 3 adaptive avg;
+ * kernel size of spatial dim j (adaptive: the output size), stride and
+ * padding on both sides (adaptive: 0); in_size: pool_bwd only, the input's
+ * spatial sizes; channels_last: 1 for x [N, spatial..., C]. */
+typedef struct ts_pool_attrs {
+    int64_t nd, mode;
+    int64_t kernel[3], stride[3], padding[3];
+    int64_t in_size[3];
+    int64_t channels_last;
+} ts_pool_attrs;
+
+typedef struct ts_attrs {
+    union {
+        struct {
+            int64_t i[TS_NI];
+            double f[TS_NF];
+        };                              /* first and largest member: `= {0}` zeroes every byte */
+        ts_matmul_attrs matmul;         /* matmul */
+        ts_matmul_epi_attrs matmul_epi; /* matmul_epi */
+        ts_pool_attrs pool;             /* pool, pool_bwd */
+        ts_conv_attrs conv;             /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose */
+    };
+} ts_attrs;
+
+#define TS_ATTRS_FIT(T)                                                                            \
+    _Static_assert(sizeof(T) <= TS_NI * sizeof(int64_t) + TS_NF * sizeof(double),                  \
+                   #T " must fit in the slots (the union's first member)")
+TS_ATTRS_FIT(ts_matmul_attrs);
+TS_ATTRS_FIT(ts_matmul_epi_attrs);
+TS_ATTRS_FIT(ts_conv_attrs);
+TS_ATTRS_FIT(ts_pool_attrs);
+
+/* All-zero attributes (every byte, so that bytewise comparisons hold). */
+static inline ts_attrs ts_attrs_zero(void) {
+    ts_attrs a;
+    memset(&a, 0, sizeof a);
+    return a;
+}
+
+#endif
