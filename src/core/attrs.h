@@ -67,6 +67,26 @@ typedef struct ts_pool_attrs {
     int64_t channels_last;
 } ts_pool_attrs;
 
+/* layer_norm (x[, w][, b]) over the last axis: has_w, has_b say which of
+ * the optional inputs are there, eps is added to the variance;
+ * layer_norm_bwd: has_w, has_b as the forward's (eps unused). */
+typedef struct ts_norm_attrs {
+    int64_t has_w, has_b;
+    double eps;
+} ts_norm_attrs;
+
+/* attention, attention_bwd (ops/attention_fused.c): causal 1 masks the
+ * keys after each query; scale multiplies the scores q.k. */
+typedef struct ts_attention_attrs {
+    int64_t causal;
+    double scale;
+} ts_attention_attrs;
+
+/* softmax, log_softmax and their backward ops: the axis (normalised). */
+typedef struct ts_softmax_attrs {
+    int64_t axis;
+} ts_softmax_attrs;
+
 typedef struct ts_attrs {
     union {
         struct {
@@ -75,6 +95,9 @@ typedef struct ts_attrs {
         };                              /* first and largest member: `= {0}` zeroes every byte */
         ts_matmul_attrs matmul;         /* matmul */
         ts_matmul_epi_attrs matmul_epi; /* matmul_epi */
+        ts_norm_attrs norm;             /* layer_norm, layer_norm_bwd */
+        ts_attention_attrs attention;   /* attention, attention_bwd */
+        ts_softmax_attrs softmax;       /* softmax, log_softmax, softmax_bwd, log_softmax_bwd */
         ts_pool_attrs pool;             /* pool, pool_bwd */
         ts_conv_attrs conv;             /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose */
     };
@@ -87,6 +110,9 @@ TS_ATTRS_FIT(ts_matmul_attrs);
 TS_ATTRS_FIT(ts_matmul_epi_attrs);
 TS_ATTRS_FIT(ts_conv_attrs);
 TS_ATTRS_FIT(ts_pool_attrs);
+TS_ATTRS_FIT(ts_norm_attrs);
+TS_ATTRS_FIT(ts_attention_attrs);
+TS_ATTRS_FIT(ts_softmax_attrs);
 
 /* All-zero attributes (every byte, so that bytewise comparisons hold). */
 static inline ts_attrs ts_attrs_zero(void) {

@@ -77,6 +77,21 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         fieldn(out, "in_size", a->pool.in_size, a->pool.nd);
         field(out, "channels_last", a->pool.channels_last);
         break;
+    case TS_OP_LAYER_NORM:
+    case TS_OP_LAYER_NORM_BWD:
+        field(out, "has_w", a->norm.has_w);
+        field(out, "has_b", a->norm.has_b);
+        if (a->norm.eps != 0) fprintf(out, " eps=%g", a->norm.eps);
+        break;
+    case TS_OP_ATTENTION:
+    case TS_OP_ATTENTION_BWD:
+        field(out, "causal", a->attention.causal);
+        if (a->attention.scale != 0) fprintf(out, " scale=%g", a->attention.scale);
+        break;
+    case TS_OP_SOFTMAX:
+    case TS_OP_LOG_SOFTMAX:
+    case TS_OP_SOFTMAX_BWD:
+    case TS_OP_LOG_SOFTMAX_BWD: field(out, "axis", a->softmax.axis); break;
     default: slots(a, out);
     }
 }
