@@ -87,6 +87,41 @@ typedef struct ts_softmax_attrs {
     int64_t axis;
 } ts_softmax_attrs;
 
+/* sgd_update (p, g[, buf][, coef]) in place: has_buf (a momentum buffer
+ * per parameter), has_coef (the clip coefficient last), nesterov;
+ * momentum, dampening, weight_decay. The learning rate comes from the step
+ * context. */
+typedef struct ts_sgd_attrs {
+    int64_t has_buf, has_coef, nesterov;
+    double momentum, dampening, weight_decay;
+} ts_sgd_attrs;
+
+/* adam_update (p, g, m, v[, coef]) in place: decoupled 1 for AdamW,
+ * has_coef; beta1, beta2, eps, weight_decay. */
+typedef struct ts_adam_attrs {
+    int64_t decoupled, has_coef;
+    double beta1, beta2, eps, weight_decay;
+} ts_adam_attrs;
+
+/* clip_coef (g1..gn) -> min(1, max_norm / (norm + 1e-6)). */
+typedef struct ts_clip_attrs {
+    double max_norm;
+} ts_clip_attrs;
+
+/* shard_update (ZeRO, ops/optim.c): the update op opt_op (sgd_update or
+ * adam_update) with its attributes opt, applied to elements [offset, ...)
+ * of the range of n_params parameters. divisor: the ranks the gradient sum
+ * is divided by. fused_ranks > 0 (shared parameters, fused): the gradient
+ * is the sum over that many ranks' copies of the bucket, fused_elems
+ * elements. */
+typedef struct ts_shard_attrs {
+    union {
+        ts_sgd_attrs sgd;
+        ts_adam_attrs adam;
+    } opt;
+    int64_t offset, n_params, opt_op, fused_ranks, fused_elems, divisor;
+} ts_shard_attrs;
+
 typedef struct ts_attrs {
     union {
         struct {
@@ -98,6 +133,10 @@ typedef struct ts_attrs {
         ts_norm_attrs norm;             /* layer_norm, layer_norm_bwd */
         ts_attention_attrs attention;   /* attention, attention_bwd */
         ts_softmax_attrs softmax;       /* softmax, log_softmax, softmax_bwd, log_softmax_bwd */
+        ts_sgd_attrs sgd;               /* sgd_update */
+        ts_adam_attrs adam;             /* adam_update */
+        ts_clip_attrs clip;             /* clip_coef */
+        ts_shard_attrs shard;           /* shard_update */
         ts_pool_attrs pool;             /* pool, pool_bwd */
         ts_conv_attrs conv;             /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose */
     };
@@ -113,6 +152,7 @@ TS_ATTRS_FIT(ts_pool_attrs);
 TS_ATTRS_FIT(ts_norm_attrs);
 TS_ATTRS_FIT(ts_attention_attrs);
 TS_ATTRS_FIT(ts_softmax_attrs);
+TS_ATTRS_FIT(ts_shard_attrs);
 
 /* All-zero attributes (every byte, so that bytewise comparisons hold). */
 static inline ts_attrs ts_attrs_zero(void) {

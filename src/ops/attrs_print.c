@@ -22,6 +22,28 @@ static void fieldn(FILE *out, const char *name, const int64_t *v, int64_t n) {
     fprintf(out, "]");
 }
 
+static void real(FILE *out, const char *name, double v) {
+    if (v != 0) fprintf(out, " %s=%g", name, v);
+}
+
+static void sgd(FILE *out, const ts_sgd_attrs *a) {
+    field(out, "has_buf", a->has_buf);
+    field(out, "has_coef", a->has_coef);
+    field(out, "nesterov", a->nesterov);
+    real(out, "momentum", a->momentum);
+    real(out, "dampening", a->dampening);
+    real(out, "weight_decay", a->weight_decay);
+}
+
+static void adam(FILE *out, const ts_adam_attrs *a) {
+    field(out, "decoupled", a->decoupled);
+    field(out, "has_coef", a->has_coef);
+    real(out, "beta1", a->beta1);
+    real(out, "beta2", a->beta2);
+    real(out, "eps", a->eps);
+    real(out, "weight_decay", a->weight_decay);
+}
+
 static void slots(const ts_attrs *a, FILE *out) {
     int last_i = TS_NI - 1, last_f = TS_NF - 1;
     while (last_i >= 0 && a->i[last_i] == 0) last_i--;
@@ -92,6 +114,21 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
     case TS_OP_LOG_SOFTMAX:
     case TS_OP_SOFTMAX_BWD:
     case TS_OP_LOG_SOFTMAX_BWD: field(out, "axis", a->softmax.axis); break;
+    case TS_OP_SGD_UPDATE: sgd(out, &a->sgd); break;
+    case TS_OP_ADAM_UPDATE: adam(out, &a->adam); break;
+    case TS_OP_CLIP_COEF: real(out, "max_norm", a->clip.max_norm); break;
+    case TS_OP_SHARD_UPDATE:
+        if (a->shard.opt_op == TS_OP_ADAM_UPDATE)
+            adam(out, &a->shard.opt.adam);
+        else
+            sgd(out, &a->shard.opt.sgd);
+        field(out, "offset", a->shard.offset);
+        field(out, "n_params", a->shard.n_params);
+        field(out, "opt_op", a->shard.opt_op);
+        field(out, "fused_ranks", a->shard.fused_ranks);
+        field(out, "fused_elems", a->shard.fused_elems);
+        field(out, "divisor", a->shard.divisor);
+        break;
     default: slots(a, out);
     }
 }
