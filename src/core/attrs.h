@@ -122,6 +122,21 @@ typedef struct ts_shard_attrs {
     int64_t offset, n_params, opt_op, fused_ranks, fused_elems, divisor;
 } ts_shard_attrs;
 
+/* The collectives the distribute pass inserts (ops/collective.c):
+ * allreduce_start/wait, reduce_scatter_start/wait, all_gather_start/wait,
+ * zero_clip_coef, zero_found_inf. ticket: the bucket (its comm and
+ * buffers in the plan's distributed runtime); algo: the ts_coll_algo.
+ * reduce_scatter_start (and its wait): shard_elems of this rank's shard
+ * out of elems in the bucket; zero: the ZeRO stage (2: memplan releases
+ * the bucket after its wait); keep_sum: 1 the shard keeps the ranks' sum
+ * (its readers divide). all_gather_start: elems as the bucket's
+ * reduce-scatter. zero_clip_coef: max_norm, and the ranks the shards' sums
+ * are divided by. */
+typedef struct ts_bucket_attrs {
+    int64_t ticket, algo, shard_elems, elems, zero, keep_sum, ranks;
+    double max_norm;
+} ts_bucket_attrs;
+
 typedef struct ts_attrs {
     union {
         struct {
@@ -137,6 +152,7 @@ typedef struct ts_attrs {
         ts_adam_attrs adam;             /* adam_update */
         ts_clip_attrs clip;             /* clip_coef */
         ts_shard_attrs shard;           /* shard_update */
+        ts_bucket_attrs bucket;         /* the collectives (allreduce_start, ..., zero_found_inf) */
         ts_pool_attrs pool;             /* pool, pool_bwd */
         ts_conv_attrs conv;             /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose */
     };
@@ -153,6 +169,7 @@ TS_ATTRS_FIT(ts_norm_attrs);
 TS_ATTRS_FIT(ts_attention_attrs);
 TS_ATTRS_FIT(ts_softmax_attrs);
 TS_ATTRS_FIT(ts_shard_attrs);
+TS_ATTRS_FIT(ts_bucket_attrs);
 
 /* All-zero attributes (every byte, so that bytewise comparisons hold). */
 static inline ts_attrs ts_attrs_zero(void) {

@@ -129,6 +129,23 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "fused_elems", a->shard.fused_elems);
         field(out, "divisor", a->shard.divisor);
         break;
+    case TS_OP_ALLREDUCE_START:
+    case TS_OP_ALLREDUCE_WAIT:
+    case TS_OP_REDUCE_SCATTER_START:
+    case TS_OP_REDUCE_SCATTER_WAIT:
+    case TS_OP_ALL_GATHER_START:
+    case TS_OP_ALL_GATHER_WAIT:
+    case TS_OP_ZERO_CLIP_COEF:
+    case TS_OP_ZERO_FOUND_INF:
+        field(out, "ticket", a->bucket.ticket);
+        field(out, "algo", a->bucket.algo);
+        field(out, "shard_elems", a->bucket.shard_elems);
+        field(out, "elems", a->bucket.elems);
+        field(out, "zero", a->bucket.zero);
+        field(out, "keep_sum", a->bucket.keep_sum);
+        field(out, "ranks", a->bucket.ranks);
+        real(out, "max_norm", a->bucket.max_norm);
+        break;
     default: slots(a, out);
     }
 }

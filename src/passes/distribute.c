@@ -242,12 +242,12 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         if (fused) continue;
         char name[64];
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = b;
-        a.i[1] = d->algo;
-        a.i[2] = (int64_t)len;
-        a.i[3] = span;
-        a.i[4] = d->zero; /* 2: memplan releases the bucket after its wait */
-        a.i[5] = 1;       /* the shard keeps the sum: its readers divide */
+        a.bucket.ticket = b;
+        a.bucket.algo = d->algo;
+        a.bucket.shard_elems = (int64_t)len;
+        a.bucket.elems = span;
+        a.bucket.zero = d->zero; /* 2: memplan releases the bucket after its wait */
+        a.bucket.keep_sum = 1;   /* the shard keeps the sum: its readers divide */
         for (int i = 0; i < k; i++) args[i] = ts_mkval(gr[first[b] + i].v);
         ts_val tok = ts_node_add(g, TS_OP_REDUCE_SCATTER_START, k, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
@@ -272,7 +272,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     if (us >= 0) {
         for (int b = 0; b < nb; b++) args[b] = ts_mkval(g->nodes[unscale[b]].out[0]);
         ts_attrs a = ts_attrs_zero();
-        a.i[1] = d->algo;
+        a.bucket.algo = d->algo;
         ts_val f = ts_node_add(g, TS_OP_ZERO_FOUND_INF, nb, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) goto done;
         found = g->values[f.id].node;
@@ -291,9 +291,9 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     if (has_coef) {
         for (int b = 0; b < nb; b++) args[b] = ts_mkval(shard[b]);
         ts_attrs a = ts_attrs_zero();
-        a.f[0] = g->nodes[clip].a.clip.max_norm;
-        a.i[1] = d->algo;
-        a.i[2] = d->size; /* the shards hold sums over the ranks */
+        a.bucket.max_norm = g->nodes[clip].a.clip.max_norm;
+        a.bucket.algo = d->algo;
+        a.bucket.ranks = d->size; /* the shards hold sums over the ranks */
         coef = ts_node_add(g, TS_OP_ZERO_CLIP_COEF, nb, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) goto done;
         ts_set_name(g, coef, "clip_coef");
@@ -363,9 +363,9 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         if (s != TS_OK) break;
         if (shared) continue;
         ts_attrs ga = ts_attrs_zero();
-        ga.i[0] = nb + b;
-        ga.i[1] = d->algo;
-        ga.i[3] = g->nodes[rs_start[b]].a.i[3];
+        ga.bucket.ticket = nb + b;
+        ga.bucket.algo = d->algo;
+        ga.bucket.elems = g->nodes[rs_start[b]].a.bucket.elems;
         ts_val tok = ts_node_add(g, TS_OP_ALL_GATHER_START, k, args, &ga, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
         ag_start[b] = g->values[tok.id].node;
@@ -610,8 +610,8 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
         }
         for (int i = first[b]; i < first[b + 1]; i++) args[1 + k++] = ts_mkval(gr[i].v);
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = b;
-        a.i[1] = d->algo;
+        a.bucket.ticket = b;
+        a.bucket.algo = d->algo;
         char name[64];
         ts_val tok = ts_node_add(g, TS_OP_ALLREDUCE_START, k, args + 1, &a, NULL);
         if ((s = ts_graph_status(g)) == TS_OK) {
