@@ -137,6 +137,13 @@ typedef struct ts_bucket_attrs {
     double max_norm;
 } ts_bucket_attrs;
 
+/* reduce_sum, reduce_max, reduce_max_bwd (ops/reduce.c): axes as a bit
+ * mask (bit j: axis j), keepdim, scale (the mean: 1/n; the sum: 1). */
+typedef struct ts_reduce_attrs {
+    int64_t axes, keepdim;
+    double scale;
+} ts_reduce_attrs;
+
 typedef struct ts_attrs {
     union {
         struct {
@@ -153,6 +160,7 @@ typedef struct ts_attrs {
         ts_clip_attrs clip;             /* clip_coef */
         ts_shard_attrs shard;           /* shard_update */
         ts_bucket_attrs bucket;         /* the collectives (allreduce_start, ..., zero_found_inf) */
+        ts_reduce_attrs reduce;         /* reduce_sum, reduce_max, reduce_max_bwd */
         ts_pool_attrs pool;             /* pool, pool_bwd */
         ts_conv_attrs conv;             /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose */
     };
@@ -170,6 +178,7 @@ TS_ATTRS_FIT(ts_attention_attrs);
 TS_ATTRS_FIT(ts_softmax_attrs);
 TS_ATTRS_FIT(ts_shard_attrs);
 TS_ATTRS_FIT(ts_bucket_attrs);
+TS_ATTRS_FIT(ts_reduce_attrs);
 
 /* All-zero attributes (every byte, so that bytewise comparisons hold). */
 static inline ts_attrs ts_attrs_zero(void) {

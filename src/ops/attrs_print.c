@@ -146,6 +146,13 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "ranks", a->bucket.ranks);
         real(out, "max_norm", a->bucket.max_norm);
         break;
+    case TS_OP_REDUCE_SUM:
+    case TS_OP_REDUCE_MAX:
+    case TS_OP_REDUCE_MAX_BWD:
+        field(out, "axes", a->reduce.axes);
+        field(out, "keepdim", a->reduce.keepdim);
+        real(out, "scale", a->reduce.scale);
+        break;
     default: slots(a, out);
     }
 }
