@@ -144,6 +144,12 @@ typedef struct ts_reduce_attrs {
     double scale;
 } ts_reduce_attrs;
 
+/* gather (data, idx), scatter_add (dy, idx) (ops/index.c): the axis;
+ * scatter_add: extent, the data's size along it. */
+typedef struct ts_index_attrs {
+    int64_t axis, extent;
+} ts_index_attrs;
+
 typedef struct ts_attrs {
     union {
         struct {
@@ -161,6 +167,7 @@ typedef struct ts_attrs {
         ts_shard_attrs shard;           /* shard_update */
         ts_bucket_attrs bucket;         /* the collectives (allreduce_start, ..., zero_found_inf) */
         ts_reduce_attrs reduce;         /* reduce_sum, reduce_max, reduce_max_bwd */
+        ts_index_attrs index;           /* gather, scatter_add */
         ts_pool_attrs pool;             /* pool, pool_bwd */
         ts_conv_attrs conv;             /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose */
     };
@@ -179,6 +186,7 @@ TS_ATTRS_FIT(ts_softmax_attrs);
 TS_ATTRS_FIT(ts_shard_attrs);
 TS_ATTRS_FIT(ts_bucket_attrs);
 TS_ATTRS_FIT(ts_reduce_attrs);
+TS_ATTRS_FIT(ts_index_attrs);
 
 /* All-zero attributes (every byte, so that bytewise comparisons hold). */
 static inline ts_attrs ts_attrs_zero(void) {

@@ -153,6 +153,11 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "keepdim", a->reduce.keepdim);
         real(out, "scale", a->reduce.scale);
         break;
+    case TS_OP_GATHER:
+    case TS_OP_SCATTER_ADD:
+        field(out, "axis", a->index.axis);
+        field(out, "extent", a->index.extent);
+        break;
     default: slots(a, out);
     }
 }
