@@ -2,9 +2,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "ops/op.h"
+#include "ir/ir.h"
 
-ts_graph *ts_graph_new(void) {
+/* The ops layer's callbacks (see ts_ir_set_op_hooks in ir.h). Written once,
+ * before the first graph exists, and only read afterwards. */
+static ts_op_hooks op_hooks;
+
+void ts_ir_set_op_hooks(const ts_op_hooks *h) {
+    op_hooks = *h;
+}
+
+const char *ts_ir_op_name(int op) {
+    const char *name = op_hooks.name ? op_hooks.name(op) : NULL;
+    return name ? name : "?";
+}
+
+/* Arity and inference of op, or an internal error if the op is unknown or
+ * the ops layer installed no hooks (a graph not made by ts_graph_new). */
+static ts_status op_known(int op, int *min_in, int *max_in) {
+    if (!op_hooks.name || !op_hooks.arity || !op_hooks.infer)
+        return ts_fail(TS_ERR_INTERNAL, "no op hooks installed (make graphs with ts_graph_new)");
+    if (!op_hooks.name(op) || !op_hooks.arity(op, min_in, max_in))
+        return ts_fail(TS_ERR_INTERNAL, "unknown op id %d", op);
+    return TS_OK;
+}
+
+ts_graph *ts_ir_graph_new(void) {
     ts_graph *g = ts_zalloc(sizeof *g, "graph");
     return g;
 }
@@ -26,8 +49,12 @@ void ts_graph_free(ts_graph *g) {
     free(g);
 }
 
-ts_status ts_graph_status(const ts_graph *g) { return g ? g->status : TS_ERR_INVALID; }
-const char *ts_graph_error(const ts_graph *g) { return g ? g->error : "no graph"; }
+ts_status ts_graph_status(const ts_graph *g) {
+    return g ? g->status : TS_ERR_INVALID;
+}
+const char *ts_graph_error(const ts_graph *g) {
+    return g ? g->error : "no graph";
+}
 
 void ts_graph_set_error(ts_graph *g, ts_status s) {
     if (g->status != TS_OK) return;
@@ -88,9 +115,13 @@ int32_t ts_value_new(ts_graph *g, const ts_type *t, ts_value_kind kind, const ch
     return g->n_values++;
 }
 
-static int valid(const ts_graph *g, ts_val v) { return g && v.id >= 0 && v.id < g->n_values; }
+static int valid(const ts_graph *g, ts_val v) {
+    return g && v.id >= 0 && v.id < g->n_values;
+}
 
-int ts_rank(const ts_graph *g, ts_val v) { return valid(g, v) ? g->values[v.id].t.rank : -1; }
+int ts_rank(const ts_graph *g, ts_val v) {
+    return valid(g, v) ? g->values[v.id].t.rank : -1;
+}
 ts_dtype ts_dtype_of(const ts_graph *g, ts_val v) {
     return valid(g, v) ? g->values[v.id].t.dtype : TS_F32;
 }
@@ -186,8 +217,8 @@ ts_val ts_param(ts_graph *g, const char *name, ts_dtype dt, int rank, const int6
                 ts_init init) {
     if (!check_leaf(g, "param", name, dt, rank, dims, 1)) return TS_NONE;
     if (!ts_dtype_is_float(dt))
-        return ts_graph_fail(g, TS_ERR_INVALID, "param '%s': dtype %s is not a float type",
-                             name, ts_dtype_name(dt));
+        return ts_graph_fail(g, TS_ERR_INVALID, "param '%s': dtype %s is not a float type", name,
+                             ts_dtype_name(dt));
     if ((unsigned)init.kind > TS_INIT_BUFFER)
         return ts_graph_fail(g, TS_ERR_INVALID, "param '%s': unknown initialiser %d", name,
                              init.kind);
@@ -247,17 +278,19 @@ ts_val ts_scalar(ts_graph *g, double value, ts_dtype dt) {
 ts_val ts_node_add(ts_graph *g, int op, int n_in, const ts_val *in, const ts_attrs *attrs,
                    ts_val *outs) {
     if (!g || g->status != TS_OK) return TS_NONE;
-    const ts_op_def *def = ts_op_get(op);
-    if (!def) return ts_graph_fail(g, TS_ERR_INTERNAL, "unknown op id %d", op);
+    int min_in, max_in;
+    if (op_known(op, &min_in, &max_in) != TS_OK)
+        return ts_graph_fail(g, TS_ERR_INTERNAL, "%s", ts_last_error());
+    const char *op_name = ts_ir_op_name(op);
     for (int i = 0; i < n_in; i++) {
         if (!ts_val_ok(in[i])) return TS_NONE; /* earlier error stands */
         if (in[i].id >= g->n_values)
             return ts_graph_fail(g, TS_ERR_INVALID, "%s: input %d is not a value of this graph",
-                                 def->name, i);
+                                 op_name, i);
     }
-    if (n_in < def->min_in || (def->max_in >= 0 && n_in > def->max_in))
-        return ts_graph_fail(g, TS_ERR_INVALID, "%s: takes %d..%d inputs, got %d", def->name,
-                             def->min_in, def->max_in, n_in);
+    if (n_in < min_in || (max_in >= 0 && n_in > max_in))
+        return ts_graph_fail(g, TS_ERR_INVALID, "%s: takes %d..%d inputs, got %d", op_name, min_in,
+                             max_in, n_in);
     ts_node n = {0};
     n.op = op;
     n.n_in = n_in;
@@ -271,7 +304,7 @@ ts_val ts_node_add(ts_graph *g, int op, int n_in, const ts_val *in, const ts_att
     ts_type ot[TS_MAX_OUT];
     int n_out = 1;
     memset(ot, 0, sizeof ot);
-    ts_status s = def->infer(g, &n, ot, &n_out);
+    ts_status s = op_hooks.infer(g, &n, ot, &n_out);
     if (s != TS_OK) {
         char msg[1024], operands[600];
         size_t k = 0;
@@ -284,7 +317,7 @@ ts_val ts_node_add(ts_graph *g, int op, int n_in, const ts_val *in, const ts_att
         }
         snprintf(msg, sizeof msg, "%s", ts_last_error());
         free(n.in);
-        return ts_graph_fail(g, s, "%s(%s): %s", def->name, operands, msg);
+        return ts_graph_fail(g, s, "%s(%s): %s", op_name, operands, msg);
     }
     if (ts_grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(ts_node),
                 "graph nodes") != TS_OK) {
@@ -323,7 +356,7 @@ ts_status ts_node_add_ctrl(ts_graph *g, int32_t after, int32_t before) {
 /* ---- whole-graph utilities ------------------------------------------- */
 
 ts_graph *ts_graph_clone(const ts_graph *src) {
-    ts_graph *g = ts_graph_new();
+    ts_graph *g = ts_ir_graph_new();
     if (!g) return NULL;
     g->status = src->status;
     memcpy(g->error, src->error, sizeof g->error);
@@ -372,7 +405,8 @@ ts_status ts_graph_compact(ts_graph *g, int32_t *remap_out) {
     /* A value survives if it is a leaf that is named/output/param/state, or
      * the output of a live node. Inputs survive always (the user feeds them). */
     int32_t *nmap = ts_alloc(sizeof(int32_t) * (size_t)(g->n_nodes + 1), "compact");
-    int32_t *vmap = remap_out ? remap_out : ts_alloc(sizeof(int32_t) * (size_t)(g->n_values + 1), "compact");
+    int32_t *vmap =
+        remap_out ? remap_out : ts_alloc(sizeof(int32_t) * (size_t)(g->n_values + 1), "compact");
     char *used = ts_zalloc((size_t)g->n_values + 1, "compact");
     if (!nmap || !vmap || !used) {
         free(nmap);
@@ -448,29 +482,34 @@ ts_status ts_graph_verify(const ts_graph *g) {
     for (int i = 0; i < g->n_nodes && s == TS_OK; i++) {
         const ts_node *n = &g->nodes[i];
         if (n->dead) continue;
-        const ts_op_def *def = ts_op_get(n->op);
-        if (!def) {
-            s = ts_fail(TS_ERR_INTERNAL, "verify: node %d has unknown op %d", i, n->op);
+        int min_in, max_in;
+        if (op_known(n->op, &min_in, &max_in) != TS_OK) {
+            s = op_hooks.name
+                    ? ts_fail(TS_ERR_INTERNAL, "verify: node %d has unknown op %d", i, n->op)
+                    : ts_fail(TS_ERR_INTERNAL, "verify: node %d: %s", i, ts_last_error());
             break;
         }
+        const char *op_name = ts_ir_op_name(n->op);
         for (int j = 0; j < n->n_in; j++)
             if (n->in[j] < 0 || n->in[j] >= g->n_values || !defined[n->in[j]]) {
-                s = ts_fail(TS_ERR_INTERNAL, "verify: node %d (%s) reads value %d before it is "
-                            "defined", i, def->name, n->in[j]);
+                s = ts_fail(TS_ERR_INTERNAL,
+                            "verify: node %d (%s) reads value %d before it is "
+                            "defined",
+                            i, op_name, n->in[j]);
                 break;
             }
         if (s != TS_OK) break;
         ts_type ot[TS_MAX_OUT];
         int n_out = 1;
-        if (def->infer(g, n, ot, &n_out) != TS_OK || n_out != n->n_out) {
+        if (op_hooks.infer(g, n, ot, &n_out) != TS_OK || n_out != n->n_out) {
             s = ts_fail(TS_ERR_INTERNAL, "verify: node %d (%s) no longer type-checks: %s", i,
-                        def->name, ts_last_error());
+                        op_name, ts_last_error());
             break;
         }
         for (int j = 0; j < n_out; j++) {
             if (!ts_type_equal(&ot[j], &g->values[n->out[j]].t)) {
                 s = ts_fail(TS_ERR_INTERNAL, "verify: node %d (%s) output %d type changed", i,
-                            def->name, j);
+                            op_name, j);
                 break;
             }
             defined[n->out[j]] = 1;
@@ -499,33 +538,23 @@ void ts_graph_print(const ts_graph *g, const int32_t *order, FILE *out) {
         int i = order ? order[k] : k;
         const ts_node *n = &g->nodes[i];
         if (n->dead) continue;
-        const ts_op_def *def = ts_op_get(n->op);
         for (int j = 0; j < n->n_out; j++) {
             char tb[128];
             fprintf(out, "%s%%%d", j ? ", " : "", n->out[j]);
             if (g->values[n->out[j]].name) fprintf(out, " \"%s\"", g->values[n->out[j]].name);
             fprintf(out, ": %s", ts_type_str(tb, sizeof tb, &g->values[n->out[j]].t));
         }
-        fprintf(out, "%s%s(", n->n_out ? " = " : "", def ? def->name : "?");
+        fprintf(out, "%s%s(", n->n_out ? " = " : "", ts_ir_op_name(n->op));
         for (int j = 0; j < n->n_in; j++) {
             if (j) fprintf(out, ", ");
-            if (g->values[n->in[j]].name) print_value_ref(g, n->in[j], out);
-            else fprintf(out, "%%%d", n->in[j]);
+            if (g->values[n->in[j]].name)
+                print_value_ref(g, n->in[j], out);
+            else
+                fprintf(out, "%%%d", n->in[j]);
         }
         fprintf(out, ")");
-        int last_i = TS_NI - 1, last_f = TS_NF - 1;
-        while (last_i >= 0 && n->a.i[last_i] == 0) last_i--;
-        while (last_f >= 0 && n->a.f[last_f] == 0) last_f--;
-        if (last_i >= 0) {
-            fprintf(out, " i=[");
-            for (int j = 0; j <= last_i; j++) fprintf(out, j ? ",%lld" : "%lld", (long long)n->a.i[j]);
-            fprintf(out, "]");
-        }
-        if (last_f >= 0) {
-            fprintf(out, " f=[");
-            for (int j = 0; j <= last_f; j++) fprintf(out, j ? ",%g" : "%g", n->a.f[j]);
-            fprintf(out, "]");
-        }
+        if (op_hooks.print_attrs) op_hooks.print_attrs(n, out);
+        if (n->recompute) fprintf(out, " recompute");
         fprintf(out, "\n");
     }
 }

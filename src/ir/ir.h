@@ -14,12 +14,11 @@
 #define TS_IR_H
 
 #include <stdio.h>
+#include "core/attrs.h"
 #include "core/core.h"
 #include "tessel/graph.h"
 
 #define TS_MAX_OUT 4
-#define TS_NI 15 /* integer attributes per node (the last: autodiff's recompute mark) */
-#define TS_NF 6  /* float attributes per node */
 
 typedef enum ts_value_kind {
     TS_VK_NODE = 0, /* produced by a node */
@@ -48,11 +47,6 @@ typedef struct ts_value {
     int32_t state_of; /* STATE belonging to that param, else -1 */
 } ts_value;
 
-typedef struct ts_attrs {
-    int64_t i[TS_NI];
-    double f[TS_NF];
-} ts_attrs;
-
 typedef struct ts_node {
     int op; /* ts_op_id */
     int n_in, n_out;
@@ -62,6 +56,9 @@ typedef struct ts_node {
     int n_ctrl;
     int32_t *ctrl; /* control dependencies: nodes that must run before (owned) */
     int dead;
+    /* 1: autodiff's recomputed copy of a forward node (passes/autodiff.c),
+     * which CSE (passes/simplify.c) must not merge back into the original. */
+    int recompute;
 } ts_node;
 
 struct ts_graph {
@@ -74,14 +71,41 @@ struct ts_graph {
     int64_t next_stream; /* per-node random stream ids (dropout) */
 };
 
-static inline ts_value *ts_v(const ts_graph *g, ts_val v) { return &g->values[v.id]; }
-static inline ts_val ts_mkval(int32_t id) { return (ts_val){id}; }
+static inline ts_value *ts_v(const ts_graph *g, ts_val v) {
+    return &g->values[v.id];
+}
+static inline ts_val ts_mkval(int32_t id) {
+    return (ts_val){id};
+}
 static inline size_t ts_type_bytes(const ts_type *t) {
     return (size_t)ts_shape_numel(t->rank, t->dims) * ts_dtype_size(t->dtype);
 }
-static inline int64_t ts_type_numel(const ts_type *t) { return ts_shape_numel(t->rank, t->dims); }
+static inline int64_t ts_type_numel(const ts_type *t) {
+    return ts_shape_numel(t->rank, t->dims);
+}
 int ts_type_equal(const ts_type *a, const ts_type *b);
 char *ts_type_str(char *buf, size_t n, const ts_type *t);
+
+/* What the IR needs to know about ops, supplied by the ops layer (src/ops
+ * installs them in ts_graph_new, before the first graph exists), so that the
+ * IR depends on src/core only:
+ *   name:  the op's name, NULL if op is not a known op id;
+ *   arity: its input count bounds (max_in -1: unbounded), 0 if unknown;
+ *   infer: output types of node n (see ts_op_def.infer in ops/op.h);
+ *   print_attrs: n's attributes for ts_graph_print (" name=value ...",
+ *          nothing when all are zero). */
+typedef struct ts_op_hooks {
+    const char *(*name)(int op);
+    int (*arity)(int op, int *min_in, int *max_in);
+    ts_status (*infer)(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out);
+    void (*print_attrs)(const ts_node *n, FILE *out);
+} ts_op_hooks;
+void ts_ir_set_op_hooks(const ts_op_hooks *h);
+/* Name of op for messages and dumps ("?" if unknown). */
+const char *ts_ir_op_name(int op);
+/* An empty graph (ts_graph_new, the public constructor, is in the ops layer:
+ * it installs the op hooks first). */
+ts_graph *ts_ir_graph_new(void);
 
 /* Record the graph's first error (sticky) from the current ts_last_error(). */
 void ts_graph_set_error(ts_graph *g, ts_status s);

@@ -8,8 +8,8 @@
 ts_val ts_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, int causal, double scale) {
     if (!g || g->status != TS_OK || !ts_val_ok(q) || !ts_val_ok(k) || !ts_val_ok(v)) return TS_NONE;
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = causal;
-    at.f[0] = scale;
+    at.attention.causal = causal;
+    at.attention.scale = scale;
     ts_val in[3] = {q, k, v};
     return ts_node_add(g, TS_OP_ATTENTION, 3, in, &at, NULL);
 }

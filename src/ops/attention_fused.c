@@ -62,10 +62,11 @@ typedef int64_t vi64 __attribute__((vector_size(64)));
 /* ---- inference --------------------------------------------------------- */
 
 static ts_status check_attrs(const ts_node *n) {
-    if (n->a.i[0] != 0 && n->a.i[0] != 1)
-        return ts_fail(TS_ERR_INVALID, "causal must be 0 or 1, got %lld", (long long)n->a.i[0]);
-    if (!isfinite(n->a.f[0]))
-        return ts_fail(TS_ERR_INVALID, "scale must be finite, got %g", n->a.f[0]);
+    if (n->a.attention.causal != 0 && n->a.attention.causal != 1)
+        return ts_fail(TS_ERR_INVALID, "causal must be 0 or 1, got %lld",
+                       (long long)n->a.attention.causal);
+    if (!isfinite(n->a.attention.scale))
+        return ts_fail(TS_ERR_INVALID, "scale must be finite, got %g", n->a.attention.scale);
     return TS_OK;
 }
 
@@ -423,8 +424,8 @@ static int threads_for(int64_t slots, int64_t work) {
         if ((size_t)slots * slot > k->scratch_bytes)                                               \
             return ts_fail(TS_ERR_INTERNAL, "attention '%s': scratch too small", k->label);        \
         const T *q = qt->data, *kk = k->in[1].data, *v = k->in[2].data;                            \
-        T *o = k->out[0].data, *lse = k->out[1].data, scale = (T)k->a->f[0];                       \
-        int causal = k->a->i[0] != 0;                                                              \
+        T *o = k->out[0].data, *lse = k->out[1].data, scale = (T)k->a->attention.scale;            \
+        int causal = k->a->attention.causal != 0;                                                  \
         char *ws = k->scratch;                                                                     \
         int nt = threads_for(slots, BH * T_ * T_ * hd);                                            \
         _Pragma("omp parallel num_threads(nt) if (nt > 1)") {                                      \
@@ -479,8 +480,8 @@ static int threads_for(int64_t slots, int64_t work) {
         const T *dout = k->in[0].data, *q = qt->data, *kk = k->in[2].data, *v = k->in[3].data;     \
         const T *o = k->in[4].data, *lse = k->in[5].data;                                          \
         T *dq = k->out[0].data, *dk = k->out[1].data, *dv = k->out[2].data;                        \
-        T scale = (T)k->a->f[0];                                                                   \
-        int causal = k->a->i[0] != 0;                                                              \
+        T scale = (T)k->a->attention.scale;                                                        \
+        int causal = k->a->attention.causal != 0;                                                  \
         char *ws = k->scratch;                                                                     \
         int nt = threads_for(slots, BH * T_ * T_ * hd);                                            \
         _Pragma("omp parallel num_threads(nt) if (nt > 1)") {                                      \
@@ -532,7 +533,7 @@ static size_t scratch_attn_bwd(const ts_graph *g, const ts_node *n) {
 static double pairs_hd(const ts_graph *g, const ts_node *n, int q_in) {
     const ts_type *q = ts_in_type(g, n, q_in);
     double T = (double)q->dims[2];
-    double pairs = n->a.i[0] ? T * (T + 1) / 2 : T * T;
+    double pairs = n->a.attention.causal ? T * (T + 1) / 2 : T * T;
     return (double)(q->dims[0] * q->dims[1]) * pairs * (double)q->dims[3];
 }
 static double cost_attn(const ts_graph *g, const ts_node *n) {

@@ -62,7 +62,7 @@ static ts_status infer_wait(const ts_graph *g, const ts_node *n, ts_type *out, i
 
 static ts_status rt_bucket(const ts_kargs *k, const char *op, const ts_dist_rt **rt, int *b) {
     *rt = k->backend;
-    *b = (int)k->a->i[0];
+    *b = (int)k->a->bucket.ticket;
     if (!*rt || !(*rt)->comm || *b < 0 || *b >= (*rt)->n_buckets)
         return ts_fail(TS_ERR_INTERNAL, "%s '%s': bucket %d has no comm in this plan", op, lbl(k),
                        *b);
@@ -92,7 +92,7 @@ static ts_status k_start(const ts_kargs *k) {
     ts_comm *c = rt->comm;
     const ts_dtype dt = k->in[0].dtype;
     const size_t es = ts_dtype_size(dt);
-    const ts_coll_algo algo = (ts_coll_algo)k->a->i[1];
+    const ts_coll_algo algo = (ts_coll_algo)k->a->bucket.algo;
     char *lo, *hi;
     const int contiguous = span(k->in, k->n_in, &lo, &hi);
     ts_coll_ticket t = {0};
@@ -173,14 +173,15 @@ const ts_op_def ts_def_allreduce_wait = {.name = "allreduce_wait",
 static ts_status infer_rs_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     ts_status s = check_grads(g, n, 0);
     if (s != TS_OK) return s;
-    if (n->a.i[2] < 1 || n->a.i[3] < n->a.i[2])
-        return ts_fail(TS_ERR_INVALID, "shard of %lld of %lld elements", (long long)n->a.i[2],
-                       (long long)n->a.i[3]);
+    const ts_bucket_attrs *a = &n->a.bucket;
+    if (a->shard_elems < 1 || a->elems < a->shard_elems)
+        return ts_fail(TS_ERR_INVALID, "shard of %lld of %lld elements", (long long)a->shard_elems,
+                       (long long)a->elems);
     memset(out, 0, 2 * sizeof *out);
     out[0].dtype = TS_I64;
     out[1].dtype = ts_in_type(g, n, 0)->dtype;
     out[1].rank = 1;
-    out[1].dims[0] = n->a.i[2];
+    out[1].dims[0] = a->shard_elems;
     *n_out = 2;
     return TS_OK;
 }
@@ -192,11 +193,11 @@ static ts_status k_rs_start(const ts_kargs *k) {
     if (s != TS_OK) return s;
     char *lo, *hi;
     const size_t es = ts_dtype_size(k->in[0].dtype);
-    if (!span(k->in, k->n_in, &lo, &hi) || (size_t)(hi - lo) / es != (size_t)k->a->i[3])
+    if (!span(k->in, k->n_in, &lo, &hi) || (size_t)(hi - lo) / es != (size_t)k->a->bucket.elems)
         return ts_fail(TS_ERR_INTERNAL,
                        "reduce_scatter_start '%s': the bucket's gradients are not one range of "
                        "%lld elements",
-                       lbl(k), (long long)k->a->i[3]);
+                       lbl(k), (long long)k->a->bucket.elems);
     /* The padding between tensors is part of the range: under ZeRO-2 the
      * bucket is a temporary whose padding holds whatever was there before,
      * so zero it (the shards' padding must stay zero, as the parameters'). */
@@ -206,8 +207,8 @@ static ts_status k_rs_start(const ts_kargs *k) {
             memset(end, 0, (size_t)((char *)k->in[j + 1].data - end));
     }
     ts_coll_ticket t = {0};
-    s = ts_reduce_scatter_start(rt->comm, lo, k->out[1].data, (size_t)k->a->i[3], k->in[0].dtype,
-                                TS_RED_SUM, (ts_coll_algo)k->a->i[1], &t);
+    s = ts_reduce_scatter_start(rt->comm, lo, k->out[1].data, (size_t)k->a->bucket.elems,
+                                k->in[0].dtype, TS_RED_SUM, (ts_coll_algo)k->a->bucket.algo, &t);
     if (s != TS_OK) return s;
     rt->tickets[b] = t;
     *(int64_t *)k->out[0].data = b;
@@ -223,7 +224,7 @@ static ts_status infer_rs_wait(const ts_graph *g, const ts_node *n, ts_type *out
 }
 
 static ts_status k_rs_wait(const ts_kargs *k) {
-    if (!k->a->i[5]) return k_wait(k);
+    if (!k->a->bucket.keep_sum) return k_wait(k);
     const ts_dist_rt *rt;
     int b;
     ts_status s = rt_bucket(k, "reduce_scatter_wait", &rt, &b);
@@ -246,14 +247,14 @@ static ts_status k_ag_start(const ts_kargs *k) {
     if (s != TS_OK) return s;
     char *lo, *hi;
     const size_t es = ts_dtype_size(k->in[0].dtype);
-    if (!span(k->in, k->n_in, &lo, &hi) || (size_t)(hi - lo) / es != (size_t)k->a->i[3])
+    if (!span(k->in, k->n_in, &lo, &hi) || (size_t)(hi - lo) / es != (size_t)k->a->bucket.elems)
         return ts_fail(TS_ERR_INTERNAL,
                        "all_gather_start '%s': the bucket's parameters are not one range of %lld "
                        "elements",
-                       lbl(k), (long long)k->a->i[3]);
+                       lbl(k), (long long)k->a->bucket.elems);
     ts_coll_ticket t = {0};
-    s = ts_allgather_start(rt->comm, NULL, lo, (size_t)k->a->i[3], k->in[0].dtype,
-                           (ts_coll_algo)k->a->i[1], &t);
+    s = ts_allgather_start(rt->comm, NULL, lo, (size_t)k->a->bucket.elems, k->in[0].dtype,
+                           (ts_coll_algo)k->a->bucket.algo, &t);
     if (s != TS_OK) return s;
     rt->tickets[b] = t;
     *(int64_t *)k->out[0].data = b;
@@ -330,15 +331,17 @@ static ts_status k_zclip(const ts_kargs *k) {
     if (!rt || !rt->comm)
         return ts_fail(TS_ERR_INTERNAL, "zero_clip_coef '%s': no comm in this plan", lbl(k));
     double ss = 0;
-    const int64_t ranks = k->a->i[2] > 1 ? k->a->i[2] : 1;
+    const int64_t ranks = k->a->bucket.ranks > 1 ? k->a->bucket.ranks : 1;
     for (int j = 0; j < k->n_in; j++) ss += sumsq(&k->in[j], ranks);
-    ts_status s = ts_allreduce(rt->comm, &ss, 1, TS_F64, TS_RED_SUM, (ts_coll_algo)k->a->i[1]);
+    ts_status s =
+        ts_allreduce(rt->comm, &ss, 1, TS_F64, TS_RED_SUM, (ts_coll_algo)k->a->bucket.algo);
     if (s != TS_OK) return s;
     if (k->out[0].dtype == TS_F32) {
-        float total = (float)sqrt(ss), inv = 1.0f / (total + 1e-6f), c = inv * (float)k->a->f[0];
+        float total = (float)sqrt(ss), inv = 1.0f / (total + 1e-6f),
+              c = inv * (float)k->a->bucket.max_norm;
         *(float *)k->out[0].data = c > 1.0f ? 1.0f : c;
     } else {
-        double total = sqrt(ss), inv = 1.0 / (total + 1e-6), c = inv * k->a->f[0];
+        double total = sqrt(ss), inv = 1.0 / (total + 1e-6), c = inv * k->a->bucket.max_norm;
         *(double *)k->out[0].data = c > 1.0 ? 1.0 : c;
     }
     return TS_OK;
@@ -435,7 +438,8 @@ static ts_status k_zfound(const ts_kargs *k) {
         const float v = *(const float *)k->in[i].data;
         if (v > f) f = v;
     }
-    ts_status s = ts_allreduce(rt->comm, &f, 1, TS_F32, TS_RED_MAX, (ts_coll_algo)k->a->i[1]);
+    ts_status s =
+        ts_allreduce(rt->comm, &f, 1, TS_F32, TS_RED_MAX, (ts_coll_algo)k->a->bucket.algo);
     if (s != TS_OK) return s;
     *(float *)k->out[0].data = f;
     return TS_OK;

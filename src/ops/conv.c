@@ -3,28 +3,8 @@
  *
  * Layout: x [N, C, (D,) (H,) W], weight [O, C/groups, k...] as torch's
  * Conv1d/2d/3d; the transposed convolution takes weight [C, O/groups, k...]
- * as torch's ConvTranspose. Attributes (all four ops share them):
- *   i[0]          spatial rank nd (1, 2 or 3)
- *   i[1]          groups
- *   i[2 + 3j]     stride of spatial dim j      (j < nd)
- *   i[3 + 3j]     padding of spatial dim j     (both sides)
- *   i[4 + 3j]     dilation of spatial dim j
- *   i[11]         three 21-bit fields, field j = (i[11] >> 21j) & 0x1fffff:
- *                 conv: unused (0); conv_bwd_data: the extra input size
- *                 beyond the smallest input that gives dy's size (the
- *                 rows a strided conv never read, < stride);
- *                 conv_bwd_weight: the kernel size; conv_transpose:
- *                 output_padding (< stride).
- *   i[12]         layout: 0 channels first as above; 1 channels last, every
- *                 activation [N, (D,) (H,) W, C] (weights keep torch's
- *                 layout), which lets oneDNN run on the arena's memory
- *                 without reordering it (W4: about 15 ms of a 160 ms step)
- *   i[13]         mixed precision (set by the precision pass): 1 when the two
- *                 tensor operands (conv, conv_transpose: x, w; conv_bwd_data:
- *                 dy, w; conv_bwd_weight: dy, x) are bf16 or f16 and the op
- *                 accumulates and writes f32, like matmul's i[2]; a bias
- *                 stays f32. Such a node has no gradient (the pass runs
- *                 after autodiff). i[14] is autodiff's recompute mark.
+ * as torch's ConvTranspose. Attributes: a.conv (core/attrs.h), shared by
+ * all four ops.
  *
  * conv (x, w[, b]) -> y; conv_bwd_data (dy, w) -> dx; conv_bwd_weight
  * (dy, x) -> dw; conv_transpose (x, w[, b]) -> y, which is conv_bwd_data
@@ -43,15 +23,9 @@
 #include "core/half.h"
 #include "kern.h"
 
-#define FIELD_BITS 21
-#define CONV_CL    TS_CONV_LAYOUT
-#define CONV_LOW   TS_CONV_LOW
-_Static_assert(CONV_LOW < TS_NI - 1, "the conv flags must not overlap the recompute mark");
-#define FIELD_MAX ((INT64_C(1) << FIELD_BITS) - 1)
-
-static int64_t field(int64_t packed, int j) {
-    return (packed >> (FIELD_BITS * j)) & FIELD_MAX;
-}
+/* Largest stride, padding, dilation, kernel size and output_padding
+ * (2^21 - 1: the bound of the 21-bit fields these once were packed in). */
+#define FIELD_MAX ((INT64_C(1) << 21) - 1)
 
 /* Problem size of one convolution, in its forward orientation: "in" is the
  * space of x (C channels), "out" the space of y (O channels). Spatial dims
@@ -63,17 +37,17 @@ typedef struct cgeo {
 } cgeo;
 
 static void geo_attrs(cgeo *q, const ts_attrs *a) {
-    q->nd = (int)a->i[0];
-    q->G = a->i[1];
+    q->nd = (int)a->conv.nd;
+    q->G = a->conv.groups;
     for (int j = 0; j < 3; j++) {
         q->in[j] = q->out[j] = q->k[j] = q->s[j] = q->d[j] = 1;
         q->p[j] = 0;
     }
     for (int j = 0; j < q->nd; j++) {
         int t = 3 - q->nd + j;
-        q->s[t] = a->i[2 + 3 * j];
-        q->p[t] = a->i[3 + 3 * j];
-        q->d[t] = a->i[4 + 3 * j];
+        q->s[t] = a->conv.stride[j];
+        q->p[t] = a->conv.padding[j];
+        q->d[t] = a->conv.dilation[j];
     }
 }
 
@@ -96,16 +70,16 @@ static void geo_dims(cgeo *q, const int64_t *xd, const int64_t *wd, const int64_
 
 /* The channel axis and the first spatial axis of an activation. */
 static int chan_axis(const ts_attrs *a) {
-    return a->i[CONV_CL] ? (int)a->i[0] + 1 : 1;
+    return a->conv.channels_last ? (int)a->conv.nd + 1 : 1;
 }
 static int sp_axis(const ts_attrs *a) {
-    return a->i[CONV_CL] ? 1 : 2;
+    return a->conv.channels_last ? 1 : 2;
 }
 
 /* An activation type [N, C, spatial...] or [N, spatial..., C]. */
 static ts_type act_type(const ts_attrs *a, ts_dtype dt, int64_t n, int64_t c,
                         const int64_t *spatial) {
-    int nd = (int)a->i[0];
+    int nd = (int)a->conv.nd;
     ts_type t = {.dtype = dt, .rank = nd + 2};
     t.dims[0] = n;
     t.dims[chan_axis(a)] = c;
@@ -128,15 +102,17 @@ static int64_t conv_min_in(int64_t out, int64_t k, int64_t s, int64_t p, int64_t
 
 /* nd, groups, stride, padding, dilation. */
 static ts_status check_attrs(const ts_node *n) {
-    const int64_t *i = n->a.i;
-    if (i[0] < 1 || i[0] > 3)
-        return ts_fail(TS_ERR_INVALID, "spatial rank must be 1, 2 or 3, got %lld", (long long)i[0]);
-    if (i[1] < 1) return ts_fail(TS_ERR_INVALID, "groups must be >= 1, got %lld", (long long)i[1]);
-    if (i[CONV_CL] != 0 && i[CONV_CL] != 1)
+    const ts_conv_attrs *c = &n->a.conv;
+    if (c->nd < 1 || c->nd > 3)
+        return ts_fail(TS_ERR_INVALID, "spatial rank must be 1, 2 or 3, got %lld",
+                       (long long)c->nd);
+    if (c->groups < 1)
+        return ts_fail(TS_ERR_INVALID, "groups must be >= 1, got %lld", (long long)c->groups);
+    if (c->channels_last != 0 && c->channels_last != 1)
         return ts_fail(TS_ERR_INVALID, "layout flag must be 0 or 1, got %lld",
-                       (long long)i[CONV_CL]);
-    for (int j = 0; j < i[0]; j++) {
-        int64_t s = i[2 + 3 * j], p = i[3 + 3 * j], d = i[4 + 3 * j];
+                       (long long)c->channels_last);
+    for (int j = 0; j < c->nd; j++) {
+        int64_t s = c->stride[j], p = c->padding[j], d = c->dilation[j];
         if (s < 1 || s > FIELD_MAX || p < 0 || p > FIELD_MAX || d < 1 || d > FIELD_MAX)
             return ts_fail(TS_ERR_INVALID,
                            "spatial dim %d: stride %lld, padding %lld, dilation %lld (need "
@@ -153,20 +129,20 @@ static int is_low(ts_dtype dt) {
 /* The mixed-precision flag against the operands' dtype `dt`; *out_dt is
  * the output dtype (f32 with the flag, else dt). */
 static ts_status check_low(const ts_node *n, ts_dtype dt, ts_dtype *out_dt) {
-    int64_t f = n->a.i[CONV_LOW];
+    int64_t f = n->a.conv.low;
     if (f != 0 && f != 1)
-        return ts_fail(TS_ERR_INVALID, "mixed-precision flag i[%d] must be 0 or 1, got %lld",
-                       CONV_LOW, (long long)f);
+        return ts_fail(TS_ERR_INVALID, "mixed-precision flag (low) must be 0 or 1, got %lld",
+                       (long long)f);
     if (f && !is_low(dt))
         return ts_fail(TS_ERR_SHAPE,
-                       "mixed-precision flag i[%d] (f32 accumulation and output) needs bf16 or "
+                       "mixed-precision flag (low: f32 accumulation and output) needs bf16 or "
                        "f16 operands, got %s",
-                       CONV_LOW, ts_dtype_name(dt));
+                       ts_dtype_name(dt));
     if (!f && is_low(dt))
         return ts_fail(TS_ERR_SHAPE,
-                       "%s operands need the mixed-precision flag i[%d] (f32 accumulation and "
+                       "%s operands need the mixed-precision flag (low: f32 accumulation and "
                        "output, set by the precision pass); a %s convolution is not supported",
-                       ts_dtype_name(dt), CONV_LOW, ts_dtype_name(dt));
+                       ts_dtype_name(dt), ts_dtype_name(dt));
     *out_dt = f ? TS_F32 : dt;
     return TS_OK;
 }
@@ -174,16 +150,17 @@ static ts_status check_low(const ts_node *n, ts_dtype dt, ts_dtype *out_dt) {
 /* A float tensor [N, C, spatial...] (channels last [N, spatial..., C]) of
  * rank nd + 2 with C divisible by groups. */
 static ts_status check_act(const ts_type *t, const ts_attrs *a, const char *what) {
-    int nd = (int)a->i[0];
-    int64_t groups = a->i[1];
+    int nd = (int)a->conv.nd;
+    int64_t groups = a->conv.groups;
     if (!ts_dtype_is_float(t->dtype))
         return ts_fail(TS_ERR_SHAPE, "%s must be a float type, got %s", what,
                        ts_dtype_name(t->dtype));
     if (t->rank != nd + 2)
         return ts_fail(TS_ERR_SHAPE,
                        "%s must have rank %d (%s with %d spatial dims) for a %d-d op, got rank %d",
-                       what, nd + 2, a->i[CONV_CL] ? "[N, spatial..., C]" : "[N, C, spatial...]",
-                       nd, nd, t->rank);
+                       what, nd + 2,
+                       a->conv.channels_last ? "[N, spatial..., C]" : "[N, C, spatial...]", nd, nd,
+                       t->rank);
     for (int j = 0; j < t->rank; j++)
         if (t->dims[j] < 1) return ts_fail(TS_ERR_SHAPE, "%s has an empty axis %d", what, j);
     if (t->dims[chan_axis(a)] % groups)
@@ -216,8 +193,9 @@ static ts_status check_bias(const ts_graph *g, const ts_node *n, int64_t O, ts_d
 
 /* Output spatial dims of a forward conv; error if the kernel does not fit. */
 static ts_status fwd_spatial(const ts_node *n, const int64_t *in, const int64_t *k, int64_t *out) {
-    for (int j = 0; j < n->a.i[0]; j++) {
-        int64_t s = n->a.i[2 + 3 * j], p = n->a.i[3 + 3 * j], d = n->a.i[4 + 3 * j];
+    const ts_conv_attrs *c = &n->a.conv;
+    for (int j = 0; j < c->nd; j++) {
+        int64_t s = c->stride[j], p = c->padding[j], d = c->dilation[j];
         out[j] = conv_out(in[j], k[j], s, p, d);
         if (out[j] < 1)
             return ts_fail(TS_ERR_SHAPE,
@@ -233,8 +211,8 @@ static ts_status infer_conv(const ts_graph *g, const ts_node *n, ts_type *out, i
     ts_status s = check_attrs(n);
     if (s != TS_OK) return s;
     const ts_attrs *a = &n->a;
-    int nd = (int)a->i[0], ca = chan_axis(a);
-    int64_t G = a->i[1];
+    int nd = (int)a->conv.nd, ca = chan_axis(a);
+    int64_t G = a->conv.groups;
     const ts_type *x = ts_in_type(g, n, 0), *w = ts_in_type(g, n, 1);
     if ((s = check_act(x, a, "x")) != TS_OK) return s;
     if ((s = check_weight(w, x, nd, "[O, C/groups, k...]")) != TS_OK) return s;
@@ -257,12 +235,13 @@ static ts_status infer_conv(const ts_graph *g, const ts_node *n, ts_type *out, i
 }
 
 /* Input spatial dims of the conv whose output is `out` (conv_bwd_data and
- * conv_transpose): the smallest one plus field j of i[11]. */
+ * conv_transpose): the smallest one plus extra[j]. */
 static ts_status bwd_spatial(const ts_node *n, const int64_t *out, const int64_t *k, int64_t *in,
                              const char *extra_name) {
-    for (int j = 0; j < n->a.i[0]; j++) {
-        int64_t s = n->a.i[2 + 3 * j], p = n->a.i[3 + 3 * j], d = n->a.i[4 + 3 * j];
-        int64_t e = field(n->a.i[11], j);
+    const ts_conv_attrs *c = &n->a.conv;
+    for (int j = 0; j < c->nd; j++) {
+        int64_t s = c->stride[j], p = c->padding[j], d = c->dilation[j];
+        int64_t e = c->extra[j];
         if (e >= s)
             return ts_fail(TS_ERR_INVALID,
                            "spatial dim %d: %s %lld must be smaller than the stride %lld", j,
@@ -284,8 +263,8 @@ static ts_status infer_conv_bwd_data(const ts_graph *g, const ts_node *n, ts_typ
     ts_status s = check_attrs(n);
     if (s != TS_OK) return s;
     const ts_attrs *a = &n->a;
-    int nd = (int)a->i[0], ca = chan_axis(a);
-    int64_t G = a->i[1];
+    int nd = (int)a->conv.nd, ca = chan_axis(a);
+    int64_t G = a->conv.groups;
     const ts_type *dy = ts_in_type(g, n, 0), *w = ts_in_type(g, n, 1);
     if ((s = check_act(dy, a, "dy")) != TS_OK) return s;
     if ((s = check_weight(w, dy, nd, "[O, C/groups, k...]")) != TS_OK) return s;
@@ -302,14 +281,14 @@ static ts_status infer_conv_bwd_data(const ts_graph *g, const ts_node *n, ts_typ
     return TS_OK;
 }
 
-/* (dy [N, O, out...], x [N, C, in...]) -> dw [O, C/g, k...], k from i[11]. */
+/* (dy [N, O, out...], x [N, C, in...]) -> dw [O, C/g, k...], k from extra[]. */
 static ts_status infer_conv_bwd_weight(const ts_graph *g, const ts_node *n, ts_type *out,
                                        int *n_out) {
     ts_status s = check_attrs(n);
     if (s != TS_OK) return s;
     const ts_attrs *a = &n->a;
-    int nd = (int)a->i[0], ca = chan_axis(a), sa = sp_axis(a);
-    int64_t G = a->i[1];
+    int nd = (int)a->conv.nd, ca = chan_axis(a), sa = sp_axis(a);
+    int64_t G = a->conv.groups;
     const ts_type *dy = ts_in_type(g, n, 0), *x = ts_in_type(g, n, 1);
     if ((s = check_act(dy, a, "dy")) != TS_OK) return s;
     if ((s = check_act(x, a, "x")) != TS_OK) return s;
@@ -319,7 +298,7 @@ static ts_status infer_conv_bwd_weight(const ts_graph *g, const ts_node *n, ts_t
     if ((s = check_low(n, x->dtype, &odt)) != TS_OK) return s;
     int64_t k[3] = {1, 1, 1}, o[3] = {1, 1, 1};
     for (int j = 0; j < nd; j++)
-        if ((k[j] = field(a->i[11], j)) < 1)
+        if ((k[j] = a->conv.extra[j]) < 1)
             return ts_fail(TS_ERR_INVALID, "kernel size of spatial dim %d must be >= 1", j);
     if ((s = fwd_spatial(n, x->dims + sa, k, o)) != TS_OK) return s;
     for (int j = 0; j < nd; j++)
@@ -339,8 +318,8 @@ static ts_status infer_conv_transpose(const ts_graph *g, const ts_node *n, ts_ty
     ts_status s = check_attrs(n);
     if (s != TS_OK) return s;
     const ts_attrs *a = &n->a;
-    int nd = (int)a->i[0], ca = chan_axis(a);
-    int64_t G = a->i[1];
+    int nd = (int)a->conv.nd, ca = chan_axis(a);
+    int64_t G = a->conv.groups;
     const ts_type *x = ts_in_type(g, n, 0), *w = ts_in_type(g, n, 1);
     if ((s = check_act(x, a, "x")) != TS_OK) return s;
     if ((s = check_weight(w, x, nd, "[C, O/groups, k...]")) != TS_OK) return s;
@@ -364,35 +343,38 @@ static ts_status infer_conv_transpose(const ts_graph *g, const ts_node *n, ts_ty
 /* A mixed-precision conv is created by the precision pass after autodiff. */
 static ts_status no_low_grad(const ts_node *n) {
     return ts_fail(TS_ERR_UNSUPPORTED,
-                   "%s: a mixed-precision convolution (f32 output, i[%d]) has no gradient: the "
+                   "%s: a mixed-precision convolution (f32 output, low) has no gradient: the "
                    "precision pass creates it after autodiff",
-                   ts_op_get(n->op)->name, CONV_LOW);
+                   ts_op_get(n->op)->name);
 }
 
+/* A conv node with at's geometry and extra[] (NULL: zeros). */
 static ts_val add_conv_node(ts_graph *g, int op, ts_val a, ts_val b, const ts_attrs *at,
-                            int64_t packed) {
+                            const int64_t *extra) {
     ts_attrs t = *at;
-    t.i[11] = packed;
+    for (int j = 0; j < 3; j++) t.conv.extra[j] = extra ? extra[j] : 0;
     ts_val in[2] = {a, b};
     return ts_node_add(g, op, 2, in, &t, NULL);
 }
 
-/* Field j = extra input size of x over the smallest input giving y's size. */
-static int64_t pack_extra(const ts_graph *g, const ts_attrs *a, ts_val x, ts_val w, ts_val y) {
-    int64_t packed = 0;
+/* e[j] = extra input size of x over the smallest input giving y's size. */
+static const int64_t *extra_in(const ts_graph *g, const ts_attrs *a, ts_val x, ts_val w, ts_val y,
+                               int64_t *e) {
+    const ts_conv_attrs *c = &a->conv;
     const int sa = sp_axis(a);
-    for (int j = 0; j < a->i[0]; j++) {
-        int64_t mn = conv_min_in(ts_dim(g, y, sa + j), ts_dim(g, w, 2 + j), a->i[2 + 3 * j],
-                                 a->i[3 + 3 * j], a->i[4 + 3 * j]);
-        packed |= (ts_dim(g, x, sa + j) - mn) << (FIELD_BITS * j);
+    for (int j = 0; j < 3; j++) e[j] = 0;
+    for (int j = 0; j < c->nd; j++) {
+        int64_t mn = conv_min_in(ts_dim(g, y, sa + j), ts_dim(g, w, 2 + j), c->stride[j],
+                                 c->padding[j], c->dilation[j]);
+        e[j] = ts_dim(g, x, sa + j) - mn;
     }
-    return packed;
+    return e;
 }
 
-static int64_t pack_kernel(const ts_graph *g, ts_val w, int nd) {
-    int64_t packed = 0;
-    for (int j = 0; j < nd; j++) packed |= ts_dim(g, w, 2 + j) << (FIELD_BITS * j);
-    return packed;
+/* k[j] = the kernel size of spatial dim j. */
+static const int64_t *kernel_of(const ts_graph *g, ts_val w, int nd, int64_t *k) {
+    for (int j = 0; j < 3; j++) k[j] = j < nd ? ts_dim(g, w, 2 + j) : 0;
+    return k;
 }
 
 /* Sum over every axis but the channel axis 1: the gradient of a bias. As
@@ -400,7 +382,7 @@ static int64_t pack_kernel(const ts_graph *g, ts_val w, int nd) {
  * kinds that ts_sum's kernel runs in parallel blocks (one sum over axes
  * {0, 2} takes its element-by-element path, ~20x slower on W4's shapes). */
 static ts_val bias_grad(ts_graph *g, ts_val dy, const ts_attrs *a) {
-    if (a->i[CONV_CL]) { /* as [N, spatial, O]: over the rows of each image, then over N */
+    if (a->conv.channels_last) { /* as [N, spatial, O]: over the rows of each image, then over N */
         int64_t d[3] = {ts_dim(g, dy, 0), -1, ts_dim(g, dy, chan_axis(a))};
         int ax1 = 1, ax0 = 0;
         ts_val per_image = ts_sum(g, ts_reshape(g, dy, 3, d), 1, &ax1, 0);
@@ -413,28 +395,30 @@ static ts_val bias_grad(ts_graph *g, ts_val dy, const ts_attrs *a) {
 }
 
 static ts_status grad_conv(ts_graph *g, const ts_node *n, const ts_val *dyv, ts_val *din) {
-    if (n->a.i[CONV_LOW]) return no_low_grad(n);
+    if (n->a.conv.low) return no_low_grad(n);
     ts_val dy = dyv[0], x = ts_mkval(n->in[0]), w = ts_mkval(n->in[1]);
     if (!ts_val_ok(dy)) return TS_OK;
     ts_attrs a = n->a; /* n points into g->nodes, which moves as nodes are added */
-    int nd = (int)a.i[0], has_b = n->n_in > 2;
-    int64_t extra = pack_extra(g, &a, x, w, ts_mkval(n->out[0]));
-    din[0] = add_conv_node(g, TS_OP_CONV_BWD_DATA, dy, w, &a, extra);
-    din[1] = add_conv_node(g, TS_OP_CONV_BWD_WEIGHT, dy, x, &a, pack_kernel(g, w, nd));
+    int nd = (int)a.conv.nd, has_b = n->n_in > 2;
+    int64_t e[3], k[3];
+    din[0] = add_conv_node(g, TS_OP_CONV_BWD_DATA, dy, w, &a,
+                           extra_in(g, &a, x, w, ts_mkval(n->out[0]), e));
+    din[1] = add_conv_node(g, TS_OP_CONV_BWD_WEIGHT, dy, x, &a, kernel_of(g, w, nd, k));
     if (has_b) din[2] = bias_grad(g, dy, &a);
     return ts_graph_status(g);
 }
 
 static ts_status grad_conv_transpose(ts_graph *g, const ts_node *n, const ts_val *dyv,
                                      ts_val *din) {
-    if (n->a.i[CONV_LOW]) return no_low_grad(n);
+    if (n->a.conv.low) return no_low_grad(n);
     ts_val dy = dyv[0], x = ts_mkval(n->in[0]), w = ts_mkval(n->in[1]);
     if (!ts_val_ok(dy)) return TS_OK;
     ts_attrs a = n->a;
-    int nd = (int)a.i[0], has_b = n->n_in > 2;
+    int nd = (int)a.conv.nd, has_b = n->n_in > 2;
+    int64_t k[3];
     /* y = conv_bwd_data(x, w): x plays dy of a conv from y's space. */
-    din[0] = add_conv_node(g, TS_OP_CONV, dy, w, &a, 0);
-    din[1] = add_conv_node(g, TS_OP_CONV_BWD_WEIGHT, x, dy, &a, pack_kernel(g, w, nd));
+    din[0] = add_conv_node(g, TS_OP_CONV, dy, w, &a, NULL);
+    din[1] = add_conv_node(g, TS_OP_CONV_BWD_WEIGHT, x, dy, &a, kernel_of(g, w, nd, k));
     if (has_b) din[2] = bias_grad(g, dy, &a);
     return ts_graph_status(g);
 }
@@ -442,24 +426,27 @@ static ts_status grad_conv_transpose(ts_graph *g, const ts_node *n, const ts_val
 /* dx = A(dy, w) is linear in each of dy and w: d(dy) = conv(ddx, w),
  * d(w) = conv_bwd_weight(dy, ddx). */
 static ts_status grad_conv_bwd_data(ts_graph *g, const ts_node *n, const ts_val *dxv, ts_val *din) {
-    if (n->a.i[CONV_LOW]) return no_low_grad(n);
+    if (n->a.conv.low) return no_low_grad(n);
     ts_val ddx = dxv[0], dy = ts_mkval(n->in[0]), w = ts_mkval(n->in[1]);
     if (!ts_val_ok(ddx)) return TS_OK;
     ts_attrs a = n->a;
-    din[0] = add_conv_node(g, TS_OP_CONV, ddx, w, &a, 0);
-    din[1] = add_conv_node(g, TS_OP_CONV_BWD_WEIGHT, dy, ddx, &a, pack_kernel(g, w, (int)a.i[0]));
+    int64_t k[3];
+    din[0] = add_conv_node(g, TS_OP_CONV, ddx, w, &a, NULL);
+    din[1] =
+        add_conv_node(g, TS_OP_CONV_BWD_WEIGHT, dy, ddx, &a, kernel_of(g, w, (int)a.conv.nd, k));
     return ts_graph_status(g);
 }
 
 /* dw = B(dy, x): d(dy) = conv(x, ddw), d(x) = conv_bwd_data(dy, ddw). */
 static ts_status grad_conv_bwd_weight(ts_graph *g, const ts_node *n, const ts_val *dwv,
                                       ts_val *din) {
-    if (n->a.i[CONV_LOW]) return no_low_grad(n);
+    if (n->a.conv.low) return no_low_grad(n);
     ts_val ddw = dwv[0], dy = ts_mkval(n->in[0]), x = ts_mkval(n->in[1]);
     if (!ts_val_ok(ddw)) return TS_OK;
     ts_attrs a = n->a;
-    din[0] = add_conv_node(g, TS_OP_CONV, x, ddw, &a, 0);
-    din[1] = add_conv_node(g, TS_OP_CONV_BWD_DATA, dy, ddw, &a, pack_extra(g, &a, x, ddw, dy));
+    int64_t e[3];
+    din[0] = add_conv_node(g, TS_OP_CONV, x, ddw, &a, NULL);
+    din[1] = add_conv_node(g, TS_OP_CONV_BWD_DATA, dy, ddw, &a, extra_in(g, &a, x, ddw, dy, e));
     return ts_graph_status(g);
 }
 
@@ -760,9 +747,9 @@ static ts_status k_conv(const ts_kargs *k) {
     const void *b = k->n_in > 2 ? k->in[2].data : NULL;
     cgeo q;
     geo_attrs(&q, k->a);
-    const int cl = k->a->i[CONV_CL] != 0;
+    const int cl = k->a->conv.channels_last != 0;
     geo_dims(&q, x->dims, w->dims, y->dims, cl);
-    if (k->a->i[CONV_LOW]) {
+    if (k->a->conv.low) {
         ts_status s = low_kernel(k, x->dtype, "conv (mixed precision)");
         if (s != TS_OK) return s;
         if (x->dtype == TS_BF16)
@@ -789,9 +776,9 @@ static ts_status k_conv_bwd_data(const ts_kargs *k) {
     const void *b = k->n_in > 2 ? k->in[2].data : NULL;
     cgeo q;
     geo_attrs(&q, k->a);
-    const int cl = k->a->i[CONV_CL] != 0;
+    const int cl = k->a->conv.channels_last != 0;
     geo_dims(&q, dx->dims, w->dims, dy->dims, cl);
-    if (k->a->i[CONV_LOW]) {
+    if (k->a->conv.low) {
         ts_status s = low_kernel(k, dy->dtype, "conv_bwd_data (mixed precision)");
         if (s != TS_OK) return s;
         if (dy->dtype == TS_BF16)
@@ -815,9 +802,9 @@ static ts_status k_conv_bwd_weight(const ts_kargs *k) {
     const ts_tensor *dy = &k->in[0], *x = &k->in[1], *dw = &k->out[0];
     cgeo q;
     geo_attrs(&q, k->a);
-    const int cl = k->a->i[CONV_CL] != 0;
+    const int cl = k->a->conv.channels_last != 0;
     geo_dims(&q, x->dims, dw->dims, dy->dims, cl);
-    if (k->a->i[CONV_LOW]) {
+    if (k->a->conv.low) {
         ts_status s = low_kernel(k, x->dtype, "conv_bwd_weight (mixed precision)");
         if (s != TS_OK) return s;
         if (x->dtype == TS_BF16)
@@ -890,7 +877,7 @@ const ts_op_def ts_def_conv_transpose = {.name = "conv_transpose",
 
 /* ---- builders ----------------------------------------------------------- */
 
-/* Pack nd and the per-dim triples; NULL arrays take torch's defaults.
+/* Set nd and the per-dim triples; NULL arrays take torch's defaults.
  * Values that do not fit the attributes fail here with the builder's name. */
 static int pack_conv(ts_graph *g, const char *fn, ts_attrs *at, int nd, const int64_t *stride,
                      const int64_t *padding, const int64_t *dilation, int64_t groups) {
@@ -899,12 +886,12 @@ static int pack_conv(ts_graph *g, const char *fn, ts_attrs *at, int nd, const in
         return 0;
     }
     *at = ts_attrs_zero();
-    at->i[0] = nd;
-    at->i[1] = groups;
+    at->conv.nd = nd;
+    at->conv.groups = groups;
     for (int j = 0; j < nd; j++) {
-        at->i[2 + 3 * j] = stride ? stride[j] : 1;
-        at->i[3 + 3 * j] = padding ? padding[j] : 0;
-        at->i[4 + 3 * j] = dilation ? dilation[j] : 1;
+        at->conv.stride[j] = stride ? stride[j] : 1;
+        at->conv.padding[j] = padding ? padding[j] : 0;
+        at->conv.dilation[j] = dilation ? dilation[j] : 1;
     }
     return 1;
 }
@@ -922,7 +909,7 @@ ts_val ts_conv_layout(ts_graph *g, ts_val x, ts_val w, ts_val b, int nd, const i
     if (!g || g->status != TS_OK || !ts_val_ok(x) || !ts_val_ok(w)) return TS_NONE;
     ts_attrs at;
     if (!pack_conv(g, "conv", &at, nd, stride, padding, dilation, groups)) return TS_NONE;
-    at.i[CONV_CL] = layout == TS_CHANNELS_LAST;
+    at.conv.channels_last = layout == TS_CHANNELS_LAST;
     ts_val in[3] = {x, w, b};
     return ts_node_add(g, TS_OP_CONV, ts_val_ok(b) ? 3 : 2, in, &at, NULL);
 }
@@ -939,13 +926,13 @@ ts_val ts_conv_transpose_layout(ts_graph *g, ts_val x, ts_val w, ts_val b, int n
     if (!g || g->status != TS_OK || !ts_val_ok(x) || !ts_val_ok(w)) return TS_NONE;
     ts_attrs at;
     if (!pack_conv(g, "conv_transpose", &at, nd, stride, padding, NULL, groups)) return TS_NONE;
-    at.i[CONV_CL] = layout == TS_CHANNELS_LAST;
+    at.conv.channels_last = layout == TS_CHANNELS_LAST;
     for (int j = 0; output_padding && j < nd; j++) {
         if (output_padding[j] < 0 || output_padding[j] > FIELD_MAX)
             return ts_graph_fail(g, TS_ERR_INVALID,
                                  "conv_transpose: output_padding[%d] = %lld is out of range", j,
                                  (long long)output_padding[j]);
-        at.i[11] |= output_padding[j] << (FIELD_BITS * j);
+        at.conv.extra[j] = output_padding[j];
     }
     ts_val in[3] = {x, w, b};
     return ts_node_add(g, TS_OP_CONV_TRANSPOSE, ts_val_ok(b) ? 3 : 2, in, &at, NULL);

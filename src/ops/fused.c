@@ -252,20 +252,28 @@ int ts_mm_epi_operand_ok(const ts_type *x, const ts_type *out) {
     return x->dtype == TS_F32 && (ts_type_equal(x, out) || is_bias_shape(x, out));
 }
 
-/* The GEMM of a matmul_epi as the f32 matmul node it was: its two operands,
- * and i[2] cleared (matmul's low-precision flag; the post-op count here). */
+/* The attributes of the f32 matmul a matmul_epi starts with. */
+static ts_attrs plain_matmul_attrs(const ts_attrs *epi) {
+    ts_attrs a = ts_attrs_zero();
+    a.matmul.trans_a = epi->matmul_epi.trans_a;
+    a.matmul.trans_b = epi->matmul_epi.trans_b;
+    return a;
+}
+
+/* The GEMM of a matmul_epi as the f32 matmul node it was: its two operands
+ * and the matmul's attributes. */
 static ts_node plain_matmul(const ts_node *n) {
     ts_node mm = *n;
     mm.n_in = 2;
-    mm.a.i[2] = 0;
+    mm.a = plain_matmul_attrs(&n->a);
     return mm;
 }
 
 static ts_status infer_mm_epi(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    int n_post = (int)n->a.i[2], n_add = 0;
+    int n_post = (int)n->a.matmul_epi.n_post, n_add = 0;
     if (n_post < 1 || n_post > TS_EPI_MAX) return ts_fail(TS_ERR_INVALID, "bad post-op count");
     for (int p = 0; p < n_post; p++) {
-        int64_t kind = n->a.i[3 + p];
+        int64_t kind = n->a.matmul_epi.post[p];
         if (kind != TS_EPI_ADD && kind != TS_EPI_RELU)
             return ts_fail(TS_ERR_INVALID, "post-op %d: unknown kind %lld", p, (long long)kind);
         n_add += kind == TS_EPI_ADD;
@@ -291,8 +299,8 @@ ts_status ts_mm_epi_apply(const ts_kargs *k) {
     ts_unary_chunk_fn relu = ts_unary_chunk_f32(TS_OP_RELU, k->a);
     float *po = o->data;
     int next = 2;
-    for (int p = 0; p < (int)k->a->i[2]; p++) {
-        if (k->a->i[3 + p] == TS_EPI_RELU) {
+    for (int p = 0; p < (int)k->a->matmul_epi.n_post; p++) {
+        if (k->a->matmul_epi.post[p] == TS_EPI_RELU) {
 #pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
             for (int64_t r = 0; r < rows; r++) relu(po + r * inner, po + r * inner, inner, k->a);
             continue;
@@ -309,8 +317,7 @@ ts_status ts_mm_epi_apply(const ts_kargs *k) {
 
 static ts_status k_mm_epi(const ts_kargs *k) {
     ts_kargs mk = *k;
-    ts_attrs a = *k->a;
-    a.i[2] = 0; /* an f32 matmul: i[2] is the post-op count here */
+    ts_attrs a = plain_matmul_attrs(k->a);
     mk.a = &a;
     mk.n_in = 2;
     ts_status s = ts_op_get(TS_OP_MATMUL)->kernel(&mk);
@@ -320,7 +327,7 @@ static ts_status k_mm_epi(const ts_kargs *k) {
 static double cost_mm_epi(const ts_graph *g, const ts_node *n) {
     ts_node mm = plain_matmul(n);
     return ts_op_get(TS_OP_MATMUL)->cost(g, &mm) +
-           (double)ts_type_numel(&g->values[n->out[0]].t) * (double)n->a.i[2];
+           (double)ts_type_numel(&g->values[n->out[0]].t) * (double)n->a.matmul_epi.n_post;
 }
 
 const ts_op_def ts_def_matmul_epi = {.name = "matmul_epi",

@@ -12,9 +12,9 @@
  *     ts_fuse_encode(prog + TS_FUSE_REC, TS_OP_RELU, (int[]){2}, 1, &a);  // r3 = relu(r2)
  *
  * matmul_epi (TS_OP_MATMUL_EPI): inputs (a, b, operands of the add
- * post-ops in order), attrs i[0], i[1] as matmul, i[2] = post-op count,
- * i[3 + p] = TS_EPI_ADD (operand: a bias row [N] or the output's shape) or
- * TS_EPI_RELU.
+ * post-ops in order), attrs a.matmul_epi (core/attrs.h): trans_a, trans_b
+ * as matmul, n_post post-ops, post[p] = TS_EPI_ADD (operand: a bias row [N]
+ * or the output's shape) or TS_EPI_RELU.
  */
 #ifndef TS_FUSED_H
 #define TS_FUSED_H
@@ -26,7 +26,7 @@
 #define TS_FUSE_MAX_EXT   8   /* external inputs per fused group */
 #define TS_FUSE_TILE      512 /* elements per tile: every register of a tile stays in L1 */
 
-enum { TS_EPI_ADD = 1, TS_EPI_RELU = 2, TS_EPI_MAX = 4 };
+enum { TS_EPI_ADD = 1, TS_EPI_RELU = 2, TS_EPI_MAX = TS_ATTR_EPI_MAX };
 
 /* 1 if the op can be an instruction of fused_eltwise. */
 int ts_fuse_op_ok(int op);

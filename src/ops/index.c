@@ -55,7 +55,7 @@ static int64_t prod(const int64_t *d, int from, int to) {
 /* (data, idx) -> data.shape[:axis] + idx.shape + data.shape[axis+1:] */
 static ts_status infer_gather(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *d = ts_in_type(g, n, 0), *ix = ts_in_type(g, n, 1);
-    int64_t axis = n->a.i[0];
+    int64_t axis = n->a.index.axis;
     if (!is_index_dtype(ix->dtype))
         return ts_fail(TS_ERR_SHAPE, "indices must be i32 or i64, got %s",
                        ts_dtype_name(ix->dtype));
@@ -79,7 +79,7 @@ static ts_status infer_gather(const ts_graph *g, const ts_node *n, ts_type *out,
 /* (dy, idx) -> dy.shape[:axis] + [extent] + dy.shape[axis+idx.rank:] */
 static ts_status infer_scatter_add(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *dy = ts_in_type(g, n, 0), *ix = ts_in_type(g, n, 1);
-    int64_t axis = n->a.i[0], extent = n->a.i[1];
+    int64_t axis = n->a.index.axis, extent = n->a.index.extent;
     if (!is_index_dtype(ix->dtype))
         return ts_fail(TS_ERR_SHAPE, "indices must be i32 or i64, got %s",
                        ts_dtype_name(ix->dtype));
@@ -110,8 +110,8 @@ static ts_status infer_scatter_add(const ts_graph *g, const ts_node *n, ts_type 
 
 static ts_status grad_gather(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = n->a.i[0];
-    a.i[1] = ts_in_type(g, n, 0)->dims[n->a.i[0]];
+    a.index.axis = n->a.index.axis;
+    a.index.extent = ts_in_type(g, n, 0)->dims[n->a.index.axis];
     ts_val in[2] = {dy[0], ts_mkval(n->in[1])};
     din[0] = ts_node_add(g, TS_OP_SCATTER_ADD, 2, in, &a, NULL);
     return ts_graph_status(g);
@@ -120,7 +120,7 @@ static ts_status grad_gather(ts_graph *g, const ts_node *n, const ts_val *dy, ts
 /* scatter_add is linear in dy; its adjoint is the gather it came from. */
 static ts_status grad_scatter_add(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = n->a.i[0];
+    a.index.axis = n->a.index.axis;
     ts_val in[2] = {dy[0], ts_mkval(n->in[1])};
     din[0] = ts_node_add(g, TS_OP_GATHER, 2, in, &a, NULL);
     return ts_graph_status(g);
@@ -150,7 +150,7 @@ DEF_PICK(pick64, uint64_t)
 /* Works on bytes, so every dtype is supported. */
 static ts_status k_gather(const ts_kargs *k) {
     const ts_tensor *d = &k->in[0], *ix = &k->in[1], *o = &k->out[0];
-    int axis = (int)k->a->i[0];
+    int axis = (int)k->a->index.axis;
     int64_t extent = d->dims[axis];
     ts_status s = check_indices(k, "gather", ix, extent);
     if (s != TS_OK) return s;
@@ -204,7 +204,7 @@ static ts_status k_scatter_add(const ts_kargs *k) {
     const ts_tensor *dy = &k->in[0], *ix = &k->in[1], *o = &k->out[0];
     if (o->dtype != TS_F32 && o->dtype != TS_F64)
         return ts_kernel_bad_dtype(k, "scatter_add", o->dtype);
-    int axis = (int)k->a->i[0];
+    int axis = (int)k->a->index.axis;
     int64_t extent = o->dims[axis];
     ts_status s = check_indices(k, "scatter_add", ix, extent);
     if (s != TS_OK) return s;
@@ -288,7 +288,7 @@ ts_val ts_gather(ts_graph *g, ts_val data, ts_val indices, int axis) {
     ts_attrs a = ts_attrs_zero();
     /* An out-of-range axis is passed through so inference reports it with
      * the operand shapes. */
-    a.i[0] = ax < 0 ? axis : ax;
+    a.index.axis = ax < 0 ? axis : ax;
     ts_val in[2] = {data, indices};
     return ts_node_add(g, TS_OP_GATHER, 2, in, &a, NULL);
 }

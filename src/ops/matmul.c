@@ -1,7 +1,8 @@
 /* Matrix multiplication with optional transposes and broadcast batch axes,
  * and nn.Linear as matmul + bias. The reference kernel is a plain loop; the
- * CPU backend replaces it with oneDNN for f32/bf16 (src/backends/cpu). i[2] set
- * (by the precision pass) marks bf16/f16 operands with an f32 output. */
+ * CPU backend replaces it with oneDNN for f32/bf16 (src/backends/cpu).
+ * Attributes a.matmul (core/attrs.h); low set (by the precision pass) marks
+ * bf16/f16 operands with an f32 output. */
 #include <string.h>
 #include "core/half.h"
 #include "kern.h"
@@ -21,8 +22,8 @@ static int is_low(ts_dtype dt) {
 
 static ts_status infer_matmul(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *a = ts_in_type(g, n, 0), *b = ts_in_type(g, n, 1);
-    if (n->a.i[2] && !is_low(a->dtype))
-        return ts_fail(TS_ERR_SHAPE, "f32 output (i[2]) needs bf16 or f16 operands, got %s",
+    if (n->a.matmul.low && !is_low(a->dtype))
+        return ts_fail(TS_ERR_SHAPE, "f32 output (low) needs bf16 or f16 operands, got %s",
                        ts_dtype_name(a->dtype));
     if (a->dtype != b->dtype)
         return ts_fail(TS_ERR_SHAPE, "dtypes differ (%s vs %s)", ts_dtype_name(a->dtype),
@@ -33,10 +34,11 @@ static ts_status infer_matmul(const ts_graph *g, const ts_node *n, ts_type *out,
         return ts_fail(TS_ERR_SHAPE, "both operands need rank >= 2 (got %d and %d)", a->rank,
                        b->rank);
     int64_t M, K, K2, N;
-    mm_sizes(a, b, (int)n->a.i[0], (int)n->a.i[1], &M, &K, &K2, &N);
+    mm_sizes(a, b, (int)n->a.matmul.trans_a, (int)n->a.matmul.trans_b, &M, &K, &K2, &N);
     if (K != K2)
         return ts_fail(TS_ERR_SHAPE, "inner dimensions differ: %lld vs %lld%s", (long long)K,
-                       (long long)K2, n->a.i[0] || n->a.i[1] ? " (after transposes)" : "");
+                       (long long)K2,
+                       n->a.matmul.trans_a || n->a.matmul.trans_b ? " (after transposes)" : "");
     ts_type ba = *a, bb = *b;
     ba.rank -= 2;
     bb.rank -= 2;
@@ -44,7 +46,7 @@ static ts_status infer_matmul(const ts_graph *g, const ts_node *n, ts_type *out,
     if (s != TS_OK) return ts_fail(s, "batch axes: %s", ts_last_error());
     out->dims[out->rank++] = M;
     out->dims[out->rank++] = N;
-    out->dtype = n->a.i[2] ? TS_F32 : a->dtype;
+    out->dtype = n->a.matmul.low ? TS_F32 : a->dtype;
     *n_out = 1;
     return TS_OK;
 }
@@ -56,9 +58,9 @@ static ts_val flatten_rows(ts_graph *g, ts_val v) {
 
 static ts_status grad_matmul(ts_graph *g, const ts_node *n, const ts_val *dyv, ts_val *din) {
     ts_val A = ts_mkval(n->in[0]), B = ts_mkval(n->in[1]), dC = dyv[0];
-    int ta = (int)n->a.i[0], tb = (int)n->a.i[1];
+    int ta = (int)n->a.matmul.trans_a, tb = (int)n->a.matmul.trans_b;
     int a_rank = ts_in_type(g, n, 0)->rank, b_rank = ts_in_type(g, n, 1)->rank;
-    if (n->a.i[2])
+    if (n->a.matmul.low)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "matmul: a mixed-precision matmul (f32 output) has no gradient: "
                        "the precision pass creates it after autodiff");
@@ -137,7 +139,7 @@ static int64_t batch_offset(const ts_tensor *x, const ts_tensor *o, int64_t bi) 
     }                                                                                              \
     static void mm_##SFX(const ts_kargs *k, int64_t batch, int64_t M, int64_t N, int64_t K) {      \
         const ts_tensor *A = &k->in[0], *B = &k->in[1], *C = &k->out[0];                           \
-        int ta = (int)k->a->i[0], tb = (int)k->a->i[1];                                            \
+        int ta = (int)k->a->matmul.trans_a, tb = (int)k->a->matmul.trans_b;                        \
         _Pragma(                                                                                   \
             "omp parallel for schedule(static) if (batch * M * N * K >= 65536)") for (int64_t t =  \
                                                                                           0;       \
@@ -159,7 +161,7 @@ DEF_MM(double, f64)
  * scratch and multiplied in f32, which is what a bf16 x bf16 -> f32 GEMM
  * with f32 accumulation computes. */
 static size_t scratch_matmul(const ts_graph *g, const ts_node *n) {
-    if (!n->a.i[2]) return 0;
+    if (!n->a.matmul.low) return 0;
     size_t na = (size_t)ts_type_numel(ts_in_type(g, n, 0)),
            nb = (size_t)ts_type_numel(ts_in_type(g, n, 1));
     return ((na * 4 + 63) / 64 + (nb * 4 + 63) / 64) * 64;
@@ -193,12 +195,12 @@ static ts_status k_matmul_low(const ts_kargs *k, int64_t batch, int64_t M, int64
 
 static ts_status k_matmul(const ts_kargs *k) {
     const ts_tensor *A = &k->in[0], *C = &k->out[0];
-    int ta = (int)k->a->i[0];
+    int ta = (int)k->a->matmul.trans_a;
     int64_t M = C->dims[C->rank - 2], N = C->dims[C->rank - 1];
     int64_t K = A->dims[A->rank - (ta ? 2 : 1)];
     int64_t batch = 1;
     for (int i = 0; i < C->rank - 2; i++) batch *= C->dims[i];
-    if (k->a->i[2]) return k_matmul_low(k, batch, M, N, K);
+    if (k->a->matmul.low) return k_matmul_low(k, batch, M, N, K);
     switch (C->dtype) {
     case TS_F32: mm_f32(k, batch, M, N, K); return TS_OK;
     case TS_F64: mm_f64(k, batch, M, N, K); return TS_OK;
@@ -208,7 +210,7 @@ static ts_status k_matmul(const ts_kargs *k) {
 
 static double cost_matmul(const ts_graph *g, const ts_node *n) {
     const ts_type *a = ts_in_type(g, n, 0), *c = &g->values[n->out[0]].t;
-    int64_t K = a->dims[a->rank - (n->a.i[0] ? 2 : 1)];
+    int64_t K = a->dims[a->rank - (n->a.matmul.trans_a ? 2 : 1)];
     return 2.0 * (double)ts_type_numel(c) * (double)K;
 }
 
@@ -224,8 +226,8 @@ const ts_op_def ts_def_matmul = {.name = "matmul",
 ts_val ts_matmul(ts_graph *g, ts_val a, ts_val b, int trans_a, int trans_b) {
     ts_val in[2] = {a, b};
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = trans_a != 0;
-    at.i[1] = trans_b != 0;
+    at.matmul.trans_a = trans_a != 0;
+    at.matmul.trans_b = trans_b != 0;
     return ts_node_add(g, TS_OP_MATMUL, 2, in, &at, NULL);
 }
 

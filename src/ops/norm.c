@@ -39,27 +39,28 @@ static ts_status check_vec(const ts_type *v, const ts_type *x, const char *what)
 
 /* has_w/has_b are 0 or 1 and the input count matches them. */
 static ts_status check_flags(const ts_node *n, int want_in) {
-    if ((n->a.i[0] != 0 && n->a.i[0] != 1) || (n->a.i[1] != 0 && n->a.i[1] != 1))
+    if ((n->a.norm.has_w != 0 && n->a.norm.has_w != 1) ||
+        (n->a.norm.has_b != 0 && n->a.norm.has_b != 1))
         return ts_fail(TS_ERR_INVALID, "has_w/has_b must be 0 or 1");
     if (n->n_in != want_in)
         return ts_fail(TS_ERR_INVALID, "%d inputs do not match has_w=%d has_b=%d", n->n_in,
-                       (int)n->a.i[0], (int)n->a.i[1]);
+                       (int)n->a.norm.has_w, (int)n->a.norm.has_b);
     return TS_OK;
 }
 
 static ts_status infer_ln(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    ts_status s = check_flags(n, 1 + (int)n->a.i[0] + (int)n->a.i[1]);
+    ts_status s = check_flags(n, 1 + (int)n->a.norm.has_w + (int)n->a.norm.has_b);
     if (s != TS_OK) return s;
     const ts_type *x = ts_in_type(g, n, 0);
     if (!ts_dtype_is_float(x->dtype))
         return ts_fail(TS_ERR_SHAPE, "x must be a float type, got %s", ts_dtype_name(x->dtype));
     if (x->rank < 1) return ts_fail(TS_ERR_SHAPE, "x must have at least one axis");
-    double eps = n->a.f[0];
+    double eps = n->a.norm.eps;
     if (!(eps >= 0) || isinf(eps))
         return ts_fail(TS_ERR_INVALID, "eps must be finite and >= 0, got %g", eps);
     int k = 1;
-    if (n->a.i[0] && (s = check_vec(ts_in_type(g, n, k++), x, "weight")) != TS_OK) return s;
-    if (n->a.i[1] && (s = check_vec(ts_in_type(g, n, k++), x, "bias")) != TS_OK) return s;
+    if (n->a.norm.has_w && (s = check_vec(ts_in_type(g, n, k++), x, "weight")) != TS_OK) return s;
+    if (n->a.norm.has_b && (s = check_vec(ts_in_type(g, n, k++), x, "bias")) != TS_OK) return s;
     out[0] = *x;
     out[1] = (ts_type){.dtype = x->dtype, .rank = 1, .dims = {rows_of(x)}};
     out[2] = out[1];
@@ -68,7 +69,7 @@ static ts_status infer_ln(const ts_graph *g, const ts_node *n, ts_type *out, int
 }
 
 static ts_status infer_ln_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    ts_status s = check_flags(n, 4 + (int)n->a.i[0]);
+    ts_status s = check_flags(n, 4 + (int)n->a.norm.has_w);
     if (s != TS_OK) return s;
     const ts_type *dy = ts_in_type(g, n, 0), *x = ts_in_type(g, n, 1);
     if (!ts_dtype_is_float(x->dtype))
@@ -79,12 +80,12 @@ static ts_status infer_ln_bwd(const ts_graph *g, const ts_node *n, ts_type *out,
     if (!ts_type_equal(ts_in_type(g, n, 2), &st) || !ts_type_equal(ts_in_type(g, n, 3), &st))
         return ts_fail(TS_ERR_SHAPE, "mean and rstd must be %s[%lld]", ts_dtype_name(x->dtype),
                        (long long)st.dims[0]);
-    if (n->a.i[0] && (s = check_vec(ts_in_type(g, n, 4), x, "weight")) != TS_OK) return s;
+    if (n->a.norm.has_w && (s = check_vec(ts_in_type(g, n, 4), x, "weight")) != TS_OK) return s;
     ts_type vec = {.dtype = x->dtype, .rank = 1, .dims = {x->dims[x->rank - 1]}};
     int k = 0;
     out[k++] = *x;
-    if (n->a.i[0]) out[k++] = vec;
-    if (n->a.i[1]) out[k++] = vec;
+    if (n->a.norm.has_w) out[k++] = vec;
+    if (n->a.norm.has_b) out[k++] = vec;
     *n_out = k;
     return TS_OK;
 }
@@ -100,12 +101,12 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         return ts_graph_status(g);
     }
     if (!ts_val_ok(dy[0])) return TS_OK;
-    int has_w = n->a.i[0] != 0, has_b = n->a.i[1] != 0;
+    int has_w = n->a.norm.has_w != 0, has_b = n->a.norm.has_b != 0;
     ts_val in[5] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->out[1]), ts_mkval(n->out[2])};
     if (has_w) in[4] = ts_mkval(n->in[1]);
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = has_w;
-    at.i[1] = has_b;
+    at.norm.has_w = has_w;
+    at.norm.has_b = has_b;
     ts_val outs[TS_MAX_OUT];
     if (!ts_val_ok(ts_node_add(g, TS_OP_LAYER_NORM_BWD, 4 + has_w, in, &at, outs)))
         return ts_graph_status(g);
@@ -154,12 +155,12 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
     }                                                                                              \
     static ts_status ln_##SFX(const ts_kargs *k) {                                                 \
         const ts_tensor *xt = &k->in[0];                                                           \
-        int has_w = k->a->i[0] != 0, has_b = k->a->i[1] != 0;                                      \
+        int has_w = k->a->norm.has_w != 0, has_b = k->a->norm.has_b != 0;                          \
         const T *x = xt->data, *w = has_w ? k->in[1].data : NULL;                                  \
         const T *b = has_b ? k->in[1 + has_w].data : NULL;                                         \
         T *y = k->out[0].data, *mean = k->out[1].data, *rstd = k->out[2].data;                     \
         int64_t rows = ts_rows(xt), d = ts_inner(xt);                                              \
-        double eps = k->a->f[0];                                                                   \
+        double eps = k->a->norm.eps;                                                               \
         _Pragma(                                                                                   \
             "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t r = 0;   \
                                                                                   r < rows; r++)   \
@@ -214,7 +215,7 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
     }                                                                                              \
     static ts_status ln_bwd_##SFX(const ts_kargs *k) {                                             \
         const ts_tensor *xt = &k->in[1];                                                           \
-        int has_w = k->a->i[0] != 0, has_b = k->a->i[1] != 0;                                      \
+        int has_w = k->a->norm.has_w != 0, has_b = k->a->norm.has_b != 0;                          \
         const T *dy = k->in[0].data, *x = xt->data, *mean = k->in[2].data;                         \
         const T *rstd = k->in[3].data, *w = has_w ? k->in[4].data : NULL;                          \
         T *dx = k->out[0].data;                                                                    \
@@ -267,7 +268,7 @@ static ts_status k_ln_bwd(const ts_kargs *k) {
 
 /* Partials of dw and db: one row of D doubles each per block of LN_ROWS rows. */
 static size_t scratch_ln_bwd(const ts_graph *g, const ts_node *n) {
-    if (!n->a.i[0] && !n->a.i[1]) return 0;
+    if (!n->a.norm.has_w && !n->a.norm.has_b) return 0;
     const ts_type *x = ts_in_type(g, n, 1);
     int64_t rows = rows_of(x), d = x->dims[x->rank - 1];
     return (size_t)(((rows + LN_ROWS - 1) / LN_ROWS) * d * 2) * sizeof(double);
@@ -305,9 +306,9 @@ ts_val ts_layer_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, double e
     ts_val in[3] = {x};
     int n = 1;
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = ts_val_ok(weight);
-    at.i[1] = ts_val_ok(bias);
-    at.f[0] = eps;
+    at.norm.has_w = ts_val_ok(weight);
+    at.norm.has_b = ts_val_ok(bias);
+    at.norm.eps = eps;
     if (ts_val_ok(weight)) in[n++] = weight;
     if (ts_val_ok(bias)) in[n++] = bias;
     return ts_node_add(g, TS_OP_LAYER_NORM, n, in, &at, NULL);

@@ -69,7 +69,7 @@ static ts_status check_param(const ts_graph *g, const ts_node *n, int base) {
 
 /* Inputs per parameter group. */
 static int sgd_group(const ts_attrs *a) {
-    return 2 + (a->i[0] != 0);
+    return 2 + (a->sgd.has_buf != 0);
 }
 enum { ADAM_GROUP = 4 };
 
@@ -82,13 +82,13 @@ static int n_groups(int n_in, int gs, int has_coef) {
 
 static ts_status infer_sgd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     (void)out;
-    int has_buf = n->a.i[0] != 0, has_coef = n->a.i[1] != 0, gs = sgd_group(&n->a);
+    int has_buf = n->a.sgd.has_buf != 0, has_coef = n->a.sgd.has_coef != 0, gs = sgd_group(&n->a);
     int ng = n_groups(n->n_in, gs, has_coef);
     if (ng == 0)
         return ts_fail(TS_ERR_INVALID, "expects %d inputs (p, g%s%s) per parameter, got %d",
                        2 + has_buf + has_coef, has_buf ? ", buf" : "", has_coef ? ", coef" : "",
                        n->n_in);
-    if (n->a.i[2] && !has_buf)
+    if (n->a.sgd.nesterov && !has_buf)
         return ts_fail(TS_ERR_INVALID, "nesterov momentum needs a momentum buffer");
     ts_status s = TS_OK;
     for (int j = 0; j < ng && s == TS_OK; j++) {
@@ -102,7 +102,7 @@ static ts_status infer_sgd(const ts_graph *g, const ts_node *n, ts_type *out, in
 
 static ts_status infer_adam(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     (void)out;
-    int has_coef = n->a.i[1] != 0;
+    int has_coef = n->a.adam.has_coef != 0;
     int ng = n_groups(n->n_in, ADAM_GROUP, has_coef);
     if (ng == 0)
         return ts_fail(TS_ERR_INVALID, "expects %d inputs (p, g, m, v%s) per parameter, got %d",
@@ -127,7 +127,8 @@ static ts_status infer_clip(const ts_graph *g, const ts_node *n, ts_type *out, i
         if (ts_in_type(g, n, i)->dtype != dt)
             return ts_fail(TS_ERR_SHAPE, "gradient %d is %s, the first is %s", i,
                            ts_dtype_name(ts_in_type(g, n, i)->dtype), ts_dtype_name(dt));
-    if (!(n->a.f[0] > 0)) return ts_fail(TS_ERR_INVALID, "max_norm must be > 0, got %g", n->a.f[0]);
+    if (!(n->a.clip.max_norm > 0))
+        return ts_fail(TS_ERR_INVALID, "max_norm must be > 0, got %g", n->a.clip.max_norm);
     out->dtype = dt;
     out->rank = 0;
     *n_out = 1;
@@ -290,21 +291,21 @@ static void grad_divisor(upd_args *c, int64_t ranks) {
     c->gm = 1.0 / (double)ranks;
 }
 
-static void sgd_consts(upd_args *c, const ts_attrs *a, const ts_step_ctx *ctx, double coef) {
+static void sgd_consts(upd_args *c, const ts_sgd_attrs *a, const ts_step_ctx *ctx, double coef) {
     grad_divisor(c, 1);
     c->coef = coef; /* g * 1 is exact */
-    c->mom = a->f[0];
-    c->damp1 = 1.0 - a->f[1];
-    c->wd = a->f[2];
-    c->use_wd = a->f[2] != 0;
+    c->mom = a->momentum;
+    c->damp1 = 1.0 - a->dampening;
+    c->wd = a->weight_decay;
+    c->use_wd = a->weight_decay != 0;
     c->neg_lr = -ctx->lr;
     c->first = opt_step_of(ctx) == 1;
-    c->nesterov = a->i[2] != 0;
+    c->nesterov = a->nesterov != 0;
 }
 
-static void adam_consts(upd_args *c, const ts_attrs *a, const ts_step_ctx *ctx, double coef) {
-    const int decoupled = a->i[0] != 0;
-    const double b1 = a->f[0], b2 = a->f[1], wd = a->f[3], lr = ctx->lr;
+static void adam_consts(upd_args *c, const ts_adam_attrs *a, const ts_step_ctx *ctx, double coef) {
+    const int decoupled = a->decoupled != 0;
+    const double b1 = a->beta1, b2 = a->beta2, wd = a->weight_decay, lr = ctx->lr;
     const double t = (double)opt_step_of(ctx);
     grad_divisor(c, 1);
     c->coef = coef;
@@ -316,7 +317,7 @@ static void adam_consts(upd_args *c, const ts_attrs *a, const ts_step_ctx *ctx, 
     c->b2 = b2;
     c->omb2 = 1.0 - b2;
     c->bc2s = sqrt(1.0 - pow(b2, t));
-    c->eps = a->f[2];
+    c->eps = a->eps;
     c->neg_step = -(lr / (1.0 - pow(b1, t)));
 }
 
@@ -327,14 +328,14 @@ static void adam_consts(upd_args *c, const ts_attrs *a, const ts_step_ctx *ctx, 
  * and a fresh plan starts at update 1 whatever the buffer holds. */
 static ts_status k_sgd(const ts_kargs *k) {
     const ts_attrs *a = k->a;
-    int has_buf = a->i[0] != 0, has_coef = a->i[1] != 0;
+    int has_buf = a->sgd.has_buf != 0, has_coef = a->sgd.has_coef != 0;
     ts_dtype dt = k->in[0].dtype;
     if (dt != TS_F32 && dt != TS_F64) return ts_kernel_bad_dtype(k, "sgd_update", dt);
     if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "sgd_update '%s': no step context", lbl(k));
     upd_args c = {0};
     int gs = sgd_group(a), ng = n_groups(k->n_in, gs, has_coef);
     if (ng == 0) return ts_fail(TS_ERR_INTERNAL, "sgd_update '%s': bad input count", lbl(k));
-    sgd_consts(&c, a, k->ctx, has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0);
+    sgd_consts(&c, &a->sgd, k->ctx, has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0);
     (void)has_buf;
     return run_update(k, "sgd_update", dt == TS_F32 ? sgd_f32 : sgd_f64, gs, ng, 0, &c);
 }
@@ -345,7 +346,7 @@ static ts_status k_sgd(const ts_kargs *k) {
  * the corrections where it stopped. */
 static ts_status k_adam(const ts_kargs *k) {
     const ts_attrs *a = k->a;
-    int has_coef = a->i[1] != 0;
+    int has_coef = a->adam.has_coef != 0;
     ts_dtype dt = k->in[0].dtype;
     if (dt != TS_F32 && dt != TS_F64) return ts_kernel_bad_dtype(k, "adam_update", dt);
     if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "adam_update '%s': no step context", lbl(k));
@@ -356,28 +357,35 @@ static ts_status k_adam(const ts_kargs *k) {
     upd_args c = {0};
     int ng = n_groups(k->n_in, ADAM_GROUP, has_coef);
     if (ng == 0) return ts_fail(TS_ERR_INTERNAL, "adam_update '%s': bad input count", lbl(k));
-    adam_consts(&c, a, k->ctx, has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0);
+    adam_consts(&c, &a->adam, k->ctx, has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0);
     return run_update(k, "adam_update", dt == TS_F32 ? adam_f32 : adam_f64, ADAM_GROUP, ng, 1, &c);
 }
 
 /* ---- ZeRO: the update of one rank's shard ------------------------------ */
 
 /* shard_update (p1..pk, g_shard, s1[, s2][, coef]): the optimizer update of
- * elements [i[5], i[5] + numel(g_shard)) of the flat range the parameters
+ * elements [offset, offset + numel(g_shard)) of the flat range the parameters
  * p1..pk span in the arena (they are laid out one after the other, with
  * zero padding between them, by memplan for a ZeRO bucket; the distribute
  * pass makes these nodes). g_shard is the rank's reduced gradient shard and
  * s1, s2 its optimizer state (the momentum buffer, or Adam's moments), as
- * long as the shard. i[7] is the update op it replaces (sgd_update or
- * adam_update) and i[0..2], f[] are that op's attributes, so every element
- * gets exactly the arithmetic of the unsharded update; zero padding stays
- * zero (zero gradient, zero state). i[6] is k. */
+ * long as the shard. Attributes a.shard (core/attrs.h): opt_op is the
+ * update op it replaces (sgd_update or adam_update) and opt that op's
+ * attributes, so every element gets exactly the arithmetic of the
+ * unsharded update; zero padding stays zero (zero gradient, zero state).
+ * n_params is k. */
+static int shard_has_coef(const ts_shard_attrs *a) {
+    return (a->opt_op == TS_OP_ADAM_UPDATE ? a->opt.adam.has_coef : a->opt.sgd.has_coef) != 0;
+}
+
 static ts_status infer_shard(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     (void)out;
-    const int k = (int)n->a.i[6], ns = n->a.i[7] == TS_OP_ADAM_UPDATE ? 2 : (int)n->a.i[0];
-    const int has_coef = n->a.i[1] != 0, fused = n->a.i[8] > 0, ng = fused ? k : 1;
-    if (n->a.i[7] != TS_OP_ADAM_UPDATE && n->a.i[7] != TS_OP_SGD_UPDATE)
-        return ts_fail(TS_ERR_INVALID, "i[7] must be sgd_update or adam_update");
+    const ts_shard_attrs *a = &n->a.shard;
+    const int k = (int)a->n_params,
+              ns = a->opt_op == TS_OP_ADAM_UPDATE ? 2 : (int)a->opt.sgd.has_buf;
+    const int has_coef = shard_has_coef(a), fused = a->fused_ranks > 0, ng = fused ? k : 1;
+    if (a->opt_op != TS_OP_ADAM_UPDATE && a->opt_op != TS_OP_SGD_UPDATE)
+        return ts_fail(TS_ERR_INVALID, "opt_op must be sgd_update or adam_update");
     if (k < 1 || n->n_in != k + ng + ns + has_coef)
         return ts_fail(TS_ERR_INVALID, "expects %d parameters, %s, %d states%s", k,
                        fused ? "their gradients" : "the gradient shard", ns,
@@ -395,7 +403,7 @@ static ts_status infer_shard(const ts_graph *g, const ts_node *n, ts_type *out, 
     for (int j = 0; j < ns; j++) {
         const ts_type *t = ts_in_type(g, n, k + ng + j);
         if (t->dtype != dt || t->rank != 1 ||
-            t->dims[0] != (fused ? n->a.i[9] : ts_type_numel(ts_in_type(g, n, k))))
+            t->dims[0] != (fused ? a->fused_elems : ts_type_numel(ts_in_type(g, n, k))))
             return ts_fail(TS_ERR_SHAPE, "state %d does not match the gradient shard", j);
     }
     *n_out = 0;
@@ -420,15 +428,15 @@ DEF_SUM(ranks_sum_f32, float)
 DEF_SUM(ranks_sum_f64, double)
 
 static ts_status k_shard(const ts_kargs *k) {
-    const ts_attrs *a = k->a;
-    const int np = (int)a->i[6], adam = a->i[7] == TS_OP_ADAM_UPDATE;
-    const int ns = adam ? 2 : (int)a->i[0], has_coef = a->i[1] != 0;
-    const int nr = (int)a->i[8], ng = nr > 0 ? np : 1; /* nr > 0: fused */
+    const ts_shard_attrs *a = &k->a->shard;
+    const int np = (int)a->n_params, adam = a->opt_op == TS_OP_ADAM_UPDATE;
+    const int ns = adam ? 2 : (int)a->opt.sgd.has_buf, has_coef = shard_has_coef(a);
+    const int nr = (int)a->fused_ranks, ng = nr > 0 ? np : 1; /* nr > 0: fused */
     const ts_tensor *gs = &k->in[np];
     const ts_dtype dt = gs->dtype;
     const size_t es = ts_dtype_size(dt);
     if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "shard_update '%s': no step context", lbl(k));
-    const int64_t n = nr > 0 ? a->i[9] : ts_tensor_numel(gs), off = a->i[5];
+    const int64_t n = nr > 0 ? a->fused_elems : ts_tensor_numel(gs), off = a->offset;
     const ts_dist_rt *rt = k->backend;
     if (nr > 0 && (!rt || !rt->peer_delta || nr < 2 || nr != ts_comm_size(rt->comm)))
         return ts_fail(TS_ERR_INTERNAL, "shard_update '%s': no peers' gradients in this plan",
@@ -448,13 +456,13 @@ static ts_status k_shard(const ts_kargs *k) {
         if (opt_step_of(k->ctx) < 1)
             return ts_fail(TS_ERR_INVALID, "shard_update '%s': step %lld (steps count from 1)",
                            lbl(k), (long long)opt_step_of(k->ctx));
-        adam_consts(&c, a, k->ctx, coef);
+        adam_consts(&c, &a->opt.adam, k->ctx, coef);
         f = dt == TS_F32 ? adam_f32 : adam_f64;
     } else {
-        sgd_consts(&c, a, k->ctx, coef);
+        sgd_consts(&c, &a->opt.sgd, k->ctx, coef);
         f = dt == TS_F32 ? sgd_f32 : sgd_f64;
     }
-    grad_divisor(&c, a->i[10]); /* the reduce-scatter, or the fused fold, leaves the sum */
+    grad_divisor(&c, a->divisor); /* the reduce-scatter, or the fused fold, leaves the sum */
     void *t[4] = {(char *)lo + (size_t)off * es, gs->data, ns > 0 ? k->in[np + ng].data : NULL,
                   ns > 1 ? k->in[np + ng + 1].data : NULL};
     const int64_t nch = (n + OPT_CHUNK - 1) / OPT_CHUNK;
@@ -491,8 +499,9 @@ static ts_status k_shard(const ts_kargs *k) {
 }
 
 static double cost_shard(const ts_graph *g, const ts_node *n) {
-    if (n->a.i[8] > 0) return (14.0 + (double)n->a.i[8]) * (double)n->a.i[9];
-    return 14.0 * (double)ts_type_numel(ts_in_type(g, n, (int)n->a.i[6]));
+    const ts_shard_attrs *a = &n->a.shard;
+    if (a->fused_ranks > 0) return (14.0 + (double)a->fused_ranks) * (double)a->fused_elems;
+    return 14.0 * (double)ts_type_numel(ts_in_type(g, n, (int)a->n_params));
 }
 
 const ts_op_def ts_def_shard_update = {.name = "shard_update",
@@ -554,7 +563,7 @@ DEF_SUMSQ(sumsq_f64, double)
         }                                                                                          \
         T total = (T)sqrt(tot);                                                                    \
         T inv = (T)1 / (total + (T)1e-6);                                                          \
-        T coef = inv * (T)k->a->f[0];                                                              \
+        T coef = inv * (T)k->a->clip.max_norm;                                                     \
         *(T *)k->out[0].data = coef > (T)1 ? (T)1 : coef; /* NaN stays NaN, as torch.clamp */      \
     } while (0)
 
@@ -594,25 +603,25 @@ static ts_status k_clip(const ts_kargs *k) {
 
 /* ---- costs and definitions --------------------------------------------- */
 
-static double group_numel(const ts_graph *g, const ts_node *n, int gs) {
+static double group_numel(const ts_graph *g, const ts_node *n, int gs, int has_coef) {
     double e = 0;
-    for (int j = 0, ng = n_groups(n->n_in, gs, n->a.i[1] != 0); j < ng; j++)
+    for (int j = 0, ng = n_groups(n->n_in, gs, has_coef); j < ng; j++)
         e += (double)ts_type_numel(ts_in_type(g, n, j * gs));
     return e;
 }
 static double cost_sgd(const ts_graph *g, const ts_node *n) {
-    return 6.0 * group_numel(g, n, sgd_group(&n->a));
+    return 6.0 * group_numel(g, n, sgd_group(&n->a), n->a.sgd.has_coef != 0);
 }
 static double cost_adam(const ts_graph *g, const ts_node *n) {
-    return 14.0 * group_numel(g, n, ADAM_GROUP);
+    return 14.0 * group_numel(g, n, ADAM_GROUP, n->a.adam.has_coef != 0);
 }
 static size_t scratch_sgd(const ts_graph *g, const ts_node *n) {
     (void)g;
-    return upd_scratch_bytes(n_groups(n->n_in, sgd_group(&n->a), n->a.i[1] != 0));
+    return upd_scratch_bytes(n_groups(n->n_in, sgd_group(&n->a), n->a.sgd.has_coef != 0));
 }
 static size_t scratch_adam(const ts_graph *g, const ts_node *n) {
     (void)g;
-    return upd_scratch_bytes(n_groups(n->n_in, ADAM_GROUP, n->a.i[1] != 0));
+    return upd_scratch_bytes(n_groups(n->n_in, ADAM_GROUP, n->a.adam.has_coef != 0));
 }
 static double cost_clip(const ts_graph *g, const ts_node *n) {
     double c = 0;

@@ -2,18 +2,8 @@
  * max, average (count_include_pad either way) and adaptive average, as one
  * op with a mode, and its backward op.
  *
- * Attributes:
- *   i[0]         spatial rank nd (1, 2 or 3)
- *   i[1]         mode: POOL_MAX 0, POOL_AVG 1 (padding not counted),
- *                POOL_AVG_PAD 2 (count_include_pad), POOL_ADAPTIVE_AVG 3
- *   i[2 + 3j]    kernel size of spatial dim j; adaptive: output size
- *   i[3 + 3j]    stride (adaptive: 0)
- *   i[4 + 3j]    padding on both sides (adaptive: 0)
- *   i[11]        pool_bwd only: the input's spatial sizes, three 21-bit
- *                fields (field j = (i[11] >> 21j) & 0x1fffff)
- *   i[12]        layout: 1 for channels last, x [N, (D,) (H,) W, C]; the
- *                windows and the tie rule are the same, and the kernels
- *                run over channel vectors
+ * Attributes: a.pool (core/attrs.h). Channels last, the windows and the
+ * tie rule are the same, and the kernels run over channel vectors.
  *
  * Windows follow torch (floor mode): max and average windows start at
  * o*stride - padding and are clipped to the input; the average divides by
@@ -39,9 +29,9 @@
 
 enum { POOL_MAX = 0, POOL_AVG = 1, POOL_AVG_PAD = 2, POOL_ADAPTIVE_AVG = 3 };
 
-#define FIELD_BITS 21
-#define POOL_CL    12 /* attribute index of the layout flag */
-#define FIELD_MAX  ((INT64_C(1) << FIELD_BITS) - 1)
+/* Largest spatial size, kernel and stride (2^21 - 1: the bound of the
+ * 21-bit fields pool_bwd's input sizes were once packed in). */
+#define FIELD_MAX ((INT64_C(1) << 21) - 1)
 
 static const char *mode_name(int64_t m) {
     switch (m) {
@@ -60,9 +50,9 @@ typedef struct pgeo {
 } pgeo;
 
 static void geo_make(pgeo *q, const ts_attrs *a, const int64_t *xd, const int64_t *yd) {
-    q->nd = (int)a->i[0];
-    q->mode = (int)a->i[1];
-    q->cl = a->i[POOL_CL] != 0;
+    q->nd = (int)a->pool.nd;
+    q->mode = (int)a->pool.mode;
+    q->cl = a->pool.channels_last != 0;
     const int sp = q->cl ? 1 : 2;
     q->N = xd[0];
     q->C = xd[q->cl ? q->nd + 1 : 1];
@@ -71,9 +61,9 @@ static void geo_make(pgeo *q, const ts_attrs *a, const int64_t *xd, const int64_
         int t = 3 - q->nd + j;
         q->in[t] = xd[sp + j];
         q->out[t] = yd[sp + j];
-        q->k[t] = a->i[2 + 3 * j];
-        q->s[t] = a->i[3 + 3 * j];
-        q->p[t] = a->i[4 + 3 * j];
+        q->k[t] = a->pool.kernel[j];
+        q->s[t] = a->pool.stride[j];
+        q->p[t] = a->pool.padding[j];
     }
 }
 
@@ -98,29 +88,30 @@ static void window(const pgeo *q, int t, int64_t o, int64_t *lo, int64_t *hi, in
 /* ---- inference --------------------------------------------------------- */
 
 static ts_status check_pool(const ts_node *n, const ts_type *x) {
-    const int64_t *i = n->a.i;
-    if (i[0] < 1 || i[0] > 3)
-        return ts_fail(TS_ERR_INVALID, "spatial rank must be 1, 2 or 3, got %lld", (long long)i[0]);
-    int nd = (int)i[0];
-    if (i[1] < POOL_MAX || i[1] > POOL_ADAPTIVE_AVG)
-        return ts_fail(TS_ERR_INVALID, "unknown pooling mode %lld", (long long)i[1]);
-    if (i[POOL_CL] != 0 && i[POOL_CL] != 1)
+    const ts_pool_attrs *c = &n->a.pool;
+    if (c->nd < 1 || c->nd > 3)
+        return ts_fail(TS_ERR_INVALID, "spatial rank must be 1, 2 or 3, got %lld",
+                       (long long)c->nd);
+    int nd = (int)c->nd;
+    if (c->mode < POOL_MAX || c->mode > POOL_ADAPTIVE_AVG)
+        return ts_fail(TS_ERR_INVALID, "unknown pooling mode %lld", (long long)c->mode);
+    if (c->channels_last != 0 && c->channels_last != 1)
         return ts_fail(TS_ERR_INVALID, "layout flag must be 0 or 1, got %lld",
-                       (long long)i[POOL_CL]);
-    const int sp = i[POOL_CL] ? 1 : 2;
+                       (long long)c->channels_last);
+    const int sp = c->channels_last ? 1 : 2;
     if (!ts_dtype_is_float(x->dtype))
         return ts_fail(TS_ERR_SHAPE, "x must be a float type, got %s", ts_dtype_name(x->dtype));
     if (x->rank != nd + 2)
         return ts_fail(
             TS_ERR_SHAPE,
             "x must have rank %d (%s with %d spatial dims) for %d-d pooling, got rank %d", nd + 2,
-            i[POOL_CL] ? "[N, spatial..., C]" : "[N, C, spatial...]", nd, nd, x->rank);
+            c->channels_last ? "[N, spatial..., C]" : "[N, C, spatial...]", nd, nd, x->rank);
     for (int j = 0; j < x->rank; j++)
         if (x->dims[j] < 1 || (j >= sp && j < sp + nd && x->dims[j] > FIELD_MAX))
             return ts_fail(TS_ERR_SHAPE, "x axis %d has size %lld", j, (long long)x->dims[j]);
     for (int j = 0; j < nd; j++) {
-        int64_t k = i[2 + 3 * j], s = i[3 + 3 * j], p = i[4 + 3 * j];
-        if (i[1] == POOL_ADAPTIVE_AVG) {
+        int64_t k = c->kernel[j], s = c->stride[j], p = c->padding[j];
+        if (c->mode == POOL_ADAPTIVE_AVG) {
             if (k < 1 || k > FIELD_MAX)
                 return ts_fail(TS_ERR_INVALID,
                                "output size of spatial dim %d must be >= 1, got %lld", j,
@@ -146,12 +137,12 @@ static ts_status check_pool(const ts_node *n, const ts_type *x) {
 }
 
 static void pool_out_dims(const ts_node *n, const ts_type *x, ts_type *y) {
-    int nd = (int)n->a.i[0], sp = n->a.i[POOL_CL] ? 1 : 2;
+    int nd = (int)n->a.pool.nd, sp = n->a.pool.channels_last ? 1 : 2;
     *y = *x;
     for (int j = 0; j < nd; j++) {
-        int64_t k = n->a.i[2 + 3 * j], s = n->a.i[3 + 3 * j], p = n->a.i[4 + 3 * j];
+        int64_t k = n->a.pool.kernel[j], s = n->a.pool.stride[j], p = n->a.pool.padding[j];
         y->dims[sp + j] =
-            n->a.i[1] == POOL_ADAPTIVE_AVG ? k : (x->dims[sp + j] + 2 * p - k) / s + 1;
+            n->a.pool.mode == POOL_ADAPTIVE_AVG ? k : (x->dims[sp + j] + 2 * p - k) / s + 1;
     }
 }
 
@@ -164,19 +155,19 @@ static ts_status infer_pool(const ts_graph *g, const ts_node *n, ts_type *out, i
     return TS_OK;
 }
 
-/* (dy[, x]) -> dx; dx's spatial sizes from i[11]. */
+/* (dy[, x]) -> dx; dx's spatial sizes from in_size[]. */
 static ts_status infer_pool_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *dy = ts_in_type(g, n, 0);
-    int nd = (int)n->a.i[0];
+    int nd = (int)n->a.pool.nd;
     if (nd < 1 || nd > 3 || dy->rank != nd + 2)
         return ts_fail(TS_ERR_SHAPE, "dy must have rank spatial rank + 2 (spatial rank %d)", nd);
-    int want_in = n->a.i[1] == POOL_MAX ? 2 : 1;
+    int want_in = n->a.pool.mode == POOL_MAX ? 2 : 1;
     if (n->n_in != want_in)
         return ts_fail(TS_ERR_INVALID, "%s pooling backward takes %d inputs, got %d",
-                       mode_name(n->a.i[1]), want_in, n->n_in);
+                       mode_name(n->a.pool.mode), want_in, n->n_in);
     ts_type x = *dy;
-    const int sp = n->a.i[POOL_CL] ? 1 : 2;
-    for (int j = 0; j < nd; j++) x.dims[sp + j] = (n->a.i[11] >> (FIELD_BITS * j)) & FIELD_MAX;
+    const int sp = n->a.pool.channels_last ? 1 : 2;
+    for (int j = 0; j < nd; j++) x.dims[sp + j] = n->a.pool.in_size[j];
     if (want_in == 2 && !ts_type_equal(&x, ts_in_type(g, n, 1)))
         return ts_fail(TS_ERR_SHAPE, "x does not have the input shape recorded in the attributes");
     ts_status s = check_pool(n, &x);
@@ -195,12 +186,11 @@ static ts_status grad_pool(ts_graph *g, const ts_node *n, const ts_val *dy, ts_v
     if (!ts_val_ok(dy[0])) return TS_OK;
     ts_val x = ts_mkval(n->in[0]);
     ts_attrs at = n->a;
-    int nd = (int)at.i[0];
-    at.i[11] = 0;
-    const int sp = at.i[POOL_CL] ? 1 : 2;
-    for (int j = 0; j < nd; j++) at.i[11] |= ts_dim(g, x, sp + j) << (FIELD_BITS * j);
+    int nd = (int)at.pool.nd;
+    const int sp = at.pool.channels_last ? 1 : 2;
+    for (int j = 0; j < 3; j++) at.pool.in_size[j] = j < nd ? ts_dim(g, x, sp + j) : 0;
     ts_val in[2] = {dy[0], x};
-    din[0] = ts_node_add(g, TS_OP_POOL_BWD, at.i[1] == POOL_MAX ? 2 : 1, in, &at, NULL);
+    din[0] = ts_node_add(g, TS_OP_POOL_BWD, at.pool.mode == POOL_MAX ? 2 : 1, in, &at, NULL);
     return ts_graph_status(g);
 }
 
@@ -496,11 +486,11 @@ static ts_status k_pool_bwd(const ts_kargs *k) {
 /* One operation per element of each window. */
 static double window_volume(const ts_node *n, const ts_type *x, const ts_type *y) {
     double v = 1;
-    const int sp = n->a.i[POOL_CL] ? 1 : 2;
-    for (int j = 0; j < n->a.i[0]; j++)
-        v *= n->a.i[1] == POOL_ADAPTIVE_AVG
+    const int sp = n->a.pool.channels_last ? 1 : 2;
+    for (int j = 0; j < n->a.pool.nd; j++)
+        v *= n->a.pool.mode == POOL_ADAPTIVE_AVG
                  ? (double)(x->dims[sp + j] + y->dims[sp + j] - 1) / (double)y->dims[sp + j]
-                 : (double)n->a.i[2 + 3 * j];
+                 : (double)n->a.pool.kernel[j];
     return v;
 }
 
@@ -539,14 +529,14 @@ static ts_val pool_node(ts_graph *g, const char *fn, ts_val x, int nd, int mode,
                              nd);
     if (!kernel) return ts_graph_fail(g, TS_ERR_INVALID, "%s: kernel sizes are required", fn);
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = nd;
-    at.i[1] = mode;
-    at.i[POOL_CL] = layout == TS_CHANNELS_LAST;
+    at.pool.nd = nd;
+    at.pool.mode = mode;
+    at.pool.channels_last = layout == TS_CHANNELS_LAST;
     for (int j = 0; j < nd; j++) {
-        at.i[2 + 3 * j] = kernel[j];
+        at.pool.kernel[j] = kernel[j];
         if (mode == POOL_ADAPTIVE_AVG) continue;
-        at.i[3 + 3 * j] = stride ? stride[j] : kernel[j]; /* torch: stride defaults to kernel */
-        at.i[4 + 3 * j] = padding ? padding[j] : 0;
+        at.pool.stride[j] = stride ? stride[j] : kernel[j]; /* torch: stride defaults to kernel */
+        at.pool.padding[j] = padding ? padding[j] : 0;
     }
     return ts_node_add(g, TS_OP_POOL, 1, &x, &at, NULL);
 }

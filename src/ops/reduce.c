@@ -1,6 +1,6 @@
 /* Reductions over a set of axes: sum (and mean, a scaled sum), max, and
- * the max backward. Axes are stored as a bit mask in i[0], keepdim in i[1],
- * the scale in f[0].
+ * the max backward. Attributes a.reduce (core/attrs.h): the axes as a bit
+ * mask, keepdim, the scale.
  *
  * Determinism: every output is accumulated in a fixed order that does not
  * depend on the thread count. Long reductions into few outputs are split
@@ -13,7 +13,7 @@
 
 static ts_status infer_reduce(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *a = ts_in_type(g, n, 0);
-    uint64_t mask = (uint64_t)n->a.i[0];
+    uint64_t mask = (uint64_t)n->a.reduce.axes;
     if (mask >> a->rank)
         return ts_fail(TS_ERR_INVALID, "axis mask 0x%llx names axes beyond rank %d",
                        (unsigned long long)mask, a->rank);
@@ -24,7 +24,7 @@ static ts_status infer_reduce(const ts_graph *g, const ts_node *n, ts_type *out,
     out->rank = 0;
     for (int i = 0; i < a->rank; i++) {
         if (mask >> i & 1) {
-            if (n->a.i[1]) out->dims[out->rank++] = 1;
+            if (n->a.reduce.keepdim) out->dims[out->rank++] = 1;
         } else {
             out->dims[out->rank++] = a->dims[i];
         }
@@ -53,8 +53,8 @@ static ts_val keepdim_form(ts_graph *g, ts_val v, const ts_type *x, uint64_t mas
 
 static ts_status grad_sum(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
     ts_type x = *ts_in_type(g, n, 0);
-    ts_val d = keepdim_form(g, dy[0], &x, (uint64_t)n->a.i[0]);
-    if (n->a.f[0] != 1.0) d = ts_affine_scalar(g, d, n->a.f[0], 0.0);
+    ts_val d = keepdim_form(g, dy[0], &x, (uint64_t)n->a.reduce.axes);
+    if (n->a.reduce.scale != 1.0) d = ts_affine_scalar(g, d, n->a.reduce.scale, 0.0);
     ts_attrs at = ts_attrs_zero();
     at.i[0] = x.rank;
     for (int i = 0; i < x.rank; i++) at.i[1 + i] = x.dims[i];
@@ -120,7 +120,7 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
         return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + \
                s;                                                                                  \
     }                                                                                              \
-    /* o[j] = sc * sum_r p[r*stride + j] for j < inner, rows in order: vectorised over j. */     \
+    /* o[j] = sc * sum_r p[r*stride + j] for j < inner, rows in order: vectorised over j. */       \
     TS_CLONES static void sum_cols_##SFX(T *o, const T *p, int64_t red, int64_t inner,             \
                                          int64_t stride, double sc) {                              \
         for (int64_t j0 = 0; j0 < inner; j0 += 256) {                                              \
@@ -138,9 +138,9 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
         const ts_tensor *x = &k->in[0];                                                            \
         const T *p = x->data;                                                                      \
         T *o = k->out[0].data;                                                                     \
-        double sc = k->a->f[0];                                                                    \
+        double sc = k->a->reduce.scale;                                                            \
         red_shape s;                                                                               \
-        merge_axes(x, (uint64_t)k->a->i[0], &s);                                                   \
+        merge_axes(x, (uint64_t)k->a->reduce.axes, &s);                                            \
         int64_t outer, red, inner;                                                                 \
         if (as_ori(&s, &outer, &red, &inner)) {                                                    \
             if (inner == 1) {                                                                      \
@@ -169,7 +169,7 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
                                                                                       t++) {       \
                     int64_t oi = t / ncb, cb = t % ncb, j0 = cb * 256;                             \
                     int64_t len = inner - j0 < 256 ? inner - j0 : 256;                             \
-                    /* this block's 256 columns only (the row stride stays inner) */            \
+                    /* this block's 256 columns only (the row stride stays inner) */               \
                     sum_cols_##SFX(o + oi * inner + j0, p + oi * red * inner + j0, red, len,       \
                                    inner, sc);                                                     \
                 }                                                                                  \
@@ -218,7 +218,6 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
 DEF_SUM(float, f32)
 DEF_SUM(double, f64)
 
-
 static ts_status k_sum(const ts_kargs *k) {
     TS_FLOAT_DISPATCH(k, k->in[0].dtype, "sum", sum_f32, sum_f64);
 }
@@ -248,7 +247,7 @@ static inline int64_t out_index(int64_t e, const ts_tensor *x, const int64_t *os
         const T *p = x->data;                                                                      \
         T *o = k->out[0].data;                                                                     \
         red_shape s;                                                                               \
-        merge_axes(x, (uint64_t)k->a->i[0], &s);                                                   \
+        merge_axes(x, (uint64_t)k->a->reduce.axes, &s);                                            \
         int64_t outer, red, inner, no = ts_tensor_numel(&k->out[0]), nx = ts_tensor_numel(x);      \
         if (as_ori(&s, &outer, &red, &inner)) {                                                    \
             _Pragma("omp parallel for schedule(static) if (nx >= TS_PAR_MIN)") for (int64_t oi =   \
@@ -267,7 +266,7 @@ static inline int64_t out_index(int64_t e, const ts_tensor *x, const int64_t *os
             return TS_OK;                                                                          \
         }                                                                                          \
         int64_t ostr[TS_MAX_RANK];                                                                 \
-        out_strides(x, (uint64_t)k->a->i[0], ostr);                                                \
+        out_strides(x, (uint64_t)k->a->reduce.axes, ostr);                                         \
         for (int64_t i = 0; i < no; i++) o[i] = (T)-INFINITY;                                      \
         for (int64_t e = 0; e < nx; e++) {                                                         \
             int64_t oi = out_index(e, x, ostr);                                                    \
@@ -283,7 +282,7 @@ static inline int64_t out_index(int64_t e, const ts_tensor *x, const int64_t *os
         int64_t no = ts_tensor_numel(&k->in[0]), nx = ts_tensor_numel(x);                          \
         double *cnt = k->scratch;                                                                  \
         int64_t ostr[TS_MAX_RANK];                                                                 \
-        out_strides(x, (uint64_t)k->a->i[0], ostr);                                                \
+        out_strides(x, (uint64_t)k->a->reduce.axes, ostr);                                         \
         for (int64_t i = 0; i < no; i++) cnt[i] = 0;                                               \
         for (int64_t e = 0; e < nx; e++) {                                                         \
             int64_t oi = out_index(e, x, ostr);                                                    \
@@ -365,9 +364,9 @@ static ts_val reduce(ts_graph *g, int op, const char *what, ts_val a, int naxes,
     for (int i = 0; i < rank; i++)
         if (mask >> i & 1) count *= ts_dim(g, a, i);
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = (int64_t)mask;
-    at.i[1] = keepdim != 0;
-    at.f[0] = mean ? 1.0 / (double)count : 1.0;
+    at.reduce.axes = (int64_t)mask;
+    at.reduce.keepdim = keepdim != 0;
+    at.reduce.scale = mean ? 1.0 / (double)count : 1.0;
     return ts_node_add(g, op, 1, &a, &at, NULL);
 }
 

@@ -27,7 +27,7 @@
 /* ---- inference --------------------------------------------------------- */
 
 static ts_status check_axis(const ts_node *n, const ts_type *t) {
-    int64_t ax = n->a.i[0];
+    int64_t ax = n->a.softmax.axis;
     int r = t->rank ? t->rank : 1; /* rank 0: axis 0 is the element itself */
     if (ax < 0 || ax >= r)
         return ts_fail(TS_ERR_INVALID, "axis %lld out of range for rank %d", (long long)ax,
@@ -244,7 +244,7 @@ static ts_status run_axis(const ts_kargs *k, const char *op, const axis_fn fns[4
     const ts_tensor *o = &k->out[0];
     int f64 = o->dtype == TS_F64;
     if (o->dtype != TS_F32 && !f64) return ts_kernel_bad_dtype(k, op, o->dtype);
-    int axis = (int)k->a->i[0];
+    int axis = (int)k->a->softmax.axis;
     int64_t outer = 1, n = 1, inner = 1;
     for (int i = 0; i < o->rank; i++) {
         if (i < axis)
@@ -306,7 +306,7 @@ static ts_status k_softmax(const ts_kargs *k) {
     static const axis_fn f[4] = {sm_row_f32, sm_row_f64, sm_col_f32, sm_col_f64};
     const ts_tensor *o = &k->out[0];
     const int64_t n = o->rank ? o->dims[o->rank - 1] : 1;
-    if (o->dtype == TS_F32 && o->rank && k->a->i[0] == o->rank - 1 && n < LN) {
+    if (o->dtype == TS_F32 && o->rank && k->a->softmax.axis == o->rank - 1 && n < LN) {
         const int64_t rows = ts_tensor_numel(o) / n, nb = (rows + SM_ROWS - 1) / SM_ROWS;
         float *y = o->data;
         const float *x = k->in[0].data;
@@ -389,7 +389,7 @@ static ts_val softmax_op(ts_graph *g, int op, const char *what, ts_val a, int ax
                              ts_type_str(tb, sizeof tb, &ts_v(g, a)->t), axis, rank);
     }
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = ax;
+    at.softmax.axis = ax;
     return ts_node_add(g, op, 1, &a, &at, NULL);
 }
 

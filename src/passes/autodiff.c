@@ -42,13 +42,13 @@ static int recomputable(const ts_graph *g, int32_t x) {
 
 static ts_val recompute(ts_graph *g, int32_t x) {
     ts_node r = g->nodes[g->values[x].node];
-    ts_attrs a = r.a;
-    a.i[TS_NI - 1] = TS_RECOMPUTE_MARK;
     ts_val in[TS_MAX_OUT + 4];
     for (int j = 0; j < r.n_in && j < TS_MAX_OUT + 4; j++) in[j] = ts_mkval(r.in[j]);
     if (r.op == TS_OP_RESHAPE) in[0] = recompute(g, r.in[0]);
     ts_val outs[TS_MAX_OUT];
-    return ts_node_add(g, r.op, r.n_in, in, &a, outs);
+    ts_val y = ts_node_add(g, r.op, r.n_in, in, &r.a, outs);
+    if (ts_val_ok(y)) g->nodes[g->values[y.id].node].recompute = 1;
+    return y;
 }
 
 ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int n,

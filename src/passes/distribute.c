@@ -137,8 +137,9 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     if (u < 0)
         return ts_fail(TS_ERR_INVALID, "distribute: ZeRO shards the optimizer; this plan has none");
     const ts_node un = g->nodes[u]; /* copy: nodes move as nodes are added */
-    const int adam = un.op == TS_OP_ADAM_UPDATE, has_coef = un.a.i[1] != 0;
-    const int gs = adam ? 4 : 2 + (un.a.i[0] != 0), ns = gs - 2;
+    const int adam = un.op == TS_OP_ADAM_UPDATE;
+    const int has_coef = (adam ? un.a.adam.has_coef : un.a.sgd.has_coef) != 0;
+    const int gs = adam ? 4 : 2 + (un.a.sgd.has_buf != 0), ns = gs - 2;
     const int ngroups = (un.n_in - has_coef) / gs;
     int clip = -1;
     if (has_coef) {
@@ -241,12 +242,12 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         if (fused) continue;
         char name[64];
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = b;
-        a.i[1] = d->algo;
-        a.i[2] = (int64_t)len;
-        a.i[3] = span;
-        a.i[4] = d->zero; /* 2: memplan releases the bucket after its wait */
-        a.i[5] = 1;       /* the shard keeps the sum: its readers divide */
+        a.bucket.ticket = b;
+        a.bucket.algo = d->algo;
+        a.bucket.shard_elems = (int64_t)len;
+        a.bucket.elems = span;
+        a.bucket.zero = d->zero; /* 2: memplan releases the bucket after its wait */
+        a.bucket.keep_sum = 1;   /* the shard keeps the sum: its readers divide */
         for (int i = 0; i < k; i++) args[i] = ts_mkval(gr[first[b] + i].v);
         ts_val tok = ts_node_add(g, TS_OP_REDUCE_SCATTER_START, k, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
@@ -271,7 +272,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     if (us >= 0) {
         for (int b = 0; b < nb; b++) args[b] = ts_mkval(g->nodes[unscale[b]].out[0]);
         ts_attrs a = ts_attrs_zero();
-        a.i[1] = d->algo;
+        a.bucket.algo = d->algo;
         ts_val f = ts_node_add(g, TS_OP_ZERO_FOUND_INF, nb, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) goto done;
         found = g->values[f.id].node;
@@ -290,9 +291,9 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     if (has_coef) {
         for (int b = 0; b < nb; b++) args[b] = ts_mkval(shard[b]);
         ts_attrs a = ts_attrs_zero();
-        a.f[0] = g->nodes[clip].a.f[0];
-        a.i[1] = d->algo;
-        a.i[2] = d->size; /* the shards hold sums over the ranks */
+        a.bucket.max_norm = g->nodes[clip].a.clip.max_norm;
+        a.bucket.algo = d->algo;
+        a.bucket.ranks = d->size; /* the shards hold sums over the ranks */
         coef = ts_node_add(g, TS_OP_ZERO_CLIP_COEF, nb, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) goto done;
         ts_set_name(g, coef, "clip_coef");
@@ -339,13 +340,17 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         }
         if (s != TS_OK) break;
         if (has_coef) args[na++] = coef;
-        ts_attrs a = un.a;
-        a.i[5] = off;
-        a.i[6] = k;
-        a.i[7] = un.op;
-        a.i[8] = fused ? d->size : 0; /* fused: the mean over this many ranks' gradients */
-        a.i[9] = shard_len[b];
-        a.i[10] = d->size; /* the gradient read is the sum over the ranks */
+        ts_attrs a = ts_attrs_zero();
+        if (adam)
+            a.shard.opt.adam = un.a.adam;
+        else
+            a.shard.opt.sgd = un.a.sgd;
+        a.shard.offset = off;
+        a.shard.n_params = k;
+        a.shard.opt_op = un.op;
+        a.shard.fused_ranks = fused ? d->size : 0; /* fused: the sum over this many ranks' copies */
+        a.shard.fused_elems = shard_len[b];
+        a.shard.divisor = d->size; /* the gradient read is the sum over the ranks */
         ts_node_add(g, TS_OP_SHARD_UPDATE, na, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
         upd[b] = g->n_nodes - 1;
@@ -358,9 +363,9 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         if (s != TS_OK) break;
         if (shared) continue;
         ts_attrs ga = ts_attrs_zero();
-        ga.i[0] = nb + b;
-        ga.i[1] = d->algo;
-        ga.i[3] = g->nodes[rs_start[b]].a.i[3];
+        ga.bucket.ticket = nb + b;
+        ga.bucket.algo = d->algo;
+        ga.bucket.elems = g->nodes[rs_start[b]].a.bucket.elems;
         ts_val tok = ts_node_add(g, TS_OP_ALL_GATHER_START, k, args, &ga, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
         ag_start[b] = g->values[tok.id].node;
@@ -605,8 +610,8 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
         }
         for (int i = first[b]; i < first[b + 1]; i++) args[1 + k++] = ts_mkval(gr[i].v);
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = b;
-        a.i[1] = d->algo;
+        a.bucket.ticket = b;
+        a.bucket.algo = d->algo;
         char name[64];
         ts_val tok = ts_node_add(g, TS_OP_ALLREDUCE_START, k, args + 1, &a, NULL);
         if ((s = ts_graph_status(g)) == TS_OK) {

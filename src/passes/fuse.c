@@ -118,10 +118,10 @@ static ts_status fuse_epilogue(fctx *c, int32_t mi) {
     if (!n_post) return TS_OK;
     ts_node *ln = &g->nodes[last];
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = m->a.i[0];
-    a.i[1] = m->a.i[1];
-    a.i[2] = n_post;
-    for (int p = 0; p < n_post; p++) a.i[3 + p] = kinds[p];
+    a.matmul_epi.trans_a = m->a.matmul.trans_a;
+    a.matmul_epi.trans_b = m->a.matmul.trans_b;
+    a.matmul_epi.n_post = n_post;
+    for (int p = 0; p < n_post; p++) a.matmul_epi.post[p] = kinds[p];
     ts_status s = set_inputs(ln, in, n_in);
     if (s != TS_OK) return s;
     ln->op = TS_OP_MATMUL_EPI;

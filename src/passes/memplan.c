@@ -71,7 +71,7 @@ void ts_memplan_free(ts_memplan *mp) {
 /* ZeRO-2: a reduce_scatter_start whose bucket memplan plans as one
  * temporary (distribute.c sets i[4] = 2). */
 static int released_bucket(const ts_node *n) {
-    return n->op == TS_OP_REDUCE_SCATTER_START && n->a.i[4] == 2;
+    return n->op == TS_OP_REDUCE_SCATTER_START && n->a.bucket.zero == 2;
 }
 
 /* ZeRO with shared parameters, fused: a shard_update that reads the
@@ -79,7 +79,7 @@ static int released_bucket(const ts_node *n) {
  * parameters, then its k gradients, as inputs; returns k (0: another
  * node). */
 static int fused_bucket(const ts_node *n) {
-    return n->op == TS_OP_SHARD_UPDATE && n->a.i[8] > 0 ? (int)n->a.i[6] : 0;
+    return n->op == TS_OP_SHARD_UPDATE && n->a.shard.fused_ranks > 0 ? (int)n->a.shard.n_params : 0;
 }
 
 /* The bucket of start node i as one interval: its gradients at their

@@ -17,9 +17,7 @@
 ts_status ts_pass_autodiff(ts_graph *g, int32_t loss, const int32_t *params, int n, int32_t *grads);
 /* Same, and with allow_recompute a matmul's gradient reads a recomputed copy
  * of a large GELU or LayerNorm output instead of the stored one (same bits,
- * less memory: see autodiff.c). The copy's attrs carry i[TS_NI - 1] =
- * TS_RECOMPUTE_MARK. */
-#define TS_RECOMPUTE_MARK 0x5243
+ * less memory: see autodiff.c). The copy's node has recompute = 1. */
 ts_status ts_pass_autodiff_ex(ts_graph *g, int32_t loss, const int32_t *params, int n,
                               int32_t *grads, int allow_recompute);
 

@@ -5,7 +5,7 @@
  * Policy: every f32 matmul and convolution (conv, conv_bwd_data,
  * conv_bwd_weight, conv_transpose) whose op is not listed in keep_fp32
  * reads its two tensor operands cast to the compute type (bf16 or f16) and
- * accumulates and writes f32 (matmul i[2] = 1, conv i[TS_CONV_LOW] = 1;
+ * accumulates and writes f32 (matmul.low = 1, conv.low = 1;
  * oneDNN bf16 x bf16 -> f32); a conv's bias stays f32. Reductions,
  * norms, softmax, losses, attention and the optimizer are untouched and
  * stay f32, and so do the master weights, gradients and optimizer state:
@@ -55,22 +55,22 @@ ts_status ts_precision_check(const ts_precision_options *o) {
 }
 
 /* The attribute that marks node n's op as mixed precision (operands 0 and
- * 1 low, f32 accumulation and output), or -1 for an op outside the policy. */
-static int low_flag(const ts_node *n) {
+ * 1 low, f32 accumulation and output), or NULL for an op outside the policy. */
+static int64_t *low_flag(ts_node *n) {
     switch (n->op) {
-    case TS_OP_MATMUL: return 2;
+    case TS_OP_MATMUL: return &n->a.matmul.low;
     case TS_OP_CONV:
     case TS_OP_CONV_BWD_DATA:
     case TS_OP_CONV_BWD_WEIGHT:
-    case TS_OP_CONV_TRANSPOSE: return TS_CONV_LOW;
-    default: return -1;
+    case TS_OP_CONV_TRANSPOSE: return &n->a.conv.low;
+    default: return NULL;
     }
 }
 
 /* Does node n take part in the policy? */
 static int lowers(const ts_graph *g, const ts_node *n, const ts_precision_options *o) {
-    int f = low_flag(n);
-    if (n->dead || f < 0 || n->a.i[f]) return 0;
+    const int64_t *f = low_flag((ts_node *)n);
+    if (n->dead || !f || *f) return 0;
     if (listed(o->keep_fp32, ts_op_get(n->op)->name)) return 0;
     return ts_in_type(g, n, 0)->dtype == TS_F32 && ts_in_type(g, n, 1)->dtype == TS_F32;
 }
@@ -145,7 +145,7 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_c
             }
             g->nodes[i].in[j] = cast_of[v];
         }
-        g->nodes[i].a.i[low_flag(&g->nodes[i])] = 1; /* f32 accumulation and output */
+        *low_flag(&g->nodes[i]) = 1; /* f32 accumulation and output */
         perm[np++] = i;
     }
     if (s == TS_OK && np != g->n_nodes)

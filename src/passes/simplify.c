@@ -79,11 +79,14 @@ static void replace_uses(ts_graph *g, int start, int32_t from, int32_t to) {
 static uint64_t node_hash(const ts_node *n) {
     uint64_t h = ts_hash64(&n->op, sizeof n->op, 0);
     h = ts_hash64(n->in, sizeof(int32_t) * (size_t)n->n_in, h);
+    if (n->recompute) h = ts_hash64(&n->recompute, sizeof n->recompute, h);
     return ts_hash64(&n->a, sizeof n->a, h);
 }
 
 static int same_node(const ts_node *a, const ts_node *b) {
-    if (a->op != b->op || a->n_in != b->n_in || memcmp(&a->a, &b->a, sizeof a->a)) return 0;
+    if (a->op != b->op || a->n_in != b->n_in || a->recompute != b->recompute ||
+        memcmp(&a->a, &b->a, sizeof a->a))
+        return 0;
     return memcmp(a->in, b->in, sizeof(int32_t) * (size_t)a->n_in) == 0;
 }
 

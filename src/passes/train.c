@@ -59,7 +59,7 @@ ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *p
         for (int i = 0, k = 0; i < n; i++)
             if (grads[i] >= 0) gv[k++] = ts_mkval(grads[i]);
         ts_attrs a = ts_attrs_zero();
-        a.f[0] = spec->clip_grad_norm;
+        a.clip.max_norm = spec->clip_grad_norm;
         coef = ts_node_add(g, TS_OP_CLIP_COEF, ng, gv, &a, NULL);
         free(gv);
         if ((s = ts_graph_status(g)) != TS_OK) return s;
@@ -74,18 +74,18 @@ ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *p
     int op;
     if (o->kind == TS_OPT_SGD) {
         op = TS_OP_SGD_UPDATE;
-        a.i[0] = o->momentum != 0;
-        a.i[2] = o->nesterov != 0;
-        a.f[0] = o->momentum;
-        a.f[1] = o->dampening;
-        a.f[2] = o->weight_decay;
+        a.sgd.has_buf = o->momentum != 0;
+        a.sgd.nesterov = o->nesterov != 0;
+        a.sgd.momentum = o->momentum;
+        a.sgd.dampening = o->dampening;
+        a.sgd.weight_decay = o->weight_decay;
     } else {
         op = TS_OP_ADAM_UPDATE;
-        a.i[0] = o->kind == TS_OPT_ADAMW;
-        a.f[0] = o->beta1;
-        a.f[1] = o->beta2;
-        a.f[2] = o->eps;
-        a.f[3] = o->weight_decay;
+        a.adam.decoupled = o->kind == TS_OPT_ADAMW;
+        a.adam.beta1 = o->beta1;
+        a.adam.beta2 = o->beta2;
+        a.adam.eps = o->eps;
+        a.adam.weight_decay = o->weight_decay;
     }
     for (int i = 0; i < n && s == TS_OK; i++) {
         if (grads[i] < 0) continue;
@@ -107,7 +107,10 @@ ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *p
     }
     if (s == TS_OK && ts_val_ok(coef)) {
         in[k++] = coef;
-        a.i[1] = 1;
+        if (op == TS_OP_SGD_UPDATE)
+            a.sgd.has_coef = 1;
+        else
+            a.adam.has_coef = 1;
     }
     int n_nodes_before = g->n_nodes;
     if (s == TS_OK) {

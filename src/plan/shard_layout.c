@@ -20,8 +20,8 @@ static const ts_named *named_of(const ts_plan *p, int32_t value) {
  * [off, off + numel(state)) of the bucket. */
 static ts_status add_pieces(const ts_plan *p, const ts_node *n, ts_shard_piece **out, int *np,
                             int *cap) {
-    const int k = (int)n->a.i[6];
-    const int64_t off = n->a.i[5];
+    const int k = (int)n->a.shard.n_params;
+    const int64_t off = n->a.shard.offset;
     if (k <= 0 || k >= n->n_in)
         return ts_fail(TS_ERR_INTERNAL, "shard layout: shard_update with %d parameters", k);
     const ts_named *p0 = named_of(p, n->in[0]);

@@ -1,6 +1,6 @@
 /* examples/w4_bf16.yaml (the 3D U-Net in bf16) through the CLI: compiled,
  * every convolution of the training graph (forward, backward data,
- * backward weights, transposed) carries the mixed-precision flag (i[13] = 1)
+ * backward weights, transposed) carries the mixed-precision flag (conv.low = 1)
  * and an f32 output, the casts go to bf16; with precision.default=fp32 the
  * same config has neither; and a small version trains two steps. */
 #include <stdlib.h>
@@ -25,13 +25,10 @@ static void scan(const char *ir, int *convs, int *low, int *casts) {
             const char *op = strstr(line, conv_ops[k]);
             if (!op) continue;
             (*convs)++;
-            /* "%5: f32[...] = conv(...) i=[a0,...,a13]": 14 entries, the last 1 */
-            const char *ia = strstr(op, " i=[");
-            int commas = 0;
-            for (const char *c = ia; c && *c && *c != ']'; c++) commas += *c == ',';
-            const char *close = ia ? strchr(ia, ']') : NULL;
-            *low += ia && commas == 13 && close && close[-1] == '1' && close[-2] == ',' &&
-                    strstr(line, ": f32[") && strstr(line, ": f32[") < op;
+            /* "%5: f32[...] = conv(...) nd=3 ... low=1": the attribute conv.low */
+            const char *lf = strstr(op, " low=1");
+            *low += lf && (lf[6] == 0 || lf[6] == ' ') && strstr(line, ": f32[") &&
+                    strstr(line, ": f32[") < op;
         }
         if (strstr(line, "= cast(") && strstr(line, ": bf16[")) (*casts)++;
         l = e ? e + 1 : NULL;

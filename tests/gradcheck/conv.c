@@ -60,35 +60,34 @@ static void gradchecks(void) {
 typedef struct rawop {
     int op;
     cv c;
-    int64_t packed;
+    int64_t extra[3];
 } rawop;
 
 static ts_val build_raw(ts_graph *g, const ts_val *in, void *u) {
     const rawop *r = u;
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = r->c.nd;
-    at.i[1] = r->c.groups;
+    at.conv.nd = r->c.nd;
+    at.conv.groups = r->c.groups;
     for (int j = 0; j < r->c.nd; j++) {
-        at.i[2 + 3 * j] = r->c.s[j];
-        at.i[3 + 3 * j] = r->c.p[j];
-        at.i[4 + 3 * j] = r->c.d[j];
+        at.conv.stride[j] = r->c.s[j];
+        at.conv.padding[j] = r->c.p[j];
+        at.conv.dilation[j] = r->c.d[j];
     }
-    at.i[11] = r->packed;
+    for (int j = 0; j < 3; j++) at.conv.extra[j] = r->extra[j];
     return ts_node_add(g, r->op, 2, in, &at, NULL);
 }
 
 static void double_backward(void) {
     /* x [1,2,8,5] (one row more than the smallest input of dy's height),
      * w [3,2,3,2], stride (2,3), padding (1,0) -> dy [1,3,4,2]. */
-    rawop bd = {TS_OP_CONV_BWD_DATA, {"", 0, 2, 0, {0}, {0}, {2, 3}, {1, 0}, {1, 1}, {0}, 1}, 1};
+    rawop bd = {TS_OP_CONV_BWD_DATA, {"", 0, 2, 0, {0}, {0}, {2, 3}, {1, 0}, {1, 1}, {0}, 1}, {1}};
     gc_input in_bd[2] = {GC_F(1, 3, 4, 2), GC_F(3, 2, 3, 2)};
     gc_check("conv_bwd_data (dy, w), extra input row", 2, in_bd, build_raw, &bd);
-    rawop bw = {TS_OP_CONV_BWD_WEIGHT,
-                {"", 0, 2, 0, {0}, {0}, {2, 3}, {1, 0}, {1, 1}, {0}, 1},
-                3 | (2 << 21)};
+    rawop bw = {
+        TS_OP_CONV_BWD_WEIGHT, {"", 0, 2, 0, {0}, {0}, {2, 3}, {1, 0}, {1, 1}, {0}, 1}, {3, 2}};
     gc_input in_bw[2] = {GC_F(1, 3, 4, 2), GC_F(1, 2, 8, 5)};
     gc_check("conv_bwd_weight (dy, x)", 2, in_bw, build_raw, &bw);
-    rawop gw = {TS_OP_CONV_BWD_WEIGHT, {"", 0, 1, 0, {0}, {0}, {1}, {1}, {2}, {0}, 2}, 3};
+    rawop gw = {TS_OP_CONV_BWD_WEIGHT, {"", 0, 1, 0, {0}, {0}, {1}, {1}, {2}, {0}, 2}, {3}};
     gc_input in_gw[2] = {GC_F(2, 4, 6), GC_F(2, 2, 8)};
     gc_check("conv_bwd_weight groups 2 dilation 2", 2, in_gw, build_raw, &gw);
 }

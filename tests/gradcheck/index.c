@@ -54,8 +54,8 @@ static ts_val b_gather_scatter(ts_graph *g, const ts_val *in, void *u) {
     (void)u;
     ts_val y = ts_gather(g, in[0], in[1], 1);
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = 1;
-    at.i[1] = 4;
+    at.index.axis = 1;
+    at.index.extent = 4;
     ts_val sin[2] = {ts_mul(g, y, y), in[1]};
     return ts_node_add(g, TS_OP_SCATTER_ADD, 2, sin, &at, NULL);
 }
@@ -176,8 +176,8 @@ static void forward_values(void) {
         float a[6] = {1, 2, 3, 4, 5, 6}, out[8], want[8] = {0, 0, 6, 8, 0, 0, 3, 4};
         int32_t b[3] = {1, 3, 1};
         ts_attrs at = ts_attrs_zero();
-        at.i[0] = 0;
-        at.i[1] = 4;
+        at.index.axis = 0;
+        at.index.extent = 4;
         ts_val in[2] = {ts_input(g, "a", TS_F32, 2, dd), ts_input(g, "b", TS_I32, 1, di)};
         ts_val y = ts_node_add(g, TS_OP_SCATTER_ADD, 2, in, &at, NULL);
         CHECK_OK(run_forward(g, y, a, sizeof a, b, sizeof b, out, sizeof out));
@@ -205,8 +205,8 @@ static void forward_values(void) {
         ts_graph *g = ts_graph_new();
         int64_t dd[2] = {N, D}, di[1] = {N};
         ts_attrs at = ts_attrs_zero();
-        at.i[0] = 0;
-        at.i[1] = V;
+        at.index.axis = 0;
+        at.index.extent = V;
         ts_val in[2] = {ts_input(g, "a", TS_F32, 2, dd), ts_input(g, "b", TS_I64, 1, di)};
         ts_val y = ts_node_add(g, TS_OP_SCATTER_ADD, 2, in, &at, NULL);
         CHECK_OK(run_forward(g, y, dy, sizeof(float) * N * D, ix, sizeof(int64_t) * N, out,
@@ -291,8 +291,8 @@ static void builder_errors(void) {
     {
         ts_graph *g = ts_graph_new();
         ts_attrs at = ts_attrs_zero();
-        at.i[0] = 0;
-        at.i[1] = 4;
+        at.index.axis = 0;
+        at.index.extent = 4;
         ts_val in[2] = {ts_input(g, "dy", TS_F32, 2, d23), ts_input(g, "i", TS_I64, 1, d3)};
         ts_val y = ts_node_add(g, TS_OP_SCATTER_ADD, 2, in, &at, NULL);
         expect_error(g, y, "scatter_add mismatch", "scatter_add", "f32[2,3]");

@@ -265,8 +265,8 @@ static void check_grouping(void) {
     CHECK_OK(ts_pass_fuse(g, &st));
     CHECK(st.epilogues == 1, "epilogue: %d made", st.epilogues);
     const ts_node *pn = &g->nodes[g->values[pre.id].node];
-    CHECK(pn->op == TS_OP_MATMUL_EPI && pn->a.i[2] == 1 && pn->a.i[3] == TS_EPI_ADD &&
-              pn->n_in == 3 && pn->in[2] == bias.id,
+    CHECK(pn->op == TS_OP_MATMUL_EPI && pn->a.matmul_epi.n_post == 1 &&
+              pn->a.matmul_epi.post[0] == TS_EPI_ADD && pn->n_in == 3 && pn->in[2] == bias.id,
           "epilogue: the bias post-op only");
     CHECK(live_ops(g, TS_OP_RELU) + live_ops(g, TS_OP_FUSED_ELTWISE) >= 1,
           "the relu stays outside the GEMM");

@@ -58,7 +58,8 @@ typedef struct ocase {
     int op;   /* TS_OP_SGD_UPDATE or TS_OP_ADAM_UPDATE */
     int kind; /* SGD: 0 plain, 1 momentum; Adam: 0 Adam, 1 AdamW */
     int nesterov;
-    double f[4]; /* the op's float attributes */
+    double f[4]; /* the op's float attributes: SGD momentum, dampening, weight_decay; Adam
+                    beta1, beta2, eps, weight_decay */
     double clip; /* max_norm, 0: none */
     double coef32[3], coef64[3];
     double ref32[3][NP], ref64[3][NP];
@@ -246,6 +247,26 @@ static const ocase CASES[] = {
 
 /* ---- running kernels by hand ------------------------------------------- */
 
+/* An update's attributes by name: kind (SGD has_buf, Adam decoupled),
+ * nesterov (SGD), has_coef, and the float attributes in ocase.f's order. */
+static void opt_attrs(ts_attrs *a, int op, int kind, int nesterov, int has_coef, const double *f) {
+    if (op == TS_OP_SGD_UPDATE) {
+        a->sgd.has_buf = kind;
+        a->sgd.nesterov = nesterov;
+        a->sgd.has_coef = has_coef;
+        a->sgd.momentum = f[0];
+        a->sgd.dampening = f[1];
+        a->sgd.weight_decay = f[2];
+    } else {
+        a->adam.decoupled = kind;
+        a->adam.has_coef = has_coef;
+        a->adam.beta1 = f[0];
+        a->adam.beta2 = f[1];
+        a->adam.eps = f[2];
+        a->adam.weight_decay = f[3];
+    }
+}
+
 static ts_tensor tensor(ts_dtype dt, int64_t n, void *data) {
     ts_tensor t = {dt, n < 0 ? 0 : 1, {n < 0 ? 1 : n}, data};
     return t;
@@ -302,7 +323,7 @@ static void run_case(const ocase *c, ts_dtype dt) {
     int clip_node = -1, upd_node[2];
     if (c->clip > 0) {
         ts_attrs a = ts_attrs_zero();
-        a.f[0] = c->clip;
+        a.clip.max_norm = c->clip;
         vc = ts_node_add(g, TS_OP_CLIP_COEF, 2, vg, &a, NULL);
         clip_node = g->n_nodes - 1;
         CHECK(ts_rank(g, vc) == 0 && ts_dtype_of(g, vc) == dt, "%s %s: clip_coef type", c->name,
@@ -316,18 +337,13 @@ static void run_case(const ocase *c, ts_dtype dt) {
         in[k++] = vg[t];
         if (c->op == TS_OP_SGD_UPDATE) {
             if (c->kind) in[k++] = vs1[t];
-            a.i[0] = c->kind;
-            a.i[2] = c->nesterov;
         } else {
             in[k++] = vs1[t];
             in[k++] = vs2[t];
-            a.i[0] = c->kind;
         }
-        if (c->clip > 0) {
-            in[k++] = vc;
-            a.i[1] = 1;
-        }
-        memcpy(a.f, c->f, sizeof c->f);
+        if (c->clip > 0) in[k++] = vc;
+        opt_attrs(&a, c->op, c->kind, c->op == TS_OP_SGD_UPDATE ? c->nesterov : 0, c->clip > 0,
+                  c->f);
         ts_val r = ts_node_add(g, c->op, k, in, &a, NULL);
         CHECK(r.id == TS_NO_OUTPUT, "%s %s: update has no outputs (%s)", c->name, dn,
               ts_graph_error(g));
@@ -345,13 +361,9 @@ static void run_case(const ocase *c, ts_dtype dt) {
             if (c->op == TS_OP_ADAM_UPDATE || c->kind) in[k++] = vs1[t];
             if (c->op == TS_OP_ADAM_UPDATE) in[k++] = vs2[t];
         }
-        a.i[0] = c->kind;
-        if (c->op == TS_OP_SGD_UPDATE) a.i[2] = c->nesterov;
-        if (c->clip > 0) {
-            in[k++] = vc;
-            a.i[1] = 1;
-        }
-        memcpy(a.f, c->f, sizeof c->f);
+        if (c->clip > 0) in[k++] = vc;
+        opt_attrs(&a, c->op, c->kind, c->op == TS_OP_SGD_UPDATE ? c->nesterov : 0, c->clip > 0,
+                  c->f);
         ts_node_add(g, c->op, k, in, &a, NULL);
         fused_node = g->n_nodes - 1;
     }
@@ -402,8 +414,8 @@ static void run_case(const ocase *c, ts_dtype dt) {
                 CHECK(memcmp(fp[t], p[t], es * (size_t)len[t]) == 0 &&
                           memcmp(fs1[t], s1[t], es * (size_t)len[t]) == 0 &&
                           memcmp(fs2[t], s2[t], es * (size_t)len[t]) == 0,
-                      "%s %s step %d: fused update differs from per-parameter (tensor %d)",
-                      c->name, dn, step, t);
+                      "%s %s step %d: fused update differs from per-parameter (tensor %d)", c->name,
+                      dn, step, t);
         }
         const double *ref = dt == TS_F32 ? c->ref32[step - 1] : c->ref64[step - 1];
         for (int i = 0; i < NP; i++) {
@@ -435,13 +447,13 @@ static void check_threads(void) {
     ts_val p = ts_input(g, "p", TS_F32, 1, d), gv = ts_input(g, "g", TS_F32, 1, d);
     ts_val m = ts_input(g, "m", TS_F32, 1, d), v = ts_input(g, "v", TS_F32, 1, d);
     ts_attrs a = ts_attrs_zero();
-    a.f[0] = 0.5;
+    a.clip.max_norm = 0.5;
     ts_val gs[2] = {gv, m};
     ts_val coef = ts_node_add(g, TS_OP_CLIP_COEF, 2, gs, &a, NULL);
     int clip_node = g->n_nodes - 1;
     a = ts_attrs_zero();
-    a.i[1] = 1;
-    a.f[0] = 0.9, a.f[1] = 0.999, a.f[2] = 1e-8, a.f[3] = 0.01;
+    a.adam.has_coef = 1;
+    a.adam.beta1 = 0.9, a.adam.beta2 = 0.999, a.adam.eps = 1e-8, a.adam.weight_decay = 0.01;
     ts_val in[5] = {p, gv, m, v, coef};
     ts_node_add(g, TS_OP_ADAM_UPDATE, 5, in, &a, NULL);
     int adam_node = g->n_nodes - 1;
@@ -501,11 +513,10 @@ static void check_fused_many(void) {
         }
         vin[k++] = ts_input(g, "coef", TS_F32, 0, NULL);
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = 1, a.i[1] = 1;
         if (opk)
-            a.f[0] = 0.9, a.f[1] = 0.999, a.f[2] = 1e-8, a.f[3] = 0.01;
+            opt_attrs(&a, op, 1, 0, 1, (const double[]){0.9, 0.999, 1e-8, 0.01});
         else
-            a.f[0] = 0.9, a.f[1] = 0.1, a.f[2] = 0.01;
+            opt_attrs(&a, op, 1, 0, 1, (const double[]){0.9, 0.1, 0.01, 0});
         ts_node_add(g, op, k, vin, &a, NULL);
         int fused = g->n_nodes - 1;
         int single[K];
@@ -577,7 +588,7 @@ static void check_clip_large(void) {
     int64_t d[1] = {N};
     ts_val gv = ts_input(g, "g", TS_F32, 1, d);
     ts_attrs a = ts_attrs_zero();
-    a.f[0] = 1.0;
+    a.clip.max_norm = 1.0;
     ts_node_add(g, TS_OP_CLIP_COEF, 1, &gv, &a, NULL);
     float *x = malloc(sizeof(float) * N), cf = 0;
     for (int i = 0; i < N; i++) x[i] = (i & 1) ? 0.5f : -0.5f; /* norm = 0.5 * 2^10 = 512 */
@@ -601,8 +612,8 @@ static void check_resume(void) {
     ts_val in[3] = {ts_input(g, "p", TS_F64, 1, d), ts_input(g, "g", TS_F64, 1, d),
                     ts_input(g, "b", TS_F64, 1, d)};
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = 1;
-    a.f[0] = 0.9;
+    a.sgd.has_buf = 1;
+    a.sgd.momentum = 0.9;
     ts_node_add(g, TS_OP_SGD_UPDATE, 3, in, &a, NULL);
     double p[2] = {1, 2}, gr[2] = {0.5, -0.5}, b[2] = {1, 1};
     ts_tensor t[3] = {tensor(TS_F64, 2, p), tensor(TS_F64, 2, gr), tensor(TS_F64, 2, b)};
@@ -634,14 +645,14 @@ static void check_errors(void) {
     g = ts_graph_new();
     in[0] = ts_input(g, "p", TS_F32, 1, d3), in[1] = ts_input(g, "g", TS_F32, 1, d3);
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = 1; /* has_buf, but no buffer given */
+    a.sgd.has_buf = 1; /* but no buffer given */
     ts_node_add(g, TS_OP_SGD_UPDATE, 2, in, &a, NULL);
     expect_error(g, "sgd missing buffer", "inputs");
 
     g = ts_graph_new();
     in[0] = ts_input(g, "p", TS_F32, 1, d3), in[1] = ts_input(g, "g", TS_F32, 1, d3);
     a = ts_attrs_zero();
-    a.i[2] = 1; /* nesterov without momentum */
+    a.sgd.nesterov = 1; /* without momentum */
     ts_node_add(g, TS_OP_SGD_UPDATE, 2, in, &a, NULL);
     expect_error(g, "nesterov without buffer", "nesterov");
 
@@ -650,14 +661,14 @@ static void check_errors(void) {
                    ts_input(g, "m", TS_F32, 1, d3), ts_input(g, "v", TS_F32, 1, d3),
                    ts_input(g, "c", TS_F32, 1, d3)};
     a = ts_attrs_zero();
-    a.i[1] = 1;
+    a.adam.has_coef = 1;
     ts_node_add(g, TS_OP_ADAM_UPDATE, 5, q, &a, NULL);
     expect_error(g, "adam coef not scalar", "coefficient");
 
     g = ts_graph_new();
     ts_val gi[2] = {ts_input(g, "a", TS_F32, 1, d3), ts_input(g, "b", TS_F64, 1, d3)};
     a = ts_attrs_zero();
-    a.f[0] = 1;
+    a.clip.max_norm = 1;
     ts_node_add(g, TS_OP_CLIP_COEF, 2, gi, &a, NULL);
     expect_error(g, "clip mixed dtypes", "clip_coef");
 }

@@ -82,7 +82,7 @@ static void test_structure(void) {
         const ts_node *n = &g->nodes[i];
         if (n->op == TS_OP_MATMUL) {
             mm++;
-            low += n->a.i[2] == 1 && g->values[n->in[0]].t.dtype == TS_BF16 &&
+            low += n->a.matmul.low == 1 && g->values[n->in[0]].t.dtype == TS_BF16 &&
                    g->values[n->in[1]].t.dtype == TS_BF16 && g->values[n->out[0]].t.dtype == TS_F32;
         }
         if (n->op == TS_OP_CAST) {

@@ -118,7 +118,7 @@ static void train(const model_case *m, ts_dtype compute, result *r) {
             const ts_node *n = &pg->nodes[i];
             if (n->dead || n->op < TS_OP_CONV || n->op > TS_OP_CONV_TRANSPOSE) continue;
             r->convs++;
-            r->low += n->a.i[TS_CONV_LOW] == 1 && pg->values[n->in[0]].t.dtype == compute &&
+            r->low += n->a.conv.low == 1 && pg->values[n->in[0]].t.dtype == compute &&
                       pg->values[n->in[1]].t.dtype == compute &&
                       pg->values[n->out[0]].t.dtype == TS_F32;
         }

@@ -1,6 +1,6 @@
 /* Mixed-precision convolutions (conv, conv_bwd_data, conv_bwd_weight,
  * conv_transpose with bf16/f16 operands and f32 accumulation and output,
- * i[TS_CONV_LOW] = 1) under the precision pass.
+ * conv.low = 1) under the precision pass.
  *
  * Each case trains nothing: it compiles sum(y * R) for y = conv(x, w[, b])
  * (or the transposed conv) with x, w, b as parameters, so one step runs the
@@ -184,7 +184,7 @@ static void run_case(const cv *c, int cl, ts_dtype compute, ts_dtype rnd, ts_dty
             if (n->op == TS_OP_CAST) r->casts++;
             if (n->op < TS_OP_CONV || n->op > TS_OP_CONV_TRANSPOSE) continue;
             r->convs++;
-            r->low += n->a.i[TS_CONV_LOW] == 1 && pg->values[n->in[0]].t.dtype == compute &&
+            r->low += n->a.conv.low == 1 && pg->values[n->in[0]].t.dtype == compute &&
                       pg->values[n->in[1]].t.dtype == compute &&
                       pg->values[n->out[0]].t.dtype == TS_F32;
         }
@@ -396,17 +396,17 @@ static void errors(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ts_graph *g = ts_graph_new();
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = 2;
-        a.i[1] = 1;
-        for (int j = 0; j < 2; j++) a.i[2 + 3 * j] = a.i[4 + 3 * j] = 1;
-        a.i[TS_CONV_LOW] = cases[i].flag;
+        a.conv.nd = 2;
+        a.conv.groups = 1;
+        for (int j = 0; j < 2; j++) a.conv.stride[j] = a.conv.dilation[j] = 1;
+        a.conv.low = cases[i].flag;
         int op = cases[i].op, nb = op == TS_OP_CONV || op == TS_OP_CONV_TRANSPOSE;
         /* conv: (x, w); conv_bwd_data: (dy, w); conv_bwd_weight: (dy, x) with
-         * the kernel size in i[11]; conv_transpose: (x [1, 3, 3, 3], w [3, 3, 3, 3]) */
+         * the kernel size in extra[]; conv_transpose: (x [1, 3, 3, 3], w [3, 3, 3, 3]) */
         const int64_t dyd[4] = {1, 3, 3, 3}, td[4] = {3, 3, 3, 3};
         const int64_t *d0 = op == TS_OP_CONV ? xd : dyd;
         const int64_t *d1 = op == TS_OP_CONV_BWD_WEIGHT ? xd : op == TS_OP_CONV_TRANSPOSE ? td : wd;
-        if (op == TS_OP_CONV_BWD_WEIGHT) a.i[11] = 3 | (INT64_C(3) << 21);
+        if (op == TS_OP_CONV_BWD_WEIGHT) a.conv.extra[0] = a.conv.extra[1] = 3;
         ts_val in[3] = {ts_input(g, "a", cases[i].x, 4, d0), ts_input(g, "b", cases[i].w, 4, d1),
                         ts_input(g, "bias", cases[i].b, 1, bd)};
         ts_val y = ts_node_add(g, op, nb ? 3 : 2, in, &a, NULL);
@@ -418,10 +418,10 @@ static void errors(void) {
     /* the flag accepted on bf16 operands (and the f32 output inferred) */
     ts_graph *g = ts_graph_new();
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = 2;
-    a.i[1] = 1;
-    for (int j = 0; j < 2; j++) a.i[2 + 3 * j] = a.i[4 + 3 * j] = 1;
-    a.i[TS_CONV_LOW] = 1;
+    a.conv.nd = 2;
+    a.conv.groups = 1;
+    for (int j = 0; j < 2; j++) a.conv.stride[j] = a.conv.dilation[j] = 1;
+    a.conv.low = 1;
     ts_val in[3] = {ts_input(g, "x", TS_BF16, 4, xd), ts_input(g, "w", TS_BF16, 4, wd),
                     ts_input(g, "b", TS_F32, 1, bd)};
     ts_val y = ts_node_add(g, TS_OP_CONV, 3, in, &a, NULL);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "passes/passes.h"
 
 typedef struct result {
     int n;
@@ -78,7 +79,37 @@ static void release(result *r) {
     for (int i = 0; i < r->n && i < 64; i++) free(r->params[i]);
 }
 
+/* The recomputed copies are marked on the node (ts_node.recompute) and CSE
+ * keeps them apart from the forward nodes they copy. */
+static void marked_copies(void) {
+    ts_graph *g = ts_graph_new();
+    ts_model m;
+    CHECK_OK(ts_build_gpt(g, &GC, &m));
+    int32_t params[64], grads[64];
+    int np = 0;
+    for (int i = 0; i < g->n_values && np < 64; i++)
+        if (g->values[i].kind == TS_VK_PARAM) params[np++] = i;
+    CHECK_OK(ts_pass_autodiff_ex(g, m.loss.id, params, np, grads, 1));
+    int marked = 0, n_live = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const ts_node *n = &g->nodes[i];
+        if (!n->recompute) continue;
+        marked++;
+        CHECK(n->op == TS_OP_GELU || n->op == TS_OP_LAYER_NORM || n->op == TS_OP_PERMUTE ||
+                  n->op == TS_OP_RESHAPE,
+              "node %d (op %d) marked recomputed", i, n->op);
+    }
+    CHECK(marked > 0, "no node marked recomputed");
+    int32_t *remap = NULL;
+    CHECK_OK(ts_pass_simplify(g, &remap));
+    free(remap);
+    for (int i = 0; i < g->n_nodes; i++) n_live += g->nodes[i].recompute && !g->nodes[i].dead;
+    CHECK(n_live == marked, "CSE merged recomputed copies: %d of %d left", n_live, marked);
+    ts_graph_free(g);
+}
+
 int main(void) {
+    marked_copies();
     result keep = {0}, again = {0}, discard = {0};
     if (train(1, 0, &keep) || train(0, 0, &again) || train(0, 1, &discard))
         return check_summary("recompute");

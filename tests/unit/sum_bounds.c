@@ -16,9 +16,9 @@ static void check_shape(int64_t R, int64_t C) {
     for (int64_t i = 0; i < R * C; i++) x[i] = (float)((i * 7) % 13) - 6.0f;
     for (int64_t j = 0; j < C + pad; j++) o[j] = -12345.0f;
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = 1; /* axis 0 */
-    a.i[1] = 1; /* keepdim */
-    a.f[0] = 1.0;
+    a.reduce.axes = 1; /* axis 0 */
+    a.reduce.keepdim = 1;
+    a.reduce.scale = 1.0;
     ts_tensor in = {TS_F32, 2, {R, C}, x}, out = {TS_F32, 2, {1, C}, o};
     ts_step_ctx ctx = {1, 0, 0, 1};
     ts_kargs k = {&a,   1,     1,   &in, &out, scratch, sizeof(double) * (size_t)(R * C + C + 64),

@@ -170,8 +170,8 @@ static void slot_tensors(int op, const ts_tensor *in, int n_in, const ts_tensor 
 static ts_status dconv_build(dconv *c, const ts_instr *in) {
     const ts_tensor *t[S_COUNT];
     slot_tensors(in->op, in->in, in->n_in, &in->out[0], t);
-    int nd = (int)in->a.i[0];
-    int64_t G = in->a.i[1];
+    int nd = (int)in->a.conv.nd;
+    int64_t G = in->a.conv.groups;
     c->op = in->op;
     c->kind = in->op == TS_OP_CONV              ? DC_FWD
               : in->op == TS_OP_CONV_BWD_WEIGHT ? DC_BWD_WEIGHT
@@ -188,13 +188,13 @@ static ts_status dconv_build(dconv *c, const ts_instr *in) {
         c->nlanes = 1;
     }
 
-    const int cl = in->a.i[TS_CONV_LAYOUT] != 0;
+    const int cl = in->a.conv.channels_last != 0;
     c->channels_last = cl;
-    /* Mixed precision (i[TS_CONV_LOW]): the two tensor operands are bf16
+    /* Mixed precision (conv.low): the two tensor operands are bf16
      * (or f16), the written one f32, accumulation f32. */
     dnnl_data_type_t dt[S_COUNT] = {dnnl_f32, dnnl_f32, dnnl_f32, dnnl_f32};
     dnnl_data_type_t lo = dnnl_f32;
-    if (in->a.i[TS_CONV_LOW]) {
+    if (in->a.conv.low) {
         const ts_dtype odt = in->in[0].dtype;
         lo = odt == TS_BF16 ? dnnl_bf16 : odt == TS_F16 ? dnnl_f16 : dnnl_data_type_undef;
         if (lo == dnnl_data_type_undef) return TS_ERR_UNSUPPORTED;
@@ -235,9 +235,9 @@ static ts_status dconv_build(dconv *c, const ts_instr *in) {
 
     dnnl_dims_t strides, dil, pad;
     for (int j = 0; j < nd; j++) {
-        strides[j] = in->a.i[2 + 3 * j];
-        pad[j] = in->a.i[3 + 3 * j];
-        dil[j] = in->a.i[4 + 3 * j] - 1; /* oneDNN counts the gaps */
+        strides[j] = in->a.conv.stride[j];
+        pad[j] = in->a.conv.padding[j];
+        dil[j] = in->a.conv.dilation[j] - 1; /* oneDNN counts the gaps */
     }
     /* Padding on the right equals the left: oneDNN's output size formula
      * floors like torch's, and the extra rows of conv_bwd_data (< stride)

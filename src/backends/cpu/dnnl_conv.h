@@ -23,7 +23,7 @@
  * in parallel (one lane of scratch per thread), and the per-image weight
  * gradients are added in image order.
  *
- * Mixed precision (i[TS_CONV_LOW], set by the precision pass): the two
+ * Mixed precision (conv.low, set by the precision pass): the two
  * tensor operands are bf16 and the written tensor f32 (conv: bf16 src and
  * weights -> f32 dst; backward data: bf16 diff_dst and weights -> f32
  * diff_src; backward weights: bf16 src and diff_dst -> f32 diff_weights),

@@ -28,9 +28,9 @@ static void free_mm(void *m) {
 /* The oneDNN post-ops of a matmul_epi instruction. */
 static void epi_posts(const ts_instr *in, ts_mm_desc *d) {
     int next = 2;
-    d->n_post = (int)in->a.i[2];
+    d->n_post = (int)in->a.matmul_epi.n_post;
     for (int p = 0; p < d->n_post; p++) {
-        if (in->a.i[3 + p] == TS_EPI_RELU) {
+        if (in->a.matmul_epi.post[p] == TS_EPI_RELU) {
             d->post[p] = TS_MM_POST_RELU;
             continue;
         }
@@ -93,8 +93,9 @@ static int mm_desc_for(const ts_instr *in, ts_mm_desc *d) {
     memset(d, 0, sizeof *d);
     d->a_dt = d->b_dt = A->dtype;
     d->c_dt = TS_F32;
-    d->trans_a = (int)in->a.i[0];
-    d->trans_b = (int)in->a.i[1];
+    const int epi = in->op == TS_OP_MATMUL_EPI;
+    d->trans_a = (int)(epi ? in->a.matmul_epi.trans_a : in->a.matmul.trans_a);
+    d->trans_b = (int)(epi ? in->a.matmul_epi.trans_b : in->a.matmul.trans_b);
     d->M = C->dims[C->rank - 2];
     d->N = C->dims[C->rank - 1];
     d->K = A->dims[A->rank - (d->trans_a ? 2 : 1)];

@@ -1,0 +1,198 @@
+/* attrs.h — the attributes of a node, by op family (internal).
+ *
+ * A node's attributes (ts_node.a, and ts_instr.a / ts_kargs.a after
+ * compile) are one ts_attrs: a union of one struct per op family, read and
+ * written by name (n->a.matmul.trans_a, k->a->conv.stride[j]). Each op
+ * documents below which member it uses. Ops not yet given named fields use
+ * the positional slots i[] and f[] (documented in src/ops/ops.def).
+ *
+ * Rules that keep ts_attrs a plain value that CSE (passes/simplify.c) can
+ * hash and compare bytewise: every member is made of int64_t and double
+ * only (no padding), and every ts_attrs starts from ts_attrs_zero() (all
+ * bytes zero; a copy of another node's attributes is fine too) before its
+ * fields are written by name. Unused fields stay 0.
+ */
+#ifndef TS_ATTRS_H
+#define TS_ATTRS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define TS_NI 15 /* positional integer attributes (families without named fields) */
+#define TS_NF 6  /* positional float attributes */
+
+/* matmul: y = op(a) op(b), op a transpose when trans_a / trans_b is 1.
+ * low = 1 (set by the precision pass): bf16/f16 operands, f32 accumulation
+ * and output. */
+typedef struct ts_matmul_attrs {
+    int64_t trans_a, trans_b, low;
+} ts_matmul_attrs;
+
+/* matmul_epi (built by the fusion pass, see ops/fused.h): an f32 matmul
+ * (trans_a, trans_b as matmul) followed by n_post post-ops, post[p] one of
+ * TS_EPI_ADD / TS_EPI_RELU. */
+#define TS_ATTR_EPI_MAX 4
+typedef struct ts_matmul_epi_attrs {
+    int64_t trans_a, trans_b, n_post;
+    int64_t post[TS_ATTR_EPI_MAX];
+} ts_matmul_epi_attrs;
+
+/* conv, conv_bwd_data, conv_bwd_weight, conv_transpose (ops/conv.c): nd
+ * spatial dims (1, 2 or 3), groups; stride, padding (both sides) and
+ * dilation of spatial dim j < nd. extra[j]: conv: 0; conv_bwd_data: the
+ * input size beyond the smallest input that gives dy's size (the rows a
+ * strided conv never read, < stride); conv_bwd_weight: the kernel size;
+ * conv_transpose: output_padding (< stride). channels_last: 0 activations
+ * [N, C, spatial...]; 1 [N, spatial..., C] (weights keep torch's layout),
+ * which lets oneDNN run on the arena's memory without reordering it. low
+ * (set by the precision pass): 1 when the two tensor operands (conv,
+ * conv_transpose: x, w; conv_bwd_data: dy, w; conv_bwd_weight: dy, x) are
+ * bf16 or f16 and the op accumulates and writes f32; a bias stays f32. */
+typedef struct ts_conv_attrs {
+    int64_t nd, groups;
+    int64_t stride[3], padding[3], dilation[3];
+    int64_t extra[3];
+    int64_t channels_last, low;
+} ts_conv_attrs;
+
+/* pool, pool_bwd (ops/pool.c): nd spatial dims (1, 2 or 3); mode 0 max,
+ * 1 avg (padding not counted), 2 avg count_include_pad, 3 adaptive avg;
+ * kernel size of spatial dim j (adaptive: the output size), stride and
+ * padding on both sides (adaptive: 0); in_size: pool_bwd only, the input's
+ * spatial sizes; channels_last: 1 for x [N, spatial..., C]. */
+typedef struct ts_pool_attrs {
+    int64_t nd, mode;
+    int64_t kernel[3], stride[3], padding[3];
+    int64_t in_size[3];
+    int64_t channels_last;
+} ts_pool_attrs;
+
+/* layer_norm (x[, w][, b]) over the last axis: has_w, has_b say which of
+ * the optional inputs are there, eps is added to the variance;
+ * layer_norm_bwd: has_w, has_b as the forward's (eps unused). */
+typedef struct ts_norm_attrs {
+    int64_t has_w, has_b;
+    double eps;
+} ts_norm_attrs;
+
+/* attention, attention_bwd (ops/attention_fused.c): causal 1 masks the
+ * keys after each query; scale multiplies the scores q.k. */
+typedef struct ts_attention_attrs {
+    int64_t causal;
+    double scale;
+} ts_attention_attrs;
+
+/* softmax, log_softmax and their backward ops: the axis (normalised). */
+typedef struct ts_softmax_attrs {
+    int64_t axis;
+} ts_softmax_attrs;
+
+/* sgd_update (p, g[, buf][, coef]) in place: has_buf (a momentum buffer
+ * per parameter), has_coef (the clip coefficient last), nesterov;
+ * momentum, dampening, weight_decay. The learning rate comes from the step
+ * context. */
+typedef struct ts_sgd_attrs {
+    int64_t has_buf, has_coef, nesterov;
+    double momentum, dampening, weight_decay;
+} ts_sgd_attrs;
+
+/* adam_update (p, g, m, v[, coef]) in place: decoupled 1 for AdamW,
+ * has_coef; beta1, beta2, eps, weight_decay. */
+typedef struct ts_adam_attrs {
+    int64_t decoupled, has_coef;
+    double beta1, beta2, eps, weight_decay;
+} ts_adam_attrs;
+
+/* clip_coef (g1..gn) -> min(1, max_norm / (norm + 1e-6)). */
+typedef struct ts_clip_attrs {
+    double max_norm;
+} ts_clip_attrs;
+
+/* shard_update (ZeRO, ops/optim.c): the update op opt_op (sgd_update or
+ * adam_update) with its attributes opt, applied to elements [offset, ...)
+ * of the range of n_params parameters. divisor: the ranks the gradient sum
+ * is divided by. fused_ranks > 0 (shared parameters, fused): the gradient
+ * is the sum over that many ranks' copies of the bucket, fused_elems
+ * elements. */
+typedef struct ts_shard_attrs {
+    union {
+        ts_sgd_attrs sgd;
+        ts_adam_attrs adam;
+    } opt;
+    int64_t offset, n_params, opt_op, fused_ranks, fused_elems, divisor;
+} ts_shard_attrs;
+
+/* The collectives the distribute pass inserts (ops/collective.c):
+ * allreduce_start/wait, reduce_scatter_start/wait, all_gather_start/wait,
+ * zero_clip_coef, zero_found_inf. ticket: the bucket (its comm and
+ * buffers in the plan's distributed runtime); algo: the ts_coll_algo.
+ * reduce_scatter_start (and its wait): shard_elems of this rank's shard
+ * out of elems in the bucket; zero: the ZeRO stage (2: memplan releases
+ * the bucket after its wait); keep_sum: 1 the shard keeps the ranks' sum
+ * (its readers divide). all_gather_start: elems as the bucket's
+ * reduce-scatter. zero_clip_coef: max_norm, and the ranks the shards' sums
+ * are divided by. */
+typedef struct ts_bucket_attrs {
+    int64_t ticket, algo, shard_elems, elems, zero, keep_sum, ranks;
+    double max_norm;
+} ts_bucket_attrs;
+
+/* reduce_sum, reduce_max, reduce_max_bwd (ops/reduce.c): axes as a bit
+ * mask (bit j: axis j), keepdim, scale (the mean: 1/n; the sum: 1). */
+typedef struct ts_reduce_attrs {
+    int64_t axes, keepdim;
+    double scale;
+} ts_reduce_attrs;
+
+/* gather (data, idx), scatter_add (dy, idx) (ops/index.c): the axis;
+ * scatter_add: extent, the data's size along it. */
+typedef struct ts_index_attrs {
+    int64_t axis, extent;
+} ts_index_attrs;
+
+typedef struct ts_attrs {
+    union {
+        struct {
+            int64_t i[TS_NI];
+            double f[TS_NF];
+        };                              /* first and largest member: `= {0}` zeroes every byte */
+        ts_matmul_attrs matmul;         /* matmul */
+        ts_matmul_epi_attrs matmul_epi; /* matmul_epi */
+        ts_norm_attrs norm;             /* layer_norm, layer_norm_bwd */
+        ts_attention_attrs attention;   /* attention, attention_bwd */
+        ts_softmax_attrs softmax;       /* softmax, log_softmax, softmax_bwd, log_softmax_bwd */
+        ts_sgd_attrs sgd;               /* sgd_update */
+        ts_adam_attrs adam;             /* adam_update */
+        ts_clip_attrs clip;             /* clip_coef */
+        ts_shard_attrs shard;           /* shard_update */
+        ts_bucket_attrs bucket;         /* the collectives (allreduce_start, ..., zero_found_inf) */
+        ts_reduce_attrs reduce;         /* reduce_sum, reduce_max, reduce_max_bwd */
+        ts_index_attrs index;           /* gather, scatter_add */
+        ts_pool_attrs pool;             /* pool, pool_bwd */
+        ts_conv_attrs conv;             /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose */
+    };
+} ts_attrs;
+
+#define TS_ATTRS_FIT(T)                                                                            \
+    _Static_assert(sizeof(T) <= TS_NI * sizeof(int64_t) + TS_NF * sizeof(double),                  \
+                   #T " must fit in the slots (the union's first member)")
+TS_ATTRS_FIT(ts_matmul_attrs);
+TS_ATTRS_FIT(ts_matmul_epi_attrs);
+TS_ATTRS_FIT(ts_conv_attrs);
+TS_ATTRS_FIT(ts_pool_attrs);
+TS_ATTRS_FIT(ts_norm_attrs);
+TS_ATTRS_FIT(ts_attention_attrs);
+TS_ATTRS_FIT(ts_softmax_attrs);
+TS_ATTRS_FIT(ts_shard_attrs);
+TS_ATTRS_FIT(ts_bucket_attrs);
+TS_ATTRS_FIT(ts_reduce_attrs);
+TS_ATTRS_FIT(ts_index_attrs);
+
+/* All-zero attributes (every byte, so that bytewise comparisons hold). */
+static inline ts_attrs ts_attrs_zero(void) {
+    ts_attrs a;
+    memset(&a, 0, sizeof a);
+    return a;
+}
+
+#endif
