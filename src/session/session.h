@@ -81,14 +81,14 @@ typedef struct ts_session_result {
     double median_rate; /* per second, of `unit`, over the steps after the first */
     const char *unit;   /* "samples/s" or "tokens/s" */
     int has_val, has_test;
-    ts_eval_result val, test; /* the last evaluation of each split */
-    int interrupted;          /* stopped by the stop flag */
-    int failed_in_step;       /* the error came from a training step, not from setup */
-    char run_dir[512];        /* "" when the run wrote no directory */
-    int64_t resumed_step;     /* the checkpoint's step when resumed, else 0 */
-    int64_t checkpoints;      /* checkpoints this run saved */
-    int stopped_by_alert;     /* an alert rule with action stop ended the run */
-    char alert_rule[64];      /* ... that rule */
+    ts_eval_result val, test;  /* the last evaluation of each split */
+    int interrupted;           /* stopped by the stop flag */
+    int failed_in_step;        /* the error came from a training step, not from setup */
+    char run_dir[512];         /* "" when the run wrote no directory */
+    int64_t resumed_step;      /* the checkpoint's step when resumed, else 0 */
+    int64_t checkpoints;       /* checkpoints this run saved */
+    int stopped_by_alert;      /* an alert rule with action stop ended the run */
+    char alert_rule[64];       /* ... that rule */
     int64_t anomaly_snapshots; /* step-N-anomaly checkpoints written by alerts */
     int64_t pauses;            /* alert pauses resumed */
 } ts_session_result;
