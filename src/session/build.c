@@ -1,7 +1,8 @@
 /* Model and plans: the evaluation metrics a model allows, the configured
  * graph compiled into the training plan (data parallel, ZeRO, gradient
  * monitors) and the inference plan evaluation runs, and the session's
- * batch buffers. See session_internal.h. */
+ * batch buffers; and the model `tessel compile` compiles
+ * (ts_session_build_model). See session_internal.h. */
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
@@ -101,4 +102,22 @@ ts_status ts_sess_build(session *s) {
             return st;
     }
     return TS_OK;
+}
+
+/* The configured model; a gcn is built on its graph, so its data is read
+ * (and the config fitted to it) first. */
+ts_status ts_session_build_model(ts_config *c, ts_graph **g, ts_model *m, ts_train_spec *spec,
+                                 ts_compile_options *opt) {
+    if (c->model.name != TS_CFG_GCN) return ts_config_build(c, g, m, spec, opt);
+    ts_zoo_graph gr;
+    ts_dataset *all, *train, *val, *test;
+    ts_config_data_shape shape = {0, 0, 0, 0, 0, 0};
+    ts_status s = ts_zoo_load_graph(c, &gr, &all, &train, &val, &test, &shape);
+    if (s != TS_OK) return s;
+    ts_dataset_free(all), ts_dataset_free(train), ts_dataset_free(val), ts_dataset_free(test);
+    s = ts_config_fit_data(c, &shape);
+    ts_config_graph cg = ts_zoo_graph_of(&gr);
+    if (s == TS_OK) s = ts_config_build_graph(c, &cg, g, m, spec, opt);
+    ts_zoo_graph_free(&gr);
+    return s;
 }
