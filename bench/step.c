@@ -1,6 +1,6 @@
 /* bench/step.c — training-step throughput of the benchmark workloads, with
  * PyTorch measured side by side in the same run: the same code as
- * `tessel bench` (src/session/bench.c), kept for `make bench`.
+ * `tessel bench` (tools/bench_step.c, built into this program too), kept for `make bench`.
  *
  *   build/bench_step [--workload W1|W3] [--steps N] [--threads T] [--compare-torch]
  *                    [--reference PATH/torch_bench.py]
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "session/bench.h"
+#include "bench_step.h"
 
 int main(int argc, char **argv) {
     ts_bench_options o = ts_bench_options_default();

@@ -1,11 +1,11 @@
 /* tessel bench: training-step throughput of a benchmark workload, with the
- * PyTorch reference side by side (src/session/bench.c does the work). */
+ * PyTorch reference side by side (bench_step.c and bench_dist.c do the work). */
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
 #include "dist_cli.h"
-#include "session/bench.h"
-#include "session/bench_dist.h"
+#include "bench_dist.h"
+#include "bench_step.h"
 
 static const char usage[] =
     "usage: tessel bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--warmup "

@@ -6,7 +6,6 @@
 #include <string.h>
 #include "ckpt_cli.h"
 #include "cli.h"
-#include "quant/export.h"
 #include "tessel/ckpt.h"
 #include "tessel/tessel.h"
 

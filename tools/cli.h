@@ -2,7 +2,7 @@
 #ifndef TESSEL_CLI_H
 #define TESSEL_CLI_H
 
-#include "frontend/config.h"
+#include "tessel/tessel.h"
 
 /* Exit statuses: success, an internal failure, bad usage/config/input. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -16,8 +16,8 @@ typedef struct cli_args {
     int n_sets;
     const char *dumps[CLI_MAX_ARGS]; /* compile: --dump KIND, in order */
     int n_dumps;
-    const char *steps; /* train: --steps N */
-    const char *out;   /* train: --out RUN_DIR */
+    const char *steps;  /* train: --steps N */
+    const char *out;    /* train: --out RUN_DIR */
     const char *resume; /* train: --resume latest|CHECKPOINT_DIR */
     const char *procs;  /* train: --procs N (as --set dist.procs=N) */
     const char *trace;  /* train: --trace FILE (Chrome trace of the steps) */

@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
-#include "session/zoo_data.h"
 
 static const char *const kinds[] = {"ir", "plan", "memory", "stats", "config"};
 enum { N_KINDS = sizeof kinds / sizeof kinds[0] };
@@ -33,24 +32,6 @@ static void print_stats(const ts_plan_stats *st) {
     printf("%-24s %14.3f GFLOP\n", "flops per step", st->flops_per_step * 1e-9);
 }
 
-/* The configured model; a gcn is built on its graph, so its data is read
- * (and the config fitted to it) first. */
-static ts_status build_model(ts_config *c, ts_graph **g, ts_model *m, ts_train_spec *spec,
-                             ts_compile_options *opt) {
-    if (c->model.name != TS_CFG_GCN) return ts_config_build(c, g, m, spec, opt);
-    ts_zoo_graph gr;
-    ts_dataset *all, *train, *val, *test;
-    ts_config_data_shape shape = {0, 0, 0, 0, 0, 0};
-    ts_status s = ts_zoo_load_graph(c, &gr, &all, &train, &val, &test, &shape);
-    if (s != TS_OK) return s;
-    ts_dataset_free(all), ts_dataset_free(train), ts_dataset_free(val), ts_dataset_free(test);
-    s = ts_config_fit_data(c, &shape);
-    ts_config_graph cg = ts_zoo_graph_of(&gr);
-    if (s == TS_OK) s = ts_config_build_graph(c, &cg, g, m, spec, opt);
-    ts_zoo_graph_free(&gr);
-    return s;
-}
-
 int cli_compile(const cli_args *a) {
     int which[CLI_MAX_ARGS], n = a->n_dumps ? a->n_dumps : 1, need_plan = 0;
     for (int i = 0; i < n; i++) {
@@ -75,7 +56,7 @@ int cli_compile(const cli_args *a) {
         ts_model m;
         ts_train_spec spec;
         ts_compile_options opt;
-        ts_status s = build_model(&c, &g, &m, &spec, &opt);
+        ts_status s = ts_session_build_model(&c, &g, &m, &spec, &opt);
         if (s == TS_OK) s = ts_compile(g, &spec, &opt, &plan);
         if (s != TS_OK) {
             ts_graph_free(g);

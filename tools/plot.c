@@ -1,9 +1,8 @@
-/* plot.c — `tessel plot RUN_DIR`: PNG curves of a run (src/obs/plot.c does
- * the work). */
+/* plot.c — `tessel plot RUN_DIR`: PNG curves of a run (ts_plot_run of
+ * tessel/plot.h does the work). */
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
-#include "obs/plot.h"
 #include "plot_cli.h"
 
 static const char plot_usage[] =

@@ -7,11 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
-#include "core/core.h"
-#include "data/data.h"
-#include "quant/calib.h"
 #include "quant_cli.h"
-#include "tessel/ckpt.h"
+#include "tessel/tessel.h"
 
 typedef struct qopts {
     const char *path;

@@ -1,5 +1,5 @@
 /* tessel — the command line: parses arguments and hands them to the
- * library (frontend/config for the config, the public API for the rest). */
+ * library through its public headers (tessel/config.h, tessel/session.h, ...). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

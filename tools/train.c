@@ -1,11 +1,10 @@
-/* tessel train: run the configured training session (src/session) with
+/* tessel train: run the configured training session (tessel/session.h) with
  * progress on the terminal; Ctrl-C stops it cleanly after the current step. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "session/launch.h"
 
 /* Exit status of a run stopped by Ctrl-C: the shell's 128 + SIGINT. */
 enum { CLI_INTERRUPTED = 130 };

@@ -126,6 +126,62 @@ typedef struct ts_quant_error {
 ts_status ts_quant_error_f32(const float *x, int rank, const int64_t *dims, int per_channel_axis,
                              ts_dtype fmt, const double *scale, ts_quant_error *e);
 
+/* ---- the calibration report (`tessel quant report`) -------------------
+ *
+ * For one f32 tensor, each calibration method picks scales (per tensor, or
+ * per channel along an axis) and the tensor is fake-quantised with them
+ * exactly as the f32 fake_quant kernel does (x / s and decode * s in f32);
+ * the rows give the resulting error (ts_quant_error above).
+ *
+ * The delayed method treats axis 0 as time, as in training where each step
+ * brings a new tensor: slice t (x[t]) is quantised with the scales that
+ * Transformer Engine's recipe derives from the amax history of slices < t
+ * (the history is primed with slice 0's amax, so slice 0 uses its own).
+ * It needs rank >= 2 and a channel axis other than 0.
+ */
+
+typedef struct ts_quant_report_opts {
+    ts_dtype fmt;          /* TS_F8E4M3 or TS_F8E5M2 */
+    int axis;              /* channel axis, or TS_PER_TENSOR */
+    double pct;            /* percentile method: 0 < pct <= 100 */
+    int history_len;       /* delayed: amaxes kept */
+    ts_amax_reduce reduce; /* delayed: max or most recent */
+    double margin;         /* every method: s = amax 2^margin / fmt_max */
+} ts_quant_report_opts;
+
+/* Defaults: e4m3, per tensor, 99.9 %, history 16, max, margin 0. */
+ts_quant_report_opts ts_quant_report_defaults(void);
+
+typedef struct ts_quant_report_row {
+    ts_calib_method method;
+    int available; /* 0: the method does not apply (delayed on rank 1, ...) */
+    double amax;   /* the amax used (largest over channels / slices) */
+    ts_quant_error err;
+} ts_quant_report_row;
+
+/* The three rows (max, percentile, delayed) for x. */
+ts_status ts_quant_report(const float *x, int rank, const int64_t *dims,
+                          const ts_quant_report_opts *o, ts_quant_report_row rows[3]);
+
+const char *ts_calib_method_name(ts_calib_method m);
+
+/* ---- FP8 export of a checkpoint (`tessel export --fp8`) ----------------- */
+
+struct ts_ckpt; /* tessel/ckpt.h */
+
+/* Write the checkpoint's parameters (no optimizer state) as one standard
+ * safetensors file in which every floating-point parameter W becomes
+ *   "W"        dtype F8_E4M3 or F8_E5M2 (fmt), W's shape: the codes
+ *              q = encode(W / s), saturating, as ts_quantize in f32;
+ *   "W.scale"  dtype F32, shape [] (a scalar): the dequantisation step s,
+ *              so W ~ decode(q) * s; s = amax(|W|) / fmt_max (max
+ *              calibration, margin 0), 1 for an all-zero tensor.
+ * Other parameters are written unchanged. Metadata: format=pt,
+ * tessel_step, tessel_checkpoint_id, tessel_fp8 (e4m3|e5m2) and
+ * tessel_fp8_scale ("dequant": w = f8 * scale). A parameter named
+ * "W.scale" next to a quantised "W" is an error (the names would clash). */
+ts_status ts_quant_export_safetensors(const struct ts_ckpt *c, const char *path, ts_dtype fmt);
+
 #ifdef __cplusplus
 }
 #endif

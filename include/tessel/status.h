@@ -7,7 +7,15 @@
  *     if (ts_compile(g, &spec, NULL, &plan) != TS_OK)
  *         fprintf(stderr, "compile failed: %s\n", ts_last_error());
  *
- * The message stays until the next failure on the same thread.
+ * The message stays until the next failure on the same thread. Code built
+ * on the library (the tools, a program's own helpers) reports its failures
+ * the same way:
+ *
+ *     if (n < 1) return ts_fail(TS_ERR_INVALID, "bench: steps must be >= 1");
+ *     if ((s = ts_compile(g, &spec, &opt, &p)) != TS_OK) {
+ *         ts_error_prefix("workload %s", name);   // "workload W1: matmul: ..."
+ *         return s;
+ *     }
  */
 #ifndef TESSEL_STATUS_H
 #define TESSEL_STATUS_H
@@ -34,6 +42,20 @@ const char *ts_last_error(void);
 
 /* A short name of a status code, e.g. "shape error". */
 const char *ts_status_name(ts_status s);
+
+#ifndef TS_PRINTF
+#if defined(__GNUC__)
+#define TS_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define TS_PRINTF(a, b)
+#endif
+#endif
+
+/* Record a failure message for this thread and return `s`, so callers write
+ * `return ts_fail(TS_ERR_SHAPE, "matmul: ...")`. */
+ts_status ts_fail(ts_status s, const char *fmt, ...) TS_PRINTF(2, 3);
+/* Prefix the current message with "prefix: " (adds context on the way up). */
+void ts_error_prefix(const char *fmt, ...) TS_PRINTF(1, 2);
 
 #ifdef __cplusplus
 }

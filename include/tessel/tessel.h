@@ -2,7 +2,8 @@
  *
  * tessel compiles a model's whole training step (forward, backward,
  * optimizer) into one static plan with a fixed memory layout and runs it.
- * Start with graph.h (build), compile.h (compile), plan.h (run).
+ * Start with graph.h (build), compile.h (compile), plan.h (run); or with
+ * config.h and session.h to train a configured model as `tessel train` does.
  */
 #ifndef TESSEL_H
 #define TESSEL_H
@@ -18,6 +19,12 @@
 #include "tessel/ckpt.h"
 #include "tessel/dist.h"
 #include "tessel/quant.h"
+#include "tessel/util.h"
+#include "tessel/data.h"
+#include "tessel/plot.h"
+#include "tessel/progress.h"
+#include "tessel/config.h"
+#include "tessel/session.h"
 
 #define TESSEL_VERSION "0.1.0"
 

@@ -24,16 +24,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include "tessel/data.h"
 #include "tessel/graph.h"
-
-/* One file that went into a dataset. The hash covers the bytes as stored
- * (a gzip file's compressed bytes) and is computed over the very bytes the
- * reader parsed, in the same pass. */
-typedef struct ts_lineage {
-    char *path;      /* as given to the reader */
-    char sha256[65]; /* lower-case hex */
-    int64_t bytes;   /* file size */
-} ts_lineage;
 
 typedef struct ts_dataset {
     int64_t n; /* examples */
@@ -55,22 +47,7 @@ size_t ts_dataset_y_bytes(const ts_dataset *d);
 
 /* ---- readers (errors name the file and what is wrong) ------------------- */
 
-/* A .npy file (format 1.0/2.0/3.0, C order, little-endian f4/f8/i4/i8/u1):
- * data converted to `want` (f32, f64, i32, i64 or u8). Conversion to an
- * integer type never changes a value: a float that is not whole, or a value
- * out of range, is an error naming the element. Free with ts_array_free. */
-typedef struct ts_array {
-    ts_dtype dtype;
-    int rank;
-    int64_t dims[TS_MAX_RANK];
-    void *data;
-    ts_lineage lineage;
-} ts_array;
-ts_status ts_data_read_npy(const char *path, ts_dtype want, ts_array *out);
-/* An IDX file (u8 elements, 1 to TS_MAX_RANK dimensions), gzip (recognised
- * by its magic bytes) or plain; values converted to `want` unscaled. */
-ts_status ts_data_read_idx(const char *path, ts_dtype want, ts_array *out);
-void ts_array_free(ts_array *a);
+/* .npy and IDX arrays: ts_data_read_npy, ts_data_read_idx (tessel/data.h). */
 
 /* Images + labels of the same count: x scaled to [0, 1] f32 and flattened
  * ([n, rows*cols]), y i64 class ids (y_rank 0). Lineage: images, labels. */

@@ -20,12 +20,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "core/core.h"
+#include "tessel/progress.h"
 
-typedef enum ts_progress_mode {
-    TS_PROGRESS_NONE = 0, /* print nothing */
-    TS_PROGRESS_LINES,    /* a log line every log_every steps (and the first and last) */
-    TS_PROGRESS_TTY       /* one line redrawn with \r, at most 10 times a second */
-} ts_progress_mode;
+/* ts_progress_mode: tessel/progress.h */
 
 typedef struct ts_progress_info {
     int64_t step;   /* 1-based */

@@ -1,9 +1,8 @@
-/* Training on several processes: the shm launcher (fork N workers), the
- * MPI path, and the per-step agreement between ranks. See launch.h. */
+/* Training on several processes: the shm launcher (fork N workers) and the
+ * MPI path, each running ts_session_run on every rank. See launch.h. */
 #include "session/launch.h"
 #include <math.h>
 #include <signal.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,47 +10,9 @@
 #include <unistd.h>
 #include "core/core.h"
 #include "obs/progress.h"
-#include "obs/trace.h"
-#include "plan/plan.h"
+#include "session/ranks.h"
 #include "session/restart.h"
 #include "session/zoo_data.h"
-
-/* The testing knob of docs/distributed.md ("Restarting failed workers"):
- * TESSEL_TEST_KILL_RANK=R TESSEL_TEST_KILL_STEP=S make rank R of the first
- * attempt (of the first TESSEL_TEST_KILL_ATTEMPTS attempts, default 1) kill
- * itself with SIGKILL in its S-th step, before that step's agreement, as a
- * crash would. Set in the worker process (see worker()). */
-static int64_t kill_at_step, steps_agreed;
-
-static void arm_test_kill(int rank, int attempt) {
-    const char *kr = getenv("TESSEL_TEST_KILL_RANK"), *ks = getenv("TESSEL_TEST_KILL_STEP");
-    const char *ka = getenv("TESSEL_TEST_KILL_ATTEMPTS");
-    if (attempt >= (ka ? atoi(ka) : 1) || !kr || !ks || atoi(kr) != rank) return;
-    kill_at_step = atoll(ks);
-}
-
-ts_status ts_session_agree(ts_comm *comm, double *loss, int *stop) {
-    if (kill_at_step > 0 && ++steps_agreed == kill_at_step) raise(SIGKILL);
-    double v[2] = {*loss, *stop ? 1.0 : 0.0};
-    ts_status s = ts_allreduce(comm, v, 2, TS_F64, TS_RED_SUM, TS_ALGO_AUTO);
-    if (s != TS_OK) return s;
-    *loss = v[0] / (double)ts_comm_size(comm);
-    *stop = v[1] > 0;
-    return TS_OK;
-}
-
-ts_status ts_session_ckpt_group(ts_comm *comm, uint64_t *group) {
-    /* 52 random bits: exact in the f64 sum that broadcasts them. */
-    double v = 0;
-    if (ts_comm_rank(comm) == 0) {
-        uint64_t r;
-        randombytes_buf(&r, sizeof r);
-        v = (double)(r & (((uint64_t)1 << 52) - 1));
-    }
-    ts_status s = ts_allreduce(comm, &v, 1, TS_F64, TS_RED_SUM, TS_ALGO_AUTO);
-    if (s == TS_OK) *group = (uint64_t)v;
-    return s;
-}
 
 /* What rank 0 leaves for the launcher: its result and, on failure, its
  * error (workers end with _exit; this lives in a MAP_SHARED mapping). */
@@ -124,7 +85,7 @@ static int worker(ts_comm *comm, void *user) {
         sigemptyset(&sa.sa_mask);
         sigaction(SIGUSR2, &sa, NULL);
     }
-    arm_test_kill(rank, lc->attempt);
+    ts_session_arm_test_kill(rank, lc->attempt);
     ts_session_result r;
     ts_status s = run_rank(lc->c, lc->o, comm, &r);
     if (rank == 0) {
@@ -262,73 +223,4 @@ ts_status ts_session_run_dist(const ts_config *c, const ts_session_options *o,
     if (c->dist.procs > 1) return run_shm(c, o, r);
     ts_status s = ts_restart_check(c, c->dist.procs);
     return s != TS_OK ? s : ts_session_run(c, o, r);
-}
-
-/* ---- --trace -------------------------------------------------------------- */
-
-ts_status ts_session_trace_start(ts_plan *plan, const ts_session_options *o, int64_t steps,
-                                 struct ts_trace **out) {
-    ts_plan_stats st;
-    ts_status s = ts_plan_get_stats(plan, &st);
-    if (s != TS_OK) return s;
-    /* A span per instruction and step, a few per collective; beyond 1 Mi
-     * spans the rest are counted as dropped. */
-    double want = ((double)st.n_instructions + 8.0) * (double)(steps + 1) + 1024.0;
-    size_t cap = want > (double)(1 << 20) ? (size_t)1 << 20 : (size_t)want;
-    const int rank = o->comm ? ts_comm_rank(o->comm) : 0;
-    if ((s = ts_trace_create(rank, cap, out)) != TS_OK) {
-        ts_error_prefix("--trace");
-        return s;
-    }
-    ts_trace_name_thread(*out, "step");
-    ts_plan_set_trace(plan, *out);
-    /* comm spans reach the trace through the session's comm hook */
-    return TS_OK;
-}
-
-ts_status ts_session_trace_finish(ts_plan *plan, const ts_session_options *o, struct ts_trace *t,
-                                  struct ts_progress *pr) {
-    ts_plan_set_trace(plan, NULL);
-    if (o->comm) ts_comm_set_trace(o->comm, NULL, NULL);
-    const int n = o->comm ? ts_comm_size(o->comm) : 1, rank = o->comm ? ts_comm_rank(o->comm) : 0;
-    ts_status s = TS_OK;
-    if (n == 1) {
-        s = ts_trace_write(t, o->trace);
-    } else {
-        char mine[1024];
-        if (ts_trace_rank_path(o->trace, rank, mine, sizeof mine) != 0)
-            return ts_fail(TS_ERR_INVALID, "--trace %s: path too long", o->trace);
-        s = ts_trace_write(t, mine);
-        /* every rank's file is complete before rank 0 reads them */
-        ts_status b = ts_barrier(o->comm);
-        if (s == TS_OK) s = b;
-        if (s == TS_OK && rank == 0) {
-            char(*paths)[1024] = ts_alloc(sizeof *paths * (size_t)n, "--trace");
-            const char **pp = ts_alloc(sizeof *pp * (size_t)n, "--trace");
-            if (!paths || !pp) s = TS_ERR_NOMEM;
-            for (int r = 0; r < n && s == TS_OK; r++) {
-                ts_trace_rank_path(o->trace, r, paths[r], sizeof paths[r]);
-                pp[r] = paths[r];
-            }
-            if (s == TS_OK) s = ts_trace_merge(pp, n, o->trace);
-            for (int r = 0; s == TS_OK && r < n; r++) unlink(paths[r]);
-            free(paths);
-            free(pp);
-        }
-    }
-    if (s != TS_OK) {
-        ts_error_prefix("--trace %s", o->trace);
-        return s;
-    }
-    if (rank == 0)
-        ts_progress_log(pr, "trace: %s (%zu spans%s%zu dropped)", o->trace, ts_trace_count(t),
-                        n > 1 ? " on rank 0, " : ", ", ts_trace_dropped(t));
-    return TS_OK;
-}
-
-void ts_session_trace_close(ts_plan *plan, const ts_session_options *o, struct ts_trace *t) {
-    if (!t) return;
-    ts_plan_set_trace(plan, NULL);
-    if (o->comm) ts_comm_set_trace(o->comm, NULL, NULL);
-    ts_trace_free(t);
 }

@@ -1,4 +1,4 @@
-/* bench.h — training-step benchmarks of the shared/BENCH.md workloads, with
+/* bench_step.h — training-step benchmarks of the shared/BENCH.md workloads, with
  * the PyTorch reference measured side by side in the same run.
  *
  *     ts_bench_options o = ts_bench_options_default();
@@ -12,8 +12,8 @@
  * reference's figures and the ratio. Machines are shared and noisy: the
  * ratio from one run is the claim, never absolute times across days.
  */
-#ifndef TS_SESSION_BENCH_H
-#define TS_SESSION_BENCH_H
+#ifndef TESSEL_TOOLS_BENCH_H
+#define TESSEL_TOOLS_BENCH_H
 
 #include <stdio.h>
 #include "tessel/tessel.h"

@@ -19,8 +19,8 @@
  * processes at all, the ceiling of the data-parallel figure. With profile,
  * rank 0 of the N-process runs times every instruction and the report
  * ends with its time per op kind (last round). */
-#ifndef TS_SESSION_BENCH_DIST_H
-#define TS_SESSION_BENCH_DIST_H
+#ifndef TESSEL_TOOLS_BENCH_DIST_H
+#define TESSEL_TOOLS_BENCH_DIST_H
 
 #include <stdio.h>
 #include "tessel/tessel.h"

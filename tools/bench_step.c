@@ -1,15 +1,15 @@
 /* The step benchmark: one workload compiled once with profiling on, timed
  * over rounds that alternate with the PyTorch reference (run through popen,
- * as a separate process, so its memory and threads are its own). */
-#include "session/bench.h"
+ * as a separate process, so its memory and threads are its own). Part of the
+ * tessel tool (`tessel bench`) and of bench/step.c; uses the public API only. */
+#include "bench_step.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include "core/core.h"
-#include "data/synthetic.h"
+#include "tessel/tessel.h"
 
 enum { N_BATCHES = 4, TOP_KERNELS = 12 };
 

@@ -1,12 +1,12 @@
-/* Data-parallel training throughput (see bench_dist.h). */
-#include "session/bench_dist.h"
+/* Data-parallel training throughput (see bench_dist.h): `tessel bench
+ * --procs N`; uses the public API only. */
+#include "bench_dist.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
-#include "core/core.h"
-#include "data/synthetic.h"
+#include "tessel/tessel.h"
 
 enum { MAX_STEPS = 100000 };
 

@@ -1,0 +1,199 @@
+/* tessel/config.h — a run's configuration: a YAML file plus `key.path=value`
+ * overrides (the command line's --set), checked, completed and written back
+ * resolved. docs/config.md lists every key.
+ *
+ *     ts_config c;
+ *     ts_config_init(&c);
+ *     if (ts_config_load_file(&c, "examples/w1.yaml") != TS_OK ||
+ *         ts_config_set(&c, "train.lr=3e-4") != TS_OK || ts_config_finish(&c) != TS_OK)
+ *         puts(ts_last_error());   // "w1.yaml:7:3: unknown key 'train.lrr' (did you mean ...)"
+ *     ts_config_write(&c, stdout); // the resolved config, loadable again
+ *
+ * A finished config is what tessel/session.h runs. Errors name the file,
+ * line and column of the key, or the --set that gave it.
+ */
+#ifndef TESSEL_CONFIG_H
+#define TESSEL_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "tessel/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Enum values are positions in the key's `choices` list. */
+typedef enum ts_cfg_model_name {
+    TS_CFG_MLP = 0,
+    TS_CFG_GPT,
+    TS_CFG_CNN,
+    TS_CFG_GRU,
+    TS_CFG_LSTM,
+    TS_CFG_UNET3D,
+    TS_CFG_GCN
+} ts_cfg_model_name;
+typedef enum ts_cfg_preset {
+    TS_CFG_W1 = 0,
+    TS_CFG_W3,
+    TS_CFG_GPT2_124M,
+    TS_CFG_FASHION,
+    TS_CFG_W2,
+    TS_CFG_W4,
+    TS_CFG_W5
+} ts_cfg_preset;
+typedef enum ts_cfg_optimizer { TS_CFG_SGD = 0, TS_CFG_ADAM, TS_CFG_ADAMW } ts_cfg_optimizer;
+typedef enum ts_cfg_schedule { TS_CFG_CONSTANT = 0, TS_CFG_LINEAR, TS_CFG_COSINE } ts_cfg_schedule;
+typedef enum ts_cfg_source {
+    TS_CFG_SYNTHETIC = 0,
+    TS_CFG_IDX,
+    TS_CFG_NPY,
+    TS_CFG_CSV,
+    TS_CFG_TOKENS,
+    TS_CFG_GRAPH
+} ts_cfg_source;
+
+#define TS_CFG_MAX_KEYS 128
+
+typedef struct ts_config {
+    struct {
+        int name, preset; /* ts_cfg_model_name, ts_cfg_preset */
+        int64_t batch;
+        /* mlp */
+        int64_t window, features, in_dim, hidden, out_dim;
+        int n_hidden, layer_norm;
+        int64_t classes; /* > 0: a classifier over this many classes */
+        /* gpt */
+        int64_t ctx, vocab, d_model;
+        int n_layers, n_heads;
+        double dropout;
+        /* cnn (classes above) */
+        int64_t channels, height, width, c1, c2;
+        /* unet3d (channels, c1, c2 and classes above); gru/lstm use window
+         * (sequence length), features, hidden, n_layers, classes, out_dim;
+         * gcn features, hidden, classes */
+        int64_t size, c3;
+        int64_t nodes; /* gcn on synthetic data: the graph's size */
+    } model;
+    struct {
+        int optimizer; /* ts_cfg_optimizer */
+        double lr, momentum, dampening;
+        int nesterov;
+        double beta1, beta2, eps, weight_decay, clip_grad_norm;
+        int schedule; /* ts_cfg_schedule */
+        int64_t warmup_steps, total_steps;
+        double min_lr;
+        int64_t steps;
+        uint64_t seed;
+        int threads;
+        int64_t epochs;     /* > 0: steps = epochs * batches per epoch (ts_config_fit_data) */
+        int64_t eval_every; /* steps between evaluations; 0: at the end of each epoch */
+        int64_t log_every;  /* steps between log lines; 0: about 100 lines per run */
+        char metrics[64];   /* "accuracy, auc, dice, miou, mse"; "" until the data says */
+    } train;
+    struct {
+        int debug_nan, no_simplify, naive_schedule, no_inplace;
+        int no_fuse, no_recompute, discard_outputs;
+    } compile;
+    struct {
+        int source; /* ts_cfg_source */
+        char train_images[512], train_labels[512], test_images[512], test_labels[512]; /* idx */
+        char x[512], y[512];                                                           /* npy */
+        char path[512];          /* csv, tokens */
+        char features[1024];     /* csv: "a, b, c"; "" for every column but the label */
+        char label[128];         /* csv */
+        int64_t window, horizon; /* csv */
+        int normalise;           /* csv */
+        int bits;                /* tokens: 16 or 32 */
+        double val_fraction;
+        int shuffle;
+        int64_t skip_rows;    /* csv: lines skipped before the header */
+        int header;           /* csv: 0 names columns "0", "1", ... */
+        char edges[512];      /* graph: edge list (x: node features, y: node labels) */
+        char node_split[512]; /* graph: .npy of split ids per node; "" to split by fraction */
+        double test_fraction; /* graph: share of the nodes held out for the test split */
+    } data;
+    struct {
+        char dir[512]; /* run directory; "" for none */
+    } output;
+    struct {
+        int64_t every;        /* steps between checkpoints; 0: none */
+        int keep_last;        /* retention: newest K (0: all) */
+        int keep_every;       /* ... and every step multiple of M (0: none) */
+        char sign_key[512];   /* private key for manifests and the audit log; "" unsigned */
+        char verify_key[512]; /* public key checked on resume; "" checksums only */
+        int async;            /* save in a background thread */
+    } ckpt;
+    struct {
+        int metrics_port;        /* Prometheus /metrics endpoint; 0: none */
+        char metrics_addr[64];   /* numeric address it listens on */
+        int tensorboard;         /* event files under RUN_DIR/tb/ */
+        int64_t histogram_every; /* steps between weight/gradient histograms; 0: none */
+    } observe;
+    struct {
+        char rules[2048];       /* alert rules, comma-separated "key=value ..." texts */
+        int defaults;           /* the default rules when there are none */
+        char webhook_url[256];  /* receiver of action webhook */
+        int baseline_window;    /* steps in a baseline */
+        int baseline_warmup;    /* steps before a baseline is used */
+        int update_ratio_every; /* steps between update-ratio measurements; 0: none */
+    } alerts;
+    struct {
+        int inject;          /* 0 none, 1 nan, 2 scale: corrupt training batches (testing) */
+        int64_t inject_step; /* first corrupted step */
+        int inject_count;    /* consecutive corrupted steps */
+        double inject_scale; /* factor for inject: scale */
+    } debug;
+    struct {
+        int procs;        /* data-parallel worker processes on this host (tessel train) */
+        double bucket_mb; /* gradient bucket size (MiB) */
+        int algo;         /* ts_coll_algo of the gradient all-reduces */
+        int zero;         /* ZeRO stage: 1 shards the optimizer state */
+        int share_params; /* ZeRO on shm: one shared copy of the parameters */
+        double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
+        int max_restarts; /* --procs: restarts of failed workers from the latest checkpoint */
+    } dist;
+    struct {
+        int dflt;            /* compute type of GEMMs: 0 fp32, 1 bf16, 2 fp16 */
+        char keep_fp32[256]; /* op names kept in f32 */
+        char loss_scale[32]; /* auto | dynamic | none | a number */
+        double init_scale, growth_factor, backoff_factor;
+        int64_t growth_interval;
+    } precision;
+    /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
+    int64_t batches_per_epoch;
+
+    /* Where each key (by table index) got its value: set[i] is 0 for a
+     * default, 1 from the file (at line[i]:col[i]), 2 from an override. */
+    unsigned char set[TS_CFG_MAX_KEYS];
+    int line[TS_CFG_MAX_KEYS], col[TS_CFG_MAX_KEYS];
+    char file[512]; /* the loaded file, for messages ("" if none) */
+    int finished;
+} ts_config;
+
+/* Every key at its default; no model chosen yet. */
+void ts_config_init(ts_config *c);
+/* Apply a YAML file: a mapping of sections (model, train, compile, data,
+ * output, ckpt, observe)
+ * to mappings of keys. Errors name the file, line and column. */
+ts_status ts_config_load_file(ts_config *c, const char *path);
+/* Same, from text in memory; `name` stands for the file in messages. */
+ts_status ts_config_load_string(ts_config *c, const char *text, size_t len, const char *name);
+/* Apply one override "key.path=value" with the same checks as the file. */
+ts_status ts_config_set(ts_config *c, const char *assignment);
+/* Fill the model from the preset, derive defaults (weight_decay,
+ * total_steps) and check the keys against each other. Call once, after
+ * every load and set. */
+ts_status ts_config_finish(ts_config *c);
+
+/* The finished config as YAML that loads back to the same values. */
+ts_status ts_config_write(const ts_config *c, FILE *out);
+
+/* "mlp", "gpt", "cnn", "gru", "lstm", "unet3d" or "gcn" for model.name. */
+const char *ts_config_model_word(int name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,156 @@
+/* Evaluation: every example of a split through the inference plan, with
+ * the training plan's parameters copied in; loss, accuracy or mse and the
+ * metrics of train.metrics, logged, written to metrics.jsonl and
+ * TensorBoard. See session_internal.h. */
+#include <math.h>
+#include <string.h>
+#include "core/core.h"
+#include "session/session_internal.h"
+
+/* Parameters and persistent state (BatchNorm running statistics: eval mode
+ * normalises with them) go into the eval plan by name; optimizer moments
+ * have no counterpart there and are skipped. */
+static ts_status copy_params(session *s) {
+    for (int i = 0; i < ts_plan_persistent_count(s->plan); i++) {
+        ts_persistent pv;
+        ts_status st = ts_plan_persistent(s->plan, i, &pv);
+        if (st != TS_OK) return st;
+        /* A value the forward pass does not read is not in the eval plan. */
+        if (ts_plan_value_info(s->eval, pv.name, NULL, NULL, NULL) != TS_OK) continue;
+        st = ts_plan_read(s->plan, pv.name, s->pbuf, pv.bytes);
+        if (st == TS_OK) st = ts_plan_write_param(s->eval, pv.name, s->pbuf, pv.bytes);
+        if (st != TS_OK) return st;
+    }
+    return TS_OK;
+}
+
+/* Every example of d, in order, in batches of the plan's size; the last
+ * batch is padded with copies of its first example, which are not counted. */
+static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
+    const int64_t B = s->c.model.batch / s->nranks; /* the plan's batch */
+    const size_t xe = ts_dataset_x_bytes(d), ye = ts_dataset_y_bytes(d);
+    /* Targets per example: class ids (classifier) or numbers (regression);
+     * the output has `width` values per target for a classifier. */
+    const int64_t per = (int64_t)(ye / (s->classifier ? sizeof(int64_t) : sizeof(float)));
+    const int64_t width = s->classifier ? (int64_t)(s->outb / sizeof(float)) / (B * per) : 1;
+    double loss = 0, sq = 0;
+    int64_t correct = 0, targets = 0, ignored = 0;
+    ts_metric_acc_reset(&s->macc);
+    const int unet = s->c.model.name == TS_CFG_UNET3D;
+    ts_status st = unet ? ts_zoo_dice_reset(&s->dice, width) : TS_OK;
+    if (st == TS_OK) st = copy_params(s);
+    for (int64_t start = 0; st == TS_OK && start < d->n; start += B) {
+        const int64_t cnt = d->n - start < B ? d->n - start : B;
+        memcpy(s->bx, (const char *)d->x + (size_t)start * xe, (size_t)cnt * xe);
+        for (int64_t i = cnt; i < B; i++)
+            memcpy((char *)s->bx + (size_t)i * xe, (const char *)d->x + (size_t)start * xe, xe);
+        st = ts_plan_set_input(s->eval, s->in_name, s->bx, s->xb);
+        if (st == TS_OK) st = ts_plan_step(s->eval);
+        if (st == TS_OK) st = ts_plan_read(s->eval, s->out_name, s->bout, s->outb);
+        if (st == TS_OK && unet) /* [B, C, voxels]: a row per voxel */
+            st = ts_zoo_channels_last(s->bout, B, width, per);
+        if (st != TS_OK) break;
+        const int64_t nt = cnt * per;
+        if (unet)
+            ts_zoo_dice_add(&s->dice, s->bout,
+                            (const int64_t *)((const char *)d->y + (size_t)start * ye), nt);
+        if (s->binary) {
+            const float *y = (const float *)((const char *)d->y + (size_t)start * ye);
+            st = ts_zoo_binary_add(s->bout, y, nt, &loss, &correct, &s->macc);
+            if (st != TS_OK) break;
+        } else if (s->classifier) {
+            const int64_t *y = (const int64_t *)((const char *)d->y + (size_t)start * ye);
+            for (int64_t t = 0; t < nt; t++) {
+                if (y[t] == TS_ZOO_IGNORE) { /* a graph node outside this split */
+                    ignored++;
+                    continue;
+                }
+                const float *row = s->bout + t * width;
+                int64_t arg = 0;
+                double mx = row[0], sum = 0;
+                for (int64_t k = 1; k < width; k++)
+                    if (row[k] > mx) mx = row[k], arg = k;
+                for (int64_t k = 0; k < width; k++) sum += exp((double)row[k] - mx);
+                loss += mx + log(sum) - (double)row[y[t]];
+                correct += arg == y[t];
+                if (s->macc.flags && (st = ts_metric_acc_add(&s->macc, row, y[t])) != TS_OK) break;
+            }
+            if (st != TS_OK) break;
+        } else {
+            const float *y = (const float *)((const char *)d->y + (size_t)start * ye);
+            for (int64_t t = 0; t < nt; t++) {
+                double diff = (double)s->bout[t] - (double)y[t];
+                sq += diff * diff;
+            }
+        }
+        targets += nt;
+    }
+    if (st != TS_OK) {
+        ts_error_prefix("evaluation");
+        return st;
+    }
+    e->examples = d->n;
+    targets -= ignored;
+    if (s->graph.nodes) e->examples = targets; /* the split's nodes */
+    e->accuracy = e->mse = e->auc = e->dice = e->miou = NAN;
+    if (s->macc.flags &&
+        (st = ts_metric_acc_result(&s->macc, &e->auc, &e->dice, &e->miou)) != TS_OK)
+        return st;
+    if (s->classifier || s->binary) {
+        e->loss = targets ? loss / (double)targets : NAN;
+        /* unet3d: cross-entropy + soft Dice over the split, as it trains */
+        if (unet) e->loss += ts_zoo_dice_loss(&s->dice);
+        if (s->want_acc) e->accuracy = targets ? (double)correct / (double)targets : NAN;
+    } else {
+        e->loss = targets ? sq / (double)targets : NAN;
+        if (s->want_mse) e->mse = e->loss;
+    }
+    return TS_OK;
+}
+
+ts_status ts_sess_eval_split(session *s, const char *split, const ts_dataset *d, ts_eval_result *e,
+                             int64_t step, int64_t epoch) {
+    double t0 = ts_now();
+    ts_status st = evaluate(s, d, e);
+    if (st != TS_OK) return st;
+    char metrics[160] = "", b1[32], b2[32];
+    if (!isnan(e->accuracy))
+        snprintf(metrics, sizeof metrics, "  accuracy %.2f %%", 100.0 * e->accuracy);
+    else if (!isnan(e->mse))
+        snprintf(metrics, sizeof metrics, "  mse %.6g", e->mse);
+    const struct {
+        const char *name;
+        double v;
+    } extra[] = {{"auc", e->auc}, {"dice", e->dice}, {"miou", e->miou}};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+        if (!isnan(extra[i].v)) {
+            size_t len = strlen(metrics);
+            snprintf(metrics + len, sizeof metrics - len, "  %s %.4f", extra[i].name, extra[i].v);
+        }
+    ts_progress_log(&s->pr,
+                    "eval  step %lld  epoch %lld  %-4s loss %.6f%s  (%lld examples, %.1f s)",
+                    (long long)step, (long long)epoch, split, e->loss, metrics,
+                    (long long)e->examples, ts_now() - t0);
+    if (s->metrics) {
+        fprintf(s->metrics,
+                "{\"type\":\"eval\",\"split\":\"%s\",\"step\":%lld,\"epoch\":%lld,"
+                "\"examples\":%lld,\"loss\":%s",
+                split, (long long)step, (long long)epoch, (long long)e->examples,
+                num(e->loss, b1, sizeof b1));
+        if (!isnan(e->accuracy))
+            fprintf(s->metrics, ",\"accuracy\":%s", num(e->accuracy, b2, sizeof b2));
+        if (!isnan(e->mse)) fprintf(s->metrics, ",\"mse\":%s", num(e->mse, b2, sizeof b2));
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+            if (!isnan(extra[i].v))
+                fprintf(s->metrics, ",\"%s\":%s", extra[i].name, num(extra[i].v, b2, sizeof b2));
+        fputs("}\n", s->metrics);
+        fflush(s->metrics);
+    }
+    if (s->tb) {
+        char tag[32];
+        const char *const tags[] = {tag};
+        snprintf(tag, sizeof tag, "%s/loss", split);
+        if ((st = ts_tfevents_scalars(s->tb, step, 1, tags, &e->loss)) != TS_OK) return st;
+    }
+    return TS_OK;
+}

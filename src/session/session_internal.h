@@ -1,0 +1,200 @@
+/* session_internal.h — what the parts of a training run share (internal to
+ * src/session). ts_session_run (session.c) owns one `session` and calls the
+ * parts in the order session.h promises: checks and setup (rundir.c,
+ * feed.c, build.c, observe.c, checkpoint.c) before the run directory is
+ * made, then the loop (session.c) feeding batches (feed.c), evaluating
+ * (eval.c), observing (observe.c) and checkpointing (checkpoint.c).
+ *
+ *     session *s = ...;                  // s->c, s->o, s->r set
+ *     ts_sess_load_data(s);              // feed.c: datasets and loader
+ *     ts_sess_build(s);                  // build.c: graph, plans, buffers
+ *     ts_sess_write_run_files(s);        // rundir.c: config.yaml, lineage.json, ...
+ *     ts_sess_next_batch(s, step);       // feed.c: s->bx, s->by
+ *     ts_sess_eval_split(s, "val", s->val, &r->val, step, epoch);
+ *
+ * Each function returns a ts_status with its message set (ts_fail). */
+#ifndef TS_SESSION_INTERNAL_H
+#define TS_SESSION_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "data/data.h"
+#include "frontend/config.h"
+#include "obs/alert_run.h"
+#include "obs/http.h"
+#include "obs/metrics.h"
+#include "obs/progress.h"
+#include "obs/tfevents.h"
+#include "session/metrics_eval.h"
+#include "session/session.h"
+#include "session/zoo_data.h"
+#include "tessel/ckpt.h"
+#include "tessel/tessel.h"
+
+/* Synthetic data cycles over a few fixed batches, as the reference
+ * benchmark does: a GPT can then lower its loss by memorising them, which
+ * fresh uniform tokens (whose best loss is log(vocab) from the start) would
+ * not allow. */
+enum { N_SYNTH = 4 };
+/* Step rates kept for the median: enough for any run a person watches. */
+enum { MAX_RATES = 1 << 20 };
+
+static const char *const source_names[] = {"synthetic", "idx", "npy", "csv", "tokens", "graph"};
+
+typedef struct session {
+    ts_config c; /* resolved copy */
+    const ts_session_options *o;
+    ts_session_result *r;
+    ts_progress pr;
+    /* data */
+    ts_dataset *all, *train, *val, *test;
+    ts_loader *loader;
+    int n_synth;
+    void *sx[N_SYNTH], *sy[N_SYNTH];
+    /* model and plans */
+    ts_graph *g;
+    ts_model m;
+    ts_plan *plan, *eval;
+    int gpt, classifier, want_acc, want_mse;
+    const char *in_name, *tgt_name, *out_name;
+    size_t xb, yb, outb; /* bytes of one batch's x, y and model output */
+    void *bx, *by;
+    float *bout;
+    void *pbuf; /* one parameter, for copying into the eval plan */
+    size_t pbuf_bytes;
+    double *rates;
+    int64_t n_rates;
+    /* run directory */
+    FILE *metrics;
+    int dir_made;
+    /* checkpoints */
+    int resume_in_place; /* --resume latest: continue in the run directory */
+    ts_ckpt *ck;         /* the verified checkpoint to resume from */
+    int64_t start_step;  /* steps done before this run's first step */
+    char ck_dir[512], ck_id[80], ck_config[80];
+    char *ident; /* the config text checkpoints are tied to (see identity) */
+    size_t ident_bytes;
+    char ident_sha[65];
+    ts_ckpt_data_file *lineage; /* data lineage for the manifests */
+    int n_lineage;
+    ts_audit *audit;
+    ts_ckpt_saver *sv;
+    uint64_t ckpt_group; /* ZeRO checkpoints: this launch's (ts_session_ckpt_group) */
+    /* observability (docs/observability.md) */
+    ts_train_metrics tm;
+    int tm_made;
+    ts_http_server *http;
+    ts_tfevents *tb;
+    int rank, nranks;       /* data parallelism: this rank's rows of every batch */
+    struct ts_trace *trace; /* --trace */
+    float *gbuf;            /* one parameter or gradient, read back for norms and histograms */
+    size_t gbuf_bytes;
+    ts_alert_runner *ar; /* gradient monitors and alert rules (src/obs/alert_run.h) */
+    ts_ckpt_saver *asv;  /* anomaly snapshots when ckpt.every is 0 (no s->sv) */
+    /* evaluation metrics beyond accuracy/mse (metrics_eval.h) */
+    unsigned metric_flags;
+    ts_metric_acc macc;
+    /* gru/lstm, unet3d, gcn (zoo_data.h) */
+    int binary;         /* a gru/lstm with one logit: BCE against 0/1 targets */
+    ts_zoo_graph graph; /* data.source graph: the gcn's edges */
+    ts_zoo_dice dice;   /* unet3d: the soft Dice term of the evaluation loss */
+} session;
+
+/* data.source names, in ts_cfg_source order (lineage.json, the header line). */
+extern const char *const ts_sess_source_names[];
+
+/* A number for a JSON line: shortest text that reads back the same float,
+ * null for NaN and infinities (which JSON lacks). */
+static inline const char *num(double v, char *buf, size_t n) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, n, "%.9g", v);
+    return buf;
+}
+
+static inline int64_t numel_dims(int rank, const int64_t *dims) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= dims[i];
+    return n;
+}
+
+/* ---- rundir.c: the run directory and the run's identity ------------------ */
+
+/* A run directory may be new or empty; anything else is someone's run. */
+ts_status ts_sess_check_run_dir(const char *dir);
+/* --resume latest: the run directory must exist. */
+ts_status ts_sess_check_resume_dir(const char *dir);
+/* A key file named by the config must be readable before the run starts. */
+ts_status ts_sess_check_key(const char *key, const char *path);
+/* s->ident and s->ident_sha: the config text checkpoints are tied to. */
+ts_status ts_sess_identity(session *s);
+/* Makes the run directory and writes config.yaml, the audit log's first
+ * entries, lineage.json, normalisation.json; opens metrics.jsonl and the
+ * checkpoint saver (ckpt.every). */
+ts_status ts_sess_write_run_files(session *s);
+/* summary.json, however the run ended; `error` is NULL on success. */
+ts_status ts_sess_write_summary(session *s, const char *status, const char *error);
+/* Parameters (elements) of a plan. */
+double ts_sess_param_count(const ts_plan *p);
+
+/* ---- feed.c: data ---------------------------------------------------------- */
+
+/* Loads data.source (nothing for synthetic data), splits it, fits the
+ * config to it and makes the loader. */
+ts_status ts_sess_load_data(session *s);
+/* The fixed synthetic batches of the benchmark models (mlp, gpt). */
+ts_status ts_sess_make_synthetic(session *s);
+/* The batch of `step` (1-based) into s->bx, s->by, the whole global batch. */
+ts_status ts_sess_next_batch(session *s, int64_t step);
+
+/* ---- build.c: model and plans ---------------------------------------------- */
+
+/* train.metrics: defaults for the model, checked against it. */
+ts_status ts_sess_resolve_metrics(session *s);
+/* The graph, the training plan, the evaluation plan and the buffers. */
+ts_status ts_sess_build(session *s);
+
+/* ---- eval.c: evaluation ---------------------------------------------------- */
+
+/* Evaluates split `d`, logs it and writes it to metrics.jsonl and TensorBoard. */
+ts_status ts_sess_eval_split(session *s, const char *split, const ts_dataset *d, ts_eval_result *e,
+                             int64_t step, int64_t epoch);
+
+/* ---- observe.c: metrics, TensorBoard, alerts, trace ------------------------ */
+
+ts_status ts_sess_observe_start(session *s);
+/* The comm's span hook (ts_comm_set_trace), `user` the session. */
+void ts_sess_comm_span(const ts_comm_span *sp, void *user);
+ts_status ts_sess_tensorboard_start(session *s);
+/* Stops the endpoint and closes the event file (idempotent). */
+ts_status ts_sess_observe_end(session *s);
+ts_status ts_sess_observe_step(session *s, int64_t step, double loss, double lr, double dt,
+                               double rate, double *grad_norm);
+ts_status ts_sess_alerts_setup(session *s);
+ts_status ts_sess_alert_actions(session *s, int64_t step, unsigned act);
+
+/* --trace: a trace of this rank's steps (instructions and collectives),
+ * started before the first step and written when training ends: with
+ * several ranks each writes FILE.rankR.json, then (after a barrier) rank 0
+ * merges them into FILE and removes them. */
+struct ts_trace;
+ts_status ts_session_trace_start(ts_plan *plan, const ts_session_options *o, int64_t steps,
+                                 struct ts_trace **out);
+ts_status ts_session_trace_finish(ts_plan *plan, const ts_session_options *o, struct ts_trace *t,
+                                  struct ts_progress *pr);
+/* Detaches the trace from the plan and the comm and frees it (NULL: nothing). */
+void ts_session_trace_close(ts_plan *plan, const ts_session_options *o, struct ts_trace *t);
+
+/* ---- checkpoint.c: checkpoints and resume ---------------------------------- */
+
+/* Begins a checkpoint of the state after `step`. */
+ts_status ts_sess_save_checkpoint(session *s, int64_t step);
+/* The last save of a run (also after Ctrl-C or a failed step `st`); returns
+ * the run's status. */
+ts_status ts_sess_last_save(session *s, ts_status st);
+/* ZeRO checkpoints: this rank's saver of its block of the optimizer state. */
+ts_status ts_sess_shard_saver(session *s);
+/* Loads the verified checkpoint s->ck into the freshly compiled plan. */
+ts_status ts_sess_resume(session *s);
+
+#endif
