@@ -11,6 +11,7 @@
 #include "frontend/keys.h"
 #include "frontend/model_checks.h"
 #include "frontend/presets.h"
+#include "frontend/run_checks.h"
 #include "passes/passes.h"
 
 /* "csv and tokens" for the sources whose flags are set. */
@@ -322,8 +323,12 @@ ts_status ts_config_finish(ts_config *c) {
                        "%s: train.nesterov needs train.momentum > 0 and "
                        "train.dampening 0",
                        cfg_origin(c, i_nest, where, sizeof where));
+    /* "none" is how a file says unsigned; the written config omits it. */
+    if (!strcmp(c->ckpt.sign_key, "none")) c->ckpt.sign_key[0] = 0;
     ts_status s = cfg_check_sizes(c);
     if (s == TS_OK) s = check_precision(c);
+    /* --procs N (dist.procs) is known here; mpirun's ranks in ts_config_check_run */
+    if (s == TS_OK) s = cfg_check_ports(c, 0, c->dist.procs);
     if (s != TS_OK) return s;
     c->finished = 1;
     return TS_OK;

@@ -227,8 +227,10 @@ const ts_config_key cfg_keys[] = {
      "also keep checkpoints whose step is a multiple of M (0: none)"},
     {"ckpt.sign_key", TS_CFG_STR, FIELD(ckpt, sign_key), TS_CFG_DERIVED, NULL, NULL, "none",
      "private key from tessel keygen: signs manifests and the audit log (none: unsigned)"},
-    {"ckpt.verify_key", TS_CFG_STR, FIELD(ckpt, verify_key), TS_CFG_DERIVED, NULL, NULL, "none",
-     "public key a checkpoint must be signed with to resume (none: checksums only)"},
+    {"ckpt.verify_key", TS_CFG_STR, FIELD(ckpt, verify_key), TS_CFG_DERIVED, NULL, NULL,
+     "sign_key's public half, else none",
+     "public key a checkpoint must be signed with to resume (none: no signature check, "
+     "checksums only)"},
     {"ckpt.async", TS_CFG_BOOL, FIELD(ckpt, async), 0, NULL, NULL, "true",
      "write checkpoints in a background thread while training goes on"},
     /* observe */

@@ -1,7 +1,10 @@
 /* Reading a YAML config file (or text) into the config: libyaml builds the
- * document tree, walk() maps its keys onto the key table (cfg_store). */
+ * document tree, walk() maps its keys onto the key table (cfg_store).
+ * Files over 1 MiB and nesting deeper than 32 levels are refused before
+ * the tree is built (libyaml takes minutes on deep nesting). */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <yaml.h>
@@ -206,12 +209,55 @@ static ts_status load(ts_config *c, yaml_parser_t *ps, const char *name) {
     return s;
 }
 
-ts_status ts_config_load_string(ts_config *c, const char *text, size_t len, const char *name) {
-    if (!c || !text) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+/* A config is a few kilobytes two or three levels deep; these caps keep a
+ * hostile or broken file from costing minutes (libyaml's scanner slows
+ * down with the nesting depth) or memory. */
+enum { CFG_MAX_BYTES = 1 << 20, CFG_MAX_DEPTH = 32 };
+
+/* Refuses nesting deeper than CFG_MAX_DEPTH, stopping at the first level
+ * too many, so the cost is that of the first CFG_MAX_DEPTH levels. Events
+ * the parser cannot read are left to load(), which reports them as before. */
+static ts_status check_depth(const char *text, size_t len, const char *name) {
     yaml_parser_t ps;
     if (!yaml_parser_initialize(&ps)) return ts_fail(TS_ERR_NOMEM, "config: YAML parser");
     yaml_parser_set_input_string(&ps, (const unsigned char *)text, len);
-    ts_status s = load(c, &ps, name ? name : "config");
+    ts_status s = TS_OK;
+    int depth = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&ps, &ev)) break;
+        const yaml_event_type_t type = ev.type;
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+            if (++depth > CFG_MAX_DEPTH)
+                s = ts_fail(TS_ERR_INVALID,
+                            "%s:%zu:%zu: YAML nested deeper than %d levels (a config has 2 or "
+                            "3)",
+                            name, ev.start_mark.line + 1, ev.start_mark.column + 1, CFG_MAX_DEPTH);
+        } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        yaml_event_delete(&ev);
+        if (s != TS_OK || type == YAML_STREAM_END_EVENT) break;
+    }
+    yaml_parser_delete(&ps);
+    return s;
+}
+
+static ts_status too_large(const char *name) {
+    return ts_fail(TS_ERR_INVALID, "%s: larger than %d MiB, the most a config file may hold", name,
+                   CFG_MAX_BYTES >> 20);
+}
+
+ts_status ts_config_load_string(ts_config *c, const char *text, size_t len, const char *name) {
+    if (!c || !text) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
+    if (!name) name = "config";
+    if (len > CFG_MAX_BYTES) return too_large(name);
+    ts_status s = check_depth(text, len, name);
+    if (s != TS_OK) return s;
+    yaml_parser_t ps;
+    if (!yaml_parser_initialize(&ps)) return ts_fail(TS_ERR_NOMEM, "config: YAML parser");
+    yaml_parser_set_input_string(&ps, (const unsigned char *)text, len);
+    s = load(c, &ps, name);
     yaml_parser_delete(&ps);
     return s;
 }
@@ -224,16 +270,21 @@ ts_status ts_config_load_file(ts_config *c, const char *path) {
                        "cannot open config '%s': %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode))
         return ts_fail(TS_ERR_IO, "cannot read config '%s': it is a directory", path);
+    if (S_ISREG(st.st_mode) && st.st_size > CFG_MAX_BYTES) return too_large(path);
     FILE *f = fopen(path, "rb");
     if (!f) return ts_fail(TS_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
-    yaml_parser_t ps;
-    if (!yaml_parser_initialize(&ps)) {
+    /* Read whole (a pipe too), one byte past the cap to see it exceeded. */
+    char *text = malloc(CFG_MAX_BYTES + 1);
+    if (!text) {
         fclose(f);
-        return ts_fail(TS_ERR_NOMEM, "config: YAML parser");
+        return ts_fail(TS_ERR_NOMEM, "config: out of memory for '%s'", path);
     }
-    yaml_parser_set_input_file(&ps, f);
-    ts_status s = load(c, &ps, path);
-    yaml_parser_delete(&ps);
+    const size_t n = fread(text, 1, CFG_MAX_BYTES + 1, f);
+    const int bad = ferror(f);
     fclose(f);
+    ts_status s = bad                 ? ts_fail(TS_ERR_IO, "cannot read config '%s'", path)
+                  : n > CFG_MAX_BYTES ? too_large(path)
+                                      : ts_config_load_string(c, text, n, path);
+    free(text);
     return s;
 }
