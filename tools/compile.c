@@ -49,6 +49,9 @@ int cli_compile(const cli_args *a) {
     ts_config c;
     int rc = cli_load_config(a, &c);
     if (rc != CLI_OK) return rc;
+    /* The plan compiled here is one process's: refuse dist.* rather than ignore it. */
+    if (need_plan && ts_config_check_single_process(&c, "tessel compile") != TS_OK)
+        return cli_error(CLI_USAGE, "%s", ts_last_error());
 
     ts_graph *g = NULL;
     ts_plan *plan = NULL;
