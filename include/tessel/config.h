@@ -193,6 +193,34 @@ ts_status ts_config_write(const ts_config *c, FILE *out);
 /* "mlp", "gpt", "cnn", "gru", "lstm", "unet3d" or "gcn" for model.name. */
 const char *ts_config_model_word(int name);
 
+/* ckpt.verify_key resolved: how a resume checks a checkpoint's signature. */
+typedef enum ts_cfg_verify {
+    TS_CFG_VERIFY_NONE = 0, /* checksums only: verify_key none, or nothing set */
+    TS_CFG_VERIFY_FILE,     /* the public key file verify_key names */
+    TS_CFG_VERIFY_OWN       /* verify_key unset, sign_key set: the public half of the
+                             * run's own signing key (*path is sign_key's file) */
+} ts_cfg_verify;
+/* The mode, and in *path the key file it reads (NULL for NONE). */
+ts_cfg_verify ts_config_verify_key(const ts_config *c, const char **path);
+/* ckpt.sign_key, or NULL for an unsigned run ("" or "none"). */
+const char *ts_config_sign_key(const ts_config *c);
+
+/* What a run checks before it creates anything (a refused config leaves
+ * no directory behind): observe.metrics_port leaves a port for every rank
+ * (rank r serves metrics_port + r; c is rank `rank`'s config, whose port
+ * already has its rank added); ckpt.sign_key is a regular file, not a
+ * link, of this user, mode 0600 or stricter; ckpt.verify_key (unless none)
+ * a readable regular file. Errors name the key's file and line. */
+ts_status ts_config_check_run(const ts_config *c, int rank, int nranks);
+
+/* The table index of the first dist.* key whose value is not its default,
+ * or -1. */
+int ts_config_dist_key(const ts_config *c);
+/* TS_OK when every dist.* key is at its default; otherwise fails naming the
+ * first one that is not, for tools that build one process's step (`tool`,
+ * e.g. "tessel compile", names the tool in the message). */
+ts_status ts_config_check_single_process(const ts_config *c, const char *tool);
+
 #ifdef __cplusplus
 }
 #endif
