@@ -31,15 +31,14 @@ json_t *ck_int_array(const int64_t *v, int n);
 
 /* ---- durable files ----------------------------------------------------- */
 
-/* Create `path` (O_EXCL when `excl`), write all of `data`, fsync, close. */
+/* Create `path` (O_EXCL when `excl`), write all of `data`, fsync, close.
+ * Never through a link (O_NOFOLLOW). Files of a run directory go through
+ * core/fsat.h instead. */
 ts_status ck_write_sync(const char *path, const void *data, size_t n, mode_t mode, int excl);
 /* fsync a directory so the names created or renamed in it are durable. */
 ts_status ck_fsync_dir(const char *dir);
 /* Read a whole file of at most `max` bytes, NUL-terminated. */
 ts_status ck_read_file(const char *path, size_t max, char **out, size_t *n);
-/* Remove a checkpoint-like directory holding only regular files (refuses
- * anything else, so a wrong path cannot take a tree with it). */
-ts_status ck_remove_flat_dir(const char *dir);
 
 /* ---- Ed25519 (libsodium) ----------------------------------------------- */
 

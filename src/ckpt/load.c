@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "ckpt/safetensors.h"
 #include "ckpt_internal.h"
+#include "core/fsat.h"
 #include "core/crc32c.h"
 
 #define MANIFEST_MAX ((size_t)256 << 20)
@@ -87,21 +88,32 @@ ts_status ts_ckpt_resolve(const char *path, char *out, size_t n) {
             return ts_fail(TS_ERR_INVALID, "%s: path too long", path);
         return TS_OK;
     }
-    char *lp = ck_join(path, "LATEST"), *text = NULL;
-    if (!lp) return TS_ERR_NOMEM;
-    ts_status s = ck_read_file(lp, 4096, &text, NULL);
-    free(lp);
-    if (s != TS_OK)
-        return ts_fail(TS_ERR_NOT_FOUND,
-                       "%s: neither a checkpoint (no manifest.json) nor a run directory with a "
-                       "LATEST checkpoint",
-                       path);
-    text[strcspn(text, "\r\n")] = '\0';
-    if (ck_parse_step_name(text) < 0) {
-        s = ts_fail(TS_ERR_FORMAT, "%s/LATEST: names '%.64s', not a step-N directory", path, text);
-    } else if ((size_t)snprintf(out, n, "%s/%s", path, text) >= n) {
-        s = ts_fail(TS_ERR_INVALID, "%s: path too long", path);
+    /* A run directory: LATEST and the directory it names are reached
+     * without following links (a link there is an error naming it). */
+    char *text = NULL;
+    ts_dir run;
+    ts_status s = ts_dir_open(&run, path, TS_DIR_FOLLOW);
+    if (s == TS_OK) s = ts_dir_read(&run, "LATEST", 4096, &text, NULL);
+    if (s == TS_ERR_NOT_FOUND)
+        s = ts_fail(TS_ERR_NOT_FOUND,
+                    "%s: neither a checkpoint (no manifest.json) nor a run directory with a "
+                    "LATEST checkpoint",
+                    path);
+    if (s == TS_OK) {
+        text[strcspn(text, "\r\n")] = '\0';
+        int kind = 0;
+        if (ck_parse_step_name(text) < 0)
+            s = ts_fail(TS_ERR_FORMAT, "%s/LATEST: names '%.64s', not a step-N directory", path,
+                        text);
+        else if ((s = ts_dir_kind(&run, text, &kind)) != TS_OK)
+            ts_error_prefix("%s/LATEST names %s", path, text);
+        else if (kind != 2)
+            s = ts_fail(TS_ERR_NOT_FOUND, "%s/LATEST names %s, which is %s", path, text,
+                        kind ? "not a directory" : "missing");
+        else if ((size_t)snprintf(out, n, "%s/%s", path, text) >= n)
+            s = ts_fail(TS_ERR_INVALID, "%s: path too long", path);
     }
+    ts_dir_close(&run);
     free(text);
     return s;
 }
