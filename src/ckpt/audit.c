@@ -36,6 +36,7 @@ struct ts_audit {
     int fd;
     int64_t seq; /* of the last entry; -1 when empty */
     char head[CK_SHA_HEX];
+    char genesis[CK_SHA_HEX]; /* hash of line 0: the run's identity ("" while empty) */
     ck_key key;
     int since_head; /* entries since the last signed head */
 };
@@ -171,6 +172,7 @@ ts_status ts_audit_open(const char *run_dir, const char *private_key, ts_audit *
     if (s == TS_OK) {
         a->seq = sc.n - 1;
         memcpy(a->head, sc.n ? sc.hashes[sc.n - 1] : ZERO_HASH, CK_SHA_HEX);
+        if (sc.n) memcpy(a->genesis, sc.hashes[0], CK_SHA_HEX);
         a->since_head = (int)(sc.n - 1 - sc.last_signed);
         s = ts_dir_openf(&run, "audit.log", TS_AT_APPEND, 0644, &a->fd);
     }
@@ -225,6 +227,7 @@ static ts_status append_locked(ts_audit *a, const char *event, json_t *e, int si
     if (s != TS_OK) return s;
     a->seq++;
     memcpy(a->head, hash, CK_SHA_HEX);
+    if (a->seq == 0) memcpy(a->genesis, hash, CK_SHA_HEX);
     a->since_head = sign ? 0 : a->since_head + 1;
     return TS_OK;
 }
@@ -269,6 +272,12 @@ void ck_audit_head(ts_audit *a, int64_t *seq, char hex[CK_SHA_HEX]) {
     pthread_mutex_unlock(&a->mu);
 }
 
+void ck_audit_genesis(ts_audit *a, char hex[CK_SHA_HEX]) {
+    pthread_mutex_lock(&a->mu);
+    memcpy(hex, a->genesis, CK_SHA_HEX);
+    pthread_mutex_unlock(&a->mu);
+}
+
 ts_status ts_audit_append(ts_audit *a, const char *event, const char *fields_json) {
     if (!a || !event) return ts_fail(TS_ERR_INVALID, "audit_append: NULL argument");
     json_t *f = NULL;
@@ -307,7 +316,7 @@ ts_status ts_audit_close(ts_audit *a) {
  * the log must still hold that line, unchanged. A checkpoint directory
  * that is a link is an error naming it (core/fsat.h). */
 static ts_status check_anchors(const ts_dir *run, const char *log_path, const scan *sc,
-                               int *anchored) {
+                               const ck_log_view *v, const char *latest, int *anchored) {
     *anchored = 0;
     int fd2 = dup(run->fd);
     DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
@@ -329,7 +338,7 @@ static ts_status check_anchors(const ts_dir *run, const char *log_path, const sc
         json_t *ah = json_object_get(m, "audit_head");
         json_t *seqv = json_object_get(ah, "seq");
         const char *h = json_string_value(json_object_get(ah, "sha256"));
-        if (json_is_integer(seqv) && h) {
+        if (s == TS_OK && json_is_integer(seqv) && h) {
             int64_t seq = json_integer_value(seqv);
             if (seq >= sc->n)
                 s = ts_fail(TS_ERR_FORMAT,
@@ -344,6 +353,9 @@ static ts_status check_anchors(const ts_dir *run, const char *log_path, const sc
             else
                 (*anchored)++;
         }
+        /* Where it was saved, and recorded in the log (rollback.c). */
+        if (s == TS_OK && m)
+            s = ck_check_placement(v, run->path, de->d_name, text, m, !strcmp(de->d_name, latest));
         json_decref(m);
         free(text);
     }
@@ -365,7 +377,17 @@ ts_status ts_audit_verify(const char *run_dir, const char *public_key, ts_audit_
     if (s == TS_OK) s = ts_dir_read(&run, "audit.log", AUDIT_MAX_BYTES, &text, &len);
     if (s == TS_OK) s = scan_log(path, text, len, public_key ? &k : NULL, &sc);
     int anchored = 0;
-    if (s == TS_OK) s = check_anchors(&run, path, &sc, &anchored);
+    ck_log_view v = {0};
+    char *latest = NULL;
+    if (s == TS_OK) s = ck_log_view_read(&run, &v);
+    if (s == TS_OK) {
+        ts_status ls = ts_dir_read(&run, "LATEST", 4096, &latest, NULL);
+        if (ls != TS_OK && ls != TS_ERR_NOT_FOUND) s = ls;
+        if (latest) latest[strcspn(latest, "\r\n")] = '\0';
+    }
+    if (s == TS_OK) s = check_anchors(&run, path, &sc, &v, latest ? latest : "", &anchored);
+    free(latest);
+    ck_log_view_free(&v);
     if (s == TS_OK && r) {
         r->entries = sc.n;
         r->signed_heads = sc.signed_heads;

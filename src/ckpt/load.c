@@ -553,6 +553,42 @@ void ts_ckpt_close(ts_ckpt *c) {
     free(c);
 }
 
+/* A checkpoint inside a run directory must be where it was saved
+ * (rollback.c); `latest`: reached through LATEST. */
+static ts_status check_placement(ts_ckpt *c, int latest) {
+    char *parent = ts_strdup(c->dir);
+    if (!parent) return ts_fail(TS_ERR_NOMEM, "ckpt: out of memory");
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
+    char *slash = strrchr(parent, '/');
+    const char *name = slash ? slash + 1 : parent;
+    const char *run_path = slash ? (slash == parent ? "/" : parent) : ".";
+    if (slash && slash != parent) *slash = '\0';
+    ts_status s = TS_OK;
+    if (strncmp(name, "step-", 5) == 0) {
+        char nm[256];
+        snprintf(nm, sizeof nm, "%s", name);
+        if (slash == parent) run_path = "/";
+        ts_dir run;
+        ck_log_view v;
+        int have = 0;
+        s = ts_dir_open(&run, run_path, TS_DIR_FOLLOW);
+        if (s == TS_OK) {
+            s = ck_log_view_read(&run, &v);
+            have = s == TS_OK;
+            if (s == TS_ERR_NOT_FOUND) s = TS_OK;
+            ts_dir_close(&run);
+        } else if (s == TS_ERR_NOT_FOUND) {
+            s = TS_OK;
+        }
+        if (s == TS_OK)
+            s = ck_check_placement(have ? &v : NULL, run_path, nm, c->text, c->m, latest);
+        if (have) ck_log_view_free(&v);
+    }
+    free(parent);
+    return s;
+}
+
 static ts_status open_verified(const char *path, const char *public_key, ts_ckpt **out) {
     char dir[4096];
     ts_status s = ts_ckpt_resolve(path, dir, sizeof dir);
@@ -575,6 +611,7 @@ static ts_status open_verified(const char *path, const char *public_key, ts_ckpt
     free(mp);
     if (s == TS_OK) s = parse_manifest(c);
     if (s == TS_OK) s = check_signature(c, public_key);
+    if (s == TS_OK) s = check_placement(c, strcmp(dir, path) != 0);
     if (s == TS_OK) s = verify_files(c);
     return s;
 }

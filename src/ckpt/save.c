@@ -469,6 +469,10 @@ static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, const char *
             ck_audit_head(s->audit, &aseq, ahash);
             bad |= json_object_set_new(
                 m, "audit_head", json_pack("{s:I, s:s}", "seq", (json_int_t)aseq, "sha256", ahash));
+            /* The run's identity: its audit log's first line. */
+            char gen[CK_SHA_HEX];
+            ck_audit_genesis(s->audit, gen);
+            if (gen[0]) bad |= json_object_set_new(m, "run", json_string(gen));
         }
     }
     if (!bad && s->key.has_secret) {
