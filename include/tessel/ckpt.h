@@ -57,6 +57,12 @@ typedef struct ts_audit ts_audit;
  * key 0644. Neither file may exist yet. */
 ts_status ts_ckpt_keygen(const char *private_key_path, const char *public_key_path);
 
+/* The public half of a private key file, as "ed25519:<64 hex digits>":
+ * accepted wherever a public key file is (ts_ckpt_open, ts_ckpt_load,
+ * ts_audit_verify). With ckpt.sign_key set and ckpt.verify_key unset, a
+ * resume verifies against the run's own key this way. */
+ts_status ts_ckpt_public_key_of(const char *private_key_path, char out[73]);
+
 /* SHA-256 of a file as 64 hex digits (for data lineage). */
 ts_status ts_sha256_file(const char *path, char hex[65]);
 

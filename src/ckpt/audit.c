@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "ckpt_internal.h"
+#include "core/fsat.h"
 
 #define HEAD_EVERY      16
 #define AUDIT_MAX_BYTES ((size_t)1 << 30)
@@ -35,6 +36,7 @@ struct ts_audit {
     int fd;
     int64_t seq; /* of the last entry; -1 when empty */
     char head[CK_SHA_HEX];
+    char genesis[CK_SHA_HEX]; /* hash of line 0: the run's identity ("" while empty) */
     ck_key key;
     int since_head; /* entries since the last signed head */
 };
@@ -146,19 +148,23 @@ static void audit_free(ts_audit *a) {
 ts_status ts_audit_open(const char *run_dir, const char *private_key, ts_audit **out) {
     if (!run_dir || !out) return ts_fail(TS_ERR_INVALID, "audit_open: NULL argument");
     *out = NULL;
-    if (mkdir(run_dir, 0755) != 0 && errno != EEXIST)
-        return ts_fail(TS_ERR_IO, "%s: cannot create run directory: %s", run_dir, strerror(errno));
+    /* audit.log is reached without following links (core/fsat.h). */
+    ts_dir run;
+    ts_status s = ts_dir_open(&run, run_dir, 1);
+    if (s != TS_OK) return s;
     ts_audit *a = ts_zalloc(sizeof *a, "audit log");
-    if (!a) return TS_ERR_NOMEM;
+    if (!a) {
+        ts_dir_close(&run);
+        return TS_ERR_NOMEM;
+    }
     a->fd = -1;
     pthread_mutex_init(&a->mu, NULL);
-    ts_status s = TS_OK;
     if (!(a->path = ck_join(run_dir, "audit.log"))) s = TS_ERR_NOMEM;
     if (s == TS_OK && private_key) s = ck_key_load_secret(private_key, &a->key);
     char *text = NULL;
     size_t len = 0;
     if (s == TS_OK) {
-        s = ck_read_file(a->path, AUDIT_MAX_BYTES, &text, &len);
+        s = ts_dir_read(&run, "audit.log", AUDIT_MAX_BYTES, &text, &len);
         if (s == TS_ERR_NOT_FOUND) s = TS_OK, len = 0;
     }
     scan sc = {0};
@@ -166,12 +172,12 @@ ts_status ts_audit_open(const char *run_dir, const char *private_key, ts_audit *
     if (s == TS_OK) {
         a->seq = sc.n - 1;
         memcpy(a->head, sc.n ? sc.hashes[sc.n - 1] : ZERO_HASH, CK_SHA_HEX);
+        if (sc.n) memcpy(a->genesis, sc.hashes[0], CK_SHA_HEX);
         a->since_head = (int)(sc.n - 1 - sc.last_signed);
-        a->fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-        if (a->fd < 0)
-            s = ts_fail(TS_ERR_IO, "%s: cannot open for appending: %s", a->path, strerror(errno));
+        s = ts_dir_openf(&run, "audit.log", TS_AT_APPEND, 0644, &a->fd);
     }
-    if (s == TS_OK && len == 0) s = ck_fsync_dir(run_dir); /* the new file's name */
+    if (s == TS_OK && len == 0) s = ts_dir_sync(&run); /* the new file's name */
+    ts_dir_close(&run);
     free(sc.hashes);
     free(text);
     if (s != TS_OK) {
@@ -221,6 +227,7 @@ static ts_status append_locked(ts_audit *a, const char *event, json_t *e, int si
     if (s != TS_OK) return s;
     a->seq++;
     memcpy(a->head, hash, CK_SHA_HEX);
+    if (a->seq == 0) memcpy(a->genesis, hash, CK_SHA_HEX);
     a->since_head = sign ? 0 : a->since_head + 1;
     return TS_OK;
 }
@@ -265,6 +272,12 @@ void ck_audit_head(ts_audit *a, int64_t *seq, char hex[CK_SHA_HEX]) {
     pthread_mutex_unlock(&a->mu);
 }
 
+void ck_audit_genesis(ts_audit *a, char hex[CK_SHA_HEX]) {
+    pthread_mutex_lock(&a->mu);
+    memcpy(hex, a->genesis, CK_SHA_HEX);
+    pthread_mutex_unlock(&a->mu);
+}
+
 ts_status ts_audit_append(ts_audit *a, const char *event, const char *fields_json) {
     if (!a || !event) return ts_fail(TS_ERR_INVALID, "audit_append: NULL argument");
     json_t *f = NULL;
@@ -300,23 +313,27 @@ ts_status ts_audit_close(ts_audit *a) {
 }
 
 /* Each committed checkpoint's manifest records the log head at its save:
- * the log must still hold that line, unchanged. */
-static ts_status check_anchors(const char *run_dir, const char *log_path, const scan *sc,
-                               int *anchored) {
+ * the log must still hold that line, unchanged. A checkpoint directory
+ * that is a link is an error naming it (core/fsat.h). */
+static ts_status check_anchors(const ts_dir *run, const char *log_path, const scan *sc,
+                               const ck_log_view *v, const char *latest, int *anchored) {
     *anchored = 0;
-    DIR *d = opendir(run_dir);
-    if (!d) return ts_fail(TS_ERR_IO, "%s: cannot list: %s", run_dir, strerror(errno));
+    int fd2 = dup(run->fd);
+    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
+    if (!d) {
+        if (fd2 >= 0) close(fd2);
+        return ts_fail(TS_ERR_IO, "%s: cannot list: %s", run->path, strerror(errno));
+    }
     ts_status s = TS_OK;
     struct dirent *de;
     while (s == TS_OK && (de = readdir(d))) {
         if (ck_parse_step_name(de->d_name) < 0) continue;
-        char *dir = ck_join(run_dir, de->d_name),
-             *mpath = dir ? ck_join(dir, "manifest.json") : NULL;
+        ts_dir ck;
         char *text = NULL;
-        if (!mpath)
-            s = TS_ERR_NOMEM;
-        else if (ck_read_file(mpath, (size_t)64 << 20, &text, NULL) != TS_OK)
+        if ((s = ts_dir_sub(&ck, run, de->d_name, 0)) != TS_OK) break;
+        if (ts_dir_read(&ck, "manifest.json", (size_t)64 << 20, &text, NULL) != TS_OK)
             text = NULL; /* ckpt verify reports unreadable checkpoints */
+        ts_dir_close(&ck);
         json_t *m = text ? json_loads(text, 0, NULL) : NULL;
         json_t *ah = json_object_get(m, "audit_head");
         json_t *seqv = json_object_get(ah, "seq");
@@ -336,10 +353,11 @@ static ts_status check_anchors(const char *run_dir, const char *log_path, const 
             else
                 (*anchored)++;
         }
+        /* Where it was saved, and recorded in the log (rollback.c). */
+        if (s == TS_OK && m)
+            s = ck_check_placement(v, run->path, de->d_name, text, m, !strcmp(de->d_name, latest));
         json_decref(m);
         free(text);
-        free(mpath);
-        free(dir);
     }
     closedir(d);
     return s;
@@ -354,16 +372,29 @@ ts_status ts_audit_verify(const char *run_dir, const char *public_key, ts_audit_
     if (!path) return TS_ERR_NOMEM;
     size_t len = 0;
     scan sc = {0};
-    s = ck_read_file(path, AUDIT_MAX_BYTES, &text, &len);
+    ts_dir run;
+    s = ts_dir_open(&run, run_dir, TS_DIR_FOLLOW);
+    if (s == TS_OK) s = ts_dir_read(&run, "audit.log", AUDIT_MAX_BYTES, &text, &len);
     if (s == TS_OK) s = scan_log(path, text, len, public_key ? &k : NULL, &sc);
     int anchored = 0;
-    if (s == TS_OK) s = check_anchors(run_dir, path, &sc, &anchored);
+    ck_log_view v = {0};
+    char *latest = NULL;
+    if (s == TS_OK) s = ck_log_view_read(&run, &v);
+    if (s == TS_OK) {
+        ts_status ls = ts_dir_read(&run, "LATEST", 4096, &latest, NULL);
+        if (ls != TS_OK && ls != TS_ERR_NOT_FOUND) s = ls;
+        if (latest) latest[strcspn(latest, "\r\n")] = '\0';
+    }
+    if (s == TS_OK) s = check_anchors(&run, path, &sc, &v, latest ? latest : "", &anchored);
+    free(latest);
+    ck_log_view_free(&v);
     if (s == TS_OK && r) {
         r->entries = sc.n;
         r->signed_heads = sc.signed_heads;
         r->last_signed_seq = sc.last_signed;
         r->checkpoints_anchored = anchored;
     }
+    ts_dir_close(&run);
     free(sc.hashes);
     free(text);
     free(path);

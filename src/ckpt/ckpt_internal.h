@@ -31,15 +31,14 @@ json_t *ck_int_array(const int64_t *v, int n);
 
 /* ---- durable files ----------------------------------------------------- */
 
-/* Create `path` (O_EXCL when `excl`), write all of `data`, fsync, close. */
+/* Create `path` (O_EXCL when `excl`), write all of `data`, fsync, close.
+ * Never through a link (O_NOFOLLOW). Files of a run directory go through
+ * core/fsat.h instead. */
 ts_status ck_write_sync(const char *path, const void *data, size_t n, mode_t mode, int excl);
 /* fsync a directory so the names created or renamed in it are durable. */
 ts_status ck_fsync_dir(const char *dir);
 /* Read a whole file of at most `max` bytes, NUL-terminated. */
 ts_status ck_read_file(const char *path, size_t max, char **out, size_t *n);
-/* Remove a checkpoint-like directory holding only regular files (refuses
- * anything else, so a wrong path cannot take a tree with it). */
-ts_status ck_remove_flat_dir(const char *dir);
 
 /* ---- Ed25519 (libsodium) ----------------------------------------------- */
 
@@ -68,6 +67,45 @@ void ck_key_wipe(ck_key *k);
 ts_status ck_audit_event(ts_audit *a, const char *event, json_t *fields);
 /* Sequence number and hash of the last entry (seq -1 for an empty log). */
 void ck_audit_head(ts_audit *a, int64_t *seq, char hex[CK_SHA_HEX]);
+
+/* Hash of the log's first line: the run's identity, recorded in each
+ * manifest as "run" ("" while the log is empty). */
+void ck_audit_genesis(ts_audit *a, char hex[CK_SHA_HEX]);
+
+/* ---- rollback checks (rollback.c) --------------------------------------- */
+
+/* What a run directory's audit.log says about its saves. */
+typedef struct ck_save_rec {
+    char dir[64];
+    char sha[CK_SHA_HEX]; /* manifest_sha256 */
+    int64_t line;         /* 0-based */
+} ck_save_rec;
+
+typedef struct ck_log_view {
+    int64_t n;                                  /* lines */
+    char genesis[CK_SHA_HEX], last[CK_SHA_HEX]; /* hashes of line 0 and the last line */
+    int64_t last_head;                          /* line of the last signed head; -1: none */
+    ck_save_rec *saves;                         /* in log order */
+    int nsaves;
+    char (*ids)[33]; /* checkpoint ids named by load, verify and resume entries */
+    int nids;
+} ck_log_view;
+
+struct ts_dir;
+/* Read RUN/audit.log (TS_ERR_NOT_FOUND when there is none). Only what
+ * the checks below need is parsed; the chain is ts_audit_verify's. */
+ts_status ck_log_view_read(const struct ts_dir *run, ck_log_view *v);
+void ck_log_view_free(ck_log_view *v);
+/* The checkpoint `name` of the run directory (manifest `m`, its bytes
+ * `text`) sits where it was saved: its manifest names this directory and
+ * step, this run (v's first line), and the log's last save into `name`
+ * recorded this very manifest. With `latest`, name is what LATEST names
+ * and must be the log's newest untagged save. A save whose "save" entry is
+ * missing because the process died between the commit and the entry
+ * passes when no later save was logged after the log head its manifest
+ * records. v may be NULL (no log): only the names are checked. */
+ts_status ck_check_placement(const ck_log_view *v, const char *run_path, const char *name,
+                             const char *text, json_t *m, int latest);
 
 /* ---- checkpoint names -------------------------------------------------- */
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "ckpt/safetensors.h"
 #include "ckpt_internal.h"
+#include "core/fsat.h"
 #include "core/crc32c.h"
 
 #define MANIFEST_MAX ((size_t)256 << 20)
@@ -87,21 +88,32 @@ ts_status ts_ckpt_resolve(const char *path, char *out, size_t n) {
             return ts_fail(TS_ERR_INVALID, "%s: path too long", path);
         return TS_OK;
     }
-    char *lp = ck_join(path, "LATEST"), *text = NULL;
-    if (!lp) return TS_ERR_NOMEM;
-    ts_status s = ck_read_file(lp, 4096, &text, NULL);
-    free(lp);
-    if (s != TS_OK)
-        return ts_fail(TS_ERR_NOT_FOUND,
-                       "%s: neither a checkpoint (no manifest.json) nor a run directory with a "
-                       "LATEST checkpoint",
-                       path);
-    text[strcspn(text, "\r\n")] = '\0';
-    if (ck_parse_step_name(text) < 0) {
-        s = ts_fail(TS_ERR_FORMAT, "%s/LATEST: names '%.64s', not a step-N directory", path, text);
-    } else if ((size_t)snprintf(out, n, "%s/%s", path, text) >= n) {
-        s = ts_fail(TS_ERR_INVALID, "%s: path too long", path);
+    /* A run directory: LATEST and the directory it names are reached
+     * without following links (a link there is an error naming it). */
+    char *text = NULL;
+    ts_dir run;
+    ts_status s = ts_dir_open(&run, path, TS_DIR_FOLLOW);
+    if (s == TS_OK) s = ts_dir_read(&run, "LATEST", 4096, &text, NULL);
+    if (s == TS_ERR_NOT_FOUND)
+        s = ts_fail(TS_ERR_NOT_FOUND,
+                    "%s: neither a checkpoint (no manifest.json) nor a run directory with a "
+                    "LATEST checkpoint",
+                    path);
+    if (s == TS_OK) {
+        text[strcspn(text, "\r\n")] = '\0';
+        int kind = 0;
+        if (ck_parse_step_name(text) < 0)
+            s = ts_fail(TS_ERR_FORMAT, "%s/LATEST: names '%.64s', not a step-N directory", path,
+                        text);
+        else if ((s = ts_dir_kind(&run, text, &kind)) != TS_OK)
+            ts_error_prefix("%s/LATEST names %s", path, text);
+        else if (kind != 2)
+            s = ts_fail(TS_ERR_NOT_FOUND, "%s/LATEST names %s, which is %s", path, text,
+                        kind ? "not a directory" : "missing");
+        else if ((size_t)snprintf(out, n, "%s/%s", path, text) >= n)
+            s = ts_fail(TS_ERR_INVALID, "%s: path too long", path);
     }
+    ts_dir_close(&run);
     free(text);
     return s;
 }
@@ -541,6 +553,42 @@ void ts_ckpt_close(ts_ckpt *c) {
     free(c);
 }
 
+/* A checkpoint inside a run directory must be where it was saved
+ * (rollback.c); `latest`: reached through LATEST. */
+static ts_status check_placement(ts_ckpt *c, int latest) {
+    char *parent = ts_strdup(c->dir);
+    if (!parent) return ts_fail(TS_ERR_NOMEM, "ckpt: out of memory");
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
+    char *slash = strrchr(parent, '/');
+    const char *name = slash ? slash + 1 : parent;
+    const char *run_path = slash ? (slash == parent ? "/" : parent) : ".";
+    if (slash && slash != parent) *slash = '\0';
+    ts_status s = TS_OK;
+    if (strncmp(name, "step-", 5) == 0) {
+        char nm[256];
+        snprintf(nm, sizeof nm, "%s", name);
+        if (slash == parent) run_path = "/";
+        ts_dir run;
+        ck_log_view v;
+        int have = 0;
+        s = ts_dir_open(&run, run_path, TS_DIR_FOLLOW);
+        if (s == TS_OK) {
+            s = ck_log_view_read(&run, &v);
+            have = s == TS_OK;
+            if (s == TS_ERR_NOT_FOUND) s = TS_OK;
+            ts_dir_close(&run);
+        } else if (s == TS_ERR_NOT_FOUND) {
+            s = TS_OK;
+        }
+        if (s == TS_OK)
+            s = ck_check_placement(have ? &v : NULL, run_path, nm, c->text, c->m, latest);
+        if (have) ck_log_view_free(&v);
+    }
+    free(parent);
+    return s;
+}
+
 static ts_status open_verified(const char *path, const char *public_key, ts_ckpt **out) {
     char dir[4096];
     ts_status s = ts_ckpt_resolve(path, dir, sizeof dir);
@@ -563,6 +611,7 @@ static ts_status open_verified(const char *path, const char *public_key, ts_ckpt
     free(mp);
     if (s == TS_OK) s = parse_manifest(c);
     if (s == TS_OK) s = check_signature(c, public_key);
+    if (s == TS_OK) s = check_placement(c, strcmp(dir, path) != 0);
     if (s == TS_OK) s = verify_files(c);
     return s;
 }

@@ -576,8 +576,15 @@ static ts_status st_write_all(int fd, const void *buf, size_t n, const char *pat
     return TS_OK;
 }
 
-/* fsync the directory holding `path` so the rename itself is durable. */
-static ts_status st_sync_dir(const char *path) {
+/* fsync the directory holding `path` (or open as `dirfd`) so the rename
+ * itself is durable. */
+static ts_status st_sync_dir(int dirfd, const char *path) {
+    if (dirfd != AT_FDCWD) {
+        if (fsync(dirfd) != 0 && errno != EINVAL && errno != ENOTSUP)
+            return ts_fail(TS_ERR_IO, "%s: fsync of its directory failed: %s", path,
+                           strerror(errno));
+        return TS_OK;
+    }
     const char *slash = strrchr(path, '/');
     char *dir = ts_strdup(slash ? path : ".");
     if (!dir) return TS_ERR_NOMEM;
@@ -610,7 +617,8 @@ static ts_status st_sync_dir(const char *path) {
 
 typedef struct st_out {
     int fd, direct;
-    const char *tmp;
+    int at;          /* the directory tmp is relative to (AT_FDCWD: a path) */
+    const char *tmp; /* the temporary name (relative to at) */
     size_t chunk;
     ts_st_chunk_fn fn;
     void *user;
@@ -680,17 +688,19 @@ static ts_status st_emit(st_out *o, int tensor, const void *buf, size_t n, const
 /* Opens the temporary file, with O_DIRECT when `direct` and the file
  * system takes it; o->direct says which. */
 static int st_open_out(st_out *o, int direct) {
-    int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    /* O_NOFOLLOW: a link planted as the temporary name is never written
+     * through. */
+    int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW;
     o->direct = 0;
     if (direct) {
-        int fd = open(o->tmp, flags | O_DIRECT, 0644);
+        int fd = openat(o->at, o->tmp, flags | O_DIRECT, 0644);
         if (fd >= 0) {
             o->direct = 1;
             return fd;
         }
         if (errno != EINVAL) return -1;
     }
-    return open(o->tmp, flags, 0644);
+    return openat(o->at, o->tmp, flags, 0644);
 }
 
 /* The direct path's tail: the last partial block, then the exact length. */
@@ -702,9 +712,8 @@ static ts_status st_finish_direct(st_out *o) {
     return s;
 }
 
-ts_status ts_st_writer_save_with(const ts_st_writer *w, const char *path, size_t chunk,
-                                 ts_st_chunk_fn fn, void *user) {
-    if (!w || !path || !*path) return ts_fail(TS_ERR_INVALID, "ts_st_writer_save: NULL argument");
+static ts_status st_save(const ts_st_writer *w, int at, const char *name, const char *path,
+                         size_t chunk, ts_st_chunk_fn fn, void *user) {
     char *hdr;
     ts_status s = st_build_header(w, path, &hdr);
     if (s != TS_OK) return s;
@@ -713,16 +722,16 @@ ts_status ts_st_writer_save_with(const ts_st_writer *w, const char *path, size_t
     for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     static const char spaces[8] = "        ";
 
-    size_t plen = strlen(path);
+    size_t plen = strlen(name);
     char *tmp = ts_alloc(plen + 5, "safetensors temporary path");
     if (!tmp) {
         free(hdr);
         return TS_ERR_NOMEM;
     }
-    memcpy(tmp, path, plen);
+    memcpy(tmp, name, plen);
     memcpy(tmp + plen, ".tmp", 5);
 
-    st_out o = {-1, 0, tmp, chunk ? chunk : ((size_t)1 << 20), fn, user, NULL, 0, 0, 0};
+    st_out o = {-1, 0, at, tmp, chunk ? chunk : ((size_t)1 << 20), fn, user, NULL, 0, 0, 0};
     /* Direct I/O pays off for checkpoint-sized files, not for small ones. */
     uint64_t total = padded + 8;
     for (int i = 0; i < w->n; i++) total += w->t[i].bytes;
@@ -732,7 +741,8 @@ ts_status ts_st_writer_save_with(const ts_st_writer *w, const char *path, size_t
     if (!(o.stage = stage)) direct = 0; /* the buffered path needs no buffer */
     int fd = o.fd = st_open_out(&o, direct);
     if (fd < 0) {
-        s = ts_fail(TS_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+        s = ts_fail(TS_ERR_IO, "%s: cannot create %s: %s", path, tmp,
+                    errno == ELOOP ? "it is a symbolic link (not followed)" : strerror(errno));
         free(o.stage);
         free(hdr);
         free(tmp);
@@ -753,15 +763,32 @@ ts_status ts_st_writer_save_with(const ts_st_writer *w, const char *path, size_t
         s = ts_fail(TS_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && s == TS_OK)
         s = ts_fail(TS_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (s == TS_OK && rename(tmp, path) != 0)
+    struct stat lst;
+    if (s == TS_OK && at != AT_FDCWD && fstatat(at, name, &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISLNK(lst.st_mode))
+        s = ts_fail(TS_ERR_IO, "%s is a symbolic link; not replacing it", path);
+    if (s == TS_OK && renameat(at, tmp, at, name) != 0)
         s = ts_fail(TS_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
     if (s != TS_OK) {
-        unlink(tmp);
+        unlinkat(at, tmp, 0);
         free(tmp);
         return s;
     }
     free(tmp);
-    return st_sync_dir(path);
+    return st_sync_dir(at, path);
+}
+
+ts_status ts_st_writer_save_with(const ts_st_writer *w, const char *path, size_t chunk,
+                                 ts_st_chunk_fn fn, void *user) {
+    if (!w || !path || !*path) return ts_fail(TS_ERR_INVALID, "ts_st_writer_save: NULL argument");
+    return st_save(w, AT_FDCWD, path, path, chunk, fn, user);
+}
+
+ts_status ts_st_writer_save_at(const ts_st_writer *w, int dirfd, const char *name,
+                               const char *shown, size_t chunk, ts_st_chunk_fn fn, void *user) {
+    if (!w || dirfd < 0 || !name || !*name || strchr(name, '/') || !shown)
+        return ts_fail(TS_ERR_INVALID, "ts_st_writer_save_at: bad argument");
+    return st_save(w, dirfd, name, shown, chunk, fn, user);
 }
 
 ts_status ts_st_writer_save(const ts_st_writer *w, const char *path) {

@@ -135,6 +135,13 @@ typedef void (*ts_st_chunk_fn)(void *user, int tensor, const void *data, size_t 
 ts_status ts_st_writer_save_with(const ts_st_writer *w, const char *path, size_t chunk,
                                  ts_st_chunk_fn fn, void *user);
 
+/* ts_st_writer_save_with into `name` of the directory open as `dirfd`
+ * ("NAME.tmp", renamed over NAME there, the directory fsync'ed), opened
+ * with O_NOFOLLOW: a link planted as either name is an error, never
+ * followed. `shown` is the path used in messages (e.g. "RUN/step-N.tmp/F"). */
+ts_status ts_st_writer_save_at(const ts_st_writer *w, int dirfd, const char *name,
+                               const char *shown, size_t chunk, ts_st_chunk_fn fn, void *user);
+
 /* Release the writer; NULL is allowed. */
 void ts_st_writer_free(ts_st_writer *w);
 

@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include "ckpt/safetensors.h"
 #include "ckpt_internal.h"
+#include "core/fsat.h"
 #include "core/crc32c.h"
 #include "tessel/tessel.h"
 
@@ -73,6 +74,7 @@ typedef struct sv_shard {
 
 struct ts_ckpt_saver {
     char *run_dir;
+    ts_dir run; /* opened once: every name below it is reached without following links */
     int threads, keep_last, keep_every;
     int background;  /* lower the writer threads' priority (not for ts_ckpt_save) */
     int rank, world; /* ts_ckpt_options: several ranks save sharded state together */
@@ -179,18 +181,25 @@ ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt
     if (o.world < 0 || o.rank < 0 || (o.world > 1 && o.rank >= o.world) ||
         (o.world <= 1 && o.rank > 0))
         return ts_fail(TS_ERR_INVALID, "ckpt saver: rank %d of world %d", o.rank, o.world);
-    /* Ranks > 0 write into rank 0's run directory and must not create it. */
-    if (o.rank == 0 && mkdir(run_dir, 0755) != 0 && errno != EEXIST)
-        return ts_fail(TS_ERR_IO, "%s: cannot create run directory: %s", run_dir, strerror(errno));
     ts_ckpt_saver *s = ts_zalloc(sizeof *s, "ckpt saver");
     if (!s) return TS_ERR_NOMEM;
+    /* Ranks > 0 write into rank 0's run directory and must not create it:
+     * they open it at their first save (rank 0 may not have made it yet). */
+    s->run.fd = -1;
+    ts_status ds = o.rank == 0 ? ts_dir_open(&s->run, run_dir, TS_DIR_CREATE) : TS_OK;
+    if (ds != TS_OK) {
+        free(s);
+        return ds;
+    }
     if (!(s->run_dir = ts_strdup(run_dir))) {
+        ts_dir_close(&s->run);
         free(s);
         return ts_fail(TS_ERR_NOMEM, "ckpt saver: out of memory");
     }
     if (o.sign_key) {
         ts_status st = ck_key_load_secret(o.sign_key, &s->key);
         if (st != TS_OK) {
+            ts_dir_close(&s->run);
             free(s->run_dir);
             free(s);
             return st;
@@ -287,7 +296,7 @@ static void hash_piece(void *user, int tensor, const void *data, size_t n) {
     h->bytes += n;
 }
 
-static ts_status write_shard(ts_ckpt_saver *s, const char *dir, sv_shard *sh) {
+static ts_status write_shard(ts_ckpt_saver *s, const ts_dir *dir, sv_shard *sh) {
     ts_st_writer *w;
     ts_status st = ts_st_writer_new(&w);
     if (st != TS_OK) return st;
@@ -296,12 +305,12 @@ static ts_status write_shard(ts_ckpt_saver *s, const char *dir, sv_shard *sh) {
         t->crc = 0;
         st = ts_st_writer_add(w, t->name, t->dtype, t->rank, t->dims, s->buf + t->off);
     }
-    char *path = ck_join(dir, sh->file);
+    char *path = ck_join(dir->path, sh->file);
     if (!path) st = TS_ERR_NOMEM;
     shard_hash h = {{NULL}, s, sh, 0};
     if (st == TS_OK) st = ts_sha256_begin(&h.sha, path);
     if (st == TS_OK) {
-        st = ts_st_writer_save_with(w, path, HASH_BLOCK, hash_piece, &h);
+        st = ts_st_writer_save_at(w, dir->fd, sh->file, path, HASH_BLOCK, hash_piece, &h);
         if (st == TS_OK) {
             ts_sha256_end(&h.sha, sh->sha);
             sh->file_bytes = h.bytes;
@@ -316,7 +325,7 @@ static ts_status write_shard(ts_ckpt_saver *s, const char *dir, sv_shard *sh) {
 
 typedef struct worker_arg {
     ts_ckpt_saver *s;
-    const char *dir;
+    const ts_dir *dir;
 } worker_arg;
 
 /* This thread's time on a CPU and waiting for one, in ns (0 if unknown). */
@@ -346,7 +355,7 @@ static void *shard_worker(void *arg) {
     return NULL;
 }
 
-static ts_status write_shards(ts_ckpt_saver *s, const char *dir) {
+static ts_status write_shards(ts_ckpt_saver *s, const ts_dir *dir) {
     atomic_store(&s->next_shard, 0);
     atomic_store(&s->run_ns, 0);
     atomic_store(&s->wait_ns, 0);
@@ -388,7 +397,8 @@ static int add_logical(json_t *tensors, const ck_zset *z) {
 }
 
 /* z: with ZeRO, the files and chunks of sharded state of every rank. */
-static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, char **out, char id[33]) {
+static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, const char *dir_name,
+                                char **out, char id[33]) {
     *out = NULL;
     unsigned char rnd[16];
     randombytes_buf(rnd, sizeof rnd);
@@ -404,6 +414,9 @@ static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, char **out, 
         bad |= json_object_set_new(m, "format_version", json_integer(z ? 2 : 1));
         bad |= json_object_set_new(m, "id", json_string(id));
         bad |= json_object_set_new(m, "step", json_integer(s->step));
+        /* Bound by the signature: a checkpoint renamed or copied in under
+         * another name is told apart on load (docs/checkpoints.md). */
+        bad |= json_object_set_new(m, "dir", json_string(dir_name));
         bad |= json_object_set_new(m, "updates_applied", json_integer(s->updates_applied));
         if (s->tag[0]) bad |= json_object_set_new(m, "tag", json_string(s->tag));
         bad |= json_object_set_new(m, "time", json_string(now));
@@ -456,6 +469,10 @@ static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, char **out, 
             ck_audit_head(s->audit, &aseq, ahash);
             bad |= json_object_set_new(
                 m, "audit_head", json_pack("{s:I, s:s}", "seq", (json_int_t)aseq, "sha256", ahash));
+            /* The run's identity: its audit log's first line. */
+            char gen[CK_SHA_HEX];
+            ck_audit_genesis(s->audit, gen);
+            if (gen[0]) bad |= json_object_set_new(m, "run", json_string(gen));
         }
     }
     if (!bad && s->key.has_secret) {
@@ -486,31 +503,27 @@ static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, char **out, 
 /* Move the finished directory to its final name. A directory already there
  * (the same step saved again after a resume) is swapped out atomically, so
  * LATEST never names a missing directory, and then removed. */
-static ts_status move_into_place(const char *tmp, const char *final) {
-    if (rename(tmp, final) == 0) return TS_OK;
-    if (errno != EEXIST && errno != ENOTEMPTY)
-        return ts_fail(TS_ERR_IO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
-        return ts_fail(TS_ERR_IO, "%s: exists, and cannot be replaced by %s: %s", final, tmp,
-                       strerror(errno));
-    return ck_remove_flat_dir(tmp); /* now the old one */
+static ts_status move_into_place(const ts_dir *run, const char *tmp, const char *final) {
+    int kind;
+    ts_status s = ts_dir_kind(run, final, &kind);
+    if (s != TS_OK) return s;
+    if (kind == 0) return ts_dir_rename(run, tmp, final);
+    if ((s = ts_dir_exchange(run, tmp, final)) != TS_OK) {
+        ts_error_prefix("%s/%s exists and cannot be replaced", run->path, final);
+        return s;
+    }
+    return ts_dir_remove_flat(run, tmp); /* now the old one */
 }
 
-static ts_status write_latest(const char *run_dir, const char *step_name) {
-    char *tmp = ck_join(run_dir, "LATEST.tmp"), *latest = ck_join(run_dir, "LATEST");
-    ts_status s = tmp && latest ? TS_OK : TS_ERR_NOMEM;
+static ts_status write_latest(const ts_dir *run, const char *step_name) {
     char line[64];
     snprintf(line, sizeof line, "%s\n", step_name);
-    if (s == TS_OK) s = ck_write_sync(tmp, line, strlen(line), 0644, 0);
-    if (s == TS_OK && rename(tmp, latest) != 0)
-        s = ts_fail(TS_ERR_IO, "%s: cannot rename over %s: %s", tmp, latest, strerror(errno));
-    if (s == TS_OK) s = ck_fsync_dir(run_dir);
-    free(tmp);
-    free(latest);
+    ts_status s = ts_dir_replace(run, "LATEST", line, strlen(line), 0644, 1);
+    if (s == TS_OK) s = ts_dir_sync(run);
     return s;
 }
 
-static ts_status gc_upto(const char *run_dir, int keep_last, int keep_every, int64_t tmp_upto,
+static ts_status gc_upto(const ts_dir *run, int keep_last, int keep_every, int64_t tmp_upto,
                          int *removed);
 
 /* This rank's files of sharded state and the chunks of logical tensors
@@ -551,36 +564,39 @@ static ts_status run_job(ts_ckpt_saver *s) {
      * and LATEST leave it alone. */
     if (s->tag[0]) snprintf(step_name + strlen(step_name), 56, "-%s", s->tag);
     snprintf(tmp_name, sizeof tmp_name, "%s.tmp", step_name);
-    char *tmp = ck_join(s->run_dir, tmp_name), *final = ck_join(s->run_dir, step_name),
-         *mpath = tmp ? ck_join(tmp, "manifest.json") : NULL;
+    /* Every name is reached relative to the run directory's descriptor
+     * without following links (core/fsat.h): a link planted as step-N.tmp,
+     * step-N, LATEST or LATEST.tmp is an error naming it. */
+    char *final = ck_join(s->run_dir, step_name);
     char *manifest = NULL, id[33] = "";
-    ts_status st = tmp && final && mpath ? TS_OK : TS_ERR_NOMEM;
+    ts_status st = final ? TS_OK : TS_ERR_NOMEM;
+    ts_dir tmp = {-1, NULL};
     ck_zset z = {0};
+    if (st == TS_OK && s->run.fd < 0) st = ts_dir_open(&s->run, s->run_dir, 0);
     if (s->zero) {
         /* Every rank writes into the same directory, in any order: it is
          * never removed here (rank 0 removes what is not this save's just
          * before the manifest; see zero.c). */
-        if (st == TS_OK && mkdir(tmp, 0755) != 0 && errno != EEXIST)
-            st = ts_fail(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        if (st == TS_OK) st = ts_dir_mkdir(&s->run, tmp_name, 1);
+        if (st == TS_OK) st = ts_dir_sub(&tmp, &s->run, tmp_name, 0);
         if (st == TS_OK) st = plan_shards(s);
-        if (st == TS_OK) st = write_shards(s, tmp);
+        if (st == TS_OK) st = write_shards(s, &tmp);
         if (st == TS_OK) st = own_chunks(s, &z);
         if (st == TS_OK && s->rank > 0) {
-            st = ck_rank_publish(tmp, s->rank, s->world, s->group, s->step, &z);
+            st = ck_rank_publish(tmp.path, s->rank, s->world, s->group, s->step, &z);
             if (st == TS_OK)
                 snprintf(s->done.dir, sizeof s->done.dir, "%s", step_name);
             else
-                ts_error_prefix("checkpoint %s, rank %d", tmp, s->rank);
+                ts_error_prefix("checkpoint %s/%s, rank %d", s->run_dir, tmp_name, s->rank);
             ck_zset_free(&z);
-            free(mpath);
-            free(tmp);
+            ts_dir_close(&tmp);
             free(final);
             return st;
         }
         if (st == TS_OK)
-            st = ck_rank_collect(tmp, s->world, s->group, s->step, s->rank_timeout_s, &s->cancel,
-                                 &z);
-        if (st == TS_OK) st = ck_zset_check(&z, tmp);
+            st = ck_rank_collect(tmp.path, s->world, s->group, s->step, s->rank_timeout_s,
+                                 &s->cancel, &z);
+        if (st == TS_OK) st = ck_zset_check(&z, tmp.path);
         s->other_bytes = 0; /* the save's size counts every rank's state */
         for (int i = 0; st == TS_OK && i < z.nc; i++)
             if (z.c[i].rank != s->rank)
@@ -589,24 +605,26 @@ static ts_status run_job(ts_ckpt_saver *s) {
             const char **own = ts_alloc(sizeof(char *) * (size_t)(s->ns + 1), "ckpt");
             if (!own) st = TS_ERR_NOMEM;
             for (int k = 0; own && k < s->ns; k++) own[k] = s->shards[k].file;
-            if (own) st = ck_tmp_cleanup(tmp, &z, own, s->ns);
+            if (own) st = ck_tmp_cleanup(tmp.path, &z, own, s->ns);
             free(own);
         }
     } else {
         /* A leftover from a crash at this step: nothing in it is trusted. */
-        if (st == TS_OK) st = ck_remove_flat_dir(tmp);
-        if (st == TS_OK && mkdir(tmp, 0755) != 0)
-            st = ts_fail(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        if (st == TS_OK) st = ts_dir_remove_flat(&s->run, tmp_name);
+        if (st == TS_OK) st = ts_dir_mkdir(&s->run, tmp_name, 0);
+        if (st == TS_OK) st = ts_dir_sub(&tmp, &s->run, tmp_name, 0);
         if (st == TS_OK) st = plan_shards(s);
-        if (st == TS_OK) st = write_shards(s, tmp);
+        if (st == TS_OK) st = write_shards(s, &tmp);
     }
-    if (st == TS_OK) st = build_manifest(s, s->zero ? &z : NULL, &manifest, id);
+    if (st == TS_OK) st = build_manifest(s, s->zero ? &z : NULL, step_name, &manifest, id);
     ck_zset_free(&z);
-    if (st == TS_OK) st = ck_write_sync(mpath, manifest, strlen(manifest), 0644, 1);
-    if (st == TS_OK) st = ck_fsync_dir(tmp);
-    if (st == TS_OK) st = move_into_place(tmp, final);
-    if (st == TS_OK) st = ck_fsync_dir(s->run_dir);
-    if (st == TS_OK && !s->tag[0]) st = write_latest(s->run_dir, step_name);
+    if (st == TS_OK)
+        st = ts_dir_write(&tmp, "manifest.json", TS_AT_EXCL, manifest, strlen(manifest), 0644, 1);
+    if (st == TS_OK) st = ts_dir_sync(&tmp);
+    ts_dir_close(&tmp);
+    if (st == TS_OK) st = move_into_place(&s->run, tmp_name, step_name);
+    if (st == TS_OK) st = ts_dir_sync(&s->run);
+    if (st == TS_OK && !s->tag[0]) st = write_latest(&s->run, step_name);
     if (st == TS_OK && s->audit) {
         char msha[CK_SHA_HEX];
         uint64_t bytes = 0;
@@ -623,7 +641,7 @@ static ts_status run_job(ts_ckpt_saver *s) {
         /* With other ranks, a later save may already be under way in its
          * step-M.tmp: only leftovers up to this step are removed (none by
          * a tagged save, which runs beside the others' regular saves). */
-        st = gc_upto(s->run_dir, s->keep_last, s->keep_every,
+        st = gc_upto(&s->run, s->keep_last, s->keep_every,
                      s->zero          ? s->step
                      : s->others_save ? -1
                                       : INT64_MAX,
@@ -635,8 +653,6 @@ static ts_status run_job(ts_ckpt_saver *s) {
     else
         ts_error_prefix("checkpoint %s", final ? final : step_name);
     free(manifest);
-    free(mpath);
-    free(tmp);
     free(final);
     return st;
 }
@@ -848,6 +864,7 @@ void ts_ckpt_saver_free(ts_ckpt_saver *s) {
     job_clear(s);
     ts_aligned_free(s->buf);
     ck_key_wipe(&s->key);
+    ts_dir_close(&s->run);
     free(s->run_dir);
     free(s);
 }
@@ -872,72 +889,93 @@ static int cmp_desc(const void *a, const void *b) {
 }
 
 ts_status ts_ckpt_gc(const char *run_dir, int keep_last, int keep_every, int *removed) {
-    return gc_upto(run_dir, keep_last, keep_every, INT64_MAX, removed);
+    if (removed) *removed = 0;
+    if (!run_dir) return ts_fail(TS_ERR_INVALID, "ckpt gc: NULL run directory");
+    ts_dir run;
+    ts_status st = ts_dir_open(&run, run_dir, 0);
+    if (st == TS_OK) st = gc_upto(&run, keep_last, keep_every, INT64_MAX, removed);
+    ts_dir_close(&run);
+    return st;
 }
 
 /* Leftover "step-N*.tmp" directories are removed for N <= tmp_upto. */
-static ts_status gc_upto(const char *run_dir, int keep_last, int keep_every, int64_t tmp_upto,
+static ts_status gc_upto(const ts_dir *run, int keep_last, int keep_every, int64_t tmp_upto,
                          int *removed) {
     if (removed) *removed = 0;
-    if (!run_dir) return ts_fail(TS_ERR_INVALID, "ckpt gc: NULL run directory");
     char latest_dir[256] = "";
-    char *lp = ck_join(run_dir, "LATEST"), *ltext = NULL;
-    if (!lp) return TS_ERR_NOMEM;
-    if (ck_read_file(lp, 4096, &ltext, NULL) == TS_OK) {
+    char *ltext = NULL;
+    ts_status st = ts_dir_read(run, "LATEST", 4096, &ltext, NULL);
+    if (st == TS_OK) {
         ltext[strcspn(ltext, "\r\n")] = '\0';
         snprintf(latest_dir, sizeof latest_dir, "%s", ltext);
     }
     free(ltext);
-    free(lp);
+    if (st != TS_OK && st != TS_ERR_NOT_FOUND) return st; /* e.g. LATEST is a link */
+    st = TS_OK;
     int64_t latest_step = ck_parse_step_name(latest_dir);
 
-    DIR *d = opendir(run_dir);
-    if (!d) return ts_fail(TS_ERR_IO, "%s: cannot list: %s", run_dir, strerror(errno));
+    int fd2 = dup(run->fd);
+    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
+    if (!d) {
+        if (fd2 >= 0) close(fd2);
+        return ts_fail(TS_ERR_IO, "%s: cannot list: %s", run->path, strerror(errno));
+    }
     int64_t *steps = NULL;
-    int n = 0, cap = 0;
-    ts_status st = TS_OK;
+    char **tmps = NULL;
+    int n = 0, cap = 0, nt = 0, capt = 0;
     struct dirent *e;
     while (st == TS_OK && (e = readdir(d))) {
         size_t len = strlen(e->d_name);
         if (len > 4 && !strcmp(e->d_name + len - 4, ".tmp") && !strncmp(e->d_name, "step-", 5) &&
             strtoll(e->d_name + 5, NULL, 10) <= tmp_upto) {
-            char *path = ck_join(run_dir, e->d_name);
-            st = path ? ck_remove_flat_dir(path) : TS_ERR_NOMEM;
-            if (st == TS_OK && removed) (*removed)++;
-            free(path);
+            st = ts_grow((void **)&tmps, &capt, nt + 1, sizeof *tmps, "ckpt gc");
+            if (st == TS_OK && !(tmps[nt++] = ts_strdup(e->d_name)))
+                st = ts_fail(TS_ERR_NOMEM, "ckpt gc: out of memory");
         } else if (ck_parse_step_name(e->d_name) >= 0) {
             st = ts_grow((void **)&steps, &cap, n + 1, sizeof *steps, "ckpt gc");
             if (st == TS_OK) steps[n++] = ck_parse_step_name(e->d_name);
         }
     }
     closedir(d);
+    /* What goes: leftovers, and the checkpoints retention drops (their
+     * steps are moved to the front of doomed[]). */
+    int ndoomed = 0;
     if (st == TS_OK && keep_last > 0) {
         qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
-        for (int i = keep_last; i < n && st == TS_OK; i++) {
-            if (steps[i] == latest_step || (keep_every > 0 && steps[i] % keep_every == 0)) continue;
-            /* Renamed to a ".tmp" name first: a crash halfway through the
-             * removal then leaves a leftover for the next gc, never a
-             * checkpoint with files missing. */
-            char name[40], doomed[56];
-            ck_step_name(name, steps[i]);
-            snprintf(doomed, sizeof doomed, "%s.old.tmp", name);
-            char *path = ck_join(run_dir, name), *dpath = ck_join(run_dir, doomed);
-            st = path && dpath ? TS_OK : TS_ERR_NOMEM;
-            if (st == TS_OK && rename(path, dpath) != 0)
-                st = ts_fail(TS_ERR_IO, "%s: cannot rename to %s for removal: %s", path, doomed,
-                             strerror(errno));
-            if (st == TS_OK) st = ck_remove_flat_dir(dpath);
-            if (st == TS_OK && removed) (*removed)++;
-            free(path);
-            free(dpath);
-        }
+        for (int i = keep_last; i < n; i++)
+            if (steps[i] != latest_step && !(keep_every > 0 && steps[i] % keep_every == 0))
+                steps[ndoomed++] = steps[i];
     }
-    if (st == TS_OK) {
-        char *lt = ck_join(run_dir, "LATEST.tmp");
-        if (lt) unlink(lt);
-        free(lt);
-        st = ck_fsync_dir(run_dir);
+    /* Everything is looked at before anything goes: a link planted as any
+     * of these names is an error naming it, and nothing is removed. */
+    for (int i = 0; i < nt + ndoomed && st == TS_OK; i++) {
+        char name[40];
+        if (i >= nt) ck_step_name(name, steps[i - nt]);
+        const char *nm = i < nt ? tmps[i] : name;
+        int kind;
+        st = ts_dir_kind(run, nm, &kind);
+        if (st == TS_OK && kind != 2)
+            st = ts_fail(TS_ERR_IO, "%s/%s is not a directory; not removing it", run->path, nm);
     }
+    for (int i = 0; i < nt && st == TS_OK; i++) {
+        st = ts_dir_remove_flat(run, tmps[i]);
+        if (st == TS_OK && removed) (*removed)++;
+    }
+    for (int i = 0; i < ndoomed && st == TS_OK; i++) {
+        /* Renamed to a ".tmp" name first: a crash halfway through the
+         * removal then leaves a leftover for the next gc, never a
+         * checkpoint with files missing. */
+        char name[40], doomed[56];
+        ck_step_name(name, steps[i]);
+        snprintf(doomed, sizeof doomed, "%s.old.tmp", name);
+        st = ts_dir_rename(run, name, doomed);
+        if (st == TS_OK) st = ts_dir_remove_flat(run, doomed);
+        if (st == TS_OK && removed) (*removed)++;
+    }
+    for (int i = 0; i < nt; i++) free(tmps[i]);
+    free(tmps);
+    if (st == TS_OK) st = ts_dir_unlink(run, "LATEST.tmp");
+    if (st == TS_OK) st = ts_dir_sync(run);
     free(steps);
     return st;
 }

@@ -116,7 +116,29 @@ ts_status ck_key_load_public(const char *path, ck_key *k) {
     memset(k, 0, sizeof *k);
     ts_status s = sodium_ready();
     if (s != TS_OK) return s;
+    /* "ed25519:<64 hex digits>": the key itself (ts_ckpt_public_key_of). */
+    if (!strncmp(path, "ed25519:", 8)) {
+        if (!ck_unhex(path + 8, k->pk, CK_PK_BYTES))
+            return ts_fail(TS_ERR_INVALID,
+                           "public key '%.80s': needs 64 hex digits after "
+                           "'ed25519:'",
+                           path);
+        return TS_OK;
+    }
     return load_key(path, PK_HEADER, k->pk, CK_PK_BYTES, "public key");
+}
+
+ts_status ts_ckpt_public_key_of(const char *private_key_path, char out[73]) {
+    if (!private_key_path || !out) return ts_fail(TS_ERR_INVALID, "public_key_of: NULL argument");
+    out[0] = '\0';
+    ck_key k;
+    ts_status s = ck_key_load_secret(private_key_path, &k);
+    if (s != TS_OK) return s;
+    char hex[2 * CK_PK_BYTES + 1];
+    ts_hex(k.pk, CK_PK_BYTES, hex);
+    snprintf(out, 73, "ed25519:%s", hex);
+    ck_key_wipe(&k);
+    return TS_OK;
 }
 
 void ck_sign(const ck_key *k, const void *msg, size_t n, char out[2 * CK_SIG_BYTES + 1]) {

@@ -61,7 +61,8 @@ char *ck_canonical(json_t *obj, const char *skip) {
 }
 
 ts_status ck_write_sync(const char *path, const void *data, size_t n, mode_t mode, int excl) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (excl ? O_EXCL : O_TRUNC), mode);
+    int fd =
+        open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (excl ? O_EXCL : O_TRUNC), mode);
     if (fd < 0) return ts_fail(TS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     const unsigned char *p = data;
     ts_status s = TS_OK;
@@ -128,31 +129,6 @@ ts_status ck_read_file(const char *path, size_t max, char **out, size_t *n) {
     *out = buf;
     if (n) *n = got;
     return TS_OK;
-}
-
-ts_status ck_remove_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) {
-        if (errno == ENOENT) return TS_OK;
-        return ts_fail(TS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
-    }
-    int fd = dirfd(d);
-    ts_status s = TS_OK;
-    struct dirent *e;
-    while (s == TS_OK && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        struct stat st;
-        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-        if (!S_ISREG(st.st_mode))
-            s = ts_fail(TS_ERR_IO, "%s: holds '%s', which is not a regular file; not removing it",
-                        dir, e->d_name);
-        else if (unlinkat(fd, e->d_name, 0) != 0)
-            s = ts_fail(TS_ERR_IO, "%s/%s: cannot remove: %s", dir, e->d_name, strerror(errno));
-    }
-    closedir(d);
-    if (s == TS_OK && rmdir(dir) != 0 && errno != ENOENT)
-        s = ts_fail(TS_ERR_IO, "%s: cannot remove directory: %s", dir, strerror(errno));
-    return s;
 }
 
 void ck_step_name(char buf[40], int64_t step) {

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "ckpt_internal.h"
+#include "core/fsat.h"
 
 void ck_zset_free(ck_zset *z) {
     for (int i = 0; i < z->nf; i++) free(z->f[i].name);
@@ -87,19 +88,15 @@ ts_status ck_rank_publish(const char *dir, int rank, int world, uint64_t group, 
     char *text = bad ? NULL : json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(o);
     if (!text) return ts_fail(TS_ERR_NOMEM, "%s: cannot build rank-%d.json", dir, rank);
-    char name[64], tname[64];
+    char name[64];
     snprintf(name, sizeof name, "rank-%d.json", rank);
-    snprintf(tname, sizeof tname, "rank-%d.json.tmp", rank);
-    char *path = ck_join(dir, name), *tmp = ck_join(dir, tname);
-    ts_status s = path && tmp ? TS_OK : TS_ERR_NOMEM;
     /* Written whole, then renamed: rank 0 sees the old file or the new. */
-    if (s == TS_OK) s = ck_write_sync(tmp, text, strlen(text), 0644, 0);
-    if (s == TS_OK && rename(tmp, path) != 0)
-        s = ts_fail(TS_ERR_IO, "%s: cannot rename to %s: %s", tmp, name, strerror(errno));
-    if (s == TS_OK) s = ck_fsync_dir(dir);
+    ts_dir d;
+    ts_status s = ts_dir_open(&d, dir, 0);
+    if (s == TS_OK) s = ts_dir_replace(&d, name, text, strlen(text), 0644, 1);
+    if (s == TS_OK) s = ts_dir_sync(&d);
+    ts_dir_close(&d);
     free(text);
-    free(path);
-    free(tmp);
     return s;
 }
 
@@ -118,9 +115,17 @@ static int take_rank(const char *dir, int rank, int world, uint64_t group, int64
         *err = TS_ERR_NOMEM;
         return -1;
     }
-    if (access(path, F_OK) != 0 || ck_read_file(path, (size_t)64 << 20, &text, NULL) != TS_OK) {
+    ts_dir d;
+    int kind = 0;
+    ts_status s = ts_dir_open(&d, dir, 0);
+    if (s == TS_OK) s = ts_dir_kind(&d, name, &kind);
+    if (s == TS_OK && kind == 1 && ts_dir_read(&d, name, (size_t)64 << 20, &text, NULL) != TS_OK)
+        kind = 0; /* being replaced, or unreadable: looked at again in the next round */
+    ts_dir_close(&d);
+    if (s != TS_OK || kind != 1) {
         free(path);
-        return 0;
+        if (s != TS_OK) *err = s;
+        return s != TS_OK ? -1 : 0;
     }
     json_t *o = json_loads(text, 0, NULL);
     free(text);
@@ -241,9 +246,16 @@ ts_status ck_rank_collect(const char *dir, int world, uint64_t group, int64_t st
 /* ---- the tmp directory ---------------------------------------------------- */
 
 ts_status ck_tmp_cleanup(const char *dir, const ck_zset *keep, const char *const *own, int n_own) {
-    DIR *d = opendir(dir);
-    if (!d) return ts_fail(TS_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
-    ts_status s = TS_OK;
+    ts_dir td;
+    ts_status s = ts_dir_open(&td, dir, 0);
+    if (s != TS_OK) return s;
+    int fd2 = dup(td.fd);
+    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
+    if (!d) {
+        if (fd2 >= 0) close(fd2);
+        ts_dir_close(&td);
+        return ts_fail(TS_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+    }
     struct dirent *e;
     while (s == TS_OK && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
@@ -251,14 +263,12 @@ ts_status ck_tmp_cleanup(const char *dir, const ck_zset *keep, const char *const
         for (int i = 0; i < keep->nf && !listed; i++) listed = !strcmp(keep->f[i].name, e->d_name);
         for (int i = 0; i < n_own && !listed; i++) listed = !strcmp(own[i], e->d_name);
         if (listed) continue;
-        char *p = ck_join(dir, e->d_name);
-        if (!p)
-            s = TS_ERR_NOMEM;
-        else if (unlink(p) != 0 && errno != ENOENT)
-            s = ts_fail(TS_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
-        free(p);
+        /* unlinkat removes a link itself, never what it points to. */
+        if (unlinkat(td.fd, e->d_name, 0) != 0 && errno != ENOENT)
+            s = ts_fail(TS_ERR_IO, "%s/%s: cannot remove: %s", dir, e->d_name, strerror(errno));
     }
     closedir(d);
+    ts_dir_close(&td);
     return s;
 }
 

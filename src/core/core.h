@@ -28,6 +28,10 @@ ts_status ts_grow(void **arr, int *cap, int need, size_t esz, const char *what);
 /* "f32[2,3,4]" into buf; returns buf. */
 char *ts_shape_str(char *buf, size_t n, ts_dtype dt, int rank, const int64_t *dims);
 int64_t ts_shape_numel(int rank, const int64_t *dims);
+/* The element count with every multiplication checked: TS_ERR_SHAPE naming
+ * the dimension on a negative size or a product past INT64_MAX. For sizes
+ * derived from data (class counts, vocabularies, node counts). */
+ts_status ts_shape_numel_checked(int rank, const int64_t *dims, int64_t *out);
 
 uint64_t ts_hash_str(const char *s);
 

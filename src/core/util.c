@@ -18,6 +18,24 @@ int64_t ts_shape_numel(int rank, const int64_t *dims) {
     return n;
 }
 
+ts_status ts_shape_numel_checked(int rank, const int64_t *dims, int64_t *out) {
+    *out = 0;
+    if (rank < 0) return ts_fail(TS_ERR_SHAPE, "shape of rank %d", rank);
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] < 0)
+            return ts_fail(TS_ERR_SHAPE, "shape: dimension %d is %lld, negative", i,
+                           (long long)dims[i]);
+        if (__builtin_mul_overflow(n, dims[i], &n))
+            return ts_fail(TS_ERR_SHAPE,
+                           "shape: %lld elements up to dimension %d (of size %lld) overflow a "
+                           "64-bit count",
+                           (long long)n, i, (long long)dims[i]);
+    }
+    *out = n;
+    return TS_OK;
+}
+
 uint64_t ts_hash64(const void *data, size_t n, uint64_t seed) {
     /* FNV-1a followed by a splitmix finaliser: cheap, stable across builds. */
     const unsigned char *p = data;

@@ -2,13 +2,16 @@
 #include "obs/alert_run.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "core/core.h"
+#include "core/fsat.h"
 #include "obs/webhook.h"
 
 static double read_loss(const ts_plan *p) {
@@ -197,15 +200,21 @@ static void on_usr1(int sig) {
 ts_status ts_alert_pause(const char *run_dir, int64_t step, const char *rule,
                          volatile sig_atomic_t *stop, ts_progress *pr, int *resumed) {
     *resumed = 0;
-    char paused[600], resume[600];
-    snprintf(paused, sizeof paused, "%s/PAUSED", run_dir);
-    snprintf(resume, sizeof resume, "%s/RESUME", run_dir);
-    unlink(resume); /* a stale request must not end this pause at once */
-    FILE *f = fopen(paused, "w");
-    if (!f) return ts_fail(TS_ERR_IO, "pause: cannot write %s: %s", paused, strerror(errno));
-    fprintf(f, "{\"pid\":%ld,\"step\":%lld,\"rule\":\"%s\"}\n", (long)getpid(), (long long)step,
-            rule);
-    if (fclose(f) != 0) return ts_fail(TS_ERR_IO, "pause: writing %s failed", paused);
+    /* PAUSED and RESUME are reached without following links (core/fsat.h). */
+    ts_dir run;
+    ts_status ds = ts_dir_open(&run, run_dir, 0);
+    if (ds != TS_OK) return ds;
+    char text[400];
+    snprintf(text, sizeof text, "{\"pid\":%ld,\"step\":%lld,\"rule\":\"%.300s\"}\n", (long)getpid(),
+             (long long)step, rule);
+    /* a stale request must not end this pause at once */
+    ds = ts_dir_unlink(&run, "RESUME");
+    if (ds == TS_OK) ds = ts_dir_replace(&run, "PAUSED", text, strlen(text), 0644, 0);
+    if (ds != TS_OK) {
+        ts_dir_close(&run);
+        ts_error_prefix("pause");
+        return ds;
+    }
     if (pr)
         ts_progress_log(pr,
                         "paused after step %lld by alert rule '%s': waiting for `tessel ctl "
@@ -221,15 +230,18 @@ ts_status ts_alert_pause(const char *run_dir, int64_t step, const char *rule,
     const int have_usr1 = sigaction(SIGUSR1, &sa, &old_sa) == 0;
     int by_signal = 0;
     while (!(stop && *stop)) {
-        if (access(resume, F_OK) == 0 || (by_signal = usr1_seen)) {
+        struct stat rs;
+        if (fstatat(run.fd, "RESUME", &rs, AT_SYMLINK_NOFOLLOW) == 0 || (by_signal = usr1_seen)) {
             *resumed = 1;
             break;
         }
         nanosleep(&tick, NULL);
     }
     if (have_usr1) sigaction(SIGUSR1, &old_sa, NULL);
-    unlink(resume);
-    unlink(paused);
+    /* unlinkat removes a name, never what a link points to */
+    (void)unlinkat(run.fd, "RESUME", 0);
+    (void)unlinkat(run.fd, "PAUSED", 0);
+    ts_dir_close(&run);
     if (pr)
         ts_progress_log(pr, "%s after %.1f s paused at step %lld",
                         !*resumed   ? "stop requested while"

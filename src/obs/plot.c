@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "core/core.h"
+#include "core/fsat.h"
 
 extern char **environ;
 
@@ -319,24 +320,30 @@ static void last_log_line(const char *log, char *out, size_t n) {
 }
 
 /* gnuplot runs inside plots/ so the script names its outputs relative to
- * itself and can be rerun there by hand. */
-static ts_status run_gnuplot(const char *prog, const char *plots, const char *script,
+ * itself and can be rerun there by hand. plots/ and its log are reached
+ * without following links (core/fsat.h). */
+static ts_status run_gnuplot(const char *prog, const ts_dir *plots, const char *script,
                              const char *log) {
     /* a relative program path must not be resolved inside plots/ */
     char abs_prog[PATH_MAX];
     if (strchr(prog, '/') && prog[0] != '/' && realpath(prog, abs_prog)) prog = abs_prog;
+    int log_fd;
+    ts_status ls = ts_dir_openf(plots, "gnuplot.log", TS_AT_REPLACE, 0644, &log_fd);
+    if (ls != TS_OK) return ls;
     posix_spawn_file_actions_t fa;
-    if (posix_spawn_file_actions_init(&fa))
+    if (posix_spawn_file_actions_init(&fa)) {
+        close(log_fd);
         return ts_fail(TS_ERR_NOMEM, "plot: cannot prepare to start gnuplot");
+    }
     int rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (!rc) rc = posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
     if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    /* after the opens: their paths are relative to our directory */
-    if (!rc) rc = posix_spawn_file_actions_addchdir_np(&fa, plots);
+    if (!rc) rc = posix_spawn_file_actions_addfchdir_np(&fa, plots->fd);
     pid_t pid;
     char *argv[] = {(char *)prog, "plot.gp", NULL};
     if (!rc) rc = posix_spawnp(&pid, prog, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
+    close(log_fd);
     if (rc == ENOENT)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "plot: '%s' not found; install gnuplot (Debian: apt-get install "
@@ -381,19 +388,11 @@ ts_status ts_plot_run(const char *run_dir, const ts_plot_options *o, ts_plot_res
         build_script(&b, &d, want);
         if (b.oom) st = ts_fail(TS_ERR_NOMEM, "plot: out of memory building the gnuplot script");
     }
-    if (st == TS_OK && mkdir(plots, 0777) != 0 && errno != EEXIST)
-        st = ts_fail(TS_ERR_IO, "plot: cannot create %s: %s", plots, strerror(errno));
-    if (st == TS_OK) {
-        FILE *f = fopen(script, "w");
-        if (!f) {
-            st = ts_fail(TS_ERR_IO, "plot: cannot write %s: %s", script, strerror(errno));
-        } else {
-            size_t put = fwrite(b.p, 1, b.n, f);
-            if ((fclose(f) != 0) | (put != b.n))
-                st = ts_fail(TS_ERR_IO, "plot: cannot write %s", script);
-        }
-    }
-    if (st == TS_OK) st = run_gnuplot(prog, plots, script, log);
+    ts_dir run = {-1, NULL}, pd = {-1, NULL};
+    if (st == TS_OK) st = ts_dir_open(&run, run_dir, TS_DIR_FOLLOW);
+    if (st == TS_OK) st = ts_dir_sub(&pd, &run, "plots", TS_DIR_CREATE);
+    if (st == TS_OK) st = ts_dir_write(&pd, "plot.gp", TS_AT_REPLACE, b.p, b.n, 0644, 0);
+    if (st == TS_OK) st = run_gnuplot(prog, &pd, script, log);
     static const char *names[3] = {"loss.png", "throughput.png", "grad_norm.png"};
     for (int i = 0; i < 3 && st == TS_OK; i++) {
         if (!want[i]) continue;
@@ -402,12 +401,15 @@ ts_status ts_plot_run(const char *run_dir, const ts_plot_options *o, ts_plot_res
         if ((size_t)snprintf(path, sizeof r->files[0], "%s/%s", plots, names[i]) >=
             sizeof r->files[0])
             st = ts_fail(TS_ERR_INVALID, "plot: path of %s too long", names[i]);
-        else if (stat(path, &sb) != 0 || sb.st_size == 0)
+        else if (fstatat(pd.fd, names[i], &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) ||
+                 sb.st_size == 0)
             st = ts_fail(TS_ERR_IO, "plot: gnuplot ran but did not write %s (log: %s)", path, log);
         else
             r->n_files++;
     }
-    if (st == TS_OK) unlink(log);
+    if (st == TS_OK) st = ts_dir_unlink(&pd, "gnuplot.log");
+    ts_dir_close(&pd);
+    ts_dir_close(&run);
     r->train_points = d.n_train;
     r->eval_points = d.n_eval;
     r->skipped_lines = d.skipped;

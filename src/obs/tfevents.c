@@ -2,6 +2,7 @@
  * Event / Summary / HistogramProto messages (tensorflow/core/util/event.proto,
  * tensorflow/core/framework/summary.proto). */
 #include "obs/tfevents.h"
+#include "core/fsat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -258,7 +259,22 @@ ts_status ts_tfevents_open(const char *dir, const ts_tfevents_options *o, ts_tfe
      * file whose name contains "tfevents". */
     snprintf(w->path, n, "%s/events.out.tfevents.%010lld.%s%s", dir, (long long)time(NULL), host,
              opt.suffix ? opt.suffix : "");
-    int fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* The folder (tb/ of a run) and the file are reached without following
+     * links (core/fsat.h): a link planted as tb/ is an error naming it. */
+    ts_dir td;
+    int fd = -1, err = 0;
+    st = ts_dir_open(&td, dir, 0);
+    if (st == TS_OK) {
+        const char *name = strrchr(w->path, '/') + 1;
+        fd = openat(td.fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+        err = errno;
+        ts_dir_close(&td);
+    }
+    if (st != TS_OK) {
+        free_writer(w);
+        return st;
+    }
+    errno = err;
     if (fd < 0) {
         if (errno == EEXIST)
             st = ts_fail(TS_ERR_IO,

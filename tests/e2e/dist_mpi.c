@@ -320,7 +320,7 @@ int main(int argc, char **argv) {
     if (!find_mpirun(mpirun, sizeof mpirun)) {
         printf("dist_mpi: skipped: mpirun not found on PATH (install openmpi-bin, see "
                "scripts/install-deps.sh)\n");
-        return 0;
+        return 77; /* reported as skipped (SKIP_RETURN_CODE) */
     }
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);

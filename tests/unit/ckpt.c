@@ -77,6 +77,19 @@ static void test_keys(const char *sk, const char *pk) {
           (unsigned)(st.st_mode & 0777));
     CHECK(ts_ckpt_keygen(sk, pk) == TS_ERR_IO, "keygen must not overwrite a key");
     CHECK(strstr(ts_last_error(), pk) != NULL, "keygen error names the file: %s", ts_last_error());
+    /* The public half derived from the private key file is the .pub's key. */
+    char derived[73], text[200] = "";
+    CHECK_OK(ts_ckpt_public_key_of(sk, derived));
+    FILE *f = fopen(pk, "r");
+    if (f) {
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = 0;
+        fclose(f);
+    }
+    const char *nl = strchr(text, '\n');
+    CHECK(!strncmp(derived, "ed25519:", 8) && nl && !strncmp(nl + 1, derived + 8, 64),
+          "derived %s, file %s", derived, text);
+    CHECK(ts_ckpt_public_key_of(pk, derived) != TS_OK, "a public key file is not a private key");
 }
 
 /* ---- training helpers ----------------------------------------------------------- */
@@ -201,6 +214,11 @@ static void test_resume(ts_graph *g, ts_val loss, const char *sk, const char *pk
 
     ts_plan *c = compile(g, loss, 42);
     ts_ckpt *ck;
+    /* Verified against the public half of the signing key itself. */
+    char own[73];
+    CHECK_OK(ts_ckpt_public_key_of(sk, own));
+    CHECK_OK(ts_ckpt_open(run, own, NULL, &ck));
+    ts_ckpt_close(ck);
     CHECK_OK(ts_ckpt_open(run, pk, NULL, &ck));
     if (ck) {
         ts_ckpt_info in;
