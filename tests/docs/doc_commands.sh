@@ -6,7 +6,7 @@
 # `tessel ` or `build/tessel ` (after an optional `$ `). Skipped, and listed as skipped:
 # placeholders in capitals (CONFIG, RUN, FILE ...), [optional] or a|b syntax, `...`, and
 # commands that need what a test machine may lack (PyTorch: --compare-torch; many processes:
-# --procs above 2; the long benchmarks). Each command runs in a scratch directory holding a
+# --procs above 2; the long benchmarks and trainings). Each command runs in a scratch directory holding a
 # link to the repository's examples/, so `--out runs/x` lands there; the output of a failed
 # command is printed. `DOC_COMMANDS_LIST=1` only lists what would run.
 set -u
@@ -47,6 +47,7 @@ skip_reason() {
     *"--procs "[3-9]*) echo "more than 2 processes" ;;
     *...*) echo "elided" ;;
     *"["*|*"|"*) echo "syntax, not a command" ;;
+    *"train examples/fashion_cnn.yaml"*) echo "3 epochs of the CNN (make demo trains it)" ;;
     *"examples/w3"*"--steps "[0-9][0-9][0-9]*|*"examples/w4"*"--steps "[0-9][0-9][0-9]*)
         echo "minutes of training" ;;
     *)
