@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "plan.h"
-#include "session/scaler.h"
+#include "plan/scaler.h"
 
 ts_train_spec ts_train_spec_default(ts_val loss) {
     ts_train_spec s;

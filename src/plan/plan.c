@@ -4,7 +4,7 @@
 #include <omp.h>
 #include <string.h>
 #include "plan.h"
-#include "session/scaler.h"
+#include "plan/scaler.h"
 
 const ts_named *ts_plan_find(const ts_plan *p, const char *name) {
     for (int i = 0; p && name && i < p->n_named; i++)

@@ -69,7 +69,7 @@ struct ts_plan {
     void *gate_user;
     int64_t updates_applied;
     int last_skipped;
-    struct ts_plan_scaler *scaler; /* loss scaling (session/scaler.h), NULL without */
+    struct ts_plan_scaler *scaler; /* loss scaling (plan/scaler.h), NULL without */
     void *backend_scratch;         /* shared scratch for backend kernels (oneDNN) */
     size_t backend_scratch_bytes;
     /* Data parallelism (distribute pass): gradient buckets and the state
