@@ -148,6 +148,9 @@ typedef struct ts_compile_options {
                             not kept readable after the step, so their memory can be reused
                             (e.g. the logits, overwritten by their gradient); benchmarks */
     ts_precision_options precision; /* zero: everything in f32, no loss scaling */
+    const char *backend; /* what runs the plan, by its registered name (src/backends/registry.c):
+                            NULL or "cpu" (the default); an unknown name fails ts_compile with
+                            TS_ERR_INVALID naming the known ones. Read during ts_compile only */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

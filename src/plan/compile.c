@@ -100,8 +100,8 @@ static ts_status init_value(const ts_value *v, void *dst, uint64_t seed) {
 
 void ts_plan_free(ts_plan *p) {
     if (!p) return;
+    if (p->backend) p->backend->release(p);
     for (int i = 0; i < p->n_ins; i++) {
-        if (p->ins[i].backend_free) p->ins[i].backend_free(p->ins[i].backend);
         free(p->ins[i].in);
         free(p->ins[i].label);
     }
@@ -122,7 +122,6 @@ void ts_plan_free(ts_plan *p) {
         ts_comm_free(p->opt.comm, p->arena);
     else
         ts_aligned_free(p->arena);
-    ts_aligned_free(p->backend_scratch);
     ts_memplan_free(&p->mp);
     free(p->scaler);
     free(p->order);
@@ -397,6 +396,9 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
     if (!src) return ts_fail(TS_ERR_INVALID, "ts_compile: graph is NULL");
     if (src->status != TS_OK)
         return ts_fail(src->status, "ts_compile: the graph has an error: %s", src->error);
+    const ts_backend *be;
+    ts_status bs = ts_backend_lookup(opt ? opt->backend : NULL, &be);
+    if (bs != TS_OK) return bs;
     ts_plan *p = ts_zalloc(sizeof *p, "plan");
     if (!p) return TS_ERR_NOMEM;
     p->opt = opt ? *opt : ts_compile_options_default();
@@ -434,6 +436,7 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
     if ((s = ts_precision_check(&p->opt.precision)) != TS_OK) goto fail;
     s = compile_graph(p, spec);
     p->opt.precision.keep_fp32 = NULL; /* the caller's string: read during compile only */
+    p->opt.backend = NULL;             /* likewise */
     if (s != TS_OK) goto fail;
     if ((s = init_arena(p)) != TS_OK) goto fail;
     if ((s = lower(p)) != TS_OK) goto fail;
@@ -446,7 +449,8 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
     /* oneDNN fixes a primitive's thread count when it is created: create
      * them under the count the plan will run with. */
     if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
-    if ((s = ts_cpu_prepare(p)) != TS_OK) goto fail;
+    p->backend = be; /* set first: ts_plan_free releases what a failed prepare made */
+    if ((s = be->prepare(p)) != TS_OK) goto fail;
     p->ctx.seed = p->opt.seed;
     if (p->n_buckets > 0) {
         p->dist.tickets = ts_zalloc(sizeof(ts_coll_ticket) * (size_t)p->n_buckets, "plan tickets");
