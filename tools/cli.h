@@ -16,11 +16,12 @@ typedef struct cli_args {
     int n_sets;
     const char *dumps[CLI_MAX_ARGS]; /* compile: --dump KIND, in order */
     int n_dumps;
-    const char *steps;  /* train: --steps N */
-    const char *out;    /* train: --out RUN_DIR */
-    const char *resume; /* train: --resume latest|CHECKPOINT_DIR */
-    const char *procs;  /* train: --procs N (as --set dist.procs=N) */
-    const char *trace;  /* train: --trace FILE (Chrome trace of the steps) */
+    const char *dump_after; /* compile: --dump-after PASS */
+    const char *steps;      /* train: --steps N */
+    const char *out;        /* train: --out RUN_DIR */
+    const char *resume;     /* train: --resume latest|CHECKPOINT_DIR */
+    const char *procs;      /* train: --procs N (as --set dist.procs=N) */
+    const char *trace;      /* train: --trace FILE (Chrome trace of the steps) */
     /* train: --max-restarts K (as --set dist.max_restarts=K) */
     const char *max_restarts;
 } cli_args;

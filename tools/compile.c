@@ -33,7 +33,8 @@ static void print_stats(const ts_plan_stats *st) {
 }
 
 int cli_compile(const cli_args *a) {
-    int which[CLI_MAX_ARGS], n = a->n_dumps ? a->n_dumps : 1, need_plan = 0;
+    /* --dump-after alone prints only that graph (no default stats) */
+    int which[CLI_MAX_ARGS], n = a->n_dumps ? a->n_dumps : !a->dump_after, need_plan = 0;
     for (int i = 0; i < n; i++) {
         const char *k = a->n_dumps ? a->dumps[i] : "stats";
         which[i] = -1;
@@ -46,6 +47,7 @@ int cli_compile(const cli_args *a) {
                              k);
         need_plan |= which[i] != 4;
     }
+    need_plan |= a->dump_after != NULL;
     ts_config c;
     int rc = cli_load_config(a, &c);
     if (rc != CLI_OK) return rc;
@@ -60,6 +62,11 @@ int cli_compile(const cli_args *a) {
         ts_train_spec spec;
         ts_compile_options opt;
         ts_status s = ts_session_build_model(&c, &g, &m, &spec, &opt);
+        if (a->dump_after) { /* printed by the pipeline, during the compile */
+            opt.dump_after = a->dump_after;
+            opt.dump_to = stdout;
+            if (n > 0) printf("== after %s ==\n", a->dump_after);
+        }
         if (s == TS_OK) s = ts_compile(g, &spec, &opt, &plan);
         if (s != TS_OK) {
             ts_graph_free(g);
@@ -68,7 +75,8 @@ int cli_compile(const cli_args *a) {
     }
     ts_status s = TS_OK;
     for (int i = 0; i < n && s == TS_OK; i++) {
-        if (n > 1) printf("%s== %s ==\n", i ? "\n" : "", kinds[which[i]]);
+        if (n > 1 || a->dump_after)
+            printf("%s== %s ==\n", i || a->dump_after ? "\n" : "", kinds[which[i]]);
         switch (which[i]) {
         case 0: s = ts_plan_dump(plan, TS_DUMP_IR, stdout); break;
         case 1: s = ts_plan_dump(plan, TS_DUMP_PLAN, stdout); break;

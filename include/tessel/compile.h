@@ -18,6 +18,7 @@
 #define TESSEL_COMPILE_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "tessel/graph.h"
 
 #ifdef __cplusplus
@@ -148,6 +149,15 @@ typedef struct ts_compile_options {
                             not kept readable after the step, so their memory can be reused
                             (e.g. the logits, overwritten by their gradient); benchmarks */
     ts_precision_options precision; /* zero: everything in f32, no loss scaling */
+    const char *backend; /* what runs the plan, by its registered name (src/backends/registry.c):
+                            NULL or "cpu" (the default); an unknown name fails ts_compile with
+                            TS_ERR_INVALID naming the known ones. Read during ts_compile only */
+    /* Print the graph in the IR's text form to dump_to right after the pass
+     * named dump_after ("autodiff", "fuse", ..., "memplan": the final graph in
+     * schedule order; `tessel help` lists them; an unknown name fails with
+     * TS_ERR_INVALID). Both NULL: no dump. Read during ts_compile only. */
+    const char *dump_after;
+    FILE *dump_to;
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

@@ -13,7 +13,7 @@
  * After the train pass (ts_pass_loss_scale_order): every other reader of a
  * gradient (clip coefficient, optimizer update, monitors) runs after it.
  * The update gate then skips the update when found_inf is set, and the
- * host updates the scale (src/session/scaler.c). */
+ * host updates the scale (src/plan/scaler.c). */
 #include <stdlib.h>
 #include "passes.h"
 

@@ -1,7 +1,9 @@
 /* passes.h — the compiler passes (internal). Each is graph -> graph,
- * pure, and testable alone. ts_compile() runs them in this order:
- *   autodiff -> [monitor] -> train -> [monitor order] -> precision -> simplify
- *   -> fuse -> schedule -> [distribute] -> memplan -> lower
+ * pure, and testable alone. ts_compile() runs them from one table
+ * (pipeline.c, pipeline.h), in this order:
+ *   autodiff -> [monitor] -> train -> [monitor order] -> precision
+ *   -> train_mode -> simplify -> fuse -> verify -> schedule -> [distribute]
+ *   -> memplan, then the plan lowers the result
  * (loss scaling around autodiff and train with precision.loss_scale;
  * distribute only in a training plan with a comm of more than one rank).
  */
@@ -50,6 +52,10 @@ ts_status ts_pass_loss_scale_loss(ts_graph *g, const ts_precision_options *o, in
 ts_status ts_pass_loss_scale_unscale(ts_graph *g, int32_t scale, const int32_t *grads, int n,
                                      int32_t *node);
 ts_status ts_pass_loss_scale_order(ts_graph *g, int32_t node);
+
+/* The plan's mode (training 1, inference 0) into the training attribute
+ * of dropout and batch-norm nodes (train_mode.c). */
+ts_status ts_pass_train_mode(ts_graph *g, int training);
 
 /* Dead-code elimination, common-subexpression elimination, constant
  * folding. Keeps outputs, gradients and side effects. Renumbers values:

@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "plan.h"
-#include "session/scaler.h"
+#include "passes/pipeline.h"
+#include "plan/scaler.h"
 
 ts_train_spec ts_train_spec_default(ts_val loss) {
     ts_train_spec s;
@@ -100,8 +101,8 @@ static ts_status init_value(const ts_value *v, void *dst, uint64_t seed) {
 
 void ts_plan_free(ts_plan *p) {
     if (!p) return;
+    if (p->backend) p->backend->release(p);
     for (int i = 0; i < p->n_ins; i++) {
-        if (p->ins[i].backend_free) p->ins[i].backend_free(p->ins[i].backend);
         free(p->ins[i].in);
         free(p->ins[i].label);
     }
@@ -122,7 +123,6 @@ void ts_plan_free(ts_plan *p) {
         ts_comm_free(p->opt.comm, p->arena);
     else
         ts_aligned_free(p->arena);
-    ts_aligned_free(p->backend_scratch);
     ts_memplan_free(&p->mp);
     free(p->scaler);
     free(p->order);
@@ -286,13 +286,14 @@ static ts_status init_arena(ts_plan *p) {
     return p->zero_shared ? exchange_arenas(p) : TS_OK;
 }
 
+/* The passes (src/passes/pipeline.c) over the plan's copy of the graph;
+ * their results go into the plan. */
 static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
     ts_graph *g = p->graph;
-    ts_status s;
-    int32_t loss = p->loss;
-    int32_t *params = NULL, *grads = NULL, *remap = NULL;
+    ts_status s = TS_OK;
+    int32_t *params = NULL, *grads = NULL;
     int np = 0;
-    if (loss >= 0) {
+    if (p->loss >= 0) {
         int n_all = 0;
         for (int v = 0; v < g->n_values; v++) n_all += g->values[v].kind == TS_VK_PARAM;
         params = ts_alloc(sizeof(int32_t) * (size_t)(n_all + 1), "compile");
@@ -314,79 +315,23 @@ static ts_status compile_graph(ts_plan *p, const ts_train_spec *spec) {
             for (int v = 0; v < g->n_values; v++)
                 if (g->values[v].kind == TS_VK_PARAM) params[np++] = v;
         }
-        int32_t diff = loss, scale = -1, unscale = -1; /* loss scaling: see loss_scale.c */
-        if (p->opt.precision.loss_scale != TS_SCALE_NONE &&
-            (s = ts_pass_loss_scale_loss(g, &p->opt.precision, loss, &diff, &scale)) != TS_OK)
-            goto done;
-        s = ts_pass_autodiff_ex(g, diff, params, np, grads, !p->opt.no_recompute);
-        if (s != TS_OK) goto done;
-        if (p->opt.discard_outputs)
-            for (int v = 0; v < g->n_values; v++)
-                if (v != loss) g->values[v].is_output = 0;
-        if (scale >= 0 && (s = ts_pass_loss_scale_unscale(g, scale, grads, np, &unscale)) != TS_OK)
-            goto done;
-        /* after the unscale node: monitors see the true gradients (the
-         * order pass below puts them after it) */
-        if (p->opt.monitors && (s = ts_pass_monitor(g, params, grads, np)) != TS_OK) goto done;
-        if ((s = ts_pass_train(g, spec, params, grads, np)) != TS_OK) goto done;
-        if (p->opt.monitors && (s = ts_pass_monitor_order(g)) != TS_OK) goto done;
-        if ((s = ts_pass_loss_scale_order(g, unscale)) != TS_OK) goto done;
     }
-    if ((s = ts_pass_precision(g, &p->opt.precision, NULL)) != TS_OK) goto done;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].op == TS_OP_DROPOUT || g->nodes[i].op == TS_OP_BATCH_NORM)
-            g->nodes[i].a.i[1] = p->training;
-    if (!p->opt.no_simplify) {
-        if ((s = ts_pass_simplify(g, &remap)) != TS_OK) goto done;
-        if (loss >= 0) p->loss = remap[loss];
-    }
-    if (!p->opt.no_fuse) {
-        if ((s = ts_pass_fuse(g, &p->fuse)) != TS_OK) goto done;
-        int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(g->n_values + 1), "compile");
-        if (!map) {
-            s = TS_ERR_NOMEM;
-            goto done;
-        }
-        if ((s = ts_graph_compact(g, map)) == TS_OK && p->loss >= 0) p->loss = map[p->loss];
-        free(map);
-        if (s != TS_OK) goto done;
-    }
-    if ((s = ts_graph_verify(g)) != TS_OK) goto done;
-    s = ts_pass_schedule(g, p->opt.naive_schedule, &p->order, &p->n_order, &p->peak_live,
-                         &p->naive_peak);
-    if (s != TS_OK) goto done;
-    if (loss >= 0 && p->opt.comm && ts_comm_size(p->opt.comm) > 1) {
-        ts_dist_spec d;
-        double mb = p->opt.bucket_mb > 0 ? p->opt.bucket_mb : 25.0;
-        double first_mb = p->opt.first_bucket_mb > 0 ? p->opt.first_bucket_mb : 1.0;
-        if (first_mb > mb) first_mb = mb; /* the first bucket is the small one */
-        d.bucket_bytes = (size_t)(mb * 1048576.0);
-        d.first_bucket_bytes = (size_t)(first_mb * 1048576.0);
-        d.algo = p->opt.dist_algo;
-        d.zero = p->opt.zero;
-        p->zero_shared =
-            d.zero > 0 && !p->opt.zero_private_params && ts_comm_shares_memory(p->opt.comm);
-        d.shared_params = p->zero_shared;
-        d.rank = ts_comm_rank(p->opt.comm);
-        d.size = ts_comm_size(p->opt.comm);
-        d.loss = &p->loss;
-        if (d.zero < 0 || d.zero > 2) {
-            s = ts_fail(TS_ERR_UNSUPPORTED, "compile: ZeRO stage %d (0, 1 and 2 are supported)",
-                        d.zero);
-            goto done;
-        }
-        if (d.algo < 0 || d.algo >= TS_ALGO_COUNT) {
-            s = ts_fail(TS_ERR_INVALID, "compile: dist_algo %d is not a ts_coll_algo", d.algo);
-            goto done;
-        }
-        if ((s = ts_pass_distribute(g, &p->order, &p->n_order, &d, &p->n_buckets)) != TS_OK)
-            goto done;
-    }
-    s = ts_pass_memplan(g, p->order, p->n_order, !p->opt.no_inplace, &p->mp);
+    ts_pass_ctx c;
+    ts_pass_ctx_init(&c, g, spec, &p->opt, params, grads, np, p->loss);
+    s = ts_pipeline_run(&c);
+    p->loss = c.loss;
+    p->fuse = c.fuse;
+    p->order = c.order, p->n_order = c.n_order;
+    c.order = NULL;
+    p->peak_live = c.peak_live, p->naive_peak = c.naive_peak;
+    p->n_buckets = c.n_buckets;
+    p->zero_shared = c.zero_shared;
+    p->mp = c.mp;
+    memset(&c.mp, 0, sizeof c.mp);
+    ts_pass_ctx_free(&c);
 done:
     free(params);
     free(grads);
-    free(remap);
     return s;
 }
 
@@ -397,6 +342,14 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
     if (!src) return ts_fail(TS_ERR_INVALID, "ts_compile: graph is NULL");
     if (src->status != TS_OK)
         return ts_fail(src->status, "ts_compile: the graph has an error: %s", src->error);
+    const ts_backend *be;
+    ts_status bs = ts_backend_lookup(opt ? opt->backend : NULL, &be);
+    if (bs != TS_OK) return bs;
+    if (opt && opt->dump_to && ts_pass_find(opt->dump_after) < 0) {
+        char names[512];
+        return ts_fail(TS_ERR_INVALID, "compile: dump_after: no pass named '%s' (passes: %s)",
+                       opt->dump_after ? opt->dump_after : "", ts_pass_names(names, sizeof names));
+    }
     ts_plan *p = ts_zalloc(sizeof *p, "plan");
     if (!p) return TS_ERR_NOMEM;
     p->opt = opt ? *opt : ts_compile_options_default();
@@ -434,6 +387,8 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
     if ((s = ts_precision_check(&p->opt.precision)) != TS_OK) goto fail;
     s = compile_graph(p, spec);
     p->opt.precision.keep_fp32 = NULL; /* the caller's string: read during compile only */
+    p->opt.backend = NULL;             /* likewise */
+    p->opt.dump_after = NULL, p->opt.dump_to = NULL;
     if (s != TS_OK) goto fail;
     if ((s = init_arena(p)) != TS_OK) goto fail;
     if ((s = lower(p)) != TS_OK) goto fail;
@@ -446,7 +401,8 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
     /* oneDNN fixes a primitive's thread count when it is created: create
      * them under the count the plan will run with. */
     if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
-    if ((s = ts_cpu_prepare(p)) != TS_OK) goto fail;
+    p->backend = be; /* set first: ts_plan_free releases what a failed prepare made */
+    if ((s = be->prepare(p)) != TS_OK) goto fail;
     p->ctx.seed = p->opt.seed;
     if (p->n_buckets > 0) {
         p->dist.tickets = ts_zalloc(sizeof(ts_coll_ticket) * (size_t)p->n_buckets, "plan tickets");

@@ -22,19 +22,21 @@ static void dump_plan(const ts_plan *p, FILE *out) {
         fprintf(out, " <-");
         for (int j = 0; j < in->n_in && j < 16; j++) fprintf(out, " @%zu", in->in_off[j]);
         if (in->n_in > 16) fprintf(out, " ...(%d inputs)", in->n_in);
-        if (in->scratch_bytes && in->scratch == p->backend_scratch)
+        ts_backend_instr_info bi = {0, 0};
+        p->backend->instr_info(p, i, &bi);
+        if (bi.shared_scratch)
             fprintf(out, " scratch %zu (backend buffer)", in->scratch_bytes);
         else if (in->scratch_bytes)
             fprintf(out, " scratch %zu@%zu", in->scratch_bytes, in->scratch_off);
-        fprintf(out, "  ; %s%s\n", in->label,
-                in->backend && in->backend_free ? " [optimised]" : "");
+        fprintf(out, "  ; %s%s\n", in->label, bi.optimised ? " [optimised]" : "");
     }
 }
 
 static void dump_memory(const ts_plan *p, FILE *out) {
     const ts_memplan *m = &p->mp;
     char a[32], b[32];
-    fprintf(out, "arena          %12zu bytes  %s\n", m->arena_bytes, mib(a, sizeof a, m->arena_bytes));
+    fprintf(out, "arena          %12zu bytes  %s\n", m->arena_bytes,
+            mib(a, sizeof a, m->arena_bytes));
     fprintf(out, "  params       %12zu bytes  @%zu\n", m->param_bytes, m->param_off);
     fprintf(out, "  grads        %12zu bytes  @%zu\n", m->grad_bytes, m->grad_off);
     if (m->zero_grad_bytes)
@@ -57,8 +59,7 @@ static void dump_memory(const ts_plan *p, FILE *out) {
     for (int v = 0; v < g->n_values; v++) {
         char tb[128], lb[32];
         fprintf(out, "%12zu %10zu %-28s %s\n", m->off[v], ts_type_bytes(&g->values[v].t),
-                ts_type_str(tb, sizeof tb, &g->values[v].t),
-                ts_value_label(g, v, lb, sizeof lb));
+                ts_type_str(tb, sizeof tb, &g->values[v].t), ts_value_label(g, v, lb, sizeof lb));
     }
 }
 

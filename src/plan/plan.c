@@ -4,7 +4,7 @@
 #include <omp.h>
 #include <string.h>
 #include "plan.h"
-#include "session/scaler.h"
+#include "plan/scaler.h"
 
 const ts_named *ts_plan_find(const ts_plan *p, const char *name) {
     for (int i = 0; p && name && i < p->n_named; i++)
@@ -45,7 +45,7 @@ ts_status ts_plan_step(ts_plan *p) {
     p->ctx.lr = ts_lr_at(&p->spec.schedule, p->spec.opt.lr, p->ctx.step);
     if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
     int skipped = 0;
-    ts_status s = ts_cpu_execute(p, &skipped);
+    ts_status s = p->backend->execute(p, &skipped);
     if (s != TS_OK) return s;
     p->last_skipped = skipped;
     if (p->scaler) ts_plan_scaler_after_step(p);
@@ -57,6 +57,10 @@ ts_status ts_plan_step(ts_plan *p) {
     }
     p->steps_done++;
     return TS_OK;
+}
+
+void ts_plan_set_trace(ts_plan *p, struct ts_trace *t) {
+    if (p) p->trace = t;
 }
 
 double ts_plan_loss(const ts_plan *p) {

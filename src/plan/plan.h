@@ -1,9 +1,11 @@
 /* plan.h — the compiled plan (internal): a flat list of instructions whose
  * tensors point into one arena, and the table of named values. Built by
- * ts_compile (compile.c); executed by a backend (src/backends/cpu). */
+ * ts_compile (compile.c); executed by the backend it names, through the
+ * interface of src/backends/backend.h. */
 #ifndef TS_PLAN_H
 #define TS_PLAN_H
 
+#include "backends/backend.h"
 #include "ops/collective.h"
 #include "ops/op.h"
 #include "passes/passes.h"
@@ -69,7 +71,7 @@ struct ts_plan {
     void *gate_user;
     int64_t updates_applied;
     int last_skipped;
-    struct ts_plan_scaler *scaler; /* loss scaling (session/scaler.h), NULL without */
+    struct ts_plan_scaler *scaler; /* loss scaling (plan/scaler.h), NULL without */
     void *backend_scratch;         /* shared scratch for backend kernels (oneDNN) */
     size_t backend_scratch_bytes;
     /* Data parallelism (distribute pass): gradient buckets and the state
@@ -81,18 +83,12 @@ struct ts_plan {
      * copy for every rank (ts_comm_alloc_shared), instead of at
      * arena + mp.param_off; NULL otherwise. Address values with ts_plan_at. */
     unsigned char *params;
-    int zero_shared;        /* the distribute pass planned shared parameters */
-    size_t arena_skip;      /* with params: the arena starts after memplan's parameter region
-                               (offset 0), which this process does not allocate */
-    struct ts_trace *trace; /* non-NULL: a compute span per instruction (not owned) */
+    int zero_shared;           /* the distribute pass planned shared parameters */
+    size_t arena_skip;         /* with params: the arena starts after memplan's parameter region
+                                  (offset 0), which this process does not allocate */
+    struct ts_trace *trace;    /* non-NULL: a compute span per instruction (not owned) */
+    const ts_backend *backend; /* what runs the instructions (ts_compile_options.backend) */
 };
-
-/* CPU backend: choose optimised kernels for the plan's instructions
- * (creating their state once) and size the shared backend scratch. */
-ts_status ts_cpu_prepare(ts_plan *p);
-/* Run every instruction once, asking the update gate (if any) at
- * p->gate_ins; *skipped receives whether the update phase was skipped. */
-ts_status ts_cpu_execute(ts_plan *p, int *skipped);
 
 /* Record a "compute" span per instruction of every step into t (a
  * Chrome trace, src/obs/trace.h; NULL: stop). Span names are op names,

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
-#include "session/scaler.h"
+#include "plan/scaler.h"
 #include "tessel/ckpt.h"
 
 #define FIXTURE "tests/parity/fixtures/scaler_trace.txt"

@@ -7,7 +7,7 @@
 #include <string.h>
 #include "core/core.h"
 #include "obs/trace.h"
-#include "plan/plan.h"
+#include "backends/cpu/cpu.h"
 
 /* Index of the first non-finite element of a float tensor, or -1. */
 static int64_t first_nonfinite(const ts_tensor *t) {
@@ -46,10 +46,6 @@ static inline ts_status run_one(ts_plan *p, int i) {
         }
     }
     return TS_OK;
-}
-
-void ts_plan_set_trace(ts_plan *p, struct ts_trace *t) {
-    if (p) p->trace = t;
 }
 
 /* Instructions [lo, hi); with skip_update the update-phase ones are left
@@ -103,43 +99,4 @@ ts_status ts_cpu_execute(ts_plan *p, int *skipped) {
                        (long long)p->ctx.step, (int)d);
     *skipped = d == TS_GATE_SKIP;
     return run_range(p, p->gate_ins, p->n_ins, *skipped);
-}
-
-/* ---- the profile, per op kind ------------------------------------------- */
-
-static int by_time(const void *a, const void *b) {
-    const ts_profile_entry *x = a, *y = b;
-    if (x->seconds != y->seconds) return x->seconds < y->seconds ? 1 : -1;
-    return (x->op > y->op) - (x->op < y->op); /* stable order for equal times */
-}
-
-int ts_plan_profile(const ts_plan *p, ts_profile_entry *out, int max) {
-    if (!p) return ts_fail(TS_ERR_INVALID, "profile: plan is NULL"), -1;
-    if (!p->opt.profile)
-        return ts_fail(TS_ERR_INVALID, "profile: the plan was compiled without "
-                                       "ts_compile_options.profile"),
-               -1;
-    ts_profile_entry all[TS_OP_COUNT] = {{0}};
-    for (int i = 0; i < p->n_ins; i++) {
-        const ts_instr *in = &p->ins[i];
-        ts_profile_entry *e = &all[in->op];
-        e->op = ts_op_get(in->op)->name;
-        e->seconds += in->prof_seconds;
-        e->calls += in->prof_calls;
-        e->instructions++;
-        e->flops += in->flops;
-        /* By name, so conv ops count wherever their family defines them. */
-        e->is_gemm =
-            in->op == TS_OP_MATMUL || in->op == TS_OP_MATMUL_EPI || !strncmp(e->op, "conv", 4);
-    }
-    int n = 0;
-    for (int op = 0; op < TS_OP_COUNT; op++)
-        if (all[op].instructions) all[n++] = all[op];
-    qsort(all, (size_t)n, sizeof all[0], by_time);
-    for (int i = 0; out && i < n && i < max; i++) out[i] = all[i];
-    return n;
-}
-
-void ts_plan_profile_reset(ts_plan *p) {
-    for (int i = 0; p && i < p->n_ins; i++) p->ins[i].prof_seconds = 0, p->ins[i].prof_calls = 0;
 }

@@ -3,11 +3,11 @@
  * every other instruction keeps its op's reference kernel. */
 #include <stdlib.h>
 #include <string.h>
+#include "backends/cpu/cpu.h"
 #include "backends/cpu/dnnl_conv.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "ops/fused.h"
 #include "core/half.h"
-#include "plan/plan.h"
 
 static ts_status k_dnnl_matmul(const ts_kargs *k) {
     return ts_mm_run(k->backend, k->in[0].data, k->in[1].data, k->out[0].data, k->scratch);

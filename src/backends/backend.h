@@ -1,0 +1,66 @@
+/* backend.h — the interface between a compiled plan and what runs it.
+ *
+ * A backend is one table of functions, registered by name in
+ * src/backends/registry.c (adding one = a folder with its files plus one
+ * line there). ts_compile looks the backend up by
+ * ts_compile_options.backend (NULL or "cpu": the CPU backend) and the plan
+ * only ever calls down through the table:
+ *
+ *     const ts_backend *be = ts_backend_find(opt->backend);   // NULL: unknown
+ *     be->prepare(plan);                 // once, after lowering
+ *     be->execute(plan, &skipped);       // every step
+ *     be->release(plan);                 // in ts_plan_free
+ *
+ * prepare may replace an instruction's kernel (fn) and attach per-instruction
+ * state (backend, backend_free); execute runs every instruction once and asks
+ * the plan's update gate at gate_ins. */
+#ifndef TS_BACKEND_H
+#define TS_BACKEND_H
+
+#include <stdint.h>
+#include "core/core.h"
+#include "tessel/compile.h"
+
+struct ts_plan;
+
+/* Where a backend's tensors live. */
+typedef enum ts_memory_kind {
+    TS_MEM_HOST = 0, /* ordinary host memory (the arena is malloc'ed or a comm segment) */
+    TS_MEM_DEVICE    /* device memory the host cannot address directly */
+} ts_memory_kind;
+
+/* What a backend says about one instruction (dumps). */
+typedef struct ts_backend_instr_info {
+    int optimised;      /* runs a backend kernel instead of the op's reference kernel */
+    int shared_scratch; /* its scratch is the backend's shared buffer, not the arena's */
+} ts_backend_instr_info;
+
+typedef struct ts_backend {
+    const char *name;
+    uint32_t dtypes;            /* bit (1u << ts_dtype) for each dtype it runs */
+    ts_memory_kind memory;      /* where its tensors live */
+    int (*supports_op)(int op); /* 1 if it runs op (a ts_op_id) */
+    /* Once per plan, after lowering: choose kernels, create their state. */
+    ts_status (*prepare)(struct ts_plan *p);
+    /* One step: every instruction once; *skipped: the update gate skipped
+     * the update phase. */
+    ts_status (*execute)(struct ts_plan *p, int *skipped);
+    /* Time spent in instruction i so far and how often it ran (with
+     * ts_compile_options.profile), and forgetting it. */
+    void (*profile)(const struct ts_plan *p, int i, double *seconds, int64_t *calls);
+    void (*profile_reset)(struct ts_plan *p);
+    void (*instr_info)(const struct ts_plan *p, int i, ts_backend_instr_info *out);
+    /* Free what prepare made (the plan frees its own memory). */
+    void (*release)(struct ts_plan *p);
+} ts_backend;
+
+/* The backend registered under name (NULL: "cpu"), or NULL if none. */
+const ts_backend *ts_backend_find(const char *name);
+/* The registered backends, in registry order. */
+int ts_backend_count(void);
+const ts_backend *ts_backend_at(int i);
+/* ts_backend_find with a TS_ERR_INVALID naming the unknown backend and the
+ * known ones. */
+ts_status ts_backend_lookup(const char *name, const ts_backend **out);
+
+#endif

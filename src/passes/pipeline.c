@@ -1,0 +1,199 @@
+/* The pass pipeline as data: one row per pass (see pipeline.h). A pass's
+ * run function adapts the context to the pass's own signature; the
+ * predicates say when it runs. The order is ts_compile's. */
+#include <stdlib.h>
+#include <string.h>
+#include "pipeline.h"
+#include "tessel/dist.h"
+
+static int always(const ts_pass_ctx *c) {
+    (void)c;
+    return 1;
+}
+static int training(const ts_pass_ctx *c) {
+    return c->training;
+}
+static int with_loss_scale(const ts_pass_ctx *c) {
+    return c->training && c->opt->precision.loss_scale != TS_SCALE_NONE;
+}
+static int with_discard(const ts_pass_ctx *c) {
+    return c->training && c->opt->discard_outputs;
+}
+static int with_unscale(const ts_pass_ctx *c) {
+    return c->training && c->scale >= 0;
+}
+static int with_monitors(const ts_pass_ctx *c) {
+    return c->training && c->opt->monitors;
+}
+static int with_simplify(const ts_pass_ctx *c) {
+    return !c->opt->no_simplify;
+}
+static int with_fuse(const ts_pass_ctx *c) {
+    return !c->opt->no_fuse;
+}
+static int with_ranks(const ts_pass_ctx *c) {
+    return c->training && c->opt->comm && ts_comm_size(c->opt->comm) > 1;
+}
+
+static ts_status run_loss_scale(ts_pass_ctx *c) {
+    return ts_pass_loss_scale_loss(c->g, &c->opt->precision, c->loss, &c->diff, &c->scale);
+}
+static ts_status run_autodiff(ts_pass_ctx *c) {
+    return ts_pass_autodiff_ex(c->g, c->diff, c->params, c->n_params, c->grads,
+                               !c->opt->no_recompute);
+}
+/* Values marked as outputs other than the loss stop being kept readable. */
+static ts_status run_discard(ts_pass_ctx *c) {
+    for (int v = 0; v < c->g->n_values; v++)
+        if (v != c->loss) c->g->values[v].is_output = 0;
+    return TS_OK;
+}
+static ts_status run_unscale(ts_pass_ctx *c) {
+    return ts_pass_loss_scale_unscale(c->g, c->scale, c->grads, c->n_params, &c->unscale);
+}
+/* after the unscale node: monitors see the true gradients (monitor_order
+ * puts them after it) */
+static ts_status run_monitor(ts_pass_ctx *c) {
+    return ts_pass_monitor(c->g, c->params, c->grads, c->n_params);
+}
+static ts_status run_train(ts_pass_ctx *c) {
+    return ts_pass_train(c->g, c->spec, c->params, c->grads, c->n_params);
+}
+static ts_status run_monitor_order(ts_pass_ctx *c) {
+    return ts_pass_monitor_order(c->g);
+}
+static ts_status run_loss_scale_order(ts_pass_ctx *c) {
+    return ts_pass_loss_scale_order(c->g, c->unscale);
+}
+static ts_status run_precision(ts_pass_ctx *c) {
+    return ts_pass_precision(c->g, &c->opt->precision, NULL);
+}
+static ts_status run_train_mode(ts_pass_ctx *c) {
+    return ts_pass_train_mode(c->g, c->training);
+}
+static ts_status run_simplify(ts_pass_ctx *c) {
+    int32_t *remap = NULL;
+    ts_status s = ts_pass_simplify(c->g, &remap);
+    if (s == TS_OK && c->loss >= 0) c->loss = remap[c->loss];
+    free(remap);
+    return s;
+}
+/* Fusion marks the fused nodes dead; compacting renumbers the values. */
+static ts_status run_fuse(ts_pass_ctx *c) {
+    ts_status s = ts_pass_fuse(c->g, &c->fuse);
+    if (s != TS_OK) return s;
+    int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(c->g->n_values + 1), "compile");
+    if (!map) return TS_ERR_NOMEM;
+    if ((s = ts_graph_compact(c->g, map)) == TS_OK && c->loss >= 0) c->loss = map[c->loss];
+    free(map);
+    return s;
+}
+static ts_status run_verify(ts_pass_ctx *c) {
+    return ts_graph_verify(c->g);
+}
+static ts_status run_schedule(ts_pass_ctx *c) {
+    return ts_pass_schedule(c->g, c->opt->naive_schedule, &c->order, &c->n_order, &c->peak_live,
+                            &c->naive_peak);
+}
+static ts_status run_distribute(ts_pass_ctx *c) {
+    const ts_compile_options *o = c->opt;
+    ts_dist_spec d;
+    double mb = o->bucket_mb > 0 ? o->bucket_mb : 25.0;
+    double first_mb = o->first_bucket_mb > 0 ? o->first_bucket_mb : 1.0;
+    if (first_mb > mb) first_mb = mb; /* the first bucket is the small one */
+    d.bucket_bytes = (size_t)(mb * 1048576.0);
+    d.first_bucket_bytes = (size_t)(first_mb * 1048576.0);
+    d.algo = o->dist_algo;
+    d.zero = o->zero;
+    c->zero_shared = d.zero > 0 && !o->zero_private_params && ts_comm_shares_memory(o->comm);
+    d.shared_params = c->zero_shared;
+    d.rank = ts_comm_rank(o->comm);
+    d.size = ts_comm_size(o->comm);
+    d.loss = &c->loss;
+    if (d.zero < 0 || d.zero > 2)
+        return ts_fail(TS_ERR_UNSUPPORTED, "compile: ZeRO stage %d (0, 1 and 2 are supported)",
+                       d.zero);
+    if (d.algo < 0 || d.algo >= TS_ALGO_COUNT)
+        return ts_fail(TS_ERR_INVALID, "compile: dist_algo %d is not a ts_coll_algo", d.algo);
+    return ts_pass_distribute(c->g, &c->order, &c->n_order, &d, &c->n_buckets);
+}
+static ts_status run_memplan(ts_pass_ctx *c) {
+    return ts_pass_memplan(c->g, c->order, c->n_order, !c->opt->no_inplace, &c->mp);
+}
+
+static const ts_pass_def PASSES[] = {
+    {"loss_scale", with_loss_scale, run_loss_scale},
+    {"autodiff", training, run_autodiff},
+    {"discard_outputs", with_discard, run_discard},
+    {"unscale", with_unscale, run_unscale},
+    {"monitor", with_monitors, run_monitor},
+    {"train", training, run_train},
+    {"monitor_order", with_monitors, run_monitor_order},
+    {"loss_scale_order", training, run_loss_scale_order},
+    {"precision", always, run_precision},
+    {"train_mode", always, run_train_mode},
+    {"simplify", with_simplify, run_simplify},
+    {"fuse", with_fuse, run_fuse},
+    {"verify", always, run_verify},
+    {"schedule", always, run_schedule},
+    {"distribute", with_ranks, run_distribute},
+    {"memplan", always, run_memplan},
+};
+
+enum { N_PASSES = (int)(sizeof PASSES / sizeof PASSES[0]) };
+
+int ts_pass_count(void) {
+    return N_PASSES;
+}
+
+const ts_pass_def *ts_pass_at(int i) {
+    return i >= 0 && i < N_PASSES ? &PASSES[i] : NULL;
+}
+
+int ts_pass_find(const char *name) {
+    for (int i = 0; name && i < N_PASSES; i++)
+        if (!strcmp(PASSES[i].name, name)) return i;
+    return -1;
+}
+
+const char *ts_pass_names(char *buf, size_t n) {
+    size_t k = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < N_PASSES && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", PASSES[i].name);
+    return buf;
+}
+
+void ts_pass_ctx_init(ts_pass_ctx *c, ts_graph *g, const ts_train_spec *spec,
+                      const ts_compile_options *opt, const int32_t *params, int32_t *grads,
+                      int n_params, int32_t loss) {
+    memset(c, 0, sizeof *c);
+    c->g = g;
+    c->spec = spec;
+    c->opt = opt;
+    c->training = loss >= 0;
+    c->params = params;
+    c->grads = grads;
+    c->n_params = n_params;
+    c->loss = c->diff = loss;
+    c->scale = c->unscale = -1;
+}
+
+ts_status ts_pipeline_run(ts_pass_ctx *c) {
+    const int dump = c->opt->dump_to ? ts_pass_find(c->opt->dump_after) : -1;
+    for (int i = 0; i < N_PASSES; i++) {
+        const ts_pass_def *d = &PASSES[i];
+        if (d->enabled(c)) {
+            ts_status s = d->run(c);
+            if (s != TS_OK) return s;
+        }
+        if (i == dump) ts_graph_print(c->g, c->order, c->opt->dump_to);
+    }
+    return TS_OK;
+}
+
+void ts_pass_ctx_free(ts_pass_ctx *c) {
+    free(c->order);
+    c->order = NULL;
+    ts_memplan_free(&c->mp);
+}
