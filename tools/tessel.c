@@ -34,9 +34,8 @@ static const char usage[] =
     "      time training steps of a benchmark workload (shared/BENCH.md), optionally\n"
     "      alternating with the PyTorch reference, and print the ratio\n"
     "  bench collectives [--transport shm|mpi] [--json FILE]\n"
-    "      all-reduce, reduce-scatter and all-gather bandwidth beside MPI_Allreduce\n"
-    TESSEL_CKPT_USAGE
-    TESSEL_QUANT_USAGE
+    "      all-reduce, reduce-scatter and all-gather bandwidth beside "
+    "MPI_Allreduce\n" TESSEL_CKPT_USAGE TESSEL_QUANT_USAGE
     "  plot RUN_DIR  draw loss, throughput and gradient-norm curves into RUN_DIR/plots\n"
     "  ctl resume|status RUN_DIR\n"
     "      resume a run paused by an alert, or say whether it is paused\n"

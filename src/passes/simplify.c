@@ -5,7 +5,9 @@
 #include "passes.h"
 
 /* Values a user can observe: they must survive every rewrite as they are. */
-static int observable(const ts_value *v) { return v->is_output || v->grad_of >= 0; }
+static int observable(const ts_value *v) {
+    return v->is_output || v->grad_of >= 0;
+}
 
 /* Fold nodes whose inputs are all constants by running the reference
  * kernel once at compile time. Limited to modest sizes so a compile does
@@ -166,7 +168,9 @@ ts_status ts_pass_simplify(ts_graph *g, int32_t **remap) {
         free(map);
         return s;
     }
-    if (remap) *remap = map;
-    else free(map);
+    if (remap)
+        *remap = map;
+    else
+        free(map);
     return TS_OK;
 }
