@@ -21,58 +21,7 @@
 
 #define MANIFEST_MAX ((size_t)256 << 20)
 
-/* A chunk of a logical tensor. Two forms (docs/checkpoints.md): a block
- * (offset and shape per dimension) that is a whole tensor of its file, or
- * a flat range — elements [start, start + count) of the flattened tensor,
- * stored from element file_start of the file's tensor `tensor` (a sharded
- * optimizer state value cut across parameters). A block covering the whole
- * tensor is also a flat range (start 0). */
-typedef struct ld_chunk {
-    int file;
-    const char *tensor; /* the file's tensor (borrowed from the manifest JSON) */
-    int block;          /* the block form */
-    int64_t off[TS_MAX_RANK], shape[TS_MAX_RANK];
-    int flat; /* start, count and file_start hold (flat form, or a whole-tensor block) */
-    int64_t start, count, file_start;
-    uint32_t crc;
-    const unsigned char *data; /* the chunk's first byte in the mapped shard, once verified */
-    size_t bytes;
-} ld_chunk;
-
-typedef struct ld_tensor {
-    const char *name; /* borrowed from the manifest JSON */
-    int is_state;
-    ts_dtype dtype;
-    int rank;
-    int64_t dims[TS_MAX_RANK];
-    size_t bytes;
-    ld_chunk *chunks;
-    int n_chunks;
-} ld_tensor;
-
-typedef struct ld_file {
-    const char *name; /* borrowed from the manifest JSON */
-    char *path;
-    uint64_t bytes;
-    const char *sha;
-    ts_st_file *st;
-    ts_status status;
-    char err[1024];
-} ld_file;
-
-struct ts_ckpt {
-    char *dir;
-    char *text;
-    json_t *m;
-    ld_file *f;
-    int nf;
-    ld_tensor *t;
-    int nt;
-    ts_ckpt_data_file *data;
-    int nd;
-    ts_ckpt_info info;
-    atomic_int next_file;
-};
+#include "load_internal.h"
 
 /* ---- resolving ------------------------------------------------------------- */
 
@@ -694,14 +643,14 @@ ts_status ts_ckpt_chunk_info(const ts_ckpt *c, int i, int k, ts_ckpt_chunk *out)
     return TS_OK;
 }
 
-static const ld_tensor *find_tensor(const ts_ckpt *c, const char *name) {
+const ld_tensor *ck_find_tensor(const ts_ckpt *c, const char *name) {
     for (int i = 0; name && i < c->nt; i++)
         if (!strcmp(c->t[i].name, name)) return &c->t[i];
     return NULL;
 }
 
 /* Copy each chunk's rows to their place in the row-major whole. */
-static void assemble(const ld_tensor *t, unsigned char *dst) {
+void ck_assemble(const ld_tensor *t, unsigned char *dst) {
     size_t esz = ts_dtype_size(t->dtype);
     for (int k = 0; k < t->n_chunks; k++) {
         const ld_chunk *ch = &t->chunks[k];
@@ -733,12 +682,12 @@ static int all_flat(const ld_tensor *t) {
 
 /* Elements [start, start + count) of t: the overlapping parts of its flat
  * chunks, or a slice of the whole for partial blocks. */
-static ts_status read_range(const ld_tensor *t, int64_t start, int64_t count, unsigned char *dst) {
+ts_status ck_read_range(const ld_tensor *t, int64_t start, int64_t count, unsigned char *dst) {
     const size_t esz = ts_dtype_size(t->dtype);
     if (!all_flat(t)) {
         unsigned char *whole = ts_alloc(t->bytes ? t->bytes : 1, "ckpt read range");
         if (!whole) return TS_ERR_NOMEM;
-        assemble(t, whole);
+        ck_assemble(t, whole);
         memcpy(dst, whole + (size_t)start * esz, (size_t)count * esz);
         free(whole);
         return TS_OK;
@@ -757,254 +706,23 @@ static ts_status read_range(const ld_tensor *t, int64_t start, int64_t count, un
 ts_status ts_ckpt_read_range(const ts_ckpt *c, const char *name, int64_t start, int64_t count,
                              void *dst) {
     if (!c || !dst) return ts_fail(TS_ERR_INVALID, "ckpt read range: NULL argument");
-    const ld_tensor *t = find_tensor(c, name);
+    const ld_tensor *t = ck_find_tensor(c, name);
     if (!t) return ts_fail(TS_ERR_NOT_FOUND, "%s: no tensor '%s'", c->dir, name ? name : "");
     const int64_t numel = ts_shape_numel(t->rank, t->dims);
     if (start < 0 || count < 0 || count > numel - start)
         return ts_fail(TS_ERR_INVALID,
                        "%s: tensor '%s' has %lld elements; [%lld, %lld) lies outside", c->dir, name,
                        (long long)numel, (long long)start, (long long)(start + count));
-    return read_range(t, start, count, dst);
+    return ck_read_range(t, start, count, dst);
 }
 
 ts_status ts_ckpt_read(const ts_ckpt *c, const char *name, void *dst, size_t bytes) {
     if (!c || !dst) return ts_fail(TS_ERR_INVALID, "ckpt read: NULL argument");
-    const ld_tensor *t = find_tensor(c, name);
+    const ld_tensor *t = ck_find_tensor(c, name);
     if (!t) return ts_fail(TS_ERR_NOT_FOUND, "%s: no tensor '%s'", c->dir, name ? name : "");
     if (bytes != t->bytes)
         return ts_fail(TS_ERR_INVALID, "%s: tensor '%s' is %zu bytes, %zu given", c->dir, name,
                        t->bytes, bytes);
-    assemble(t, dst);
+    ck_assemble(t, dst);
     return TS_OK;
-}
-
-/* ---- restoring ------------------------------------------------------------------- */
-
-/* The plan's sharded optimizer state (ZeRO; none otherwise): which
- * elements of which logical tensors each "zero.bucket*" value holds. */
-typedef struct fit_layout {
-    ts_shard_piece *pc;
-    int n;
-} fit_layout;
-
-static int is_sharded(const fit_layout *L, const char *name) {
-    for (int i = 0; i < L->n; i++)
-        if (!strcmp(L->pc[i].state, name)) return 1;
-    return 0;
-}
-
-static void logical_name(char *buf, size_t n, const ts_shard_piece *pc) {
-    snprintf(buf, n, "%s.%s", pc->param, pc->what);
-}
-
-/* A checkpoint tensor "<param>.<what>" of a parameter of the plan, where
- * the plan shards <what>: it has a place even if this rank's block holds
- * none of it. */
-static int sharded_logical(const ts_plan *p, const fit_layout *L, const char *tname) {
-    const char *dot = strrchr(tname, '.');
-    if (!dot) return 0;
-    int what = 0;
-    for (int i = 0; i < L->n && !what; i++) what = !strcmp(L->pc[i].what, dot + 1);
-    if (!what) return 0;
-    for (int j = 0; j < ts_plan_persistent_count(p); j++) {
-        ts_persistent pv;
-        if (ts_plan_persistent(p, j, &pv) == TS_OK && !pv.is_state &&
-            strlen(pv.name) == (size_t)(dot - tname) &&
-            !strncmp(pv.name, tname, (size_t)(dot - tname)))
-            return 1;
-    }
-    return 0;
-}
-
-/* Every piece of a sharded value needs its logical tensor: state, the
- * value's dtype, as many elements as the parameter. */
-static ts_status check_pieces(const ts_ckpt *c, const ts_plan *p, const fit_layout *L,
-                              const ts_persistent *pv) {
-    for (int i = 0; i < L->n; i++) {
-        const ts_shard_piece *pc = &L->pc[i];
-        if (strcmp(pc->state, pv->name)) continue;
-        char name[600];
-        logical_name(name, sizeof name, pc);
-        const ld_tensor *t = find_tensor(c, name);
-        if (!t)
-            return ts_fail(TS_ERR_NOT_FOUND,
-                           "%s: has no tensor '%s', which the plan's sharded optimizer state '%s' "
-                           "needs",
-                           c->dir, name, pv->name);
-        ts_dtype pdt;
-        int prank;
-        int64_t pdims[TS_MAX_RANK];
-        ts_status s = ts_plan_value_info(p, pc->param, &pdt, &prank, pdims);
-        if (s != TS_OK) return s;
-        const int64_t numel = ts_shape_numel(t->rank, t->dims);
-        if (!t->is_state || t->dtype != pv->dtype || numel != ts_shape_numel(prank, pdims) ||
-            pc->param_off + pc->count > numel) {
-            char a[128];
-            ts_shape_str(a, sizeof a, t->dtype, t->rank, t->dims);
-            return ts_fail(TS_ERR_SHAPE,
-                           "%s: tensor '%s' is %s %s; the plan's '%s' needs state of dtype %s "
-                           "with the %lld elements of parameter '%s'",
-                           c->dir, name, t->is_state ? "state" : "param", a, pv->name,
-                           ts_dtype_name(pv->dtype), (long long)ts_shape_numel(prank, pdims),
-                           pc->param);
-        }
-    }
-    return TS_OK;
-}
-
-static ts_status check_fits(const ts_ckpt *c, const ts_plan *p, const fit_layout *L) {
-    int n = ts_plan_persistent_count(p);
-    if (ts_plan_seed(p) != c->info.seed)
-        return ts_fail(TS_ERR_INVALID,
-                       "%s: saved by a run with seed %llu, the plan has seed %llu: dropout masks "
-                       "would differ from the original run",
-                       c->dir, (unsigned long long)c->info.seed,
-                       (unsigned long long)ts_plan_seed(p));
-    for (int i = 0; i < n; i++) {
-        ts_persistent pv;
-        ts_status s = ts_plan_persistent(p, i, &pv);
-        if (s != TS_OK) return s;
-        if (is_sharded(L, pv.name)) {
-            if ((s = check_pieces(c, p, L, &pv)) != TS_OK) return s;
-            continue;
-        }
-        const ld_tensor *t = find_tensor(c, pv.name);
-        if (!t)
-            return ts_fail(TS_ERR_NOT_FOUND, "%s: has no tensor '%s', which the plan needs (%s)",
-                           c->dir, pv.name, pv.is_state ? "optimizer state" : "parameter");
-        int same = t->dtype == pv.dtype && t->rank == pv.rank && t->is_state == pv.is_state;
-        for (int d = 0; same && d < t->rank; d++) same = t->dims[d] == pv.dims[d];
-        if (!same) {
-            char a[128], b[128];
-            ts_shape_str(a, sizeof a, t->dtype, t->rank, t->dims);
-            ts_shape_str(b, sizeof b, pv.dtype, pv.rank, pv.dims);
-            return ts_fail(TS_ERR_SHAPE, "%s: tensor '%s' is %s %s, the plan's is %s %s", c->dir,
-                           pv.name, t->is_state ? "state" : "param", a,
-                           pv.is_state ? "state" : "param", b);
-        }
-    }
-    for (int i = 0; i < c->nt; i++) {
-        int found = sharded_logical(p, L, c->t[i].name);
-        for (int j = 0; j < n && !found; j++) {
-            ts_persistent pv;
-            found = ts_plan_persistent(p, j, &pv) == TS_OK && !strcmp(pv.name, c->t[i].name);
-        }
-        if (!found)
-            return ts_fail(TS_ERR_INVALID,
-                           "%s: tensor '%s' has no place in the plan (a different model or "
-                           "optimizer?)",
-                           c->dir, c->t[i].name);
-    }
-    return TS_OK;
-}
-
-/* One persistent value's bytes: a whole tensor, or a sharded value
- * assembled from the pieces of its logical tensors (padding zero). */
-static ts_status gather_value(const ts_ckpt *c, const fit_layout *L, const ts_persistent *pv,
-                              unsigned char *tmp, const void **src) {
-    if (is_sharded(L, pv->name)) {
-        const size_t es = ts_dtype_size(pv->dtype);
-        memset(tmp, 0, pv->bytes);
-        for (int i = 0; i < L->n; i++) {
-            const ts_shard_piece *pc = &L->pc[i];
-            if (strcmp(pc->state, pv->name)) continue;
-            char name[600];
-            logical_name(name, sizeof name, pc);
-            ts_status s = read_range(find_tensor(c, name), pc->param_off, pc->count,
-                                     tmp + (size_t)pc->state_off * es);
-            if (s != TS_OK) return s;
-        }
-        *src = tmp;
-        return TS_OK;
-    }
-    const ld_tensor *t = find_tensor(c, pv->name);
-    if (t->n_chunks == 1 && t->chunks[0].flat) {
-        *src = t->chunks[0].data;
-        return TS_OK;
-    }
-    assemble(t, tmp);
-    *src = tmp;
-    return TS_OK;
-}
-
-ts_status ts_ckpt_restore(const ts_ckpt *c, ts_plan *p, ts_audit *audit) {
-    if (!c || !p) return ts_fail(TS_ERR_INVALID, "ckpt restore: NULL argument");
-    fit_layout L = {NULL, 0};
-    ts_status s = ts_plan_shard_layout(p, &L.pc, &L.n);
-    if (s == TS_OK) s = check_fits(c, p, &L);
-    const int n = ts_plan_persistent_count(p);
-    size_t tmp_bytes = 0;
-    for (int i = 0; i < n && s == TS_OK; i++) {
-        ts_persistent pv;
-        if ((s = ts_plan_persistent(p, i, &pv)) == TS_OK && pv.bytes > tmp_bytes)
-            tmp_bytes = pv.bytes;
-    }
-    unsigned char *tmp = NULL;
-    if (s == TS_OK && !(tmp = ts_alloc(tmp_bytes ? tmp_bytes : 1, "ckpt restore")))
-        s = TS_ERR_NOMEM;
-    /* Everything is checked; from here on only copies into the plan. */
-    for (int i = 0; i < n && s == TS_OK; i++) {
-        ts_persistent pv;
-        const void *src = NULL;
-        if ((s = ts_plan_persistent(p, i, &pv)) == TS_OK) s = gather_value(c, &L, &pv, tmp, &src);
-        if (s == TS_OK) s = ts_plan_write_param(p, pv.name, src, pv.bytes);
-    }
-    free(tmp);
-    free(L.pc);
-    if (s == TS_OK) {
-        ts_plan_set_step(p, c->info.step);
-        ts_plan_set_updates_applied(p, c->info.updates_applied);
-    }
-    if (s == TS_OK && audit)
-        s = ck_audit_event(audit, "load",
-                           json_pack("{s:s, s:s, s:I, s:b}", "dir", c->dir, "id", c->info.id,
-                                     "step", (json_int_t)c->info.step, "signature_verified",
-                                     c->info.signature_ok));
-    return s;
-}
-
-ts_status ts_ckpt_load(ts_plan *p, const char *path, const char *public_key, ts_audit *audit) {
-    ts_ckpt *c;
-    ts_status s = ts_ckpt_open(path, public_key, audit, &c);
-    if (s != TS_OK) return s;
-    s = ts_ckpt_restore(c, p, audit);
-    ts_ckpt_close(c);
-    return s;
-}
-
-/* ---- export ------------------------------------------------------------------------ */
-
-ts_status ts_ckpt_export_safetensors(const ts_ckpt *c, const char *path) {
-    if (!c || !path) return ts_fail(TS_ERR_INVALID, "ckpt export: NULL argument");
-    ts_st_writer *w;
-    ts_status s = ts_st_writer_new(&w);
-    if (s != TS_OK) return s;
-    void **owned = ts_zalloc(sizeof(void *) * (size_t)(c->nt + 1), "ckpt export");
-    if (!owned) s = TS_ERR_NOMEM;
-    /* Larger elements first keeps every tensor aligned (see safetensors.h). */
-    for (size_t esz = 8; esz >= 1 && s == TS_OK; esz /= 2)
-        for (int i = 0; i < c->nt && s == TS_OK; i++) {
-            const ld_tensor *t = &c->t[i];
-            if (t->is_state || ts_dtype_size(t->dtype) != esz) continue;
-            const void *src = t->chunks[0].data;
-            if (t->n_chunks > 1 || !t->chunks[0].flat) {
-                if (!(owned[i] = ts_alloc(t->bytes ? t->bytes : 1, "ckpt export"))) {
-                    s = TS_ERR_NOMEM;
-                    break;
-                }
-                assemble(t, owned[i]);
-                src = owned[i];
-            }
-            s = ts_st_writer_add(w, t->name, t->dtype, t->rank, t->dims, src);
-        }
-    char step[24];
-    snprintf(step, sizeof step, "%lld", (long long)c->info.step);
-    if (s == TS_OK) s = ts_st_writer_meta(w, "format", "pt");
-    if (s == TS_OK) s = ts_st_writer_meta(w, "tessel_step", step);
-    if (s == TS_OK) s = ts_st_writer_meta(w, "tessel_checkpoint_id", c->info.id);
-    if (s == TS_OK) s = ts_st_writer_save(w, path);
-    ts_st_writer_free(w);
-    for (int i = 0; owned && i < c->nt; i++) free(owned[i]);
-    free(owned);
-    return s;
 }
