@@ -68,15 +68,6 @@ ts_status ts_sess_check_resume_dir(const char *dir) {
     return TS_OK;
 }
 
-/* A key file named by the config must be readable before the run starts. */
-ts_status ts_sess_check_key(const char *key, const char *path) {
-    if (!path[0]) return TS_OK;
-    FILE *f = fopen(path, "rb");
-    if (!f) return ts_fail(TS_ERR_INVALID, "%s: cannot read '%s': %s", key, path, strerror(errno));
-    fclose(f);
-    return TS_OK;
-}
-
 static void sha256_hex(const void *data, size_t n, char hex[65]) {
     unsigned char h[crypto_hash_sha256_BYTES];
     crypto_hash_sha256(h, (const unsigned char *)data, n);

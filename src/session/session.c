@@ -316,13 +316,27 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
                      "model.batch %lld does not divide by %d processes: every rank trains on "
                      "model.batch / processes rows of each batch",
                      (long long)c->model.batch, s->nranks);
-    if (st == TS_OK) st = ts_sess_check_key("ckpt.sign_key", c->ckpt.sign_key);
-    if (st == TS_OK) st = ts_sess_check_key("ckpt.verify_key", c->ckpt.verify_key);
+    /* The key files (sign_key private, of this user, not a link) and the metrics ports of
+     * every rank, before anything is written. */
+    if (st == TS_OK) st = ts_config_check_run(c, s->rank, s->nranks);
+    /* The key a resumed checkpoint must be signed with: verify_key's file, none, or by
+     * default the public half of this run's own signing key. */
+    char own_key[73];
+    const char *verify_key = NULL;
+    if (st == TS_OK) {
+        const char *path = NULL;
+        ts_cfg_verify how = ts_config_verify_key(c, &path);
+        if (how == TS_CFG_VERIFY_FILE) verify_key = path;
+        if (how == TS_CFG_VERIFY_OWN) {
+            st = ts_ckpt_public_key_of(path, own_key);
+            if (st != TS_OK) ts_error_prefix("ckpt.sign_key");
+            verify_key = own_key;
+        }
+    }
     /* Verify the checkpoint (signature, file hashes, tensor CRCs) before
      * anything else is loaded or written. */
     if (st == TS_OK && from) {
-        st = ts_ckpt_open(s->resume_in_place ? dir : from,
-                          c->ckpt.verify_key[0] ? c->ckpt.verify_key : NULL, NULL, &s->ck);
+        st = ts_ckpt_open(s->resume_in_place ? dir : from, verify_key, NULL, &s->ck);
         if (st != TS_OK) ts_error_prefix("--resume %s", from);
     }
     ts_progress_start(&s->pr, o->log, o->progress, 1, 0, r->unit, 1);

@@ -124,8 +124,6 @@ static inline int64_t numel_dims(int rank, const int64_t *dims) {
 ts_status ts_sess_check_run_dir(const char *dir);
 /* --resume latest: the run directory must exist. */
 ts_status ts_sess_check_resume_dir(const char *dir);
-/* A key file named by the config must be readable before the run starts. */
-ts_status ts_sess_check_key(const char *key, const char *path);
 /* s->ident and s->ident_sha: the config text checkpoints are tied to. */
 ts_status ts_sess_identity(session *s);
 /* Makes the run directory and writes config.yaml, the audit log's first
