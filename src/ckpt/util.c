@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "ckpt_internal.h"
+#include "core/fsat.h"
 
 ts_status ts_sha256_file(const char *path, char hex[65]) {
     if (!path || !hex) return ts_fail(TS_ERR_INVALID, "sha256_file: NULL argument");
@@ -102,33 +103,7 @@ ts_status ck_read_file(const char *path, size_t max, char **out, size_t *n) {
     if (fd < 0)
         return ts_fail(errno == ENOENT ? TS_ERR_NOT_FOUND : TS_ERR_IO, "%s: cannot open: %s", path,
                        strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ts_fail(TS_ERR_IO, "%s: not a readable regular file", path);
-    }
-    if ((uint64_t)st.st_size > max) {
-        close(fd);
-        return ts_fail(TS_ERR_FORMAT, "%s: %lld bytes, more than the %zu allowed", path,
-                       (long long)st.st_size, max);
-    }
-    size_t len = (size_t)st.st_size, got = 0;
-    char *buf = ts_alloc(len + 1, path);
-    if (!buf) {
-        close(fd);
-        return TS_ERR_NOMEM;
-    }
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break; /* the file shrank: keep what was there */
-        got += (size_t)r;
-    }
-    close(fd);
-    buf[got] = '\0';
-    *out = buf;
-    if (n) *n = got;
-    return TS_OK;
+    return ts_fd_read_all(fd, path, max, out, n);
 }
 
 void ck_step_name(char buf[40], int64_t step) {

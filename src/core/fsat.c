@@ -209,20 +209,21 @@ ts_status ts_dir_replace(const ts_dir *d, const char *name, const void *data, si
     return s;
 }
 
-ts_status ts_dir_read(const ts_dir *d, const char *name, size_t max, char **out, size_t *n) {
+ts_status ts_fd_read_all(int fd, const char *what, size_t max, char **out, size_t *n) {
     *out = NULL;
     if (n) *n = 0;
-    int fd;
-    ts_status s = ts_dir_openf(d, name, TS_AT_READ, 0, &fd);
-    if (s != TS_OK) return s;
     struct stat st;
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > max) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return ts_fail(TS_ERR_FORMAT, "%s/%s: %lld bytes, more than the %zu allowed", d->path, name,
+        return ts_fail(TS_ERR_IO, "%s: not a readable regular file", what);
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return ts_fail(TS_ERR_FORMAT, "%s: %lld bytes, more than the %zu allowed", what,
                        (long long)st.st_size, max);
     }
     size_t len = (size_t)st.st_size, got = 0;
-    char *buf = ts_alloc(len + 1, name);
+    char *buf = ts_alloc(len + 1, what);
     if (!buf) {
         close(fd);
         return TS_ERR_NOMEM;
@@ -238,6 +239,17 @@ ts_status ts_dir_read(const ts_dir *d, const char *name, size_t max, char **out,
     *out = buf;
     if (n) *n = got;
     return TS_OK;
+}
+
+ts_status ts_dir_read(const ts_dir *d, const char *name, size_t max, char **out, size_t *n) {
+    *out = NULL;
+    if (n) *n = 0;
+    int fd;
+    ts_status s = ts_dir_openf(d, name, TS_AT_READ, 0, &fd);
+    if (s != TS_OK) return s;
+    char what[512];
+    snprintf(what, sizeof what, "%s/%s", d->path, name);
+    return ts_fd_read_all(fd, what, max, out, n);
 }
 
 ts_status ts_dir_mkdir(const ts_dir *d, const char *name, int exist_ok) {

@@ -67,6 +67,9 @@ ts_status ts_dir_replace(const ts_dir *d, const char *name, const void *data, si
                          int sync);
 /* Read a whole regular file of at most `max` bytes, NUL-terminated
  * (TS_ERR_NOT_FOUND when absent). */
+/* The whole regular file open at fd (closed here, whatever happens) into a NUL-terminated
+ * buffer of at most max bytes (free()), *n its length; `what` names it in errors. */
+ts_status ts_fd_read_all(int fd, const char *what, size_t max, char **out, size_t *n);
 ts_status ts_dir_read(const ts_dir *d, const char *name, size_t max, char **out, size_t *n);
 
 /* Make the folder `name` (0755); an existing folder is fine when
