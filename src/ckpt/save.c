@@ -941,7 +941,7 @@ static ts_status gc_upto(const ts_dir *run, int keep_last, int keep_every, int64
      * steps are moved to the front of doomed[]). */
     int ndoomed = 0;
     if (st == TS_OK && keep_last > 0) {
-        qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
+        if (n > 1) qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
         for (int i = keep_last; i < n; i++)
             if (steps[i] != latest_step && !(keep_every > 0 && steps[i] % keep_every == 0))
                 steps[ndoomed++] = steps[i];

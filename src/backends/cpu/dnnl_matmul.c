@@ -170,6 +170,11 @@ static size_t align_up(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
+/* The first 64-byte boundary at or after p (the caller's scratch need not be aligned). */
+static float *align_ptr(void *p) {
+    return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
 /* dst[i] = src[i] rounded to nearest even, into a bf16 or f16 result. */
 static void narrow_from_f32(void *dst, const float *src, ts_dtype dt, int64_t n) {
     uint16_t *h = dst;
@@ -345,7 +350,7 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     m->dnnl_scratch_bytes = md_s ? dnnl_memory_desc_get_size(md_s) : 0;
     m->scratch_bytes = m->dnnl_scratch_bytes;
     if (m->widen)
-        m->scratch_bytes = align_up(m->scratch_bytes) + align_up((size_t)m->a_elems * 4) +
+        m->scratch_bytes = 64 + align_up(m->scratch_bytes) + align_up((size_t)m->a_elems * 4) +
                            align_up((size_t)m->b_elems * 4) +
                            (d->c_dt != TS_F32 ? (size_t)m->c_elems * 4 : 0);
 
@@ -420,7 +425,7 @@ ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const 
                        m->scratch_bytes);
     void *narrow_c = NULL; /* the caller's bf16/f16 C when a widened run computes in f32 */
     if (m->widen) {
-        float *wa = (float *)((char *)scratch + align_up(m->dnnl_scratch_bytes));
+        float *wa = align_ptr((char *)scratch + m->dnnl_scratch_bytes);
         float *wb = (float *)((char *)wa + align_up((size_t)m->a_elems * 4));
         widen_to_f32(wa, a, m->d.a_dt, m->a_elems);
         widen_to_f32(wb, b, m->d.b_dt, m->b_elems);
