@@ -4,7 +4,6 @@
  * audit log records, and audit-log entries cut from the end past a save
  * are refused by `ckpt verify`, `export`, `audit verify` and resume, each
  * with a message naming what is out of place. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,18 +17,8 @@ static const char *small =
     "--set train.threads=1 --set ckpt.every=2 --set ckpt.keep_last=0 --set train.total_steps=12 "
     "--set observe.tensorboard=false";
 
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...) {
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    if (system(cmd) != 0) CHECK(0, "shell: %s", cmd);
-}
-
 static void fresh(const char *run) {
-    sh("rm -rf '%s/%s'", dir, run);
+    e2e_sh("rm -rf '%s/%s'", dir, run);
     e2e_result r = e2e_runf("train examples/w1.yaml %s --steps 6 --out %s/%s", small, dir, run);
     CHECK(r.rc == 0, "%s: exit %d\n%s", run, r.rc, r.err);
     e2e_done(&r);
@@ -66,24 +55,25 @@ int main(void) {
 
     /* step-4 renamed to the newest name. */
     fresh("renamed");
-    sh("cd '%s/renamed' && rm -rf step-00000006 && mv step-00000004 step-00000006", dir);
+    e2e_sh("cd '%s/renamed' && rm -rf step-00000006 && mv step-00000004 step-00000006", dir);
     all_refuse("renamed", "was saved as 'step-00000004'");
 
     /* An old checkpoint copied in under the newest name. */
     fresh("copied");
-    sh("cd '%s/copied' && rm -rf step-00000006 && cp -r step-00000002 step-00000006", dir);
+    e2e_sh("cd '%s/copied' && rm -rf step-00000006 && cp -r step-00000002 step-00000006", dir);
     all_refuse("copied", "was saved as 'step-00000002'");
 
     /* LATEST pointed back at an older checkpoint. */
     fresh("latest");
-    sh("echo step-00000004 >'%s/latest/LATEST'", dir);
+    e2e_sh("echo step-00000004 >'%s/latest/LATEST'", dir);
     all_refuse("latest", "LATEST was pointed at an older checkpoint");
 
     /* The log cut from the end past the save of step-4. */
     fresh("cut");
-    sh("cd '%s/cut' && n=$(grep -n '\"dir\":\"step-00000004\"' audit.log | grep save | head -1 | "
-       "cut -d: -f1) && head -n $((n - 1)) audit.log >a && mv a audit.log",
-       dir);
+    e2e_sh(
+        "cd '%s/cut' && n=$(grep -n '\"dir\":\"step-00000004\"' audit.log | grep save | head -1 | "
+        "cut -d: -f1) && head -n $((n - 1)) audit.log >a && mv a audit.log",
+        dir);
     r = e2e_runf("audit verify %s/cut", dir);
     CHECK(r.rc != 0 && strstr(r.err, "removed"), "cut log: exit %d: %s", r.rc, r.err);
     e2e_done(&r);

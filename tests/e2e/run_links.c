@@ -4,7 +4,6 @@
  * directory LATEST names, an old step-N that `ckpt gc` removes, audit.log,
  * tb/ and plots/ makes the command fail with a message naming the link,
  * and the link's target outside the run directory is left as it was. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,23 +19,13 @@ static const char *small =
     "--set train.threads=1 --set ckpt.every=2 --set ckpt.keep_last=0 --set train.total_steps=12 "
     "--set observe.tensorboard=false";
 
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...) {
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    if (system(cmd) != 0) CHECK(0, "shell: %s", cmd);
-}
-
 /* A fresh run of 4 steps (step-2 and step-4 committed) and an outside
  * directory holding one file. */
 static void fresh(const char *run) {
     char out[128];
     snprintf(out, sizeof out, "%s/%s", dir, run);
-    sh("rm -rf '%s' '%s.outside' && mkdir -p '%s.outside'", out, out, out);
-    sh("echo precious >'%s.outside/keep'", out);
+    e2e_sh("rm -rf '%s' '%s.outside' && mkdir -p '%s.outside'", out, out, out);
+    e2e_sh("echo precious >'%s.outside/keep'", out);
     e2e_result r = e2e_runf("train examples/w1.yaml %s --steps 4 --out %s", small, out);
     CHECK(r.rc == 0, "%s: exit %d\n%s", run, r.rc, r.err);
     e2e_done(&r);
@@ -72,15 +61,15 @@ int main(void) {
     /* The example: step-N.tmp -> a directory outside. */
     fresh("a");
     snprintf(run, sizeof run, "%s/a", dir);
-    sh("ln -s '%s.outside' '%s/step-00000006.tmp'", run, run);
+    e2e_sh("ln -s '%s.outside' '%s/step-00000006.tmp'", run, run);
     expect_refused("step-N.tmp link", resume("a"), "a", "step-00000006.tmp");
 
     /* A leftover step-N.tmp holding a link: nothing in it is removed. */
     fresh("b");
     snprintf(run, sizeof run, "%s/b", dir);
-    sh("mkdir '%s/step-00000006.tmp' && ln -s '%s.outside/keep' "
-       "'%s/step-00000006.tmp/manifest.json'",
-       run, run, run);
+    e2e_sh("mkdir '%s/step-00000006.tmp' && ln -s '%s.outside/keep' "
+           "'%s/step-00000006.tmp/manifest.json'",
+           run, run, run);
     expect_refused("link inside step-N.tmp", resume("b"), "b", "manifest.json");
     struct stat st;
     char p[256];
@@ -90,23 +79,23 @@ int main(void) {
     /* LATEST.tmp -> a file outside (would be truncated by the save). */
     fresh("c");
     snprintf(run, sizeof run, "%s/c", dir);
-    sh("ln -s '%s.outside/keep' '%s/LATEST.tmp'", run, run);
+    e2e_sh("ln -s '%s.outside/keep' '%s/LATEST.tmp'", run, run);
     expect_refused("LATEST.tmp link", resume("c"), "c", "LATEST.tmp");
 
     /* LATEST itself a link: resume and verify refuse it. */
     fresh("d");
     snprintf(run, sizeof run, "%s/d", dir);
-    sh("cp '%s/LATEST' '%s.outside/LATEST' && rm '%s/LATEST' && ln -s '%s.outside/LATEST' "
-       "'%s/LATEST'",
-       run, run, run, run, run);
+    e2e_sh("cp '%s/LATEST' '%s.outside/LATEST' && rm '%s/LATEST' && ln -s '%s.outside/LATEST' "
+           "'%s/LATEST'",
+           run, run, run, run, run);
     expect_refused("LATEST link", resume("d"), "d", "LATEST");
     expect_refused("ckpt verify, LATEST link", e2e_runf("ckpt verify %s", run), "d", "LATEST");
 
     /* The directory LATEST names is a link to a checkpoint outside. */
     fresh("e");
     snprintf(run, sizeof run, "%s/e", dir);
-    sh("mv '%s/step-00000004' '%s.outside/'", run, run);
-    sh("ln -s '%s.outside/step-00000004' '%s/step-00000004'", run, run);
+    e2e_sh("mv '%s/step-00000004' '%s.outside/'", run, run);
+    e2e_sh("ln -s '%s.outside/step-00000004' '%s/step-00000004'", run, run);
     expect_refused("LATEST names a link", resume("e"), "e", "step-00000004");
     expect_refused("export, LATEST names a link",
                    e2e_runf("export %s --safetensors %s/e.st", run, dir), "e", "step-00000004");
@@ -114,7 +103,7 @@ int main(void) {
     /* An old step-N that gc removes is a link to a directory outside. */
     fresh("f");
     snprintf(run, sizeof run, "%s/f", dir);
-    sh("ln -s '%s.outside' '%s/step-00000001'", run, run);
+    e2e_sh("ln -s '%s.outside' '%s/step-00000001'", run, run);
     expect_refused("ckpt gc", e2e_runf("ckpt gc %s --keep-last 1", run), "f", "step-00000001");
     snprintf(p, sizeof p, "%s/step-00000002/manifest.json", run);
     CHECK(access(p, F_OK) == 0, "ckpt gc removed nothing once it met the link");
@@ -122,7 +111,7 @@ int main(void) {
     /* Retention during a run meets the same link. */
     fresh("g");
     snprintf(run, sizeof run, "%s/g", dir);
-    sh("ln -s '%s.outside' '%s/step-00000000'", run, run);
+    e2e_sh("ln -s '%s.outside' '%s/step-00000000'", run, run);
     expect_refused("retention",
                    e2e_runf("train examples/w1.yaml %s --steps 6 --set ckpt.keep_last=1 "
                             "--resume latest --out %s",
@@ -132,7 +121,7 @@ int main(void) {
     /* audit.log -> a file outside (would be appended to). */
     fresh("h");
     snprintf(run, sizeof run, "%s/h", dir);
-    sh("rm '%s/audit.log' && ln -s '%s.outside/keep' '%s/audit.log'", run, run, run);
+    e2e_sh("rm '%s/audit.log' && ln -s '%s.outside/keep' '%s/audit.log'", run, run, run);
     expect_refused("audit.log link", resume("h"), "h", "audit.log");
     expect_refused("audit verify, audit.log link", e2e_runf("audit verify %s", run), "h",
                    "audit.log");
@@ -140,19 +129,19 @@ int main(void) {
     /* tb/ -> a directory outside. */
     fresh("i");
     snprintf(run, sizeof run, "%s/i", dir);
-    sh("ln -s '%s.outside' '%s/tb'", run, run);
+    e2e_sh("ln -s '%s.outside' '%s/tb'", run, run);
     e2e_result r = e2e_runf("train examples/w1.yaml %s --steps 6 --resume latest "
                             "--set observe.tensorboard=true --out %s",
                             small, run);
     expect_refused("tb link", r, "i", "tb");
-    sh("! ls '%s.outside' | grep -q tfevents", run);
+    e2e_sh("! ls '%s.outside' | grep -q tfevents", run);
 
     /* plots/ -> a directory outside (needs gnuplot only if it got that far). */
     fresh("j");
     snprintf(run, sizeof run, "%s/j", dir);
-    sh("ln -s '%s.outside' '%s/plots'", run, run);
+    e2e_sh("ln -s '%s.outside' '%s/plots'", run, run);
     expect_refused("plots link", e2e_runf("plot %s", run), "j", "plots");
-    sh("test ! -e '%s.outside/plot.gp'", run);
+    e2e_sh("test ! -e '%s.outside/plot.gp'", run);
 
     e2e_cleanup(dir);
     return check_summary("e2e/run_links");

@@ -85,3 +85,12 @@ void e2e_done(e2e_result *r) {
     free(r->err);
     r->out = r->err = NULL;
 }
+
+void e2e_sh(const char *fmt, ...) {
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    if (system(cmd) != 0) CHECK(0, "shell: %s", cmd);
+}

@@ -39,5 +39,7 @@ e2e_result e2e_run(const char *args);
 /* The same with printf-style arguments. */
 e2e_result e2e_runf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void e2e_done(e2e_result *r);
+/* Run a shell command (printf-style) that must succeed; a failed check names it otherwise. */
+void e2e_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif
