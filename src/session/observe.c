@@ -195,7 +195,7 @@ ts_status ts_sess_alert_actions(session *s, int64_t step, unsigned act) {
         } else {
             if (!s->sv && !s->asv) {
                 ts_ckpt_options co = ts_ckpt_options_default();
-                co.sign_key = s->c.ckpt.sign_key[0] ? s->c.ckpt.sign_key : NULL;
+                co.sign_key = ts_config_sign_key(&s->c);
                 co.audit = s->audit;
                 if ((st = ts_ckpt_saver_new(r->run_dir, s->plan, &co, &s->asv)) != TS_OK) return st;
             }

@@ -52,7 +52,7 @@ static ts_status audit_restart(const ts_config *c, const char *run_dir, int atte
     json_decref(o);
     if (!txt) return ts_fail(TS_ERR_NOMEM, "out of memory for the audit log");
     ts_audit *a = NULL;
-    ts_status s = ts_audit_open(run_dir, c->ckpt.sign_key[0] ? c->ckpt.sign_key : NULL, &a);
+    ts_status s = ts_audit_open(run_dir, ts_config_sign_key(c), &a);
     if (s == TS_OK) s = ts_audit_append(a, "restart", txt);
     if (a) {
         ts_status cs = ts_audit_close(a);

@@ -207,8 +207,7 @@ ts_status ts_sess_write_run_files(session *s) {
     if ((fclose(f) != 0) | bad) return ts_fail(TS_ERR_IO, "writing config.yaml failed");
 
     /* The audit log: the config this run used, and where it resumed from. */
-    if ((st = ts_audit_open(s->r->run_dir, s->c.ckpt.sign_key[0] ? s->c.ckpt.sign_key : NULL,
-                            &s->audit)) != TS_OK)
+    if ((st = ts_audit_open(s->r->run_dir, ts_config_sign_key(&s->c), &s->audit)) != TS_OK)
         return st;
     char fields[1024];
     snprintf(fields, sizeof fields,
@@ -267,7 +266,7 @@ ts_status ts_sess_write_run_files(session *s) {
     if (!s->metrics) return TS_ERR_IO;
     if (s->c.ckpt.every > 0) {
         ts_ckpt_options co = ts_ckpt_options_default();
-        co.sign_key = s->c.ckpt.sign_key[0] ? s->c.ckpt.sign_key : NULL;
+        co.sign_key = ts_config_sign_key(&s->c);
         co.keep_last = s->c.ckpt.keep_last;
         co.keep_every = s->c.ckpt.keep_every;
         co.audit = s->audit;
