@@ -14,6 +14,7 @@
     X(lstm)                                                                                        \
     X(unet3d)                                                                                      \
     X(gcn)                                                                                         \
+    X(tcn)                                                                                         \
     /* a new model: one line X(name) above this one */
 
 #define DECLARE(n) extern const ts_model_desc ts_model_##n;
