@@ -24,7 +24,10 @@
 extern "C" {
 #endif
 
-/* Enum values are positions in the key's `choices` list. */
+/* Enum values are positions in the key's `choices` list: model.name's are
+ * the built-in models' places in the model registry (src/models/registry.c;
+ * a model added later has no name here, its value is its place there), and
+ * model.preset's the places of their presets. */
 typedef enum ts_cfg_model_name {
     TS_CFG_MLP = 0,
     TS_CFG_GPT,
@@ -190,8 +193,14 @@ ts_status ts_config_finish(ts_config *c);
 /* The finished config as YAML that loads back to the same values. */
 ts_status ts_config_write(const ts_config *c, FILE *out);
 
-/* "mlp", "gpt", "cnn", "gru", "lstm", "unet3d" or "gcn" for model.name. */
+/* The model.name's word ("mlp", "gpt", ...; "?" if there is none). */
 const char *ts_config_model_word(int name);
+
+/* Where the key at `path` ("model.window") got its value, for messages:
+ * "FILE:LINE:COL", "--set", or the file (or "config") for a default. */
+const char *ts_config_key_origin(const ts_config *c, const char *path, char *buf, size_t n);
+/* Whether the file or an override set the key at `path` (0: a default). */
+int ts_config_key_is_set(const ts_config *c, const char *path);
 
 /* ckpt.verify_key resolved: how a resume checks a checkpoint's signature. */
 typedef enum ts_cfg_verify {

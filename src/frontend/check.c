@@ -293,6 +293,15 @@ const char *cfg_origin(const ts_config *c, int i, char *buf, size_t n) {
     return buf;
 }
 
+const char *ts_config_key_origin(const ts_config *c, const char *path, char *buf, size_t n) {
+    return cfg_origin(c, ts_config_key_find(path), buf, n);
+}
+
+int ts_config_key_is_set(const ts_config *c, const char *path) {
+    const int i = ts_config_key_find(path);
+    return i >= 0 && c->set[i] != ORIGIN_DEFAULT;
+}
+
 void ts_config_init(ts_config *c) {
     memset(c, 0, sizeof *c);
     for (int i = 0; i < CFG_N_KEYS; i++)
@@ -343,15 +352,4 @@ ts_status ts_config_set(ts_config *c, const char *assignment) {
     }
     c->set[idx] = ORIGIN_SET;
     return TS_OK;
-}
-
-/* a * b * ... without overflow; 0 when the product exceeds `limit`. */
-int64_t cfg_product(int64_t limit, int n, const int64_t *f) {
-    int64_t p = 1;
-    for (int i = 0; i < n; i++) {
-        if (f[i] <= 0) return f[i] == 0 ? 0 : -1;
-        if (p > limit / f[i]) return -1;
-        p *= f[i];
-    }
-    return p;
 }

@@ -25,8 +25,5 @@ void cfg_suggestion(const char *got, char *out, size_t n);
 const char *cfg_expected(const ts_config_key *k, char *buf, size_t n);
 /* 'text' quoted, shortened for a message. */
 const char *cfg_shown(const char *text, char *buf, size_t n);
-/* a * b * ... of n factors; 0 if one is 0, -1 if one is negative or the
- * product exceeds limit. */
-int64_t cfg_product(int64_t limit, int n, const int64_t *f);
 
 #endif

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "models/model.h"
 #include "tessel/config.h"
 #include "tessel/tessel.h"
 
@@ -43,14 +44,9 @@ typedef enum ts_cfg_type {
 } ts_cfg_type;
 
 /* Key flags. */
-#define TS_CFG_FOR_MLP    1    /* model key used by mlp models */
-#define TS_CFG_FOR_GPT    2    /* model key used by gpt models */
-#define TS_CFG_DERIVED    4    /* `dflt` describes a computed default; it is not a value */
-#define TS_CFG_LIST       1024 /* TS_CFG_STR that a file may also write as a YAML list of names */
-#define TS_CFG_FOR_CNN    2048 /* model key used by cnn models */
-#define TS_CFG_FOR_RNN    (1 << 13) /* model key used by gru and lstm models */
-#define TS_CFG_FOR_UNET3D (1 << 14) /* model key used by unet3d models */
-#define TS_CFG_FOR_GCN    (1 << 15) /* model key used by gcn models */
+#define TS_CFG_MODEL_KEY 1    /* model.* key read by the models that list it (ts_model_desc.keys) */
+#define TS_CFG_DERIVED   4    /* `dflt` describes a computed default; it is not a value */
+#define TS_CFG_LIST      1024 /* TS_CFG_STR that a file may also write as a YAML list of names */
 
 typedef struct ts_config_key {
     const char *path; /* "train.lr" */
@@ -69,17 +65,6 @@ const ts_config_key *ts_config_key_at(int i);
 int ts_config_key_find(const char *path);
 /* "integer", "number", "bool", "string" or the choices "sgd, adam, adamw". */
 const char *ts_config_type_name(const ts_config_key *k, char *buf, size_t n);
-
-/* What the loaded data says about the model, for ts_config_fit_data. */
-typedef struct ts_config_data_shape {
-    int64_t in_dim;            /* features per example */
-    int64_t out_dim;           /* regression targets per example (0 for class labels) */
-    int64_t classes;           /* class labels: max label + 1; 0 for float targets */
-    int64_t batches_per_epoch; /* of the training split */
-    /* Sequences [window, features] and graphs [nodes, features]: those two
-     * sizes; unet3d volumes: channels and size (edge); 0 otherwise. */
-    int64_t rows, cols;
-} ts_config_data_shape;
 
 /* After the data is loaded (a finished config with a data source): give an
  * mlp the input width, output width or class count of the data, checking
@@ -103,28 +88,15 @@ ts_status ts_config_metric_flags(const ts_config *c, unsigned *flags);
 /* The precision section as compile options (keep_fp32 points into c). */
 void ts_config_precision(const ts_config *c, ts_precision_options *o);
 
-/* The model of a finished config, for callers that shape data for it. */
-ts_mlp_config ts_config_mlp(const ts_config *c);
-ts_gpt_config ts_config_gpt(const ts_config *c);
-ts_cnn_config ts_config_cnn(const ts_config *c); /* flat_input: x [batch, c * h * w] */
-
 /* Build the configured model into a new graph and describe its training
  * step. On success the caller owns *g (ts_graph_free). */
 ts_status ts_config_build(const ts_config *c, ts_graph **g, ts_model *m, ts_train_spec *spec,
                           ts_compile_options *opt);
 
-/* The model of a finished gru/lstm or unet3d config. */
-ts_rnn_config ts_config_rnn(const ts_config *c);
-ts_unet3d_config ts_config_unet3d(const ts_config *c);
-
-/* What a gcn is built on besides its config: the graph the data holds
- * (ts_config_build refuses a gcn, which needs its edges). */
-typedef struct ts_config_graph {
-    int64_t nodes, n_edges;
-    const int64_t *src, *dst; /* [n_edges] each */
-} ts_config_graph;
-/* ts_config_build with the graph of a gcn (gr is ignored by other models
- * and may be NULL for them). */
+/* The models' builder configs (ts_config_mlp, ...), ts_config_data_shape
+ * and ts_config_graph are models/model.h's. */
+/* ts_config_build with the graph of a whole-graph model (gcn; gr is
+ * ignored by other models and may be NULL for them). */
 ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *gr, ts_graph **g,
                                 ts_model *m, ts_train_spec *spec, ts_compile_options *opt);
 

@@ -28,6 +28,22 @@ static void source_names(int flags, char *buf, size_t n) {
     }
 }
 
+/* "a, b or c" for the choices "a|b|c". */
+static void choice_list(const char *choices, char *buf, size_t n) {
+    char w[64];
+    int count = 0;
+    while (cfg_choice_at(choices, count, w, sizeof w)) count++;
+    size_t k = 0;
+    for (int i = 0; i < count && k < n; i++) {
+        cfg_choice_at(choices, i, w, sizeof w);
+        k += (size_t)snprintf(buf + k, n - k, "%s%s",
+                              i == 0           ? ""
+                              : i == count - 1 ? " or "
+                                               : ", ",
+                              w);
+    }
+}
+
 static ts_status parse_metric_flags(const char *text, unsigned *flags) {
     static const struct {
         const char *name;
@@ -83,7 +99,7 @@ static ts_status check_data(const ts_config *c) {
               i_metrics = ts_config_key_find("train.metrics");
     const int src = c->data.source;
     const char *names[] = {"synthetic", "idx", "npy", "csv", "tokens", "graph"};
-    const int name = c->model.name;
+    const ts_model_desc *md = ts_model_of(c);
     if (c->set[i_ep] && c->train.epochs > 0) {
         if (src == TS_CFG_SYNTHETIC)
             return ts_fail(TS_ERR_INVALID,
@@ -105,55 +121,17 @@ static ts_status check_data(const ts_config *c) {
             return s;
         }
     }
-    if (src == TS_CFG_SYNTHETIC) {
-        if (c->model.name == TS_CFG_CNN)
-            return ts_fail(TS_ERR_INVALID,
-                           "%s: a cnn needs labelled images: set data.source (idx or npy)",
-                           cfg_origin(c, ts_config_key_find("model.name"), where, sizeof where));
-        if (cfg_is_rnn(name) && c->model.classes >= 2)
-            return ts_fail(TS_ERR_INVALID,
-                           "%s: model.classes %lld needs labelled data (set data.source); "
-                           "synthetic %s data is W2's binary task (classes 1) or a regression "
-                           "(classes 0)",
-                           cfg_origin(c, ts_config_key_find("model.classes"), where, sizeof where),
-                           (long long)c->model.classes, ts_config_model_word(name));
-        if (name == TS_CFG_MLP && c->model.classes > 0)
-            return ts_fail(TS_ERR_INVALID,
-                           "%s: model.classes needs labelled data (set data.source); synthetic "
-                           "mlp data is a regression task",
-                           cfg_origin(c, ts_config_key_find("model.classes"), where, sizeof where));
-        return TS_OK;
+    /* The model's own words on the source first (the older models keep
+     * their messages), then the sources its descriptor lists. */
+    if (md->check_source) {
+        ts_status s = md->check_source(c);
+        if (s != TS_OK) return s;
     }
-    /* The newer models name the sources they read; the older keep their messages. */
-    static const int takes[] = {0,
-                                0,
-                                0,
-                                1 << TS_CFG_CSV | 1 << TS_CFG_NPY,
-                                1 << TS_CFG_CSV | 1 << TS_CFG_NPY,
-                                1 << TS_CFG_NPY,
-                                1 << TS_CFG_GRAPH | 1 << TS_CFG_SYNTHETIC};
-    if (name >= TS_CFG_GRU && name <= TS_CFG_GCN && !(takes[name] & (1 << src)))
+    if (src == TS_CFG_SYNTHETIC) return TS_OK;
+    if (md->reads && !(md->sources & (1u << src)))
         return ts_fail(TS_ERR_INVALID, "%s: data.source %s cannot feed a %s model (it reads %s)",
-                       cfg_origin(c, i_source, where, sizeof where), names[src],
-                       ts_config_model_word(name),
-                       name == TS_CFG_GCN      ? "a synthetic graph or a graph file"
-                       : name == TS_CFG_UNET3D ? "synthetic or npy volumes"
-                                               : "synthetic, csv or npy sequences");
-    if (src == TS_CFG_GRAPH && name != TS_CFG_GCN)
-        return ts_fail(TS_ERR_INVALID,
-                       "%s: data.source graph needs a gcn model, but model.name is %s",
-                       cfg_origin(c, i_source, where, sizeof where), ts_config_model_word(name));
-    const int gpt = c->model.name == TS_CFG_GPT;
-    if (gpt != (src == TS_CFG_TOKENS))
-        return ts_fail(TS_ERR_INVALID, "%s: data.source %s needs %s model, but model.name is %s",
-                       cfg_origin(c, i_source, where, sizeof where), names[src],
-                       src == TS_CFG_TOKENS ? "a gpt" : "an mlp or cnn",
-                       ts_config_model_word(c->model.name));
-    if (c->model.name == TS_CFG_CNN && src == TS_CFG_CSV)
-        return ts_fail(TS_ERR_INVALID,
-                       "%s: data.source csv has numeric targets, but a cnn is a classifier; use "
-                       "idx or npy",
-                       cfg_origin(c, i_source, where, sizeof where));
+                       cfg_origin(c, i_source, where, sizeof where), names[src], md->name,
+                       md->reads);
     /* Files each source needs, as (key, value) pairs. */
     struct {
         int source;
@@ -265,16 +243,17 @@ ts_status ts_config_finish(ts_config *c) {
     const int i_source = ts_config_key_find("data.source");
 
     /* The model: name and preset imply each other when only one is given. */
-    if (!c->set[i_name] && !c->set[i_preset])
-        return ts_fail(TS_ERR_INVALID,
-                       "%s: no model: set model.name (mlp, gpt, cnn, gru, lstm, unet3d or gcn) "
-                       "or model.preset (w1, w2, w3, w4, w5, gpt2-124m or fashion)",
-                       cfg_origin(c, -1, where, sizeof where));
+    if (!c->set[i_name] && !c->set[i_preset]) {
+        char names[256] = "", presets[256] = "";
+        choice_list(cfg_keys[i_name].choices, names, sizeof names);
+        choice_list(cfg_keys[i_preset].choices, presets, sizeof presets);
+        return ts_fail(TS_ERR_INVALID, "%s: no model: set model.name (%s) or model.preset (%s)",
+                       cfg_origin(c, -1, where, sizeof where), names, presets);
+    }
     int family = cfg_preset_family(c->model.preset);
     if (!c->set[i_name]) c->model.name = family;
     if (!c->set[i_preset]) c->model.preset = cfg_family_preset(c->model.name);
-    if (c->set[i_name] && c->set[i_preset] && family != c->model.name &&
-        !(family == TS_CFG_GRU && c->model.name == TS_CFG_LSTM)) {
+    if (c->set[i_name] && c->set[i_preset] && !cfg_preset_fits(c->model.preset, c->model.name)) {
         char pn[32], fn[32], nn[32];
         cfg_choice_at(cfg_keys[i_preset].choices, c->model.preset, pn, sizeof pn);
         cfg_choice_at(cfg_keys[i_name].choices, family, fn, sizeof fn);
@@ -286,7 +265,6 @@ ts_status ts_config_finish(ts_config *c) {
     ts_config preset, *p = &preset;
     memset(p, 0, sizeof *p);
     cfg_preset_values(c->model.preset, p);
-    const int use_model = cfg_model_flag(c->model.name);
     const int use_opt = c->train.optimizer == TS_CFG_SGD ? FOR_SGD : FOR_ADAM;
     char opt_name[32];
     cfg_choice_at(cfg_keys[i_opt].choices, c->train.optimizer, opt_name, sizeof opt_name);
@@ -295,7 +273,7 @@ ts_status ts_config_finish(ts_config *c) {
         int model_key = (k->flags & FOR_MODEL) != 0, opt_key = (k->flags & (FOR_SGD | FOR_ADAM));
         if (model_key && !c->set[i]) memcpy((char *)c + k->offset, (char *)p + k->offset, k->size);
         if (!c->set[i]) continue;
-        if (model_key && !(k->flags & use_model))
+        if (model_key && !cfg_model_uses(c, k))
             return ts_fail(TS_ERR_INVALID, "%s: %s is not a key of %s models",
                            cfg_origin(c, i, where, sizeof where), k->path,
                            ts_config_model_word(c->model.name));

@@ -13,8 +13,7 @@
 #include "frontend/config.h"
 
 /* Which values of the choosing key (model.name, train.optimizer) use a key. */
-#define FOR_ZOO   (TS_CFG_FOR_RNN | TS_CFG_FOR_UNET3D | TS_CFG_FOR_GCN)
-#define FOR_MODEL (TS_CFG_FOR_MLP | TS_CFG_FOR_GPT | TS_CFG_FOR_CNN | FOR_ZOO)
+#define FOR_MODEL TS_CFG_MODEL_KEY /* which models: their descriptors' keys */
 #define FOR_SGD   8
 #define FOR_ADAM  16 /* adam and adamw */
 /* Which values of data.source use a key. */

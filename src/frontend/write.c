@@ -26,7 +26,7 @@ static int key_applies(const ts_config *c, const ts_config_key *k) {
             !c->set[ts_config_key_find("train.total_steps")])
             return 0;
     }
-    if (k->flags & FOR_MODEL) return (k->flags & cfg_model_flag(c->model.name)) != 0;
+    if (k->flags & FOR_MODEL) return cfg_model_uses(c, k);
     if (k->flags & (FOR_SGD | FOR_ADAM))
         return (k->flags & (c->train.optimizer == TS_CFG_SGD ? FOR_SGD : FOR_ADAM)) != 0;
     return 1;

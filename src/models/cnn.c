@@ -5,6 +5,7 @@
  * features fed to the classifier and every parameter keep torch's layout. */
 #include <math.h>
 #include <stdio.h>
+#include "models/model.h"
 #include "tessel/tessel.h"
 
 ts_cnn_config ts_cnn_fashion(void) {
@@ -82,3 +83,106 @@ ts_status ts_build_cnn(ts_graph *g, const ts_cnn_config *c, ts_model *m) {
     ts_set_name(g, m->loss, "loss");
     return ts_graph_status(g);
 }
+
+/* ---- descriptor ------------------------------------------------------------ */
+
+ts_cnn_config ts_config_cnn(const ts_config *c) {
+    ts_cnn_config m = {c->model.batch, c->model.channels, c->model.height,  c->model.width,
+                       c->model.c1,    c->model.c2,       c->model.classes, 1};
+    return m;
+}
+
+static void preset_fashion(ts_config *p) {
+    ts_cnn_config m = ts_cnn_fashion();
+    p->model.batch = m.batch, p->model.channels = m.channels, p->model.height = m.height;
+    p->model.width = m.width, p->model.c1 = m.c1, p->model.c2 = m.c2;
+}
+
+static ts_status check_source(const ts_config *c) {
+    char where[600];
+    switch ((ts_cfg_source)c->data.source) {
+    case TS_CFG_SYNTHETIC:
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: a cnn needs labelled images: set data.source (idx or npy)",
+                       ts_config_key_origin(c, "model.name", where, sizeof where));
+    case TS_CFG_GRAPH:
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.source graph needs a gcn model, but model.name is cnn",
+                       ts_config_key_origin(c, "data.source", where, sizeof where));
+    case TS_CFG_TOKENS:
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.source tokens needs a gpt model, but model.name is cnn",
+                       ts_config_key_origin(c, "data.source", where, sizeof where));
+    case TS_CFG_CSV:
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.source csv has numeric targets, but a cnn is a classifier; use "
+                       "idx or npy",
+                       ts_config_key_origin(c, "data.source", where, sizeof where));
+    default: return TS_OK;
+    }
+}
+
+static ts_status check(ts_config *c) {
+    char where[600];
+    if (c->model.height % 4 || c->model.width % 4)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: model.height and model.width must be multiples of 4 (two 2x2 "
+                       "poolings), got %lld x %lld",
+                       ts_config_key_origin(c, "model.height", where, sizeof where),
+                       (long long)c->model.height, (long long)c->model.width);
+    return TS_OK;
+}
+
+static ts_status fit(ts_config *c, const ts_config_data_shape *d) {
+    char where[600];
+    const int64_t f[3] = {c->model.channels, c->model.height, c->model.width};
+    if (ts_model_product((int64_t)1 << 40, 3, f) != d->in_dim)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: model.channels %lld x height %lld x width %lld does not match the "
+                       "data's %lld values per example",
+                       ts_config_key_origin(c, "model.channels", where, sizeof where),
+                       (long long)f[0], (long long)f[1], (long long)f[2], (long long)d->in_dim);
+    if (d->classes <= 0)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: a cnn is a classifier, but the targets are numbers, not class ids",
+                       ts_config_key_origin(c, "model.name", where, sizeof where));
+    if (!ts_config_key_is_set(c, "model.classes")) c->model.classes = d->classes;
+    return TS_OK;
+}
+
+static int tensors(const ts_config *c, ts_model_tensor *t) {
+    const int64_t B = c->model.batch, HW[2] = {c->model.height, c->model.width};
+    const int64_t hw = ts_model_product((int64_t)1 << 40, 2, HW);
+    t[0] = (ts_model_tensor){"input x", 3, {B, c->model.channels, hw}};
+    t[1] = (ts_model_tensor){"first block", 3, {B, c->model.c1, hw}};
+    t[2] = (ts_model_tensor){"second block", 3, {B, c->model.c2, hw}};
+    t[3] = (ts_model_tensor){
+        "classifier weight", 3, {c->model.classes > 0 ? c->model.classes : 1, c->model.c2, hw}};
+    return 4;
+}
+
+static ts_status build(const ts_config *c, const ts_config_graph *gr, ts_graph *g, ts_model *m) {
+    (void)gr;
+    ts_cnn_config cc = ts_config_cnn(c);
+    return ts_build_cnn(g, &cc, m);
+}
+
+static const ts_model_preset presets[] = {{"fashion", preset_fashion}};
+
+const ts_model_desc ts_model_cnn = {
+    .name = "cnn",
+    .about = "small image classifier, two conv blocks and a linear head (Fashion-MNIST)",
+    .keys = "batch classes channels height width c1 c2",
+    .presets = presets,
+    .n_presets = 1,
+    .preset = "fashion",
+    .input = TS_MODEL_IN_IMAGES,
+    .sources = 1u << TS_CFG_IDX | 1u << TS_CFG_NPY,
+    .label = "cnn classifier",
+    .unit = "samples/s",
+    .check_source = check_source,
+    .check = check,
+    .fit = fit,
+    .tensors = tensors,
+    .build = build,
+};

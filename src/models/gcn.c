@@ -1,6 +1,7 @@
 /* The graph convolutional network of the model zoo (benchmark W5). */
 #include <stdio.h>
 #include <stdlib.h>
+#include "models/model.h"
 #include "tessel/tessel.h"
 
 ts_gcn_config ts_gcn_w5(void) {
@@ -26,8 +27,10 @@ int64_t ts_gcn_random_edges(int64_t nodes, int64_t avg_degree, uint64_t seed, in
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         z ^= z >> 31;
         int64_t v = (int64_t)(z % (uint64_t)nodes);
-        if (e < m) (*src)[e] = v;
-        else (*dst)[e - m] = v;
+        if (e < m)
+            (*src)[e] = v;
+        else
+            (*dst)[e - m] = v;
     }
     return m;
 }
@@ -76,3 +79,50 @@ ts_status ts_build_gcn(ts_graph *g, const ts_gcn_config *c, ts_model *m) {
     ts_set_name(g, m->loss, "loss");
     return ts_graph_status(g);
 }
+
+/* ---- descriptor ------------------------------------------------------------ */
+
+static void preset_w5(ts_config *p) {
+    /* nodes and features come from the graph; batch 1: the whole graph */
+    ts_gcn_config m = ts_gcn_w5();
+    p->model.batch = 1, p->model.features = m.in_features, p->model.hidden = m.hidden;
+    p->model.classes = m.classes, p->model.nodes = m.nodes;
+}
+
+static ts_status check(ts_config *c) {
+    char where[600];
+    if (ts_config_key_is_set(c, "model.classes") && c->model.classes < 2)
+        return ts_fail(TS_ERR_INVALID, "%s: a gcn needs model.classes >= 2, got %lld",
+                       ts_config_key_origin(c, "model.classes", where, sizeof where),
+                       (long long)c->model.classes);
+    return TS_OK;
+}
+
+static int tensors(const ts_config *c, ts_model_tensor *t) {
+    t[0] = (ts_model_tensor){"first weight", 2, {c->model.hidden, c->model.features}};
+    return 1;
+}
+
+static ts_status build(const ts_config *c, const ts_config_graph *gr, ts_graph *g, ts_model *m) {
+    ts_gcn_config nc = {gr->nodes,   c->model.features, c->model.hidden, c->model.classes,
+                        gr->n_edges, gr->src,           gr->dst};
+    return ts_build_gcn(g, &nc, m);
+}
+
+static const ts_model_preset presets[] = {{"w5", preset_w5}};
+
+const ts_model_desc ts_model_gcn = {
+    .name = "gcn",
+    .about = "two-layer graph convolutional network, full batch over a graph (W5)",
+    .keys = "features hidden classes nodes",
+    .presets = presets,
+    .n_presets = 1,
+    .preset = "w5",
+    .input = TS_MODEL_IN_GRAPH,
+    .sources = 1u << TS_CFG_SYNTHETIC | 1u << TS_CFG_GRAPH,
+    .reads = "a synthetic graph or a graph file",
+    .unit = "epochs/s", /* a step is the whole graph */
+    .check = check,
+    .tensors = tensors,
+    .build = build,
+};

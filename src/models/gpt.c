@@ -1,6 +1,7 @@
 /* The GPT decoder of the model zoo (benchmark W3, GPT-2 presets). */
 #include <math.h>
 #include <stdio.h>
+#include "models/model.h"
 #include "tessel/tessel.h"
 
 ts_gpt_config ts_gpt_w3(void) {
@@ -36,7 +37,9 @@ static ts_val linear(ts_graph *g, ts_val x, const char *prefix, int64_t in, int6
     return ts_linear(g, x, w, b);
 }
 
-static ts_val dropout(ts_graph *g, ts_val x, double p) { return p > 0 ? ts_dropout(g, x, p) : x; }
+static ts_val dropout(ts_graph *g, ts_val x, double p) {
+    return p > 0 ? ts_dropout(g, x, p) : x;
+}
 
 static ts_val attention(ts_graph *g, ts_val x, const ts_gpt_config *c, const char *prefix,
                         double proj_std) {
@@ -52,8 +55,8 @@ static ts_val attention(ts_graph *g, ts_val x, const ts_gpt_config *c, const cha
     ts_val q = ts_permute(g, ts_reshape(g, parts[0], 4, hdims), perm); /* [B, H, T, hd] */
     ts_val k = ts_permute(g, ts_reshape(g, parts[1], 4, hdims), perm);
     ts_val v = ts_permute(g, ts_reshape(g, parts[2], 4, hdims), perm);
-    ts_val y = ts_causal_attention(g, q, k, v);     /* [B, H, T, hd] */
-    y = ts_permute(g, y, perm);                     /* [B, T, H, hd] */
+    ts_val y = ts_causal_attention(g, q, k, v); /* [B, H, T, hd] */
+    y = ts_permute(g, y, perm);                 /* [B, T, H, hd] */
     int64_t ydims[3] = {B, T, D};
     y = ts_reshape(g, y, 3, ydims);
     snprintf(name, sizeof name, "%s.c_proj", prefix);
@@ -105,3 +108,90 @@ ts_status ts_build_gpt(ts_graph *g, const ts_gpt_config *c, ts_model *m) {
     ts_set_name(g, m->loss, "loss");
     return ts_graph_status(g);
 }
+
+/* ---- descriptor ------------------------------------------------------------ */
+
+ts_gpt_config ts_config_gpt(const ts_config *c) {
+    ts_gpt_config g = {c->model.batch,    c->model.ctx,     c->model.vocab,  c->model.d_model,
+                       c->model.n_layers, c->model.n_heads, c->model.dropout};
+    return g;
+}
+
+static void fill(ts_config *p, ts_gpt_config g) {
+    p->model.batch = g.batch, p->model.ctx = g.ctx, p->model.vocab = g.vocab;
+    p->model.d_model = g.d_model, p->model.n_layers = g.n_layers;
+    p->model.n_heads = g.n_heads, p->model.dropout = g.dropout;
+}
+static void preset_w3(ts_config *p) {
+    fill(p, ts_gpt_w3());
+}
+static void preset_124m(ts_config *p) {
+    fill(p, ts_gpt2_124m());
+}
+
+static ts_status check_source(const ts_config *c) {
+    static const char *const names[] = {"synthetic", "idx", "npy", "csv", "tokens", "graph"};
+    char where[600];
+    const int src = c->data.source;
+    if (src == TS_CFG_GRAPH)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.source graph needs a gcn model, but model.name is gpt",
+                       ts_config_key_origin(c, "data.source", where, sizeof where));
+    if (src != TS_CFG_SYNTHETIC && src != TS_CFG_TOKENS)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.source %s needs an mlp or cnn model, but model.name is gpt",
+                       ts_config_key_origin(c, "data.source", where, sizeof where), names[src]);
+    return TS_OK;
+}
+
+static ts_status check(ts_config *c) {
+    char where[600];
+    if (c->model.d_model % c->model.n_heads)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: model.d_model %lld is not divisible by model.n_heads %d",
+                       ts_config_key_origin(c, "model.n_heads", where, sizeof where),
+                       (long long)c->model.d_model, c->model.n_heads);
+    return TS_OK;
+}
+
+static ts_status fit(ts_config *c, const ts_config_data_shape *d) {
+    (void)c, (void)d; /* the token file is cut to model.ctx and checked against model.vocab */
+    return TS_OK;
+}
+
+static int tensors(const ts_config *c, ts_model_tensor *t) {
+    const int64_t B = c->model.batch, D = c->model.d_model, T = c->model.ctx, V = c->model.vocab;
+    const int64_t H = c->model.n_heads;
+    t[0] = (ts_model_tensor){"logits", 3, {B, T, V}};
+    t[1] = (ts_model_tensor){"attention scores", 4, {B, H, T, T}};
+    t[2] = (ts_model_tensor){"MLP activations", 4, {B, T, D, 4}};
+    t[3] = (ts_model_tensor){"token embedding", 2, {V, D}};
+    return 4;
+}
+
+static ts_status build(const ts_config *c, const ts_config_graph *gr, ts_graph *g, ts_model *m) {
+    (void)gr;
+    ts_gpt_config gc = ts_config_gpt(c);
+    return ts_build_gpt(g, &gc, m);
+}
+
+static const ts_model_preset presets[] = {{"w3", preset_w3}, {"gpt2-124m", preset_124m}};
+
+const ts_model_desc ts_model_gpt = {
+    .name = "gpt",
+    .about = "GPT-2 style decoder on token files (W3, GPT-2 124M)",
+    .keys = "batch ctx vocab d_model n_layers n_heads dropout",
+    .presets = presets,
+    .n_presets = 2,
+    .preset = "w3",
+    .input = TS_MODEL_IN_TOKENS,
+    .sources = 1u << TS_CFG_SYNTHETIC | 1u << TS_CFG_TOKENS,
+    .flags = TS_MODEL_LM,
+    .label = "gpt",
+    .unit = "tokens/s",
+    .check_source = check_source,
+    .check = check,
+    .fit = fit,
+    .tensors = tensors,
+    .build = build,
+};

@@ -1,6 +1,7 @@
 /* The MLP of the model zoo (benchmark W1 and general use). */
 #include <math.h>
 #include <stdio.h>
+#include "models/model.h"
 #include "tessel/tessel.h"
 
 ts_mlp_config ts_mlp_w1(void) {
@@ -46,8 +47,10 @@ ts_status ts_build_mlp(ts_graph *g, const ts_mlp_config *c, ts_model *m) {
         x = m->input = ts_input(g, "x", TS_F32, 2, xd);
     }
     int64_t yd[2] = {c->batch, c->out_dim}, out_dim = c->classes > 0 ? c->classes : c->out_dim;
-    if (c->classes > 0) m->target = ts_input(g, "y", TS_I64, 1, yd);
-    else m->target = ts_input(g, "y", TS_F32, 2, yd);
+    if (c->classes > 0)
+        m->target = ts_input(g, "y", TS_I64, 1, yd);
+    else
+        m->target = ts_input(g, "y", TS_F32, 2, yd);
     int idx = 0;
     int64_t width = in_dim;
     for (int l = 0; l < c->n_hidden; l++) {
@@ -76,3 +79,137 @@ ts_status ts_build_mlp(ts_graph *g, const ts_mlp_config *c, ts_model *m) {
     ts_set_name(g, m->loss, "loss");
     return ts_graph_status(g);
 }
+
+/* ---- descriptor ------------------------------------------------------------ */
+
+ts_mlp_config ts_config_mlp(const ts_config *c) {
+    ts_mlp_config m = {c->model.batch,   c->model.window,     c->model.features,
+                       c->model.in_dim,  c->model.hidden,     c->model.n_hidden,
+                       c->model.out_dim, c->model.layer_norm, c->model.classes};
+    return m;
+}
+
+static void preset_w1(ts_config *p) {
+    ts_mlp_config m = ts_mlp_w1();
+    p->model.batch = m.batch, p->model.window = m.window, p->model.features = m.features;
+    p->model.in_dim = m.in_dim, p->model.hidden = m.hidden, p->model.n_hidden = m.n_hidden;
+    p->model.out_dim = m.out_dim, p->model.layer_norm = m.layer_norm;
+}
+
+static ts_status check_source(const ts_config *c) {
+    char where[600];
+    const int src = c->data.source;
+    if (src == TS_CFG_SYNTHETIC && c->model.classes > 0)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: model.classes needs labelled data (set data.source); synthetic "
+                       "mlp data is a regression task",
+                       ts_config_key_origin(c, "model.classes", where, sizeof where));
+    if (src == TS_CFG_GRAPH)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.source graph needs a gcn model, but model.name is mlp",
+                       ts_config_key_origin(c, "data.source", where, sizeof where));
+    if (src == TS_CFG_TOKENS)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.source tokens needs a gpt model, but model.name is mlp",
+                       ts_config_key_origin(c, "data.source", where, sizeof where));
+    return TS_OK;
+}
+
+static ts_status check(ts_config *c) {
+    char where[600];
+    if (c->model.window > 0) {
+        int64_t f[2] = {c->model.window, c->model.features};
+        int64_t in = ts_model_product((int64_t)1 << 40, 2, f);
+        if (ts_config_key_is_set(c, "model.in_dim") && c->model.in_dim != in)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.in_dim %lld does not match window * features = %lld; "
+                           "set model.window: 0 for a flat input",
+                           ts_config_key_origin(c, "model.in_dim", where, sizeof where),
+                           (long long)c->model.in_dim, (long long)in);
+        c->model.in_dim = in;
+    } else if (c->model.in_dim <= 0) {
+        return ts_fail(TS_ERR_INVALID, "%s: model.window is 0, so set model.in_dim",
+                       ts_config_key_origin(c, "model.window", where, sizeof where));
+    }
+    return TS_OK;
+}
+
+static ts_status fit(ts_config *c, const ts_config_data_shape *d) {
+    char where[600];
+    if (ts_config_key_is_set(c, "model.window") && c->model.window > 0 &&
+        c->model.window * c->model.features != d->in_dim)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: model.window %lld x model.features %lld does not match the data's "
+                       "%lld values per example; leave the input shape to the data",
+                       ts_config_key_origin(c, "model.window", where, sizeof where),
+                       (long long)c->model.window, (long long)c->model.features,
+                       (long long)d->in_dim);
+    if (ts_config_key_is_set(c, "model.in_dim") && c->model.window == 0 &&
+        c->model.in_dim != d->in_dim)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: model.in_dim is %lld, but the data has %lld values per example",
+                       ts_config_key_origin(c, "model.in_dim", where, sizeof where),
+                       (long long)c->model.in_dim, (long long)d->in_dim);
+    /* A flat input: the data's example layout is what x holds. */
+    c->model.window = 0;
+    c->model.in_dim = d->in_dim;
+    const int classes_set = ts_config_key_is_set(c, "model.classes");
+    const int out_set = ts_config_key_is_set(c, "model.out_dim");
+    if (d->classes > 0) {
+        if (classes_set && c->model.classes == 0)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.classes is 0 (regression), but the targets are class ids",
+                           ts_config_key_origin(c, "model.classes", where, sizeof where));
+        if (!classes_set) c->model.classes = d->classes;
+    } else {
+        if (c->model.classes > 0)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.classes is %lld, but the targets are numbers, not class ids",
+                           ts_config_key_origin(c, "model.classes", where, sizeof where),
+                           (long long)c->model.classes);
+        if (out_set && c->model.out_dim != d->out_dim)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: model.out_dim is %lld, but the data has %lld targets per example",
+                           ts_config_key_origin(c, "model.out_dim", where, sizeof where),
+                           (long long)c->model.out_dim, (long long)d->out_dim);
+        c->model.out_dim = d->out_dim;
+    }
+    return TS_OK;
+}
+
+static int tensors(const ts_config *c, ts_model_tensor *t) {
+    const int64_t B = c->model.batch, in = c->model.in_dim, hid = c->model.hidden;
+    t[0] = (ts_model_tensor){"input x", 2, {B, in}};
+    t[1] = (ts_model_tensor){"first weight", 2, {hid, in}};
+    t[2] = (ts_model_tensor){"activations", 2, {B, hid}};
+    t[3] = (ts_model_tensor){"output", 2, {B, c->model.out_dim}};
+    return 4;
+}
+
+static ts_status build(const ts_config *c, const ts_config_graph *gr, ts_graph *g, ts_model *m) {
+    (void)gr;
+    ts_mlp_config mc = ts_config_mlp(c);
+    return ts_build_mlp(g, &mc, m);
+}
+
+static const ts_model_preset presets[] = {{"w1", preset_w1}};
+
+const ts_model_desc ts_model_mlp = {
+    .name = "mlp",
+    .about = "multi-layer perceptron on flat inputs or flattened CSV windows (W1)",
+    .keys = "batch window features in_dim hidden n_hidden out_dim layer_norm classes",
+    .presets = presets,
+    .n_presets = 1,
+    .preset = "w1",
+    .input = TS_MODEL_IN_FLAT,
+    .sources = 1u << TS_CFG_SYNTHETIC | 1u << TS_CFG_IDX | 1u << TS_CFG_NPY | 1u << TS_CFG_CSV,
+    .flags = TS_MODEL_REGRESSION,
+    .label = "mlp",
+    .label_clf = "mlp classifier",
+    .unit = "samples/s",
+    .check_source = check_source,
+    .check = check,
+    .fit = fit,
+    .tensors = tensors,
+    .build = build,
+};

@@ -1,6 +1,7 @@
 /* The recurrent classifiers of the model zoo (benchmark W2): GRU and LSTM. */
 #include <math.h>
 #include <stdio.h>
+#include "models/model.h"
 #include "tessel/tessel.h"
 
 ts_rnn_config ts_gru_w2(void) {
@@ -62,3 +63,103 @@ ts_status ts_build_gru(ts_graph *g, const ts_rnn_config *c, ts_model *m) {
 ts_status ts_build_lstm(ts_graph *g, const ts_rnn_config *c, ts_model *m) {
     return build(g, c, m, 1);
 }
+
+/* ---- descriptors ----------------------------------------------------------- */
+
+ts_rnn_config ts_config_rnn(const ts_config *c) {
+    /* model.classes 1 (binary) is the builder's classes 0 and out_dim 0. */
+    ts_rnn_config r = {c->model.batch,
+                       c->model.window,
+                       c->model.features,
+                       c->model.hidden,
+                       c->model.n_layers,
+                       c->model.classes >= 2 ? c->model.classes : 0,
+                       c->model.classes == 0 ? c->model.out_dim : 0};
+    return r;
+}
+
+static void preset_w2(ts_config *p) {
+    ts_rnn_config m = ts_gru_w2();
+    p->model.batch = m.batch, p->model.window = m.seq_len, p->model.features = m.features;
+    p->model.hidden = m.hidden, p->model.n_layers = m.layers;
+    p->model.classes = 1, p->model.out_dim = 1; /* W2 is a binary classifier */
+}
+
+static ts_status rnn_check_source(const ts_config *c) {
+    char where[600];
+    if (c->data.source == TS_CFG_SYNTHETIC && c->model.classes >= 2)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: model.classes %lld needs labelled data (set data.source); "
+                       "synthetic %s data is W2's binary task (classes 1) or a regression "
+                       "(classes 0)",
+                       ts_config_key_origin(c, "model.classes", where, sizeof where),
+                       (long long)c->model.classes, ts_config_model_word(c->model.name));
+    return TS_OK;
+}
+
+static ts_status rnn_check(ts_config *c) {
+    char where[600], where2[600];
+    const char *word = ts_config_model_word(c->model.name);
+    const int classes_set = ts_config_key_is_set(c, "model.classes"),
+              out_set = ts_config_key_is_set(c, "model.out_dim");
+    if (c->model.window < 1)
+        return ts_fail(TS_ERR_INVALID, "%s: a %s needs model.window >= 1 (the sequence length)",
+                       ts_config_key_origin(c, "model.window", where, sizeof where), word);
+    if (c->model.n_layers < 1)
+        return ts_fail(TS_ERR_INVALID, "%s: a %s needs model.n_layers >= 1",
+                       ts_config_key_origin(c, "model.n_layers", where, sizeof where), word);
+    /* out_dim is the width of a regression: setting it asks for one (a
+     * classifier's resolved config holds out_dim 1, which loads back). */
+    if (out_set && classes_set && c->model.classes != 0 && c->model.out_dim != 1)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: model.out_dim is the width of a regression, but model.classes is "
+                       "%lld (set at %s); set model.classes: 0",
+                       ts_config_key_origin(c, "model.out_dim", where, sizeof where),
+                       (long long)c->model.classes,
+                       ts_config_key_origin(c, "model.classes", where2, sizeof where2));
+    if (!classes_set && (out_set || c->data.source != TS_CFG_SYNTHETIC))
+        c->model.classes = 0; /* from the data (ts_config_fit_data), or a regression */
+    return TS_OK;
+}
+
+static int rnn_tensors(const ts_config *c, ts_model_tensor *t) {
+    const int64_t B = c->model.batch, hid = c->model.hidden;
+    t[0] = (ts_model_tensor){"input x", 3, {B, c->model.window, c->model.features}};
+    t[1] = (ts_model_tensor){"hidden states", 4, {B, c->model.window, hid, 4}};
+    t[2] = (ts_model_tensor){"weights", 3, {hid, 4, hid + c->model.features}};
+    return 3;
+}
+
+static ts_status gru_build(const ts_config *c, const ts_config_graph *gr, ts_graph *g,
+                           ts_model *m) {
+    (void)gr;
+    ts_rnn_config rc = ts_config_rnn(c);
+    return ts_build_gru(g, &rc, m);
+}
+
+static ts_status lstm_build(const ts_config *c, const ts_config_graph *gr, ts_graph *g,
+                            ts_model *m) {
+    (void)gr;
+    ts_rnn_config rc = ts_config_rnn(c);
+    return ts_build_lstm(g, &rc, m);
+}
+
+static const ts_model_preset presets[] = {{"w2", preset_w2}};
+
+#define RNN_DESC(NAME, ABOUT, PRESETS, N_PRESETS, BUILD)                                           \
+    {                                                                                              \
+        .name = NAME, .about = ABOUT,                                                              \
+        .keys = "batch window features hidden out_dim classes n_layers", .presets = PRESETS,       \
+        .n_presets = N_PRESETS, .preset = "w2", .input = TS_MODEL_IN_SEQUENCES,                    \
+        .sources = 1u << TS_CFG_SYNTHETIC | 1u << TS_CFG_CSV | 1u << TS_CFG_NPY,                   \
+        .reads = "synthetic, csv or npy sequences",                                                \
+        .flags = TS_MODEL_REGRESSION | TS_MODEL_BINARY, .unit = "samples/s",                       \
+        .check_source = rnn_check_source, .check = rnn_check, .tensors = rnn_tensors,              \
+        .build = BUILD,                                                                            \
+    }
+
+const ts_model_desc ts_model_gru = RNN_DESC(
+    "gru", "GRU sequence model, binary, classes or regression (W2)", presets, 1, gru_build);
+/* The lstm has no preset of its own: it starts from the gru's w2. */
+const ts_model_desc ts_model_lstm =
+    RNN_DESC("lstm", "LSTM sequence model, as the gru", NULL, 0, lstm_build);

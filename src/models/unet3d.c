@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "models/model.h"
 #include "tessel/tessel.h"
 
 ts_unet3d_config ts_unet3d_w4(void) {
@@ -127,3 +128,67 @@ ts_status ts_build_unet3d(ts_graph *g, const ts_unet3d_config *c, ts_model *m) {
     ts_set_name(g, m->loss, "loss");
     return ts_graph_status(g);
 }
+
+/* ---- descriptor ------------------------------------------------------------ */
+
+ts_unet3d_config ts_config_unet3d(const ts_config *c) {
+    ts_unet3d_config u = {c->model.batch, c->model.channels, c->model.size,   c->model.c1,
+                          c->model.c2,    c->model.c3,       c->model.classes};
+    return u;
+}
+
+static void preset_w4(ts_config *p) {
+    ts_unet3d_config m = ts_unet3d_w4();
+    p->model.batch = m.batch, p->model.channels = m.in_channels, p->model.size = m.size;
+    p->model.c1 = m.c1, p->model.c2 = m.c2, p->model.c3 = m.c3, p->model.classes = m.classes;
+}
+
+static ts_status check(ts_config *c) {
+    char where[600];
+    if (ts_config_key_is_set(c, "model.classes") && c->model.classes < 2)
+        return ts_fail(TS_ERR_INVALID, "%s: a unet3d needs model.classes >= 2, got %lld",
+                       ts_config_key_origin(c, "model.classes", where, sizeof where),
+                       (long long)c->model.classes);
+    if (c->model.size % 4)
+        return ts_fail(
+            TS_ERR_INVALID, "%s: model.size must be a multiple of 4 (two 2x2x2 poolings), got %lld",
+            ts_config_key_origin(c, "model.size", where, sizeof where), (long long)c->model.size);
+    return TS_OK;
+}
+
+static int tensors(const ts_config *c, ts_model_tensor *t) {
+    const int64_t B = c->model.batch, S3[3] = {c->model.size, c->model.size, c->model.size};
+    const int64_t vol = ts_model_product((int64_t)1 << 40, 3, S3);
+    t[0] = (ts_model_tensor){"input x", 3, {B, c->model.channels, vol}};
+    t[1] = (ts_model_tensor){
+        "first level", 3, {B, c->model.c1 > c->model.c2 ? c->model.c1 : c->model.c2, vol}};
+    t[2] = (ts_model_tensor){"logits", 3, {B, c->model.classes, vol}};
+    t[3] = (ts_model_tensor){"bottom weights", 3, {c->model.c3, c->model.c3, 27}};
+    return 4;
+}
+
+static ts_status build(const ts_config *c, const ts_config_graph *gr, ts_graph *g, ts_model *m) {
+    (void)gr;
+    ts_unet3d_config uc = ts_config_unet3d(c);
+    return ts_build_unet3d(g, &uc, m);
+}
+
+static const ts_model_preset presets[] = {{"w4", preset_w4}};
+
+const ts_model_desc ts_model_unet3d = {
+    .name = "unet3d",
+    .about = "3D U-Net segmenting volumes, a class per voxel (W4)",
+    .keys = "batch classes channels c1 c2 c3 size",
+    .presets = presets,
+    .n_presets = 1,
+    .preset = "w4",
+    .input = TS_MODEL_IN_VOLUMES,
+    .sources = 1u << TS_CFG_SYNTHETIC | 1u << TS_CFG_NPY,
+    .reads = "synthetic or npy volumes",
+    .flags = TS_MODEL_CHANNELS_FIRST | TS_MODEL_DICE_LOSS,
+    .metrics = "accuracy, dice",
+    .unit = "samples/s",
+    .check = check,
+    .tensors = tensors,
+    .build = build,
+};

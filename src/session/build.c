@@ -16,10 +16,10 @@ ts_status ts_sess_resolve_metrics(session *s) {
     ts_config *c = &s->c;
     if (!c->train.metrics[0])
         snprintf(c->train.metrics, sizeof c->train.metrics, "%s",
-                 c->model.name == TS_CFG_UNET3D ? "accuracy, dice"
-                 : s->binary                    ? "accuracy, auc"
-                 : s->classifier                ? "accuracy"
-                                                : "mse");
+                 ts_model_of(c)->metrics ? ts_model_of(c)->metrics
+                 : s->binary             ? "accuracy, auc"
+                 : s->classifier         ? "accuracy"
+                                         : "mse");
     ts_status st = ts_config_metrics(c, &s->want_acc, &s->want_mse);
     if (st != TS_OK) return st;
     const int classifies = s->classifier || s->binary;
@@ -104,11 +104,11 @@ ts_status ts_sess_build(session *s) {
     return TS_OK;
 }
 
-/* The configured model; a gcn is built on its graph, so its data is read
- * (and the config fitted to it) first. */
+/* The configured model; a whole-graph model (gcn) is built on its graph,
+ * so its data is read (and the config fitted to it) first. */
 ts_status ts_session_build_model(ts_config *c, ts_graph **g, ts_model *m, ts_train_spec *spec,
                                  ts_compile_options *opt) {
-    if (c->model.name != TS_CFG_GCN) return ts_config_build(c, g, m, spec, opt);
+    if (ts_model_of(c)->input != TS_MODEL_IN_GRAPH) return ts_config_build(c, g, m, spec, opt);
     ts_zoo_graph gr;
     ts_dataset *all, *train, *val, *test;
     ts_config_data_shape shape = {0, 0, 0, 0, 0, 0};

@@ -36,8 +36,9 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
     double loss = 0, sq = 0;
     int64_t correct = 0, targets = 0, ignored = 0;
     ts_metric_acc_reset(&s->macc);
-    const int unet = s->c.model.name == TS_CFG_UNET3D;
-    ts_status st = unet ? ts_zoo_dice_reset(&s->dice, width) : TS_OK;
+    const unsigned mf = ts_model_of(&s->c)->flags;
+    const int chfirst = (mf & TS_MODEL_CHANNELS_FIRST) != 0, dice = (mf & TS_MODEL_DICE_LOSS) != 0;
+    ts_status st = dice ? ts_zoo_dice_reset(&s->dice, width) : TS_OK;
     if (st == TS_OK) st = copy_params(s);
     for (int64_t start = 0; st == TS_OK && start < d->n; start += B) {
         const int64_t cnt = d->n - start < B ? d->n - start : B;
@@ -47,11 +48,11 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
         st = ts_plan_set_input(s->eval, s->in_name, s->bx, s->xb);
         if (st == TS_OK) st = ts_plan_step(s->eval);
         if (st == TS_OK) st = ts_plan_read(s->eval, s->out_name, s->bout, s->outb);
-        if (st == TS_OK && unet) /* [B, C, voxels]: a row per voxel */
+        if (st == TS_OK && chfirst) /* [B, C, voxels]: a row per voxel */
             st = ts_zoo_channels_last(s->bout, B, width, per);
         if (st != TS_OK) break;
         const int64_t nt = cnt * per;
-        if (unet)
+        if (dice)
             ts_zoo_dice_add(&s->dice, s->bout,
                             (const int64_t *)((const char *)d->y + (size_t)start * ye), nt);
         if (s->binary) {
@@ -99,7 +100,7 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
     if (s->classifier || s->binary) {
         e->loss = targets ? loss / (double)targets : NAN;
         /* unet3d: cross-entropy + soft Dice over the split, as it trains */
-        if (unet) e->loss += ts_zoo_dice_loss(&s->dice);
+        if (dice) e->loss += ts_zoo_dice_loss(&s->dice);
         if (s->want_acc) e->accuracy = targets ? (double)correct / (double)targets : NAN;
     } else {
         e->loss = targets ? sq / (double)targets : NAN;

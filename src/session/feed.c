@@ -65,8 +65,8 @@ ts_status ts_sess_load_data(session *s) {
     ts_config *c = &s->c;
     ts_status st = TS_OK;
     const char *label_file = NULL, *test_label_file = NULL;
-    /* A synthetic gcn's graph is data like a graph file's (zoo_data.h). */
-    const int graph = c->data.source == TS_CFG_GRAPH || c->model.name == TS_CFG_GCN;
+    /* A synthetic graph (gcn) is data like a graph file's (zoo_data.h). */
+    const int graph = c->data.source == TS_CFG_GRAPH || ts_model_of(c)->input == TS_MODEL_IN_GRAPH;
     switch ((ts_cfg_source)(graph ? TS_CFG_GRAPH : c->data.source)) {
     case TS_CFG_SYNTHETIC: return TS_OK;
     case TS_CFG_IDX:
@@ -149,7 +149,7 @@ ts_status ts_sess_load_data(session *s) {
     return ts_loader_new(s->train, c->model.batch, c->data.shuffle, c->train.seed, &s->loader);
 }
 
-/* The benchmark models (mlp, gpt) cycle over N_SYNTH fixed batches, as the
+/* The benchmark models (flat and token inputs: mlp, gpt) cycle over N_SYNTH fixed batches, as the
  * reference benchmark does; the sequence and volume models draw a fresh
  * batch every step instead (ts_sess_next_batch), so their evaluation measures
  * generalisation, not memory of a few batches. */
@@ -167,15 +167,17 @@ ts_status ts_sess_make_synthetic(session *s) {
         ts_status st;
         if (ts_zoo_model(c)) {
             st = ts_zoo_synth(c, k, s->sx[k], s->sy[k]);
-        } else if (!s->gpt) {
-            ts_mlp_config mc = ts_config_mlp(c);
-            int64_t window = mc.window > 0 ? mc.window : mc.in_dim;
-            int64_t features = mc.window > 0 ? mc.features : 1;
-            st = ts_synth_regression(c->train.seed, k, mc.batch, window, features, mc.out_dim,
-                                     s->sx[k], s->sy[k]);
+        } else if (ts_model_of(c)->input == TS_MODEL_IN_FLAT) {
+            const int64_t w = c->model.window;
+            int64_t window = w > 0 ? w : c->model.in_dim, features = w > 0 ? c->model.features : 1;
+            st = ts_synth_regression(c->train.seed, k, c->model.batch, window, features,
+                                     c->model.out_dim, s->sx[k], s->sy[k]);
+        } else if (ts_model_of(c)->input == TS_MODEL_IN_TOKENS) {
+            st = ts_synth_tokens(c->train.seed, k, c->model.batch, c->model.ctx, c->model.vocab,
+                                 s->sx[k], s->sy[k]);
         } else {
-            ts_gpt_config gc = ts_config_gpt(c);
-            st = ts_synth_tokens(c->train.seed, k, gc.batch, gc.ctx, gc.vocab, s->sx[k], s->sy[k]);
+            st = ts_fail(TS_ERR_INVALID, "a %s has no synthetic data: set data.source",
+                         ts_config_model_word(c->model.name));
         }
         if (st != TS_OK) return st;
     }

@@ -139,6 +139,13 @@ static ts_status train_loop(session *s) {
 
 /* ---- the session ---------------------------------------------------------- */
 
+/* What the training log calls the model ("mlp classifier", "gru"). */
+static const char *model_label(const session *s) {
+    const ts_model_desc *d = ts_model_of(&s->c);
+    const char *label = d->label ? d->label : d->name;
+    return s->classifier && d->label_clf ? d->label_clf : label;
+}
+
 static void header(session *s) {
     const ts_config *c = &s->c;
     ts_plan_stats st;
@@ -172,13 +179,9 @@ static void header(session *s) {
     ts_progress_log(&s->pr,
                     "training %s: %s parameters, batch %lld, %lld steps%s; %s%s; plan: %d "
                     "instructions, arena %.1f MiB",
-                    s->gpt                          ? "gpt"
-                    : s->c.model.name == TS_CFG_CNN ? "cnn classifier"
-                    : s->c.model.name != TS_CFG_MLP ? ts_config_model_word(s->c.model.name)
-                    : s->classifier                 ? "mlp classifier"
-                                                    : "mlp",
-                    params, (long long)c->model.batch, (long long)c->train.steps, epochs, data,
-                    test, st.n_instructions, (double)st.arena_bytes / (1024.0 * 1024.0));
+                    model_label(s), params, (long long)c->model.batch, (long long)c->train.steps,
+                    epochs, data, test, st.n_instructions,
+                    (double)st.arena_bytes / (1024.0 * 1024.0));
     if (s->nranks > 1) {
         ts_progress_log(&s->pr,
                         "data parallel: %d processes (%s), batch %lld per process, gradients "
@@ -288,10 +291,9 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     s->r = r;
     s->nranks = o->comm ? ts_comm_size(o->comm) : 1;
     s->rank = o->comm ? ts_comm_rank(o->comm) : 0;
-    s->gpt = c->model.name == TS_CFG_GPT;
-    r->unit = s->gpt                        ? "tokens/s"
-              : c->model.name == TS_CFG_GCN ? "epochs/s" /* a step is the whole graph */
-                                            : "samples/s";
+    /* A language model: always a classifier, its rates in tokens. */
+    s->gpt = (ts_model_of(c)->flags & TS_MODEL_LM) != 0;
+    r->unit = ts_model_of(c)->unit;
     const char *dir = o->out_dir && *o->out_dir ? o->out_dir : c->output.dir;
     const char *from = o->resume && *o->resume ? o->resume : NULL;
     s->resume_in_place = from && !strcmp(from, "latest");

@@ -12,21 +12,28 @@
 #include "data/synthetic.h"
 #include "tessel/models.h"
 
+/* The model's input kind (models/model.h). */
+static ts_model_input input_of(const ts_config *c) {
+    const ts_model_desc *d = ts_model_of(c);
+    return d ? d->input : TS_MODEL_IN_FLAT;
+}
+
 int ts_zoo_model(const ts_config *c) {
-    const int n = c->model.name;
-    return n == TS_CFG_GRU || n == TS_CFG_LSTM || n == TS_CFG_UNET3D || n == TS_CFG_GCN;
+    const ts_model_input in = input_of(c);
+    return in == TS_MODEL_IN_SEQUENCES || in == TS_MODEL_IN_VOLUMES || in == TS_MODEL_IN_GRAPH;
 }
 
 int ts_zoo_binary(const ts_config *c) {
-    return (c->model.name == TS_CFG_GRU || c->model.name == TS_CFG_LSTM) && c->model.classes == 1;
+    const ts_model_desc *d = ts_model_of(c);
+    return d && (d->flags & TS_MODEL_BINARY) && c->model.classes == 1;
 }
 
 ts_status ts_zoo_check_procs(const ts_config *c, int procs) {
-    if (procs > 1 && c->model.name == TS_CFG_GCN)
+    if (procs > 1 && input_of(c) == TS_MODEL_IN_GRAPH)
         return ts_fail(TS_ERR_UNSUPPORTED,
-                       "a gcn trains on the whole graph in every step (full batch): there is no "
+                       "a %s trains on the whole graph in every step (full batch): there is no "
                        "batch to split over %d processes; run it in one process (no --procs)",
-                       procs);
+                       ts_config_model_word(c->model.name), procs);
     return TS_OK;
 }
 
@@ -36,7 +43,7 @@ static int64_t classes_set(const ts_config *c) {
     return i >= 0 && c->set[i] ? c->model.classes : 0;
 }
 
-/* ---- gru / lstm ------------------------------------------------------------ */
+/* ---- sequences (gru, lstm) ------------------------------------------------------------ */
 
 static ts_status fit_sequences(const ts_config *c, ts_dataset *d, const char *x_file,
                                const char *y_file, ts_config_data_shape *shape) {
@@ -48,7 +55,7 @@ static ts_status fit_sequences(const ts_config *c, ts_dataset *d, const char *x_
         return ts_fail(TS_ERR_SHAPE,
                        "%s: a %s reads sequences [window, features] per example, but each "
                        "example has rank %d",
-                       x_file, c->model.name == TS_CFG_GRU ? "gru" : "lstm", d->x_rank);
+                       x_file, ts_config_model_word(c->model.name), d->x_rank);
     shape->rows = d->x_dims[0];
     shape->cols = d->x_dims[1];
     const int64_t per = ts_shape_numel(d->y_rank, d->y_dims);
@@ -104,7 +111,7 @@ static ts_status fit_sequences(const ts_config *c, ts_dataset *d, const char *x_
     return TS_OK;
 }
 
-/* ---- unet3d ---------------------------------------------------------------- */
+/* ---- volumes (unet3d) ---------------------------------------------------------------- */
 
 static ts_status fit_volumes(const ts_config *c, ts_dataset *d, const char *x_file,
                              const char *y_file, ts_config_data_shape *shape) {
@@ -156,8 +163,8 @@ static ts_status fit_volumes(const ts_config *c, ts_dataset *d, const char *x_fi
 
 ts_status ts_zoo_fit(const ts_config *c, ts_dataset *all, const char *x_file, const char *y_file,
                      ts_config_data_shape *shape) {
-    ts_status s = c->model.name == TS_CFG_UNET3D ? fit_volumes(c, all, x_file, y_file, shape)
-                                                 : fit_sequences(c, all, x_file, y_file, shape);
+    ts_status s = input_of(c) == TS_MODEL_IN_VOLUMES ? fit_volumes(c, all, x_file, y_file, shape)
+                                                     : fit_sequences(c, all, x_file, y_file, shape);
     if (s == TS_OK) shape->in_dim = ts_shape_numel(all->x_rank, all->x_dims);
     return s;
 }
@@ -325,11 +332,12 @@ ts_status ts_zoo_load_graph(const ts_config *c, ts_zoo_graph *g, ts_dataset **al
 
 ts_status ts_zoo_synth(const ts_config *c, int64_t index, void *x, void *y) {
     const uint64_t seed = c->train.seed;
-    if (c->model.name == TS_CFG_UNET3D)
+    if (input_of(c) == TS_MODEL_IN_VOLUMES)
         return ts_synth_volumes(seed, index, c->model.batch, c->model.channels, c->model.size,
                                 c->model.classes, x, y);
-    if (c->model.name != TS_CFG_GRU && c->model.name != TS_CFG_LSTM)
-        return ts_fail(TS_ERR_INVALID, "synthetic batches: a gcn's graph is one example");
+    if (input_of(c) != TS_MODEL_IN_SEQUENCES)
+        return ts_fail(TS_ERR_INVALID, "synthetic batches: a %s's graph is one example",
+                       ts_config_model_word(c->model.name));
     if (c->model.classes == 1)
         return ts_synth_binary_sequences(seed, index, c->model.batch, c->model.window,
                                          c->model.features, x, y);
@@ -345,7 +353,7 @@ ts_status ts_zoo_synth_val(const ts_config *c, ts_dataset **val) {
     const int64_t B = c->model.batch;
     d->n = BATCHES * B;
     d->x_dtype = TS_F32;
-    if (c->model.name == TS_CFG_UNET3D) {
+    if (input_of(c) == TS_MODEL_IN_VOLUMES) {
         const int64_t S = c->model.size;
         d->x_rank = 4, d->y_rank = 3, d->y_dtype = TS_I64;
         d->x_dims[0] = c->model.channels, d->x_dims[1] = d->x_dims[2] = d->x_dims[3] = S;

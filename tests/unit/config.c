@@ -164,8 +164,16 @@ static void test_type_errors(void) {
         "expected one of sgd, adam, adamw, got 'adamx'", "did you mean 'adamw'?");
     bad("empty value", "model:\n  name: mlp\n  batch:\n", NULL, TS_ERR_INVALID,
         "model.batch: expected an integer, got nothing", NULL);
-    bad("list value", "model:\n  name: [mlp, gpt]\n", NULL, TS_ERR_INVALID,
-        "model.name: expected one of mlp, gpt, cnn, gru, lstm, unet3d, gcn, got a list", NULL);
+    /* model.name's choices are the registry's models, in its order (the
+     * built-in ones first), so a model added later joins the list. */
+    char list_msg[512];
+    size_t lk =
+        (size_t)snprintf(list_msg, sizeof list_msg,
+                         "model.name: expected one of mlp, gpt, cnn, gru, lstm, unet3d, gcn");
+    for (int m = TS_CFG_GCN + 1; m < ts_model_count(); m++)
+        lk += (size_t)snprintf(list_msg + lk, sizeof list_msg - lk, ", %s", ts_model_at(m)->name);
+    snprintf(list_msg + lk, sizeof list_msg - lk, ", got a list");
+    bad("list value", "model:\n  name: [mlp, gpt]\n", NULL, TS_ERR_INVALID, list_msg, NULL);
     bad("seed sign", "model: {name: mlp}\ntrain: {seed: -1}\n", NULL, TS_ERR_INVALID, "train.seed",
         NULL);
     bad("nan", "model: {name: mlp}\ntrain: {lr: nan}\n", NULL, TS_ERR_INVALID,
@@ -228,9 +236,9 @@ static void test_files(void) {
             ts_mlp_config m = ts_config_mlp(&c), w1 = ts_mlp_w1();
             w1.in_dim = w1.window * w1.features;
             CHECK(m.batch == w1.batch && m.window == w1.window && m.features == w1.features &&
-                      m.in_dim == w1.in_dim && m.hidden == w1.hidden &&
-                      m.n_hidden == w1.n_hidden && m.out_dim == w1.out_dim &&
-                      m.layer_norm == w1.layer_norm && m.classes == w1.classes,
+                      m.in_dim == w1.in_dim && m.hidden == w1.hidden && m.n_hidden == w1.n_hidden &&
+                      m.out_dim == w1.out_dim && m.layer_norm == w1.layer_norm &&
+                      m.classes == w1.classes,
                   "w1.yaml is the W1 shape"); /* field by field: padding is unspecified */
         } else if (i == 1) {
             ts_gpt_config g = ts_config_gpt(&c), w3 = ts_gpt_w3();
