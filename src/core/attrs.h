@@ -3,8 +3,8 @@
  * A node's attributes (ts_node.a, and ts_instr.a / ts_kargs.a after
  * compile) are one ts_attrs: a union of one struct per op family, read and
  * written by name (n->a.matmul.trans_a, k->a->conv.stride[j]). Each op
- * documents below which member it uses. Ops not yet given named fields use
- * the positional slots i[] and f[] (documented in src/ops/ops.def).
+ * documents below which member it uses (ops.def names it beside the op);
+ * ops without attributes leave them all zero.
  *
  * Rules that keep ts_attrs a plain value that CSE (passes/simplify.c) can
  * hash and compare bytewise: every member is made of int64_t and double
@@ -18,8 +18,108 @@
 #include <stdint.h>
 #include <string.h>
 
-#define TS_NI 15 /* positional integer attributes (families without named fields) */
-#define TS_NF 6  /* positional float attributes */
+/* The most dims a shape attribute holds: TS_MAX_RANK (include/tessel/graph.h;
+ * ops/shape.c checks that the two agree). */
+#define TS_ATTR_RANK 8
+
+/* maxmin_bwd (dy, a, b) -> da or db (ops/binary.c): min 0 the forward was
+ * maximum, 1 minimum; side 0 the gradient of a, 1 of b. */
+typedef struct ts_maxmin_attrs {
+    int64_t min, side;
+} ts_maxmin_attrs;
+
+/* The unary elementwise ops with parameters (ops/unary.c): gelu: approx (a
+ * ts_gelu_approx); pow_scalar: x^exponent; leaky_relu: slope, the negative
+ * slope; affine_scalar: scale * x + shift. The other unary ops have none. */
+typedef struct ts_unary_attrs {
+    int64_t approx;
+    double exponent, slope, scale, shift;
+} ts_unary_attrs;
+
+/* unary_bwd (dy, s) -> dx: the gradient of the unary op fwd_op (with its
+ * attributes fwd) from s, its input x (side 0) or its output y (side 1). */
+typedef struct ts_unary_bwd_attrs {
+    int64_t fwd_op, side;
+    ts_unary_attrs fwd;
+} ts_unary_bwd_attrs;
+
+/* cast: the target dtype (a ts_dtype). */
+typedef struct ts_cast_attrs {
+    int64_t dtype;
+} ts_cast_attrs;
+
+/* reshape, expand (ops/shape.c): the output's rank and dims[0..rank). */
+typedef struct ts_shape_attrs {
+    int64_t rank;
+    int64_t dims[TS_ATTR_RANK];
+} ts_shape_attrs;
+
+/* permute: output dim i is input dim perm[i] (i < the input's rank). */
+typedef struct ts_permute_attrs {
+    int64_t perm[TS_ATTR_RANK];
+} ts_permute_attrs;
+
+/* concat: the axis the inputs are joined along. */
+typedef struct ts_concat_attrs {
+    int64_t axis;
+} ts_concat_attrs;
+
+/* slice: [start, end) of axis (normalised, non-empty); slice_bwd (dy) ->
+ * zeros of the source's shape with dy at the slice: the same, and extent,
+ * the source's size along axis. */
+typedef struct ts_slice_attrs {
+    int64_t axis, start, end, extent;
+} ts_slice_attrs;
+
+/* dropout (ops/dropout.c): p, the probability of a zero; stream, the
+ * graph's random stream of this dropout (its backward reuses it); training
+ * 1 in training plans (the train_mode pass sets it; 0: the identity). */
+typedef struct ts_dropout_attrs {
+    int64_t stream, training;
+    double p;
+} ts_dropout_attrs;
+
+/* cross_entropy, cross_entropy_bwd (ops/loss.c): rows whose target is
+ * ignore_index add nothing. */
+typedef struct ts_cross_entropy_attrs {
+    int64_t ignore_index;
+} ts_cross_entropy_attrs;
+
+/* batch_norm, batch_norm_bwd (ops/batchnorm.c): affine (weight and bias
+ * inputs), relu (a relu fused on y), channels_last (x [N, spatial..., C]).
+ * batch_norm only: training (batch statistics, running ones updated; the
+ * train_mode pass sets it), momentum of the running statistics, eps added
+ * to the variance. */
+typedef struct ts_batch_norm_attrs {
+    int64_t affine, training, relu, channels_last;
+    double momentum, eps;
+} ts_batch_norm_attrs;
+
+/* gru_cell, lstm_cell and their backward ops (ops/rnn.c): t, the step of
+ * the sequence the cell runs. The backward ops: steps, the sequence's
+ * length T; has_acc (the accumulated input gradient is the first input),
+ * has_dh (a gradient of h'), lstm_cell_bwd: has_dc (a gradient of c'). */
+typedef struct ts_rnn_attrs {
+    int64_t t, steps, has_acc, has_dh, has_dc;
+} ts_rnn_attrs;
+
+/* spmm (ops/sparse.c): the sparse matrix is rows x cols. */
+typedef struct ts_spmm_attrs {
+    int64_t rows, cols;
+} ts_spmm_attrs;
+
+/* quantize, dequantize, fake_quant, fake_quant_bwd (ops/quant.c): format,
+ * the FP8 dtype; axis, the channel axis of a per-channel scale, -1 for one
+ * scale per tensor. */
+typedef struct ts_quant_attrs {
+    int64_t format, axis;
+} ts_quant_attrs;
+
+/* fused_eltwise (ops/fused.h): n_instr instructions of the program over
+ * n_ext external inputs. */
+typedef struct ts_fused_attrs {
+    int64_t n_instr, n_ext;
+} ts_fused_attrs;
 
 /* matmul: y = op(a) op(b), op a transpose when trans_a / trans_b is 1.
  * low = 1 (set by the precision pass): bf16/f16 operands, f32 accumulation
@@ -30,7 +130,7 @@ typedef struct ts_matmul_attrs {
 
 /* matmul_epi (built by the fusion pass, see ops/fused.h): an f32 matmul
  * (trans_a, trans_b as matmul) followed by n_post post-ops, post[p] one of
- * TS_EPI_ADD / TS_EPI_RELU. */
+ * TS_EPI_ADD. */
 #define TS_ATTR_EPI_MAX 4
 typedef struct ts_matmul_epi_attrs {
     int64_t trans_a, trans_b, n_post;
@@ -152,10 +252,10 @@ typedef struct ts_index_attrs {
 
 typedef struct ts_attrs {
     union {
-        struct {
-            int64_t i[TS_NI];
-            double f[TS_NF];
-        };                              /* first and largest member: `= {0}` zeroes every byte */
+        ts_maxmin_attrs maxmin;         /* maxmin_bwd */
+        ts_unary_attrs unary;           /* gelu, pow_scalar, leaky_relu, affine_scalar */
+        ts_unary_bwd_attrs unary_bwd;   /* unary_bwd */
+        ts_cast_attrs cast;             /* cast */
         ts_matmul_attrs matmul;         /* matmul */
         ts_matmul_epi_attrs matmul_epi; /* matmul_epi */
         ts_norm_attrs norm;             /* layer_norm, layer_norm_bwd */
@@ -168,25 +268,37 @@ typedef struct ts_attrs {
         ts_bucket_attrs bucket;         /* the collectives (allreduce_start, ..., zero_found_inf) */
         ts_reduce_attrs reduce;         /* reduce_sum, reduce_max, reduce_max_bwd */
         ts_index_attrs index;           /* gather, scatter_add */
-        ts_pool_attrs pool;             /* pool, pool_bwd */
-        ts_conv_attrs conv;             /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose */
+        ts_shape_attrs shape;           /* reshape, expand */
+        ts_permute_attrs permute;       /* permute */
+        ts_concat_attrs concat;         /* concat */
+        ts_slice_attrs slice;           /* slice, slice_bwd */
+        ts_dropout_attrs dropout;       /* dropout */
+        ts_cross_entropy_attrs cross_entropy; /* cross_entropy, cross_entropy_bwd */
+        ts_batch_norm_attrs batch_norm;       /* batch_norm, batch_norm_bwd */
+        ts_rnn_attrs rnn;                     /* gru_cell, gru_cell_bwd, lstm_cell, lstm_cell_bwd */
+        ts_spmm_attrs spmm;                   /* spmm */
+        ts_quant_attrs quant;                 /* quantize, dequantize, fake_quant, fake_quant_bwd */
+        ts_fused_attrs fused;                 /* fused_eltwise */
+        ts_pool_attrs pool;                   /* pool, pool_bwd */
+        ts_conv_attrs conv; /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose */
     };
 } ts_attrs;
 
+/* ts_attrs is in every node and instruction, as large as its largest
+ * member, conv: a family that outgrows it grows them all, so that is a
+ * deliberate change of these checks. */
 #define TS_ATTRS_FIT(T)                                                                            \
-    _Static_assert(sizeof(T) <= TS_NI * sizeof(int64_t) + TS_NF * sizeof(double),                  \
-                   #T " must fit in the slots (the union's first member)")
-TS_ATTRS_FIT(ts_matmul_attrs);
+    _Static_assert(sizeof(T) <= sizeof(ts_conv_attrs), #T " is larger than ts_conv_attrs")
+TS_ATTRS_FIT(ts_unary_bwd_attrs);
 TS_ATTRS_FIT(ts_matmul_epi_attrs);
-TS_ATTRS_FIT(ts_conv_attrs);
 TS_ATTRS_FIT(ts_pool_attrs);
-TS_ATTRS_FIT(ts_norm_attrs);
-TS_ATTRS_FIT(ts_attention_attrs);
-TS_ATTRS_FIT(ts_softmax_attrs);
 TS_ATTRS_FIT(ts_shard_attrs);
 TS_ATTRS_FIT(ts_bucket_attrs);
-TS_ATTRS_FIT(ts_reduce_attrs);
-TS_ATTRS_FIT(ts_index_attrs);
+TS_ATTRS_FIT(ts_shape_attrs);
+TS_ATTRS_FIT(ts_permute_attrs);
+TS_ATTRS_FIT(ts_batch_norm_attrs);
+TS_ATTRS_FIT(ts_rnn_attrs);
+_Static_assert(sizeof(ts_attrs) == sizeof(ts_conv_attrs), "ts_attrs grew beyond ts_conv_attrs");
 
 /* All-zero attributes (every byte, so that bytewise comparisons hold). */
 static inline ts_attrs ts_attrs_zero(void) {

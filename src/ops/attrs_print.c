@@ -1,25 +1,41 @@
 /* attrs_print.c — node attributes as text, for ts_graph_print (--dump ir).
  *
- * Ops with named attributes (core/attrs.h) print " name=value" for each
- * non-zero field (a per-spatial-dim array: " name=[a,b]" over the nd dims
- * when any entry is non-zero);
- * the others print their positional slots as " i=[..] f=[..]" up to the
- * last non-zero one. A family given named fields adds a case here. */
+ * Each op prints its family's fields (core/attrs.h) as " name=value", each
+ * one only when non-zero (a per-dim array: " name=[a,b]" over its rank
+ * when any entry is non-zero). An op whose family has no case here prints
+ * nothing: a new family adds its case. */
 #include "op.h"
 
 static void field(FILE *out, const char *name, int64_t v) {
     if (v) fprintf(out, " %s=%lld", name, (long long)v);
 }
 
-/* v[0..n) (n: the spatial rank, at most 3), when any of them is non-zero. */
-static void fieldn(FILE *out, const char *name, const int64_t *v, int64_t n) {
+/* v[0..n) (n: the rank the array covers, at most max), when any of them
+ * is non-zero. */
+static void fieldn(FILE *out, const char *name, const int64_t *v, int64_t n, int64_t max) {
     int any = 0;
-    if (n > 3) n = 3;
+    if (n > max) n = max;
     for (int j = 0; j < n; j++) any |= v[j] != 0;
     if (!any) return;
     fprintf(out, " %s=[", name);
     for (int j = 0; j < n; j++) fprintf(out, j ? ",%lld" : "%lld", (long long)v[j]);
     fprintf(out, "]");
+}
+
+/* An op id or a dtype by its name (its number when it is none). */
+static void op_field(FILE *out, const char *name, int64_t op) {
+    const ts_op_def *d = ts_op_get((int)op);
+    if (d && op == (int)op)
+        fprintf(out, " %s=%s", name, d->name);
+    else
+        fprintf(out, " %s=%lld", name, (long long)op);
+}
+
+static void dtype_field(FILE *out, const char *name, int64_t dt) {
+    if (dt >= 0 && dt < TS_DTYPE_COUNT)
+        fprintf(out, " %s=%s", name, ts_dtype_name((ts_dtype)dt));
+    else
+        fprintf(out, " %s=%lld", name, (long long)dt);
 }
 
 static void real(FILE *out, const char *name, double v) {
@@ -44,20 +60,27 @@ static void adam(FILE *out, const ts_adam_attrs *a) {
     real(out, "weight_decay", a->weight_decay);
 }
 
-static void slots(const ts_attrs *a, FILE *out) {
-    int last_i = TS_NI - 1, last_f = TS_NF - 1;
-    while (last_i >= 0 && a->i[last_i] == 0) last_i--;
-    while (last_f >= 0 && a->f[last_f] == 0) last_f--;
-    if (last_i >= 0) {
-        fprintf(out, " i=[");
-        for (int j = 0; j <= last_i; j++) fprintf(out, j ? ",%lld" : "%lld", (long long)a->i[j]);
-        fprintf(out, "]");
+/* permute's perm. Its length, the input's rank, is not in the node: a
+ * valid perm of rank r is the longest prefix that is a permutation of
+ * 0..r-1 (the entries after it are 0, which repeats the 0 already in it). */
+static void perm(FILE *out, const int64_t *p) {
+    int r = 0;
+    unsigned seen = 0;
+    for (int j = 0; j < TS_ATTR_RANK && p[j] >= 0 && p[j] < TS_ATTR_RANK; j++) {
+        seen |= 1u << p[j];
+        if (seen == (1u << (j + 1)) - 1) r = j + 1;
     }
-    if (last_f >= 0) {
-        fprintf(out, " f=[");
-        for (int j = 0; j <= last_f; j++) fprintf(out, j ? ",%g" : "%g", a->f[j]);
-        fprintf(out, "]");
-    }
+    if (!r) /* not a permutation (inference reports it): up to its last non-zero */
+        for (int j = 0; j < TS_ATTR_RANK; j++) r = p[j] ? j + 1 : r;
+    fieldn(out, "perm", p, r, TS_ATTR_RANK);
+}
+
+static void unary(FILE *out, const ts_unary_attrs *a) {
+    field(out, "approx", a->approx);
+    real(out, "exponent", a->exponent);
+    real(out, "slope", a->slope);
+    real(out, "scale", a->scale);
+    real(out, "shift", a->shift);
 }
 
 void ts_attrs_print(const ts_node *n, FILE *out) {
@@ -82,10 +105,10 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
     case TS_OP_CONV_TRANSPOSE:
         field(out, "nd", a->conv.nd);
         field(out, "groups", a->conv.groups);
-        fieldn(out, "stride", a->conv.stride, a->conv.nd);
-        fieldn(out, "padding", a->conv.padding, a->conv.nd);
-        fieldn(out, "dilation", a->conv.dilation, a->conv.nd);
-        fieldn(out, "extra", a->conv.extra, a->conv.nd);
+        fieldn(out, "stride", a->conv.stride, a->conv.nd, 3);
+        fieldn(out, "padding", a->conv.padding, a->conv.nd, 3);
+        fieldn(out, "dilation", a->conv.dilation, a->conv.nd, 3);
+        fieldn(out, "extra", a->conv.extra, a->conv.nd, 3);
         field(out, "channels_last", a->conv.channels_last);
         field(out, "low", a->conv.low);
         break;
@@ -93,10 +116,10 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
     case TS_OP_POOL_BWD:
         field(out, "nd", a->pool.nd);
         field(out, "mode", a->pool.mode);
-        fieldn(out, "kernel", a->pool.kernel, a->pool.nd);
-        fieldn(out, "stride", a->pool.stride, a->pool.nd);
-        fieldn(out, "padding", a->pool.padding, a->pool.nd);
-        fieldn(out, "in_size", a->pool.in_size, a->pool.nd);
+        fieldn(out, "kernel", a->pool.kernel, a->pool.nd, 3);
+        fieldn(out, "stride", a->pool.stride, a->pool.nd, 3);
+        fieldn(out, "padding", a->pool.padding, a->pool.nd, 3);
+        fieldn(out, "in_size", a->pool.in_size, a->pool.nd, 3);
         field(out, "channels_last", a->pool.channels_last);
         break;
     case TS_OP_LAYER_NORM:
@@ -158,6 +181,75 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "axis", a->index.axis);
         field(out, "extent", a->index.extent);
         break;
-    default: slots(a, out);
+    case TS_OP_MAXMIN_BWD:
+        field(out, "min", a->maxmin.min);
+        field(out, "side", a->maxmin.side);
+        break;
+    case TS_OP_GELU:
+    case TS_OP_POW_SCALAR:
+    case TS_OP_LEAKY_RELU:
+    case TS_OP_AFFINE_SCALAR: unary(out, &a->unary); break;
+    case TS_OP_UNARY_BWD:
+        op_field(out, "fwd_op", a->unary_bwd.fwd_op);
+        field(out, "side", a->unary_bwd.side);
+        unary(out, &a->unary_bwd.fwd);
+        break;
+    case TS_OP_CAST: dtype_field(out, "dtype", a->cast.dtype); break;
+    case TS_OP_RESHAPE:
+    case TS_OP_EXPAND:
+        field(out, "rank", a->shape.rank);
+        fieldn(out, "dims", a->shape.dims, a->shape.rank, TS_ATTR_RANK);
+        break;
+    case TS_OP_PERMUTE: perm(out, a->permute.perm); break;
+    case TS_OP_CONCAT: field(out, "axis", a->concat.axis); break;
+    case TS_OP_SLICE:
+    case TS_OP_SLICE_BWD:
+        field(out, "axis", a->slice.axis);
+        field(out, "start", a->slice.start);
+        field(out, "end", a->slice.end);
+        field(out, "extent", a->slice.extent);
+        break;
+    case TS_OP_DROPOUT:
+        field(out, "stream", a->dropout.stream);
+        field(out, "training", a->dropout.training);
+        real(out, "p", a->dropout.p);
+        break;
+    case TS_OP_CROSS_ENTROPY:
+    case TS_OP_CROSS_ENTROPY_BWD: field(out, "ignore_index", a->cross_entropy.ignore_index); break;
+    case TS_OP_BATCH_NORM:
+    case TS_OP_BATCH_NORM_BWD:
+        field(out, "affine", a->batch_norm.affine);
+        field(out, "training", a->batch_norm.training);
+        field(out, "relu", a->batch_norm.relu);
+        field(out, "channels_last", a->batch_norm.channels_last);
+        real(out, "momentum", a->batch_norm.momentum);
+        real(out, "eps", a->batch_norm.eps);
+        break;
+    case TS_OP_GRU_CELL:
+    case TS_OP_GRU_CELL_BWD:
+    case TS_OP_LSTM_CELL:
+    case TS_OP_LSTM_CELL_BWD:
+        field(out, "t", a->rnn.t);
+        field(out, "steps", a->rnn.steps);
+        field(out, "has_acc", a->rnn.has_acc);
+        field(out, "has_dh", a->rnn.has_dh);
+        field(out, "has_dc", a->rnn.has_dc);
+        break;
+    case TS_OP_SPMM:
+        field(out, "rows", a->spmm.rows);
+        field(out, "cols", a->spmm.cols);
+        break;
+    case TS_OP_QUANTIZE:
+    case TS_OP_DEQUANTIZE:
+    case TS_OP_FAKE_QUANT:
+    case TS_OP_FAKE_QUANT_BWD:
+        dtype_field(out, "format", a->quant.format);
+        field(out, "axis", a->quant.axis);
+        break;
+    case TS_OP_FUSED_ELTWISE:
+        field(out, "n_instr", a->fused.n_instr);
+        field(out, "n_ext", a->fused.n_ext);
+        break;
+    default: break; /* no attributes */
     }
 }

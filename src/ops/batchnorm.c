@@ -3,7 +3,8 @@
  *
  * One BATCH_NORM node per layer reads x, the affine weight and bias and the
  * two STATE values running_mean / running_var. Which statistics it uses is
- * decided when the plan is compiled (ts_compile sets i[1]): a training plan
+ * decided when the plan is compiled (the train_mode pass sets
+ * a.batch_norm.training): a training plan
  * normalises with the batch statistics (biased variance) and updates the
  * running statistics in place as PyTorch does (momentum, unbiased variance);
  * an inference plan normalises with the running statistics and writes
@@ -15,11 +16,11 @@
  * the backward op. The backward op implements the training-mode gradient
  * (batch statistics depend on x); gradients only exist in training plans.
  *
- * With i[2] set the node is relu(batch_norm(x)) in one pass (ts_batch_norm_
+ * With relu set the node is relu(batch_norm(x)) in one pass (ts_batch_norm_
  * relu); its backward recomputes the ReLU mask from x, mean, rstd, weight
  * and bias with the same arithmetic as the forward instead of reading y.
  *
- * With i[3] set (both ops) x is channels last, [N, ..., C]: the kernels
+ * With channels_last set (both ops) x is channels last, [N, ..., C]: the kernels
  * see it as rows of C channels and reduce over blocks of rows, with every
  * channel of a row in one vector.
  *
@@ -37,7 +38,6 @@
 #define BN_BLK  4096 /* elements per reduction block */
 #define BN_ACC  8    /* interleaved partial sums inside a block */
 #define BN_DACC 16   /* lanes of the backward's sums (in the element type) */
-#define BN_CL   3    /* attribute index of the channels-last flag (both ops) */
 
 /* ---- shapes ------------------------------------------------------------- */
 
@@ -112,7 +112,8 @@ static ts_status check_vec(const ts_type *v, const ts_type *x, int cl, const cha
 }
 
 static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    int64_t affine = n->a.i[0], training = n->a.i[1], relu = n->a.i[2], cl = n->a.i[BN_CL];
+    const ts_batch_norm_attrs *at = &n->a.batch_norm;
+    int64_t affine = at->affine, training = at->training, relu = at->relu, cl = at->channels_last;
     if ((affine != 0 && affine != 1) || (training != 0 && training != 1) ||
         (relu != 0 && relu != 1) || (cl != 0 && cl != 1))
         return ts_fail(TS_ERR_INVALID, "affine, training, relu and layout flags must be 0 or 1");
@@ -124,7 +125,7 @@ static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int
     const ts_type *x = ts_in_type(g, n, 0);
     ts_status s = check_x(x);
     if (s != TS_OK) return s;
-    double m = n->a.f[0], eps = n->a.f[1];
+    double m = at->momentum, eps = at->eps;
     if (!(m >= 0 && m <= 1)) return ts_fail(TS_ERR_INVALID, "momentum %g is not in [0, 1]", m);
     if (!(eps >= 0) || isinf(eps))
         return ts_fail(TS_ERR_INVALID, "eps must be finite and >= 0, got %g", eps);
@@ -143,8 +144,8 @@ static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int
 }
 
 static ts_status infer_bn_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    int64_t affine = n->a.i[0], relu = n->a.i[1];
-    const int cl = n->a.i[BN_CL] != 0;
+    int64_t affine = n->a.batch_norm.affine, relu = n->a.batch_norm.relu;
+    const int cl = n->a.batch_norm.channels_last != 0;
     if ((affine != 0 && affine != 1) || (relu != 0 && relu != 1))
         return ts_fail(TS_ERR_INVALID, "affine and relu flags must be 0 or 1");
     if (n->n_in != 4 + (int)affine + (int)(affine && relu))
@@ -179,15 +180,15 @@ static ts_status grad_bn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         return ts_graph_status(g);
     }
     if (!ts_val_ok(dy[0])) return TS_OK;
-    int affine = n->a.i[0] != 0, relu = n->a.i[2] != 0, n_in = 4;
+    int affine = n->a.batch_norm.affine != 0, relu = n->a.batch_norm.relu != 0, n_in = 4;
     ts_val in[6] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->out[1]), ts_mkval(n->out[2])};
     if (affine) in[n_in++] = ts_mkval(n->in[1]);
     /* The fused ReLU's mask is recomputed from x, which needs the bias. */
     if (affine && relu) in[n_in++] = ts_mkval(n->in[2]);
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = affine;
-    at.i[1] = relu;
-    at.i[BN_CL] = n->a.i[BN_CL];
+    at.batch_norm.affine = affine;
+    at.batch_norm.relu = relu;
+    at.batch_norm.channels_last = n->a.batch_norm.channels_last;
     ts_val outs[TS_MAX_OUT];
     if (!ts_val_ok(ts_node_add(g, TS_OP_BATCH_NORM_BWD, n_in, in, &at, outs)))
         return ts_graph_status(g);
@@ -328,8 +329,9 @@ static inline void batch_stats(double mean, double m2, int64_t m, double mom, do
     }                                                                                              \
     static ts_status bn_fwd_##SFX(const ts_kargs *k) {                                             \
         const ts_tensor *xt = &k->in[0];                                                           \
-        int affine = k->a->i[0] != 0, training = k->a->i[1] != 0, relu = k->a->i[2] != 0;          \
-        double mom = k->a->f[0], eps = k->a->f[1];                                                 \
+        const ts_batch_norm_attrs *at = &k->a->batch_norm;                                         \
+        int affine = at->affine != 0, training = at->training != 0, relu = at->relu != 0;          \
+        double mom = at->momentum, eps = at->eps;                                                  \
         bn_dims d = dims_of(xt->rank, xt->dims);                                                   \
         const T *x = xt->data;                                                                     \
         const T *w = affine ? k->in[1].data : NULL, *b = affine ? k->in[2].data : NULL;            \
@@ -380,7 +382,7 @@ static inline void batch_stats(double mean, double m2, int64_t m, double mom, do
     }                                                                                              \
     static ts_status bn_bwd_##SFX(const ts_kargs *k) {                                             \
         const ts_tensor *xt = &k->in[1];                                                           \
-        int affine = k->a->i[0] != 0, relu = k->a->i[1] != 0;                                      \
+        int affine = k->a->batch_norm.affine != 0, relu = k->a->batch_norm.relu != 0;              \
         bn_dims d = dims_of(xt->rank, xt->dims);                                                   \
         const T *dy = k->in[0].data, *x = xt->data, *mean = k->in[2].data;                         \
         const T *rstd = k->in[3].data, *w = affine ? k->in[4].data : NULL;                         \
@@ -497,8 +499,9 @@ DEF_BN(double, f64, 1)
     }                                                                                              \
     static ts_status bn_fwd_cl_##SFX(const ts_kargs *k) {                                          \
         const ts_tensor *xt = &k->in[0];                                                           \
-        int affine = k->a->i[0] != 0, training = k->a->i[1] != 0, relu = k->a->i[2] != 0;          \
-        double mom = k->a->f[0], eps = k->a->f[1];                                                 \
+        const ts_batch_norm_attrs *at = &k->a->batch_norm;                                         \
+        int affine = at->affine != 0, training = at->training != 0, relu = at->relu != 0;          \
+        double mom = at->momentum, eps = at->eps;                                                  \
         const int64_t C = xt->dims[xt->rank - 1], R = cl_rows(xt->rank, xt->dims);                 \
         const int64_t br = cl_blk_rows(C), nb = cl_nblocks(xt->rank, xt->dims);                    \
         const T *x = xt->data;                                                                     \
@@ -546,7 +549,7 @@ DEF_BN(double, f64, 1)
     }                                                                                              \
     static ts_status bn_bwd_cl_##SFX(const ts_kargs *k) {                                          \
         const ts_tensor *xt = &k->in[1];                                                           \
-        int affine = k->a->i[0] != 0, relu = k->a->i[1] != 0;                                      \
+        int affine = k->a->batch_norm.affine != 0, relu = k->a->batch_norm.relu != 0;              \
         const int64_t C = xt->dims[xt->rank - 1], R = cl_rows(xt->rank, xt->dims);                 \
         const int64_t br = cl_blk_rows(C), nb = cl_nblocks(xt->rank, xt->dims);                    \
         const T *dy = k->in[0].data, *x = xt->data, *mean = k->in[2].data;                         \
@@ -595,7 +598,7 @@ DEF_BN_CL(float, f32, 0)
 DEF_BN_CL(double, f64, 1)
 
 static ts_status k_bn(const ts_kargs *k) {
-    const int cl = k->a->i[BN_CL] != 0;
+    const int cl = k->a->batch_norm.channels_last != 0;
     switch (k->in[0].dtype) {
     case TS_F32: return cl ? bn_fwd_cl_f32(k) : bn_fwd_f32(k);
     case TS_F64: return cl ? bn_fwd_cl_f64(k) : bn_fwd_f64(k);
@@ -604,7 +607,7 @@ static ts_status k_bn(const ts_kargs *k) {
 }
 
 static ts_status k_bn_bwd(const ts_kargs *k) {
-    const int cl = k->a->i[BN_CL] != 0;
+    const int cl = k->a->batch_norm.channels_last != 0;
     switch (k->in[1].dtype) {
     case TS_F32: return cl ? bn_bwd_cl_f32(k) : bn_bwd_f32(k);
     case TS_F64: return cl ? bn_bwd_cl_f64(k) : bn_bwd_f64(k);
@@ -615,10 +618,10 @@ static ts_status k_bn_bwd(const ts_kargs *k) {
 /* The forward needs partials only in training mode, but the mode is set
  * after the node is built, so the scratch is always planned. */
 static size_t scratch_bn(const ts_graph *g, const ts_node *n) {
-    return scratch_for(ts_in_type(g, n, 0), 2, n->a.i[BN_CL] != 0);
+    return scratch_for(ts_in_type(g, n, 0), 2, n->a.batch_norm.channels_last != 0);
 }
 static size_t scratch_bn_bwd(const ts_graph *g, const ts_node *n) {
-    return scratch_for(ts_in_type(g, n, 1), 2, n->a.i[BN_CL] != 0);
+    return scratch_for(ts_in_type(g, n, 1), 2, n->a.batch_norm.channels_last != 0);
 }
 
 static double cost_bn(const ts_graph *g, const ts_node *n) {
@@ -694,12 +697,12 @@ static ts_val add_bn(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const ch
     ts_val in[5] = {x};
     int n = 1;
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = ts_val_ok(weight);
-    at.i[1] = 1; /* ts_compile sets the plan's mode */
-    at.i[2] = relu;
-    at.i[BN_CL] = cl;
-    at.f[0] = momentum;
-    at.f[1] = eps;
+    at.batch_norm.affine = ts_val_ok(weight);
+    at.batch_norm.training = 1; /* ts_compile sets the plan's mode */
+    at.batch_norm.relu = relu;
+    at.batch_norm.channels_last = cl;
+    at.batch_norm.momentum = momentum;
+    at.batch_norm.eps = eps;
     if (ts_val_ok(weight)) {
         in[n++] = weight;
         in[n++] = bias;

@@ -74,8 +74,8 @@ static ts_status grad_maxmin(ts_graph *g, const ts_node *n, const ts_val *dy, ts
     ts_val in[3] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->in[1])};
     for (int side = 0; side < 2; side++) {
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = n->op == TS_OP_MINIMUM;
-        a.i[1] = side;
+        a.maxmin.min = n->op == TS_OP_MINIMUM;
+        a.maxmin.side = side;
         ts_val d = ts_node_add(g, TS_OP_MAXMIN_BWD, 3, in, &a, NULL);
         din[side] = ts_sum_to(g, d, ts_mkval(n->in[side]));
     }
@@ -246,7 +246,7 @@ static ts_status k_where(const ts_kargs *k) {
 static ts_status k_maxmin_bwd(const ts_kargs *k) {
     static const row3_fn f32[2][2] = {{max_a_f32, max_b_f32}, {min_a_f32, min_b_f32}};
     static const row3_fn f64[2][2] = {{max_a_f64, max_b_f64}, {min_a_f64, min_b_f64}};
-    int m = k->a->i[0] != 0, s = k->a->i[1] != 0;
+    int m = k->a->maxmin.min != 0, s = k->a->maxmin.side != 0;
     return run3(k, f32[m][s], f64[m][s]);
 }
 
@@ -267,7 +267,7 @@ ts_binary_row_fn ts_binary_row_f32(int op) {
 ts_ternary_row_fn ts_ternary_row_f32(int op, const ts_attrs *a) {
     static const row3_fn mm[2][2] = {{max_a_f32, max_b_f32}, {min_a_f32, min_b_f32}};
     if (op == TS_OP_WHERE) return where_f32;
-    if (op == TS_OP_MAXMIN_BWD) return mm[a->i[0] != 0][a->i[1] != 0];
+    if (op == TS_OP_MAXMIN_BWD) return mm[a->maxmin.min != 0][a->maxmin.side != 0];
     return NULL;
 }
 

@@ -165,9 +165,9 @@ const ts_op_def ts_def_allreduce_wait = {.name = "allreduce_wait",
 
 /* ---- ZeRO: reduce-scatter of a bucket, all-gather of its parameters ----- */
 
-/* reduce_scatter_start (g1..gk) -> (token, shard [i[2]]): starts the sum
- * reduce-scatter of the bucket's i[3] elements; the rank's block
- * (ts_comm_block) lands in shard. i[0] ticket slot, i[1] algo, i[4] the
+/* reduce_scatter_start (g1..gk) -> (token, shard [shard_elems]): starts the
+ * sum reduce-scatter of the bucket's elems elements; the rank's block
+ * (ts_comm_block) lands in shard. a.bucket: ticket slot, algo, zero the
  * ZeRO stage (2: the bucket is a temporary that memplan releases after the
  * wait; the wait returns once every peer has read this rank's bucket). */
 static ts_status infer_rs_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
@@ -216,7 +216,7 @@ static ts_status k_rs_start(const ts_kargs *k) {
 }
 
 /* reduce_scatter_wait (token, shard) -> token: waits, then shard /= ranks,
- * unless i[5] is set: then the shard keeps the sum, and the shard_update
+ * unless keep_sum is set: then the shard keeps the sum, and the shard_update
  * and zero_clip_coef reading it divide as they go (one pass over the shard
  * fewer). */
 static ts_status infer_rs_wait(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
@@ -234,8 +234,8 @@ static ts_status k_rs_wait(const ts_kargs *k) {
 }
 
 /* all_gather_start (p1..pk) -> token: every rank's block of the bucket's
- * i[3] parameter elements (updated by its shard_update) to every rank, in
- * place. i[0] ticket slot, i[1] algo. */
+ * elems parameter elements (updated by its shard_update) to every rank, in
+ * place. a.bucket: ticket slot, algo. */
 static ts_status infer_ag_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     return infer_start(g, n, out, n_out);
 }
@@ -274,10 +274,10 @@ static ts_status k_ag_wait(const ts_kargs *k) {
 
 /* zero_clip_coef (shard1..shardB) -> coef: clipping by the global norm of
  * the averaged gradient when each rank holds only its shards (sums over
- * the ranks when i[2] > 1: each element is divided by i[2] first, as
+ * the ranks when ranks > 1: each element is divided by ranks first, as
  * reduce_scatter_wait would have): each rank
  * sums the squares of its shards (double, fixed blocks, fixed order), one
- * all-reduce adds the ranks' sums (i[1] algo), and the coefficient follows
+ * all-reduce adds the ranks' sums (algo), and the coefficient follows
  * clip_coef: min(1, max_norm / (norm + 1e-6)) in the gradients' dtype.
  * clip_coef rounds each tensor's norm to that dtype before adding them; the
  * sharded sum cannot, so the coefficient may differ from it in the last bit. */
@@ -416,7 +416,7 @@ const ts_op_def ts_def_zero_sync = {.name = "zero_sync",
  * reduced (unscale_grads, one per bucket), so each knows only whether its
  * own were finite; the update is skipped on every rank when any rank's
  * were not. The largest input flag, then the largest over the ranks (one
- * all-reduce of a float, i[1] algo). */
+ * all-reduce of a float, a.bucket.algo). */
 static ts_status infer_zfound(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     for (int i = 0; i < n->n_in; i++) {
         const ts_type *t = ts_in_type(g, n, i);

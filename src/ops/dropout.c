@@ -19,7 +19,7 @@ static ts_status infer_dropout(const ts_graph *g, const ts_node *n, ts_type *out
     if (!ts_dtype_is_float(x->dtype))
         return ts_fail(TS_ERR_SHAPE, "input must be a float tensor, got %s",
                        ts_dtype_name(x->dtype));
-    double p = n->a.f[0];
+    double p = n->a.dropout.p;
     if (!(p >= 0 && p < 1)) return ts_fail(TS_ERR_INVALID, "p = %g is not in [0, 1)", p);
     *out = *x;
     *n_out = 1;
@@ -68,16 +68,16 @@ static ts_status k_dropout(const ts_kargs *k) {
     const ts_tensor *x = &k->in[0], *y = &k->out[0];
     ts_dtype dt = x->dtype;
     int64_t n = ts_tensor_numel(x);
-    double p = k->a->f[0];
+    double p = k->a->dropout.p;
     if (dt != TS_F32 && dt != TS_F64) return ts_kernel_bad_dtype(k, "dropout", dt);
-    if (!k->a->i[1] || p == 0) {
+    if (!k->a->dropout.training || p == 0) {
         /* Inference plans (and p = 0): the identity. */
         if (y->data != x->data) memcpy(y->data, x->data, (size_t)n * ts_dtype_size(dt));
         return TS_OK;
     }
     if (!k->ctx)
         return ts_fail(TS_ERR_INTERNAL, "dropout '%s': no step context", k->label ? k->label : "?");
-    uint64_t key = stream_key(k->ctx->seed, k->a->i[0]), step = (uint64_t)k->ctx->step;
+    uint64_t key = stream_key(k->ctx->seed, k->a->dropout.stream), step = (uint64_t)k->ctx->step;
     int64_t nch = (n + DROP_CHUNK - 1) / DROP_CHUNK;
     uint32_t thr = (uint32_t)ceil(p * 16777216.0);
     /* torch scales by a mask holding 1 / (1 - p) in the tensor's dtype. */
@@ -117,7 +117,7 @@ const ts_op_def ts_def_dropout = {.name = "dropout",
                                   .kernel = k_dropout,
                                   .cost = cost_dropout};
 
-/* The node starts inactive (i[1] = 0); the train pass activates it in
+/* The node starts inactive (training 0); the train pass activates it in
  * training plans. */
 ts_val ts_dropout(ts_graph *g, ts_val a, double p) {
     if (!g || g->status != TS_OK || !ts_val_ok(a)) return TS_NONE;
@@ -125,8 +125,8 @@ ts_val ts_dropout(ts_graph *g, ts_val a, double p) {
         return ts_graph_fail(g, TS_ERR_INVALID, "dropout: p = %g must be in [0, 1)", p);
     if (p == 0) return a;
     ts_attrs at = ts_attrs_zero();
-    at.f[0] = p;
-    at.i[0] = g->next_stream++;
-    at.i[1] = 0;
+    at.dropout.p = p;
+    at.dropout.stream = g->next_stream++;
+    at.dropout.training = 0;
     return ts_node_add(g, TS_OP_DROPOUT, 1, &a, &at, NULL);
 }

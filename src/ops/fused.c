@@ -10,7 +10,7 @@
  * the same element values, the result is bit-identical to the unfused ops.
  *
  * matmul_epi: a GEMM followed by post-ops on its output (add a bias row,
- * relu, add a tensor of the output's shape) in one instruction; the CPU
+ * add a tensor of the output's shape) in one instruction; the CPU
  * backend maps it onto oneDNN post-ops (src/backends/cpu/prepare.c). */
 #include "fused.h"
 
@@ -52,14 +52,12 @@ void ts_fuse_encode(int64_t *rec, int op, const int *src, int n_src, const ts_at
     memset(rec, 0, sizeof(int64_t) * TS_FUSE_REC);
     rec[0] = op;
     for (int j = 0; j < 3; j++) rec[1 + j] = j < n_src ? src[j] : -1;
-    for (int j = 0; j < 4; j++) rec[4 + j] = a->i[j];
-    for (int j = 0; j < 4; j++) memcpy(&rec[8 + j], &a->f[j], sizeof(double));
+    memcpy(&rec[4], a, TS_FUSE_ATTR_WORDS * sizeof(int64_t));
 }
 
 static void decode_attrs(const int64_t *rec, ts_attrs *a) {
     *a = ts_attrs_zero();
-    for (int j = 0; j < 4; j++) a->i[j] = rec[4 + j];
-    for (int j = 0; j < 4; j++) memcpy(&a->f[j], &rec[8 + j], sizeof(double));
+    memcpy(a, &rec[4], TS_FUSE_ATTR_WORDS * sizeof(int64_t));
 }
 
 static int n_srcs(int op) {
@@ -119,7 +117,7 @@ static ts_status decode(const int64_t *prog, int n_instr, int n_ext, finstr *out
 /* ---- fused_eltwise ------------------------------------------------------- */
 
 static ts_status infer_fused(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    int n_instr = (int)n->a.i[0], n_ext = (int)n->a.i[1];
+    int n_instr = (int)n->a.fused.n_instr, n_ext = (int)n->a.fused.n_ext;
     if (n_instr < 1 || n_instr > TS_FUSE_MAX_INSTR || n_ext < 1 || n_ext > TS_FUSE_MAX_EXT ||
         n->n_in != n_ext + 1)
         return ts_fail(TS_ERR_INVALID, "bad program size (%d instructions, %d inputs)", n_instr,
@@ -171,7 +169,7 @@ static void gather(char *dst, const ts_tensor *x, const ts_tensor *o, const int6
 }
 
 static ts_status k_fused(const ts_kargs *k) {
-    int n_instr = (int)k->a->i[0], n_ext = (int)k->a->i[1];
+    int n_instr = (int)k->a->fused.n_instr, n_ext = (int)k->a->fused.n_ext;
     if (k->n_in != n_ext + 1 || n_instr < 1 || n_instr > TS_FUSE_MAX_INSTR || n_ext < 1 ||
         n_ext > TS_FUSE_MAX_EXT)
         return ts_fail(TS_ERR_INVALID, "fused_eltwise '%s': bad program size", k->label);
@@ -223,7 +221,7 @@ static ts_status k_fused(const ts_kargs *k) {
 }
 
 static double cost_fused(const ts_graph *g, const ts_node *n) {
-    return (double)ts_type_numel(&g->values[n->out[0]].t) * (double)n->a.i[0];
+    return (double)ts_type_numel(&g->values[n->out[0]].t) * (double)n->a.fused.n_instr;
 }
 
 /* Input 0 is the first external operand, so memplan may write the result
@@ -274,9 +272,9 @@ static ts_status infer_mm_epi(const ts_graph *g, const ts_node *n, ts_type *out,
     if (n_post < 1 || n_post > TS_EPI_MAX) return ts_fail(TS_ERR_INVALID, "bad post-op count");
     for (int p = 0; p < n_post; p++) {
         int64_t kind = n->a.matmul_epi.post[p];
-        if (kind != TS_EPI_ADD && kind != TS_EPI_RELU)
+        if (kind != TS_EPI_ADD)
             return ts_fail(TS_ERR_INVALID, "post-op %d: unknown kind %lld", p, (long long)kind);
-        n_add += kind == TS_EPI_ADD;
+        n_add++;
     }
     if (n->n_in != 2 + n_add)
         return ts_fail(TS_ERR_INVALID, "%d inputs for %d add post-ops", n->n_in, n_add);
@@ -296,15 +294,9 @@ ts_status ts_mm_epi_apply(const ts_kargs *k) {
     const ts_tensor *o = &k->out[0];
     int64_t inner = ts_inner(o), rows = ts_rows(o), n = ts_tensor_numel(o);
     ts_binary_row_fn add = ts_binary_row_f32(TS_OP_ADD);
-    ts_unary_chunk_fn relu = ts_unary_chunk_f32(TS_OP_RELU, k->a);
     float *po = o->data;
     int next = 2;
     for (int p = 0; p < (int)k->a->matmul_epi.n_post; p++) {
-        if (k->a->matmul_epi.post[p] == TS_EPI_RELU) {
-#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
-            for (int64_t r = 0; r < rows; r++) relu(po + r * inner, po + r * inner, inner, k->a);
-            continue;
-        }
         const ts_tensor *x = &k->in[next++];
         const float *px = x->data;
         int full = ts_tensor_numel(x) == n;

@@ -1,8 +1,9 @@
 /* fused.h — the ops the fusion pass builds (internal; see fused.c).
  *
  * fused_eltwise (TS_OP_FUSED_ELTWISE): inputs (x0, .., x{m-1}, program),
- * attrs i[0] = instruction count, i[1] = m. The program is an i64 constant
- * of TS_FUSE_REC words per instruction, written with ts_fuse_encode:
+ * attrs a.fused (core/attrs.h): n_instr instructions, n_ext = m. The
+ * program is an i64 constant of TS_FUSE_REC words per instruction, written
+ * with ts_fuse_encode:
  * registers 0..m-1 hold the inputs (broadcast to the output's shape),
  * register m+t the result of instruction t; the last instruction's result
  * is the output.
@@ -14,19 +15,29 @@
  * matmul_epi (TS_OP_MATMUL_EPI): inputs (a, b, operands of the add
  * post-ops in order), attrs a.matmul_epi (core/attrs.h): trans_a, trans_b
  * as matmul, n_post post-ops, post[p] = TS_EPI_ADD (operand: a bias row [N]
- * or the output's shape) or TS_EPI_RELU.
+ * or the output's shape). There is no relu post-op: oneDNN's maps NaN to 0
+ * where the relu op keeps it (see passes/fuse.c).
  */
 #ifndef TS_FUSED_H
 #define TS_FUSED_H
 
 #include "op.h"
 
-#define TS_FUSE_REC       12  /* words per instruction: op, 3 sources, i[0..3], f[0..3] */
-#define TS_FUSE_MAX_INSTR 16  /* instructions per fused group */
-#define TS_FUSE_MAX_EXT   8   /* external inputs per fused group */
-#define TS_FUSE_TILE      512 /* elements per tile: every register of a tile stays in L1 */
+#define TS_FUSE_REC 12 /* words per instruction: op, 3 sources, attributes */
+/* An instruction's attributes: the first TS_FUSE_ATTR_WORDS words of its
+ * ts_attrs, which hold every fusable op's (a.unary, a.unary_bwd, a.maxmin). */
+#define TS_FUSE_ATTR_WORDS 8
+#define TS_FUSE_MAX_INSTR  16  /* instructions per fused group */
+#define TS_FUSE_MAX_EXT    8   /* external inputs per fused group */
+#define TS_FUSE_TILE       512 /* elements per tile: every register of a tile stays in L1 */
 
-enum { TS_EPI_ADD = 1, TS_EPI_RELU = 2, TS_EPI_MAX = TS_ATTR_EPI_MAX };
+enum { TS_EPI_ADD = 1, TS_EPI_MAX = TS_ATTR_EPI_MAX };
+
+_Static_assert(4 + TS_FUSE_ATTR_WORDS == TS_FUSE_REC, "an instruction record is 12 words");
+_Static_assert(sizeof(ts_unary_bwd_attrs) <= TS_FUSE_ATTR_WORDS * 8 &&
+                   sizeof(ts_unary_attrs) <= TS_FUSE_ATTR_WORDS * 8 &&
+                   sizeof(ts_maxmin_attrs) <= TS_FUSE_ATTR_WORDS * 8,
+               "a fusable op's attributes fit an instruction record");
 
 /* 1 if the op can be an instruction of fused_eltwise. */
 int ts_fuse_op_ok(int op);

@@ -146,7 +146,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
                    "%s '%s': target[%lld] = %lld is out of range [0, %lld) and is not "
                    "ignore_index %lld",
                    op, k->label ? k->label : "?", (long long)row, (long long)t, (long long)c,
-                   (long long)k->a->i[0]);
+                   (long long)k->a->cross_entropy.ignore_index);
 }
 
 #define DEF_LOSS(T, SFX, EXP, LOG1P, ABS, LOG, ROWWISE)                                            \
@@ -271,7 +271,8 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         const T *wt = k->n_in == 3 ? k->in[2].data : NULL;                                         \
         int is64 = k->in[1].dtype == TS_I64;                                                       \
         T *lse = k->out[1].data;                                                                   \
-        int64_t n = k->in[0].dims[0], c = k->in[0].dims[1], ign = k->a->i[0];                      \
+        int64_t n = k->in[0].dims[0], c = k->in[0].dims[1],                                        \
+                ign = k->a->cross_entropy.ignore_index;                                            \
         int64_t nb = (n + CE_ROWS - 1) / CE_ROWS;                                                  \
         ce_part *part = k->scratch;                                                                \
         if ((size_t)nb * sizeof(ce_part) > k->scratch_bytes)                                       \
@@ -334,7 +335,8 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         const T *wt = k->n_in == 5 ? k->in[4].data : NULL;                                         \
         int is64 = k->in[2].dtype == TS_I64;                                                       \
         T *dx = k->out[0].data;                                                                    \
-        int64_t n = k->in[1].dims[0], c = k->in[1].dims[1], ign = k->a->i[0];                      \
+        int64_t n = k->in[1].dims[0], c = k->in[1].dims[1],                                        \
+                ign = k->a->cross_entropy.ignore_index;                                            \
         double wsum = 0;                                                                           \
         for (int64_t r = 0; r < n; r++) {                                                          \
             int64_t t = target_at(tg, is64, r);                                                    \
@@ -480,7 +482,7 @@ static ts_val add_ce(ts_graph *g, ts_val logits, ts_val target, ts_val weight,
         target = ts_reshape(g, target, 1, (int64_t[]){n});
     }
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = ignore_index;
+    at.cross_entropy.ignore_index = ignore_index;
     ts_val in[3] = {logits, target, weight};
     return ts_node_add(g, TS_OP_CROSS_ENTROPY, ts_val_ok(weight) ? 3 : 2, in, &at, NULL);
 }

@@ -97,8 +97,8 @@ const ts_op_def *ts_op_get(int op);
 /* Op id by name, -1 if unknown. */
 int ts_op_find(const char *name);
 
-/* Node n's attributes as text (" name=value ..." for ops with named fields,
- * " i=[..] f=[..]" for the positional slots; zeros left out): attrs_print.c. */
+/* Node n's attributes as text (" name=value ..." by the fields of its
+ * family, zeros left out): attrs_print.c. */
 void ts_attrs_print(const ts_node *n, FILE *out);
 
 /* Helpers for definitions. */

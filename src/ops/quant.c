@@ -26,8 +26,8 @@
 #include "core/fp8.h"
 #include "kern.h"
 
-/* attrs: i[0] FP8 dtype (quantize, fake_quant, fake_quant_bwd), i[1] the
- * channel axis, -1 for a per-tensor scale. */
+/* attrs a.quant: format, the FP8 dtype (quantize, fake_quant,
+ * fake_quant_bwd); axis, the channel axis, -1 for a per-tensor scale. */
 
 static ts_status check_fmt(int64_t fmt) {
     if (fmt != TS_F8E4M3 && fmt != TS_F8E5M2)
@@ -60,11 +60,11 @@ static ts_status check_scale(const ts_type *x, const ts_type *s, int64_t axis, t
 
 static ts_status infer_quantize(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *x = ts_in_type(g, n, 0), *s = ts_in_type(g, n, 1);
-    ts_status st = check_fmt(n->a.i[0]);
-    if (st == TS_OK) st = check_scale(x, s, n->a.i[1], x->dtype);
+    ts_status st = check_fmt(n->a.quant.format);
+    if (st == TS_OK) st = check_scale(x, s, n->a.quant.axis, x->dtype);
     if (st != TS_OK) return st;
     *out = *x;
-    out->dtype = (ts_dtype)n->a.i[0];
+    out->dtype = (ts_dtype)n->a.quant.format;
     *n_out = 1;
     return TS_OK;
 }
@@ -74,7 +74,7 @@ static ts_status infer_dequantize(const ts_graph *g, const ts_node *n, ts_type *
     if (!ts_fp8_is_format(q->dtype))
         return ts_fail(TS_ERR_SHAPE, "codes must be f8e4m3 or f8e5m2, got %s",
                        ts_dtype_name(q->dtype));
-    ts_status st = check_scale(q, s, n->a.i[1], s->dtype);
+    ts_status st = check_scale(q, s, n->a.quant.axis, s->dtype);
     if (st != TS_OK) return st;
     *out = *q;
     out->dtype = s->dtype;
@@ -84,8 +84,8 @@ static ts_status infer_dequantize(const ts_graph *g, const ts_node *n, ts_type *
 
 static ts_status infer_fake_quant(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *x = ts_in_type(g, n, 0), *s = ts_in_type(g, n, n->n_in - 1);
-    ts_status st = check_fmt(n->a.i[0]);
-    if (st == TS_OK) st = check_scale(x, s, n->a.i[1], x->dtype);
+    ts_status st = check_fmt(n->a.quant.format);
+    if (st == TS_OK) st = check_scale(x, s, n->a.quant.axis, x->dtype);
     if (st == TS_OK && n->n_in == 3 && !ts_type_equal(x, ts_in_type(g, n, 1)))
         st = ts_fail(TS_ERR_SHAPE, "gradient and input differ in dtype or shape");
     if (st != TS_OK) return st;
@@ -183,10 +183,10 @@ static void quant_f64(uint8_t *q, const double *x, const double *sc, qview v, ts
 
 static ts_status k_quantize(const ts_kargs *k) {
     const ts_tensor *x = &k->in[0], *s = &k->in[1];
-    ts_dtype fmt = (ts_dtype)k->a->i[0];
+    ts_dtype fmt = (ts_dtype)k->a->quant.format;
     ts_status st = check_scales(k, "quantize", s);
     if (st != TS_OK) return st;
-    qview v = view(x, k->a->i[1]);
+    qview v = view(x, k->a->quant.axis);
     uint8_t *q = k->out[0].data;
     if (x->dtype == TS_F32)
         (fmt == TS_F8E4M3 ? quant_e4m3_f32 : quant_e5m2_f32)(q, x->data, s->data, v);
@@ -209,7 +209,7 @@ static ts_status k_dequantize(const ts_kargs *k) {
     const ts_tensor *q = &k->in[0], *s = &k->in[1];
     ts_status st = check_scales(k, "dequantize", s);
     if (st != TS_OK) return st;
-    qview v = view(q, k->a->i[1]);
+    qview v = view(q, k->a->quant.axis);
     float t32[256];
     double t64[256];
     for (int c = 0; c < 256; c++) t64[c] = t32[c] = ts_fp8_to_f32((uint8_t)c, q->dtype);
@@ -237,10 +237,10 @@ static void fake_f64(double *y, const double *x, const double *sc, qview v, ts_d
 
 static ts_status k_fake_quant(const ts_kargs *k) {
     const ts_tensor *x = &k->in[0], *s = &k->in[1];
-    ts_dtype fmt = (ts_dtype)k->a->i[0];
+    ts_dtype fmt = (ts_dtype)k->a->quant.format;
     ts_status st = check_scales(k, "fake_quant", s);
     if (st != TS_OK) return st;
-    qview v = view(x, k->a->i[1]);
+    qview v = view(x, k->a->quant.axis);
     if (x->dtype == TS_F32)
         (fmt == TS_F8E4M3 ? fake_e4m3_f32 : fake_e5m2_f32)(k->out[0].data, x->data, s->data, v);
     else if (x->dtype == TS_F64)
@@ -262,8 +262,8 @@ static ts_status k_fake_quant_bwd(const ts_kargs *k) {
     const ts_tensor *dy = &k->in[0], *x = &k->in[1], *s = &k->in[2];
     ts_status st = check_scales(k, "fake_quant_bwd", s);
     if (st != TS_OK) return st;
-    qview v = view(x, k->a->i[1]);
-    double mx = ts_fp8_max((ts_dtype)k->a->i[0]);
+    qview v = view(x, k->a->quant.axis);
+    double mx = ts_fp8_max((ts_dtype)k->a->quant.format);
     if (x->dtype == TS_F32)
         ste_f32(k->out[0].data, dy->data, x->data, s->data, v, (float)mx);
     else if (x->dtype == TS_F64)
@@ -312,14 +312,14 @@ const ts_op_def ts_def_fake_quant_bwd = {.name = "fake_quant_bwd",
 static ts_val quant_node(ts_graph *g, int op, ts_val x, ts_val scale, int64_t fmt, int axis) {
     if (!g || g->status != TS_OK || !ts_val_ok(x) || !ts_val_ok(scale)) return TS_NONE;
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = fmt;
-    at.i[1] = -1;
+    at.quant.format = fmt;
+    at.quant.axis = -1;
     if (ts_rank(g, scale) != 0) {
         int r = ts_rank(g, x), ax = ts_axis(axis, r);
         if (ax < 0)
             return ts_graph_fail(g, TS_ERR_INVALID, "%s: channel axis %d out of range for rank %d",
                                  ts_op_get(op)->name, axis, r);
-        at.i[1] = ax;
+        at.quant.axis = ax;
     }
     ts_val in[2] = {x, scale};
     return ts_node_add(g, op, 2, in, &at, NULL);

@@ -56,8 +56,8 @@ static ts_status grad_sum(ts_graph *g, const ts_node *n, const ts_val *dy, ts_va
     ts_val d = keepdim_form(g, dy[0], &x, (uint64_t)n->a.reduce.axes);
     if (n->a.reduce.scale != 1.0) d = ts_affine_scalar(g, d, n->a.reduce.scale, 0.0);
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = x.rank;
-    for (int i = 0; i < x.rank; i++) at.i[1 + i] = x.dims[i];
+    at.shape.rank = x.rank;
+    for (int i = 0; i < x.rank; i++) at.shape.dims[i] = x.dims[i];
     din[0] = ts_node_add(g, TS_OP_EXPAND, 1, &d, &at, NULL);
     return ts_graph_status(g);
 }

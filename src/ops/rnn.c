@@ -25,15 +25,15 @@
  * activated gates as an extra output so the backward never reads gi_all
  * (which lets the forward chain stay in place).
  *
- * Attribute layouts (see also op.h):
+ * Attributes, a.rnn (core/attrs.h):
  *   gru_cell       (gi [B,T,3H], gh [B,3H], h [B,H]) -> (gi, h', gates [B,3H] = r,z,n)
- *                  i[0] step t
+ *                  t (the step)
  *   gru_cell_bwd   ([dgi_acc [B,T,3H],] h, gates, gh[, dh']) -> (dgi_acc, dgh, dh)
- *                  i[0] t, i[1] has dgi_acc, i[2] has dh', i[3] T
+ *                  t, has_acc (dgi_acc), has_dh (dh'), steps (T)
  *   lstm_cell      (gi [B,T,4H], gh [B,4H], c [B,H]) -> (gi, h', c', gates [B,4H] = i,f,g,o)
- *                  i[0] step t
+ *                  t
  *   lstm_cell_bwd  ([dgi_acc,] c, gates, c'[, dh'][, dc']) -> (dgi_acc, dgates, dc)
- *                  i[0] t, i[1] has dgi_acc, i[2] has dh', i[3] has dc', i[4] T
+ *                  t, has_acc, has_dh, has_dc (dc'), steps
  * Without dgi_acc the backward op's input 0 is h (or c), whose size never
  * matches output 0, so the planner cannot place the output over it.
  *
@@ -92,7 +92,7 @@ static ts_status check_gi(const ts_type *gi, int ngates, int64_t t, cell_dims *d
 static ts_status infer_gru(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *gi = ts_in_type(g, n, 0);
     cell_dims d = {0, 0, 0, 0};
-    ts_status s = check_gi(gi, 3, n->a.i[0], &d);
+    ts_status s = check_gi(gi, 3, n->a.rnn.t, &d);
     if (s != TS_OK) return s;
     if ((s = check_type(ts_in_type(g, n, 1), gi->dtype, 2, (int64_t[]){d.b, d.g}, "gh")) != TS_OK)
         return s;
@@ -108,7 +108,7 @@ static ts_status infer_gru(const ts_graph *g, const ts_node *n, ts_type *out, in
 static ts_status infer_lstm(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *gi = ts_in_type(g, n, 0);
     cell_dims d = {0, 0, 0, 0};
-    ts_status s = check_gi(gi, 4, n->a.i[0], &d);
+    ts_status s = check_gi(gi, 4, n->a.rnn.t, &d);
     if (s != TS_OK) return s;
     if ((s = check_type(ts_in_type(g, n, 1), gi->dtype, 2, (int64_t[]){d.b, d.g}, "gh")) != TS_OK)
         return s;
@@ -128,14 +128,17 @@ static int flag_ok(int64_t f) {
 
 /* Shared by both backward ops: nflags optional trailing inputs after the
  * fixed ones, the accumulated gradient first when present. The state input
- * (h or c, after dgi_acc) fixes B, H and the dtype; T comes from i[T_at]. */
+ * (h or c, after dgi_acc) fixes B, H and the dtype; T is a.rnn.steps. The
+ * optional flags are has_dh, then (nflags 2, lstm) has_dc. */
 static ts_status infer_bwd_common(const ts_graph *g, const ts_node *n, int ngates, int n_fixed,
-                                  int n_opt_flags, int t_at, cell_dims *d, int *k0) {
-    int has_acc = (int)n->a.i[1], want = n_fixed + has_acc;
-    if (!flag_ok(n->a.i[1])) return ts_fail(TS_ERR_INVALID, "has_acc must be 0 or 1");
+                                  int n_opt_flags, cell_dims *d, int *k0) {
+    const ts_rnn_attrs *a = &n->a.rnn;
+    const int64_t flag[2] = {a->has_dh, a->has_dc};
+    int has_acc = (int)a->has_acc, want = n_fixed + has_acc;
+    if (!flag_ok(a->has_acc)) return ts_fail(TS_ERR_INVALID, "has_acc must be 0 or 1");
     for (int f = 0; f < n_opt_flags; f++) {
-        if (!flag_ok(n->a.i[2 + f])) return ts_fail(TS_ERR_INVALID, "input flags must be 0 or 1");
-        want += (int)n->a.i[2 + f];
+        if (!flag_ok(flag[f])) return ts_fail(TS_ERR_INVALID, "input flags must be 0 or 1");
+        want += (int)flag[f];
     }
     if (n->n_in != want)
         return ts_fail(TS_ERR_INVALID, "%d inputs do not match the flags (%d expected)", n->n_in,
@@ -143,10 +146,10 @@ static ts_status infer_bwd_common(const ts_graph *g, const ts_node *n, int ngate
     const ts_type *st = ts_in_type(g, n, has_acc);
     if (!ts_dtype_is_float(st->dtype) || st->rank != 2)
         return ts_fail(TS_ERR_SHAPE, "the state input must be a float [B, H] tensor");
-    int64_t T = n->a.i[t_at];
+    int64_t T = a->steps;
     *d = (cell_dims){st->dims[0], T, ngates * st->dims[1], st->dims[1]};
-    if (T < 1 || n->a.i[0] < 0 || n->a.i[0] >= T)
-        return ts_fail(TS_ERR_INVALID, "step %lld is outside [0, %lld)", (long long)n->a.i[0],
+    if (T < 1 || a->t < 0 || a->t >= T)
+        return ts_fail(TS_ERR_INVALID, "step %lld is outside [0, %lld)", (long long)a->t,
                        (long long)T);
     if (has_acc) {
         ts_status s =
@@ -160,13 +163,14 @@ static ts_status infer_bwd_common(const ts_graph *g, const ts_node *n, int ngate
 static ts_status infer_gru_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     cell_dims d = {0, 0, 0, 0};
     int k = 0;
-    ts_status s = infer_bwd_common(g, n, 3, 3, 1, 3, &d, &k);
+    ts_status s = infer_bwd_common(g, n, 3, 3, 1, &d, &k);
     if (s != TS_OK) return s;
     ts_dtype dt = ts_in_type(g, n, k)->dtype;
     const int64_t bg[2] = {d.b, d.g}, bh[2] = {d.b, d.h};
     if ((s = check_type(ts_in_type(g, n, k + 1), dt, 2, bg, "gates")) != TS_OK) return s;
     if ((s = check_type(ts_in_type(g, n, k + 2), dt, 2, bg, "gh")) != TS_OK) return s;
-    if (n->a.i[2] && (s = check_type(ts_in_type(g, n, k + 3), dt, 2, bh, "dh'")) != TS_OK) return s;
+    if (n->a.rnn.has_dh && (s = check_type(ts_in_type(g, n, k + 3), dt, 2, bh, "dh'")) != TS_OK)
+        return s;
     out[0] = (ts_type){.dtype = dt, .rank = 3, .dims = {d.b, d.t, d.g}};
     out[1] = (ts_type){.dtype = dt, .rank = 2, .dims = {d.b, d.g}};
     out[2] = (ts_type){.dtype = dt, .rank = 2, .dims = {d.b, d.h}};
@@ -177,15 +181,17 @@ static ts_status infer_gru_bwd(const ts_graph *g, const ts_node *n, ts_type *out
 static ts_status infer_lstm_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     cell_dims d = {0, 0, 0, 0};
     int k = 0;
-    ts_status s = infer_bwd_common(g, n, 4, 3, 2, 4, &d, &k);
+    ts_status s = infer_bwd_common(g, n, 4, 3, 2, &d, &k);
     if (s != TS_OK) return s;
     ts_dtype dt = ts_in_type(g, n, k)->dtype;
     const int64_t bg[2] = {d.b, d.g}, bh[2] = {d.b, d.h};
     if ((s = check_type(ts_in_type(g, n, k + 1), dt, 2, bg, "gates")) != TS_OK) return s;
     if ((s = check_type(ts_in_type(g, n, k + 2), dt, 2, bh, "c'")) != TS_OK) return s;
     int j = k + 3;
-    if (n->a.i[2] && (s = check_type(ts_in_type(g, n, j++), dt, 2, bh, "dh'")) != TS_OK) return s;
-    if (n->a.i[3] && (s = check_type(ts_in_type(g, n, j++), dt, 2, bh, "dc'")) != TS_OK) return s;
+    if (n->a.rnn.has_dh && (s = check_type(ts_in_type(g, n, j++), dt, 2, bh, "dh'")) != TS_OK)
+        return s;
+    if (n->a.rnn.has_dc && (s = check_type(ts_in_type(g, n, j++), dt, 2, bh, "dc'")) != TS_OK)
+        return s;
     out[0] = (ts_type){.dtype = dt, .rank = 3, .dims = {d.b, d.t, d.g}};
     out[1] = (ts_type){.dtype = dt, .rank = 2, .dims = {d.b, d.g}};
     out[2] = (ts_type){.dtype = dt, .rank = 2, .dims = {d.b, d.h}};
@@ -214,10 +220,10 @@ static ts_status grad_gru(ts_graph *g, const ts_node *n, const ts_val *dy, ts_va
     in[k++] = ts_mkval(n->in[1]);  /* gh */
     if (has_dh) in[k++] = dy[1];
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = n->a.i[0];
-    a.i[1] = has_acc;
-    a.i[2] = has_dh;
-    a.i[3] = ts_in_type(g, n, 0)->dims[1];
+    a.rnn.t = n->a.rnn.t;
+    a.rnn.has_acc = has_acc;
+    a.rnn.has_dh = has_dh;
+    a.rnn.steps = ts_in_type(g, n, 0)->dims[1];
     ts_val outs[TS_MAX_OUT];
     if (!ts_val_ok(ts_node_add(g, TS_OP_GRU_CELL_BWD, k, in, &a, outs))) return ts_graph_status(g);
     din[0] = outs[0];
@@ -239,11 +245,11 @@ static ts_status grad_lstm(ts_graph *g, const ts_node *n, const ts_val *dy, ts_v
     if (has_dh) in[k++] = dy[1];
     if (has_dc) in[k++] = dy[2];
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = n->a.i[0];
-    a.i[1] = has_acc;
-    a.i[2] = has_dh;
-    a.i[3] = has_dc;
-    a.i[4] = ts_in_type(g, n, 0)->dims[1];
+    a.rnn.t = n->a.rnn.t;
+    a.rnn.has_acc = has_acc;
+    a.rnn.has_dh = has_dh;
+    a.rnn.has_dc = has_dc;
+    a.rnn.steps = ts_in_type(g, n, 0)->dims[1];
     ts_val outs[TS_MAX_OUT];
     if (!ts_val_ok(ts_node_add(g, TS_OP_LSTM_CELL_BWD, k, in, &a, outs))) return ts_graph_status(g);
     /* gi and gh enter the gates as a sum: both get the same gradient. */
@@ -295,7 +301,7 @@ static void pass_on(const ts_kargs *k, int has_src) {
     }                                                                                              \
     static ts_status gru_##SFX(const ts_kargs *k) {                                                \
         const ts_tensor *git = &k->in[0];                                                          \
-        int64_t B = git->dims[0], Tn = git->dims[1], G = git->dims[2], H = G / 3, t = k->a->i[0];  \
+        int64_t B = git->dims[0], Tn = git->dims[1], G = git->dims[2], H = G / 3, t = k->a->rnn.t; \
         pass_on(k, 1);                                                                             \
         const T *gi = git->data, *gh = k->in[1].data, *h = k->in[2].data;                          \
         T *hn = k->out[1].data, *gates = k->out[2].data;                                           \
@@ -324,9 +330,9 @@ static void pass_on(const ts_kargs *k, int has_src) {
         }                                                                                          \
     }                                                                                              \
     static ts_status gru_bwd_##SFX(const ts_kargs *k) {                                            \
-        int has_acc = (int)k->a->i[1], has_dh = (int)k->a->i[2], kk = has_acc;                     \
+        int has_acc = (int)k->a->rnn.has_acc, has_dh = (int)k->a->rnn.has_dh, kk = has_acc;        \
         const ts_tensor *ot = &k->out[0];                                                          \
-        int64_t B = ot->dims[0], Tn = ot->dims[1], G = ot->dims[2], H = G / 3, t = k->a->i[0];     \
+        int64_t B = ot->dims[0], Tn = ot->dims[1], G = ot->dims[2], H = G / 3, t = k->a->rnn.t;    \
         pass_on(k, has_acc);                                                                       \
         const T *h = k->in[kk].data, *gates = k->in[kk + 1].data, *gh = k->in[kk + 2].data;        \
         const T *dh = has_dh ? k->in[kk + 3].data : NULL;                                          \
@@ -355,7 +361,7 @@ static void pass_on(const ts_kargs *k, int has_src) {
     }                                                                                              \
     static ts_status lstm_##SFX(const ts_kargs *k) {                                               \
         const ts_tensor *git = &k->in[0];                                                          \
-        int64_t B = git->dims[0], Tn = git->dims[1], G = git->dims[2], H = G / 4, t = k->a->i[0];  \
+        int64_t B = git->dims[0], Tn = git->dims[1], G = git->dims[2], H = G / 4, t = k->a->rnn.t; \
         pass_on(k, 1);                                                                             \
         const T *gi = git->data, *gh = k->in[1].data, *c = k->in[2].data;                          \
         T *hn = k->out[1].data, *cn = k->out[2].data, *gates = k->out[3].data;                     \
@@ -388,10 +394,11 @@ static void pass_on(const ts_kargs *k, int has_src) {
         }                                                                                          \
     }                                                                                              \
     static ts_status lstm_bwd_##SFX(const ts_kargs *k) {                                           \
-        int has_acc = (int)k->a->i[1], has_dh = (int)k->a->i[2], has_dc = (int)k->a->i[3];         \
+        int has_acc = (int)k->a->rnn.has_acc, has_dh = (int)k->a->rnn.has_dh,                      \
+            has_dc = (int)k->a->rnn.has_dc;                                                        \
         int kk = has_acc;                                                                          \
         const ts_tensor *ot = &k->out[0];                                                          \
-        int64_t B = ot->dims[0], Tn = ot->dims[1], G = ot->dims[2], H = G / 4, t = k->a->i[0];     \
+        int64_t B = ot->dims[0], Tn = ot->dims[1], G = ot->dims[2], H = G / 4, t = k->a->rnn.t;    \
         pass_on(k, has_acc);                                                                       \
         const T *c = k->in[kk].data, *gates = k->in[kk + 1].data, *cn = k->in[kk + 2].data;        \
         const T *dh = has_dh ? k->in[kk + 3].data : NULL;                                          \
@@ -473,7 +480,7 @@ static ts_val cell(ts_graph *g, int lstm, ts_val gi3, ts_val gh, ts_val state, i
                    ts_val *outs) {
     ts_val in[3] = {gi3, gh, state};
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = t;
+    a.rnn.t = t;
     return ts_node_add(g, lstm ? TS_OP_LSTM_CELL : TS_OP_GRU_CELL, 3, in, &a, outs);
 }
 

@@ -2,18 +2,20 @@
 #include <string.h>
 #include "kern.h"
 
-/* ---- reshape: i[0] rank, i[1..rank] dims. The output shares the input's
+_Static_assert(TS_ATTR_RANK == TS_MAX_RANK, "ts_shape_attrs holds TS_MAX_RANK dims");
+
+/* ---- reshape: a.shape (rank, dims). The output shares the input's
  * memory (TS_OPF_ALIAS); the kernel only copies when the planner could not
  * alias them. */
 
 static ts_status infer_reshape(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *a = ts_in_type(g, n, 0);
-    int rank = (int)n->a.i[0];
+    int rank = (int)n->a.shape.rank;
     if (rank < 0 || rank > TS_MAX_RANK)
         return ts_fail(TS_ERR_INVALID, "rank %d out of range [0, %d]", rank, TS_MAX_RANK);
     out->dtype = a->dtype;
     out->rank = rank;
-    for (int i = 0; i < rank; i++) out->dims[i] = n->a.i[1 + i];
+    for (int i = 0; i < rank; i++) out->dims[i] = n->a.shape.dims[i];
     if (ts_type_numel(out) != ts_type_numel(a)) {
         char tb[128];
         return ts_fail(TS_ERR_SHAPE, "cannot reshape %lld elements into %s",
@@ -53,7 +55,7 @@ ts_val ts_reshape(ts_graph *g, ts_val a, int rank, const int64_t *dims) {
     int64_t total = ts_numel(g, a), known = 1;
     int infer_at = -1;
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = rank;
+    at.shape.rank = rank;
     for (int i = 0; i < rank; i++) {
         if (dims[i] == -1 && infer_at < 0) {
             infer_at = i;
@@ -63,7 +65,7 @@ ts_val ts_reshape(ts_graph *g, ts_val a, int rank, const int64_t *dims) {
         } else {
             known *= dims[i];
         }
-        at.i[1 + i] = dims[i];
+        at.shape.dims[i] = dims[i];
     }
     if (infer_at >= 0) {
         if (total % known != 0) {
@@ -72,13 +74,13 @@ ts_val ts_reshape(ts_graph *g, ts_val a, int rank, const int64_t *dims) {
                 g, TS_ERR_SHAPE, "reshape: cannot infer -1 for %s (%lld elements, %lld known)",
                 ts_type_str(tb, sizeof tb, &ts_v(g, a)->t), (long long)total, (long long)known);
         }
-        at.i[1 + infer_at] = total / known;
+        at.shape.dims[infer_at] = total / known;
     }
     /* A reshape to the same shape is the value itself. */
     const ts_type *t = &ts_v(g, a)->t;
     if (t->rank == rank) {
         int same = 1;
-        for (int i = 0; i < rank; i++) same &= t->dims[i] == at.i[1 + i];
+        for (int i = 0; i < rank; i++) same &= t->dims[i] == at.shape.dims[i];
         if (same) return a;
     }
     return ts_node_add(g, TS_OP_RESHAPE, 1, &a, &at, NULL);
@@ -237,7 +239,7 @@ static int usable(const ts_graph *g, ts_val v) {
     return g && g->status == TS_OK && ts_val_ok(v) && v.id < g->n_values;
 }
 
-/* ---- permute: i[0..rank-1] perm, out.dims[i] = in.dims[perm[i]] ------- */
+/* ---- permute: a.permute.perm, out.dims[i] = in.dims[perm[i]] --------- */
 
 static ts_status infer_permute(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *a = ts_in_type(g, n, 0);
@@ -245,7 +247,7 @@ static ts_status infer_permute(const ts_graph *g, const ts_node *n, ts_type *out
     out->dtype = a->dtype;
     out->rank = a->rank;
     for (int i = 0; i < a->rank; i++) {
-        int64_t p = n->a.i[i];
+        int64_t p = n->a.permute.perm[i];
         if (p < 0 || p >= a->rank)
             return ts_fail(TS_ERR_INVALID, "perm[%d] = %lld out of range for rank %d", i,
                            (long long)p, a->rank);
@@ -258,7 +260,7 @@ static ts_status infer_permute(const ts_graph *g, const ts_node *n, ts_type *out
 
 static ts_status grad_permute(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
     int rank = ts_in_type(g, n, 0)->rank, inv[TS_MAX_RANK];
-    for (int i = 0; i < rank; i++) inv[n->a.i[i]] = i;
+    for (int i = 0; i < rank; i++) inv[n->a.permute.perm[i]] = i;
     din[0] = ts_permute(g, dy[0], inv);
     return ts_graph_status(g);
 }
@@ -268,7 +270,7 @@ static ts_status k_permute(const ts_kargs *k) {
     int64_t ist[TS_MAX_RANK], s[TS_MAX_RANK];
     ist[a->rank - 1 >= 0 ? a->rank - 1 : 0] = 1;
     for (int i = a->rank - 2; i >= 0; i--) ist[i] = ist[i + 1] * a->dims[i + 1];
-    for (int i = 0; i < o->rank; i++) s[i] = ist[k->a->i[i]];
+    for (int i = 0; i < o->rank; i++) s[i] = ist[k->a->permute.perm[i]];
     return strided_copy(k, "permute", o->rank, o->dims, s, ts_dtype_size(a->dtype), o->data,
                         a->data);
 }
@@ -292,8 +294,8 @@ ts_val ts_permute(ts_graph *g, ts_val a, const int *perm) {
     for (int i = 0; i < rank; i++) {
         int p = ts_axis(perm[i], rank);
         /* A bad entry is passed through so inference reports it with shapes. */
-        at.i[i] = p < 0 ? perm[i] : p;
-        identity &= at.i[i] == i;
+        at.permute.perm[i] = p < 0 ? perm[i] : p;
+        identity &= at.permute.perm[i] == i;
     }
     if (identity) return a;
     return ts_node_add(g, TS_OP_PERMUTE, 1, &a, &at, NULL);
@@ -315,18 +317,18 @@ ts_val ts_transpose(ts_graph *g, ts_val a, int axis0, int axis1) {
     return ts_permute(g, a, perm);
 }
 
-/* ---- expand: i[0] rank, i[1..rank] target dims ------------------------- */
+/* ---- expand: a.shape (the target's rank and dims) ---------------------- */
 
 static ts_status infer_expand(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *a = ts_in_type(g, n, 0);
-    int64_t rank = n->a.i[0];
+    int64_t rank = n->a.shape.rank;
     if (rank < a->rank || rank > TS_MAX_RANK)
         return ts_fail(TS_ERR_INVALID, "target rank %lld out of range [%d, %d]", (long long)rank,
                        a->rank, TS_MAX_RANK);
     out->dtype = a->dtype;
     out->rank = (int)rank;
     for (int i = 0; i < rank; i++) {
-        out->dims[i] = n->a.i[1 + i];
+        out->dims[i] = n->a.shape.dims[i];
         if (out->dims[i] <= 0)
             return ts_fail(TS_ERR_INVALID, "target dimension %d is %lld", i,
                            (long long)out->dims[i]);
@@ -400,11 +402,11 @@ const ts_op_def ts_def_expand = {.name = "expand",
                                  .grad = grad_expand,
                                  .kernel = k_expand};
 
-/* ---- concat: i[0] axis -------------------------------------------------- */
+/* ---- concat: a.concat.axis ---------------------------------------------- */
 
 static ts_status infer_concat(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *a = ts_in_type(g, n, 0);
-    int64_t axis = n->a.i[0];
+    int64_t axis = n->a.concat.axis;
     if (a->rank < 1) return ts_fail(TS_ERR_SHAPE, "cannot concatenate rank-0 tensors");
     if (axis < 0 || axis >= a->rank)
         return ts_fail(TS_ERR_INVALID, "axis %lld out of range for rank %d", (long long)axis,
@@ -430,13 +432,13 @@ static ts_status infer_concat(const ts_graph *g, const ts_node *n, ts_type *out,
 }
 
 static ts_status grad_concat(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
-    int64_t axis = n->a.i[0], off = 0;
+    int64_t axis = n->a.concat.axis, off = 0;
     for (int j = 0; j < n->n_in; j++) {
         int64_t len = ts_in_type(g, n, j)->dims[axis];
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = axis;
-        a.i[1] = off;
-        a.i[2] = off + len;
+        a.slice.axis = axis;
+        a.slice.start = off;
+        a.slice.end = off + len;
         din[j] = ts_node_add(g, TS_OP_SLICE, 1, dy, &a, NULL);
         off += len;
     }
@@ -445,7 +447,7 @@ static ts_status grad_concat(ts_graph *g, const ts_node *n, const ts_val *dy, ts
 
 static ts_status k_concat(const ts_kargs *k) {
     const ts_tensor *o = &k->out[0];
-    int axis = (int)k->a->i[0];
+    int axis = (int)k->a->concat.axis;
     size_t es = ts_dtype_size(o->dtype);
     int64_t outer = prod_dims(o->dims, 0, axis), inner = prod_dims(o->dims, axis + 1, o->rank);
     size_t orow = (size_t)(o->dims[axis] * inner) * es;
@@ -488,12 +490,12 @@ ts_val ts_concat(ts_graph *g, int n, const ts_val *vals, int axis) {
         if (!usable(g, vals[j])) return ts_node_add(g, TS_OP_CONCAT, n, vals, NULL, NULL);
     int ax = ts_axis(axis, ts_v(g, vals[0])->t.rank);
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = ax < 0 ? axis : ax;
+    at.concat.axis = ax < 0 ? axis : ax;
     if (n == 1 && ax >= 0) return vals[0];
     return ts_node_add(g, TS_OP_CONCAT, n, vals, &at, NULL);
 }
 
-/* ---- slice: i[0] axis, i[1] start, i[2] end (normalised) --------------- */
+/* ---- slice: a.slice (axis, [start, end) normalised) ------------------- */
 
 static ts_status check_slice(const ts_type *t, int64_t axis, int64_t start, int64_t end,
                              int64_t extent) {
@@ -508,7 +510,7 @@ static ts_status check_slice(const ts_type *t, int64_t axis, int64_t start, int6
 
 static ts_status infer_slice(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *a = ts_in_type(g, n, 0);
-    int64_t axis = n->a.i[0], start = n->a.i[1], end = n->a.i[2];
+    int64_t axis = n->a.slice.axis, start = n->a.slice.start, end = n->a.slice.end;
     if (a->rank < 1) return ts_fail(TS_ERR_SHAPE, "cannot slice a rank-0 tensor");
     ts_status s = check_slice(a, axis, start, end, axis >= 0 && axis < a->rank ? a->dims[axis] : 0);
     if (s != TS_OK) return s;
@@ -518,10 +520,11 @@ static ts_status infer_slice(const ts_graph *g, const ts_node *n, ts_type *out, 
     return TS_OK;
 }
 
-/* (dy) -> zeros of the source shape with dy at [start, end); i[3] extent. */
+/* (dy) -> zeros of the source shape with dy at [start, end); a.slice.extent. */
 static ts_status infer_slice_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *dy = ts_in_type(g, n, 0);
-    int64_t axis = n->a.i[0], start = n->a.i[1], end = n->a.i[2], extent = n->a.i[3];
+    int64_t axis = n->a.slice.axis, start = n->a.slice.start, end = n->a.slice.end,
+            extent = n->a.slice.extent;
     if (dy->rank < 1) return ts_fail(TS_ERR_SHAPE, "gradient of a slice cannot be rank 0");
     ts_status s = check_slice(dy, axis, start, end, extent);
     if (s != TS_OK) return s;
@@ -537,7 +540,7 @@ static ts_status infer_slice_bwd(const ts_graph *g, const ts_node *n, ts_type *o
 
 static ts_status grad_slice(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
     ts_attrs a = n->a;
-    a.i[3] = ts_in_type(g, n, 0)->dims[n->a.i[0]];
+    a.slice.extent = ts_in_type(g, n, 0)->dims[n->a.slice.axis];
     din[0] = ts_node_add(g, TS_OP_SLICE_BWD, 1, dy, &a, NULL);
     return ts_graph_status(g);
 }
@@ -545,20 +548,20 @@ static ts_status grad_slice(ts_graph *g, const ts_node *n, const ts_val *dy, ts_
 /* slice_bwd is linear; its adjoint is the slice itself. */
 static ts_status grad_slice_bwd(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = n->a.i[0];
-    a.i[1] = n->a.i[1];
-    a.i[2] = n->a.i[2];
+    a.slice.axis = n->a.slice.axis;
+    a.slice.start = n->a.slice.start;
+    a.slice.end = n->a.slice.end;
     din[0] = ts_node_add(g, TS_OP_SLICE, 1, dy, &a, NULL);
     return ts_graph_status(g);
 }
 
 static ts_status k_slice(const ts_kargs *k) {
     const ts_tensor *a = &k->in[0], *o = &k->out[0];
-    int axis = (int)k->a->i[0];
+    int axis = (int)k->a->slice.axis;
     size_t es = ts_dtype_size(a->dtype);
     int64_t outer = prod_dims(a->dims, 0, axis), inner = prod_dims(a->dims, axis + 1, a->rank);
     size_t irow = (size_t)(a->dims[axis] * inner) * es, orow = (size_t)(o->dims[axis] * inner) * es;
-    size_t skip = (size_t)(k->a->i[1] * inner) * es;
+    size_t skip = (size_t)(k->a->slice.start * inner) * es;
     const char *in = (const char *)a->data + skip;
     char *out = o->data;
     if (outer == 1) {
@@ -572,12 +575,12 @@ static ts_status k_slice(const ts_kargs *k) {
 
 static ts_status k_slice_bwd(const ts_kargs *k) {
     const ts_tensor *dy = &k->in[0], *o = &k->out[0];
-    int axis = (int)k->a->i[0];
+    int axis = (int)k->a->slice.axis;
     size_t es = ts_dtype_size(o->dtype);
     int64_t outer = prod_dims(o->dims, 0, axis), inner = prod_dims(o->dims, axis + 1, o->rank);
     size_t orow = (size_t)(o->dims[axis] * inner) * es,
            irow = (size_t)(dy->dims[axis] * inner) * es;
-    size_t head = (size_t)(k->a->i[1] * inner) * es, tail = orow - head - irow;
+    size_t head = (size_t)(k->a->slice.start * inner) * es, tail = orow - head - irow;
     const char *in = dy->data;
     char *out = o->data;
     if (outer == 1) {
@@ -633,9 +636,9 @@ ts_val ts_slice(ts_graph *g, ts_val a, int axis, int64_t start, int64_t end) {
                              axis, (long long)extent);
     if (s == 0 && e == extent) return a;
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = ax;
-    at.i[1] = s;
-    at.i[2] = e;
+    at.slice.axis = ax;
+    at.slice.start = s;
+    at.slice.end = e;
     return ts_node_add(g, TS_OP_SLICE, 1, &a, &at, NULL);
 }
 

@@ -2,7 +2,7 @@
  *
  * spmm (indptr i64 [R+1], indices i64 [nnz], values [nnz], dense [C, F]
  *       [, indptr_t [C+1], indices_t [nnz], values_t [nnz]]) -> [R, F]
- *   i[0] R, i[1] C.
+ *   a.spmm: rows R, cols C.
  * The matrix is static graph structure (constants), so ts_spmm builds its
  * transpose once, on the host, and passes it as three more inputs that the
  * kernel does not read: the gradient of the dense operand is then simply
@@ -51,7 +51,7 @@ static ts_status check_csr(const ts_graph *g, const ts_node *n, int k, int64_t r
 static ts_status infer_spmm(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     if (n->n_in != 4 && n->n_in != 7)
         return ts_fail(TS_ERR_INVALID, "takes 4 inputs (+3 for the transpose), got %d", n->n_in);
-    int64_t R = n->a.i[0], C = n->a.i[1];
+    int64_t R = n->a.spmm.rows, C = n->a.spmm.cols;
     if (R < 1 || C < 1)
         return ts_fail(TS_ERR_INVALID, "rows (%lld) and cols (%lld) must be >= 1", (long long)R,
                        (long long)C);
@@ -90,8 +90,8 @@ static ts_status grad_spmm(ts_graph *g, const ts_node *n, const ts_val *dy, ts_v
     ts_val in[7] = {ts_mkval(n->in[4]), ts_mkval(n->in[5]), ts_mkval(n->in[6]), dy[0],
                     ts_mkval(n->in[0]), ts_mkval(n->in[1]), ts_mkval(n->in[2])};
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = n->a.i[1];
-    a.i[1] = n->a.i[0];
+    a.spmm.rows = n->a.spmm.cols;
+    a.spmm.cols = n->a.spmm.rows;
     din[3] = ts_node_add(g, TS_OP_SPMM, 7, in, &a, NULL);
     return ts_graph_status(g);
 }
@@ -257,8 +257,8 @@ ts_val ts_spmm(ts_graph *g, ts_val indptr, ts_val indices, ts_val values, ts_val
         ts_val t_v = ts_constant(g, NULL, tv.dtype, 1, (int64_t[]){nnz}, tvv);
         ts_val in[7] = {indptr, indices, values, dense, t_ip, t_ix, t_v};
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = rows;
-        a.i[1] = cols;
+        a.spmm.rows = rows;
+        a.spmm.cols = cols;
         out = ts_node_add(g, TS_OP_SPMM, 7, in, &a, NULL);
     }
 done:

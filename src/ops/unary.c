@@ -106,22 +106,22 @@ static ts_status need_float(ts_dtype dt) {
 static ts_status check_attrs(int op, const ts_attrs *a) {
     switch (op) {
     case TS_OP_POW_SCALAR:
-        if (!isfinite(a->f[0]))
-            return ts_fail(TS_ERR_INVALID, "exponent %g is not finite", a->f[0]);
+        if (!isfinite(a->unary.exponent))
+            return ts_fail(TS_ERR_INVALID, "exponent %g is not finite", a->unary.exponent);
         break;
     case TS_OP_LEAKY_RELU:
-        if (!isfinite(a->f[0]))
-            return ts_fail(TS_ERR_INVALID, "negative slope %g is not finite", a->f[0]);
+        if (!isfinite(a->unary.slope))
+            return ts_fail(TS_ERR_INVALID, "negative slope %g is not finite", a->unary.slope);
         break;
     case TS_OP_AFFINE_SCALAR:
-        if (!isfinite(a->f[0]) || !isfinite(a->f[1]))
-            return ts_fail(TS_ERR_INVALID, "scale %g and shift %g must be finite", a->f[0],
-                           a->f[1]);
+        if (!isfinite(a->unary.scale) || !isfinite(a->unary.shift))
+            return ts_fail(TS_ERR_INVALID, "scale %g and shift %g must be finite", a->unary.scale,
+                           a->unary.shift);
         break;
     case TS_OP_GELU:
-        if (a->i[0] != TS_GELU_ERF && a->i[0] != TS_GELU_TANH)
+        if (a->unary.approx != TS_GELU_ERF && a->unary.approx != TS_GELU_TANH)
             return ts_fail(TS_ERR_INVALID, "approximation %lld is neither erf (0) nor tanh (1)",
-                           (long long)a->i[0]);
+                           (long long)a->unary.approx);
         break;
     default: break;
     }
@@ -146,7 +146,7 @@ static int cast_dtype_ok(int64_t dt) {
 
 static ts_status infer_cast(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *x = ts_in_type(g, n, 0);
-    int64_t to = n->a.i[0];
+    int64_t to = n->a.cast.dtype;
     if (to < 0 || to >= TS_DTYPE_COUNT)
         return ts_fail(TS_ERR_INVALID, "target dtype %lld is not a dtype", (long long)to);
     if (!cast_dtype_ok(x->dtype) || !cast_dtype_ok(to))
@@ -181,14 +181,14 @@ static int bwd_sides(int64_t op) {
 
 /* The forward op's attributes as stored in a unary_bwd node. */
 static ts_attrs fwd_attrs(const ts_attrs *a) {
-    ts_attrs f = *a;
-    f.i[0] = a->i[2];
+    ts_attrs f = ts_attrs_zero();
+    f.unary = a->unary_bwd.fwd;
     return f;
 }
 
 static ts_status infer_unary_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_type *dy = ts_in_type(g, n, 0), *s = ts_in_type(g, n, 1);
-    int64_t op = n->a.i[0], side = n->a.i[1];
+    int64_t op = n->a.unary_bwd.fwd_op, side = n->a.unary_bwd.side;
     int sides = bwd_sides(op);
     if (!sides)
         return ts_fail(TS_ERR_INVALID, "forward op %lld has no unary_bwd rule", (long long)op);
@@ -212,10 +212,10 @@ static ts_status infer_unary_bwd(const ts_graph *g, const ts_node *n, ts_type *o
 /* ---- gradients --------------------------------------------------------- */
 
 static ts_val unary_bwd(ts_graph *g, const ts_node *n, ts_val dy, int side) {
-    ts_attrs a = n->a;
-    a.i[0] = n->op;
-    a.i[1] = side;
-    a.i[2] = n->a.i[0];
+    ts_attrs a = ts_attrs_zero();
+    a.unary_bwd.fwd_op = n->op;
+    a.unary_bwd.side = side;
+    a.unary_bwd.fwd = n->a.unary;
     ts_val in[2] = {dy, ts_mkval(side ? n->out[0] : n->in[0])};
     return ts_node_add(g, TS_OP_UNARY_BWD, 2, in, &a, NULL);
 }
@@ -238,7 +238,7 @@ static ts_status grad_neg(ts_graph *g, const ts_node *n, const ts_val *dy, ts_va
 
 static ts_status grad_affine(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
     if (!ts_val_ok(dy[0])) return ts_graph_status(g);
-    double s = n->a.f[0];
+    double s = n->a.unary.scale;
     din[0] = s == 1.0 ? dy[0] : ts_affine_scalar(g, dy[0], s, 0.0);
     return ts_graph_status(g);
 }
@@ -247,7 +247,7 @@ static ts_status grad_affine(ts_graph *g, const ts_node *n, const ts_val *dy, ts
  * dtype); an integer result carries none, as in PyTorch. */
 static ts_status grad_cast(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
     ts_dtype from = ts_in_type(g, n, 0)->dtype;
-    if (ts_val_ok(dy[0]) && ts_dtype_is_float(from) && ts_dtype_is_float((ts_dtype)n->a.i[0]))
+    if (ts_val_ok(dy[0]) && ts_dtype_is_float(from) && ts_dtype_is_float((ts_dtype)n->a.cast.dtype))
         din[0] = ts_cast(g, dy[0], from);
     return ts_graph_status(g);
 }
@@ -263,9 +263,10 @@ typedef void (*fwd_fn)(void *o, const void *x, int64_t n, const ts_attrs *a);
     TS_CLONES static void name(void *o_, const void *x_, int64_t n, const ts_attrs *a) {           \
         T *o = o_;                                                                                 \
         const T *xs = x_;                                                                          \
-        const T f0 = (T)a->f[0], f1 = (T)a->f[1];                                                  \
-        (void)f0;                                                                                  \
-        (void)f1;                                                                                  \
+        const T slope = (T)a->unary.slope, scale = (T)a->unary.scale, shift = (T)a->unary.shift;   \
+        (void)slope;                                                                               \
+        (void)scale;                                                                               \
+        (void)shift;                                                                               \
         _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                      \
             const T x = xs[i];                                                                     \
             o[i] = (expr);                                                                         \
@@ -286,8 +287,8 @@ DEF_FWD2(abs, fabsf(x), fabs(x))
 DEF_FWD2(relu, x < 0.0f ? 0.0f : x, x < 0.0 ? 0.0 : x)
 DEF_FWD2(sigmoid, m_sigmoid_f32(x), m_sigmoid_f64(x))
 DEF_FWD2(tanh, m_tanh_f32(x), tanh(x))
-DEF_FWD2(leaky, x > 0.0f ? x : x * f0, x > 0.0 ? x : x * f0)
-DEF_FWD2(affine, x *f0 + f1, x *f0 + f1)
+DEF_FWD2(leaky, x > 0.0f ? x : x * slope, x > 0.0 ? x : x * slope)
+DEF_FWD2(affine, x *scale + shift, x *scale + shift)
 DEF_FWD2(gelu_erf, x *m_ncdf_f32(x, NULL), 0.5 * x * erfc(-x * SQRT1_2))
 DEF_FWD2(gelu_tanh, m_gelu_tanh_f32(x), m_gelu_tanh_f64(x))
 
@@ -325,7 +326,7 @@ DEF_FWD2(gelu_tanh, m_gelu_tanh_f32(x), m_gelu_tanh_f64(x))
     TS_CLONES static void name(void *o_, const void *x_, int64_t n, const ts_attrs *a) {           \
         T *o = o_;                                                                                 \
         const T *xs = x_;                                                                          \
-        const double e = a->f[0];                                                                  \
+        const double e = a->unary.exponent;                                                        \
         POW_DISPATCH(T, SQRT, POW, e, o[i] = p)                                                    \
     }
 DEF_POW_FWD(pow_f32, float, sqrtf, powf)
@@ -370,7 +371,7 @@ FWD_KERNEL(leaky, "leaky_relu")
 FWD_KERNEL(affine, "affine_scalar")
 
 static ts_status k_gelu(const ts_kargs *k) {
-    if (k->a->i[0] == TS_GELU_TANH) return run_fwd(k, gelu_tanh_f32, gelu_tanh_f64, "gelu");
+    if (k->a->unary.approx == TS_GELU_TANH) return run_fwd(k, gelu_tanh_f32, gelu_tanh_f64, "gelu");
     return run_fwd(k, gelu_erf_f32, gelu_erf_f64, "gelu");
 }
 
@@ -384,8 +385,8 @@ typedef void (*bwd_fn)(void *o, const void *dy, const void *s, int64_t n, const 
                                const ts_attrs *a) {                                                \
         T *o = o_;                                                                                 \
         const T *ds = d_, *ss = s_;                                                                \
-        const T f0 = (T)a->f[0];                                                                   \
-        (void)f0;                                                                                  \
+        const T slope = (T)a->unary.slope;                                                         \
+        (void)slope;                                                                               \
         _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                      \
             const T d = ds[i], s = ss[i];                                                          \
             o[i] = (expr);                                                                         \
@@ -415,7 +416,7 @@ DEF_BWD2(sigmoid_x, d *m_sigmoid_f32(-s) * m_sigmoid_f32(s),
 DEF_BWD2(tanh_y, d *(1.0f - s * s), d *(1.0 - s * s))
 DEF_BWD2(tanh_x, d *(1.0f - m_tanh_f32(s) * m_tanh_f32(s)), d *(1.0 - tanh(s) * tanh(s)))
 /* leaky_relu_backward: x > 0 ? grad : grad * slope */
-DEF_BWD2(leaky_x, s > 0.0f ? d : d * f0, s > 0.0 ? d : d * f0)
+DEF_BWD2(leaky_x, s > 0.0f ? d : d * slope, s > 0.0 ? d : d * slope)
 
 static inline float m_gelu_erf_grad_f32(float x) {
     float pdf, cdf = m_ncdf_f32(x, &pdf);
@@ -435,7 +436,7 @@ DEF_BWD2(gelu_tanh_x, d *m_gelu_tanh_grad_f32(s), d *m_gelu_tanh_grad_f64(s))
                                const ts_attrs *a) {                                                \
         T *o = o_;                                                                                 \
         const T *ds = d_, *xs = s_;                                                                \
-        const double e = a->f[0], em1 = e - 1.0;                                                   \
+        const double e = a->unary.exponent, em1 = e - 1.0;                                         \
         const T et = (T)e;                                                                         \
         if (e == 0) {                                                                              \
             for (int64_t i = 0; i < n; i++) o[i] = 0;                                              \
@@ -448,7 +449,7 @@ DEF_POW_BWD(pow_x_f64, double, sqrt, pow)
 
 /* The chunk functions of unary_bwd with attributes a; 0 if there is no rule. */
 static int pick_bwd(const ts_attrs *a, bwd_fn *pf32, bwd_fn *pf64) {
-    int64_t op = a->i[0], side = a->i[1];
+    int64_t op = a->unary_bwd.fwd_op, side = a->unary_bwd.side;
     bwd_fn f32 = NULL, f64 = NULL;
 #define PICK(fn)                                                                                   \
     do {                                                                                           \
@@ -492,7 +493,7 @@ static int pick_bwd(const ts_attrs *a, bwd_fn *pf32, bwd_fn *pf64) {
     case TS_OP_POW_SCALAR: PICK(pow_x); break;
     case TS_OP_LEAKY_RELU: PICK(leaky_x); break;
     case TS_OP_GELU:
-        if (a->i[2] == TS_GELU_TANH)
+        if (a->unary_bwd.fwd.approx == TS_GELU_TANH)
             PICK(gelu_tanh_x);
         else
             PICK(gelu_erf_x);
@@ -509,11 +510,11 @@ static ts_status k_unary_bwd(const ts_kargs *k) {
     bwd_fn f32 = NULL, f64 = NULL;
     if (!pick_bwd(k->a, &f32, &f64))
         return ts_fail(TS_ERR_INTERNAL, "unary_bwd '%s': no rule for forward op %lld",
-                       k->label ? k->label : "?", (long long)k->a->i[0]);
+                       k->label ? k->label : "?", (long long)k->a->unary_bwd.fwd_op);
     const ts_tensor *d = &k->in[0], *s = &k->in[1], *o = &k->out[0];
     bwd_fn f = o->dtype == TS_F32 ? f32 : o->dtype == TS_F64 ? f64 : NULL;
     if (!f) return ts_kernel_bad_dtype(k, "unary_bwd", o->dtype);
-    /* float attributes as the forward op saw them (gelu's approx is in i[2]) */
+    /* the attributes as the forward op saw them */
     ts_attrs fa = fwd_attrs(k->a);
     size_t es = ts_dtype_size(o->dtype);
     int64_t n = ts_tensor_numel(o), nch = (n + CHUNK - 1) / CHUNK;
@@ -544,7 +545,7 @@ ts_unary_chunk_fn ts_unary_chunk_f32(int op, const ts_attrs *a) {
     case TS_OP_POW_SCALAR: return pow_f32;
     case TS_OP_LEAKY_RELU: return leaky_f32;
     case TS_OP_AFFINE_SCALAR: return affine_f32;
-    case TS_OP_GELU: return a->i[0] == TS_GELU_TANH ? gelu_tanh_f32 : gelu_erf_f32;
+    case TS_OP_GELU: return a->unary.approx == TS_GELU_TANH ? gelu_tanh_f32 : gelu_erf_f32;
     default: return NULL;
     }
 }
@@ -740,26 +741,26 @@ ts_val ts_tanh(ts_graph *g, ts_val a) {
 
 ts_val ts_pow_scalar(ts_graph *g, ts_val a, double exponent) {
     ts_attrs at = ts_attrs_zero();
-    at.f[0] = exponent;
+    at.unary.exponent = exponent;
     return un(g, TS_OP_POW_SCALAR, a, &at);
 }
 
 ts_val ts_leaky_relu(ts_graph *g, ts_val a, double negative_slope) {
     ts_attrs at = ts_attrs_zero();
-    at.f[0] = negative_slope;
+    at.unary.slope = negative_slope;
     return un(g, TS_OP_LEAKY_RELU, a, &at);
 }
 
 ts_val ts_affine_scalar(ts_graph *g, ts_val a, double s, double t) {
     ts_attrs at = ts_attrs_zero();
-    at.f[0] = s;
-    at.f[1] = t;
+    at.unary.scale = s;
+    at.unary.shift = t;
     return un(g, TS_OP_AFFINE_SCALAR, a, &at);
 }
 
 ts_val ts_gelu(ts_graph *g, ts_val a, ts_gelu_approx approx) {
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = approx;
+    at.unary.approx = approx;
     return un(g, TS_OP_GELU, a, &at);
 }
 
@@ -767,6 +768,6 @@ ts_val ts_gelu(ts_graph *g, ts_val a, ts_gelu_approx approx) {
 ts_val ts_cast(ts_graph *g, ts_val a, ts_dtype to) {
     if (g && ts_val_ok(a) && a.id < g->n_values && g->values[a.id].t.dtype == to) return a;
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = to;
+    at.cast.dtype = to;
     return un(g, TS_OP_CAST, a, &at);
 }

@@ -57,7 +57,7 @@ static int is_alias(const ts_graph *g, int node) {
  * b + 1's first gradient (the last bucket's at the update), so the
  * backward between the two buckets (the data gradients) overlaps the
  * reduce-scatter and no two buckets need memory at once; and
- * reduce_scatter_start carries i[4] = 2,
+ * reduce_scatter_start carries a.bucket.zero = 2,
  * which tells memplan to plan each bucket as one liveness interval in the
  * temporaries (from its first gradient's write to its wait) instead of the
  * persistent gradient region. Once the wait returned, every peer has
@@ -67,7 +67,7 @@ static int is_alias(const ts_graph *g, int node) {
  * they do not keep the bucket alive. Until the update each rank keeps only
  * its shards.
  *
- * The shards keep the sum over the ranks (reduce_scatter_wait i[5]): the
+ * The shards keep the sum over the ranks (reduce_scatter_wait keep_sum): the
  * shard update and zero_clip_coef divide as they read them, which saves a
  * pass over every shard.
  *
@@ -88,7 +88,7 @@ static int is_alias(const ts_graph *g, int node) {
  * "zero.params_updated" at the end (every block is written before any
  * rank's next step reads it). ZeRO-1 without clipping goes further: no
  * reduce-scatter at all; the gradient buckets stay in the segment until
- * the update, and each shard_update (i[8] = ranks) averages its block over
+ * the update, and each shard_update (a.shard.fused_ranks) averages its block over
  * every rank's copy of the bucket itself, reading the peers' arenas in
  * place (the second barrier also keeps them until every rank has read
  * them). Order per step:

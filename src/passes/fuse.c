@@ -163,7 +163,8 @@ static ts_status fuse_concat(fctx *c, int32_t root) {
     }
     /* by start; the ranges must tile [0, extent) of one axis */
     for (int i = 1; i < n_leaves; i++)
-        for (int j = i; j > 0 && g->nodes[leaf[j]].a.i[1] < g->nodes[leaf[j - 1]].a.i[1]; j--) {
+        for (int j = i;
+             j > 0 && g->nodes[leaf[j]].a.slice.start < g->nodes[leaf[j - 1]].a.slice.start; j--) {
             int32_t t = leaf[j];
             leaf[j] = leaf[j - 1];
             leaf[j - 1] = t;
@@ -172,10 +173,12 @@ static ts_status fuse_concat(fctx *c, int32_t root) {
     int64_t at = 0;
     for (int i = 0; i < n_leaves; i++) {
         const ts_attrs *a = &g->nodes[leaf[i]].a;
-        if (a->i[0] != a0->i[0] || a->i[3] != a0->i[3] || a->i[1] != at) return TS_OK;
-        at = a->i[2];
+        if (a->slice.axis != a0->slice.axis || a->slice.extent != a0->slice.extent ||
+            a->slice.start != at)
+            return TS_OK;
+        at = a->slice.end;
     }
-    if (at != a0->i[3]) return TS_OK;
+    if (at != a0->slice.extent) return TS_OK;
     int32_t in[MAX_PIECES];
     for (int i = 0; i < n_leaves; i++) in[i] = g->nodes[leaf[i]].in[0];
     ts_node *rn = &g->nodes[root];
@@ -183,7 +186,7 @@ static ts_status fuse_concat(fctx *c, int32_t root) {
     if (s != TS_OK) return s;
     rn->op = TS_OP_CONCAT;
     rn->a = ts_attrs_zero();
-    rn->a.i[0] = a0->i[0];
+    rn->a.concat.axis = a0->slice.axis;
     for (int k = 1; k < n_adds && s == TS_OK; k++) s = absorb(c, adds[k], root);
     for (int i = 0; i < n_leaves && s == TS_OK; i++) s = absorb(c, leaf[i], root);
     c->st.concats++;
@@ -296,8 +299,8 @@ static ts_status fuse_tree(fctx *c, int32_t root) {
     if (s != TS_OK) return s;
     rn->op = TS_OP_FUSED_ELTWISE;
     rn->a = ts_attrs_zero();
-    rn->a.i[0] = n_instr;
-    rn->a.i[1] = t.n_ext;
+    rn->a.fused.n_instr = n_instr;
+    rn->a.fused.n_ext = t.n_ext;
     for (int k = 1; k < t.n; k++)
         if ((s = absorb(c, t.node[k], root)) != TS_OK) return s;
     c->st.groups++;

@@ -69,7 +69,7 @@ void ts_memplan_free(ts_memplan *mp) {
 }
 
 /* ZeRO-2: a reduce_scatter_start whose bucket memplan plans as one
- * temporary (distribute.c sets i[4] = 2). */
+ * temporary (distribute.c sets a.bucket.zero = 2). */
 static int released_bucket(const ts_node *n) {
     return n->op == TS_OP_REDUCE_SCATTER_START && n->a.bucket.zero == 2;
 }

@@ -118,7 +118,7 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_c
     for (int v = 0; v < nv0; v++) cast_of[v] = -1;
     int np = 0, casts = 0;
     ts_attrs ca = ts_attrs_zero();
-    ca.i[0] = o->compute;
+    ca.cast.dtype = o->compute;
     for (int i = 0; i < n0 && s == TS_OK; i++) {
         if (!lowers(g, &g->nodes[i], o)) {
             perm[np++] = i;

@@ -6,7 +6,9 @@
 
 ts_status ts_pass_train_mode(ts_graph *g, int training) {
     for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].op == TS_OP_DROPOUT || g->nodes[i].op == TS_OP_BATCH_NORM)
-            g->nodes[i].a.i[1] = training;
+        if (g->nodes[i].op == TS_OP_DROPOUT)
+            g->nodes[i].a.dropout.training = training;
+        else if (g->nodes[i].op == TS_OP_BATCH_NORM)
+            g->nodes[i].a.batch_norm.training = training;
     return TS_OK;
 }

@@ -28,7 +28,8 @@ static ts_graph *graph(int64_t n, double p, int count, ts_dtype dt) {
     int64_t d[1] = {n};
     ts_val x = ts_input(g, "x", dt, 1, d);
     for (int i = 0; i < count; i++) ts_dropout(g, x, p);
-    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].a.i[1] = 1; /* as the train pass does */
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i].a.dropout.training = 1; /* as the train pass does */
     CHECK_OK(ts_graph_status(g));
     return g;
 }
@@ -72,7 +73,8 @@ static void check_mask(void) {
     for (int i = 0; i < N; i++) same += (y1[i] != 0) == (y2[i] != 0);
     CHECK(same < N * 0.7, "seed 43 repeats seed 42's mask");
     same = 0;
-    CHECK(g->nodes[0].a.i[0] != g->nodes[1].a.i[0], "two dropouts share a stream id");
+    CHECK(g->nodes[0].a.dropout.stream != g->nodes[1].a.dropout.stream,
+          "two dropouts share a stream id");
     CHECK_OK(run(g, 1, TS_F32, N, x, y2, 5, 42));
     for (int i = 0; i < N; i++) same += (y1[i] != 0) == (y2[i] != 0);
     CHECK(same < N * 0.7, "the second dropout node repeats the first one's mask");
@@ -99,7 +101,7 @@ static void check_mask(void) {
     CHECK(agree, "f64 and f32 masks differ");
 
     /* Inactive (inference): the identity. */
-    g->nodes[0].a.i[1] = 0;
+    g->nodes[0].a.dropout.training = 0;
     CHECK_OK(run(g, 0, TS_F32, N, x, y2, 5, 42));
     CHECK(memcmp(x, y2, sizeof(float) * N) == 0, "inactive dropout is not the identity");
 
@@ -126,7 +128,8 @@ static void check_grad_rule(void) {
     }
     int bid = g->values[din[0].id].node;
     const ts_node *b = &g->nodes[bid];
-    CHECK(b->op == TS_OP_DROPOUT && b->a.i[0] == fwd.a.i[0] && b->a.f[0] == p,
+    CHECK(b->op == TS_OP_DROPOUT && b->a.dropout.stream == fwd.a.dropout.stream &&
+              b->a.dropout.p == p,
           "the gradient is not dropout with the same stream and p");
     double x[N], y[N], gy[N], gx[N];
     for (int i = 0; i < N; i++) x[i] = 0.5 + i % 7, gy[i] = (i % 11) - 5.25;
@@ -144,7 +147,8 @@ static void check_builder(void) {
     ts_val x = ts_input(g, "x", TS_F32, 1, d);
     CHECK(ts_dropout(g, x, 0.0).id == x.id, "p = 0 should return the input itself");
     ts_val y = ts_dropout(g, x, 0.5);
-    CHECK(ts_val_ok(y) && g->nodes[g->n_nodes - 1].a.i[1] == 0, "a new dropout starts inactive");
+    CHECK(ts_val_ok(y) && g->nodes[g->n_nodes - 1].a.dropout.training == 0,
+          "a new dropout starts inactive");
     CHECK_OK(ts_graph_status(g));
     const double bad[3] = {1.0, -0.1, NAN};
     for (int i = 0; i < 3; i++) {

@@ -37,8 +37,8 @@ static void expect_error(ts_graph *g, ts_val v, const char *what, const char *wa
 
 static ts_val expand_to(ts_graph *g, ts_val a, int rank, const int64_t *dims) {
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = rank;
-    for (int i = 0; i < rank; i++) at.i[1 + i] = dims[i];
+    at.shape.rank = rank;
+    for (int i = 0; i < rank; i++) at.shape.dims[i] = dims[i];
     return ts_node_add(g, TS_OP_EXPAND, 1, &a, &at, NULL);
 }
 
@@ -121,10 +121,10 @@ static ts_val b_qkv(ts_graph *g, const ts_val *in, void *u) {
 static ts_val b_slice_chain(ts_graph *g, const ts_val *in, void *u) {
     (void)u;
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = 1;
-    at.i[1] = 1;
-    at.i[2] = 3;
-    at.i[3] = 5;
+    at.slice.axis = 1;
+    at.slice.start = 1;
+    at.slice.end = 3;
+    at.slice.extent = 5;
     ts_val s = ts_slice(g, in[0], 1, 1, 3);
     ts_val back = ts_node_add(g, TS_OP_SLICE_BWD, 1, &s, &at, NULL);
     return ts_mul(g, back, back);
@@ -381,10 +381,10 @@ static void forward_values(void) {
         int64_t d[2] = {2, 2};
         float a[4] = {1, 2, 3, 4}, out[8], want[8] = {0, 1, 2, 0, 0, 3, 4, 0};
         ts_attrs at = ts_attrs_zero();
-        at.i[0] = 1;
-        at.i[1] = 1;
-        at.i[2] = 3;
-        at.i[3] = 4;
+        at.slice.axis = 1;
+        at.slice.start = 1;
+        at.slice.end = 3;
+        at.slice.extent = 4;
         ts_val x = ts_input(g, "a", TS_F32, 2, d);
         ts_val y = ts_node_add(g, TS_OP_SLICE_BWD, 1, &x, &at, NULL);
         if (run_forward(g, y, a, sizeof a, NULL, 0, out, sizeof out))

@@ -259,8 +259,8 @@ static void errors(void) {
                     ts_constant(g, NULL, TS_I64, 1, (int64_t[]){6}, (int64_t[]){0, 2, 0, 9, 1, 2}),
                     ts_constant(g, NULL, TS_F64, 1, (int64_t[]){6}, v4), d};
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = 4;
-    at.i[1] = 5;
+    at.spmm.rows = 4;
+    at.spmm.cols = 5;
     ts_val y = ts_node_add(g, TS_OP_SPMM, 4, in, &at, NULL);
     CHECK_OK(ts_mark_output(g, y, "y"));
     ts_plan *p = NULL;

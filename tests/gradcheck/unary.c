@@ -534,11 +534,11 @@ static void bwd_side_checks(void) {
             ts_val xv = ts_input(g, "x", dt, 1, dims), dv = ts_input(g, "d", dt, 1, dims);
             ts_val y = fwd[k](g, xv);
             ts_attrs a = ts_attrs_zero();
-            a.i[0] = ops[k];
+            a.unary_bwd.fwd_op = ops[k];
             ts_val in0[2] = {dv, xv}, in1[2] = {dv, y};
-            a.i[1] = 0;
+            a.unary_bwd.side = 0;
             ts_val gx = ts_node_add(g, TS_OP_UNARY_BWD, 2, in0, &a, NULL);
-            a.i[1] = 1;
+            a.unary_bwd.side = 1;
             ts_val gy = ts_node_add(g, TS_OP_UNARY_BWD, 2, in1, &a, NULL);
             ts_plan *p = NULL;
             double rx[N_P], ry[N_P];
@@ -757,8 +757,8 @@ static void error_checks(void) {
         ts_graph *g = ts_graph_new();
         ts_val x = ts_input(g, "x", TS_F32, 2, dims);
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = TS_OP_LOG;
-        a.i[1] = 1;
+        a.unary_bwd.fwd_op = TS_OP_LOG;
+        a.unary_bwd.side = 1;
         ts_val in[2] = {x, x};
         expect_error(g, ts_node_add(g, TS_OP_UNARY_BWD, 2, in, &a, NULL), "unary_bwd log from y",
                      "unary_bwd", "log");
@@ -769,8 +769,8 @@ static void error_checks(void) {
         int64_t d2[2] = {3, 2};
         ts_val x = ts_input(g, "x", TS_F32, 2, dims), y = ts_input(g, "y", TS_F32, 2, d2);
         ts_attrs a = ts_attrs_zero();
-        a.i[0] = TS_OP_TANH;
-        a.i[1] = 1;
+        a.unary_bwd.fwd_op = TS_OP_TANH;
+        a.unary_bwd.side = 1;
         ts_val in[2] = {x, y};
         expect_error(g, ts_node_add(g, TS_OP_UNARY_BWD, 2, in, &a, NULL), "unary_bwd shapes",
                      "unary_bwd", "f32[3,2]");

@@ -98,19 +98,19 @@ static void compare(const char *label, ts_graph *g, ts_val out, const feed *f, i
 
 /* ---- fused elementwise kernels ---------------------------------------------------- */
 
-static ts_val unary_bwd(ts_graph *g, int fwd, int side, ts_val dy, ts_val s, int64_t i2) {
+static ts_val unary_bwd(ts_graph *g, int fwd, int side, ts_val dy, ts_val s, int64_t approx) {
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = fwd;
-    a.i[1] = side;
-    a.i[2] = i2;
+    a.unary_bwd.fwd_op = fwd;
+    a.unary_bwd.side = side;
+    a.unary_bwd.fwd.approx = approx;
     ts_val in[2] = {dy, s};
     return ts_node_add(g, TS_OP_UNARY_BWD, 2, in, &a, NULL);
 }
 
 static ts_val maxmin_bwd(ts_graph *g, ts_val dy, ts_val a, ts_val b, int min, int side) {
     ts_attrs at = ts_attrs_zero();
-    at.i[0] = min;
-    at.i[1] = side;
+    at.maxmin.min = min;
+    at.maxmin.side = side;
     ts_val in[3] = {dy, a, b};
     return ts_node_add(g, TS_OP_MAXMIN_BWD, 3, in, &at, NULL);
 }
@@ -230,9 +230,9 @@ static void check_grouping(void) {
     for (int i = 0; i < g->n_nodes; i++) {
         const ts_node *n = &g->nodes[i];
         if (n->dead || n->op != TS_OP_FUSED_ELTWISE) continue;
-        CHECK(n->a.i[0] <= TS_FUSE_MAX_INSTR && n->a.i[1] <= TS_FUSE_MAX_EXT,
-              "limits: group of %lld instructions, %lld inputs", (long long)n->a.i[0],
-              (long long)n->a.i[1]);
+        CHECK(n->a.fused.n_instr <= TS_FUSE_MAX_INSTR && n->a.fused.n_ext <= TS_FUSE_MAX_EXT,
+              "limits: group of %lld instructions, %lld inputs", (long long)n->a.fused.n_instr,
+              (long long)n->a.fused.n_ext);
     }
     CHECK_OK(ts_graph_compact(g, NULL));
     CHECK_OK(ts_graph_verify(g));
@@ -281,10 +281,10 @@ static void check_grouping(void) {
 static ts_val slice_bwd(ts_graph *g, ts_val dy, int axis, int64_t start, int64_t end,
                         int64_t extent) {
     ts_attrs a = ts_attrs_zero();
-    a.i[0] = axis;
-    a.i[1] = start;
-    a.i[2] = end;
-    a.i[3] = extent;
+    a.slice.axis = axis;
+    a.slice.start = start;
+    a.slice.end = end;
+    a.slice.extent = extent;
     return ts_node_add(g, TS_OP_SLICE_BWD, 1, &dy, &a, NULL);
 }
 
@@ -348,6 +348,49 @@ static void check_epilogue(int64_t batch, int64_t m, int64_t k, int64_t n, int r
     free(ref_epi);
     ts_graph_free(g);
     feed_free(&f);
+}
+
+/* A NaN reaching a relu after a GEMM epilogue stays NaN, as unfused: the
+ * relu is not a oneDNN post-op (that one is a max with 0, NaN -> 0). Also,
+ * a matmul_epi with any post-op but an add (2 was the relu) is refused. */
+static void check_epilogue_nan(void) {
+    feed f = {0};
+    ts_graph *g = ts_graph_new();
+    int64_t xd[2] = {6, 16}, wd[2] = {8, 16}, bd[1] = {8};
+    ts_val x = input(g, &f, "x", TS_F32, 2, xd), w = input(g, &f, "w", TS_F32, 2, wd);
+    ts_val b = input(g, &f, "b", TS_F32, 1, bd);
+    float *px = f.data[0];
+    px[2 * 16 + 5] = __builtin_nanf("");         /* row 2 of the product is NaN */
+    ((float *)f.data[2])[3] = -__builtin_inff(); /* column 3: -inf, relu gives 0 */
+    CHECK_OK(ts_mark_output(g, ts_relu(g, ts_add(g, ts_matmul(g, x, w, 0, 1), b)), "out"));
+    size_t bytes = 6 * 8 * sizeof(float);
+    int ni_fused = 0, ni_plain = 0;
+    float *plain = run(g, &f, 1, 0, 2, bytes, &ni_plain),
+          *epi = run(g, &f, 0, 0, 2, bytes, &ni_fused);
+    if (plain && epi) {
+        CHECK(ni_fused < ni_plain, "NaN epilogue: %d instructions fused vs %d", ni_fused, ni_plain);
+        CHECK(!memcmp(plain, epi, bytes), "NaN epilogue: fused differs from unfused in %lld",
+              (long long)mismatches(plain, epi, 6 * 8));
+        int nan_row = 1, zero_col = 1;
+        for (int j = 0; j < 8; j++) nan_row &= epi[2 * 8 + j] != epi[2 * 8 + j];
+        for (int i = 0; i < 6; i++) zero_col &= i == 2 || epi[i * 8 + 3] == 0.0f;
+        CHECK(nan_row && zero_col, "NaN epilogue: the NaN row or the -inf column changed");
+    }
+    free(plain);
+    free(epi);
+    ts_graph_free(g);
+    feed_free(&f);
+
+    g = ts_graph_new();
+    ts_val in[3] = {ts_input(g, "x", TS_F32, 2, xd), ts_input(g, "w", TS_F32, 2, wd)};
+    ts_attrs a = ts_attrs_zero();
+    a.matmul_epi.trans_b = 1;
+    a.matmul_epi.n_post = 1;
+    a.matmul_epi.post[0] = 2;
+    CHECK(!ts_val_ok(ts_node_add(g, TS_OP_MATMUL_EPI, 2, in, &a, NULL)) &&
+              strstr(ts_last_error(), "unknown kind 2"),
+          "matmul_epi post-op 2 accepted: %s", ts_last_error());
+    ts_graph_free(g);
 }
 
 /* Batched matmul (attention-shaped) with a full-shape add. */
@@ -430,6 +473,7 @@ int main(void) {
     check_epilogue(3, 50, 64, 96, 1, 1);
     check_epilogue(1, 40, 32, 1, 0, 1); /* N = 1, as W1's output layer */
     check_epilogue_batched();
+    check_epilogue_nan();
 
     ts_mlp_config mc = {16, 8, 8, 0, 64, 2, 1, 1, 0};
     ts_graph *g = ts_graph_new();

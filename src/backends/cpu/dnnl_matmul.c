@@ -278,11 +278,6 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
                 st = dnnl_post_ops_append_sum(po, 1.0f);
             }
             for (int p = 0; st == dnnl_success && p < d->n_post; p++) {
-                if (d->post[p] == TS_MM_POST_RELU) {
-                    call = "dnnl_post_ops_append_eltwise";
-                    st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
-                    continue;
-                }
                 dnnl_memory_desc_t md1;
                 call = "dnnl_memory_desc_init_by_strides(post-op)";
                 if (d->post[p] == TS_MM_POST_BIAS)

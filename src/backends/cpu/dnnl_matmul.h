@@ -62,7 +62,7 @@ typedef struct ts_mm_desc {
     int a_broadcast;           /* A has no batch dim: shared by every batch (not with b's) */
     int accumulate;            /* C += A*B instead of C = A*B */
     /* Post-ops on C, in order (not with accumulate; f32 C only): TS_MM_POST_BIAS adds a row
-     * [N] to every row, TS_MM_POST_ADD adds a tensor of C's shape, TS_MM_POST_RELU.
+     * [N] to every row, TS_MM_POST_ADD adds a tensor of C's shape.
      * Their operands are passed to ts_mm_run_post in the order of the adds. */
     int n_post;
     int post[4];
@@ -89,7 +89,7 @@ ts_status ts_mm_run(ts_mm *m, const void *a, const void *b, void *c, void *scrat
 ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const void *const *post,
                          void *scratch);
 
-enum { TS_MM_POST_BIAS = 1, TS_MM_POST_ADD = 2, TS_MM_POST_RELU = 3 };
+enum { TS_MM_POST_BIAS = 1, TS_MM_POST_ADD = 2 };
 
 void ts_mm_free(ts_mm *m);
 

@@ -30,10 +30,6 @@ static void epi_posts(const ts_instr *in, ts_mm_desc *d) {
     int next = 2;
     d->n_post = (int)in->a.matmul_epi.n_post;
     for (int p = 0; p < d->n_post; p++) {
-        if (in->a.matmul_epi.post[p] == TS_EPI_RELU) {
-            d->post[p] = TS_MM_POST_RELU;
-            continue;
-        }
         int full = ts_tensor_numel(&in->in[next++]) == ts_tensor_numel(&in->out[0]);
         d->post[p] = full ? TS_MM_POST_ADD : TS_MM_POST_BIAS;
     }
