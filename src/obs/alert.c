@@ -20,7 +20,7 @@ static const char *const cond_names[] = {"above", "below", "ratio_to_baseline", 
  * numbers: a fresh model's gradient norm can be anything (W1 at batch 16
  * starts near 30 and peaks at 227 by step 6, then falls below 1). A norm
  * 10x its baseline pauses; a variance 20x its baseline is worth a look (at
- * 8x, a healthy breast_cancer run of 7 000 steps fired 24 times on batch
+ * 8x, 7 000 steps of a healthy breast_cancer run fired 24 times on batch
  * noise; at 20x none, while tiny_gpt's loss spike at step 2 651, 0.004 ->
  * 1.9, is caught by both). A non-finite loss is skipped until it happens
  * three times in a row. */
