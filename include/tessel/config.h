@@ -141,6 +141,11 @@ typedef struct ts_config {
         int baseline_window;    /* steps in a baseline */
         int baseline_warmup;    /* steps before a baseline is used */
         int update_ratio_every; /* steps between update-ratio measurements; 0: none */
+        int64_t cooldown;       /* steps between one rule's snapshots/pauses/webhooks */
+        double pause_timeout;   /* seconds a pause waits for tessel ctl resume; 0: no limit */
+        int pause_timeout_stop; /* after a timed-out pause: 0 go on, 1 stop (exit 3) */
+        int snapshot_max;       /* anomaly snapshots one process writes; 0: no limit */
+        int snapshot_keep;      /* newest anomaly snapshots kept on disk; 0: all */
     } alerts;
     struct {
         int inject;          /* 0 none, 1 nan, 2 scale: corrupt training batches (testing) */

@@ -248,6 +248,21 @@ const ts_config_key cfg_keys[] = {
      "[0, 1e9]", "10",
      "steps between measurements of ||update|| / ||parameters|| (each copies the parameters; 0: "
      "never)"},
+    {"alerts.cooldown", TS_CFG_I64, FIELD(alerts, cooldown), 0, NULL, "[0, 1e15]", "100",
+     "steps after a rule's snapshot, pause or webhook before it takes one again (firings in "
+     "between are only reported; 0: no cooldown)"},
+    {"alerts.pause_timeout", TS_CFG_F64, FIELD(alerts, pause_timeout), 0, NULL, "[0, 1e9]", "600",
+     "seconds a pause waits for tessel ctl resume before alerts.pause_timeout_action (0: no "
+     "limit)"},
+    {"alerts.pause_timeout_action", TS_CFG_ENUM, FIELD(alerts, pause_timeout_stop), 0,
+     "continue|stop", NULL, "continue",
+     "after a pause nobody resumed: continue (later pauses of the run do not wait) or stop "
+     "(exit status 3)"},
+    {"alerts.snapshot_max", TS_CFG_INT, FIELD(alerts, snapshot_max), 0, NULL, "[0, 1e9]", "20",
+     "anomaly snapshots (step-N-anomaly/) one tessel train process writes at most (0: no "
+     "limit)"},
+    {"alerts.snapshot_keep", TS_CFG_INT, FIELD(alerts, snapshot_keep), 0, NULL, "[0, 1e9]", "5",
+     "newest anomaly snapshots kept in the run directory, older ones removed (0: all)"},
     /* debug: corrupting data on purpose, to test alerts */
     {"debug.inject", TS_CFG_ENUM, FIELD(debug, inject), 0, "none|nan|scale", NULL, "none",
      "corrupt training batches: nan puts a NaN in x, scale multiplies x by inject_scale"},

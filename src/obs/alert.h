@@ -1,7 +1,7 @@
 /* alert.h — alert rules over the gradient monitors (monitor.h), as the
  * config's `alerts.rules` gives them (docs/observability.md):
  *
- *     metric=grad_norm above=150 for_steps=1 action=pause
+ *     metric=grad_norm ratio_to_baseline=10 for_steps=1 action=pause
  *
  * Each rule watches one metric (loss, grad_norm, grad_variance,
  * update_ratio, nonfinite_grads) with one condition (above=X, below=X,
@@ -11,7 +11,10 @@
  *
  *     ts_alerts *al;
  *     ts_alerts_new(cfg_rules, 1, webhook_url, &al);   // 1: defaults when no rules
+ *     al->cooldown = 100;                               // optional, see ts_alerts
  *     // in the update gate, after ts_monitor_read:
+ *     al->step = step;
+ *     al->skip_metrics = overflow ? ~(1u << TS_MON_LOSS) : 0;  // a loss-scaler skip
  *     ts_alert_outcome o;
  *     ts_alerts_eval(al, mon, TS_ALERT_BEFORE_UPDATE, &o);
  *     int skip = (o.actions >> TS_AA_SKIP) & 1;  // all-reduced (MAX) across ranks
@@ -49,6 +52,7 @@ typedef struct ts_alert_rule {
     char url[256];
     int streak;    /* consecutive steps the condition held */
     int64_t fired; /* times fired */
+    int64_t acted; /* step its cooldown counts from (-1: none yet) */
 } ts_alert_rule;
 
 typedef struct ts_alert_event {
@@ -56,19 +60,31 @@ typedef struct ts_alert_event {
     double value;    /* the metric's value this step */
     double baseline; /* the baseline mean (NaN before the warm-up ends) */
     double z;        /* (value - mean) / std against the baseline (NaN before) */
+    int held;        /* fired within the rule's cooldown: reported, action not taken */
 } ts_alert_event;
 
 enum { TS_ALERT_MAX_EVENTS = 32 };
 typedef struct ts_alert_outcome {
     int n;
     ts_alert_event ev[TS_ALERT_MAX_EVENTS];
-    unsigned actions; /* bit 1 << ts_alert_action for every action that fired */
+    unsigned actions; /* bit 1 << ts_alert_action for every action to take */
 } ts_alert_outcome;
+
+/* Actions a cooldown holds back (they cost a checkpoint, a wait or a
+ * message); log, skip_step and stop always act. */
+#define TS_ALERT_COOLDOWN_ACTIONS                                                                  \
+    ((1u << TS_AA_SNAPSHOT) | (1u << TS_AA_PAUSE) | (1u << TS_AA_WEBHOOK))
 
 typedef struct ts_alerts {
     ts_alert_rule *rules;
     int n;
     char webhook_url[256];
+    /* Set by the caller (0 after ts_alerts_new): */
+    int64_t cooldown;      /* steps after a rule's snapshot/pause/webhook before it takes
+                              one again; firings in between are events with held = 1 */
+    int64_t step;          /* the step being evaluated (for the cooldown) */
+    unsigned skip_metrics; /* bits 1 << ts_mon_metric: rules on these metrics are not
+                              evaluated this step (streaks kept) */
 } ts_alerts;
 
 const char *ts_alert_action_name(int action);

@@ -25,18 +25,34 @@ static double read_loss(const ts_plan *p) {
     return ts_plan_read(p, "loss", &v, sizeof v) == TS_OK ? (double)v : NAN;
 }
 
-/* Monitors and the rules that can still stop the update: the gate. */
-static ts_status before_update(ts_alert_runner *ar, ts_plan *p) {
+/* 1 when the plan's loss scaler found non-finite gradients this step: it
+ * skips the update and backs off the scale, routinely. found_inf is the
+ * unscale node's output, current in the gate and after the step. */
+static int scaler_overflow(const ts_plan *p) {
+    if (!ts_plan_loss_scale(p, NULL, NULL, NULL)) return 0;
+    float found = 0;
+    return ts_plan_read(p, "found_inf", &found, sizeof found) == TS_OK && found != 0.0f;
+}
+
+/* Monitors and the rules that can still stop the update: the gate. On a
+ * step the loss scaler skips, the gradients are those of an overflowed
+ * scaled loss: only rules on the loss judge it, and it stays out of the
+ * baselines (ts_alert_runner_step). */
+static ts_status before_update(ts_alert_runner *ar, ts_plan *p, int64_t step) {
     ts_status s = ts_monitor_read(ar->mon, p, read_loss(p));
     if (s == TS_OK) s = ts_monitor_before_update(ar->mon, p);
     if (s != TS_OK) return s;
+    ar->overflow = scaler_overflow(p);
+    ar->al->step = step;
+    ar->al->skip_metrics = ar->overflow ? ~(1u << TS_MON_LOSS) : 0;
     ts_alerts_eval(ar->al, ar->mon, TS_ALERT_BEFORE_UPDATE, &ar->pre);
     return TS_OK;
 }
 
 static ts_status gate(ts_plan *p, void *user, ts_gate_decision *out) {
     ts_alert_runner *ar = user;
-    ts_status s = before_update(ar, p);
+    /* the gate runs inside step N = the steps done so far + 1 */
+    ts_status s = before_update(ar, p, ts_plan_step_count(p) + 1);
     if (s != TS_OK) return s;
     ar->gated = 1;
     /* In data-parallel runs every rank must take the same decision, or
@@ -60,6 +76,9 @@ ts_status ts_alert_runner_new(ts_plan *plan, const ts_alert_run_config *cfg,
     ar->plan = plan;
     ar->cfg = *cfg;
     ts_status s = ts_alerts_new(cfg->rules, cfg->defaults, cfg->webhook_url, &ar->al);
+    if (s == TS_OK && cfg->cooldown < 0)
+        s = ts_fail(TS_ERR_INVALID, "alerts.cooldown %lld must be >= 0", (long long)cfg->cooldown);
+    if (s == TS_OK) ar->al->cooldown = cfg->cooldown;
     if (s == TS_OK)
         s = ts_monitor_new(plan, cfg->window, cfg->warmup, cfg->update_ratio_every, &ar->mon);
     if (s != TS_OK) {
@@ -92,14 +111,17 @@ void ts_alert_runner_free(ts_alert_runner *ar) {
  * fatal: the run goes on. */
 static ts_status publish(ts_alert_runner *ar, const ts_alert_event *e, int64_t step) {
     const ts_alert_rule *r = e->rule;
-    char desc[160], base[64] = "";
+    char desc[160], base[64] = "", held[96] = "";
     if (!isnan(e->baseline))
         snprintf(base, sizeof base, ", baseline %.6g, z %.3g", e->baseline, e->z);
+    if (e->held)
+        snprintf(held, sizeof held, " (held: cooldown until step %lld)",
+                 (long long)(r->acted + ar->al->cooldown));
     if (ar->pr)
-        ts_progress_log(ar->pr, "alert: step %lld: rule '%s' (%s): %s = %.6g%s -> %s",
+        ts_progress_log(ar->pr, "alert: step %lld: rule '%s' (%s): %s = %.6g%s -> %s%s",
                         (long long)step, r->name, ts_alert_describe(r, desc, sizeof desc),
                         ts_mon_metric_name(r->metric), e->value, base,
-                        ts_alert_action_name(r->action));
+                        ts_alert_action_name(r->action), held);
     ts_status s = TS_OK;
     if (ar->tm) {
         s = ts_train_metrics_alert(ar->tm, r->name, ts_alert_action_name(r->action));
@@ -119,7 +141,7 @@ static ts_status publish(ts_alert_runner *ar, const ts_alert_event *e, int64_t s
     char *json = ts_alert_json(e, step, ar->cfg.rank, ar->run_dir);
     if (!json) return ts_fail(TS_ERR_NOMEM, "out of memory for an alert");
     if (ar->audit) s = ts_audit_append(ar->audit, "alert", json);
-    if (s == TS_OK && r->action == TS_AA_WEBHOOK) {
+    if (s == TS_OK && r->action == TS_AA_WEBHOOK && !e->held) {
         const char *url = r->url[0] ? r->url : ar->al->webhook_url;
         if (ts_webhook_post(url, json, 5.0) != TS_OK && ar->pr)
             ts_progress_log(ar->pr, "alert: warning: %s", ts_last_error());
@@ -134,10 +156,11 @@ ts_status ts_alert_runner_step(ts_alert_runner *ar, int64_t step, unsigned *acti
     *actions = 0;
     ts_status s = TS_OK;
     /* A plan without an update phase never asks the gate. */
-    if (!ar->gated && (s = before_update(ar, ar->plan)) != TS_OK) return s;
+    if (!ar->gated && (s = before_update(ar, ar->plan, step)) != TS_OK) return s;
     if ((s = ts_monitor_after_update(ar->mon, ar->plan)) != TS_OK) return s;
     if (ar->skipped) ar->mon->value[TS_MON_UPDATE_RATIO] = 0; /* nothing was applied */
     ts_alert_outcome post;
+    ar->al->step = step;
     ts_alerts_eval(ar->al, ar->mon, TS_ALERT_AFTER_UPDATE, &post);
     ar->stop_rule = ar->pause_rule = ar->snapshot_rule = NULL;
     const ts_alert_outcome *both[2] = {&ar->pre, &post};
@@ -145,8 +168,9 @@ ts_status ts_alert_runner_step(ts_alert_runner *ar, int64_t step, unsigned *acti
         for (int i = 0; i < both[k]->n && s == TS_OK; i++) {
             const ts_alert_event *e = &both[k]->ev[i];
             if (e->rule->action == TS_AA_STOP && !ar->stop_rule) ar->stop_rule = e->rule;
-            if (e->rule->action == TS_AA_PAUSE && !ar->pause_rule) ar->pause_rule = e->rule;
-            if (e->rule->action == TS_AA_SNAPSHOT && !ar->snapshot_rule)
+            if (e->rule->action == TS_AA_PAUSE && !ar->pause_rule && !e->held)
+                ar->pause_rule = e->rule;
+            if (e->rule->action == TS_AA_SNAPSHOT && !ar->snapshot_rule && !e->held)
                 ar->snapshot_rule = e->rule;
             s = publish(ar, e, step);
         }
@@ -163,9 +187,12 @@ ts_status ts_alert_runner_step(ts_alert_runner *ar, int64_t step, unsigned *acti
             s = ts_train_metrics_group(ar->tm, ar->mon->groups[k].name, ar->mon->groups[k].norm,
                                        ar->mon->groups[k].update_ratio);
     }
-    /* An anomalous step stays out of the baselines it is judged against. */
-    ts_monitor_commit(ar->mon, ar->pre.n + post.n == 0 && !ar->skipped);
-    ar->gated = ar->skipped = 0;
+    /* Every step with real gradients joins the baselines, clipped (so an
+     * anomaly barely moves them and a new level is learnt: monitor.h); a
+     * step the loss scaler skipped has none. */
+    if (ar->overflow) ar->overflow_total++;
+    ts_monitor_commit(ar->mon, !ar->overflow);
+    ar->gated = ar->skipped = ar->overflow = 0;
     memset(&ar->pre, 0, sizeof ar->pre);
     return s;
 }
@@ -197,16 +224,17 @@ static void on_usr1(int sig) {
     usr1_seen = 1;
 }
 
-ts_status ts_alert_pause(const char *run_dir, int64_t step, const char *rule,
-                         volatile sig_atomic_t *stop, ts_progress *pr, int *resumed) {
-    *resumed = 0;
+ts_status ts_alert_pause_for(const char *run_dir, int64_t step, const char *rule, double timeout_s,
+                             volatile sig_atomic_t *stop, ts_progress *pr, ts_pause_end *end) {
+    *end = TS_PAUSE_STOPPED;
     /* PAUSED and RESUME are reached without following links (core/fsat.h). */
     ts_dir run;
     ts_status ds = ts_dir_open(&run, run_dir, 0);
     if (ds != TS_OK) return ds;
-    char text[400];
-    snprintf(text, sizeof text, "{\"pid\":%ld,\"step\":%lld,\"rule\":\"%.300s\"}\n", (long)getpid(),
-             (long long)step, rule);
+    char text[448];
+    snprintf(text, sizeof text,
+             "{\"pid\":%ld,\"step\":%lld,\"rule\":\"%.300s\",\"timeout_s\":%.17g}\n",
+             (long)getpid(), (long long)step, rule, timeout_s > 0 ? timeout_s : 0.0);
     /* a stale request must not end this pause at once */
     ds = ts_dir_unlink(&run, "RESUME");
     if (ds == TS_OK) ds = ts_dir_replace(&run, "PAUSED", text, strlen(text), 0644, 0);
@@ -215,11 +243,13 @@ ts_status ts_alert_pause(const char *run_dir, int64_t step, const char *rule,
         ts_error_prefix("pause");
         return ds;
     }
+    char limit[64] = "";
+    if (timeout_s > 0) snprintf(limit, sizeof limit, ", at most %g s", timeout_s);
     if (pr)
         ts_progress_log(pr,
                         "paused after step %lld by alert rule '%s': waiting for `tessel ctl "
-                        "resume %s` (pid %ld)",
-                        (long long)step, rule, run_dir, (long)getpid());
+                        "resume %s` (pid %ld%s)",
+                        (long long)step, rule, run_dir, (long)getpid(), limit);
     const double t0 = ts_now();
     const struct timespec tick = {0, 100 * 1000 * 1000};
     struct sigaction sa, old_sa;
@@ -232,7 +262,11 @@ ts_status ts_alert_pause(const char *run_dir, int64_t step, const char *rule,
     while (!(stop && *stop)) {
         struct stat rs;
         if (fstatat(run.fd, "RESUME", &rs, AT_SYMLINK_NOFOLLOW) == 0 || (by_signal = usr1_seen)) {
-            *resumed = 1;
+            *end = TS_PAUSE_RESUMED;
+            break;
+        }
+        if (timeout_s > 0 && ts_now() - t0 >= timeout_s) {
+            *end = TS_PAUSE_TIMED_OUT;
             break;
         }
         nanosleep(&tick, NULL);
@@ -244,9 +278,18 @@ ts_status ts_alert_pause(const char *run_dir, int64_t step, const char *rule,
     ts_dir_close(&run);
     if (pr)
         ts_progress_log(pr, "%s after %.1f s paused at step %lld",
-                        !*resumed   ? "stop requested while"
-                        : by_signal ? "resumed by SIGUSR1"
-                                    : "resumed by tessel ctl",
+                        *end == TS_PAUSE_STOPPED     ? "stop requested while"
+                        : *end == TS_PAUSE_TIMED_OUT ? "nobody resumed the run: timed out"
+                        : by_signal                  ? "resumed by SIGUSR1"
+                                                     : "resumed by tessel ctl",
                         ts_now() - t0, (long long)step);
     return TS_OK;
+}
+
+ts_status ts_alert_pause(const char *run_dir, int64_t step, const char *rule,
+                         volatile sig_atomic_t *stop, ts_progress *pr, int *resumed) {
+    ts_pause_end end = TS_PAUSE_STOPPED;
+    ts_status s = ts_alert_pause_for(run_dir, step, rule, 0, stop, pr, &end);
+    *resumed = end == TS_PAUSE_RESUMED;
+    return s;
 }

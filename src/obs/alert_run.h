@@ -22,6 +22,7 @@
 
 #include <signal.h>
 #include "obs/alert.h"
+#include "obs/anomaly.h"
 #include "obs/metrics.h"
 #include "obs/progress.h"
 #include "obs/tfevents.h"
@@ -35,7 +36,8 @@ typedef struct ts_alert_run_config {
     int window, warmup;     /* baseline */
     int update_ratio_every; /* measure ||update|| / ||param|| every N steps (0: never) */
     int rank;
-    ts_comm *comm; /* data parallel (NULL: one process): the ranks agree on skip_step */
+    ts_comm *comm;    /* data parallel (NULL: one process): the ranks agree on skip_step */
+    int64_t cooldown; /* alerts.cooldown: steps between a rule's snapshots, pauses, webhooks */
 } ts_alert_run_config;
 
 typedef struct ts_alert_runner {
@@ -46,8 +48,12 @@ typedef struct ts_alert_runner {
     ts_alert_outcome pre; /* rules evaluated in the gate */
     int gated;            /* the gate ran this step */
     int skipped;          /* ... and skipped the update */
-    int64_t skipped_total, fired_total;
+    int overflow;         /* the loss scaler skips this step (non-finite gradients) */
+    int64_t skipped_total, fired_total, overflow_total;
     const ts_alert_rule *stop_rule, *pause_rule, *snapshot_rule;
+    /* kept for the session, which acts on snapshot and pause: */
+    ts_anomaly_budget snaps; /* anomaly snapshots: cap and retention (anomaly.h) */
+    int pause_unanswered;    /* a pause timed out and the run went on: no more waits */
     /* where alerts go (each may be NULL) */
     ts_progress *pr;
     ts_train_metrics *tm;
@@ -74,9 +80,21 @@ ts_status ts_alert_runner_scalars(const ts_alert_runner *ar, ts_tfevents *tb, in
 void ts_alert_inject(int kind, int64_t first, int count, double scale, int64_t step, void *x,
                      size_t bytes);
 
-/* Pause: write RUN_DIR/PAUSED (pid, step, rule) and wait until
- * `tessel ctl resume RUN_DIR` creates RUN_DIR/RESUME (polled every 100 ms)
- * or *stop becomes non-zero (*resumed says which). */
+/* How a pause ended. */
+typedef enum ts_pause_end {
+    TS_PAUSE_STOPPED,   /* *stop became non-zero (Ctrl-C, SIGTERM) */
+    TS_PAUSE_RESUMED,   /* tessel ctl resume, or SIGUSR1 */
+    TS_PAUSE_TIMED_OUT, /* nobody answered within timeout_s */
+} ts_pause_end;
+
+/* Pause: write RUN_DIR/PAUSED (pid, step, rule, timeout_s) and wait until
+ * `tessel ctl resume RUN_DIR` creates RUN_DIR/RESUME (polled every 100 ms),
+ * SIGUSR1 arrives, *stop becomes non-zero, or timeout_s seconds pass
+ * (timeout_s <= 0: no limit); *end says which. */
+ts_status ts_alert_pause_for(const char *run_dir, int64_t step, const char *rule, double timeout_s,
+                             volatile sig_atomic_t *stop, ts_progress *pr, ts_pause_end *end);
+/* The same without a time limit; *resumed is 1 when resumed, 0 when
+ * stopped. */
 ts_status ts_alert_pause(const char *run_dir, int64_t step, const char *rule,
                          volatile sig_atomic_t *stop, ts_progress *pr, int *resumed);
 

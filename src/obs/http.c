@@ -1,6 +1,9 @@
-/* http.c — /metrics over libmicrohttpd. MHD runs its own polling thread;
- * each request renders the registry under the registry's mutex, so the
- * training thread's lock-free updates never wait for a scrape. */
+/* http.c — /metrics over libmicrohttpd. MHD runs its own polling thread
+ * (epoll on Linux, so many idle sockets cost nothing per poll); each
+ * request renders the registry under the registry's mutex, so the
+ * training thread's lock-free updates never wait for a scrape. Idle
+ * clients are bounded by a generous connection limit and a short idle
+ * timeout (http.h), so they cannot lock scrapers out. */
 #include "obs/http.h"
 
 #include <arpa/inet.h>
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "core/core.h"
@@ -20,6 +24,7 @@ struct ts_http_server {
     struct MHD_Daemon *daemon;
     ts_metrics *metrics;
     int port;
+    unsigned limit;
     atomic_ulong scrapes;
 };
 
@@ -104,13 +109,26 @@ static ts_status probe_bind(const struct sockaddr *sa, socklen_t len, const char
     return ts_fail(TS_ERR_IO, "metrics server on %s: cannot bind: %s", where, strerror(err));
 }
 
+/* TS_HTTP_MAX_CONNECTIONS, or a quarter of the descriptors this process
+ * may open when that is fewer: the run's data, checkpoint and log files
+ * need the rest. */
+static unsigned connection_limit(void) {
+    struct rlimit rl;
+    unsigned lim = TS_HTTP_MAX_CONNECTIONS;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 4 < lim)
+        lim = rl.rlim_cur / 4 < 8 ? 8 : (unsigned)(rl.rlim_cur / 4);
+    return lim;
+}
+
 ts_status ts_http_serve_metrics(ts_metrics *m, const char *addr, int port, ts_http_server **out) {
     if (!out) return ts_fail(TS_ERR_INVALID, "metrics server: NULL output pointer");
     *out = NULL;
     if (!m) return ts_fail(TS_ERR_INVALID, "metrics server: NULL registry");
     if (port < 0 || port > 65535)
         return ts_fail(TS_ERR_INVALID, "metrics server: port %d is outside 0..65535", port);
-    if (!addr) addr = "0.0.0.0";
+    /* This host only unless the caller names an interface: the metrics
+     * describe the run (paths in labels, throughput, the build). */
+    if (!addr) addr = "127.0.0.1";
 
     struct sockaddr_in in4;
     struct sockaddr_in6 in6;
@@ -147,11 +165,12 @@ ts_status ts_http_serve_metrics(ts_metrics *m, const char *addr, int port, ts_ht
     ts_http_server *s = ts_zalloc(sizeof *s, "metrics server");
     if (!s) return TS_ERR_NOMEM;
     s->metrics = m;
+    s->limit = connection_limit();
     atomic_init(&s->scrapes, 0);
-    s->daemon =
-        MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, handle, s, MHD_OPTION_EXTERNAL_LOGGER,
-                         mhd_log, NULL, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)10, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32, MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, handle, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)TS_HTTP_IDLE_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_LIMIT, s->limit, MHD_OPTION_END);
     if (!s->daemon) {
         free(s);
         /* The probe bound, so what is left is a port taken in between or
@@ -175,6 +194,10 @@ ts_status ts_http_serve_metrics(ts_metrics *m, const char *addr, int port, ts_ht
 
 int ts_http_port(const ts_http_server *s) {
     return s ? s->port : 0;
+}
+
+unsigned ts_http_connection_limit(const ts_http_server *s) {
+    return s ? s->limit : 0;
 }
 
 unsigned long ts_http_scrapes(const ts_http_server *s) {

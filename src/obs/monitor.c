@@ -41,6 +41,13 @@ void ts_baseline_free(ts_baseline *b) {
 
 void ts_baseline_push(ts_baseline *b, double v) {
     if (!b->ring || !isfinite(v)) return;
+    if (ts_baseline_ready(b)) {
+        /* An anomaly must not become the baseline it is judged against,
+         * yet a new level must: clip, never drop (see monitor.h). */
+        const double mu = ts_baseline_mean(b), reach = 3 * ts_baseline_std(b) + fabs(mu);
+        if (v > mu + reach) v = mu + reach;
+        if (v < mu - reach) v = mu - reach;
+    }
     b->ring[b->head] = v;
     b->head = (b->head + 1) % b->window;
     if (b->n < b->window) b->n++;

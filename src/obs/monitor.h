@@ -21,7 +21,12 @@
 #include "tessel/plan.h"
 
 /* A windowed baseline: mean and standard deviation of the last `window`
- * values pushed, usable once `warmup` values have been pushed. */
+ * values pushed, usable once `warmup` values have been pushed. Once it is
+ * usable, a value enters clipped to mean +- (3 std + |mean|): one spike
+ * moves the baseline little, while a lasting change of level is taken in
+ * within a few dozen steps (each clipped value still moves the mean by
+ * |mean| / window or more), so the baseline follows the run instead of
+ * staying at its early level. */
 typedef struct ts_baseline {
     int window, warmup;
     double *ring;
@@ -31,7 +36,8 @@ typedef struct ts_baseline {
 
 ts_status ts_baseline_init(ts_baseline *b, int window, int warmup);
 void ts_baseline_free(ts_baseline *b);
-/* Non-finite values are not pushed (they would poison the window). */
+/* Non-finite values are not pushed (they would poison the window); see
+ * above for the clipping. */
 void ts_baseline_push(ts_baseline *b, double v);
 int ts_baseline_ready(const ts_baseline *b);
 /* Mean and population standard deviation of the window (NaN if empty). */
@@ -87,8 +93,9 @@ void ts_monitor_free(ts_monitor *m);
 ts_status ts_monitor_read(ts_monitor *m, const ts_plan *p, double loss);
 ts_status ts_monitor_before_update(ts_monitor *m, const ts_plan *p);
 ts_status ts_monitor_after_update(ts_monitor *m, const ts_plan *p);
-/* Push this step's finite values into the baselines (push 0: an anomalous
- * step, e.g. one whose update was skipped, stays out of them). */
+/* Push this step's finite values into the baselines (clipped, see
+ * ts_baseline_push); push 0 leaves the step out (a step the loss scaler
+ * skipped: its gradients overflowed and say nothing about the run). */
 void ts_monitor_commit(ts_monitor *m, int push);
 
 #endif

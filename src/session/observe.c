@@ -177,70 +177,122 @@ ts_status ts_sess_alerts_setup(session *s) {
                               c->alerts.baseline_warmup,
                               c->alerts.update_ratio_every,
                               s->rank,
-                              s->nranks > 1 ? s->o->comm : NULL};
-    return ts_alert_runner_new(s->plan, &ac, &s->ar);
+                              s->nranks > 1 ? s->o->comm : NULL,
+                              c->alerts.cooldown};
+    ts_status st = ts_alert_runner_new(s->plan, &ac, &s->ar);
+    if (st == TS_OK)
+        s->ar->snaps = (ts_anomaly_budget){c->alerts.snapshot_max, c->alerts.snapshot_keep, 0, 0};
+    return st;
+}
+
+/* An anomaly checkpoint RUN_DIR/step-N-anomaly/ (actions snapshot and
+ * pause), within the budget of alerts.snapshot_max, then retention of the
+ * newest alerts.snapshot_keep. */
+static ts_status anomaly_snapshot(session *s, int64_t step) {
+    ts_session_result *r = s->r;
+    ts_alert_runner *ar = s->ar;
+    const char *rule = ar->snapshot_rule ? ar->snapshot_rule->name
+                       : ar->pause_rule  ? ar->pause_rule->name
+                                         : "?";
+    if (!r->run_dir[0]) {
+        ts_progress_log(&s->pr, "alert: no run directory: no snapshot at step %lld",
+                        (long long)step);
+        return TS_OK;
+    }
+    if (!ts_anomaly_admit(&ar->snaps)) {
+        ts_progress_log(&s->pr,
+                        "alert: no snapshot at step %lld (rule '%s'): this run wrote "
+                        "alerts.snapshot_max = %d already",
+                        (long long)step, rule, ar->snaps.max);
+        return TS_OK;
+    }
+    ts_status st = TS_OK;
+    if (!s->sv && !s->asv) {
+        ts_ckpt_options co = ts_ckpt_options_default();
+        co.sign_key = ts_config_sign_key(&s->c);
+        co.audit = s->audit;
+        if ((st = ts_ckpt_saver_new(r->run_dir, s->plan, &co, &s->asv)) != TS_OK) return st;
+    }
+    ts_ckpt_saver *sv = s->sv ? s->sv : s->asv;
+    if ((st = ts_ckpt_saver_set_tag(sv, "anomaly")) != TS_OK) return st;
+    ts_ckpt_meta meta = {s->ident,
+                         s->ident_bytes,
+                         s->lineage,
+                         s->n_lineage,
+                         s->loader ? ts_loader_position(s->loader) : step,
+                         s->loader ? ts_loader_epoch(s->loader) : 0};
+    st = ts_ckpt_saver_begin(sv, s->plan, &meta);
+    if (st == TS_OK) st = ts_ckpt_saver_wait(sv);
+    if (st != TS_OK) {
+        ts_error_prefix("alert snapshot at step %lld", (long long)step);
+        return st;
+    }
+    ts_progress_log(&s->pr, "alert: snapshot %s/step-%08lld-anomaly (rule '%s')", r->run_dir,
+                    (long long)step, rule);
+    r->anomaly_snapshots++;
+    int removed = 0;
+    if ((st = ts_anomaly_retain(r->run_dir, ar->snaps.keep, &removed)) != TS_OK) return st;
+    if (removed)
+        ts_progress_log(&s->pr,
+                        "alert: removed %d older anomaly snapshot%s (alerts.snapshot_keep = %d)",
+                        removed, removed == 1 ? "" : "s", ar->snaps.keep);
+    return TS_OK;
+}
+
+/* A clean stop by an alert rule: checkpoint when the run saves them. */
+static ts_status alert_stop(session *s, int64_t step, const char *rule) {
+    ts_session_result *r = s->r;
+    r->stopped_by_alert = 1;
+    snprintf(r->alert_rule, sizeof r->alert_rule, "%s", rule);
+    ts_progress_log(&s->pr, "stopped by alert rule '%s' after step %lld", r->alert_rule,
+                    (long long)step);
+    return s->sv && s->c.ckpt.every > 0 ? ts_sess_save_checkpoint(s, step) : TS_OK;
+}
+
+/* A pause that waits for tessel ctl resume at most alerts.pause_timeout
+ * seconds; then alerts.pause_timeout_action: stop, or go on without
+ * waiting at later pauses (nobody is there to answer them). */
+static ts_status alert_pause(session *s, int64_t step) {
+    ts_session_result *r = s->r;
+    ts_alert_runner *ar = s->ar;
+    const char *rule = ar->pause_rule ? ar->pause_rule->name : "?";
+    if (!r->run_dir[0]) {
+        ts_progress_log(&s->pr, "alert: no run directory to resume through: not pausing");
+        return TS_OK;
+    }
+    if (ar->pause_unanswered) {
+        ts_progress_log(&s->pr,
+                        "alert: not pausing at step %lld (rule '%s'): an earlier pause of this "
+                        "run timed out unanswered",
+                        (long long)step, rule);
+        return TS_OK;
+    }
+    ts_pause_end end;
+    ts_status st = ts_alert_pause_for(r->run_dir, step, rule, s->c.alerts.pause_timeout, s->o->stop,
+                                      &s->pr, &end);
+    if (st != TS_OK) return st;
+    r->pauses++;
+    if (end != TS_PAUSE_TIMED_OUT) return TS_OK;
+    if (s->c.alerts.pause_timeout_stop) {
+        ts_progress_log(&s->pr, "alert: alerts.pause_timeout_action is stop");
+        return alert_stop(s, step, rule);
+    }
+    ar->pause_unanswered = 1;
+    ts_progress_log(&s->pr,
+                    "alert: going on (alerts.pause_timeout_action: continue); later pauses of "
+                    "this run will not wait");
+    return TS_OK;
 }
 
 /* What the fired rules do to the run: an anomaly checkpoint (snapshot,
  * and before a pause), the pause itself, or a clean stop. */
 ts_status ts_sess_alert_actions(session *s, int64_t step, unsigned act) {
-    ts_session_result *r = s->r;
-    const ts_alert_runner *ar = s->ar;
     const int pause = (act >> TS_AA_PAUSE) & 1, stop = (act >> TS_AA_STOP) & 1;
     ts_status st = TS_OK;
-    if (((act >> TS_AA_SNAPSHOT) & 1) || pause) {
-        if (!r->run_dir[0]) {
-            ts_progress_log(&s->pr, "alert: no run directory: no snapshot at step %lld",
-                            (long long)step);
-        } else {
-            if (!s->sv && !s->asv) {
-                ts_ckpt_options co = ts_ckpt_options_default();
-                co.sign_key = ts_config_sign_key(&s->c);
-                co.audit = s->audit;
-                if ((st = ts_ckpt_saver_new(r->run_dir, s->plan, &co, &s->asv)) != TS_OK) return st;
-            }
-            ts_ckpt_saver *sv = s->sv ? s->sv : s->asv;
-            if ((st = ts_ckpt_saver_set_tag(sv, "anomaly")) != TS_OK) return st;
-            ts_ckpt_meta meta = {s->ident,
-                                 s->ident_bytes,
-                                 s->lineage,
-                                 s->n_lineage,
-                                 s->loader ? ts_loader_position(s->loader) : step,
-                                 s->loader ? ts_loader_epoch(s->loader) : 0};
-            st = ts_ckpt_saver_begin(sv, s->plan, &meta);
-            if (st == TS_OK) st = ts_ckpt_saver_wait(sv);
-            if (st != TS_OK) {
-                ts_error_prefix("alert snapshot at step %lld", (long long)step);
-                return st;
-            }
-            ts_progress_log(&s->pr, "alert: snapshot %s/step-%08lld-anomaly (rule '%s')",
-                            r->run_dir, (long long)step,
-                            ar->snapshot_rule ? ar->snapshot_rule->name
-                            : ar->pause_rule  ? ar->pause_rule->name
-                                              : "?");
-            r->anomaly_snapshots++;
-        }
-    }
-    if (stop) {
-        r->stopped_by_alert = 1;
-        snprintf(r->alert_rule, sizeof r->alert_rule, "%s",
-                 ar->stop_rule ? ar->stop_rule->name : "");
-        ts_progress_log(&s->pr, "stopped by alert rule '%s' after step %lld", r->alert_rule,
-                        (long long)step);
-        if (s->sv && s->c.ckpt.every > 0) st = ts_sess_save_checkpoint(s, step);
-        return st;
-    }
-    if (pause) {
-        if (!r->run_dir[0]) {
-            ts_progress_log(&s->pr, "alert: no run directory to resume through: not pausing");
-            return TS_OK;
-        }
-        int resumed = 0;
-        st = ts_alert_pause(r->run_dir, step, ar->pause_rule ? ar->pause_rule->name : "?",
-                            s->o->stop, &s->pr, &resumed);
-        if (st == TS_OK) r->pauses++;
-    }
-    return st;
+    if (((act >> TS_AA_SNAPSHOT) & 1) || pause) st = anomaly_snapshot(s, step);
+    if (st != TS_OK) return st;
+    if (stop) return alert_stop(s, step, s->ar->stop_rule ? s->ar->stop_rule->name : "");
+    return pause ? alert_pause(s, step) : TS_OK;
 }
 
 /* ---- --trace -------------------------------------------------------------- */

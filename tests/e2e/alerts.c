@@ -12,8 +12,9 @@
  *   before it, updates_applied lags step by one, and the run completes;
  * - the default rules: a NaN loss three steps in a row is skipped twice,
  *   then the run stops with exit status 3 and the documented message;
- *   an explosion pauses the run (PAUSED appears, the process waits), and
- *   `tessel ctl resume RUN_DIR` lets it finish;
+ *   an explosion once the baselines are warm (step 25 of 30) pauses the
+ *   run (PAUSED appears, the process waits), and `tessel ctl resume
+ *   RUN_DIR` lets it finish;
  * - webhook: a receiver on loopback in this process gets one POST with the
  *   JSON body of the alert. */
 #include <arpa/inet.h>
@@ -182,8 +183,10 @@ static void test_default_stop(void) {
 }
 
 static void test_default_pause(void) {
-    write_cfg("pause.yaml", 10,
-              "debug:\n  inject: scale\n  inject_step: 3\n  inject_scale: 10000\n");
+    /* The default explosion rule compares with the gradient norm's
+     * baseline, which is used after alerts.baseline_warmup (20) steps. */
+    write_cfg("pause.yaml", 30,
+              "debug:\n  inject: scale\n  inject_step: 25\n  inject_scale: 10000\n");
     char run[160], out[200], cfg[160], paused[200];
     snprintf(run, sizeof run, "%s/pause", dir);
     snprintf(out, sizeof out, "%s/pause.out", dir);
@@ -204,11 +207,11 @@ static void test_default_pause(void) {
     int status = 0;
     CHECK(waitpid(pid, &status, WNOHANG) == 0, "the paused run exited");
     char *log = e2e_slurp(out, NULL);
-    CHECK(strstr(log, "paused after step 3 by alert rule 'grad_norm_explosion'") != NULL,
+    CHECK(strstr(log, "paused after step 25 by alert rule 'grad_norm_explosion'") != NULL,
           "no pause line:\n%s", log);
     free(log);
     char snap[220];
-    snprintf(snap, sizeof snap, "%s/step-00000003-anomaly/manifest.json", run);
+    snprintf(snap, sizeof snap, "%s/step-00000025-anomaly/manifest.json", run);
     CHECK(exists(snap), "no checkpoint before the pause");
     e2e_result r = e2e_runf("ctl resume %s", run);
     CHECK(r.rc == 0 && strstr(r.out, "resumed"), "ctl resume: exit %d\n%s%s", r.rc, r.out, r.err);
@@ -216,7 +219,7 @@ static void test_default_pause(void) {
     if (waitpid(pid, &status, 0) != pid) status = -1;
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "paused run ended with status %d", status);
     log = e2e_slurp(out, NULL);
-    CHECK(strstr(log, "resumed by tessel ctl") && strstr(log, "done: 10 steps"),
+    CHECK(strstr(log, "resumed by tessel ctl") && strstr(log, "done: 30 steps"),
           "the run did not go on after the resume:\n%s", log);
     free(log);
     r = e2e_runf("ctl resume %s", run);

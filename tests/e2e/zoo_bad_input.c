@@ -25,7 +25,7 @@ static void write_text(const char *path, const char *text) {
 /* `tessel train ARGS --out DIR/bad` exits 2 with m1 (and m2) in stderr and
  * leaves no run directory. */
 static void expect(const char *what, const char *args, const char *m1, const char *m2) {
-    e2e_result r = e2e_runf("train %s --set alerts.defaults=false --out %s", args, e2e_path("bad"));
+    e2e_result r = e2e_runf("train %s --out %s", args, e2e_path("bad"));
     CHECK(r.rc == 2 && strstr(r.err, m1) && (!m2 || strstr(r.err, m2)),
           "%s: exit %d, want '%s'%s%s: %s", what, r.rc, m1, m2 ? " and " : "", m2 ? m2 : "", r.err);
     struct stat st;

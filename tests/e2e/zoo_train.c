@@ -40,8 +40,7 @@ static char *train_twice(const char *name, const char *args) {
     snprintf(b, sizeof b, "%s-b", name);
     for (int k = 0; k < 2; k++) {
         e2e_result r =
-            e2e_runf("train %s --set ckpt.every=1000 --set alerts.defaults=false --out %s", args,
-                     e2e_path(k ? b : a));
+            e2e_runf("train %s --set ckpt.every=1000 --out %s", args, e2e_path(k ? b : a));
         CHECK(r.rc == 0, "%s: exit %d\n%s%s", name, r.rc, r.out, r.err);
         if (k == 0) printf("%s", r.out);
         e2e_done(&r);
@@ -83,7 +82,7 @@ static void test_gru(void) {
     /* Two processes, 16 rows each: the batch splits as for the mlp. */
     e2e_result r = e2e_runf("train examples/w2.yaml --procs 2 --set model.batch=32 --set "
                             "model.window=16 --set model.features=4 --set model.hidden=16 --set "
-                            "model.n_layers=1 --set train.steps=4 --set alerts.defaults=false "
+                            "model.n_layers=1 --set train.steps=4 "
                             "--out %s",
                             e2e_path("gru-procs"));
     CHECK(r.rc == 0 && strstr(r.out, "data parallel: 2 processes"), "gru --procs 2: exit %d\n%s%s",
@@ -130,9 +129,8 @@ static void test_lstm_csv(void) {
     free(s);
 
     /* The same series as a regression (float label, model.classes unset). */
-    e2e_result r = e2e_runf(
-        "train %s --set data.path=%s --set data.label=level --set alerts.defaults=false --out %s",
-        e2e_path("lstm.yaml"), e2e_path("series.csv"), e2e_path("lstm-reg"));
+    e2e_result r = e2e_runf("train %s --set data.path=%s --set data.label=level --out %s",
+                            e2e_path("lstm.yaml"), e2e_path("series.csv"), e2e_path("lstm-reg"));
     CHECK(r.rc == 0, "lstm regression: exit %d\n%s", r.rc, r.err);
     e2e_done(&r);
     s = summary("lstm-reg");
@@ -170,8 +168,7 @@ static void test_unet3d(void) {
     write_text(e2e_path("unet_npy.yaml"),
                "model: {name: unet3d, batch: 2, c1: 4, c2: 8, c3: 8}\n"
                "data: {source: npy, val_fraction: 0.25}\n"
-               "train: {optimizer: adam, lr: 0.01, steps: 12, metrics: [accuracy, dice, miou]}\n"
-               "alerts: {defaults: false}\n");
+               "train: {optimizer: adam, lr: 0.01, steps: 12, metrics: [accuracy, dice, miou]}\n");
     e2e_result r =
         e2e_runf("train %s --set data.x=%s --set data.y=%s --out %s", e2e_path("unet_npy.yaml"),
                  e2e_path("vol_x.npy"), e2e_path("vol_y.npy"), e2e_path("unet-npy"));
@@ -204,7 +201,7 @@ static void test_gcn(void) {
                "model: {name: gcn, hidden: 16}\n"
                "data: {source: graph, edges: examples/data/tiny_graph/edges.csv,\n"
                "       x: examples/data/tiny_graph/x.npy, y: examples/data/tiny_graph/y.npy}\n"
-               "train: {optimizer: adam, lr: 0.01, steps: 30}\nalerts: {defaults: false}\n");
+               "train: {optimizer: adam, lr: 0.01, steps: 30}\n");
     e2e_result r =
         e2e_runf("train %s --set data.node_split=%s --out %s", e2e_path("gcn_split.yaml"),
                  e2e_path("split.npy"), e2e_path("gcn-split"));
@@ -218,7 +215,7 @@ static void test_gcn(void) {
     /* W5's synthetic graph (model.nodes, features, classes from the seed). */
     write_text(e2e_path("gcn_synth.yaml"),
                "model: {name: gcn, nodes: 600, features: 16, classes: 4, hidden: 16}\n"
-               "train: {optimizer: adam, lr: 0.01, steps: 30}\nalerts: {defaults: false}\n");
+               "train: {optimizer: adam, lr: 0.01, steps: 30}\n");
     r = e2e_runf("train %s --out %s", e2e_path("gcn_synth.yaml"), e2e_path("gcn-synth"));
     CHECK(r.rc == 0 && strstr(r.out, "graph of 600 nodes, 3000 edges: 540 train, 60 val"),
           "synthetic gcn: exit %d\n%s%s", r.rc, r.out, r.err);
@@ -248,20 +245,19 @@ static void resume_exact(const char *name, const char *args, int steps) {
     char full[64], part[64];
     snprintf(full, sizeof full, "%s-full", name);
     snprintf(part, sizeof part, "%s-part", name);
-    const char *common = "--set alerts.defaults=false";
-    e2e_result r = e2e_runf("train %s %s --set ckpt.every=%d --set train.total_steps=%d --set "
+    e2e_result r = e2e_runf("train %s --set ckpt.every=%d --set train.total_steps=%d --set "
                             "train.steps=%d --out %s",
-                            args, common, steps / 2, steps, steps, e2e_path(full));
+                            args, steps / 2, steps, steps, e2e_path(full));
     CHECK(r.rc == 0, "%s full: exit %d\n%s", name, r.rc, r.err);
     e2e_done(&r);
-    r = e2e_runf("train %s %s --set ckpt.every=%d --set train.total_steps=%d --set train.steps=%d "
+    r = e2e_runf("train %s --set ckpt.every=%d --set train.total_steps=%d --set train.steps=%d "
                  "--out %s",
-                 args, common, steps / 2, steps, steps / 2, e2e_path(part));
+                 args, steps / 2, steps, steps / 2, e2e_path(part));
     CHECK(r.rc == 0, "%s first half: exit %d\n%s", name, r.rc, r.err);
     e2e_done(&r);
-    r = e2e_runf("train %s %s --set ckpt.every=%d --set train.total_steps=%d --set train.steps=%d "
+    r = e2e_runf("train %s --set ckpt.every=%d --set train.total_steps=%d --set train.steps=%d "
                  "--out %s --resume latest",
-                 args, common, steps / 2, steps, steps, e2e_path(part));
+                 args, steps / 2, steps, steps, e2e_path(part));
     CHECK(r.rc == 0 && strstr(r.out, "resuming from"), "%s resumed: exit %d\n%s%s", name, r.rc,
           r.out, r.err);
     e2e_done(&r);

@@ -165,7 +165,8 @@ static void test_runner(void) {
                               2,
                               1,
                               0,
-                              NULL};
+                              NULL,
+                              0};
     ts_alert_runner *ar = NULL;
     ts_train_metrics tm;
     CHECK_OK(ts_train_metrics_create(0, &tm));
