@@ -26,7 +26,7 @@
 #define TS_FUSE_MAX_EXT   8   /* external inputs per fused group */
 #define TS_FUSE_TILE      512 /* elements per tile: every register of a tile stays in L1 */
 
-enum { TS_EPI_ADD = 1, TS_EPI_RELU = 2, TS_EPI_MAX = TS_ATTR_EPI_MAX };
+enum { TS_EPI_MAX = TS_ATTR_EPI_MAX }; /* TS_EPI_ADD, TS_EPI_RELU: core/attrs.h */
 
 /* 1 if the op can be an instruction of fused_eltwise. */
 int ts_fuse_op_ok(int op);
