@@ -62,6 +62,9 @@ int cli_compile(const cli_args *a) {
         ts_train_spec spec;
         ts_compile_options opt;
         ts_status s = ts_session_build_model(&c, &g, &m, &spec, &opt);
+        /* the plan keeps no graph: the IR and memory dumps are rendered
+         * while compiling */
+        for (int i = 0; i < n; i++) opt.keep_dumps |= which[i] == 0 || which[i] == 2;
         if (a->dump_after) { /* printed by the pipeline, during the compile */
             opt.dump_after = a->dump_after;
             opt.dump_to = stdout;

@@ -158,6 +158,11 @@ typedef struct ts_compile_options {
      * TS_ERR_INVALID). Both NULL: no dump. Read during ts_compile only. */
     const char *dump_after;
     FILE *dump_to;
+    /* Render the dumps that need the graph (TS_DUMP_IR, TS_DUMP_MEMORY of
+     * ts_plan_dump) while compiling: the plan keeps no graph, so without
+     * this only TS_DUMP_PLAN can be printed later. Costs their text's
+     * memory for the plan's life. */
+    int keep_dumps;
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

@@ -211,7 +211,10 @@ int ts_plan_profile(const ts_plan *p, ts_profile_entry *out, int max);
 void ts_plan_profile_reset(ts_plan *p);
 
 typedef enum ts_dump_kind { TS_DUMP_IR, TS_DUMP_PLAN, TS_DUMP_MEMORY } ts_dump_kind;
-/* Print the compiled graph, the instruction list or the memory plan. */
+/* Print the compiled graph, the instruction list or the memory plan. The
+ * plan keeps no graph: TS_DUMP_IR and TS_DUMP_MEMORY print what ts_compile
+ * rendered with ts_compile_options.keep_dumps set, and fail with
+ * TS_ERR_INVALID saying so without it; TS_DUMP_PLAN always works. */
 ts_status ts_plan_dump(const ts_plan *p, ts_dump_kind kind, FILE *out);
 
 void ts_plan_free(ts_plan *p);

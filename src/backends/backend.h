@@ -1,27 +1,29 @@
-/* backend.h — the interface between a compiled plan and what runs it.
+/* backend.h — the interface between a compiled program and what runs it.
  *
  * A backend is one table of functions, registered by name in
  * src/backends/registry.c (adding one = a folder with its files plus one
  * line there). ts_compile looks the backend up by
  * ts_compile_options.backend (NULL or "cpu": the CPU backend) and the plan
- * only ever calls down through the table:
+ * only ever calls down through the table, handing it the immutable program
+ * (program.h) and the runtime state it may change (runtime.h):
  *
  *     const ts_backend *be = ts_backend_find(opt->backend);   // NULL: unknown
- *     be->prepare(plan);                 // once, after lowering
- *     be->execute(plan, &skipped);       // every step
- *     be->release(plan);                 // in ts_plan_free
+ *     be->prepare(prog, rt);             // once, after lowering
+ *     be->execute(prog, rt, &skipped);   // every step
+ *     be->release(prog, rt);             // in ts_plan_free
  *
- * prepare may replace an instruction's kernel (fn) and attach per-instruction
- * state (backend, backend_free); execute runs every instruction once and asks
- * the plan's update gate at gate_ins. */
+ * prepare may replace an instruction's kernel (rt->ins[i].fn) and attach
+ * per-instruction state (rt->ins[i].k.backend, backend_free); execute runs
+ * every instruction once and asks the runtime's update gate at
+ * prog->gate_ins. A backend includes this header (and so program.h and
+ * runtime.h), never the graph IR's or the plan's. */
 #ifndef TS_BACKEND_H
 #define TS_BACKEND_H
 
 #include <stdint.h>
+#include "backends/runtime.h"
 #include "core/core.h"
 #include "tessel/compile.h"
-
-struct ts_plan;
 
 /* Where a backend's tensors live. */
 typedef enum ts_memory_kind {
@@ -40,18 +42,21 @@ typedef struct ts_backend {
     uint32_t dtypes;            /* bit (1u << ts_dtype) for each dtype it runs */
     ts_memory_kind memory;      /* where its tensors live */
     int (*supports_op)(int op); /* 1 if it runs op (a ts_op_id) */
-    /* Once per plan, after lowering: choose kernels, create their state. */
-    ts_status (*prepare)(struct ts_plan *p);
+    /* Once per program, after lowering and binding: choose kernels,
+     * create their state. */
+    ts_status (*prepare)(const ts_program *prog, ts_runtime *rt);
     /* One step: every instruction once; *skipped: the update gate skipped
      * the update phase. */
-    ts_status (*execute)(struct ts_plan *p, int *skipped);
+    ts_status (*execute)(const ts_program *prog, ts_runtime *rt, int *skipped);
     /* Time spent in instruction i so far and how often it ran (with
      * ts_compile_options.profile), and forgetting it. */
-    void (*profile)(const struct ts_plan *p, int i, double *seconds, int64_t *calls);
-    void (*profile_reset)(struct ts_plan *p);
-    void (*instr_info)(const struct ts_plan *p, int i, ts_backend_instr_info *out);
+    void (*profile)(const ts_program *prog, const ts_runtime *rt, int i, double *seconds,
+                    int64_t *calls);
+    void (*profile_reset)(const ts_program *prog, ts_runtime *rt);
+    void (*instr_info)(const ts_program *prog, const ts_runtime *rt, int i,
+                       ts_backend_instr_info *out);
     /* Free what prepare made (the plan frees its own memory). */
-    void (*release)(struct ts_plan *p);
+    void (*release)(const ts_program *prog, ts_runtime *rt);
 } ts_backend;
 
 /* The backend registered under name (NULL: "cpu"), or NULL if none. */

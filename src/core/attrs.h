@@ -132,6 +132,7 @@ typedef struct ts_matmul_attrs {
  * (trans_a, trans_b as matmul) followed by n_post post-ops, post[p] one of
  * TS_EPI_ADD. */
 #define TS_ATTR_EPI_MAX 4
+enum { TS_EPI_ADD = 1 }; /* matmul_epi post[p] */
 typedef struct ts_matmul_epi_attrs {
     int64_t trans_a, trans_b, n_post;
     int64_t post[TS_ATTR_EPI_MAX];

@@ -16,9 +16,8 @@
 #include <stdio.h>
 #include "core/attrs.h"
 #include "core/core.h"
+#include "core/kernel.h" /* TS_MAX_OUT */
 #include "tessel/graph.h"
-
-#define TS_MAX_OUT 4
 
 typedef enum ts_value_kind {
     TS_VK_NODE = 0, /* produced by a node */

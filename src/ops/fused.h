@@ -31,7 +31,7 @@
 #define TS_FUSE_MAX_EXT    8   /* external inputs per fused group */
 #define TS_FUSE_TILE       512 /* elements per tile: every register of a tile stays in L1 */
 
-enum { TS_EPI_ADD = 1, TS_EPI_MAX = TS_ATTR_EPI_MAX };
+enum { TS_EPI_MAX = TS_ATTR_EPI_MAX }; /* TS_EPI_ADD: core/attrs.h */
 
 _Static_assert(4 + TS_FUSE_ATTR_WORDS == TS_FUSE_REC, "an instruction record is 12 words");
 _Static_assert(sizeof(ts_unary_bwd_attrs) <= TS_FUSE_ATTR_WORDS * 8 &&

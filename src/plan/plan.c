@@ -3,12 +3,12 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
-#include "plan.h"
+#include "plan/plan.h"
 #include "plan/scaler.h"
 
 const ts_named *ts_plan_find(const ts_plan *p, const char *name) {
-    for (int i = 0; p && name && i < p->n_named; i++)
-        if (strcmp(p->named[i].name, name) == 0) return &p->named[i];
+    for (int i = 0; p && name && i < p->prog.n_named; i++)
+        if (strcmp(p->prog.named[i].name, name) == 0) return &p->prog.named[i];
     return NULL;
 }
 
@@ -17,114 +17,115 @@ static ts_status find_sized(const ts_plan *p, const char *what, const char *name
     if (!p) return ts_fail(TS_ERR_INVALID, "%s: plan is NULL", what);
     const ts_named *nm = ts_plan_find(p, name);
     if (!nm) return ts_fail(TS_ERR_NOT_FOUND, "%s: no value named '%s'", what, name ? name : "");
-    size_t need = ts_type_bytes(&nm->t);
+    size_t need = ts_operand_bytes(&nm->v);
     if (bytes != need) {
         char tb[128];
         return ts_fail(TS_ERR_INVALID, "%s '%s': %zu bytes given, %s needs %zu", what, name, bytes,
-                       ts_type_str(tb, sizeof tb, &nm->t), need);
+                       ts_shape_str(tb, sizeof tb, nm->v.dtype, nm->v.rank, nm->v.dims), need);
     }
     *out = nm;
     return TS_OK;
 }
 
 ts_status ts_plan_set_input(ts_plan *p, const char *name, const void *data, size_t bytes) {
-    const ts_named *nm;
+    const ts_named *nm = NULL;
     ts_status s = find_sized(p, "set_input", name, bytes, &nm);
     if (s != TS_OK) return s;
-    if (nm->kind != TS_VK_INPUT)
+    if (nm->kind != TS_NAMED_INPUT)
         return ts_fail(TS_ERR_INVALID, "set_input: '%s' is not an input", name);
     if (!data) return ts_fail(TS_ERR_INVALID, "set_input '%s': data is NULL", name);
-    memcpy(ts_plan_at(p, nm->off), data, bytes);
+    memcpy(ts_plan_at(p, nm->v.off), data, bytes);
     return TS_OK;
 }
 
 ts_status ts_plan_step(ts_plan *p) {
     if (!p) return ts_fail(TS_ERR_INVALID, "step: plan is NULL");
-    p->ctx.step = p->steps_done + 1;
-    p->ctx.opt_step = p->updates_applied + 1;
-    p->ctx.lr = ts_lr_at(&p->spec.schedule, p->spec.opt.lr, p->ctx.step);
-    if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
+    p->rt.ctx.step = p->rt.steps_done + 1;
+    p->rt.ctx.opt_step = p->rt.updates_applied + 1;
+    p->rt.ctx.lr = ts_lr_at(&p->prog.spec.schedule, p->prog.spec.opt.lr, p->rt.ctx.step);
+    if (p->prog.opt.threads > 0) omp_set_num_threads(p->prog.opt.threads);
     int skipped = 0;
-    ts_status s = p->backend->execute(p, &skipped);
+    ts_status s = p->backend->execute(&p->prog, &p->rt, &skipped);
     if (s != TS_OK) return s;
-    p->last_skipped = skipped;
-    if (p->scaler) ts_plan_scaler_after_step(p);
-    if (p->gate_ins >= 0 && !skipped) p->updates_applied++;
-    if (p->loss >= 0) {
-        const ts_type *t = &p->graph->values[p->loss].t;
-        const unsigned char *l = ts_plan_at(p, p->loss_off);
-        p->last_loss = t->dtype == TS_F64 ? *(const double *)l : (double)*(const float *)l;
+    p->rt.last_skipped = skipped;
+    if (p->rt.scaler) ts_plan_scaler_after_step(p);
+    if (p->prog.gate_ins >= 0 && !skipped) p->rt.updates_applied++;
+    if (p->prog.has_loss) {
+        const unsigned char *l = ts_plan_at(p, p->prog.loss_off);
+        p->rt.last_loss =
+            p->prog.loss_dtype == TS_F64 ? *(const double *)l : (double)*(const float *)l;
     }
-    p->steps_done++;
+    p->rt.steps_done++;
     return TS_OK;
 }
 
 void ts_plan_set_trace(ts_plan *p, struct ts_trace *t) {
-    if (p) p->trace = t;
+    if (p) p->rt.trace = t;
 }
 
 double ts_plan_loss(const ts_plan *p) {
-    return p ? p->last_loss : NAN;
+    return p ? p->rt.last_loss : NAN;
 }
 int64_t ts_plan_step_count(const ts_plan *p) {
-    return p ? p->steps_done : 0;
+    return p ? p->rt.steps_done : 0;
 }
 void ts_plan_set_step(ts_plan *p, int64_t steps_done) {
     if (p && steps_done >= 0) {
-        p->steps_done = steps_done;
-        p->updates_applied = p->gate_ins >= 0 ? steps_done : 0;
+        p->rt.steps_done = steps_done;
+        p->rt.updates_applied = p->prog.gate_ins >= 0 ? steps_done : 0;
     }
 }
 
 void ts_plan_set_update_gate(ts_plan *p, ts_update_gate_fn fn, void *user) {
     if (!p) return;
-    if (p->scaler) { /* the loss scaler stays the gate and asks fn too */
-        p->scaler->next_fn = fn;
-        p->scaler->next_user = fn ? user : NULL;
+    if (p->rt.scaler) { /* the loss scaler stays the gate and asks fn too */
+        p->rt.scaler->next_fn = fn;
+        p->rt.scaler->next_user = fn ? user : NULL;
         return;
     }
-    p->gate_fn = fn;
-    p->gate_user = fn ? user : NULL;
+    p->rt.gate_fn = fn;
+    p->rt.gate_user = fn ? user : NULL;
 }
 int64_t ts_plan_updates_applied(const ts_plan *p) {
-    return p ? p->updates_applied : 0;
+    return p ? p->rt.updates_applied : 0;
 }
 void ts_plan_set_updates_applied(ts_plan *p, int64_t n) {
-    if (p && n >= 0 && p->gate_ins >= 0) p->updates_applied = n;
+    if (p && n >= 0 && p->prog.gate_ins >= 0) p->rt.updates_applied = n;
 }
 int ts_plan_last_step_skipped(const ts_plan *p) {
-    return p ? p->last_skipped : 0;
+    return p ? p->rt.last_skipped : 0;
 }
 double ts_plan_lr(const ts_plan *p) {
-    return p ? ts_lr_at(&p->spec.schedule, p->spec.opt.lr, p->steps_done + 1) : NAN;
+    return p ? ts_lr_at(&p->prog.spec.schedule, p->prog.spec.opt.lr, p->rt.steps_done + 1) : NAN;
 }
 
 ts_status ts_plan_read(const ts_plan *p, const char *name, void *dst, size_t bytes) {
-    const ts_named *nm;
+    const ts_named *nm = NULL;
     ts_status s = find_sized(p, "read", name, bytes, &nm);
     if (s != TS_OK) return s;
     if (!dst) return ts_fail(TS_ERR_INVALID, "read '%s': dst is NULL", name);
-    if (nm->is_grad && p->mp.zero_grad_bytes > 0)
+    if (nm->is_grad && p->prog.layout.zero_grad_bytes > 0)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "read '%s': under ZeRO-2 (dist.zero 2) a gradient lives only until its "
                        "bucket's reduce-scatter; read the gradient monitors instead",
                        name);
-    memcpy(dst, ts_plan_at(p, nm->off), bytes);
+    memcpy(dst, ts_plan_at(p, nm->v.off), bytes);
     return TS_OK;
 }
 
 ts_status ts_plan_write_param(ts_plan *p, const char *name, const void *src, size_t bytes) {
-    const ts_named *nm;
+    const ts_named *nm = NULL;
     ts_status s = find_sized(p, "write_param", name, bytes, &nm);
     if (s != TS_OK) return s;
-    if (nm->kind != TS_VK_PARAM && nm->kind != TS_VK_STATE)
+    if (nm->kind != TS_NAMED_PARAM && nm->kind != TS_NAMED_STATE)
         return ts_fail(TS_ERR_INVALID, "write_param: '%s' is not a parameter or state", name);
     if (!src) return ts_fail(TS_ERR_INVALID, "write_param '%s': src is NULL", name);
-    unsigned char *dst = ts_plan_at(p, nm->off);
+    unsigned char *dst = ts_plan_at(p, nm->v.off);
     /* Shared parameters (ZeRO on shm): every rank restores the same
      * values; once one rank wrote them the others find them in place and
      * leave the memory a peer may already read alone. */
-    if (p->params && nm->off - p->mp.param_off < p->mp.param_bytes && memcmp(dst, src, bytes) == 0)
+    if (p->rt.params && nm->v.off - p->prog.layout.param_off < p->prog.layout.param_bytes &&
+        memcmp(dst, src, bytes) == 0)
         return TS_OK;
     memcpy(dst, src, bytes);
     return TS_OK;
@@ -134,43 +135,43 @@ ts_status ts_plan_value_info(const ts_plan *p, const char *name, ts_dtype *dt, i
                              int64_t *dims) {
     const ts_named *nm = ts_plan_find(p, name);
     if (!nm) return ts_fail(TS_ERR_NOT_FOUND, "value_info: no value named '%s'", name ? name : "");
-    if (dt) *dt = nm->t.dtype;
-    if (rank) *rank = nm->t.rank;
-    if (dims) memcpy(dims, nm->t.dims, sizeof(int64_t) * (size_t)nm->t.rank);
+    if (dt) *dt = nm->v.dtype;
+    if (rank) *rank = nm->v.rank;
+    if (dims) memcpy(dims, nm->v.dims, sizeof(int64_t) * (size_t)nm->v.rank);
     return TS_OK;
 }
 
 int ts_plan_param_count(const ts_plan *p) {
     int n = 0;
-    for (int i = 0; p && i < p->n_named; i++) n += p->named[i].kind == TS_VK_PARAM;
+    for (int i = 0; p && i < p->prog.n_named; i++) n += p->prog.named[i].kind == TS_NAMED_PARAM;
     return n;
 }
 
 const char *ts_plan_param_name(const ts_plan *p, int idx) {
-    for (int i = 0, k = 0; p && i < p->n_named; i++)
-        if (p->named[i].kind == TS_VK_PARAM && k++ == idx) return p->named[i].name;
+    for (int i = 0, k = 0; p && i < p->prog.n_named; i++)
+        if (p->prog.named[i].kind == TS_NAMED_PARAM && k++ == idx) return p->prog.named[i].name;
     return NULL;
 }
 
 ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st) {
     if (!p || !st) return ts_fail(TS_ERR_INVALID, "get_stats: NULL argument");
     memset(st, 0, sizeof *st);
-    st->arena_bytes = p->mp.arena_bytes - p->arena_skip;
-    st->shared_param_bytes = p->params ? p->mp.param_bytes : 0;
-    st->param_bytes = p->mp.param_bytes;
-    st->grad_bytes = p->mp.grad_bytes;
-    st->state_bytes = p->mp.state_bytes;
-    st->io_bytes = p->mp.io_bytes;
-    st->temp_bytes = p->mp.temp_bytes;
-    st->naive_bytes = p->mp.naive_bytes;
-    st->peak_live_bytes = p->peak_live;
-    st->naive_peak_bytes = p->naive_peak;
-    st->n_instructions = p->n_ins;
-    st->n_inplace = p->mp.n_inplace;
-    st->flops_per_step = p->flops;
-    st->zero_grad_bytes = p->mp.zero_grad_bytes;
-    st->zero_grad_peak = p->mp.zero_grad_peak;
-    st->zero_shard_bytes = p->mp.zero_shard_bytes;
+    st->arena_bytes = p->prog.layout.arena_bytes - p->rt.arena_skip;
+    st->shared_param_bytes = p->rt.params ? p->prog.layout.param_bytes : 0;
+    st->param_bytes = p->prog.layout.param_bytes;
+    st->grad_bytes = p->prog.layout.grad_bytes;
+    st->state_bytes = p->prog.layout.state_bytes;
+    st->io_bytes = p->prog.layout.io_bytes;
+    st->temp_bytes = p->prog.layout.temp_bytes;
+    st->naive_bytes = p->prog.layout.naive_bytes;
+    st->peak_live_bytes = p->prog.layout.peak_live;
+    st->naive_peak_bytes = p->prog.layout.naive_peak;
+    st->n_instructions = p->prog.n_ins;
+    st->n_inplace = p->prog.layout.n_inplace;
+    st->flops_per_step = p->prog.flops;
+    st->zero_grad_bytes = p->prog.layout.zero_grad_bytes;
+    st->zero_grad_peak = p->prog.layout.zero_grad_peak;
+    st->zero_shard_bytes = p->prog.layout.zero_shard_bytes;
     return TS_OK;
 }
 
@@ -178,17 +179,17 @@ ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st) {
  * order (which memplan also uses for their offsets). */
 static const ts_named *persistent_at(const ts_plan *p, int idx) {
     for (int pass = 0, k = 0; p && pass < 2; pass++) {
-        ts_value_kind want = pass == 0 ? TS_VK_PARAM : TS_VK_STATE;
-        for (int i = 0; i < p->n_named; i++)
-            if (p->named[i].kind == want && k++ == idx) return &p->named[i];
+        ts_named_kind want = pass == 0 ? TS_NAMED_PARAM : TS_NAMED_STATE;
+        for (int i = 0; i < p->prog.n_named; i++)
+            if (p->prog.named[i].kind == want && k++ == idx) return &p->prog.named[i];
     }
     return NULL;
 }
 
 int ts_plan_persistent_count(const ts_plan *p) {
     int n = 0;
-    for (int i = 0; p && i < p->n_named; i++)
-        n += p->named[i].kind == TS_VK_PARAM || p->named[i].kind == TS_VK_STATE;
+    for (int i = 0; p && i < p->prog.n_named; i++)
+        n += p->prog.named[i].kind == TS_NAMED_PARAM || p->prog.named[i].kind == TS_NAMED_STATE;
     return n;
 }
 
@@ -200,18 +201,19 @@ ts_status ts_plan_persistent(const ts_plan *p, int i, ts_persistent *out) {
                        ts_plan_persistent_count(p));
     memset(out, 0, sizeof *out);
     out->name = nm->name;
-    out->is_state = nm->kind == TS_VK_STATE;
-    out->dtype = nm->t.dtype;
-    out->rank = nm->t.rank;
-    memcpy(out->dims, nm->t.dims, sizeof(int64_t) * (size_t)nm->t.rank);
-    out->bytes = ts_type_bytes(&nm->t);
-    out->snapshot_off =
-        out->is_state ? p->mp.param_bytes + (nm->off - p->mp.state_off) : nm->off - p->mp.param_off;
+    out->is_state = nm->kind == TS_NAMED_STATE;
+    out->dtype = nm->v.dtype;
+    out->rank = nm->v.rank;
+    memcpy(out->dims, nm->v.dims, sizeof(int64_t) * (size_t)nm->v.rank);
+    out->bytes = ts_operand_bytes(&nm->v);
+    out->snapshot_off = out->is_state
+                            ? p->prog.layout.param_bytes + (nm->v.off - p->prog.layout.state_off)
+                            : nm->v.off - p->prog.layout.param_off;
     return TS_OK;
 }
 
 size_t ts_plan_snapshot_bytes(const ts_plan *p) {
-    return p ? p->mp.param_bytes + p->mp.state_bytes : 0;
+    return p ? p->prog.layout.param_bytes + p->prog.layout.state_bytes : 0;
 }
 
 /* Copy in 4 MiB blocks over the plan's threads: one thread alone does not
@@ -232,15 +234,15 @@ ts_status ts_plan_snapshot(const ts_plan *p, void *dst, size_t bytes) {
     if (bytes != ts_plan_snapshot_bytes(p))
         return ts_fail(TS_ERR_INVALID, "snapshot: %zu bytes given, the persistent values need %zu",
                        bytes, ts_plan_snapshot_bytes(p));
-    if (p->opt.threads > 0) omp_set_num_threads(p->opt.threads);
-    copy_blocks(dst, ts_plan_at(p, p->mp.param_off), p->mp.param_bytes);
-    copy_blocks((unsigned char *)dst + p->mp.param_bytes, ts_plan_at(p, p->mp.state_off),
-                p->mp.state_bytes);
+    if (p->prog.opt.threads > 0) omp_set_num_threads(p->prog.opt.threads);
+    copy_blocks(dst, ts_plan_at(p, p->prog.layout.param_off), p->prog.layout.param_bytes);
+    copy_blocks((unsigned char *)dst + p->prog.layout.param_bytes,
+                ts_plan_at(p, p->prog.layout.state_off), p->prog.layout.state_bytes);
     return TS_OK;
 }
 
 uint64_t ts_plan_seed(const ts_plan *p) {
-    return p ? p->opt.seed : 0;
+    return p ? p->prog.opt.seed : 0;
 }
 
 ts_status ts_plan_grad_norm(const ts_plan *p, double *norm) {
@@ -257,23 +259,23 @@ ts_status ts_plan_grad_norm(const ts_plan *p, double *norm) {
         *norm = sqrt(sum);
         return TS_OK;
     }
-    if (p->mp.zero_grad_bytes > 0)
+    if (p->prog.layout.zero_grad_bytes > 0)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "grad_norm: under ZeRO-2 (dist.zero 2) the gradients are gone after the "
                        "step; compile with ts_compile_options.monitors to get their norm");
-    for (int i = 0; i < p->n_named; i++) {
-        const ts_named *nm = &p->named[i];
+    for (int i = 0; i < p->prog.n_named; i++) {
+        const ts_named *nm = &p->prog.named[i];
         if (!nm->is_grad) continue;
-        int64_t n = ts_type_numel(&nm->t);
-        const void *x = ts_plan_at(p, nm->off);
-        if (nm->t.dtype == TS_F32)
+        int64_t n = ts_shape_numel(nm->v.rank, nm->v.dims);
+        const void *x = ts_plan_at(p, nm->v.off);
+        if (nm->v.dtype == TS_F32)
             for (int64_t j = 0; j < n; j++)
                 sum += (double)((const float *)x)[j] * ((const float *)x)[j];
-        else if (nm->t.dtype == TS_F64)
+        else if (nm->v.dtype == TS_F64)
             for (int64_t j = 0; j < n; j++) sum += ((const double *)x)[j] * ((const double *)x)[j];
         else
             return ts_fail(TS_ERR_UNSUPPORTED, "grad_norm: gradient '%s' has dtype %s", nm->name,
-                           ts_dtype_name(nm->t.dtype));
+                           ts_dtype_name(nm->v.dtype));
     }
     *norm = sqrt(sum);
     return TS_OK;

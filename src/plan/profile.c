@@ -2,7 +2,7 @@
  * what the plan's backend measured for each (backend.h, profile). */
 #include <stdlib.h>
 #include <string.h>
-#include "plan.h"
+#include "plan/plan.h"
 
 static int by_time(const void *a, const void *b) {
     const ts_profile_entry *x = a, *y = b;
@@ -12,18 +12,18 @@ static int by_time(const void *a, const void *b) {
 
 int ts_plan_profile(const ts_plan *p, ts_profile_entry *out, int max) {
     if (!p) return ts_fail(TS_ERR_INVALID, "profile: plan is NULL"), -1;
-    if (!p->opt.profile)
+    if (!p->prog.opt.profile)
         return ts_fail(TS_ERR_INVALID, "profile: the plan was compiled without "
                                        "ts_compile_options.profile"),
                -1;
     ts_profile_entry all[TS_OP_COUNT] = {{0}};
-    for (int i = 0; i < p->n_ins; i++) {
-        const ts_instr *in = &p->ins[i];
+    for (int i = 0; i < p->prog.n_ins; i++) {
+        const ts_instr *in = &p->prog.ins[i];
         ts_profile_entry *e = &all[in->op];
         double sec = 0;
         int64_t calls = 0;
-        p->backend->profile(p, i, &sec, &calls);
-        e->op = ts_op_get(in->op)->name;
+        p->backend->profile(&p->prog, &p->rt, i, &sec, &calls);
+        e->op = in->name;
         e->seconds += sec;
         e->calls += calls;
         e->instructions++;
@@ -41,5 +41,5 @@ int ts_plan_profile(const ts_plan *p, ts_profile_entry *out, int max) {
 }
 
 void ts_plan_profile_reset(ts_plan *p) {
-    if (p) p->backend->profile_reset(p);
+    if (p) p->backend->profile_reset(&p->prog, &p->rt);
 }

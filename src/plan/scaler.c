@@ -102,17 +102,17 @@ ts_status ts_plan_scaler_setup(ts_plan *p, const ts_scaler_config *c) {
     ts_plan_scaler *ps = ts_zalloc(sizeof *ps, "loss scaler");
     if (!ps) return TS_ERR_NOMEM;
     ts_scaler_init(&ps->sc, c);
-    ps->scale_off = sv->off;
-    ps->tracker_off = tv->off;
-    ps->found_off = fv->off;
-    p->scaler = ps;
-    p->gate_fn = scaler_gate;
-    p->gate_user = ps;
+    ps->scale_off = sv->v.off;
+    ps->tracker_off = tv->v.off;
+    ps->found_off = fv->v.off;
+    p->rt.scaler = ps;
+    p->rt.gate_fn = scaler_gate;
+    p->rt.gate_user = ps;
     return TS_OK;
 }
 
 void ts_plan_scaler_after_step(ts_plan *p) {
-    ts_plan_scaler *ps = p->scaler;
+    ts_plan_scaler *ps = p->rt.scaler;
     float *scale = (float *)ts_plan_at(p, ps->scale_off);
     float *tracker = (float *)ts_plan_at(p, ps->tracker_off);
     /* the state values are the truth (a checkpoint restore writes them) */
@@ -124,8 +124,8 @@ void ts_plan_scaler_after_step(ts_plan *p) {
 }
 
 int ts_plan_loss_scale(const ts_plan *p, double *scale, int64_t *growth_tracker, int64_t *skipped) {
-    if (!p || !p->scaler) return 0;
-    const ts_plan_scaler *ps = p->scaler;
+    if (!p || !p->rt.scaler) return 0;
+    const ts_plan_scaler *ps = p->rt.scaler;
     if (scale) *scale = *(const float *)ts_plan_at(p, ps->scale_off);
     if (growth_tracker) *growth_tracker = (int64_t) * (const float *)ts_plan_at(p, ps->tracker_off);
     if (skipped) *skipped = ps->sc.skipped;
@@ -133,5 +133,5 @@ int ts_plan_loss_scale(const ts_plan *p, double *scale, int64_t *growth_tracker,
 }
 
 int ts_plan_found_inf(const ts_plan *p) {
-    return p && p->scaler ? p->scaler->sc.last_skipped : 0;
+    return p && p->rt.scaler ? p->rt.scaler->sc.last_skipped : 0;
 }

@@ -342,9 +342,9 @@ static int run_plan(const cv *c, int k, float **res, int64_t *cnt) {
             res[i] = malloc((size_t)cnt[i] * sizeof(float));
             CHECK_OK(ts_plan_read(p, reads[i], res[i], (size_t)cnt[i] * sizeof(float)));
         }
-        for (int i = 0; i < p->n_ins; i++)
-            if (p->ins[i].op >= TS_OP_CONV && p->ins[i].op <= TS_OP_CONV_TRANSPOSE)
-                on_dnnl += p->ins[i].backend != NULL;
+        for (int i = 0; i < p->prog.n_ins; i++)
+            if (p->prog.ins[i].op >= TS_OP_CONV && p->prog.ins[i].op <= TS_OP_CONV_TRANSPOSE)
+                on_dnnl += p->rt.ins[i].k.backend != NULL;
         ts_plan_free(p);
     }
     ts_graph_free(g);

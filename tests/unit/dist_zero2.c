@@ -141,7 +141,7 @@ static int worker(ts_comm *comm, void *user) {
         /* Temporaries carry nothing from one step to the next: NaN them
          * all, so a bucket that relied on what its memory held before (its
          * padding, say) poisons the weights. */
-        memset(ts_plan_at(p, p->mp.temp_off), 0xff, p->mp.temp_bytes);
+        memset(ts_plan_at(p, p->prog.layout.temp_off), 0xff, p->prog.layout.temp_bytes);
         batch(s, n, x, y);
         if (ts_plan_set_input(p, "x", x + (size_t)r * PER * IN, sizeof(float) * PER * IN) !=
                 TS_OK ||

@@ -71,19 +71,20 @@ static void check_against_grads(ts_plan *p) {
  * that instruction's other gradients: layer_norm_bwd writes dw and db). */
 static void check_schedule(const ts_plan *p) {
     int mons = 0, adjacent = 0, before_gate = 0;
-    for (int i = 0; i < p->n_ins; i++) {
-        if (p->ins[i].op != TS_OP_GRAD_STATS) continue;
+    const ts_program *prog = &p->prog;
+    for (int i = 0; i < prog->n_ins; i++) {
+        if (prog->ins[i].op != TS_OP_GRAD_STATS) continue;
         mons++;
-        before_gate += p->gate_ins >= 0 && i < p->gate_ins;
+        before_gate += prog->gate_ins >= 0 && i < prog->gate_ins;
         /* Monitors of one producer's several gradients follow each other. */
         int k = i - 1;
-        while (k >= 0 && p->ins[k].op == TS_OP_GRAD_STATS) k--;
-        const ts_instr *prev = k >= 0 ? &p->ins[k] : NULL;
+        while (k >= 0 && prog->ins[k].op == TS_OP_GRAD_STATS) k--;
+        const ts_instr *prev = k >= 0 ? &prog->ins[k] : NULL;
         for (int j = 0; prev && j < prev->n_out; j++)
-            adjacent += prev->out_off[j] == p->ins[i].in_off[0];
+            adjacent += prev->out[j].off == prog->ins[i].in[0].off;
     }
     CHECK(mons > 0 && before_gate == mons, "%d of %d monitors before the gate (at %d)", before_gate,
-          mons, p->gate_ins);
+          mons, prog->gate_ins);
     CHECK(adjacent == mons, "%d of %d monitors right after their gradient's producer", adjacent,
           mons);
 }

@@ -53,7 +53,7 @@ static void test_simplify(void) {
 
 /* Every pair of values alive at the same time occupies disjoint bytes,
  * except a view and its source, and an in-place output and its input. */
-static int verify_memory(const ts_plan *p) {
+static int verify_memory(const ts_compiled_graph *p) {
     const ts_graph *g = p->graph;
     int nv = g->n_values, bad = 0;
     int *pos = malloc(sizeof(int) * (size_t)g->n_nodes);
@@ -116,25 +116,32 @@ static void test_memplan(const char *label, ts_graph *g, ts_val loss) {
     ts_train_spec spec = ts_train_spec_default(loss);
     spec.opt = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
     ts_plan *p;
-    CHECK_OK(ts_compile(g, &spec, NULL, &p));
-    if (!p) return;
+    ts_compiled_graph kept; /* the final graph, schedule and memory plan */
+    CHECK_OK(ts_compile_keep(g, &spec, NULL, &p, &kept));
+    if (!p) {
+        ts_compiled_graph_free(&kept);
+        return;
+    }
     ts_plan_stats st;
     ts_plan_get_stats(p, &st);
-    CHECK(verify_memory(p) == 0, "%s: the memory plan has overlapping live tensors", label);
+    CHECK(verify_memory(&kept) == 0, "%s: the memory plan has overlapping live tensors", label);
     CHECK(st.arena_bytes < st.naive_bytes, "%s: arena %zu not below naive %zu", label,
           st.arena_bytes, st.naive_bytes);
-    CHECK(st.peak_live_bytes <= st.naive_peak_bytes, "%s: schedule peak %zu above naive %zu",
-          label, st.peak_live_bytes, st.naive_peak_bytes);
+    CHECK(st.peak_live_bytes <= st.naive_peak_bytes, "%s: schedule peak %zu above naive %zu", label,
+          st.peak_live_bytes, st.naive_peak_bytes);
     CHECK(st.n_inplace > 0, "%s: no in-place reuse found", label);
     /* Params, grads and optimizer state are three contiguous regions. */
-    CHECK(p->mp.grad_off == p->mp.param_off + p->mp.param_bytes &&
-              p->mp.state_off == p->mp.grad_off + p->mp.grad_bytes,
+    const ts_arena_layout *l = &p->prog.layout;
+    CHECK(l->grad_off == l->param_off + l->param_bytes &&
+              l->state_off == l->grad_off + l->grad_bytes,
           "%s: persistent regions are not contiguous", label);
-    CHECK(p->mp.state_bytes == 2 * p->mp.param_bytes, "%s: AdamW state is 2x params", label);
-    printf("%s: arena %zu bytes, naive %zu (%.2fx), peak live %zu vs build order %zu, %d in place\n",
-           label, st.arena_bytes, st.naive_bytes, (double)st.naive_bytes / (double)st.arena_bytes,
-           st.peak_live_bytes, st.naive_peak_bytes, st.n_inplace);
+    CHECK(l->state_bytes == 2 * l->param_bytes, "%s: AdamW state is 2x params", label);
+    printf(
+        "%s: arena %zu bytes, naive %zu (%.2fx), peak live %zu vs build order %zu, %d in place\n",
+        label, st.arena_bytes, st.naive_bytes, (double)st.naive_bytes / (double)st.arena_bytes,
+        st.peak_live_bytes, st.naive_peak_bytes, st.n_inplace);
     ts_plan_free(p);
+    ts_compiled_graph_free(&kept);
 }
 
 int main(void) {

@@ -102,7 +102,8 @@ static void train(const model_case *m, ts_dtype compute, result *r) {
     o.threads = 2;
     o.precision.compute = compute;
     ts_plan *p = NULL;
-    CHECK_OK(ts_compile(g, &spec, &o, &p));
+    ts_compiled_graph kept; /* the final graph, to count its mixed-precision convs */
+    CHECK_OK(ts_compile_keep(g, &spec, &o, &p, &kept));
     float *x = malloc(sizeof(float) * (size_t)m->xn);
     int64_t *y = malloc(sizeof(int64_t) * (size_t)m->yn);
     for (int step = 0; p && step < STEPS; step++) {
@@ -113,7 +114,7 @@ static void train(const model_case *m, ts_dtype compute, result *r) {
         r->loss[step] = ts_plan_loss(p);
     }
     if (p) {
-        const ts_graph *pg = p->graph;
+        const ts_graph *pg = kept.graph;
         for (int i = 0; i < pg->n_nodes; i++) {
             const ts_node *n = &pg->nodes[i];
             if (n->dead || n->op < TS_OP_CONV || n->op > TS_OP_CONV_TRANSPOSE) continue;
@@ -134,6 +135,7 @@ static void train(const model_case *m, ts_dtype compute, result *r) {
     }
     free(x);
     free(y);
+    ts_compiled_graph_free(&kept);
     ts_graph_free(g);
 }
 

@@ -167,7 +167,8 @@ static void run_case(const cv *c, int cl, ts_dtype compute, ts_dtype rnd, ts_dty
     o.precision.keep_fp32 = keep;
     o.precision.loss_scale = TS_SCALE_NONE; /* dy = R exactly, in every precision */
     ts_plan *p = NULL;
-    CHECK_OK(ts_compile(g, &spec, &o, &p));
+    ts_compiled_graph kept; /* the final graph, to count its casts and mixed-precision convs */
+    CHECK_OK(ts_compile_keep(g, &spec, &o, &p, &kept));
     const char *reads[4] = {"y", "grad:x", "grad:w", "grad:b"};
     if (p) {
         CHECK_OK(ts_plan_set_input(p, "R", rv, (size_t)yn * sizeof(float)));
@@ -177,7 +178,7 @@ static void run_case(const cv *c, int cl, ts_dtype compute, ts_dtype rnd, ts_dty
             r->res[i] = malloc((size_t)r->cnt[i] * sizeof(float));
             CHECK_OK(ts_plan_read(p, reads[i], r->res[i], (size_t)r->cnt[i] * sizeof(float)));
         }
-        const ts_graph *pg = p->graph;
+        const ts_graph *pg = kept.graph;
         for (int i = 0; i < pg->n_nodes; i++) {
             const ts_node *n = &pg->nodes[i];
             if (n->dead) continue;
@@ -188,11 +189,12 @@ static void run_case(const cv *c, int cl, ts_dtype compute, ts_dtype rnd, ts_dty
                       pg->values[n->in[1]].t.dtype == compute &&
                       pg->values[n->out[0]].t.dtype == TS_F32;
         }
-        for (int i = 0; i < p->n_ins; i++)
-            if (p->ins[i].op >= TS_OP_CONV && p->ins[i].op <= TS_OP_CONV_TRANSPOSE)
-                r->on_dnnl += p->ins[i].backend != NULL;
+        for (int i = 0; i < p->prog.n_ins; i++)
+            if (p->prog.ins[i].op >= TS_OP_CONV && p->prog.ins[i].op <= TS_OP_CONV_TRANSPOSE)
+                r->on_dnnl += p->rt.ins[i].k.backend != NULL;
         ts_plan_free(p);
     }
+    ts_compiled_graph_free(&kept);
     ts_graph_free(g);
     free(rv);
 }

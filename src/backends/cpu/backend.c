@@ -7,31 +7,35 @@ static int cpu_supports_op(int op) {
     return op >= 0 && op < TS_OP_COUNT; /* every op has a reference kernel */
 }
 
-static void cpu_profile(const ts_plan *p, int i, double *seconds, int64_t *calls) {
-    *seconds = p->ins[i].prof_seconds;
-    *calls = p->ins[i].prof_calls;
+static void cpu_profile(const ts_program *prog, const ts_runtime *rt, int i, double *seconds,
+                        int64_t *calls) {
+    (void)prog;
+    *seconds = rt->ins[i].prof_seconds;
+    *calls = rt->ins[i].prof_calls;
 }
 
-static void cpu_profile_reset(ts_plan *p) {
-    for (int i = 0; i < p->n_ins; i++) p->ins[i].prof_seconds = 0, p->ins[i].prof_calls = 0;
+static void cpu_profile_reset(const ts_program *prog, ts_runtime *rt) {
+    for (int i = 0; i < prog->n_ins; i++) rt->ins[i].prof_seconds = 0, rt->ins[i].prof_calls = 0;
 }
 
-static void cpu_instr_info(const ts_plan *p, int i, ts_backend_instr_info *out) {
-    const ts_instr *in = &p->ins[i];
-    out->optimised = in->backend && in->backend_free;
-    out->shared_scratch = in->scratch_bytes && in->scratch == p->backend_scratch;
+static void cpu_instr_info(const ts_program *prog, const ts_runtime *rt, int i,
+                           ts_backend_instr_info *out) {
+    const ts_rt_instr *r = &rt->ins[i];
+    out->optimised = r->k.backend && r->backend_free;
+    (void)prog;
+    out->shared_scratch = r->k.scratch_bytes && r->k.scratch == rt->backend_scratch;
 }
 
-static void cpu_release(ts_plan *p) {
-    for (int i = 0; i < p->n_ins; i++)
-        if (p->ins[i].backend_free) {
-            p->ins[i].backend_free(p->ins[i].backend);
-            p->ins[i].backend = NULL;
-            p->ins[i].backend_free = NULL;
+static void cpu_release(const ts_program *prog, ts_runtime *rt) {
+    for (int i = 0; rt->ins && i < prog->n_ins; i++)
+        if (rt->ins[i].backend_free) {
+            rt->ins[i].backend_free(rt->ins[i].k.backend);
+            rt->ins[i].k.backend = NULL;
+            rt->ins[i].backend_free = NULL;
         }
-    ts_aligned_free(p->backend_scratch);
-    p->backend_scratch = NULL;
-    p->backend_scratch_bytes = 0;
+    ts_aligned_free(rt->backend_scratch);
+    rt->backend_scratch = NULL;
+    rt->backend_scratch_bytes = 0;
 }
 
 const ts_backend ts_backend_cpu = {

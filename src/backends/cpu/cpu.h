@@ -3,14 +3,14 @@
 #ifndef TS_BACKEND_CPU_H
 #define TS_BACKEND_CPU_H
 
-#include "plan/plan.h"
+#include "backends/backend.h"
 
-/* Choose optimised kernels for the plan's instructions (creating their
- * state once) and size the shared backend scratch (prepare.c). */
-ts_status ts_cpu_prepare(ts_plan *p);
+/* Choose optimised kernels for the program's instructions (creating their
+ * state once in rt) and size the shared backend scratch (prepare.c). */
+ts_status ts_cpu_prepare(const ts_program *prog, ts_runtime *rt);
 /* Run every instruction once, asking the update gate (if any) at
- * p->gate_ins; *skipped receives whether the update phase was skipped
+ * prog->gate_ins; *skipped receives whether the update phase was skipped
  * (exec.c). */
-ts_status ts_cpu_execute(ts_plan *p, int *skipped);
+ts_status ts_cpu_execute(const ts_program *prog, ts_runtime *rt, int *skipped);
 
 #endif

@@ -167,9 +167,9 @@ static void slot_tensors(int op, const ts_tensor *in, int n_in, const ts_tensor 
 /* Create the primitive, its reorders and lanes. Returns TS_ERR_UNSUPPORTED
  * (quietly, for the caller to keep the reference kernel) when oneDNN has no
  * implementation or only its reference one. */
-static ts_status dconv_build(dconv *c, const ts_instr *in) {
+static ts_status dconv_build(dconv *c, const ts_instr *in, const ts_rt_instr *r) {
     const ts_tensor *t[S_COUNT];
-    slot_tensors(in->op, in->in, in->n_in, &in->out[0], t);
+    slot_tensors(in->op, r->in, in->n_in, &r->out[0], t);
     int nd = (int)in->a.conv.nd;
     int64_t G = in->a.conv.groups;
     c->op = in->op;
@@ -475,18 +475,18 @@ static int is_conv_op(int op) {
            op == TS_OP_CONV_TRANSPOSE;
 }
 
-static ts_status dconv_create(const ts_instr *in, dconv **out) {
+static ts_status dconv_create(const ts_instr *in, const ts_rt_instr *r, dconv **out) {
     *out = NULL;
     dconv *c = ts_zalloc(sizeof *c, "oneDNN conv");
     if (!c) return TS_ERR_NOMEM;
     char xs[96], ws[96], ys[96];
-    const ts_tensor *o = &in->out[0];
-    snprintf(c->what, sizeof c->what, "%s '%.60s' %s, %s -> %s", ts_op_get(in->op)->name,
+    const ts_operand *o = &in->out[0];
+    snprintf(c->what, sizeof c->what, "%s '%.60s' %s, %s -> %s", in->name,
              in->label ? in->label : "?",
              ts_shape_str(xs, sizeof xs, in->in[0].dtype, in->in[0].rank, in->in[0].dims),
              ts_shape_str(ws, sizeof ws, in->in[1].dtype, in->in[1].rank, in->in[1].dims),
              ts_shape_str(ys, sizeof ys, o->dtype, o->rank, o->dims));
-    ts_status s = dconv_build(c, in);
+    ts_status s = dconv_build(c, in, r);
     if (s != TS_OK) {
         dconv_free(c);
         return s;
@@ -495,12 +495,13 @@ static ts_status dconv_create(const ts_instr *in, dconv **out) {
     return TS_OK;
 }
 
-ts_status ts_cpu_prepare_conv(ts_plan *p) {
-    if (p->opt.reference_kernels) return TS_OK;
+ts_status ts_cpu_prepare_conv(const ts_program *prog, ts_runtime *rt) {
+    if (prog->opt.reference_kernels) return TS_OK;
     size_t need = 0;
     int any = 0;
-    for (int i = 0; i < p->n_ins; i++) {
-        ts_instr *in = &p->ins[i];
+    for (int i = 0; i < prog->n_ins; i++) {
+        const ts_instr *in = &prog->ins[i];
+        ts_rt_instr *r = &rt->ins[i];
         if (!is_conv_op(in->op) || in->out[0].dtype != TS_F32) continue;
         if (!any) {
             pthread_once(&g_once, init_engine);
@@ -510,32 +511,32 @@ ts_status ts_cpu_prepare_conv(ts_plan *p) {
             any = 1;
         }
         dconv *c;
-        ts_status s = dconv_create(in, &c);
+        ts_status s = dconv_create(in, r, &c);
         if (s == TS_ERR_UNSUPPORTED) continue; /* the reference kernel stays */
         if (s != TS_OK) return s;
-        in->backend = c;
-        in->backend_free = dconv_free;
-        in->fn = k_dnnl_conv;
+        r->k.backend = c;
+        r->backend_free = dconv_free;
+        r->fn = k_dnnl_conv;
         if (c->scratch_bytes > need) need = c->scratch_bytes;
     }
-    if (need > p->backend_scratch_bytes) {
+    if (need > rt->backend_scratch_bytes) {
         /* Grow the shared buffer; instructions already pointing at the old
          * one (other backend kernels) move with it. */
-        void *old = p->backend_scratch, *nb = ts_aligned_alloc(need, "oneDNN scratchpad");
+        void *old = rt->backend_scratch, *nb = ts_aligned_alloc(need, "oneDNN scratchpad");
         if (!nb) return TS_ERR_NOMEM;
-        for (int i = 0; i < p->n_ins; i++)
-            if (old && p->ins[i].scratch == old) {
-                p->ins[i].scratch = nb;
-                p->ins[i].scratch_bytes = need;
+        for (int i = 0; i < prog->n_ins; i++)
+            if (old && rt->ins[i].k.scratch == old) {
+                rt->ins[i].k.scratch = nb;
+                rt->ins[i].k.scratch_bytes = need;
             }
         ts_aligned_free(old);
-        p->backend_scratch = nb;
-        p->backend_scratch_bytes = need;
+        rt->backend_scratch = nb;
+        rt->backend_scratch_bytes = need;
     }
-    for (int i = 0; i < p->n_ins; i++)
-        if (p->ins[i].fn == k_dnnl_conv) {
-            p->ins[i].scratch = p->backend_scratch;
-            p->ins[i].scratch_bytes = p->backend_scratch_bytes;
+    for (int i = 0; i < prog->n_ins; i++)
+        if (rt->ins[i].fn == k_dnnl_conv) {
+            rt->ins[i].k.scratch = rt->backend_scratch;
+            rt->ins[i].k.scratch_bytes = rt->backend_scratch_bytes;
         }
     return TS_OK;
 }

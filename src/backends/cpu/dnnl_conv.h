@@ -40,9 +40,9 @@
 #ifndef TS_DNNL_CONV_H
 #define TS_DNNL_CONV_H
 
-#include "plan/plan.h"
+#include "backends/backend.h"
 
-/* Prepare the plan's convolutions (no-op with reference_kernels). */
-ts_status ts_cpu_prepare_conv(ts_plan *p);
+/* Prepare the program's convolutions (no-op with reference_kernels). */
+ts_status ts_cpu_prepare_conv(const ts_program *prog, ts_runtime *rt);
 
 #endif

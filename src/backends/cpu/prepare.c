@@ -1,12 +1,11 @@
-/* Preparing a plan for the CPU: instructions that have an optimised kernel
- * get it here, once, with whatever state it needs (a oneDNN primitive);
- * every other instruction keeps its op's reference kernel. */
+/* Preparing a program for the CPU: instructions that have an optimised
+ * kernel get it here, once, with whatever state it needs (a oneDNN
+ * primitive); every other instruction keeps its op's reference kernel. */
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/dnnl_conv.h"
 #include "backends/cpu/dnnl_matmul.h"
-#include "ops/fused.h"
 #include "core/half.h"
 
 static ts_status k_dnnl_matmul(const ts_kargs *k) {
@@ -15,7 +14,7 @@ static ts_status k_dnnl_matmul(const ts_kargs *k) {
 
 /* matmul_epi: the post-op operands follow A and B. */
 static ts_status k_dnnl_matmul_epi(const ts_kargs *k) {
-    const void *post[TS_EPI_MAX];
+    const void *post[TS_ATTR_EPI_MAX];
     for (int j = 2; j < k->n_in; j++) post[j - 2] = k->in[j].data;
     return ts_mm_run_post(k->backend, k->in[0].data, k->in[1].data, k->out[0].data, post,
                           k->scratch);
@@ -26,11 +25,11 @@ static void free_mm(void *m) {
 }
 
 /* The oneDNN post-ops of a matmul_epi instruction. */
-static void epi_posts(const ts_instr *in, ts_mm_desc *d) {
+static void epi_posts(const ts_instr *in, const ts_rt_instr *r, ts_mm_desc *d) {
     int next = 2;
     d->n_post = (int)in->a.matmul_epi.n_post;
     for (int p = 0; p < d->n_post; p++) {
-        int full = ts_tensor_numel(&in->in[next++]) == ts_tensor_numel(&in->out[0]);
+        int full = ts_tensor_numel(&r->in[next++]) == ts_tensor_numel(&r->out[0]);
         d->post[p] = full ? TS_MM_POST_ADD : TS_MM_POST_BIAS;
     }
 }
@@ -59,7 +58,7 @@ static void free_widen(void *p) {
     free(w);
 }
 
-static ts_status widen_instr(ts_instr *in, ts_mm_desc *d) {
+static ts_status widen_instr(ts_rt_instr *r, ts_mm_desc *d) {
     widen_mm *w = ts_zalloc(sizeof *w, "f16 matmul");
     if (!w) return TS_ERR_NOMEM;
     d->a_dt = d->b_dt = TS_F32;
@@ -68,21 +67,21 @@ static ts_status widen_instr(ts_instr *in, ts_mm_desc *d) {
         free(w);
         return s;
     }
-    w->na = ts_tensor_numel(&in->in[0]);
-    w->nb = ts_tensor_numel(&in->in[1]);
-    w->wa = in->scratch; /* layout of matmul.c's scratch_matmul */
+    w->na = ts_tensor_numel(&r->in[0]);
+    w->nb = ts_tensor_numel(&r->in[1]);
+    w->wa = r->k.scratch; /* layout of matmul.c's scratch_matmul */
     w->wb = w->wa + ((size_t)w->na * 4 + 63) / 64 * 16;
-    in->backend = w;
-    in->backend_free = free_widen;
-    in->fn = k_widen_matmul;
+    r->k.backend = w;
+    r->backend_free = free_widen;
+    r->fn = k_widen_matmul;
     return TS_OK;
 }
 
 /* Map a matmul instruction onto the [batch, M, K] x [batch, K, N] shapes the
  * oneDNN wrapper takes. Returns 0 when the broadcast pattern does not fit
  * (the reference kernel then stays). */
-static int mm_desc_for(const ts_instr *in, ts_mm_desc *d) {
-    const ts_tensor *A = &in->in[0], *B = &in->in[1], *C = &in->out[0];
+static int mm_desc_for(const ts_instr *in, const ts_rt_instr *r, ts_mm_desc *d) {
+    const ts_tensor *A = &r->in[0], *B = &r->in[1], *C = &r->out[0];
     int low = (A->dtype == TS_BF16 || A->dtype == TS_F16) && B->dtype == A->dtype &&
               C->dtype == TS_F32; /* mixed precision: low operands, f32 accumulate/output */
     if (!low && (A->dtype != TS_F32 || B->dtype != TS_F32 || C->dtype != TS_F32)) return 0;
@@ -128,42 +127,43 @@ static int mm_desc_for(const ts_instr *in, ts_mm_desc *d) {
     return 0;
 }
 
-ts_status ts_cpu_prepare(ts_plan *p) {
+ts_status ts_cpu_prepare(const ts_program *prog, ts_runtime *rt) {
     size_t scratch = 0;
-    if (p->opt.reference_kernels) return TS_OK;
-    for (int i = 0; i < p->n_ins; i++) {
-        ts_instr *in = &p->ins[i];
+    if (prog->opt.reference_kernels) return TS_OK;
+    for (int i = 0; i < prog->n_ins; i++) {
+        const ts_instr *in = &prog->ins[i];
+        ts_rt_instr *r = &rt->ins[i];
         ts_mm_desc d;
-        if ((in->op != TS_OP_MATMUL && in->op != TS_OP_MATMUL_EPI) || !mm_desc_for(in, &d))
+        if ((in->op != TS_OP_MATMUL && in->op != TS_OP_MATMUL_EPI) || !mm_desc_for(in, r, &d))
             continue;
-        if (in->op == TS_OP_MATMUL_EPI) epi_posts(in, &d);
+        if (in->op == TS_OP_MATMUL_EPI) epi_posts(in, r, &d);
         ts_mm *mm;
         ts_status s = ts_mm_create(&d, &mm);
-        if (s == TS_ERR_UNSUPPORTED && d.a_dt == TS_F16 && in->scratch) {
-            if ((s = widen_instr(in, &d)) != TS_OK) return s;
-            mm = ((widen_mm *)in->backend)->mm;
+        if (s == TS_ERR_UNSUPPORTED && d.a_dt == TS_F16 && r->k.scratch) {
+            if ((s = widen_instr(r, &d)) != TS_OK) return s;
+            mm = ((widen_mm *)r->k.backend)->mm;
         } else {
             if (s != TS_OK) return s;
-            in->backend = mm;
-            in->backend_free = free_mm;
-            in->fn = in->op == TS_OP_MATMUL_EPI ? k_dnnl_matmul_epi : k_dnnl_matmul;
+            r->k.backend = mm;
+            r->backend_free = free_mm;
+            r->fn = in->op == TS_OP_MATMUL_EPI ? k_dnnl_matmul_epi : k_dnnl_matmul;
         }
         size_t sb = ts_mm_scratch_bytes(mm);
         if (sb > scratch) scratch = sb;
     }
     if (scratch) {
-        p->backend_scratch = ts_aligned_alloc(scratch, "oneDNN scratchpad");
-        if (!p->backend_scratch) return TS_ERR_NOMEM;
-        p->backend_scratch_bytes = scratch;
+        rt->backend_scratch = ts_aligned_alloc(scratch, "oneDNN scratchpad");
+        if (!rt->backend_scratch) return TS_ERR_NOMEM;
+        rt->backend_scratch_bytes = scratch;
         /* One buffer serves every oneDNN instruction in turn. */
-        for (int i = 0; i < p->n_ins; i++)
-            if (p->ins[i].fn == k_dnnl_matmul || p->ins[i].fn == k_dnnl_matmul_epi ||
-                p->ins[i].fn == k_widen_matmul) {
-                p->ins[i].scratch = p->backend_scratch;
-                p->ins[i].scratch_bytes = scratch;
+        for (int i = 0; i < prog->n_ins; i++)
+            if (rt->ins[i].fn == k_dnnl_matmul || rt->ins[i].fn == k_dnnl_matmul_epi ||
+                rt->ins[i].fn == k_widen_matmul) {
+                rt->ins[i].k.scratch = rt->backend_scratch;
+                rt->ins[i].k.scratch_bytes = scratch;
             }
     }
     ts_status s;
-    if ((s = ts_cpu_prepare_conv(p)) != TS_OK) return s;
+    if ((s = ts_cpu_prepare_conv(prog, rt)) != TS_OK) return s;
     return TS_OK;
 }

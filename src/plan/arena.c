@@ -1,0 +1,179 @@
+/* The arena of a plan: allocating it, writing the first values of the
+ * parameters, optimizer state and constants (from the graph, while
+ * ts_compile has it), and binding the program's instructions to it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "plan/lower.h"
+
+/* ---- parameter initialisation ------------------------------------------ */
+
+static void fans(const ts_type *t, double *fan_in, double *fan_out) {
+    if (t->rank < 2) {
+        *fan_in = *fan_out = t->rank ? (double)t->dims[0] : 1.0;
+        return;
+    }
+    double rf = 1;
+    for (int i = 2; i < t->rank; i++) rf *= (double)t->dims[i];
+    *fan_in = (double)t->dims[1] * rf;
+    *fan_out = (double)t->dims[0] * rf;
+}
+
+static ts_status init_value(const ts_value *v, void *dst, uint64_t seed) {
+    int64_t n = ts_type_numel(&v->t);
+    size_t bytes = ts_type_bytes(&v->t);
+    if (v->data) { /* TS_INIT_BUFFER */
+        memcpy(dst, v->data, bytes);
+        return TS_OK;
+    }
+    if (v->t.dtype != TS_F32 && v->t.dtype != TS_F64)
+        return ts_fail(TS_ERR_UNSUPPORTED, "init of '%s': dtype %s not supported yet", v->name,
+                       ts_dtype_name(v->t.dtype));
+    double *tmp = ts_alloc(sizeof(double) * (size_t)(n + 1), "parameter init");
+    if (!tmp) return TS_ERR_NOMEM;
+    uint64_t key = ts_hash_str(v->name ? v->name : "") ^ (seed * 0x9E3779B97F4A7C15ull);
+    double fi, fo, a = v->init.a, b = v->init.b;
+    fans(&v->t, &fi, &fo);
+    switch (v->init.kind) {
+    case TS_INIT_ZEROS: memset(tmp, 0, sizeof(double) * (size_t)n); break;
+    case TS_INIT_ONES:
+        for (int64_t i = 0; i < n; i++) tmp[i] = 1;
+        break;
+    case TS_INIT_CONSTANT:
+        for (int64_t i = 0; i < n; i++) tmp[i] = a;
+        break;
+    case TS_INIT_NORMAL: ts_rand_normal_f64(tmp, n, key, a, b); break;
+    case TS_INIT_UNIFORM: ts_rand_uniform_f64(tmp, n, key, a, b); break;
+    case TS_INIT_KAIMING_UNIFORM: {
+        double bound = sqrt(3.0) * sqrt(2.0 / (1.0 + a * a)) / sqrt(fi);
+        ts_rand_uniform_f64(tmp, n, key, -bound, bound);
+        break;
+    }
+    case TS_INIT_KAIMING_NORMAL:
+        ts_rand_normal_f64(tmp, n, key, 0, sqrt(2.0 / (1.0 + a * a)) / sqrt(fi));
+        break;
+    case TS_INIT_XAVIER_UNIFORM: {
+        double bound = a * sqrt(6.0 / (fi + fo));
+        ts_rand_uniform_f64(tmp, n, key, -bound, bound);
+        break;
+    }
+    case TS_INIT_XAVIER_NORMAL:
+        ts_rand_normal_f64(tmp, n, key, 0, a * sqrt(2.0 / (fi + fo)));
+        break;
+    case TS_INIT_BUFFER: break;
+    }
+    if (v->t.dtype == TS_F64)
+        memcpy(dst, tmp, bytes);
+    else
+        for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)tmp[i];
+    free(tmp);
+    return TS_OK;
+}
+
+/* ZeRO with shared parameters: every rank learns where each peer's arena
+ * lies (a fused shard update reads their gradients there). Collective. */
+static ts_status exchange_arenas(ts_plan *p) {
+    ts_comm *c = p->prog.opt.comm;
+    ts_runtime *rt = &p->rt;
+    const int n = ts_comm_size(c), me = ts_comm_rank(c);
+    int64_t *base = ts_alloc(sizeof(int64_t) * (size_t)n, "plan arenas");
+    rt->dist.peer_delta = ts_alloc(sizeof(ptrdiff_t) * (size_t)n, "plan arenas");
+    if (!base || !rt->dist.peer_delta) {
+        free(base);
+        return TS_ERR_NOMEM;
+    }
+    base[me] = (int64_t)(intptr_t)rt->arena;
+    ts_status s = ts_allgather(c, NULL, base, (size_t)n, TS_I64, TS_ALGO_NATIVE);
+    for (int q = 0; q < n && s == TS_OK; q++)
+        rt->dist.peer_delta[q] = (ptrdiff_t)(base[q] - base[me]);
+    free(base);
+    return s;
+}
+
+ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg) {
+    const ts_graph *g = cg->graph;
+    const ts_program *prog = &p->prog;
+    ts_runtime *rt = &p->rt;
+    ts_comm *comm = prog->opt.comm;
+    const size_t po = prog->layout.param_off, pb = prog->layout.param_bytes;
+    if (prog->zero_shared && po != 0)
+        return ts_fail(TS_ERR_INTERNAL, "plan: shared parameters must open the arena");
+    if (prog->zero_shared && pb > 0) {
+        /* One copy of the parameters for every rank; rank 0 initialises
+         * it, and the exchange below (which every rank enters only after
+         * its initialisation) publishes it before any step reads it. */
+        void *sp;
+        ts_status s = ts_comm_alloc_shared(comm, pb, &sp);
+        if (s != TS_OK) {
+            ts_error_prefix("ZeRO's shared parameters (%zu bytes)", pb);
+            return s;
+        }
+        rt->params = sp;
+        rt->arena_skip = pb;
+    }
+    const size_t bytes = prog->layout.arena_bytes - rt->arena_skip;
+    if (prog->n_buckets > 0) {
+        /* On shm the gradients must lie in the shared segment for the
+         * direct all-reduce to read peers' buckets in place. */
+        rt->arena = ts_comm_alloc(comm, bytes);
+        if (!rt->arena) {
+            ts_error_prefix("plan arena of %zu bytes", bytes);
+            return TS_ERR_NOMEM;
+        }
+        rt->arena_from_comm = 1;
+    } else {
+        rt->arena = ts_aligned_alloc(bytes, "plan arena");
+        if (!rt->arena) return TS_ERR_NOMEM;
+    }
+    const int owner = !rt->params || ts_comm_rank(comm) == 0;
+    memset(rt->arena, 0, bytes);
+    if (owner && rt->params) memset(rt->params, 0, pb);
+    for (int v = 0; v < g->n_values; v++) {
+        const ts_value *val = &g->values[v];
+        if (cg->mp.off[v] == SIZE_MAX) continue;
+        unsigned char *dst = ts_plan_at(p, cg->mp.off[v]);
+        if (!owner && cg->mp.off[v] - po < pb) continue; /* rank 0 initialises the shared ones */
+        if (val->kind == TS_VK_CONST) memcpy(dst, val->data, ts_type_bytes(&val->t));
+        if (val->kind == TS_VK_PARAM || val->kind == TS_VK_STATE) {
+            ts_status s = init_value(val, dst, prog->opt.seed);
+            if (s != TS_OK) return s;
+        }
+    }
+    return prog->zero_shared ? exchange_arenas(p) : TS_OK;
+}
+
+static void bind_tensor(ts_tensor *t, const ts_operand *o, unsigned char *data) {
+    t->dtype = o->dtype;
+    t->rank = o->rank;
+    memcpy(t->dims, o->dims, sizeof t->dims);
+    t->data = data;
+}
+
+ts_status ts_bind(ts_plan *p) {
+    const ts_program *prog = &p->prog;
+    ts_runtime *rt = &p->rt;
+    rt->ins = ts_zalloc(sizeof(ts_rt_instr) * (size_t)(prog->n_ins + 1), "plan runtime");
+    if (!rt->ins) return TS_ERR_NOMEM;
+    for (int i = 0; i < prog->n_ins; i++) {
+        const ts_instr *in = &prog->ins[i];
+        ts_rt_instr *r = &rt->ins[i];
+        r->in = ts_alloc(sizeof(ts_tensor) * (size_t)(in->n_in + 1), "plan instruction");
+        if (!r->in) return TS_ERR_NOMEM;
+        for (int j = 0; j < in->n_in; j++)
+            bind_tensor(&r->in[j], &in->in[j], ts_plan_at(p, in->in[j].off));
+        for (int j = 0; j < in->n_out; j++)
+            bind_tensor(&r->out[j], &in->out[j], ts_plan_at(p, in->out[j].off));
+        r->fn = in->kernel;
+        r->k = (ts_kargs){.a = &in->a,
+                          .n_in = in->n_in,
+                          .n_out = in->n_out,
+                          .in = r->in,
+                          .out = r->out,
+                          .scratch = in->scratch_bytes ? ts_plan_at(p, in->scratch_off) : NULL,
+                          .scratch_bytes = in->scratch_bytes,
+                          .ctx = &rt->ctx,
+                          .label = in->label,
+                          .backend = NULL};
+    }
+    return TS_OK;
+}
