@@ -388,7 +388,7 @@ ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_co
     s = compile_graph(p, spec);
     p->opt.precision.keep_fp32 = NULL; /* the caller's string: read during compile only */
     p->opt.backend = NULL;             /* likewise */
-    p->opt.dump_after = NULL, p->opt.dump_to = NULL;
+    p->opt.dump_after = NULL, p->opt.dump_to = NULL, p->opt.peft.targets = NULL;
     if (s != TS_OK) goto fail;
     if ((s = init_arena(p)) != TS_OK) goto fail;
     if ((s = lower(p)) != TS_OK) goto fail;
