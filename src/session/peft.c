@@ -144,8 +144,7 @@ ts_status ts_sess_peft_load_base(session *s) {
         return st;
     }
     st = check_names(s->plan, &b, path);
-    if (st == TS_OK) st = copy_in(s->plan, &b);
-    if (st != TS_OK) ts_error_prefix("peft.base %s", path);
+    if (st == TS_OK && (st = copy_in(s->plan, &b)) != TS_OK) ts_error_prefix("peft.base %s", path);
     ts_ckpt_close(b.ck);
     ts_st_close(b.st);
     return st;
