@@ -7,6 +7,7 @@
  *   share and writes it to summary.json; its final checkpoint holds every
  *   frozen tensor bit-identical to the base's, LoRA tensors beside them and
  *   no optimizer state for frozen ones;
+ * - a PEFT run resumed from its checkpoint ends bit-identical to the whole run;
  * - the same base as a safetensors file (tessel export) gives the same run;
  * - `tessel compile --dump memory` shows the gradients and optimizer state
  *   shrink;
@@ -121,6 +122,21 @@ static void test_finetune(void) {
     snprintf(a, sizeof a, "%s", e2e_path("base"));
     snprintf(b, sizeof b, "%s", e2e_path("lora"));
     same_base(a, b);
+
+    /* a PEFT run resumed from its checkpoint ends where the whole run ends */
+    r = e2e_runf("train " MODEL LORA " --steps 30 --set train.total_steps=60 --set ckpt.every=30 "
+                 "--set peft.base=%s --out %s",
+                 e2e_path("base"), e2e_path("half"));
+    CHECK(r.rc == 0, "first half: exit %d\n%s", r.rc, r.err);
+    e2e_done(&r);
+    r = e2e_runf("train " MODEL LORA " --set train.total_steps=60 --set ckpt.every=30 "
+                 "--set peft.base=%s --steps 60 --resume latest --out %s",
+                 e2e_path("base"), e2e_path("half"));
+    CHECK(r.rc == 0, "resume: exit %d\n%s", r.rc, r.err);
+    e2e_done(&r);
+    r = e2e_runf("ckpt diff %s %s", e2e_path("lora"), e2e_path("half"));
+    CHECK(r.rc == 0, "resumed PEFT run equals the whole run: exit %d\n%s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
 
     /* the base as a safetensors file: the same run */
     r = e2e_runf("export %s --safetensors %s", e2e_path("base"), e2e_path("base.safetensors"));
