@@ -188,8 +188,7 @@ ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **lora, in
         goto done;
     }
     for (int i = 0; i < n0; i++)
-        if (g->nodes[i].op == TS_OP_MATMUL && g->nodes[i].n_in == 2 &&
-            is_weight_of(g, &g->nodes[i], g->nodes[i].in[1]))
+        if (g->nodes[i].n_in == 2 && is_weight_of(g, &g->nodes[i], g->nodes[i].in[1]))
             weight[g->nodes[i].in[1]] = 1;
     /* which weights each pattern names */
     int n_target = 0;
@@ -214,7 +213,7 @@ ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **lora, in
     for (int i = 0; i < n0 && s == TS_OK; i++) {
         perm[np++] = i;
         const ts_node *nd = &g->nodes[i];
-        if (nd->op != TS_OP_MATMUL || nd->n_in != 2 || nd->dead) continue;
+        if (nd->n_in != 2 || !is_weight_of(g, nd, nd->in[1])) continue;
         const int32_t w = nd->in[1];
         if (w >= nv0 || ab[2 * w] == -1) continue;
         const int tb = (int)nd->a.matmul.trans_b;
