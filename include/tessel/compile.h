@@ -119,8 +119,9 @@ typedef struct ts_precision_options {
  * NAME.lora_A [r, in] (Kaiming-uniform, a = sqrt(5)) and NAME.lora_B
  * [out, r] (zeros), s = alpha / r (alpha / sqrt(r) with use_rslora). Only
  * the LoRA parameters are trained: every other parameter is frozen (no
- * gradient, no optimizer state, no all-reduce). A pattern that matches no
- * matmul weight, r < 1 or a bad regex fail ts_compile with TS_ERR_INVALID. */
+ * gradient, no optimizer state, no all-reduce; ts_train_spec.trainable is
+ * ignored). A pattern that matches no matmul weight, r < 1 or a bad regex
+ * fail ts_compile with TS_ERR_INVALID. */
 typedef struct ts_peft_options {
     const char *targets; /* NULL or "": no LoRA */
     int r;

@@ -294,7 +294,43 @@ static void test_dropout(void) {
     ts_graph_free(g);
 }
 
+/* ts_train_spec.trainable, the API's own way of freezing: only the listed
+ * parameters get a gradient and move; with PEFT the LoRA parameters
+ * replace the list. */
+static void test_trainable_list(void) {
+    ts_val loss;
+    ts_graph *g = model(TS_F32, &loss);
+    ts_train_spec spec = ts_train_spec_default(loss);
+    spec.opt = ts_sgd(0.1, 0, 0, 0, 0);
+    ts_val only = ts_find(g, "l2.w");
+    spec.trainable = &only;
+    spec.n_trainable = 1;
+    ts_plan *p;
+    CHECK_OK(ts_compile(g, &spec, NULL, &p));
+    if (!p) return;
+    feed(p, TS_F32);
+    float w1[HID * IN], w1b[HID * IN], w2[HID * OUT], w2b[HID * OUT];
+    CHECK_OK(ts_plan_read(p, "l1.weight", w1, sizeof w1));
+    CHECK_OK(ts_plan_read(p, "l2.w", w2, sizeof w2));
+    CHECK_OK(ts_plan_step(p));
+    CHECK_OK(ts_plan_read(p, "l1.weight", w1b, sizeof w1));
+    CHECK_OK(ts_plan_read(p, "l2.w", w2b, sizeof w2));
+    CHECK(!memcmp(w1, w1b, sizeof w1), "l1.weight not in the list: unchanged");
+    CHECK(memcmp(w2, w2b, sizeof w2) != 0, "l2.w in the list: updated");
+    CHECK(ts_plan_value_info(p, "grad:l1.weight", NULL, NULL, NULL) != TS_OK, "no grad l1.weight");
+    ts_plan_free(p);
+    ts_compile_options o = ts_compile_options_default();
+    o.peft = lora("l1", 2, 2);
+    CHECK_OK(ts_compile(g, &spec, &o, &p));
+    CHECK(p && ts_plan_value_info(p, "grad:l2.w", NULL, NULL, NULL) != TS_OK &&
+              ts_plan_value_info(p, "grad:l1.weight.lora_B", NULL, NULL, NULL) == TS_OK,
+          "with PEFT only the LoRA parameters train");
+    ts_plan_free(p);
+    ts_graph_free(g);
+}
+
 int main(void) {
+    test_trainable_list();
     test_step0_and_frozen();
     test_init();
     gradcheck(0);
