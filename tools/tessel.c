@@ -26,7 +26,7 @@ static const char usage[] =
     "        [--dump-after PASS]\n"
     "      compile the training step and print the requested dumps (default: stats);\n"
     "      --dump-after PASS prints the graph (IR text) after that pass of the pipeline:\n"
-    "      loss_scale, autodiff, discard_outputs, unscale, monitor, train, monitor_order,\n"
+    "      peft, loss_scale, autodiff, discard_outputs, unscale, monitor, train, monitor_order,\n"
     "      loss_scale_order, precision, train_mode, simplify, fuse, verify, schedule,\n"
     "      distribute, memplan\n"
     "  bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--profile]\n"

@@ -112,6 +112,24 @@ typedef struct ts_precision_options {
     int64_t growth_interval; /* 0: 2000 */
 } ts_precision_options;
 
+/* LoRA (docs/peft.md): every matmul whose weight operand is a parameter
+ * whose name matches one of `targets` (comma-separated POSIX extended
+ * regexes, searched anywhere in the name unless anchored) gets a low-rank
+ * update, y = x W^T + s (dropout(x) A^T) B^T, with new parameters
+ * NAME.lora_A [r, in] (Kaiming-uniform, a = sqrt(5)) and NAME.lora_B
+ * [out, r] (zeros), s = alpha / r (alpha / sqrt(r) with use_rslora). Only
+ * the LoRA parameters are trained: every other parameter is frozen (no
+ * gradient, no optimizer state, no all-reduce; ts_train_spec.trainable is
+ * ignored). A pattern that matches no matmul weight, r < 1 or a bad regex
+ * fail ts_compile with TS_ERR_INVALID. */
+typedef struct ts_peft_options {
+    const char *targets; /* NULL or "": no LoRA */
+    int r;
+    double alpha;
+    int use_rslora;
+    double dropout; /* on the LoRA branch's input, training steps only */
+} ts_peft_options;
+
 typedef struct ts_compile_options {
     uint64_t seed;         /* parameter init and dropout (default 0) */
     int threads;           /* 0: all cores (OMP_NUM_THREADS if set) */
@@ -163,6 +181,7 @@ typedef struct ts_compile_options {
      * this only TS_DUMP_PLAN can be printed later. Costs their text's
      * memory for the plan's life. */
     int keep_dumps;
+    ts_peft_options peft; /* zero: no PEFT; targets is read during ts_compile only */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

@@ -169,6 +169,13 @@ typedef struct ts_config {
         double init_scale, growth_factor, backoff_factor;
         int64_t growth_interval;
     } precision;
+    struct {
+        char targets[1024]; /* LoRA: regexes of matmul weight names; "" none */
+        int r;
+        double alpha, dropout;
+        int use_rslora;
+        char base[512]; /* base weights: checkpoint directory or .safetensors; "" none */
+    } peft;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 

@@ -303,6 +303,8 @@ ts_status ts_config_finish(ts_config *c) {
                        cfg_origin(c, i_nest, where, sizeof where));
     /* "none" is how a file says unsigned; the written config omits it. */
     if (!strcmp(c->ckpt.sign_key, "none")) c->ckpt.sign_key[0] = 0;
+    if (!strcmp(c->peft.targets, "none")) c->peft.targets[0] = 0;
+    if (!strcmp(c->peft.base, "none")) c->peft.base[0] = 0;
     ts_status s = cfg_check_sizes(c);
     if (s == TS_OK) s = check_precision(c);
     /* --procs N (dist.procs) is known here; mpirun's ranks in ts_config_check_run */

@@ -222,6 +222,22 @@ const ts_config_key cfg_keys[] = {
      "checksums only)"},
     {"ckpt.async", TS_CFG_BOOL, FIELD(ckpt, async), 0, NULL, NULL, "true",
      "write checkpoints in a background thread while training goes on"},
+    /* peft (docs/peft.md) */
+    {"peft.lora.targets", TS_CFG_STR, FIELD(peft, targets), TS_CFG_DERIVED | TS_CFG_LIST, NULL,
+     NULL, "none",
+     "LoRA on every matmul whose weight's name matches one of these POSIX extended regexes; "
+     "every other parameter is frozen (none: no LoRA)"},
+    {"peft.lora.r", TS_CFG_INT, FIELD(peft, r), 0, NULL, "[1, 1e6]", "8",
+     "rank of the LoRA matrices A [r, in] and B [out, r]"},
+    {"peft.lora.alpha", TS_CFG_F64, FIELD(peft, alpha), 0, NULL, "[0, inf)", "8",
+     "the LoRA branch is scaled by alpha / r"},
+    {"peft.lora.use_rslora", TS_CFG_BOOL, FIELD(peft, use_rslora), 0, NULL, NULL, "false",
+     "scale by alpha / sqrt(r) instead (rank-stabilised LoRA)"},
+    {"peft.lora.dropout", TS_CFG_F64, FIELD(peft, dropout), 0, NULL, "[0, 1)", "0",
+     "dropout on the LoRA branch's input during training steps"},
+    {"peft.base", TS_CFG_STR, FIELD(peft, base), TS_CFG_DERIVED, NULL, NULL, "none",
+     "base weights loaded before the first step: a checkpoint directory or a .safetensors file "
+     "(names and shapes must match the model's)"},
     /* observe */
     {"observe.metrics_port", TS_CFG_INT, FIELD(observe, metrics_port), 0, NULL, "[0, 65535]", "0",
      "port of the Prometheus /metrics endpoint served while training (0: none)"},

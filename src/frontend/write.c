@@ -18,6 +18,8 @@ static int key_applies(const ts_config *c, const ts_config_key *k) {
     if (!strcmp(k->path, "model.preset")) return 0; /* every model key is written out */
     /* Unset strings (no file, no run directory) stay unwritten. */
     if (k->type == TS_CFG_STR && !((const char *)c + k->offset)[0]) return 0;
+    /* LoRA's settings only with LoRA, so other configs read as before */
+    if (!strncmp(k->path, "peft.lora.", 10) && !c->peft.targets[0]) return 0;
     if (k->flags & FOR_FILES) return (k->flags & cfg_source_flag(c->data.source)) != 0;
     if (c->train.epochs > 0) {
         /* epochs decide the steps: writing both would not load back */
@@ -46,7 +48,7 @@ ts_status ts_config_write(const ts_config *c, FILE *out) {
         }
         const char *src = (const char *)c + k->offset;
         char buf[64];
-        fprintf(out, "  %s: ", cfg_leaf(k->path));
+        fprintf(out, "  %s: ", k->path + sl + 1); /* "lora.r" under peft: loads back */
         switch (k->type) {
         case TS_CFG_INT: {
             int v;

@@ -13,6 +13,12 @@
 #include "ops/op.h"
 #include "tessel/compile.h"
 
+/* LoRA (peft.c, docs/peft.md): patch every matmul whose weight matches
+ * o->targets with a low-rank branch; *lora (owned by the caller, n_lora
+ * ids) receives the new parameters, A then B per patched weight. No-op
+ * without targets. */
+ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **lora, int *n_lora);
+
 /* Add gradient nodes for loss w.r.t. each of params[0..n). On return
  * grads[i] is the gradient value of params[i] (marked grad_of), or -1 if
  * the parameter cannot reach the loss (a warning names it). */

@@ -35,6 +35,33 @@ static int with_ranks(const ts_pass_ctx *c) {
     return c->training && c->opt->comm && ts_comm_size(c->opt->comm) > 1;
 }
 
+static int with_peft(const ts_pass_ctx *c) {
+    return c->opt->peft.targets && c->opt->peft.targets[0];
+}
+
+/* LoRA: only the new parameters are trained; every other one is frozen
+ * (no gradient, optimizer state or all-reduce follows for it). */
+static ts_status run_peft(ts_pass_ctx *c) {
+    int32_t *lora;
+    int n;
+    ts_status s = ts_pass_peft(c->g, &c->opt->peft, &lora, &n);
+    if (s != TS_OK || !c->training) {
+        free(lora);
+        return s;
+    }
+    free(c->frozen);
+    c->frozen = ts_alloc(sizeof(int32_t) * (2 * (size_t)n + 1), "compile");
+    if (!c->frozen) {
+        free(lora);
+        return TS_ERR_NOMEM;
+    }
+    memcpy(c->frozen, lora, sizeof(int32_t) * (size_t)n);
+    free(lora);
+    c->params = c->frozen;
+    c->grads = c->frozen + n;
+    c->n_params = n;
+    return TS_OK;
+}
 static ts_status run_loss_scale(ts_pass_ctx *c) {
     return ts_pass_loss_scale_loss(c->g, &c->opt->precision, c->loss, &c->diff, &c->scale);
 }
@@ -122,6 +149,7 @@ static ts_status run_memplan(ts_pass_ctx *c) {
 }
 
 static const ts_pass_def PASSES[] = {
+    {"peft", with_peft, run_peft},
     {"loss_scale", with_loss_scale, run_loss_scale},
     {"autodiff", training, run_autodiff},
     {"discard_outputs", with_discard, run_discard},
@@ -195,5 +223,7 @@ ts_status ts_pipeline_run(ts_pass_ctx *c) {
 void ts_pass_ctx_free(ts_pass_ctx *c) {
     free(c->order);
     c->order = NULL;
+    free(c->frozen);
+    c->frozen = NULL;
     ts_memplan_free(&c->mp);
 }

@@ -40,6 +40,7 @@ typedef struct ts_pass_ctx {
     int n_buckets;   /* gradient buckets of the distribute pass */
     int zero_shared; /* ZeRO with parameters shared by the ranks */
     ts_memplan mp;   /* the memory plan (owned) */
+    int32_t *frozen; /* with PEFT: params and grads replaced by the LoRA parameters' (owned) */
 } ts_pass_ctx;
 
 typedef struct ts_pass_def {

@@ -308,6 +308,14 @@ ts_status ts_sess_write_summary(session *s, const char *status, const char *erro
     if (s->c.batches_per_epoch)
         json_object_set_new(o, "epochs",
                             json_real((double)r->steps / (double)s->c.batches_per_epoch));
+    if (s->plan && (s->c.peft.targets[0] || s->c.peft.base[0])) {
+        double tr, all;
+        ts_sess_peft_counts(s->plan, &tr, &all);
+        json_object_set_new(o, "peft",
+                            json_pack("{s:I, s:I, s:f}", "trainable", (json_int_t)tr, "total",
+                                      (json_int_t)all, "trainable_percent",
+                                      all > 0 ? 100.0 * tr / all : 0.0));
+    }
     if (r->resumed_step) json_object_set_new(o, "resumed_from_step", json_integer(r->resumed_step));
     if (s->c.ckpt.every > 0) json_object_set_new(o, "checkpoints", json_integer(r->checkpoints));
     if (r->has_val) json_object_set_new(o, "val", eval_json(&r->val));

@@ -182,6 +182,13 @@ static void header(session *s) {
                     model_label(s), params, (long long)c->model.batch, (long long)c->train.steps,
                     epochs, data, test, st.n_instructions,
                     (double)st.arena_bytes / (1024.0 * 1024.0));
+    if (c->peft.targets[0] || c->peft.base[0]) {
+        double tr, all;
+        ts_sess_peft_counts(s->plan, &tr, &all);
+        ts_progress_log(&s->pr, "peft: trainable %.0f of %.0f parameters (%.4g %%)%s%s", tr, all,
+                        all > 0 ? 100.0 * tr / all : 0.0,
+                        c->peft.base[0] ? "; base weights from " : "", c->peft.base);
+    }
     if (s->nranks > 1) {
         ts_progress_log(&s->pr,
                         "data parallel: %d processes (%s), batch %lld per process, gradients "
@@ -260,6 +267,7 @@ static ts_status setup(session *s) {
     if (!s->all && ts_zoo_model(&s->c) && (st = ts_zoo_synth_val(&s->c, &s->val)) != TS_OK)
         return st;
     if ((st = ts_sess_build(s)) != TS_OK) return st;
+    if ((st = ts_sess_peft_load_base(s)) != TS_OK) return st;
     if ((st = ts_sess_alerts_setup(s)) != TS_OK) return st;
     if (!s->all && (st = ts_sess_make_synthetic(s)) != TS_OK) return st;
     int64_t cap = s->c.train.steps < MAX_RATES ? s->c.train.steps : MAX_RATES;

@@ -130,6 +130,12 @@ ts_status ts_sess_identity(session *s);
  * entries, lineage.json, normalisation.json; opens metrics.jsonl and the
  * checkpoint saver (ckpt.every). */
 ts_status ts_sess_write_run_files(session *s);
+/* peft.c: peft.base's weights into the training plan (every parameter
+ * but the LoRA ones, names and shapes checked first); the trainable and
+ * total parameter counts of a plan. */
+ts_status ts_sess_peft_load_base(session *s);
+void ts_sess_peft_counts(const ts_plan *p, double *trainable, double *total);
+
 /* summary.json, however the run ended; `error` is NULL on success. */
 ts_status ts_sess_write_summary(session *s, const char *status, const char *error);
 /* Parameters (elements) of a plan. */
