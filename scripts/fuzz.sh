@@ -16,8 +16,11 @@ TARGETS=${*:-$ALL}
 
 cmake -S . -B "$BUILD" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DTESSEL_FUZZ=ON \
     >/dev/null || exit 2
-cmake --build "$BUILD" -j "$JOBS" --target $(for t in $TARGETS; do printf 'fuzz_%s ' "$t"; done) \
-    || exit 2
+if ! cmake --build "$BUILD" -j "$JOBS" --target $(for t in $TARGETS; do printf 'fuzz_%s ' "$t"; done) \
+    >"$BUILD/fuzz-build.log" 2>&1; then
+    tail -30 "$BUILD/fuzz-build.log" >&2
+    exit 2
+fi
 
 failed=""
 for t in $TARGETS; do

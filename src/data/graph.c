@@ -42,7 +42,10 @@ static int cells_of(const char *p, const char *e, const char **cs, const char **
         while (p < e && (*p == ' ' || *p == '\t')) p++;
         if (p < e && *p == ',') {
             p++;
-            if (p == e) n++; /* a trailing comma: an empty cell */
+            if (p == e) { /* a trailing comma: an empty cell */
+                if (n < 3) cs[n] = ce[n] = p;
+                n++;
+            }
         }
     }
     return n;

@@ -5,7 +5,8 @@
  * class ids that would make the derived class count overflow or leave
  * model.classes's range, a context length of INT64_MAX, and the number
  * rule: .npy NaN/Inf and CSV cells that strtod would take but a plain
- * decimal is not (hex, inf, nan, "1e"). Each is an error naming the file
+ * decimal is not (hex, inf, nan, "1e"); an edge line with a trailing comma
+ * (a fuzzing find). Each is an error naming the file
  * and the value; built with -DTESSEL_SANITIZE=ON none may trip UBSan. */
 #include <math.h>
 #include <stdint.h>
@@ -250,6 +251,13 @@ static void test_graph(void) {
     CHECK(ts_data_load_graph(edges, gx0, path_of("gy.npy"), 0, &g) == TS_ERR_SHAPE &&
               HAS("an example holds no values"),
           "nodes without features: %s", ts_last_error());
+    /* A trailing comma is an empty second cell (found by fuzz_graph: the
+     * message read a cell pointer that was never set). */
+    const char *comma = write_text("comma.csv", "0,1\n2,\n");
+    ts_edge_list ec;
+    CHECK(ts_data_read_edges(comma, 4, &ec) == TS_ERR_FORMAT &&
+              HAS("comma.csv:2: '' is not an integer node id"),
+          "trailing comma: %s", ts_last_error());
     /* Node ids past int64 in the edge list are not integers. */
     const char *far = write_text("far.csv", "0,1\n1,99999999999999999999\n");
     ts_edge_list e;
