@@ -3,8 +3,8 @@
 # build-fuzz/ and runs each for FUZZ_SECONDS (default 30) from its seed corpus
 # tests/fuzz/corpus/<target>/. New inputs go to build-fuzz/corpus/<target>
 # (the committed seeds are not touched); a crash is saved as
-# build-fuzz/crashes/<target>/crash-* and makes the script exit 1 after all
-# targets ran. Usage: scripts/fuzz.sh [target ...]   (default: all)
+# build-fuzz/crashes/<target>/crash-* (replaced by the target's next run) and
+# makes the script exit 1 after all targets ran. Usage: scripts/fuzz.sh [target ...]   (default: all)
 #   FUZZ_SECONDS=300 scripts/fuzz.sh npy csv
 set -u
 cd "$(dirname "$0")/.."
@@ -25,6 +25,9 @@ fi
 failed=""
 for t in $TARGETS; do
     work="$BUILD/corpus/$t" crashes="$BUILD/crashes/$t" log="$BUILD/fuzz-$t.log"
+    # A target's findings are those of its latest run: move earlier ones
+    # into the corpus (fixed) or keep them elsewhere before running again.
+    rm -rf "$crashes"
     mkdir -p "$work" "$crashes"
     # -timeout: an input taking longer than 10 s is reported as a hang;
     # -rss_limit_mb: a reader that allocates what the input claims is a finding.

@@ -28,8 +28,7 @@ static void write_text(const char *path, const char *text) {
 /* `tessel train CONFIG ARGS --out DIR/bad` exits 2 with every one of the
  * NULL-terminated messages in stderr and leaves no run directory. */
 static void expect(const char *what, const char *config, const char *args, ...) {
-    e2e_result r =
-        e2e_runf("train %s %s --set alerts.defaults=false --out %s", config, args, e2e_path("bad"));
+    e2e_result r = e2e_runf("train %s %s --out %s", config, args, e2e_path("bad"));
     int ok = r.rc == 2;
     va_list ap;
     va_start(ap, args);
