@@ -1,7 +1,7 @@
 /* Sizes derived from data, end to end through `tessel train`: a class id
  * far past any sensible class count (INT64_MAX, 2^62, 1e9) or negative, in
- * the .npy labels of an mlp, a gru and a gcn (each derives model.classes
- * from the largest label in its own code), non-finite .npy inputs and CSV
+ * the .npy labels of an mlp, a gru, a unet3d and a gcn (each derives
+ * model.classes from the largest label in its own code), non-finite .npy inputs and CSV
  * cells outside the number rule. Each exits 2 before a run directory is
  * made, naming the file, the place, the value and, for a class id, the key
  * model.classes. Run under ASan+UBSan (build-asan) this is the check that
@@ -90,6 +90,32 @@ static void test_gru(void) {
     expect("gru label 2^62", e2e_path("gru.yaml"), args, want, "model.classes", NULL);
 }
 
+/* The unet3d (ts_zoo_fit's volumes): one voxel's label. */
+static void test_unet(void) {
+    enum { V = 4, S = 8 };
+    float *x = calloc(V * S * S * S, sizeof *x);
+    int64_t *y = calloc(V * S * S * S, sizeof *y);
+    if (!x || !y) {
+        CHECK(0, "out of memory");
+        free(x), free(y);
+        return;
+    }
+    y[2 * S * S * S + (1 * S + 2) * S + 3] = 1000000000; /* example 2, voxel (1, 2, 3) */
+    const int64_t xd[5] = {V, 1, S, S, S}, yd[4] = {V, S, S, S};
+    tf_write_npy_dims(e2e_path("vx.npy"), "<f4", 5, xd, x, 4);
+    tf_write_npy_dims(e2e_path("vy.npy"), "<i8", 4, yd, y, 8);
+    free(x);
+    free(y);
+    write_text(e2e_path("unet.yaml"), "model: {name: unet3d, batch: 2, c1: 2, c2: 2, c3: 2}\n"
+                                      "data: {source: npy, val_fraction: 0}\ntrain: {steps: 1}\n");
+    char args[512], want[300];
+    snprintf(args, sizeof args, "--set data.x=%s --set data.y=%s", e2e_path("vx.npy"),
+             e2e_path("vy.npy"));
+    snprintf(want, sizeof want, "%s: example 2, voxel (1, 2, 3) has label 1000000000",
+             e2e_path("vy.npy"));
+    expect("unet3d voxel label 1e9", e2e_path("unet.yaml"), args, want, "model.classes", NULL);
+}
+
 /* The gcn (ts_data_load_graph). */
 static void test_gcn(void) {
     float x[N * 3] = {0};
@@ -152,6 +178,7 @@ int main(void) {
     if (!e2e_setup("labels", dir, sizeof dir)) return check_summary("e2e/label_range");
     test_mlp();
     test_gru();
+    test_unet();
     test_gcn();
     test_numbers();
     e2e_cleanup(dir);
