@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps test test-asan demo demo-mlp clean format bench bench-table
+.PHONY: all deps deps-fuzz test test-asan fuzz demo demo-mlp clean format bench bench-table
 
 all: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -19,6 +19,15 @@ test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTESSEL_SANITIZE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+# The libFuzzer harnesses of tests/fuzz (clang, ASan+UBSan, in build-fuzz/),
+# each run for FUZZ_SECONDS (default 30) from its seed corpus; docs/fuzzing.md.
+FUZZ_SECONDS ?= 30
+fuzz: deps-fuzz
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz.sh $(FUZZ_TARGETS)
+
+deps-fuzz:
+	@scripts/install-deps.sh --fuzz --check >/dev/null 2>&1 || scripts/install-deps.sh --fuzz
 
 # Trains the small CNN on Fashion-MNIST (Debian package dataset-fashion-mnist,
 # installed by `deps`) into a fresh run directory under runs/: about 91.5 %
@@ -44,4 +53,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz

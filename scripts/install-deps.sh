@@ -1,15 +1,28 @@
 #!/bin/sh
 # Installs every Debian 12 package tessel's build and tests need.
 # Idempotent; run as root. `--check` only reports whether anything is missing.
+# `--fuzz` adds what `make fuzz` needs: clang, its libFuzzer runtime
+# (libclang_rt.fuzzer-x86_64.a, in libclang-rt-14-dev, which libclang-rt-dev
+# pulls in for Debian's default clang) and clang's OpenMP runtime (libomp-dev).
 set -e
 PKGS="build-essential cmake pkg-config libdnnl-dev libyaml-dev libjansson-dev libgomp1 zlib1g-dev libssl-dev dataset-fashion-mnist libmicrohttpd-dev prometheus gnuplot-nox libsodium-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev python3-sklearn"
+FUZZ_PKGS="clang libclang-rt-dev libomp-dev"
+
+check=0
+for a in "$@"; do
+    case "$a" in
+    --check) check=1 ;;
+    --fuzz) PKGS="$PKGS $FUZZ_PKGS" ;;
+    *) echo "usage: $0 [--fuzz] [--check]" >&2; exit 2 ;;
+    esac
+done
 
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 
-if [ "$1" = "--check" ]; then
+if [ "$check" = 1 ]; then
     [ -z "$missing" ] && exit 0
     echo "missing:$missing"
     exit 1
@@ -20,7 +33,7 @@ if [ -z "$missing" ]; then
     exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
-    echo "install-deps: missing packages:$missing; run as root: sudo $0" >&2
+    echo "install-deps: missing packages:$missing; run as root: sudo $0 $*" >&2
     exit 1
 fi
 echo "install-deps: installing$missing"

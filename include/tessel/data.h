@@ -36,7 +36,9 @@ typedef struct ts_lineage {
 /* A .npy file (format 1.0/2.0/3.0, C order, little-endian f4/f8/i4/i8/u1):
  * data converted to `want` (f32, f64, i32, i64 or u8). Conversion to an
  * integer type never changes a value: a float that is not whole, or a value
- * out of range, is an error naming the element. Free with ts_array_free. */
+ * out of range, is an error naming the element; so is a NaN or infinity
+ * (docs/data.md, "Numbers"). A shape whose dimensions multiply past 2^63
+ * bytes is refused before anything is allocated. Free with ts_array_free. */
 typedef struct ts_array {
     ts_dtype dtype;
     int rank;

@@ -87,19 +87,51 @@ static ts_status find_column(const char *path, const span *cols, int64_t ncols, 
                    column_list(cols, ncols, list, sizeof list));
 }
 
-/* Parses one cell as a finite number that fits f32. The buffer is
- * NUL-terminated, and strtod stops at the comma or line end anyway. The C
- * locale keeps '.' the decimal point whatever the program's locale is. */
+/* The number rule (docs/data.md, "Numbers"): a cell is a plain decimal
+ * number, [+-] digits [. digits] [(e|E) [+-] digits], with digits on at
+ * least one side of the point ("1.", ".5" are fine). strtod alone would
+ * also take hex ("0x10"), "inf", "nan", "infinity" and, through its own
+ * whitespace skipping, text that only looks numeric; none of them is a
+ * measurement a table should hold, and a .npy file's NaN or infinity is
+ * refused the same way. Returns 1 if [s, e) has that form. */
+static int plain_decimal(const char *s, const char *e) {
+    if (s < e && (*s == '+' || *s == '-')) s++;
+    int digits = 0;
+    while (s < e && *s >= '0' && *s <= '9') s++, digits++;
+    if (s < e && *s == '.') {
+        s++;
+        while (s < e && *s >= '0' && *s <= '9') s++, digits++;
+    }
+    if (!digits) return 0;
+    if (s < e && (*s == 'e' || *s == 'E')) {
+        s++;
+        if (s < e && (*s == '+' || *s == '-')) s++;
+        int exp_digits = 0;
+        while (s < e && *s >= '0' && *s <= '9') s++, exp_digits++;
+        if (!exp_digits) return 0;
+    }
+    return s == e;
+}
+
+/* Parses one cell as a plain decimal that fits f32. strtod converts
+ * (correctly rounded) and tells the messages apart: text it cannot read is
+ * "not a number", nan/inf "not a finite number", hex and the like "not a
+ * plain decimal number". The buffer is NUL-terminated, and strtod stops at
+ * the comma or line end anyway. The C locale keeps '.' the decimal point
+ * whatever the program's locale is. */
 static ts_status parse_cell(const char *path, int64_t line, span c, span name, locale_t loc,
                             float *out) {
     char *end = NULL;
     double v = c.s < c.e ? strtod_l(c.s, &end, loc) : 0.0;
+    const int whole = c.s < c.e && end == c.e, plain = plain_decimal(c.s, c.e);
     const char *why = NULL;
-    if (c.s == c.e || end != c.e)
+    if (!whole)
         why = "not a number";
-    else if (!isfinite(v))
+    else if (!plain && !isfinite(v))
         why = "not a finite number";
-    else if (!isfinite((float)v))
+    else if (!plain)
+        why = "not a plain decimal number (such as -1.5 or 2e-3)";
+    else if (!isfinite(v) || !isfinite((float)v))
         why = "too large for f32";
     if (why) {
         int len = (int)(c.e - c.s);
@@ -312,7 +344,15 @@ static ts_status load(const ts_csv_options *o, csv_state *st, ts_dataset **out) 
     d->x_rank = 2, d->x_dims[0] = W, d->x_dims[1] = nf;
     d->y_rank = 1, d->y_dims[0] = 1;
     if (o->classes > 0) d->y_dtype = TS_I64, d->y_rank = 0;
-    float *x = d->x = ts_alloc((size_t)(n * W * nf) * sizeof(float), "CSV windows");
+    /* Windows overlap, so x holds up to window times the file's values. */
+    int64_t x_vals;
+    if (__builtin_mul_overflow(n, W, &x_vals) || __builtin_mul_overflow(x_vals, nf, &x_vals) ||
+        x_vals > (int64_t)(SIZE_MAX / 2 / sizeof(float)))
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: %lld windows of %lld rows x %lld features are too many values to "
+                       "hold (data.window)",
+                       path, (long long)n, (long long)W, (long long)nf);
+    float *x = d->x = ts_alloc((size_t)x_vals * sizeof(float), "CSV windows");
     d->y = ts_alloc((size_t)n * (o->classes > 0 ? sizeof(int64_t) : sizeof(float)), "CSV labels");
     if (!x || !d->y) return TS_ERR_NOMEM;
     for (int64_t i = 0; i < n; i++) {

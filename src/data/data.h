@@ -45,6 +45,10 @@ void ts_dataset_free(ts_dataset *d);
 size_t ts_dataset_x_bytes(const ts_dataset *d); /* bytes of one example's x */
 size_t ts_dataset_y_bytes(const ts_dataset *d);
 
+/* The largest class count a class id read from data may imply when
+ * model.classes is left to the data: that key's documented maximum (1e9). */
+#define TS_DATA_MAX_CLASSES ((int64_t)1000000000)
+
 /* ---- readers (errors name the file and what is wrong) ------------------- */
 
 /* .npy and IDX arrays: ts_data_read_npy, ts_data_read_idx (tessel/data.h). */

@@ -22,6 +22,25 @@ void ts_lineage_clear(ts_lineage *l);
 /* Append *l to d's lineage list, taking over its path (l is cleared). */
 ts_status ts_dataset_add_lineage(ts_dataset *d, ts_lineage *l);
 
+/* Sizes a file states about itself (src/data/limits.c). */
+
+/* A shape read from `path`: no negative dimension, and the product of its
+ * dimensions (a 0 counted as 1) times `elem` bytes fits int64 and size_t,
+ * so any partial product (an example's size, a row stride) is safe to
+ * compute. *numel gets the element count. TS_ERR_FORMAT naming the shape. */
+ts_status ts_data_check_shape(const char *path, int rank, const int64_t *dims, size_t elem,
+                              int64_t *numel);
+/* A dataset array [n, ...]: every dimension after the example axis is at
+ * least 1, so an example holds values and n is bounded by the file's size
+ * (a file of shape (2^62, 0) holds no bytes). TS_ERR_SHAPE otherwise. */
+ts_status ts_data_check_examples(const char *path, int rank, const int64_t *dims);
+/* A class id when the class count is taken from the data (the largest label
+ * plus one): it must stay within model.classes's documented range [0, 1e9],
+ * so label + 1 cannot overflow and no model asks for absurd memory.
+ * `where` names the place ("example 3", "node 17"). TS_ERR_INVALID naming
+ * the file, the place, the value and the key. */
+ts_status ts_data_check_class_count(const char *path, const char *where, int64_t label);
+
 /* Little-endian loads, independent of the host's byte order. */
 static inline uint16_t ts_le16(const uint8_t *p) {
     return (uint16_t)(p[0] | (p[1] << 8));

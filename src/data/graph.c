@@ -8,6 +8,7 @@
  * produced by a bug (a join that doubled rows, 1-based ids shifted by one)
  * that the person should see. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "data/data_internal.h"
@@ -41,7 +42,10 @@ static int cells_of(const char *p, const char *e, const char **cs, const char **
         while (p < e && (*p == ' ' || *p == '\t')) p++;
         if (p < e && *p == ',') {
             p++;
-            if (p == e) n++; /* a trailing comma: an empty cell */
+            if (p == e) { /* a trailing comma: an empty cell */
+                if (n < 3) cs[n] = ce[n] = p;
+                n++;
+            }
         }
     }
     return n;
@@ -206,6 +210,8 @@ ts_status ts_data_load_graph(const char *edges, const char *features, const char
         s = ts_fail(TS_ERR_SHAPE, "%s: node features must be [nodes, features], got rank %d",
                     features, x.rank);
     if (s == TS_OK) s = ts_data_read_npy(labels, TS_I64, &y);
+    /* Nodes with no features would let a tiny file claim any node count. */
+    if (s == TS_OK) s = ts_data_check_examples(features, x.rank, x.dims);
     if (s == TS_OK && (y.rank != 1 || y.dims[0] != x.dims[0]))
         s = ts_fail(TS_ERR_SHAPE,
                     "%s: labels must be [%lld] (one per row of %s), got rank %d with %lld "
@@ -220,9 +226,14 @@ ts_status ts_data_load_graph(const char *edges, const char *features, const char
                 s = ts_fail(TS_ERR_INVALID, "%s: node %lld has label %lld, outside [0, %lld)",
                             labels, (long long)i, (long long)lab[i],
                             (long long)(classes > 0 ? classes : 0));
+            if (s == TS_OK && classes == 0 && lab[i] >= TS_DATA_MAX_CLASSES) {
+                char where[48];
+                snprintf(where, sizeof where, "node %lld", (long long)i);
+                s = ts_data_check_class_count(labels, where, lab[i]);
+            }
             if (lab[i] > mx) mx = lab[i];
         }
-        out->classes = classes > 0 ? classes : mx + 1;
+        if (s == TS_OK) out->classes = classes > 0 ? classes : mx + 1;
     }
     if (s == TS_OK) s = ts_data_read_edges(edges, x.dims[0], &out->edges);
     if (s != TS_OK) {

@@ -135,15 +135,10 @@ static ts_status read_idx(const char *path, ts_dtype want, ts_array *out) {
                     rank);
         goto done;
     }
-    size_t numel = 1;
-    for (int i = 0; i < rank; i++) {
-        out->dims[i] = ts_be32(head + 4 + 4 * i);
-        if (out->dims[i] && numel > SIZE_MAX / 16 / (size_t)out->dims[i]) {
-            s = ts_fail(TS_ERR_FORMAT, "%s: IDX dimensions are too large", path);
-            goto done;
-        }
-        numel *= (size_t)out->dims[i];
-    }
+    for (int i = 0; i < rank; i++) out->dims[i] = ts_be32(head + 4 + 4 * i);
+    int64_t count;
+    if ((s = ts_data_check_shape(path, rank, out->dims, 16, &count)) != TS_OK) goto done;
+    const size_t numel = (size_t)count;
     /* Refuse a size the file cannot hold before allocating it: a damaged
      * dimension must not turn into a huge allocation. Deflate expands at
      * most 1032-fold. */
@@ -235,6 +230,7 @@ ts_status ts_data_load_idx_pair(const char *images, const char *labels, ts_datas
                     images, im.rank);
     } else if (lb.rank != 1) {
         s = ts_fail(TS_ERR_SHAPE, "%s: labels need 1 dimension ([n]), not %d", labels, lb.rank);
+    } else if ((s = ts_data_check_examples(images, im.rank, im.dims)) != TS_OK) {
     } else if (im.dims[0] != lb.dims[0]) {
         s = ts_fail(TS_ERR_SHAPE, "IDX pair: %s holds %lld images but %s holds %lld labels", images,
                     (long long)im.dims[0], labels, (long long)lb.dims[0]);

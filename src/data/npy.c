@@ -304,6 +304,47 @@ static ts_status convert(const char *path, ts_dtype from, const uint8_t *src, in
     return TS_OK;
 }
 
+/* The number rule (docs/data.md, "Numbers"): every value read as data is
+ * finite, as in a CSV file; a NaN or infinity in an input would only turn
+ * into a NaN loss many steps later, far from its cause. The message names
+ * the element by its flat index and by its index in the shape. */
+static ts_status check_finite(const char *path, const npy_header *h, const uint8_t *src,
+                              size_t numel) {
+    if (h->dtype != TS_F32 && h->dtype != TS_F64) return TS_OK;
+    for (size_t i = 0; i < numel; i++) {
+        double v;
+        if (h->dtype == TS_F32) {
+            uint32_t b = ts_le32(src + 4 * i);
+            float f;
+            memcpy(&f, &b, sizeof f);
+            v = f;
+        } else {
+            uint64_t b = ts_le64(src + 8 * i);
+            memcpy(&v, &b, sizeof v);
+        }
+        if (isfinite(v)) continue;
+        char at[24 * TS_MAX_RANK] = "";
+        size_t k = 0, rest = i;
+        for (int d = h->rank - 1; d >= 0; d--) {
+            /* The index of dimension d, written right to left. */
+            char one[24];
+            const size_t dim = (size_t)h->dims[d];
+            int w = snprintf(one, sizeof one, d ? ", %zu" : "%zu", rest % dim);
+            rest /= dim;
+            memmove(at + w, at, k + 1);
+            memcpy(at, one, (size_t)w);
+            k += (size_t)w;
+        }
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s: element %zu (index [%s]) is %s; data must be finite numbers", path, i,
+                       at,
+                       isnan(v) ? "nan"
+                       : v > 0  ? "inf"
+                                : "-inf");
+    }
+    return TS_OK;
+}
+
 static int convertible(ts_dtype t) {
     return t == TS_F32 || t == TS_F64 || t == TS_I32 || t == TS_I64 || t == TS_U8;
 }
@@ -324,14 +365,9 @@ static ts_status read_npy(const char *path, ts_dtype want_float, ts_dtype want_i
     s = parse_header(path, buf, len, &h);
     if (s != TS_OK) goto fail;
     const size_t es = ts_dtype_size(h.dtype);
-    size_t numel = 1;
-    for (int i = 0; i < h.rank; i++) {
-        if (h.dims[i] && numel > SIZE_MAX / 16 / (size_t)h.dims[i]) {
-            s = ts_fail(TS_ERR_FORMAT, "%s: .npy shape is too large", path);
-            goto fail;
-        }
-        numel *= (size_t)h.dims[i];
-    }
+    int64_t count;
+    if ((s = ts_data_check_shape(path, h.rank, h.dims, 16, &count)) != TS_OK) goto fail;
+    const size_t numel = (size_t)count;
     const size_t need = numel * es, have = len - h.data_offset;
     if (have < need) {
         s = ts_fail(TS_ERR_FORMAT, "%s: truncated .npy data: the shape needs %zu bytes, %zu follow",
@@ -343,6 +379,7 @@ static ts_status read_npy(const char *path, ts_dtype want_float, ts_dtype want_i
                     path, have - need, h.data_offset + need);
         goto fail;
     }
+    if ((s = check_finite(path, &h, buf + h.data_offset, numel)) != TS_OK) goto fail;
     const ts_dtype to = is_int_dtype(h.dtype) ? want_int : want_float;
     out->data = ts_alloc(numel * ts_dtype_size(to), path);
     if (!out->data) {
@@ -392,6 +429,8 @@ ts_status ts_data_load_npy_pair(const char *x_path, const char *y_path, ts_datas
     if (x.rank < 1 || y.rank < 1) {
         s = ts_fail(TS_ERR_SHAPE, "%s: a dataset array needs a leading example axis, not shape ()",
                     x.rank < 1 ? x_path : y_path);
+    } else if ((s = ts_data_check_examples(x_path, x.rank, x.dims)) != TS_OK ||
+               (s = ts_data_check_examples(y_path, y.rank, y.dims)) != TS_OK) {
     } else if (x.dims[0] != y.dims[0]) {
         s = ts_fail(TS_ERR_SHAPE, "npy pair: %s holds %lld examples but %s holds %lld", x_path,
                     (long long)x.dims[0], y_path, (long long)y.dims[0]);

@@ -37,9 +37,12 @@ ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t v
                     len, bits);
         goto done;
     }
-    if (ntok < (size_t)ctx + 1) {
-        s = ts_fail(TS_ERR_INVALID, "%s: %zu tokens, fewer than one example of ctx + 1 = %lld",
-                    path, ntok, (long long)ctx + 1);
+    /* ctx comes from the config ([1, 1e9]) but the API takes any int64:
+     * compare without forming ctx + 1. */
+    if (ntok == 0 || (uint64_t)(ntok - 1) < (uint64_t)ctx) {
+        s = ts_fail(TS_ERR_INVALID,
+                    "%s: %zu tokens, fewer than one example of ctx + 1 tokens (model.ctx %lld)",
+                    path, ntok, (long long)ctx);
         goto done;
     }
     /* Every token is checked, including an unused tail: a value out of

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "data/data_internal.h"
 #include "data/synthetic.h"
 #include "session/session_internal.h"
 
@@ -49,6 +50,10 @@ static ts_status check_labels(const ts_dataset *d, const char *file, int64_t cla
                               int64_t *max) {
     const int64_t *y = d->y;
     for (int64_t i = 0; i < d->n; i++) {
+        if (y[i] < 0 && classes <= 0)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: example %lld has label %lld, out of range: class ids are >= 0",
+                           file, (long long)i, (long long)y[i]);
         if (y[i] < 0 || (classes > 0 && y[i] >= classes))
             return ts_fail(TS_ERR_INVALID,
                            "%s: example %lld has label %lld, out of range: labels must be in "
@@ -56,6 +61,11 @@ static ts_status check_labels(const ts_dataset *d, const char *file, int64_t cla
                            file, (long long)i, (long long)y[i],
                            (long long)(classes > 0 ? classes : 0),
                            classes > 0 ? " (model.classes)" : "");
+        if (classes <= 0 && y[i] >= TS_DATA_MAX_CLASSES) {
+            char where[48];
+            snprintf(where, sizeof where, "example %lld", (long long)i);
+            return ts_data_check_class_count(file, where, y[i]);
+        }
         if (y[i] > *max) *max = y[i];
     }
     return TS_OK;

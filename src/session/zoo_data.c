@@ -75,6 +75,11 @@ static ts_status fit_sequences(const ts_config *c, ts_dataset *d, const char *x_
                                y_file, (long long)i, (long long)y[i], (long long)(want ? want : 0),
                                (long long)c->model.classes,
                                c->model.classes == 1 ? ": binary, labels 0 or 1" : "");
+            if (!want && y[i] >= TS_DATA_MAX_CLASSES) {
+                char where[48];
+                snprintf(where, sizeof where, "example %lld", (long long)i);
+                return ts_data_check_class_count(y_file, where, y[i]);
+            }
             if (y[i] > mx) mx = y[i];
         }
         if (c->model.classes != 1) {
@@ -155,6 +160,13 @@ static ts_status fit_volumes(const ts_config *c, ts_dataset *d, const char *x_fi
                                y_file, (long long)i, (long long)(v / (S * S)),
                                (long long)(v / S % S), (long long)(v % S), (long long)l,
                                (long long)want, want > 0 ? " (model.classes)" : "");
+            if (!want && l >= TS_DATA_MAX_CLASSES) {
+                char where[128];
+                snprintf(where, sizeof where, "example %lld, voxel (%lld, %lld, %lld)",
+                         (long long)i, (long long)(v / (S * S)), (long long)(v / S % S),
+                         (long long)(v % S));
+                return ts_data_check_class_count(y_file, where, l);
+            }
             if (l > mx) mx = l;
         }
     shape->classes = mx + 1;
