@@ -235,10 +235,19 @@ ts_status ts_alert_pause_for(const char *run_dir, int64_t step, const char *rule
     snprintf(text, sizeof text,
              "{\"pid\":%ld,\"step\":%lld,\"rule\":\"%.300s\",\"timeout_s\":%.17g}\n",
              (long)getpid(), (long long)step, rule, timeout_s > 0 ? timeout_s : 0.0);
+    /* The handler is in place before PAUSED names this pid: a signal sent
+     * as soon as the file appears must end the pause, not the process. */
+    struct sigaction sa, old_sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    sigemptyset(&sa.sa_mask);
+    usr1_seen = 0;
+    const int have_usr1 = sigaction(SIGUSR1, &sa, &old_sa) == 0;
     /* a stale request must not end this pause at once */
     ds = ts_dir_unlink(&run, "RESUME");
     if (ds == TS_OK) ds = ts_dir_replace(&run, "PAUSED", text, strlen(text), 0644, 0);
     if (ds != TS_OK) {
+        if (have_usr1) sigaction(SIGUSR1, &old_sa, NULL);
         ts_dir_close(&run);
         ts_error_prefix("pause");
         return ds;
@@ -252,12 +261,6 @@ ts_status ts_alert_pause_for(const char *run_dir, int64_t step, const char *rule
                         (long long)step, rule, run_dir, (long)getpid(), limit);
     const double t0 = ts_now();
     const struct timespec tick = {0, 100 * 1000 * 1000};
-    struct sigaction sa, old_sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_usr1;
-    sigemptyset(&sa.sa_mask);
-    usr1_seen = 0;
-    const int have_usr1 = sigaction(SIGUSR1, &sa, &old_sa) == 0;
     int by_signal = 0;
     while (!(stop && *stop)) {
         struct stat rs;
