@@ -401,6 +401,31 @@ fail:
     return NULL;
 }
 
+ts_status ts_graph_permute_nodes(ts_graph *g, const int32_t *perm, int n) {
+    if (n != g->n_nodes)
+        return ts_fail(TS_ERR_INTERNAL, "permuting nodes: %d of %d nodes ordered", n, g->n_nodes);
+    ts_node *nodes = ts_alloc(sizeof(ts_node) * (size_t)(g->cap_nodes + 1), "graph nodes");
+    int32_t *newid = ts_alloc(sizeof(int32_t) * (size_t)(n + 1), "graph nodes");
+    if (!nodes || !newid) {
+        free(nodes);
+        free(newid);
+        return TS_ERR_NOMEM;
+    }
+    for (int k = 0; k < n; k++) {
+        nodes[k] = g->nodes[perm[k]];
+        newid[perm[k]] = k;
+    }
+    for (int k = 0; k < n; k++)
+        for (int c = 0; c < nodes[k].n_ctrl; c++) nodes[k].ctrl[c] = newid[nodes[k].ctrl[c]];
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].kind == TS_VK_NODE && g->values[v].node >= 0)
+            g->values[v].node = newid[g->values[v].node];
+    free(g->nodes);
+    g->nodes = nodes;
+    free(newid);
+    return TS_OK;
+}
+
 ts_status ts_graph_compact(ts_graph *g, int32_t *remap_out) {
     /* A value survives if it is a leaf that is named/output/param/state, or
      * the output of a live node. Inputs survive always (the user feeds them). */

@@ -128,6 +128,11 @@ ts_graph *ts_graph_clone(const ts_graph *g);
 /* Drop dead nodes and values nothing refers to; keeps order. value ids
  * change: remap[old] = new or -1 (remap may be NULL). */
 ts_status ts_graph_compact(ts_graph *g, int32_t *remap);
+/* Put the nodes in the order perm[0..n) (old node ids, n == g->n_nodes,
+ * each once) and renumber every reference to a node (control edges,
+ * producers of values). Passes that insert nodes and then need them in
+ * place call this once instead of moving nodes one by one. */
+ts_status ts_graph_permute_nodes(ts_graph *g, const int32_t *perm, int n);
 /* Check invariants (topological order, types re-inferred, ids in range). */
 ts_status ts_graph_verify(const ts_graph *g);
 /* Text form of the graph, one node per line. */

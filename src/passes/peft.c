@@ -79,30 +79,6 @@ static int is_weight_of(const ts_graph *g, const ts_node *n, int32_t v) {
            ts_dtype_is_float(g->values[v].t.dtype) && g->values[v].name;
 }
 
-/* Put the nodes in the order perm[0..n) (old ids); renumber references. */
-static ts_status permute_nodes(ts_graph *g, const int32_t *perm, int n) {
-    ts_node *nodes = ts_alloc(sizeof(ts_node) * (size_t)(g->cap_nodes + 1), "peft");
-    int32_t *newid = ts_alloc(sizeof(int32_t) * (size_t)(n + 1), "peft");
-    if (!nodes || !newid) {
-        free(nodes);
-        free(newid);
-        return TS_ERR_NOMEM;
-    }
-    for (int k = 0; k < n; k++) {
-        nodes[k] = g->nodes[perm[k]];
-        newid[perm[k]] = k;
-    }
-    for (int k = 0; k < n; k++)
-        for (int c = 0; c < nodes[k].n_ctrl; c++) nodes[k].ctrl[c] = newid[nodes[k].ctrl[c]];
-    for (int v = 0; v < g->n_values; v++)
-        if (g->values[v].kind == TS_VK_NODE && g->values[v].node >= 0)
-            g->values[v].node = newid[g->values[v].node];
-    free(g->nodes);
-    g->nodes = nodes;
-    free(newid);
-    return TS_OK;
-}
-
 /* The error for a pattern that names no matmul weight: the candidates. */
 static ts_status no_match(const ts_graph *g, const char *pattern, const char *weight) {
     char names[1024];
@@ -242,7 +218,7 @@ ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **lora, in
     }
     if (s == TS_OK && np != g->n_nodes)
         s = ts_fail(TS_ERR_INTERNAL, "peft pass: %d of %d nodes ordered", np, g->n_nodes);
-    if (s == TS_OK) s = permute_nodes(g, perm, np);
+    if (s == TS_OK) s = ts_graph_permute_nodes(g, perm, np);
     if (s == TS_OK) {
         *lora = out, *n_lora = nl;
         out = NULL;

@@ -75,31 +75,6 @@ static int lowers(const ts_graph *g, const ts_node *n, const ts_precision_option
     return ts_in_type(g, n, 0)->dtype == TS_F32 && ts_in_type(g, n, 1)->dtype == TS_F32;
 }
 
-/* Put the nodes in the order perm[0..n) (old ids) and renumber every
- * reference to a node. */
-static ts_status permute_nodes(ts_graph *g, const int32_t *perm, int n) {
-    ts_node *nodes = ts_alloc(sizeof(ts_node) * (size_t)(g->cap_nodes + 1), "precision");
-    int32_t *newid = ts_alloc(sizeof(int32_t) * (size_t)(n + 1), "precision");
-    if (!nodes || !newid) {
-        free(nodes);
-        free(newid);
-        return TS_ERR_NOMEM;
-    }
-    for (int k = 0; k < n; k++) {
-        nodes[k] = g->nodes[perm[k]];
-        newid[perm[k]] = k;
-    }
-    for (int k = 0; k < n; k++)
-        for (int c = 0; c < nodes[k].n_ctrl; c++) nodes[k].ctrl[c] = newid[nodes[k].ctrl[c]];
-    for (int v = 0; v < g->n_values; v++)
-        if (g->values[v].kind == TS_VK_NODE && g->values[v].node >= 0)
-            g->values[v].node = newid[g->values[v].node];
-    free(g->nodes);
-    g->nodes = nodes;
-    free(newid);
-    return TS_OK;
-}
-
 ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast) {
     if (n_cast) *n_cast = 0;
     ts_status s = ts_precision_check(o);
@@ -150,7 +125,7 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_c
     }
     if (s == TS_OK && np != g->n_nodes)
         s = ts_fail(TS_ERR_INTERNAL, "precision pass: %d of %d nodes ordered", np, g->n_nodes);
-    if (s == TS_OK) s = permute_nodes(g, perm, np);
+    if (s == TS_OK) s = ts_graph_permute_nodes(g, perm, np);
     free(cast_of);
     free(perm);
     if (s == TS_OK && n_cast) *n_cast = casts;
