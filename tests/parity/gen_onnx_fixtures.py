@@ -15,13 +15,19 @@ missing_external.onnx (external data that does not exist), escape.onnx
 (external data outside the model's directory) and mlp_ext.onnx + mlp_ext.data
 (the MLP with its weights in an external data file).
 
+With --example it also writes examples/onnx/: the MLP (mlp.onnx) and 256
+examples to train it on (x.npy [256, 12] float32, y.npy [256] int64: 3
+classes from the sum of the first 6 features), for docs/onnx.md.
+
 Usage (from the repository root), Debian's python3-torch and python3-onnx:
   /usr/bin/python3 tests/parity/gen_onnx_fixtures.py [--out DIR]
 """
 import argparse
 import os
+import shutil
 import sys
 
+import numpy
 import onnx
 import torch
 import torch.nn as nn
@@ -123,6 +129,7 @@ def small_graph(path, op, opset, external=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "fixtures", "onnx"))
+    ap.add_argument("--example", action="store_true", help="also write examples/onnx/")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.use_deterministic_algorithms(True)
@@ -140,8 +147,21 @@ def main():
     fixture("cnn", cnn, xc, yc, a.out)
 
     m = onnx.load(path)
+    ext = os.path.join(a.out, "mlp_ext.data")
+    if os.path.exists(ext):
+        os.remove(ext)  # onnx appends to an existing data file
     onnx.save_model(m, os.path.join(a.out, "mlp_ext.onnx"), save_as_external_data=True,
                     all_tensors_to_one_file=True, location="mlp_ext.data", size_threshold=0)
+    if a.example:
+        ex = os.path.join(HERE, "..", "..", "examples", "onnx")
+        os.makedirs(ex, exist_ok=True)
+        shutil.copyfile(path, os.path.join(ex, "mlp.onnx"))
+        g = torch.Generator().manual_seed(7)
+        xs = torch.randn(256, 12, generator=g)
+        s6 = xs[:, :6].sum(dim=1)
+        ys = (s6 > -1).long() + (s6 > 1).long()
+        numpy.save(os.path.join(ex, "x.npy"), xs.numpy().astype("<f4"))
+        numpy.save(os.path.join(ex, "y.npy"), ys.numpy().astype("<i8"))
     small_graph(os.path.join(a.out, "unsupported_op.onnx"), "Erf", OPSET)
     small_graph(os.path.join(a.out, "opset12.onnx"), "Relu", 12)
     small_graph(os.path.join(a.out, "missing_external.onnx"), "Relu", OPSET, "missing.data")
