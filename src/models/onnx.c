@@ -104,7 +104,7 @@ static ts_status check(ts_config *c) {
     if (strlen(real) >= sizeof c->model.onnx)
         return ts_fail(TS_ERR_INVALID, "%s: the path %s is too long",
                        ts_config_key_origin(c, "model.onnx", where, sizeof where), real);
-    snprintf(c->model.onnx, sizeof c->model.onnx, "%s", real);
+    memcpy(c->model.onnx, real, strlen(real) + 1); /* fits: checked above */
     ts_graph *g = ts_graph_new();
     ts_onnx_info *info = malloc(sizeof *info);
     ts_status s = !g || !info ? ts_fail(TS_ERR_NOMEM, "onnx: out of memory") : import(c, g, info);

@@ -10,7 +10,8 @@ initialisers, as the ONNX file holds them), input.x, target.y, output.logits
 SGD(lr=0.1) steps on the same batch), with F.cross_entropy over the logits.
 
 It also writes the bad-input models of the tests with onnx.helper:
-unsupported_op.onnx (an Erf node), opset12.onnx (opset out of range),
+unsupported_op.onnx (an Erf node), auto_pad.onnx, asym_pads.onnx and
+unknown_attr.onnx (Conv attributes tessel refuses), opset12.onnx (opset out of range),
 missing_external.onnx (external data that does not exist), escape.onnx
 (external data outside the model's directory) and mlp_ext.onnx + mlp_ext.data
 (the MLP with its weights in an external data file).
@@ -126,6 +127,18 @@ def small_graph(path, op, opset, external=None):
         f.write(m.SerializeToString())
 
 
+def conv_graph(path, **attrs):
+    """x [1, 1, 4, 4] -> Conv(w [2, 1, 3, 3], attrs) -> y, for the refused-attribute tests."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 1, 3, 3], [0.1] * 18)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", **attrs)]
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+    m.ir_version = 8
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "fixtures", "onnx"))
@@ -163,6 +176,9 @@ def main():
         numpy.save(os.path.join(ex, "x.npy"), xs.numpy().astype("<f4"))
         numpy.save(os.path.join(ex, "y.npy"), ys.numpy().astype("<i8"))
     small_graph(os.path.join(a.out, "unsupported_op.onnx"), "Erf", OPSET)
+    conv_graph(os.path.join(a.out, "auto_pad.onnx"), auto_pad="SAME_UPPER")
+    conv_graph(os.path.join(a.out, "asym_pads.onnx"), pads=[0, 0, 1, 1])
+    conv_graph(os.path.join(a.out, "unknown_attr.onnx"), pads=[1, 1, 1, 1], sparsity=2)
     small_graph(os.path.join(a.out, "opset12.onnx"), "Relu", 12)
     small_graph(os.path.join(a.out, "missing_external.onnx"), "Relu", OPSET, "missing.data")
     small_graph(os.path.join(a.out, "escape.onnx"), "Relu", OPSET, "../w1_small.safetensors")

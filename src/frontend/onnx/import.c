@@ -63,7 +63,8 @@ static void count_op(ts_onnx_info *info, const char *op) {
     char *p = info->ops;
     const size_t len = strlen(op);
     while ((p = strstr(p, op))) {
-        if ((p == info->ops || p[-2] == ',') && !strncmp(p + len, " x", 2)) {
+        const int starts = p == info->ops || (p - info->ops >= 2 && p[-2] == ',');
+        if (starts && !strncmp(p + len, " x", 2)) {
             char *end;
             const long k = strtol(p + len + 2, &end, 10);
             char rest[sizeof info->ops];
@@ -119,9 +120,32 @@ static ts_status input_dims(onnx_ctx *x, const Onnx__ValueInfoProto *vi, ts_dtyp
     return TS_OK;
 }
 
+/* Optional proto2 strings a decoded file may lack; the importer reads them
+ * as C strings, so a model without them is refused here. */
+static ts_status check_names(const Onnx__GraphProto *gp) {
+    const char *what = NULL;
+    size_t at = 0;
+    for (size_t i = 0; !what && i < gp->n_initializer; i++)
+        if (!gp->initializer[i]->name) what = "an initialiser", at = i;
+    for (size_t i = 0; !what && i < gp->n_input; i++)
+        if (!gp->input[i]->name) what = "a graph input", at = i;
+    for (size_t i = 0; !what && i < gp->n_output; i++)
+        if (!gp->output[i]->name) what = "a graph output", at = i;
+    for (size_t i = 0; !what && i < gp->n_node; i++) {
+        if (!gp->node[i]->op_type) what = "a node's op type", at = i;
+        for (size_t k = 0; !what && k < gp->node[i]->n_attribute; k++)
+            if (!gp->node[i]->attribute[k]->name) what = "a node's attribute", at = i;
+    }
+    if (what)
+        return ts_fail(TS_ERR_FORMAT, "onnx: malformed model: %s (number %zu) has no name", what,
+                       at);
+    return TS_OK;
+}
+
 static ts_status import_graph(onnx_ctx *x, const Onnx__GraphProto *gp) {
     ts_onnx_info *info = x->info;
-    ts_status s;
+    ts_status s = check_names(gp);
+    if (s != TS_OK) return s;
     for (size_t i = 0; i < gp->n_initializer; i++) {
         const Onnx__TensorProto *t = gp->initializer[i];
         onnx_const *c = calloc(1, sizeof *c);
@@ -133,8 +157,10 @@ static ts_status import_graph(onnx_ctx *x, const Onnx__GraphProto *gp) {
         if (c->dtype == TS_F32) {
             ts_val p = ts_param(x->g, t->name, TS_F32, c->rank, c->dims, ts_init_buffer(c->f));
             info->n_params++, info->param_elems += c->n;
-            onnx_const_free(c); /* ts_param copied the data */
-            s = onnx_define(x, t->name, p, NULL);
+            /* ts_param copied the data; the host copy stays for the import,
+             * for a node that reads the value as a constant (Dropout's
+             * ratio, Pad's pads). */
+            s = onnx_define(x, t->name, p, c);
         } else {
             s = onnx_define(x, t->name, TS_NONE, c);
         }
@@ -158,7 +184,7 @@ static ts_status import_graph(onnx_ctx *x, const Onnx__GraphProto *gp) {
     info->n_nodes = (int)gp->n_node;
     for (size_t i = 0; i < gp->n_node; i++) {
         const Onnx__NodeProto *n = gp->node[i];
-        count_op(info, n->op_type ? n->op_type : "?");
+        count_op(info, n->op_type);
         int missing = 0; /* an input of a refused node: skip quietly */
         for (size_t k = 0; k < n->n_input; k++) {
             if (!n->input[k][0]) continue; /* an omitted optional input */
@@ -171,15 +197,15 @@ static ts_status import_graph(onnx_ctx *x, const Onnx__GraphProto *gp) {
             continue;
         }
         s = onnx_import_node(x, n);
+        if (ts_graph_status(x->g) != TS_OK)
+            return ts_fail(ts_graph_status(x->g), "onnx: node '%s' (%s): %s",
+                           n->name ? n->name : "?", n->op_type, ts_graph_error(x->g));
         if (s == TS_ERR_UNSUPPORTED) {
             for (size_t k = 0; k < n->n_output; k++)
                 if ((s = onnx_define(x, n->output[k], TS_NONE, NULL)) != TS_OK) return s;
             continue;
         }
         if (s != TS_OK) return s;
-        if (ts_graph_status(x->g) != TS_OK)
-            return ts_fail(ts_graph_status(x->g), "onnx: node '%s' (%s): %s",
-                           n->name ? n->name : "?", n->op_type, ts_graph_error(x->g));
     }
     for (size_t i = 0; i < gp->n_output; i++) {
         const char *name = gp->output[i]->name;
