@@ -4,16 +4,21 @@
 # `--fuzz` adds what `make fuzz` needs: clang, its libFuzzer runtime
 # (libclang_rt.fuzzer-x86_64.a, in libclang-rt-14-dev, which libclang-rt-dev
 # pulls in for Debian's default clang) and clang's OpenMP runtime (libomp-dev).
+# `--fixtures` adds what regenerating the PyTorch/ONNX test fixtures needs
+# (python3-torch, python3-onnx; tests/parity/README.md); the tests themselves
+# read the committed fixtures and need neither.
 set -e
-PKGS="build-essential cmake pkg-config libdnnl-dev libyaml-dev libjansson-dev libgomp1 zlib1g-dev libssl-dev dataset-fashion-mnist libmicrohttpd-dev prometheus gnuplot-nox libsodium-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev python3-sklearn"
+PKGS="build-essential cmake pkg-config libdnnl-dev libyaml-dev libjansson-dev libgomp1 zlib1g-dev libssl-dev dataset-fashion-mnist libmicrohttpd-dev prometheus gnuplot-nox libsodium-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev python3-sklearn protobuf-c-compiler libprotobuf-c-dev libonnx-dev"
 FUZZ_PKGS="clang libclang-rt-dev libomp-dev"
+FIXTURE_PKGS="python3-torch python3-onnx"
 
 check=0
 for a in "$@"; do
     case "$a" in
     --check) check=1 ;;
     --fuzz) PKGS="$PKGS $FUZZ_PKGS" ;;
-    *) echo "usage: $0 [--fuzz] [--check]" >&2; exit 2 ;;
+    --fixtures) PKGS="$PKGS $FIXTURE_PKGS" ;;
+    *) echo "usage: $0 [--fuzz] [--fixtures] [--check]" >&2; exit 2 ;;
     esac
 done
 

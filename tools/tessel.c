@@ -6,6 +6,7 @@
 #include "ckpt_cli.h"
 #include "cli.h"
 #include "ctl_cli.h"
+#include "onnx_cli.h"
 #include "plot_cli.h"
 #include "quant_cli.h"
 
@@ -35,7 +36,7 @@ static const char usage[] =
     "      alternating with the PyTorch reference, and print the ratio\n"
     "  bench collectives [--transport shm|mpi] [--json FILE]\n"
     "      all-reduce, reduce-scatter and all-gather bandwidth beside "
-    "MPI_Allreduce\n" TESSEL_CKPT_USAGE TESSEL_QUANT_USAGE
+    "MPI_Allreduce\n" TESSEL_CKPT_USAGE TESSEL_QUANT_USAGE TESSEL_ONNX_USAGE
     "  plot RUN_DIR  draw loss, throughput and gradient-norm curves into RUN_DIR/plots\n"
     "  ctl resume|status RUN_DIR\n"
     "      resume a run paused by an alert, or say whether it is paused\n"
@@ -176,8 +177,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plot")) return tessel_cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "quant")) return tessel_cmd_quant(argc - 2, argv + 2);
     if (!strcmp(cmd, "ctl")) return tessel_cmd_ctl(argc - 2, argv + 2);
+    if (!strcmp(cmd, "onnx")) return tessel_cmd_onnx(argc - 2, argv + 2);
     return cli_error(CLI_USAGE,
                      "unknown command '%s' (commands: train, compile, bench, ckpt, keygen, audit, "
-                     "export, plot, quant, ctl, version, help)",
+                     "export, plot, quant, onnx, ctl, version, help)",
                      cmd);
 }

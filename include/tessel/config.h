@@ -78,6 +78,9 @@ typedef struct ts_config {
          * gcn features, hidden, classes */
         int64_t size, c3;
         int64_t nodes; /* gcn on synthetic data: the graph's size */
+        /* onnx: the model file (made absolute against the config's directory
+         * when the config is finished) and the loss over its first output */
+        char onnx[512], loss[32];
     } model;
     struct {
         int optimizer; /* ts_cfg_optimizer */

@@ -78,6 +78,10 @@ const ts_config_key cfg_keys[] = {
      "nodes of the synthetic graph (data.source synthetic); a graph file has its own"},
     {"model.size", TS_CFG_I64, FIELD(model, size), TS_CFG_MODEL_KEY | TS_CFG_DERIVED, NULL,
      "[4, 4096]", "preset", "edge of the unet3d's cubic volumes; a multiple of 4"},
+    {"model.onnx", TS_CFG_STR, FIELD(model, onnx), TS_CFG_MODEL_KEY | TS_CFG_DERIVED, NULL, NULL,
+     "required (onnx)", "the ONNX file an onnx model imports, relative to the config file"},
+    {"model.loss", TS_CFG_STR, FIELD(model, loss), TS_CFG_MODEL_KEY | TS_CFG_DERIVED, NULL, NULL,
+     "preset", "loss over an onnx model's first output: cross_entropy (class ids) or mse"},
     /* train */
     {"train.optimizer", TS_CFG_ENUM, FIELD(train, optimizer), 0, "sgd|adam|adamw", NULL, "adamw",
      "update rule, as torch.optim.SGD, Adam, AdamW"},

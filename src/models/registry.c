@@ -15,6 +15,7 @@
     X(unet3d)                                                                                      \
     X(gcn)                                                                                         \
     X(tcn)                                                                                         \
+    X(onnx)                                                                                        \
     /* a new model: one line X(name) above this one */
 
 #define DECLARE(n) extern const ts_model_desc ts_model_##n;

@@ -48,6 +48,7 @@ skip_reason() {
     *...*) echo "elided" ;;
     *"["*|*"|"*) echo "syntax, not a command" ;;
     *"train examples/fashion_cnn.yaml"*) echo "3 epochs of the CNN (make demo trains it)" ;;
+    *onnx*) if [ "$NO_ONNX" = 1 ]; then echo "tessel built without ONNX support"; fi ;;
     *"examples/w3"*"--steps "[0-9][0-9][0-9]*|*"examples/w4"*"--steps "[0-9][0-9][0-9]*)
         echo "minutes of training" ;;
     *)
@@ -64,6 +65,9 @@ skip_reason() {
     esac
 }
 
+# A build without protobuf-c / libonnx-dev says so on any ONNX file.
+NO_ONNX=0
+"$BUILD/tessel" onnx check "$REPO/examples/onnx/mlp.onnx" 2>&1 | grep -q "built without ONNX" && NO_ONNX=1
 ran=0 failed=0 skipped=0
 cd "$scratch" || exit 1
 for f in "$REPO/README.md" "$REPO"/docs/*.md; do

@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""Generate the ONNX import fixtures of tessel (tests/parity/fixtures/onnx/).
+
+Two small PyTorch models (an MLP and a CNN) are exported with
+torch.onnx.export (opset 17, the newest torch 1.13 writes; dynamic batch
+dimension "batch"), and beside each a safetensors file in the layout of the
+other parity fixtures (README.md beside this script): param.NAME (the
+initialisers, as the ONNX file holds them), input.x, target.y, output.logits
+(the forward), loss, grad.NAME (first step) and step2.NAME (after two
+SGD(lr=0.1) steps on the same batch), with F.cross_entropy over the logits.
+
+It also writes the bad-input models of the tests with onnx.helper:
+unsupported_op.onnx (an Erf node), auto_pad.onnx, asym_pads.onnx and
+unknown_attr.onnx (Conv attributes tessel refuses), opset12.onnx (opset out of range),
+missing_external.onnx (external data that does not exist), escape.onnx
+(external data outside the model's directory) and mlp_ext.onnx + mlp_ext.data
+(the MLP with its weights in an external data file).
+
+With --example it also writes examples/onnx/: the MLP (mlp.onnx) and 256
+examples to train it on (x.npy [256, 12] float32, y.npy [256] int64: 3
+classes from the sum of the first 6 features), for docs/onnx.md.
+
+Usage (from the repository root), Debian's python3-torch and python3-onnx:
+  /usr/bin/python3 tests/parity/gen_onnx_fixtures.py [--out DIR]
+"""
+import argparse
+import os
+import shutil
+import sys
+
+import numpy
+import onnx
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from gen_fixtures import save_safetensors  # noqa: E402
+
+OPSET = 17
+LR = 0.1
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 16)
+        self.fc2 = nn.Linear(16, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.fc2(F.relu(self.fc1(x)))))
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 6, 3, padding=1)
+        self.pool = nn.MaxPool2d(2)
+        self.avg = nn.AvgPool2d(2)
+        self.flat = nn.Flatten()
+        self.head = nn.Linear(24, 3)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.avg(torch.sigmoid(self.conv2(x)))
+        return self.head(self.flat(x))
+
+
+def export(model, x, path):
+    torch.onnx.export(model, (x,), path, opset_version=OPSET, input_names=["x"],
+                      output_names=["logits"],
+                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+    onnx.checker.check_model(onnx.load(path))
+
+
+def fixture(name, model, x, y, out):
+    path = os.path.join(out, name + ".onnx")
+    export(model, x, path)
+    inits = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy())
+             for t in onnx.load(path).graph.initializer}
+    params = dict(model.named_parameters())
+    missing = set(inits) - set(params)
+    if missing:
+        raise SystemExit(f"{path}: initialisers {sorted(missing)} are not parameters by name")
+    # int64 labels first: every tensor starts aligned to its element size.
+    tensors = [("target.y", y), ("input.x", x)]
+    tensors += [("param." + n, inits[n].float().contiguous()) for n in sorted(inits)]
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    logits = model(x)
+    loss = F.cross_entropy(logits, y)
+    opt.zero_grad()
+    loss.backward()
+    tensors += [("output.logits", logits.detach().contiguous()), ("loss", loss.detach().reshape(1))]
+    tensors += [("grad." + n, params[n].grad.detach().clone()) for n in sorted(inits)]
+    opt.step()
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    tensors += [("step2." + n, params[n].detach().clone()) for n in sorted(inits)]
+    st = os.path.join(out, name + ".safetensors")
+    save_safetensors(st, tensors, {"generator": "tests/parity/gen_onnx_fixtures.py",
+                                   "torch": torch.__version__, "opset": str(OPSET)})
+    print(f"{path}: {os.path.getsize(path)} bytes; {st}: {os.path.getsize(st)} bytes")
+    return path
+
+
+def small_graph(path, op, opset, external=None):
+    """x [2, 4] -> Gemm(W) -> op -> y, for the bad-input tests."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], [0.5] * 12)
+    if external:
+        w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3, 4])
+        w.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", external), ("offset", "0"), ("length", "48")):
+            e = w.external_data.add()
+            e.key, e.value = k, v
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["h"], name="fc", transB=1),
+             helper.make_node(op, ["h"], ["y"], name="act")]
+    g = helper.make_graph(nodes, "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+
+
+def conv_graph(path, **attrs):
+    """x [1, 1, 4, 4] -> Conv(w [2, 1, 3, 3], attrs) -> y, for the refused-attribute tests."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 1, 3, 3], [0.1] * 18)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", **attrs)]
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+    m.ir_version = 8
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(HERE, "fixtures", "onnx"))
+    ap.add_argument("--example", action="store_true", help="also write examples/onnx/")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(1234)
+    torch.manual_seed(0)
+    mlp = MLP()
+    x = torch.randn(4, 12, generator=gen)
+    y = torch.randint(0, 3, (4,), generator=gen)
+    path = fixture("mlp", mlp, x, y, a.out)
+    torch.manual_seed(0)
+    cnn = CNN()
+    xc = torch.randn(4, 1, 8, 8, generator=gen)
+    yc = torch.randint(0, 3, (4,), generator=gen)
+    fixture("cnn", cnn, xc, yc, a.out)
+
+    m = onnx.load(path)
+    ext = os.path.join(a.out, "mlp_ext.data")
+    if os.path.exists(ext):
+        os.remove(ext)  # onnx appends to an existing data file
+    onnx.save_model(m, os.path.join(a.out, "mlp_ext.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="mlp_ext.data", size_threshold=0)
+    if a.example:
+        ex = os.path.join(HERE, "..", "..", "examples", "onnx")
+        os.makedirs(ex, exist_ok=True)
+        shutil.copyfile(path, os.path.join(ex, "mlp.onnx"))
+        g = torch.Generator().manual_seed(7)
+        xs = torch.randn(256, 12, generator=g)
+        s6 = xs[:, :6].sum(dim=1)
+        ys = (s6 > -1).long() + (s6 > 1).long()
+        numpy.save(os.path.join(ex, "x.npy"), xs.numpy().astype("<f4"))
+        numpy.save(os.path.join(ex, "y.npy"), ys.numpy().astype("<i8"))
+    small_graph(os.path.join(a.out, "unsupported_op.onnx"), "Erf", OPSET)
+    conv_graph(os.path.join(a.out, "auto_pad.onnx"), auto_pad="SAME_UPPER")
+    conv_graph(os.path.join(a.out, "asym_pads.onnx"), pads=[0, 0, 1, 1])
+    conv_graph(os.path.join(a.out, "unknown_attr.onnx"), pads=[1, 1, 1, 1], sparsity=2)
+    small_graph(os.path.join(a.out, "opset12.onnx"), "Relu", 12)
+    small_graph(os.path.join(a.out, "missing_external.onnx"), "Relu", OPSET, "missing.data")
+    small_graph(os.path.join(a.out, "escape.onnx"), "Relu", OPSET, "../w1_small.safetensors")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+/* onnx_cli.h — the `tessel onnx` subcommand (tools/onnx.c). */
+#ifndef TESSEL_ONNX_CLI_H
+#define TESSEL_ONNX_CLI_H
+
+/* Lines for `tessel help`. */
+#define TESSEL_ONNX_USAGE                                                                          \
+    "  onnx check FILE.onnx [--batch N]\n"                                                         \
+    "      import an ONNX model as training would (dynamic dims take N, default 1); list\n"        \
+    "      every node that would be refused (exit 2), or its inputs, outputs, parameters, ops\n"
+
+/* argv holds the arguments after "onnx"; returns the exit status (0
+ * success, 1 internal failure, 2 bad usage, an unreadable or refused model). */
+int tessel_cmd_onnx(int argc, char **argv);
+
+#endif
