@@ -263,12 +263,24 @@ typedef struct ts_audit_report {
     int64_t signed_heads;
     int64_t last_signed_seq;  /* -1: none */
     int checkpoints_anchored; /* checkpoints whose manifest's audit head matched */
+    /* The newest committed checkpoint present ("" if none) and the entry of
+     * its last commit or save (-1 if none): after last_signed_seq, no
+     * signed head covers it (a run killed before it signed, or entries
+     * appended by hand; see docs/checkpoints.md). */
+    char newest_checkpoint[64];
+    int64_t newest_logged_seq;
+    /* The events of the entries after the last signed head, in order,
+     * comma-separated (cut with "..." when long): the unsigned tail. */
+    char unsigned_events[256];
 } ts_audit_report;
 
 /* Check RUN_DIR/audit.log: every entry's hash chain and sequence number,
- * every signed head (with public_key; NULL skips signatures), and the log
- * head recorded in each checkpoint's manifest (which catches lines cut off
- * the end). The first break is reported by line number. */
+ * every signed head (with public_key; NULL skips signatures), the log
+ * head recorded in each checkpoint's manifest, and that every committed
+ * checkpoint present is in the log (its "commit" entry is logged before
+ * it is committed), which together catch lines cut off the end. The first
+ * break is reported by line number. Takes the run directory's lock
+ * (core/dirlock.h): fails naming the PID while a run holds it. */
 ts_status ts_audit_verify(const char *run_dir, const char *public_key, ts_audit_report *r);
 
 #ifdef __cplusplus

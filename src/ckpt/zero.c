@@ -256,6 +256,9 @@ ts_status ck_tmp_cleanup(const char *dir, const ck_zset *keep, const char *const
         ts_dir_close(&td);
         return ts_fail(TS_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
     }
+    /* The descriptor shares its offset with the one it was dup'ed from,
+     * which an earlier listing left at the end. */
+    rewinddir(d);
     struct dirent *e;
     while (s == TS_OK && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
