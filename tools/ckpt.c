@@ -325,6 +325,12 @@ int tessel_cmd_audit(int argc, char **argv) {
                "alone protects them, and anyone who can write the log could have appended "
                "them\n",
                (long long)r.last_signed_seq + 2, (long long)r.entries, r.unsigned_events);
+    if (r.signed_over[0])
+        printf("note: runs that signed this log opened it over entries nobody had signed (a run "
+               "killed before it signed, or entries appended by hand); their \"config\" or "
+               "\"restart\" "
+               "entries record it: %s\n",
+               r.signed_over);
     if (r.newest_checkpoint[0] && r.signed_heads > 0 && r.newest_logged_seq > r.last_signed_seq)
         printf("warning: the newest checkpoint %s is logged at line %lld, after the last signed "
                "head: no signature covers it (its run was killed before signing, and resuming "

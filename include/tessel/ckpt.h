@@ -257,6 +257,13 @@ ts_status ts_audit_append(ts_audit *a, const char *event, const char *fields_jso
 ts_status ts_audit_sign_head(ts_audit *a);
 /* Signs a head when entries were added since the last one. */
 ts_status ts_audit_close(ts_audit *a);
+/* How many entries come after the last signed head (all of them in a log
+ * never signed; 0 in a new one). A run that signs records this in its
+ * "config" entry ("unsigned_before") when it opens a log with such a tail:
+ * its heads will cover entries nobody signed (a run killed before signing,
+ * or entries appended by hand), and the log says so (ts_audit_verify); so
+ * does the --procs launcher's "restart" entry. */
+int64_t ts_audit_unsigned(ts_audit *a);
 
 typedef struct ts_audit_report {
     int64_t entries;
@@ -272,6 +279,10 @@ typedef struct ts_audit_report {
     /* The events of the entries after the last signed head, in order,
      * comma-separated (cut with "..." when long): the unsigned tail. */
     char unsigned_events[256];
+    /* "config" (and "restart") entries of runs that opened the log over an
+     * unsigned tail and signed over it: "line L (N entries)", comma-separated
+     * ("" if none). */
+    char signed_over[192];
 } ts_audit_report;
 
 /* Check RUN_DIR/audit.log: every entry's hash chain and sequence number,

@@ -305,6 +305,14 @@ ts_status ts_audit_sign_head(ts_audit *a) {
     return s;
 }
 
+int64_t ts_audit_unsigned(ts_audit *a) {
+    if (!a) return 0;
+    pthread_mutex_lock(&a->mu);
+    int64_t n = a->since_head;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
 ts_status ts_audit_close(ts_audit *a) {
     if (!a) return TS_OK;
     ts_status s = TS_OK;
@@ -375,6 +383,29 @@ static ts_status check_anchors(const ts_dir *run, const char *log_path, const sc
     return s;
 }
 
+/* The "config" entries that record an unsigned tail signed over
+ * ("unsigned_before"): "line L (N entries)", comma-separated into buf. */
+static void signed_over(const char *text, size_t len, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = '\0';
+    int64_t ln = 0;
+    for (const char *p = text, *end = text + len; p < end && k < n; ln++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t m = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (memmem(p, m, "\"unsigned_before\":", 18)) {
+            json_t *e = json_loadb(p, m, 0, NULL);
+            json_t *u = json_object_get(e, "unsigned_before");
+            if (json_is_integer(u)) {
+                int w = snprintf(buf + k, n - k, "%sline %lld (%lld entries)", k ? ", " : "",
+                                 (long long)ln + 1, (long long)json_integer_value(u));
+                k = w < 0 ? n : k + (size_t)w;
+            }
+            json_decref(e);
+        }
+        p = nl ? nl + 1 : end;
+    }
+}
+
 /* The events of the lines after `last_signed`, comma-separated into buf. */
 static void tail_events(const char *text, size_t len, int64_t last_signed, char *buf, size_t n) {
     size_t k = 0;
@@ -441,6 +472,7 @@ ts_status ts_audit_verify(const char *run_dir, const char *public_key, ts_audit_
             if (!strcmp(v.commits[i].dir, newest) && v.commits[i].line > r->newest_logged_seq)
                 r->newest_logged_seq = v.commits[i].line;
         tail_events(text, len, sc.last_signed, r->unsigned_events, sizeof r->unsigned_events);
+        signed_over(text, len, r->signed_over, sizeof r->signed_over);
     }
     ck_log_view_free(&v);
     ts_dir_lock_release(&lock);

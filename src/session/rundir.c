@@ -305,10 +305,22 @@ ts_status ts_sess_write_run_files(session *s) {
     /* The audit log: the config this run used, and where it resumed from. */
     if ((st = ts_audit_open(s->r->run_dir, ts_config_sign_key(&s->c), &s->audit)) != TS_OK)
         return st;
-    char fields[1024];
+    /* A signing run that opens a log over entries nobody signed (a run
+     * killed before it signed, or lines appended by hand) says so, in the
+     * entry its own heads will sign: they never vouch for those silently. */
+    const int64_t unsigned_n = ts_config_sign_key(&s->c) ? ts_audit_unsigned(s->audit) : 0;
+    char fields[1024], extra[64] = "";
+    if (unsigned_n > 0) {
+        snprintf(extra, sizeof extra, ",\"unsigned_before\":%lld", (long long)unsigned_n);
+        ts_progress_log(&s->pr,
+                        "note: %s/audit.log ends in %lld entries no signed head covers (a run "
+                        "killed before it signed, or entries appended by hand); this run's "
+                        "\"config\" entry records that before its heads cover them",
+                        s->dir.path, (long long)unsigned_n);
+    }
     snprintf(fields, sizeof fields,
-             "{\"file\":\"config.yaml\",\"sha256\":\"%s\",\"checkpoint_config_sha256\":\"%s\"}",
-             config_sha, s->ident_sha);
+             "{\"file\":\"config.yaml\",\"sha256\":\"%s\",\"checkpoint_config_sha256\":\"%s\"%s}",
+             config_sha, s->ident_sha, extra);
     if ((st = ts_audit_append(s->audit, "config", fields)) != TS_OK) return st;
     if (s->from_start) {
         st = ts_audit_append(s->audit, "resume", "{\"checkpoint\":null,\"step\":0}");

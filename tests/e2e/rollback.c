@@ -62,7 +62,8 @@ static void fresh_signed(const char *run) {
  * their signed head is refused while the checkpoint exists; cutting only
  * its "save" entry and the head (the state a kill between the commit and
  * the entry leaves) verifies with a warning and resumes; an entry
- * appended with a valid chain is shown as the unsigned tail. */
+ * appended with a valid chain is shown as the unsigned tail, and a run
+ * that resumes over it records that in the entry its heads sign. */
 static void test_truncation(void) {
     e2e_result r = e2e_runf("keygen --out %s/k", dir);
     CHECK(r.rc == 0, "keygen: %s", r.err);
@@ -94,6 +95,11 @@ static void test_truncation(void) {
     r = e2e_runf("audit verify %s/cut-save --pubkey %s/k.pub", dir, dir);
     CHECK(r.rc == 0 && !strstr(r.out, "warning") && !strstr(r.out, "unsigned tail"),
           "after the resume, signed to the end: exit %d\n%s%s", r.rc, r.out, r.err);
+    /* ... and the log says what the resumed run signed over. */
+    CHECK(strstr(r.out, "note: runs that signed this log opened it over entries nobody had "
+                        "signed") &&
+              strstr(r.out, "(1 entries)"),
+          "the commit entry the resume signed over is recorded:\n%s", r.out);
     e2e_done(&r);
 
     /* An entry appended with a valid chain: not silent. */
@@ -105,6 +111,17 @@ static void test_truncation(void) {
     r = e2e_runf("audit verify %s/appended --pubkey %s/k.pub", dir, dir);
     CHECK(r.rc == 0 && strstr(r.out, "unsigned tail: ") && strstr(r.out, "(forged)"),
           "appended entry: exit %d\n%s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+    /* A resume does not launder it: its run says so and records it. */
+    r = e2e_runf("train examples/w1.yaml %s --set ckpt.sign_key=%s/k.key --steps 8 --resume "
+                 "latest --out %s/appended",
+                 small, dir, dir);
+    CHECK(r.rc == 0 && strstr(r.out, "ends in 1 entries no signed head covers"),
+          "resume over the appended entry: exit %d\n%s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+    r = e2e_runf("audit verify %s/appended --pubkey %s/k.pub", dir, dir);
+    CHECK(r.rc == 0 && strstr(r.out, "(1 entries)") && !strstr(r.out, "unsigned tail"),
+          "the signed-over entry is recorded: exit %d\n%s%s", r.rc, r.out, r.err);
     e2e_done(&r);
 }
 
