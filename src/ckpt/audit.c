@@ -330,16 +330,9 @@ static ts_status check_anchors(const ts_dir *run, const char *log_path, const sc
     *anchored = 0;
     int64_t newest_step = -1;
     newest[0] = '\0';
-    int fd2 = dup(run->fd);
-    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
-    if (!d) {
-        if (fd2 >= 0) close(fd2);
-        return ts_fail(TS_ERR_IO, "%s: cannot list: %s", run->path, strerror(errno));
-    }
-    /* The descriptor shares its offset with the one it was dup'ed from,
-     * which an earlier listing left at the end. */
-    rewinddir(d);
-    ts_status s = TS_OK;
+    DIR *d;
+    ts_status s = ts_dir_list(run, &d);
+    if (s != TS_OK) return s;
     struct dirent *de;
     while (s == TS_OK && (de = readdir(d))) {
         const int64_t step = ck_parse_step_name(de->d_name);

@@ -929,15 +929,10 @@ static ts_status gc_upto(const ts_dir *run, int keep_last, int keep_every, int64
     st = TS_OK;
     int64_t latest_step = ck_parse_step_name(latest_dir);
 
-    int fd2 = dup(run->fd);
-    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
-    if (!d) {
-        if (fd2 >= 0) close(fd2);
-        return ts_fail(TS_ERR_IO, "%s: cannot list: %s", run->path, strerror(errno));
-    }
-    /* The descriptor shares its offset with the one it was dup'ed from,
-     * which an earlier listing left at the end. */
-    rewinddir(d);
+    /* From the first entry: the saver lists its kept-open run directory
+     * after every save. */
+    DIR *d;
+    if ((st = ts_dir_list(run, &d)) != TS_OK) return st;
     int64_t *steps = NULL;
     char **tmps = NULL;
     int n = 0, cap = 0, nt = 0, capt = 0;

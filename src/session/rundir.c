@@ -37,15 +37,9 @@ double ts_sess_param_count(const ts_plan *p) {
  * checkpoint (LATEST or a committed step-N). */
 static ts_status list_run_dir(const ts_dir *d, int *entries, int *has_ckpt) {
     *entries = *has_ckpt = 0;
-    int fd2 = dup(d->fd);
-    DIR *dd = fd2 >= 0 ? fdopendir(fd2) : NULL;
-    if (!dd) {
-        if (fd2 >= 0) close(fd2);
-        return ts_fail(TS_ERR_IO, "run directory '%s': cannot list: %s", d->path, strerror(errno));
-    }
-    /* The descriptor shares its offset with the one it was dup'ed from,
-     * which an earlier listing left at the end. */
-    rewinddir(dd);
+    DIR *dd;
+    ts_status st = ts_dir_list(d, &dd); /* listed twice: before and when writing */
+    if (st != TS_OK) return st;
     for (struct dirent *e; (e = readdir(dd));) {
         const char *n = e->d_name;
         if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, TS_DIR_LOCK_NAME)) continue;
