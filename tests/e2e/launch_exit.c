@@ -1,7 +1,7 @@
 /* How `tessel train --procs 2` ends when a worker dies by a signal (the
  * TESSEL_TEST_KILL_RANK/STEP knob of launch.c kills it with SIGKILL in a
  * step): exit status 1 whichever rank it was, a message naming the rank and
- * the signal, and no "done:" summary line (with its "median nan") before
+ * the signal (number and name), and no "done:" summary line (with its "median nan") before
  * the failure; a failed run reports how far it got instead. A run that
  * completes still prints its "done:" line. */
 #include <stdlib.h>
@@ -22,7 +22,7 @@ static void killed(const char *rank) {
     unsetenv("TESSEL_TEST_KILL_RANK");
     unsetenv("TESSEL_TEST_KILL_STEP");
     char named[64];
-    snprintf(named, sizeof named, "rank %s killed by signal 9", rank);
+    snprintf(named, sizeof named, "rank %s killed by signal 9 (SIGKILL)", rank);
     CHECK(r.rc == 1, "rank %s killed: exit %d, expected 1\n%s%s", rank, r.rc, r.out, r.err);
     CHECK(strstr(r.err, named) != NULL, "rank %s killed: not named: %s", rank, r.err);
     CHECK(!strstr(r.out, "done:") && !strstr(r.out, "nan"),
