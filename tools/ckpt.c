@@ -313,10 +313,29 @@ int tessel_cmd_audit(int argc, char **argv) {
            o.pos[0], (long long)r.entries, (long long)r.signed_heads,
            o.pubkey ? "signatures verified" : "signatures not checked: no --pubkey",
            (long long)r.last_signed_seq, r.checkpoints_anchored);
-    if (r.last_signed_seq < r.entries - 1)
-        printf("note: the %lld entries after the last signed head are protected by the chain "
-               "only\n",
-               (long long)(r.entries - 1 - r.last_signed_seq));
+    /* The unsigned tail, visible: anyone who can write the log could have
+     * appended it with a valid chain (docs/checkpoints.md). */
+    if (r.signed_heads == 0)
+        printf("unsigned log: no entry is signed (the run had no ckpt.sign_key): the chain alone "
+               "protects its %lld entries, and anyone who can write the log could have appended "
+               "to it\n",
+               (long long)r.entries);
+    else if (r.last_signed_seq < r.entries - 1)
+        printf("unsigned tail: lines %lld-%lld (%s) come after the last signed head: the chain "
+               "alone protects them, and anyone who can write the log could have appended "
+               "them\n",
+               (long long)r.last_signed_seq + 2, (long long)r.entries, r.unsigned_events);
+    if (r.signed_over[0])
+        printf("note: runs that signed this log opened it over entries nobody had signed (a run "
+               "killed before it signed, or entries appended by hand); their \"config\" or "
+               "\"restart\" "
+               "entries record it: %s\n",
+               r.signed_over);
+    if (r.newest_checkpoint[0] && r.signed_heads > 0 && r.newest_logged_seq > r.last_signed_seq)
+        printf("warning: the newest checkpoint %s is logged at line %lld, after the last signed "
+               "head: no signature covers it (its run was killed before signing, and resuming "
+               "it signs; or the entries were forged)\n",
+               r.newest_checkpoint, (long long)r.newest_logged_seq + 1);
     return CLI_OK;
 }
 

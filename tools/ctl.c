@@ -28,7 +28,9 @@ static int ctl_resume(const char *dir) {
     if (read_small(paused, info, sizeof info) != 0)
         return cli_error(CLI_USAGE, "ctl resume: %s is not paused (no %s: %s)", dir, paused,
                          strerror(errno));
-    int fd = open(resume, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    /* Not through a link planted as RESUME (no O_TRUNC either: an empty
+     * file is all the run looks for). */
+    int fd = open(resume, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return cli_error(CLI_FAIL, "ctl resume: cannot create %s: %s", resume, strerror(errno));
     close(fd);

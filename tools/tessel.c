@@ -45,8 +45,10 @@ static const char usage[] =
     "\n"
     "--set overrides one config key after the file is read, e.g. --set train.lr=3e-4\n"
     "--set model.n_layers=2; docs/config.md lists every key.\n"
-    "exit status: 0 success, 1 internal failure, 2 bad usage, config or input,\n"
-    "3 training stopped by an alert rule (action stop), 130 training stopped by Ctrl-C\n";
+    "exit status: 0 success, 1 a failure while training (a step, a save, a worker\n"
+    "that died by a signal) or an internal one, 2 bad usage, config or input (or a run\n"
+    "directory in use), 3 training stopped by an alert rule (action stop), 130 training\n"
+    "stopped by Ctrl-C\n";
 
 int cli_error(int code, const char *fmt, ...) {
     va_list ap;

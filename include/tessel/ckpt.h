@@ -257,18 +257,41 @@ ts_status ts_audit_append(ts_audit *a, const char *event, const char *fields_jso
 ts_status ts_audit_sign_head(ts_audit *a);
 /* Signs a head when entries were added since the last one. */
 ts_status ts_audit_close(ts_audit *a);
+/* How many entries come after the last signed head (all of them in a log
+ * never signed; 0 in a new one). A run that signs records this in its
+ * "config" entry ("unsigned_before") when it opens a log with such a tail:
+ * its heads will cover entries nobody signed (a run killed before signing,
+ * or entries appended by hand), and the log says so (ts_audit_verify); so
+ * does the --procs launcher's "restart" entry. */
+int64_t ts_audit_unsigned(ts_audit *a);
 
 typedef struct ts_audit_report {
     int64_t entries;
     int64_t signed_heads;
     int64_t last_signed_seq;  /* -1: none */
     int checkpoints_anchored; /* checkpoints whose manifest's audit head matched */
+    /* The newest committed checkpoint present ("" if none) and the entry of
+     * its last commit or save (-1 if none): after last_signed_seq, no
+     * signed head covers it (a run killed before it signed, or entries
+     * appended by hand; see docs/checkpoints.md). */
+    char newest_checkpoint[64];
+    int64_t newest_logged_seq;
+    /* The events of the entries after the last signed head, in order,
+     * comma-separated (cut with "..." when long): the unsigned tail. */
+    char unsigned_events[256];
+    /* "config" (and "restart") entries of runs that opened the log over an
+     * unsigned tail and signed over it: "line L (N entries)", comma-separated
+     * ("" if none). */
+    char signed_over[192];
 } ts_audit_report;
 
 /* Check RUN_DIR/audit.log: every entry's hash chain and sequence number,
- * every signed head (with public_key; NULL skips signatures), and the log
- * head recorded in each checkpoint's manifest (which catches lines cut off
- * the end). The first break is reported by line number. */
+ * every signed head (with public_key; NULL skips signatures), the log
+ * head recorded in each checkpoint's manifest, and that every committed
+ * checkpoint present is in the log (its "commit" entry is logged before
+ * it is committed), which together catch lines cut off the end. The first
+ * break is reported by line number. Takes the run directory's lock
+ * (core/dirlock.h): fails naming the PID while a run holds it. */
 ts_status ts_audit_verify(const char *run_dir, const char *public_key, ts_audit_report *r);
 
 #ifdef __cplusplus

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "ckpt_internal.h"
+#include "core/dirlock.h"
 #include "core/fsat.h"
 
 #define HEAD_EVERY      16
@@ -304,6 +305,14 @@ ts_status ts_audit_sign_head(ts_audit *a) {
     return s;
 }
 
+int64_t ts_audit_unsigned(ts_audit *a) {
+    if (!a) return 0;
+    pthread_mutex_lock(&a->mu);
+    int64_t n = a->since_head;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
 ts_status ts_audit_close(ts_audit *a) {
     if (!a) return TS_OK;
     ts_status s = TS_OK;
@@ -316,18 +325,22 @@ ts_status ts_audit_close(ts_audit *a) {
  * the log must still hold that line, unchanged. A checkpoint directory
  * that is a link is an error naming it (core/fsat.h). */
 static ts_status check_anchors(const ts_dir *run, const char *log_path, const scan *sc,
-                               const ck_log_view *v, const char *latest, int *anchored) {
+                               const ck_log_view *v, const char *latest, int *anchored,
+                               char newest[64]) {
     *anchored = 0;
-    int fd2 = dup(run->fd);
-    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
-    if (!d) {
-        if (fd2 >= 0) close(fd2);
-        return ts_fail(TS_ERR_IO, "%s: cannot list: %s", run->path, strerror(errno));
-    }
-    ts_status s = TS_OK;
+    int64_t newest_step = -1;
+    newest[0] = '\0';
+    DIR *d;
+    ts_status s = ts_dir_list(run, &d);
+    if (s != TS_OK) return s;
     struct dirent *de;
     while (s == TS_OK && (de = readdir(d))) {
-        if (ck_parse_step_name(de->d_name) < 0) continue;
+        const int64_t step = ck_parse_step_name(de->d_name);
+        if (step < 0) continue;
+        if (step > newest_step) {
+            newest_step = step;
+            snprintf(newest, 64, "%.63s", de->d_name);
+        }
         ts_dir ck;
         char *text = NULL;
         if ((s = ts_dir_sub(&ck, run, de->d_name, 0)) != TS_OK) break;
@@ -363,6 +376,52 @@ static ts_status check_anchors(const ts_dir *run, const char *log_path, const sc
     return s;
 }
 
+/* The "config" entries that record an unsigned tail signed over
+ * ("unsigned_before"): "line L (N entries)", comma-separated into buf. */
+static void signed_over(const char *text, size_t len, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = '\0';
+    int64_t ln = 0;
+    for (const char *p = text, *end = text + len; p < end && k < n; ln++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t m = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (memmem(p, m, "\"unsigned_before\":", 18)) {
+            json_t *e = json_loadb(p, m, 0, NULL);
+            json_t *u = json_object_get(e, "unsigned_before");
+            if (json_is_integer(u)) {
+                int w = snprintf(buf + k, n - k, "%sline %lld (%lld entries)", k ? ", " : "",
+                                 (long long)ln + 1, (long long)json_integer_value(u));
+                k = w < 0 ? n : k + (size_t)w;
+            }
+            json_decref(e);
+        }
+        p = nl ? nl + 1 : end;
+    }
+}
+
+/* The events of the lines after `last_signed`, comma-separated into buf. */
+static void tail_events(const char *text, size_t len, int64_t last_signed, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = '\0';
+    int64_t ln = 0;
+    for (const char *p = text, *end = text + len; p < end; ln++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t m = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (ln > last_signed) {
+            json_t *e = json_loadb(p, m, 0, NULL);
+            const char *ev = json_string_value(json_object_get(e, "event"));
+            int w = snprintf(buf + k, n - k, "%s%s", k ? "," : "", ev ? ev : "?");
+            json_decref(e);
+            if (w < 0 || (size_t)w >= n - k) {
+                snprintf(buf + (n > 4 ? n - 4 : 0), n > 4 ? 4 : n, "...");
+                return;
+            }
+            k += (size_t)w;
+        }
+        p = nl ? nl + 1 : end;
+    }
+}
+
 ts_status ts_audit_verify(const char *run_dir, const char *public_key, ts_audit_report *r) {
     if (!run_dir) return ts_fail(TS_ERR_INVALID, "audit_verify: NULL run directory");
     ck_key k;
@@ -373,7 +432,11 @@ ts_status ts_audit_verify(const char *run_dir, const char *public_key, ts_audit_
     size_t len = 0;
     scan sc = {0};
     ts_dir run;
+    ts_dir_lock lock = {-1};
     s = ts_dir_open(&run, run_dir, TS_DIR_FOLLOW);
+    /* A run appending to the log and saving checkpoints while they are
+     * cross-checked could be reported as tampered: not while one runs. */
+    if (s == TS_OK) s = ts_dir_lock_take(&run, "audit verify", 0, &lock);
     if (s == TS_OK) s = ts_dir_read(&run, "audit.log", AUDIT_MAX_BYTES, &text, &len);
     if (s == TS_OK) s = scan_log(path, text, len, public_key ? &k : NULL, &sc);
     int anchored = 0;
@@ -385,15 +448,27 @@ ts_status ts_audit_verify(const char *run_dir, const char *public_key, ts_audit_
         if (ls != TS_OK && ls != TS_ERR_NOT_FOUND) s = ls;
         if (latest) latest[strcspn(latest, "\r\n")] = '\0';
     }
-    if (s == TS_OK) s = check_anchors(&run, path, &sc, &v, latest ? latest : "", &anchored);
+    char newest[64] = "";
+    if (s == TS_OK) s = check_anchors(&run, path, &sc, &v, latest ? latest : "", &anchored, newest);
     free(latest);
-    ck_log_view_free(&v);
     if (s == TS_OK && r) {
         r->entries = sc.n;
         r->signed_heads = sc.signed_heads;
         r->last_signed_seq = sc.last_signed;
         r->checkpoints_anchored = anchored;
+        snprintf(r->newest_checkpoint, sizeof r->newest_checkpoint, "%s", newest);
+        r->newest_logged_seq = -1;
+        for (int i = 0; newest[0] && i < v.nsaves; i++)
+            if (!strcmp(v.saves[i].dir, newest) && v.saves[i].line > r->newest_logged_seq)
+                r->newest_logged_seq = v.saves[i].line;
+        for (int i = 0; newest[0] && i < v.ncommits; i++)
+            if (!strcmp(v.commits[i].dir, newest) && v.commits[i].line > r->newest_logged_seq)
+                r->newest_logged_seq = v.commits[i].line;
+        tail_events(text, len, sc.last_signed, r->unsigned_events, sizeof r->unsigned_events);
+        signed_over(text, len, r->signed_over, sizeof r->signed_over);
     }
+    ck_log_view_free(&v);
+    ts_dir_lock_release(&lock);
     ts_dir_close(&run);
     free(sc.hashes);
     free(text);

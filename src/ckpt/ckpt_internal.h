@@ -87,6 +87,8 @@ typedef struct ck_log_view {
     int64_t last_head;                          /* line of the last signed head; -1: none */
     ck_save_rec *saves;                         /* in log order */
     int nsaves;
+    ck_save_rec *commits; /* "commit" entries (logged before the rename), in log order */
+    int ncommits;
     char (*ids)[33]; /* checkpoint ids named by load, verify and resume entries */
     int nids;
 } ck_log_view;
@@ -102,8 +104,10 @@ void ck_log_view_free(ck_log_view *v);
  * recorded this very manifest. With `latest`, name is what LATEST names
  * and must be the log's newest untagged save. A save whose "save" entry is
  * missing because the process died between the commit and the entry
- * passes when no later save was logged after the log head its manifest
- * records. v may be NULL (no log): only the names are checked. */
+ * passes when the log holds its "commit" entry (a manifest with
+ * "audit_commit"), or, for a manifest from before commit entries, when no
+ * later save was logged after the log head it records. v may be NULL (no
+ * log): only the names are checked. */
 ts_status ck_check_placement(const ck_log_view *v, const char *run_path, const char *name,
                              const char *text, json_t *m, int latest);
 

@@ -9,7 +9,9 @@
  *   - LATEST pointed at an older checkpoint (the log's newest save is
  *     another directory),
  *   - a checkpoint of another run copied in ("run" differs),
- *   - a committed checkpoint missing from the log (entries cut from the end).
+ *   - a committed checkpoint missing from the log (entries cut from the end):
+ *     its "commit" entry is logged before the rename, so the log holds every
+ *     committed checkpoint (docs/checkpoints.md, "What the audit log proves").
  * Used by ts_ckpt_open (resume, export, ckpt verify) and ts_audit_verify. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 void ck_log_view_free(ck_log_view *v) {
     if (!v) return;
     free(v->saves);
+    free(v->commits);
     free(v->ids);
     memset(v, 0, sizeof *v);
 }
@@ -33,7 +36,7 @@ ts_status ck_log_view_read(const ts_dir *run, ck_log_view *v) {
     size_t len = 0;
     ts_status s = ts_dir_read(run, "audit.log", LOG_MAX, &text, &len);
     if (s != TS_OK) return s;
-    int cap = 0, capi = 0;
+    int cap = 0, capi = 0, capc = 0;
     for (const char *p = text, *end = text + len; p < end && s == TS_OK; v->n++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
@@ -46,11 +49,15 @@ ts_status ck_log_view_read(const ts_dir *run, ck_log_view *v) {
         const char *dir = json_string_value(json_object_get(e, "dir"));
         const char *sha = json_string_value(json_object_get(e, "manifest_sha256"));
         if (ev && !strcmp(ev, "head") && json_object_get(e, "sig")) v->last_head = v->n;
-        if (ev && !strcmp(ev, "save") && dir && strlen(dir) < sizeof v->saves->dir && sha &&
+        const int is_save = ev && !strcmp(ev, "save"), is_commit = ev && !strcmp(ev, "commit");
+        if ((is_save || is_commit) && dir && strlen(dir) < sizeof v->saves->dir && sha &&
             strlen(sha) == CK_SHA_HEX - 1) {
-            s = ts_grow((void **)&v->saves, &cap, v->nsaves + 1, sizeof *v->saves, "audit saves");
+            s = is_save ? ts_grow((void **)&v->saves, &cap, v->nsaves + 1, sizeof *v->saves,
+                                  "audit saves")
+                        : ts_grow((void **)&v->commits, &capc, v->ncommits + 1, sizeof *v->commits,
+                                  "audit commits");
             if (s == TS_OK) {
-                ck_save_rec *r = &v->saves[v->nsaves++];
+                ck_save_rec *r = is_save ? &v->saves[v->nsaves++] : &v->commits[v->ncommits++];
                 snprintf(r->dir, sizeof r->dir, "%s", dir);
                 snprintf(r->sha, sizeof r->sha, "%s", sha);
                 r->line = v->n;
@@ -120,8 +127,23 @@ ts_status ck_check_placement(const ck_log_view *v, const char *run_path, const c
     /* Saved into this name again after its last "save" entry (a resume
      * from an older checkpoint) and not logged yet. */
     if (mine && mine->line <= head) mine = NULL;
+    if (!mine && json_is_true(json_object_get(m, "audit_commit"))) {
+        /* Its "commit" entry was logged before the rename: a kill between
+         * the commit and the "save" entry leaves that entry, and nothing
+         * else explains a committed checkpoint the log lacks. */
+        for (int i = 0; i < v->ncommits; i++)
+            if (!strcmp(v->commits[i].dir, name) && v->commits[i].line > head &&
+                !strcmp(v->commits[i].sha, sha))
+                return TS_OK;
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s/%s: committed, but audit.log records neither its commit nor its save "
+                       "after entry %lld, where its manifest says the log stood: entries were "
+                       "removed from the end of the log, or the checkpoint was copied in",
+                       run_path, name, (long long)head + 1);
+    }
     if (!mine) {
-        /* The process died between the commit and the "save" entry: then
+        /* A manifest from before "commit" entries. The process died
+         * between the commit and the "save" entry: then
          * no save was logged after the log head its manifest records
          * (ts_audit_verify checks that line is intact). Any later save
          * means this one's entry was removed, or it was copied in. */

@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include "ckpt/safetensors.h"
 #include "ckpt_internal.h"
+#include "core/dirlock.h"
 #include "core/fsat.h"
 #include "core/crc32c.h"
 #include "tessel/tessel.h"
@@ -473,6 +474,9 @@ static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, const char *
             char gen[CK_SHA_HEX];
             ck_audit_genesis(s->audit, gen);
             if (gen[0]) bad |= json_object_set_new(m, "run", json_string(gen));
+            /* Its "commit" entry precedes the rename (run_job): the log then
+             * holds every committed checkpoint (rollback.c). */
+            bad |= json_object_set_new(m, "audit_commit", json_true());
         }
     }
     if (!bad && s->key.has_secret) {
@@ -622,14 +626,20 @@ static ts_status run_job(ts_ckpt_saver *s) {
         st = ts_dir_write(&tmp, "manifest.json", TS_AT_EXCL, manifest, strlen(manifest), 0644, 1);
     if (st == TS_OK) st = ts_dir_sync(&tmp);
     ts_dir_close(&tmp);
+    /* Logged before the commit: a checkpoint is never committed without
+     * its entry, so one missing from the log was cut from it (a kill
+     * between this entry and the rename leaves an entry and no checkpoint). */
+    char msha[CK_SHA_HEX] = "";
+    if (st == TS_OK && s->audit && (st = ts_sha256_mem(manifest, strlen(manifest), msha)) == TS_OK)
+        st = ck_audit_event(s->audit, "commit",
+                            json_pack("{s:I, s:s, s:s, s:s}", "step", (json_int_t)s->step, "dir",
+                                      step_name, "id", id, "manifest_sha256", msha));
     if (st == TS_OK) st = move_into_place(&s->run, tmp_name, step_name);
     if (st == TS_OK) st = ts_dir_sync(&s->run);
     if (st == TS_OK && !s->tag[0]) st = write_latest(&s->run, step_name);
     if (st == TS_OK && s->audit) {
-        char msha[CK_SHA_HEX];
         uint64_t bytes = 0;
         for (int k = 0; k < s->ns; k++) bytes += s->shards[k].file_bytes;
-        st = ts_sha256_mem(manifest, strlen(manifest), msha);
         if (st == TS_OK)
             st = ck_audit_event(s->audit, "save",
                                 json_pack("{s:I, s:s, s:s, s:s, s:I, s:b}", "step",
@@ -892,8 +902,13 @@ ts_status ts_ckpt_gc(const char *run_dir, int keep_last, int keep_every, int *re
     if (removed) *removed = 0;
     if (!run_dir) return ts_fail(TS_ERR_INVALID, "ckpt gc: NULL run directory");
     ts_dir run;
+    ts_dir_lock lock = {-1};
     ts_status st = ts_dir_open(&run, run_dir, 0);
+    /* Not while a run saves there (core/dirlock.h): it applies its own
+     * retention, and a save under way would race the removals. */
+    if (st == TS_OK) st = ts_dir_lock_take(&run, "ckpt gc", TS_LOCK_CREATE, &lock);
     if (st == TS_OK) st = gc_upto(&run, keep_last, keep_every, INT64_MAX, removed);
+    ts_dir_lock_release(&lock);
     ts_dir_close(&run);
     return st;
 }
@@ -914,12 +929,10 @@ static ts_status gc_upto(const ts_dir *run, int keep_last, int keep_every, int64
     st = TS_OK;
     int64_t latest_step = ck_parse_step_name(latest_dir);
 
-    int fd2 = dup(run->fd);
-    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
-    if (!d) {
-        if (fd2 >= 0) close(fd2);
-        return ts_fail(TS_ERR_IO, "%s: cannot list: %s", run->path, strerror(errno));
-    }
+    /* From the first entry: the saver lists its kept-open run directory
+     * after every save. */
+    DIR *d;
+    if ((st = ts_dir_list(run, &d)) != TS_OK) return st;
     int64_t *steps = NULL;
     char **tmps = NULL;
     int n = 0, cap = 0, nt = 0, capt = 0;

@@ -249,12 +249,10 @@ ts_status ck_tmp_cleanup(const char *dir, const ck_zset *keep, const char *const
     ts_dir td;
     ts_status s = ts_dir_open(&td, dir, 0);
     if (s != TS_OK) return s;
-    int fd2 = dup(td.fd);
-    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
-    if (!d) {
-        if (fd2 >= 0) close(fd2);
+    DIR *d;
+    if ((s = ts_dir_list(&td, &d)) != TS_OK) {
         ts_dir_close(&td);
-        return ts_fail(TS_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+        return s;
     }
     struct dirent *e;
     while (s == TS_OK && (e = readdir(d))) {

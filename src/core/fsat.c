@@ -308,11 +308,8 @@ ts_status ts_dir_remove_flat(const ts_dir *d, const char *name) {
         return ts_fail(TS_ERR_IO, "%s/%s is not a directory; not removing it", d->path, name);
     ts_dir sub;
     if ((s = ts_dir_sub(&sub, d, name, 0)) != TS_OK) return s;
-    int fd2 = dup(sub.fd);
-    DIR *dd = fd2 >= 0 ? fdopendir(fd2) : NULL;
-    if (!dd) {
-        if (fd2 >= 0) close(fd2);
-        s = ts_fail(TS_ERR_IO, "%s: cannot list: %s", sub.path, strerror(errno));
+    DIR *dd;
+    if ((s = ts_dir_list(&sub, &dd)) != TS_OK) {
         ts_dir_close(&sub);
         return s;
     }
@@ -344,6 +341,20 @@ ts_status ts_dir_remove_flat(const ts_dir *d, const char *name) {
         s = ts_fail(TS_ERR_IO, "%s/%s: cannot remove directory: %s", d->path, name,
                     strerror(errno));
     return s;
+}
+
+ts_status ts_dir_list(const ts_dir *d, DIR **out) {
+    int fd2 = dup(d->fd);
+    DIR *dd = fd2 >= 0 ? fdopendir(fd2) : NULL;
+    if (!dd) {
+        int e = errno;
+        if (fd2 >= 0) close(fd2);
+        *out = NULL;
+        return ts_fail(TS_ERR_IO, "%s: cannot list: %s", d->path, strerror(e));
+    }
+    rewinddir(dd);
+    *out = dd;
+    return TS_OK;
 }
 
 ts_status ts_dir_sync(const ts_dir *d) {

@@ -20,6 +20,7 @@
 #ifndef TS_CORE_FSAT_H
 #define TS_CORE_FSAT_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <sys/types.h>
 #include "core/core.h"
@@ -85,6 +86,10 @@ ts_status ts_dir_unlink(const ts_dir *d, const char *name);
  * is checked before the first file goes: a link or a subfolder in it, or
  * the folder itself being a link, is an error and nothing is removed. */
 ts_status ts_dir_remove_flat(const ts_dir *d, const char *name);
+/* A listing of d from its first entry (readdir; closedir() it): through a
+ * copy of d's descriptor, rewound, since the copy shares the offset an
+ * earlier listing left at the end. */
+ts_status ts_dir_list(const ts_dir *d, DIR **out);
 /* fsync the directory so names created or renamed in it are durable. */
 ts_status ts_dir_sync(const ts_dir *d);
 

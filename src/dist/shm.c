@@ -847,10 +847,13 @@ ts_status ts_shm_launch(int nprocs, const ts_shm_options *opt, ts_worker_fn fn, 
         int first_err = -1;
         for (int r = 0; r < nprocs && k < sizeof msg; r++) {
             if (!codes[r]) continue;
-            if (codes[r] >= 128)
-                k += (size_t)snprintf(msg + k, sizeof msg - k, " rank %d killed by signal %d%s;", r,
-                                      codes[r] - 128, killed ? " (stopped by the launcher)" : "");
-            else
+            if (codes[r] >= 128) {
+                const char *name = sigabbrev_np(codes[r] - 128); /* "KILL", NULL if unknown */
+                k += (size_t)snprintf(msg + k, sizeof msg - k,
+                                      " rank %d killed by signal %d%s%s%s%s;", r, codes[r] - 128,
+                                      name ? " (SIG" : "", name ? name : "", name ? ")" : "",
+                                      killed ? " (stopped by the launcher)" : "");
+            } else
                 k += (size_t)snprintf(msg + k, sizeof msg - k, " rank %d exit status %d;", r,
                                       codes[r]);
             if (first_err < 0 && ctl[r].error[0]) first_err = r;

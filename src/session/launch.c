@@ -7,12 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "core/core.h"
+#include "core/dirlock.h"
 #include "obs/progress.h"
 #include "session/ranks.h"
 #include "session/restart.h"
 #include "session/zoo_data.h"
+#include "tessel/ckpt.h"
 
 /* What rank 0 leaves for the launcher: its result and, on failure, its
  * error (workers end with _exit; this lives in a MAP_SHARED mapping). */
@@ -43,9 +46,12 @@ static ts_status run_rank(const ts_config *c0, const ts_session_options *o0, ts_
     const char *dir = o0->out_dir && *o0->out_dir ? o0->out_dir : c0->output.dir;
     char from[512];
     if (o0->resume && !strcmp(o0->resume, "latest")) {
-        /* rank 0 continues in dir; the others only read its newest checkpoint */
+        /* rank 0 continues in dir; the others only read its newest
+         * checkpoint, or start from step 0 as rank 0 does when the run was
+         * stopped before its first (ts_sess_open_run_dir) */
         snprintf(from, sizeof from, "%s", dir);
-        o.resume = from;
+        char ck[1024];
+        o.resume = ts_ckpt_resolve(dir, ck, sizeof ck) == TS_ERR_NOT_FOUND ? NULL : from;
     }
     o.out_dir = NULL;
     c.output.dir[0] = 0;
@@ -120,10 +126,31 @@ static ts_status launch_once(const ts_config *c, const ts_session_options *o, sh
     fflush(NULL);
     ts_status s = ts_shm_launch(n, &so, worker, &lc, codes);
     *r = out->r;
+    /* A worker that died by a signal (killed, crashed) failed the run,
+     * whichever rank it was: one exit status (1) for the command line, and
+     * the launcher's message names the rank and the signal. */
+    for (int i = 0; i < n; i++)
+        if (codes[i] >= 128) r->failed_in_step = 1;
     if (s == TS_OK && out->st != TS_OK)
         s = ts_fail(out->st, "%s", out->error);
     else if (s != TS_OK)
         ts_error_prefix("tessel train --procs %d", n);
+    return s;
+}
+
+/* The launcher holds the run directory's lock for the whole run, every
+ * attempt included, so no other run can slip in between two attempts; the
+ * workers it forks share it (core/dirlock.h), rank 0's session included.
+ * A directory that does not exist yet is made and locked by rank 0's
+ * session; the launcher takes that lock over after the attempt. */
+static ts_status hold_run_dir(const char *dir, ts_dir_lock *l) {
+    struct stat st;
+    if (l->slot >= 0 || !dir || !*dir || lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return TS_OK; /* held, no run directory, or a missing one (or a link: rank 0 names it) */
+    ts_dir d;
+    ts_status s = ts_dir_open(&d, dir, 0);
+    if (s == TS_OK) s = ts_dir_lock_take(&d, "tessel train", 0, l);
+    ts_dir_close(&d);
     return s;
 }
 
@@ -160,10 +187,21 @@ static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_ses
     const char *dir = o->out_dir && *o->out_dir ? o->out_dir : c->output.dir;
     FILE *log = o->log ? o->log : stdout;
     ts_session_options oa = *o;
-    for (int attempt = 0;; attempt++) {
+    ts_dir_lock lock = {-1};
+    s = hold_run_dir(dir, &lock);
+    for (int attempt = 0; s == TS_OK; attempt++) {
         s = launch_once(c, &oa, out, attempt, codes, r);
         const int rank = ts_restart_failed_rank(codes, n);
         if (s == TS_OK || max == 0 || rank < 0 || (o->stop && *o->stop)) break;
+        char err0[2048];
+        snprintf(err0, sizeof err0, "%s", ts_last_error());
+        if (hold_run_dir(dir, &lock) != TS_OK) {
+            char busy[1024];
+            snprintf(busy, sizeof busy, "%s", ts_last_error());
+            s = ts_fail(s, "not restarted: %s (the attempt that failed: %s)", busy, err0);
+            break;
+        }
+        ts_fail(s, "%s", err0);
         char how[64], err[2048];
         ts_restart_describe(codes[rank], how, sizeof how);
         snprintf(err, sizeof err, "%s", ts_last_error());
@@ -185,8 +223,11 @@ static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_ses
         if ((s = ts_restart_prepare(c, dir, o->resume, attempt + 1, max, rank, how, log,
                                     &resume)) != TS_OK)
             break;
+        struct stat moved;
+        if (lstat(dir, &moved) != 0) ts_dir_lock_release(&lock); /* renamed away: not RUN's */
         oa.resume = resume;
     }
+    ts_dir_lock_release(&lock);
     free(codes);
     munmap(out, sizeof *out);
     return s;

@@ -46,13 +46,21 @@ static ts_status audit_restart(const ts_config *c, const char *run_dir, int atte
     if ((size_t)snprintf(path, sizeof path, "%s/audit.log", run_dir) >= sizeof path)
         return ts_fail(TS_ERR_INVALID, "run directory '%.60s...': path too long", run_dir);
     if (access(path, F_OK) != 0) return TS_OK;
-    json_t *o = json_pack("{s:i, s:i, s:s?, s:i, s:s}", "restart", attempt, "max_restarts", max,
-                          "checkpoint", from, "rank", rank, "failure", how);
-    char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(o);
-    if (!txt) return ts_fail(TS_ERR_NOMEM, "out of memory for the audit log");
     ts_audit *a = NULL;
     ts_status s = ts_audit_open(run_dir, ts_config_sign_key(c), &a);
+    if (s != TS_OK) {
+        ts_error_prefix("restart %d/%d: %s", attempt, max, path);
+        return s;
+    }
+    json_t *o = json_pack("{s:i, s:i, s:s?, s:i, s:s}", "restart", attempt, "max_restarts", max,
+                          "checkpoint", from, "rank", rank, "failure", how);
+    /* The failed attempt's last entries may be unsigned: this entry's head
+     * covers them, and says so (as a run's "config" entry does). */
+    const int64_t unsigned_n = ts_config_sign_key(c) ? ts_audit_unsigned(a) : 0;
+    if (o && unsigned_n > 0) json_object_set_new(o, "unsigned_before", json_integer(unsigned_n));
+    char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    if (!txt) s = ts_fail(TS_ERR_NOMEM, "out of memory for the audit log");
     if (s == TS_OK) s = ts_audit_append(a, "restart", txt);
     if (a) {
         ts_status cs = ts_audit_close(a);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/core.h"
+#include "core/dirlock.h"
 #include "session/session_internal.h"
 
 const char *const ts_sess_source_names[] = {"synthetic", "idx", "npy", "csv", "tokens", "graph"};
@@ -31,41 +32,118 @@ double ts_sess_param_count(const ts_plan *p) {
     return n;
 }
 
-/* A run directory may be new or empty; anything else is someone's run. */
-ts_status ts_sess_check_run_dir(const char *dir) {
-    struct stat st;
-    if (stat(dir, &st) != 0) {
-        if (errno == ENOENT) return TS_OK;
-        return ts_fail(TS_ERR_IO, "run directory '%s': %s", dir, strerror(errno));
+/* Entries of the open run directory other than the lock file (which a
+ * run directory holds from its first lock on); *has_ckpt when one is a
+ * checkpoint (LATEST or a committed step-N). */
+static ts_status list_run_dir(const ts_dir *d, int *entries, int *has_ckpt) {
+    *entries = *has_ckpt = 0;
+    DIR *dd;
+    ts_status st = ts_dir_list(d, &dd); /* listed twice: before and when writing */
+    if (st != TS_OK) return st;
+    for (struct dirent *e; (e = readdir(dd));) {
+        const char *n = e->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, TS_DIR_LOCK_NAME)) continue;
+        (*entries)++;
+        /* step-N.tmp (unfinished) and step-N-TAG (anomaly snapshots) are not
+         * checkpoints to continue from. */
+        if (!strcmp(n, "LATEST") ||
+            (!strncmp(n, "step-", 5) && n[5] && strspn(n + 5, "0123456789") == strlen(n + 5)))
+            *has_ckpt = 1;
     }
-    if (!S_ISDIR(st.st_mode))
-        return ts_fail(TS_ERR_INVALID, "run directory '%s' exists and is not a directory", dir);
-    DIR *d = opendir(dir);
-    if (!d) return ts_fail(TS_ERR_IO, "run directory '%s': %s", dir, strerror(errno));
-    int empty = 1;
-    for (struct dirent *e; empty && (e = readdir(d));)
-        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
-    closedir(d);
-    if (!empty)
-        return ts_fail(TS_ERR_INVALID,
-                       "run directory '%s' already exists and is not empty; nothing was written "
-                       "(choose a new one with --out or output.dir)",
-                       dir);
+    closedir(dd);
     return TS_OK;
 }
 
-/* --resume latest: the run directory must exist; ts_ckpt_open then
- * finds its LATEST. */
-ts_status ts_sess_check_resume_dir(const char *dir) {
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return ts_fail(errno == ENOENT ? TS_ERR_INVALID : TS_ERR_IO,
-                       "--resume latest: run directory '%s': %s (name the run to continue with "
-                       "--out or output.dir)",
-                       dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return ts_fail(TS_ERR_INVALID, "--resume latest: '%s' is not a directory", dir);
+/* The run directory is locked, and new or empty (or, resuming, a run).
+ * `how` 0 (the checks before anything is written) locks it only when it has
+ * a lock file and writes nothing; TS_LOCK_CREATE (about to write) makes the
+ * lock file and records the holder's PID (core/dirlock.h). */
+static ts_status lock_and_check(session *s, int how) {
+    ts_dir_lock l;
+    ts_status st = ts_dir_lock_take(&s->dir, "tessel train", how, &l);
+    if (st != TS_OK) return st;
+    ts_dir_lock_release(&s->lock); /* a share of the same lock, when it was held */
+    s->lock = l;
+    int entries, has_ckpt;
+    st = list_run_dir(&s->dir, &entries, &has_ckpt);
+    if (st != TS_OK) return st;
+    if (s->resume_in_place) {
+        /* A run stopped before its first checkpoint starts again from step 0
+         * (ts_sess_check_from_start ties it to its config). */
+        s->from_start = !has_ckpt;
+        return TS_OK;
+    }
+    if (entries)
+        return ts_fail(TS_ERR_INVALID,
+                       "run directory '%s' already exists and is not empty; nothing was written "
+                       "(choose a new one with --out or output.dir, or continue its run with "
+                       "--resume latest)",
+                       s->dir.path);
     return TS_OK;
+}
+
+ts_status ts_sess_open_run_dir(session *s, const char *dir) {
+    struct stat st;
+    if (lstat(dir, &st) != 0) {
+        if (errno == ENOENT && !s->resume_in_place) return TS_OK; /* made and locked later */
+        if (errno == ENOENT)
+            return ts_fail(TS_ERR_INVALID,
+                           "--resume latest: run directory '%s': %s (name the run to continue "
+                           "with --out or output.dir)",
+                           dir, strerror(errno));
+        return ts_fail(TS_ERR_IO, "run directory '%s': %s", dir, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode))
+        return ts_fail(TS_ERR_INVALID, "%srun directory '%s' exists and is not a directory",
+                       s->resume_in_place ? "--resume latest: " : "", dir);
+    ts_status r = ts_dir_open(&s->dir, dir, 0); /* a link is refused, naming it */
+    return r != TS_OK ? r : lock_and_check(s, 0);
+}
+
+ts_status ts_sess_check_from_start(session *s) {
+    char *text = NULL;
+    ts_status st = ts_dir_read(&s->dir, "audit.log", (size_t)1 << 30, &text, NULL);
+    if (st == TS_ERR_NOT_FOUND)
+        return ts_fail(TS_ERR_INVALID,
+                       "--resume latest: %s holds no checkpoint and no audit.log: it is not a "
+                       "run tessel can continue (start a new one in an empty directory)",
+                       s->dir.path);
+    if (st != TS_OK) return st;
+    /* A finished run without checkpoints is not one to continue. */
+    char *sum = NULL;
+    if (ts_dir_read(&s->dir, "summary.json", (size_t)1 << 20, &sum, NULL) == TS_OK) {
+        json_t *o = json_loads(sum, 0, NULL);
+        const char *status = json_string_value(json_object_get(o, "status"));
+        int done = status && !strcmp(status, "completed");
+        json_decref(o);
+        free(sum);
+        if (done) {
+            free(text);
+            return ts_fail(TS_ERR_INVALID,
+                           "--resume latest: %s completed without saving a checkpoint "
+                           "(ckpt.every): there is nothing to continue from",
+                           s->dir.path);
+        }
+    }
+    json_t *e = json_loadb(text, strcspn(text, "\n"), 0, NULL);
+    free(text);
+    const char *ev = json_string_value(json_object_get(e, "event"));
+    const char *sha = json_string_value(json_object_get(e, "checkpoint_config_sha256"));
+    if (!ev || strcmp(ev, "config") || !sha) {
+        json_decref(e);
+        return ts_fail(TS_ERR_FORMAT,
+                       "--resume latest: %s/audit.log does not begin with the run's \"config\" "
+                       "entry",
+                       s->dir.path);
+    }
+    if (strcmp(sha, s->ident_sha))
+        st = ts_fail(TS_ERR_INVALID,
+                     "--resume latest: %s holds no checkpoint yet; its run started with config "
+                     "sha256 %.16s..., this config's is %.16s...: only the keys a resume may "
+                     "change may differ (docs/checkpoints.md)",
+                     s->dir.path, sha, s->ident_sha);
+    json_decref(e);
+    return st;
 }
 
 static void sha256_hex(const void *data, size_t n, char hex[65]) {
@@ -136,11 +214,19 @@ ts_status ts_sess_identity(session *s) {
     return TS_OK;
 }
 
-/* mkdir -p */
-static ts_status make_dirs(const char *dir) {
+/* mkdir -p of the directories above the run directory (the user chose
+ * them); the run directory itself is made and opened by ts_dir_open. */
+static ts_status make_parents(const char *dir) {
     char path[512];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
         return ts_fail(TS_ERR_INVALID, "run directory '%s': path too long", dir);
+    char *last = strrchr(path, '/');
+    while (last && last > path && last[1] == '\0') { /* trailing slashes */
+        *last = '\0';
+        last = strrchr(path, '/');
+    }
+    if (!last || last == path) return TS_OK;
+    *last = '\0';
     for (char *p = path + 1;; p++) {
         if (*p != '/' && *p) continue;
         char c = *p;
@@ -154,26 +240,35 @@ static ts_status make_dirs(const char *dir) {
     return TS_OK;
 }
 
-static FILE *open_in_dir(const session *s, const char *name, const char *mode) {
-    char path[640];
-    snprintf(path, sizeof path, "%s/%s", s->r->run_dir, name);
-    FILE *f = fopen(path, mode);
-    if (!f) ts_fail(TS_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-    return f;
+/* The run directory about to be written: made and opened without following
+ * a link when it is new, locked with this run's PID recorded, and checked
+ * again (another run may have made or used it since the first checks). */
+static ts_status make_run_dir(session *s) {
+    ts_status st = TS_OK;
+    if (s->dir.fd < 0) {
+        st = make_parents(s->r->run_dir);
+        if (st == TS_OK) st = ts_dir_open(&s->dir, s->r->run_dir, TS_DIR_CREATE);
+    }
+    return st == TS_OK ? lock_and_check(s, TS_LOCK_CREATE) : st;
 }
 
+/* A JSON file of the run directory, replaced atomically (NAME.tmp, then
+ * renamed) without following a link planted as either name. */
 static ts_status write_json(const session *s, const char *name, json_t *obj) {
     if (!obj) return ts_fail(TS_ERR_NOMEM, "out of memory for %s", name);
-    FILE *f = open_in_dir(s, name, "w");
-    ts_status st = TS_ERR_IO;
-    if (f) {
-        int bad =
-            json_dumpf(obj, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) != 0;
-        bad |= fputc('\n', f) == EOF;
-        bad |= fclose(f) != 0;
-        st = bad ? ts_fail(TS_ERR_IO, "writing %s/%s failed", s->r->run_dir, name) : TS_OK;
-    }
+    char *text = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
     json_decref(obj);
+    if (!text) return ts_fail(TS_ERR_NOMEM, "out of memory for %s/%s", s->dir.path, name);
+    size_t n = strlen(text);
+    char *line = realloc(text, n + 2);
+    if (!line) {
+        free(text);
+        return ts_fail(TS_ERR_NOMEM, "out of memory for %s/%s", s->dir.path, name);
+    }
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    ts_status st = ts_dir_replace(&s->dir, name, line, n + 1, 0644, 0);
+    free(line);
     return st;
 }
 
@@ -186,7 +281,7 @@ static json_t *lineage_json(const ts_dataset *d, json_t *files) {
 }
 
 ts_status ts_sess_write_run_files(session *s) {
-    ts_status st = make_dirs(s->r->run_dir);
+    ts_status st = make_run_dir(s);
     if (st != TS_OK) return st;
     s->dir_made = 1;
     char *text = NULL;
@@ -197,23 +292,34 @@ ts_status ts_sess_write_run_files(session *s) {
     }
     char config_sha[65];
     sha256_hex(text, text_bytes, config_sha);
-    FILE *f = open_in_dir(s, "config.yaml", "w");
-    if (!f) {
-        free(text);
-        return TS_ERR_IO;
-    }
-    int bad = fwrite(text, 1, text_bytes, f) != text_bytes;
+    st = ts_dir_replace(&s->dir, "config.yaml", text, text_bytes, 0644, 0);
     free(text);
-    if ((fclose(f) != 0) | bad) return ts_fail(TS_ERR_IO, "writing config.yaml failed");
+    if (st != TS_OK) return st;
 
     /* The audit log: the config this run used, and where it resumed from. */
     if ((st = ts_audit_open(s->r->run_dir, ts_config_sign_key(&s->c), &s->audit)) != TS_OK)
         return st;
-    char fields[1024];
+    /* A signing run that opens a log over entries nobody signed (a run
+     * killed before it signed, or lines appended by hand) says so, in the
+     * entry its own heads will sign: they never vouch for those silently. */
+    const int64_t unsigned_n = ts_config_sign_key(&s->c) ? ts_audit_unsigned(s->audit) : 0;
+    char fields[1024], extra[64] = "";
+    if (unsigned_n > 0) {
+        snprintf(extra, sizeof extra, ",\"unsigned_before\":%lld", (long long)unsigned_n);
+        ts_progress_log(&s->pr,
+                        "note: %s/audit.log ends in %lld entries no signed head covers (a run "
+                        "killed before it signed, or entries appended by hand); this run's "
+                        "\"config\" entry records that before its heads cover them",
+                        s->dir.path, (long long)unsigned_n);
+    }
     snprintf(fields, sizeof fields,
-             "{\"file\":\"config.yaml\",\"sha256\":\"%s\",\"checkpoint_config_sha256\":\"%s\"}",
-             config_sha, s->ident_sha);
+             "{\"file\":\"config.yaml\",\"sha256\":\"%s\",\"checkpoint_config_sha256\":\"%s\"%s}",
+             config_sha, s->ident_sha, extra);
     if ((st = ts_audit_append(s->audit, "config", fields)) != TS_OK) return st;
+    if (s->from_start) {
+        st = ts_audit_append(s->audit, "resume", "{\"checkpoint\":null,\"step\":0}");
+        if (st != TS_OK) return st;
+    }
     if (s->ck) {
         json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:b}", "checkpoint", s->ck_dir, "id", s->ck_id,
                               "step", (json_int_t)s->start_step, "config_sha256", s->ck_config,
@@ -262,7 +368,7 @@ ts_status ts_sess_write_run_files(session *s) {
     }
     /* A resumed run appends: the lines before the checkpoint stay (steps
      * after it that an interrupted run logged appear again). */
-    s->metrics = open_in_dir(s, "metrics.jsonl", s->ck ? "a" : "w");
+    s->metrics = ts_dir_fopen(&s->dir, "metrics.jsonl", s->ck || s->from_start ? "a" : "w");
     if (!s->metrics) return TS_ERR_IO;
     if (s->c.ckpt.every > 0) {
         ts_ckpt_options co = ts_ckpt_options_default();

@@ -238,6 +238,8 @@ static void session_free(session *s) {
     free(s->ident);
     free(s->lineage);
     if (s->metrics) fclose(s->metrics);
+    ts_dir_lock_release(&s->lock); /* after the last write into the run directory */
+    ts_dir_close(&s->dir);
     ts_loader_free(s->loader);
     ts_dataset_free(s->all);
     ts_dataset_free(s->train);
@@ -297,6 +299,8 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     s->c = *c;
     s->o = o;
     s->r = r;
+    s->dir.fd = -1;
+    s->lock.slot = -1;
     s->nranks = o->comm ? ts_comm_size(o->comm) : 1;
     s->rank = o->comm ? ts_comm_rank(o->comm) : 0;
     /* A language model: always a classifier, its rates in tokens. */
@@ -311,8 +315,7 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
             snprintf(s->c.output.dir, sizeof s->c.output.dir, "%s", dir) >=
                 (int)sizeof s->c.output.dir)
             st = ts_fail(TS_ERR_INVALID, "run directory '%.60s...': path too long", dir);
-        if (st == TS_OK)
-            st = s->resume_in_place ? ts_sess_check_resume_dir(dir) : ts_sess_check_run_dir(dir);
+        if (st == TS_OK) st = ts_sess_open_run_dir(s, dir);
     } else if (s->resume_in_place) {
         st = ts_fail(TS_ERR_INVALID, "--resume latest continues a run in its directory: name it "
                                      "with --out RUN_DIR or output.dir");
@@ -345,12 +348,13 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     }
     /* Verify the checkpoint (signature, file hashes, tensor CRCs) before
      * anything else is loaded or written. */
-    if (st == TS_OK && from) {
+    if (st == TS_OK && from && !s->from_start) {
         st = ts_ckpt_open(s->resume_in_place ? dir : from, verify_key, NULL, &s->ck);
         if (st != TS_OK) ts_error_prefix("--resume %s", from);
     }
     ts_progress_start(&s->pr, o->log, o->progress, 1, 0, r->unit, 1);
     if (st == TS_OK) st = setup(s);
+    if (st == TS_OK && s->from_start) st = ts_sess_check_from_start(s);
     if (st == TS_OK && s->ck) st = ts_sess_resume(s);
     if (st == TS_OK) st = ts_sess_shard_saver(s);
     if (st == TS_OK) {
@@ -362,6 +366,9 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
         if (s->ck)
             ts_progress_log(&s->pr, "resuming from %s at step %lld", s->ck_dir,
                             (long long)s->start_step);
+        if (s->from_start)
+            ts_progress_log(&s->pr, "resuming from step 0: %s holds no checkpoint yet",
+                            s->dir.path);
         st = ts_sess_observe_start(s);
         if (st == TS_OK && r->run_dir[0]) st = ts_sess_write_run_files(s);
         if (st == TS_OK) st = ts_sess_tensorboard_start(s);
@@ -386,10 +393,15 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
             r->failed_in_step = 1;
         }
         ts_progress_end(&s->pr);
-        if (st == TS_OK || r->steps)
+        /* A failed run reports how far it got, not a summary: its rate was
+         * never computed (the error follows). */
+        if (st == TS_OK)
             ts_progress_log(&s->pr, "done: %lld steps in %.2f s, loss %.6f -> %.6f, median %.0f %s",
                             (long long)r->steps, r->seconds, r->first_loss, r->final_loss,
                             r->median_rate, r->unit);
+        else if (r->steps)
+            ts_progress_log(&s->pr, "failed after %lld steps in %.2f s, loss %.6f -> %.6f",
+                            (long long)r->steps, r->seconds, r->first_loss, r->final_loss);
         if (st != TS_OK) {
             /* The run's own error is what the caller needs to see, even if
              * the summary cannot be written either. */

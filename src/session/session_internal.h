@@ -19,6 +19,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "core/dirlock.h"
+#include "core/fsat.h"
 #include "data/data.h"
 #include "frontend/config.h"
 #include "obs/alert_run.h"
@@ -65,9 +67,12 @@ typedef struct session {
     size_t pbuf_bytes;
     double *rates;
     int64_t n_rates;
-    /* run directory */
+    /* run directory: opened once, locked for the run (core/fsat.h, dirlock.h) */
+    ts_dir dir;
+    ts_dir_lock lock;
     FILE *metrics;
     int dir_made;
+    int from_start; /* --resume latest of a run stopped before its first checkpoint */
     /* checkpoints */
     int resume_in_place; /* --resume latest: continue in the run directory */
     ts_ckpt *ck;         /* the verified checkpoint to resume from */
@@ -120,10 +125,15 @@ static inline int64_t numel_dims(int rank, const int64_t *dims) {
 
 /* ---- rundir.c: the run directory and the run's identity ------------------ */
 
-/* A run directory may be new or empty; anything else is someone's run. */
-ts_status ts_sess_check_run_dir(const char *dir);
-/* --resume latest: the run directory must exist. */
-ts_status ts_sess_check_resume_dir(const char *dir);
+/* Opens and locks the run directory `dir` when it exists (s->dir, s->lock;
+ * a new one is made and locked by ts_sess_write_run_files): a new run's
+ * must be empty but for the lock file; with --resume latest it must exist,
+ * and s->from_start is set when it holds no checkpoint yet. A link as the
+ * directory, or another process holding its lock, is an error naming it. */
+ts_status ts_sess_open_run_dir(session *s, const char *dir);
+/* s->from_start: the run directory's audit log begins with this config's
+ * identity (after ts_sess_identity), and the run did not complete. */
+ts_status ts_sess_check_from_start(session *s);
 /* s->ident and s->ident_sha: the config text checkpoints are tied to. */
 ts_status ts_sess_identity(session *s);
 /* Makes the run directory and writes config.yaml, the audit log's first

@@ -274,11 +274,12 @@ static void damage_test(char *self) {
     CHECK(ts_ckpt_open(copy, pk, NULL, &c) == TS_ERR_FORMAT, "truncated manifest detected");
     CHECK(strstr(ts_last_error(), "manifest.json"), "truncation named: %s", ts_last_error());
 
-    /* audit log: edit line 2, delete line 2, swap lines 2 and 3 */
-    const char *edits[3] = {"sed -i '2s/\"time\":\"2/\"time\":\"1/' '%s/audit.log'",
+    /* audit log: edit line 3, delete line 2, swap lines 2 and 3 */
+    const char *edits[3] = {"sed -i '3s/\"time\":\"2/\"time\":\"1/' '%s/audit.log'",
                             "sed -i '2d' '%s/audit.log'", "sed -i '2{h;d};3G' '%s/audit.log'"};
-    /* line 2 is the signed head after the first save: its signature fails */
-    const char *names[3] = {"line 2: the head signature", "deleted", "reordered"};
+    /* line 3 is the signed head after the first save (line 1 its commit
+     * entry, line 2 its save entry): its signature fails */
+    const char *names[3] = {"line 3: the head signature", "deleted", "reordered"};
     for (int i = 0; i < 3; i++) {
         copy_tree(run, copy);
         shell(edits[i], copy);

@@ -3,7 +3,8 @@
  * name, LATEST pointed at an older checkpoint than the newest save the
  * audit log records, and audit-log entries cut from the end past a save
  * are refused by `ckpt verify`, `export`, `audit verify` and resume, each
- * with a message naming what is out of place. */
+ * with a message naming what is out of place; the truncation forms of a
+ * signed run's log are in test_truncation. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,85 @@ static void all_refuse(const char *run, const char *needle) {
             needle);
 }
 
+/* A signed run of 6 steps into `run` (key DIR/k.key). */
+static void fresh_signed(const char *run) {
+    e2e_sh("rm -rf '%s/%s'", dir, run);
+    e2e_result r = e2e_runf("train examples/w1.yaml %s --set ckpt.sign_key=%s/k.key --steps 6 "
+                            "--out %s/%s",
+                            small, dir, dir, run);
+    CHECK(r.rc == 0, "%s: exit %d\n%s", run, r.rc, r.err);
+    e2e_done(&r);
+}
+
+/* Audit-log truncation of a signed run (docs/checkpoints.md, "What the
+ * audit log proves"): every committed checkpoint has a "commit" entry
+ * logged before its rename, so cutting the newest save's entries with
+ * their signed head is refused while the checkpoint exists; cutting only
+ * its "save" entry and the head (the state a kill between the commit and
+ * the entry leaves) verifies with a warning and resumes; an entry
+ * appended with a valid chain is shown as the unsigned tail, and a run
+ * that resumes over it records that in the entry its heads sign. */
+static void test_truncation(void) {
+    e2e_result r = e2e_runf("keygen --out %s/k", dir);
+    CHECK(r.rc == 0, "keygen: %s", r.err);
+    e2e_done(&r);
+
+    /* From step-6's commit entry to the end: refused everywhere. */
+    fresh_signed("cut-newest");
+    e2e_sh("cd '%s/cut-newest' && n=$(grep -n '\"event\":\"commit\"' audit.log | grep "
+           "step-00000006 | cut -d: -f1) && head -n $((n - 1)) audit.log >a && mv a audit.log",
+           dir);
+    all_refuse("cut-newest", "records neither its commit nor its save");
+
+    /* Only step-6's save entry and what follows: a kill's state. */
+    fresh_signed("cut-save");
+    e2e_sh("cd '%s/cut-save' && n=$(grep -n '\"event\":\"save\"' audit.log | grep "
+           "step-00000006 | cut -d: -f1) && head -n $((n - 1)) audit.log >a && mv a audit.log",
+           dir);
+    r = e2e_runf("audit verify %s/cut-save --pubkey %s/k.pub", dir, dir);
+    CHECK(r.rc == 0 && strstr(r.out, "warning: the newest checkpoint step-00000006 is logged") &&
+              strstr(r.out, "unsigned tail: "),
+          "cut after the commit: exit %d\n%s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+    r = e2e_runf("train examples/w1.yaml %s --set ckpt.sign_key=%s/k.key --steps 8 --resume "
+                 "latest --out %s/cut-save",
+                 small, dir, dir);
+    CHECK(r.rc == 0 && strstr(r.out, "resuming from") && strstr(r.out, "step 6"),
+          "resume of the kill's state: exit %d\n%s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+    r = e2e_runf("audit verify %s/cut-save --pubkey %s/k.pub", dir, dir);
+    CHECK(r.rc == 0 && !strstr(r.out, "warning") && !strstr(r.out, "unsigned tail"),
+          "after the resume, signed to the end: exit %d\n%s%s", r.rc, r.out, r.err);
+    /* ... and the log says what the resumed run signed over. */
+    CHECK(strstr(r.out, "note: runs that signed this log opened it over entries nobody had "
+                        "signed") &&
+              strstr(r.out, "(1 entries)"),
+          "the commit entry the resume signed over is recorded:\n%s", r.out);
+    e2e_done(&r);
+
+    /* An entry appended with a valid chain: not silent. */
+    fresh_signed("appended");
+    e2e_sh("cd '%s/appended' && h=$(tail -n 1 audit.log | tr -d '\\n' | sha256sum | cut -c1-64) "
+           "&& n=$(wc -l <audit.log) && printf '{\"event\":\"forged\",\"prev\":\"%%s\","
+           "\"seq\":%%d,\"time\":\"x\"}\\n' \"$h\" \"$n\" >>audit.log",
+           dir);
+    r = e2e_runf("audit verify %s/appended --pubkey %s/k.pub", dir, dir);
+    CHECK(r.rc == 0 && strstr(r.out, "unsigned tail: ") && strstr(r.out, "(forged)"),
+          "appended entry: exit %d\n%s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+    /* A resume does not launder it: its run says so and records it. */
+    r = e2e_runf("train examples/w1.yaml %s --set ckpt.sign_key=%s/k.key --steps 8 --resume "
+                 "latest --out %s/appended",
+                 small, dir, dir);
+    CHECK(r.rc == 0 && strstr(r.out, "ends in 1 entries no signed head covers"),
+          "resume over the appended entry: exit %d\n%s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+    r = e2e_runf("audit verify %s/appended --pubkey %s/k.pub", dir, dir);
+    CHECK(r.rc == 0 && strstr(r.out, "(1 entries)") && !strstr(r.out, "unsigned tail"),
+          "the signed-over entry is recorded: exit %d\n%s%s", r.rc, r.out, r.err);
+    e2e_done(&r);
+}
+
 int main(void) {
     if (!e2e_setup("rollback", dir, sizeof dir)) return check_summary("e2e/rollback");
 
@@ -78,6 +158,7 @@ int main(void) {
     CHECK(r.rc != 0 && strstr(r.err, "removed"), "cut log: exit %d: %s", r.rc, r.err);
     e2e_done(&r);
 
+    test_truncation();
     e2e_cleanup(dir);
     return check_summary("e2e/rollback");
 }

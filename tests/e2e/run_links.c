@@ -2,8 +2,9 @@
  * end through `tessel`, $TESSEL_BIN): a link as step-N.tmp (the save of a
  * resumed run), inside a leftover step-N.tmp, as LATEST.tmp, LATEST, the
  * directory LATEST names, an old step-N that `ckpt gc` removes, audit.log,
- * tb/ and plots/ makes the command fail with a message naming the link,
- * and the link's target outside the run directory is left as it was. */
+ * tb/ and plots/, and each file a training session writes (session_files)
+ * makes the command fail with a message naming the link, and the link's
+ * target outside the run directory is left as it was. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,64 @@ static void expect_refused(const char *what, e2e_result r, const char *run, cons
 static e2e_result resume(const char *run) {
     return e2e_runf("train examples/w1.yaml %s --steps 6 --resume latest --out %s/%s", small, dir,
                     run);
+}
+
+/* The files a training session writes: a link planted as config.yaml,
+ * lineage.json, normalisation.json, metrics.jsonl, summary.json (or the
+ * NAME.tmp it is replaced through), tessel.lock, or as the run directory
+ * itself, makes the run fail naming it, and the target is left as it was. */
+static void session_files(void) {
+    static const char *const names[] = {"config.yaml",     "lineage.json",      "metrics.jsonl",
+                                        "summary.json",    "summary.json.tmp",  "tessel.lock",
+                                        "config.yaml.tmp", "normalisation.json"};
+    /* A CSV run, standardised (normalisation.json). */
+    char csv[160], cfg[160];
+    snprintf(csv, sizeof csv, "%s/t.csv", dir);
+    snprintf(cfg, sizeof cfg, "%s/csv.yaml", dir);
+    FILE *f = fopen(csv, "w");
+    CHECK(f != NULL, "write %s", csv);
+    if (!f) return;
+    fprintf(f, "a,b,c,y\n");
+    for (int i = 0; i < 64; i++)
+        fprintf(f, "%d,%d.5,%d,%d\n", i % 7, i % 5, (i * 3) % 11, (i % 7) > 3);
+    fclose(f);
+    if (!(f = fopen(cfg, "w"))) return;
+    fprintf(f,
+            "model: {name: mlp, window: 0, in_dim: 3, hidden: 8, n_hidden: 1, layer_norm: false, "
+            "classes: 2, batch: 8}\n"
+            "data: {source: csv, path: %s, header: true, label: y, window: 1, horizon: 0, "
+            "normalise: true, val_fraction: 0.25}\n"
+            "train: {steps: 4, total_steps: 12, threads: 1}\n"
+            "ckpt: {every: 2}\nobserve: {tensorboard: false}\n",
+            csv);
+    fclose(f);
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char run[160], tag[16];
+        snprintf(tag, sizeof tag, "s%zu", i);
+        snprintf(run, sizeof run, "%s/%s", dir, tag);
+        e2e_sh("rm -rf '%s' '%s.outside' && mkdir -p '%s.outside'", run, run, run);
+        e2e_sh("echo precious >'%s.outside/keep'", run);
+        e2e_result r = e2e_runf("train %s --out %s", cfg, run);
+        CHECK(r.rc == 0, "%s: first run: exit %d\n%s", names[i], r.rc, r.err);
+        e2e_done(&r);
+        e2e_sh("rm -f '%s/%s' && ln -s '%s.outside/keep' '%s/%s'", run, names[i], run, run,
+               names[i]);
+        r = e2e_runf("train %s --steps 6 --resume latest --out %s", cfg, run);
+        expect_refused(names[i], r, tag, names[i]);
+    }
+    /* The run directory itself a link, for a new run and for a resume. */
+    char run[160];
+    snprintf(run, sizeof run, "%s/sd", dir);
+    e2e_sh("rm -rf '%s' '%s.outside' && mkdir -p '%s.outside' && ln -s '%s.outside' '%s'", run, run,
+           run, run, run);
+    e2e_sh("echo precious >'%s.outside/keep'", run);
+    expect_refused("run directory link", e2e_runf("train %s --out %s", cfg, run), "sd", "sd");
+    e2e_sh("rm -f '%s.outside/keep' && echo precious >'%s.outside/keep'", run, run);
+    e2e_sh("'%s' train %s --out '%s.outside/inner' >/dev/null && mv '%s.outside/inner'/* "
+           "'%s.outside/' && rmdir '%s.outside/inner'",
+           getenv("TESSEL_BIN") ? getenv("TESSEL_BIN") : "build/tessel", cfg, run, run, run, run);
+    expect_refused("resume through a run directory link",
+                   e2e_runf("train %s --steps 6 --resume latest --out %s", cfg, run), "sd", "sd");
 }
 
 int main(void) {
@@ -143,6 +202,7 @@ int main(void) {
     expect_refused("plots link", e2e_runf("plot %s", run), "j", "plots");
     e2e_sh("test ! -e '%s.outside/plot.gp'", run);
 
+    session_files();
     e2e_cleanup(dir);
     return check_summary("e2e/run_links");
 }

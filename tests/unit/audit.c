@@ -158,18 +158,23 @@ int main(void) {
 
     ts_audit_report r;
     CHECK_OK(ts_audit_verify(run, pk, &r));
-    /* 20 + head at 16 + save + head + verify + 5 + closing head */
-    CHECK(r.entries == 30, "entries %lld", (long long)r.entries);
-    CHECK(r.signed_heads == 3 && r.last_signed_seq == 29, "heads %lld, last %lld",
+    /* 20 + head at 16 + commit + save + head + verify + 5 + closing head */
+    CHECK(r.entries == 31, "entries %lld", (long long)r.entries);
+    CHECK(r.signed_heads == 3 && r.last_signed_seq == 30, "heads %lld, last %lld",
           (long long)r.signed_heads, (long long)r.last_signed_seq);
     CHECK(r.checkpoints_anchored == 1, "anchored %d", r.checkpoints_anchored);
+    CHECK(!strcmp(r.newest_checkpoint, "step-00000000") && r.newest_logged_seq == 22,
+          "newest checkpoint %s logged at %lld", r.newest_checkpoint,
+          (long long)r.newest_logged_seq);
+    CHECK(r.unsigned_events[0] == '\0', "no unsigned tail: %s", r.unsigned_events);
 
     /* Reopening continues the chain. */
     CHECK_OK(ts_audit_open(run, NULL, &a));
     CHECK_OK(ts_audit_append(a, "resume", "{\"step\":0}"));
     CHECK_OK(ts_audit_close(a));
     CHECK_OK(ts_audit_verify(run, pk, &r));
-    CHECK(r.entries == 31, "entries after reopen %lld", (long long)r.entries);
+    CHECK(r.entries == 32, "entries after reopen %lld", (long long)r.entries);
+    CHECK(!strcmp(r.unsigned_events, "resume"), "the unsigned tail: %s", r.unsigned_events);
     CHECK(ts_audit_sign_head(NULL) == TS_ERR_INVALID, "sign_head(NULL)");
 
     char msg[1024];
@@ -188,22 +193,39 @@ int main(void) {
     CHECK(strstr(msg, "not terminated") != NULL, "torn tail named: %s", msg);
     CHECK(verify_tampered(run, pk, forge_head, msg, sizeof msg) == TS_ERR_FORMAT,
           "forged head detected");
-    CHECK(strstr(msg, "line 30") && strstr(msg, "signature"), "forged head named: %s", msg);
+    CHECK(strstr(msg, "line 31") && strstr(msg, "signature"), "forged head named: %s", msg);
 
     /* Cutting entries off the end leaves a consistent chain; the manifest's
      * record of the log head catches it once the cut reaches the save. */
     CHECK(verify_tampered(run, NULL, cut_tail, msg, sizeof msg) == TS_OK, "short cut: %s", msg);
-    for (int k = 0; k < 11; k++) { /* 31 lines down to 20: entry 20 preceded the save */
+    /* 32 lines: 0-20 before the save, 21 its commit, 22 its save, 23 the head. */
+    for (int k = 0; k < 12; k++) {
         lines l;
         read_lines(log, &l);
         l.n--;
         write_lines(log, &l, -1, -1, -1);
         l.n++;
         free_lines(&l);
+        const int64_t left = 31 - k;
+        ts_status vs = ts_audit_verify(run, pk, &r);
+        if (left >= 22) {
+            /* Down to the commit entry: what a kill between the commit and
+             * the "save" entry leaves: it verifies, the tail unsigned. */
+            CHECK(vs == TS_OK, "%lld lines: %s", (long long)left, ts_last_error());
+            if (left <= 23)
+                CHECK(vs == TS_OK && r.last_signed_seq == 16 && r.newest_logged_seq == left - 1,
+                      "%lld lines: last signed %lld, newest logged at %lld", (long long)left,
+                      (long long)r.last_signed_seq, (long long)r.newest_logged_seq);
+        } else {
+            /* The commit entry cut (21 lines), then the anchor too (20). */
+            CHECK(vs == TS_ERR_FORMAT, "%lld lines: cut tail detected", (long long)left);
+            CHECK(strstr(ts_last_error(), "removed from the end") != NULL, "cut named: %s",
+                  ts_last_error());
+            if (left == 21)
+                CHECK(strstr(ts_last_error(), "neither its commit nor its save") != NULL,
+                      "the missing commit named: %s", ts_last_error());
+        }
     }
-    CHECK(ts_audit_verify(run, NULL, NULL) == TS_ERR_FORMAT, "cut tail detected");
-    CHECK(strstr(ts_last_error(), "removed from the end") != NULL, "cut named: %s",
-          ts_last_error());
     CHECK(ts_audit_open(run, NULL, &a) == TS_OK, "a cut log still opens (its chain holds)");
     ts_audit_close(a);
 
