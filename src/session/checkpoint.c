@@ -7,15 +7,20 @@
 #include "session/ranks.h"
 #include "session/session_internal.h"
 
-/* Begin a checkpoint of the state after `step` (written in the background
- * unless ckpt.async is off). */
-ts_status ts_sess_save_checkpoint(session *s, int64_t step) {
+ts_ckpt_meta ts_sess_ckpt_meta(const session *s, int64_t step) {
     ts_ckpt_meta meta = {s->ident,
                          s->ident_bytes,
                          s->lineage,
                          s->n_lineage,
                          s->loader ? ts_loader_position(s->loader) : step,
                          s->loader ? ts_loader_epoch(s->loader) : 0};
+    return meta;
+}
+
+/* Begin a checkpoint of the state after `step` (written in the background
+ * unless ckpt.async is off). */
+ts_status ts_sess_save_checkpoint(session *s, int64_t step) {
+    ts_ckpt_meta meta = ts_sess_ckpt_meta(s, step);
     ts_status st = ts_ckpt_saver_begin(s->sv, s->plan, &meta);
     if (st == TS_OK && !s->c.ckpt.async) st = ts_ckpt_saver_wait(s->sv);
     if (st != TS_OK) {

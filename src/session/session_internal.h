@@ -202,6 +202,9 @@ void ts_session_trace_close(ts_plan *plan, const ts_session_options *o, struct t
 /* ---- checkpoint.c: checkpoints and resume ---------------------------------- */
 
 /* Begins a checkpoint of the state after `step`. */
+/* What a checkpoint after `step` records of the run: its identity, data
+ * lineage and the loader's position (step without a loader). */
+ts_ckpt_meta ts_sess_ckpt_meta(const session *s, int64_t step);
 ts_status ts_sess_save_checkpoint(session *s, int64_t step);
 /* The last save of a run (also after Ctrl-C or a failed step `st`); returns
  * the run's status. */

@@ -45,3 +45,11 @@ static void write_npy(const char *path, const char *descr, const char *shape, si
     fwrite(data, 1, bytes, f);
     fclose(f);
 }
+
+const char *tf_path(const char *dir, const char *name) {
+    static char buf[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}

@@ -15,4 +15,8 @@ void tf_write_npy(const char *path, const char *descr, int64_t n, int64_t cols, 
 void tf_write_npy_dims(const char *path, const char *descr, int rank, const int64_t *dims,
                        const void *data, size_t elem);
 
+/* dir/name in one of 4 rotating buffers: up to 4 results can be used at
+ * once (enough for a call that takes several paths). */
+const char *tf_path(const char *dir, const char *name);
+
 #endif

@@ -8,15 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "testfiles.h"
 
 static char tmp[64];
 
 static const char *path_in(const char *name) {
-    static char buf[4][256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
+    return tf_path(tmp, name);
 }
 
 /* Loads and finishes yaml; returns the status, with the message in err. */

@@ -16,11 +16,7 @@
 static char tmp[64];
 
 static const char *path_in(const char *name) {
-    static char buf[4][256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
+    return tf_path(tmp, name);
 }
 
 static void write_bytes(const char *path, const void *data, size_t n) {
