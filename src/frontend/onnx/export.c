@@ -380,6 +380,11 @@ ts_status ts_onnx_export(const ts_graph *g, ts_val output, const char *path,
         e.batch[i] = o->dynamic_batch && v->kind == TS_VK_INPUT && v->t.rank > 0;
     }
     mark_needed(&e, output.id, need);
+    /* Every op without an ONNX form first, before any is written: the error
+     * names the op that stands in the way (gru_cell, not a reshape near it). */
+    for (int32_t i = 0; i < g->n_nodes && e.status == TS_OK; i++)
+        if (need[i] && !g->nodes[i].dead && !ex_supported(g->nodes[i].op))
+            ex_refuse(&e, i, EX_UNSUPPORTED);
     e.out_id = -1; /* set once the output's producer is known (after aliases) */
     for (int32_t i = 0; i < g->n_nodes && e.status == TS_OK; i++) {
         if (!need[i] || g->nodes[i].dead) continue;

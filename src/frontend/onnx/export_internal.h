@@ -24,11 +24,11 @@ typedef struct ex {
     size_t n_inits, cap_inits;
     Onnx__ValueInfoProto *inputs[EX_MAX_INPUTS], *output;
     int n_inputs, n_consts;
-    int32_t *alias;   /* value -> the value it stands for (dropout's input), -1 */
-    char *batch;      /* value -> its first dimension is the dynamic batch */
-    char *defined;    /* node value -> written under its ONNX name */
+    int32_t *alias;         /* value -> the value it stands for (dropout's input), -1 */
+    char *batch;            /* value -> its first dimension is the dynamic batch */
+    char *defined;          /* node value -> written under its ONNX name */
     const char **leaf_name; /* input/param/const value -> its ONNX name once written */
-    int32_t out_id;   /* the graph output's value */
+    int32_t out_id;         /* the graph output's value */
     const char *out_name;
 } ex;
 
@@ -48,7 +48,13 @@ int32_t ex_resolve(const ex *e, int32_t id);
 /* The ONNX name of a value read by a node being written (NULL on failure). */
 const char *ex_name(ex *e, int32_t id);
 
-/* export_ops.c: writes graph node `node` (or aliases its output). */
+/* export_ops.c: whether op has an ONNX form here; writes graph node `node`
+ * (or aliases its output). */
+#define EX_UNSUPPORTED                                                                             \
+    "no ONNX export yet (tessel exports matmul, add, sub, mul, div, neg, exp, log, sqrt, abs, "    \
+    "relu, leaky_relu, sigmoid, tanh, affine_scalar, softmax, log_softmax, layer_norm, conv, "     \
+    "pool, batch_norm, reshape, permute, dropout)"
+int ex_supported(int op);
 void ex_emit(ex *e, int32_t node);
 
 #endif

@@ -28,6 +28,35 @@ static Onnx__NodeProto *simple(ex *e, const ts_node *n, const char *op) {
     return o ? ex_node(e, op, n->n_in, ins, o) : NULL;
 }
 
+/* A channels-last activation [N, spatial..., C] as channels first for an
+ * ONNX op (and back): Transpose nodes around it. */
+static const char *relayout(ex *e, const char *x, int rank, int to_first, int32_t vid, int k) {
+    int64_t perm[TS_MAX_RANK];
+    perm[0] = 0;
+    for (int j = 1; j < rank; j++)
+        perm[j] = to_first ? (j == 1 ? rank - 1 : j - 1) : (j == rank - 1 ? 1 : j + 1);
+    const char *name = to_first ? ex_str(e, "t%d_cf%d", vid, k) : out_name(e, vid);
+    Onnx__NodeProto *o = x && name ? ex_node(e, "Transpose", 1, &x, name) : NULL;
+    ex_attr_ints(e, o, "perm", rank, perm);
+    return o ? name : NULL;
+}
+
+/* Writes op `op` over the node's inputs, the first (an activation) and the
+ * output relaid out when channels_last. */
+static Onnx__NodeProto *spatial_op(ex *e, const ts_node *n, const char *op, int channels_last) {
+    if (!channels_last) return simple(e, n, op);
+    const char *ins[8];
+    if (n->n_in > 8) return NULL;
+    for (int k = 0; k < n->n_in; k++)
+        if (!(ins[k] = ex_name(e, n->in[k]))) return NULL;
+    const int r = e->g->values[n->in[0]].t.rank;
+    ins[0] = relayout(e, ins[0], r, 1, n->out[0], 0);
+    const char *mid = ex_str(e, "t%d_cl", n->out[0]);
+    Onnx__NodeProto *o = ins[0] && mid ? ex_node(e, op, n->n_in, ins, mid) : NULL;
+    if (o && !relayout(e, mid, e->g->values[n->out[0]].t.rank, 0, n->out[0], 1)) return NULL;
+    return o;
+}
+
 static void matmul(ex *e, int32_t id, const ts_node *n) {
     const ts_graph *g = e->g;
     const ts_type *a = &g->values[n->in[0]].t, *b = &g->values[n->in[1]].t;
@@ -100,12 +129,12 @@ static void spatial(ex *e, Onnx__NodeProto *o, int nd, const int64_t *kernel, co
 
 static void conv(ex *e, int32_t id, const ts_node *n) {
     const ts_conv_attrs *c = &n->a.conv;
-    if (c->channels_last || c->low) {
-        ex_refuse(e, id, "a channels-last or bf16/fp16 convolution");
+    if (c->low) {
+        ex_refuse(e, id, "a bf16/fp16 convolution (tessel exports the fp32 graph)");
         return;
     }
     const ts_type *w = &e->g->values[n->in[1]].t;
-    Onnx__NodeProto *o = simple(e, n, "Conv");
+    Onnx__NodeProto *o = spatial_op(e, n, "Conv", (int)c->channels_last);
     spatial(e, o, (int)c->nd, w->dims + 2, c->stride, c->padding);
     ex_attr_ints(e, o, "dilations", (int)c->nd, c->dilation);
     ex_attr_i(e, o, "group", c->groups);
@@ -113,32 +142,25 @@ static void conv(ex *e, int32_t id, const ts_node *n) {
 
 static void pool(ex *e, int32_t id, const ts_node *n) {
     const ts_pool_attrs *p = &n->a.pool;
-    if (p->channels_last) {
-        ex_refuse(e, id, "a channels-last pooling");
-        return;
-    }
     if (p->mode == 3) {
         for (int j = 0; j < p->nd; j++)
             if (p->kernel[j] != 1) {
                 ex_refuse(e, id, "adaptive average pooling to a size other than 1");
                 return;
             }
-        simple(e, n, "GlobalAveragePool");
+        spatial_op(e, n, "GlobalAveragePool", (int)p->channels_last);
         return;
     }
-    Onnx__NodeProto *o = simple(e, n, p->mode == 0 ? "MaxPool" : "AveragePool");
+    Onnx__NodeProto *o =
+        spatial_op(e, n, p->mode == 0 ? "MaxPool" : "AveragePool", (int)p->channels_last);
     spatial(e, o, (int)p->nd, p->kernel, p->stride, p->padding);
     if (p->mode == 2) ex_attr_i(e, o, "count_include_pad", 1);
 }
 
-static void batch_norm(ex *e, int32_t id, const ts_node *n) {
+static void batch_norm(ex *e, const ts_node *n) {
     const ts_batch_norm_attrs *b = &n->a.batch_norm;
-    if (b->channels_last) {
-        ex_refuse(e, id, "a channels-last batch norm");
-        return;
-    }
     const ts_type *x = &e->g->values[n->in[0]].t;
-    const int64_t c = x->dims[1];
+    const int64_t c = x->dims[b->channels_last ? x->rank - 1 : 1];
     const char *ins[5];
     int k = 0;
     ins[k++] = ex_name(e, n->in[0]);
@@ -154,14 +176,25 @@ static void batch_norm(ex *e, int32_t id, const ts_node *n) {
     }
     ins[k++] = ex_name(e, n->in[b->affine ? 3 : 1]);
     ins[k++] = ex_name(e, n->in[b->affine ? 4 : 2]);
+    if (b->channels_last) ins[0] = relayout(e, ins[0], x->rank, 1, n->out[0], 0);
     for (int i = 0; i < 5; i++)
         if (!ins[i]) return;
-    const char *y = b->relu ? ex_str(e, "t%d_bn", n->out[0]) : out_name(e, n->out[0]);
-    Onnx__NodeProto *o = y ? ex_node(e, "BatchNormalization", 5, ins, y) : NULL;
-    ex_attr_f(e, o, "epsilon", b->eps);
-    ex_attr_f(e, o, "momentum", 1 - b->momentum); /* ONNX weighs the running value */
-    if (b->relu && o) ex_node(e, "Relu", 1, &y, out_name(e, n->out[0]));
-    (void)id;
+    /* BatchNormalization [-> Relu] in channels first [-> back to channels last] */
+    const int last = b->relu ? 2 : 1;
+    const char *y = ins[0];
+    for (int step = 1; step <= last; step++) {
+        const int final = step == last && !b->channels_last;
+        const char *name = final ? out_name(e, n->out[0]) : ex_str(e, "t%d_bn%d", n->out[0], step);
+        Onnx__NodeProto *o = name ? ex_node(e, step == 1 ? "BatchNormalization" : "Relu",
+                                            step == 1 ? 5 : 1, step == 1 ? ins : &y, name)
+                                  : NULL;
+        if (step == 1) {
+            ex_attr_f(e, o, "epsilon", b->eps);
+            ex_attr_f(e, o, "momentum", 1 - b->momentum); /* ONNX weighs the running value */
+        }
+        y = name;
+    }
+    if (b->channels_last && y) relayout(e, y, x->rank, 0, n->out[0], 1);
 }
 
 static void reshape(ex *e, int32_t id, const ts_node *n) {
@@ -223,6 +256,24 @@ static const char *unary_name(int op) {
     }
 }
 
+int ex_supported(int op) {
+    switch (op) {
+    case TS_OP_DROPOUT:
+    case TS_OP_MATMUL:
+    case TS_OP_AFFINE_SCALAR:
+    case TS_OP_LEAKY_RELU:
+    case TS_OP_LAYER_NORM:
+    case TS_OP_CONV:
+    case TS_OP_POOL:
+    case TS_OP_BATCH_NORM:
+    case TS_OP_RESHAPE:
+    case TS_OP_PERMUTE:
+    case TS_OP_SOFTMAX:
+    case TS_OP_LOG_SOFTMAX: return 1;
+    default: return unary_name(op) != NULL;
+    }
+}
+
 void ex_emit(ex *e, int32_t id) {
     const ts_node *n = &e->g->nodes[id];
     const int32_t y = n->out[0];
@@ -237,21 +288,18 @@ void ex_emit(ex *e, int32_t id) {
     case TS_OP_LAYER_NORM: layer_norm(e, id, n); break;
     case TS_OP_CONV: conv(e, id, n); break;
     case TS_OP_POOL: pool(e, id, n); break;
-    case TS_OP_BATCH_NORM: batch_norm(e, id, n); break;
+    case TS_OP_BATCH_NORM: batch_norm(e, n); break;
     case TS_OP_RESHAPE: reshape(e, id, n); return;
     case TS_OP_PERMUTE: permute(e, id, n); return;
     case TS_OP_SOFTMAX:
     case TS_OP_LOG_SOFTMAX: softmax(e, id, n); break;
     default:
-        if (simple_op) {
-            simple(e, n, simple_op);
-            break;
+        if (!simple_op) {
+            ex_refuse(e, id, EX_UNSUPPORTED);
+            return;
         }
-        ex_refuse(e, id,
-                  "no ONNX export yet (tessel exports matmul, add, sub, mul, div, neg, exp, "
-                  "log, sqrt, abs, relu, leaky_relu, sigmoid, tanh, affine_scalar, softmax, "
-                  "log_softmax, layer_norm, conv, pool, batch_norm, reshape, permute, dropout)");
-        return;
+        simple(e, n, simple_op);
+        break;
     }
     /* Elementwise, matmul, conv, pooling, norms: the output's first
      * dimension is the batch when an input's was and the size agrees. */
