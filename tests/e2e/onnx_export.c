@@ -6,9 +6,10 @@
  * (an inference plan of the run's model with the checkpoint's values)
  * within fp32 tolerance, at the trained batch size and at another one (the
  * batch is dynamic). When Debian's python3-onnx is installed, onnx.checker
- * (full_check) passes on every exported file and the lineage entries match
- * the checkpoint's manifest. Refusals: an op without an ONNX form (GRU)
- * named, exit 2, nothing written; a run without its config.yaml; usage. */
+ * (full_check) passes on every exported file, the lineage entries match
+ * the checkpoint's manifest, and each file evaluated with NumPy from the
+ * ONNX specification (onnx_eval.py) gives tessel's forward. Refusals: an op without an ONNX form
+ * (GRU) named, exit 2, nothing written; a run without its config.yaml; usage. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +144,27 @@ static void py_check(const char *file, int opset) {
     CHECK(system(cmd) == 0, "onnx.checker or lineage failed on %s", file);
 }
 
+/* tests/e2e/onnx_eval.py: the file evaluated with NumPy from the ONNX
+ * specification equals tessel's forward (with python3-onnx). x has shape
+ * dims (the trained batch first); the output has out_n values. */
+static void numpy_eval(const char *file, const char *run, const char *out, int rank,
+                       const int64_t *dims, size_t out_n) {
+    if (!have_onnx_py) return;
+    size_t xn = 1;
+    for (int k = 0; k < rank; k++) xn *= (size_t)dims[k];
+    float *x = malloc(xn * 4), *want = calloc(out_n, 4);
+    for (size_t i = 0; i < xn; i++) x[i] = (float)cos(0.23 * (double)i + 0.3);
+    ref_forward(run, out, x, xn * 4, want, out_n * 4);
+    const int64_t od[2] = {dims[0], (int64_t)out_n / dims[0]};
+    tf_write_npy_dims(e2e_path("eval_x.npy"), "<f4", rank, dims, x, 4);
+    tf_write_npy_dims(e2e_path("eval_want.npy"), "<f4", 2, od, want, 4);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/e2e/onnx_eval.py %s %s %s", file,
+             e2e_path("eval_x.npy"), e2e_path("eval_want.npy"));
+    CHECK(system(cmd) == 0, "%s: the NumPy evaluation differs from tessel's forward", file);
+    free(x), free(want);
+}
+
 /* Exports RUN, round-trips it at the trained batch and at batch 3. */
 static void round_trip(const char *what, const char *run, const char *file, const char *out,
                        int64_t batch, int64_t in_per_row, int64_t out_per_row) {
@@ -193,6 +215,8 @@ int main(void) {
              "ckpt: {every: 10}\n");
     train(write_file("mlp.yaml", cfg), e2e_path("run-mlp"));
     round_trip("zoo mlp", e2e_path("run-mlp"), e2e_path("mlp.onnx"), "pred", 8, 12, 2);
+    numpy_eval(e2e_path("mlp.onnx"), e2e_path("run-mlp"), "pred", 3, (const int64_t[]){8, 4, 3},
+               16);
 
     /* An imported ONNX model (the parity MLP), trained and exported back. */
     char abs_model[4096];
@@ -212,10 +236,13 @@ int main(void) {
     train(write_file("onnx.yaml", cfg), e2e_path("run-onnx"));
     round_trip("imported mlp", e2e_path("run-onnx"), e2e_path("onnx-mlp.onnx"), "logits", 16, 12,
                3);
+    numpy_eval(e2e_path("onnx-mlp.onnx"), e2e_path("run-onnx"), "logits", 2,
+               (const int64_t[]){16, 12}, 48);
 
     /* The CNN (built channels last): exported with Transposes around each
-     * conv, batch norm and pooling; checked by onnx.checker. The importer
-     * reads no BatchNormalization yet, so there is no round trip here. */
+     * conv, batch norm and pooling; checked by onnx.checker and the NumPy
+     * evaluation. The importer reads no BatchNormalization yet, so there
+     * is no round trip through it here. */
     float img[32 * 64];
     for (int i = 0; i < 32 * 64; i++) img[i] = (float)sin(0.05 * i);
     const int64_t idims[4] = {32, 1, 8, 8};
@@ -236,6 +263,8 @@ int main(void) {
     printf("%s", r.out);
     e2e_done(&r);
     py_check(e2e_path("cnn.onnx"), 18);
+    numpy_eval(e2e_path("cnn.onnx"), e2e_path("run-cnn"), "logits", 4,
+               (const int64_t[]){4, 1, 8, 8}, 12);
     /* --opset 17 */
     r = e2e_runf("export %s --onnx %s --opset 17", e2e_path("run-mlp"), e2e_path("mlp17.onnx"));
     CHECK(r.rc == 0 && strstr(r.out, "ONNX opset 17"), "opset 17: exit %d: %s%s", r.rc, r.out,
