@@ -365,6 +365,12 @@ static ts_status pad(onnx_ctx *x, node *n) {
     return out(x, n, in(x, n, 0));
 }
 
+static ts_status leaky_relu(onnx_ctx *x, node *n) {
+    ts_status s;
+    if ((s = only_attrs(x, n, "alpha")) || (s = need_inputs(x, n, 1, 1))) return s;
+    return out(x, n, ts_leaky_relu(x->g, in(x, n, 0), attr_f(n, "alpha", 0.01)));
+}
+
 /* torch's nn.LayerNorm (and tessel's export of it): over the last axis. */
 static ts_status layer_norm(onnx_ctx *x, node *n) {
     ts_status s;
@@ -413,6 +419,7 @@ static const op_entry ops[] = {
     {"Shape", shape},
     {"Pad", pad},
     {"LayerNormalization", layer_norm},
+    {"LeakyRelu", leaky_relu},
 };
 
 ts_status onnx_import_node(onnx_ctx *x, node *n) {
