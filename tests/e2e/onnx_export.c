@@ -8,7 +8,8 @@
  * batch is dynamic). When Debian's python3-onnx is installed, onnx.checker
  * (full_check) passes on every exported file, the lineage entries match
  * the checkpoint's manifest, and each file evaluated with NumPy from the
- * ONNX specification (onnx_eval.py) gives tessel's forward. Refusals: an op without an ONNX form
+ * ONNX specification (onnx_eval.py) gives tessel's forward. A LoRA run's
+ * adapters, outside the forward graph, make the export fail. Refusals: an op without an ONNX form
  * (GRU) named, exit 2, nothing written; a run without its config.yaml; usage. */
 #include <math.h>
 #include <stdio.h>
@@ -286,6 +287,22 @@ int main(void) {
     e2e_done(&r);
     CHECK(access(e2e_path("gru.onnx"), F_OK) != 0 && access(e2e_path("gru.onnx.tmp"), F_OK) != 0,
           "a refused export leaves no file");
+
+    /* LoRA adapters are not in the model descriptor's forward graph: an
+     * export without them would be a different model. */
+    snprintf(cfg, sizeof cfg,
+             "model: {name: mlp, window: 0, in_dim: 6, hidden: 8, n_hidden: 1, out_dim: 1, "
+             "batch: 4}\n"
+             "data: {source: synthetic}\n"
+             "train: {steps: 2, optimizer: sgd, lr: 0.05, seed: 1}\n"
+             "peft: {lora: {targets: ['net\\.0\\.weight'], r: 2, alpha: 4}}\n"
+             "ckpt: {every: 2}\n");
+    train(write_file("lora.yaml", cfg), e2e_path("run-lora"));
+    r = e2e_runf("export %s --onnx %s", e2e_path("run-lora"), e2e_path("lora.onnx"));
+    CHECK(r.rc == 2 && strstr(r.err, "'net.0.weight.lora_A'") && strstr(r.err, "nothing written"),
+          "lora: exit %d: %s", r.rc, r.err);
+    e2e_done(&r);
+    CHECK(access(e2e_path("lora.onnx"), F_OK) != 0, "a refused LoRA export leaves no file");
 
     /* The run's config is needed to rebuild the model. */
     e2e_sh("mv %s %s", e2e_path("run-gru/config.yaml"), e2e_path("gru-config.yaml"));
