@@ -56,6 +56,17 @@ static int export_onnx(const char *ckpt, const char *pubkey, const char *out, in
     if (s == TS_OK) s = ts_config_finish(&cfg);
     if (s == TS_OK) s = ts_session_build_model(&cfg, &g, &m, &spec, &opt);
     if (s == TS_OK) s = ts_sha256_file(man, manifest_sha);
+    /* Every trained parameter must be in the file: one the model descriptor
+     * does not build (a LoRA adapter, added by the compiler's peft pass)
+     * would be silently dropped. Checked before anything is written. */
+    for (int i = 0; s == TS_OK && i < ts_ckpt_tensor_count(c); i++) {
+        ts_ckpt_tensor t;
+        if (ts_ckpt_tensor_info(c, i, &t) == TS_OK && !t.is_state && !ts_val_ok(ts_find(g, t.name)))
+            s = ts_fail(TS_ERR_UNSUPPORTED,
+                        "export --onnx: parameter '%s' of %s is not part of the model's forward "
+                        "graph (a PEFT adapter?); nothing written",
+                        t.name, in.dir);
+    }
     ts_onnx_export_info info;
     if (s == TS_OK) {
         ts_onnx_export_options o = ts_onnx_export_defaults();
@@ -73,17 +84,15 @@ static int export_onnx(const char *ckpt, const char *pubkey, const char *out, in
         o.n_meta = 5;
         s = ts_onnx_export(g, m.output, out, &o, &info);
     }
-    /* Every trained parameter must be in the file: one the forward graph
-     * does not read (a LoRA adapter the model descriptor does not build)
-     * would be silently dropped. */
+    /* ... and read by the export: one the output does not depend on. */
     for (int i = 0; s == TS_OK && i < ts_ckpt_tensor_count(c); i++) {
         ts_ckpt_tensor t;
         if (ts_ckpt_tensor_info(c, i, &t) == TS_OK && !t.is_state && !w.used[i]) {
             remove(out);
             s = ts_fail(TS_ERR_UNSUPPORTED,
-                        "export --onnx: parameter '%s' of %s is not part of the model's forward "
-                        "graph (a PEFT adapter?); nothing written",
-                        t.name, in.dir);
+                        "export --onnx: parameter '%s' of %s does not reach the model's output; "
+                        "%s removed",
+                        t.name, in.dir, out);
         }
     }
     if (s == TS_OK)
