@@ -6,6 +6,7 @@
 #include <string.h>
 #include "ckpt_cli.h"
 #include "cli.h"
+#include "onnx_cli.h"
 #include "tessel/ckpt.h"
 #include "tessel/tessel.h"
 
@@ -340,6 +341,8 @@ int tessel_cmd_audit(int argc, char **argv) {
 }
 
 int tessel_cmd_export(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) /* --onnx: tools/onnx_export.c */
+        if (!strncmp(argv[i], "--onnx", 6)) return tessel_cmd_export_onnx(argc, argv);
     opts o;
     int rc = parse_opts("export", argc, argv, 1, " --safetensors --pubkey --fp8 ", &o);
     if (rc != CLI_OK) return rc;

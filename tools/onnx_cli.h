@@ -6,10 +6,15 @@
 #define TESSEL_ONNX_USAGE                                                                          \
     "  onnx check FILE.onnx [--batch N]\n"                                                         \
     "      import an ONNX model as training would (dynamic dims take N, default 1); list\n"        \
-    "      every node that would be refused (exit 2), or its inputs, outputs, parameters, ops\n"
+    "      every node that would be refused (exit 2), or its inputs, outputs, parameters, ops\n"   \
+    "  export CKPT --onnx FILE [--pubkey FILE] [--opset 17|18]\n"                                  \
+    "      write the checkpoint's trained model (forward graph, dynamic batch) as ONNX\n"
 
 /* argv holds the arguments after "onnx"; returns the exit status (0
  * success, 1 internal failure, 2 bad usage, an unreadable or refused model). */
 int tessel_cmd_onnx(int argc, char **argv);
+/* `tessel export ... --onnx FILE` (tools/onnx_export.c): argv holds the
+ * arguments after "export". */
+int tessel_cmd_export_onnx(int argc, char **argv);
 
 #endif

@@ -23,6 +23,7 @@
 #ifndef TESSEL_ONNX_H
 #define TESSEL_ONNX_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "tessel/graph.h"
 
@@ -60,6 +61,49 @@ typedef struct ts_onnx_info {
  * or the graph's own. */
 ts_status ts_onnx_import(ts_graph *g, const char *path, const ts_onnx_options *opts,
                          ts_onnx_info *info);
+
+/* ---- export ---------------------------------------------------------------
+ *
+ * The forward graph that computes `output` (the nodes it depends on, never a
+ * loss or backward node) written as an ONNX ModelProto (docs/onnx.md,
+ * "Exporting"): parameters and persistent state (batch-norm running
+ * statistics) become float initialisers under their tessel names, with the
+ * bytes `weight` reads (from a checkpoint: ts_ckpt_read); constants become
+ * Constant nodes; inputs keep their names and, with dynamic_batch, declare
+ * their first dimension as dim_param "batch". An op without an ONNX form
+ * here fails with TS_ERR_UNSUPPORTED naming it; nothing is written then.
+ *
+ *     ts_onnx_export_options o = ts_onnx_export_defaults();
+ *     o.weight = read_fn, o.weight_ctx = ckpt;
+ *     if (ts_onnx_export(g, m.output, "model.onnx", &o, NULL) != TS_OK) ...
+ */
+typedef ts_status (*ts_onnx_weight_fn)(void *ctx, const char *name, void *dst, size_t bytes);
+
+#define TS_ONNX_MAX_META 8
+
+typedef struct ts_onnx_export_options {
+    int64_t opset;     /* default-domain opset written (17 or 18; default 18) */
+    int dynamic_batch; /* 1 (default): inputs' first dimension is "batch" */
+    ts_onnx_weight_fn weight;
+    void *weight_ctx;
+    const char *output_name; /* NULL: the output value's own name */
+    /* metadata_props entries (lineage: the checkpoint it came from) */
+    int n_meta;
+    const char *meta_key[TS_ONNX_MAX_META], *meta_value[TS_ONNX_MAX_META];
+} ts_onnx_export_options;
+
+ts_onnx_export_options ts_onnx_export_defaults(void);
+
+typedef struct ts_onnx_export_info {
+    int n_nodes, n_initializers;
+    int64_t param_elems; /* elements of the initialisers */
+    char ops[512];       /* "Gemm x3, Relu x2, ..." in first-written order */
+} ts_onnx_export_info;
+
+/* Write the ONNX file (replacing `path` only once it is complete). info
+ * may be NULL. Built without ONNX support: TS_ERR_UNSUPPORTED. */
+ts_status ts_onnx_export(const ts_graph *g, ts_val output, const char *path,
+                         const ts_onnx_export_options *o, ts_onnx_export_info *info);
 
 #ifdef __cplusplus
 }

@@ -365,6 +365,30 @@ static ts_status pad(onnx_ctx *x, node *n) {
     return out(x, n, in(x, n, 0));
 }
 
+static ts_status leaky_relu(onnx_ctx *x, node *n) {
+    ts_status s;
+    if ((s = only_attrs(x, n, "alpha")) || (s = need_inputs(x, n, 1, 1))) return s;
+    return out(x, n, ts_leaky_relu(x->g, in(x, n, 0), attr_f(n, "alpha", 0.01)));
+}
+
+/* torch's nn.LayerNorm (and tessel's export of it): over the last axis. */
+static ts_status layer_norm(onnx_ctx *x, node *n) {
+    ts_status s;
+    if ((s = only_attrs(x, n, "axis epsilon stash_type")) || (s = need_inputs(x, n, 2, 3)))
+        return s;
+    for (size_t k = 1; k < n->n_output; k++)
+        if (n->output[k][0])
+            return onnx_refuse(x, n, "the Mean and InvStdDev outputs are not supported");
+    ts_val a = in(x, n, 0);
+    const int r = ts_rank(x->g, a);
+    const int64_t axis = attr_i(n, "axis", -1);
+    if (axis != -1 && axis != r - 1)
+        return onnx_refuse(x, n, "axis %lld: only the last axis is normalised", (long long)axis);
+    if (attr_i(n, "stash_type", 1) != 1)
+        return onnx_refuse(x, n, "stash_type must be 1 (float32 statistics)");
+    return out(x, n, ts_layer_norm(x->g, a, in(x, n, 1), in(x, n, 2), attr_f(n, "epsilon", 1e-5)));
+}
+
 typedef struct op_entry {
     const char *name;
     ts_status (*fn)(onnx_ctx *, node *);
@@ -394,6 +418,8 @@ static const op_entry ops[] = {
     {"Constant", constant},
     {"Shape", shape},
     {"Pad", pad},
+    {"LayerNormalization", layer_norm},
+    {"LeakyRelu", leaky_relu},
 };
 
 ts_status onnx_import_node(onnx_ctx *x, node *n) {

@@ -1,0 +1,136 @@
+/* onnx_export.c — `tessel export CKPT --onnx FILE`: rebuilds the model of
+ * the checkpoint's run from its config.yaml (the forward graph of its model
+ * descriptor, no loss or backward), reads the trained weights from the
+ * verified checkpoint and writes them as an ONNX model (docs/onnx.md,
+ * "Exporting"). The ONNX file records the checkpoint it came from. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "onnx_cli.h"
+#include "tessel/onnx.h"
+#include "tessel/tessel.h"
+
+typedef struct weights {
+    ts_ckpt *c;
+    char *used; /* per checkpoint tensor: read by the export */
+} weights;
+
+static ts_status read_weight(void *ctx, const char *name, void *dst, size_t bytes) {
+    weights *w = ctx;
+    for (int i = 0; i < ts_ckpt_tensor_count(w->c); i++) {
+        ts_ckpt_tensor t;
+        if (ts_ckpt_tensor_info(w->c, i, &t) == TS_OK && !strcmp(t.name, name)) w->used[i] = 1;
+    }
+    return ts_ckpt_read(w->c, name, dst, bytes);
+}
+
+static int export_onnx(const char *ckpt, const char *pubkey, const char *out, int64_t opset) {
+    ts_ckpt *c = NULL;
+    ts_status s = ts_ckpt_open(ckpt, pubkey, NULL, &c);
+    if (s != TS_OK) return cli_error(cli_status_code(s), "%s", ts_last_error());
+    ts_ckpt_info in;
+    ts_ckpt_get_info(c, &in);
+    /* The run directory holds the checkpoint and the config that built it. */
+    char run[PATH_MAX], cfg_path[PATH_MAX + 16], man[PATH_MAX + 16];
+    snprintf(run, sizeof run, "%s", in.dir);
+    char *slash = strrchr(run, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(run, sizeof run, ".");
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", run);
+    snprintf(man, sizeof man, "%s/manifest.json", in.dir);
+    ts_config cfg;
+    ts_config_init(&cfg);
+    char manifest_sha[65] = "", step[32];
+    ts_graph *g = NULL;
+    ts_model m;
+    ts_train_spec spec;
+    ts_compile_options opt;
+    weights w = {c, calloc((size_t)ts_ckpt_tensor_count(c) + 1, 1)};
+    if (!w.used) s = ts_fail(TS_ERR_NOMEM, "export: out of memory");
+    if (s == TS_OK && (s = ts_config_load_file(&cfg, cfg_path)) != TS_OK)
+        ts_error_prefix("export --onnx: the run's config beside checkpoint %s", in.dir);
+    if (s == TS_OK) s = ts_config_finish(&cfg);
+    if (s == TS_OK) s = ts_session_build_model(&cfg, &g, &m, &spec, &opt);
+    if (s == TS_OK) s = ts_sha256_file(man, manifest_sha);
+    /* Every trained parameter must be in the file: one the model descriptor
+     * does not build (a LoRA adapter, added by the compiler's peft pass)
+     * would be silently dropped. Checked before anything is written. */
+    for (int i = 0; s == TS_OK && i < ts_ckpt_tensor_count(c); i++) {
+        ts_ckpt_tensor t;
+        if (ts_ckpt_tensor_info(c, i, &t) == TS_OK && !t.is_state && !ts_val_ok(ts_find(g, t.name)))
+            s = ts_fail(TS_ERR_UNSUPPORTED,
+                        "export --onnx: parameter '%s' of %s is not part of the model's forward "
+                        "graph (a PEFT adapter?); nothing written",
+                        t.name, in.dir);
+    }
+    ts_onnx_export_info info;
+    if (s == TS_OK) {
+        ts_onnx_export_options o = ts_onnx_export_defaults();
+        o.opset = opset;
+        o.weight = read_weight;
+        o.weight_ctx = &w;
+        snprintf(step, sizeof step, "%lld", (long long)in.step);
+        const char *keys[] = {"tessel.checkpoint", "tessel.checkpoint_id", "tessel.step",
+                              "tessel.manifest_sha256", "tessel.config_sha256"};
+        const char *vals[] = {in.dir, in.id, step, manifest_sha, in.config_sha256};
+        for (int i = 0; i < 5; i++) {
+            o.meta_key[i] = keys[i];
+            o.meta_value[i] = vals[i];
+        }
+        o.n_meta = 5;
+        s = ts_onnx_export(g, m.output, out, &o, &info);
+    }
+    /* ... and read by the export: one the output does not depend on. */
+    for (int i = 0; s == TS_OK && i < ts_ckpt_tensor_count(c); i++) {
+        ts_ckpt_tensor t;
+        if (ts_ckpt_tensor_info(c, i, &t) == TS_OK && !t.is_state && !w.used[i]) {
+            remove(out);
+            s = ts_fail(TS_ERR_UNSUPPORTED,
+                        "export --onnx: parameter '%s' of %s does not reach the model's output; "
+                        "%s removed",
+                        t.name, in.dir, out);
+        }
+    }
+    if (s == TS_OK)
+        printf("wrote %s: ONNX opset %lld, %d nodes (%s), %d initialisers (%lld elements) from %s "
+               "(step %lld, manifest sha256 %.16s...)\n",
+               out, (long long)opset, info.n_nodes, info.ops, info.n_initializers,
+               (long long)info.param_elems, in.dir, (long long)in.step, manifest_sha);
+    ts_graph_free(g);
+    free(w.used);
+    ts_ckpt_close(c);
+    return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());
+}
+
+int tessel_cmd_export_onnx(int argc, char **argv) {
+    const char *ckpt = NULL, *out = NULL, *pubkey = NULL;
+    int64_t opset = 18;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        if (a[0] != '-') {
+            if (ckpt) return cli_error(CLI_USAGE, "export: unexpected argument '%s'", a);
+            ckpt = a;
+            continue;
+        }
+        const size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+        const char *v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!v) return cli_error(CLI_USAGE, "export: %.*s needs a value", (int)nl, a);
+        if (nl == 6 && !strncmp(a, "--onnx", nl))
+            out = v;
+        else if (nl == 8 && !strncmp(a, "--pubkey", nl))
+            pubkey = v;
+        else if (nl == 7 && !strncmp(a, "--opset", nl) && (!strcmp(v, "17") || !strcmp(v, "18")))
+            opset = atoi(v);
+        else
+            return cli_error(CLI_USAGE, "export: '%s' (with --onnx: --pubkey FILE, --opset 17|18)",
+                             a);
+    }
+    if (!ckpt || !out)
+        return cli_error(CLI_USAGE, "export: usage: tessel export CKPT --onnx FILE [--pubkey "
+                                    "FILE] [--opset 17|18]");
+    return export_onnx(ckpt, pubkey, out, opset);
+}
