@@ -254,10 +254,44 @@ static void test_errors(void) {
     e2e_done(&r);
 }
 
+/* An adapter whose safetensors lacks net.6's B, or has it mis-shaped. */
+static void test_bad_tensors(void) {
+    char ad[256], cut[256], st[300];
+    snprintf(ad, sizeof ad, "%s", e2e_path("adapter"));
+    for (int shaped = 0; shaped < 2; shaped++) {
+        snprintf(cut, sizeof cut, "%s", e2e_path(shaped ? "misshaped" : "cut"));
+        e2e_sh("mkdir -p %s && cp %s/adapter_config.json %s/", cut, ad, cut);
+        snprintf(st, sizeof st, "%s/adapter_model.safetensors", ad);
+        ts_st_file *f = NULL;
+        ts_st_writer *w = NULL;
+        CHECK_OK(ts_st_open(st, &f));
+        CHECK_OK(ts_st_writer_new(&w));
+        for (int i = 0; f && w && i < ts_st_count(f); i++) {
+            ts_st_tensor t;
+            CHECK_OK(ts_st_get(f, i, &t));
+            if (strcmp(t.name, "base_model.model.net.6.lora_B.weight")) {
+                CHECK_OK(ts_st_writer_add(w, t.name, t.dtype, t.rank, t.dims, t.data));
+            } else if (shaped) {
+                int64_t dims[2] = {t.dims[1], t.dims[0]}; /* [r, out] */
+                CHECK_OK(ts_st_writer_add(w, t.name, t.dtype, 2, dims, t.data));
+            }
+        }
+        snprintf(st, sizeof st, "%s/adapter_model.safetensors", cut);
+        if (w) CHECK_OK(ts_st_writer_save(w, st));
+        ts_st_writer_free(w);
+        ts_st_close(f);
+        expect_fail(shaped ? "mis-shaped tensor" : "missing tensor",
+                    e2e_runf("train " MODEL LORA " --steps 1 --set peft.load=%s", cut),
+                    "'base_model.model.net.6.lora_B.weight'",
+                    shaped ? "is f32 of rank 2 [8, 1]" : "has no");
+    }
+}
+
 int main(void) {
     if (!e2e_setup("peft_files", dir, sizeof dir)) return check_summary("e2e/peft_files");
     test_roundtrip();
     test_errors();
+    test_bad_tensors();
     e2e_cleanup(dir);
     return check_summary("e2e/peft_files");
 }
