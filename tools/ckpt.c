@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ckpt_cli.h"
+#include "peft_cli.h"
 #include "cli.h"
 #include "onnx_cli.h"
 #include "tessel/ckpt.h"
@@ -343,6 +344,7 @@ int tessel_cmd_audit(int argc, char **argv) {
 int tessel_cmd_export(int argc, char **argv) {
     for (int i = 0; i < argc; i++) /* --onnx: tools/onnx_export.c */
         if (!strncmp(argv[i], "--onnx", 6)) return tessel_cmd_export_onnx(argc, argv);
+    if (tessel_export_is_peft(argc, argv)) return tessel_cmd_export_peft(argc, argv);
     opts o;
     int rc = parse_opts("export", argc, argv, 1, " --safetensors --pubkey --fp8 ", &o);
     if (rc != CLI_OK) return rc;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "ckpt_cli.h"
+#include "peft_cli.h"
 #include "cli.h"
 #include "ctl_cli.h"
 #include "onnx_cli.h"
@@ -36,7 +37,7 @@ static const char usage[] =
     "      alternating with the PyTorch reference, and print the ratio\n"
     "  bench collectives [--transport shm|mpi] [--json FILE]\n"
     "      all-reduce, reduce-scatter and all-gather bandwidth beside "
-    "MPI_Allreduce\n" TESSEL_CKPT_USAGE TESSEL_QUANT_USAGE TESSEL_ONNX_USAGE
+    "MPI_Allreduce\n" TESSEL_CKPT_USAGE TESSEL_PEFT_USAGE TESSEL_QUANT_USAGE TESSEL_ONNX_USAGE
     "  plot RUN_DIR  draw loss, throughput and gradient-norm curves into RUN_DIR/plots\n"
     "  ctl resume|status RUN_DIR\n"
     "      resume a run paused by an alert, or say whether it is paused\n"

@@ -57,7 +57,7 @@ typedef enum ts_cfg_source {
     TS_CFG_GRAPH
 } ts_cfg_source;
 
-#define TS_CFG_MAX_KEYS 128
+#define TS_CFG_MAX_KEYS 256
 
 typedef struct ts_config {
     struct {
@@ -178,6 +178,7 @@ typedef struct ts_config {
         double alpha, dropout;
         int use_rslora;
         char base[512]; /* base weights: checkpoint directory or .safetensors; "" none */
+        char load[512]; /* LoRA A and B from a Hugging Face peft adapter directory; "" none */
     } peft;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;

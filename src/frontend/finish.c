@@ -305,6 +305,11 @@ ts_status ts_config_finish(ts_config *c) {
     if (!strcmp(c->ckpt.sign_key, "none")) c->ckpt.sign_key[0] = 0;
     if (!strcmp(c->peft.targets, "none")) c->peft.targets[0] = 0;
     if (!strcmp(c->peft.base, "none")) c->peft.base[0] = 0;
+    if (!strcmp(c->peft.load, "none")) c->peft.load[0] = 0;
+    if (c->peft.load[0] && !c->peft.targets[0])
+        return ts_fail(TS_ERR_INVALID,
+                       "peft.load: '%s' needs peft.lora.targets (the LoRA tensors it fills)",
+                       c->peft.load);
     ts_status s = cfg_check_sizes(c);
     if (s == TS_OK) s = check_precision(c);
     /* --procs N (dist.procs) is known here; mpirun's ranks in ts_config_check_run */

@@ -242,6 +242,9 @@ const ts_config_key cfg_keys[] = {
     {"peft.base", TS_CFG_STR, FIELD(peft, base), TS_CFG_DERIVED, NULL, NULL, "none",
      "base weights loaded before the first step: a checkpoint directory or a .safetensors file "
      "(names and shapes must match the model's)"},
+    {"peft.load", TS_CFG_STR, FIELD(peft, load), TS_CFG_DERIVED, NULL, NULL, "none",
+     "LoRA A and B start from a Hugging Face peft adapter directory (adapter_config.json, "
+     "adapter_model.safetensors) instead of their init"},
     /* observe */
     {"observe.metrics_port", TS_CFG_INT, FIELD(observe, metrics_port), 0, NULL, "[0, 65535]", "0",
      "port of the Prometheus /metrics endpoint served while training (0: none)"},

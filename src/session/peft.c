@@ -129,7 +129,7 @@ static ts_status copy_in(ts_plan *p, const base_src *b) {
 
 ts_status ts_sess_peft_load_base(session *s) {
     const char *path = s->c.peft.base;
-    if (!path[0]) return TS_OK;
+    if (!path[0]) return ts_sess_peft_load_adapter(s);
     struct stat sb;
     if (stat(path, &sb) != 0)
         return ts_fail(TS_ERR_IO,
@@ -147,5 +147,5 @@ ts_status ts_sess_peft_load_base(session *s) {
     if (st == TS_OK && (st = copy_in(s->plan, &b)) != TS_OK) ts_error_prefix("peft.base %s", path);
     ts_ckpt_close(b.ck);
     ts_st_close(b.st);
-    return st;
+    return st == TS_OK ? ts_sess_peft_load_adapter(s) : st;
 }

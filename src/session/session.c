@@ -188,6 +188,7 @@ static void header(session *s) {
         ts_progress_log(&s->pr, "peft: trainable %.0f of %.0f parameters (%.4g %%)%s%s", tr, all,
                         all > 0 ? 100.0 * tr / all : 0.0,
                         c->peft.base[0] ? "; base weights from " : "", c->peft.base);
+        if (c->peft.load[0]) ts_progress_log(&s->pr, "peft: LoRA A and B from %s", c->peft.load);
     }
     if (s->nranks > 1) {
         ts_progress_log(&s->pr,

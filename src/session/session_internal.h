@@ -144,6 +144,8 @@ ts_status ts_sess_write_run_files(session *s);
  * but the LoRA ones, names and shapes checked first); the trainable and
  * total parameter counts of a plan. */
 ts_status ts_sess_peft_load_base(session *s);
+/* peft_load.c: peft.load's adapter directory into the plan's LoRA tensors. */
+ts_status ts_sess_peft_load_adapter(session *s);
 void ts_sess_peft_counts(const ts_plan *p, double *trainable, double *total);
 
 /* summary.json, however the run ended; `error` is NULL on success. */

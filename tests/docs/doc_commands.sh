@@ -55,7 +55,10 @@ skip_reason() {
         for word in $1; do # an input the docs made elsewhere (a run directory, a data file)
             case "$word" in
             runs/* | *.npy | *.tok | *.safetensors | /tmp/*)
-                if [ ! -e "${word%%/step-*}" ] && ! echo "$1" | grep -q -- "--out $word"; then
+                # ... unless this command writes it (--out, export's --peft and --safetensors)
+                f=${word#*=} # a key=PATH setting names PATH
+                if [ ! -e "${f%%/step-*}" ] &&
+                    ! echo "$1" | grep -qF -e "--out $word" -e "--peft $word" -e "--safetensors $word"; then
                     echo "needs $word"
                     return
                 fi ;;
