@@ -7,8 +7,8 @@
  *      back through the HTTP API (/api/v1/query?query=tessel_loss) until it
  *      shows the last value set, with the rank and job labels.
  * Each part skips with a message when its tool is not installed. The
- * server is bounded to 25 s, killed on every path (and by PDEATHSIG should
- * this test die), and its directory removed. */
+ * server is bounded to 60 s (a loaded machine under ASan needed over 25), killed on every path (and
+ * by PDEATHSIG should this test die), and its directory removed. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -232,7 +232,7 @@ static void test_server(ts_train_metrics *tm, int target_port) {
 
     /* Move the loss like a run, until Prometheus has scraped it; then hold
      * a final value and wait until the query returns exactly that. */
-    const double t0 = ts_now(), deadline = t0 + 25;
+    const double t0 = ts_now(), deadline = t0 + 60;
     const double final = 0.125;
     int step = 0, seen = 0, got_final = 0, labels_ok = 0, exited = 0;
     double last = NAN, next_query = t0 + 1;
@@ -267,7 +267,7 @@ static void test_server(ts_train_metrics *tm, int target_port) {
         sleep_s(0.1);
     }
     CHECK(!exited, "prometheus exited early");
-    CHECK(seen, "prometheus scraped tessel_loss within 25 s (last query: %g)", last);
+    CHECK(seen, "prometheus scraped tessel_loss within 60 s (last query: %g)", last);
     CHECK(got_final, "the held loss %g came back through /api/v1/query (last %g)", final, last);
     CHECK(labels_ok, "labels rank=\"0\", job=\"tessel\", instance of the endpoint");
     if (seen && got_final)
