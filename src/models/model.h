@@ -132,6 +132,11 @@ void ts_models_init(void);
 /* Whether the model reads key leaf `leaf` (e.g. "window"). */
 int ts_model_uses(const ts_model_desc *d, const char *leaf);
 
+/* Synthetic data carries no class labels: model.classes >= 2 with
+ * data.source synthetic is TS_ERR_INVALID naming the key, with
+ * `synthetic_is` saying what the model's synthetic data is. */
+ts_status ts_model_check_synthetic_classes(const ts_config *c, const char *synthetic_is);
+
 /* a * b * ... without overflow: 0 if a factor is 0, -1 if one is negative
  * or the product exceeds `limit`. */
 int64_t ts_model_product(int64_t limit, int n, const int64_t *f);

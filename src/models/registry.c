@@ -100,6 +100,16 @@ int ts_model_uses(const ts_model_desc *d, const char *leaf) {
     return 0;
 }
 
+ts_status ts_model_check_synthetic_classes(const ts_config *c, const char *synthetic_is) {
+    char where[600];
+    if (c->data.source == TS_CFG_SYNTHETIC && c->model.classes >= 2)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: model.classes %lld needs labelled data (set data.source); %s",
+                       ts_config_key_origin(c, "model.classes", where, sizeof where),
+                       (long long)c->model.classes, synthetic_is);
+    return TS_OK;
+}
+
 int64_t ts_model_product(int64_t limit, int n, const int64_t *f) {
     int64_t p = 1;
     for (int i = 0; i < n; i++) {

@@ -86,15 +86,11 @@ static void preset_w2(ts_config *p) {
 }
 
 static ts_status rnn_check_source(const ts_config *c) {
-    char where[600];
-    if (c->data.source == TS_CFG_SYNTHETIC && c->model.classes >= 2)
-        return ts_fail(TS_ERR_INVALID,
-                       "%s: model.classes %lld needs labelled data (set data.source); "
-                       "synthetic %s data is W2's binary task (classes 1) or a regression "
-                       "(classes 0)",
-                       ts_config_key_origin(c, "model.classes", where, sizeof where),
-                       (long long)c->model.classes, ts_config_model_word(c->model.name));
-    return TS_OK;
+    char is[160];
+    snprintf(is, sizeof is,
+             "synthetic %s data is W2's binary task (classes 1) or a regression (classes 0)",
+             ts_config_model_word(c->model.name));
+    return ts_model_check_synthetic_classes(c, is);
 }
 
 static ts_status rnn_check(ts_config *c) {

@@ -85,15 +85,7 @@ static void preset_tcn(ts_config *p) {
 }
 
 static ts_status check_source(const ts_config *c) {
-    char where[600];
-    if (c->data.source == TS_CFG_SYNTHETIC && c->model.classes >= 2)
-        return ts_fail(TS_ERR_INVALID,
-                       "%s: model.classes %lld needs labelled data (set data.source); "
-                       "synthetic "
-                       "tcn data is a regression (classes 0)",
-                       ts_config_key_origin(c, "model.classes", where, sizeof where),
-                       (long long)c->model.classes);
-    return TS_OK;
+    return ts_model_check_synthetic_classes(c, "synthetic tcn data is a regression (classes 0)");
 }
 
 static ts_status check(ts_config *c) {

@@ -11,14 +11,6 @@
 #include "frontend/onnx/export_internal.h"
 #include "tessel/tessel.h"
 
-ts_onnx_export_options ts_onnx_export_defaults(void) {
-    ts_onnx_export_options o;
-    memset(&o, 0, sizeof o);
-    o.opset = 18;
-    o.dynamic_batch = 1;
-    return o;
-}
-
 void *ex_alloc(ex *e, size_t n) {
     if (e->status != TS_OK) return NULL;
     if (e->n_allocs == e->cap_allocs) {

@@ -16,14 +16,6 @@ ts_status ts_onnx_import(ts_graph *g, const char *path, const ts_onnx_options *o
                    path ? path : "?");
 }
 
-ts_onnx_export_options ts_onnx_export_defaults(void) {
-    ts_onnx_export_options o;
-    memset(&o, 0, sizeof o);
-    o.opset = 18;
-    o.dynamic_batch = 1;
-    return o;
-}
-
 ts_status ts_onnx_export(const ts_graph *g, ts_val output, const char *path,
                          const ts_onnx_export_options *o, ts_onnx_export_info *info) {
     (void)g, (void)output, (void)o;
