@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "monitor_fill.h"
 #include "obs/alert.h"
 #include "obs/alert_run.h"
 
@@ -83,15 +84,6 @@ static void test_baseline(void) {
     ts_baseline_free(&b);
 }
 
-/* A monitor filled by hand (no plan needed for evaluation). */
-static void set_values(ts_monitor *m, double loss, double norm, double var) {
-    for (int i = 0; i < TS_MON_COUNT; i++) m->value[i] = NAN;
-    m->value[TS_MON_LOSS] = loss;
-    m->value[TS_MON_GRAD_NORM] = norm;
-    m->value[TS_MON_GRAD_VARIANCE] = var;
-    m->value[TS_MON_NONFINITE] = 0;
-}
-
 static void test_eval(void) {
     ts_monitor m;
     memset(&m, 0, sizeof m);
@@ -105,7 +97,7 @@ static void test_eval(void) {
     const double norms[] = {1, 11, 1, 11, 11, 11, 11};
     int fired_n[7];
     for (int k = 0; k < 7; k++) {
-        set_values(&m, 0.5, norms[k], 1.0);
+        tm_set_values(&m, 0.5, norms[k], 1.0);
         ts_alerts_eval(a, &m, TS_ALERT_BEFORE_UPDATE, &o);
         fired_n[k] = o.n;
         ts_monitor_commit(&m, 1);
@@ -115,7 +107,7 @@ static void test_eval(void) {
         fired_n[1] == 0 && fired_n[3] == 0 && fired_n[4] == 1 && fired_n[5] == 0 && fired_n[6] == 1,
         "for_steps=2: %d %d %d %d %d", fired_n[1], fired_n[3], fired_n[4], fired_n[5], fired_n[6]);
     /* Variance 9x its baseline of 1: the snapshot rule. */
-    set_values(&m, 0.5, 1, 9.0);
+    tm_set_values(&m, 0.5, 1, 9.0);
     ts_alerts_eval(a, &m, TS_ALERT_BEFORE_UPDATE, &o);
     CHECK(o.n == 1 && o.ev[0].rule->action == TS_AA_SNAPSHOT && o.ev[0].baseline == 1 &&
               o.actions == 1u << TS_AA_SNAPSHOT,
@@ -128,7 +120,7 @@ static void test_eval(void) {
                           "\"runs/x\",\"step\":8,\"threshold\":8.0,\"value\":9.0,\"z\":\"+Inf\"}"),
           "json: %s", json ? json : "(null)");
     free(json);
-    set_values(&m, NAN, 1, 1);
+    tm_set_values(&m, NAN, 1, 1);
     ts_alerts_eval(a, &m, TS_ALERT_BEFORE_UPDATE, &o);
     CHECK(o.n == 1 && (o.actions >> TS_AA_SKIP & 1), "non-finite loss skips");
     /* Update-ratio rules wait for the after-update phase. */

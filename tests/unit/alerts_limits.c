@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "monitor_fill.h"
 #include "obs/alert.h"
 #include "obs/alert_run.h"
 #include "obs/anomaly.h"
@@ -39,14 +40,6 @@ static void monitor_free(ts_monitor *m) {
     for (int i = 0; i < TS_MON_COUNT; i++) ts_baseline_free(&m->base[i]);
 }
 
-static void set_values(ts_monitor *m, double loss, double norm, double var) {
-    for (int i = 0; i < TS_MON_COUNT; i++) m->value[i] = NAN;
-    m->value[TS_MON_LOSS] = loss;
-    m->value[TS_MON_GRAD_NORM] = norm;
-    m->value[TS_MON_GRAD_VARIANCE] = var;
-    m->value[TS_MON_NONFINITE] = 0;
-}
-
 static void test_cooldown(void) {
     ts_monitor m;
     monitor_init(&m, 10, 0);
@@ -61,7 +54,7 @@ static void test_cooldown(void) {
     int snaps = 0, held = 0, skips = 0, logs = 0;
     int64_t acted[4] = {0};
     for (int64_t step = 1; step <= 12; step++) {
-        set_values(&m, 0.5, 2.0, 1.0);
+        tm_set_values(&m, 0.5, 2.0, 1.0);
         a->step = step;
         ts_alert_outcome o;
         ts_alerts_eval(a, &m, TS_ALERT_BEFORE_UPDATE, &o);
@@ -90,7 +83,7 @@ static void test_cooldown(void) {
     CHECK(held == 2 * 9, "held events %d, wanted 18 (9 steps x 2 rules)", held);
     CHECK(skips == 12 && logs == 12, "skip_step and log act every step: %d %d", skips, logs);
     /* The JSON of a held event says so. */
-    set_values(&m, 0.5, 2.0, 1.0);
+    tm_set_values(&m, 0.5, 2.0, 1.0);
     a->step = 13;
     ts_alert_outcome o;
     ts_alerts_eval(a, &m, TS_ALERT_BEFORE_UPDATE, &o);
@@ -116,22 +109,22 @@ static void test_skip_metrics(void) {
     if (!a) return;
     ts_alert_outcome o;
     /* step 1: a real norm of 20 starts a streak */
-    set_values(&m, 0.5, 20, 1);
+    tm_set_values(&m, 0.5, 20, 1);
     ts_alerts_eval(a, &m, TS_ALERT_BEFORE_UPDATE, &o);
     CHECK(o.n == 0 && a->rules[0].streak == 1, "streak 1");
     /* step 2: the loss scaler overflowed: an infinite norm is not judged */
-    set_values(&m, 0.5, INFINITY, NAN);
+    tm_set_values(&m, 0.5, INFINITY, NAN);
     a->skip_metrics = ~(1u << TS_MON_LOSS);
     ts_alerts_eval(a, &m, TS_ALERT_BEFORE_UPDATE, &o);
     CHECK(o.n == 0 && a->rules[0].streak == 1, "overflow step: no event (%d), streak kept (%d)",
           o.n, a->rules[0].streak);
     /* ... but a non-finite loss on such a step still is */
-    set_values(&m, NAN, INFINITY, NAN);
+    tm_set_values(&m, NAN, INFINITY, NAN);
     ts_alerts_eval(a, &m, TS_ALERT_BEFORE_UPDATE, &o);
     CHECK(o.n == 1 && o.ev[0].rule == &a->rules[1], "a NaN loss fires on an overflow step");
     /* step 3: judged again, the streak goes on */
     a->skip_metrics = 0;
-    set_values(&m, 0.5, 20, 1);
+    tm_set_values(&m, 0.5, 20, 1);
     ts_alerts_eval(a, &m, TS_ALERT_BEFORE_UPDATE, &o);
     CHECK(o.n == 1 && o.ev[0].rule == &a->rules[0], "for_steps=2 across the overflow step");
     ts_alerts_free(a);
@@ -150,7 +143,7 @@ static void test_adaptive_baseline(void) {
     int64_t last = 0;
     for (int64_t step = 1; step <= 600; step++) {
         const double v = step <= 100 ? 1.0 + 0.1 * (double)(step % 3) : 30.0;
-        set_values(&m, 0.5, 1, v);
+        tm_set_values(&m, 0.5, 1, v);
         ts_alert_outcome o;
         ts_alerts_eval(a, &m, TS_ALERT_BEFORE_UPDATE, &o);
         if (o.n) fires++, last = step;
@@ -163,12 +156,12 @@ static void test_adaptive_baseline(void) {
           (long long)last);
     CHECK(ts_baseline_mean(&m.base[TS_MON_GRAD_VARIANCE]) > 25, "the baseline learnt the level");
     /* One spike of 1e6 over a baseline of 30 moves the mean by < 10 %. */
-    set_values(&m, 0.5, 1, 1e6);
+    tm_set_values(&m, 0.5, 1, 1e6);
     ts_monitor_commit(&m, 1);
     const double mu = ts_baseline_mean(&m.base[TS_MON_GRAD_VARIANCE]);
     CHECK(mu < 33, "one spike moved the baseline to %g", mu);
     /* A step left out (commit 0) changes nothing. */
-    set_values(&m, 0.5, 1, 1e6);
+    tm_set_values(&m, 0.5, 1, 1e6);
     ts_monitor_commit(&m, 0);
     CHECK(ts_baseline_mean(&m.base[TS_MON_GRAD_VARIANCE]) == mu, "commit 0 pushed");
     ts_alerts_free(a);
