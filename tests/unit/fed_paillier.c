@@ -150,7 +150,9 @@ static void test_key_files(const char *dir) {
         mpz_clears(m, c, d, NULL);
     }
     ts_paillier_priv_free(sk2);
+    ts_paillier_pub_free(pk2);
     sk2 = NULL;
+    pk2 = NULL;
     /* a private key group or others can read is refused, naming file and mode */
     CHECK(chmod(priv, 0640) == 0, "chmod");
     CHECK(ts_paillier_priv_load(priv, &sk2) == TS_ERR_INVALID && !sk2, "0640 private key accepted");
