@@ -164,6 +164,19 @@ static ts_status take_rn(ts_paillier_pub *pk, mpz_t rn) {
 
 /* ---- encryption, decryption, homomorphic operations ---- */
 
+ts_status ts_paillier_encrypt_rn(const ts_paillier_pub *pk, mpz_t c, const mpz_t m,
+                                 const mpz_t rn) {
+    if (mpz_sgn(m) < 0 || mpz_cmp(m, pk->n) >= 0)
+        return ts_fail(TS_ERR_INVALID, "paillier: plaintext not in [0, n) (n has %d bits)",
+                       pk->bits);
+    /* g^m = (1 + n)^m = 1 + m n mod n² */
+    mpz_mul(c, m, pk->n);
+    mpz_add_ui(c, c, 1);
+    mpz_mul(c, c, rn);
+    mpz_mod(c, c, pk->n2);
+    return TS_OK;
+}
+
 ts_status ts_paillier_encrypt(ts_paillier_pub *pk, mpz_t c, const mpz_t m) {
     if (mpz_sgn(m) < 0 || mpz_cmp(m, pk->n) >= 0)
         return ts_fail(TS_ERR_INVALID, "paillier: plaintext not in [0, n) (n has %d bits)",
@@ -171,13 +184,7 @@ ts_status ts_paillier_encrypt(ts_paillier_pub *pk, mpz_t c, const mpz_t m) {
     mpz_t rn;
     mpz_init(rn);
     ts_status s = take_rn(pk, rn);
-    if (s == TS_OK) {
-        /* g^m = (1 + n)^m = 1 + m n mod n² */
-        mpz_mul(c, m, pk->n);
-        mpz_add_ui(c, c, 1);
-        mpz_mul(c, c, rn);
-        mpz_mod(c, c, pk->n2);
-    }
+    if (s == TS_OK) s = ts_paillier_encrypt_rn(pk, c, m, rn);
     ts_paillier_mpz_wipe(rn);
     return s;
 }

@@ -58,6 +58,12 @@ void ts_paillier_pool_stats(const ts_paillier_pub *pk, int64_t *hits, int64_t *m
 
 /* c = E(m) with fresh randomness; m in [0, n). c may not alias m. */
 ts_status ts_paillier_encrypt(ts_paillier_pub *pk, mpz_t c, const mpz_t m);
+/* c = E(m) with a given rn = r^n mod n² (from ts_paillier_fresh_rn). For
+ * benchmarks and tests: two ciphertexts made with one r^n reveal that they
+ * share it, so real encryptions take a fresh one (ts_paillier_encrypt). */
+ts_status ts_paillier_encrypt_rn(const ts_paillier_pub *pk, mpz_t c, const mpz_t m, const mpz_t rn);
+/* rn = r^n mod n² for a fresh random r in Z*_n (what the pool precomputes). */
+ts_status ts_paillier_fresh_rn(const ts_paillier_pub *pk, mpz_t rn);
 /* m = D(c); c must be in [1, n²) and coprime to n. */
 ts_status ts_paillier_decrypt(const ts_paillier_priv *sk, mpz_t m, const mpz_t c);
 /* out = a · b mod n² (the encryption of the sum); out may alias a or b. */

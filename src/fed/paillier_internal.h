@@ -31,8 +31,6 @@ struct ts_paillier_priv {
     int bits;
 };
 
-/* r^n mod n² for a fresh random r in Z*_n. */
-ts_status ts_paillier_fresh_rn(const ts_paillier_pub *pk, mpz_t rn);
 /* Clears an mpz after overwriting its limbs (for secrets). */
 void ts_paillier_mpz_wipe(mpz_t x);
 
