@@ -88,6 +88,11 @@ ts_status ts_paillier_priv_load(const char *path, ts_paillier_priv **out);
 ts_status ts_paillier_pub_save(const ts_paillier_pub *pk, const char *path);
 ts_status ts_paillier_pub_load(const char *path, ts_paillier_pub **out);
 
+/* The public key file's text (malloc'd) and a key from such text (what the
+ * key holder sends over the network). */
+ts_status ts_paillier_pub_to_text(const ts_paillier_pub *pk, char **text);
+ts_status ts_paillier_pub_from_text(const char *text, size_t len, ts_paillier_pub **out);
+
 /* Fills buf with n bytes from the OS (getrandom(2), retried on EINTR). */
 ts_status ts_fed_os_random(void *buf, size_t n);
 

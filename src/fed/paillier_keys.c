@@ -272,12 +272,18 @@ ts_status ts_paillier_priv_save(const ts_paillier_priv *sk, const char *path) {
     return s;
 }
 
-ts_status ts_paillier_pub_save(const ts_paillier_pub *pk, const char *path) {
+ts_status ts_paillier_pub_to_text(const ts_paillier_pub *pk, char **text) {
     size_t cap = 128 + (size_t)pk->bits / 4 + 4;
-    char *text = malloc(cap);
-    if (!text) return ts_fail(TS_ERR_NOMEM, "paillier: %s", path);
-    gmp_snprintf(text, cap, PUB_HEADER "\nbits %d\nn %Zx\n", pk->bits, pk->n);
-    ts_status s = write_key_file(path, text);
+    if (!(*text = malloc(cap))) return ts_fail(TS_ERR_NOMEM, "paillier: public key text");
+    gmp_snprintf(*text, cap, PUB_HEADER "\nbits %d\nn %Zx\n", pk->bits, pk->n);
+    return TS_OK;
+}
+
+ts_status ts_paillier_pub_save(const ts_paillier_pub *pk, const char *path) {
+    char *text;
+    ts_status s = ts_paillier_pub_to_text(pk, &text);
+    if (s != TS_OK) return s;
+    s = write_key_file(path, text);
     free(text);
     return s;
 }
@@ -308,11 +314,34 @@ ts_status ts_paillier_priv_load(const char *path, ts_paillier_priv **out) {
     return s;
 }
 
+static ts_status pub_parse(const char *path, char *text, ts_paillier_pub **out);
+
+ts_status ts_paillier_pub_from_text(const char *text, size_t len, ts_paillier_pub **out) {
+    *out = NULL;
+    if (len > KEY_FILE_MAX)
+        return ts_fail(TS_ERR_FORMAT, "paillier: a public key of %zu bytes", len);
+    char *copy = malloc(len + 1);
+    if (!copy) return ts_fail(TS_ERR_NOMEM, "paillier: public key text");
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    if (strlen(copy) != len) {
+        free(copy);
+        return ts_fail(TS_ERR_FORMAT, "paillier: a public key with a NUL byte");
+    }
+    return pub_parse("(received public key)", copy, out);
+}
+
 ts_status ts_paillier_pub_load(const char *path, ts_paillier_pub **out) {
     *out = NULL;
     char *text;
     ts_status s = read_key_file(path, 0, &text);
     if (s != TS_OK) return s;
+    return pub_parse(path, text, out);
+}
+
+/* Parses a public key's text (freed here). */
+static ts_status pub_parse(const char *path, char *text, ts_paillier_pub **out) {
+    ts_status s;
     static const char *const keys[1] = {"n"};
     mpz_t v[1];
     mpz_init(v[0]);
