@@ -136,6 +136,7 @@ typedef struct kh_state {
     model m;
     ts_audit *audit;
     FILE *metrics;
+    int64_t first; /* rounds done before this run (resumed from step-FIRST) */
 } kh_state;
 
 static ts_status kh_on_global(void *user, const float *params, int64_t n,
@@ -144,7 +145,9 @@ static ts_status kh_on_global(void *user, const float *params, int64_t n,
     ts_status s = model_io(&k->m, (float *)params, 1);
     (void)n;
     if (s != TS_OK) return s;
-    ts_plan_set_step(k->m.plan, info->round);
+    if (info->round == 0 && k->first > 0) return TS_OK; /* the resumed checkpoint is that model */
+    int64_t round = k->first + info->round;             /* rounds count on across resumes */
+    ts_plan_set_step(k->m.plan, round);
     ts_ckpt_options o = ts_ckpt_options_default();
     o.sign_key = k->c->ckpt.sign_key[0] ? k->c->ckpt.sign_key : NULL;
     o.audit = k->audit;
@@ -158,9 +161,9 @@ static ts_status kh_on_global(void *user, const float *params, int64_t n,
     if (!json) return ts_fail(TS_ERR_NOMEM, "fed: audit entry");
     size_t len = (size_t)snprintf(
         json, cap,
-        "{\"round\": %d, \"clients\": %d, \"weight_sum\": %.17g, \"bytes_up\": %llu, "
+        "{\"round\": %lld, \"clients\": %d, \"weight_sum\": %.17g, \"bytes_up\": %llu, "
         "\"decrypt_s\": %.6f, \"participants\": [",
-        info->round, info->clients, info->weight_sum, (unsigned long long)info->bytes_up,
+        (long long)round, info->clients, info->weight_sum, (unsigned long long)info->bytes_up,
         info->decrypt_s);
     const char *p = info->participants;
     for (int first = 1; *p; first = 0) {
@@ -184,6 +187,39 @@ static ts_status kh_on_global(void *user, const float *params, int64_t n,
     return s;
 }
 
+/* A key holder restarted on its directory continues from the last global
+ * model it committed (verified; against the signing key's public half when
+ * ckpt.sign_key is set). */
+static ts_status keyholder_resume(const ts_config *c, const char *dir, kh_state *k) {
+    char latest[1024], pub[80];
+    snprintf(latest, sizeof latest, "%s/LATEST", dir);
+    FILE *f = fopen(latest, "r");
+    if (!f) return TS_OK; /* a new run */
+    fclose(f);
+    const char *key = NULL;
+    if (c->ckpt.verify_key[0] && strcmp(c->ckpt.verify_key, "none")) {
+        key = c->ckpt.verify_key;
+    } else if (c->ckpt.sign_key[0]) {
+        ts_status s = ts_ckpt_public_key_of(c->ckpt.sign_key, pub);
+        if (s != TS_OK) return s;
+        key = pub;
+    }
+    ts_ckpt *ck = NULL;
+    ts_status s = ts_ckpt_open(dir, key, k->audit, &ck);
+    ts_ckpt_info info;
+    if (s == TS_OK) s = ts_ckpt_get_info(ck, &info);
+    if (s == TS_OK) s = ts_ckpt_restore(ck, k->m.plan, k->audit);
+    if (s == TS_OK) {
+        k->first = info.step;
+        printf("fed: key holder resumes from %s (round %lld)\n", info.dir, (long long)info.step);
+        fflush(stdout);
+    } else {
+        ts_error_prefix("fed: resuming the key holder from %s", dir);
+    }
+    ts_ckpt_close(ck);
+    return s;
+}
+
 ts_status ts_fed_keyholder(const ts_config *c, const char *dir) {
     kh_state k = {.c = c, .dir = dir};
     ts_fed_tls tls;
@@ -193,8 +229,9 @@ ts_status ts_fed_keyholder(const ts_config *c, const char *dir) {
     if (s == TS_OK) s = model_build(c, &k.m);
     if (s == TS_OK && !(init = malloc((size_t)k.m.n * sizeof *init)))
         s = ts_fail(TS_ERR_NOMEM, "fed: model");
-    if (s == TS_OK) s = model_io(&k.m, init, 0);
     if (s == TS_OK) s = ts_audit_open(dir, c->ckpt.sign_key[0] ? c->ckpt.sign_key : NULL, &k.audit);
+    if (s == TS_OK) s = keyholder_resume(c, dir, &k);
+    if (s == TS_OK) s = model_io(&k.m, init, 0);
     if (s == TS_OK && !(k.metrics = open_metrics(dir))) s = TS_ERR_IO;
     if (s == TS_OK) {
         ts_fed_params fp = params_of(c);

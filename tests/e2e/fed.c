@@ -130,6 +130,43 @@ static int count(const char *text, const char *what) {
     return n;
 }
 
+/* The five processes, each leaving its exit status in NAME<suffix>.rc; the
+ * key holder always works in DIR/kh, the others in NAME<suffix>. Checks
+ * that every one exited 0. */
+static void launch(const char *sfx) {
+    char cmd[8192];
+    int k =
+        snprintf(cmd, sizeof cmd,
+                 "cd %s && { %s fed serve fed.yaml %s --set fed.key=%s/none/absent.key --out agg%s "
+                 ">agg%s.log 2>&1; echo $? >agg%s.rc; } & sleep 0.3; ",
+                 dir, bin, tls_args("ca", "aggregator"), dir, sfx, sfx, sfx);
+    k += snprintf(
+        cmd + k, sizeof cmd - (size_t)k,
+        "cd %s && { %s fed keyholder fed.yaml %s --out kh >kh%s.log 2>&1; echo $? >kh%s.rc; } & ",
+        dir, bin, tls_args("ca", "keyholder"), sfx, sfx);
+    for (int i = 1; i <= 3; i++) {
+        char site[16];
+        snprintf(site, sizeof site, "site%d", i);
+        k += snprintf(cmd + k, sizeof cmd - (size_t)k,
+                      "cd %s && { %s fed join fed.yaml %s --set data.path=%s/s%d.csv --out %s%s "
+                      ">%s%s.log 2>&1; "
+                      "echo $? >%s%s.rc; } & ",
+                      dir, bin, tls_args("ca", site), dir, i, site, sfx, site, sfx, site, sfx);
+    }
+    snprintf(cmd + k, sizeof cmd - (size_t)k, "wait\n");
+    sh_script(cmd);
+    const char *roles[] = {"agg", "kh", "site1", "site2", "site3"};
+    for (int i = 0; i < 5; i++) {
+        char rc[512], log[512];
+        snprintf(rc, sizeof rc, "%s/%s%s.rc", dir, roles[i], sfx);
+        snprintf(log, sizeof log, "%s/%s%s.log", dir, roles[i], sfx);
+        char *r = e2e_slurp(rc, NULL), *l = e2e_slurp(log, NULL);
+        CHECK(atoi(r) == 0 && r[0], "%s%s exited %s: %s", roles[i], sfx, r, l);
+        free(r);
+        free(l);
+    }
+}
+
 int main(void) {
     CHECK(access(CSV, R_OK) == 0, "%s missing (scripts/install-deps.sh installs it)", CSV);
     if (!(bin = e2e_setup("fed", dir, sizeof dir))) return check_summary("e2e/fed");
@@ -144,38 +181,7 @@ int main(void) {
     int port = 20000 + (int)(getpid() % 20000);
     write_config(port, 3, 10, 120);
 
-    /* the five processes, each leaving its exit status in NAME.rc */
-    char cmd[8192];
-    int k =
-        snprintf(cmd, sizeof cmd,
-                 "cd %s && { %s fed serve fed.yaml %s --set fed.key=%s/none/absent.key --out agg "
-                 ">agg.log 2>&1; echo $? >agg.rc; } & sleep 0.3; ",
-                 dir, bin, tls_args("ca", "aggregator"), dir);
-    k += snprintf(
-        cmd + k, sizeof cmd - (size_t)k,
-        "cd %s && { %s fed keyholder fed.yaml %s --out kh >kh.log 2>&1; echo $? >kh.rc; } & ", dir,
-        bin, tls_args("ca", "keyholder"));
-    for (int i = 1; i <= 3; i++) {
-        char site[16];
-        snprintf(site, sizeof site, "site%d", i);
-        k += snprintf(
-            cmd + k, sizeof cmd - (size_t)k,
-            "cd %s && { %s fed join fed.yaml %s --set data.path=%s/s%d.csv --out %s >%s.log 2>&1; "
-            "echo $? >%s.rc; } & ",
-            dir, bin, tls_args("ca", site), dir, i, site, site, site);
-    }
-    snprintf(cmd + k, sizeof cmd - (size_t)k, "wait\n");
-    sh_script(cmd);
-    const char *roles[] = {"agg", "kh", "site1", "site2", "site3"};
-    for (int i = 0; i < 5; i++) {
-        char rc[512], log[512];
-        snprintf(rc, sizeof rc, "%s/%s.rc", dir, roles[i]);
-        snprintf(log, sizeof log, "%s/%s.log", dir, roles[i]);
-        char *r = e2e_slurp(rc, NULL), *l = e2e_slurp(log, NULL);
-        CHECK(atoi(r) == 0 && r[0], "%s exited %s: %s", roles[i], r, l);
-        free(r);
-        free(l);
-    }
+    launch("");
     /* the key holder: a signed checkpoint per round, the rounds in its audit log and metrics */
     for (int r = 0; r <= 3; r++) {
         char p[512];
@@ -210,6 +216,19 @@ int main(void) {
     const double rows[3] = {152, 152, 151};
     check_fedavg(3, rows);
 
+    /* every role restarted: the key holder resumes from its last global model (round 3) */
+    write_config(port + 2, 1, 10, 120);
+    launch("-b");
+    char *khlog = e2e_slurp(e2e_path("kh-b.log"), NULL);
+    audit = e2e_slurp(e2e_path("kh/audit.log"), NULL);
+    CHECK(strstr(khlog, "step-00000003 (round 3)"), "key holder did not resume: %s", khlog);
+    CHECK(access(e2e_path("kh/step-00000004/manifest.json"), R_OK) == 0,
+          "no checkpoint of round 4");
+    CHECK(count(audit, "\"fed_round\"") == 4 && strstr(audit, "\"round\":4"),
+          "audit after resume: %.300s", audit);
+    free(khlog);
+    free(audit);
+
     /* a private key file others can read: refused before connecting, naming the mode */
     e2e_sh("chmod 644 %s/kh/paillier.key", dir);
     e2e_result r = e2e_runf("fed keyholder %s/fed.yaml %s --out %s/kh2", dir,
@@ -220,6 +239,7 @@ int main(void) {
 
     /* a client whose certificate another CA signed is refused by the aggregator */
     write_config(port + 1, 1, 2, 4);
+    char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "cd %s && { %s fed serve fed.yaml %s --out agg2 >agg2.log 2>&1; echo $? >agg2.rc; } & "
              "sleep 0.3; "
