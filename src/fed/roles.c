@@ -16,10 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "fed/roles.h"
-#include "fed/update.h"
-
-#define MAX_PEERS 256
+#include "fed/roles_internal.h"
 
 ts_fed_params ts_fed_params_default(void) {
     return (ts_fed_params){.rounds = 5,
@@ -32,94 +29,34 @@ ts_fed_params ts_fed_params_default(void) {
                            .pool = 0};
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void put_u32(uint8_t *p, uint32_t v) {
-    memcpy(p, &v, 4);
-} /* little-endian hosts only */
-static uint32_t get_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static void put_f64(uint8_t *p, double v) {
-    memcpy(p, &v, 8);
-}
-static double get_f64(const uint8_t *p) {
-    double v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-/* Receives the next frame and checks its type and round. */
-static ts_status expect(ts_fed_conn *c, uint32_t type, uint64_t round, uint64_t max_len,
-                        ts_fed_msg *m) {
-    ts_status s = ts_fed_recv(c, max_len, m);
-    if (s != TS_OK) return s;
-    if (m->round != round) {
-        s = ts_fail(TS_ERR_FORMAT,
-                    "fed: %s sent a message of round %llu during round %llu (replayed or stale)",
-                    ts_fed_peer(c), (unsigned long long)m->round, (unsigned long long)round);
-    } else if (m->type != type) {
-        s = ts_fail(TS_ERR_FORMAT, "fed: %s sent a message of type %u, expected %u", ts_fed_peer(c),
-                    m->type, type);
-    }
-    if (s != TS_OK) ts_fed_msg_free(m);
+/* The key holder's public key and first global model. */
+/* The fixed point of masking: sums must fit the uint32 lanes. */
+static ts_status mask_pack(const ts_fed_params *fp, ts_fed_pack *pack) {
+    ts_status s = ts_fed_pack_init(pack, fp->scale, fp->clip, fp->max_clients, 0);
+    if (s == TS_OK && pack->slot_bits > 32)
+        s = ts_fail(
+            TS_ERR_INVALID,
+            "fed: masking sums in 32 bits, but 2 · clip · scale · max_clients needs %d: lower "
+            "fed.scale, fed.clip or fed.max_clients",
+            pack->slot_bits);
     return s;
 }
 
-static void sha256_hex(const void *data, size_t n, char hex[65]) {
-    unsigned char h[32];
-    unsigned int k = 0;
-    EVP_Digest(data, n, h, &k, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
-}
-
-/* ---- aggregator ---- */
-
-typedef struct peer {
-    ts_fed_conn *c; /* NULL once dropped */
-    char name[256]; /* its certificate's CN */
-    uint64_t samples;
-    int alive, has_key;
-} peer;
-
-typedef struct agg {
-    const ts_fed_params *fp;
-    ts_fed_conn *kh;
-    peer cl[MAX_PEERS];
-    int n_cl;
-    ts_paillier_pub *pk;
-    char *pub_text;
-    uint64_t pub_len;
-    ts_fed_pack pack;
-    float *global;
-    int64_t n;
-} agg;
-
-static void drop(peer *p, const char *why) {
-    ts_logf(TS_LOG_WARN, "fed: dropping client %s: %s", p->name, why);
-    p->alive = 0;
-    ts_fed_close(p->c);
-    p->c = NULL;
-}
-
-/* The key holder's public key and first global model. */
 static ts_status agg_keyholder_hello(agg *a) {
     ts_fed_msg m;
-    ts_status s = expect(a->kh, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m);
-    if (s != TS_OK) return s;
-    s = ts_paillier_pub_from_text((const char *)m.data, m.len, &a->pk);
-    a->pub_text = (char *)m.data; /* kept to forward */
-    a->pub_len = m.len;
-    m.data = NULL;
-    if (s == TS_OK)
-        s = ts_fed_pack_init(&a->pack, a->fp->scale, a->fp->clip, a->fp->max_clients,
-                             ts_paillier_bits(a->pk));
+    ts_status s = TS_OK;
+    if (a->fp->secure) {
+        s = mask_pack(a->fp, &a->pack);
+    } else {
+        if ((s = expect(a->kh, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m)) != TS_OK) return s;
+        s = ts_paillier_pub_from_text((const char *)m.data, m.len, &a->pk);
+        a->pub_text = (char *)m.data; /* kept to forward */
+        a->pub_len = m.len;
+        m.data = NULL;
+        if (s == TS_OK)
+            s = ts_fed_pack_init(&a->pack, a->fp->scale, a->fp->clip, a->fp->max_clients,
+                                 ts_paillier_bits(a->pk));
+    }
     if (s != TS_OK) return s;
     if ((s = expect(a->kh, TS_FED_MSG_GLOBAL, 1, (uint64_t)1 << 34, &m)) != TS_OK) return s;
     if (m.len % 4 != 0 || m.len == 0) {
@@ -272,9 +209,8 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
         free(tmp);
         char hex[65];
         sha256_hex(m.data, m.len, hex);
-        text_len +=
-            (size_t)snprintf(text + text_len, text_cap - text_len, "%s%s %llu %s", k ? ";" : "",
-                             ts_fed_peer(p->c), (unsigned long long)m.len, hex);
+        text_len += (size_t)snprintf(text + text_len, text_cap - text_len, "%s%s %llu %s",
+                                     k ? ";" : "", p->name, (unsigned long long)m.len, hex);
         up += m.len;
         wsum += weights[i];
         k++;
@@ -285,23 +221,28 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
         s = ts_fail(TS_ERR_IO,
                     "fed: round %d: %d updates arrived (%d clients dropped), fed.min_clients is %d",
                     r, k, dropped, a->fp->min_clients);
-    if (s == TS_OK) {
-        size_t hb = 16 + text_len, ab = hb + ct_bytes;
-        uint8_t *am = malloc(ab);
-        if (!am) {
-            s = ts_fail(TS_ERR_NOMEM, "fed: round %d aggregate", r);
-        } else {
-            put_u32(am, (uint32_t)k);
-            put_f64(am + 4, wsum);
-            put_u32(am + 12, (uint32_t)text_len);
-            memcpy(am + 16, text, text_len);
-            memcpy(am + hb, acc, ct_bytes);
-            s = ts_fed_send(a->kh, TS_FED_MSG_AGGREGATE, (uint64_t)r, am, ab);
-            free(am);
-        }
-    }
+    if (s == TS_OK)
+        s = fedr_agg_finish(a, r, k, dropped, wsum, text, text_len, acc, ct_bytes, up, down, t0,
+                            t_sent, t_agg, metrics);
     free(acc);
     free(text);
+    return s;
+}
+
+ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const char *text,
+                          size_t text_len, const void *body, size_t body_len, uint64_t up,
+                          uint64_t down, double t0, double t_sent, double t_agg, FILE *metrics) {
+    ts_status s = TS_OK;
+    size_t hb = 16 + text_len, ab = hb + body_len;
+    uint8_t *am = malloc(ab);
+    if (!am) return ts_fail(TS_ERR_NOMEM, "fed: round %d aggregate", r);
+    put_u32(am, (uint32_t)k);
+    put_f64(am + 4, wsum);
+    put_u32(am + 12, (uint32_t)text_len);
+    memcpy(am + 16, text, text_len);
+    memcpy(am + hb, body, body_len);
+    s = ts_fed_send(a->kh, TS_FED_MSG_AGGREGATE, (uint64_t)r, am, ab);
+    free(am);
     ts_fed_msg m;
     if (s == TS_OK &&
         (s = expect(a->kh, TS_FED_MSG_GLOBAL, (uint64_t)r + 1, (uint64_t)a->n * 4, &m)) == TS_OK) {
@@ -332,7 +273,7 @@ ts_status ts_fed_aggregator_run(const ts_fed_params *fp, ts_fed_listener *l,
     agg a = {.fp = fp};
     ts_status s = agg_admit(&a, l, keyholder_name);
     for (int r = 1; s == TS_OK && r <= fp->rounds; r++) {
-        s = agg_round(&a, r, metrics);
+        s = fp->secure ? fedr_agg_round_mask(&a, r, metrics) : agg_round(&a, r, metrics);
         if (s != TS_OK) ts_error_prefix("aggregator");
     }
     /* DONE to everyone still there, success or not */
@@ -381,21 +322,27 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
     ts_status s = global && sum
                       ? TS_OK
                       : ts_fail(TS_ERR_NOMEM, "fed: key holder: a model of %lld", (long long)n);
-    if (s == TS_OK) s = load_or_make_key(key_path, fp->key_bits, &sk);
-    if (s == TS_OK) s = ts_paillier_pub_of(sk, &pk);
-    if (s == TS_OK)
-        s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));
-    if (s == TS_OK) s = ts_paillier_pub_to_text(pk, &text);
+    if (s == TS_OK && fp->secure) {
+        s = mask_pack(fp, &pack); /* masking: no key; the sums come in plain */
+    } else if (s == TS_OK) {
+        s = load_or_make_key(key_path, fp->key_bits, &sk);
+        if (s == TS_OK) s = ts_paillier_pub_of(sk, &pk);
+        if (s == TS_OK)
+            s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));
+        if (s == TS_OK) s = ts_paillier_pub_to_text(pk, &text);
+    }
     if (s == TS_OK) s = ts_fed_connect(tls, host, port, server_name, &c);
-    if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_PUBKEY, 0, text, strlen(text));
+    if (s == TS_OK && !fp->secure) s = ts_fed_send(c, TS_FED_MSG_PUBKEY, 0, text, strlen(text));
     if (s == TS_OK) {
         memcpy(global, init, (size_t)n * sizeof *global);
         s = ts_fed_send(c, TS_FED_MSG_GLOBAL, 1, global, (uint64_t)n * 4);
     }
     ts_fed_round_info info = {0};
     if (s == TS_OK && on_global) s = on_global(user, global, n, &info);
-    int64_t count = ts_fed_pack_count(&pack, n);
-    size_t ct_bytes = s == TS_OK ? (size_t)count * ts_fed_ct_bytes(pk) : 0;
+    /* the aggregate's body: ciphertexts, or (masking) the uint32 sums */
+    size_t ct_bytes = s != TS_OK   ? 0
+                      : fp->secure ? (size_t)n * 4
+                                   : (size_t)ts_fed_pack_count(&pack, n) * ts_fed_ct_bytes(pk);
     for (int r = 1; s == TS_OK; r++) {
         ts_fed_msg m;
         if ((s = ts_fed_recv(c, 16 + (uint64_t)MAX_PEERS * 400 + ct_bytes, &m)) != TS_OK) break;
@@ -431,7 +378,16 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
         memcpy(who, m.data + 16, tl);
         who[tl] = 0;
         double t0 = now_s();
-        s = ts_fed_decrypt_sum(sk, &pack, m.data + 16 + tl, n, (int)k, sum);
+        if (fp->secure) {
+            uint32_t v;
+            for (int64_t i = 0; s == TS_OK && i < n; i++) {
+                memcpy(&v, m.data + 16 + tl + 4 * (size_t)i, 4);
+                uint64_t w = v;
+                s = ts_fed_decode_sums(&pack, &w, 1, (int)k, &sum[i]);
+            }
+        } else {
+            s = ts_fed_decrypt_sum(sk, &pack, m.data + 16 + tl, n, (int)k, sum);
+        }
         info = (ts_fed_round_info){.round = r,
                                    .clients = (int)k,
                                    .weight_sum = wsum,
@@ -475,24 +431,28 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
     ts_fed_msg m = {0};
     if (s == TS_OK) s = ts_fed_connect(tls, host, port, server_name, &c);
     if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_HELLO, 0, &hello, 8);
-    if (s == TS_OK) s = expect(c, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m);
-    if (s == TS_OK) s = ts_paillier_pub_from_text((const char *)m.data, m.len, &pk);
-    ts_fed_msg_free(&m);
-    if (s == TS_OK)
-        s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));
-    int64_t count = s == TS_OK ? ts_fed_pack_count(&pack, n) : 0;
-    size_t ct_bytes = s == TS_OK ? (size_t)count * ts_fed_ct_bytes(pk) : 0;
-    if (s == TS_OK && !(ct = malloc(ct_bytes)))
-        s = ts_fail(TS_ERR_NOMEM, "fed: client: %zu bytes", ct_bytes);
-    if (s == TS_OK && fp->pool > 0) s = ts_paillier_pool_start(pk, fp->pool);
-    uint64_t last = 0;
+    size_t ct_bytes = 0;
+    if (s == TS_OK && fp->secure) {
+        s = mask_pack(fp, &pack);
+    } else if (s == TS_OK) {
+        s = expect(c, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m);
+        if (s == TS_OK) s = ts_paillier_pub_from_text((const char *)m.data, m.len, &pk);
+        ts_fed_msg_free(&m);
+        if (s == TS_OK)
+            s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));
+        if (s == TS_OK) ct_bytes = (size_t)ts_fed_pack_count(&pack, n) * ts_fed_ct_bytes(pk);
+        if (s == TS_OK && !(ct = malloc(ct_bytes)))
+            s = ts_fail(TS_ERR_NOMEM, "fed: client: %zu bytes", ct_bytes);
+        if (s == TS_OK && fp->pool > 0) s = ts_paillier_pool_start(pk, fp->pool);
+    }
+    uint64_t last = 0, head = fp->secure ? 20 : 8; /* the round message before the model */
     while (s == TS_OK) {
-        if ((s = ts_fed_recv(c, 8 + (uint64_t)n * 4, &m)) != TS_OK) break;
+        if ((s = ts_fed_recv(c, head + (uint64_t)n * 4, &m)) != TS_OK) break;
         if (m.type == TS_FED_MSG_DONE) {
             ts_fed_msg_free(&m);
             break;
         }
-        if (m.type != TS_FED_MSG_ROUND || m.round <= last || m.len != 8 + (uint64_t)n * 4) {
+        if (m.type != TS_FED_MSG_ROUND || m.round <= last || m.len != head + (uint64_t)n * 4) {
             s = ts_fail(
                 TS_ERR_FORMAT,
                 "fed: client: a message of type %u, round %llu, %llu bytes after round %llu "
@@ -503,6 +463,11 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
             break;
         }
         last = m.round;
+        if (fp->secure) {
+            s = fedr_client_round_mask(fp, c, &m, &pack, n, train, user, local, delta, u);
+            ts_fed_msg_free(&m);
+            continue;
+        }
         double weight = get_f64(m.data);
         const float *global = (const float *)(m.data + 8);
         int64_t clipped = 0;

@@ -14,6 +14,11 @@
  *               sends its weighted update Δ = local − global, packed and
  *               encrypted.
  *
+ * With fed.secure: masking (fp->secure = 1) there is no key: the clients mask
+ * their updates (mask.h) and the aggregator, relaying their keys and shares,
+ * learns only the sum, which it passes to the key holder (then only the
+ * keeper of the model and its checkpoints).
+ *
  * Every frame carries its round; one from another round is dropped as
  * replayed or stale, as is one whose hash does not match. A client that
  * fails, disconnects or times out is dropped from the round; the round
@@ -41,6 +46,8 @@ typedef struct ts_fed_params {
     double scale, clip; /* fixed point of the updates (pack.h) */
     double join_s;      /* how long the aggregator admits clients before round 1 */
     int pool;           /* r^n precomputed per client (0: none) */
+    int secure;         /* 0: Paillier; 1: masking (roles_mask.c; no key at all) */
+    int threshold;      /* masking: shares needed to unmask (0: a majority of the round) */
 } ts_fed_params;
 
 ts_fed_params ts_fed_params_default(void);
@@ -85,7 +92,15 @@ enum {
     TS_FED_MSG_UPDATE,     /* client -> aggregator: ciphertexts */
     TS_FED_MSG_AGGREGATE,  /* aggregator -> key holder: u32 k, f64 weights, u32 text, text,
                               ciphertexts */
-    TS_FED_MSG_DONE        /* the run is over */
+    TS_FED_MSG_DONE,       /* the run is over */
+    /* masking mode (roles_mask.c) */
+    TS_FED_MSG_MKEYS,
+    TS_FED_MSG_KEYSET,
+    TS_FED_MSG_SHARES,
+    TS_FED_MSG_BOXES,
+    TS_FED_MSG_MASKED,
+    TS_FED_MSG_UNMASK,
+    TS_FED_MSG_ANSWERS
 };
 
 #endif

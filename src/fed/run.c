@@ -89,6 +89,8 @@ static ts_fed_params params_of(const ts_config *c) {
     fp.clip = c->fed.clip;
     fp.join_s = c->fed.join_s;
     fp.pool = c->fed.pool;
+    fp.secure = c->fed.secure;
+    fp.threshold = c->fed.threshold;
     return fp;
 }
 

@@ -315,9 +315,11 @@ const ts_config_key cfg_keys[] = {
      "times the --procs launcher restarts failed workers from the latest checkpoint "
      "(tessel train --max-restarts overrides)"},
     /* fed: federated training, tessel fed serve|keyholder|join (docs/federated.md) */
-    {"fed.secure", TS_CFG_ENUM, FIELD(fed, secure), 0, "paillier", NULL, "paillier",
+    {"fed.secure", TS_CFG_ENUM, FIELD(fed, secure), 0, "paillier|masking", NULL, "paillier",
      "how updates are protected: paillier (encrypted, added by the aggregator, decrypted as a sum "
-     "by the key holder)"},
+     "by the key holder) or masking (secure aggregation: pairwise masks that cancel in the sum)"},
+    {"fed.threshold", TS_CFG_INT, FIELD(fed, threshold), 0, NULL, "[0, 256]", "0",
+     "masking: clients whose shares unmask a round (0: a majority of the round's clients)"},
     {"fed.addr", TS_CFG_STR, FIELD(fed, addr), 0, NULL, NULL, "127.0.0.1",
      "numeric IPv4 address of the aggregator (serve listens on it, the others connect)"},
     {"fed.port", TS_CFG_INT, FIELD(fed, port), 0, NULL, "[0, 65535]", "7450",

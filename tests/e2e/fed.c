@@ -133,25 +133,25 @@ static int count(const char *text, const char *what) {
 /* The five processes, each leaving its exit status in NAME<suffix>.rc; the
  * key holder always works in DIR/kh, the others in NAME<suffix>. Checks
  * that every one exited 0. */
-static void launch(const char *sfx) {
+static void launch(const char *sfx, const char *extra) {
     char cmd[8192];
-    int k =
-        snprintf(cmd, sizeof cmd,
-                 "cd %s && { %s fed serve fed.yaml %s --set fed.key=%s/none/absent.key --out agg%s "
-                 ">agg%s.log 2>&1; echo $? >agg%s.rc; } & sleep 0.3; ",
-                 dir, bin, tls_args("ca", "aggregator"), dir, sfx, sfx, sfx);
-    k += snprintf(
-        cmd + k, sizeof cmd - (size_t)k,
-        "cd %s && { %s fed keyholder fed.yaml %s --out kh >kh%s.log 2>&1; echo $? >kh%s.rc; } & ",
-        dir, bin, tls_args("ca", "keyholder"), sfx, sfx);
+    int k = snprintf(
+        cmd, sizeof cmd,
+        "cd %s && { %s fed serve fed.yaml %s %s --set fed.key=%s/none/absent.key --out agg%s "
+        ">agg%s.log 2>&1; echo $? >agg%s.rc; } & sleep 0.3; ",
+        dir, bin, extra, tls_args("ca", "aggregator"), dir, sfx, sfx, sfx);
+    k += snprintf(cmd + k, sizeof cmd - (size_t)k,
+                  "cd %s && { %s fed keyholder fed.yaml %s %s --out kh >kh%s.log 2>&1; echo $? "
+                  ">kh%s.rc; } & ",
+                  dir, bin, extra, tls_args("ca", "keyholder"), sfx, sfx);
     for (int i = 1; i <= 3; i++) {
         char site[16];
         snprintf(site, sizeof site, "site%d", i);
-        k += snprintf(cmd + k, sizeof cmd - (size_t)k,
-                      "cd %s && { %s fed join fed.yaml %s --set data.path=%s/s%d.csv --out %s%s "
-                      ">%s%s.log 2>&1; "
-                      "echo $? >%s%s.rc; } & ",
-                      dir, bin, tls_args("ca", site), dir, i, site, sfx, site, sfx, site, sfx);
+        k += snprintf(
+            cmd + k, sizeof cmd - (size_t)k,
+            "cd %s && { %s fed join fed.yaml %s %s --set data.path=%s/s%d.csv --out %s%s >%s%s.log "
+            "2>&1; echo $? >%s%s.rc; } & ",
+            dir, bin, extra, tls_args("ca", site), dir, i, site, sfx, site, sfx, site, sfx);
     }
     snprintf(cmd + k, sizeof cmd - (size_t)k, "wait\n");
     sh_script(cmd);
@@ -181,7 +181,7 @@ int main(void) {
     int port = 20000 + (int)(getpid() % 20000);
     write_config(port, 3, 10, 120);
 
-    launch("");
+    launch("", "");
     /* the key holder: a signed checkpoint per round, the rounds in its audit log and metrics */
     for (int r = 0; r <= 3; r++) {
         char p[512];
@@ -218,7 +218,7 @@ int main(void) {
 
     /* every role restarted: the key holder resumes from its last global model (round 3) */
     write_config(port + 2, 1, 10, 120);
-    launch("-b");
+    launch("-b", "");
     char *khlog = e2e_slurp(e2e_path("kh-b.log"), NULL);
     audit = e2e_slurp(e2e_path("kh/audit.log"), NULL);
     CHECK(strstr(khlog, "step-00000003 (round 3)"), "key holder did not resume: %s", khlog);
@@ -227,6 +227,15 @@ int main(void) {
     CHECK(count(audit, "\"fed_round\"") == 4 && strstr(audit, "\"round\":4"),
           "audit after resume: %.300s", audit);
     free(khlog);
+    free(audit);
+
+    /* one more round with masking instead of Paillier (no key at all), from round 4 */
+    launch("-m", "--set fed.secure=masking");
+    audit = e2e_slurp(e2e_path("kh/audit.log"), NULL);
+    CHECK(access(e2e_path("kh/step-00000005/manifest.json"), R_OK) == 0,
+          "no checkpoint of the masking round");
+    CHECK(count(audit, "\"fed_round\"") == 5 && strstr(audit, "\"round\":5"),
+          "audit after masking: %.300s", audit);
     free(audit);
 
     /* a private key file others can read: refused before connecting, naming the mode */

@@ -1,5 +1,6 @@
-/* The three federated roles (src/fed/roles.c) on loopback with TLS, each in
- * its own thread: 3 rounds of Paillier FedAvg, the global model equal to a
+/* The three federated roles (src/fed/roles.c, roles_mask.c) on loopback with
+ * TLS, each in its own thread: 3 rounds of Paillier FedAvg, then of masking
+ * (secure aggregation), the global model equal to a
  * plaintext FedAvg of the same updates within the fixed-point bound; a
  * client that fails in round 2 is dropped and the round completes with the
  * other two; a client that replays an old round or sends a tampered frame is
@@ -216,6 +217,10 @@ int main(void) {
     kh_main(&k);
     CHECK(k.s == TS_ERR_INVALID && strstr(ts_last_error(), "0644"), "open key file: %s",
           ts_last_error());
+    /* masking (fed.secure: masking): no key; the same FedAvg, the same dropout */
+    fp.secure = 1;
+    run("masking: 3 clients", 0, -1);
+    run("masking: client 3 fails in round 2 after sharing its keys", 2, -1);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "cleanup");
     return check_summary("unit/fed_roles");
