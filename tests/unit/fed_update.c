@@ -38,6 +38,22 @@ int main(void) {
         CHECK_OK(ts_fed_aggregate(pk, acc, ct, count));
     }
     CHECK_OK(ts_fed_decrypt_sum(sk, &p, acc, N, K, out));
+    /* what the aggregator receives holds none of the plaintext: no 8-byte run
+     * of any packed plaintext of the last client's update occurs in its
+     * ciphertexts */
+    int leaks = 0;
+    mpz_t m;
+    mpz_init(m);
+    for (int64_t i = 0; i < count; i++) {
+        uint8_t plain[128] = {0};
+        size_t got = 0;
+        CHECK_OK(ts_fed_pack_plain(&p, u, N, i, m));
+        mpz_export(plain, &got, 1, 1, 1, 0, m);
+        for (size_t o = 0; o + 8 <= got; o += 8)
+            leaks += memmem(ct, (size_t)count * w, plain + o, 8) != NULL;
+    }
+    mpz_clear(m);
+    CHECK(leaks == 0, "%d runs of plaintext bytes appear in the ciphertexts", leaks);
     double worst = 0;
     for (int i = 0; i < N; i++) worst = fmax(worst, fabs(out[i] - ref[i]));
     CHECK(worst <= ts_fed_pack_bound(&p, K), "FedAvg error %g above the bound %g", worst,
