@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include "fed/roles_internal.h"
 
 ts_fed_params ts_fed_params_default(void) {
@@ -294,12 +296,11 @@ ts_status ts_fed_aggregator_run(const ts_fed_params *fp, ts_fed_listener *l,
 
 /* ---- key holder ---- */
 
+/* Loads the key file, or makes one when (and only when) there is none: a
+ * file that exists but cannot be read is reported, never replaced. */
 static ts_status load_or_make_key(const char *path, int bits, ts_paillier_priv **sk) {
-    FILE *f = fopen(path, "r");
-    if (f) {
-        fclose(f);
-        return ts_paillier_priv_load(path, sk);
-    }
+    struct stat st;
+    if (lstat(path, &st) == 0 || errno != ENOENT) return ts_paillier_priv_load(path, sk);
     ts_status s = ts_paillier_keygen(bits, sk);
     if (s == TS_OK && (s = ts_paillier_priv_save(*sk, path)) != TS_OK) {
         ts_paillier_priv_free(*sk);
