@@ -96,15 +96,7 @@ int main(int argc, char **argv) {
         t_agg[MAXR], t_dec[MAXR];
 
     /* plaintext FedAvg: the aggregator sums weighted float updates */
-    for (int r = 0; r < reps; r++) {
-        double t0 = now();
-        for (int64_t i = 0; i < n; i++) {
-            double s = 0;
-            for (int j = 0; j < k; j++) s += w[j] * (double)x[j][i];
-            ref[i] = s;
-        }
-        t_plain[r] = now() - t0;
-    }
+
     double plain_bytes = 4.0 * (double)n;
 
     /* masking: quantise, mask (k clients), sum, unmask */
@@ -115,60 +107,7 @@ int main(int argc, char **argv) {
              *xq = malloc((size_t)n * 4);
     uint64_t *sum64 = malloc((size_t)n * sizeof *sum64);
     double worst_m = 0;
-    for (int r = 0; r < reps; r++) {
-        ts_mask_client *c[MAXK + 1];
-        ts_mask_server *sv;
-        ts_mask_keys keys[MAXK + 1];
-        uint8_t u1[MAXK + 1] = {0}, *boxes = malloc((size_t)(k + 1) * k * TS_MASK_BOX);
-        if (ts_mask_server_new(k, k / 2 + 1, (uint64_t)r, n, &sv) != TS_OK) DIE("mask server");
-        for (int j = 1; j <= k; j++) {
-            if (ts_mask_client_new(j, k, k / 2 + 1, (uint64_t)r, &c[j]) != TS_OK)
-                DIE("mask client");
-            ts_mask_client_keys(c[j], &keys[j]);
-            ts_mask_server_keys(sv, j, &keys[j]);
-            u1[j] = 1;
-        }
-        for (int j = 1; j <= k; j++)
-            if (ts_mask_client_share(c[j], keys, u1, boxes + (size_t)j * k * TS_MASK_BOX) != TS_OK)
-                DIE("share");
-        for (int j = 1; j <= k; j++)
-            for (int v = 1; v <= k; v++)
-                if (v != j && ts_mask_client_accept(
-                                  c[v], j, boxes + ((size_t)j * k + (size_t)(v - 1)) * TS_MASK_BOX))
-                    DIE("accept");
-        double tq = 0, te = 0, ta = 0;
-        for (int j = 1; j <= k; j++) {
-            double t0 = now();
-            if (ts_fed_quantize(&mpack, x[j - 1], n, w[j - 1], u[j - 1], NULL) != TS_OK)
-                DIE("quantize");
-            for (int64_t i = 0; i < n; i++) xq[i] = (uint32_t)u[j - 1][i];
-            double t1 = now();
-            if (ts_mask_client_mask(c[j], u1, xq, n, y) != TS_OK) DIE("mask");
-            double t2 = now();
-            if (ts_mask_server_add(sv, j, y) != TS_OK) DIE("add");
-            tq += t1 - t0;
-            te += t2 - t1;
-            ta += now() - t2;
-        }
-        ts_mask_share sh[MAXK + 1];
-        double t0 = now();
-        for (int j = 1; j <= k; j++)
-            if (ts_mask_client_unmask(c[j], u1, u1, sh) != TS_OK ||
-                ts_mask_server_shares(sv, j, sh) != TS_OK)
-                DIE("unmask");
-        int count = 0;
-        if (ts_mask_server_finish(sv, u1, sum, &count) != TS_OK) DIE("finish");
-        for (int64_t i = 0; i < n; i++) sum64[i] = sum[i];
-        if (ts_fed_decode_sums(&mpack, sum64, n, count, out) != TS_OK) DIE("decode");
-        t_mfin[r] = now() - t0;
-        t_q[r] = tq / k;
-        t_menc[r] = te / k;
-        t_magg[r] = ta;
-        for (int64_t i = 0; i < n; i++) worst_m = fmax(worst_m, fabs(out[i] - ref[i]));
-        for (int j = 1; j <= k; j++) ts_mask_client_free(c[j]);
-        ts_mask_server_free(sv);
-        free(boxes);
-    }
+
     double mask_bytes = 4.0 * (double)n + 2 * TS_MASK_KEYBYTES + (double)k * TS_MASK_BOX +
                         (double)(k + 1) * sizeof(ts_mask_share);
 
@@ -191,25 +130,96 @@ int main(int argc, char **argv) {
     size_t wct = ts_fed_ct_bytes(pk);
     uint8_t *ct = malloc((size_t)count * wct), *acc = malloc((size_t)count * wct);
     double worst_p = 0;
+
+    /* the three modes in turn within each repetition, so a change in the
+     * machine's load touches all of them alike */
     for (int r = 0; r < reps; r++) {
-        double te = 0, ta = 0;
-        ts_fed_aggregate_init(pk, acc, count);
-        for (int j = 0; j < k; j++) {
-            double t1 = now();
-            if (ts_fed_quantize(&pack, x[j], n, w[j], u[j], NULL) != TS_OK) DIE("quantize");
-            if (ts_fed_encrypt_update(pk, &pack, u[j], n, ct, (const mpz_t *)ring, sample) != TS_OK)
-                DIE("encrypt");
-            double t2 = now();
-            if (ts_fed_aggregate(pk, acc, ct, count) != TS_OK) DIE("aggregate");
-            te += t2 - t1;
-            ta += now() - t2;
+        {
+            double t0 = now();
+            for (int64_t i = 0; i < n; i++) {
+                double s = 0;
+                for (int j = 0; j < k; j++) s += w[j] * (double)x[j][i];
+                ref[i] = s;
+            }
+            t_plain[r] = now() - t0;
         }
-        double t3 = now();
-        if (ts_fed_decrypt_sum(sk, &pack, acc, n, k, out) != TS_OK) DIE("decrypt");
-        t_dec[r] = now() - t3;
-        t_enc[r] = te / k;
-        t_agg[r] = ta;
-        for (int64_t i = 0; i < n; i++) worst_p = fmax(worst_p, fabs(out[i] - ref[i]));
+        {
+            ts_mask_client *c[MAXK + 1];
+            ts_mask_server *sv;
+            ts_mask_keys keys[MAXK + 1];
+            uint8_t u1[MAXK + 1] = {0}, *boxes = malloc((size_t)(k + 1) * k * TS_MASK_BOX);
+            if (ts_mask_server_new(k, k / 2 + 1, (uint64_t)r, n, &sv) != TS_OK) DIE("mask server");
+            for (int j = 1; j <= k; j++) {
+                if (ts_mask_client_new(j, k, k / 2 + 1, (uint64_t)r, &c[j]) != TS_OK)
+                    DIE("mask client");
+                ts_mask_client_keys(c[j], &keys[j]);
+                ts_mask_server_keys(sv, j, &keys[j]);
+                u1[j] = 1;
+            }
+            for (int j = 1; j <= k; j++)
+                if (ts_mask_client_share(c[j], keys, u1, boxes + (size_t)j * k * TS_MASK_BOX) !=
+                    TS_OK)
+                    DIE("share");
+            for (int j = 1; j <= k; j++)
+                for (int v = 1; v <= k; v++)
+                    if (v != j &&
+                        ts_mask_client_accept(
+                            c[v], j, boxes + ((size_t)j * k + (size_t)(v - 1)) * TS_MASK_BOX))
+                        DIE("accept");
+            double tq = 0, te = 0, ta = 0;
+            for (int j = 1; j <= k; j++) {
+                double t0 = now();
+                if (ts_fed_quantize(&mpack, x[j - 1], n, w[j - 1], u[j - 1], NULL) != TS_OK)
+                    DIE("quantize");
+                for (int64_t i = 0; i < n; i++) xq[i] = (uint32_t)u[j - 1][i];
+                double t1 = now();
+                if (ts_mask_client_mask(c[j], u1, xq, n, y) != TS_OK) DIE("mask");
+                double t2 = now();
+                if (ts_mask_server_add(sv, j, y) != TS_OK) DIE("add");
+                tq += t1 - t0;
+                te += t2 - t1;
+                ta += now() - t2;
+            }
+            ts_mask_share sh[MAXK + 1];
+            double t0 = now();
+            for (int j = 1; j <= k; j++)
+                if (ts_mask_client_unmask(c[j], u1, u1, sh) != TS_OK ||
+                    ts_mask_server_shares(sv, j, sh) != TS_OK)
+                    DIE("unmask");
+            int count = 0;
+            if (ts_mask_server_finish(sv, u1, sum, &count) != TS_OK) DIE("finish");
+            for (int64_t i = 0; i < n; i++) sum64[i] = sum[i];
+            if (ts_fed_decode_sums(&mpack, sum64, n, count, out) != TS_OK) DIE("decode");
+            t_mfin[r] = now() - t0;
+            t_q[r] = tq / k;
+            t_menc[r] = te / k;
+            t_magg[r] = ta;
+            for (int64_t i = 0; i < n; i++) worst_m = fmax(worst_m, fabs(out[i] - ref[i]));
+            for (int j = 1; j <= k; j++) ts_mask_client_free(c[j]);
+            ts_mask_server_free(sv);
+            free(boxes);
+        }
+        {
+            double te = 0, ta = 0;
+            ts_fed_aggregate_init(pk, acc, count);
+            for (int j = 0; j < k; j++) {
+                double t1 = now();
+                if (ts_fed_quantize(&pack, x[j], n, w[j], u[j], NULL) != TS_OK) DIE("quantize");
+                if (ts_fed_encrypt_update(pk, &pack, u[j], n, ct, (const mpz_t *)ring, sample) !=
+                    TS_OK)
+                    DIE("encrypt");
+                double t2 = now();
+                if (ts_fed_aggregate(pk, acc, ct, count) != TS_OK) DIE("aggregate");
+                te += t2 - t1;
+                ta += now() - t2;
+            }
+            double t3 = now();
+            if (ts_fed_decrypt_sum(sk, &pack, acc, n, k, out) != TS_OK) DIE("decrypt");
+            t_dec[r] = now() - t3;
+            t_enc[r] = te / k;
+            t_agg[r] = ta;
+            for (int64_t i = 0; i < n; i++) worst_p = fmax(worst_p, fabs(out[i] - ref[i]));
+        }
     }
     double pail_bytes = (double)count * (double)wct;
     double bound = ts_fed_pack_bound(&pack, k);
