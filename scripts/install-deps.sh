@@ -11,6 +11,8 @@ set -e
 PKGS="build-essential cmake pkg-config libdnnl-dev libyaml-dev libjansson-dev libgomp1 zlib1g-dev libssl-dev dataset-fashion-mnist libmicrohttpd-dev prometheus gnuplot-nox libsodium-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev python3-sklearn protobuf-c-compiler libprotobuf-c-dev libonnx-dev"
 FUZZ_PKGS="clang libclang-rt-dev libomp-dev"
 FIXTURE_PKGS="python3-torch python3-onnx"
+# Federated training (src/fed, docs/federated.md): Paillier on GMP; openssl makes the test CA.
+PKGS="$PKGS libgmp-dev openssl"
 
 check=0
 for a in "$@"; do

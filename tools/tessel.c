@@ -7,6 +7,7 @@
 #include "peft_cli.h"
 #include "cli.h"
 #include "ctl_cli.h"
+#include "fed_cli.h"
 #include "onnx_cli.h"
 #include "plot_cli.h"
 #include "quant_cli.h"
@@ -38,6 +39,7 @@ static const char usage[] =
     "  bench collectives [--transport shm|mpi] [--json FILE]\n"
     "      all-reduce, reduce-scatter and all-gather bandwidth beside "
     "MPI_Allreduce\n" TESSEL_CKPT_USAGE TESSEL_PEFT_USAGE TESSEL_QUANT_USAGE TESSEL_ONNX_USAGE
+        TESSEL_FED_USAGE
     "  plot RUN_DIR  draw loss, throughput and gradient-norm curves into RUN_DIR/plots\n"
     "  ctl resume|status RUN_DIR\n"
     "      resume a run paused by an alert, or say whether it is paused\n"
@@ -181,8 +183,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "quant")) return tessel_cmd_quant(argc - 2, argv + 2);
     if (!strcmp(cmd, "ctl")) return tessel_cmd_ctl(argc - 2, argv + 2);
     if (!strcmp(cmd, "onnx")) return tessel_cmd_onnx(argc - 2, argv + 2);
+    if (!strcmp(cmd, "fed")) return tessel_cmd_fed(argc - 2, argv + 2);
     return cli_error(CLI_USAGE,
                      "unknown command '%s' (commands: train, compile, bench, ckpt, keygen, audit, "
-                     "export, plot, quant, onnx, ctl, version, help)",
+                     "export, plot, quant, onnx, fed, ctl, version, help)",
                      cmd);
 }

@@ -180,6 +180,18 @@ typedef struct ts_config {
         char base[512]; /* base weights: checkpoint directory or .safetensors; "" none */
         char load[512]; /* LoRA A and B from a Hugging Face peft adapter directory; "" none */
     } peft;
+    struct {           /* federated training (docs/federated.md) */
+        int secure;    /* 0: paillier, 1: masking */
+        int threshold; /* masking: shares needed to unmask (0: a majority) */
+        char addr[64]; /* the aggregator's numeric IPv4 address */
+        int port;      /* ... and port */
+        int rounds, local_steps, min_clients, max_clients, key_bits, pool;
+        double scale, clip, timeout_s, join_s;
+        char key[512]; /* the key holder's Paillier private key file */
+        /* TLS: the run's CA, this role's certificate and key */
+        char ca[512], cert[512], tls_key[512];
+        char keyholder_name[128], server_name[128];
+    } fed;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 

@@ -1,0 +1,265 @@
+/* One federated round's cost for a 1 M-parameter update and 3 clients
+ * (docs/federated.md, "Measured"): plaintext FedAvg, masking (secure
+ * aggregation) and Paillier with packing, split into the clients' encode +
+ * encrypt, the aggregator's sum and the key holder's decrypt, with the bytes
+ * each client uploads. No network: the crypto and the bytes it puts on it.
+ *
+ *     bench_fed [--params N] [--clients K] [--bits 2048|3072] [--scale S] [--clip C]
+ *               [--reps R] [--rn-sample M]
+ *
+ * Paillier encryption is timed with r^n taken from a ring of M precomputed
+ * values (what the background pool provides); producing the r^n a round
+ * needs (one per ciphertext) is measured on M of them and printed per round
+ * as the pool's background cost. Every decoded average is checked against
+ * the plaintext one within the fixed-point bound. Medians of R rounds. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "fed/mask.h"
+#include "fed/pack.h"
+#include "fed/update.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define DIE(...)                                                                                   \
+    do {                                                                                           \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, ": %s\n", ts_last_error());                                                \
+        exit(1);                                                                                   \
+    } while (0)
+
+enum { MAXK = 16, MAXR = 15 };
+
+int main(int argc, char **argv) {
+    int64_t n = 1000000;
+    int k = 3, bits = 2048, reps = 3, sample = 256;
+    double scale = 1 << 20, clip = 1.0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--params"))
+            n = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--clients"))
+            k = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--bits"))
+            bits = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--scale"))
+            scale = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--clip"))
+            clip = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--rn-sample"))
+            sample = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "bench_fed: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (n < 1 || k < 2 || k > MAXK || reps < 1 || reps > MAXR || sample < 1) {
+        fprintf(stderr, "bench_fed: params >= 1, clients in [2, %d], reps in [1, %d]\n", MAXK,
+                MAXR);
+        return 2;
+    }
+    printf("federated round: %lld parameters, %d clients, %d OpenMP threads, median of %d\n",
+           (long long)n, k, omp_get_max_threads(), reps);
+    /* client updates: smooth values in [-0.5, 0.5], FedAvg weights by sample count 1, 2, 3, ... */
+    float *x[MAXK];
+    double w[MAXK], wsum = 0, *ref = malloc((size_t)n * sizeof *ref),
+                    *out = malloc((size_t)n * sizeof *out);
+    uint64_t *u[MAXK];
+    for (int j = 0; j < k; j++) wsum += j + 1;
+    for (int j = 0; j < k; j++) {
+        w[j] = (j + 1) / wsum;
+        x[j] = malloc((size_t)n * sizeof *x[j]);
+        u[j] = malloc((size_t)n * sizeof *u[j]);
+        for (int64_t i = 0; i < n; i++)
+            x[j][i] = (float)(0.5 * sin(0.001 * (double)i * (j + 1) + j));
+    }
+    ts_fed_pack pack;
+    if (ts_fed_pack_init(&pack, scale, clip, k, bits) != TS_OK) DIE("pack");
+    double t_plain[MAXR], t_q[MAXR], t_menc[MAXR], t_magg[MAXR], t_mfin[MAXR], t_enc[MAXR],
+        t_agg[MAXR], t_dec[MAXR];
+
+    /* plaintext FedAvg: the aggregator sums weighted float updates */
+
+    double plain_bytes = 4.0 * (double)n;
+
+    /* masking: quantise, mask (k clients), sum, unmask */
+    ts_fed_pack mpack;
+    if (ts_fed_pack_init(&mpack, scale, clip, k, 0) != TS_OK || mpack.slot_bits > 32)
+        DIE("masking needs 32-bit slots");
+    uint32_t *y = malloc((size_t)n * sizeof *y), *sum = malloc((size_t)n * sizeof *sum),
+             *xq = malloc((size_t)n * 4);
+    uint64_t *sum64 = malloc((size_t)n * sizeof *sum64);
+    double worst_m = 0;
+
+    double mask_bytes = 4.0 * (double)n + 2 * TS_MASK_KEYBYTES + (double)k * TS_MASK_BOX +
+                        (double)(k + 1) * sizeof(ts_mask_share);
+
+    /* Paillier with packing */
+    ts_paillier_priv *sk;
+    ts_paillier_pub *pk;
+    double t0 = now();
+    if (ts_paillier_keygen(bits, &sk) != TS_OK || ts_paillier_pub_of(sk, &pk) != TS_OK)
+        DIE("keygen");
+    double t_keygen = now() - t0;
+    mpz_t *ring = malloc((size_t)sample * sizeof *ring);
+    t0 = now();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < sample; i++) {
+        mpz_init(ring[i]);
+        ts_paillier_fresh_rn(pk, ring[i]);
+    }
+    double t_rn = (now() - t0) / sample * omp_get_max_threads(); /* one core's seconds per r^n */
+    int64_t count = ts_fed_pack_count(&pack, n);
+    size_t wct = ts_fed_ct_bytes(pk);
+    uint8_t *ct = malloc((size_t)count * wct), *acc = malloc((size_t)count * wct);
+    double worst_p = 0;
+
+    /* the three modes in turn within each repetition, so a change in the
+     * machine's load touches all of them alike */
+    for (int r = 0; r < reps; r++) {
+        {
+            double t0 = now();
+            for (int64_t i = 0; i < n; i++) {
+                double s = 0;
+                for (int j = 0; j < k; j++) s += w[j] * (double)x[j][i];
+                ref[i] = s;
+            }
+            t_plain[r] = now() - t0;
+        }
+        {
+            ts_mask_client *c[MAXK + 1];
+            ts_mask_server *sv;
+            ts_mask_keys keys[MAXK + 1];
+            uint8_t u1[MAXK + 1] = {0}, *boxes = malloc((size_t)(k + 1) * k * TS_MASK_BOX);
+            if (ts_mask_server_new(k, k / 2 + 1, (uint64_t)r, n, &sv) != TS_OK) DIE("mask server");
+            for (int j = 1; j <= k; j++) {
+                if (ts_mask_client_new(j, k, k / 2 + 1, (uint64_t)r, &c[j]) != TS_OK)
+                    DIE("mask client");
+                ts_mask_client_keys(c[j], &keys[j]);
+                ts_mask_server_keys(sv, j, &keys[j]);
+                u1[j] = 1;
+            }
+            for (int j = 1; j <= k; j++)
+                if (ts_mask_client_share(c[j], keys, u1, boxes + (size_t)j * k * TS_MASK_BOX) !=
+                    TS_OK)
+                    DIE("share");
+            for (int j = 1; j <= k; j++)
+                for (int v = 1; v <= k; v++)
+                    if (v != j &&
+                        ts_mask_client_accept(
+                            c[v], j, boxes + ((size_t)j * k + (size_t)(v - 1)) * TS_MASK_BOX))
+                        DIE("accept");
+            double tq = 0, te = 0, ta = 0;
+            for (int j = 1; j <= k; j++) {
+                double t0 = now();
+                if (ts_fed_quantize(&mpack, x[j - 1], n, w[j - 1], u[j - 1], NULL) != TS_OK)
+                    DIE("quantize");
+                for (int64_t i = 0; i < n; i++) xq[i] = (uint32_t)u[j - 1][i];
+                double t1 = now();
+                if (ts_mask_client_mask(c[j], u1, xq, n, y) != TS_OK) DIE("mask");
+                double t2 = now();
+                if (ts_mask_server_add(sv, j, y) != TS_OK) DIE("add");
+                tq += t1 - t0;
+                te += t2 - t1;
+                ta += now() - t2;
+            }
+            ts_mask_share sh[MAXK + 1];
+            double t0 = now();
+            for (int j = 1; j <= k; j++)
+                if (ts_mask_client_unmask(c[j], u1, u1, sh) != TS_OK ||
+                    ts_mask_server_shares(sv, j, sh) != TS_OK)
+                    DIE("unmask");
+            int count = 0;
+            if (ts_mask_server_finish(sv, u1, sum, &count) != TS_OK) DIE("finish");
+            for (int64_t i = 0; i < n; i++) sum64[i] = sum[i];
+            if (ts_fed_decode_sums(&mpack, sum64, n, count, out) != TS_OK) DIE("decode");
+            t_mfin[r] = now() - t0;
+            t_q[r] = tq / k;
+            t_menc[r] = te / k;
+            t_magg[r] = ta;
+            for (int64_t i = 0; i < n; i++) worst_m = fmax(worst_m, fabs(out[i] - ref[i]));
+            for (int j = 1; j <= k; j++) ts_mask_client_free(c[j]);
+            ts_mask_server_free(sv);
+            free(boxes);
+        }
+        {
+            double te = 0, ta = 0;
+            ts_fed_aggregate_init(pk, acc, count);
+            for (int j = 0; j < k; j++) {
+                double t1 = now();
+                if (ts_fed_quantize(&pack, x[j], n, w[j], u[j], NULL) != TS_OK) DIE("quantize");
+                if (ts_fed_encrypt_update(pk, &pack, u[j], n, ct, (const mpz_t *)ring, sample) !=
+                    TS_OK)
+                    DIE("encrypt");
+                double t2 = now();
+                if (ts_fed_aggregate(pk, acc, ct, count) != TS_OK) DIE("aggregate");
+                te += t2 - t1;
+                ta += now() - t2;
+            }
+            double t3 = now();
+            if (ts_fed_decrypt_sum(sk, &pack, acc, n, k, out) != TS_OK) DIE("decrypt");
+            t_dec[r] = now() - t3;
+            t_enc[r] = te / k;
+            t_agg[r] = ta;
+            for (int64_t i = 0; i < n; i++) worst_p = fmax(worst_p, fabs(out[i] - ref[i]));
+        }
+    }
+    double pail_bytes = (double)count * (double)wct;
+    double bound = ts_fed_pack_bound(&pack, k);
+
+    double mp = median(t_plain, reps), mq = median(t_q, reps), mme = median(t_menc, reps),
+           mma = median(t_magg, reps), mmf = median(t_mfin, reps), mpe = median(t_enc, reps),
+           mpa = median(t_agg, reps), mpd = median(t_dec, reps);
+    printf("fixed point: scale %g, clip %g, %d-bit slots (headroom for %d clients), bound %.3g; "
+           "largest error: masking %.3g, paillier %.3g\n",
+           scale, clip, pack.slot_bits, k, bound, worst_m, worst_p);
+    printf("%-22s %12s %8s %12s %12s %12s %12s %8s\n", "mode", "MB up/client", "x plain",
+           "encode+enc", "aggregate", "unmask/dec", "round s", "x plain");
+    double rp = mp, rm = mq + mme + mma + mmf, rpa = mpe + mpa + mpd;
+    printf("%-22s %12.2f %8.2f %12.4f %12.4f %12.4f %12.4f %8.2f\n", "plaintext FedAvg",
+           plain_bytes / 1e6, 1.0, 0.0, mp, 0.0, rp, 1.0);
+    printf("%-22s %12.2f %8.2f %12.4f %12.4f %12.4f %12.4f %8.1f\n", "masking", mask_bytes / 1e6,
+           mask_bytes / plain_bytes, mq + mme, mma, mmf, rm, rm / rp);
+    printf("%-22s %12.2f %8.2f %12.4f %12.4f %12.4f %12.4f %8.1f\n", "paillier packed",
+           pail_bytes / 1e6, pail_bytes / plain_bytes, mpe, mpa, mpd, rpa, rpa / rp);
+    printf("paillier %d-bit: keygen %.2f s; %lld ciphertexts of %zu bytes per update (%d slots "
+           "each; one value "
+           "per ciphertext would be %.0f MB); the pool's r^n for one update: %.1f core-seconds in "
+           "the background "
+           "(%.2f ms each)\n",
+           bits, t_keygen, (long long)count, wct, pack.slots, (double)n * (double)wct / 1e6,
+           t_rn * (double)count, t_rn * 1e3);
+    int ok = worst_m <= bound && worst_p <= bound;
+    if (!ok) printf("ERROR: a decoded average is off by more than the bound\n");
+    for (int i = 0; i < sample; i++) mpz_clear(ring[i]);
+    free(ring);
+    free(ct);
+    free(acc);
+    ts_paillier_pub_free(pk);
+    ts_paillier_priv_free(sk);
+    for (int j = 0; j < k; j++) free(x[j]), free(u[j]);
+    free(ref);
+    free(out);
+    free(y);
+    free(sum);
+    free(sum64);
+    free(xq);
+    return ok ? 0 : 1;
+}

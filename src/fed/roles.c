@@ -1,0 +1,494 @@
+/* roles.c — the aggregator, key holder and client loops (roles.h).
+ *
+ * Payloads (little endian):
+ *   PUBKEY     the public key file's text
+ *   HELLO      u64 samples
+ *   GLOBAL     f32 params[n]
+ *   ROUND      f64 weight, f32 params[n]
+ *   UPDATE     ciphertexts[count] (update.h)
+ *   AGGREGATE  u32 k, f64 weight sum, u32 text length, text, ciphertexts[count]
+ *   DONE       empty
+ * The aggregator talks to its peers one after the other, each read bounded
+ * by the transport's timeout, so a slow or silent client costs at most one
+ * timeout per round and is then dropped. */
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include "fed/roles_internal.h"
+
+ts_fed_params ts_fed_params_default(void) {
+    return (ts_fed_params){.rounds = 5,
+                           .min_clients = 2,
+                           .max_clients = 16,
+                           .key_bits = 2048,
+                           .scale = 1 << 20,
+                           .clip = 1.0,
+                           .join_s = 30,
+                           .pool = 0};
+}
+
+/* The key holder's public key and first global model. */
+/* The fixed point of masking: sums must fit the uint32 lanes. */
+static ts_status mask_pack(const ts_fed_params *fp, ts_fed_pack *pack) {
+    ts_status s = ts_fed_pack_init(pack, fp->scale, fp->clip, fp->max_clients, 0);
+    if (s == TS_OK && pack->slot_bits > 32)
+        s = ts_fail(
+            TS_ERR_INVALID,
+            "fed: masking sums in 32 bits, but 2 · clip · scale · max_clients needs %d: lower "
+            "fed.scale, fed.clip or fed.max_clients",
+            pack->slot_bits);
+    return s;
+}
+
+static ts_status agg_keyholder_hello(agg *a) {
+    ts_fed_msg m;
+    ts_status s = TS_OK;
+    if (a->fp->secure) {
+        s = mask_pack(a->fp, &a->pack);
+    } else {
+        if ((s = expect(a->kh, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m)) != TS_OK) return s;
+        s = ts_paillier_pub_from_text((const char *)m.data, m.len, &a->pk);
+        a->pub_text = (char *)m.data; /* kept to forward */
+        a->pub_len = m.len;
+        m.data = NULL;
+        if (s == TS_OK)
+            s = ts_fed_pack_init(&a->pack, a->fp->scale, a->fp->clip, a->fp->max_clients,
+                                 ts_paillier_bits(a->pk));
+    }
+    if (s != TS_OK) return s;
+    if ((s = expect(a->kh, TS_FED_MSG_GLOBAL, 1, (uint64_t)1 << 34, &m)) != TS_OK) return s;
+    if (m.len % 4 != 0 || m.len == 0) {
+        ts_fed_msg_free(&m);
+        return ts_fail(TS_ERR_FORMAT, "fed: a global model of %llu bytes",
+                       (unsigned long long)m.len);
+    }
+    a->n = (int64_t)(m.len / 4);
+    a->global = (float *)m.data;
+    return TS_OK;
+}
+
+/* Sends the public key to the clients that do not have it yet. */
+static void agg_send_key(agg *a) {
+    for (int i = 0; a->pk && i < a->n_cl; i++) {
+        peer *p = &a->cl[i];
+        if (!p->alive || p->has_key) continue;
+        if (ts_fed_send(p->c, TS_FED_MSG_PUBKEY, 0, a->pub_text, a->pub_len) != TS_OK)
+            drop(p, ts_last_error());
+        else
+            p->has_key = 1;
+    }
+}
+
+/* Admits the key holder and up to max_clients clients: until all are in, or
+ * fed.join_s has passed with the key holder and min_clients clients in. */
+static ts_status agg_admit(agg *a, ts_fed_listener *l, const char *kh_name) {
+    double deadline = now_s() + a->fp->join_s;
+    while (!a->kh || a->n_cl < a->fp->max_clients) {
+        int enough = a->kh && a->n_cl >= a->fp->min_clients;
+        if (enough && now_s() > deadline) break;
+        ts_fed_conn *c = NULL;
+        ts_status s = ts_fed_accept(l, &c);
+        if (s != TS_OK) {
+            if (!strstr(ts_last_error(), "no connection")) { /* a failed handshake: log, go on */
+                ts_logf(TS_LOG_WARN, "fed: refused a connection: %s", ts_last_error());
+                continue;
+            }
+            if (enough) break;
+            if (now_s() > deadline)
+                return ts_fail(TS_ERR_IO,
+                               "fed: %s and %d clients (fed.min_clients = %d) joined within %g s",
+                               a->kh ? "the key holder" : "no key holder", a->n_cl,
+                               a->fp->min_clients, a->fp->join_s);
+            continue;
+        }
+        if (!strcmp(ts_fed_peer(c), kh_name)) {
+            if (a->kh) {
+                ts_logf(TS_LOG_WARN, "fed: refused a second key holder");
+                ts_fed_close(c);
+                continue;
+            }
+            a->kh = c;
+            if ((s = agg_keyholder_hello(a)) != TS_OK) return s;
+            agg_send_key(a);
+            continue;
+        }
+        int dup = 0;
+        for (int i = 0; i < a->n_cl; i++) dup |= !strcmp(a->cl[i].name, ts_fed_peer(c));
+        ts_fed_msg m;
+        if (dup || expect(c, TS_FED_MSG_HELLO, 0, 8, &m) != TS_OK || m.len != 8) {
+            ts_logf(TS_LOG_WARN, "fed: refused client %s: %s", ts_fed_peer(c),
+                    dup ? "a client of that name is already in" : ts_last_error());
+            if (!dup) ts_fed_msg_free(&m);
+            ts_fed_close(c);
+            continue;
+        }
+        peer *p = &a->cl[a->n_cl++];
+        p->c = c;
+        snprintf(p->name, sizeof p->name, "%s", ts_fed_peer(c));
+        memcpy(&p->samples, m.data, 8);
+        p->alive = 1;
+        ts_fed_msg_free(&m);
+        ts_logf(TS_LOG_INFO, "fed: client %s joined with %llu samples", p->name,
+                (unsigned long long)p->samples);
+        agg_send_key(a);
+    }
+    return TS_OK;
+}
+
+static ts_status agg_round(agg *a, int r, FILE *metrics) {
+    double t0 = now_s(), total = 0;
+    for (int i = 0; i < a->n_cl; i++)
+        if (a->cl[i].alive) total += (double)a->cl[i].samples;
+    size_t bytes = 8 + (size_t)a->n * 4;
+    uint8_t *msg = malloc(bytes);
+    int64_t count = ts_fed_pack_count(&a->pack, a->n);
+    size_t w = ts_fed_ct_bytes(a->pk), ct_bytes = (size_t)count * w;
+    uint8_t *acc = malloc(ct_bytes);
+    size_t text_cap = (size_t)a->n_cl * 400 + 1, text_len = 0;
+    char *text = malloc(text_cap);
+    if (!msg || !acc || !text) {
+        free(msg);
+        free(acc);
+        free(text);
+        return ts_fail(TS_ERR_NOMEM, "fed: round %d buffers", r);
+    }
+    text[0] = 0;
+    memcpy(msg + 8, a->global, (size_t)a->n * 4);
+    uint64_t down = 0, up = 0;
+    double weights[MAX_PEERS] = {0};
+    for (int i = 0; i < a->n_cl; i++) {
+        peer *p = &a->cl[i];
+        if (!p->alive) continue;
+        weights[i] = total > 0 ? (double)p->samples / total : 0;
+        put_f64(msg, weights[i]);
+        if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, msg, bytes) != TS_OK)
+            drop(p, ts_last_error());
+        else
+            down += bytes;
+    }
+    double t_sent = now_s();
+    ts_fed_aggregate_init(a->pk, acc, count);
+    int k = 0, dropped = 0;
+    double wsum = 0, t_agg = 0;
+    ts_status s = TS_OK;
+    for (int i = 0; i < a->n_cl; i++) {
+        peer *p = &a->cl[i];
+        if (!p->alive) continue;
+        ts_fed_msg m;
+        if (expect(p->c, TS_FED_MSG_UPDATE, (uint64_t)r, ct_bytes, &m) != TS_OK) {
+            drop(p, ts_last_error());
+            dropped++;
+            continue;
+        }
+        if (m.len != ct_bytes) {
+            ts_fed_msg_free(&m);
+            drop(p, "an update of the wrong size");
+            dropped++;
+            continue;
+        }
+        /* the range of every ciphertext first, so a bad one leaves acc untouched */
+        uint8_t *tmp = malloc(ct_bytes);
+        if (!tmp) {
+            ts_fed_msg_free(&m);
+            s = ts_fail(TS_ERR_NOMEM, "fed: round %d", r);
+            break;
+        }
+        memcpy(tmp, acc, ct_bytes);
+        double ta = now_s();
+        if (ts_fed_aggregate(a->pk, tmp, m.data, count) != TS_OK) {
+            free(tmp);
+            ts_fed_msg_free(&m);
+            drop(p, ts_last_error());
+            dropped++;
+            continue;
+        }
+        t_agg += now_s() - ta;
+        memcpy(acc, tmp, ct_bytes);
+        free(tmp);
+        char hex[65];
+        sha256_hex(m.data, m.len, hex);
+        text_len += (size_t)snprintf(text + text_len, text_cap - text_len, "%s%s %llu %s",
+                                     k ? ";" : "", p->name, (unsigned long long)m.len, hex);
+        up += m.len;
+        wsum += weights[i];
+        k++;
+        ts_fed_msg_free(&m);
+    }
+    free(msg);
+    if (s == TS_OK && k < a->fp->min_clients)
+        s = ts_fail(TS_ERR_IO,
+                    "fed: round %d: %d updates arrived (%d clients dropped), fed.min_clients is %d",
+                    r, k, dropped, a->fp->min_clients);
+    if (s == TS_OK)
+        s = fedr_agg_finish(a, r, k, dropped, wsum, text, text_len, acc, ct_bytes, up, down, t0,
+                            t_sent, t_agg, metrics);
+    free(acc);
+    free(text);
+    return s;
+}
+
+ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const char *text,
+                          size_t text_len, const void *body, size_t body_len, uint64_t up,
+                          uint64_t down, double t0, double t_sent, double t_agg, FILE *metrics) {
+    ts_status s = TS_OK;
+    size_t hb = 16 + text_len, ab = hb + body_len;
+    uint8_t *am = malloc(ab);
+    if (!am) return ts_fail(TS_ERR_NOMEM, "fed: round %d aggregate", r);
+    put_u32(am, (uint32_t)k);
+    put_f64(am + 4, wsum);
+    put_u32(am + 12, (uint32_t)text_len);
+    memcpy(am + 16, text, text_len);
+    memcpy(am + hb, body, body_len);
+    s = ts_fed_send(a->kh, TS_FED_MSG_AGGREGATE, (uint64_t)r, am, ab);
+    free(am);
+    ts_fed_msg m;
+    if (s == TS_OK &&
+        (s = expect(a->kh, TS_FED_MSG_GLOBAL, (uint64_t)r + 1, (uint64_t)a->n * 4, &m)) == TS_OK) {
+        if (m.len != (uint64_t)a->n * 4)
+            s = ts_fail(TS_ERR_FORMAT, "fed: a global model of the wrong size");
+        else
+            memcpy(a->global, m.data, m.len);
+        ts_fed_msg_free(&m);
+    }
+    if (s == TS_OK && metrics) {
+        fprintf(metrics,
+                "{\"round\": %d, \"clients\": %d, \"dropped\": %d, \"bytes_up\": %llu, "
+                "\"bytes_down\": %llu, "
+                "\"train_and_encrypt_s\": %.6f, \"aggregate_s\": %.6f, \"round_s\": %.6f}\n",
+                r, k, dropped, (unsigned long long)up, (unsigned long long)down,
+                now_s() - t_sent - t_agg, t_agg, now_s() - t0);
+        fflush(metrics);
+    }
+    return s;
+}
+
+ts_status ts_fed_aggregator_run(const ts_fed_params *fp, ts_fed_listener *l,
+                                const char *keyholder_name, FILE *metrics) {
+    if (fp->max_clients > MAX_PEERS || fp->min_clients < 1 || fp->min_clients > fp->max_clients)
+        return ts_fail(TS_ERR_INVALID,
+                       "fed: min_clients %d, max_clients %d (need 1 <= min <= max <= %d)",
+                       fp->min_clients, fp->max_clients, MAX_PEERS);
+    agg a = {.fp = fp};
+    ts_status s = agg_admit(&a, l, keyholder_name);
+    for (int r = 1; s == TS_OK && r <= fp->rounds; r++) {
+        s = fp->secure ? fedr_agg_round_mask(&a, r, metrics) : agg_round(&a, r, metrics);
+        if (s != TS_OK) ts_error_prefix("aggregator");
+    }
+    /* DONE to everyone still there, success or not */
+    for (int i = 0; i < a.n_cl; i++)
+        if (a.cl[i].c) {
+            ts_fed_send(a.cl[i].c, TS_FED_MSG_DONE, 0, NULL, 0);
+            ts_fed_close(a.cl[i].c);
+        }
+    if (a.kh) {
+        ts_fed_send(a.kh, TS_FED_MSG_DONE, 0, NULL, 0);
+        ts_fed_close(a.kh);
+    }
+    ts_paillier_pub_free(a.pk);
+    free(a.pub_text);
+    free(a.global);
+    return s;
+}
+
+/* ---- key holder ---- */
+
+/* Loads the key file, or makes one when (and only when) there is none: a
+ * file that exists but cannot be read is reported, never replaced. */
+static ts_status load_or_make_key(const char *path, int bits, ts_paillier_priv **sk) {
+    struct stat st;
+    if (lstat(path, &st) == 0 || errno != ENOENT) return ts_paillier_priv_load(path, sk);
+    ts_status s = ts_paillier_keygen(bits, sk);
+    if (s == TS_OK && (s = ts_paillier_priv_save(*sk, path)) != TS_OK) {
+        ts_paillier_priv_free(*sk);
+        *sk = NULL;
+    }
+    return s;
+}
+
+ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, const char *host,
+                               int port, const char *server_name, const char *key_path,
+                               const float *init, int64_t n, ts_fed_global_fn on_global,
+                               void *user) {
+    ts_paillier_priv *sk = NULL;
+    ts_paillier_pub *pk = NULL;
+    ts_fed_conn *c = NULL;
+    char *text = NULL;
+    float *global = malloc((size_t)n * sizeof *global);
+    double *sum = malloc((size_t)n * sizeof *sum);
+    ts_fed_pack pack;
+    ts_status s = global && sum
+                      ? TS_OK
+                      : ts_fail(TS_ERR_NOMEM, "fed: key holder: a model of %lld", (long long)n);
+    if (s == TS_OK && fp->secure) {
+        s = mask_pack(fp, &pack); /* masking: no key; the sums come in plain */
+    } else if (s == TS_OK) {
+        s = load_or_make_key(key_path, fp->key_bits, &sk);
+        if (s == TS_OK) s = ts_paillier_pub_of(sk, &pk);
+        if (s == TS_OK)
+            s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));
+        if (s == TS_OK) s = ts_paillier_pub_to_text(pk, &text);
+    }
+    if (s == TS_OK) s = ts_fed_connect(tls, host, port, server_name, &c);
+    if (s == TS_OK && !fp->secure) s = ts_fed_send(c, TS_FED_MSG_PUBKEY, 0, text, strlen(text));
+    if (s == TS_OK) {
+        memcpy(global, init, (size_t)n * sizeof *global);
+        s = ts_fed_send(c, TS_FED_MSG_GLOBAL, 1, global, (uint64_t)n * 4);
+    }
+    ts_fed_round_info info = {0};
+    if (s == TS_OK && on_global) s = on_global(user, global, n, &info);
+    /* the aggregate's body: ciphertexts, or (masking) the uint32 sums */
+    size_t ct_bytes = s != TS_OK   ? 0
+                      : fp->secure ? (size_t)n * 4
+                                   : (size_t)ts_fed_pack_count(&pack, n) * ts_fed_ct_bytes(pk);
+    for (int r = 1; s == TS_OK; r++) {
+        ts_fed_msg m;
+        if ((s = ts_fed_recv(c, 16 + (uint64_t)MAX_PEERS * 400 + ct_bytes, &m)) != TS_OK) break;
+        if (m.type == TS_FED_MSG_DONE) {
+            ts_fed_msg_free(&m);
+            break;
+        }
+        if (m.type != TS_FED_MSG_AGGREGATE || m.round != (uint64_t)r) {
+            s = ts_fail(TS_ERR_FORMAT,
+                        "fed: key holder: a message of type %u, round %llu, during round %d "
+                        "(replayed or stale)",
+                        m.type, (unsigned long long)m.round, r);
+            ts_fed_msg_free(&m);
+            break;
+        }
+        uint32_t k = m.len >= 16 ? get_u32(m.data) : 0, tl = m.len >= 16 ? get_u32(m.data + 12) : 0;
+        double wsum = m.len >= 16 ? get_f64(m.data + 4) : 0;
+        if (m.len < 16 || m.len != 16 + (uint64_t)tl + ct_bytes || k < (uint32_t)fp->min_clients ||
+            k > (uint32_t)fp->max_clients || !(wsum > 0 && wsum <= 1 + 1e-9)) {
+            s = ts_fail(TS_ERR_FORMAT,
+                        "fed: key holder: round %d: a malformed aggregate (%u updates, weights %g, "
+                        "%llu bytes)",
+                        r, k, wsum, (unsigned long long)m.len);
+            ts_fed_msg_free(&m);
+            break;
+        }
+        char *who = malloc((size_t)tl + 1);
+        if (!who) {
+            ts_fed_msg_free(&m);
+            s = ts_fail(TS_ERR_NOMEM, "fed: key holder");
+            break;
+        }
+        memcpy(who, m.data + 16, tl);
+        who[tl] = 0;
+        double t0 = now_s();
+        if (fp->secure) {
+            uint32_t v;
+            for (int64_t i = 0; s == TS_OK && i < n; i++) {
+                memcpy(&v, m.data + 16 + tl + 4 * (size_t)i, 4);
+                uint64_t w = v;
+                s = ts_fed_decode_sums(&pack, &w, 1, (int)k, &sum[i]);
+            }
+        } else {
+            s = ts_fed_decrypt_sum(sk, &pack, m.data + 16 + tl, n, (int)k, sum);
+        }
+        info = (ts_fed_round_info){.round = r,
+                                   .clients = (int)k,
+                                   .weight_sum = wsum,
+                                   .participants = who,
+                                   .bytes_up = ct_bytes * k,
+                                   .decrypt_s = now_s() - t0};
+        ts_fed_msg_free(&m);
+        /* FedAvg over the clients that finished: Σ wᵢΔᵢ / Σ wᵢ */
+        for (int64_t i = 0; s == TS_OK && i < n; i++)
+            global[i] = (float)((double)global[i] + sum[i] / wsum);
+        if (s == TS_OK)
+            s = ts_fed_send(c, TS_FED_MSG_GLOBAL, (uint64_t)r + 1, global, (uint64_t)n * 4);
+        if (s == TS_OK && on_global) s = on_global(user, global, n, &info);
+        free(who);
+    }
+    if (s != TS_OK) ts_error_prefix("key holder");
+    ts_fed_close(c);
+    free(text);
+    free(global);
+    free(sum);
+    ts_paillier_pub_free(pk);
+    ts_paillier_priv_free(sk);
+    return s;
+}
+
+/* ---- client ---- */
+
+ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, const char *host,
+                            int port, const char *server_name, int64_t samples, int64_t n,
+                            ts_fed_train_fn train, void *user) {
+    ts_fed_conn *c = NULL;
+    ts_paillier_pub *pk = NULL;
+    ts_fed_pack pack;
+    float *local = malloc((size_t)n * sizeof *local), *delta = malloc((size_t)n * sizeof *delta);
+    uint64_t *u = malloc((size_t)n * sizeof *u);
+    uint8_t *ct = NULL;
+    ts_status s = local && delta && u
+                      ? TS_OK
+                      : ts_fail(TS_ERR_NOMEM, "fed: client: a model of %lld", (long long)n);
+    uint64_t hello = (uint64_t)samples;
+    ts_fed_msg m = {0};
+    if (s == TS_OK) s = ts_fed_connect(tls, host, port, server_name, &c);
+    if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_HELLO, 0, &hello, 8);
+    size_t ct_bytes = 0;
+    if (s == TS_OK && fp->secure) {
+        s = mask_pack(fp, &pack);
+    } else if (s == TS_OK) {
+        s = expect(c, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m);
+        if (s == TS_OK) s = ts_paillier_pub_from_text((const char *)m.data, m.len, &pk);
+        ts_fed_msg_free(&m);
+        if (s == TS_OK)
+            s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));
+        if (s == TS_OK) ct_bytes = (size_t)ts_fed_pack_count(&pack, n) * ts_fed_ct_bytes(pk);
+        if (s == TS_OK && !(ct = malloc(ct_bytes)))
+            s = ts_fail(TS_ERR_NOMEM, "fed: client: %zu bytes", ct_bytes);
+        if (s == TS_OK && fp->pool > 0) s = ts_paillier_pool_start(pk, fp->pool);
+    }
+    uint64_t last = 0, head = fp->secure ? 20 : 8; /* the round message before the model */
+    while (s == TS_OK) {
+        if ((s = ts_fed_recv(c, head + (uint64_t)n * 4, &m)) != TS_OK) break;
+        if (m.type == TS_FED_MSG_DONE) {
+            ts_fed_msg_free(&m);
+            break;
+        }
+        if (m.type != TS_FED_MSG_ROUND || m.round <= last || m.len != head + (uint64_t)n * 4) {
+            s = ts_fail(
+                TS_ERR_FORMAT,
+                "fed: client: a message of type %u, round %llu, %llu bytes after round %llu "
+                "(replayed, stale or for another model)",
+                m.type, (unsigned long long)m.round, (unsigned long long)m.len,
+                (unsigned long long)last);
+            ts_fed_msg_free(&m);
+            break;
+        }
+        last = m.round;
+        if (fp->secure) {
+            s = fedr_client_round_mask(fp, c, &m, &pack, n, train, user, local, delta, u);
+            ts_fed_msg_free(&m);
+            continue;
+        }
+        double weight = get_f64(m.data);
+        const float *global = (const float *)(m.data + 8);
+        int64_t clipped = 0;
+        s = train(user, (int)m.round, global, local, n);
+        for (int64_t i = 0; s == TS_OK && i < n; i++) delta[i] = local[i] - global[i];
+        if (s == TS_OK) s = ts_fed_quantize(&pack, delta, n, weight, u, &clipped);
+        if (s == TS_OK && clipped)
+            ts_logf(TS_LOG_WARN,
+                    "fed: round %llu: %lld update values beyond ±fed.clip = %g were clipped",
+                    (unsigned long long)m.round, (long long)clipped, fp->clip);
+        if (s == TS_OK) s = ts_fed_encrypt_update(pk, &pack, u, n, ct, NULL, 0);
+        if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_UPDATE, m.round, ct, ct_bytes);
+        ts_fed_msg_free(&m);
+    }
+    if (s != TS_OK) ts_error_prefix("client");
+    ts_fed_close(c);
+    ts_paillier_pub_free(pk);
+    free(local);
+    free(delta);
+    free(u);
+    free(ct);
+    return s;
+}

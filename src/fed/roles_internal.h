@@ -1,0 +1,104 @@
+/* roles_internal.h — what roles.c (the Paillier rounds) and roles_mask.c
+ * (the masking rounds) share: the aggregator's state and small helpers.
+ * Internal to src/fed. */
+#ifndef TS_FED_ROLES_INTERNAL_H
+#define TS_FED_ROLES_INTERNAL_H
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "fed/roles.h"
+#include "fed/update.h"
+
+#define MAX_PEERS 256
+
+static inline double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static inline void put_u32(uint8_t *p, uint32_t v) {
+    memcpy(p, &v, 4);
+} /* little-endian hosts only */
+static inline uint32_t get_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline void put_f64(uint8_t *p, double v) {
+    memcpy(p, &v, 8);
+}
+static inline double get_f64(const uint8_t *p) {
+    double v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Receives the next frame and checks its type and round. */
+static inline ts_status expect(ts_fed_conn *c, uint32_t type, uint64_t round, uint64_t max_len,
+                               ts_fed_msg *m) {
+    ts_status s = ts_fed_recv(c, max_len, m);
+    if (s != TS_OK) return s;
+    if (m->round != round) {
+        s = ts_fail(TS_ERR_FORMAT,
+                    "fed: %s sent a message of round %llu during round %llu (replayed or stale)",
+                    ts_fed_peer(c), (unsigned long long)m->round, (unsigned long long)round);
+    } else if (m->type != type) {
+        s = ts_fail(TS_ERR_FORMAT, "fed: %s sent a message of type %u, expected %u", ts_fed_peer(c),
+                    m->type, type);
+    }
+    if (s != TS_OK) ts_fed_msg_free(m);
+    return s;
+}
+
+static inline void sha256_hex(const void *data, size_t n, char hex[65]) {
+    unsigned char h[32];
+    unsigned int k = 0;
+    EVP_Digest(data, n, h, &k, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
+}
+
+typedef struct peer {
+    ts_fed_conn *c; /* NULL once dropped */
+    char name[256]; /* its certificate's CN */
+    uint64_t samples;
+    int alive, has_key;
+} peer;
+
+typedef struct agg {
+    const ts_fed_params *fp;
+    ts_fed_conn *kh;
+    peer cl[MAX_PEERS];
+    int n_cl;
+    ts_paillier_pub *pk;
+    char *pub_text;
+    uint64_t pub_len;
+    ts_fed_pack pack;
+    float *global;
+    int64_t n;
+} agg;
+
+static inline void drop(peer *p, const char *why) {
+    ts_logf(TS_LOG_WARN, "fed: dropping client %s: %s", p->name, why);
+    p->alive = 0;
+    ts_fed_close(p->c);
+    p->c = NULL;
+}
+
+/* Sends the round's aggregate (body: ciphertexts or masked sums) with its
+ * participants to the key holder, takes the new global model back and
+ * writes the round's metrics line; frees nothing of the caller's. */
+ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const char *text,
+                          size_t text_len, const void *body, size_t body_len, uint64_t up,
+                          uint64_t down, double t0, double t_sent, double t_agg, FILE *metrics);
+/* One aggregator round in masking mode (roles_mask.c). */
+ts_status fedr_agg_round_mask(agg *a, int r, FILE *metrics);
+/* One client round in masking mode: m is the ROUND message. */
+ts_status fedr_client_round_mask(const ts_fed_params *fp, ts_fed_conn *c, const ts_fed_msg *m,
+                                 const ts_fed_pack *pack, int64_t n, ts_fed_train_fn train,
+                                 void *user, float *local, float *delta, uint64_t *u);
+
+#endif
