@@ -162,10 +162,14 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
         out->dtype = TS_I64, esize = 8;
     else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT32)
         out->dtype = TS_I64, esize = 4;
+    else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+        out->dtype = TS_U8, esize = 1; /* kept as i64 0 / 1 */
+    else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE)
+        out->dtype = TS_F32, esize = 8; /* torch's scalar constants; read as float32 */
     else
         return ts_fail(TS_ERR_UNSUPPORTED,
-                       "onnx: tensor '%s' has element type %d (tessel reads float32, int64 "
-                       "and int32 tensors)",
+                       "onnx: tensor '%s' has element type %d (tessel reads float32, float64, "
+                       "int64, int32 and bool tensors)",
                        name, dt);
     const size_t n = (size_t)out->n, bytes = n * esize;
     uint8_t *raw = malloc(bytes ? bytes : 1);
@@ -185,6 +189,10 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
         memcpy(raw, t->int64_data, bytes);
     } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 && t->n_int32_data == n) {
         memcpy(raw, t->int32_data, bytes);
+    } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE && t->n_double_data == n) {
+        memcpy(raw, t->double_data, bytes);
+    } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL && t->n_int32_data == n) {
+        for (size_t k = 0; k < n; k++) raw[k] = t->int32_data[k] != 0;
     } else {
         s = ts_fail(TS_ERR_FORMAT, "onnx: tensor '%s' holds no data for its %zu elements", name, n);
     }
@@ -192,9 +200,20 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
         free(raw);
         return s;
     }
-    if (out->dtype == TS_F32) {
+    if (out->dtype == TS_F32 && esize == 4) {
         out->f = (float *)raw;
         return TS_OK;
+    }
+    if (out->dtype == TS_F32) {
+        float *f = malloc((n ? n : 1) * sizeof(float));
+        for (size_t k = 0; f && k < n; k++) {
+            double v;
+            memcpy(&v, raw + 8 * k, 8);
+            f[k] = (float)v;
+        }
+        free(raw);
+        out->f = f;
+        return f ? TS_OK : ts_fail(TS_ERR_NOMEM, "onnx: tensor '%s': out of memory", name);
     }
     if (esize == 8) {
         out->i = (int64_t *)raw;
@@ -206,8 +225,11 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
         return ts_fail(TS_ERR_NOMEM, "onnx: tensor '%s': out of memory", name);
     }
     for (size_t k = 0; k < n; k++) {
-        int32_t v;
-        memcpy(&v, raw + 4 * k, 4);
+        int32_t v = 0;
+        if (esize == 1)
+            v = raw[k] != 0;
+        else
+            memcpy(&v, raw + 4 * k, 4);
         out->i[k] = v;
     }
     free(raw);
