@@ -35,9 +35,16 @@ extern "C" {
 #define TS_ONNX_MAX_REFUSED 32 /* refusals kept (n_refused counts them all) */
 
 typedef struct ts_onnx_options {
-    /* The value of every symbolic (dim_param) or missing dimension of a
+    /* The value of a symbolic (dim_param) or missing first dimension of a
      * graph input; 0: such a dimension is an error naming it. */
     int64_t batch;
+    /* dims[k] > 0: the value of a dynamic dimension at axis k of a graph
+     * input (a language model's sequence axis: dims[1] = model.ctx); a
+     * dynamic axis k >= 1 without one is an error naming it. */
+    int64_t dims[TS_MAX_RANK];
+    /* Not NULL: the SHA-256 (64 hex digits) the file must have; another is
+     * a TS_ERR_IO error saying the file changed. */
+    const char *expect_sha256;
 } ts_onnx_options;
 
 typedef struct ts_onnx_info {
@@ -51,6 +58,8 @@ typedef struct ts_onnx_info {
     char ops[512]; /* "Conv x2, Relu x3, ..." in first-seen order */
     int n_refused;
     char refused[TS_ONNX_MAX_REFUSED][256];
+    char sha256[65]; /* of the model file's bytes as read (not its external data) */
+    int n_fused;     /* attention and GELU patterns imported as one op */
 } ts_onnx_info;
 
 /* Read the ONNX file at `path` into g (see above). opts may be NULL (no

@@ -40,6 +40,10 @@ int main(void) {
            "Erf is read only inside torch's GELU pattern");
     expect("gpt", FIX "gpt.onnx --batch 3", 0, "inputs: x [3, 16] i64",
            "outputs: logits [3, 16, 64] f32");
+    expect("gpt, dynamic sequence", FIX "gpt_seq.onnx --batch 2 --seq 8", 0,
+           "inputs: x [2, 8] i64", "fused: 2 patterns");
+    expect("gpt, no sequence length", FIX "gpt_seq.onnx --batch 2", 2,
+           "dimension 1 ('seq') is dynamic", NULL);
     expect("gru", FIX "gru.onnx --batch 5", 0, "outputs: logits [5, 1] f32", "GRU x2");
     expect("opset 12", FIX "opset12.onnx", 2, "uses opset 12; tessel reads opsets 13 to 18", NULL);
     expect("missing external data", FIX "missing_external.onnx", 2,

@@ -13,7 +13,8 @@ model with BatchNorm, eval.logits (the eval-mode forward before training):
   mlp, cnn     an MLP and a CNN, F.cross_entropy over the logits
   gpt          the W3 GPT of shared/reference/torch_bench.py at vocab 64,
                context 16, 2 layers, 2 heads, d 32 (token ids in, logits
-               [B, T, vocab] out, cross-entropy over every position)
+               [B, T, vocab] out, cross-entropy over every position);
+               gpt_seq.onnx the same with a dynamic sequence axis "seq"
   cnn_bn       gen_fixtures.SmallCNN (Conv, BatchNorm, ReLU, MaxPool, Linear),
                its running statistics moved off 0 / 1 by one forward first
   ops          OpsNet below: the other ops of a torch export
@@ -205,6 +206,13 @@ def more_fixtures(ref, out):
     torch.manual_seed(0)
     gpt = ref.GPT(64, 16, 2, 2, 32)
     seq = torch.randint(0, 64, (2, 17), generator=gen)
+    # The same weights with a dynamic sequence axis too (model.ctx gives it).
+    path = os.path.join(out, "gpt_seq.onnx")
+    torch.onnx.export(gpt, (seq[:, :-1].contiguous(),), path, opset_version=OPSET,
+                      input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}},
+                      do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+    onnx.checker.check_model(onnx.load(path))
     fixture("gpt", gpt, seq[:, :-1].contiguous(), seq[:, 1:].contiguous(), out, lm_loss, True)
     torch.manual_seed(0)
     cnn = SmallCNN(1, 3, 4, 8, 8, 3)

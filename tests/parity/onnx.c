@@ -16,13 +16,15 @@
 #define DIR "tests/parity/fixtures/onnx/"
 
 /* Imported initial parameters and the inference forward equal torch's. */
-static void forward(const char *model, const char *fixture, int64_t batch, int n_params) {
+static void forward_seq(const char *model, const char *fixture, int64_t batch, int64_t seq,
+                        int n_params) {
     ts_st_file *f = NULL;
     CHECK_OK(ts_st_open(fixture, &f));
     if (!f) return;
     ts_graph *g = ts_graph_new();
     ts_onnx_info info;
     ts_onnx_options o = {.batch = batch};
+    o.dims[1] = seq;
     CHECK_OK(ts_onnx_import(g, model, &o, &info));
     CHECK(info.n_inputs == 1 && !strcmp(info.input_names[0], "x"), "%s: input x", model);
     CHECK(info.n_outputs == 1 && !strcmp(info.output_names[0], "logits"), "%s: output logits",
@@ -68,6 +70,10 @@ static void forward(const char *model, const char *fixture, int64_t batch, int n
 }
 
 enum loss { CE, BCE };
+
+static void forward(const char *model, const char *fixture, int64_t batch, int n_params) {
+    forward_seq(model, fixture, batch, 0, n_params);
+}
 
 /* Loss, gradients and 2 SGD steps: cross-entropy on logits [B, C] or
  * [B, T, C] against class ids of the logits' leading shape, or BCE with
@@ -124,6 +130,7 @@ int main(void) {
     forward(DIR "mlp_ext.onnx", DIR "mlp.safetensors", 4, 6);
     forward(DIR "cnn.onnx", DIR "cnn.safetensors", 4, 6);
     forward(DIR "gpt.onnx", DIR "gpt.safetensors", 2, 28);
+    forward_seq(DIR "gpt_seq.onnx", DIR "gpt.safetensors", 2, 16, 28);
     forward(DIR "cnn_bn.onnx", DIR "cnn_bn.safetensors", 4, 8);
     forward(DIR "ops.onnx", DIR "ops.safetensors", 4, 6);
     forward(DIR "gru.onnx", DIR "gru.safetensors", 4, 10);

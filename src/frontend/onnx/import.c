@@ -170,12 +170,20 @@ static ts_status input_dims(onnx_ctx *x, const Onnx__ValueInfoProto *vi, ts_dtyp
             d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param
                 ? d->dim_param
                 : "?";
-        if (!x->opts || x->opts->batch <= 0)
+        /* The first axis is the batch; another takes its value from dims[k]
+         * (a language model's sequence axis: model.ctx). */
+        const int64_t v = !x->opts               ? 0
+                          : x->opts->dims[k] > 0 ? x->opts->dims[k]
+                          : k == 0               ? x->opts->batch
+                                                 : 0;
+        if (v <= 0)
             return ts_fail(TS_ERR_INVALID,
                            "onnx: graph input '%s' dimension %d ('%s') is dynamic and no value "
-                           "was given (set model.batch)",
-                           name, k, sym);
-        dims[k] = x->opts->batch;
+                           "was given (%s)",
+                           name, k, sym,
+                           k ? "set model.ctx for a language model's sequence axis"
+                             : "set model.batch");
+        dims[k] = v;
     }
     return TS_OK;
 }
@@ -289,7 +297,9 @@ ts_status ts_onnx_import(ts_graph *g, const char *path, const ts_onnx_options *o
     if (!g || !path) return ts_fail(TS_ERR_INVALID, "onnx: import needs a graph and a path");
     onnx_ctx x = {.g = g, .info = info, .opts = opts};
     Onnx__ModelProto *m;
-    ts_status s = onnx_load(path, &m, &x.opset, x.dir, sizeof x.dir);
+    ts_status s = onnx_load(
+        path, &m, &x.opset, x.dir, sizeof x.dir, info->sha256,
+        opts && opts->expect_sha256 && opts->expect_sha256[0] ? opts->expect_sha256 : NULL);
     if (s != TS_OK) return s;
     info->opset = x.opset, info->ir_version = m->ir_version;
     s = import_graph(&x, m->graph);

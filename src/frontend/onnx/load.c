@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "core/sha256.h"
 #include "frontend/onnx/onnx_internal.h"
 
 enum { OPSET_MIN = 13, OPSET_MAX = 18 };
@@ -38,7 +39,7 @@ static ts_status read_all(const char *path, uint8_t **data, size_t *len) {
 }
 
 ts_status onnx_load(const char *path, Onnx__ModelProto **out, int64_t *opset, char *dir,
-                    size_t dir_size) {
+                    size_t dir_size, char sha[65], const char *expect) {
     *out = NULL;
     char real[PATH_MAX];
     if (!realpath(path, real))
@@ -49,6 +50,22 @@ ts_status onnx_load(const char *path, Onnx__ModelProto **out, int64_t *opset, ch
     size_t len = 0;
     ts_status s = read_all(path, &data, &len);
     if (s != TS_OK) return s;
+    /* Hashed from the bytes decoded below, so the lineage names exactly
+     * the model that was imported. */
+    ts_sha256 h;
+    if ((s = ts_sha256_begin(&h, "onnx model")) != TS_OK) {
+        free(data);
+        return s;
+    }
+    ts_sha256_update(&h, data, len);
+    ts_sha256_end(&h, sha);
+    if (expect && strcmp(expect, sha)) {
+        free(data);
+        return ts_fail(TS_ERR_IO,
+                       "onnx: %s changed: its SHA-256 is %s, the config was checked against "
+                       "%s (model.onnx_sha256)",
+                       path, sha, expect);
+    }
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, data);
     free(data);
     if (!m || !m->graph)

@@ -48,9 +48,10 @@ typedef struct onnx_ctx {
 } onnx_ctx;
 
 /* load.c */
-/* Reads and unpacks the file; checks the opset (13..18) into *opset. */
+/* Reads and unpacks the file; checks the opset (13..18) into *opset and
+ * the SHA-256 of its bytes into sha (against expect when not NULL). */
 ts_status onnx_load(const char *path, Onnx__ModelProto **out, int64_t *opset, char *dir,
-                    size_t dir_size);
+                    size_t dir_size, char sha[65], const char *expect);
 /* A tensor's payload as f32 or i64 host data (raw, typed fields or external
  * data under dir). Other element types: TS_ERR_UNSUPPORTED. */
 ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_const *out);

@@ -94,6 +94,7 @@ ts_status onnx_gelu_erf(onnx_ctx *x, node *n) {
     x->skip[ia] = x->skip[im1] = 1;
     if (im2 >= 0) x->skip[im2] = 1;
     ts_val y = ts_gelu(x->g, onnx_get(x, X), TS_GELU_ERF);
+    x->info->n_fused++;
     if (!ts_val_ok(y)) return ts_graph_status(x->g);
     return onnx_define(x, result, y, NULL);
 }
@@ -148,6 +149,7 @@ ts_status onnx_attention(onnx_ctx *x, node *n, int *fused) {
     int axis = (int)onnx_attr_i(sm, "axis", -1);
     if (axis != -1 && axis != 3) return TS_OK;
     *fused = 1;
+    x->info->n_fused++;
     ts_val y = ts_attention(g, q, ts_transpose(g, kt, 2, 3), v, mask != NULL, scale);
     if (!ts_val_ok(y)) return ts_graph_status(g);
     return onnx_define(x, n->output[0], y, NULL);
