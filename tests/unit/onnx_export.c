@@ -115,10 +115,19 @@ static void refusals(void) {
     ts_graph *g = ts_graph_new();
     int64_t xd[2] = {4, 6}, fd[1] = {24}, md[1] = {6};
     ts_val x = ts_input(g, "x", TS_F32, 2, xd);
-    ts_val flat = ts_reshape(g, ts_relu(g, x), 1, fd);
-    refused(g, flat, &o, TS_ERR_UNSUPPORTED, "folds the batch dimension");
-    ts_val ge = ts_gelu(g, x, TS_GELU_TANH);
-    refused(g, ge, &o, TS_ERR_UNSUPPORTED, "op 'gelu'");
+    /* [4, 6] -> [3, 8]: no axis of the output carries the batch. */
+    int64_t od[2] = {3, 8};
+    ts_val flat = ts_reshape(g, ts_relu(g, x), 2, od);
+    refused(g, flat, &o, TS_ERR_UNSUPPORTED, "folds the batch dimension into a static one");
+    /* A sparse matmul (the gcn): named, with why. */
+    int64_t ip[3] = {0, 1, 2}, ix[2] = {1, 0}, pd[1] = {3}, nd[1] = {2};
+    float vals[2] = {1, 1};
+    ts_val sp =
+        ts_spmm(g, ts_constant(g, NULL, TS_I64, 1, pd, ip), ts_constant(g, NULL, TS_I64, 1, nd, ix),
+                ts_constant(g, NULL, TS_F32, 1, nd, vals), ts_transpose(g, x, 0, 1), 2, 6);
+    (void)fd;
+    refused(g, sp, &o, TS_ERR_UNSUPPORTED, "op 'spmm'");
+    refused(g, sp, &o, TS_ERR_UNSUPPORTED, "no sparse-dense matmul");
     ts_val m = ts_param(g, "missing", TS_F32, 1, md, ts_init_zeros());
     refused(g, ts_add(g, x, m), &o, TS_ERR_NOT_FOUND, "no tensor 'missing'");
     ts_onnx_export_options bad = o;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "frontend/onnx/export_internal.h"
+#include "ops/op.h"
 #include "tessel/tessel.h"
 
 void *ex_alloc(ex *e, size_t n) {
@@ -148,8 +149,9 @@ static Onnx__TensorProto *new_tensor(ex *e, const char *name, ts_dtype dt, int r
     memcpy(d, dims, (size_t)rank * sizeof *d);
     t->n_dims = (size_t)rank, t->dims = d;
     t->has_data_type = 1;
-    t->data_type =
-        dt == TS_F32 ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT : ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    t->data_type = dt == TS_F32  ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT
+                   : dt == TS_U8 ? ONNX__TENSOR_PROTO__DATA_TYPE__BOOL /* where's condition */
+                                 : ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
     t->name = ex_str(e, "%s", name);
     if (data) memcpy(raw, data, bytes);
     t->has_raw_data = 1, t->raw_data.len = bytes, t->raw_data.data = raw;
@@ -204,7 +206,7 @@ static Onnx__ValueInfoProto *value_info(ex *e, const char *name, const ts_type *
         Onnx__TensorShapeProto__Dimension *d = ex_alloc(e, sizeof *d);
         if (!d) return NULL;
         *d = (Onnx__TensorShapeProto__Dimension)ONNX__TENSOR_SHAPE_PROTO__DIMENSION__INIT;
-        if (k == 0 && batch) {
+        if (k == batch - 1) {
             d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
             d->dim_param = ex_str(e, "batch");
         } else {
@@ -245,13 +247,15 @@ const char *ex_name(ex *e, int32_t id) {
     }
     if (v->kind == TS_VK_CONST) {
         if (!e->leaf_name[id]) {
-            if (v->t.dtype != TS_F32 && v->t.dtype != TS_I64) {
+            if (v->t.dtype != TS_F32 && v->t.dtype != TS_I64 && v->t.dtype != TS_U8) {
                 e->status = ts_fail(TS_ERR_UNSUPPORTED,
-                                    "onnx export: a %s constant has no export (f32 and i64 only)",
+                                    "onnx export: a %s constant has no export (f32, i64 and u8 "
+                                    "conditions only)",
                                     ts_dtype_name(v->t.dtype));
                 return NULL;
             }
-            e->leaf_name[id] = ex_const(e, v->t.dtype, v->t.rank, v->t.dims, v->data);
+            const char *z = ex_batch_zeros(e, id);
+            e->leaf_name[id] = z ? z : ex_const(e, v->t.dtype, v->t.rank, v->t.dims, v->data);
         }
         return e->leaf_name[id];
     }
@@ -370,13 +374,22 @@ ts_status ts_onnx_export(const ts_graph *g, ts_val output, const char *path,
         e.alias[i] = -1;
         const ts_value *v = &g->values[i];
         e.batch[i] = o->dynamic_batch && v->kind == TS_VK_INPUT && v->t.rank > 0;
+        if (e.batch[i] && !e.b0) e.b0 = v->t.dims[0];
     }
     mark_needed(&e, output.id, need);
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        if (need[i] && (g->nodes[i].op == TS_OP_GRU_CELL || g->nodes[i].op == TS_OP_LSTM_CELL))
+            e.has_rnn = 1;
     /* Every op without an ONNX form first, before any is written: the error
      * names the op that stands in the way (gru_cell, not a reshape near it). */
     for (int32_t i = 0; i < g->n_nodes && e.status == TS_OK; i++)
         if (need[i] && !g->nodes[i].dead && !ex_supported(g->nodes[i].op))
-            ex_refuse(&e, i, EX_UNSUPPORTED);
+            ex_refuse(&e, i, "%s",
+                      g->nodes[i].op == TS_OP_SPMM
+                          ? "a sparse matmul (the gcn's adjacency) has no ONNX export: ONNX has "
+                            "no sparse-dense matmul, and tessel does not write the adjacency as "
+                            "a dense [nodes, nodes] constant"
+                          : EX_UNSUPPORTED);
     e.out_id = -1; /* set once the output's producer is known (after aliases) */
     for (int32_t i = 0; i < g->n_nodes && e.status == TS_OK; i++) {
         if (!need[i] || g->nodes[i].dead) continue;
