@@ -103,10 +103,21 @@ typedef struct ts_onnx_export_options {
 
 ts_onnx_export_options ts_onnx_export_defaults(void);
 
+/* A graph input or output as written: batch_axis is the axis declared
+ * dynamic ("batch"), -1 for none. */
+typedef struct ts_onnx_io {
+    char name[128];
+    ts_dtype dtype;
+    int rank, batch_axis;
+    int64_t dims[TS_MAX_RANK];
+} ts_onnx_io;
+
 typedef struct ts_onnx_export_info {
     int n_nodes, n_initializers;
     int64_t param_elems; /* elements of the initialisers */
     char ops[512];       /* "Gemm x3, Relu x2, ..." in first-written order */
+    int n_inputs;        /* the graph inputs (a Triton config lists them) */
+    ts_onnx_io inputs[TS_ONNX_MAX_IO], output;
 } ts_onnx_export_info;
 
 /* Write the ONNX file (replacing `path` only once it is complete). info

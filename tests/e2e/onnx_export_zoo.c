@@ -7,7 +7,9 @@
  * tessel's own forward (an inference plan of the run's model with the
  * checkpoint loaded) at the trained batch and at another one. With
  * python3-onnx, onnx.checker (full_check) passes on each file and
- * tests/e2e/onnx_eval.py evaluates the GPT, GRU and LSTM with NumPy. */
+ * tests/e2e/onnx_eval.py evaluates the GPT, GRU and LSTM with NumPy.
+ * `--triton DIR` lays out a Triton model repository: config.pbtxt's fields
+ * checked one by one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,10 +227,48 @@ int main(void) {
     feed vol = {TS_F32, 8 * 8 * 8, 0, NULL};
     zoo("unet3d", cfg, &vol, 2, 1, 2 * 8 * 8 * 8, 0);
 
+    /* --triton: a Triton model repository for the GPT, every field of its
+     * config.pbtxt as Triton reads it (the batch left out of the dims). */
+    char repo[600];
+    snprintf(repo, sizeof repo, "%s", e2e_path("repo"));
+    e2e_result r = e2e_runf("export %s --triton %s --max-batch 8", e2e_path("gpt"), repo);
+    CHECK(r.rc == 0 && strstr(r.out, "Triton model repository"), "triton: exit %d: %s%s", r.rc,
+          r.out, r.err);
+    e2e_done(&r);
+    char path[700];
+    snprintf(path, sizeof path, "%s/gpt/config.pbtxt", repo);
+    char *pb = e2e_slurp(path, NULL);
+    const char *want[] = {"name: \"gpt\"\n",
+                          "platform: \"onnxruntime_onnx\"\n",
+                          "max_batch_size: 8\n",
+                          "input [\n  {\n    name: \"tokens\"\n    data_type: TYPE_INT64\n"
+                          "    dims: [ 8 ]\n  }\n]\n",
+                          "output [\n  {\n    name: \"logits\"\n    data_type: TYPE_FP32\n"
+                          "    dims: [ 8, 32 ]\n  }\n]\n",
+                          "dynamic_batching { }\n"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(strstr(pb, want[i]), "config.pbtxt has '%s':\n%s", want[i], pb);
+    free(pb);
+    snprintf(path, sizeof path, "%s/gpt/1/model.onnx", repo);
+    py_check(path);
+    /* --name, and the trained batch as max_batch_size by default. */
+    r = e2e_runf("export %s --triton %s --name rnn_v2", e2e_path("gru"), repo);
+    CHECK(r.rc == 0, "triton gru: exit %d: %s", r.rc, r.err);
+    e2e_done(&r);
+    snprintf(path, sizeof path, "%s/rnn_v2/config.pbtxt", repo);
+    pb = e2e_slurp(path, NULL);
+    CHECK(strstr(pb, "name: \"rnn_v2\"") && strstr(pb, "max_batch_size: 4\n") &&
+              strstr(pb, "dims: [ 5, 3 ]") && strstr(pb, "dims: [ 1 ]"),
+          "gru's config.pbtxt:\n%s", pb);
+    free(pb);
+    r = e2e_runf("export %s --triton %s --name a/b", e2e_path("gru"), repo);
+    CHECK(r.rc == 2, "a name with a slash: exit %d", r.rc);
+    e2e_done(&r);
+
     /* The GCN: sparse matmul, refused by name with why; nothing written. */
     snprintf(cfg, sizeof cfg,
              "model: {name: gcn, nodes: 30, features: 5, hidden: 4, classes: 3}\n%s", train);
-    e2e_result r = e2e_runf("train %s --out %s", write_file("gcn.yaml", cfg), e2e_path("gcn"));
+    r = e2e_runf("train %s --out %s", write_file("gcn.yaml", cfg), e2e_path("gcn"));
     CHECK(r.rc == 0, "gcn: train exit %d: %s", r.rc, r.err);
     e2e_done(&r);
     r = e2e_runf("export %s --onnx %s", e2e_path("gcn"), e2e_path("gcn.onnx"));

@@ -226,6 +226,12 @@ static Onnx__ValueInfoProto *value_info(ex *e, const char *name, const ts_type *
     return vi;
 }
 
+static void record_io(ts_onnx_io *io, const char *name, const ts_type *t, int batch) {
+    snprintf(io->name, sizeof io->name, "%s", name);
+    io->dtype = t->dtype, io->rank = t->rank, io->batch_axis = batch - 1;
+    for (int k = 0; k < t->rank; k++) io->dims[k] = t->dims[k];
+}
+
 int32_t ex_resolve(const ex *e, int32_t id) {
     while (e->alias[id] >= 0) id = e->alias[id];
     return id;
@@ -279,6 +285,8 @@ const char *ex_name(ex *e, int32_t id) {
                 return NULL;
             }
             e->inputs[e->n_inputs++] = vi;
+            if (e->info && e->info->n_inputs < TS_ONNX_MAX_IO)
+                record_io(&e->info->inputs[e->info->n_inputs++], v->name, &v->t, e->batch[id]);
         } else if (add_initializer(e, v) != TS_OK) {
             return NULL;
         }
@@ -416,8 +424,10 @@ ts_status ts_onnx_export(const ts_graph *g, ts_val output, const char *path,
         e.out_name = ex_str(&e, "%s", name);
         e.batch[output.id] = e.batch[out];
     }
-    if (e.status == TS_OK)
+    if (e.status == TS_OK) {
         e.output = value_info(&e, e.out_name, &g->values[output.id].t, e.batch[output.id]);
+        if (info) record_io(&info->output, e.out_name, &g->values[output.id].t, e.batch[output.id]);
+    }
     if (e.status == TS_OK && e.n_inputs == 0)
         e.status = ts_fail(TS_ERR_UNSUPPORTED,
                            "onnx export: the output depends on no graph input (nothing to feed)");
