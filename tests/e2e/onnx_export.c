@@ -164,6 +164,15 @@ static void numpy_eval(const char *file, const char *run, const char *out, int r
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/e2e/onnx_eval.py %s %s %s", file,
              e2e_path("eval_x.npy"), e2e_path("eval_want.npy"));
     CHECK(system(cmd) == 0, "%s: the NumPy evaluation differs from tessel's forward", file);
+    /* With TESSEL_ORT_PYTHON (a python with onnxruntime; never needed),
+     * ONNX Runtime on the same input (examples/onnx/ort_run.py). */
+    const char *ort = getenv("TESSEL_ORT_PYTHON");
+    if (ort && *ort) {
+        char run_ort[1200];
+        snprintf(run_ort, sizeof run_ort, "%s examples/onnx/ort_run.py %s %s %s", ort, file,
+                 e2e_path("eval_x.npy"), e2e_path("eval_want.npy"));
+        CHECK(system(run_ort) == 0, "%s: ONNX Runtime differs from tessel's forward", file);
+    }
     free(x), free(want);
 }
 

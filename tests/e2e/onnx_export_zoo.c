@@ -135,18 +135,27 @@ static void py_check(const char *file) {
     CHECK(system(cmd) == 0, "onnx.checker failed on %s", file);
 }
 
-/* onnx_eval.py on the trained batch's x and tessel's forward. */
-static void numpy_eval(const char *file, const feed *f, int64_t batch, const void *x,
-                       const float *want, size_t yn) {
-    if (!have_onnx_py) return;
+/* The trained batch's x and tessel's forward as .npy beside the file;
+ * onnx_eval.py evaluates the file with NumPy (python3-onnx), and with
+ * TESSEL_ORT_PYTHON set (a python with onnxruntime, never needed)
+ * examples/onnx/ort_run.py runs it with ONNX Runtime. */
+static void evaluate(const char *file, const feed *f, int64_t batch, const void *x,
+                     const float *want, size_t yn, int numpy) {
     const int64_t xd[2] = {batch, f->per_row}, yd[2] = {batch, (int64_t)yn / batch};
-    tf_write_npy_dims(e2e_path("eval_x.npy"), f->dt == TS_I64 ? "<i8" : "<f4", 2, xd, x,
-                      f->dt == TS_I64 ? 8 : 4);
-    tf_write_npy_dims(e2e_path("eval_want.npy"), "<f4", 2, yd, want, 4);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/e2e/onnx_eval.py %s %s %s", file,
-             e2e_path("eval_x.npy"), e2e_path("eval_want.npy"));
-    CHECK(system(cmd) == 0, "%s: the NumPy evaluation differs from tessel's forward", file);
+    char xp[800], wp[800], cmd[2600];
+    snprintf(xp, sizeof xp, "%s.x.npy", file);
+    snprintf(wp, sizeof wp, "%s.want.npy", file);
+    tf_write_npy_dims(xp, f->dt == TS_I64 ? "<i8" : "<f4", 2, xd, x, f->dt == TS_I64 ? 8 : 4);
+    tf_write_npy_dims(wp, "<f4", 2, yd, want, 4);
+    if (have_onnx_py && numpy) {
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/e2e/onnx_eval.py %s %s %s", file, xp, wp);
+        CHECK(system(cmd) == 0, "%s: the NumPy evaluation differs from tessel's forward", file);
+    }
+    const char *ort = getenv("TESSEL_ORT_PYTHON");
+    if (ort && *ort) {
+        snprintf(cmd, sizeof cmd, "%s examples/onnx/ort_run.py %s %s %s", ort, file, xp, wp);
+        CHECK(system(cmd) == 0, "%s: ONNX Runtime differs from tessel's forward", file);
+    }
 }
 
 /* Trains the config 2 steps, exports, round-trips at batch and at rows2
@@ -187,7 +196,7 @@ static void zoo(const char *what, const char *cfg, const feed *f, int64_t batch,
           d);
     printf("%s: at batch %lld max |diff| %.3g\n", what, (long long)rows2, d);
     py_check(file);
-    if (eval) numpy_eval(file, f, batch, x, want, yn);
+    evaluate(file, f, batch, x, want, yn, eval);
     free(x), free(want), free(got);
 }
 
