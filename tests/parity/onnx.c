@@ -99,8 +99,8 @@ static void train(const char *model, const char *fixture, int64_t batch, enum lo
     ts_graph_free(g);
 }
 
-/* The W3 GPT's attention is fused into ts_attention and its erf-free GELU
- * (tanh form) imported op by op: no MatMul of rank-4 scores is left. */
+/* The W3 GPT's attention is fused into ts_attention and its tanh GELU
+ * (torch's formula) into ts_gelu: no softmax or tanh is left in the plan. */
 static void gpt_fused(void) {
     ts_graph *g = ts_graph_new();
     ts_onnx_info info;
@@ -116,6 +116,9 @@ static void gpt_fused(void) {
     if (mem) fclose(mem);
     CHECK(text && strstr(text, "attention") && !strstr(text, "softmax"),
           "gpt: the plan runs fused attention and no separate softmax");
+    CHECK(text && strstr(text, "gelu") && !strstr(text, "tanh"),
+          "gpt: the plan runs gelu (tanh form) and no separate tanh");
+    CHECK(info.n_fused == 4, "gpt: 2 attention and 2 GELU patterns fused, got %d", info.n_fused);
     free(text);
     ts_plan_free(p);
     ts_graph_free(g);

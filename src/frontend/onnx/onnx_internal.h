@@ -102,6 +102,9 @@ ts_status onnx_op_more(onnx_ctx *x, const Onnx__NodeProto *n, int *found);
 ts_status onnx_op_rnn(onnx_ctx *x, const Onnx__NodeProto *n); /* GRU, LSTM */
 /* Erf inside torch's erf GELU: the whole pattern as one ts_gelu. */
 ts_status onnx_gelu_erf(onnx_ctx *x, const Onnx__NodeProto *n);
+/* Tanh inside torch's tanh GELU: the whole pattern as one ts_gelu; *fused
+ * 0 when n is an ordinary tanh. */
+ts_status onnx_gelu_tanh(onnx_ctx *x, const Onnx__NodeProto *n, int *fused);
 /* MatMul(Softmax(Where(mask, -inf, scale * q k^T)), v) as ts_attention;
  * *fused 0 when n is not the end of that pattern. */
 ts_status onnx_attention(onnx_ctx *x, const Onnx__NodeProto *n, int *fused);

@@ -130,6 +130,9 @@ static ts_status binary(onnx_ctx *x, node *n) {
 static ts_status unary(onnx_ctx *x, node *n) {
     ts_status s;
     if ((s = only_attrs(x, n, "")) || (s = need_inputs(x, n, 1, 1))) return s;
+    int fused = 0;
+    if (!strcmp(n->op_type, "Tanh") && ((s = onnx_gelu_tanh(x, n, &fused)) != TS_OK || fused))
+        return s;
     ts_val a = in(x, n, 0);
     const char *op = n->op_type;
     ts_val y = !strcmp(op, "Relu")      ? ts_relu(x->g, a)

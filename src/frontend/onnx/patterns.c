@@ -4,6 +4,9 @@
  *                (or x * 0.5 first, as written by hand): ts_gelu. ONNX
  *                before opset 20 has no Gelu, and tessel has no Erf of its
  *                own, so an Erf outside this pattern is refused.
+ *   GELU (tanh): Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)) with the same
+ *                tail (x^3 as x * x * x or Pow(x, 3)): ts_gelu(tanh); a
+ *                Tanh outside it is an ordinary tanh.
  *   attention:   MatMul(Softmax(Where(causal mask, -inf, scale * q @ kT)), v)
  *                with q, kT, v of rank 4 (the W3 GPT's explicit attention):
  *                ts_attention, blockwise, no [T, T] matrix kept. Without the
@@ -63,6 +66,42 @@ static node *sole_reader(const onnx_ctx *x, const char *name, long *idx) {
     return onnx_consumers(x, name, idx) == 1 ? at(x, *idx) : NULL;
 }
 
+/* GELU's tail after its nonlinearity t (erf(x / sqrt 2) or tanh(...)):
+ * Add(t, 1) then Mul by x and by 0.5 (x * (1 + t) * 0.5, or (x * 0.5) *
+ * (1 + t)). Returns the value the whole GELU makes, and the nodes to skip
+ * in idx[0..2] (-1 unused); NULL when the nodes do not follow it. */
+static const char *gelu_tail(onnx_ctx *x, const char *t, const char *X, long *idx) {
+    const double tol = 1e-5;
+    idx[0] = idx[1] = idx[2] = -1;
+    node *add = sole_reader(x, t, &idx[0]);
+    const char *one = is(add, "Add") ? other(add, t) : NULL;
+    node *m1 = one && near(x, one, 1, tol) ? sole_reader(x, add->output[0], &idx[1]) : NULL;
+    const char *p = is(m1, "Mul") ? other(m1, add->output[0]) : NULL;
+    if (p && !strcmp(p, X)) { /* x * (1 + t) then * 0.5 */
+        node *m2 = sole_reader(x, m1->output[0], &idx[2]);
+        const char *half = is(m2, "Mul") ? other(m2, m1->output[0]) : NULL;
+        return half && near(x, half, 0.5, tol) ? m2->output[0] : NULL;
+    }
+    if (p) { /* (x * 0.5) * (1 + t) */
+        node *h = at(x, onnx_producer(x, p));
+        const char *xo = is(h, "Mul") ? other(h, X) : NULL;
+        return xo && near(x, xo, 0.5, tol) ? m1->output[0] : NULL;
+    }
+    return NULL;
+}
+
+/* The whole GELU as one ts_gelu defining `result`; the tail nodes skipped
+ * (the ones before it, already built, are left to dead-code removal). */
+static ts_status gelu_fused(onnx_ctx *x, const char *X, const char *result, const long *idx,
+                            ts_gelu_approx approx) {
+    for (int k = 0; k < 3; k++)
+        if (idx[k] >= 0) x->skip[idx[k]] = 1;
+    ts_val y = ts_gelu(x->g, onnx_get(x, X), approx);
+    x->info->n_fused++;
+    if (!ts_val_ok(y)) return ts_graph_status(x->g);
+    return onnx_define(x, result, y, NULL);
+}
+
 ts_status onnx_gelu_erf(onnx_ctx *x, node *n) {
     ts_status s;
     if ((s = onnx_only_attrs(x, n, "")) || (s = onnx_need_inputs(x, n, 1, 1))) return s;
@@ -72,31 +111,46 @@ ts_status onnx_gelu_erf(onnx_ctx *x, node *n) {
     if (is(d, "Div") && near(x, d->input[1], r2, tol)) X = d->input[0];
     if (is(d, "Mul") && near(x, d->input[1], 1 / r2, tol)) X = d->input[0];
     if (is(d, "Mul") && near(x, d->input[0], 1 / r2, tol)) X = d->input[1];
-    long ia = -1, im1 = -1, im2 = -1;
-    node *add = X ? sole_reader(x, n->output[0], &ia) : NULL;
-    const char *one = is(add, "Add") ? other(add, n->output[0]) : NULL;
-    node *m1 = one && near(x, one, 1, tol) ? sole_reader(x, add->output[0], &im1) : NULL;
-    const char *p = is(m1, "Mul") ? other(m1, add->output[0]) : NULL;
-    const char *result = NULL;
-    if (p && !strcmp(p, X)) { /* x * (1 + erf) then * 0.5 */
-        node *m2 = sole_reader(x, m1->output[0], &im2);
-        const char *half = is(m2, "Mul") ? other(m2, m1->output[0]) : NULL;
-        if (half && near(x, half, 0.5, tol)) result = m2->output[0];
-    } else if (p) { /* (x * 0.5) * (1 + erf) */
-        node *h = at(x, onnx_producer(x, p));
-        const char *xo = is(h, "Mul") ? other(h, X) : NULL;
-        if (xo && near(x, xo, 0.5, tol)) result = m1->output[0];
-    }
+    long idx[3];
+    const char *result = X ? gelu_tail(x, n->output[0], X, idx) : NULL;
     if (!result)
         return onnx_refuse(x, n,
                            "Erf is read only inside torch's GELU pattern (x * 0.5 * (1 + "
                            "erf(x / sqrt(2)))), not alone");
-    x->skip[ia] = x->skip[im1] = 1;
-    if (im2 >= 0) x->skip[im2] = 1;
-    ts_val y = ts_gelu(x->g, onnx_get(x, X), TS_GELU_ERF);
-    x->info->n_fused++;
-    if (!ts_val_ok(y)) return ts_graph_status(x->g);
-    return onnx_define(x, result, y, NULL);
+    return gelu_fused(x, X, result, idx, TS_GELU_ERF);
+}
+
+/* The operand of a Mul node by a constant near k, or NULL. */
+static const char *times(onnx_ctx *x, node *m, double k, double tol) {
+    if (!is(m, "Mul")) return NULL;
+    if (near(x, m->input[0], k, tol)) return m->input[1];
+    if (near(x, m->input[1], k, tol)) return m->input[0];
+    return NULL;
+}
+
+ts_status onnx_gelu_tanh(onnx_ctx *x, node *n, int *fused) {
+    *fused = 0;
+    const double tol = 1e-5;
+    /* tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)) */
+    const char *inner = times(x, at(x, onnx_producer(x, n->input[0])), sqrt(2 / M_PI), tol);
+    node *add = inner ? at(x, onnx_producer(x, inner)) : NULL;
+    if (!is(add, "Add")) return TS_OK;
+    const char *X = NULL;
+    for (int k = 0; k < 2 && !X; k++) {
+        const char *cube = times(x, at(x, onnx_producer(x, add->input[k])), 0.044715, tol);
+        node *c = cube ? at(x, onnx_producer(x, cube)) : NULL;
+        const char *cand = add->input[1 - k];
+        if (is(c, "Pow") && !strcmp(c->input[0], cand) && near(x, c->input[1], 3, 0)) X = cand;
+        if (!is(c, "Mul")) continue;
+        const char *sq = other(c, cand); /* x * (x * x), either order */
+        node *q = sq ? at(x, onnx_producer(x, sq)) : NULL;
+        if (is(q, "Mul") && !strcmp(q->input[0], cand) && !strcmp(q->input[1], cand)) X = cand;
+    }
+    long idx[3];
+    const char *result = X ? gelu_tail(x, n->output[0], X, idx) : NULL;
+    if (!result) return TS_OK;
+    *fused = 1;
+    return gelu_fused(x, X, result, idx, TS_GELU_TANH);
 }
 
 /* mask [..., T, T] hides exactly the keys after each query: j > i. */
