@@ -47,7 +47,7 @@ static void default_name(const char *run, char *name, size_t n) {
 }
 
 static int export_onnx(const char *ckpt, const char *pubkey, const char *out, int64_t opset,
-                       const triton_opts *tr) {
+                       ts_dtype wtype, const triton_opts *tr) {
     ts_ckpt *c = NULL;
     ts_status s = ts_ckpt_open(ckpt, pubkey, NULL, &c);
     if (s != TS_OK) return cli_error(cli_status_code(s), "%s", ts_last_error());
@@ -103,6 +103,7 @@ static int export_onnx(const char *ckpt, const char *pubkey, const char *out, in
     if (s == TS_OK) {
         ts_onnx_export_options o = ts_onnx_export_defaults();
         o.opset = opset;
+        o.weights = wtype;
         o.weight = read_weight;
         o.weight_ctx = &w;
         snprintf(step, sizeof step, "%lld", (long long)in.step);
@@ -154,6 +155,7 @@ int tessel_cmd_export_onnx(int argc, char **argv) {
     const char *ckpt = NULL, *out = NULL, *pubkey = NULL;
     int64_t opset = 18;
     triton_opts tr = {NULL, NULL, 0};
+    ts_dtype weights = TS_F32;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
         if (a[0] != '-') {
@@ -170,6 +172,9 @@ int tessel_cmd_export_onnx(int argc, char **argv) {
             pubkey = v;
         else if (nl == 7 && !strncmp(a, "--opset", nl) && (!strcmp(v, "17") || !strcmp(v, "18")))
             opset = atoi(v);
+        else if (nl == 9 && !strncmp(a, "--weights", nl) &&
+                 (!strcmp(v, "f32") || !strcmp(v, "fp16") || !strcmp(v, "bf16")))
+            weights = v[0] == 'f' && v[1] == '3' ? TS_F32 : v[0] == 'f' ? TS_F16 : TS_BF16;
         else if (nl == 8 && !strncmp(a, "--triton", nl))
             tr.dir = v;
         else if (nl == 6 && !strncmp(a, "--name", nl) && v[0] && !strchr(v, '/'))
@@ -179,14 +184,14 @@ int tessel_cmd_export_onnx(int argc, char **argv) {
         else
             return cli_error(CLI_USAGE,
                              "export: '%s' (with --onnx / --triton: --pubkey FILE, --opset 17|18, "
-                             "--triton DIR, --name NAME, --max-batch N)",
+                             "--weights f32|fp16|bf16, --triton DIR, --name NAME, --max-batch N)",
                              a);
     }
     if (!ckpt || (!out && !tr.dir))
         return cli_error(CLI_USAGE, "export: usage: tessel export CKPT --onnx FILE [--pubkey "
-                                    "FILE] [--opset 17|18] [--triton DIR [--name NAME] "
-                                    "[--max-batch N]]");
+                                    "FILE] [--opset 17|18] [--weights f32|fp16|bf16] [--triton "
+                                    "DIR [--name NAME] [--max-batch N]]");
     if ((tr.name || tr.max_batch) && !tr.dir)
         return cli_error(CLI_USAGE, "export: --name and --max-batch go with --triton DIR");
-    return export_onnx(ckpt, pubkey, out, opset, &tr);
+    return export_onnx(ckpt, pubkey, out, opset, weights, &tr);
 }

@@ -93,6 +93,10 @@ typedef ts_status (*ts_onnx_weight_fn)(void *ctx, const char *name, void *dst, s
 typedef struct ts_onnx_export_options {
     int64_t opset;     /* default-domain opset written (17 or 18; default 18) */
     int dynamic_batch; /* 1 (default): inputs' first dimension is "batch" */
+    /* TS_F32 (0, the default), TS_F16 or TS_BF16: the initialisers' type;
+     * half ones are read through a Cast to float32 (half the file, the
+     * weights rounded to nearest even). */
+    ts_dtype weights;
     ts_onnx_weight_fn weight;
     void *weight_ctx;
     const char *output_name; /* NULL: the output value's own name */

@@ -270,6 +270,16 @@ int main(void) {
               strstr(pb, "dims: [ 5, 3 ]") && strstr(pb, "dims: [ 1 ]"),
           "gru's config.pbtxt:\n%s", pb);
     free(pb);
+    /* --weights fp16: half initialisers read through Cast, checker-valid. */
+    snprintf(path, sizeof path, "%s", e2e_path("gru16.onnx"));
+    r = e2e_runf("export %s --onnx %s --weights fp16", e2e_path("gru"), path);
+    CHECK(r.rc == 0 && strstr(r.out, "Cast x10"), "fp16 weights: exit %d: %s%s", r.rc, r.out,
+          r.err);
+    e2e_done(&r);
+    py_check(path);
+    r = e2e_runf("export %s --onnx %s --weights fp8", e2e_path("gru"), path);
+    CHECK(r.rc == 2 && strstr(r.err, "--weights f32|fp16|bf16"), "fp8 weights: exit %d", r.rc);
+    e2e_done(&r);
     r = e2e_runf("export %s --triton %s --name a/b", e2e_path("gru"), repo);
     CHECK(r.rc == 2, "a name with a slash: exit %d", r.rc);
     e2e_done(&r);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/half.h"
 #include "frontend/onnx/export_internal.h"
 #include "ops/op.h"
 #include "tessel/tessel.h"
@@ -169,8 +170,11 @@ const char *ex_const(ex *e, ts_dtype dt, int rank, const int64_t *dims, const vo
     return name;
 }
 
-/* An initialiser for a parameter or state value, its bytes from o->weight. */
-static ts_status add_initializer(ex *e, const ts_value *v) {
+/* An initialiser for a parameter or state value, its bytes from o->weight;
+ * stored as f16 / bf16 when o->weights asks (*cast then names the Cast to
+ * float32 the graph reads instead). */
+static ts_status add_initializer(ex *e, const ts_value *v, const char **cast) {
+    *cast = NULL;
     if (v->t.dtype != TS_F32)
         return e->status = ts_fail(TS_ERR_UNSUPPORTED,
                                    "onnx export: parameter '%s' is %s; tessel exports float32 "
@@ -180,6 +184,25 @@ static ts_status add_initializer(ex *e, const ts_value *v) {
     if (!t) return e->status;
     ts_status s = e->o->weight(e->o->weight_ctx, v->name, t->raw_data.data, t->raw_data.len);
     if (s != TS_OK) return e->status = s;
+    const int half = e->o->weights == TS_F16 || e->o->weights == TS_BF16;
+    if (half) {
+        const int64_t n = ts_type_numel(&v->t);
+        uint16_t *h = ex_alloc(e, (size_t)n * 2);
+        if (!h) return e->status;
+        const float *f = (const float *)t->raw_data.data;
+        if (e->o->weights == TS_F16)
+            ts_f32_to_f16_n(h, f, n);
+        else
+            ts_f32_to_bf16_n(h, f, n);
+        t->raw_data.data = (uint8_t *)h, t->raw_data.len = (size_t)n * 2;
+        t->data_type = e->o->weights == TS_F16 ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16
+                                               : ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+        const char *nm = v->name;
+        *cast = ex_str(e, "%s.f32", v->name);
+        Onnx__NodeProto *c = *cast ? ex_node(e, "Cast", 1, &nm, *cast) : NULL;
+        ex_attr_i(e, c, "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+        if (!c) return e->status;
+    }
     if (e->n_inits == e->cap_inits) {
         const size_t cap = e->cap_inits ? 2 * e->cap_inits : 32;
         Onnx__TensorProto **ni = realloc(e->inits, cap * sizeof *ni);
@@ -287,8 +310,10 @@ const char *ex_name(ex *e, int32_t id) {
             e->inputs[e->n_inputs++] = vi;
             if (e->info && e->info->n_inputs < TS_ONNX_MAX_IO)
                 record_io(&e->info->inputs[e->info->n_inputs++], v->name, &v->t, e->batch[id]);
-        } else if (add_initializer(e, v) != TS_OK) {
-            return NULL;
+        } else {
+            const char *cast;
+            if (add_initializer(e, v, &cast) != TS_OK) return NULL;
+            if (cast) return e->leaf_name[id] = cast;
         }
         e->leaf_name[id] = ex_str(e, "%s", v->name);
     }
@@ -361,6 +386,9 @@ ts_status ts_onnx_export(const ts_graph *g, ts_val output, const char *path,
     if (!g || !path || !o || !o->weight || !ts_val_ok(output) || output.id >= g->n_values)
         return ts_fail(TS_ERR_INVALID,
                        "onnx export: needs a graph, an output of it, a path and a weight reader");
+    if (o->weights != TS_F32 && o->weights != TS_F16 && o->weights != TS_BF16)
+        return ts_fail(TS_ERR_INVALID, "onnx export: weights as %s (f32, f16 or bf16)",
+                       ts_dtype_name(o->weights));
     if (o->opset < 17 || o->opset > 18)
         return ts_fail(TS_ERR_INVALID, "onnx export: opset %lld (tessel writes 17 or 18)",
                        (long long)o->opset);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "core/half.h"
 #include "core/sha256.h"
 #include "frontend/onnx/onnx_internal.h"
 
@@ -183,10 +184,13 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
         out->dtype = TS_U8, esize = 1; /* kept as i64 0 / 1 */
     else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE)
         out->dtype = TS_F32, esize = 8; /* torch's scalar constants; read as float32 */
+    else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+             dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
+        out->dtype = TS_F32, esize = 2; /* half weights, read as float32 (exactly) */
     else
         return ts_fail(TS_ERR_UNSUPPORTED,
-                       "onnx: tensor '%s' has element type %d (tessel reads float32, float64, "
-                       "int64, int32 and bool tensors)",
+                       "onnx: tensor '%s' has element type %d (tessel reads float32, float16, "
+                       "bfloat16, float64, int64, int32 and bool tensors)",
                        name, dt);
     const size_t n = (size_t)out->n, bytes = n * esize;
     uint8_t *raw = malloc(bytes ? bytes : 1);
@@ -208,6 +212,11 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
         memcpy(raw, t->int32_data, bytes);
     } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE && t->n_double_data == n) {
         memcpy(raw, t->double_data, bytes);
+    } else if (esize == 2 && t->n_int32_data == n) { /* f16 / bf16 bit patterns, one each */
+        for (size_t k = 0; k < n; k++) {
+            const uint16_t h = (uint16_t)t->int32_data[k];
+            memcpy(raw + 2 * k, &h, 2);
+        }
     } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL && t->n_int32_data == n) {
         for (size_t k = 0; k < n; k++) raw[k] = t->int32_data[k] != 0;
     } else {
@@ -224,6 +233,13 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
     if (out->dtype == TS_F32) {
         float *f = malloc((n ? n : 1) * sizeof(float));
         for (size_t k = 0; f && k < n; k++) {
+            if (esize == 2) {
+                uint16_t h;
+                memcpy(&h, raw + 2 * k, 2);
+                f[k] = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ? ts_f16_to_f32(h)
+                                                                    : ts_bf16_to_f32(h);
+                continue;
+            }
             double v;
             memcpy(&v, raw + 8 * k, 8);
             f[k] = (float)v;
