@@ -18,6 +18,8 @@ model with BatchNorm, eval.logits (the eval-mode forward before training):
   cnn_bn       gen_fixtures.SmallCNN (Conv, BatchNorm, ReLU, MaxPool, Linear),
                its running statistics moved off 0 / 1 by one forward first
   ops          OpsNet below: the other ops of a torch export
+  bigru.onnx, strided.onnx  models the importer refuses (a bidirectional
+               GRU, a Slice with step 2), for tests/unit/onnx_import.c
   gru, lstm    gen_fixtures' W2 GRUClassifier and LSTMClassifier (features 3,
                hidden 6, 2 layers, sequence 5), BCE with logits on [B, 1]
 
@@ -195,6 +197,30 @@ class OpsNet(nn.Module):
         return self.fc(z.flatten(1))
 
 
+class BiGRU(nn.Module):
+    """A bidirectional GRU: refused (tessel's GRU import is forward only)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(3, 4, batch_first=True, bidirectional=True)
+
+    def forward(self, x):
+        return self.gru(x)[0][:, -1]
+
+
+class Strided(nn.Module):
+    """x[:, ::2] of a graph value: refused (Slice steps other than 1)."""
+
+    def forward(self, x):
+        return torch.relu(x)[:, ::2]
+
+
+def refusal(model, x, path):
+    torch.onnx.export(model, (x,), path, opset_version=OPSET, input_names=["x"],
+                      output_names=["y"], do_constant_folding=False,
+                      training=torch.onnx.TrainingMode.TRAINING)
+
+
 def lm_loss(logits, y):
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
 
@@ -229,6 +255,8 @@ def more_fixtures(ref, out):
         x = torch.randn(4, 5, 3, generator=gen)
         y = (x[:, -2:, 0].sum(dim=1) > 0).float().unsqueeze(1)
         fixture(name, model, x, y, out, F.binary_cross_entropy_with_logits, True)
+    refusal(BiGRU(), torch.randn(2, 5, 3, generator=gen), os.path.join(out, "bigru.onnx"))
+    refusal(Strided(), torch.randn(2, 6, generator=gen), os.path.join(out, "strided.onnx"))
 
 
 def main():

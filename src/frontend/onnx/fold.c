@@ -6,6 +6,7 @@
  * are constants for the nodes after it, and become graph constants only if
  * a graph op reads them. Integer elements are kept exact (int64). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,19 @@ static ts_status nomem(void) {
 static ts_status put(onnx_ctx *x, node *n, size_t k, onnx_const *c) {
     if (!c) return nomem();
     return onnx_define(x, n->output[k], TS_NONE, c);
+}
+
+/* Folded constants are shapes, indices and masks: one over this many
+ * elements is refused rather than materialised on the host. */
+#define FOLD_MAX ((int64_t)1 << 26)
+
+static int too_big(int rank, const int64_t *dims) {
+    int64_t n = 1;
+    for (int k = 0; k < rank; k++) {
+        if (dims[k] < 0 || (dims[k] && n > FOLD_MAX / dims[k])) return 1;
+        n *= dims[k];
+    }
+    return n > FOLD_MAX;
 }
 
 /* Copies element `from` of a into element `to` of c (same dtype family). */
@@ -87,6 +101,7 @@ static ts_status elementwise(onnx_ctx *x, node *n, const onnx_const *a, const on
         if (!broadcast(&t, c3, &rank, dims))
             return onnx_refuse(x, n, "constant operands do not broadcast");
     }
+    if (c3 && !a->i) return onnx_refuse(x, n, "the condition must be a bool tensor");
     const int cmp = !strcmp(op, "Equal") || !strcmp(op, "Less") || !strcmp(op, "Greater") ||
                     !strcmp(op, "And") || !strcmp(op, "Or");
     const ts_dtype dt = cmp  ? TS_U8
@@ -108,16 +123,19 @@ static ts_status elementwise(onnx_ctx *x, node *n, const onnx_const *a, const on
         if (ints) {
             const int64_t u = a->i[ia], v = b->i[ib];
             int64_t r = 0;
+            /* wrapping (unsigned) arithmetic: no undefined overflow */
             switch (op[0]) {
-            case 'A': r = op[1] == 'd' ? u + v : (u && v); break; /* Add, And */
-            case 'S': r = u - v; break;
-            case 'M': r = u * v; break;
+            case 'A':
+                r = op[1] == 'd' ? (int64_t)((uint64_t)u + (uint64_t)v) : (u && v);
+                break; /* Add, And */
+            case 'S': r = (int64_t)((uint64_t)u - (uint64_t)v); break;
+            case 'M': r = (int64_t)((uint64_t)u * (uint64_t)v); break;
             case 'D':
                 if (!v) {
                     onnx_const_free(c);
                     return onnx_refuse(x, n, "integer division by zero in a constant");
                 }
-                r = u / v;
+                r = u == INT64_MIN && v == -1 ? u : u / v;
                 break;
             case 'E': r = u == v; break;
             case 'L': r = u < v; break;
@@ -281,6 +299,7 @@ static ts_status concat(onnx_ctx *x, node *n) {
     int fl = 0;
     for (size_t j = 0; j < n->n_input; j++) {
         const onnx_const *b = onnx_const_of(x, n->input[j]);
+        if (!b) return onnx_refuse(x, n, "an empty input");
         if (b->rank != a->rank) return onnx_refuse(x, n, "inputs of different ranks");
         total += b->dims[axis], fl |= b->f != NULL;
     }
@@ -377,8 +396,9 @@ ts_status onnx_fold(onnx_ctx *x, node *n, int *done) {
         const onnx_const *d = onnx_const_of(x, n->input[2]);
         const double lo = onnx_const_at(a, 0), hi = onnx_const_at(b, 0), st = onnx_const_at(d, 0);
         if (st == 0) return onnx_refuse(x, n, "delta 0");
-        int64_t len = (int64_t)ceil((hi - lo) / st);
-        if (len < 0) len = 0;
+        const double span = ceil((hi - lo) / st);
+        if (!(span < (double)FOLD_MAX)) return onnx_refuse(x, n, "a range of %g elements", span);
+        int64_t len = span > 0 ? (int64_t)span : 0;
         onnx_const *c = onnx_const_new(a->f ? TS_F32 : TS_I64, 1, &len);
         if (!c) return nomem();
         for (int64_t k = 0; k < len; k++) {
@@ -393,6 +413,9 @@ ts_status onnx_fold(onnx_ctx *x, node *n, int *done) {
         if (!a->i || a->rank != 1 || a->n > TS_MAX_RANK)
             return onnx_refuse(x, n, "the shape must be an int64 vector of rank <= %d",
                                TS_MAX_RANK);
+        if (too_big((int)a->n, a->i))
+            return onnx_refuse(x, n, "a shape of more than %lld elements (or negative)",
+                               (long long)FOLD_MAX);
         const Onnx__AttributeProto *v = onnx_attr(n, "value");
         onnx_const val = {0};
         float zero = 0;
@@ -418,7 +441,8 @@ ts_status onnx_fold(onnx_ctx *x, node *n, int *done) {
         for (int k = 0; k < sh.rank; k++) sh.dims[k] = b->i[k];
         int rank;
         int64_t dims[TS_MAX_RANK];
-        if (!broadcast(a, &sh, &rank, dims)) return onnx_refuse(x, n, "shapes do not broadcast");
+        if (!broadcast(a, &sh, &rank, dims) || too_big(rank, dims))
+            return onnx_refuse(x, n, "shapes do not broadcast (or the result is too large)");
         onnx_const *c = onnx_const_new(a->dtype, rank, dims);
         if (!c) return nomem();
         for (int64_t k = 0; k < c->n; k++) copy_el(c, k, a, bidx(a, rank, dims, k));
