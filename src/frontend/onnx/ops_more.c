@@ -10,6 +10,7 @@
 #include "core/core.h"
 #include "frontend/onnx/onnx_internal.h"
 #include "ir/ir.h"
+#include "ops/op.h"
 
 typedef const Onnx__NodeProto node;
 
@@ -278,7 +279,8 @@ static ts_status gather(onnx_ctx *x, node *n) {
     return onnx_out(x, n, ts_gather(x->g, a, ix, axis));
 }
 
-/* Expand to a constant shape: broadcast by adding zeros of that shape. */
+/* Expand to a constant shape: tessel's expand op (broadcast, no copy of
+ * a zeros tensor; its gradient sums back). */
 static ts_status expand(onnx_ctx *x, node *n) {
     ts_status s;
     if ((s = plain(x, n, 2, 2, ""))) return s;
@@ -287,17 +289,14 @@ static ts_status expand(onnx_ctx *x, node *n) {
         return onnx_refuse(x, n, "the shape must be a constant int64 vector");
     ts_val a = IN(0);
     const int ra = ts_rank(x->g, a), r = ra > (int)c->n ? ra : (int)c->n;
-    int64_t dims[TS_MAX_RANK];
+    ts_attrs at = ts_attrs_zero();
+    at.shape.rank = r;
     for (int k = 0; k < r; k++) {
         const int ka = k - (r - ra), kc = k - (r - (int)c->n);
         const int64_t da = ka >= 0 ? ts_dim(x->g, a, ka) : 1, dc = kc >= 0 ? c->i[kc] : 1;
-        dims[k] = da == 1 ? dc : da;
+        at.shape.dims[k] = da == 1 ? dc : da;
     }
-    onnx_const *z = onnx_const_new(TS_F32, r, dims);
-    if (!z) return ts_fail(TS_ERR_NOMEM, "onnx: out of memory");
-    ts_val zeros = ts_constant(x->g, NULL, TS_F32, r, dims, z->f);
-    onnx_const_free(z);
-    return onnx_out(x, n, ts_add(x->g, a, zeros));
+    return onnx_out(x, n, ts_node_add(x->g, TS_OP_EXPAND, 1, &a, &at, NULL));
 }
 
 static ts_status where(onnx_ctx *x, node *n) {
