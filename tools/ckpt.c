@@ -342,8 +342,9 @@ int tessel_cmd_audit(int argc, char **argv) {
 }
 
 int tessel_cmd_export(int argc, char **argv) {
-    for (int i = 0; i < argc; i++) /* --onnx: tools/onnx_export.c */
-        if (!strncmp(argv[i], "--onnx", 6)) return tessel_cmd_export_onnx(argc, argv);
+    for (int i = 0; i < argc; i++) /* --onnx, --triton: tools/onnx_export.c */
+        if (!strncmp(argv[i], "--onnx", 6) || !strncmp(argv[i], "--triton", 8))
+            return tessel_cmd_export_onnx(argc, argv);
     if (tessel_export_is_peft(argc, argv)) return tessel_cmd_export_peft(argc, argv);
     opts o;
     int rc = parse_opts("export", argc, argv, 1, " --safetensors --pubkey --fp8 ", &o);

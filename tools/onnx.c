@@ -20,7 +20,7 @@ static void print_vals(const char *what, const ts_graph *g, int n, const ts_val 
     printf("\n");
 }
 
-static int check(const char *path, int64_t batch) {
+static int check(const char *path, int64_t batch, int64_t seq) {
     ts_graph *g = ts_graph_new();
     if (!g) return cli_error(CLI_FAIL, "onnx check: out of memory");
     ts_onnx_info *info = malloc(sizeof *info);
@@ -29,6 +29,7 @@ static int check(const char *path, int64_t batch) {
         return cli_error(CLI_FAIL, "onnx check: out of memory");
     }
     ts_onnx_options o = {.batch = batch};
+    o.dims[1] = seq;
     ts_status s = ts_onnx_import(g, path, &o, info);
     int rc = CLI_OK;
     if (info->n_refused) {
@@ -48,6 +49,10 @@ static int check(const char *path, int64_t batch) {
         print_vals("outputs", g, info->n_outputs, info->outputs, info->output_names);
         printf("parameters: %d (%lld elements)\n", info->n_params, (long long)info->param_elems);
         printf("ops: %s\n", info->ops);
+        if (info->n_fused)
+            printf("fused: %d pattern%s (attention, GELU) imported as one op each\n", info->n_fused,
+                   info->n_fused == 1 ? "" : "s");
+        printf("sha256: %s\n", info->sha256);
     }
     free(info);
     ts_graph_free(g);
@@ -56,17 +61,19 @@ static int check(const char *path, int64_t batch) {
 
 int tessel_cmd_onnx(int argc, char **argv) {
     if (argc < 1 || strcmp(argv[0], "check"))
-        return cli_error(CLI_USAGE, "onnx: usage: tessel onnx check FILE.onnx [--batch N]");
+        return cli_error(CLI_USAGE,
+                         "onnx: usage: tessel onnx check FILE.onnx [--batch N] [--seq N]");
     const char *path = NULL;
-    int64_t batch = 1;
+    int64_t batch = 1, seq = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--batch")) {
+        if (!strcmp(argv[i], "--batch") || !strcmp(argv[i], "--seq")) {
             char *end;
-            const char *v = i + 1 < argc ? argv[++i] : "";
-            batch = strtoll(v, &end, 10);
-            if (!*v || *end || batch < 1)
-                return cli_error(CLI_USAGE,
-                                 "onnx check: --batch needs a positive integer, got '%s'", v);
+            const char *opt = argv[i], *v = i + 1 < argc ? argv[++i] : "";
+            const long long n = strtoll(v, &end, 10);
+            if (!*v || *end || n < 1)
+                return cli_error(CLI_USAGE, "onnx check: %s needs a positive integer, got '%s'",
+                                 opt, v);
+            *(opt[2] == 'b' ? &batch : &seq) = n;
         } else if (argv[i][0] == '-' || path) {
             return cli_error(CLI_USAGE, "onnx check: unexpected argument '%s'", argv[i]);
         } else {
@@ -74,5 +81,5 @@ int tessel_cmd_onnx(int argc, char **argv) {
         }
     }
     if (!path) return cli_error(CLI_USAGE, "onnx check: which file? (tessel onnx check FILE.onnx)");
-    return check(path, batch);
+    return check(path, batch, seq);
 }

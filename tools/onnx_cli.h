@@ -4,11 +4,14 @@
 
 /* Lines for `tessel help`. */
 #define TESSEL_ONNX_USAGE                                                                          \
-    "  onnx check FILE.onnx [--batch N]\n"                                                         \
-    "      import an ONNX model as training would (dynamic dims take N, default 1); list\n"        \
-    "      every node that would be refused (exit 2), or its inputs, outputs, parameters, ops\n"   \
-    "  export CKPT --onnx FILE [--pubkey FILE] [--opset 17|18]\n"                                  \
-    "      write the checkpoint's trained model (forward graph, dynamic batch) as ONNX\n"
+    "  onnx check FILE.onnx [--batch N] [--seq N]\n"                                               \
+    "      import an ONNX model as training would (the dynamic batch takes N, default 1; a\n"      \
+    "      dynamic second axis --seq); list every node that would be refused (exit 2), or its\n"   \
+    "      inputs, outputs, parameters, ops\n"                                                     \
+    "  export CKPT --onnx FILE [--pubkey FILE] [--opset 17|18] [--weights f32|fp16|bf16]\n"        \
+    "      write the checkpoint's trained model (forward graph, dynamic batch) as ONNX\n"          \
+    "  export CKPT --triton DIR [--name NAME] [--max-batch N] [--onnx FILE] ...\n"                 \
+    "      the same as a Triton model repository: DIR/NAME/1/model.onnx, DIR/NAME/config.pbtxt\n"
 
 /* argv holds the arguments after "onnx"; returns the exit status (0
  * success, 1 internal failure, 2 bad usage, an unreadable or refused model). */

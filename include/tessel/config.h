@@ -79,8 +79,10 @@ typedef struct ts_config {
         int64_t size, c3;
         int64_t nodes; /* gcn on synthetic data: the graph's size */
         /* onnx: the model file (made absolute against the config's directory
-         * when the config is finished) and the loss over its first output */
-        char onnx[512], loss[32];
+         * when the config is finished) and the loss over its first output;
+         * the file's SHA-256, recorded when the config is finished (or given
+         * to pin it), which the graph build checks again */
+        char onnx[512], loss[32], onnx_sha256[65];
     } model;
     struct {
         int optimizer; /* ts_cfg_optimizer */

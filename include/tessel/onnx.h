@@ -35,9 +35,16 @@ extern "C" {
 #define TS_ONNX_MAX_REFUSED 32 /* refusals kept (n_refused counts them all) */
 
 typedef struct ts_onnx_options {
-    /* The value of every symbolic (dim_param) or missing dimension of a
+    /* The value of a symbolic (dim_param) or missing first dimension of a
      * graph input; 0: such a dimension is an error naming it. */
     int64_t batch;
+    /* dims[k] > 0: the value of a dynamic dimension at axis k of a graph
+     * input (a language model's sequence axis: dims[1] = model.ctx); a
+     * dynamic axis k >= 1 without one is an error naming it. */
+    int64_t dims[TS_MAX_RANK];
+    /* Not NULL: the SHA-256 (64 hex digits) the file must have; another is
+     * a TS_ERR_IO error saying the file changed. */
+    const char *expect_sha256;
 } ts_onnx_options;
 
 typedef struct ts_onnx_info {
@@ -51,6 +58,8 @@ typedef struct ts_onnx_info {
     char ops[512]; /* "Conv x2, Relu x3, ..." in first-seen order */
     int n_refused;
     char refused[TS_ONNX_MAX_REFUSED][256];
+    char sha256[65]; /* of the model file's bytes as read (not its external data) */
+    int n_fused;     /* attention and GELU patterns imported as one op */
 } ts_onnx_info;
 
 /* Read the ONNX file at `path` into g (see above). opts may be NULL (no
@@ -84,6 +93,10 @@ typedef ts_status (*ts_onnx_weight_fn)(void *ctx, const char *name, void *dst, s
 typedef struct ts_onnx_export_options {
     int64_t opset;     /* default-domain opset written (17 or 18; default 18) */
     int dynamic_batch; /* 1 (default): inputs' first dimension is "batch" */
+    /* TS_F32 (0, the default), TS_F16 or TS_BF16: the initialisers' type;
+     * half ones are read through a Cast to float32 (half the file, the
+     * weights rounded to nearest even). */
+    ts_dtype weights;
     ts_onnx_weight_fn weight;
     void *weight_ctx;
     const char *output_name; /* NULL: the output value's own name */
@@ -94,10 +107,21 @@ typedef struct ts_onnx_export_options {
 
 ts_onnx_export_options ts_onnx_export_defaults(void);
 
+/* A graph input or output as written: batch_axis is the axis declared
+ * dynamic ("batch"), -1 for none. */
+typedef struct ts_onnx_io {
+    char name[128];
+    ts_dtype dtype;
+    int rank, batch_axis;
+    int64_t dims[TS_MAX_RANK];
+} ts_onnx_io;
+
 typedef struct ts_onnx_export_info {
     int n_nodes, n_initializers;
     int64_t param_elems; /* elements of the initialisers */
     char ops[512];       /* "Gemm x3, Relu x2, ..." in first-written order */
+    int n_inputs;        /* the graph inputs (a Triton config lists them) */
+    ts_onnx_io inputs[TS_ONNX_MAX_IO], output;
 } ts_onnx_export_info;
 
 /* Write the ONNX file (replacing `path` only once it is complete). info

@@ -82,6 +82,10 @@ const ts_config_key cfg_keys[] = {
      "required (onnx)", "the ONNX file an onnx model imports, relative to the config file"},
     {"model.loss", TS_CFG_STR, FIELD(model, loss), TS_CFG_MODEL_KEY | TS_CFG_DERIVED, NULL, NULL,
      "preset", "loss over an onnx model's first output: cross_entropy (class ids) or mse"},
+    {"model.onnx_sha256", TS_CFG_STR, FIELD(model, onnx_sha256), TS_CFG_MODEL_KEY | TS_CFG_DERIVED,
+     NULL, NULL, "the file's",
+     "SHA-256 of model.onnx (64 hex digits): recorded when the config "
+     "is finished; set, the file must have it"},
     /* train */
     {"train.optimizer", TS_CFG_ENUM, FIELD(train, optimizer), 0, "sgd|adam|adamw", NULL, "adamw",
      "update rule, as torch.optim.SGD, Adam, AdamW"},

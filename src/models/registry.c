@@ -16,6 +16,7 @@
     X(gcn)                                                                                         \
     X(tcn)                                                                                         \
     X(onnx)                                                                                        \
+    X(onnx_lm)                                                                                     \
     /* a new model: one line X(name) above this one */
 
 #define DECLARE(n) extern const ts_model_desc ts_model_##n;

@@ -333,6 +333,9 @@ ts_status ts_sess_write_run_files(session *s) {
     }
 
     json_t *files = lineage_json(s->test, lineage_json(s->all, json_array()));
+    if (files && s->c.model.onnx[0] && s->c.model.onnx_sha256[0]) /* an imported model's file */
+        json_array_append_new(files, json_pack("{s:s, s:s, s:s}", "path", s->c.model.onnx, "sha256",
+                                               s->c.model.onnx_sha256, "role", "model"));
     json_t *lin = json_pack(
         "{s:s, s:o, s:{s:I, s:I, s:I}, s:f, s:b, s:I}", "source",
         ts_sess_source_names[s->c.data.source], "files", files, "examples", "train",

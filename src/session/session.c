@@ -276,7 +276,10 @@ static ts_status setup(session *s) {
     int64_t cap = s->c.train.steps < MAX_RATES ? s->c.train.steps : MAX_RATES;
     if (!(s->rates = ts_alloc(sizeof(double) * (size_t)(cap + 1), "step rates")))
         return TS_ERR_NOMEM;
-    const int n = (s->all ? s->all->n_lineage : 0) + (s->test ? s->test->n_lineage : 0);
+    /* An imported model's file (model.onnx) is part of the lineage too. */
+    const int model_file = s->c.model.onnx[0] && s->c.model.onnx_sha256[0];
+    const int n =
+        (s->all ? s->all->n_lineage : 0) + (s->test ? s->test->n_lineage : 0) + model_file;
     if (n && !(s->lineage = ts_alloc(sizeof *s->lineage * (size_t)n, "data lineage")))
         return TS_ERR_NOMEM;
     for (int k = 0; k < 2; k++) {
@@ -285,6 +288,8 @@ static ts_status setup(session *s) {
             s->lineage[s->n_lineage++] =
                 (ts_ckpt_data_file){d->lineage[i].path, d->lineage[i].sha256};
     }
+    if (model_file)
+        s->lineage[s->n_lineage++] = (ts_ckpt_data_file){s->c.model.onnx, s->c.model.onnx_sha256};
     return ts_sess_identity(s);
 }
 

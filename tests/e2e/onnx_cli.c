@@ -35,7 +35,16 @@ int main(void) {
     expect("mlp external data", FIX "mlp_ext.onnx", 0, "parameters: 6 (371 elements)", NULL);
     expect("cnn", FIX "cnn.onnx --batch 4", 0, "inputs: x [4, 1, 8, 8] f32", "Conv x2");
     expect("unsupported op", FIX "unsupported_op.onnx", 2, "1 node of 2 would be refused",
-           "node 'act' (Erf, opset 17): op type 'Erf' is not supported");
+           "node 'act' (Hardmax, opset 17): op type 'Hardmax' is not supported");
+    expect("lone Erf", FIX "lone_erf.onnx", 2, "node 'act' (Erf, opset 17)",
+           "Erf is read only inside torch's GELU pattern");
+    expect("gpt", FIX "gpt.onnx --batch 3", 0, "inputs: x [3, 16] i64",
+           "outputs: logits [3, 16, 64] f32");
+    expect("gpt, dynamic sequence", FIX "gpt_seq.onnx --batch 2 --seq 8", 0,
+           "inputs: x [2, 8] i64", "fused: 4 patterns");
+    expect("gpt, no sequence length", FIX "gpt_seq.onnx --batch 2", 2,
+           "dimension 1 ('seq') is dynamic", NULL);
+    expect("gru", FIX "gru.onnx --batch 5", 0, "outputs: logits [5, 1] f32", "GRU x2");
     expect("opset 12", FIX "opset12.onnx", 2, "uses opset 12; tessel reads opsets 13 to 18", NULL);
     expect("missing external data", FIX "missing_external.onnx", 2,
            "initialiser 'w': cannot open external data", "missing.data");

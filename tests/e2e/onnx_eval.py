@@ -6,9 +6,11 @@ onnx 1.12 has no reference evaluator, and ONNX Runtime is not packaged).
 
     onnx_eval.py MODEL.onnx X.npy WANT.npy
 
-Covers the ops the exporter writes (2-D convolution and pooling); exits 1
-with the largest difference when the output is not within fp32 tolerance,
-2 on an op it does not know."""
+Covers the ops the exporter writes (2-D convolution and pooling; not the
+U-Net's 3-D ones); an int64 X feeds token ids. Exits 1 with the largest
+difference when the output is not within fp32 tolerance, 2 on an op it
+does not know."""
+import math
 import sys
 
 import numpy as np
@@ -41,7 +43,40 @@ def run(node, v):
              "Sqrt": np.sqrt, "Abs": np.abs, "Identity": lambda t: t}
     binary = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
     if op == "Constant":
-        return numpy_helper.to_array(a["value"])
+        c = numpy_helper.to_array(a["value"])
+        return c.astype(np.float64) if c.dtype == np.float32 else c
+    if op == "Erf":
+        return np.vectorize(math.erf)(x[0])
+    if op == "Pow":
+        return np.power(x[0], x[1])
+    if op in ("Max", "Min"):
+        return (np.maximum if op == "Max" else np.minimum)(x[0], x[1])
+    if op == "Where":
+        return np.where(x[0].astype(bool), x[1], x[2])
+    if op == "Cast":
+        to = {1: np.float64, 7: np.int64, 6: np.int32, 9: bool, 2: np.uint8}[a["to"]]
+        return x[0].astype(to)
+    if op in ("ReduceSum", "ReduceMax"):
+        axes = tuple(int(k) for k in (x[1] if len(x) > 1 else a["axes"]))
+        f = np.sum if op == "ReduceSum" else np.max
+        return f(x[0], axis=axes, keepdims=bool(a.get("keepdims", 1)))
+    if op == "Expand":
+        return x[0] * np.ones(tuple(int(d) for d in x[1]), x[0].dtype)
+    if op == "Concat":
+        return np.concatenate(x, axis=a["axis"])
+    if op == "Slice":
+        idx = [slice(None)] * x[0].ndim
+        axes = x[3] if len(x) > 3 else range(len(x[1]))
+        for k, ax in enumerate(axes):
+            idx[int(ax)] = slice(int(x[1][k]), int(x[2][k]))
+        return x[0][tuple(idx)]
+    if op == "Gather":
+        return np.take(x[0], x[1].astype(np.int64), axis=a.get("axis", 0))
+    if op == "Shape":
+        return np.array(x[0].shape, np.int64)
+    if op == "ConstantOfShape":
+        fill = numpy_helper.to_array(a["value"]) if "value" in a else np.zeros(1, np.float32)
+        return np.full(tuple(int(d) for d in x[0]), fill.reshape(-1)[0], np.float64)
     if op in unary:
         return unary[op](x[0])
     if op in binary:
@@ -49,7 +84,7 @@ def run(node, v):
     if op == "LeakyRelu":
         return np.where(x[0] >= 0, x[0], a.get("alpha", 0.01) * x[0])
     if op == "Reshape":
-        shape = [x[0].shape[k] if d == 0 else d for k, d in enumerate(x[1])]
+        shape = [x[0].shape[k] if d == 0 else int(d) for k, d in enumerate(x[1])]
         return x[0].reshape(shape)
     if op == "Transpose":
         return np.transpose(x[0], a["perm"])
@@ -100,7 +135,7 @@ def main():
     x, want = np.load(sys.argv[2]), np.load(sys.argv[3])
     g = model.graph
     v = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in g.initializer}
-    v[g.input[0].name] = x.astype(np.float64)
+    v[g.input[0].name] = x if x.dtype == np.int64 else x.astype(np.float64)
     try:
         for node in g.node:
             v[node.output[0]] = np.asarray(run(node, v))
@@ -108,6 +143,8 @@ def main():
         print(f"onnx_eval: {sys.argv[1]}: op {e} is not evaluated here")
         return 2
     got = v[g.output[0].name]
+    if got.size == want.size:  # WANT holds the rows flattened ([batch, ...] as [batch, n])
+        got = got.reshape(want.shape)
     diff = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
     scale = max(1.0, float(np.abs(want).max()))
     print(f"onnx_eval: {sys.argv[1]}: NumPy evaluation vs tessel's forward: "

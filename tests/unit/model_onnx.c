@@ -116,7 +116,7 @@ static void test_keys(void) {
         "model.loss must be cross_entropy or mse, got 'hinge'");
     bad("refused op",
         "model: {name: onnx, onnx: unsupported_op.onnx}\ndata: {source: npy, x: x, y: y}\n",
-        "node 'act' (Erf, opset 17): op type 'Erf' is not supported");
+        "node 'act' (Hardmax, opset 17): op type 'Hardmax' is not supported");
     bad("another model's key", "model: {name: onnx, onnx: mlp.onnx, hidden: 4}\n",
         "model.hidden is not a key of onnx models");
     bad("synthetic", "model: {name: onnx, onnx: mlp.onnx}\n", "an onnx model reads npy arrays");

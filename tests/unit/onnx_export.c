@@ -4,7 +4,9 @@
  * the same and at another batch size and run against the original graph's
  * inference plan with the same weights; and the refusals, each with
  * nothing written: a reshape folding the batch dimension, an op without
- * an ONNX form (gelu), a failing weight reader, a bad opset, no reader.
+ * an ONNX form (spmm), a failing weight reader, a bad opset, no reader.
+ * Half weights (f16, bf16): the initialisers stored rounded, read back
+ * through Cast, imported as those rounded values exactly.
  * Exits 77 in a build without ONNX support. */
 #include <math.h>
 #include <stdio.h>
@@ -97,6 +99,58 @@ static void round_trip(void) {
     remove(PATH);
 }
 
+/* Weights stored as f16 / bf16: the file's initialisers are half, the
+ * import reads each as float32 equal to weight() rounded to nearest even,
+ * and the output stays within half precision of the float32 graph's. */
+static void half_weights(ts_dtype wt) {
+    ts_graph *g = ts_graph_new();
+    ts_val y = build(g, 4);
+    ts_onnx_export_options o = ts_onnx_export_defaults();
+    o.weight = weight;
+    o.weights = wt;
+    ts_onnx_export_info info;
+    CHECK_OK(ts_onnx_export(g, y, PATH, &o, &info));
+    CHECK(strstr(info.ops, "Cast x2"), "%s: a Cast per initialiser: %s", ts_dtype_name(wt),
+          info.ops);
+    float x[24], want[20], got[20];
+    for (int i = 0; i < 24; i++) x[i] = (float)cos(0.7 * i);
+    run(g, "x", "probs", x, sizeof x, want, sizeof want);
+    ts_graph *h = ts_graph_new();
+    ts_onnx_info in;
+    ts_onnx_options io = {.batch = 4};
+    CHECK_OK(ts_onnx_import(h, PATH, &io, &in));
+    ts_train_spec inf = ts_train_spec_default(TS_NONE);
+    ts_plan *p = NULL;
+    CHECK_OK(ts_compile(h, &inf, NULL, &p));
+    float full[30], read[30];
+    weight(NULL, "w", full, sizeof full);
+    if (p) CHECK_OK(ts_plan_read(p, "w", read, sizeof read));
+    int exact = 1;
+    for (int i = 0; i < 30; i++) {
+        /* round to nearest even at 10 (f16) or 7 (bf16) mantissa bits */
+        const int bits = wt == TS_F16 ? 10 : 7;
+        int e;
+        const double m = frexp(full[i], &e), q = ldexp(1, bits + 1);
+        const double r = ldexp(nearbyint(m * q) / q, e);
+        exact &= read[i] == (float)r;
+    }
+    CHECK(exact, "%s: the imported weights are the rounded ones", ts_dtype_name(wt));
+    if (p) {
+        CHECK_OK(ts_plan_set_input(p, "x", x, sizeof x));
+        CHECK_OK(ts_plan_step(p));
+        CHECK_OK(ts_plan_read(p, "probs", got, sizeof got));
+    }
+    double worst = 0;
+    for (int i = 0; i < 20; i++) worst = fmax(worst, fabs(got[i] - want[i]));
+    CHECK(worst <= (wt == TS_F16 ? 2e-3 : 2e-2), "%s weights: max |diff| %.3g", ts_dtype_name(wt),
+          worst);
+    printf("%s weights: round trip max |diff| %.3g\n", ts_dtype_name(wt), worst);
+    ts_plan_free(p);
+    ts_graph_free(h);
+    ts_graph_free(g);
+    remove(PATH);
+}
+
 static void refused(ts_graph *g, ts_val y, const ts_onnx_export_options *o, ts_status want,
                     const char *msg) {
     remove(PATH);
@@ -115,15 +169,27 @@ static void refusals(void) {
     ts_graph *g = ts_graph_new();
     int64_t xd[2] = {4, 6}, fd[1] = {24}, md[1] = {6};
     ts_val x = ts_input(g, "x", TS_F32, 2, xd);
-    ts_val flat = ts_reshape(g, ts_relu(g, x), 1, fd);
-    refused(g, flat, &o, TS_ERR_UNSUPPORTED, "folds the batch dimension");
-    ts_val ge = ts_gelu(g, x, TS_GELU_TANH);
-    refused(g, ge, &o, TS_ERR_UNSUPPORTED, "op 'gelu'");
+    /* [4, 6] -> [3, 8]: no axis of the output carries the batch. */
+    int64_t od[2] = {3, 8};
+    ts_val flat = ts_reshape(g, ts_relu(g, x), 2, od);
+    refused(g, flat, &o, TS_ERR_UNSUPPORTED, "folds the batch dimension into a static one");
+    /* A sparse matmul (the gcn): named, with why. */
+    int64_t ip[3] = {0, 1, 2}, ix[2] = {1, 0}, pd[1] = {3}, nd[1] = {2};
+    float vals[2] = {1, 1};
+    ts_val sp =
+        ts_spmm(g, ts_constant(g, NULL, TS_I64, 1, pd, ip), ts_constant(g, NULL, TS_I64, 1, nd, ix),
+                ts_constant(g, NULL, TS_F32, 1, nd, vals), ts_transpose(g, x, 0, 1), 2, 6);
+    (void)fd;
+    refused(g, sp, &o, TS_ERR_UNSUPPORTED, "op 'spmm'");
+    refused(g, sp, &o, TS_ERR_UNSUPPORTED, "no sparse-dense matmul");
     ts_val m = ts_param(g, "missing", TS_F32, 1, md, ts_init_zeros());
     refused(g, ts_add(g, x, m), &o, TS_ERR_NOT_FOUND, "no tensor 'missing'");
     ts_onnx_export_options bad = o;
     bad.opset = 16;
     refused(g, ts_relu(g, x), &bad, TS_ERR_INVALID, "opset 16");
+    bad = o;
+    bad.weights = TS_I64;
+    refused(g, ts_relu(g, x), &bad, TS_ERR_INVALID, "weights as i64");
     bad = o;
     bad.weight = NULL;
     refused(g, ts_relu(g, x), &bad, TS_ERR_INVALID, "weight reader");
@@ -136,6 +202,8 @@ int main(void) {
     return 77;
 #endif
     round_trip();
+    half_weights(TS_F16);
+    half_weights(TS_BF16);
     refusals();
     return check_summary("unit onnx_export");
 }

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/half.h"
 #include "frontend/onnx/export_internal.h"
+#include "ops/op.h"
 #include "tessel/tessel.h"
 
 void *ex_alloc(ex *e, size_t n) {
@@ -148,8 +150,9 @@ static Onnx__TensorProto *new_tensor(ex *e, const char *name, ts_dtype dt, int r
     memcpy(d, dims, (size_t)rank * sizeof *d);
     t->n_dims = (size_t)rank, t->dims = d;
     t->has_data_type = 1;
-    t->data_type =
-        dt == TS_F32 ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT : ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    t->data_type = dt == TS_F32  ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT
+                   : dt == TS_U8 ? ONNX__TENSOR_PROTO__DATA_TYPE__BOOL /* where's condition */
+                                 : ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
     t->name = ex_str(e, "%s", name);
     if (data) memcpy(raw, data, bytes);
     t->has_raw_data = 1, t->raw_data.len = bytes, t->raw_data.data = raw;
@@ -167,8 +170,11 @@ const char *ex_const(ex *e, ts_dtype dt, int rank, const int64_t *dims, const vo
     return name;
 }
 
-/* An initialiser for a parameter or state value, its bytes from o->weight. */
-static ts_status add_initializer(ex *e, const ts_value *v) {
+/* An initialiser for a parameter or state value, its bytes from o->weight;
+ * stored as f16 / bf16 when o->weights asks (*cast then names the Cast to
+ * float32 the graph reads instead). */
+static ts_status add_initializer(ex *e, const ts_value *v, const char **cast) {
+    *cast = NULL;
     if (v->t.dtype != TS_F32)
         return e->status = ts_fail(TS_ERR_UNSUPPORTED,
                                    "onnx export: parameter '%s' is %s; tessel exports float32 "
@@ -178,6 +184,25 @@ static ts_status add_initializer(ex *e, const ts_value *v) {
     if (!t) return e->status;
     ts_status s = e->o->weight(e->o->weight_ctx, v->name, t->raw_data.data, t->raw_data.len);
     if (s != TS_OK) return e->status = s;
+    const int half = e->o->weights == TS_F16 || e->o->weights == TS_BF16;
+    if (half) {
+        const int64_t n = ts_type_numel(&v->t);
+        uint16_t *h = ex_alloc(e, (size_t)n * 2);
+        if (!h) return e->status;
+        const float *f = (const float *)t->raw_data.data;
+        if (e->o->weights == TS_F16)
+            ts_f32_to_f16_n(h, f, n);
+        else
+            ts_f32_to_bf16_n(h, f, n);
+        t->raw_data.data = (uint8_t *)h, t->raw_data.len = (size_t)n * 2;
+        t->data_type = e->o->weights == TS_F16 ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16
+                                               : ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+        const char *nm = v->name;
+        *cast = ex_str(e, "%s.f32", v->name);
+        Onnx__NodeProto *c = *cast ? ex_node(e, "Cast", 1, &nm, *cast) : NULL;
+        ex_attr_i(e, c, "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+        if (!c) return e->status;
+    }
     if (e->n_inits == e->cap_inits) {
         const size_t cap = e->cap_inits ? 2 * e->cap_inits : 32;
         Onnx__TensorProto **ni = realloc(e->inits, cap * sizeof *ni);
@@ -204,7 +229,7 @@ static Onnx__ValueInfoProto *value_info(ex *e, const char *name, const ts_type *
         Onnx__TensorShapeProto__Dimension *d = ex_alloc(e, sizeof *d);
         if (!d) return NULL;
         *d = (Onnx__TensorShapeProto__Dimension)ONNX__TENSOR_SHAPE_PROTO__DIMENSION__INIT;
-        if (k == 0 && batch) {
+        if (k == batch - 1) {
             d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
             d->dim_param = ex_str(e, "batch");
         } else {
@@ -222,6 +247,12 @@ static Onnx__ValueInfoProto *value_info(ex *e, const char *name, const ts_type *
     vi->name = ex_str(e, "%s", name);
     vi->type = tp;
     return vi;
+}
+
+static void record_io(ts_onnx_io *io, const char *name, const ts_type *t, int batch) {
+    snprintf(io->name, sizeof io->name, "%s", name);
+    io->dtype = t->dtype, io->rank = t->rank, io->batch_axis = batch - 1;
+    for (int k = 0; k < t->rank; k++) io->dims[k] = t->dims[k];
 }
 
 int32_t ex_resolve(const ex *e, int32_t id) {
@@ -245,13 +276,15 @@ const char *ex_name(ex *e, int32_t id) {
     }
     if (v->kind == TS_VK_CONST) {
         if (!e->leaf_name[id]) {
-            if (v->t.dtype != TS_F32 && v->t.dtype != TS_I64) {
+            if (v->t.dtype != TS_F32 && v->t.dtype != TS_I64 && v->t.dtype != TS_U8) {
                 e->status = ts_fail(TS_ERR_UNSUPPORTED,
-                                    "onnx export: a %s constant has no export (f32 and i64 only)",
+                                    "onnx export: a %s constant has no export (f32, i64 and u8 "
+                                    "conditions only)",
                                     ts_dtype_name(v->t.dtype));
                 return NULL;
             }
-            e->leaf_name[id] = ex_const(e, v->t.dtype, v->t.rank, v->t.dims, v->data);
+            const char *z = ex_batch_zeros(e, id);
+            e->leaf_name[id] = z ? z : ex_const(e, v->t.dtype, v->t.rank, v->t.dims, v->data);
         }
         return e->leaf_name[id];
     }
@@ -275,8 +308,12 @@ const char *ex_name(ex *e, int32_t id) {
                 return NULL;
             }
             e->inputs[e->n_inputs++] = vi;
-        } else if (add_initializer(e, v) != TS_OK) {
-            return NULL;
+            if (e->info && e->info->n_inputs < TS_ONNX_MAX_IO)
+                record_io(&e->info->inputs[e->info->n_inputs++], v->name, &v->t, e->batch[id]);
+        } else {
+            const char *cast;
+            if (add_initializer(e, v, &cast) != TS_OK) return NULL;
+            if (cast) return e->leaf_name[id] = cast;
         }
         e->leaf_name[id] = ex_str(e, "%s", v->name);
     }
@@ -349,6 +386,9 @@ ts_status ts_onnx_export(const ts_graph *g, ts_val output, const char *path,
     if (!g || !path || !o || !o->weight || !ts_val_ok(output) || output.id >= g->n_values)
         return ts_fail(TS_ERR_INVALID,
                        "onnx export: needs a graph, an output of it, a path and a weight reader");
+    if (o->weights != TS_F32 && o->weights != TS_F16 && o->weights != TS_BF16)
+        return ts_fail(TS_ERR_INVALID, "onnx export: weights as %s (f32, f16 or bf16)",
+                       ts_dtype_name(o->weights));
     if (o->opset < 17 || o->opset > 18)
         return ts_fail(TS_ERR_INVALID, "onnx export: opset %lld (tessel writes 17 or 18)",
                        (long long)o->opset);
@@ -370,13 +410,22 @@ ts_status ts_onnx_export(const ts_graph *g, ts_val output, const char *path,
         e.alias[i] = -1;
         const ts_value *v = &g->values[i];
         e.batch[i] = o->dynamic_batch && v->kind == TS_VK_INPUT && v->t.rank > 0;
+        if (e.batch[i] && !e.b0) e.b0 = v->t.dims[0];
     }
     mark_needed(&e, output.id, need);
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        if (need[i] && (g->nodes[i].op == TS_OP_GRU_CELL || g->nodes[i].op == TS_OP_LSTM_CELL))
+            e.has_rnn = 1;
     /* Every op without an ONNX form first, before any is written: the error
      * names the op that stands in the way (gru_cell, not a reshape near it). */
     for (int32_t i = 0; i < g->n_nodes && e.status == TS_OK; i++)
         if (need[i] && !g->nodes[i].dead && !ex_supported(g->nodes[i].op))
-            ex_refuse(&e, i, EX_UNSUPPORTED);
+            ex_refuse(&e, i, "%s",
+                      g->nodes[i].op == TS_OP_SPMM
+                          ? "a sparse matmul (the gcn's adjacency) has no ONNX export: ONNX has "
+                            "no sparse-dense matmul, and tessel does not write the adjacency as "
+                            "a dense [nodes, nodes] constant"
+                          : EX_UNSUPPORTED);
     e.out_id = -1; /* set once the output's producer is known (after aliases) */
     for (int32_t i = 0; i < g->n_nodes && e.status == TS_OK; i++) {
         if (!need[i] || g->nodes[i].dead) continue;
@@ -403,8 +452,10 @@ ts_status ts_onnx_export(const ts_graph *g, ts_val output, const char *path,
         e.out_name = ex_str(&e, "%s", name);
         e.batch[output.id] = e.batch[out];
     }
-    if (e.status == TS_OK)
+    if (e.status == TS_OK) {
         e.output = value_info(&e, e.out_name, &g->values[output.id].t, e.batch[output.id]);
+        if (info) record_io(&info->output, e.out_name, &g->values[output.id].t, e.batch[output.id]);
+    }
     if (e.status == TS_OK && e.n_inputs == 0)
         e.status = ts_fail(TS_ERR_UNSUPPORTED,
                            "onnx export: the output depends on no graph input (nothing to feed)");

@@ -25,7 +25,9 @@ typedef struct ex {
     Onnx__ValueInfoProto *inputs[EX_MAX_INPUTS], *output;
     int n_inputs, n_consts;
     int32_t *alias;         /* value -> the value it stands for (dropout's input), -1 */
-    char *batch;            /* value -> its first dimension is the dynamic batch */
+    char *batch;            /* value -> 1 + the axis that carries the dynamic batch, 0 none */
+    int64_t b0;             /* the batch size the graph was built for (its inputs' first dim) */
+    int has_rnn;            /* the graph has gru / lstm cells (zero states sized by the batch) */
     char *defined;          /* node value -> written under its ONNX name */
     const char **leaf_name; /* input/param/const value -> its ONNX name once written */
     int32_t out_id;         /* the graph output's value */
@@ -51,10 +53,29 @@ const char *ex_name(ex *e, int32_t id);
 /* export_ops.c: whether op has an ONNX form here; writes graph node `node`
  * (or aliases its output). */
 #define EX_UNSUPPORTED                                                                             \
-    "no ONNX export yet (tessel exports matmul, add, sub, mul, div, neg, exp, log, sqrt, abs, "    \
-    "relu, leaky_relu, sigmoid, tanh, affine_scalar, softmax, log_softmax, layer_norm, conv, "     \
-    "pool, batch_norm, reshape, permute, dropout)"
+    "no ONNX export yet (tessel exports matmul, add, sub, mul, div, maximum, minimum, where, "     \
+    "neg, "                                                                                        \
+    "exp, log, sqrt, rsqrt, abs, relu, leaky_relu, sigmoid, tanh, gelu, pow_scalar, "              \
+    "affine_scalar, cast, softmax, log_softmax, layer_norm, reduce_sum, reduce_max, conv, "        \
+    "conv_transpose, pool, batch_norm, attention, gru_cell, lstm_cell, reshape, permute, expand, " \
+    "concat, slice, gather, dropout)"
 int ex_supported(int op);
 void ex_emit(ex *e, int32_t node);
+
+/* The axis of value vid that carries the dynamic batch, -1 if none. */
+int ex_bax(const ex *e, int32_t vid);
+/* The name node output vid is written under, marked defined. */
+const char *ex_out_name(ex *e, int32_t vid);
+/* An int64 vector constant. */
+const char *ex_ints(ex *e, int n, const int64_t *v);
+
+/* export_more.c: the ops added for the GPT, GRU / LSTM and U-Net. */
+int ex_more_supported(int op);
+/* Writes node id; returns 1 when it set the output's batch axis itself. */
+int ex_more_emit(ex *e, int32_t id);
+/* The zero state of a GRU / LSTM (a constant [batch, n] of zeros) as a
+ * ConstantOfShape of the batch read from a graph input; NULL when the
+ * constant is not one. */
+const char *ex_batch_zeros(ex *e, int32_t vid);
 
 #endif

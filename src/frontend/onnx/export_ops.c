@@ -10,13 +10,19 @@
 #include "ops/op.h"
 
 /* The name a node's output value is written under, marked defined. */
-static const char *out_name(ex *e, int32_t vid) {
+const char *ex_out_name(ex *e, int32_t vid) {
     e->defined[vid] = 1;
     return vid == e->out_id ? e->out_name : ex_str(e, "t%d", vid);
 }
+#define out_name ex_out_name
 
-static int batched(const ex *e, int32_t vid) {
-    return e->batch[ex_resolve(e, vid)];
+int ex_bax(const ex *e, int32_t vid) {
+    return e->batch[ex_resolve(e, vid)] - 1;
+}
+
+const char *ex_ints(ex *e, int n, const int64_t *v) {
+    const int64_t len = n;
+    return ex_const(e, TS_I64, 1, &len, v);
 }
 
 static Onnx__NodeProto *simple(ex *e, const ts_node *n, const char *op) {
@@ -64,11 +70,18 @@ static void matmul(ex *e, int32_t id, const ts_node *n) {
         ex_refuse(e, id, "a bf16/fp16 matmul (tessel exports the fp32 graph)");
         return;
     }
-    if ((n->a.matmul.trans_a && batched(e, n->in[0]) && a->rank == 2) ||
-        (batched(e, n->in[1]) && b->rank == 2)) {
+    /* The batch may sit on a's rows or a leading axis of either operand;
+     * a contracted batch axis (or b's columns) would fix its size. */
+    const int ka = ex_bax(e, n->in[0]), kb = ex_bax(e, n->in[1]);
+    const int ra = a->rank, rb = b->rank, ro = e->g->values[n->out[0]].t.rank;
+    const int a_rows = n->a.matmul.trans_a ? ra - 1 : ra - 2;
+    const int b_cols = n->a.matmul.trans_b ? rb - 2 : rb - 1;
+    if ((ka >= ra - 2 && ka != a_rows) || (kb >= rb - 2 && kb != b_cols) || (kb >= 0 && rb == 2)) {
         ex_refuse(e, id, "the batch dimension would be contracted");
         return;
     }
+    if (ka >= 0) e->batch[n->out[0]] = (char)(1 + (ka == a_rows ? ro - 2 : ka + ro - ra));
+    if (kb >= 0) e->batch[n->out[0]] = (char)(1 + (kb == b_cols ? ro - 1 : kb + ro - rb));
     const char *an = ex_name(e, n->in[0]), *bn = ex_name(e, n->in[1]);
     if (!an || !bn) return;
     if (a->rank == 2 && b->rank == 2) {
@@ -197,40 +210,50 @@ static void batch_norm(ex *e, const ts_node *n) {
     if (b->channels_last && y) relayout(e, y, x->rank, 0, n->out[0], 1);
 }
 
+/* A batched value keeps a dynamic batch through a reshape when the output
+ * has an axis j whose leading axes hold the same elements as those before
+ * the input's batch axis and whose size is a multiple of the batch: it is
+ * written as -1 (a GRU's [B, T, F] -> [B * T, F] and back, [B, H] -> [1,
+ * B, H]). */
 static void reshape(ex *e, int32_t id, const ts_node *n) {
     const ts_type *in = &e->g->values[n->in[0]].t, *out = &e->g->values[n->out[0]].t;
     int64_t dims[TS_MAX_RANK];
     memcpy(dims, out->dims, (size_t)out->rank * sizeof *dims);
-    if (batched(e, n->in[0])) {
-        if (out->rank < 1 || out->dims[0] != in->dims[0]) {
+    const int a = ex_bax(e, n->in[0]);
+    if (a >= 0) {
+        int64_t before = 1, acc = 1;
+        for (int k = 0; k < a; k++) before *= in->dims[k];
+        int j = -1;
+        for (int k = 0; k < out->rank && j < 0; k++) {
+            if (acc == before && e->b0 > 0 && out->dims[k] % e->b0 == 0) j = k;
+            acc *= out->dims[k];
+        }
+        if (j < 0) {
             ex_refuse(e, id,
-                      "it folds the batch dimension into another (a dynamic batch needs "
-                      "it kept first)");
+                      "it folds the batch dimension into a static one (a dynamic batch needs "
+                      "an axis of its own)");
             return;
         }
-        dims[0] = 0; /* ONNX: copy the input's first dimension */
-        e->batch[n->out[0]] = 1;
+        dims[j] = -1;
+        e->batch[n->out[0]] = (char)(1 + j);
     }
     const int64_t r = out->rank;
     const char *ins[2] = {ex_name(e, n->in[0]), ex_const(e, TS_I64, 1, &r, dims)};
     if (ins[0] && ins[1]) ex_node(e, "Reshape", 2, ins, out_name(e, n->out[0]));
 }
 
-static void permute(ex *e, int32_t id, const ts_node *n) {
-    const int r = e->g->values[n->in[0]].t.rank;
-    if (batched(e, n->in[0]) && n->a.permute.perm[0] != 0) {
-        ex_refuse(e, id, "it moves the batch dimension");
-        return;
-    }
+static void permute(ex *e, const ts_node *n) {
+    const int r = e->g->values[n->in[0]].t.rank, a = ex_bax(e, n->in[0]);
     Onnx__NodeProto *o = simple(e, n, "Transpose");
     ex_attr_ints(e, o, "perm", r, n->a.permute.perm);
-    e->batch[n->out[0]] = (char)batched(e, n->in[0]);
+    for (int k = 0; k < r && a >= 0; k++)
+        if (n->a.permute.perm[k] == a) e->batch[n->out[0]] = (char)(1 + k);
 }
 
 static void softmax(ex *e, int32_t id, const ts_node *n) {
     const int r = e->g->values[n->in[0]].t.rank;
     const int axis = ts_axis((int)n->a.softmax.axis, r);
-    if (axis == 0 && batched(e, n->in[0])) {
+    if (axis == ex_bax(e, n->in[0])) {
         ex_refuse(e, id, "it normalises over the batch dimension");
         return;
     }
@@ -270,7 +293,7 @@ int ex_supported(int op) {
     case TS_OP_PERMUTE:
     case TS_OP_SOFTMAX:
     case TS_OP_LOG_SOFTMAX: return 1;
-    default: return unary_name(op) != NULL;
+    default: return unary_name(op) != NULL || ex_more_supported(op);
     }
 }
 
@@ -280,7 +303,7 @@ void ex_emit(ex *e, int32_t id) {
     const char *simple_op = unary_name(n->op);
     switch (n->op) {
     case TS_OP_DROPOUT: e->alias[y] = n->in[0]; return; /* identity in inference */
-    case TS_OP_MATMUL: matmul(e, id, n); break;
+    case TS_OP_MATMUL: matmul(e, id, n); return;
     case TS_OP_AFFINE_SCALAR: affine(e, n); break;
     case TS_OP_LEAKY_RELU:
         ex_attr_f(e, simple(e, n, "LeakyRelu"), "alpha", n->a.unary.slope);
@@ -290,22 +313,28 @@ void ex_emit(ex *e, int32_t id) {
     case TS_OP_POOL: pool(e, id, n); break;
     case TS_OP_BATCH_NORM: batch_norm(e, n); break;
     case TS_OP_RESHAPE: reshape(e, id, n); return;
-    case TS_OP_PERMUTE: permute(e, id, n); return;
+    case TS_OP_PERMUTE: permute(e, n); return;
     case TS_OP_SOFTMAX:
     case TS_OP_LOG_SOFTMAX: softmax(e, id, n); break;
     default:
-        if (!simple_op) {
+        if (simple_op) {
+            simple(e, n, simple_op);
+            break;
+        }
+        if (!ex_more_supported(n->op)) {
             ex_refuse(e, id, EX_UNSUPPORTED);
             return;
         }
-        simple(e, n, simple_op);
+        if (ex_more_emit(e, id)) return;
         break;
     }
-    /* Elementwise, matmul, conv, pooling, norms: the output's first
-     * dimension is the batch when an input's was and the size agrees. */
+    /* Elementwise (broadcasting, so aligned from the right), conv, pooling,
+     * norms: the output carries the batch where an input did and the size
+     * agrees. */
     const ts_type *t = &e->g->values[y].t;
     for (int k = 0; k < n->n_in && t->rank > 0; k++) {
         const ts_type *a = &e->g->values[n->in[k]].t;
-        if (batched(e, n->in[k]) && a->rank == t->rank && a->dims[0] == t->dims[0]) e->batch[y] = 1;
+        const int ax = ex_bax(e, n->in[k]), j = ax + t->rank - a->rank;
+        if (ax >= 0 && j >= 0 && t->dims[j] == a->dims[ax]) e->batch[y] = (char)(1 + j);
     }
 }

@@ -30,17 +30,77 @@ ts_status onnx_define(onnx_ctx *x, const char *name, ts_val v, onnx_const *c) {
         onnx_const_free(c);
         return ts_fail(TS_ERR_NOMEM, "onnx: out of memory for value '%s'", name);
     }
-    x->vals[x->n_vals++] = (onnx_value){dup, v, c};
+    x->vals[x->n_vals++] = (onnx_value){dup, v, c, 0};
     return TS_OK;
 }
 
 ts_val onnx_get(onnx_ctx *x, const char *name) {
     onnx_value *e = onnx_find(x, name);
     if (!e) return TS_NONE;
-    if (!ts_val_ok(e->v) && e->c)
-        e->v = ts_constant(x->g, NULL, e->c->dtype, e->c->rank, e->c->dims,
-                           e->c->dtype == TS_F32 ? (const void *)e->c->f : (const void *)e->c->i);
+    if (ts_val_ok(e->v) || !e->c) return e->v;
+    const onnx_const *c = e->c;
+    if (e->param) {
+        e->v = ts_param(x->g, e->name, TS_F32, c->rank, c->dims, ts_init_buffer(c->f));
+        x->info->n_params++, x->info->param_elems += c->n;
+    } else if (c->dtype == TS_U8) {
+        uint8_t *b = malloc((size_t)(c->n ? c->n : 1));
+        if (!b) return ts_graph_fail(x->g, TS_ERR_NOMEM, "onnx: out of memory for '%s'", name);
+        for (int64_t k = 0; k < c->n; k++) b[k] = c->i[k] != 0;
+        e->v = ts_constant(x->g, NULL, TS_U8, c->rank, c->dims, b);
+        free(b);
+    } else {
+        e->v = ts_constant(x->g, NULL, c->dtype, c->rank, c->dims,
+                           c->dtype == TS_F32 ? (const void *)c->f : (const void *)c->i);
+    }
     return e->v;
+}
+
+const onnx_const *onnx_const_of(onnx_ctx *x, const char *name) {
+    const onnx_value *e = onnx_find(x, name);
+    return e && !e->param ? e->c : NULL;
+}
+
+onnx_const *onnx_const_new(ts_dtype dt, int rank, const int64_t *dims) {
+    onnx_const *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->dtype = dt, c->rank = rank, c->n = 1;
+    for (int k = 0; k < rank; k++) c->dims[k] = dims[k], c->n *= dims[k];
+    const size_t cnt = (size_t)(c->n > 0 ? c->n : 1);
+    if (dt == TS_F32)
+        c->f = calloc(cnt, sizeof(float));
+    else
+        c->i = calloc(cnt, sizeof(int64_t));
+    if (!c->f && !c->i) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+double onnx_const_at(const onnx_const *c, int64_t k) {
+    return c->f ? (double)c->f[k] : (double)c->i[k];
+}
+
+long onnx_producer(const onnx_ctx *x, const char *name) {
+    for (long i = (long)x->at; name && i >= 0; i--) {
+        const Onnx__NodeProto *n = x->gp->node[i];
+        for (size_t k = 0; k < n->n_output; k++)
+            if (!strcmp(n->output[k], name)) return i;
+    }
+    return -1;
+}
+
+int onnx_consumers(const onnx_ctx *x, const char *name, long *first) {
+    int cnt = 0;
+    *first = -1;
+    for (size_t i = x->at + 1; i < x->gp->n_node; i++) {
+        const Onnx__NodeProto *n = x->gp->node[i];
+        int reads = 0;
+        for (size_t k = 0; k < n->n_input; k++) reads |= !strcmp(n->input[k], name);
+        if (reads && !cnt++) *first = (long)i;
+    }
+    for (size_t i = 0; i < x->gp->n_output; i++) cnt += !strcmp(x->gp->output[i]->name, name);
+    return cnt;
 }
 
 ts_status onnx_refuse(onnx_ctx *x, const Onnx__NodeProto *n, const char *fmt, ...) {
@@ -110,12 +170,20 @@ static ts_status input_dims(onnx_ctx *x, const Onnx__ValueInfoProto *vi, ts_dtyp
             d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param
                 ? d->dim_param
                 : "?";
-        if (!x->opts || x->opts->batch <= 0)
+        /* The first axis is the batch; another takes its value from dims[k]
+         * (a language model's sequence axis: model.ctx). */
+        const int64_t v = !x->opts               ? 0
+                          : x->opts->dims[k] > 0 ? x->opts->dims[k]
+                          : k == 0               ? x->opts->batch
+                                                 : 0;
+        if (v <= 0)
             return ts_fail(TS_ERR_INVALID,
                            "onnx: graph input '%s' dimension %d ('%s') is dynamic and no value "
-                           "was given (set model.batch)",
-                           name, k, sym);
-        dims[k] = x->opts->batch;
+                           "was given (%s)",
+                           name, k, sym,
+                           k ? "set model.ctx for a language model's sequence axis"
+                             : "set model.batch");
+        dims[k] = v;
     }
     return TS_OK;
 }
@@ -154,17 +222,12 @@ static ts_status import_graph(onnx_ctx *x, const Onnx__GraphProto *gp) {
             onnx_const_free(c);
             return s;
         }
-        if (c->dtype == TS_F32) {
-            ts_val p = ts_param(x->g, t->name, TS_F32, c->rank, c->dims, ts_init_buffer(c->f));
-            info->n_params++, info->param_elems += c->n;
-            /* ts_param copied the data; the host copy stays for the import,
-             * for a node that reads the value as a constant (Dropout's
-             * ratio, Pad's pads). */
-            s = onnx_define(x, t->name, p, c);
-        } else {
-            s = onnx_define(x, t->name, TS_NONE, c);
-        }
-        if (s != TS_OK) return s;
+        /* A float initialiser becomes a parameter when an op first reads it
+         * as a tensor (onnx_get); the host copy stays for the import, for a
+         * node that reads the value as data (Dropout's ratio, Pad's pads,
+         * BatchNormalization's running statistics). */
+        if ((s = onnx_define(x, t->name, TS_NONE, c)) != TS_OK) return s;
+        x->vals[x->n_vals - 1].param = c->dtype == TS_F32;
     }
     for (size_t i = 0; i < gp->n_input; i++) {
         const Onnx__ValueInfoProto *vi = gp->input[i];
@@ -182,10 +245,15 @@ static ts_status import_graph(onnx_ctx *x, const Onnx__GraphProto *gp) {
         if ((s = onnx_define(x, vi->name, v, NULL)) != TS_OK) return s;
     }
     info->n_nodes = (int)gp->n_node;
+    x->gp = gp;
+    x->skip = calloc(gp->n_node ? gp->n_node : 1, 1);
+    if (!x->skip) return ts_fail(TS_ERR_NOMEM, "onnx: out of memory");
     for (size_t i = 0; i < gp->n_node; i++) {
         const Onnx__NodeProto *n = gp->node[i];
         count_op(info, n->op_type);
-        int missing = 0; /* an input of a refused node: skip quietly */
+        x->at = i;
+        if (x->skip[i]) continue; /* imported as part of a pattern */
+        int missing = 0;          /* an input of a refused node: skip quietly */
         for (size_t k = 0; k < n->n_input; k++) {
             if (!n->input[k][0]) continue; /* an omitted optional input */
             const onnx_value *e = onnx_find(x, n->input[k]);
@@ -229,7 +297,9 @@ ts_status ts_onnx_import(ts_graph *g, const char *path, const ts_onnx_options *o
     if (!g || !path) return ts_fail(TS_ERR_INVALID, "onnx: import needs a graph and a path");
     onnx_ctx x = {.g = g, .info = info, .opts = opts};
     Onnx__ModelProto *m;
-    ts_status s = onnx_load(path, &m, &x.opset, x.dir, sizeof x.dir);
+    ts_status s = onnx_load(
+        path, &m, &x.opset, x.dir, sizeof x.dir, info->sha256,
+        opts && opts->expect_sha256 && opts->expect_sha256[0] ? opts->expect_sha256 : NULL);
     if (s != TS_OK) return s;
     info->opset = x.opset, info->ir_version = m->ir_version;
     s = import_graph(&x, m->graph);
@@ -239,6 +309,7 @@ ts_status ts_onnx_import(ts_graph *g, const char *path, const ts_onnx_options *o
         onnx_const_free(x.vals[i].c);
     }
     free(x.vals);
+    free(x.skip);
     onnx__model_proto__free_unpacked(m, NULL);
     return s;
 }

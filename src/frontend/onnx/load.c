@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "core/half.h"
+#include "core/sha256.h"
 #include "frontend/onnx/onnx_internal.h"
 
 enum { OPSET_MIN = 13, OPSET_MAX = 18 };
@@ -38,7 +40,7 @@ static ts_status read_all(const char *path, uint8_t **data, size_t *len) {
 }
 
 ts_status onnx_load(const char *path, Onnx__ModelProto **out, int64_t *opset, char *dir,
-                    size_t dir_size) {
+                    size_t dir_size, char sha[65], const char *expect) {
     *out = NULL;
     char real[PATH_MAX];
     if (!realpath(path, real))
@@ -49,6 +51,22 @@ ts_status onnx_load(const char *path, Onnx__ModelProto **out, int64_t *opset, ch
     size_t len = 0;
     ts_status s = read_all(path, &data, &len);
     if (s != TS_OK) return s;
+    /* Hashed from the bytes decoded below, so the lineage names exactly
+     * the model that was imported. */
+    ts_sha256 h;
+    if ((s = ts_sha256_begin(&h, "onnx model")) != TS_OK) {
+        free(data);
+        return s;
+    }
+    ts_sha256_update(&h, data, len);
+    ts_sha256_end(&h, sha);
+    if (expect && strcmp(expect, sha)) {
+        free(data);
+        return ts_fail(TS_ERR_IO,
+                       "onnx: %s changed: its SHA-256 is %s, the config was checked against "
+                       "%s (model.onnx_sha256)",
+                       path, sha, expect);
+    }
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, data);
     free(data);
     if (!m || !m->graph)
@@ -162,10 +180,17 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
         out->dtype = TS_I64, esize = 8;
     else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT32)
         out->dtype = TS_I64, esize = 4;
+    else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+        out->dtype = TS_U8, esize = 1; /* kept as i64 0 / 1 */
+    else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE)
+        out->dtype = TS_F32, esize = 8; /* torch's scalar constants; read as float32 */
+    else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+             dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
+        out->dtype = TS_F32, esize = 2; /* half weights, read as float32 (exactly) */
     else
         return ts_fail(TS_ERR_UNSUPPORTED,
-                       "onnx: tensor '%s' has element type %d (tessel reads float32, int64 "
-                       "and int32 tensors)",
+                       "onnx: tensor '%s' has element type %d (tessel reads float32, float16, "
+                       "bfloat16, float64, int64, int32 and bool tensors)",
                        name, dt);
     const size_t n = (size_t)out->n, bytes = n * esize;
     uint8_t *raw = malloc(bytes ? bytes : 1);
@@ -185,6 +210,15 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
         memcpy(raw, t->int64_data, bytes);
     } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 && t->n_int32_data == n) {
         memcpy(raw, t->int32_data, bytes);
+    } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE && t->n_double_data == n) {
+        memcpy(raw, t->double_data, bytes);
+    } else if (esize == 2 && t->n_int32_data == n) { /* f16 / bf16 bit patterns, one each */
+        for (size_t k = 0; k < n; k++) {
+            const uint16_t h = (uint16_t)t->int32_data[k];
+            memcpy(raw + 2 * k, &h, 2);
+        }
+    } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL && t->n_int32_data == n) {
+        for (size_t k = 0; k < n; k++) raw[k] = t->int32_data[k] != 0;
     } else {
         s = ts_fail(TS_ERR_FORMAT, "onnx: tensor '%s' holds no data for its %zu elements", name, n);
     }
@@ -192,9 +226,27 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
         free(raw);
         return s;
     }
-    if (out->dtype == TS_F32) {
+    if (out->dtype == TS_F32 && esize == 4) {
         out->f = (float *)raw;
         return TS_OK;
+    }
+    if (out->dtype == TS_F32) {
+        float *f = malloc((n ? n : 1) * sizeof(float));
+        for (size_t k = 0; f && k < n; k++) {
+            if (esize == 2) {
+                uint16_t h;
+                memcpy(&h, raw + 2 * k, 2);
+                f[k] = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ? ts_f16_to_f32(h)
+                                                                    : ts_bf16_to_f32(h);
+                continue;
+            }
+            double v;
+            memcpy(&v, raw + 8 * k, 8);
+            f[k] = (float)v;
+        }
+        free(raw);
+        out->f = f;
+        return f ? TS_OK : ts_fail(TS_ERR_NOMEM, "onnx: tensor '%s': out of memory", name);
     }
     if (esize == 8) {
         out->i = (int64_t *)raw;
@@ -206,8 +258,11 @@ ts_status onnx_tensor_read(const Onnx__TensorProto *t, const char *dir, onnx_con
         return ts_fail(TS_ERR_NOMEM, "onnx: tensor '%s': out of memory", name);
     }
     for (size_t k = 0; k < n; k++) {
-        int32_t v;
-        memcpy(&v, raw + 4 * k, 4);
+        int32_t v = 0;
+        if (esize == 1)
+            v = raw[k] != 0;
+        else
+            memcpy(&v, raw + 4 * k, 4);
         out->i[k] = v;
     }
     free(raw);

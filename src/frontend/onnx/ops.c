@@ -107,6 +107,8 @@ static ts_status gemm(onnx_ctx *x, node *n) {
 static ts_status matmul(onnx_ctx *x, node *n) {
     ts_status s;
     if ((s = only_attrs(x, n, "")) || (s = need_inputs(x, n, 2, 2))) return s;
+    int fused = 0;
+    if ((s = onnx_attention(x, n, &fused)) != TS_OK || fused) return s;
     ts_val a = in(x, n, 0), b = in(x, n, 1);
     if (ts_rank(x->g, a) < 2 || ts_rank(x->g, b) < 2)
         return onnx_refuse(x, n, "a rank-1 operand is not supported");
@@ -128,6 +130,9 @@ static ts_status binary(onnx_ctx *x, node *n) {
 static ts_status unary(onnx_ctx *x, node *n) {
     ts_status s;
     if ((s = only_attrs(x, n, "")) || (s = need_inputs(x, n, 1, 1))) return s;
+    int fused = 0;
+    if (!strcmp(n->op_type, "Tanh") && ((s = onnx_gelu_tanh(x, n, &fused)) != TS_OK || fused))
+        return s;
     ts_val a = in(x, n, 0);
     const char *op = n->op_type;
     ts_val y = !strcmp(op, "Relu")      ? ts_relu(x->g, a)
@@ -420,12 +425,46 @@ static const op_entry ops[] = {
     {"Pad", pad},
     {"LayerNormalization", layer_norm},
     {"LeakyRelu", leaky_relu},
+    {"Erf", onnx_gelu_erf},
+    {"GRU", onnx_op_rnn},
+    {"LSTM", onnx_op_rnn},
 };
 
 ts_status onnx_import_node(onnx_ctx *x, node *n) {
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx"))
         return onnx_refuse(x, n, "domain '%s' is not supported", n->domain);
+    int done = 0;
+    ts_status s = onnx_fold(x, n, &done);
+    if (done || s != TS_OK) return s;
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (!strcmp(ops[i].name, n->op_type)) return ops[i].fn(x, n);
+    if ((s = onnx_op_more(x, n, &done)) != TS_OK || done) return s;
     return onnx_refuse(x, n, "op type '%s' is not supported", n->op_type);
+}
+
+/* ---- shared with the other op files (onnx_internal.h) ------------------ */
+
+const Onnx__AttributeProto *onnx_attr(node *n, const char *name) {
+    return attr(n, name);
+}
+int64_t onnx_attr_i(node *n, const char *name, int64_t dflt) {
+    return attr_i(n, name, dflt);
+}
+double onnx_attr_f(node *n, const char *name, double dflt) {
+    return attr_f(n, name, dflt);
+}
+int onnx_attr_ints(node *n, const char *name, int64_t *v, int max) {
+    return attr_ints(n, name, v, max);
+}
+ts_status onnx_only_attrs(onnx_ctx *x, node *n, const char *known) {
+    return only_attrs(x, n, known);
+}
+ts_status onnx_need_inputs(onnx_ctx *x, node *n, size_t lo, size_t hi) {
+    return need_inputs(x, n, lo, hi);
+}
+ts_val onnx_in(onnx_ctx *x, node *n, size_t k) {
+    return in(x, n, k);
+}
+ts_status onnx_out(onnx_ctx *x, node *n, ts_val v) {
+    return out(x, n, v);
 }
