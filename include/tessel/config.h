@@ -114,6 +114,7 @@ typedef struct ts_config {
         int bits;                /* tokens: 16 or 32 */
         double val_fraction;
         int shuffle;
+        int drop_last;        /* drop an epoch's short last batch */
         int64_t skip_rows;    /* csv: lines skipped before the header */
         int header;           /* csv: 0 names columns "0", "1", ... */
         char edges[512];      /* graph: edge list (x: node features, y: node labels) */
@@ -180,6 +181,14 @@ typedef struct ts_config {
         char base[512]; /* base weights: checkpoint directory or .safetensors; "" none */
         char load[512]; /* LoRA A and B from a Hugging Face peft adapter directory; "" none */
     } peft;
+    struct {
+        int policy;              /* 0 exact: a plan per batch shape; 1 bucket: padded to a bucket */
+        char batch_buckets[256]; /* "8, 16, 32", "multiple:N" or "pow2" */
+        char seq_buckets[256];   /* likewise, for sequence lengths */
+        int split_oversize;      /* a batch larger than every bucket runs as several steps */
+        int precompile;          /* compile every bucket before the first step */
+        double cache_mb;         /* plans' own memory kept in the cache (MiB); 0: no limit */
+    } shape;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 

@@ -159,6 +159,14 @@ ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_
                         ts_loader **out);
 /* Copy the next batch into x and y (batch * example bytes each). */
 ts_status ts_loader_next(ts_loader *l, void *x, void *y);
+/* Keep each epoch's short last batch (data.drop_last false): an epoch is
+ * ceil(n / batch) batches, the last one holding n % batch examples (when
+ * that is not 0). Call before the first batch. */
+void ts_loader_keep_last(ts_loader *l);
+/* ts_loader_next, also saying how many examples the batch holds (*rows;
+ * batch except for a kept short last batch, whose remaining rows of x and y
+ * are left untouched). */
+ts_status ts_loader_next_rows(ts_loader *l, void *x, void *y, int64_t *rows);
 int64_t ts_loader_epoch(const ts_loader *l);    /* 0-based epoch of the next batch */
 int64_t ts_loader_position(const ts_loader *l); /* batches handed out so far */
 int64_t ts_loader_batches_per_epoch(const ts_loader *l);

@@ -318,8 +318,18 @@ ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_
     return TS_OK;
 }
 
+void ts_loader_keep_last(ts_loader *l) {
+    if (l) l->per_epoch = (l->d->n + l->batch - 1) / l->batch;
+}
+
 ts_status ts_loader_next(ts_loader *l, void *x, void *y) {
-    if (!l || !x || !y) return ts_fail(TS_ERR_INVALID, "loader: missing loader or batch buffer");
+    int64_t rows;
+    return ts_loader_next_rows(l, x, y, &rows);
+}
+
+ts_status ts_loader_next_rows(ts_loader *l, void *x, void *y, int64_t *rows) {
+    if (!l || !x || !y || !rows)
+        return ts_fail(TS_ERR_INVALID, "loader: missing loader or batch buffer");
     const int64_t epoch = l->pos / l->per_epoch, first = (l->pos % l->per_epoch) * l->batch;
     if (l->shuffle && l->perm_epoch != epoch) {
         /* The epoch is the counter's high word: every epoch has its own
@@ -327,7 +337,10 @@ ts_status ts_loader_next(ts_loader *l, void *x, void *y) {
         permute(l->perm, l->d->n, l->key, (uint64_t)epoch);
         l->perm_epoch = epoch;
     }
-    for (int64_t j = 0; j < l->batch; j++) {
+    /* The short last batch (ts_loader_keep_last) takes what is left. */
+    const int64_t n = first + l->batch <= l->d->n ? l->batch : l->d->n - first;
+    *rows = n;
+    for (int64_t j = 0; j < n; j++) {
         const int64_t e = l->shuffle ? l->perm[first + j] : first + j;
         memcpy((char *)x + (size_t)j * l->xb, (const char *)l->d->x + (size_t)e * l->xb, l->xb);
         memcpy((char *)y + (size_t)j * l->yb, (const char *)l->d->y + (size_t)e * l->yb, l->yb);
