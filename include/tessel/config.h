@@ -115,6 +115,7 @@ typedef struct ts_config {
         double val_fraction;
         int shuffle;
         int drop_last;        /* drop an epoch's short last batch */
+        int64_t eot_id;       /* tokens: documents end with this id; -1: fixed windows */
         int64_t skip_rows;    /* csv: lines skipped before the header */
         int header;           /* csv: 0 names columns "0", "1", ... */
         char edges[512];      /* graph: edge list (x: node features, y: node labels) */
@@ -188,6 +189,8 @@ typedef struct ts_config {
         int split_oversize;      /* a batch larger than every bucket runs as several steps */
         int precompile;          /* compile every bucket before the first step */
         double cache_mb;         /* plans' own memory kept in the cache (MiB); 0: no limit */
+        int64_t sort_window;     /* batches sorted by length together; 0: no sorting */
+        int64_t build_seq; /* not a key: the sequence bucket a gpt is built at (0: model.ctx) */
     } shape;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;

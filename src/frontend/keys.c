@@ -207,6 +207,9 @@ const ts_config_key cfg_keys[] = {
     {"data.drop_last", TS_CFG_BOOL, FIELD(data, drop_last), TS_CFG_DERIVED, NULL, NULL,
      "true under shape.policy exact, false under bucket",
      "drop an epoch's short last batch; false trains it (docs/shapes.md)"},
+    {"data.eot_id", TS_CFG_I64, FIELD(data, eot_id), FOR_TOKENS, NULL, "[-1, 1e9]", "-1",
+     "token files as documents ending with this id, one example per document (or ctx-long "
+     "piece), padded; -1: fixed windows of ctx tokens (docs/shapes.md)"},
     {"data.skip_rows", TS_CFG_I64, FIELD(data, skip_rows), FOR_CSV, NULL, "[0, 1e9]", "0",
      "CSV lines skipped before the header (e.g. a line of counts)"},
     {"data.header", TS_CFG_BOOL, FIELD(data, header), FOR_CSV, NULL, NULL, "true",
@@ -336,6 +339,9 @@ const ts_config_key cfg_keys[] = {
     {"shape.cache_mb", TS_CFG_F64, FIELD(shape, cache_mb), 0, NULL, "[0, 1e9]", "0",
      "memory of the cached bucket plans beyond the shared parameters and state, in MiB (least "
      "recently used evicted; 0: no limit)"},
+    {"shape.sort_window", TS_CFG_I64, FIELD(shape, sort_window), 0, NULL, "[0, 1e6]", "0",
+     "batches of token documents sorted by length together, so each pads little (0: no "
+     "sorting)"},
 };
 
 const int cfg_n_keys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);

@@ -91,7 +91,10 @@ ts_status ts_sess_load_data(session *s) {
         break;
     case TS_CFG_CSV: st = load_csv(s); break;
     case TS_CFG_TOKENS:
-        st = ts_data_load_tokens(c->data.path, c->data.bits, c->model.ctx, c->model.vocab, &s->all);
+        st = c->data.eot_id >= 0 ? ts_data_load_token_docs(c->data.path, c->data.bits, c->model.ctx,
+                                                           c->model.vocab, c->data.eot_id, &s->all)
+                                 : ts_data_load_tokens(c->data.path, c->data.bits, c->model.ctx,
+                                                       c->model.vocab, &s->all);
         break;
     case TS_CFG_GRAPH: {
         /* The whole graph is the one example of each split (zoo_data.h). */
@@ -161,6 +164,8 @@ ts_status ts_sess_load_data(session *s) {
     }
     st = ts_loader_new(s->train, c->model.batch, c->data.shuffle, c->train.seed, &s->loader);
     if (st == TS_OK && !c->data.drop_last) ts_loader_keep_last(s->loader);
+    if (st == TS_OK && c->shape.sort_window > 0 && c->data.source == TS_CFG_TOKENS)
+        st = ts_loader_sort_window(s->loader, c->shape.sort_window);
     return st;
 }
 

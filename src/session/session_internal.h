@@ -107,9 +107,9 @@ typedef struct session {
     ts_zoo_dice dice;   /* unet3d: the soft Dice term of the evaluation loss */
     /* shape buckets and short batches (shape_feed.c, docs/shapes.md) */
     struct ts_plan_cache *cache; /* NULL: one plan of model.batch rows */
-    ts_buckets bb;               /* shape.batch_buckets */
+    ts_buckets bb, sb;           /* shape.batch_buckets, shape.seq_buckets */
     int64_t rows;                /* real rows of this step's batch */
-    int64_t bucket;              /* the batch bucket the last step ran on */
+    int64_t bucket, seq_bucket;  /* the bucket the last step ran on */
     double step_loss;            /* the last step's loss (row-weighted over split steps) */
     void *pad_x, *pad_y;         /* a padded batch: pad_rows rows */
     float *mask;                 /* 1 for a real row, 0 for padding (float targets) */

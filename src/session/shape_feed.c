@@ -35,9 +35,9 @@ ts_status ts_sess_shape_graph(session *s, ts_config *lc, ts_graph **g, ts_model 
 static ts_status build_bucket(void *user, int64_t batch, int64_t seq, const ts_plan *share,
                               ts_plan **out) {
     session *s = user;
-    (void)seq;
     ts_config lc = s->c;
     lc.model.batch = batch;
+    lc.shape.build_seq = seq < lc.model.ctx ? seq : 0; /* a gpt's sequence bucket */
     ts_graph *g = NULL;
     ts_model m;
     ts_train_spec spec;
@@ -96,6 +96,11 @@ ts_status ts_sess_shape_setup(session *s) {
                                ts_config_key_origin(c, "shape.batch_buckets", where, sizeof where),
                                &s->bb)) != TS_OK)
         return st;
+    if (s->gpt &&
+        (st = ts_buckets_parse(c->shape.seq_buckets, "shape.seq_buckets",
+                               ts_config_key_origin(c, "shape.seq_buckets", where, sizeof where),
+                               &s->sb)) != TS_OK)
+        return st;
     const int64_t largest = bucket ? ts_buckets_largest(&s->bb, B) : B;
     if (largest < B && !c->shape.split_oversize)
         return ts_fail(TS_ERR_INVALID,
@@ -111,53 +116,95 @@ ts_status ts_sess_shape_setup(session *s) {
         !(s->mask = ts_alloc(sizeof(float) * s->pad_rows, "padding mask")))
         return TS_ERR_NOMEM;
     const size_t limit = (size_t)(c->shape.cache_mb * 1024.0 * 1024.0);
-    if ((st = ts_plan_cache_new(s->plan, B, 0, limit, build_bucket, s, &s->cache)) != TS_OK)
+    const int64_t T = s->gpt ? c->model.ctx : 0;
+    s->seq_bucket = T;
+    if ((st = ts_plan_cache_new(s->plan, B, T, limit, build_bucket, s, &s->cache)) != TS_OK)
         return st;
     if (!c->shape.precompile) return TS_OK;
     /* Every bucket a batch can meet: the rule's or the list's, or under
      * exact shapes the short last batch of an epoch. */
-    int64_t all[TS_MAX_BUCKETS];
-    int n = 0;
+    int64_t all[TS_MAX_BUCKETS], seqs[TS_MAX_BUCKETS] = {T};
+    int n = 0, ns = 1;
     if (bucket) {
         n = ts_buckets_all(&s->bb, largest, all, TS_MAX_BUCKETS);
+        if (s->gpt) ns = ts_buckets_all(&s->sb, T, seqs, TS_MAX_BUCKETS);
     } else if (s->train && s->train->n % B) {
         all[n++] = s->train->n % B;
     }
-    for (int i = 0; i < n && st == TS_OK; i++) st = ts_plan_cache_precompile(s->cache, all[i], 0);
+    for (int i = 0; i < n && st == TS_OK; i++)
+        for (int j = 0; j < ns && st == TS_OK; j++)
+            st = ts_plan_cache_precompile(s->cache, all[i], seqs[j]);
     return st;
 }
 
-/* Rows [from, from + n) of the batch into the plan's bucket of `b` rows. */
+/* The longest sequence of rows [from, from + n): positions up to its last
+ * target that is not the ignore index. */
+static int64_t longest(const session *s, int64_t from, int64_t n) {
+    const int64_t T = s->c.model.ctx, *y = (const int64_t *)s->by + from * T;
+    int64_t most = 1;
+    for (int64_t r = 0; r < n; r++) {
+        int64_t l = T;
+        while (l > most && y[r * T + l - 1] == TS_SHAPE_IGNORE) l--;
+        if (l > most) most = l;
+    }
+    return most;
+}
+
+/* Rows [from, from + n) of the batch into the plan of bucket b rows (and,
+ * for a gpt, L positions). */
 static ts_status feed_rows(session *s, int64_t from, int64_t n, int64_t b) {
-    const int64_t B = s->c.model.batch;
+    const ts_config *c = &s->c;
+    const int64_t B = c->model.batch, T = s->gpt ? c->model.ctx : 1;
     const size_t xr = s->xb / (size_t)B, yr = s->yb / (size_t)B;
     const char *x = (const char *)s->bx + (size_t)from * xr,
                *y = (const char *)s->by + (size_t)from * yr;
     const int f32 = ts_dtype_of(s->g, s->m.target) == TS_F32;
-    ts_status st = ts_plan_cache_select(s->cache, b, 0);
+    int64_t L = T;
+    if (s->gpt) {
+        const int64_t need = longest(s, from, n);
+        L = c->shape.policy == 1 ? ts_buckets_pick(&s->sb, need, T) : need;
+        if (!L)
+            return ts_fail(TS_ERR_INVALID,
+                           "a sequence of %lld tokens (batch of %lld x %lld) is longer than every "
+                           "bucket of shape.seq_buckets '%s' (the largest is %lld)",
+                           (long long)need, (long long)n, (long long)need, c->shape.seq_buckets,
+                           (long long)ts_buckets_largest(&s->sb, T));
+    }
+    ts_status st = ts_plan_cache_select(s->cache, b, s->gpt ? L : 0);
     if (st != TS_OK) return st;
-    if (b != n) { /* padding: zero inputs, ignored or masked targets */
-        memcpy(s->pad_x, x, (size_t)n * xr);
-        memset((char *)s->pad_x + (size_t)n * xr, 0, (size_t)(b - n) * xr);
-        memcpy(s->pad_y, y, (size_t)n * yr);
+    /* bytes of one row of the bucket's x and y */
+    const size_t bx = xr / (size_t)T * (size_t)L, by = yr / (size_t)T * (size_t)L;
+    if (b != n || L != T) { /* padding: zero inputs, ignored or masked targets */
+        for (int64_t r = 0; r < n; r++) {
+            memcpy((char *)s->pad_x + (size_t)r * bx, x + (size_t)r * xr, bx);
+            memcpy((char *)s->pad_y + (size_t)r * by, y + (size_t)r * yr, by);
+        }
+        memset((char *)s->pad_x + (size_t)n * bx, 0, (size_t)(b - n) * bx);
         if (f32) {
-            memset((char *)s->pad_y + (size_t)n * yr, 0, (size_t)(b - n) * yr);
+            memset((char *)s->pad_y + (size_t)n * by, 0, (size_t)(b - n) * by);
         } else {
-            int64_t *t = (int64_t *)((char *)s->pad_y + (size_t)n * yr);
-            for (size_t i = 0; i < (size_t)(b - n) * yr / sizeof(int64_t); i++)
+            int64_t *t = (int64_t *)((char *)s->pad_y + (size_t)n * by);
+            for (size_t i = 0; i < (size_t)(b - n) * by / sizeof(int64_t); i++)
                 t[i] = TS_SHAPE_IGNORE;
         }
         x = s->pad_x, y = s->pad_y;
     }
-    st = ts_plan_set_input(s->plan, s->in_name, x, (size_t)b * xr);
-    if (st == TS_OK) st = ts_plan_set_input(s->plan, s->tgt_name, y, (size_t)b * yr);
-    if (st == TS_OK && f32 && s->c.shape.policy == 1) {
+    st = ts_plan_set_input(s->plan, s->in_name, x, (size_t)b * bx);
+    if (st == TS_OK) st = ts_plan_set_input(s->plan, s->tgt_name, y, (size_t)b * by);
+    if (st == TS_OK && f32 && c->shape.policy == 1) {
         for (int64_t i = 0; i < b; i++) s->mask[i] = i < n ? 1.0f : 0.0f;
         st = ts_plan_set_input(s->plan, "mask", s->mask, sizeof(float) * (size_t)b);
     }
-    const double per = s->gpt ? (double)s->c.model.ctx : 1.0;
-    ts_plan_cache_note(s->cache, (double)n * per, (double)b * per);
+    /* padding share: of the positions a gpt computes, those past a real target */
+    double real = (double)n * (double)T;
+    if (s->gpt) {
+        real = 0;
+        const int64_t *yy = (const int64_t *)((const char *)s->by + (size_t)from * yr);
+        for (int64_t i = 0; i < n * T; i++) real += yy[i] != TS_SHAPE_IGNORE;
+    }
+    ts_plan_cache_note(s->cache, real, (double)b * (double)L);
     s->bucket = b;
+    s->seq_bucket = L;
     return st;
 }
 
@@ -235,12 +282,14 @@ void ts_sess_shape_json(const session *s, char *buf, size_t n) {
     if (!s->cache) return;
     ts_plan_cache_stats cs;
     ts_plan_cache_get_stats(s->cache, &cs);
-    snprintf(buf, n,
-             ",\"rows\":%lld,\"bucket\":%lld,\"plan_cache\":{\"compiles\":%lld,\"hits\":%lld,"
-             "\"misses\":%lld,\"evictions\":%lld,\"plans\":%d,\"padding\":%.6g}",
-             (long long)s->rows, (long long)s->bucket, (long long)cs.compiles, (long long)cs.hits,
-             (long long)cs.misses, (long long)cs.evictions, cs.cached,
-             cs.real + cs.padded > 0 ? cs.padded / (cs.real + cs.padded) : 0.0);
+    snprintf(
+        buf, n,
+        ",\"rows\":%lld,\"bucket\":%lld%s%.0lld,\"plan_cache\":{\"compiles\":%lld,\"hits\":%lld,"
+        "\"misses\":%lld,\"evictions\":%lld,\"plans\":%d,\"padding\":%.6g}",
+        (long long)s->rows, (long long)s->bucket, s->gpt ? ",\"seq_bucket\":" : "",
+        (long long)(s->gpt ? s->seq_bucket : 0), (long long)cs.compiles, (long long)cs.hits,
+        (long long)cs.misses, (long long)cs.evictions, cs.cached,
+        cs.real + cs.padded > 0 ? cs.padded / (cs.real + cs.padded) : 0.0);
 }
 
 json_t *ts_sess_shape_summary(const session *s) {

@@ -13,7 +13,13 @@
  * - a batch larger than every bucket fails with exit 2 naming the shape and
  *   the largest bucket, before a run directory exists; with
  *   shape.split_oversize it runs as several steps; a bucket list that is
- *   not increasing fails naming the key and the value. */
+ *   not increasing fails naming the key and the value;
+ * - a gpt on a token file of documents (data.eot_id) of 3 to 31 tokens,
+ *   ctx 32, seq_buckets multiple:8 and length-sorted windows: every step
+ *   runs on the smallest sequence bucket of its batch, the second epoch
+ *   compiles nothing, the padding share is reported; an explicit list
+ *   shorter than a document fails naming the sequence and the largest
+ *   bucket. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -190,12 +196,70 @@ static void test_bad(void) {
     e2e_done(&r);
 }
 
+static void test_gpt(void) {
+    /* 60 documents of 3..31 tokens, each ending with the end-of-text id 63 */
+    FILE *f = fopen(e2e_path("docs.bin"), "wb");
+    CHECK(f != NULL, "docs.bin");
+    if (!f) return;
+    unsigned seed = 1;
+    for (int d = 0; d < 60; d++) {
+        const int len = 3 + (int)(rand_r(&seed) % 29);
+        for (int t = 0; t < len; t++) {
+            uint16_t tok = (uint16_t)(t + 1 == len ? 63 : rand_r(&seed) % 63);
+            fwrite(&tok, 2, 1, f);
+        }
+    }
+    fclose(f);
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "model: {name: gpt, batch: 6, ctx: 32, vocab: 64, d_model: 16, n_layers: 1, "
+             "n_heads: 2}\n"
+             "data: {source: tokens, path: %s/docs.bin, eot_id: 63, val_fraction: 0}\n"
+             "train: {optimizer: adamw, lr: 1.0e-2, epochs: 2, seed: 3, threads: 1}\n"
+             "shape: {policy: bucket, batch_buckets: [6], seq_buckets: multiple:8, "
+             "sort_window: 4}\n",
+             dir);
+    write_text("gpt.yaml", yaml);
+    ok("gpt docs", e2e_runf("train %s/gpt.yaml --out %s/g", dir, dir));
+    char g[128], path[256];
+    snprintf(g, sizeof g, "%s/g", dir);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", g);
+    char *m = e2e_slurp(path, NULL);
+    int seen[5] = {0}, lines = 0;
+    for (char *p = m; (p = strstr(p, "\"seq_bucket\":")); p++, lines++) {
+        long b = strtol(p + 13, NULL, 10);
+        if (b % 8 == 0 && b >= 8 && b <= 32) seen[b / 8]++;
+    }
+    CHECK(lines == 20 && seen[1] + seen[2] + seen[3] + seen[4] == 20 && seen[1] && seen[4],
+          "20 steps on buckets 8..32 (8: %d, 16: %d, 24: %d, 32: %d)", seen[1], seen[2], seen[3],
+          seen[4]);
+    free(m);
+    /* 10 batches per epoch: the buckets of epoch 2 were all compiled in epoch 1 */
+    CHECK(compiles_at(g, 10) >= 1 && compiles_at(g, 20) == compiles_at(g, 10),
+          "compiles after epoch 1: %ld, after epoch 2: %ld", compiles_at(g, 10),
+          compiles_at(g, 20));
+    snprintf(path, sizeof path, "%s/summary.json", g);
+    char *sum = e2e_slurp(path, NULL);
+    char *pad = strstr(sum, "\"padding\": ");
+    double share = pad ? strtod(pad + 11, NULL) : -1;
+    printf("gpt documents: padding share %.3f\n", share);
+    CHECK(share > 0 && share < 0.5, "padding share %g", share);
+    free(sum);
+    e2e_result r =
+        e2e_runf("train %s/gpt.yaml --out %s/gx --set 'shape.seq_buckets=8, 16'", dir, dir);
+    CHECK(r.rc != 0 && strstr(r.err, "longer than every bucket of shape.seq_buckets '8, 16'") &&
+              strstr(r.err, "the largest is 16"),
+          "too long: exit %d: %s", r.rc, r.err);
+    e2e_done(&r);
+}
+
 int main(void) {
     if (!e2e_setup("shapes", dir, sizeof dir)) return check_summary("e2e/shapes");
     data();
     test_equal();
     test_resume();
     test_bad();
+    test_gpt();
     e2e_cleanup(dir);
     return check_summary("e2e/shapes");
 }
