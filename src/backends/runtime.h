@@ -50,6 +50,11 @@ typedef struct ts_runtime {
     int params_borrowed; /* `params` is another plan's (plan_shared.c): the parameters,
                             gradients and optimizer state of every bucket's plan */
     size_t arena_skip;
+    /* Non-NULL: the temporaries region (the arena's last) lies at `temps`,
+     * a block of temps_cap bytes of the plan that owns the shared state
+     * (plan_shared.c), which only one of the plans uses at a time. */
+    unsigned char *temps;
+    size_t temps_cap;
     int arena_from_comm; /* the arena is a comm segment (ts_comm_alloc) */
     ts_step_ctx ctx;     /* what the kernels of the current step see */
     int64_t steps_done, updates_applied;
@@ -71,6 +76,7 @@ typedef struct ts_runtime {
 static inline unsigned char *ts_rt_at(const ts_runtime *rt, const ts_arena_layout *l, size_t off) {
     if (rt->params && off - l->param_off < rt->params_span)
         return rt->params + (off - l->param_off);
+    if (rt->temps && off - l->temp_off < l->temp_bytes) return rt->temps + (off - l->temp_off);
     return rt->arena + (off - rt->arena_skip);
 }
 

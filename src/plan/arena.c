@@ -112,7 +112,9 @@ ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg) {
         rt->params_span = pb;
         rt->arena_skip = pb;
     }
-    const size_t bytes = prog->layout.arena_bytes - rt->arena_skip;
+    /* temporaries in another plan's block (plan_shared.c) are not allocated here */
+    const size_t bytes =
+        prog->layout.arena_bytes - rt->arena_skip - (rt->temps ? prog->layout.temp_bytes : 0);
     if (prog->n_buckets > 0) {
         /* On shm the gradients must lie in the shared segment for the
          * direct all-reduce to read peers' buckets in place. */

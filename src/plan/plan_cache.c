@@ -138,7 +138,11 @@ void ts_plan_cache_get_stats(const ts_plan_cache *c, ts_plan_cache_stats *out) {
     if (!c) return;
     *out = c->st;
     out->cached = c->n;
-    for (int i = 0; i < c->n; i++) out->bytes += c->e[i].bytes;
+    for (int i = 0; i < c->n; i++) {
+        out->bytes += c->e[i].bytes;
+        if (c->e[i].bytes > out->largest_bytes) out->largest_bytes = c->e[i].bytes;
+    }
+    out->own_bytes = c->e[0].bytes;
     out->cur_batch = c->e[c->cur].batch;
     out->cur_seq = c->e[c->cur].seq;
 }

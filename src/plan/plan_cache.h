@@ -34,6 +34,8 @@ typedef struct ts_plan_cache_stats {
     int64_t compiles, hits, misses, evictions;
     int cached;                 /* programs held now, the handle's own included */
     size_t bytes;               /* their own memory (not the shared state) */
+    size_t own_bytes;           /* of these, the handle's own program's (the full shape's) */
+    size_t largest_bytes;       /* the largest program's */
     size_t state_bytes;         /* the shared parameters, gradients and state: once */
     double compile_seconds;     /* spent compiling buckets */
     double real, padded;        /* elements fed: real ones, and padding (ts_plan_cache_note) */

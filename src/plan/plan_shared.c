@@ -57,6 +57,19 @@ ts_status ts_plan_borrow_state(ts_plan *p, const ts_plan *share, int scales_loss
     p->rt.params_span = span;
     p->rt.params_borrowed = 1;
     p->rt.arena_skip = span;
+    /* Temporaries die with the step, and one plan steps at a time: they
+     * go into the state owner's block when they fit. `share` is the owner
+     * or a plan whose temporaries already lie in the owner's block (never
+     * one with a block of its own, which eviction could free). */
+    const size_t cap = share->rt.params_borrowed ? share->rt.temps_cap : lb->temp_bytes;
+    const unsigned char *base =
+        share->rt.params_borrowed && !share->rt.temps ? NULL : ts_plan_at(share, lb->temp_off);
+    if (base && la->temp_bytes && la->temp_bytes <= cap &&
+        la->temp_off + la->temp_bytes == la->arena_bytes &&
+        lb->temp_off + lb->temp_bytes == lb->arena_bytes) {
+        p->rt.temps = (unsigned char *)base;
+        p->rt.temps_cap = cap;
+    }
     return TS_OK;
 }
 
@@ -90,6 +103,8 @@ ts_status ts_plan_swap_program(ts_plan *a, ts_plan *b) {
     SWAP(size_t, x->params_span, y->params_span);
     SWAP(int, x->params_borrowed, y->params_borrowed);
     SWAP(size_t, x->arena_skip, y->arena_skip);
+    SWAP(unsigned char *, x->temps, y->temps);
+    SWAP(size_t, x->temps_cap, y->temps_cap);
     SWAP(int, x->arena_from_comm, y->arena_from_comm);
     SWAP(void *, x->backend_scratch, y->backend_scratch);
     SWAP(size_t, x->backend_scratch_bytes, y->backend_scratch_bytes);

@@ -295,13 +295,14 @@ void ts_sess_shape_json(const session *s, char *buf, size_t n) {
 json_t *ts_sess_shape_summary(const session *s) {
     ts_plan_cache_stats cs;
     ts_plan_cache_get_stats(s->cache, &cs);
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:f, s:f}", "policy",
-                     s->c.shape.policy == 1 ? "bucket" : "exact", "compiles",
-                     (json_int_t)cs.compiles, "hits", (json_int_t)cs.hits, "misses",
-                     (json_int_t)cs.misses, "evictions", (json_int_t)cs.evictions, "plans",
-                     cs.cached, "plans_bytes", (json_int_t)cs.bytes, "state_bytes",
-                     (json_int_t)cs.state_bytes, "compile_seconds", cs.compile_seconds, "padding",
-                     cs.real + cs.padded > 0 ? cs.padded / (cs.real + cs.padded) : 0.0);
+    return json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:f}", "policy",
+        s->c.shape.policy == 1 ? "bucket" : "exact", "compiles", (json_int_t)cs.compiles, "hits",
+        (json_int_t)cs.hits, "misses", (json_int_t)cs.misses, "evictions", (json_int_t)cs.evictions,
+        "plans", cs.cached, "plans_bytes", (json_int_t)cs.bytes, "full_plan_bytes",
+        (json_int_t)cs.own_bytes, "largest_plan_bytes", (json_int_t)cs.largest_bytes, "state_bytes",
+        (json_int_t)cs.state_bytes, "compile_seconds", cs.compile_seconds, "padding",
+        cs.real + cs.padded > 0 ? cs.padded / (cs.real + cs.padded) : 0.0);
 }
 
 void ts_sess_shape_log(session *s) {

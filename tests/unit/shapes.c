@@ -221,6 +221,10 @@ static void test_shared(void) {
     CHECK(s5.arena_bytes == s8.arena_bytes - s8.param_bytes - s8.grad_bytes - s8.state_bytes ||
               s5.arena_bytes < s8.arena_bytes - s8.param_bytes,
           "the shared plan allocates no state (%zu vs %zu)", s5.arena_bytes, s8.arena_bytes);
+    /* Its temporaries lie in the owner's block: it allocates inputs and outputs alone. */
+    CHECK(p5->rt.temps && s5.arena_bytes == s5.io_bytes,
+          "temporaries shared (%zu own bytes, inputs and outputs %zu)", s5.arena_bytes,
+          s5.io_bytes);
     /* A step of the batch-5 plan updates the batch-8 plan's parameters: they are one. */
     feed(p5, 0, REAL, CLASSES, 0);
     feed(ref, 0, REAL, CLASSES, 0);
