@@ -17,7 +17,8 @@
  * - a gpt on a token file of documents (data.eot_id) of 3 to 31 tokens,
  *   ctx 32, seq_buckets multiple:8 and length-sorted windows: every step
  *   runs on the smallest sequence bucket of its batch, the second epoch
- *   compiles nothing, the padding share is reported; an explicit list
+ *   compiles nothing (with shape.precompile nothing after step 1), the
+ *   padding share is reported; an explicit list
  *   shorter than a document fails naming the sequence and the largest
  *   bucket. */
 #include <math.h>
@@ -245,6 +246,12 @@ static void test_gpt(void) {
     printf("gpt documents: padding share %.3f\n", share);
     CHECK(share > 0 && share < 0.5, "padding share %g", share);
     free(sum);
+    /* shape.precompile: every bucket (8, 16, 24 beside the full 32) before step 1 */
+    ok("gpt precompile",
+       e2e_runf("train %s/gpt.yaml --out %s/gp --set shape.precompile=true", dir, dir));
+    snprintf(g, sizeof g, "%s/gp", dir);
+    CHECK(compiles_at(g, 1) == 3 && compiles_at(g, 20) == 3,
+          "precompiled: %ld at step 1, %ld at 20", compiles_at(g, 1), compiles_at(g, 20));
     e2e_result r =
         e2e_runf("train %s/gpt.yaml --out %s/gx --set 'shape.seq_buckets=8, 16'", dir, dir);
     CHECK(r.rc != 0 && strstr(r.err, "longer than every bucket of shape.seq_buckets '8, 16'") &&
