@@ -56,7 +56,8 @@ static ts_status check_model(const session *s) {
     char where[600];
     const char *why = NULL;
     if (d->input == TS_MODEL_IN_IMAGES || d->input == TS_MODEL_IN_VOLUMES)
-        why = "its BatchNorm statistics are not masked yet";
+        why = "its BatchNorm statistics are not masked yet (shape.policy exact with "
+              "data.drop_last: false trains short batches on plans of their exact size)";
     else if (d->input == TS_MODEL_IN_GRAPH)
         why = "it trains on the whole graph, one shape";
     else if (s->binary)

@@ -361,6 +361,59 @@ static void test_gru(void) {
     ts_graph_free(ge), ts_graph_free(gf);
 }
 
+/* ---- a cnn with BatchNorm: exact shapes on one state ---------------------- */
+
+/* Padding would enter BatchNorm's batch statistics, so a BatchNorm model
+ * trains a short batch on a plan of exactly its rows (shape.policy exact,
+ * data.drop_last false): that plan shares the full plan's parameters,
+ * optimizer state and running statistics, and trains them exactly as a
+ * plan of its own would. */
+static ts_graph *cnn(int64_t batch, ts_train_spec *spec) {
+    ts_graph *g = ts_graph_new();
+    ts_cnn_config c = {batch, 1, 8, 8, 4, 4, CLASSES, 0};
+    ts_model m;
+    CHECK_OK(ts_build_cnn(g, &c, &m));
+    *spec = ts_train_spec_default(m.loss);
+    spec->opt = ts_adamw(1e-2, 0.9, 0.999, 1e-8, 0.01);
+    return g;
+}
+
+static void cnn_feed(ts_plan *p, int step, int rows) {
+    float x[REAL * 64];
+    int64_t y[REAL];
+    unsigned seed = 8u + (unsigned)step;
+    for (int i = 0; i < rows * 64; i++) x[i] = (float)rand_r(&seed) / RAND_MAX;
+    for (int r = 0; r < rows; r++) y[r] = rand_r(&seed) % CLASSES;
+    CHECK_OK(ts_plan_set_input(p, "x", x, sizeof(float) * (size_t)rows * 64));
+    CHECK_OK(ts_plan_set_input(p, "y", y, sizeof(int64_t) * (size_t)rows));
+}
+
+static void test_cnn(void) {
+    ts_train_spec s8, s5;
+    ts_compile_options o = options();
+    ts_graph *g8 = cnn(FULL, &s8), *g5 = cnn(REAL, &s5);
+    ts_plan *owner = NULL, *shared = NULL, *alone = NULL;
+    CHECK_OK(ts_compile(g8, &s8, &o, &owner));
+    CHECK_OK(ts_compile(g5, &s5, &o, &alone));
+    if (owner) CHECK_OK(ts_compile_shared(g5, &s5, &o, owner, &shared));
+    for (int k = 0; shared && alone && k < 3; k++) {
+        cnn_feed(shared, k, REAL);
+        cnn_feed(alone, k, REAL);
+        ts_plan_set_step(shared, k);
+        CHECK_OK(ts_plan_step(shared));
+        CHECK_OK(ts_plan_step(alone));
+    }
+    if (owner && alone) {
+        CHECK(param_diff(owner, alone) == 0, "cnn: the shared exact plan trains the owner's state");
+        float a[4], b[4];
+        CHECK_OK(ts_plan_read(owner, "features.1.running_mean", a, sizeof a));
+        CHECK_OK(ts_plan_read(alone, "features.1.running_mean", b, sizeof b));
+        CHECK(!memcmp(a, b, sizeof a) && a[0] != 0, "running statistics are shared state");
+    }
+    ts_plan_free(shared), ts_plan_free(owner), ts_plan_free(alone);
+    ts_graph_free(g8), ts_graph_free(g5);
+}
+
 /* ---- a gpt on sequence buckets -------------------------------------------- */
 
 enum { GB = 2, GT = 16, GL = 8, GV = 32, GD = 16 };
@@ -442,6 +495,7 @@ int main(void) {
     test_shared();
     test_cache();
     test_gru();
+    test_cnn();
     test_gpt();
     return check_summary("shapes");
 }
