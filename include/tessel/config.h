@@ -116,6 +116,8 @@ typedef struct ts_config {
         int bits;                /* tokens: 16 or 32 */
         double val_fraction;
         int shuffle;
+        int drop_last;        /* drop an epoch's short last batch */
+        int64_t eot_id;       /* tokens: documents end with this id; -1: fixed windows */
         int64_t skip_rows;    /* csv: lines skipped before the header */
         int header;           /* csv: 0 names columns "0", "1", ... */
         char edges[512];      /* graph: edge list (x: node features, y: node labels) */
@@ -194,6 +196,16 @@ typedef struct ts_config {
         char ca[512], cert[512], tls_key[512];
         char keyholder_name[128], server_name[128];
     } fed;
+    struct {
+        int policy;              /* 0 exact: a plan per batch shape; 1 bucket: padded to a bucket */
+        char batch_buckets[256]; /* "8, 16, 32", "multiple:N" or "pow2" */
+        char seq_buckets[256];   /* likewise, for sequence lengths */
+        int split_oversize;      /* a batch larger than every bucket runs as several steps */
+        int precompile;          /* compile every bucket before the first step */
+        double cache_mb;         /* plans' own memory kept in the cache (MiB); 0: no limit */
+        int64_t sort_window;     /* batches sorted by length together; 0: no sorting */
+        int64_t build_seq; /* not a key: the sequence bucket a gpt is built at (0: model.ctx) */
+    } shape;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 

@@ -41,10 +41,20 @@ typedef struct ts_runtime {
     /* The arena: address an offset with ts_rt_at. With ZeRO's shared
      * parameters the parameter region is `params`, one copy for every rank
      * (ts_comm_alloc_shared), and `arena` starts after it (arena_skip
-     * bytes, which this process does not allocate). */
+     * bytes, which this process does not allocate). A plan compiled with
+     * ts_compile_shared likewise finds parameters, gradients and state
+     * (params_span bytes) at another plan's `params`. */
     unsigned char *arena;
     unsigned char *params;
+    size_t params_span;  /* bytes of the arena's start that lie at `params` */
+    int params_borrowed; /* `params` is another plan's (plan_shared.c): the parameters,
+                            gradients and optimizer state of every bucket's plan */
     size_t arena_skip;
+    /* Non-NULL: the temporaries region (the arena's last) lies at `temps`,
+     * a block of temps_cap bytes of the plan that owns the shared state
+     * (plan_shared.c), which only one of the plans uses at a time. */
+    unsigned char *temps;
+    size_t temps_cap;
     int arena_from_comm; /* the arena is a comm segment (ts_comm_alloc) */
     ts_step_ctx ctx;     /* what the kernels of the current step see */
     int64_t steps_done, updates_applied;
@@ -64,7 +74,9 @@ typedef struct ts_runtime {
 
 /* Where the value at arena offset `off` (the layout's) lives. */
 static inline unsigned char *ts_rt_at(const ts_runtime *rt, const ts_arena_layout *l, size_t off) {
-    if (rt->params && off - l->param_off < l->param_bytes) return rt->params + (off - l->param_off);
+    if (rt->params && off - l->param_off < rt->params_span)
+        return rt->params + (off - l->param_off);
+    if (rt->temps && off - l->temp_off < l->temp_bytes) return rt->temps + (off - l->temp_off);
     return rt->arena + (off - rt->arena_skip);
 }
 

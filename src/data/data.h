@@ -94,6 +94,14 @@ ts_status ts_dataset_standardise(ts_dataset *train, ts_dataset *const *others, i
  * one token, so every token but the first is a target exactly once);
  * x = first ctx, y = next ctx (i64); n = (tokens - 1) / ctx. A token >= vocab
  * is an error naming its byte offset and value. */
+/* The same file as documents, each ending with the end-of-text id `eot`
+ * (a last document without one ends with the file): example k is one
+ * document, or one piece of ctx + 1 tokens of a longer one (pieces share a
+ * token, like the windows above), x its tokens but the last and y the
+ * next-token targets, both padded to ctx (x with eot, y with -100), so no
+ * example crosses a document. Pieces of fewer than 2 tokens are left out. */
+ts_status ts_data_load_token_docs(const char *path, int bits, int64_t ctx, int64_t vocab,
+                                  int64_t eot, ts_dataset **out);
 ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
                               ts_dataset **out);
 
@@ -159,6 +167,20 @@ ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_
                         ts_loader **out);
 /* Copy the next batch into x and y (batch * example bytes each). */
 ts_status ts_loader_next(ts_loader *l, void *x, void *y);
+/* Keep each epoch's short last batch (data.drop_last false): an epoch is
+ * ceil(n / batch) batches, the last one holding n % batch examples (when
+ * that is not 0). Call before the first batch. */
+void ts_loader_keep_last(ts_loader *l);
+/* Token sequences of several lengths (targets -100 past the end): each
+ * window of `batches` batches of an epoch's order is sorted by length
+ * (ties by position), so a batch's sequences are alike and pad little;
+ * the order stays a pure function of (seed, epoch). Call before the first
+ * batch. */
+ts_status ts_loader_sort_window(ts_loader *l, int64_t batches);
+/* ts_loader_next, also saying how many examples the batch holds (*rows;
+ * batch except for a kept short last batch, whose remaining rows of x and y
+ * are left untouched). */
+ts_status ts_loader_next_rows(ts_loader *l, void *x, void *y, int64_t *rows);
 int64_t ts_loader_epoch(const ts_loader *l);    /* 0-based epoch of the next batch */
 int64_t ts_loader_position(const ts_loader *l); /* batches handed out so far */
 int64_t ts_loader_batches_per_epoch(const ts_loader *l);

@@ -286,8 +286,10 @@ struct ts_loader {
     int shuffle;
     uint64_t key;
     size_t xb, yb;
-    int64_t *perm;      /* permutation of the epoch perm_epoch (shuffle only) */
+    int64_t *perm;      /* permutation of the epoch perm_epoch (shuffle or sorting only) */
     int64_t perm_epoch; /* -1: none computed yet */
+    int64_t window;     /* ts_loader_sort_window: examples sorted by length together */
+    int64_t *len;       /* their lengths (sorting only) */
 };
 
 ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_t seed,
@@ -318,17 +320,71 @@ ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_
     return TS_OK;
 }
 
+/* Stable order of (length, position) for qsort over perm entries. */
+static const int64_t *sort_len;
+static int cmp_len(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    if (sort_len[x] != sort_len[y]) return sort_len[x] < sort_len[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+ts_status ts_loader_sort_window(ts_loader *l, int64_t batches) {
+    if (!l || batches < 1)
+        return ts_fail(TS_ERR_INVALID, "loader: sort window of %lld batches",
+                       (long long)(l ? batches : 0));
+    const ts_dataset *d = l->d;
+    if (d->y_dtype != TS_I64 || d->y_rank != 1)
+        return ts_fail(TS_ERR_INVALID, "loader: sorting by length needs token sequences");
+    const int64_t T = d->y_dims[0];
+    if (!l->perm && !(l->perm = ts_alloc((size_t)d->n * sizeof *l->perm, "loader permutation")))
+        return TS_ERR_NOMEM;
+    if (!(l->len = ts_alloc((size_t)d->n * sizeof *l->len, "sequence lengths")))
+        return TS_ERR_NOMEM;
+    const int64_t *y = d->y;
+    for (int64_t i = 0; i < d->n; i++) {
+        int64_t n = T;
+        while (n > 0 && y[i * T + n - 1] == -100) n--;
+        l->len[i] = n;
+    }
+    l->window = batches * l->batch;
+    l->perm_epoch = -1;
+    return TS_OK;
+}
+
+void ts_loader_keep_last(ts_loader *l) {
+    if (l) l->per_epoch = (l->d->n + l->batch - 1) / l->batch;
+}
+
 ts_status ts_loader_next(ts_loader *l, void *x, void *y) {
-    if (!l || !x || !y) return ts_fail(TS_ERR_INVALID, "loader: missing loader or batch buffer");
+    int64_t rows;
+    return ts_loader_next_rows(l, x, y, &rows);
+}
+
+ts_status ts_loader_next_rows(ts_loader *l, void *x, void *y, int64_t *rows) {
+    if (!l || !x || !y || !rows)
+        return ts_fail(TS_ERR_INVALID, "loader: missing loader or batch buffer");
     const int64_t epoch = l->pos / l->per_epoch, first = (l->pos % l->per_epoch) * l->batch;
-    if (l->shuffle && l->perm_epoch != epoch) {
+    const int ordered = l->shuffle || l->window;
+    if (ordered && l->perm_epoch != epoch) {
         /* The epoch is the counter's high word: every epoch has its own
          * stream, computed on demand, so seeking costs one permutation. */
-        permute(l->perm, l->d->n, l->key, (uint64_t)epoch);
+        if (l->shuffle)
+            permute(l->perm, l->d->n, l->key, (uint64_t)epoch);
+        else
+            for (int64_t i = 0; i < l->d->n; i++) l->perm[i] = i;
+        /* Length-sorted windows: a batch holds sequences of similar length,
+         * so its bucket pads little; still a pure function of (seed, epoch). */
+        sort_len = l->len;
+        for (int64_t w = 0; l->window && w < l->d->n; w += l->window)
+            qsort(l->perm + w, (size_t)(l->d->n - w < l->window ? l->d->n - w : l->window),
+                  sizeof *l->perm, cmp_len);
         l->perm_epoch = epoch;
     }
-    for (int64_t j = 0; j < l->batch; j++) {
-        const int64_t e = l->shuffle ? l->perm[first + j] : first + j;
+    /* The short last batch (ts_loader_keep_last) takes what is left. */
+    const int64_t n = first + l->batch <= l->d->n ? l->batch : l->d->n - first;
+    *rows = n;
+    for (int64_t j = 0; j < n; j++) {
+        const int64_t e = ordered ? l->perm[first + j] : first + j;
         memcpy((char *)x + (size_t)j * l->xb, (const char *)l->d->x + (size_t)e * l->xb, l->xb);
         memcpy((char *)y + (size_t)j * l->yb, (const char *)l->d->y + (size_t)e * l->yb, l->yb);
     }
@@ -357,5 +413,6 @@ ts_status ts_loader_seek(ts_loader *l, int64_t batches) {
 void ts_loader_free(ts_loader *l) {
     if (!l) return;
     free(l->perm);
+    free(l->len);
     free(l);
 }

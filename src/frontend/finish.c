@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 #include "core/core.h"
+#include "frontend/buckets.h"
 #include "frontend/check.h"
 #include "frontend/config_models.h"
 #include "frontend/keys.h"
@@ -314,6 +315,7 @@ ts_status ts_config_finish(ts_config *c) {
     if (s == TS_OK) s = check_precision(c);
     /* --procs N (dist.procs) is known here; mpirun's ranks in ts_config_check_run */
     if (s == TS_OK) s = cfg_check_ports(c, 0, c->dist.procs);
+    if (s == TS_OK) s = cfg_check_shape(c);
     if (s != TS_OK) return s;
     c->finished = 1;
     return TS_OK;

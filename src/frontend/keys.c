@@ -208,6 +208,12 @@ const ts_config_key cfg_keys[] = {
     {"data.shuffle", TS_CFG_BOOL, FIELD(data, shuffle), FOR_IDX | FOR_NPY | FOR_CSV | FOR_TOKENS,
      NULL, NULL, "true",
      "visit the training split in a new order each epoch (fixed by train.seed)"},
+    {"data.drop_last", TS_CFG_BOOL, FIELD(data, drop_last), TS_CFG_DERIVED, NULL, NULL,
+     "true under shape.policy exact, false under bucket",
+     "drop an epoch's short last batch; false trains it (docs/shapes.md)"},
+    {"data.eot_id", TS_CFG_I64, FIELD(data, eot_id), FOR_TOKENS, NULL, "[-1, 1e9]", "-1",
+     "token files as documents ending with this id, one example per document (or ctx-long "
+     "piece), padded; -1: fixed windows of ctx tokens (docs/shapes.md)"},
     {"data.skip_rows", TS_CFG_I64, FIELD(data, skip_rows), FOR_CSV, NULL, "[0, 1e9]", "0",
      "CSV lines skipped before the header (e.g. a line of counts)"},
     {"data.header", TS_CFG_BOOL, FIELD(data, header), FOR_CSV, NULL, NULL, "true",
@@ -360,6 +366,28 @@ const ts_config_key cfg_keys[] = {
      "common name of the key holder's certificate (the aggregator tells it from clients so)"},
     {"fed.server_name", TS_CFG_STR, FIELD(fed, server_name), 0, NULL, NULL, "aggregator",
      "name the aggregator's certificate must be issued to"},
+    /* shape: batch and sequence buckets, the plan cache (docs/shapes.md) */
+    {"shape.policy", TS_CFG_ENUM, FIELD(shape, policy), 0, "exact|bucket", NULL, "exact",
+     "exact: a plan per batch shape met; bucket: each batch padded to the smallest bucket that "
+     "holds it, padding masked out of the loss"},
+    {"shape.batch_buckets", TS_CFG_STR, FIELD(shape, batch_buckets), TS_CFG_LIST, NULL, NULL,
+     "multiple:8",
+     "batch sizes: an increasing list, multiple:N or pow2 (model.batch is always the largest "
+     "rule bucket)"},
+    {"shape.seq_buckets", TS_CFG_STR, FIELD(shape, seq_buckets), TS_CFG_LIST, NULL, NULL,
+     "multiple:64",
+     "sequence lengths (gpt): an increasing list, multiple:N or pow2 (model.ctx "
+     "is always the largest rule bucket)"},
+    {"shape.split_oversize", TS_CFG_BOOL, FIELD(shape, split_oversize), 0, NULL, NULL, "false",
+     "a batch larger than every batch bucket runs as several steps instead of failing"},
+    {"shape.precompile", TS_CFG_BOOL, FIELD(shape, precompile), 0, NULL, NULL, "false",
+     "compile every bucket before the first step instead of on first use"},
+    {"shape.cache_mb", TS_CFG_F64, FIELD(shape, cache_mb), 0, NULL, "[0, 1e9]", "0",
+     "memory of the cached bucket plans beyond the shared parameters and state, in MiB (least "
+     "recently used evicted; 0: no limit)"},
+    {"shape.sort_window", TS_CFG_I64, FIELD(shape, sort_window), 0, NULL, "[0, 1e6]", "0",
+     "batches of token documents sorted by length together, so each pads little (0: no "
+     "sorting)"},
 };
 
 const int cfg_n_keys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);

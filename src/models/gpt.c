@@ -63,7 +63,10 @@ static ts_val attention(ts_graph *g, ts_val x, const ts_gpt_config *c, const cha
     return linear(g, y, name, D, D, proj_std);
 }
 
-ts_status ts_build_gpt(ts_graph *g, const ts_gpt_config *c, ts_model *m) {
+/* P: rows of the position embedding wpe (>= ctx); a plan of a shorter
+ * sequence bucket (shape.seq_buckets) reads the first ctx rows of the
+ * whole table, so every bucket's plan shares one. */
+static ts_status build_gpt(ts_graph *g, const ts_gpt_config *c, int64_t P, ts_model *m) {
     if (!g || !c || !m) {
         ts_graph_fail(g, TS_ERR_INVALID, "model builder: NULL argument");
         return TS_ERR_INVALID;
@@ -81,9 +84,11 @@ ts_status ts_build_gpt(ts_graph *g, const ts_gpt_config *c, ts_model *m) {
     int64_t td[2] = {B, T};
     m->input = ts_input(g, "tokens", TS_I64, 2, td);
     m->target = ts_input(g, "targets", TS_I64, 2, td);
-    int64_t ed[2] = {V, D}, pd[2] = {T, D};
+    if (P < T) P = T;
+    int64_t ed[2] = {V, D}, pd[2] = {P, D};
     ts_val wte = ts_param(g, "wte.weight", TS_F32, 2, ed, ts_init_normal(0, 0.02));
     ts_val wpe = ts_param(g, "wpe.weight", TS_F32, 2, pd, ts_init_normal(0, 0.02));
+    if (P > T) wpe = ts_slice(g, wpe, 0, 0, T);
     ts_val x = ts_add(g, ts_embedding(g, wte, m->input), wpe); /* [B, T, D] */
     x = dropout(g, x, c->dropout);
     for (int l = 0; l < c->n_layers; l++) {
@@ -107,6 +112,10 @@ ts_status ts_build_gpt(ts_graph *g, const ts_gpt_config *c, ts_model *m) {
     m->loss = ts_cross_entropy(g, m->output, m->target, -100);
     ts_set_name(g, m->loss, "loss");
     return ts_graph_status(g);
+}
+
+ts_status ts_build_gpt(ts_graph *g, const ts_gpt_config *c, ts_model *m) {
+    return build_gpt(g, c, c ? c->ctx : 0, m);
 }
 
 /* ---- descriptor ------------------------------------------------------------ */
@@ -172,7 +181,9 @@ static int tensors(const ts_config *c, ts_model_tensor *t) {
 static ts_status build(const ts_config *c, const ts_config_graph *gr, ts_graph *g, ts_model *m) {
     (void)gr;
     ts_gpt_config gc = ts_config_gpt(c);
-    return ts_build_gpt(g, &gc, m);
+    /* a sequence bucket's plan: shape.build_seq positions of model.ctx */
+    if (c->shape.build_seq > 0 && c->shape.build_seq < c->model.ctx) gc.ctx = c->shape.build_seq;
+    return build_gpt(g, &gc, c->model.ctx, m);
 }
 
 static const ts_model_preset presets[] = {{"w3", preset_w3}, {"gpt2-124m", preset_124m}};

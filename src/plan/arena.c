@@ -109,9 +109,12 @@ ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg) {
             return s;
         }
         rt->params = sp;
+        rt->params_span = pb;
         rt->arena_skip = pb;
     }
-    const size_t bytes = prog->layout.arena_bytes - rt->arena_skip;
+    /* temporaries in another plan's block (plan_shared.c) are not allocated here */
+    const size_t bytes =
+        prog->layout.arena_bytes - rt->arena_skip - (rt->temps ? prog->layout.temp_bytes : 0);
     if (prog->n_buckets > 0) {
         /* On shm the gradients must lie in the shared segment for the
          * direct all-reduce to read peers' buckets in place. */
@@ -125,12 +128,14 @@ ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg) {
         rt->arena = ts_aligned_alloc(bytes, "plan arena");
         if (!rt->arena) return TS_ERR_NOMEM;
     }
-    const int owner = !rt->params || ts_comm_rank(comm) == 0;
+    const int owner = !rt->params || (!rt->params_borrowed && ts_comm_rank(comm) == 0);
     memset(rt->arena, 0, bytes);
     if (owner && rt->params) memset(rt->params, 0, pb);
     for (int v = 0; v < g->n_values; v++) {
         const ts_value *val = &g->values[v];
         if (cg->mp.off[v] == SIZE_MAX) continue;
+        /* A plan sharing another's state (plan_shared.c) keeps its values. */
+        if (rt->params_borrowed && cg->mp.off[v] - po < rt->params_span) continue;
         unsigned char *dst = ts_plan_at(p, cg->mp.off[v]);
         if (!owner && cg->mp.off[v] - po < pb) continue; /* rank 0 initialises the shared ones */
         if (val->kind == TS_VK_CONST) memcpy(dst, val->data, ts_type_bytes(&val->t));

@@ -53,7 +53,7 @@ void ts_plan_free(ts_plan *p) {
     if (last.id && !ts_coll_done(prog->opt.comm, last)) ts_coll_wait(prog->opt.comm, last);
     free(rt->dist.tickets);
     free(rt->dist.peer_delta);
-    if (rt->params) ts_comm_release_shared(prog->opt.comm, rt->params);
+    if (rt->params && !rt->params_borrowed) ts_comm_release_shared(prog->opt.comm, rt->params);
     if (rt->arena_from_comm)
         ts_comm_free(prog->opt.comm, rt->arena);
     else
@@ -157,8 +157,11 @@ static ts_status setup_dist(ts_plan *p) {
     return TS_OK;
 }
 
-ts_status ts_compile_keep(const ts_graph *src, const ts_train_spec *spec,
-                          const ts_compile_options *opt, ts_plan **out, ts_compiled_graph *keep) {
+/* ts_compile_keep, ts_compile_shared: share non-NULL makes a plan on
+ * share's parameters, gradients and state (plan_shared.c). */
+static ts_status compile_plan(const ts_graph *src, const ts_train_spec *spec,
+                              const ts_compile_options *opt, const ts_plan *share, ts_plan **out,
+                              ts_compiled_graph *keep) {
     if (keep) memset(keep, 0, sizeof *keep);
     if (!out) return ts_fail(TS_ERR_INVALID, "ts_compile: out is NULL");
     *out = NULL;
@@ -204,6 +207,8 @@ ts_status ts_compile_keep(const ts_graph *src, const ts_train_spec *spec,
     if (s != TS_OK) goto fail;
     if ((s = ts_lower(prog, &cg, loss)) != TS_OK) goto fail;
     if ((s = ts_render_dumps(prog, &cg)) != TS_OK) goto fail;
+    if (share && (s = ts_plan_borrow_state(p, share, scfg.mode != TS_LOSS_SCALE_NONE)) != TS_OK)
+        goto fail;
     if ((s = ts_arena_init(p, &cg)) != TS_OK) goto fail;
     if ((s = ts_bind(p)) != TS_OK) goto fail;
     if (scfg.mode != TS_LOSS_SCALE_NONE && (s = ts_plan_scaler_setup(p, &scfg)) != TS_OK) goto fail;
@@ -227,6 +232,17 @@ fail:
     else
         ts_compiled_graph_free(&cg);
     return s;
+}
+
+ts_status ts_compile_keep(const ts_graph *src, const ts_train_spec *spec,
+                          const ts_compile_options *opt, ts_plan **out, ts_compiled_graph *keep) {
+    return compile_plan(src, spec, opt, NULL, out, keep);
+}
+
+ts_status ts_compile_shared(const ts_graph *g, const ts_train_spec *spec,
+                            const ts_compile_options *opt, const ts_plan *share, ts_plan **out) {
+    if (!share) return ts_fail(TS_ERR_INVALID, "ts_compile_shared: no plan to share");
+    return compile_plan(g, spec, opt, share, out, NULL);
 }
 
 ts_status ts_compile(const ts_graph *src, const ts_train_spec *spec, const ts_compile_options *opt,

@@ -29,6 +29,9 @@ ts_status ts_render_dumps(ts_program *prog, const ts_compiled_graph *cg);
 ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg);
 /* The runtime's instructions: tensors in the arena, kernel arguments. */
 ts_status ts_bind(ts_plan *p);
+/* Before ts_arena_init: p's parameters, gradients and state are share's
+ * (plan_shared.c); fails naming the first difference of their layouts. */
+ts_status ts_plan_borrow_state(ts_plan *p, const ts_plan *share, int scales_loss);
 /* Free what ts_lower and ts_render_dumps made. */
 void ts_program_free(ts_program *prog);
 

@@ -156,8 +156,10 @@ const char *ts_plan_param_name(const ts_plan *p, int idx) {
 ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st) {
     if (!p || !st) return ts_fail(TS_ERR_INVALID, "get_stats: NULL argument");
     memset(st, 0, sizeof *st);
-    st->arena_bytes = p->prog.layout.arena_bytes - p->rt.arena_skip;
-    st->shared_param_bytes = p->rt.params ? p->prog.layout.param_bytes : 0;
+    st->arena_bytes = p->prog.layout.arena_bytes - p->rt.arena_skip -
+                      (p->rt.temps ? p->prog.layout.temp_bytes : 0);
+    st->shared_param_bytes =
+        p->rt.params && !p->rt.params_borrowed ? p->prog.layout.param_bytes : 0;
     st->param_bytes = p->prog.layout.param_bytes;
     st->grad_bytes = p->prog.layout.grad_bytes;
     st->state_bytes = p->prog.layout.state_bytes;

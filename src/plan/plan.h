@@ -33,6 +33,29 @@ static inline unsigned char *ts_plan_at(const ts_plan *p, size_t off) {
 /* Look up a named value. */
 const ts_named *ts_plan_find(const ts_plan *p, const char *name);
 
+/* Plans of one model at several shapes (shape buckets, plan_shared.c).
+ *
+ *     ts_compile(g16, &spec, &opt, &p16);                 // owns the state
+ *     ts_compile_shared(g8, &spec8, &opt, p16, &p8);      // the same parameters,
+ *     ts_plan_step(p8);                                   // gradients, optimizer state
+ *     ts_plan_swap_program(p16, p8);  // p16 now runs g8's program on its step counters
+ *     ...
+ *     ts_plan_free(p8), ts_plan_free(p16);                // the owner of the state last
+ *
+ * ts_compile_shared compiles g into a plan whose persistent regions
+ * (parameters, gradients, optimizer and normalisation state) are share's,
+ * one allocation for both: g must have the same persistent values in the
+ * same layout (the same model built at another batch or sequence size);
+ * only its inputs, constants and temporaries are its own. Not with data
+ * parallelism or loss scaling. Whichever plan allocated the state must be
+ * freed after every plan sharing it. */
+ts_status ts_compile_shared(const ts_graph *g, const ts_train_spec *spec,
+                            const ts_compile_options *opt, const ts_plan *share, ts_plan **out);
+/* Exchanges the compiled programs of a and b (and their bindings to
+ * memory), each keeping its run state: step counters, update gate, trace,
+ * loss. Both must share one state (ts_compile_shared) and backend. */
+ts_status ts_plan_swap_program(ts_plan *a, ts_plan *b);
+
 /* What the passes left besides the program: the final graph, its schedule
  * (node ids) and memory plan (per-value offsets). ts_compile drops them
  * once the program is built; ts_compile_keep hands them to the caller as

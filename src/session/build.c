@@ -46,15 +46,8 @@ ts_status ts_sess_build(session *s) {
      * session's buffers hold the whole batch; each rank feeds its rows). */
     ts_config lc = s->c;
     lc.model.batch /= s->nranks;
-    ts_config_graph cg = ts_zoo_graph_of(&s->graph);
-    ts_status st =
-        ts_config_build_graph(&lc, s->graph.nodes ? &cg : NULL, &s->g, &s->m, &spec, &opt);
-    opt.comm = s->o->comm;
-    opt.bucket_mb = s->c.dist.bucket_mb;
-    opt.dist_algo = s->c.dist.algo;
-    opt.zero = s->nranks > 1 ? s->c.dist.zero : 0;
-    opt.zero_private_params = !s->c.dist.share_params;
-    opt.monitors = 1; /* gradient monitors for observe and alerts */
+    /* gradient monitors for observe and alerts; a masked loss under shape buckets */
+    ts_status st = ts_sess_shape_graph(s, &lc, &s->g, &s->m, &spec, &opt);
     if (st == TS_OK) st = ts_compile(s->g, &spec, &opt, &s->plan);
     opt.monitors = 0;
     opt.comm = NULL; /* the evaluation plan is this rank's alone */
@@ -79,6 +72,7 @@ ts_status ts_sess_build(session *s) {
     if (!(s->bx = ts_alloc(s->xb * (size_t)s->nranks, "batch")) ||
         !(s->by = ts_alloc(s->yb * (size_t)s->nranks, "batch")))
         return TS_ERR_NOMEM;
+    if ((st = ts_sess_shape_setup(s)) != TS_OK) return st;
     if ((s->val && s->val->n) || s->test) {
         /* Evaluation runs an inference plan of the same graph: forward only,
          * no dropout, its own arena; parameters are copied in by name. */

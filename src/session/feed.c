@@ -91,7 +91,10 @@ ts_status ts_sess_load_data(session *s) {
         break;
     case TS_CFG_CSV: st = load_csv(s); break;
     case TS_CFG_TOKENS:
-        st = ts_data_load_tokens(c->data.path, c->data.bits, c->model.ctx, c->model.vocab, &s->all);
+        st = c->data.eot_id >= 0 ? ts_data_load_token_docs(c->data.path, c->data.bits, c->model.ctx,
+                                                           c->model.vocab, c->data.eot_id, &s->all)
+                                 : ts_data_load_tokens(c->data.path, c->data.bits, c->model.ctx,
+                                                       c->model.vocab, &s->all);
         break;
     case TS_CFG_GRAPH: {
         /* The whole graph is the one example of each split (zoo_data.h). */
@@ -146,7 +149,10 @@ ts_status ts_sess_load_data(session *s) {
                        "(%lld examples, data.val_fraction %g)",
                        (long long)s->train->n, (long long)c->model.batch, (long long)s->all->n,
                        c->data.val_fraction);
-    shape.batches_per_epoch = s->train->n / c->model.batch;
+    /* data.drop_last false: the short last batch is an epoch's too */
+    shape.batches_per_epoch = c->data.drop_last
+                                  ? s->train->n / c->model.batch
+                                  : (s->train->n + c->model.batch - 1) / c->model.batch;
     st = ts_config_fit_data(c, &shape);
     if (st != TS_OK) {
         /* Name the data file whose examples do not fit (images of the wrong size). */
@@ -156,7 +162,11 @@ ts_status ts_sess_load_data(session *s) {
         if (xf[0]) ts_error_prefix("%s", xf);
         return st;
     }
-    return ts_loader_new(s->train, c->model.batch, c->data.shuffle, c->train.seed, &s->loader);
+    st = ts_loader_new(s->train, c->model.batch, c->data.shuffle, c->train.seed, &s->loader);
+    if (st == TS_OK && !c->data.drop_last) ts_loader_keep_last(s->loader);
+    if (st == TS_OK && c->shape.sort_window > 0 && c->data.source == TS_CFG_TOKENS)
+        st = ts_loader_sort_window(s->loader, c->shape.sort_window);
+    return st;
 }
 
 /* The benchmark models (flat and token inputs: mlp, gpt) cycle over N_SYNTH fixed batches, as the
@@ -196,8 +206,9 @@ ts_status ts_sess_make_synthetic(session *s) {
 
 ts_status ts_sess_next_batch(session *s, int64_t step) {
     ts_status st = TS_OK;
+    s->rows = s->c.model.batch;
     if (s->loader) {
-        st = ts_loader_next(s->loader, s->bx, s->by);
+        st = ts_loader_next_rows(s->loader, s->bx, s->by, &s->rows);
     } else if (s->n_synth == 0) {
         /* Batch `step - 1` of the seed's stream: a resumed run draws the
          * same batches; the validation batches come from indices 2^20 on. */

@@ -427,6 +427,7 @@ ts_status ts_sess_write_summary(session *s, const char *status, const char *erro
     }
     if (r->resumed_step) json_object_set_new(o, "resumed_from_step", json_integer(r->resumed_step));
     if (s->c.ckpt.every > 0) json_object_set_new(o, "checkpoints", json_integer(r->checkpoints));
+    if (s->cache) json_object_set_new(o, "plan_cache", ts_sess_shape_summary(s));
     if (r->has_val) json_object_set_new(o, "val", eval_json(&r->val));
     if (r->has_test) json_object_set_new(o, "test", eval_json(&r->test));
     if (error) json_object_set_new(o, "error", json_string(error));

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "plan/plan_cache.h"
 #include "session/ranks.h"
 #include "session/session_internal.h"
 
@@ -40,15 +41,8 @@ static ts_status train_loop(session *s) {
         const int64_t epoch = bpe ? (step - 1) / bpe + 1 : 0;
         const double lr = ts_plan_lr(s->plan), t0 = ts_now();
         st = ts_sess_next_batch(s, step);
-        /* This rank's rows: rank r takes rows r*B/N .. (r+1)*B/N - 1. */
-        if (st == TS_OK)
-            st = ts_plan_set_input(s->plan, s->in_name,
-                                   (const char *)s->bx + (size_t)s->rank * s->xb, s->xb);
-        if (st == TS_OK)
-            st = ts_plan_set_input(s->plan, s->tgt_name,
-                                   (const char *)s->by + (size_t)s->rank * s->yb, s->yb);
-        if (st == TS_OK) st = ts_plan_step(s->plan);
-        double loss = ts_plan_loss(s->plan);
+        if (st == TS_OK) st = ts_sess_step(s); /* shape_feed.c */
+        double loss = s->step_loss;
         int stop = s->o->stop && *s->o->stop;
         if (st == TS_OK && s->nranks > 1) st = ts_session_agree(s->o->comm, &loss, &stop);
         const double dt = ts_now() - t0;
@@ -56,7 +50,8 @@ static ts_status train_loop(session *s) {
             ts_error_prefix("step %lld", (long long)step);
             break;
         }
-        const double rate = dt > 0 ? per_step / dt : 0;
+        /* a short last batch (data.drop_last false) holds s->rows rows */
+        const double rate = dt > 0 ? per_step * (double)s->rows / (double)c->model.batch / dt : 0;
         r->steps = step;
         r->final_loss = loss;
         if (step == s->start_step + 1) r->first_loss = loss;
@@ -67,25 +62,27 @@ static ts_status train_loop(session *s) {
             ts_error_prefix("step %lld: alerts", (long long)step);
             break;
         }
-        if ((st = ts_sess_observe_step(s, step, loss, lr, dt, rate, &gnorm)) != TS_OK) {
+        if ((st = ts_sess_observe_step(s, step, loss, lr, dt, rate, &gnorm)) != TS_OK ||
+            (st = ts_sess_shape_observe(s)) != TS_OK) {
             ts_error_prefix("step %lld", (long long)step);
             break;
         }
         ts_progress_info in = {step, epoch, c->train.epochs, loss, lr, rate};
         ts_progress_step(&s->pr, &in);
         if (s->metrics) {
-            char b1[32], b2[32], b3[32], b4[32], amp[96] = "";
+            char b1[32], b2[32], b3[32], b4[32], amp[96] = "", shp[256];
+            ts_sess_shape_json(s, shp, sizeof shp);
             double scale;
             if (ts_plan_loss_scale(s->plan, &scale, NULL, NULL)) /* mixed precision */
                 snprintf(amp, sizeof amp, ",\"loss_scale\":%.9g,\"step_skipped\":%d", scale,
                          ts_plan_last_step_skipped(s->plan));
             fprintf(s->metrics,
                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%s,"
-                    "\"samples_per_s\":%s,\"grad_norm\":%s%s}\n",
+                    "\"samples_per_s\":%s,\"grad_norm\":%s%s%s}\n",
                     (long long)step, (long long)epoch, num(loss, b1, sizeof b1),
                     num(lr, b2, sizeof b2),
                     num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3),
-                    num(gnorm, b4, sizeof b4), amp);
+                    num(gnorm, b4, sizeof b4), amp, shp);
         }
         /* A skipped update kept the weights: the run can go on. */
         if (!isfinite(loss) && !(alert & (1u << TS_AA_SKIP | 1u << TS_AA_STOP))) {
@@ -248,7 +245,11 @@ static void session_free(session *s) {
     ts_dataset_free(s->test);
     for (int i = 0; i < s->n_synth; i++) free(s->sx[i]), free(s->sy[i]);
     ts_session_trace_close(s->plan, s->o, s->trace);
+    ts_plan_cache_free(s->cache); /* gives s->plan its own program back */
     ts_plan_free(s->plan);
+    free(s->pad_x);
+    free(s->pad_y);
+    free(s->mask);
     ts_plan_free(s->eval);
     ts_metric_acc_free(&s->macc);
     ts_zoo_graph_free(&s->graph);
@@ -399,6 +400,7 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
             r->failed_in_step = 1;
         }
         ts_progress_end(&s->pr);
+        ts_sess_shape_log(s);
         /* A failed run reports how far it got, not a summary: its rate was
          * never computed (the error follows). */
         if (st == TS_OK)

@@ -22,6 +22,7 @@
 #include "core/dirlock.h"
 #include "core/fsat.h"
 #include "data/data.h"
+#include "frontend/buckets.h"
 #include "frontend/config.h"
 #include "obs/alert_run.h"
 #include "obs/http.h"
@@ -104,6 +105,16 @@ typedef struct session {
     int binary;         /* a gru/lstm with one logit: BCE against 0/1 targets */
     ts_zoo_graph graph; /* data.source graph: the gcn's edges */
     ts_zoo_dice dice;   /* unet3d: the soft Dice term of the evaluation loss */
+    /* shape buckets and short batches (shape_feed.c, docs/shapes.md) */
+    struct ts_plan_cache *cache; /* NULL: one plan of model.batch rows */
+    ts_buckets bb, sb;           /* shape.batch_buckets, shape.seq_buckets */
+    int64_t rows;                /* real rows of this step's batch */
+    int64_t bucket, seq_bucket;  /* the bucket the last step ran on */
+    double step_loss;            /* the last step's loss (row-weighted over split steps) */
+    void *pad_x, *pad_y;         /* a padded batch: pad_rows rows */
+    float *mask;                 /* 1 for a real row, 0 for padding (float targets) */
+    size_t pad_rows;
+    struct ts_metric *shape_metric[8]; /* the cache's Prometheus gauges */
 } session;
 
 /* data.source names, in ts_cfg_source order (lineage.json, the header line). */
@@ -169,6 +180,31 @@ ts_status ts_sess_next_batch(session *s, int64_t step);
 ts_status ts_sess_resolve_metrics(session *s);
 /* The graph, the training plan, the evaluation plan and the buffers. */
 ts_status ts_sess_build(session *s);
+
+/* ---- shape_feed.c: shape buckets and short batches --------------------------- */
+
+/* The graph of the configured model at lc's batch, compiled with the
+ * training plan's options (masked loss under shape.policy bucket). */
+ts_status ts_sess_shape_graph(session *s, ts_config *lc, ts_graph **g, ts_model *m,
+                              ts_train_spec *spec, ts_compile_options *opt);
+/* After the training plan is compiled: the plan cache when batches can
+ * have other shapes (shape.policy bucket, data.drop_last false), checked
+ * against the model, data parallelism and loss scaling; precompiles
+ * with shape.precompile. */
+ts_status ts_sess_shape_setup(session *s);
+/* Feeds the batch in s->bx, s->by (s->rows real rows) and runs the step:
+ * this rank's rows on the one plan, or the bucket that holds them. Sets
+ * s->step_loss. */
+ts_status ts_sess_step(session *s);
+/* The cache's gauges into Prometheus (after a step). */
+ts_status ts_sess_shape_observe(session *s);
+/* ",\"rows\":..,\"bucket\":..,\"plan_cache\":{...}" for a metrics.jsonl train
+ * line; "" without a cache. */
+void ts_sess_shape_json(const session *s, char *buf, size_t n);
+/* summary.json's "plan_cache" object (a jansson json_t *; NULL without memory). */
+struct json_t *ts_sess_shape_summary(const session *s);
+/* The log line of the cache after training ("" without a cache). */
+void ts_sess_shape_log(session *s);
 
 /* ---- eval.c: evaluation ---------------------------------------------------- */
 
