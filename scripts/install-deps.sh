@@ -11,6 +11,10 @@ set -e
 PKGS="build-essential cmake pkg-config libdnnl-dev libyaml-dev libjansson-dev libgomp1 zlib1g-dev libssl-dev dataset-fashion-mnist libmicrohttpd-dev prometheus gnuplot-nox libsodium-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev python3-sklearn protobuf-c-compiler libprotobuf-c-dev libonnx-dev"
 FUZZ_PKGS="clang libclang-rt-dev libomp-dev"
 FIXTURE_PKGS="python3-torch python3-onnx"
+# Cluster schedulers (issue 24, docs/cluster.md): Slurm's controller and node
+# daemons with munge, for tests/e2e/slurm.c (scripts/slurm-cluster.sh), and
+# iproute2 for its two network-namespace hosts.
+PKGS="$PKGS slurm-wlm munge iproute2"
 
 check=0
 for a in "$@"; do

@@ -6,6 +6,7 @@
 #include "ckpt_cli.h"
 #include "peft_cli.h"
 #include "cli.h"
+#include "cluster_cli.h"
 #include "ctl_cli.h"
 #include "onnx_cli.h"
 #include "plot_cli.h"
@@ -37,7 +38,8 @@ static const char usage[] =
     "      alternating with the PyTorch reference, and print the ratio\n"
     "  bench collectives [--transport shm|mpi] [--json FILE]\n"
     "      all-reduce, reduce-scatter and all-gather bandwidth beside "
-    "MPI_Allreduce\n" TESSEL_CKPT_USAGE TESSEL_PEFT_USAGE TESSEL_QUANT_USAGE TESSEL_ONNX_USAGE
+    "MPI_Allreduce\n" TESSEL_CLUSTER_USAGE TESSEL_CKPT_USAGE TESSEL_PEFT_USAGE TESSEL_QUANT_USAGE
+        TESSEL_ONNX_USAGE
     "  plot RUN_DIR  draw loss, throughput and gradient-norm curves into RUN_DIR/plots\n"
     "  ctl resume|status RUN_DIR\n"
     "      resume a run paused by an alert, or say whether it is paused\n"
@@ -181,8 +183,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "quant")) return tessel_cmd_quant(argc - 2, argv + 2);
     if (!strcmp(cmd, "ctl")) return tessel_cmd_ctl(argc - 2, argv + 2);
     if (!strcmp(cmd, "onnx")) return tessel_cmd_onnx(argc - 2, argv + 2);
+    if (!strcmp(cmd, "launch")) return tessel_cmd_launch(argc - 2, argv + 2);
+    if (!strcmp(cmd, "deploy")) return tessel_cmd_deploy(argc - 2, argv + 2);
     return cli_error(CLI_USAGE,
                      "unknown command '%s' (commands: train, compile, bench, ckpt, keygen, audit, "
-                     "export, plot, quant, onnx, ctl, version, help)",
+                     "export, plot, quant, onnx, ctl, launch, deploy, version, help)",
                      cmd);
 }
