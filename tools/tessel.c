@@ -51,7 +51,7 @@ static const char usage[] =
     "exit status: 0 success, 1 a failure while training (a step, a save, a worker\n"
     "that died by a signal) or an internal one, 2 bad usage, config or input (or a run\n"
     "directory in use), 3 training stopped by an alert rule (action stop), 130 training\n"
-    "stopped by Ctrl-C\n";
+    "stopped by Ctrl-C or SIGTERM (its checkpoint committed: ckpt.on_signal, resume it)\n";
 
 int cli_error(int code, const char *fmt, ...) {
     va_list ap;

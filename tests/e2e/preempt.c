@@ -137,11 +137,25 @@ static void no_save(void) {
     free(out);
 }
 
+/* The keys refuse what they do not know, before anything runs. */
+static void bad_keys(void) {
+    e2e_result r =
+        e2e_runf("train examples/w1.yaml --set ckpt.on_signal=later --out %s", e2e_path("bad"));
+    CHECK(r.rc == 2 && strstr(r.err, "ckpt.on_signal: expected one of save, none, got 'later'"),
+          "ckpt.on_signal later: exit %d: %s", r.rc, r.err);
+    e2e_done(&r);
+    r = e2e_runf("train examples/w1.yaml --set ckpt.signal_grace_s=0 --out %s", e2e_path("bad"));
+    CHECK(r.rc == 2 && strstr(r.err, "ckpt.signal_grace_s: must be in [1, 1e6]"),
+          "ckpt.signal_grace_s 0: exit %d: %s", r.rc, r.err);
+    e2e_done(&r);
+}
+
 int main(void) {
     if (!(bin = e2e_setup("preempt", dir, sizeof dir))) return check_summary("e2e/preempt");
     preempt("one", "");
     preempt("procs2", "--procs 2");
     no_save();
+    bad_keys();
     e2e_cleanup(dir);
     return check_summary("e2e/preempt");
 }
