@@ -11,6 +11,8 @@
 #   scripts/slurm-cluster.sh start DIR       # exit 0 once both nodes are idle; 77: cannot run here
 #   scripts/slurm-cluster.sh exec DIR CMD... # CMD in host n1's namespace, SLURM_CONF set
 #   scripts/slurm-cluster.sh stop DIR        # kills every daemon and job, removes the namespaces
+#   scripts/slurm-cluster.sh kill-node DIR n2   # node n2 is lost: its slurmd and every process on it die
+#   scripts/slurm-cluster.sh start-node DIR n2  # ... and comes back (a new slurmd)
 #
 # `exec` is how srun, sbatch, squeue and scancel reach the cluster: the
 # controller listens on 10.78.0.1, inside the namespaces. `stop` is safe to
@@ -21,7 +23,7 @@ die() {
     echo "slurm-cluster: $*" >&2
     exit 1
 }
-[ $# -ge 2 ] || die "usage: $0 start|exec|stop DIR [CMD...]"
+[ $# -ge 2 ] || die "usage: $0 start|exec|stop|kill-node|start-node DIR [CMD...|NODE]"
 cmd=$1
 dir=$2
 shift 2
@@ -54,7 +56,42 @@ stop() {
     done
 }
 
+# slurmd -N NODE in NODE's namespace, in a mount namespace of its own that
+# shows it its own DIR/nodetmp (TmpFS: PMIx's directories, named by job and
+# step, would clash between two slurmd on one file system); everything
+# else, /tmp included, is shared. nsenter, not `ip netns exec`: that one
+# also mounts a fresh /sys, which hides /sys/fs/cgroup, and slurmd 22.05
+# will not start without a cgroup mount even with the cgroup-free plugins.
+start_slurmd() {
+    local n=$1 ns=$nsa
+    [ "$n" = n2 ] && ns=$nsb
+    mkdir -p "$dir/tmp-$n"
+    nsenter --net=/run/netns/"$ns" unshare --mount --propagation slave sh -c \
+        'mount --bind "$1/tmp-$2" "$1/nodetmp" && exec slurmd -f "$1/slurm.conf" -N "$2"' sh "$dir" "$n"
+}
+
 case "$cmd" in
+kill-node | start-node)
+    [ "${1:-}" = n1 ] || [ "${1:-}" = n2 ] || die "$cmd: which node, n1 or n2?"
+    ns=$nsa
+    [ "$1" = n2 ] && ns=$nsb
+    export SLURM_CONF=$dir/slurm.conf
+    if [ "$cmd" = start-node ]; then
+        start_slurmd "$1"
+        exit 0
+    fi
+    [ -s "$dir/slurmd-$1.pid" ] && kill -9 "$(cat "$dir/slurmd-$1.pid")" 2>/dev/null || true
+    rm -f "$dir/slurmd-$1.pid"
+    # Everything on the node: slurmstepd and the job's tasks (on n1, not
+    # the controller, which is not part of a node).
+    ctl=$(cat "$dir/slurmctld.pid" 2>/dev/null || true)
+    for p in $(ip netns pids "$ns"); do
+        [ "$p" = "$ctl" ] && continue
+        [ "$(awk '{print $4}' /proc/"$p"/stat 2>/dev/null)" = "$ctl" ] && continue # slurmscriptd
+        kill -9 "$p" 2>/dev/null || true
+    done
+    exit 0
+    ;;
 stop)
     stop
     exit 0
@@ -65,7 +102,7 @@ exec)
     exec nsenter --net=/run/netns/"$nsa" "$@"
     ;;
 start) ;;
-*) die "unknown command '$cmd' (start, exec or stop)" ;;
+*) die "unknown command '$cmd' (start, exec, stop, kill-node or start-node)" ;;
 esac
 
 # Exit 77: this machine cannot run the cluster (the tests skip).
@@ -146,25 +183,14 @@ NodeName=n2 NodeAddr=10.78.0.2 NodeHostname=n2 CPUs=$cpus State=UNKNOWN
 PartitionName=main Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
 export SLURM_CONF=$dir/slurm.conf
-# nsenter, not `ip netns exec`: that one also mounts a fresh /sys, which
-# hides /sys/fs/cgroup, and slurmd will not start without a cgroup mount
-# even with the cgroup-free plugins.
 innet() {
     local ns=$1
     shift
     nsenter --net=/run/netns/"$ns" "$@"
 }
 innet "$nsa" slurmctld -f "$dir/slurm.conf" -i
-# Each slurmd sees its own DIR/nodetmp (TmpFS: PMIx's directories, named
-# by job and step, would clash between two slurmd on one file system), in
-# a mount namespace of its own; everything else, /tmp included, is shared.
-for n in n1 n2; do
-    ns=$nsa
-    [ $n = n2 ] && ns=$nsb
-    mkdir -p "$dir/tmp-$n"
-    innet "$ns" unshare --mount --propagation slave sh -c \
-        'mount --bind "$1/tmp-$2" "$1/nodetmp" && exec slurmd -f "$1/slurm.conf" -N "$2"' sh "$dir" $n
-done
+start_slurmd n1
+start_slurmd n2
 for _ in $(seq 150); do
     if [ "$(innet "$nsa" sinfo -h -o '%T' -N 2>/dev/null | sort -u)" = idle ] &&
         [ "$(innet "$nsa" sinfo -h -N -o '%N' | wc -l)" = 2 ]; then

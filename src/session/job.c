@@ -17,44 +17,60 @@ ts_launch_options ts_launch_options_default(void) {
 
 /* Who died, as the launcher reported it on stderr. */
 typedef struct blame {
+    /* 0 nothing said, 1 an exit status, 2 a peer that disconnected, 3 a
+     * signal, 4 a lost node */
+    int sev;
     int rank;       /* -1: not said */
     char host[128]; /* "" : not said */
     char how[128];  /* "killed by signal 9", "(srun: Killed)", "(srun: node failure)" */
+    int missing;    /* the one rank tessel's collective waited for in vain, else -1 */
 } blame;
 
-/* One line of the launcher's stderr; the first line that names a rank
- * wins (the launcher then kills the others, and reports those too). */
+/* One line of the launcher's stderr. The launcher also reports the ranks
+ * it (or a timeout) ended after the first failure, so the most telling
+ * report wins — a lost node, a signal, a peer that vanished, then an exit
+ * status — and the first of equals. */
 static void scan_line(const char *l, blame *b) {
-    if (b->rank >= 0 || b->host[0]) return;
     const char *p;
-    int rank, sig, a;
-    char host[128], what[96];
-    what[0] = 0;
-    /* Open MPI 4: "mpirun noticed that process rank 1 with PID 123 on node
-     * vm exited on signal 9 (Killed)." */
+    int rank = -1, sig, a, sev = 0, k = 0;
+    char host[128] = "", what[96] = "", how[128] = "";
+    /* tessel's own report from a surviving rank: "ranks that did not
+     * arrive: 1 (rank 1 did not answer)" (one rank only) */
+    if ((p = strstr(l, "ranks that did not arrive: ")) && b->missing < 0 &&
+        sscanf(p, "ranks that did not arrive: %d (%n", &rank, &k) == 1 && k > 0)
+        b->missing = rank;
+    rank = -1;
     if ((p = strstr(l, "process rank ")) &&
         sscanf(p, "process rank %d with PID %*d on node %127s exited on signal %d", &rank, host,
                &sig) == 3) {
-        b->rank = rank;
-        snprintf(b->host, sizeof b->host, "%s", host);
-        snprintf(b->how, sizeof b->how, "killed by signal %d", sig);
-        return;
+        /* Open MPI 4: "mpirun noticed that process rank 1 with PID 123 on
+         * node vm exited on signal 9 (Killed)." */
+        sev = 3;
+        snprintf(how, sizeof how, "killed by signal %d", sig);
+    } else if ((p = strstr(l, "Peer host:")) && sscanf(p, "Peer host: %127s", host) == 1) {
+        /* Open MPI: "An MPI communication peer process has unexpectedly
+         * disconnected. ... Peer host: n2" (a crash, or its node gone) */
+        sev = 2;
+        snprintf(how, sizeof how, "(Open MPI: its process disconnected)");
+    } else if ((p = strstr(l, "srun: error: Node failure on ")) &&
+               sscanf(p, "srun: error: Node failure on %127s", host) == 1) {
+        /* srun: "srun: error: Node failure on n2" */
+        sev = 4;
+        snprintf(how, sizeof how, "(srun: node failure)");
+    } else if ((p = strstr(l, "srun: error: ")) &&
+               (sscanf(p, "srun: error: %127[^:]: task %d: %95[^\n]", host, &rank, what) == 3 ||
+                sscanf(p, "srun: error: %127[^:]: tasks %d-%d: %95[^\n]", host, &rank, &a, what) ==
+                    4)) {
+        /* "srun: error: n2: task 3: Killed", "...: tasks 2-3: Exited with
+         * exit code 1" */
+        sev = strstr(what, "Exited with exit code") ? 1 : 3;
+        snprintf(how, sizeof how, "(srun: %s)", what);
     }
-    /* srun: "srun: error: n2: task 3: Killed", "...: tasks 2-3: Exited with
-     * exit code 1", "srun: error: Node failure on n2". */
-    if ((p = strstr(l, "srun: error: Node failure on ")) &&
-        sscanf(p, "srun: error: Node failure on %127s", host) == 1) {
-        snprintf(b->host, sizeof b->host, "%s", host);
-        snprintf(b->how, sizeof b->how, "(srun: node failure)");
-        return;
-    }
-    if ((p = strstr(l, "srun: error: ")) &&
-        (sscanf(p, "srun: error: %127[^:]: task %d: %95[^\n]", host, &rank, what) == 3 ||
-         sscanf(p, "srun: error: %127[^:]: tasks %d-%d: %95[^\n]", host, &rank, &a, what) == 4)) {
-        b->rank = rank;
-        snprintf(b->host, sizeof b->host, "%s", host);
-        snprintf(b->how, sizeof b->how, "(srun: %s)", what);
-    }
+    if (sev <= b->sev) return;
+    b->sev = sev;
+    b->rank = rank;
+    snprintf(b->host, sizeof b->host, "%s", host);
+    snprintf(b->how, sizeof b->how, "%s", how);
 }
 
 /* Runs argv once with stderr through a pipe (passed on, and scanned).
@@ -150,15 +166,17 @@ static ts_status run_config(const char *dir, ts_config *c) {
     return s;
 }
 
-/* "on host H killed by signal 9", "exit status 137": what follows "rank R "
- * or stands alone. */
+/* "on host H killed by signal 9", "exit status 137": what follows "rank R
+ * "; "host n2 (srun: node failure)" when no rank is named. */
 static void describe(const blame *b, int code, char *out, size_t n) {
     char how[160];
     if (b->how[0])
         snprintf(how, sizeof how, "%s", b->how);
     else
         ts_restart_describe(code, how, sizeof how);
-    if (b->host[0])
+    if (b->host[0] && b->rank < 0) /* a node lost: no one rank to name */
+        snprintf(out, n, "host %s %s", b->host, how);
+    else if (b->host[0])
         snprintf(out, n, "on host %s %s", b->host, how);
     else
         snprintf(out, n, "%s", how);
@@ -186,7 +204,7 @@ ts_status ts_launch_job(char *const argv[], const ts_launch_options *o, int *exi
     memcpy(args, argv, sizeof *args * (size_t)argc);
     ts_status s = TS_OK;
     for (int attempt = 0;; attempt++) {
-        blame b = {-1, "", ""};
+        blame b = {0, -1, "", "", -1};
         const int code = run_once(args, attempt, o, &b);
         if (code < 0) {
             s = TS_ERR_IO;
@@ -194,6 +212,9 @@ ts_status ts_launch_job(char *const argv[], const ts_launch_options *o, int *exi
         }
         *exit_code = code;
         if (code == 0 || code == 130 || (o->stop && *o->stop)) break;
+        /* A host without a rank (a node lost, a peer gone): the rank the
+         * survivors waited for is the one on it. */
+        if (b.rank < 0 && b.host[0] && b.missing >= 0) b.rank = b.missing;
         char what[320];
         describe(&b, code, what, sizeof what);
         char rank[32] = "";

@@ -11,7 +11,10 @@
  *     `latest` and ends with the weights of an uninterrupted srun run;
  *  3. `tessel launch --max-restarts 1 -- srun ...` after a rank on n2 is
  *     SIGKILLed: the restart names the rank and the host n2 and the run
- *     ends with the weights of an uninterrupted one.
+ *     ends with the weights of an uninterrupted one;
+ *  4. the same after node n2 is lost (its slurmd and processes killed,
+ *     `scripts/slurm-cluster.sh kill-node`): blamed on host n2; the
+ *     relaunched job waits for the node to come back and finishes.
  *
  * Every daemon is stopped at the end, after a failure, and on SIGTERM,
  * SIGINT or SIGHUP (scripts/slurm-cluster.sh stop). Needs root, iproute2,
@@ -203,6 +206,66 @@ static void test_launch_srun(void) {
                  "step-00000008 (step 8)");
 }
 
+/* 4. A node lost mid-run (its slurmd and every process on it killed):
+ * srun or Open MPI report host n2, tessel launch blames rank 1 on it, the
+ * relaunched srun waits for the node to come back, resumes from the latest
+ * checkpoint and ends with the weights of an uninterrupted run. */
+static void test_node_lost(void) {
+    const char *args = "--set model.batch=16 --set model.hidden=32 --set model.window=4 --set "
+                       "model.features=4 --set train.threads=1 --set dist.algo=native --set "
+                       "ckpt.every=50 --set alerts.defaults=false --set train.log_every=1 "
+                       "--steps 300";
+    char ref[256], run[256], log[256], node[1400];
+    snprintf(ref, sizeof ref, "%s", e2e_path("lost-ref"));
+    snprintf(run, sizeof run, "%s", e2e_path("lost"));
+    snprintf(log, sizeof log, "%s", e2e_path("lost.log"));
+    int rc = in_cluster(e2e_path("lost-ref.log"),
+                        "timeout -s KILL 300 srun --mpi=pmix -N 2 -n 2 '%s' train "
+                        "examples/w1.yaml %s --out '%s'",
+                        bin, args, ref);
+    CHECK(rc == 0, "the reference run: exit %d", rc);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(in_cluster(log,
+                         "TESSEL_DIST_TIMEOUT=10 timeout -s KILL 400 '%s' launch --max-restarts 1 "
+                         "-- srun --mpi=pmix --kill-on-bad-exit=1 -N 2 -n 2 '%s' train "
+                         "examples/w1.yaml %s --out '%s'",
+                         bin, bin, args, run));
+    struct timespec tick = {0, 50 * 1000 * 1000};
+    int mid = 0;
+    for (int i = 0; i < 2400 && !mid; i++) {
+        mid = last_step(run) >= 60;
+        if (!mid) nanosleep(&tick, NULL);
+    }
+    CHECK(mid, "the run reached step 60");
+    snprintf(node, sizeof node, "bash '%s' kill-node '%s' n2", script, cluster);
+    CHECK(system(node) == 0, "%s", node);
+    int restarted = 0;
+    for (int i = 0; i < 2400 && !restarted; i++) { /* 120 s */
+        char *t = e2e_slurp(log, NULL);
+        restarted = strstr(t, "restart 1/1 from ") != NULL;
+        free(t);
+        if (!restarted) nanosleep(&tick, NULL);
+    }
+    CHECK(restarted, "tessel launch restarted the job");
+    snprintf(node, sizeof node, "bash '%s' start-node '%s' n2", script, cluster);
+    CHECK(system(node) == 0, "%s", node);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    char *out = e2e_slurp(log, NULL);
+    /* Blamed on n2 from srun's "Node failure on n2" or, when srun only
+     * timed out, Open MPI's "Peer host: n2"; the rank from rank 0's report
+     * of the one it waited for. */
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+              (strstr(out, "after rank 1 on host n2 (srun: node failure)") ||
+               strstr(out, "after rank 1 on host n2 (Open MPI: its process disconnected)")) &&
+              strstr(out, "resuming from") && strstr(out, "done: 300 steps"),
+          "node n2 lost, the job relaunched and finished: status %d\n%s", st, out);
+    free(out);
+    same_weights("after a lost node", ref, run, "step-00000300 (step 300)");
+}
+
 /* Processes munged, slurmctld or slurmd whose command line names this
  * test's cluster directory. */
 static int daemons_left(void) {
@@ -267,6 +330,7 @@ int main(void) {
         test_srun();
         test_sbatch_preempt();
         test_launch_srun();
+        test_node_lost();
     }
     stop_cluster();
     int left = daemons_left();
