@@ -206,7 +206,7 @@ static int write_mpijob(const deploy_args *a, const ts_config *c) {
     FILE *f = open_out(a->out, "mpijob.yaml", path, sizeof path);
     if (!f) return CLI_FAIL;
     const int np = a->workers * a->slots;
-    const int grace = (int)ceil(c->ckpt.signal_grace_s) + GRACE_MARGIN_S;
+    const int grace = (int)ceil(c->ckpt.signal_grace) + GRACE_MARGIN_S;
     char run[600], script[2048];
     snprintf(run, sizeof run, "/runs/%s", a->name);
     /* The launcher: a run directory that exists is continued (a restarted
@@ -226,7 +226,7 @@ static int write_mpijob(const deploy_args *a, const ts_config *c) {
             "# (ckpt.on_signal: %s) within ckpt.signal_grace_s = %g s; the grace period\n"
             "# is that plus %d s. A restarted launcher resumes from the latest checkpoint.\n",
             a->config, a->workers, a->slots,
-            c->ckpt.on_signal == TS_ON_SIGNAL_SAVE ? "save" : "none", c->ckpt.signal_grace_s,
+            c->ckpt.on_signal == TS_ON_SIGNAL_SAVE ? "save" : "none", c->ckpt.signal_grace,
             GRACE_MARGIN_S);
     fprintf(f, "apiVersion: kubeflow.org/v2beta1\nkind: MPIJob\nmetadata:\n  name: %s\n", a->name);
     fprintf(f,
@@ -268,7 +268,7 @@ static int write_mpijob(const deploy_args *a, const ts_config *c) {
     snprintf(stop, sizeof stop,
              "for p in $(pidof tessel); do kill -TERM $p; done; i=0; while pidof tessel "
              ">/dev/null && [ $i -lt %d ]; do sleep 1; i=$((i+1)); done",
-             (int)ceil(c->ckpt.signal_grace_s));
+             (int)ceil(c->ckpt.signal_grace));
     q(f, stop);
     fprintf(f, "\n              resources:\n                requests:\n                  cpu: ");
     q(f, a->cpu);

@@ -126,14 +126,14 @@ typedef struct ts_config {
         char dir[512]; /* run directory; "" for none */
     } output;
     struct {
-        int64_t every;         /* steps between checkpoints; 0: none */
-        int keep_last;         /* retention: newest K (0: all) */
-        int keep_every;        /* ... and every step multiple of M (0: none) */
-        char sign_key[512];    /* private key for manifests and the audit log; "" unsigned */
-        char verify_key[512];  /* public key checked on resume; "" checksums only */
-        int async;             /* save in a background thread */
-        int on_signal;         /* SIGTERM/SIGINT: TS_ON_SIGNAL_SAVE or _NONE */
-        double signal_grace_s; /* seconds a stop may take before the scheduler's SIGKILL */
+        int64_t every;        /* steps between checkpoints; 0: none */
+        int keep_last;        /* retention: newest K (0: all) */
+        int keep_every;       /* ... and every step multiple of M (0: none) */
+        char sign_key[512];   /* private key for manifests and the audit log; "" unsigned */
+        char verify_key[512]; /* public key checked on resume; "" checksums only */
+        int async;            /* save in a background thread */
+        int on_signal;        /* SIGTERM/SIGINT: TS_ON_SIGNAL_SAVE or _NONE */
+        double signal_grace;  /* ckpt.signal_grace_s: seconds until the scheduler's SIGKILL */
     } ckpt;
     struct {
         int metrics_port;        /* Prometheus /metrics endpoint; 0: none */

@@ -27,7 +27,7 @@ static int cmp_double(const void *a, const void *b) {
  * a rank that is gone fails the stop at once instead of after
  * dist.timeout_s. Returns the time it was seen. */
 static double stop_grace(session *s) {
-    const double g = s->c.ckpt.signal_grace_s;
+    const double g = s->c.ckpt.signal_grace;
     if (s->nranks > 1 && s->o->comm && g > 0 &&
         (ts_comm_timeout(s->o->comm) <= 0 || g < ts_comm_timeout(s->o->comm)))
         ts_comm_set_timeout(s->o->comm, g);
@@ -141,8 +141,8 @@ static ts_status train_loop(session *s) {
                         "stopped by a signal: the checkpoint of step %lld is committed, %.2f s "
                         "after the stop was seen (ckpt.signal_grace_s %g); resume with --resume "
                         "latest%s",
-                        (long long)stop_saved, took, c->ckpt.signal_grace_s,
-                        took > c->ckpt.signal_grace_s
+                        (long long)stop_saved, took, c->ckpt.signal_grace,
+                        took > c->ckpt.signal_grace
                             ? " (warning: longer than the grace period: a scheduler would have "
                               "killed the run before it)"
                             : "");

@@ -149,7 +149,7 @@ static void test_manifests(void) {
     ts_config_init(&c);
     ts_status st = ts_config_load_string(&c, text, strlen(text), "configmap");
     if (st == TS_OK) st = ts_config_finish(&c);
-    CHECK(st == TS_OK && c.ckpt.every == 50 && c.ckpt.signal_grace_s == 42,
+    CHECK(st == TS_OK && c.ckpt.every == 50 && c.ckpt.signal_grace == 42,
           "the ConfigMap's config loads (%s): ckpt.every %lld", ts_last_error(),
           (long long)c.ckpt.every);
     yaml_document_delete(&d);
