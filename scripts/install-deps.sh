@@ -13,6 +13,10 @@ FUZZ_PKGS="clang libclang-rt-dev libomp-dev"
 FIXTURE_PKGS="python3-torch python3-onnx"
 # Federated training (src/fed, docs/federated.md): Paillier on GMP; openssl makes the test CA.
 PKGS="$PKGS libgmp-dev openssl"
+# Cluster schedulers (issue 24, docs/cluster.md): Slurm's controller and node
+# daemons with munge, for tests/e2e/slurm.c (scripts/slurm-cluster.sh), and
+# iproute2 for its two network-namespace hosts.
+PKGS="$PKGS slurm-wlm munge iproute2"
 
 check=0
 for a in "$@"; do

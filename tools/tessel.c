@@ -6,6 +6,7 @@
 #include "ckpt_cli.h"
 #include "peft_cli.h"
 #include "cli.h"
+#include "cluster_cli.h"
 #include "ctl_cli.h"
 #include "fed_cli.h"
 #include "onnx_cli.h"
@@ -38,8 +39,8 @@ static const char usage[] =
     "      alternating with the PyTorch reference, and print the ratio\n"
     "  bench collectives [--transport shm|mpi] [--json FILE]\n"
     "      all-reduce, reduce-scatter and all-gather bandwidth beside "
-    "MPI_Allreduce\n" TESSEL_CKPT_USAGE TESSEL_PEFT_USAGE TESSEL_QUANT_USAGE TESSEL_ONNX_USAGE
-        TESSEL_FED_USAGE
+    "MPI_Allreduce\n" TESSEL_CLUSTER_USAGE TESSEL_CKPT_USAGE TESSEL_PEFT_USAGE TESSEL_QUANT_USAGE
+        TESSEL_ONNX_USAGE TESSEL_FED_USAGE
     "  plot RUN_DIR  draw loss, throughput and gradient-norm curves into RUN_DIR/plots\n"
     "  ctl resume|status RUN_DIR\n"
     "      resume a run paused by an alert, or say whether it is paused\n"
@@ -51,7 +52,7 @@ static const char usage[] =
     "exit status: 0 success, 1 a failure while training (a step, a save, a worker\n"
     "that died by a signal) or an internal one, 2 bad usage, config or input (or a run\n"
     "directory in use), 3 training stopped by an alert rule (action stop), 130 training\n"
-    "stopped by Ctrl-C\n";
+    "stopped by Ctrl-C or SIGTERM (its checkpoint committed: ckpt.on_signal, resume it)\n";
 
 int cli_error(int code, const char *fmt, ...) {
     va_list ap;
@@ -184,8 +185,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ctl")) return tessel_cmd_ctl(argc - 2, argv + 2);
     if (!strcmp(cmd, "onnx")) return tessel_cmd_onnx(argc - 2, argv + 2);
     if (!strcmp(cmd, "fed")) return tessel_cmd_fed(argc - 2, argv + 2);
+    if (!strcmp(cmd, "launch")) return tessel_cmd_launch(argc - 2, argv + 2);
+    if (!strcmp(cmd, "deploy")) return tessel_cmd_deploy(argc - 2, argv + 2);
     return cli_error(CLI_USAGE,
                      "unknown command '%s' (commands: train, compile, bench, ckpt, keygen, audit, "
-                     "export, plot, quant, onnx, fed, ctl, version, help)",
+                     "export, plot, quant, onnx, fed, ctl, launch, deploy, version, help)",
                      cmd);
 }

@@ -48,6 +48,8 @@ typedef enum ts_cfg_preset {
 } ts_cfg_preset;
 typedef enum ts_cfg_optimizer { TS_CFG_SGD = 0, TS_CFG_ADAM, TS_CFG_ADAMW } ts_cfg_optimizer;
 typedef enum ts_cfg_schedule { TS_CFG_CONSTANT = 0, TS_CFG_LINEAR, TS_CFG_COSINE } ts_cfg_schedule;
+/* ckpt.on_signal: what a stop by SIGTERM/SIGINT commits (docs/cluster.md, Preemption). */
+typedef enum ts_cfg_on_signal { TS_ON_SIGNAL_SAVE = 0, TS_ON_SIGNAL_NONE } ts_cfg_on_signal;
 typedef enum ts_cfg_source {
     TS_CFG_SYNTHETIC = 0,
     TS_CFG_IDX,
@@ -134,6 +136,8 @@ typedef struct ts_config {
         char sign_key[512];   /* private key for manifests and the audit log; "" unsigned */
         char verify_key[512]; /* public key checked on resume; "" checksums only */
         int async;            /* save in a background thread */
+        int on_signal;        /* SIGTERM/SIGINT: TS_ON_SIGNAL_SAVE or _NONE */
+        double signal_grace;  /* ckpt.signal_grace_s: seconds until the scheduler's SIGKILL */
     } ckpt;
     struct {
         int metrics_port;        /* Prometheus /metrics endpoint; 0: none */

@@ -236,6 +236,13 @@ const ts_config_key cfg_keys[] = {
      "checksums only)"},
     {"ckpt.async", TS_CFG_BOOL, FIELD(ckpt, async), 0, NULL, NULL, "true",
      "write checkpoints in a background thread while training goes on"},
+    /* ckpt.on_signal: preemption (SIGTERM from Slurm, Kubernetes, kill); docs/cluster.md */
+    {"ckpt.on_signal", TS_CFG_ENUM, FIELD(ckpt, on_signal), 0, "save|none", NULL, "save",
+     "on SIGTERM or SIGINT every rank ends its step; save: the step's checkpoint is committed "
+     "before the run exits 130 (with ckpt.every > 0); none: it exits without one"},
+    {"ckpt.signal_grace_s", TS_CFG_F64, FIELD(ckpt, signal_grace), 0, NULL, "[1, 1e6]", "30",
+     "seconds the scheduler allows between SIGTERM and SIGKILL: after a stop the ranks' "
+     "collectives time out after it, and tessel deploy k8s sets the pod's grace period from it"},
     /* peft (docs/peft.md) */
     {"peft.lora.targets", TS_CFG_STR, FIELD(peft, targets), TS_CFG_DERIVED | TS_CFG_LIST, NULL,
      NULL, "none",

@@ -238,6 +238,10 @@ static ts_status run_mpi(const ts_config *c, const ts_session_options *o, ts_ses
     ts_status s = ts_comm_from_env(&comm);
     if (s != TS_OK) return s;
     if (c->dist.timeout_s > 0) ts_comm_set_timeout(comm, c->dist.timeout_s);
+    /* The test knob also works under mpirun; `tessel launch` numbers its
+     * attempts (tessel/launch.h). */
+    const char *attempt = getenv("TESSEL_LAUNCH_ATTEMPT");
+    ts_session_arm_test_kill(ts_comm_rank(comm), attempt ? atoi(attempt) : 0);
     s = run_rank(c, o, comm, r);
     if (s != TS_OK)
         ts_error_prefix("rank %d of %d (%s)", ts_comm_rank(comm), ts_comm_size(comm),
@@ -256,9 +260,9 @@ ts_status ts_session_run_dist(const ts_config *c, const ts_session_options *o,
         if (c->dist.max_restarts > 0)
             return ts_fail(TS_ERR_INVALID,
                            "--max-restarts %d (dist.max_restarts) restarts the workers of "
-                           "--procs N; under mpirun or srun, restarting is the job launcher's "
-                           "(resume with --resume latest)",
-                           c->dist.max_restarts);
+                           "--procs N; under mpirun or srun, wrap the launcher instead: tessel "
+                           "launch --max-restarts %d -- mpirun ... tessel train ... --out RUN_DIR",
+                           c->dist.max_restarts, c->dist.max_restarts);
         return run_mpi(c, o, r);
     }
     if (c->dist.procs > 1) return run_shm(c, o, r);

@@ -84,8 +84,10 @@ ts_status ts_restart_prepare(const ts_config *c, const char *run_dir, const char
     }
     ts_status s = audit_restart(c, run_dir, attempt, max, name, rank, how);
     if (s != TS_OK) return s;
+    char who[32] = ""; /* tessel launch may not know the rank (ts_launch_job) */
+    if (rank >= 0) snprintf(who, sizeof who, "rank %d ", rank);
     if (have_ckpt) {
-        fprintf(log, "restart %d/%d from %s after rank %d %s\n", attempt, max, name, rank, how);
+        fprintf(log, "restart %d/%d from %s after %s%s\n", attempt, max, name, who, how);
         fflush(log);
         *resume = "latest";
         return TS_OK;
@@ -105,8 +107,8 @@ ts_status ts_restart_prepare(const ts_config *c, const char *run_dir, const char
                            "attempt's run directory '%s' cannot be moved to '%s': %s",
                            attempt, max, run_dir, moved, strerror(errno));
     }
-    fprintf(log, "restart %d/%d from %s after rank %d %s (no checkpoint yet%s%s)\n", attempt, max,
-            orig_resume && *orig_resume ? orig_resume : "the start", rank, how,
+    fprintf(log, "restart %d/%d from %s after %s%s (no checkpoint yet%s%s)\n", attempt, max,
+            orig_resume && *orig_resume ? orig_resume : "the start", who, how,
             moved[0] ? "; the failed attempt's run directory is now " : "", moved);
     fflush(log);
     return TS_OK;

@@ -40,7 +40,8 @@ void ts_restart_describe(int code, char *buf, size_t n);
  * when run_dir holds a LATEST checkpoint, else orig_resume (run_dir, if it
  * exists, is renamed to RUN_DIR.attempt-ATTEMPT so the next attempt gets a
  * new one). A run directory with an audit.log gets a "restart" entry.
- * attempt counts from 1. */
+ * attempt counts from 1; rank -1: not known (tessel launch, when the job
+ * launcher did not say), and `how` then says what is known. */
 ts_status ts_restart_prepare(const ts_config *c, const char *run_dir, const char *orig_resume,
                              int attempt, int max, int rank, const char *how, FILE *log,
                              const char **resume);

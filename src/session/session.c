@@ -23,6 +23,18 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* A stop was seen: from now on the ranks' collectives wait at most
+ * ckpt.signal_grace_s for a peer (the scheduler's SIGKILL follows then), so
+ * a rank that is gone fails the stop at once instead of after
+ * dist.timeout_s. Returns the time it was seen. */
+static double stop_grace(session *s) {
+    const double g = s->c.ckpt.signal_grace;
+    if (s->nranks > 1 && s->o->comm && g > 0 &&
+        (ts_comm_timeout(s->o->comm) <= 0 || g < ts_comm_timeout(s->o->comm)))
+        ts_comm_set_timeout(s->o->comm, g);
+    return ts_now();
+}
+
 static ts_status train_loop(session *s) {
     ts_session_result *r = s->r;
     const ts_config *c = &s->c;
@@ -32,6 +44,10 @@ static ts_status train_loop(session *s) {
     const int has_val = s->val && s->val->n > 0 && s->rank == 0;
     const double t_start = ts_now();
     ts_status st = TS_OK;
+    /* A stop (SIGTERM from a scheduler, Ctrl-C): when it was first seen and
+     * the step whose checkpoint ckpt.on_signal save commits for it. */
+    double t_stop = 0;
+    int64_t stop_saved = 0;
     /* A stop requested while the data loaded or the plan compiled. */
     if (s->o->stop && *s->o->stop) {
         r->interrupted = 1;
@@ -44,7 +60,9 @@ static ts_status train_loop(session *s) {
         if (st == TS_OK) st = ts_sess_step(s); /* shape_feed.c */
         double loss = s->step_loss;
         int stop = s->o->stop && *s->o->stop;
+        if (stop && !t_stop) t_stop = stop_grace(s);
         if (st == TS_OK && s->nranks > 1) st = ts_session_agree(s->o->comm, &loss, &stop);
+        if (stop && !t_stop) t_stop = stop_grace(s);
         const double dt = ts_now() - t0;
         if (st != TS_OK) {
             ts_error_prefix("step %lld", (long long)step);
@@ -101,9 +119,11 @@ static ts_status train_loop(session *s) {
             if (st != TS_OK) break;
             r->has_val = 1;
         }
-        if (s->sv && (step == steps || step % c->ckpt.every == 0 || stop) &&
+        const int save_stop = stop && c->ckpt.on_signal == TS_ON_SIGNAL_SAVE;
+        if (s->sv && (step == steps || step % c->ckpt.every == 0 || save_stop) &&
             (st = ts_sess_save_checkpoint(s, step)) != TS_OK)
             break;
+        if (s->sv && save_stop) stop_saved = step;
         if (stop) {
             r->interrupted = 1;
             ts_progress_log(&s->pr, "stopped after step %lld of %lld (interrupted)",
@@ -112,6 +132,18 @@ static ts_status train_loop(session *s) {
         }
     }
     st = ts_sess_last_save(s, st);
+    if (st == TS_OK && stop_saved && s->rank == 0) {
+        const double took = ts_now() - t_stop;
+        ts_progress_log(&s->pr,
+                        "stopped by a signal: the checkpoint of step %lld is committed, %.2f s "
+                        "after the stop was seen (ckpt.signal_grace_s %g); resume with --resume "
+                        "latest%s",
+                        (long long)stop_saved, took, c->ckpt.signal_grace,
+                        took > c->ckpt.signal_grace
+                            ? " (warning: longer than the grace period: a scheduler would have "
+                              "killed the run before it)"
+                            : "");
+    }
     r->seconds = ts_now() - t_start;
     if (st == TS_OK && s->metrics && (fflush(s->metrics) != 0 || ferror(s->metrics)))
         st = ts_fail(TS_ERR_IO, "writing %s/metrics.jsonl failed", r->run_dir);
@@ -188,10 +220,14 @@ static void header(session *s) {
         if (c->peft.load[0]) ts_progress_log(&s->pr, "peft: LoRA A and B from %s", c->peft.load);
     }
     if (s->nranks > 1) {
+        /* The host layout the hierarchical collectives see (srun -N 2). */
+        char hosts[32] = "";
+        if (ts_comm_num_hosts(s->o->comm) > 1)
+            snprintf(hosts, sizeof hosts, ", %d hosts", ts_comm_num_hosts(s->o->comm));
         ts_progress_log(&s->pr,
-                        "data parallel: %d processes (%s), batch %lld per process, gradients "
+                        "data parallel: %d processes (%s%s), batch %lld per process, gradients "
                         "averaged in buckets of %g MiB",
-                        s->nranks, ts_comm_transport(s->o->comm),
+                        s->nranks, ts_comm_transport(s->o->comm), hosts,
                         (long long)(c->model.batch / s->nranks), c->dist.bucket_mb);
         const double mib = 1024.0 * 1024.0;
         char zs[48] = "", zg[192] = "";
