@@ -54,6 +54,7 @@ ts_status ts_sess_build(session *s) {
     opt.dist_algo = s->c.dist.algo;
     opt.zero = s->nranks > 1 ? s->c.dist.zero : 0;
     opt.zero_private_params = !s->c.dist.share_params;
+    if (s->nranks > 1) ts_config_compress_options(&s->c, &opt.compress);
     opt.monitors = 1; /* gradient monitors for observe and alerts */
     if (st == TS_OK) st = ts_compile(s->g, &spec, &opt, &s->plan);
     opt.monitors = 0;

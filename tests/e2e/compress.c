@@ -1,0 +1,118 @@
+/* `tessel train --procs N --set dist.compress=...` end to end (docs/distributed.md,
+ * "Gradient compression"): on 2 and 4 processes a worker killed mid-run and
+ * restarted from the latest checkpoint ends with the weights, optimizer
+ * state and error-feedback residuals of an uninterrupted run, bit for bit
+ * (every rank's residual rows are in rank 0's checkpoint), for topk (with
+ * E4M3 and E5M2 values, warm-up, DGC momentum correction and local
+ * clipping) and PowerSGD; the exchanged
+ * bytes are in metrics.jsonl; and the refusals name their key: compression
+ * with one process, with ZeRO, momentum correction without SGD momentum, a
+ * resume on another number of processes. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "check.h"
+#include "e2e.h"
+
+static char dir[64];
+
+static const char *small =
+    "--set model.batch=16 --set model.hidden=32 --set model.window=4 --set model.features=4 "
+    "--set train.threads=1 --set dist.algo=native --set ckpt.every=2 --steps 8";
+
+static void kill_knob(const char *rank, const char *step) {
+    if (rank) {
+        setenv("TESSEL_TEST_KILL_RANK", rank, 1);
+        setenv("TESSEL_TEST_KILL_STEP", step, 1);
+    } else {
+        unsetenv("TESSEL_TEST_KILL_RANK");
+        unsetenv("TESSEL_TEST_KILL_STEP");
+    }
+}
+
+/* An uninterrupted run and one whose rank `rank` dies in step 5 (restarted
+ * from step 4) end with the same checkpoint, residuals included. */
+static void kill_resume(const char *what, int procs, const char *rank, const char *extra) {
+    const char *state =
+        strstr(extra, "powersgd") ? "compress.bucket0.error" : "compress.bucket0.residual";
+    char full[64], killed[64];
+    snprintf(full, sizeof full, "%s-full", what);
+    snprintf(killed, sizeof killed, "%s-killed", what);
+    e2e_result r = e2e_runf("train examples/w1.yaml %s --procs %d %s --out %s", small, procs, extra,
+                            e2e_path(full));
+    CHECK(r.rc == 0, "%s: uninterrupted: exit %d: %s", what, r.rc, r.err);
+    e2e_done(&r);
+    kill_knob(rank, "5");
+    r = e2e_runf("train examples/w1.yaml %s --procs %d %s --max-restarts 1 --out %s", small, procs,
+                 extra, e2e_path(killed));
+    kill_knob(NULL, NULL);
+    CHECK(r.rc == 0 && strstr(r.out, "resuming from") && strstr(r.out, "done: 8 steps"),
+          "%s: killed once, restarted: exit %d\n%s%s", what, r.rc, r.out, r.err);
+    e2e_done(&r);
+    r = e2e_runf("ckpt diff %s %s", e2e_path(full), e2e_path(killed));
+    CHECK(r.rc == 0 && strstr(r.out, " 0 different") && strstr(r.out, "step-00000008 (step 8)"),
+          "%s: ckpt diff exit %d\n%s%s", what, r.rc, r.out, r.err);
+    e2e_done(&r);
+    /* the residuals are in the checkpoint, every rank's row */
+    r = e2e_runf("ckpt inspect %s/step-00000004", e2e_path(full));
+    char shape[64];
+    snprintf(shape, sizeof shape, "f32[%d,", procs);
+    const char *line = strstr(r.out, state);
+    CHECK(r.rc == 0 && line && strstr(line, shape) && strstr(line, shape) < strchr(line, '\n'),
+          "%s: the checkpoint lists %s [%d, n]: %s%s", what, state, procs, r.out, r.err);
+    e2e_done(&r);
+}
+
+static void expect_refused(const char *what, const char *args, const char *frag) {
+    e2e_result r = e2e_runf("train examples/w1.yaml %s %s --out %s", small, args, e2e_path("bad"));
+    CHECK(r.rc == 2 && strstr(r.err, frag), "%s: exit %d, wanted 2 and '%s' in: %s", what, r.rc,
+          frag, r.err);
+    e2e_done(&r);
+}
+
+int main(void) {
+    if (!e2e_setup("compress", dir, sizeof dir)) return check_summary("e2e/compress");
+    kill_resume("topk2", 2, "1", "--set dist.compress=topk --set dist.compress_ratio=0.05");
+    kill_resume("topk4", 4, "2",
+                "--set dist.compress=topk --set dist.compress_ratio=0.02 "
+                "--set dist.compress_values=e5m2 --set dist.compress_warmup_steps=4");
+    kill_resume("dgc2", 2, "0",
+                "--set dist.compress=topk --set train.optimizer=sgd --set train.lr=0.05 "
+                "--set train.momentum=0.9 --set dist.compress_momentum=true "
+                "--set dist.compress_clip=1");
+    kill_resume("psgd2", 2, "1",
+                "--set dist.compress=powersgd --set dist.compress_rank=2 "
+                "--set dist.compress_min_elems=0");
+    kill_resume("psgd4", 4, "3",
+                "--set dist.compress=powersgd --set dist.compress_rank=1 "
+                "--set dist.compress_min_elems=100");
+
+    /* the exchanged bytes per step in metrics.jsonl */
+    char *m = e2e_slurp(e2e_path("topk2-full/metrics.jsonl"), NULL);
+    CHECK(m && strstr(m, "\"comm_dense_bytes\":") && strstr(m, "\"comm_sent_bytes\":") &&
+              strstr(m, "\"comm_recv_bytes\":") && strstr(m, "\"compress_ratio\":") &&
+              strstr(m, "\"residual_norm\":"),
+          "metrics.jsonl has the compression figures: %s", m ? m : "(none)");
+    free(m);
+    m = e2e_slurp(e2e_path("psgd2-full/metrics.jsonl"), NULL);
+    CHECK(m && strstr(m, "\"comm_sent_bytes\":"), "powersgd's metrics.jsonl: %s", m ? m : "(none)");
+    free(m);
+
+    expect_refused("one process", "--set dist.compress=topk", "dist.compress");
+    expect_refused("ZeRO", "--procs 2 --set dist.compress=topk --set dist.zero=1", "dist.zero");
+    expect_refused("momentum with adamw",
+                   "--procs 2 --set dist.compress=topk "
+                   "--set dist.compress_momentum=true",
+                   "dist.compress_momentum");
+    expect_refused("ratio 0", "--procs 2 --set dist.compress=topk --set dist.compress_ratio=0",
+                   "dist.compress_ratio");
+    /* a checkpoint of 2 processes' residuals does not fit 4 */
+    e2e_result r = e2e_runf("train examples/w1.yaml %s --procs 4 --set dist.compress=topk "
+                            "--set dist.compress_ratio=0.05 --resume %s/step-00000004 --out %s",
+                            small, e2e_path("topk2-full"), e2e_path("four"));
+    CHECK(r.rc == 2 && strstr(r.err, "compress.bucket0.residual"),
+          "resume on 4 of a 2-process run: exit %d: %s", r.rc, r.err);
+    e2e_done(&r);
+    e2e_cleanup(dir);
+    return check_summary("e2e/compress");
+}
