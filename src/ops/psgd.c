@@ -105,25 +105,63 @@ static ts_status rt_of(const ts_kargs *k, const char *op, ts_dist_rt **rt, int *
     return TS_OK;
 }
 
-/* c [n, r] = a [n, m] b [m, r] */
+/* c [n, r] = a [n, m] b [m, r]: rows in parallel, each row's sums in a
+ * fixed order (the same bits with any thread count). */
 static void mm_nm_mr(const float *a, const float *b, float *c, int64_t n, int64_t m, int r) {
-    for (int64_t i = 0; i < n; i++)
-        for (int j = 0; j < r; j++) {
-            double s = 0;
-            for (int64_t l = 0; l < m; l++) s += (double)a[i * m + l] * (double)b[l * r + j];
-            c[i * r + j] = (float)s;
+#pragma omp parallel for schedule(static) if (n * m >= TS_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        double acc[64] = {0};
+        const float *ai = a + i * m;
+        for (int64_t l = 0; l < m; l++) {
+            const double al = ai[l];
+            for (int j = 0; j < r; j++) acc[j] += al * (double)b[l * r + j];
         }
+        for (int j = 0; j < r; j++) c[i * r + j] = (float)acc[j];
+    }
 }
 
-/* c [m, r] = a^T b, a [n, m], b [n, r] */
+/* c [m, r] = a^T b, a [n, m], b [n, r]: blocks of 32 columns of a in
+ * parallel, each reading its columns of every row in order, so a is read
+ * row-wise and every sum runs over i = 0, 1, ... */
 static void mm_tn(const float *a, const float *b, float *c, int64_t n, int64_t m, int r) {
-    double acc[64];
-    for (int64_t l = 0; l < m; l++) {
-        for (int j = 0; j < r; j++) acc[j] = 0;
-        for (int64_t i = 0; i < n; i++)
-            for (int j = 0; j < r; j++) acc[j] += (double)a[i * m + l] * (double)b[i * r + j];
-        for (int j = 0; j < r; j++) c[l * r + j] = (float)acc[j];
+    enum { COLS = 32 };
+    const int64_t nblk = (m + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static) if (n * m >= TS_PAR_MIN)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        double acc[COLS * 64];
+        const int64_t l0 = blk * COLS, l1 = l0 + COLS < m ? l0 + COLS : m;
+        memset(acc, 0, sizeof(double) * (size_t)((l1 - l0) * r));
+        for (int64_t i = 0; i < n; i++) {
+            const float *ai = a + i * m, *bi = b + i * r;
+            for (int64_t l = l0; l < l1; l++) {
+                const double al = ai[l];
+                double *al_acc = acc + (l - l0) * r;
+                for (int j = 0; j < r; j++) al_acc[j] += al * (double)bi[j];
+            }
+        }
+        for (int64_t l = l0; l < l1; l++)
+            for (int j = 0; j < r; j++) c[l * r + j] = (float)acc[(l - l0) * r + j];
     }
+}
+
+/* g = P Q^T, M -= g (what the factors missed); returns the sum of the new M^2. */
+static double approx(const float *P, const float *Q, float *g, float *M, int64_t n, int64_t m,
+                     int r) {
+    double res = 0;
+#pragma omp parallel for schedule(static) reduction(+ : res) if (n * m >= TS_PAR_MIN)
+    for (int64_t x = 0; x < n; x++) {
+        double rr = 0; /* per row, then rows added in the reduction: only the norm's last bits
+                          may vary with threads, never g or M */
+        for (int64_t y = 0; y < m; y++) {
+            double v = 0;
+            for (int j = 0; j < r; j++) v += (double)P[x * r + j] * (double)Q[y * r + j];
+            g[x * m + y] = (float)v;
+            M[x * m + y] -= (float)v;
+            rr += (double)M[x * m + y] * (double)M[x * m + y];
+        }
+        res += rr;
+    }
+    return res;
 }
 
 static ts_status k_start(const ts_kargs *k) {
@@ -215,16 +253,8 @@ static ts_status k_wait(const ts_kargs *k) {
             continue;
         }
         float *Q = q + oq, *M = err + oe, *g = G[i].data;
-        const float *P = buf + ob;
         for (int64_t j = 0; j < m * r; j++) Q[j] = qbuf[oq + j] / nr; /* the warm start */
-        for (int64_t x = 0; x < n; x++)
-            for (int64_t y = 0; y < m; y++) {
-                double v = 0;
-                for (int j = 0; j < r; j++) v += (double)P[x * r + j] * (double)Q[y * r + j];
-                g[x * m + y] = (float)v;
-                M[x * m + y] -= (float)v; /* what the factors missed */
-                res += (double)M[x * m + y] * (double)M[x * m + y];
-            }
+        res += approx(buf + ob, Q, g, M, n, m, r);
         oe += n * m;
         oq += m * r;
         ob += n * r;

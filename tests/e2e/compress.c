@@ -4,10 +4,12 @@
  * state and error-feedback residuals of an uninterrupted run, bit for bit
  * (every rank's residual rows are in rank 0's checkpoint), for topk (with
  * E4M3 and E5M2 values, warm-up, DGC momentum correction and local
- * clipping) and PowerSGD; the exchanged
- * bytes are in metrics.jsonl; and the refusals name their key: compression
- * with one process, with ZeRO, momentum correction without SGD momentum, a
- * resume on another number of processes. */
+ * clipping) and PowerSGD; the exchanged bytes are in metrics.jsonl and the
+ * TensorBoard events; `tessel bench --compress` reports both runs; and the
+ * refusals name their key: compression with one process, with ZeRO,
+ * momentum correction without SGD momentum, a ratio of 0, a resume on
+ * another number of processes. */
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -97,6 +99,33 @@ int main(void) {
     m = e2e_slurp(e2e_path("psgd2-full/metrics.jsonl"), NULL);
     CHECK(m && strstr(m, "\"comm_sent_bytes\":"), "powersgd's metrics.jsonl: %s", m ? m : "(none)");
     free(m);
+
+    /* TensorBoard gets the figures as scalars */
+    e2e_result t = e2e_runf("train examples/w1.yaml %s --procs 2 --set dist.compress=topk "
+                            "--set observe.tensorboard=true --out %s",
+                            small, e2e_path("tb"));
+    CHECK(t.rc == 0, "tensorboard run: exit %d: %s", t.rc, t.err);
+    e2e_done(&t);
+    char tbdir[256], ev[512] = "";
+    snprintf(tbdir, sizeof tbdir, "%s", e2e_path("tb/tb"));
+    DIR *dd = opendir(tbdir);
+    for (struct dirent *e; dd && (e = readdir(dd));)
+        if (!strncmp(e->d_name, "events.out.tfevents.", 20))
+            snprintf(ev, sizeof ev, "%s/%s", tbdir, e->d_name);
+    if (dd) closedir(dd);
+    long evn = 0;
+    char *evb = ev[0] ? e2e_slurp(ev, &evn) : NULL;
+    CHECK(evb && memmem(evb, (size_t)evn, "compress/sent_bytes", 19) &&
+              memmem(evb, (size_t)evn, "compress/residual_norm", 22),
+          "the TensorBoard events in %s have compress/ scalars", tbdir);
+    free(evb);
+
+    /* tessel bench --compress: both runs, step times and bytes side by side */
+    t = e2e_run("bench --workload W1 --procs 2 --compress topk --steps 1 --rounds 1 --warmup 0");
+    CHECK(t.rc == 0 && strstr(t.out, "none vs topk ratio 0.001") &&
+              strstr(t.out, "round 1: none") && strstr(t.out, "sent bytes: 1/"),
+          "bench --compress: exit %d\n%s%s", t.rc, t.out, t.err);
+    e2e_done(&t);
 
     expect_refused("one process", "--set dist.compress=topk", "dist.compress");
     expect_refused("ZeRO", "--procs 2 --set dist.compress=topk --set dist.zero=1", "dist.zero");
