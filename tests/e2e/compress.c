@@ -5,7 +5,8 @@
  * (every rank's residual rows are in rank 0's checkpoint), for topk (with
  * E4M3 and E5M2 values, warm-up, DGC momentum correction and local
  * clipping) and PowerSGD; the exchanged bytes are in metrics.jsonl and the
- * TensorBoard events; `tessel bench --compress` reports both runs; and the
+ * TensorBoard events; mpirun (the mpi transport) gives the checkpoint of
+ * --procs 2 bit for bit; `tessel bench --compress` reports both runs; and the
  * refusals name their key: compression with one process, with ZeRO,
  * momentum correction without SGD momentum, a ratio of 0, a resume on
  * another number of processes. */
@@ -17,6 +18,7 @@
 #include "e2e.h"
 
 static char dir[64];
+static const char *bin; /* the tessel binary (e2e_setup) */
 
 static const char *small =
     "--set model.batch=16 --set model.hidden=32 --set model.window=4 --set model.features=4 "
@@ -65,6 +67,48 @@ static void kill_resume(const char *what, int procs, const char *rank, const cha
     e2e_done(&r);
 }
 
+/* The mpi transport: mpirun -np 2 ends with the checkpoint of --procs 2 (shm),
+ * bit for bit (the same payloads, decoded in the same order). Skipped
+ * without mpirun on the PATH. */
+static void mpi_same(const char *what, const char *extra) {
+    const char *path = getenv("PATH");
+    char mpirun[512] = "";
+    for (const char *p = path ? path : ""; *p && !mpirun[0];) {
+        const char *e = strchr(p, ':');
+        int n = e ? (int)(e - p) : (int)strlen(p);
+        char c[512];
+        snprintf(c, sizeof c, "%.*s/mpirun", n, p);
+        if (access(c, X_OK) == 0) snprintf(mpirun, sizeof mpirun, "%s", c);
+        p += n + (e != NULL);
+    }
+    if (!mpirun[0]) {
+        printf("skipped the mpirun runs: mpirun not found on PATH\n");
+        return;
+    }
+    char shm[64], mpi[64], cmd[2048];
+    snprintf(shm, sizeof shm, "%s-shm", what);
+    snprintf(mpi, sizeof mpi, "%s-mpi", what);
+    e2e_result r =
+        e2e_runf("train examples/w1.yaml %s --procs 2 %s --out %s", small, extra, e2e_path(shm));
+    CHECK(r.rc == 0, "%s: --procs 2: exit %d: %s", what, r.rc, r.err);
+    e2e_done(&r);
+    snprintf(cmd, sizeof cmd,
+             "TESSEL_COLL_CACHE=0 ASAN_OPTIONS=detect_leaks=0 '%s' %s--oversubscribe -np 2 '%s' "
+             "train examples/w1.yaml %s %s --out %s > %s.log 2>&1",
+             mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", bin, small, extra, e2e_path(mpi),
+             e2e_path(mpi));
+    int rc = system(cmd);
+    char logp[256];
+    snprintf(logp, sizeof logp, "%s.log", e2e_path(mpi));
+    char *log = e2e_slurp(logp, NULL);
+    CHECK(rc == 0 && log && strstr(log, "2 processes (mpi)"), "%s: mpirun: status %d:\n%s", what,
+          rc, log ? log : "");
+    free(log);
+    r = e2e_runf("ckpt diff %s %s", e2e_path(shm), e2e_path(mpi));
+    CHECK(r.rc == 0 && strstr(r.out, " 0 different"), "%s: shm vs mpi: %s%s", what, r.out, r.err);
+    e2e_done(&r);
+}
+
 static void expect_refused(const char *what, const char *args, const char *frag) {
     e2e_result r = e2e_runf("train examples/w1.yaml %s %s --out %s", small, args, e2e_path("bad"));
     CHECK(r.rc == 2 && strstr(r.err, frag), "%s: exit %d, wanted 2 and '%s' in: %s", what, r.rc,
@@ -73,7 +117,7 @@ static void expect_refused(const char *what, const char *args, const char *frag)
 }
 
 int main(void) {
-    if (!e2e_setup("compress", dir, sizeof dir)) return check_summary("e2e/compress");
+    if (!(bin = e2e_setup("compress", dir, sizeof dir))) return check_summary("e2e/compress");
     kill_resume("topk2", 2, "1", "--set dist.compress=topk --set dist.compress_ratio=0.05");
     kill_resume("topk4", 4, "2",
                 "--set dist.compress=topk --set dist.compress_ratio=0.02 "
@@ -88,6 +132,9 @@ int main(void) {
     kill_resume("psgd4", 4, "3",
                 "--set dist.compress=powersgd --set dist.compress_rank=1 "
                 "--set dist.compress_min_elems=100");
+
+    mpi_same("topk", "--set dist.compress=topk --set dist.compress_ratio=0.05");
+    mpi_same("psgd", "--set dist.compress=powersgd --set dist.compress_min_elems=0");
 
     /* the exchanged bytes per step in metrics.jsonl */
     char *m = e2e_slurp(e2e_path("topk2-full/metrics.jsonl"), NULL);
