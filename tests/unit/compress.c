@@ -5,7 +5,9 @@
  * the warm-up schedule, PowerSGD's orthonormalisation, the config errors,
  * and the compressed distributed step on 2 and 4 ranks (the sparse
  * all-gather: ranks bit-identical; ratio 1 with f32 values equal to the
- * dense all-reduce; the plan's nodes and their overlap). */
+ * dense all-reduce; the plan's nodes and their overlap), PowerSGD against
+ * the dense run on low-rank gradients, and residuals saved on 2 ranks and
+ * restored on 2 and 4. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -223,6 +225,8 @@ enum { B = 16, WIN = 8, FEAT = 8, IN = WIN * FEAT, HID = 64, STEPS = 4, MAX_FLOA
 
 typedef struct shared {
     float params[4][MAX_FLOATS];
+    float resid[4][4 * MAX_FLOATS]; /* each rank's "compress.bucket0.residual" (save / load) */
+    int64_t resid_n;
     size_t n_floats;
     int steps_ok[4], n_start, n_wait, n_allreduce, overlap_ok;
     ts_compress_stats st[4];
@@ -235,8 +239,10 @@ typedef struct run_cfg {
     ts_val loss;
     ts_compress_options c;
     int sgd;
-    int rows;  /* global batch (0: B) */
-    int steps; /* 0: STEPS */
+    int rows;         /* global batch (0: B) */
+    int steps;        /* 0: STEPS */
+    const char *save; /* run directory: rank 0 saves a checkpoint after the steps */
+    const char *load; /* checkpoint to load before the steps (then no steps) */
 } run_cfg;
 
 static void batch(int step, float *x, float *y) {
@@ -292,6 +298,19 @@ static int worker(ts_comm *comm, void *user) {
         return 1;
     }
     if (r == 0) check_dump(p);
+    if (rc->load) {
+        int rank;
+        int64_t dims[8];
+        ts_status ls = ts_ckpt_load(p, rc->load, NULL, NULL);
+        if (ls == TS_OK) ls = ts_plan_value_info(p, "compress.bucket0.residual", NULL, &rank, dims);
+        if (ls == TS_OK && dims[0] * dims[1] <= 4 * MAX_FLOATS)
+            ls = ts_plan_read(p, "compress.bucket0.residual", SH->resid[r],
+                              sizeof(float) * (size_t)(dims[0] * dims[1]));
+        if (ls != TS_OK) snprintf(SH->err[r], sizeof SH->err[r], "load: %s", ts_last_error());
+        SH->resid_n = dims[1];
+        ts_plan_free(p);
+        return ls == TS_OK ? 0 : 1;
+    }
     static float x[B * IN], y[B];
     int ok = 0;
     for (int s = 0; s < steps; s++) {
@@ -307,6 +326,22 @@ static int worker(ts_comm *comm, void *user) {
     }
     SH->steps_ok[r] = ok;
     ts_plan_compress_stats(p, &SH->st[r]);
+    if (rc->save && ok == steps) {
+        int rank;
+        int64_t dims[8];
+        ts_status ss = ts_plan_compress_gather(p); /* every rank's row, as before a checkpoint */
+        if (ss == TS_OK) ss = ts_plan_value_info(p, "compress.bucket0.residual", NULL, &rank, dims);
+        if (ss == TS_OK && dims[0] * dims[1] <= 4 * MAX_FLOATS)
+            ss = ts_plan_read(p, "compress.bucket0.residual", SH->resid[r],
+                              sizeof(float) * (size_t)(dims[0] * dims[1]));
+        SH->resid_n = dims[1];
+        ts_ckpt_meta meta = {"x", 1, NULL, 0, 0, 0};
+        if (ss == TS_OK && r == 0) ss = ts_ckpt_save(p, rc->save, &meta, NULL);
+        if (ss != TS_OK) {
+            snprintf(SH->err[r], sizeof SH->err[r], "save: %s", ts_last_error());
+            ok = 0;
+        }
+    }
     size_t k = 0;
     for (int i = 0; i < ts_plan_param_count(p); i++) {
         const char *name = ts_plan_param_name(p, i);
@@ -446,6 +481,50 @@ static void check_powersgd(void) {
     ts_graph_free(rc.g);
 }
 
+/* Residuals saved by 2 ranks and restored on 4: every row is the mean of
+ * the saved rows ((0 + row 0 + row 1) / 2, as ts_ckpt_restore adds them);
+ * restored on 2, each rank gets its own row back. */
+static void check_reshard(void) {
+    char dir[] = "/tmp/tessel-compress-ckpt-XXXXXX";
+    if (!mkdtemp(dir)) return;
+    static float saved[2 * 4 * MAX_FLOATS];
+    run_cfg rc = {0};
+    rc.g = mlp(B / 2, &rc.loss);
+    rc.c.method = TS_COMPRESS_TOPK;
+    rc.c.ratio = 0.01;
+    rc.save = dir;
+    CHECK(launch(2, &rc) == TS_OK, "save on 2: %s (%s)", ts_last_error(), SH->err[0]);
+    const int64_t n = SH->resid_n;
+    CHECK(n > 0 && 2 * n <= 4 * MAX_FLOATS, "residual of %lld elements", (long long)n);
+    if (!(n > 0 && 2 * n <= 4 * MAX_FLOATS)) return;
+    memcpy(saved, SH->resid[0], sizeof(float) * (size_t)(2 * n));
+    CHECK(!memcmp(SH->resid[0], SH->resid[1], sizeof(float) * (size_t)(2 * n)),
+          "after the gather both ranks hold both rows");
+    char path[128];
+    snprintf(path, sizeof path, "%s/step-%08d", dir, STEPS);
+    rc.save = NULL;
+    rc.load = path;
+    CHECK(launch(2, &rc) == TS_OK, "load on 2: %s (%s)", ts_last_error(), SH->err[0]);
+    CHECK(!memcmp(SH->resid[1], saved, sizeof(float) * (size_t)(2 * n)), "2 -> 2: the same rows");
+    ts_graph_free(rc.g);
+    rc.g = mlp(B / 4, &rc.loss);
+    CHECK(launch(4, &rc) == TS_OK, "load on 4: %s (%s)", ts_last_error(), SH->err[0]);
+    int same = SH->resid_n == n, nonzero = 0;
+    for (int64_t i = 0; i < n && same; i++) {
+        float want = 0.0f;
+        want += saved[i];
+        want += saved[n + i];
+        want = want / 2.0f;
+        nonzero += want != 0;
+        for (int r = 0; r < 4; r++) same &= !memcmp(&SH->resid[3][r * n + i], &want, 4);
+    }
+    CHECK(same && nonzero > 0, "2 -> 4: every row is the mean of the saved rows");
+    ts_graph_free(rc.g);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(void) {
     check_select();
     check_encode();
@@ -457,5 +536,6 @@ int main(void) {
     check_step(2);
     check_step(4);
     check_powersgd();
+    check_reshard();
     return check_summary("compress");
 }
