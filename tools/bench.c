@@ -4,6 +4,7 @@
 #include <string.h>
 #include "cli.h"
 #include "dist_cli.h"
+#include "bench_compress.h"
 #include "bench_dist.h"
 #include "bench_step.h"
 
@@ -14,7 +15,9 @@ static const char usage[] =
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n"
     "       tessel bench --workload W1|W3 --procs N [--threads N] [--steps N] [--rounds N]\n"
     "                    [--per-rank-batch] [--zero [0|1|2] [--private-params]] [--profile]\n"
-    "                    (N data-parallel processes against 1)\n";
+    "                    (N data-parallel processes against 1)\n"
+    "       tessel bench --workload W1|W3 --procs N --compress topk|powersgd [--threads N]\n"
+    "                    [--steps N] [--rounds N] (compressed against the dense all-reduce)\n";
 
 /* A positive integer option value. */
 static int count(const char *opt, const char *v, int *out) {
@@ -31,9 +34,10 @@ int cli_bench(int argc, char **argv) {
     if (argc && !strcmp(argv[0], "collectives")) return tessel_cmd_bench_collectives(argc, argv);
     ts_bench_options o = ts_bench_options_default();
     int rc = CLI_OK, procs = 1, per_rank_batch = 0, threads_set = 0, zero = 0, private_params = 0;
-    static const char *const with_value[] = {"--workload",  "--precision", "--json",
-                                             "--reference", "--steps",     "--threads",
-                                             "--rounds",    "--warmup",    "--procs"};
+    const char *compress = NULL;
+    static const char *const with_value[] = {"--workload", "--precision", "--json",   "--reference",
+                                             "--steps",    "--threads",   "--rounds", "--warmup",
+                                             "--procs",    "--compress"};
     for (int i = 0; i < argc && rc == CLI_OK; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
         char name[64];
@@ -91,6 +95,8 @@ int cli_bench(int argc, char **argv) {
             rc = count(name, v, &o.threads), threads_set = 1;
         else if (!strcmp(name, "--procs"))
             rc = count(name, v, &procs);
+        else if (!strcmp(name, "--compress")) /* gradient compression (bench_compress.c) */
+            compress = v;
         else if (!strcmp(name, "--rounds"))
             rc = count(name, v, &o.rounds);
         else if (!strcmp(v, "0"))
@@ -99,6 +105,24 @@ int cli_bench(int argc, char **argv) {
             rc = count(name, v, &o.warmup);
     }
     if (rc != CLI_OK) return rc;
+    if (compress) {
+        ts_bench_compress_options d = ts_bench_compress_options_default();
+        if (!strcmp(compress, "powersgd"))
+            d.c.method = TS_COMPRESS_POWERSGD;
+        else if (strcmp(compress, "topk"))
+            return cli_error(CLI_USAGE, "bench: --compress: topk or powersgd, got '%s'\n%s",
+                             compress, usage);
+        if (procs < 2)
+            return cli_error(CLI_USAGE, "bench: --compress needs --procs N >= 2\n%s", usage);
+        d.workload = o.workload;
+        d.procs = procs;
+        if (threads_set) d.threads = o.threads;
+        d.steps = o.steps;
+        d.warmup = o.warmup;
+        d.rounds = o.rounds;
+        ts_status s = ts_bench_compress_run(&d);
+        return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());
+    }
     if (procs > 1) {
         ts_bench_dist_options d = ts_bench_dist_options_default();
         d.workload = o.workload;

@@ -130,6 +130,33 @@ typedef struct ts_peft_options {
     double dropout; /* on the LoRA branch's input, training steps only */
 } ts_peft_options;
 
+/* Gradient compression of the data-parallel exchange (docs/distributed.md,
+ * "Gradient compression"; config dist.compress*). Zero: none, the dense
+ * all-reduce. Needs a comm of more than one rank and no ZeRO. */
+typedef enum ts_compress_method {
+    TS_COMPRESS_NONE = 0,
+    TS_COMPRESS_TOPK,     /* per bucket: top-k of gradient + residual, sparse all-gather */
+    TS_COMPRESS_POWERSGD, /* per matrix: rank-r factors, all-reduced; small ones dense */
+} ts_compress_method;
+
+typedef enum ts_compress_values {
+    TS_CVAL_E4M3 = 0,
+    TS_CVAL_E5M2,
+    TS_CVAL_BF16,
+    TS_CVAL_F32,
+} ts_compress_values;
+
+typedef struct ts_compress_options {
+    int method;           /* ts_compress_method */
+    double ratio;         /* topk: share of a bucket's elements sent (0: 0.001) */
+    int values;           /* topk: ts_compress_values of the sent values */
+    int64_t warmup_steps; /* topk: the share falls from 0.25 to ratio over these steps */
+    int momentum;         /* topk: DGC momentum correction (needs SGD with momentum) */
+    double clip;          /* topk: local clipping to clip / sqrt(ranks) (0: none) */
+    int rank;             /* powersgd: rank of the factors (0: 4) */
+    int64_t min_elems;    /* powersgd: tensors with fewer elements go dense */
+} ts_compress_options;
+
 typedef struct ts_compile_options {
     uint64_t seed;         /* parameter init and dropout (default 0) */
     int threads;           /* 0: all cores (OMP_NUM_THREADS if set) */
@@ -181,7 +208,8 @@ typedef struct ts_compile_options {
      * this only TS_DUMP_PLAN can be printed later. Costs their text's
      * memory for the plan's life. */
     int keep_dumps;
-    ts_peft_options peft; /* zero: no PEFT; targets is read during ts_compile only */
+    ts_peft_options peft;         /* zero: no PEFT; targets is read during ts_compile only */
+    ts_compress_options compress; /* zero: no gradient compression */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

@@ -172,6 +172,15 @@ typedef struct ts_config {
         int share_params; /* ZeRO on shm: one shared copy of the parameters */
         double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
         int max_restarts; /* --procs: restarts of failed workers from the latest checkpoint */
+        /* gradient compression (dist.compress*, docs/distributed.md "Gradient compression") */
+        int compress;                  /* 0 none, 1 topk, 2 powersgd */
+        double compress_ratio;         /* topk: share of a bucket's elements sent per step */
+        int compress_values;           /* topk values: 0 e4m3, 1 e5m2, 2 bf16, 3 f32 */
+        int64_t compress_warmup_steps; /* topk: steps over which the ratio falls to its value */
+        int compress_rank;             /* powersgd: rank r of the factors */
+        int64_t compress_min_elems;    /* powersgd: smaller tensors are all-reduced dense */
+        int compress_momentum;         /* topk: DGC momentum correction (SGD's momentum) */
+        double compress_clip; /* topk: local clipping of each rank's gradient norm; 0 off */
     } dist;
     struct {
         int dflt;            /* compute type of GEMMs: 0 fp32, 1 bf16, 2 fp16 */
@@ -267,6 +276,12 @@ const char *ts_config_sign_key(const ts_config *c);
  * link, of this user, mode 0600 or stricter; ckpt.verify_key (unless none)
  * a readable regular file. Errors name the key's file and line. */
 ts_status ts_config_check_run(const ts_config *c, int rank, int nranks);
+
+/* dist.compress* as compile options (ts_compile_options.compress); also
+ * refused by ts_config_check_run: compression with one process, with
+ * dist.zero, momentum correction without SGD momentum. */
+struct ts_compress_options;
+void ts_config_compress_options(const ts_config *c, struct ts_compress_options *out);
 
 /* The table index of the first dist.* key whose value is not its default,
  * or -1. */

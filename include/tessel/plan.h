@@ -187,6 +187,31 @@ typedef struct ts_plan_stats {
 
 ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st);
 
+/* Gradient compression (ts_compile_options.compress): what this rank's
+ * last step exchanged, summed over its buckets. dense_bytes: the
+ * gradients' bytes an uncompressed all-reduce reduces; sent_bytes: this
+ * rank's payloads (indices, values and scales counted; powersgd: the
+ * factors and the dense small tensors); recv_bytes: the peers' payloads it
+ * received; residual_sq: the squared norm of the error-feedback residual
+ * after the step. All zero for a plan without compression. */
+typedef struct ts_compress_stats {
+    int64_t step; /* the step these figures are of (0: none yet) */
+    double dense_bytes;
+    double sent_bytes;
+    double recv_bytes;
+    double residual_sq;
+    int64_t sent_values; /* values this rank sent (topk) */
+} ts_compress_stats;
+ts_status ts_plan_compress_stats(const ts_plan *p, ts_compress_stats *out);
+/* Copy every rank's rows of the compression state (the error-feedback
+ * residuals "compress.bucket<b>.residual" and momentum-correction
+ * velocities, [ranks, elements] values of which rank r updates row r) to
+ * every rank: a collective of the plan's comm, which every rank calls
+ * between the same steps. Then rank 0's checkpoint holds every rank's rows
+ * and a resume on as many ranks continues bit-exactly. No-op without
+ * compression. */
+ts_status ts_plan_compress_gather(ts_plan *p);
+
 /* Time spent per op kind over the steps run so far, in a plan compiled with
  * ts_compile_options.profile set:
  *

@@ -88,6 +88,31 @@ static ts_status check_pieces(const ts_ckpt *c, const ts_plan *p, const fit_layo
     return TS_OK;
 }
 
+/* Gradient compression's per-rank state ("compress.*" f32 [ranks, n], row r
+ * rank r's: docs/distributed.md "Gradient compression") saved by another
+ * number of ranks: restored by giving every row the mean over the saved
+ * rows, which keeps the mean residual (what the averaged update has not
+ * received yet) and the mean momentum. */
+static int rank_rows_reshard(const ts_persistent *pv, const ld_tensor *t) {
+    return t && !strncmp(pv->name, "compress.", 9) && pv->is_state && t->is_state &&
+           pv->dtype == TS_F32 && t->dtype == TS_F32 && pv->rank == 2 && t->rank == 2 &&
+           t->dims[1] == pv->dims[1] && t->dims[0] != pv->dims[0] && t->dims[0] > 0;
+}
+
+static ts_status reshard_rows(const ld_tensor *t, const ts_persistent *pv, float *dst) {
+    const int64_t n = pv->dims[1], rows = pv->dims[0], saved = t->dims[0];
+    float *row = dst + n; /* staging in row 1 (rows >= 2: compression has 2 ranks or more) */
+    memset(dst, 0, sizeof(float) * (size_t)n);
+    for (int64_t r = 0; r < saved; r++) {
+        ts_status s = ck_read_range(t, r * n, n, (unsigned char *)(rows > 1 ? row : dst));
+        if (s != TS_OK) return s;
+        for (int64_t i = 0; i < n && rows > 1; i++) dst[i] += row[i];
+    }
+    for (int64_t i = 0; i < n; i++) dst[i] = dst[i] / (float)saved;
+    for (int64_t r = 1; r < rows; r++) memcpy(dst + r * n, dst, sizeof(float) * (size_t)n);
+    return TS_OK;
+}
+
 static ts_status check_fits(const ts_ckpt *c, const ts_plan *p, const fit_layout *L) {
     int n = ts_plan_persistent_count(p);
     if (ts_plan_seed(p) != c->info.seed)
@@ -108,6 +133,7 @@ static ts_status check_fits(const ts_ckpt *c, const ts_plan *p, const fit_layout
         if (!t)
             return ts_fail(TS_ERR_NOT_FOUND, "%s: has no tensor '%s', which the plan needs (%s)",
                            c->dir, pv.name, pv.is_state ? "optimizer state" : "parameter");
+        if (rank_rows_reshard(&pv, t)) continue; /* saved by another number of ranks */
         int same = t->dtype == pv.dtype && t->rank == pv.rank && t->is_state == pv.is_state;
         for (int d = 0; same && d < t->rank; d++) same = t->dims[d] == pv.dims[d];
         if (!same) {
@@ -154,6 +180,10 @@ static ts_status gather_value(const ts_ckpt *c, const fit_layout *L, const ts_pe
         return TS_OK;
     }
     const ld_tensor *t = ck_find_tensor(c, pv->name);
+    if (rank_rows_reshard(pv, t)) {
+        *src = tmp;
+        return reshard_rows(t, pv, (float *)tmp);
+    }
     if (t->n_chunks == 1 && t->chunks[0].flat) {
         *src = t->chunks[0].data;
         return TS_OK;

@@ -238,6 +238,17 @@ typedef struct ts_bucket_attrs {
     double max_norm;
 } ts_bucket_attrs;
 
+/* Gradient compression (ops/compress.c, passes/compress.c): ticket slot
+ * and algo as in ts_bucket_attrs; method (ts_compress_method); values
+ * (ts_compress_values); elems of the bucket; kmax, the most values a rank
+ * sends (topk) or the factor elements (powersgd); warmup steps; ranks;
+ * rank r of the factors; ratio; momentum (DGC correction, 0: none); clip
+ * (local clipping threshold, 0: none). */
+typedef struct ts_compress_attrs {
+    int64_t ticket, algo, method, values, elems, kmax, warmup, ranks, rank, min_elems;
+    double ratio, momentum, clip;
+} ts_compress_attrs;
+
 /* reduce_sum, reduce_max, reduce_max_bwd (ops/reduce.c): axes as a bit
  * mask (bit j: axis j), keepdim, scale (the mean: 1/n; the sum: 1). */
 typedef struct ts_reduce_attrs {
@@ -267,6 +278,7 @@ typedef struct ts_attrs {
         ts_clip_attrs clip;             /* clip_coef */
         ts_shard_attrs shard;           /* shard_update */
         ts_bucket_attrs bucket;         /* the collectives (allreduce_start, ..., zero_found_inf) */
+        ts_compress_attrs compress;     /* compress_start/wait, psgd_start/wait */
         ts_reduce_attrs reduce;         /* reduce_sum, reduce_max, reduce_max_bwd */
         ts_index_attrs index;           /* gather, scatter_add */
         ts_shape_attrs shape;           /* reshape, expand */
@@ -295,6 +307,7 @@ TS_ATTRS_FIT(ts_matmul_epi_attrs);
 TS_ATTRS_FIT(ts_pool_attrs);
 TS_ATTRS_FIT(ts_shard_attrs);
 TS_ATTRS_FIT(ts_bucket_attrs);
+TS_ATTRS_FIT(ts_compress_attrs);
 TS_ATTRS_FIT(ts_shape_attrs);
 TS_ATTRS_FIT(ts_permute_attrs);
 TS_ATTRS_FIT(ts_batch_norm_attrs);

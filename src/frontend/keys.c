@@ -395,6 +395,27 @@ const ts_config_key cfg_keys[] = {
     {"shape.sort_window", TS_CFG_I64, FIELD(shape, sort_window), 0, NULL, "[0, 1e6]", "0",
      "batches of token documents sorted by length together, so each pads little (0: no "
      "sorting)"},
+    /* dist.compress*: gradient compression in the distribute pass (issue 18) */
+    {"dist.compress", TS_CFG_ENUM, FIELD(dist, compress), 0, "none|topk|powersgd", NULL, "none",
+     "gradient compression of the data-parallel exchange: topk (sparse top-k with error "
+     "feedback), powersgd (rank-r factors); none: the dense all-reduce"},
+    {"dist.compress_ratio", TS_CFG_F64, FIELD(dist, compress_ratio), 0, NULL, "(0, 1]", "0.001",
+     "topk: share of each bucket's elements sent per step"},
+    {"dist.compress_values", TS_CFG_ENUM, FIELD(dist, compress_values), 0, "e4m3|e5m2|bf16|f32",
+     NULL, "e4m3", "topk: encoding of the sent values (fp8 with a power-of-two scale per bucket)"},
+    {"dist.compress_warmup_steps", TS_CFG_I64, FIELD(dist, compress_warmup_steps), 0, NULL,
+     "[0, 1e15]", "0",
+     "topk: steps over which the sent share falls from 25 % to compress_ratio (0: none)"},
+    {"dist.compress_rank", TS_CFG_INT, FIELD(dist, compress_rank), 0, NULL, "[1, 64]", "4",
+     "powersgd: rank of the factors P and Q"},
+    {"dist.compress_min_elems", TS_CFG_I64, FIELD(dist, compress_min_elems), 0, NULL, "[0, 1e15]",
+     "65536", "powersgd: gradients with fewer elements (and vectors) are all-reduced dense"},
+    {"dist.compress_momentum", TS_CFG_BOOL, FIELD(dist, compress_momentum), 0, NULL, NULL, "false",
+     "topk: DGC momentum correction: SGD's momentum is accumulated per rank before the top-k "
+     "and masked where sent (train.optimizer sgd with momentum)"},
+    {"dist.compress_clip", TS_CFG_F64, FIELD(dist, compress_clip), 0, NULL, "[0, inf)", "0",
+     "topk: local clipping: each rank's gradient norm is clipped to this / sqrt(ranks) before "
+     "it is accumulated (0: none)"},
 };
 
 const int cfg_n_keys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);

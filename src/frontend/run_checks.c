@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/core.h"
+#include "tessel/compile.h"
 #include "frontend/check.h"
 #include "frontend/keys.h"
 #include "frontend/run_checks.h"
@@ -98,12 +99,55 @@ static ts_status check_public_key(const ts_config *c, const char *path) {
                              where, path);
 }
 
+/* dist.compress*: settings that need the number of ranks or other keys
+ * (the ranges of ratio and rank are the key table's). */
+static ts_status check_compress(const ts_config *c, int nranks) {
+    const int m = c->dist.compress;
+    char where[600];
+    if (!m) {
+        if (!c->dist.compress_momentum) return TS_OK;
+        return ts_fail(
+            TS_ERR_INVALID,
+            "%s: dist.compress_momentum is the momentum correction of dist.compress "
+            "topk; dist.compress is none",
+            cfg_origin(c, ts_config_key_find("dist.compress_momentum"), where, sizeof where));
+    }
+    const char *name = m == 1 ? "topk" : "powersgd";
+    const int ki = ts_config_key_find("dist.compress");
+    if (nranks < 2)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: dist.compress %s compresses the gradients exchanged between "
+                       "processes; this run has one (use --procs N, N >= 2, or dist.compress "
+                       "none)",
+                       cfg_origin(c, ki, where, sizeof where), name);
+    if (c->dist.zero)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: dist.compress %s with dist.zero %d is not supported: ZeRO "
+                       "reduce-scatters dense buckets (use dist.zero 0 or dist.compress none)",
+                       cfg_origin(c, ki, where, sizeof where), name, c->dist.zero);
+    if (c->dist.compress_momentum) {
+        const int ki2 = ts_config_key_find("dist.compress_momentum");
+        if (m != 1)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: dist.compress_momentum is the momentum correction of topk; "
+                           "dist.compress is %s",
+                           cfg_origin(c, ki2, where, sizeof where), name);
+        if (c->train.optimizer != 0 || c->train.momentum <= 0)
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: dist.compress_momentum moves SGD's momentum before the top-k; "
+                           "it needs train.optimizer sgd with train.momentum > 0",
+                           cfg_origin(c, ki2, where, sizeof where));
+    }
+    return TS_OK;
+}
+
 ts_status ts_config_check_run(const ts_config *c, int rank, int nranks) {
     if (!c) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
     if (!c->finished) return ts_fail(TS_ERR_INVALID, "config: call ts_config_finish first");
     if (nranks < 1 || rank < 0 || rank >= nranks)
         return ts_fail(TS_ERR_INVALID, "config: rank %d of %d processes", rank, nranks);
     ts_status s = cfg_check_ports(c, rank, nranks);
+    if (s == TS_OK) s = check_compress(c, nranks);
     const char *sign = ts_config_sign_key(c), *verify;
     if (s == TS_OK && sign) s = check_private_key(c, sign);
     if (s == TS_OK && ts_config_verify_key(c, &verify) == TS_CFG_VERIFY_FILE)
@@ -133,4 +177,16 @@ ts_status ts_config_check_single_process(const ts_config *c, const char *tool) {
                    "shows them)",
                    cfg_origin(c, i, where, sizeof where), cfg_keys[i].path,
                    tool ? tool : "this tool");
+}
+
+void ts_config_compress_options(const ts_config *c, ts_compress_options *out) {
+    memset(out, 0, sizeof *out);
+    out->method = c->dist.compress;
+    out->ratio = c->dist.compress_ratio;
+    out->values = c->dist.compress_values;
+    out->warmup_steps = c->dist.compress_warmup_steps;
+    out->momentum = c->dist.compress_momentum;
+    out->clip = c->dist.compress_clip;
+    out->rank = c->dist.compress_rank;
+    out->min_elems = c->dist.compress_min_elems;
 }

@@ -169,6 +169,24 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "ranks", a->bucket.ranks);
         real(out, "max_norm", a->bucket.max_norm);
         break;
+    case TS_OP_COMPRESS_START:
+    case TS_OP_COMPRESS_WAIT:
+    case TS_OP_PSGD_START:
+    case TS_OP_PSGD_WAIT:
+        field(out, "ticket", a->compress.ticket);
+        field(out, "algo", a->compress.algo);
+        field(out, "method", a->compress.method);
+        field(out, "values", a->compress.values);
+        field(out, "elems", a->compress.elems);
+        field(out, "kmax", a->compress.kmax);
+        field(out, "warmup", a->compress.warmup);
+        field(out, "ranks", a->compress.ranks);
+        field(out, "rank", a->compress.rank);
+        field(out, "min_elems", a->compress.min_elems);
+        real(out, "ratio", a->compress.ratio);
+        real(out, "momentum", a->compress.momentum);
+        real(out, "clip", a->compress.clip);
+        break;
     case TS_OP_REDUCE_SUM:
     case TS_OP_REDUCE_MAX:
     case TS_OP_REDUCE_MAX_BWD:

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include "tessel/dist.h"
+#include "tessel/plan.h"
 
 typedef struct ts_dist_rt {
     ts_comm *comm;
@@ -16,6 +17,7 @@ typedef struct ts_dist_rt {
      * a fused shard update reads rank q's copy of a gradient at
      * (char *)g + peer_delta[q]; NULL otherwise. */
     ptrdiff_t *peer_delta;
+    ts_compress_stats cstats; /* gradient compression: this step's bytes (ops/compress.c) */
 } ts_dist_rt;
 
 #endif

@@ -519,6 +519,8 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
         gr[ng++] = (grad_ref){v, pos[val->node], ts_type_bytes(&val->t)};
     }
     if (ng == 0) goto done;
+    double cmom = 0; /* gradient compression (compress.c): checked before anything changes */
+    if (d->compress.method && (s = ts_compress_prepare(g, d, &cmom)) != TS_OK) goto done;
     qsort(gr, (size_t)ng, sizeof *gr, cmp_ready);
 
     /* Buckets: [first[b], first[b + 1]) of gr. */
@@ -609,6 +611,11 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
             break;
         }
         for (int i = first[b]; i < first[b + 1]; i++) args[1 + k++] = ts_mkval(gr[i].v);
+        if (d->compress.method) {
+            s = ts_compress_bucket(g, d, cmom, b, args + 1, k, &start_node[b], &wait_node[b]);
+            free(args);
+            continue;
+        }
         ts_attrs a = ts_attrs_zero();
         a.bucket.ticket = b;
         a.bucket.algo = d->algo;

@@ -102,9 +102,16 @@ typedef struct ts_dist_spec {
                           place (ts_comm_shares_memory); no all-gather */
     int rank, size;    /* this rank of size (ZeRO: which shard) */
     int32_t *loss;     /* ZeRO compacts the graph: the loss id is remapped */
+    ts_compress_options compress; /* method 0: the dense all-reduce */
 } ts_dist_spec;
 ts_status ts_pass_distribute(ts_graph *g, int32_t **order, int *n_order, const ts_dist_spec *d,
                              int *n_buckets);
+/* Gradient compression (compress.c): checks and the SGD rewrite before the
+ * buckets (*momentum: the correction's factor, 0: none), then bucket b's
+ * start and wait nodes in place of allreduce_start/wait. */
+ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, double *momentum);
+ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, double momentum, int b,
+                             const ts_val *grads, int k, int32_t *start, int32_t *wait);
 
 /* The memory plan: one arena with fixed regions. */
 typedef struct ts_memplan {

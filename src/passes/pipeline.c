@@ -137,6 +137,7 @@ static ts_status run_distribute(ts_pass_ctx *c) {
     d.rank = ts_comm_rank(o->comm);
     d.size = ts_comm_size(o->comm);
     d.loss = &c->loss;
+    d.compress = o->compress;
     if (d.zero < 0 || d.zero > 2)
         return ts_fail(TS_ERR_UNSUPPORTED, "compile: ZeRO stage %d (0, 1 and 2 are supported)",
                        d.zero);

@@ -152,7 +152,9 @@ static ts_status setup_dist(ts_plan *p) {
     rt->dist.comm = p->prog.opt.comm;
     rt->dist.n_buckets = p->prog.n_buckets;
     for (int i = 0; i < p->prog.n_ins; i++)
-        if (p->prog.ins[i].op >= TS_OP_ALLREDUCE_START && p->prog.ins[i].op <= TS_OP_ZERO_FOUND_INF)
+        if ((p->prog.ins[i].op >= TS_OP_ALLREDUCE_START &&
+             p->prog.ins[i].op <= TS_OP_ZERO_FOUND_INF) ||
+            (p->prog.ins[i].op >= TS_OP_COMPRESS_START && p->prog.ins[i].op <= TS_OP_PSGD_WAIT))
             rt->ins[i].k.backend = &rt->dist;
     return TS_OK;
 }

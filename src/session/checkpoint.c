@@ -71,6 +71,19 @@ ts_status ts_sess_resume(session *s) {
                        "to do (raise train.steps)",
                        in.dir, (long long)in.step, (long long)s->c.train.steps);
     if ((st = ts_ckpt_restore(s->ck, s->plan, NULL)) != TS_OK) return st;
+    /* gradient compression saved by another number of processes: the
+     * residual rows were resharded (ts_ckpt_restore) */
+    for (int i = 0; i < ts_ckpt_tensor_count(s->ck); i++) {
+        ts_ckpt_tensor t;
+        if (ts_ckpt_tensor_info(s->ck, i, &t) != TS_OK || strncmp(t.name, "compress.", 9) ||
+            t.rank != 2 || t.dims[0] == s->nranks)
+            continue;
+        ts_progress_log(&s->pr,
+                        "warning: %s holds the gradient-compression residuals of %lld processes; "
+                        "each of the %d starts from their mean (not bit-exact with a run on %lld)",
+                        in.dir, (long long)t.dims[0], s->nranks, (long long)t.dims[0]);
+        break;
+    }
     if (s->loader && (st = ts_loader_seek(s->loader, in.data_position)) != TS_OK) return st;
     s->start_step = in.step;
     s->r->resumed_step = in.step;

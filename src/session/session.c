@@ -87,6 +87,8 @@ static ts_status train_loop(session *s) {
         }
         ts_progress_info in = {step, epoch, c->train.epochs, loss, lr, rate};
         ts_progress_step(&s->pr, &in);
+        char cj[320]; /* gradient compression's bytes (compress_obs.c) */
+        if ((st = ts_sess_compress_observe(s, step, cj, sizeof cj)) != TS_OK) break;
         if (s->metrics) {
             char b1[32], b2[32], b3[32], b4[32], amp[96] = "", shp[256];
             ts_sess_shape_json(s, shp, sizeof shp);
@@ -96,11 +98,11 @@ static ts_status train_loop(session *s) {
                          ts_plan_last_step_skipped(s->plan));
             fprintf(s->metrics,
                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%s,"
-                    "\"samples_per_s\":%s,\"grad_norm\":%s%s%s}\n",
+                    "\"samples_per_s\":%s,\"grad_norm\":%s%s%s%s}\n",
                     (long long)step, (long long)epoch, num(loss, b1, sizeof b1),
                     num(lr, b2, sizeof b2),
                     num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3),
-                    num(gnorm, b4, sizeof b4), amp, shp);
+                    num(gnorm, b4, sizeof b4), amp, shp, cj);
         }
         /* A skipped update kept the weights: the run can go on. */
         if (!isfinite(loss) && !(alert & (1u << TS_AA_SKIP | 1u << TS_AA_STOP))) {
@@ -120,6 +122,10 @@ static ts_status train_loop(session *s) {
             r->has_val = 1;
         }
         const int save_stop = stop && c->ckpt.on_signal == TS_ON_SIGNAL_SAVE;
+        /* gradient compression: every rank's residual into rank 0's checkpoint */
+        if (c->ckpt.every > 0 && (step == steps || step % c->ckpt.every == 0 || save_stop) &&
+            (st = ts_plan_compress_gather(s->plan)) != TS_OK)
+            break;
         if (s->sv && (step == steps || step % c->ckpt.every == 0 || save_stop) &&
             (st = ts_sess_save_checkpoint(s, step)) != TS_OK)
             break;

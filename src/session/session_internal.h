@@ -92,6 +92,8 @@ typedef struct session {
     int tm_made;
     ts_http_server *http;
     ts_tfevents *tb;
+    ts_metric
+        *compress_m[5];     /* gradient compression's gauges (compress_obs.c), made on first use */
     int rank, nranks;       /* data parallelism: this rank's rows of every batch */
     struct ts_trace *trace; /* --trace */
     float *gbuf;            /* one parameter or gradient, read back for norms and histograms */
@@ -220,6 +222,10 @@ void ts_sess_comm_span(const ts_comm_span *sp, void *user);
 ts_status ts_sess_tensorboard_start(session *s);
 /* Stops the endpoint and closes the event file (idempotent). */
 ts_status ts_sess_observe_end(session *s);
+/* Gradient compression after step `step` (compress_obs.c): the bytes
+ * exchanged into json (",\"comm_sent_bytes\":..." for metrics.jsonl; "" without
+ * compression), Prometheus gauges and TensorBoard scalars. */
+ts_status ts_sess_compress_observe(session *s, int64_t step, char *json, size_t n);
 ts_status ts_sess_observe_step(session *s, int64_t step, double loss, double lr, double dt,
                                double rate, double *grad_norm);
 ts_status ts_sess_alerts_setup(session *s);

@@ -20,6 +20,7 @@ static void train_options(const session *s, ts_compile_options *opt) {
     opt->dist_algo = s->c.dist.algo;
     opt->zero = s->nranks > 1 ? s->c.dist.zero : 0;
     opt->zero_private_params = !s->c.dist.share_params;
+    if (s->nranks > 1) ts_config_compress_options(&s->c, &opt->compress);
     opt->monitors = 1;
 }
 

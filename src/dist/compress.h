@@ -1,0 +1,57 @@
+/* compress.h — the arithmetic of gradient compression (internal): top-k
+ * selection, the encoding of the sent values and the payload one rank
+ * sends per bucket, and PowerSGD's orthogonalisation. Pure functions on
+ * host memory; the ops in src/ops/compress.c call them, tests/unit/compress.c
+ * checks them.
+ *
+ * Top-k payload of one rank for one bucket (ts_topk_payload_bytes(k)):
+ *   f32 scale | u32 k | k u32 indices (ascending) | k values (1, 2 or 4 bytes each) | 0 pad to 4
+ * A value v is sent as code = enc(v / scale) and received as
+ * q = dec(code) * scale, scale a power of two (fp8: the largest sent |v|
+ * fits the format's range; bf16 and f32: 1), so both are exact. The sender
+ * keeps v - q in its residual; q lies within a factor of 2 of v or is 0,
+ * so v - q is exact (Sterbenz) and q + (v - q) == v bit for bit. */
+#ifndef TS_DIST_COMPRESS_H
+#define TS_DIST_COMPRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { TS_TOPK_HIST = 65536 }; /* u32 counters in each of the two histograms */
+enum { TS_TOPK_HEADER = 8 };
+
+/* Bytes of one value (ts_compress_values: e4m3, e5m2 1; bf16 2; f32 4). */
+int ts_topk_value_bytes(int values);
+/* The share of elements sent at step (1-based): ratio, or during the
+ * warm-up (step <= warmup) a geometric fall from 0.25 to ratio. */
+double ts_topk_ratio_at(double ratio, int64_t warmup, int64_t step);
+/* k = ceil(share * n), in [1, n]. */
+int64_t ts_topk_k(int64_t n, double share);
+/* The payload of k values, a multiple of 4 bytes. */
+size_t ts_topk_payload_bytes(int64_t k, int values);
+
+/* The k indices (ascending) of the k largest |x[i]| of x[0..n), ties
+ * broken by the lower index; NaN counts as largest. hist: 2 *
+ * TS_TOPK_HIST u32 of scratch. Radix select on the f32 bits of |x|, so
+ * O(n) and deterministic. */
+void ts_topk_select(const float *x, int64_t n, int64_t k, uint32_t *hist, uint32_t *idx);
+
+/* Encode acc[idx[0..k)] into payload and leave in acc what was not sent
+ * (acc[i] -= q exactly). Returns the sum of q^2 (what was sent). */
+double ts_topk_encode(float *acc, const uint32_t *idx, int64_t k, int values, void *payload);
+/* Value j (0-based) of a payload: *index and the received q. */
+void ts_topk_decode_at(const void *payload, int values, int64_t j, uint32_t *index, float *q);
+/* k of a payload (its header). */
+int64_t ts_topk_payload_k(const void *payload);
+
+/* PowerSGD: whether a gradient of this shape is compressed (rank >= 2,
+ * at least min_elems elements, r below both sides of its matrix view
+ * [dims[0], the rest]); *n and *m: that view. */
+int ts_psgd_matrix(int rank, const int64_t *dims, int64_t min_elems, int r, int64_t *n, int64_t *m);
+
+/* PowerSGD: orthonormalise the r columns of p [n, r] (row-major) in
+ * place by modified Gram-Schmidt in double; a column that vanishes
+ * becomes zero. */
+void ts_psgd_orthonormalise(float *p, int64_t n, int r);
+
+#endif

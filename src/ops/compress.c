@@ -1,0 +1,232 @@
+/* Gradient compression ops, inserted by the distribute pass
+ * (src/passes/compress.c) in place of a bucket's allreduce_start/wait when
+ * ts_compile_options.compress.method is topk, never by users.
+ *
+ *   compress_start (residual[, velocity], g1..gk) -> (token, send, recv)
+ *       adds the bucket's gradients (optionally clipped locally, and with
+ *       DGC momentum correction accumulated in velocity first) to the
+ *       error-feedback residual, selects the k largest magnitudes (ties: the
+ *       lower index), encodes them into send (dist/compress.h's payload),
+ *       leaves what was not sent in the residual (and zeroes the sent
+ *       velocity: momentum factor masking) and starts the all-gather of
+ *       every rank's payload into recv;
+ *   compress_wait (token, send, recv, g1..gk) -> token
+ *       waits, then overwrites the gradients with the sum of the ranks'
+ *       decoded values, added in rank order 0, 1, ..., so every rank gets
+ *       the same bits, divided by the rank count (the mean, as
+ *       allreduce_wait).
+ *
+ * The residual and velocity are state values [ranks, elements]: row r,
+ * rank r's, holds the bucket's flat element range (g1's elements, then
+ * g2's, ...; no padding). k follows the warm-up
+ * schedule of the step (ts_topk_ratio_at), the same on every rank, so the
+ * payload size is too. */
+#include <math.h>
+#include <string.h>
+#include "collective.h"
+#include "dist/compress.h"
+#include "kern.h"
+
+static const char *lbl(const ts_kargs *k) {
+    return k->label ? k->label : "?";
+}
+
+static int n_state(const ts_compress_attrs *a) {
+    return a->momentum > 0 ? 2 : 1;
+}
+
+static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_compress_attrs *a = &n->a.compress;
+    const int ns = n_state(a);
+    if (n->n_in <= ns) return ts_fail(TS_ERR_SHAPE, "compress_start: no gradients");
+    int64_t elems = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        const ts_type *t = ts_in_type(g, n, i);
+        if (t->dtype != TS_F32)
+            return ts_fail(TS_ERR_SHAPE, "compress_start: input %d is %s; compression takes f32", i,
+                           ts_dtype_name(t->dtype));
+        if (i >= ns) elems += ts_type_numel(t);
+    }
+    for (int i = 0; i < ns; i++)
+        if (ts_type_numel(ts_in_type(g, n, i)) != elems * a->ranks)
+            return ts_fail(TS_ERR_SHAPE,
+                           "compress_start: state %d has %lld elements, not ranks x bucket %lld", i,
+                           (long long)ts_type_numel(ts_in_type(g, n, i)), (long long)elems);
+    if (a->elems != elems || a->kmax < 1 || a->kmax > elems || a->ranks < 2)
+        return ts_fail(TS_ERR_INVALID, "compress_start: elems %lld, kmax %lld, ranks %lld",
+                       (long long)a->elems, (long long)a->kmax, (long long)a->ranks);
+    const int64_t words = (int64_t)(ts_topk_payload_bytes(a->kmax, (int)a->values) / 4);
+    memset(out, 0, 3 * sizeof *out);
+    out[0].dtype = TS_I64;
+    out[1].dtype = TS_I32;
+    out[1].rank = 1;
+    out[1].dims[0] = words;
+    out[2].dtype = TS_I32;
+    out[2].rank = 1;
+    out[2].dims[0] = words * a->ranks;
+    *n_out = 3;
+    return TS_OK;
+}
+
+static size_t scratch_start(const ts_graph *g, const ts_node *n) {
+    (void)g;
+    return sizeof(uint32_t) * (2 * (size_t)TS_TOPK_HIST + (size_t)n->a.compress.kmax);
+}
+
+static ts_status infer_wait(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    if (ts_in_type(g, n, 0)->dtype != TS_I64)
+        return ts_fail(TS_ERR_SHAPE, "compress_wait: input 0 must be compress_start's token");
+    for (int i = 3; i < n->n_in; i++)
+        if (ts_in_type(g, n, i)->dtype != TS_F32)
+            return ts_fail(TS_ERR_SHAPE, "compress_wait: gradient %d is not f32", i - 3);
+    memset(out, 0, sizeof *out);
+    out->dtype = TS_I64;
+    *n_out = 1;
+    return TS_OK;
+}
+
+static ts_status rt_of(const ts_kargs *k, const char *op, ts_dist_rt **rt, int *b) {
+    *rt = k->backend;
+    *b = (int)k->a->compress.ticket;
+    if (!*rt || !(*rt)->comm || *b < 0 || *b >= (*rt)->n_buckets)
+        return ts_fail(TS_ERR_INTERNAL, "%s '%s': bucket %d has no comm in this plan", op, lbl(k),
+                       *b);
+    if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "%s '%s': no step context", op, lbl(k));
+    return TS_OK;
+}
+
+/* The k of this step, the same on every rank. */
+static int64_t k_now(const ts_compress_attrs *a, int64_t step) {
+    int64_t kk = ts_topk_k(a->elems, ts_topk_ratio_at(a->ratio, a->warmup, step));
+    return kk < a->kmax ? kk : a->kmax;
+}
+
+/* A new step starts the step's figures afresh. */
+static void stats_step(ts_dist_rt *rt, int64_t step) {
+    if (rt->cstats.step == step) return;
+    memset(&rt->cstats, 0, sizeof rt->cstats);
+    rt->cstats.step = step;
+}
+
+static ts_status k_start(const ts_kargs *k) {
+    ts_dist_rt *rt;
+    int b;
+    ts_status s = rt_of(k, "compress_start", &rt, &b);
+    if (s != TS_OK) return s;
+    const ts_compress_attrs *a = &k->a->compress;
+    const int ns = n_state(a), nr = (int)a->ranks;
+    const size_t row = (size_t)ts_comm_rank(rt->comm) * (size_t)a->elems; /* this rank's */
+    float *res = (float *)k->in[0].data + row, *vel = ns > 1 ? (float *)k->in[1].data + row : NULL;
+    const float m = (float)a->momentum;
+    /* Local clipping (DGC): this rank's bucket norm to clip / sqrt(ranks). */
+    float c = 1.0f;
+    if (a->clip > 0) {
+        double ss = 0;
+        for (int j = ns; j < k->n_in; j++) {
+            const float *g = k->in[j].data;
+            for (int64_t i = 0, n = ts_tensor_numel(&k->in[j]); i < n; i++)
+                ss += (double)g[i] * (double)g[i];
+        }
+        const double thr = a->clip / sqrt((double)nr), nrm = sqrt(ss);
+        if (nrm > thr) c = (float)(thr / nrm);
+    }
+    double acc_sq = 0;
+    int64_t o = 0;
+    for (int j = ns; j < k->n_in; j++) {
+        const float *g = k->in[j].data;
+        const int64_t n = ts_tensor_numel(&k->in[j]);
+        float *r = res + o, *u = vel ? vel + o : NULL;
+        for (int64_t i = 0; i < n; i++) {
+            float gi = c == 1.0f ? g[i] : g[i] * c;
+            if (u) gi = u[i] = m * u[i] + gi; /* momentum correction: accumulate velocity */
+            r[i] += gi;
+            acc_sq += (double)r[i] * (double)r[i];
+        }
+        o += n;
+    }
+    const int64_t kk = k_now(a, k->ctx->step);
+    uint32_t *hist = k->scratch, *idx = hist + 2 * TS_TOPK_HIST;
+    ts_topk_select(res, a->elems, kk, hist, idx);
+    double before = 0;
+    for (int64_t j = 0; j < kk; j++) before += (double)res[idx[j]] * (double)res[idx[j]];
+    ts_topk_encode(res, idx, kk, (int)a->values, k->out[1].data);
+    double after = 0;
+    for (int64_t j = 0; j < kk; j++) {
+        after += (double)res[idx[j]] * (double)res[idx[j]];
+        if (vel) vel[idx[j]] = 0; /* momentum factor masking */
+    }
+    const size_t pb = ts_topk_payload_bytes(kk, (int)a->values);
+    /* The payloads land in recv at a stride of this step's payload (the
+     * all-gather's count is the whole array, nr equal blocks). */
+    ts_coll_ticket t = {0};
+    s = ts_allgather_start(rt->comm, k->out[1].data, k->out[2].data, pb / 4 * (size_t)nr, TS_I32,
+                           (ts_coll_algo)a->algo, &t);
+    if (s != TS_OK) return s;
+    rt->tickets[b] = t;
+    stats_step(rt, k->ctx->step);
+    rt->cstats.dense_bytes += 4.0 * (double)a->elems;
+    rt->cstats.sent_bytes += (double)pb;
+    rt->cstats.recv_bytes += (double)pb * (nr - 1);
+    rt->cstats.residual_sq += acc_sq - before + after;
+    rt->cstats.sent_values += kk;
+    *(int64_t *)k->out[0].data = b;
+    return TS_OK;
+}
+
+static ts_status k_wait(const ts_kargs *k) {
+    ts_dist_rt *rt;
+    int b;
+    ts_status s = rt_of(k, "compress_wait", &rt, &b);
+    if (s != TS_OK) return s;
+    if ((s = ts_coll_wait(rt->comm, rt->tickets[b])) != TS_OK) return s;
+    const ts_compress_attrs *a = &k->a->compress;
+    const int nr = (int)a->ranks, ng = k->n_in - 3;
+    const int64_t kk = k_now(a, k->ctx->step);
+    const size_t pb = ts_topk_payload_bytes(kk, (int)a->values);
+    for (int j = 0; j < ng; j++)
+        memset(k->in[3 + j].data, 0, sizeof(float) * (size_t)ts_tensor_numel(&k->in[3 + j]));
+    const char *recv = k->in[2].data;
+    for (int r = 0; r < nr; r++) { /* rank order: the same sums on every rank */
+        const void *p = recv + (size_t)r * pb;
+        if (ts_topk_payload_k(p) != kk)
+            return ts_fail(TS_ERR_INTERNAL,
+                           "compress_wait '%s': rank %d sent %lld values, not %lld", lbl(k), r,
+                           (long long)ts_topk_payload_k(p), (long long)kk);
+        int t = 0;
+        int64_t lo = 0, hi = ts_tensor_numel(&k->in[3]);
+        for (int64_t j = 0; j < kk; j++) {
+            uint32_t i;
+            float q;
+            ts_topk_decode_at(p, (int)a->values, j, &i, &q);
+            if ((int64_t)i >= a->elems)
+                return ts_fail(TS_ERR_INTERNAL, "compress_wait '%s': rank %d sent index %u of %lld",
+                               lbl(k), r, i, (long long)a->elems);
+            while ((int64_t)i >= hi) { /* ascending indices: the tensors in order */
+                lo = hi;
+                hi += ts_tensor_numel(&k->in[3 + ++t]);
+            }
+            ((float *)k->in[3 + t].data)[i - lo] += q;
+        }
+    }
+    for (int j = 0; j < ng; j++) {
+        float *g = k->in[3 + j].data;
+        for (int64_t i = 0, n = ts_tensor_numel(&k->in[3 + j]); i < n; i++) g[i] = g[i] / (float)nr;
+    }
+    *(int64_t *)k->out[0].data = b;
+    return TS_OK;
+}
+
+const ts_op_def ts_def_compress_start = {.name = "compress_start",
+                                         .min_in = 2,
+                                         .max_in = -1,
+                                         .flags = TS_OPF_SIDE_EFFECT,
+                                         .infer = infer_start,
+                                         .kernel = k_start,
+                                         .scratch = scratch_start};
+
+const ts_op_def ts_def_compress_wait = {.name = "compress_wait",
+                                        .min_in = 4,
+                                        .max_in = -1,
+                                        .flags = TS_OPF_SIDE_EFFECT,
+                                        .infer = infer_wait,
+                                        .kernel = k_wait};

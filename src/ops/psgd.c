@@ -1,0 +1,279 @@
+/* PowerSGD ops (Vogels et al. 2019), inserted by the distribute pass
+ * (src/passes/compress.c) in place of a bucket's allreduce_start/wait when
+ * ts_compile_options.compress.method is powersgd, never by users.
+ *
+ *   psgd_start (g1..gk, err, q) -> (token, buf, qbuf)
+ *       per compressed gradient i (ts_psgd_matrix: a matrix view [n, m]
+ *       with r < n, m and at least min_elems elements): M_i = g_i + e_i
+ *       (kept in err: the error feedback), P_i = M_i Q_i into buf; the
+ *       other gradients are copied into buf as they are; starts the sum
+ *       all-reduce of buf;
+ *   psgd_wait (token, buf, qbuf, g1..gk, err, q) -> token
+ *       waits; the dense gradients become buf / ranks; per compressed
+ *       gradient P = buf / ranks is orthonormalised, Q_i = M_i^T P into
+ *       qbuf, which is all-reduced (blocking) and divided by the ranks;
+ *       then g_i = P Q_i^T (the same bits on every rank), e_i = M_i - g_i,
+ *       and Q_i is kept in q for the next step (warm start).
+ *
+ * err is [ranks, elements of the compressed gradients]: row r is rank r's
+ * (gathered into rank 0's checkpoints, ts_plan_compress_gather); q is
+ * [elements of the Q_i], the same on every rank, starting from N(0, 1)
+ * drawn from the compile seed. Products accumulate in double, in a fixed
+ * order. */
+#include <math.h>
+#include <string.h>
+#include "collective.h"
+#include "dist/compress.h"
+#include "kern.h"
+
+static const char *lbl(const ts_kargs *k) {
+    return k->label ? k->label : "?";
+}
+
+/* Sizes of a bucket: elements of the compressed gradients (err), of their
+ * Q factors (q), of buf (P factors and the dense gradients). */
+typedef struct psgd_sizes {
+    int64_t err, q, buf;
+} psgd_sizes;
+
+static void add_sizes(psgd_sizes *z, const ts_compress_attrs *a, int rank, const int64_t *dims) {
+    int64_t n, m;
+    if (ts_psgd_matrix(rank, dims, a->min_elems, (int)a->rank, &n, &m)) {
+        z->err += n * m;
+        z->q += m * a->rank;
+        z->buf += n * a->rank;
+    } else {
+        z->buf += ts_shape_numel(rank, dims);
+    }
+}
+
+static ts_status sizes_graph(const ts_graph *g, const ts_node *n, int k, psgd_sizes *z) {
+    memset(z, 0, sizeof *z);
+    for (int i = 0; i < k; i++) {
+        const ts_type *t = ts_in_type(g, n, i);
+        if (t->dtype != TS_F32)
+            return ts_fail(TS_ERR_SHAPE, "powersgd: gradient %d is %s; compression takes f32", i,
+                           ts_dtype_name(t->dtype));
+        add_sizes(z, &n->a.compress, t->rank, t->dims);
+    }
+    return TS_OK;
+}
+
+static int64_t at_least_1(int64_t x) {
+    return x > 0 ? x : 1;
+}
+
+static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_compress_attrs *a = &n->a.compress;
+    const int k = n->n_in - 2;
+    psgd_sizes z;
+    if (k < 1) return ts_fail(TS_ERR_SHAPE, "psgd_start: no gradients");
+    ts_status s = sizes_graph(g, n, k, &z);
+    if (s != TS_OK) return s;
+    if (a->rank < 1 || a->ranks < 2 ||
+        ts_type_numel(ts_in_type(g, n, k)) != a->ranks * at_least_1(z.err) ||
+        ts_type_numel(ts_in_type(g, n, k + 1)) != at_least_1(z.q))
+        return ts_fail(TS_ERR_SHAPE, "psgd_start: rank %lld, %lld ranks, err %lld, q %lld",
+                       (long long)a->rank, (long long)a->ranks,
+                       (long long)ts_type_numel(ts_in_type(g, n, k)),
+                       (long long)ts_type_numel(ts_in_type(g, n, k + 1)));
+    memset(out, 0, 3 * sizeof *out);
+    out[0].dtype = TS_I64;
+    out[1].dtype = out[2].dtype = TS_F32;
+    out[1].rank = out[2].rank = 1;
+    out[1].dims[0] = at_least_1(z.buf);
+    out[2].dims[0] = at_least_1(z.q);
+    *n_out = 3;
+    return TS_OK;
+}
+
+static ts_status infer_wait(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    if (n->n_in < 6 || ts_in_type(g, n, 0)->dtype != TS_I64)
+        return ts_fail(TS_ERR_SHAPE, "psgd_wait: (token, buf, qbuf, g..., err, q)");
+    memset(out, 0, sizeof *out);
+    out->dtype = TS_I64;
+    *n_out = 1;
+    return TS_OK;
+}
+
+static ts_status rt_of(const ts_kargs *k, const char *op, ts_dist_rt **rt, int *b) {
+    *rt = k->backend;
+    *b = (int)k->a->compress.ticket;
+    if (!*rt || !(*rt)->comm || *b < 0 || *b >= (*rt)->n_buckets || !k->ctx)
+        return ts_fail(TS_ERR_INTERNAL, "%s '%s': bucket %d has no comm in this plan", op, lbl(k),
+                       *b);
+    return TS_OK;
+}
+
+/* c [n, r] = a [n, m] b [m, r]: rows in parallel, each row's sums in a
+ * fixed order (the same bits with any thread count). */
+static void mm_nm_mr(const float *a, const float *b, float *c, int64_t n, int64_t m, int r) {
+#pragma omp parallel for schedule(static) if (n * m >= TS_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        double acc[64] = {0};
+        const float *ai = a + i * m;
+        for (int64_t l = 0; l < m; l++) {
+            const double al = ai[l];
+            for (int j = 0; j < r; j++) acc[j] += al * (double)b[l * r + j];
+        }
+        for (int j = 0; j < r; j++) c[i * r + j] = (float)acc[j];
+    }
+}
+
+/* c [m, r] = a^T b, a [n, m], b [n, r]: blocks of 32 columns of a in
+ * parallel, each reading its columns of every row in order, so a is read
+ * row-wise and every sum runs over i = 0, 1, ... */
+static void mm_tn(const float *a, const float *b, float *c, int64_t n, int64_t m, int r) {
+    enum { COLS = 32 };
+    const int64_t nblk = (m + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static) if (n * m >= TS_PAR_MIN)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        double acc[COLS * 64];
+        const int64_t l0 = blk * COLS, l1 = l0 + COLS < m ? l0 + COLS : m;
+        memset(acc, 0, sizeof(double) * (size_t)((l1 - l0) * r));
+        for (int64_t i = 0; i < n; i++) {
+            const float *ai = a + i * m, *bi = b + i * r;
+            for (int64_t l = l0; l < l1; l++) {
+                const double al = ai[l];
+                double *al_acc = acc + (l - l0) * r;
+                for (int j = 0; j < r; j++) al_acc[j] += al * (double)bi[j];
+            }
+        }
+        for (int64_t l = l0; l < l1; l++)
+            for (int j = 0; j < r; j++) c[l * r + j] = (float)acc[(l - l0) * r + j];
+    }
+}
+
+/* g = P Q^T, M -= g (what the factors missed); returns the sum of the new M^2. */
+static double approx(const float *P, const float *Q, float *g, float *M, int64_t n, int64_t m,
+                     int r) {
+    double res = 0;
+#pragma omp parallel for schedule(static) reduction(+ : res) if (n * m >= TS_PAR_MIN)
+    for (int64_t x = 0; x < n; x++) {
+        double rr = 0; /* per row, then rows added in the reduction: only the norm's last bits
+                          may vary with threads, never g or M */
+        for (int64_t y = 0; y < m; y++) {
+            double v = 0;
+            for (int j = 0; j < r; j++) v += (double)P[x * r + j] * (double)Q[y * r + j];
+            g[x * m + y] = (float)v;
+            M[x * m + y] -= (float)v;
+            rr += (double)M[x * m + y] * (double)M[x * m + y];
+        }
+        res += rr;
+    }
+    return res;
+}
+
+static ts_status k_start(const ts_kargs *k) {
+    ts_dist_rt *rt;
+    int b;
+    ts_status s = rt_of(k, "psgd_start", &rt, &b);
+    if (s != TS_OK) return s;
+    const ts_compress_attrs *a = &k->a->compress;
+    const int ng = k->n_in - 2, r = (int)a->rank;
+    const int64_t nerr = ts_tensor_numel(&k->in[ng]) / a->ranks;
+    float *err = (float *)k->in[ng].data + (size_t)ts_comm_rank(rt->comm) * (size_t)nerr;
+    const float *q = k->in[ng + 1].data;
+    float *buf = k->out[1].data;
+    int64_t oe = 0, oq = 0, ob = 0;
+    for (int i = 0; i < ng; i++) {
+        const ts_tensor *t = &k->in[i];
+        const float *g = t->data;
+        int64_t n, m;
+        if (ts_psgd_matrix(t->rank, t->dims, a->min_elems, r, &n, &m)) {
+            float *M = err + oe;
+            for (int64_t j = 0; j < n * m; j++) M[j] += g[j]; /* error feedback */
+            mm_nm_mr(M, q + oq, buf + ob, n, m, r);
+            oe += n * m;
+            oq += m * r;
+            ob += n * r;
+        } else {
+            memcpy(buf + ob, g, sizeof(float) * (size_t)ts_tensor_numel(t));
+            ob += ts_tensor_numel(t);
+        }
+    }
+    ts_coll_ticket t = {0};
+    if ((s = ts_allreduce_start(rt->comm, buf, (size_t)ob, TS_F32, TS_RED_SUM,
+                                (ts_coll_algo)a->algo, &t)) != TS_OK)
+        return s;
+    rt->tickets[b] = t;
+    if (rt->cstats.step != k->ctx->step) {
+        memset(&rt->cstats, 0, sizeof rt->cstats);
+        rt->cstats.step = k->ctx->step;
+    }
+    double dense = 0;
+    for (int i = 0; i < ng; i++) dense += 4.0 * (double)ts_tensor_numel(&k->in[i]);
+    rt->cstats.dense_bytes += dense;
+    rt->cstats.sent_bytes += 4.0 * (double)(ob + oq); /* the P all-reduce, then the Q one */
+    rt->cstats.recv_bytes += 4.0 * (double)(ob + oq);
+    *(int64_t *)k->out[0].data = b;
+    return TS_OK;
+}
+
+static ts_status k_wait(const ts_kargs *k) {
+    ts_dist_rt *rt;
+    int b;
+    ts_status s = rt_of(k, "psgd_wait", &rt, &b);
+    if (s != TS_OK) return s;
+    if ((s = ts_coll_wait(rt->comm, rt->tickets[b])) != TS_OK) return s;
+    const ts_compress_attrs *a = &k->a->compress;
+    const int ng = k->n_in - 5, r = (int)a->rank;
+    const float nr = (float)a->ranks;
+    const ts_tensor *G = k->in + 3;
+    const int64_t nerr = ts_tensor_numel(&k->in[3 + ng]) / a->ranks;
+    float *err = (float *)k->in[3 + ng].data + (size_t)ts_comm_rank(rt->comm) * (size_t)nerr;
+    float *q = k->in[4 + ng].data, *buf = k->in[1].data, *qbuf = k->in[2].data;
+    int64_t oe = 0, oq = 0, ob = 0;
+    for (int i = 0; i < ng; i++) {
+        int64_t n, m;
+        if (ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, r, &n, &m)) {
+            float *P = buf + ob;
+            for (int64_t j = 0; j < n * r; j++) P[j] = P[j] / nr;
+            ts_psgd_orthonormalise(P, n, r);
+            mm_tn(err + oe, P, qbuf + oq, n, m, r);
+            oe += n * m;
+            oq += m * r;
+            ob += n * r;
+        } else {
+            float *g = G[i].data;
+            const int64_t e = ts_tensor_numel(&G[i]);
+            for (int64_t j = 0; j < e; j++) g[j] = buf[ob + j] / nr;
+            ob += e;
+        }
+    }
+    if (oq > 0 && (s = ts_allreduce(rt->comm, qbuf, (size_t)oq, TS_F32, TS_RED_SUM,
+                                    (ts_coll_algo)a->algo)) != TS_OK)
+        return s;
+    double res = 0;
+    oe = oq = ob = 0;
+    for (int i = 0; i < ng; i++) {
+        int64_t n, m;
+        if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, r, &n, &m)) {
+            ob += ts_tensor_numel(&G[i]);
+            continue;
+        }
+        float *Q = q + oq, *M = err + oe, *g = G[i].data;
+        for (int64_t j = 0; j < m * r; j++) Q[j] = qbuf[oq + j] / nr; /* the warm start */
+        res += approx(buf + ob, Q, g, M, n, m, r);
+        oe += n * m;
+        oq += m * r;
+        ob += n * r;
+    }
+    rt->cstats.residual_sq += res;
+    *(int64_t *)k->out[0].data = b;
+    return TS_OK;
+}
+
+const ts_op_def ts_def_psgd_start = {.name = "psgd_start",
+                                     .min_in = 3,
+                                     .max_in = -1,
+                                     .flags = TS_OPF_SIDE_EFFECT,
+                                     .infer = infer_start,
+                                     .kernel = k_start};
+
+const ts_op_def ts_def_psgd_wait = {.name = "psgd_wait",
+                                    .min_in = 6,
+                                    .max_in = -1,
+                                    .flags = TS_OPF_SIDE_EFFECT,
+                                    .infer = infer_wait,
+                                    .kernel = k_wait};

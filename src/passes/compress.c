@@ -1,0 +1,220 @@
+/* Gradient compression in the distribute pass (ts_compile_options.compress,
+ * docs/distributed.md "Gradient compression"). distribute.c groups the
+ * gradients into buckets and places each bucket's start right after its
+ * last gradient and its wait before the first reader, as for the dense
+ * all-reduce; this file supplies the two nodes of a compressed bucket and
+ * the checks and rewrites that come first:
+ *
+ *   topk:     compress_start (residual[, velocity], g...) -> (token, send, recv)
+ *             compress_wait  (token, send, recv, g...)
+ *
+ * The residual ("compress.bucket<b>.residual") and the DGC velocity
+ * ("compress.bucket<b>.velocity") are state values [ranks, elements of the
+ * bucket] (zeros at the start, in the arena's persistent region): rank r
+ * works on row r; ts_plan_compress_gather copies every row to every rank
+ * before a checkpoint, so rank 0's checkpoint holds them all. With momentum correction the SGD
+ * update's momentum moves into compress_start: the update itself runs
+ * without momentum (its buffer then holds the plain gradient). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dist/compress.h"
+#include "passes.h"
+
+ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, double *momentum) {
+    const ts_compress_options *c = &d->compress;
+    *momentum = 0;
+    if (c->method != TS_COMPRESS_TOPK && c->method != TS_COMPRESS_POWERSGD)
+        return ts_fail(TS_ERR_UNSUPPORTED, "distribute: compression method %d is not supported",
+                       c->method);
+    if (c->method == TS_COMPRESS_POWERSGD && (c->rank < 1 || c->rank > 64 || c->min_elems < 0))
+        return ts_fail(TS_ERR_INVALID, "distribute: PowerSGD rank %d (1 to 64), min_elems %lld",
+                       c->rank, (long long)c->min_elems);
+    if (c->method == TS_COMPRESS_POWERSGD && c->momentum)
+        return ts_fail(TS_ERR_INVALID, "distribute: momentum correction is topk's, not PowerSGD's");
+    if (d->zero)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "distribute: gradient compression with ZeRO-%d is not supported (ZeRO "
+                       "reduce-scatters dense buckets)",
+                       d->zero);
+    if (d->size < 2)
+        return ts_fail(TS_ERR_INVALID, "distribute: gradient compression needs 2 or more ranks");
+    if (c->method == TS_COMPRESS_TOPK && !(c->ratio > 0 && c->ratio <= 1))
+        return ts_fail(TS_ERR_INVALID, "distribute: compression ratio %g is not in (0, 1]",
+                       c->ratio);
+    if (c->values < TS_CVAL_E4M3 || c->values > TS_CVAL_F32 || c->clip < 0 || c->warmup_steps < 0)
+        return ts_fail(TS_ERR_INVALID, "distribute: compression values %d, clip %g, warm-up %lld",
+                       c->values, c->clip, (long long)c->warmup_steps);
+    int sgd = -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].dead) continue;
+        if (g->nodes[i].op == TS_OP_UNSCALE_GRADS)
+            return ts_fail(TS_ERR_UNSUPPORTED,
+                           "distribute: gradient compression with loss scaling (fp16) is not "
+                           "supported: the residual would mix scales");
+        if (g->nodes[i].op == TS_OP_SGD_UPDATE) sgd = i;
+    }
+    if (!c->momentum) return TS_OK;
+    ts_sgd_attrs *a = sgd >= 0 ? &g->nodes[sgd].a.sgd : NULL;
+    if (!a || !(a->momentum > 0))
+        return ts_fail(TS_ERR_INVALID,
+                       "distribute: momentum correction needs an SGD update with momentum");
+    if (a->nesterov)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "distribute: momentum correction with Nesterov momentum is not supported");
+    *momentum = a->momentum;
+    a->momentum = 0; /* the momentum is accumulated per rank before the top-k instead */
+    a->dampening = 0;
+    return TS_OK;
+}
+
+/* [ranks, n]: row r is rank r's; the others are filled only by
+ * ts_plan_compress_gather before a checkpoint, so rank 0's checkpoint
+ * holds every rank's residual and a resume restores each its own. */
+static int32_t new_state(ts_graph *g, int ranks, int64_t n, int b, const char *what) {
+    ts_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = TS_F32;
+    t.rank = ranks > 0 ? 2 : 1; /* ranks 0: one row, the same on every rank */
+    t.dims[0] = ranks > 0 ? ranks : n;
+    t.dims[1] = n;
+    char name[96];
+    snprintf(name, sizeof name, "compress.bucket%d.%s", b, what);
+    int32_t id = ts_value_new(g, &t, TS_VK_STATE, name);
+    if (id >= 0) g->values[id].init = ts_init_zeros();
+    return id;
+}
+
+/* PowerSGD: psgd_start (g..., err, q) and psgd_wait (token, buf, qbuf, g..., err, q). */
+static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int b, const ts_val *grads, int k,
+                             int32_t *start, int32_t *wait) {
+    const ts_compress_options *c = &d->compress;
+    const int r = c->rank > 0 ? c->rank : 4;
+    int64_t nerr = 0, nq = 0;
+    for (int i = 0; i < k; i++) {
+        const ts_type *t = &g->values[grads[i].id].t;
+        int64_t n, m;
+        if (ts_psgd_matrix(t->rank, t->dims, c->min_elems, r, &n, &m)) {
+            nerr += n * m;
+            nq += m * r;
+        }
+    }
+    ts_attrs a = ts_attrs_zero();
+    ts_compress_attrs *ca = &a.compress;
+    ca->ticket = b;
+    ca->algo = d->algo;
+    ca->method = c->method;
+    ca->ranks = d->size;
+    ca->rank = r;
+    ca->min_elems = c->min_elems;
+    ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 5), "compress");
+    if (!args) return TS_ERR_NOMEM;
+    ts_status s = TS_OK;
+    int32_t err = new_state(g, d->size, nerr > 0 ? nerr : 1, b, "error");
+    int32_t q = new_state(g, 0, nq > 0 ? nq : 1, b, "q");
+    if (err < 0 || q < 0) {
+        s = ts_graph_status(g);
+        goto done;
+    }
+    g->values[q].init = ts_init_normal(0, 1); /* from the compile seed: the same on every rank */
+    for (int i = 0; i < k; i++) args[i] = grads[i];
+    args[k] = ts_mkval(err);
+    args[k + 1] = ts_mkval(q);
+    ts_val outs[3];
+    ts_val tok = ts_node_add(g, TS_OP_PSGD_START, k + 2, args, &a, outs);
+    if ((s = ts_graph_status(g)) != TS_OK) goto done;
+    char name[64];
+    snprintf(name, sizeof name, "bucket%d.start", b);
+    if ((s = ts_set_name(g, tok, name)) != TS_OK) goto done;
+    snprintf(name, sizeof name, "bucket%d.p", b);
+    if ((s = ts_set_name(g, outs[1], name)) != TS_OK) goto done;
+    snprintf(name, sizeof name, "bucket%d.qbuf", b);
+    if ((s = ts_set_name(g, outs[2], name)) != TS_OK) goto done;
+    *start = g->values[tok.id].node;
+    args[0] = tok;
+    args[1] = outs[1];
+    args[2] = outs[2];
+    for (int i = 0; i < k; i++) args[3 + i] = grads[i];
+    args[3 + k] = ts_mkval(err);
+    args[4 + k] = ts_mkval(q);
+    ts_val w = ts_node_add(g, TS_OP_PSGD_WAIT, k + 5, args, &a, NULL);
+    if ((s = ts_graph_status(g)) != TS_OK) goto done;
+    snprintf(name, sizeof name, "bucket%d.wait", b);
+    if ((s = ts_set_name(g, w, name)) != TS_OK) goto done;
+    *wait = g->values[w.id].node;
+done:
+    free(args);
+    return s;
+}
+
+ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, double momentum, int b,
+                             const ts_val *grads, int k, int32_t *start, int32_t *wait) {
+    const ts_compress_options *c = &d->compress;
+    if (c->method == TS_COMPRESS_POWERSGD) return psgd_bucket(g, d, b, grads, k, start, wait);
+    int64_t n = 0;
+    for (int i = 0; i < k; i++) {
+        const ts_type *t = &g->values[grads[i].id].t;
+        if (t->dtype != TS_F32) {
+            char lb[32];
+            return ts_fail(TS_ERR_UNSUPPORTED,
+                           "distribute: gradient '%s' is %s; compression takes f32 gradients",
+                           ts_value_label(g, grads[i].id, lb, sizeof lb), ts_dtype_name(t->dtype));
+        }
+        n += ts_type_numel(t);
+    }
+    if (n > (int64_t)UINT32_MAX)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "distribute: bucket %d has %lld elements; compressed buckets hold at most "
+                       "2^32 (lower dist.bucket_mb)",
+                       b, (long long)n);
+    ts_attrs a = ts_attrs_zero();
+    ts_compress_attrs *ca = &a.compress;
+    ca->ticket = b;
+    ca->algo = d->algo;
+    ca->method = c->method;
+    ca->values = c->values;
+    ca->elems = n;
+    ca->warmup = c->warmup_steps;
+    ca->ranks = d->size;
+    ca->ratio = c->ratio;
+    ca->momentum = momentum;
+    ca->clip = c->clip;
+    /* The most values of any step: the warm-up starts highest. */
+    ca->kmax = ts_topk_k(n, ts_topk_ratio_at(c->ratio, c->warmup_steps, 1));
+    const int ns = momentum > 0 ? 2 : 1;
+    ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 3), "compress");
+    if (!args) return TS_ERR_NOMEM;
+    ts_status s = TS_OK;
+    int32_t res = new_state(g, d->size, n, b, "residual");
+    int32_t vel = ns > 1 ? new_state(g, d->size, n, b, "velocity") : 0;
+    if (res < 0 || vel < 0) {
+        s = ts_graph_status(g);
+        goto done;
+    }
+    args[0] = ts_mkval(res);
+    if (ns > 1) args[1] = ts_mkval(vel);
+    for (int i = 0; i < k; i++) args[ns + i] = grads[i];
+    ts_val outs[3];
+    ts_val tok = ts_node_add(g, TS_OP_COMPRESS_START, ns + k, args, &a, outs);
+    if ((s = ts_graph_status(g)) != TS_OK) goto done;
+    char name[64];
+    snprintf(name, sizeof name, "bucket%d.start", b);
+    if ((s = ts_set_name(g, tok, name)) != TS_OK) goto done;
+    snprintf(name, sizeof name, "bucket%d.send", b);
+    if ((s = ts_set_name(g, outs[1], name)) != TS_OK) goto done;
+    snprintf(name, sizeof name, "bucket%d.recv", b);
+    if ((s = ts_set_name(g, outs[2], name)) != TS_OK) goto done;
+    *start = g->values[tok.id].node;
+    args[0] = tok;
+    args[1] = outs[1];
+    args[2] = outs[2];
+    for (int i = 0; i < k; i++) args[3 + i] = grads[i];
+    ts_val w = ts_node_add(g, TS_OP_COMPRESS_WAIT, 3 + k, args, &a, NULL);
+    if ((s = ts_graph_status(g)) != TS_OK) goto done;
+    snprintf(name, sizeof name, "bucket%d.wait", b);
+    if ((s = ts_set_name(g, w, name)) != TS_OK) goto done;
+    *wait = g->values[w.id].node;
+done:
+    free(args);
+    return s;
+}
