@@ -179,6 +179,9 @@ typedef struct ts_config {
         int use_rslora;
         char base[512]; /* base weights: checkpoint directory or .safetensors; "" none */
         char load[512]; /* LoRA A and B from a Hugging Face peft adapter directory; "" none */
+        char adapter_after[1024]; /* Houlsby adapters: regexes of layer weight names; "" none */
+        int adapter_hidden;       /* bottleneck width */
+        int adapter_activation;   /* ts_peft_activation */
     } peft;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;

@@ -8,11 +8,11 @@
 #include "ckpt/safetensors.h"
 #include "core/core.h"
 #include "session/session_internal.h"
+#include "tessel/peft.h"
 
-/* A LoRA parameter of the peft pass: not in the base. */
+/* A LoRA or adapter parameter of the peft pass: not in the base. */
 static int is_lora(const char *name) {
-    size_t n = strlen(name);
-    return n > 7 && (!strcmp(name + n - 7, ".lora_A") || !strcmp(name + n - 7, ".lora_B"));
+    return ts_peft_param_kind(name) != 0;
 }
 
 void ts_sess_peft_counts(const ts_plan *p, double *trainable, double *total) {

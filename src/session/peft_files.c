@@ -113,6 +113,13 @@ static ts_status run_open(const char *ckpt, lora_run *r) {
         if ((s = ts_ckpt_tensor_info(r->ck, i, &t)) != TS_OK) return s;
         if (t.is_state) continue;
         size_t len = strlen(t.name);
+        if (ts_peft_param_kind(t.name) == 2)
+            return ts_fail(TS_ERR_UNSUPPORTED,
+                           "%s: '%s' is a bottleneck adapter's tensor (peft.adapter.after): "
+                           "peft's files have no Houlsby adapter type and an adapter cannot be "
+                           "folded into a weight, so the run is not exported (its checkpoint "
+                           "holds the adapters)",
+                           r->path, t.name);
         int a = len > 7 && !strcmp(t.name + len - 7, ".lora_A");
         int b = len > 7 && !strcmp(t.name + len - 7, ".lora_B");
         if (!a && !b) continue;

@@ -414,7 +414,7 @@ ts_status ts_sess_write_summary(session *s, const char *status, const char *erro
     if (s->c.batches_per_epoch)
         json_object_set_new(o, "epochs",
                             json_real((double)r->steps / (double)s->c.batches_per_epoch));
-    if (s->plan && (s->c.peft.targets[0] || s->c.peft.base[0])) {
+    if (s->plan && (s->c.peft.targets[0] || s->c.peft.adapter_after[0] || s->c.peft.base[0])) {
         double tr, all;
         ts_sess_peft_counts(s->plan, &tr, &all);
         json_object_set_new(o, "peft",
