@@ -15,7 +15,7 @@
 #include "tessel/peft.h"
 
 /* The peft release whose adapter_config.json layout is written. */
-#define PEFT_FORMAT_VERSION "0.13.2"
+#define PEFT_FORMAT_VERSION "0.21.2"
 
 int ts_peft_hf_key(const char *name, char *out, size_t n) {
     size_t len = strlen(name);
@@ -217,6 +217,21 @@ static json_t *adapter_config(const lora_run *r, int fan_in_fan_out) {
     bad |= json_object_set_new(o, "megatron_core", json_string("megatron.core"));
     bad |= json_object_set_new(o, "auto_mapping", json_null());
     bad |= json_object_set_new(o, "peft_version", json_string(PEFT_FORMAT_VERSION));
+    /* the keys later peft releases added (0.21.2 writes all of these; the
+     * parity fixture tests/parity/fixtures/peft/mlp/adapter_config.json is
+     * peft's own file): their values for plain LoRA */
+    static const char *const NULLS[] = {"exclude_modules",   "eva_config",
+                                        "corda_config",      "trainable_token_indices",
+                                        "target_parameters", "alora_invocation_tokens",
+                                        "arrow_config",      "kasa_config",
+                                        "lora_ga_config",    "monteclora_config",
+                                        "use_bdlora",        "velora_config"};
+    for (size_t i = 0; i < sizeof NULLS / sizeof NULLS[0]; i++)
+        bad |= json_object_set_new(o, NULLS[i], json_null());
+    bad |= json_object_set_new(o, "lora_bias", json_false());
+    bad |= json_object_set_new(o, "use_qalora", json_false());
+    bad |= json_object_set_new(o, "qalora_group_size", json_integer(16));
+    bad |= json_object_set_new(o, "ensure_weight_tying", json_false());
     if (bad) {
         json_decref(o);
         return NULL;
