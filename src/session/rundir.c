@@ -380,6 +380,9 @@ ts_status ts_sess_write_run_files(session *s) {
         co.world = s->nranks;
         co.group = s->ckpt_group;
         co.rank_timeout_s = s->c.dist.timeout_s;
+        /* PEFT on a base: the frozen weights are the base's (docs/peft.md) */
+        co.base_path = s->peft_base_path[0] ? s->peft_base_path : NULL;
+        co.base_sha256 = s->peft_base_sha;
         if ((st = ts_ckpt_saver_new(s->r->run_dir, s->plan, &co, &s->sv)) != TS_OK) return st;
     }
     return TS_OK;
