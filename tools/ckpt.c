@@ -123,6 +123,9 @@ static int cmd_verify_inspect(int inspect, int argc, char **argv) {
         printf("layout: world %d (%s)\n", in.world_size, in.layout);
         for (int i = 0; i < in.n_data_files; i++)
             printf("data %s sha256 %s\n", in.data_files[i].path, in.data_files[i].sha256);
+        if (in.base_path[0]) /* PEFT: the frozen weights are the base's (docs/peft.md) */
+            printf("peft base %s sha256 %s: %d frozen parameters left to it\n", in.base_path,
+                   in.base_sha256, in.n_frozen);
         if (in.is_signed) printf("signer %s\n", in.signer);
         for (int i = 0; i < ts_ckpt_tensor_count(c); i++) {
             ts_ckpt_tensor t;

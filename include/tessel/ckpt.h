@@ -102,6 +102,14 @@ typedef struct ts_ckpt_options {
     int rank, world;
     uint64_t group;
     double rank_timeout_s;
+    /* Parameter-efficient fine-tuning (docs/peft.md): the base weights the
+     * frozen parameters came from, and their SHA-256 (64 hex digits).
+     * With base_path set, a save leaves out every parameter that has no
+     * gradient in the plan (frozen) and records the base as the manifest's
+     * "base" (path, sha256, the count left out) and in its data lineage;
+     * ts_ckpt_restore then leaves those parameters as they are in the plan.
+     * NULL: every parameter is saved. */
+    const char *base_path, *base_sha256;
 } ts_ckpt_options;
 
 ts_ckpt_options ts_ckpt_options_default(void);
@@ -196,6 +204,11 @@ typedef struct ts_ckpt_info {
     int signature_ok;   /* ... and it was verified with the given public key */
     const char *signer; /* public key (hex) named in the signature, "" if unsigned */
     const char *layout; /* "replicated", or "zero": optimizer state saved by every rank */
+    /* A PEFT checkpoint (ts_ckpt_options.base_path): the base weights its
+     * frozen parameters are left to, their SHA-256 and how many were left
+     * out; "", "" and 0 for a checkpoint of every parameter. */
+    const char *base_path, *base_sha256;
+    int n_frozen;
 } ts_ckpt_info;
 
 ts_status ts_ckpt_get_info(const ts_ckpt *c, ts_ckpt_info *info);
@@ -234,7 +247,10 @@ ts_status ts_ckpt_chunk_info(const ts_ckpt *c, int i, int k, ts_ckpt_chunk *out)
 /* Write every value into the plan and restore its step count. The plan
  * must have exactly the checkpoint's persistent values (names, dtypes,
  * shapes) and seed; this is checked for all of them before the first byte
- * is written. With `audit` a "load" entry is logged. */
+ * is written. A PEFT checkpoint (info.base_path set) may lack parameters
+ * of the plan: those keep the plan's values, which the caller loaded from
+ * that base (after checking its SHA-256 against info.base_sha256). With
+ * `audit` a "load" entry is logged. */
 ts_status ts_ckpt_restore(const ts_ckpt *c, ts_plan *p, ts_audit *audit);
 /* ts_ckpt_open + ts_ckpt_restore + ts_ckpt_close. */
 ts_status ts_ckpt_load(ts_plan *p, const char *path, const char *public_key, ts_audit *audit);

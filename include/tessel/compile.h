@@ -122,12 +122,32 @@ typedef struct ts_precision_options {
  * gradient, no optimizer state, no all-reduce; ts_train_spec.trainable is
  * ignored). A pattern that matches no matmul weight, r < 1 or a bad regex
  * fail ts_compile with TS_ERR_INVALID. */
+typedef enum ts_peft_activation {
+    TS_PEFT_GELU = 0, /* erf form, the default */
+    TS_PEFT_GELU_TANH,
+    TS_PEFT_RELU,
+    TS_PEFT_TANH
+} ts_peft_activation;
+
 typedef struct ts_peft_options {
     const char *targets; /* NULL or "": no LoRA */
     int r;
     double alpha;
     int use_rslora;
     double dropout; /* on the LoRA branch's input, training steps only */
+    /* Houlsby adapters: after every layer whose matmul weight matches one
+     * of `adapter_after` (same pattern rules as targets), its output y
+     * [.., d] becomes y + act(y D^T + bd) U^T + bu with NAME.adapter_down
+     * D [hidden, d] (Kaiming-uniform, a = sqrt(5)), NAME.adapter_down_bias
+     * [hidden], NAME.adapter_up U [d, hidden] and NAME.adapter_up_bias [d]
+     * (zeros: step 0 is the base model exactly). A layer's output is its
+     * matmul's, followed through a sparse aggregation (spmm) and a bias add
+     * (an add with a rank-1 parameter) that are its only reader (a GCN
+     * layer: A_hat x W^T + b). Trained with the LoRA parameters; a pattern
+     * that names no layer fails ts_compile with TS_ERR_INVALID. */
+    const char *adapter_after; /* NULL or "": no adapters */
+    int adapter_hidden;        /* bottleneck width m (>= 1) */
+    ts_peft_activation adapter_activation;
 } ts_peft_options;
 
 /* Gradient compression of the data-parallel exchange (docs/distributed.md,

@@ -196,6 +196,9 @@ typedef struct ts_config {
         int use_rslora;
         char base[512]; /* base weights: checkpoint directory or .safetensors; "" none */
         char load[512]; /* LoRA A and B from a Hugging Face peft adapter directory; "" none */
+        char adapter_after[1024]; /* Houlsby adapters: regexes of layer weight names; "" none */
+        int adapter_hidden;       /* bottleneck width */
+        int adapter_activation;   /* ts_peft_activation */
     } peft;
     struct {           /* federated training (docs/federated.md) */
         int secure;    /* 0: paillier, 1: masking */

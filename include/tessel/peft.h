@@ -34,4 +34,10 @@ ts_status ts_peft_export_merged(const char *ckpt, const char *path);
  * out; 0 if name is not a LoRA tensor's or out is too small. */
 int ts_peft_hf_key(const char *name, char *out, size_t n);
 
+/* What the peft pass added a parameter `name` as: 1 a LoRA tensor
+ * ("W.lora_A", "W.lora_B"), 2 an adapter's ("W.adapter_down",
+ * "W.adapter_down_bias", "W.adapter_up", "W.adapter_up_bias"), 0 neither
+ * (a base parameter). */
+int ts_peft_param_kind(const char *name);
+
 #endif

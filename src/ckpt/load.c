@@ -305,6 +305,15 @@ static ts_status parse_manifest(ts_ckpt *c) {
     }
     in->data_files = c->data;
     in->n_data_files = c->nd;
+    /* PEFT: the frozen parameters are the base's (absent before it existed) */
+    json_t *base = json_object_get(m, "base");
+    in->base_path = json_string_value(json_object_get(base, "path"));
+    in->base_sha256 = json_string_value(json_object_get(base, "sha256"));
+    in->n_frozen = (int)json_integer_value(json_object_get(base, "frozen"));
+    if (base &&
+        (!in->base_path || !in->base_sha256 || strlen(in->base_sha256) != 64 || in->n_frozen < 0))
+        return bad_field(c, "\"base\" needs path, a 64-digit sha256 and frozen >= 0");
+    if (!base) in->base_path = in->base_sha256 = "", in->n_frozen = 0;
     json_t *world = json_object_get(m, "world");
     in->world_size = (int)json_integer_value(json_object_get(world, "size"));
     if (in->world_size < 1) return bad_field(c, "world.size must be >= 1");

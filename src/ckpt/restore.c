@@ -130,6 +130,7 @@ static ts_status check_fits(const ts_ckpt *c, const ts_plan *p, const fit_layout
             continue;
         }
         const ld_tensor *t = ck_find_tensor(c, pv.name);
+        if (!t && !pv.is_state && c->info.base_path[0]) continue; /* frozen: the base's */
         if (!t)
             return ts_fail(TS_ERR_NOT_FOUND, "%s: has no tensor '%s', which the plan needs (%s)",
                            c->dir, pv.name, pv.is_state ? "optimizer state" : "parameter");
@@ -212,7 +213,9 @@ ts_status ts_ckpt_restore(const ts_ckpt *c, ts_plan *p, ts_audit *audit) {
     for (int i = 0; i < n && s == TS_OK; i++) {
         ts_persistent pv;
         const void *src = NULL;
-        if ((s = ts_plan_persistent(p, i, &pv)) == TS_OK) s = gather_value(c, &L, &pv, tmp, &src);
+        if ((s = ts_plan_persistent(p, i, &pv)) != TS_OK) break;
+        if (!is_sharded(&L, pv.name) && !ck_find_tensor(c, pv.name)) continue; /* the base's */
+        s = gather_value(c, &L, &pv, tmp, &src);
         if (s == TS_OK) s = ts_plan_write_param(p, pv.name, src, pv.bytes);
     }
     free(tmp);

@@ -105,6 +105,8 @@ struct ts_ckpt_saver {
     char **data_paths, **data_shas;
     int n_data;
     int64_t data_position, epoch;
+    char base_path[1024], base_sha[CK_SHA_HEX]; /* ts_ckpt_options: PEFT's base, "" none */
+    int n_frozen;                               /* parameters this job leaves to the base */
     atomic_int next_shard;
     atomic_int cancel;            /* ts_ckpt_saver_cancel: stop waiting for the other ranks */
     atomic_llong run_ns, wait_ns; /* writer threads, from schedstat */
@@ -218,6 +220,18 @@ ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt
     s->world = o.world > 1 ? o.world : 1;
     s->group = o.group;
     s->rank_timeout_s = o.rank_timeout_s > 0 ? o.rank_timeout_s : 600;
+    if (o.base_path && o.base_path[0]) {
+        if (strlen(o.base_path) >= sizeof s->base_path || !o.base_sha256 ||
+            strlen(o.base_sha256) != CK_SHA_HEX - 1) {
+            ts_ckpt_saver_free(s);
+            return ts_fail(TS_ERR_INVALID,
+                           "ckpt saver: base '%.200s' needs a path under %zu bytes and a "
+                           "64-digit sha256",
+                           o.base_path, sizeof s->base_path);
+        }
+        snprintf(s->base_path, sizeof s->base_path, "%s", o.base_path);
+        snprintf(s->base_sha, sizeof s->base_sha, "%s", o.base_sha256);
+    }
     if (o.rank > 0) s->keep_last = s->keep_every = 0;
     if (p && ensure_buffer(s, ts_plan_snapshot_bytes(p), 1) != TS_OK) {
         ts_ckpt_saver_free(s);
@@ -429,6 +443,15 @@ static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, const char *
         for (int i = 0; i < s->n_data && !bad; i++)
             bad |= json_array_append_new(dfiles, json_pack("{s:s, s:s}", "path", s->data_paths[i],
                                                            "sha256", s->data_shas[i]));
+        if (s->base_path[0] && !bad) {
+            /* the base is lineage too: the model was trained on its weights */
+            bad |= json_array_append_new(dfiles,
+                                         json_pack("{s:s, s:s, s:s}", "path", s->base_path,
+                                                   "sha256", s->base_sha, "role", "peft.base"));
+            bad |= json_object_set_new(m, "base",
+                                       json_pack("{s:s, s:s, s:i}", "path", s->base_path, "sha256",
+                                                 s->base_sha, "frozen", s->n_frozen));
+        }
         bad |= json_object_set_new(m, "data",
                                    json_pack("{s:O, s:I, s:I}", "files", dfiles, "position",
                                              (json_int_t)s->data_position, "epoch",
@@ -798,6 +821,15 @@ static ts_status take_job(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta
         free(pc);
         if (st != TS_OK) return st;
         s->others_save = n > 0;
+    }
+    /* PEFT: the frozen parameters (no gradient) are the base's, not saved */
+    s->n_frozen = 0;
+    for (int j = 0; j < s->nt && s->base_path[0]; j++) {
+        char g[600];
+        snprintf(g, sizeof g, "grad:%s", s->t[j].name);
+        if (s->t[j].is_state || ts_plan_value_info(p, g, NULL, NULL, NULL) == TS_OK) continue;
+        s->t[j].skip = 1;
+        s->n_frozen++;
     }
     s->seed = ts_plan_seed(p);
     s->config_sha[0] = '\0';

@@ -71,8 +71,14 @@ ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph
     opt->no_fuse = c->compile.no_fuse;
     opt->no_recompute = c->compile.no_recompute;
     opt->discard_outputs = c->compile.discard_outputs;
-    opt->peft = (ts_peft_options){c->peft.targets[0] ? c->peft.targets : NULL, c->peft.r,
-                                  c->peft.alpha, c->peft.use_rslora, c->peft.dropout};
+    opt->peft = (ts_peft_options){c->peft.targets[0] ? c->peft.targets : NULL,
+                                  c->peft.r,
+                                  c->peft.alpha,
+                                  c->peft.use_rslora,
+                                  c->peft.dropout,
+                                  c->peft.adapter_after[0] ? c->peft.adapter_after : NULL,
+                                  c->peft.adapter_hidden,
+                                  (ts_peft_activation)c->peft.adapter_activation};
     ts_config_precision(c, &opt->precision); /* checked by ts_config_finish */
     *g = gr;
     return TS_OK;

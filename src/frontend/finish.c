@@ -307,6 +307,7 @@ ts_status ts_config_finish(ts_config *c) {
     if (!strcmp(c->peft.targets, "none")) c->peft.targets[0] = 0;
     if (!strcmp(c->peft.base, "none")) c->peft.base[0] = 0;
     if (!strcmp(c->peft.load, "none")) c->peft.load[0] = 0;
+    if (!strcmp(c->peft.adapter_after, "none")) c->peft.adapter_after[0] = 0;
     if (c->peft.load[0] && !c->peft.targets[0])
         return ts_fail(TS_ERR_INVALID,
                        "peft.load: '%s' needs peft.lora.targets (the LoRA tensors it fills)",

@@ -262,6 +262,14 @@ const ts_config_key cfg_keys[] = {
     {"peft.load", TS_CFG_STR, FIELD(peft, load), TS_CFG_DERIVED, NULL, NULL, "none",
      "LoRA A and B start from a Hugging Face peft adapter directory (adapter_config.json, "
      "adapter_model.safetensors) instead of their init"},
+    {"peft.adapter.after", TS_CFG_STR, FIELD(peft, adapter_after), TS_CFG_DERIVED | TS_CFG_LIST,
+     NULL, NULL, "none",
+     "a bottleneck adapter (Houlsby) after every layer whose matmul weight's name matches one of "
+     "these regexes; trained with LoRA, everything else frozen (none: no adapters)"},
+    {"peft.adapter.hidden", TS_CFG_INT, FIELD(peft, adapter_hidden), 0, NULL, "[1, 1e6]", "64",
+     "bottleneck width m of the adapters (d -> m -> d)"},
+    {"peft.adapter.activation", TS_CFG_ENUM, FIELD(peft, adapter_activation), 0,
+     "gelu|gelu_tanh|relu|tanh", NULL, "gelu", "activation inside the adapters"},
     /* observe */
     {"observe.metrics_port", TS_CFG_INT, FIELD(observe, metrics_port), 0, NULL, "[0, 65535]", "0",
      "port of the Prometheus /metrics endpoint served while training (0: none)"},

@@ -20,6 +20,7 @@ static int key_applies(const ts_config *c, const ts_config_key *k) {
     if (k->type == TS_CFG_STR && !((const char *)c + k->offset)[0]) return 0;
     /* LoRA's settings only with LoRA, so other configs read as before */
     if (!strncmp(k->path, "peft.lora.", 10) && !c->peft.targets[0]) return 0;
+    if (!strncmp(k->path, "peft.adapter.", 13) && !c->peft.adapter_after[0]) return 0;
     if (k->flags & FOR_FILES) return (k->flags & cfg_source_flag(c->data.source)) != 0;
     if (c->train.epochs > 0) {
         /* epochs decide the steps: writing both would not load back */

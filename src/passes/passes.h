@@ -13,11 +13,13 @@
 #include "ops/op.h"
 #include "tessel/compile.h"
 
-/* LoRA (peft.c, docs/peft.md): patch every matmul whose weight matches
- * o->targets with a low-rank branch; *lora (owned by the caller, n_lora
- * ids) receives the new parameters, A then B per patched weight. No-op
- * without targets. */
-ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **lora, int *n_lora);
+/* PEFT (peft.c, peft_adapter.c, docs/peft.md): patch every matmul whose
+ * weight matches o->targets with a low-rank branch (LoRA), then put a
+ * bottleneck adapter after every layer whose weight matches
+ * o->adapter_after; *added (owned by the caller, n_added ids) receives
+ * the new parameters: A then B per patched weight, then each adapter's
+ * down, down_bias, up, up_bias. No-op without targets and adapters. */
+ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **added, int *n_added);
 
 /* Add gradient nodes for loss w.r.t. each of params[0..n). On return
  * grads[i] is the gradient value of params[i] (marked grad_of), or -1 if

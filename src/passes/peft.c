@@ -17,26 +17,17 @@
  * being rewritten. The new nodes are moved right after their matmul to
  * keep the node order topological. */
 #include <math.h>
-#include <regex.h>
 #include <stdlib.h>
 #include <string.h>
-#include "passes.h"
 
-#define MAX_PATTERNS 64
+#include "peft_internal.h"
 
-typedef struct patterns {
-    regex_t re[MAX_PATTERNS];
-    char text[MAX_PATTERNS][256];
-    int n;
-} patterns;
-
-static void patterns_free(patterns *p) {
+void ts_peft_patterns_free(ts_peft_patterns *p) {
     for (int i = 0; i < p->n; i++) regfree(&p->re[i]);
     p->n = 0;
 }
 
-/* Split the comma-separated list and compile each pattern. */
-static ts_status patterns_compile(const char *list, patterns *p) {
+ts_status ts_peft_patterns_compile(const char *key, const char *list, ts_peft_patterns *p) {
     p->n = 0;
     for (const char *q = list; *q;) {
         while (*q == ' ' || *q == ',') q++;
@@ -45,24 +36,24 @@ static ts_status patterns_compile(const char *list, patterns *p) {
         const char *end = e;
         while (end > q && end[-1] == ' ') end--;
         if (end > q) {
-            if (p->n == MAX_PATTERNS) {
-                patterns_free(p);
-                return ts_fail(TS_ERR_INVALID, "peft.lora.targets: more than %d patterns",
-                               MAX_PATTERNS);
+            if (p->n == TS_PEFT_MAX_PATTERNS) {
+                ts_peft_patterns_free(p);
+                return ts_fail(TS_ERR_INVALID, "%s: more than %d patterns", key,
+                               TS_PEFT_MAX_PATTERNS);
             }
             if ((size_t)(end - q) >= sizeof p->text[0]) {
-                patterns_free(p);
-                return ts_fail(TS_ERR_INVALID, "peft.lora.targets: pattern '%.40s...' too long", q);
+                ts_peft_patterns_free(p);
+                return ts_fail(TS_ERR_INVALID, "%s: pattern '%.40s...' too long", key, q);
             }
             snprintf(p->text[p->n], sizeof p->text[0], "%.*s", (int)(end - q), q);
             int rc = regcomp(&p->re[p->n], p->text[p->n], REG_EXTENDED | REG_NOSUB);
             if (rc != 0) {
                 char msg[128];
                 regerror(rc, &p->re[p->n], msg, sizeof msg);
-                ts_status s = ts_fail(
-                    TS_ERR_INVALID, "peft.lora.targets: '%s' is not a valid regular expression: %s",
-                    p->text[p->n], msg);
-                patterns_free(p);
+                ts_status s =
+                    ts_fail(TS_ERR_INVALID, "%s: '%s' is not a valid regular expression: %s", key,
+                            p->text[p->n], msg);
+                ts_peft_patterns_free(p);
                 return s;
             }
             p->n++;
@@ -72,15 +63,15 @@ static ts_status patterns_compile(const char *list, patterns *p) {
     return TS_OK;
 }
 
-/* Is value v the weight operand of node n, a matmul we can patch? */
-static int is_weight_of(const ts_graph *g, const ts_node *n, int32_t v) {
-    return !n->dead && n->op == TS_OP_MATMUL && n->n_in == 2 && n->in[1] == v &&
+int ts_peft_is_weight_of(const ts_graph *g, const ts_node *n, int32_t v) {
+    return !n->dead && !(g->values[v].name && ts_peft_param_kind(g->values[v].name) == 2) &&
+           n->op == TS_OP_MATMUL && n->n_in == 2 && n->in[1] == v &&
            g->values[v].kind == TS_VK_PARAM && g->values[v].t.rank == 2 &&
            ts_dtype_is_float(g->values[v].t.dtype) && g->values[v].name;
 }
 
-/* The error for a pattern that names no matmul weight: the candidates. */
-static ts_status no_match(const ts_graph *g, const char *pattern, const char *weight) {
+ts_status ts_peft_no_match(const ts_graph *g, const char *key, const char *pattern,
+                           const char *what, const char *weight) {
     char names[1024];
     size_t k = 0;
     names[0] = 0;
@@ -96,10 +87,10 @@ static ts_status no_match(const ts_graph *g, const char *pattern, const char *we
         k += (size_t)w;
         listed++;
     }
-    return ts_fail(TS_ERR_INVALID,
-                   "peft.lora.targets: '%s' matches no matmul weight (the parameters LoRA can "
-                   "patch: %s)",
-                   pattern, listed ? names : "none");
+    return ts_fail(TS_ERR_INVALID, "%s: '%s' matches no %s (%s: %s)", key, pattern, what,
+                   !strcmp(key, "peft.lora.targets") ? "the parameters LoRA can patch"
+                                                     : "the layers' weights",
+                   listed ? names : "none");
 }
 
 /* The LoRA branch of matmul node i added to its output (see the top). */
@@ -141,18 +132,15 @@ static int32_t new_param(ts_graph *g, int32_t w, const char *suffix, int64_t d0,
     return ts_val_ok(p) ? p.id : -1;
 }
 
-ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **lora, int *n_lora) {
-    *lora = NULL;
-    *n_lora = 0;
-    if (!o || !o->targets || !o->targets[0]) return TS_OK;
+static ts_status lora_pass(ts_graph *g, const ts_peft_options *o, int32_t **lora, int *n_lora) {
     if (o->r < 1) return ts_fail(TS_ERR_INVALID, "peft.lora.r: %d must be >= 1", o->r);
     if (!(o->dropout >= 0 && o->dropout < 1))
         return ts_fail(TS_ERR_INVALID, "peft.lora.dropout: %g must be in [0, 1)", o->dropout);
     if (!isfinite(o->alpha))
         return ts_fail(TS_ERR_INVALID, "peft.lora.alpha: %g is not finite", o->alpha);
     const double scale = o->use_rslora ? o->alpha / sqrt((double)o->r) : o->alpha / o->r;
-    patterns pt;
-    ts_status s = patterns_compile(o->targets, &pt);
+    ts_peft_patterns pt;
+    ts_status s = ts_peft_patterns_compile("peft.lora.targets", o->targets, &pt);
     if (s != TS_OK) return s;
     const int nv0 = g->n_values, n0 = g->n_nodes;
     char *weight = ts_zalloc((size_t)nv0 + 1, "peft"); /* a matmul's weight operand */
@@ -164,7 +152,7 @@ ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **lora, in
         goto done;
     }
     for (int i = 0; i < n0; i++)
-        if (g->nodes[i].n_in == 2 && is_weight_of(g, &g->nodes[i], g->nodes[i].in[1]))
+        if (g->nodes[i].n_in == 2 && ts_peft_is_weight_of(g, &g->nodes[i], g->nodes[i].in[1]))
             weight[g->nodes[i].in[1]] = 1;
     /* which weights each pattern names */
     int n_target = 0;
@@ -176,7 +164,7 @@ ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **lora, in
             hit = 1;
             if (ab[2 * v] == -1) ab[2 * v] = -2, n_target++; /* chosen, made below */
         }
-        if (!hit) s = no_match(g, pt.text[k], weight);
+        if (!hit) s = ts_peft_no_match(g, "peft.lora.targets", pt.text[k], "matmul weight", weight);
     }
     if (s != TS_OK) goto done;
     perm = ts_alloc(sizeof(int32_t) * ((size_t)n0 * 6 + 1), "peft");
@@ -189,7 +177,7 @@ ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **lora, in
     for (int i = 0; i < n0 && s == TS_OK; i++) {
         perm[np++] = i;
         const ts_node *nd = &g->nodes[i];
-        if (nd->n_in != 2 || !is_weight_of(g, nd, nd->in[1])) continue;
+        if (nd->n_in != 2 || !ts_peft_is_weight_of(g, nd, nd->in[1])) continue;
         const int32_t w = nd->in[1];
         if (w >= nv0 || ab[2 * w] == -1) continue;
         const int tb = (int)nd->a.matmul.trans_b;
@@ -224,11 +212,39 @@ ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **lora, in
         out = NULL;
     }
 done:
-    patterns_free(&pt);
+    ts_peft_patterns_free(&pt);
     free(weight);
     free(ab);
     free(trans);
     free(perm);
     free(out);
+    return s;
+}
+
+ts_status ts_pass_peft(ts_graph *g, const ts_peft_options *o, int32_t **added, int *n_added) {
+    *added = NULL;
+    *n_added = 0;
+    if (!o) return TS_OK;
+    /* Adapters first: a layer's output is then still its matmul's (plus
+     * bias), and LoRA's branch, added to the matmul's output afterwards,
+     * lands inside the layer, before the adapter. */
+    int32_t *ad = NULL, *lo = NULL;
+    int n_ad = 0, n_lo = 0;
+    ts_status s = TS_OK;
+    if (o->adapter_after && o->adapter_after[0]) s = ts_pass_peft_adapters(g, o, &ad, &n_ad);
+    if (s == TS_OK && o->targets && o->targets[0]) s = lora_pass(g, o, &lo, &n_lo);
+    /* LoRA's parameters first, so a LoRA-only run is as before */
+    int32_t *all = NULL;
+    if (s == TS_OK && n_ad + n_lo > 0) {
+        all = ts_alloc(sizeof(int32_t) * ((size_t)(n_ad + n_lo) + 1), "peft");
+        if (!all) s = TS_ERR_NOMEM;
+    }
+    if (all) {
+        if (n_lo) memcpy(all, lo, sizeof(int32_t) * (size_t)n_lo);
+        if (n_ad) memcpy(all + n_lo, ad, sizeof(int32_t) * (size_t)n_ad);
+        *added = all, *n_added = n_ad + n_lo;
+    }
+    free(ad);
+    free(lo);
     return s;
 }

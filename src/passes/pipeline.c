@@ -36,7 +36,8 @@ static int with_ranks(const ts_pass_ctx *c) {
 }
 
 static int with_peft(const ts_pass_ctx *c) {
-    return c->opt->peft.targets && c->opt->peft.targets[0];
+    return (c->opt->peft.targets && c->opt->peft.targets[0]) ||
+           (c->opt->peft.adapter_after && c->opt->peft.adapter_after[0]);
 }
 
 /* LoRA: only the new parameters are trained; every other one is frozen

@@ -206,6 +206,7 @@ static ts_status compile_plan(const ts_graph *src, const ts_train_spec *spec,
     prog->opt.precision.keep_fp32 = NULL; /* the caller's string: read during compile only */
     prog->opt.backend = NULL;             /* likewise */
     prog->opt.dump_after = NULL, prog->opt.dump_to = NULL, prog->opt.peft.targets = NULL;
+    prog->opt.peft.adapter_after = NULL;
     if (s != TS_OK) goto fail;
     if ((s = ts_lower(prog, &cg, loss)) != TS_OK) goto fail;
     if ((s = ts_render_dumps(prog, &cg)) != TS_OK) goto fail;

@@ -70,6 +70,16 @@ ts_status ts_sess_resume(session *s) {
                        "--resume: checkpoint %s is at step %lld and train.steps is %lld: nothing "
                        "to do (raise train.steps)",
                        in.dir, (long long)in.step, (long long)s->c.train.steps);
+    /* A PEFT checkpoint holds the trainable tensors only; the frozen ones
+     * came from peft.base (loaded already), which must be the same weights. */
+    if (in.base_sha256[0] && strcmp(in.base_sha256, s->peft_base_sha))
+        return ts_fail(TS_ERR_INVALID,
+                       "--resume: checkpoint %s holds only the trainable tensors and refers to "
+                       "the base %s (sha256 %s) for the %d frozen ones; %s%s%s%s",
+                       in.dir, in.base_path, in.base_sha256, in.n_frozen,
+                       s->peft_base_path[0] ? "peft.base " : "this run has no peft.base",
+                       s->peft_base_path, s->peft_base_path[0] ? " has sha256 " : "",
+                       s->peft_base_sha);
     if ((st = ts_ckpt_restore(s->ck, s->plan, NULL)) != TS_OK) return st;
     /* gradient compression saved by another number of processes: the
      * residual rows were resharded (ts_ckpt_restore) */

@@ -211,6 +211,8 @@ static ts_status anomaly_snapshot(session *s, int64_t step) {
         ts_ckpt_options co = ts_ckpt_options_default();
         co.sign_key = ts_config_sign_key(&s->c);
         co.audit = s->audit;
+        co.base_path = s->peft_base_path[0] ? s->peft_base_path : NULL;
+        co.base_sha256 = s->peft_base_sha;
         if ((st = ts_ckpt_saver_new(r->run_dir, s->plan, &co, &s->asv)) != TS_OK) return st;
     }
     ts_ckpt_saver *sv = s->sv ? s->sv : s->asv;

@@ -4,15 +4,14 @@
  * itself is a compiler pass (src/passes/peft.c). See session_internal.h. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "ckpt/safetensors.h"
 #include "core/core.h"
 #include "session/session_internal.h"
+#include "tessel/peft.h"
 
-/* A LoRA parameter of the peft pass: not in the base. */
+/* A LoRA or adapter parameter of the peft pass: not in the base. */
 static int is_lora(const char *name) {
-    size_t n = strlen(name);
-    return n > 7 && (!strcmp(name + n - 7, ".lora_A") || !strcmp(name + n - 7, ".lora_B"));
+    return ts_peft_param_kind(name) != 0;
 }
 
 void ts_sess_peft_counts(const ts_plan *p, double *trainable, double *total) {
@@ -31,31 +30,6 @@ void ts_sess_peft_counts(const ts_plan *p, double *trainable, double *total) {
     }
 }
 
-/* One base tensor: its type from a checkpoint or a safetensors file. */
-typedef struct base_src {
-    ts_ckpt *ck;
-    ts_st_file *st;
-} base_src;
-
-static int find(const base_src *b, const char *name, ts_dtype *dt, int *rank, int64_t *dims) {
-    if (b->st) {
-        ts_st_tensor t;
-        if (ts_st_find(b->st, name, &t) != TS_OK) return 0;
-        *dt = t.dtype, *rank = t.rank;
-        memcpy(dims, t.dims, sizeof t.dims);
-        return 1;
-    }
-    for (int i = 0; i < ts_ckpt_tensor_count(b->ck); i++) {
-        ts_ckpt_tensor t;
-        if (ts_ckpt_tensor_info(b->ck, i, &t) != TS_OK || t.is_state || strcmp(t.name, name))
-            continue;
-        *dt = t.dtype, *rank = t.rank;
-        memcpy(dims, t.dims, sizeof t.dims);
-        return 1;
-    }
-    return 0;
-}
-
 static void shape_str(char *buf, size_t n, ts_dtype dt, int rank, const int64_t *dims) {
     size_t k = (size_t)snprintf(buf, n, "%s[", ts_dtype_name(dt));
     for (int i = 0; i < rank && k < n; i++)
@@ -65,7 +39,7 @@ static void shape_str(char *buf, size_t n, ts_dtype dt, int rank, const int64_t 
 
 /* Every parameter of the model but the LoRA ones must be in the base with
  * its dtype and shape; the first few that are not are listed. */
-static ts_status check_names(const ts_plan *p, const base_src *b, const char *path) {
+static ts_status check_names(const ts_plan *p, const ts_peft_base *b, const char *path) {
     char msg[1024] = "";
     size_t k = 0;
     int bad = 0;
@@ -79,7 +53,7 @@ static ts_status check_names(const ts_plan *p, const base_src *b, const char *pa
         if (st != TS_OK) return st;
         char want[128], got[128], line[400];
         shape_str(want, sizeof want, dt, rank, dims);
-        if (!find(b, name, &bdt, &brank, bdims)) {
+        if (!ts_peft_base_find(b, name, &bdt, &brank, bdims)) {
             snprintf(line, sizeof line, "'%s' %s missing", name, want);
         } else if (bdt != dt || brank != rank ||
                    memcmp(dims, bdims, sizeof(int64_t) * (size_t)rank)) {
@@ -96,19 +70,13 @@ static ts_status check_names(const ts_plan *p, const base_src *b, const char *pa
                    path, bad, bad > 1 ? "s" : "", msg, bad > 5 ? "; ..." : "");
 }
 
-static ts_status copy_in(ts_plan *p, const base_src *b) {
+static ts_status copy_in(ts_plan *p, const ts_peft_base *b) {
     ts_status s = TS_OK;
     void *buf = NULL;
     size_t cap = 0;
     for (int i = 0; i < ts_plan_param_count(p) && s == TS_OK; i++) {
         const char *name = ts_plan_param_name(p, i);
         if (is_lora(name)) continue;
-        if (b->st) {
-            ts_st_tensor t;
-            if ((s = ts_st_find(b->st, name, &t)) == TS_OK)
-                s = ts_plan_write_param(p, name, t.data, t.bytes);
-            continue;
-        }
         ts_dtype dt;
         int rank;
         int64_t dims[TS_MAX_RANK];
@@ -120,7 +88,7 @@ static ts_status copy_in(ts_plan *p, const base_src *b) {
             if (!(buf = ts_alloc(bytes, "peft.base tensor"))) return TS_ERR_NOMEM;
             cap = bytes;
         }
-        if ((s = ts_ckpt_read(b->ck, name, buf, bytes)) == TS_OK)
+        if ((s = ts_peft_base_read(b, name, buf, bytes)) == TS_OK)
             s = ts_plan_write_param(p, name, buf, bytes);
     }
     free(buf);
@@ -129,23 +97,16 @@ static ts_status copy_in(ts_plan *p, const base_src *b) {
 
 ts_status ts_sess_peft_load_base(session *s) {
     const char *path = s->c.peft.base;
+    s->peft_base_path[0] = s->peft_base_sha[0] = 0;
     if (!path[0]) return ts_sess_peft_load_adapter(s);
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return ts_fail(TS_ERR_IO,
-                       "peft.base: cannot read '%s' (a checkpoint directory or a "
-                       ".safetensors file)",
-                       path);
-    base_src b = {NULL, NULL};
-    ts_status st =
-        S_ISDIR(sb.st_mode) ? ts_ckpt_open(path, NULL, NULL, &b.ck) : ts_st_open(path, &b.st);
-    if (st != TS_OK) {
-        ts_error_prefix("peft.base");
-        return st;
-    }
+    ts_peft_base b;
+    ts_status st = ts_peft_base_open(path, "peft.base", NULL, &b);
+    if (st != TS_OK) return st;
     st = check_names(s->plan, &b, path);
     if (st == TS_OK && (st = copy_in(s->plan, &b)) != TS_OK) ts_error_prefix("peft.base %s", path);
-    ts_ckpt_close(b.ck);
-    ts_st_close(b.st);
+    /* what this run's checkpoints refer to instead of saving the frozen weights */
+    snprintf(s->peft_base_path, sizeof s->peft_base_path, "%s", b.path);
+    snprintf(s->peft_base_sha, sizeof s->peft_base_sha, "%s", b.sha256);
+    ts_peft_base_close(&b);
     return st == TS_OK ? ts_sess_peft_load_adapter(s) : st;
 }

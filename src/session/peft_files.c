@@ -1,7 +1,10 @@
 /* Hugging Face peft files of a LoRA run's checkpoint and the merged model
  * (tessel/peft.h, docs/peft.md). The checkpoint holds the tensors; the
  * hyper-parameters peft's adapter_config.json needs (alpha, use_rslora,
- * dropout) are in the run's config.yaml, the directory above it. */
+ * dropout) are in the run's config.yaml, the directory above it. A
+ * checkpoint of a run on peft.base holds the trainable tensors only: the
+ * frozen weights are read from the base it refers to, whose SHA-256 must
+ * still be the one recorded. */
 #include <jansson.h>
 #include <libgen.h>
 #include <math.h>
@@ -12,10 +15,11 @@
 #include "core/fsat.h"
 #include "tessel/ckpt.h"
 #include "tessel/config.h"
+#include "session/session_internal.h"
 #include "tessel/peft.h"
 
 /* The peft release whose adapter_config.json layout is written. */
-#define PEFT_FORMAT_VERSION "0.13.2"
+#define PEFT_FORMAT_VERSION "0.21.2"
 
 int ts_peft_hf_key(const char *name, char *out, size_t n) {
     size_t len = strlen(name);
@@ -32,7 +36,8 @@ typedef struct lora_pair {
     char w[512];
     ts_ckpt_tensor wt, a, b;
     int have_w, have_a, have_b;
-    int in_out; /* W is stored [in, out] (read as x W, peft's fan_in_fan_out) */
+    int w_in_base; /* W is the base's (a PEFT checkpoint leaves it out) */
+    int in_out;    /* W is stored [in, out] (read as x W, peft's fan_in_fan_out) */
 } lora_pair;
 
 typedef struct lora_run {
@@ -42,10 +47,13 @@ typedef struct lora_run {
     lora_pair *p;
     int n;
     double scale;
+    ts_peft_base base; /* the base weights a PEFT checkpoint refers to */
+    int have_base;
 } lora_run;
 
 static void run_close(lora_run *r) {
     ts_ckpt_close(r->ck);
+    if (r->have_base) ts_peft_base_close(&r->base);
     free(r->p);
     memset(r, 0, sizeof *r);
 }
@@ -113,6 +121,13 @@ static ts_status run_open(const char *ckpt, lora_run *r) {
         if ((s = ts_ckpt_tensor_info(r->ck, i, &t)) != TS_OK) return s;
         if (t.is_state) continue;
         size_t len = strlen(t.name);
+        if (ts_peft_param_kind(t.name) == 2)
+            return ts_fail(TS_ERR_UNSUPPORTED,
+                           "%s: '%s' is a bottleneck adapter's tensor (peft.adapter.after): "
+                           "peft's files have no Houlsby adapter type and an adapter cannot be "
+                           "folded into a weight, so the run is not exported (its checkpoint "
+                           "holds the adapters)",
+                           r->path, t.name);
         int a = len > 7 && !strcmp(t.name + len - 7, ".lora_A");
         int b = len > 7 && !strcmp(t.name + len - 7, ".lora_B");
         if (!a && !b) continue;
@@ -125,6 +140,15 @@ static ts_status run_open(const char *ckpt, lora_run *r) {
                        "%s: no LoRA tensors (*.lora_A, *.lora_B): not a checkpoint of a run with "
                        "peft.lora.targets",
                        r->path);
+    ts_ckpt_info in;
+    if ((s = ts_ckpt_get_info(r->ck, &in)) != TS_OK) return s;
+    if (in.base_path[0]) {
+        char what[700];
+        snprintf(what, sizeof what, "%s: its frozen weights' base", r->path);
+        if ((s = ts_peft_base_open(in.base_path, what, in.base_sha256, &r->base)) != TS_OK)
+            return s;
+        r->have_base = 1;
+    }
     const int onnx = !strcmp(ts_config_model_word(r->cfg.model.name), "onnx");
     for (int i = 0; i < r->n && s == TS_OK; i++) {
         lora_pair *q = &r->p[i];
@@ -133,6 +157,9 @@ static ts_status run_open(const char *ckpt, lora_run *r) {
             if (ts_ckpt_tensor_info(r->ck, k, &t) == TS_OK && !t.is_state && !strcmp(t.name, q->w))
                 q->wt = t, q->have_w = 1;
         }
+        if (!q->have_w && r->have_base &&
+            ts_peft_base_find(&r->base, q->w, &q->wt.dtype, &q->wt.rank, q->wt.dims))
+            q->wt.name = q->w, q->have_w = q->w_in_base = 1;
         s = check_pair(r, q, onnx);
     }
     const double rr = r->cfg.peft.r;
@@ -210,6 +237,21 @@ static json_t *adapter_config(const lora_run *r, int fan_in_fan_out) {
     bad |= json_object_set_new(o, "megatron_core", json_string("megatron.core"));
     bad |= json_object_set_new(o, "auto_mapping", json_null());
     bad |= json_object_set_new(o, "peft_version", json_string(PEFT_FORMAT_VERSION));
+    /* the keys later peft releases added (0.21.2 writes all of these; the
+     * parity fixture tests/parity/fixtures/peft/mlp/adapter_config.json is
+     * peft's own file): their values for plain LoRA */
+    static const char *const NULLS[] = {"exclude_modules",   "eva_config",
+                                        "corda_config",      "trainable_token_indices",
+                                        "target_parameters", "alora_invocation_tokens",
+                                        "arrow_config",      "kasa_config",
+                                        "lora_ga_config",    "monteclora_config",
+                                        "use_bdlora",        "velora_config"};
+    for (size_t i = 0; i < sizeof NULLS / sizeof NULLS[0]; i++)
+        bad |= json_object_set_new(o, NULLS[i], json_null());
+    bad |= json_object_set_new(o, "lora_bias", json_false());
+    bad |= json_object_set_new(o, "use_qalora", json_false());
+    bad |= json_object_set_new(o, "qalora_group_size", json_integer(16));
+    bad |= json_object_set_new(o, "ensure_weight_tying", json_false());
     if (bad) {
         json_decref(o);
         return NULL;
@@ -319,9 +361,18 @@ static int is_lora_name(const char *name) {
     return len > 7 && (!strcmp(name + len - 7, ".lora_A") || !strcmp(name + len - 7, ".lora_B"));
 }
 
-/* Tensor t of the checkpoint into *buf, merged with its LoRA pair if it has one. */
-static ts_status merged_tensor(const lora_run *r, const ts_ckpt_tensor *t, void **buf) {
-    ts_status s = read_all(r->ck, t, buf);
+/* Tensor t (of the checkpoint, or with from_base of the base it refers
+ * to) into *buf, merged with its LoRA pair if it has one. */
+static ts_status merged_tensor(const lora_run *r, const ts_ckpt_tensor *t, int from_base,
+                               void **buf) {
+    ts_status s;
+    if (!from_base) {
+        s = read_all(r->ck, t, buf);
+    } else if (!(*buf = ts_alloc(t->bytes ? t->bytes : 1, "peft merge"))) {
+        s = TS_ERR_NOMEM;
+    } else {
+        s = ts_peft_base_read(&r->base, t->name, *buf, t->bytes);
+    }
     for (int k = 0; k < r->n && s == TS_OK; k++) {
         if (strcmp(r->p[k].w, t->name)) continue;
         void *a = NULL, *b = NULL;
@@ -334,29 +385,64 @@ static ts_status merged_tensor(const lora_run *r, const ts_ckpt_tensor *t, void 
     return s;
 }
 
+/* The parameters of the merged model: the checkpoint's (but LoRA's), then
+ * the base's that the checkpoint left out (frozen). */
+static ts_status merged_list(const lora_run *r, ts_ckpt_tensor **out, char **from_base, int *n) {
+    const int nt = ts_ckpt_tensor_count(r->ck);
+    int nb = 0;
+    while (r->have_base && ts_peft_base_name(&r->base, nb)) nb++;
+    *out = ts_zalloc(sizeof **out * (size_t)(nt + nb + 1), "peft merge");
+    *from_base = ts_zalloc((size_t)(nt + nb + 1), "peft merge");
+    *n = 0;
+    if (!*out || !*from_base) return TS_ERR_NOMEM;
+    for (int i = 0; i < nt; i++) {
+        ts_ckpt_tensor t;
+        ts_status s = ts_ckpt_tensor_info(r->ck, i, &t);
+        if (s != TS_OK) return s;
+        if (!t.is_state && !is_lora_name(t.name)) (*out)[(*n)++] = t;
+    }
+    const int in_ckpt = *n;
+    for (int i = 0; i < nb; i++) {
+        ts_ckpt_tensor t = {0};
+        t.name = ts_peft_base_name(&r->base, i);
+        int dup = 0;
+        for (int k = 0; k < in_ckpt && !dup; k++) dup = !strcmp((*out)[k].name, t.name);
+        if (dup || !ts_peft_base_find(&r->base, t.name, &t.dtype, &t.rank, t.dims)) continue;
+        t.bytes = ts_dtype_size(t.dtype);
+        for (int d = 0; d < t.rank; d++) t.bytes *= (size_t)t.dims[d];
+        (*from_base)[*n] = 1;
+        (*out)[(*n)++] = t;
+    }
+    return TS_OK;
+}
+
 ts_status ts_peft_export_merged(const char *ckpt, const char *path) {
     if (!ckpt || !path) return ts_fail(TS_ERR_INVALID, "peft merge: NULL argument");
     lora_run r;
     ts_status s = run_open(ckpt, &r);
     ts_st_writer *w = NULL;
     void **bufs = NULL;
-    const int nt = s == TS_OK ? ts_ckpt_tensor_count(r.ck) : 0;
+    ts_ckpt_tensor *list = NULL;
+    char *from_base = NULL;
+    int nt = 0;
+    if (s == TS_OK) s = merged_list(&r, &list, &from_base, &nt);
     if (s == TS_OK) s = ts_st_writer_new(&w);
     if (s == TS_OK && !(bufs = ts_zalloc(sizeof *bufs * (size_t)(nt + 1), "peft merge")))
         s = TS_ERR_NOMEM;
     /* Larger elements first keeps every tensor aligned (see safetensors.h). */
     for (size_t esz = 8; esz >= 1 && s == TS_OK; esz /= 2)
         for (int i = 0; i < nt && s == TS_OK; i++) {
-            ts_ckpt_tensor t;
-            if ((s = ts_ckpt_tensor_info(r.ck, i, &t)) != TS_OK) break;
-            if (t.is_state || ts_dtype_size(t.dtype) != esz || is_lora_name(t.name)) continue;
-            if ((s = merged_tensor(&r, &t, &bufs[i])) == TS_OK)
-                s = ts_st_writer_add(w, t.name, t.dtype, t.rank, t.dims, bufs[i]);
+            const ts_ckpt_tensor *t = &list[i];
+            if (ts_dtype_size(t->dtype) != esz) continue;
+            if ((s = merged_tensor(&r, t, from_base[i], &bufs[i])) == TS_OK)
+                s = ts_st_writer_add(w, t->name, t->dtype, t->rank, t->dims, bufs[i]);
         }
     if (s == TS_OK) s = ts_st_writer_save(w, path);
     if (bufs)
         for (int i = 0; i < nt; i++) free(bufs[i]);
     free(bufs);
+    free(list);
+    free(from_base);
     ts_st_writer_free(w);
     run_close(&r);
     return s;

@@ -12,7 +12,7 @@
 #include "session/session_internal.h"
 #include "tessel/peft.h"
 
-/* The keys peft 0.x writes for LoRA; only some are acted on. */
+/* The keys peft writes for LoRA (up to 0.21.2); only some are acted on. */
 static const char *const KNOWN[] = {"peft_type",
                                     "task_type",
                                     "base_model_name_or_path",
@@ -45,7 +45,15 @@ static const char *const KNOWN[] = {"peft_type",
                                     "use_qalora",
                                     "qalora_group_size",
                                     "trainable_token_indices",
-                                    "target_parameters"};
+                                    "target_parameters",
+                                    "alora_invocation_tokens",
+                                    "arrow_config",
+                                    "ensure_weight_tying",
+                                    "kasa_config",
+                                    "lora_ga_config",
+                                    "monteclora_config",
+                                    "use_bdlora",
+                                    "velora_config"};
 
 static int is_lora(const char *name) {
     size_t n = strlen(name);
@@ -147,6 +155,11 @@ static ts_status check_config(session *s, const char *file, char *warn, size_t w
         st = ts_fail(TS_ERR_UNSUPPORTED,
                      "peft.load: %s: rank_pattern / alpha_pattern are not supported (one r and "
                      "alpha for every module)",
+                     file);
+    else if (json_is_true(json_object_get(o, "lora_bias")) ||
+             json_is_true(json_object_get(o, "use_qalora")))
+        st = ts_fail(TS_ERR_UNSUPPORTED,
+                     "peft.load: %s: lora_bias / use_qalora is true; tessel's LoRA has neither",
                      file);
     else if (json_is_true(json_object_get(o, "use_dora")))
         st = ts_fail(TS_ERR_UNSUPPORTED, "peft.load: %s: use_dora is true; tessel has no DoRA",

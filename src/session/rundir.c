@@ -383,6 +383,9 @@ ts_status ts_sess_write_run_files(session *s) {
         co.world = s->nranks;
         co.group = s->ckpt_group;
         co.rank_timeout_s = s->c.dist.timeout_s;
+        /* PEFT on a base: the frozen weights are the base's (docs/peft.md) */
+        co.base_path = s->peft_base_path[0] ? s->peft_base_path : NULL;
+        co.base_sha256 = s->peft_base_sha;
         if ((st = ts_ckpt_saver_new(s->r->run_dir, s->plan, &co, &s->sv)) != TS_OK) return st;
     }
     return TS_OK;
@@ -417,7 +420,7 @@ ts_status ts_sess_write_summary(session *s, const char *status, const char *erro
     if (s->c.batches_per_epoch)
         json_object_set_new(o, "epochs",
                             json_real((double)r->steps / (double)s->c.batches_per_epoch));
-    if (s->plan && (s->c.peft.targets[0] || s->c.peft.base[0])) {
+    if (s->plan && (s->c.peft.targets[0] || s->c.peft.adapter_after[0] || s->c.peft.base[0])) {
         double tr, all;
         ts_sess_peft_counts(s->plan, &tr, &all);
         json_object_set_new(o, "peft",

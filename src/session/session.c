@@ -217,7 +217,7 @@ static void header(session *s) {
                     model_label(s), params, (long long)c->model.batch, (long long)c->train.steps,
                     epochs, data, test, st.n_instructions,
                     (double)st.arena_bytes / (1024.0 * 1024.0));
-    if (c->peft.targets[0] || c->peft.base[0]) {
+    if (c->peft.targets[0] || c->peft.adapter_after[0] || c->peft.base[0]) {
         double tr, all;
         ts_sess_peft_counts(s->plan, &tr, &all);
         ts_progress_log(&s->pr, "peft: trainable %.0f of %.0f parameters (%.4g %%)%s%s", tr, all,

@@ -79,6 +79,9 @@ typedef struct session {
     ts_ckpt *ck;         /* the verified checkpoint to resume from */
     int64_t start_step;  /* steps done before this run's first step */
     char ck_dir[512], ck_id[80], ck_config[80];
+    /* peft.base as loaded (a checkpoint: its step directory) and its
+     * SHA-256 (peft_base.c): what PEFT checkpoints refer to */
+    char peft_base_path[600], peft_base_sha[65];
     char *ident; /* the config text checkpoints are tied to (see identity) */
     size_t ident_bytes;
     char ident_sha[65];
@@ -160,6 +163,30 @@ ts_status ts_sess_peft_load_base(session *s);
 /* peft_load.c: peft.load's adapter directory into the plan's LoRA tensors. */
 ts_status ts_sess_peft_load_adapter(session *s);
 void ts_sess_peft_counts(const ts_plan *p, double *trainable, double *total);
+
+/* peft_base.c: base weights (peft.base) read by name, from a checkpoint
+ * (a step directory, or a run directory's LATEST) or a safetensors file.
+ * `path` is what was opened (the step directory for a checkpoint) and
+ * `sha256` its identity: the SHA-256 of the safetensors file, or of the
+ * checkpoint's manifest.json (which holds every file's SHA-256). */
+typedef struct ts_peft_base {
+    ts_ckpt *ck;
+    struct ts_st_file *st;
+    char path[600], sha256[65];
+} ts_peft_base;
+/* Opens and verifies it (checkpoint: checksums; no signature check);
+ * errors are prefixed with `what` ("peft.base"). With expect_sha (not
+ * NULL) a base of another SHA-256 is refused naming the file. */
+ts_status ts_peft_base_open(const char *path, const char *what, const char *expect_sha,
+                            ts_peft_base *b);
+void ts_peft_base_close(ts_peft_base *b);
+/* Tensor `name` (a parameter, not optimizer state): its type; 0 if absent. */
+int ts_peft_base_find(const ts_peft_base *b, const char *name, ts_dtype *dt, int *rank,
+                      int64_t *dims);
+/* Its bytes (exactly its size) into dst. */
+ts_status ts_peft_base_read(const ts_peft_base *b, const char *name, void *dst, size_t bytes);
+/* The i-th parameter tensor's name (i from 0 while it returns non-NULL). */
+const char *ts_peft_base_name(const ts_peft_base *b, int i);
 
 /* summary.json, however the run ended; `error` is NULL on success. */
 ts_status ts_sess_write_summary(session *s, const char *status, const char *error);

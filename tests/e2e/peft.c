@@ -4,9 +4,10 @@
  * - a small MLP is trained from scratch with a checkpoint; a second run
  *   with peft.lora.targets and peft.base on that checkpoint starts at the
  *   base model's loss on the same batch, lowers it, prints the trainable
- *   share and writes it to summary.json; its final checkpoint holds every
- *   frozen tensor bit-identical to the base's, LoRA tensors beside them and
- *   no optimizer state for frozen ones;
+ *   share and writes it to summary.json; its final checkpoint holds the
+ *   LoRA tensors and their optimizer state only and refers to the base by
+ *   its SHA-256; its merged export keeps every unpatched frozen tensor
+ *   bit-identical to the base's;
  * - a PEFT run resumed from its checkpoint ends bit-identical to the whole run;
  * - the same base as a safetensors file (tessel export) gives the same run;
  * - `tessel compile --dump memory` shows the gradients and optimizer state
@@ -18,6 +19,7 @@
 #include <string.h>
 #include "check.h"
 #include "e2e.h"
+#include "ckpt/safetensors.h"
 #include "tessel/ckpt.h"
 
 static char dir[64];
@@ -55,36 +57,57 @@ static const char *const BASE[] = {"net.0.weight", "net.0.bias", "net.2.weight",
                                    "net.6.weight", "net.6.bias"};
 enum { N_BASE = 10 };
 
-/* Every base tensor of checkpoint b equals a's, bit for bit. */
+/* Checkpoint b of a PEFT run on base a holds the LoRA tensors and their
+ * optimizer state only, and refers to a by the SHA-256 of its manifest
+ * (docs/peft.md); its merged export keeps every tensor LoRA does not
+ * patch bit-identical to a's: the frozen weights never moved. */
 static void same_base(const char *a_path, const char *b_path) {
     ts_ckpt *a = NULL, *b = NULL;
     CHECK_OK(ts_ckpt_open(a_path, NULL, NULL, &a));
     CHECK_OK(ts_ckpt_open(b_path, NULL, NULL, &b));
     if (!a || !b) goto out;
-    for (int i = 0; i < N_BASE; i++) {
-        size_t bytes = 0;
-        for (int k = 0; k < ts_ckpt_tensor_count(a); k++) {
-            ts_ckpt_tensor t;
-            if (ts_ckpt_tensor_info(a, k, &t) == TS_OK && !strcmp(t.name, BASE[i])) bytes = t.bytes;
-        }
-        CHECK(bytes > 0, "base checkpoint has %s", BASE[i]);
-        char *x = malloc(bytes + 1), *y = malloc(bytes + 1);
-        if (x && y && bytes) {
-            CHECK_OK(ts_ckpt_read(a, BASE[i], x, bytes));
-            CHECK_OK(ts_ckpt_read(b, BASE[i], y, bytes));
-            CHECK(!memcmp(x, y, bytes), "frozen %s equals the base bit for bit", BASE[i]);
-        }
-        free(x), free(y);
-    }
-    int lora = 0, frozen_state = 0;
+    ts_ckpt_info ia, ib;
+    CHECK_OK(ts_ckpt_get_info(a, &ia));
+    CHECK_OK(ts_ckpt_get_info(b, &ib));
+    char manifest[600], sha[65] = "";
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", ia.dir);
+    CHECK_OK(ts_sha256_file(manifest, sha));
+    CHECK(!strcmp(ib.base_path, ia.dir) && !strcmp(ib.base_sha256, sha) && ib.n_frozen == N_BASE,
+          "the checkpoint refers to its base: '%s' sha256 %s, %d frozen (want '%s' %s %d)",
+          ib.base_path, ib.base_sha256, ib.n_frozen, ia.dir, sha, N_BASE);
+    int lineage = 0;
+    for (int i = 0; i < ib.n_data_files; i++)
+        lineage += !strcmp(ib.data_files[i].path, ia.dir) && !strcmp(ib.data_files[i].sha256, sha);
+    CHECK(lineage == 1, "the base is in the manifest's lineage");
+    int lora = 0, other = 0;
     for (int k = 0; k < ts_ckpt_tensor_count(b); k++) {
         ts_ckpt_tensor t;
         if (ts_ckpt_tensor_info(b, k, &t) != TS_OK) continue;
         lora += strstr(t.name, ".lora_") != NULL && !t.is_state;
-        frozen_state += t.is_state && !strstr(t.name, ".lora_");
+        other += !strstr(t.name, ".lora_");
     }
     CHECK(lora == 6, "6 LoRA tensors in the fine-tuned checkpoint, got %d", lora);
-    CHECK(frozen_state == 0, "no optimizer state of frozen tensors, got %d", frozen_state);
+    CHECK(other == 0, "no frozen tensor and no state of one in it, got %d", other);
+    char merged[300];
+    snprintf(merged, sizeof merged, "%s.merged.safetensors", b_path);
+    e2e_result r = e2e_runf("export %s --merge --safetensors %s", b_path, merged);
+    CHECK(r.rc == 0, "merge: exit %d\n%s", r.rc, r.err);
+    e2e_done(&r);
+    ts_st_file *m = NULL;
+    CHECK_OK(ts_st_open(merged, &m));
+    for (int i = 0; i < N_BASE && m; i++) {
+        if (strstr(BASE[i], "weight") && strstr("net.0.weight net.3.weight net.6.weight", BASE[i]))
+            continue; /* patched: W + s B A */
+        ts_st_tensor t;
+        char *x = NULL;
+        CHECK_OK(ts_st_find(m, BASE[i], &t));
+        if (t.bytes && (x = malloc(t.bytes))) {
+            CHECK_OK(ts_ckpt_read(a, BASE[i], x, t.bytes));
+            CHECK(!memcmp(x, t.data, t.bytes), "frozen %s equals the base bit for bit", BASE[i]);
+        }
+        free(x);
+    }
+    ts_st_close(m);
 out:
     ts_ckpt_close(a);
     ts_ckpt_close(b);

@@ -48,7 +48,7 @@ static void feed(ts_plan *p, ts_dtype dt) {
 }
 
 static ts_peft_options lora(const char *targets, int r, double alpha) {
-    ts_peft_options o = {targets, r, alpha, 0, 0.0};
+    ts_peft_options o = {.targets = targets, .r = r, .alpha = alpha};
     return o;
 }
 
