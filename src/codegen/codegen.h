@@ -65,6 +65,10 @@ ts_status cg_write_step(cg_ctx *g);
 /* fused.c: instruction i (a fused_eltwise) as a generated loop, the
  * function `fname`; 0 (nothing written) where the interpreter must stay. */
 int cg_fused_loop(FILE *f, const cg_ctx *g, int i, const char *fname);
+/* The same for a fused_eltwise instruction `in` whose program (its last
+ * input) is `prog`: the function reads and writes the arena through a
+ * `unsigned char *A` the including file declares (tests/unit/emit_c_fused.c). */
+int cg_fused_emit(FILE *f, const ts_instr *in, const int64_t *prog, const char *fname);
 /* data.c: the session's data path. cg_data_load loads data.source and fits
  * the config to it (cg_data_config); cg_data_build builds the model as the
  * session does; cg_write_data writes data.bin. */

@@ -35,6 +35,10 @@ ts_status ts_emit_c(const ts_config *c, const char *config_path, const char *dir
         g.steps = cg_data_config(ss)->train.steps;
         if (!g.prog->has_loss || g.prog->gate_ins < 0)
             s = ts_fail(TS_ERR_UNSUPPORTED, "emit-c: the config compiles no training step");
+        else if (plan->rt.scaler)
+            s = ts_fail(TS_ERR_UNSUPPORTED,
+                        "emit-c: loss scaling (precision.loss_scale) skips updates at run "
+                        "time; the emitted step applies every update, so it is not emitted");
         else if (!g.in_name || !g.tgt_name)
             s = ts_fail(TS_ERR_INTERNAL, "emit-c: the model's input or target has no name");
         else if (g.steps < 1)

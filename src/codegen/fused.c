@@ -203,9 +203,9 @@ static int op_expr(const int64_t *rec, cg_eop *out) {
             return 0;
         macro = "DEF_FWD2", vars = "x", want = 3;
     }
-    /* NAME_f32 -> the DEF line of NAME (DEF_ROW3 names the f32 variant itself) */
+    /* NAME_f32 -> the DEF line of NAME (PICK and DEF_ROW3 name it without/with the suffix) */
     size_t nl = strlen(name);
-    if (strcmp(macro, "DEF_ROW3")) {
+    if (!strcmp(macro, "DEF_FWD2") || !strcmp(macro, "DEF_BIN")) {
         if (nl < 5 || strcmp(name + nl - 4, "_f32")) return 0;
         name[nl - 4] = 0;
     }
@@ -237,11 +237,16 @@ static int uses(const char *expr, const char *w) {
 
 int cg_fused_loop(FILE *f, const cg_ctx *g, int i, const char *fname) {
     const ts_instr *in = &g->prog->ins[i];
+    const int n_ext = (int)in->a.fused.n_ext;
+    if (n_ext < 1 || n_ext > TS_FUSE_MAX_EXT || in->n_in != n_ext + 1) return 0;
+    return cg_fused_emit(f, in, (const int64_t *)ts_plan_at(g->plan, in->in[n_ext].off), fname);
+}
+
+int cg_fused_emit(FILE *f, const ts_instr *in, const int64_t *prog, const char *fname) {
     const int n_instr = (int)in->a.fused.n_instr, n_ext = (int)in->a.fused.n_ext;
     if (n_instr < 1 || n_instr > TS_FUSE_MAX_INSTR || n_ext < 1 || n_ext > TS_FUSE_MAX_EXT ||
         in->n_in != n_ext + 1 || in->out[0].dtype != TS_F32)
         return 0;
-    const int64_t *prog = (const int64_t *)ts_plan_at(g->plan, in->in[n_ext].off);
     cg_eop ops[TS_FUSE_MAX_INSTR];
     int n_ok = 0;
     for (; n_ok < n_instr; n_ok++)
@@ -263,7 +268,10 @@ int cg_fused_loop(FILE *f, const cg_ctx *g, int i, const char *fname) {
     }
     if (flat) cols = n;
     const int64_t rows = flat ? 1 : cols ? n / cols : 0;
-    fprintf(f, "static ts_status %s(void) {\n", fname);
+    /* compiled like the library's chunk functions: for AVX-512, AVX2 and
+     * generic x86-64, picked at load time (kern.h), and vectorised (omp simd;
+     * elementwise, so no result changes) */
+    fprintf(f, "TS_CLONES static ts_status %s(void) {\n", fname);
     fprintf(f, "    float *o = (float *)(A + %zu);\n", o->off);
     int64_t colstr[TS_FUSE_MAX_EXT];
     for (int j = 0; j < n_ext; j++) {
@@ -310,8 +318,10 @@ int cg_fused_loop(FILE *f, const cg_ctx *g, int i, const char *fname) {
     }
     fprintf(f, "        float *po = o + r * %lld;\n", (long long)cols);
     if (flat)
-        fprintf(f, "#pragma omp parallel for schedule(static) if (%lld >= TS_PAR_MIN)\n",
+        fprintf(f, "#pragma omp parallel for simd schedule(static) if (%lld >= TS_PAR_MIN)\n",
                 (long long)n);
+    else
+        fprintf(f, "#pragma omp simd\n");
     fprintf(f, "        for (int64_t c = 0; c < %lld; c++) {\n", (long long)cols);
     for (int t = 0; t < n_instr; t++) {
         const int64_t *rec = prog + (size_t)t * TS_FUSE_REC;

@@ -363,7 +363,8 @@ static ts_status emit_step_c(FILE *f, const cg_ctx *g, const int *kinds,
             p->n_ins, p->flops * 1e-9);
     fprintf(f, "#include <stdlib.h>\n#include <string.h>\n#include \"backends/cpu/dnnl_conv.h\"\n"
                "#include \"backends/cpu/dnnl_matmul.h\"\n"
-               "#include \"ops/kern.h\"\n#include \"ops/op.h\"\n#include \"step.h\"\n\n");
+               "#include \"ops/kern.h\"\n#include \"ops/op.h\"\n#include \"ops/vmath.h\"\n"
+               "#include \"step.h\"\n\n");
     if (p->opt.threads > 0) fprintf(f, "#include <omp.h>\n\n");
     cg_emit_layout(g, f);
     if (p->has_loss) fprintf(f, "#define LOSS_OFF %zu /* the loss */\n", p->loss_off);

@@ -210,7 +210,10 @@ ts_status cg_write_main(cg_ctx *g) {
                "# kernels/ holds the op files whole (their shape inference and gradient rules,\n"
                "# the distributed kernels too): --gc-sections drops what the step never calls.\n"
                "# Sanitizers: make CFLAGS='-O1 -g -fsanitize=address,undefined'\n"
-               "CC ?= cc\nCFLAGS ?= -O3 -DNDEBUG\nLDFLAGS ?=\nDNNL_CFLAGS ?=\nDNNL_LIBS ?= -ldnnl\n"
+               "# STEP_CFLAGS=-DSTEP_FUSED_INTERPRETER runs fused chains on the library's tile\n"
+               "# interpreter instead of the generated loops (to measure one against the other).\n"
+               "CC ?= cc\nCFLAGS ?= -O3 -DNDEBUG\nLDFLAGS ?=\nSTEP_CFLAGS ?=\nDNNL_CFLAGS ?=\n"
+               "DNNL_LIBS ?= -ldnnl\n"
                "FLAGS = -std=c17 -Wall -Wextra -Werror -D_GNU_SOURCE -fno-math-errno "
                "-fno-trapping-math \\\n\t-ffunction-sections -fdata-sections -fopenmp -I. "
                "-Ikernels/include -Ikernels/src $(DNNL_CFLAGS)\n\n"
@@ -220,11 +223,13 @@ ts_status cg_write_main(cg_ctx *g) {
         size_t n = strlen(p);
         if (n > 2 && !strcmp(p + n - 2, ".c")) fprintf(f, " \\\n\tkernels/%s", p);
     }
-    fprintf(f, "\nSRCS = step.c constants.c main.c $(KERNELS)\nOBJS = $(SRCS:.c=.o)\n\n"
-               "train: $(OBJS)\n\t$(CC) $(CFLAGS) $(LDFLAGS) -fopenmp -Wl,--gc-sections -o $@ "
-               "$(OBJS) $(DNNL_LIBS) -lm\n\n"
-               "%%.o: %%.c step.h\n\t$(CC) $(CFLAGS) $(FLAGS) -c $< -o $@\n\n"
-               "clean:\n\trm -f train $(OBJS)\n\n.PHONY: clean\n");
+    fprintf(f,
+            "\nSRCS = step.c constants.c main.c $(KERNELS)\nOBJS = $(SRCS:.c=.o)\n\n"
+            "train: $(OBJS)\n\t$(CC) $(CFLAGS) $(LDFLAGS) -fopenmp -Wl,--gc-sections -o $@ "
+            "$(OBJS) $(DNNL_LIBS) -lm\n\n"
+            "step.o: step.c step.h\n\t$(CC) $(CFLAGS) $(FLAGS) $(STEP_CFLAGS) -c step.c -o $@\n\n"
+            "%%.o: %%.c step.h\n\t$(CC) $(CFLAGS) $(FLAGS) -c $< -o $@\n\n"
+            "clean:\n\trm -f train $(OBJS)\n\n.PHONY: clean\n");
     return cg_mem_write(g, &m, "Makefile");
 }
 

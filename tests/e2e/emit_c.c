@@ -8,9 +8,11 @@
  *   src/ops among them), and MANIFEST.sha256 checks with sha256sum -c, the
  *   config's hash in manifest.json;
  * - built under AddressSanitizer and UndefinedBehaviorSanitizer it runs
- *   clean, and its weights after 3 steps equal the optimised build's;
- * - usage errors: --emit-c with --dump, a DIR that is a file, and the
- *   emitted ./train given a data file that is not one. */
+ *   clean, and its weights after 3 steps equal the optimised build's, as do
+ *   those of a build running fused chains on the library's interpreter;
+ * - usage errors: --emit-c with --dump, a DIR that is a file, a config with
+ *   loss scaling (whose skipped updates the program would not reproduce),
+ *   and the emitted ./train given a data file that is not one. */
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
@@ -63,6 +65,15 @@ int main(void) {
         snprintf(y, sizeof y, "%s/w3.safetensors", d);
         CHECK(emit_c_same_weights(x, y), "the sanitized build computes the same weights");
 
+        /* the same program on the library's tile interpreter for fused chains */
+        const char *it = e2e_path("w1interp");
+        e2e_sh("cp -r %s %s && rm -f %s/step.o %s/train && make -s -C %s CC='%s' "
+               "STEP_CFLAGS=-DSTEP_FUSED_INTERPRETER >%s.make 2>&1 && cd %s && "
+               "./train --steps 3 --out w3.safetensors >/dev/null",
+               d, it, it, it, it, emit_c_cc(), it, it);
+        snprintf(x, sizeof x, "%s/w3.safetensors", it);
+        CHECK(emit_c_same_weights(x, y), "generated fused loops and the interpreter agree");
+
         /* the emitted program refuses a data file that is not one */
         e2e_sh("cd %s && ./train --data main.c >%s.bad 2>&1; test $? -eq 2 && grep -q 'not a data "
                "file' %s.bad",
@@ -75,6 +86,12 @@ int main(void) {
     e2e_sh("touch %s", e2e_path("file"));
     r = e2e_runf("compile examples/w1.yaml --emit-c %s/sub", e2e_path("file"));
     CHECK(r.rc != 0 && strstr(r.err, "emit-c"), "--emit-c into a file: %d %s", r.rc, r.err);
+    e2e_done(&r);
+    r = e2e_runf("compile examples/w1.yaml --set precision.default=fp16 --set "
+                 "precision.loss_scale=auto --emit-c %s",
+                 e2e_path("fp16"));
+    CHECK(r.rc == 2 && strstr(r.err, "loss scaling"), "--emit-c refuses loss scaling: %d %s", r.rc,
+          r.err);
     e2e_done(&r);
     e2e_cleanup(dir);
     return check_summary("e2e/emit_c");

@@ -2,8 +2,9 @@
  * attention, embeddings, cross-entropy, AdamW with weight decay), the CNN
  * of examples/fashion_cnn.yaml (oneDNN convolutions, pooling, batch norm;
  * skipped without the Fashion-MNIST files) with its cosine schedule and
- * warm-up, and a W2 GRU (recurrence, Adam): each program emitted, built
- * with cc, run 20 steps, and its weights equal to `tessel train`'s byte
+ * warm-up, a W2 GRU (recurrence, Adam, fused chains as generated loops)
+ * and a tiny W3 in bf16 (casts, bf16 GEMMs; 5 steps): each program emitted, built
+ * with cc, run 20 steps (bf16: 5), and its weights equal to `tessel train`'s byte
  * for byte (tests/support/emit_c.c). */
 #include <unistd.h>
 #include "check.h"
@@ -26,6 +27,11 @@ int main(void) {
                  "--set model.batch=32 --set model.window=16 --set model.features=4 "
                  "--set model.hidden=16 --set model.n_layers=1 --set train.lr=0.01",
                  20);
+    /* mixed precision: bf16 casts and oneDNN bf16 GEMMs with f32 accumulation */
+    emit_c_check("w3bf16", "examples/w3_bf16.yaml",
+                 "--set model.n_layers=1 --set model.ctx=32 --set model.d_model=64 "
+                 "--set model.n_heads=2 --set model.vocab=128 --set model.batch=2",
+                 5);
     e2e_cleanup(dir);
     return check_summary("e2e/emit_c_models");
 }
