@@ -8,6 +8,19 @@
 #include "codegen/codegen.h"
 #include "tessel/codegen.h"
 
+/* config.yaml: the config resolved (file and --set overrides), loadable by
+ * `tessel train`; its hash in the manifest names exactly what was emitted. */
+static ts_status write_config(cg_ctx *g, const ts_config *c) {
+    cg_mem m;
+    ts_status s = cg_mem_open(&m);
+    if (s != TS_OK) return s;
+    if ((s = ts_config_write(c, m.f)) != TS_OK) {
+        cg_mem_free(&m);
+        return s;
+    }
+    return cg_mem_write(g, &m, "config.yaml");
+}
+
 ts_status ts_emit_c(const ts_config *c, const char *config_path, const char *dir) {
     if (!c || !config_path || !dir || !*dir)
         return ts_fail(TS_ERR_INVALID, "emit-c: NULL or empty argument");
@@ -44,6 +57,7 @@ ts_status ts_emit_c(const ts_config *c, const char *config_path, const char *dir
         else if (g.steps < 1)
             s = ts_fail(TS_ERR_INVALID, "emit-c: train.steps must be at least 1");
     }
+    if (s == TS_OK) s = write_config(&g, c);
     if (s == TS_OK) s = cg_write_kernels(&g);
     if (s == TS_OK) s = cg_write_init(&g);
     if (s == TS_OK) s = cg_write_constants(&g);

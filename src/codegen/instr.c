@@ -98,7 +98,9 @@ static void operand_comment(FILE *f, const cg_ctx *g, int i, int is_out, int j,
     for (char *c = name; *c; c++)
         if (c[0] == '*' && c[1] == '/') c[1] = '_'; /* never ends the comment */
     ts_shape_str(sh, sizeof sh, o->dtype, o->rank, o->dims);
-    fprintf(f, " *   %s%d %-28s %-20s @%zu\n", is_out ? "out" : "in", j, name, sh, o->off);
+    char tag[16];
+    snprintf(tag, sizeof tag, "%s%d", is_out ? "out" : "in", j);
+    fprintf(f, " *   %-5s %-28s %-20s @%zu\n", tag, name, sh, o->off);
 }
 
 /* How an instruction runs: the op's reference kernel, oneDNN's GEMM, or a

@@ -34,6 +34,8 @@ int main(void) {
                "{ echo \"missing: $f\"; exit 1; }; done",
                d);
         e2e_sh("cd %s && sha256sum --quiet --strict -c MANIFEST.sha256", d);
+        e2e_sh("grep -q '^  steps: 20$' %s/config.yaml && grep -q 'config.yaml' %s/MANIFEST.sha256",
+               d, d);
         e2e_sh("c=$(sha256sum examples/w1.yaml | cut -d' ' -f1) && grep -q \"$c\" %s/manifest.json",
                d);
         e2e_sh("grep -q 'step.c' %s/MANIFEST.sha256 && grep -q 'kernels/src/ops/unary.c' "
@@ -43,8 +45,9 @@ int main(void) {
         char path[600];
         snprintf(path, sizeof path, "%s/step.c", d);
         char *step = e2e_slurp(path, NULL);
-        CHECK(strstr(step, "net.0.weight f32[1024,2048]") || strstr(step, "net.0.weight  "),
-              "step.c names the weights with their shapes");
+        const char *w = strstr(step, "in1   net.0.weight "), *nl = w ? strchr(w, '\n') : NULL;
+        const char *sh = w ? strstr(w, "f32[1024,2048]") : NULL;
+        CHECK(w && nl && sh && sh < nl, "step.c names the weights with their shapes");
         CHECK(strstr(step, "static ts_status i26_adam_update(void)") != NULL,
               "one function per instruction, the optimizer's last");
         CHECK(strstr(step, "ts_status train_step(int64_t step, double lr)") != NULL, "train_step");
