@@ -17,6 +17,7 @@ typedef struct cli_args {
     const char *dumps[CLI_MAX_ARGS]; /* compile: --dump KIND, in order */
     int n_dumps;
     const char *dump_after; /* compile: --dump-after PASS */
+    const char *emit_c;     /* compile: --emit-c DIR (the step as a C program, docs/aot.md) */
     const char *steps;      /* train: --steps N */
     const char *out;        /* train: --out RUN_DIR */
     const char *resume;     /* train: --resume latest|CHECKPOINT_DIR */

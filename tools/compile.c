@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
+#include "tessel/codegen.h"
 
 static const char *const kinds[] = {"ir", "plan", "memory", "stats", "config"};
 enum { N_KINDS = sizeof kinds / sizeof kinds[0] };
@@ -32,7 +33,23 @@ static void print_stats(const ts_plan_stats *st) {
     printf("%-24s %14.3f GFLOP\n", "flops per step", st->flops_per_step * 1e-9);
 }
 
+/* --emit-c DIR: the step as a standalone C program (docs/aot.md). */
+static int emit_c(const cli_args *a) {
+    if (a->n_dumps || a->dump_after)
+        return cli_error(CLI_USAGE, "--emit-c takes no --dump or --dump-after");
+    ts_config c;
+    int rc = cli_load_config(a, &c);
+    if (rc != CLI_OK) return rc;
+    if (ts_config_check_single_process(&c, "tessel compile --emit-c") != TS_OK)
+        return cli_error(CLI_USAGE, "%s", ts_last_error());
+    ts_status s = ts_emit_c(&c, a->config, a->emit_c);
+    if (s != TS_OK) return cli_error(cli_status_code(s), "%s", ts_last_error());
+    printf("wrote %s: build with `make -C %s`, run `./train` there\n", a->emit_c, a->emit_c);
+    return CLI_OK;
+}
+
 int cli_compile(const cli_args *a) {
+    if (a->emit_c) return emit_c(a);
     /* --dump-after alone prints only that graph (no default stats) */
     int which[CLI_MAX_ARGS], n = a->n_dumps ? a->n_dumps : !a->dump_after, need_plan = 0;
     for (int i = 0; i < n; i++) {

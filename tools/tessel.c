@@ -27,12 +27,13 @@ static const char usage[] =
     "      --max-restarts K restarts failed workers up to K times from the latest checkpoint;\n"
     "      --trace FILE writes a Chrome trace of every step's kernels and collectives per rank\n"
     "  compile CONFIG.yaml [--set key=value ...] [--dump ir|plan|memory|stats|config ...]\n"
-    "        [--dump-after PASS]\n"
+    "        [--dump-after PASS] [--emit-c DIR]\n"
     "      compile the training step and print the requested dumps (default: stats);\n"
     "      --dump-after PASS prints the graph (IR text) after that pass of the pipeline:\n"
     "      peft, loss_scale, autodiff, discard_outputs, unscale, monitor, train, monitor_order,\n"
     "      loss_scale_order, precision, train_mode, simplify, fuse, verify, schedule,\n"
-    "      distribute, memplan\n"
+    "      distribute, memplan; --emit-c DIR writes the training step as a standalone C\n"
+    "      program (make, then ./train: train.steps steps, the same weights as tessel train)\n"
     "  bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--profile]\n"
     "        [--json FILE] [--compare-torch] [--precision fp32|bf16|fp16]\n"
     "      time training steps of a benchmark workload (shared/BENCH.md), optionally\n"
@@ -114,6 +115,8 @@ static int parse(int argc, char **argv, const char *cmd, cli_args *a) {
         if ((v = option(argc, argv, &i, "--set", &missing))) {
             if (a->n_sets == CLI_MAX_ARGS) return cli_error(CLI_USAGE, "too many --set options");
             a->sets[a->n_sets++] = v;
+        } else if (is_compile && (v = option(argc, argv, &i, "--emit-c", &missing))) {
+            a->emit_c = v;
         } else if (is_compile && (v = option(argc, argv, &i, "--dump-after", &missing))) {
             a->dump_after = v;
         } else if (is_compile && (v = option(argc, argv, &i, "--dump", &missing))) {
@@ -137,7 +140,7 @@ static int parse(int argc, char **argv, const char *cmd, cli_args *a) {
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_error(CLI_USAGE, "%s: unknown option '%s' (options: --set%s)", cmd, argv[i],
                              is_compile
-                                 ? ", --dump"
+                                 ? ", --dump, --dump-after, --emit-c"
                                  : ", --steps, --out, --resume, --procs, --max-restarts, --trace");
         } else if (a->config) {
             return cli_error(CLI_USAGE, "%s takes one config file, got '%s' and '%s'", cmd,
