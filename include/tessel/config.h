@@ -164,6 +164,11 @@ typedef struct ts_config {
         int share_params; /* ZeRO on shm: one shared copy of the parameters */
         double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
         int max_restarts; /* --procs: restarts of failed workers from the latest checkpoint */
+
+        /* dist.reproducible: the same bits for any process count; rows per
+         * micro-batch (0: chosen). docs/reproducibility.md */
+        int reproducible;
+        int64_t microbatch;
     } dist;
     struct {
         int dflt;            /* compute type of GEMMs: 0 fp32, 1 bf16, 2 fp16 */

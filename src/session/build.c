@@ -45,13 +45,16 @@ ts_status ts_sess_build(session *s) {
     /* With N ranks the graph is built for model.batch / N rows (the
      * session's buffers hold the whole batch; each rank feeds its rows). */
     ts_config lc = s->c;
-    lc.model.batch /= s->nranks;
+    lc.model.batch /= s->nslices; /* dist.reproducible: micro-batches */
     ts_config_graph cg = ts_zoo_graph_of(&s->graph);
     ts_status st =
         ts_config_build_graph(&lc, s->graph.nodes ? &cg : NULL, &s->g, &s->m, &spec, &opt);
     opt.comm = s->o->comm;
     opt.bucket_mb = s->c.dist.bucket_mb;
     opt.dist_algo = s->c.dist.algo;
+    /* dist.reproducible sums the ranks' gradients in a balanced tree: every
+     * algorithm does for 2 ranks, recursive doubling for more (repro.h). */
+    if (s->c.dist.reproducible && s->nranks > 2) opt.dist_algo = TS_ALGO_RD;
     opt.zero = s->nranks > 1 ? s->c.dist.zero : 0;
     opt.zero_private_params = !s->c.dist.share_params;
     opt.monitors = 1; /* gradient monitors for observe and alerts */
@@ -76,8 +79,8 @@ ts_status ts_sess_build(session *s) {
                            "data (%zu, %zu bytes per example)",
                            s->xb, s->yb, ts_dataset_x_bytes(s->all), ts_dataset_y_bytes(s->all));
     }
-    if (!(s->bx = ts_alloc(s->xb * (size_t)s->nranks, "batch")) ||
-        !(s->by = ts_alloc(s->yb * (size_t)s->nranks, "batch")))
+    if (!(s->bx = ts_alloc(s->xb * (size_t)s->nslices, "batch")) ||
+        !(s->by = ts_alloc(s->yb * (size_t)s->nslices, "batch")))
         return TS_ERR_NOMEM;
     if ((s->val && s->val->n) || s->test) {
         /* Evaluation runs an inference plan of the same graph: forward only,

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "core/core.h"
 #include "session/ranks.h"
+#include "session/repro.h"
 #include "session/session_internal.h"
 
 ts_session_options ts_session_options_default(void) {
@@ -40,17 +41,24 @@ static ts_status train_loop(session *s) {
         const int64_t epoch = bpe ? (step - 1) / bpe + 1 : 0;
         const double lr = ts_plan_lr(s->plan), t0 = ts_now();
         st = ts_sess_next_batch(s, step);
-        /* This rank's rows: rank r takes rows r*B/N .. (r+1)*B/N - 1. */
-        if (st == TS_OK)
-            st = ts_plan_set_input(s->plan, s->in_name,
-                                   (const char *)s->bx + (size_t)s->rank * s->xb, s->xb);
-        if (st == TS_OK)
-            st = ts_plan_set_input(s->plan, s->tgt_name,
-                                   (const char *)s->by + (size_t)s->rank * s->yb, s->yb);
-        if (st == TS_OK) st = ts_plan_step(s->plan);
-        double loss = ts_plan_loss(s->plan);
+        double loss = NAN, agreed;
+        if (s->rp) { /* dist.reproducible: this rank's micro-batches (repro.h) */
+            if (st == TS_OK) st = ts_repro_step(s, &loss);
+        } else {
+            /* This rank's rows: rank r takes rows r*B/N .. (r+1)*B/N - 1. */
+            if (st == TS_OK)
+                st = ts_plan_set_input(s->plan, s->in_name,
+                                       (const char *)s->bx + (size_t)s->rank * s->xb, s->xb);
+            if (st == TS_OK)
+                st = ts_plan_set_input(s->plan, s->tgt_name,
+                                       (const char *)s->by + (size_t)s->rank * s->yb, s->yb);
+            if (st == TS_OK) st = ts_plan_step(s->plan);
+            loss = ts_plan_loss(s->plan);
+        }
         int stop = s->o->stop && *s->o->stop;
-        if (st == TS_OK && s->nranks > 1) st = ts_session_agree(s->o->comm, &loss, &stop);
+        agreed = loss;
+        if (st == TS_OK && s->nranks > 1) st = ts_session_agree(s->o->comm, &agreed, &stop);
+        if (!s->rp) loss = agreed; /* reproducible: already the batch's, in a fixed order */
         const double dt = ts_now() - t0;
         if (st != TS_OK) {
             ts_error_prefix("step %lld", (long long)step);
@@ -229,6 +237,7 @@ static void session_free(session *s) {
     if (ts_sess_observe_end(s) != TS_OK)
         ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
     ts_alert_runner_free(s->ar);
+    ts_repro_free(s->rp);
     if (s->tm_made) ts_train_metrics_free(&s->tm);
     free(s->gbuf);
     ts_ckpt_saver_free(s->sv);
@@ -269,9 +278,11 @@ static ts_status setup(session *s) {
     if ((st = ts_sess_resolve_metrics(s)) != TS_OK) return st;
     if (!s->all && ts_zoo_model(&s->c) && (st = ts_zoo_synth_val(&s->c, &s->val)) != TS_OK)
         return st;
+    if ((st = ts_repro_resolve(s)) != TS_OK) return st;
     if ((st = ts_sess_build(s)) != TS_OK) return st;
     if ((st = ts_sess_peft_load_base(s)) != TS_OK) return st;
     if ((st = ts_sess_alerts_setup(s)) != TS_OK) return st;
+    if ((st = ts_repro_setup(s)) != TS_OK) return st;
     if (!s->all && (st = ts_sess_make_synthetic(s)) != TS_OK) return st;
     int64_t cap = s->c.train.steps < MAX_RATES ? s->c.train.steps : MAX_RATES;
     if (!(s->rates = ts_alloc(sizeof(double) * (size_t)(cap + 1), "step rates")))

@@ -92,6 +92,9 @@ typedef struct session {
     ts_http_server *http;
     ts_tfevents *tb;
     int rank, nranks;       /* data parallelism: this rank's rows of every batch */
+    int nslices;            /* slices of a batch the plan is built for: nranks, or with
+                               dist.reproducible the micro-batches (session/repro.h) */
+    struct ts_repro *rp;    /* dist.reproducible, else NULL */
     struct ts_trace *trace; /* --trace */
     float *gbuf;            /* one parameter or gradient, read back for norms and histograms */
     size_t gbuf_bytes;
