@@ -63,6 +63,12 @@ ts_status ts_ckpt_keygen(const char *private_key_path, const char *public_key_pa
  * resume verifies against the run's own key this way. */
 ts_status ts_ckpt_public_key_of(const char *private_key_path, char out[73]);
 
+/* An Ed25519 signature (128 hex digits) of msg with a private key file,
+ * and that key's public half as "ed25519:<hex>" (`tessel audit replay`
+ * signs its report with it). */
+ts_status ts_ckpt_sign_text(const char *private_key_path, const void *msg, size_t n, char sig[129],
+                            char public_key[73]);
+
 /* SHA-256 of a file as 64 hex digits (for data lineage). */
 ts_status ts_sha256_file(const char *path, char hex[65]);
 
@@ -81,6 +87,9 @@ typedef struct ts_ckpt_meta {
     int n_data_files;
     int64_t data_position; /* samples (or batches) the loader has handed out */
     int64_t epoch;
+    /* A JSON object recorded as the manifest's "replay" (NULL: none): what
+     * `tessel audit replay` needs besides the fields above (docs/reproducibility.md). */
+    const char *replay_json;
 } ts_ckpt_meta;
 
 typedef struct ts_ckpt_options {

@@ -103,6 +103,7 @@ struct ts_ckpt_saver {
     uint64_t seed;
     char config_sha[CK_SHA_HEX];
     char **data_paths, **data_shas;
+    char *replay; /* ts_ckpt_meta.replay_json (owned), NULL: none */
     int n_data;
     int64_t data_position, epoch;
     atomic_int next_shard;
@@ -154,6 +155,8 @@ static void job_clear(ts_ckpt_saver *s) {
     free(s->data_paths);
     free(s->data_shas);
     s->data_paths = s->data_shas = NULL;
+    free(s->replay);
+    s->replay = NULL;
     s->n_data = 0;
 }
 
@@ -423,6 +426,10 @@ static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, const char *
         bad |= json_object_set_new(m, "time", json_string(now));
         bad |= json_object_set_new(m, "tessel_version", json_string(TESSEL_VERSION));
         bad |= json_object_set_new(m, "config_sha256", json_string(s->config_sha));
+        if (s->replay) { /* what `tessel audit replay` needs (ts_ckpt_meta) */
+            json_t *r = json_loads(s->replay, 0, NULL);
+            bad |= !r || json_object_set_new(m, "replay", r);
+        }
         bad |= json_object_set_new(m, "rng",
                                    json_pack("{s:s, s:s, s:I}", "algorithm", "philox4x32-10",
                                              "seed", seed, "step", (json_int_t)s->step));
@@ -807,6 +814,8 @@ static ts_status take_job(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta
         ts_status st = ts_sha256_mem(meta->config, meta->config_bytes, s->config_sha);
         if (st != TS_OK) return st;
     }
+    if (meta && meta->replay_json && !(s->replay = ts_strdup(meta->replay_json)))
+        return ts_fail(TS_ERR_NOMEM, "ckpt: out of memory");
     int nd = meta ? meta->n_data_files : 0;
     if (nd < 0 || (nd > 0 && !meta->data_files))
         return ts_fail(TS_ERR_INVALID, "ckpt: n_data_files %d without data_files", nd);

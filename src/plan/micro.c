@@ -30,15 +30,22 @@ ts_status ts_plan_grad_region(ts_plan *p, float **g, size_t *n) {
     return TS_OK;
 }
 
-/* Does an instruction before the gate write the bytes [off, off + bytes)? */
+static int overlaps(const ts_operand *o, size_t off, size_t bytes) {
+    return o->off < off + bytes && off < o->off + ts_operand_bytes(o);
+}
+
+/* Does an instruction before the gate write the bytes [off, off + bytes)?
+ * As an output, or as an input of an op with side effects, which updates
+ * it in place (BatchNorm's running statistics). */
 static int written_before_gate(const ts_program *prog, size_t off, size_t bytes) {
     const int end = prog->gate_ins >= 0 ? prog->gate_ins : prog->n_ins;
-    for (int i = 0; i < end; i++)
-        for (int j = 0; j < prog->ins[i].n_out; j++) {
-            const ts_operand *o = &prog->ins[i].out[j];
-            const size_t ob = ts_operand_bytes(o);
-            if (o->off < off + bytes && off < o->off + ob) return 1;
-        }
+    for (int i = 0; i < end; i++) {
+        const ts_instr *in = &prog->ins[i];
+        for (int j = 0; j < in->n_out; j++)
+            if (overlaps(&in->out[j], off, bytes)) return 1;
+        for (int j = 0; (in->flags & TS_OPF_SIDE_EFFECT) && j < in->n_in; j++)
+            if (overlaps(&in->in[j], off, bytes)) return 1;
+    }
     return 0;
 }
 

@@ -7,7 +7,11 @@
 #include "core/core.h"
 #include "dist/repro_sum.h"
 #include "plan/micro.h"
+#include "tessel/ckpt.h"
 #include "tessel/dist.h"
+#include "tessel/tessel.h"
+#include <jansson.h>
+#include <oneapi/dnnl/dnnl.h>
 
 enum { MAX_FWD_STATES = 256 };
 
@@ -227,4 +231,31 @@ void ts_repro_free(struct ts_repro *r) {
     free(r->loss);
     free(r->losses);
     free(r);
+}
+
+/* The kernels' path: oneDNN's version and the instruction set it runs
+ * (another CPU generation or oneDNN release may pick other kernels, which
+ * change bits; tools/audit_replay.c prints the same text). */
+static void cpu_path(char *buf, size_t n) {
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, n, "onednn %d.%d.%d (%s), isa 0x%x", v->major, v->minor, v->patch, v->hash,
+             (unsigned)dnnl_get_effective_cpu_isa());
+}
+
+ts_status ts_repro_manifest(session *s) {
+    char build[65] = "", cpu[160];
+    cpu_path(cpu, sizeof cpu);
+    /* The build: the binary running this process (a library linked into
+     * another program: that program). */
+    if (ts_sha256_file("/proc/self/exe", build) != TS_OK) snprintf(build, sizeof build, "unknown");
+    const int64_t B = s->c.model.batch;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s%, s:b, s:I, s:I, s:I, s:i}", "tessel_version",
+                          TESSEL_VERSION, "build_sha256", build, "cpu_path", cpu, "config",
+                          s->ident, s->ident_bytes, "reproducible", s->c.dist.reproducible, "batch",
+                          (json_int_t)B, "micro_batches", (json_int_t)s->nslices, "microbatch_rows",
+                          (json_int_t)(B / s->nslices), "processes", s->nranks);
+    s->replay_json = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    return s->replay_json ? TS_OK
+                          : ts_fail(TS_ERR_NOMEM, "out of memory for the manifest's replay");
 }

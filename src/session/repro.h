@@ -41,6 +41,13 @@ ts_status ts_repro_step(session *s, double *loss);
  * for every process count. */
 ts_status ts_repro_grad_norm(const struct ts_repro *r, double *norm);
 
+/* s->replay_json: what `tessel audit replay` needs, recorded in every
+ * manifest as "replay": the tessel version and the SHA-256 of the running
+ * binary (its build), the config text the manifest's config_sha256 is the
+ * hash of, and the batch layout (model.batch, micro-batches and their rows,
+ * processes). With or without dist.reproducible. */
+ts_status ts_repro_manifest(session *s);
+
 void ts_repro_free(struct ts_repro *r);
 
 #endif

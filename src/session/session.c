@@ -238,6 +238,7 @@ static void session_free(session *s) {
         ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
     ts_alert_runner_free(s->ar);
     ts_repro_free(s->rp);
+    free(s->replay_json);
     if (s->tm_made) ts_train_metrics_free(&s->tm);
     free(s->gbuf);
     ts_ckpt_saver_free(s->sv);
@@ -296,7 +297,8 @@ static ts_status setup(session *s) {
             s->lineage[s->n_lineage++] =
                 (ts_ckpt_data_file){d->lineage[i].path, d->lineage[i].sha256};
     }
-    return ts_sess_identity(s);
+    if ((st = ts_sess_identity(s)) != TS_OK) return st;
+    return ts_repro_manifest(s);
 }
 
 ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_session_result *r) {

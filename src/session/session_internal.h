@@ -95,6 +95,7 @@ typedef struct session {
     int nslices;            /* slices of a batch the plan is built for: nranks, or with
                                dist.reproducible the micro-batches (session/repro.h) */
     struct ts_repro *rp;    /* dist.reproducible, else NULL */
+    char *replay_json;      /* the manifests' "replay" object (ts_repro_manifest) */
     struct ts_trace *trace; /* --trace */
     float *gbuf;            /* one parameter or gradient, read back for norms and histograms */
     size_t gbuf_bytes;
