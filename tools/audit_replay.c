@@ -32,7 +32,6 @@
 #include <unistd.h>
 #include "cli.h"
 #include "replay_cli.h"
-#include "core/sha256.h"
 #include "tessel/ckpt.h"
 
 typedef struct replay {
@@ -124,7 +123,7 @@ static int check_config(replay *r) {
     free(now);
     if (rc != CLI_OK) return rc;
     /* The recorded text is what the (verified) manifest's hash covers. */
-    if (ts_sha256_mem(recorded, strlen(recorded), sha) != TS_OK || strcmp(sha, want_sha))
+    if (ts_sha256_bytes(recorded, strlen(recorded), sha) != TS_OK || strcmp(sha, want_sha))
         return cli_error(CLI_USAGE, "%s: the recorded config does not hash to config_sha256 %s",
                          r->to_dir, want_sha);
     return CLI_OK;
@@ -242,7 +241,10 @@ static int compare(replay *r, json_t *report) {
     }
     ts_ckpt_close(a);
     ts_ckpt_close(b);
-    if (s != TS_OK) return cli_error(CLI_FAIL, "audit replay: %s", ts_last_error());
+    if (s != TS_OK) {
+        json_decref(first);
+        return cli_error(CLI_FAIL, "audit replay: %s", ts_last_error());
+    }
     json_object_set_new(report, "tensors", json_integer(same + differ));
     json_object_set_new(report, "tensors_identical", json_integer(same));
     json_object_set_new(report, "verdict", json_string(differ ? "different" : "identical"));

@@ -71,6 +71,8 @@ ts_status ts_ckpt_sign_text(const char *private_key_path, const void *msg, size_
 
 /* SHA-256 of a file as 64 hex digits (for data lineage). */
 ts_status ts_sha256_file(const char *path, char hex[65]);
+/* SHA-256 of n bytes in memory as 64 hex digits. */
+ts_status ts_sha256_bytes(const void *data, size_t n, char hex[65]);
 
 /* ---- saving -------------------------------------------------------------- */
 
@@ -87,9 +89,6 @@ typedef struct ts_ckpt_meta {
     int n_data_files;
     int64_t data_position; /* samples (or batches) the loader has handed out */
     int64_t epoch;
-    /* A JSON object recorded as the manifest's "replay" (NULL: none): what
-     * `tessel audit replay` needs besides the fields above (docs/reproducibility.md). */
-    const char *replay_json;
 } ts_ckpt_meta;
 
 typedef struct ts_ckpt_options {
@@ -132,6 +131,10 @@ ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_
  * "tag" in its manifest, does not move LATEST and is never removed by
  * retention (e.g. "anomaly" for an alert's snapshot). Open it by its path. */
 ts_status ts_ckpt_saver_set_tag(ts_ckpt_saver *s, const char *tag);
+/* A JSON object every later manifest records as "replay" (NULL: none):
+ * what `tessel audit replay` needs besides the manifest's other fields
+ * (docs/reproducibility.md). Call before the first save; copied. */
+ts_status ts_ckpt_saver_set_replay(ts_ckpt_saver *s, const char *json_object);
 /* A ZeRO save's rank 0 stops waiting for the other ranks' shards (its
  * save then fails and commits nothing): for a run that failed, whose other
  * ranks may be gone. Then call wait as usual. */

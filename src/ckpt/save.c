@@ -103,7 +103,7 @@ struct ts_ckpt_saver {
     uint64_t seed;
     char config_sha[CK_SHA_HEX];
     char **data_paths, **data_shas;
-    char *replay; /* ts_ckpt_meta.replay_json (owned), NULL: none */
+    char *replay; /* ts_ckpt_saver_set_replay (owned), NULL: none */
     int n_data;
     int64_t data_position, epoch;
     atomic_int next_shard;
@@ -117,6 +117,17 @@ struct ts_ckpt_saver {
     ts_ckpt_save_stats stats; /* owned by the caller's thread */
     ts_ckpt_save_stats done;  /* written by the background thread, merged by wait() */
 };
+
+ts_status ts_ckpt_saver_set_replay(ts_ckpt_saver *s, const char *json_object) {
+    if (!s) return ts_fail(TS_ERR_INVALID, "set_replay: saver is NULL");
+    if (s->running)
+        return ts_fail(TS_ERR_INVALID, "set_replay: a save is running; call it before the first");
+    char *copy = json_object ? ts_strdup(json_object) : NULL;
+    if (json_object && !copy) return ts_fail(TS_ERR_NOMEM, "ckpt: out of memory");
+    free(s->replay);
+    s->replay = copy;
+    return TS_OK;
+}
 
 ts_status ts_ckpt_saver_set_tag(ts_ckpt_saver *s, const char *tag) {
     if (!s || !tag) return ts_fail(TS_ERR_INVALID, "ckpt tag: NULL argument");
@@ -155,8 +166,6 @@ static void job_clear(ts_ckpt_saver *s) {
     free(s->data_paths);
     free(s->data_shas);
     s->data_paths = s->data_shas = NULL;
-    free(s->replay);
-    s->replay = NULL;
     s->n_data = 0;
 }
 
@@ -814,8 +823,6 @@ static ts_status take_job(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta
         ts_status st = ts_sha256_mem(meta->config, meta->config_bytes, s->config_sha);
         if (st != TS_OK) return st;
     }
-    if (meta && meta->replay_json && !(s->replay = ts_strdup(meta->replay_json)))
-        return ts_fail(TS_ERR_NOMEM, "ckpt: out of memory");
     int nd = meta ? meta->n_data_files : 0;
     if (nd < 0 || (nd > 0 && !meta->data_files))
         return ts_fail(TS_ERR_INVALID, "ckpt: n_data_files %d without data_files", nd);
@@ -881,6 +888,7 @@ void ts_ckpt_saver_free(ts_ckpt_saver *s) {
         s->running = 0;
     }
     job_clear(s);
+    free(s->replay);
     ts_aligned_free(s->buf);
     ck_key_wipe(&s->key);
     ts_dir_close(&s->run);

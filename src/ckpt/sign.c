@@ -171,3 +171,8 @@ ts_status ts_ckpt_sign_text(const char *private_key_path, const void *msg, size_
     ck_key_wipe(&k);
     return TS_OK;
 }
+
+ts_status ts_sha256_bytes(const void *data, size_t n, char hex[65]) {
+    if ((!data && n) || !hex) return ts_fail(TS_ERR_INVALID, "sha256_bytes: NULL argument");
+    return ts_sha256_mem(data ? data : "", n, hex);
+}

@@ -13,8 +13,7 @@ ts_ckpt_meta ts_sess_ckpt_meta(const session *s, int64_t step) {
                          s->lineage,
                          s->n_lineage,
                          s->loader ? ts_loader_position(s->loader) : step,
-                         s->loader ? ts_loader_epoch(s->loader) : 0,
-                         s->replay_json};
+                         s->loader ? ts_loader_epoch(s->loader) : 0};
     return meta;
 }
 

@@ -381,6 +381,7 @@ ts_status ts_sess_write_run_files(session *s) {
         co.group = s->ckpt_group;
         co.rank_timeout_s = s->c.dist.timeout_s;
         if ((st = ts_ckpt_saver_new(s->r->run_dir, s->plan, &co, &s->sv)) != TS_OK) return st;
+        if ((st = ts_ckpt_saver_set_replay(s->sv, s->replay_json)) != TS_OK) return st;
     }
     return TS_OK;
 }
