@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "ckpt_cli.h"
+#include "replay_cli.h"
 #include "peft_cli.h"
 #include "cli.h"
 #include "cluster_cli.h"
@@ -40,8 +41,8 @@ static const char usage[] =
     "      alternating with the PyTorch reference, and print the ratio\n"
     "  bench collectives [--transport shm|mpi] [--json FILE]\n"
     "      all-reduce, reduce-scatter and all-gather bandwidth beside "
-    "MPI_Allreduce\n" TESSEL_CLUSTER_USAGE TESSEL_CKPT_USAGE TESSEL_PEFT_USAGE TESSEL_QUANT_USAGE
-        TESSEL_ONNX_USAGE TESSEL_FED_USAGE
+    "MPI_Allreduce\n" TESSEL_CLUSTER_USAGE TESSEL_CKPT_USAGE TESSEL_REPLAY_USAGE TESSEL_PEFT_USAGE
+        TESSEL_QUANT_USAGE TESSEL_ONNX_USAGE TESSEL_FED_USAGE
     "  plot RUN_DIR  draw loss, throughput and gradient-norm curves into RUN_DIR/plots\n"
     "  ctl resume|status RUN_DIR\n"
     "      resume a run paused by an alert, or say whether it is paused\n"
@@ -181,6 +182,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return tessel_cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "keygen")) return tessel_cmd_keygen(argc - 2, argv + 2);
+    if (!strcmp(cmd, "audit") && argc > 2 && !strcmp(argv[2], "replay"))
+        return tessel_cmd_audit_replay(argc - 3, argv + 3);
     if (!strcmp(cmd, "audit")) return tessel_cmd_audit(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return tessel_cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return tessel_cmd_plot(argc - 2, argv + 2);

@@ -63,8 +63,16 @@ ts_status ts_ckpt_keygen(const char *private_key_path, const char *public_key_pa
  * resume verifies against the run's own key this way. */
 ts_status ts_ckpt_public_key_of(const char *private_key_path, char out[73]);
 
+/* An Ed25519 signature (128 hex digits) of msg with a private key file,
+ * and that key's public half as "ed25519:<hex>" (`tessel audit replay`
+ * signs its report with it). */
+ts_status ts_ckpt_sign_text(const char *private_key_path, const void *msg, size_t n, char sig[129],
+                            char public_key[73]);
+
 /* SHA-256 of a file as 64 hex digits (for data lineage). */
 ts_status ts_sha256_file(const char *path, char hex[65]);
+/* SHA-256 of n bytes in memory as 64 hex digits. */
+ts_status ts_sha256_bytes(const void *data, size_t n, char hex[65]);
 
 /* ---- saving -------------------------------------------------------------- */
 
@@ -131,6 +139,10 @@ ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_
  * "tag" in its manifest, does not move LATEST and is never removed by
  * retention (e.g. "anomaly" for an alert's snapshot). Open it by its path. */
 ts_status ts_ckpt_saver_set_tag(ts_ckpt_saver *s, const char *tag);
+/* A JSON object every later manifest records as "replay" (NULL: none):
+ * what `tessel audit replay` needs besides the manifest's other fields
+ * (docs/reproducibility.md). Call before the first save; copied. */
+ts_status ts_ckpt_saver_set_replay(ts_ckpt_saver *s, const char *json_object);
 /* A ZeRO save's rank 0 stops waiting for the other ranks' shards (its
  * save then fails and commits nothing): for a run that failed, whose other
  * ranks may be gone. Then call wait as usual. */

@@ -181,6 +181,11 @@ typedef struct ts_config {
         int64_t compress_min_elems;    /* powersgd: smaller tensors are all-reduced dense */
         int compress_momentum;         /* topk: DGC momentum correction (SGD's momentum) */
         double compress_clip; /* topk: local clipping of each rank's gradient norm; 0 off */
+
+        /* dist.reproducible: the same bits for any process count; rows per
+         * micro-batch (0: chosen). docs/reproducibility.md */
+        int reproducible;
+        int64_t microbatch;
     } dist;
     struct {
         int dflt;            /* compute type of GEMMs: 0 fp32, 1 bf16, 2 fp16 */

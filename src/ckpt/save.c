@@ -103,6 +103,7 @@ struct ts_ckpt_saver {
     uint64_t seed;
     char config_sha[CK_SHA_HEX];
     char **data_paths, **data_shas;
+    char *replay; /* ts_ckpt_saver_set_replay (owned), NULL: none */
     int n_data;
     int64_t data_position, epoch;
     char base_path[1024], base_sha[CK_SHA_HEX]; /* ts_ckpt_options: PEFT's base, "" none */
@@ -118,6 +119,17 @@ struct ts_ckpt_saver {
     ts_ckpt_save_stats stats; /* owned by the caller's thread */
     ts_ckpt_save_stats done;  /* written by the background thread, merged by wait() */
 };
+
+ts_status ts_ckpt_saver_set_replay(ts_ckpt_saver *s, const char *json_object) {
+    if (!s) return ts_fail(TS_ERR_INVALID, "set_replay: saver is NULL");
+    if (s->running)
+        return ts_fail(TS_ERR_INVALID, "set_replay: a save is running; call it before the first");
+    char *copy = json_object ? ts_strdup(json_object) : NULL;
+    if (json_object && !copy) return ts_fail(TS_ERR_NOMEM, "ckpt: out of memory");
+    free(s->replay);
+    s->replay = copy;
+    return TS_OK;
+}
 
 ts_status ts_ckpt_saver_set_tag(ts_ckpt_saver *s, const char *tag) {
     if (!s || !tag) return ts_fail(TS_ERR_INVALID, "ckpt tag: NULL argument");
@@ -437,6 +449,10 @@ static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, const char *
         bad |= json_object_set_new(m, "time", json_string(now));
         bad |= json_object_set_new(m, "tessel_version", json_string(TESSEL_VERSION));
         bad |= json_object_set_new(m, "config_sha256", json_string(s->config_sha));
+        if (s->replay) { /* what `tessel audit replay` needs (ts_ckpt_meta) */
+            json_t *r = json_loads(s->replay, 0, NULL);
+            bad |= !r || json_object_set_new(m, "replay", r);
+        }
         bad |= json_object_set_new(m, "rng",
                                    json_pack("{s:s, s:s, s:I}", "algorithm", "philox4x32-10",
                                              "seed", seed, "step", (json_int_t)s->step));
@@ -904,6 +920,7 @@ void ts_ckpt_saver_free(ts_ckpt_saver *s) {
         s->running = 0;
     }
     job_clear(s);
+    free(s->replay);
     ts_aligned_free(s->buf);
     ck_key_wipe(&s->key);
     ts_dir_close(&s->run);

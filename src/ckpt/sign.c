@@ -156,3 +156,23 @@ int ck_verify(const unsigned char pk[CK_PK_BYTES], const void *msg, size_t n, co
 void ck_key_wipe(ck_key *k) {
     sodium_memzero(k, sizeof *k);
 }
+
+ts_status ts_ckpt_sign_text(const char *private_key_path, const void *msg, size_t n, char sig[129],
+                            char public_key[73]) {
+    if (!private_key_path || !msg || !sig || !public_key)
+        return ts_fail(TS_ERR_INVALID, "sign_text: NULL argument");
+    ck_key k;
+    ts_status s = ck_key_load_secret(private_key_path, &k);
+    if (s != TS_OK) return s;
+    ck_sign(&k, msg, n, sig);
+    char hex[2 * CK_PK_BYTES + 1];
+    ts_hex(k.pk, CK_PK_BYTES, hex);
+    snprintf(public_key, 73, "ed25519:%s", hex);
+    ck_key_wipe(&k);
+    return TS_OK;
+}
+
+ts_status ts_sha256_bytes(const void *data, size_t n, char hex[65]) {
+    if ((!data && n) || !hex) return ts_fail(TS_ERR_INVALID, "sha256_bytes: NULL argument");
+    return ts_sha256_mem(data ? data : "", n, hex);
+}

@@ -45,7 +45,7 @@ ts_status ts_sess_build(session *s) {
     /* With N ranks the graph is built for model.batch / N rows (the
      * session's buffers hold the whole batch; each rank feeds its rows). */
     ts_config lc = s->c;
-    lc.model.batch /= s->nranks;
+    lc.model.batch /= s->nslices; /* nranks, or dist.reproducible's micro-batches */
     /* gradient monitors for observe and alerts; a masked loss under shape buckets */
     ts_status st = ts_sess_shape_graph(s, &lc, &s->g, &s->m, &spec, &opt);
     if (st == TS_OK) st = ts_compile(s->g, &spec, &opt, &s->plan);
@@ -69,8 +69,8 @@ ts_status ts_sess_build(session *s) {
                            "data (%zu, %zu bytes per example)",
                            s->xb, s->yb, ts_dataset_x_bytes(s->all), ts_dataset_y_bytes(s->all));
     }
-    if (!(s->bx = ts_alloc(s->xb * (size_t)s->nranks, "batch")) ||
-        !(s->by = ts_alloc(s->yb * (size_t)s->nranks, "batch")))
+    if (!(s->bx = ts_alloc(s->xb * (size_t)s->nslices, "batch")) ||
+        !(s->by = ts_alloc(s->yb * (size_t)s->nslices, "batch")))
         return TS_ERR_NOMEM;
     if ((st = ts_sess_shape_setup(s)) != TS_OK) return st;
     if ((s->val && s->val->n) || s->test) {

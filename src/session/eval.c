@@ -27,7 +27,7 @@ static ts_status copy_params(session *s) {
 /* Every example of d, in order, in batches of the plan's size; the last
  * batch is padded with copies of its first example, which are not counted. */
 static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
-    const int64_t B = s->c.model.batch / s->nranks; /* the plan's batch */
+    const int64_t B = s->c.model.batch / s->nslices; /* the plan's batch */
     const size_t xe = ts_dataset_x_bytes(d), ye = ts_dataset_y_bytes(d);
     /* Targets per example: class ids (classifier) or numbers (regression);
      * the output has `width` values per target for a classifier. */

@@ -179,8 +179,8 @@ ts_status ts_sess_make_synthetic(session *s) {
     int n = c->train.steps < N_SYNTH ? (int)c->train.steps : N_SYNTH;
     for (; s->n_synth < n; s->n_synth++) {
         int k = s->n_synth;
-        if (!(s->sx[k] = ts_alloc(s->xb * (size_t)s->nranks, "synthetic batch")) ||
-            !(s->sy[k] = ts_alloc(s->yb * (size_t)s->nranks, "synthetic batch"))) {
+        if (!(s->sx[k] = ts_alloc(s->xb * (size_t)s->nslices, "synthetic batch")) ||
+            !(s->sy[k] = ts_alloc(s->yb * (size_t)s->nslices, "synthetic batch"))) {
             s->n_synth++;
             return TS_ERR_NOMEM;
         }
@@ -215,12 +215,12 @@ ts_status ts_sess_next_batch(session *s, int64_t step) {
         st = ts_zoo_synth(&s->c, step - 1, s->bx, s->by);
     } else {
         int k = (int)((step - 1) % s->n_synth);
-        memcpy(s->bx, s->sx[k], s->xb * (size_t)s->nranks);
-        memcpy(s->by, s->sy[k], s->yb * (size_t)s->nranks);
+        memcpy(s->bx, s->sx[k], s->xb * (size_t)s->nslices);
+        memcpy(s->by, s->sy[k], s->yb * (size_t)s->nslices);
     }
     const ts_config *c = &s->c;
     if (st == TS_OK && c->debug.inject)
         ts_alert_inject(c->debug.inject, c->debug.inject_step, c->debug.inject_count,
-                        c->debug.inject_scale, step, s->bx, s->xb * (size_t)s->nranks);
+                        c->debug.inject_scale, step, s->bx, s->xb * (size_t)s->nslices);
     return st;
 }

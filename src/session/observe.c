@@ -8,6 +8,7 @@
 #include "core/core.h"
 #include "obs/trace.h"
 #include "plan/plan.h"
+#include "session/repro.h"
 #include "session/session_internal.h"
 
 /* The metrics registry and the /metrics endpoint, started before the run
@@ -110,7 +111,8 @@ static ts_status read_f32(session *s, const char *name, int64_t *n) {
 static ts_status gradient_pass(session *s, int64_t step, int hist, double *norm) {
     char name[600];
     int64_t n;
-    ts_status st = ts_plan_grad_norm(s->plan, norm);
+    /* dist.reproducible: the monitors saw the last micro-batch only. */
+    ts_status st = s->rp ? ts_repro_grad_norm(s->rp, norm) : ts_plan_grad_norm(s->plan, norm);
     for (int i = 0; hist && i < ts_plan_param_count(s->plan) && st == TS_OK; i++) {
         const char *p = ts_plan_param_name(s->plan, i);
         if ((st = read_f32(s, p, &n)) != TS_OK) break;

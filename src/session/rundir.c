@@ -387,6 +387,7 @@ ts_status ts_sess_write_run_files(session *s) {
         co.base_path = s->peft_base_path[0] ? s->peft_base_path : NULL;
         co.base_sha256 = s->peft_base_sha;
         if ((st = ts_ckpt_saver_new(s->r->run_dir, s->plan, &co, &s->sv)) != TS_OK) return st;
+        if ((st = ts_ckpt_saver_set_replay(s->sv, s->replay_json)) != TS_OK) return st;
     }
     return TS_OK;
 }

@@ -11,6 +11,7 @@
 #include "core/core.h"
 #include "plan/plan_cache.h"
 #include "session/ranks.h"
+#include "session/repro.h"
 #include "session/session_internal.h"
 
 ts_session_options ts_session_options_default(void) {
@@ -57,12 +58,19 @@ static ts_status train_loop(session *s) {
         const int64_t epoch = bpe ? (step - 1) / bpe + 1 : 0;
         const double lr = ts_plan_lr(s->plan), t0 = ts_now();
         st = ts_sess_next_batch(s, step);
-        if (st == TS_OK) st = ts_sess_step(s); /* shape_feed.c */
-        double loss = s->step_loss;
+        double loss = NAN, agreed;
+        if (s->rp) { /* dist.reproducible: this rank's micro-batches (repro.h) */
+            if (st == TS_OK) st = ts_repro_step(s, &loss);
+        } else {
+            if (st == TS_OK) st = ts_sess_step(s); /* shape_feed.c */
+            loss = s->step_loss;
+        }
         int stop = s->o->stop && *s->o->stop;
         if (stop && !t_stop) t_stop = stop_grace(s);
-        if (st == TS_OK && s->nranks > 1) st = ts_session_agree(s->o->comm, &loss, &stop);
+        agreed = loss;
+        if (st == TS_OK && s->nranks > 1) st = ts_session_agree(s->o->comm, &agreed, &stop);
         if (stop && !t_stop) t_stop = stop_grace(s);
+        if (!s->rp) loss = agreed; /* reproducible: already the batch's, in a fixed order */
         const double dt = ts_now() - t0;
         if (st != TS_OK) {
             ts_error_prefix("step %lld", (long long)step);
@@ -268,6 +276,8 @@ static void session_free(session *s) {
     if (ts_sess_observe_end(s) != TS_OK)
         ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
     ts_alert_runner_free(s->ar);
+    ts_repro_free(s->rp);
+    free(s->replay_json);
     if (s->tm_made) ts_train_metrics_free(&s->tm);
     free(s->gbuf);
     ts_ckpt_saver_free(s->sv);
@@ -312,9 +322,11 @@ static ts_status setup(session *s) {
     if ((st = ts_sess_resolve_metrics(s)) != TS_OK) return st;
     if (!s->all && ts_zoo_model(&s->c) && (st = ts_zoo_synth_val(&s->c, &s->val)) != TS_OK)
         return st;
+    if ((st = ts_repro_resolve(s)) != TS_OK) return st;
     if ((st = ts_sess_build(s)) != TS_OK) return st;
     if ((st = ts_sess_peft_load_base(s)) != TS_OK) return st;
     if ((st = ts_sess_alerts_setup(s)) != TS_OK) return st;
+    if ((st = ts_repro_setup(s)) != TS_OK) return st;
     if (!s->all && (st = ts_sess_make_synthetic(s)) != TS_OK) return st;
     int64_t cap = s->c.train.steps < MAX_RATES ? s->c.train.steps : MAX_RATES;
     if (!(s->rates = ts_alloc(sizeof(double) * (size_t)(cap + 1), "step rates")))
@@ -333,7 +345,8 @@ static ts_status setup(session *s) {
     }
     if (model_file)
         s->lineage[s->n_lineage++] = (ts_ckpt_data_file){s->c.model.onnx, s->c.model.onnx_sha256};
-    return ts_sess_identity(s);
+    if ((st = ts_sess_identity(s)) != TS_OK) return st;
+    return ts_repro_manifest(s);
 }
 
 ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_session_result *r) {

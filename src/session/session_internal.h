@@ -98,6 +98,10 @@ typedef struct session {
     ts_metric
         *compress_m[5];     /* gradient compression's gauges (compress_obs.c), made on first use */
     int rank, nranks;       /* data parallelism: this rank's rows of every batch */
+    int nslices;            /* slices of a batch the plan is built for: nranks, or with
+                               dist.reproducible the micro-batches (session/repro.h) */
+    struct ts_repro *rp;    /* dist.reproducible, else NULL */
+    char *replay_json;      /* the manifests' "replay" object (ts_repro_manifest) */
     struct ts_trace *trace; /* --trace */
     float *gbuf;            /* one parameter or gradient, read back for norms and histograms */
     size_t gbuf_bytes;

@@ -18,6 +18,9 @@ static void train_options(const session *s, ts_compile_options *opt) {
     opt->comm = s->o->comm;
     opt->bucket_mb = s->c.dist.bucket_mb;
     opt->dist_algo = s->c.dist.algo;
+    /* dist.reproducible sums the ranks' gradients in a balanced tree: every
+     * algorithm does for 2 ranks, recursive doubling for more (repro.h). */
+    if (s->c.dist.reproducible && s->nranks > 2) opt->dist_algo = TS_ALGO_RD;
     opt->zero = s->nranks > 1 ? s->c.dist.zero : 0;
     opt->zero_private_params = !s->c.dist.share_params;
     if (s->nranks > 1) ts_config_compress_options(&s->c, &opt->compress);

@@ -1,0 +1,65 @@
+/* A sum of float vectors in a fixed binary tree. See repro_sum.h. */
+#include "dist/repro_sum.h"
+#include <stdlib.h>
+#include <string.h>
+#include "core/core.h"
+
+ts_status ts_tree_sum_init(ts_tree_sum *t, size_t n) {
+    if (!t) return ts_fail(TS_ERR_INVALID, "tree_sum: NULL argument");
+    memset(t, 0, sizeof *t);
+    t->n = n;
+    return TS_OK;
+}
+
+/* a = a + b, n floats. */
+static void add_into(float *restrict a, const float *restrict b, size_t n) {
+    for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
+}
+
+ts_status ts_tree_sum_add(ts_tree_sum *t, const float *leaf) {
+    if (!t || !leaf) return ts_fail(TS_ERR_INVALID, "tree_sum_add: NULL argument");
+    /* The new leaf closes the subtree on top when that one is a single
+     * leaf: added straight into it, with no copy. */
+    if (t->depth > 0 && t->level[t->depth - 1] == 0) {
+        add_into(t->buf[t->depth - 1], leaf, t->n);
+        t->level[t->depth - 1] = 1;
+    } else {
+        if (t->depth == TS_TREE_MAX_DEPTH)
+            return ts_fail(TS_ERR_INVALID, "tree_sum_add: more than 2^%d leaves",
+                           TS_TREE_MAX_DEPTH);
+        float **b = &t->buf[t->depth];
+        if (!*b && !(*b = ts_alloc(t->n ? t->n * sizeof(float) : 1, "tree sum")))
+            return TS_ERR_NOMEM;
+        memcpy(*b, leaf, t->n * sizeof(float));
+        t->level[t->depth++] = 0;
+    }
+    /* Two subtrees of equal size on top make one of twice the size. */
+    while (t->depth > 1 && t->level[t->depth - 1] == t->level[t->depth - 2]) {
+        add_into(t->buf[t->depth - 2], t->buf[t->depth - 1], t->n);
+        t->level[t->depth - 2]++;
+        t->depth--;
+    }
+    t->leaves++;
+    return TS_OK;
+}
+
+ts_status ts_tree_sum_result(ts_tree_sum *t, float *dst, float div) {
+    if (!t || !dst) return ts_fail(TS_ERR_INVALID, "tree_sum_result: NULL argument");
+    if (t->depth == 0) return ts_fail(TS_ERR_INVALID, "tree_sum_result: no leaves were added");
+    /* The subtrees left (sizes of the count's set bits), smallest first. */
+    for (int d = t->depth - 1; d > 0; d--) add_into(t->buf[d - 1], t->buf[d], t->n);
+    const float *s = t->buf[0];
+    if (div == 1.0f)
+        memcpy(dst, s, t->n * sizeof(float));
+    else
+        for (size_t i = 0; i < t->n; i++) dst[i] = s[i] / div;
+    t->depth = 0;
+    t->leaves = 0;
+    return TS_OK;
+}
+
+void ts_tree_sum_free(ts_tree_sum *t) {
+    if (!t) return;
+    for (int i = 0; i < TS_TREE_MAX_DEPTH; i++) free(t->buf[i]);
+    memset(t, 0, sizeof *t);
+}

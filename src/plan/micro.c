@@ -1,0 +1,79 @@
+/* Access to a plan's gradient region, forward-written state, step seed and
+ * update gate for micro-batched steps. See micro.h. */
+#include "plan/micro.h"
+#include "core/core.h"
+#include "plan/plan.h"
+
+ts_status ts_plan_grad_region(ts_plan *p, float **g, size_t *n) {
+    if (!p || !g || !n) return ts_fail(TS_ERR_INVALID, "grad_region: NULL argument");
+    const ts_arena_layout *l = &p->prog.layout;
+    if (l->zero_grad_bytes > 0)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "grad_region: under ZeRO-2 the gradients have no region of their own");
+    if (!p->prog.has_loss || l->grad_bytes == 0)
+        return ts_fail(TS_ERR_INVALID, "grad_region: the plan computes no gradients");
+    for (int i = 0; i < p->prog.n_named; i++) {
+        const ts_named *nm = &p->prog.named[i];
+        if (nm->is_grad && nm->v.dtype != TS_F32)
+            return ts_fail(TS_ERR_UNSUPPORTED, "grad_region: gradient '%s' is %s, not f32",
+                           nm->name, ts_dtype_name(nm->v.dtype));
+        if (nm->is_grad && (nm->v.off < l->grad_off ||
+                            nm->v.off + ts_operand_bytes(&nm->v) > l->grad_off + l->grad_bytes))
+            return ts_fail(TS_ERR_UNSUPPORTED,
+                           "grad_region: gradient '%s' lies outside the gradient region", nm->name);
+    }
+    if (l->grad_bytes % sizeof(float))
+        return ts_fail(TS_ERR_INTERNAL, "grad_region: %zu bytes is not a number of floats",
+                       l->grad_bytes);
+    *g = (float *)ts_plan_at(p, l->grad_off);
+    *n = l->grad_bytes / sizeof(float);
+    return TS_OK;
+}
+
+static int overlaps(const ts_operand *o, size_t off, size_t bytes) {
+    return o->off < off + bytes && off < o->off + ts_operand_bytes(o);
+}
+
+/* Does an instruction before the gate write the bytes [off, off + bytes)?
+ * As an output, or as an input of an op with side effects, which updates
+ * it in place (BatchNorm's running statistics). */
+static int written_before_gate(const ts_program *prog, size_t off, size_t bytes) {
+    const int end = prog->gate_ins >= 0 ? prog->gate_ins : prog->n_ins;
+    for (int i = 0; i < end; i++) {
+        const ts_instr *in = &prog->ins[i];
+        for (int j = 0; j < in->n_out; j++)
+            if (overlaps(&in->out[j], off, bytes)) return 1;
+        for (int j = 0; (in->flags & TS_OPF_SIDE_EFFECT) && j < in->n_in; j++)
+            if (overlaps(&in->in[j], off, bytes)) return 1;
+    }
+    return 0;
+}
+
+int ts_plan_fwd_states(ts_plan *p, ts_plan_fwd_state *out, int max) {
+    int n = 0;
+    for (int i = 0; p && i < p->prog.n_named; i++) {
+        const ts_named *nm = &p->prog.named[i];
+        if (nm->kind != TS_NAMED_STATE) continue;
+        const size_t bytes = ts_operand_bytes(&nm->v);
+        if (!written_before_gate(&p->prog, nm->v.off, bytes)) continue;
+        if (nm->v.dtype != TS_F32) {
+            ts_fail(TS_ERR_UNSUPPORTED, "state '%s' written by the forward pass is %s, not f32",
+                    nm->name, ts_dtype_name(nm->v.dtype));
+            return -1;
+        }
+        if (n < max)
+            out[n] = (ts_plan_fwd_state){nm->name, (float *)ts_plan_at(p, nm->v.off),
+                                         bytes / sizeof(float)};
+        n++;
+    }
+    return n;
+}
+
+void ts_plan_set_seed(ts_plan *p, uint64_t seed) {
+    if (p) p->rt.ctx.seed = seed;
+}
+
+void ts_plan_get_update_gate(const ts_plan *p, ts_update_gate_fn *fn, void **user) {
+    *fn = p ? p->rt.gate_fn : NULL;
+    *user = p ? p->rt.gate_user : NULL;
+}

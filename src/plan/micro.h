@@ -1,0 +1,46 @@
+/* micro.h — what running a training plan once per micro-batch needs from
+ * the plan's internals (dist.reproducible, src/session/repro.c).
+ *
+ *     float *g; size_t n;
+ *     ts_plan_grad_region(plan, &g, &n);        // every gradient, as one f32 array
+ *     ts_plan_fwd_state st[8];
+ *     int ns = ts_plan_fwd_states(plan, st, 8); // state the forward writes (BatchNorm)
+ *     ts_plan_set_seed(plan, seed ^ mix(i));     // dropout stream of micro-batch i
+ *
+ * The gradient region is what memplan laid out for the gradients: the
+ * tensors of every parameter with zero padding between them (which the
+ * step keeps zero), so a sum over it element by element is a sum of each
+ * gradient and leaves the padding zero. */
+#ifndef TS_PLAN_MICRO_H
+#define TS_PLAN_MICRO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tessel/plan.h"
+#include "tessel/status.h"
+
+/* The plan's gradient region as n floats at *g. Fails when a gradient is
+ * not f32, when the region is sharded (ZeRO-2) or the plan has none. */
+ts_status ts_plan_grad_region(ts_plan *p, float **g, size_t *n);
+
+/* A persistent state value that instructions before the update gate write
+ * (BatchNorm's running mean and variance): f32, n elements at data. */
+typedef struct ts_plan_fwd_state {
+    const char *name;
+    float *data;
+    size_t n;
+} ts_plan_fwd_state;
+
+/* Fills up to max entries, returns how many there are (may exceed max), or
+ * -1 with an error set when one is not f32. */
+int ts_plan_fwd_states(ts_plan *p, ts_plan_fwd_state *out, int max);
+
+/* The seed the step's kernels see (dropout masks); ts_plan_seed() gives
+ * the compile seed. */
+void ts_plan_set_seed(ts_plan *p, uint64_t seed);
+
+/* The update gate set now (NULL fn: none), to be chained by a gate that
+ * replaces it. */
+void ts_plan_get_update_gate(const ts_plan *p, ts_update_gate_fn *fn, void **user);
+
+#endif

@@ -1,0 +1,269 @@
+/* dist.reproducible: micro-batched steps summed in a fixed tree. See
+ * repro.h and docs/reproducibility.md. */
+#include "session/repro.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/core.h"
+#include "dist/repro_sum.h"
+#include "plan/micro.h"
+#include "tessel/ckpt.h"
+#include "tessel/dist.h"
+#include "tessel/tessel.h"
+#include <jansson.h>
+#include <oneapi/dnnl/dnnl.h>
+
+enum { MAX_FWD_STATES = 256 };
+
+struct ts_repro {
+    int64_t m, M, k; /* rows per micro-batch, micro-batches per batch, per rank */
+    int N, rank;
+    ts_comm *comm;
+    float *grad; /* the plan's gradient region */
+    size_t ngrad;
+    ts_tree_sum gsum, ssum; /* gradients (per round), forward state (per round) */
+    ts_plan_fwd_state *st;  /* state the forward pass writes (BatchNorm) */
+    int nst;
+    size_t nstate;         /* floats of all of them */
+    float *s0, *leaf;      /* the state before the step; one round's, summed */
+    double *loss, *losses; /* this rank's k losses; all M (rank-major) */
+    int64_t j;             /* the round the gate is asked in */
+    uint64_t seed;
+    ts_update_gate_fn next_fn;
+    void *next_user;
+};
+
+static int pow2(int64_t x) {
+    return x > 0 && (x & (x - 1)) == 0;
+}
+
+ts_status ts_repro_resolve(session *s) {
+    const ts_config *c = &s->c;
+    s->nslices = s->nranks;
+    if (!c->dist.reproducible) return TS_OK;
+    const int64_t B = c->model.batch, N = s->nranks;
+    int64_t m = c->dist.microbatch;
+    if (m == 0) m = B % 4 == 0 ? B / 4 : B % 2 == 0 ? B / 2 : B;
+    if (m > B || B % m)
+        return ts_fail(TS_ERR_INVALID,
+                       "dist.microbatch %lld does not divide model.batch %lld: every batch is cut "
+                       "into micro-batches of dist.microbatch rows",
+                       (long long)m, (long long)B);
+    const int64_t M = B / m;
+    if (!pow2(N) || M % N) {
+        char allowed[256] = "";
+        size_t len = 0;
+        for (int64_t n = 1; n <= M && M % n == 0 && len < sizeof allowed - 24; n *= 2)
+            len += (size_t)snprintf(allowed + len, sizeof allowed - len, "%s%lld",
+                                    n > 1 ? ", " : "", (long long)n);
+        return ts_fail(TS_ERR_INVALID,
+                       "dist.reproducible: %lld processes cannot share the %lld micro-batches of "
+                       "%lld rows (model.batch %lld, dist.microbatch): the process count must be a "
+                       "power of two that divides the micro-batch count; allowed: %s",
+                       (long long)N, (long long)M, (long long)m, (long long)B, allowed);
+    }
+    if (N > 1 && c->dist.zero)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "dist.reproducible does not support dist.zero %d yet: set dist.zero 0",
+                       c->dist.zero);
+    if (N > 1 && c->dist.compress)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "dist.reproducible does not support dist.compress (its top-k and PowerSGD "
+                       "sums depend on the process count): set dist.compress none");
+    if (c->shape.policy == 1)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "dist.reproducible does not support shape.policy bucket yet (padded "
+                       "micro-batches): set shape.policy exact");
+    s->nslices = (int)M;
+    return TS_OK;
+}
+
+/* The all-reduce of one round's forward state: a balanced tree over the
+ * ranks (for 2 every algorithm adds the pair; beyond, recursive doubling). */
+static ts_coll_algo tree_algo(int N) {
+    return N > 2 ? TS_ALGO_RD : TS_ALGO_AUTO;
+}
+
+static void state_copy(struct ts_repro *r, float *dst, int to_plan) {
+    size_t o = 0;
+    for (int i = 0; i < r->nst; i++) {
+        if (to_plan)
+            memcpy(r->st[i].data, dst + o, r->st[i].n * sizeof(float));
+        else
+            memcpy(dst + o, r->st[i].data, r->st[i].n * sizeof(float));
+        o += r->st[i].n;
+    }
+}
+
+/* The update gate, asked after every round's backward pass: the round's
+ * gradients (averaged over the ranks by the plan) and forward state go
+ * into the trees; the update is skipped until the last round, which
+ * writes the batch's gradients and state into the plan and asks the gate
+ * behind this one. */
+static ts_status gate(ts_plan *p, void *user, ts_gate_decision *out) {
+    struct ts_repro *r = user;
+    ts_status st = TS_OK;
+    if (r->k > 1 && (st = ts_tree_sum_add(&r->gsum, r->grad)) != TS_OK) return st;
+    if (r->nstate) {
+        state_copy(r, r->leaf, 0);
+        if (r->N > 1 && (st = ts_allreduce(r->comm, r->leaf, r->nstate, TS_F32, TS_RED_SUM,
+                                           tree_algo(r->N))) != TS_OK)
+            return st;
+        if ((st = ts_tree_sum_add(&r->ssum, r->leaf)) != TS_OK) return st;
+        state_copy(r, r->s0, 1); /* the next round starts from the step's state */
+    }
+    if (r->j < r->k - 1) {
+        *out = TS_GATE_SKIP;
+        return TS_OK;
+    }
+    if (r->k > 1 && (st = ts_tree_sum_result(&r->gsum, r->grad, (float)r->k)) != TS_OK) return st;
+    if (r->nstate) {
+        if ((st = ts_tree_sum_result(&r->ssum, r->leaf, (float)r->M)) != TS_OK) return st;
+        state_copy(r, r->leaf, 1);
+    }
+    *out = TS_GATE_APPLY;
+    return r->next_fn ? r->next_fn(p, r->next_user, out) : TS_OK;
+}
+
+ts_status ts_repro_setup(session *s) {
+    if (!s->c.dist.reproducible) return TS_OK;
+    double scale;
+    if (ts_plan_loss_scale(s->plan, &scale, NULL, NULL))
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "dist.reproducible does not support loss scaling yet (precision.loss_scale "
+                       "with fp16): set precision.loss_scale none or train in bf16/fp32");
+    struct ts_repro *r = ts_zalloc(sizeof *r, "reproducible step");
+    if (!r) return TS_ERR_NOMEM;
+    s->rp = r;
+    r->N = s->nranks;
+    r->rank = s->rank;
+    r->comm = s->o->comm;
+    r->M = s->nslices;
+    r->m = s->c.model.batch / r->M;
+    r->k = r->M / r->N;
+    r->seed = ts_plan_seed(s->plan);
+    ts_status st = ts_plan_grad_region(s->plan, &r->grad, &r->ngrad);
+    if (st != TS_OK) return st;
+    const int nst = ts_plan_fwd_states(s->plan, NULL, 0);
+    if (nst < 0) return TS_ERR_UNSUPPORTED; /* the message is set */
+    if (nst > MAX_FWD_STATES)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "dist.reproducible: %d state values written by the "
+                       "forward pass (at most %d)",
+                       nst, MAX_FWD_STATES);
+    if (nst && !(r->st = ts_alloc(sizeof *r->st * (size_t)nst, "forward state list")))
+        return TS_ERR_NOMEM;
+    r->nst = ts_plan_fwd_states(s->plan, r->st, nst);
+    for (int i = 0; i < r->nst; i++) r->nstate += r->st[i].n;
+    if (r->nstate && (!(r->s0 = ts_alloc(r->nstate * sizeof(float), "forward state")) ||
+                      !(r->leaf = ts_alloc(r->nstate * sizeof(float), "forward state"))))
+        return TS_ERR_NOMEM;
+    if (!(r->loss = ts_alloc(sizeof(double) * (size_t)r->k, "micro-batch losses")) ||
+        !(r->losses = ts_alloc(sizeof(double) * (size_t)r->M, "micro-batch losses")))
+        return TS_ERR_NOMEM;
+    if ((st = ts_tree_sum_init(&r->gsum, r->ngrad)) != TS_OK ||
+        (st = ts_tree_sum_init(&r->ssum, r->nstate)) != TS_OK)
+        return st;
+    /* In front of the alerts' gate (or none), which is asked once per
+     * batch, after the last round, with the batch's gradients in place. */
+    ts_plan_get_update_gate(s->plan, &r->next_fn, &r->next_user);
+    ts_plan_set_update_gate(s->plan, gate, r);
+    return TS_OK;
+}
+
+/* The dropout stream of micro-batch i: the compile seed for the first (so
+ * one micro-batch per batch is the plain step), mixed with i after. */
+static uint64_t seed_of(uint64_t seed, int64_t i) {
+    return seed + (uint64_t)i * 0x9E3779B97F4A7C15ULL;
+}
+
+ts_status ts_repro_step(session *s, double *loss) {
+    struct ts_repro *r = s->rp;
+    ts_plan *p = s->plan;
+    const int64_t done = ts_plan_step_count(p), applied = ts_plan_updates_applied(p);
+    ts_status st = TS_OK;
+    if (r->nstate) state_copy(r, r->s0, 0);
+    for (int64_t j = 0; j < r->k && st == TS_OK; j++) {
+        const int64_t i = j * r->N + r->rank; /* this rank's micro-batch of round j */
+        st = ts_plan_set_input(p, s->in_name, (const char *)s->bx + (size_t)i * s->xb, s->xb);
+        if (st == TS_OK)
+            st = ts_plan_set_input(p, s->tgt_name, (const char *)s->by + (size_t)i * s->yb, s->yb);
+        if (st != TS_OK) break;
+        /* A round is not a step: the step count, the learning rate and the
+         * optimizer's t stay those of the batch. */
+        ts_plan_set_step(p, done);
+        ts_plan_set_updates_applied(p, applied);
+        ts_plan_set_seed(p, seed_of(r->seed, i));
+        r->j = j;
+        st = ts_plan_step(p);
+        r->loss[j] = ts_plan_loss(p);
+    }
+    ts_plan_set_seed(p, r->seed);
+    if (st != TS_OK) return st;
+    if (r->N > 1) {
+        st = ts_allgather(r->comm, r->loss, r->losses, (size_t)r->M, TS_F64, TS_ALGO_AUTO);
+        if (st != TS_OK) return st;
+    } else {
+        memcpy(r->losses, r->loss, sizeof(double) * (size_t)r->k);
+    }
+    /* In micro-batch order: micro-batch i is round i / N of rank i % N. */
+    double sum = 0;
+    for (int64_t i = 0; i < r->M; i++) sum += r->losses[(i % r->N) * r->k + i / r->N];
+    *loss = sum / (double)r->M;
+    return TS_OK;
+}
+
+ts_status ts_repro_grad_norm(const struct ts_repro *r, double *norm) {
+    if (!r || !norm) return ts_fail(TS_ERR_INVALID, "grad_norm: NULL argument");
+    /* Eight lanes summed in a fixed pattern, then in lane order: the
+     * compiler can vectorise it without reordering anything. */
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const float *g = r->grad;
+    size_t i = 0;
+    for (; i + 8 <= r->ngrad; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)g[i + l] * g[i + l];
+    for (int l = 0; i < r->ngrad; i++, l++) acc[l] += (double)g[i] * g[i];
+    double sum = 0;
+    for (int l = 0; l < 8; l++) sum += acc[l];
+    *norm = sqrt(sum);
+    return TS_OK;
+}
+
+void ts_repro_free(struct ts_repro *r) {
+    if (!r) return;
+    ts_tree_sum_free(&r->gsum);
+    ts_tree_sum_free(&r->ssum);
+    free(r->st);
+    free(r->s0);
+    free(r->leaf);
+    free(r->loss);
+    free(r->losses);
+    free(r);
+}
+
+/* The kernels' path: oneDNN's version and the instruction set it runs
+ * (another CPU generation or oneDNN release may pick other kernels, which
+ * change bits; tools/audit_replay.c prints the same text). */
+static void cpu_path(char *buf, size_t n) {
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, n, "onednn %d.%d.%d (%s), isa 0x%x", v->major, v->minor, v->patch, v->hash,
+             (unsigned)dnnl_get_effective_cpu_isa());
+}
+
+ts_status ts_repro_manifest(session *s) {
+    char build[65] = "", cpu[160];
+    cpu_path(cpu, sizeof cpu);
+    /* The build: the binary running this process (a library linked into
+     * another program: that program). */
+    if (ts_sha256_file("/proc/self/exe", build) != TS_OK) snprintf(build, sizeof build, "unknown");
+    const int64_t B = s->c.model.batch;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s%, s:b, s:I, s:I, s:I, s:i}", "tessel_version",
+                          TESSEL_VERSION, "build_sha256", build, "cpu_path", cpu, "config",
+                          s->ident, s->ident_bytes, "reproducible", s->c.dist.reproducible, "batch",
+                          (json_int_t)B, "micro_batches", (json_int_t)s->nslices, "microbatch_rows",
+                          (json_int_t)(B / s->nslices), "processes", s->nranks);
+    s->replay_json = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    return s->replay_json ? TS_OK
+                          : ts_fail(TS_ERR_NOMEM, "out of memory for the manifest's replay");
+}

@@ -1,0 +1,53 @@
+/* repro.h — dist.reproducible in a training session: every batch cut into
+ * micro-batches of dist.microbatch rows, whatever the process count, each
+ * run through the plan on its own, their gradients (and the BatchNorm
+ * statistics and losses) summed in one fixed tree over the micro-batch
+ * indices. docs/reproducibility.md explains the scheme.
+ *
+ *     ts_repro_resolve(s);     // before the plan is built: s->nslices, refusals
+ *     ts_repro_setup(s);       // after the plan and the alerts: buffers, the gate
+ *     ts_repro_step(s, &loss); // instead of feeding the rows and ts_plan_step
+ *     ts_repro_free(s->rp);
+ *
+ * Micro-batch i of a batch is its rows i*m .. (i+1)*m - 1; with N processes
+ * rank r runs micro-batches r, r + N, r + 2N, ... in that order, so the N
+ * micro-batches of one round are N consecutive leaves of the tree, which
+ * the plan's gradient all-reduce (a balanced tree over the ranks: any
+ * algorithm for 2, recursive doubling for more) sums; the rounds are then
+ * summed locally in the same tree (dist/repro_sum.h). */
+#ifndef TS_SESSION_REPRO_H
+#define TS_SESSION_REPRO_H
+
+#include "session/session_internal.h"
+
+/* Without dist.reproducible: s->nslices = s->nranks. With it: resolves
+ * dist.microbatch (0: model.batch / 4, / 2 or / 1, the first that
+ * divides), sets s->nslices to the micro-batch count, and refuses a process
+ * count that cannot share them (naming the counts that can), ZeRO and a
+ * micro-batch size that does not divide model.batch. */
+ts_status ts_repro_resolve(session *s);
+
+/* Allocates the sums and puts the micro-batch gate in front of the
+ * plan's update gate (after the alerts set theirs). Refuses loss scaling. */
+ts_status ts_repro_setup(session *s);
+
+/* One training step over the batch in s->bx / s->by: this rank's
+ * micro-batches, then the update; *loss is the batch's mean loss, the same
+ * bits on every rank and for every process count. */
+ts_status ts_repro_step(session *s, double *loss);
+
+/* The L2 norm of the batch's gradients after the step (the plan's gradient
+ * monitors saw the last micro-batch only), in a fixed order: the same bits
+ * for every process count. */
+ts_status ts_repro_grad_norm(const struct ts_repro *r, double *norm);
+
+/* s->replay_json: what `tessel audit replay` needs, recorded in every
+ * manifest as "replay": the tessel version and the SHA-256 of the running
+ * binary (its build), the config text the manifest's config_sha256 is the
+ * hash of, and the batch layout (model.batch, micro-batches and their rows,
+ * processes). With or without dist.reproducible. */
+ts_status ts_repro_manifest(session *s);
+
+void ts_repro_free(struct ts_repro *r);
+
+#endif

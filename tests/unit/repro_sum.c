@@ -1,0 +1,139 @@
+/* The fixed tree sum of dist.reproducible (src/dist/repro_sum.h): a tree
+ * over M leaves gives the same bits as the tree over the M/N balanced sums
+ * of N consecutive leaves (N = 1, 2, 4, 8 dividing M, M not always a power
+ * of two), where a plain left fold does not; and the whole chain a data-
+ * parallel step runs (per round an all-reduce over N shm ranks, recursive
+ * doubling beyond 2, divided by N; the rounds in the tree; divided by
+ * M / N) reproduces one process's sum / M bit for bit. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include "check.h"
+#include "dist/repro_sum.h"
+#include "tessel/dist.h"
+
+enum { LEN = 4099, MAXM = 16 };
+
+/* Leaf i: values of mixed signs and magnitudes (2^-20 .. 2^20), so the
+ * order of additions shows in the bits. */
+static float leaf_value(int i, size_t e) {
+    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ULL ^ (uint64_t)e * 0xC2B2AE3D27D4EB4FULL;
+    x ^= x >> 29, x *= 0xBF58476D1CE4E5B9ULL, x ^= x >> 32;
+    const float mant = 1.0f + (float)(x & 0xFFFFFF) / 16777216.0f;
+    const int ex = (int)((x >> 24) % 41) - 20;
+    return ((x >> 40) & 1 ? -mant : mant) * ldexpf(1.0f, ex);
+}
+
+static float leaves[MAXM][LEN];
+
+static void fill(int M) {
+    for (int i = 0; i < M; i++)
+        for (size_t e = 0; e < LEN; e++) leaves[i][e] = leaf_value(i, e);
+}
+
+/* The tree over all M leaves, / div. */
+static void tree_of(int M, float div, float *out) {
+    ts_tree_sum t;
+    CHECK_OK(ts_tree_sum_init(&t, LEN));
+    for (int i = 0; i < M; i++) CHECK_OK(ts_tree_sum_add(&t, leaves[i]));
+    CHECK_OK(ts_tree_sum_result(&t, out, div));
+    ts_tree_sum_free(&t);
+}
+
+static void test_grouping(void) {
+    static float ref[LEN], got[LEN], grp[LEN];
+    const int Ms[] = {8, 12, 16, 6};
+    for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++) {
+        const int M = Ms[a];
+        fill(M);
+        tree_of(M, 1.0f, ref);
+        for (int N = 2; N <= 8; N *= 2) {
+            if (M % N) continue;
+            ts_tree_sum outer, inner;
+            CHECK_OK(ts_tree_sum_init(&outer, LEN));
+            CHECK_OK(ts_tree_sum_init(&inner, LEN));
+            for (int j = 0; j < M / N; j++) {
+                for (int r = 0; r < N; r++) CHECK_OK(ts_tree_sum_add(&inner, leaves[j * N + r]));
+                CHECK_OK(ts_tree_sum_result(&inner, grp, 1.0f));
+                CHECK_OK(ts_tree_sum_add(&outer, grp));
+            }
+            CHECK_OK(ts_tree_sum_result(&outer, got, 1.0f));
+            CHECK(memcmp(ref, got, sizeof ref) == 0, "M %d: groups of %d give the tree's bits", M,
+                  N);
+            ts_tree_sum_free(&outer);
+            ts_tree_sum_free(&inner);
+        }
+        /* A left fold is another order: the test data tell them apart. */
+        int differ = 0;
+        for (size_t e = 0; e < LEN; e++) {
+            float f = leaves[0][e];
+            for (int i = 1; i < M; i++) f += leaves[i][e];
+            differ += f != ref[e];
+        }
+        CHECK(differ > 0, "M %d: a left fold differs from the tree in %d of %d elements", M, differ,
+              LEN);
+    }
+    /* The result starts a new sum, and a single leaf is itself. */
+    ts_tree_sum t;
+    CHECK_OK(ts_tree_sum_init(&t, LEN));
+    CHECK_OK(ts_tree_sum_add(&t, leaves[3]));
+    CHECK_OK(ts_tree_sum_result(&t, got, 1.0f));
+    CHECK(memcmp(got, leaves[3], sizeof got) == 0, "one leaf: itself");
+    CHECK(ts_tree_sum_result(&t, got, 1.0f) != TS_OK, "no leaves: refused");
+    ts_tree_sum_free(&t);
+}
+
+/* ---- the data-parallel chain over shm ------------------------------------ */
+
+typedef struct job {
+    int M;
+    float *out; /* MAP_SHARED: rank 0's result */
+} job;
+
+static int chain(ts_comm *c, void *user) {
+    job *jb = user;
+    const int N = ts_comm_size(c), r = ts_comm_rank(c), k = jb->M / N;
+    float *buf = ts_comm_alloc(c, LEN * sizeof(float));
+    ts_tree_sum t;
+    if (!buf || ts_tree_sum_init(&t, LEN) != TS_OK) return 1;
+    for (int j = 0; j < k; j++) {
+        memcpy(buf, leaves[j * N + r], sizeof leaves[0]);
+        if (ts_allreduce(c, buf, LEN, TS_F32, TS_RED_SUM, N > 2 ? TS_ALGO_RD : TS_ALGO_AUTO) !=
+            TS_OK)
+            return 2;
+        for (size_t e = 0; e < LEN; e++) buf[e] /= (float)N; /* as the plan's wait */
+        if (ts_tree_sum_add(&t, buf) != TS_OK) return 3;
+    }
+    if (ts_tree_sum_result(&t, buf, (float)k) != TS_OK) return 4;
+    if (r == 0) memcpy(jb->out, buf, LEN * sizeof(float));
+    ts_tree_sum_free(&t);
+    ts_comm_free(c, buf);
+    return 0;
+}
+
+static void test_chain(void) {
+    static float ref[LEN];
+    float *out =
+        mmap(NULL, LEN * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(out != MAP_FAILED, "mmap");
+    if (out == MAP_FAILED) return;
+    const int M = 8;
+    fill(M);
+    tree_of(M, (float)M, ref);
+    for (int N = 2; N <= 4; N *= 2) {
+        memset(out, 0xff, LEN * sizeof(float));
+        job jb = {M, out};
+        CHECK_OK(ts_shm_launch(N, NULL, chain, &jb, NULL));
+        CHECK(memcmp(out, ref, LEN * sizeof(float)) == 0,
+              "%d shm ranks, all-reduce per round, then the tree: one process's bits", N);
+    }
+    munmap(out, LEN * sizeof(float));
+}
+
+int main(void) {
+    test_grouping();
+    test_chain();
+    return check_summary("unit/repro_sum");
+}
