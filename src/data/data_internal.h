@@ -22,6 +22,15 @@ void ts_lineage_clear(ts_lineage *l);
 /* Append *l to d's lineage list, taking over its path (l is cleared). */
 ts_status ts_dataset_add_lineage(ts_dataset *d, ts_lineage *l);
 
+/* Mapped token files (src/data/tokmap.c). ref/unref count the datasets
+ * sharing a mapping (the last unref unmaps it); window writes window w's
+ * ctx inputs and ctx targets as i64; drop hands the pages mapped so far
+ * back to the page cache (called after each batch, bounding VmRSS). */
+void ts_token_map_drop(ts_token_map *m);
+void ts_token_map_ref(ts_token_map *m);
+void ts_token_map_unref(ts_token_map *m);
+void ts_token_map_window(ts_token_map *m, int64_t w, int64_t *x, int64_t *y);
+
 /* Sizes a file states about itself (src/data/limits.c). */
 
 /* A shape read from `path`: no negative dimension, and the product of its

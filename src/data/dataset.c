@@ -112,6 +112,8 @@ void ts_dataset_free(ts_dataset *d) {
     free(d->lineage);
     free(d->x);
     free(d->y);
+    ts_token_map_unref(d->tokens);
+    free(d->index);
     free(d->norm_mean);
     free(d->norm_std);
     free(d);
@@ -196,8 +198,20 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* A copy of `all` holding examples idx[0..count) in that order. */
-static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count,
+/* Copies example e of d into x and y (one example's bytes each). */
+static void example(const ts_dataset *d, int64_t e, size_t xb, size_t yb, void *x, void *y) {
+    if (d->tokens) {
+        ts_token_map_window(d->tokens, d->index ? d->index[e] : e, x, y);
+        return;
+    }
+    memcpy(x, (const char *)d->x + (size_t)e * xb, xb);
+    memcpy(y, (const char *)d->y + (size_t)e * yb, yb);
+}
+
+/* A copy of `all` holding examples idx[0..count) in that order. A view
+ * (mapped tokens only) shares the mapping and keeps the window index
+ * instead of copying the examples. */
+static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count, int view,
                         ts_dataset **out) {
     *out = NULL;
     ts_dataset *d = ts_zalloc(sizeof *d, "dataset");
@@ -208,12 +222,20 @@ static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count
     memcpy(d->x_dims, all->x_dims, sizeof d->x_dims);
     memcpy(d->y_dims, all->y_dims, sizeof d->y_dims);
     const size_t xb = ts_dataset_x_bytes(all), yb = ts_dataset_y_bytes(all);
-    d->x = ts_alloc((size_t)count * xb, "dataset split x");
-    d->y = ts_alloc((size_t)count * yb, "dataset split y");
-    if (!d->x || !d->y) goto nomem;
-    for (int64_t i = 0; i < count; i++) {
-        memcpy((char *)d->x + (size_t)i * xb, (const char *)all->x + (size_t)idx[i] * xb, xb);
-        memcpy((char *)d->y + (size_t)i * yb, (const char *)all->y + (size_t)idx[i] * yb, yb);
+    if (view && all->tokens) {
+        d->index = ts_alloc((size_t)(count ? count : 1) * sizeof *d->index, "dataset split index");
+        if (!d->index) goto nomem;
+        for (int64_t i = 0; i < count; i++) d->index[i] = all->index ? all->index[idx[i]] : idx[i];
+        d->tokens = all->tokens;
+        ts_token_map_ref(d->tokens);
+    } else {
+        d->x = ts_alloc((size_t)count * xb, "dataset split x");
+        d->y = ts_alloc((size_t)count * yb, "dataset split y");
+        if (!d->x || !d->y) goto nomem;
+        for (int64_t i = 0; i < count; i++)
+            example(all, idx[i], xb, yb, (char *)d->x + (size_t)i * xb,
+                    (char *)d->y + (size_t)i * yb);
+        if (all->tokens) ts_token_map_drop(all->tokens);
     }
     if (all->n_lineage) {
         d->lineage = ts_zalloc((size_t)all->n_lineage * sizeof *d->lineage, "lineage");
@@ -268,8 +290,10 @@ ts_status ts_dataset_split(const ts_dataset *all, double val_fraction, uint64_t 
      * forwards. */
     qsort(perm, (size_t)n_train, sizeof *perm, cmp_i64);
     qsort(perm + n_train, (size_t)n_val, sizeof *perm, cmp_i64);
-    ts_status s = subset(all, perm, n_train, train);
-    if (s == TS_OK) s = subset(all, perm + n_train, n_val, val);
+    /* A mapped token file stays mapped for training (the loader reads it);
+     * validation is held in memory, where evaluation reads it. */
+    ts_status s = subset(all, perm, n_train, 1, train);
+    if (s == TS_OK) s = subset(all, perm + n_train, n_val, 0, val);
     free(perm);
     if (s != TS_OK) {
         ts_dataset_free(*train);
@@ -329,9 +353,12 @@ ts_status ts_loader_next(ts_loader *l, void *x, void *y) {
     }
     for (int64_t j = 0; j < l->batch; j++) {
         const int64_t e = l->shuffle ? l->perm[first + j] : first + j;
-        memcpy((char *)x + (size_t)j * l->xb, (const char *)l->d->x + (size_t)e * l->xb, l->xb);
-        memcpy((char *)y + (size_t)j * l->yb, (const char *)l->d->y + (size_t)e * l->yb, l->yb);
+        /* The loader borrows d, but reading a mapped window updates the
+         * mapping's page accounting (tokmap.c), not the examples. */
+        example(l->d, e, l->xb, l->yb, (char *)x + (size_t)j * l->xb,
+                (char *)y + (size_t)j * l->yb);
     }
+    if (l->d->tokens) ts_token_map_drop(l->d->tokens);
     l->pos++;
     return TS_OK;
 }

@@ -91,7 +91,8 @@ ts_status ts_sess_load_data(session *s) {
         break;
     case TS_CFG_CSV: st = load_csv(s); break;
     case TS_CFG_TOKENS:
-        st = ts_data_load_tokens(c->data.path, c->data.bits, c->model.ctx, c->model.vocab, &s->all);
+        /* Mapped, not read whole: a corpus larger than memory trains. */
+        st = ts_data_map_tokens(c->data.path, c->data.bits, c->model.ctx, c->model.vocab, &s->all);
         break;
     case TS_CFG_GRAPH: {
         /* The whole graph is the one example of each split (zoo_data.h). */
