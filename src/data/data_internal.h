@@ -31,6 +31,18 @@ void ts_token_map_ref(ts_token_map *m);
 void ts_token_map_unref(ts_token_map *m);
 void ts_token_map_window(ts_token_map *m, int64_t w, int64_t *x, int64_t *y);
 
+/* Loader prefetch (src/data/prefetch.c). start runs a thread that fills
+ * batches pos, pos + 1, ... through ts_loader_fill into a ring of depth
+ * slots of xb + yb bytes; take copies batch pos (the next in order) out,
+ * adding the time it waited to *waited, and passes on a fill's error;
+ * stop ends the thread and frees everything (NULL is fine). */
+typedef struct ts_prefetch ts_prefetch;
+ts_status ts_loader_fill(ts_loader *l, int64_t pos, void *x, void *y);
+ts_status ts_prefetch_start(ts_loader *l, int depth, size_t xb, size_t yb, int64_t pos,
+                            ts_prefetch **out);
+ts_status ts_prefetch_take(ts_prefetch *p, int64_t pos, void *x, void *y, double *waited);
+void ts_prefetch_stop(ts_prefetch *p);
+
 /* Sizes a file states about itself (src/data/limits.c). */
 
 /* A shape read from `path`: no negative dimension, and the product of its

@@ -312,6 +312,9 @@ struct ts_loader {
     size_t xb, yb;
     int64_t *perm;      /* permutation of the epoch perm_epoch (shuffle only) */
     int64_t perm_epoch; /* -1: none computed yet */
+    int depth;          /* batches prefetched ahead (0: none) */
+    ts_prefetch *pf;    /* the running prefetch (started by the first next) */
+    double wait_s;      /* time ts_loader_next waited for a prefetched batch */
 };
 
 ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_t seed,
@@ -342,9 +345,10 @@ ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_
     return TS_OK;
 }
 
-ts_status ts_loader_next(ts_loader *l, void *x, void *y) {
-    if (!l || !x || !y) return ts_fail(TS_ERR_INVALID, "loader: missing loader or batch buffer");
-    const int64_t epoch = l->pos / l->per_epoch, first = (l->pos % l->per_epoch) * l->batch;
+/* Batch `pos` into x and y. With a prefetch running only its thread calls
+ * this (it owns perm and the token map's drops). */
+ts_status ts_loader_fill(ts_loader *l, int64_t pos, void *x, void *y) {
+    const int64_t epoch = pos / l->per_epoch, first = (pos % l->per_epoch) * l->batch;
     if (l->shuffle && l->perm_epoch != epoch) {
         /* The epoch is the counter's high word: every epoch has its own
          * stream, computed on demand, so seeking costs one permutation. */
@@ -359,8 +363,35 @@ ts_status ts_loader_next(ts_loader *l, void *x, void *y) {
                 (char *)y + (size_t)j * l->yb);
     }
     if (l->d->tokens) ts_token_map_drop(l->d->tokens);
-    l->pos++;
     return TS_OK;
+}
+
+ts_status ts_loader_next(ts_loader *l, void *x, void *y) {
+    if (!l || !x || !y) return ts_fail(TS_ERR_INVALID, "loader: missing loader or batch buffer");
+    ts_status st;
+    if (l->depth > 0) {
+        if (!l->pf && (st = ts_prefetch_start(l, l->depth, (size_t)l->batch * l->xb,
+                                              (size_t)l->batch * l->yb, l->pos, &l->pf)) != TS_OK)
+            return st;
+        st = ts_prefetch_take(l->pf, l->pos, x, y, &l->wait_s);
+    } else {
+        st = ts_loader_fill(l, l->pos, x, y);
+    }
+    if (st == TS_OK) l->pos++;
+    return st;
+}
+
+ts_status ts_loader_prefetch(ts_loader *l, int depth) {
+    if (!l || depth < 0 || depth > 64)
+        return ts_fail(TS_ERR_INVALID, "loader prefetch: depth %d is not in [0, 64]", depth);
+    ts_prefetch_stop(l->pf);
+    l->pf = NULL;
+    l->depth = depth;
+    return TS_OK;
+}
+
+double ts_loader_wait_seconds(const ts_loader *l) {
+    return l ? l->wait_s : 0;
 }
 
 int64_t ts_loader_epoch(const ts_loader *l) {
@@ -377,12 +408,17 @@ ts_status ts_loader_seek(ts_loader *l, int64_t batches) {
     if (!l) return ts_fail(TS_ERR_INVALID, "loader seek: no loader");
     if (batches < 0)
         return ts_fail(TS_ERR_INVALID, "loader seek: negative position %lld", (long long)batches);
+    /* Batches prefetched from the old position are of no use: the next
+     * call starts the prefetch again from the new one. */
+    ts_prefetch_stop(l->pf);
+    l->pf = NULL;
     l->pos = batches;
     return TS_OK;
 }
 
 void ts_loader_free(ts_loader *l) {
     if (!l) return;
+    ts_prefetch_stop(l->pf);
     free(l->perm);
     free(l);
 }

@@ -157,7 +157,10 @@ ts_status ts_sess_load_data(session *s) {
         if (xf[0]) ts_error_prefix("%s", xf);
         return st;
     }
-    return ts_loader_new(s->train, c->model.batch, c->data.shuffle, c->train.seed, &s->loader);
+    st = ts_loader_new(s->train, c->model.batch, c->data.shuffle, c->train.seed, &s->loader);
+    /* The next two batches are assembled on a thread while the step runs
+     * (same batches, same order: src/data/prefetch.c). */
+    return st == TS_OK ? ts_loader_prefetch(s->loader, 2) : st;
 }
 
 /* The benchmark models (flat and token inputs: mlp, gpt) cycle over N_SYNTH fixed batches, as the

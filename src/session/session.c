@@ -39,7 +39,10 @@ static ts_status train_loop(session *s) {
     for (int64_t step = s->start_step + 1; step <= steps && !r->interrupted; step++) {
         const int64_t epoch = bpe ? (step - 1) / bpe + 1 : 0;
         const double lr = ts_plan_lr(s->plan), t0 = ts_now();
+        /* The time this step waited for its batch (prefetch: src/data/prefetch.c). */
+        const double w0 = s->loader ? ts_loader_wait_seconds(s->loader) : 0;
         st = ts_sess_next_batch(s, step);
+        const double wait = s->loader ? ts_loader_wait_seconds(s->loader) - w0 : 0;
         /* This rank's rows: rank r takes rows r*B/N .. (r+1)*B/N - 1. */
         if (st == TS_OK)
             st = ts_plan_set_input(s->plan, s->in_name,
@@ -74,18 +77,19 @@ static ts_status train_loop(session *s) {
         ts_progress_info in = {step, epoch, c->train.epochs, loss, lr, rate};
         ts_progress_step(&s->pr, &in);
         if (s->metrics) {
-            char b1[32], b2[32], b3[32], b4[32], amp[96] = "";
+            char b1[32], b2[32], b3[32], b4[32], amp[96] = "", data[48] = "";
             double scale;
             if (ts_plan_loss_scale(s->plan, &scale, NULL, NULL)) /* mixed precision */
                 snprintf(amp, sizeof amp, ",\"loss_scale\":%.9g,\"step_skipped\":%d", scale,
                          ts_plan_last_step_skipped(s->plan));
+            if (s->loader) snprintf(data, sizeof data, ",\"data_wait_ms\":%.4f", 1e3 * wait);
             fprintf(s->metrics,
                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%s,"
-                    "\"samples_per_s\":%s,\"grad_norm\":%s%s}\n",
+                    "\"samples_per_s\":%s,\"grad_norm\":%s%s%s}\n",
                     (long long)step, (long long)epoch, num(loss, b1, sizeof b1),
                     num(lr, b2, sizeof b2),
                     num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3),
-                    num(gnorm, b4, sizeof b4), amp);
+                    num(gnorm, b4, sizeof b4), amp, data);
         }
         /* A skipped update kept the weights: the run can go on. */
         if (!isfinite(loss) && !(alert & (1u << TS_AA_SKIP | 1u << TS_AA_STOP))) {

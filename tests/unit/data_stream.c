@@ -65,6 +65,40 @@ static int same_batches(const ts_dataset *a, const ts_dataset *b, int64_t batch,
     return ok;
 }
 
+/* A loader with prefetch (depth) hands out the batches of one without,
+ * across epochs and seeks, and rejects a depth out of range. */
+static int same_with_prefetch(const ts_dataset *d, int64_t batch, int shuffle, int depth) {
+    ts_loader *a = NULL, *b = NULL;
+    int ok = ts_loader_new(d, batch, shuffle, 4, &a) == TS_OK &&
+             ts_loader_new(d, batch, shuffle, 4, &b) == TS_OK &&
+             ts_loader_prefetch(b, depth) == TS_OK;
+    const size_t xb = (size_t)batch * ts_dataset_x_bytes(d),
+                 yb = (size_t)batch * ts_dataset_y_bytes(d);
+    uint8_t *buf = ok ? malloc(2 * (xb + yb)) : NULL;
+    ok = ok && buf;
+    const int64_t bpe = ok ? ts_loader_batches_per_epoch(a) : 0;
+    for (int64_t i = 0; ok && i < 3 * bpe + 5; i++) {
+        if (i == bpe + 2) /* a resume: both jump back into the first epoch */
+            ok = ts_loader_seek(a, 3) == TS_OK && ts_loader_seek(b, 3) == TS_OK;
+        if (i == 2 * bpe) /* a new depth mid-run */
+            ok = ok && ts_loader_prefetch(b, depth + 1) == TS_OK;
+        ok = ok && ts_loader_next(a, buf, buf + xb) == TS_OK &&
+             ts_loader_next(b, buf + xb + yb, buf + 2 * xb + yb) == TS_OK &&
+             !memcmp(buf, buf + xb + yb, xb + yb) &&
+             ts_loader_position(a) == ts_loader_position(b) &&
+             ts_loader_epoch(a) == ts_loader_epoch(b);
+    }
+    ok = ok && ts_loader_wait_seconds(b) >= 0 && ts_loader_wait_seconds(a) == 0;
+    ok = ok && ts_loader_prefetch(b, 65) == TS_ERR_INVALID && HAS("depth 65") &&
+         ts_loader_prefetch(b, -1) == TS_ERR_INVALID;
+    /* Freed with a prefetch running and batches waiting in its ring. */
+    ok = ok && ts_loader_prefetch(b, 4) == TS_OK && ts_loader_next(b, buf, buf + xb) == TS_OK;
+    free(buf);
+    ts_loader_free(a);
+    ts_loader_free(b);
+    return ok;
+}
+
 static int same_examples(const ts_dataset *a, const ts_dataset *b) {
     return a->n == b->n && a->x_dtype == b->x_dtype && a->y_dtype == b->y_dtype &&
            a->x_rank == b->x_rank && a->x_dims[0] == b->x_dims[0] && a->y_dims[0] == b->y_dims[0];
@@ -96,6 +130,11 @@ static void test_same_as_memory(int bits) {
     CHECK(same_batches(mem, map, 5, 0, 60, 0), "%d-bit: same batches in file order", bits);
     CHECK(same_batches(mem, map, 5, 1, 90, 0), "%d-bit: same shuffled batches, 3 epochs", bits);
     CHECK(same_batches(mem, map, 5, 1, 10, 47), "%d-bit: same batches after a seek", bits);
+    for (int depth = 1; depth <= 3; depth += 2) {
+        CHECK(same_with_prefetch(map, 5, 1, depth), "%d-bit: prefetch %d, shuffled", bits, depth);
+        CHECK(same_with_prefetch(map, 5, 0, depth), "%d-bit: prefetch %d, file order", bits, depth);
+        CHECK(same_with_prefetch(mem, 3, 1, depth), "%d-bit: prefetch %d in memory", bits, depth);
+    }
 
     ts_dataset *mt = NULL, *mv = NULL, *pt = NULL, *pv = NULL;
     CHECK_OK(ts_dataset_split(mem, 0.2, 5, &mt, &mv));
@@ -151,7 +190,7 @@ static void test_errors(void) {
 }
 
 /* 160 M uint16 tokens (320 MB), ctx 256, batch 64, shuffled: resident
- * memory while loading and reading batches stays under 64 MB more than
+ * memory while loading and reading prefetched batches stays under 64 MB more than
  * before (measured: +12 MB), and unshuffled batches are the file's windows. */
 static void test_large(void) {
     const int64_t ntok = (int64_t)160 << 20, ctx = 256, B = 64, vocab = 50257;
@@ -177,6 +216,7 @@ static void test_large(void) {
     if (vm_rss_kib() > peak) peak = vm_rss_kib();
     if (d) CHECK_OK(ts_dataset_split(d, 0.001, 3, &tr, &va));
     if (tr) CHECK_OK(ts_loader_new(tr, B, 1, 3, &ld));
+    if (ld) CHECK_OK(ts_loader_prefetch(ld, 2));
     int64_t *x = malloc((size_t)(B * ctx) * sizeof *x), *y = malloc((size_t)(B * ctx) * sizeof *y);
     ok = ld && x && y;
     /* 3000 batches: 192 k random windows, touching most of the file's pages. */
