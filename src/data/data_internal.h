@@ -25,7 +25,7 @@ ts_status ts_dataset_add_lineage(ts_dataset *d, ts_lineage *l);
 /* Mapped token files (src/data/tokmap.c). ref/unref count the datasets
  * sharing a mapping (the last unref unmaps it); window writes window w's
  * ctx inputs and ctx targets as i64; drop hands the pages mapped so far
- * back to the page cache (called after each batch, bounding VmRSS). */
+ * back to the page cache (called every 16 windows read, bounding VmRSS). */
 void ts_token_map_drop(ts_token_map *m);
 void ts_token_map_ref(ts_token_map *m);
 void ts_token_map_unref(ts_token_map *m);

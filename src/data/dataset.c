@@ -198,6 +198,11 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Mapped windows read between two drops of the mapping's pages: a fault
+ * may map a whole page-cache folio (up to 2 MiB), so this bounds what
+ * reading windows adds to resident memory (tokmap.c). */
+#define DROP_WINDOWS 16
+
 /* Copies example e of d into x and y (one example's bytes each). */
 static void example(const ts_dataset *d, int64_t e, size_t xb, size_t yb, void *x, void *y) {
     if (d->tokens) {
@@ -232,10 +237,12 @@ static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count
         d->x = ts_alloc((size_t)count * xb, "dataset split x");
         d->y = ts_alloc((size_t)count * yb, "dataset split y");
         if (!d->x || !d->y) goto nomem;
-        for (int64_t i = 0; i < count; i++)
+        for (int64_t i = 0; i < count; i++) {
             example(all, idx[i], xb, yb, (char *)d->x + (size_t)i * xb,
                     (char *)d->y + (size_t)i * yb);
-        if (all->tokens) ts_token_map_drop(all->tokens);
+            if (all->tokens && (i % DROP_WINDOWS == DROP_WINDOWS - 1 || i == count - 1))
+                ts_token_map_drop(all->tokens);
+        }
     }
     if (all->n_lineage) {
         d->lineage = ts_zalloc((size_t)all->n_lineage * sizeof *d->lineage, "lineage");
@@ -361,8 +368,9 @@ ts_status ts_loader_fill(ts_loader *l, int64_t pos, void *x, void *y) {
          * mapping's page accounting (tokmap.c), not the examples. */
         example(l->d, e, l->xb, l->yb, (char *)x + (size_t)j * l->xb,
                 (char *)y + (size_t)j * l->yb);
+        if (l->d->tokens && (j % DROP_WINDOWS == DROP_WINDOWS - 1 || j == l->batch - 1))
+            ts_token_map_drop(l->d->tokens);
     }
-    if (l->d->tokens) ts_token_map_drop(l->d->tokens);
     return TS_OK;
 }
 

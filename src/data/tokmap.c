@@ -8,12 +8,12 @@
  *
  * Resident memory stays small: the hashing pass drops each chunk's pages
  * from the process once hashed (the kernel keeps them in its page cache),
- * and the loader drops the mapping's pages again after every batch, so
- * touched pages never add up to the file. Dropping per batch and not per
- * amount read matters: the kernel maps a whole page-cache folio (up to
- * 2 MiB) on a fault, so each shuffled window may bring in far more than its
- * bytes; a drop costs one madvise per batch and the next batch's faults
- * find the pages still in the page cache.
+ * and the loader and the split drop the mapping's pages again after every
+ * 16 windows they read (DROP_WINDOWS, dataset.c), so touched pages never add
+ * up to the file. Counting windows and not bytes matters: the kernel maps a
+ * whole page-cache folio (up to 2 MiB) on a fault, so each shuffled window
+ * may bring in far more than its bytes; a drop is one madvise and the next
+ * faults find the pages still in the page cache.
  *
  * The lineage hash covers the mapped bytes as they were read at load time;
  * pages read back later come from the file, so the file must not change
