@@ -183,7 +183,8 @@ ts_status ts_loader_seek(ts_loader *l, int64_t batches);
 /* Assemble the next `depth` batches on a background thread while the
  * caller works (0: none, the default; at most 64). The batches and their
  * order are exactly those without prefetch; a seek or a new depth drops
- * what was prefetched. The thread starts on the next ts_loader_next. */
+ * what was prefetched. The thread starts here (and again on the first
+ * ts_loader_next after a seek). */
 ts_status ts_loader_prefetch(ts_loader *l, int depth);
 /* Seconds ts_loader_next has spent waiting for a prefetched batch so far. */
 double ts_loader_wait_seconds(const ts_loader *l);

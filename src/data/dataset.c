@@ -395,7 +395,11 @@ ts_status ts_loader_prefetch(ts_loader *l, int depth) {
     ts_prefetch_stop(l->pf);
     l->pf = NULL;
     l->depth = depth;
-    return TS_OK;
+    /* Started now, not at the first next: the first batches are ready by
+     * the time the caller has compiled its plan. */
+    if (depth == 0) return TS_OK;
+    return ts_prefetch_start(l, depth, (size_t)l->batch * l->xb, (size_t)l->batch * l->yb, l->pos,
+                             &l->pf);
 }
 
 double ts_loader_wait_seconds(const ts_loader *l) {
