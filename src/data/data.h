@@ -27,6 +27,8 @@
 #include "tessel/data.h"
 #include "tessel/graph.h"
 
+typedef struct ts_token_map ts_token_map; /* src/data/tokmap.c */
+
 typedef struct ts_dataset {
     int64_t n; /* examples */
     ts_dtype x_dtype, y_dtype;
@@ -39,6 +41,11 @@ typedef struct ts_dataset {
      * run directory can record them. */
     float *norm_mean, *norm_std;
     int64_t n_norm;
+    /* A mapped token file (ts_data_map_tokens): x and y are NULL and each
+     * example is cut from the mapping when a loader assembles a batch;
+     * example i is window index[i] (index NULL: window i). Shared, counted. */
+    ts_token_map *tokens;
+    int64_t *index;
 } ts_dataset;
 
 void ts_dataset_free(ts_dataset *d);
@@ -104,6 +111,14 @@ ts_status ts_data_load_token_docs(const char *path, int bits, int64_t ctx, int64
                                   int64_t eot, ts_dataset **out);
 ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
                               ts_dataset **out);
+/* The same examples, same checks and same lineage without copying the file:
+ * it is memory-mapped and a loader widens each batch's windows to i64 as it
+ * assembles them (x and y stay NULL, d->tokens is set). Resident memory
+ * stays far below the file's size. A split of it gives a training part that
+ * maps the same file (an index of windows) and a validation part in memory
+ * (x, y), which is what evaluation reads. */
+ts_status ts_data_map_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
+                             ts_dataset **out);
 
 /* ---- graphs (src/data/graph.c) ------------------------------------------- */
 
@@ -187,6 +202,14 @@ int64_t ts_loader_batches_per_epoch(const ts_loader *l);
 /* Jump to a position (resume): the next batch is the one a fresh loader
  * would return after `batches` calls. */
 ts_status ts_loader_seek(ts_loader *l, int64_t batches);
+/* Assemble the next `depth` batches on a background thread while the
+ * caller works (0: none, the default; at most 64). The batches and their
+ * order are exactly those without prefetch; a seek or a new depth drops
+ * what was prefetched. The thread starts here (and again on the first
+ * ts_loader_next after a seek). */
+ts_status ts_loader_prefetch(ts_loader *l, int depth);
+/* Seconds ts_loader_next has spent waiting for a prefetched batch so far. */
+double ts_loader_wait_seconds(const ts_loader *l);
 void ts_loader_free(ts_loader *l);
 
 #endif

@@ -22,6 +22,27 @@ void ts_lineage_clear(ts_lineage *l);
 /* Append *l to d's lineage list, taking over its path (l is cleared). */
 ts_status ts_dataset_add_lineage(ts_dataset *d, ts_lineage *l);
 
+/* Mapped token files (src/data/tokmap.c). ref/unref count the datasets
+ * sharing a mapping (the last unref unmaps it); window writes window w's
+ * ctx inputs and ctx targets as i64; drop hands the pages mapped so far
+ * back to the page cache (called every 16 windows read, bounding VmRSS). */
+void ts_token_map_drop(ts_token_map *m);
+void ts_token_map_ref(ts_token_map *m);
+void ts_token_map_unref(ts_token_map *m);
+void ts_token_map_window(ts_token_map *m, int64_t w, int64_t *x, int64_t *y);
+
+/* Loader prefetch (src/data/prefetch.c). start runs a thread that fills
+ * batches pos, pos + 1, ... through ts_loader_fill into a ring of depth
+ * slots of xb + yb bytes; take copies batch pos (the next in order) out,
+ * adding the time it waited to *waited, and passes on a fill's error;
+ * stop ends the thread and frees everything (NULL is fine). */
+typedef struct ts_prefetch ts_prefetch;
+ts_status ts_loader_fill(ts_loader *l, int64_t pos, void *x, void *y);
+ts_status ts_prefetch_start(ts_loader *l, int depth, size_t xb, size_t yb, int64_t pos,
+                            ts_prefetch **out);
+ts_status ts_prefetch_take(ts_prefetch *p, int64_t pos, void *x, void *y, double *waited);
+void ts_prefetch_stop(ts_prefetch *p);
+
 /* Sizes a file states about itself (src/data/limits.c). */
 
 /* A shape read from `path`: no negative dimension, and the product of its

@@ -112,6 +112,8 @@ void ts_dataset_free(ts_dataset *d) {
     free(d->lineage);
     free(d->x);
     free(d->y);
+    ts_token_map_unref(d->tokens);
+    free(d->index);
     free(d->norm_mean);
     free(d->norm_std);
     free(d);
@@ -196,8 +198,25 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* A copy of `all` holding examples idx[0..count) in that order. */
-static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count,
+/* Mapped windows read between two drops of the mapping's pages: a fault
+ * may map a whole page-cache folio (up to 2 MiB), so this bounds what
+ * reading windows adds to resident memory (tokmap.c). */
+#define DROP_WINDOWS 16
+
+/* Copies example e of d into x and y (one example's bytes each). */
+static void example(const ts_dataset *d, int64_t e, size_t xb, size_t yb, void *x, void *y) {
+    if (d->tokens) {
+        ts_token_map_window(d->tokens, d->index ? d->index[e] : e, x, y);
+        return;
+    }
+    memcpy(x, (const char *)d->x + (size_t)e * xb, xb);
+    memcpy(y, (const char *)d->y + (size_t)e * yb, yb);
+}
+
+/* A copy of `all` holding examples idx[0..count) in that order. A view
+ * (mapped tokens only) shares the mapping and keeps the window index
+ * instead of copying the examples. */
+static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count, int view,
                         ts_dataset **out) {
     *out = NULL;
     ts_dataset *d = ts_zalloc(sizeof *d, "dataset");
@@ -208,12 +227,22 @@ static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count
     memcpy(d->x_dims, all->x_dims, sizeof d->x_dims);
     memcpy(d->y_dims, all->y_dims, sizeof d->y_dims);
     const size_t xb = ts_dataset_x_bytes(all), yb = ts_dataset_y_bytes(all);
-    d->x = ts_alloc((size_t)count * xb, "dataset split x");
-    d->y = ts_alloc((size_t)count * yb, "dataset split y");
-    if (!d->x || !d->y) goto nomem;
-    for (int64_t i = 0; i < count; i++) {
-        memcpy((char *)d->x + (size_t)i * xb, (const char *)all->x + (size_t)idx[i] * xb, xb);
-        memcpy((char *)d->y + (size_t)i * yb, (const char *)all->y + (size_t)idx[i] * yb, yb);
+    if (view && all->tokens) {
+        d->index = ts_alloc((size_t)(count ? count : 1) * sizeof *d->index, "dataset split index");
+        if (!d->index) goto nomem;
+        for (int64_t i = 0; i < count; i++) d->index[i] = all->index ? all->index[idx[i]] : idx[i];
+        d->tokens = all->tokens;
+        ts_token_map_ref(d->tokens);
+    } else {
+        d->x = ts_alloc((size_t)count * xb, "dataset split x");
+        d->y = ts_alloc((size_t)count * yb, "dataset split y");
+        if (!d->x || !d->y) goto nomem;
+        for (int64_t i = 0; i < count; i++) {
+            example(all, idx[i], xb, yb, (char *)d->x + (size_t)i * xb,
+                    (char *)d->y + (size_t)i * yb);
+            if (all->tokens && (i % DROP_WINDOWS == DROP_WINDOWS - 1 || i == count - 1))
+                ts_token_map_drop(all->tokens);
+        }
     }
     if (all->n_lineage) {
         d->lineage = ts_zalloc((size_t)all->n_lineage * sizeof *d->lineage, "lineage");
@@ -268,8 +297,10 @@ ts_status ts_dataset_split(const ts_dataset *all, double val_fraction, uint64_t 
      * forwards. */
     qsort(perm, (size_t)n_train, sizeof *perm, cmp_i64);
     qsort(perm + n_train, (size_t)n_val, sizeof *perm, cmp_i64);
-    ts_status s = subset(all, perm, n_train, train);
-    if (s == TS_OK) s = subset(all, perm + n_train, n_val, val);
+    /* A mapped token file stays mapped for training (the loader reads it);
+     * validation is held in memory, where evaluation reads it. */
+    ts_status s = subset(all, perm, n_train, 1, train);
+    if (s == TS_OK) s = subset(all, perm + n_train, n_val, 0, val);
     free(perm);
     if (s != TS_OK) {
         ts_dataset_free(*train);
@@ -290,6 +321,9 @@ struct ts_loader {
     int64_t perm_epoch; /* -1: none computed yet */
     int64_t window;     /* ts_loader_sort_window: examples sorted by length together */
     int64_t *len;       /* their lengths (sorting only) */
+    int depth;          /* batches prefetched ahead (0: none) */
+    ts_prefetch *pf;    /* the running prefetch (started by the first next) */
+    double wait_s;      /* time ts_loader_next waited for a prefetched batch */
 };
 
 ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_t seed,
@@ -333,6 +367,10 @@ ts_status ts_loader_sort_window(ts_loader *l, int64_t batches) {
         return ts_fail(TS_ERR_INVALID, "loader: sort window of %lld batches",
                        (long long)(l ? batches : 0));
     const ts_dataset *d = l->d;
+    if (d->tokens || !d->y)
+        return ts_fail(TS_ERR_INVALID,
+                       "loader: sorting by length needs token documents (data.eot_id), not "
+                       "fixed windows of a mapped token file");
     if (d->y_dtype != TS_I64 || d->y_rank != 1)
         return ts_fail(TS_ERR_INVALID, "loader: sorting by length needs token sequences");
     const int64_t T = d->y_dims[0];
@@ -346,24 +384,33 @@ ts_status ts_loader_sort_window(ts_loader *l, int64_t batches) {
         while (n > 0 && y[i * T + n - 1] == -100) n--;
         l->len[i] = n;
     }
+    /* A running prefetch read the old order: the next batch restarts it. */
+    ts_prefetch_stop(l->pf);
+    l->pf = NULL;
     l->window = batches * l->batch;
     l->perm_epoch = -1;
     return TS_OK;
 }
 
 void ts_loader_keep_last(ts_loader *l) {
-    if (l) l->per_epoch = (l->d->n + l->batch - 1) / l->batch;
+    if (!l) return;
+    ts_prefetch_stop(l->pf); /* it counted batches per epoch the old way */
+    l->pf = NULL;
+    l->per_epoch = (l->d->n + l->batch - 1) / l->batch;
 }
 
-ts_status ts_loader_next(ts_loader *l, void *x, void *y) {
-    int64_t rows;
-    return ts_loader_next_rows(l, x, y, &rows);
+/* Rows of batch `pos`: the batch size, or what is left for the short last
+ * batch (ts_loader_keep_last). A pure function of pos, so the prefetch
+ * thread and the caller agree. */
+static int64_t batch_rows(const ts_loader *l, int64_t pos) {
+    const int64_t first = (pos % l->per_epoch) * l->batch;
+    return first + l->batch <= l->d->n ? l->batch : l->d->n - first;
 }
 
-ts_status ts_loader_next_rows(ts_loader *l, void *x, void *y, int64_t *rows) {
-    if (!l || !x || !y || !rows)
-        return ts_fail(TS_ERR_INVALID, "loader: missing loader or batch buffer");
-    const int64_t epoch = l->pos / l->per_epoch, first = (l->pos % l->per_epoch) * l->batch;
+/* Batch `pos` into x and y. With a prefetch running only its thread calls
+ * this (it owns perm and the token map's drops). */
+ts_status ts_loader_fill(ts_loader *l, int64_t pos, void *x, void *y) {
+    const int64_t epoch = pos / l->per_epoch, first = (pos % l->per_epoch) * l->batch;
     const int ordered = l->shuffle || l->window;
     if (ordered && l->perm_epoch != epoch) {
         /* The epoch is the counter's high word: every epoch has its own
@@ -380,16 +427,56 @@ ts_status ts_loader_next_rows(ts_loader *l, void *x, void *y, int64_t *rows) {
                   sizeof *l->perm, cmp_len);
         l->perm_epoch = epoch;
     }
-    /* The short last batch (ts_loader_keep_last) takes what is left. */
-    const int64_t n = first + l->batch <= l->d->n ? l->batch : l->d->n - first;
-    *rows = n;
+    const int64_t n = batch_rows(l, pos);
     for (int64_t j = 0; j < n; j++) {
         const int64_t e = ordered ? l->perm[first + j] : first + j;
-        memcpy((char *)x + (size_t)j * l->xb, (const char *)l->d->x + (size_t)e * l->xb, l->xb);
-        memcpy((char *)y + (size_t)j * l->yb, (const char *)l->d->y + (size_t)e * l->yb, l->yb);
+        /* The loader borrows d, but reading a mapped window updates the
+         * mapping's page accounting (tokmap.c), not the examples. */
+        example(l->d, e, l->xb, l->yb, (char *)x + (size_t)j * l->xb,
+                (char *)y + (size_t)j * l->yb);
+        if (l->d->tokens && (j % DROP_WINDOWS == DROP_WINDOWS - 1 || j == n - 1))
+            ts_token_map_drop(l->d->tokens);
     }
-    l->pos++;
     return TS_OK;
+}
+
+ts_status ts_loader_next(ts_loader *l, void *x, void *y) {
+    int64_t rows;
+    return ts_loader_next_rows(l, x, y, &rows);
+}
+
+ts_status ts_loader_next_rows(ts_loader *l, void *x, void *y, int64_t *rows) {
+    if (!l || !x || !y || !rows)
+        return ts_fail(TS_ERR_INVALID, "loader: missing loader or batch buffer");
+    ts_status st;
+    *rows = batch_rows(l, l->pos);
+    if (l->depth > 0) {
+        if (!l->pf && (st = ts_prefetch_start(l, l->depth, (size_t)l->batch * l->xb,
+                                              (size_t)l->batch * l->yb, l->pos, &l->pf)) != TS_OK)
+            return st;
+        st = ts_prefetch_take(l->pf, l->pos, x, y, &l->wait_s);
+    } else {
+        st = ts_loader_fill(l, l->pos, x, y);
+    }
+    if (st == TS_OK) l->pos++;
+    return st;
+}
+
+ts_status ts_loader_prefetch(ts_loader *l, int depth) {
+    if (!l || depth < 0 || depth > 64)
+        return ts_fail(TS_ERR_INVALID, "loader prefetch: depth %d is not in [0, 64]", depth);
+    ts_prefetch_stop(l->pf);
+    l->pf = NULL;
+    l->depth = depth;
+    /* Started now, not at the first next: the first batches are ready by
+     * the time the caller has compiled its plan. */
+    if (depth == 0) return TS_OK;
+    return ts_prefetch_start(l, depth, (size_t)l->batch * l->xb, (size_t)l->batch * l->yb, l->pos,
+                             &l->pf);
+}
+
+double ts_loader_wait_seconds(const ts_loader *l) {
+    return l ? l->wait_s : 0;
 }
 
 int64_t ts_loader_epoch(const ts_loader *l) {
@@ -406,12 +493,17 @@ ts_status ts_loader_seek(ts_loader *l, int64_t batches) {
     if (!l) return ts_fail(TS_ERR_INVALID, "loader seek: no loader");
     if (batches < 0)
         return ts_fail(TS_ERR_INVALID, "loader seek: negative position %lld", (long long)batches);
+    /* Batches prefetched from the old position are of no use: the next
+     * call starts the prefetch again from the new one. */
+    ts_prefetch_stop(l->pf);
+    l->pf = NULL;
     l->pos = batches;
     return TS_OK;
 }
 
 void ts_loader_free(ts_loader *l) {
     if (!l) return;
+    ts_prefetch_stop(l->pf);
     free(l->perm);
     free(l->len);
     free(l);

@@ -805,6 +805,10 @@ ts_status ts_train_metrics_create(int rank, ts_train_metrics *tm) {
     CL(anomalies, "tessel_anomalies_total",
        "Anomalies seen by the gradient monitors and loss checks, by kind.", 1, kind);
     CL(alerts, "tessel_alerts_total", "Alert rules that fired, by rule and action.", 2, alert);
+    if (st == TS_OK)
+        st = ts_metrics_counter(m, "tessel_data_wait_seconds_total",
+                                "Time training steps waited for their batch (input pipeline).", 0,
+                                NULL, &tm->data_wait_seconds);
 #undef G
 #undef GL
 #undef CL
@@ -815,7 +819,7 @@ ts_status ts_train_metrics_create(int rank, ts_train_metrics *tm) {
         ts_metric *lazy[] = {
             tm->loss,           tm->learning_rate, tm->samples_per_second, tm->tokens_per_second,
             tm->grad_norm,      tm->grad_variance, tm->loss_scale,         tm->arena_bytes,
-            tm->resident_bytes, tm->step_seconds,  tm->checkpoint_seconds};
+            tm->resident_bytes, tm->step_seconds,  tm->checkpoint_seconds, tm->data_wait_seconds};
         for (size_t i = 0; i < sizeof lazy / sizeof *lazy; i++) ts_metric_lazy(lazy[i]);
     }
     ts_series *info = NULL;
@@ -839,7 +843,7 @@ void ts_train_metrics_free(ts_train_metrics *tm) {
 }
 
 ts_step_metrics ts_step_metrics_empty(void) {
-    return (ts_step_metrics){0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    return (ts_step_metrics){0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
 }
 
 ts_status ts_train_metrics_step(ts_train_metrics *tm, const ts_step_metrics *s) {
@@ -854,6 +858,10 @@ ts_status ts_train_metrics_step(ts_train_metrics *tm, const ts_step_metrics *s) 
     if (!isnan(s->grad_norm)) ts_metric_set(tm->grad_norm, s->grad_norm);
     if (!isnan(s->grad_variance)) ts_metric_set(tm->grad_variance, s->grad_variance);
     if (!isnan(s->loss_scale)) ts_metric_set(tm->loss_scale, s->loss_scale);
+    if (s->data_wait_total_s >= tm->data_wait_seen) { /* NaN: no loader */
+        ts_metric_inc(tm->data_wait_seconds, s->data_wait_total_s - tm->data_wait_seen);
+        tm->data_wait_seen = s->data_wait_total_s;
+    }
     if (s->seconds >= 0) ts_metric_observe(tm->step_seconds, s->seconds);
     uint64_t rss;
     /* Without /proc (not Linux) the gauge simply stays at 0. */

@@ -136,6 +136,9 @@ typedef struct ts_train_metrics {
     ts_metric *resident_bytes;     /* gauge: process resident set size */
     ts_metric *anomalies;          /* counter {kind} */
     ts_metric *alerts;             /* counter {rule, action} */
+    /* Input pipeline (docs/data.md): seconds steps waited for their batch. */
+    ts_metric *data_wait_seconds; /* counter */
+    double data_wait_seen;        /* the loader's total at the last step */
 } ts_train_metrics;
 
 /* Creates tm->reg with rank="<rank>" (no rank label when rank < 0) and
@@ -152,6 +155,9 @@ typedef struct ts_step_metrics {
     double seconds; /* wall time of the step */
     double learning_rate, samples_per_s, tokens_per_s;
     double grad_norm, grad_variance, loss_scale;
+    /* Seconds the loader has waited for batches since it was made
+     * (ts_loader_wait_seconds); the counter grows by the difference. */
+    double data_wait_total_s;
 } ts_step_metrics;
 
 /* A ts_step_metrics with step 0, loss NaN and every optional field NaN. */

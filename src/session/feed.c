@@ -91,10 +91,12 @@ ts_status ts_sess_load_data(session *s) {
         break;
     case TS_CFG_CSV: st = load_csv(s); break;
     case TS_CFG_TOKENS:
+        /* Documents are read whole (rows of varying length); plain windows
+         * are mapped, not read whole: a corpus larger than memory trains. */
         st = c->data.eot_id >= 0 ? ts_data_load_token_docs(c->data.path, c->data.bits, c->model.ctx,
                                                            c->model.vocab, c->data.eot_id, &s->all)
-                                 : ts_data_load_tokens(c->data.path, c->data.bits, c->model.ctx,
-                                                       c->model.vocab, &s->all);
+                                 : ts_data_map_tokens(c->data.path, c->data.bits, c->model.ctx,
+                                                      c->model.vocab, &s->all);
         break;
     case TS_CFG_GRAPH: {
         /* The whole graph is the one example of each split (zoo_data.h). */
@@ -166,7 +168,9 @@ ts_status ts_sess_load_data(session *s) {
     if (st == TS_OK && !c->data.drop_last) ts_loader_keep_last(s->loader);
     if (st == TS_OK && c->shape.sort_window > 0 && c->data.source == TS_CFG_TOKENS)
         st = ts_loader_sort_window(s->loader, c->shape.sort_window);
-    return st;
+    /* The next two batches are assembled on a thread while the step runs
+     * (same batches, same order: src/data/prefetch.c). */
+    return st == TS_OK ? ts_loader_prefetch(s->loader, 2) : st;
 }
 
 /* The benchmark models (flat and token inputs: mlp, gpt) cycle over N_SYNTH fixed batches, as the

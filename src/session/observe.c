@@ -145,6 +145,7 @@ ts_status ts_sess_observe_step(session *s, int64_t step, double loss, double lr,
         m.learning_rate = lr;
         m.samples_per_s = s->gpt ? rate / (double)c->model.ctx : rate;
         if (s->gpt) m.tokens_per_s = rate;
+        if (s->loader) m.data_wait_total_s = ts_loader_wait_seconds(s->loader);
         m.grad_norm = *grad_norm;
         if (s->ar) m.grad_variance = s->ar->mon->value[TS_MON_GRAD_VARIANCE];
         double scale;

@@ -418,6 +418,8 @@ ts_status ts_sess_write_summary(session *s, const char *status, const char *erro
                   (json_int_t)(s->plan ? ts_sess_param_count(s->plan) : 0), "seed",
                   (json_int_t)s->c.train.seed);
     if (!o) return ts_fail(TS_ERR_NOMEM, "out of memory for summary.json");
+    if (s->loader) /* time steps waited for their batch, summed (docs/data.md) */
+        json_object_set_new(o, "data_wait_ms", json_real(1e3 * ts_loader_wait_seconds(s->loader)));
     if (s->c.batches_per_epoch)
         json_object_set_new(o, "epochs",
                             json_real((double)r->steps / (double)s->c.batches_per_epoch));

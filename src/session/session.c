@@ -57,7 +57,10 @@ static ts_status train_loop(session *s) {
     for (int64_t step = s->start_step + 1; step <= steps && !r->interrupted; step++) {
         const int64_t epoch = bpe ? (step - 1) / bpe + 1 : 0;
         const double lr = ts_plan_lr(s->plan), t0 = ts_now();
+        /* The time this step waited for its batch (prefetch: src/data/prefetch.c). */
+        const double w0 = s->loader ? ts_loader_wait_seconds(s->loader) : 0;
         st = ts_sess_next_batch(s, step);
+        const double wait = s->loader ? ts_loader_wait_seconds(s->loader) - w0 : 0;
         double loss = NAN, agreed;
         if (s->rp) { /* dist.reproducible: this rank's micro-batches (repro.h) */
             if (st == TS_OK) st = ts_repro_step(s, &loss);
@@ -98,19 +101,20 @@ static ts_status train_loop(session *s) {
         char cj[320]; /* gradient compression's bytes (compress_obs.c) */
         if ((st = ts_sess_compress_observe(s, step, cj, sizeof cj)) != TS_OK) break;
         if (s->metrics) {
-            char b1[32], b2[32], b3[32], b4[32], amp[96] = "", shp[256];
+            char b1[32], b2[32], b3[32], b4[32], amp[96] = "", shp[256], data[48] = "";
             ts_sess_shape_json(s, shp, sizeof shp);
             double scale;
             if (ts_plan_loss_scale(s->plan, &scale, NULL, NULL)) /* mixed precision */
                 snprintf(amp, sizeof amp, ",\"loss_scale\":%.9g,\"step_skipped\":%d", scale,
                          ts_plan_last_step_skipped(s->plan));
+            if (s->loader) snprintf(data, sizeof data, ",\"data_wait_ms\":%.4f", 1e3 * wait);
             fprintf(s->metrics,
                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%s,"
-                    "\"samples_per_s\":%s,\"grad_norm\":%s%s%s%s}\n",
+                    "\"samples_per_s\":%s,\"grad_norm\":%s%s%s%s%s}\n",
                     (long long)step, (long long)epoch, num(loss, b1, sizeof b1),
                     num(lr, b2, sizeof b2),
                     num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3),
-                    num(gnorm, b4, sizeof b4), amp, shp, cj);
+                    num(gnorm, b4, sizeof b4), amp, data, shp, cj);
         }
         /* A skipped update kept the weights: the run can go on. */
         if (!isfinite(loss) && !(alert & (1u << TS_AA_SKIP | 1u << TS_AA_STOP))) {

@@ -314,6 +314,31 @@ static void test_concurrent(void) {
 
 /* ---- standard training metrics ------------------------------------------------ */
 
+/* tessel_data_wait_seconds_total follows the loader's running total
+ * (data_wait_total_s) and stays out of the scrape without a loader. */
+static void test_data_wait(void) {
+    ts_train_metrics tm;
+    CHECK_OK(ts_train_metrics_create(-1, &tm));
+    ts_step_metrics s = ts_step_metrics_empty();
+    s.step = 1, s.loss = 1;
+    CHECK_OK(ts_train_metrics_step(&tm, &s));
+    char *text = NULL;
+    CHECK_OK(ts_metrics_render(tm.reg, &text, NULL));
+    CHECK(text && !strstr(text, "tessel_data_wait_seconds_total"), "no loader: no data wait");
+    free(text);
+    s.step = 2, s.data_wait_total_s = 0.25;
+    CHECK_OK(ts_train_metrics_step(&tm, &s));
+    s.step = 3, s.data_wait_total_s = 0.75;
+    CHECK_OK(ts_train_metrics_step(&tm, &s));
+    text = NULL;
+    CHECK_OK(ts_metrics_render(tm.reg, &text, NULL));
+    CHECK(text && strstr(text, "# TYPE tessel_data_wait_seconds_total counter\n") &&
+              strstr(text, "tessel_data_wait_seconds_total 0.75\n"),
+          "data wait counter:\n%s", text ? text : "");
+    free(text);
+    ts_train_metrics_free(&tm);
+}
+
 static void test_train_metrics(void) {
     ts_train_metrics tm;
     CHECK_OK(ts_train_metrics_create(3, &tm));
@@ -459,6 +484,7 @@ int main(void) {
     test_errors();
     test_concurrent();
     test_train_metrics();
+    test_data_wait();
     test_http();
     return check_summary("metrics");
 }
