@@ -38,10 +38,22 @@ static int put_u64(FILE *f, uint64_t v) {
 
 ts_status cg_data_load(const ts_config *c, session **out) {
     *out = NULL;
+    /* The emitted step is the one plan of the whole batch: the micro-batch
+     * tree and the bucket plans are not emitted. */
+    if (c->dist.reproducible)
+        return ts_fail(
+            TS_ERR_UNSUPPORTED,
+            "--emit-c: dist.reproducible (micro-batches summed in a tree) is not emitted; "
+            "set dist.reproducible false");
+    if (c->shape.policy == 1)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "--emit-c: shape.policy bucket (a plan per bucket) is not emitted; set "
+                       "shape.policy exact");
     session *s = ts_zalloc(sizeof *s, "emit-c session");
     if (!s) return TS_ERR_NOMEM;
     s->c = *c;
     s->nranks = 1;
+    s->nslices = 1; /* the batch is one slice: the session's buffers hold it */
     s->gpt = (ts_model_of(c)->flags & TS_MODEL_LM) != 0;
     ts_status st = ts_sess_load_data(s);
     if (st != TS_OK) {
