@@ -215,6 +215,14 @@ ts_status ts_launch_job(char *const argv[], const ts_launch_options *o, int *exi
         /* A host without a rank (a node lost, a peer gone): the rank the
          * survivors waited for is the one on it. */
         if (b.rank < 0 && b.host[0] && b.missing >= 0) b.rank = b.missing;
+        /* Only exit statuses seen (srun told of no node failure, Open MPI of
+         * no peer): a survivor exits 1 because one rank stopped answering,
+         * so that rank is the one to name; its host is not in the output. */
+        if (b.sev <= 1 && b.missing >= 0 && b.rank != b.missing) {
+            b.rank = b.missing;
+            b.host[0] = 0;
+            snprintf(b.how, sizeof b.how, "(it stopped answering: its process or host is gone)");
+        }
         char what[320];
         describe(&b, code, what, sizeof what);
         char rank[32] = "";

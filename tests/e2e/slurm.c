@@ -209,12 +209,14 @@ static void test_launch_srun(void) {
 /* 4. A node lost mid-run (its slurmd and every process on it killed):
  * srun or Open MPI report host n2, tessel launch blames rank 1 on it, the
  * relaunched srun waits for the node to come back, resumes from the latest
- * checkpoint and ends with the weights of an uninterrupted run. */
+ * checkpoint and ends with the weights of an uninterrupted run. 2000 steps
+ * (about 8 s on an idle machine) so the node dies mid-run: 300 steps ended
+ * in 1.2 s, before the test had killed it. */
 static void test_node_lost(void) {
     const char *args = "--set model.batch=16 --set model.hidden=32 --set model.window=4 --set "
                        "model.features=4 --set train.threads=1 --set dist.algo=native --set "
-                       "ckpt.every=50 --set alerts.defaults=false --set train.log_every=1 "
-                       "--steps 300";
+                       "ckpt.every=100 --set alerts.defaults=false --set train.log_every=1 "
+                       "--steps 2000";
     char ref[256], run[256], log[256], node[1400];
     snprintf(ref, sizeof ref, "%s", e2e_path("lost-ref"));
     snprintf(run, sizeof run, "%s", e2e_path("lost"));
@@ -235,10 +237,10 @@ static void test_node_lost(void) {
     struct timespec tick = {0, 50 * 1000 * 1000};
     int mid = 0;
     for (int i = 0; i < 2400 && !mid; i++) {
-        mid = last_step(run) >= 60;
+        mid = last_step(run) >= 20;
         if (!mid) nanosleep(&tick, NULL);
     }
-    CHECK(mid, "the run reached step 60");
+    CHECK(mid, "the run reached step 20");
     snprintf(node, sizeof node, "bash '%s' kill-node '%s' n2", script, cluster);
     CHECK(system(node) == 0, "%s", node);
     int restarted = 0;
@@ -256,14 +258,17 @@ static void test_node_lost(void) {
     char *out = e2e_slurp(log, NULL);
     /* Blamed on n2 from srun's "Node failure on n2" or, when srun only
      * timed out, Open MPI's "Peer host: n2"; the rank from rank 0's report
-     * of the one it waited for. */
+     * of the one it waited for. When neither srun nor Open MPI says which
+     * node went (seen on an idle machine: rank 0 timed out first and exited
+     * 1), rank 1 is named as the one that stopped answering, with no host. */
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
               (strstr(out, "after rank 1 on host n2 (srun: node failure)") ||
-               strstr(out, "after rank 1 on host n2 (Open MPI: its process disconnected)")) &&
-              strstr(out, "resuming from") && strstr(out, "done: 300 steps"),
+               strstr(out, "after rank 1 on host n2 (Open MPI: its process disconnected)") ||
+               strstr(out, "after rank 1 (it stopped answering: its process or host is gone)")) &&
+              strstr(out, "resuming from") && strstr(out, "done: 2000 steps"),
           "node n2 lost, the job relaunched and finished: status %d\n%s", st, out);
     free(out);
-    same_weights("after a lost node", ref, run, "step-00000300 (step 300)");
+    same_weights("after a lost node", ref, run, "step-00002000 (step 2000)");
 }
 
 /* Processes munged, slurmctld or slurmd whose command line names this
