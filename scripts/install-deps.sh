@@ -17,6 +17,10 @@ PKGS="$PKGS libgmp-dev openssl"
 # daemons with munge, for tests/e2e/slurm.c (scripts/slurm-cluster.sh), and
 # iproute2 for its two network-namespace hosts.
 PKGS="$PKGS slurm-wlm munge iproute2"
+# tessel compile --emit-c (docs/aot.md): the e2e tests build six emitted
+# programs whose kernels/ are the same library sources; with ccache only the
+# first build of each flavour compiles them (tests/support/emit_c.c).
+PKGS="$PKGS ccache"
 
 check=0
 for a in "$@"; do
