@@ -60,6 +60,12 @@ ts_status ts_data_check_examples(const char *path, int rank, const int64_t *dims
  * so label + 1 cannot overflow and no model asks for absurd memory.
  * `where` names the place ("example 3", "node 17"). TS_ERR_INVALID naming
  * the file, the place, the value and the key. */
+/* Token files (tokens.c): the number of `bits`-bit tokens in `len` bytes,
+ * an error naming the file when the bytes are not a whole number of them;
+ * and an error when ntok tokens hold no example of ctx + 1 tokens. */
+ts_status ts_tokens_count(const char *path, size_t len, int bits, size_t *ntok);
+ts_status ts_tokens_check_window(const char *path, size_t ntok, int64_t ctx);
+
 ts_status ts_data_check_class_count(const char *path, const char *where, int64_t label);
 
 /* Little-endian loads, independent of the host's byte order. */

@@ -52,14 +52,11 @@ ts_status ts_data_load_token_docs(const char *path, int bits, int64_t ctx, int64
     ts_lineage lin;
     ts_status s = ts_data_slurp(path, &buf, &len, &lin);
     if (s != TS_OK) return s;
-    const size_t tb = (size_t)bits / 8, ntok = len / tb;
+    const size_t tb = (size_t)bits / 8;
+    size_t ntok = 0;
     ts_dataset *d = NULL;
     int64_t n = 0;
-    if (len % tb) {
-        s = ts_fail(TS_ERR_FORMAT, "%s: %zu bytes is not a whole number of %d-bit tokens", path,
-                    len, bits);
-        goto done;
-    }
+    if ((s = ts_tokens_count(path, len, bits, &ntok)) != TS_OK) goto done;
     for (size_t i = 0; i < ntok; i++) {
         const int64_t t = token(buf, bits, i);
         if (t >= vocab) {

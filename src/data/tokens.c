@@ -30,21 +30,12 @@ ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t v
     ts_lineage lin;
     ts_status s = ts_data_slurp(path, &buf, &len, &lin);
     if (s != TS_OK) return s;
-    const size_t tb = (size_t)bits / 8, ntok = len / tb;
+    const size_t tb = (size_t)bits / 8;
+    size_t ntok = 0;
     ts_dataset *d = NULL;
-    if (len % tb) {
-        s = ts_fail(TS_ERR_FORMAT, "%s: %zu bytes is not a whole number of %d-bit tokens", path,
-                    len, bits);
+    if ((s = ts_tokens_count(path, len, bits, &ntok)) != TS_OK ||
+        (s = ts_tokens_check_window(path, ntok, ctx)) != TS_OK)
         goto done;
-    }
-    /* ctx comes from the config ([1, 1e9]) but the API takes any int64:
-     * compare without forming ctx + 1. */
-    if (ntok == 0 || (uint64_t)(ntok - 1) < (uint64_t)ctx) {
-        s = ts_fail(TS_ERR_INVALID,
-                    "%s: %zu tokens, fewer than one example of ctx + 1 tokens (model.ctx %lld)",
-                    path, ntok, (long long)ctx);
-        goto done;
-    }
     /* Every token is checked, including an unused tail: a value out of
      * range means the file and the vocabulary do not belong together. */
     for (size_t i = 0; i < ntok; i++) {
@@ -84,5 +75,24 @@ done:
         return s;
     }
     *out = d;
+    return TS_OK;
+}
+
+ts_status ts_tokens_count(const char *path, size_t len, int bits, size_t *ntok) {
+    const size_t tb = (size_t)bits / 8;
+    *ntok = len / tb;
+    if (len % tb)
+        return ts_fail(TS_ERR_FORMAT, "%s: %zu bytes is not a whole number of %d-bit tokens", path,
+                       len, bits);
+    return TS_OK;
+}
+
+ts_status ts_tokens_check_window(const char *path, size_t ntok, int64_t ctx) {
+    /* ctx comes from the config ([1, 1e9]) but the API takes any int64:
+     * compare without forming ctx + 1. */
+    if (ntok == 0 || (uint64_t)(ntok - 1) < (uint64_t)ctx)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: %zu tokens, fewer than one example of ctx + 1 tokens (model.ctx %lld)",
+                       path, ntok, (long long)ctx);
     return TS_OK;
 }

@@ -127,23 +127,14 @@ ts_status ts_data_map_tokens(const char *path, int bits, int64_t ctx, int64_t vo
         return s;
     }
     const size_t len = st.st_size > 0 ? (size_t)st.st_size : 0;
-    const size_t tb = (size_t)bits / 8, ntok = len / tb;
+    size_t ntok = 0;
     ts_status s = TS_OK;
     ts_token_map *m = NULL;
     ts_dataset *d = NULL;
     ts_lineage lin = {0};
-    if (len % tb) {
-        s = ts_fail(TS_ERR_FORMAT, "%s: %zu bytes is not a whole number of %d-bit tokens", path,
-                    len, bits);
+    if ((s = ts_tokens_count(path, len, bits, &ntok)) != TS_OK ||
+        (s = ts_tokens_check_window(path, ntok, ctx)) != TS_OK)
         goto done;
-    }
-    /* ctx may be any int64: compare without forming ctx + 1. */
-    if (ntok == 0 || (uint64_t)(ntok - 1) < (uint64_t)ctx) {
-        s = ts_fail(TS_ERR_INVALID,
-                    "%s: %zu tokens, fewer than one example of ctx + 1 tokens (model.ctx %lld)",
-                    path, ntok, (long long)ctx);
-        goto done;
-    }
     if (!(m = ts_zalloc(sizeof *m, "token map"))) {
         s = TS_ERR_NOMEM;
         goto done;
