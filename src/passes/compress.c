@@ -85,6 +85,13 @@ static int32_t new_state(ts_graph *g, int ranks, int64_t n, int b, const char *w
     return id;
 }
 
+/* Names a bucket's node output "bucket<b>.<what>" (in dumps and traces). */
+static ts_status name_bucket(ts_graph *g, ts_val v, int b, const char *what) {
+    char name[64];
+    snprintf(name, sizeof name, "bucket%d.%s", b, what);
+    return ts_set_name(g, v, name);
+}
+
 /* PowerSGD: psgd_start (g..., err, q) and psgd_wait (token, buf, qbuf, g..., err, q). */
 static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int b, const ts_val *grads, int k,
                              int32_t *start, int32_t *wait) {
@@ -123,13 +130,9 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int b, const ts
     ts_val outs[3];
     ts_val tok = ts_node_add(g, TS_OP_PSGD_START, k + 2, args, &a, outs);
     if ((s = ts_graph_status(g)) != TS_OK) goto done;
-    char name[64];
-    snprintf(name, sizeof name, "bucket%d.start", b);
-    if ((s = ts_set_name(g, tok, name)) != TS_OK) goto done;
-    snprintf(name, sizeof name, "bucket%d.p", b);
-    if ((s = ts_set_name(g, outs[1], name)) != TS_OK) goto done;
-    snprintf(name, sizeof name, "bucket%d.qbuf", b);
-    if ((s = ts_set_name(g, outs[2], name)) != TS_OK) goto done;
+    if ((s = name_bucket(g, tok, b, "start")) != TS_OK) goto done;
+    if ((s = name_bucket(g, outs[1], b, "p")) != TS_OK) goto done;
+    if ((s = name_bucket(g, outs[2], b, "qbuf")) != TS_OK) goto done;
     *start = g->values[tok.id].node;
     args[0] = tok;
     args[1] = outs[1];
@@ -139,8 +142,7 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int b, const ts
     args[4 + k] = ts_mkval(q);
     ts_val w = ts_node_add(g, TS_OP_PSGD_WAIT, k + 5, args, &a, NULL);
     if ((s = ts_graph_status(g)) != TS_OK) goto done;
-    snprintf(name, sizeof name, "bucket%d.wait", b);
-    if ((s = ts_set_name(g, w, name)) != TS_OK) goto done;
+    if ((s = name_bucket(g, w, b, "wait")) != TS_OK) goto done;
     *wait = g->values[w.id].node;
 done:
     free(args);
@@ -197,13 +199,9 @@ ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, double momentum
     ts_val outs[3];
     ts_val tok = ts_node_add(g, TS_OP_COMPRESS_START, ns + k, args, &a, outs);
     if ((s = ts_graph_status(g)) != TS_OK) goto done;
-    char name[64];
-    snprintf(name, sizeof name, "bucket%d.start", b);
-    if ((s = ts_set_name(g, tok, name)) != TS_OK) goto done;
-    snprintf(name, sizeof name, "bucket%d.send", b);
-    if ((s = ts_set_name(g, outs[1], name)) != TS_OK) goto done;
-    snprintf(name, sizeof name, "bucket%d.recv", b);
-    if ((s = ts_set_name(g, outs[2], name)) != TS_OK) goto done;
+    if ((s = name_bucket(g, tok, b, "start")) != TS_OK) goto done;
+    if ((s = name_bucket(g, outs[1], b, "send")) != TS_OK) goto done;
+    if ((s = name_bucket(g, outs[2], b, "recv")) != TS_OK) goto done;
     *start = g->values[tok.id].node;
     args[0] = tok;
     args[1] = outs[1];
@@ -211,8 +209,7 @@ ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, double momentum
     for (int i = 0; i < k; i++) args[3 + i] = grads[i];
     ts_val w = ts_node_add(g, TS_OP_COMPRESS_WAIT, 3 + k, args, &a, NULL);
     if ((s = ts_graph_status(g)) != TS_OK) goto done;
-    snprintf(name, sizeof name, "bucket%d.wait", b);
-    if ((s = ts_set_name(g, w, name)) != TS_OK) goto done;
+    if ((s = name_bucket(g, w, b, "wait")) != TS_OK) goto done;
     *wait = g->values[w.id].node;
 done:
     free(args);
