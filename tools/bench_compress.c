@@ -2,6 +2,7 @@
  * bench_compress.h): `tessel bench --procs N --compress topk|powersgd`;
  * uses the public API only. */
 #include "bench_compress.h"
+#include "bench_dist.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,21 +50,8 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc) {
     ts_graph *g = ts_graph_new();
     if (!g) return TS_ERR_NOMEM;
     ts_model m;
-    ts_mlp_config mc = ts_mlp_w1();
-    ts_gpt_config gc = ts_gpt_w3();
     ts_train_spec spec;
-    ts_status s;
-    if (rc->gpt) {
-        gc.batch = rc->rank_batch;
-        s = ts_build_gpt(g, &gc, &m);
-        spec = ts_train_spec_default(m.loss);
-        spec.opt = ts_adamw(3e-4, 0.9, 0.999, 1e-8, 0.1);
-    } else {
-        mc.batch = rc->rank_batch;
-        s = ts_build_mlp(g, &mc, &m);
-        spec = ts_train_spec_default(m.loss);
-        spec.opt = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
-    }
+    ts_status s = ts_bench_dist_workload(g, rc->gpt, rc->rank_batch, &m, &spec);
     ts_plan *p = NULL;
     void *x = NULL, *y = NULL;
     double *times = NULL;
@@ -85,10 +73,7 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc) {
         if (!x || !y || !times) s = TS_ERR_NOMEM;
     }
     const int rank = ts_comm_rank(comm);
-    if (s == TS_OK)
-        s = rc->gpt ? ts_synth_tokens(1234, rank, gc.batch, gc.ctx, gc.vocab, x, y)
-                    : ts_synth_regression(1234, rank, mc.batch, mc.window, mc.features, mc.out_dim,
-                                          x, y);
+    if (s == TS_OK) s = ts_bench_dist_batch(rc->gpt, rc->rank_batch, rank, x, y);
     const char *in = s == TS_OK ? ts_name(g, m.input) : NULL,
                *tg = s == TS_OK ? ts_name(g, m.target) : NULL;
     for (int i = 0; s == TS_OK && i < o->warmup + o->steps; i++) {

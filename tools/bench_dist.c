@@ -56,26 +56,41 @@ static void profile_text(const ts_plan *p, int steps, char *out) {
     }
 }
 
+ts_status ts_bench_dist_workload(ts_graph *g, int gpt, int64_t rank_batch, ts_model *m,
+                                 ts_train_spec *spec) {
+    ts_status s;
+    if (gpt) {
+        ts_gpt_config gc = ts_gpt_w3();
+        gc.batch = rank_batch;
+        s = ts_build_gpt(g, &gc, m);
+        *spec = ts_train_spec_default(m->loss);
+        spec->opt = ts_adamw(3e-4, 0.9, 0.999, 1e-8, 0.1);
+    } else {
+        ts_mlp_config mc = ts_mlp_w1();
+        mc.batch = rank_batch;
+        s = ts_build_mlp(g, &mc, m);
+        *spec = ts_train_spec_default(m->loss);
+        spec->opt = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
+    }
+    return s;
+}
+
+ts_status ts_bench_dist_batch(int gpt, int64_t rank_batch, int rank, void *x, void *y) {
+    if (gpt) {
+        const ts_gpt_config gc = ts_gpt_w3();
+        return ts_synth_tokens(1234, rank, rank_batch, gc.ctx, gc.vocab, x, y);
+    }
+    const ts_mlp_config mc = ts_mlp_w1();
+    return ts_synth_regression(1234, rank, rank_batch, mc.window, mc.features, mc.out_dim, x, y);
+}
+
 static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, double *loss) {
     const ts_bench_dist_options *o = rc->o;
     ts_graph *g = ts_graph_new();
     if (!g) return TS_ERR_NOMEM;
     ts_model m;
-    ts_status s;
-    ts_mlp_config mc = ts_mlp_w1();
-    ts_gpt_config gc = ts_gpt_w3();
     ts_train_spec spec;
-    if (rc->gpt) {
-        gc.batch = rc->rank_batch;
-        s = ts_build_gpt(g, &gc, &m);
-        spec = ts_train_spec_default(m.loss);
-        spec.opt = ts_adamw(3e-4, 0.9, 0.999, 1e-8, 0.1);
-    } else {
-        mc.batch = rc->rank_batch;
-        s = ts_build_mlp(g, &mc, &m);
-        spec = ts_train_spec_default(m.loss);
-        spec.opt = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
-    }
+    ts_status s = ts_bench_dist_workload(g, rc->gpt, rc->rank_batch, &m, &spec);
     ts_plan *p = NULL;
     const int rank = ts_comm_rank(comm), profile = o->profile && !rc->no_comm;
     void *x = NULL, *y = NULL;
@@ -99,10 +114,7 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         times = ts_alloc(sizeof(double) * (size_t)o->steps, "bench times");
         if (!x || !y || !times) s = TS_ERR_NOMEM;
     }
-    if (s == TS_OK)
-        s = rc->gpt ? ts_synth_tokens(1234, rank, gc.batch, gc.ctx, gc.vocab, x, y)
-                    : ts_synth_regression(1234, rank, mc.batch, mc.window, mc.features, mc.out_dim,
-                                          x, y);
+    if (s == TS_OK) s = ts_bench_dist_batch(rc->gpt, rc->rank_batch, rank, x, y);
     const char *in = s == TS_OK ? ts_name(g, m.input) : NULL,
                *tg = s == TS_OK ? ts_name(g, m.target) : NULL;
     for (int i = 0; s == TS_OK && i < o->warmup + o->steps; i++) {

@@ -51,4 +51,12 @@ typedef struct ts_bench_dist_result {
 
 ts_status ts_bench_dist_run(const ts_bench_dist_options *o, ts_bench_dist_result *r);
 
+/* The workload one rank trains: W1 (gpt 0) or W3 (gpt 1) at rank_batch
+ * rows, with BENCH.md's AdamW settings; into g, m and spec. Shared by the
+ * data-parallel and the compression benchmarks. */
+ts_status ts_bench_dist_workload(ts_graph *g, int gpt, int64_t rank_batch, ts_model *m,
+                                 ts_train_spec *spec);
+/* Rank `rank`'s synthetic batch of that workload (the same on every run). */
+ts_status ts_bench_dist_batch(int gpt, int64_t rank_batch, int rank, void *x, void *y);
+
 #endif
