@@ -46,12 +46,22 @@ static int plan_param(const ts_plan *p, const char *name, size_t len) {
     return 0;
 }
 
+/* ZeRO-3: a parameter of the plan that is not persistent (every rank's
+ * blocks hold it). */
+static int sharded_param(const ts_plan *p, const char *name) {
+    if (!plan_param(p, name, strlen(name))) return 0;
+    for (int j = 0; j < ts_plan_persistent_count(p); j++) {
+        ts_persistent pv;
+        if (ts_plan_persistent(p, j, &pv) == TS_OK && !strcmp(pv.name, name)) return 0;
+    }
+    return 1;
+}
+
 /* A checkpoint tensor "<param>.<what>" of a parameter of the plan, where
  * the plan shards <what>, or (ZeRO-3) a parameter the plan shards: it has
  * a place even if this rank's block holds none of it. */
 static int sharded_logical(const ts_plan *p, const fit_layout *L, const char *tname) {
-    for (int i = 0; i < L->n; i++)
-        if (!L->pc[i].what[0] && !strcmp(L->pc[i].param, tname)) return 1;
+    if (L->n > 0 && sharded_param(p, tname)) return 1;
     const char *dot = strrchr(tname, '.');
     if (!dot) return 0;
     int what = 0;

@@ -150,8 +150,8 @@ static ts_status check_zero3(const ts_config *c, int nranks) {
     } no[] = {
         {"shape.policy", "shape buckets (bucket) compile a plan per shape on one copy of the "
                          "parameters"},
-        {"peft.targets", "PEFT trains a few parameters of a frozen base (use dist.zero 2)"},
-        {"peft.adapter_after", "PEFT trains a few parameters of a frozen base (use dist.zero 2)"},
+        {"peft.lora.targets", "PEFT trains a few parameters of a frozen base (use dist.zero 2)"},
+        {"peft.adapter.after", "PEFT trains a few parameters of a frozen base (use dist.zero 2)"},
     };
     const int set[] = {c->shape.policy != 0, c->peft.targets[0] != 0,
                        c->peft.adapter_after[0] != 0};

@@ -176,15 +176,11 @@ ts_status ts_sess_alerts_setup(session *s) {
     if (c->debug.inject && ts_dtype_of(s->g, s->m.input) != TS_F32)
         return ts_fail(TS_ERR_INVALID, "debug.inject corrupts a float input x; this model's "
                                        "input is not float32");
-    ts_alert_run_config ac = {c->alerts.rules,
-                              c->alerts.defaults,
-                              c->alerts.webhook_url,
-                              c->alerts.baseline_window,
-                              c->alerts.baseline_warmup,
-                              c->alerts.update_ratio_every,
-                              s->rank,
-                              s->nranks > 1 ? s->o->comm : NULL,
-                              c->alerts.cooldown};
+    ts_alert_run_config ac = {c->alerts.rules, c->alerts.defaults, c->alerts.webhook_url,
+                              c->alerts.baseline_window, c->alerts.baseline_warmup,
+                              /* ZeRO-3: no rank holds the parameters whole between steps */
+                              s->nranks > 1 && c->dist.zero == 3 ? 0 : c->alerts.update_ratio_every,
+                              s->rank, s->nranks > 1 ? s->o->comm : NULL, c->alerts.cooldown};
     ts_status st = ts_alert_runner_new(s->plan, &ac, &s->ar);
     if (st == TS_OK)
         s->ar->snaps = (ts_anomaly_budget){c->alerts.snapshot_max, c->alerts.snapshot_keep, 0, 0};
