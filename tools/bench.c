@@ -14,7 +14,8 @@ static const char usage[] =
     "                    [--precision fp32|bf16|fp16] [--profile] [--no-fuse] [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n"
     "       tessel bench --workload W1|W3 --procs N [--threads N] [--steps N] [--rounds N]\n"
-    "                    [--per-rank-batch] [--zero [0|1|2] [--private-params]] [--profile]\n"
+    "                    [--per-rank-batch] [--zero [0|1|2|3] [--private-params]]\n"
+    "                    [--bucket-mb M] [--profile]\n"
     "                    (N data-parallel processes against 1)\n"
     "       tessel bench --workload W1|W3 --procs N --compress topk|powersgd [--threads N]\n"
     "                    [--steps N] [--rounds N] (compressed against the dense all-reduce)\n";
@@ -34,6 +35,7 @@ int cli_bench(int argc, char **argv) {
     if (argc && !strcmp(argv[0], "collectives")) return tessel_cmd_bench_collectives(argc, argv);
     ts_bench_options o = ts_bench_options_default();
     int rc = CLI_OK, procs = 1, per_rank_batch = 0, threads_set = 0, zero = 0, private_params = 0;
+    double bucket_mb = 0;
     const char *compress = NULL;
     static const char *const with_value[] = {"--workload", "--precision", "--json",   "--reference",
                                              "--steps",    "--threads",   "--rounds", "--warmup",
@@ -62,10 +64,19 @@ int cli_bench(int argc, char **argv) {
             const char *v = eq                                              ? eq + 1
                             : i + 1 < argc && strncmp(argv[i + 1], "--", 2) ? argv[++i]
                                                                             : "1";
-            if (strlen(v) != 1 || v[0] < '0' || v[0] > '2')
-                return cli_error(CLI_USAGE, "bench: --zero: expected 0, 1 or 2, got '%s'\n%s", v,
+            if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
+                return cli_error(CLI_USAGE, "bench: --zero: expected 0, 1, 2 or 3, got '%s'\n%s", v,
                                  usage);
             zero = v[0] - '0';
+            continue;
+        }
+        if (!strcmp(name, "--bucket-mb")) {
+            const char *v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : "";
+            char *end;
+            bucket_mb = strtod(v, &end);
+            if (end == v || *end || !(bucket_mb > 0) || bucket_mb > 1e6)
+                return cli_error(CLI_USAGE,
+                                 "bench: --bucket-mb: expected MiB in (0, 1e6], got '%s'", v);
             continue;
         }
         if (!strcmp(a, "--no-fuse")) {
@@ -133,6 +144,7 @@ int cli_bench(int argc, char **argv) {
         d.rounds = o.rounds;
         d.per_rank_batch = per_rank_batch;
         d.zero = zero;
+        d.bucket_mb = bucket_mb;
         d.private_params = private_params;
         d.profile = o.profile;
         ts_bench_dist_result dr;

@@ -26,6 +26,7 @@ ts_bench_dist_options ts_bench_dist_options_default(void) {
 typedef struct run_out {
     double step_s; /* median timed step */
     double loss;
+    size_t arena; /* rank 0's plan: bytes per process (with shared parameters) */
     char error[1024];
     char profile[2048]; /* rank 0's time per op kind (options.profile) */
 } run_out;
@@ -102,6 +103,7 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         co.dist_algo = TS_ALGO_NATIVE; /* no probing inside the timed runs */
         co.zero = rc->no_comm ? 0 : o->zero;
         co.zero_private_params = o->private_params;
+        co.bucket_mb = o->bucket_mb;
         co.profile = profile;
         s = ts_compile(g, &spec, &co, &p);
     }
@@ -128,6 +130,9 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
         if (s == TS_OK && profile && i + 1 == o->warmup) ts_plan_profile_reset(p);
     }
     if (s == TS_OK && profile && rank == 0) profile_text(p, o->steps, rc->out->profile);
+    ts_plan_stats st;
+    if (s == TS_OK && rank == 0 && ts_plan_get_stats(p, &st) == TS_OK)
+        rc->out->arena = st.arena_bytes + st.shared_param_bytes;
     if (s == TS_OK) {
         qsort(times, (size_t)o->steps, sizeof *times, cmp_d);
         *median = times[o->steps / 2];
@@ -175,6 +180,9 @@ static ts_status one_run(const ts_bench_dist_options *o, int gpt, int n, int64_t
  * memory, so ZeRO keeps one copy of the parameters unless told not to). */
 static const char *zero_words(const ts_bench_dist_options *o) {
     if (!o->zero) return "direct all-reduce";
+    if (o->zero == 3)
+        return "ZeRO-3: parameters gathered per bucket, reduce-scatter with early release, "
+               "sharded update of the blocks";
     if (o->private_params)
         return o->zero == 2 ? "ZeRO-2: reduce-scatter with early release, sharded update, "
                               "all-gather"
@@ -224,9 +232,12 @@ ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_res
             "thread(s), batch %lld each (shm, %s); %d rounds of %d steps\n",
             o.workload, o.threads, (long long)batch, o.procs, o.threads, (long long)rank_batch,
             zero_words(&o), o.rounds, o.steps);
+    size_t arena1 = 0, arena_n = 0;
     for (int k = 0; s == TS_OK && k < o.rounds; k++) {
         s = one_run(&o, gpt, 1, batch, 0, sh, &t1[k]);
+        arena1 = sh->arena;
         if (s == TS_OK) s = one_run(&o, gpt, o.procs, rank_batch, 0, sh, &tn[k]);
+        arena_n = sh->arena;
         if (s == TS_OK) memcpy(prof, sh->profile, sizeof prof);
         if (s == TS_OK) s = one_run(&o, gpt, o.procs, rank_batch, 1, sh, &ti[k]);
         if (s == TS_OK)
@@ -246,6 +257,9 @@ ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_res
         fprintf(out, "  %d processes: %10.0f %s (median step %.2f ms)\n", o.procs, r->multi,
                 r->unit, r->multi_ms);
         fprintf(out, "  ratio %.2fx (target >= 1.8x for 2 processes, shared/BENCH.md)\n", r->ratio);
+        fprintf(out, "  memory per process: %.1f MiB (1 process: %.1f MiB, %.2fx)\n",
+                (double)arena_n / 1048576.0, (double)arena1 / 1048576.0,
+                arena1 ? (double)arena_n / (double)arena1 : 0.0);
         /* What the machine gives N processes at all: the same ranks
          * computing their batches without exchanging gradients. */
         r->compute_only = (double)(rank_batch * o.procs) * per_row / median_of(ti, o.rounds);

@@ -32,7 +32,9 @@ typedef struct ts_bench_dist_options {
     int steps, warmup;    /* timed and untimed steps per run (default 10, 2) */
     int rounds;           /* single / N-process alternations (default 2) */
     int per_rank_batch;   /* 1: the workload's batch on every rank */
-    int zero;             /* ZeRO stage of the N-process runs: 1 optimizer, 2 gradients too */
+    int zero;             /* ZeRO stage of the N-process runs: 1 optimizer, 2 gradients too,
+                             3 parameters too */
+    double bucket_mb;     /* gradient (ZeRO-3: and parameter) bucket size in MiB (0: 25) */
     int private_params;   /* ZeRO: a copy of the parameters per process, all-gathered (default:
                              one shared copy; ts_compile_options.zero_private_params) */
     int profile;          /* print where rank 0 of the N processes spent its steps (per op) */

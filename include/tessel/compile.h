@@ -206,6 +206,11 @@ typedef struct ts_compile_options {
                                 keeps one copy of the parameters in the shared segment, each
                                 rank updating its block in place (no all-gather); 1: a copy per
                                 rank, all-gathered after the update, as across hosts */
+    int zero_no_prefetch;    /* ZeRO-3: 0 (default) starts the all-gather of the next parameter
+                                bucket one bucket ahead; 1 right before its use */
+    double max_mem_mb;       /* > 0: ts_compile refuses (TS_ERR_UNSUPPORTED) a plan whose
+                                memory per process (its arena, with shared parameters)
+                                exceeds this many MiB; 0: no limit */
     int no_fuse;         /* keep every op its own kernel: no GEMM epilogues, no fused elementwise
                             groups (for checking fusion; same results, see docs/architecture.md) */
     int no_recompute;    /* store every activation the backward reads instead of recomputing

@@ -169,6 +169,7 @@ typedef struct ts_config {
         double bucket_mb; /* gradient bucket size (MiB) */
         int algo;         /* ts_coll_algo of the gradient all-reduces */
         int zero;         /* ZeRO stage: 1 shards the optimizer state */
+        int prefetch;     /* ZeRO-3: gather the next parameter bucket one bucket ahead */
         int share_params; /* ZeRO on shm: one shared copy of the parameters */
         double timeout_s; /* per collective; 0: TESSEL_DIST_TIMEOUT or 1800 */
         int max_restarts; /* --procs: restarts of failed workers from the latest checkpoint */
@@ -186,6 +187,7 @@ typedef struct ts_config {
          * micro-batch (0: chosen). docs/reproducibility.md */
         int reproducible;
         int64_t microbatch;
+        double max_mem_mb;
     } dist;
     struct {
         int dflt;            /* compute type of GEMMs: 0 fp32, 1 bf16, 2 fp16 */

@@ -152,7 +152,9 @@ ts_status ts_plan_snapshot(const ts_plan *p, void *dst, size_t bytes);
 typedef struct ts_shard_piece {
     const char *state; /* the plan's state value (owned by the plan) */
     const char *param; /* the parameter (owned by the plan) */
-    const char *what;  /* "exp_avg", "exp_avg_sq" or "momentum" (points into state) */
+    const char *what;  /* "exp_avg", "exp_avg_sq" or "momentum" (points into state); "" for
+                          ZeRO-3's block of the parameters ("zero.bucket<b>.param"): the
+                          logical tensor is the parameter itself */
     int64_t state_off; /* first element in the state value */
     int64_t param_off; /* first element in the logical tensor */
     int64_t count;     /* elements */
@@ -183,6 +185,10 @@ typedef struct ts_plan_stats {
     size_t zero_grad_bytes;  /* every bucket's full gradients together */
     size_t zero_grad_peak;   /* the most of them alive at once */
     size_t zero_shard_bytes; /* this rank's shards of the reduced gradients */
+    size_t zero_param_bytes; /* ZeRO-3: every bucket's gathered parameters together (in the
+                                temporaries; param_bytes holds only the unsharded ones and
+                                state_bytes this rank's blocks, "zero.bucket<b>.param") */
+    size_t zero_param_peak;  /* ZeRO-3: the most gathered parameter bytes alive at once */
 } ts_plan_stats;
 
 ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st);

@@ -65,6 +65,8 @@ typedef struct ts_arena_layout {
     int n_inplace;      /* outputs sharing their input's memory */
     /* ZeRO-2: gradient buckets planned inside the temporaries */
     size_t zero_grad_bytes, zero_grad_peak, zero_shard_bytes;
+    /* ZeRO-3: the buckets' gathered parameters, planned inside the temporaries */
+    size_t zero_param_bytes, zero_param_peak;
     size_t peak_live, naive_peak; /* live temporaries: the schedule's peak, build order's */
 } ts_arena_layout;
 

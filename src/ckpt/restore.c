@@ -29,27 +29,44 @@ static int is_sharded(const fit_layout *L, const char *name) {
     return 0;
 }
 
+/* "<param>.<what>", or the parameter itself for ZeRO-3's blocks of the
+ * parameters (what ""). */
 static void logical_name(char *buf, size_t n, const ts_shard_piece *pc) {
-    snprintf(buf, n, "%s.%s", pc->param, pc->what);
+    if (pc->what[0])
+        snprintf(buf, n, "%s.%s", pc->param, pc->what);
+    else
+        snprintf(buf, n, "%s", pc->param);
+}
+
+static int plan_param(const ts_plan *p, const char *name, size_t len) {
+    for (int j = 0; j < ts_plan_param_count(p); j++) {
+        const char *q = ts_plan_param_name(p, j);
+        if (strlen(q) == len && !strncmp(q, name, len)) return 1;
+    }
+    return 0;
+}
+
+/* ZeRO-3: a parameter of the plan that is not persistent (every rank's
+ * blocks hold it). */
+static int sharded_param(const ts_plan *p, const char *name) {
+    if (!plan_param(p, name, strlen(name))) return 0;
+    for (int j = 0; j < ts_plan_persistent_count(p); j++) {
+        ts_persistent pv;
+        if (ts_plan_persistent(p, j, &pv) == TS_OK && !strcmp(pv.name, name)) return 0;
+    }
+    return 1;
 }
 
 /* A checkpoint tensor "<param>.<what>" of a parameter of the plan, where
- * the plan shards <what>: it has a place even if this rank's block holds
- * none of it. */
+ * the plan shards <what>, or (ZeRO-3) a parameter the plan shards: it has
+ * a place even if this rank's block holds none of it. */
 static int sharded_logical(const ts_plan *p, const fit_layout *L, const char *tname) {
+    if (L->n > 0 && sharded_param(p, tname)) return 1;
     const char *dot = strrchr(tname, '.');
     if (!dot) return 0;
     int what = 0;
     for (int i = 0; i < L->n && !what; i++) what = !strcmp(L->pc[i].what, dot + 1);
-    if (!what) return 0;
-    for (int j = 0; j < ts_plan_persistent_count(p); j++) {
-        ts_persistent pv;
-        if (ts_plan_persistent(p, j, &pv) == TS_OK && !pv.is_state &&
-            strlen(pv.name) == (size_t)(dot - tname) &&
-            !strncmp(pv.name, tname, (size_t)(dot - tname)))
-            return 1;
-    }
-    return 0;
+    return what && plan_param(p, tname, (size_t)(dot - tname));
 }
 
 /* Every piece of a sharded value needs its logical tensor: state, the
@@ -73,16 +90,17 @@ static ts_status check_pieces(const ts_ckpt *c, const ts_plan *p, const fit_layo
         ts_status s = ts_plan_value_info(p, pc->param, &pdt, &prank, pdims);
         if (s != TS_OK) return s;
         const int64_t numel = ts_shape_numel(t->rank, t->dims);
-        if (!t->is_state || t->dtype != pv->dtype || numel != ts_shape_numel(prank, pdims) ||
-            pc->param_off + pc->count > numel) {
+        const int want_state = pc->what[0] != 0; /* ZeRO-3's blocks: the parameter itself */
+        if (t->is_state != want_state || t->dtype != pv->dtype ||
+            numel != ts_shape_numel(prank, pdims) || pc->param_off + pc->count > numel) {
             char a[128];
             ts_shape_str(a, sizeof a, t->dtype, t->rank, t->dims);
             return ts_fail(TS_ERR_SHAPE,
-                           "%s: tensor '%s' is %s %s; the plan's '%s' needs state of dtype %s "
+                           "%s: tensor '%s' is %s %s; the plan's '%s' needs %s of dtype %s "
                            "with the %lld elements of parameter '%s'",
                            c->dir, name, t->is_state ? "state" : "param", a, pv->name,
-                           ts_dtype_name(pv->dtype), (long long)ts_shape_numel(prank, pdims),
-                           pc->param);
+                           want_state ? "state" : "a parameter", ts_dtype_name(pv->dtype),
+                           (long long)ts_shape_numel(prank, pdims), pc->param);
         }
     }
     return TS_OK;

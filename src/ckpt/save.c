@@ -97,6 +97,8 @@ struct ts_ckpt_saver {
     uint64_t other_bytes; /* rank 0: the other ranks' state bytes in this save */
     sv_piece *pc;
     int npc;
+    char **zparams; /* ZeRO-3: the parameters saved as chunks of every rank's blocks */
+    int nzp;
     int64_t step;
     int64_t updates_applied;    /* optimizer updates applied (steps minus skipped ones) */
     char tag_next[48], tag[48]; /* ts_ckpt_saver_set_tag: for the next save, for this job */
@@ -159,6 +161,10 @@ static void job_clear(ts_ckpt_saver *s) {
     free(s->pc);
     s->pc = NULL;
     s->npc = 0;
+    for (int i = 0; i < s->nzp; i++) free(s->zparams[i]);
+    free(s->zparams);
+    s->zparams = NULL;
+    s->nzp = 0;
     s->zero = s->others_save = 0;
     s->other_bytes = 0;
     for (int i = 0; i < s->n_data; i++) {
@@ -405,19 +411,21 @@ static ts_status write_shards(ts_ckpt_saver *s, const ts_dir *dir) {
  * the signature covers the compact sorted form without "signature"). */
 /* The logical tensors of sharded state: one entry per name of the sorted
  * chunk set, with every rank's chunks. */
-static int add_logical(json_t *tensors, const ck_zset *z) {
+static int add_logical(json_t *tensors, const ck_zset *z, const ts_ckpt_saver *s) {
     int bad = 0;
     for (int i = 0; i < z->nc && !bad;) {
         const ck_zchunk *c0 = &z->c[i];
+        int param = 0; /* ZeRO-3's parameters */
+        for (int k = 0; k < s->nzp && !param; k++) param = !strcmp(s->zparams[k], c0->name);
         json_t *chunks = json_array();
         int j = i;
         for (; j < z->nc && !strcmp(z->c[j].name, c0->name) && chunks; j++)
             bad |= json_array_append_new(chunks, ck_zchunk_json(&z->c[j]));
-        bad |=
-            !chunks || json_array_append_new(
-                           tensors, json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", c0->name, "kind",
-                                              "state", "dtype", ts_dtype_name(c0->dtype), "shape",
-                                              ck_int_array(c0->dims, c0->ndim), "chunks", chunks));
+        bad |= !chunks ||
+               json_array_append_new(
+                   tensors, json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", c0->name, "kind",
+                                      param ? "param" : "state", "dtype", ts_dtype_name(c0->dtype),
+                                      "shape", ck_int_array(c0->dims, c0->ndim), "chunks", chunks));
         i = j;
     }
     return bad;
@@ -501,7 +509,7 @@ static ts_status build_manifest(ts_ckpt_saver *s, const ck_zset *z, const char *
                           t->is_state ? "state" : "param", "dtype", ts_dtype_name(t->dtype),
                           "shape", ck_int_array(t->dims, t->rank), "chunks", chunk));
         }
-        if (z && !bad) bad |= add_logical(tensors, z);
+        if (z && !bad) bad |= add_logical(tensors, z, s);
         bad |= json_object_set(m, "tensors", tensors);
         if (s->audit && !bad) {
             int64_t aseq;
@@ -783,7 +791,10 @@ static ts_status take_layout(ts_ckpt_saver *s, const ts_plan *p) {
             if (!strcmp(s->t[j].name, pc[i].state)) q->tensor = j;
         ts_dtype dt;
         char name[600];
-        snprintf(name, sizeof name, "%s.%s", pc[i].param, pc[i].what);
+        if (pc[i].what[0])
+            snprintf(name, sizeof name, "%s.%s", pc[i].param, pc[i].what);
+        else /* ZeRO-3: a block of the parameters, pieces of the parameter itself */
+            snprintf(name, sizeof name, "%s", pc[i].param);
         if (q->tensor < 0)
             st =
                 ts_fail(TS_ERR_INTERNAL, "ckpt: sharded value '%s' is not persistent", pc[i].state);
@@ -800,6 +811,21 @@ static ts_status take_layout(ts_ckpt_saver *s, const ts_plan *p) {
     }
     free(pc);
     for (int j = 0; j < s->nt && st == TS_OK; j++) s->t[j].skip = s->rank > 0 && !s->t[j].sharded;
+    /* ZeRO-3: the parameters that are not persistent (every rank's blocks
+     * hold them) are logical tensors of kind param in the manifest. */
+    const int np = ts_plan_param_count(p);
+    if (st == TS_OK && !(s->zparams = ts_zalloc(sizeof(char *) * (size_t)(np + 1), "ckpt")))
+        st = TS_ERR_NOMEM;
+    for (int i = 0; i < np && st == TS_OK; i++) {
+        const char *name = ts_plan_param_name(p, i);
+        int persistent = 0;
+        for (int j = 0; j < s->nt && !persistent; j++) persistent = !strcmp(s->t[j].name, name);
+        if (persistent) continue;
+        if (!(s->zparams[s->nzp] = ts_strdup(name)))
+            st = ts_fail(TS_ERR_NOMEM, "ckpt: out of memory");
+        else
+            s->nzp++;
+    }
     return st;
 }
 

@@ -64,6 +64,7 @@ ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph
     *opt = ts_compile_options_default();
     opt->seed = c->train.seed;
     opt->threads = c->train.threads;
+    opt->max_mem_mb = c->dist.max_mem_mb;
     opt->debug_nan = c->compile.debug_nan;
     opt->no_simplify = c->compile.no_simplify;
     opt->naive_schedule = c->compile.naive_schedule;

@@ -327,9 +327,12 @@ const ts_config_key cfg_keys[] = {
      "gradient bucket size in MiB (the first bucket is 1 MiB)"},
     {"dist.algo", TS_CFG_ENUM, FIELD(dist, algo), 0, "auto|native|ring|rhd|rd|hier", NULL, "auto",
      "all-reduce algorithm of the gradient buckets (auto: measured per size)"},
-    {"dist.zero", TS_CFG_INT, FIELD(dist, zero), 0, NULL, "[0, 2]", "0",
-     "ZeRO stage: 1 shards the optimizer state over the processes, 2 the gradients too (0: "
-     "replicated)"},
+    {"dist.zero", TS_CFG_INT, FIELD(dist, zero), 0, NULL, "[0, 3]", "0",
+     "ZeRO stage: 1 shards the optimizer state over the processes, 2 the gradients too, 3 the "
+     "parameters too (gathered per bucket before use; 0: replicated)"},
+    {"dist.prefetch", TS_CFG_BOOL, FIELD(dist, prefetch), 0, NULL, NULL, "true",
+     "ZeRO-3: start the all-gather of the next parameter bucket one bucket ahead, so it overlaps "
+     "compute (false: gather each bucket right before its use)"},
     {"dist.share_params", TS_CFG_BOOL, FIELD(dist, share_params), 0, NULL, NULL, "true",
      "ZeRO with --procs (processes of one host): one copy of the parameters in shared memory, "
      "each process updating its block in place (false: a copy per process, all-gathered after "
@@ -339,6 +342,9 @@ const ts_config_key cfg_keys[] = {
     {"dist.max_restarts", TS_CFG_INT, FIELD(dist, max_restarts), 0, NULL, "[0, 1000]", "0",
      "times the --procs launcher restarts failed workers from the latest checkpoint "
      "(tessel train --max-restarts overrides)"},
+    {"dist.max_mem_mb", TS_CFG_F64, FIELD(dist, max_mem_mb), 0, NULL, "[0, inf)", "0",
+     "memory limit per process (or per pipeline device) in MiB; a plan that needs more is refused "
+     "(0: no limit)"},
     /* fed: federated training, tessel fed serve|keyholder|join (docs/federated.md) */
     {"fed.secure", TS_CFG_ENUM, FIELD(fed, secure), 0, "paillier|masking", NULL, "paillier",
      "how updates are protected: paillier (encrypted, added by the aggregator, decrypted as a sum "

@@ -141,6 +141,31 @@ static ts_status check_compress(const ts_config *c, int nranks) {
     return TS_OK;
 }
 
+/* dist.zero 3: what reads the parameters whole between steps, where
+ * every rank holds only its blocks of them, is refused naming its key. */
+static ts_status check_zero3(const ts_config *c, int nranks) {
+    if (c->dist.zero != 3 || nranks < 2) return TS_OK;
+    static const struct {
+        const char *key, *why;
+    } no[] = {
+        {"shape.policy", "shape buckets (bucket) compile a plan per shape on one copy of the "
+                         "parameters"},
+        {"peft.lora.targets", "PEFT trains a few parameters of a frozen base (use dist.zero 2)"},
+        {"peft.adapter.after", "PEFT trains a few parameters of a frozen base (use dist.zero 2)"},
+    };
+    const int set[] = {c->shape.policy != 0, c->peft.targets[0] != 0,
+                       c->peft.adapter_after[0] != 0};
+    char where[600];
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        if (set[i])
+            return ts_fail(TS_ERR_INVALID,
+                           "%s: %s is not supported with dist.zero 3, which shards the "
+                           "parameters over the processes: %s",
+                           cfg_origin(c, ts_config_key_find(no[i].key), where, sizeof where),
+                           no[i].key, no[i].why);
+    return TS_OK;
+}
+
 ts_status ts_config_check_run(const ts_config *c, int rank, int nranks) {
     if (!c) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
     if (!c->finished) return ts_fail(TS_ERR_INVALID, "config: call ts_config_finish first");
@@ -148,6 +173,7 @@ ts_status ts_config_check_run(const ts_config *c, int rank, int nranks) {
         return ts_fail(TS_ERR_INVALID, "config: rank %d of %d processes", rank, nranks);
     ts_status s = cfg_check_ports(c, rank, nranks);
     if (s == TS_OK) s = check_compress(c, nranks);
+    if (s == TS_OK) s = check_zero3(c, nranks);
     const char *sign = ts_config_sign_key(c), *verify;
     if (s == TS_OK && sign) s = check_private_key(c, sign);
     if (s == TS_OK && ts_config_verify_key(c, &verify) == TS_CFG_VERIFY_FILE)
@@ -160,7 +186,8 @@ int ts_config_dist_key(const ts_config *c) {
     ts_config_init(&d);
     for (int i = 0; i < CFG_N_KEYS; i++) {
         const ts_config_key *k = &cfg_keys[i];
-        if (strncmp(k->path, "dist.", 5)) continue;
+        /* the memory limit applies to one process too */
+        if (strncmp(k->path, "dist.", 5) || !strcmp(k->path, "dist.max_mem_mb")) continue;
         if (memcmp((const char *)c + k->offset, (const char *)&d + k->offset, k->size)) return i;
     }
     return -1;

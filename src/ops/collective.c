@@ -235,7 +235,9 @@ static ts_status k_rs_wait(const ts_kargs *k) {
 
 /* all_gather_start (p1..pk) -> token: every rank's block of the bucket's
  * elems parameter elements (updated by its shard_update) to every rank, in
- * place. a.bucket: ticket slot, algo. */
+ * place. a.bucket: ticket slot, algo. ZeRO-3 (a.bucket.zero == 3):
+ * (block, p1..pk) -> token, the rank's block comes from `block` (its
+ * persistent shard of the parameters) and every rank's lands in p1..pk. */
 static ts_status infer_ag_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     return infer_start(g, n, out, n_out);
 }
@@ -247,14 +249,16 @@ static ts_status k_ag_start(const ts_kargs *k) {
     if (s != TS_OK) return s;
     char *lo, *hi;
     const size_t es = ts_dtype_size(k->in[0].dtype);
-    if (!span(k->in, k->n_in, &lo, &hi) || (size_t)(hi - lo) / es != (size_t)k->a->bucket.elems)
+    const int z3 = k->a->bucket.zero == 3, first = z3 ? 1 : 0;
+    if (k->n_in <= first || !span(k->in + first, k->n_in - first, &lo, &hi) ||
+        (size_t)(hi - lo) / es != (size_t)k->a->bucket.elems)
         return ts_fail(TS_ERR_INTERNAL,
                        "all_gather_start '%s': the bucket's parameters are not one range of %lld "
                        "elements",
                        lbl(k), (long long)k->a->bucket.elems);
     ts_coll_ticket t = {0};
-    s = ts_allgather_start(rt->comm, NULL, lo, (size_t)k->a->bucket.elems, k->in[0].dtype,
-                           (ts_coll_algo)k->a->bucket.algo, &t);
+    s = ts_allgather_start(rt->comm, z3 ? k->in[0].data : NULL, lo, (size_t)k->a->bucket.elems,
+                           k->in[0].dtype, (ts_coll_algo)k->a->bucket.algo, &t);
     if (s != TS_OK) return s;
     rt->tickets[b] = t;
     *(int64_t *)k->out[0].data = b;

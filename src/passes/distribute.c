@@ -153,6 +153,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
      * skips the reduce-scatter: the update reads every rank's gradients of
      * its block in the segment and averages them itself (fused). */
     const int shared = d->shared_params, fused = shared && d->zero == 1 && !has_coef;
+    const int z3 = d->zero == 3; /* the parameters sharded too: zero3.c */
     const int nv0 = g->n_values;
     int32_t *group_of = ts_alloc(sizeof(int32_t) * (size_t)(nv0 + 1), "zero");
     int32_t *shard = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
@@ -164,6 +165,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     int32_t *unscale = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int32_t *ag_start = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
     int32_t *ag_wait = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
+    int32_t *pshard = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero"); /* ZeRO-3 */
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(un.n_in + nb + 8), "zero");
     int32_t *out = ts_alloc(sizeof(int32_t) * (size_t)(n_order + 7 * nb + 4), "zero");
     int32_t *bucket_of = ts_alloc(sizeof(int32_t) * (size_t)(nv0 + 1), "zero"); /* per root */
@@ -174,7 +176,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     ts_status s = TS_OK;
     if (!group_of || !shard || !rs_start || !rs_wait || !upd || !shard_off || !shard_len ||
         !unscale || !ag_start || !ag_wait || !args || !out || !bucket_of || !mon_bucket || !pos ||
-        !first_write) {
+        !first_write || !pshard) {
         s = TS_ERR_NOMEM;
         goto done;
     }
@@ -246,7 +248,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         a.bucket.algo = d->algo;
         a.bucket.shard_elems = (int64_t)len;
         a.bucket.elems = span;
-        a.bucket.zero = d->zero; /* 2: memplan releases the bucket after its wait */
+        a.bucket.zero = d->zero; /* 2, 3: memplan releases the bucket after its wait */
         a.bucket.keep_sum = 1;   /* the shard keeps the sum: its readers divide */
         for (int i = 0; i < k; i++) args[i] = ts_mkval(gr[first[b] + i].v);
         ts_val tok = ts_node_add(g, TS_OP_REDUCE_SCATTER_START, k, args, &a, NULL);
@@ -324,7 +326,16 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         st.rank = 1;
         st.dims[0] = shard_len[b];
         int na = 0;
-        for (int i = 0; i < k; i++)
+        if (z3) {
+            /* ZeRO-3: the update reads and writes the rank's persistent
+             * block of the parameters, the only copy between steps. */
+            if ((pshard[b] = new_shard_state(g, &st, b, "param")) < 0) {
+                s = ts_graph_status(g);
+                break;
+            }
+            args[na++] = ts_mkval(pshard[b]);
+        }
+        for (int i = 0; i < k && !z3; i++)
             args[na++] = ts_mkval(un.in[group_of[root[gr[first[b] + i].v]] * gs]);
         if (fused)
             for (int i = 0; i < k; i++) args[na++] = ts_mkval(gr[first[b] + i].v);
@@ -345,8 +356,8 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
             a.shard.opt.adam = un.a.adam;
         else
             a.shard.opt.sgd = un.a.sgd;
-        a.shard.offset = off;
-        a.shard.n_params = k;
+        a.shard.offset = z3 ? 0 : off;
+        a.shard.n_params = z3 ? 1 : k;
         a.shard.opt_op = un.op;
         a.shard.fused_ranks = fused ? d->size : 0; /* fused: the sum over this many ranks' copies */
         a.shard.fused_elems = shard_len[b];
@@ -361,7 +372,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         for (int c = 0; c < un.n_ctrl && s == TS_OK; c++)
             s = ts_node_add_ctrl(g, upd[b], un.ctrl[c]);
         if (s != TS_OK) break;
-        if (shared) continue;
+        if (shared || z3) continue;
         ts_attrs ga = ts_attrs_zero();
         ga.bucket.ticket = nb + b;
         ga.bucket.algo = d->algo;
@@ -394,7 +405,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
      * else where the fused update was, the all-gather waits (or the last
      * barrier) at the end. */
     int m = 0;
-    const int z2 = d->zero == 2;
+    const int z2 = d->zero >= 2;
     for (int k = 0; k < n_order; k++) {
         for (int b = 0; z2 && b + 1 < nb; b++) /* before the next bucket's first gradient */
             if (first_write[b + 1] == k && k > start_at[b]) out[m++] = rs_wait[b];
@@ -407,7 +418,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
             if (shared) out[m++] = sync_pre;
             for (int b = 0; b < nb; b++) {
                 out[m++] = upd[b];
-                if (!shared) out[m++] = ag_start[b];
+                if (!shared && !z3) out[m++] = ag_start[b];
             }
             continue;
         }
@@ -425,8 +436,28 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     }
     if (shared)
         out[m++] = sync_post;
-    else
+    else if (!z3)
         for (int b = 0; b < nb; b++) out[m++] = ag_wait[b];
+    /* ZeRO-3: the all-gathers of each bucket's parameters from the blocks
+     * before their forward and their backward uses (zero3.c). */
+    if (z3) {
+        ts_zero3_bucket *zb = ts_alloc(sizeof *zb * (size_t)(nb + 1), "zero");
+        int32_t *zp = ts_alloc(sizeof(int32_t) * (size_t)(first[nb] + 1), "zero");
+        if (!zb || !zp) s = TS_ERR_NOMEM;
+        for (int b = 0; b < nb && s == TS_OK; b++) {
+            zb[b].params = zp + first[b];
+            zb[b].k = first[b + 1] - first[b];
+            for (int i = 0; i < zb[b].k; i++)
+                zp[first[b] + i] = un.in[group_of[root[gr[first[b] + i].v]] * gs];
+            zb[b].shard = pshard[b];
+            zb[b].elems = g->nodes[rs_start[b]].a.bucket.elems;
+            zb[b].update = upd[b];
+        }
+        if (s == TS_OK) s = ts_zero3_gathers(g, &out, &m, d, zb, nb);
+        free(zb);
+        free(zp);
+        if (s != TS_OK) goto done;
+    }
 
     /* Drop the fused update, the clip coefficient and the full-size state
      * (compaction removes values of dead nodes). */
@@ -453,7 +484,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     *order_io = out;
     *n_order_io = m;
     out = NULL;
-    *n_slots = 2 * nb;
+    *n_slots = (z3 ? 3 : 2) * nb;
 done:
     free(group_of);
     free(bucket_of);
@@ -469,6 +500,7 @@ done:
     free(unscale);
     free(ag_start);
     free(ag_wait);
+    free(pshard);
     free(args);
     free(out);
     free(nmap);

@@ -19,20 +19,44 @@ typedef struct interval {
     int32_t id; /* value id (root), -(node+1) for scratch, or with bucket: its start node */
     int start, end;
     size_t bytes, off;
-    int bucket; /* ZeRO-2: 1 if this is a gradient bucket (id its start node) */
+    int bucket;       /* ZeRO-2: 1 if this is a gradient bucket (id its start node); ZeRO-3: 2 if
+                         the parameters of a bucket (id its first gather's start node) */
+    int hole, h0, h1; /* ZeRO-3: not alive at positions h0..h1 (between the two gathers) */
 } interval;
 
 static int cmp_size_desc(const void *a, const void *b) {
     const interval *x = a, *y = b;
     if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
     if (x->start != y->start) return x->start < y->start ? -1 : 1;
-    if (x->bucket != y->bucket) return x->bucket ? -1 : 1; /* ids of different kinds */
+    if (x->bucket != y->bucket) return x->bucket > y->bucket ? -1 : 1; /* ids of other kinds */
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
 static int cmp_off(const void *a, const void *b) {
     const interval *x = *(interval *const *)a, *y = *(interval *const *)b;
     return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Whether two intervals are alive at a common position (an interval with
+ * a hole is two pieces). */
+static int pieces(const interval *x, int lo[2], int hi[2]) {
+    if (!x->hole) {
+        lo[0] = x->start, hi[0] = x->end;
+        return 1;
+    }
+    lo[0] = x->start, hi[0] = x->h0 - 1, lo[1] = x->h1 + 1, hi[1] = x->end;
+    return 2;
+}
+
+static int overlap(const interval *x, const interval *y) {
+    if (!(x->start <= y->end && y->start <= x->end)) return 0;
+    if (!x->hole && !y->hole) return 1;
+    int xl[2], xh[2], yl[2], yh[2];
+    const int nx = pieces(x, xl, xh), ny = pieces(y, yl, yh);
+    for (int i = 0; i < nx; i++)
+        for (int j = 0; j < ny; j++)
+            if (xl[i] <= yh[j] && yl[j] <= xh[i]) return 1;
+    return 0;
 }
 
 /* Greedy-by-size placement; returns the region size. */
@@ -44,7 +68,7 @@ static ts_status place(interval *iv, int n, size_t *total) {
     for (int i = 0; i < n; i++) {
         int k = 0;
         for (int j = 0; j < i; j++)
-            if (iv[j].start <= iv[i].end && iv[i].start <= iv[j].end) live[k++] = &iv[j];
+            if (overlap(&iv[j], &iv[i])) live[k++] = &iv[j];
         qsort(live, (size_t)k, sizeof *live, cmp_off);
         size_t off = 0;
         for (int j = 0; j < k; j++) {
@@ -71,7 +95,44 @@ void ts_memplan_free(ts_memplan *mp) {
 /* ZeRO-2: a reduce_scatter_start whose bucket memplan plans as one
  * temporary (distribute.c sets a.bucket.zero = 2). */
 static int released_bucket(const ts_node *n) {
-    return n->op == TS_OP_REDUCE_SCATTER_START && n->a.bucket.zero == 2;
+    return n->op == TS_OP_REDUCE_SCATTER_START && n->a.bucket.zero >= 2;
+}
+
+/* ZeRO-3: an all_gather_start of a bucket's parameters from the rank's
+ * block (zero3.c): inputs (block, p1..pk). */
+static int zero3_gather(const ts_node *n) {
+    return n->op == TS_OP_ALL_GATHER_START && n->a.bucket.zero == 3;
+}
+
+/* ZeRO-3: the parameters of the bucket whose first gather is node i as one
+ * interval (bucket 2), laid out as its gradients (goff), alive from that
+ * gather's start to their last forward use, and from the second gather (if
+ * any, i2) to their last use. */
+static interval params_interval(const ts_graph *g, int i, int i2, const int32_t *root,
+                                const int *pos, const int32_t *order, int n_order,
+                                const int *pbucket, size_t *goff) {
+    const ts_node *n = &g->nodes[i];
+    interval iv = {i, pos[i], pos[i], 0, 0, 2, 0, 0, 0};
+    size_t cur = 0;
+    for (int j = 1; j < n->n_in; j++) {
+        int32_t r = root[n->in[j]];
+        if (goff[r] != SIZE_MAX) continue;
+        goff[r] = cur;
+        iv.bytes = cur + ts_type_bytes(&g->values[r].t);
+        cur = TS_ALIGN_UP(iv.bytes, TS_ALIGN);
+    }
+    const int p2 = i2 >= 0 ? pos[i2] : n_order;
+    int e1 = iv.start;
+    for (int k = 0; k < n_order; k++) {
+        const ts_node *w = &g->nodes[order[k]];
+        for (int j = 0; j < w->n_in; j++) {
+            if (pbucket[root[w->in[j]]] != i) continue;
+            if (k > iv.end) iv.end = k;
+            if (k < p2 && k > e1) e1 = k;
+        }
+    }
+    if (i2 >= 0 && e1 + 1 <= p2 - 1) iv.hole = 1, iv.h0 = e1 + 1, iv.h1 = p2 - 1;
+    return iv;
 }
 
 /* ZeRO with shared parameters, fused: a shard_update that reads the
@@ -89,7 +150,7 @@ static int fused_bucket(const ts_node *n) {
 static interval bucket_interval(const ts_graph *g, int i, const int32_t *root, const int *pos,
                                 const int *last, const int32_t *order, int n_order, size_t *goff) {
     const ts_node *n = &g->nodes[i];
-    interval iv = {i, pos[i], pos[i], 0, 0, 1};
+    interval iv = {i, pos[i], pos[i], 0, 0, 1, 0, 0, 0};
     size_t cur = 0;
     for (int j = 0; j < n->n_in; j++) {
         int32_t r = root[n->in[j]];
@@ -123,13 +184,14 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     int *last = ts_alloc(sizeof(int) * (size_t)(nv + 1), "memplan");
     char *pinned = ts_zalloc((size_t)nv + 1, "memplan");
     size_t *goff = ts_alloc(sizeof(size_t) * (size_t)(nv + 1), "memplan"); /* ZeRO-2 */
+    int *pbucket = ts_alloc(sizeof(int) * (size_t)(nv + 1), "memplan");    /* ZeRO-3 */
     interval *iv = ts_alloc(sizeof(interval) * (size_t)(nv + nn + 1), "memplan");
     mp->off = ts_alloc(sizeof(size_t) * (size_t)(nv + 1), "memplan");
     mp->scratch_off = ts_zalloc(sizeof(size_t) * (size_t)(nn + 1), "memplan");
     mp->scratch_bytes = ts_zalloc(sizeof(size_t) * (size_t)(nn + 1), "memplan");
     mp->alias_skip = ts_zalloc((size_t)nn + 1, "memplan");
-    if (!root || !pos || !last || !pinned || !goff || !iv || !mp->off || !mp->scratch_off ||
-        !mp->scratch_bytes || !mp->alias_skip) {
+    if (!root || !pos || !last || !pinned || !goff || !pbucket || !iv || !mp->off ||
+        !mp->scratch_off || !mp->scratch_bytes || !mp->alias_skip) {
         s = TS_ERR_NOMEM;
         goto done;
     }
@@ -182,6 +244,17 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
         mp->n_inplace++;
     }
 
+    /* ZeRO-3: the parameters gathered per bucket (pbucket: the bucket's
+     * first gather node, -1 for other values) are temporaries. */
+    for (int v = 0; v < nv; v++) pbucket[v] = -1;
+    int n_z3 = 0;
+    for (int k = 0; k < n_order; k++) {
+        const ts_node *n = &g->nodes[order[k]];
+        if (!zero3_gather(n) || pbucket[root[n->in[1]]] >= 0) continue;
+        for (int j = 1; j < n->n_in; j++) pbucket[root[n->in[j]]] = order[k];
+        n_z3++;
+    }
+
     /* Persistent regions, in value order (params in declaration order). */
     size_t cur = 0;
     mp->param_off = cur;
@@ -194,14 +267,14 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
         if (n->op != TS_OP_REDUCE_SCATTER_START && !k) continue;
         for (int j = 0; j < (k ? k : n->n_in); j++) {
             int32_t p = k ? n->in[j] : g->values[n->in[j]].grad_of;
-            if (p >= 0 && mp->off[p] == SIZE_MAX) {
+            if (p >= 0 && mp->off[p] == SIZE_MAX && pbucket[p] < 0) {
                 mp->off[p] = cur;
                 cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[p].t), TS_ALIGN);
             }
         }
     }
     for (int v = 0; v < nv; v++)
-        if (g->values[v].kind == TS_VK_PARAM && mp->off[v] == SIZE_MAX) {
+        if (g->values[v].kind == TS_VK_PARAM && mp->off[v] == SIZE_MAX && pbucket[v] < 0) {
             mp->off[v] = cur;
             cur = TS_ALIGN_UP(cur + ts_type_bytes(&g->values[v].t), TS_ALIGN);
         }
@@ -216,6 +289,18 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
             mp->zero_grad_bytes += TS_ALIGN_UP(iv[n_rel - 1].bytes, TS_ALIGN);
             mp->zero_shard_bytes += ts_type_bytes(&g->values[g->nodes[i].out[1]].t);
         }
+    /* ZeRO-3: each bucket's parameters, after the gradient buckets. */
+    const int z3_lo = n_rel;
+    for (int k = 0; k < n_order && n_z3 > 0; k++) {
+        const int i = order[k];
+        if (!zero3_gather(&g->nodes[i]) || pbucket[root[g->nodes[i].in[1]]] != i) continue;
+        int i2 = -1; /* the backward's gather: the next one of the same block */
+        for (int q = k + 1; q < n_order && i2 < 0; q++)
+            if (zero3_gather(&g->nodes[order[q]]) && g->nodes[order[q]].in[0] == g->nodes[i].in[0])
+                i2 = order[q];
+        iv[n_rel++] = params_interval(g, i, i2, root, pos, order, n_order, pbucket, goff);
+        mp->zero_param_bytes += TS_ALIGN_UP(iv[n_rel - 1].bytes, TS_ALIGN);
+    }
     /* Gradients of data-parallel buckets first, bucket by bucket (the
      * inputs of the allreduce_start nodes, which the distribute pass adds
      * in bucket order), so each bucket is one contiguous range. */
@@ -263,24 +348,33 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     /* Intermediates and scratch: liveness intervals (after the ZeRO-2
      * buckets, iv[0, n_rel)). */
     int ni = n_rel;
-    for (int a = 0; a < n_rel; a++) { /* most bucket bytes alive at once */
+    for (int a = 0; a < z3_lo; a++) { /* most bucket bytes alive at once */
         size_t at = 0;
-        for (int b = 0; b < n_rel; b++)
+        for (int b = 0; b < z3_lo; b++)
             if (iv[b].start <= iv[a].start && iv[a].start <= iv[b].end) at += iv[b].bytes;
         if (at > mp->zero_grad_peak) mp->zero_grad_peak = at;
     }
+    for (int a = z3_lo; a < n_rel; a++) /* ZeRO-3: most gathered parameter bytes at once */
+        for (int e = 0; e < 2; e++) {
+            interval pt = iv[a];
+            pt.hole = 0;
+            pt.start = pt.end = e == 0 ? iv[a].start : iv[a].hole ? iv[a].h1 + 1 : iv[a].end;
+            size_t at = 0;
+            for (int b = z3_lo; b < n_rel; b++) at += overlap(&iv[b], &pt) ? iv[b].bytes : 0;
+            if (at > mp->zero_param_peak) mp->zero_param_peak = at;
+        }
     for (int v = 0; v < nv; v++) {
         if (root[v] != v || pinned[v] || g->values[v].kind != TS_VK_NODE) continue;
         int st = pos[g->values[v].node];
-        iv[ni++] =
-            (interval){v, st, last[v] > st ? last[v] : st, ts_type_bytes(&g->values[v].t), 0, 0};
+        iv[ni++] = (interval){
+            v, st, last[v] > st ? last[v] : st, ts_type_bytes(&g->values[v].t), 0, 0, 0, 0, 0};
     }
     for (int i = 0; i < nn; i++) {
         const ts_op_def *def = ts_op_get(g->nodes[i].op);
         size_t sb = def->scratch ? def->scratch(g, &g->nodes[i]) : 0;
         mp->scratch_bytes[i] = sb;
         mp->naive_bytes += sb;
-        if (sb) iv[ni++] = (interval){-(i + 1), pos[i], pos[i], sb, 0, 0};
+        if (sb) iv[ni++] = (interval){-(i + 1), pos[i], pos[i], sb, 0, 0, 0, 0, 0};
     }
     size_t temp_total = 0;
     if ((s = place(iv, ni, &temp_total)) != TS_OK) goto done;
@@ -289,7 +383,7 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     for (int i = 0; i < ni; i++) {
         if (iv[i].bucket) {
             const ts_node *n = &g->nodes[iv[i].id];
-            for (int j = 0; j < n->n_in; j++)
+            for (int j = iv[i].bucket == 2; j < n->n_in; j++) /* ZeRO-3: not the block */
                 mp->off[root[n->in[j]]] = cur + iv[i].off + goff[root[n->in[j]]];
         } else if (iv[i].id >= 0)
             mp->off[iv[i].id] = cur + iv[i].off;
@@ -312,6 +406,7 @@ done:
     free(last);
     free(pinned);
     free(goff);
+    free(pbucket);
     free(iv);
     if (s != TS_OK) ts_memplan_free(mp);
     return s;

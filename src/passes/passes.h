@@ -99,15 +99,33 @@ typedef struct ts_dist_spec {
     size_t bucket_bytes;       /* buckets after the first */
     size_t first_bucket_bytes; /* the first bucket */
     int algo;                  /* ts_coll_algo of the collectives */
-    int zero;          /* 1: ZeRO-1 (reduce-scatter, sharded update, all-gather); 2: ZeRO-2 */
-    int shared_params; /* ZeRO: the ranks update one shared copy of the parameters in
-                          place (ts_comm_shares_memory); no all-gather */
-    int rank, size;    /* this rank of size (ZeRO: which shard) */
-    int32_t *loss;     /* ZeRO compacts the graph: the loss id is remapped */
+    int zero;                  /* 1: ZeRO-1 (reduce-scatter, sharded update, all-gather); 2: ZeRO-2;
+                                  3: ZeRO-3 (the parameters too, zero3.c) */
+    int no_prefetch;           /* ZeRO-3: gather each bucket right before its use */
+    int shared_params;         /* ZeRO: the ranks update one shared copy of the parameters in
+                                  place (ts_comm_shares_memory); no all-gather */
+    int rank, size;            /* this rank of size (ZeRO: which shard) */
+    int32_t *loss;             /* ZeRO compacts the graph: the loss id is remapped */
     ts_compress_options compress; /* method 0: the dense all-reduce */
 } ts_dist_spec;
 ts_status ts_pass_distribute(ts_graph *g, int32_t **order, int *n_order, const ts_dist_spec *d,
                              int *n_buckets);
+/* ZeRO-3 (zero3.c): one parameter bucket of the distribute pass: its k
+ * parameters in memplan's order, the rank's persistent block of them
+ * (shard, a state value of elems' ts_comm_block), and its shard_update. */
+typedef struct ts_zero3_bucket {
+    const int32_t *params;
+    int k;
+    int32_t shard, update;
+    int64_t elems;
+} ts_zero3_bucket;
+/* Inserts into *order (m nodes, reallocated) per bucket an all-gather of
+ * the parameters from the blocks before their first forward use and
+ * another before their first backward use (after the loss), each reader
+ * ordered after its gather's wait; with prefetch (!d->no_prefetch) the
+ * next bucket's gather starts one bucket ahead. */
+ts_status ts_zero3_gathers(ts_graph *g, int32_t **order, int *m, const ts_dist_spec *d,
+                           const ts_zero3_bucket *b, int nb);
 /* Gradient compression (compress.c): checks and the SGD rewrite before the
  * buckets (*momentum: the correction's factor, 0: none), then bucket b's
  * start and wait nodes in place of allreduce_start/wait. */
@@ -133,6 +151,9 @@ typedef struct ts_memplan {
     size_t zero_grad_bytes;  /* all buckets together (the full gradients) */
     size_t zero_grad_peak;   /* the most bucket bytes alive at once */
     size_t zero_shard_bytes; /* this rank's shards of the reduced gradients */
+    /* ZeRO-3: the buckets' gathered parameters, planned inside the temporaries */
+    size_t zero_param_bytes; /* all buckets together (the full parameters) */
+    size_t zero_param_peak;  /* the most of them alive at once */
 } ts_memplan;
 
 ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, int allow_inplace,

@@ -133,15 +133,16 @@ static ts_status run_distribute(ts_pass_ctx *c) {
     d.first_bucket_bytes = (size_t)(first_mb * 1048576.0);
     d.algo = o->dist_algo;
     d.zero = o->zero;
-    c->zero_shared = d.zero > 0 && !o->zero_private_params && ts_comm_shares_memory(o->comm);
+    c->zero_shared =
+        d.zero > 0 && d.zero < 3 && !o->zero_private_params && ts_comm_shares_memory(o->comm);
+    d.no_prefetch = o->zero_no_prefetch;
     d.shared_params = c->zero_shared;
     d.rank = ts_comm_rank(o->comm);
     d.size = ts_comm_size(o->comm);
     d.loss = &c->loss;
     d.compress = o->compress;
-    if (d.zero < 0 || d.zero > 2)
-        return ts_fail(TS_ERR_UNSUPPORTED, "compile: ZeRO stage %d (0, 1 and 2 are supported)",
-                       d.zero);
+    if (d.zero < 0 || d.zero > 3)
+        return ts_fail(TS_ERR_UNSUPPORTED, "compile: ZeRO stage %d (0 to 3 are supported)", d.zero);
     if (d.algo < 0 || d.algo >= TS_ALGO_COUNT)
         return ts_fail(TS_ERR_INVALID, "compile: dist_algo %d is not a ts_coll_algo", d.algo);
     return ts_pass_distribute(c->g, &c->order, &c->n_order, &d, &c->n_buckets);

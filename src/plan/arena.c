@@ -90,6 +90,40 @@ static ts_status exchange_arenas(ts_plan *p) {
     return s;
 }
 
+/* ZeRO-3: each rank's blocks of the parameters ("zero.bucket<b>.param")
+ * start as the same elements of the parameters' first values, which every
+ * rank computes whole (one parameter at a time) and cuts its pieces from. */
+static ts_status init_zero3_blocks(ts_plan *p, const ts_graph *g) {
+    const ts_program *prog = &p->prog;
+    ts_status s = TS_OK;
+    for (int v = 0; v < g->n_values && s == TS_OK; v++) {
+        const ts_value *val = &g->values[v];
+        if (val->kind != TS_VK_PARAM || !val->name) continue;
+        unsigned char *full = NULL;
+        for (int i = 0; i < prog->n_shards && s == TS_OK; i++) {
+            const ts_shard_piece *pc = &prog->shards[i];
+            if (pc->what[0] || strcmp(pc->param, val->name)) continue;
+            const ts_named *st = ts_plan_find(p, pc->state);
+            if (!st) {
+                s = ts_fail(TS_ERR_INTERNAL, "plan: no state '%s'", pc->state);
+                break;
+            }
+            if (!full) {
+                if (!(full = ts_alloc(ts_type_bytes(&val->t) + 1, "ZeRO-3 init"))) {
+                    s = TS_ERR_NOMEM;
+                    break;
+                }
+                if ((s = init_value(val, full, prog->opt.seed)) != TS_OK) break;
+            }
+            const size_t es = ts_dtype_size(val->t.dtype);
+            memcpy(ts_plan_at(p, st->v.off) + (size_t)pc->state_off * es,
+                   full + (size_t)pc->param_off * es, (size_t)pc->count * es);
+        }
+        free(full);
+    }
+    return s;
+}
+
 ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg) {
     const ts_graph *g = cg->graph;
     const ts_program *prog = &p->prog;
@@ -139,11 +173,15 @@ ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg) {
         unsigned char *dst = ts_plan_at(p, cg->mp.off[v]);
         if (!owner && cg->mp.off[v] - po < pb) continue; /* rank 0 initialises the shared ones */
         if (val->kind == TS_VK_CONST) memcpy(dst, val->data, ts_type_bytes(&val->t));
+        /* ZeRO-3: a gathered parameter lives in the temporaries */
+        if (val->kind == TS_VK_PARAM && cg->mp.off[v] >= prog->layout.temp_off) continue;
         if (val->kind == TS_VK_PARAM || val->kind == TS_VK_STATE) {
             ts_status s = init_value(val, dst, prog->opt.seed);
             if (s != TS_OK) return s;
         }
     }
+    ts_status s = init_zero3_blocks(p, g);
+    if (s != TS_OK) return s;
     return prog->zero_shared ? exchange_arenas(p) : TS_OK;
 }
 

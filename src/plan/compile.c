@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "passes/pipeline.h"
+#include "tessel/dist.h"
 #include "plan/lower.h"
 #include "plan/scaler.h"
 
@@ -159,6 +160,26 @@ static ts_status setup_dist(ts_plan *p) {
     return TS_OK;
 }
 
+/* dist.max_mem_mb: the plan's memory per process (its whole arena,
+ * counting shared parameters, which the process maps too) against the
+ * limit, before anything is allocated. */
+static ts_status check_mem_limit(const ts_program *prog) {
+    const double lim = prog->opt.max_mem_mb, mib = 1048576.0;
+    const ts_arena_layout *l = &prog->layout;
+    const double need = (double)l->arena_bytes / mib;
+    if (lim <= 0 || need <= lim) return TS_OK;
+    const int ranks = prog->opt.comm ? ts_comm_size(prog->opt.comm) : 1;
+    return ts_fail(TS_ERR_UNSUPPORTED,
+                   "compile: the plan needs %.1f MiB per process (parameters %.1f, gradients "
+                   "%.1f, optimizer state %.1f, inputs and outputs %.1f, temporaries %.1f; "
+                   "%d process%s, dist.zero %d), more than dist.max_mem_mb = %g MiB; shard the "
+                   "parameters over more processes with dist.zero: 3 (tessel train --procs N), "
+                   "or split the model into pipeline stages",
+                   need, (double)l->param_bytes / mib, (double)l->grad_bytes / mib,
+                   (double)l->state_bytes / mib, (double)l->io_bytes / mib,
+                   (double)l->temp_bytes / mib, ranks, ranks == 1 ? "" : "es", prog->opt.zero, lim);
+}
+
 /* ts_compile_keep, ts_compile_shared: share non-NULL makes a plan on
  * share's parameters, gradients and state (plan_shared.c). */
 static ts_status compile_plan(const ts_graph *src, const ts_train_spec *spec,
@@ -209,6 +230,7 @@ static ts_status compile_plan(const ts_graph *src, const ts_train_spec *spec,
     prog->opt.peft.adapter_after = NULL;
     if (s != TS_OK) goto fail;
     if ((s = ts_lower(prog, &cg, loss)) != TS_OK) goto fail;
+    if ((s = check_mem_limit(prog)) != TS_OK) goto fail;
     if ((s = ts_render_dumps(prog, &cg)) != TS_OK) goto fail;
     if (share && (s = ts_plan_borrow_state(p, share, scfg.mode != TS_LOSS_SCALE_NONE)) != TS_OK)
         goto fail;

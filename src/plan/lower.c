@@ -113,6 +113,8 @@ static void set_layout(ts_arena_layout *l, const ts_compiled_graph *cg) {
     l->zero_grad_bytes = m->zero_grad_bytes;
     l->zero_grad_peak = m->zero_grad_peak;
     l->zero_shard_bytes = m->zero_shard_bytes;
+    l->zero_param_bytes = m->zero_param_bytes;
+    l->zero_param_peak = m->zero_param_peak;
 }
 
 ts_status ts_lower(ts_program *prog, const ts_compiled_graph *cg, int32_t loss) {

@@ -99,6 +99,13 @@ double ts_plan_lr(const ts_plan *p) {
     return p ? ts_lr_at(&p->prog.spec.schedule, p->prog.spec.opt.lr, p->rt.steps_done + 1) : NAN;
 }
 
+/* ZeRO-3: a parameter gathered per bucket lives in the temporaries
+ * (memplan); between steps only the ranks' blocks hold it. */
+static int zero3_param(const ts_plan *p, const ts_named *nm) {
+    return nm->kind == TS_NAMED_PARAM && p->prog.layout.zero_param_bytes > 0 &&
+           nm->v.off >= p->prog.layout.temp_off;
+}
+
 ts_status ts_plan_read(const ts_plan *p, const char *name, void *dst, size_t bytes) {
     const ts_named *nm = NULL;
     ts_status s = find_sized(p, "read", name, bytes, &nm);
@@ -109,6 +116,13 @@ ts_status ts_plan_read(const ts_plan *p, const char *name, void *dst, size_t byt
                        "read '%s': under ZeRO-2 (dist.zero 2) a gradient lives only until its "
                        "bucket's reduce-scatter; read the gradient monitors instead",
                        name);
+    if (zero3_param(p, nm))
+        return ts_fail(
+            TS_ERR_UNSUPPORTED,
+            "read '%s': under ZeRO-3 (dist.zero 3) a parameter lives as every rank's "
+            "block of its bucket between steps; read the blocks ('zero.bucket<b>.param', "
+            "placed by ts_plan_shard_layout) or save a checkpoint",
+            name);
     memcpy(dst, ts_plan_at(p, nm->v.off), bytes);
     return TS_OK;
 }
@@ -119,6 +133,11 @@ ts_status ts_plan_write_param(ts_plan *p, const char *name, const void *src, siz
     if (s != TS_OK) return s;
     if (nm->kind != TS_NAMED_PARAM && nm->kind != TS_NAMED_STATE)
         return ts_fail(TS_ERR_INVALID, "write_param: '%s' is not a parameter or state", name);
+    if (zero3_param(p, nm))
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "write_param '%s': under ZeRO-3 (dist.zero 3) write the rank's blocks "
+                       "('zero.bucket<b>.param', ts_plan_shard_layout) or load a checkpoint",
+                       name);
     if (!src) return ts_fail(TS_ERR_INVALID, "write_param '%s': src is NULL", name);
     unsigned char *dst = ts_plan_at(p, nm->v.off);
     /* Shared parameters (ZeRO on shm): every rank restores the same
@@ -174,6 +193,8 @@ ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st) {
     st->zero_grad_bytes = p->prog.layout.zero_grad_bytes;
     st->zero_grad_peak = p->prog.layout.zero_grad_peak;
     st->zero_shard_bytes = p->prog.layout.zero_shard_bytes;
+    st->zero_param_bytes = p->prog.layout.zero_param_bytes;
+    st->zero_param_peak = p->prog.layout.zero_param_peak;
     return TS_OK;
 }
 
@@ -183,15 +204,19 @@ static const ts_named *persistent_at(const ts_plan *p, int idx) {
     for (int pass = 0, k = 0; p && pass < 2; pass++) {
         ts_named_kind want = pass == 0 ? TS_NAMED_PARAM : TS_NAMED_STATE;
         for (int i = 0; i < p->prog.n_named; i++)
-            if (p->prog.named[i].kind == want && k++ == idx) return &p->prog.named[i];
+            if (p->prog.named[i].kind == want && !zero3_param(p, &p->prog.named[i]) && k++ == idx)
+                return &p->prog.named[i];
     }
     return NULL;
 }
 
+/* ZeRO-3's gathered parameters are not persistent: their blocks
+ * ("zero.bucket<b>.param", state) are. */
 int ts_plan_persistent_count(const ts_plan *p) {
     int n = 0;
     for (int i = 0; p && i < p->prog.n_named; i++)
-        n += p->prog.named[i].kind == TS_NAMED_PARAM || p->prog.named[i].kind == TS_NAMED_STATE;
+        n += (p->prog.named[i].kind == TS_NAMED_PARAM && !zero3_param(p, &p->prog.named[i])) ||
+             p->prog.named[i].kind == TS_NAMED_STATE;
     return n;
 }
 

@@ -76,6 +76,13 @@ ts_status ts_sess_build(session *s) {
     if ((s->val && s->val->n) || s->test) {
         /* Evaluation runs an inference plan of the same graph: forward only,
          * no dropout, its own arena; parameters are copied in by name. */
+        ts_plan_stats ps;
+        if ((st = ts_plan_get_stats(s->plan, &ps)) != TS_OK) return st;
+        if (ps.zero_param_bytes > 0)
+            return ts_fail(TS_ERR_UNSUPPORTED,
+                           "evaluation (a validation or test split) is not supported with "
+                           "dist.zero 3 yet: the parameters are sharded over the processes and "
+                           "the evaluation plan needs them whole (use dist.zero 2)");
         if ((st = ts_compile(s->g, NULL, &opt, &s->eval)) != TS_OK) return st;
         if (!(s->bout = ts_alloc(s->outb, "model output"))) return TS_ERR_NOMEM;
         for (int i = 0; i < ts_plan_persistent_count(s->plan); i++) {

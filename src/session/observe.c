@@ -113,6 +113,9 @@ static ts_status gradient_pass(session *s, int64_t step, int hist, double *norm)
     int64_t n;
     /* dist.reproducible: the monitors saw the last micro-batch only. */
     ts_status st = s->rp ? ts_repro_grad_norm(s->rp, norm) : ts_plan_grad_norm(s->plan, norm);
+    /* ZeRO-3: parameters and gradients are sharded after the step; no
+     * histograms (docs/distributed.md) */
+    if (s->nranks > 1 && s->c.dist.zero == 3) hist = 0;
     for (int i = 0; hist && i < ts_plan_param_count(s->plan) && st == TS_OK; i++) {
         const char *p = ts_plan_param_name(s->plan, i);
         if ((st = read_f32(s, p, &n)) != TS_OK) break;
@@ -173,15 +176,11 @@ ts_status ts_sess_alerts_setup(session *s) {
     if (c->debug.inject && ts_dtype_of(s->g, s->m.input) != TS_F32)
         return ts_fail(TS_ERR_INVALID, "debug.inject corrupts a float input x; this model's "
                                        "input is not float32");
-    ts_alert_run_config ac = {c->alerts.rules,
-                              c->alerts.defaults,
-                              c->alerts.webhook_url,
-                              c->alerts.baseline_window,
-                              c->alerts.baseline_warmup,
-                              c->alerts.update_ratio_every,
-                              s->rank,
-                              s->nranks > 1 ? s->o->comm : NULL,
-                              c->alerts.cooldown};
+    ts_alert_run_config ac = {c->alerts.rules, c->alerts.defaults, c->alerts.webhook_url,
+                              c->alerts.baseline_window, c->alerts.baseline_warmup,
+                              /* ZeRO-3: no rank holds the parameters whole between steps */
+                              s->nranks > 1 && c->dist.zero == 3 ? 0 : c->alerts.update_ratio_every,
+                              s->rank, s->nranks > 1 ? s->o->comm : NULL, c->alerts.cooldown};
     ts_status st = ts_alert_runner_new(s->plan, &ac, &s->ar);
     if (st == TS_OK)
         s->ar->snaps = (ts_anomaly_budget){c->alerts.snapshot_max, c->alerts.snapshot_keep, 0, 0};

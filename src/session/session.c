@@ -256,9 +256,16 @@ static void header(session *s) {
                      "rank's shards %.1f",
                      (double)st.zero_grad_bytes / mib, (double)st.zero_grad_peak / mib,
                      (double)st.zero_shard_bytes / mib);
-        char ps[48];
+        char ps[160];
         if (st.shared_param_bytes)
             snprintf(ps, sizeof ps, "0.0: shared, below");
+        else if (st.zero_param_bytes) /* ZeRO-3: the blocks are in the optimizer state */
+            snprintf(ps, sizeof ps,
+                     "%.1f: ZeRO-3, buckets of %.1f gathered in the temporaries, at most %.1f at "
+                     "once; this rank's blocks %.1f in the state",
+                     (double)st.param_bytes / mib, (double)st.zero_param_bytes / mib,
+                     (double)st.zero_param_peak / mib,
+                     (double)st.zero_param_bytes / mib / (double)s->nranks);
         else
             snprintf(ps, sizeof ps, "%.1f", (double)st.param_bytes / mib);
         ts_progress_log(&s->pr,

@@ -23,6 +23,7 @@ static void train_options(const session *s, ts_compile_options *opt) {
     if (s->c.dist.reproducible && s->nranks > 2) opt->dist_algo = TS_ALGO_RD;
     opt->zero = s->nranks > 1 ? s->c.dist.zero : 0;
     opt->zero_private_params = !s->c.dist.share_params;
+    opt->zero_no_prefetch = !s->c.dist.prefetch;
     if (s->nranks > 1) ts_config_compress_options(&s->c, &opt->compress);
     opt->monitors = 1;
 }
