@@ -107,6 +107,13 @@ void ts_partition_predict(const ts_partition *p, double *step_s, double *bubble)
 ts_status ts_partition_print(const ts_partition *p, FILE *out);
 void ts_partition_free(ts_partition *p);
 
+/* The partition a config asks for (dist.pipeline_stages, dist.microbatches,
+ * dist.pipeline_schedule, dist.devices, dist.max_mem_mb) of its model's
+ * forward graph, as `tessel compile --dump partition` prints it. The
+ * config must be finished. */
+struct ts_config;
+ts_status ts_config_partition(struct ts_config *c, ts_partition **out);
+
 #ifdef __cplusplus
 }
 #endif
