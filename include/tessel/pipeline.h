@@ -51,10 +51,10 @@ typedef struct ts_device_speed {
  * file and line. */
 ts_status ts_devices_load(const char *path, ts_device_speed *out, int max, int *n);
 
-/* Measures this process's speeds briefly (about 0.2 s): a 256x512x512
- * matmul plan, an add over 4 Mi floats, a memcpy of 16 MiB (the link of
- * processes on one host). */
-ts_status ts_device_measure(ts_device_speed *out);
+/* Measures this process's speeds briefly (about 0.2 s) on `threads`
+ * threads (0: OpenMP's default): a 256x512x512 matmul plan, an add over
+ * 4 Mi floats, a memcpy of 16 MiB (the link of processes on one host). */
+ts_status ts_device_measure(int threads, ts_device_speed *out);
 
 typedef enum ts_pipe_schedule { TS_PIPE_1F1B = 0, TS_PIPE_GPIPE = 1 } ts_pipe_schedule;
 
@@ -66,6 +66,7 @@ typedef struct ts_partition_options {
     int n_devices;                  /* 0: every stage on the measured speed of this process */
     double max_mem_mb;              /* limit for devices without their own (0: none) */
     int state_per_param;            /* optimizer tensors per parameter (AdamW 2, SGD momentum 1) */
+    int threads;                    /* measuring: the threads a stage runs on (0: default) */
 } ts_partition_options;
 
 ts_partition_options ts_partition_options_default(void);

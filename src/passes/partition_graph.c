@@ -246,7 +246,7 @@ ts_status ts_partition_graph(const ts_graph *g, ts_val loss, const ts_partition_
         memcpy(p->devs, o->devices, (size_t)o->n_devices * sizeof *p->devs);
         p->n_devs = o->n_devices;
     } else {
-        s = ts_device_measure(&p->devs[0]);
+        s = ts_device_measure(o->threads, &p->devs[0]);
         p->n_devs = 1;
     }
     if (s == TS_OK) s = live_order(g, loss, p);

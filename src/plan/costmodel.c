@@ -59,7 +59,7 @@ static double now(void) {
 
 /* Seconds per run of a one-op inference plan (best of a few, after a warm
  * run), its inputs filled with small values. */
-static ts_status time_op(int gemm, double *sec) {
+static ts_status time_op(int gemm, int threads, double *sec) {
     ts_graph *g = ts_graph_new();
     if (!g) return ts_fail(TS_ERR_NOMEM, "device measure: out of memory");
     const int64_t mm_a[2] = {256, 512}, mm_w[2] = {512, 512}, vec[1] = {4 << 20};
@@ -73,7 +73,9 @@ static ts_status time_op(int gemm, double *sec) {
     }
     ts_plan *p = NULL;
     ts_status s = ts_mark_output(g, y, "y");
-    if (s == TS_OK) s = ts_compile(g, NULL, NULL, &p);
+    ts_compile_options o = ts_compile_options_default();
+    o.threads = threads;
+    if (s == TS_OK) s = ts_compile(g, NULL, &o, &p);
     ts_graph_free(g);
     const size_t n = gemm ? 256 * 512 : (size_t)4 << 20;
     float *buf = s == TS_OK ? calloc(n, sizeof *buf) : NULL;
@@ -93,11 +95,11 @@ static ts_status time_op(int gemm, double *sec) {
     return s;
 }
 
-ts_status ts_device_measure(ts_device_speed *out) {
+ts_status ts_device_measure(int threads, ts_device_speed *out) {
     if (!out) return ts_fail(TS_ERR_INVALID, "device measure: NULL output");
     double tg, tm;
-    ts_status s = time_op(1, &tg);
-    if (s == TS_OK) s = time_op(0, &tm);
+    ts_status s = time_op(1, threads, &tg);
+    if (s == TS_OK) s = time_op(0, threads, &tm);
     if (s != TS_OK) return s;
     const size_t bytes = (size_t)16 << 20;
     unsigned char *a = malloc(bytes), *b = malloc(bytes);

@@ -14,6 +14,7 @@ ts_status ts_stage_partition(ts_config *c, const ts_device_speed *measured, int 
     o.microbatches = c->pipe.microbatches;
     o.schedule = c->pipe.schedule ? TS_PIPE_GPIPE : TS_PIPE_1F1B;
     o.max_mem_mb = c->dist.max_mem_mb;
+    o.threads = c->train.threads;
     ts_device_speed devs[TS_PIPE_MAX_STAGES];
     ts_status s = TS_OK;
     if (strcmp(c->pipe.devices, "measure") != 0) {

@@ -68,6 +68,9 @@ typedef struct ts_stage_times {
     size_t stash_bytes;                           /* saved per micro-batch in flight */
 } ts_stage_times;
 void ts_stage_last_times(const ts_stage *st, ts_stage_times *t);
+/* A slowed stage (bench/pipeline.c: a device of 1/factor the speed): after
+ * each piece of its step it sleeps (factor - 1) times the piece's time. */
+void ts_stage_set_slowdown(ts_stage *st, double factor);
 void ts_stage_free(ts_stage *st);
 
 #endif

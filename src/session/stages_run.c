@@ -48,6 +48,7 @@ struct ts_stage {
     shared_param shared[MAX_SHARED];
     int n_shared;
     double loss;
+    double slowdown; /* > 1: sleep (slowdown - 1) x each piece's time after it */
     ts_stage_times t;
 };
 
@@ -193,7 +194,7 @@ ts_status ts_stage_new(ts_config *c, ts_comm *comm, ts_stage **out) {
     ts_device_speed devs[TS_PIPE_MAX_STAGES], mine;
     const int measure = !strcmp(c->pipe.devices, "measure");
     ts_status s = TS_OK;
-    if (measure && (s = ts_device_measure(&mine)) == TS_OK) {
+    if (measure && (s = ts_device_measure(c->train.threads, &mine)) == TS_OK) {
         snprintf(mine.name, sizeof mine.name, "rank%d", st->s);
         s = ts_allgather(comm, &mine, devs, sizeof mine * (size_t)S, TS_U8, TS_ALGO_AUTO);
     }
@@ -241,8 +242,19 @@ static ts_status send_to(ts_stage *st, int peer, int tag, const void *buf, size_
 static ts_status run(ts_stage *st, int lo, int hi, double *acc) {
     const double t0 = now();
     ts_status s = ts_plan_run_range(st->plan, lo, hi);
-    *acc += now() - t0;
+    double d = now() - t0;
+    if (st->slowdown > 1) {
+        const double z = (st->slowdown - 1) * d;
+        struct timespec ts = {(time_t)z, (long)((z - (double)(time_t)z) * 1e9)};
+        nanosleep(&ts, NULL);
+        d = now() - t0;
+    }
+    *acc += d;
     return s;
+}
+
+void ts_stage_set_slowdown(ts_stage *st, double factor) {
+    if (st) st->slowdown = factor;
 }
 
 static ts_status feed(ts_stage *st, int mb, int n, const char *const *names,

@@ -97,6 +97,12 @@ int main(void) {
     CHECK(r.rc != 0 && strstr(r.err, "dist.pipeline_stages is set"), "plan dump: %s", r.err);
     e2e_done(&r);
 
+    /* tessel train does not drive the stages yet: refused, not ignored */
+    r = e2e_runf("train examples/w1.yaml --steps 1 --set dist.pipeline_stages=2 --out %s",
+                 e2e_path("run"));
+    CHECK(r.rc != 0 && strstr(r.err, "does not run pipeline stages yet"), "train: %s", r.err);
+    e2e_done(&r);
+
     e2e_cleanup(dir);
     return check_summary("e2e/partition_cli");
 }
