@@ -317,8 +317,12 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
     ts_pipe_order(st->kind, st->S, st->M, st->s, ops);
     double loss = 0;
     ts_status s = TS_OK;
+    const uint64_t seed = ts_plan_seed(st->plan);
     for (int o = 0; o < 2 * st->M && s == TS_OK; o++) {
         const int mb = ops[o].mb;
+        /* dropout's stream of micro-batch mb, as dist.reproducible's
+         * (session/repro.c): the compile seed for the first */
+        ts_plan_set_seed(st->plan, seed + (uint64_t)mb * 0x9E3779B97F4A7C15ULL);
         if (!ops[o].bwd) {
             if (st->s > 0)
                 s = recv_from(st, st->s - 1, TAG_ACT, st->in_at, st->in_bytes, "an activation", mb);
@@ -354,6 +358,7 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
             s = recv_from(st, sp->peer, TAG_SHARED_SUM, sp->grad, sp->bytes,
                           "a shared parameter's summed gradient", st->M - 1);
     }
+    ts_plan_set_seed(st->plan, seed);
     if (s == TS_OK) s = run(st, st->gate, st->n_ins, &st->t.update);
     if (s == TS_OK && st->n_pending) {
         const double tw = now();
