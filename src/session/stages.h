@@ -73,4 +73,11 @@ void ts_stage_last_times(const ts_stage *st, ts_stage_times *t);
 void ts_stage_set_slowdown(ts_stage *st, double factor);
 void ts_stage_free(ts_stage *st);
 
+/* Checkpoints: each stage saves its plan (parameters, optimizer state,
+ * step count) as a standard checkpoint in RUN/stage-<s>/step-N (LATEST
+ * names the newest); load restores the newest into a stage built from the
+ * same config, so a killed pipeline resumes bit-exactly. */
+ts_status ts_stage_save(ts_stage *st, const char *run_dir);
+ts_status ts_stage_load(ts_stage *st, const char *run_dir);
+
 #endif

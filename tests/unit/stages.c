@@ -29,7 +29,11 @@ static const char *const MLP =
 typedef struct job {
     const char *yaml;
     int S, M, gpipe, die; /* die: the rank that exits at step 2 (-1: none) */
+    const char *ckpt;     /* kill and resume: steps 0..1, save, exit; then load, step 2 */
+    int phase;            /* 1: the run that saves, 2: the one that resumes */
 } job;
+
+static char devfile[96];
 
 static ts_status config(ts_config *c, const job *j, int stages) {
     ts_config_init(c);
@@ -39,6 +43,12 @@ static ts_status config(ts_config *c, const job *j, int stages) {
     snprintf(set[2], sizeof set[2], "dist.pipeline_schedule=%s", j->gpipe ? "gpipe" : "1f1b");
     ts_status s = ts_config_load_string(c, j->yaml, strlen(j->yaml), "t.yaml");
     for (int i = 0; i < 3 && s == TS_OK; i++) s = ts_config_set(c, set[i]);
+    /* resuming needs the same cuts: speeds from a file, not measured */
+    if (s == TS_OK && j->ckpt) {
+        char set_dev[160];
+        snprintf(set_dev, sizeof set_dev, "dist.devices=%s", devfile);
+        s = ts_config_set(c, set_dev);
+    }
     if (s == TS_OK) s = ts_config_finish(c);
     return s;
 }
@@ -176,8 +186,21 @@ static int worker(ts_comm *comm, void *user) {
         fprintf(stderr, "rank %d: %s\n", ts_comm_rank(comm), ts_last_error());
         return 2;
     }
-    for (int t = 0; t < STEPS; t++) {
+    int t0 = 0;
+    if (j->phase == 2) {
+        if (ts_stage_load(st, j->ckpt) != TS_OK) {
+            fprintf(stderr, "%s\n", ts_last_error());
+            return 8;
+        }
+        t0 = (int)ts_plan_step_count(ts_stage_plan(st));
+    }
+    for (int t = t0; t < STEPS; t++) {
         if (t == 1 && ts_comm_rank(comm) == j->die) _exit(7);
+        if (j->phase == 1 && t == 2) { /* checkpoint after two steps, then die */
+            const int rc = ts_stage_save(st, j->ckpt) != TS_OK;
+            if (rc) fprintf(stderr, "%s\n", ts_last_error());
+            _exit(rc ? 9 : 0);
+        }
         batch b;
         make_batch(&b, gpt, t);
         if (ts_stage_step(st, 2, b.names, b.data) != TS_OK) {
@@ -205,7 +228,7 @@ static int worker(ts_comm *comm, void *user) {
 }
 
 static void run(const char *yaml, int S, int M, int gpipe) {
-    job j = {yaml, S, M, gpipe, -1};
+    job j = {yaml, S, M, gpipe, -1, NULL, 0};
     int codes[4] = {0};
     ts_status s = ts_shm_launch(S, NULL, worker, &j, codes);
     CHECK(s == TS_OK, "%s S=%d M=%d %s: %s (exit codes %d %d %d %d)",
@@ -229,11 +252,30 @@ int main(void) {
     run(DROP, 2, 4, 0); /* dropout: each micro-batch's own mask, as dist.reproducible's */
     run(DROP, 2, 2, 1);
     /* stage 1 of 2 dies at its second step: stage 0 names it */
-    job j = {GPT, 2, 4, 0, 1};
+    job j = {GPT, 2, 4, 0, 1, NULL, 0};
     int codes[2] = {0};
     ts_shm_options o = {0};
     ts_shm_launch(2, &o, worker, &j, codes);
     CHECK(codes[1] == 7 && codes[0] == 3, "dead stage: exit codes %d %d (3: the message named it)",
           codes[0], codes[1]);
+    /* kill and resume: two steps, a checkpoint per stage, the processes
+     * end; new ones resume and take the third step: the weights of three
+     * uninterrupted steps, bit for bit */
+    char dir[] = "/tmp/tessel-stages-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(devfile, sizeof devfile, "%s/devices.txt", dir);
+    FILE *f = fopen(devfile, "w");
+    CHECK(f && fputs("a 50 10 5\nb 50 10 5\nc 50 10 5\nd 50 10 5\n", f) >= 0, "devices file");
+    if (f) fclose(f);
+    for (int S = 2; S <= 4; S += 2) {
+        char run[64];
+        snprintf(run, sizeof run, "%s/run%d", dir, S);
+        job a = {GPT, S, 4, 0, -1, run, 1}, b = {GPT, S, 4, 0, -1, run, 2};
+        CHECK(ts_shm_launch(S, NULL, worker, &a, NULL) == TS_OK, "save: %s", ts_last_error());
+        CHECK(ts_shm_launch(S, NULL, worker, &b, NULL) == TS_OK, "resume: %s", ts_last_error());
+    }
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    if (check_failed == 0 && system(rm) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return check_summary("stages");
 }
