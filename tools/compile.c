@@ -3,8 +3,9 @@
 #include <string.h>
 #include "cli.h"
 #include "tessel/codegen.h"
+#include "tessel/pipeline.h"
 
-static const char *const kinds[] = {"ir", "plan", "memory", "stats", "config"};
+static const char *const kinds[] = {"ir", "plan", "memory", "stats", "config", "partition"};
 enum { N_KINDS = sizeof kinds / sizeof kinds[0] };
 
 static void print_stats(const ts_plan_stats *st) {
@@ -60,9 +61,9 @@ int cli_compile(const cli_args *a) {
         if (which[i] < 0)
             return cli_error(CLI_USAGE,
                              "--dump: unknown kind '%s' (ir, plan, memory, stats, "
-                             "config)",
+                             "config, partition)",
                              k);
-        need_plan |= which[i] != 4;
+        need_plan |= which[i] < 4;
     }
     need_plan |= a->dump_after != NULL;
     ts_config c;
@@ -106,7 +107,13 @@ int cli_compile(const cli_args *a) {
             if ((s = ts_plan_get_stats(plan, &st)) == TS_OK) print_stats(&st);
             break;
         }
-        default: s = ts_config_write(&c, stdout); break;
+        case 4: s = ts_config_write(&c, stdout); break;
+        default: { /* the pipeline stages dist.pipeline_stages asks for */
+            ts_partition *part = NULL;
+            if ((s = ts_config_partition(&c, &part)) == TS_OK) s = ts_partition_print(part, stdout);
+            ts_partition_free(part);
+            break;
+        }
         }
     }
     ts_plan_free(plan);

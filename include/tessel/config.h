@@ -229,6 +229,14 @@ typedef struct ts_config {
         int64_t sort_window;     /* batches sorted by length together; 0: no sorting */
         int64_t build_seq; /* not a key: the sequence bucket a gpt is built at (0: model.ctx) */
     } shape;
+    /* pipeline stages (dist.pipeline_*, dist.microbatches, dist.devices; docs/distributed.md
+     * "Pipeline stages") */
+    struct {
+        int stages;        /* S: processes the model is cut into */
+        int microbatches;  /* M: micro-batches per step */
+        int schedule;      /* ts_pipe_schedule: 0 1f1b, 1 gpipe */
+        char devices[512]; /* devices file ("" : speeds measured at start) */
+    } pipe;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 

@@ -285,6 +285,12 @@ ts_status ts_comm_isend(ts_comm *c, int peer, int tag, const void *buf, size_t b
 ts_status ts_comm_irecv(ts_comm *c, int peer, int tag, void *buf, size_t bytes, ts_comm_req *req);
 /* Waits (up to the timeout) for every request of reqs[0..n). */
 ts_status ts_comm_wait(ts_comm *c, ts_comm_req *reqs, int n);
+/* The same, also moving on others[0..n_others) (sends still in flight,
+ * which on shm advance only while their rank calls into the comm) without
+ * waiting for them: a rank blocked on a receive keeps its own sends going,
+ * so two ranks sending to each other cannot block each other. */
+ts_status ts_comm_wait_progress(ts_comm *c, ts_comm_req *reqs, int n, ts_comm_req *const *others,
+                                int n_others);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@
 #include "tessel/progress.h"
 #include "tessel/config.h"
 #include "tessel/session.h"
+#include "tessel/pipeline.h"
 
 #define TESSEL_VERSION "0.1.0"
 

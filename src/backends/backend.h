@@ -48,6 +48,10 @@ typedef struct ts_backend {
     /* One step: every instruction once; *skipped: the update gate skipped
      * the update phase. */
     ts_status (*execute)(const ts_program *prog, ts_runtime *rt, int *skipped);
+    /* Instructions [lo, hi) only, the update gate not asked (pipeline
+     * stages run a step's forward, backward and update apart); NULL: the
+     * backend cannot. */
+    ts_status (*execute_range)(const ts_program *prog, ts_runtime *rt, int lo, int hi);
     /* Time spent in instruction i so far and how often it ran (with
      * ts_compile_options.profile), and forgetting it. */
     void (*profile)(const ts_program *prog, const ts_runtime *rt, int i, double *seconds,

@@ -213,6 +213,8 @@ typedef struct wait_ctx {
     ts_req *const *reqs;
     int n;
     ts_status err;
+    ts_req *const *others; /* also moved on, not waited for (ts_comm_wait_progress) */
+    int n_others;
 } wait_ctx;
 
 /* One pass of progress over the pending requests; 1 when all are done. */
@@ -229,11 +231,21 @@ static int wait_pass(void *arg) {
         }
         if (!r->done) all = 0;
     }
+    for (int i = 0; i < w->n_others; i++) {
+        ts_req *r = w->others[i];
+        if (r->done) continue;
+        ts_status s = w->c->ops->test(w->c, r);
+        if (s != TS_OK) {
+            w->err = s;
+            return 1;
+        }
+    }
     return all;
 }
 
-ts_status ts_p2p_waitall(ts_comm *c, ts_req *const *reqs, int n) {
-    wait_ctx w = {c, reqs, n, TS_OK};
+static ts_status waitall(ts_comm *c, ts_req *const *reqs, int n, ts_req *const *others,
+                         int n_others) {
+    wait_ctx w = {c, reqs, n, TS_OK, others, n_others};
     unsigned spins = 0;
     while (!wait_pass(&w)) {
         if (ts_spin(&spins)) {
@@ -245,6 +257,10 @@ ts_status ts_p2p_waitall(ts_comm *c, ts_req *const *reqs, int n) {
         }
     }
     return w.err;
+}
+
+ts_status ts_p2p_waitall(ts_comm *c, ts_req *const *reqs, int n) {
+    return waitall(c, reqs, n, NULL, 0);
 }
 
 static ts_status check_usable(const ts_comm *c, const char *what) {
@@ -282,20 +298,33 @@ ts_status ts_comm_irecv(ts_comm *c, int peer, int tag, void *buf, size_t bytes, 
     return ts_p2p_start(c, (ts_req *)req, TS_REQ_RECV, peer, tag, buf, bytes);
 }
 
-ts_status ts_comm_wait(ts_comm *c, ts_comm_req *reqs, int n) {
+ts_status ts_comm_wait_progress(ts_comm *c, ts_comm_req *reqs, int n, ts_comm_req *const *others,
+                                int n_others) {
     ts_status s = check_usable(c, "ts_comm_wait");
     if (s != TS_OK) return s;
-    if (n < 0 || (n > 0 && !reqs)) return ts_fail(TS_ERR_INVALID, "ts_comm_wait: bad request list");
-    ts_req *one[16];
-    ts_req **list = one;
+    if (n < 0 || (n > 0 && !reqs) || n_others < 0 || (n_others > 0 && !others))
+        return ts_fail(TS_ERR_INVALID, "ts_comm_wait: bad request list");
+    ts_req *one[16], *one_o[16];
+    ts_req **list = one, **olist = one_o;
     if (n > 16 && !(list = ts_alloc((size_t)n * sizeof *list, "ts_comm_wait"))) return TS_ERR_NOMEM;
+    if (n_others > 16 &&
+        !(olist = ts_alloc((size_t)n_others * sizeof *olist, "ts_comm_wait_progress"))) {
+        if (list != one) free(list);
+        return TS_ERR_NOMEM;
+    }
     for (int i = 0; i < n; i++) list[i] = (ts_req *)&reqs[i];
+    for (int i = 0; i < n_others; i++) olist[i] = (ts_req *)others[i];
     c->cur_op = NULL;
     c->cur_start = ts_now();
     c->deadline = c->cur_start + c->timeout;
-    s = ts_p2p_waitall(c, list, n);
+    s = waitall(c, list, n, olist, n_others);
     if (list != one) free(list);
+    if (olist != one_o) free(olist);
     return s;
+}
+
+ts_status ts_comm_wait(ts_comm *c, ts_comm_req *reqs, int n) {
+    return ts_comm_wait_progress(c, reqs, n, NULL, 0);
 }
 
 /* ---- queries and settings --------------------------------------------- */

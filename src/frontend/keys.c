@@ -437,6 +437,18 @@ const ts_config_key cfg_keys[] = {
     {"dist.microbatch", TS_CFG_I64, FIELD(dist, microbatch), 0, NULL, "[0, 1e9]", "0",
      "rows per micro-batch with dist.reproducible (0: model.batch / 4 when it divides, else / 2, "
      "else model.batch)"},
+    /* pipeline stages placed by a cost model (issue 23, docs/distributed.md "Pipeline stages") */
+    {"dist.pipeline_stages", TS_CFG_INT, FIELD(pipe, stages), 0, NULL, "[1, 64]", "1",
+     "pipeline stages: the training graph is cut into this many stages, one process each (1: "
+     "no pipeline)"},
+    {"dist.microbatches", TS_CFG_INT, FIELD(pipe, microbatches), 0, NULL, "[1, 1024]", "1",
+     "pipeline: micro-batches each batch is cut into (model.batch rows / this each)"},
+    {"dist.pipeline_schedule", TS_CFG_ENUM, FIELD(pipe, schedule), 0, "1f1b|gpipe", NULL, "1f1b",
+     "pipeline: 1f1b (one forward, one backward: a stage keeps at most S - s micro-batches) or "
+     "gpipe (every forward, then every backward)"},
+    {"dist.devices", TS_CFG_STR, FIELD(pipe, devices), 0, NULL, NULL, "measure",
+     "pipeline: file of device speeds, a line `name gemm_gflops mem_gbps link_gbps [mem_mb]` per "
+     "stage (measure: this process's speeds, measured at start, for every stage)"},
 };
 
 const int cfg_n_keys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);

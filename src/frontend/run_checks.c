@@ -166,6 +166,30 @@ static ts_status check_zero3(const ts_config *c, int nranks) {
     return TS_OK;
 }
 
+/* dist.pipeline_stages: the stages run through src/session/stages.h (tests,
+ * bench/pipeline.c); tessel train does not drive them yet, so it refuses
+ * the pipeline keys rather than train without them. */
+static ts_status check_pipeline(const ts_config *c) {
+    const char *keys[] = {"dist.pipeline_stages", "dist.microbatches", "dist.pipeline_schedule",
+                          "dist.devices"};
+    ts_config d;
+    ts_config_init(&d);
+    for (int k = 0; k < 4; k++) {
+        const int i = ts_config_key_find(keys[k]);
+        const ts_config_key *key = i >= 0 ? ts_config_key_at(i) : NULL;
+        if (!key || !memcmp((const char *)c + key->offset, (const char *)&d + key->offset,
+                            key->size))
+            continue;
+        char where[600];
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "%s: %s is set, but tessel train does not run pipeline stages yet (the "
+                       "stages run through the library, src/session/stages.h, and "
+                       "bench/pipeline.c); `tessel compile --dump partition` shows the placement",
+                       cfg_origin(c, i, where, sizeof where), keys[k]);
+    }
+    return TS_OK;
+}
+
 ts_status ts_config_check_run(const ts_config *c, int rank, int nranks) {
     if (!c) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
     if (!c->finished) return ts_fail(TS_ERR_INVALID, "config: call ts_config_finish first");
@@ -174,6 +198,7 @@ ts_status ts_config_check_run(const ts_config *c, int rank, int nranks) {
     ts_status s = cfg_check_ports(c, rank, nranks);
     if (s == TS_OK) s = check_compress(c, nranks);
     if (s == TS_OK) s = check_zero3(c, nranks);
+    if (s == TS_OK) s = check_pipeline(c);
     const char *sign = ts_config_sign_key(c), *verify;
     if (s == TS_OK && sign) s = check_private_key(c, sign);
     if (s == TS_OK && ts_config_verify_key(c, &verify) == TS_CFG_VERIFY_FILE)

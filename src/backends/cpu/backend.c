@@ -46,6 +46,7 @@ const ts_backend ts_backend_cpu = {
     .supports_op = cpu_supports_op,
     .prepare = ts_cpu_prepare,
     .execute = ts_cpu_execute,
+    .execute_range = ts_cpu_execute_range,
     .profile = cpu_profile,
     .profile_reset = cpu_profile_reset,
     .instr_info = cpu_instr_info,

@@ -12,5 +12,6 @@ ts_status ts_cpu_prepare(const ts_program *prog, ts_runtime *rt);
  * prog->gate_ins; *skipped receives whether the update phase was skipped
  * (exec.c). */
 ts_status ts_cpu_execute(const ts_program *prog, ts_runtime *rt, int *skipped);
+ts_status ts_cpu_execute_range(const ts_program *prog, ts_runtime *rt, int lo, int hi);
 
 #endif

@@ -100,3 +100,9 @@ ts_status ts_cpu_execute(const ts_program *prog, ts_runtime *rt, int *skipped) {
     *skipped = d == TS_GATE_SKIP;
     return run_range(prog, rt, prog->gate_ins, prog->n_ins, *skipped);
 }
+
+ts_status ts_cpu_execute_range(const ts_program *prog, ts_runtime *rt, int lo, int hi) {
+    if (lo < 0 || hi > prog->n_ins || lo > hi)
+        return ts_fail(TS_ERR_INVALID, "execute: instructions [%d, %d) of %d", lo, hi, prog->n_ins);
+    return run_range(prog, rt, lo, hi, 0);
+}

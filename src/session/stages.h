@@ -1,0 +1,83 @@
+/* stages.h — one pipeline stage of a training run (dist.pipeline_stages;
+ * docs/distributed.md "Pipeline stages"), on the rank of a comm whose
+ * size is the stage count.
+ *
+ *     ts_stage *st;
+ *     if (ts_stage_new(&c, comm, &st) != TS_OK) ...        // rank r runs stage r
+ *     const char *names[2] = {"tokens", "targets"};
+ *     const void *data[2] = {tokens, targets};              // the whole batch
+ *     for (...) ts_stage_step(st, 2, names, data);          // every stage, every step
+ *     ts_plan_read(ts_stage_plan(st), "h.0.attn.c_attn.weight", ...);
+ *     ts_stage_free(st);
+ *
+ * Each stage compiles its part of the training graph (partition_stage.c)
+ * into one plan whose step runs in pieces: the forward of a micro-batch
+ * (instructions before the first reader of the received gradient), its
+ * backward, and after the last micro-batch the update. The bytes a
+ * backward reads are saved after its forward and put back before it, so
+ * forwards of later micro-batches may run in between (1F1B keeps at most
+ * S - s, GPipe M). Gradients are summed over the micro-batches in the
+ * fixed tree of dist.reproducible (dist/repro_sum.h) and divided by M, so
+ * the weights are those of one process with dist.reproducible and
+ * dist.microbatch = model.batch / M. A parameter two stages read (a tied
+ * embedding) is held by both: the later stage sends its share of each
+ * micro-batch's gradient to the earlier one, which adds it to its own
+ * (the sum the whole graph forms, a + b = b + a exactly), sums the tree,
+ * and sends the result back, so both copies take the same update. */
+#ifndef TS_SESSION_STAGES_H
+#define TS_SESSION_STAGES_H
+
+#include "tessel/config.h"
+#include "tessel/dist.h"
+#include "tessel/models.h"
+#include "tessel/pipeline.h"
+#include "tessel/plan.h"
+
+/* The model as the stages see it: built at one micro-batch's rows. */
+typedef struct ts_stage_model {
+    ts_graph *g;
+    ts_model m;
+    ts_train_spec spec;
+    ts_compile_options opt;
+} ts_stage_model;
+
+/* The partition of c's model (measured: every stage's speeds, or NULL to
+ * measure this process's); sm gets the forward graph (the caller frees
+ * sm->g). */
+ts_status ts_stage_partition(ts_config *c, const ts_device_speed *measured, int n_measured,
+                             ts_stage_model *sm, ts_partition **out);
+
+typedef struct ts_stage ts_stage;
+
+/* Stage ts_comm_rank(comm) of c's model; comm's size must be
+ * dist.pipeline_stages. Collective over the comm (the devices' speeds are
+ * measured by each and exchanged when dist.devices is measure). */
+ts_status ts_stage_new(ts_config *c, ts_comm *comm, ts_stage **out);
+/* One training step over the whole batch: data[i] holds model.batch rows
+ * of the input named names[i] (each stage feeds those its plan has). */
+ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const void *const *data);
+/* The mean loss of the last step's micro-batches (the last stage; NaN on
+ * the others). */
+double ts_stage_loss(const ts_stage *st);
+ts_plan *ts_stage_plan(ts_stage *st);
+const ts_partition *ts_stage_partition_of(const ts_stage *st);
+
+/* Where the last step's time went on this stage, in seconds. */
+typedef struct ts_stage_times {
+    double step, forward, backward, update, wait; /* wait: for messages */
+    size_t stash_bytes;                           /* saved per micro-batch in flight */
+} ts_stage_times;
+void ts_stage_last_times(const ts_stage *st, ts_stage_times *t);
+/* A slowed stage (bench/pipeline.c: a device of 1/factor the speed): after
+ * each piece of its step it sleeps (factor - 1) times the piece's time. */
+void ts_stage_set_slowdown(ts_stage *st, double factor);
+void ts_stage_free(ts_stage *st);
+
+/* Checkpoints: each stage saves its plan (parameters, optimizer state,
+ * step count) as a standard checkpoint in RUN/stage-<s>/step-N (LATEST
+ * names the newest); load restores the newest into a stage built from the
+ * same config, so a killed pipeline resumes bit-exactly. */
+ts_status ts_stage_save(ts_stage *st, const char *run_dir);
+ts_status ts_stage_load(ts_stage *st, const char *run_dir);
+
+#endif

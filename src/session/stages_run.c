@@ -1,0 +1,450 @@
+/* stages_run.c — one pipeline stage: its plan, its step over the
+ * micro-batches in the schedule's order, the messages to its neighbours
+ * (session/stages.h). */
+#include "session/stages.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "core/core.h"
+#include "dist/repro_sum.h"
+#include "passes/partition.h"
+#include "passes/partition_graph.h"
+#include "plan/micro.h"
+#include "plan/stages.h"
+#include "tessel/ckpt.h"
+#include "tessel/compile.h"
+#include <errno.h>
+#include <sys/stat.h>
+
+enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_SHARE = 3, TAG_SHARED_SUM = 4, MAX_SHARED = 16 };
+
+/* A parameter this stage holds together with one other stage. */
+typedef struct shared_param {
+    char name[128];
+    int peer, owner; /* the other stage; 1: this stage sums (the earlier one) */
+    unsigned char *grad;
+    size_t bytes;
+    unsigned char *bufs; /* owner: one receive buffer; else one send buffer per micro-batch */
+} shared_param;
+
+struct ts_stage {
+    ts_comm *comm;
+    int s, S, M, last;
+    ts_pipe_schedule kind;
+    ts_partition *part;
+    ts_plan *plan;
+    int k, gate, n_ins;
+    unsigned char *in_at, *gin_at, *out_at, *gout_at;
+    size_t in_bytes, out_bytes;
+    ts_plan_range *ranges;
+    int n_ranges, n_slots;
+    size_t stash_bytes;
+    unsigned char *stash;                /* n_slots * stash_bytes */
+    unsigned char *act_send, *grad_send; /* M messages each */
+    ts_comm_req *reqs;                   /* sends in flight this step */
+    ts_comm_req **pending;
+    int n_pending, cap_pending;
+    float *grad;
+    size_t ngrad;
+    ts_tree_sum gsum;
+    shared_param shared[MAX_SHARED];
+    int n_shared;
+    double loss;
+    double slowdown; /* > 1: sleep (slowdown - 1) x each piece's time after it */
+    ts_stage_times t;
+};
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void ts_stage_free(ts_stage *st) {
+    if (!st) return;
+    ts_plan_free(st->plan);
+    ts_partition_free(st->part);
+    free(st->ranges), free(st->stash), free(st->act_send), free(st->grad_send);
+    free(st->reqs), free(st->pending);
+    for (int i = 0; i < st->n_shared; i++) free(st->shared[i].bufs);
+    ts_tree_sum_free(&st->gsum);
+    free(st);
+}
+
+/* Which stages read each parameter: the later holder of a parameter two
+ * stages share sends to the earlier. */
+static ts_status find_shared(ts_stage *st, const ts_stage_model *sm) {
+    for (int p = 0; p < ts_plan_param_count(st->plan); p++) {
+        const char *name = ts_plan_param_name(st->plan, p);
+        if (!strcmp(name, "pipe.in")) continue;
+        int stages[TS_PIPE_MAX_STAGES];
+        const int n = ts_partition_param_stages(sm->g, st->part, name, stages);
+        if (n < 2) continue;
+        if (n > 2)
+            return ts_fail(TS_ERR_UNSUPPORTED,
+                           "pipeline: parameter %s is read by %d stages; a parameter may be shared "
+                           "by two stages at most (fewer dist.pipeline_stages)",
+                           name, n);
+        if (st->n_shared == MAX_SHARED)
+            return ts_fail(TS_ERR_UNSUPPORTED, "pipeline: more than %d parameters shared by stages",
+                           MAX_SHARED);
+        shared_param *sp = &st->shared[st->n_shared++];
+        snprintf(sp->name, sizeof sp->name, "%s", name);
+        for (int s = 0; s < st->S; s++)
+            if (stages[s] && s != st->s) sp->peer = s;
+        sp->owner = st->s < sp->peer;
+        char gname[160];
+        snprintf(gname, sizeof gname, "grad:%s", name);
+        sp->grad = ts_plan_value_at(st->plan, gname, &sp->bytes);
+        if (!sp->grad)
+            return ts_fail(TS_ERR_INTERNAL, "pipeline: no gradient %s in stage %d", gname, st->s);
+        sp->bufs = malloc(sp->bytes * (sp->owner ? 1 : (size_t)st->M));
+        if (!sp->bufs) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory for %s", name);
+    }
+    return TS_OK;
+}
+
+static ts_status setup(ts_stage *st, ts_stage_model *sm) {
+    ts_graph *sg = NULL;
+    ts_val loss;
+    ts_status s = ts_partition_stage_graph(sm->g, sm->m.loss, st->part, st->s, &sg, &loss);
+    if (s != TS_OK) return s;
+    ts_train_spec spec = sm->spec;
+    spec.loss = loss;
+    spec.trainable = NULL, spec.n_trainable = 0;
+    /* A stage before the last runs its forward and its backward apart, so
+     * its plan must compute pipe.out before anything reads pipe.grad: the
+     * build order does (the backward is appended after the forward), the
+     * memory-aware schedule may start the backward's gradient-only nodes
+     * first. The order changes no value, only the memory peak. */
+    ts_compile_options opt = sm->opt;
+    if (!st->last) opt.naive_schedule = 1;
+    s = ts_compile(sg, &spec, &opt, &st->plan);
+    ts_graph_free(sg);
+    if (s != TS_OK) return s;
+    st->n_ins = ts_plan_n_ins(st->plan);
+    st->gate = ts_plan_gate_ins(st->plan);
+    if (st->s > 0) {
+        st->in_at = ts_plan_value_at(st->plan, "pipe.in", &st->in_bytes);
+        size_t b = 0;
+        st->gin_at = ts_plan_value_at(st->plan, "grad:pipe.in", &b);
+        if (!st->in_at || !st->gin_at || b != st->in_bytes)
+            return ts_fail(TS_ERR_INTERNAL, "pipeline: stage %d lacks pipe.in or its gradient",
+                           st->s);
+    }
+    if (!st->last) {
+        size_t b = 0;
+        st->out_at = ts_plan_value_at(st->plan, "pipe.out", &st->out_bytes);
+        st->gout_at = ts_plan_value_at(st->plan, "pipe.grad", &b);
+        st->k = ts_plan_first_reader(st->plan, "pipe.grad");
+        const int w = ts_plan_last_writer(st->plan, "pipe.out");
+        if (!st->out_at || !st->gout_at || b != st->out_bytes || st->k < 0 || w >= st->k)
+            return ts_fail(TS_ERR_INTERNAL,
+                           "pipeline: stage %d's plan does not end its forward (instruction %d "
+                           "writes pipe.out) before its backward starts (instruction %d)",
+                           st->s, w, st->k);
+        int n = 0;
+        if ((s = ts_plan_read_ranges(st->plan, st->k, st->gate, "pipe.grad", NULL, 0, &n)) != TS_OK)
+            return s;
+        st->ranges = malloc((size_t)(n + 1) * sizeof *st->ranges);
+        if (!st->ranges) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
+        if ((s = ts_plan_read_ranges(st->plan, st->k, st->gate, "pipe.grad", st->ranges, n, &n)) !=
+            TS_OK)
+            return s;
+        st->n_ranges = n;
+        /* the received activation is a parameter, outside those regions */
+        if (st->in_at) st->ranges[st->n_ranges++] = (ts_plan_range){st->in_at, st->in_bytes};
+        for (int i = 0; i < st->n_ranges; i++) st->stash_bytes += st->ranges[i].bytes;
+        st->n_slots = ts_part_inflight(st->kind, st->S, st->M, st->s);
+        st->stash = malloc(st->stash_bytes * (size_t)st->n_slots + 1);
+        st->act_send = malloc(st->out_bytes * (size_t)st->M + 1);
+        if (!st->stash || !st->act_send) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
+    }
+    if (st->s > 0 && !(st->grad_send = malloc(st->in_bytes * (size_t)st->M + 1)))
+        return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
+    st->t.stash_bytes = st->stash_bytes;
+    if ((s = ts_plan_grad_region(st->plan, &st->grad, &st->ngrad)) != TS_OK) return s;
+    if ((s = ts_tree_sum_init(&st->gsum, st->ngrad)) != TS_OK) return s;
+    if ((s = find_shared(st, sm)) != TS_OK) return s;
+    st->cap_pending = 4 * st->M + 2 * MAX_SHARED + 4;
+    st->reqs = calloc((size_t)st->cap_pending, sizeof *st->reqs);
+    st->pending = calloc((size_t)st->cap_pending, sizeof *st->pending);
+    if (!st->reqs || !st->pending) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
+    return TS_OK;
+}
+
+ts_status ts_stage_new(ts_config *c, ts_comm *comm, ts_stage **out) {
+    if (!c || !comm || !out) return ts_fail(TS_ERR_INVALID, "pipeline: NULL argument");
+    const int S = c->pipe.stages;
+    if (ts_comm_size(comm) != S)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "pipeline: %d processes for dist.pipeline_stages %d: one process per stage "
+                       "(stages combined with data parallelism are not built yet)",
+                       ts_comm_size(comm), S);
+    if (c->train.clip_grad_norm > 0)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "pipeline: train.clip_grad_norm needs the norm over every stage's "
+                       "gradients, which the stages do not exchange yet: set it to 0");
+    ts_stage *st = calloc(1, sizeof *st);
+    if (!st) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
+    st->comm = comm;
+    st->s = ts_comm_rank(comm), st->S = S, st->M = c->pipe.microbatches;
+    st->last = st->s == S - 1;
+    st->kind = c->pipe.schedule ? TS_PIPE_GPIPE : TS_PIPE_1F1B;
+    st->loss = NAN;
+    /* every rank must cut the same way: measured speeds are exchanged */
+    ts_device_speed devs[TS_PIPE_MAX_STAGES], mine;
+    const int measure = !strcmp(c->pipe.devices, "measure");
+    ts_status s = TS_OK;
+    if (measure && (s = ts_device_measure(c->train.threads, &mine)) == TS_OK) {
+        snprintf(mine.name, sizeof mine.name, "rank%d", st->s);
+        s = ts_allgather(comm, &mine, devs, sizeof mine * (size_t)S, TS_U8, TS_ALGO_AUTO);
+    }
+    ts_stage_model sm = {0};
+    if (s == TS_OK) s = ts_stage_partition(c, measure ? devs : NULL, S, &sm, &st->part);
+    if (s == TS_OK) s = setup(st, &sm);
+    ts_graph_free(sm.g);
+    if (s != TS_OK) {
+        ts_error_prefix("pipeline stage %d (rank %d)", st->s, st->s);
+        ts_stage_free(st);
+        return s;
+    }
+    *out = st;
+    return TS_OK;
+}
+
+/* Waits for one receive, keeping this step's sends going; names the stage
+ * it waited for when that fails. */
+static ts_status recv_from(ts_stage *st, int peer, int tag, void *buf, size_t bytes,
+                           const char *what, int mb) {
+    const double t0 = now();
+    ts_comm_req r;
+    ts_status s = ts_comm_irecv(st->comm, peer, tag, buf, bytes, &r);
+    if (s == TS_OK) s = ts_comm_wait_progress(st->comm, &r, 1, st->pending, st->n_pending);
+    st->t.wait += now() - t0;
+    if (s != TS_OK)
+        ts_error_prefix("pipeline stage %d (rank %d), step %lld, micro-batch %d: waiting for %s "
+                        "from stage %d (rank %d)",
+                        st->s, st->s, (long long)ts_plan_step_count(st->plan) + 1, mb, what, peer,
+                        peer);
+    return s;
+}
+
+static ts_status send_to(ts_stage *st, int peer, int tag, const void *buf, size_t bytes) {
+    if (st->n_pending == st->cap_pending)
+        return ts_fail(TS_ERR_INTERNAL, "pipeline: more than %d sends in one step",
+                       st->cap_pending);
+    ts_comm_req *r = &st->reqs[st->n_pending];
+    ts_status s = ts_comm_isend(st->comm, peer, tag, buf, bytes, r);
+    if (s != TS_OK) return s;
+    st->pending[st->n_pending++] = r;
+    return TS_OK;
+}
+
+static ts_status run(ts_stage *st, int lo, int hi, double *acc) {
+    const double t0 = now();
+    ts_status s = ts_plan_run_range(st->plan, lo, hi);
+    double d = now() - t0;
+    if (st->slowdown > 1) {
+        const double z = (st->slowdown - 1) * d;
+        struct timespec ts = {(time_t)z, (long)((z - (double)(time_t)z) * 1e9)};
+        nanosleep(&ts, NULL);
+        d = now() - t0;
+    }
+    *acc += d;
+    return s;
+}
+
+void ts_stage_set_slowdown(ts_stage *st, double factor) {
+    if (st) st->slowdown = factor;
+}
+
+static ts_status feed(ts_stage *st, int mb, int n, const char *const *names,
+                      const void *const *data) {
+    for (int i = 0; i < n; i++) {
+        size_t bytes = 0;
+        unsigned char *at = ts_plan_value_at(st->plan, names[i], &bytes);
+        if (!at) continue;
+        memcpy(at, (const unsigned char *)data[i] + (size_t)mb * bytes, bytes);
+    }
+    return TS_OK;
+}
+
+/* After micro-batch mb's backward: its input's gradient to the previous
+ * stage, shared parameters' shares, then into the tree. */
+static ts_status after_backward(ts_stage *st, int mb) {
+    ts_status s = TS_OK;
+    if (st->s > 0) {
+        unsigned char *b = st->grad_send + (size_t)mb * st->in_bytes;
+        memcpy(b, st->gin_at, st->in_bytes);
+        if ((s = send_to(st, st->s - 1, TAG_GRAD, b, st->in_bytes)) != TS_OK) return s;
+    }
+    for (int i = 0; i < st->n_shared && s == TS_OK; i++) {
+        shared_param *sp = &st->shared[i];
+        if (!sp->owner) {
+            unsigned char *b = sp->bufs + (size_t)mb * sp->bytes;
+            memcpy(b, sp->grad, sp->bytes);
+            s = send_to(st, sp->peer, TAG_SHARE, b, sp->bytes);
+        } else if ((s = recv_from(st, sp->peer, TAG_SHARE, sp->bufs, sp->bytes,
+                                  "a shared parameter's gradient", mb)) == TS_OK) {
+            float *g = (float *)sp->grad;
+            const float *o = (const float *)sp->bufs;
+            for (size_t j = 0; j < sp->bytes / sizeof(float); j++) g[j] = g[j] + o[j];
+        }
+    }
+    if (s == TS_OK && st->M > 1) s = ts_tree_sum_add(&st->gsum, st->grad);
+    return s;
+}
+
+static void stash(ts_stage *st, int mb, int save) {
+    unsigned char *p = st->stash + (size_t)(mb % st->n_slots) * st->stash_bytes;
+    for (int i = 0; i < st->n_ranges; i++) {
+        if (save)
+            memcpy(p, st->ranges[i].at, st->ranges[i].bytes);
+        else
+            memcpy(st->ranges[i].at, p, st->ranges[i].bytes);
+        p += st->ranges[i].bytes;
+    }
+}
+
+ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const void *const *data) {
+    if (!st || (n > 0 && (!names || !data)))
+        return ts_fail(TS_ERR_INVALID, "pipeline: step with NULL arguments");
+    const double t0 = now();
+    memset(&st->t, 0, sizeof st->t);
+    st->t.stash_bytes = st->stash_bytes;
+    st->n_pending = 0;
+    ts_pipe_op ops[2 * 1024];
+    if (st->M > 1024) return ts_fail(TS_ERR_INVALID, "pipeline: more than 1024 micro-batches");
+    ts_pipe_order(st->kind, st->S, st->M, st->s, ops);
+    double loss = 0;
+    ts_status s = TS_OK;
+    const uint64_t seed = ts_plan_seed(st->plan);
+    for (int o = 0; o < 2 * st->M && s == TS_OK; o++) {
+        const int mb = ops[o].mb;
+        /* dropout's stream of micro-batch mb, as dist.reproducible's
+         * (session/repro.c): the compile seed for the first */
+        ts_plan_set_seed(st->plan, seed + (uint64_t)mb * 0x9E3779B97F4A7C15ULL);
+        if (!ops[o].bwd) {
+            if (st->s > 0)
+                s = recv_from(st, st->s - 1, TAG_ACT, st->in_at, st->in_bytes, "an activation", mb);
+            if (s == TS_OK) s = feed(st, mb, n, names, data);
+            if (s != TS_OK) break;
+            if (st->last) { /* its forward and backward at once */
+                if ((s = run(st, 0, st->gate, &st->t.forward)) != TS_OK) break;
+                loss += ts_plan_loss_now(st->plan);
+                s = after_backward(st, mb);
+                continue;
+            }
+            if ((s = run(st, 0, st->k, &st->t.forward)) != TS_OK) break;
+            unsigned char *b = st->act_send + (size_t)mb * st->out_bytes;
+            memcpy(b, st->out_at, st->out_bytes);
+            if ((s = send_to(st, st->s + 1, TAG_ACT, b, st->out_bytes)) != TS_OK) break;
+            stash(st, mb, 1);
+        } else if (!st->last) {
+            s = recv_from(st, st->s + 1, TAG_GRAD, st->gout_at, st->out_bytes,
+                          "an activation's gradient", mb);
+            if (s != TS_OK) break;
+            stash(st, mb, 0);
+            if ((s = run(st, st->k, st->gate, &st->t.backward)) != TS_OK) break;
+            s = after_backward(st, mb);
+        }
+    }
+    if (s == TS_OK && st->M > 1) s = ts_tree_sum_result(&st->gsum, st->grad, (float)st->M);
+    /* a shared parameter's summed gradient goes back to its other holder */
+    for (int i = 0; i < st->n_shared && s == TS_OK; i++) {
+        shared_param *sp = &st->shared[i];
+        if (sp->owner)
+            s = send_to(st, sp->peer, TAG_SHARED_SUM, sp->grad, sp->bytes);
+        else
+            s = recv_from(st, sp->peer, TAG_SHARED_SUM, sp->grad, sp->bytes,
+                          "a shared parameter's summed gradient", st->M - 1);
+    }
+    ts_plan_set_seed(st->plan, seed);
+    if (s == TS_OK) s = run(st, st->gate, st->n_ins, &st->t.update);
+    if (s == TS_OK && st->n_pending) {
+        const double tw = now();
+        ts_comm_req *reqs = st->reqs;
+        s = ts_comm_wait(st->comm, reqs, st->n_pending);
+        st->t.wait += now() - tw;
+        if (s != TS_OK)
+            ts_error_prefix("pipeline stage %d (rank %d), step %lld: sending to its neighbours",
+                            st->s, st->s, (long long)ts_plan_step_count(st->plan) + 1);
+    }
+    if (s != TS_OK) return s;
+    ts_plan_end_step(st->plan, 1);
+    st->loss = st->last ? loss / st->M : NAN;
+    st->t.step = now() - t0;
+    return TS_OK;
+}
+
+double ts_stage_loss(const ts_stage *st) {
+    return st ? st->loss : NAN;
+}
+ts_plan *ts_stage_plan(ts_stage *st) {
+    return st ? st->plan : NULL;
+}
+const ts_partition *ts_stage_partition_of(const ts_stage *st) {
+    return st ? st->part : NULL;
+}
+void ts_stage_last_times(const ts_stage *st, ts_stage_times *t) {
+    *t = st->t;
+}
+
+/* RUN/stage-<s>: every stage checkpoints its own plan there, in the
+ * standard format (docs/checkpoints.md). */
+static ts_status stage_dir(const ts_stage *st, const char *run_dir, char *out, size_t n) {
+    if (!run_dir) return ts_fail(TS_ERR_INVALID, "pipeline: no run directory");
+    if ((size_t)snprintf(out, n, "%s/stage-%d", run_dir, st->s) >= n)
+        return ts_fail(TS_ERR_INVALID, "pipeline: run directory name too long: %s", run_dir);
+    return TS_OK;
+}
+
+ts_status ts_stage_save(ts_stage *st, const char *run_dir) {
+    char dir[1024];
+    ts_status s = stage_dir(st, run_dir, dir, sizeof dir);
+    if (s != TS_OK) return s;
+    if ((mkdir(run_dir, 0777) && errno != EEXIST) || (mkdir(dir, 0777) && errno != EEXIST))
+        return ts_fail(TS_ERR_IO, "pipeline: cannot make %s: %s", dir, strerror(errno));
+    /* the stage's ops, which a resumed stage must have too */
+    const ts_partition_stage *ps = ts_partition_stage_at(st->part, st->s);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/ops", dir);
+    FILE *f = fopen(path, "w");
+    if (!f || fprintf(f, "%d %d\n", ps->first_op, ps->n_ops) < 0 || fclose(f)) {
+        if (f) fclose(f);
+        return ts_fail(TS_ERR_IO, "pipeline: cannot write %s", path);
+    }
+    ts_ckpt_meta meta = {0};
+    const ts_ckpt_options o = ts_ckpt_options_default();
+    if ((s = ts_ckpt_save(st->plan, dir, &meta, &o)) != TS_OK)
+        ts_error_prefix("pipeline stage %d (rank %d): saving into %s", st->s, st->s, dir);
+    return s;
+}
+
+ts_status ts_stage_load(ts_stage *st, const char *run_dir) {
+    char dir[1024];
+    ts_status s = stage_dir(st, run_dir, dir, sizeof dir);
+    if (s != TS_OK) return s;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/ops", dir);
+    FILE *f = fopen(path, "r");
+    int first = -1, n = -1;
+    if (!f || fscanf(f, "%d %d", &first, &n) != 2) {
+        if (f) fclose(f);
+        return ts_fail(TS_ERR_IO, "pipeline stage %d: %s is missing or unreadable", st->s, path);
+    }
+    fclose(f);
+    const ts_partition_stage *ps = ts_partition_stage_at(st->part, st->s);
+    if (first != ps->first_op || n != ps->n_ops)
+        return ts_fail(TS_ERR_INVALID,
+                       "pipeline stage %d (rank %d): the checkpoint in %s holds ops %d..%d, this "
+                       "launch cut the stage at ops %d..%d (speeds measured at start differ from "
+                       "run to run: give dist.devices a file to resume with the same cuts)",
+                       st->s, st->s, dir, first, first + n - 1, ps->first_op,
+                       ps->first_op + ps->n_ops - 1);
+    if ((s = ts_ckpt_load(st->plan, dir, NULL, NULL)) != TS_OK)
+        ts_error_prefix("pipeline stage %d (rank %d): resuming from %s", st->s, st->s, dir);
+    return s;
+}
