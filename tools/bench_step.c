@@ -3,6 +3,7 @@
  * modes (bench_torch.c runs it, a separate process). Part of the
  * tessel tool (`tessel bench`) and of bench/step.c; uses the public API only. */
 #include "bench_step.h"
+#include "bench_ceiling.h"
 #include "bench_torch.h"
 
 #include <jansson.h>
@@ -301,6 +302,38 @@ static double gemm_share(ts_plan *p) {
     return total > 0 ? gemm / total : NAN;
 }
 
+/* GFLOP/s of the plan's GEMM and convolution kernels over `steps` profiled steps. */
+static double gemm_rate(ts_plan *p, int steps) {
+    ts_profile_entry all[256];
+    int n = ts_plan_profile(p, all, 256);
+    double flops = 0, sec = 0;
+    for (int i = 0; i < n && i < 256; i++)
+        if (all[i].is_gemm) flops += all[i].flops * steps, sec += all[i].seconds;
+    return sec > 0 ? flops / sec * 1e-9 : NAN;
+}
+
+/* The GEMM ceiling of W1/W3 in the step's compute type, measured now (after
+ * the rounds, under the same load): the step's GFLOP/s as a share of it. */
+static void print_ceiling(FILE *out, const ts_bench_options *o, ts_plan *p, ts_bench_result *r) {
+    const ts_dtype dt = !strcasecmp(o->precision, "bf16")   ? TS_BF16
+                        : !strcasecmp(o->precision, "fp32") ? TS_F32
+                                                            : TS_F16;
+    ts_bench_ceiling c;
+    if (dt == TS_F16 || (strcasecmp(o->workload, "W1") && strcasecmp(o->workload, "W3"))) return;
+    if (ts_bench_gemm_ceiling_print(o->workload, dt, o->threads, &c, o->profile ? out : NULL) !=
+        TS_OK) {
+        fprintf(out, "        GEMM ceiling not measured: %s\n", ts_last_error());
+        return;
+    }
+    const double step = r->stats.flops_per_step * 1e-9 / (r->tessel.step_ms * 1e-3);
+    r->ceiling_gflops = c.gflops;
+    fprintf(out,
+            "        %s GEMM ceiling %.1f GFLOP/s (oneDNN %s, %d linear-layer GEMM shapes of %s, "
+            "fwd+bwd); step %.1f GFLOP/s = %.1f %% of it; GEMM kernels %.1f GFLOP/s\n",
+            dt == TS_BF16 ? "bf16" : "f32", c.gflops, c.impl, c.n_shapes, o->workload, step,
+            100.0 * step / c.gflops, gemm_rate(p, r->tessel.steps));
+}
+
 static ts_status append_json(const ts_bench_options *o, const ts_bench_result *r) {
     json_t *j = json_pack(
         "{s:s, s:s, s:i, s:s, s:{s:f, s:f, s:f, s:i, s:f}, s:f, s:f}", "workload", o->workload,
@@ -309,6 +342,8 @@ static ts_status append_json(const ts_bench_options *o, const ts_bench_result *r
         "steps", r->tessel.steps, "gemm_share", isfinite(r->gemm_share) ? r->gemm_share : 0.0,
         "compile_s", r->compile_s, "flops_per_step", r->stats.flops_per_step);
     if (!j) return ts_fail(TS_ERR_NOMEM, "bench: out of memory for JSON");
+    if (r->ceiling_gflops > 0)
+        json_object_set_new(j, "gemm_ceiling_gflops", json_real(r->ceiling_gflops));
     if (r->has_torch) {
         json_t *modes = json_array();
         for (int i = 0; modes && i < r->n_modes; i++)
@@ -469,6 +504,7 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
                 st->arena_bytes / 1048576.0, st->param_bytes / 1048576.0,
                 st->grad_bytes / 1048576.0, st->state_bytes / 1048576.0, st->temp_bytes / 1048576.0,
                 st->flops_per_step * 1e-9, st->flops_per_step * 1e-9 / med, 100.0 * r->gemm_share);
+        print_ceiling(out, &o, w.p, r);
         if (o.profile) print_profile(out, w.p, total, TOP_KERNELS);
         if (o.compare_torch) {
             torch_medians(r, torch_ms, torch_tp, o.rounds);

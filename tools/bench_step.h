@@ -59,6 +59,7 @@ typedef struct ts_bench_result {
     double loss_first, loss_last;
     double gemm_share; /* share of the step's kernel time spent in GEMMs */
     double compile_s;
+    double ceiling_gflops; /* W1/W3 fp32/bf16: oneDNN GEMM on their shapes (bench_ceiling.h) */
     ts_plan_stats stats;
 } ts_bench_result;
 
