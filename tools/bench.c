@@ -7,12 +7,15 @@
 #include "bench_compress.h"
 #include "bench_dist.h"
 #include "bench_step.h"
+#include "bench_torch.h"
 
 static const char usage[] =
     "usage: tessel bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--warmup "
     "N]\n"
     "                    [--precision fp32|bf16|fp16] [--profile] [--no-fuse] [--json FILE]\n"
-    "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n"
+    "                    [--compare-torch [--rounds N] [--reference torch_bench.py]\n"
+    "                     [--torch-python CMD] [--torch-mode eager|compile|compile_opt|bf16|"
+    "bf16_compile | --torch-best]]\n"
     "       tessel bench --workload W1|W3 --procs N [--threads N] [--steps N] [--rounds N]\n"
     "                    [--per-rank-batch] [--zero [0|1|2|3] [--private-params]]\n"
     "                    [--bucket-mb M] [--profile]\n"
@@ -34,18 +37,23 @@ static int count(const char *opt, const char *v, int *out) {
 int cli_bench(int argc, char **argv) {
     if (argc && !strcmp(argv[0], "collectives")) return tessel_cmd_bench_collectives(argc, argv);
     ts_bench_options o = ts_bench_options_default();
-    int rc = CLI_OK, procs = 1, per_rank_batch = 0, threads_set = 0, zero = 0, private_params = 0;
+    int rc = CLI_OK, procs = 1, python_set = 0, per_rank_batch = 0, threads_set = 0, zero = 0,
+        private_params = 0;
     double bucket_mb = 0;
     const char *compress = NULL;
-    static const char *const with_value[] = {"--workload", "--precision", "--json",   "--reference",
-                                             "--steps",    "--threads",   "--rounds", "--warmup",
-                                             "--procs",    "--compress"};
+    static const char *const with_value[] = {
+        "--workload", "--precision", "--json",  "--reference", "--steps",        "--threads",
+        "--rounds",   "--warmup",    "--procs", "--compress",  "--torch-python", "--torch-mode"};
     for (int i = 0; i < argc && rc == CLI_OK; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
         char name[64];
         snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         if (!strcmp(a, "--compare-torch")) {
             o.compare_torch = 1;
+            continue;
+        }
+        if (!strcmp(a, "--torch-best")) {
+            o.torch_best = 1;
             continue;
         }
         if (!strcmp(a, "--profile")) {
@@ -100,6 +108,10 @@ int cli_bench(int argc, char **argv) {
             o.json_path = v;
         else if (!strcmp(name, "--reference"))
             o.reference = v;
+        else if (!strcmp(name, "--torch-python"))
+            o.python = v, python_set = 1;
+        else if (!strcmp(name, "--torch-mode"))
+            o.torch_mode = v;
         else if (!strcmp(name, "--steps"))
             rc = count(name, v, &o.steps);
         else if (!strcmp(name, "--threads"))
@@ -116,6 +128,19 @@ int cli_bench(int argc, char **argv) {
             rc = count(name, v, &o.warmup);
     }
     if (rc != CLI_OK) return rc;
+    if (o.torch_mode && !ts_torch_mode_valid(o.torch_mode))
+        return cli_error(CLI_USAGE,
+                         "bench: --torch-mode: expected eager, compile, compile_opt, bf16 or "
+                         "bf16_compile, got '%s'\n%s",
+                         o.torch_mode, usage);
+    if (o.torch_mode && o.torch_best)
+        return cli_error(CLI_USAGE, "bench: --torch-mode and --torch-best exclude each other\n%s",
+                         usage);
+    if ((o.torch_mode || o.torch_best || python_set) && !o.compare_torch)
+        return cli_error(CLI_USAGE,
+                         "bench: --torch-python, --torch-mode and --torch-best need "
+                         "--compare-torch\n%s",
+                         usage);
     if (compress) {
         ts_bench_compress_options d = ts_bench_compress_options_default();
         if (!strcmp(compress, "powersgd"))

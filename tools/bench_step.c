@@ -1,8 +1,10 @@
 /* The step benchmark: one workload compiled once with profiling on, timed
- * over rounds that alternate with the PyTorch reference (run through popen,
- * as a separate process, so its memory and threads are its own). Part of the
+ * over rounds that alternate with the PyTorch reference in one or more
+ * modes (bench_torch.c runs it, a separate process). Part of the
  * tessel tool (`tessel bench`) and of bench/step.c; uses the public API only. */
 #include "bench_step.h"
+#include "bench_ceiling.h"
+#include "bench_torch.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -271,48 +273,6 @@ static ts_status run_steps(workload *w, int n, double *times, int64_t *done) {
     return TS_OK;
 }
 
-/* The reference's mode for o->precision: bf16 autocast, except for W1,
- * whose torch 1.13 autocast fails (LayerNorm dtype) and whose target is
- * set against PyTorch fp32 anyway; fp16 autocast needs CUDA there. */
-static const char *torch_mode(const ts_bench_options *o) {
-    return !strcasecmp(o->precision, "bf16") && strcasecmp(o->workload, "W1") ? "bf16" : "eager";
-}
-
-/* One run of the reference; its RESULT line gives the figures. */
-static ts_status run_torch(const ts_bench_options *o, ts_bench_side *t) {
-    if (strchr(o->python, '\'') || strchr(o->reference, '\''))
-        return ts_fail(TS_ERR_INVALID, "bench: the reference path may not contain a quote");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp '%s' '%s' --workload %s "
-             "--mode %s --threads %d --min-steps 5 --min-time %g --budget 60 2>&1",
-             o->python, o->reference, o->workload, torch_mode(o), o->threads, o->torch_min_time);
-    FILE *f = popen(cmd, "r");
-    if (!f) return ts_fail(TS_ERR_IO, "bench: cannot start %s", o->python);
-    char line[4096], last[256] = "";
-    int found = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (line[0] && line[0] != '\n') snprintf(last, sizeof last, "%.200s", line);
-        char *p = strstr(line, "RESULT"), *q = p ? strchr(p, ':') : NULL, unit[32];
-        double tp, ms;
-        if (!q || sscanf(q + 1, " %lf %31s median step %lf", &tp, unit, &ms) != 3) continue;
-        char *rs = strstr(q, "peak RSS");
-        if (rs) sscanf(rs, "peak RSS %lf", &t->rss_mb);
-        t->throughput = tp;
-        t->step_ms = ms;
-        found = 1;
-    }
-    int rc = pclose(f);
-    if (!found || rc != 0) {
-        last[strcspn(last, "\n")] = 0;
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "bench: the PyTorch reference failed (exit %d%s%s); it needs "
-                       "python3-torch and %s",
-                       rc, last[0] ? ": " : "", last, o->reference);
-    }
-    return TS_OK;
-}
-
 static void print_profile(FILE *out, ts_plan *p, int steps_done, int top) {
     ts_profile_entry e[TOP_KERNELS];
     int n = ts_plan_profile(p, e, top < TOP_KERNELS ? top : TOP_KERNELS);
@@ -342,6 +302,38 @@ static double gemm_share(ts_plan *p) {
     return total > 0 ? gemm / total : NAN;
 }
 
+/* GFLOP/s of the plan's GEMM and convolution kernels over `steps` profiled steps. */
+static double gemm_rate(ts_plan *p, int steps) {
+    ts_profile_entry all[256];
+    int n = ts_plan_profile(p, all, 256);
+    double flops = 0, sec = 0;
+    for (int i = 0; i < n && i < 256; i++)
+        if (all[i].is_gemm) flops += all[i].flops * steps, sec += all[i].seconds;
+    return sec > 0 ? flops / sec * 1e-9 : NAN;
+}
+
+/* The GEMM ceiling of W1/W3 in the step's compute type, measured now (after
+ * the rounds, under the same load): the step's GFLOP/s as a share of it. */
+static void print_ceiling(FILE *out, const ts_bench_options *o, ts_plan *p, ts_bench_result *r) {
+    const ts_dtype dt = !strcasecmp(o->precision, "bf16")   ? TS_BF16
+                        : !strcasecmp(o->precision, "fp32") ? TS_F32
+                                                            : TS_F16;
+    ts_bench_ceiling c;
+    if (dt == TS_F16 || (strcasecmp(o->workload, "W1") && strcasecmp(o->workload, "W3"))) return;
+    if (ts_bench_gemm_ceiling_print(o->workload, dt, o->threads, &c, o->profile ? out : NULL) !=
+        TS_OK) {
+        fprintf(out, "        GEMM ceiling not measured: %s\n", ts_last_error());
+        return;
+    }
+    const double step = r->stats.flops_per_step * 1e-9 / (r->tessel.step_ms * 1e-3);
+    r->ceiling_gflops = c.gflops;
+    fprintf(out,
+            "        %s GEMM ceiling %.1f GFLOP/s (oneDNN %s, %d linear-layer GEMM shapes of %s, "
+            "fwd+bwd); step %.1f GFLOP/s = %.1f %% of it; GEMM kernels %.1f GFLOP/s\n",
+            dt == TS_BF16 ? "bf16" : "f32", c.gflops, c.impl, c.n_shapes, o->workload, step,
+            100.0 * step / c.gflops, gemm_rate(p, r->tessel.steps));
+}
+
 static ts_status append_json(const ts_bench_options *o, const ts_bench_result *r) {
     json_t *j = json_pack(
         "{s:s, s:s, s:i, s:s, s:{s:f, s:f, s:f, s:i, s:f}, s:f, s:f}", "workload", o->workload,
@@ -350,10 +342,25 @@ static ts_status append_json(const ts_bench_options *o, const ts_bench_result *r
         "steps", r->tessel.steps, "gemm_share", isfinite(r->gemm_share) ? r->gemm_share : 0.0,
         "compile_s", r->compile_s, "flops_per_step", r->stats.flops_per_step);
     if (!j) return ts_fail(TS_ERR_NOMEM, "bench: out of memory for JSON");
+    if (r->ceiling_gflops > 0)
+        json_object_set_new(j, "gemm_ceiling_gflops", json_real(r->ceiling_gflops));
     if (r->has_torch) {
-        json_object_set_new(j, "torch",
-                            json_pack("{s:f, s:f, s:f}", "step_ms", r->torch.step_ms, "throughput",
-                                      r->torch.throughput, "peak_rss_mb", r->torch.rss_mb));
+        json_t *modes = json_array();
+        for (int i = 0; modes && i < r->n_modes; i++)
+            json_array_append_new(modes, json_pack("{s:s, s:f, s:f, s:f}", "mode", r->modes[i],
+                                                   "step_ms", r->mode_sides[i].step_ms,
+                                                   "throughput", r->mode_sides[i].throughput,
+                                                   "peak_rss_mb", r->mode_sides[i].rss_mb));
+        json_t *t =
+            json_pack("{s:f, s:f, s:f, s:s, s:s, s:s}", "step_ms", r->torch.step_ms, "throughput",
+                      r->torch.throughput, "peak_rss_mb", r->torch.rss_mb, "mode", r->torch_mode,
+                      "label", ts_torch_mode_label(r->torch_mode), "version", r->torch_version);
+        if (!t || !modes || json_object_set_new(t, "modes", modes)) {
+            json_decref(t);
+            json_decref(j);
+            return ts_fail(TS_ERR_NOMEM, "bench: out of memory for JSON");
+        }
+        json_object_set_new(j, "torch", t);
         json_object_set_new(j, "ratio", json_real(r->tessel.throughput / r->torch.throughput));
     }
     char *text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
@@ -366,6 +373,66 @@ static ts_status append_json(const ts_bench_options *o, const ts_bench_result *r
     return bad ? ts_fail(TS_ERR_IO, "bench: cannot write %s", o->json_path) : TS_OK;
 }
 
+/* The interpreter and the modes of the comparison, checked before the
+ * workload is built so a wrong --torch-python fails at once. */
+static ts_status torch_plan(const ts_bench_options *o, ts_bench_result *r) {
+    ts_status s = ts_torch_check_python(o->python);
+    int major = 0; /* unknown: the default modes assume torch 1.x, as before */
+    if (s == TS_OK && (o->torch_mode || o->torch_best))
+        s = ts_torch_version(o->python, r->torch_version, sizeof r->torch_version, &major);
+    if (s != TS_OK) return s;
+    if (o->torch_mode && !ts_torch_mode_valid(o->torch_mode))
+        return ts_fail(TS_ERR_INVALID,
+                       "bench: --torch-mode: expected eager, compile, compile_opt, bf16 or "
+                       "bf16_compile, got '%s'",
+                       o->torch_mode);
+    if (o->torch_mode && strstr(o->torch_mode, "compile") && major < 2)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "bench: --torch-mode %s needs torch >= 2; '%s' has torch %s", o->torch_mode,
+                       o->python, r->torch_version);
+    r->n_modes = ts_torch_pick_modes(o, major, r->modes);
+    return TS_OK;
+}
+
+/* The fastest mode by median throughput (the upper middle of the rounds'
+ * throughputs, the lower middle of their step times: for two rounds, the
+ * better run). */
+static void torch_medians(ts_bench_result *r, double *ms, double *tp, int rounds) {
+    int best = 0;
+    for (int m = 0; m < r->n_modes; m++) {
+        ts_bench_side *side = &r->mode_sides[m];
+        side->step_ms = median(ms + m * rounds, rounds);
+        qsort(tp + m * rounds, (size_t)rounds, sizeof *tp, cmp_d);
+        side->throughput = tp[m * rounds + rounds / 2];
+        side->steps = rounds;
+        if (side->throughput > r->mode_sides[best].throughput) best = m;
+    }
+    r->has_torch = 1;
+    r->torch = r->mode_sides[best];
+    r->torch_mode = r->modes[best];
+}
+
+static void print_torch(FILE *out, const ts_bench_options *o, const ts_bench_result *r) {
+    if (r->n_modes > 1)
+        for (int m = 0; m < r->n_modes; m++)
+            fprintf(out, "  torch mode %-13s %10.1f %s  median step %8.1f ms  peak RSS %6.0f MB\n",
+                    r->modes[m], r->mode_sides[m].throughput, r->unit, r->mode_sides[m].step_ms,
+                    r->mode_sides[m].rss_mb);
+    fprintf(out, "pytorch %s: %10.1f %s  median step %8.1f ms  peak RSS %6.0f MB\n", o->workload,
+            r->torch.throughput, r->unit, r->torch.step_ms, r->torch.rss_mb);
+    char which[160] = "";
+    if (r->n_modes > 1) {
+        int k = snprintf(which, sizeof which, ", the fastest of");
+        for (int m = 0; m < r->n_modes && k > 0 && (size_t)k < sizeof which; m++)
+            k += snprintf(which + k, sizeof which - (size_t)k, " %s", r->modes[m]);
+    }
+    fprintf(out, "ratio   %s: throughput %.2fx PyTorch %s (mode %s%s%s%s), peak RSS %.2fx\n",
+            o->workload, r->tessel.throughput / r->torch.throughput,
+            ts_torch_mode_label(r->torch_mode), r->torch_mode, which,
+            r->torch_version[0] ? "; torch " : "", r->torch_version,
+            r->torch.rss_mb > 0 ? r->tessel.rss_mb / r->torch.rss_mb : NAN);
+}
+
 ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
     if (!opts || !r) return ts_fail(TS_ERR_INVALID, "bench: NULL argument");
     ts_bench_options o = *opts;
@@ -374,9 +441,11 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
     if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.rounds < 1)
         return ts_fail(TS_ERR_INVALID, "bench: steps, threads and rounds must be >= 1");
     if (!o.compare_torch) o.rounds = 1;
+    ts_status s = o.compare_torch ? torch_plan(&o, r) : TS_OK;
+    if (s != TS_OK) return s;
     workload w;
     memset(&w, 0, sizeof w);
-    ts_status s = workload_build(&o, &w, r);
+    s = workload_build(&o, &w, r);
     if (s == TS_OK && o.compare_torch && !w.has_reference)
         s = ts_fail(TS_ERR_UNSUPPORTED, "bench: the PyTorch reference has no %s workload",
                     o.workload);
@@ -388,39 +457,35 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
     fprintf(out, "tessel %s: compiled in %.2f s, %d instructions, %d threads, %s\n", o.workload,
             r->compile_s, r->stats.n_instructions, o.threads, o.precision);
     fflush(out);
-    const int total = o.steps * o.rounds;
+    const int total = o.steps * o.rounds, nm = r->n_modes ? r->n_modes : 1;
     double *times = ts_alloc(sizeof(double) * (size_t)total, "bench timings");
-    double *torch_ms = ts_alloc(sizeof(double) * (size_t)o.rounds, "bench timings");
-    double *torch_tp = ts_alloc(sizeof(double) * (size_t)o.rounds, "bench timings");
+    double *torch_ms = ts_alloc(sizeof(double) * (size_t)(o.rounds * nm), "bench timings");
+    double *torch_tp = ts_alloc(sizeof(double) * (size_t)(o.rounds * nm), "bench timings");
+    double *copy = ts_alloc(sizeof(double) * (size_t)o.steps, "bench timings");
     int64_t done = 0;
-    if (!times || !torch_ms || !torch_tp) s = TS_ERR_NOMEM;
+    if (!times || !torch_ms || !torch_tp || !copy) s = TS_ERR_NOMEM;
     if (s == TS_OK) s = run_steps(&w, o.warmup ? o.warmup : 0, NULL, &done);
     r->loss_first = w.first_loss;
     /* Warm-up pays for page faults and cold caches: profile only what is timed. */
     ts_plan_profile_reset(w.p);
     for (int round = 0; s == TS_OK && round < o.rounds; round++) {
         s = run_steps(&w, o.steps, times + round * o.steps, &done);
-        if (s == TS_OK && o.compare_torch) {
+        if (s != TS_OK || !o.compare_torch) continue;
+        memcpy(copy, times + round * o.steps, sizeof(double) * (size_t)o.steps);
+        fprintf(out, "  round %d/%d: tessel %.1f ms per step; pytorch", round + 1, o.rounds,
+                1e3 * median(copy, o.steps));
+        fflush(out);
+        /* Each mode once per round, after tessel: the same load for all. */
+        for (int m = 0; s == TS_OK && m < r->n_modes; m++) {
             ts_bench_side t = {0, 0, 0, 0};
-            s = run_torch(&o, &t);
-            torch_ms[round] = t.step_ms;
-            torch_tp[round] = t.throughput;
-            if (t.rss_mb > r->torch.rss_mb) r->torch.rss_mb = t.rss_mb;
-            r->torch.steps = round + 1;
-            if (s == TS_OK) {
-                double round_ms[2] = {0, 0}, *rt = times + round * o.steps;
-                double *copy = ts_alloc(sizeof(double) * (size_t)o.steps, "bench timings");
-                if (copy) {
-                    memcpy(copy, rt, sizeof(double) * (size_t)o.steps);
-                    round_ms[0] = 1e3 * median(copy, o.steps);
-                    free(copy);
-                }
-                round_ms[1] = t.step_ms;
-                fprintf(out, "  round %d/%d: tessel %.1f ms, pytorch %.1f ms per step\n", round + 1,
-                        o.rounds, round_ms[0], round_ms[1]);
-            }
+            s = ts_torch_run(&o, r->modes[m], &t);
+            torch_ms[m * o.rounds + round] = t.step_ms;
+            torch_tp[m * o.rounds + round] = t.throughput;
+            if (t.rss_mb > r->mode_sides[m].rss_mb) r->mode_sides[m].rss_mb = t.rss_mb;
+            if (s == TS_OK) fprintf(out, "%s %s %.1f ms", m ? "," : "", r->modes[m], t.step_ms);
             fflush(out);
         }
+        fprintf(out, " per step\n");
     }
     if (s == TS_OK) {
         r->loss_last = ts_plan_loss(w.p);
@@ -439,20 +504,11 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
                 st->arena_bytes / 1048576.0, st->param_bytes / 1048576.0,
                 st->grad_bytes / 1048576.0, st->state_bytes / 1048576.0, st->temp_bytes / 1048576.0,
                 st->flops_per_step * 1e-9, st->flops_per_step * 1e-9 / med, 100.0 * r->gemm_share);
+        print_ceiling(out, &o, w.p, r);
         if (o.profile) print_profile(out, w.p, total, TOP_KERNELS);
         if (o.compare_torch) {
-            /* The lower-middle step time and the upper-middle throughput are
-             * the same run's when there are two: PyTorch's better one. */
-            r->has_torch = 1;
-            r->torch.step_ms = median(torch_ms, o.rounds);
-            qsort(torch_tp, (size_t)o.rounds, sizeof *torch_tp, cmp_d);
-            r->torch.throughput = torch_tp[o.rounds / 2];
-            fprintf(out, "pytorch %s: %10.1f %s  median step %8.1f ms  peak RSS %6.0f MB\n",
-                    o.workload, r->torch.throughput, r->unit, r->torch.step_ms, r->torch.rss_mb);
-            fprintf(out, "ratio   %s: throughput %.2fx PyTorch %s, peak RSS %.2fx\n", o.workload,
-                    r->tessel.throughput / r->torch.throughput,
-                    strcmp(torch_mode(&o), "bf16") ? "eager fp32" : "bf16 autocast",
-                    r->torch.rss_mb > 0 ? r->tessel.rss_mb / r->torch.rss_mb : NAN);
+            torch_medians(r, torch_ms, torch_tp, o.rounds);
+            print_torch(out, &o, r);
         }
         fflush(out);
         if (o.json_path) s = append_json(&o, r);
@@ -460,6 +516,7 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
     free(times);
     free(torch_ms);
     free(torch_tp);
+    free(copy);
     workload_free(&w);
     return s;
 }

@@ -19,21 +19,25 @@
 #include "tessel/tessel.h"
 
 typedef struct ts_bench_options {
-    const char *workload;  /* W1..W5 or gpt2-124m (no PyTorch reference) */
-    const char *precision; /* fp32, bf16 or fp16: the matmuls' compute type (docs/precision.md);
-                              the reference runs bf16 autocast for bf16 (W1: fp32) */
-    int steps;             /* timed steps per round (default 10) */
-    int warmup;            /* untimed steps before the first round (default 2) */
-    int threads;           /* default 2, as in BENCH.md */
-    int profile;           /* also print the kernels that took the most time */
-    int no_fuse;           /* compile without fusion (ts_compile_options.no_fuse) */
-    int compare_torch;     /* run the reference too, alternating with tessel */
-    int rounds;            /* tessel/reference alternations with compare_torch (default 2) */
-    const char *reference; /* torch_bench.py (default ../shared/reference/torch_bench.py) */
-    const char *python;    /* interpreter (default /usr/bin/python3, which sees Debian's torch) */
-    double torch_min_time; /* seconds the reference times per run (default 5) */
-    const char *json_path; /* append the results as one JSON line (NULL: none) */
-    FILE *out;             /* the report (NULL: stdout) */
+    const char *workload;   /* W1..W5 or gpt2-124m (no PyTorch reference) */
+    const char *precision;  /* fp32, bf16 or fp16: the matmuls' compute type (docs/precision.md);
+                               the reference runs bf16 autocast for bf16 (W1: fp32) */
+    int steps;              /* timed steps per round (default 10) */
+    int warmup;             /* untimed steps before the first round (default 2) */
+    int threads;            /* default 2, as in BENCH.md */
+    int profile;            /* also print the kernels that took the most time */
+    int no_fuse;            /* compile without fusion (ts_compile_options.no_fuse) */
+    int compare_torch;      /* run the reference too, alternating with tessel */
+    int rounds;             /* tessel/reference alternations with compare_torch (default 2) */
+    const char *reference;  /* torch_bench.py (default ../shared/reference/torch_bench.py) */
+    const char *python;     /* interpreter (default /usr/bin/python3, which sees Debian's torch;
+                               ../shared/reference/torch2-python runs torch 2.x) */
+    const char *torch_mode; /* one torch_bench.py mode (bench_torch.h; NULL: from precision) */
+    int torch_best;         /* run every mode of the precision the interpreter supports and
+                               compare with the fastest */
+    double torch_min_time;  /* seconds the reference times per run (default 5) */
+    const char *json_path;  /* append the results as one JSON line (NULL: none) */
+    FILE *out;              /* the report (NULL: stdout) */
 } ts_bench_options;
 
 ts_bench_options ts_bench_options_default(void);
@@ -44,12 +48,18 @@ typedef struct ts_bench_side {
 } ts_bench_side;
 
 typedef struct ts_bench_result {
-    const char *unit; /* samples/s, tokens/s or epochs/s */
-    ts_bench_side tessel, torch;
+    const char *unit;            /* samples/s, tokens/s or epochs/s */
+    ts_bench_side tessel, torch; /* torch: the fastest mode run (torch_mode) */
     int has_torch;
+    const char *torch_mode; /* the mode `torch` is of */
+    char torch_version[32]; /* "" unless probed (--torch-mode / --torch-best) */
+    int n_modes;            /* modes run, each with its medians */
+    const char *modes[5];   /* TS_TORCH_N_MODES */
+    ts_bench_side mode_sides[5];
     double loss_first, loss_last;
     double gemm_share; /* share of the step's kernel time spent in GEMMs */
     double compile_s;
+    double ceiling_gflops; /* W1/W3 fp32/bf16: oneDNN GEMM on their shapes (bench_ceiling.h) */
     ts_plan_stats stats;
 } ts_bench_result;
 

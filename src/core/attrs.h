@@ -128,14 +128,15 @@ typedef struct ts_matmul_attrs {
     int64_t trans_a, trans_b, low;
 } ts_matmul_attrs;
 
-/* matmul_epi (built by the fusion pass, see ops/fused.h): an f32 matmul
- * (trans_a, trans_b as matmul) followed by n_post post-ops, post[p] one of
- * TS_EPI_ADD. */
+/* matmul_epi (built by the fusion pass, see ops/fused.h): a matmul
+ * (trans_a, trans_b, low as matmul) followed by n_post post-ops, post[p] one
+ * of TS_EPI_ADD. The post-ops and their operands are f32. */
 #define TS_ATTR_EPI_MAX 4
 enum { TS_EPI_ADD = 1 }; /* matmul_epi post[p] */
 typedef struct ts_matmul_epi_attrs {
     int64_t trans_a, trans_b, n_post;
     int64_t post[TS_ATTR_EPI_MAX];
+    int64_t low; /* set by the precision pass: bf16/f16 A and B, f32 accumulation */
 } ts_matmul_epi_attrs;
 
 /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose (ops/conv.c): nd

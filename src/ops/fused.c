@@ -250,15 +250,16 @@ int ts_mm_epi_operand_ok(const ts_type *x, const ts_type *out) {
     return x->dtype == TS_F32 && (ts_type_equal(x, out) || is_bias_shape(x, out));
 }
 
-/* The attributes of the f32 matmul a matmul_epi starts with. */
+/* The attributes of the matmul a matmul_epi starts with. */
 static ts_attrs plain_matmul_attrs(const ts_attrs *epi) {
     ts_attrs a = ts_attrs_zero();
     a.matmul.trans_a = epi->matmul_epi.trans_a;
     a.matmul.trans_b = epi->matmul_epi.trans_b;
+    a.matmul.low = epi->matmul_epi.low;
     return a;
 }
 
-/* The GEMM of a matmul_epi as the f32 matmul node it was: its two operands
+/* The GEMM of a matmul_epi as the matmul node it was: its two operands
  * and the matmul's attributes. */
 static ts_node plain_matmul(const ts_node *n) {
     ts_node mm = *n;
@@ -316,6 +317,12 @@ static ts_status k_mm_epi(const ts_kargs *k) {
     return s != TS_OK ? s : ts_mm_epi_apply(k);
 }
 
+/* A low matmul_epi's reference kernel widens A and B into scratch, as matmul's. */
+static size_t scratch_mm_epi(const ts_graph *g, const ts_node *n) {
+    ts_node mm = plain_matmul(n);
+    return ts_op_get(TS_OP_MATMUL)->scratch(g, &mm);
+}
+
 static double cost_mm_epi(const ts_graph *g, const ts_node *n) {
     ts_node mm = plain_matmul(n);
     return ts_op_get(TS_OP_MATMUL)->cost(g, &mm) +
@@ -327,4 +334,5 @@ const ts_op_def ts_def_matmul_epi = {.name = "matmul_epi",
                                      .max_in = 2 + TS_EPI_MAX,
                                      .infer = infer_mm_epi,
                                      .kernel = k_mm_epi,
+                                     .scratch = scratch_mm_epi,
                                      .cost = cost_mm_epi};

@@ -14,9 +14,10 @@
  *
  * matmul_epi (TS_OP_MATMUL_EPI): inputs (a, b, operands of the add
  * post-ops in order), attrs a.matmul_epi (core/attrs.h): trans_a, trans_b
- * as matmul, n_post post-ops, post[p] = TS_EPI_ADD (operand: a bias row [N]
- * or the output's shape). There is no relu post-op: oneDNN's maps NaN to 0
- * where the relu op keeps it (see passes/fuse.c).
+ * and low as matmul (low: bf16/f16 a and b, set by the precision pass after
+ * fusion; the output and post-ops stay f32), n_post post-ops, post[p] = TS_EPI_ADD (operand: a bias
+ * row [N] or the output's shape). There is no relu post-op: oneDNN's maps NaN to 0 where the relu
+ * op keeps it (see passes/fuse.c).
  */
 #ifndef TS_FUSED_H
 #define TS_FUSED_H

@@ -161,10 +161,11 @@ static const ts_pass_def PASSES[] = {
     {"train", training, run_train},
     {"monitor_order", with_monitors, run_monitor_order},
     {"loss_scale_order", training, run_loss_scale_order},
-    {"precision", always, run_precision},
     {"train_mode", always, run_train_mode},
     {"simplify", with_simplify, run_simplify},
     {"fuse", with_fuse, run_fuse},
+    /* after fuse: matmul_epi GEMMs are lowered with their f32 epilogue */
+    {"precision", always, run_precision},
     {"verify", always, run_verify},
     {"schedule", always, run_schedule},
     {"distribute", with_ranks, run_distribute},

@@ -2,7 +2,11 @@
  * after autodiff and the train pass, so the forward and the backward GEMMs
  * are both covered.
  *
- * Policy: every f32 matmul and convolution (conv, conv_bwd_data,
+ * Runs after fusion, so a GEMM with a bias / residual epilogue
+ * (matmul_epi) is lowered like a plain one and keeps its epilogue: the
+ * post-ops and their operands stay f32, applied to the f32 accumulator.
+ *
+ * Policy: every f32 matmul, matmul_epi and convolution (conv, conv_bwd_data,
  * conv_bwd_weight, conv_transpose) whose op is not listed in keep_fp32
  * reads its two tensor operands cast to the compute type (bf16 or f16) and
  * accumulates and writes f32 (matmul.low = 1, conv.low = 1;
@@ -59,6 +63,7 @@ ts_status ts_precision_check(const ts_precision_options *o) {
 static int64_t *low_flag(ts_node *n) {
     switch (n->op) {
     case TS_OP_MATMUL: return &n->a.matmul.low;
+    case TS_OP_MATMUL_EPI: return &n->a.matmul_epi.low; /* its post-ops stay f32 */
     case TS_OP_CONV:
     case TS_OP_CONV_BWD_DATA:
     case TS_OP_CONV_BWD_WEIGHT:
@@ -72,6 +77,8 @@ static int lowers(const ts_graph *g, const ts_node *n, const ts_precision_option
     const int64_t *f = low_flag((ts_node *)n);
     if (n->dead || !f || *f) return 0;
     if (listed(o->keep_fp32, ts_op_get(n->op)->name)) return 0;
+    /* a fused GEMM is still a matmul to the user: keep_fp32: [matmul] keeps it */
+    if (n->op == TS_OP_MATMUL_EPI && listed(o->keep_fp32, "matmul")) return 0;
     return ts_in_type(g, n, 0)->dtype == TS_F32 && ts_in_type(g, n, 1)->dtype == TS_F32;
 }
 

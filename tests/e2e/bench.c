@@ -35,6 +35,23 @@ static void test_w1(void) {
           "GEMM share of the step: %g", gemm);
     CHECK(strstr(r.out, "top kernels") && strstr(r.out, "matmul") && strstr(r.out, "(GEMM/conv)"),
           "--profile lists the kernels");
+    /* The GEMM ceiling of W1's shapes in the same run, the step as a share of
+     * it, and (with --profile) each shape's rate. */
+    double ceil = 0, step = 0, share = 0;
+    int shapes = 0;
+    const char *c = strstr(r.out, "f32 GEMM ceiling");
+    CHECK(c &&
+              sscanf(c, "f32 GEMM ceiling %lf GFLOP/s (oneDNN %*s %d linear-layer GEMM shapes",
+                     &ceil, &shapes) == 2 &&
+              shapes == 8 && ceil > 0,
+          "W1's ceiling over 8 GEMM shapes (3 layers x fwd, dW; 2 x dX): %s", c ? c : r.out);
+    const char *st = c ? strstr(c, "step ") : NULL;
+    CHECK(st && sscanf(st, "step %lf GFLOP/s = %lf %%", &step, &share) == 2 && step > 0 &&
+              fabs(share - 100 * step / ceil) < 0.1 + 1e-3 * share,
+          "step GFLOP/s as a share of the ceiling: %g of %g = %g %%", step, ceil, share);
+    CHECK(strstr(r.out, "fwd M   256 N  1024 K  2048 B^T x1:") &&
+              strstr(r.out, "dW  M  1024 N  1024 K   256 A^T x1:"),
+          "--profile: each shape of the ceiling: %s", r.out);
     printf("%s", r.out);
     e2e_done(&r);
 
@@ -44,7 +61,8 @@ static void test_w1(void) {
     json_t *t = j ? json_object_get(j, "tessel") : NULL;
     CHECK(t && json_number_value(json_object_get(t, "throughput")) > 0 &&
               json_is_number(json_object_get(t, "gemm_share")) &&
-              !strcmp(json_string_value(json_object_get(j, "workload")), "W1"),
+              !strcmp(json_string_value(json_object_get(j, "workload")), "W1") &&
+              json_number_value(json_object_get(j, "gemm_ceiling_gflops")) > 0,
           "--json line: %s", text);
     json_decref(j);
     free(text);

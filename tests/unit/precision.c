@@ -1,7 +1,8 @@
 /* The precision pass (bf16/f16 autocast of matmuls) and its kernels.
  *
  * - structure: on a 2-hidden-layer MLP every forward and backward matmul
- *   reads cast operands, each value is cast once, master weights,
+ *   reads cast operands (the forward ones keep their f32 bias epilogue,
+ *   matmul_epi), each value is cast once, master weights,
  *   gradients and the optimizer stay f32, keep_fp32 opts out;
  * - kernels: oneDNN bf16 x bf16 -> f32 against the reference kernel
  *   (which widens the same bf16 operands exactly and multiplies in f32):
@@ -87,13 +88,19 @@ static void test_structure(void) {
         return;
     }
     const ts_graph *g = kept.graph;
-    int mm = 0, low = 0, casts = 0;
+    int mm = 0, low = 0, casts = 0, epi = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const ts_node *n = &g->nodes[i];
-        if (n->op == TS_OP_MATMUL) {
+        if (n->op == TS_OP_MATMUL || n->op == TS_OP_MATMUL_EPI) {
+            const int64_t flag = n->op == TS_OP_MATMUL ? n->a.matmul.low : n->a.matmul_epi.low;
             mm++;
-            low += n->a.matmul.low == 1 && g->values[n->in[0]].t.dtype == TS_BF16 &&
+            low += flag == 1 && g->values[n->in[0]].t.dtype == TS_BF16 &&
                    g->values[n->in[1]].t.dtype == TS_BF16 && g->values[n->out[0]].t.dtype == TS_F32;
+        }
+        if (n->op == TS_OP_MATMUL_EPI) { /* the bias stays f32, added to the f32 accumulator */
+            epi++;
+            for (int j = 2; j < n->n_in; j++)
+                CHECK(g->values[n->in[j]].t.dtype == TS_F32, "matmul_epi post-op operand in f32");
         }
         if (n->op == TS_OP_CAST) {
             casts++;
@@ -103,6 +110,8 @@ static void test_structure(void) {
     /* 3 forward GEMMs, 3 weight-gradient GEMMs, 2 data-gradient GEMMs (x
      * needs none): 8, all in bf16 */
     CHECK(mm == 8 && low == 8, "%d of %d matmuls in bf16 (want 8 of 8)", low, mm);
+    /* fusion runs first: the 3 forward GEMMs keep their bias epilogue in bf16 */
+    CHECK(epi == 3, "%d bf16 GEMMs with a bias epilogue (want 3)", epi);
     /* operands: x, 3 weights, 2 hidden activations, 3 output gradients =
      * 9 distinct values, each cast once although 14 operand slots read them */
     CHECK(casts == 9, "%d casts (want 9: one per distinct operand)", casts);

@@ -49,7 +49,10 @@ static ts_status k_widen_matmul(const ts_kargs *k) {
     const widen_mm *w = k->backend;
     ts_f16_to_f32_n(w->wa, k->in[0].data, w->na);
     ts_f16_to_f32_n(w->wb, k->in[1].data, w->nb);
-    return ts_mm_run(w->mm, w->wa, w->wb, k->out[0].data, k->scratch);
+    if (k->n_in <= 2) return ts_mm_run(w->mm, w->wa, w->wb, k->out[0].data, k->scratch);
+    const void *post[TS_ATTR_EPI_MAX]; /* a matmul_epi: its f32 post-op operands */
+    for (int j = 2; j < k->n_in; j++) post[j - 2] = k->in[j].data;
+    return ts_mm_run_post(w->mm, w->wa, w->wb, k->out[0].data, post, k->scratch);
 }
 
 static void free_widen(void *p) {
