@@ -120,8 +120,11 @@ static ts_status run_verify(ts_pass_ctx *c) {
     return ts_graph_verify(c->g);
 }
 static ts_status run_schedule(ts_pass_ctx *c) {
-    return ts_pass_schedule(c->g, c->opt->naive_schedule, &c->order, &c->n_order, &c->peak_live,
-                            &c->naive_peak);
+    ts_schedule_options so = {c->opt->naive_schedule, !c->opt->no_inplace, 0};
+    ts_schedule_report rep;
+    ts_status s = ts_pass_schedule_mem(c->g, &so, &c->order, &c->n_order, &rep);
+    c->peak_live = rep.peak, c->naive_peak = rep.naive_peak;
+    return s;
 }
 static ts_status run_distribute(ts_pass_ctx *c) {
     const ts_compile_options *o = c->opt;
