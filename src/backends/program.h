@@ -66,6 +66,9 @@ typedef struct ts_arena_layout {
     /* ZeRO-2: gradient buckets planned inside the temporaries */
     size_t zero_grad_bytes, zero_grad_peak, zero_shard_bytes;
     size_t peak_live, naive_peak; /* live temporaries: the schedule's peak, build order's */
+    int n_recomputed;             /* activations recomputed under compile.max_memory_mb */
+    double recompute_flops;       /* the FLOPs that adds per step */
+    size_t arena_no_recompute;    /* the arena without it (0: no limit was set) */
 } ts_arena_layout;
 
 /* What a named value is. */

@@ -101,6 +101,7 @@ typedef struct ts_schedule_options {
 } ts_schedule_options;
 typedef struct ts_schedule_report {
     size_t peak;          /* memplan's temporaries for the chosen order */
+    size_t arena;         /* ... and its whole arena */
     size_t naive_peak;    /* ... for build order */
     size_t greedy_peak;   /* ... for the greedy order (SIZE_MAX: not tried) */
     size_t search_region; /* ... for the searched order (SIZE_MAX: not tried) */
@@ -109,6 +110,22 @@ typedef struct ts_schedule_report {
 } ts_schedule_report;
 ts_status ts_pass_schedule_mem(const ts_graph *g, const ts_schedule_options *o, int32_t **order,
                                int *n_order, ts_schedule_report *rep);
+/* The schedule under a memory limit (recompute.c): schedule as above; while
+ * the arena exceeds limit bytes (0: no limit), recompute forward
+ * activations in the backward (copies of their producers, the same bits),
+ * cheapest FLOPs per byte first among those alive at the peak, and
+ * schedule again. Refuses (TS_ERR_INVALID, naming what the step needs) when
+ * nothing more can be recomputed. loss < 0: an inference graph (no
+ * recompute). */
+typedef struct ts_recompute_report {
+    int n;               /* activations recomputed */
+    double flops;        /* their producers' FLOPs: the work added per step */
+    size_t arena_before; /* the arena without recompute */
+    size_t arena_after;  /* ... with it */
+} ts_recompute_report;
+ts_status ts_pass_recompute_fit(ts_graph *g, int32_t loss, size_t limit,
+                                const ts_schedule_options *so, int32_t **order, int *n_order,
+                                ts_schedule_report *rep, ts_recompute_report *rr);
 
 /* Data parallelism: per gradient bucket an allreduce_start node right
  * after its last gradient in `order` and an allreduce_wait node before the

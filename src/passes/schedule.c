@@ -241,10 +241,10 @@ ts_status ts_pass_schedule(const ts_graph *g, int naive, int32_t **order_out, in
 
 /* The temporaries region memplan makes for `order`. */
 static ts_status region(const ts_graph *g, const int32_t *order, int n, int allow_inplace,
-                        size_t *bytes) {
+                        size_t *bytes, size_t *arena) {
     ts_memplan mp;
     ts_status s = ts_pass_memplan(g, order, n, allow_inplace, &mp);
-    if (s == TS_OK) *bytes = mp.temp_bytes;
+    if (s == TS_OK) *bytes = mp.temp_bytes, *arena = mp.arena_bytes;
     ts_memplan_free(&mp);
     return s;
 }
@@ -253,19 +253,19 @@ ts_status ts_pass_schedule_mem(const ts_graph *g, const ts_schedule_options *o, 
                                int *n_order, ts_schedule_report *rep) {
     const int nn = g->n_nodes;
     int32_t *cand[3] = {NULL, NULL, NULL}; /* build order, greedy, search */
-    size_t bytes[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX};
+    size_t bytes[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX}, arena[3] = {0, 0, 0};
     int n = 0;
     memset(rep, 0, sizeof *rep);
     ts_status s = ts_pass_schedule(g, 1, &cand[0], &n, NULL, NULL);
-    if (s == TS_OK) s = region(g, cand[0], nn, o->allow_inplace, &bytes[0]);
+    if (s == TS_OK) s = region(g, cand[0], nn, o->allow_inplace, &bytes[0], &arena[0]);
     if (s == TS_OK && !o->naive) {
         size_t est;
         ts_search_opts so = {o->beam > 0 ? o->beam : TS_SCHEDULE_BEAM, 0, o->allow_inplace};
         so.budget = (long long)1 << 31;
         s = ts_pass_schedule(g, 0, &cand[1], &n, NULL, NULL);
-        if (s == TS_OK) s = region(g, cand[1], nn, o->allow_inplace, &bytes[1]);
+        if (s == TS_OK) s = region(g, cand[1], nn, o->allow_inplace, &bytes[1], &arena[1]);
         if (s == TS_OK) s = ts_schedule_search(g, &so, &cand[2], &est);
-        if (s == TS_OK) s = region(g, cand[2], nn, o->allow_inplace, &bytes[2]);
+        if (s == TS_OK) s = region(g, cand[2], nn, o->allow_inplace, &bytes[2], &arena[2]);
         if (s == TS_OK) rep->search_peak = est;
     }
     int best = 0; /* ties keep the earlier candidate: build order first */
@@ -277,6 +277,7 @@ ts_status ts_pass_schedule_mem(const ts_graph *g, const ts_schedule_options *o, 
         cand[best] = NULL;
         *n_order = nn;
         rep->peak = bytes[best];
+        rep->arena = arena[best];
         rep->naive_peak = bytes[0];
         rep->greedy_peak = bytes[1];
         rep->search_region = bytes[2];

@@ -209,7 +209,7 @@ static void step_cost(const sg *s, const uint64_t *set, int i, size_t cur, size_
 }
 
 ts_status ts_schedule_sim(const ts_graph *g, const int32_t *order, int n, int allow_inplace,
-                          size_t *peak) {
+                          size_t *peak, size_t *live_at) {
     sg s;
     ts_status st = sg_init(&s, g, allow_inplace);
     if (st != TS_OK) return st;
@@ -223,6 +223,7 @@ ts_status ts_schedule_sim(const ts_graph *g, const int32_t *order, int n, int al
     for (int k = 0; k < n; k++) {
         step_cost(&s, set, order[k], cur, &at, &d);
         if (at > pk) pk = at;
+        if (live_at) live_at[k] = at;
         cur = (size_t)((long long)cur + d);
         set[order[k] >> 6] |= 1ull << (order[k] & 63);
     }

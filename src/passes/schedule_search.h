@@ -28,8 +28,9 @@ typedef struct ts_search_opts {
 ts_status ts_schedule_search(const ts_graph *g, const ts_search_opts *o, int32_t **order,
                              size_t *peak);
 
-/* The peak of live temporary bytes of `order` (n node ids). */
+/* The peak of live temporary bytes of `order` (n node ids); live_at (may
+ * be NULL, n entries) gets the bytes live while each step runs. */
 ts_status ts_schedule_sim(const ts_graph *g, const int32_t *order, int n, int allow_inplace,
-                          size_t *peak);
+                          size_t *peak, size_t *live_at);
 
 #endif

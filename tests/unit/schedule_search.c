@@ -41,7 +41,7 @@ typedef struct brute {
 static void enumerate(brute *b, int k) {
     if (k == b->n) {
         size_t pk;
-        if (ts_schedule_sim(b->g, b->order, b->n, 1, &pk) == TS_OK &&
+        if (ts_schedule_sim(b->g, b->order, b->n, 1, &pk, NULL) == TS_OK &&
             (!b->best_set || pk < b->best))
             b->best = pk, b->best_set = 1;
         b->visited++;
@@ -108,7 +108,7 @@ static void hill_valley(void) {
     /* A's concat (node 2) runs first */
     CHECK(ord && ord[0] == 2, "search starts with node %d, want 2 (branch A)", ord ? ord[0] : -1);
     size_t sim = 0;
-    CHECK_OK(ts_schedule_sim(g, ord, g->n_nodes, 1, &sim));
+    CHECK_OK(ts_schedule_sim(g, ord, g->n_nodes, 1, &sim, NULL));
     CHECK(sim == best, "simulated %zu vs search %zu", sim, best);
     /* the pass: the searched order, its region equal to the estimate */
     ts_schedule_options so = {0, 1, 0};
