@@ -179,7 +179,9 @@ ts_status ts_pass_recompute_fit(ts_graph *g, int32_t loss, size_t limit,
     char *fwd = NULL, *need = NULL;
     cand *cs = NULL;
     size_t *live = NULL;
-    for (int round = 0; rep->arena > limit; round++) {
+    size_t best = rep->arena;
+    int stale = 0; /* rounds since the arena last shrank */
+    for (int round = 0; rep->arena > limit && stale < 8; round++) {
         free(fwd), free(need), free(cs), free(live);
         fwd = ts_alloc((size_t)g->n_nodes + 1, "recompute");
         need = ts_alloc((size_t)g->n_values + 1, "recompute");
@@ -239,15 +241,18 @@ ts_status ts_pass_recompute_fit(ts_graph *g, int32_t loss, size_t limit,
         *order = NULL;
         if ((s = ts_pass_schedule_mem(g, so, order, n_order, rep)) != TS_OK) break;
         rr->arena_after = rep->arena;
+        stale = rep->arena < best ? 0 : stale + 1;
+        if (rep->arena < best) best = rep->arena;
     }
     free(fwd), free(need), free(cs), free(live);
     if (s == TS_OK && rep->arena > limit)
         s = ts_fail(TS_ERR_INVALID,
                     "compile: the step needs %.2f MiB of arena (%.2f MiB of parameters, "
-                    "gradients, optimizer state and inputs, %.2f MiB of temporaries with %d "
-                    "activations recomputed, no further one recomputable), above "
-                    "compile.max_memory_mb %.2f",
-                    mib(rep->arena), mib(rep->arena - rep->peak), mib(rep->peak), rr->n,
+                    "gradients, optimizer state and inputs, the rest temporaries) with %d "
+                    "activations recomputed, %s, above compile.max_memory_mb %.2f",
+                    mib(best), mib(rep->arena - rep->peak), rr->n,
+                    stale >= 8 ? "recomputing more did not lower it"
+                               : "no further one recomputable",
                     mib(limit));
     return s;
 }
