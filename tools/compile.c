@@ -26,6 +26,7 @@ static void print_stats(const ts_plan_stats *st) {
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         printf("%-24s %14zu bytes %10.2f MiB\n", rows[i].name, rows[i].bytes,
                (double)rows[i].bytes / mib);
+    printf("%-24s %14s\n", "schedule", st->schedule ? st->schedule : "build order");
     printf("%-24s %14.3f\n", "arena / naive",
            st->naive_bytes ? (double)st->arena_bytes / (double)st->naive_bytes : 0.0);
     printf("%-24s %14d\n", "instructions", st->n_instructions);

@@ -181,6 +181,8 @@ typedef struct ts_plan_stats {
     int n_recomputed;
     double recompute_flops;
     size_t arena_no_recompute_bytes;
+    const char *schedule; /* the order the schedule pass kept: "build order", "greedy" or
+                             "search" (a static string) */
     int n_instructions;
     int n_inplace; /* outputs that share their input's memory */
     double flops_per_step;

@@ -69,6 +69,7 @@ typedef struct ts_arena_layout {
     int n_recomputed;             /* activations recomputed under compile.max_memory_mb */
     double recompute_flops;       /* the FLOPs that adds per step */
     size_t arena_no_recompute;    /* the arena without it (0: no limit was set) */
+    const char *schedule;         /* the order kept: "build order", "greedy" or "search" */
 } ts_arena_layout;
 
 /* What a named value is. */
