@@ -27,11 +27,17 @@ static void print_stats(const ts_plan_stats *st) {
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         printf("%-24s %14zu bytes %10.2f MiB\n", rows[i].name, rows[i].bytes,
                (double)rows[i].bytes / mib);
+    printf("%-24s %14s\n", "schedule", st->schedule ? st->schedule : "build order");
     printf("%-24s %14.3f\n", "arena / naive",
            st->naive_bytes ? (double)st->arena_bytes / (double)st->naive_bytes : 0.0);
     printf("%-24s %14d\n", "instructions", st->n_instructions);
     printf("%-24s %14d\n", "in-place outputs", st->n_inplace);
     printf("%-24s %14.3f GFLOP\n", "flops per step", st->flops_per_step * 1e-9);
+    if (st->arena_no_recompute_bytes) /* compile.max_memory_mb (docs/scheduling.md) */
+        printf("%-24s %14d values, %.3f GFLOP (%.1f %% of the step), arena %.2f MiB without\n",
+               "recomputed", st->n_recomputed, st->recompute_flops * 1e-9,
+               st->flops_per_step > 0 ? 100.0 * st->recompute_flops / st->flops_per_step : 0.0,
+               (double)st->arena_no_recompute_bytes / mib);
 }
 
 /* --emit-c DIR: the step as a standalone C program (docs/aot.md). */

@@ -218,6 +218,10 @@ typedef struct ts_compile_options {
     int discard_outputs; /* training plans: values marked as outputs (other than the loss) are
                             not kept readable after the step, so their memory can be reused
                             (e.g. the logits, overwritten by their gradient); benchmarks */
+    /* Memory-aware scheduling (docs/scheduling.md): the arena's limit in MiB
+     * (0: none). Above it, forward activations are recomputed in the backward
+     * until the step fits, else ts_compile refuses naming what it needs. */
+    double max_memory_mb;
     ts_precision_options precision; /* zero: everything in f32, no loss scaling */
     const char *backend; /* what runs the plan, by its registered name (src/backends/registry.c):
                             NULL or "cpu" (the default); an unknown name fails ts_compile with

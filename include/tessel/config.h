@@ -105,6 +105,7 @@ typedef struct ts_config {
     struct {
         int debug_nan, no_simplify, naive_schedule, no_inplace;
         int no_fuse, no_recompute, discard_outputs;
+        double max_memory_mb; /* memory-aware scheduling: the arena's limit (0: none) */
     } compile;
     struct {
         int source; /* ts_cfg_source */

@@ -177,6 +177,14 @@ typedef struct ts_plan_stats {
     size_t naive_bytes;        /* sum of the sizes of every tensor of the step */
     size_t peak_live_bytes;    /* peak of live intermediate bytes in the chosen schedule */
     size_t naive_peak_bytes;   /* same for the build-order schedule */
+    /* compile.max_memory_mb (docs/scheduling.md): activations recomputed in
+     * the backward to fit, the FLOPs that adds per step (inside
+     * flops_per_step), and the arena without them (0: no limit set) */
+    int n_recomputed;
+    double recompute_flops;
+    size_t arena_no_recompute_bytes;
+    const char *schedule; /* the order the schedule pass kept: "build order", "greedy" or
+                             "search" (a static string) */
     int n_instructions;
     int n_inplace; /* outputs that share their input's memory */
     double flops_per_step;

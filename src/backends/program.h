@@ -68,6 +68,10 @@ typedef struct ts_arena_layout {
     /* ZeRO-3: the buckets' gathered parameters, planned inside the temporaries */
     size_t zero_param_bytes, zero_param_peak;
     size_t peak_live, naive_peak; /* live temporaries: the schedule's peak, build order's */
+    int n_recomputed;             /* activations recomputed under compile.max_memory_mb */
+    double recompute_flops;       /* the FLOPs that adds per step */
+    size_t arena_no_recompute;    /* the arena without it (0: no limit was set) */
+    const char *schedule;         /* the order kept: "build order", "greedy" or "search" */
 } ts_arena_layout;
 
 /* What a named value is. */

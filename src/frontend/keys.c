@@ -148,6 +148,10 @@ const ts_config_key cfg_keys[] = {
      "false",
      "training: do not keep marked outputs (the logits) readable after the step, so "
      "their memory is reused"},
+    /* memory-aware scheduling (docs/scheduling.md) */
+    {"compile.max_memory_mb", TS_CFG_F64, FIELD(compile, max_memory_mb), 0, NULL, "[0, 1e9]", "0",
+     "the arena's limit in MiB (0: none): above it, forward activations are recomputed in the "
+     "backward, cheapest first, until the step fits; refused when it cannot"},
     /* precision (docs/precision.md) */
     {"precision.default", TS_CFG_ENUM, FIELD(precision, dflt), 0, "fp32|bf16|fp16", NULL, "fp32",
      "type matmuls and convolutions compute in (f32 accumulation; weights, optimizer and the "

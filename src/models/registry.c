@@ -17,6 +17,7 @@
     X(tcn)                                                                                         \
     X(onnx)                                                                                        \
     X(onnx_lm)                                                                                     \
+    X(fusion)                                                                                      \
     /* a new model: one line X(name) above this one */
 
 #define DECLARE(n) extern const ts_model_desc ts_model_##n;

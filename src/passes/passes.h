@@ -89,6 +89,43 @@ size_t ts_schedule_peak(const ts_graph *g, const int32_t *order, int n);
  * two estimates. */
 ts_status ts_pass_schedule(const ts_graph *g, int naive, int32_t **order, int *n_order,
                            size_t *peak, size_t *naive_peak);
+/* The memory-aware schedule ts_compile runs: of build order, the greedy
+ * order and the order search (schedule_search.c, docs/scheduling.md), the
+ * one whose temporaries region memplan lays out smallest (ties: the
+ * earlier); with naive, build order. rep gets each one's region. */
+#define TS_SCHEDULE_BEAM 64
+typedef struct ts_schedule_options {
+    int naive;         /* keep build order */
+    int allow_inplace; /* as memplan will run */
+    int beam;          /* search states per layer (0: TS_SCHEDULE_BEAM) */
+} ts_schedule_options;
+typedef struct ts_schedule_report {
+    size_t peak;          /* memplan's temporaries for the chosen order */
+    size_t arena;         /* ... and its whole arena */
+    size_t naive_peak;    /* ... for build order */
+    size_t greedy_peak;   /* ... for the greedy order (SIZE_MAX: not tried) */
+    size_t search_region; /* ... for the searched order (SIZE_MAX: not tried) */
+    size_t search_peak;   /* the search's own estimate (live bytes at the worst step) */
+    const char *method;   /* "build order", "greedy" or "search" */
+} ts_schedule_report;
+ts_status ts_pass_schedule_mem(const ts_graph *g, const ts_schedule_options *o, int32_t **order,
+                               int *n_order, ts_schedule_report *rep);
+/* The schedule under a memory limit (recompute.c): schedule as above; while
+ * the arena exceeds limit bytes (0: no limit), recompute forward
+ * activations in the backward (copies of their producers, the same bits),
+ * cheapest FLOPs per byte first among those alive at the peak, and
+ * schedule again. Refuses (TS_ERR_INVALID, naming what the step needs) when
+ * nothing more can be recomputed. loss < 0: an inference graph (no
+ * recompute). */
+typedef struct ts_recompute_report {
+    int n;               /* activations recomputed */
+    double flops;        /* their producers' FLOPs: the work added per step */
+    size_t arena_before; /* the arena without recompute */
+    size_t arena_after;  /* ... with it */
+} ts_recompute_report;
+ts_status ts_pass_recompute_fit(ts_graph *g, int32_t loss, size_t limit,
+                                const ts_schedule_options *so, int32_t **order, int *n_order,
+                                ts_schedule_report *rep, ts_recompute_report *rr);
 
 /* Data parallelism: per gradient bucket an allreduce_start node right
  * after its last gradient in `order` and an allreduce_wait node before the

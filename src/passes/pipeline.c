@@ -120,8 +120,17 @@ static ts_status run_verify(ts_pass_ctx *c) {
     return ts_graph_verify(c->g);
 }
 static ts_status run_schedule(ts_pass_ctx *c) {
-    return ts_pass_schedule(c->g, c->opt->naive_schedule, &c->order, &c->n_order, &c->peak_live,
-                            &c->naive_peak);
+    ts_schedule_options so = {c->opt->naive_schedule, !c->opt->no_inplace, 0};
+    ts_schedule_report rep;
+    const double mb = c->opt->max_memory_mb;
+    if (!(mb >= 0 && mb <= 1e9))
+        return ts_fail(TS_ERR_INVALID, "compile: max_memory_mb %g (MiB, 0 for none, up to 1e9)",
+                       mb);
+    const size_t limit = (size_t)(mb * 1048576.0);
+    ts_status s = ts_pass_recompute_fit(c->g, c->training ? c->loss : -1, limit, &so, &c->order,
+                                        &c->n_order, &rep, &c->recompute);
+    c->peak_live = rep.peak, c->naive_peak = rep.naive_peak, c->sched_method = rep.method;
+    return s;
 }
 static ts_status run_distribute(ts_pass_ctx *c) {
     const ts_compile_options *o = c->opt;
@@ -148,7 +157,15 @@ static ts_status run_distribute(ts_pass_ctx *c) {
     return ts_pass_distribute(c->g, &c->order, &c->n_order, &d, &c->n_buckets);
 }
 static ts_status run_memplan(ts_pass_ctx *c) {
-    return ts_pass_memplan(c->g, c->order, c->n_order, !c->opt->no_inplace, &c->mp);
+    ts_status s = ts_pass_memplan(c->g, c->order, c->n_order, !c->opt->no_inplace, &c->mp);
+    /* the schedule pass fitted the arena; the distribute pass may have grown it */
+    const double mb = c->opt->max_memory_mb;
+    if (s == TS_OK && mb > 0 && (double)c->mp.arena_bytes > mb * 1048576.0)
+        s = ts_fail(TS_ERR_INVALID,
+                    "compile: the step needs %.2f MiB of arena after the distribute pass, above "
+                    "compile.max_memory_mb %.2f",
+                    (double)c->mp.arena_bytes / 1048576.0, mb);
+    return s;
 }
 
 static const ts_pass_def PASSES[] = {

@@ -37,6 +37,9 @@ typedef struct ts_pass_ctx {
     int32_t *order; /* the schedule (node ids; owned) */
     int n_order;
     size_t peak_live, naive_peak;
+    /* recompute under compile.max_memory_mb; the order the schedule kept */
+    ts_recompute_report recompute;
+    const char *sched_method;
     int n_buckets;   /* gradient buckets of the distribute pass */
     int zero_shared; /* ZeRO with parameters shared by the ranks */
     ts_memplan mp;   /* the memory plan (owned) */

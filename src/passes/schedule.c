@@ -1,21 +1,24 @@
 /* schedule: choose the order nodes run in. A greedy list scheduler picks,
  * among the nodes whose inputs are ready, the one that adds the fewest live
  * bytes (outputs allocated minus inputs freed), ties broken by build order
- * so the result is deterministic. The plan keeps the better of this order
- * and the build order by estimated peak. */
+ * so the result is deterministic. ts_pass_schedule keeps the better of this
+ * order and the build order by estimated peak; ts_pass_schedule_mem (the
+ * pass ts_compile runs) also tries the search of schedule_search.c and
+ * keeps whichever order memplan lays out in the smallest region. */
 #include <stdlib.h>
 #include <string.h>
 #include "passes.h"
+#include "schedule_search.h"
 
 typedef struct sched_ctx {
     const ts_graph *g;
-    int32_t *root;   /* storage root of each value (views share their source) */
-    char *temp;      /* root is an intermediate the planner may free */
-    size_t *bytes;   /* bytes of each root */
-    int *remaining;  /* consumers of each root not yet scheduled */
-    int32_t *succ;   /* successor lists (CSR) */
+    int32_t *root;  /* storage root of each value (views share their source) */
+    char *temp;     /* root is an intermediate the planner may free */
+    size_t *bytes;  /* bytes of each root */
+    int *remaining; /* consumers of each root not yet scheduled */
+    int32_t *succ;  /* successor lists (CSR) */
     int *succ_start;
-    int *npred;      /* unscheduled predecessors per node */
+    int *npred; /* unscheduled predecessors per node */
 } sched_ctx;
 
 static int is_alias_node(const ts_graph *g, int node) {
@@ -196,8 +199,7 @@ ts_status ts_pass_schedule(const ts_graph *g, int naive, int32_t **order_out, in
                     break;
                 }
                 long long score = (long long)alloc_bytes(&c, i) - (long long)freed_bytes(&c, i);
-                if (best < 0 || score < best_score ||
-                    (score == best_score && i < ready[best])) {
+                if (best < 0 || score < best_score || (score == best_score && i < ready[best])) {
                     best = r;
                     best_score = score;
                 }
@@ -235,4 +237,52 @@ ts_status ts_pass_schedule(const ts_graph *g, int naive, int32_t **order_out, in
     if (peak_out) *peak_out = peak;
     if (naive_peak_out) *naive_peak_out = naive_peak;
     return TS_OK;
+}
+
+/* The temporaries region memplan makes for `order`. */
+static ts_status region(const ts_graph *g, const int32_t *order, int n, int allow_inplace,
+                        size_t *bytes, size_t *arena) {
+    ts_memplan mp;
+    ts_status s = ts_pass_memplan(g, order, n, allow_inplace, &mp);
+    if (s == TS_OK) *bytes = mp.temp_bytes, *arena = mp.arena_bytes;
+    ts_memplan_free(&mp);
+    return s;
+}
+
+ts_status ts_pass_schedule_mem(const ts_graph *g, const ts_schedule_options *o, int32_t **order_out,
+                               int *n_order, ts_schedule_report *rep) {
+    const int nn = g->n_nodes;
+    int32_t *cand[3] = {NULL, NULL, NULL}; /* build order, greedy, search */
+    size_t bytes[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX}, arena[3] = {0, 0, 0};
+    int n = 0;
+    memset(rep, 0, sizeof *rep);
+    ts_status s = ts_pass_schedule(g, 1, &cand[0], &n, NULL, NULL);
+    if (s == TS_OK) s = region(g, cand[0], nn, o->allow_inplace, &bytes[0], &arena[0]);
+    if (s == TS_OK && !o->naive) {
+        size_t est;
+        ts_search_opts so = {o->beam > 0 ? o->beam : TS_SCHEDULE_BEAM, 0, o->allow_inplace};
+        so.budget = (long long)1 << 31;
+        s = ts_pass_schedule(g, 0, &cand[1], &n, NULL, NULL);
+        if (s == TS_OK) s = region(g, cand[1], nn, o->allow_inplace, &bytes[1], &arena[1]);
+        if (s == TS_OK) s = ts_schedule_search(g, &so, &cand[2], &est);
+        if (s == TS_OK) s = region(g, cand[2], nn, o->allow_inplace, &bytes[2], &arena[2]);
+        if (s == TS_OK) rep->search_peak = est;
+    }
+    int best = 0; /* ties keep the earlier candidate: build order first */
+    for (int k = 1; k < 3 && s == TS_OK; k++)
+        if (cand[k] && bytes[k] < bytes[best]) best = k;
+    if (s == TS_OK) {
+        static const char *const names[3] = {"build order", "greedy", "search"};
+        *order_out = cand[best];
+        cand[best] = NULL;
+        *n_order = nn;
+        rep->peak = bytes[best];
+        rep->arena = arena[best];
+        rep->naive_peak = bytes[0];
+        rep->greedy_peak = bytes[1];
+        rep->search_region = bytes[2];
+        rep->method = names[best];
+    }
+    for (int k = 0; k < 3; k++) free(cand[k]);
+    return s;
 }

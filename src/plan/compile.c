@@ -111,6 +111,9 @@ static ts_status compile_graph(ts_program *prog, ts_compiled_graph *cg, const ts
     cg->order = c.order, cg->n_order = c.n_order;
     c.order = NULL;
     prog->layout.peak_live = c.peak_live, prog->layout.naive_peak = c.naive_peak;
+    prog->layout.n_recomputed = c.recompute.n, prog->layout.recompute_flops = c.recompute.flops;
+    prog->layout.arena_no_recompute = prog->opt.max_memory_mb > 0 ? c.recompute.arena_before : 0;
+    prog->layout.schedule = c.sched_method;
     prog->n_buckets = c.n_buckets;
     prog->zero_shared = c.zero_shared;
     cg->mp = c.mp;

@@ -187,6 +187,10 @@ ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st) {
     st->naive_bytes = p->prog.layout.naive_bytes;
     st->peak_live_bytes = p->prog.layout.peak_live;
     st->naive_peak_bytes = p->prog.layout.naive_peak;
+    st->n_recomputed = p->prog.layout.n_recomputed;
+    st->recompute_flops = p->prog.layout.recompute_flops;
+    st->arena_no_recompute_bytes = p->prog.layout.arena_no_recompute;
+    st->schedule = p->prog.layout.schedule ? p->prog.layout.schedule : "build order";
     st->n_instructions = p->prog.n_ins;
     st->n_inplace = p->prog.layout.n_inplace;
     st->flops_per_step = p->prog.flops;
