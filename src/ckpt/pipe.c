@@ -174,6 +174,9 @@ ts_status ck_pipe_new(ck_io_mode mode, int io_threads, int nbufs, ck_pipe **out)
         ck_pipe_free(p);
         return TS_ERR_NOMEM;
     }
+    /* Touched now, once: a saver keeps its pipe, so no save pays the
+     * page faults of fresh buffers. */
+    memset(p->mem, 0, CK_CHUNK * (size_t)nbufs);
     for (int i = 0; i < nbufs; i++) p->free_bufs[p->nfree++] = p->mem + CK_CHUNK * (size_t)i;
     for (; p->nth < io_threads; p->nth++)
         if (pthread_create(&p->th[p->nth], NULL, io_thread, p) != 0) break;
@@ -330,6 +333,12 @@ ts_status ck_pipe_finish(ck_pipe *p) {
     for (const pf *f = p->files; f; f = f->next)
         if (f->st != TS_OK && (!bad || strcmp(f->name, bad->name) < 0)) bad = f;
     ts_status st = bad ? ts_fail(bad->st, "%s", bad->err) : TS_OK;
+    /* Every file has ended: the pipe takes the next save's files. */
+    for (pf *f = p->files, *nx; f; f = nx) {
+        nx = f->next;
+        free(f->tmp), free(f->name), free(f->shown), free(f);
+    }
+    p->files = NULL;
     pthread_mutex_unlock(&p->mu);
     return st;
 }

@@ -16,6 +16,7 @@
  *                  parts, nparts, on_piece, user, &bytes);
  *     // once every hasher is done:
  *     ts_status st = ck_pipe_finish(p);   // every file ended and renamed, or the first error
+ *     ...                                 // more files, finish again (a saver keeps its pipe)
  *     ck_pipe_free(p);
  *
  * Whether files go through O_DIRECT or the page cache is measured once per
@@ -59,7 +60,8 @@ ts_status ck_pipe_file(ck_pipe *p, int dirfd, const char *name, const char *show
                        const ck_part *parts, int nparts, ck_piece_fn fn, void *user,
                        uint64_t *bytes);
 
-/* Waits for every file; the first error in the order the files were begun. */
+/* Waits for every file; the first error by file name (shards sort in shard
+ * order). The pipe can then take the files of another save. */
 ts_status ck_pipe_finish(ck_pipe *p);
 void ck_pipe_free(ck_pipe *p);
 

@@ -92,7 +92,7 @@ struct ts_ckpt_saver {
     const unsigned char *view_params, *view_state;
     size_t view_split;
     ck_io_mode io_mode; /* 0 until chosen (ck_io_choose) for the run directory */
-    ck_pipe *pipe;      /* the job's: shards are written through it */
+    ck_pipe *pipe;      /* shards are written through it; made at the first save */
 
     /* the job being written (owned by the background thread while running) */
     sv_tensor *t;
@@ -420,10 +420,15 @@ static ts_status write_shards(ts_ckpt_saver *s, const ts_dir *dir) {
                                    : ck_io_peek(s->run.fd, s->run_dir, &s->io_mode, NULL);
     if (st != TS_OK) return st;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int hashers = (int)(ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu);
-    if (hashers > s->threads) hashers = s->threads;
-    if (hashers > s->ns) hashers = s->ns > 0 ? s->ns : 1;
-    if ((st = ck_pipe_new(s->io_mode, 2, 2 * hashers + 2, &s->pipe)) != TS_OK) return st;
+    int most = (int)(ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu);
+    if (most > s->threads) most = s->threads;
+    int hashers = most > s->ns ? (s->ns > 0 ? s->ns : 1) : most;
+    /* One pipe for the saver's life (its buffers are allocated and touched
+     * once): two buffers per hasher it can have and one per I/O thread, or
+     * fewer for a small checkpoint (any count is enough to make progress). */
+    uint64_t fit = total / CK_CHUNK + 2;
+    int nbufs = fit < (uint64_t)(2 * most + 2) ? (int)fit : 2 * most + 2;
+    if (!s->pipe && (st = ck_pipe_new(s->io_mode, 2, nbufs, &s->pipe)) != TS_OK) return st;
     pthread_t th[8];
     worker_arg wa = {s, dir};
     int started = 0;
@@ -432,8 +437,6 @@ static ts_status write_shards(ts_ckpt_saver *s, const ts_dir *dir) {
     shard_worker(&wa); /* this thread hashes too; fewer helpers only slow it down */
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     st = ck_pipe_finish(s->pipe);
-    ck_pipe_free(s->pipe);
-    s->pipe = NULL;
     for (int k = 0; k < s->ns; k++)
         if (s->shards[k].st != TS_OK) return ts_fail(s->shards[k].st, "%s", s->shards[k].err);
     return st;
@@ -963,6 +966,7 @@ void ts_ckpt_saver_free(ts_ckpt_saver *s) {
     job_clear(s);
     free(s->replay);
     ts_aligned_free(s->buf);
+    ck_pipe_free(s->pipe);
     ck_key_wipe(&s->key);
     ts_dir_close(&s->run);
     free(s->run_dir);
