@@ -26,41 +26,16 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_collectives.h"
 #include "dist_cli.h"
 #include "tessel/dist.h"
 #ifdef TESSEL_HAVE_MPI
 #include <mpi.h>
 #endif
 
-#define NOPS   3
-#define NSIZES 24
 /* Each point is the fastest of this many batches of calls: on a shared
  * machine a batch that another process interrupted is simply discarded. */
 #define BATCHES 5
-
-static const char *op_names[NOPS] = {"all_reduce", "reduce_scatter", "all_gather"};
-
-typedef struct point {
-    double us;     /* mean time per call, 0 if not measured */
-    char algo[16]; /* what ran */
-} point;
-
-typedef struct results {
-    int nsizes;
-    size_t bytes[NSIZES];
-    point shm[NOPS][NSIZES], mpi[NOPS][NSIZES], ref[NSIZES];    /* best over rounds */
-    point tshm[NOPS][NSIZES], tmpi[NOPS][NSIZES], tref[NSIZES]; /* this round */
-    int shm_ok, mpi_ok;
-    char shm_tune[256], mpi_tune[256];
-} results;
-
-typedef struct opts {
-    int procs, ops[NOPS], json, want_shm, want_mpi, rounds;
-    size_t min, max;
-    ts_coll_algo algo;
-    double time;
-    const char *worker_out; /* set in the copy run under mpirun */
-} opts;
 
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "tessel: error: bench collectives: ");
@@ -138,7 +113,7 @@ static int parse(int argc, char **argv, opts *o) {
             for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
                 int k = -1;
                 for (int j = 0; j < NOPS; j++)
-                    if (!strcmp(t, op_names[j])) k = j;
+                    if (!strcmp(t, bc_op_names[j])) k = j;
                 if (k < 0) return usage_error("--ops: unknown collective '%s'", t);
                 o->ops[k] = 1;
             }
@@ -250,6 +225,42 @@ static ts_status sweep(ts_comm *c, const opts *o, const results *R, point rows[N
     return s;
 }
 
+/* The copy ceiling: every rank copies `bytes` between two buffers of its
+ * own at once (the footprint and the contention a collective of that size
+ * has); rank 0's fastest batch. What a core can move per second there. */
+static ts_status measure_ceiling(ts_comm *c, const opts *o, results *R) {
+    size_t max = R->bytes[R->nsizes - 1];
+    unsigned char *x = ts_comm_alloc(c, max), *y = malloc(max);
+    ts_status s = x && y ? TS_OK : TS_ERR_NOMEM;
+    if (s == TS_OK) memset(x, 1, max), memset(y, 2, max);
+    for (int k = 0; k < R->nsizes && s == TS_OK; k++) {
+        size_t n = R->bytes[k];
+        memcpy(y, x, n);
+        double t0 = now_s();
+        memcpy(y, x, n);
+        int iters = 0;
+        s = iterations(c, now_s() - t0, o->time, &iters);
+        int per = iters / BATCHES > 0 ? iters / BATCHES : 1;
+        double best = 0;
+        for (int b = 0; b < BATCHES && s == TS_OK; b++) {
+            s = ts_barrier(c);
+            t0 = now_s();
+            for (int i = 0; i < per; i++) {
+                memcpy(y, x, n);
+                __asm__ volatile("" : : "r"(y) : "memory"); /* every copy happens */
+            }
+            double t = (now_s() - t0) / per;
+            if (s == TS_OK) s = ts_barrier(c);
+            if (b == 0 || t < best) best = t;
+        }
+        R->tceil[k].us = best * 1e6;
+        snprintf(R->tceil[k].algo, sizeof R->tceil[k].algo, "memcpy");
+    }
+    ts_comm_free(c, x);
+    free(y);
+    return s;
+}
+
 typedef struct shm_job {
     const opts *o;
     results *R; /* in a MAP_SHARED mapping: rank 0 writes, the launcher reads */
@@ -258,6 +269,7 @@ typedef struct shm_job {
 static int shm_worker(ts_comm *c, void *user) {
     shm_job *j = user;
     ts_status s = sweep(c, j->o, j->R, j->R->tshm, j->R->shm_tune, sizeof j->R->shm_tune);
+    if (s == TS_OK) s = measure_ceiling(c, j->o, j->R);
     if (s != TS_OK) {
         fprintf(stderr, "tessel: error: bench collectives: shm rank %d: %s\n", ts_comm_rank(c),
                 ts_last_error());
@@ -268,15 +280,32 @@ static int shm_worker(ts_comm *c, void *user) {
 }
 
 #ifdef TESSEL_HAVE_MPI
-/* Open MPI's blocking MPI_Allreduce on MPI_COMM_WORLD, the reference. */
-static int measure_ref(size_t bytes, float *buf, const opts *o, point *p) {
-    int count = (int)(bytes / sizeof(float)), rank, iters = 0;
+/* One call of Open MPI's own collective `op` on MPI_COMM_WORLD, the
+ * reference: MPI_Allreduce in place, MPI_Reduce_scatter_block,
+ * MPI_Allgather in place (equal blocks: `bytes` a multiple of 4 x ranks). */
+static int ref_call(int op, size_t bytes, float *buf, float *out) {
+    int n;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    int count = (int)(bytes / sizeof(float)), block = count / n;
+    if (op == 0) return MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (op == 1)
+        return MPI_Reduce_scatter_block(buf, out, block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, block, MPI_FLOAT, MPI_COMM_WORLD);
+}
+
+static const char *const ref_names[NOPS] = {"MPI_Allreduce", "MPI_Reduce_scatter_block",
+                                            "MPI_Allgather"};
+
+static int measure_ref(int op, size_t bytes, float *buf, float *out, const opts *o, point *p) {
+    int rank, n, iters = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (op > 0 && bytes / sizeof(float) < (size_t)n) return 0; /* no whole block per rank */
     for (int w = 0; w < 2; w++)
-        MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (ref_call(op, bytes, buf, out) != MPI_SUCCESS) return 1;
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
-    MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (ref_call(op, bytes, buf, out) != MPI_SUCCESS) return 1;
     double first = MPI_Wtime() - t0;
     if (rank == 0) {
         iters = first > 0 ? (int)(o->time / first) : 1000;
@@ -289,15 +318,13 @@ static int measure_ref(size_t bytes, float *buf, const opts *o, point *p) {
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
         for (int i = 0; i < per; i++)
-            if (MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) !=
-                MPI_SUCCESS)
-                return 1;
+            if (ref_call(op, bytes, buf, out) != MPI_SUCCESS) return 1;
         MPI_Barrier(MPI_COMM_WORLD);
         double t = (MPI_Wtime() - t0) / per;
         if (b == 0 || t < best) best = t;
     }
     p->us = best * 1e6;
-    snprintf(p->algo, sizeof p->algo, "MPI_Allreduce");
+    snprintf(p->algo, sizeof p->algo, "%.15s", ref_names[op]);
     return 0;
 }
 #endif
@@ -314,7 +341,8 @@ static void merge(point *best, point *p, int n) {
 static void merge_all(results *R) {
     merge(&R->shm[0][0], &R->tshm[0][0], NOPS * NSIZES);
     merge(&R->mpi[0][0], &R->tmpi[0][0], NOPS * NSIZES);
-    merge(R->ref, R->tref, NSIZES);
+    merge(&R->ref[0][0], &R->tref[0][0], NOPS * NSIZES);
+    merge(R->ceil, R->tceil, NSIZES);
 }
 
 /* Under mpirun: the mpi transport, then MPI_Allreduce, `rounds` times. */
@@ -332,14 +360,16 @@ static int run_mpi_part(const opts *o, results *R, int rounds) {
             rc = 1;
         }
 #ifdef TESSEL_HAVE_MPI
-        if (!rc && o->ops[0]) {
-            float *buf = malloc(R->bytes[R->nsizes - 1]);
-            if (!buf) rc = 1;
-            for (size_t i = 0; buf && i < R->bytes[R->nsizes - 1] / sizeof(float); i++)
-                buf[i] = 1e-3f;
-            for (int k = 0; k < R->nsizes && !rc; k++)
-                rc = measure_ref(R->bytes[k], buf, o, &R->tref[k]);
+        if (!rc) {
+            size_t max = R->bytes[R->nsizes - 1];
+            float *buf = malloc(max), *out = malloc(max);
+            if (!buf || !out) rc = 1;
+            for (size_t i = 0; buf && i < max / sizeof(float); i++) buf[i] = 1e-3f;
+            for (int op = 0; op < NOPS && !rc; op++)
+                for (int k = 0; k < R->nsizes && !rc && o->ops[op]; k++)
+                    rc = measure_ref(op, R->bytes[k], buf, out, o, &R->tref[op][k]);
             free(buf);
+            free(out);
         }
 #endif
         if (rank == 0 && o->worker_out && !rc) {
@@ -353,8 +383,10 @@ static int run_mpi_part(const opts *o, results *R, int rounds) {
                         if (R->tmpi[op][k].us > 0)
                             fprintf(f, "%d %zu %s %.4f\n", op, R->bytes[k], R->tmpi[op][k].algo,
                                     R->tmpi[op][k].us);
-                    if (R->tref[k].us > 0)
-                        fprintf(f, "ref %zu MPI_Allreduce %.4f\n", R->bytes[k], R->tref[k].us);
+                    for (int op = 0; op < NOPS; op++)
+                        if (R->tref[op][k].us > 0)
+                            fprintf(f, "ref%d %zu %s %.4f\n", op, R->bytes[k], R->tref[op][k].algo,
+                                    R->tref[op][k].us);
                 }
                 if (fclose(f)) rc = 1;
             }
@@ -439,7 +471,8 @@ static int spawn_mpi_part(int argc, char **argv, const opts *o, results *R) {
         if (sscanf(line, "%31s %zu %63s %lf", what, &bytes, algo, &us) != 4) continue;
         for (int s = 0; s < R->nsizes; s++) {
             if (R->bytes[s] != bytes) continue;
-            point *p = !strcmp(what, "ref") ? &R->tref[s] : &R->tmpi[atoi(what) % NOPS][s];
+            point *p = !strncmp(what, "ref", 3) ? &R->tref[atoi(what + 3) % NOPS][s]
+                                                : &R->tmpi[atoi(what) % NOPS][s];
             p->us = us;
             snprintf(p->algo, sizeof p->algo, "%.15s", algo);
         }
@@ -448,94 +481,6 @@ static int spawn_mpi_part(int argc, char **argv, const opts *o, results *R) {
     unlink(out);
     R->mpi_ok = 1;
     return 0;
-}
-
-/* ---- reporting ------------------------------------------------------------- */
-
-static double algbw(size_t bytes, const point *p) {
-    return p->us > 0 ? bytes / p->us * 1e-3 : 0;
-}
-
-static double busbw(int op, int n, size_t bytes, const point *p) {
-    double f = op == 0 ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
-    return algbw(bytes, p) * f;
-}
-
-static void size_str(size_t b, char *out, size_t n) {
-    if (b >= (1u << 20) && b % (1u << 20) == 0)
-        snprintf(out, n, "%zuM", b >> 20);
-    else if (b >= 1024 && b % 1024 == 0)
-        snprintf(out, n, "%zuK", b >> 10);
-    else
-        snprintf(out, n, "%zu", b);
-}
-
-static void print_table(const opts *o, const results *R) {
-    int n = o->procs;
-    printf("tessel bench collectives: %d ranks, f32 sum; GB/s = 1e9 bytes/s; busbw as nccl-tests\n",
-           n);
-    if (R->shm_ok) printf("shm: buffers in the shared segment; algorithms from %s\n", R->shm_tune);
-    if (R->mpi_ok)
-        printf("mpi: tessel's mpi transport under mpirun; algorithms from %s\n", R->mpi_tune);
-    for (int op = 0; op < NOPS; op++) {
-        if (!o->ops[op]) continue;
-        printf("\n%s\n%8s | %-7s %10s %8s %8s | %-7s %10s %8s", op_names[op], "bytes", "shm", "us",
-               "algbw", "busbw", "mpi", "us", "busbw");
-        if (op == 0) printf(" | %10s %8s | %s", "MPI_Allr us", "algbw", "shm/MPI");
-        printf("\n");
-        for (int k = 0; k < R->nsizes; k++) {
-            char sz[24];
-            size_str(R->bytes[k], sz, sizeof sz);
-            const point *s = &R->shm[op][k], *m = &R->mpi[op][k];
-            printf("%8s | %-7s %10.2f %8.3f %8.3f | %-7s %10.2f %8.3f", sz,
-                   s->us > 0 ? s->algo : "-", s->us, algbw(R->bytes[k], s),
-                   busbw(op, n, R->bytes[k], s), m->us > 0 ? m->algo : "-", m->us,
-                   busbw(op, n, R->bytes[k], m));
-            if (op == 0) {
-                const point *r = &R->ref[k];
-                printf(" | %10.2f %8.3f | ", r->us, algbw(R->bytes[k], r));
-                if (r->us > 0 && s->us > 0)
-                    printf("%.2fx", r->us / s->us);
-                else
-                    printf("-");
-            }
-            printf("\n");
-        }
-    }
-    /* The BENCH.md target: shm all-reduce >= 3x MPI_Allreduce, 64 KiB..16 MiB. */
-    double worst = 0;
-    int seen = 0;
-    for (int k = 0; k < R->nsizes && o->ops[0]; k++) {
-        if (R->bytes[k] < (64u << 10) || R->bytes[k] > (16u << 20)) continue;
-        if (R->shm[0][k].us <= 0 || R->ref[k].us <= 0) continue;
-        double ratio = R->ref[k].us / R->shm[0][k].us;
-        if (!seen++ || ratio < worst) worst = ratio;
-    }
-    if (seen)
-        printf("\ntarget shm all_reduce >= 3x MPI_Allreduce from 64K to 16M: lowest %.2fx -> %s\n",
-               worst, worst >= 3 ? "met" : "NOT met");
-}
-
-static void print_json(const opts *o, const results *R) {
-    printf("{\"procs\": %d, \"dtype\": \"f32\", \"shm_tuning\": \"%s\", \"mpi_tuning\": \"%s\", "
-           "\"results\": [",
-           o->procs, R->shm_tune, R->mpi_tune);
-    int first = 1;
-    for (int op = 0; op < NOPS; op++)
-        for (int k = 0; k < R->nsizes; k++)
-            for (int t = 0; t < 3; t++) {
-                const point *p = t == 0 ? &R->shm[op][k] : t == 1 ? &R->mpi[op][k] : &R->ref[k];
-                if (p->us <= 0 || (t == 2 && op != 0) || !o->ops[op]) continue;
-                printf("%s\n  {\"op\": \"%s\", \"bytes\": %zu, \"transport\": \"%s\", \"algo\": "
-                       "\"%s\", \"time_us\": %.4f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f}",
-                       first ? "" : ",", op_names[op], R->bytes[k],
-                       t == 0   ? "shm"
-                       : t == 1 ? "mpi"
-                                : "openmpi",
-                       p->algo, p->us, algbw(R->bytes[k], p), busbw(op, o->procs, R->bytes[k], p));
-                first = 0;
-            }
-    printf("\n]}\n");
 }
 
 int tessel_cmd_bench_collectives(int argc, char **argv) {
@@ -565,9 +510,9 @@ int tessel_cmd_bench_collectives(int argc, char **argv) {
             if (getenv("PMI_RANK")) rank = atoi(getenv("PMI_RANK"));
             if (rank == 0) {
                 if (o.json)
-                    print_json(&o, R);
+                    bc_print_json(&o, R);
                 else
-                    print_table(&o, R);
+                    bc_print_table(&o, R);
             }
         }
         munmap(R, sizeof *R);
@@ -592,9 +537,9 @@ int tessel_cmd_bench_collectives(int argc, char **argv) {
     }
     if (!rc) {
         if (o.json)
-            print_json(&o, R);
+            bc_print_json(&o, R);
         else
-            print_table(&o, R);
+            bc_print_table(&o, R);
     }
     munmap(R, sizeof *R);
     return rc;

@@ -181,6 +181,14 @@ ts_status ts_ckpt_save(const ts_plan *p, const char *run_dir, const ts_ckpt_meta
  * removed directories. Run it only while no save is running. */
 ts_status ts_ckpt_gc(const char *run_dir, int keep_last, int keep_every, int *removed);
 
+/* How checkpoint files are written on run_dir's file system: *mode
+ * "direct" (O_DIRECT) or "buffered" (page cache), whichever wrote faster
+ * when measured (once per file system, then cached: docs/checkpoints.md);
+ * *source says where the answer came from: "env" (TESSEL_CKPT_IO),
+ * "process", "cache" or "probe" (measured now). The bytes are the same
+ * either way. */
+ts_status ts_ckpt_io_mode(const char *run_dir, const char **mode, const char **source);
+
 /* ---- loading ------------------------------------------------------------- */
 
 typedef struct ts_ckpt ts_ckpt;

@@ -140,6 +140,12 @@ ts_status ts_plan_persistent(const ts_plan *p, int i, ts_persistent *out);
  * ts_plan_snapshot_bytes(). */
 size_t ts_plan_snapshot_bytes(const ts_plan *p);
 ts_status ts_plan_snapshot(const ts_plan *p, void *dst, size_t bytes);
+/* Where the two regions ts_plan_snapshot copies live in the plan itself:
+ * snapshot offsets below *split are at *params + off, the others at
+ * *state + (off - *split). For a caller that writes the values out while
+ * no step runs (a synchronous checkpoint), instead of copying them. */
+ts_status ts_plan_snapshot_regions(const ts_plan *p, const void **params, const void **state,
+                                   size_t *split);
 
 /* Sharded optimizer state (dist.zero): a "zero.bucket<b>.<what>" state
  * value holds this rank's block of bucket b's flat parameter range, which

@@ -440,15 +440,23 @@ static ts_status verify_file(ts_ckpt *c, int fi) {
                        "%s: %lld bytes, the manifest says %llu (truncated or "
                        "replaced)",
                        f->path, (long long)st.st_size, (unsigned long long)f->bytes);
+    /* One read of the file: mapped once, hashed from the mapping (while
+     * the rest is read ahead), then each tensor's CRC from the same pages. */
     char sha[CK_SHA_HEX];
-    ts_status s = ts_sha256_path(f->path, sha, NULL);
-    if (s != TS_OK) return s;
-    int sha_ok = strcmp(sha, f->sha) == 0;
-    s = ts_st_open(f->path, &f->st);
+    ts_status s = ts_st_open(f->path, &f->st);
     if (s != TS_OK) {
-        if (!sha_ok) ts_error_prefix("%s: SHA-256 does not match the manifest", f->path);
+        char *why = ts_strdup(ts_last_error());
+        ts_status h = ts_sha256_path(f->path, sha, NULL);
+        int bad_sha = h == TS_OK && strcmp(sha, f->sha) != 0;
+        ts_fail(s, "%s", why ? why : "cannot open");
+        free(why);
+        if (bad_sha) ts_error_prefix("%s: SHA-256 does not match the manifest", f->path);
         return s;
     }
+    size_t raw_n;
+    const void *raw = ts_st_raw(f->st, &raw_n);
+    if ((s = ts_sha256_mem(raw, raw_n, sha)) != TS_OK) return s;
+    int sha_ok = strcmp(sha, f->sha) == 0;
     ts_status err = TS_OK;
     const char *bad = crc_culprit(c, fi, sha_ok, &err);
     if (err != TS_OK) return err;
@@ -478,8 +486,10 @@ static void *file_worker(void *arg) {
 }
 
 static ts_status verify_files(ts_ckpt *c) {
+    /* Twice the cores: a thread waiting for its file's pages leaves its
+     * core to another's hashing. */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = (int)(ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu);
+    int threads = (int)(ncpu < 1 ? 2 : ncpu > 4 ? 8 : 2 * ncpu);
     if (threads > c->nf) threads = c->nf;
     pthread_t th[8];
     int started = 0;

@@ -120,6 +120,9 @@ static ts_status st_load(ts_st_file *f) {
     f->size = (size_t)st.st_size;
     void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m != MAP_FAILED) {
+        /* Start reading all of it now: a checkpoint's verifier hashes the
+         * file front to back while the rest arrives. */
+        (void)madvise(m, f->size, MADV_WILLNEED);
         f->buf = m;
         f->mapped = 1;
         close(fd);
@@ -401,6 +404,11 @@ ts_status ts_st_find(const ts_st_file *f, const char *name, ts_st_tensor *out) {
 const char *ts_st_metadata(const ts_st_file *f, const char *key) {
     if (!f || !f->meta || !key) return NULL;
     return json_string_value(json_object_get(f->meta, key));
+}
+
+const void *ts_st_raw(const ts_st_file *f, size_t *bytes) {
+    if (bytes) *bytes = f ? f->size : 0;
+    return f ? f->buf : NULL;
 }
 
 void ts_st_close(ts_st_file *f) {
@@ -789,6 +797,27 @@ ts_status ts_st_writer_save_at(const ts_st_writer *w, int dirfd, const char *nam
     if (!w || dirfd < 0 || !name || !*name || strchr(name, '/') || !shown)
         return ts_fail(TS_ERR_INVALID, "ts_st_writer_save_at: bad argument");
     return st_save(w, dirfd, name, shown, chunk, fn, user);
+}
+
+ts_status ts_st_writer_prefix(const ts_st_writer *w, const char *path, unsigned char **out,
+                              size_t *len) {
+    if (!w || !path || !out || !len) return ts_fail(TS_ERR_INVALID, "ts_st_writer_prefix: NULL");
+    char *hdr;
+    ts_status s = st_build_header(w, path, &hdr);
+    if (s != TS_OK) return s;
+    size_t hlen = strlen(hdr), padded = TS_ALIGN_UP(hlen, 8);
+    unsigned char *b = ts_alloc(8 + padded, "safetensors header");
+    if (!b) {
+        free(hdr);
+        return TS_ERR_NOMEM;
+    }
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    memcpy(b + 8, hdr, hlen);
+    memset(b + 8 + hlen, ' ', padded - hlen);
+    free(hdr);
+    *out = b;
+    *len = 8 + padded;
+    return TS_OK;
 }
 
 ts_status ts_st_writer_save(const ts_st_writer *w, const char *path) {

@@ -99,6 +99,10 @@ ts_status ts_st_get(const ts_st_file *f, int i, ts_st_tensor *out);
 const char *ts_st_metadata(const ts_st_file *f, const char *key);
 
 /* Release the file; NULL is allowed. Invalidates every pointer it handed out. */
+/* The whole file as read (mapped) by ts_st_open: for hashing it without
+ * reading it a second time. Valid until ts_st_close(). */
+const void *ts_st_raw(const ts_st_file *f, size_t *bytes);
+
 void ts_st_close(ts_st_file *f);
 
 /* ---- writing ----------------------------------------------------------- */
@@ -141,6 +145,14 @@ ts_status ts_st_writer_save_with(const ts_st_writer *w, const char *path, size_t
  * followed. `shown` is the path used in messages (e.g. "RUN/step-N.tmp/F"). */
 ts_status ts_st_writer_save_at(const ts_st_writer *w, int dirfd, const char *name,
                                const char *shown, size_t chunk, ts_st_chunk_fn fn, void *user);
+
+/* The bytes before the tensor data, as ts_st_writer_save writes them: the
+ * 8-byte header length, the header and its padding, in one malloc'ed
+ * buffer (*len bytes). The tensors' bytes follow in ts_st_writer_add
+ * order, back to back: a caller that writes the file itself (the
+ * checkpoint pipeline, ckpt/pipe.h) writes exactly these bytes then. */
+ts_status ts_st_writer_prefix(const ts_st_writer *w, const char *path, unsigned char **out,
+                              size_t *len);
 
 /* Release the writer; NULL is allowed. */
 void ts_st_writer_free(ts_st_writer *w);

@@ -29,6 +29,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "ckpt/pipe.h"
 #include "ckpt/safetensors.h"
 #include "ckpt_internal.h"
 #include "core/dirlock.h"
@@ -37,8 +38,7 @@
 #include "tessel/tessel.h"
 
 #define SHARD_MIN_BYTES ((size_t)16 << 20)
-/* Pieces hashed then written: small enough to stay in L2 between the two. */
-#define HASH_BLOCK ((size_t)256 << 10)
+#define IO_PROBE_MIN    ((uint64_t)64 << 20) /* smaller saves do not measure the disk */
 
 typedef struct sv_tensor {
     char *name;
@@ -86,6 +86,13 @@ struct ts_ckpt_saver {
 
     unsigned char *buf; /* the snapshot */
     size_t buf_bytes;
+    /* A synchronous save reads the plan's own regions instead (no step runs
+     * meanwhile): snapshot offsets below view_split are in view_params,
+     * the rest in view_state. NULL: the snapshot. */
+    const unsigned char *view_params, *view_state;
+    size_t view_split;
+    ck_io_mode io_mode; /* 0 until chosen (ck_io_choose) for the run directory */
+    ck_pipe *pipe;      /* shards are written through it; made at the first save */
 
     /* the job being written (owned by the background thread while running) */
     sv_tensor *t;
@@ -146,6 +153,12 @@ ts_ckpt_options ts_ckpt_options_default(void) {
     ts_ckpt_options o;
     memset(&o, 0, sizeof o);
     return o;
+}
+
+/* Where snapshot offset `off` of the job's values is. */
+static const unsigned char *src_at(const ts_ckpt_saver *s, size_t off) {
+    if (!s->view_params) return s->buf + off;
+    return off < s->view_split ? s->view_params + off : s->view_state + (off - s->view_split);
 }
 
 static void job_clear(ts_ckpt_saver *s) {
@@ -333,25 +346,35 @@ static ts_status write_shard(ts_ckpt_saver *s, const ts_dir *dir, sv_shard *sh) 
     ts_st_writer *w;
     ts_status st = ts_st_writer_new(&w);
     if (st != TS_OK) return st;
+    ck_part *parts = ts_alloc(sizeof *parts * (size_t)(sh->n + 1), "ckpt shard parts");
+    if (!parts) st = TS_ERR_NOMEM;
     for (int j = 0; j < sh->n && st == TS_OK; j++) {
         sv_tensor *t = &s->t[sh->members[j]];
         t->crc = 0;
-        st = ts_st_writer_add(w, t->name, t->dtype, t->rank, t->dims, s->buf + t->off);
+        parts[j + 1] = (ck_part){src_at(s, t->off), t->bytes, j};
+        st = ts_st_writer_add(w, t->name, t->dtype, t->rank, t->dims, src_at(s, t->off));
     }
     char *path = ck_join(dir->path, sh->file);
-    if (!path) st = TS_ERR_NOMEM;
+    if (!path && st == TS_OK) st = TS_ERR_NOMEM;
+    unsigned char *prefix = NULL;
+    size_t plen = 0;
+    if (st == TS_OK) st = ts_st_writer_prefix(w, path, &prefix, &plen);
     shard_hash h = {{NULL}, s, sh, 0};
     if (st == TS_OK) st = ts_sha256_begin(&h.sha, path);
     if (st == TS_OK) {
-        st = ts_st_writer_save_at(w, dir->fd, sh->file, path, HASH_BLOCK, hash_piece, &h);
-        if (st == TS_OK) {
+        parts[0] = (ck_part){prefix, plen, -1};
+        /* Every byte is hashed by the time this returns; the pipe's I/O
+         * threads may still be writing the last of them (ck_pipe_finish). */
+        st = ck_pipe_file(s->pipe, dir->fd, sh->file, path, parts, sh->n + 1, hash_piece, &h,
+                          &sh->file_bytes);
+        if (st == TS_OK)
             ts_sha256_end(&h.sha, sh->sha);
-            sh->file_bytes = h.bytes;
-        } else {
+        else
             ts_sha256_abort(&h.sha);
-        }
     }
     ts_st_writer_free(w);
+    free(prefix);
+    free(parts);
     free(path);
     return st;
 }
@@ -388,21 +411,41 @@ static void *shard_worker(void *arg) {
     return NULL;
 }
 
+/* Hashers: one per core (at most the shard count and `threads`); the
+ * pipe's two I/O threads keep two writes in flight while they hash. */
 static ts_status write_shards(ts_ckpt_saver *s, const ts_dir *dir) {
     atomic_store(&s->next_shard, 0);
     atomic_store(&s->run_ns, 0);
     atomic_store(&s->wait_ns, 0);
-    int extra = (s->threads < s->ns ? s->threads : s->ns) - 1;
+    ts_status st = TS_OK;
+    /* Measuring costs 256 MiB of writes: not for small checkpoints. */
+    uint64_t total = 0;
+    for (int k = 0; k < s->ns; k++) total += s->shards[k].bytes;
+    if (!s->io_mode)
+        st = total >= IO_PROBE_MIN ? ck_io_choose(s->run.fd, s->run_dir, &s->io_mode, NULL)
+                                   : ck_io_peek(s->run.fd, s->run_dir, &s->io_mode, NULL);
+    if (st != TS_OK) return st;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int most = (int)(ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu);
+    if (most > s->threads) most = s->threads;
+    int hashers = most > s->ns ? (s->ns > 0 ? s->ns : 1) : most;
+    /* One pipe for the saver's life (its buffers are allocated and touched
+     * once): two buffers per hasher it can have and one per I/O thread, or
+     * fewer for a small checkpoint (any count is enough to make progress). */
+    uint64_t fit = total / CK_CHUNK + 2;
+    int nbufs = fit < (uint64_t)(2 * most + 2) ? (int)fit : 2 * most + 2;
+    if (!s->pipe && (st = ck_pipe_new(s->io_mode, 2, nbufs, &s->pipe)) != TS_OK) return st;
     pthread_t th[8];
     worker_arg wa = {s, dir};
     int started = 0;
-    for (; started < extra && started < 8; started++)
+    for (; started < hashers - 1 && started < 8; started++)
         if (pthread_create(&th[started], NULL, shard_worker, &wa) != 0) break;
-    shard_worker(&wa); /* this thread works too; fewer helpers only slow it down */
+    shard_worker(&wa); /* this thread hashes too; fewer helpers only slow it down */
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    st = ck_pipe_finish(s->pipe);
     for (int k = 0; k < s->ns; k++)
         if (s->shards[k].st != TS_OK) return ts_fail(s->shards[k].st, "%s", s->shards[k].err);
-    return TS_OK;
+    return st;
 }
 
 /* ---- manifest ------------------------------------------------------------ */
@@ -601,7 +644,8 @@ static ts_status own_chunks(ts_ckpt_saver *s, ck_zset *z) {
         c.start = pc->param_off;
         c.count = pc->count;
         c.file_start = pc->state_off;
-        c.crc = ts_crc32c(0, s->buf + t->off + (size_t)pc->state_off * es, (size_t)pc->count * es);
+        c.crc =
+            ts_crc32c(0, src_at(s, t->off) + (size_t)pc->state_off * es, (size_t)pc->count * es);
         c.rank = s->rank;
         st = ck_zset_add_chunk(z, &c);
     }
@@ -948,6 +992,7 @@ void ts_ckpt_saver_free(ts_ckpt_saver *s) {
     job_clear(s);
     free(s->replay);
     ts_aligned_free(s->buf);
+    ck_pipe_free(s->pipe);
     ck_key_wipe(&s->key);
     ts_dir_close(&s->run);
     free(s->run_dir);
@@ -960,8 +1005,18 @@ ts_status ts_ckpt_save(const ts_plan *p, const char *run_dir, const ts_ckpt_meta
     ts_status st = ts_ckpt_saver_new(run_dir, NULL, opt, &s);
     if (st != TS_OK) return st;
     s->background = 0; /* the caller waits: full speed */
-    st = ts_ckpt_saver_begin(s, p, meta);
-    if (st == TS_OK) st = ts_ckpt_saver_wait(s);
+    /* No step runs until this returns: the shards are written from the
+     * plan's own memory, without the snapshot's copy (and its page faults). */
+    const void *pp, *ps;
+    st = ts_plan_snapshot_regions(p, &pp, &ps, &s->view_split);
+    s->view_params = pp;
+    s->view_state = ps;
+    if (st == TS_OK) st = take_job(s, p, meta);
+    if (st == TS_OK) {
+        job_thread(s);
+        st = s->last;
+        if (st != TS_OK) ts_fail(st, "%s", s->last_err);
+    }
     ts_ckpt_saver_free(s);
     return st;
 }

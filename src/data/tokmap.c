@@ -17,9 +17,17 @@
  *
  * The lineage hash covers the mapped bytes as they were read at load time;
  * pages read back later come from the file, so the file must not change
- * while a run uses it (as for any memory-mapped input). */
+ * while a run uses it (as for any memory-mapped input).
+ *
+ * A sharded corpus (data.path a directory, or a glob pattern) maps every
+ * shard: shards are taken in byte order of their names, each is hashed
+ * once into the lineage, and windows never cross a shard (shard k holds
+ * (tokens_k - 1) / ctx windows, numbered after those of shards 0..k-1).
+ * One shard named directly gives exactly the windows of the single file. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -31,10 +39,16 @@
 /* Bytes hashed and checked between two drops in the load pass. */
 #define HASH_CHUNK ((size_t)8 << 20)
 
-struct ts_token_map {
-    int refs; /* datasets sharing the mapping (an unsplit one and its views) */
+typedef struct shard {
     uint8_t *base;
     size_t len;
+    int64_t first; /* its first window's number */
+} shard;
+
+struct ts_token_map {
+    int refs; /* datasets sharing the mapping (an unsplit one and its views) */
+    shard *sh;
+    int n;
     int bits;
     int64_t ctx;
 };
@@ -56,31 +70,42 @@ void ts_token_map_ref(ts_token_map *m) {
 
 void ts_token_map_unref(ts_token_map *m) {
     if (!m || --m->refs > 0) return;
-    if (m->base) munmap(m->base, m->len);
+    for (int k = 0; k < m->n; k++)
+        if (m->sh[k].base) munmap(m->sh[k].base, m->sh[k].len);
+    free(m->sh);
     free(m);
 }
 
 void ts_token_map_drop(ts_token_map *m) {
-    if (m) drop(m->base, m->len);
+    for (int k = 0; m && k < m->n; k++) drop(m->sh[k].base, m->sh[k].len);
 }
 
 void ts_token_map_window(ts_token_map *m, int64_t w, int64_t *x, int64_t *y) {
+    int lo = 0, hi = m->n - 1; /* the last shard whose first window is <= w */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (m->sh[mid].first <= w)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const shard *sh = &m->sh[lo];
     const int64_t ctx = m->ctx;
-    const size_t first = (size_t)w * (size_t)ctx;
+    const size_t first = (size_t)(w - sh->first) * (size_t)ctx;
     for (int64_t i = 0; i < ctx; i++) {
-        x[i] = token(m->base, m->bits, first + (size_t)i);
-        y[i] = token(m->base, m->bits, first + (size_t)i + 1);
+        x[i] = token(sh->base, m->bits, first + (size_t)i);
+        y[i] = token(sh->base, m->bits, first + (size_t)i + 1);
     }
 }
 
 /* Hashes the whole mapping and checks every token against vocab in one
  * pass, chunk by chunk, dropping each chunk once done. */
-static ts_status hash_and_check(const char *path, const ts_token_map *m, int64_t vocab,
+static ts_status hash_and_check(const char *path, const shard *m, int bits, int64_t vocab,
                                 char hex[65]) {
     ts_sha256 h = {NULL};
     ts_status s = ts_sha256_begin(&h, path);
     if (s != TS_OK) return s;
-    const size_t tb = (size_t)m->bits / 8;
+    const size_t tb = (size_t)bits / 8;
     (void)madvise(m->base, m->len, MADV_SEQUENTIAL);
     for (size_t off = 0; off < m->len; off += HASH_CHUNK) {
         const size_t n = m->len - off < HASH_CHUNK ? m->len - off : HASH_CHUNK;
@@ -88,7 +113,7 @@ static ts_status hash_and_check(const char *path, const ts_token_map *m, int64_t
         /* Every token is checked, including an unused tail: a value out of
          * range means the file and the vocabulary do not belong together. */
         for (size_t i = off / tb; i < (off + n) / tb; i++) {
-            const int64_t t = token(m->base, m->bits, i);
+            const int64_t t = token(m->base, bits, i);
             if (t >= vocab) {
                 ts_sha256_abort(&h);
                 drop(m->base, m->len);
@@ -105,6 +130,107 @@ static ts_status hash_and_check(const char *path, const ts_token_map *m, int64_t
     return TS_OK;
 }
 
+/* Maps one shard, checks and hashes it, and adds it to the lineage. */
+static ts_status map_shard(const char *path, ts_token_map *m, int64_t vocab, ts_dataset *d) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ts_fail(errno == ENOENT ? TS_ERR_NOT_FOUND : TS_ERR_IO, "%s: cannot open: %s", path,
+                       strerror(errno));
+    struct stat st;
+    ts_status s = TS_OK;
+    if (fstat(fd, &st) != 0) s = ts_fail(TS_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    const size_t len = s == TS_OK && st.st_size > 0 ? (size_t)st.st_size : 0;
+    size_t ntok = 0;
+    if (s == TS_OK) s = ts_tokens_count(path, len, m->bits, &ntok);
+    if (s == TS_OK) s = ts_tokens_check_window(path, ntok, m->ctx);
+    shard *sh = &m->sh[m->n];
+    void *base = MAP_FAILED;
+    if (s == TS_OK && (base = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
+        s = ts_fail(TS_ERR_IO, "%s: cannot map %zu bytes: %s", path, len, strerror(errno));
+    close(fd);
+    if (s != TS_OK) return s;
+    *sh = (shard){base, len, d->n};
+    m->n++; /* unmapped with the map from here on */
+    ts_lineage lin = {0};
+    if ((s = hash_and_check(path, sh, m->bits, vocab, lin.sha256)) != TS_OK) return s;
+    lin.bytes = (int64_t)len;
+    if (!(lin.path = ts_strdup(path))) return TS_ERR_NOMEM;
+    s = ts_dataset_add_lineage(d, &lin);
+    ts_lineage_clear(&lin);
+    d->n += (int64_t)(ntok - 1) / m->ctx;
+    return s;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The shards `path` names: a directory's files (not those whose name
+ * starts with '.'), the matches of a glob pattern, or the file itself;
+ * sorted by name (byte order), so every run sees the same order. */
+static ts_status list_shards(const char *path, char ***out, int *n) {
+    *out = NULL;
+    *n = 0;
+    struct stat st;
+    char **v = NULL;
+    int cnt = 0, cap = 0;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        DIR *dir = opendir(path);
+        if (!dir) return ts_fail(TS_ERR_IO, "%s: cannot list: %s", path, strerror(errno));
+        ts_status s = TS_OK;
+        for (struct dirent *e; s == TS_OK && (e = readdir(dir));) {
+            if (e->d_name[0] == '.') continue;
+            size_t len = strlen(path) + strlen(e->d_name) + 2;
+            char *f = ts_alloc(len, "shard path");
+            if (!f || ts_grow((void **)&v, &cap, cnt + 1, sizeof *v, "shard list") != TS_OK) {
+                free(f);
+                s = TS_ERR_NOMEM;
+                break;
+            }
+            snprintf(f, len, "%s/%s", path, e->d_name);
+            struct stat fs;
+            if (stat(f, &fs) != 0 || !S_ISREG(fs.st_mode)) {
+                free(f);
+                continue;
+            }
+            v[cnt++] = f;
+        }
+        closedir(dir);
+        if (s == TS_OK && cnt == 0)
+            s = ts_fail(TS_ERR_NOT_FOUND, "%s: a directory with no token files in it", path);
+        if (s != TS_OK) {
+            for (int i = 0; i < cnt; i++) free(v[i]);
+            free(v);
+            return s;
+        }
+        qsort(v, (size_t)cnt, sizeof *v, by_name);
+    } else if (strpbrk(path, "*?[") && access(path, F_OK) != 0) {
+        glob_t g;
+        int rc = glob(path, GLOB_ERR, NULL, &g); /* sorted by name */
+        if (rc == GLOB_NOMATCH) return ts_fail(TS_ERR_NOT_FOUND, "%s: no file matches", path);
+        if (rc != 0) return ts_fail(TS_ERR_IO, "%s: cannot expand the pattern", path);
+        ts_status s = TS_OK;
+        if (!(v = ts_zalloc(sizeof *v * (g.gl_pathc + 1), "shard list"))) s = TS_ERR_NOMEM;
+        for (size_t i = 0; s == TS_OK && i < g.gl_pathc; i++)
+            if (!(v[cnt++] = ts_strdup(g.gl_pathv[i]))) s = TS_ERR_NOMEM;
+        globfree(&g);
+        if (s != TS_OK) {
+            for (int i = 0; i < cnt; i++) free(v[i]);
+            free(v);
+            return s;
+        }
+    } else {
+        if (!(v = ts_zalloc(sizeof *v, "shard list")) || !(v[0] = ts_strdup(path))) {
+            free(v);
+            return TS_ERR_NOMEM;
+        }
+        cnt = 1;
+    }
+    *out = v;
+    *n = cnt;
+    return TS_OK;
+}
+
 ts_status ts_data_map_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
                              ts_dataset **out) {
     if (!out) return ts_fail(TS_ERR_INVALID, "tokens: no output pointer");
@@ -115,54 +241,28 @@ ts_status ts_data_map_tokens(const char *path, int bits, int64_t ctx, int64_t vo
         return ts_fail(TS_ERR_INVALID, "%s: token width %d bits (16 or 32 are read)", p, bits);
     if (ctx < 1) return ts_fail(TS_ERR_INVALID, "%s: context length %lld", p, (long long)ctx);
     if (vocab < 1) return ts_fail(TS_ERR_INVALID, "%s: vocabulary size %lld", p, (long long)vocab);
-
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ts_fail(errno == ENOENT ? TS_ERR_NOT_FOUND : TS_ERR_IO, "%s: cannot open: %s", path,
-                       strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        ts_status s = ts_fail(TS_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return s;
+    char **files = NULL;
+    int nf = 0;
+    ts_status s = list_shards(path, &files, &nf);
+    if (s != TS_OK) return s;
+    ts_token_map *m = ts_zalloc(sizeof *m, "token map");
+    ts_dataset *d = ts_zalloc(sizeof *d, "dataset");
+    if (m) m->sh = ts_zalloc(sizeof *m->sh * (size_t)nf, "token shards");
+    if (!m || !m->sh || !d) s = TS_ERR_NOMEM;
+    if (s == TS_OK) {
+        m->refs = 1, m->bits = bits, m->ctx = ctx;
+        d->x_dtype = d->y_dtype = TS_I64;
+        d->x_rank = d->y_rank = 1;
+        d->x_dims[0] = d->y_dims[0] = ctx;
+        d->tokens = m;
+        m = NULL;
     }
-    const size_t len = st.st_size > 0 ? (size_t)st.st_size : 0;
-    size_t ntok = 0;
-    ts_status s = TS_OK;
-    ts_token_map *m = NULL;
-    ts_dataset *d = NULL;
-    ts_lineage lin = {0};
-    if ((s = ts_tokens_count(path, len, bits, &ntok)) != TS_OK ||
-        (s = ts_tokens_check_window(path, ntok, ctx)) != TS_OK)
-        goto done;
-    if (!(m = ts_zalloc(sizeof *m, "token map"))) {
-        s = TS_ERR_NOMEM;
-        goto done;
-    }
-    m->refs = 1, m->len = len, m->bits = bits, m->ctx = ctx;
-    void *base = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (base == MAP_FAILED) {
-        s = ts_fail(TS_ERR_IO, "%s: cannot map %zu bytes: %s", path, len, strerror(errno));
-        goto done;
-    }
-    m->base = base;
-    if ((s = hash_and_check(path, m, vocab, lin.sha256)) != TS_OK) goto done;
-    lin.bytes = (int64_t)len;
-    if (!(lin.path = ts_strdup(path)) || !(d = ts_zalloc(sizeof *d, "dataset"))) {
-        s = TS_ERR_NOMEM;
-        goto done;
-    }
-    d->n = (int64_t)(ntok - 1) / ctx;
-    d->x_dtype = d->y_dtype = TS_I64;
-    d->x_rank = d->y_rank = 1;
-    d->x_dims[0] = d->y_dims[0] = ctx;
-    d->tokens = m;
-    m = NULL;
-    s = ts_dataset_add_lineage(d, &lin);
-done:
-    close(fd);
-    ts_lineage_clear(&lin);
-    ts_token_map_unref(m);
+    for (int k = 0; s == TS_OK && k < nf; k++) s = map_shard(files[k], d->tokens, vocab, d);
+    if (s != TS_OK && nf > 1) ts_error_prefix("data.path %s (%d shards)", path, nf);
+    for (int k = 0; k < nf; k++) free(files[k]);
+    free(files);
+    if (m) free(m->sh);
+    free(m);
     if (s != TS_OK) {
         ts_dataset_free(d);
         return s;

@@ -206,6 +206,14 @@ void ts_red_pair(void *dst, const void *a, const void *b, size_t n, ts_dtype dt,
 #define TS_RED_BLOCK 2048
 void ts_red_fold_store(void *const *dsts, int ndst, const void *const *srcs, int nsrc, size_t n,
                        ts_dtype dt, ts_reduce_op op);
+/* dst[i] = the same left fold over srcs[0..nsrc) for any n, written with
+ * non-temporal stores and fenced (reduce_stream.c): for outputs past the
+ * LLC. 0 when dt/op/CPU is not covered (f32 and f64 sums on AVX-512):
+ * then nothing was written. */
+int ts_red_fold_stream(void *dst, const void *const *srcs, int nsrc, size_t n, ts_dtype dt,
+                       ts_reduce_op op);
+/* The size from which to stream: the LLC's (32 MiB when unknown). */
+size_t ts_red_stream_threshold(void);
 
 /* ---- tune.c ------------------------------------------------------------ */
 

@@ -374,6 +374,11 @@ static void direct_work(shm_comm *s, const direct *d, size_t a, size_t b) {
         size_t lo, len;
         ts_comm_block(d->count, n, me, &lo, &len);
         clip(lo, lo + len, a, b, &x, &y);
+        /* Inputs past the LLC: the output goes straight to memory. */
+        if (y > x && d->count * d->esz * (size_t)n >= ts_red_stream_threshold()) {
+            for (int q = 0; q < n; q++) srcs[q] = src_at(s, d, q, x, a);
+            if (ts_red_fold_stream(d->dst + (x - lo) * d->esz, srcs, n, y - x, d->dt, d->op)) break;
+        }
         for (size_t e = x; e < y; e += TS_RED_BLOCK) {
             size_t m = y - e < TS_RED_BLOCK ? y - e : TS_RED_BLOCK;
             for (int q = 0; q < n; q++) srcs[q] = src_at(s, d, q, e, a);

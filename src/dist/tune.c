@@ -23,7 +23,13 @@
 #define TUNED_KINDS 3 /* all-reduce, reduce-scatter, all-gather */
 
 static const size_t probe_bytes[TS_TUNE_CLASSES] = {64, 8192, 512 << 10, 8 << 20};
-static const int probe_reps[TS_TUNE_CLASSES] = {20, 10, 3, 2};
+/* Calls per candidate in each of PROBE_ROUNDS rounds. The rounds take the
+ * candidates in turn, and a candidate's time is its fastest round: on a
+ * loaded machine a round another process interrupted is discarded instead
+ * of deciding the choice (a mean over all calls once chose the mailbox's
+ * algorithms over the in-place ones at every size, from noise). */
+#define PROBE_ROUNDS 3
+static const int probe_reps[TS_TUNE_CLASSES] = {7, 4, 1, 1};
 
 int ts_tune_class(size_t bytes) {
     /* Class boundaries at the geometric means of neighbouring probes. */
@@ -256,19 +262,23 @@ static ts_status probe(ts_comm *c, uint8_t table[][TS_TUNE_CLASSES],
         int nc = candidates(c, k, cand);
         for (int cls = 0; cls < TS_TUNE_CLASSES && s == TS_OK; cls++) {
             size_t count = probe_bytes[cls] / sizeof(float);
-            double best = 0;
-            for (int i = 0; i < nc && s == TS_OK; i++) {
-                s = run_kind(c, k, a, b, count, cand[i]); /* warm-up */
-                if (s == TS_OK) s = ts_coll_run_barrier(c);
-                double t0 = ts_now();
-                for (int r = 0; r < probe_reps[cls] && s == TS_OK; r++)
-                    s = run_kind(c, k, a, b, count, cand[i]);
-                double t = (ts_now() - t0) / probe_reps[cls] * 1e6;
-                us[k][cls][cand[i]] = t;
-                if (i == 0 || t < best) {
-                    best = t;
-                    table[k][cls] = (uint8_t)cand[i];
+            double t_best[TS_ALGO_COUNT] = {0};
+            for (int round = 0; round < PROBE_ROUNDS && s == TS_OK; round++) {
+                for (int j = 0; j < nc && s == TS_OK; j++) {
+                    int i = (j + round) % nc; /* each round starts with another candidate */
+                    s = run_kind(c, k, a, b, count, cand[i]); /* warm-up */
+                    if (s == TS_OK) s = ts_coll_run_barrier(c);
+                    double t0 = ts_now();
+                    for (int r = 0; r < probe_reps[cls] && s == TS_OK; r++)
+                        s = run_kind(c, k, a, b, count, cand[i]);
+                    double t = (ts_now() - t0) / probe_reps[cls] * 1e6;
+                    if (round == 0 || t < t_best[i]) t_best[i] = t;
                 }
+            }
+            for (int i = 0; i < nc; i++) {
+                us[k][cls][cand[i]] = t_best[i];
+                if (i == 0 || t_best[i] < us[k][cls][table[k][cls]])
+                    table[k][cls] = (uint8_t)cand[i];
             }
         }
     }

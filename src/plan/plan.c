@@ -272,6 +272,16 @@ ts_status ts_plan_snapshot(const ts_plan *p, void *dst, size_t bytes) {
     return TS_OK;
 }
 
+ts_status ts_plan_snapshot_regions(const ts_plan *p, const void **params, const void **state,
+                                   size_t *split) {
+    if (!p || !params || !state || !split)
+        return ts_fail(TS_ERR_INVALID, "snapshot regions: NULL argument");
+    *params = ts_plan_at(p, p->prog.layout.param_off);
+    *state = ts_plan_at(p, p->prog.layout.state_off);
+    *split = p->prog.layout.param_bytes;
+    return TS_OK;
+}
+
 uint64_t ts_plan_seed(const ts_plan *p) {
     return p ? p->prog.opt.seed : 0;
 }
