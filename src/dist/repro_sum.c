@@ -43,6 +43,30 @@ ts_status ts_tree_sum_add(ts_tree_sum *t, const float *leaf) {
     return TS_OK;
 }
 
+ts_status ts_tree_sum_add_node(ts_tree_sum *t, const float *sum, int level) {
+    if (!t || !sum || level < 0 || level >= 62)
+        return ts_fail(TS_ERR_INVALID, "tree_sum_add_node: bad argument");
+    if (t->depth > 0 && t->level[t->depth - 1] < level)
+        return ts_fail(TS_ERR_INVALID,
+                       "tree_sum_add_node: a subtree of 2^%d leaves after one of 2^%d: the sum "
+                       "would not be the binary counter's",
+                       level, t->level[t->depth - 1]);
+    if (t->depth == TS_TREE_MAX_DEPTH)
+        return ts_fail(TS_ERR_INVALID, "tree_sum_add_node: more than %d subtrees",
+                       TS_TREE_MAX_DEPTH);
+    float **b = &t->buf[t->depth];
+    if (!*b && !(*b = ts_alloc(t->n ? t->n * sizeof(float) : 1, "tree sum"))) return TS_ERR_NOMEM;
+    memcpy(*b, sum, t->n * sizeof(float));
+    t->level[t->depth++] = level;
+    while (t->depth > 1 && t->level[t->depth - 1] == t->level[t->depth - 2]) {
+        add_into(t->buf[t->depth - 2], t->buf[t->depth - 1], t->n);
+        t->level[t->depth - 2]++;
+        t->depth--;
+    }
+    t->leaves += (int64_t)1 << level;
+    return TS_OK;
+}
+
 ts_status ts_tree_sum_result(ts_tree_sum *t, float *dst, float div) {
     if (!t || !dst) return ts_fail(TS_ERR_INVALID, "tree_sum_result: NULL argument");
     if (t->depth == 0) return ts_fail(TS_ERR_INVALID, "tree_sum_result: no leaves were added");
