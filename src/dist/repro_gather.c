@@ -77,15 +77,16 @@ ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf) {
     if (g->cur >= g->npieces)
         return ts_fail(TS_ERR_INVALID, "repro_gather_add: more than the rank's %lld leaves",
                        (long long)g->k);
-    ts_status s = ts_tree_sum_add(&g->local, leaf);
-    if (s != TS_OK) return s;
-    g->added++;
     const int t = first_mine(g) + g->cur;
-    /* A piece is complete: a balanced tree of its 2^level leaves. */
-    if (g->local.leaves == (int64_t)1 << g->level[t]) {
-        s = ts_tree_sum_result(&g->local, g->mine + (size_t)g->cur * g->n, 1.0f);
+    ts_status s;
+    /* The leaf completes a piece (a balanced tree of 2^level leaves): its sum, in one pass. */
+    if (g->local.leaves + 1 == (int64_t)1 << g->level[t]) {
+        s = ts_tree_sum_finish(&g->local, leaf, g->mine + (size_t)g->cur * g->n, 1.0f);
         g->cur++;
+    } else {
+        s = ts_tree_sum_add(&g->local, leaf);
     }
+    if (s == TS_OK) g->added++;
     return s;
 }
 

@@ -82,6 +82,44 @@ ts_status ts_tree_sum_result(ts_tree_sum *t, float *dst, float div) {
     return TS_OK;
 }
 
+ts_status ts_tree_sum_finish(ts_tree_sum *t, const float *leaf, float *dst, float div) {
+    if (!t || !leaf || !dst) return ts_fail(TS_ERR_INVALID, "tree_sum_finish: NULL argument");
+    /* The new leaf's merges (it is the right operand of each) and the fold of
+     * the subtrees left (smallest first, each the right operand of the one
+     * below) are one right fold over the stack, from the top: s_0 + (s_1 +
+     * (... + (s_top + leaf))). One pass instead of a merge pass per level, a
+     * fold pass and a division pass; the usual depths as loops that
+     * vectorise. */
+    const size_t n = t->n;
+    const int depth = t->depth;
+    float *const *b = t->buf;
+    const int scale = div != 1.0f;
+    if (depth == 0) {
+        for (size_t i = 0; i < n; i++) dst[i] = scale ? leaf[i] / div : leaf[i];
+    } else if (depth == 1) {
+        const float *b0 = b[0];
+        for (size_t i = 0; i < n; i++) {
+            const float v = b0[i] + leaf[i];
+            dst[i] = scale ? v / div : v;
+        }
+    } else if (depth == 2) {
+        const float *b0 = b[0], *b1 = b[1];
+        for (size_t i = 0; i < n; i++) {
+            const float v = b0[i] + (b1[i] + leaf[i]);
+            dst[i] = scale ? v / div : v;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float v = leaf[i];
+            for (int d = depth - 1; d >= 0; d--) v = b[d][i] + v;
+            dst[i] = scale ? v / div : v;
+        }
+    }
+    t->depth = 0;
+    t->leaves = 0;
+    return TS_OK;
+}
+
 void ts_tree_sum_free(ts_tree_sum *t) {
     if (!t) return;
     for (int i = 0; i < TS_TREE_MAX_DEPTH; i++) free(t->buf[i]);

@@ -45,6 +45,9 @@ ts_status ts_tree_sum_add(ts_tree_sum *t, const float *leaf);
 ts_status ts_tree_sum_add_node(ts_tree_sum *t, const float *sum, int level);
 /* dst (n floats) = the tree's sum / div; then the sum starts again. */
 ts_status ts_tree_sum_result(ts_tree_sum *t, float *dst, float div);
+/* ts_tree_sum_add(t, leaf) then ts_tree_sum_result(t, dst, div), the same
+ * floats, in one pass over the vectors (dst may be leaf). */
+ts_status ts_tree_sum_finish(ts_tree_sum *t, const float *leaf, float *dst, float div);
 void ts_tree_sum_free(ts_tree_sum *t);
 
 #endif

@@ -159,23 +159,25 @@ static ts_status gate(ts_plan *p, void *user, ts_gate_decision *out) {
     struct ts_repro *r = user;
     if (r->local) return gate_local(p, r, out);
     ts_status st = TS_OK;
-    if (r->k > 1 && (st = ts_tree_sum_add(&r->gsum, r->grad)) != TS_OK) return st;
+    const int last = r->j == r->k - 1;
+    /* the last round's leaf goes in with the tree's result (ts_tree_sum_finish: one pass) */
+    if (r->k > 1)
+        st = last ? ts_tree_sum_finish(&r->gsum, r->grad, r->grad, (float)r->k)
+                  : ts_tree_sum_add(&r->gsum, r->grad);
+    if (st != TS_OK) return st;
     if (r->nstate) {
         state_copy(r, r->leaf, 0);
         if (r->N > 1 && (st = ts_allreduce(r->comm, r->leaf, r->nstate, TS_F32, TS_RED_SUM,
                                            tree_algo(r->N))) != TS_OK)
             return st;
-        if ((st = ts_tree_sum_add(&r->ssum, r->leaf)) != TS_OK) return st;
-        state_copy(r, r->s0, 1); /* the next round starts from the step's state */
+        st = last ? ts_tree_sum_finish(&r->ssum, r->leaf, r->leaf, (float)r->M)
+                  : ts_tree_sum_add(&r->ssum, r->leaf);
+        if (st != TS_OK) return st;
+        state_copy(r, last ? r->leaf : r->s0, 1); /* the next round starts from the step's */
     }
-    if (r->j < r->k - 1) {
+    if (!last) {
         *out = TS_GATE_SKIP;
         return TS_OK;
-    }
-    if (r->k > 1 && (st = ts_tree_sum_result(&r->gsum, r->grad, (float)r->k)) != TS_OK) return st;
-    if (r->nstate) {
-        if ((st = ts_tree_sum_result(&r->ssum, r->leaf, (float)r->M)) != TS_OK) return st;
-        state_copy(r, r->leaf, 1);
     }
     found_inf(p, r);
     *out = TS_GATE_APPLY;

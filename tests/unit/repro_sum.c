@@ -76,6 +76,25 @@ static void test_grouping(void) {
         CHECK(differ > 0, "M %d: a left fold differs from the tree in %d of %d elements", M, differ,
               LEN);
     }
+    /* ts_tree_sum_finish: the last leaf and the result in one pass, the same
+     * floats as add + result, for every stack depth (M = 1 .. 16), with and
+     * without a division, in place. */
+    for (int M = 1; M <= MAXM; M++) {
+        fill(M);
+        tree_of(M, (float)M, ref);
+        ts_tree_sum f;
+        CHECK_OK(ts_tree_sum_init(&f, LEN));
+        for (int i = 0; i + 1 < M; i++) CHECK_OK(ts_tree_sum_add(&f, leaves[i]));
+        memcpy(got, leaves[M - 1], sizeof got);
+        CHECK_OK(ts_tree_sum_finish(&f, got, got, (float)M));
+        CHECK(memcmp(ref, got, sizeof ref) == 0, "finish after %d leaves, / %d: the tree's bits",
+              M - 1, M);
+        tree_of(M, 1.0f, ref);
+        for (int i = 0; i + 1 < M; i++) CHECK_OK(ts_tree_sum_add(&f, leaves[i]));
+        CHECK_OK(ts_tree_sum_finish(&f, leaves[M - 1], got, 1.0f));
+        CHECK(memcmp(ref, got, sizeof ref) == 0, "finish after %d leaves: the tree's bits", M - 1);
+        ts_tree_sum_free(&f);
+    }
     /* The result starts a new sum, and a single leaf is itself. */
     ts_tree_sum t;
     CHECK_OK(ts_tree_sum_init(&t, LEN));
