@@ -43,6 +43,30 @@ ts_status ts_tree_sum_add(ts_tree_sum *t, const float *leaf) {
     return TS_OK;
 }
 
+ts_status ts_tree_sum_add_node(ts_tree_sum *t, const float *sum, int level) {
+    if (!t || !sum || level < 0 || level >= 62)
+        return ts_fail(TS_ERR_INVALID, "tree_sum_add_node: bad argument");
+    if (t->depth > 0 && t->level[t->depth - 1] < level)
+        return ts_fail(TS_ERR_INVALID,
+                       "tree_sum_add_node: a subtree of 2^%d leaves after one of 2^%d: the sum "
+                       "would not be the binary counter's",
+                       level, t->level[t->depth - 1]);
+    if (t->depth == TS_TREE_MAX_DEPTH)
+        return ts_fail(TS_ERR_INVALID, "tree_sum_add_node: more than %d subtrees",
+                       TS_TREE_MAX_DEPTH);
+    float **b = &t->buf[t->depth];
+    if (!*b && !(*b = ts_alloc(t->n ? t->n * sizeof(float) : 1, "tree sum"))) return TS_ERR_NOMEM;
+    memcpy(*b, sum, t->n * sizeof(float));
+    t->level[t->depth++] = level;
+    while (t->depth > 1 && t->level[t->depth - 1] == t->level[t->depth - 2]) {
+        add_into(t->buf[t->depth - 2], t->buf[t->depth - 1], t->n);
+        t->level[t->depth - 2]++;
+        t->depth--;
+    }
+    t->leaves += (int64_t)1 << level;
+    return TS_OK;
+}
+
 ts_status ts_tree_sum_result(ts_tree_sum *t, float *dst, float div) {
     if (!t || !dst) return ts_fail(TS_ERR_INVALID, "tree_sum_result: NULL argument");
     if (t->depth == 0) return ts_fail(TS_ERR_INVALID, "tree_sum_result: no leaves were added");
@@ -53,6 +77,44 @@ ts_status ts_tree_sum_result(ts_tree_sum *t, float *dst, float div) {
         memcpy(dst, s, t->n * sizeof(float));
     else
         for (size_t i = 0; i < t->n; i++) dst[i] = s[i] / div;
+    t->depth = 0;
+    t->leaves = 0;
+    return TS_OK;
+}
+
+ts_status ts_tree_sum_finish(ts_tree_sum *t, const float *leaf, float *dst, float div) {
+    if (!t || !leaf || !dst) return ts_fail(TS_ERR_INVALID, "tree_sum_finish: NULL argument");
+    /* The new leaf's merges (it is the right operand of each) and the fold of
+     * the subtrees left (smallest first, each the right operand of the one
+     * below) are one right fold over the stack, from the top: s_0 + (s_1 +
+     * (... + (s_top + leaf))). One pass instead of a merge pass per level, a
+     * fold pass and a division pass; the usual depths as loops that
+     * vectorise. */
+    const size_t n = t->n;
+    const int depth = t->depth;
+    float *const *b = t->buf;
+    const int scale = div != 1.0f;
+    if (depth == 0) {
+        for (size_t i = 0; i < n; i++) dst[i] = scale ? leaf[i] / div : leaf[i];
+    } else if (depth == 1) {
+        const float *b0 = b[0];
+        for (size_t i = 0; i < n; i++) {
+            const float v = b0[i] + leaf[i];
+            dst[i] = scale ? v / div : v;
+        }
+    } else if (depth == 2) {
+        const float *b0 = b[0], *b1 = b[1];
+        for (size_t i = 0; i < n; i++) {
+            const float v = b0[i] + (b1[i] + leaf[i]);
+            dst[i] = scale ? v / div : v;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float v = leaf[i];
+            for (int d = depth - 1; d >= 0; d--) v = b[d][i] + v;
+            dst[i] = scale ? v / div : v;
+        }
+    }
     t->depth = 0;
     t->leaves = 0;
     return TS_OK;

@@ -37,8 +37,17 @@ typedef struct ts_tree_sum {
 ts_status ts_tree_sum_init(ts_tree_sum *t, size_t n);
 /* Adds the next leaf (n floats, read only). */
 ts_status ts_tree_sum_add(ts_tree_sum *t, const float *leaf);
+/* Adds the sum of the next 2^level leaves, summed on their own as this tree
+ * would (a balanced tree, e.g. another ts_tree_sum fed exactly 2^level
+ * leaves): the result is the same as adding those leaves one by one. The
+ * subtrees must come in the binary counter's order: never one larger than
+ * the subtree before it that is still open (an aligned block of leaves). */
+ts_status ts_tree_sum_add_node(ts_tree_sum *t, const float *sum, int level);
 /* dst (n floats) = the tree's sum / div; then the sum starts again. */
 ts_status ts_tree_sum_result(ts_tree_sum *t, float *dst, float div);
+/* ts_tree_sum_add(t, leaf) then ts_tree_sum_result(t, dst, div), the same
+ * floats, in one pass over the vectors (dst may be leaf). */
+ts_status ts_tree_sum_finish(ts_tree_sum *t, const float *leaf, float *dst, float div);
 void ts_tree_sum_free(ts_tree_sum *t);
 
 #endif

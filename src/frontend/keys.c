@@ -438,7 +438,8 @@ const ts_config_key cfg_keys[] = {
     /* dist.reproducible: the same bits for any process count (issue 27, docs/reproducibility.md) */
     {"dist.reproducible", TS_CFG_BOOL, FIELD(dist, reproducible), 0, NULL, NULL, "false",
      "cut every batch into micro-batches of dist.microbatch rows and sum their gradients in a "
-     "fixed tree, so 1, 2, 4, ... processes give the same bits"},
+     "fixed tree, so 1, 2, 3, 4, ... processes (any count dividing the micro-batch count) give "
+     "the same bits"},
     {"dist.microbatch", TS_CFG_I64, FIELD(dist, microbatch), 0, NULL, "[0, 1e9]", "0",
      "rows per micro-batch with dist.reproducible (0: model.batch / 4 when it divides, else / 2, "
      "else model.batch)"},

@@ -3,6 +3,7 @@
 #include "plan/micro.h"
 #include "core/core.h"
 #include "plan/plan.h"
+#include "plan/scaler.h"
 
 ts_status ts_plan_grad_region(ts_plan *p, float **g, size_t *n) {
     if (!p || !g || !n) return ts_fail(TS_ERR_INVALID, "grad_region: NULL argument");
@@ -56,6 +57,12 @@ int ts_plan_fwd_states(ts_plan *p, ts_plan_fwd_state *out, int max) {
         if (nm->kind != TS_NAMED_STATE) continue;
         const size_t bytes = ts_operand_bytes(&nm->v);
         if (!written_before_gate(&p->prog, nm->v.off, bytes)) continue;
+        /* the loss scaler's values change once per batch (ts_plan_scaler_hold), not per
+         * micro-batch: not state to average */
+        const ts_plan_scaler *sc = p->rt.scaler;
+        if (sc && (nm->v.off == sc->scale_off || nm->v.off == sc->tracker_off ||
+                   nm->v.off == sc->found_off))
+            continue;
         if (nm->v.dtype != TS_F32) {
             ts_fail(TS_ERR_UNSUPPORTED, "state '%s' written by the forward pass is %s, not f32",
                     nm->name, ts_dtype_name(nm->v.dtype));
@@ -74,6 +81,21 @@ void ts_plan_set_seed(ts_plan *p, uint64_t seed) {
 }
 
 void ts_plan_get_update_gate(const ts_plan *p, ts_update_gate_fn *fn, void **user) {
+    if (p && p->rt.scaler) { /* ts_plan_set_update_gate replaces the scaler's next */
+        *fn = p->rt.scaler->next_fn;
+        *user = p->rt.scaler->next_user;
+        return;
+    }
     *fn = p ? p->rt.gate_fn : NULL;
     *user = p ? p->rt.gate_user : NULL;
+}
+
+int ts_plan_scaler_hold(ts_plan *p, int hold) {
+    if (!p || !p->rt.scaler) return 0;
+    p->rt.scaler->hold = hold != 0;
+    return 1;
+}
+
+void ts_plan_set_found_inf(ts_plan *p, int found) {
+    if (p && p->rt.scaler) *(float *)ts_plan_at(p, p->rt.scaler->found_off) = found ? 1.0f : 0.0f;
 }

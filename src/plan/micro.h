@@ -31,7 +31,8 @@ typedef struct ts_plan_fwd_state {
     size_t n;
 } ts_plan_fwd_state;
 
-/* Fills up to max entries, returns how many there are (may exceed max), or
+/* Fills up to max entries (not the loss scaler's scale, growth tracker and
+ * found_inf), returns how many there are (may exceed max), or
  * -1 with an error set when one is not f32. */
 int ts_plan_fwd_states(ts_plan *p, ts_plan_fwd_state *out, int max);
 
@@ -40,7 +41,18 @@ int ts_plan_fwd_states(ts_plan *p, ts_plan_fwd_state *out, int max);
 void ts_plan_set_seed(ts_plan *p, uint64_t seed);
 
 /* The update gate set now (NULL fn: none), to be chained by a gate that
- * replaces it. */
+ * replaces it: the one ts_plan_set_update_gate would replace (with loss
+ * scaling, the gate the scaler asks, not the scaler's own). */
 void ts_plan_get_update_gate(const ts_plan *p, ts_update_gate_fn *fn, void **user);
+
+/* Loss scaling (fp16) over micro-batches: hold 1 keeps the scale and its
+ * growth tracker as they are after the steps that follow (the rounds of a
+ * batch but its last); hold 0 lets the last one update them. Returns 0 when
+ * the plan has no loss scaler. */
+int ts_plan_scaler_hold(ts_plan *p, int hold);
+/* Overwrites the step's "found_inf" flag (read by the scaler's gate after
+ * the gate it asks, and by the scale update): the caller's verdict on the
+ * gradients it wrote. No-op without a loss scaler. */
+void ts_plan_set_found_inf(ts_plan *p, int found);
 
 #endif

@@ -113,6 +113,7 @@ ts_status ts_plan_scaler_setup(ts_plan *p, const ts_scaler_config *c) {
 
 void ts_plan_scaler_after_step(ts_plan *p) {
     ts_plan_scaler *ps = p->rt.scaler;
+    if (ps->hold) return; /* a round of a micro-batched step, not its last */
     float *scale = (float *)ts_plan_at(p, ps->scale_off);
     float *tracker = (float *)ts_plan_at(p, ps->tracker_off);
     /* the state values are the truth (a checkpoint restore writes them) */

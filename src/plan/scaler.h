@@ -67,6 +67,7 @@ typedef struct ts_plan_scaler {
     size_t scale_off, tracker_off, found_off; /* arena offsets */
     ts_update_gate_fn next_fn;                /* the user's gate, or NULL */
     void *next_user;
+    int hold; /* 1: the steps leave the scale alone (micro.h, ts_plan_scaler_hold) */
 } ts_plan_scaler;
 
 struct ts_plan;

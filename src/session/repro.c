@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "dist/repro_gather.h"
 #include "dist/repro_sum.h"
+#include "frontend/config.h"
 #include "plan/micro.h"
 #include "tessel/ckpt.h"
 #include "tessel/dist.h"
@@ -18,11 +20,14 @@ enum { MAX_FWD_STATES = 256 };
 struct ts_repro {
     int64_t m, M, k; /* rows per micro-batch, micro-batches per batch, per rank */
     int N, rank;
+    int local;  /* ranks hold runs of micro-batches; the plan has no all-reduce (repro.h) */
+    int scaled; /* fp16 loss scaling: the skip decision is made on the summed gradients */
     ts_comm *comm;
     float *grad; /* the plan's gradient region */
     size_t ngrad;
-    ts_tree_sum gsum, ssum; /* gradients (per round), forward state (per round) */
-    ts_plan_fwd_state *st;  /* state the forward pass writes (BatchNorm) */
+    ts_tree_sum gsum, ssum;     /* gradients (per round), forward state (per round) */
+    ts_repro_gather ggat, sgat; /* the same, local: this rank's run of micro-batches */
+    ts_plan_fwd_state *st;      /* state the forward pass writes (BatchNorm) */
     int nst;
     size_t nstate;         /* floats of all of them */
     float *s0, *leaf;      /* the state before the step; one round's, summed */
@@ -35,6 +40,16 @@ struct ts_repro {
 
 static int pow2(int64_t x) {
     return x > 0 && (x & (x - 1)) == 0;
+}
+
+int ts_repro_local(const session *s) {
+    if (!s->c.dist.reproducible || s->nranks < 2) return 0;
+    /* Loss scaling unscales each micro-batch's gradients; an all-reduce
+     * would add scaled ones, which rounds otherwise for a scale that is not
+     * a power of two. */
+    ts_precision_options po;
+    ts_config_precision(&s->c, &po);
+    return !pow2(s->nranks) || po.loss_scale != TS_SCALE_NONE;
 }
 
 ts_status ts_repro_resolve(session *s) {
@@ -50,22 +65,28 @@ ts_status ts_repro_resolve(session *s) {
                        "into micro-batches of dist.microbatch rows",
                        (long long)m, (long long)B);
     const int64_t M = B / m;
-    if (!pow2(N) || M % N) {
+    if (M % N) {
         char allowed[256] = "";
         size_t len = 0;
-        for (int64_t n = 1; n <= M && M % n == 0 && len < sizeof allowed - 24; n *= 2)
-            len += (size_t)snprintf(allowed + len, sizeof allowed - len, "%s%lld",
-                                    n > 1 ? ", " : "", (long long)n);
+        for (int64_t n = 1; n <= M && len < sizeof allowed - 24; n++)
+            if (M % n == 0)
+                len += (size_t)snprintf(allowed + len, sizeof allowed - len, "%s%lld",
+                                        n > 1 ? ", " : "", (long long)n);
         return ts_fail(TS_ERR_INVALID,
                        "dist.reproducible: %lld processes cannot share the %lld micro-batches of "
-                       "%lld rows (model.batch %lld, dist.microbatch): the process count must be a "
-                       "power of two that divides the micro-batch count; allowed: %s",
+                       "%lld rows (model.batch %lld, dist.microbatch): the process count must "
+                       "divide the micro-batch count; allowed: %s",
                        (long long)N, (long long)M, (long long)m, (long long)B, allowed);
     }
     if (N > 1 && c->dist.zero)
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "dist.reproducible does not support dist.zero %d yet: set dist.zero 0",
-                       c->dist.zero);
+        return ts_fail(
+            TS_ERR_UNSUPPORTED,
+            "dist.reproducible does not support dist.zero %d: ZeRO reduce-scatters every "
+            "round's gradients, so a process keeps only its shard, summed in the "
+            "collective's order, and clips with norms summed over shards; the fixed tree "
+            "needs each micro-batch's whole gradient. Set dist.zero 0 (the optimizer "
+            "state is then replicated on every process)",
+            c->dist.zero);
     if (N > 1 && c->dist.compress)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "dist.reproducible does not support dist.compress (its top-k and PowerSGD "
@@ -100,43 +121,78 @@ static void state_copy(struct ts_repro *r, float *dst, int to_plan) {
  * into the trees; the update is skipped until the last round, which
  * writes the batch's gradients and state into the plan and asks the gate
  * behind this one. */
+/* With loss scaling, the batch's skip decision: a non-finite value in the
+ * summed (unscaled) gradients, the same floats on every process count. A
+ * leaf's inf or NaN survives the tree, and so does a sum that overflows. */
+static void found_inf(ts_plan *p, const struct ts_repro *r) {
+    if (!r->scaled) return;
+    int found = 0;
+    for (size_t i = 0; i < r->ngrad; i++) found |= !isfinite(r->grad[i]);
+    ts_plan_set_found_inf(p, found);
+}
+
+/* The gate of a local plan: the round's gradients and state are this rank's
+ * micro-batch's, summed in its pieces of the tree; the last round finishes
+ * the tree with the other ranks' pieces. */
+static ts_status gate_local(ts_plan *p, struct ts_repro *r, ts_gate_decision *out) {
+    ts_status st = ts_repro_gather_add(&r->ggat, r->grad);
+    if (st == TS_OK && r->nstate) {
+        state_copy(r, r->leaf, 0);
+        if ((st = ts_repro_gather_add(&r->sgat, r->leaf)) == TS_OK) state_copy(r, r->s0, 1);
+    }
+    if (st != TS_OK) return st;
+    if (r->j < r->k - 1) {
+        *out = TS_GATE_SKIP;
+        return TS_OK;
+    }
+    if ((st = ts_repro_gather_result(&r->ggat, r->comm, r->grad)) != TS_OK) return st;
+    if (r->nstate) {
+        if ((st = ts_repro_gather_result(&r->sgat, r->comm, r->leaf)) != TS_OK) return st;
+        state_copy(r, r->leaf, 1);
+    }
+    found_inf(p, r);
+    *out = TS_GATE_APPLY;
+    return r->next_fn ? r->next_fn(p, r->next_user, out) : TS_OK;
+}
+
 static ts_status gate(ts_plan *p, void *user, ts_gate_decision *out) {
     struct ts_repro *r = user;
+    if (r->local) return gate_local(p, r, out);
     ts_status st = TS_OK;
-    if (r->k > 1 && (st = ts_tree_sum_add(&r->gsum, r->grad)) != TS_OK) return st;
+    const int last = r->j == r->k - 1;
+    /* the last round's leaf goes in with the tree's result (ts_tree_sum_finish: one pass) */
+    if (r->k > 1)
+        st = last ? ts_tree_sum_finish(&r->gsum, r->grad, r->grad, (float)r->k)
+                  : ts_tree_sum_add(&r->gsum, r->grad);
+    if (st != TS_OK) return st;
     if (r->nstate) {
         state_copy(r, r->leaf, 0);
         if (r->N > 1 && (st = ts_allreduce(r->comm, r->leaf, r->nstate, TS_F32, TS_RED_SUM,
                                            tree_algo(r->N))) != TS_OK)
             return st;
-        if ((st = ts_tree_sum_add(&r->ssum, r->leaf)) != TS_OK) return st;
-        state_copy(r, r->s0, 1); /* the next round starts from the step's state */
+        st = last ? ts_tree_sum_finish(&r->ssum, r->leaf, r->leaf, (float)r->M)
+                  : ts_tree_sum_add(&r->ssum, r->leaf);
+        if (st != TS_OK) return st;
+        state_copy(r, last ? r->leaf : r->s0, 1); /* the next round starts from the step's */
     }
-    if (r->j < r->k - 1) {
+    if (!last) {
         *out = TS_GATE_SKIP;
         return TS_OK;
     }
-    if (r->k > 1 && (st = ts_tree_sum_result(&r->gsum, r->grad, (float)r->k)) != TS_OK) return st;
-    if (r->nstate) {
-        if ((st = ts_tree_sum_result(&r->ssum, r->leaf, (float)r->M)) != TS_OK) return st;
-        state_copy(r, r->leaf, 1);
-    }
+    found_inf(p, r);
     *out = TS_GATE_APPLY;
     return r->next_fn ? r->next_fn(p, r->next_user, out) : TS_OK;
 }
 
 ts_status ts_repro_setup(session *s) {
     if (!s->c.dist.reproducible) return TS_OK;
-    double scale;
-    if (ts_plan_loss_scale(s->plan, &scale, NULL, NULL))
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "dist.reproducible does not support loss scaling yet (precision.loss_scale "
-                       "with fp16): set precision.loss_scale none or train in bf16/fp32");
     struct ts_repro *r = ts_zalloc(sizeof *r, "reproducible step");
     if (!r) return TS_ERR_NOMEM;
     s->rp = r;
     r->N = s->nranks;
     r->rank = s->rank;
+    r->local = ts_repro_local(s);
+    r->scaled = ts_plan_loss_scale(s->plan, NULL, NULL, NULL);
     r->comm = s->o->comm;
     r->M = s->nslices;
     r->m = s->c.model.batch / r->M;
@@ -164,6 +220,10 @@ ts_status ts_repro_setup(session *s) {
     if ((st = ts_tree_sum_init(&r->gsum, r->ngrad)) != TS_OK ||
         (st = ts_tree_sum_init(&r->ssum, r->nstate)) != TS_OK)
         return st;
+    if (r->local &&
+        ((st = ts_repro_gather_init(&r->ggat, r->N, r->rank, r->M, r->ngrad)) != TS_OK ||
+         (st = ts_repro_gather_init(&r->sgat, r->N, r->rank, r->M, r->nstate)) != TS_OK))
+        return st;
     /* In front of the alerts' gate (or none), which is asked once per
      * batch, after the last round, with the batch's gradients in place. */
     ts_plan_get_update_gate(s->plan, &r->next_fn, &r->next_user);
@@ -184,7 +244,8 @@ ts_status ts_repro_step(session *s, double *loss) {
     ts_status st = TS_OK;
     if (r->nstate) state_copy(r, r->s0, 0);
     for (int64_t j = 0; j < r->k && st == TS_OK; j++) {
-        const int64_t i = j * r->N + r->rank; /* this rank's micro-batch of round j */
+        /* this rank's micro-batch of round j: interleaved, or its run (local) */
+        const int64_t i = r->local ? r->rank * r->k + j : j * r->N + r->rank;
         st = ts_plan_set_input(p, s->in_name, (const char *)s->bx + (size_t)i * s->xb, s->xb);
         if (st == TS_OK)
             st = ts_plan_set_input(p, s->tgt_name, (const char *)s->by + (size_t)i * s->yb, s->yb);
@@ -194,11 +255,13 @@ ts_status ts_repro_step(session *s, double *loss) {
         ts_plan_set_step(p, done);
         ts_plan_set_updates_applied(p, applied);
         ts_plan_set_seed(p, seed_of(r->seed, i));
+        ts_plan_scaler_hold(p, j < r->k - 1); /* the scale changes after the batch only */
         r->j = j;
         st = ts_plan_step(p);
         r->loss[j] = ts_plan_loss(p);
     }
     ts_plan_set_seed(p, r->seed);
+    ts_plan_scaler_hold(p, 0);
     if (st != TS_OK) return st;
     if (r->N > 1) {
         st = ts_allgather(r->comm, r->loss, r->losses, (size_t)r->M, TS_F64, TS_ALGO_AUTO);
@@ -206,9 +269,10 @@ ts_status ts_repro_step(session *s, double *loss) {
     } else {
         memcpy(r->losses, r->loss, sizeof(double) * (size_t)r->k);
     }
-    /* In micro-batch order: micro-batch i is round i / N of rank i % N. */
+    /* In micro-batch order: micro-batch i is round i / N of rank i % N (local: rank-major). */
     double sum = 0;
-    for (int64_t i = 0; i < r->M; i++) sum += r->losses[(i % r->N) * r->k + i / r->N];
+    for (int64_t i = 0; i < r->M; i++)
+        sum += r->losses[r->local ? i : (i % r->N) * r->k + i / r->N];
     *loss = sum / (double)r->M;
     return TS_OK;
 }
@@ -233,6 +297,8 @@ void ts_repro_free(struct ts_repro *r) {
     if (!r) return;
     ts_tree_sum_free(&r->gsum);
     ts_tree_sum_free(&r->ssum);
+    ts_repro_gather_free(&r->ggat);
+    ts_repro_gather_free(&r->sgat);
     free(r->st);
     free(r->s0);
     free(r->leaf);

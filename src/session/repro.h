@@ -20,6 +20,11 @@
 
 #include "session/session_internal.h"
 
+/* 1 when the plan is compiled for this rank alone (no all-reduce): dist.reproducible on a
+ * process count that is not a power of two, or with loss scaling. Each rank then runs a run of
+ * consecutive micro-batches, and the tree is finished across ranks by dist/repro_gather.h. */
+int ts_repro_local(const session *s);
+
 /* Without dist.reproducible: s->nslices = s->nranks. With it: resolves
  * dist.microbatch (0: model.batch / 4, / 2 or / 1, the first that
  * divides), sets s->nslices to the micro-batch count, and refuses a process
@@ -28,7 +33,9 @@
 ts_status ts_repro_resolve(session *s);
 
 /* Allocates the sums and puts the micro-batch gate in front of the
- * plan's update gate (after the alerts set theirs). Refuses loss scaling. */
+ * plan's update gate (after the alerts set theirs). With fp16 loss scaling
+ * the skip decision and the scale update are made once per batch, on the
+ * summed gradients. */
 ts_status ts_repro_setup(session *s);
 
 /* One training step over the batch in s->bx / s->by: this rank's

@@ -242,11 +242,21 @@ static void header(session *s) {
         char hosts[32] = "";
         if (ts_comm_num_hosts(s->o->comm) > 1)
             snprintf(hosts, sizeof hosts, ", %d hosts", ts_comm_num_hosts(s->o->comm));
-        ts_progress_log(&s->pr,
-                        "data parallel: %d processes (%s%s), batch %lld per process, gradients "
-                        "averaged in buckets of %g MiB",
-                        s->nranks, ts_comm_transport(s->o->comm), hosts,
-                        (long long)(c->model.batch / s->nranks), c->dist.bucket_mb);
+        if (c->dist.reproducible) /* repro.h: the two ways the tree is summed */
+            ts_progress_log(&s->pr,
+                            "data parallel: %d processes (%s%s), dist.reproducible: %d "
+                            "micro-batches of %lld rows, %d per process, summed in a fixed tree "
+                            "(%s)",
+                            s->nranks, ts_comm_transport(s->o->comm), hosts, s->nslices,
+                            (long long)(c->model.batch / s->nslices), s->nslices / s->nranks,
+                            ts_repro_local(s) ? "each process's pieces all-gathered"
+                                              : "an all-reduce per round");
+        else
+            ts_progress_log(&s->pr,
+                            "data parallel: %d processes (%s%s), batch %lld per process, "
+                            "gradients averaged in buckets of %g MiB",
+                            s->nranks, ts_comm_transport(s->o->comm), hosts,
+                            (long long)(c->model.batch / s->nranks), c->dist.bucket_mb);
         const double mib = 1024.0 * 1024.0;
         char zs[48] = "", zg[192] = "";
         if (c->dist.zero) snprintf(zs, sizeof zs, ": ZeRO-%d, this rank's shard", c->dist.zero);

@@ -10,6 +10,7 @@
 #include "core/core.h"
 #include "plan/plan.h"
 #include "plan/plan_cache.h"
+#include "session/repro.h"
 #include "session/session_internal.h"
 #include "session/shapes.h"
 
@@ -21,6 +22,8 @@ static void train_options(const session *s, ts_compile_options *opt) {
     /* dist.reproducible sums the ranks' gradients in a balanced tree: every
      * algorithm does for 2 ranks, recursive doubling for more (repro.h). */
     if (s->c.dist.reproducible && s->nranks > 2) opt->dist_algo = TS_ALGO_RD;
+    /* on other counts each rank's plan is its own and the tree is finished across ranks */
+    if (ts_repro_local(s)) opt->comm = NULL;
     opt->zero = s->nranks > 1 ? s->c.dist.zero : 0;
     opt->zero_private_params = !s->c.dist.share_params;
     opt->zero_no_prefetch = !s->c.dist.prefetch;

@@ -20,7 +20,12 @@
  * reports as skipped. Namespace names carry this process id, so parallel
  * runs do not clash; they are removed on every path (normal end, failure,
  * SIGTERM/SIGINT), and namespaces left by a run that was killed outright
- * (its pid gone) are removed by the next run. */
+ * (its pid gone) are removed by the next run.
+ *
+ * dist.reproducible across hosts (docs/reproducibility.md): `tessel train`
+ * of W1 (12 micro-batches) under mpirun on the two hosts, 4 ranks (the
+ * all-reduce tree) and 3 ranks (2 + 1: the pieces all-gathered), ends with
+ * the same bytes as one process and as 4 shm processes (`tessel ckpt diff`). */
 #include <dirent.h>
 #include <stdarg.h>
 #include <signal.h>
@@ -379,6 +384,73 @@ static void run_job(const ref *rf) {
     free(out);
 }
 
+/* tessel train ... under mpirun over the two namespaces (np ranks), or on
+ * shm (np 0: --procs N in SETS); 0 when it succeeded. */
+static int tessel_train(const char *bin, int np, const char *cfg, const char *sets,
+                        const char *out) {
+    char log[300];
+    snprintf(log, sizeof log, "%s/%s.log", tmpdir, out);
+    int rc;
+    if (np)
+        rc = sh("TESSEL_DIST_TIMEOUT=60 timeout -s KILL 240 ip netns exec %s mpirun "
+                "--allow-run-as-root --hostfile %s/hostfile -np %d --mca plm_rsh_agent "
+                "%s/agent.sh --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca "
+                "oob_tcp_if_include 10.77.0.0/24 '%s' train '%s' %s --out %s/%s >'%s' 2>&1",
+                ns_a, tmpdir, np, tmpdir, bin, cfg, sets, tmpdir, out, log);
+    else
+        rc = sh("timeout -s KILL 240 '%s' train '%s' %s --out %s/%s >'%s' 2>&1", bin, cfg, sets,
+                tmpdir, out, log);
+    if (rc) {
+        char *t = e2e_slurp(log, NULL);
+        CHECK(0, "%s: status %d:\n%s", out, rc, t ? t : "");
+        free(t);
+    }
+    return rc;
+}
+
+/* `tessel ckpt diff` of two runs: every tensor identical. */
+static int same_tensors(const char *bin, const char *a, const char *b) {
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "'%s' ckpt diff %s/%s %s/%s 2>&1", bin, tmpdir, a, tmpdir, b);
+    FILE *p = popen(cmd, "r");
+    char line[512];
+    int same = 0;
+    while (p && fgets(line, sizeof line, p))
+        if (strstr(line, " identical, 0 different")) same = 1;
+    if (p) pclose(p);
+    return same;
+}
+
+static void run_repro(void) {
+    const char *bin = getenv("TESSEL_BIN");
+    char cwd[512], cfg[600];
+    if (!bin || access(bin, X_OK) || !getcwd(cwd, sizeof cwd)) {
+        printf("reproducible runs skipped: no TESSEL_BIN\n");
+        return;
+    }
+    snprintf(cfg, sizeof cfg, "%s/examples/w1.yaml", cwd);
+    const char *sets = "--set model.hidden=64 --set model.batch=48 --set dist.microbatch=4 "
+                       "--set dist.reproducible=true --set train.clip_grad_norm=1 --set "
+                       "train.steps=10 --set train.threads=1 --set alerts.defaults=false --set "
+                       "ckpt.every=10";
+    char shm[700];
+    snprintf(shm, sizeof shm, "%s --procs 4", sets);
+    double t0 = ts_now();
+    if (tessel_train(bin, 0, cfg, sets, "repro-p1") || tessel_train(bin, 0, cfg, shm, "repro-shm4"))
+        return;
+    CHECK(same_tensors(bin, "repro-p1", "repro-shm4"), "W1: 4 shm processes = 1 process");
+    static const int nps[] = {4, 3};
+    for (int i = 0; i < 2; i++) {
+        char out[32];
+        snprintf(out, sizeof out, "repro-mpi%d", nps[i]);
+        if (tessel_train(bin, nps[i], cfg, sets, out)) continue;
+        CHECK(same_tensors(bin, "repro-shm4", out),
+              "W1 reproducible: mpirun -np %d on 2 hosts = 4 shm processes = 1 process", nps[i]);
+    }
+    printf("dist.reproducible over mpirun (2 hosts, 4 and 3 ranks) and shm: %.1f s\n",
+           ts_now() - t0);
+}
+
 int main(void) {
     if (ts_dist_started_by_mpi()) return worker();
 #if defined(__SANITIZE_ADDRESS__)
@@ -435,6 +507,7 @@ int main(void) {
     int set = setup();
     CHECK(set == 0, "setting up namespaces %s and %s", ns_a, ns_b);
     if (set == 0 && rf) run_job(rf);
+    if (set == 0) run_repro();
     run_cleanup();
     char p[128];
     snprintf(p, sizeof p, "/run/netns/%s", ns_a);

@@ -1,11 +1,14 @@
 /* dist.reproducible end to end (docs/reproducibility.md): `tessel train`
- * on 1, 2 and 4 processes (shm) and 1 or 2 threads gives byte-identical
- * final checkpoints (`tessel ckpt diff`: every tensor identical) and the
- * same logged losses and gradient norms, for W1's MLP, a GRU, a small GPT
- * (W3's shape, scaled down) and the CNN with BatchNorm (when Fashion-MNIST
- * is installed); without the key 1 and 2 processes differ (so the
- * comparison can fail). 3 processes and ZeRO are refused with the allowed
- * counts named. */
+ * on 1, 2, 3 and 4 processes (shm), each with 1 and 2 threads, gives
+ * byte-identical final checkpoints (`tessel ckpt diff`: every tensor
+ * identical) and the same logged losses and gradient norms, for W1's MLP and
+ * a GRU; a small GPT (W3's shape, scaled down) and the CNN with BatchNorm
+ * (when Fashion-MNIST is installed) on 1, 2, 3 and 4 processes with 1 or 2
+ * threads (4 runs each, to bound the test's time); all with 12 micro-batches;
+ * so does W1 in fp16 with dynamic loss scaling on 1, 3 and 4 processes (with
+ * skipped and applied steps); without the key 1 and 2 processes differ (so
+ * the comparison can fail). A count that does not divide the micro-batch
+ * count and ZeRO are refused, the first with the allowed counts named. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -60,17 +63,15 @@ static int identical(const char *a, const char *b, int *n_tensors) {
     return same > 0 && diff == 0;
 }
 
-/* A model on 1 process (1 and 2 threads), 2 and 4 processes: the same bits. */
-static void same_bits(const char *tag, const char *cfg, const char *sets, int threads2) {
+/* A model on 1 process with 1 thread, and on 1, 2, 3 and 4 processes
+ * with 1 and 2 threads (nruns of these 7, from the first): the same bits. */
+static void same_bits(const char *tag, const char *cfg, const char *sets, int nruns) {
     char ref[64], run[64];
     snprintf(ref, sizeof ref, "%s-p1-t1", tag);
     if (train(ref, cfg, sets, 1, 1)) return;
     char *want = train_numbers(ref);
-    /* 1 process with 2 threads, 2 with 1, 4 with 2 (all with 1 thread
-     * without threads2). */
-    const int procs[] = {1, 2, 4};
-    for (int i = threads2 ? 0 : 1; i < 3; i++) {
-        const int threads[] = {threads2 ? 2 : 1, 1, threads2 ? 2 : 1};
+    const int procs[] = {3, 2, 4, 1, 3, 2, 4}, threads[] = {2, 1, 1, 2, 1, 2, 2};
+    for (int i = 0; i < nruns && i < 7; i++) {
         snprintf(run, sizeof run, "%s-p%d-t%d", tag, procs[i], threads[i]);
         if (train(run, cfg, sets, procs[i], threads[i])) continue;
         int n = 0;
@@ -93,8 +94,25 @@ int main(void) {
     if (!bin) return check_summary("e2e/repro");
     const char *w1 = "--set model.hidden=64 --set train.steps=30 --set train.clip_grad_norm=1";
     char sets[512];
-    snprintf(sets, sizeof sets, "%s --set dist.reproducible=true", w1);
-    same_bits("w1", "examples/w1.yaml", sets, 1);
+    snprintf(sets, sizeof sets,
+             "%s --set dist.reproducible=true --set model.batch=48 --set dist.microbatch=4", w1);
+    same_bits("w1", "examples/w1.yaml", sets, 7);
+
+    /* fp16 with dynamic loss scaling: a scale that is not a power of two,
+     * skipped steps at first, then growth every 2 steps; the skip decisions
+     * come from the summed gradients. */
+    char fp16[700];
+    snprintf(fp16, sizeof fp16,
+             "%s --set precision.default=fp16 --set precision.init_scale=1e6 --set "
+             "precision.growth_interval=2 --set train.steps=16",
+             sets);
+    same_bits("fp16", "examples/w1.yaml", fp16, 3);
+    {
+        char *m = e2e_slurp(e2e_path("fp16-p3-t2/metrics.jsonl"), NULL);
+        CHECK(strstr(m, "\"step_skipped\":1") && strstr(m, "\"step_skipped\":0"),
+              "fp16: some steps skipped, some applied");
+        free(m);
+    }
 
     /* Without the key the ranks' partial sums change the bits. */
     if (!train("w1-plain-p1", "examples/w1.yaml", w1, 1, 1) &&
@@ -102,37 +120,38 @@ int main(void) {
         CHECK(!identical("w1-plain-p1", "w1-plain-p2", NULL),
               "without dist.reproducible 1 and 2 processes differ");
 
-    /* A GRU: its kernels differ between 1 and 2 threads even in one
-     * process (not this feature's doing), so one thread count here. */
     same_bits("gru", "examples/w2.yaml",
-              "--set train.steps=30 --set train.eval_every=0 --set dist.reproducible=true", 0);
+              "--set train.steps=8 --set train.eval_every=0 --set model.hidden=64 --set "
+              "model.batch=48 --set dist.microbatch=4 --set dist.reproducible=true",
+              7);
     same_bits("gpt", "examples/w3.yaml",
-              "--set train.steps=10 --set model.ctx=32 --set model.d_model=32 --set "
+              "--set train.steps=6 --set model.ctx=32 --set model.d_model=32 --set "
               "model.n_layers=1 --set model.n_heads=4 --set model.vocab=256 --set "
-              "dist.reproducible=true",
-              1);
+              "model.batch=12 --set dist.microbatch=1 --set dist.reproducible=true",
+              4);
     if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0)
         same_bits("cnn", "examples/fashion_cnn.yaml",
                   "--set train.epochs=0 --set train.steps=6 --set train.warmup_steps=5 --set "
-                  "model.c1=8 --set model.c2=8 --set "
-                  "data.val_fraction=0 --set dist.reproducible=true --set dist.microbatch=16",
-                  1);
+                  "model.c1=8 --set model.c2=8 --set data.val_fraction=0 --set "
+                  "dist.reproducible=true --set model.batch=48 --set dist.microbatch=4",
+                  4);
     else
         printf("cnn skipped: Fashion-MNIST is not installed\n");
 
     /* Refusals name what is allowed. */
-    e2e_result r =
-        e2e_runf("train examples/w1.yaml --procs 3 %s --set model.batch=48 --out %s/r3", sets, dir);
+    e2e_result r = e2e_runf("train examples/w1.yaml --procs 3 %s --set model.batch=48 --set "
+                            "dist.microbatch=12 --out %s/r3",
+                            sets, dir);
     CHECK(r.rc != 0 && strstr(r.err, "3 processes cannot share the 4 micro-batches") &&
               strstr(r.err, "allowed: 1, 2, 4"),
           "3 processes refused with the allowed counts: %s", r.err);
     e2e_done(&r);
     r = e2e_runf("train examples/w1.yaml --procs 2 %s --set dist.zero=1 --out %s/rz", sets, dir);
-    CHECK(r.rc != 0 && strstr(r.err, "dist.reproducible does not support dist.zero 1"),
-          "ZeRO refused: %s", r.err);
+    CHECK(r.rc != 0 && strstr(r.err, "dist.reproducible does not support dist.zero 1: ZeRO"),
+          "ZeRO refused, saying why: %s", r.err);
     e2e_done(&r);
-    r = e2e_runf("train examples/w1.yaml %s --set dist.microbatch=48 --out %s/rm", sets, dir);
-    CHECK(r.rc != 0 && strstr(r.err, "dist.microbatch 48 does not divide model.batch 256"),
+    r = e2e_runf("train examples/w1.yaml %s --set dist.microbatch=40 --out %s/rm", sets, dir);
+    CHECK(r.rc != 0 && strstr(r.err, "dist.microbatch 40 does not divide model.batch 48"),
           "a micro-batch that does not divide the batch refused: %s", r.err);
     e2e_done(&r);
     e2e_cleanup(dir);

@@ -287,7 +287,9 @@ static void test_case(const ts_mm_desc *d, uint64_t key) {
           desc, worst32);
 
     /* Determinism across thread counts, run settings and runs. */
-    CHECK(memcmp(out[0], out[1], cbytes) == 0, "%s: 1-thread and 2-thread primitives differ (%s / %s)", desc, ts_mm_impl(m1), ts_mm_impl(m2));
+    CHECK(memcmp(out[0], out[1], cbytes) == 0,
+          "%s: 1-thread and 2-thread primitives differ (%s / %s)", desc, ts_mm_impl(m1),
+          ts_mm_impl(m2));
     CHECK(memcmp(out[1], out[2], cbytes) == 0, "%s: differs when run under 1 OpenMP thread", desc);
     CHECK(memcmp(out[1], out[3], cbytes) == 0, "%s: differs inside a parallel region", desc);
     CHECK(memcmp(out[1], out[4], cbytes) == 0, "%s: differs run to run", desc);
@@ -309,7 +311,8 @@ done:
 /* ---- full-size workload shapes: 1-thread vs 2-thread bit identity ----------- */
 
 static void test_workload_determinism(const char *name, ts_dtype in, int64_t batch, int64_t M,
-                                      int64_t N, int64_t K, int ta, int tb, int accumulate) {
+                                      int64_t N, int64_t K, int ta, int tb, int accumulate,
+                                      int nthr) {
     int ok = 1;
     ts_mm_desc d = {.a_dt = in,
                     .b_dt = in,
@@ -337,7 +340,7 @@ static void test_workload_determinism(const char *name, ts_dtype in, int64_t bat
     }
     for (int64_t i = 0; i < nc; i++) c0[i] = (float)((i % 7) - 3) * 0.25f;
     m1 = create_with(&d, 1);
-    m2 = create_with(&d, 2);
+    m2 = create_with(&d, nthr);
     CHECK(m1 && m2, "%s: create failed", name);
     if (!ok) goto done;
     size_t sb = ts_mm_scratch_bytes(m1) > ts_mm_scratch_bytes(m2) ? ts_mm_scratch_bytes(m1)
@@ -348,13 +351,14 @@ static void test_workload_determinism(const char *name, ts_dtype in, int64_t bat
     }
     omp_set_num_threads(1);
     CHECK(run_into(m1, &a, &b, c0, c1, (size_t)nc * 4, scratch), "%s: run 1", name);
+    omp_set_num_threads(nthr);
+    CHECK(run_into(m2, &a, &b, c0, c2, (size_t)nc * 4, scratch), "%s: run %d", name, nthr);
     omp_set_num_threads(2);
-    CHECK(run_into(m2, &a, &b, c0, c2, (size_t)nc * 4, scratch), "%s: run 2", name);
     if (!ok) goto done;
     int64_t ndiff = 0;
     for (int64_t i = 0; i < nc; i++) ndiff += memcmp(&c1[i], &c2[i], 4) != 0;
-    CHECK(ndiff == 0, "%s (%s, %s): %lld of %lld elements differ between 1 and 2 threads", name,
-          ts_dtype_name(in), ts_mm_impl(m2), (long long)ndiff, (long long)nc);
+    CHECK(ndiff == 0, "%s (%s, %s): %lld of %lld elements differ between 1 and %d threads", name,
+          ts_dtype_name(in), ts_mm_impl(m2), (long long)ndiff, (long long)nc, nthr);
 done:
     ts_mm_free(m1);
     ts_mm_free(m2);
@@ -505,19 +509,38 @@ int main(void) {
         int64_t batch, M, N, K;
         int ta, tb;
     } wl[] = {
-        {"mlp1.fwd", 1, 256, 1024, 2048, 0, 1},   {"mlp1.fwd.noT", 1, 256, 1024, 2048, 0, 0},
-        {"mlp1.dX", 1, 256, 2048, 1024, 0, 0},    {"mlp1.dW", 1, 1024, 2048, 256, 1, 0},
-        {"mlp2.fwd", 1, 256, 1024, 1024, 0, 1},   {"mlp2.dW", 1, 1024, 1024, 256, 1, 0},
-        {"gpt.qkv", 1, 2048, 1536, 512, 0, 1},    {"gpt.qkv.dX", 1, 2048, 512, 1536, 0, 0},
-        {"gpt.qkv.dW", 1, 1536, 512, 2048, 1, 0}, {"gpt.ffn", 1, 2048, 8192, 512, 0, 0},
-        {"gpt.lm", 1, 2048, 8192, 512, 0, 1},     {"gpt.lm.dX", 1, 2048, 512, 8192, 0, 0},
-        {"gpt.lm.dW", 1, 8192, 512, 2048, 1, 0},  {"attn.qk", 64, 256, 256, 64, 0, 1},
-        {"attn.pv", 64, 256, 64, 256, 0, 0},      {"attn.dV", 64, 256, 64, 256, 1, 0},
+        {"mlp1.fwd", 1, 256, 1024, 2048, 0, 1},
+        {"mlp1.fwd.noT", 1, 256, 1024, 2048, 0, 0},
+        {"mlp1.dX", 1, 256, 2048, 1024, 0, 0},
+        {"mlp1.dW", 1, 1024, 2048, 256, 1, 0},
+        {"mlp2.fwd", 1, 256, 1024, 1024, 0, 1},
+        {"mlp2.dW", 1, 1024, 1024, 256, 1, 0},
+        {"gpt.qkv", 1, 2048, 1536, 512, 0, 1},
+        {"gpt.qkv.dX", 1, 2048, 512, 1536, 0, 0},
+        {"gpt.qkv.dW", 1, 1536, 512, 2048, 1, 0},
+        {"gpt.ffn", 1, 2048, 8192, 512, 0, 0},
+        {"gpt.lm", 1, 2048, 8192, 512, 0, 1},
+        {"gpt.lm.dX", 1, 2048, 512, 8192, 0, 0},
+        {"gpt.lm.dW", 1, 8192, 512, 2048, 1, 0},
+        {"attn.qk", 64, 256, 256, 64, 0, 1},
+        {"attn.pv", 64, 256, 64, 256, 0, 0},
+        {"attn.dV", 64, 256, 64, 256, 1, 0},
+        /* the GRU's first-layer dW_ih (W2: 3H = 768, 32 features, B*T = 8192 rows): oneDNN
+         * splits this K between 2 threads; run in K blocks (dnnl_matmul_ksplit.h) */
+        {"gru.dWih", 1, 768, 32, 8192, 1, 0},
+        {"gru.dWih.tail", 1, 96, 40, 2048 + 700, 1, 0},
     };
     for (size_t i = 0; i < sizeof wl / sizeof *wl; i++)
         for (int bf = 0; bf < 2; bf++)
             test_workload_determinism(wl[i].name, bf ? TS_BF16 : TS_F32, wl[i].batch, wl[i].M,
-                                      wl[i].N, wl[i].K, wl[i].ta, wl[i].tb, (int)(i % 3 == 2));
+                                      wl[i].N, wl[i].K, wl[i].ta, wl[i].tb, (int)(i % 3 == 2), 2);
+    /* More threads than blocks of N: weight gradients that oneDNN may split in K (the first
+     * splits on 4 threads), run in K blocks, must give the one-thread bits. */
+    for (int bf = 0; bf < 2; bf++) {
+        test_workload_determinism("dW.4thr", bf ? TS_BF16 : TS_F32, 1, 96, 128, 4096, 1, 0, bf, 4);
+        test_workload_determinism("dW.8thr", bf ? TS_BF16 : TS_F32, 1, 384, 448, 2560, 1, 0, !bf,
+                                  8);
+    }
 
     for (int v = 0; v < 4; v++) test_unaligned(v & 1 ? TS_BF16 : TS_F32, v >> 1, v >> 1);
     test_errors();

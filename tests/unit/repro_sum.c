@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "check.h"
+#include "dist/repro_gather.h"
 #include "dist/repro_sum.h"
 #include "tessel/dist.h"
 
@@ -75,6 +76,25 @@ static void test_grouping(void) {
         CHECK(differ > 0, "M %d: a left fold differs from the tree in %d of %d elements", M, differ,
               LEN);
     }
+    /* ts_tree_sum_finish: the last leaf and the result in one pass, the same
+     * floats as add + result, for every stack depth (M = 1 .. 16), with and
+     * without a division, in place. */
+    for (int M = 1; M <= MAXM; M++) {
+        fill(M);
+        tree_of(M, (float)M, ref);
+        ts_tree_sum f;
+        CHECK_OK(ts_tree_sum_init(&f, LEN));
+        for (int i = 0; i + 1 < M; i++) CHECK_OK(ts_tree_sum_add(&f, leaves[i]));
+        memcpy(got, leaves[M - 1], sizeof got);
+        CHECK_OK(ts_tree_sum_finish(&f, got, got, (float)M));
+        CHECK(memcmp(ref, got, sizeof ref) == 0, "finish after %d leaves, / %d: the tree's bits",
+              M - 1, M);
+        tree_of(M, 1.0f, ref);
+        for (int i = 0; i + 1 < M; i++) CHECK_OK(ts_tree_sum_add(&f, leaves[i]));
+        CHECK_OK(ts_tree_sum_finish(&f, leaves[M - 1], got, 1.0f));
+        CHECK(memcmp(ref, got, sizeof ref) == 0, "finish after %d leaves: the tree's bits", M - 1);
+        ts_tree_sum_free(&f);
+    }
     /* The result starts a new sum, and a single leaf is itself. */
     ts_tree_sum t;
     CHECK_OK(ts_tree_sum_init(&t, LEN));
@@ -132,8 +152,86 @@ static void test_chain(void) {
     munmap(out, LEN * sizeof(float));
 }
 
+/* ---- runs of leaves on any number of ranks (dist/repro_gather.h) ----------- */
+
+typedef struct gjob {
+    int M;
+    size_t n;
+    float *out; /* MAP_SHARED: every rank's result, [N][n] */
+} gjob;
+
+/* Leaf i of a gather job (n may exceed LEN: values repeat with another index). */
+static void gleaf(int i, size_t n, float *dst) {
+    for (size_t e = 0; e < n; e++) dst[e] = leaf_value(i + (int)(e / LEN) * 101, e % LEN);
+}
+
+static int gather(ts_comm *c, void *user) {
+    gjob *jb = user;
+    const int N = ts_comm_size(c), r = ts_comm_rank(c), k = jb->M / N;
+    float *leaf = malloc(jb->n * sizeof(float));
+    ts_repro_gather g;
+    if (!leaf || ts_repro_gather_init(&g, N, r, jb->M, jb->n) != TS_OK) return 1;
+    for (int round = 0; round < 2; round++) { /* twice: a result starts the next sum */
+        for (int j = 0; j < k; j++) {
+            gleaf(r * k + j, jb->n, leaf);
+            if (ts_repro_gather_add(&g, leaf) != TS_OK) return 2;
+        }
+        if (ts_repro_gather_result(&g, c, jb->out + (size_t)r * jb->n) != TS_OK) return 3;
+    }
+    ts_repro_gather_free(&g);
+    free(leaf);
+    return 0;
+}
+
+static void test_gather(void) {
+    /* 1 Mi + 5 floats: two chunks of the exchange */
+    const size_t big = ((size_t)1 << 20) + 5;
+    const struct {
+        int M, N;
+        size_t n;
+    } cs[] = {{12, 3, LEN}, {9, 3, LEN}, {10, 5, LEN}, {6, 6, LEN}, {12, 4, LEN},
+              {7, 7, LEN},  {8, 1, LEN}, {12, 2, LEN}, {6, 3, big}};
+    for (size_t a = 0; a < sizeof cs / sizeof cs[0]; a++) {
+        const int M = cs[a].M, N = cs[a].N;
+        const size_t n = cs[a].n, bytes = (size_t)N * n * sizeof(float);
+        float *ref = malloc(n * sizeof(float)), *leaf = malloc(n * sizeof(float));
+        float *out = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        CHECK(ref && leaf && out != MAP_FAILED, "memory");
+        if (!ref || !leaf || out == MAP_FAILED) return;
+        ts_tree_sum t;
+        CHECK_OK(ts_tree_sum_init(&t, n));
+        for (int i = 0; i < M; i++) {
+            gleaf(i, n, leaf);
+            CHECK_OK(ts_tree_sum_add(&t, leaf));
+        }
+        CHECK_OK(ts_tree_sum_result(&t, ref, (float)M));
+        ts_tree_sum_free(&t);
+        memset(out, 0xff, bytes);
+        gjob jb = {M, n, out};
+        CHECK_OK(ts_shm_launch(N, NULL, gather, &jb, NULL));
+        for (int r = 0; r < N; r++)
+            CHECK(memcmp(out + (size_t)r * n, ref, n * sizeof(float)) == 0,
+                  "M %d on %d ranks (%zu floats): rank %d has the one-process tree's bits", M, N, n,
+                  r);
+        munmap(out, bytes);
+        free(ref);
+        free(leaf);
+    }
+    /* Refusals: a count that does not divide M, a subtree out of the counter's order. */
+    ts_repro_gather g;
+    CHECK(ts_repro_gather_init(&g, 5, 0, 12, 4) != TS_OK, "5 ranks cannot hold runs of 12 leaves");
+    ts_repro_gather_free(&g);
+    ts_tree_sum t;
+    static float one[LEN];
+    CHECK_OK(ts_tree_sum_init(&t, LEN));
+    CHECK_OK(ts_tree_sum_add_node(&t, one, 1));
+    CHECK(ts_tree_sum_add_node(&t, one, 2) != TS_OK, "a larger subtree after a smaller: refused");
+    ts_tree_sum_free(&t);
+}
+
 int main(void) {
     test_grouping();
     test_chain();
+    test_gather();
     return check_summary("unit/repro_sum");
 }

@@ -1,5 +1,6 @@
 /* dnnl_matmul.c — oneDNN matmul wrapper: create once, run many times. */
 #include "backends/cpu/dnnl_matmul.h"
+#include "backends/cpu/dnnl_matmul_ksplit.h"
 
 #include <dnnl.h>
 #include <dnnl_debug.h>
@@ -29,6 +30,7 @@ struct ts_mm {
     int widen;
     size_t dnnl_scratch_bytes; /* oneDNN's part of scratch_bytes; f32 A, B (and C) follow */
     int64_t a_elems, b_elems, c_elems;
+    ts_mm_ksplit *ks; /* set: the product runs in K blocks in a fixed order, without prim */
 };
 
 /* ---- global engine and stream ------------------------------------------ */
@@ -229,6 +231,21 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
         return s;
     }
 
+    /* A K that oneDNN might split between threads: blocks of K in one-thread order. */
+    if (ts_mm_ksplit_wanted(d, omp_get_max_threads())) {
+        m->nthr = omp_get_max_threads();
+        s = ts_mm_ksplit_create(&m->d, m->what, &m->ks);
+        if (s != TS_OK) {
+            ts_mm_free(m);
+            return s;
+        }
+        m->n_post_src = d->n_post;
+        m->scratch_bytes = ts_mm_ksplit_scratch_bytes(m->ks);
+        snprintf(m->impl, sizeof m->impl, "%s", ts_mm_ksplit_impl(m->ks));
+        *out = m;
+        return TS_OK;
+    }
+
     pthread_once(&g_once, init_engine);
     if (!g_engine) {
         s = dnnl_fail(g_init_status, m->what, g_init_call);
@@ -411,13 +428,15 @@ ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const 
     for (int p = 0; p < m->n_post_src; p++) {
         if (!post || !post[p])
             return ts_fail(TS_ERR_INVALID, "%s: post-op operand %d is NULL", m->what, p);
-        TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_post[p], (void *)(uintptr_t)post[p]));
+        if (!m->ks)
+            TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_post[p], (void *)(uintptr_t)post[p]));
     }
     if (!a || !b || !c)
         return ts_fail(TS_ERR_INVALID, "%s: NULL operand (a=%p b=%p c=%p)", m->what, a, b, c);
     if (m->scratch_bytes > 0 && !scratch)
         return ts_fail(TS_ERR_INVALID, "%s: needs %zu bytes of scratch, got NULL", m->what,
                        m->scratch_bytes);
+    if (m->ks) return ts_mm_ksplit_run(m->ks, a, b, c, post, scratch);
     void *narrow_c = NULL; /* the caller's bf16/f16 C when a widened run computes in f32 */
     if (m->widen) {
         float *wa = align_ptr((char *)scratch + m->dnnl_scratch_bytes);
@@ -446,6 +465,7 @@ ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const 
 
 void ts_mm_free(ts_mm *m) {
     if (!m) return;
+    ts_mm_ksplit_free(m->ks);
     if (m->mem_a) dnnl_memory_destroy(m->mem_a);
     if (m->mem_b) dnnl_memory_destroy(m->mem_b);
     if (m->mem_c) dnnl_memory_destroy(m->mem_c);

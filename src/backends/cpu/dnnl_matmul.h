@@ -30,13 +30,16 @@
  * inside an OpenMP parallel region (nested parallelism off, the default). So build plans under the
  * thread count they will run with: a ts_mm created under 1 thread always runs on 1. Determinism
  * (oneDNN 2.6.3, avx512_core / avx512_core_bf16 kernels, measured by
- * tests/unit/test_dnnl_matmul.c): each element of C is reduced over K in a fixed order that depends
- * on K only, never split across threads, so results are bit-identical for any thread count at
- * creation or at run time, and run to run. Not verified for AMX kernels (oneDNN may split K across
- * threads there when it has 16 or more threads). On a CPU without AVX512-BF16, oneDNN serves
- * bf16 x bf16 with its gemm:jit driver, which does split K by thread count; there ts_mm_create
- * builds an f32 primitive instead and a run widens A and B (and a bf16/f16 C) into its scratch
- * (exact: bf16/f16 products are exact in f32); ts_mm_impl() then ends in "+f32".
+ * tests/unit/dnnl_matmul.c): each element of C is reduced over K in a fixed order that depends
+ * on K only, so results are bit-identical for any thread count at creation or at run time, and
+ * run to run. oneDNN does split K between threads for a transposed A with K >= 2048 when the
+ * threads outnumber the blocks of N; ts_mm_create then runs the product in K blocks summed in
+ * its one-thread order instead (dnnl_matmul_ksplit.h; impl "...+ksplit"), batch 1 only. Not
+ * verified for AMX kernels (oneDNN may split K across threads there when it has 16 or more
+ * threads). On a CPU without AVX512-BF16, oneDNN serves bf16 x bf16 with its gemm:jit driver, which
+ * does split K by thread count; there ts_mm_create builds an f32 primitive instead and a run widens
+ * A and B (and a bf16/f16 C) into its scratch (exact: bf16/f16 products are exact in f32);
+ * ts_mm_impl() then ends in "+f32".
  *
  * Scratch is only used during a run: any number of ts_mm may share one buffer
  * of the largest ts_mm_scratch_bytes as long as they do not run concurrently.

@@ -1,0 +1,132 @@
+/* The fixed tree sum over leaves held in runs by any number of ranks. See repro_gather.h. */
+#include "dist/repro_gather.h"
+#include <stdlib.h>
+#include <string.h>
+#include "core/core.h"
+
+enum { CHUNK = 1 << 20 }; /* floats of each piece per all-gather */
+
+/* The pieces of leaves [lo, hi) out of M: the largest aligned blocks of 2^a leaves inside the
+ * range and inside one block of M's set bits (largest first: each starts at a multiple of its
+ * size). Writes at most cap of them; returns how many there are. */
+static int pieces_of(int64_t M, int64_t lo, int64_t hi, int64_t *start, int *level, int cap) {
+    int n = 0;
+    int64_t s = 0;
+    for (int b = 62; b >= 0; b--) {
+        if (!((M >> b) & 1)) continue;
+        const int64_t e = s + ((int64_t)1 << b);
+        int64_t a = lo > s ? lo : s;
+        const int64_t z = hi < e ? hi : e;
+        while (a < z) {
+            int l = b;
+            while (l > 0 && ((a & (((int64_t)1 << l) - 1)) || a + ((int64_t)1 << l) > z)) l--;
+            if (n < cap) start[n] = a, level[n] = l;
+            n++;
+            a += (int64_t)1 << l;
+        }
+        s = e;
+    }
+    return n;
+}
+
+ts_status ts_repro_gather_init(ts_repro_gather *g, int N, int rank, int64_t M, size_t n) {
+    if (!g) return ts_fail(TS_ERR_INVALID, "repro_gather: NULL argument");
+    memset(g, 0, sizeof *g);
+    if (N < 1 || rank < 0 || rank >= N || M < 1 || M % N)
+        return ts_fail(TS_ERR_INVALID, "repro_gather: %d ranks cannot hold runs of %lld leaves", N,
+                       (long long)M);
+    g->N = N, g->rank = rank, g->M = M, g->k = M / N, g->n = n;
+    for (int r = 0; r < N; r++) {
+        const int c = pieces_of(M, r * g->k, (r + 1) * g->k, NULL, NULL, 0);
+        g->total += c;
+        if (c > g->pmax) g->pmax = c;
+        if (r == rank) g->npieces = c;
+    }
+    const size_t T = (size_t)g->total;
+    if (!(g->start = ts_alloc(T * sizeof *g->start, "tree pieces")) ||
+        !(g->level = ts_alloc(T * sizeof *g->level, "tree pieces")) ||
+        !(g->owner = ts_alloc(T * sizeof *g->owner, "tree pieces")) ||
+        !(g->index = ts_alloc(T * sizeof *g->index, "tree pieces")))
+        return TS_ERR_NOMEM;
+    int t = 0;
+    for (int r = 0; r < N; r++) {
+        const int c =
+            pieces_of(M, r * g->k, (r + 1) * g->k, g->start + t, g->level + t, g->total - t);
+        for (int i = 0; i < c; i++) g->owner[t + i] = r, g->index[t + i] = i;
+        t += c;
+    }
+    const size_t chunk = n < CHUNK ? n : CHUNK;
+    if (!(g->mine = ts_alloc((size_t)g->npieces * (n ? n : 1) * sizeof(float), "tree pieces")) ||
+        !(g->xbuf = ts_alloc((size_t)N * (size_t)g->pmax * (chunk ? chunk : 1) * sizeof(float),
+                             "tree pieces' exchange")))
+        return TS_ERR_NOMEM;
+    ts_status s = ts_tree_sum_init(&g->local, n);
+    if (s == TS_OK) s = ts_tree_sum_init(&g->glob, chunk);
+    return s;
+}
+
+/* The first piece of this rank in the global list. */
+static int first_mine(const ts_repro_gather *g) {
+    int t = 0;
+    while (t < g->total && g->owner[t] != g->rank) t++;
+    return t;
+}
+
+ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf) {
+    if (!g || !leaf) return ts_fail(TS_ERR_INVALID, "repro_gather_add: NULL argument");
+    if (g->cur >= g->npieces)
+        return ts_fail(TS_ERR_INVALID, "repro_gather_add: more than the rank's %lld leaves",
+                       (long long)g->k);
+    const int t = first_mine(g) + g->cur;
+    ts_status s;
+    /* The leaf completes a piece (a balanced tree of 2^level leaves): its sum, in one pass. */
+    if (g->local.leaves + 1 == (int64_t)1 << g->level[t]) {
+        s = ts_tree_sum_finish(&g->local, leaf, g->mine + (size_t)g->cur * g->n, 1.0f);
+        g->cur++;
+    } else {
+        s = ts_tree_sum_add(&g->local, leaf);
+    }
+    if (s == TS_OK) g->added++;
+    return s;
+}
+
+ts_status ts_repro_gather_result(ts_repro_gather *g, ts_comm *comm, float *dst) {
+    if (!g || !dst) return ts_fail(TS_ERR_INVALID, "repro_gather_result: NULL argument");
+    if (g->added != g->k)
+        return ts_fail(TS_ERR_INVALID, "repro_gather_result: %lld of the rank's %lld leaves added",
+                       (long long)g->added, (long long)g->k);
+    if (g->N > 1 && (!comm || ts_comm_size(comm) != g->N))
+        return ts_fail(TS_ERR_INVALID, "repro_gather_result: needs a comm of %d ranks", g->N);
+    ts_status s = TS_OK;
+    for (size_t off = 0; off < g->n && s == TS_OK; off += CHUNK) {
+        const size_t len = g->n - off < CHUNK ? g->n - off : CHUNK;
+        const size_t slot = (size_t)g->pmax * len; /* one rank's block of the all-gather */
+        float *blk = g->xbuf + (size_t)g->rank * slot;
+        for (int p = 0; p < g->npieces; p++)
+            memcpy(blk + (size_t)p * len, g->mine + (size_t)p * g->n + off, len * sizeof(float));
+        if (g->N > 1)
+            s = ts_allgather(comm, NULL, g->xbuf, (size_t)g->N * slot, TS_F32, TS_ALGO_AUTO);
+        g->glob.n = len; /* its buffers hold CHUNK floats; the last chunk is shorter */
+        for (int t = 0; t < g->total && s == TS_OK; t++)
+            s = ts_tree_sum_add_node(
+                &g->glob, g->xbuf + (size_t)g->owner[t] * slot + (size_t)g->index[t] * len,
+                g->level[t]);
+        if (s == TS_OK) s = ts_tree_sum_result(&g->glob, dst + off, (float)g->M);
+    }
+    g->added = 0;
+    g->cur = 0;
+    return s;
+}
+
+void ts_repro_gather_free(ts_repro_gather *g) {
+    if (!g) return;
+    free(g->start);
+    free(g->level);
+    free(g->owner);
+    free(g->index);
+    free(g->mine);
+    free(g->xbuf);
+    ts_tree_sum_free(&g->local);
+    ts_tree_sum_free(&g->glob);
+    memset(g, 0, sizeof *g);
+}

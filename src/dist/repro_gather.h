@@ -1,0 +1,49 @@
+/* repro_gather.h — the fixed tree sum of M leaves (dist/repro_sum.h) when N ranks hold
+ * consecutive runs of them and N is any count dividing M (dist.reproducible on 3, 5, 6, ...
+ * processes; docs/reproducibility.md).
+ *
+ *     ts_repro_gather g;
+ *     ts_repro_gather_init(&g, N, rank, M, n);       // rank holds leaves rank*M/N ...
+ *     for (j = 0; j < M / N; j++) ts_repro_gather_add(&g, leaf_j);
+ *     ts_repro_gather_result(&g, comm, dst);          // collective: dst = tree sum / M
+ *     ts_repro_gather_free(&g);
+ *
+ * The binary counter's tree over leaves 0 .. M-1 is made of aligned blocks of 2^a leaves
+ * (inside the blocks of M's set bits). A rank's run of leaves splits into the largest such
+ * blocks that lie inside it ("pieces", at most about 2 log2 M); the rank sums each piece as a
+ * balanced tree, all ranks all-gather their pieces (in chunks of 1 Mi floats, so the buffer
+ * stays small), and every rank adds the pieces of all ranks in leaf order into one binary
+ * counter (ts_tree_sum_add_node), which finishes the same tree. So the result is the same
+ * floats for every N dividing M, N = 1 included, and the same as a ts_tree_sum fed all M
+ * leaves, then divided by M. Costs beside the leaves' own sum: each rank receives every
+ * other rank's pieces, (N - 1) * pieces * n floats per result. */
+#ifndef TS_DIST_REPRO_GATHER_H
+#define TS_DIST_REPRO_GATHER_H
+
+#include "dist/repro_sum.h"
+#include "tessel/dist.h"
+
+typedef struct ts_repro_gather {
+    int N, rank, npieces, pmax, total; /* this rank's pieces, the most of any, all ranks' */
+    int64_t M, k;                      /* leaves, per rank */
+    size_t n;                          /* floats per leaf */
+    int64_t *start;                    /* [total] first leaf of every piece, in leaf order */
+    int *level;                        /* [total] log2 of its leaf count */
+    int *owner, *index;                /* [total] its rank and its index there */
+    float *mine;                       /* [npieces][n] this rank's piece sums */
+    float *xbuf;                       /* [N][pmax][chunk] the all-gather's buffer */
+    int64_t added;                     /* leaves added since the last result */
+    int cur;                           /* the piece the next leaf belongs to */
+    ts_tree_sum local, glob;
+} ts_repro_gather;
+
+/* N ranks, M leaves (N divides M), n floats each; this rank holds leaves rank*M/N .. */
+ts_status ts_repro_gather_init(ts_repro_gather *g, int N, int rank, int64_t M, size_t n);
+/* The next of this rank's leaves (n floats, read only). */
+ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf);
+/* Collective over comm's N ranks, after each added its M/N leaves: dst (n floats) = the sum of
+ * all M leaves in the fixed tree, divided by M. Then the sum starts again. */
+ts_status ts_repro_gather_result(ts_repro_gather *g, ts_comm *comm, float *dst);
+void ts_repro_gather_free(ts_repro_gather *g);
+
+#endif
