@@ -227,6 +227,9 @@ typedef struct ts_config {
         int64_t sort_window;     /* batches sorted by length together; 0: no sorting */
         int64_t build_seq; /* not a key: the sequence bucket a gpt is built at (0: model.ctx) */
     } shape;
+    struct {
+        int fused_update; /* each parameter's update as soon as its gradient is complete */
+    } optim;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 

@@ -431,6 +431,10 @@ const ts_config_key cfg_keys[] = {
     {"dist.microbatch", TS_CFG_I64, FIELD(dist, microbatch), 0, NULL, "[0, 1e9]", "0",
      "rows per micro-batch with dist.reproducible (0: model.batch / 4 when it divides, else / 2, "
      "else model.batch)"},
+    /* optim: the fused optimizer update (issue 25, docs/config.md "optim") */
+    {"optim.fused_update", TS_CFG_BOOL, FIELD(optim, fused_update), 0, NULL, NULL, "false",
+     "update each parameter as soon as its gradient is complete, so gradients are temporaries "
+     "(same weights; not with train.clip_grad_norm, loss scaling or several processes)"},
 };
 
 const int cfg_n_keys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);
