@@ -83,6 +83,11 @@ typedef struct ts_train_spec {
     ts_optimizer opt;
     ts_lr_schedule schedule;
     double clip_grad_norm; /* > 0: scale gradients to this global L2 norm (torch semantics) */
+    /* optim.fused_update: one update node per parameter, run as soon as its
+     * gradient is complete, so gradients are temporaries of the step (not
+     * readable afterwards) instead of a persistent region. Same weights bit
+     * for bit. Needs clip_grad_norm 0, no loss scaling, one rank. */
+    int fused_update;
 } ts_train_spec;
 
 /* loss with plain SGD lr 0.01 (no momentum), constant schedule, no clipping. */

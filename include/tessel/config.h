@@ -238,6 +238,9 @@ typedef struct ts_config {
         int schedule;      /* ts_pipe_schedule: 0 1f1b, 1 gpipe */
         char devices[512]; /* devices file ("" : speeds measured at start) */
     } pipe;
+    struct {
+        int fused_update; /* each parameter's update as soon as its gradient is complete */
+    } optim;
     /* Batches per epoch once ts_config_fit_data has seen the data (0 before). */
     int64_t batches_per_epoch;
 

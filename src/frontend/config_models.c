@@ -61,6 +61,7 @@ ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph
     spec->schedule = (ts_lr_schedule){kinds[c->train.schedule], c->train.warmup_steps,
                                       c->train.total_steps, c->train.min_lr};
     spec->clip_grad_norm = c->train.clip_grad_norm;
+    spec->fused_update = c->optim.fused_update;
     *opt = ts_compile_options_default();
     opt->seed = c->train.seed;
     opt->threads = c->train.threads;

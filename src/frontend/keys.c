@@ -455,6 +455,10 @@ const ts_config_key cfg_keys[] = {
     {"dist.devices", TS_CFG_STR, FIELD(pipe, devices), 0, NULL, NULL, "measure",
      "pipeline: file of device speeds, a line `name gemm_gflops mem_gbps link_gbps [mem_mb]` per "
      "stage (measure: this process's speeds, measured at start, for every stage)"},
+    /* optim: the fused optimizer update (issue 25, docs/config.md "optim") */
+    {"optim.fused_update", TS_CFG_BOOL, FIELD(optim, fused_update), 0, NULL, NULL, "false",
+     "update each parameter as soon as its gradient is complete, so gradients are temporaries "
+     "(same weights; not with train.clip_grad_norm, loss scaling or several processes)"},
 };
 
 const int cfg_n_keys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);

@@ -197,6 +197,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         break;
     case TS_OP_GATHER:
     case TS_OP_SCATTER_ADD:
+    case TS_OP_SCATTER_ADD_TO:
         field(out, "axis", a->index.axis);
         field(out, "extent", a->index.extent);
         break;

@@ -1,5 +1,6 @@
 /* Indexing ops: gather (NumPy take along an axis) and its gradient
- * scatter_add; builders ts_gather and ts_embedding. */
+ * scatter_add; scatter_add_to, the fusion pass's base + scatter_add in one
+ * pass over the base; builders ts_gather and ts_embedding. */
 #include <string.h>
 #include "kern.h"
 
@@ -255,6 +256,127 @@ static double cost_scatter_add(const ts_graph *g, const ts_node *n) {
     return (double)ts_type_numel(ts_in_type(g, n, 0));
 }
 
+/* ---- scatter_add_to ------------------------------------------------------ */
+
+/* scatter_add_to(base, dy, idx) = base + scatter_add(dy, idx), made by the
+ * fusion pass where a scatter_add's only reader adds it to a tensor of its
+ * shape (a tied embedding's gradient: the LM head's weight gradient plus
+ * the token embedding's). The output may take the base's memory
+ * (TS_OPF_INPLACE), so the vocabulary-sized scatter_add result is never
+ * materialised. Same bits as the two ops: each touched row's sum S is
+ * accumulated from +0 in index order, as scatter_add does, into a scratch
+ * row, then added once (base + S); an untouched row is base + 0.0f (what
+ * adding scatter_add's zero row gives, -0.0 becoming +0.0). Axis 0 only
+ * (outer 1), which is the embedding's. */
+
+/* Scratch: first[extent] (the first position of each row, -1 if none),
+ * slot[nidx] (the first position with the same row), then the sums S,
+ * nidx rows of inner elements. */
+static size_t scatter_to_scratch(const ts_graph *g, const ts_node *n) {
+    const ts_type *b = ts_in_type(g, n, 0), *ix = ts_in_type(g, n, 2);
+    const int64_t extent = b->rank ? b->dims[0] : 1, nidx = ts_type_numel(ix);
+    const int64_t inner = extent ? ts_type_numel(b) / extent : 0;
+    return TS_ALIGN_UP(sizeof(int32_t) * (size_t)(extent + nidx), 64) +
+           (size_t)(nidx * inner) * ts_dtype_size(b->dtype);
+}
+
+static ts_status infer_scatter_to(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_type *b = ts_in_type(g, n, 0);
+    ts_node sc = *n; /* the scatter_add it replaces: (dy, idx) */
+    int32_t in2[2] = {n->in[1], n->in[2]};
+    sc.in = in2;
+    sc.n_in = 2;
+    ts_status s = infer_scatter_add(g, &sc, out, n_out);
+    if (s != TS_OK) return s;
+    if (n->a.index.axis != 0) return ts_fail(TS_ERR_INVALID, "axis must be 0");
+    if (!ts_type_equal(out, b)) {
+        char x[128], y[128];
+        return ts_fail(TS_ERR_SHAPE, "base %s does not match the scatter's %s",
+                       ts_type_str(x, sizeof x, b), ts_type_str(y, sizeof y, out));
+    }
+    if (ts_type_numel(ts_in_type(g, n, 2)) > INT32_MAX || b->dims[0] > INT32_MAX)
+        return ts_fail(TS_ERR_SHAPE, "more than 2^31 rows or indices");
+    return TS_OK;
+}
+
+#define DEF_SCATTER_TO(name, T)                                                                    \
+    TS_CLONES static void name(T *out, const T *base, const T *dy, T *sum, const int32_t *first,   \
+                               const int32_t *slot, const void *idx, ts_dtype idt, int64_t extent, \
+                               int64_t nidx, int64_t inner, int64_t c0, int64_t c1, int pass) {    \
+        if (pass == 0) { /* rows [c0, c1) that no index touches */                                 \
+            for (int64_t r = c0; r < c1; r++)                                                      \
+                if (first[r] < 0)                                                                  \
+                    for (int64_t c = 0; c < inner; c++)                                            \
+                        out[r * inner + c] = base[r * inner + c] + (T)0;                           \
+            return;                                                                                \
+        }                                                                                          \
+        (void)extent;                                                                              \
+        for (int64_t j = 0; j < nidx; j++)                                                         \
+            if (slot[j] == j)                                                                      \
+                for (int64_t c = c0; c < c1; c++) sum[j * inner + c] = 0;                          \
+        for (int64_t j = 0; j < nidx; j++) {                                                       \
+            T *o = sum + (int64_t)slot[j] * inner;                                                 \
+            const T *x = dy + j * inner;                                                           \
+            for (int64_t c = c0; c < c1; c++) o[c] += x[c];                                        \
+        }                                                                                          \
+        for (int64_t j = 0; j < nidx; j++) {                                                       \
+            if (slot[j] != j) continue;                                                            \
+            const int64_t r = index_at(idx, idt, j);                                               \
+            for (int64_t c = c0; c < c1; c++)                                                      \
+                out[r * inner + c] = base[r * inner + c] + sum[j * inner + c];                     \
+        }                                                                                          \
+    }
+DEF_SCATTER_TO(scatter_to_f32, float)
+DEF_SCATTER_TO(scatter_to_f64, double)
+
+static ts_status k_scatter_to(const ts_kargs *k) {
+    const ts_tensor *b = &k->in[0], *dy = &k->in[1], *ix = &k->in[2], *o = &k->out[0];
+    if (o->dtype != TS_F32 && o->dtype != TS_F64)
+        return ts_kernel_bad_dtype(k, "scatter_add_to", o->dtype);
+    const int64_t extent = o->dims[0], nidx = ts_tensor_numel(ix);
+    const int64_t inner = extent ? ts_tensor_numel(o) / extent : 0;
+    ts_status s = check_indices(k, "scatter_add_to", ix, extent);
+    if (s != TS_OK) return s;
+    int32_t *first = k->scratch, *slot = first + extent;
+    void *sum = (char *)k->scratch + TS_ALIGN_UP(sizeof(int32_t) * (size_t)(extent + nidx), 64);
+    for (int64_t r = 0; r < extent; r++) first[r] = -1;
+    for (int64_t j = 0; j < nidx; j++) {
+        const int64_t r = index_at(ix->data, ix->dtype, j);
+        if (first[r] < 0) first[r] = (int32_t)j;
+        slot[j] = first[r];
+    }
+    /* Pass 0 over row blocks, pass 1 over column blocks: every element is
+     * written by one task, and each sum runs in index order. */
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    int64_t bs = (inner + threads - 1) / threads;
+    if (bs < 16) bs = 16;
+    bs = (bs + 15) / 16 * 16;
+    const int64_t nblk = (inner + bs - 1) / bs, rb = 256, nrb = (extent + rb - 1) / rb;
+    const int64_t work = extent * inner + nidx * inner;
+    for (int pass = 0; pass < 2; pass++) {
+        const int64_t items = pass ? nblk : nrb;
+#pragma omp parallel for schedule(static) if (work >= TS_PAR_MIN)
+        for (int64_t t = 0; t < items; t++) {
+            const int64_t lo = t * (pass ? bs : rb), span = pass ? inner : extent;
+            const int64_t hi = lo + (pass ? bs : rb) < span ? lo + (pass ? bs : rb) : span;
+            if (o->dtype == TS_F32)
+                scatter_to_f32(o->data, b->data, dy->data, sum, first, slot, ix->data, ix->dtype,
+                               extent, nidx, inner, lo, hi, pass);
+            else
+                scatter_to_f64(o->data, b->data, dy->data, sum, first, slot, ix->data, ix->dtype,
+                               extent, nidx, inner, lo, hi, pass);
+        }
+    }
+    return TS_OK;
+}
+
+static double cost_scatter_to(const ts_graph *g, const ts_node *n) {
+    return (double)ts_type_numel(ts_in_type(g, n, 0)) + (double)ts_type_numel(ts_in_type(g, n, 1));
+}
+
 /* ---- definitions ------------------------------------------------------- */
 
 const ts_op_def ts_def_gather = {.name = "gather",
@@ -271,6 +393,15 @@ const ts_op_def ts_def_scatter_add = {.name = "scatter_add",
                                       .grad = grad_scatter_add,
                                       .kernel = k_scatter_add,
                                       .cost = cost_scatter_add};
+
+const ts_op_def ts_def_scatter_add_to = {.name = "scatter_add_to",
+                                         .min_in = 3,
+                                         .max_in = 3,
+                                         .flags = TS_OPF_INPLACE,
+                                         .infer = infer_scatter_to,
+                                         .kernel = k_scatter_to,
+                                         .scratch = scatter_to_scratch,
+                                         .cost = cost_scatter_to};
 
 /* ---- builders ---------------------------------------------------------- */
 

@@ -6,6 +6,10 @@
  *    those post-ops (in order, up to TS_EPI_MAX); the backend runs them as
  *    oneDNN post-ops while the output tile is in cache.
  * 2. Sums of slice gradients that tile an axis become one concat.
+ * 0. Before those: an add of a scatter_add (read only there) to a tensor
+ *    of its shape becomes one scatter_add_to (ops/index.c) that adds the
+ *    scattered rows into that tensor in place: a tied embedding's
+ *    gradient no longer holds two vocabulary-sized tensors at once.
  * 3. Elementwise trees: a node of a fusable elementwise op absorbs the
  *    producers of its inputs when they are fusable too, have the root's
  *    shape, and nothing else reads them; a tree of two or more nodes becomes
@@ -86,6 +90,38 @@ static ts_status absorb(fctx *c, int32_t m, int32_t root) {
 
 static int is_f32(const ts_graph *g, int32_t v) {
     return g->values[v].t.dtype == TS_F32;
+}
+
+/* ---- 0. scatter into a sum ------------------------------------------------ */
+
+static ts_status fuse_scatter_to(fctx *c, int32_t ai) {
+    ts_graph *g = c->g;
+    const ts_node *a = &g->nodes[ai];
+    if (a->in[0] == a->in[1]) return TS_OK;
+    for (int side = 0; side < 2; side++) {
+        const int32_t sv = a->in[side], base = a->in[1 - side];
+        const int32_t si = g->values[sv].node;
+        if (si < 0 || !interior(c, sv)) continue;
+        const ts_node *sn = &g->nodes[si];
+        if (sn->dead || sn->op != TS_OP_SCATTER_ADD || sn->a.index.axis != 0) continue;
+        const ts_type *ot = &g->values[a->out[0]].t;
+        if (!is_f32(g, sv) || !ts_type_equal(&g->values[base].t, ot) ||
+            !ts_type_equal(&g->values[sv].t, ot))
+            continue;
+        if (ts_type_numel(&g->values[sn->in[1]].t) > INT32_MAX || ot->dims[0] > INT32_MAX) continue;
+        const int32_t in[3] = {base, sn->in[0], sn->in[1]};
+        const ts_attrs at = sn->a;
+        ts_status s = set_inputs(&g->nodes[ai], in, 3);
+        if (s != TS_OK) return s;
+        ts_node *an = &g->nodes[ai];
+        an->op = TS_OP_SCATTER_ADD_TO;
+        an->a = at;
+        if ((s = absorb(c, si, ai)) != TS_OK) return s;
+        c->uses[sv] = 0;
+        c->st.nodes_fused++;
+        return TS_OK;
+    }
+    return TS_OK;
 }
 
 /* ---- 1. GEMM epilogues ------------------------------------------------------ */
@@ -321,6 +357,9 @@ ts_status ts_pass_fuse(ts_graph *g, ts_fuse_stats *stats) {
     for (int i = 0; i < g->n_nodes; i++) c.root_of[i] = -1;
     count_uses(&c);
     int nn = g->n_nodes;
+    for (int i = 0; i < nn && s == TS_OK; i++)
+        if (!g->nodes[i].dead && g->nodes[i].op == TS_OP_ADD) s = fuse_scatter_to(&c, i);
+    if (s == TS_OK) count_uses(&c);
     for (int i = 0; i < nn && s == TS_OK; i++)
         if (!g->nodes[i].dead && g->nodes[i].op == TS_OP_MATMUL) s = fuse_epilogue(&c, i);
     for (int i = nn - 1; i >= 0 && s == TS_OK; i--)

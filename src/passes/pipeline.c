@@ -25,6 +25,12 @@ static int with_unscale(const ts_pass_ctx *c) {
 static int with_monitors(const ts_pass_ctx *c) {
     return c->training && c->opt->monitors;
 }
+/* Every update after every monitor, so the update gate sees all of them;
+ * a fused update runs inside the backward pass instead (train.c), and its
+ * plan asks no gate (lower.c). */
+static int with_monitor_order(const ts_pass_ctx *c) {
+    return with_monitors(c) && !(c->spec && c->spec->fused_update);
+}
 static int with_simplify(const ts_pass_ctx *c) {
     return !c->opt->no_simplify;
 }
@@ -84,8 +90,28 @@ static ts_status run_unscale(ts_pass_ctx *c) {
 static ts_status run_monitor(ts_pass_ctx *c) {
     return ts_pass_monitor(c->g, c->params, c->grads, c->n_params);
 }
+/* optim.fused_update (train.c) with what needs every gradient before the
+ * first update: loss scaling (one unscale over all gradients decides
+ * whether any update runs) and data parallelism (the buckets' all-reduce
+ * waits; a fused update after each wait is not built yet). */
+static ts_status check_fused(const ts_pass_ctx *c) {
+    if (!c->spec->fused_update) return TS_OK;
+    if (c->opt->precision.loss_scale != TS_SCALE_NONE)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "optim.fused_update cannot be used with precision.loss_scale: a loss "
+                       "scaler skips the whole update when any gradient is non-finite, which is "
+                       "known only after the last gradient");
+    if (c->opt->comm && ts_comm_size(c->opt->comm) > 1)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "optim.fused_update is not supported with data parallelism (%d ranks): "
+                       "the update would have to follow each bucket's all-reduce; set "
+                       "optim.fused_update false",
+                       ts_comm_size(c->opt->comm));
+    return TS_OK;
+}
 static ts_status run_train(ts_pass_ctx *c) {
-    return ts_pass_train(c->g, c->spec, c->params, c->grads, c->n_params);
+    ts_status s = check_fused(c);
+    return s == TS_OK ? ts_pass_train(c->g, c->spec, c->params, c->grads, c->n_params) : s;
 }
 static ts_status run_monitor_order(ts_pass_ctx *c) {
     return ts_pass_monitor_order(c->g);
@@ -176,7 +202,7 @@ static const ts_pass_def PASSES[] = {
     {"unscale", with_unscale, run_unscale},
     {"monitor", with_monitors, run_monitor},
     {"train", training, run_train},
-    {"monitor_order", with_monitors, run_monitor_order},
+    {"monitor_order", with_monitor_order, run_monitor_order},
     {"loss_scale_order", training, run_loss_scale_order},
     {"train_mode", always, run_train_mode},
     {"simplify", with_simplify, run_simplify},

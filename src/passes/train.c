@@ -4,7 +4,10 @@
  * update node for all parameters (groups of (p, g, state...) in parameter
  * order, then the clip coefficient; the kernel walks them in one parallel
  * loop), ordered after every other reader of any parameter so the forward
- * and backward passes see the old weights. */
+ * and backward passes see the old weights. With spec->fused_update
+ * (optim.fused_update) one update node per parameter instead, each ordered
+ * after its own parameter's readers only, and the gradients become
+ * temporaries (add_fused). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +44,67 @@ static ts_status check_opt(const ts_train_spec *spec) {
     }
     if (!(spec->clip_grad_norm >= 0))
         return ts_fail(TS_ERR_INVALID, "clip_grad_norm must be >= 0, got %g", spec->clip_grad_norm);
+    /* Clipping by the global norm needs every gradient before the first
+     * update: the opposite of updating each parameter when its gradient is
+     * complete. */
+    if (spec->fused_update && spec->clip_grad_norm > 0)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "optim.fused_update updates each parameter as soon as its gradient is "
+                       "complete, before the global norm that train.clip_grad_norm (%g) scales by "
+                       "is known; set one of them off",
+                       spec->clip_grad_norm);
     return TS_OK;
+}
+
+/* Control edges so update node u runs after every node before it that
+ * reads one of its parameters (the first input of each of its ng groups
+ * of gs), directly or through a view of one (reshape shares memory).
+ * Nodes are in topological order, so one forward sweep propagates the
+ * views. */
+static ts_status order_after_readers(ts_graph *g, int u, int ng, int gs) {
+    char *view = ts_zalloc((size_t)g->n_values, "train");
+    if (!view) return TS_ERR_NOMEM;
+    for (int j = 0; j < ng; j++) view[g->nodes[u].in[j * gs]] = 1;
+    ts_status s = TS_OK;
+    for (int j = 0; j < u && s == TS_OK; j++) {
+        const ts_node *r = &g->nodes[j];
+        int reads = 0;
+        for (int q = 0; q < r->n_in; q++) reads |= view[r->in[q]];
+        if (!reads) continue;
+        if (ts_op_get(r->op)->flags & TS_OPF_ALIAS) view[r->out[0]] = 1;
+        s = ts_node_add_ctrl(g, u, j);
+    }
+    free(view);
+    return s;
+}
+
+/* One update node for every parameter (k inputs: ng groups, then the
+ * clip coefficient if any). */
+static ts_status add_update(ts_graph *g, int op, const ts_attrs *a, const ts_val *in, int k, int ng,
+                            int gs) {
+    const int u = g->n_nodes;
+    ts_node_add(g, op, k, in, a, NULL);
+    ts_status s = ts_graph_status(g);
+    return s == TS_OK ? order_after_readers(g, u, ng, gs) : s;
+}
+
+/* optim.fused_update: one update node per parameter, each ordered after
+ * the readers of its own parameter only, so the scheduler can run it as
+ * soon as its gradient is complete. The gradients stop being marked as
+ * such (grad_of -1): nothing reads them after the step, so memplan puts
+ * them among the temporaries, where a gradient's bytes are free again
+ * once its update has run. The kernels are elementwise, so updating the
+ * parameters one node at a time gives the same bits as one node over all
+ * of them. */
+static ts_status add_fused(ts_graph *g, int op, const ts_attrs *a, const ts_val *in, int ng,
+                           int gs) {
+    ts_status s = TS_OK;
+    for (int j = 0; j < ng && s == TS_OK; j++) {
+        const int32_t grad = in[j * gs + 1].id;
+        s = add_update(g, op, a, in + j * gs, gs, 1, gs);
+        if (s == TS_OK) g->values[grad].grad_of = -1;
+    }
+    return s;
 }
 
 ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *params,
@@ -112,29 +175,10 @@ ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *p
         else
             a.adam.has_coef = 1;
     }
-    int n_nodes_before = g->n_nodes;
-    if (s == TS_OK) {
-        ts_node_add(g, op, k, in, &a, NULL);
-        s = ts_graph_status(g);
-    }
+    if (s == TS_OK && spec->fused_update)
+        s = add_fused(g, op, &a, in, ng, gs);
+    else if (s == TS_OK)
+        s = add_update(g, op, &a, in, k, ng, gs);
     free(in);
-    if (s != TS_OK) return s;
-    /* The update runs after every other node reading any of its
-     * parameters, directly or through a view of one (reshape shares
-     * memory). Nodes are in topological order, so one forward sweep
-     * propagates the views. */
-    char *view = ts_zalloc((size_t)g->n_values, "train");
-    if (!view) return TS_ERR_NOMEM;
-    const int u = n_nodes_before;
-    for (int j = 0; j < ng; j++) view[g->nodes[u].in[j * gs]] = 1;
-    for (int j = 0; j < n_nodes_before && s == TS_OK; j++) {
-        const ts_node *r = &g->nodes[j];
-        int reads = 0;
-        for (int q = 0; q < r->n_in; q++) reads |= view[r->in[q]];
-        if (!reads) continue;
-        if (ts_op_get(r->op)->flags & TS_OPF_ALIAS) view[r->out[0]] = 1;
-        s = ts_node_add_ctrl(g, u, j);
-    }
-    free(view);
     return s;
 }

@@ -300,6 +300,10 @@ ts_status ts_plan_grad_norm(const ts_plan *p, double *norm) {
         *norm = sqrt(sum);
         return TS_OK;
     }
+    if (p->prog.spec.fused_update)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "grad_norm: with optim.fused_update each gradient is gone once its update "
+                       "ran; compile with ts_compile_options.monitors to get their norm");
     if (p->prog.layout.zero_grad_bytes > 0)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "grad_norm: under ZeRO-2 (dist.zero 2) the gradients are gone after the "

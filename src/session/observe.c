@@ -184,6 +184,11 @@ ts_status ts_sess_alerts_setup(session *s) {
     ts_status st = ts_alert_runner_new(s->plan, &ac, &s->ar);
     if (st == TS_OK)
         s->ar->snaps = (ts_anomaly_budget){c->alerts.snapshot_max, c->alerts.snapshot_keep, 0, 0};
+    /* optim.fused_update: the first update runs inside the backward pass,
+     * before most gradients (and their monitors) exist, so the rules are
+     * evaluated after the step, as for a plan without an update gate;
+     * skip_step cannot take an applied update back (docs/config.md). */
+    if (st == TS_OK && c->optim.fused_update) ts_plan_set_update_gate(s->plan, NULL, NULL);
     return st;
 }
 

@@ -91,6 +91,11 @@ ts_status ts_repro_resolve(session *s) {
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "dist.reproducible does not support dist.compress (its top-k and PowerSGD "
                        "sums depend on the process count): set dist.compress none");
+    if (c->optim.fused_update)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "dist.reproducible sums the micro-batches' gradients after their steps; "
+                       "optim.fused_update applies (and frees) each gradient within the step: "
+                       "set optim.fused_update false");
     if (c->shape.policy == 1)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "dist.reproducible does not support shape.policy bucket yet (padded "
