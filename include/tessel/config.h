@@ -105,6 +105,7 @@ typedef struct ts_config {
     struct {
         int debug_nan, no_simplify, naive_schedule, no_inplace;
         int no_fuse, no_recompute, discard_outputs;
+        int backend, no_cuda_graph; /* backend: 0 cpu, 1 cuda (docs/cuda.md) */
     } compile;
     struct {
         int source; /* ts_cfg_source */
