@@ -1,6 +1,7 @@
 /* The CUDA backend's kernels against the CPU reference kernels (docs/cuda.md):
  * small graphs, one family of ops each (elementwise and fused chains with
- * broadcasting, GEMMs with bias epilogues, bf16 GEMMs, reductions, shape
+ * broadcasting, GEMMs with bias epilogues, bf16 GEMMs, fp16 GEMMs with the
+ * GradScaler's unscale and update gate, reductions, shape
  * ops, embedding and its scatter-add backward with repeated indices,
  * LayerNorm, cross-entropy, causal attention, AdamW with clipping), run
  * forward and backward on deterministic pseudo-random inputs on both
@@ -283,6 +284,7 @@ int main(void) {
     }
     case_mlp(TS_F32, 1e-4, "mlp f32");
     case_mlp(TS_BF16, 2e-2, "mlp bf16");
+    case_mlp(TS_F16, 1e-2, "mlp fp16, dynamic loss scaling");
     case_matmul_reduce();
     case_embedding_shapes();
     case_cross_entropy();

@@ -106,9 +106,6 @@ static ts_status check_runtime(const ts_program *prog, const ts_runtime *rt) {
         return cu_fail(TS_ERR_UNSUPPORTED,
                        "data parallelism (gradient buckets) is not supported on this backend yet "
                        "(NCCL is not wired in; docs/cuda.md)");
-    if (rt->scaler)
-        return cu_fail(TS_ERR_UNSUPPORTED,
-                       "loss scaling (precision.loss_scale) is not supported on this backend yet");
     if (prog->opt.debug_nan)
         return cu_fail(TS_ERR_UNSUPPORTED, "compile.debug_nan is not supported on this backend");
     return TS_OK;
@@ -270,6 +267,18 @@ static ts_status run_part(cu_state *st, const ts_program *prog, ts_runtime *rt, 
     return e == cudaSuccess ? TS_OK : cu_err(e, "cudaGraphLaunch", NULL);
 }
 
+/* Named values of at most SMALL bytes (the loss scaler's scale, growth
+ * tracker and found_inf flag, scalar parameters and their moments) are
+ * mirrored every step: copied back after it, and the persistent state among
+ * them copied up before the next. The host's copy is then always current,
+ * and what the host changed between steps (the GradScaler's update of the
+ * scale, src/plan/scaler.c) reaches the device. */
+#define SMALL 16
+
+static int is_small(const ts_named *nm) {
+    return nm->kind != TS_NAMED_INPUT && cu_bytes(&nm->v) <= SMALL;
+}
+
 static size_t loss_bytes(const ts_program *prog) {
     return prog->loss_dtype == TS_F64 ? sizeof(double) : sizeof(float);
 }
@@ -282,6 +291,13 @@ static ts_status finish(cu_state *st, const ts_program *prog, ts_runtime *rt) {
         CK(cudaMemcpyAsync(st->h_loss, cu_at(st, prog->loss_off), loss_bytes(prog),
                            cudaMemcpyDeviceToHost, st->stream),
            "reading the loss");
+    for (int j = 0; j < prog->n_named; j++)
+        if (is_small(&prog->named[j])) {
+            const ts_operand *v = &prog->named[j].v;
+            CK(cudaMemcpyAsync(rt->arena + v->off, cu_at(st, v->off), cu_bytes(v),
+                               cudaMemcpyDeviceToHost, st->stream),
+               "reading a small value");
+        }
     /* the gradient monitors' statistics: the plan reads them from the host */
     for (int i = 0; i < prog->n_ins; i++)
         if (prog->ins[i].op == TS_OP_GRAD_STATS) {
@@ -304,10 +320,11 @@ static ts_status cuda_execute(const ts_program *prog, ts_runtime *rt, int *skipp
     cu_state *st = state_of(rt);
     *skipped = 0;
     CK(cudaSetDevice(st->device), "cudaSetDevice");
-    /* Inputs up, then this step's values (read by the kernels on the device). */
+    /* Inputs and the small state (is_small) up, then this step's values
+     * (read by the kernels on the device). */
     for (int j = 0; j < prog->n_named; j++) {
         const ts_named *nm = &prog->named[j];
-        if (nm->kind != TS_NAMED_INPUT) continue;
+        if (nm->kind != TS_NAMED_INPUT && !(nm->kind == TS_NAMED_STATE && is_small(nm))) continue;
         CK(cudaMemcpyAsync(cu_at(st, nm->v.off), rt->arena + nm->v.off, cu_bytes(&nm->v),
                            cudaMemcpyHostToDevice, st->stream),
            "copying an input to the device");

@@ -60,6 +60,7 @@ int cu_supports_op(int op) {
     case TS_OP_ATTENTION_BWD:
     case TS_OP_ADAM_UPDATE:
     case TS_OP_CLIP_COEF:
+    case TS_OP_UNSCALE_GRADS:
     case TS_OP_GRAD_STATS: return 1;
     default: return 0;
     }
@@ -224,7 +225,7 @@ size_t cu_table_bytes(const ts_program *prog, int i) {
         size_t g = (size_t)(in->n_in / 4);
         return g * (4 * sizeof(void *) + sizeof(int64_t)) + 64;
     }
-    if (in->op == TS_OP_CLIP_COEF)
+    if (in->op == TS_OP_CLIP_COEF || in->op == TS_OP_UNSCALE_GRADS)
         return (size_t)in->n_in * (sizeof(void *) + sizeof(int64_t)) + 64;
     return 0;
 }
@@ -299,6 +300,15 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
             if (numel(&in->in[4 * g]) > o->max_size) o->max_size = numel(&in->in[4 * g]);
         return TS_OK;
     }
+    case TS_OP_UNSCALE_GRADS:
+        if (!all_f32(in) || numel(&in->in[0]) != 1)
+            return unsupported(prog, i, "needs f32 gradients and scale");
+        o->n_groups = in->n_in - 1;
+        o->max_size = 0;
+        for (int g = 1; g < in->n_in; g++)
+            if (numel(&in->in[g]) > o->max_size) o->max_size = numel(&in->in[g]);
+        o->scratch = (size_t)in->n_in * sizeof(int);
+        return TS_OK;
     case TS_OP_GRAD_STATS:
         if (in->in[0].dtype != TS_F32) return unsupported(prog, i, "needs an f32 gradient");
         o->scratch = 3 * CU_STATS_BLOCKS * sizeof(double);
@@ -321,14 +331,18 @@ ts_status cu_write_tables(cu_state *st, const ts_program *prog, int i) {
     cu_op *o = &st->ops[i];
     size_t bytes = cu_table_bytes(prog, i);
     if (!bytes) return TS_OK;
+    /* adam: (p, g, m, v) per group; clip: one gradient each; unscale: the
+     * gradients after the scale */
     int g = o->n_groups, per = in->op == TS_OP_ADAM_UPDATE ? 4 : 1;
+    int first = in->op == TS_OP_UNSCALE_GRADS ? 1 : 0;
     unsigned char *host = calloc(1, bytes);
     if (!host) return cu_fail(TS_ERR_NOMEM, "optimizer tables of '%s'", in->label);
     void **ptrs = (void **)host;
     int64_t *sizes = (int64_t *)(host + (size_t)g * per * sizeof(void *));
     for (int k = 0; k < g; k++) {
-        for (int j = 0; j < per; j++) ptrs[per * k + j] = cu_at(st, in->in[per * k + j].off);
-        sizes[k] = numel(&in->in[per * k]);
+        for (int j = 0; j < per; j++)
+            ptrs[per * k + j] = cu_at(st, in->in[first + per * k + j].off);
+        sizes[k] = numel(&in->in[first + per * k]);
     }
     cudaError_t e =
         cudaMemcpy(st->dev + st->tables_off + o->table_off, host, bytes, cudaMemcpyHostToDevice);
@@ -484,6 +498,13 @@ ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
         rc = cu_clip_coef(dptr(st, &in->out[0]), (const float *const *)t,
                           (const int64_t *)(t + (size_t)o->n_groups * sizeof(void *)), o->n_groups,
                           in->a.clip.max_norm, scratch, s);
+        break;
+    }
+    case TS_OP_UNSCALE_GRADS: {
+        const unsigned char *t = st->dev + st->tables_off + o->table_off;
+        rc = cu_unscale(dptr(st, &in->out[0]), (float *const *)t,
+                        (const int64_t *)(t + (size_t)o->n_groups * sizeof(void *)), o->n_groups,
+                        o->max_size, dptr(st, &in->in[0]), scratch, s);
         break;
     }
     case TS_OP_GRAD_STATS:

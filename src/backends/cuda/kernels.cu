@@ -766,3 +766,45 @@ extern "C" int cu_grad_stats(double *out, const float *x, int64_t n, double *par
     k_stats_total<<<1, 1, 0, cs>>>(out, part, nb, n);
     return launched();
 }
+
+/* ---- GradScaler: unscale and found-inf (src/ops/amp.c) -------------------- */
+
+/* blockIdx.y: one gradient. A non-finite element sets its group's flag to 1:
+ * every writer stores the same value, so the result does not depend on
+ * the order (not a floating-point atomic). */
+__global__ void k_unscale(float *const *ptrs, const int64_t *sizes, const float *scale,
+                          int *flags) {
+    const int grp = blockIdx.y;
+    float *x = ptrs[grp];
+    const int64_t n = sizes[grp], stride = (int64_t)gridDim.x * blockDim.x;
+    const float inv = (float)(1.0 / (double)*scale);
+    int f = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float v = x[i];
+        f |= !isfinite(v);
+        x[i] = inv == 1.0f ? v : v * inv;
+    }
+    if (f) flags[grp] = 1;
+}
+
+__global__ void k_found(float *found, const int *flags, int n) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    int any = 0;
+    for (int i = 0; i < n; i++) any |= flags[i];
+    *found = any ? 1.0f : 0.0f;
+}
+
+extern "C" int cu_unscale(float *found, float *const *ptrs, const int64_t *sizes, int n_groups,
+                          int64_t max_size, const float *scale, int *flags, cu_stream s) {
+    cudaStream_t cs = (cudaStream_t)s;
+    cudaError_t e =
+        cudaMemsetAsync(flags, 0, sizeof(int) * (size_t)(n_groups > 0 ? n_groups : 1), cs);
+    if (e != cudaSuccess) return (int)e;
+    if (n_groups > 0 && max_size > 0) {
+        unsigned gx = grid_for(max_size);
+        if (gx > 1024) gx = 1024;
+        k_unscale<<<dim3(gx, (unsigned)n_groups), THREADS, 0, cs>>>(ptrs, sizes, scale, flags);
+    }
+    k_found<<<1, 1, 0, cs>>>(found, flags, n_groups);
+    return launched();
+}

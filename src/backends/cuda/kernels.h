@@ -124,6 +124,12 @@ int cu_adam(float *const *ptrs, const int64_t *sizes, int n_groups, int64_t max_
 int cu_clip_coef(float *coef, const float *const *ptrs, const int64_t *sizes, int n_groups,
                  double max_norm, double *part, cu_stream s);
 
+/* GradScaler's unscale: every gradient (ptrs/sizes as above) times
+ * 1 / *scale in place; *found = 1 if any element was not finite, else 0.
+ * flags: n_groups ints of scratch (a group's flag is only ever set to 1). */
+int cu_unscale(float *found, float *const *ptrs, const int64_t *sizes, int n_groups,
+               int64_t max_size, const float *scale, int *flags, cu_stream s);
+
 /* grad_stats: out[0..3] = sum of squares, sum, non-finite elements,
  * elements of x[n] (f64 sums over CU_STATS_BLOCKS fixed chunks, then in
  * chunk order); part: 3 * CU_STATS_BLOCKS doubles of scratch. */
