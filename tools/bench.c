@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "dist_cli.h"
 #include "bench_compress.h"
+#include "bench_cuda.h"
 #include "bench_dist.h"
 #include "bench_step.h"
 #include "bench_torch.h"
@@ -21,7 +22,9 @@ static const char usage[] =
     "                    [--bucket-mb M] [--profile]\n"
     "                    (N data-parallel processes against 1)\n"
     "       tessel bench --workload W1|W3 --procs N --compress topk|powersgd [--threads N]\n"
-    "                    [--steps N] [--rounds N] (compressed against the dense all-reduce)\n";
+    "                    [--steps N] [--rounds N] (compressed against the dense all-reduce)\n"
+    "       tessel bench --workload W1|W3|gpt2-124m --backend cuda [--steps N] [--warmup N]\n"
+    "                    [--precision fp32|bf16] [--json FILE] (on the GPU, docs/cuda.md)\n";
 
 /* A positive integer option value. */
 static int count(const char *opt, const char *v, int *out) {
@@ -38,12 +41,13 @@ int cli_bench(int argc, char **argv) {
     if (argc && !strcmp(argv[0], "collectives")) return tessel_cmd_bench_collectives(argc, argv);
     ts_bench_options o = ts_bench_options_default();
     int rc = CLI_OK, procs = 1, python_set = 0, per_rank_batch = 0, threads_set = 0, zero = 0,
-        private_params = 0;
+        private_params = 0, steps_set = 0;
     double bucket_mb = 0;
-    const char *compress = NULL;
+    const char *compress = NULL, *backend = NULL;
     static const char *const with_value[] = {
-        "--workload", "--precision", "--json",  "--reference", "--steps",        "--threads",
-        "--rounds",   "--warmup",    "--procs", "--compress",  "--torch-python", "--torch-mode"};
+        "--workload", "--precision", "--json",       "--reference",  "--steps",
+        "--threads",  "--rounds",    "--warmup",     "--procs",      "--compress",
+        "--torch-python", "--torch-mode", "--backend"};
     for (int i = 0; i < argc && rc == CLI_OK; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
         char name[64];
@@ -113,7 +117,9 @@ int cli_bench(int argc, char **argv) {
         else if (!strcmp(name, "--torch-mode"))
             o.torch_mode = v;
         else if (!strcmp(name, "--steps"))
-            rc = count(name, v, &o.steps);
+            rc = count(name, v, &o.steps), steps_set = 1;
+        else if (!strcmp(name, "--backend")) /* the GPU (bench_cuda.c) */
+            backend = v;
         else if (!strcmp(name, "--threads"))
             rc = count(name, v, &o.threads), threads_set = 1;
         else if (!strcmp(name, "--procs"))
@@ -141,6 +147,19 @@ int cli_bench(int argc, char **argv) {
                          "bench: --torch-python, --torch-mode and --torch-best need "
                          "--compare-torch\n%s",
                          usage);
+    if (backend && strcmp(backend, "cpu")) {
+        if (strcmp(backend, "cuda"))
+            return cli_error(CLI_USAGE, "bench: --backend: cpu or cuda, got '%s'\n%s", backend,
+                             usage);
+        ts_bench_cuda_options c = ts_bench_cuda_options_default();
+        c.workload = o.workload;
+        c.precision = o.precision;
+        if (steps_set) c.steps = o.steps;
+        c.warmup = o.warmup;
+        c.json_path = o.json_path;
+        ts_status s = ts_bench_cuda_run(&c);
+        return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());
+    }
     if (compress) {
         ts_bench_compress_options d = ts_bench_compress_options_default();
         if (!strcmp(compress, "powersgd"))

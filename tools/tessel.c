@@ -41,7 +41,8 @@ static const char usage[] =
     "  bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--profile]\n"
     "        [--json FILE] [--compare-torch] [--precision fp32|bf16|fp16]\n"
     "      time training steps of a benchmark workload (shared/BENCH.md), optionally\n"
-    "      alternating with the PyTorch reference, and print the ratio\n"
+    "      alternating with the PyTorch reference, and print the ratio; --backend cuda\n"
+    "      times W1, W3 or gpt2-124m on the GPU, with and without the CUDA graph\n"
     "  bench collectives [--transport shm|mpi] [--json FILE]\n"
     "      all-reduce, reduce-scatter and all-gather bandwidth beside "
     "MPI_Allreduce\n" TESSEL_CLUSTER_USAGE TESSEL_CKPT_USAGE TESSEL_REPLAY_USAGE TESSEL_PEFT_USAGE

@@ -231,6 +231,8 @@ typedef struct ts_compile_options {
     const char *backend; /* what runs the plan, by its registered name (src/backends/registry.c):
                             NULL or "cpu" (the default); an unknown name fails ts_compile with
                             TS_ERR_INVALID naming the known ones. Read during ts_compile only */
+    int no_cuda_graph;   /* backend "cuda": launch every kernel each step instead of replaying
+                            the step captured once as a CUDA graph (docs/cuda.md) */
     /* Print the graph in the IR's text form to dump_to right after the pass
      * named dump_after ("autodiff", "fuse", ..., "memplan": the final graph in
      * schedule order; `tessel help` lists them; an unknown name fails with

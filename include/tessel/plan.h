@@ -255,6 +255,21 @@ int ts_plan_profile(const ts_plan *p, ts_profile_entry *out, int max);
 /* Forget the times gathered so far (e.g. after warm-up steps). */
 void ts_plan_profile_reset(ts_plan *p);
 
+/* What a plan on a device backend (compile.backend cuda, docs/cuda.md)
+ * reports about its GPU and its last step. */
+typedef struct ts_device_info {
+    char name[96];            /* the GPU, e.g. "NVIDIA H200" */
+    int graph;                /* 1: steps replay a captured CUDA graph */
+    int64_t kernels_per_step; /* kernels (graph nodes) of one step; 0 before the first */
+    double launch_us;         /* host time spent launching the last step's work */
+    double util_pct;          /* NVML: utilisation, memory used, power (NAN: no NVML) */
+    double mem_used_bytes;
+    double power_w;
+    double device_bytes; /* the plan's one device allocation */
+} ts_device_info;
+/* TS_ERR_UNSUPPORTED for a plan on the CPU. */
+ts_status ts_plan_device_info(const ts_plan *p, ts_device_info *out);
+
 typedef enum ts_dump_kind { TS_DUMP_IR, TS_DUMP_PLAN, TS_DUMP_MEMORY } ts_dump_kind;
 /* Print the compiled graph, the instruction list or the memory plan. The
  * plan keeps no graph: TS_DUMP_IR and TS_DUMP_MEMORY print what ts_compile

@@ -61,6 +61,14 @@ typedef struct ts_backend {
                        ts_backend_instr_info *out);
     /* Free what prepare made (the plan frees its own memory). */
     void (*release)(const ts_program *prog, ts_runtime *rt);
+    /* Device backends (TS_MEM_DEVICE) only, NULL otherwise: the host arena
+     * mirrors the device's; to_host makes its bytes [off, off + bytes)
+     * current before the plan reads them (ts_plan_read), to_device sends
+     * bytes the plan wrote there (ts_plan_write_param) to the device. */
+    ts_status (*to_host)(const ts_program *prog, ts_runtime *rt, size_t off, size_t bytes);
+    ts_status (*to_device)(const ts_program *prog, ts_runtime *rt, size_t off, size_t bytes);
+    /* Device backends: the device and the last step (ts_plan_device_info). */
+    ts_status (*device_info)(const ts_program *prog, const ts_runtime *rt, ts_device_info *out);
 } ts_backend;
 
 /* The backend registered under name (NULL: "cpu"), or NULL if none. */

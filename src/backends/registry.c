@@ -3,10 +3,12 @@
 #include <string.h>
 #include "backends/backend.h"
 
-extern const ts_backend ts_backend_cpu; /* src/backends/cpu/backend.c */
+extern const ts_backend ts_backend_cpu;  /* src/backends/cpu/backend.c */
+extern const ts_backend ts_backend_cuda; /* src/backends/cuda_loader.c (plugin) */
 
 static const ts_backend *const REGISTRY[] = {
     &ts_backend_cpu,
+    &ts_backend_cuda,
 };
 
 enum { N_BACKENDS = (int)(sizeof REGISTRY / sizeof REGISTRY[0]) };

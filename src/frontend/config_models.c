@@ -74,6 +74,8 @@ ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph
     opt->no_recompute = c->compile.no_recompute;
     opt->discard_outputs = c->compile.discard_outputs;
     opt->max_memory_mb = c->compile.max_memory_mb;
+    opt->backend = c->compile.backend == 1 ? "cuda" : NULL;
+    opt->no_cuda_graph = c->compile.no_cuda_graph;
     opt->peft = (ts_peft_options){c->peft.targets[0] ? c->peft.targets : NULL,
                                   c->peft.r,
                                   c->peft.alpha,

@@ -152,6 +152,12 @@ const ts_config_key cfg_keys[] = {
     {"compile.max_memory_mb", TS_CFG_F64, FIELD(compile, max_memory_mb), 0, NULL, "[0, 1e9]", "0",
      "the arena's limit in MiB (0: none): above it, forward activations are recomputed in the "
      "backward, cheapest first, until the step fits; refused when it cannot"},
+    /* the CUDA backend (docs/cuda.md) */
+    {"compile.backend", TS_CFG_ENUM, FIELD(compile, backend), 0, "cpu|cuda", NULL, "cpu",
+     "what runs the step: the CPU, or a GPU through the CUDA plugin (libtessel_cuda.so)"},
+    {"compile.no_cuda_graph", TS_CFG_BOOL, FIELD(compile, no_cuda_graph), 0, NULL, NULL, "false",
+     "cuda: launch every kernel of every step instead of replaying the step captured as a CUDA "
+     "graph (for checking)"},
     /* precision (docs/precision.md) */
     {"precision.default", TS_CFG_ENUM, FIELD(precision, dflt), 0, "fp32|bf16|fp16", NULL, "fp32",
      "type matmuls and convolutions compute in (f32 accumulation; weights, optimizer and the "

@@ -12,6 +12,14 @@ const ts_named *ts_plan_find(const ts_plan *p, const char *name) {
     return NULL;
 }
 
+/* A device backend's values reach the host arena only when asked
+ * (backend.h, to_host): before the plan reads [off, off + bytes). The
+ * plan is const to readers; its runtime mirror is not. */
+static ts_status sync_host(const ts_plan *p, size_t off, size_t bytes) {
+    if (!p->backend || !p->backend->to_host || !bytes) return TS_OK;
+    return p->backend->to_host(&p->prog, (ts_runtime *)&p->rt, off, bytes);
+}
+
 static ts_status find_sized(const ts_plan *p, const char *what, const char *name, size_t bytes,
                             const ts_named **out) {
     if (!p) return ts_fail(TS_ERR_INVALID, "%s: plan is NULL", what);
@@ -123,6 +131,7 @@ ts_status ts_plan_read(const ts_plan *p, const char *name, void *dst, size_t byt
             "block of its bucket between steps; read the blocks ('zero.bucket<b>.param', "
             "placed by ts_plan_shard_layout) or save a checkpoint",
             name);
+    if ((s = sync_host(p, nm->v.off, bytes)) != TS_OK) return s;
     memcpy(dst, ts_plan_at(p, nm->v.off), bytes);
     return TS_OK;
 }
@@ -147,6 +156,8 @@ ts_status ts_plan_write_param(ts_plan *p, const char *name, const void *src, siz
         memcmp(dst, src, bytes) == 0)
         return TS_OK;
     memcpy(dst, src, bytes);
+    if (p->backend && p->backend->to_device)
+        return p->backend->to_device(&p->prog, &p->rt, nm->v.off, bytes);
     return TS_OK;
 }
 
@@ -260,11 +271,22 @@ static void copy_blocks(unsigned char *dst, const unsigned char *src, size_t n) 
     }
 }
 
+ts_status ts_plan_device_info(const ts_plan *p, ts_device_info *out) {
+    if (!p || !out) return ts_fail(TS_ERR_INVALID, "device_info: NULL argument");
+    if (!p->backend->device_info)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "device_info: the plan runs on the %s backend, not a GPU", p->backend->name);
+    return p->backend->device_info(&p->prog, &p->rt, out);
+}
+
 ts_status ts_plan_snapshot(const ts_plan *p, void *dst, size_t bytes) {
     if (!p || !dst) return ts_fail(TS_ERR_INVALID, "snapshot: NULL argument");
     if (bytes != ts_plan_snapshot_bytes(p))
         return ts_fail(TS_ERR_INVALID, "snapshot: %zu bytes given, the persistent values need %zu",
                        bytes, ts_plan_snapshot_bytes(p));
+    ts_status s = sync_host(p, p->prog.layout.param_off, p->prog.layout.param_bytes);
+    if (s == TS_OK) s = sync_host(p, p->prog.layout.state_off, p->prog.layout.state_bytes);
+    if (s != TS_OK) return s;
     if (p->prog.opt.threads > 0) omp_set_num_threads(p->prog.opt.threads);
     copy_blocks(dst, ts_plan_at(p, p->prog.layout.param_off), p->prog.layout.param_bytes);
     copy_blocks((unsigned char *)dst + p->prog.layout.param_bytes,
@@ -312,6 +334,8 @@ ts_status ts_plan_grad_norm(const ts_plan *p, double *norm) {
         const ts_named *nm = &p->prog.named[i];
         if (!nm->is_grad) continue;
         int64_t n = ts_shape_numel(nm->v.rank, nm->v.dims);
+        ts_status s = sync_host(p, nm->v.off, ts_operand_bytes(&nm->v));
+        if (s != TS_OK) return s;
         const void *x = ts_plan_at(p, nm->v.off);
         if (nm->v.dtype == TS_F32)
             for (int64_t j = 0; j < n; j++)

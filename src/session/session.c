@@ -100,6 +100,7 @@ static ts_status train_loop(session *s) {
         ts_progress_step(&s->pr, &in);
         char cj[320]; /* gradient compression's bytes (compress_obs.c) */
         if ((st = ts_sess_compress_observe(s, step, cj, sizeof cj)) != TS_OK) break;
+        if ((st = ts_sess_gpu_observe(s, step)) != TS_OK) break;
         if (s->metrics) {
             char b1[32], b2[32], b3[32], b4[32], amp[96] = "", shp[256], data[48] = "";
             ts_sess_shape_json(s, shp, sizeof shp);

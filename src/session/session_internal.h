@@ -97,6 +97,7 @@ typedef struct session {
     ts_tfevents *tb;
     ts_metric
         *compress_m[5];     /* gradient compression's gauges (compress_obs.c), made on first use */
+    ts_metric *gpu_m[3];    /* GPU utilisation, memory, power (gpu_obs.c), made on first use */
     int rank, nranks;       /* data parallelism: this rank's rows of every batch */
     int nslices;            /* slices of a batch the plan is built for: nranks, or with
                                dist.reproducible the micro-batches (session/repro.h) */
@@ -257,6 +258,10 @@ ts_status ts_sess_observe_end(session *s);
  * exchanged into json (",\"comm_sent_bytes\":..." for metrics.jsonl; "" without
  * compression), Prometheus gauges and TensorBoard scalars. */
 ts_status ts_sess_compress_observe(session *s, int64_t step, char *json, size_t n);
+/* A plan on a GPU (compile.backend cuda), after step `step` (gpu_obs.c): NVML's
+ * utilisation, memory used and power as Prometheus gauges and TensorBoard
+ * scalars; nothing on the CPU. */
+ts_status ts_sess_gpu_observe(session *s, int64_t step);
 ts_status ts_sess_observe_step(session *s, int64_t step, double loss, double lr, double dt,
                                double rate, double *grad_norm);
 ts_status ts_sess_alerts_setup(session *s);

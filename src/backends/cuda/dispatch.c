@@ -1,0 +1,517 @@
+/* The CUDA backend's instructions: which ops and dtypes it runs, what each
+ * instruction needs (planned once at prepare: elementwise programs, GEMM
+ * plans, optimizer tables, scratch) and how it is enqueued each step.
+ * Every check that can fail happens in cu_plan_ins, so a step only
+ * enqueues kernels; an op or operand it cannot run is a TS_ERR_UNSUPPORTED
+ * naming the instruction, the op and the reason. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backends/cuda/cuda.h"
+
+/* The fused_eltwise program's encoding (src/ops/fused.h, which a backend
+ * may not include): per instruction TS_FUSE_REC words: op, three source
+ * registers, then the op's attributes (the first 8 words of its ts_attrs). */
+#define FUSE_REC        12
+#define FUSE_ATTR_WORDS 8
+
+int cu_supports_op(int op) {
+    switch (op) {
+    case TS_OP_ADD:
+    case TS_OP_SUB:
+    case TS_OP_MUL:
+    case TS_OP_DIV:
+    case TS_OP_MAXIMUM:
+    case TS_OP_MINIMUM:
+    case TS_OP_MAXMIN_BWD:
+    case TS_OP_WHERE:
+    case TS_OP_NEG:
+    case TS_OP_EXP:
+    case TS_OP_LOG:
+    case TS_OP_SQRT:
+    case TS_OP_RSQRT:
+    case TS_OP_ABS:
+    case TS_OP_RELU:
+    case TS_OP_SIGMOID:
+    case TS_OP_TANH:
+    case TS_OP_POW_SCALAR:
+    case TS_OP_LEAKY_RELU:
+    case TS_OP_AFFINE_SCALAR:
+    case TS_OP_GELU:
+    case TS_OP_UNARY_BWD:
+    case TS_OP_FUSED_ELTWISE:
+    case TS_OP_EXPAND:
+    case TS_OP_CAST:
+    case TS_OP_MATMUL:
+    case TS_OP_MATMUL_EPI:
+    case TS_OP_REDUCE_SUM:
+    case TS_OP_RESHAPE:
+    case TS_OP_PERMUTE:
+    case TS_OP_CONCAT:
+    case TS_OP_SLICE:
+    case TS_OP_SLICE_BWD:
+    case TS_OP_GATHER:
+    case TS_OP_SCATTER_ADD:
+    case TS_OP_LAYER_NORM:
+    case TS_OP_LAYER_NORM_BWD:
+    case TS_OP_CROSS_ENTROPY:
+    case TS_OP_CROSS_ENTROPY_BWD:
+    case TS_OP_ATTENTION:
+    case TS_OP_ATTENTION_BWD:
+    case TS_OP_ADAM_UPDATE:
+    case TS_OP_CLIP_COEF:
+    case TS_OP_UNSCALE_GRADS:
+    case TS_OP_GRAD_STATS: return 1;
+    default: return 0;
+    }
+}
+
+static ts_status unsupported(const ts_program *prog, int i, const char *why) {
+    const ts_instr *in = &prog->ins[i];
+    return cu_fail(TS_ERR_UNSUPPORTED, "instruction %d (%s, '%s'): %s", i, in->name,
+                   in->label ? in->label : "", why);
+}
+
+static int all_f32(const ts_instr *in) {
+    for (int j = 0; j < in->n_in; j++)
+        if (in->in[j].dtype != TS_F32) return 0;
+    for (int j = 0; j < in->n_out; j++)
+        if (in->out[j].dtype != TS_F32) return 0;
+    return 1;
+}
+
+static int64_t numel(const ts_operand *o) {
+    int64_t n = 1;
+    for (int d = 0; d < o->rank; d++) n *= o->dims[d];
+    return n;
+}
+
+static int64_t prod(const int64_t *dims, int lo, int hi) {
+    int64_t p = 1;
+    for (int d = lo; d < hi; d++) p *= dims[d];
+    return p;
+}
+
+/* ---- elementwise programs ---------------------------------------------- */
+
+/* Input j of an elementwise program reading x broadcast to out
+ * (right-aligned, numpy rules). */
+static void ew_input(cu_ew_input *e, const cu_state *st, const ts_operand *x,
+                     const ts_operand *out) {
+    memset(e, 0, sizeof *e);
+    e->p = cu_at(st, x->off);
+    e->u8 = x->dtype == TS_U8;
+    e->full = numel(x) == numel(out);
+    int lead = out->rank - x->rank;
+    int64_t str = 1;
+    for (int d = out->rank - 1; d >= 0; d--) {
+        int xd = d - lead;
+        if (xd < 0) continue;
+        e->stride[d] = x->dims[xd] == 1 && out->dims[d] != 1 ? 0 : str;
+        str *= x->dims[xd];
+    }
+}
+
+static void ew_shape(cu_ew_prog *p, const cu_state *st, const ts_operand *out) {
+    p->rank = out->rank;
+    p->n = numel(out);
+    for (int d = 0; d < out->rank; d++) p->dims[d] = out->dims[d];
+    p->out = cu_at(st, out->off);
+}
+
+/* One instruction from an op and its attributes. */
+static void ew_instr(cu_ew_instr *I, int op, const ts_attrs *a, int s0, int s1, int s2) {
+    memset(I, 0, sizeof *I);
+    I->op = op;
+    I->src[0] = s0, I->src[1] = s1, I->src[2] = s2;
+    const ts_unary_attrs *u = op == TS_OP_UNARY_BWD ? &a->unary_bwd.fwd : &a->unary;
+    if (op == TS_OP_UNARY_BWD)
+        I->fwd_op = (int)a->unary_bwd.fwd_op, I->side = (int)a->unary_bwd.side;
+    if (op == TS_OP_MAXMIN_BWD) I->min_ = (int)a->maxmin.min, I->side = (int)a->maxmin.side;
+    if (op != TS_OP_MAXMIN_BWD) {
+        I->approx = (int)u->approx;
+        I->exponent = (float)u->exponent, I->slope = (float)u->slope;
+        I->scale = (float)u->scale, I->shift = (float)u->shift;
+    }
+}
+
+static int ew_unary_op(int op) {
+    return op >= TS_OP_NEG && op <= TS_OP_GELU && op != TS_OP_CAST;
+}
+
+static int ew_bwd_ok(int fwd) {
+    switch (fwd) {
+    case TS_OP_EXP:
+    case TS_OP_LOG:
+    case TS_OP_SQRT:
+    case TS_OP_RSQRT:
+    case TS_OP_ABS:
+    case TS_OP_RELU:
+    case TS_OP_SIGMOID:
+    case TS_OP_TANH:
+    case TS_OP_POW_SCALAR:
+    case TS_OP_LEAKY_RELU:
+    case TS_OP_GELU: return 1;
+    default: return 0;
+    }
+}
+
+static ts_status plan_eltwise(cu_state *st, const ts_program *prog, const ts_runtime *rt, int i) {
+    const ts_instr *in = &prog->ins[i];
+    cu_ew_prog *p = &st->ops[i].ew;
+    memset(p, 0, sizeof *p);
+    const ts_operand *out = &in->out[0];
+    if (out->dtype != TS_F32 || out->rank > CU_MAX_RANK) return unsupported(prog, i, "needs f32");
+    ew_shape(p, st, out);
+    int n_ext = in->op == TS_OP_FUSED_ELTWISE ? (int)in->a.fused.n_ext : in->n_in;
+    if (n_ext < 1 || n_ext > CU_EW_MAX_EXT) return unsupported(prog, i, "too many inputs");
+    for (int j = 0; j < n_ext; j++) {
+        const ts_operand *x = &in->in[j];
+        if (x->dtype != TS_F32 &&
+            !(x->dtype == TS_U8 && (in->op == TS_OP_WHERE || in->op == TS_OP_FUSED_ELTWISE)))
+            return unsupported(prog, i, "an input is not f32");
+        ew_input(&p->in[j], st, x, out);
+    }
+    p->n_ext = n_ext;
+    if (in->op == TS_OP_FUSED_ELTWISE) {
+        int n = (int)in->a.fused.n_instr;
+        const ts_operand *po = &in->in[n_ext];
+        if (n < 1 || n > CU_EW_MAX_INSTR || po->dtype != TS_I64 ||
+            numel(po) != (int64_t)n * FUSE_REC)
+            return unsupported(prog, i, "a fused program of an unexpected size");
+        /* The program is a constant: its words are in the host arena. */
+        const int64_t *rec = (const int64_t *)ts_rt_at(rt, &prog->layout, po->off);
+        for (int t = 0; t < n; t++, rec += FUSE_REC) {
+            int op = (int)rec[0];
+            ts_attrs a = ts_attrs_zero();
+            memcpy(&a, &rec[4], FUSE_ATTR_WORDS * sizeof(int64_t));
+            int ns = op == TS_OP_WHERE || op == TS_OP_MAXMIN_BWD                         ? 3
+                     : op == TS_OP_UNARY_BWD || (op >= TS_OP_ADD && op <= TS_OP_MINIMUM) ? 2
+                                                                                         : 1;
+            if (!(ns > 1 || ew_unary_op(op)) ||
+                (op == TS_OP_UNARY_BWD && !ew_bwd_ok((int)a.unary_bwd.fwd_op)))
+                return unsupported(prog, i, "a fused instruction this backend has no rule for");
+            for (int j = 0; j < ns; j++)
+                if (rec[1 + j] < 0 || rec[1 + j] >= n_ext + t)
+                    return unsupported(prog, i, "a fused instruction reads a bad register");
+            ew_instr(&p->ins[t], op, &a, (int)rec[1], (int)(ns > 1 ? rec[2] : 0),
+                     (int)(ns > 2 ? rec[3] : 0));
+        }
+        p->n_instr = n;
+        return TS_OK;
+    }
+    if (in->op == TS_OP_EXPAND) {
+        ew_instr(&p->ins[0], -1, &in->a, 0, 0, 0);
+    } else if (in->op == TS_OP_UNARY_BWD) {
+        if (!ew_bwd_ok((int)in->a.unary_bwd.fwd_op))
+            return unsupported(prog, i, "no gradient rule for its forward op");
+        ew_instr(&p->ins[0], in->op, &in->a, 0, 1, 0);
+    } else {
+        ew_instr(&p->ins[0], in->op, &in->a, 0, in->n_in > 1 ? 1 : 0, in->n_in > 2 ? 2 : 0);
+    }
+    p->n_instr = 1;
+    return TS_OK;
+}
+
+/* ---- planning ------------------------------------------------------------ */
+
+static int cast_kind(ts_dtype t) {
+    return t == TS_F32 ? CU_F32 : t == TS_BF16 ? CU_BF16 : t == TS_F16 ? CU_F16 : -1;
+}
+
+size_t cu_table_bytes(const ts_program *prog, int i) {
+    const ts_instr *in = &prog->ins[i];
+    if (in->op == TS_OP_ADAM_UPDATE) {
+        size_t g = (size_t)(in->n_in / 4);
+        return g * (4 * sizeof(void *) + sizeof(int64_t)) + 64;
+    }
+    if (in->op == TS_OP_CLIP_COEF || in->op == TS_OP_UNSCALE_GRADS)
+        return (size_t)in->n_in * (sizeof(void *) + sizeof(int64_t)) + 64;
+    return 0;
+}
+
+ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt, int i) {
+    const ts_instr *in = &prog->ins[i];
+    cu_op *o = &st->ops[i];
+    if (!cu_supports_op(in->op)) return unsupported(prog, i, "this op has no CUDA kernel yet");
+    for (int j = 0; j < in->n_in; j++)
+        if (in->in[j].rank > CU_MAX_RANK) return unsupported(prog, i, "rank above 8");
+    switch (in->op) {
+    case TS_OP_FUSED_ELTWISE:
+    case TS_OP_EXPAND:
+    case TS_OP_UNARY_BWD:
+    case TS_OP_MAXMIN_BWD:
+    case TS_OP_WHERE: return plan_eltwise(st, prog, rt, i);
+    case TS_OP_CAST:
+        if (cast_kind(in->in[0].dtype) < 0 || cast_kind(in->out[0].dtype) < 0)
+            return unsupported(prog, i, "casts only between f32, bf16 and f16");
+        return TS_OK;
+    case TS_OP_MATMUL:
+    case TS_OP_MATMUL_EPI: return cu_gemm_plan(st, prog, i, &o->gemm);
+    case TS_OP_RESHAPE:
+    case TS_OP_PERMUTE:
+    case TS_OP_CONCAT:
+    case TS_OP_SLICE:
+    case TS_OP_SLICE_BWD:
+    case TS_OP_GATHER: return TS_OK; /* any dtype: bytes are moved */
+    case TS_OP_SCATTER_ADD: {
+        if (in->out[0].dtype != TS_F32 || in->in[0].dtype != TS_F32)
+            return unsupported(prog, i, "needs f32");
+        if (numel(&in->in[1]) >= INT32_MAX || in->a.index.extent >= INT32_MAX)
+            return unsupported(prog, i, "more than 2^31 indices or rows");
+        o->scratch = cu_scatter_add_scratch(numel(&in->in[1]), in->out[0].dims[in->a.index.axis]);
+        if (!o->scratch) return unsupported(prog, i, "CUB could not size its sort");
+        return TS_OK;
+    }
+    case TS_OP_LAYER_NORM_BWD: {
+        if (!all_f32(in)) return unsupported(prog, i, "needs f32");
+        const ts_operand *x = &in->in[1];
+        o->scratch = cu_layer_norm_bwd_scratch(prod(x->dims, 0, x->rank - 1), x->dims[x->rank - 1]);
+        return TS_OK;
+    }
+    case TS_OP_CROSS_ENTROPY:
+    case TS_OP_CROSS_ENTROPY_BWD: {
+        int xi = in->op == TS_OP_CROSS_ENTROPY ? 0 : 1, ti = xi + 1;
+        if (in->in[xi].dtype != TS_F32 ||
+            (in->in[ti].dtype != TS_I32 && in->in[ti].dtype != TS_I64) ||
+            in->out[0].dtype != TS_F32)
+            return unsupported(prog, i, "needs f32 logits and i32/i64 targets");
+        o->scratch = (size_t)(3 * in->in[xi].dims[0] + 1) * sizeof(double);
+        return TS_OK;
+    }
+    case TS_OP_ATTENTION:
+    case TS_OP_ATTENTION_BWD: {
+        if (!all_f32(in))
+            return unsupported(prog, i, "needs f32 (bf16 attention is not written yet)");
+        const ts_operand *q = &in->in[in->op == TS_OP_ATTENTION ? 0 : 1];
+        if (q->rank != 4 || q->dims[3] > 256)
+            return unsupported(prog, i, "needs [B, H, T, hd <= 256]");
+        if (in->op == TS_OP_ATTENTION_BWD) o->scratch = (size_t)prod(q->dims, 0, 3) * sizeof(float);
+        return TS_OK;
+    }
+    case TS_OP_ADAM_UPDATE: {
+        if (!all_f32(in)) return unsupported(prog, i, "needs f32 parameters and state");
+        int has_coef = in->a.adam.has_coef != 0;
+        if ((in->n_in - has_coef) % 4 != 0 || in->n_in - has_coef < 4)
+            return unsupported(prog, i, "inputs are not (p, g, m, v) groups");
+        o->n_groups = (in->n_in - has_coef) / 4;
+        o->max_size = 0;
+        for (int g = 0; g < o->n_groups; g++)
+            if (numel(&in->in[4 * g]) > o->max_size) o->max_size = numel(&in->in[4 * g]);
+        return TS_OK;
+    }
+    case TS_OP_UNSCALE_GRADS:
+        if (!all_f32(in) || numel(&in->in[0]) != 1)
+            return unsupported(prog, i, "needs f32 gradients and scale");
+        o->n_groups = in->n_in - 1;
+        o->max_size = 0;
+        for (int g = 1; g < in->n_in; g++)
+            if (numel(&in->in[g]) > o->max_size) o->max_size = numel(&in->in[g]);
+        o->scratch = (size_t)in->n_in * sizeof(int);
+        return TS_OK;
+    case TS_OP_GRAD_STATS:
+        if (in->in[0].dtype != TS_F32) return unsupported(prog, i, "needs an f32 gradient");
+        o->scratch = 3 * CU_STATS_BLOCKS * sizeof(double);
+        return TS_OK;
+    case TS_OP_CLIP_COEF:
+        if (!all_f32(in)) return unsupported(prog, i, "needs f32 gradients");
+        o->n_groups = in->n_in;
+        o->scratch = (size_t)in->n_in * sizeof(double);
+        return TS_OK;
+    default:
+        if (!all_f32(in)) return unsupported(prog, i, "needs f32");
+        if (in->op == TS_OP_REDUCE_SUM || in->op == TS_OP_LAYER_NORM) return TS_OK;
+        return plan_eltwise(st, prog, rt, i); /* unary and binary elementwise ops */
+    }
+}
+
+/* Pointer and size tables of the fused optimizer and clipping, once. */
+ts_status cu_write_tables(cu_state *st, const ts_program *prog, int i) {
+    const ts_instr *in = &prog->ins[i];
+    cu_op *o = &st->ops[i];
+    size_t bytes = cu_table_bytes(prog, i);
+    if (!bytes) return TS_OK;
+    /* adam: (p, g, m, v) per group; clip: one gradient each; unscale: the
+     * gradients after the scale */
+    int g = o->n_groups, per = in->op == TS_OP_ADAM_UPDATE ? 4 : 1;
+    int first = in->op == TS_OP_UNSCALE_GRADS ? 1 : 0;
+    unsigned char *host = calloc(1, bytes);
+    if (!host) return cu_fail(TS_ERR_NOMEM, "optimizer tables of '%s'", in->label);
+    void **ptrs = (void **)host;
+    int64_t *sizes = (int64_t *)(host + (size_t)g * per * sizeof(void *));
+    for (int k = 0; k < g; k++) {
+        for (int j = 0; j < per; j++)
+            ptrs[per * k + j] = cu_at(st, in->in[first + per * k + j].off);
+        sizes[k] = numel(&in->in[first + per * k]);
+    }
+    cudaError_t e =
+        cudaMemcpy(st->dev + st->tables_off + o->table_off, host, bytes, cudaMemcpyHostToDevice);
+    free(host);
+    return e == cudaSuccess ? TS_OK : cu_err(e, "writing the optimizer tables", in->label);
+}
+
+/* ---- running ------------------------------------------------------------- */
+
+static void *dptr(const cu_state *st, const ts_operand *o) {
+    return cu_at(st, o->off);
+}
+
+ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
+    const ts_instr *in = &prog->ins[i];
+    const cu_op *o = &st->ops[i];
+    cu_stream s = (cu_stream)st->stream;
+    void *scratch = st->dev + st->scratch_off;
+    int rc = 0;
+    switch (in->op) {
+    case TS_OP_CAST:
+        rc = cu_cast(dptr(st, &in->out[0]), cast_kind(in->out[0].dtype), dptr(st, &in->in[0]),
+                     cast_kind(in->in[0].dtype), numel(&in->out[0]), s);
+        break;
+    case TS_OP_MATMUL:
+    case TS_OP_MATMUL_EPI: return cu_gemm_run(st, prog, i, o->gemm);
+    case TS_OP_RESHAPE:
+        if (in->out[0].off != in->in[0].off)
+            rc = (int)cudaMemcpyAsync(dptr(st, &in->out[0]), dptr(st, &in->in[0]),
+                                      cu_bytes(&in->in[0]), cudaMemcpyDeviceToDevice, st->stream);
+        break;
+    case TS_OP_PERMUTE:
+        rc = cu_permute(dptr(st, &in->out[0]), dptr(st, &in->in[0]),
+                        (int)cu_host->dtype_size(in->in[0].dtype), in->in[0].rank, in->in[0].dims,
+                        in->a.permute.perm, s);
+        break;
+    case TS_OP_CONCAT: {
+        const ts_operand *y = &in->out[0];
+        int ax = (int)in->a.concat.axis, es = (int)cu_host->dtype_size(y->dtype);
+        int64_t outer = prod(y->dims, 0, ax), inner = prod(y->dims, ax + 1, y->rank), at = 0;
+        for (int j = 0; j < in->n_in && !rc; j++) {
+            int64_t len = in->in[j].dims[ax];
+            rc = cu_copy_axis(dptr(st, y), y->dims[ax], at, dptr(st, &in->in[j]), len, 0, len,
+                              outer, inner, es, s);
+            at += len;
+        }
+        break;
+    }
+    case TS_OP_SLICE: {
+        const ts_operand *x = &in->in[0];
+        int ax = (int)in->a.slice.axis, es = (int)cu_host->dtype_size(x->dtype);
+        int64_t len = in->a.slice.end - in->a.slice.start;
+        rc =
+            cu_copy_axis(dptr(st, &in->out[0]), len, 0, dptr(st, x), x->dims[ax], in->a.slice.start,
+                         len, prod(x->dims, 0, ax), prod(x->dims, ax + 1, x->rank), es, s);
+        break;
+    }
+    case TS_OP_SLICE_BWD: {
+        const ts_operand *y = &in->out[0];
+        int ax = (int)in->a.slice.axis, es = (int)cu_host->dtype_size(y->dtype);
+        int64_t len = in->a.slice.end - in->a.slice.start;
+        rc = cu_zero(dptr(st, y), cu_bytes(y), s);
+        if (!rc)
+            rc =
+                cu_copy_axis(dptr(st, y), y->dims[ax], in->a.slice.start, dptr(st, &in->in[0]), len,
+                             0, len, prod(y->dims, 0, ax), prod(y->dims, ax + 1, y->rank), es, s);
+        break;
+    }
+    case TS_OP_GATHER: {
+        const ts_operand *x = &in->in[0], *ix = &in->in[1];
+        int ax = (int)in->a.index.axis;
+        rc = cu_gather(dptr(st, &in->out[0]), dptr(st, x), dptr(st, ix), ix->dtype == TS_I64,
+                       numel(ix), prod(x->dims, 0, ax), x->dims[ax], prod(x->dims, ax + 1, x->rank),
+                       (int)cu_host->dtype_size(x->dtype), st->d_err, s);
+        break;
+    }
+    case TS_OP_SCATTER_ADD: {
+        const ts_operand *y = &in->out[0], *ix = &in->in[1];
+        int ax = (int)in->a.index.axis;
+        rc = cu_scatter_add(dptr(st, y), dptr(st, &in->in[0]), dptr(st, ix), ix->dtype == TS_I64,
+                            numel(ix), prod(y->dims, 0, ax), y->dims[ax],
+                            prod(y->dims, ax + 1, y->rank), scratch, o->scratch, st->d_err, s);
+        break;
+    }
+    case TS_OP_REDUCE_SUM:
+        rc = cu_reduce_sum(dptr(st, &in->out[0]), dptr(st, &in->in[0]), in->in[0].rank,
+                           in->in[0].dims, in->a.reduce.axes, in->a.reduce.scale, s);
+        break;
+    case TS_OP_LAYER_NORM: {
+        const ts_operand *x = &in->in[0];
+        int hw = in->a.norm.has_w != 0, hb = in->a.norm.has_b != 0;
+        rc = cu_layer_norm(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),
+                           dptr(st, x), hw ? dptr(st, &in->in[1]) : NULL,
+                           hb ? dptr(st, &in->in[1 + hw]) : NULL, prod(x->dims, 0, x->rank - 1),
+                           x->dims[x->rank - 1], in->a.norm.eps, s);
+        break;
+    }
+    case TS_OP_LAYER_NORM_BWD: {
+        const ts_operand *x = &in->in[1];
+        int hw = in->a.norm.has_w != 0, hb = in->a.norm.has_b != 0;
+        rc = cu_layer_norm_bwd(dptr(st, &in->out[0]), hw ? dptr(st, &in->out[1]) : NULL,
+                               hb ? dptr(st, &in->out[1 + hw]) : NULL, dptr(st, &in->in[0]),
+                               dptr(st, x), dptr(st, &in->in[2]), dptr(st, &in->in[3]),
+                               hw ? dptr(st, &in->in[4]) : NULL, prod(x->dims, 0, x->rank - 1),
+                               x->dims[x->rank - 1], scratch, s);
+        break;
+    }
+    case TS_OP_CROSS_ENTROPY: {
+        const ts_operand *x = &in->in[0], *t = &in->in[1];
+        rc = cu_cross_entropy(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, x),
+                              dptr(st, t), t->dtype == TS_I64,
+                              in->n_in == 3 ? dptr(st, &in->in[2]) : NULL, x->dims[0], x->dims[1],
+                              in->a.cross_entropy.ignore_index, scratch, st->d_err, s);
+        break;
+    }
+    case TS_OP_CROSS_ENTROPY_BWD: {
+        const ts_operand *x = &in->in[1], *t = &in->in[2];
+        rc = cu_cross_entropy_bwd(
+            dptr(st, &in->out[0]), dptr(st, &in->in[0]), dptr(st, x), dptr(st, &in->in[3]),
+            dptr(st, t), t->dtype == TS_I64, in->n_in == 5 ? dptr(st, &in->in[4]) : NULL,
+            x->dims[0], x->dims[1], in->a.cross_entropy.ignore_index, scratch, st->d_err, s);
+        break;
+    }
+    case TS_OP_ATTENTION: {
+        const ts_operand *q = &in->in[0];
+        rc = cu_attention(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, q),
+                          dptr(st, &in->in[1]), dptr(st, &in->in[2]), q->dims[0] * q->dims[1],
+                          q->dims[2], q->dims[3], (int)in->a.attention.causal,
+                          (float)in->a.attention.scale, s);
+        break;
+    }
+    case TS_OP_ATTENTION_BWD: {
+        const ts_operand *q = &in->in[1];
+        rc = cu_attention_bwd(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),
+                              dptr(st, &in->in[0]), dptr(st, q), dptr(st, &in->in[2]),
+                              dptr(st, &in->in[3]), dptr(st, &in->in[4]), dptr(st, &in->in[5]),
+                              scratch, q->dims[0] * q->dims[1], q->dims[2], q->dims[3],
+                              (int)in->a.attention.causal, (float)in->a.attention.scale, s);
+        break;
+    }
+    case TS_OP_ADAM_UPDATE: {
+        const unsigned char *t = st->dev + st->tables_off + o->table_off;
+        int has_coef = in->a.adam.has_coef != 0;
+        rc = cu_adam((float *const *)t,
+                     (const int64_t *)(t + (size_t)o->n_groups * 4 * sizeof(void *)), o->n_groups,
+                     o->max_size, st->d_step, has_coef ? dptr(st, &in->in[in->n_in - 1]) : NULL,
+                     (int)in->a.adam.decoupled, in->a.adam.beta1, in->a.adam.beta2, in->a.adam.eps,
+                     in->a.adam.weight_decay, s);
+        break;
+    }
+    case TS_OP_CLIP_COEF: {
+        const unsigned char *t = st->dev + st->tables_off + o->table_off;
+        rc = cu_clip_coef(dptr(st, &in->out[0]), (const float *const *)t,
+                          (const int64_t *)(t + (size_t)o->n_groups * sizeof(void *)), o->n_groups,
+                          in->a.clip.max_norm, scratch, s);
+        break;
+    }
+    case TS_OP_UNSCALE_GRADS: {
+        const unsigned char *t = st->dev + st->tables_off + o->table_off;
+        rc = cu_unscale(dptr(st, &in->out[0]), (float *const *)t,
+                        (const int64_t *)(t + (size_t)o->n_groups * sizeof(void *)), o->n_groups,
+                        o->max_size, dptr(st, &in->in[0]), scratch, s);
+        break;
+    }
+    case TS_OP_GRAD_STATS:
+        rc = cu_grad_stats(dptr(st, &in->out[0]), dptr(st, &in->in[0]), numel(&in->in[0]), scratch,
+                           s);
+        break;
+    default: rc = cu_eltwise(&o->ew, s); /* elementwise ops, fused_eltwise, expand */
+    }
+    return rc ? cu_err((cudaError_t)rc, in->name, in->label) : TS_OK;
+}

@@ -1,0 +1,810 @@
+/* The CUDA backend's elementwise, shape, reduction, normalisation, loss and
+ * optimizer kernels (declared in kernels.h; attention in attention.cu, the
+ * scatter-add in scatter.cu).
+ *
+ * Written to be obviously correct rather than fast: grid-stride loops, one
+ * block per row or per output for reductions, reductions in double in a
+ * fixed tree order (no atomics), shapes spelled out beside each kernel.
+ * The math of each op mirrors the CPU reference kernel in src/ops (same
+ * formulas and constants); results agree within f32 rounding, not bit for
+ * bit (different exp/log implementations and summation orders). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backends/cuda/kernels.h"
+#include "ops/op_ids.h"
+
+#define THREADS 256
+
+/* Blocks for a grid-stride loop over n elements. */
+static unsigned grid_for(int64_t n) {
+    int64_t b = (n + THREADS - 1) / THREADS;
+    if (b < 1) b = 1;
+    if (b > 65535) b = 65535;
+    return (unsigned)b;
+}
+
+/* Blocks for one block per row (grid-stride beyond 65535 rows). */
+static unsigned row_blocks(int64_t rows) {
+    return rows > 65535 ? 65535u : (unsigned)rows;
+}
+
+static int launched(void) {
+    return (int)cudaGetLastError();
+}
+
+/* ---- elementwise math (src/ops/unary.c, binary.c) ---------------------- */
+
+#define GELU_BETA  0.797884560802865355879f /* sqrt(2/pi) */
+#define GELU_KAPPA 0.044715f
+
+__device__ static float d_sigmoid(float x) {
+    /* no overflow on either side */
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+/* Phi(x) and phi(x), clamped at |x| = 16 as the CPU's m_ncdf_f32. */
+__device__ static float d_ncdf(float x, float *pdf) {
+    x = fminf(fmaxf(x, -16.0f), 16.0f);
+    if (pdf) *pdf = 0.398942280401432678f * expf(-0.5f * x * x);
+    return 0.5f * erfcf(-x * 0.70710678118654752f);
+}
+
+__device__ static float d_pow(float x, float e) {
+    if (e == 0.0f) return 1.0f;
+    if (e == 1.0f) return x;
+    if (e == 2.0f) return x * x;
+    if (e == 3.0f) return x * x * x;
+    if (e == 0.5f) return sqrtf(x);
+    if (e == -0.5f) return 1.0f / sqrtf(x);
+    if (e == -1.0f) return 1.0f / x;
+    if (e == -2.0f) return 1.0f / (x * x);
+    return powf(x, e);
+}
+
+__device__ static float d_unary(const cu_ew_instr &I, float x) {
+    switch (I.op) {
+    case TS_OP_NEG: return -x;
+    case TS_OP_EXP: return expf(x);
+    case TS_OP_LOG: return logf(x);
+    case TS_OP_SQRT: return sqrtf(x);
+    case TS_OP_RSQRT: return 1.0f / sqrtf(x);
+    case TS_OP_ABS: return fabsf(x);
+    case TS_OP_RELU: return x < 0.0f ? 0.0f : x; /* keeps NaN, as torch.relu */
+    case TS_OP_SIGMOID: return d_sigmoid(x);
+    case TS_OP_TANH: return tanhf(x);
+    case TS_OP_POW_SCALAR: return d_pow(x, I.exponent);
+    case TS_OP_LEAKY_RELU: return x > 0.0f ? x : x * I.slope;
+    case TS_OP_AFFINE_SCALAR: return x * I.scale + I.shift;
+    case TS_OP_GELU:
+        if (I.approx == 1) /* tanh: x sigmoid(2u), u = sqrt(2/pi)(x + k x^3) */
+            return x * d_sigmoid(2.0f * GELU_BETA * (x + GELU_KAPPA * (x * x * x)));
+        return x * d_ncdf(x, NULL);
+    default: return x; /* -1: copy (expand) */
+    }
+}
+
+/* unary_bwd: d the incoming gradient, s the forward's x (side 0) or y (1). */
+__device__ static float d_unary_bwd(const cu_ew_instr &I, float d, float s) {
+    switch (I.fwd_op) {
+    case TS_OP_EXP: return I.side ? d * s : d * expf(s);
+    case TS_OP_LOG: return d / s;
+    case TS_OP_SQRT: return I.side ? d / (s + s) : d / (2.0f * sqrtf(s));
+    case TS_OP_RSQRT: return I.side ? -0.5f * d * (s * s * s) : -0.5f * d * (1.0f / (s * sqrtf(s)));
+    case TS_OP_ABS: return d * (float)((s > 0.0f) - (s < 0.0f));
+    case TS_OP_RELU: return s <= 0.0f ? 0.0f : d;
+    case TS_OP_SIGMOID: return I.side ? d * (1.0f - s) * s : d * d_sigmoid(-s) * d_sigmoid(s);
+    case TS_OP_TANH: {
+        float t = I.side ? s : tanhf(s);
+        return d * (1.0f - t * t);
+    }
+    case TS_OP_POW_SCALAR:
+        if (I.exponent == 0.0f) return 0.0f;
+        return d * (I.exponent * d_pow(s, I.exponent - 1.0f));
+    case TS_OP_LEAKY_RELU: return s > 0.0f ? d : d * I.slope;
+    case TS_OP_GELU:
+        if (I.approx == 1) {
+            float x2 = s * s, u2 = 2.0f * GELU_BETA * (s + GELU_KAPPA * (x2 * s));
+            float sg = d_sigmoid(u2), sn = d_sigmoid(-u2);
+            return d * (sg + 2.0f * s * sg * sn * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2));
+        } else {
+            float pdf, cdf = d_ncdf(s, &pdf);
+            float xc = fminf(fmaxf(s, -16.0f), 16.0f);
+            return d * (cdf + xc * pdf);
+        }
+    default: return __int_as_float(0x7fc00000); /* never: prepare checks the op */
+    }
+}
+
+__device__ static float d_binary(int op, float x, float y) {
+    switch (op) {
+    case TS_OP_ADD: return x + y;
+    case TS_OP_SUB: return x - y;
+    case TS_OP_MUL: return x * y;
+    case TS_OP_DIV: return x / y;
+    case TS_OP_MAXIMUM: return (x > y || x != x) ? x : y; /* NaN propagates */
+    case TS_OP_MINIMUM: return (x < y || x != x) ? x : y;
+    default: return __int_as_float(0x7fc00000);
+    }
+}
+
+/* One output element per iteration: gather the inputs at its broadcast
+ * position, run the program in registers, store the last result. */
+__global__ void k_eltwise(const cu_ew_prog P) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.n; i += stride) {
+        float r[CU_EW_MAX_EXT + CU_EW_MAX_INSTR];
+        int64_t off[CU_EW_MAX_EXT];
+        for (int j = 0; j < P.n_ext; j++) off[j] = P.in[j].full ? i : 0;
+        int64_t rem = i;
+        for (int d = P.rank - 1; d >= 0; d--) {
+            int64_t c = rem % P.dims[d];
+            rem /= P.dims[d];
+            for (int j = 0; j < P.n_ext; j++)
+                if (!P.in[j].full) off[j] += c * P.in[j].stride[d];
+        }
+        for (int j = 0; j < P.n_ext; j++)
+            r[j] = P.in[j].u8 ? (float)((const unsigned char *)P.in[j].p)[off[j]]
+                              : ((const float *)P.in[j].p)[off[j]];
+        for (int t = 0; t < P.n_instr; t++) {
+            const cu_ew_instr &I = P.ins[t];
+            float a = r[I.src[0]], v;
+            if (I.op == TS_OP_UNARY_BWD) {
+                v = d_unary_bwd(I, a, r[I.src[1]]);
+            } else if (I.op == TS_OP_WHERE) {
+                v = a != 0.0f ? r[I.src[1]] : r[I.src[2]];
+            } else if (I.op == TS_OP_MAXMIN_BWD) {
+                /* (dy, a, b): the share of a (side 0) or b (side 1); ties halve */
+                float x = r[I.src[1]], y = r[I.src[2]];
+                float p = I.side ? y : x, q = I.side ? x : y;
+                int wins = I.min_ ? p < q : p > q;
+                v = wins ? a : (x == y ? a * 0.5f : 0.0f);
+            } else if (I.op >= TS_OP_ADD && I.op <= TS_OP_MINIMUM) {
+                v = d_binary(I.op, a, r[I.src[1]]);
+            } else {
+                v = d_unary(I, a);
+            }
+            r[P.n_ext + t] = v;
+        }
+        P.out[i] = r[P.n_ext + P.n_instr - 1];
+    }
+}
+
+extern "C" int cu_eltwise(const cu_ew_prog *p, cu_stream s) {
+    if (p->n <= 0) return 0;
+    k_eltwise<<<grid_for(p->n), THREADS, 0, (cudaStream_t)s>>>(*p);
+    return launched();
+}
+
+/* ---- cast ---------------------------------------------------------------- */
+
+__device__ static float load_f(const void *p, int k, int64_t i) {
+    if (k == CU_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (k == CU_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__global__ void k_cast(void *y, int yk, const void *x, int xk, int64_t n) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float v = load_f(x, xk, i);
+        if (yk == CU_BF16)
+            ((__nv_bfloat16 *)y)[i] = __float2bfloat16_rn(v);
+        else if (yk == CU_F16)
+            ((__half *)y)[i] = __float2half_rn(v);
+        else
+            ((float *)y)[i] = v;
+    }
+}
+
+extern "C" int cu_cast(void *y, int yk, const void *x, int xk, int64_t n, cu_stream s) {
+    if (n <= 0) return 0;
+    k_cast<<<grid_for(n), THREADS, 0, (cudaStream_t)s>>>(y, yk, x, xk, n);
+    return launched();
+}
+
+/* ---- block reductions in double (fixed tree: deterministic) ------------ */
+
+__device__ static double block_sum(double v, double *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ static float block_max(float v, float *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + w]);
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* ---- reduce_sum ---------------------------------------------------------- */
+
+typedef struct red_shape {
+    int nk, nr;                                   /* kept and reduced axes */
+    int64_t kdim[CU_MAX_RANK], kstr[CU_MAX_RANK]; /* sizes and x strides */
+    int64_t rdim[CU_MAX_RANK], rstr[CU_MAX_RANK];
+    int64_t nout, nred;
+} red_shape;
+
+/* One block per output element o (grid-stride over outputs); its threads
+ * stride over the nred reduced elements, then one fixed tree. */
+__global__ void k_reduce_sum(float *y, const float *x, const red_shape S, double scale) {
+    __shared__ double sh[THREADS];
+    for (int64_t o = blockIdx.x; o < S.nout; o += gridDim.x) {
+        int64_t base = 0, rem = o;
+        for (int d = S.nk - 1; d >= 0; d--) {
+            base += (rem % S.kdim[d]) * S.kstr[d];
+            rem /= S.kdim[d];
+        }
+        double acc = 0;
+        for (int64_t r = threadIdx.x; r < S.nred; r += THREADS) {
+            int64_t off = base, rr = r;
+            for (int d = S.nr - 1; d >= 0; d--) {
+                off += (rr % S.rdim[d]) * S.rstr[d];
+                rr /= S.rdim[d];
+            }
+            acc += (double)x[off];
+        }
+        double t = block_sum(acc, sh);
+        if (threadIdx.x == 0) y[o] = (float)(t * scale);
+    }
+}
+
+extern "C" int cu_reduce_sum(float *y, const float *x, int rank, const int64_t *dims, int64_t axes,
+                             double scale, cu_stream s) {
+    red_shape S;
+    S.nk = S.nr = 0;
+    S.nout = S.nred = 1;
+    int64_t str = 1, kstr[CU_MAX_RANK], kdim[CU_MAX_RANK], rstr[CU_MAX_RANK], rdim[CU_MAX_RANK];
+    int nk = 0, nr = 0;
+    /* collected from the last axis back, then reversed into row-major order */
+    for (int d = rank - 1; d >= 0; d--) {
+        if (axes >> d & 1) {
+            rdim[nr] = dims[d], rstr[nr++] = str;
+            S.nred *= dims[d];
+        } else {
+            kdim[nk] = dims[d], kstr[nk++] = str;
+            S.nout *= dims[d];
+        }
+        str *= dims[d];
+    }
+    for (int j = 0; j < nk; j++) S.kdim[j] = kdim[nk - 1 - j], S.kstr[j] = kstr[nk - 1 - j];
+    for (int j = 0; j < nr; j++) S.rdim[j] = rdim[nr - 1 - j], S.rstr[j] = rstr[nr - 1 - j];
+    S.nk = nk, S.nr = nr;
+    if (S.nout <= 0) return 0;
+    k_reduce_sum<<<row_blocks(S.nout), THREADS, 0, (cudaStream_t)s>>>(y, x, S, scale);
+    return launched();
+}
+
+/* ---- permute, copies along an axis -------------------------------------- */
+
+typedef struct perm_shape {
+    int rank;
+    int64_t odim[CU_MAX_RANK], xstr[CU_MAX_RANK]; /* output dims; x stride of each */
+    int64_t n;
+} perm_shape;
+
+template <typename T> __global__ void k_permute(T *y, const T *x, const perm_shape S) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < S.n; i += stride) {
+        int64_t off = 0, rem = i;
+        for (int d = S.rank - 1; d >= 0; d--) {
+            off += (rem % S.odim[d]) * S.xstr[d];
+            rem /= S.odim[d];
+        }
+        y[i] = x[off];
+    }
+}
+
+extern "C" int cu_permute(void *y, const void *x, int esize, int rank, const int64_t *xdims,
+                          const int64_t *perm, cu_stream s) {
+    perm_shape S;
+    int64_t xs[CU_MAX_RANK], st = 1;
+    for (int d = rank - 1; d >= 0; d--) xs[d] = st, st *= xdims[d];
+    S.rank = rank;
+    S.n = st;
+    for (int d = 0; d < rank; d++) S.odim[d] = xdims[perm[d]], S.xstr[d] = xs[perm[d]];
+    if (S.n <= 0) return 0;
+    cudaStream_t cs = (cudaStream_t)s;
+    switch (esize) {
+    case 1:
+        k_permute<uint8_t><<<grid_for(S.n), THREADS, 0, cs>>>((uint8_t *)y, (const uint8_t *)x, S);
+        break;
+    case 2:
+        k_permute<uint16_t>
+            <<<grid_for(S.n), THREADS, 0, cs>>>((uint16_t *)y, (const uint16_t *)x, S);
+        break;
+    case 4:
+        k_permute<uint32_t>
+            <<<grid_for(S.n), THREADS, 0, cs>>>((uint32_t *)y, (const uint32_t *)x, S);
+        break;
+    default:
+        k_permute<uint64_t>
+            <<<grid_for(S.n), THREADS, 0, cs>>>((uint64_t *)y, (const uint64_t *)x, S);
+    }
+    return launched();
+}
+
+/* y[b, dst_start + j, k] = x[b, src_start + j, k] for b < outer, j < len,
+ * k < inner. */
+template <typename T>
+__global__ void k_copy_axis(T *y, int64_t dst_len, int64_t dst_start, const T *x, int64_t src_len,
+                            int64_t src_start, int64_t len, int64_t outer, int64_t inner) {
+    const int64_t n = outer * len * inner, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t k = i % inner, j = (i / inner) % len, b = i / (inner * len);
+        y[(b * dst_len + dst_start + j) * inner + k] = x[(b * src_len + src_start + j) * inner + k];
+    }
+}
+
+extern "C" int cu_copy_axis(void *y, int64_t dst_len, int64_t dst_start, const void *x,
+                            int64_t src_len, int64_t src_start, int64_t len, int64_t outer,
+                            int64_t inner, int esize, cu_stream s) {
+    int64_t n = outer * len * inner;
+    if (n <= 0) return 0;
+    cudaStream_t cs = (cudaStream_t)s;
+#define CA(T)                                                                                      \
+    k_copy_axis<T><<<grid_for(n), THREADS, 0, cs>>>((T *)y, dst_len, dst_start, (const T *)x,      \
+                                                    src_len, src_start, len, outer, inner)
+    switch (esize) {
+    case 1: CA(uint8_t); break;
+    case 2: CA(uint16_t); break;
+    case 4: CA(uint32_t); break;
+    default: CA(uint64_t);
+    }
+#undef CA
+    return launched();
+}
+
+extern "C" int cu_zero(void *y, size_t bytes, cu_stream s) {
+    return (int)cudaMemsetAsync(y, 0, bytes, (cudaStream_t)s);
+}
+
+/* ---- gather ---------------------------------------------------------------- */
+
+__device__ static int64_t index_at(const void *idx, int idx64, int64_t j) {
+    return idx64 ? ((const int64_t *)idx)[j] : (int64_t)((const int32_t *)idx)[j];
+}
+
+/* y [outer, nidx, inner] from x [outer, extent, inner]. */
+template <typename T>
+__global__ void k_gather(T *y, const T *x, const void *idx, int idx64, int64_t nidx, int64_t outer,
+                         int64_t extent, int64_t inner, int *err) {
+    const int64_t n = outer * nidx * inner, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t k = i % inner, j = (i / inner) % nidx, b = i / (inner * nidx);
+        int64_t r = index_at(idx, idx64, j);
+        if (r < 0 || r >= extent) {
+            y[i] = T(0);
+            *err = 1;
+        } else {
+            y[i] = x[(b * extent + r) * inner + k];
+        }
+    }
+}
+
+extern "C" int cu_gather(void *y, const void *x, const void *idx, int idx64, int64_t nidx,
+                         int64_t outer, int64_t extent, int64_t inner, int esize, int *err,
+                         cu_stream s) {
+    int64_t n = outer * nidx * inner;
+    if (n <= 0) return 0;
+    cudaStream_t cs = (cudaStream_t)s;
+#define G(T)                                                                                       \
+    k_gather<T><<<grid_for(n), THREADS, 0, cs>>>((T *)y, (const T *)x, idx, idx64, nidx, outer,    \
+                                                 extent, inner, err)
+    switch (esize) {
+    case 1: G(uint8_t); break;
+    case 2: G(uint16_t); break;
+    case 4: G(uint32_t); break;
+    default: G(uint64_t);
+    }
+#undef G
+    return launched();
+}
+
+/* ---- layer norm ------------------------------------------------------------ */
+
+/* One block per row of d: mean and variance in double (fixed tree), then y. */
+__global__ void k_layer_norm(float *y, float *mean, float *rstd, const float *x, const float *w,
+                             const float *b, int64_t rows, int64_t d, double eps) {
+    __shared__ double sh[THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * d;
+        double s = 0;
+        for (int64_t i = threadIdx.x; i < d; i += THREADS) s += (double)xr[i];
+        double mu = block_sum(s, sh) / (double)d;
+        double v = 0;
+        for (int64_t i = threadIdx.x; i < d; i += THREADS) {
+            double c = (double)xr[i] - mu;
+            v += c * c;
+        }
+        double rs = 1.0 / sqrt(block_sum(v, sh) / (double)d + eps);
+        float m = (float)mu, rf = (float)rs;
+        if (threadIdx.x == 0) mean[r] = m, rstd[r] = rf;
+        float *yr = y + r * d;
+        for (int64_t i = threadIdx.x; i < d; i += THREADS) {
+            float t = (xr[i] - m) * rf;
+            if (w) t = t * w[i];
+            if (b) t = t + b[i];
+            yr[i] = t;
+        }
+    }
+}
+
+extern "C" int cu_layer_norm(float *y, float *mean, float *rstd, const float *x, const float *w,
+                             const float *b, int64_t rows, int64_t d, double eps, cu_stream s) {
+    if (rows <= 0) return 0;
+    k_layer_norm<<<row_blocks(rows), THREADS, 0, (cudaStream_t)s>>>(y, mean, rstd, x, w, b, rows, d,
+                                                                    eps);
+    return launched();
+}
+
+/* dx of one row per block: g = dy w, xh = (x - mean) rstd,
+ * dx = rstd (g - mean(g) - xh mean(g xh)). dx may be dy (in place): every
+ * thread reads its own elements only after both sums are complete. */
+__global__ void k_ln_dx(float *dx, const float *dy, const float *x, const float *mean,
+                        const float *rstd, const float *w, int64_t rows, int64_t d) {
+    __shared__ double sh[THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *dyr = dy + r * d, *xr = x + r * d;
+        float m = mean[r], rs = rstd[r];
+        double s1 = 0, s2 = 0;
+        for (int64_t i = threadIdx.x; i < d; i += THREADS) {
+            float g = w ? dyr[i] * w[i] : dyr[i], xh = (xr[i] - m) * rs;
+            s1 += (double)g;
+            s2 += (double)(g * xh);
+        }
+        float mg = (float)(block_sum(s1, sh) / (double)d);
+        float mgx = (float)(block_sum(s2, sh) / (double)d);
+        float *dxr = dx + r * d;
+        for (int64_t i = threadIdx.x; i < d; i += THREADS) {
+            float g = w ? dyr[i] * w[i] : dyr[i], xh = (xr[i] - m) * rs;
+            dxr[i] = rs * (g - mg - xh * mgx);
+        }
+    }
+}
+
+#define LN_ROWS 32
+/* Partial dw, db of row block rb (LN_ROWS rows) for column c:
+ * part[rb * d + c] and part[(nrb + rb) * d + c]. */
+__global__ void k_ln_dwdb_part(double *part, const float *dy, const float *x, const float *mean,
+                               const float *rstd, int64_t rows, int64_t d, int64_t nrb) {
+    const int64_t n = nrb * d, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
+        int64_t rb = t / d, c = t % d;
+        int64_t r0 = rb * LN_ROWS, r1 = r0 + LN_ROWS < rows ? r0 + LN_ROWS : rows;
+        double aw = 0, ab = 0;
+        for (int64_t r = r0; r < r1; r++) {
+            float g = dy[r * d + c];
+            aw += (double)(g * ((x[r * d + c] - mean[r]) * rstd[r]));
+            ab += (double)g;
+        }
+        part[rb * d + c] = aw;
+        part[(nrb + rb) * d + c] = ab;
+    }
+}
+
+__global__ void k_ln_dwdb_sum(float *dw, float *db, const double *part, int64_t d, int64_t nrb) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < d; c += stride) {
+        double sw = 0, sb = 0;
+        for (int64_t rb = 0; rb < nrb; rb++) {
+            sw += part[rb * d + c];
+            sb += part[(nrb + rb) * d + c];
+        }
+        if (dw) dw[c] = (float)sw;
+        if (db) db[c] = (float)sb;
+    }
+}
+
+extern "C" size_t cu_layer_norm_bwd_scratch(int64_t rows, int64_t d) {
+    int64_t nrb = (rows + LN_ROWS - 1) / LN_ROWS;
+    return (size_t)(2 * nrb * d) * sizeof(double);
+}
+
+/* dw, db are computed before dx, which may overwrite dy. */
+extern "C" int cu_layer_norm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
+                                 const float *mean, const float *rstd, const float *w, int64_t rows,
+                                 int64_t d, double *partial, cu_stream s) {
+    if (rows <= 0) return 0;
+    cudaStream_t cs = (cudaStream_t)s;
+    if (dw || db) {
+        int64_t nrb = (rows + LN_ROWS - 1) / LN_ROWS;
+        k_ln_dwdb_part<<<grid_for(nrb * d), THREADS, 0, cs>>>(partial, dy, x, mean, rstd, rows, d,
+                                                              nrb);
+        k_ln_dwdb_sum<<<grid_for(d), THREADS, 0, cs>>>(dw, db, partial, d, nrb);
+    }
+    k_ln_dx<<<row_blocks(rows), THREADS, 0, cs>>>(dx, dy, x, mean, rstd, w, rows, d);
+    return launched();
+}
+
+/* ---- cross-entropy -------------------------------------------------------- */
+
+/* One block per row: lse = m + log(sum exp(x - m)); part[3r..3r+2] =
+ * (w (lse - x_t), w, 1) for a counted row, zeros for an ignored one. */
+__global__ void k_ce_rows(float *lse, const float *x, const void *tg, int tg64, const float *wt,
+                          int64_t n, int64_t c, int64_t ign, double *part, int *err) {
+    __shared__ double sh[THREADS];
+    __shared__ float shf[THREADS];
+    for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+        const float *xr = x + r * c;
+        float m = -INFINITY;
+        for (int64_t i = threadIdx.x; i < c; i += THREADS) m = fmaxf(m, xr[i]);
+        m = block_max(m, shf);
+        if (m == -INFINITY) m = 0.0f;
+        double s = 0;
+        for (int64_t i = threadIdx.x; i < c; i += THREADS) s += (double)expf(xr[i] - m);
+        double l = (double)m + log(block_sum(s, sh));
+        if (threadIdx.x == 0) {
+            lse[r] = (float)l;
+            int64_t t = index_at(tg, tg64, r);
+            double a = 0, b = 0, k = 0;
+            if (t != ign) {
+                if (t < 0 || t >= c) {
+                    *err = 1;
+                } else {
+                    double wv = wt ? (double)wt[t] : 1.0;
+                    a = wv * (l - (double)xr[t]);
+                    b = wv;
+                    k = 1;
+                }
+            }
+            part[3 * r] = a, part[3 * r + 1] = b, part[3 * r + 2] = k;
+        }
+    }
+}
+
+/* One block: the three sums over rows in a fixed order, then the loss
+ * (NaN when every row is ignored, as torch). */
+__global__ void k_ce_total(float *loss, const double *part, int64_t n) {
+    __shared__ double sh[THREADS];
+    double a = 0, b = 0, k = 0;
+    for (int64_t r = threadIdx.x; r < n; r += THREADS)
+        a += part[3 * r], b += part[3 * r + 1], k += part[3 * r + 2];
+    a = block_sum(a, sh);
+    b = block_sum(b, sh);
+    k = block_sum(k, sh);
+    if (threadIdx.x == 0) *loss = k > 0 ? (float)(a / b) : __int_as_float(0x7fc00000);
+}
+
+extern "C" int cu_cross_entropy(float *loss, float *lse, const float *x, const void *tg, int tg64,
+                                const float *wt, int64_t n, int64_t c, int64_t ign, double *part,
+                                int *err, cu_stream s) {
+    if (n <= 0) return 0;
+    cudaStream_t cs = (cudaStream_t)s;
+    k_ce_rows<<<row_blocks(n), THREADS, 0, cs>>>(lse, x, tg, tg64, wt, n, c, ign, part, err);
+    k_ce_total<<<1, THREADS, 0, cs>>>(loss, part, n);
+    return launched();
+}
+
+/* part[0] = the weight sum over counted rows (one block, fixed order). */
+__global__ void k_ce_wsum(double *part, const void *tg, int tg64, const float *wt, int64_t n,
+                          int64_t c, int64_t ign, int *err) {
+    __shared__ double sh[THREADS];
+    double b = 0;
+    for (int64_t r = threadIdx.x; r < n; r += THREADS) {
+        int64_t t = index_at(tg, tg64, r);
+        if (t == ign) continue;
+        if (t < 0 || t >= c) {
+            *err = 1;
+            continue;
+        }
+        b += wt ? (double)wt[t] : 1.0;
+    }
+    b = block_sum(b, sh);
+    if (threadIdx.x == 0) part[0] = b;
+}
+
+/* One block per row: dx = softmax(x) sc, minus sc at the target; dx may be
+ * x (in place), so x_t is read before the row is written. */
+__global__ void k_ce_bwd_rows(float *dx, const float *dl, const float *x, const float *lse,
+                              const void *tg, int tg64, const float *wt, int64_t n, int64_t c,
+                              int64_t ign, const double *part) {
+    __shared__ float xt_sh;
+    for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+        int64_t t = index_at(tg, tg64, r);
+        float *dr = dx + r * c;
+        const float *xr = x + r * c;
+        int counted = t != ign && t >= 0 && t < c;
+        if (!counted) {
+            for (int64_t i = threadIdx.x; i < c; i += THREADS) dr[i] = 0.0f;
+            continue; /* uniform over the block: no barrier skipped unevenly */
+        }
+        double wsum = part[0], sc_d = wsum != 0 ? (double)*dl / wsum : 0;
+        float sc = (float)(wt ? sc_d * (double)wt[t] : sc_d), l = lse[r];
+        if (threadIdx.x == 0) xt_sh = xr[t];
+        __syncthreads();
+        float xt = xt_sh;
+        for (int64_t i = threadIdx.x; i < c; i += THREADS) dr[i] = expf(xr[i] - l) * sc;
+        __syncthreads();
+        if (threadIdx.x == 0) dr[t] = (expf(xt - l) - 1.0f) * sc;
+        __syncthreads();
+    }
+}
+
+extern "C" int cu_cross_entropy_bwd(float *dx, const float *dl, const float *x, const float *lse,
+                                    const void *tg, int tg64, const float *wt, int64_t n, int64_t c,
+                                    int64_t ign, double *part, int *err, cu_stream s) {
+    if (n <= 0) return 0;
+    cudaStream_t cs = (cudaStream_t)s;
+    k_ce_wsum<<<1, THREADS, 0, cs>>>(part, tg, tg64, wt, n, c, ign, err);
+    k_ce_bwd_rows<<<row_blocks(n), THREADS, 0, cs>>>(dx, dl, x, lse, tg, tg64, wt, n, c, ign, part);
+    return launched();
+}
+
+/* ---- optimizer: Adam / AdamW, clipping ------------------------------------ */
+
+/* blockIdx.y: the group (p, g, m, v); x: a grid-stride loop over its
+ * elements. The per-step constants follow torch's _single_tensor_adam as
+ * src/ops/optim.c does, from the step values the host wrote before the
+ * step (or the graph launch) into device memory. */
+__global__ void k_adam(float *const *ptrs, const int64_t *sizes, const cu_step_vals *step,
+                       const float *coef_p, int decoupled, double b1, double b2, double eps_d,
+                       double wd_d) {
+    const int grp = blockIdx.y;
+    float *p = ptrs[4 * grp], *g = ptrs[4 * grp + 1], *m = ptrs[4 * grp + 2],
+          *v = ptrs[4 * grp + 3];
+    const int64_t n = sizes[grp];
+    const double lr = step->lr;
+    const double t = (double)(step->opt_step > 0 ? step->opt_step : step->step);
+    const float coef = coef_p ? *coef_p : 1.0f, wd = (float)wd_d;
+    const int use_wd = !decoupled && wd_d != 0;
+    const float pscale = (float)(decoupled ? 1.0 - lr * wd_d : 1.0);
+    const float fb1 = (float)b1, omb1 = (float)(1.0 - b1), fb2 = (float)b2,
+                omb2 = (float)(1.0 - b2);
+    const float bc2s = (float)sqrt(1.0 - pow(b2, t)), eps = (float)eps_d;
+    const float neg_step = (float)(-(lr / (1.0 - pow(b1, t))));
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float gr = g[i] * coef, pi = p[i];
+        if (use_wd) gr = fmaf(wd, pi, gr);
+        pi = pi * pscale;
+        float mi = fmaf(omb1, gr, m[i] * fb1);
+        float vi = fmaf(omb2 * gr, gr, v[i] * fb2);
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2s + eps;
+        p[i] = pi + neg_step * mi / denom;
+    }
+}
+
+extern "C" int cu_adam(float *const *ptrs, const int64_t *sizes, int n_groups, int64_t max_size,
+                       const cu_step_vals *step, const float *coef, int decoupled, double beta1,
+                       double beta2, double eps, double wd, cu_stream s) {
+    if (n_groups <= 0 || max_size <= 0) return 0;
+    unsigned gx = grid_for(max_size);
+    if (gx > 1024) gx = 1024; /* the groups fill the rest of the machine */
+    dim3 grid(gx, (unsigned)n_groups);
+    k_adam<<<grid, THREADS, 0, (cudaStream_t)s>>>(ptrs, sizes, step, coef, decoupled, beta1, beta2,
+                                                  eps, wd);
+    return launched();
+}
+
+/* part[grp] = sum of squares of group grp (one block per group). */
+__global__ void k_sumsq(double *part, const float *const *ptrs, const int64_t *sizes) {
+    __shared__ double sh[THREADS];
+    const float *x = ptrs[blockIdx.x];
+    double a = 0;
+    for (int64_t i = threadIdx.x; i < sizes[blockIdx.x]; i += THREADS) {
+        double v = (double)x[i];
+        a += v * v;
+    }
+    a = block_sum(a, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = a;
+}
+
+__global__ void k_clip_total(float *coef, const double *part, int n, double max_norm) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    /* as src/ops/optim.c: the norm of each tensor in f32, then the total */
+    double tot = 0;
+    for (int i = 0; i < n; i++) {
+        float norm_i = (float)sqrt(part[i]);
+        tot += (double)norm_i * (double)norm_i;
+    }
+    float total = (float)sqrt(tot), inv = 1.0f / (total + 1e-6f), c = inv * (float)max_norm;
+    *coef = c > 1.0f ? 1.0f : c; /* NaN stays NaN, as torch.clamp */
+}
+
+extern "C" int cu_clip_coef(float *coef, const float *const *ptrs, const int64_t *sizes,
+                            int n_groups, double max_norm, double *part, cu_stream s) {
+    cudaStream_t cs = (cudaStream_t)s;
+    if (n_groups > 0) k_sumsq<<<(unsigned)n_groups, THREADS, 0, cs>>>(part, ptrs, sizes);
+    k_clip_total<<<1, 1, 0, cs>>>(coef, part, n_groups, max_norm);
+    return launched();
+}
+
+/* ---- gradient monitor ------------------------------------------------------ */
+
+/* Block b sums the fixed chunk [b * chunk, (b + 1) * chunk) of x. */
+__global__ void k_stats_part(double *part, const float *x, int64_t n, int64_t chunk) {
+    __shared__ double sh[THREADS];
+    const int64_t lo = (int64_t)blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    double sq = 0, sm = 0, bad = 0;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += THREADS) {
+        double v = (double)x[i];
+        sq += v * v;
+        sm += v;
+        bad += isfinite(x[i]) ? 0.0 : 1.0;
+    }
+    sq = block_sum(sq, sh);
+    sm = block_sum(sm, sh);
+    bad = block_sum(bad, sh);
+    if (threadIdx.x == 0)
+        part[3 * blockIdx.x] = sq, part[3 * blockIdx.x + 1] = sm, part[3 * blockIdx.x + 2] = bad;
+}
+
+__global__ void k_stats_total(double *out, const double *part, int nb, int64_t n) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    double sq = 0, sm = 0, bad = 0;
+    for (int b = 0; b < nb; b++) sq += part[3 * b], sm += part[3 * b + 1], bad += part[3 * b + 2];
+    out[0] = sq, out[1] = sm, out[2] = bad, out[3] = (double)n;
+}
+
+extern "C" int cu_grad_stats(double *out, const float *x, int64_t n, double *part, cu_stream s) {
+    cudaStream_t cs = (cudaStream_t)s;
+    int64_t chunk = (n + CU_STATS_BLOCKS - 1) / CU_STATS_BLOCKS;
+    if (chunk < THREADS) chunk = THREADS;
+    int nb = n > 0 ? (int)((n + chunk - 1) / chunk) : 0;
+    if (nb > 0) k_stats_part<<<(unsigned)nb, THREADS, 0, cs>>>(part, x, n, chunk);
+    k_stats_total<<<1, 1, 0, cs>>>(out, part, nb, n);
+    return launched();
+}
+
+/* ---- GradScaler: unscale and found-inf (src/ops/amp.c) -------------------- */
+
+/* blockIdx.y: one gradient. A non-finite element sets its group's flag to 1:
+ * every writer stores the same value, so the result does not depend on
+ * the order (not a floating-point atomic). */
+__global__ void k_unscale(float *const *ptrs, const int64_t *sizes, const float *scale,
+                          int *flags) {
+    const int grp = blockIdx.y;
+    float *x = ptrs[grp];
+    const int64_t n = sizes[grp], stride = (int64_t)gridDim.x * blockDim.x;
+    const float inv = (float)(1.0 / (double)*scale);
+    int f = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float v = x[i];
+        f |= !isfinite(v);
+        x[i] = inv == 1.0f ? v : v * inv;
+    }
+    if (f) flags[grp] = 1;
+}
+
+__global__ void k_found(float *found, const int *flags, int n) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    int any = 0;
+    for (int i = 0; i < n; i++) any |= flags[i];
+    *found = any ? 1.0f : 0.0f;
+}
+
+extern "C" int cu_unscale(float *found, float *const *ptrs, const int64_t *sizes, int n_groups,
+                          int64_t max_size, const float *scale, int *flags, cu_stream s) {
+    cudaStream_t cs = (cudaStream_t)s;
+    cudaError_t e =
+        cudaMemsetAsync(flags, 0, sizeof(int) * (size_t)(n_groups > 0 ? n_groups : 1), cs);
+    if (e != cudaSuccess) return (int)e;
+    if (n_groups > 0 && max_size > 0) {
+        unsigned gx = grid_for(max_size);
+        if (gx > 1024) gx = 1024;
+        k_unscale<<<dim3(gx, (unsigned)n_groups), THREADS, 0, cs>>>(ptrs, sizes, scale, flags);
+    }
+    k_found<<<1, 1, 0, cs>>>(found, flags, n_groups);
+    return launched();
+}

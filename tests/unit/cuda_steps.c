@@ -1,0 +1,134 @@
+/* Whole training steps of W1 and W3 on the CUDA backend against the CPU
+ * backend (docs/cuda.md): the losses of every step and the parameters and
+ * optimizer state after the run agree within f32 tolerance; two GPU runs
+ * give the same bits, and so do the step replayed as a CUDA graph and the
+ * step launched kernel by kernel (compile.no_cuda_graph). Exits 77
+ * (skipped) where no GPU can run the plan. */
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+
+typedef struct run {
+    double loss[32];
+    unsigned char *snap; /* parameters and optimizer state after the run */
+    size_t bytes;
+} run;
+
+static int skipped;
+
+/* steps steps of the model on backend (NULL: cpu), the same batches each time. */
+static void train(ts_graph *g, const ts_model *m, const ts_optimizer *opt, const char *backend,
+                  int no_graph, int steps, int w3, run *out) {
+    memset(out, 0, sizeof *out);
+    ts_train_spec spec = ts_train_spec_default(m->loss);
+    spec.opt = *opt;
+    ts_compile_options o = ts_compile_options_default();
+    o.backend = backend;
+    o.no_cuda_graph = no_graph;
+    ts_plan *p = NULL;
+    ts_status s = ts_compile(g, &spec, &o, &p);
+    if (s != TS_OK) {
+        if (backend && strstr(ts_last_error(), "no GPU/driver"))
+            skipped = 1;
+        else
+            CHECK(0, "compile on %s: %s", backend ? backend : "cpu", ts_last_error());
+        return;
+    }
+    const char *xn = ts_name(g, m->input), *yn = ts_name(g, m->target);
+    size_t xb = (size_t)ts_numel(g, m->input) * ts_dtype_size(ts_dtype_of(g, m->input));
+    size_t yb = (size_t)ts_numel(g, m->target) * ts_dtype_size(ts_dtype_of(g, m->target));
+    void *x = malloc(xb), *y = malloc(yb);
+    CHECK(x && y, "malloc");
+    ts_mlp_config mc = ts_mlp_w1();
+    ts_gpt_config gc = ts_gpt_w3();
+    for (int k = 0; k < steps && x && y; k++) {
+        if (w3)
+            CHECK_OK(ts_synth_tokens(1234, k % 4, gc.batch, gc.ctx, gc.vocab, x, y));
+        else
+            CHECK_OK(ts_synth_regression(1234, k % 4, mc.batch, mc.window, mc.features, mc.out_dim,
+                                         x, y));
+        CHECK_OK(ts_plan_set_input(p, xn, x, xb));
+        CHECK_OK(ts_plan_set_input(p, yn, y, yb));
+        CHECK_OK(ts_plan_step(p));
+        out->loss[k] = ts_plan_loss(p);
+    }
+    out->bytes = ts_plan_snapshot_bytes(p);
+    out->snap = malloc(out->bytes);
+    CHECK(out->snap != NULL, "malloc");
+    if (out->snap) CHECK_OK(ts_plan_snapshot(p, out->snap, out->bytes));
+    free(x);
+    free(y);
+    ts_plan_free(p);
+}
+
+/* Parameters and state of a and b within f32 tolerance: Adam divides by
+ * sqrt(v), so an element whose gradient is near 0 may take a step of
+ * either sign; such elements are allowed, but only a few. */
+static void near(const char *what, const run *a, const run *b, int steps, double loss_tol) {
+    for (int k = 0; k < steps; k++)
+        CHECK(fabs(a->loss[k] - b->loss[k]) <= loss_tol * fabs(a->loss[k]) + 1e-6,
+              "%s: loss of step %d: cpu %.9g, cuda %.9g", what, k + 1, a->loss[k], b->loss[k]);
+    CHECK(a->bytes == b->bytes && a->snap && b->snap, "%s: snapshots differ in size", what);
+    if (a->bytes != b->bytes || !a->snap || !b->snap) return;
+    const float *x = (const float *)a->snap, *y = (const float *)b->snap;
+    int64_t n = (int64_t)(a->bytes / sizeof(float)), off = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)x[i] - (double)y[i]);
+        off += d > 1e-5 + 1e-3 * fabs((double)x[i]);
+        if (d > worst) worst = d;
+    }
+    printf("%s: %lld of %lld values beyond 1e-5 + 1e-3 |x|, largest difference %.3g\n", what,
+           (long long)off, (long long)n, worst);
+    CHECK(off <= n / 1000, "%s: %lld of %lld values differ beyond f32 tolerance", what,
+          (long long)off, (long long)n);
+}
+
+static void same(const char *what, const run *a, const run *b) {
+    CHECK(a->snap && b->snap && a->bytes == b->bytes && !memcmp(a->snap, b->snap, a->bytes),
+          "%s: the weights are not bit-identical", what);
+    CHECK(!memcmp(a->loss, b->loss, sizeof a->loss), "%s: the losses are not bit-identical", what);
+}
+
+static void drop(run *r) {
+    free(r->snap);
+    r->snap = NULL;
+}
+
+int main(void) {
+    /* W1: 20 steps (the target), then determinism. */
+    ts_graph *g = ts_graph_new();
+    ts_model m;
+    ts_mlp_config mc = ts_mlp_w1();
+    CHECK_OK(ts_build_mlp(g, &mc, &m));
+    ts_optimizer adamw = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
+    run gpu, gpu2, nograph, cpu;
+    train(g, &m, &adamw, "cuda", 0, 20, 0, &gpu);
+    if (skipped) {
+        printf("cuda steps: skipped (no GPU here: %s)\n", ts_last_error());
+        ts_graph_free(g);
+        return 77;
+    }
+    train(g, &m, &adamw, NULL, 0, 20, 0, &cpu);
+    near("W1, 20 steps", &cpu, &gpu, 20, 1e-3);
+    train(g, &m, &adamw, "cuda", 0, 20, 0, &gpu2);
+    same("W1, two GPU runs", &gpu, &gpu2);
+    train(g, &m, &adamw, "cuda", 1, 20, 0, &nograph);
+    same("W1, with and without the CUDA graph", &gpu, &nograph);
+    drop(&gpu), drop(&gpu2), drop(&nograph), drop(&cpu);
+    ts_graph_free(g);
+
+    /* W3: 4 steps (the CPU side takes seconds per step). */
+    g = ts_graph_new();
+    ts_gpt_config gc = ts_gpt_w3();
+    CHECK_OK(ts_build_gpt(g, &gc, &m));
+    ts_optimizer w3opt = ts_adamw(3e-4, 0.9, 0.999, 1e-8, 0.1);
+    train(g, &m, &w3opt, "cuda", 0, 4, 1, &gpu);
+    train(g, &m, &w3opt, NULL, 0, 4, 1, &cpu);
+    near("W3, 4 steps", &cpu, &gpu, 4, 2e-3);
+    train(g, &m, &w3opt, "cuda", 1, 4, 1, &nograph);
+    same("W3, with and without the CUDA graph", &gpu, &nograph);
+    drop(&gpu), drop(&nograph), drop(&cpu);
+    ts_graph_free(g);
+    return check_summary("cuda steps");
+}
