@@ -94,7 +94,13 @@ static int is_alias(const ts_graph *g, int node) {
  * them). Order per step:
  *   ... backward ...
  *   [at the update] zero_sync shard_update(b) for each bucket
- *   [end of step]   zero_sync */
+ *   [end of step]   zero_sync
+ *
+ * ZeRO-3 (d->zero == 3): ZeRO-2's graph, but shard_update reads and
+ * writes the rank's block of the bucket's parameters (a state value
+ * "zero.bucket<b>.param", n_params 1 at offset 0) instead of the shared or
+ * all-gathered parameters, and zero3.c gathers each bucket's parameters
+ * from the blocks before their forward and their backward readers. */
 
 /* Elements a bucket spans in memplan's layout (64-byte padding between
  * tensors). */

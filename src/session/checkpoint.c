@@ -62,8 +62,8 @@ ts_status ts_sess_resume(session *s) {
                        "--resume: checkpoint %s was saved with config sha256 %s, this config's is "
                        "%s; only train.steps, train.epochs, train.log_every, train.eval_every, "
                        "train.threads, dist.max_restarts, dist.procs, dist.zero, dist.bucket_mb, "
-                       "dist.share_params, dist.timeout_s, output, ckpt and observe may change on "
-                       "resume",
+                       "dist.share_params, dist.prefetch, dist.max_mem_mb, dist.timeout_s, output, "
+                       "ckpt and observe may change on resume",
                        in.dir, in.config_sha256, s->ident_sha);
     if (in.step >= s->c.train.steps)
         return ts_fail(TS_ERR_INVALID,

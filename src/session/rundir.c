@@ -166,8 +166,9 @@ static ts_status config_text(const session *s, char **text, size_t *n) {
  * may change on resume because they do not change the numbers a step
  * computes: train.steps, train.epochs (how far to go), train.log_every,
  * train.eval_every, train.threads, dist.max_restarts (how often a failed
- * run is retried), dist.procs, dist.zero, dist.bucket_mb, dist.share_params
- * and dist.timeout_s (how the same step is spread over processes), and the
+ * run is retried), dist.procs, dist.zero, dist.bucket_mb, dist.share_params,
+ * dist.prefetch, dist.max_mem_mb and dist.timeout_s (how the same step is
+ * spread over processes), and the
  * output, ckpt and observe sections. The
  * manifests' config_sha256 is the hash of this text, so resuming with a
  * higher train.steps matches while any other change is refused. */
@@ -189,7 +190,8 @@ ts_status ts_sess_identity(session *s) {
     /* How the same global batch is spread over processes and how the
      * optimizer state is sharded: a checkpoint loads on any of these. */
     static const char *const dskip[] = {
-        "max_restarts:", "procs:", "zero:", "timeout_s:", "bucket_mb:", "share_params:"};
+        "max_restarts:", "procs:",        "zero:",     "timeout_s:",
+        "bucket_mb:",    "share_params:", "prefetch:", "max_mem_mb:"};
     int skip_section = 0, in_train = 0, in_dist = 0;
     for (char *line = full; *line;) {
         size_t len = strcspn(line, "\n");
