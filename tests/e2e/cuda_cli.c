@@ -51,6 +51,13 @@ int main(void) {
     CHECK(r.rc == 2 && strstr(r.err, "--backend: cpu or cuda"), "bad backend: %d %s", r.rc, r.err);
     e2e_done(&r);
 
+    /* the keys are part of every config: on the CPU no_cuda_graph changes nothing */
+    r = e2e_runf("train examples/w1.yaml --set compile.backend=cpu --set "
+                 "compile.no_cuda_graph=true --steps 2 --out %s",
+                 e2e_path("cpu"));
+    CHECK(r.rc == 0, "train on the CPU with compile.no_cuda_graph: %d %s", r.rc, r.err);
+    e2e_done(&r);
+
     r = e2e_run("train examples/w1.yaml --set compile.backend=metal --steps 1");
     CHECK(r.rc == 2 && strstr(r.err, "compile.backend"), "bad compile.backend: %d %s", r.rc, r.err);
     e2e_done(&r);

@@ -320,7 +320,16 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
         return TS_OK;
     default:
         if (!all_f32(in)) return unsupported(prog, i, "needs f32");
-        if (in->op == TS_OP_REDUCE_SUM || in->op == TS_OP_LAYER_NORM) return TS_OK;
+        if (in->op == TS_OP_REDUCE_SUM) {
+            int lead = 0; /* the reduced axes are 0..lead-1: column sums */
+            const ts_operand *x = &in->in[0];
+            while (lead < x->rank && (in->a.reduce.axes >> lead & 1)) lead++;
+            if (lead > 0 && lead < x->rank && in->a.reduce.axes == ((int64_t)1 << lead) - 1)
+                o->scratch =
+                    cu_col_sum_scratch(prod(x->dims, 0, lead), prod(x->dims, lead, x->rank));
+            return TS_OK;
+        }
+        if (in->op == TS_OP_LAYER_NORM) return TS_OK;
         return plan_eltwise(st, prog, rt, i); /* unary and binary elementwise ops */
     }
 }
@@ -428,6 +437,14 @@ ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
         break;
     }
     case TS_OP_REDUCE_SUM:
+        if (o->scratch) { /* leading axes (planned): coalesced column sums */
+            const ts_operand *x = &in->in[0];
+            int lead = 0;
+            while (in->a.reduce.axes >> lead & 1) lead++;
+            rc = cu_col_sum(dptr(st, &in->out[0]), dptr(st, x), prod(x->dims, 0, lead),
+                            prod(x->dims, lead, x->rank), in->a.reduce.scale, scratch, s);
+            break;
+        }
         rc = cu_reduce_sum(dptr(st, &in->out[0]), dptr(st, &in->in[0]), in->in[0].rank,
                            in->in[0].dims, in->a.reduce.axes, in->a.reduce.scale, s);
         break;

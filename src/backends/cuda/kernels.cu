@@ -293,6 +293,43 @@ extern "C" int cu_reduce_sum(float *y, const float *x, int rank, const int64_t *
     return launched();
 }
 
+#define COL_ROWS 64
+/* part[rb * cols + c] = the sum of column c over rows [rb * COL_ROWS, ...):
+ * neighbouring threads read neighbouring columns (coalesced). */
+__global__ void k_col_part(double *part, const float *x, int64_t rows, int64_t cols, int64_t nrb) {
+    const int64_t n = nrb * cols, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
+        int64_t rb = t / cols, c = t % cols;
+        int64_t r0 = rb * COL_ROWS, r1 = r0 + COL_ROWS < rows ? r0 + COL_ROWS : rows;
+        double a = 0;
+        for (int64_t r = r0; r < r1; r++) a += (double)x[r * cols + c];
+        part[t] = a;
+    }
+}
+
+__global__ void k_col_total(float *y, const double *part, int64_t cols, int64_t nrb, double scale) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += stride) {
+        double a = 0;
+        for (int64_t rb = 0; rb < nrb; rb++) a += part[rb * cols + c];
+        y[c] = (float)(a * scale);
+    }
+}
+
+extern "C" size_t cu_col_sum_scratch(int64_t rows, int64_t cols) {
+    return (size_t)(((rows + COL_ROWS - 1) / COL_ROWS) * cols) * sizeof(double);
+}
+
+extern "C" int cu_col_sum(float *y, const float *x, int64_t rows, int64_t cols, double scale,
+                          double *part, cu_stream s) {
+    if (cols <= 0) return 0;
+    cudaStream_t cs = (cudaStream_t)s;
+    int64_t nrb = (rows + COL_ROWS - 1) / COL_ROWS;
+    if (nrb > 0) k_col_part<<<grid_for(nrb * cols), THREADS, 0, cs>>>(part, x, rows, cols, nrb);
+    k_col_total<<<grid_for(cols), THREADS, 0, cs>>>(y, part, cols, nrb, scale);
+    return launched();
+}
+
 /* ---- permute, copies along an axis -------------------------------------- */
 
 typedef struct perm_shape {

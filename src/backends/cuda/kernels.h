@@ -62,6 +62,13 @@ int cu_cast(void *y, int yk, const void *x, int xk, int64_t n, cu_stream s);
  * fixed tree inside the block. */
 int cu_reduce_sum(float *y, const float *x, int rank, const int64_t *dims, int64_t axes,
                   double scale, cu_stream s);
+/* The same when the reduced axes are the leading ones (a bias gradient:
+ * x [rows, cols] summed over rows): coalesced column partials over fixed
+ * blocks of rows, then their sum in block order; part: the doubles of
+ * cu_col_sum_scratch. */
+size_t cu_col_sum_scratch(int64_t rows, int64_t cols);
+int cu_col_sum(float *y, const float *x, int64_t rows, int64_t cols, double scale, double *part,
+               cu_stream s);
 
 /* y = permute(x): output dim i is input dim perm[i]. */
 int cu_permute(void *y, const void *x, int esize, int rank, const int64_t *xdims,
