@@ -19,8 +19,8 @@
  * at equal cost) until their bytes cover the excess; add their copies,
  * schedule again; stop when the arena fits, or refuse with what the step
  * needs when no candidate is left or 8 rounds did not shrink the arena.
- * Every choice is ordered by (cost, value id): the result is the same on
- * every run. */
+ * Every choice is ordered by (cost, size, value id): the result is the
+ * same on every run. */
 #include <stdlib.h>
 #include <string.h>
 #include "passes.h"
@@ -28,7 +28,7 @@
 
 typedef struct cand {
     int32_t v;
-    double flops, key; /* flops of its producer; flops per byte */
+    double flops, key; /* of its copies; per byte freed */
     size_t bytes;
 } cand;
 
@@ -44,7 +44,7 @@ static int cmp_cand(const void *a, const void *b) {
  * storage roots the backward keeps alive anyway. */
 typedef struct info {
     char *fwd;     /* per node */
-    char *need;    /* per value: the loss depends on it (scratch of forward_nodes) */
+    char *need;    /* per value: the loss depends on it (analyse's scratch) */
     int32_t *root; /* per value: its storage (views share their source's) */
     char *kept;    /* per root: read by a backward node (through any view) or pinned */
     char *viewed;  /* per value: an alias op (a view) reads it */
@@ -103,49 +103,59 @@ static ts_status analyse(const ts_graph *g, int32_t loss, info *f) {
 static int pure(const ts_graph *g, const ts_node *n, int inner) {
     unsigned bad = TS_OPF_SIDE_EFFECT | TS_OPF_RANDOM | TS_OPF_UPDATE | TS_OPF_MONITOR;
     if (!inner) bad |= TS_OPF_ALIAS;
-    if ((ts_op_get(n->op)->flags & bad) || n->n_out != 1 || n->n_ctrl) return 0;
+    if ((ts_op_get(n->op)->flags & bad) || n->n_out != 1 || n->n_ctrl || n->n_in > 16) return 0;
     for (int j = 0; j < n->n_in; j++)
         if (g->values[n->in[j]].kind == TS_VK_STATE) return 0;
     return 1;
 }
 
-enum { CHAIN = 3 }; /* producers recomputed for one value at most: x and two below */
+/* A copy chain: x's producer and at most two below it (four when an
+ * input became a copy in the same round), at most MAX_COPIES nodes. */
+enum { CHAIN = 3, MAX_COPIES = 8 };
 
 /* v is alive when the backward runs (kept), or can be computed again from
  * such values within `depth` more producers; *flops adds their cost. */
-static int available(const ts_graph *g, const info *f, int32_t v, int depth, double *flops) {
+static int available(const ts_graph *g, const info *f, int32_t v, int depth, double *flops,
+                     int *copies) {
     if (f->kept[f->root[v]]) return 1;
-    if (depth <= 0) return 0;
+    if (depth <= 0 || ++*copies > MAX_COPIES) return 0;
     const ts_node *p = &g->nodes[g->values[v].node];
     if (!f->fwd[g->values[v].node] || !pure(g, p, 1)) return 0;
     for (int j = 0; j < p->n_in; j++)
-        if (!available(g, f, p->in[j], depth - 1, flops)) return 0;
+        if (!available(g, f, p->in[j], depth - 1, flops, copies)) return 0;
     const ts_op_def *def = ts_op_get(p->op);
     *flops += def->cost ? def->cost(g, p) : 0.0;
     return 1;
 }
 
-/* The candidates of g (see the top), cheapest first; returns how many. */
+/* v is a candidate (see the top) with copies `chain` producers deep at
+ * most; *flops gets the cost of its copies. */
+static int candidate(const ts_graph *g, const info *f, int32_t v, int chain, double *flops) {
+    const ts_value *val = &g->values[v];
+    if (val->kind != TS_VK_NODE || val->is_output || val->grad_of >= 0 || f->root[v] != v ||
+        !f->kept[v] || f->viewed[v] || ts_type_bytes(&val->t) == 0)
+        return 0;
+    const ts_node *p = &g->nodes[val->node];
+    if (!f->fwd[val->node] || !pure(g, p, 0)) return 0;
+    int reads = 0; /* a backward node reads v itself (not a view) */
+    for (int i = 0; i < g->n_nodes && !reads; i++)
+        for (int j = 0; j < g->nodes[i].n_in && !f->fwd[i]; j++) reads |= g->nodes[i].in[j] == v;
+    if (!reads) return 0;
+    const ts_op_def *def = ts_op_get(p->op);
+    *flops = def->cost ? def->cost(g, p) : 0.0;
+    int ok = 1, copies = 1;
+    for (int j = 0; j < p->n_in && ok; j++)
+        ok = available(g, f, p->in[j], chain - 1, flops, &copies);
+    return ok;
+}
+
+/* The candidates of g, cheapest first; returns how many. */
 static int candidates(const ts_graph *g, const info *f, cand *out) {
     int k = 0;
     for (int v = 0; v < g->n_values; v++) {
-        const ts_value *val = &g->values[v];
-        if (val->kind != TS_VK_NODE || val->is_output || val->grad_of >= 0 || f->root[v] != v ||
-            !f->kept[v] || f->viewed[v])
-            continue;
-        const ts_node *p = &g->nodes[val->node];
-        if (!f->fwd[val->node] || !pure(g, p, 0)) continue;
-        int reads = 0; /* a backward node reads v itself (not a view) */
-        for (int i = 0; i < g->n_nodes && !reads; i++)
-            for (int j = 0; j < g->nodes[i].n_in && !f->fwd[i]; j++)
-                reads |= g->nodes[i].in[j] == v;
-        if (!reads) continue;
-        const ts_op_def *def = ts_op_get(p->op);
-        double fl = def->cost ? def->cost(g, p) : 0.0;
-        int ok = 1;
-        for (int j = 0; j < p->n_in && ok; j++) ok = available(g, f, p->in[j], CHAIN - 1, &fl);
-        size_t b = ts_type_bytes(&val->t);
-        if (!ok || b == 0) continue;
+        double fl;
+        if (!candidate(g, f, v, CHAIN, &fl)) continue;
+        size_t b = ts_type_bytes(&g->values[v].t);
         out[k++] = (cand){v, fl, fl / (double)b, b};
     }
     qsort(out, (size_t)k, sizeof *out, cmp_cand);
@@ -160,11 +170,12 @@ static ts_val copy_of(ts_graph *g, const info *f, int32_t v, int top, int32_t *a
     if (!top && f->kept[f->root[v]]) return ts_mkval(v);
     const ts_node p = g->nodes[g->values[v].node];
     ts_val in[16];
-    if (p.n_in > 16) {
-        ts_graph_fail(g, TS_ERR_INTERNAL, "recompute: %d inputs", p.n_in);
+    for (int j = 0; j < p.n_in && j < 16; j++) in[j] = copy_of(g, f, p.in[j], 0, added, n_added);
+    if (p.n_in > 16 || *n_added >= MAX_COPIES) { /* candidates() keeps within both */
+        ts_graph_fail(g, TS_ERR_INTERNAL, "recompute: a copy of %d inputs, %d copies", p.n_in,
+                      *n_added);
         return TS_NONE;
     }
-    for (int j = 0; j < p.n_in; j++) in[j] = copy_of(g, f, p.in[j], 0, added, n_added);
     ts_attrs a = p.a;
     ts_val y = ts_node_add(g, p.op, p.n_in, in, &a, NULL);
     if (ts_val_ok(y)) {
@@ -182,7 +193,7 @@ static ts_status recompute_value(ts_graph *g, int32_t x, const info *f) {
         for (int j = 0; j < g->nodes[i].n_in && !f->fwd[i]; j++)
             if (g->nodes[i].in[j] == x) r0 = i;
     if (r0 < 0) return ts_fail(TS_ERR_INTERNAL, "recompute: value %d has no backward reader", x);
-    int32_t added[1 << CHAIN];
+    int32_t added[MAX_COPIES];
     int n_added = 0;
     ts_val y = copy_of(g, f, x, 1, added, &n_added);
     ts_status s = ts_graph_status(g);
@@ -299,10 +310,17 @@ ts_status ts_pass_recompute_fit(ts_graph *g, int32_t loss, size_t limit,
         }
         free(pos);
         if (!picked) break;
+        int applied = 0;
         for (int c = 0; c < picked && s == TS_OK; c++) {
-            if ((s = analyse(g, loss, &f)) == TS_OK) s = recompute_value(g, cs[c].v, &f);
-            rr->n++, rr->flops += cs[c].flops;
+            /* an earlier copy of this round may have made an input of this
+             * one a copy: its chain may grow by two (its copies, at most
+             * MAX_COPIES, are counted again) */
+            double fl;
+            if ((s = analyse(g, loss, &f)) != TS_OK || !candidate(g, &f, cs[c].v, CHAIN + 2, &fl))
+                continue;
+            if ((s = recompute_value(g, cs[c].v, &f)) == TS_OK) rr->n++, rr->flops += fl, applied++;
         }
+        if (s == TS_OK && !applied) break;
         if (s != TS_OK) break;
         free(*order);
         *order = NULL;
