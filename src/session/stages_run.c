@@ -182,6 +182,11 @@ ts_status ts_stage_new(ts_config *c, ts_comm *comm, ts_stage **out) {
                        "pipeline: %d processes for dist.pipeline_stages %d: one process per stage "
                        "(stages combined with data parallelism are not built yet)",
                        ts_comm_size(comm), S);
+    if (c->dist.zero || c->dist.compress)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "pipeline: dist.%s inside a stage is not built yet (a stage's optimizer "
+                       "state is already only its own parameters'): set it to its default",
+                       c->dist.zero ? "zero" : "compress");
     if (c->train.clip_grad_norm > 0)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "pipeline: train.clip_grad_norm needs the norm over every stage's "

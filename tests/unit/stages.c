@@ -227,6 +227,29 @@ static int worker(ts_comm *comm, void *user) {
     return rc;
 }
 
+/* What ts_stage_new refuses, each named. */
+static int refusals(ts_comm *comm, void *user) {
+    (void)user;
+    const char *sets[][2] = {{"dist.zero=1", "dist.zero inside a stage"},
+                             {"train.clip_grad_norm=1", "train.clip_grad_norm"},
+                             {"dist.pipeline_stages=4", "2 processes for dist.pipeline_stages 4"}};
+    for (int i = 0; i < 3; i++) {
+        ts_config c;
+        ts_stage *st = NULL;
+        ts_config_init(&c);
+        if (ts_config_load_string(&c, GPT, strlen(GPT), "t.yaml") != TS_OK ||
+            ts_config_set(&c, "dist.pipeline_stages=2") != TS_OK ||
+            ts_config_set(&c, sets[i][0]) != TS_OK || ts_config_finish(&c) != TS_OK)
+            return 10 + i;
+        if (ts_stage_new(&c, comm, &st) == TS_OK || !strstr(ts_last_error(), sets[i][1])) {
+            fprintf(stderr, "%s: %s\n", sets[i][0], ts_last_error());
+            ts_stage_free(st);
+            return 20 + i;
+        }
+    }
+    return 0;
+}
+
 static void run(const char *yaml, int S, int M, int gpipe) {
     job j = {yaml, S, M, gpipe, -1, NULL, 0};
     int codes[4] = {0};
@@ -258,6 +281,7 @@ int main(void) {
     ts_shm_launch(2, &o, worker, &j, codes);
     CHECK(codes[1] == 7 && codes[0] == 3, "dead stage: exit codes %d %d (3: the message named it)",
           codes[0], codes[1]);
+    CHECK(ts_shm_launch(2, NULL, refusals, NULL, NULL) == TS_OK, "refusals: %s", ts_last_error());
     /* kill and resume: two steps, a checkpoint per stage, the processes
      * end; new ones resume and take the third step: the weights of three
      * uninterrupted steps, bit for bit */
