@@ -11,7 +11,8 @@
 static const char usage[] =
     "usage: tessel bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--warmup "
     "N]\n"
-    "                    [--precision fp32|bf16|fp16] [--profile] [--no-fuse] [--json FILE]\n"
+    "                    [--precision fp32|bf16|fp16] [--profile] [--no-fuse] [--fused-update]\n"
+    "                    [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]]\n"
     "       tessel bench --workload W1|W3 --procs N [--threads N] [--steps N] [--rounds N]\n"
     "                    [--per-rank-batch] [--zero [0|1|2] [--private-params]] [--profile]\n"
@@ -70,6 +71,10 @@ int cli_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-fuse")) {
             o.no_fuse = 1;
+            continue;
+        }
+        if (!strcmp(a, "--fused-update")) {
+            o.fused_update = 1;
             continue;
         }
         int known = 0;

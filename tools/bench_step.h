@@ -27,8 +27,9 @@ typedef struct ts_bench_options {
     int threads;           /* default 2, as in BENCH.md */
     int profile;           /* also print the kernels that took the most time */
     int no_fuse;           /* compile without fusion (ts_compile_options.no_fuse) */
-    int compare_torch;     /* run the reference too, alternating with tessel */
-    int rounds;            /* tessel/reference alternations with compare_torch (default 2) */
+    int fused_update;  /* optim.fused_update: each parameter updated once its gradient is done */
+    int compare_torch; /* run the reference too, alternating with tessel */
+    int rounds;        /* tessel/reference alternations with compare_torch (default 2) */
     const char *reference; /* torch_bench.py (default ../shared/reference/torch_bench.py) */
     const char *python;    /* interpreter (default /usr/bin/python3, which sees Debian's torch) */
     double torch_min_time; /* seconds the reference times per run (default 5) */
