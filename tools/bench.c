@@ -13,7 +13,8 @@
 static const char usage[] =
     "usage: tessel bench --workload W1|W2|W3|W4|W5|gpt2-124m [--steps N] [--threads N] [--warmup "
     "N]\n"
-    "                    [--precision fp32|bf16|fp16] [--profile] [--no-fuse] [--json FILE]\n"
+    "                    [--precision fp32|bf16|fp16] [--profile] [--no-fuse] [--fused-update]\n"
+    "                    [--json FILE]\n"
     "                    [--compare-torch [--rounds N] [--reference torch_bench.py]\n"
     "                     [--torch-python CMD] [--torch-mode eager|compile|compile_opt|bf16|"
     "bf16_compile | --torch-best]]\n"
@@ -45,8 +46,8 @@ int cli_bench(int argc, char **argv) {
     double bucket_mb = 0;
     const char *compress = NULL, *backend = NULL;
     static const char *const with_value[] = {
-        "--workload", "--precision", "--json",       "--reference",  "--steps",
-        "--threads",  "--rounds",    "--warmup",     "--procs",      "--compress",
+        "--workload",     "--precision",  "--json",   "--reference", "--steps",
+        "--threads",      "--rounds",     "--warmup", "--procs",     "--compress",
         "--torch-python", "--torch-mode", "--backend"};
     for (int i = 0; i < argc && rc == CLI_OK; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
@@ -93,6 +94,10 @@ int cli_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-fuse")) {
             o.no_fuse = 1;
+            continue;
+        }
+        if (!strcmp(a, "--fused-update")) {
+            o.fused_update = 1;
             continue;
         }
         int known = 0;

@@ -222,6 +222,7 @@ static ts_status workload_build(const ts_bench_options *o, workload *w, ts_bench
     if (s != TS_OK) return ts_fail(s, "bench: building %s: %s", wl, ts_graph_error(w->g));
     spec = ts_train_spec_default(w->m.loss);
     spec.opt = opt_spec;
+    spec.fused_update = o->fused_update;
     ts_compile_options opt = ts_compile_options_default();
     opt.threads = o->threads;
     opt.profile = 1; /* two clock reads per instruction: noise next to a step */
@@ -454,8 +455,9 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
         return s;
     }
     r->unit = w.unit;
-    fprintf(out, "tessel %s: compiled in %.2f s, %d instructions, %d threads, %s\n", o.workload,
-            r->compile_s, r->stats.n_instructions, o.threads, o.precision);
+    fprintf(out, "tessel %s: compiled in %.2f s, %d instructions, %d threads, %s%s\n", o.workload,
+            r->compile_s, r->stats.n_instructions, o.threads, o.precision,
+            o.fused_update ? ", fused update" : "");
     fflush(out);
     const int total = o.steps * o.rounds, nm = r->n_modes ? r->n_modes : 1;
     double *times = ts_alloc(sizeof(double) * (size_t)total, "bench timings");

@@ -19,16 +19,17 @@
 #include "tessel/tessel.h"
 
 typedef struct ts_bench_options {
-    const char *workload;   /* W1..W5 or gpt2-124m (no PyTorch reference) */
-    const char *precision;  /* fp32, bf16 or fp16: the matmuls' compute type (docs/precision.md);
-                               the reference runs bf16 autocast for bf16 (W1: fp32) */
-    int steps;              /* timed steps per round (default 10) */
-    int warmup;             /* untimed steps before the first round (default 2) */
-    int threads;            /* default 2, as in BENCH.md */
-    int profile;            /* also print the kernels that took the most time */
-    int no_fuse;            /* compile without fusion (ts_compile_options.no_fuse) */
-    int compare_torch;      /* run the reference too, alternating with tessel */
-    int rounds;             /* tessel/reference alternations with compare_torch (default 2) */
+    const char *workload;  /* W1..W5 or gpt2-124m (no PyTorch reference) */
+    const char *precision; /* fp32, bf16 or fp16: the matmuls' compute type (docs/precision.md);
+                              the reference runs bf16 autocast for bf16 (W1: fp32) */
+    int steps;             /* timed steps per round (default 10) */
+    int warmup;            /* untimed steps before the first round (default 2) */
+    int threads;           /* default 2, as in BENCH.md */
+    int profile;           /* also print the kernels that took the most time */
+    int no_fuse;           /* compile without fusion (ts_compile_options.no_fuse) */
+    int fused_update;  /* optim.fused_update: each parameter updated once its gradient is done */
+    int compare_torch; /* run the reference too, alternating with tessel */
+    int rounds;        /* tessel/reference alternations with compare_torch (default 2) */
     const char *reference;  /* torch_bench.py (default ../shared/reference/torch_bench.py) */
     const char *python;     /* interpreter (default /usr/bin/python3, which sees Debian's torch;
                                ../shared/reference/torch2-python runs torch 2.x) */

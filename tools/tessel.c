@@ -33,7 +33,7 @@ static const char usage[] =
     "      compile the training step and print the requested dumps (default: stats);\n"
     "      --dump-after PASS prints the graph (IR text) after that pass of the pipeline:\n"
     "      peft, loss_scale, autodiff, discard_outputs, unscale, monitor, train, monitor_order,\n"
-    "      loss_scale_order, precision, train_mode, simplify, fuse, verify, schedule,\n"
+    "      loss_scale_order, precision, train_mode, simplify, chunk_ce, fuse, verify, schedule,\n"
     "      distribute, memplan; --emit-c DIR writes the training step as a standalone C\n"
     "      program (make, then ./train: train.steps steps, the same weights as tessel train);\n"
     "      --dump partition: the pipeline stages dist.pipeline_stages asks for (cuts, each\n"

@@ -80,9 +80,12 @@ typedef struct ts_dropout_attrs {
 } ts_dropout_attrs;
 
 /* cross_entropy, cross_entropy_bwd (ops/loss.c): rows whose target is
- * ignore_index add nothing. */
+ * ignore_index add nothing. cross_entropy_bwd with row_count > 0 computes
+ * only rows [row_start, row_start + row_count) of the logits gradient (the
+ * chunk_ce pass, passes/chunk_ce.c); 0: every row. */
 typedef struct ts_cross_entropy_attrs {
     int64_t ignore_index;
+    int64_t row_start, row_count;
 } ts_cross_entropy_attrs;
 
 /* batch_norm, batch_norm_bwd (ops/batchnorm.c): affine (weight and bias

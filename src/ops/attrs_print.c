@@ -235,7 +235,13 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         real(out, "p", a->dropout.p);
         break;
     case TS_OP_CROSS_ENTROPY:
-    case TS_OP_CROSS_ENTROPY_BWD: field(out, "ignore_index", a->cross_entropy.ignore_index); break;
+    case TS_OP_CROSS_ENTROPY_BWD:
+        field(out, "ignore_index", a->cross_entropy.ignore_index);
+        if (a->cross_entropy.row_count > 0) { /* a chunk (chunk_ce.c) */
+            field(out, "row_start", a->cross_entropy.row_start);
+            field(out, "row_count", a->cross_entropy.row_count);
+        }
+        break;
     case TS_OP_BATCH_NORM:
     case TS_OP_BATCH_NORM_BWD:
         field(out, "affine", a->batch_norm.affine);

@@ -95,6 +95,13 @@ static ts_status infer_ce_bwd(const ts_graph *g, const ts_node *n, ts_type *out,
                        (long long)lg->dims[0]);
     if (n->n_in == 5 && (s = check_weight(lg, ts_in_type(g, n, 4))) != TS_OK) return s;
     *out = *lg;
+    const int64_t r0 = n->a.cross_entropy.row_start, nr = n->a.cross_entropy.row_count;
+    if (nr > 0 || r0 != 0) {
+        if (r0 < 0 || nr < 1 || r0 > lg->dims[0] - nr)
+            return ts_fail(TS_ERR_INVALID, "rows [%lld, +%lld) outside the %lld rows",
+                           (long long)r0, (long long)nr, (long long)lg->dims[0]);
+        out->dims[0] = nr;
+    }
     *n_out = 1;
     return TS_OK;
 }
@@ -307,7 +314,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
      * logits are read before any row is written. */                                               \
     TS_CLONES static void ce_bwd_rows_##SFX(T *dx, const T *x, const T *lse, const void *tg,       \
                                             int is64, const T *wt, double sc, int64_t r0,          \
-                                            int64_t r1, int64_t c, int64_t ign) {                  \
+                                            int64_t r1, int64_t c, int64_t ign, int64_t o0) {      \
         T scr[CE_ROWS], xt[CE_ROWS];                                                               \
         int64_t tr[CE_ROWS];                                                                       \
         const int64_t nr = r1 - r0;                                                                \
@@ -317,7 +324,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
             scr[r] = t == ign ? (T)0 : (T)(wt ? sc * (double)wt[t] : sc);                          \
             xt[r] = t == ign ? (T)0 : x[(r0 + r) * c + t];                                         \
         }                                                                                          \
-        T *db = dx + r0 * c;                                                                       \
+        T *db = dx + (r0 - o0) * c; /* dx holds rows o0.. */                                       \
         const T *xb = x + r0 * c;                                                                  \
         for (int64_t i = 0; i < c; i++)                                                            \
             for (int64_t r = 0; r < nr; r++)                                                       \
@@ -337,6 +344,10 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         T *dx = k->out[0].data;                                                                    \
         int64_t n = k->in[1].dims[0], c = k->in[1].dims[1],                                        \
                 ign = k->a->cross_entropy.ignore_index;                                            \
+        /* a chunk: rows [o0, o1) into dx (chunk_ce.c); the scale is the whole batch's */          \
+        const int64_t o0 = k->a->cross_entropy.row_start,                                          \
+                      o1 = k->a->cross_entropy.row_count > 0 ? o0 + k->a->cross_entropy.row_count  \
+                                                             : n;                                  \
         double wsum = 0;                                                                           \
         for (int64_t r = 0; r < n; r++) {                                                          \
             int64_t t = target_at(tg, is64, r);                                                    \
@@ -346,23 +357,24 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         }                                                                                          \
         /* With every row ignored all rows are zero and sc is never used. */                       \
         double dl = (double)*(const T *)k->in[0].data, sc = wsum != 0 ? dl / wsum : 0;             \
+        const int64_t m = o1 - o0;                                                                 \
         if (ROWWISE && c < LN) {                                                                   \
-            const int64_t nb = (n + CE_ROWS - 1) / CE_ROWS;                                        \
+            const int64_t nb = (m + CE_ROWS - 1) / CE_ROWS;                                        \
             _Pragma(                                                                               \
-                "omp parallel for schedule(static) if (n * c >= TS_PAR_MIN)") for (int64_t b = 0;  \
+                "omp parallel for schedule(static) if (m * c >= TS_PAR_MIN)") for (int64_t b = 0;  \
                                                                                    b < nb; b++) {  \
-                int64_t r1 = (b + 1) * CE_ROWS < n ? (b + 1) * CE_ROWS : n;                        \
-                ce_bwd_rows_##SFX(dx, x, lse, tg, is64, wt, sc, b *CE_ROWS, r1, c, ign);           \
+                int64_t r0 = o0 + b * CE_ROWS, r1 = r0 + CE_ROWS < o1 ? r0 + CE_ROWS : o1;         \
+                ce_bwd_rows_##SFX(dx, x, lse, tg, is64, wt, sc, r0, r1, c, ign, o0);               \
             }                                                                                      \
             return TS_OK;                                                                          \
         }                                                                                          \
-        _Pragma("omp parallel for schedule(static) if (n * c >= TS_PAR_MIN)") for (int64_t r = 0;  \
-                                                                                   r < n; r++) {   \
+        _Pragma("omp parallel for schedule(static) if (m * c >= TS_PAR_MIN)") for (int64_t r = o0; \
+                                                                                   r < o1; r++) {  \
             int64_t t = target_at(tg, is64, r);                                                    \
             if (t == ign)                                                                          \
-                memset(dx + r * c, 0, (size_t)c * sizeof(T));                                      \
+                memset(dx + (r - o0) * c, 0, (size_t)c * sizeof(T));                               \
             else                                                                                   \
-                ce_bwd_row_##SFX(dx + r * c, x + r * c, lse[r], c, t,                              \
+                ce_bwd_row_##SFX(dx + (r - o0) * c, x + r * c, lse[r], c, t,                       \
                                  (T)(wt ? sc * (double)wt[t] : sc));                               \
         }                                                                                          \
         return TS_OK;                                                                              \

@@ -7,9 +7,10 @@
  *    oneDNN post-ops while the output tile is in cache.
  * 2. Sums of slice gradients that tile an axis become one concat.
  * 0. Before those: an add of a scatter_add (read only there) to a tensor
- *    of its shape becomes one scatter_add_to (ops/index.c) that adds the
- *    scattered rows into that tensor in place: a tied embedding's
- *    gradient no longer holds two vocabulary-sized tensors at once.
+ *    of its shape, whose sum is not kept, becomes one scatter_add_to
+ *    (ops/index.c) that adds the scattered rows into that tensor in place:
+ *    with optim.fused_update a tied embedding's gradient no longer holds
+ *    two vocabulary-sized tensors at once.
  * 3. Elementwise trees: a node of a fusable elementwise op absorbs the
  *    producers of its inputs when they are fusable too, have the root's
  *    shape, and nothing else reads them; a tree of two or more nodes becomes
@@ -97,7 +98,10 @@ static int is_f32(const ts_graph *g, int32_t v) {
 static ts_status fuse_scatter_to(fctx *c, int32_t ai) {
     ts_graph *g = c->g;
     const ts_node *a = &g->nodes[ai];
-    if (a->in[0] == a->in[1]) return TS_OK;
+    /* Only where the sum may take the base's memory: a kept sum (a
+     * parameter's gradient in its persistent region) gains nothing, and
+     * the GEMM epilogue then writes it directly. */
+    if (a->in[0] == a->in[1] || observable(&g->values[a->out[0]])) return TS_OK;
     for (int side = 0; side < 2; side++) {
         const int32_t sv = a->in[side], base = a->in[1 - side];
         const int32_t si = g->values[sv].node;

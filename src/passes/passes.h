@@ -70,6 +70,11 @@ ts_status ts_pass_train_mode(ts_graph *g, int training);
  * *remap (size = old value count) receives old -> new ids if non-NULL. */
 ts_status ts_pass_simplify(ts_graph *g, int32_t **remap);
 
+/* Row chunks of the cross-entropy backward and of the one matmul that
+ * reads it (the head's input gradient), where the logits are kept; see
+ * chunk_ce.c. *n_chunked (may be NULL) gets how many were chunked. */
+ts_status ts_pass_chunk_ce(ts_graph *g, int *n_chunked);
+
 /* Fusion (after simplify): GEMM epilogues (bias, relu, residual add become
  * oneDNN post-ops of one matmul_epi) and trees of f32 elementwise ops (one
  * fused_eltwise each). Marks the fused nodes dead: compact afterwards. */

@@ -132,6 +132,13 @@ static ts_status run_simplify(ts_pass_ctx *c) {
     free(remap);
     return s;
 }
+/* chunk_ce marks the chunked pair dead; fuse's compaction removes them. */
+static int with_chunk_ce(const ts_pass_ctx *c) {
+    return c->training && !c->opt->no_fuse;
+}
+static ts_status run_chunk_ce(ts_pass_ctx *c) {
+    return ts_pass_chunk_ce(c->g, NULL);
+}
 /* Fusion marks the fused nodes dead; compacting renumbers the values. */
 static ts_status run_fuse(ts_pass_ctx *c) {
     ts_status s = ts_pass_fuse(c->g, &c->fuse);
@@ -206,6 +213,7 @@ static const ts_pass_def PASSES[] = {
     {"loss_scale_order", training, run_loss_scale_order},
     {"train_mode", always, run_train_mode},
     {"simplify", with_simplify, run_simplify},
+    {"chunk_ce", with_chunk_ce, run_chunk_ce},
     {"fuse", with_fuse, run_fuse},
     /* after fuse: matmul_epi GEMMs are lowered with their f32 epilogue */
     {"precision", always, run_precision},
