@@ -1,11 +1,11 @@
-/* The GEMM ceiling of a workload (bench_ceiling.h). */
+/* The GEMM ceiling of a workload (bench_ceiling.h), on oneDNN directly. */
 #include "bench_ceiling.h"
 
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "backends/cpu/dnnl_matmul.h"
+#include <dnnl.h>
 
 enum { REPS = 5 };
 
@@ -19,43 +19,69 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median seconds of one GEMM of shape d; its implementation into impl. */
-static ts_status time_gemm(const ts_mm_desc *d, double *sec, char *impl, size_t n) {
-    ts_mm *mm = NULL;
-    ts_status s = ts_mm_create(d, &mm);
-    if (s != TS_OK) return s;
-    const size_t es = ts_dtype_size(d->a_dt);
-    const size_t na = (size_t)(d->M * d->K), nb = (size_t)(d->K * d->N), nc = (size_t)(d->M * d->N);
-    size_t sb = ts_mm_scratch_bytes(mm);
-    /* Operands of moderate values (bf16 0x3c00.. / f32 small): the time does
-     * not depend on them, but denormals or NaNs could. */
-    unsigned char *a = malloc(na * es), *b = malloc(nb * es);
-    float *c = malloc(nc * sizeof *c);
-    void *scratch = sb ? malloc(sb) : NULL;
-    if (!a || !b || !c || (sb && !scratch))
-        s = ts_fail(TS_ERR_NOMEM, "bench: GEMM ceiling buffers");
+/* One GEMM shape: C[M,N] (f32) = op(A) op(B), A/B of type dt, transposes by strides. */
+typedef struct gemm_desc {
+    ts_dtype dt;
+    int64_t M, N, K;
+    int trans_a, trans_b;
+} gemm_desc;
+
+/* Median seconds of one oneDNN matmul of shape d (its public C API: the
+ * primitive tessel's matmul kernel creates); its implementation into impl. */
+static ts_status time_gemm(const gemm_desc *d, double *sec, char *impl, size_t n) {
+    const dnnl_data_type_t t = d->dt == TS_BF16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_engine_t eng = NULL;
+    dnnl_stream_t str = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t prim = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+    dnnl_memory_desc_t da, db, dc;
+    dnnl_matmul_desc_t op;
+    const dnnl_dims_t sa = {d->M, d->K}, sb = {d->K, d->N}, sc = {d->M, d->N};
+    const dnnl_dims_t ta = {d->trans_a ? 1 : d->K, d->trans_a ? d->M : 1};
+    const dnnl_dims_t tb = {d->trans_b ? 1 : d->N, d->trans_b ? d->K : 1};
+    const dnnl_dims_t tc = {d->N, 1};
+    ts_status s = TS_OK;
+    if (dnnl_engine_create(&eng, dnnl_cpu, 0) || dnnl_stream_create(&str, eng, 0) ||
+        dnnl_memory_desc_init_by_strides(&da, 2, sa, t, ta) ||
+        dnnl_memory_desc_init_by_strides(&db, 2, sb, t, tb) ||
+        dnnl_memory_desc_init_by_strides(&dc, 2, sc, dnnl_f32, tc) ||
+        dnnl_matmul_desc_init(&op, &da, &db, NULL, &dc) ||
+        dnnl_primitive_desc_create(&pd, &op, NULL, eng, NULL) || dnnl_primitive_create(&prim, pd) ||
+        dnnl_memory_create(&ma, &da, eng, DNNL_MEMORY_ALLOCATE) ||
+        dnnl_memory_create(&mb, &db, eng, DNNL_MEMORY_ALLOCATE) ||
+        dnnl_memory_create(&mc, &dc, eng, DNNL_MEMORY_ALLOCATE))
+        s = ts_fail(TS_ERR_UNSUPPORTED, "bench: oneDNN refused the %lldx%lldx%lld GEMM",
+                    (long long)d->M, (long long)d->N, (long long)d->K);
     if (s == TS_OK) {
-        for (size_t i = 0; i < na * es; i++) a[i] = es == 2 ? (i & 1 ? 0x3c : (unsigned char)i) : 0;
-        for (size_t i = 0; i < nb * es; i++) b[i] = es == 2 ? (i & 1 ? 0x3c : (unsigned char)i) : 0;
-        if (es == 4) {
-            for (size_t i = 0; i < na; i++) ((float *)a)[i] = (float)(i % 7) * 0.125f;
-            for (size_t i = 0; i < nb; i++) ((float *)b)[i] = (float)(i % 5) * 0.25f;
-        }
-        double t[REPS];
-        s = ts_mm_run(mm, a, b, c, scratch); /* warm-up: JIT, page faults, caches */
-        for (int r = 0; s == TS_OK && r < REPS; r++) {
+        /* Moderate operand values: the time does not depend on them, but
+         * denormals or NaNs could (bf16 0x3c.. is about 0.01). */
+        void *pa = NULL, *pb = NULL;
+        dnnl_memory_get_data_handle(ma, &pa);
+        dnnl_memory_get_data_handle(mb, &pb);
+        const size_t es = d->dt == TS_BF16 ? 2 : 4, na = (size_t)(d->M * d->K) * es,
+                     nb = (size_t)(d->K * d->N) * es;
+        for (size_t i = 0; i < na; i++) ((unsigned char *)pa)[i] = i % es == es - 1 ? 0x3c : 0;
+        for (size_t i = 0; i < nb; i++) ((unsigned char *)pb)[i] = i % es == es - 1 ? 0x3c : 0;
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+        double tm[REPS];
+        for (int r = -1; r < REPS && s == TS_OK; r++) { /* r = -1: warm-up (JIT, page faults) */
             double t0 = ts_now();
-            s = ts_mm_run(mm, a, b, c, scratch);
-            t[r] = ts_now() - t0;
+            if (dnnl_primitive_execute(prim, str, 3, args) || dnnl_stream_wait(str))
+                s = ts_fail(TS_ERR_INTERNAL, "bench: the ceiling GEMM failed");
+            if (r >= 0) tm[r] = ts_now() - t0;
         }
         if (s == TS_OK) {
-            qsort(t, REPS, sizeof *t, cmp_d);
-            *sec = t[REPS / 2];
-            snprintf(impl, n, "%s", ts_mm_impl(mm));
+            qsort(tm, REPS, sizeof *tm, cmp_d);
+            *sec = tm[REPS / 2];
+            const char *name = NULL;
+            dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+            snprintf(impl, n, "%s", name ? name : "?");
         }
     }
-    free(a), free(b), free(c), free(scratch);
-    ts_mm_free(mm);
+    dnnl_memory_destroy(ma), dnnl_memory_destroy(mb), dnnl_memory_destroy(mc);
+    dnnl_primitive_destroy(prim), dnnl_primitive_desc_destroy(pd);
+    dnnl_stream_destroy(str), dnnl_engine_destroy(eng);
     return s;
 }
 
@@ -96,8 +122,7 @@ ts_status ts_bench_gemm_ceiling_print(const char *wl, ts_dtype dt, int threads, 
     for (int i = 0; i < nl && s == TS_OK; i++)
         for (int k = 0; k < 3 && s == TS_OK; k++) { /* forward, dX, dW */
             if (k == 1 && !l[i].needs_dx) continue;
-            ts_mm_desc d = {
-                .a_dt = dt, .b_dt = dt, .c_dt = TS_F32, .batch = 1, .label = "GEMM ceiling"};
+            gemm_desc d = {.dt = dt};
             if (k == 0) d.M = M, d.N = l[i].out, d.K = l[i].in, d.trans_b = 1;
             if (k == 1) d.M = M, d.N = l[i].in, d.K = l[i].out;
             if (k == 2) d.M = l[i].out, d.N = l[i].in, d.K = M, d.trans_a = 1;

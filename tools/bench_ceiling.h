@@ -13,8 +13,9 @@
  * weight gradient dYᵀ·X, each weighted by how often a step runs it. W1
  * and W3 only: the others' time is in convolutions, recurrences or sparse
  * products. The ceiling is the total FLOP of those GEMMs over their total
- * time (median of a few runs each, after a warm-up). This reaches past the
- * public API into the oneDNN wrapper on purpose: it is the same primitive. */
+ * time (median of a few runs each, after a warm-up), through oneDNN's own C
+ * API (the matmul primitive tessel's kernel creates; tools do not include
+ * src/). */
 #ifndef TESSEL_TOOLS_BENCH_CEILING_H
 #define TESSEL_TOOLS_BENCH_CEILING_H
 
