@@ -24,6 +24,8 @@ static const struct {
     {"breast_cancer", "breast_cancer", "--set train.epochs=0", 0},
     {"fashion_cnn", "fashion_cnn", "--set train.epochs=0 --set data.val_fraction=0", 1},
     {"fashion_mnist", "fashion_mnist", "--set train.epochs=0 --set data.val_fraction=0", 1},
+    /* the multi-sensor model: conv + BatchNorm, a GRU and an MLP in one step */
+    {"fusion", "fusion", "", 0},
     /* the pretraining run its comment gives (the fine-tuning run needs its checkpoint) */
     {"gcn_lora", "gcn_lora",
      "--set peft.lora.targets=none --set peft.adapter.after=none --set peft.base=none --set "
