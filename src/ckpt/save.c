@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -384,13 +385,22 @@ typedef struct worker_arg {
     const ts_dir *dir;
 } worker_arg;
 
-/* This thread's time on a CPU and waiting for one, in ns (0 if unknown). */
+/* This thread's time on a CPU and waiting for one, in ns (0 if unknown).
+ * The CPU time comes from the thread's CPU clock, exact when read;
+ * schedstat's run time is brought up to date only at scheduler events, so
+ * a worker that hashed a small shard within one slice would read 0. */
 static void thread_sched(long long *run, long long *wait) {
     *run = *wait = 0;
+    long long sched_run = 0;
     FILE *f = fopen("/proc/thread-self/schedstat", "r");
-    if (!f) return;
-    if (fscanf(f, "%lld %lld", run, wait) != 2) *run = *wait = 0;
-    fclose(f);
+    if (f) {
+        if (fscanf(f, "%lld %lld", &sched_run, wait) != 2) *wait = 0;
+        fclose(f);
+    }
+    struct timespec ts;
+    *run = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0
+               ? (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec
+               : sched_run;
 }
 
 static void *shard_worker(void *arg) {
