@@ -9,6 +9,7 @@
 
 ts_status ts_stage_partition(ts_config *c, const ts_device_speed *measured, int n_measured,
                              ts_stage_model *sm, ts_partition **out) {
+    memset(sm, 0, sizeof *sm); /* the caller frees sm->g on every path */
     ts_partition_options o = ts_partition_options_default();
     o.stages = c->pipe.stages;
     o.microbatches = c->pipe.microbatches;
