@@ -35,7 +35,6 @@ ts_status ts_stage_partition(ts_config *c, const ts_device_speed *measured, int 
     /* the stages run one micro-batch at a time: the model built at its rows */
     const int64_t batch = c->model.batch;
     c->model.batch = batch / o.microbatches;
-    memset(sm, 0, sizeof *sm);
     s = ts_session_build_model(c, &sm->g, &sm->m, &sm->spec, &sm->opt);
     c->model.batch = batch;
     if (s != TS_OK) return s;
