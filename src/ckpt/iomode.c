@@ -36,16 +36,7 @@ const char *ck_io_mode_name(ck_io_mode m) {
 }
 
 static int cache_path(char *out, size_t n) {
-    const char *e = getenv("TESSEL_CKPT_IO_CACHE");
-    if (e && !strcmp(e, "0")) return 0;
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg)
-        snprintf(out, n, "%s/tessel", xdg);
-    else if (home && *home)
-        snprintf(out, n, "%s/.cache/tessel", home);
-    else
-        return 0;
-    return 1;
+    return ts_cache_dir("TESSEL_CKPT_IO_CACHE", out, n);
 }
 
 static int cache_lookup(const char *key, ck_io_mode *mode) {

@@ -35,6 +35,11 @@ ts_status ts_shape_numel_checked(int rank, const int64_t *dims, int64_t *out);
 
 uint64_t ts_hash_str(const char *s);
 
+/* tessel's per-user cache folder, where measurements are kept between runs:
+ * $XDG_CACHE_HOME/tessel, else $HOME/.cache/tessel, written to dir. 0 (no
+ * cache) when the environment variable `off_env` is "0" or neither is set. */
+int ts_cache_dir(const char *off_env, char *dir, size_t n);
+
 /* Uniform in [0, 1) from one random word (24-bit resolution, like float). */
 static inline double ts_u01(uint32_t r) {
     return (double)(r >> 8) * (1.0 / 16777216.0);

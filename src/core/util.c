@@ -1,6 +1,8 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "core.h"
 
@@ -51,6 +53,19 @@ uint64_t ts_hash_str(const char *s) {
     size_t n = 0;
     while (s[n]) n++;
     return ts_hash64(s, n, 0);
+}
+
+int ts_cache_dir(const char *off_env, char *dir, size_t n) {
+    const char *e = getenv(off_env);
+    if (e && !strcmp(e, "0")) return 0;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg)
+        snprintf(dir, n, "%s/tessel", xdg);
+    else if (home && *home)
+        snprintf(dir, n, "%s/.cache/tessel", home);
+    else
+        return 0;
+    return 1;
 }
 
 double ts_now(void) {

@@ -149,15 +149,7 @@ const char *ts_comm_tune_source(const ts_comm *c) {
 /* ---- the cache file --------------------------------------------------------- */
 
 static int cache_path(const ts_comm *c, char *out, size_t n, char *dir, size_t dn) {
-    const char *e = getenv("TESSEL_COLL_CACHE");
-    if (e && !strcmp(e, "0")) return 0;
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg)
-        snprintf(dir, dn, "%s/tessel", xdg);
-    else if (home && *home)
-        snprintf(dir, dn, "%s/.cache/tessel", home);
-    else
-        return 0;
+    if (!ts_cache_dir("TESSEL_COLL_CACHE", dir, dn)) return 0;
     snprintf(out, n, "%s/coll-%s-%dr-%dh.txt", dir, c->ops->name, c->size, c->nhosts);
     return 1;
 }
