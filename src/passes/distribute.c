@@ -160,6 +160,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
      * its block in the segment and averages them itself (fused). */
     const int shared = d->shared_params, fused = shared && d->zero == 1 && !has_coef;
     const int z3 = d->zero == 3; /* the parameters sharded too: zero3.c */
+    int n_gathers = 0;           /* ZeRO-3: its gathers, each with a ticket slot */
     const int nv0 = g->n_values;
     int32_t *group_of = ts_alloc(sizeof(int32_t) * (size_t)(nv0 + 1), "zero");
     int32_t *shard = ts_alloc(sizeof(int32_t) * (size_t)(nb + 1), "zero");
@@ -459,7 +460,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
             zb[b].elems = g->nodes[rs_start[b]].a.bucket.elems;
             zb[b].update = upd[b];
         }
-        if (s == TS_OK) s = ts_zero3_gathers(g, &out, &m, d, zb, nb);
+        if (s == TS_OK) s = ts_zero3_gathers(g, &out, &m, d, zb, nb, &n_gathers);
         free(zb);
         free(zp);
         if (s != TS_OK) goto done;
@@ -490,7 +491,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     *order_io = out;
     *n_order_io = m;
     out = NULL;
-    *n_slots = (z3 ? 3 : 2) * nb;
+    *n_slots = z3 ? nb + n_gathers : 2 * nb;
 done:
     free(group_of);
     free(bucket_of);
@@ -572,7 +573,12 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
     for (int i = 0; i < ng; i++) {
         size_t cap = nb <= 1 ? d->first_bucket_bytes : d->bucket_bytes;
         int dtype_change = i > 0 && g->values[gr[i].v].t.dtype != g->values[gr[i - 1].v].t.dtype;
-        if (i == 0 || dtype_change || fill >= cap) {
+        /* ZeRO-3 gathers a bucket's parameters whole, so a tensor that fills
+         * a bucket alone gets its own: a tied embedding sharing one with the
+         * first layer norm would be gathered again, all of it, for that
+         * layer norm's backward at the end of the step. */
+        const int alone = d->zero == 3 && fill > 0 && gr[i].bytes >= cap;
+        if (i == 0 || dtype_change || fill >= cap || alone) {
             first[nb++] = i;
             fill = 0;
         }

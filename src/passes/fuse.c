@@ -30,9 +30,10 @@
 
 typedef struct fctx {
     ts_graph *g;
-    int *uses;        /* per value: live nodes reading it */
-    int32_t *reader;  /* per value: the last live node reading it */
-    int32_t *root_of; /* per node: the node it was fused into, or -1 */
+    int *uses;          /* per value: live nodes reading it */
+    int32_t *reader;    /* per value: the last live node reading it */
+    int32_t *root_of;   /* per node: the node it was fused into, or -1 */
+    int grads_released; /* gradients are step temporaries (ts_pass_fuse_opts) */
     ts_fuse_stats st;
 } fctx;
 
@@ -100,8 +101,17 @@ static ts_status fuse_scatter_to(fctx *c, int32_t ai) {
     const ts_node *a = &g->nodes[ai];
     /* Only where the sum may take the base's memory: a kept sum (a
      * parameter's gradient in its persistent region) gains nothing, and
-     * the GEMM epilogue then writes it directly. */
-    if (a->in[0] == a->in[1] || observable(&g->values[a->out[0]])) return TS_OK;
+     * the GEMM epilogue then writes it directly. Where gradients are
+     * temporaries (ZeRO-3) a gradient sum is taken too: as an epilogue
+     * the LM head's weight-gradient GEMM of a tied embedding would wait
+     * for the embedding's scatter at the end of the backward, keeping the
+     * logits' gradient (batch x vocabulary) alive through all of it; as
+     * base + scatter the GEMM runs at the head and only its
+     * vocabulary x d result waits. */
+    const ts_value *sum = &g->values[a->out[0]];
+    const int kept =
+        observable(sum) && !(c->grads_released && !sum->is_output && sum->grad_of >= 0);
+    if (a->in[0] == a->in[1] || kept) return TS_OK;
     for (int side = 0; side < 2; side++) {
         const int32_t sv = a->in[side], base = a->in[1 - side];
         const int32_t si = g->values[sv].node;
@@ -349,7 +359,11 @@ static ts_status fuse_tree(fctx *c, int32_t root) {
 }
 
 ts_status ts_pass_fuse(ts_graph *g, ts_fuse_stats *stats) {
-    fctx c = {.g = g};
+    return ts_pass_fuse_opts(g, stats, 0);
+}
+
+ts_status ts_pass_fuse_opts(ts_graph *g, ts_fuse_stats *stats, int grads_released) {
+    fctx c = {.g = g, .grads_released = grads_released};
     ts_status s = TS_OK;
     c.uses = ts_alloc(sizeof(int) * (size_t)(g->n_values + 1), "fuse");
     c.reader = ts_alloc(sizeof(int32_t) * (size_t)(g->n_values + 1), "fuse");

@@ -15,13 +15,19 @@
 #include <string.h>
 #include "passes.h"
 
+/* Pieces of a ZeRO-3 bucket's parameters: zero3.c gathers a bucket at
+ * most 3 times per phase; more gathers than this extend the last piece. */
+enum { MAX_PIECES = 8 };
+
 typedef struct interval {
     int32_t id; /* value id (root), -(node+1) for scratch, or with bucket: its start node */
     int start, end;
     size_t bytes, off;
-    int bucket;       /* ZeRO-2: 1 if this is a gradient bucket (id its start node); ZeRO-3: 2 if
-                         the parameters of a bucket (id its first gather's start node) */
-    int hole, h0, h1; /* ZeRO-3: not alive at positions h0..h1 (between the two gathers) */
+    int bucket; /* ZeRO-2: 1 if this is a gradient bucket (id its start node); ZeRO-3: 2 if
+                   the parameters of a bucket (id its first gather's start node) */
+    int np;     /* ZeRO-3: > 0: alive only in the pieces lo[p]..hi[p], one per gather (free
+                   between a gather's last reader and the next gather) */
+    int lo[MAX_PIECES], hi[MAX_PIECES];
 } interval;
 
 static int cmp_size_desc(const void *a, const void *b) {
@@ -38,20 +44,21 @@ static int cmp_off(const void *a, const void *b) {
 }
 
 /* Whether two intervals are alive at a common position (an interval with
- * a hole is two pieces). */
-static int pieces(const interval *x, int lo[2], int hi[2]) {
-    if (!x->hole) {
+ * pieces is alive only in them). */
+static int pieces(const interval *x, int lo[MAX_PIECES], int hi[MAX_PIECES]) {
+    if (!x->np) {
         lo[0] = x->start, hi[0] = x->end;
         return 1;
     }
-    lo[0] = x->start, hi[0] = x->h0 - 1, lo[1] = x->h1 + 1, hi[1] = x->end;
-    return 2;
+    memcpy(lo, x->lo, sizeof(int) * (size_t)x->np);
+    memcpy(hi, x->hi, sizeof(int) * (size_t)x->np);
+    return x->np;
 }
 
 static int overlap(const interval *x, const interval *y) {
     if (!(x->start <= y->end && y->start <= x->end)) return 0;
-    if (!x->hole && !y->hole) return 1;
-    int xl[2], xh[2], yl[2], yh[2];
+    if (!x->np && !y->np) return 1;
+    int xl[MAX_PIECES], xh[MAX_PIECES], yl[MAX_PIECES], yh[MAX_PIECES];
     const int nx = pieces(x, xl, xh), ny = pieces(y, yl, yh);
     for (int i = 0; i < nx; i++)
         for (int j = 0; j < ny; j++)
@@ -105,14 +112,14 @@ static int zero3_gather(const ts_node *n) {
 }
 
 /* ZeRO-3: the parameters of the bucket whose first gather is node i as one
- * interval (bucket 2), laid out as its gradients (goff), alive from that
- * gather's start to their last forward use, and from the second gather (if
- * any, i2) to their last use. */
-static interval params_interval(const ts_graph *g, int i, int i2, const int32_t *root,
-                                const int *pos, const int32_t *order, int n_order,
-                                const int *pbucket, size_t *goff) {
+ * interval (bucket 2), laid out as its gradients (goff), alive in one piece
+ * per gather of the bucket's block: from the gather's start to the last
+ * reader before the next gather. */
+static interval params_interval(const ts_graph *g, int i, const int32_t *root, const int *pos,
+                                const int32_t *order, int n_order, const int *pbucket,
+                                size_t *goff) {
     const ts_node *n = &g->nodes[i];
-    interval iv = {i, pos[i], pos[i], 0, 0, 2, 0, 0, 0};
+    interval iv = {.id = i, .start = pos[i], .end = pos[i], .bucket = 2};
     size_t cur = 0;
     for (int j = 1; j < n->n_in; j++) {
         int32_t r = root[n->in[j]];
@@ -121,17 +128,20 @@ static interval params_interval(const ts_graph *g, int i, int i2, const int32_t 
         iv.bytes = cur + ts_type_bytes(&g->values[r].t);
         cur = TS_ALIGN_UP(iv.bytes, TS_ALIGN);
     }
-    const int p2 = i2 >= 0 ? pos[i2] : n_order;
-    int e1 = iv.start;
-    for (int k = 0; k < n_order; k++) {
+    for (int k = pos[i]; k < n_order; k++) {
         const ts_node *w = &g->nodes[order[k]];
+        if (w->op == TS_OP_ALL_GATHER_START && w->a.bucket.zero == 3 && w->in[0] == n->in[0] &&
+            iv.np < MAX_PIECES) {
+            iv.lo[iv.np] = iv.hi[iv.np] = k;
+            iv.np++;
+        }
         for (int j = 0; j < w->n_in; j++) {
             if (pbucket[root[w->in[j]]] != i) continue;
-            if (k > iv.end) iv.end = k;
-            if (k < p2 && k > e1) e1 = k;
+            iv.end = k;
+            iv.hi[iv.np - 1] = k;
         }
     }
-    if (i2 >= 0 && e1 + 1 <= p2 - 1) iv.hole = 1, iv.h0 = e1 + 1, iv.h1 = p2 - 1;
+    if (iv.np == 1) iv.np = 0;
     return iv;
 }
 
@@ -150,7 +160,7 @@ static int fused_bucket(const ts_node *n) {
 static interval bucket_interval(const ts_graph *g, int i, const int32_t *root, const int *pos,
                                 const int *last, const int32_t *order, int n_order, size_t *goff) {
     const ts_node *n = &g->nodes[i];
-    interval iv = {i, pos[i], pos[i], 0, 0, 1, 0, 0, 0};
+    interval iv = {.id = i, .start = pos[i], .end = pos[i], .bucket = 1};
     size_t cur = 0;
     for (int j = 0; j < n->n_in; j++) {
         int32_t r = root[n->in[j]];
@@ -294,11 +304,7 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     for (int k = 0; k < n_order && n_z3 > 0; k++) {
         const int i = order[k];
         if (!zero3_gather(&g->nodes[i]) || pbucket[root[g->nodes[i].in[1]]] != i) continue;
-        int i2 = -1; /* the backward's gather: the next one of the same block */
-        for (int q = k + 1; q < n_order && i2 < 0; q++)
-            if (zero3_gather(&g->nodes[order[q]]) && g->nodes[order[q]].in[0] == g->nodes[i].in[0])
-                i2 = order[q];
-        iv[n_rel++] = params_interval(g, i, i2, root, pos, order, n_order, pbucket, goff);
+        iv[n_rel++] = params_interval(g, i, root, pos, order, n_order, pbucket, goff);
         mp->zero_param_bytes += TS_ALIGN_UP(iv[n_rel - 1].bytes, TS_ALIGN);
     }
     /* Gradients of data-parallel buckets first, bucket by bucket (the
@@ -354,27 +360,30 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
             if (iv[b].start <= iv[a].start && iv[a].start <= iv[b].end) at += iv[b].bytes;
         if (at > mp->zero_grad_peak) mp->zero_grad_peak = at;
     }
-    for (int a = z3_lo; a < n_rel; a++) /* ZeRO-3: most gathered parameter bytes at once */
-        for (int e = 0; e < 2; e++) {
-            interval pt = iv[a];
-            pt.hole = 0;
-            pt.start = pt.end = e == 0 ? iv[a].start : iv[a].hole ? iv[a].h1 + 1 : iv[a].end;
+    for (int a = z3_lo; a < n_rel; a++) { /* ZeRO-3: most gathered parameter bytes at once */
+        int lo[MAX_PIECES], hi[MAX_PIECES];
+        const int np = pieces(&iv[a], lo, hi);
+        for (int e = 0; e < np; e++) { /* the sum only grows at the start of a piece */
+            const interval pt = {.start = lo[e], .end = lo[e]};
             size_t at = 0;
             for (int b = z3_lo; b < n_rel; b++) at += overlap(&iv[b], &pt) ? iv[b].bytes : 0;
             if (at > mp->zero_param_peak) mp->zero_param_peak = at;
         }
+    }
     for (int v = 0; v < nv; v++) {
         if (root[v] != v || pinned[v] || g->values[v].kind != TS_VK_NODE) continue;
         int st = pos[g->values[v].node];
-        iv[ni++] = (interval){
-            v, st, last[v] > st ? last[v] : st, ts_type_bytes(&g->values[v].t), 0, 0, 0, 0, 0};
+        iv[ni++] = (interval){.id = v,
+                              .start = st,
+                              .end = last[v] > st ? last[v] : st,
+                              .bytes = ts_type_bytes(&g->values[v].t)};
     }
     for (int i = 0; i < nn; i++) {
         const ts_op_def *def = ts_op_get(g->nodes[i].op);
         size_t sb = def->scratch ? def->scratch(g, &g->nodes[i]) : 0;
         mp->scratch_bytes[i] = sb;
         mp->naive_bytes += sb;
-        if (sb) iv[ni++] = (interval){-(i + 1), pos[i], pos[i], sb, 0, 0, 0, 0, 0};
+        if (sb) iv[ni++] = (interval){.id = -(i + 1), .start = pos[i], .end = pos[i], .bytes = sb};
     }
     size_t temp_total = 0;
     if ((s = place(iv, ni, &temp_total)) != TS_OK) goto done;

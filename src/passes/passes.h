@@ -85,6 +85,11 @@ typedef struct ts_fuse_stats {
     int nodes_fused; /* nodes that disappeared into them */
 } ts_fuse_stats;
 ts_status ts_pass_fuse(ts_graph *g, ts_fuse_stats *stats);
+/* The same, where the parameters' gradients are temporaries that are not
+ * kept after the step (grads_released: ZeRO-3, whose gradient buckets live
+ * from their first gradient to their reduce-scatter): a gradient that is
+ * a scatter_add plus another tensor then becomes a scatter_add_to too. */
+ts_status ts_pass_fuse_opts(ts_graph *g, ts_fuse_stats *stats, int grads_released);
 
 /* Peak bytes of intermediate values alive at once if nodes run in
  * `order` (n entries). */
@@ -163,11 +168,13 @@ typedef struct ts_zero3_bucket {
 } ts_zero3_bucket;
 /* Inserts into *order (m nodes, reallocated) per bucket an all-gather of
  * the parameters from the blocks before their first forward use and
- * another before their first backward use (after the loss), each reader
- * ordered after its gather's wait; with prefetch (!d->no_prefetch) the
- * next bucket's gather starts one bucket ahead. */
+ * another before their first backward use (after the loss), and another
+ * within a phase after a long gap between readers, each reader ordered
+ * after its gather's wait; with prefetch (!d->no_prefetch) the next
+ * bucket's gather starts one bucket ahead. *n_gathers: how many (their
+ * ticket slots are nb .. nb + *n_gathers - 1). */
 ts_status ts_zero3_gathers(ts_graph *g, int32_t **order, int *m, const ts_dist_spec *d,
-                           const ts_zero3_bucket *b, int nb);
+                           const ts_zero3_bucket *b, int nb, int *n_gathers);
 /* Gradient compression (compress.c): checks and the SGD rewrite before the
  * buckets (*momentum: the correction's factor, 0: none), then bucket b's
  * start and wait nodes in place of allreduce_start/wait. */

@@ -141,7 +141,8 @@ static ts_status run_chunk_ce(ts_pass_ctx *c) {
 }
 /* Fusion marks the fused nodes dead; compacting renumbers the values. */
 static ts_status run_fuse(ts_pass_ctx *c) {
-    ts_status s = ts_pass_fuse(c->g, &c->fuse);
+    /* ZeRO-3's gradients are step temporaries (memplan.c, the buckets) */
+    ts_status s = ts_pass_fuse_opts(c->g, &c->fuse, with_ranks(c) && c->opt->zero == 3);
     if (s != TS_OK) return s;
     int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(c->g->n_values + 1), "compile");
     if (!map) return TS_ERR_NOMEM;

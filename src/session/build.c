@@ -76,19 +76,26 @@ ts_status ts_sess_build(session *s) {
     if ((s->val && s->val->n) || s->test) {
         /* Evaluation runs an inference plan of the same graph: forward only,
          * no dropout, its own arena; parameters are copied in by name. */
-        ts_plan_stats ps;
-        if ((st = ts_plan_get_stats(s->plan, &ps)) != TS_OK) return st;
-        if (ps.zero_param_bytes > 0)
-            return ts_fail(TS_ERR_UNSUPPORTED,
-                           "evaluation (a validation or test split) is not supported with "
-                           "dist.zero 3 yet: the parameters are sharded over the processes and "
-                           "the evaluation plan needs them whole (use dist.zero 2)");
         if ((st = ts_compile(s->g, NULL, &opt, &s->eval)) != TS_OK) return st;
         if (!(s->bout = ts_alloc(s->outb, "model output"))) return TS_ERR_NOMEM;
         for (int i = 0; i < ts_plan_persistent_count(s->plan); i++) {
             ts_persistent pv;
             if (ts_plan_persistent(s->plan, i, &pv) == TS_OK && pv.bytes > s->pbuf_bytes)
                 s->pbuf_bytes = pv.bytes;
+        }
+        /* ZeRO-3: the parameters are not persistent; eval.c gathers each
+         * through this buffer (whole 4-byte words) */
+        for (int i = 0; i < ts_plan_param_count(s->plan); i++) {
+            ts_dtype dt;
+            int rank;
+            int64_t dims[TS_MAX_RANK];
+            if (ts_plan_value_info(s->plan, ts_plan_param_name(s->plan, i), &dt, &rank, dims) !=
+                TS_OK)
+                continue;
+            size_t bytes = ts_dtype_size(dt);
+            for (int d = 0; d < rank; d++) bytes *= (size_t)dims[d];
+            bytes = (bytes + 3) / 4 * 4;
+            if (bytes > s->pbuf_bytes) s->pbuf_bytes = bytes;
         }
         if (!(s->pbuf = ts_alloc(s->pbuf_bytes ? s->pbuf_bytes : 1, "parameter copy")))
             return TS_ERR_NOMEM;

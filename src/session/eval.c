@@ -3,13 +3,89 @@
  * metrics of train.metrics, logged, written to metrics.jsonl and
  * TensorBoard. See session_internal.h. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
 #include "session/session_internal.h"
 
+/* ZeRO-3 (dist.zero 3): no rank holds a parameter whole between steps,
+ * each holds the pieces of its blocks (ts_plan_shard_layout). Every rank
+ * writes its pieces into a zeroed copy of the parameter and the ranks
+ * all-reduce the copies' bits as integers: each element is non-zero on at
+ * most its owner, so the sum is the owner's bits exactly (a float sum would
+ * turn -0.0 into +0.0). One parameter at a time, in the same order on every
+ * rank (a collective), through the parameter copy buffer. */
+static ts_status gather_zero3_params(session *s) {
+    ts_shard_piece *pc = NULL;
+    int npc = 0;
+    ts_status st = ts_plan_shard_layout(s->plan, &pc, &npc);
+    char *blk = NULL;
+    size_t blk_cap = 0;
+    const char *blk_name = NULL;
+    for (int i = 0; st == TS_OK && i < ts_plan_param_count(s->plan); i++) {
+        const char *name = ts_plan_param_name(s->plan, i);
+        ts_dtype dt;
+        int rank;
+        int64_t dims[TS_MAX_RANK];
+        if ((st = ts_plan_value_info(s->plan, name, &dt, &rank, dims)) != TS_OK) break;
+        const size_t esz = ts_dtype_size(dt);
+        size_t bytes = esz;
+        for (int d = 0; d < rank; d++) bytes *= (size_t)dims[d];
+        /* the same on every rank: the eval plan is the same graph */
+        if (ts_plan_value_info(s->eval, name, NULL, NULL, NULL) != TS_OK) continue;
+        const size_t words = (bytes + 3) / 4;
+        if (words * 4 > s->pbuf_bytes) {
+            st = ts_fail(TS_ERR_INTERNAL,
+                         "evaluation: parameter '%s' (%zu bytes) exceeds the copy "
+                         "buffer (%zu)",
+                         name, bytes, s->pbuf_bytes);
+            break;
+        }
+        memset(s->pbuf, 0, words * 4);
+        for (int q = 0; st == TS_OK && q < npc; q++) {
+            if (pc[q].what[0] || strcmp(pc[q].param, name)) continue;
+            if (!blk_name || strcmp(blk_name, pc[q].state)) { /* read each block once */
+                int br;
+                int64_t bd[TS_MAX_RANK];
+                if ((st = ts_plan_value_info(s->plan, pc[q].state, NULL, &br, bd)) != TS_OK) break;
+                const size_t bb = (size_t)bd[0] * esz;
+                if (bb > blk_cap) {
+                    char *nb = realloc(blk, bb);
+                    if (!nb) {
+                        st = ts_fail(TS_ERR_NOMEM, "evaluation: out of memory for block '%s'",
+                                     pc[q].state);
+                        break;
+                    }
+                    blk = nb, blk_cap = bb;
+                }
+                if ((st = ts_plan_read(s->plan, pc[q].state, blk, bb)) != TS_OK) break;
+                blk_name = pc[q].state;
+            }
+            memcpy((char *)s->pbuf + (size_t)pc[q].param_off * esz,
+                   blk + (size_t)pc[q].state_off * esz, (size_t)pc[q].count * esz);
+        }
+        if (st == TS_OK)
+            st = ts_allreduce(s->o->comm, s->pbuf, words, TS_I32, TS_RED_SUM, TS_ALGO_AUTO);
+        if (st == TS_OK) st = ts_plan_write_param(s->eval, name, s->pbuf, bytes);
+    }
+    free(blk);
+    free(pc);
+    return st;
+}
+
+ts_status ts_sess_eval_gather(session *s) {
+    ts_plan_stats ps;
+    ts_status st = ts_plan_get_stats(s->plan, &ps);
+    if (st != TS_OK || ps.zero_param_bytes == 0 || !s->eval) return st;
+    if ((st = gather_zero3_params(s)) != TS_OK) ts_error_prefix("evaluation under dist.zero 3");
+    return st;
+}
+
 /* Parameters and persistent state (BatchNorm running statistics: eval mode
  * normalises with them) go into the eval plan by name; optimizer moments
- * have no counterpart there and are skipped. */
+ * have no counterpart there and are skipped. Under ZeRO-3 the parameters
+ * are not persistent values of the training plan: every rank has written
+ * them into the eval plan before (ts_sess_eval_gather). */
 static ts_status copy_params(session *s) {
     for (int i = 0; i < ts_plan_persistent_count(s->plan); i++) {
         ts_persistent pv;

@@ -129,7 +129,10 @@ static ts_status train_loop(session *s) {
         if (r->stopped_by_alert) break;
         const int due =
             c->train.eval_every > 0 ? step % c->train.eval_every == 0 : bpe > 0 && step % bpe == 0;
-        if (has_val && (due || (step == steps && !stop))) {
+        const int val_due = s->val && s->val->n > 0 && (due || (step == steps && !stop));
+        /* ZeRO-3: every rank gives rank 0's evaluation its blocks */
+        if (val_due && (st = ts_sess_eval_gather(s)) != TS_OK) break;
+        if (has_val && val_due) {
             st = ts_sess_eval_split(s, "val", s->val, &r->val, step, epoch);
             if (st != TS_OK) break;
             r->has_val = 1;
@@ -176,6 +179,9 @@ static ts_status train_loop(session *s) {
     } else if (r->steps == s->start_step + 1 && r->seconds > 0) {
         r->median_rate = per_step / r->seconds;
     }
+    if (s->test && !r->interrupted && !r->stopped_by_alert &&
+        (st = ts_sess_eval_gather(s)) != TS_OK)
+        return st;
     if (s->test && !r->interrupted && !r->stopped_by_alert && s->rank == 0) {
         st = ts_sess_eval_split(s, "test", s->test, &r->test, r->steps,
                                 bpe ? (r->steps - 1) / bpe + 1 : 0);

@@ -245,6 +245,10 @@ void ts_sess_shape_log(session *s);
 /* Evaluates split `d`, logs it and writes it to metrics.jsonl and TensorBoard. */
 ts_status ts_sess_eval_split(session *s, const char *split, const ts_dataset *d, ts_eval_result *e,
                              int64_t step, int64_t epoch);
+/* ZeRO-3 (a plan whose parameters are sharded): a collective of every
+ * rank, right before rank 0 evaluates, that assembles each parameter from
+ * the ranks' blocks into the eval plan; TS_OK doing nothing otherwise. */
+ts_status ts_sess_eval_gather(session *s);
 
 /* ---- observe.c: metrics, TensorBoard, alerts, trace ------------------------ */
 

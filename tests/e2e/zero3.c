@@ -17,6 +17,9 @@
  * - Under mpirun (if on the PATH) ZeRO-3 gives the same bits; so does
  *   fp16 with dynamic loss scaling through overflowing (skipped) steps.
  * - tessel bench --zero 3 runs and reports the memory per process.
+ * - Evaluation: the breast-cancer MLP with its validation split on 2
+ *   processes writes the same eval records under ZeRO-3 as under ZeRO-0
+ *   (every rank gives rank 0 its blocks before it evaluates).
  * - Refused, naming the keys: ZeRO-3 with dist.compress, with shape
  *   buckets, with PEFT. */
 #include <stdlib.h>
@@ -208,6 +211,50 @@ static void test_bench(void) {
     e2e_done(&r);
 }
 
+#define BC_CSV "/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv"
+
+/* The "eval" lines of a run's metrics.jsonl, joined. */
+static char *eval_lines(const char *run) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", e2e_path(run));
+    long n = 0;
+    char *all = e2e_slurp(path, &n), *out = calloc((size_t)n + 1, 1);
+    if (!all || !out) {
+        free(all);
+        free(out);
+        return NULL;
+    }
+    for (char *line = strtok(all, "\n"); line; line = strtok(NULL, "\n"))
+        if (strstr(line, "\"type\":\"eval\"")) strcat(strcat(out, line), "\n");
+    free(all);
+    return out;
+}
+
+static void test_eval(void) {
+    if (access(BC_CSV, R_OK) != 0) {
+        printf("zero3: %s missing (python3-sklearn), evaluation left out\n", BC_CSV);
+        return;
+    }
+    char *ev[2] = {NULL, NULL};
+    const char *runs[2] = {"bc0", "bc3"};
+    for (int i = 0; i < 2; i++) {
+        e2e_result r = e2e_runf("train examples/breast_cancer.yaml --procs 2 --set train.epochs=2 "
+                                "--set train.threads=1 --set dist.bucket_mb=0.004 --set "
+                                "dist.zero=%d --out %s",
+                                i ? 3 : 0, e2e_path(runs[i]));
+        CHECK(r.rc == 0 && strstr(r.out, "val  loss"), "eval, zero %d: exit %d\n%s%s", i ? 3 : 0,
+              r.rc, r.out, r.err);
+        e2e_done(&r);
+        ev[i] = eval_lines(runs[i]);
+    }
+    CHECK(ev[0] && ev[1] && strstr(ev[0], "\"step\":14") && strstr(ev[0], "\"step\":28") &&
+              !strcmp(ev[0], ev[1]),
+          "eval records, zero 0:\n%s\nzero 3:\n%s", ev[0] ? ev[0] : "(none)",
+          ev[1] ? ev[1] : "(none)");
+    free(ev[0]);
+    free(ev[1]);
+}
+
 static void refused(const char *args, const char *want) {
     e2e_result r = e2e_runf("train examples/w1.yaml %s --procs 2 --set dist.zero=3 %s --out %s",
                             small, args, e2e_path("refused"));
@@ -225,6 +272,7 @@ int main(void) {
     test_fp16();
     test_bench();
     test_memory_limit();
+    test_eval();
     refused("--set dist.compress=topk", "dist.compress");
     refused("--set shape.policy=bucket", "shape.policy");
     refused("--set peft.lora.targets=net", "peft.lora.targets");

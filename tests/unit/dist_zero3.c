@@ -5,7 +5,7 @@
  * same reduce-scatter sums and update arithmetic as ZeRO-2) and within
  * float rounding with it, with and without prefetch; every temporary
  * (where the gathered parameters live) is NaN before each step. The plan
- * gathers each bucket twice per step (forward, backward), the parameters
+ * gathers each bucket once or twice per step (forward, backward), the parameters
  * leave the persistent region, at most a few buckets' parameters are alive
  * at once, and the arena shrinks below ZeRO-2's by most of the parameters.
  * Reading a gathered parameter directly is refused naming ZeRO-3.
@@ -233,14 +233,26 @@ static void compare(int n, int no_clip, int sgd, int no_prefetch) {
               no_prefetch ? ", no prefetch" : "", d0);
     else
         CHECK(d0 <= 1e-6, "%d ranks, %s: zero 3 vs zero 0: max |dw| %.3g", n, what, d0);
-    CHECK(!memcmp(SH->loss, l0, sizeof l0), "%d ranks, %s: zero 3 losses differ from zero 0's", n,
-          what);
+    /* With clipping the global norm is summed bucket by bucket, and ZeRO-3
+     * gives a large tensor a bucket of its own (distribute.c): the
+     * coefficient may differ in its last bit, and so the later losses. */
+    double dl = 0;
+    for (int s = 0; s < STEPS; s++)
+        if (fabs(SH->loss[s] - l0[s]) > dl) dl = fabs(SH->loss[s] - l0[s]);
+    if (no_clip)
+        CHECK(!memcmp(SH->loss, l0, sizeof l0), "%d ranks, %s: zero 3 losses differ from zero 0's",
+              n, what);
+    else
+        CHECK(dl <= 1e-6 && SH->loss[0] == l0[0],
+              "%d ranks, %s: zero 3 losses vs zero 0's: max |dl| %.3g", n, what, dl);
     CHECK(SH->read_refused, "reading a gathered parameter is refused naming ZeRO-3");
-    /* Two gathers per bucket and step (the first layer's weight is not
-     * read by the backward: no gradient of the input); with prefetch most
-     * start while the previous one is in flight, without only those of
-     * buckets first read by one node together. */
-    CHECK(SH->n_rs >= 6 && SH->n_gather >= 2 * SH->n_rs - 1 && SH->n_gather <= 2 * SH->n_rs &&
+    /* One or two gathers per bucket and step: ZeRO-3 gives each weight
+     * (larger than a bucket) a bucket of its own, and the buckets of the
+     * biases are not read by the backward, nor the first layer's weight
+     * (no gradient of the input); no bucket is read again after a long gap
+     * here. With prefetch most start while the previous one is in flight,
+     * without only those of buckets first read by one node together. */
+    CHECK(SH->n_rs >= 12 && SH->n_gather >= SH->n_rs + 6 && SH->n_gather <= 2 * SH->n_rs &&
               SH->n_gather_wait == SH->n_gather,
           "%d reduce-scatters, %d gathers, %d gather waits", SH->n_rs, SH->n_gather,
           SH->n_gather_wait);
@@ -255,14 +267,16 @@ static void compare(int n, int no_clip, int sgd, int no_prefetch) {
     CHECK(st[3].param_bytes == 0 && st[3].zero_param_bytes == st[0].param_bytes,
           "zero 3: parameter region %zu, gathered buckets %zu (zero 0: %zu)", st[3].param_bytes,
           st[3].zero_param_bytes, st[0].param_bytes);
-    /* 7 buckets, one per layer: with prefetch 3 alive at most (the next
-     * one's gather in flight), without 2 (around the loss) */
-    CHECK(st[3].zero_param_peak * (no_prefetch ? 5 : 3) <=
-              st[3].zero_param_bytes * (no_prefetch ? 2 : 2),
+    /* 13 buckets, each weight alone: with prefetch a weight and the next
+     * one's gather in flight at most, without around the loss two */
+    CHECK(st[3].zero_param_peak * 4 <= st[3].zero_param_bytes,
           "zero 3: at most %zu of %zu gathered parameter bytes alive", st[3].zero_param_peak,
           st[3].zero_param_bytes);
+    /* (ZeRO-2 has fewer buckets: up to 64 bytes of padding per bucket and
+     * state tensor apart) */
     CHECK(st[3].state_bytes > st[2].state_bytes &&
-              st[3].state_bytes - st[2].state_bytes <= st[0].param_bytes / (size_t)n + 64 * 8,
+              st[3].state_bytes - st[2].state_bytes <=
+                  st[0].param_bytes / (size_t)n + 64 * 3 * (size_t)SH->n_rs,
           "zero 3: state %zu, zero 2 %zu: the blocks %zu bytes of %zu parameters on %d ranks",
           st[3].state_bytes, st[2].state_bytes, st[3].state_bytes - st[2].state_bytes,
           st[0].param_bytes, n);
