@@ -104,9 +104,63 @@ static ts_status grad_spmm(ts_graph *g, const ts_node *n, const ts_val *dy, ts_v
     _Pragma(                                                                                       \
         "omp parallel for schedule(dynamic, 16) reduction(min : bad) if (nnz * F >= TS_PAR_MIN)")
 
+/* One output row, o = sum over q of v[q] * d[ix[q], :], in CSR order.
+ * The row is accumulated in registers, 32-byte vectors (AVX registers;
+ * wider generic vectors are lowered through the stack on AVX2), up to 8 of
+ * them at once (F = 64 floats: the whole row), instead of read and written
+ * back for every entry: the gathered rows of d are the only memory
+ * traffic. Each element still starts at 0 and adds v[q] * d in the order
+ * of q, rounding the product and the sum separately (ISO C does not
+ * contract them), so the bits are those of the scalar loop. */
+#define SPMM_ACC8(OP)                                                                              \
+    OP(0);                                                                                         \
+    OP(1);                                                                                         \
+    OP(2);                                                                                         \
+    OP(3);                                                                                         \
+    OP(4);                                                                                         \
+    OP(5);                                                                                         \
+    OP(6);                                                                                         \
+    OP(7)
+/* Entries ahead whose rows of d are fetched while this one is summed. */
+#define SPMM_AHEAD   4
+#define SPMM_ZERO(i) vec a##i = {0}
+#define SPMM_FMA(i)                                                                                \
+    memcpy(&x, row + (i)*L, sizeof x);                                                             \
+    a##i = a##i + w * x
+#define SPMM_STORE(i) memcpy(o + j + (i)*L, &a##i, sizeof a##i)
 #define DEF_SPMM(T, SFX)                                                                           \
-    TS_CLONES static void axpy_##SFX(T *y, const T *x, T a, int64_t n) {                           \
-        for (int64_t i = 0; i < n; i++) y[i] += a * x[i];                                          \
+    TS_CLONES static void spmm_row_##SFX(T *o, const int64_t *ix, const T *v, int64_t n,           \
+                                         const T *d, int64_t F) {                                  \
+        typedef T vec __attribute__((vector_size(32)));                                            \
+        enum { L = 32 / sizeof(T) };                                                               \
+        int64_t j = 0;                                                                             \
+        for (; j + 8 * L <= F; j += 8 * L) {                                                       \
+            SPMM_ACC8(SPMM_ZERO);                                                                  \
+            for (int64_t q = 0; q < n; q++) {                                                      \
+                const T *row = d + ix[q] * F + j;                                                  \
+                if (q + SPMM_AHEAD < n) {                                                          \
+                    const char *p = (const char *)(d + ix[q + SPMM_AHEAD] * F + j);                \
+                    for (int c = 0; c < 8 * L * (int)sizeof(T); c += 64)                           \
+                        __builtin_prefetch(p + c);                                                 \
+                }                                                                                  \
+                vec x, w = v[q] - (vec){0}; /* a broadcast: x - 0 is x */                          \
+                SPMM_ACC8(SPMM_FMA);                                                               \
+            }                                                                                      \
+            SPMM_ACC8(SPMM_STORE);                                                                 \
+        }                                                                                          \
+        for (; j + L <= F; j += L) {                                                               \
+            vec a0 = {0}, x;                                                                       \
+            for (int64_t q = 0; q < n; q++) {                                                      \
+                memcpy(&x, d + ix[q] * F + j, sizeof x);                                           \
+                a0 = a0 + v[q] * x;                                                                \
+            }                                                                                      \
+            memcpy(o + j, &a0, sizeof a0);                                                         \
+        }                                                                                          \
+        for (; j < F; j++) {                                                                       \
+            T a = 0;                                                                               \
+            for (int64_t q = 0; q < n; q++) a = a + v[q] * d[ix[q] * F + j];                       \
+            o[j] = a;                                                                              \
+        }                                                                                          \
     }                                                                                              \
     static ts_status spmm_##SFX(const ts_kargs *k, int64_t *bad_row) {                             \
         const int64_t *ip = k->in[0].data, *ix = k->in[1].data;                                    \
@@ -115,21 +169,15 @@ static ts_status grad_spmm(ts_graph *g, const ts_node *n, const ts_val *dy, ts_v
         int64_t R = k->out[0].dims[0], F = k->out[0].dims[1], C = k->in[3].dims[0];                \
         int64_t nnz = k->in[1].dims[0], bad = R;                                                   \
         SPMM_PARALLEL for (int64_t r = 0; r < R; r++) {                                            \
-            T *orow = o + r * F;                                                                   \
-            memset(orow, 0, sizeof(T) * (size_t)F);                                                \
-            int64_t s = ip[r], e = ip[r + 1];                                                      \
-            if (s < 0 || e < s || e > nnz) {                                                       \
+            int64_t s = ip[r], e = ip[r + 1], q = s;                                               \
+            if (s >= 0 && e >= s && e <= nnz)                                                      \
+                for (; q < e && ix[q] >= 0 && ix[q] < C; q++) {                                    \
+                }                                                                                  \
+            if (s < 0 || e < s || e > nnz || q < e) {                                              \
                 if (r < bad) bad = r;                                                              \
                 continue;                                                                          \
             }                                                                                      \
-            for (int64_t q = s; q < e; q++) {                                                      \
-                int64_t c = ix[q];                                                                 \
-                if (c < 0 || c >= C) {                                                             \
-                    if (r < bad) bad = r;                                                          \
-                    break;                                                                         \
-                }                                                                                  \
-                axpy_##SFX(orow, d + c * F, v[q], F);                                              \
-            }                                                                                      \
+            spmm_row_##SFX(o + r * F, ix + s, v + s, e - s, d, F);                                 \
         }                                                                                          \
         *bad_row = bad < R ? bad : -1;                                                             \
         return TS_OK;                                                                              \

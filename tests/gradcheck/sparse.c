@@ -167,6 +167,64 @@ static void against_dense(void) {
     free(y64), free(y32), free(want), free(ip), free(ix), free(v), free(dense);
 }
 
+/* The kernel keeps a row's sums in vector registers, 64 columns, then 8 (4
+ * in f64), then one at a time: at widths that take each path, f32 and f64
+ * must equal the scalar loop in CSR order bit for bit, on 1 and 2 threads. */
+static void register_blocking(void) {
+    enum { R = 700, C = 500, MAXLEN = 25 };
+    int64_t *ip = malloc(sizeof(int64_t) * (R + 1)), *ix = malloc(sizeof(int64_t) * R * MAXLEN);
+    double *v = malloc(sizeof(double) * R * MAXLEN);
+    uint64_t s = 987;
+    ip[0] = 0;
+    for (int r = 0; r < R; r++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        int len = (int)((s >> 33) % (MAXLEN + 1));
+        ip[r + 1] = ip[r] + len;
+        for (int q = 0; q < len; q++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            ix[ip[r] + q] = (int64_t)((s >> 33) % C);
+            /* values exact in f32, so both precisions multiply the same numbers */
+            v[ip[r] + q] = (double)(float)((double)((s >> 20) % 2000) / 997.0 - 1.0);
+        }
+    }
+    csr_arg a = {ip, ix, v, R, C, ip[R]};
+    static const int64_t widths[] = {1, 4, 7, 8, 15, 16, 17, 64, 65, 72, 130};
+    for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
+        int64_t F = widths[w];
+        double *dense = malloc(sizeof(double) * (size_t)(C * F));
+        for (int64_t i = 0; i < C * F; i++) dense[i] = (double)(float)(sin(0.37 * (double)i) * 3);
+        float *want32 = calloc((size_t)(R * F), sizeof(float));
+        double *want64 = calloc((size_t)(R * F), sizeof(double));
+        for (int r = 0; r < R; r++)
+            for (int64_t q = ip[r]; q < ip[r + 1]; q++)
+                for (int64_t f = 0; f < F; f++) {
+                    want32[r * F + f] += (float)v[q] * (float)dense[ix[q] * F + f];
+                    want64[r * F + f] += v[q] * dense[ix[q] * F + f];
+                }
+        for (int threads = 1; threads <= 2; threads++) {
+            double *y32 = run_spmm(&a, dense, F, TS_F32, threads);
+            double *y64 = run_spmm(&a, dense, F, TS_F64, threads);
+            int bad32 = 0, bad64 = 0;
+            for (int64_t i = 0; i < R * F; i++) {
+                float g32 = (float)y32[i];
+                bad32 += memcmp(&g32, &want32[i], sizeof g32) != 0;
+                bad64 += memcmp(&y64[i], &want64[i], sizeof y64[i]) != 0;
+            }
+            CHECK(bad32 == 0,
+                  "spmm f32 F=%lld, %d threads: %d of %lld values differ from the "
+                  "scalar loop",
+                  (long long)F, threads, bad32, (long long)(R * F));
+            CHECK(bad64 == 0,
+                  "spmm f64 F=%lld, %d threads: %d of %lld values differ from the "
+                  "scalar loop",
+                  (long long)F, threads, bad64, (long long)(R * F));
+            free(y32), free(y64);
+        }
+        free(dense), free(want32), free(want64);
+    }
+    free(ip), free(ix), free(v);
+}
+
 /* ---- the GCN adjacency ---------------------------------------------- */
 
 static void adjacency(void) {
@@ -281,6 +339,7 @@ static void errors(void) {
 int main(void) {
     gradchecks();
     against_dense();
+    register_blocking();
     adjacency();
     errors();
     return check_summary("gradcheck_sparse");
