@@ -46,6 +46,11 @@ typedef struct ts_dataset {
      * example i is window index[i] (index NULL: window i). Shared, counted. */
     ts_token_map *tokens;
     int64_t *index;
+    /* A mapped .npy or IDX x (ts_data_map_npy_pair, ts_data_map_idx_pair):
+     * x is NULL and example i's x is element index[i] (index NULL: i) of
+     * the mapping, widened to f32 when a loader assembles a batch; y is in
+     * memory as usual. Shared, counted. */
+    struct ts_xmap *xmap;
 } ts_dataset;
 
 void ts_dataset_free(ts_dataset *d);
@@ -66,6 +71,17 @@ ts_status ts_data_load_idx_pair(const char *images, const char *labels, ts_datas
 /* Two .npy files: x [n, ...] (to f32), y [n, ...] (f32, or i64 for integer
  * labels); the leading axis is the example axis. Lineage: x, y. */
 ts_status ts_data_load_npy_pair(const char *x_path, const char *y_path, ts_dataset **out);
+
+/* The same data sets (same examples, values, checks, messages and lineage)
+ * without copying x: the file is memory-mapped, hashed and checked in one
+ * pass that hands its pages back as it goes, and a loader widens each
+ * batch's examples to f32 as it assembles them (x NULL, xmap set; y is
+ * read into memory). A gzip IDX file cannot be mapped: its images are
+ * inflated into memory as bytes (a quarter of the f32 copy) and widened per
+ * batch the same way. A split gives a training part that reads the mapping
+ * (an index of examples) and a validation part in memory. */
+ts_status ts_data_map_idx_pair(const char *images, const char *labels, ts_dataset **out);
+ts_status ts_data_map_npy_pair(const char *x_path, const char *y_path, ts_dataset **out);
 
 typedef struct ts_csv_options {
     const char *path;
@@ -119,6 +135,23 @@ ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t v
  * (x, y), which is what evaluation reads. */
 ts_status ts_data_map_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
                              ts_dataset **out);
+/* ts_data_map_tokens without waiting for the pass that hashes the file and
+ * checks every token: a thread does it while training starts, and the
+ * lineage's SHA-256 fields stay "" until ts_dataset_lineage_wait. Windows
+ * read before are checked against the vocabulary one by one (a bad token
+ * is a loader error with the pass's message). Sizes are checked here. */
+ts_status ts_data_map_tokens_async(const char *path, int bits, int64_t ctx, int64_t vocab,
+                                   ts_dataset **out);
+/* 1 while the hashing pass of d (as returned by ts_data_map_tokens_async)
+ * runs; 0 once ts_dataset_lineage_wait will not block, and for any other
+ * data set. */
+int ts_dataset_lineage_pending(const ts_dataset *d);
+/* Waits for d's hashing pass and fills its lineage's SHA-256 fields; its
+ * error (a token not below the vocabulary, a file changed while hashed, a
+ * read error) otherwise, again at every call. TS_OK at once for other data
+ * sets. Parts split off before it returned keep empty hashes: wait on the
+ * data set the reader returned. */
+ts_status ts_dataset_lineage_wait(ts_dataset *d);
 
 /* ---- graphs (src/data/graph.c) ------------------------------------------- */
 

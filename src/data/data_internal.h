@@ -24,12 +24,53 @@ ts_status ts_dataset_add_lineage(ts_dataset *d, ts_lineage *l);
 
 /* Mapped token files (src/data/tokmap.c). ref/unref count the datasets
  * sharing a mapping (the last unref unmaps it); window writes window w's
- * ctx inputs and ctx targets as i64; drop hands the pages mapped so far
+ * ctx inputs and ctx targets as i64, an error naming the file and byte
+ * offset when a token is not below the vocabulary; drop hands the pages mapped so far
  * back to the page cache (called every 16 windows read, bounding VmRSS). */
 void ts_token_map_drop(ts_token_map *m);
 void ts_token_map_ref(ts_token_map *m);
 void ts_token_map_unref(ts_token_map *m);
-void ts_token_map_window(ts_token_map *m, int64_t w, int64_t *x, int64_t *y);
+ts_status ts_token_map_window(ts_token_map *m, int64_t w, int64_t *x, int64_t *y);
+
+/* .npy pieces shared by the in-memory reader (npy.c) and the mapped one
+ * (xmap.c), so both accept and refuse exactly the same files with the same
+ * messages. parse_header reads the magic, version and header dict of the
+ * file's first len bytes; check_size checks the shape and that the data
+ * fills the rest of the file exactly (*numel: elements); check_finite
+ * checks elements [first, first + count), src pointing at element first;
+ * convert widens or narrows numel elements, naming a bad one as element
+ * first + i; read loads a whole file (floats to want_float, integers to
+ * want_int). */
+typedef struct npy_header {
+    ts_dtype dtype;
+    int rank;
+    int64_t dims[TS_MAX_RANK];
+    size_t data_offset;
+} npy_header;
+ts_status ts_npy_parse_header(const char *path, const uint8_t *buf, size_t len, npy_header *h);
+ts_status ts_npy_check_size(const char *path, const npy_header *h, size_t len, size_t *numel);
+ts_status ts_npy_check_finite(const char *path, const npy_header *h, const uint8_t *src,
+                              size_t first, size_t count);
+ts_status ts_npy_convert(const char *path, ts_dtype from, const uint8_t *src, int64_t numel,
+                         ts_dtype to, void *dst, int64_t first);
+ts_status ts_npy_read(const char *path, ts_dtype want_float, ts_dtype want_int, ts_array *out);
+
+/* A plain (not gzip) IDX file's header in its first len bytes: rank,
+ * dimensions and where the data starts, with the checks and messages of
+ * ts_data_read_idx (the data must fill the rest of the file exactly). */
+ts_status ts_idx_plain_header(const char *path, const uint8_t *buf, size_t len, int *rank,
+                              int64_t *dims, size_t *data_offset);
+
+/* Mapped example arrays (src/data/xmap.c): x of a .npy or IDX data set
+ * read from the file's mapping and widened to f32 one example at a time
+ * (ts_data_map_npy_pair, ts_data_map_idx_pair). ref/unref count the data
+ * sets sharing it; example writes example e's f32 values; drop hands the
+ * pages mapped so far back to the page cache, as for token files. */
+typedef struct ts_xmap ts_xmap;
+void ts_xmap_ref(ts_xmap *m);
+void ts_xmap_unref(ts_xmap *m);
+void ts_xmap_example(const ts_xmap *m, int64_t e, float *x);
+void ts_xmap_drop(ts_xmap *m);
 
 /* Loader prefetch (src/data/prefetch.c). start runs a thread that fills
  * batches pos, pos + 1, ... through ts_loader_fill into a ring of depth

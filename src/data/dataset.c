@@ -113,6 +113,7 @@ void ts_dataset_free(ts_dataset *d) {
     free(d->x);
     free(d->y);
     ts_token_map_unref(d->tokens);
+    ts_xmap_unref(d->xmap);
     free(d->index);
     free(d->norm_mean);
     free(d->norm_std);
@@ -203,19 +204,29 @@ static int cmp_i64(const void *a, const void *b) {
  * reading windows adds to resident memory (tokmap.c). */
 #define DROP_WINDOWS 16
 
-/* Copies example e of d into x and y (one example's bytes each). */
-static void example(const ts_dataset *d, int64_t e, size_t xb, size_t yb, void *x, void *y) {
-    if (d->tokens) {
-        ts_token_map_window(d->tokens, d->index ? d->index[e] : e, x, y);
-        return;
-    }
-    memcpy(x, (const char *)d->x + (size_t)e * xb, xb);
+/* Copies example e of d into x and y (one example's bytes each); a mapped
+ * token window may hold a token the vocabulary does not (an error). */
+static ts_status example(const ts_dataset *d, int64_t e, size_t xb, size_t yb, void *x, void *y) {
+    if (d->tokens) return ts_token_map_window(d->tokens, d->index ? d->index[e] : e, x, y);
+    if (d->xmap) /* y stays in memory, indexed like the examples */
+        ts_xmap_example(d->xmap, d->index ? d->index[e] : e, x);
+    else
+        memcpy(x, (const char *)d->x + (size_t)e * xb, xb);
     memcpy(y, (const char *)d->y + (size_t)e * yb, yb);
+    return TS_OK;
+}
+
+/* Drops what reading mapped examples has mapped (token windows or .npy /
+ * IDX examples), every DROP_WINDOWS examples and after the last. */
+static void drop_mapped(const ts_dataset *d, int64_t i, int64_t count) {
+    if (i % DROP_WINDOWS != DROP_WINDOWS - 1 && i != count - 1) return;
+    if (d->tokens) ts_token_map_drop(d->tokens);
+    if (d->xmap) ts_xmap_drop(d->xmap);
 }
 
 /* A copy of `all` holding examples idx[0..count) in that order. A view
- * (mapped tokens only) shares the mapping and keeps the window index
- * instead of copying the examples. */
+ * (mapped data only) shares the mapping and keeps an index of examples
+ * instead of copying them (a mapped x's y is copied: it is in memory). */
 static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count, int view,
                         ts_dataset **out) {
     *out = NULL;
@@ -233,15 +244,28 @@ static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count
         for (int64_t i = 0; i < count; i++) d->index[i] = all->index ? all->index[idx[i]] : idx[i];
         d->tokens = all->tokens;
         ts_token_map_ref(d->tokens);
+    } else if (view && all->xmap) {
+        d->index = ts_alloc((size_t)(count ? count : 1) * sizeof *d->index, "dataset split index");
+        d->y = ts_alloc((size_t)(count ? count : 1) * yb, "dataset split y");
+        if (!d->index || !d->y) goto nomem;
+        for (int64_t i = 0; i < count; i++) {
+            d->index[i] = all->index ? all->index[idx[i]] : idx[i];
+            memcpy((char *)d->y + (size_t)i * yb, (const char *)all->y + (size_t)idx[i] * yb, yb);
+        }
+        d->xmap = all->xmap;
+        ts_xmap_ref(d->xmap);
     } else {
         d->x = ts_alloc((size_t)count * xb, "dataset split x");
         d->y = ts_alloc((size_t)count * yb, "dataset split y");
         if (!d->x || !d->y) goto nomem;
         for (int64_t i = 0; i < count; i++) {
-            example(all, idx[i], xb, yb, (char *)d->x + (size_t)i * xb,
-                    (char *)d->y + (size_t)i * yb);
-            if (all->tokens && (i % DROP_WINDOWS == DROP_WINDOWS - 1 || i == count - 1))
-                ts_token_map_drop(all->tokens);
+            ts_status s = example(all, idx[i], xb, yb, (char *)d->x + (size_t)i * xb,
+                                  (char *)d->y + (size_t)i * yb);
+            drop_mapped(all, i, count);
+            if (s != TS_OK) {
+                ts_dataset_free(d);
+                return s;
+            }
         }
     }
     if (all->n_lineage) {
@@ -432,10 +456,10 @@ ts_status ts_loader_fill(ts_loader *l, int64_t pos, void *x, void *y) {
         const int64_t e = ordered ? l->perm[first + j] : first + j;
         /* The loader borrows d, but reading a mapped window updates the
          * mapping's page accounting (tokmap.c), not the examples. */
-        example(l->d, e, l->xb, l->yb, (char *)x + (size_t)j * l->xb,
-                (char *)y + (size_t)j * l->yb);
-        if (l->d->tokens && (j % DROP_WINDOWS == DROP_WINDOWS - 1 || j == n - 1))
-            ts_token_map_drop(l->d->tokens);
+        const ts_status s = example(l->d, e, l->xb, l->yb, (char *)x + (size_t)j * l->xb,
+                                    (char *)y + (size_t)j * l->yb);
+        drop_mapped(l->d, j, n);
+        if (s != TS_OK) return s;
     }
     return TS_OK;
 }

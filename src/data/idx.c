@@ -263,3 +263,39 @@ ts_status ts_data_load_idx_pair(const char *images, const char *labels, ts_datas
     *out = d;
     return TS_OK;
 }
+
+ts_status ts_idx_plain_header(const char *path, const uint8_t *buf, size_t len, int *rank,
+                              int64_t *dims, size_t *data_offset) {
+    if (len < 4 || buf[0] != 0 || buf[1] != 0)
+        return ts_fail(TS_ERR_FORMAT, "%s: not an IDX file (bad magic)", path);
+    if (buf[2] != 0x08) {
+        const int known = buf[2] == 0x09 || (buf[2] >= 0x0b && buf[2] <= 0x0e);
+        return ts_fail(known ? TS_ERR_UNSUPPORTED : TS_ERR_FORMAT,
+                       "%s: IDX element type 0x%02x is %s; only unsigned bytes (0x08) are read",
+                       path, buf[2], known ? "not supported" : "unknown");
+    }
+    const int r = buf[3];
+    if (r < 1 || r > TS_MAX_RANK)
+        return ts_fail(TS_ERR_FORMAT, "%s: IDX file has %d dimensions (1 to %d are read)", path, r,
+                       TS_MAX_RANK);
+    const size_t off = 4 + 4 * (size_t)r;
+    if (len < off)
+        return ts_fail(TS_ERR_FORMAT, "%s: truncated IDX header (%d dimensions announced)", path,
+                       r);
+    for (int i = 0; i < r; i++) dims[i] = ts_be32(buf + 4 + 4 * i);
+    int64_t count;
+    ts_status s = ts_data_check_shape(path, r, dims, 16, &count);
+    if (s != TS_OK) return s;
+    const size_t numel = (size_t)count, left = len - off;
+    if (numel > left)
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s: truncated IDX data: the dimensions need %zu bytes, %zu follow the "
+                       "header",
+                       path, numel, left);
+    if (numel < left)
+        return ts_fail(TS_ERR_FORMAT, "%s: unexpected data after the %zu IDX data bytes", path,
+                       numel);
+    *rank = r;
+    *data_offset = off;
+    return TS_OK;
+}

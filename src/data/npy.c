@@ -11,13 +11,6 @@
 #include <string.h>
 #include "data/data_internal.h"
 
-typedef struct npy_header {
-    ts_dtype dtype;
-    int rank;
-    int64_t dims[TS_MAX_RANK];
-    size_t data_offset;
-} npy_header;
-
 /* A cursor over the header text; `path` is for messages. */
 typedef struct cursor {
     const char *path;
@@ -143,7 +136,7 @@ static ts_status parse_descr(cursor *c, npy_header *h) {
                    c->path, d);
 }
 
-static ts_status parse_header(const char *path, const uint8_t *buf, size_t len, npy_header *h) {
+ts_status ts_npy_parse_header(const char *path, const uint8_t *buf, size_t len, npy_header *h) {
     static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
     if (len < 10 || memcmp(buf, magic, sizeof magic))
         return ts_fail(TS_ERR_FORMAT, "%s: not a .npy file (bad magic)", path);
@@ -233,11 +226,8 @@ static int is_int_dtype(ts_dtype t) {
     return t == TS_I32 || t == TS_I64 || t == TS_U8;
 }
 
-/* Converts numel elements of little-endian `src` (dtype `from`) to `to`.
- * Integers never change value silently: a float that is not a whole number,
- * or any value out of the target's range, is an error naming the element. */
-static ts_status convert(const char *path, ts_dtype from, const uint8_t *src, int64_t numel,
-                         ts_dtype to, void *dst) {
+ts_status ts_npy_convert(const char *path, ts_dtype from, const uint8_t *src, int64_t numel,
+                         ts_dtype to, void *dst, int64_t first) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (from == to) {
         memcpy(dst, src, (size_t)numel * ts_dtype_size(from));
@@ -275,7 +265,7 @@ static ts_status convert(const char *path, ts_dtype from, const uint8_t *src, in
                 float f = (float)d;
                 if (isfinite(d) && !isfinite(f))
                     return ts_fail(TS_ERR_FORMAT, "%s: element %lld holds %g, too large for f32",
-                                   path, (long long)i, d);
+                                   path, (long long)(first + i), d);
                 ((float *)dst)[i] = f;
             }
             continue;
@@ -286,14 +276,14 @@ static ts_status convert(const char *path, ts_dtype from, const uint8_t *src, in
                 return ts_fail(TS_ERR_FORMAT,
                                "%s: element %lld holds %g, not a whole number that "
                                "fits %s",
-                               path, (long long)i, v, ts_dtype_name(to));
+                               path, (long long)(first + i), v, ts_dtype_name(to));
             k = (int64_t)v;
         }
         const int64_t lo = to == TS_U8 ? 0 : to == TS_I32 ? INT32_MIN : INT64_MIN;
         const int64_t hi = to == TS_U8 ? 255 : to == TS_I32 ? INT32_MAX : INT64_MAX;
         if (k < lo || k > hi)
             return ts_fail(TS_ERR_FORMAT, "%s: element %lld holds %lld, which does not fit %s",
-                           path, (long long)i, (long long)k, ts_dtype_name(to));
+                           path, (long long)(first + i), (long long)k, ts_dtype_name(to));
         if (to == TS_I64)
             ((int64_t *)dst)[i] = k;
         else if (to == TS_I32)
@@ -308,18 +298,18 @@ static ts_status convert(const char *path, ts_dtype from, const uint8_t *src, in
  * finite, as in a CSV file; a NaN or infinity in an input would only turn
  * into a NaN loss many steps later, far from its cause. The message names
  * the element by its flat index and by its index in the shape. */
-static ts_status check_finite(const char *path, const npy_header *h, const uint8_t *src,
-                              size_t numel) {
+ts_status ts_npy_check_finite(const char *path, const npy_header *h, const uint8_t *src,
+                              size_t first, size_t count) {
     if (h->dtype != TS_F32 && h->dtype != TS_F64) return TS_OK;
-    for (size_t i = 0; i < numel; i++) {
+    for (size_t i = first; i < first + count; i++) {
         double v;
         if (h->dtype == TS_F32) {
-            uint32_t b = ts_le32(src + 4 * i);
+            uint32_t b = ts_le32(src + 4 * (i - first));
             float f;
             memcpy(&f, &b, sizeof f);
             v = f;
         } else {
-            uint64_t b = ts_le64(src + 8 * i);
+            uint64_t b = ts_le64(src + 8 * (i - first));
             memcpy(&v, &b, sizeof v);
         }
         if (isfinite(v)) continue;
@@ -349,9 +339,24 @@ static int convertible(ts_dtype t) {
     return t == TS_F32 || t == TS_F64 || t == TS_I32 || t == TS_I64 || t == TS_U8;
 }
 
-/* Reads `path`; the data becomes `want_float` if the file holds floats and
- * `want_int` if it holds integers. */
-static ts_status read_npy(const char *path, ts_dtype want_float, ts_dtype want_int, ts_array *out) {
+ts_status ts_npy_check_size(const char *path, const npy_header *h, size_t len, size_t *numel) {
+    const size_t es = ts_dtype_size(h->dtype);
+    int64_t count;
+    ts_status s = ts_data_check_shape(path, h->rank, h->dims, 16, &count);
+    if (s != TS_OK) return s;
+    *numel = (size_t)count;
+    const size_t need = *numel * es, have = len - h->data_offset;
+    if (have < need)
+        return ts_fail(TS_ERR_FORMAT,
+                       "%s: truncated .npy data: the shape needs %zu bytes, %zu follow", path, need,
+                       have);
+    if (have > need)
+        return ts_fail(TS_ERR_FORMAT, "%s: %zu unexpected bytes after the .npy data (offset %zu)",
+                       path, have - need, h->data_offset + need);
+    return TS_OK;
+}
+
+ts_status ts_npy_read(const char *path, ts_dtype want_float, ts_dtype want_int, ts_array *out) {
     memset(out, 0, sizeof *out);
     if (!convertible(want_float) || !convertible(want_int))
         return ts_fail(TS_ERR_UNSUPPORTED, "%s: cannot convert .npy data to %s", path,
@@ -362,31 +367,18 @@ static ts_status read_npy(const char *path, ts_dtype want_float, ts_dtype want_i
     ts_status s = ts_data_slurp(path, &buf, &len, &lin);
     if (s != TS_OK) return s;
     npy_header h = {0};
-    s = parse_header(path, buf, len, &h);
-    if (s != TS_OK) goto fail;
-    const size_t es = ts_dtype_size(h.dtype);
-    int64_t count;
-    if ((s = ts_data_check_shape(path, h.rank, h.dims, 16, &count)) != TS_OK) goto fail;
-    const size_t numel = (size_t)count;
-    const size_t need = numel * es, have = len - h.data_offset;
-    if (have < need) {
-        s = ts_fail(TS_ERR_FORMAT, "%s: truncated .npy data: the shape needs %zu bytes, %zu follow",
-                    path, need, have);
+    size_t numel;
+    if ((s = ts_npy_parse_header(path, buf, len, &h)) != TS_OK ||
+        (s = ts_npy_check_size(path, &h, len, &numel)) != TS_OK ||
+        (s = ts_npy_check_finite(path, &h, buf + h.data_offset, 0, numel)) != TS_OK)
         goto fail;
-    }
-    if (have > need) {
-        s = ts_fail(TS_ERR_FORMAT, "%s: %zu unexpected bytes after the .npy data (offset %zu)",
-                    path, have - need, h.data_offset + need);
-        goto fail;
-    }
-    if ((s = check_finite(path, &h, buf + h.data_offset, numel)) != TS_OK) goto fail;
     const ts_dtype to = is_int_dtype(h.dtype) ? want_int : want_float;
     out->data = ts_alloc(numel * ts_dtype_size(to), path);
     if (!out->data) {
         s = TS_ERR_NOMEM;
         goto fail;
     }
-    s = convert(path, h.dtype, buf + h.data_offset, (int64_t)numel, to, out->data);
+    s = ts_npy_convert(path, h.dtype, buf + h.data_offset, (int64_t)numel, to, out->data, 0);
     if (s != TS_OK) goto fail;
     out->dtype = to;
     out->rank = h.rank;
@@ -404,7 +396,7 @@ fail:
 
 ts_status ts_data_read_npy(const char *path, ts_dtype want, ts_array *out) {
     if (!out) return ts_fail(TS_ERR_INVALID, "%s: no output array", path ? path : "(null)");
-    return read_npy(path, want, want, out);
+    return ts_npy_read(path, want, want, out);
 }
 
 void ts_array_free(ts_array *a) {
@@ -418,9 +410,9 @@ ts_status ts_data_load_npy_pair(const char *x_path, const char *y_path, ts_datas
     if (!out) return ts_fail(TS_ERR_INVALID, "npy pair: no output pointer");
     *out = NULL;
     ts_array x, y;
-    ts_status s = read_npy(x_path, TS_F32, TS_F32, &x);
+    ts_status s = ts_npy_read(x_path, TS_F32, TS_F32, &x);
     if (s != TS_OK) return s;
-    s = read_npy(y_path, TS_F32, TS_I64, &y);
+    s = ts_npy_read(y_path, TS_F32, TS_I64, &y);
     if (s != TS_OK) {
         ts_array_free(&x);
         return s;

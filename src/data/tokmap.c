@@ -19,6 +19,16 @@
  * pages read back later come from the file, so the file must not change
  * while a run uses it (as for any memory-mapped input).
  *
+ * ts_data_map_tokens_async returns before that pass: a thread hashes and
+ * checks the shards while training starts (hashing 4 GB takes seconds),
+ * and ts_dataset_lineage_wait collects the hashes (or the first error)
+ * into the lineage. Meanwhile no unchecked token reaches a batch: every
+ * window is checked against the vocabulary as it is widened, with the
+ * load pass's message. Each shard's size and modification and change
+ * times are compared after it is hashed with those at mapping: a file
+ * changed while hashing is an error, since its hash would not name the
+ * bytes trained on.
+ *
  * A sharded corpus (data.path a directory, or a glob pattern) maps every
  * shard: shards are taken in byte order of their names, each is hashed
  * once into the lineage, and windows never cross a shard (shard k holds
@@ -28,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -43,6 +54,10 @@ typedef struct shard {
     uint8_t *base;
     size_t len;
     int64_t first; /* its first window's number */
+    char *path;
+    int fd;          /* open until hashed: its status then is compared with st */
+    struct stat st;  /* at mapping */
+    char sha256[65]; /* "" until hashed */
 } shard;
 
 struct ts_token_map {
@@ -50,7 +65,15 @@ struct ts_token_map {
     shard *sh;
     int n;
     int bits;
-    int64_t ctx;
+    int64_t ctx, vocab;
+    /* The hashing pass on a thread (ts_data_map_tokens_async). */
+    pthread_t thread;
+    int running;  /* started and not yet joined */
+    int stop;     /* set by the last unref: the thread returns early */
+    int finished; /* under mu: the thread is done (joining will not block) */
+    pthread_mutex_t mu;
+    ts_status err; /* the pass's result, kept for every later wait */
+    char msg[1024];
 };
 
 static int64_t token(const uint8_t *buf, int bits, size_t i) {
@@ -68,10 +91,22 @@ void ts_token_map_ref(ts_token_map *m) {
     if (m) m->refs++;
 }
 
+static void join(ts_token_map *m) {
+    if (!m->running) return;
+    pthread_join(m->thread, NULL);
+    pthread_mutex_destroy(&m->mu);
+    m->running = 0;
+}
+
 void ts_token_map_unref(ts_token_map *m) {
     if (!m || --m->refs > 0) return;
-    for (int k = 0; k < m->n; k++)
+    __atomic_store_n(&m->stop, 1, __ATOMIC_RELAXED);
+    join(m);
+    for (int k = 0; k < m->n; k++) {
         if (m->sh[k].base) munmap(m->sh[k].base, m->sh[k].len);
+        if (m->sh[k].fd >= 0) close(m->sh[k].fd);
+        free(m->sh[k].path);
+    }
     free(m->sh);
     free(m);
 }
@@ -80,7 +115,7 @@ void ts_token_map_drop(ts_token_map *m) {
     for (int k = 0; m && k < m->n; k++) drop(m->sh[k].base, m->sh[k].len);
 }
 
-void ts_token_map_window(ts_token_map *m, int64_t w, int64_t *x, int64_t *y) {
+ts_status ts_token_map_window(ts_token_map *m, int64_t w, int64_t *x, int64_t *y) {
     int lo = 0, hi = m->n - 1; /* the last shard whose first window is <= w */
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -92,22 +127,42 @@ void ts_token_map_window(ts_token_map *m, int64_t w, int64_t *x, int64_t *y) {
     const shard *sh = &m->sh[lo];
     const int64_t ctx = m->ctx;
     const size_t first = (size_t)(w - sh->first) * (size_t)ctx;
+    int64_t worst = 0;
     for (int64_t i = 0; i < ctx; i++) {
         x[i] = token(sh->base, m->bits, first + (size_t)i);
         y[i] = token(sh->base, m->bits, first + (size_t)i + 1);
+        worst = y[i] > worst ? y[i] : worst;
     }
+    if (x[0] < m->vocab && worst < m->vocab) return TS_OK;
+    /* The hashing pass may not have reached this window yet: the first
+     * bad token, named as that pass names it. */
+    const size_t tb = (size_t)m->bits / 8;
+    for (int64_t i = 0; i <= ctx; i++) {
+        const int64_t t = token(sh->base, m->bits, first + (size_t)i);
+        if (t >= m->vocab)
+            return ts_fail(TS_ERR_FORMAT,
+                           "%s: token at byte offset %zu is %lld, not below the vocabulary size "
+                           "%lld",
+                           sh->path, (first + (size_t)i) * tb, (long long)t, (long long)m->vocab);
+    }
+    return TS_OK;
 }
 
 /* Hashes the whole mapping and checks every token against vocab in one
- * pass, chunk by chunk, dropping each chunk once done. */
+ * pass, chunk by chunk, dropping each chunk once done; *stop (when set by
+ * another thread) ends it early with TS_ERR_INTERNAL. */
 static ts_status hash_and_check(const char *path, const shard *m, int bits, int64_t vocab,
-                                char hex[65]) {
+                                char hex[65], int *stop) {
     ts_sha256 h = {NULL};
     ts_status s = ts_sha256_begin(&h, path);
     if (s != TS_OK) return s;
     const size_t tb = (size_t)bits / 8;
     (void)madvise(m->base, m->len, MADV_SEQUENTIAL);
     for (size_t off = 0; off < m->len; off += HASH_CHUNK) {
+        if (__atomic_load_n(stop, __ATOMIC_RELAXED)) {
+            ts_sha256_abort(&h);
+            return ts_fail(TS_ERR_INTERNAL, "%s: hashing stopped", path);
+        }
         const size_t n = m->len - off < HASH_CHUNK ? m->len - off : HASH_CHUNK;
         ts_sha256_update(&h, m->base + off, n);
         /* Every token is checked, including an unused tail: a value out of
@@ -130,8 +185,9 @@ static ts_status hash_and_check(const char *path, const shard *m, int bits, int6
     return TS_OK;
 }
 
-/* Maps one shard, checks and hashes it, and adds it to the lineage. */
-static ts_status map_shard(const char *path, ts_token_map *m, int64_t vocab, ts_dataset *d) {
+/* Maps one shard and adds it to the lineage, its hash left for the pass
+ * (hash_all). The descriptor stays open until then. */
+static ts_status map_shard(const char *path, ts_token_map *m, ts_dataset *d) {
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return ts_fail(errno == ENOENT ? TS_ERR_NOT_FOUND : TS_ERR_IO, "%s: cannot open: %s", path,
@@ -147,18 +203,79 @@ static ts_status map_shard(const char *path, ts_token_map *m, int64_t vocab, ts_
     void *base = MAP_FAILED;
     if (s == TS_OK && (base = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
         s = ts_fail(TS_ERR_IO, "%s: cannot map %zu bytes: %s", path, len, strerror(errno));
-    close(fd);
-    if (s != TS_OK) return s;
-    *sh = (shard){base, len, d->n};
-    m->n++; /* unmapped with the map from here on */
+    if (s != TS_OK) {
+        close(fd);
+        return s;
+    }
+    *sh = (shard){.base = base, .len = len, .first = d->n, .fd = fd, .st = st};
+    m->n++; /* unmapped and closed with the map from here on */
     ts_lineage lin = {0};
-    if ((s = hash_and_check(path, sh, m->bits, vocab, lin.sha256)) != TS_OK) return s;
     lin.bytes = (int64_t)len;
-    if (!(lin.path = ts_strdup(path))) return TS_ERR_NOMEM;
+    if (!(sh->path = ts_strdup(path)) || !(lin.path = ts_strdup(path))) return TS_ERR_NOMEM;
     s = ts_dataset_add_lineage(d, &lin);
     ts_lineage_clear(&lin);
     d->n += (int64_t)(ntok - 1) / m->ctx;
     return s;
+}
+
+/* The shard's status now against that at mapping: same size, same
+ * modification and change times (a write or a truncation changes them). */
+static ts_status unchanged(const shard *sh) {
+    struct stat now;
+    if (fstat(sh->fd, &now) != 0)
+        return ts_fail(TS_ERR_IO, "%s: cannot stat: %s", sh->path, strerror(errno));
+    if (now.st_size != sh->st.st_size || now.st_mtim.tv_sec != sh->st.st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != sh->st.st_mtim.tv_nsec ||
+        now.st_ctim.tv_sec != sh->st.st_ctim.tv_sec ||
+        now.st_ctim.tv_nsec != sh->st.st_ctim.tv_nsec)
+        return ts_fail(TS_ERR_IO,
+                       "%s: the file changed while it was hashed (size %lld -> %lld bytes or its "
+                       "modification time moved): its hash would not name the tokens trained on; "
+                       "do not write a data file while a run uses it",
+                       sh->path, (long long)sh->st.st_size, (long long)now.st_size);
+    return TS_OK;
+}
+
+/* The load pass over every shard in order, stopping at the first error. */
+static void *hash_all(void *arg) {
+    ts_token_map *m = arg;
+    ts_status s = TS_OK;
+    for (int k = 0; s == TS_OK && k < m->n; k++) {
+        shard *sh = &m->sh[k];
+        char hex[65];
+        s = hash_and_check(sh->path, sh, m->bits, m->vocab, hex, &m->stop);
+        if (s == TS_OK) s = unchanged(sh);
+        if (s == TS_OK) memcpy(sh->sha256, hex, sizeof hex);
+        close(sh->fd);
+        sh->fd = -1;
+    }
+    pthread_mutex_lock(&m->mu);
+    m->err = s;
+    if (s != TS_OK) snprintf(m->msg, sizeof m->msg, "%s", ts_last_error());
+    m->finished = 1;
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+int ts_dataset_lineage_pending(const ts_dataset *d) {
+    ts_token_map *m = d ? d->tokens : NULL;
+    if (!m || !m->running) return 0;
+    pthread_mutex_lock(&m->mu);
+    const int pending = !m->finished;
+    pthread_mutex_unlock(&m->mu);
+    return pending;
+}
+
+ts_status ts_dataset_lineage_wait(ts_dataset *d) {
+    ts_token_map *m = d ? d->tokens : NULL;
+    if (!m || !d->lineage) return TS_OK;
+    join(m);
+    if (m->err != TS_OK) return ts_fail(m->err, "%s", m->msg);
+    /* The shards are the lineage entries of the data set that mapped them
+     * (a split's parts carry copies taken when they were made). */
+    for (int k = 0; k < m->n && k < d->n_lineage; k++)
+        memcpy(d->lineage[k].sha256, m->sh[k].sha256, sizeof m->sh[k].sha256);
+    return TS_OK;
 }
 
 static int by_name(const void *a, const void *b) {
@@ -231,8 +348,8 @@ static ts_status list_shards(const char *path, char ***out, int *n) {
     return TS_OK;
 }
 
-ts_status ts_data_map_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
-                             ts_dataset **out) {
+ts_status ts_data_map_tokens_async(const char *path, int bits, int64_t ctx, int64_t vocab,
+                                   ts_dataset **out) {
     if (!out) return ts_fail(TS_ERR_INVALID, "tokens: no output pointer");
     *out = NULL;
     const char *p = path ? path : "(null)";
@@ -250,14 +367,25 @@ ts_status ts_data_map_tokens(const char *path, int bits, int64_t ctx, int64_t vo
     if (m) m->sh = ts_zalloc(sizeof *m->sh * (size_t)nf, "token shards");
     if (!m || !m->sh || !d) s = TS_ERR_NOMEM;
     if (s == TS_OK) {
-        m->refs = 1, m->bits = bits, m->ctx = ctx;
+        m->refs = 1, m->bits = bits, m->ctx = ctx, m->vocab = vocab;
         d->x_dtype = d->y_dtype = TS_I64;
         d->x_rank = d->y_rank = 1;
         d->x_dims[0] = d->y_dims[0] = ctx;
         d->tokens = m;
         m = NULL;
     }
-    for (int k = 0; s == TS_OK && k < nf; k++) s = map_shard(files[k], d->tokens, vocab, d);
+    for (int k = 0; s == TS_OK && k < nf; k++) s = map_shard(files[k], d->tokens, d);
+    if (s == TS_OK) {
+        ts_token_map *tm = d->tokens;
+        int rc = pthread_mutex_init(&tm->mu, NULL);
+        if (rc == 0 && (rc = pthread_create(&tm->thread, NULL, hash_all, tm)) != 0)
+            pthread_mutex_destroy(&tm->mu);
+        if (rc != 0)
+            s = ts_fail(TS_ERR_INTERNAL, "%s: cannot start the hashing thread: %s", p,
+                        strerror(rc));
+        else
+            tm->running = 1;
+    }
     if (s != TS_OK && nf > 1) ts_error_prefix("data.path %s (%d shards)", path, nf);
     for (int k = 0; k < nf; k++) free(files[k]);
     free(files);
@@ -269,4 +397,14 @@ ts_status ts_data_map_tokens(const char *path, int bits, int64_t ctx, int64_t vo
     }
     *out = d;
     return TS_OK;
+}
+
+ts_status ts_data_map_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
+                             ts_dataset **out) {
+    ts_status s = ts_data_map_tokens_async(path, bits, ctx, vocab, out);
+    if (s != TS_OK || (s = ts_dataset_lineage_wait(*out)) == TS_OK) return s;
+    if ((*out)->tokens->n > 1) ts_error_prefix("data.path %s (%d shards)", path, (*out)->tokens->n);
+    ts_dataset_free(*out);
+    *out = NULL;
+    return s;
 }

@@ -21,7 +21,9 @@ ts_ckpt_meta ts_sess_ckpt_meta(const session *s, int64_t step) {
  * unless ckpt.async is off). */
 ts_status ts_sess_save_checkpoint(session *s, int64_t step) {
     ts_ckpt_meta meta = ts_sess_ckpt_meta(s, step);
-    ts_status st = ts_ckpt_saver_begin(s->sv, s->plan, &meta);
+    /* The manifest names the data by its hashes: they must be in. */
+    ts_status st = ts_sess_lineage_settle(s, 1);
+    if (st == TS_OK) st = ts_ckpt_saver_begin(s->sv, s->plan, &meta);
     if (st == TS_OK && !s->c.ckpt.async) st = ts_ckpt_saver_wait(s->sv);
     if (st != TS_OK) {
         ts_error_prefix("checkpoint at step %lld", (long long)step);

@@ -80,13 +80,15 @@ ts_status ts_sess_load_data(session *s) {
     switch ((ts_cfg_source)(graph ? TS_CFG_GRAPH : c->data.source)) {
     case TS_CFG_SYNTHETIC: return TS_OK;
     case TS_CFG_IDX:
-        st = ts_data_load_idx_pair(c->data.train_images, c->data.train_labels, &s->all);
+        /* Training images are mapped (converted per batch); the test set is
+         * read whole, as evaluation reads it in memory. */
+        st = ts_data_map_idx_pair(c->data.train_images, c->data.train_labels, &s->all);
         if (st == TS_OK && c->data.test_images[0])
             st = ts_data_load_idx_pair(c->data.test_images, c->data.test_labels, &s->test);
         label_file = c->data.train_labels, test_label_file = c->data.test_labels;
         break;
     case TS_CFG_NPY:
-        st = ts_data_load_npy_pair(c->data.x, c->data.y, &s->all);
+        st = ts_data_map_npy_pair(c->data.x, c->data.y, &s->all);
         label_file = c->data.y;
         break;
     case TS_CFG_CSV: st = load_csv(s); break;
@@ -95,8 +97,8 @@ ts_status ts_sess_load_data(session *s) {
          * are mapped, not read whole: a corpus larger than memory trains. */
         st = c->data.eot_id >= 0 ? ts_data_load_token_docs(c->data.path, c->data.bits, c->model.ctx,
                                                            c->model.vocab, c->data.eot_id, &s->all)
-                                 : ts_data_map_tokens(c->data.path, c->data.bits, c->model.ctx,
-                                                      c->model.vocab, &s->all);
+                                 : ts_data_map_tokens_async(c->data.path, c->data.bits,
+                                                            c->model.ctx, c->model.vocab, &s->all);
         break;
     case TS_CFG_GRAPH: {
         /* The whole graph is the one example of each split (zoo_data.h). */

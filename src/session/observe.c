@@ -225,6 +225,7 @@ static ts_status anomaly_snapshot(session *s, int64_t step) {
     ts_ckpt_saver *sv = s->sv ? s->sv : s->asv;
     if ((st = ts_ckpt_saver_set_tag(sv, "anomaly")) != TS_OK) return st;
     ts_ckpt_meta meta = ts_sess_ckpt_meta(s, step);
+    if ((st = ts_sess_lineage_settle(s, 1)) != TS_OK) return st; /* the manifest's hashes */
     st = ts_ckpt_saver_begin(sv, s->plan, &meta);
     if (st == TS_OK) st = ts_ckpt_saver_wait(sv);
     if (st != TS_OK) {

@@ -334,17 +334,9 @@ ts_status ts_sess_write_run_files(session *s) {
         if (st != TS_OK) return st;
     }
 
-    json_t *files = lineage_json(s->test, lineage_json(s->all, json_array()));
-    if (files && s->c.model.onnx[0] && s->c.model.onnx_sha256[0]) /* an imported model's file */
-        json_array_append_new(files, json_pack("{s:s, s:s, s:s}", "path", s->c.model.onnx, "sha256",
-                                               s->c.model.onnx_sha256, "role", "model"));
-    json_t *lin = json_pack(
-        "{s:s, s:o, s:{s:I, s:I, s:I}, s:f, s:b, s:I}", "source",
-        ts_sess_source_names[s->c.data.source], "files", files, "examples", "train",
-        (json_int_t)(s->train ? s->train->n : 0), "val", (json_int_t)(s->val ? s->val->n : 0),
-        "test", (json_int_t)(s->test ? s->test->n : 0), "val_fraction", s->c.data.val_fraction,
-        "shuffle", s->c.data.shuffle, "seed", (json_int_t)s->c.train.seed);
-    if ((st = write_json(s, "lineage.json", lin)) != TS_OK) return st;
+    /* lineage.json: now, or when the data's hashes are in (lineage.c). */
+    s->lineage_deferred = 1;
+    if ((st = ts_sess_lineage_settle(s, 0)) != TS_OK) return st;
 
     /* The training split carries the statistics used (its own when it was
      * standardised after the split, else copies of the loader's). */
@@ -440,4 +432,18 @@ ts_status ts_sess_write_summary(session *s, const char *status, const char *erro
     if (r->has_test) json_object_set_new(o, "test", eval_json(&r->test));
     if (error) json_object_set_new(o, "error", json_string(error));
     return write_json(s, "summary.json", o);
+}
+
+ts_status ts_sess_write_lineage(session *s) {
+    json_t *files = lineage_json(s->test, lineage_json(s->all, json_array()));
+    if (files && s->c.model.onnx[0] && s->c.model.onnx_sha256[0]) /* an imported model's file */
+        json_array_append_new(files, json_pack("{s:s, s:s, s:s}", "path", s->c.model.onnx, "sha256",
+                                               s->c.model.onnx_sha256, "role", "model"));
+    json_t *lin = json_pack(
+        "{s:s, s:o, s:{s:I, s:I, s:I}, s:f, s:b, s:I}", "source",
+        ts_sess_source_names[s->c.data.source], "files", files, "examples", "train",
+        (json_int_t)(s->train ? s->train->n : 0), "val", (json_int_t)(s->val ? s->val->n : 0),
+        "test", (json_int_t)(s->test ? s->test->n : 0), "val_fraction", s->c.data.val_fraction,
+        "shuffle", s->c.data.shuffle, "seed", (json_int_t)s->c.train.seed);
+    return write_json(s, "lineage.json", lin);
 }

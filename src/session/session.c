@@ -100,6 +100,7 @@ static ts_status train_loop(session *s) {
         ts_progress_step(&s->pr, &in);
         char cj[320]; /* gradient compression's bytes (compress_obs.c) */
         if ((st = ts_sess_compress_observe(s, step, cj, sizeof cj)) != TS_OK) break;
+        if ((st = ts_sess_lineage_settle(s, 0)) != TS_OK) break; /* hashed in the background */
         if ((st = ts_sess_gpu_observe(s, step)) != TS_OK) break;
         if (s->metrics) {
             char b1[32], b2[32], b3[32], b4[32], amp[96] = "", shp[256], data[48] = "";
@@ -153,6 +154,7 @@ static ts_status train_loop(session *s) {
             break;
         }
     }
+    if (st == TS_OK) st = ts_sess_lineage_settle(s, 1);
     st = ts_sess_last_save(s, st);
     if (st == TS_OK && stop_saved && s->rank == 0) {
         const double took = ts_now() - t_stop;

@@ -87,6 +87,9 @@ typedef struct session {
     char ident_sha[65];
     ts_ckpt_data_file *lineage; /* data lineage for the manifests */
     int n_lineage;
+    /* A mapped token file hashed while training starts (lineage.c):
+     * lineage.json waits for the hashes (deferred), done once they are in. */
+    int lineage_deferred, lineage_done;
     ts_audit *audit;
     ts_ckpt_saver *sv;
     uint64_t ckpt_group; /* ZeRO checkpoints: this launch's (ts_session_ckpt_group) */
@@ -161,6 +164,13 @@ ts_status ts_sess_identity(session *s);
  * entries, lineage.json, normalisation.json; opens metrics.jsonl and the
  * checkpoint saver (ckpt.every). */
 ts_status ts_sess_write_run_files(session *s);
+/* rundir.c: writes lineage.json (the data files with their SHA-256). */
+ts_status ts_sess_write_lineage(session *s);
+/* lineage.c: once the data's hashing pass is done (block: wait for it),
+ * its error if it failed, else the hashes are in the lineage and a
+ * deferred lineage.json is written. Called after every step (block 0),
+ * before every checkpoint and at the end of the run (block 1). */
+ts_status ts_sess_lineage_settle(session *s, int block);
 /* peft.c: peft.base's weights into the training plan (every parameter
  * but the LoRA ones, names and shapes checked first); the trainable and
  * total parameter counts of a plan. */
