@@ -210,13 +210,14 @@ typedef struct ts_config {
         int adapter_activation;   /* ts_peft_activation */
     } peft;
     struct {           /* federated training (docs/federated.md) */
-        int secure;    /* 0: paillier, 1: masking */
+        int secure;    /* 0: paillier, 1: masking, 2: none (plain FedAvg) */
         int threshold; /* masking: shares needed to unmask (0: a majority) */
         char addr[64]; /* the aggregator's numeric IPv4 address */
         int port;      /* ... and port */
         int rounds, local_steps, min_clients, max_clients, key_bits, pool;
         double scale, clip, timeout_s, join_s;
-        char key[512]; /* the key holder's Paillier private key file */
+        double prox_mu; /* FedProx: weight of the proximal term (0: FedAvg) */
+        char key[512];  /* the key holder's Paillier private key file */
         /* TLS: the run's CA, this role's certificate and key */
         char ca[512], cert[512], tls_key[512];
         char keyholder_name[128], server_name[128];

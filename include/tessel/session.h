@@ -71,6 +71,12 @@ typedef struct ts_session_options {
      * directory, where they save their blocks of the optimizer state
      * (ts_session_run_dist sets it; NULL otherwise). */
     const char *shard_dir;
+    /* Called after every completed training step with the plan (its
+     * parameters already updated) and the learning rate the step used; a
+     * failure ends the run with it. NULL: none. Federated clients use it
+     * for FedProx's proximal step (src/fed/run.c). */
+    ts_status (*after_step)(void *user, ts_plan *plan, int64_t step, double lr);
+    void *after_step_user;
 } ts_session_options;
 
 ts_session_options ts_session_options_default(void);

@@ -21,6 +21,8 @@ struct ts_fed_listener {
     SSL_CTX *ctx;
     int fd, port;
     double timeout_s;
+    ts_fed_tap_fn tap;
+    void *tap_user;
 };
 
 struct ts_fed_conn {
@@ -29,6 +31,8 @@ struct ts_fed_conn {
     int fd;
     char peer[256];
     uint64_t sent, received;
+    ts_fed_tap_fn tap; /* from the listener (accepted connections) */
+    void *tap_user;
 };
 
 /* The first OpenSSL error as text (the queue is cleared). */
@@ -163,6 +167,8 @@ ts_status ts_fed_accept(ts_fed_listener *l, ts_fed_conn **out) {
         return ts_fail(TS_ERR_NOMEM, "fed: connection");
     }
     c->fd = fd;
+    c->tap = l->tap;
+    c->tap_user = l->tap_user;
     ts_status s = TS_OK;
     if (!(c->ssl = SSL_new(l->ctx)) || SSL_set_fd(c->ssl, fd) != 1)
         s = ts_fail(TS_ERR_NOMEM, "fed: SSL_new: %s", ssl_err());
@@ -369,8 +375,15 @@ ts_status ts_fed_recv(ts_fed_conn *c, uint64_t max_len, ts_fed_msg *m) {
     if (s != TS_OK) {
         ts_error_prefix("from %s", c->peer);
         ts_fed_msg_free(m);
+    } else if (c->tap) {
+        c->tap(c->tap_user, c->peer, m);
     }
     return s;
+}
+
+void ts_fed_listener_tap(ts_fed_listener *l, ts_fed_tap_fn fn, void *user) {
+    l->tap = fn;
+    l->tap_user = user;
 }
 
 void ts_fed_msg_free(ts_fed_msg *m) {

@@ -41,6 +41,11 @@ typedef struct ts_fed_listener ts_fed_listener;
 ts_status ts_fed_listen(const ts_fed_tls *tls, const char *addr, int port, ts_fed_listener **out);
 int ts_fed_listener_port(const ts_fed_listener *l);
 void ts_fed_listener_free(ts_fed_listener *l);
+/* A function that sees every frame received, its hash checked, on the
+ * connections a listener accepts from then on: exactly what that role
+ * receives (tests use it to show what an aggregator can learn). */
+typedef void (*ts_fed_tap_fn)(void *user, const char *peer, const ts_fed_msg *m);
+void ts_fed_listener_tap(ts_fed_listener *l, ts_fed_tap_fn fn, void *user);
 /* Waits up to the timeout for a connection and completes the TLS handshake
  * (the client's certificate checked against the CA). */
 ts_status ts_fed_accept(ts_fed_listener *l, ts_fed_conn **out);

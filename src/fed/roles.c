@@ -47,9 +47,9 @@ static ts_status mask_pack(const ts_fed_params *fp, ts_fed_pack *pack) {
 static ts_status agg_keyholder_hello(agg *a) {
     ts_fed_msg m;
     ts_status s = TS_OK;
-    if (a->fp->secure) {
+    if (a->fp->secure == 1) {
         s = mask_pack(a->fp, &a->pack);
-    } else {
+    } else if (a->fp->secure == 0) {
         if ((s = expect(a->kh, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m)) != TS_OK) return s;
         s = ts_paillier_pub_from_text((const char *)m.data, m.len, &a->pk);
         a->pub_text = (char *)m.data; /* kept to forward */
@@ -165,10 +165,12 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
         if (!p->alive) continue;
         weights[i] = total > 0 ? (double)p->samples / total : 0;
         put_f64(msg, weights[i]);
-        if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, msg, bytes) != TS_OK)
+        if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, msg, bytes) != TS_OK) {
             drop(p, ts_last_error());
-        else
+        } else {
             down += bytes;
+            fedr_obs_client(a, p->name, 0, bytes);
+        }
     }
     double t_sent = now_s();
     ts_fed_aggregate_init(a->pk, acc, count);
@@ -214,11 +216,13 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
         text_len += (size_t)snprintf(text + text_len, text_cap - text_len, "%s%s %llu %s",
                                      k ? ";" : "", p->name, (unsigned long long)m.len, hex);
         up += m.len;
-        wsum += weights[i];
+        fedr_obs_client(a, p->name, m.len, 0);
+        wsum += (double)p->samples; /* integers: exact in any order */
         k++;
         ts_fed_msg_free(&m);
     }
     free(msg);
+    wsum = total > 0 ? wsum / total : 0; /* the same in every order clients joined in */
     if (s == TS_OK && k < a->fp->min_clients)
         s = ts_fail(TS_ERR_IO,
                     "fed: round %d: %d updates arrived (%d clients dropped), fed.min_clients is %d",
@@ -263,6 +267,17 @@ ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const 
                 now_s() - t_sent - t_agg, t_agg, now_s() - t0);
         fflush(metrics);
     }
+    if (s == TS_OK) {
+        ts_fed_obs_round_info oi = {.round = r,
+                                    .clients = k,
+                                    .dropped = dropped,
+                                    .train_s = -1,
+                                    .encrypt_s = -1,
+                                    .aggregate_s = t_agg,
+                                    .decrypt_s = -1,
+                                    .round_s = now_s() - t0};
+        s = ts_fed_obs_round(a->fp->obs, &oi);
+    }
     return s;
 }
 
@@ -275,7 +290,9 @@ ts_status ts_fed_aggregator_run(const ts_fed_params *fp, ts_fed_listener *l,
     agg a = {.fp = fp};
     ts_status s = agg_admit(&a, l, keyholder_name);
     for (int r = 1; s == TS_OK && r <= fp->rounds; r++) {
-        s = fp->secure ? fedr_agg_round_mask(&a, r, metrics) : agg_round(&a, r, metrics);
+        s = fp->secure == 1   ? fedr_agg_round_mask(&a, r, metrics)
+            : fp->secure == 2 ? fedr_agg_round_plain(&a, r, metrics)
+                              : agg_round(&a, r, metrics);
         if (s != TS_OK) ts_error_prefix("aggregator");
     }
     /* DONE to everyone still there, success or not */
@@ -323,9 +340,9 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
     ts_status s = global && sum
                       ? TS_OK
                       : ts_fail(TS_ERR_NOMEM, "fed: key holder: a model of %lld", (long long)n);
-    if (s == TS_OK && fp->secure) {
+    if (s == TS_OK && fp->secure == 1) {
         s = mask_pack(fp, &pack); /* masking: no key; the sums come in plain */
-    } else if (s == TS_OK) {
+    } else if (s == TS_OK && fp->secure == 0) {
         s = load_or_make_key(key_path, fp->key_bits, &sk);
         if (s == TS_OK) s = ts_paillier_pub_of(sk, &pk);
         if (s == TS_OK)
@@ -333,17 +350,19 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
         if (s == TS_OK) s = ts_paillier_pub_to_text(pk, &text);
     }
     if (s == TS_OK) s = ts_fed_connect(tls, host, port, server_name, &c);
-    if (s == TS_OK && !fp->secure) s = ts_fed_send(c, TS_FED_MSG_PUBKEY, 0, text, strlen(text));
+    if (s == TS_OK && fp->secure == 0) s = ts_fed_send(c, TS_FED_MSG_PUBKEY, 0, text, strlen(text));
     if (s == TS_OK) {
         memcpy(global, init, (size_t)n * sizeof *global);
         s = ts_fed_send(c, TS_FED_MSG_GLOBAL, 1, global, (uint64_t)n * 4);
     }
     ts_fed_round_info info = {0};
     if (s == TS_OK && on_global) s = on_global(user, global, n, &info);
-    /* the aggregate's body: ciphertexts, or (masking) the uint32 sums */
-    size_t ct_bytes = s != TS_OK   ? 0
-                      : fp->secure ? (size_t)n * 4
-                                   : (size_t)ts_fed_pack_count(&pack, n) * ts_fed_ct_bytes(pk);
+    /* the aggregate's body: ciphertexts, (masking) the uint32 sums or (none)
+     * the f64 sums */
+    size_t ct_bytes = s != TS_OK        ? 0
+                      : fp->secure == 1 ? (size_t)n * 4
+                      : fp->secure == 2 ? (size_t)n * 8
+                                        : (size_t)ts_fed_pack_count(&pack, n) * ts_fed_ct_bytes(pk);
     for (int r = 1; s == TS_OK; r++) {
         ts_fed_msg m;
         if ((s = ts_fed_recv(c, 16 + (uint64_t)MAX_PEERS * 400 + ct_bytes, &m)) != TS_OK) break;
@@ -379,7 +398,14 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
         memcpy(who, m.data + 16, tl);
         who[tl] = 0;
         double t0 = now_s();
-        if (fp->secure) {
+        if (fp->secure == 2) {
+            memcpy(sum, m.data + 16 + tl, (size_t)n * 8);
+            for (int64_t i = 0; s == TS_OK && i < n; i++)
+                if (!isfinite(sum[i]))
+                    s = ts_fail(TS_ERR_NUMERIC,
+                                "fed: key holder: round %d: the aggregate is not finite at %lld", r,
+                                (long long)i);
+        } else if (fp->secure == 1) {
             uint32_t v;
             for (int64_t i = 0; s == TS_OK && i < n; i++) {
                 memcpy(&v, m.data + 16 + tl + 4 * (size_t)i, 4);
@@ -402,6 +428,17 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
         if (s == TS_OK)
             s = ts_fed_send(c, TS_FED_MSG_GLOBAL, (uint64_t)r + 1, global, (uint64_t)n * 4);
         if (s == TS_OK && on_global) s = on_global(user, global, n, &info);
+        if (s == TS_OK) {
+            ts_fed_obs_round_info oi = {.round = r,
+                                        .clients = (int)k,
+                                        .dropped = -1,
+                                        .train_s = -1,
+                                        .encrypt_s = -1,
+                                        .aggregate_s = -1,
+                                        .decrypt_s = info.decrypt_s,
+                                        .round_s = -1};
+            s = ts_fed_obs_round(fp->obs, &oi);
+        }
         free(who);
     }
     if (s != TS_OK) ts_error_prefix("key holder");
@@ -415,6 +452,24 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
 }
 
 /* ---- client ---- */
+
+/* A client's round in its metrics: its own bytes (whole frames sent and
+ * received from the round message on, as series client="self") and times. */
+static ts_status client_observe(const ts_fed_params *fp, ts_fed_conn *c, int r, uint64_t sent0,
+                                uint64_t recv0, double train_s, double enc_s, double t0) {
+    uint64_t sent, recv;
+    ts_fed_conn_bytes(c, &sent, &recv);
+    ts_fed_obs_bytes(fp->obs, "self", sent - sent0, recv - recv0);
+    ts_fed_obs_round_info oi = {.round = r,
+                                .clients = -1,
+                                .dropped = -1,
+                                .train_s = train_s,
+                                .encrypt_s = enc_s,
+                                .aggregate_s = -1,
+                                .decrypt_s = -1,
+                                .round_s = now_s() - t0};
+    return ts_fed_obs_round(fp->obs, &oi);
+}
 
 ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, const char *host,
                             int port, const char *server_name, int64_t samples, int64_t n,
@@ -433,9 +488,9 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
     if (s == TS_OK) s = ts_fed_connect(tls, host, port, server_name, &c);
     if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_HELLO, 0, &hello, 8);
     size_t ct_bytes = 0;
-    if (s == TS_OK && fp->secure) {
+    if (s == TS_OK && fp->secure == 1) {
         s = mask_pack(fp, &pack);
-    } else if (s == TS_OK) {
+    } else if (s == TS_OK && fp->secure == 0) {
         s = expect(c, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m);
         if (s == TS_OK) s = ts_paillier_pub_from_text((const char *)m.data, m.len, &pk);
         ts_fed_msg_free(&m);
@@ -446,8 +501,10 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
             s = ts_fail(TS_ERR_NOMEM, "fed: client: %zu bytes", ct_bytes);
         if (s == TS_OK && fp->pool > 0) s = ts_paillier_pool_start(pk, fp->pool);
     }
-    uint64_t last = 0, head = fp->secure ? 20 : 8; /* the round message before the model */
+    uint64_t last = 0, head = fp->secure == 1 ? 20 : 8; /* the round message before the model */
     while (s == TS_OK) {
+        uint64_t sent0, recv0; /* this round's bytes: from its round message on */
+        ts_fed_conn_bytes(c, &sent0, &recv0);
         if ((s = ts_fed_recv(c, head + (uint64_t)n * 4, &m)) != TS_OK) break;
         if (m.type == TS_FED_MSG_DONE) {
             ts_fed_msg_free(&m);
@@ -464,15 +521,21 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
             break;
         }
         last = m.round;
+        double t0 = now_s(), train_s = 0, enc_s = 0;
         if (fp->secure) {
-            s = fedr_client_round_mask(fp, c, &m, &pack, n, train, user, local, delta, u);
+            s = fp->secure == 1
+                    ? fedr_client_round_mask(fp, c, &m, &pack, n, train, user, local, delta, u,
+                                             &train_s, &enc_s)
+                    : fedr_client_round_plain(c, &m, n, train, user, local, delta, &train_s);
             ts_fed_msg_free(&m);
+            if (s == TS_OK) s = client_observe(fp, c, (int)last, sent0, recv0, train_s, enc_s, t0);
             continue;
         }
         double weight = get_f64(m.data);
         const float *global = (const float *)(m.data + 8);
         int64_t clipped = 0;
         s = train(user, (int)m.round, global, local, n);
+        train_s = now_s() - t0;
         for (int64_t i = 0; s == TS_OK && i < n; i++) delta[i] = local[i] - global[i];
         if (s == TS_OK) s = ts_fed_quantize(&pack, delta, n, weight, u, &clipped);
         if (s == TS_OK && clipped)
@@ -480,8 +543,10 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
                     "fed: round %llu: %lld update values beyond ±fed.clip = %g were clipped",
                     (unsigned long long)m.round, (long long)clipped, fp->clip);
         if (s == TS_OK) s = ts_fed_encrypt_update(pk, &pack, u, n, ct, NULL, 0);
+        enc_s = now_s() - t0 - train_s;
         if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_UPDATE, m.round, ct, ct_bytes);
         ts_fed_msg_free(&m);
+        if (s == TS_OK) s = client_observe(fp, c, (int)last, sent0, recv0, train_s, enc_s, t0);
     }
     if (s != TS_OK) ts_error_prefix("client");
     ts_fed_close(c);

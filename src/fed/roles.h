@@ -14,6 +14,10 @@
  *               sends its weighted update Δ = local − global, packed and
  *               encrypted.
  *
+ * With fed.secure: none (fp->secure = 2) the clients send their updates in
+ * the clear and the aggregator sums them (the baseline of the protected
+ * modes; no privacy from the aggregator).
+ *
  * With fed.secure: masking (fp->secure = 1) there is no key: the clients mask
  * their updates (mask.h) and the aggregator, relaying their keys and shares,
  * learns only the sum, which it passes to the key holder (then only the
@@ -39,15 +43,17 @@
 #include "fed/net.h"
 
 typedef struct ts_fed_params {
-    int rounds;         /* rounds to run */
-    int min_clients;    /* a round needs at least this many updates */
-    int max_clients;    /* clients admitted; the packing's headroom */
-    int key_bits;       /* Paillier modulus size */
-    double scale, clip; /* fixed point of the updates (pack.h) */
-    double join_s;      /* how long the aggregator admits clients before round 1 */
-    int pool;           /* r^n precomputed per client (0: none) */
-    int secure;         /* 0: Paillier; 1: masking (roles_mask.c; no key at all) */
-    int threshold;      /* masking: shares needed to unmask (0: a majority of the round) */
+    int rounds;             /* rounds to run */
+    int min_clients;        /* a round needs at least this many updates */
+    int max_clients;        /* clients admitted; the packing's headroom */
+    int key_bits;           /* Paillier modulus size */
+    double scale, clip;     /* fixed point of the updates (pack.h) */
+    double join_s;          /* how long the aggregator admits clients before round 1 */
+    int pool;               /* r^n precomputed per client (0: none) */
+    int secure;             /* 0: Paillier; 1: masking (roles_mask.c; no key at all);
+                               2: none, plain FedAvg (roles_plain.c; no protection) */
+    int threshold;          /* masking: shares needed to unmask (0: a majority of the round) */
+    struct ts_fed_obs *obs; /* Prometheus metrics of this role (obs.h); NULL: none */
 } ts_fed_params;
 
 ts_fed_params ts_fed_params_default(void);

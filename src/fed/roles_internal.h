@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "fed/obs.h"
 #include "fed/roles.h"
 #include "fed/update.h"
 
@@ -81,6 +82,11 @@ typedef struct agg {
     int64_t n;
 } agg;
 
+/* Bytes to and from a client, for the role's Prometheus metrics. */
+static inline void fedr_obs_client(agg *a, const char *name, uint64_t up, uint64_t down) {
+    ts_fed_obs_bytes(a->fp->obs, name, up, down);
+}
+
 static inline void drop(peer *p, const char *why) {
     ts_logf(TS_LOG_WARN, "fed: dropping client %s: %s", p->name, why);
     p->alive = 0;
@@ -94,11 +100,19 @@ static inline void drop(peer *p, const char *why) {
 ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const char *text,
                           size_t text_len, const void *body, size_t body_len, uint64_t up,
                           uint64_t down, double t0, double t_sent, double t_agg, FILE *metrics);
+/* One aggregator round with fed.secure: none (roles_plain.c). */
+ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics);
+/* One client round with fed.secure: none: m is the ROUND message;
+ * *train_s gets the local training's seconds. */
+ts_status fedr_client_round_plain(ts_fed_conn *c, const ts_fed_msg *m, int64_t n,
+                                  ts_fed_train_fn train, void *user, float *local, float *delta,
+                                  double *train_s);
 /* One aggregator round in masking mode (roles_mask.c). */
 ts_status fedr_agg_round_mask(agg *a, int r, FILE *metrics);
 /* One client round in masking mode: m is the ROUND message. */
 ts_status fedr_client_round_mask(const ts_fed_params *fp, ts_fed_conn *c, const ts_fed_msg *m,
                                  const ts_fed_pack *pack, int64_t n, ts_fed_train_fn train,
-                                 void *user, float *local, float *delta, uint64_t *u);
+                                 void *user, float *local, float *delta, uint64_t *u,
+                                 double *train_s, double *mask_s);
 
 #endif

@@ -48,6 +48,7 @@ static void collect(agg *a, mround *q, int r, uint32_t type, uint64_t max_len, c
             continue;
         }
         *up += m.len;
+        fedr_obs_client(a, p->name, m.len, 0);
         if (take(ctx, id, &m) != TS_OK)
             drop(p, ts_last_error());
         else
@@ -115,10 +116,12 @@ static void send_all(agg *a, mround *q, int r, uint32_t type, const uint8_t *to,
         peer *p = &a->cl[q->idx[id]];
         if (!to[id] || !p->alive) continue;
         if (make) make(x, id, buf);
-        if (ts_fed_send(p->c, type, (uint64_t)r, buf, len) != TS_OK)
+        if (ts_fed_send(p->c, type, (uint64_t)r, buf, len) != TS_OK) {
             drop(p, ts_last_error());
-        else
+        } else {
             *down += len;
+            fedr_obs_client(a, p->name, 0, len);
+        }
     }
 }
 
@@ -176,10 +179,12 @@ ts_status fedr_agg_round_mask(agg *a, int r, FILE *metrics) {
             put_u32(buf + 8, (uint32_t)id);
             put_u32(buf + 12, (uint32_t)q.mm);
             put_u32(buf + 16, (uint32_t)q.t);
-            if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, buf, rb) != TS_OK)
+            if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, buf, rb) != TS_OK) {
                 drop(p, ts_last_error());
-            else
+            } else {
                 down += rb;
+                fedr_obs_client(a, p->name, 0, rb);
+            }
         }
         t_sent = now_s();
         collect(a, &q, r, TS_FED_MSG_MKEYS, sizeof(ts_mask_keys), all, q.u1, take_keys, &x, &up);
@@ -191,7 +196,8 @@ ts_status fedr_agg_round_mask(agg *a, int r, FILE *metrics) {
                  &down);
         collect(a, &q, r, TS_FED_MSG_MASKED, (uint64_t)a->n * 4, q.u2, q.u3, take_masked, &x, &up);
         for (int id = 1; id <= q.mm; id++)
-            if (q.u3[id]) k++, wsum += weights[id];
+            if (q.u3[id]) k++, wsum += (double)a->cl[q.idx[id]].samples;
+        wsum = total > 0 ? wsum / total : 0; /* exact sums of integers: any id order */
         if (k < a->fp->min_clients)
             s = ts_fail(TS_ERR_IO,
                         "fed: round %d: %d masked updates arrived, fed.min_clients is %d", r, k,
@@ -228,7 +234,8 @@ ts_status fedr_agg_round_mask(agg *a, int r, FILE *metrics) {
 
 ts_status fedr_client_round_mask(const ts_fed_params *fp, ts_fed_conn *c, const ts_fed_msg *m,
                                  const ts_fed_pack *pack, int64_t n, ts_fed_train_fn train,
-                                 void *user, float *local, float *delta, uint64_t *u) {
+                                 void *user, float *local, float *delta, uint64_t *u,
+                                 double *train_s, double *mask_s) {
     (void)fp;
     uint64_t r = m->round;
     if (m->len != 20 + (uint64_t)n * 4)
@@ -278,7 +285,10 @@ ts_status fedr_client_round_mask(const ts_fed_params *fp, ts_fed_conn *c, const 
             s = ts_mask_client_accept(mc, from, k.data + mm + 1 + (size_t)(from - 1) * TS_MASK_BOX);
     ts_fed_msg_free(&k);
     /* local training, then the masked, weighted update */
+    double t0 = now_s();
     if (s == TS_OK) s = train(user, (int)r, global, local, n);
+    double t1 = now_s();
+    *train_s = t1 - t0;
     for (int64_t i = 0; s == TS_OK && i < n; i++) delta[i] = local[i] - global[i];
     int64_t clipped = 0;
     if (s == TS_OK) s = ts_fed_quantize(pack, delta, n, weight, u, &clipped);
@@ -288,6 +298,7 @@ ts_status fedr_client_round_mask(const ts_fed_params *fp, ts_fed_conn *c, const 
                 (unsigned long long)r, (long long)clipped, pack->clip);
     for (int64_t i = 0; s == TS_OK && i < n; i++) y[i] = (uint32_t)u[i];
     if (s == TS_OK) s = ts_mask_client_mask(mc, u2, y, n, y);
+    *mask_s = now_s() - t1;
     if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_MASKED, r, y, (uint64_t)n * 4);
     if (s == TS_OK) s = expect(c, TS_FED_MSG_UNMASK, r, 2 * ((uint64_t)mm + 1), &k);
     if (s == TS_OK && k.len != 2 * ((uint64_t)mm + 1))

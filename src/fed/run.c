@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "fed/obs.h"
 #include "fed/roles.h"
 #include "tessel/fed.h"
 #include "tessel/tessel.h"
@@ -100,6 +101,18 @@ static ts_status make_dir(const char *dir) {
     return TS_OK;
 }
 
+/* The role's Prometheus metrics: DIR/metrics.prom, and /metrics on
+ * observe.metrics_port when it is set. */
+static ts_status obs_of(const ts_config *c, const char *role, const char *dir, ts_fed_obs **o) {
+    ts_status s = ts_fed_obs_create(role, dir, c->observe.metrics_addr, c->observe.metrics_port, o);
+    if (s == TS_OK && c->observe.metrics_port > 0) {
+        printf("fed: %s metrics on http://%s:%d/metrics\n", role, c->observe.metrics_addr,
+               c->observe.metrics_port);
+        fflush(stdout);
+    }
+    return s;
+}
+
 static FILE *open_metrics(const char *dir) {
     char path[1024];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
@@ -118,13 +131,17 @@ ts_status ts_fed_serve(const ts_config *c, const char *dir) {
     if (s == TS_OK && !metrics) s = TS_ERR_IO;
     ts_fed_listener *l = NULL;
     if (s == TS_OK) s = ts_fed_listen(&tls, c->fed.addr, c->fed.port, &l);
+    ts_fed_obs *obs = NULL;
+    if (s == TS_OK) s = obs_of(c, "aggregator", dir, &obs);
     if (s == TS_OK) {
         printf("fed: aggregator listening on %s:%d, %d rounds, %d to %d clients\n", c->fed.addr,
                ts_fed_listener_port(l), c->fed.rounds, c->fed.min_clients, c->fed.max_clients);
         fflush(stdout);
         ts_fed_params fp = params_of(c);
+        fp.obs = obs;
         s = ts_fed_aggregator_run(&fp, l, c->fed.keyholder_name, metrics);
     }
+    ts_fed_obs_free(obs);
     ts_fed_listener_free(l);
     if (metrics) fclose(metrics);
     return s;
@@ -235,8 +252,11 @@ ts_status ts_fed_keyholder(const ts_config *c, const char *dir) {
     if (s == TS_OK) s = keyholder_resume(c, dir, &k);
     if (s == TS_OK) s = model_io(&k.m, init, 0);
     if (s == TS_OK && !(k.metrics = open_metrics(dir))) s = TS_ERR_IO;
+    ts_fed_obs *obs = NULL;
+    if (s == TS_OK) s = obs_of(c, "keyholder", dir, &obs);
     if (s == TS_OK) {
         ts_fed_params fp = params_of(c);
+        fp.obs = obs;
         s = ts_fed_keyholder_run(&fp, &tls, c->fed.addr, c->fed.port, c->fed.server_name,
                                  c->fed.key, init, k.m.n, kh_on_global, &k);
     }
@@ -245,6 +265,7 @@ ts_status ts_fed_keyholder(const ts_config *c, const char *dir) {
         if (s == TS_OK) s = s2;
     }
     if (k.metrics) fclose(k.metrics);
+    ts_fed_obs_free(obs);
     ts_plan_free(k.m.plan);
     free(init);
     return s;
@@ -257,6 +278,39 @@ typedef struct client_state {
     const char *dir;
     model m;
 } client_state;
+
+/* FedProx (Li et al., MLSys 2020): the local objective is the client's loss
+ * plus mu/2 ||w - global||^2. Its gradient part goes through the optimizer
+ * as usual; the proximal part is applied after each step as its exact
+ * proximal operator with the step's learning rate,
+ *     w <- (w + lr·mu·global) / (1 + lr·mu),
+ * a proximal-gradient step on the same objective (for plain SGD this is
+ * proximal gradient descent; with Adam the term is decoupled from the
+ * moment estimates, as AdamW decouples weight decay). Stable for any mu. */
+typedef struct prox {
+    const model *m; /* the parameter names, in the order of global */
+    const float *global;
+    double mu;
+    float *buf;
+} prox;
+
+static ts_status prox_step(void *user, ts_plan *plan, int64_t step, double lr) {
+    prox *p = user;
+    (void)step;
+    const double a = lr * p->mu, inv = 1.0 / (1.0 + a);
+    int64_t off = 0;
+    for (int i = 0; i < ts_plan_param_count(p->m->plan); i++) {
+        const char *name = ts_plan_param_name(p->m->plan, i);
+        int64_t k = param_numel(p->m->plan, i);
+        ts_status s = ts_plan_read(plan, name, p->buf, (size_t)k * 4);
+        if (s != TS_OK) return s;
+        for (int64_t j = 0; j < k; j++)
+            p->buf[j] = (float)(((double)p->buf[j] + a * (double)p->global[off + j]) * inv);
+        if ((s = ts_plan_write_param(plan, name, p->buf, (size_t)k * 4)) != TS_OK) return s;
+        off += k;
+    }
+    return TS_OK;
+}
 
 static ts_status client_train(void *user, int round, const float *global, float *local, int64_t n) {
     client_state *cs = user;
@@ -282,8 +336,17 @@ static ts_status client_train(void *user, int round, const float *global, float 
     snprintf(cc.peft.base, sizeof cc.peft.base, "%s", gdir);
     ts_session_options o = ts_session_options_default();
     o.out_dir = rdir;
+    prox px = {&cs->m, global, cs->c->fed.prox_mu, NULL};
+    if (px.mu > 0) { /* mu = 0 is FedAvg: no hook at all, so bit for bit the same run */
+        if (!(px.buf = malloc((size_t)n * sizeof *px.buf)))
+            return ts_fail(TS_ERR_NOMEM, "fed: FedProx buffer");
+        o.after_step = prox_step;
+        o.after_step_user = &px;
+    }
     ts_session_result r;
-    if ((s = ts_session_run(&cc, &o, &r)) != TS_OK) {
+    s = ts_session_run(&cc, &o, &r);
+    free(px.buf);
+    if (s != TS_OK) {
         ts_error_prefix("fed: round %d: local training", round);
         return s;
     }
@@ -331,11 +394,15 @@ ts_status ts_fed_join(const ts_config *c, const char *dir) {
     if (s == TS_OK) s = csv_samples(c, &samples);
     if (s == TS_OK) s = make_dir(dir);
     if (s == TS_OK) s = model_build(c, &cs.m);
+    ts_fed_obs *obs = NULL;
+    if (s == TS_OK) s = obs_of(c, "client", dir, &obs);
     if (s == TS_OK) {
         ts_fed_params fp = params_of(c);
+        fp.obs = obs;
         s = ts_fed_client_run(&fp, &tls, c->fed.addr, c->fed.port, c->fed.server_name, samples,
                               cs.m.n, client_train, &cs);
     }
+    ts_fed_obs_free(obs);
     ts_plan_free(cs.m.plan);
     return s;
 }

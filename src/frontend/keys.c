@@ -357,9 +357,10 @@ const ts_config_key cfg_keys[] = {
      "memory limit per process (or per pipeline device) in MiB; a plan that needs more is refused "
      "(0: no limit)"},
     /* fed: federated training, tessel fed serve|keyholder|join (docs/federated.md) */
-    {"fed.secure", TS_CFG_ENUM, FIELD(fed, secure), 0, "paillier|masking", NULL, "paillier",
+    {"fed.secure", TS_CFG_ENUM, FIELD(fed, secure), 0, "paillier|masking|none", NULL, "paillier",
      "how updates are protected: paillier (encrypted, added by the aggregator, decrypted as a sum "
-     "by the key holder) or masking (secure aggregation: pairwise masks that cancel in the sum)"},
+     "by the key holder), masking (secure aggregation: pairwise masks that cancel in the sum) or "
+     "none (plain FedAvg over the same TLS transport: the aggregator sees every update)"},
     {"fed.threshold", TS_CFG_INT, FIELD(fed, threshold), 0, NULL, "[0, 256]", "0",
      "masking: clients whose shares unmask a round (0: a majority of the round's clients)"},
     {"fed.addr", TS_CFG_STR, FIELD(fed, addr), 0, NULL, NULL, "127.0.0.1",
@@ -369,6 +370,9 @@ const ts_config_key cfg_keys[] = {
     {"fed.rounds", TS_CFG_INT, FIELD(fed, rounds), 0, NULL, "[1, 1e6]", "5", "federated rounds"},
     {"fed.local_steps", TS_CFG_INT, FIELD(fed, local_steps), 0, NULL, "[1, 1e9]", "20",
      "training steps a client runs from the global model per round"},
+    {"fed.prox_mu", TS_CFG_F64, FIELD(fed, prox_mu), 0, NULL, "[0, inf)", "0",
+     "FedProx: weight mu of the proximal term (mu/2 times the squared distance to the global "
+     "model) in a client's local objective (0: plain FedAvg)"},
     {"fed.min_clients", TS_CFG_INT, FIELD(fed, min_clients), 0, NULL, "[1, 256]", "2",
      "updates a round needs; with fewer it fails"},
     {"fed.max_clients", TS_CFG_INT, FIELD(fed, max_clients), 0, NULL, "[1, 256]", "16",

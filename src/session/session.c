@@ -15,7 +15,8 @@
 #include "session/session_internal.h"
 
 ts_session_options ts_session_options_default(void) {
-    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES, NULL, NULL, NULL, NULL};
+    ts_session_options o = {NULL, NULL, NULL, TS_PROGRESS_LINES, NULL, NULL, NULL,
+                            NULL, NULL, NULL};
     return o;
 }
 
@@ -76,6 +77,11 @@ static ts_status train_loop(session *s) {
         if (!s->rp) loss = agreed; /* reproducible: already the batch's, in a fixed order */
         const double dt = ts_now() - t0;
         if (st != TS_OK) {
+            ts_error_prefix("step %lld", (long long)step);
+            break;
+        }
+        if (s->o->after_step &&
+            (st = s->o->after_step(s->o->after_step_user, s->plan, step, lr)) != TS_OK) {
             ts_error_prefix("step %lld", (long long)step);
             break;
         }

@@ -5,7 +5,8 @@
  * checkpoint per round, logged each round's participants, bytes and hashes
  * to its audit log (verified by tessel audit verify) and metrics; the
  * clients' loss at the start of round 3 is below round 1's (the global model
- * learned); the aggregator ran with no key file. Bad input: a key file others
+ * learned); the aggregator ran with no key file, and nothing it wrote or
+ * logged holds a client's update in the clear. Bad input: a key file others
  * can read, a client whose certificate another CA signed. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +125,55 @@ static void check_fedavg(int rounds, const double *rows) {
            (long long)compared, rounds, worst);
 }
 
+/* Privacy: no 16-byte window (4 floats) of any site's round-1 update in the
+ * clear (its local model less the global model, from their checkpoints)
+ * appears in any file the aggregator wrote or in its log. */
+static void check_aggregator_stores_no_update(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/kh/step-%08d", dir, 0);
+    ts_ckpt *g = NULL, *l = NULL;
+    CHECK_OK(ts_ckpt_open(path, NULL, NULL, &g));
+    char *files[16];
+    long lens[16];
+    int nf = 0;
+    e2e_sh("cd %s && find agg -type f > agg.files && echo agg.log >> agg.files", dir);
+    char *list = e2e_slurp(e2e_path("agg.files"), NULL);
+    for (char *t = strtok(list, "\n"); t && nf < 16; t = strtok(NULL, "\n")) {
+        snprintf(path, sizeof path, "%s/%s", dir, t);
+        files[nf] = e2e_slurp(path, &lens[nf]);
+        nf++;
+    }
+    free(list);
+    int windows = 0, found = 0;
+    for (int i = 1; g && i <= 3; i++) {
+        snprintf(path, sizeof path, "%s/site%d/round-001", dir, i);
+        CHECK_OK(ts_ckpt_open(path, NULL, NULL, &l));
+        ts_ckpt_tensor ti;
+        for (int t = 0; l && t < ts_ckpt_tensor_count(g); t++) {
+            if (ts_ckpt_tensor_info(g, t, &ti) != TS_OK || ti.is_state) continue;
+            float *a = malloc(ti.bytes), *b = malloc(ti.bytes);
+            CHECK_OK(ts_ckpt_read(g, ti.name, a, ti.bytes));
+            CHECK_OK(ts_ckpt_read(l, ti.name, b, ti.bytes));
+            for (size_t j = 0; j < ti.bytes / 4; j++) b[j] -= a[j];
+            for (size_t j = 0; j + 4 <= ti.bytes / 4; j += 8, windows++)
+                for (int f = 0; f < nf; f++)
+                    for (long o = 0; o + 16 <= lens[f]; o++)
+                        if (!memcmp(files[f] + o, b + j, 16)) {
+                            found++;
+                            break;
+                        }
+            free(a);
+            free(b);
+        }
+        ts_ckpt_close(l);
+    }
+    ts_ckpt_close(g);
+    CHECK(nf >= 3 && windows > 500 && found == 0,
+          "the aggregator's %d files hold %d of %d windows of the sites' updates", nf, found,
+          windows);
+    for (int f = 0; f < nf; f++) free(files[f]);
+}
+
 static int count(const char *text, const char *what) {
     int n = 0;
     for (const char *p = text; (p = strstr(p, what)); p++) n++;
@@ -215,6 +265,7 @@ int main(void) {
     /* training rows per shard: 190, 190 and 189 lines, 20 % held out */
     const double rows[3] = {152, 152, 151};
     check_fedavg(3, rows);
+    check_aggregator_stores_no_update();
 
     /* every role restarted: the key holder resumes from its last global model (round 3) */
     write_config(port + 2, 1, 10, 120);

@@ -1,10 +1,13 @@
 /* The three federated roles (src/fed/roles.c, roles_mask.c) on loopback with
  * TLS, each in its own thread: 3 rounds of Paillier FedAvg, then of masking
- * (secure aggregation), the global model equal to a
+ * (secure aggregation) and of plain FedAvg (fed.secure: none), the
+ * global model equal to a
  * plaintext FedAvg of the same updates within the fixed-point bound; a
  * client that fails in round 2 is dropped and the round completes with the
  * other two; a client that replays an old round or sends a tampered frame is
- * dropped; the key holder's key file is written 0600. */
+ * dropped; the key holder's key file is written 0600; what the aggregator
+ * receives (its listener's tap) holds no client update bytes in the clear
+ * under Paillier or masking, and does under none. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -12,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "fed/pack.h"
 #include "fed/roles.h"
 
 enum { N = 300, ROUNDS = 3, MAXR = ROUNDS + 1 };
@@ -37,11 +41,38 @@ typedef struct client_job {
     ts_status s;
 } client_job;
 
+/* Privacy: every frame payload the aggregator received (its listener's
+ * tap), and each client's update in the clear as the client computes it. */
+static struct {
+    uint8_t *buf;
+    size_t len, cap;
+} heard;
+static float clear[4][MAXR][N];
+
+static void tap(void *user, const char *peer, const ts_fed_msg *m) {
+    (void)user, (void)peer;
+    if (heard.len + m->len > heard.cap) {
+        size_t cap = 2 * (heard.len + m->len);
+        uint8_t *b = realloc(heard.buf, cap);
+        if (!b) return;
+        heard.buf = b, heard.cap = cap;
+    }
+    memcpy(heard.buf + heard.len, m->data, m->len);
+    heard.len += m->len;
+}
+
+static int heard_bytes(const void *what, size_t n) {
+    for (size_t i = 0; i + n <= heard.len; i++)
+        if (!memcmp(heard.buf + i, what, n)) return 1;
+    return 0;
+}
+
 static ts_status train(void *user, int round, const float *global, float *local, int64_t n) {
     client_job *j = user;
     if (round == j->fail_round)
         return ts_fail(TS_ERR_IO, "client %d: the hospital's power failed", j->id);
     for (int64_t i = 0; i < n; i++) local[i] = global[i] + delta(j->id, round, (int)i);
+    for (int64_t i = 0; round < MAXR && i < n; i++) clear[j->id][round][i] = local[i] - global[i];
     return TS_OK;
 }
 
@@ -143,6 +174,8 @@ static void run(const char *label, int fail3, int rogue) {
     CHECK_OK(ts_fed_listen(&st, "127.0.0.1", 0, &a.l));
     if (!a.l) return;
     port = ts_fed_listener_port(a.l);
+    heard.len = 0;
+    ts_fed_listener_tap(a.l, tap, NULL);
     static kh_job k;
     memset(&k, 0, sizeof k);
     client_job cj[4] = {{0}, {1, 0, 100, TS_OK}, {2, 0, 300, TS_OK}, {3, fail3, 600, TS_OK}};
@@ -175,7 +208,8 @@ static void run(const char *label, int fail3, int rogue) {
             double s = w1 * delta(1, r, i) + w2 * delta(2, r, i) + (in3 ? w3 * delta(3, r, i) : 0);
             g[i] = (float)(g[i] + s / wsum);
         }
-        bound += (in3 ? 3 : 2) * 0.5 / fp.scale / wsum + 1e-6;
+        /* fixed point (none: no rounding but float's) plus float rounding */
+        bound += (fp.secure == 2 ? 0 : (in3 ? 3 : 2) * 0.5 / fp.scale / wsum) + 1e-6;
         if ((rogue < 0 && fail3 == r) || rogue >= 0) alive3 = 0;
         CHECK(k.clients[r] == (in3 ? 3 : 2), "%s: round %d summed %d clients", label, r,
               k.clients[r]);
@@ -186,6 +220,43 @@ static void run(const char *label, int fail3, int rogue) {
     for (int i = 0; i < N; i++) worst = fmax(worst, fabs(g[i] - k.global[ROUNDS][i]));
     CHECK(worst <= bound, "%s: global model off plaintext FedAvg by %g (bound %g)", label, worst,
           bound);
+}
+
+/* After a run of 3 clients: searches what the aggregator received for the
+ * clients' updates in the clear (16-byte windows of the float deltas) and
+ * for their fixed-point encodings (pairs of u64 slots as Paillier packs
+ * them, pairs of u32 lanes as masking sends them). Found nowhere under
+ * Paillier and masking; found under none, which shows the search works. */
+static void privacy(const char *label, int visible) {
+    ts_fed_pack pk;
+    CHECK_OK(ts_fed_pack_init(&pk, fp.scale, fp.clip, fp.max_clients, 0));
+    int windows = 0, found_f = 0, found_u = 0;
+    static uint64_t u[N];
+    for (int c = 1; c <= 3; c++)
+        for (int r = 1; r <= ROUNDS; r++) {
+            int64_t clipped;
+            CHECK_OK(ts_fed_quantize(&pk, clear[c][r], N,
+                                     (c == 1   ? 100
+                                      : c == 2 ? 300
+                                               : 600) /
+                                         1e3,
+                                     u, &clipped));
+            for (int i = 0; i + 4 <= N; i += 16) {
+                uint32_t lanes[2] = {(uint32_t)u[i], (uint32_t)u[i + 1]};
+                windows++;
+                found_f += heard_bytes(&clear[c][r][i], 16);
+                found_u += heard_bytes(&u[i], 16) + heard_bytes(lanes, 8);
+            }
+        }
+    CHECK(heard.len > 1000, "%s: the tap heard %zu bytes", label, heard.len);
+    if (visible)
+        CHECK(found_f == windows, "%s: only %d of %d windows of the updates found in the clear",
+              label, found_f, windows);
+    else
+        CHECK(found_f == 0 && found_u == 0,
+              "%s: the aggregator received plaintext update bytes (%d float, %d fixed-point "
+              "windows of %d)",
+              label, found_f, found_u, windows);
 }
 
 int main(void) {
@@ -202,6 +273,7 @@ int main(void) {
     fp.key_bits = 1024;
     fp.join_s = 20;
     run("3 clients", 0, -1);
+    privacy("paillier", 0);
     char key[600];
     snprintf(key, sizeof key, "%s/fed.priv", dir);
     struct stat sb;
@@ -220,8 +292,15 @@ int main(void) {
     /* masking (fed.secure: masking): no key; the same FedAvg, the same dropout */
     fp.secure = 1;
     run("masking: 3 clients", 0, -1);
+    privacy("masking", 0);
     run("masking: client 3 fails in round 2 after sharing its keys", 2, -1);
+    /* none (fed.secure: none): plain FedAvg over the same transport */
+    fp.secure = 2;
+    run("none: 3 clients", 0, -1);
+    privacy("none", 1);
+    run("none: client 3 fails in round 2", 2, -1);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "cleanup");
+    free(heard.buf);
     return check_summary("unit/fed_roles");
 }
