@@ -58,7 +58,7 @@ static ts_status run_rank(const ts_config *c0, const ts_session_options *o0, ts_
     /* ZeRO: every rank saves its blocks; compression: every rank takes part
      * in gathering the residuals before rank 0's saves, so it keeps the
      * cadence (ts_sess_shard_saver makes no saver without ZeRO) */
-    if ((c.dist.zero || c.dist.compress) && c.ckpt.every > 0 && dir && *dir)
+    if ((c.dist.zero || c.dist.compress || c.pipe.stages > 1) && c.ckpt.every > 0 && dir && *dir)
         o.shard_dir = dir;
     else
         c.ckpt.every = 0;
