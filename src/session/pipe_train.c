@@ -52,8 +52,6 @@ ts_status ts_sess_pipe_resolve(session *s) {
          "is already only its own parameters'): set dist.zero 0"},
         {c->dist.compress != 0, "dist.compress",
          "gradient compression between a stage's replicas is not built: set dist.compress none"},
-        {c->train.clip_grad_norm > 0, "train.clip_grad_norm",
-         "clipping by the global norm across stages is not built yet: set it to 0"},
         {c->optim.fused_update, "optim.fused_update",
          "the stages sum each micro-batch's gradients after its backward; a fused update frees "
          "them within it: set it to false"},

@@ -51,6 +51,11 @@ struct ts_stage {
     float *dp_buf;     /* D > 1: every replica's sum of this stage's gradients */
     ts_tree_sum dpsum; /* D > 1: the replicas' sums, in replica order */
     double loss;
+    /* train.clip_grad_norm (stages_clip.c): the model's parameters' squared
+     * norms, each stage parameter's place among them (-1: not counted) */
+    double max_norm, *clip_v;
+    int n_all, *clip_idx;
+    float clip_coef;
     double grad_sq;  /* the last step's, before the update (ts_stage_grad_sq) */
     double slowdown; /* > 1: sleep (slowdown - 1) x each piece's time after it */
     ts_stage_times t;
@@ -60,5 +65,12 @@ struct ts_stage {
 static inline int ts_stage_rank_of(const ts_stage *st, int t) {
     return st->base + t;
 }
+
+/* Clipping by the global norm across stages (stages_clip.c): setup after
+ * the plan and the shared parameters (whole: the model's forward graph,
+ * whose parameter order is one process's), then each step after the
+ * gradients are final and before the update. */
+ts_status ts_stage_clip_setup(ts_stage *st, const ts_graph *whole, double max_norm);
+ts_status ts_stage_clip(ts_stage *st);
 
 #endif

@@ -33,6 +33,7 @@ void ts_stage_free(ts_stage *st) {
     for (int i = 0; i < st->n_shared; i++) free(st->shared[i].bufs);
     ts_tree_sum_free(&st->gsum);
     ts_tree_sum_free(&st->dpsum);
+    free(st->clip_v), free(st->clip_idx);
     free(st->dp_buf);
     free(st);
 }
@@ -77,6 +78,7 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
     if (s != TS_OK) return s;
     ts_train_spec spec = sm->spec;
     spec.loss = loss;
+    spec.clip_grad_norm = 0; /* across the stages, before the update (stages_clip.c) */
     spec.trainable = NULL, spec.n_trainable = 0;
     /* A stage before the last runs its forward and its backward apart, so
      * its plan must compute pipe.out before anything reads pipe.grad: the
@@ -132,6 +134,7 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
     if ((s = ts_plan_grad_region(st->plan, &st->grad, &st->ngrad)) != TS_OK) return s;
     if ((s = ts_tree_sum_init(&st->gsum, st->ngrad)) != TS_OK) return s;
     if ((s = find_shared(st, sm)) != TS_OK) return s;
+    if ((s = ts_stage_clip_setup(st, sm->g, sm->spec.clip_grad_norm)) != TS_OK) return s;
     st->cap_pending = 4 * st->M + 2 * MAX_SHARED + 4 + st->D;
     st->reqs = calloc((size_t)st->cap_pending, sizeof *st->reqs);
     st->pending = calloc((size_t)st->cap_pending, sizeof *st->pending);
@@ -158,10 +161,6 @@ ts_status ts_stage_new(ts_config *c0, ts_comm *comm, ts_stage **out) {
                        "pipeline: dist.%s inside a stage is not built yet (a stage's optimizer "
                        "state is already only its own parameters'): set it to its default",
                        c0->dist.zero ? "zero" : "compress");
-    if (c0->train.clip_grad_norm > 0)
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "pipeline: train.clip_grad_norm needs the norm over every stage's "
-                       "gradients, which the stages do not exchange yet: set it to 0");
     /* each replica's stages see model.batch / D rows (its share of the batch) */
     ts_config cc = *c0, *c = &cc;
     c->model.batch /= D;
@@ -409,6 +408,14 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
     }
     ts_plan_set_seed(st->plan, seed);
     if (s == TS_OK) st->grad_sq = grad_sq(st);
+    /* clipping: its all-reduce after this step's messages are all through */
+    if (s == TS_OK && st->max_norm > 0 && st->n_pending) {
+        const double tw = now();
+        s = ts_comm_wait(st->comm, st->reqs, st->n_pending);
+        st->t.wait += now() - tw;
+        st->n_pending = 0;
+    }
+    if (s == TS_OK) s = ts_stage_clip(st);
     if (s == TS_OK) s = run(st, st->gate, st->n_ins, &st->t.update);
     if (s == TS_OK && st->n_pending) {
         const double tw = now();
