@@ -171,7 +171,7 @@ static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_ses
     memset(r, 0, sizeof *r);
     r->first_loss = r->final_loss = r->median_rate = NAN;
     if (ts_zoo_check_procs(c, n) != TS_OK) return TS_ERR_UNSUPPORTED;
-    if (c->model.batch % n)
+    if (c->pipe.stages <= 1 && c->model.batch % n) /* stages: checked by pipe_train.c */
         return ts_fail(TS_ERR_INVALID,
                        "model.batch %lld does not divide by %d processes: every rank trains on "
                        "model.batch / processes rows of each batch",

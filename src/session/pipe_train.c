@@ -38,7 +38,8 @@ ts_status ts_sess_pipe_resolve(session *s) {
     const int D = N / S;
     if (c->model.batch % ((int64_t)M * D))
         return ts_fail(TS_ERR_INVALID,
-                       "%s: model.batch %lld does not divide into %d replica%s x %d micro-batches "
+                       "%s: dist.microbatches: model.batch %lld does not divide into %d replica%s "
+                       "x %d micro-batches "
                        "(dist.microbatches): each micro-batch is model.batch / (replicas x "
                        "dist.microbatches) rows",
                        origin(s, "dist.microbatches", w, sizeof w), (long long)c->model.batch, D,
@@ -66,8 +67,9 @@ ts_status ts_sess_pipe_resolve(session *s) {
     };
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
         if (no[i].set)
-            return ts_fail(TS_ERR_UNSUPPORTED, "%s: not supported with dist.pipeline_stages %d: %s",
-                           origin(s, no[i].key, w, sizeof w), S, no[i].why);
+            return ts_fail(TS_ERR_UNSUPPORTED,
+                           "%s: %s is not supported with dist.pipeline_stages %d: %s",
+                           origin(s, no[i].key, w, sizeof w), no[i].key, S, no[i].why);
     s->nslices = M * D;
     return TS_OK;
 }
@@ -321,6 +323,19 @@ ts_status ts_sess_pipe_observe(session *s, int64_t step) {
         st = ts_tfevents_scalars(s->tb, step, 2, tags, v);
     }
     return st;
+}
+
+void ts_sess_pipe_explain(const session *s, ts_status st) {
+    char map[320] = "";
+    size_t len = 0;
+    const int S = s->pipe->S;
+    for (int r = 0; r < s->nranks && r < 8 && len < sizeof map; r++)
+        len += (size_t)snprintf(map + len, sizeof map - len, "%srank %d runs pipeline stage %d",
+                                r ? ", " : "", r, r % S);
+    char msg[1600];
+    snprintf(msg, sizeof msg, "%s (%s%s%s)", ts_last_error(), map, s->nranks > 8 ? ", ..." : "",
+             s->pipe->D > 1 ? "; its replica is rank / stages" : "");
+    ts_fail(st, "%s", msg);
 }
 
 void ts_sess_pipe_free(session *s) {

@@ -41,6 +41,9 @@ json_t *ts_sess_pipe_summary(const session *s);
 void ts_sess_pipe_log(session *s);
 /* Publishes the last step's bubble (Prometheus gauge, TensorBoard). */
 ts_status ts_sess_pipe_observe(session *s, int64_t step);
+/* Appends to the last error which stage each rank runs (a failed step
+ * names the rank that died). */
+void ts_sess_pipe_explain(const session *s, ts_status st);
 void ts_sess_pipe_free(session *s);
 
 #endif

@@ -81,6 +81,7 @@ static ts_status train_loop(session *s) {
         const double dt = ts_now() - t0;
         if (st != TS_OK) {
             ts_error_prefix("step %lld", (long long)step);
+            if (s->pipe) ts_sess_pipe_explain(s, st); /* which stage each rank runs */
             break;
         }
         /* a short last batch (data.drop_last false) holds s->rows rows */
