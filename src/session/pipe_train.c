@@ -15,6 +15,7 @@ struct ts_sess_pipe {
     int S, D, M;
     double pred_step, pred_bubble;
     double bubble, bubble_sum, grad_norm;
+    double overhead, overhead_sum; /* step time in neither kernels nor waits */
     int64_t n_bubble;
     ts_metric *gauge[2];
 };
@@ -79,7 +80,7 @@ ts_status ts_sess_pipe_setup(session *s) {
     if (!p) return TS_ERR_NOMEM;
     s->pipe = p;
     p->S = s->c.pipe.stages, p->D = s->nranks / p->S, p->M = s->c.pipe.microbatches;
-    p->bubble = p->grad_norm = NAN;
+    p->bubble = p->overhead = p->grad_norm = NAN;
     ts_config c = s->c;
     ts_status st = ts_stage_new(&c, s->o->comm, &p->st);
     if (st != TS_OK) return st;
@@ -233,28 +234,38 @@ ts_status ts_sess_pipe_step(session *s, double *loss) {
     const int t = ts_stage_index(p->st, &d, NULL);
     ts_stage_times tm;
     ts_stage_last_times(p->st, &tm);
-    /* per rank: its loss (last stages), its squared norm (replica 0), busy
-     * and step seconds; added up in rank order, the same on every rank */
+    /* per rank: its loss (last stages), its squared norm (replica 0), busy,
+     * waiting and step seconds; added up in rank order, the same on every
+     * rank */
+    enum { K = 5 };
     const int N = s->nranks;
-    double *v = malloc(sizeof(double) * 4 * (size_t)N);
+    double *v = malloc(sizeof(double) * K * (size_t)N);
     if (!v) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
-    double *mine = v + 4 * s->rank;
+    double *mine = v + K * s->rank;
     mine[0] = t == p->S - 1 ? ts_stage_loss(p->st) : 0;
     mine[1] = d == 0 ? ts_stage_grad_sq(p->st) : 0;
     mine[2] = tm.forward + tm.backward + tm.update;
-    mine[3] = tm.step;
-    st = ts_allgather(s->o->comm, NULL, v, 4 * (size_t)N, TS_F64, TS_ALGO_AUTO);
+    mine[3] = tm.wait;
+    mine[4] = tm.step;
+    st = ts_allgather(s->o->comm, NULL, v, K * (size_t)N, TS_F64, TS_ALGO_AUTO);
     if (st == TS_OK) {
-        double l = 0, sq = 0, busy = 0, step = 0;
+        double l = 0, sq = 0, busy = 0, wait = 0, own = 0, step = 0;
         for (int r = 0; r < N; r++) {
-            l += v[4 * r], sq += v[4 * r + 1], busy += v[4 * r + 2];
-            if (v[4 * r + 3] > step) step = v[4 * r + 3];
+            l += v[K * r], sq += v[K * r + 1], busy += v[K * r + 2], wait += v[K * r + 3];
+            own += v[K * r + 4];
+            if (v[K * r + 4] > step) step = v[K * r + 4];
         }
         *loss = l / p->D;
         p->grad_norm = sqrt(sq);
-        /* the share of the ranks' step time not spent in their kernels */
-        p->bubble = step > 0 ? 1 - busy / ((double)N * step) : NAN;
-        if (isfinite(p->bubble)) p->bubble_sum += p->bubble, p->n_bubble++;
+        /* The bubble: the share of the ranks' time (the slowest rank's step
+         * each) spent waiting for a message or for the slowest rank; the
+         * overhead: the rest outside the kernels (saving and restoring
+         * activations, copies into send buffers, the gradient sums). */
+        const double all = (double)N * step;
+        p->bubble = all > 0 ? (wait + all - own) / all : NAN;
+        p->overhead = all > 0 ? (own - busy - wait) / all : NAN;
+        if (isfinite(p->bubble))
+            p->bubble_sum += p->bubble, p->overhead_sum += p->overhead, p->n_bubble++;
         ts_plan_set_step(s->plan, ts_plan_step_count(ts_stage_plan(p->st)));
     } else {
         ts_error_prefix("pipeline stage %d (rank %d): exchanging the step's loss", t, s->rank);
@@ -271,16 +282,19 @@ void ts_sess_pipe_json(const session *s, char *buf, size_t n) {
     buf[0] = 0;
     if (!s->pipe) return;
     char b1[32];
-    snprintf(buf, n, ",\"bubble\":%s,\"bubble_predicted\":%.6g",
-             num(s->pipe->bubble, b1, sizeof b1), s->pipe->pred_bubble);
+    char b2[32];
+    snprintf(buf, n, ",\"bubble\":%s,\"bubble_predicted\":%.6g,\"pipeline_overhead\":%s",
+             num(s->pipe->bubble, b1, sizeof b1), s->pipe->pred_bubble,
+             num(s->pipe->overhead, b2, sizeof b2));
 }
 
 json_t *ts_sess_pipe_summary(const session *s) {
     const struct ts_sess_pipe *p = s->pipe;
-    return json_pack("{s:i, s:i, s:i, s:s, s:o, s:f, s:f}", "stages", p->S, "replicas", p->D,
+    const double n = (double)p->n_bubble;
+    return json_pack("{s:i, s:i, s:i, s:s, s:o, s:o, s:f, s:f}", "stages", p->S, "replicas", p->D,
                      "microbatches", p->M, "schedule", s->c.pipe.schedule ? "gpipe" : "1f1b",
-                     "bubble_mean",
-                     p->n_bubble ? json_real(p->bubble_sum / (double)p->n_bubble) : json_null(),
+                     "bubble_mean", n > 0 ? json_real(p->bubble_sum / n) : json_null(),
+                     "overhead_mean", n > 0 ? json_real(p->overhead_sum / n) : json_null(),
                      "bubble_predicted", p->pred_bubble, "step_predicted_s", p->pred_step);
 }
 

@@ -70,7 +70,7 @@ static void test_same_bits(void) {
     /* the bubble per step and in the summary */
     char *m = e2e_slurp(e2e_path("p2/metrics.jsonl"), NULL);
     CHECK(m && strstr(m, "\"step\":6") && strstr(m, "\"bubble\":0.") &&
-              strstr(m, "\"bubble_predicted\":0."),
+              strstr(m, "\"bubble_predicted\":0.") && strstr(m, "\"pipeline_overhead\":"),
           "metrics.jsonl: bubble per step\n%s", m ? m : "");
     free(m);
     char *s = e2e_slurp(e2e_path("p2/summary.json"), NULL);
