@@ -16,6 +16,7 @@ struct ts_sess_pipe {
     double pred_step, pred_bubble;
     double bubble, bubble_sum, grad_norm;
     double overhead, overhead_sum; /* step time in neither kernels nor waits */
+    int defaults_off;              /* alerts.defaults was on: its rules are not run */
     int64_t n_bubble;
     ts_metric *gauge[2];
 };
@@ -298,6 +299,21 @@ json_t *ts_sess_pipe_summary(const session *s) {
                      "bubble_predicted", p->pred_bubble, "step_predicted_s", p->pred_step);
 }
 
+ts_status ts_sess_pipe_alerts(session *s) {
+    const char *r = s->c.alerts.rules;
+    if (r[0] && strcmp(r, "none") != 0) {
+        char w[600];
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "%s: alerts.rules is not supported with dist.pipeline_stages %d: the "
+                       "gradient monitors alerts read are not computed across stages yet",
+                       origin(s, "alerts.rules", w, sizeof w), s->c.pipe.stages);
+    }
+    /* the runner without rules: the run's loop and files as usual */
+    s->pipe->defaults_off = s->c.alerts.defaults;
+    s->c.alerts.defaults = 0;
+    return ts_sess_alerts_setup(s);
+}
+
 void ts_sess_pipe_log(session *s) {
     const struct ts_sess_pipe *p = s->pipe;
     const ts_partition *part = ts_stage_partition_of(p->st);
@@ -310,10 +326,11 @@ void ts_sess_pipe_log(session *s) {
     }
     ts_progress_log(&s->pr,
                     "pipeline: %d stages x %d replica%s (%d processes, %s), %d micro-batches of "
-                    "%lld rows, %s; stages %s; predicted bubble %.1f %%",
+                    "%lld rows, %s; stages %s; predicted bubble %.1f %%%s",
                     p->S, p->D, p->D == 1 ? "" : "s", s->nranks, ts_comm_transport(s->o->comm),
                     p->M, (long long)(s->c.model.batch / ((int64_t)p->M * p->D)),
-                    s->c.pipe.schedule ? "gpipe" : "1f1b", cuts, 100 * p->pred_bubble);
+                    s->c.pipe.schedule ? "gpipe" : "1f1b", cuts, 100 * p->pred_bubble,
+                    p->defaults_off ? "; the default alerts are not run under stages" : "");
 }
 
 ts_status ts_sess_pipe_observe(session *s, int64_t step) {

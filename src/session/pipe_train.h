@@ -37,6 +37,10 @@ double ts_sess_pipe_grad_norm(const session *s);
 void ts_sess_pipe_json(const session *s, char *buf, size_t n);
 /* The summary's "pipeline" object (new reference). */
 json_t *ts_sess_pipe_summary(const session *s);
+/* Alerts under stages: the gradient monitors are compiled into the
+ * whole-model plan, which no step runs, so explicit alerts.rules are
+ * refused and the default rules are not run (the header says so). */
+ts_status ts_sess_pipe_alerts(session *s);
 /* The header's line: stages, replicas, cuts, prediction. */
 void ts_sess_pipe_log(session *s);
 /* Publishes the last step's bubble (Prometheus gauge, TensorBoard). */

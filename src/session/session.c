@@ -366,7 +366,7 @@ static ts_status setup(session *s) {
     if ((st = ts_sess_build(s)) != TS_OK) return st;
     if (pipe && (st = ts_sess_pipe_setup(s)) != TS_OK) return st;
     if ((st = ts_sess_peft_load_base(s)) != TS_OK) return st;
-    if ((st = ts_sess_alerts_setup(s)) != TS_OK) return st;
+    if ((st = pipe ? ts_sess_pipe_alerts(s) : ts_sess_alerts_setup(s)) != TS_OK) return st;
     if (!pipe && (st = ts_repro_setup(s)) != TS_OK) return st;
     if (!s->all && (st = ts_sess_make_synthetic(s)) != TS_OK) return st;
     int64_t cap = s->c.train.steps < MAX_RATES ? s->c.train.steps : MAX_RATES;

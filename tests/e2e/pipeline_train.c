@@ -141,6 +141,8 @@ static void test_refusals(void) {
     refused("fp16", "--procs 2 --set precision.default=fp16", "precision.loss_scale");
     refused("dist.microbatch", "--procs 2 --set dist.microbatch=2",
             "dist.microbatch is not supported");
+    refused("alerts", "--procs 2 --set alerts.rules=\"metric=grad_norm above=150 action=pause\"",
+            "alerts.rules is not supported");
     /* micro-batches mean nothing without stages */
     e2e_result r = train("--steps 1 --set dist.microbatches=4", "bad1");
     CHECK(r.rc == 2 && strstr(r.err, "dist.microbatches 4 without dist.pipeline_stages"),
