@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
            slow_rank >= 0 ? " (one rank slowed)" : "", med, k, res[S - 1].loss);
     printf("%-5s %6s %12s %12s %12s %12s %10s\n", "stage", "ops", "est ms/mb", "meas ms/mb",
            "meas/est", "wait s", "stash MiB");
-    double busy = 0;
+    double busy = 0, waiting = 0, own = 0;
     double fb[16], est_step = res[0].est_step, est_bubble = res[0].est_bubble;
     for (int s = 0; s < S; s++) {
         double f[MAX_STEPS], w[MAX_STEPS], u[MAX_STEPS];
@@ -216,6 +216,10 @@ int main(int argc, char **argv) {
         }
         fb[s] = median(f, k) / M;
         busy += median(f, k) + median(u, k);
+        waiting += median(w, k);
+        double own_t[MAX_STEPS];
+        for (int t = 1; t < steps; t++) own_t[t - 1] = res[s].t[t].step;
+        own += median(own_t, k);
         printf("%-5d %6d %12.2f %12.2f %12.2f %12.3f %10.1f\n", s, res[s].n_ops, res[s].est_s * 1e3,
                fb[s] * 1e3, fb[s] / res[s].est_s, median(w, k),
                (double)res[s].t[1].stash_bytes / 1048576.0);
@@ -223,6 +227,11 @@ int main(int argc, char **argv) {
     printf("bubble: measured %.1f %% (1 - busy / (stages x step)); predicted %.1f %% from the cost "
            "model's stage times (step %.3f s)\n",
            100 * (1 - busy / (S * med)), 100 * est_bubble, est_step);
+    /* as metrics.jsonl splits it (session/pipe_train.c): waiting for a
+     * message or for the slowest rank, and the rest outside the kernels */
+    printf("  of which waiting %.1f %% (the bubble as tessel train reports it), overhead %.1f %% "
+           "(stash copies, send buffers, gradient sums, the tied embedding's exchange)\n",
+           100 * (waiting + S * med - own) / (S * med), 100 * (own - busy - waiting) / (S * med));
     for (int t = 0; t < steps; t++) printf("  step %d: %.3f s\n", t, step[t]);
     return 0;
 }

@@ -455,10 +455,11 @@ const ts_config_key cfg_keys[] = {
      "else model.batch)"},
     /* pipeline stages placed by a cost model (issue 23, docs/distributed.md "Pipeline stages") */
     {"dist.pipeline_stages", TS_CFG_INT, FIELD(pipe, stages), 0, NULL, "[1, 64]", "1",
-     "pipeline stages: the training graph is cut into this many stages, one process each (1: "
-     "no pipeline)"},
+     "pipeline stages: the training graph is cut into this many stages, one process each, or "
+     "S x D processes for D data-parallel replicas of every stage (1: no pipeline)"},
     {"dist.microbatches", TS_CFG_INT, FIELD(pipe, microbatches), 0, NULL, "[1, 1024]", "1",
-     "pipeline: micro-batches each batch is cut into (model.batch rows / this each)"},
+     "pipeline: micro-batches each replica's share of the batch is cut into (model.batch / "
+     "(replicas x this) rows each)"},
     {"dist.pipeline_schedule", TS_CFG_ENUM, FIELD(pipe, schedule), 0, "1f1b|gpipe", NULL, "1f1b",
      "pipeline: 1f1b (one forward, one backward: a stage keeps at most S - s micro-batches) or "
      "gpipe (every forward, then every backward)"},

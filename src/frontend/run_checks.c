@@ -166,28 +166,17 @@ static ts_status check_zero3(const ts_config *c, int nranks) {
     return TS_OK;
 }
 
-/* dist.pipeline_stages: the stages run through src/session/stages.h (tests,
- * bench/pipeline.c); tessel train does not drive them yet, so it refuses
- * the pipeline keys rather than train without them. */
+/* dist.microbatches cuts the batch for pipeline stages only: in one
+ * process it would change nothing, so it is refused rather than ignored
+ * (the session checks the combinations stages support, pipe_train.c). */
 static ts_status check_pipeline(const ts_config *c) {
-    const char *keys[] = {"dist.pipeline_stages", "dist.microbatches", "dist.pipeline_schedule",
-                          "dist.devices"};
-    ts_config d;
-    ts_config_init(&d);
-    for (int k = 0; k < 4; k++) {
-        const int i = ts_config_key_find(keys[k]);
-        const ts_config_key *key = i >= 0 ? ts_config_key_at(i) : NULL;
-        if (!key || !memcmp((const char *)c + key->offset, (const char *)&d + key->offset,
-                            key->size))
-            continue;
-        char where[600];
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "%s: %s is set, but tessel train does not run pipeline stages yet (the "
-                       "stages run through the library, src/session/stages.h, and "
-                       "bench/pipeline.c); `tessel compile --dump partition` shows the placement",
-                       cfg_origin(c, i, where, sizeof where), keys[k]);
-    }
-    return TS_OK;
+    if (c->pipe.stages > 1 || c->pipe.microbatches <= 1) return TS_OK;
+    char where[600];
+    return ts_fail(TS_ERR_INVALID,
+                   "%s: dist.microbatches %d without dist.pipeline_stages > 1 has no effect (for "
+                   "micro-batches in one process use dist.reproducible with dist.microbatch)",
+                   cfg_origin(c, ts_config_key_find("dist.microbatches"), where, sizeof where),
+                   c->pipe.microbatches);
 }
 
 ts_status ts_config_check_run(const ts_config *c, int rank, int nranks) {

@@ -55,6 +55,10 @@ ts_status ts_broadcast_shapes(const ts_type *a, const ts_type *b, ts_type *out);
  * `like` (returns dy itself when shapes already match). Takes a value, not
  * a type pointer: pointers into g->values move as nodes are added. */
 ts_val ts_sum_to(ts_graph *g, ts_val dy, ts_val like);
+/* The sum of squares clip_coef forms for one f32 gradient of n elements
+ * (fixed blocks in double, added in order): for clipping done outside the
+ * kernel with the same bits (pipeline stages, session/stages_run.c). */
+double ts_clip_sumsq_f32(const float *x, int64_t n);
 /* Kernel error for a dtype it does not handle. */
 ts_status ts_kernel_bad_dtype(const ts_kargs *k, const char *op, ts_dtype dt);
 

@@ -543,6 +543,13 @@ static size_t scratch_clip(const ts_graph *g, const ts_node *n) {
 DEF_SUMSQ(sumsq_f32, float)
 DEF_SUMSQ(sumsq_f64, double)
 
+double ts_clip_sumsq_f32(const float *x, int64_t n) {
+    double ss = 0;
+    for (int64_t s = 0; s < n; s += TS_RED_BLOCK)
+        ss += sumsq_f32(x + s, n - s < TS_RED_BLOCK ? n - s : TS_RED_BLOCK);
+    return ss;
+}
+
 /* torch.nn.utils.clip_grad_norm_ (norm_type 2):
  *   total = norm(stack([norm(g_i) for g_i]))      (each norm in the grads' dtype)
  *   coef = clamp(max_norm / (total + 1e-6), max=1)

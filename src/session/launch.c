@@ -58,7 +58,7 @@ static ts_status run_rank(const ts_config *c0, const ts_session_options *o0, ts_
     /* ZeRO: every rank saves its blocks; compression: every rank takes part
      * in gathering the residuals before rank 0's saves, so it keeps the
      * cadence (ts_sess_shard_saver makes no saver without ZeRO) */
-    if ((c.dist.zero || c.dist.compress) && c.ckpt.every > 0 && dir && *dir)
+    if ((c.dist.zero || c.dist.compress || c.pipe.stages > 1) && c.ckpt.every > 0 && dir && *dir)
         o.shard_dir = dir;
     else
         c.ckpt.every = 0;
@@ -171,7 +171,7 @@ static ts_status run_shm(const ts_config *c, const ts_session_options *o, ts_ses
     memset(r, 0, sizeof *r);
     r->first_loss = r->final_loss = r->median_rate = NAN;
     if (ts_zoo_check_procs(c, n) != TS_OK) return TS_ERR_UNSUPPORTED;
-    if (c->model.batch % n)
+    if (c->pipe.stages <= 1 && c->model.batch % n) /* stages: checked by pipe_train.c */
         return ts_fail(TS_ERR_INVALID,
                        "model.batch %lld does not divide by %d processes: every rank trains on "
                        "model.batch / processes rows of each batch",

@@ -9,6 +9,7 @@
 #include "obs/trace.h"
 #include "plan/plan.h"
 #include "session/repro.h"
+#include "session/pipe_train.h"
 #include "session/session_internal.h"
 
 /* The metrics registry and the /metrics endpoint, started before the run
@@ -113,6 +114,7 @@ static ts_status gradient_pass(session *s, int64_t step, int hist, double *norm)
     int64_t n;
     /* dist.reproducible: the monitors saw the last micro-batch only. */
     ts_status st = s->rp ? ts_repro_grad_norm(s->rp, norm) : ts_plan_grad_norm(s->plan, norm);
+    if (s->pipe) *norm = ts_sess_pipe_grad_norm(s), hist = 0; /* s->plan does not step */
     /* ZeRO-3: parameters and gradients are sharded after the step; no
      * histograms (docs/distributed.md) */
     if (s->nranks > 1 && s->c.dist.zero == 3) hist = 0;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "core/core.h"
 #include "core/dirlock.h"
+#include "session/pipe_train.h"
 #include "session/session_internal.h"
 
 const char *const ts_sess_source_names[] = {"synthetic", "idx", "npy", "csv", "tokens", "graph"};
@@ -192,6 +193,9 @@ ts_status ts_sess_identity(session *s) {
     static const char *const dskip[] = {
         "max_restarts:", "procs:",        "zero:",     "timeout_s:",
         "bucket_mb:",    "share_params:", "prefetch:", "max_mem_mb:"};
+    /* pipeline stages: how the same micro-batches are spread (pipe_train.h) */
+    static const char *const pskip[] = {
+        "pipeline_stages:", "pipeline_schedule:", "devices:", "microbatches:"};
     int skip_section = 0, in_train = 0, in_dist = 0;
     for (char *line = full; *line;) {
         size_t len = strcspn(line, "\n");
@@ -207,6 +211,8 @@ ts_status ts_sess_identity(session *s) {
             if (!strncmp(line + 2, skip[i], strlen(skip[i]))) keep = 0;
         for (size_t i = 0; keep && in_dist && !top && i < sizeof dskip / sizeof *dskip; i++)
             if (!strncmp(line + 2, dskip[i], strlen(dskip[i]))) keep = 0;
+        for (size_t i = 0; keep && in_dist && !top && i < sizeof pskip / sizeof *pskip; i++)
+            if (!strncmp(line + 2, pskip[i], strlen(pskip[i]))) keep = 0;
         if (keep) fprintf(f, "%.*s\n", (int)len, line);
         line += len + (line[len] == '\n');
     }
@@ -428,6 +434,7 @@ ts_status ts_sess_write_summary(session *s, const char *status, const char *erro
     if (r->resumed_step) json_object_set_new(o, "resumed_from_step", json_integer(r->resumed_step));
     if (s->c.ckpt.every > 0) json_object_set_new(o, "checkpoints", json_integer(r->checkpoints));
     if (s->cache) json_object_set_new(o, "plan_cache", ts_sess_shape_summary(s));
+    if (s->pipe) json_object_set_new(o, "pipeline", ts_sess_pipe_summary(s));
     if (r->has_val) json_object_set_new(o, "val", eval_json(&r->val));
     if (r->has_test) json_object_set_new(o, "test", eval_json(&r->test));
     if (error) json_object_set_new(o, "error", json_string(error));

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "core/core.h"
 #include "plan/plan_cache.h"
+#include "session/pipe_train.h"
 #include "session/ranks.h"
 #include "session/repro.h"
 #include "session/session_internal.h"
@@ -63,7 +64,9 @@ static ts_status train_loop(session *s) {
         st = ts_sess_next_batch(s, step);
         const double wait = s->loader ? ts_loader_wait_seconds(s->loader) - w0 : 0;
         double loss = NAN, agreed;
-        if (s->rp) { /* dist.reproducible: this rank's micro-batches (repro.h) */
+        if (s->pipe) { /* pipeline stages: this rank's stage (pipe_train.h) */
+            if (st == TS_OK) st = ts_sess_pipe_step(s, &loss);
+        } else if (s->rp) { /* dist.reproducible: this rank's micro-batches (repro.h) */
             if (st == TS_OK) st = ts_repro_step(s, &loss);
         } else {
             if (st == TS_OK) st = ts_sess_step(s); /* shape_feed.c */
@@ -74,10 +77,12 @@ static ts_status train_loop(session *s) {
         agreed = loss;
         if (st == TS_OK && s->nranks > 1) st = ts_session_agree(s->o->comm, &agreed, &stop);
         if (stop && !t_stop) t_stop = stop_grace(s);
-        if (!s->rp) loss = agreed; /* reproducible: already the batch's, in a fixed order */
+        /* reproducible and pipelined: already the batch's, in a fixed order */
+        if (!s->rp && !s->pipe) loss = agreed;
         const double dt = ts_now() - t0;
         if (st != TS_OK) {
             ts_error_prefix("step %lld", (long long)step);
+            if (s->pipe) ts_sess_pipe_explain(s, st); /* which stage each rank runs */
             break;
         }
         if (s->o->after_step &&
@@ -104,9 +109,13 @@ static ts_status train_loop(session *s) {
         }
         ts_progress_info in = {step, epoch, c->train.epochs, loss, lr, rate};
         ts_progress_step(&s->pr, &in);
-        char cj[320]; /* gradient compression's bytes (compress_obs.c) */
+        char cj[400]; /* gradient compression's bytes (compress_obs.c), the pipeline's bubble */
         if ((st = ts_sess_compress_observe(s, step, cj, sizeof cj)) != TS_OK) break;
         if ((st = ts_sess_lineage_settle(s, 0)) != TS_OK) break; /* hashed in the background */
+        if (s->pipe) {
+            if ((st = ts_sess_pipe_observe(s, step)) != TS_OK) break;
+            ts_sess_pipe_json(s, cj + strlen(cj), sizeof cj - strlen(cj));
+        }
         if ((st = ts_sess_gpu_observe(s, step)) != TS_OK) break;
         if (s->metrics) {
             char b1[32], b2[32], b3[32], b4[32], amp[96] = "", shp[256], data[48] = "";
@@ -139,6 +148,11 @@ static ts_status train_loop(session *s) {
         const int val_due = s->val && s->val->n > 0 && (due || (step == steps && !stop));
         /* ZeRO-3: every rank gives rank 0's evaluation its blocks */
         if (val_due && (st = ts_sess_eval_gather(s)) != TS_OK) break;
+        /* pipeline stages: their weights into rank 0's plan before it evaluates or saves */
+        if (s->pipe &&
+            (due || stop || step == steps || (c->ckpt.every > 0 && step % c->ckpt.every == 0)) &&
+            (st = ts_sess_pipe_sync(s)) != TS_OK)
+            break;
         if (has_val && val_due) {
             st = ts_sess_eval_split(s, "val", s->val, &r->val, step, epoch);
             if (st != TS_OK) break;
@@ -252,7 +266,9 @@ static void header(session *s) {
                         c->peft.base[0] ? "; base weights from " : "", c->peft.base);
         if (c->peft.load[0]) ts_progress_log(&s->pr, "peft: LoRA A and B from %s", c->peft.load);
     }
-    if (s->nranks > 1) {
+    if (s->pipe) {
+        ts_sess_pipe_log(s);
+    } else if (s->nranks > 1) {
         /* The host layout the hierarchical collectives see (srun -N 2). */
         char hosts[32] = "";
         if (ts_comm_num_hosts(s->o->comm) > 1)
@@ -313,6 +329,7 @@ static void session_free(session *s) {
         ts_progress_log(&s->pr, "tessel: warning: %s", ts_last_error());
     ts_alert_runner_free(s->ar);
     ts_repro_free(s->rp);
+    ts_sess_pipe_free(s);
     free(s->replay_json);
     if (s->tm_made) ts_train_metrics_free(&s->tm);
     free(s->gbuf);
@@ -358,11 +375,13 @@ static ts_status setup(session *s) {
     if ((st = ts_sess_resolve_metrics(s)) != TS_OK) return st;
     if (!s->all && ts_zoo_model(&s->c) && (st = ts_zoo_synth_val(&s->c, &s->val)) != TS_OK)
         return st;
-    if ((st = ts_repro_resolve(s)) != TS_OK) return st;
+    const int pipe = s->c.pipe.stages > 1;
+    if ((st = pipe ? ts_sess_pipe_resolve(s) : ts_repro_resolve(s)) != TS_OK) return st;
     if ((st = ts_sess_build(s)) != TS_OK) return st;
+    if (pipe && (st = ts_sess_pipe_setup(s)) != TS_OK) return st;
     if ((st = ts_sess_peft_load_base(s)) != TS_OK) return st;
-    if ((st = ts_sess_alerts_setup(s)) != TS_OK) return st;
-    if ((st = ts_repro_setup(s)) != TS_OK) return st;
+    if ((st = pipe ? ts_sess_pipe_alerts(s) : ts_sess_alerts_setup(s)) != TS_OK) return st;
+    if (!pipe && (st = ts_repro_setup(s)) != TS_OK) return st;
     if (!s->all && (st = ts_sess_make_synthetic(s)) != TS_OK) return st;
     int64_t cap = s->c.train.steps < MAX_RATES ? s->c.train.steps : MAX_RATES;
     if (!(s->rates = ts_alloc(sizeof(double) * (size_t)(cap + 1), "step rates")))
@@ -422,7 +441,7 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
                                      "(--out RUN_DIR or output.dir)");
     }
     if (st == TS_OK) st = ts_zoo_check_procs(c, s->nranks);
-    if (st == TS_OK && c->model.batch % s->nranks)
+    if (st == TS_OK && c->pipe.stages <= 1 && c->model.batch % s->nranks)
         st = ts_fail(TS_ERR_INVALID,
                      "model.batch %lld does not divide by %d processes: every rank trains on "
                      "model.batch / processes rows of each batch",
@@ -454,6 +473,7 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     if (st == TS_OK) st = setup(s);
     if (st == TS_OK && s->from_start) st = ts_sess_check_from_start(s);
     if (st == TS_OK && s->ck) st = ts_sess_resume(s);
+    if (st == TS_OK && s->pipe) st = ts_sess_pipe_load(s); /* s->plan's values into the stage */
     if (st == TS_OK) st = ts_sess_shard_saver(s);
     if (st == TS_OK) {
         r->planned_steps = s->c.train.steps;

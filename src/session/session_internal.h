@@ -109,6 +109,8 @@ typedef struct session {
     struct ts_trace *trace; /* --trace */
     float *gbuf;            /* one parameter or gradient, read back for norms and histograms */
     size_t gbuf_bytes;
+    /* dist.pipeline_stages > 1: this rank's stage (pipe_train.h), else NULL */
+    struct ts_sess_pipe *pipe;
     ts_alert_runner *ar; /* gradient monitors and alert rules (src/obs/alert_run.h) */
     ts_ckpt_saver *asv;  /* anomaly snapshots when ckpt.every is 0 (no s->sv) */
     /* evaluation metrics beyond accuracy/mse (metrics_eval.h) */

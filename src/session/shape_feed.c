@@ -29,6 +29,9 @@ static void train_options(const session *s, ts_compile_options *opt) {
     opt->zero_no_prefetch = !s->c.dist.prefetch;
     if (s->nranks > 1) ts_config_compress_options(&s->c, &opt->compress);
     opt->monitors = 1;
+    /* pipeline stages: this plan only holds the whole model's weights
+     * (pipe_train.h); the stages compile, exchange and bound memory */
+    if (s->c.pipe.stages > 1) opt->comm = NULL, opt->zero = 0, opt->max_mem_mb = 0;
 }
 
 ts_status ts_sess_shape_graph(session *s, ts_config *lc, ts_graph **g, ts_model *m,

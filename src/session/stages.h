@@ -49,9 +49,12 @@ ts_status ts_stage_partition(ts_config *c, const ts_device_speed *measured, int 
 
 typedef struct ts_stage ts_stage;
 
-/* Stage ts_comm_rank(comm) of c's model; comm's size must be
- * dist.pipeline_stages. Collective over the comm (the devices' speeds are
- * measured by each and exchanged when dist.devices is measure). */
+/* Stage ts_comm_rank(comm) % S of c's model (S = dist.pipeline_stages) in
+ * replica ts_comm_rank(comm) / S: comm's size must be S x D, D replicas of
+ * every stage (data parallelism: each replica trains on its model.batch / D
+ * rows of the batch and the replicas of a stage add their gradients, see
+ * replicas_sum in stages_run.c). Collective over the comm (the devices'
+ * speeds are measured by each and exchanged when dist.devices is measure). */
 ts_status ts_stage_new(ts_config *c, ts_comm *comm, ts_stage **out);
 /* One training step over the whole batch: data[i] holds model.batch rows
  * of the input named names[i] (each stage feeds those its plan has). */
@@ -68,6 +71,14 @@ typedef struct ts_stage_times {
     size_t stash_bytes;                           /* saved per micro-batch in flight */
 } ts_stage_times;
 void ts_stage_last_times(const ts_stage *st, ts_stage_times *t);
+/* The squares of the last step's gradients of this stage's parameters,
+ * summed before the update (a parameter two stages hold counted by the
+ * earlier one; pipe.in's gradient left out): the stages' values add up to
+ * the squared global norm. */
+double ts_stage_grad_sq(const ts_stage *st);
+/* This rank's stage; *replica of *replicas (data parallelism: rank =
+ * replica x stages + stage). */
+int ts_stage_index(const ts_stage *st, int *replica, int *replicas);
 /* A slowed stage (bench/pipeline.c: a device of 1/factor the speed): after
  * each piece of its step it sleeps (factor - 1) times the piece's time. */
 void ts_stage_set_slowdown(ts_stage *st, double factor);

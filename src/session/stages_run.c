@@ -2,6 +2,7 @@
  * micro-batches in the schedule's order, the messages to its neighbours
  * (session/stages.h). */
 #include "session/stages.h"
+#include "session/stages_internal.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,44 +18,6 @@
 #include <errno.h>
 #include <sys/stat.h>
 
-enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_SHARE = 3, TAG_SHARED_SUM = 4, MAX_SHARED = 16 };
-
-/* A parameter this stage holds together with one other stage. */
-typedef struct shared_param {
-    char name[128];
-    int peer, owner; /* the other stage; 1: this stage sums (the earlier one) */
-    unsigned char *grad;
-    size_t bytes;
-    unsigned char *bufs; /* owner: one receive buffer; else one send buffer per micro-batch */
-} shared_param;
-
-struct ts_stage {
-    ts_comm *comm;
-    int s, S, M, last;
-    ts_pipe_schedule kind;
-    ts_partition *part;
-    ts_plan *plan;
-    int k, gate, n_ins;
-    unsigned char *in_at, *gin_at, *out_at, *gout_at;
-    size_t in_bytes, out_bytes;
-    ts_plan_range *ranges;
-    int n_ranges, n_slots;
-    size_t stash_bytes;
-    unsigned char *stash;                /* n_slots * stash_bytes */
-    unsigned char *act_send, *grad_send; /* M messages each */
-    ts_comm_req *reqs;                   /* sends in flight this step */
-    ts_comm_req **pending;
-    int n_pending, cap_pending;
-    float *grad;
-    size_t ngrad;
-    ts_tree_sum gsum;
-    shared_param shared[MAX_SHARED];
-    int n_shared;
-    double loss;
-    double slowdown; /* > 1: sleep (slowdown - 1) x each piece's time after it */
-    ts_stage_times t;
-};
-
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -69,6 +32,9 @@ void ts_stage_free(ts_stage *st) {
     free(st->reqs), free(st->pending);
     for (int i = 0; i < st->n_shared; i++) free(st->shared[i].bufs);
     ts_tree_sum_free(&st->gsum);
+    ts_tree_sum_free(&st->dpsum);
+    free(st->clip_v), free(st->clip_idx);
+    free(st->dp_buf);
     free(st);
 }
 
@@ -112,6 +78,7 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
     if (s != TS_OK) return s;
     ts_train_spec spec = sm->spec;
     spec.loss = loss;
+    spec.clip_grad_norm = 0; /* across the stages, before the update (stages_clip.c) */
     spec.trainable = NULL, spec.n_trainable = 0;
     /* A stage before the last runs its forward and its backward apart, so
      * its plan must compute pipe.out before anything reads pipe.grad: the
@@ -167,51 +134,67 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
     if ((s = ts_plan_grad_region(st->plan, &st->grad, &st->ngrad)) != TS_OK) return s;
     if ((s = ts_tree_sum_init(&st->gsum, st->ngrad)) != TS_OK) return s;
     if ((s = find_shared(st, sm)) != TS_OK) return s;
-    st->cap_pending = 4 * st->M + 2 * MAX_SHARED + 4;
+    if ((s = ts_stage_clip_setup(st, sm->g, sm->spec.clip_grad_norm)) != TS_OK) return s;
+    st->cap_pending = 4 * st->M + 2 * MAX_SHARED + 4 + st->D;
     st->reqs = calloc((size_t)st->cap_pending, sizeof *st->reqs);
     st->pending = calloc((size_t)st->cap_pending, sizeof *st->pending);
     if (!st->reqs || !st->pending) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
     return TS_OK;
 }
 
-ts_status ts_stage_new(ts_config *c, ts_comm *comm, ts_stage **out) {
-    if (!c || !comm || !out) return ts_fail(TS_ERR_INVALID, "pipeline: NULL argument");
-    const int S = c->pipe.stages;
-    if (ts_comm_size(comm) != S)
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "pipeline: %d processes for dist.pipeline_stages %d: one process per stage "
-                       "(stages combined with data parallelism are not built yet)",
-                       ts_comm_size(comm), S);
-    if (c->dist.zero || c->dist.compress)
+ts_status ts_stage_new(ts_config *c0, ts_comm *comm, ts_stage **out) {
+    if (!c0 || !comm || !out) return ts_fail(TS_ERR_INVALID, "pipeline: NULL argument");
+    const int S = c0->pipe.stages, N = ts_comm_size(comm);
+    if (S < 1 || N % S)
+        return ts_fail(TS_ERR_INVALID,
+                       "pipeline: %d processes for dist.pipeline_stages %d: the process count "
+                       "must be the stage count times the data-parallel replicas",
+                       N, S);
+    const int D = N / S;
+    if (c0->model.batch % ((int64_t)D * c0->pipe.microbatches))
+        return ts_fail(TS_ERR_INVALID,
+                       "pipeline: model.batch %lld does not divide into %d replicas x %d "
+                       "micro-batches (dist.microbatches)",
+                       (long long)c0->model.batch, D, c0->pipe.microbatches);
+    if (c0->dist.zero || c0->dist.compress)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "pipeline: dist.%s inside a stage is not built yet (a stage's optimizer "
                        "state is already only its own parameters'): set it to its default",
-                       c->dist.zero ? "zero" : "compress");
-    if (c->train.clip_grad_norm > 0)
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "pipeline: train.clip_grad_norm needs the norm over every stage's "
-                       "gradients, which the stages do not exchange yet: set it to 0");
+                       c0->dist.zero ? "zero" : "compress");
+    /* each replica's stages see model.batch / D rows (its share of the batch) */
+    ts_config cc = *c0, *c = &cc;
+    c->model.batch /= D;
     ts_stage *st = calloc(1, sizeof *st);
     if (!st) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
+    const int rank = ts_comm_rank(comm);
     st->comm = comm;
-    st->s = ts_comm_rank(comm), st->S = S, st->M = c->pipe.microbatches;
+    st->s = rank % S, st->S = S, st->M = c->pipe.microbatches;
+    st->d = rank / S, st->D = D, st->base = st->d * S;
     st->last = st->s == S - 1;
     st->kind = c->pipe.schedule ? TS_PIPE_GPIPE : TS_PIPE_1F1B;
     st->loss = NAN;
-    /* every rank must cut the same way: measured speeds are exchanged */
-    ts_device_speed devs[TS_PIPE_MAX_STAGES], mine;
+    /* every rank must cut the same way: measured speeds are exchanged, and
+     * every replica cuts by replica 0's */
+    ts_device_speed *devs = calloc((size_t)N, sizeof *devs), mine;
     const int measure = !strcmp(c->pipe.devices, "measure");
-    ts_status s = TS_OK;
-    if (measure && (s = ts_device_measure(c->train.threads, &mine)) == TS_OK) {
-        snprintf(mine.name, sizeof mine.name, "rank%d", st->s);
-        s = ts_allgather(comm, &mine, devs, sizeof mine * (size_t)S, TS_U8, TS_ALGO_AUTO);
+    ts_status s = devs ? TS_OK : ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
+    if (s == TS_OK && measure && (s = ts_device_measure(c->train.threads, &mine)) == TS_OK) {
+        snprintf(mine.name, sizeof mine.name, "rank%d", rank);
+        s = ts_allgather(comm, &mine, devs, sizeof mine * (size_t)N, TS_U8, TS_ALGO_AUTO);
     }
     ts_stage_model sm = {0};
     if (s == TS_OK) s = ts_stage_partition(c, measure ? devs : NULL, S, &sm, &st->part);
+    free(devs);
     if (s == TS_OK) s = setup(st, &sm);
     ts_graph_free(sm.g);
+    if (s == TS_OK && D > 1) {
+        if (!(st->dp_buf = malloc(st->ngrad * sizeof(float) * (size_t)D + 1)))
+            s = ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
+        else
+            s = ts_tree_sum_init(&st->dpsum, st->ngrad);
+    }
     if (s != TS_OK) {
-        ts_error_prefix("pipeline stage %d (rank %d)", st->s, st->s);
+        ts_error_prefix("pipeline stage %d (rank %d)", st->s, rank);
         ts_stage_free(st);
         return s;
     }
@@ -231,8 +214,8 @@ static ts_status recv_from(ts_stage *st, int peer, int tag, void *buf, size_t by
     if (s != TS_OK)
         ts_error_prefix("pipeline stage %d (rank %d), step %lld, micro-batch %d: waiting for %s "
                         "from stage %d (rank %d)",
-                        st->s, st->s, (long long)ts_plan_step_count(st->plan) + 1, mb, what, peer,
-                        peer);
+                        st->s, ts_stage_rank_of(st, st->s),
+                        (long long)ts_plan_step_count(st->plan) + 1, mb, what, peer % st->S, peer);
     return s;
 }
 
@@ -271,7 +254,7 @@ static ts_status feed(ts_stage *st, int mb, int n, const char *const *names,
         size_t bytes = 0;
         unsigned char *at = ts_plan_value_at(st->plan, names[i], &bytes);
         if (!at) continue;
-        memcpy(at, (const unsigned char *)data[i] + (size_t)mb * bytes, bytes);
+        memcpy(at, (const unsigned char *)data[i] + (size_t)(st->d * st->M + mb) * bytes, bytes);
     }
     return TS_OK;
 }
@@ -283,22 +266,51 @@ static ts_status after_backward(ts_stage *st, int mb) {
     if (st->s > 0) {
         unsigned char *b = st->grad_send + (size_t)mb * st->in_bytes;
         memcpy(b, st->gin_at, st->in_bytes);
-        if ((s = send_to(st, st->s - 1, TAG_GRAD, b, st->in_bytes)) != TS_OK) return s;
+        if ((s = send_to(st, ts_stage_rank_of(st, st->s - 1), TAG_GRAD, b, st->in_bytes)) != TS_OK)
+            return s;
     }
     for (int i = 0; i < st->n_shared && s == TS_OK; i++) {
         shared_param *sp = &st->shared[i];
         if (!sp->owner) {
             unsigned char *b = sp->bufs + (size_t)mb * sp->bytes;
             memcpy(b, sp->grad, sp->bytes);
-            s = send_to(st, sp->peer, TAG_SHARE, b, sp->bytes);
-        } else if ((s = recv_from(st, sp->peer, TAG_SHARE, sp->bufs, sp->bytes,
-                                  "a shared parameter's gradient", mb)) == TS_OK) {
+            s = send_to(st, ts_stage_rank_of(st, sp->peer), TAG_SHARE, b, sp->bytes);
+        } else if ((s = recv_from(st, ts_stage_rank_of(st, sp->peer), TAG_SHARE, sp->bufs,
+                                  sp->bytes, "a shared parameter's gradient", mb)) == TS_OK) {
             float *g = (float *)sp->grad;
             const float *o = (const float *)sp->bufs;
             for (size_t j = 0; j < sp->bytes / sizeof(float); j++) g[j] = g[j] + o[j];
         }
     }
     if (s == TS_OK && st->M > 1) s = ts_tree_sum_add(&st->gsum, st->grad);
+    return s;
+}
+
+/* Data parallelism (D replicas of every stage): each replica's sum of its
+ * M micro-batches goes to the other replicas of its stage, and every
+ * replica adds the D sums in replica order. With M a power of two each sum
+ * is a balanced subtree of M leaves, so the result is the tree one process
+ * forms over the D x M micro-batches (replica d's are d*M .. d*M+M-1):
+ * bit-identical. Otherwise the D sums are added as leaves, in the same
+ * fixed order on every replica (deterministic, but not one process's). */
+static ts_status replicas_sum(ts_stage *st) {
+    const size_t n = st->ngrad;
+    float *mine = st->dp_buf + (size_t)st->d * n;
+    ts_status s = st->M > 1 ? ts_tree_sum_result(&st->gsum, mine, 1.0f) : TS_OK;
+    if (st->M == 1) memcpy(mine, st->grad, n * sizeof(float));
+    for (int r = 0; r < st->D && s == TS_OK; r++)
+        if (r != st->d) s = send_to(st, r * st->S + st->s, TAG_REPLICA, mine, n * sizeof(float));
+    for (int r = 0; r < st->D && s == TS_OK; r++)
+        if (r != st->d)
+            s = recv_from(st, r * st->S + st->s, TAG_REPLICA, st->dp_buf + (size_t)r * n,
+                          n * sizeof(float), "a replica's gradients", st->M - 1);
+    int level = 0;
+    while ((1 << level) < st->M) level++;
+    const int pow2 = (1 << level) == st->M;
+    for (int r = 0; r < st->D && s == TS_OK; r++)
+        s = pow2 ? ts_tree_sum_add_node(&st->dpsum, st->dp_buf + (size_t)r * n, level)
+                 : ts_tree_sum_add(&st->dpsum, st->dp_buf + (size_t)r * n);
+    if (s == TS_OK) s = ts_tree_sum_result(&st->dpsum, st->grad, (float)(st->M * st->D));
     return s;
 }
 
@@ -311,6 +323,28 @@ static void stash(ts_stage *st, int mb, int save) {
             memcpy(st->ranges[i].at, p, st->ranges[i].bytes);
         p += st->ranges[i].bytes;
     }
+}
+
+/* The squares of this stage's gradients summed (parameter order, in
+ * double): pipe.in's (the gradient sent back) and the later holder's copy
+ * of a shared parameter left out, so the stages' sums add up to the
+ * model's. */
+static double grad_sq(ts_stage *st) {
+    double sq = 0;
+    for (int p = 0; p < ts_plan_param_count(st->plan); p++) {
+        const char *name = ts_plan_param_name(st->plan, p);
+        if (!strncmp(name, "pipe.", 5)) continue;
+        int skip = 0;
+        for (int i = 0; i < st->n_shared; i++)
+            if (!st->shared[i].owner && !strcmp(st->shared[i].name, name)) skip = 1;
+        char gname[160];
+        snprintf(gname, sizeof gname, "grad:%s", name);
+        size_t bytes = 0;
+        const float *g = (const float *)ts_plan_value_at(st->plan, gname, &bytes);
+        if (skip || !g) continue;
+        for (size_t j = 0; j < bytes / sizeof(float); j++) sq += (double)g[j] * (double)g[j];
+    }
+    return sq;
 }
 
 ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const void *const *data) {
@@ -333,7 +367,8 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
         ts_plan_set_seed(st->plan, seed + (uint64_t)mb * 0x9E3779B97F4A7C15ULL);
         if (!ops[o].bwd) {
             if (st->s > 0)
-                s = recv_from(st, st->s - 1, TAG_ACT, st->in_at, st->in_bytes, "an activation", mb);
+                s = recv_from(st, ts_stage_rank_of(st, st->s - 1), TAG_ACT, st->in_at, st->in_bytes,
+                              "an activation", mb);
             if (s == TS_OK) s = feed(st, mb, n, names, data);
             if (s != TS_OK) break;
             if (st->last) { /* its forward and backward at once */
@@ -345,10 +380,12 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
             if ((s = run(st, 0, st->k, &st->t.forward)) != TS_OK) break;
             unsigned char *b = st->act_send + (size_t)mb * st->out_bytes;
             memcpy(b, st->out_at, st->out_bytes);
-            if ((s = send_to(st, st->s + 1, TAG_ACT, b, st->out_bytes)) != TS_OK) break;
+            if ((s = send_to(st, ts_stage_rank_of(st, st->s + 1), TAG_ACT, b, st->out_bytes)) !=
+                TS_OK)
+                break;
             stash(st, mb, 1);
         } else if (!st->last) {
-            s = recv_from(st, st->s + 1, TAG_GRAD, st->gout_at, st->out_bytes,
+            s = recv_from(st, ts_stage_rank_of(st, st->s + 1), TAG_GRAD, st->gout_at, st->out_bytes,
                           "an activation's gradient", mb);
             if (s != TS_OK) break;
             stash(st, mb, 0);
@@ -356,17 +393,29 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
             s = after_backward(st, mb);
         }
     }
-    if (s == TS_OK && st->M > 1) s = ts_tree_sum_result(&st->gsum, st->grad, (float)st->M);
+    if (s == TS_OK && st->D > 1)
+        s = replicas_sum(st);
+    else if (s == TS_OK && st->M > 1)
+        s = ts_tree_sum_result(&st->gsum, st->grad, (float)st->M);
     /* a shared parameter's summed gradient goes back to its other holder */
     for (int i = 0; i < st->n_shared && s == TS_OK; i++) {
         shared_param *sp = &st->shared[i];
         if (sp->owner)
-            s = send_to(st, sp->peer, TAG_SHARED_SUM, sp->grad, sp->bytes);
+            s = send_to(st, ts_stage_rank_of(st, sp->peer), TAG_SHARED_SUM, sp->grad, sp->bytes);
         else
-            s = recv_from(st, sp->peer, TAG_SHARED_SUM, sp->grad, sp->bytes,
+            s = recv_from(st, ts_stage_rank_of(st, sp->peer), TAG_SHARED_SUM, sp->grad, sp->bytes,
                           "a shared parameter's summed gradient", st->M - 1);
     }
     ts_plan_set_seed(st->plan, seed);
+    if (s == TS_OK) st->grad_sq = grad_sq(st);
+    /* clipping: its all-reduce after this step's messages are all through */
+    if (s == TS_OK && st->max_norm > 0 && st->n_pending) {
+        const double tw = now();
+        s = ts_comm_wait(st->comm, st->reqs, st->n_pending);
+        st->t.wait += now() - tw;
+        st->n_pending = 0;
+    }
+    if (s == TS_OK) s = ts_stage_clip(st);
     if (s == TS_OK) s = run(st, st->gate, st->n_ins, &st->t.update);
     if (s == TS_OK && st->n_pending) {
         const double tw = now();
@@ -375,7 +424,8 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
         st->t.wait += now() - tw;
         if (s != TS_OK)
             ts_error_prefix("pipeline stage %d (rank %d), step %lld: sending to its neighbours",
-                            st->s, st->s, (long long)ts_plan_step_count(st->plan) + 1);
+                            st->s, ts_stage_rank_of(st, st->s),
+                            (long long)ts_plan_step_count(st->plan) + 1);
     }
     if (s != TS_OK) return s;
     ts_plan_end_step(st->plan, 1);
@@ -396,60 +446,11 @@ const ts_partition *ts_stage_partition_of(const ts_stage *st) {
 void ts_stage_last_times(const ts_stage *st, ts_stage_times *t) {
     *t = st->t;
 }
-
-/* RUN/stage-<s>: every stage checkpoints its own plan there, in the
- * standard format (docs/checkpoints.md). */
-static ts_status stage_dir(const ts_stage *st, const char *run_dir, char *out, size_t n) {
-    if (!run_dir) return ts_fail(TS_ERR_INVALID, "pipeline: no run directory");
-    if ((size_t)snprintf(out, n, "%s/stage-%d", run_dir, st->s) >= n)
-        return ts_fail(TS_ERR_INVALID, "pipeline: run directory name too long: %s", run_dir);
-    return TS_OK;
+double ts_stage_grad_sq(const ts_stage *st) {
+    return st ? st->grad_sq : NAN;
 }
-
-ts_status ts_stage_save(ts_stage *st, const char *run_dir) {
-    char dir[1024];
-    ts_status s = stage_dir(st, run_dir, dir, sizeof dir);
-    if (s != TS_OK) return s;
-    if ((mkdir(run_dir, 0777) && errno != EEXIST) || (mkdir(dir, 0777) && errno != EEXIST))
-        return ts_fail(TS_ERR_IO, "pipeline: cannot make %s: %s", dir, strerror(errno));
-    /* the stage's ops, which a resumed stage must have too */
-    const ts_partition_stage *ps = ts_partition_stage_at(st->part, st->s);
-    char path[1100];
-    snprintf(path, sizeof path, "%s/ops", dir);
-    FILE *f = fopen(path, "w");
-    if (!f || fprintf(f, "%d %d\n", ps->first_op, ps->n_ops) < 0 || fclose(f)) {
-        if (f) fclose(f);
-        return ts_fail(TS_ERR_IO, "pipeline: cannot write %s", path);
-    }
-    ts_ckpt_meta meta = {0};
-    const ts_ckpt_options o = ts_ckpt_options_default();
-    if ((s = ts_ckpt_save(st->plan, dir, &meta, &o)) != TS_OK)
-        ts_error_prefix("pipeline stage %d (rank %d): saving into %s", st->s, st->s, dir);
-    return s;
-}
-
-ts_status ts_stage_load(ts_stage *st, const char *run_dir) {
-    char dir[1024];
-    ts_status s = stage_dir(st, run_dir, dir, sizeof dir);
-    if (s != TS_OK) return s;
-    char path[1100];
-    snprintf(path, sizeof path, "%s/ops", dir);
-    FILE *f = fopen(path, "r");
-    int first = -1, n = -1;
-    if (!f || fscanf(f, "%d %d", &first, &n) != 2) {
-        if (f) fclose(f);
-        return ts_fail(TS_ERR_IO, "pipeline stage %d: %s is missing or unreadable", st->s, path);
-    }
-    fclose(f);
-    const ts_partition_stage *ps = ts_partition_stage_at(st->part, st->s);
-    if (first != ps->first_op || n != ps->n_ops)
-        return ts_fail(TS_ERR_INVALID,
-                       "pipeline stage %d (rank %d): the checkpoint in %s holds ops %d..%d, this "
-                       "launch cut the stage at ops %d..%d (speeds measured at start differ from "
-                       "run to run: give dist.devices a file to resume with the same cuts)",
-                       st->s, st->s, dir, first, first + n - 1, ps->first_op,
-                       ps->first_op + ps->n_ops - 1);
-    if ((s = ts_ckpt_load(st->plan, dir, NULL, NULL)) != TS_OK)
-        ts_error_prefix("pipeline stage %d (rank %d): resuming from %s", st->s, st->s, dir);
-    return s;
+int ts_stage_index(const ts_stage *st, int *replica, int *replicas) {
+    if (replica) *replica = st->d;
+    if (replicas) *replicas = st->D;
+    return st->s;
 }

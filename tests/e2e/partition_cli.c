@@ -97,10 +97,13 @@ int main(void) {
     CHECK(r.rc != 0 && strstr(r.err, "dist.pipeline_stages is set"), "plan dump: %s", r.err);
     e2e_done(&r);
 
-    /* tessel train does not drive the stages yet: refused, not ignored */
+    /* tessel train runs one process per stage (tests/e2e/pipeline_train.c):
+     * a single process is refused, naming the key and the way to run it */
     r = e2e_runf("train examples/w1.yaml --steps 1 --set dist.pipeline_stages=2 --out %s",
                  e2e_path("run"));
-    CHECK(r.rc != 0 && strstr(r.err, "does not run pipeline stages yet"), "train: %s", r.err);
+    CHECK(r.rc == 2 && strstr(r.err, "dist.pipeline_stages 2 runs one process per stage") &&
+              strstr(r.err, "--procs 2"),
+          "train: exit %d: %s", r.rc, r.err);
     e2e_done(&r);
 
     e2e_cleanup(dir);

@@ -33,6 +33,8 @@ static const struct {
      "data.node_split=examples/data/gcn_fewshot/split_pretrain.npy",
      0},
     {"lora_mlp", "lora_mlp", "", 0},
+    /* 2 pipeline stages, one process each (dist.procs 2 in the file) */
+    {"pipeline", "pipeline", "", 0},
     {"tiny_gpt", "tiny_gpt", "", 0},
     {"w1", "w1", "", 0},
     {"w1_dist", "w1_dist", "", 0},

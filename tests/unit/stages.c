@@ -231,7 +231,7 @@ static int worker(ts_comm *comm, void *user) {
 static int refusals(ts_comm *comm, void *user) {
     (void)user;
     const char *sets[][2] = {{"dist.zero=1", "dist.zero inside a stage"},
-                             {"train.clip_grad_norm=1", "train.clip_grad_norm"},
+                             {"dist.compress=topk", "dist.compress inside a stage"},
                              {"dist.pipeline_stages=4", "2 processes for dist.pipeline_stages 4"}};
     for (int i = 0; i < 3; i++) {
         ts_config c;

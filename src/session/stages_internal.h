@@ -1,0 +1,76 @@
+/* stages_internal.h — the state of one pipeline stage, shared by the
+ * files of src/session/stages*.c (internal; the API is session/stages.h). */
+#ifndef TS_SESSION_STAGES_INTERNAL_H
+#define TS_SESSION_STAGES_INTERNAL_H
+
+#include "dist/repro_sum.h"
+#include "plan/stages.h"
+#include "session/stages.h"
+
+enum {
+    TAG_ACT = 1,
+    TAG_GRAD = 2,
+    TAG_SHARE = 3,
+    TAG_SHARED_SUM = 4,
+    TAG_REPLICA = 5,
+    MAX_SHARED = 16
+};
+
+/* A parameter this stage holds together with one other stage. */
+typedef struct shared_param {
+    char name[128];
+    int peer, owner; /* the other stage; 1: this stage sums (the earlier one) */
+    unsigned char *grad;
+    size_t bytes;
+    unsigned char *bufs; /* owner: one receive buffer; else one send buffer per micro-batch */
+} shared_param;
+
+struct ts_stage {
+    ts_comm *comm;
+    int s, S, M, last;
+    int d, D, base; /* replica d of D (data parallel); rank of its stage 0 */
+    ts_pipe_schedule kind;
+    ts_partition *part;
+    ts_plan *plan;
+    int k, gate, n_ins;
+    unsigned char *in_at, *gin_at, *out_at, *gout_at;
+    size_t in_bytes, out_bytes;
+    ts_plan_range *ranges;
+    int n_ranges, n_slots;
+    size_t stash_bytes;
+    unsigned char *stash;                /* n_slots * stash_bytes */
+    unsigned char *act_send, *grad_send; /* M messages each */
+    ts_comm_req *reqs;                   /* sends in flight this step */
+    ts_comm_req **pending;
+    int n_pending, cap_pending;
+    float *grad;
+    size_t ngrad;
+    ts_tree_sum gsum;
+    shared_param shared[MAX_SHARED];
+    int n_shared;
+    float *dp_buf;     /* D > 1: every replica's sum of this stage's gradients */
+    ts_tree_sum dpsum; /* D > 1: the replicas' sums, in replica order */
+    double loss;
+    /* train.clip_grad_norm (stages_clip.c): the model's parameters' squared
+     * norms, each stage parameter's place among them (-1: not counted) */
+    double max_norm, *clip_v;
+    int n_all, *clip_idx;
+    float clip_coef;
+    double grad_sq;  /* the last step's, before the update (ts_stage_grad_sq) */
+    double slowdown; /* > 1: sleep (slowdown - 1) x each piece's time after it */
+    ts_stage_times t;
+};
+
+/* The comm rank of this replica's stage t. */
+static inline int ts_stage_rank_of(const ts_stage *st, int t) {
+    return st->base + t;
+}
+
+/* Clipping by the global norm across stages (stages_clip.c): setup after
+ * the plan and the shared parameters (whole: the model's forward graph,
+ * whose parameter order is one process's), then each step after the
+ * gradients are final and before the update. */
+ts_status ts_stage_clip_setup(ts_stage *st, const ts_graph *whole, double max_norm);
+ts_status ts_stage_clip(ts_stage *st);
+
+#endif
