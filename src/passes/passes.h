@@ -83,8 +83,15 @@ typedef struct ts_fuse_stats {
     int groups;      /* fused_eltwise nodes made */
     int concats;     /* sums of slice gradients made one concat */
     int nodes_fused; /* nodes that disappeared into them */
+    int norms;       /* activation + layer norm pairs made one op (forward or backward) */
 } ts_fuse_stats;
 ts_status ts_pass_fuse(ts_graph *g, ts_fuse_stats *stats);
+/* The same with switches: no_norm keeps activations and layer norms apart
+ * (fuse_norm.c; compile.no_fuse_norm). */
+typedef struct ts_fuse_options {
+    int no_norm;
+} ts_fuse_options;
+ts_status ts_pass_fuse_ex(ts_graph *g, const ts_fuse_options *o, ts_fuse_stats *stats);
 
 /* Peak bytes of intermediate values alive at once if nodes run in
  * `order` (n entries). */

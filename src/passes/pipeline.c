@@ -141,7 +141,10 @@ static ts_status run_chunk_ce(ts_pass_ctx *c) {
 }
 /* Fusion marks the fused nodes dead; compacting renumbers the values. */
 static ts_status run_fuse(ts_pass_ctx *c) {
-    ts_status s = ts_pass_fuse(c->g, &c->fuse);
+    /* the CUDA backend has no kernel for the fused layer norm ops yet */
+    const char *be = c->opt->backend;
+    ts_fuse_options fo = {.no_norm = c->opt->no_fuse_norm || (be && strcmp(be, "cpu") != 0)};
+    ts_status s = ts_pass_fuse_ex(c->g, &fo, &c->fuse);
     if (s != TS_OK) return s;
     int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(c->g->n_values + 1), "compile");
     if (!map) return TS_ERR_NOMEM;
