@@ -292,6 +292,33 @@ static int train(int no_norm, int threads, float **params, size_t *bytes, int ma
     return n < max ? n : max;
 }
 
+/* The operand bytes per step (ts_plan_stats) of the small MLP: per hidden
+ * layer the fusion drops four [batch, hidden] f32 tensors: the norm's read
+ * of h, the write and read of the norm's input gradient, the activation
+ * backward's read of h. */
+static void check_operand_bytes(void) {
+    size_t b[2];
+    for (int no_norm = 0; no_norm < 2; no_norm++) {
+        ts_mlp_config mc = {16, 0, 0, 64, 48, 2, 1, 1, 0};
+        ts_graph *g = ts_graph_new();
+        ts_model m;
+        CHECK_OK(ts_build_mlp(g, &mc, &m));
+        ts_train_spec spec = ts_train_spec_default(m.loss);
+        ts_compile_options opt = ts_compile_options_default();
+        opt.no_fuse_norm = no_norm;
+        ts_plan *p;
+        CHECK_OK(ts_compile(g, &spec, &opt, &p));
+        ts_graph_free(g);
+        ts_plan_stats st;
+        CHECK_OK(ts_plan_get_stats(p, &st));
+        b[no_norm] = st.operand_bytes_per_step;
+        ts_plan_free(p);
+    }
+    size_t want = 2 * 4 * 16 * 48 * sizeof(float);
+    CHECK(b[1] > b[0] && b[1] - b[0] == want,
+          "operand bytes: %zu unfused, %zu fused, want %zu less", b[1], b[0], want);
+}
+
 static void check_training(void) {
     float *pa[16], *pb[16];
     size_t ba[16], bb[16];
@@ -326,6 +353,7 @@ int main(void) {
     check_fd(A_GELU_ERF);
     check_fd(A_GELU_TANH);
     check_fd(A_TANH);
+    check_operand_bytes();
     check_training();
     return check_summary("fuse_norm");
 }
