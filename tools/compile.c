@@ -33,6 +33,8 @@ static void print_stats(const ts_plan_stats *st) {
     printf("%-24s %14d\n", "instructions", st->n_instructions);
     printf("%-24s %14d\n", "in-place outputs", st->n_inplace);
     printf("%-24s %14.3f GFLOP\n", "flops per step", st->flops_per_step * 1e-9);
+    printf("%-24s %14zu bytes %10.2f MiB\n", "operand bytes per step", st->operand_bytes_per_step,
+           (double)st->operand_bytes_per_step / mib);
     if (st->arena_no_recompute_bytes) /* compile.max_memory_mb (docs/scheduling.md) */
         printf("%-24s %14d values, %.3f GFLOP (%.1f %% of the step), arena %.2f MiB without\n",
                "recomputed", st->n_recomputed, st->recompute_flops * 1e-9,

@@ -218,6 +218,8 @@ typedef struct ts_compile_options {
                                 exceeds this many MiB; 0: no limit */
     int no_fuse;         /* keep every op its own kernel: no GEMM epilogues, no fused elementwise
                             groups (for checking fusion; same results, see docs/architecture.md) */
+    int no_fuse_norm;    /* keep activations and the layer norms reading them separate ops
+                            (for checking that fusion; same results, docs/architecture.md) */
     int no_recompute;    /* store every activation the backward reads instead of recomputing
                             large GELU/LayerNorm outputs there (same results, more memory) */
     int discard_outputs; /* training plans: values marked as outputs (other than the loss) are

@@ -194,6 +194,10 @@ typedef struct ts_plan_stats {
     int n_instructions;
     int n_inplace; /* outputs that share their input's memory */
     double flops_per_step;
+    /* Bytes the instructions read and write per step, each distinct operand
+     * once per instruction: a first-order count of memory traffic (what
+     * fusion saves; caches not modelled) */
+    size_t operand_bytes_per_step;
     /* ZeRO-2 (else 0): the gradient buckets live in the temporaries region,
      * each from its first gradient to its reduce-scatter, and grad_bytes is 0 */
     size_t zero_grad_bytes;  /* every bucket's full gradients together */

@@ -180,6 +180,16 @@ typedef struct ts_norm_attrs {
     double eps;
 } ts_norm_attrs;
 
+/* act_layer_norm, layer_norm_act_bwd (built by the fusion pass, see
+ * ops/norm_act.c): norm as layer_norm's; act the unary op before the norm
+ * (relu, gelu, ...) with its attributes fwd; side (backward only) as
+ * unary_bwd's: its saved operand is act's input x (0) or output (1). */
+typedef struct ts_norm_act_attrs {
+    ts_norm_attrs norm;
+    int64_t act, side;
+    ts_unary_attrs fwd;
+} ts_norm_act_attrs;
+
 /* attention, attention_bwd (ops/attention_fused.c): causal 1 masks the
  * keys after each query; scale multiplies the scores q.k. */
 typedef struct ts_attention_attrs {
@@ -275,6 +285,7 @@ typedef struct ts_attrs {
         ts_matmul_attrs matmul;         /* matmul */
         ts_matmul_epi_attrs matmul_epi; /* matmul_epi */
         ts_norm_attrs norm;             /* layer_norm, layer_norm_bwd */
+        ts_norm_act_attrs norm_act;     /* act_layer_norm, layer_norm_act_bwd */
         ts_attention_attrs attention;   /* attention, attention_bwd */
         ts_softmax_attrs softmax;       /* softmax, log_softmax, softmax_bwd, log_softmax_bwd */
         ts_sgd_attrs sgd;               /* sgd_update */
@@ -308,6 +319,7 @@ typedef struct ts_attrs {
     _Static_assert(sizeof(T) <= sizeof(ts_conv_attrs), #T " is larger than ts_conv_attrs")
 TS_ATTRS_FIT(ts_unary_bwd_attrs);
 TS_ATTRS_FIT(ts_matmul_epi_attrs);
+TS_ATTRS_FIT(ts_norm_act_attrs);
 TS_ATTRS_FIT(ts_pool_attrs);
 TS_ATTRS_FIT(ts_shard_attrs);
 TS_ATTRS_FIT(ts_bucket_attrs);

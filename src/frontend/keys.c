@@ -142,6 +142,8 @@ const ts_config_key cfg_keys[] = {
      "never let an output share its input's memory"},
     {"compile.no_fuse", TS_CFG_BOOL, FIELD(compile, no_fuse), 0, NULL, NULL, "false",
      "run every op as its own kernel (no GEMM epilogues or fused elementwise groups)"},
+    {"compile.no_fuse_norm", TS_CFG_BOOL, FIELD(compile, no_fuse_norm), 0, NULL, NULL, "false",
+     "keep an activation and the layer norm reading it (and their backward) separate ops"},
     {"compile.no_recompute", TS_CFG_BOOL, FIELD(compile, no_recompute), 0, NULL, NULL, "false",
      "keep large GELU/LayerNorm outputs for the backward instead of recomputing them"},
     {"compile.discard_outputs", TS_CFG_BOOL, FIELD(compile, discard_outputs), 0, NULL, NULL,

@@ -129,6 +129,16 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "has_b", a->norm.has_b);
         if (a->norm.eps != 0) fprintf(out, " eps=%g", a->norm.eps);
         break;
+    case TS_OP_ACT_LAYER_NORM:
+    case TS_OP_LAYER_NORM_ACT_BWD:
+        fprintf(out, " act=%s",
+                ts_op_get((int)a->norm_act.act) ? ts_op_get((int)a->norm_act.act)->name : "?");
+        if (n->op == TS_OP_LAYER_NORM_ACT_BWD) field(out, "side", a->norm_act.side);
+        field(out, "has_w", a->norm_act.norm.has_w);
+        field(out, "has_b", a->norm_act.norm.has_b);
+        if (a->norm_act.norm.eps != 0) fprintf(out, " eps=%g", a->norm_act.norm.eps);
+        if (a->norm_act.fwd.approx) field(out, "approx", a->norm_act.fwd.approx);
+        break;
     case TS_OP_ATTENTION:
     case TS_OP_ATTENTION_BWD:
         field(out, "causal", a->attention.causal);

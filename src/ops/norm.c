@@ -13,6 +13,7 @@
  * column, so the result does not depend on the thread count. */
 #include <math.h>
 #include "kern.h"
+#include "norm_rows.h"
 
 #define LN      TS_LANES /* interleaved partial sums of a row reduction */
 #define LN_ROWS 128      /* rows per block of the dw/db reduction */
@@ -213,24 +214,16 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         if (pb)                                                                                    \
             for (int64_t c = 0; c < len; c++) pb[c] = ab[c];                                       \
     }                                                                                              \
-    static ts_status ln_bwd_##SFX(const ts_kargs *k) {                                             \
-        const ts_tensor *xt = &k->in[1];                                                           \
-        int has_w = k->a->norm.has_w != 0, has_b = k->a->norm.has_b != 0;                          \
-        const T *dy = k->in[0].data, *x = xt->data, *mean = k->in[2].data;                         \
-        const T *rstd = k->in[3].data, *w = has_w ? k->in[4].data : NULL;                          \
-        T *dx = k->out[0].data;                                                                    \
-        T *dw = has_w ? k->out[1].data : NULL, *db = has_b ? k->out[1 + has_w].data : NULL;        \
-        int64_t rows = ts_rows(xt), d = ts_inner(xt);                                              \
-        _Pragma(                                                                                   \
-            "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t r = 0;   \
-                                                                                  r < rows; r++)   \
-            ln_dx_row_##SFX(dx + r * d, dy + r * d, x + r * d, w, mean[r], rstd[r], d);            \
+    /* dw and db (either may be NULL) of all rows, through the partials in scratch. */             \
+    static ts_status ln_dwdb_all_##SFX(T *dw, T *db, const T *dy, const T *x, const T *mean,       \
+                                       const T *rstd, int64_t rows, int64_t d, void *scratch,      \
+                                       size_t scratch_bytes, const char *label) {                  \
         if (!dw && !db) return TS_OK;                                                              \
         int64_t nrb = (rows + LN_ROWS - 1) / LN_ROWS, ncb = (d + LN_COLS - 1) / LN_COLS;           \
         size_t need = (size_t)(nrb * d * 2) * sizeof(double);                                      \
-        if (need > k->scratch_bytes)                                                               \
-            return ts_fail(TS_ERR_INTERNAL, "layer_norm_bwd '%s': scratch too small", k->label);   \
-        double *pw = k->scratch, *pb = pw + nrb * d;                                               \
+        if (need > scratch_bytes)                                                                  \
+            return ts_fail(TS_ERR_INTERNAL, "layer_norm_bwd '%s': scratch too small", label);      \
+        double *pw = scratch, *pb = pw + nrb * d;                                                  \
         _Pragma(                                                                                   \
             "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t t = 0;   \
                                                                                   t < nrb * ncb;   \
@@ -253,10 +246,45 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
             if (db) db[c] = (T)sb;                                                                 \
         }                                                                                          \
         return TS_OK;                                                                              \
+    }                                                                                              \
+    static ts_status ln_bwd_##SFX(const ts_kargs *k) {                                             \
+        const ts_tensor *xt = &k->in[1];                                                           \
+        int has_w = k->a->norm.has_w != 0, has_b = k->a->norm.has_b != 0;                          \
+        const T *dy = k->in[0].data, *x = xt->data, *mean = k->in[2].data;                         \
+        const T *rstd = k->in[3].data, *w = has_w ? k->in[4].data : NULL;                          \
+        T *dx = k->out[0].data;                                                                    \
+        T *dw = has_w ? k->out[1].data : NULL, *db = has_b ? k->out[1 + has_w].data : NULL;        \
+        int64_t rows = ts_rows(xt), d = ts_inner(xt);                                              \
+        _Pragma(                                                                                   \
+            "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t r = 0;   \
+                                                                                  r < rows; r++)   \
+            ln_dx_row_##SFX(dx + r * d, dy + r * d, x + r * d, w, mean[r], rstd[r], d);            \
+        return ln_dwdb_all_##SFX(dw, db, dy, x, mean, rstd, rows, d, k->scratch, k->scratch_bytes, \
+                                 k->label);                                                        \
     }
 
 DEF_LN(float, f32)
 DEF_LN(double, f64)
+
+/* The f32 pieces, for the fused activation + layer norm ops (norm_act.c):
+ * the very functions layer_norm and layer_norm_bwd run, so the fused ops
+ * give the same bits. */
+void ts_ln_row_f32(float *y, float *mean, float *rstd, const float *x, const float *w,
+                   const float *b, int64_t d, double eps) {
+    ln_row_f32(y, mean, rstd, x, w, b, d, eps);
+}
+void ts_ln_dx_row_f32(float *dx, const float *dy, const float *x, const float *w, float mean,
+                      float rstd, int64_t d) {
+    ln_dx_row_f32(dx, dy, x, w, mean, rstd, d);
+}
+ts_status ts_ln_dwdb_f32(float *dw, float *db, const float *dy, const float *x, const float *mean,
+                         const float *rstd, int64_t rows, int64_t d, void *scratch,
+                         size_t scratch_bytes, const char *label) {
+    return ln_dwdb_all_f32(dw, db, dy, x, mean, rstd, rows, d, scratch, scratch_bytes, label);
+}
+size_t ts_ln_dwdb_scratch(int64_t rows, int64_t d) {
+    return (size_t)(((rows + LN_ROWS - 1) / LN_ROWS) * d * 2) * sizeof(double);
+}
 
 static ts_status k_ln(const ts_kargs *k) {
     TS_FLOAT_DISPATCH(k, k->in[0].dtype, "layer_norm", ln_f32, ln_f64);
@@ -270,8 +298,7 @@ static ts_status k_ln_bwd(const ts_kargs *k) {
 static size_t scratch_ln_bwd(const ts_graph *g, const ts_node *n) {
     if (!n->a.norm.has_w && !n->a.norm.has_b) return 0;
     const ts_type *x = ts_in_type(g, n, 1);
-    int64_t rows = rows_of(x), d = x->dims[x->rank - 1];
-    return (size_t)(((rows + LN_ROWS - 1) / LN_ROWS) * d * 2) * sizeof(double);
+    return ts_ln_dwdb_scratch(rows_of(x), x->dims[x->rank - 1]);
 }
 
 static double cost_ln(const ts_graph *g, const ts_node *n) {

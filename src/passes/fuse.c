@@ -11,6 +11,10 @@
  *    (ops/index.c) that adds the scattered rows into that tensor in place:
  *    with optim.fused_update a tied embedding's gradient no longer holds
  *    two vocabulary-sized tensors at once.
+ * 4. Before all: an activation and the layer norm reading it become
+ *    act_layer_norm, and layer norm's backward with the activation's
+ *    backward reading its input gradient layer_norm_act_bwd (fuse_norm.c);
+ *    off with ts_fuse_options.no_norm.
  * 3. Elementwise trees: a node of a fusable elementwise op absorbs the
  *    producers of its inputs when they are fusable too, have the root's
  *    shape, and nothing else reads them; a tree of two or more nodes becomes
@@ -27,13 +31,14 @@
 #include <string.h>
 #include "ops/fused.h"
 #include "passes.h"
+#include "passes/fuse_norm.h"
 
 typedef struct fctx {
     ts_graph *g;
     int *uses;          /* per value: live nodes reading it */
     int32_t *reader;    /* per value: the last live node reading it */
     int32_t *root_of;   /* per node: the node it was fused into, or -1 */
-    int grads_released; /* gradients are step temporaries (ts_pass_fuse_opts) */
+    int grads_released; /* gradients are step temporaries (ts_fuse_options) */
     ts_fuse_stats st;
 } fctx;
 
@@ -359,11 +364,11 @@ static ts_status fuse_tree(fctx *c, int32_t root) {
 }
 
 ts_status ts_pass_fuse(ts_graph *g, ts_fuse_stats *stats) {
-    return ts_pass_fuse_opts(g, stats, 0);
+    return ts_pass_fuse_ex(g, NULL, stats);
 }
 
-ts_status ts_pass_fuse_opts(ts_graph *g, ts_fuse_stats *stats, int grads_released) {
-    fctx c = {.g = g, .grads_released = grads_released};
+ts_status ts_pass_fuse_ex(ts_graph *g, const ts_fuse_options *o, ts_fuse_stats *stats) {
+    fctx c = {.g = g, .grads_released = o && o->grads_released};
     ts_status s = TS_OK;
     c.uses = ts_alloc(sizeof(int) * (size_t)(g->n_values + 1), "fuse");
     c.reader = ts_alloc(sizeof(int32_t) * (size_t)(g->n_values + 1), "fuse");
@@ -373,6 +378,8 @@ ts_status ts_pass_fuse_opts(ts_graph *g, ts_fuse_stats *stats, int grads_release
         goto done;
     }
     for (int i = 0; i < g->n_nodes; i++) c.root_of[i] = -1;
+    if (!(o && o->no_norm) && (s = ts_fuse_norm(g, c.root_of, &c.st.norms)) != TS_OK) goto done;
+    c.st.nodes_fused += c.st.norms;
     count_uses(&c);
     int nn = g->n_nodes;
     for (int i = 0; i < nn && s == TS_OK; i++)

@@ -83,13 +83,20 @@ typedef struct ts_fuse_stats {
     int groups;      /* fused_eltwise nodes made */
     int concats;     /* sums of slice gradients made one concat */
     int nodes_fused; /* nodes that disappeared into them */
+    int norms;       /* activation + layer norm pairs made one op (forward or backward) */
 } ts_fuse_stats;
 ts_status ts_pass_fuse(ts_graph *g, ts_fuse_stats *stats);
-/* The same, where the parameters' gradients are temporaries that are not
- * kept after the step (grads_released: ZeRO-3, whose gradient buckets live
- * from their first gradient to their reduce-scatter): a gradient that is
- * a scatter_add plus another tensor then becomes a scatter_add_to too. */
-ts_status ts_pass_fuse_opts(ts_graph *g, ts_fuse_stats *stats, int grads_released);
+/* The same with switches: no_norm keeps activations and layer norms apart
+ * (fuse_norm.c; compile.no_fuse_norm); grads_released says the parameters'
+ * gradients are temporaries that are not kept after the step (ZeRO-3, whose
+ * gradient buckets live from their first gradient to their reduce-scatter):
+ * a gradient that is a scatter_add plus another tensor then becomes a
+ * scatter_add_to too. */
+typedef struct ts_fuse_options {
+    int no_norm;
+    int grads_released;
+} ts_fuse_options;
+ts_status ts_pass_fuse_ex(ts_graph *g, const ts_fuse_options *o, ts_fuse_stats *stats);
 
 /* Peak bytes of intermediate values alive at once if nodes run in
  * `order` (n entries). */

@@ -141,8 +141,12 @@ static ts_status run_chunk_ce(ts_pass_ctx *c) {
 }
 /* Fusion marks the fused nodes dead; compacting renumbers the values. */
 static ts_status run_fuse(ts_pass_ctx *c) {
-    /* ZeRO-3's gradients are step temporaries (memplan.c, the buckets) */
-    ts_status s = ts_pass_fuse_opts(c->g, &c->fuse, with_ranks(c) && c->opt->zero == 3);
+    /* the CUDA backend has no kernel for the fused layer norm ops yet; ZeRO-3's
+     * gradients are step temporaries (memplan.c, the buckets) */
+    const char *be = c->opt->backend;
+    ts_fuse_options fo = {.no_norm = c->opt->no_fuse_norm || (be && strcmp(be, "cpu") != 0),
+                          .grads_released = with_ranks(c) && c->opt->zero == 3};
+    ts_status s = ts_pass_fuse_ex(c->g, &fo, &c->fuse);
     if (s != TS_OK) return s;
     int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(c->g->n_values + 1), "compile");
     if (!map) return TS_ERR_NOMEM;

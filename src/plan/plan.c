@@ -205,6 +205,17 @@ ts_status ts_plan_get_stats(const ts_plan *p, ts_plan_stats *st) {
     st->n_instructions = p->prog.n_ins;
     st->n_inplace = p->prog.layout.n_inplace;
     st->flops_per_step = p->prog.flops;
+    st->operand_bytes_per_step = 0;
+    for (int i = 0; i < p->prog.n_ins; i++) {
+        const ts_instr *in = &p->prog.ins[i];
+        for (int j = 0; j < in->n_out; j++)
+            st->operand_bytes_per_step += ts_operand_bytes(&in->out[j]);
+        for (int j = 0; j < in->n_in; j++) {
+            int dup = 0; /* an operand read twice (mul(x, x)) is read once */
+            for (int q = 0; q < j; q++) dup |= in->in[q].off == in->in[j].off;
+            if (!dup) st->operand_bytes_per_step += ts_operand_bytes(&in->in[j]);
+        }
+    }
     st->zero_grad_bytes = p->prog.layout.zero_grad_bytes;
     st->zero_grad_peak = p->prog.layout.zero_grad_peak;
     st->zero_shard_bytes = p->prog.layout.zero_shard_bytes;
