@@ -1,12 +1,14 @@
 #!/bin/bash
-# [WORKLOADS="w1 w3"] repro_cost.sh [TESSEL] [ROUNDS] — the cost of dist.reproducible at 2 processes
+# [WORKLOADS="w1 w3"] [EXTRA="--set dist.zero=1"] repro_cost.sh [TESSEL] [ROUNDS] — the cost of
+# dist.reproducible at 2 processes
 # (docs/reproducibility.md, "Cost"). For W1 and W3 it alternates, ROUNDS times, three
 # trainings on 2 processes: without the key, with it (dist.microbatch default: batch / 4,
 # so 2 rounds per process and step) and with dist.microbatch = batch / 2 (one round: the
 # plain step's rows), and prints each one's median samples/s (the median over its steps
 # that `tessel train` reports) and the CPU seconds the run used (user + system, every process,
 # start-up included: less disturbed by other jobs on a shared machine than the wall clock),
-# with the ratios to the plain run, round by round.
+# with the ratios to the plain run, round by round. EXTRA: settings added to all three (ZeRO-1:
+# the reproducible runs then update their shards from the tree's sums).
 set -eu
 T=${1:-build/tessel}
 R=${2:-3}
@@ -30,7 +32,7 @@ for w in ${WORKLOADS:-w1 w3}; do
             esac
             rm -rf "$out/run"
             # shellcheck disable=SC2086
-            /usr/bin/time -f "cpu %U %S" -o "$out/time" "$T" train $cfg --procs 2 $sets --out "$out/run" >"$out/log" 2>&1 || {
+            /usr/bin/time -f "cpu %U %S" -o "$out/time" "$T" train $cfg --procs 2 $sets ${EXTRA:-} --out "$out/run" >"$out/log" 2>&1 || {
                 cat "$out/log"
                 exit 1
             }

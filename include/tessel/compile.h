@@ -213,6 +213,10 @@ typedef struct ts_compile_options {
                                 rank, all-gathered after the update, as across hosts */
     int zero_no_prefetch;    /* ZeRO-3: 0 (default) starts the all-gather of the next parameter
                                 bucket one bucket ahead; 1 right before its use */
+    int zero_summed_grads;   /* ZeRO-1/2: 1 (dist.reproducible) leaves the gradients whole and
+                                unreduced in the step: the update gate writes every rank's sum
+                                into them (the fixed tree), and each rank's shard update reads
+                                its block of them in place; no reduce-scatter */
     double max_mem_mb;       /* > 0: ts_compile refuses (TS_ERR_UNSUPPORTED) a plan whose
                                 memory per process (its arena, with shared parameters)
                                 exceeds this many MiB; 0: no limit */

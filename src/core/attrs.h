@@ -228,7 +228,8 @@ typedef struct ts_clip_attrs {
  * of the range of n_params parameters. divisor: the ranks the gradient sum
  * is divided by. fused_ranks > 0 (shared parameters, fused): the gradient
  * is the sum over that many ranks' copies of the bucket, fused_elems
- * elements. */
+ * elements; fused_ranks 1 (dist.reproducible, distribute.c): this rank's
+ * own copy, which already holds every rank's sum, read in place. */
 typedef struct ts_shard_attrs {
     union {
         ts_sgd_attrs sgd;

@@ -390,7 +390,9 @@ static ts_status infer_shard(const ts_graph *g, const ts_node *n, ts_type *out, 
         return ts_fail(TS_ERR_INVALID, "expects %d parameters, %s, %d states%s", k,
                        fused ? "their gradients" : "the gradient shard", ns,
                        has_coef ? " and the clip coefficient" : "");
-    if (fused && has_coef)
+    /* across ranks the fold has no norm to clip with; on one copy (dist.reproducible) the
+     * coefficient comes from the whole gradients */
+    if (fused && has_coef && a->fused_ranks > 1)
         return ts_fail(TS_ERR_INVALID, "a fused shard update takes no clip coefficient");
     const ts_dtype dt = ts_in_type(g, n, k)->dtype;
     for (int j = 0; j < k + ng; j++)
@@ -438,7 +440,7 @@ static ts_status k_shard(const ts_kargs *k) {
     if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "shard_update '%s': no step context", lbl(k));
     const int64_t n = nr > 0 ? a->fused_elems : ts_tensor_numel(gs), off = a->offset;
     const ts_dist_rt *rt = k->backend;
-    if (nr > 0 && (!rt || !rt->peer_delta || nr < 2 || nr != ts_comm_size(rt->comm)))
+    if (nr > 1 && (!rt || !rt->peer_delta || nr != ts_comm_size(rt->comm)))
         return ts_fail(TS_ERR_INTERNAL, "shard_update '%s': no peers' gradients in this plan",
                        lbl(k));
     const char *lo = k->in[0].data;
@@ -466,15 +468,18 @@ static ts_status k_shard(const ts_kargs *k) {
     void *t[4] = {(char *)lo + (size_t)off * es, gs->data, ns > 0 ? k->in[np + ng].data : NULL,
                   ns > 1 ? k->in[np + ng + 1].data : NULL};
     const int64_t nch = (n + OPT_CHUNK - 1) / OPT_CHUNK;
-    if (nr > 0) {
-        /* The bucket's gradients are one range (memplan), as its
-         * parameters are: this rank's block of it, summed over the ranks
-         * chunk by chunk into a buffer the update then reads. */
+    if (nr > 0) { /* the bucket's gradients are one range (memplan), as its parameters are */
         const char *glo = gs->data;
         const ts_tensor *gl = &k->in[2 * np - 1];
         if ((const char *)gl->data + (size_t)ts_tensor_numel(gl) * es - glo <
             (off + n) * (ptrdiff_t)es)
             return ts_fail(TS_ERR_INTERNAL, "shard_update '%s': gradients not one range", lbl(k));
+        t[1] = (char *)glo + (size_t)off * es; /* nr 1: this rank's block, read in place */
+    }
+    if (nr > 1) {
+        /* This rank's block of the range, summed over the ranks chunk by
+         * chunk into a buffer the update then reads. */
+        const char *glo = gs->data;
 #pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
         for (int64_t ch = 0; ch < nch; ch++) {
             _Alignas(64) double buf[OPT_CHUNK]; /* OPT_CHUNK elements of f32 or f64 */

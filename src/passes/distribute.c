@@ -100,7 +100,16 @@ static int is_alias(const ts_graph *g, int node) {
  * writes the rank's block of the bucket's parameters (a state value
  * "zero.bucket<b>.param", n_params 1 at offset 0) instead of the shared or
  * all-gathered parameters, and zero3.c gathers each bucket's parameters
- * from the blocks before their forward and their backward readers. */
+ * from the blocks before their forward and their backward readers.
+ *
+ * Summed gradients (d->summed_grads, ZeRO-1/2 under dist.reproducible):
+ * no reduce-scatter and no per-bucket unscale; the update gate (session/
+ * repro.c) writes the batch's gradients, summed in the fixed tree, whole
+ * into every rank's gradient region, and the graph's own unscale_grads and
+ * clip_coef stay where they were, reading them: the same norm as without
+ * ZeRO. Each shard_update (fused_ranks 1, divisor 1) reads its block of
+ * the bucket's gradients in place; the parameters are shared or
+ * all-gathered as above. ZeRO-2 is ZeRO-1 here: the gradients stay whole. */
 
 /* Elements a bucket spans in memplan's layout (64-byte padding between
  * tensors). */
@@ -158,7 +167,14 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
      * barriers, instead of all-gathering; without clipping ZeRO-1 also
      * skips the reduce-scatter: the update reads every rank's gradients of
      * its block in the segment and averages them itself (fused). */
-    const int shared = d->shared_params, fused = shared && d->zero == 1 && !has_coef;
+    const int shared = d->shared_params,
+              fused = shared && d->zero == 1 && !has_coef && !d->summed_grads;
+    /* dist.reproducible: the gradients stay whole and unreduced; the update
+     * gate replaces them with the ranks' sum in the fixed tree (every rank
+     * the same floats), so the unscale, the clip coefficient and the
+     * found_inf flag stay the unsharded graph's, and each shard update reads
+     * its block of the gradients in place (a fused update of one copy). */
+    const int summed = d->summed_grads, inplace = fused || summed;
     const int z3 = d->zero == 3; /* the parameters sharded too: zero3.c */
     int n_gathers = 0;           /* ZeRO-3: its gathers, each with a ticket slot */
     const int nv0 = g->n_values;
@@ -238,7 +254,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         shard_off[b] = (int64_t)off;
         shard_len[b] = (int64_t)len;
         unscale[b] = -1;
-        if (us >= 0) {
+        if (us >= 0 && !summed) {
             /* Loss scaling: each rank unscales its own gradients of the
              * bucket before they are reduced (see above). */
             args[0] = ts_mkval(g->nodes[us].in[0]);
@@ -248,7 +264,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
             if ((s = ts_graph_status(g)) != TS_OK) break;
             unscale[b] = g->n_nodes - 1;
         }
-        if (fused) continue;
+        if (inplace) continue;
         char name[64];
         ts_attrs a = ts_attrs_zero();
         a.bucket.ticket = b;
@@ -278,7 +294,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     /* Loss scaling: whether any rank found a non-finite gradient, as the
      * update gate needs it ("found_inf", the name the loss scaler reads). */
     int32_t found = -1;
-    if (us >= 0) {
+    if (us >= 0 && !summed) {
         for (int b = 0; b < nb; b++) args[b] = ts_mkval(g->nodes[unscale[b]].out[0]);
         ts_attrs a = ts_attrs_zero();
         a.bucket.algo = d->algo;
@@ -297,7 +313,8 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     }
     /* The clip coefficient over every rank's shards. */
     ts_val coef = TS_NONE;
-    if (has_coef) {
+    if (has_coef && summed) coef = ts_mkval(un.in[un.n_in - 1]); /* the unsharded clip_coef */
+    if (has_coef && !summed) {
         for (int b = 0; b < nb; b++) args[b] = ts_mkval(shard[b]);
         ts_attrs a = ts_attrs_zero();
         a.bucket.max_norm = g->nodes[clip].a.clip.max_norm;
@@ -317,7 +334,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         if ((s = add_sync(g, "zero.params_read", &sync_pre)) != TS_OK) goto done;
         for (int c = 0; c < un.n_ctrl && s == TS_OK; c++)
             s = ts_node_add_ctrl(g, sync_pre, un.ctrl[c]);
-        for (int b = 0; b < nb && s == TS_OK && !fused; b++)
+        for (int b = 0; b < nb && s == TS_OK && !inplace; b++)
             s = ts_node_add_ctrl(g, sync_pre, rs_wait[b]);
         if (s == TS_OK && found >= 0) s = ts_node_add_ctrl(g, sync_pre, found);
         if (s != TS_OK) goto done;
@@ -344,7 +361,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         }
         for (int i = 0; i < k && !z3; i++)
             args[na++] = ts_mkval(un.in[group_of[root[gr[first[b] + i].v]] * gs]);
-        if (fused)
+        if (inplace)
             for (int i = 0; i < k; i++) args[na++] = ts_mkval(gr[first[b] + i].v);
         else
             args[na++] = ts_mkval(shard[b]);
@@ -366,13 +383,14 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         a.shard.offset = z3 ? 0 : off;
         a.shard.n_params = z3 ? 1 : k;
         a.shard.opt_op = un.op;
-        a.shard.fused_ranks = fused ? d->size : 0; /* fused: the sum over this many ranks' copies */
+        /* fused: the sum over this many ranks' copies; summed: this rank's, the mean already */
+        a.shard.fused_ranks = fused ? d->size : summed ? 1 : 0;
         a.shard.fused_elems = shard_len[b];
-        a.shard.divisor = d->size; /* the gradient read is the sum over the ranks */
+        a.shard.divisor = summed ? 1 : d->size; /* else the gradient read is the ranks' sum */
         ts_node_add(g, TS_OP_SHARD_UPDATE, na, args, &a, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
         upd[b] = g->n_nodes - 1;
-        s = fused ? TS_OK : ts_node_add_ctrl(g, upd[b], rs_wait[b]);
+        s = inplace ? TS_OK : ts_node_add_ctrl(g, upd[b], rs_wait[b]);
         if (s == TS_OK && found >= 0) s = ts_node_add_ctrl(g, upd[b], found);
         if (s == TS_OK && shared) s = ts_node_add_ctrl(g, upd[b], sync_pre);
         /* after every reader of any parameter, as the fused update was */
@@ -383,7 +401,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         ts_attrs ga = ts_attrs_zero();
         ga.bucket.ticket = nb + b;
         ga.bucket.algo = d->algo;
-        ga.bucket.elems = g->nodes[rs_start[b]].a.bucket.elems;
+        ga.bucket.elems = bucket_span(g, gr, first[b], first[b + 1]);
         ts_val tok = ts_node_add(g, TS_OP_ALL_GATHER_START, k, args, &ga, NULL);
         if ((s = ts_graph_status(g)) != TS_OK) break;
         ag_start[b] = g->values[tok.id].node;
@@ -412,16 +430,16 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
      * else where the fused update was, the all-gather waits (or the last
      * barrier) at the end. */
     int m = 0;
-    const int z2 = d->zero >= 2;
+    const int z2 = d->zero >= 2 && !summed; /* summed: the tree needs every gradient whole */
     for (int k = 0; k < n_order; k++) {
         for (int b = 0; z2 && b + 1 < nb; b++) /* before the next bucket's first gradient */
             if (first_write[b + 1] == k && k > start_at[b]) out[m++] = rs_wait[b];
-        if (order[k] == clip || order[k] == us) continue;
+        if (!summed && (order[k] == clip || order[k] == us)) continue;
         if (z2 && mon_bucket[k] >= 0) continue; /* moved before its bucket's start */
         if (k == upos) {
-            for (int b = z2 ? nb - 1 : 0; b < nb && !fused; b++) out[m++] = rs_wait[b];
+            for (int b = z2 ? nb - 1 : 0; b < nb && !inplace; b++) out[m++] = rs_wait[b];
             if (found >= 0) out[m++] = found;
-            if (has_coef) out[m++] = g->values[coef.id].node;
+            if (has_coef && !summed) out[m++] = g->values[coef.id].node;
             if (shared) out[m++] = sync_pre;
             for (int b = 0; b < nb; b++) {
                 out[m++] = upd[b];
@@ -433,7 +451,7 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
         for (int b = 0; b < nb; b++) {
             if (start_at[b] != k) continue;
             if (unscale[b] >= 0) out[m++] = unscale[b];
-            if (fused) continue;
+            if (inplace) continue;
             for (int j = 0; z2 && j < n_order; j++)
                 if (mon_bucket[j] == b) out[m++] = order[j];
             out[m++] = rs_start[b];
@@ -469,8 +487,8 @@ static ts_status zero_rewrite(ts_graph *g, int32_t **order_io, int *n_order_io,
     /* Drop the fused update, the clip coefficient and the full-size state
      * (compaction removes values of dead nodes). */
     g->nodes[u].dead = 1;
-    if (clip >= 0) g->nodes[clip].dead = 1;
-    if (us >= 0) g->nodes[us].dead = 1;
+    if (clip >= 0 && !summed) g->nodes[clip].dead = 1;
+    if (us >= 0 && !summed) g->nodes[us].dead = 1;
     for (int j = 0; j < ngroups; j++)
         for (int q = 2; q < gs; q++) {
             ts_value *sv = &g->values[un.in[j * gs + q]];

@@ -158,6 +158,9 @@ typedef struct ts_dist_spec {
     int no_prefetch;           /* ZeRO-3: gather each bucket right before its use */
     int shared_params;         /* ZeRO: the ranks update one shared copy of the parameters in
                                   place (ts_comm_shares_memory); no all-gather */
+    int summed_grads;          /* ZeRO-1/2: no reduce-scatter; the gradients, which the
+                                  update gate replaces by the ranks' sum (dist.reproducible),
+                                  are read in place by each rank's shard update */
     int rank, size;            /* this rank of size (ZeRO: which shard) */
     int32_t *loss;             /* ZeRO compacts the graph: the loss id is remapped */
     ts_compress_options compress; /* method 0: the dense all-reduce */

@@ -184,6 +184,7 @@ static ts_status run_distribute(ts_pass_ctx *c) {
         d.zero > 0 && d.zero < 3 && !o->zero_private_params && ts_comm_shares_memory(o->comm);
     d.no_prefetch = o->zero_no_prefetch;
     d.shared_params = c->zero_shared;
+    d.summed_grads = o->zero_summed_grads && d.zero > 0 && d.zero < 3;
     d.rank = ts_comm_rank(o->comm);
     d.size = ts_comm_size(o->comm);
     d.loss = &c->loss;

@@ -76,6 +76,19 @@ int ts_plan_fwd_states(ts_plan *p, ts_plan_fwd_state *out, int max) {
     return n;
 }
 
+int ts_plan_grads(ts_plan *p, ts_plan_fwd_state *out, int max) {
+    int n = 0;
+    for (int i = 0; p && i < p->prog.n_named; i++) {
+        const ts_named *nm = &p->prog.named[i];
+        if (!nm->is_grad || nm->v.dtype != TS_F32) continue;
+        if (n < max)
+            out[n] = (ts_plan_fwd_state){nm->name, (float *)ts_plan_at(p, nm->v.off),
+                                         ts_operand_bytes(&nm->v) / sizeof(float)};
+        n++;
+    }
+    return n;
+}
+
 void ts_plan_set_seed(ts_plan *p, uint64_t seed) {
     if (p) p->rt.ctx.seed = seed;
 }

@@ -36,6 +36,11 @@ typedef struct ts_plan_fwd_state {
  * -1 with an error set when one is not f32. */
 int ts_plan_fwd_states(ts_plan *p, ts_plan_fwd_state *out, int max);
 
+/* The gradients (f32, each in the gradient region), up to max entries as
+ * {name, data, n}; returns how many there are (may exceed max). Their order
+ * is the plan's: sort them (by name) for an order that is every plan's. */
+int ts_plan_grads(ts_plan *p, ts_plan_fwd_state *out, int max);
+
 /* The seed the step's kernels see (dropout masks); ts_plan_seed() gives
  * the compile seed. */
 void ts_plan_set_seed(ts_plan *p, uint64_t seed);

@@ -29,6 +29,8 @@ struct ts_repro {
     ts_repro_gather ggat, sgat; /* the same, local: this rank's run of micro-batches */
     ts_plan_fwd_state *st;      /* state the forward pass writes (BatchNorm) */
     int nst;
+    ts_plan_fwd_state *gt; /* the gradients, by name: the norm's order in every plan */
+    int ngt;
     size_t nstate;         /* floats of all of them */
     float *s0, *leaf;      /* the state before the step; one round's, summed */
     double *loss, *losses; /* this rank's k losses; all M (rank-major) */
@@ -42,8 +44,15 @@ static int pow2(int64_t x) {
     return x > 0 && (x & (x - 1)) == 0;
 }
 
+int ts_repro_zero(const session *s) {
+    return s->c.dist.reproducible && s->nranks > 1 && (s->c.dist.zero == 1 || s->c.dist.zero == 2);
+}
+
 int ts_repro_local(const session *s) {
     if (!s->c.dist.reproducible || s->nranks < 2) return 0;
+    /* ZeRO-1/2: the plan reduces nothing (its shard updates read the
+     * gradients the gate sums), so the ranks' pieces are gathered. */
+    if (ts_repro_zero(s)) return 1;
     /* Loss scaling unscales each micro-batch's gradients; an all-reduce
      * would add scaled ones, which rounds otherwise for a scale that is not
      * a power of two. */
@@ -78,15 +87,12 @@ ts_status ts_repro_resolve(session *s) {
                        "divide the micro-batch count; allowed: %s",
                        (long long)N, (long long)M, (long long)m, (long long)B, allowed);
     }
-    if (N > 1 && c->dist.zero)
-        return ts_fail(
-            TS_ERR_UNSUPPORTED,
-            "dist.reproducible does not support dist.zero %d: ZeRO reduce-scatters every "
-            "round's gradients, so a process keeps only its shard, summed in the "
-            "collective's order, and clips with norms summed over shards; the fixed tree "
-            "needs each micro-batch's whole gradient. Set dist.zero 0 (the optimizer "
-            "state is then replicated on every process)",
-            c->dist.zero);
+    if (N > 1 && c->dist.zero == 3)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "dist.reproducible does not support dist.zero 3: the fixed tree needs "
+                       "each micro-batch's whole gradient, and ZeRO-3 keeps only a shard of "
+                       "the gradients and parameters. Set dist.zero 1 or 2 (the optimizer "
+                       "state sharded; the gradients stay whole) or 0");
     if (N > 1 && c->dist.compress)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "dist.reproducible does not support dist.compress (its top-k and PowerSGD "
@@ -189,6 +195,28 @@ static ts_status gate(ts_plan *p, void *user, ts_gate_decision *out) {
     return r->next_fn ? r->next_fn(p, r->next_user, out) : TS_OK;
 }
 
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const ts_plan_fwd_state *)a)->name, ((const ts_plan_fwd_state *)b)->name);
+}
+
+/* The gradients sorted by name, each once: ZeRO lays them out in bucket order, without it in
+ * parameter order, and the logged norm must not depend on which. */
+static ts_status grad_tensors(struct ts_repro *r, ts_plan *p) {
+    const int n = ts_plan_grads(p, NULL, 0);
+    if (n <= 0) return ts_fail(TS_ERR_INVALID, "dist.reproducible: the plan has no f32 gradients");
+    if (!(r->gt = ts_alloc(sizeof *r->gt * (size_t)n, "gradient list"))) return TS_ERR_NOMEM;
+    ts_plan_grads(p, r->gt, n);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int j = 0; j < k && !seen; j++) seen = r->gt[j].data == r->gt[i].data;
+        if (!seen) r->gt[k++] = r->gt[i];
+    }
+    qsort(r->gt, (size_t)k, sizeof *r->gt, by_name);
+    r->ngt = k;
+    return TS_OK;
+}
+
 ts_status ts_repro_setup(session *s) {
     if (!s->c.dist.reproducible) return TS_OK;
     struct ts_repro *r = ts_zalloc(sizeof *r, "reproducible step");
@@ -215,6 +243,7 @@ ts_status ts_repro_setup(session *s) {
     if (nst && !(r->st = ts_alloc(sizeof *r->st * (size_t)nst, "forward state list")))
         return TS_ERR_NOMEM;
     r->nst = ts_plan_fwd_states(s->plan, r->st, nst);
+    if ((st = grad_tensors(r, s->plan)) != TS_OK) return st;
     for (int i = 0; i < r->nst; i++) r->nstate += r->st[i].n;
     if (r->nstate && (!(r->s0 = ts_alloc(r->nstate * sizeof(float), "forward state")) ||
                       !(r->leaf = ts_alloc(r->nstate * sizeof(float), "forward state"))))
@@ -284,16 +313,22 @@ ts_status ts_repro_step(session *s, double *loss) {
 
 ts_status ts_repro_grad_norm(const struct ts_repro *r, double *norm) {
     if (!r || !norm) return ts_fail(TS_ERR_INVALID, "grad_norm: NULL argument");
-    /* Eight lanes summed in a fixed pattern, then in lane order: the
-     * compiler can vectorise it without reordering anything. */
-    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    const float *g = r->grad;
-    size_t i = 0;
-    for (; i + 8 <= r->ngrad; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += (double)g[i + l] * g[i + l];
-    for (int l = 0; i < r->ngrad; i++, l++) acc[l] += (double)g[i] * g[i];
+    /* Per gradient, eight lanes summed in a fixed pattern, then in lane
+     * order (the compiler can vectorise it without reordering anything);
+     * the gradients' sums in name order. */
     double sum = 0;
-    for (int l = 0; l < 8; l++) sum += acc[l];
+    for (int t = 0; t < r->ngt; t++) {
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const float *g = r->gt[t].data;
+        const size_t n = r->gt[t].n;
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int l = 0; l < 8; l++) acc[l] += (double)g[i + l] * g[i + l];
+        for (int l = 0; i < n; i++, l++) acc[l] += (double)g[i] * g[i];
+        double part = 0;
+        for (int l = 0; l < 8; l++) part += acc[l];
+        sum += part;
+    }
     *norm = sqrt(sum);
     return TS_OK;
 }
@@ -305,6 +340,7 @@ void ts_repro_free(struct ts_repro *r) {
     ts_repro_gather_free(&r->ggat);
     ts_repro_gather_free(&r->sgat);
     free(r->st);
+    free(r->gt);
     free(r->s0);
     free(r->leaf);
     free(r->loss);

@@ -25,6 +25,12 @@
  * consecutive micro-batches, and the tree is finished across ranks by dist/repro_gather.h. */
 int ts_repro_local(const session *s);
 
+/* 1 for dist.reproducible with dist.zero 1 or 2 on more than one process: the plan is compiled
+ * with the comm for its sharded update (ts_compile_options.zero_summed_grads) but reduces no
+ * gradients; the tree is summed as for ts_repro_local, whole, on every rank, and each rank
+ * updates its shard of the parameters from it. ZeRO-2 then keeps the gradients whole too. */
+int ts_repro_zero(const session *s);
+
 /* Without dist.reproducible: s->nslices = s->nranks. With it: resolves
  * dist.microbatch (0: model.batch / 4, / 2 or / 1, the first that
  * divides), sets s->nslices to the micro-batch count, and refuses a process

@@ -23,8 +23,9 @@ static void train_options(const session *s, ts_compile_options *opt) {
      * algorithm does for 2 ranks, recursive doubling for more (repro.h). */
     if (s->c.dist.reproducible && s->nranks > 2) opt->dist_algo = TS_ALGO_RD;
     /* on other counts each rank's plan is its own and the tree is finished across ranks */
-    if (ts_repro_local(s)) opt->comm = NULL;
+    if (ts_repro_local(s) && !ts_repro_zero(s)) opt->comm = NULL;
     opt->zero = s->nranks > 1 ? s->c.dist.zero : 0;
+    opt->zero_summed_grads = ts_repro_zero(s); /* the shards read the tree's sums */
     opt->zero_private_params = !s->c.dist.share_params;
     opt->zero_no_prefetch = !s->c.dist.prefetch;
     if (s->nranks > 1) ts_config_compress_options(&s->c, &opt->compress);

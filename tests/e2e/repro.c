@@ -6,9 +6,12 @@
  * (when Fashion-MNIST is installed) on 1, 2, 3 and 4 processes with 1 or 2
  * threads (4 runs each, to bound the test's time); all with 12 micro-batches;
  * so does W1 in fp16 with dynamic loss scaling on 1, 3 and 4 processes (with
- * skipped and applied steps); without the key 1 and 2 processes differ (so
- * the comparison can fail). A count that does not divide the micro-batch
- * count and ZeRO are refused, the first with the allowed counts named. */
+ * skipped and applied steps); each of them also with ZeRO-1 and 2 on 2, 3
+ * or 4 processes (W1 with clipping, shared and private parameters): the
+ * same bits as ZeRO-0 on 1 process; without the key 1 and 2 processes
+ * differ (so the comparison can fail). A count that does not divide the
+ * micro-batch count and ZeRO-3 are refused, the first with the allowed
+ * counts named. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -89,6 +92,40 @@ static void same_bits(const char *tag, const char *cfg, const char *sets, int nr
     free(want);
 }
 
+/* ZeRO-1 and 2 (the optimizer state sharded, each process updating its shard from the tree's
+ * sums): the runs of `zs` (a dist.zero stage, a process count and a thread count each, with
+ * extra settings) against the ZeRO-0 run of same_bits(tag): every tensor identical, the same
+ * losses and gradient norms. */
+typedef struct zero_run {
+    int zero, procs, threads;
+    const char *extra;
+} zero_run;
+
+static void zero_same_bits(const char *tag, const char *cfg, const char *sets, const zero_run *zs,
+                           int n) {
+    char ref[64], run[64], all[1024];
+    snprintf(ref, sizeof ref, "%s-p1-t1", tag);
+    char *want = train_numbers(ref);
+    for (int i = 0; i < n; i++) {
+        snprintf(run, sizeof run, "%s-z%d-p%d-t%d%s", tag, zs[i].zero, zs[i].procs, zs[i].threads,
+                 zs[i].extra[0] ? "-x" : "");
+        snprintf(all, sizeof all, "%s --set dist.zero=%d %s", sets, zs[i].zero, zs[i].extra);
+        if (train(run, cfg, all, zs[i].procs, zs[i].threads)) continue;
+        int nt = 0;
+        CHECK(identical(ref, run, &nt),
+              "%s: ZeRO-%d on %d processes, %d threads%s%s: every tensor identical to ZeRO-0 "
+              "on 1 process (%d tensors)",
+              tag, zs[i].zero, zs[i].procs, zs[i].threads, zs[i].extra[0] ? ", " : "", zs[i].extra,
+              nt);
+        char *got = train_numbers(run);
+        CHECK(want[0] && strcmp(want, got) == 0,
+              "%s: ZeRO-%d on %d processes: the same losses and gradient norms", tag, zs[i].zero,
+              zs[i].procs);
+        free(got);
+    }
+    free(want);
+}
+
 int main(void) {
     const char *bin = e2e_setup("repro", dir, sizeof dir);
     if (!bin) return check_summary("e2e/repro");
@@ -97,6 +134,30 @@ int main(void) {
     snprintf(sets, sizeof sets,
              "%s --set dist.reproducible=true --set model.batch=48 --set dist.microbatch=4", w1);
     same_bits("w1", "examples/w1.yaml", sets, 7);
+    /* clipping: the norm of the whole summed gradients, then each shard's update; the
+     * parameters shared (shm) or each process's copy all-gathered */
+    const zero_run zw1[] = {{1, 2, 1, ""},
+                            {2, 2, 1, ""},
+                            {1, 3, 1, ""},
+                            {2, 3, 1, ""},
+                            {1, 4, 1, ""},
+                            {2, 4, 1, ""},
+                            {1, 3, 1, "--set dist.share_params=false"},
+                            {2, 4, 1, "--set dist.share_params=false"}};
+    zero_same_bits("w1", "examples/w1.yaml", sets, zw1, 8);
+    {
+        /* ZeRO took effect: the optimizer state is sharded (rank 1 saves its blocks) */
+        e2e_result r = e2e_runf("train examples/w1.yaml --procs 2 %s --set dist.zero=2 --set "
+                                "train.steps=1 --set ckpt.every=1 --out %s/zlog",
+                                sets, dir);
+        const char *log = strstr(r.out, "ZeRO-2, this rank's shard") ? r.out : r.err;
+        CHECK(r.rc == 0 && strstr(log, "ZeRO-2, this rank's shard") &&
+                  strstr(log, "its shard updated from the sums"),
+              "ZeRO-2 with dist.reproducible announced: %s%s", r.out, r.err);
+        e2e_done(&r);
+        CHECK(access(e2e_path("zlog/step-00000001/optim-r1-000.safetensors"), R_OK) == 0,
+              "the ZeRO run's checkpoint holds rank 1's blocks of the optimizer state");
+    }
 
     /* fp16 with dynamic loss scaling: a scale that is not a power of two,
      * skipped steps at first, then growth every 2 steps; the skip decisions
@@ -107,6 +168,8 @@ int main(void) {
              "precision.growth_interval=2 --set train.steps=16",
              sets);
     same_bits("fp16", "examples/w1.yaml", fp16, 3);
+    const zero_run zfp[] = {{1, 2, 1, ""}, {2, 4, 1, ""}};
+    zero_same_bits("fp16", "examples/w1.yaml", fp16, zfp, 2);
     {
         char *m = e2e_slurp(e2e_path("fp16-p3-t2/metrics.jsonl"), NULL);
         CHECK(strstr(m, "\"step_skipped\":1") && strstr(m, "\"step_skipped\":0"),
@@ -120,22 +183,25 @@ int main(void) {
         CHECK(!identical("w1-plain-p1", "w1-plain-p2", NULL),
               "without dist.reproducible 1 and 2 processes differ");
 
-    same_bits("gru", "examples/w2.yaml",
-              "--set train.steps=8 --set train.eval_every=0 --set model.hidden=64 --set "
-              "model.batch=48 --set dist.microbatch=4 --set dist.reproducible=true",
-              7);
-    same_bits("gpt", "examples/w3.yaml",
-              "--set train.steps=6 --set model.ctx=32 --set model.d_model=32 --set "
-              "model.n_layers=1 --set model.n_heads=4 --set model.vocab=256 --set "
-              "model.batch=12 --set dist.microbatch=1 --set dist.reproducible=true",
-              4);
-    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0)
-        same_bits("cnn", "examples/fashion_cnn.yaml",
-                  "--set train.epochs=0 --set train.steps=6 --set train.warmup_steps=5 --set "
-                  "model.c1=8 --set model.c2=8 --set data.val_fraction=0 --set "
-                  "dist.reproducible=true --set model.batch=48 --set dist.microbatch=4",
-                  4);
-    else
+    const char *gru = "--set train.steps=8 --set train.eval_every=0 --set model.hidden=64 --set "
+                      "model.batch=48 --set dist.microbatch=4 --set dist.reproducible=true";
+    same_bits("gru", "examples/w2.yaml", gru, 7);
+    const zero_run zgru[] = {{1, 3, 1, ""}, {2, 2, 2, ""}, {1, 4, 1, ""}};
+    zero_same_bits("gru", "examples/w2.yaml", gru, zgru, 3);
+    const char *gpt = "--set train.steps=6 --set model.ctx=32 --set model.d_model=32 --set "
+                      "model.n_layers=1 --set model.n_heads=4 --set model.vocab=256 --set "
+                      "model.batch=12 --set dist.microbatch=1 --set dist.reproducible=true";
+    same_bits("gpt", "examples/w3.yaml", gpt, 4);
+    const zero_run zgpt[] = {{2, 3, 1, ""}, {1, 4, 1, ""}};
+    zero_same_bits("gpt", "examples/w3.yaml", gpt, zgpt, 2);
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0) {
+        const char *cnn = "--set train.epochs=0 --set train.steps=6 --set train.warmup_steps=5 "
+                          "--set model.c1=8 --set model.c2=8 --set data.val_fraction=0 --set "
+                          "dist.reproducible=true --set model.batch=48 --set dist.microbatch=4";
+        same_bits("cnn", "examples/fashion_cnn.yaml", cnn, 4);
+        const zero_run zcnn[] = {{1, 2, 1, ""}, {2, 3, 2, ""}};
+        zero_same_bits("cnn", "examples/fashion_cnn.yaml", cnn, zcnn, 2);
+    } else
         printf("cnn skipped: Fashion-MNIST is not installed\n");
 
     /* Refusals name what is allowed. */
@@ -146,9 +212,9 @@ int main(void) {
               strstr(r.err, "allowed: 1, 2, 4"),
           "3 processes refused with the allowed counts: %s", r.err);
     e2e_done(&r);
-    r = e2e_runf("train examples/w1.yaml --procs 2 %s --set dist.zero=1 --out %s/rz", sets, dir);
-    CHECK(r.rc != 0 && strstr(r.err, "dist.reproducible does not support dist.zero 1: ZeRO"),
-          "ZeRO refused, saying why: %s", r.err);
+    r = e2e_runf("train examples/w1.yaml --procs 2 %s --set dist.zero=3 --out %s/rz", sets, dir);
+    CHECK(r.rc != 0 && strstr(r.err, "dist.reproducible does not support dist.zero 3: the fixed"),
+          "ZeRO-3 refused, saying why: %s", r.err);
     e2e_done(&r);
     r = e2e_runf("train examples/w1.yaml %s --set dist.microbatch=40 --out %s/rm", sets, dir);
     CHECK(r.rc != 0 && strstr(r.err, "dist.microbatch 40 does not divide model.batch 48"),
