@@ -1,9 +1,11 @@
 /* data_internal.h — helpers shared by the readers in src/data (internal).
  *
- * Every reader loads its file whole through ts_data_slurp, which hashes the
- * bytes as they stream in: the SHA-256 in the lineage is therefore the hash
- * of exactly the bytes that were parsed, even if the file changes on disk
- * while (or after) it is read.
+ * The in-memory readers load their file whole through ts_data_slurp, which
+ * hashes the bytes as they stream in: the SHA-256 in the lineage is
+ * therefore the hash of exactly the bytes that were parsed, even if the
+ * file changes on disk while (or after) it is read. The mapped readers
+ * (tokmap.c, xmap.c) hash the mapping in one pass and need the file left
+ * alone while a run uses it.
  */
 #ifndef TS_DATA_INTERNAL_H
 #define TS_DATA_INTERNAL_H
