@@ -274,14 +274,56 @@ static void test_cnn(void) {
     free(m);
 }
 
+/* data.doc_offsets: the same documents given by their start offsets (the
+ * end-of-text ids stay in the file as ordinary tokens) train the same
+ * losses as data.eot_id: only the padded inputs differ (token 0 for 63),
+ * and no real position reads them. Bad offset files fail naming the file,
+ * the line and the offset. */
+static void test_offsets(const int64_t *offsets) {
+    FILE *f = fopen(e2e_path("offsets.txt"), "w");
+    CHECK(f != NULL, "offsets.txt");
+    if (!f) return;
+    for (int d = 0; d < 60; d++) fprintf(f, "%lld\n", (long long)offsets[d]);
+    fclose(f);
+    ok("gpt offsets", e2e_runf("train %s/gpt.yaml --out %s/go --set data.eot_id=-1 --set "
+                               "data.doc_offsets=%s/offsets.txt",
+                               dir, dir, dir));
+    char g[128], o[128];
+    snprintf(g, sizeof g, "%s/g", dir);
+    snprintf(o, sizeof o, "%s/go", dir);
+    char *lg = losses(g), *lo = losses(o);
+    CHECK(strlen(lg) > 20 && !strcmp(lg, lo), "offsets vs eot_id losses\n  %s\n  %s", lo, lg);
+    free(lg), free(lo);
+    static const char *const bad[][2] = {{"3\n40\n", "must be 0"},
+                                         {"0\n40\n40\n", "does not follow the previous offset"},
+                                         {"0\n99999\n", "past the token file's end"},
+                                         {"0\n4x\n", "expected a whole token offset"}};
+    for (int i = 0; i < 4; i++) {
+        write_text("bad_offsets.txt", bad[i][0]);
+        e2e_result r = e2e_runf("train %s/gpt.yaml --out %s/gb --set data.eot_id=-1 --set "
+                                "data.doc_offsets=%s/bad_offsets.txt",
+                                dir, dir, dir);
+        CHECK(r.rc != 0 && strstr(r.err, "bad_offsets.txt:") && strstr(r.err, bad[i][1]),
+              "bad offsets %d: exit %d: %s", i, r.rc, r.err);
+        e2e_done(&r);
+    }
+    e2e_result r = e2e_runf("train %s/gpt.yaml --out %s/gb --set data.doc_offsets=%s/offsets.txt",
+                            dir, dir, dir);
+    CHECK(r.rc == 2 && strstr(r.err, "data.doc_offsets and data.eot_id"), "both: exit %d: %s", r.rc,
+          r.err);
+    e2e_done(&r);
+}
+
 static void test_gpt(void) {
     /* 60 documents of 3..31 tokens, each ending with the end-of-text id 63 */
     FILE *f = fopen(e2e_path("docs.bin"), "wb");
     CHECK(f != NULL, "docs.bin");
     if (!f) return;
     unsigned seed = 1;
+    int64_t offsets[61] = {0};
     for (int d = 0; d < 60; d++) {
         const int len = 3 + (int)(rand_r(&seed) % 29);
+        offsets[d + 1] = offsets[d] + len;
         for (int t = 0; t < len; t++) {
             uint16_t tok = (uint16_t)(t + 1 == len ? 63 : rand_r(&seed) % 63);
             fwrite(&tok, 2, 1, f);
@@ -329,6 +371,7 @@ static void test_gpt(void) {
     snprintf(g, sizeof g, "%s/gp", dir);
     CHECK(compiles_at(g, 1) == 3 && compiles_at(g, 20) == 3,
           "precompiled: %ld at step 1, %ld at 20", compiles_at(g, 1), compiles_at(g, 20));
+    test_offsets(offsets);
     e2e_result r =
         e2e_runf("train %s/gpt.yaml --out %s/gx --set 'shape.seq_buckets=8, 16'", dir, dir);
     CHECK(r.rc != 0 && strstr(r.err, "longer than every bucket of shape.seq_buckets '8, 16'") &&
