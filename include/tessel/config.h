@@ -128,6 +128,7 @@ typedef struct ts_config {
         char edges[512];      /* graph: edge list (x: node features, y: node labels) */
         char node_split[512]; /* graph: .npy of split ids per node; "" to split by fraction */
         double test_fraction; /* graph: share of the nodes held out for the test split */
+        char doc_offsets[512]; /* tokens: text file of document start offsets; "": none */
     } data;
     struct {
         char dir[512]; /* run directory; "" for none */

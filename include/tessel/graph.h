@@ -325,6 +325,15 @@ ts_val ts_batch_norm_relu(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
 ts_val ts_batch_norm_layout(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
                             const char *name_prefix, double momentum, double eps, int relu,
                             ts_layout layout);
+/* Every batch_norm node of g built so far takes its training statistics
+ * (and running statistics, and gradient sums) over the real batch items
+ * only: the input `mask_name`, f32 [N], is 1 for the leading real items and
+ * 0 for the padding after them (shape buckets, docs/shapes.md). It is made
+ * at the first batch_norm if g has no value of that name (a graph without
+ * batch_norm gets none). The result is bit for bit a batch of just the
+ * real items; padded items get a zero gradient. A mask of other 1s and 0s
+ * fails the step. n_masked (may be NULL): how many nodes now read it. */
+ts_status ts_batch_norm_mask_rows(ts_graph *g, const char *mask_name, int *n_masked);
 
 /* ---- recurrent layers -------------------------------------------------- */
 

@@ -92,10 +92,13 @@ typedef struct ts_cross_entropy_attrs {
  * inputs), relu (a relu fused on y), channels_last (x [N, spatial..., C]).
  * batch_norm only: training (batch statistics, running ones updated; the
  * train_mode pass sets it), momentum of the running statistics, eps added
- * to the variance. */
+ * to the variance. masked (both): a last input, a row mask f32 [N], 1 for
+ * the leading real batch items and 0 for padding after them: statistics and
+ * gradients cover the real items only (ts_batch_norm_mask_rows). */
 typedef struct ts_batch_norm_attrs {
     int64_t affine, training, relu, channels_last;
     double momentum, eps;
+    int64_t masked;
 } ts_batch_norm_attrs;
 
 /* gru_cell, lstm_cell and their backward ops (ops/rnn.c): t, the step of

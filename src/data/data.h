@@ -125,6 +125,13 @@ ts_status ts_dataset_standardise(ts_dataset *train, ts_dataset *const *others, i
  * example crosses a document. Pieces of fewer than 2 tokens are left out. */
 ts_status ts_data_load_token_docs(const char *path, int bits, int64_t ctx, int64_t vocab,
                                   int64_t eot, ts_dataset **out);
+/* The same with the documents' boundaries from `offsets` (data.doc_offsets),
+ * when not NULL: a text file of token offsets, whole numbers separated by
+ * white space, the first 0, increasing, each the start of a document that
+ * runs to the next (the last to the end of the file); padded inputs hold
+ * token 0 and eot is not read. The offsets file joins the lineage. */
+ts_status ts_data_load_token_docs_at(const char *path, int bits, int64_t ctx, int64_t vocab,
+                                     int64_t eot, const char *offsets, ts_dataset **out);
 ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
                               ts_dataset **out);
 /* The same examples, same checks and same lineage without copying the file:

@@ -393,7 +393,8 @@ ts_status ts_loader_sort_window(ts_loader *l, int64_t batches) {
     const ts_dataset *d = l->d;
     if (d->tokens || !d->y)
         return ts_fail(TS_ERR_INVALID,
-                       "loader: sorting by length needs token documents (data.eot_id), not "
+                       "loader: sorting by length needs token documents (data.eot_id or "
+                       "data.doc_offsets), not "
                        "fixed windows of a mapped token file");
     if (d->y_dtype != TS_I64 || d->y_rank != 1)
         return ts_fail(TS_ERR_INVALID, "loader: sorting by length needs token sequences");

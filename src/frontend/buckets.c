@@ -119,6 +119,12 @@ ts_status cfg_check_shape(ts_config *c) {
         s = ts_buckets_parse(c->shape.seq_buckets, "shape.seq_buckets",
                              cfg_origin(c, i_l, where, sizeof where), &b);
     if (s != TS_OK) return s;
+    const int i_eot = ts_config_key_find("data.eot_id"),
+              i_off = ts_config_key_find("data.doc_offsets");
+    if (c->data.doc_offsets[0] && c->data.eot_id >= 0)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.doc_offsets and data.eot_id both mark documents: set one",
+                       cfg_origin(c, c->set[i_off] ? i_off : i_eot, where, sizeof where));
     /* Today's runs (one plan, exact shapes) keep dropping the short last
      * batch, so their trained weights do not change; bucketed runs train it. */
     if (!c->set[i_drop]) c->data.drop_last = c->shape.policy == 0;

@@ -227,6 +227,10 @@ const ts_config_key cfg_keys[] = {
     {"data.eot_id", TS_CFG_I64, FIELD(data, eot_id), FOR_TOKENS, NULL, "[-1, 1e9]", "-1",
      "token files as documents ending with this id, one example per document (or ctx-long "
      "piece), padded; -1: fixed windows of ctx tokens (docs/shapes.md)"},
+    {"data.doc_offsets", TS_CFG_STR, FIELD(data, doc_offsets), FOR_TOKENS | TS_CFG_DERIVED, NULL,
+     NULL, "none",
+     "token files as documents starting at these token offsets (a text file: 0 first, "
+     "increasing), instead of data.eot_id (docs/shapes.md)"},
     {"data.skip_rows", TS_CFG_I64, FIELD(data, skip_rows), FOR_CSV, NULL, "[0, 1e9]", "0",
      "CSV lines skipped before the header (e.g. a line of counts)"},
     {"data.header", TS_CFG_BOOL, FIELD(data, header), FOR_CSV, NULL, NULL, "true",

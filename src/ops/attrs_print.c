@@ -260,6 +260,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "channels_last", a->batch_norm.channels_last);
         real(out, "momentum", a->batch_norm.momentum);
         real(out, "eps", a->batch_norm.eps);
+        if (a->batch_norm.masked) field(out, "masked", a->batch_norm.masked);
         break;
     case TS_OP_GRU_CELL:
     case TS_OP_GRU_CELL_BWD:

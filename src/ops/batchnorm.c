@@ -30,8 +30,17 @@
  * squared deviations in two sweeps over the cached block (x is read from
  * memory once for the statistics) and merges the blocks with Chan et al.'s
  * pairwise update in block order; the backward's double partial sums are
- * added in block order too. Results do not depend on the thread count. */
+ * added in block order too. Results do not depend on the thread count.
+ *
+ * With masked set (ts_batch_norm_mask_rows: shape buckets, docs/shapes.md)
+ * both ops read a last input, a row mask f32 [N] that marks the leading
+ * real batch items (1) and the padding after them (0). Statistics, running
+ * statistics and gradient sums take the real items only, over the same
+ * blocks in the same order as a batch of just those items (blocks start at
+ * item 0), so a padded batch normalises bit for bit as the unpadded one;
+ * padded items get dx = 0, so no gradient flows back from them. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "kern.h"
 
@@ -111,17 +120,30 @@ static ts_status check_vec(const ts_type *v, const ts_type *x, int cl, const cha
     return TS_OK;
 }
 
+/* The row mask: f32 [N], N the batch items of x. */
+static ts_status check_mask(const ts_type *m, const ts_type *x) {
+    if (m->dtype != TS_F32 || m->rank != 1 || m->dims[0] != x->dims[0]) {
+        char tb[128];
+        return ts_fail(TS_ERR_SHAPE, "the row mask must be f32[%lld] (one per batch item), got %s",
+                       (long long)x->dims[0], ts_type_str(tb, sizeof tb, m));
+    }
+    return TS_OK;
+}
+
 static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_batch_norm_attrs *at = &n->a.batch_norm;
     int64_t affine = at->affine, training = at->training, relu = at->relu, cl = at->channels_last;
+    int64_t masked = at->masked;
     if ((affine != 0 && affine != 1) || (training != 0 && training != 1) ||
-        (relu != 0 && relu != 1) || (cl != 0 && cl != 1))
-        return ts_fail(TS_ERR_INVALID, "affine, training, relu and layout flags must be 0 or 1");
-    if (n->n_in != 3 + 2 * (int)affine)
+        (relu != 0 && relu != 1) || (cl != 0 && cl != 1) || (masked != 0 && masked != 1))
         return ts_fail(TS_ERR_INVALID,
-                       "%d inputs do not match affine=%d (x%s, running_mean, "
-                       "running_var)",
-                       n->n_in, (int)affine, affine ? ", weight, bias" : "");
+                       "affine, training, relu, layout and masked flags must be 0 or 1");
+    if (n->n_in != 3 + 2 * (int)affine + (int)masked)
+        return ts_fail(TS_ERR_INVALID,
+                       "%d inputs do not match affine=%d masked=%d (x%s, running_mean, "
+                       "running_var%s)",
+                       n->n_in, (int)affine, (int)masked, affine ? ", weight, bias" : "",
+                       masked ? ", row mask" : "");
     const ts_type *x = ts_in_type(g, n, 0);
     ts_status s = check_x(x);
     if (s != TS_OK) return s;
@@ -136,6 +158,7 @@ static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int
     }
     if ((s = check_vec(ts_in_type(g, n, k++), x, (int)cl, "running_mean")) != TS_OK) return s;
     if ((s = check_vec(ts_in_type(g, n, k++), x, (int)cl, "running_var")) != TS_OK) return s;
+    if (masked && (s = check_mask(ts_in_type(g, n, k), x)) != TS_OK) return s;
     out[0] = *x;
     out[1] = (ts_type){.dtype = x->dtype, .rank = 1, .dims = {chans(x, (int)cl)}};
     out[2] = out[1];
@@ -145,12 +168,13 @@ static ts_status infer_bn(const ts_graph *g, const ts_node *n, ts_type *out, int
 
 static ts_status infer_bn_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     int64_t affine = n->a.batch_norm.affine, relu = n->a.batch_norm.relu;
+    int64_t masked = n->a.batch_norm.masked;
     const int cl = n->a.batch_norm.channels_last != 0;
-    if ((affine != 0 && affine != 1) || (relu != 0 && relu != 1))
-        return ts_fail(TS_ERR_INVALID, "affine and relu flags must be 0 or 1");
-    if (n->n_in != 4 + (int)affine + (int)(affine && relu))
-        return ts_fail(TS_ERR_INVALID, "%d inputs do not match affine=%d relu=%d", n->n_in,
-                       (int)affine, (int)relu);
+    if ((affine != 0 && affine != 1) || (relu != 0 && relu != 1) || (masked != 0 && masked != 1))
+        return ts_fail(TS_ERR_INVALID, "affine, relu and masked flags must be 0 or 1");
+    if (n->n_in != 4 + (int)affine + (int)(affine && relu) + (int)masked)
+        return ts_fail(TS_ERR_INVALID, "%d inputs do not match affine=%d relu=%d masked=%d",
+                       n->n_in, (int)affine, (int)relu, (int)masked);
     const ts_type *dy = ts_in_type(g, n, 0), *x = ts_in_type(g, n, 1);
     ts_status s = check_x(x);
     if (s != TS_OK) return s;
@@ -159,6 +183,7 @@ static ts_status infer_bn_bwd(const ts_graph *g, const ts_node *n, ts_type *out,
     if ((s = check_vec(ts_in_type(g, n, 3), x, cl, "rstd")) != TS_OK) return s;
     if (affine && (s = check_vec(ts_in_type(g, n, 4), x, cl, "weight")) != TS_OK) return s;
     if (affine && relu && (s = check_vec(ts_in_type(g, n, 5), x, cl, "bias")) != TS_OK) return s;
+    if (masked && (s = check_mask(ts_in_type(g, n, n->n_in - 1), x)) != TS_OK) return s;
     out[0] = *x;
     *n_out = 1;
     if (affine) {
@@ -181,13 +206,16 @@ static ts_status grad_bn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
     }
     if (!ts_val_ok(dy[0])) return TS_OK;
     int affine = n->a.batch_norm.affine != 0, relu = n->a.batch_norm.relu != 0, n_in = 4;
-    ts_val in[6] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->out[1]), ts_mkval(n->out[2])};
+    const int masked = n->a.batch_norm.masked != 0;
+    ts_val in[7] = {dy[0], ts_mkval(n->in[0]), ts_mkval(n->out[1]), ts_mkval(n->out[2])};
     if (affine) in[n_in++] = ts_mkval(n->in[1]);
     /* The fused ReLU's mask is recomputed from x, which needs the bias. */
     if (affine && relu) in[n_in++] = ts_mkval(n->in[2]);
+    if (masked) in[n_in++] = ts_mkval(n->in[n->n_in - 1]);
     ts_attrs at = ts_attrs_zero();
     at.batch_norm.affine = affine;
     at.batch_norm.relu = relu;
+    at.batch_norm.masked = masked;
     at.batch_norm.channels_last = n->a.batch_norm.channels_last;
     ts_val outs[TS_MAX_OUT];
     if (!ts_val_ok(ts_node_add(g, TS_OP_BATCH_NORM_BWD, n_in, in, &at, outs)))
@@ -197,7 +225,8 @@ static ts_status grad_bn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         din[1] = outs[1];
         din[2] = outs[2];
     }
-    /* running_mean / running_var are state, not differentiated. */
+    /* running_mean / running_var are state and the row mask an input: not
+     * differentiated. */
     return ts_graph_status(g);
 }
 
@@ -245,6 +274,28 @@ static inline void batch_stats(double mean, double m2, int64_t m, double mom, do
     o[1] = 1.0 / sqrt(v + eps);
     o[2] = mom * mean + (1.0 - mom) * rm;
     o[3] = mom * (v * (double)m / (double)(m - 1)) + (1.0 - mom) * rv;
+}
+
+/* The batch items the statistics cover: all n, or with a row mask (input
+ * `mi`) its leading 1s; anything but 1s then 0s is refused, as the blocks
+ * of the reduction start at item 0. The callers pass masked = 0 for an
+ * inference plan's forward, which normalises every item with the running
+ * statistics. */
+static ts_status real_items(const ts_kargs *k, int masked, int mi, int64_t n, int64_t *nr) {
+    *nr = n;
+    if (!masked) return TS_OK;
+    const float *m = k->in[mi].data;
+    int64_t i = 0;
+    while (i < n && m[i] == 1.0f) i++;
+    for (int64_t j = i; j < n; j++)
+        if (m[j] != 0.0f)
+            return ts_fail(TS_ERR_INVALID,
+                           "batch_norm '%s': the row mask must be 1 for the leading real items "
+                           "and 0 for the padding after them; item %lld is %g after %lld real "
+                           "items",
+                           k->label, (long long)j, (double)m[j], (long long)i);
+    *nr = i;
+    return TS_OK;
 }
 
 #define DEF_BN(T, SFX, F64)                                                                        \
@@ -337,14 +388,17 @@ static inline void batch_stats(double mean, double m2, int64_t m, double mom, do
         const T *w = affine ? k->in[1].data : NULL, *b = affine ? k->in[2].data : NULL;            \
         T *rm = k->in[1 + 2 * affine].data, *rv = k->in[2 + 2 * affine].data;                      \
         T *y = k->out[0].data, *mean_o = k->out[1].data, *rstd_o = k->out[2].data;                 \
-        int64_t m = d.n * d.s;                                                                     \
+        int64_t nr;                                                                                \
+        ts_status ms_ = real_items(k, at->masked && training, 3 + 2 * affine, d.n, &nr);           \
+        if (ms_ != TS_OK) return ms_;                                                              \
+        int64_t m = nr * d.s;                                                                      \
         if (training) {                                                                            \
             if (m < 2)                                                                             \
                 return ts_fail(TS_ERR_SHAPE,                                                       \
                                "batch_norm '%s': training needs more than one value per "          \
                                "channel (x is [%lld, %lld, ...] with %lld spatial elements)",      \
                                k->label, (long long)d.n, (long long)d.c, (long long)d.s);          \
-            int64_t nsb = n_sblocks(d.s), per_c = d.n * nsb, tasks = d.c * per_c;                  \
+            int64_t nsb = n_sblocks(d.s), per_c = nr * nsb, tasks = d.c * per_c;                   \
             if ((size_t)(2 * tasks) * sizeof(double) > k->scratch_bytes)                           \
                 return ts_fail(TS_ERR_INTERNAL, "batch_norm '%s': scratch too small", k->label);   \
             double *part = k->scratch;                                                             \
@@ -389,7 +443,10 @@ static inline void batch_stats(double mean, double m2, int64_t m, double mom, do
         const T *bias = affine && relu ? k->in[5].data : NULL;                                     \
         T *dx = k->out[0].data;                                                                    \
         T *dw = affine ? k->out[1].data : NULL, *db = affine ? k->out[2].data : NULL;              \
-        int64_t nsb = n_sblocks(d.s), per_c = d.n * nsb, tasks = d.c * per_c, m = d.n * d.s;       \
+        int64_t nr;                                                                                \
+        ts_status ms_ = real_items(k, k->a->batch_norm.masked != 0, k->n_in - 1, d.n, &nr);        \
+        if (ms_ != TS_OK) return ms_;                                                              \
+        int64_t nsb = n_sblocks(d.s), per_c = nr * nsb, tasks = d.c * per_c, m = nr * d.s;         \
         size_t need = (size_t)(2 * tasks + 4 * d.c) * sizeof(double);                              \
         if (need > k->scratch_bytes)                                                               \
             return ts_fail(TS_ERR_INTERNAL, "batch_norm_bwd '%s': scratch too small", k->label);   \
@@ -416,8 +473,10 @@ static inline void batch_stats(double mean, double m2, int64_t m, double mom, do
             if (db) db[c] = (T)s1;                                                                 \
         }                                                                                          \
         /* dx = w rstd (g - mean(g) - (x - mean) rstd^2 mean(g (x - mean))). */                    \
+        /* padding gets no gradient */                                                             \
+        memset(dx + nr * d.c * d.s, 0, sizeof(T) * (size_t)((d.n - nr) * d.c * d.s));              \
         _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
-            int64_t t = 0; t < d.n * d.c; t++) {                                                   \
+            int64_t t = 0; t < nr * d.c; t++) {                                                    \
             int64_t c = t % d.c;                                                                   \
             double r = (double)rstd[c];                                                            \
             T kk = (T)(sdx[c] * r * r / (double)m), mdy = (T)(sdy[c] / (double)m);                 \
@@ -512,25 +571,30 @@ DEF_BN(double, f64, 1)
             return ts_fail(TS_ERR_INTERNAL, "batch_norm '%s': scratch too small", k->label);       \
         double *part = k->scratch;                                                                 \
         T *al = (T *)(part + 2 * nb * C), *be = (T *)(part + 2 * nb * C + C);                      \
+        int64_t nr;                                                                                \
+        ts_status ms_ = real_items(k, at->masked && training, 3 + 2 * affine, xt->dims[0], &nr);   \
+        if (ms_ != TS_OK) return ms_;                                                              \
+        /* the real items' rows and their blocks (the leading ones) */                             \
+        const int64_t Rr = R / xt->dims[0] * nr, nbr = (Rr + br - 1) / br;                         \
         if (training) {                                                                            \
-            if (R < 2)                                                                             \
+            if (Rr < 2)                                                                            \
                 return ts_fail(TS_ERR_SHAPE,                                                       \
                                "batch_norm '%s': training needs more than one value per "          \
                                "channel (x has %lld rows of %lld channels)",                       \
-                               k->label, (long long)R, (long long)C);                              \
+                               k->label, (long long)Rr, (long long)C);                             \
             _Pragma(                                                                               \
                 "omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
-                                                                                   q < nb; q++) {  \
-                int64_t r0 = q * br, rows = R - r0 < br ? R - r0 : br;                             \
+                                                                                   q < nbr; q++) { \
+                int64_t r0 = q * br, rows = Rr - r0 < br ? Rr - r0 : br;                           \
                 bn_cl_stats_##SFX(x + r0 * C, rows, C, part + 2 * q * C, part + 2 * q * C + C);    \
             }                                                                                      \
             for (int64_t c = 0; c < C; c++) {                                                      \
                 double cnt = 0, mean = 0, m2 = 0;                                                  \
-                for (int64_t q = 0; q < nb; q++)                                                   \
-                    chan_merge(&cnt, &mean, &m2, (double)(R - q * br < br ? R - q * br : br),      \
+                for (int64_t q = 0; q < nbr; q++)                                                  \
+                    chan_merge(&cnt, &mean, &m2, (double)(Rr - q * br < br ? Rr - q * br : br),    \
                                part[2 * q * C + c], part[2 * q * C + C + c]);                      \
                 double o[4];                                                                       \
-                batch_stats(mean, m2, R, mom, eps, (double)rm[c], (double)rv[c], o);               \
+                batch_stats(mean, m2, Rr, mom, eps, (double)rm[c], (double)rv[c], o);              \
                 mean_o[c] = (T)o[0], rstd_o[c] = (T)o[1], rm[c] = (T)o[2], rv[c] = (T)o[3];        \
             }                                                                                      \
         } else {                                                                                   \
@@ -562,32 +626,39 @@ DEF_BN(double, f64, 1)
         double *part = k->scratch, *tail = part + 2 * nb * C;                                      \
         T *al = (T *)tail, *be = (T *)(tail + C), *kk = (T *)(tail + 2 * C);                       \
         T *mdy = (T *)(tail + 3 * C), *scale = (T *)part; /* part is free once summed */           \
+        int64_t nr;                                                                                \
+        ts_status ms_ =                                                                            \
+            real_items(k, k->a->batch_norm.masked != 0, k->n_in - 1, xt->dims[0], &nr);            \
+        if (ms_ != TS_OK) return ms_;                                                              \
+        /* the real items' rows: the sums and dx; padding gets no gradient */                      \
+        const int64_t Rr = R / xt->dims[0] * nr, nbr = (Rr + br - 1) / br;                         \
+        memset(dx + Rr * C, 0, sizeof(T) * (size_t)((R - Rr) * C));                                \
         bn_cl_coefs_##SFX(al, be, mean, rstd, w, bias, C);                                         \
         _Pragma("omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
-                                                                                   q < nb; q++) {  \
-            int64_t r0 = q * br, rows = R - r0 < br ? R - r0 : br;                                 \
+                                                                                   q < nbr; q++) { \
+            int64_t r0 = q * br, rows = Rr - r0 < br ? Rr - r0 : br;                               \
             bn_cl_dsum_##SFX(dy + r0 * C, x + r0 * C, rows, C, mean, relu, al, be,                 \
                              part + 2 * q * C, part + 2 * q * C + C);                              \
         }                                                                                          \
         for (int64_t c = 0; c < C; c++) {                                                          \
             double s1 = 0, s2 = 0;                                                                 \
-            for (int64_t q = 0; q < nb; q++) {                                                     \
+            for (int64_t q = 0; q < nbr; q++) {                                                    \
                 s1 += part[2 * q * C + c];                                                         \
                 s2 += part[2 * q * C + C + c];                                                     \
             }                                                                                      \
             if (dw) dw[c] = (T)(s2 * (double)rstd[c]);                                             \
             if (db) db[c] = (T)s1;                                                                 \
             double r = (double)rstd[c];                                                            \
-            kk[c] = (T)(s2 * r * r / (double)R);                                                   \
-            mdy[c] = (T)(s1 / (double)R);                                                          \
+            kk[c] = (T)(s2 * r * r / (double)Rr);                                                  \
+            mdy[c] = (T)(s1 / (double)Rr);                                                         \
         }                                                                                          \
         /* Block 0's sums (the first 2C doubles of part) are read above for                        \
          * every channel before scale overwrites them. */                                          \
         for (int64_t c = 0; c < C; c++)                                                            \
             scale[c] = (T)((double)rstd[c] * (w ? (double)w[c] : 1.0));                            \
         _Pragma("omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
-                                                                                   q < nb; q++) {  \
-            int64_t r0 = q * br, rows = R - r0 < br ? R - r0 : br;                                 \
+                                                                                   q < nbr; q++) { \
+            int64_t r0 = q * br, rows = Rr - r0 < br ? Rr - r0 : br;                               \
             bn_cl_dx_##SFX(dx + r0 * C, dy + r0 * C, x + r0 * C, rows, C, mean, kk, mdy, scale,    \
                            relu, al, be);                                                          \
         }                                                                                          \
@@ -633,7 +704,7 @@ static double cost_bn_bwd(const ts_graph *g, const ts_node *n) {
 
 const ts_op_def ts_def_batch_norm = {.name = "batch_norm",
                                      .min_in = 3,
-                                     .max_in = 5,
+                                     .max_in = 6,
                                      .flags = TS_OPF_SIDE_EFFECT,
                                      .infer = infer_bn,
                                      .grad = grad_bn,
@@ -643,7 +714,7 @@ const ts_op_def ts_def_batch_norm = {.name = "batch_norm",
 
 const ts_op_def ts_def_batch_norm_bwd = {.name = "batch_norm_bwd",
                                          .min_in = 4,
-                                         .max_in = 6,
+                                         .max_in = 7,
                                          .infer = infer_bn_bwd,
                                          .kernel = k_bn_bwd,
                                          .scratch = scratch_bn_bwd,
@@ -727,4 +798,33 @@ ts_val ts_batch_norm_layout(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
                             ts_layout layout) {
     return add_bn(g, x, weight, bias, name_prefix, momentum, eps, relu != 0,
                   layout == TS_CHANNELS_LAST);
+}
+
+ts_status ts_batch_norm_mask_rows(ts_graph *g, const char *mask_name, int *n_masked) {
+    if (n_masked) *n_masked = 0;
+    if (!g || !mask_name || !*mask_name)
+        return ts_fail(TS_ERR_INVALID, "batch_norm_mask_rows: NULL graph or mask name");
+    if (g->status != TS_OK) return g->status;
+    ts_val mask = ts_find(g, mask_name);
+    for (int i = 0; i < g->n_nodes; i++) {
+        ts_node *n = &g->nodes[i];
+        if (n->op != TS_OP_BATCH_NORM || n->dead || n->a.batch_norm.masked) continue;
+        const ts_type x = ts_v(g, ts_mkval(n->in[0]))->t;
+        /* the mask is made at the first node that reads it (never dangling) */
+        if (!ts_val_ok(mask)) mask = ts_input(g, mask_name, TS_F32, 1, x.dims);
+        if (!ts_val_ok(mask)) return ts_graph_status(g);
+        ts_status s = check_mask(&ts_v(g, mask)->t, &x);
+        if (s != TS_OK) {
+            const char *nm = ts_name(g, ts_mkval(n->out[0]));
+            ts_error_prefix("batch_norm '%s', mask '%s'", nm ? nm : "?", mask_name);
+            return s;
+        }
+        int32_t *in = realloc(n->in, sizeof(int32_t) * (size_t)(n->n_in + 1));
+        if (!in) return ts_fail(TS_ERR_NOMEM, "batch_norm_mask_rows: out of memory");
+        n->in = in;
+        n->in[n->n_in++] = mask.id;
+        n->a.batch_norm.masked = 1;
+        if (n_masked) (*n_masked)++;
+    }
+    return TS_OK;
 }

@@ -95,10 +95,12 @@ ts_status ts_sess_load_data(session *s) {
     case TS_CFG_TOKENS:
         /* Documents are read whole (rows of varying length); plain windows
          * are mapped, not read whole: a corpus larger than memory trains. */
-        st = c->data.eot_id >= 0 ? ts_data_load_token_docs(c->data.path, c->data.bits, c->model.ctx,
-                                                           c->model.vocab, c->data.eot_id, &s->all)
-                                 : ts_data_map_tokens_async(c->data.path, c->data.bits,
-                                                            c->model.ctx, c->model.vocab, &s->all);
+        st = c->data.eot_id >= 0 || c->data.doc_offsets[0]
+                 ? ts_data_load_token_docs_at(
+                       c->data.path, c->data.bits, c->model.ctx, c->model.vocab, c->data.eot_id,
+                       c->data.doc_offsets[0] ? c->data.doc_offsets : NULL, &s->all)
+                 : ts_data_map_tokens_async(c->data.path, c->data.bits, c->model.ctx,
+                                            c->model.vocab, &s->all);
         break;
     case TS_CFG_GRAPH: {
         /* The whole graph is the one example of each split (zoo_data.h). */

@@ -128,6 +128,7 @@ typedef struct session {
     double step_loss;            /* the last step's loss (row-weighted over split steps) */
     void *pad_x, *pad_y;         /* a padded batch: pad_rows rows */
     float *mask;                 /* 1 for a real row, 0 for padding (float targets) */
+    int bn_mask;                 /* BatchNorm reads the "mask" input too (shapes.c) */
     size_t pad_rows;
     struct ts_metric *shape_metric[8]; /* the cache's Prometheus gauges */
 } session;

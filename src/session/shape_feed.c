@@ -41,6 +41,9 @@ ts_status ts_sess_shape_graph(session *s, ts_config *lc, ts_graph **g, ts_model 
     ts_status st = ts_config_build_graph(lc, s->graph.nodes ? &cg : NULL, g, m, spec, opt);
     if (st == TS_OK) train_options(s, opt);
     if (st == TS_OK && s->c.shape.policy == 1) st = ts_shape_mask_loss(*g, m, spec);
+    int n_bn = 0;
+    if (st == TS_OK && s->c.shape.policy == 1) st = ts_batch_norm_mask_rows(*g, "mask", &n_bn);
+    if (st == TS_OK) s->bn_mask = n_bn > 0;
     return st;
 }
 
@@ -67,8 +70,8 @@ static ts_status check_model(const session *s) {
     const ts_model_desc *d = ts_model_of(c);
     char where[600];
     const char *why = NULL;
-    if (d->input == TS_MODEL_IN_IMAGES || d->input == TS_MODEL_IN_VOLUMES)
-        why = "its BatchNorm statistics are not masked yet (shape.policy exact with "
+    if (d->input == TS_MODEL_IN_VOLUMES)
+        why = "its soft Dice loss is not masked yet (shape.policy exact with "
               "data.drop_last: false trains short batches on plans of their exact size)";
     else if (d->input == TS_MODEL_IN_GRAPH)
         why = "it trains on the whole graph, one shape";
@@ -204,7 +207,7 @@ static ts_status feed_rows(session *s, int64_t from, int64_t n, int64_t b) {
     }
     st = ts_plan_set_input(s->plan, s->in_name, x, (size_t)b * bx);
     if (st == TS_OK) st = ts_plan_set_input(s->plan, s->tgt_name, y, (size_t)b * by);
-    if (st == TS_OK && f32 && c->shape.policy == 1) {
+    if (st == TS_OK && (f32 || s->bn_mask) && c->shape.policy == 1) {
         for (int64_t i = 0; i < b; i++) s->mask[i] = i < n ? 1.0f : 0.0f;
         st = ts_plan_set_input(s->plan, "mask", s->mask, sizeof(float) * (size_t)b);
     }

@@ -414,6 +414,74 @@ static void test_cnn(void) {
     ts_graph_free(g8), ts_graph_free(g5);
 }
 
+/* ---- a cnn with BatchNorm, padded: statistics over the real rows ---------- */
+
+/* REAL images padded to FULL rows (x 0, targets -100, mask 0) on a plan
+ * whose BatchNorms read the row mask: the statistics take the same blocks
+ * of the same rows in the same order as a batch of REAL rows. */
+static void cnn_feed_padded(ts_plan *p, int step, int rows, const float *mask) {
+    float x[FULL * 64] = {0};
+    int64_t y[FULL];
+    unsigned seed = 8u + (unsigned)step;
+    for (int i = 0; i < REAL * 64; i++) x[i] = (float)rand_r(&seed) / RAND_MAX;
+    for (int r = 0; r < rows; r++) y[r] = r < REAL ? rand_r(&seed) % CLASSES : TS_SHAPE_IGNORE;
+    CHECK_OK(ts_plan_set_input(p, "x", x, sizeof(float) * (size_t)rows * 64));
+    CHECK_OK(ts_plan_set_input(p, "y", y, sizeof(int64_t) * (size_t)rows));
+    if (mask) CHECK_OK(ts_plan_set_input(p, "mask", mask, sizeof(float) * (size_t)rows));
+}
+
+static int stats_equal(const ts_plan *a, const ts_plan *b, const char *name) {
+    float x[4], y[4];
+    CHECK_OK(ts_plan_read(a, name, x, sizeof x));
+    CHECK_OK(ts_plan_read(b, name, y, sizeof y));
+    return !memcmp(x, y, sizeof x);
+}
+
+static void test_cnn_padded(void) {
+    ts_train_spec se, sp;
+    ts_compile_options o = options();
+    ts_graph *ge = cnn(REAL, &se), *gp = cnn(FULL, &sp);
+    int n_bn = 0;
+    CHECK_OK(ts_batch_norm_mask_rows(gp, "mask", &n_bn));
+    CHECK(n_bn == 2, "both BatchNorms read the mask (%d)", n_bn);
+    ts_graph *gn = ts_graph_new();
+    CHECK_OK(ts_batch_norm_mask_rows(gn, "mask", &n_bn));
+    CHECK(n_bn == 0 && !ts_val_ok(ts_find(gn, "mask")), "no BatchNorm, no mask input");
+    ts_graph_free(gn);
+    ts_plan *exact = NULL, *padded = NULL;
+    CHECK_OK(ts_compile(ge, &se, &o, &exact));
+    CHECK_OK(ts_compile(gp, &sp, &o, &padded));
+    float mask[FULL];
+    for (int r = 0; r < FULL; r++) mask[r] = r < REAL ? 1.0f : 0.0f;
+    double worst = 0;
+    for (int k = 0; exact && padded && k < 3; k++) {
+        cnn_feed_padded(exact, k, REAL, NULL);
+        cnn_feed_padded(padded, k, FULL, mask);
+        CHECK_OK(ts_plan_step(exact));
+        CHECK_OK(ts_plan_step(padded));
+        const double d = fabs(ts_plan_loss(exact) - ts_plan_loss(padded));
+        if (d > worst) worst = d;
+    }
+    if (exact && padded) {
+        const double dp = param_diff(exact, padded);
+        const int same = stats_equal(exact, padded, "features.1.running_mean") &&
+                         stats_equal(exact, padded, "features.1.running_var") &&
+                         stats_equal(exact, padded, "features.5.running_mean") &&
+                         stats_equal(exact, padded, "features.5.running_var");
+        printf("cnn with BatchNorm: padded %d of %d rows: losses differ by %.3g, parameters by "
+               "%.3g, running statistics %s\n",
+               FULL - REAL, FULL, worst, dp, same ? "bit-identical" : "differ");
+        CHECK(worst == 0 && dp == 0 && same, "cnn padded = unpadded bit for bit");
+        /* a mask that is not 1s then 0s is refused by the step */
+        mask[1] = 0.0f;
+        cnn_feed_padded(padded, 3, FULL, mask);
+        CHECK(ts_plan_step(padded) != TS_OK && strstr(ts_last_error(), "row mask"),
+              "a mask with a hole is refused: %s", ts_last_error());
+    }
+    ts_plan_free(exact), ts_plan_free(padded);
+    ts_graph_free(ge), ts_graph_free(gp);
+}
+
 /* ---- a gpt on sequence buckets -------------------------------------------- */
 
 enum { GB = 2, GT = 16, GL = 8, GV = 32, GD = 16 };
@@ -496,6 +564,7 @@ int main(void) {
     test_cache();
     test_gru();
     test_cnn();
+    test_cnn_padded();
     test_gpt();
     return check_summary("shapes");
 }
