@@ -160,6 +160,7 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
     memcpy(msg + 8, a->global, (size_t)a->n * 4);
     uint64_t down = 0, up = 0;
     double weights[MAX_PEERS] = {0};
+    int k = 0, dropped = 0;
     for (int i = 0; i < a->n_cl; i++) {
         peer *p = &a->cl[i];
         if (!p->alive) continue;
@@ -167,6 +168,7 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
         put_f64(msg, weights[i]);
         if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, msg, bytes) != TS_OK) {
             drop(p, ts_last_error());
+            dropped++;
         } else {
             down += bytes;
             fedr_obs_client(a, p->name, 0, bytes);
@@ -174,7 +176,6 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
     }
     double t_sent = now_s();
     ts_fed_aggregate_init(a->pk, acc, count);
-    int k = 0, dropped = 0;
     double wsum = 0, t_agg = 0;
     ts_status s = TS_OK;
     for (int i = 0; i < a->n_cl; i++) {
@@ -425,9 +426,11 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
         /* FedAvg over the clients that finished: Σ wᵢΔᵢ / Σ wᵢ */
         for (int64_t i = 0; s == TS_OK && i < n; i++)
             global[i] = (float)((double)global[i] + sum[i] / wsum);
+        /* committed (on_global) before it is published: no client ever
+         * trains from a global model a resumed key holder would not know */
+        if (s == TS_OK && on_global) s = on_global(user, global, n, &info);
         if (s == TS_OK)
             s = ts_fed_send(c, TS_FED_MSG_GLOBAL, (uint64_t)r + 1, global, (uint64_t)n * 4);
-        if (s == TS_OK && on_global) s = on_global(user, global, n, &info);
         if (s == TS_OK) {
             ts_fed_obs_round_info oi = {.round = r,
                                         .clients = (int)k,
