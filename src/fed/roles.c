@@ -1,4 +1,5 @@
-/* roles.c — the aggregator, key holder and client loops (roles.h).
+/* roles.c — the aggregator and client loops (roles.h; the key holder's is
+ * in roles_keyholder.c).
  *
  * Payloads (little endian):
  *   PUBKEY     the public key file's text
@@ -31,9 +32,8 @@ ts_fed_params ts_fed_params_default(void) {
                            .pool = 0};
 }
 
-/* The key holder's public key and first global model. */
 /* The fixed point of masking: sums must fit the uint32 lanes. */
-static ts_status mask_pack(const ts_fed_params *fp, ts_fed_pack *pack) {
+ts_status fedr_mask_pack(const ts_fed_params *fp, ts_fed_pack *pack) {
     ts_status s = ts_fed_pack_init(pack, fp->scale, fp->clip, fp->max_clients, 0);
     if (s == TS_OK && pack->slot_bits > 32)
         s = ts_fail(
@@ -44,11 +44,12 @@ static ts_status mask_pack(const ts_fed_params *fp, ts_fed_pack *pack) {
     return s;
 }
 
+/* The key holder's public key and first global model. */
 static ts_status agg_keyholder_hello(agg *a) {
     ts_fed_msg m;
     ts_status s = TS_OK;
     if (a->fp->secure == 1) {
-        s = mask_pack(a->fp, &a->pack);
+        s = fedr_mask_pack(a->fp, &a->pack);
     } else if (a->fp->secure == 0) {
         if ((s = expect(a->kh, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m)) != TS_OK) return s;
         s = ts_paillier_pub_from_text((const char *)m.data, m.len, &a->pk);
@@ -160,6 +161,7 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
     memcpy(msg + 8, a->global, (size_t)a->n * 4);
     uint64_t down = 0, up = 0;
     double weights[MAX_PEERS] = {0};
+    int k = 0, dropped = 0;
     for (int i = 0; i < a->n_cl; i++) {
         peer *p = &a->cl[i];
         if (!p->alive) continue;
@@ -167,6 +169,7 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
         put_f64(msg, weights[i]);
         if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, msg, bytes) != TS_OK) {
             drop(p, ts_last_error());
+            dropped++;
         } else {
             down += bytes;
             fedr_obs_client(a, p->name, 0, bytes);
@@ -174,7 +177,6 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
     }
     double t_sent = now_s();
     ts_fed_aggregate_init(a->pk, acc, count);
-    int k = 0, dropped = 0;
     double wsum = 0, t_agg = 0;
     ts_status s = TS_OK;
     for (int i = 0; i < a->n_cl; i++) {
@@ -311,146 +313,6 @@ ts_status ts_fed_aggregator_run(const ts_fed_params *fp, ts_fed_listener *l,
     return s;
 }
 
-/* ---- key holder ---- */
-
-/* Loads the key file, or makes one when (and only when) there is none: a
- * file that exists but cannot be read is reported, never replaced. */
-static ts_status load_or_make_key(const char *path, int bits, ts_paillier_priv **sk) {
-    struct stat st;
-    if (lstat(path, &st) == 0 || errno != ENOENT) return ts_paillier_priv_load(path, sk);
-    ts_status s = ts_paillier_keygen(bits, sk);
-    if (s == TS_OK && (s = ts_paillier_priv_save(*sk, path)) != TS_OK) {
-        ts_paillier_priv_free(*sk);
-        *sk = NULL;
-    }
-    return s;
-}
-
-ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, const char *host,
-                               int port, const char *server_name, const char *key_path,
-                               const float *init, int64_t n, ts_fed_global_fn on_global,
-                               void *user) {
-    ts_paillier_priv *sk = NULL;
-    ts_paillier_pub *pk = NULL;
-    ts_fed_conn *c = NULL;
-    char *text = NULL;
-    float *global = malloc((size_t)n * sizeof *global);
-    double *sum = malloc((size_t)n * sizeof *sum);
-    ts_fed_pack pack;
-    ts_status s = global && sum
-                      ? TS_OK
-                      : ts_fail(TS_ERR_NOMEM, "fed: key holder: a model of %lld", (long long)n);
-    if (s == TS_OK && fp->secure == 1) {
-        s = mask_pack(fp, &pack); /* masking: no key; the sums come in plain */
-    } else if (s == TS_OK && fp->secure == 0) {
-        s = load_or_make_key(key_path, fp->key_bits, &sk);
-        if (s == TS_OK) s = ts_paillier_pub_of(sk, &pk);
-        if (s == TS_OK)
-            s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));
-        if (s == TS_OK) s = ts_paillier_pub_to_text(pk, &text);
-    }
-    if (s == TS_OK) s = ts_fed_connect(tls, host, port, server_name, &c);
-    if (s == TS_OK && fp->secure == 0) s = ts_fed_send(c, TS_FED_MSG_PUBKEY, 0, text, strlen(text));
-    if (s == TS_OK) {
-        memcpy(global, init, (size_t)n * sizeof *global);
-        s = ts_fed_send(c, TS_FED_MSG_GLOBAL, 1, global, (uint64_t)n * 4);
-    }
-    ts_fed_round_info info = {0};
-    if (s == TS_OK && on_global) s = on_global(user, global, n, &info);
-    /* the aggregate's body: ciphertexts, (masking) the uint32 sums or (none)
-     * the f64 sums */
-    size_t ct_bytes = s != TS_OK        ? 0
-                      : fp->secure == 1 ? (size_t)n * 4
-                      : fp->secure == 2 ? (size_t)n * 8
-                                        : (size_t)ts_fed_pack_count(&pack, n) * ts_fed_ct_bytes(pk);
-    for (int r = 1; s == TS_OK; r++) {
-        ts_fed_msg m;
-        if ((s = ts_fed_recv(c, 16 + (uint64_t)MAX_PEERS * 400 + ct_bytes, &m)) != TS_OK) break;
-        if (m.type == TS_FED_MSG_DONE) {
-            ts_fed_msg_free(&m);
-            break;
-        }
-        if (m.type != TS_FED_MSG_AGGREGATE || m.round != (uint64_t)r) {
-            s = ts_fail(TS_ERR_FORMAT,
-                        "fed: key holder: a message of type %u, round %llu, during round %d "
-                        "(replayed or stale)",
-                        m.type, (unsigned long long)m.round, r);
-            ts_fed_msg_free(&m);
-            break;
-        }
-        uint32_t k = m.len >= 16 ? get_u32(m.data) : 0, tl = m.len >= 16 ? get_u32(m.data + 12) : 0;
-        double wsum = m.len >= 16 ? get_f64(m.data + 4) : 0;
-        if (m.len < 16 || m.len != 16 + (uint64_t)tl + ct_bytes || k < (uint32_t)fp->min_clients ||
-            k > (uint32_t)fp->max_clients || !(wsum > 0 && wsum <= 1 + 1e-9)) {
-            s = ts_fail(TS_ERR_FORMAT,
-                        "fed: key holder: round %d: a malformed aggregate (%u updates, weights %g, "
-                        "%llu bytes)",
-                        r, k, wsum, (unsigned long long)m.len);
-            ts_fed_msg_free(&m);
-            break;
-        }
-        char *who = malloc((size_t)tl + 1);
-        if (!who) {
-            ts_fed_msg_free(&m);
-            s = ts_fail(TS_ERR_NOMEM, "fed: key holder");
-            break;
-        }
-        memcpy(who, m.data + 16, tl);
-        who[tl] = 0;
-        double t0 = now_s();
-        if (fp->secure == 2) {
-            memcpy(sum, m.data + 16 + tl, (size_t)n * 8);
-            for (int64_t i = 0; s == TS_OK && i < n; i++)
-                if (!isfinite(sum[i]))
-                    s = ts_fail(TS_ERR_NUMERIC,
-                                "fed: key holder: round %d: the aggregate is not finite at %lld", r,
-                                (long long)i);
-        } else if (fp->secure == 1) {
-            uint32_t v;
-            for (int64_t i = 0; s == TS_OK && i < n; i++) {
-                memcpy(&v, m.data + 16 + tl + 4 * (size_t)i, 4);
-                uint64_t w = v;
-                s = ts_fed_decode_sums(&pack, &w, 1, (int)k, &sum[i]);
-            }
-        } else {
-            s = ts_fed_decrypt_sum(sk, &pack, m.data + 16 + tl, n, (int)k, sum);
-        }
-        info = (ts_fed_round_info){.round = r,
-                                   .clients = (int)k,
-                                   .weight_sum = wsum,
-                                   .participants = who,
-                                   .bytes_up = ct_bytes * k,
-                                   .decrypt_s = now_s() - t0};
-        ts_fed_msg_free(&m);
-        /* FedAvg over the clients that finished: Σ wᵢΔᵢ / Σ wᵢ */
-        for (int64_t i = 0; s == TS_OK && i < n; i++)
-            global[i] = (float)((double)global[i] + sum[i] / wsum);
-        if (s == TS_OK)
-            s = ts_fed_send(c, TS_FED_MSG_GLOBAL, (uint64_t)r + 1, global, (uint64_t)n * 4);
-        if (s == TS_OK && on_global) s = on_global(user, global, n, &info);
-        if (s == TS_OK) {
-            ts_fed_obs_round_info oi = {.round = r,
-                                        .clients = (int)k,
-                                        .dropped = -1,
-                                        .train_s = -1,
-                                        .encrypt_s = -1,
-                                        .aggregate_s = -1,
-                                        .decrypt_s = info.decrypt_s,
-                                        .round_s = -1};
-            s = ts_fed_obs_round(fp->obs, &oi);
-        }
-        free(who);
-    }
-    if (s != TS_OK) ts_error_prefix("key holder");
-    ts_fed_close(c);
-    free(text);
-    free(global);
-    free(sum);
-    ts_paillier_pub_free(pk);
-    ts_paillier_priv_free(sk);
-    return s;
-}
-
 /* ---- client ---- */
 
 /* A client's round in its metrics: its own bytes (whole frames sent and
@@ -489,7 +351,7 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
     if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_HELLO, 0, &hello, 8);
     size_t ct_bytes = 0;
     if (s == TS_OK && fp->secure == 1) {
-        s = mask_pack(fp, &pack);
+        s = fedr_mask_pack(fp, &pack);
     } else if (s == TS_OK && fp->secure == 0) {
         s = expect(c, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m);
         if (s == TS_OK) s = ts_paillier_pub_from_text((const char *)m.data, m.len, &pk);

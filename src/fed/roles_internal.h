@@ -100,6 +100,9 @@ static inline void drop(peer *p, const char *why) {
 ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const char *text,
                           size_t text_len, const void *body, size_t body_len, uint64_t up,
                           uint64_t down, double t0, double t_sent, double t_agg, FILE *metrics);
+/* The fixed point of masking (sums must fit uint32 lanes), or an error
+ * naming the keys to lower (roles.c). */
+ts_status fedr_mask_pack(const ts_fed_params *fp, ts_fed_pack *pack);
 /* One aggregator round with fed.secure: none (roles_plain.c). */
 ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics);
 /* One client round with fed.secure: none: m is the ROUND message;

@@ -53,6 +53,7 @@ ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics) {
     memcpy(msg + 8, a->global, (size_t)a->n * 4);
     uint64_t down = 0, up = 0;
     double weights[MAX_PEERS] = {0};
+    int k = 0, dropped = 0, got[MAX_PEERS];
     for (int i = 0; i < a->n_cl; i++) {
         peer *p = &a->cl[i];
         if (!p->alive) continue;
@@ -60,6 +61,7 @@ ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics) {
         put_f64(msg, weights[i]);
         if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, msg, bytes) != TS_OK) {
             drop(p, ts_last_error());
+            dropped++;
         } else {
             down += bytes;
             fedr_obs_client(a, p->name, 0, bytes);
@@ -67,7 +69,6 @@ ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics) {
     }
     free(msg);
     double t_sent = now_s(), t_agg = 0, wsum = 0;
-    int k = 0, dropped = 0, got[MAX_PEERS];
     ts_fed_msg upd[MAX_PEERS];
     for (int i = 0; i < a->n_cl; i++) {
         peer *p = &a->cl[i];

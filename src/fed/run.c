@@ -158,6 +158,8 @@ typedef struct kh_state {
     int64_t first; /* rounds done before this run (resumed from step-FIRST) */
 } kh_state;
 
+static ts_status audit_round(kh_state *k, int64_t round, const ts_fed_round_info *info);
+
 static ts_status kh_on_global(void *user, const float *params, int64_t n,
                               const ts_fed_round_info *info) {
     kh_state *k = user;
@@ -166,14 +168,22 @@ static ts_status kh_on_global(void *user, const float *params, int64_t n,
     if (s != TS_OK) return s;
     if (info->round == 0 && k->first > 0) return TS_OK; /* the resumed checkpoint is that model */
     int64_t round = k->first + info->round;             /* rounds count on across resumes */
+    /* The round's audit entry goes first, its checkpoint (the commit) after:
+     * a key holder killed between the two redoes the round when resumed, so
+     * every committed round has its entry (an uncommitted one may have two). */
+    if (info->round > 0 && (s = audit_round(k, round, info)) != TS_OK) return s;
     ts_plan_set_step(k->m.plan, round);
     ts_ckpt_options o = ts_ckpt_options_default();
     o.sign_key = k->c->ckpt.sign_key[0] ? k->c->ckpt.sign_key : NULL;
     o.audit = k->audit;
     o.keep_last = 0;
     ts_ckpt_meta meta = {0};
-    if ((s = ts_ckpt_save(k->m.plan, k->dir, &meta, &o)) != TS_OK) return s;
-    if (info->round == 0) return TS_OK;
+    return ts_ckpt_save(k->m.plan, k->dir, &meta, &o);
+}
+
+/* The fed_round entry of the audit log and the metrics line of a round. */
+static ts_status audit_round(kh_state *k, int64_t round, const ts_fed_round_info *info) {
+    ts_status s;
     /* participants: "name bytes sha256;..." as a JSON list of objects */
     size_t cap = strlen(info->participants) * 2 + 512;
     char *json = malloc(cap);
