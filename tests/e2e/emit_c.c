@@ -48,7 +48,7 @@ int main(void) {
         const char *w = strstr(step, "in1   net.0.weight "), *nl = w ? strchr(w, '\n') : NULL;
         const char *sh = w ? strstr(w, "f32[1024,2048]") : NULL;
         CHECK(w && nl && sh && sh < nl, "step.c names the weights with their shapes");
-        CHECK(strstr(step, "static ts_status i26_adam_update(void)") != NULL,
+        CHECK(strstr(step, "static ts_status i22_adam_update(void)") != NULL,
               "one function per instruction, the optimizer's last");
         CHECK(strstr(step, "ts_status train_step(int64_t step, double lr)") != NULL, "train_step");
         free(step);
