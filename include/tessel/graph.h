@@ -195,6 +195,13 @@ ts_val ts_layer_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, double e
 ts_val ts_sum(ts_graph *g, ts_val a, int naxes, const int *axes, int keepdim);
 ts_val ts_mean(ts_graph *g, ts_val a, int naxes, const int *axes, int keepdim);
 ts_val ts_max(ts_graph *g, ts_val a, int naxes, const int *axes, int keepdim);
+/* Mean over the valid sources: x [B, S, ...] (S sources per row, e.g. one
+ * representation per sensor branch), valid u8 [B, S] (1: the source is
+ * valid) -> [B, ...], the mean of row b's valid sources, 0 for a row with
+ * none. An invalid source is never read into the result (a NaN there does
+ * not spread into it) and gets an exact zero gradient (upstream, NaN * 0
+ * is still NaN: sensor masks, docs/shapes.md). */
+ts_val ts_masked_mean(ts_graph *g, ts_val x, ts_val valid);
 
 /* ---- shape ------------------------------------------------------------ */
 

@@ -482,6 +482,76 @@ static void test_cnn_padded(void) {
     ts_graph_free(ge), ts_graph_free(gp);
 }
 
+/* ---- sensor masks: the mean over valid sources --------------------------- */
+
+/* x [3 rows, 3 sources, 2] = input * w (w a parameter [3, 2]); source 1 is
+ * invalid in every row and its input is garbage (1000), source 2 is
+ * invalid in rows 1 and 2, row 1 has no valid source. The mean takes the
+ * valid sources only, row 1 gives 0, and after an SGD step w's row for
+ * source 1 is unchanged bit for bit (an exact zero gradient). A second
+ * step with NaN in source 1 (a failed sensor) gives a finite mean: the
+ * NaN is never read into it. (Its weight's gradient would be NaN * 0:
+ * inputs of an invalid source that feed a parameter's gradient must be
+ * finite, or masked before the branch too.) */
+static void test_masked_mean(void) {
+    enum { MB = 3, MS = 3, MD = 2 };
+    ts_graph *g = ts_graph_new();
+    int64_t xd[3] = {MB, MS, MD}, vd[2] = {MB, MS}, wd[2] = {MS, MD};
+    ts_val in = ts_input(g, "x", TS_F32, 3, xd), valid = ts_input(g, "valid", TS_U8, 2, vd);
+    ts_val w = ts_param(g, "w", TS_F32, 2, wd, ts_init_uniform(0.5, 1.5));
+    ts_val mean = ts_masked_mean(g, ts_mul(g, in, w), valid);
+    ts_mark_output(g, mean, "mean");
+    ts_val loss = ts_sum(g, ts_mul(g, mean, mean), 0, NULL, 0);
+    ts_set_name(g, loss, "loss");
+    CHECK_OK(ts_graph_status(g));
+    ts_train_spec spec = ts_train_spec_default(loss);
+    spec.opt = ts_sgd(0.1, 0, 0, 0, 0);
+    ts_compile_options o = options();
+    ts_plan *p = NULL;
+    CHECK_OK(ts_compile(g, &spec, &o, &p));
+    if (p) {
+        float x[MB * MS * MD], w0[MS * MD], w1[MS * MD], out[MB * MD];
+        for (int i = 0; i < MB * MS * MD; i++) x[i] = 0.25f * (float)(i + 1);
+        for (int b = 0; b < MB; b++)
+            for (int d = 0; d < MD; d++) x[(b * MS + 1) * MD + d] = 1000.0f;
+        const unsigned char v[MB * MS] = {1, 0, 1, 0, 0, 0, 1, 0, 0};
+        CHECK_OK(ts_plan_read(p, "w", w0, sizeof w0));
+        CHECK_OK(ts_plan_set_input(p, "x", x, sizeof x));
+        CHECK_OK(ts_plan_set_input(p, "valid", v, sizeof v));
+        CHECK_OK(ts_plan_step(p));
+        CHECK_OK(ts_plan_read(p, "mean", out, sizeof out));
+        CHECK_OK(ts_plan_read(p, "w", w1, sizeof w1));
+        int good = 1;
+        for (int d = 0; d < MD; d++) {
+            const float r0 = (x[0 * MD + d] * w0[0 * MD + d] + x[2 * MD + d] * w0[2 * MD + d]) / 2;
+            const float r2 = x[(2 * MS + 0) * MD + d] * w0[d];
+            good &= out[d] == r0 && out[MD + d] == 0.0f && out[2 * MD + d] == r2;
+            good &= w1[MD + d] == w0[MD + d] && isfinite(w1[MD + d]);
+            good &= w1[d] != w0[d] && w1[2 * MD + d] != w0[2 * MD + d];
+        }
+        for (int b = 0; b < MB; b++)
+            for (int d = 0; d < MD; d++) x[(b * MS + 1) * MD + d] = NAN;
+        CHECK_OK(ts_plan_set_input(p, "x", x, sizeof x));
+        CHECK_OK(ts_plan_step(p));
+        float out2[MB * MD];
+        CHECK_OK(ts_plan_read(p, "mean", out2, sizeof out2));
+        for (int i = 0; i < MB * MD; i++) good &= isfinite(out2[i]);
+        printf("masked mean: valid sources only (%.4g %.4g | %g | %.4g), dropped source's weights "
+               "%s\n",
+               out[0], out[1], out[MD], out[2 * MD], w1[MD] == w0[MD] ? "unchanged" : "changed");
+        CHECK(good, "masked mean over valid sources; a dropped source gets an exact zero gradient");
+    }
+    ts_plan_free(p);
+    ts_graph_free(g);
+    /* bad input: valid of the wrong shape */
+    g = ts_graph_new();
+    int64_t bad[2] = {MB, MS + 1};
+    ts_val r = ts_masked_mean(g, ts_input(g, "x", TS_F32, 3, xd), ts_input(g, "v", TS_U8, 2, bad));
+    CHECK(!ts_val_ok(r) && strstr(ts_last_error(), "valid must be u8"), "bad mask: %s",
+          ts_last_error());
+    ts_graph_free(g);
+}
+
 /* ---- a gpt on sequence buckets -------------------------------------------- */
 
 enum { GB = 2, GT = 16, GL = 8, GV = 32, GD = 16 };
@@ -565,6 +635,7 @@ int main(void) {
     test_gru();
     test_cnn();
     test_cnn_padded();
+    test_masked_mean();
     test_gpt();
     return check_summary("shapes");
 }
