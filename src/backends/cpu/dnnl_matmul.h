@@ -39,7 +39,12 @@
  * threads). On a CPU without AVX512-BF16, oneDNN serves bf16 x bf16 with its gemm:jit driver, which
  * does split K by thread count; there ts_mm_create builds an f32 primitive instead and a run widens
  * A and B (and a bf16/f16 C) into its scratch (exact: bf16/f16 products are exact in f32);
- * ts_mm_impl() then ends in "+f32".
+ * ts_mm_impl() then ends in "+f32" (also where oneDNN has no bf16 kernel at all: AVX2).
+ * Without AVX-512, f32 goes to oneDNN's gemm:jit driver, whose kernel and K split follow the thread
+ * count; ts_mm_create probes every product created for more than one thread against the same
+ * product created for one, and one that differs runs the one-thread primitive on one thread
+ * (dnnl_matmul_threads.h; impl "...+1thr"). The K blocks above are used only where oneDNN uses
+ * brgemm (AVX-512 and up), whose one-thread order they reproduce.
  *
  * Scratch is only used during a run: any number of ts_mm may share one buffer
  * of the largest ts_mm_scratch_bytes as long as they do not run concurrently.

@@ -7,19 +7,22 @@
  * Small and long-K products (e.g. 4x2048 . 2048x64) then sum in another order on 2 threads than
  * on 1, so the same plan trains other weights at another `train.threads`.
  *
- * What: when a matmul is created for T > 1 threads, ts_mm_probe_threads runs it once on fixed
- * pseudo-random operands under 1 and under T threads and compares the bits. Differing products
- * ("thread-sensitive") then always run on one thread (ts_mm_run sets omp_set_num_threads(1)
- * around the call and restores it), which gives their one-thread bits for any thread count; the
- * others are untouched, so on a CPU where oneDNN is already thread-independent nothing changes.
- * A probe asks oneDNN directly instead of mirroring its rules, so it also holds for other ISAs and
- * oneDNN versions. Verdicts are cached per shape (and implementation and T) for the process.
+ * What: when a matmul is created for T > 1 threads, ts_mm_create also creates the same product
+ * for one thread and runs both once on fixed pseudo-random operands: the one-thread primitive on
+ * one thread, the plan's primitive on T threads and on one. Any difference ("thread-sensitive";
+ * batched gemm:jit products also differ by the creating thread count) and the plan gets the
+ * one-thread primitive, which then always runs on one thread (ts_mm_run sets
+ * omp_set_num_threads(1) around the call and restores it): its one-thread bits for any thread
+ * count. The others are untouched, so where oneDNN is already thread-independent (AVX-512)
+ * nothing changes. A probe asks oneDNN directly instead of mirroring its rules, so it also holds
+ * for other ISAs and oneDNN versions. Verdicts are cached per shape, implementation and T for the
+ * process (a cached verdict costs one primitive creation and no runs).
  *
  * Limits: products above TS_MM_PROBE_MAX_MACS multiply-adds (batch * M * N * K) or with an operand
  * above TS_MM_PROBE_MAX_ELEMS elements are not probed (treated as thread-independent): a probe
- * costs two runs and the operands' memory. Creation-time decisions (a primitive built for T
- * threads that splits K whatever it runs on) are not seen by a probe; dnnl_matmul_ksplit.h covers
- * the known one. */
+ * costs three runs and the operands' memory. Their bits may still depend on the thread count (on
+ * an AVX2 EPYC, none of the sizes tried above the limit did; the long-K weight gradients that
+ * AVX-512 brgemm splits are dnnl_matmul_ksplit.h's). Small products lose little on one thread. */
 #ifndef TS_DNNL_MATMUL_THREADS_H
 #define TS_DNNL_MATMUL_THREADS_H
 
