@@ -446,6 +446,10 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     return finish_create(m, out);
 }
 
+int ts_mm_row_chunks_exact(void) {
+    return brgemm_isa();
+}
+
 size_t ts_mm_scratch_bytes(const ts_mm *m) {
     return m ? m->scratch_bytes : 0;
 }

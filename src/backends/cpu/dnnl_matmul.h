@@ -101,6 +101,12 @@ enum { TS_MM_POST_BIAS = 1, TS_MM_POST_ADD = 2 };
 
 void ts_mm_free(ts_mm *m);
 
+/* Whether computing a product in chunks of rows (M) gives every row its bits of the whole product
+ * (passes/chunk_ce.c relies on it): yes where oneDNN 2.6 serves f32 with brgemm (AVX-512 and up),
+ * whose K order depends on K only; no on AVX2, where gemm:jit picks its kernel from M too (W3's
+ * head, 2048 x 8192 . 8192 x 512, in chunks of 128 to 512 rows changes most elements; 1024 not). */
+int ts_mm_row_chunks_exact(void);
+
 /* The oneDNN implementation chosen, e.g. "brg:avx512_core" or "gemm:jit". */
 const char *ts_mm_impl(const ts_mm *m);
 /* The thread count the primitive was created for (and always runs with). */
