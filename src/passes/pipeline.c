@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "pipeline.h"
+#include "backends/cpu/dnnl_matmul.h"
 #include "tessel/dist.h"
 
 static int always(const ts_pass_ctx *c) {
@@ -134,7 +135,10 @@ static ts_status run_simplify(ts_pass_ctx *c) {
 }
 /* chunk_ce marks the chunked pair dead; fuse's compaction removes them. */
 static int with_chunk_ce(const ts_pass_ctx *c) {
-    return c->training && !c->opt->no_fuse;
+    /* on the CPU backend's oneDNN kernels only where row chunks keep the bits (not on AVX2) */
+    int onednn =
+        !c->opt->reference_kernels && (!c->opt->backend || strcmp(c->opt->backend, "cpu") == 0);
+    return c->training && !c->opt->no_fuse && (!onednn || ts_mm_row_chunks_exact());
 }
 static ts_status run_chunk_ce(ts_pass_ctx *c) {
     return ts_pass_chunk_ce(c->g, NULL);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "backends/cpu/dnnl_matmul.h"
 #include "plan/plan.h"
 
 static unsigned g_seed = 5;
@@ -135,11 +136,14 @@ int main(void) {
     head m;
     /* W3's head: 2048 rows of 8192 logits (32 KiB) -> chunks of 128 rows */
     head_build(&m, 2048, 8192, 512, 0);
-    compare("W3 head, oneDNN", &m, 0, 0, 0, 16);
+    /* oneDNN's kernels keep row chunks' bits only with AVX-512 (ts_mm_row_chunks_exact): without,
+     * the pass stays off there and the plans must be the same unchunked ones */
+    const int exact = ts_mm_row_chunks_exact();
+    compare("W3 head, oneDNN", &m, 0, 0, 0, exact ? 16 : 0);
     head_free(&m);
     /* 300 rows of 4096 (16 KiB): chunks of 256 rows, the last of 44 */
     head_build(&m, 300, 4096, 48, 1);
-    compare("weighted, ignored rows", &m, 0, 0, 0, 2);
+    compare("weighted, ignored rows", &m, 0, 0, 0, exact ? 2 : 0);
     compare("weighted, reference kernels", &m, 1, 0, 0, 2);
     compare("trainable head", &m, 0, 1, 0, 0);
     compare("logits not kept", &m, 0, 0, 1, 0);

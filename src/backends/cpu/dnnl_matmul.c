@@ -1,6 +1,7 @@
 /* dnnl_matmul.c — oneDNN matmul wrapper: create once, run many times. */
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/dnnl_matmul_ksplit.h"
+#include "backends/cpu/dnnl_matmul_threads.h"
 
 #include <dnnl.h>
 #include <dnnl_debug.h>
@@ -31,6 +32,7 @@ struct ts_mm {
     size_t dnnl_scratch_bytes; /* oneDNN's part of scratch_bytes; f32 A, B (and C) follow */
     int64_t a_elems, b_elems, c_elems;
     ts_mm_ksplit *ks; /* set: the product runs in K blocks in a fixed order, without prim */
+    int one_thread;   /* thread-sensitive (dnnl_matmul_threads.h): every run uses one thread */
 };
 
 /* ---- global engine and stream ------------------------------------------ */
@@ -201,6 +203,46 @@ static void widen_to_f32(float *dst, const void *src, ts_dtype dt, int64_t n) {
     }
 }
 
+/* Whether oneDNN 2.6 serves f32 matmul with its brgemm kernels (AVX-512 and up), whose
+ * one-thread K order dnnl_matmul_ksplit.h reproduces. Below that (AVX2: gemm:jit) the one-thread
+ * order is another, and the thread probe (dnnl_matmul_threads.h) keeps the bits instead. */
+static int brgemm_isa(void) {
+    return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
+/* Hand out a created matmul, or, when its bits depend on the thread count (dnnl_matmul_threads.h),
+ * the same product created for one thread, marked to run on one thread. */
+static ts_status finish_create(ts_mm *m, ts_mm **out) {
+    const int nthr = m->nthr;
+    int sensitive = 0;
+    if (ts_mm_probe_wanted(m, nthr)) sensitive = ts_mm_probe_cached(m, nthr);
+    if (sensitive == 0) {
+        *out = m;
+        return TS_OK;
+    }
+    ts_mm *m1 = NULL;
+    omp_set_num_threads(1);
+    ts_status s = ts_mm_create(&m->d, &m1);
+    omp_set_num_threads(nthr);
+    if (s == TS_OK && sensitive < 0) s = ts_mm_probe_threads(m, m1, nthr, &sensitive);
+    if (s != TS_OK || !sensitive) {
+        ts_mm_free(m1);
+        if (s != TS_OK) {
+            ts_mm_free(m);
+            return s;
+        }
+        *out = m;
+        return TS_OK;
+    }
+    ts_mm_free(m);
+    m1->one_thread = 1;
+    m1->nthr = nthr; /* the plan's thread count, as for any other matmul of the plan */
+    size_t len = strlen(m1->impl);
+    snprintf(m1->impl + len, sizeof m1->impl - len, "+1thr");
+    *out = m1;
+    return TS_OK;
+}
+
 ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     if (!out) return ts_fail(TS_ERR_INVALID, "ts_mm_create: out is NULL");
     *out = NULL;
@@ -232,7 +274,7 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     }
 
     /* A K that oneDNN might split between threads: blocks of K in one-thread order. */
-    if (ts_mm_ksplit_wanted(d, omp_get_max_threads())) {
+    if (ts_mm_ksplit_wanted(d, omp_get_max_threads()) && brgemm_isa()) {
         m->nthr = omp_get_max_threads();
         s = ts_mm_ksplit_create(&m->d, m->what, &m->ks);
         if (s != TS_OK) {
@@ -242,8 +284,7 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
         m->n_post_src = d->n_post;
         m->scratch_bytes = ts_mm_ksplit_scratch_bytes(m->ks);
         snprintf(m->impl, sizeof m->impl, "%s", ts_mm_ksplit_impl(m->ks));
-        *out = m;
-        return TS_OK;
+        return finish_create(m, out);
     }
 
     pthread_once(&g_once, init_engine);
@@ -331,6 +372,15 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
         }
         if (po) dnnl_post_ops_destroy(po);
         if (attr) dnnl_primitive_attr_destroy(attr);
+        /* Without AVX-512, oneDNN 2.6 has no bf16 x bf16 -> f32 matmul at all: widen (below). */
+        if (st == dnnl_unimplemented && !m->widen && d->a_dt != TS_F32) {
+            for (int p = 0; p < m->n_post_src; p++) {
+                dnnl_memory_destroy(m->mem_post[p]);
+                m->mem_post[p] = NULL;
+            }
+            m->widen = 1;
+            continue;
+        }
         if (st != dnnl_success) {
             s = dnnl_fail(st, m->what, call);
             ts_mm_free(m);
@@ -393,8 +443,11 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     if (m->mem_s) m->args[m->nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m->mem_s};
     for (int p = 0; p < m->n_post_src; p++) m->args[m->nargs++] = post_args[p];
 
-    *out = m;
-    return TS_OK;
+    return finish_create(m, out);
+}
+
+int ts_mm_row_chunks_exact(void) {
+    return brgemm_isa();
 }
 
 size_t ts_mm_scratch_bytes(const ts_mm *m) {
@@ -422,9 +475,23 @@ ts_status ts_mm_run(ts_mm *m, const void *a, const void *b, void *c, void *scrat
     return ts_mm_run_post(m, a, b, c, NULL, scratch);
 }
 
+static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const void *const *post,
+                          void *scratch);
+
 ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const void *const *post,
                          void *scratch) {
     if (!m) return ts_fail(TS_ERR_INVALID, "ts_mm_run: matmul is NULL");
+    if (!m->one_thread) return run_post(m, a, b, c, post, scratch);
+    /* oneDNN's gemm:jit reads the thread count at each run: one thread gives one-thread bits. */
+    int prev = omp_get_max_threads();
+    omp_set_num_threads(1);
+    ts_status s = run_post(m, a, b, c, post, scratch);
+    omp_set_num_threads(prev);
+    return s;
+}
+
+static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const void *const *post,
+                          void *scratch) {
     for (int p = 0; p < m->n_post_src; p++) {
         if (!post || !post[p])
             return ts_fail(TS_ERR_INVALID, "%s: post-op operand %d is NULL", m->what, p);

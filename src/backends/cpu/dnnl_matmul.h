@@ -39,7 +39,12 @@
  * threads). On a CPU without AVX512-BF16, oneDNN serves bf16 x bf16 with its gemm:jit driver, which
  * does split K by thread count; there ts_mm_create builds an f32 primitive instead and a run widens
  * A and B (and a bf16/f16 C) into its scratch (exact: bf16/f16 products are exact in f32);
- * ts_mm_impl() then ends in "+f32".
+ * ts_mm_impl() then ends in "+f32" (also where oneDNN has no bf16 kernel at all: AVX2).
+ * Without AVX-512, f32 goes to oneDNN's gemm:jit driver, whose kernel and K split follow the thread
+ * count; ts_mm_create probes every product created for more than one thread against the same
+ * product created for one, and one that differs runs the one-thread primitive on one thread
+ * (dnnl_matmul_threads.h; impl "...+1thr"). The K blocks above are used only where oneDNN uses
+ * brgemm (AVX-512 and up), whose one-thread order they reproduce.
  *
  * Scratch is only used during a run: any number of ts_mm may share one buffer
  * of the largest ts_mm_scratch_bytes as long as they do not run concurrently.
@@ -95,6 +100,12 @@ ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const 
 enum { TS_MM_POST_BIAS = 1, TS_MM_POST_ADD = 2 };
 
 void ts_mm_free(ts_mm *m);
+
+/* Whether computing a product in chunks of rows (M) gives every row its bits of the whole product
+ * (passes/chunk_ce.c relies on it): yes where oneDNN 2.6 serves f32 with brgemm (AVX-512 and up),
+ * whose K order depends on K only; no on AVX2, where gemm:jit picks its kernel from M too (W3's
+ * head, 2048 x 8192 . 8192 x 512, in chunks of 128 to 512 rows changes most elements; 1024 not). */
+int ts_mm_row_chunks_exact(void);
 
 /* The oneDNN implementation chosen, e.g. "brg:avx512_core" or "gemm:jit". */
 const char *ts_mm_impl(const ts_mm *m);
