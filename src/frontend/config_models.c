@@ -3,6 +3,7 @@
  * keys. Checks of the model keys are model_checks.c's; each model's own
  * knowledge is its descriptor's (src/models/NAME.c). */
 #include "frontend/config_models.h"
+#include "backends/cpu/dnnl_caps.h"
 
 #include <string.h>
 #include "core/core.h"
@@ -27,6 +28,11 @@ ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph
                                 ts_model *m, ts_train_spec *spec, ts_compile_options *opt) {
     if (!c || !g || !m || !spec || !opt) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
     if (!c->finished) return ts_fail(TS_ERR_INVALID, "config: call ts_config_finish first");
+    /* oneDNN 2.6 has no bf16 matmul on a CPU without AVX-512: say so by key here rather
+     * than with oneDNN's bare "unimplemented" when the plan's first matmul is created. */
+    if (c->compile.backend == 0 && c->precision.dflt == 1 && !ts_cpu_supports_dtype_gemm(TS_BF16))
+        return ts_fail(TS_ERR_INVALID, "config: precision.default: bf16: %s",
+                       ts_cpu_dtype_gemm_why(TS_BF16));
     *g = NULL;
     const ts_model_desc *d = ts_model_of(c);
     if (!d) return ts_fail(TS_ERR_INVALID, "config: model.name %d is no model", c->model.name);
