@@ -8,6 +8,7 @@
 #include <string.h>
 #include "core/core.h"
 #include "frontend/keys.h"
+#include "passes/passes.h"
 
 const char *ts_config_model_word(int name) {
     const ts_model_desc *d = ts_model_at(name);
@@ -28,11 +29,6 @@ ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph
                                 ts_model *m, ts_train_spec *spec, ts_compile_options *opt) {
     if (!c || !g || !m || !spec || !opt) return ts_fail(TS_ERR_INVALID, "config: NULL argument");
     if (!c->finished) return ts_fail(TS_ERR_INVALID, "config: call ts_config_finish first");
-    /* oneDNN 2.6 has no bf16 matmul on a CPU without AVX-512: say so by key here rather
-     * than with oneDNN's bare "unimplemented" when the plan's first matmul is created. */
-    if (c->compile.backend == 0 && c->precision.dflt == 1 && !ts_cpu_supports_dtype_gemm(TS_BF16))
-        return ts_fail(TS_ERR_INVALID, "config: precision.default: bf16: %s",
-                       ts_cpu_dtype_gemm_why(TS_BF16));
     *g = NULL;
     const ts_model_desc *d = ts_model_of(c);
     if (!d) return ts_fail(TS_ERR_INVALID, "config: model.name %d is no model", c->model.name);
@@ -91,6 +87,17 @@ ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph
                                   c->peft.adapter_hidden,
                                   (ts_peft_activation)c->peft.adapter_activation};
     ts_config_precision(c, &opt->precision); /* checked by ts_config_finish */
+    /* oneDNN 2.6 has no bf16 matmul on a CPU without AVX-512: say so by key here rather than
+     * with the plan's "matmul ... in bf16" error. A model without matmuls (a U-Net) still
+     * trains: its bf16 convolutions fall back to the reference kernel. */
+    if (c->compile.backend == 0 && opt->precision.compute == TS_BF16 &&
+        !ts_cpu_supports_dtype_gemm(TS_BF16) && ts_precision_lowers_matmul(gr, &opt->precision)) {
+        ts_graph_free(gr);
+        return ts_fail(TS_ERR_INVALID,
+                       "config: precision.default: bf16: %s (a plan without bf16 matmuls: "
+                       "precision.default: fp32, or precision.keep_fp32: [matmul])",
+                       ts_cpu_dtype_gemm_why(TS_BF16));
+    }
     *g = gr;
     return TS_OK;
 }
