@@ -3,10 +3,12 @@
  * keys. Checks of the model keys are model_checks.c's; each model's own
  * knowledge is its descriptor's (src/models/NAME.c). */
 #include "frontend/config_models.h"
+#include "backends/cpu/dnnl_caps.h"
 
 #include <string.h>
 #include "core/core.h"
 #include "frontend/keys.h"
+#include "passes/passes.h"
 
 const char *ts_config_model_word(int name) {
     const ts_model_desc *d = ts_model_at(name);
@@ -86,6 +88,17 @@ ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph
                                   c->peft.adapter_hidden,
                                   (ts_peft_activation)c->peft.adapter_activation};
     ts_config_precision(c, &opt->precision); /* checked by ts_config_finish */
+    /* oneDNN 2.6 has no bf16 matmul on a CPU without AVX-512: say so by key here rather than
+     * with the plan's "matmul ... in bf16" error. A model without matmuls (a U-Net) still
+     * trains: its bf16 convolutions fall back to the reference kernel. */
+    if (c->compile.backend == 0 && opt->precision.compute == TS_BF16 &&
+        !ts_cpu_supports_dtype_gemm(TS_BF16) && ts_precision_lowers_matmul(gr, &opt->precision)) {
+        ts_graph_free(gr);
+        return ts_fail(TS_ERR_INVALID,
+                       "config: precision.default: bf16: %s (a plan without bf16 matmuls: "
+                       "precision.default: fp32, or precision.keep_fp32: [matmul])",
+                       ts_cpu_dtype_gemm_why(TS_BF16));
+    }
     *g = gr;
     return TS_OK;
 }

@@ -49,6 +49,9 @@ ts_status ts_pass_monitor_order(ts_graph *g);
  * pass. ts_precision_check validates the options alone. */
 ts_status ts_precision_check(const ts_precision_options *o);
 ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast);
+/* 1 when ts_pass_precision would run at least one matmul of g in o->compute (a plan can then
+ * only be built where that GEMM exists: backends/cpu/dnnl_caps.h). */
+int ts_precision_lowers_matmul(const ts_graph *g, const ts_precision_options *o);
 
 /* Loss scaling (loss_scale.c), in three steps around autodiff and the
  * train pass: the scale state and the scaled loss (*scaled is what

@@ -82,6 +82,15 @@ static int lowers(const ts_graph *g, const ts_node *n, const ts_precision_option
     return ts_in_type(g, n, 0)->dtype == TS_F32 && ts_in_type(g, n, 1)->dtype == TS_F32;
 }
 
+int ts_precision_lowers_matmul(const ts_graph *g, const ts_precision_options *o) {
+    if (!g || !o || o->compute == TS_F32) return 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const ts_node *n = &g->nodes[i];
+        if ((n->op == TS_OP_MATMUL || n->op == TS_OP_MATMUL_EPI) && lowers(g, n, o)) return 1;
+    }
+    return 0;
+}
+
 ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast) {
     if (n_cast) *n_cast = 0;
     ts_status s = ts_precision_check(o);

@@ -15,6 +15,7 @@
  * - determinism: two bf16 runs give bit-identical weights. */
 #include <stdlib.h>
 #include <string.h>
+#include "backends/cpu/dnnl_caps.h"
 #include "check.h"
 #include "frontend/config.h"
 #include "plan/plan.h"
@@ -176,13 +177,16 @@ static void test_numerics(void) {
     enum { NG = 48 * 24 };
     float g32[NG], gbf[NG], gref[NG], g16[NG], g16r[NG];
     double l32, lbf, lref, l16, l16r;
-    ts_plan *p32 = build(TS_F32, NULL, 0, 0), *pbf = build(TS_BF16, NULL, 0, 0);
-    ts_plan *pref = build(TS_BF16, NULL, 1, 0), *p16 = build(TS_F16, NULL, 0, 0);
+    /* Without bf16 GEMMs (no AVX-512) only the f16 half runs. */
+    const int bf = ts_cpu_supports_dtype_gemm(TS_BF16);
+    if (!bf) printf("numerics, bf16 half skipped: %s\n", ts_cpu_dtype_gemm_why(TS_BF16));
+    ts_plan *p32 = build(TS_F32, NULL, 0, 0), *pbf = bf ? build(TS_BF16, NULL, 0, 0) : NULL;
+    ts_plan *pref = bf ? build(TS_BF16, NULL, 1, 0) : NULL, *p16 = build(TS_F16, NULL, 0, 0);
     ts_plan *p16r = build(TS_F16, NULL, 1, 0);
-    if (!p32 || !pbf || !pref || !p16 || !p16r) goto out;
+    if (!p32 || (bf && (!pbf || !pref)) || !p16 || !p16r) goto out;
     one_step(p32, &l32, g32, sizeof g32);
-    one_step(pbf, &lbf, gbf, sizeof gbf);
-    one_step(pref, &lref, gref, sizeof gref);
+    if (bf) one_step(pbf, &lbf, gbf, sizeof gbf);
+    if (bf) one_step(pref, &lref, gref, sizeof gref);
     one_step(p16, &l16, g16, sizeof g16);
     one_step(p16r, &l16r, g16r, sizeof g16r);
     /* f16: oneDNN (or, without AVX512-FP16, the widening f32 GEMM) against
@@ -190,6 +194,7 @@ static void test_numerics(void) {
     CHECK(fabs(l16 - l16r) <= 1e-5 * fabs(l16r), "f16 loss: fast %.9g, reference %.9g", l16, l16r);
     CHECK(rel_err(g16, g16r, NG) < 1e-5, "f16 gradient: fast vs reference, rel err %.3g",
           rel_err(g16, g16r, NG));
+    if (!bf) goto f16_vs_f32;
     /* oneDNN and the reference multiply the same bf16 values in f32: only
      * the order of the f32 sums differs (K <= 48 terms) */
     CHECK(fabs(lbf - lref) <= 1e-5 * fabs(lref), "bf16 loss: oneDNN %.9g, reference %.9g", lbf,
@@ -203,6 +208,7 @@ static void test_numerics(void) {
           rel_err(gbf, g32, NG));
     CHECK(rel_err(gbf, g32, NG) > 1e-6, "bf16 gradient differs from f32 at all (rel err %.3g)",
           rel_err(gbf, g32, NG));
+f16_vs_f32:
     /* f16 keeps 11 bits: about 8x closer than bf16 */
     CHECK(fabs(l16 - l32) <= 3e-3 * l32, "f16 loss %.6g vs f32 %.6g", l16, l32);
     CHECK(rel_err(g16, g32, NG) < 4e-3, "f16 gradient vs f32: rel err %.3g", rel_err(g16, g32, NG));
@@ -311,10 +317,60 @@ static void test_config(void) {
           "backoff_factor 1 is out of range");
 }
 
+/* A bf16 plan on a CPU whose oneDNN has no bf16 matmul (no AVX-512) is
+ * refused naming the config key, the value and the missing CPU feature, both
+ * from a config (exit 2 in the CLI) and from the plan API; where bf16 GEMMs
+ * exist, the same config builds (and test_convergence trains in bf16). */
+static void test_cpu_gate(void) {
+    const int bf = ts_cpu_supports_dtype_gemm(TS_BF16);
+    CHECK(ts_cpu_supports_dtype_gemm(TS_F32) == 1, "f32 GEMMs always exist");
+    CHECK((strcmp(ts_cpu_dtype_gemm_why(TS_BF16), "") == 0) == bf,
+          "a reason given exactly when not: '%s'", ts_cpu_dtype_gemm_why(TS_BF16));
+    static const char text[] = "model: {preset: w1}\nprecision: {default: bf16}\n";
+    ts_config c;
+    ts_config_init(&c);
+    CHECK_OK(ts_config_load_string(&c, text, sizeof text - 1, "p.yaml"));
+    CHECK_OK(ts_config_finish(&c));
+    ts_graph *g = NULL;
+    ts_model m;
+    ts_train_spec spec;
+    ts_compile_options o;
+    ts_status s = ts_config_build(&c, &g, &m, &spec, &o);
+    if (bf) {
+        CHECK(s == TS_OK, "bf16 config builds where bf16 GEMMs exist: %s", ts_last_error());
+    } else {
+        const char *e = ts_last_error();
+        CHECK(s == TS_ERR_INVALID && strstr(e, "precision.default: bf16") &&
+                  strstr(e, "needs AVX-512") && strstr(e, "this CPU has"),
+              "bf16 config refused naming key, value and CPU feature: %s", e);
+        /* The plan API: the first bf16 matmul names itself and the feature. */
+        ts_mlp_config mc = small_mlp();
+        ts_graph *gm = ts_graph_new();
+        ts_model mm;
+        CHECK_OK(ts_build_mlp(gm, &mc, &mm));
+        ts_train_spec sp = ts_train_spec_default(mm.loss);
+        ts_compile_options co = ts_compile_options_default();
+        co.precision.compute = TS_BF16;
+        ts_plan *p = NULL;
+        s = ts_compile(gm, &sp, &co, &p);
+        e = ts_last_error();
+        CHECK(s == TS_ERR_UNSUPPORTED && !p && strstr(e, "in bf16: needs AVX-512"),
+              "bf16 plan refused naming the matmul and CPU feature: %s", e);
+        ts_plan_free(p);
+        ts_graph_free(gm);
+    }
+    ts_graph_free(g);
+}
+
 int main(void) {
     test_config();
-    test_structure();
+    test_cpu_gate();
+    if (ts_cpu_supports_dtype_gemm(TS_BF16)) {
+        test_structure();
+    } else {
+        printf("structure and convergence skipped: %s\n", ts_cpu_dtype_gemm_why(TS_BF16));
+    }
     test_numerics();
-    test_convergence();
+    if (ts_cpu_supports_dtype_gemm(TS_BF16)) test_convergence();
     return check_summary("precision");
 }

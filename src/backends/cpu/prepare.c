@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/dnnl_caps.h"
 #include "backends/cpu/dnnl_conv.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "core/half.h"
@@ -146,6 +147,10 @@ ts_status ts_cpu_prepare(const ts_program *prog, ts_runtime *rt) {
             if ((s = widen_instr(r, &d)) != TS_OK) return s;
             mm = ((widen_mm *)r->k.backend)->mm;
         } else {
+            if (s == TS_ERR_UNSUPPORTED && d.a_dt != TS_F32 && !ts_cpu_supports_dtype_gemm(d.a_dt))
+                return ts_fail(
+                    s, "matmul '%s' in %s: %s (compute it in f32: precision.default: fp32)",
+                    d.label ? d.label : "?", ts_dtype_name(d.a_dt), ts_cpu_dtype_gemm_why(d.a_dt));
             if (s != TS_OK) return s;
             r->k.backend = mm;
             r->backend_free = free_mm;
