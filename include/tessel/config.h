@@ -105,8 +105,8 @@ typedef struct ts_config {
     struct {
         int debug_nan, no_simplify, naive_schedule, no_inplace;
         int no_fuse, no_recompute, discard_outputs;
-        int no_fuse_norm; /* activation + layer norm as separate ops */
-        double max_memory_mb; /* memory-aware scheduling: the arena's limit (0: none) */
+        int no_fuse_norm;           /* activation + layer norm as separate ops */
+        double max_memory_mb;       /* memory-aware scheduling: the arena's limit (0: none) */
         int backend, no_cuda_graph; /* backend: 0 cpu, 1 cuda (docs/cuda.md) */
     } compile;
     struct {
@@ -121,13 +121,13 @@ typedef struct ts_config {
         int bits;                /* tokens: 16 or 32 */
         double val_fraction;
         int shuffle;
-        int drop_last;        /* drop an epoch's short last batch */
-        int64_t eot_id;       /* tokens: documents end with this id; -1: fixed windows */
-        int64_t skip_rows;    /* csv: lines skipped before the header */
-        int header;           /* csv: 0 names columns "0", "1", ... */
-        char edges[512];      /* graph: edge list (x: node features, y: node labels) */
-        char node_split[512]; /* graph: .npy of split ids per node; "" to split by fraction */
-        double test_fraction; /* graph: share of the nodes held out for the test split */
+        int drop_last;         /* drop an epoch's short last batch */
+        int64_t eot_id;        /* tokens: documents end with this id; -1: fixed windows */
+        int64_t skip_rows;     /* csv: lines skipped before the header */
+        int header;            /* csv: 0 names columns "0", "1", ... */
+        char edges[512];       /* graph: edge list (x: node features, y: node labels) */
+        char node_split[512];  /* graph: .npy of split ids per node; "" to split by fraction */
+        double test_fraction;  /* graph: share of the nodes held out for the test split */
         char doc_offsets[512]; /* tokens: text file of document start offsets; "": none */
     } data;
     struct {
