@@ -167,13 +167,7 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
         if (!p->alive) continue;
         weights[i] = total > 0 ? (double)p->samples / total : 0;
         put_f64(msg, weights[i]);
-        if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, msg, bytes) != TS_OK) {
-            drop(p, ts_last_error());
-            dropped++;
-        } else {
-            down += bytes;
-            fedr_obs_client(a, p->name, 0, bytes);
-        }
+        send_round(a, p, r, msg, bytes, &dropped, &down);
     }
     double t_sent = now_s();
     ts_fed_aggregate_init(a->pk, acc, count);
@@ -183,17 +177,7 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
         peer *p = &a->cl[i];
         if (!p->alive) continue;
         ts_fed_msg m;
-        if (expect(p->c, TS_FED_MSG_UPDATE, (uint64_t)r, ct_bytes, &m) != TS_OK) {
-            drop(p, ts_last_error());
-            dropped++;
-            continue;
-        }
-        if (m.len != ct_bytes) {
-            ts_fed_msg_free(&m);
-            drop(p, "an update of the wrong size");
-            dropped++;
-            continue;
-        }
+        if (!recv_update(p, r, ct_bytes, &m, &dropped)) continue;
         /* the range of every ciphertext first, so a bad one leaves acc untouched */
         uint8_t *tmp = malloc(ct_bytes);
         if (!tmp) {

@@ -94,6 +94,36 @@ static inline void drop(peer *p, const char *why) {
     p->c = NULL;
 }
 
+/* Sends round r's message to a client; one that cannot take it is dropped
+ * (counted in *dropped), the bytes sent are added to *down. */
+static inline void send_round(agg *a, peer *p, int r, const uint8_t *msg, size_t bytes,
+                              int *dropped, uint64_t *down) {
+    if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, msg, bytes) != TS_OK) {
+        drop(p, ts_last_error());
+        (*dropped)++;
+    } else {
+        *down += bytes;
+        fedr_obs_client(a, p->name, 0, bytes);
+    }
+}
+
+/* Takes a client's round-r update of exactly `bytes` bytes into *m: 1, or
+ * 0 with the client dropped (counted in *dropped) and nothing to free. */
+static inline int recv_update(peer *p, int r, size_t bytes, ts_fed_msg *m, int *dropped) {
+    if (expect(p->c, TS_FED_MSG_UPDATE, (uint64_t)r, bytes, m) != TS_OK) {
+        drop(p, ts_last_error());
+        (*dropped)++;
+        return 0;
+    }
+    if (m->len != bytes) {
+        ts_fed_msg_free(m);
+        drop(p, "an update of the wrong size");
+        (*dropped)++;
+        return 0;
+    }
+    return 1;
+}
+
 /* Sends the round's aggregate (body: ciphertexts or masked sums) with its
  * participants to the key holder, takes the new global model back and
  * writes the round's metrics line; frees nothing of the caller's. */

@@ -59,13 +59,7 @@ ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics) {
         if (!p->alive) continue;
         weights[i] = total > 0 ? (double)p->samples / total : 0;
         put_f64(msg, weights[i]);
-        if (ts_fed_send(p->c, TS_FED_MSG_ROUND, (uint64_t)r, msg, bytes) != TS_OK) {
-            drop(p, ts_last_error());
-            dropped++;
-        } else {
-            down += bytes;
-            fedr_obs_client(a, p->name, 0, bytes);
-        }
+        send_round(a, p, r, msg, bytes, &dropped, &down);
     }
     free(msg);
     double t_sent = now_s(), t_agg = 0, wsum = 0;
@@ -74,17 +68,7 @@ ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics) {
         peer *p = &a->cl[i];
         if (!p->alive) continue;
         ts_fed_msg m;
-        if (expect(p->c, TS_FED_MSG_UPDATE, (uint64_t)r, up_bytes, &m) != TS_OK) {
-            drop(p, ts_last_error());
-            dropped++;
-            continue;
-        }
-        if (m.len != up_bytes) {
-            ts_fed_msg_free(&m);
-            drop(p, "an update of the wrong size");
-            dropped++;
-            continue;
-        }
+        if (!recv_update(p, r, up_bytes, &m, &dropped)) continue;
         if (check_update((const float *)m.data, a->n, p->name) != TS_OK) {
             ts_fed_msg_free(&m);
             drop(p, ts_last_error());
