@@ -18,7 +18,9 @@
 #   4. tools/*.c reach nothing in src/;
 #   5. include/ (the public headers) reaches nothing in src/;
 #   6. the folders of src/ (src/<folder>, subfolders counted as their
-#      top folder) include each other without a loop. tools/ is left out.
+#      top folder) include each other without a loop. tools/ is left out;
+#   7. no file of src/passes reaches src/backends (what a pass needs to know
+#      of the backend comes through ts_pass_ctx, filled by the plan).
 set -u
 ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 BUILD=${2:-}
@@ -126,6 +128,8 @@ END {
             bad("4 a tool reaches src/: " f " -> " g)
         if (under(f, "include/") && under(g, "src/"))
             bad("5 a public header reaches src/: " f " -> " g)
+        if (under(f, "src/passes/") && under(g, "src/backends/"))
+            bad("7 a pass reaches the backends: " f " -> " g)
     }
     n = split(plan_names, nm1, "\n")
     for (i = 1; i <= n; i++) if (nm1[i] != "") bad("2 src/plan names a CPU-backend symbol: " nm1[i])

@@ -42,6 +42,9 @@ typedef struct ts_backend {
     uint32_t dtypes;            /* bit (1u << ts_dtype) for each dtype it runs */
     ts_memory_kind memory;      /* where its tensors live */
     int (*supports_op)(int op); /* 1 if it runs op (a ts_op_id) */
+    /* 1 if a matmul computed in chunks of rows gives every row the bits of
+     * the whole product (the chunk_ce pass relies on it); NULL: yes. */
+    int (*row_chunks_exact)(void);
     /* Once per program, after lowering and binding: choose kernels,
      * create their state. */
     ts_status (*prepare)(const ts_program *prog, ts_runtime *rt);

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "pipeline.h"
-#include "backends/cpu/dnnl_matmul.h"
 #include "tessel/dist.h"
 
 static int always(const ts_pass_ctx *c) {
@@ -135,20 +134,17 @@ static ts_status run_simplify(ts_pass_ctx *c) {
 }
 /* chunk_ce marks the chunked pair dead; fuse's compaction removes them. */
 static int with_chunk_ce(const ts_pass_ctx *c) {
-    /* on the CPU backend's oneDNN kernels only where row chunks keep the bits (not on AVX2) */
-    int onednn =
-        !c->opt->reference_kernels && (!c->opt->backend || strcmp(c->opt->backend, "cpu") == 0);
-    return c->training && !c->opt->no_fuse && (!onednn || ts_mm_row_chunks_exact());
+    /* only where the backend's matmul keeps a row's bits in chunks (not oneDNN on AVX2) */
+    return c->training && !c->opt->no_fuse && c->row_chunks_exact;
 }
 static ts_status run_chunk_ce(ts_pass_ctx *c) {
     return ts_pass_chunk_ce(c->g, NULL);
 }
 /* Fusion marks the fused nodes dead; compacting renumbers the values. */
 static ts_status run_fuse(ts_pass_ctx *c) {
-    /* the CUDA backend has no kernel for the fused layer norm ops yet; ZeRO-3's
-     * gradients are step temporaries (memplan.c, the buckets) */
-    const char *be = c->opt->backend;
-    ts_fuse_options fo = {.no_norm = c->opt->no_fuse_norm || (be && strcmp(be, "cpu") != 0),
+    /* a backend without the fused layer norm kernels (CUDA today) keeps them
+     * apart; ZeRO-3's gradients are step temporaries (memplan.c, the buckets) */
+    ts_fuse_options fo = {.no_norm = c->opt->no_fuse_norm || !c->fused_norm_ok,
                           .grads_released = with_ranks(c) && c->opt->zero == 3};
     ts_status s = ts_pass_fuse_ex(c->g, &fo, &c->fuse);
     if (s != TS_OK) return s;
@@ -270,6 +266,7 @@ void ts_pass_ctx_init(ts_pass_ctx *c, ts_graph *g, const ts_train_spec *spec,
     c->n_params = n_params;
     c->loss = c->diff = loss;
     c->scale = c->unscale = -1;
+    c->row_chunks_exact = c->fused_norm_ok = 1;
 }
 
 ts_status ts_pipeline_run(ts_pass_ctx *c) {

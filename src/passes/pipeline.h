@@ -27,6 +27,11 @@ typedef struct ts_pass_ctx {
     int training;                  /* a loss was given */
     const int32_t *params;         /* the trainable parameters (training) */
     int n_params;
+    /* the backend computes a matmul's rows in chunks with the whole product's
+     * bits (ts_backend.row_chunks_exact; ts_pass_ctx_init: 1) */
+    int row_chunks_exact;
+    /* the backend runs act_layer_norm and its backward (ts_pass_ctx_init: 1) */
+    int fused_norm_ok;
     /* state carried between passes, and the outputs */
     int32_t loss;    /* the loss value id (-1: inference), remapped as passes renumber */
     int32_t *grads;  /* per parameter: its gradient (autodiff) */

@@ -72,11 +72,12 @@ void ts_compiled_graph_free(ts_compiled_graph *k) {
     memset(k, 0, sizeof *k);
 }
 
-/* The passes (src/passes/pipeline.c) over cg's copy of the graph; their
- * results go into cg (schedule, memory plan) and the program. *loss: the
- * loss value id (-1 for inference), renumbered as the passes renumber. */
-static ts_status compile_graph(ts_program *prog, ts_compiled_graph *cg, const ts_train_spec *spec,
-                               int32_t *loss) {
+/* The passes (src/passes/pipeline.c) over cg's copy of the graph for the
+ * backend be; their results go into cg (schedule, memory plan) and the
+ * program. *loss: the loss value id (-1 for inference), renumbered as the
+ * passes renumber. */
+static ts_status compile_graph(ts_program *prog, const ts_backend *be, ts_compiled_graph *cg,
+                               const ts_train_spec *spec, int32_t *loss) {
     ts_graph *g = cg->graph;
     ts_status s = TS_OK;
     int32_t *params = NULL, *grads = NULL;
@@ -106,6 +107,11 @@ static ts_status compile_graph(ts_program *prog, ts_compiled_graph *cg, const ts
     }
     ts_pass_ctx c;
     ts_pass_ctx_init(&c, g, spec, &prog->opt, params, grads, np, *loss);
+    /* the reference kernels sum every row alone */
+    c.row_chunks_exact =
+        prog->opt.reference_kernels || !be->row_chunks_exact || be->row_chunks_exact();
+    c.fused_norm_ok =
+        be->supports_op(TS_OP_ACT_LAYER_NORM) && be->supports_op(TS_OP_LAYER_NORM_ACT_BWD);
     s = ts_pipeline_run(&c);
     *loss = c.loss;
     cg->order = c.order, cg->n_order = c.n_order;
@@ -226,7 +232,7 @@ static ts_status compile_plan(const ts_graph *src, const ts_train_spec *spec,
     if (loss < 0) scfg.mode = TS_LOSS_SCALE_NONE, prog->opt.precision.loss_scale = TS_SCALE_NONE;
     if ((s = ts_scaler_config_check(&scfg)) != TS_OK) goto fail;
     if ((s = ts_precision_check(&prog->opt.precision)) != TS_OK) goto fail;
-    s = compile_graph(prog, &cg, spec, &loss);
+    s = compile_graph(prog, be, &cg, spec, &loss);
     prog->opt.precision.keep_fp32 = NULL; /* the caller's string: read during compile only */
     prog->opt.backend = NULL;             /* likewise */
     prog->opt.dump_after = NULL, prog->opt.dump_to = NULL, prog->opt.peft.targets = NULL;

@@ -2,6 +2,7 @@
  * reference kernels of every op, oneDNN for matmuls and convolutions. */
 #include "backends/backend.h"
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/dnnl_matmul.h"
 
 static int cpu_supports_op(int op) {
     return op >= 0 && op < TS_OP_COUNT; /* every op has a reference kernel */
@@ -44,6 +45,7 @@ const ts_backend ts_backend_cpu = {
               (1u << TS_I64) | (1u << TS_U8) | (1u << TS_F8E4M3) | (1u << TS_F8E5M2),
     .memory = TS_MEM_HOST,
     .supports_op = cpu_supports_op,
+    .row_chunks_exact = ts_mm_row_chunks_exact,
     .prepare = ts_cpu_prepare,
     .execute = ts_cpu_execute,
     .execute_range = ts_cpu_execute_range,
