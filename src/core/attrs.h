@@ -261,9 +261,11 @@ typedef struct ts_bucket_attrs {
  * (ts_compress_values); elems of the bucket; kmax, the most values a rank
  * sends (topk) or the factor elements (powersgd); warmup steps; ranks;
  * rank r of the factors; ratio; momentum (DGC correction, 0: none); clip
- * (local clipping threshold, 0: none). */
+ * (local clipping threshold, 0: none); scaled: 1 when the gradients are
+ * loss-scaled and the start and wait nodes take the scale as their last
+ * input (see src/ops/compress.c). */
 typedef struct ts_compress_attrs {
-    int64_t ticket, algo, method, values, elems, kmax, warmup, ranks, rank, min_elems;
+    int64_t ticket, algo, method, values, elems, kmax, warmup, ranks, rank, min_elems, scaled;
     double ratio, momentum, clip;
 } ts_compress_attrs;
 

@@ -141,6 +141,23 @@ int64_t ts_topk_payload_k(const void *payload) {
     return (int64_t)k;
 }
 
+void ts_topk_encode_skipped(int64_t k, int values, void *payload) {
+    unsigned char *p = payload;
+    const float scale = NAN;
+    const uint32_t k32 = (uint32_t)k;
+    memcpy(p, &scale, 4);
+    memcpy(p + 4, &k32, 4);
+    for (uint32_t j = 0; j < k32; j++) memcpy(p + TS_TOPK_HEADER + 4 * (size_t)j, &j, 4);
+    memset(p + TS_TOPK_HEADER + 4 * (size_t)k, 0,
+           ts_topk_payload_bytes(k, values) - TS_TOPK_HEADER - 4 * (size_t)k);
+}
+
+int ts_topk_payload_skipped(const void *payload) {
+    float scale;
+    memcpy(&scale, payload, 4);
+    return isnan(scale);
+}
+
 void ts_topk_decode_at(const void *payload, int values, int64_t j, uint32_t *index, float *q) {
     const unsigned char *p = payload;
     float scale;

@@ -43,6 +43,11 @@ double ts_topk_encode(float *acc, const uint32_t *idx, int64_t k, int values, vo
 void ts_topk_decode_at(const void *payload, int values, int64_t j, uint32_t *index, float *q);
 /* k of a payload (its header). */
 int64_t ts_topk_payload_k(const void *payload);
+/* Loss scaling: the payload of a rank whose gradients were not finite
+ * (an overflow; the step will be skipped): k zero values at indices
+ * 0..k-1 under a NaN scale, which ts_topk_payload_skipped recognises. */
+void ts_topk_encode_skipped(int64_t k, int values, void *payload);
+int ts_topk_payload_skipped(const void *payload);
 
 /* PowerSGD: whether a gradient of this shape is compressed (rank >= 2,
  * at least min_elems elements, r below both sides of its matrix view

@@ -194,6 +194,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "ranks", a->compress.ranks);
         field(out, "rank", a->compress.rank);
         field(out, "min_elems", a->compress.min_elems);
+        if (a->compress.scaled) field(out, "scaled", a->compress.scaled);
         real(out, "ratio", a->compress.ratio);
         real(out, "momentum", a->compress.momentum);
         real(out, "clip", a->compress.clip);

@@ -16,6 +16,19 @@
  *       the same bits, divided by the rank count (the mean, as
  *       allreduce_wait).
  *
+ * Loss scaling (a.scaled: the scale is both nodes' last input): the
+ * residual holds unscaled values, so compress_start multiplies the
+ * gradients by 1 / scale as it accumulates them and compress_wait
+ * multiplies the mean by the scale again (a power of two: exact), for the
+ * graph's own unscale_grads after the waits, whose found_inf the update
+ * gate reads as without compression. A rank whose gradients of the bucket
+ * are not finite leaves its residual and velocity as they were and sends
+ * a marked payload (ts_topk_encode_skipped); every rank that sees a mark
+ * makes the bucket's gradients NaN (so found_inf is 1 on every rank and
+ * the step is skipped) and adds what it sent back into its residual
+ * (exact: (acc - q) + q == acc), so a skipped step loses no gradient; only
+ * the momentum factor masking of that step is not undone.
+ *
  * The residual and velocity are state values [ranks, elements]: row r,
  * rank r's, holds the bucket's flat element range (g1's elements, then
  * g2's, ...; no padding). k follows the warm-up
@@ -37,15 +50,17 @@ static int n_state(const ts_compress_attrs *a) {
 
 static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_compress_attrs *a = &n->a.compress;
-    const int ns = n_state(a);
-    if (n->n_in <= ns) return ts_fail(TS_ERR_SHAPE, "compress_start: no gradients");
+    const int ns = n_state(a), end = n->n_in - (a->scaled ? 1 : 0);
+    if (end <= ns) return ts_fail(TS_ERR_SHAPE, "compress_start: no gradients");
+    if (a->scaled && ts_type_numel(ts_in_type(g, n, end)) != 1)
+        return ts_fail(TS_ERR_SHAPE, "compress_start: the last input must be the loss scale");
     int64_t elems = 0;
     for (int i = 0; i < n->n_in; i++) {
         const ts_type *t = ts_in_type(g, n, i);
         if (t->dtype != TS_F32)
             return ts_fail(TS_ERR_SHAPE, "compress_start: input %d is %s; compression takes f32", i,
                            ts_dtype_name(t->dtype));
-        if (i >= ns) elems += ts_type_numel(t);
+        if (i >= ns && i < end) elems += ts_type_numel(t);
     }
     for (int i = 0; i < ns; i++)
         if (ts_type_numel(ts_in_type(g, n, i)) != elems * a->ranks)
@@ -79,6 +94,8 @@ static ts_status infer_wait(const ts_graph *g, const ts_node *n, ts_type *out, i
     for (int i = 3; i < n->n_in; i++)
         if (ts_in_type(g, n, i)->dtype != TS_F32)
             return ts_fail(TS_ERR_SHAPE, "compress_wait: gradient %d is not f32", i - 3);
+    if (n->a.compress.scaled && (n->n_in < 6 || ts_type_numel(ts_in_type(g, n, n->n_in - 1)) != 1))
+        return ts_fail(TS_ERR_SHAPE, "compress_wait: the last input must be the loss scale");
     memset(out, 0, sizeof *out);
     out->dtype = TS_I64;
     *n_out = 1;
@@ -108,43 +125,61 @@ static void stats_step(ts_dist_rt *rt, int64_t step) {
     rt->cstats.step = step;
 }
 
-static ts_status k_start(const ts_kargs *k) {
-    ts_dist_rt *rt;
-    int b;
-    ts_status s = rt_of(k, "compress_start", &rt, &b);
-    if (s != TS_OK) return s;
+/* The loss scale's inverse (1 without loss scaling), as unscale_grads
+ * computes it; *end: the gradients' inputs end there. */
+static float inv_scale(const ts_kargs *k, int *end) {
+    *end = k->n_in - (k->a->compress.scaled ? 1 : 0);
+    if (!k->a->compress.scaled) return 1.0f;
+    return (float)(1.0 / (double)*(const float *)k->in[*end].data);
+}
+
+/* Whether every gradient of inputs [from, end) is finite. */
+static int all_finite(const ts_kargs *k, int from, int end) {
+    for (int j = from; j < end; j++) {
+        const float *g = k->in[j].data;
+        for (int64_t i = 0, n = ts_tensor_numel(&k->in[j]); i < n; i++)
+            if (!isfinite(g[i])) return 0;
+    }
+    return 1;
+}
+
+/* Accumulates the bucket into this rank's residual (and velocity), selects
+ * and encodes the top k into send; returns the residual's sum of squares
+ * after the step. */
+static double accumulate_select(const ts_kargs *k, float *res, float *vel, float inv, int end,
+                                int64_t kk) {
     const ts_compress_attrs *a = &k->a->compress;
     const int ns = n_state(a), nr = (int)a->ranks;
-    const size_t row = (size_t)ts_comm_rank(rt->comm) * (size_t)a->elems; /* this rank's */
-    float *res = (float *)k->in[0].data + row, *vel = ns > 1 ? (float *)k->in[1].data + row : NULL;
     const float m = (float)a->momentum;
     /* Local clipping (DGC): this rank's bucket norm to clip / sqrt(ranks). */
     float c = 1.0f;
     if (a->clip > 0) {
         double ss = 0;
-        for (int j = ns; j < k->n_in; j++) {
+        for (int j = ns; j < end; j++) {
             const float *g = k->in[j].data;
-            for (int64_t i = 0, n = ts_tensor_numel(&k->in[j]); i < n; i++)
-                ss += (double)g[i] * (double)g[i];
+            for (int64_t i = 0, n = ts_tensor_numel(&k->in[j]); i < n; i++) {
+                const float gi = inv == 1.0f ? g[i] : g[i] * inv;
+                ss += (double)gi * (double)gi;
+            }
         }
         const double thr = a->clip / sqrt((double)nr), nrm = sqrt(ss);
         if (nrm > thr) c = (float)(thr / nrm);
     }
     double acc_sq = 0;
     int64_t o = 0;
-    for (int j = ns; j < k->n_in; j++) {
+    for (int j = ns; j < end; j++) {
         const float *g = k->in[j].data;
         const int64_t n = ts_tensor_numel(&k->in[j]);
         float *r = res + o, *u = vel ? vel + o : NULL;
         for (int64_t i = 0; i < n; i++) {
-            float gi = c == 1.0f ? g[i] : g[i] * c;
+            float gi = inv == 1.0f ? g[i] : g[i] * inv;
+            if (c != 1.0f) gi = gi * c;
             if (u) gi = u[i] = m * u[i] + gi; /* momentum correction: accumulate velocity */
             r[i] += gi;
             acc_sq += (double)r[i] * (double)r[i];
         }
         o += n;
     }
-    const int64_t kk = k_now(a, k->ctx->step);
     uint32_t *hist = k->scratch, *idx = hist + 2 * TS_TOPK_HIST;
     ts_topk_select(res, a->elems, kk, hist, idx);
     double before = 0;
@@ -155,6 +190,28 @@ static ts_status k_start(const ts_kargs *k) {
         after += (double)res[idx[j]] * (double)res[idx[j]];
         if (vel) vel[idx[j]] = 0; /* momentum factor masking */
     }
+    return acc_sq - before + after;
+}
+
+static ts_status k_start(const ts_kargs *k) {
+    ts_dist_rt *rt;
+    int b;
+    ts_status s = rt_of(k, "compress_start", &rt, &b);
+    if (s != TS_OK) return s;
+    const ts_compress_attrs *a = &k->a->compress;
+    const int ns = n_state(a), nr = (int)a->ranks;
+    const size_t row = (size_t)ts_comm_rank(rt->comm) * (size_t)a->elems; /* this rank's */
+    float *res = (float *)k->in[0].data + row, *vel = ns > 1 ? (float *)k->in[1].data + row : NULL;
+    int end;
+    const float inv = inv_scale(k, &end);
+    const int64_t kk = k_now(a, k->ctx->step);
+    /* Loss scaling: an overflow on this rank leaves its state alone. */
+    const int skip = a->scaled && !all_finite(k, ns, end);
+    double res_sq = 0;
+    if (skip)
+        ts_topk_encode_skipped(kk, (int)a->values, k->out[1].data);
+    else
+        res_sq = accumulate_select(k, res, vel, inv, end, kk);
     const size_t pb = ts_topk_payload_bytes(kk, (int)a->values);
     /* The payloads land in recv at a stride of this step's payload (the
      * all-gather's count is the whole array, nr equal blocks). */
@@ -167,10 +224,31 @@ static ts_status k_start(const ts_kargs *k) {
     rt->cstats.dense_bytes += 4.0 * (double)a->elems;
     rt->cstats.sent_bytes += (double)pb;
     rt->cstats.recv_bytes += (double)pb * (nr - 1);
-    rt->cstats.residual_sq += acc_sq - before + after;
+    rt->cstats.residual_sq += res_sq;
     rt->cstats.sent_values += kk;
     *(int64_t *)k->out[0].data = b;
     return TS_OK;
+}
+
+/* A skipped step (some rank's gradients overflowed): the bucket's
+ * gradients become NaN on every rank, and what this rank sent goes back
+ * into its residual (the wait's input `end`). */
+static void undo_skipped(const ts_kargs *k, int end, int64_t kk) {
+    const ts_compress_attrs *a = &k->a->compress;
+    const ts_dist_rt *rt = k->backend;
+    for (int j = 3; j < end; j++) {
+        float *g = k->in[j].data;
+        for (int64_t i = 0, n = ts_tensor_numel(&k->in[j]); i < n; i++) g[i] = NAN;
+    }
+    const void *mine = k->in[1].data;
+    if (ts_topk_payload_skipped(mine)) return; /* this rank's state was left alone */
+    float *res = (float *)k->in[end].data + (size_t)ts_comm_rank(rt->comm) * (size_t)a->elems;
+    for (int64_t j = 0; j < kk; j++) {
+        uint32_t i;
+        float q;
+        ts_topk_decode_at(mine, (int)a->values, j, &i, &q);
+        res[i] += q; /* exact: res[i] is acc - q */
+    }
 }
 
 static ts_status k_wait(const ts_kargs *k) {
@@ -180,18 +258,27 @@ static ts_status k_wait(const ts_kargs *k) {
     if (s != TS_OK) return s;
     if ((s = ts_coll_wait(rt->comm, rt->tickets[b])) != TS_OK) return s;
     const ts_compress_attrs *a = &k->a->compress;
-    const int nr = (int)a->ranks, ng = k->n_in - 3;
+    const int nr = (int)a->ranks, end = k->n_in - (a->scaled ? 2 : 0), ng = end - 3;
+    const float scale = a->scaled ? *(const float *)k->in[k->n_in - 1].data : 1.0f;
     const int64_t kk = k_now(a, k->ctx->step);
     const size_t pb = ts_topk_payload_bytes(kk, (int)a->values);
-    for (int j = 0; j < ng; j++)
-        memset(k->in[3 + j].data, 0, sizeof(float) * (size_t)ts_tensor_numel(&k->in[3 + j]));
     const char *recv = k->in[2].data;
-    for (int r = 0; r < nr; r++) { /* rank order: the same sums on every rank */
+    for (int r = 0; r < nr; r++) {
         const void *p = recv + (size_t)r * pb;
         if (ts_topk_payload_k(p) != kk)
             return ts_fail(TS_ERR_INTERNAL,
                            "compress_wait '%s': rank %d sent %lld values, not %lld", lbl(k), r,
                            (long long)ts_topk_payload_k(p), (long long)kk);
+        if (a->scaled && ts_topk_payload_skipped(p)) {
+            undo_skipped(k, end, kk);
+            *(int64_t *)k->out[0].data = b;
+            return TS_OK;
+        }
+    }
+    for (int j = 0; j < ng; j++)
+        memset(k->in[3 + j].data, 0, sizeof(float) * (size_t)ts_tensor_numel(&k->in[3 + j]));
+    for (int r = 0; r < nr; r++) { /* rank order: the same sums on every rank */
+        const void *p = recv + (size_t)r * pb;
         int t = 0;
         int64_t lo = 0, hi = ts_tensor_numel(&k->in[3]);
         for (int64_t j = 0; j < kk; j++) {
@@ -210,7 +297,11 @@ static ts_status k_wait(const ts_kargs *k) {
     }
     for (int j = 0; j < ng; j++) {
         float *g = k->in[3 + j].data;
-        for (int64_t i = 0, n = ts_tensor_numel(&k->in[3 + j]); i < n; i++) g[i] = g[i] / (float)nr;
+        const int64_t n = ts_tensor_numel(&k->in[3 + j]);
+        if (!a->scaled)
+            for (int64_t i = 0; i < n; i++) g[i] = g[i] / (float)nr;
+        else /* back to the scaled gradients the graph's unscale_grads expects */
+            for (int64_t i = 0; i < n; i++) g[i] = g[i] / (float)nr * scale;
     }
     *(int64_t *)k->out[0].data = b;
     return TS_OK;

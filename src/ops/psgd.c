@@ -15,6 +15,15 @@
  *       then g_i = P Q_i^T (the same bits on every rank), e_i = M_i - g_i,
  *       and Q_i is kept in q for the next step (warm start).
  *
+ * Loss scaling (a.scaled: the scale is both nodes' last input): M holds
+ * unscaled values (psgd_start multiplies the gradients by 1 / scale) and
+ * psgd_wait multiplies the gradients by the scale again (a power of two:
+ * exact) for the graph's own unscale_grads after the waits. A rank whose
+ * gradients are not finite leaves its error alone and sends NaN; every
+ * rank then finds the summed buf not finite, makes the gradients NaN (so
+ * found_inf is 1 everywhere and the step is skipped) and keeps M, this
+ * step's gradient included, in its error, and q as it was.
+ *
  * err is [ranks, elements of the compressed gradients]: row r is rank r's
  * (gathered into rank 0's checkpoints, ts_plan_compress_gather); q is
  * [elements of the Q_i], the same on every rank, starting from N(0, 1)
@@ -65,7 +74,7 @@ static int64_t at_least_1(int64_t x) {
 
 static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_compress_attrs *a = &n->a.compress;
-    const int k = n->n_in - 2;
+    const int k = n->n_in - 2 - (a->scaled ? 1 : 0);
     psgd_sizes z;
     if (k < 1) return ts_fail(TS_ERR_SHAPE, "psgd_start: no gradients");
     ts_status s = sizes_graph(g, n, k, &z);
@@ -88,8 +97,8 @@ static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, 
 }
 
 static ts_status infer_wait(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    if (n->n_in < 6 || ts_in_type(g, n, 0)->dtype != TS_I64)
-        return ts_fail(TS_ERR_SHAPE, "psgd_wait: (token, buf, qbuf, g..., err, q)");
+    if (n->n_in < 6 + (n->a.compress.scaled ? 1 : 0) || ts_in_type(g, n, 0)->dtype != TS_I64)
+        return ts_fail(TS_ERR_SHAPE, "psgd_wait: (token, buf, qbuf, g..., err, q[, scale])");
     memset(out, 0, sizeof *out);
     out->dtype = TS_I64;
     *n_out = 1;
@@ -164,13 +173,25 @@ static double approx(const float *P, const float *Q, float *g, float *M, int64_t
     return res;
 }
 
+/* Whether every value of the first ng inputs is finite. */
+static int all_finite(const ts_kargs *k, int ng) {
+    for (int i = 0; i < ng; i++) {
+        const float *g = k->in[i].data;
+        for (int64_t j = 0, n = ts_tensor_numel(&k->in[i]); j < n; j++)
+            if (!isfinite(g[j])) return 0;
+    }
+    return 1;
+}
+
 static ts_status k_start(const ts_kargs *k) {
     ts_dist_rt *rt;
     int b;
     ts_status s = rt_of(k, "psgd_start", &rt, &b);
     if (s != TS_OK) return s;
     const ts_compress_attrs *a = &k->a->compress;
-    const int ng = k->n_in - 2, r = (int)a->rank;
+    const int ng = k->n_in - 2 - (a->scaled ? 1 : 0), r = (int)a->rank;
+    const float inv = a->scaled ? (float)(1.0 / (double)*(const float *)k->in[ng + 2].data) : 1.0f;
+    const int skip = a->scaled && !all_finite(k, ng); /* an overflow: the state stays */
     const int64_t nerr = ts_tensor_numel(&k->in[ng]) / a->ranks;
     float *err = (float *)k->in[ng].data + (size_t)ts_comm_rank(rt->comm) * (size_t)nerr;
     const float *q = k->in[ng + 1].data;
@@ -182,14 +203,25 @@ static ts_status k_start(const ts_kargs *k) {
         int64_t n, m;
         if (ts_psgd_matrix(t->rank, t->dims, a->min_elems, r, &n, &m)) {
             float *M = err + oe;
-            for (int64_t j = 0; j < n * m; j++) M[j] += g[j]; /* error feedback */
-            mm_nm_mr(M, q + oq, buf + ob, n, m, r);
+            if (skip)
+                for (int64_t j = 0; j < n * r; j++) buf[ob + j] = NAN;
+            else {
+                for (int64_t j = 0; j < n * m; j++)
+                    M[j] += inv == 1.0f ? g[j] : g[j] * inv; /* error feedback */
+                mm_nm_mr(M, q + oq, buf + ob, n, m, r);
+            }
             oe += n * m;
             oq += m * r;
             ob += n * r;
         } else {
-            memcpy(buf + ob, g, sizeof(float) * (size_t)ts_tensor_numel(t));
-            ob += ts_tensor_numel(t);
+            const int64_t e = ts_tensor_numel(t);
+            if (skip)
+                for (int64_t j = 0; j < e; j++) buf[ob + j] = NAN;
+            else if (inv == 1.0f)
+                memcpy(buf + ob, g, sizeof(float) * (size_t)e);
+            else
+                for (int64_t j = 0; j < e; j++) buf[ob + j] = g[j] * inv;
+            ob += e;
         }
     }
     ts_coll_ticket t = {0};
@@ -210,6 +242,12 @@ static ts_status k_start(const ts_kargs *k) {
     return TS_OK;
 }
 
+static int buf_finite(const float *buf, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(buf[j])) return 0;
+    return 1;
+}
+
 static ts_status k_wait(const ts_kargs *k) {
     ts_dist_rt *rt;
     int b;
@@ -217,13 +255,23 @@ static ts_status k_wait(const ts_kargs *k) {
     if (s != TS_OK) return s;
     if ((s = ts_coll_wait(rt->comm, rt->tickets[b])) != TS_OK) return s;
     const ts_compress_attrs *a = &k->a->compress;
-    const int ng = k->n_in - 5, r = (int)a->rank;
+    const int ng = k->n_in - 5 - (a->scaled ? 1 : 0), r = (int)a->rank;
     const float nr = (float)a->ranks;
+    const float scale = a->scaled ? *(const float *)k->in[k->n_in - 1].data : 1.0f;
     const ts_tensor *G = k->in + 3;
     const int64_t nerr = ts_tensor_numel(&k->in[3 + ng]) / a->ranks;
     float *err = (float *)k->in[3 + ng].data + (size_t)ts_comm_rank(rt->comm) * (size_t)nerr;
     float *q = k->in[4 + ng].data, *buf = k->in[1].data, *qbuf = k->in[2].data;
     int64_t oe = 0, oq = 0, ob = 0;
+    if (a->scaled && !buf_finite(buf, ts_tensor_numel(&k->in[1]))) {
+        /* some rank overflowed: the step is skipped; err keeps M, q stays */
+        for (int i = 0; i < ng; i++) {
+            float *g = G[i].data;
+            for (int64_t j = 0, e = ts_tensor_numel(&G[i]); j < e; j++) g[j] = NAN;
+        }
+        *(int64_t *)k->out[0].data = b;
+        return TS_OK;
+    }
     for (int i = 0; i < ng; i++) {
         int64_t n, m;
         if (ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, r, &n, &m)) {
@@ -237,7 +285,7 @@ static ts_status k_wait(const ts_kargs *k) {
         } else {
             float *g = G[i].data;
             const int64_t e = ts_tensor_numel(&G[i]);
-            for (int64_t j = 0; j < e; j++) g[j] = buf[ob + j] / nr;
+            for (int64_t j = 0; j < e; j++) g[j] = buf[ob + j] / nr * scale;
             ob += e;
         }
     }
@@ -255,6 +303,8 @@ static ts_status k_wait(const ts_kargs *k) {
         float *Q = q + oq, *M = err + oe, *g = G[i].data;
         for (int64_t j = 0; j < m * r; j++) Q[j] = qbuf[oq + j] / nr; /* the warm start */
         res += approx(buf + ob, Q, g, M, n, m, r);
+        if (scale != 1.0f) /* back to the scaled gradients the graph's unscale_grads expects */
+            for (int64_t j = 0; j < n * m; j++) g[j] = g[j] * scale;
         oe += n * m;
         oq += m * r;
         ob += n * r;

@@ -21,9 +21,10 @@
 #include "dist/compress.h"
 #include "passes.h"
 
-ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, double *momentum) {
+ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_prep *p) {
     const ts_compress_options *c = &d->compress;
-    *momentum = 0;
+    p->momentum = 0;
+    p->scale = -1;
     if (c->method != TS_COMPRESS_TOPK && c->method != TS_COMPRESS_POWERSGD)
         return ts_fail(TS_ERR_UNSUPPORTED, "distribute: compression method %d is not supported",
                        c->method);
@@ -48,10 +49,9 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, double *moment
     int sgd = -1;
     for (int i = 0; i < g->n_nodes; i++) {
         if (g->nodes[i].dead) continue;
-        if (g->nodes[i].op == TS_OP_UNSCALE_GRADS)
-            return ts_fail(TS_ERR_UNSUPPORTED,
-                           "distribute: gradient compression with loss scaling (fp16) is not "
-                           "supported: the residual would mix scales");
+        /* Loss scaling: the compressed state holds unscaled values (see
+         * src/ops/compress.c), so the start and wait nodes read the scale. */
+        if (g->nodes[i].op == TS_OP_UNSCALE_GRADS) p->scale = g->nodes[i].in[0];
         if (g->nodes[i].op == TS_OP_SGD_UPDATE) sgd = i;
     }
     if (!c->momentum) return TS_OK;
@@ -62,7 +62,7 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, double *moment
     if (a->nesterov)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "distribute: momentum correction with Nesterov momentum is not supported");
-    *momentum = a->momentum;
+    p->momentum = a->momentum;
     a->momentum = 0; /* the momentum is accumulated per rank before the top-k instead */
     a->dampening = 0;
     return TS_OK;
@@ -93,8 +93,8 @@ static ts_status name_bucket(ts_graph *g, ts_val v, int b, const char *what) {
 }
 
 /* PowerSGD: psgd_start (g..., err, q) and psgd_wait (token, buf, qbuf, g..., err, q). */
-static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int b, const ts_val *grads, int k,
-                             int32_t *start, int32_t *wait) {
+static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int32_t scale, int b,
+                             const ts_val *grads, int k, int32_t *start, int32_t *wait) {
     const ts_compress_options *c = &d->compress;
     const int r = c->rank > 0 ? c->rank : 4;
     int64_t nerr = 0, nq = 0;
@@ -114,7 +114,8 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int b, const ts
     ca->ranks = d->size;
     ca->rank = r;
     ca->min_elems = c->min_elems;
-    ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 5), "compress");
+    ca->scaled = scale >= 0;
+    ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 6), "compress");
     if (!args) return TS_ERR_NOMEM;
     ts_status s = TS_OK;
     int32_t err = new_state(g, d->size, nerr > 0 ? nerr : 1, b, "error");
@@ -127,8 +128,9 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int b, const ts
     for (int i = 0; i < k; i++) args[i] = grads[i];
     args[k] = ts_mkval(err);
     args[k + 1] = ts_mkval(q);
+    if (scale >= 0) args[k + 2] = ts_mkval(scale);
     ts_val outs[3];
-    ts_val tok = ts_node_add(g, TS_OP_PSGD_START, k + 2, args, &a, outs);
+    ts_val tok = ts_node_add(g, TS_OP_PSGD_START, k + 2 + (scale >= 0), args, &a, outs);
     if ((s = ts_graph_status(g)) != TS_OK) goto done;
     if ((s = name_bucket(g, tok, b, "start")) != TS_OK) goto done;
     if ((s = name_bucket(g, outs[1], b, "p")) != TS_OK) goto done;
@@ -140,7 +142,8 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int b, const ts
     for (int i = 0; i < k; i++) args[3 + i] = grads[i];
     args[3 + k] = ts_mkval(err);
     args[4 + k] = ts_mkval(q);
-    ts_val w = ts_node_add(g, TS_OP_PSGD_WAIT, k + 5, args, &a, NULL);
+    if (scale >= 0) args[5 + k] = ts_mkval(scale);
+    ts_val w = ts_node_add(g, TS_OP_PSGD_WAIT, k + 5 + (scale >= 0), args, &a, NULL);
     if ((s = ts_graph_status(g)) != TS_OK) goto done;
     if ((s = name_bucket(g, w, b, "wait")) != TS_OK) goto done;
     *wait = g->values[w.id].node;
@@ -149,10 +152,13 @@ done:
     return s;
 }
 
-ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, double momentum, int b,
+ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compress_prep *p, int b,
                              const ts_val *grads, int k, int32_t *start, int32_t *wait) {
     const ts_compress_options *c = &d->compress;
-    if (c->method == TS_COMPRESS_POWERSGD) return psgd_bucket(g, d, b, grads, k, start, wait);
+    const double momentum = p->momentum;
+    const int32_t scale = p->scale;
+    if (c->method == TS_COMPRESS_POWERSGD)
+        return psgd_bucket(g, d, scale, b, grads, k, start, wait);
     int64_t n = 0;
     for (int i = 0; i < k; i++) {
         const ts_type *t = &g->values[grads[i].id].t;
@@ -181,10 +187,11 @@ ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, double momentum
     ca->ratio = c->ratio;
     ca->momentum = momentum;
     ca->clip = c->clip;
+    ca->scaled = scale >= 0;
     /* The most values of any step: the warm-up starts highest. */
     ca->kmax = ts_topk_k(n, ts_topk_ratio_at(c->ratio, c->warmup_steps, 1));
     const int ns = momentum > 0 ? 2 : 1;
-    ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 3), "compress");
+    ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 5), "compress");
     if (!args) return TS_ERR_NOMEM;
     ts_status s = TS_OK;
     int32_t res = new_state(g, d->size, n, b, "residual");
@@ -196,8 +203,9 @@ ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, double momentum
     args[0] = ts_mkval(res);
     if (ns > 1) args[1] = ts_mkval(vel);
     for (int i = 0; i < k; i++) args[ns + i] = grads[i];
+    if (scale >= 0) args[ns + k] = ts_mkval(scale);
     ts_val outs[3];
-    ts_val tok = ts_node_add(g, TS_OP_COMPRESS_START, ns + k, args, &a, outs);
+    ts_val tok = ts_node_add(g, TS_OP_COMPRESS_START, ns + k + (scale >= 0), args, &a, outs);
     if ((s = ts_graph_status(g)) != TS_OK) goto done;
     if ((s = name_bucket(g, tok, b, "start")) != TS_OK) goto done;
     if ((s = name_bucket(g, outs[1], b, "send")) != TS_OK) goto done;
@@ -207,7 +215,11 @@ ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, double momentum
     args[1] = outs[1];
     args[2] = outs[2];
     for (int i = 0; i < k; i++) args[3 + i] = grads[i];
-    ts_val w = ts_node_add(g, TS_OP_COMPRESS_WAIT, 3 + k, args, &a, NULL);
+    if (scale >= 0) { /* a skipped step gives back what was sent: the wait writes the residual */
+        args[3 + k] = ts_mkval(res);
+        args[4 + k] = ts_mkval(scale);
+    }
+    ts_val w = ts_node_add(g, TS_OP_COMPRESS_WAIT, 3 + k + 2 * (scale >= 0), args, &a, NULL);
     if ((s = ts_graph_status(g)) != TS_OK) goto done;
     if ((s = name_bucket(g, w, b, "wait")) != TS_OK) goto done;
     *wait = g->values[w.id].node;

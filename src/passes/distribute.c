@@ -576,8 +576,8 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
         gr[ng++] = (grad_ref){v, pos[val->node], ts_type_bytes(&val->t)};
     }
     if (ng == 0) goto done;
-    double cmom = 0; /* gradient compression (compress.c): checked before anything changes */
-    if (d->compress.method && (s = ts_compress_prepare(g, d, &cmom)) != TS_OK) goto done;
+    ts_compress_prep cprep = {0, -1}; /* compression (compress.c): checked before any change */
+    if (d->compress.method && (s = ts_compress_prepare(g, d, &cprep)) != TS_OK) goto done;
     qsort(gr, (size_t)ng, sizeof *gr, cmp_ready);
 
     /* Buckets: [first[b], first[b + 1]) of gr. */
@@ -674,7 +674,7 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
         }
         for (int i = first[b]; i < first[b + 1]; i++) args[1 + k++] = ts_mkval(gr[i].v);
         if (d->compress.method) {
-            s = ts_compress_bucket(g, d, cmom, b, args + 1, k, &start_node[b], &wait_node[b]);
+            s = ts_compress_bucket(g, d, &cprep, b, args + 1, k, &start_node[b], &wait_node[b]);
             free(args);
             continue;
         }

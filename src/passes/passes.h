@@ -189,10 +189,15 @@ typedef struct ts_zero3_bucket {
 ts_status ts_zero3_gathers(ts_graph *g, int32_t **order, int *m, const ts_dist_spec *d,
                            const ts_zero3_bucket *b, int nb, int *n_gathers);
 /* Gradient compression (compress.c): checks and the SGD rewrite before the
- * buckets (*momentum: the correction's factor, 0: none), then bucket b's
- * start and wait nodes in place of allreduce_start/wait. */
-ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, double *momentum);
-ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, double momentum, int b,
+ * buckets (momentum: the correction's factor, 0: none; scale: the loss
+ * scale's value with loss scaling, -1: none), then bucket b's start and
+ * wait nodes in place of allreduce_start/wait. */
+typedef struct ts_compress_prep {
+    double momentum;
+    int32_t scale;
+} ts_compress_prep;
+ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_prep *p);
+ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compress_prep *p, int b,
                              const ts_val *grads, int k, int32_t *start, int32_t *wait);
 
 /* The memory plan: one arena with fixed regions. */

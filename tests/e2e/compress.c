@@ -4,8 +4,9 @@
  * state and error-feedback residuals of an uninterrupted run, bit for bit
  * (every rank's residual rows are in rank 0's checkpoint), for topk (with
  * E4M3 and E5M2 values, warm-up, DGC momentum correction and local
- * clipping) and PowerSGD; the exchanged bytes are in metrics.jsonl and the
- * TensorBoard events; mpirun (the mpi transport) gives the checkpoint of
+ * clipping) and PowerSGD, and with fp16 loss scaling (the scale and the
+ * residuals of unscaled gradients restored together); the exchanged bytes are in metrics.jsonl and
+ * the TensorBoard events; mpirun (the mpi transport) gives the checkpoint of
  * --procs 2 bit for bit; `tessel bench --compress` reports both runs; and the
  * refusals name their key: compression with one process, with ZeRO,
  * momentum correction without SGD momentum, a ratio of 0; a resume on
@@ -133,6 +134,10 @@ int main(void) {
     kill_resume("psgd4", 4, "3",
                 "--set dist.compress=powersgd --set dist.compress_rank=1 "
                 "--set dist.compress_min_elems=100");
+
+    kill_resume("fp16topk2", 2, "1",
+                "--set dist.compress=topk --set dist.compress_ratio=0.05 "
+                "--set precision.default=fp16");
 
     mpi_same("topk", "--set dist.compress=topk --set dist.compress_ratio=0.05");
     mpi_same("psgd", "--set dist.compress=powersgd --set dist.compress_min_elems=0");
