@@ -48,7 +48,10 @@ static void fed_launch(const char *bin, const char *dir, const char *const prefi
                       "--set fed.tls.key=ca/%s.key %s --out %s >%s.log 2>&1; echo $? >%s.rc; } &\n",
                       prefix[i], limit_s, bin, verb, fed_roles[i], fed_roles[i], sets[i], out,
                       fed_roles[i], fed_roles[i]);
-        if (i == 0) k += snprintf(cmd + k, sizeof cmd - (size_t)k, "sleep 0.5\n");
+        if (i == 0) /* the others start once the aggregator listens (at most 120 s) */
+            k += snprintf(cmd + k, sizeof cmd - (size_t)k,
+                          "i=0; until grep -qs 'listening on' aggregator.log || [ $i -ge 1200 ]; "
+                          "do sleep 0.1; i=$((i+1)); done\n");
     }
     snprintf(cmd + k, sizeof cmd - (size_t)k, "wait\n");
     fed_sh_script(dir, cmd);

@@ -63,7 +63,12 @@ static void launch(const char *tag, const char *kh, int rounds, int kill_role, i
                       "--set fed.tls.key=ca/%s.key --out %s >%s-%s.log 2>&1 &\n"
                       "p%d=$!\n%s",
                       bin, verb, data, rounds, p, i == 1 ? dir : "absent", cert, cert, out,
-                      roles[i], tag, i, i == 0 ? "sleep 0.3\n" : "");
+                      roles[i], tag, i, "");
+        if (i == 0) /* the others start once the aggregator listens (at most 120 s) */
+            k += snprintf(cmd + k, sizeof cmd - (size_t)k,
+                          "i=0; until grep -qs 'listening on' agg-%s.log || [ $i -ge 1200 ]; do "
+                          "sleep 0.1; i=$((i+1)); done\n",
+                          tag);
     }
     if (kill_role >= 0)
         k += snprintf(cmd + k, sizeof cmd - (size_t)k,
