@@ -29,8 +29,13 @@ ts_status ts_fed_serve(const ts_config *c, const char *dir);
 ts_status ts_fed_keyholder(const ts_config *c, const char *dir);
 /* A client: per round trains fed.local_steps steps from the global model on
  * its own data (a run directory DIR/round-N each) and sends its encrypted,
- * sample-weighted update. Its weight is the rows of its CSV training split. */
+ * sample-weighted update. Its weight is ts_fed_samples. */
 ts_status ts_fed_join(const ts_config *c, const char *dir);
+/* A client's FedAvg weight: the examples of its training split (all of its
+ * data less data.val_fraction, as its local runs split it), for data.source
+ * csv (rows), idx and npy (examples of the pair); other sources are refused
+ * naming the source. */
+ts_status ts_fed_samples(const ts_config *c, int64_t *out);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,8 @@
  *   ROUND      f64 weight, f32 params[n]
  *   UPDATE     ciphertexts[count] (update.h)
  *   AGGREGATE  u32 k, f64 weight sum, u32 text length, text, ciphertexts[count]
- *   DONE       empty
+ *   DONE       empty when every round is done, else the aggregator's error
+ *              message (at most FEDR_DONE_MAX bytes)
  * The aggregator talks to its peers one after the other, each read bounded
  * by the transport's timeout, so a slow or silent client costs at most one
  * timeout per round and is then dropped. */
@@ -20,6 +21,19 @@
 #include <errno.h>
 #include <sys/stat.h>
 #include "fed/roles_internal.h"
+
+ts_status fedr_done_status(const ts_fed_msg *m, const char *role, uint64_t last, int rounds) {
+    if (m->len > 0)
+        return ts_fail(TS_ERR_IO,
+                       "fed: %s: the aggregator ended the run (rounds taken part in: %llu of "
+                       "%d): %.*s",
+                       role, (unsigned long long)last, rounds, (int)m->len, (const char *)m->data);
+    if (last < (uint64_t)rounds)
+        return ts_fail(TS_ERR_IO,
+                       "fed: %s: the aggregator ended the run after round %llu of %d (fed.rounds)",
+                       role, (unsigned long long)last, rounds);
+    return TS_OK;
+}
 
 ts_fed_params ts_fed_params_default(void) {
     return (ts_fed_params){.rounds = 5,
@@ -281,16 +295,24 @@ ts_status ts_fed_aggregator_run(const ts_fed_params *fp, ts_fed_listener *l,
                               : agg_round(&a, r, metrics);
         if (s != TS_OK) ts_error_prefix("aggregator");
     }
-    /* DONE to everyone still there, success or not */
+    /* DONE to everyone still there, success or not. A failed run's DONE
+     * carries its message (the first FEDR_DONE_MAX bytes), so clients and
+     * the key holder fail too and say which role ended it; an empty DONE
+     * means every round is done. Sending to a peer that is gone must not
+     * replace this run's own error. */
+    char why[1024] = "";
+    if (s != TS_OK) snprintf(why, sizeof why, "%s", ts_last_error());
+    size_t why_len = strlen(why) < FEDR_DONE_MAX ? strlen(why) : FEDR_DONE_MAX;
     for (int i = 0; i < a.n_cl; i++)
         if (a.cl[i].c) {
-            ts_fed_send(a.cl[i].c, TS_FED_MSG_DONE, 0, NULL, 0);
+            ts_fed_send(a.cl[i].c, TS_FED_MSG_DONE, 0, why, why_len);
             ts_fed_close(a.cl[i].c);
         }
     if (a.kh) {
-        ts_fed_send(a.kh, TS_FED_MSG_DONE, 0, NULL, 0);
+        ts_fed_send(a.kh, TS_FED_MSG_DONE, 0, why, why_len);
         ts_fed_close(a.kh);
     }
+    if (s != TS_OK) ts_fail(s, "%s", why);
     ts_paillier_pub_free(a.pk);
     free(a.pub_text);
     free(a.global);
@@ -348,11 +370,14 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
         if (s == TS_OK && fp->pool > 0) s = ts_paillier_pool_start(pk, fp->pool);
     }
     uint64_t last = 0, head = fp->secure == 1 ? 20 : 8; /* the round message before the model */
+    const uint64_t most =
+        head + (uint64_t)n * 4 > FEDR_DONE_MAX ? head + (uint64_t)n * 4 : FEDR_DONE_MAX;
     while (s == TS_OK) {
         uint64_t sent0, recv0; /* this round's bytes: from its round message on */
         ts_fed_conn_bytes(c, &sent0, &recv0);
-        if ((s = ts_fed_recv(c, head + (uint64_t)n * 4, &m)) != TS_OK) break;
+        if ((s = ts_fed_recv(c, most, &m)) != TS_OK) break;
         if (m.type == TS_FED_MSG_DONE) {
+            s = fedr_done_status(&m, "client", last, fp->rounds);
             ts_fed_msg_free(&m);
             break;
         }

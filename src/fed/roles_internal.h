@@ -14,6 +14,8 @@
 #include "fed/update.h"
 
 #define MAX_PEERS 256
+/* The most bytes of the aggregator's error a DONE message carries. */
+#define FEDR_DONE_MAX 600
 
 static inline double now_s(void) {
     struct timespec t;
@@ -132,6 +134,10 @@ ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const 
                           uint64_t down, double t0, double t_sent, double t_agg, FILE *metrics);
 /* The fixed point of masking (sums must fit uint32 lanes), or an error
  * naming the keys to lower (roles.c). */
+/* What a DONE from the aggregator means to `role` (client, key holder) that
+ * took part in `last` of `rounds` rounds: an error naming the aggregator's
+ * message when it carries one or when rounds are missing, else TS_OK. */
+ts_status fedr_done_status(const ts_fed_msg *m, const char *role, uint64_t last, int rounds);
 ts_status fedr_mask_pack(const ts_fed_params *fp, ts_fed_pack *pack);
 /* One aggregator round with fed.secure: none (roles_plain.c). */
 ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics);

@@ -64,6 +64,7 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
         ts_fed_msg m;
         if ((s = ts_fed_recv(c, 16 + (uint64_t)MAX_PEERS * 400 + ct_bytes, &m)) != TS_OK) break;
         if (m.type == TS_FED_MSG_DONE) {
+            s = fedr_done_status(&m, "key holder", (uint64_t)r - 1, fp->rounds);
             ts_fed_msg_free(&m);
             break;
         }

@@ -372,36 +372,12 @@ static ts_status client_train(void *user, int round, const float *global, float 
     return s;
 }
 
-/* Training rows of a CSV data set: its lines after skip_rows and the header,
- * less the validation fraction. */
-static ts_status csv_samples(const ts_config *c, int64_t *out) {
-    if (c->data.source != TS_CFG_CSV)
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "fed join: a client's FedAvg weight is its CSV training rows: set "
-                       "data.source: csv");
-    FILE *f = fopen(c->data.path, "r");
-    if (!f)
-        return ts_fail(TS_ERR_IO, "fed join: cannot read %s: %s", c->data.path, strerror(errno));
-    int64_t lines = 0;
-    int ch, last = '\n';
-    while ((ch = fgetc(f)) != EOF) {
-        if (ch == '\n') lines++;
-        last = ch;
-    }
-    if (last != '\n') lines++;
-    fclose(f);
-    int64_t rows = lines - c->data.skip_rows - (c->data.header ? 1 : 0);
-    *out = (int64_t)((double)rows * (1.0 - c->data.val_fraction));
-    if (*out < 1) return ts_fail(TS_ERR_INVALID, "fed join: %s has no training rows", c->data.path);
-    return TS_OK;
-}
-
 ts_status ts_fed_join(const ts_config *c, const char *dir) {
     client_state cs = {.c = c, .dir = dir};
     ts_fed_tls tls;
     int64_t samples = 0;
     ts_status s = tls_of(c, &tls);
-    if (s == TS_OK) s = csv_samples(c, &samples);
+    if (s == TS_OK) s = ts_fed_samples(c, &samples);
     if (s == TS_OK) s = make_dir(dir);
     if (s == TS_OK) s = model_build(c, &cs.m);
     ts_fed_obs *obs = NULL;

@@ -188,8 +188,9 @@ static void launch(const char *sfx, const char *extra) {
     int k = snprintf(
         cmd, sizeof cmd,
         "cd %s && { %s fed serve fed.yaml %s %s --set fed.key=%s/none/absent.key --out agg%s "
-        ">agg%s.log 2>&1; echo $? >agg%s.rc; } & sleep 0.3; ",
-        dir, bin, extra, tls_args("ca", "aggregator"), dir, sfx, sfx, sfx);
+        ">agg%s.log 2>&1; echo $? >agg%s.rc; } & i=0; until grep -qs 'listening on' "
+        "%s/agg%s.log || [ $i -ge 1200 ]; do sleep 0.1; i=$((i+1)); done; ",
+        dir, bin, extra, tls_args("ca", "aggregator"), dir, sfx, sfx, sfx, dir, sfx);
     k += snprintf(cmd + k, sizeof cmd - (size_t)k,
                   "cd %s && { %s fed keyholder fed.yaml %s %s --out kh >kh%s.log 2>&1; echo $? "
                   ">kh%s.rc; } & ",
@@ -302,10 +303,11 @@ int main(void) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "cd %s && { %s fed serve fed.yaml %s --out agg2 >agg2.log 2>&1; echo $? >agg2.rc; } & "
-             "sleep 0.3; "
+             "i=0; until grep -qs 'listening on' %s/agg2.log || [ $i -ge 1200 ]; do sleep 0.1; "
+             "i=$((i+1)); done; "
              "cd %s && { %s fed join fed.yaml %s --out rogue >rogue.log 2>&1; echo $? >rogue.rc; } "
              "& wait",
-             dir, bin, tls_args("ca", "aggregator"), dir, bin, tls_args("other", "site3"));
+             dir, bin, tls_args("ca", "aggregator"), dir, dir, bin, tls_args("other", "site3"));
     sh_script(cmd);
     char *arc = e2e_slurp(e2e_path("agg2.rc"), NULL), *alog = e2e_slurp(e2e_path("agg2.log"), NULL),
          *rrc = e2e_slurp(e2e_path("rogue.rc"), NULL);

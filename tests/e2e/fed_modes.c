@@ -67,9 +67,14 @@ static void launch(const char *tag, const char *extra) {
         k += snprintf(cmd + k, sizeof cmd - (size_t)k,
                       "{ %s fed %s fed.yaml %s %s --set fed.port=%d --set "
                       "fed.tls.cert=ca/%s.pem --set fed.tls.key=ca/%s.key --out %s-%s "
-                      ">%s-%s.log 2>&1; echo $? >%s-%s.rc; } &\n%s",
+                      ">%s-%s.log 2>&1; echo $? >%s-%s.rc; } &\n",
                       bin, verb, extra, data, p, cert, cert, roles[i], tag, roles[i], tag, roles[i],
-                      tag, i == 0 ? "sleep 0.3\n" : "");
+                      tag);
+        if (i == 0) /* the others start once the aggregator listens (at most 120 s) */
+            k += snprintf(cmd + k, sizeof cmd - (size_t)k,
+                          "i=0; until grep -qs 'listening on' agg-%s.log || [ $i -ge 1200 ]; do "
+                          "sleep 0.1; i=$((i+1)); done\n",
+                          tag);
     }
     snprintf(cmd + k, sizeof cmd - (size_t)k, "wait\n");
     sh_script(cmd);
