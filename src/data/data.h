@@ -51,6 +51,10 @@ typedef struct ts_dataset {
      * the mapping, widened to f32 when a loader assembles a batch; y is in
      * memory as usual. Shared, counted. */
     struct ts_xmap *xmap;
+    /* Token windows (mapped or in memory): a shuffled loader orders them by
+     * a keyed bijection computed per position, not by a Fisher-Yates
+     * permutation of all n drawn before the first batch (order.c). */
+    int shuffle_bijection;
 } ts_dataset;
 
 void ts_dataset_free(ts_dataset *d);

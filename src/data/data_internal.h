@@ -86,6 +86,25 @@ ts_status ts_prefetch_start(ts_loader *l, int depth, size_t xb, size_t yb, int64
 ts_status ts_prefetch_take(ts_prefetch *p, int64_t pos, void *x, void *y, double *waited);
 void ts_prefetch_stop(ts_prefetch *p);
 
+/* Example orders (src/data/order.c). key: the stream key of (seed,
+ * purpose); permute: Fisher-Yates of [0, n) from the top, drawing from
+ * the Philox stream (key, hi); permutation_tail: its last `count` entries
+ * (p[n - count .. n)) in O(count) time and memory, the same values;
+ * bijection: a keyed permutation of [0, n) for one epoch, evaluated per
+ * position (O(1), no table). */
+#define TS_ORDER_ROUNDS 6
+typedef struct ts_order_bijection {
+    int64_t n;
+    int half; /* bits of each Feistel half */
+    uint64_t round_key[TS_ORDER_ROUNDS];
+} ts_order_bijection;
+uint64_t ts_order_key(uint64_t seed, uint64_t purpose);
+void ts_order_permute(int64_t *p, int64_t n, uint64_t key, uint64_t hi);
+ts_status ts_order_permutation_tail(int64_t n, int64_t count, uint64_t key, uint64_t hi,
+                                    int64_t *tail);
+void ts_order_bijection_init(ts_order_bijection *b, int64_t n, uint64_t key, uint64_t epoch);
+int64_t ts_order_bijection_at(const ts_order_bijection *b, int64_t i);
+
 /* Sizes a file states about itself (src/data/limits.c). */
 
 /* A shape read from `path`: no negative dimension, and the product of its

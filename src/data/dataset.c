@@ -1,9 +1,9 @@
 /* Datasets in memory: lineage (SHA-256 of every file read), deterministic
  * splits, and loaders whose batch order is a pure function of (seed, epoch).
  *
- * Both the split and the loader shuffle with Fisher-Yates driven by Philox
- * words, never by a stateful generator, so any position of any epoch can be
- * recomputed from scratch: that is what makes ts_loader_seek exact. */
+ * The split and the loader draw their orders from order.c: pure functions
+ * of (seed, epoch), never of a stateful generator, so any position of any
+ * epoch can be recomputed from scratch (ts_loader_seek is exact). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,69 +128,17 @@ size_t ts_dataset_y_bytes(const ts_dataset *d) {
     return ts_dtype_size(d->y_dtype) * (size_t)ts_shape_numel(d->y_rank, d->y_dims);
 }
 
-/* ---- Philox permutations ------------------------------------------------- */
-
-/* The stream of 32-bit words ts_philox(key, hi, 0), ts_philox(key, hi, 1),
- * ..., four words per call, consumed in order. */
-typedef struct word_stream {
-    uint64_t key, hi, ctr;
-    uint32_t w[4];
-    int used;
-} word_stream;
-
-static uint64_t next64(word_stream *ws) {
-    uint64_t r = 0;
-    for (int k = 0; k < 2; k++) {
-        if (ws->used == 4) {
-            ts_philox(ws->key, ws->hi, ws->ctr++, ws->w);
-            ws->used = 0;
-        }
-        r = (r << 32) | ws->w[ws->used++];
-    }
-    return r;
-}
-
-/* Uniform in [0, bound) without modulo bias: 64-bit draws below the largest
- * multiple of bound are kept (a rejection happens with probability
- * < bound / 2^64, so practically never, but the result stays exact). */
-static uint64_t below(word_stream *ws, uint64_t bound) {
-    const uint64_t reject_under = (0 - bound) % bound; /* 2^64 mod bound */
-    for (;;) {
-        uint64_t r = next64(ws);
-        if (r >= reject_under) return r % bound;
-    }
-}
-
-/* Stream keys are a hash of (seed, purpose) so a split and a loader with the
- * same seed still shuffle independently. Bytes are serialised little-endian
- * so the key does not depend on the host. */
-static uint64_t stream_key(uint64_t seed, uint64_t purpose) {
-    uint8_t b[16];
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(seed >> (8 * i));
-    for (int i = 0; i < 8; i++) b[8 + i] = (uint8_t)(purpose >> (8 * i));
-    return ts_hash64(b, sizeof b, 0);
-}
+/* Stream purposes: a split and a loader with the same seed shuffle
+ * independently (order.c). */
 #define PURPOSE_SPLIT  0x74696c7073ULL   /* "split" */
 #define PURPOSE_LOADER 0x726564616f6cULL /* "loader" */
-
-/* Fisher-Yates from the top: for i = n-1 down to 1, swap p[i] with p[j],
- * j uniform in [0, i]. */
-static void permute(int64_t *p, int64_t n, uint64_t key, uint64_t hi) {
-    word_stream ws = {.key = key, .hi = hi, .ctr = 0, .used = 4};
-    for (int64_t i = 0; i < n; i++) p[i] = i;
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)below(&ws, (uint64_t)i + 1);
-        int64_t t = p[i];
-        p[i] = p[j], p[j] = t;
-    }
-}
 
 /* ---- splits -------------------------------------------------------------- */
 
 ts_status ts_data_split_permutation(int64_t n, uint64_t seed, int64_t *perm) {
     if (n < 0 || (n > 0 && !perm))
         return ts_fail(TS_ERR_INVALID, "split permutation: bad arguments (n %lld)", (long long)n);
-    permute(perm, n, stream_key(seed, PURPOSE_SPLIT), 0);
+    ts_order_permute(perm, n, ts_order_key(seed, PURPOSE_SPLIT), 0);
     return TS_OK;
 }
 
@@ -233,6 +181,7 @@ static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count
     ts_dataset *d = ts_zalloc(sizeof *d, "dataset");
     if (!d) return TS_ERR_NOMEM;
     d->n = count;
+    d->shuffle_bijection = all->shuffle_bijection;
     d->x_dtype = all->x_dtype, d->y_dtype = all->y_dtype;
     d->x_rank = all->x_rank, d->y_rank = all->y_rank;
     memcpy(d->x_dims, all->x_dims, sizeof d->x_dims);
@@ -313,17 +262,35 @@ ts_status ts_dataset_split(const ts_dataset *all, double val_fraction, uint64_t 
                        "dataset split: %lld examples with validation fraction %g leave none for "
                        "training",
                        (long long)n, val_fraction);
-    int64_t *perm = ts_alloc((size_t)n * sizeof *perm, "split permutation");
+    int64_t *perm = ts_alloc((size_t)(n ? n : 1) * sizeof *perm, "split permutation");
     if (!perm) return TS_ERR_NOMEM;
-    permute(perm, n, stream_key(seed, PURPOSE_SPLIT), 0);
+    const uint64_t key = ts_order_key(seed, PURPOSE_SPLIT);
     /* Each part keeps the examples' original relative order: the split only
      * decides membership, so an unshuffled loader still walks a time series
      * forwards. */
-    qsort(perm, (size_t)n_train, sizeof *perm, cmp_i64);
-    qsort(perm + n_train, (size_t)n_val, sizeof *perm, cmp_i64);
+    ts_status s = TS_OK;
+    if (n_val <= n / 4) {
+        /* Validation is the permutation's last n_val entries, drawn without
+         * the rest (order.c); training is what they leave, in order: the
+         * same parts as sorting the whole permutation, in O(n) and no sort
+         * of the n_train entries (a corpus of millions of windows). */
+        int64_t *val = perm + n_train;
+        s = ts_order_permutation_tail(n, n_val, key, 0, val);
+        if (s == TS_OK) qsort(val, (size_t)n_val, sizeof *val, cmp_i64);
+        for (int64_t e = 0, k = 0, t = 0; s == TS_OK && e < n; e++) {
+            if (k < n_val && val[k] == e)
+                k++;
+            else
+                perm[t++] = e;
+        }
+    } else {
+        ts_order_permute(perm, n, key, 0);
+        qsort(perm, (size_t)n_train, sizeof *perm, cmp_i64);
+        qsort(perm + n_train, (size_t)n_val, sizeof *perm, cmp_i64);
+    }
     /* A mapped token file stays mapped for training (the loader reads it);
      * validation is held in memory, where evaluation reads it. */
-    ts_status s = subset(all, perm, n_train, 1, train);
+    if (s == TS_OK) s = subset(all, perm, n_train, 1, train);
     if (s == TS_OK) s = subset(all, perm + n_train, n_val, 0, val);
     free(perm);
     if (s != TS_OK) {
@@ -341,13 +308,15 @@ struct ts_loader {
     int shuffle;
     uint64_t key;
     size_t xb, yb;
-    int64_t *perm;      /* permutation of the epoch perm_epoch (shuffle or sorting only) */
-    int64_t perm_epoch; /* -1: none computed yet */
-    int64_t window;     /* ts_loader_sort_window: examples sorted by length together */
-    int64_t *len;       /* their lengths (sorting only) */
-    int depth;          /* batches prefetched ahead (0: none) */
-    ts_prefetch *pf;    /* the running prefetch (started by the first next) */
-    double wait_s;      /* time ts_loader_next waited for a prefetched batch */
+    int64_t *perm;            /* permutation of the epoch perm_epoch (shuffle or sorting only) */
+    int64_t perm_epoch;       /* -1: none computed yet */
+    int bijective;            /* shuffled by `order` instead of perm (token windows) */
+    ts_order_bijection order; /* of the epoch perm_epoch */
+    int64_t window;           /* ts_loader_sort_window: examples sorted by length together */
+    int64_t *len;             /* their lengths (sorting only) */
+    int depth;                /* batches prefetched ahead (0: none) */
+    ts_prefetch *pf;          /* the running prefetch (started by the first next) */
+    double wait_s;            /* time ts_loader_next waited for a prefetched batch */
 };
 
 ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_t seed,
@@ -366,11 +335,13 @@ ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_
     l->batch = batch;
     l->per_epoch = d->n / batch;
     l->shuffle = shuffle != 0;
-    l->key = stream_key(seed, PURPOSE_LOADER);
+    l->key = ts_order_key(seed, PURPOSE_LOADER);
     l->xb = ts_dataset_x_bytes(d);
     l->yb = ts_dataset_y_bytes(d);
     l->perm_epoch = -1;
-    if (l->shuffle && !(l->perm = ts_alloc((size_t)d->n * sizeof *l->perm, "loader permutation"))) {
+    l->bijective = l->shuffle && d->shuffle_bijection;
+    if (l->shuffle && !l->bijective &&
+        !(l->perm = ts_alloc((size_t)d->n * sizeof *l->perm, "loader permutation"))) {
         free(l);
         return TS_ERR_NOMEM;
     }
@@ -414,6 +385,7 @@ ts_status ts_loader_sort_window(ts_loader *l, int64_t batches) {
     l->pf = NULL;
     l->window = batches * l->batch;
     l->perm_epoch = -1;
+    l->bijective = 0; /* the windows sort a drawn permutation */
     return TS_OK;
 }
 
@@ -437,11 +409,14 @@ static int64_t batch_rows(const ts_loader *l, int64_t pos) {
 ts_status ts_loader_fill(ts_loader *l, int64_t pos, void *x, void *y) {
     const int64_t epoch = pos / l->per_epoch, first = (pos % l->per_epoch) * l->batch;
     const int ordered = l->shuffle || l->window;
-    if (ordered && l->perm_epoch != epoch) {
+    if (l->bijective && l->perm_epoch != epoch) {
+        ts_order_bijection_init(&l->order, l->d->n, l->key, (uint64_t)epoch);
+        l->perm_epoch = epoch;
+    } else if (ordered && !l->bijective && l->perm_epoch != epoch) {
         /* The epoch is the counter's high word: every epoch has its own
          * stream, computed on demand, so seeking costs one permutation. */
         if (l->shuffle)
-            permute(l->perm, l->d->n, l->key, (uint64_t)epoch);
+            ts_order_permute(l->perm, l->d->n, l->key, (uint64_t)epoch);
         else
             for (int64_t i = 0; i < l->d->n; i++) l->perm[i] = i;
         /* Length-sorted windows: a batch holds sequences of similar length,
@@ -454,7 +429,9 @@ ts_status ts_loader_fill(ts_loader *l, int64_t pos, void *x, void *y) {
     }
     const int64_t n = batch_rows(l, pos);
     for (int64_t j = 0; j < n; j++) {
-        const int64_t e = ordered ? l->perm[first + j] : first + j;
+        const int64_t e = l->bijective ? ts_order_bijection_at(&l->order, first + j)
+                          : ordered    ? l->perm[first + j]
+                                       : first + j;
         /* The loader borrows d, but reading a mapped window updates the
          * mapping's page accounting (tokmap.c), not the examples. */
         const ts_status s = example(l->d, e, l->xb, l->yb, (char *)x + (size_t)j * l->xb,

@@ -53,6 +53,7 @@ ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t v
         goto done;
     }
     d->n = n;
+    d->shuffle_bijection = 1;
     d->x_dtype = d->y_dtype = TS_I64;
     d->x_rank = d->y_rank = 1;
     d->x_dims[0] = d->y_dims[0] = ctx;
