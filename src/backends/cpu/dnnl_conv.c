@@ -1,5 +1,6 @@
 /* dnnl_conv.c — conv instructions on oneDNN primitives (see dnnl_conv.h). */
 #include "backends/cpu/dnnl_conv.h"
+#include "backends/cpu/dnnl_conv_wgrad.h"
 
 #include <dnnl.h>
 #include <dnnl_debug.h>
@@ -49,6 +50,9 @@ typedef struct dconv {
     int64_t bias_C, bias_inner;
     int channels_last;
     size_t scratch_bytes;
+    /* backward weights on tessel's per-tap kernel instead of the primitive */
+    int wgrad;
+    ts_wgrad_shape ws;
 } dconv;
 
 /* ---- engine ------------------------------------------------------------- */
@@ -162,6 +166,30 @@ static void slot_tensors(int op, const ts_tensor *in, int n_in, const ts_tensor 
         if (n_in > 2) t[S_BIAS] = &in[2];
         break;
     }
+}
+
+/* The shape of a backward-weights instruction for dnnl_conv_wgrad.h; 0 if
+ * the kernel does not apply (f32 channels-last, one group, stride 1, no
+ * dilation, 2D or 3D, C a multiple of 8, an AVX2 + FMA CPU). */
+static int wgrad_shape(const ts_instr *in, const ts_tensor *const *t, ts_wgrad_shape *ws) {
+    const int nd = (int)in->a.conv.nd;
+    if (in->a.conv.low || !in->a.conv.channels_last || in->a.conv.groups != 1 || nd < 2 || nd > 3)
+        return 0;
+    for (int j = 0; j < nd; j++)
+        if (in->a.conv.stride[j] != 1 || in->a.conv.dilation[j] != 1) return 0;
+    const int off = 3 - nd; /* a 2D conv is 3D with D = 1 */
+    memset(ws, 0, sizeof *ws);
+    ws->N = t[S_SRC]->dims[0];
+    ws->C = t[S_SRC]->dims[nd + 1];
+    ws->O = t[S_DST]->dims[nd + 1];
+    for (int j = 0; j < 3; j++) ws->in[j] = ws->out[j] = ws->k[j] = 1;
+    for (int j = 0; j < nd; j++) {
+        ws->in[off + j] = t[S_SRC]->dims[1 + j];
+        ws->out[off + j] = t[S_DST]->dims[1 + j];
+        ws->k[off + j] = t[S_WEI]->dims[2 + j];
+        ws->pad[off + j] = in->a.conv.padding[j];
+    }
+    return t[S_WEI]->dims[0] == ws->O && t[S_WEI]->dims[1] == ws->C && ts_conv_wgrad_usable(ws);
 }
 
 /* Create the primitive, its reorders and lanes. Returns TS_ERR_UNSUPPORTED
@@ -279,6 +307,10 @@ static ts_status dconv_build(dconv *c, const ts_instr *in, const ts_rt_instr *r)
         (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
          !impl || !strncmp(impl, "ref", 3)))
         st = dnnl_unimplemented;
+    /* oneDNN's im2col + SGEMM backward weights (no JIT kernel for the shape
+     * on this CPU): tessel's per-tap kernel is faster where it applies. */
+    if (st == dnnl_success && c->kind == DC_BWD_WEIGHT && strstr(impl, "gemm:"))
+        c->wgrad = wgrad_shape(in, t, &c->ws);
     if (st == dnnl_success) {
         dnnl_query_t qs = c->kind == DC_BWD_DATA ? dnnl_query_diff_src_md : dnnl_query_src_md;
         dnnl_query_t qw =
@@ -335,7 +367,9 @@ static ts_status dconv_build(dconv *c, const ts_instr *in, const ts_rt_instr *r)
     if (st != dnnl_success) return dnnl_fail(st, c, call);
     c->lane_bytes = off;
     c->scratch_bytes = off * (size_t)c->nlanes;
-    if (c->per_image) {
+    if (c->wgrad) {
+        c->scratch_bytes = TS_ALIGN_UP(ts_conv_wgrad_scratch(&c->ws), TS_ALIGN);
+    } else if (c->per_image) {
         c->src_img = dnnl_memory_desc_get_size(&c->a[S_SRC].plain);
         c->dst_img = dnnl_memory_desc_get_size(&c->a[S_DST].plain);
         c->wnumel = ts_tensor_numel(t[S_WEI]);
@@ -419,6 +453,10 @@ static ts_status k_dnnl_conv(const ts_kargs *k) {
     void *ptr[S_COUNT];
     for (int i = 0; i < S_COUNT; i++) ptr[i] = t[i] ? t[i]->data : NULL;
     char *scratch = k->scratch;
+    if (c->wgrad) {
+        ts_conv_wgrad(&c->ws, ptr[S_SRC], ptr[S_DST], ptr[S_WEI], (float *)scratch);
+        return TS_OK;
+    }
     if (!c->per_image) {
         dnnl_status_t st = run_lane(c, &c->lanes[0], scratch, ptr);
         if (st != dnnl_success) return dnnl_fail(st, c, "dnnl_primitive_execute");

@@ -21,7 +21,11 @@
  * bits depend on the thread count. It is therefore run per image: one
  * primitive for a single image, created for one thread, runs on the images
  * in parallel (one lane of scratch per thread), and the per-image weight
- * gradients are added in image order.
+ * gradients are added in image order. Where oneDNN offers only its
+ * im2col + SGEMM path for backward weights (`gemm:jit`: AVX2-only CPUs, 3^3
+ * channels-last convs), tessel's per-tap kernel (dnnl_conv_wgrad.h) runs
+ * instead when the shape allows it: faster, and thread-count independent by
+ * construction.
  *
  * Mixed precision (conv.low, set by the precision pass): the two
  * tensor operands are bf16 and the written tensor f32 (conv: bf16 src and
