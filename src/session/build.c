@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "session/pipe_train.h"
 #include "session/session_internal.h"
 
 static size_t value_bytes(const ts_graph *g, ts_val v) {
@@ -48,7 +49,10 @@ ts_status ts_sess_build(session *s) {
     lc.model.batch /= s->nslices; /* nranks, or dist.reproducible's micro-batches */
     /* gradient monitors for observe and alerts; a masked loss under shape buckets */
     ts_status st = ts_sess_shape_graph(s, &lc, &s->g, &s->m, &spec, &opt);
-    if (st == TS_OK) st = ts_compile(s->g, &spec, &opt, &s->plan);
+    /* pipeline stages: a rank compiles only its stage (ts_sess_pipe_setup),
+     * rank 0 the whole model too where the run needs it there */
+    const int whole = s->c.pipe.stages <= 1 || ts_sess_pipe_holds_whole(s);
+    if (st == TS_OK && whole) st = ts_compile(s->g, &spec, &opt, &s->plan);
     opt.monitors = 0;
     opt.comm = NULL; /* the evaluation plan is this rank's alone */
     if (st != TS_OK) return st;
@@ -73,7 +77,7 @@ ts_status ts_sess_build(session *s) {
         !(s->by = ts_alloc(s->yb * (size_t)s->nslices, "batch")))
         return TS_ERR_NOMEM;
     if ((st = ts_sess_shape_setup(s)) != TS_OK) return st;
-    if ((s->val && s->val->n) || s->test) {
+    if (((s->val && s->val->n) || s->test) && whole) { /* rank 0 evaluates */
         /* Evaluation runs an inference plan of the same graph: forward only,
          * no dropout, its own arena; parameters are copied in by name. */
         if ((st = ts_compile(s->g, NULL, &opt, &s->eval)) != TS_OK) return st;

@@ -4,6 +4,7 @@
  * docs/checkpoints.md. */
 #include <string.h>
 #include "core/core.h"
+#include "session/pipe_train.h"
 #include "session/ranks.h"
 #include "session/session_internal.h"
 
@@ -82,7 +83,9 @@ ts_status ts_sess_resume(session *s) {
                        s->peft_base_path[0] ? "peft.base " : "this run has no peft.base",
                        s->peft_base_path, s->peft_base_path[0] ? " has sha256 " : "",
                        s->peft_base_sha);
-    if ((st = ts_ckpt_restore(s->ck, s->plan, NULL)) != TS_OK) return st;
+    /* a pipeline rank without the whole-model plan reads its stage's tensors */
+    st = ts_sess_pipe_alias(s) ? ts_sess_pipe_restore(s) : ts_ckpt_restore(s->ck, s->plan, NULL);
+    if (st != TS_OK) return st;
     /* gradient compression saved by another number of processes: the
      * residual rows were resharded (ts_ckpt_restore) */
     for (int i = 0; i < ts_ckpt_tensor_count(s->ck); i++) {

@@ -4,22 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "plan/plan.h"
 #include "plan/stages.h"
 #include "session/stages.h"
 #include "tessel/pipeline.h"
 
 enum { TAG_SYNC_BYTES = 40, TAG_SYNC_DATA = 41 };
-
-struct ts_sess_pipe {
-    ts_stage *st;
-    int S, D, M;
-    double pred_step, pred_bubble;
-    double bubble, bubble_sum, grad_norm;
-    double overhead, overhead_sum; /* step time in neither kernels nor waits */
-    int defaults_off;              /* alerts.defaults was on: its rules are not run */
-    int64_t n_bubble;
-    ts_metric *gauge[2];
-};
 
 /* The origin of a key for messages ("config.yaml:12: dist.zero"). */
 static const char *origin(const session *s, const char *key, char *buf, size_t n) {
@@ -85,6 +75,11 @@ ts_status ts_sess_pipe_setup(session *s) {
     ts_config c = s->c;
     ts_status st = ts_stage_new(&c, s->o->comm, &p->st);
     if (st != TS_OK) return st;
+    if (!s->plan) { /* no whole-model plan on this rank: the stage's is the session's */
+        s->plan = ts_stage_plan(p->st);
+        p->alias = 1;
+    }
+    if ((st = ts_sess_pipe_memory(s)) != TS_OK) return st;
     ts_partition_predict(ts_stage_partition_of(p->st), &p->pred_step, &p->pred_bubble);
     if (ts_plan_loss_scale(ts_stage_plan(p->st), NULL, NULL, NULL)) {
         char w[600];
@@ -97,19 +92,20 @@ ts_status ts_sess_pipe_setup(session *s) {
     return TS_OK;
 }
 
-/* The values a stage's plan keeps between steps that the whole model has:
- * all but the received activation (pipe.in) and its optimizer state. */
-static int own_value(const char *name) {
+int ts_sess_pipe_own_value(const char *name) {
     return !strstr(name, "pipe.in") && strncmp(name, "pipe.", 5) != 0;
 }
 
 ts_status ts_sess_pipe_load(session *s) {
+    /* a stage-only rank has its values already: initialised by name as
+     * one process's, or read from the checkpoint (ts_sess_pipe_restore) */
+    if (s->pipe->alias) return TS_OK;
     ts_plan *sp = ts_stage_plan(s->pipe->st);
     for (int i = 0; i < ts_plan_persistent_count(sp); i++) {
         ts_persistent v;
         ts_status st = ts_plan_persistent(sp, i, &v);
         if (st != TS_OK) return st;
-        if (!own_value(v.name)) continue;
+        if (!ts_sess_pipe_own_value(v.name)) continue;
         size_t b = 0, sb = 0;
         unsigned char *to = ts_plan_value_at(sp, v.name, &sb);
         const unsigned char *from = ts_plan_value_at(s->plan, v.name, &b);
@@ -136,7 +132,7 @@ static ts_status pack(ts_plan *sp, unsigned char **out, uint64_t *n) {
             ts_persistent v;
             ts_status st = ts_plan_persistent(sp, i, &v);
             if (st != TS_OK) return st;
-            if (!own_value(v.name)) continue;
+            if (!ts_sess_pipe_own_value(v.name)) continue;
             size_t bytes = 0;
             const unsigned char *at = ts_plan_value_at(sp, v.name, &bytes);
             const uint32_t len = (uint32_t)strlen(v.name);
@@ -186,6 +182,7 @@ static ts_status unpack(session *s, const unsigned char *b, uint64_t n, int from
  * update), so the later copy overwrites it with itself. */
 ts_status ts_sess_pipe_sync(session *s) {
     struct ts_sess_pipe *p = s->pipe;
+    if (!ts_sess_pipe_whole_wanted(s)) return TS_OK; /* rank 0 keeps no whole-model plan */
     ts_comm *comm = s->o->comm;
     ts_plan *sp = ts_stage_plan(p->st);
     unsigned char *buf = NULL;
@@ -292,11 +289,12 @@ void ts_sess_pipe_json(const session *s, char *buf, size_t n) {
 json_t *ts_sess_pipe_summary(const session *s) {
     const struct ts_sess_pipe *p = s->pipe;
     const double n = (double)p->n_bubble;
-    return json_pack("{s:i, s:i, s:i, s:s, s:o, s:o, s:f, s:f}", "stages", p->S, "replicas", p->D,
-                     "microbatches", p->M, "schedule", s->c.pipe.schedule ? "gpipe" : "1f1b",
+    return json_pack("{s:i, s:i, s:i, s:s, s:o, s:o, s:f, s:f, s:o}", "stages", p->S, "replicas",
+                     p->D, "microbatches", p->M, "schedule", s->c.pipe.schedule ? "gpipe" : "1f1b",
                      "bubble_mean", n > 0 ? json_real(p->bubble_sum / n) : json_null(),
                      "overhead_mean", n > 0 ? json_real(p->overhead_sum / n) : json_null(),
-                     "bubble_predicted", p->pred_bubble, "step_predicted_s", p->pred_step);
+                     "bubble_predicted", p->pred_bubble, "step_predicted_s", p->pred_step, "memory",
+                     ts_sess_pipe_memory_json(s));
 }
 
 ts_status ts_sess_pipe_alerts(session *s) {
@@ -311,6 +309,9 @@ ts_status ts_sess_pipe_alerts(session *s) {
     /* the runner without rules: the run's loop and files as usual */
     s->pipe->defaults_off = s->c.alerts.defaults;
     s->c.alerts.defaults = 0;
+    /* a stage's plan has no monitors and runs the steps: no runner (its
+     * update gate would run there) */
+    if (s->pipe->alias) return TS_OK;
     return ts_sess_alerts_setup(s);
 }
 
@@ -331,6 +332,7 @@ void ts_sess_pipe_log(session *s) {
                     p->M, (long long)(s->c.model.batch / ((int64_t)p->M * p->D)),
                     s->c.pipe.schedule ? "gpipe" : "1f1b", cuts, 100 * p->pred_bubble,
                     p->defaults_off ? "; the default alerts are not run under stages" : "");
+    ts_sess_pipe_memory_log(s);
 }
 
 ts_status ts_sess_pipe_observe(session *s, int64_t step) {
@@ -371,6 +373,11 @@ void ts_sess_pipe_explain(const session *s, ts_status st) {
 
 void ts_sess_pipe_free(session *s) {
     if (!s->pipe) return;
+    if (s->pipe->alias) { /* the stage frees its plan */
+        ts_plan_set_trace(s->plan, NULL);
+        s->plan = NULL;
+    }
+    free(s->pipe->mem);
     ts_stage_free(s->pipe->st);
     free(s->pipe);
     s->pipe = NULL;

@@ -2,12 +2,16 @@
  * docs/distributed.md "Pipeline stages"): the session's side of
  * session/stages.h (internal to src/session).
  *
- * Every rank runs one stage (rank = replica x S + stage) and also keeps
- * the session's whole-model plan s->plan, which no step runs: it holds the
- * weights in the usual logical layout for checkpoints, evaluation and the
- * test split. The stages' values are copied into it (rank 0's) before
- * those, and out of it into the stages at the start (a fresh run's
- * initial values, or a checkpoint of any run: one process or stages).
+ * Every rank runs one stage (rank = replica x S + stage) and compiles and
+ * allocates only that stage: its s->plan is the stage's plan. Rank 0
+ * alone also keeps a whole-model plan as s->plan, which no step runs, when
+ * the run needs the weights in the usual logical layout there: for
+ * checkpoints (ckpt.every), evaluation (a validation or test split) or an
+ * after_step callback. The stages' values are copied into it before
+ * those, and out of it into rank 0's stage at the start. A stage starts
+ * from the values one process gives its parameters (they are initialised
+ * by name); on --resume every rank reads its stage's tensors from the
+ * checkpoint (ts_sess_pipe_restore), which one process or stages wrote.
  *
  *     ts_sess_pipe_resolve(s);   // before ts_sess_build: checks, s->nslices
  *     ts_sess_pipe_setup(s);     // after it: the stage (collective)
@@ -20,11 +24,49 @@
 
 #include <jansson.h>
 #include "session/session_internal.h"
+#include "session/stages.h"
+
+/* The pipeline's part of a session (pipe_train.c, pipe_hold.c). */
+struct ts_sess_pipe {
+    ts_stage *st;
+    int S, D, M;
+    double pred_step, pred_bubble;
+    double bubble, bubble_sum, grad_norm;
+    double overhead, overhead_sum; /* step time in neither kernels nor waits */
+    int defaults_off;              /* alerts.defaults was on: its rules are not run */
+    int64_t n_bubble;
+    ts_metric *gauge[2];
+    int alias; /* s->plan is the stage's plan: this rank holds no whole-model plan */
+    /* per rank (rank order), bytes: the stage's arena, the stage's buffers
+     * outside it, the whole-model plan's arena, the evaluation plan's arena
+     * (pipe_hold.c) */
+    double *mem;
+};
 
 /* A pipelined run (dist.pipeline_stages > 1): checks the combinations it
  * supports (naming the key of one it does not) and sets s->nslices to the
  * micro-batches of the whole batch (dist.microbatches x replicas). */
 ts_status ts_sess_pipe_resolve(session *s);
+/* Whether this rank compiles the whole-model plan (see above); the same
+ * answer on every rank for whether rank 0 does (ts_sess_pipe_whole_wanted). */
+int ts_sess_pipe_holds_whole(const session *s);
+int ts_sess_pipe_whole_wanted(const session *s);
+/* s->plan is this rank's stage plan (no whole-model plan here). */
+int ts_sess_pipe_alias(const session *s);
+/* --resume on a rank whose s->plan is its stage: the stage's parameters
+ * and optimizer state from the checkpoint s->ck by name (the logical
+ * tensors), its step count, after the checks ts_ckpt_restore makes for
+ * them (seed, dtype, shape). */
+ts_status ts_sess_pipe_restore(session *s);
+/* After the stage is made (collective): every rank's memory into
+ * s->pipe->mem and the model's parameter count into s->model_params. */
+ts_status ts_sess_pipe_memory(session *s);
+/* The values a stage's plan keeps between steps that the whole model has:
+ * all but the received activation (pipe.in) and its optimizer state. */
+int ts_sess_pipe_own_value(const char *name);
+/* The summary's per-rank memory (new reference) and the log's line. */
+json_t *ts_sess_pipe_memory_json(const session *s);
+void ts_sess_pipe_memory_log(session *s);
 ts_status ts_sess_pipe_setup(session *s);
 ts_status ts_sess_pipe_load(session *s);
 /* One step of every stage over s->bx, s->by; *loss is the last stages'

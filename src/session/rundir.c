@@ -415,8 +415,10 @@ ts_status ts_sess_write_summary(session *s, const char *status, const char *erro
                   (json_int_t)r->steps, "planned_steps", (json_int_t)r->planned_steps, "first_loss",
                   jnum(r->first_loss), "final_loss", jnum(r->final_loss), "seconds", r->seconds,
                   rate_key, jnum(r->median_rate), "parameters",
-                  (json_int_t)(s->plan ? ts_sess_param_count(s->plan) : 0), "seed",
-                  (json_int_t)s->c.train.seed);
+                  (json_int_t)(s->model_params > 0 ? s->model_params
+                               : s->plan           ? ts_sess_param_count(s->plan)
+                                                   : 0),
+                  "seed", (json_int_t)s->c.train.seed);
     if (!o) return ts_fail(TS_ERR_NOMEM, "out of memory for summary.json");
     if (s->loader) /* time steps waited for their batch, summed (docs/data.md) */
         json_object_set_new(o, "data_wait_ms", json_real(1e3 * ts_loader_wait_seconds(s->loader)));

@@ -246,7 +246,7 @@ static void header(session *s) {
         snprintf(epochs, sizeof epochs, " (%.3g epochs of %lld)",
                  (double)c->train.steps / (double)c->batches_per_epoch,
                  (long long)c->batches_per_epoch);
-    const double np = ts_sess_param_count(s->plan);
+    const double np = s->model_params > 0 ? s->model_params : ts_sess_param_count(s->plan);
     char params[32];
     if (np >= 1e6)
         snprintf(params, sizeof params, "%.2f M", np * 1e-6);
@@ -492,7 +492,7 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
         st = ts_sess_observe_start(s);
         if (st == TS_OK && r->run_dir[0]) st = ts_sess_write_run_files(s);
         if (st == TS_OK) st = ts_sess_tensorboard_start(s);
-        if (st == TS_OK)
+        if (st == TS_OK && s->ar)
             ts_alert_runner_attach(s->ar, &s->pr, s->tm_made ? &s->tm : NULL, s->tb, s->audit,
                                    r->run_dir);
     }

@@ -102,6 +102,7 @@ typedef struct session {
         *compress_m[5];     /* gradient compression's gauges (compress_obs.c), made on first use */
     ts_metric *gpu_m[3];    /* GPU utilisation, memory, power (gpu_obs.c), made on first use */
     int rank, nranks;       /* data parallelism: this rank's rows of every batch */
+    double model_params;    /* > 0: the model's parameters when s->plan is a pipeline stage's */
     int nslices;            /* slices of a batch the plan is built for: nranks, or with
                                dist.reproducible the micro-batches (session/repro.h) */
     struct ts_repro *rp;    /* dist.reproducible, else NULL */

@@ -71,6 +71,15 @@ typedef struct ts_stage_times {
     size_t stash_bytes;                           /* saved per micro-batch in flight */
 } ts_stage_times;
 void ts_stage_last_times(const ts_stage *st, ts_stage_times *t);
+/* The host memory the stage holds outside its plan's arena: saved
+ * activations of the micro-batches in flight, the send buffers, the
+ * gradient sums (their most: one buffer per level of the micro-batch tree,
+ * D per replica sum). */
+size_t ts_stage_buffer_bytes(const ts_stage *st);
+/* The elements of the model's parameters this stage holds (a parameter two
+ * stages hold counted by the earlier one; pipe.in left out): the stages'
+ * counts add up to the model's. */
+double ts_stage_param_count(const ts_stage *st);
 /* The squares of the last step's gradients of this stage's parameters,
  * summed before the update (a parameter two stages hold counted by the
  * earlier one; pipe.in's gradient left out): the stages' values add up to

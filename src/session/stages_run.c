@@ -446,6 +446,40 @@ const ts_partition *ts_stage_partition_of(const ts_stage *st) {
 void ts_stage_last_times(const ts_stage *st, ts_stage_times *t) {
     *t = st->t;
 }
+size_t ts_stage_buffer_bytes(const ts_stage *st) {
+    if (!st) return 0;
+    const size_t M = (size_t)st->M;
+    size_t b = st->stash_bytes * (size_t)st->n_slots;
+    if (st->act_send) b += st->out_bytes * M;
+    if (st->grad_send) b += st->in_bytes * M;
+    for (int i = 0; i < st->n_shared; i++) b += st->shared[i].bytes * (st->shared[i].owner ? 1 : M);
+    /* a tree of n leaves keeps at most one partial sum per level */
+    for (int k = 0; k < 2; k++) {
+        const size_t n = k ? (size_t)st->D : M;
+        size_t levels = 0;
+        while (((size_t)1 << levels) < n) levels++;
+        if (n > 1) b += (levels + 1) * st->ngrad * sizeof(float);
+    }
+    if (st->D > 1) b += (size_t)st->D * st->ngrad * sizeof(float); /* dp_buf */
+    return b;
+}
+double ts_stage_param_count(const ts_stage *st) {
+    double n = 0;
+    for (int p = 0; st && p < ts_plan_param_count(st->plan); p++) {
+        const char *name = ts_plan_param_name(st->plan, p);
+        if (!strncmp(name, "pipe.", 5)) continue;
+        int skip = 0;
+        for (int i = 0; i < st->n_shared; i++)
+            if (!st->shared[i].owner && !strcmp(st->shared[i].name, name)) skip = 1;
+        int rank = 0;
+        int64_t dims[TS_MAX_RANK];
+        if (skip || ts_plan_value_info(st->plan, name, NULL, &rank, dims) != TS_OK) continue;
+        double e = 1;
+        for (int d = 0; d < rank; d++) e *= (double)dims[d];
+        n += e;
+    }
+    return n;
+}
 double ts_stage_grad_sq(const ts_stage *st) {
     return st ? st->grad_sq : NAN;
 }
