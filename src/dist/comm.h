@@ -208,15 +208,10 @@ void ts_red_fold_store(void *const *dsts, int ndst, const void *const *srcs, int
                        ts_dtype dt, ts_reduce_op op);
 /* dst[i] = the same left fold over srcs[0..nsrc) for any n, written with
  * non-temporal stores and fenced (reduce_stream.c): for outputs past the
- * LLC. 0 when dt/op/CPU is not covered (f32 and f64 sums on AVX2 or
- * AVX-512): then nothing was written. */
+ * LLC. 0 when dt/op/CPU is not covered (f32 and f64 sums on AVX-512):
+ * then nothing was written. */
 int ts_red_fold_stream(void *dst, const void *const *srcs, int nsrc, size_t n, ts_dtype dt,
                        ts_reduce_op op);
-/* The same, storing the result to every dsts[0..ndst) (a destination may
- * be a source: the in-place all-reduce). 0, and nothing written, also when
- * the destinations start at different offsets within a 64-byte line. */
-int ts_red_fold_stream_all(void *const *dsts, int ndst, const void *const *srcs, int nsrc, size_t n,
-                           ts_dtype dt, ts_reduce_op op);
 /* The size from which to stream: the LLC's (32 MiB when unknown). */
 size_t ts_red_stream_threshold(void);
 

@@ -329,7 +329,6 @@ typedef struct direct {
     int root;
     size_t slo[SHM_MAX_RANKS], shi[SHM_MAX_RANKS]; /* element range of each rank's input */
     uint64_t off[SHM_MAX_RANKS];                   /* its offset, or SHM_NOT_SHARED */
-    int all_shared; /* every input in the segment: the work reads them in place */
 } direct;
 
 /* Address of global element e of rank q's input while piece [a, b) is staged. */
@@ -365,13 +364,6 @@ static void direct_work(shm_comm *s, const direct *d, size_t a, size_t b) {
     switch (d->kind) {
     case TS_COLL_ALLREDUCE:
         slice(d, n, me, a, b, &x, &y);
-        /* Buffers past the LLC, read in place: the result goes straight to
-         * memory in every rank's buffer (staged pieces stay cached: they are
-         * copied out next). */
-        if (y > x && d->all_shared && d->count * d->esz * (size_t)n >= ts_red_stream_threshold()) {
-            for (int q = 0; q < n; q++) dsts[q] = (void *)(srcs[q] = src_at(s, d, q, x, a));
-            if (ts_red_fold_stream_all(dsts, n, srcs, n, y - x, d->dt, d->op)) break;
-        }
         for (size_t e = x; e < y; e += TS_RED_BLOCK) {
             size_t len = y - e < TS_RED_BLOCK ? y - e : TS_RED_BLOCK;
             for (int q = 0; q < n; q++) dsts[q] = (void *)(srcs[q] = src_at(s, d, q, e, a));
@@ -448,7 +440,6 @@ static ts_status run_direct(shm_comm *s, direct *d) {
         if (d->off[q] == SHM_NOT_SHARED) all = 0;
     }
     if (all) piece = d->count ? d->count : 1;
-    d->all_shared = all;
     for (size_t a = 0; a < d->count || a == 0; a += piece) {
         size_t b = d->count - a < piece ? d->count : a + piece;
         if (a > 0) {

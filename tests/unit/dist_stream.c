@@ -1,10 +1,11 @@
 /* Reductions written with non-temporal stores (src/dist/reduce_stream.c):
  * the same bits as the ordinary fold for f32 and f64 sums at every length,
  * alignment and source count; nothing written for what they do not cover;
- * the in-place form (an all-reduce's) likewise; and a shm reduce-scatter
- * and all-reduce past the streaming threshold (forced low with
- * TESSEL_RED_STREAM_BYTES) give every rank the exact left fold, on 2-4
- * ranks and odd sizes. */
+ * a shm reduce-scatter past the streaming threshold (forced low with
+ * TESSEL_RED_STREAM_BYTES) gives every rank the exact left fold, on 2-4
+ * ranks; and so does the shm all-reduce (which never streams: measured
+ * slower, see docs/distributed.md) on odd sizes, with its buffers in the
+ * segment (read in place) and outside it (staged). */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,68 +78,14 @@ static void test_bits(void) {
         }
     }
     CHECK(bad == 0, "%d of %d streamed folds differ from the ordinary fold", bad, cases);
-    if (__builtin_cpu_supports("avx512f") || __builtin_cpu_supports("avx2"))
-        CHECK(taken == cases, "AVX2/AVX-512: every f32/f64 sum streams (%d of %d)", taken, cases);
+    if (__builtin_cpu_supports("avx512f"))
+        CHECK(taken == cases, "AVX-512: every f32/f64 sum streams (%d of %d)", taken, cases);
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 1, 1, 1}, d[4] = {9, 9, 9, 9};
     const void *s2[2] = {a, b};
     CHECK(!ts_red_fold_stream(d, s2, 2, 4, TS_F32, TS_RED_MAX) && d[0] == 9,
           "max is not streamed and nothing is written");
     CHECK(!ts_red_fold_stream(d, s2, 2, 2, TS_BF16, TS_RED_SUM) && d[0] == 9,
           "bf16 is not streamed and nothing is written");
-}
-
-/* The in-place form of an all-reduce: every buffer is a source and a
- * destination, and each ends up holding the left fold of the originals. */
-static void test_in_place(void) {
-    const size_t lens[] = {1, 9, 31, 64, 1001, 65537};
-    int cases = 0, bad = 0, taken = 0;
-    for (int dti = 0; dti < 2; dti++) {
-        ts_dtype dt = dti ? TS_F64 : TS_F32;
-        size_t esz = ts_dtype_size(dt);
-        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-            size_t n = lens[li];
-            for (int ns = 2; ns <= 4; ns++) {
-                for (int off = 0; off < 16; off += 3) { /* the same offset in every buffer */
-                    unsigned char *mem[4], *want = malloc(n * esz);
-                    void *bufs[4];
-                    for (int k = 0; k < ns; k++) {
-                        mem[k] = aligned_alloc(64, (n + 32) * esz);
-                        bufs[k] = mem[k] + (size_t)off * esz;
-                        for (size_t i = 0; i < n; i++) {
-                            double v = val(k, i);
-                            float f = (float)v;
-                            memcpy((char *)bufs[k] + i * esz,
-                                   dt == TS_F32 ? (void *)&f : (void *)&v, esz);
-                        }
-                        memset((char *)bufs[k] + n * esz, 0xAB, esz);
-                    }
-                    fold_ref(want, (const void *const *)bufs, ns, n, dt);
-                    int done = ts_red_fold_stream_all(bufs, ns, (const void *const *)bufs, ns, n,
-                                                      dt, TS_RED_SUM);
-                    taken += done;
-                    int wrong = 0;
-                    for (int k = 0; k < ns && done; k++)
-                        wrong |= memcmp(want, bufs[k], n * esz) != 0 ||
-                                 ((unsigned char *)bufs[k])[n * esz] != 0xAB;
-                    bad += wrong;
-                    cases++;
-                    for (int k = 0; k < ns; k++) free(mem[k]);
-                    free(want);
-                }
-            }
-        }
-    }
-    CHECK(bad == 0, "%d of %d in-place streamed folds differ from the ordinary fold", bad, cases);
-    if (__builtin_cpu_supports("avx512f") || __builtin_cpu_supports("avx2"))
-        CHECK(taken == cases, "AVX2/AVX-512: every in-place f32/f64 sum streams (%d of %d)", taken,
-              cases);
-    /* Destinations at different offsets within a line: refused, untouched. */
-    _Alignas(64) float a[32], b[32];
-    for (int i = 0; i < 32; i++) a[i] = b[i] = 1;
-    void *d2[2] = {a, b + 1};
-    const void *s2[2] = {a, b + 1};
-    CHECK(!ts_red_fold_stream_all(d2, 2, s2, 2, 16, TS_F32, TS_RED_SUM) && a[0] == 1 && b[1] == 1,
-          "misaligned destinations are not streamed and nothing is written");
 }
 
 typedef struct shared {
@@ -191,9 +138,8 @@ static int work(ts_comm *c, void *user) {
             free(d);
         }
     }
-    /* All-reduce of odd sizes: streamed when every buffer is in the
-     * segment (shm=1), staged and folded as before otherwise; both give
-     * every rank the left fold in rank order. */
+    /* All-reduce of odd sizes, in place from the segment (shm=1) and
+     * staged (shm=0): every rank gets the left fold in rank order. */
     const size_t counts[] = {1031, 300007};
     for (int shm = 0; shm < 2; shm++) {
         for (int dti = 0; dti < 2; dti++) {
@@ -241,9 +187,8 @@ static int work(ts_comm *c, void *user) {
 
 int main(void) {
     test_bits();
-    test_in_place();
     SH = mmap(NULL, sizeof *SH, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    setenv("TESSEL_RED_STREAM_BYTES", "4096", 1); /* every collective here streams */
+    setenv("TESSEL_RED_STREAM_BYTES", "4096", 1); /* every reduce-scatter here streams */
     for (int n = 2; n <= 4; n++) {
         CHECK(ts_shm_launch(n, NULL, work, NULL, NULL) == TS_OK, "%d ranks: %s", n,
               ts_last_error());
