@@ -97,6 +97,11 @@ __attribute__((target("avx512f"))) static void fold_f64_nt(double *d, const doub
 }
 #endif
 
+/* AVX-512 machines only. On an AVX2-only AMD EPYC VM, AVX2 versions of
+ * these kernels (streaming 32-byte vectors) made 64-256 MiB reduce-scatters
+ * 1.5x slower and in-place all-reduces (streaming into both ranks' buffers)
+ * 2.2x slower than ordinary stores, medians of three alternated runs (issue
+ * #26 notes in docs/distributed.md), so there the ordinary fold runs. */
 int ts_red_fold_stream(void *dst, const void *const *srcs, int nsrc, size_t n, ts_dtype dt,
                        ts_reduce_op op) {
 #if defined(__x86_64__)
