@@ -15,6 +15,9 @@
  *   length, yet both run the sequence bucket of the batch's longest row
  *   (metrics.jsonl of rank 0 names it; a mismatch would hang or fail the
  *   all-reduce), and the losses are one process's within rounding;
+ * - shape.split_oversize: a batch larger than every bucket runs in pieces
+ *   of (largest bucket x ranks) rows, as one process runs pieces of its
+ *   largest bucket;
  * - under mpirun (the mpi transport) the mlp run gives the losses of
  *   --procs 2 (skipped without mpirun);
  * - refused with exit 2 naming the key: dist.zero, dist.compress, and
@@ -128,6 +131,16 @@ static void test_mlp(void) {
     CHECK(strstr(m, "\"rows\":13,\"bucket\":7") != NULL,
           "the short batch of 13 rows on the 7-row bucket: %s", m);
     free(m);
+    /* shape.split_oversize: pieces of the largest bucket times the ranks
+     * (16 rows as 8 + 8 on one process, 4 + 4 per rank twice on two) */
+    ok("split, 1 process", e2e_runf("train %s/clf.yaml --out %s/s1 --set shape.policy=bucket --set "
+                                    "'shape.batch_buckets=4, 8' --set shape.split_oversize=true",
+                                    dir, dir));
+    ok("split, 2 processes",
+       e2e_runf("train %s/clf.yaml --procs 2 --out %s/s2 --set shape.policy=bucket --set "
+                "'shape.batch_buckets=2, 4' --set shape.split_oversize=true",
+                dir, dir));
+    close_losses("s1", "s2", 9, 1e-6);
     /* the mpi transport: the same step as shm */
     const char *pathv = getenv("PATH");
     char mpirun[512] = "";
