@@ -114,10 +114,11 @@ static ts_status check_ranks(const session *s) {
         why = "shape buckets with gradient compression are not supported yet (its error "
               "feedback is per plan; set dist.compress: none)";
     else if (c->pipe.stages > 1)
-        key = "pipe.stages", why = "shape buckets with pipeline stages are not supported yet";
+        key = "dist.pipeline_stages",
+        why = "shape buckets with pipeline stages are not supported yet";
     if (!why) return TS_OK;
-    return ts_fail(TS_ERR_UNSUPPORTED, "%s: %s", ts_config_key_origin(c, key, where, sizeof where),
-                   why);
+    return ts_fail(TS_ERR_UNSUPPORTED, "%s: %s: %s",
+                   ts_config_key_origin(c, key, where, sizeof where), key, why);
 }
 
 ts_status ts_sess_shape_setup(session *s) {
