@@ -252,6 +252,9 @@ typedef struct ts_compile_options {
     int keep_dumps;
     ts_peft_options peft;         /* zero: no PEFT; targets is read during ts_compile only */
     ts_compress_options compress; /* zero: no gradient compression */
+    int dist_param_order; /* 1: gradient buckets by parameter (the last declared first), not by
+                             when the schedule finishes them, so plans of one model at other
+                             shapes (ts_compile_shared) lay out and reduce them alike */
 } ts_compile_options;
 
 ts_compile_options ts_compile_options_default(void);

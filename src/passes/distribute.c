@@ -24,11 +24,21 @@ typedef struct grad_ref {
     int32_t v; /* gradient value */
     int ready; /* position in the order where it is final */
     size_t bytes;
+    int32_t param; /* the value it is the gradient of */
 } grad_ref;
 
 static int cmp_ready(const void *a, const void *b) {
     const grad_ref *x = a, *y = b;
     if (x->ready != y->ready) return x->ready < y->ready ? -1 : 1;
+    return (x->v > y->v) - (x->v < y->v);
+}
+
+/* By parameter, the last declared first (roughly the order the backward
+ * finishes them): the same order in every plan of one model, whatever
+ * its shape does to the schedule (ts_dist_spec.param_order). */
+static int cmp_param(const void *a, const void *b) {
+    const grad_ref *x = a, *y = b;
+    if (x->param != y->param) return x->param > y->param ? -1 : 1;
     return (x->v > y->v) - (x->v < y->v);
 }
 
@@ -573,12 +583,12 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
             goto done;
         }
         bucket_of[root[v]] = -2; /* seen */
-        gr[ng++] = (grad_ref){v, pos[val->node], ts_type_bytes(&val->t)};
+        gr[ng++] = (grad_ref){v, pos[val->node], ts_type_bytes(&val->t), val->grad_of};
     }
     if (ng == 0) goto done;
     ts_compress_prep cprep = {0, -1}; /* compression (compress.c): checked before any change */
     if (d->compress.method && (s = ts_compress_prepare(g, d, &cprep)) != TS_OK) goto done;
-    qsort(gr, (size_t)ng, sizeof *gr, cmp_ready);
+    qsort(gr, (size_t)ng, sizeof *gr, d->param_order ? cmp_param : cmp_ready);
 
     /* Buckets: [first[b], first[b + 1]) of gr. */
     first = ts_alloc(sizeof(int) * (size_t)(ng + 1), "distribute");
@@ -617,6 +627,8 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
     }
     for (int b = 0; b < nb; b++) {
         start_at[b] = gr[first[b + 1] - 1].ready;
+        for (int i = first[b]; i < first[b + 1]; i++) /* param_order: not sorted by ready */
+            if (gr[i].ready > start_at[b]) start_at[b] = gr[i].ready;
         wait_at[b] = n_order;
     }
     if (d->zero) {

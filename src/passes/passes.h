@@ -167,6 +167,9 @@ typedef struct ts_dist_spec {
     int rank, size;            /* this rank of size (ZeRO: which shard) */
     int32_t *loss;             /* ZeRO compacts the graph: the loss id is remapped */
     ts_compress_options compress; /* method 0: the dense all-reduce */
+    int param_order;              /* buckets and their layout by parameter, not by when the
+                                     schedule finishes each gradient: plans of one model at
+                                     other shapes lay out their gradients alike */
 } ts_dist_spec;
 ts_status ts_pass_distribute(ts_graph *g, int32_t **order, int *n_order, const ts_dist_spec *d,
                              int *n_buckets);

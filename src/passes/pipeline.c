@@ -189,6 +189,7 @@ static ts_status run_distribute(ts_pass_ctx *c) {
     d.size = ts_comm_size(o->comm);
     d.loss = &c->loss;
     d.compress = o->compress;
+    d.param_order = o->dist_param_order;
     if (d.zero < 0 || d.zero > 3)
         return ts_fail(TS_ERR_UNSUPPORTED, "compile: ZeRO stage %d (0 to 3 are supported)", d.zero);
     if (d.algo < 0 || d.algo >= TS_ALGO_COUNT)

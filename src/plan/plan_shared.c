@@ -1,7 +1,16 @@
 /* Plans of one model at several shapes sharing one copy of its state
  * (plan.h: ts_compile_shared, ts_plan_swap_program): the shape buckets'
  * plans of a run all read and update the same parameters, gradients and
- * optimizer state, so switching buckets copies nothing. */
+ * optimizer state, so switching buckets copies nothing.
+ *
+ * Data parallel: every plan of the model has the same gradients at the
+ * same offsets, so its distribute pass cuts them into the same all-reduce
+ * buckets; the gradients lie in the state owner's arena (a comm segment
+ * when the owner reduces), and whichever plan steps reduces them there.
+ * The ranks must run the same plan at every step (the session derives the
+ * bucket from the global batch, shape_feed.c). ZeRO (sharded state or
+ * gradients, shared parameters) and gradient compression (per-plan error
+ * feedback) keep state outside the shared regions: refused. */
 #include <string.h>
 #include "plan/lower.h"
 
@@ -19,10 +28,16 @@ static int count_persistent(const ts_program *prog) {
 ts_status ts_plan_borrow_state(ts_plan *p, const ts_plan *share, int scales_loss) {
     const ts_program *a = &p->prog, *b = &share->prog;
     const ts_arena_layout *la = &a->layout, *lb = &b->layout;
-    if (a->n_buckets > 0 || b->n_buckets > 0 || a->zero_shared || b->zero_shared ||
+    if (a->opt.zero || b->opt.zero || a->zero_shared || b->zero_shared ||
         (share->rt.params && !share->rt.params_borrowed))
+        return ts_fail(TS_ERR_UNSUPPORTED, "a plan sharing another's state: not with ZeRO yet");
+    if (a->opt.compress.method || b->opt.compress.method)
         return ts_fail(TS_ERR_UNSUPPORTED,
-                       "a plan sharing another's state: not with data parallelism yet");
+                       "a plan sharing another's state: not with gradient compression yet");
+    if ((a->n_buckets > 0) != (b->n_buckets > 0) || a->opt.comm != b->opt.comm)
+        return ts_fail(TS_ERR_INVALID,
+                       "a plan sharing another's state: one reduces its gradients over the "
+                       "ranks and the other does not (or over another comm)");
     if (scales_loss || share->rt.scaler)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "a plan sharing another's state: not with loss scaling yet");
@@ -80,9 +95,14 @@ ts_status ts_plan_borrow_state(ts_plan *p, const ts_plan *share, int scales_loss
         (y) = tmp_;                                                                                \
     } while (0)
 
-/* Instructions' arguments point at their plan's step context. */
-static void rebind_ctx(ts_plan *p) {
-    for (int i = 0; i < p->prog.n_ins; i++) p->rt.ins[i].k.ctx = &p->rt.ctx;
+/* Instructions' arguments point at their plan's step context, and the
+ * collectives' at its data-parallel runtime (compile.c: setup_dist), which
+ * moved with them: `other`'s address now names this plan's. */
+static void rebind_ctx(ts_plan *p, const ts_plan *other) {
+    for (int i = 0; i < p->prog.n_ins; i++) {
+        p->rt.ins[i].k.ctx = &p->rt.ctx;
+        if (p->rt.ins[i].k.backend == &other->rt.dist) p->rt.ins[i].k.backend = &p->rt.dist;
+    }
 }
 
 ts_status ts_plan_swap_program(ts_plan *a, ts_plan *b) {
@@ -92,9 +112,8 @@ ts_status ts_plan_swap_program(ts_plan *a, ts_plan *b) {
         return ts_fail(TS_ERR_INVALID, "swap_program: the plans run on different backends");
     if (ts_plan_at(a, 0) != ts_plan_at(b, 0))
         return ts_fail(TS_ERR_INVALID, "swap_program: the plans do not share their state");
-    if (a->rt.scaler || b->rt.scaler || a->prog.n_buckets || b->prog.n_buckets)
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "swap_program: not with loss scaling or data parallelism");
+    if (a->rt.scaler || b->rt.scaler)
+        return ts_fail(TS_ERR_UNSUPPORTED, "swap_program: not with loss scaling");
     SWAP(ts_program, a->prog, b->prog);
     ts_runtime *x = &a->rt, *y = &b->rt;
     SWAP(ts_rt_instr *, x->ins, y->ins);
@@ -109,7 +128,7 @@ ts_status ts_plan_swap_program(ts_plan *a, ts_plan *b) {
     SWAP(void *, x->backend_scratch, y->backend_scratch);
     SWAP(size_t, x->backend_scratch_bytes, y->backend_scratch_bytes);
     SWAP(ts_dist_rt, x->dist, y->dist);
-    rebind_ctx(a);
-    rebind_ctx(b);
+    rebind_ctx(a, b);
+    rebind_ctx(b, a);
     return TS_OK;
 }

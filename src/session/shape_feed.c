@@ -30,6 +30,8 @@ static void train_options(const session *s, ts_compile_options *opt) {
     opt->zero_no_prefetch = !s->c.dist.prefetch;
     if (s->nranks > 1) ts_config_compress_options(&s->c, &opt->compress);
     opt->monitors = 1;
+    /* the bucket plans share the gradients, laid out alike (plan_shared.c) */
+    opt->dist_param_order = s->c.shape.policy == 1 && s->nranks > 1;
     /* pipeline stages: this plan only holds the whole model's weights
      * (pipe_train.h); the stages compile, exchange and bound memory */
     if (s->c.pipe.stages > 1) opt->comm = NULL, opt->zero = 0, opt->max_mem_mb = 0;
@@ -43,6 +45,9 @@ ts_status ts_sess_shape_graph(session *s, ts_config *lc, ts_graph **g, ts_model 
     if (st == TS_OK && s->c.shape.policy == 1) st = ts_shape_mask_loss(*g, m, spec);
     int n_bn = 0;
     if (st == TS_OK && s->c.shape.policy == 1) st = ts_batch_norm_mask_rows(*g, "mask", &n_bn);
+    /* several ranks: each weighs its loss by its share of the batch's real count */
+    if (st == TS_OK && s->c.shape.policy == 1 && s->nranks > 1)
+        st = ts_shape_weight_loss(*g, m, spec);
     if (st == TS_OK) s->bn_mask = n_bn > 0;
     return st;
 }
@@ -86,28 +91,52 @@ static ts_status check_model(const session *s) {
     return TS_OK;
 }
 
+/* Rows of the one plan: model.batch, or with N ranks each rank's share
+ * (bucket lists count rows per process). */
+static int64_t plan_rows(const session *s) {
+    return s->c.model.batch / s->nranks;
+}
+
+/* What data parallelism on buckets cannot do yet, naming the key. */
+static ts_status check_ranks(const session *s) {
+    const ts_config *c = &s->c;
+    char where[600];
+    const char *key = NULL, *why = NULL;
+    if (c->shape.policy != 1)
+        key = "data.drop_last",
+        why = "data.drop_last false under shape.policy exact with several processes is not "
+              "supported (ranks' short batches would need plans of different sizes; use "
+              "shape.policy bucket)";
+    else if (c->dist.zero)
+        key = "dist.zero", why = "shape buckets with ZeRO are not supported yet (set dist.zero: 0)";
+    else if (c->dist.compress)
+        key = "dist.compress",
+        why = "shape buckets with gradient compression are not supported yet (its error "
+              "feedback is per plan; set dist.compress: none)";
+    else if (c->pipe.stages > 1)
+        key = "dist.pipeline_stages",
+        why = "shape buckets with pipeline stages are not supported yet";
+    if (!why) return TS_OK;
+    return ts_fail(TS_ERR_UNSUPPORTED, "%s: %s: %s",
+                   ts_config_key_origin(c, key, where, sizeof where), key, why);
+}
+
 ts_status ts_sess_shape_setup(session *s) {
     const ts_config *c = &s->c;
     const int bucket = c->shape.policy == 1;
     s->rows = c->model.batch;
-    s->bucket = c->model.batch;
+    s->bucket = plan_rows(s);
     if (!bucket && c->data.drop_last) return TS_OK; /* one plan, as always */
     char where[600];
-    if (s->nranks > 1)
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "%s: %s with several processes is not supported yet (every rank would "
-                       "have to agree on the bucket)",
-                       ts_config_key_origin(c, bucket ? "shape.policy" : "data.drop_last", where,
-                                            sizeof where),
-                       bucket ? "shape.policy bucket" : "data.drop_last false");
+    ts_status st = s->nranks > 1 ? check_ranks(s) : TS_OK;
+    if (st != TS_OK) return st;
     if (ts_plan_loss_scale(s->plan, NULL, NULL, NULL))
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "%s: shape buckets with loss scaling are not supported yet (set "
                        "precision.loss_scale: none)",
                        ts_config_key_origin(c, "precision.loss_scale", where, sizeof where));
-    ts_status st = bucket ? check_model(s) : TS_OK;
-    if (st != TS_OK) return st;
-    const int64_t B = c->model.batch;
+    if (bucket && (st = check_model(s)) != TS_OK) return st;
+    const int64_t B = plan_rows(s);
     if ((st = ts_buckets_parse(c->shape.batch_buckets, "shape.batch_buckets",
                                ts_config_key_origin(c, "shape.batch_buckets", where, sizeof where),
                                &s->bb)) != TS_OK)
@@ -120,7 +149,8 @@ ts_status ts_sess_shape_setup(session *s) {
     const int64_t largest = bucket ? ts_buckets_largest(&s->bb, B) : B;
     if (largest < B && !c->shape.split_oversize)
         return ts_fail(TS_ERR_INVALID,
-                       "%s: a batch of %lld rows (model.batch) is larger than every bucket of "
+                       "%s: a batch of %lld rows (model.batch per process) is larger than every "
+                       "bucket of "
                        "shape.batch_buckets '%s' (the largest is %lld): add a bucket of at least "
                        "%lld or set shape.split_oversize: true",
                        ts_config_key_origin(c, "shape.batch_buckets", where, sizeof where),
@@ -166,41 +196,57 @@ static int64_t longest(const session *s, int64_t from, int64_t n) {
     return most;
 }
 
-/* Rows [from, from + n) of the batch into the plan of bucket b rows (and,
- * for a gpt, L positions). */
-static ts_status feed_rows(session *s, int64_t from, int64_t n, int64_t b) {
+/* The positions of rows [from, from + n) a gpt's plan computes: the
+ * sequence bucket of the longest (or, under exact shapes, that length). */
+static ts_status seq_of(const session *s, int64_t from, int64_t n, int64_t *L) {
     const ts_config *c = &s->c;
-    const int64_t B = c->model.batch, T = s->gpt ? c->model.ctx : 1;
+    const int64_t T = c->model.ctx, need = longest(s, from, n);
+    *L = c->shape.policy == 1 ? ts_buckets_pick(&s->sb, need, T) : need;
+    if (!*L)
+        return ts_fail(TS_ERR_INVALID,
+                       "a sequence of %lld tokens (batch of %lld x %lld) is longer than every "
+                       "bucket of shape.seq_buckets '%s' (the largest is %lld)",
+                       (long long)need, (long long)n, (long long)need, c->shape.seq_buckets,
+                       (long long)ts_buckets_largest(&s->sb, T));
+    return TS_OK;
+}
+
+/* Real targets of rows [from, from + n): rows, or a gpt's tokens. */
+static double real_count(const session *s, int64_t from, int64_t n) {
+    if (!s->gpt) return (double)n;
+    const int64_t T = s->c.model.ctx, *y = (const int64_t *)s->by + from * T;
+    double real = 0;
+    for (int64_t i = 0; i < n * T; i++) real += y[i] != TS_SHAPE_IGNORE;
+    return real;
+}
+
+/* Rows [from, from + n) of the batch into the plan of bucket b rows and,
+ * for a gpt, L positions; with several ranks its loss weighed by w. n = 0
+ * (a short batch with fewer rows than ranks): row `from` is fed as if
+ * real, w is 0, and the rank's gradients are exact zeros. */
+static ts_status feed_rows(session *s, int64_t from, int64_t n, int64_t b, int64_t L, float w) {
+    const ts_config *c = &s->c;
+    const int64_t B = plan_rows(s), T = s->gpt ? c->model.ctx : 1;
     const size_t xr = s->xb / (size_t)B, yr = s->yb / (size_t)B;
     const char *x = (const char *)s->bx + (size_t)from * xr,
                *y = (const char *)s->by + (size_t)from * yr;
     const int f32 = ts_dtype_of(s->g, s->m.target) == TS_F32;
-    int64_t L = T;
-    if (s->gpt) {
-        const int64_t need = longest(s, from, n);
-        L = c->shape.policy == 1 ? ts_buckets_pick(&s->sb, need, T) : need;
-        if (!L)
-            return ts_fail(TS_ERR_INVALID,
-                           "a sequence of %lld tokens (batch of %lld x %lld) is longer than every "
-                           "bucket of shape.seq_buckets '%s' (the largest is %lld)",
-                           (long long)need, (long long)n, (long long)need, c->shape.seq_buckets,
-                           (long long)ts_buckets_largest(&s->sb, T));
-    }
+    const int64_t fed = n > 0 ? n : 1;
     ts_status st = ts_plan_cache_select(s->cache, b, s->gpt ? L : 0);
     if (st != TS_OK) return st;
     /* bytes of one row of the bucket's x and y */
     const size_t bx = xr / (size_t)T * (size_t)L, by = yr / (size_t)T * (size_t)L;
-    if (b != n || L != T) { /* padding: zero inputs, ignored or masked targets */
-        for (int64_t r = 0; r < n; r++) {
+    if (b != fed || L != T) { /* padding: zero inputs, ignored or masked targets */
+        for (int64_t r = 0; r < fed; r++) {
             memcpy((char *)s->pad_x + (size_t)r * bx, x + (size_t)r * xr, bx);
             memcpy((char *)s->pad_y + (size_t)r * by, y + (size_t)r * yr, by);
         }
-        memset((char *)s->pad_x + (size_t)n * bx, 0, (size_t)(b - n) * bx);
+        memset((char *)s->pad_x + (size_t)fed * bx, 0, (size_t)(b - fed) * bx);
         if (f32) {
-            memset((char *)s->pad_y + (size_t)n * by, 0, (size_t)(b - n) * by);
+            memset((char *)s->pad_y + (size_t)fed * by, 0, (size_t)(b - fed) * by);
         } else {
-            int64_t *t = (int64_t *)((char *)s->pad_y + (size_t)n * by);
-            for (size_t i = 0; i < (size_t)(b - n) * by / sizeof(int64_t); i++)
+            int64_t *t = (int64_t *)((char *)s->pad_y + (size_t)fed * by);
+            for (size_t i = 0; i < (size_t)(b - fed) * by / sizeof(int64_t); i++)
                 t[i] = TS_SHAPE_IGNORE;
         }
         x = s->pad_x, y = s->pad_y;
@@ -208,16 +254,13 @@ static ts_status feed_rows(session *s, int64_t from, int64_t n, int64_t b) {
     st = ts_plan_set_input(s->plan, s->in_name, x, (size_t)b * bx);
     if (st == TS_OK) st = ts_plan_set_input(s->plan, s->tgt_name, y, (size_t)b * by);
     if (st == TS_OK && (f32 || s->bn_mask) && c->shape.policy == 1) {
-        for (int64_t i = 0; i < b; i++) s->mask[i] = i < n ? 1.0f : 0.0f;
+        for (int64_t i = 0; i < b; i++) s->mask[i] = i < fed ? 1.0f : 0.0f;
         st = ts_plan_set_input(s->plan, "mask", s->mask, sizeof(float) * (size_t)b);
     }
+    if (st == TS_OK && c->shape.policy == 1 && s->nranks > 1)
+        st = ts_plan_set_input(s->plan, "loss_weight", &w, sizeof w);
     /* padding share: of the positions a gpt computes, those past a real target */
-    double real = (double)n * (double)T;
-    if (s->gpt) {
-        real = 0;
-        const int64_t *yy = (const int64_t *)((const char *)s->by + (size_t)from * yr);
-        for (int64_t i = 0; i < n * T; i++) real += yy[i] != TS_SHAPE_IGNORE;
-    }
+    const double real = s->gpt ? real_count(s, from, n) : (double)n * (double)T;
     ts_plan_cache_note(s->cache, real, (double)b * (double)L);
     s->bucket = b;
     s->seq_bucket = L;
@@ -237,24 +280,36 @@ ts_status ts_sess_step(session *s) {
         s->step_loss = ts_plan_loss(s->plan);
         return st;
     }
-    const int64_t B = s->c.model.batch, rows = s->rows;
+    const int64_t B = plan_rows(s), rows = s->rows, N = s->nranks;
     const int bucket = s->c.shape.policy == 1;
-    const int64_t largest = bucket ? ts_buckets_largest(&s->bb, B) : B;
+    const int64_t largest = (bucket ? ts_buckets_largest(&s->bb, B) : B) * N;
     /* Rows beyond the largest bucket (shape.split_oversize) run as several
      * updates at this step's learning rate; the loss is their row-weighted
-     * mean. */
+     * mean.
+     * With N ranks every rank holds the whole batch and derives the same
+     * bucket from it, so no collective is needed to agree: rank r runs rows
+     * [from + r*n/N, from + (r+1)*n/N) of a piece of n, on the bucket of
+     * the largest rank's share (ceil(n/N)) and the sequence bucket of the
+     * piece's longest row, with its loss weighed by its share of the
+     * piece's real count (ts_shape_weight_loss). */
     const int64_t done = ts_plan_step_count(s->plan);
     double loss = 0;
     st = TS_OK;
     for (int64_t from = 0; from < rows && st == TS_OK; from += largest) {
         const int64_t n = rows - from < largest ? rows - from : largest;
-        const int64_t b = bucket ? ts_buckets_pick(&s->bb, n, B) : n;
+        const int64_t lo = from + s->rank * n / N, hi = from + (s->rank + 1) * n / N;
+        const int64_t most = (n + N - 1) / N;
+        const int64_t b = bucket ? ts_buckets_pick(&s->bb, most, B) : most;
+        int64_t L = s->gpt ? s->c.model.ctx : 1;
+        if (s->gpt) st = seq_of(s, from, n, &L);
+        const double all = N > 1 ? real_count(s, from, n) : 1, mine = real_count(s, lo, hi - lo);
+        const float w = all > 0 ? (float)((double)N * mine / all) : 0.0f;
         if (from > 0) {
             const int64_t applied = ts_plan_updates_applied(s->plan);
             ts_plan_set_step(s->plan, done);
             ts_plan_set_updates_applied(s->plan, applied);
         }
-        st = feed_rows(s, from, n, b);
+        if (st == TS_OK) st = feed_rows(s, lo, hi - lo, b, L, w);
         if (st == TS_OK) st = ts_plan_step(s->plan);
         loss += ts_plan_loss(s->plan) * (double)n;
     }

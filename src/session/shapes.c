@@ -26,3 +26,19 @@ ts_status ts_shape_mask_loss(ts_graph *g, ts_model *m, ts_train_spec *spec) {
     spec->loss = loss;
     return TS_OK;
 }
+
+ts_status ts_shape_weight_loss(ts_graph *g, ts_model *m, ts_train_spec *spec) {
+    int64_t d1[1] = {1};
+    ts_val w = ts_input(g, "loss_weight", TS_F32, 1, d1);
+    const int r = ts_rank(g, m->loss);
+    int64_t ld[TS_MAX_RANK];
+    for (int i = 0; i < r; i++) ld[i] = ts_dim(g, m->loss, i);
+    ts_val loss = ts_mul(g, m->loss, ts_reshape(g, w, r, ld));
+    ts_status s = ts_graph_status(g);
+    if (s == TS_OK) s = ts_set_name(g, m->loss, "rank_loss");
+    if (s == TS_OK) s = ts_set_name(g, loss, "loss");
+    if (s != TS_OK) return s;
+    m->loss = loss;
+    spec->loss = loss;
+    return TS_OK;
+}

@@ -23,4 +23,11 @@ enum { TS_SHAPE_IGNORE = -100 };
  * (sum(mask) * K). A model with class-id targets is left as it is. */
 ts_status ts_shape_mask_loss(ts_graph *g, ts_model *m, ts_train_spec *spec);
 
+/* Data parallel on buckets: adds input "loss_weight" f32 [1] and makes the
+ * loss (named "loss"; the old one "rank_loss") rank_loss * loss_weight.
+ * Each rank feeds N * n_r / n (its real count n_r of the step's n, N
+ * ranks), so the ranks' averaged gradients are those of the mean over the
+ * whole batch's real rows or tokens however unevenly they fell. */
+ts_status ts_shape_weight_loss(ts_graph *g, ts_model *m, ts_train_spec *spec);
+
 #endif
