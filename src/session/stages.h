@@ -73,8 +73,9 @@ typedef struct ts_stage_times {
 void ts_stage_last_times(const ts_stage *st, ts_stage_times *t);
 /* The host memory the stage holds outside its plan's arena: saved
  * activations of the micro-batches in flight, the send buffers, the
- * gradient sums (their most: one buffer per level of the micro-batch tree,
- * D per replica sum). */
+ * gradient sums (the most partial sums the fixed trees over the
+ * micro-batches and over the replicas keep at once, and the replicas'
+ * sums). */
 size_t ts_stage_buffer_bytes(const ts_stage *st);
 /* The elements of the model's parameters this stage holds (a parameter two
  * stages hold counted by the earlier one; pipe.in left out): the stages'

@@ -446,6 +446,23 @@ const ts_partition *ts_stage_partition_of(const ts_stage *st) {
 void ts_stage_last_times(const ts_stage *st, ts_stage_times *t) {
     *t = st->t;
 }
+/* The partial sums a tree of n leaves (nodes: equal subtrees, each copied
+ * in) allocates in dist/repro_sum.c: the deepest its stack gets, where a
+ * leaf closing a single-leaf subtree is added in place. */
+static size_t tree_buffers(int n, int nodes) {
+    int lv[64], d = 0, most = 0;
+    for (int k = 0; k < n && d < 63; k++) {
+        if (!nodes && d > 0 && lv[d - 1] == 0) {
+            lv[d - 1] = 1;
+        } else {
+            lv[d++] = 0;
+            if (d > most) most = d;
+        }
+        while (d > 1 && lv[d - 1] == lv[d - 2]) lv[d - 2]++, d--;
+    }
+    return (size_t)most;
+}
+
 size_t ts_stage_buffer_bytes(const ts_stage *st) {
     if (!st) return 0;
     const size_t M = (size_t)st->M;
@@ -453,13 +470,9 @@ size_t ts_stage_buffer_bytes(const ts_stage *st) {
     if (st->act_send) b += st->out_bytes * M;
     if (st->grad_send) b += st->in_bytes * M;
     for (int i = 0; i < st->n_shared; i++) b += st->shared[i].bytes * (st->shared[i].owner ? 1 : M);
-    /* a tree of n leaves keeps at most one partial sum per level */
-    for (int k = 0; k < 2; k++) {
-        const size_t n = k ? (size_t)st->D : M;
-        size_t levels = 0;
-        while (((size_t)1 << levels) < n) levels++;
-        if (n > 1) b += (levels + 1) * st->ngrad * sizeof(float);
-    }
+    const size_t g = st->ngrad * sizeof(float);
+    if (st->M > 1) b += tree_buffers(st->M, 0) * g;
+    if (st->D > 1) b += tree_buffers(st->D, !(st->M & (st->M - 1))) * g;
     if (st->D > 1) b += (size_t)st->D * st->ngrad * sizeof(float); /* dp_buf */
     return b;
 }
