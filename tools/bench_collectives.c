@@ -209,54 +209,56 @@ static void free_bufs(ts_comm *c, bufs *B) {
     ts_comm_free(c, B->b);
 }
 
-/* Measures every op and size on comm c into rows[op][size]. */
-static ts_status sweep(ts_comm *c, const opts *o, const results *R, point rows[NOPS][NSIZES],
-                       char *tune, size_t tune_n) {
-    bufs B = {0};
-    ts_status s = alloc_bufs(c, R->bytes[R->nsizes - 1], &B);
-    if (s == TS_OK && o->algo == TS_ALGO_AUTO) s = ts_comm_tune(c);
-    if (s == TS_OK) snprintf(tune, tune_n, "%s", ts_comm_tune_source(c));
-    for (int op = 0; op < NOPS && s == TS_OK; op++) {
-        if (!o->ops[op]) continue;
-        for (int k = 0; k < R->nsizes && s == TS_OK; k++)
-            s = measure(c, op, &B, R->bytes[k], o, &rows[op][k]);
+/* The copy ceiling at one size: every rank copies `bytes` between two
+ * buffers of its own at once (the footprint and the contention a
+ * collective of that size has); rank 0's fastest batch. What a core can
+ * move per second there. */
+static ts_status ceiling_at(ts_comm *c, const opts *o, size_t bytes, unsigned char *x,
+                            unsigned char *y, point *p) {
+    memcpy(y, x, bytes);
+    double t0 = now_s();
+    memcpy(y, x, bytes);
+    int iters = 0;
+    ts_status s = iterations(c, now_s() - t0, o->time, &iters);
+    int per = iters / BATCHES > 0 ? iters / BATCHES : 1;
+    double best = 0;
+    for (int b = 0; b < BATCHES && s == TS_OK; b++) {
+        s = ts_barrier(c);
+        t0 = now_s();
+        for (int i = 0; i < per; i++) {
+            memcpy(y, x, bytes);
+            __asm__ volatile("" : : "r"(y) : "memory"); /* every copy happens */
+        }
+        double t = (now_s() - t0) / per;
+        if (s == TS_OK) s = ts_barrier(c);
+        if (b == 0 || t < best) best = t;
     }
-    free_bufs(c, &B);
+    p->us = best * 1e6;
+    snprintf(p->algo, sizeof p->algo, "memcpy");
     return s;
 }
 
-/* The copy ceiling: every rank copies `bytes` between two buffers of its
- * own at once (the footprint and the contention a collective of that size
- * has); rank 0's fastest batch. What a core can move per second there. */
-static ts_status measure_ceiling(ts_comm *c, const opts *o, results *R) {
+/* Measures every op and size on comm c into rows[op][size], and with ceil
+ * the copy ceiling of each size right before its collectives: on a loaded
+ * machine a ceiling measured minutes apart from the collectives it is
+ * compared with would see another load. */
+static ts_status sweep(ts_comm *c, const opts *o, const results *R, point rows[NOPS][NSIZES],
+                       point *ceil, char *tune, size_t tune_n) {
+    bufs B = {0};
     size_t max = R->bytes[R->nsizes - 1];
-    unsigned char *x = ts_comm_alloc(c, max), *y = malloc(max);
-    ts_status s = x && y ? TS_OK : TS_ERR_NOMEM;
-    if (s == TS_OK) memset(x, 1, max), memset(y, 2, max);
+    unsigned char *x = ceil ? malloc(max) : NULL, *y = ceil ? malloc(max) : NULL;
+    ts_status s = alloc_bufs(c, max, &B);
+    if (s == TS_OK && ceil && (!x || !y)) s = TS_ERR_NOMEM;
+    if (s == TS_OK && ceil) memset(x, 1, max), memset(y, 2, max);
+    if (s == TS_OK && o->algo == TS_ALGO_AUTO) s = ts_comm_tune(c);
+    if (s == TS_OK) snprintf(tune, tune_n, "%s", ts_comm_tune_source(c));
     for (int k = 0; k < R->nsizes && s == TS_OK; k++) {
-        size_t n = R->bytes[k];
-        memcpy(y, x, n);
-        double t0 = now_s();
-        memcpy(y, x, n);
-        int iters = 0;
-        s = iterations(c, now_s() - t0, o->time, &iters);
-        int per = iters / BATCHES > 0 ? iters / BATCHES : 1;
-        double best = 0;
-        for (int b = 0; b < BATCHES && s == TS_OK; b++) {
-            s = ts_barrier(c);
-            t0 = now_s();
-            for (int i = 0; i < per; i++) {
-                memcpy(y, x, n);
-                __asm__ volatile("" : : "r"(y) : "memory"); /* every copy happens */
-            }
-            double t = (now_s() - t0) / per;
-            if (s == TS_OK) s = ts_barrier(c);
-            if (b == 0 || t < best) best = t;
-        }
-        R->tceil[k].us = best * 1e6;
-        snprintf(R->tceil[k].algo, sizeof R->tceil[k].algo, "memcpy");
+        if (ceil) s = ceiling_at(c, o, R->bytes[k], x, y, &ceil[k]);
+        for (int op = 0; op < NOPS && s == TS_OK; op++)
+            if (o->ops[op]) s = measure(c, op, &B, R->bytes[k], o, &rows[op][k]);
     }
-    ts_comm_free(c, x);
+    free_bufs(c, &B);
+    free(x);
     free(y);
     return s;
 }
@@ -268,8 +270,8 @@ typedef struct shm_job {
 
 static int shm_worker(ts_comm *c, void *user) {
     shm_job *j = user;
-    ts_status s = sweep(c, j->o, j->R, j->R->tshm, j->R->shm_tune, sizeof j->R->shm_tune);
-    if (s == TS_OK) s = measure_ceiling(c, j->o, j->R);
+    ts_status s =
+        sweep(c, j->o, j->R, j->R->tshm, j->R->tceil, j->R->shm_tune, sizeof j->R->shm_tune);
     if (s != TS_OK) {
         fprintf(stderr, "tessel: error: bench collectives: shm rank %d: %s\n", ts_comm_rank(c),
                 ts_last_error());
@@ -354,7 +356,7 @@ static int run_mpi_part(const opts *o, results *R, int rounds) {
     }
     int rank = ts_comm_rank(c), rc = 0;
     for (int round = 0; round < rounds && !rc; round++) {
-        if (sweep(c, o, R, R->tmpi, R->mpi_tune, sizeof R->mpi_tune) != TS_OK) {
+        if (sweep(c, o, R, R->tmpi, NULL, R->mpi_tune, sizeof R->mpi_tune) != TS_OK) {
             fprintf(stderr, "tessel: error: bench collectives: mpi rank %d: %s\n", rank,
                     ts_last_error());
             rc = 1;
