@@ -168,6 +168,15 @@ static void slot_tensors(int op, const ts_tensor *in, int n_in, const ts_tensor 
     }
 }
 
+/* oneDNN's im2col + GEMM convolution ("gemm:jit", "x64:gemm:jit"), not its
+ * brgemm-based kernels ("brgconv...", "brgemm..."): a "gemm:" that starts the
+ * name or follows a ':'. */
+static int is_im2col_gemm(const char *impl) {
+    for (const char *p = strstr(impl, "gemm:"); p; p = strstr(p + 1, "gemm:"))
+        if (p == impl || p[-1] == ':') return 1;
+    return 0;
+}
+
 /* The shape of a backward-weights instruction for dnnl_conv_wgrad.h; 0 if
  * the kernel does not apply (f32 channels-last, one group, stride 1, no
  * dilation, 2D or 3D, C a multiple of 8, an AVX2 + FMA CPU). */
@@ -309,7 +318,7 @@ static ts_status dconv_build(dconv *c, const ts_instr *in, const ts_rt_instr *r)
         st = dnnl_unimplemented;
     /* oneDNN's im2col + SGEMM backward weights (no JIT kernel for the shape
      * on this CPU): tessel's per-tap kernel is faster where it applies. */
-    if (st == dnnl_success && c->kind == DC_BWD_WEIGHT && strstr(impl, "gemm:"))
+    if (st == dnnl_success && c->kind == DC_BWD_WEIGHT && is_im2col_gemm(impl))
         c->wgrad = wgrad_shape(in, t, &c->ws);
     if (st == dnnl_success) {
         dnnl_query_t qs = c->kind == DC_BWD_DATA ? dnnl_query_diff_src_md : dnnl_query_src_md;
