@@ -29,6 +29,15 @@ static int pieces_of(int64_t M, int64_t lo, int64_t hi, int64_t *start, int *lev
     return n;
 }
 
+/* Every rank holds one piece and N is a power of two (so is each piece's k = M / N leaves): the
+ * pieces are the leaves of a balanced tree over the ranks, whose pairs are recursive doubling's
+ * (r and r xor 1, then r xor 2, ...; for 2 ranks every algorithm adds the one pair). One
+ * all-reduce of n floats then finishes the tree, instead of an all-gather of N * n and the sum
+ * of all pieces on every rank. */
+static int rank_tree(const ts_repro_gather *g) {
+    return g->total == g->N && (g->N & (g->N - 1)) == 0;
+}
+
 ts_status ts_repro_gather_init(ts_repro_gather *g, int N, int rank, int64_t M, size_t n) {
     if (!g) return ts_fail(TS_ERR_INVALID, "repro_gather: NULL argument");
     memset(g, 0, sizeof *g);
@@ -56,8 +65,10 @@ ts_status ts_repro_gather_init(ts_repro_gather *g, int N, int rank, int64_t M, s
         t += c;
     }
     const size_t chunk = n < CHUNK ? n : CHUNK;
-    if (!(g->mine = ts_alloc((size_t)g->npieces * (n ? n : 1) * sizeof(float), "tree pieces")) ||
-        !(g->xbuf = ts_alloc((size_t)N * (size_t)g->pmax * (chunk ? chunk : 1) * sizeof(float),
+    if (!(g->mine = ts_alloc((size_t)g->npieces * (n ? n : 1) * sizeof(float), "tree pieces")))
+        return TS_ERR_NOMEM;
+    if (rank_tree(g)) return ts_tree_sum_init(&g->local, n); /* no all-gather: no xbuf, glob */
+    if (!(g->xbuf = ts_alloc((size_t)N * (size_t)g->pmax * (chunk ? chunk : 1) * sizeof(float),
                              "tree pieces' exchange")))
         return TS_ERR_NOMEM;
     ts_status s = ts_tree_sum_init(&g->local, n);
@@ -90,6 +101,19 @@ ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf) {
     return s;
 }
 
+static ts_status rank_tree_result(ts_repro_gather *g, ts_comm *comm, float *dst) {
+    ts_status s = TS_OK;
+    if (g->N > 1)
+        s = ts_allreduce(comm, g->mine, g->n, TS_F32, TS_RED_SUM,
+                         g->N > 2 ? TS_ALGO_RD : TS_ALGO_AUTO);
+    /* the division of ts_tree_sum_result, so the floats of the all-gather's path */
+    const float div = (float)g->M;
+    for (size_t i = 0; s == TS_OK && i < g->n; i++) dst[i] = g->mine[i] / div;
+    g->added = 0;
+    g->cur = 0;
+    return s;
+}
+
 ts_status ts_repro_gather_result(ts_repro_gather *g, ts_comm *comm, float *dst) {
     if (!g || !dst) return ts_fail(TS_ERR_INVALID, "repro_gather_result: NULL argument");
     if (g->added != g->k)
@@ -97,6 +121,7 @@ ts_status ts_repro_gather_result(ts_repro_gather *g, ts_comm *comm, float *dst) 
                        (long long)g->added, (long long)g->k);
     if (g->N > 1 && (!comm || ts_comm_size(comm) != g->N))
         return ts_fail(TS_ERR_INVALID, "repro_gather_result: needs a comm of %d ranks", g->N);
+    if (rank_tree(g)) return rank_tree_result(g, comm, dst);
     ts_status s = TS_OK;
     for (size_t off = 0; off < g->n && s == TS_OK; off += CHUNK) {
         const size_t len = g->n - off < CHUNK ? g->n - off : CHUNK;

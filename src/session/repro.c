@@ -40,25 +40,18 @@ struct ts_repro {
     void *next_user;
 };
 
-static int pow2(int64_t x) {
-    return x > 0 && (x & (x - 1)) == 0;
-}
-
 int ts_repro_zero(const session *s) {
     return s->c.dist.reproducible && s->nranks > 1 && (s->c.dist.zero == 1 || s->c.dist.zero == 2);
 }
 
 int ts_repro_local(const session *s) {
-    if (!s->c.dist.reproducible || s->nranks < 2) return 0;
-    /* ZeRO-1/2: the plan reduces nothing (its shard updates read the
-     * gradients the gate sums), so the ranks' pieces are gathered. */
-    if (ts_repro_zero(s)) return 1;
-    /* Loss scaling unscales each micro-batch's gradients; an all-reduce
-     * would add scaled ones, which rounds otherwise for a scale that is not
-     * a power of two. */
-    ts_precision_options po;
-    ts_config_precision(&s->c, &po);
-    return !pow2(s->nranks) || po.loss_scale != TS_SCALE_NONE;
+    /* Every process count: each rank runs its run of consecutive micro-batches on a plan
+     * without an all-reduce, and the tree is finished once per step (repro_gather.h: one
+     * all-reduce where the runs are the tree's aligned blocks, else an all-gather of pieces).
+     * An all-reduce per round (the plan's) moved the gradients k times per step instead of
+     * once; with loss scaling it would also add scaled gradients, which rounds otherwise for
+     * a scale that is not a power of two; with ZeRO-1/2 the shard updates read the sums. */
+    return s->c.dist.reproducible && s->nranks > 1;
 }
 
 ts_status ts_repro_resolve(session *s) {
@@ -110,12 +103,6 @@ ts_status ts_repro_resolve(session *s) {
     return TS_OK;
 }
 
-/* The all-reduce of one round's forward state: a balanced tree over the
- * ranks (for 2 every algorithm adds the pair; beyond, recursive doubling). */
-static ts_coll_algo tree_algo(int N) {
-    return N > 2 ? TS_ALGO_RD : TS_ALGO_AUTO;
-}
-
 static void state_copy(struct ts_repro *r, float *dst, int to_plan) {
     size_t o = 0;
     for (int i = 0; i < r->nst; i++) {
@@ -128,10 +115,9 @@ static void state_copy(struct ts_repro *r, float *dst, int to_plan) {
 }
 
 /* The update gate, asked after every round's backward pass: the round's
- * gradients (averaged over the ranks by the plan) and forward state go
- * into the trees; the update is skipped until the last round, which
- * writes the batch's gradients and state into the plan and asks the gate
- * behind this one. */
+ * gradients and forward state go into the trees; the update is skipped
+ * until the last round, which writes the batch's gradients and state into
+ * the plan and asks the gate behind this one. */
 /* With loss scaling, the batch's skip decision: a non-finite value in the
  * summed (unscaled) gradients, the same floats on every process count. A
  * leaf's inf or NaN survives the tree, and so does a sum that overflows. */
@@ -166,6 +152,7 @@ static ts_status gate_local(ts_plan *p, struct ts_repro *r, ts_gate_decision *ou
     return r->next_fn ? r->next_fn(p, r->next_user, out) : TS_OK;
 }
 
+/* One process (more: gate_local): the tree over its M rounds. */
 static ts_status gate(ts_plan *p, void *user, ts_gate_decision *out) {
     struct ts_repro *r = user;
     if (r->local) return gate_local(p, r, out);
@@ -178,9 +165,6 @@ static ts_status gate(ts_plan *p, void *user, ts_gate_decision *out) {
     if (st != TS_OK) return st;
     if (r->nstate) {
         state_copy(r, r->leaf, 0);
-        if (r->N > 1 && (st = ts_allreduce(r->comm, r->leaf, r->nstate, TS_F32, TS_RED_SUM,
-                                           tree_algo(r->N))) != TS_OK)
-            return st;
         st = last ? ts_tree_sum_finish(&r->ssum, r->leaf, r->leaf, (float)r->M)
                   : ts_tree_sum_add(&r->ssum, r->leaf);
         if (st != TS_OK) return st;
@@ -278,8 +262,8 @@ ts_status ts_repro_step(session *s, double *loss) {
     ts_status st = TS_OK;
     if (r->nstate) state_copy(r, r->s0, 0);
     for (int64_t j = 0; j < r->k && st == TS_OK; j++) {
-        /* this rank's micro-batch of round j: interleaved, or its run (local) */
-        const int64_t i = r->local ? r->rank * r->k + j : j * r->N + r->rank;
+        /* this rank's micro-batch of round j: the j-th of its run */
+        const int64_t i = r->rank * r->k + j;
         st = ts_plan_set_input(p, s->in_name, (const char *)s->bx + (size_t)i * s->xb, s->xb);
         if (st == TS_OK)
             st = ts_plan_set_input(p, s->tgt_name, (const char *)s->by + (size_t)i * s->yb, s->yb);
@@ -303,10 +287,9 @@ ts_status ts_repro_step(session *s, double *loss) {
     } else {
         memcpy(r->losses, r->loss, sizeof(double) * (size_t)r->k);
     }
-    /* In micro-batch order: micro-batch i is round i / N of rank i % N (local: rank-major). */
+    /* In micro-batch order: the ranks' runs, rank-major, are it. */
     double sum = 0;
-    for (int64_t i = 0; i < r->M; i++)
-        sum += r->losses[r->local ? i : (i % r->N) * r->k + i / r->N];
+    for (int64_t i = 0; i < r->M; i++) sum += r->losses[i];
     *loss = sum / (double)r->M;
     return TS_OK;
 }

@@ -10,19 +10,18 @@
  *     ts_repro_free(s->rp);
  *
  * Micro-batch i of a batch is its rows i*m .. (i+1)*m - 1; with N processes
- * rank r runs micro-batches r, r + N, r + 2N, ... in that order, so the N
- * micro-batches of one round are N consecutive leaves of the tree, which
- * the plan's gradient all-reduce (a balanced tree over the ranks: any
- * algorithm for 2, recursive doubling for more) sums; the rounds are then
- * summed locally in the same tree (dist/repro_sum.h). */
+ * rank r runs the k = M/N consecutive micro-batches r*k .. (r+1)*k - 1 on a
+ * plan without an all-reduce, sums them in its pieces of the tree
+ * (dist/repro_sum.h), and the ranks finish the tree once per step
+ * (dist/repro_gather.h). */
 #ifndef TS_SESSION_REPRO_H
 #define TS_SESSION_REPRO_H
 
 #include "session/session_internal.h"
 
-/* 1 when the plan is compiled for this rank alone (no all-reduce): dist.reproducible on a
- * process count that is not a power of two, or with loss scaling. Each rank then runs a run of
- * consecutive micro-batches, and the tree is finished across ranks by dist/repro_gather.h. */
+/* 1 when the plan is compiled for this rank alone (no all-reduce): dist.reproducible on more
+ * than one process. Each rank then runs a run of consecutive micro-batches, and the tree is
+ * finished across ranks by dist/repro_gather.h. */
 int ts_repro_local(const session *s);
 
 /* 1 for dist.reproducible with dist.zero 1 or 2 on more than one process: the plan is compiled

@@ -280,10 +280,10 @@ static void header(session *s) {
                             "(%s)",
                             s->nranks, ts_comm_transport(s->o->comm), hosts, s->nslices,
                             (long long)(c->model.batch / s->nslices), s->nslices / s->nranks,
-                            ts_repro_zero(s)    ? "each process's pieces all-gathered, its "
-                                                  "shard updated from the sums"
-                            : ts_repro_local(s) ? "each process's pieces all-gathered"
-                                                : "an all-reduce per round");
+                            ts_repro_zero(s) ? "each process's pieces summed across "
+                                               "processes, its shard updated from the sums"
+                                             : "each process's pieces summed across "
+                                               "processes once per step");
         else
             ts_progress_log(&s->pr,
                             "data parallel: %d processes (%s%s), batch %lld per process, "

@@ -8,10 +8,10 @@
  * so does W1 in fp16 with dynamic loss scaling on 1, 3 and 4 processes (with
  * skipped and applied steps); each of them also with ZeRO-1 and 2 on 2, 3
  * or 4 processes (W1 with clipping, shared and private parameters): the
- * same bits as ZeRO-0 on 1 process; without the key 1 and 2 processes
- * differ (so the comparison can fail). A count that does not divide the
- * micro-batch count and ZeRO-3 are refused, the first with the allowed
- * counts named. */
+ * same bits as ZeRO-0 on 1 process; W1 with 4 micro-batches on 2 and 4
+ * processes (each process's run one block of the tree: one all-reduce); without the key 1 and 2
+ * processes differ (so the comparison can fail). A count that does not divide the micro-batch count
+ * and ZeRO-3 are refused, the first with the allowed counts named. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -182,6 +182,35 @@ int main(void) {
         !train("w1-plain-p2", "examples/w1.yaml", w1, 2, 1))
         CHECK(!identical("w1-plain-p1", "w1-plain-p2", NULL),
               "without dist.reproducible 1 and 2 processes differ");
+
+    /* 4 micro-batches on 2 and 4 processes: each process's run is one aligned block of the
+     * tree, so one all-reduce per step finishes it (dist/repro_gather.h): the same bits as one
+     * process, with and without ZeRO-1. */
+    char m4[700];
+    snprintf(m4, sizeof m4,
+             "%s --set dist.reproducible=true --set model.batch=48 --set dist.microbatch=12 --set "
+             "train.steps=10",
+             w1);
+    if (!train("m4-p1-t1", "examples/w1.yaml", m4, 1, 1)) {
+        char *want = train_numbers("m4-p1-t1");
+        const int procs[] = {2, 4, 2}, zero[] = {0, 0, 1};
+        for (int i = 0; i < 3; i++) {
+            char run[64], all[800];
+            snprintf(run, sizeof run, "m4-z%d-p%d-t1", zero[i], procs[i]);
+            snprintf(all, sizeof all, "%s --set dist.zero=%d", m4, zero[i]);
+            if (train(run, "examples/w1.yaml", all, procs[i], 1)) continue;
+            int n = 0;
+            CHECK(identical("m4-p1-t1", run, &n),
+                  "4 micro-batches, ZeRO-%d on %d processes: every tensor identical to 1 process "
+                  "(%d tensors)",
+                  zero[i], procs[i], n);
+            char *got = train_numbers(run);
+            CHECK(want[0] && strcmp(want, got) == 0,
+                  "4 micro-batches on %d processes: the same losses and gradient norms", procs[i]);
+            free(got);
+        }
+        free(want);
+    }
 
     const char *gru = "--set train.steps=8 --set train.eval_every=0 --set model.hidden=64 --set "
                       "model.batch=48 --set dist.microbatch=4 --set dist.reproducible=true";

@@ -189,8 +189,22 @@ static void test_gather(void) {
     const struct {
         int M, N;
         size_t n;
-    } cs[] = {{12, 3, LEN}, {9, 3, LEN}, {10, 5, LEN}, {6, 6, LEN}, {12, 4, LEN},
-              {7, 7, LEN},  {8, 1, LEN}, {12, 2, LEN}, {6, 3, big}};
+    } cs[] = {{12, 3, LEN},
+              {9, 3, LEN},
+              {10, 5, LEN},
+              {6, 6, LEN},
+              {12, 4, LEN},
+              {7, 7, LEN},
+              {8, 1, LEN},
+              {12, 2, LEN},
+              {6, 3, big},
+              /* one piece per rank on a power-of-two count: the all-reduce path */
+              {2, 2, LEN},
+              {4, 2, LEN},
+              {8, 2, LEN},
+              {4, 4, LEN},
+              {8, 4, LEN},
+              {16, 4, big}};
     for (size_t a = 0; a < sizeof cs / sizeof cs[0]; a++) {
         const int M = cs[a].M, N = cs[a].N;
         const size_t n = cs[a].n, bytes = (size_t)N * n * sizeof(float);
@@ -216,6 +230,18 @@ static void test_gather(void) {
         munmap(out, bytes);
         free(ref);
         free(leaf);
+    }
+    /* The all-reduce path is taken exactly where every rank holds one piece and the count is
+     * a power of two (no all-gather buffer); elsewhere the pieces are all-gathered. */
+    const struct {
+        int M, N, rank_tree;
+    } paths[] = {{8, 4, 1}, {4, 2, 1}, {2, 2, 1}, {8, 1, 1}, {12, 4, 0}, {12, 3, 0}, {12, 2, 0}};
+    for (size_t a = 0; a < sizeof paths / sizeof paths[0]; a++) {
+        ts_repro_gather pg;
+        CHECK_OK(ts_repro_gather_init(&pg, paths[a].N, 0, paths[a].M, LEN));
+        CHECK((pg.xbuf == NULL) == paths[a].rank_tree, "M %d on %d ranks: %s", paths[a].M,
+              paths[a].N, paths[a].rank_tree ? "one all-reduce" : "pieces all-gathered");
+        ts_repro_gather_free(&pg);
     }
     /* Refusals: a count that does not divide M, a subtree out of the counter's order. */
     ts_repro_gather g;
