@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "fed/net.h"
@@ -183,6 +184,43 @@ ts_status ts_fed_accept(ts_fed_listener *l, ts_fed_conn **out) {
     return TS_OK;
 }
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Roles start in any order, so a refused connection (nobody listens yet) is
+ * tried again, 0.1 s later doubling up to 1 s, until timeout_s has passed;
+ * any other failure ends at once. A fresh socket every time: one whose
+ * connect() failed may not be reused. */
+static ts_status connect_retrying(ts_fed_conn *c, const struct sockaddr_in *sa, double timeout_s,
+                                  const char *host, int port) {
+    const double start = now_s();
+    double delay = 0.1;
+    for (;;) {
+        if ((c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+            return ts_fail(TS_ERR_IO, "fed: socket: %s", strerror(errno));
+        set_timeouts(c->fd, timeout_s); /* SO_SNDTIMEO bounds connect() too */
+        if (connect(c->fd, (const struct sockaddr *)sa, sizeof *sa) == 0) return TS_OK;
+        const int err = errno;
+        close(c->fd);
+        c->fd = -1;
+        const double waited = now_s() - start;
+        if (err != ECONNREFUSED)
+            return ts_fail(TS_ERR_IO, "fed: cannot connect to %s:%d: %s", host, port,
+                           strerror(err));
+        if (waited + delay > timeout_s)
+            return ts_fail(TS_ERR_IO,
+                           "fed: cannot connect to %s:%d: %s (tried for %.1f s, fed.timeout_s; "
+                           "is the aggregator or key holder listening there?)",
+                           host, port, strerror(err), waited);
+        struct timespec pause = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+        nanosleep(&pause, NULL);
+        delay = delay * 2 > 1.0 ? 1.0 : delay * 2;
+    }
+}
+
 ts_status ts_fed_connect(const ts_fed_tls *tls, const char *host, int port, const char *server_name,
                          ts_fed_conn **out) {
     *out = NULL;
@@ -195,13 +233,7 @@ ts_status ts_fed_connect(const ts_fed_tls *tls, const char *host, int port, cons
     if (!c) return ts_fail(TS_ERR_NOMEM, "fed: connection");
     c->fd = -1;
     ts_status s = make_ctx(tls, 0, &c->ctx);
-    if (s == TS_OK && (c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-        s = ts_fail(TS_ERR_IO, "fed: socket: %s", strerror(errno));
-    if (s == TS_OK) {
-        set_timeouts(c->fd, tls->timeout_s); /* SO_SNDTIMEO bounds connect() too */
-        if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0)
-            s = ts_fail(TS_ERR_IO, "fed: cannot connect to %s:%d: %s", host, port, strerror(errno));
-    }
+    if (s == TS_OK) s = connect_retrying(c, &sa, tls->timeout_s, host, port);
     int r;
     if (s == TS_OK && (!(c->ssl = SSL_new(c->ctx)) || SSL_set_fd(c->ssl, c->fd) != 1 ||
                        SSL_set1_host(c->ssl, server_name) != 1))

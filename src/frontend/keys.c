@@ -390,7 +390,8 @@ const ts_config_key cfg_keys[] = {
     {"fed.clip", TS_CFG_F64, FIELD(fed, clip), 0, NULL, "(0, inf)", "1",
      "weighted update values beyond ±clip are clipped (and counted in a warning)"},
     {"fed.timeout_s", TS_CFG_F64, FIELD(fed, timeout_s), 0, NULL, "(0, 1e6]", "300",
-     "seconds any connect, read or write may take (a client's local training included)"},
+     "seconds any connect (refused ones retried meanwhile), read or write may take (a "
+     "client's local training included)"},
     {"fed.join_s", TS_CFG_F64, FIELD(fed, join_s), 0, NULL, "[0, 1e6]", "60",
      "seconds the aggregator admits clients before round 1 once min_clients are in"},
     {"fed.pool", TS_CFG_INT, FIELD(fed, pool), 0, NULL, "[0, 1e6]", "0",

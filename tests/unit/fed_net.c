@@ -2,11 +2,12 @@
  * certificates from a test CA (scripts/fed-test-ca.sh), hashed frames both
  * ways, a tampered frame and an oversized one refused, a client whose
  * certificate another CA signed refused, a server with the wrong name
- * refused, and timeouts. */
+ * refused, timeouts, and a client that starts before its server. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "check.h"
 #include "fed/net.h"
@@ -46,6 +47,31 @@ static void start(server_job *j, pthread_t *t, ts_fed_listener *l, int mode) {
     j->l = l;
     j->mode = mode;
     pthread_create(t, NULL, server_main, j);
+}
+
+/* A server that starts listening on a known port 0.5 s late and echoes one
+ * frame. */
+typedef struct late_job {
+    const ts_fed_tls *tls;
+    int port;
+    server_job s;
+} late_job;
+
+static void *late_server(void *arg) {
+    late_job *lj = arg;
+    struct timespec half = {0, 500 * 1000 * 1000};
+    nanosleep(&half, NULL);
+    ts_fed_listener *l = NULL;
+    if (ts_fed_listen(lj->tls, "127.0.0.1", lj->port, &l) != TS_OK) {
+        lj->s.accept_s = TS_ERR_IO;
+        snprintf(lj->s.err, sizeof lj->s.err, "listen: %s", ts_last_error());
+        return NULL;
+    }
+    lj->s.l = l;
+    lj->s.mode = ECHO;
+    server_main(&lj->s);
+    ts_fed_listener_free(l);
+    return NULL;
 }
 
 int main(void) {
@@ -168,6 +194,37 @@ int main(void) {
         ts_fed_close(c);
         ts_fed_listener_free(l2);
     }
+    /* roles start in any order: a client started before its server retries
+     * a refused connection until the server listens, within timeout_s */
+    stls.timeout_s = 3.0;
+    ts_fed_listener *l3 = NULL;
+    CHECK_OK(ts_fed_listen(&stls, "127.0.0.1", 0, &l3));
+    int late_port = l3 ? ts_fed_listener_port(l3) : 0;
+    ts_fed_listener_free(l3); /* nobody listens on late_port now */
+    late_job lj = {&stls, late_port, {0}};
+    pthread_t lt;
+    pthread_create(&lt, NULL, late_server, &lj);
+    c = NULL;
+    CHECK_OK(ts_fed_connect(&ctls, "127.0.0.1", late_port, "agg", &c));
+    if (c) {
+        CHECK_OK(ts_fed_send(c, 1, 1, "late", 4));
+        ts_fed_msg m;
+        CHECK_OK(ts_fed_recv(c, 100, &m));
+        CHECK(m.len == 4 && m.type == 2, "late server's echo: type %u len %llu", m.type,
+              (unsigned long long)m.len);
+        ts_fed_msg_free(&m);
+        ts_fed_close(c);
+    }
+    pthread_join(lt, NULL);
+    CHECK(lj.s.accept_s == TS_OK && lj.s.recv_s == TS_OK, "late server: %s", lj.s.err);
+    /* and gives up after timeout_s, saying for how long it tried */
+    ctls.timeout_s = 1.0;
+    c = NULL;
+    s = ts_fed_connect(&ctls, "127.0.0.1", late_port, "agg", &c);
+    CHECK(s == TS_ERR_IO && c == NULL && strstr(ts_last_error(), "refused") &&
+              strstr(ts_last_error(), "tried for"),
+          "nobody listening: %s", ts_last_error());
+
     ts_fed_listener_free(l);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "cleanup");
