@@ -666,6 +666,10 @@ static void test_failures(void) {
               "rank %d: %s", r, m);
     }
     o.timeout_s = 0.5;
+    /* rank 1 waits until ranks 0 and 2 have both given up; a starved rank 2
+     * (ASan on a loaded machine) may take seconds to time out, and must not
+     * be killed by the launcher meanwhile */
+    o.grace_s = 20;
     printf("killed peer, rank 0 says: %s\n", SH->msg[0]);
 
     memset(SH->msg, 0, sizeof SH->msg);
