@@ -111,7 +111,13 @@ int main(void) {
            N * (double)P / 1e6, rss >> 10);
     /* The runtime and a model this small take about 45 MB; reading the
      * images whole added the file and its f32 copy (59 MB: 136 MB in all). */
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer's shadow memory and quarantine add tens of MB (99 MB
+     * seen with the mapping): the bound holds only for an ordinary build */
+    printf("peak RSS bound not checked under AddressSanitizer\n");
+#else
     CHECK(plain || rss < 90 * 1024, "peak RSS %ld MB: the images were copied", rss >> 10);
+#endif
     snprintf(data, sizeof data, "source: idx, train_images: %s, train_labels: %s",
              e2e_path("im.idx.gz"), e2e_path("lb.idx"));
     const int gz = train("gzip", data, NULL);

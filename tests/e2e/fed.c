@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "e2e.h"
+#include "fed_e2e.h"
 #include "tessel/tessel.h"
 
 #define CSV "/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv"
@@ -58,71 +59,6 @@ static double first_loss(const char *summary) {
     double v = p ? atof(p + 13) : NAN;
     free(s);
     return v;
-}
-
-/* Runs a long shell script (e2e_sh takes 1 KiB) from a file. */
-static void sh_script(const char *text) {
-    FILE *f = fopen(e2e_path("run.sh"), "w");
-    CHECK(f != NULL, "cannot write run.sh");
-    if (!f) return;
-    fputs(text, f);
-    fclose(f);
-    e2e_sh("sh %s", e2e_path("run.sh"));
-}
-
-/* Checks the key holder's global model of each round against a plaintext
- * FedAvg of the clients' local models of that round (their checkpoints),
- * weighted by their training rows: equal within the fixed-point bound
- * (3 updates · 0.5 / fed.scale) plus float rounding. */
-static void check_fedavg(int rounds, const double *rows) {
-    double total = rows[0] + rows[1] + rows[2], scale = 1048576, worst = 0;
-    int64_t compared = 0;
-    for (int r = 1; r <= rounds; r++) {
-        char path[600];
-        ts_ckpt *prev = NULL, *glob = NULL, *loc[3] = {NULL, NULL, NULL};
-        snprintf(path, sizeof path, "%s/kh/step-%08d", dir, r - 1);
-        CHECK_OK(ts_ckpt_open(path, NULL, NULL, &prev));
-        snprintf(path, sizeof path, "%s/kh/step-%08d", dir, r);
-        CHECK_OK(ts_ckpt_open(path, NULL, NULL, &glob));
-        for (int i = 0; i < 3; i++) {
-            snprintf(path, sizeof path, "%s/site%d/round-%03d", dir, i + 1, r);
-            CHECK_OK(ts_ckpt_open(path, NULL, NULL, &loc[i]));
-        }
-        for (int t = 0;
-             glob && prev && loc[0] && loc[1] && loc[2] && t < ts_ckpt_tensor_count(glob); t++) {
-            ts_ckpt_tensor ti;
-            if (ts_ckpt_tensor_info(glob, t, &ti) != TS_OK || ti.is_state) continue;
-            size_t n = ti.bytes / 4;
-            float *g0 = malloc(ti.bytes), *g1 = malloc(ti.bytes), *l[3];
-            for (int i = 0; i < 3; i++) l[i] = malloc(ti.bytes);
-            CHECK_OK(ts_ckpt_read(prev, ti.name, g0, ti.bytes));
-            CHECK_OK(ts_ckpt_read(glob, ti.name, g1, ti.bytes));
-            for (int i = 0; i < 3; i++) CHECK_OK(ts_ckpt_read(loc[i], ti.name, l[i], ti.bytes));
-            for (size_t j = 0; j < n; j++) {
-                double want = g0[j];
-                for (int i = 0; i < 3; i++) want += rows[i] / total * (double)(l[i][j] - g0[j]);
-                double err = fabs((double)g1[j] - want),
-                       tol = 1.5 / scale + 0x1p-23 * (fabs(want) + 1);
-                if (err > worst) worst = err;
-                if (err > tol) {
-                    CHECK(0, "round %d %s[%zu]: global %.9g, plaintext FedAvg %.9g", r, ti.name, j,
-                          g1[j], want);
-                    break;
-                }
-                compared++;
-            }
-            free(g0);
-            free(g1);
-            for (int i = 0; i < 3; i++) free(l[i]);
-        }
-        ts_ckpt_close(prev);
-        ts_ckpt_close(glob);
-        for (int i = 0; i < 3; i++) ts_ckpt_close(loc[i]);
-    }
-    CHECK(compared > 3 * 1000, "compared only %lld values", (long long)compared);
-    printf("e2e/fed: %lld parameter values over %d rounds equal plaintext FedAvg, largest "
-           "difference %.3g\n",
-           (long long)compared, rounds, worst);
 }
 
 /* Privacy: no 16-byte window (4 floats) of any site's round-1 update in the
@@ -205,7 +141,7 @@ static void launch(const char *sfx, const char *extra) {
             dir, bin, extra, tls_args("ca", site), dir, i, site, sfx, site, sfx, site, sfx);
     }
     snprintf(cmd + k, sizeof cmd - (size_t)k, "wait\n");
-    sh_script(cmd);
+    fed_sh_script(dir, cmd);
     const char *roles[] = {"agg", "kh", "site1", "site2", "site3"};
     for (int i = 0; i < 5; i++) {
         char rc[512], log[512];
@@ -265,7 +201,7 @@ int main(void) {
     free(am);
     /* training rows per shard: 190, 190 and 189 lines, 20 % held out */
     const double rows[3] = {152, 152, 151};
-    check_fedavg(3, rows);
+    fed_check_fedavg(dir, 3, rows, 1048576);
     check_aggregator_stores_no_update();
 
     /* every role restarted: the key holder resumes from its last global model (round 3) */
@@ -308,7 +244,7 @@ int main(void) {
              "cd %s && { %s fed join fed.yaml %s --out rogue >rogue.log 2>&1; echo $? >rogue.rc; } "
              "& wait",
              dir, bin, tls_args("ca", "aggregator"), dir, dir, bin, tls_args("other", "site3"));
-    sh_script(cmd);
+    fed_sh_script(dir, cmd);
     char *arc = e2e_slurp(e2e_path("agg2.rc"), NULL), *alog = e2e_slurp(e2e_path("agg2.log"), NULL),
          *rrc = e2e_slurp(e2e_path("rogue.rc"), NULL);
     CHECK(atoi(rrc) != 0, "the client of another CA took part");

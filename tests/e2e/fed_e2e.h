@@ -2,8 +2,8 @@
  * five processes of a run (aggregator, key holder, three sites), each
  * optionally run under a prefix (`ip netns exec NS` puts it on another
  * "host"), and the check that each round's global model is a plaintext
- * FedAvg of the sites' local models. Static functions: each test includes
- * it once. */
+ * FedAvg of the sites' local models. Static inline functions: a test
+ * includes it once and uses what it needs. */
 #ifndef TS_TEST_FED_E2E_H
 #define TS_TEST_FED_E2E_H
 
@@ -19,7 +19,7 @@
 static const char *const fed_roles[5] = {"aggregator", "keyholder", "site1", "site2", "site3"};
 
 /* Runs `text` as a shell script from DIR/run.sh (e2e_sh takes 1 KiB). */
-static void fed_sh_script(const char *dir, const char *text) {
+static inline void fed_sh_script(const char *dir, const char *text) {
     char path[600];
     snprintf(path, sizeof path, "%s/run.sh", dir);
     FILE *f = fopen(path, "w");
@@ -35,8 +35,8 @@ static void fed_sh_script(const char *dir, const char *text) {
  * (a client's data, say), in DIR/<role> (the key holder in DIR/kh) with its
  * log in DIR/<role>.log and exit status in DIR/<role>.rc; every process is
  * bounded by `timeout -s KILL limit_s`. Checks that every one exited 0. */
-static void fed_launch(const char *bin, const char *dir, const char *const prefix[5],
-                       const char *const sets[5], int limit_s) {
+static inline void fed_launch(const char *bin, const char *dir, const char *const prefix[5],
+                              const char *const sets[5], int limit_s) {
     static char cmd[16384];
     int k = snprintf(cmd, sizeof cmd, "cd %s\n", dir);
     for (int i = 0; i < 5; i++) {
@@ -71,7 +71,8 @@ static void fed_launch(const char *bin, const char *dir, const char *const prefi
  * their training examples rows[]: equal within the fixed-point bound
  * (3 updates · 0.5 / scale) plus float rounding. Returns the largest
  * difference. */
-static double fed_check_fedavg(const char *dir, int rounds, const double rows[3], double scale) {
+static inline double fed_check_fedavg(const char *dir, int rounds, const double rows[3],
+                                      double scale) {
     double total = rows[0] + rows[1] + rows[2], worst = 0;
     int64_t compared = 0;
     for (int r = 1; r <= rounds; r++) {
