@@ -184,19 +184,13 @@ ts_status ts_fed_accept(ts_fed_listener *l, ts_fed_conn **out) {
     return TS_OK;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Roles start in any order, so a refused connection (nobody listens yet) is
  * tried again, 0.1 s later doubling up to 1 s, until timeout_s has passed;
  * any other failure ends at once. A fresh socket every time: one whose
  * connect() failed may not be reused. */
 static ts_status connect_retrying(ts_fed_conn *c, const struct sockaddr_in *sa, double timeout_s,
                                   const char *host, int port) {
-    const double start = now_s();
+    const double start = ts_now();
     double delay = 0.1;
     for (;;) {
         if ((c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
@@ -206,7 +200,7 @@ static ts_status connect_retrying(ts_fed_conn *c, const struct sockaddr_in *sa, 
         const int err = errno;
         close(c->fd);
         c->fd = -1;
-        const double waited = now_s() - start;
+        const double waited = ts_now() - start;
         if (err != ECONNREFUSED)
             return ts_fail(TS_ERR_IO, "fed: cannot connect to %s:%d: %s", host, port,
                            strerror(err));
