@@ -34,40 +34,9 @@ if [ "$(id -u)" != 0 ]; then
     echo "compress_netns: skipped: needs root (network namespaces, tc)"
     exit 77
 fi
-A=tessel-cz-$$-a
-B=tessel-cz-$$-b
-dir=$(mktemp -d)
-cleanup() {
-    for ns in $A $B; do
-        for p in $(ip netns pids $ns 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
-        ip netns del $ns 2>/dev/null || true
-    done
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-ip netns add $A
-ip netns add $B
-ip link add veth0 netns $A type veth peer name veth0 netns $B
-ip -n $A addr add 10.78.0.1/24 dev veth0
-ip -n $B addr add 10.78.0.2/24 dev veth0
-for ns in $A $B; do
-    ip -n $ns link set veth0 up
-    ip -n $ns link set lo up
-    ip netns exec $ns tc qdisc add dev veth0 root tbf rate "$RATE" burst 1mbit latency 100ms
-done
-printf '10.78.0.1 slots=1\n10.78.0.2 slots=1\n' >"$dir/hostfile"
-cat >"$dir/agent.sh" <<EOF
-#!/bin/sh
-host=\$1; shift
-case "\$host" in
-  10.78.0.1) ns=$A ;;
-  10.78.0.2) ns=$B ;;
-  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec "\$ns" sh -c "\$*"
-EOF
-chmod +x "$dir/agent.sh"
+. "$(dirname "$0")/../scripts/netns-hosts.sh"
+netns_hosts_up tessel-cz 10.78.0 1 "$RATE"
+dir=$NETNS_DIR
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 echo "compress_netns: $(lscpu | sed -n 's/^Model name: *//p'); link tbf $RATE; $CFG --steps $STEPS; load $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$dir/none" ; : >"$dir/topk" ; : >"$dir/ratio"
@@ -75,10 +44,7 @@ for r in $(seq "$ROUNDS"); do
     for v in none topk; do
         rm -rf "$dir/run"
         # shellcheck disable=SC2086
-        ip netns exec $A mpirun --allow-run-as-root --hostfile "$dir/hostfile" -np 2 \
-            --mca plm_rsh_agent "$dir/agent.sh" --mca btl tcp,self \
-            --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.78.0.0/24 \
-            "$T" train $CFG --steps "$STEPS" --set dist.compress=$v --out "$dir/run" \
+        netns_mpirun -np 2 "$T" train $CFG --steps "$STEPS" --set dist.compress=$v --out "$dir/run" \
             >"$dir/log" 2>&1 || {
             cat "$dir/log"
             exit 1

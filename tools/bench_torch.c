@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const struct {
@@ -61,6 +62,20 @@ ts_status ts_torch_check_python(const char *python) {
                    python);
 }
 
+/* A pclose/waitpid status as words: "exit 3", "killed by signal 9", or
+ * "status -1" when the interpreter could not be waited for. */
+static const char *wait_words(int st, char *buf, size_t n) {
+    if (st == -1)
+        snprintf(buf, n, "status -1");
+    else if (WIFEXITED(st))
+        snprintf(buf, n, "exit %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(buf, n, "killed by signal %d", WTERMSIG(st));
+    else
+        snprintf(buf, n, "wait status %d", st);
+    return buf;
+}
+
 ts_status ts_torch_version(const char *python, char *version, size_t n, int *major) {
     char cmd[4200], line[512];
     snprintf(cmd, sizeof cmd,
@@ -81,9 +96,11 @@ ts_status ts_torch_version(const char *python, char *version, size_t n, int *maj
     int rc = pclose(f);
     if (!found || rc != 0) {
         last[strcspn(last, "\n")] = 0;
+        char how[48];
         return ts_fail(TS_ERR_UNSUPPORTED,
-                       "bench: the PyTorch interpreter '%s' cannot import torch (exit %d%s%s)",
-                       python, rc, last[0] ? ": " : "", last);
+                       "bench: the PyTorch interpreter '%s' cannot import torch (%s%s%s)", python,
+                       rc != 0 ? wait_words(rc, how, sizeof how) : "no version printed",
+                       last[0] ? ": " : "", last);
     }
     return TS_OK;
 }
@@ -137,10 +154,12 @@ ts_status ts_torch_run(const ts_bench_options *o, const char *mode, ts_bench_sid
     int rc = pclose(f);
     if (!found || rc != 0) {
         last[strcspn(last, "\n")] = 0;
+        char how[48];
         return ts_fail(TS_ERR_UNSUPPORTED,
-                       "bench: the PyTorch reference failed in mode %s (exit %d%s%s); it needs "
+                       "bench: the PyTorch reference failed in mode %s (%s%s%s); it needs "
                        "torch in %s and %s",
-                       mode, rc, last[0] ? ": " : "", last, o->python, o->reference);
+                       mode, rc != 0 ? wait_words(rc, how, sizeof how) : "no RESULT line",
+                       last[0] ? ": " : "", last, o->python, o->reference);
     }
     return TS_OK;
 }

@@ -144,7 +144,7 @@ static void test_errors(void) {
         {"bench --workload W1 --compare-torch --torch-python no-such-python-for-tessel",
          "the PyTorch interpreter 'no-such-python-for-tessel' is not an executable file"},
         {"bench --workload W1 --compare-torch --torch-best --torch-python /bin/false",
-         "the PyTorch interpreter '/bin/false' cannot import torch"},
+         "the PyTorch interpreter '/bin/false' cannot import torch (exit 1)"},
         {"bench --workload W1 --compare-torch --torch-mode", "missing value for '--torch-mode'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

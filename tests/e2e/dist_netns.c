@@ -26,9 +26,7 @@
  * of W1 (12 micro-batches) under mpirun on the two hosts, 4 ranks (the
  * all-reduce tree) and 3 ranks (2 + 1: the pieces all-gathered), ends with
  * the same bytes as one process and as 4 shm processes (`tessel ckpt diff`). */
-#include <dirent.h>
 #include <stdarg.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +38,10 @@
 #include "rank_check.h"
 #include "dist/comm.h"
 #include "e2e.h"
+#include "netns.h"
 #include "tessel/dist.h"
 
-#define NRANKS  4
-#define NS_PREF "tessel-netns-"
+#define NRANKS 4
 
 static const ts_coll_algo algos[] = {TS_ALGO_NATIVE, TS_ALGO_RING, TS_ALGO_RHD, TS_ALGO_RD,
                                      TS_ALGO_HIER};
@@ -210,9 +208,7 @@ static int ref_worker(ts_comm *c, void *user) {
 
 /* ---- the namespaces ------------------------------------------------------------ */
 
-static char ns_a[64], ns_b[64], tmpdir[64] = "/tmp/tessel-netns-XXXXXX";
-/* Prepared in advance so the signal handler only forks and execs. */
-static char cleanup_cmd[1024];
+static char tmpdir[64] = "/tmp/tessel-netns-XXXXXX";
 
 static int sh(const char *fmt, ...) TS_PRINTF(1, 2);
 static int sh(const char *fmt, ...) {
@@ -225,66 +221,12 @@ static int sh(const char *fmt, ...) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-/* Kill what still runs in namespace ns (only processes this test started:
- * the namespace is its own), then remove it. */
-static void ns_remove_cmd(char *buf, size_t n, size_t *k, const char *ns) {
-    ts_catf(buf, n, k,
-            "for p in $(ip netns pids %s 2>/dev/null); do kill -9 $p 2>/dev/null; done; "
-            "ip netns del %s 2>/dev/null; ",
-            ns, ns);
-}
-
-static void run_cleanup(void) {
-    pid_t p = fork();
-    if (p == 0) {
-        execl("/bin/sh", "sh", "-c", cleanup_cmd, (char *)NULL);
-        _exit(127);
-    }
-    if (p > 0)
-        while (waitpid(p, NULL, 0) < 0) {
-        }
-}
-
-static void on_signal(int sig) {
-    run_cleanup();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-/* Namespaces of earlier runs that were killed before they could clean up. */
-static void remove_stale(void) {
-    DIR *d = opendir("/run/netns");
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int pid;
-        char tail[8];
-        if (strncmp(e->d_name, NS_PREF, strlen(NS_PREF)) ||
-            sscanf(e->d_name + strlen(NS_PREF), "%d-%7s", &pid, tail) != 2)
-            continue;
-        char proc[64];
-        snprintf(proc, sizeof proc, "/proc/%d", pid);
-        if (access(proc, F_OK) == 0) continue; /* its run is still going */
-        char cmd[512];
-        size_t k = 0;
-        cmd[0] = 0;
-        ns_remove_cmd(cmd, sizeof cmd, &k, e->d_name);
-        printf("removing namespace %s left by a killed run\n", e->d_name);
-        sh("%s", cmd);
-    }
-    closedir(d);
-}
-
-/* Two namespaces, one veth pair between them, 10.77.0.1 and .2. */
+/* Two namespaces, one veth pair between them, 10.77.0.1 and .2 (netns.h),
+ * and mpirun's hostfile and rsh agent. */
 static int setup(void) {
-    if (sh("ip netns add %s && ip netns add %s", ns_a, ns_b)) return -1;
-    if (sh("ip link add veth0 netns %s type veth peer name veth0 netns %s", ns_a, ns_b)) return -1;
-    const char *ns[2] = {ns_a, ns_b};
-    for (int h = 0; h < 2; h++)
-        if (sh("ip -n %s addr add 10.77.0.%d/24 dev veth0 && ip -n %s link set veth0 up && "
-               "ip -n %s link set lo up",
-               ns[h], h + 1, ns[h], ns[h]))
-            return -1;
+    char also[128];
+    snprintf(also, sizeof also, "rm -rf %s", tmpdir);
+    if (netns_open("tessel-netns-", "10.77.0", also)) return -1;
     char path[256];
     snprintf(path, sizeof path, "%s/hostfile", tmpdir);
     FILE *f = fopen(path, "w");
@@ -304,28 +246,9 @@ static int setup(void) {
             "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\n"
             "esac\n"
             "exec ip netns exec \"$ns\" sh -c \"$*\"\n",
-            ns_a, ns_b);
+            netns_name(0), netns_name(1));
     fclose(f);
     return chmod(path, 0755);
-}
-
-static long long veth_bytes(const char *ns, const char *dir) {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "ip netns exec %s cat /sys/class/net/veth0/statistics/%s_bytes", ns,
-             dir);
-    FILE *p = popen(cmd, "r");
-    long long v = -1;
-    if (p) {
-        if (fscanf(p, "%lld", &v) != 1) v = -1;
-        pclose(p);
-    }
-    return v;
-}
-
-static int on_path(const char *name) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", name);
-    return sh("%s", cmd) == 0;
 }
 
 static void run_job(const ref *rf) {
@@ -334,16 +257,16 @@ static void run_job(const ref *rf) {
     if (k <= 0) return;
     exe[k] = 0;
     snprintf(log, sizeof log, "%s/log", tmpdir);
-    long long tx0 = veth_bytes(ns_a, "tx"), rx0 = veth_bytes(ns_a, "rx");
+    long long tx0 = netns_veth_bytes(0, "tx"), rx0 = netns_veth_bytes(0, "rx");
     double t0 = ts_now();
     int rc = sh("TESSEL_COLL_CACHE=0 TESSEL_DIST_TIMEOUT=30 timeout -s KILL 50 "
                 "ip netns exec %s mpirun --allow-run-as-root --hostfile %s/hostfile -np %d "
                 "--mca plm_rsh_agent %s/agent.sh --mca btl tcp,self "
                 "--mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 "
                 "'%s' >'%s' 2>&1",
-                ns_a, tmpdir, NRANKS, tmpdir, exe, log);
+                netns_name(0), tmpdir, NRANKS, tmpdir, exe, log);
     double secs = ts_now() - t0;
-    long long tx = veth_bytes(ns_a, "tx") - tx0, rx = veth_bytes(ns_a, "rx") - rx0;
+    long long tx = netns_veth_bytes(0, "tx") - tx0, rx = netns_veth_bytes(0, "rx") - rx0;
     char *out = e2e_slurp(log, NULL);
     if (!out) out = strdup("");
     int ok = 0;
@@ -396,7 +319,7 @@ static int tessel_train(const char *bin, int np, const char *cfg, const char *se
                 "--allow-run-as-root --hostfile %s/hostfile -np %d --mca plm_rsh_agent "
                 "%s/agent.sh --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca "
                 "oob_tcp_if_include 10.77.0.0/24 '%s' train '%s' %s --out %s/%s >'%s' 2>&1",
-                ns_a, tmpdir, np, tmpdir, bin, cfg, sets, tmpdir, out, log);
+                netns_name(0), tmpdir, np, tmpdir, bin, cfg, sets, tmpdir, out, log);
     else
         rc = sh("timeout -s KILL 240 '%s' train '%s' %s --out %s/%s >'%s' 2>&1", bin, cfg, sets,
                 tmpdir, out, log);
@@ -456,43 +379,12 @@ int main(void) {
 #if defined(__SANITIZE_ADDRESS__)
     setenv("ASAN_OPTIONS", "detect_leaks=0", 1); /* Open MPI leaks at finalize: see dist_mpi */
 #endif
-    /* iproute2 lives in sbin, which a user's PATH may lack. */
-    const char *path = getenv("PATH");
-    char newpath[4096];
-    snprintf(newpath, sizeof newpath, "%s:/usr/sbin:/sbin", path ? path : "/usr/bin:/bin");
-    setenv("PATH", newpath, 1);
-    if (geteuid() != 0) {
-        printf("dist_netns: skipped: network namespaces need root (run `make test` as root)\n");
-        return 77;
-    }
-    if (!on_path("ip") || !on_path("mpirun") || !on_path("timeout")) {
-        printf("dist_netns: skipped: needs ip (iproute2), mpirun (openmpi-bin) and timeout\n");
-        return 77;
-    }
-    remove_stale();
-    snprintf(ns_a, sizeof ns_a, NS_PREF "%d-a", (int)getpid());
-    snprintf(ns_b, sizeof ns_b, NS_PREF "%d-b", (int)getpid());
+    int skip = netns_skip("dist_netns", "mpirun timeout");
+    if (skip) return skip;
     if (!mkdtemp(tmpdir)) {
         CHECK(0, "mkdtemp: cannot create a temporary directory");
         return check_summary("dist_netns");
     }
-    size_t k = 0;
-    ns_remove_cmd(cleanup_cmd, sizeof cleanup_cmd, &k, ns_a);
-    ns_remove_cmd(cleanup_cmd, sizeof cleanup_cmd, &k, ns_b);
-    ts_catf(cleanup_cmd, sizeof cleanup_cmd, &k, "rm -rf %s", tmpdir);
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
-    signal(SIGHUP, on_signal);
-
-    /* A namespace we cannot create (a container without CAP_SYS_ADMIN) is
-     * a skip, not a failure. */
-    if (sh("ip netns add %s 2>/dev/null", ns_a)) {
-        run_cleanup();
-        printf("dist_netns: skipped: cannot create a network namespace here (needs "
-               "CAP_SYS_ADMIN)\n");
-        return 77;
-    }
-    sh("ip netns del %s", ns_a);
 
     ref *rf = mmap(NULL, sizeof *rf, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (rf == MAP_FAILED) rf = NULL;
@@ -505,15 +397,10 @@ int main(void) {
     }
     CHECK(rf != NULL, "mmap for the reference");
     int set = setup();
-    CHECK(set == 0, "setting up namespaces %s and %s", ns_a, ns_b);
+    CHECK(set == 0, "setting up namespaces %s and %s", netns_name(0), netns_name(1));
     if (set == 0 && rf) run_job(rf);
     if (set == 0) run_repro();
-    run_cleanup();
-    char p[128];
-    snprintf(p, sizeof p, "/run/netns/%s", ns_a);
-    int gone = access(p, F_OK) != 0;
-    snprintf(p, sizeof p, "/run/netns/%s", ns_b);
-    gone &= access(p, F_OK) != 0;
+    int gone = netns_close();
     CHECK(gone && access(tmpdir, F_OK) != 0, "namespaces and %s removed", tmpdir);
     if (rf) munmap(rf, sizeof *rf);
     return check_summary("dist_netns");
