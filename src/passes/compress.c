@@ -9,10 +9,11 @@
  *             compress_wait  (token, send, recv, g...)
  *
  * The residual ("compress.bucket<b>.residual") and the DGC velocity
- * ("compress.bucket<b>.velocity") are state values [ranks, elements of the
- * bucket] (zeros at the start, in the arena's persistent region): rank r
- * works on row r; ts_plan_compress_gather copies every row to every rank
- * before a checkpoint, so rank 0's checkpoint holds them all. With momentum correction the SGD
+ * ("compress.bucket<b>.velocity") are state values [elements of the
+ * bucket] (zeros at the start, in the arena's persistent region), each
+ * rank's own: 1x the gradients' memory. A checkpoint holds them as row r
+ * of a logical [ranks, elements] tensor, each rank writing its row
+ * (ts_plan_compress_row, src/ckpt/save.c). With momentum correction the SGD
  * update's momentum moves into compress_start: the update itself runs
  * without momentum (its buffer then holds the plain gradient). */
 #include <math.h>
@@ -68,16 +69,15 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
     return TS_OK;
 }
 
-/* [ranks, n]: row r is rank r's; the others are filled only by
- * ts_plan_compress_gather before a checkpoint, so rank 0's checkpoint
- * holds every rank's residual and a resume restores each its own. */
-static int32_t new_state(ts_graph *g, int ranks, int64_t n, int b, const char *what) {
+/* [n] f32 zeros: this rank's own row (residual, velocity, PowerSGD's
+ * error; checkpointed as row r of [ranks, n]) or PowerSGD's q (the same
+ * on every rank). */
+static int32_t new_state(ts_graph *g, int64_t n, int b, const char *what) {
     ts_type t;
     memset(&t, 0, sizeof t);
     t.dtype = TS_F32;
-    t.rank = ranks > 0 ? 2 : 1; /* ranks 0: one row, the same on every rank */
-    t.dims[0] = ranks > 0 ? ranks : n;
-    t.dims[1] = n;
+    t.rank = 1;
+    t.dims[0] = n;
     char name[96];
     snprintf(name, sizeof name, "compress.bucket%d.%s", b, what);
     int32_t id = ts_value_new(g, &t, TS_VK_STATE, name);
@@ -118,8 +118,8 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int32_t scale, 
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 6), "compress");
     if (!args) return TS_ERR_NOMEM;
     ts_status s = TS_OK;
-    int32_t err = new_state(g, d->size, nerr > 0 ? nerr : 1, b, "error");
-    int32_t q = new_state(g, 0, nq > 0 ? nq : 1, b, "q");
+    int32_t err = new_state(g, nerr > 0 ? nerr : 1, b, "error");
+    int32_t q = new_state(g, nq > 0 ? nq : 1, b, "q");
     if (err < 0 || q < 0) {
         s = ts_graph_status(g);
         goto done;
@@ -194,8 +194,8 @@ ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 5), "compress");
     if (!args) return TS_ERR_NOMEM;
     ts_status s = TS_OK;
-    int32_t res = new_state(g, d->size, n, b, "residual");
-    int32_t vel = ns > 1 ? new_state(g, d->size, n, b, "velocity") : 0;
+    int32_t res = new_state(g, n, b, "residual");
+    int32_t vel = ns > 1 ? new_state(g, n, b, "velocity") : 0;
     if (res < 0 || vel < 0) {
         s = ts_graph_status(g);
         goto done;
