@@ -227,14 +227,15 @@ typedef struct ts_compress_stats {
     int64_t sent_values; /* values this rank sent (topk) */
 } ts_compress_stats;
 ts_status ts_plan_compress_stats(const ts_plan *p, ts_compress_stats *out);
-/* Copy every rank's rows of the compression state (the error-feedback
- * residuals "compress.bucket<b>.residual" and momentum-correction
- * velocities, [ranks, elements] values of which rank r updates row r) to
- * every rank: a collective of the plan's comm, which every rank calls
- * between the same steps. Then rank 0's checkpoint holds every rank's rows
- * and a resume on as many ranks continues bit-exactly. No-op without
- * compression. */
-ts_status ts_plan_compress_gather(ts_plan *p);
+/* Whether the persistent value `name` is this rank's row of gradient
+ * compression's per-rank state (the error-feedback residuals
+ * "compress.bucket<b>.residual", momentum-correction velocities
+ * ".velocity" and PowerSGD errors ".error": [n] f32 values, each rank's
+ * own, 1x the bucket's gradients). A checkpoint holds them as the logical
+ * tensor [world, n] whose row *rank this process writes (every rank saves,
+ * as with ZeRO's blocks), so a resume on as many ranks continues
+ * bit-exactly. 0 for any other value, and without compression. */
+int ts_plan_compress_row(const ts_plan *p, const char *name, int *rank, int *world);
 
 /* Time spent per op kind over the steps run so far, in a plan compiled with
  * ts_compile_options.profile set:

@@ -106,29 +106,35 @@ static ts_status check_pieces(const ts_ckpt *c, const ts_plan *p, const fit_layo
     return TS_OK;
 }
 
-/* Gradient compression's per-rank state ("compress.*" f32 [ranks, n], row r
- * rank r's: docs/distributed.md "Gradient compression") saved by another
- * number of ranks: restored by giving every row the mean over the saved
- * rows, which keeps the mean residual (what the averaged update has not
- * received yet) and the mean momentum. */
-static int rank_rows_reshard(const ts_persistent *pv, const ld_tensor *t) {
-    return t && !strncmp(pv->name, "compress.", 9) && pv->is_state && t->is_state &&
-           pv->dtype == TS_F32 && t->dtype == TS_F32 && pv->rank == 2 && t->rank == 2 &&
-           t->dims[1] == pv->dims[1] && t->dims[0] != pv->dims[0] && t->dims[0] > 0;
+/* Gradient compression's per-rank rows (ts_plan_compress_row: this
+ * rank's [n] f32 value, saved as row r of the [ranks, n] tensor of the
+ * same name; docs/distributed.md "Gradient compression"). */
+static int rank_row(const ts_plan *p, const ts_persistent *pv, const ld_tensor *t) {
+    return t && pv->is_state && t->is_state && t->dtype == TS_F32 && t->rank == 2 &&
+           pv->rank == 1 && t->dims[1] == pv->dims[0] && t->dims[0] > 0 &&
+           ts_plan_compress_row(p, pv->name, NULL, NULL);
 }
 
-static ts_status reshard_rows(const ld_tensor *t, const ts_persistent *pv, float *dst) {
-    const int64_t n = pv->dims[1], rows = pv->dims[0], saved = t->dims[0];
-    float *row = dst + n; /* staging in row 1 (rows >= 2: compression has 2 ranks or more) */
+/* Saved by as many ranks: this rank's row, bit for bit. By another number:
+ * the mean over the saved rows, which keeps the mean residual (what the
+ * averaged update has not received yet) and the mean momentum. */
+static ts_status read_row(const ts_plan *p, const ld_tensor *t, const ts_persistent *pv,
+                          float *dst) {
+    int rank = 0, world = 0;
+    ts_plan_compress_row(p, pv->name, &rank, &world);
+    const int64_t n = pv->dims[0], saved = t->dims[0];
+    if (saved == world) return ck_read_range(t, (int64_t)rank * n, n, (unsigned char *)dst);
+    float *row = ts_alloc(sizeof(float) * (size_t)(n > 0 ? n : 1), "ckpt restore row");
+    if (!row) return TS_ERR_NOMEM;
     memset(dst, 0, sizeof(float) * (size_t)n);
-    for (int64_t r = 0; r < saved; r++) {
-        ts_status s = ck_read_range(t, r * n, n, (unsigned char *)(rows > 1 ? row : dst));
-        if (s != TS_OK) return s;
-        for (int64_t i = 0; i < n && rows > 1; i++) dst[i] += row[i];
+    ts_status s = TS_OK;
+    for (int64_t r = 0; r < saved && s == TS_OK; r++) {
+        s = ck_read_range(t, r * n, n, (unsigned char *)row);
+        for (int64_t i = 0; i < n && s == TS_OK; i++) dst[i] += row[i];
     }
     for (int64_t i = 0; i < n; i++) dst[i] = dst[i] / (float)saved;
-    for (int64_t r = 1; r < rows; r++) memcpy(dst + r * n, dst, sizeof(float) * (size_t)n);
-    return TS_OK;
+    free(row);
+    return s;
 }
 
 static ts_status check_fits(const ts_ckpt *c, const ts_plan *p, const fit_layout *L) {
@@ -152,7 +158,7 @@ static ts_status check_fits(const ts_ckpt *c, const ts_plan *p, const fit_layout
         if (!t)
             return ts_fail(TS_ERR_NOT_FOUND, "%s: has no tensor '%s', which the plan needs (%s)",
                            c->dir, pv.name, pv.is_state ? "optimizer state" : "parameter");
-        if (rank_rows_reshard(&pv, t)) continue; /* saved by another number of ranks */
+        if (rank_row(p, &pv, t)) continue; /* gradient compression: this rank's row */
         int same = t->dtype == pv.dtype && t->rank == pv.rank && t->is_state == pv.is_state;
         for (int d = 0; same && d < t->rank; d++) same = t->dims[d] == pv.dims[d];
         if (!same) {
@@ -181,8 +187,8 @@ static ts_status check_fits(const ts_ckpt *c, const ts_plan *p, const fit_layout
 
 /* One persistent value's bytes: a whole tensor, or a sharded value
  * assembled from the pieces of its logical tensors (padding zero). */
-static ts_status gather_value(const ts_ckpt *c, const fit_layout *L, const ts_persistent *pv,
-                              unsigned char *tmp, const void **src) {
+static ts_status gather_value(const ts_ckpt *c, const ts_plan *p, const fit_layout *L,
+                              const ts_persistent *pv, unsigned char *tmp, const void **src) {
     if (is_sharded(L, pv->name)) {
         const size_t es = ts_dtype_size(pv->dtype);
         memset(tmp, 0, pv->bytes);
@@ -199,9 +205,9 @@ static ts_status gather_value(const ts_ckpt *c, const fit_layout *L, const ts_pe
         return TS_OK;
     }
     const ld_tensor *t = ck_find_tensor(c, pv->name);
-    if (rank_rows_reshard(pv, t)) {
+    if (rank_row(p, pv, t)) {
         *src = tmp;
-        return reshard_rows(t, pv, (float *)tmp);
+        return read_row(p, t, pv, (float *)tmp);
     }
     if (t->n_chunks == 1 && t->chunks[0].flat) {
         *src = t->chunks[0].data;
@@ -233,7 +239,7 @@ ts_status ts_ckpt_restore(const ts_ckpt *c, ts_plan *p, ts_audit *audit) {
         const void *src = NULL;
         if ((s = ts_plan_persistent(p, i, &pv)) != TS_OK) break;
         if (!is_sharded(&L, pv.name) && !ck_find_tensor(c, pv.name)) continue; /* the base's */
-        s = gather_value(c, &L, &pv, tmp, &src);
+        s = gather_value(c, p, &L, &pv, tmp, &src);
         if (s == TS_OK) s = ts_plan_write_param(p, pv.name, src, pv.bytes);
     }
     free(tmp);

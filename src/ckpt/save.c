@@ -821,23 +821,55 @@ ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s) {
     return TS_OK;
 }
 
+/* Gradient compression's per-rank rows (ts_plan_compress_row): this
+ * rank's [n] value is row `rank` of the logical [world, n] tensor of the
+ * same name, written by this rank like a ZeRO block. */
+static ts_status take_rows(ts_ckpt_saver *s, const ts_plan *p) {
+    for (int j = 0; j < s->nt; j++) {
+        int rank, world;
+        if (!s->t[j].is_state || !ts_plan_compress_row(p, s->t[j].name, &rank, &world)) continue;
+        if (rank != s->rank || world != s->world || s->t[j].rank != 1)
+            return ts_fail(TS_ERR_INTERNAL,
+                           "ckpt saver: compression state '%s' is rank %d of %d, the saver's %d "
+                           "of %d",
+                           s->t[j].name, rank, world, s->rank, s->world);
+        sv_piece *q = &s->pc[s->npc];
+        const int64_t n = s->t[j].dims[0];
+        if (!(q->name = ts_strdup(s->t[j].name)))
+            return ts_fail(TS_ERR_NOMEM, "ckpt: out of memory");
+        q->tensor = j;
+        q->state_off = 0;
+        q->param_off = (int64_t)rank * n;
+        q->count = n;
+        q->ndim = 2;
+        q->dims[0] = world;
+        q->dims[1] = n;
+        s->t[j].sharded = 1;
+        s->npc++;
+    }
+    return TS_OK;
+}
+
 /* With ZeRO: which values are this rank's blocks of sharded state, and
- * the pieces of logical tensors they hold; ranks > 0 write nothing else. */
+ * the pieces of logical tensors they hold; ranks > 0 write nothing else.
+ * Gradient compression's per-rank rows are saved the same way. */
 static ts_status take_layout(ts_ckpt_saver *s, const ts_plan *p) {
     ts_shard_piece *pc = NULL;
-    int n = 0;
+    int n = 0, rows = 0;
     ts_status st = ts_plan_shard_layout(p, &pc, &n);
     if (st != TS_OK) return st;
-    if (n == 0) {
+    for (int j = 0; j < s->nt; j++)
+        rows += s->t[j].is_state && ts_plan_compress_row(p, s->t[j].name, NULL, NULL);
+    if (n == 0 && rows == 0) {
         if (s->rank > 0)
             return ts_fail(TS_ERR_INVALID,
-                           "ckpt saver: rank %d: without sharded state (dist.zero) only rank 0 "
-                           "saves",
+                           "ckpt saver: rank %d: without sharded state (dist.zero) or "
+                           "gradient compression only rank 0 saves",
                            s->rank);
         return TS_OK;
     }
     s->zero = 1;
-    if (!(s->pc = ts_zalloc(sizeof *s->pc * (size_t)n, "ckpt pieces"))) st = TS_ERR_NOMEM;
+    if (!(s->pc = ts_zalloc(sizeof *s->pc * (size_t)(n + rows), "ckpt pieces"))) st = TS_ERR_NOMEM;
     for (int i = 0; i < n && st == TS_OK; i++) {
         sv_piece *q = &s->pc[s->npc];
         q->tensor = -1;
@@ -864,6 +896,7 @@ static ts_status take_layout(ts_ckpt_saver *s, const ts_plan *p) {
         s->npc++;
     }
     free(pc);
+    if (st == TS_OK) st = take_rows(s, p);
     for (int j = 0; j < s->nt && st == TS_OK; j++) s->t[j].skip = s->rank > 0 && !s->t[j].sharded;
     /* ZeRO-3: the parameters that are not persistent (every rank's blocks
      * hold them) are logical tensors of kind param in the manifest. */

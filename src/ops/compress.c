@@ -29,11 +29,10 @@
  * (exact: (acc - q) + q == acc), so a skipped step loses no gradient; only
  * the momentum factor masking of that step is not undone.
  *
- * The residual and velocity are state values [ranks, elements]: row r,
- * rank r's, holds the bucket's flat element range (g1's elements, then
- * g2's, ...; no padding). k follows the warm-up
- * schedule of the step (ts_topk_ratio_at), the same on every rank, so the
- * payload size is too. */
+ * The residual and velocity are state values [elements], this rank's
+ * own (checkpointed as row r of [ranks, elements]), over the bucket's flat element range (g1's
+ * elements, then g2's, ...; no padding). k follows the warm-up schedule of the step
+ * (ts_topk_ratio_at), the same on every rank, so the payload size is too. */
 #include <math.h>
 #include <string.h>
 #include "collective.h"
@@ -63,9 +62,9 @@ static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, 
         if (i >= ns && i < end) elems += ts_type_numel(t);
     }
     for (int i = 0; i < ns; i++)
-        if (ts_type_numel(ts_in_type(g, n, i)) != elems * a->ranks)
+        if (ts_type_numel(ts_in_type(g, n, i)) != elems)
             return ts_fail(TS_ERR_SHAPE,
-                           "compress_start: state %d has %lld elements, not ranks x bucket %lld", i,
+                           "compress_start: state %d has %lld elements, not the bucket's %lld", i,
                            (long long)ts_type_numel(ts_in_type(g, n, i)), (long long)elems);
     if (a->elems != elems || a->kmax < 1 || a->kmax > elems || a->ranks < 2)
         return ts_fail(TS_ERR_INVALID, "compress_start: elems %lld, kmax %lld, ranks %lld",
@@ -200,8 +199,7 @@ static ts_status k_start(const ts_kargs *k) {
     if (s != TS_OK) return s;
     const ts_compress_attrs *a = &k->a->compress;
     const int ns = n_state(a), nr = (int)a->ranks;
-    const size_t row = (size_t)ts_comm_rank(rt->comm) * (size_t)a->elems; /* this rank's */
-    float *res = (float *)k->in[0].data + row, *vel = ns > 1 ? (float *)k->in[1].data + row : NULL;
+    float *res = k->in[0].data, *vel = ns > 1 ? (float *)k->in[1].data : NULL;
     int end;
     const float inv = inv_scale(k, &end);
     const int64_t kk = k_now(a, k->ctx->step);
@@ -235,14 +233,13 @@ static ts_status k_start(const ts_kargs *k) {
  * into its residual (the wait's input `end`). */
 static void undo_skipped(const ts_kargs *k, int end, int64_t kk) {
     const ts_compress_attrs *a = &k->a->compress;
-    const ts_dist_rt *rt = k->backend;
     for (int j = 3; j < end; j++) {
         float *g = k->in[j].data;
         for (int64_t i = 0, n = ts_tensor_numel(&k->in[j]); i < n; i++) g[i] = NAN;
     }
     const void *mine = k->in[1].data;
     if (ts_topk_payload_skipped(mine)) return; /* this rank's state was left alone */
-    float *res = (float *)k->in[end].data + (size_t)ts_comm_rank(rt->comm) * (size_t)a->elems;
+    float *res = k->in[end].data;
     for (int64_t j = 0; j < kk; j++) {
         uint32_t i;
         float q;

@@ -24,8 +24,8 @@
  * found_inf is 1 everywhere and the step is skipped) and keeps M, this
  * step's gradient included, in its error, and q as it was.
  *
- * err is [ranks, elements of the compressed gradients]: row r is rank r's
- * (gathered into rank 0's checkpoints, ts_plan_compress_gather); q is
+ * err is [elements of the compressed gradients], this rank's own
+ * (checkpointed as row r of [ranks, elements], ts_plan_compress_row); q is
  * [elements of the Q_i], the same on every rank, starting from N(0, 1)
  * drawn from the compile seed. Products accumulate in double, in a fixed
  * order. */
@@ -79,8 +79,7 @@ static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, 
     if (k < 1) return ts_fail(TS_ERR_SHAPE, "psgd_start: no gradients");
     ts_status s = sizes_graph(g, n, k, &z);
     if (s != TS_OK) return s;
-    if (a->rank < 1 || a->ranks < 2 ||
-        ts_type_numel(ts_in_type(g, n, k)) != a->ranks * at_least_1(z.err) ||
+    if (a->rank < 1 || a->ranks < 2 || ts_type_numel(ts_in_type(g, n, k)) != at_least_1(z.err) ||
         ts_type_numel(ts_in_type(g, n, k + 1)) != at_least_1(z.q))
         return ts_fail(TS_ERR_SHAPE, "psgd_start: rank %lld, %lld ranks, err %lld, q %lld",
                        (long long)a->rank, (long long)a->ranks,
@@ -192,8 +191,7 @@ static ts_status k_start(const ts_kargs *k) {
     const int ng = k->n_in - 2 - (a->scaled ? 1 : 0), r = (int)a->rank;
     const float inv = a->scaled ? (float)(1.0 / (double)*(const float *)k->in[ng + 2].data) : 1.0f;
     const int skip = a->scaled && !all_finite(k, ng); /* an overflow: the state stays */
-    const int64_t nerr = ts_tensor_numel(&k->in[ng]) / a->ranks;
-    float *err = (float *)k->in[ng].data + (size_t)ts_comm_rank(rt->comm) * (size_t)nerr;
+    float *err = k->in[ng].data;
     const float *q = k->in[ng + 1].data;
     float *buf = k->out[1].data;
     int64_t oe = 0, oq = 0, ob = 0;
@@ -259,8 +257,7 @@ static ts_status k_wait(const ts_kargs *k) {
     const float nr = (float)a->ranks;
     const float scale = a->scaled ? *(const float *)k->in[k->n_in - 1].data : 1.0f;
     const ts_tensor *G = k->in + 3;
-    const int64_t nerr = ts_tensor_numel(&k->in[3 + ng]) / a->ranks;
-    float *err = (float *)k->in[3 + ng].data + (size_t)ts_comm_rank(rt->comm) * (size_t)nerr;
+    float *err = k->in[3 + ng].data;
     float *q = k->in[4 + ng].data, *buf = k->in[1].data, *qbuf = k->in[2].data;
     int64_t oe = 0, oq = 0, ob = 0;
     if (a->scaled && !buf_finite(buf, ts_tensor_numel(&k->in[1]))) {

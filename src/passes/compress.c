@@ -9,12 +9,14 @@
  *             compress_wait  (token, send, recv, g...)
  *
  * The residual ("compress.bucket<b>.residual") and the DGC velocity
- * ("compress.bucket<b>.velocity") are state values [ranks, elements of the
- * bucket] (zeros at the start, in the arena's persistent region): rank r
- * works on row r; ts_plan_compress_gather copies every row to every rank
- * before a checkpoint, so rank 0's checkpoint holds them all. With momentum correction the SGD
+ * ("compress.bucket<b>.velocity") are state values [elements of the
+ * bucket] (zeros at the start, in the arena's persistent region), each
+ * rank's own: 1x the gradients' memory. A checkpoint holds them as row r
+ * of a logical [ranks, elements] tensor, each rank writing its row
+ * (ts_plan_compress_row, src/ckpt/save.c). With momentum correction the SGD
  * update's momentum moves into compress_start: the update itself runs
  * without momentum (its buffer then holds the plain gradient). */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
     const ts_compress_options *c = &d->compress;
     p->momentum = 0;
     p->scale = -1;
+    p->clip = c->clip;
     if (c->method != TS_COMPRESS_TOPK && c->method != TS_COMPRESS_POWERSGD)
         return ts_fail(TS_ERR_UNSUPPORTED, "distribute: compression method %d is not supported",
                        c->method);
@@ -53,6 +56,18 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
          * src/ops/compress.c), so the start and wait nodes read the scale. */
         if (g->nodes[i].op == TS_OP_UNSCALE_GRADS) p->scale = g->nodes[i].in[0];
         if (g->nodes[i].op == TS_OP_SGD_UPDATE) sgd = i;
+        /* topk: clipping by the global norm after the exchange would scale
+         * down the accumulated values a rank sends once in many steps, and
+         * what it cuts off is lost to error feedback (with momentum
+         * correction, a loss 300x the dense run's on the tiny GPT). DGC
+         * clips locally, before the accumulation, instead: so does topk,
+         * at train.clip_grad_norm unless dist.compress_clip is set, and
+         * the global clip's coefficient becomes 1 (max_norm FLT_MAX:
+         * finite, so a gradient of norm inf still gives 0, as before). */
+        if (g->nodes[i].op == TS_OP_CLIP_COEF && c->method == TS_COMPRESS_TOPK) {
+            if (!(p->clip > 0)) p->clip = g->nodes[i].a.clip.max_norm;
+            g->nodes[i].a.clip.max_norm = FLT_MAX;
+        }
     }
     if (!c->momentum) return TS_OK;
     ts_sgd_attrs *a = sgd >= 0 ? &g->nodes[sgd].a.sgd : NULL;
@@ -68,16 +83,15 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
     return TS_OK;
 }
 
-/* [ranks, n]: row r is rank r's; the others are filled only by
- * ts_plan_compress_gather before a checkpoint, so rank 0's checkpoint
- * holds every rank's residual and a resume restores each its own. */
-static int32_t new_state(ts_graph *g, int ranks, int64_t n, int b, const char *what) {
+/* [n] f32 zeros: this rank's own row (residual, velocity, PowerSGD's
+ * error; checkpointed as row r of [ranks, n]) or PowerSGD's q (the same
+ * on every rank). */
+static int32_t new_state(ts_graph *g, int64_t n, int b, const char *what) {
     ts_type t;
     memset(&t, 0, sizeof t);
     t.dtype = TS_F32;
-    t.rank = ranks > 0 ? 2 : 1; /* ranks 0: one row, the same on every rank */
-    t.dims[0] = ranks > 0 ? ranks : n;
-    t.dims[1] = n;
+    t.rank = 1;
+    t.dims[0] = n;
     char name[96];
     snprintf(name, sizeof name, "compress.bucket%d.%s", b, what);
     int32_t id = ts_value_new(g, &t, TS_VK_STATE, name);
@@ -118,8 +132,8 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int32_t scale, 
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 6), "compress");
     if (!args) return TS_ERR_NOMEM;
     ts_status s = TS_OK;
-    int32_t err = new_state(g, d->size, nerr > 0 ? nerr : 1, b, "error");
-    int32_t q = new_state(g, 0, nq > 0 ? nq : 1, b, "q");
+    int32_t err = new_state(g, nerr > 0 ? nerr : 1, b, "error");
+    int32_t q = new_state(g, nq > 0 ? nq : 1, b, "q");
     if (err < 0 || q < 0) {
         s = ts_graph_status(g);
         goto done;
@@ -186,7 +200,7 @@ ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
     ca->ranks = d->size;
     ca->ratio = c->ratio;
     ca->momentum = momentum;
-    ca->clip = c->clip;
+    ca->clip = p->clip;
     ca->scaled = scale >= 0;
     /* The most values of any step: the warm-up starts highest. */
     ca->kmax = ts_topk_k(n, ts_topk_ratio_at(c->ratio, c->warmup_steps, 1));
@@ -194,8 +208,8 @@ ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 5), "compress");
     if (!args) return TS_ERR_NOMEM;
     ts_status s = TS_OK;
-    int32_t res = new_state(g, d->size, n, b, "residual");
-    int32_t vel = ns > 1 ? new_state(g, d->size, n, b, "velocity") : 0;
+    int32_t res = new_state(g, n, b, "residual");
+    int32_t vel = ns > 1 ? new_state(g, n, b, "velocity") : 0;
     if (res < 0 || vel < 0) {
         s = ts_graph_status(g);
         goto done;

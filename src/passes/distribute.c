@@ -586,7 +586,7 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
         gr[ng++] = (grad_ref){v, pos[val->node], ts_type_bytes(&val->t), val->grad_of};
     }
     if (ng == 0) goto done;
-    ts_compress_prep cprep = {0, -1}; /* compression (compress.c): checked before any change */
+    ts_compress_prep cprep = {0, -1, 0}; /* compression (compress.c): checked before any change */
     if (d->compress.method && (s = ts_compress_prepare(g, d, &cprep)) != TS_OK) goto done;
     qsort(gr, (size_t)ng, sizeof *gr, d->param_order ? cmp_param : cmp_ready);
 

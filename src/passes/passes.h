@@ -198,6 +198,7 @@ ts_status ts_zero3_gathers(ts_graph *g, int32_t **order, int *m, const ts_dist_s
 typedef struct ts_compress_prep {
     double momentum;
     int32_t scale;
+    double clip; /* topk's local clipping (dist.compress_clip, else train.clip_grad_norm) */
 } ts_compress_prep;
 ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_prep *p);
 ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compress_prep *p, int b,

@@ -36,9 +36,11 @@ ts_status ts_sess_save_checkpoint(session *s, int64_t step) {
 
 /* ZeRO checkpoints: every rank saves its block of the optimizer state, and
  * rank 0 tells this launch's shards from leftovers by a number all agree
- * on (docs/checkpoints.md, "Sharded optimizer state"). */
+ * on (docs/checkpoints.md, "Sharded optimizer state"). Gradient
+ * compression: every rank saves its residual rows the same way. */
 ts_status ts_sess_shard_saver(session *s) {
-    if (s->nranks < 2 || !s->c.dist.zero || s->c.ckpt.every <= 0) return TS_OK;
+    if (s->nranks < 2 || (!s->c.dist.zero && !s->c.dist.compress) || s->c.ckpt.every <= 0)
+        return TS_OK;
     ts_status st = ts_session_ckpt_group(s->o->comm, &s->ckpt_group);
     if (st != TS_OK || s->rank == 0 || !s->o->shard_dir) return st;
     ts_ckpt_options co = ts_ckpt_options_default();

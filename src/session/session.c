@@ -159,10 +159,6 @@ static ts_status train_loop(session *s) {
             r->has_val = 1;
         }
         const int save_stop = stop && c->ckpt.on_signal == TS_ON_SIGNAL_SAVE;
-        /* gradient compression: every rank's residual into rank 0's checkpoint */
-        if (c->ckpt.every > 0 && (step == steps || step % c->ckpt.every == 0 || save_stop) &&
-            (st = ts_plan_compress_gather(s->plan)) != TS_OK)
-            break;
         if (s->sv && (step == steps || step % c->ckpt.every == 0 || save_stop) &&
             (st = ts_sess_save_checkpoint(s, step)) != TS_OK)
             break;

@@ -6,8 +6,9 @@
  * and the compressed distributed step on 2 and 4 ranks (the sparse
  * all-gather: ranks bit-identical; ratio 1 with f32 values equal to the
  * dense all-reduce; the plan's nodes and their overlap), PowerSGD against
- * the dense run on low-rank gradients, and residuals saved on 2 ranks and
- * restored on 2 and 4. */
+ * the dense run on low-rank gradients, residuals saved on 2 ranks (each
+ * its own row) and restored on 2 and 4, and the state's memory (1x the
+ * gradients per rank). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -227,6 +228,8 @@ typedef struct shared {
     float params[4][MAX_FLOATS];
     float resid[4][4 * MAX_FLOATS]; /* each rank's "compress.bucket0.residual" (save / load) */
     int64_t resid_n;
+    size_t state_bytes[4], compress_bytes[4]; /* the plan's state region, the compress.* values */
+    size_t param_bytes[4];
     size_t n_floats;
     int steps_ok[4], n_start, n_wait, n_allreduce, overlap_ok;
     ts_compress_stats st[4];
@@ -303,13 +306,22 @@ static int worker(ts_comm *comm, void *user) {
         int64_t dims[8];
         ts_status ls = ts_ckpt_load(p, rc->load, NULL, NULL);
         if (ls == TS_OK) ls = ts_plan_value_info(p, "compress.bucket0.residual", NULL, &rank, dims);
-        if (ls == TS_OK && dims[0] * dims[1] <= 4 * MAX_FLOATS)
+        if (ls == TS_OK && dims[0] <= 4 * MAX_FLOATS)
             ls = ts_plan_read(p, "compress.bucket0.residual", SH->resid[r],
-                              sizeof(float) * (size_t)(dims[0] * dims[1]));
+                              sizeof(float) * (size_t)dims[0]);
         if (ls != TS_OK) snprintf(SH->err[r], sizeof SH->err[r], "load: %s", ts_last_error());
-        SH->resid_n = dims[1];
+        SH->resid_n = dims[0];
         ts_plan_free(p);
         return ls == TS_OK ? 0 : 1;
+    }
+    ts_plan_stats pst;
+    if (ts_plan_get_stats(p, &pst) == TS_OK) SH->state_bytes[r] = pst.state_bytes;
+    for (int i = 0; i < ts_plan_persistent_count(p); i++) {
+        ts_persistent pv;
+        if (ts_plan_persistent(p, i, &pv) == TS_OK && !strncmp(pv.name, "compress.", 9))
+            SH->compress_bytes[r] += pv.bytes;
+        else if (ts_plan_persistent(p, i, &pv) == TS_OK && !pv.is_state)
+            SH->param_bytes[r] += pv.bytes;
     }
     static float x[B * IN], y[B];
     int ok = 0;
@@ -318,7 +330,7 @@ static int worker(ts_comm *comm, void *user) {
         if (ts_plan_set_input(p, "x", x + (size_t)r * per * IN, sizeof(float) * per * IN) !=
                 TS_OK ||
             ts_plan_set_input(p, "y", y + (size_t)r * per, sizeof(float) * per) != TS_OK ||
-            ts_plan_step(p) != TS_OK || (s == 1 && ts_plan_compress_gather(p) != TS_OK)) {
+            ts_plan_step(p) != TS_OK) {
             snprintf(SH->err[r], sizeof SH->err[r], "%s", ts_last_error());
             break;
         }
@@ -329,14 +341,23 @@ static int worker(ts_comm *comm, void *user) {
     if (rc->save && ok == steps) {
         int rank;
         int64_t dims[8];
-        ts_status ss = ts_plan_compress_gather(p); /* every rank's row, as before a checkpoint */
-        if (ss == TS_OK) ss = ts_plan_value_info(p, "compress.bucket0.residual", NULL, &rank, dims);
-        if (ss == TS_OK && dims[0] * dims[1] <= 4 * MAX_FLOATS)
+        ts_status ss = ts_plan_value_info(p, "compress.bucket0.residual", NULL, &rank, dims);
+        if (ss == TS_OK && dims[0] <= 4 * MAX_FLOATS)
             ss = ts_plan_read(p, "compress.bucket0.residual", SH->resid[r],
-                              sizeof(float) * (size_t)(dims[0] * dims[1]));
-        SH->resid_n = dims[1];
+                              sizeof(float) * (size_t)dims[0]);
+        SH->resid_n = dims[0];
+        /* every rank saves its own rows, as with ZeRO's blocks */
+        ts_ckpt_options co = ts_ckpt_options_default();
+        co.rank = r;
+        co.world = n;
+        co.group = 4242;
+        co.rank_timeout_s = 60;
+        ts_ckpt_saver *sv = NULL;
         ts_ckpt_meta meta = {"x", 1, NULL, 0, 0, 0};
-        if (ss == TS_OK && r == 0) ss = ts_ckpt_save(p, rc->save, &meta, NULL);
+        if (ss == TS_OK) ss = ts_ckpt_saver_new(rc->save, p, &co, &sv);
+        if (ss == TS_OK) ss = ts_ckpt_saver_begin(sv, p, &meta);
+        if (ss == TS_OK) ss = ts_ckpt_saver_wait(sv);
+        ts_ckpt_saver_free(sv);
         if (ss != TS_OK) {
             snprintf(SH->err[r], sizeof SH->err[r], "save: %s", ts_last_error());
             ok = 0;
@@ -481,9 +502,10 @@ static void check_powersgd(void) {
     ts_graph_free(rc.g);
 }
 
-/* Residuals saved by 2 ranks and restored on 4: every row is the mean of
- * the saved rows ((0 + row 0 + row 1) / 2, as ts_ckpt_restore adds them);
- * restored on 2, each rank gets its own row back. */
+/* Residuals saved by 2 ranks (each writes its own row) and restored on
+ * 4: every rank's row is the mean of the saved rows ((0 + row 0 + row 1)
+ * / 2, as ts_ckpt_restore adds them); restored on 2, each rank gets its
+ * own row back, bit for bit. */
 static void check_reshard(void) {
     char dir[] = "/tmp/tessel-compress-ckpt-XXXXXX";
     if (!mkdtemp(dir)) return;
@@ -493,19 +515,23 @@ static void check_reshard(void) {
     rc.c.method = TS_COMPRESS_TOPK;
     rc.c.ratio = 0.01;
     rc.save = dir;
-    CHECK(launch(2, &rc) == TS_OK, "save on 2: %s (%s)", ts_last_error(), SH->err[0]);
+    CHECK(launch(2, &rc) == TS_OK, "save on 2: %s (%s | %s)", ts_last_error(), SH->err[0],
+          SH->err[1]);
     const int64_t n = SH->resid_n;
-    CHECK(n > 0 && 2 * n <= 4 * MAX_FLOATS, "residual of %lld elements", (long long)n);
-    if (!(n > 0 && 2 * n <= 4 * MAX_FLOATS)) return;
-    memcpy(saved, SH->resid[0], sizeof(float) * (size_t)(2 * n));
-    CHECK(!memcmp(SH->resid[0], SH->resid[1], sizeof(float) * (size_t)(2 * n)),
-          "after the gather both ranks hold both rows");
+    CHECK(n > 0 && n <= 4 * MAX_FLOATS, "residual of %lld elements", (long long)n);
+    if (!(n > 0 && n <= 4 * MAX_FLOATS)) return;
+    memcpy(saved, SH->resid[0], sizeof(float) * (size_t)n);
+    memcpy(saved + n, SH->resid[1], sizeof(float) * (size_t)n);
+    CHECK(memcmp(saved, saved + n, sizeof(float) * (size_t)n),
+          "the two ranks' residuals differ (their data does)");
     char path[128];
     snprintf(path, sizeof path, "%s/step-%08d", dir, STEPS);
     rc.save = NULL;
     rc.load = path;
     CHECK(launch(2, &rc) == TS_OK, "load on 2: %s (%s)", ts_last_error(), SH->err[0]);
-    CHECK(!memcmp(SH->resid[1], saved, sizeof(float) * (size_t)(2 * n)), "2 -> 2: the same rows");
+    for (int r = 0; r < 2; r++)
+        CHECK(SH->resid_n == n && !memcmp(SH->resid[r], saved + r * n, sizeof(float) * (size_t)n),
+              "2 -> 2: rank %d gets its own row back", r);
     ts_graph_free(rc.g);
     rc.g = mlp(B / 4, &rc.loss);
     CHECK(launch(4, &rc) == TS_OK, "load on 4: %s (%s)", ts_last_error(), SH->err[0]);
@@ -516,13 +542,48 @@ static void check_reshard(void) {
         want += saved[n + i];
         want = want / 2.0f;
         nonzero += want != 0;
-        for (int r = 0; r < 4; r++) same &= !memcmp(&SH->resid[3][r * n + i], &want, 4);
+        for (int r = 0; r < 4; r++) same &= !memcmp(&SH->resid[r][i], &want, 4);
     }
-    CHECK(same && nonzero > 0, "2 -> 4: every row is the mean of the saved rows");
+    CHECK(same && nonzero > 0, "2 -> 4: every rank's row is the mean of the saved rows");
     ts_graph_free(rc.g);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* Memory: each rank holds only its own residual, 1x the gradients (2x
+ * with momentum correction's velocity), whatever the rank count; the
+ * state region grows by that and no more than alignment. */
+static void check_memory(void) {
+    run_cfg rc = {0};
+    rc.g = mlp(B / 4, &rc.loss);
+    rc.steps = 1;
+    size_t base = 0;
+    CHECK(launch(4, &rc) == TS_OK, "dense on 4: %s (%s)", ts_last_error(), SH->err[0]);
+    base = SH->state_bytes[0];
+    for (int mom = 0; mom < 2; mom++) {
+        rc.sgd = mom;
+        if (mom) {
+            CHECK(launch(4, &rc) == TS_OK, "dense sgd on 4: %s (%s)", ts_last_error(), SH->err[0]);
+            base = SH->state_bytes[0];
+        }
+        rc.c.method = TS_COMPRESS_TOPK;
+        rc.c.ratio = 0.01;
+        rc.c.momentum = mom;
+        CHECK(launch(4, &rc) == TS_OK, "topk on 4: %s (%s)", ts_last_error(), SH->err[0]);
+        for (int r = 0; r < 4; r++) {
+            const size_t want = (size_t)(1 + mom) * SH->param_bytes[r];
+            CHECK(SH->param_bytes[r] > 0 && SH->compress_bytes[r] == want,
+                  "momentum %d, rank %d: compression state %zu bytes, %d x the gradients' %zu", mom,
+                  r, SH->compress_bytes[r], 1 + mom, SH->param_bytes[r]);
+            CHECK(SH->state_bytes[r] >= base + want && SH->state_bytes[r] <= base + want + 4096,
+                  "momentum %d, rank %d: state region %zu bytes, dense %zu + compression %zu", mom,
+                  r, SH->state_bytes[r], base, want);
+        }
+        rc.c.method = TS_COMPRESS_NONE;
+        rc.c.momentum = 0;
+    }
+    ts_graph_free(rc.g);
 }
 
 int main(void) {
@@ -537,5 +598,6 @@ int main(void) {
     check_step(4);
     check_powersgd();
     check_reshard();
+    check_memory();
     return check_summary("compress");
 }

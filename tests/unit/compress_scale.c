@@ -67,18 +67,17 @@ static size_t read_params(ts_plan *p, float *out) {
     return k;
 }
 
-/* This rank's row of the state value `name` ([2, n]) into out. */
+/* This rank's state value `name` (its own row: [n]) into out. */
 static ts_status read_row(ts_plan *p, const char *name, int r, float *out) {
+    (void)r;
     int rank;
     int64_t dims[8];
     ts_status s = ts_plan_value_info(p, name, NULL, &rank, dims);
     if (s != TS_OK) return s;
-    if (rank != 2 || dims[0] != 2 || dims[1] > MAX_FLOATS)
-        return ts_fail(TS_ERR_INVALID, "%s is not [2, <= %d]", name, MAX_FLOATS);
-    static float all[2 * MAX_FLOATS];
-    if ((s = ts_plan_read(p, name, all, sizeof(float) * (size_t)(2 * dims[1]))) != TS_OK) return s;
-    memcpy(out, all + (size_t)r * (size_t)dims[1], sizeof(float) * (size_t)dims[1]);
-    SH->state_n = dims[1];
+    if (rank != 1 || dims[0] > MAX_FLOATS)
+        return ts_fail(TS_ERR_INVALID, "%s is not [<= %d]", name, MAX_FLOATS);
+    if ((s = ts_plan_read(p, name, out, sizeof(float) * (size_t)dims[0])) != TS_OK) return s;
+    SH->state_n = dims[0];
     return TS_OK;
 }
 
