@@ -82,8 +82,8 @@ ts_status ts_data_load_npy_pair(const char *x_path, const char *y_path, ts_datas
  * batch's examples to f32 as it assembles them (x NULL, xmap set; y is
  * read into memory). A gzip IDX file cannot be mapped: its images are
  * inflated into memory as bytes (a quarter of the f32 copy) and widened per
- * batch the same way. A split gives a training part that reads the mapping
- * (an index of examples) and a validation part in memory. */
+ * batch the same way. A split gives two parts that read the mapping (an
+ * index of examples each; y copied). */
 ts_status ts_data_map_idx_pair(const char *images, const char *labels, ts_dataset **out);
 ts_status ts_data_map_npy_pair(const char *x_path, const char *y_path, ts_dataset **out);
 
@@ -141,9 +141,9 @@ ts_status ts_data_load_tokens(const char *path, int bits, int64_t ctx, int64_t v
 /* The same examples, same checks and same lineage without copying the file:
  * it is memory-mapped and a loader widens each batch's windows to i64 as it
  * assembles them (x and y stay NULL, d->tokens is set). Resident memory
- * stays far below the file's size. A split of it gives a training part that
- * maps the same file (an index of windows) and a validation part in memory
- * (x, y), which is what evaluation reads. */
+ * stays far below the file's size. A split of it gives two parts that map
+ * the same file (an index of windows each); evaluation reads the validation
+ * windows batch by batch (ts_dataset_read). */
 ts_status ts_data_map_tokens(const char *path, int bits, int64_t ctx, int64_t vocab,
                              ts_dataset **out);
 /* ts_data_map_tokens without waiting for the pass that hashes the file and
@@ -207,9 +207,20 @@ void ts_graph_data_free(ts_graph_data *g);
  * last round(val_fraction * n) entries go to val (0 <= val_fraction < 1; val
  * may be empty, train may not). Each part keeps the examples' original
  * relative order. The parts own copies (lineage and normalisation
- * statistics included); `all` is unchanged. */
+ * statistics included); `all` is unchanged. Of mapped data (tokens, .npy,
+ * IDX) both parts are views sharing the mapping: x (and a token file's y)
+ * stays NULL, and ts_dataset_read or a loader reads the examples. */
 ts_status ts_dataset_split(const ts_dataset *all, double val_fraction, uint64_t seed,
                            ts_dataset **train, ts_dataset **val);
+
+/* Examples [first, first + count) of d, in order, into x and y (count
+ * examples' bytes each): the same values whether d is in memory or mapped.
+ * A mapped token window holding a token outside the vocabulary is an
+ * error; what reading mapped examples brought into memory is dropped as
+ * it goes (resident memory stays small whatever count is).
+ *
+ *     ts_dataset_read(val, start, batch, bx, by);   // evaluation's batch */
+ts_status ts_dataset_read(const ts_dataset *d, int64_t first, int64_t count, void *x, void *y);
 
 /* The permutation of [0, n) that ts_dataset_split draws for `seed` (its
  * last entries are the validation examples), for callers that split

@@ -172,10 +172,28 @@ static void drop_mapped(const ts_dataset *d, int64_t i, int64_t count) {
     if (d->xmap) ts_xmap_drop(d->xmap);
 }
 
-/* A copy of `all` holding examples idx[0..count) in that order. A view
- * (mapped data only) shares the mapping and keeps an index of examples
+ts_status ts_dataset_read(const ts_dataset *d, int64_t first, int64_t count, void *x, void *y) {
+    if (!d || !x || !y || first < 0 || count < 0 || count > d->n - first)
+        return ts_fail(TS_ERR_INVALID, "dataset read: examples [%lld, +%lld) of %lld",
+                       (long long)first, (long long)count, (long long)(d ? d->n : 0));
+    const size_t xb = ts_dataset_x_bytes(d), yb = ts_dataset_y_bytes(d);
+    if (!d->tokens && !d->xmap) { /* in memory: one copy each */
+        memcpy(x, (const char *)d->x + (size_t)first * xb, (size_t)count * xb);
+        memcpy(y, (const char *)d->y + (size_t)first * yb, (size_t)count * yb);
+        return TS_OK;
+    }
+    ts_status s = TS_OK;
+    for (int64_t i = 0; i < count && s == TS_OK; i++) {
+        s = example(d, first + i, xb, yb, (char *)x + (size_t)i * xb, (char *)y + (size_t)i * yb);
+        drop_mapped(d, s == TS_OK ? i : count - 1, count);
+    }
+    return s;
+}
+
+/* A copy of `all` holding examples idx[0..count) in that order. Of mapped
+ * data, a view: it shares the mapping and keeps an index of examples
  * instead of copying them (a mapped x's y is copied: it is in memory). */
-static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count, int view,
+static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count,
                         ts_dataset **out) {
     *out = NULL;
     ts_dataset *d = ts_zalloc(sizeof *d, "dataset");
@@ -187,13 +205,13 @@ static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count
     memcpy(d->x_dims, all->x_dims, sizeof d->x_dims);
     memcpy(d->y_dims, all->y_dims, sizeof d->y_dims);
     const size_t xb = ts_dataset_x_bytes(all), yb = ts_dataset_y_bytes(all);
-    if (view && all->tokens) {
+    if (all->tokens) {
         d->index = ts_alloc((size_t)(count ? count : 1) * sizeof *d->index, "dataset split index");
         if (!d->index) goto nomem;
         for (int64_t i = 0; i < count; i++) d->index[i] = all->index ? all->index[idx[i]] : idx[i];
         d->tokens = all->tokens;
         ts_token_map_ref(d->tokens);
-    } else if (view && all->xmap) {
+    } else if (all->xmap) {
         d->index = ts_alloc((size_t)(count ? count : 1) * sizeof *d->index, "dataset split index");
         d->y = ts_alloc((size_t)(count ? count : 1) * yb, "dataset split y");
         if (!d->index || !d->y) goto nomem;
@@ -208,13 +226,8 @@ static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count
         d->y = ts_alloc((size_t)count * yb, "dataset split y");
         if (!d->x || !d->y) goto nomem;
         for (int64_t i = 0; i < count; i++) {
-            ts_status s = example(all, idx[i], xb, yb, (char *)d->x + (size_t)i * xb,
-                                  (char *)d->y + (size_t)i * yb);
-            drop_mapped(all, i, count);
-            if (s != TS_OK) {
-                ts_dataset_free(d);
-                return s;
-            }
+            memcpy((char *)d->x + (size_t)i * xb, (const char *)all->x + (size_t)idx[i] * xb, xb);
+            memcpy((char *)d->y + (size_t)i * yb, (const char *)all->y + (size_t)idx[i] * yb, yb);
         }
     }
     if (all->n_lineage) {
@@ -288,10 +301,11 @@ ts_status ts_dataset_split(const ts_dataset *all, double val_fraction, uint64_t 
         qsort(perm, (size_t)n_train, sizeof *perm, cmp_i64);
         qsort(perm + n_train, (size_t)n_val, sizeof *perm, cmp_i64);
     }
-    /* A mapped token file stays mapped for training (the loader reads it);
-     * validation is held in memory, where evaluation reads it. */
-    if (s == TS_OK) s = subset(all, perm, n_train, 1, train);
-    if (s == TS_OK) s = subset(all, perm + n_train, n_val, 0, val);
+    /* Mapped data stays mapped for both parts: the loader reads training
+     * batches from the mapping and evaluation its windows (ts_dataset_read),
+     * so a validation split of a 4 GB token file is not a 3 GB copy. */
+    if (s == TS_OK) s = subset(all, perm, n_train, train);
+    if (s == TS_OK) s = subset(all, perm + n_train, n_val, val);
     free(perm);
     if (s != TS_OK) {
         ts_dataset_free(*train);

@@ -101,7 +101,11 @@ static ts_status copy_params(session *s) {
 }
 
 /* Every example of d, in order, in batches of the plan's size; the last
- * batch is padded with copies of its first example, which are not counted. */
+ * batch is padded with copies of its first example, which are not counted.
+ * A mapped split (token windows, .npy or IDX images) is read batch by
+ * batch from its mapping (ts_dataset_read), never copied whole: the
+ * validation part of a 4 GB token file adds a batch to resident memory,
+ * not gigabytes. The values are those an in-memory copy holds. */
 static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
     const int64_t B = s->c.model.batch / s->nslices; /* the plan's batch */
     const size_t xe = ts_dataset_x_bytes(d), ye = ts_dataset_y_bytes(d);
@@ -116,11 +120,13 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
     const int chfirst = (mf & TS_MODEL_CHANNELS_FIRST) != 0, dice = (mf & TS_MODEL_DICE_LOSS) != 0;
     ts_status st = dice ? ts_zoo_dice_reset(&s->dice, width) : TS_OK;
     if (st == TS_OK) st = copy_params(s);
+    /* the batch's targets (x goes to s->bx) */
+    char *ys = st == TS_OK ? ts_alloc((size_t)B * ye, "evaluation targets") : NULL;
+    if (st == TS_OK && !ys) st = TS_ERR_NOMEM;
     for (int64_t start = 0; st == TS_OK && start < d->n; start += B) {
         const int64_t cnt = d->n - start < B ? d->n - start : B;
-        memcpy(s->bx, (const char *)d->x + (size_t)start * xe, (size_t)cnt * xe);
-        for (int64_t i = cnt; i < B; i++)
-            memcpy((char *)s->bx + (size_t)i * xe, (const char *)d->x + (size_t)start * xe, xe);
+        if ((st = ts_dataset_read(d, start, cnt, s->bx, ys)) != TS_OK) break;
+        for (int64_t i = cnt; i < B; i++) memcpy((char *)s->bx + (size_t)i * xe, s->bx, xe);
         st = ts_plan_set_input(s->eval, s->in_name, s->bx, s->xb);
         if (st == TS_OK) st = ts_plan_step(s->eval);
         if (st == TS_OK) st = ts_plan_read(s->eval, s->out_name, s->bout, s->outb);
@@ -128,15 +134,13 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
             st = ts_zoo_channels_last(s->bout, B, width, per);
         if (st != TS_OK) break;
         const int64_t nt = cnt * per;
-        if (dice)
-            ts_zoo_dice_add(&s->dice, s->bout,
-                            (const int64_t *)((const char *)d->y + (size_t)start * ye), nt);
+        if (dice) ts_zoo_dice_add(&s->dice, s->bout, (const int64_t *)ys, nt);
         if (s->binary) {
-            const float *y = (const float *)((const char *)d->y + (size_t)start * ye);
+            const float *y = (const float *)ys;
             st = ts_zoo_binary_add(s->bout, y, nt, &loss, &correct, &s->macc);
             if (st != TS_OK) break;
         } else if (s->classifier) {
-            const int64_t *y = (const int64_t *)((const char *)d->y + (size_t)start * ye);
+            const int64_t *y = (const int64_t *)ys;
             for (int64_t t = 0; t < nt; t++) {
                 if (y[t] == TS_ZOO_IGNORE) { /* a graph node outside this split */
                     ignored++;
@@ -154,7 +158,7 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
             }
             if (st != TS_OK) break;
         } else {
-            const float *y = (const float *)((const char *)d->y + (size_t)start * ye);
+            const float *y = (const float *)ys;
             for (int64_t t = 0; t < nt; t++) {
                 double diff = (double)s->bout[t] - (double)y[t];
                 sq += diff * diff;
@@ -162,6 +166,7 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
         }
         targets += nt;
     }
+    free(ys);
     if (st != TS_OK) {
         ts_error_prefix("evaluation");
         return st;
