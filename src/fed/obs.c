@@ -16,6 +16,7 @@ struct ts_fed_obs {
     ts_http_server *http;
     char *dir;
     ts_metric *rounds, *round, *clients, *dropped, *dropped_total, *up, *down, *seconds;
+    ts_metric *pool_total, *pool_round;
 };
 
 ts_status ts_fed_obs_create(const char *role, const char *dir, const char *addr, int port,
@@ -23,7 +24,8 @@ ts_status ts_fed_obs_create(const char *role, const char *dir, const char *addr,
     *out = NULL;
     ts_fed_obs *o = calloc(1, sizeof *o);
     if (!o) return ts_fail(TS_ERR_NOMEM, "fed: metrics");
-    static const char *const client_label[] = {"client"}, *const phase_label[] = {"phase"};
+    static const char *const client_label[] = {"client"}, *const phase_label[] = {"phase"},
+                             *const result_label[] = {"result"};
     ts_status s = ts_metrics_create(&o->reg);
     if (s == TS_OK) s = ts_metrics_const_label(o->reg, "role", role);
     if (s == TS_OK)
@@ -56,7 +58,18 @@ ts_status ts_fed_obs_create(const char *role, const char *dir, const char *addr,
                              "Seconds the last round spent in a phase (train, encrypt, aggregate, "
                              "decrypt, round).",
                              1, phase_label, &o->seconds);
+    if (s == TS_OK)
+        s = ts_metrics_counter(o->reg, "tessel_fed_rn_pool_total",
+                               "Encryptions that took a precomputed r^n from the pool (hit) or "
+                               "computed their own (miss), all rounds.",
+                               1, result_label, &o->pool_total);
+    if (s == TS_OK)
+        s = ts_metrics_gauge(o->reg, "tessel_fed_rn_pool_round",
+                             "Encryptions of the last round that took a precomputed r^n (hit) or "
+                             "computed their own (miss).",
+                             1, result_label, &o->pool_round);
     if (s == TS_OK) ts_metric_lazy(o->up), ts_metric_lazy(o->down), ts_metric_lazy(o->seconds);
+    if (s == TS_OK) ts_metric_lazy(o->pool_total), ts_metric_lazy(o->pool_round);
     if (s == TS_OK && dir && !(o->dir = strdup(dir))) s = ts_fail(TS_ERR_NOMEM, "fed: metrics");
     if (s == TS_OK && port > 0) s = ts_http_serve_metrics(o->reg, addr, port, &o->http);
     if (s != TS_OK) {
@@ -131,5 +144,15 @@ ts_status ts_fed_obs_round(ts_fed_obs *o, const ts_fed_obs_round_info *r) {
     set_phase(o, "aggregate", r->aggregate_s);
     set_phase(o, "decrypt", r->decrypt_s);
     set_phase(o, "round", r->round_s);
+    if (r->has_pool) {
+        static const char *const res[2] = {"hit", "miss"};
+        const int64_t v[2] = {r->pool_hits, r->pool_misses};
+        for (int i = 0; i < 2; i++) {
+            ts_series *sr;
+            add_labelled(o->pool_total, res[i], (double)v[i]);
+            if (ts_metric_series(o->pool_round, (const char *[]){res[i]}, &sr) == TS_OK)
+                ts_series_set(sr, (double)v[i]);
+        }
+    }
     return o->dir ? write_file(o) : TS_OK;
 }

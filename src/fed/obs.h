@@ -28,6 +28,11 @@ typedef struct ts_fed_obs ts_fed_obs;
 typedef struct ts_fed_obs_round_info {
     int round, clients, dropped;
     double train_s, encrypt_s, aggregate_s, decrypt_s, round_s;
+    /* a Paillier client with an r^n pool (fed.pool > 0): has_pool set, and
+     * this round's encryptions that took a precomputed r^n (hits) and that
+     * computed their own (misses) */
+    int has_pool;
+    int64_t pool_hits, pool_misses;
 } ts_fed_obs_round_info;
 
 /* role: "aggregator", "keyholder" or "client" (the `role` label of every

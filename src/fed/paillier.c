@@ -1,6 +1,6 @@
 /* paillier.c — Paillier encryption, CRT decryption, the homomorphic
  * operations and the background pool of precomputed r^n. Key generation
- * and key files are paillier_keys.c. */
+ * and key files are paillier_keys.c, the cheap (DJN) r^n paillier_djn.c. */
 #include <errno.h>
 #include <limits.h>
 #include <sodium.h>
@@ -36,31 +36,46 @@ int ts_paillier_bits(const ts_paillier_pub *pk) {
     return pk->bits;
 }
 
-ts_status ts_paillier_fresh_rn(const ts_paillier_pub *pk, mpz_t rn) {
+ts_status ts_paillier_random_unit(const mpz_t n, int bits, mpz_t r) {
     /* 64 bits more than n, reduced mod n: the bias is below 2^-64. */
-    size_t nb = (size_t)(pk->bits + 7) / 8 + 8;
+    size_t nb = (size_t)(bits + 7) / 8 + 8;
     unsigned char buf[4096 / 8 + 8 + 64];
     if (nb > sizeof buf)
-        return ts_fail(TS_ERR_INTERNAL, "paillier: n of %d bits is too large", pk->bits);
-    mpz_t r, g;
-    mpz_inits(r, g, NULL);
+        return ts_fail(TS_ERR_INTERNAL, "paillier: n of %d bits is too large", bits);
+    mpz_t g;
+    mpz_init(g);
     ts_status s = TS_OK;
     for (int tries = 0;; tries++) {
         if ((s = ts_fed_os_random(buf, nb)) != TS_OK) break;
         mpz_import(r, nb, 1, 1, 0, 0, buf);
-        mpz_mod(r, r, pk->n);
-        mpz_gcd(g, r, pk->n);
+        mpz_mod(r, r, n);
+        mpz_gcd(g, r, n);
         if (mpz_sgn(r) != 0 && mpz_cmp_ui(g, 1) == 0) break;
         if (tries > 64) {
             s = ts_fail(TS_ERR_INTERNAL, "paillier: no random unit mod n after 64 tries");
             break;
         }
     }
-    if (s == TS_OK) mpz_powm(rn, r, pk->n, pk->n2); /* the exponent n is public */
     sodium_memzero(buf, sizeof buf);
-    ts_paillier_mpz_wipe(r);
     mpz_clear(g);
     return s;
+}
+
+ts_status ts_paillier_full_rn(const ts_paillier_pub *pk, mpz_t rn) {
+    mpz_t r;
+    mpz_init(r);
+    ts_status s = ts_paillier_random_unit(pk->n, pk->bits, r);
+    if (s == TS_OK) mpz_powm(rn, r, pk->n, pk->n2); /* the exponent n is public */
+    ts_paillier_mpz_wipe(r);
+    return s;
+}
+
+ts_status ts_paillier_fresh_rn(ts_paillier_pub *pk, mpz_t rn) {
+    return pk->has_hs ? ts_paillier_djn_rn(pk, rn) : ts_paillier_full_rn(pk, rn);
+}
+
+int ts_paillier_has_hs(const ts_paillier_pub *pk) {
+    return pk->has_hs;
 }
 
 /* ---- the r^n pool ---- */

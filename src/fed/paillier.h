@@ -7,7 +7,7 @@
  *
  *     ts_paillier_priv *sk; ts_paillier_pub *pk;
  *     ts_paillier_keygen(2048, &sk);                 // primes from getrandom(2)
- *     ts_paillier_pub_of(sk, &pk);
+ *     ts_paillier_pub_of(sk, &pk);                   // with a DJN base hs: cheap r^n
  *     ts_paillier_pool_start(pk, 64);                // r^n precomputed in a thread
  *     mpz_t m, c; mpz_inits(m, c, NULL);
  *     mpz_set_ui(m, 42);
@@ -36,9 +36,14 @@ typedef struct ts_paillier_priv ts_paillier_priv;
 ts_status ts_paillier_keygen(int bits, ts_paillier_priv **out);
 /* A private key from its primes (p != q, both probable primes of equal size). */
 ts_status ts_paillier_priv_from_pq(const mpz_t p, const mpz_t q, ts_paillier_priv **out);
-/* A public key from its modulus. */
+/* A public key from its modulus, without the DJN base hs: its encryptions
+ * compute full r^n (python-paillier's keys are n alone). */
 ts_status ts_paillier_pub_from_n(const mpz_t n, ts_paillier_pub **out);
-/* The public half of a private key (an independent object). */
+/* The same with the DJN base hs = (-h²)^n mod n², checked (1 < hs < n² - 1,
+ * coprime to n, hs² != 1). */
+ts_status ts_paillier_pub_from_n_hs(const mpz_t n, const mpz_t hs, ts_paillier_pub **out);
+/* The public half of a private key (an independent object) with a fresh DJN
+ * base: hs = (-h²)^n mod n² for h uniform in Z*_n from getrandom(2). */
 ts_status ts_paillier_pub_of(const ts_paillier_priv *sk, ts_paillier_pub **out);
 void ts_paillier_pub_free(ts_paillier_pub *pk);
 void ts_paillier_priv_free(ts_paillier_priv *sk);
@@ -62,8 +67,14 @@ ts_status ts_paillier_encrypt(ts_paillier_pub *pk, mpz_t c, const mpz_t m);
  * benchmarks and tests: two ciphertexts made with one r^n reveal that they
  * share it, so real encryptions take a fresh one (ts_paillier_encrypt). */
 ts_status ts_paillier_encrypt_rn(const ts_paillier_pub *pk, mpz_t c, const mpz_t m, const mpz_t rn);
-/* rn = r^n mod n² for a fresh random r in Z*_n (what the pool precomputes). */
-ts_status ts_paillier_fresh_rn(const ts_paillier_pub *pk, mpz_t rn);
+/* rn = r^n mod n² with fresh randomness (what the pool precomputes): with
+ * the key's DJN base hs, hs^a for a uniform a of bits/2 bits through a
+ * fixed-base table built on the first call (about 170 products mod n² for
+ * 2048 bits); without hs (a key from n alone or a v1 key file), r^n for a
+ * uniform r in Z*_n, one full exponentiation (docs/federated.md). */
+ts_status ts_paillier_fresh_rn(ts_paillier_pub *pk, mpz_t rn);
+/* Whether the key has the DJN base hs (the cheap r^n). */
+int ts_paillier_has_hs(const ts_paillier_pub *pk);
 /* m = D(c); c must be in [1, n²) and coprime to n. */
 ts_status ts_paillier_decrypt(const ts_paillier_priv *sk, mpz_t m, const mpz_t c);
 /* out = a · b mod n² (the encryption of the sum); out may alias a or b. */

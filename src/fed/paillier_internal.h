@@ -18,9 +18,23 @@ typedef struct rn_pool {
     int64_t hits, misses;
 } rn_pool;
 
+/* The fixed-base table of the DJN r^n (paillier_djn.c): row i holds
+ * hs^(d·2^(w·i)) mod n² for every digit d in [0, 2^w), each entry `nl`
+ * limbs zero-padded, so a secret digit selects its entry in constant time
+ * (mpn_sec_tabselect). */
+typedef struct djn_table {
+    mp_limb_t *tab;
+    int rows, w, exp_bits;
+    mp_size_t nl;
+} djn_table;
+
 struct ts_paillier_pub {
     mpz_t n, n2;
     int bits;
+    int has_hs;            /* hs below is set: r^n = hs^a with a short a (DJN) */
+    mpz_t hs;              /* (-h²)^n mod n² for a random h in Z*_n, public */
+    pthread_mutex_t fb_mu; /* guards fb: built on the first r^n */
+    djn_table *fb;
     rn_pool *pool; /* NULL when no pool runs */
 };
 
@@ -33,5 +47,21 @@ struct ts_paillier_priv {
 
 /* Clears an mpz after overwriting its limbs (for secrets). */
 void ts_paillier_mpz_wipe(mpz_t x);
+
+/* r uniform in Z*_n (getrandom(2), 64 extra bits reduced mod n). */
+ts_status ts_paillier_random_unit(const mpz_t n, int bits, mpz_t r);
+/* r^n mod n² the classic way: r uniform in Z*_n, one full exponentiation. */
+ts_status ts_paillier_full_rn(const ts_paillier_pub *pk, mpz_t rn);
+/* r^n = hs^a mod n² for a uniform a of exp_bits = bits/2 bits, through the
+ * fixed-base table (built on the first call, under fb_mu). pk must have hs. */
+ts_status ts_paillier_djn_rn(ts_paillier_pub *pk, mpz_t rn);
+/* rn = hs^a mod n² through the table for a given exponent: a is
+ * (exp_bits + 7) / 8 little-endian bytes (what djn_rn draws; for tests). */
+int ts_paillier_djn_exp_bits(const ts_paillier_pub *pk);
+ts_status ts_paillier_djn_pow(ts_paillier_pub *pk, mpz_t rn, const unsigned char *a, size_t len);
+void ts_paillier_djn_free(ts_paillier_pub *pk);
+/* Checks a DJN base against n: 1 < hs < n² - 1, gcd(hs, n) = 1, hs² != 1;
+ * the message names `where`. */
+ts_status ts_paillier_check_hs(const mpz_t n, const mpz_t n2, const mpz_t hs, const char *where);
 
 #endif

@@ -1,13 +1,16 @@
 /* paillier_keys.c — Paillier key generation (primes from getrandom(2)),
  * the precomputed CRT constants, and the key files (docs/federated.md):
  *
- *     # tessel paillier private key v1          # tessel paillier public key v1
+ *     # tessel paillier private key v1          # tessel paillier public key v2
  *     bits 2048                                 bits 2048
  *     p <hex>                                   n <hex>
- *     q <hex>
+ *     q <hex>                                   hs <hex>
  *
  * A private key file is written 0600 and refused when group or others may
- * read it (like ssh refuses an open private key). */
+ * read it (like ssh refuses an open private key). hs, the DJN base of the
+ * cheap r^n (paillier_djn.c), is public and drawn afresh with every public
+ * half of a private key; a v1 public key (n alone) still loads, and its
+ * encryptions compute full r^n. */
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
@@ -19,7 +22,8 @@
 #include "fed/paillier_internal.h"
 
 #define PRIV_HEADER  "# tessel paillier private key v1"
-#define PUB_HEADER   "# tessel paillier public key v1"
+#define PUB_HEADER   "# tessel paillier public key v2"
+#define PUB_HEADER_1 "# tessel paillier public key v1"
 #define KEY_FILE_MAX (64 * 1024)
 
 static int bits_ok(int bits) {
@@ -36,17 +40,33 @@ ts_status ts_paillier_pub_from_n(const mpz_t n, ts_paillier_pub **out) {
     ts_paillier_pub *pk = calloc(1, sizeof *pk);
     if (!pk) return ts_fail(TS_ERR_NOMEM, "paillier: public key");
     mpz_init_set(pk->n, n);
-    mpz_init(pk->n2);
+    mpz_inits(pk->n2, pk->hs, NULL);
     mpz_mul(pk->n2, n, n);
     pk->bits = bits;
+    pthread_mutex_init(&pk->fb_mu, NULL);
     *out = pk;
+    return TS_OK;
+}
+
+ts_status ts_paillier_pub_from_n_hs(const mpz_t n, const mpz_t hs, ts_paillier_pub **out) {
+    ts_status s = ts_paillier_pub_from_n(n, out);
+    if (s != TS_OK) return s;
+    if ((s = ts_paillier_check_hs((*out)->n, (*out)->n2, hs, "public key")) != TS_OK) {
+        ts_paillier_pub_free(*out);
+        *out = NULL;
+        return s;
+    }
+    mpz_set((*out)->hs, hs);
+    (*out)->has_hs = 1;
     return TS_OK;
 }
 
 void ts_paillier_pub_free(ts_paillier_pub *pk) {
     if (!pk) return;
     ts_paillier_pool_stop(pk);
-    mpz_clears(pk->n, pk->n2, NULL);
+    ts_paillier_djn_free(pk);
+    pthread_mutex_destroy(&pk->fb_mu);
+    mpz_clears(pk->n, pk->n2, pk->hs, NULL);
     free(pk);
 }
 
@@ -66,7 +86,20 @@ void ts_paillier_priv_free(ts_paillier_priv *sk) {
 }
 
 ts_status ts_paillier_pub_of(const ts_paillier_priv *sk, ts_paillier_pub **out) {
-    return ts_paillier_pub_from_n(sk->n, out);
+    /* DJN: hs = (-h²)^n mod n² for h uniform in Z*_n */
+    mpz_t h, hs;
+    mpz_inits(h, hs, NULL);
+    ts_status s = ts_paillier_random_unit(sk->n, sk->bits, h);
+    if (s == TS_OK) {
+        mpz_mul(h, h, h);
+        mpz_neg(h, h);
+        mpz_mod(h, h, sk->n);
+        mpz_powm(hs, h, sk->n, sk->n2);
+        s = ts_paillier_pub_from_n_hs(sk->n, hs, out);
+    }
+    ts_paillier_mpz_wipe(h);
+    mpz_clear(hs);
+    return s;
 }
 
 /* h = L_pr(g^(pr-1) mod pr²)^-1 mod pr with g = n + 1. */
@@ -273,9 +306,12 @@ ts_status ts_paillier_priv_save(const ts_paillier_priv *sk, const char *path) {
 }
 
 ts_status ts_paillier_pub_to_text(const ts_paillier_pub *pk, char **text) {
-    size_t cap = 128 + (size_t)pk->bits / 4 + 4;
+    size_t cap = 128 + 3 * ((size_t)pk->bits / 4 + 4);
     if (!(*text = malloc(cap))) return ts_fail(TS_ERR_NOMEM, "paillier: public key text");
-    gmp_snprintf(*text, cap, PUB_HEADER "\nbits %d\nn %Zx\n", pk->bits, pk->n);
+    if (pk->has_hs)
+        gmp_snprintf(*text, cap, PUB_HEADER "\nbits %d\nn %Zx\nhs %Zx\n", pk->bits, pk->n, pk->hs);
+    else /* a key from n alone: the v1 text, which says there is no hs */
+        gmp_snprintf(*text, cap, PUB_HEADER_1 "\nbits %d\nn %Zx\n", pk->bits, pk->n);
     return TS_OK;
 }
 
@@ -339,22 +375,35 @@ ts_status ts_paillier_pub_load(const char *path, ts_paillier_pub **out) {
     return pub_parse(path, text, out);
 }
 
-/* Parses a public key's text (freed here). */
+/* Parses a public key's text (freed here): v2 (n and hs) or v1 (n alone,
+ * said once in the log: every encryption then computes a full r^n). */
 static ts_status pub_parse(const char *path, char *text, ts_paillier_pub **out) {
     ts_status s;
-    static const char *const keys[1] = {"n"};
-    mpz_t v[1];
-    mpz_init(v[0]);
+    static const char *const keys[2] = {"n", "hs"};
+    int v1 = strncmp(text, PUB_HEADER_1 "\n", strlen(PUB_HEADER_1) + 1) == 0;
+    mpz_t v[2];
+    mpz_inits(v[0], v[1], NULL);
     int bits = 0;
-    s = parse_key(path, text, PUB_HEADER, keys, v, 1, &bits);
-    if (s == TS_OK) s = ts_paillier_pub_from_n(v[0], out);
+    s = parse_key(path, text, v1 ? PUB_HEADER_1 : PUB_HEADER, keys, v, v1 ? 1 : 2, &bits);
+    if (s == TS_OK && v1) {
+        s = ts_paillier_pub_from_n(v[0], out);
+        if (s == TS_OK)
+            ts_logf(TS_LOG_WARN,
+                    "paillier: %s is a v1 public key (no DJN base hs): every encryption computes "
+                    "a full r^n mod n², about ten times the cost; a key holder of this version "
+                    "sends v2 keys",
+                    path);
+    } else if (s == TS_OK) {
+        s = ts_paillier_pub_from_n_hs(v[0], v[1], out);
+        if (s != TS_OK) ts_error_prefix("%s", path);
+    }
     if (s == TS_OK && (*out)->bits != bits) {
         s = ts_fail(TS_ERR_FORMAT, "paillier: %s says bits %d but n has %d", path, bits,
                     (*out)->bits);
         ts_paillier_pub_free(*out);
         *out = NULL;
     }
-    mpz_clear(v[0]);
+    mpz_clears(v[0], v[1], NULL);
     free(text);
     return s;
 }

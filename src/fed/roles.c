@@ -324,7 +324,8 @@ ts_status ts_fed_aggregator_run(const ts_fed_params *fp, ts_fed_listener *l,
 /* A client's round in its metrics: its own bytes (whole frames sent and
  * received from the round message on, as series client="self") and times. */
 static ts_status client_observe(const ts_fed_params *fp, ts_fed_conn *c, int r, uint64_t sent0,
-                                uint64_t recv0, double train_s, double enc_s, double t0) {
+                                uint64_t recv0, double train_s, double enc_s, double t0,
+                                const int64_t pool[2]) {
     uint64_t sent, recv;
     ts_fed_conn_bytes(c, &sent, &recv);
     ts_fed_obs_bytes(fp->obs, "self", sent - sent0, recv - recv0);
@@ -335,7 +336,10 @@ static ts_status client_observe(const ts_fed_params *fp, ts_fed_conn *c, int r, 
                                 .encrypt_s = enc_s,
                                 .aggregate_s = -1,
                                 .decrypt_s = -1,
-                                .round_s = now_s() - t0};
+                                .round_s = now_s() - t0,
+                                .has_pool = pool != NULL,
+                                .pool_hits = pool ? pool[0] : 0,
+                                .pool_misses = pool ? pool[1] : 0};
     return ts_fed_obs_round(fp->obs, &oi);
 }
 
@@ -367,7 +371,15 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
         if (s == TS_OK) ct_bytes = (size_t)ts_fed_pack_count(&pack, n) * ts_fed_ct_bytes(pk);
         if (s == TS_OK && !(ct = malloc(ct_bytes)))
             s = ts_fail(TS_ERR_NOMEM, "fed: client: %zu bytes", ct_bytes);
+        /* the pool thread fills during local training; a pool smaller
+         * than a round leaves the rest to the encryption itself */
         if (s == TS_OK && fp->pool > 0) s = ts_paillier_pool_start(pk, fp->pool);
+        int64_t count = s == TS_OK ? ts_fed_pack_count(&pack, n) : 0;
+        if (s == TS_OK && fp->pool > 0 && fp->pool < count)
+            ts_logf(TS_LOG_WARN,
+                    "fed: client: fed.pool = %d holds fewer r^n than the %lld ciphertexts of a "
+                    "round; the rest are computed while encrypting (fed.pool >= %lld avoids it)",
+                    fp->pool, (long long)count, (long long)count);
     }
     uint64_t last = 0, head = fp->secure == 1 ? 20 : 8; /* the round message before the model */
     const uint64_t most =
@@ -399,7 +411,8 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
                                              &train_s, &enc_s)
                     : fedr_client_round_plain(c, &m, n, train, user, local, delta, &train_s);
             ts_fed_msg_free(&m);
-            if (s == TS_OK) s = client_observe(fp, c, (int)last, sent0, recv0, train_s, enc_s, t0);
+            if (s == TS_OK)
+                s = client_observe(fp, c, (int)last, sent0, recv0, train_s, enc_s, t0, NULL);
             continue;
         }
         double weight = get_f64(m.data);
@@ -413,11 +426,17 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
             ts_logf(TS_LOG_WARN,
                     "fed: round %llu: %lld update values beyond ±fed.clip = %g were clipped",
                     (unsigned long long)m.round, (long long)clipped, fp->clip);
+        int64_t h0, m0, h1, m1;
+        ts_paillier_pool_stats(pk, &h0, &m0);
         if (s == TS_OK) s = ts_fed_encrypt_update(pk, &pack, u, n, ct, NULL, 0);
         enc_s = now_s() - t0 - train_s;
+        ts_paillier_pool_stats(pk, &h1, &m1);
+        const int64_t pool[2] = {h1 - h0, m1 - m0};
         if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_UPDATE, m.round, ct, ct_bytes);
         ts_fed_msg_free(&m);
-        if (s == TS_OK) s = client_observe(fp, c, (int)last, sent0, recv0, train_s, enc_s, t0);
+        if (s == TS_OK)
+            s = client_observe(fp, c, (int)last, sent0, recv0, train_s, enc_s, t0,
+                               fp->pool > 0 ? pool : NULL);
     }
     if (s != TS_OK) ts_error_prefix("client");
     ts_fed_close(c);

@@ -73,6 +73,38 @@ int main(void) {
         CHECK(strstr(t, want[i]) != NULL, "metrics.prom lacks '%s':\n%s", want[i], t);
     CHECK(!strstr(t, "phase=\"decrypt\"") && !strstr(t, "phase=\"encrypt\""),
           "a phase the aggregator does not measure is shown:\n%s", t);
+    CHECK(!strstr(t, "tessel_fed_rn_pool_total{") && !strstr(t, "tessel_fed_rn_pool_round{"),
+          "the aggregator shows r^n pool series:\n%s", t);
+    free(t);
+    ts_fed_obs_free(o);
+
+    /* a client with an r^n pool: hits and misses per round and summed */
+    CHECK_OK(ts_fed_obs_create("client", dir, NULL, 0, &o));
+    ts_fed_obs_round_info p1 = {.round = 1,
+                                .clients = -1,
+                                .dropped = -1,
+                                .train_s = 2,
+                                .encrypt_s = 0.5,
+                                .aggregate_s = -1,
+                                .decrypt_s = -1,
+                                .round_s = 3,
+                                .has_pool = 1,
+                                .pool_hits = 40,
+                                .pool_misses = 12};
+    CHECK_OK(ts_fed_obs_round(o, &p1));
+    p1.round = 2;
+    p1.pool_hits = 52;
+    p1.pool_misses = 0;
+    CHECK_OK(ts_fed_obs_round(o, &p1));
+    t = slurp(path);
+    const char *want_pool[] = {
+        "tessel_fed_rn_pool_total{role=\"client\",result=\"hit\"} 92",
+        "tessel_fed_rn_pool_total{role=\"client\",result=\"miss\"} 12",
+        "tessel_fed_rn_pool_round{role=\"client\",result=\"hit\"} 52",
+        "tessel_fed_rn_pool_round{role=\"client\",result=\"miss\"} 0",
+    };
+    for (size_t i = 0; i < sizeof want_pool / sizeof *want_pool; i++)
+        CHECK(strstr(t, want_pool[i]) != NULL, "metrics.prom lacks '%s':\n%s", want_pool[i], t);
     free(t);
     ts_fed_obs_free(o);
 
