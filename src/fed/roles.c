@@ -154,40 +154,45 @@ static ts_status agg_admit(agg *a, ts_fed_listener *l, const char *kh_name) {
     return TS_OK;
 }
 
-static ts_status agg_round(agg *a, int r, FILE *metrics) {
-    double t0 = now_s(), total = 0;
+ts_status fedr_send_rounds(agg *a, int r, double *weights, double *total, int *dropped,
+                           uint64_t *down) {
+    *total = 0;
     for (int i = 0; i < a->n_cl; i++)
-        if (a->cl[i].alive) total += (double)a->cl[i].samples;
+        if (a->cl[i].alive) *total += (double)a->cl[i].samples;
     size_t bytes = 8 + (size_t)a->n * 4;
     uint8_t *msg = malloc(bytes);
-    int64_t count = ts_fed_pack_count(&a->pack, a->n);
-    size_t w = ts_fed_ct_bytes(a->pk), ct_bytes = (size_t)count * w;
-    uint8_t *acc = malloc(ct_bytes);
-    size_t text_cap = (size_t)a->n_cl * 400 + 1, text_len = 0;
-    char *text = malloc(text_cap);
-    if (!msg || !acc || !text) {
-        free(msg);
-        free(acc);
-        free(text);
-        return ts_fail(TS_ERR_NOMEM, "fed: round %d buffers", r);
-    }
-    text[0] = 0;
+    if (!msg) return ts_fail(TS_ERR_NOMEM, "fed: round %d message", r);
     memcpy(msg + 8, a->global, (size_t)a->n * 4);
-    uint64_t down = 0, up = 0;
-    double weights[MAX_PEERS] = {0};
-    int k = 0, dropped = 0;
     for (int i = 0; i < a->n_cl; i++) {
         peer *p = &a->cl[i];
         if (!p->alive) continue;
-        weights[i] = total > 0 ? (double)p->samples / total : 0;
+        weights[i] = *total > 0 ? (double)p->samples / *total : 0;
         put_f64(msg, weights[i]);
-        send_round(a, p, r, msg, bytes, &dropped, &down);
+        send_round(a, p, r, msg, bytes, dropped, down);
     }
+    free(msg);
+    return TS_OK;
+}
+
+static ts_status agg_round(agg *a, int r, FILE *metrics) {
+    double t0 = now_s(), total = 0;
+    int64_t count = ts_fed_pack_count(&a->pack, a->n);
+    size_t w = ts_fed_ct_bytes(a->pk), ct_bytes = (size_t)count * w;
+    uint8_t *acc = malloc(ct_bytes);
+    fedr_text text;
+    if (!fedr_text_init(&text, a->n_cl) || !acc) {
+        free(acc);
+        free(text.s);
+        return ts_fail(TS_ERR_NOMEM, "fed: round %d buffers", r);
+    }
+    uint64_t down = 0, up = 0;
+    double weights[MAX_PEERS] = {0};
+    int k = 0, dropped = 0;
+    ts_status s = fedr_send_rounds(a, r, weights, &total, &dropped, &down);
     double t_sent = now_s();
     ts_fed_aggregate_init(a->pk, acc, count);
     double wsum = 0, t_agg = 0;
-    ts_status s = TS_OK;
-    for (int i = 0; i < a->n_cl; i++) {
+    for (int i = 0; s == TS_OK && i < a->n_cl; i++) {
         peer *p = &a->cl[i];
         if (!p->alive) continue;
         ts_fed_msg m;
@@ -211,27 +216,17 @@ static ts_status agg_round(agg *a, int r, FILE *metrics) {
         t_agg += now_s() - ta;
         memcpy(acc, tmp, ct_bytes);
         free(tmp);
-        char hex[65];
-        sha256_hex(m.data, m.len, hex);
-        text_len += (size_t)snprintf(text + text_len, text_cap - text_len, "%s%s %llu %s",
-                                     k ? ";" : "", p->name, (unsigned long long)m.len, hex);
-        up += m.len;
-        fedr_obs_client(a, p->name, m.len, 0);
-        wsum += (double)p->samples; /* integers: exact in any order */
+        fedr_accept(a, p, &m, &text, &up, &wsum);
         k++;
         ts_fed_msg_free(&m);
     }
-    free(msg);
     wsum = total > 0 ? wsum / total : 0; /* the same in every order clients joined in */
-    if (s == TS_OK && k < a->fp->min_clients)
-        s = ts_fail(TS_ERR_IO,
-                    "fed: round %d: %d updates arrived (%d clients dropped), fed.min_clients is %d",
-                    r, k, dropped, a->fp->min_clients);
+    if (s == TS_OK) s = fedr_quorum(a, r, k, dropped);
     if (s == TS_OK)
-        s = fedr_agg_finish(a, r, k, dropped, wsum, text, text_len, acc, ct_bytes, up, down, t0,
+        s = fedr_agg_finish(a, r, k, dropped, wsum, text.s, text.len, acc, ct_bytes, up, down, t0,
                             t_sent, t_agg, metrics);
     free(acc);
-    free(text);
+    free(text.s);
     return s;
 }
 

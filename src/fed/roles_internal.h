@@ -126,6 +126,52 @@ static inline int recv_update(peer *p, int r, size_t bytes, ts_fed_msg *m, int *
     return 1;
 }
 
+/* The audit text of a round: "name bytes sha256" of each accepted update,
+ * joined by ';' (what fedr_agg_finish sends the key holder for its log). */
+typedef struct fedr_text {
+    char *s;
+    size_t len, cap;
+} fedr_text;
+
+/* Room for n clients' entries: 1, or 0 when out of memory. */
+static inline int fedr_text_init(fedr_text *t, int n) {
+    t->cap = (size_t)n * 400 + 1;
+    t->len = 0;
+    t->s = calloc(t->cap, 1);
+    return t->s != NULL;
+}
+
+static inline void fedr_text_add(fedr_text *t, const char *name, const ts_fed_msg *m) {
+    char hex[65];
+    sha256_hex(m->data, m->len, hex);
+    t->len += (size_t)snprintf(t->s + t->len, t->cap - t->len, "%s%s %llu %s", t->len ? ";" : "",
+                               name, (unsigned long long)m->len, hex);
+}
+
+/* Sends round r's ROUND message (the client's FedAvg weight, then the global
+ * model) to every alive client; weights[i] gets client i's weight, *total
+ * the samples of them all. Clients that cannot take it are dropped. */
+ts_status fedr_send_rounds(agg *a, int r, double *weights, double *total, int *dropped,
+                           uint64_t *down);
+
+/* Records an accepted update of client p: its audit entry, the bytes
+ * received (*up and the metrics) and its samples (*wsum). */
+static inline void fedr_accept(agg *a, const peer *p, const ts_fed_msg *m, fedr_text *t,
+                               uint64_t *up, double *wsum) {
+    fedr_text_add(t, p->name, m);
+    *up += m->len;
+    fedr_obs_client(a, p->name, m->len, 0);
+    *wsum += (double)p->samples; /* integers: exact in any order */
+}
+
+/* TS_OK when k updates make a round (fed.min_clients), else the error. */
+static inline ts_status fedr_quorum(const agg *a, int r, int k, int dropped) {
+    if (k >= a->fp->min_clients) return TS_OK;
+    return ts_fail(TS_ERR_IO,
+                   "fed: round %d: %d updates arrived (%d clients dropped), fed.min_clients is %d",
+                   r, k, dropped, a->fp->min_clients);
+}
+
 /* Sends the round's aggregate (body: ciphertexts or masked sums) with its
  * participants to the key holder, takes the new global model back and
  * writes the round's metrics line; frees nothing of the caller's. */

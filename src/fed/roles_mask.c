@@ -63,8 +63,7 @@ typedef struct mctx {
     ts_mask_server *sv;
     ts_mask_keys *keys;
     uint8_t *boxes; /* [mm + 1][mm · BOX] */
-    char *text;
-    size_t text_len, text_cap;
+    fedr_text text;
 } mctx;
 
 static ts_status take_keys(void *ctx, int id, const ts_fed_msg *m) {
@@ -90,11 +89,7 @@ static ts_status take_masked(void *ctx, int id, const ts_fed_msg *m) {
         return ts_fail(TS_ERR_FORMAT, "fed: a masked update of the wrong size");
     ts_status s = ts_mask_server_add(x->sv, id, (const uint32_t *)m->data);
     if (s != TS_OK) return s;
-    char hex[65];
-    sha256_hex(m->data, m->len, hex);
-    x->text_len += (size_t)snprintf(x->text + x->text_len, x->text_cap - x->text_len,
-                                    "%s%s %llu %s", x->text_len ? ";" : "",
-                                    x->a->cl[x->q->idx[id]].name, (unsigned long long)m->len, hex);
+    fedr_text_add(&x->text, x->a->cl[x->q->idx[id]].name, m);
     return TS_OK;
 }
 
@@ -160,10 +155,9 @@ ts_status fedr_agg_round_mask(agg *a, int r, FILE *metrics) {
     uint32_t *sum = malloc((size_t)a->n * 4);
     x.keys = calloc((size_t)q.mm + 1, sizeof *x.keys);
     x.boxes = calloc((size_t)q.mm + 1, per);
-    x.text_cap = (size_t)q.mm * 400 + 1;
-    x.text = calloc(x.text_cap, 1);
+    fedr_text_init(&x.text, q.mm);
     ts_status s = ts_mask_server_new(q.mm, q.t, (uint64_t)r, a->n, &x.sv);
-    if (s == TS_OK && (!buf || !sum || !x.keys || !x.boxes || !x.text))
+    if (s == TS_OK && (!buf || !sum || !x.keys || !x.boxes || !x.text.s))
         s = ts_fail(TS_ERR_NOMEM, "fed: round %d", r);
     uint64_t up = 0, down = 0;
     double weights[MAX_PEERS + 1] = {0}, wsum = 0, t_sent = now_s(), t_agg = 0;
@@ -219,14 +213,14 @@ ts_status fedr_agg_round_mask(agg *a, int r, FILE *metrics) {
     int dropped = 0;
     for (int id = 1; id <= q.mm; id++) dropped += !a->cl[q.idx[id]].alive;
     if (s == TS_OK)
-        s = fedr_agg_finish(a, r, k, dropped, wsum, x.text, x.text_len, sum, (size_t)a->n * 4, up,
+        s = fedr_agg_finish(a, r, k, dropped, wsum, x.text.s, x.text.len, sum, (size_t)a->n * 4, up,
                             down, t0, t_sent, t_agg, metrics);
     ts_mask_server_free(x.sv);
     free(buf);
     free(sum);
     free(x.keys);
     free(x.boxes);
-    free(x.text);
+    free(x.text.s);
     return s;
 }
 

@@ -36,35 +36,21 @@ static void sort_by_name(const agg *a, int *got, int k) {
 
 ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics) {
     double t0 = now_s(), total = 0;
-    for (int i = 0; i < a->n_cl; i++)
-        if (a->cl[i].alive) total += (double)a->cl[i].samples;
-    size_t bytes = 8 + (size_t)a->n * 4, up_bytes = (size_t)a->n * 4;
-    uint8_t *msg = malloc(bytes);
+    size_t up_bytes = (size_t)a->n * 4;
     double *sum = calloc((size_t)a->n, sizeof *sum);
-    size_t text_cap = (size_t)a->n_cl * 400 + 1, text_len = 0;
-    char *text = malloc(text_cap);
-    if (!msg || !sum || !text) {
-        free(msg);
+    fedr_text text;
+    if (!fedr_text_init(&text, a->n_cl) || !sum) {
         free(sum);
-        free(text);
+        free(text.s);
         return ts_fail(TS_ERR_NOMEM, "fed: round %d buffers", r);
     }
-    text[0] = 0;
-    memcpy(msg + 8, a->global, (size_t)a->n * 4);
     uint64_t down = 0, up = 0;
     double weights[MAX_PEERS] = {0};
     int k = 0, dropped = 0, got[MAX_PEERS];
-    for (int i = 0; i < a->n_cl; i++) {
-        peer *p = &a->cl[i];
-        if (!p->alive) continue;
-        weights[i] = total > 0 ? (double)p->samples / total : 0;
-        put_f64(msg, weights[i]);
-        send_round(a, p, r, msg, bytes, &dropped, &down);
-    }
-    free(msg);
+    ts_status s = fedr_send_rounds(a, r, weights, &total, &dropped, &down);
     double t_sent = now_s(), t_agg = 0, wsum = 0;
     ts_fed_msg upd[MAX_PEERS];
-    for (int i = 0; i < a->n_cl; i++) {
+    for (int i = 0; s == TS_OK && i < a->n_cl; i++) {
         peer *p = &a->cl[i];
         if (!p->alive) continue;
         ts_fed_msg m;
@@ -75,13 +61,7 @@ ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics) {
             dropped++;
             continue;
         }
-        char hex[65];
-        sha256_hex(m.data, m.len, hex);
-        text_len += (size_t)snprintf(text + text_len, text_cap - text_len, "%s%s %llu %s",
-                                     k ? ";" : "", p->name, (unsigned long long)m.len, hex);
-        up += m.len;
-        fedr_obs_client(a, p->name, m.len, 0);
-        wsum += (double)p->samples; /* integers: exact in any order */
+        fedr_accept(a, p, &m, &text, &up, &wsum);
         got[k] = i;
         upd[i] = m; /* kept until every update is in */
         k++;
@@ -95,16 +75,12 @@ ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics) {
         ts_fed_msg_free(&upd[got[j]]);
     }
     t_agg = now_s() - ta;
-    ts_status s = TS_OK;
-    if (k < a->fp->min_clients)
-        s = ts_fail(TS_ERR_IO,
-                    "fed: round %d: %d updates arrived (%d clients dropped), fed.min_clients is %d",
-                    r, k, dropped, a->fp->min_clients);
+    if (s == TS_OK) s = fedr_quorum(a, r, k, dropped);
     if (s == TS_OK)
-        s = fedr_agg_finish(a, r, k, dropped, wsum, text, text_len, sum, (size_t)a->n * 8, up, down,
-                            t0, t_sent, t_agg, metrics);
+        s = fedr_agg_finish(a, r, k, dropped, wsum, text.s, text.len, sum, (size_t)a->n * 8, up,
+                            down, t0, t_sent, t_agg, metrics);
     free(sum);
-    free(text);
+    free(text.s);
     return s;
 }
 
