@@ -93,6 +93,8 @@ static void test_bad(void) {
     bad(args, "train.source_dropout: must be in [0, 1), got '-0.2'");
     snprintf(args, sizeof args, "%s --set model.source_mask=false", ex);
     bad(args, "fusion_dropout.yaml:27:3: train.source_dropout 0.3 needs model.source_mask: true");
+    snprintf(args, sizeof args, "%s --set dist.reproducible=true", ex);
+    bad(args, "model.source_mask: not with dist.reproducible yet");
     FILE *f = fopen(e2e_path("mlp.yaml"), "w");
     CHECK(f != NULL, "cannot write %s", e2e_path("mlp.yaml"));
     if (!f) return;
