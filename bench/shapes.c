@@ -6,7 +6,10 @@
  *     bench_shapes corpus FILE [DOCS] [SEED]   writes the corpus: DOCS (default 4096)
  *                                             documents of 16..256 uniform tokens, each
  *                                             ending with the end-of-text id 8191, uint16
- *     bench_shapes [STEPS] [REPS]              (default 6 steps, 2 runs of each, alternating)
+ *     bench_shapes [STEPS] [REPS] [RULE] [WINDOW]
+ *         default 6 steps, 2 runs of each, alternating; the bucketed runs'
+ *         shape.seq_buckets RULE (default multiple:64) and shape.sort_window
+ *         WINDOW (default 16; both runs take it, so they see the same batches)
  *
  * Prints per run the real tokens per second (targets that are not
  * padding, over the step loop's wall time), the first and final loss,
@@ -49,16 +52,20 @@ typedef struct run {
     double rate, first, last, compiles, compile_s, plans, full, largest, state, padding;
 } run;
 
+static const char *rule = "multiple:64";
+static int window = 16;
+
 static int train(const char *corpus, int steps, int bucket, const char *out, run *r) {
     char yaml[1024];
     snprintf(yaml, sizeof yaml,
              "model: {preset: w3}\n"
              "data: {source: tokens, path: %s, eot_id: %d, val_fraction: 0, shuffle: false}\n"
              "train: {steps: %d, seed: 1, threads: 2, log_every: 0}\n"
-             "shape: {policy: %s, seq_buckets: multiple:64, batch_buckets: [8], sort_window: 16, "
+             "shape: {policy: %s, seq_buckets: '%s', batch_buckets: [8], sort_window: %d, "
              "precompile: %s}\n"
              "output: {dir: %s}\n",
-             corpus, EOT, steps, bucket ? "bucket" : "exact", bucket ? "true" : "false", out);
+             corpus, EOT, steps, bucket ? "bucket" : "exact", rule, window,
+             bucket ? "true" : "false", out);
     ts_config c;
     ts_config_init(&c);
     ts_status s = ts_config_load_string(&c, yaml, strlen(yaml), "bench.yaml");
@@ -104,16 +111,20 @@ int main(int argc, char **argv) {
                             argc > 4 ? (unsigned)atoi(argv[4]) : 1, 0, &t);
     }
     const int steps = argc > 1 ? atoi(argv[1]) : 6, reps = argc > 2 ? atoi(argv[2]) : 2;
-    if (steps < 1 || reps < 1 || reps > 16) {
-        fprintf(stderr, "usage: bench_shapes [STEPS] [REPS] | corpus FILE [DOCS] [SEED]\n");
+    if (argc > 3) rule = argv[3];
+    if (argc > 4) window = atoi(argv[4]);
+    if (steps < 1 || reps < 1 || reps > 16 || window < 0 || strlen(rule) > 200) {
+        fprintf(stderr,
+                "usage: bench_shapes [STEPS] [REPS] [RULE] [WINDOW] | corpus FILE [DOCS] [SEED]\n");
         return 2;
     }
     const char *corpus = "/tmp/tessel-bench-shapes.bin";
     double targets;
     /* exactly steps batches: no short last batch in either run */
     if (write_corpus(corpus, steps * BATCH, 1, steps * BATCH, &targets)) return 1;
-    printf("W3 GPT, %d steps of %d documents (16..256 tokens, %.0f real targets)\n", steps, BATCH,
-           targets);
+    printf("W3 GPT, %d steps of %d documents (16..256 tokens, %.0f real targets); buckets %s, "
+           "sort_window %d\n",
+           steps, BATCH, targets, rule, window);
     double rate[2][16];
     run r[2];
     for (int k = 0; k < reps; k++)
@@ -133,7 +144,8 @@ int main(int argc, char **argv) {
     printf("median tokens/s: bucketed %.0f, pad-256 %.0f: %.2fx\n", m1, m0, m1 / m0);
     printf("memory: shared state %.1f MiB once; the 256 plan's own %.1f MiB; all %d bucket "
            "plans' own %.1f MiB (largest %.1f)\n",
-           r[1].state / mib, r[1].full / mib, 4, r[1].plans / mib, r[1].largest / mib);
+           r[1].state / mib, r[1].full / mib, (int)r[1].compiles + 1, r[1].plans / mib,
+           r[1].largest / mib);
     remove(corpus);
     return 0;
 }

@@ -80,6 +80,8 @@ typedef struct ts_config {
          * gcn features, hidden, classes */
         int64_t size, c3;
         int64_t nodes; /* gcn on synthetic data: the graph's size */
+        /* fusion: a validity mask input `valid` [batch, 3] (docs/shapes.md) */
+        int source_mask;
         /* onnx: the model file (made absolute against the config's directory
          * when the config is finished) and the loss over its first output;
          * the file's SHA-256, recorded when the config is finished (or given
@@ -94,6 +96,9 @@ typedef struct ts_config {
         int schedule; /* ts_cfg_schedule */
         int64_t warmup_steps, total_steps;
         double min_lr;
+        /* each source of each row dropped with this probability (fusion
+         * with model.source_mask; docs/shapes.md "Sensor masks") */
+        double source_dropout;
         int64_t steps;
         uint64_t seed;
         int threads;

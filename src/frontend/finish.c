@@ -302,6 +302,13 @@ ts_status ts_config_finish(ts_config *c) {
                        "%s: train.nesterov needs train.momentum > 0 and "
                        "train.dampening 0",
                        cfg_origin(c, i_nest, where, sizeof where));
+    if (c->train.source_dropout > 0 && !c->model.source_mask)
+        return ts_fail(
+            TS_ERR_INVALID,
+            "%s: train.source_dropout %g needs model.source_mask: true (a fusion "
+            "model whose input valid says which sources a row has)",
+            cfg_origin(c, ts_config_key_find("train.source_dropout"), where, sizeof where),
+            c->train.source_dropout);
     /* "none" is how a file says unsigned; the written config omits it. */
     if (!strcmp(c->ckpt.sign_key, "none")) c->ckpt.sign_key[0] = 0;
     if (!strcmp(c->peft.targets, "none")) c->peft.targets[0] = 0;

@@ -71,6 +71,10 @@ const ts_config_key cfg_keys[] = {
      "level)"},
     {"model.c2", TS_CFG_I64, FIELD(model, c2), TS_CFG_MODEL_KEY | TS_CFG_DERIVED, NULL, SIZE_RANGE,
      "preset", "channels of the second block (unet3d: level)"},
+    {"model.source_mask", TS_CFG_BOOL, FIELD(model, source_mask), TS_CFG_MODEL_KEY, NULL, NULL,
+     "false",
+     "fusion: an input valid [batch, 3] says which sources (camera, sequence, tabular) each row "
+     "has; the head fuses the valid ones only (a source whose values hold a NaN is invalid)"},
     {"model.c3", TS_CFG_I64, FIELD(model, c3), TS_CFG_MODEL_KEY | TS_CFG_DERIVED, NULL, SIZE_RANGE,
      "preset", "channels of the unet3d's bottom level"},
     {"model.nodes", TS_CFG_I64, FIELD(model, nodes), TS_CFG_MODEL_KEY | TS_CFG_DERIVED, NULL,
@@ -108,6 +112,9 @@ const ts_config_key cfg_keys[] = {
      "AdamW: decoupled decay; SGD and Adam: L2 term added to the gradient"},
     {"train.clip_grad_norm", TS_CFG_F64, FIELD(train, clip_grad_norm), 0, NULL, "[0, inf)", "0",
      "scale gradients to at most this global L2 norm (0: off)"},
+    {"train.source_dropout", TS_CFG_F64, FIELD(train, source_dropout), 0, NULL, "[0, 1)", "0",
+     "drop each source of each training row with this probability (model.source_mask; a row "
+     "keeps at least one source)"},
     {"train.schedule", TS_CFG_ENUM, FIELD(train, schedule), 0, "constant|linear|cosine", NULL,
      "constant", "learning rate after warm-up: constant, or decaying to min_lr at total_steps"},
     {"train.warmup_steps", TS_CFG_I64, FIELD(train, warmup_steps), 0, NULL, "[0, 1e15]", "0",

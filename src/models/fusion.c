@@ -8,6 +8,11 @@
  *   tabular:  [B, rest] -> Linear(rest, hidden) -> ReLU -> Linear -> ReLU
  *   head:     concat [B, c2 + 2 hidden] -> Linear(., hidden) -> ReLU
  *             -> Linear(hidden, classes or out_dim)
+ *   model.source_mask: an input valid u8 [B, 3] (camera, sequence, tabular);
+ *             a source's input is gated to zeros where its flag is 0, the
+ *             camera projected to hidden (camera.proj), and the head reads
+ *             the mean of the valid sources' [B, hidden] instead of the
+ *             concat: Linear(hidden, hidden) (fusion_mask.h)
  *
  * Cross-entropy against class ids (classes >= 2) or MSE against out_dim
  * targets (classes 0, the synthetic task). Parameter names follow torch
@@ -17,6 +22,7 @@
  * forward and backward nodes is the scheduler's to choose. */
 #include <math.h>
 #include <stdio.h>
+#include "models/fusion_mask.h"
 #include "models/model.h"
 #include "tessel/tessel.h"
 
@@ -51,6 +57,12 @@ static ts_val camera_block(ts_graph *g, ts_val x, int idx, int64_t cin, int64_t 
     return ts_max_pool_layout(g, x, 2, k, NULL, NULL, TS_CHANNELS_LAST);
 }
 
+/* Values [from, to) of x, source k's; gated by its flag when there is a mask. */
+static ts_val source(ts_graph *g, ts_val x, ts_val valid, int k, int64_t from, int64_t to) {
+    x = ts_slice(g, x, 1, from, to);
+    return ts_val_ok(valid) ? ts_fusion_gate(g, x, valid, k) : x;
+}
+
 static ts_status build(const ts_config *c, const ts_config_graph *gr, ts_graph *g, ts_model *m) {
     (void)gr;
     const int64_t B = c->model.batch, C = c->model.channels, H = c->model.height,
@@ -77,28 +89,45 @@ static ts_status build(const ts_config *c, const ts_config_graph *gr, ts_graph *
         int64_t yd[2] = {B, outs};
         m->target = ts_input(g, "y", TS_F32, 2, yd);
     }
+    /* model.source_mask: which sources each row has; a missing one's input
+     * is gated to zeros before its branch, its representation left out of
+     * the fusion (fusion_mask.h) */
+    ts_val valid = TS_NONE;
+    if (c->model.source_mask) {
+        int64_t vd[2] = {B, TS_FUSION_SOURCES};
+        valid = ts_input(g, "valid", TS_U8, 2, vd);
+    }
     /* camera: torch's [B, C, H, W] into channels last */
     int64_t cd[4] = {B, C, H, W}, cl[4] = {B, H, W, C};
     int to_last[4] = {0, 2, 3, 1}, hw[2] = {1, 2};
-    ts_val img = ts_reshape(g, ts_slice(g, m->input, 1, 0, cam), 4, cd);
+    ts_val img = ts_reshape(g, source(g, m->input, valid, 0, 0, cam), 4, cd);
     img = C == 1 ? ts_reshape(g, img, 4, cl) : ts_permute(g, img, to_last);
     img = camera_block(g, img, 0, C, c1);
     img = camera_block(g, img, 4, c1, c2);
     img = ts_mean(g, img, 2, hw, 0); /* [B, c2] */
     /* sequence: the GRU's last state */
     int64_t sd[3] = {B, T, F}, hd[2] = {B, hid};
-    ts_val s = ts_reshape(g, ts_slice(g, m->input, 1, cam, cam + seq), 3, sd), h_n = TS_NONE;
+    ts_val s = ts_reshape(g, source(g, m->input, valid, 1, cam, cam + seq), 3, sd), h_n = TS_NONE;
     ts_gru(g, s, TS_NONE, 1, hid, "sequence.gru", &h_n);
     if (ts_graph_status(g) != TS_OK) return ts_graph_status(g);
     s = ts_reshape(g, h_n, 2, hd);
     /* tabular */
-    ts_val t = ts_slice(g, m->input, 1, cam + seq, c->model.in_dim);
+    ts_val t = source(g, m->input, valid, 2, cam + seq, c->model.in_dim);
     t = ts_relu(g, linear(g, t, "tabular.0", tab, hid));
     t = ts_relu(g, linear(g, t, "tabular.2", hid, hid));
     /* head */
-    ts_val parts[3] = {img, s, t};
-    ts_val f = ts_concat(g, 3, parts, 1);
-    f = ts_relu(g, linear(g, f, "head.0", c2 + 2 * hid, hid));
+    ts_val f;
+    if (c->model.source_mask) {
+        /* the mean over the valid sources of a common width: the camera's c2
+         * channels projected to hidden */
+        ts_val parts[3] = {linear(g, img, "camera.proj", c2, hid), s, t};
+        f = ts_fusion_mean(g, 3, parts, valid);
+        f = ts_relu(g, linear(g, f, "head.0", hid, hid));
+    } else {
+        ts_val parts[3] = {img, s, t};
+        f = ts_concat(g, 3, parts, 1);
+        f = ts_relu(g, linear(g, f, "head.0", c2 + 2 * hid, hid));
+    }
     m->output = linear(g, f, "head.2", hid, outs);
     ts_mark_output(g, m->output, classify ? "logits" : "pred");
     m->loss = classify ? ts_cross_entropy(g, m->output, m->target, -100)
@@ -182,7 +211,8 @@ static const ts_model_preset presets[] = {{"fusion", preset_fusion}};
 const ts_model_desc ts_model_fusion = {
     .name = "fusion",
     .about = "multi-sensor fusion: camera conv, sequence GRU and tabular MLP branches, one head",
-    .keys = "batch channels height width c1 c2 ctx features hidden in_dim out_dim classes",
+    .keys = "batch channels height width c1 c2 ctx features hidden in_dim out_dim classes "
+            "source_mask",
     .presets = presets,
     .n_presets = 1,
     .preset = "fusion",

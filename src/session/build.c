@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "models/fusion_mask.h"
 #include "session/pipe_train.h"
 #include "session/session_internal.h"
 
@@ -76,6 +77,15 @@ ts_status ts_sess_build(session *s) {
     if (!(s->bx = ts_alloc(s->xb * (size_t)s->nslices, "batch")) ||
         !(s->by = ts_alloc(s->yb * (size_t)s->nslices, "batch")))
         return TS_ERR_NOMEM;
+    if (s->c.model.source_mask) {
+        if (s->c.pipe.stages > 1 || s->c.dist.reproducible)
+            return ts_fail(TS_ERR_INVALID,
+                           "model.source_mask: not with %s yet (its input valid is fed by the "
+                           "one-plan and shape-bucket steps only)",
+                           s->c.pipe.stages > 1 ? "pipeline stages" : "dist.reproducible");
+        const size_t rows = (size_t)lc.model.batch * (size_t)(s->nslices + 1);
+        if (!(s->valid = ts_alloc(rows * TS_FUSION_SOURCES, "source flags"))) return TS_ERR_NOMEM;
+    }
     if ((st = ts_sess_shape_setup(s)) != TS_OK) return st;
     if (((s->val && s->val->n) || s->test) && whole) { /* rank 0 evaluates */
         /* Evaluation runs an inference plan of the same graph: forward only,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "models/fusion_mask.h"
 #include "session/session_internal.h"
 
 /* ZeRO-3 (dist.zero 3): no rank holds a parameter whole between steps,
@@ -128,6 +129,11 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
         if ((st = ts_dataset_read(d, start, cnt, s->bx, ys)) != TS_OK) break;
         for (int64_t i = cnt; i < B; i++) memcpy((char *)s->bx + (size_t)i * xe, s->bx, xe);
         st = ts_plan_set_input(s->eval, s->in_name, s->bx, s->xb);
+        if (st == TS_OK && s->valid) { /* model.source_mask: every source */
+            const size_t nv = (size_t)B * TS_FUSION_SOURCES;
+            memset(s->valid, 1, nv);
+            st = ts_plan_set_input(s->eval, "valid", s->valid, nv);
+        }
         if (st == TS_OK) st = ts_plan_step(s->eval);
         if (st == TS_OK) st = ts_plan_read(s->eval, s->out_name, s->bout, s->outb);
         if (st == TS_OK && chfirst) /* [B, C, voxels]: a row per voxel */

@@ -353,6 +353,7 @@ static void session_free(session *s) {
     free(s->pad_x);
     free(s->pad_y);
     free(s->mask);
+    free(s->valid);
     ts_plan_free(s->eval);
     ts_metric_acc_free(&s->macc);
     ts_zoo_graph_free(&s->graph);

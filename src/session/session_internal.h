@@ -131,6 +131,9 @@ typedef struct session {
     float *mask;                 /* 1 for a real row, 0 for padding (float targets) */
     int bn_mask;                 /* BatchNorm reads the "mask" input too (shapes.c) */
     size_t pad_rows;
+    /* model.source_mask: the input valid, u8 [rows, 3] for the whole batch,
+     * then room for one bucket's rows (feed_rows pads it) */
+    uint8_t *valid;
     struct ts_metric *shape_metric[8]; /* the cache's Prometheus gauges */
 } session;
 

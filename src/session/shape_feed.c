@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "models/fusion_mask.h"
 #include "plan/plan.h"
 #include "plan/plan_cache.h"
 #include "session/repro.h"
@@ -259,6 +260,13 @@ static ts_status feed_rows(session *s, int64_t from, int64_t n, int64_t b, int64
     }
     if (st == TS_OK && c->shape.policy == 1 && s->nranks > 1)
         st = ts_plan_set_input(s->plan, "loss_weight", &w, sizeof w);
+    if (st == TS_OK && s->valid) { /* padded rows: no source (their loss is masked) */
+        const size_t S = TS_FUSION_SOURCES;
+        uint8_t *v = s->valid + (size_t)s->rows * S;
+        memcpy(v, s->valid + (size_t)from * S, (size_t)fed * S);
+        memset(v + (size_t)fed * S, 0, (size_t)(b - fed) * S);
+        st = ts_plan_set_input(s->plan, "valid", v, (size_t)b * S);
+    }
     /* padding share: of the positions a gpt computes, those past a real target */
     const double real = s->gpt ? real_count(s, from, n) : (double)n * (double)T;
     ts_plan_cache_note(s->cache, real, (double)b * (double)L);
@@ -267,8 +275,18 @@ static ts_status feed_rows(session *s, int64_t from, int64_t n, int64_t b, int64
     return st;
 }
 
+/* model.source_mask: the flags of every row of the batch (each rank draws
+ * them all, as it loads the whole batch), dropped by train.source_dropout
+ * at this step. */
+static void source_flags(session *s) {
+    const int64_t rows = s->cache ? s->rows : plan_rows(s) * s->nranks;
+    ts_fusion_valid(rows, s->c.train.seed, ts_plan_step_count(s->plan), s->c.train.source_dropout,
+                    s->valid);
+}
+
 ts_status ts_sess_step(session *s) {
     ts_status st;
+    if (s->valid) source_flags(s);
     if (!s->cache) {
         /* This rank's rows: rank r takes rows r*B/N .. (r+1)*B/N - 1. */
         st = ts_plan_set_input(s->plan, s->in_name, (const char *)s->bx + (size_t)s->rank * s->xb,
@@ -276,6 +294,9 @@ ts_status ts_sess_step(session *s) {
         if (st == TS_OK)
             st = ts_plan_set_input(s->plan, s->tgt_name,
                                    (const char *)s->by + (size_t)s->rank * s->yb, s->yb);
+        const size_t nv = (size_t)plan_rows(s) * TS_FUSION_SOURCES;
+        if (st == TS_OK && s->valid)
+            st = ts_plan_set_input(s->plan, "valid", s->valid + (size_t)s->rank * nv, nv);
         if (st == TS_OK) st = ts_plan_step(s->plan);
         s->step_loss = ts_plan_loss(s->plan);
         return st;
