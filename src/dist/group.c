@@ -19,8 +19,9 @@ static group_comm *G(ts_comm *c) {
     return (group_comm *)c;
 }
 
-/* The request goes to the parent with the peer's parent rank; the group's
- * sequence number and tag stay, so both ends match them as usual. */
+/* The request goes to the parent with the peer's parent rank (r->peer
+ * keeps it: the parent's test reads it); the group's sequence number and
+ * tag stay, so both ends match them as usual. */
 static ts_status group_p2p(ts_comm *c, ts_req *r) {
     group_comm *g = G(c);
     if (r->peer < 0 || r->peer >= c->size)
@@ -34,14 +35,43 @@ static ts_status group_test(ts_comm *c, ts_req *r) {
     return G(c)->parent->ops->test(G(c)->parent, r);
 }
 
+/* The parent's word on group rank k, naming it by both ranks. */
+static const char *member_gone(group_comm *g, int k) {
+    ts_comm *p = g->parent;
+    const char *why = p->ops->peer_gone ? p->ops->peer_gone(p, g->ranks[k]) : NULL;
+    if (!why) return NULL;
+    snprintf(g->gone, sizeof g->gone, "group rank %d (rank %d of the parent comm): %s", k,
+             g->ranks[k], why);
+    return g->gone;
+}
+
+/* peer: a request's peer, which is the parent's rank once the request went
+ * to the parent (group_p2p); -1: every other member. */
 static const char *group_peer_gone(ts_comm *c, int peer) {
     group_comm *g = G(c);
-    ts_comm *p = g->parent;
-    if (!p->ops->peer_gone) return NULL;
-    const char *why = p->ops->peer_gone(p, peer >= 0 && peer < c->size ? g->ranks[peer] : -1);
-    if (!why) return NULL;
-    snprintf(g->gone, sizeof g->gone, "%s (of the group's parent comm)", why);
-    return g->gone;
+    for (int k = 0; k < c->size; k++) {
+        if (k == c->rank || (peer >= 0 && g->ranks[k] != peer)) continue;
+        const char *why = member_gone(g, k);
+        if (why) return why;
+    }
+    return NULL;
+}
+
+/* After a failure: the members the parent knows are gone (the group keeps
+ * no record of who entered which of its collectives). */
+static void group_absent(ts_comm *c, uint64_t seq, ts_absent *a) {
+    (void)seq;
+    a->n = 0;
+    size_t len = 0;
+    for (int k = 0; k < c->size; k++) {
+        if (k == c->rank) continue;
+        const char *why = member_gone(G(c), k);
+        if (!why) continue;
+        a->ranks[a->n++] = k;
+        if (len < sizeof a->note)
+            len +=
+                (size_t)snprintf(a->note + len, sizeof a->note - len, "%s%s", len ? "; " : "", why);
+    }
 }
 
 static void group_destroy(ts_comm *c) {
@@ -55,6 +85,7 @@ static const ts_comm_ops group_ops = {.name = "group",
                                       .irecv = group_p2p,
                                       .test = group_test,
                                       .peer_gone = group_peer_gone,
+                                      .absent = group_absent,
                                       .destroy = group_destroy};
 
 ts_status ts_comm_group(ts_comm *parent, int n, const int *ranks, ts_comm **out) {
