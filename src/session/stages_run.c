@@ -196,13 +196,12 @@ ts_status ts_stage_new(ts_config *c0, ts_comm *comm, ts_stage **out) {
         snprintf(mine.name, sizeof mine.name, "rank%d", rank);
         s = ts_allgather(comm, &mine, devs, sizeof mine * (size_t)N, TS_U8, TS_ALGO_AUTO);
     }
-    if (s == TS_OK && c->dist.zero == 1 && D > 1) {
-        int ranks[TS_PIPE_MAX_STAGES * 64];
-        if (D > (int)(sizeof ranks / sizeof ranks[0]))
-            s = ts_fail(TS_ERR_UNSUPPORTED, "pipeline: dist.zero 1 with more than %d replicas",
-                        (int)(sizeof ranks / sizeof ranks[0]));
+    if (s == TS_OK && c->dist.zero == 1 && D > 1) { /* the stage's replicas */
+        int *ranks = malloc(sizeof *ranks * (size_t)D);
+        if (!ranks) s = ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
         for (int r = 0; r < D && s == TS_OK; r++) ranks[r] = r * S + st->s;
         if (s == TS_OK) s = ts_comm_group(comm, D, ranks, &st->group);
+        free(ranks);
     }
     ts_stage_model sm = {0};
     if (s == TS_OK) s = ts_stage_partition(c, measure ? devs : NULL, S, &sm, &st->part);
