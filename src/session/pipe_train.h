@@ -12,6 +12,10 @@
  * from the values one process gives its parameters (they are initialised
  * by name); on --resume every rank reads its stage's tensors from the
  * checkpoint (ts_sess_pipe_restore), which one process or stages wrote.
+ * With dist.zero 1 and replicas each replica's plan holds only its block of
+ * the stage's optimizer state; the blocks travel as pieces of the logical
+ * tensors (pipe_zero.c), so the whole-model plan and checkpoints do not
+ * change.
  *
  *     ts_sess_pipe_resolve(s);   // before ts_sess_build: checks, s->nslices
  *     ts_sess_pipe_setup(s);     // after it: the stage (collective)
