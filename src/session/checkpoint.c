@@ -39,7 +39,10 @@ ts_status ts_sess_save_checkpoint(session *s, int64_t step) {
  * on (docs/checkpoints.md, "Sharded optimizer state"). Gradient
  * compression: every rank saves its residual rows the same way. */
 ts_status ts_sess_shard_saver(session *s) {
-    if (s->nranks < 2 || (!s->c.dist.zero && !s->c.dist.compress) || s->c.ckpt.every <= 0)
+    /* pipeline stages with ZeRO-1: the replicas' blocks go to rank 0's
+     * whole-model plan instead (ts_sess_pipe_sync), which rank 0 saves */
+    if (s->nranks < 2 || (!s->c.dist.zero && !s->c.dist.compress) || s->c.ckpt.every <= 0 ||
+        s->c.pipe.stages > 1)
         return TS_OK;
     ts_status st = ts_session_ckpt_group(s->o->comm, &s->ckpt_group);
     if (st != TS_OK || s->rank == 0 || !s->o->shard_dir) return st;

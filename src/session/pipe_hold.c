@@ -30,6 +30,49 @@ static int find_tensor(const ts_ckpt *c, const char *name, ts_ckpt_tensor *t) {
     return -1;
 }
 
+/* One piece of a ZeRO-1 replica's optimizer state from the checkpoint's
+ * logical tensor (write 0: only checked). */
+typedef struct shard_read {
+    session *s;
+    const ts_ckpt_info *in;
+    int stage, write;
+    unsigned char *buf;
+    size_t cap;
+} shard_read;
+
+static ts_status read_shard(void *user, const char *logical, unsigned char *at, size_t off,
+                            size_t bytes) {
+    shard_read *r = user;
+    ts_ckpt_tensor t;
+    if (find_tensor(r->s->ck, logical, &t) < 0 || !t.is_state)
+        return ts_fail(TS_ERR_NOT_FOUND,
+                       "%s: has no optimizer state '%s', which pipeline stage %d (rank %d) needs "
+                       "for its ZeRO-1 block",
+                       r->in->dir, logical, r->stage, r->s->rank);
+    if (off + bytes > t.bytes)
+        return ts_fail(TS_ERR_SHAPE,
+                       "%s: optimizer state '%s' is %zu bytes, pipeline stage %d (rank %d) needs "
+                       "bytes %zu..%zu of it",
+                       r->in->dir, logical, t.bytes, r->stage, r->s->rank, off, off + bytes);
+    if (!r->write) return TS_OK;
+    if (t.bytes > r->cap) {
+        free(r->buf);
+        if (!(r->buf = malloc(t.bytes))) {
+            r->cap = 0;
+            return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory reading %s", logical);
+        }
+        r->cap = t.bytes;
+    }
+    ts_status st = ts_ckpt_read(r->s->ck, logical, r->buf, t.bytes);
+    if (st != TS_OK) {
+        ts_error_prefix("pipeline stage %d (rank %d): reading %s", r->stage, r->s->rank,
+                        r->in->dir);
+        return st;
+    }
+    memcpy(at, r->buf + off, bytes);
+    return TS_OK;
+}
+
 ts_status ts_sess_pipe_restore(session *s) {
     ts_plan *sp = ts_stage_plan(s->pipe->st);
     const int stage = ts_stage_index(s->pipe->st, NULL, NULL);
@@ -47,7 +90,7 @@ ts_status ts_sess_pipe_restore(session *s) {
         for (int i = 0; i < ts_plan_persistent_count(sp); i++) {
             ts_persistent pv;
             if ((st = ts_plan_persistent(sp, i, &pv)) != TS_OK) return st;
-            if (!ts_sess_pipe_own_value(pv.name)) continue;
+            if (!ts_sess_pipe_own_value(pv.name) || ts_sess_pipe_is_shard(pv.name)) continue;
             ts_ckpt_tensor t;
             if (find_tensor(s->ck, pv.name, &t) < 0)
                 return ts_fail(TS_ERR_NOT_FOUND,
@@ -79,6 +122,14 @@ ts_status ts_sess_pipe_restore(session *s) {
             }
         }
     }
+    /* ZeRO-1: this replica's blocks of the optimizer state, checked first */
+    shard_read r = {s, &in, stage, 0, NULL, 0};
+    if ((st = ts_sess_pipe_shards_each(sp, read_shard, &r)) == TS_OK) {
+        r.write = 1;
+        st = ts_sess_pipe_shards_each(sp, read_shard, &r);
+    }
+    free(r.buf);
+    if (st != TS_OK) return st;
     ts_plan_set_step(sp, in.step);
     ts_plan_set_updates_applied(sp, in.updates_applied);
     return TS_OK;
@@ -93,7 +144,14 @@ static double total(const double *m) {
     return m[0] + m[1] + m[2] + m[3];
 }
 
-enum { K = 5 }; /* per rank: stage arena, its buffers, whole plan, eval plan, parameters */
+/* per rank: stage arena, its buffers, whole plan, eval plan, the stage's
+ * optimizer state (inside its arena), parameters */
+enum { K = 6, KM = 5 /* kept in p->mem */ };
+
+static double state_of(const ts_plan *p) {
+    ts_plan_stats ps;
+    return p && ts_plan_get_stats(p, &ps) == TS_OK ? (double)ps.state_bytes : 0;
+}
 
 ts_status ts_sess_pipe_memory(session *s) {
     struct ts_sess_pipe *p = s->pipe;
@@ -106,31 +164,32 @@ ts_status ts_sess_pipe_memory(session *s) {
     mine[1] = (double)ts_stage_buffer_bytes(p->st);
     mine[2] = p->alias ? 0 : arena_of(s->plan);
     mine[3] = arena_of(s->eval);
+    mine[4] = state_of(sp);
     int d = 0;
     ts_stage_index(p->st, &d, NULL);
-    mine[4] = d == 0 ? ts_stage_param_count(p->st) : 0;
+    mine[5] = d == 0 ? ts_stage_param_count(p->st) : 0;
     ts_status st = ts_allgather(s->o->comm, NULL, v, (size_t)K * (size_t)N, TS_F64, TS_ALGO_AUTO);
     if (st != TS_OK) {
         free(v);
         ts_error_prefix("pipeline: exchanging the ranks' memory");
         return st;
     }
-    if (!(p->mem = malloc(sizeof(double) * 4 * (size_t)N))) {
+    if (!(p->mem = malloc(sizeof(double) * KM * (size_t)N))) {
         free(v);
         return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
     }
     s->model_params = 0;
     int worst = 0;
     for (int r = 0; r < N; r++) {
-        memcpy(p->mem + 4 * r, v + (size_t)K * (size_t)r, 4 * sizeof(double));
-        s->model_params += v[(size_t)K * (size_t)r + 4];
-        if (total(p->mem + 4 * r) > total(p->mem + 4 * worst)) worst = r;
+        memcpy(p->mem + KM * r, v + (size_t)K * (size_t)r, KM * sizeof(double));
+        s->model_params += v[(size_t)K * (size_t)r + 5];
+        if (total(p->mem + KM * r) > total(p->mem + KM * worst)) worst = r;
     }
     free(v);
     /* dist.max_mem_mb bounds what a process holds: its stage's arena (the
      * compile checked that alone), the buffers beside it and rank 0's
      * whole-model plans. Every rank sees every rank's need: all fail alike. */
-    const double lim = s->c.dist.max_mem_mb, mib = 1024.0 * 1024.0, *m = p->mem + 4 * worst;
+    const double lim = s->c.dist.max_mem_mb, mib = 1024.0 * 1024.0, *m = p->mem + KM * worst;
     if (lim > 0 && total(m) > lim * mib) {
         char w[600], whole[160] = "";
         if (m[2] > 0 || m[3] > 0)
@@ -154,12 +213,12 @@ json_t *ts_sess_pipe_memory_json(const session *s) {
     const double mib = 1024.0 * 1024.0;
     json_t *a = json_array();
     for (int r = 0; a && p->mem && r < s->nranks; r++) {
-        const double *m = p->mem + 4 * r;
+        const double *m = p->mem + KM * r;
         json_array_append_new(
-            a, json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f}", "rank", r, "stage", r % p->S,
+            a, json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "rank", r, "stage", r % p->S,
                          "total_mib", (m[0] + m[1] + m[2] + m[3]) / mib, "stage_arena_mib",
                          m[0] / mib, "stage_buffers_mib", m[1] / mib, "whole_plan_mib", m[2] / mib,
-                         "eval_plan_mib", m[3] / mib));
+                         "eval_plan_mib", m[3] / mib, "optimizer_state_mib", m[4] / mib));
     }
     return a;
 }
@@ -170,11 +229,12 @@ void ts_sess_pipe_memory_log(session *s) {
     char line[1024];
     size_t len = 0;
     for (int r = 0; p->mem && r < s->nranks && r < 8 && len < sizeof line - 200; r++) {
-        const double *m = p->mem + 4 * r;
-        len += (size_t)snprintf(line + len, sizeof line - len,
-                                "%srank %d %.1f MiB (stage %d arena %.1f, buffers %.1f%s",
-                                r ? "; " : "", r, (m[0] + m[1] + m[2] + m[3]) / mib, r % p->S,
-                                m[0] / mib, m[1] / mib, m[2] > 0 || m[3] > 0 ? "" : ")");
+        const double *m = p->mem + KM * r;
+        len += (size_t)snprintf(
+            line + len, sizeof line - len,
+            "%srank %d %.1f MiB (stage %d arena %.1f with optimizer state %.2f, buffers %.1f%s",
+            r ? "; " : "", r, (m[0] + m[1] + m[2] + m[3]) / mib, r % p->S, m[0] / mib, m[4] / mib,
+            m[1] / mib, m[2] > 0 || m[3] > 0 ? "" : ")");
         if (m[2] > 0 || m[3] > 0)
             len += (size_t)snprintf(line + len, sizeof line - len,
                                     ", whole-model plan %.1f, evaluation plan %.1f)", m[2] / mib,

@@ -40,9 +40,9 @@ ts_status ts_sess_pipe_resolve(session *s) {
         int set;
         const char *key, *why;
     } no[] = {
-        {c->dist.zero != 0, "dist.zero",
-         "ZeRO inside a stage's data-parallel group is not built yet (a stage's optimizer state "
-         "is already only its own parameters'): set dist.zero 0"},
+        {c->dist.zero > 1, "dist.zero",
+         "ZeRO-2 and ZeRO-3 inside a stage's data-parallel group are not built (ZeRO-1 is: "
+         "dist.zero 1 shards a stage's optimizer state over its replicas): set dist.zero 1 or 0"},
         {c->dist.compress != 0, "dist.compress",
          "gradient compression between a stage's replicas is not built: set dist.compress none"},
         {c->optim.fused_update, "optim.fused_update",
@@ -96,6 +96,22 @@ int ts_sess_pipe_own_value(const char *name) {
     return !strstr(name, "pipe.in") && strncmp(name, "pipe.", 5) != 0;
 }
 
+/* A ZeRO-1 replica's block of optimizer state from the same tensors of
+ * the whole-model plan (piece by piece, ts_sess_pipe_shards_each). */
+static ts_status shard_from_whole(void *user, const char *logical, unsigned char *at, size_t off,
+                                  size_t bytes) {
+    size_t b = 0;
+    const unsigned char *from = ts_plan_value_at(user, logical, &b);
+    if (!from || off + bytes > b)
+        return ts_fail(
+            TS_ERR_INTERNAL,
+            "pipeline: the whole model's plan has no optimizer state %s (bytes %zu..%zu) "
+            "for a stage's ZeRO-1 block",
+            logical, off, off + bytes);
+    memcpy(at, from + off, bytes);
+    return TS_OK;
+}
+
 ts_status ts_sess_pipe_load(session *s) {
     /* a stage-only rank has its values already: initialised by name as
      * one process's, or read from the checkpoint (ts_sess_pipe_restore) */
@@ -105,7 +121,7 @@ ts_status ts_sess_pipe_load(session *s) {
         ts_persistent v;
         ts_status st = ts_plan_persistent(sp, i, &v);
         if (st != TS_OK) return st;
-        if (!ts_sess_pipe_own_value(v.name)) continue;
+        if (!ts_sess_pipe_own_value(v.name) || ts_sess_pipe_is_shard(v.name)) continue;
         size_t b = 0, sb = 0;
         unsigned char *to = ts_plan_value_at(sp, v.name, &sb);
         const unsigned char *from = ts_plan_value_at(s->plan, v.name, &b);
@@ -116,91 +132,111 @@ ts_status ts_sess_pipe_load(session *s) {
                            ts_stage_index(s->pipe->st, NULL, NULL), s->rank, v.name, sb, b);
         memcpy(to, from, b);
     }
+    ts_status st = ts_sess_pipe_shards_each(sp, shard_from_whole, s->plan);
+    if (st != TS_OK) return st;
     ts_plan_set_step(sp, ts_plan_step_count(s->plan));
     ts_plan_set_updates_applied(sp, ts_plan_updates_applied(s->plan));
     return TS_OK;
 }
 
-/* A stage's values as one message: per value its name's length, name,
- * byte count and bytes. */
-static ts_status pack(ts_plan *sp, unsigned char **out, uint64_t *n) {
-    uint64_t total = 0;
+/* A stage's values as one message: per value (or piece of one) its name's
+ * length, name, byte offset in the value, byte count and bytes. */
+typedef struct packer {
+    unsigned char *b; /* NULL: only count */
+    uint64_t o;
+} packer;
+
+static ts_status put(void *user, const char *name, unsigned char *at, size_t off, size_t bytes) {
+    packer *k = user;
+    const uint32_t len = (uint32_t)strlen(name);
+    const uint64_t o = off, nb = at ? bytes : 0;
+    if (k->b) {
+        unsigned char *b = k->b + k->o;
+        memcpy(b, &len, 4);
+        memcpy(b + 4, name, len);
+        memcpy(b + 4 + len, &o, 8);
+        memcpy(b + 12 + len, &nb, 8);
+        if (nb) memcpy(b + 20 + len, at, nb);
+    }
+    k->o += 20 + len + nb;
+    return TS_OK;
+}
+
+/* shards_only: a replica after the first sends only its blocks of the
+ * optimizer state (ZeRO-1); its parameters are replica 0's. */
+static ts_status pack(ts_plan *sp, int shards_only, unsigned char **out, uint64_t *n) {
+    *out = NULL;
     for (int pass = 0; pass < 2; pass++) {
-        unsigned char *b = pass ? *out : NULL;
-        uint64_t o = 0;
-        for (int i = 0; i < ts_plan_persistent_count(sp); i++) {
+        packer k = {pass ? *out : NULL, 0};
+        for (int i = 0; i < ts_plan_persistent_count(sp) && !shards_only; i++) {
             ts_persistent v;
             ts_status st = ts_plan_persistent(sp, i, &v);
             if (st != TS_OK) return st;
-            if (!ts_sess_pipe_own_value(v.name)) continue;
+            if (!ts_sess_pipe_own_value(v.name) || ts_sess_pipe_is_shard(v.name)) continue;
             size_t bytes = 0;
-            const unsigned char *at = ts_plan_value_at(sp, v.name, &bytes);
-            const uint32_t len = (uint32_t)strlen(v.name);
-            const uint64_t nb = at ? bytes : 0;
-            if (b) {
-                memcpy(b + o, &len, 4);
-                memcpy(b + o + 4, v.name, len);
-                memcpy(b + o + 4 + len, &nb, 8);
-                if (nb) memcpy(b + o + 12 + len, at, nb);
-            }
-            o += 12 + len + nb;
+            unsigned char *at = ts_plan_value_at(sp, v.name, &bytes);
+            put(&k, v.name, at, 0, bytes);
         }
-        total = o;
-        if (!pass && !(*out = malloc(total + 1)))
-            return ts_fail(TS_ERR_NOMEM, "pipeline: no memory");
+        ts_status st = ts_sess_pipe_shards_each(sp, put, &k);
+        if (st != TS_OK) return st;
+        *n = k.o;
+        if (!pass && !(*out = malloc(k.o + 1))) return ts_fail(TS_ERR_NOMEM, "pipeline: no memory");
     }
-    *n = total;
     return TS_OK;
 }
 
 static ts_status unpack(session *s, const unsigned char *b, uint64_t n, int from) {
     for (uint64_t o = 0; o < n;) {
         uint32_t len;
-        uint64_t nb;
+        uint64_t off, nb;
         memcpy(&len, b + o, 4);
         char name[512];
-        if (len >= sizeof name || o + 12 + len > n)
-            return ts_fail(TS_ERR_INTERNAL, "pipeline: a bad value message from stage %d", from);
+        if (len >= sizeof name || o + 20 + len > n)
+            return ts_fail(TS_ERR_INTERNAL, "pipeline: a bad value message from rank %d", from);
         memcpy(name, b + o + 4, len);
         name[len] = 0;
-        memcpy(&nb, b + o + 4 + len, 8);
+        memcpy(&off, b + o + 4 + len, 8);
+        memcpy(&nb, b + o + 12 + len, 8);
         size_t bytes = 0;
         unsigned char *to = ts_plan_value_at(s->plan, name, &bytes);
-        if (!to || bytes != nb || o + 12 + len + nb > n)
+        if (!to || off + nb > bytes || o + 20 + len + nb > n)
             return ts_fail(TS_ERR_INTERNAL,
-                           "pipeline: stage %d's value %s (%llu bytes) has no counterpart in the "
-                           "whole model's plan",
-                           from, name, (unsigned long long)nb);
-        memcpy(to, b + o + 12 + len, nb);
-        o += 12 + len + nb;
+                           "pipeline: rank %d's value %s (bytes %llu..%llu) has no counterpart "
+                           "in the whole model's plan",
+                           from, name, (unsigned long long)off, (unsigned long long)(off + nb));
+        memcpy(to + off, b + o + 20 + len, nb);
+        o += 20 + len + nb;
     }
     return TS_OK;
 }
 
-/* Replica 0's stages send their values to rank 0 in stage order; a
- * parameter two stages hold is the same bits in both (they take the same
- * update), so the later copy overwrites it with itself. */
+/* Replica 0's stages send their values to rank 0 in stage order, and with
+ * ZeRO-1 the other replicas their blocks of the optimizer state, in rank
+ * order; a parameter two stages hold is the same bits in both (they take
+ * the same update), so the later copy overwrites it with itself. */
 ts_status ts_sess_pipe_sync(session *s) {
     struct ts_sess_pipe *p = s->pipe;
     if (!ts_sess_pipe_whole_wanted(s)) return TS_OK; /* rank 0 keeps no whole-model plan */
     ts_comm *comm = s->o->comm;
     ts_plan *sp = ts_stage_plan(p->st);
+    const int senders = ts_sess_pipe_zero(s) ? s->nranks : p->S;
     unsigned char *buf = NULL;
     uint64_t n = 0;
     ts_status st = TS_OK;
     if (s->rank == 0) {
-        if ((st = pack(sp, &buf, &n)) == TS_OK) st = unpack(s, buf, n, 0);
-        for (int t = 1; t < p->S && st == TS_OK; t++) {
+        if ((st = pack(sp, 0, &buf, &n)) == TS_OK) st = unpack(s, buf, n, 0);
+        for (int t = 1; t < senders && st == TS_OK; t++) {
             free(buf), buf = NULL;
             ts_comm_req r;
             if ((st = ts_comm_irecv(comm, t, TAG_SYNC_BYTES, &n, 8, &r)) == TS_OK)
                 st = ts_comm_wait(comm, &r, 1);
             if (st == TS_OK && !(buf = malloc(n + 1)))
-                st = ts_fail(TS_ERR_NOMEM, "pipeline: out of memory for stage %d's values", t);
+                st = ts_fail(TS_ERR_NOMEM, "pipeline: out of memory for rank %d's values", t);
             if (st == TS_OK && (st = ts_comm_irecv(comm, t, TAG_SYNC_DATA, buf, n, &r)) == TS_OK)
                 st = ts_comm_wait(comm, &r, 1);
             if (st != TS_OK)
-                ts_error_prefix("pipeline: collecting stage %d's weights from rank %d", t, t);
+                ts_error_prefix("pipeline: collecting stage %d's weights from rank %d", t % p->S,
+                                t);
             else
                 st = unpack(s, buf, n, t);
         }
@@ -208,15 +244,15 @@ ts_status ts_sess_pipe_sync(session *s) {
             ts_plan_set_step(s->plan, ts_plan_step_count(sp));
             ts_plan_set_updates_applied(s->plan, ts_plan_updates_applied(sp));
         }
-    } else if (s->rank < p->S) {
+    } else if (s->rank < senders) {
         ts_comm_req r[2];
-        if ((st = pack(sp, &buf, &n)) == TS_OK &&
+        if ((st = pack(sp, s->rank >= p->S, &buf, &n)) == TS_OK &&
             (st = ts_comm_isend(comm, 0, TAG_SYNC_BYTES, &n, 8, &r[0])) == TS_OK &&
             (st = ts_comm_isend(comm, 0, TAG_SYNC_DATA, buf, n, &r[1])) == TS_OK)
             st = ts_comm_wait(comm, r, 2);
         if (st != TS_OK)
-            ts_error_prefix("pipeline stage %d (rank %d): sending its weights to rank 0", s->rank,
-                            s->rank);
+            ts_error_prefix("pipeline stage %d (rank %d): sending its weights to rank 0",
+                            s->rank % p->S, s->rank);
     }
     free(buf);
     return st;

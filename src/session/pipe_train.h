@@ -12,6 +12,10 @@
  * from the values one process gives its parameters (they are initialised
  * by name); on --resume every rank reads its stage's tensors from the
  * checkpoint (ts_sess_pipe_restore), which one process or stages wrote.
+ * With dist.zero 1 and replicas each replica's plan holds only its block of
+ * the stage's optimizer state; the blocks travel as pieces of the logical
+ * tensors (pipe_zero.c), so the whole-model plan and checkpoints do not
+ * change.
  *
  *     ts_sess_pipe_resolve(s);   // before ts_sess_build: checks, s->nslices
  *     ts_sess_pipe_setup(s);     // after it: the stage (collective)
@@ -38,7 +42,8 @@ struct ts_sess_pipe {
     ts_metric *gauge[2];
     int alias; /* s->plan is the stage's plan: this rank holds no whole-model plan */
     /* per rank (rank order), bytes: the stage's arena, the stage's buffers
-     * outside it, the whole-model plan's arena, the evaluation plan's arena
+     * outside it, the whole-model plan's arena, the evaluation plan's arena,
+     * the stage's optimizer state (inside its arena; 1/D of it with ZeRO-1)
      * (pipe_hold.c) */
     double *mem;
 };
@@ -51,6 +56,9 @@ ts_status ts_sess_pipe_resolve(session *s);
  * answer on every rank for whether rank 0 does (ts_sess_pipe_whole_wanted). */
 int ts_sess_pipe_holds_whole(const session *s);
 int ts_sess_pipe_whole_wanted(const session *s);
+/* dist.zero 1 with more than one replica: each replica of a stage keeps
+ * the optimizer state of its block of the stage's parameters. */
+int ts_sess_pipe_zero(const session *s);
 /* s->plan is this rank's stage plan (no whole-model plan here). */
 int ts_sess_pipe_alias(const session *s);
 /* --resume on a rank whose s->plan is its stage: the stage's parameters
@@ -64,6 +72,15 @@ ts_status ts_sess_pipe_memory(session *s);
 /* The values a stage's plan keeps between steps that the whole model has:
  * all but the received activation (pipe.in) and its optimizer state. */
 int ts_sess_pipe_own_value(const char *name);
+/* ZeRO-1 inside a stage (pipe_zero.c): whether a stage plan's value is a
+ * block of sharded optimizer state ("zero.bucket<b>.<what>"), and each
+ * piece of this replica's blocks as part of a logical tensor: fn gets the
+ * logical name ("<param>.<what>"), the piece's bytes in the plan, and
+ * their byte offset and count in the logical tensor (it may write them). */
+int ts_sess_pipe_is_shard(const char *name);
+typedef ts_status (*ts_sess_pipe_piece_fn)(void *user, const char *logical, unsigned char *at,
+                                           size_t off, size_t bytes);
+ts_status ts_sess_pipe_shards_each(ts_plan *sp, ts_sess_pipe_piece_fn fn, void *user);
 /* The summary's per-rank memory (new reference) and the log's line. */
 json_t *ts_sess_pipe_memory_json(const session *s);
 void ts_sess_pipe_memory_log(session *s);

@@ -53,7 +53,9 @@ typedef struct ts_stage ts_stage;
  * replica ts_comm_rank(comm) / S: comm's size must be S x D, D replicas of
  * every stage (data parallelism: each replica trains on its model.batch / D
  * rows of the batch and the replicas of a stage add their gradients, see
- * replicas_sum in stages_run.c). Collective over the comm (the devices'
+ * replicas_sum in stages_run.c; with dist.zero 1 each replica keeps the
+ * optimizer state of its block of the stage's parameters and the replicas
+ * all-gather them after the update). Collective over the comm (the devices'
  * speeds are measured by each and exchanged when dist.devices is measure). */
 ts_status ts_stage_new(ts_config *c, ts_comm *comm, ts_stage **out);
 /* One training step over the whole batch: data[i] holds model.batch rows
@@ -98,6 +100,7 @@ void ts_stage_free(ts_stage *st);
  * step count) as a standard checkpoint in RUN/stage-<s>/step-N (LATEST
  * names the newest); load restores the newest into a stage built from the
  * same config, so a killed pipeline resumes bit-exactly. */
+/* Not for a stage with dist.zero 1 and replicas (TS_ERR_UNSUPPORTED). */
 ts_status ts_stage_save(ts_stage *st, const char *run_dir);
 ts_status ts_stage_load(ts_stage *st, const char *run_dir);
 

@@ -19,9 +19,21 @@ static ts_status stage_dir(const ts_stage *st, const char *run_dir, char *out, s
     return TS_OK;
 }
 
+/* A ZeRO-1 stage's replicas each hold a block of the state: this
+ * per-stage format has no place for them (tessel train saves the logical
+ * model instead, gathering the blocks: pipe_train.c). */
+static ts_status no_zero(const ts_stage *st, const char *what) {
+    if (!st->group) return TS_OK;
+    return ts_fail(TS_ERR_UNSUPPORTED,
+                   "pipeline stage %d: %s of a stage with dist.zero 1 is not built (each replica "
+                   "holds a block of the optimizer state): tessel train saves the logical model",
+                   st->s, what);
+}
+
 ts_status ts_stage_save(ts_stage *st, const char *run_dir) {
     char dir[1024];
-    ts_status s = stage_dir(st, run_dir, dir, sizeof dir);
+    ts_status s = no_zero(st, "ts_stage_save");
+    if (s == TS_OK) s = stage_dir(st, run_dir, dir, sizeof dir);
     if (s != TS_OK) return s;
     if ((mkdir(run_dir, 0777) && errno != EEXIST) || (mkdir(dir, 0777) && errno != EEXIST))
         return ts_fail(TS_ERR_IO, "pipeline: cannot make %s: %s", dir, strerror(errno));
@@ -43,7 +55,8 @@ ts_status ts_stage_save(ts_stage *st, const char *run_dir) {
 
 ts_status ts_stage_load(ts_stage *st, const char *run_dir) {
     char dir[1024];
-    ts_status s = stage_dir(st, run_dir, dir, sizeof dir);
+    ts_status s = no_zero(st, "ts_stage_load");
+    if (s == TS_OK) s = stage_dir(st, run_dir, dir, sizeof dir);
     if (s != TS_OK) return s;
     char path[1100];
     snprintf(path, sizeof path, "%s/ops", dir);

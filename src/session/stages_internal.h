@@ -48,7 +48,11 @@ struct ts_stage {
     ts_tree_sum gsum;
     shared_param shared[MAX_SHARED];
     int n_shared;
-    float *dp_buf;     /* D > 1: every replica's sum of this stage's gradients */
+    float *dp_buf; /* D > 1: every replica's sum of this stage's gradients */
+    /* dist.zero 1 with D > 1: the stage's replicas (rank s, S + s, ...) as
+     * one comm, over which the plan updates its block of the parameters and
+     * all-gathers them (ZeRO-1 inside the stage) */
+    ts_comm *group;
     ts_tree_sum dpsum; /* D > 1: the replicas' sums, in replica order */
     double loss;
     /* train.clip_grad_norm (stages_clip.c): the model's parameters' squared

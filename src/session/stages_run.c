@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include "core/core.h"
+#include "dist/group.h"
 #include "dist/repro_sum.h"
 #include "passes/partition.h"
 #include "passes/partition_graph.h"
@@ -27,6 +28,7 @@ static double now(void) {
 void ts_stage_free(ts_stage *st) {
     if (!st) return;
     ts_plan_free(st->plan);
+    ts_comm_close(st->group); /* after the plan, whose collectives use it */
     ts_partition_free(st->part);
     free(st->ranges), free(st->stash), free(st->act_send), free(st->grad_send);
     free(st->reqs), free(st->pending);
@@ -87,6 +89,18 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
      * first. The order changes no value, only the memory peak. */
     ts_compile_options opt = sm->opt;
     if (!st->last) opt.naive_schedule = 1;
+    if (st->group) {
+        /* ZeRO-1 among the stage's replicas: every replica writes the
+         * replicas' sum (replicas_sum) into its whole gradients, updates
+         * its block of them with optimizer state for that block only, and
+         * the plan all-gathers the parameters (passes/distribute.c,
+         * "Summed gradients"); the update is elementwise, so the bits are
+         * those of every replica updating everything */
+        opt.comm = st->group;
+        opt.zero = 1;
+        opt.zero_summed_grads = 1;
+        opt.zero_private_params = 1;
+    }
     s = ts_compile(sg, &spec, &opt, &st->plan);
     ts_graph_free(sg);
     if (s != TS_OK) return s;
@@ -156,11 +170,11 @@ ts_status ts_stage_new(ts_config *c0, ts_comm *comm, ts_stage **out) {
                        "pipeline: model.batch %lld does not divide into %d replicas x %d "
                        "micro-batches (dist.microbatches)",
                        (long long)c0->model.batch, D, c0->pipe.microbatches);
-    if (c0->dist.zero || c0->dist.compress)
+    if (c0->dist.zero > 1 || c0->dist.compress)
         return ts_fail(TS_ERR_UNSUPPORTED,
-                       "pipeline: dist.%s inside a stage is not built yet (a stage's optimizer "
-                       "state is already only its own parameters'): set it to its default",
-                       c0->dist.zero ? "zero" : "compress");
+                       "pipeline: dist.%s inside a stage is not built (ZeRO-1 is: dist.zero 1 "
+                       "shards a stage's optimizer state over its replicas): set it to %s",
+                       c0->dist.compress ? "compress" : "zero", c0->dist.compress ? "none" : "1");
     /* each replica's stages see model.batch / D rows (its share of the batch) */
     ts_config cc = *c0, *c = &cc;
     c->model.batch /= D;
@@ -181,6 +195,13 @@ ts_status ts_stage_new(ts_config *c0, ts_comm *comm, ts_stage **out) {
     if (s == TS_OK && measure && (s = ts_device_measure(c->train.threads, &mine)) == TS_OK) {
         snprintf(mine.name, sizeof mine.name, "rank%d", rank);
         s = ts_allgather(comm, &mine, devs, sizeof mine * (size_t)N, TS_U8, TS_ALGO_AUTO);
+    }
+    if (s == TS_OK && c->dist.zero == 1 && D > 1) { /* the stage's replicas */
+        int *ranks = malloc(sizeof *ranks * (size_t)D);
+        if (!ranks) s = ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
+        for (int r = 0; r < D && s == TS_OK; r++) ranks[r] = r * S + st->s;
+        if (s == TS_OK) s = ts_comm_group(comm, D, ranks, &st->group);
+        free(ranks);
     }
     ts_stage_model sm = {0};
     if (s == TS_OK) s = ts_stage_partition(c, measure ? devs : NULL, S, &sm, &st->part);
@@ -408,8 +429,10 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
     }
     ts_plan_set_seed(st->plan, seed);
     if (s == TS_OK) st->grad_sq = grad_sq(st);
-    /* clipping: its all-reduce after this step's messages are all through */
-    if (s == TS_OK && st->max_norm > 0 && st->n_pending) {
+    /* clipping: its all-reduce after this step's messages are all through;
+     * so the ZeRO-1 all-gathers, which run on the group's communication
+     * thread over the same transport */
+    if (s == TS_OK && (st->max_norm > 0 || st->group) && st->n_pending) {
         const double tw = now();
         s = ts_comm_wait(st->comm, st->reqs, st->n_pending);
         st->t.wait += now() - tw;

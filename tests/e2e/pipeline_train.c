@@ -11,7 +11,7 @@
  *   stage; --resume latest finishes with the uninterrupted run's bits. A
  *   pipeline checkpoint resumes in one process and one process's in a
  *   pipeline, both to the same bits (checkpoints hold the logical model).
- * - Refused with exit 2, naming the key: dist.zero, dist.compress,
+ * - Refused with exit 2, naming the key: dist.zero 2, dist.compress,
  *   optim.fused_update, micro-batches that do not divide the batch, a
  *   process count that is not a multiple of the stages, a single process,
  *   fp16 loss scaling, a dist.microbatch that is not the stages'.
@@ -130,7 +130,7 @@ static void refused(const char *what, const char *args, const char *needle) {
 }
 
 static void test_refusals(void) {
-    refused("ZeRO in a stage", "--procs 2 --set dist.zero=1", "dist.zero is not supported");
+    refused("ZeRO-2 in a stage", "--procs 2 --set dist.zero=2", "dist.zero is not supported");
     refused("compression", "--procs 2 --set dist.compress=topk", "dist.compress is not supported");
     refused("fused update", "--procs 2 --set optim.fused_update=true",
             "optim.fused_update is not supported");

@@ -230,7 +230,7 @@ static int worker(ts_comm *comm, void *user) {
 /* What ts_stage_new refuses, each named. */
 static int refusals(ts_comm *comm, void *user) {
     (void)user;
-    const char *sets[][2] = {{"dist.zero=1", "dist.zero inside a stage"},
+    const char *sets[][2] = {{"dist.zero=2", "dist.zero inside a stage"},
                              {"dist.compress=topk", "dist.compress inside a stage"},
                              {"dist.pipeline_stages=4", "2 processes for dist.pipeline_stages 4"}};
     for (int i = 0; i < 3; i++) {
