@@ -106,9 +106,13 @@ static ts_status rank_tree_result(ts_repro_gather *g, ts_comm *comm, float *dst)
     if (g->N > 1)
         s = ts_allreduce(comm, g->mine, g->n, TS_F32, TS_RED_SUM,
                          g->N > 2 ? TS_ALGO_RD : TS_ALGO_AUTO);
-    /* the division of ts_tree_sum_result, so the floats of the all-gather's path */
+    /* the division of ts_tree_sum_result, so the floats of the all-gather's path; the status
+     * tested outside the loop, which then vectorises (it ran one divss per float: 6 % of W1's
+     * reproducible step on 2 processes; the same quotients either way) */
     const float div = (float)g->M;
-    for (size_t i = 0; s == TS_OK && i < g->n; i++) dst[i] = g->mine[i] / div;
+    const float *mine = g->mine;
+    if (s == TS_OK)
+        for (size_t i = 0; i < g->n; i++) dst[i] = mine[i] / div;
     g->added = 0;
     g->cur = 0;
     return s;

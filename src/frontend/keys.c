@@ -128,7 +128,8 @@ const ts_config_key cfg_keys[] = {
     {"train.seed", TS_CFG_U64, FIELD(train, seed), 0, NULL, NULL, "0",
      "seed of parameter init, dropout and synthetic data"},
     {"train.threads", TS_CFG_INT, FIELD(train, threads), 0, NULL, "[0, 4096]", "0",
-     "worker threads (0: all cores, or OMP_NUM_THREADS)"},
+     "worker threads per process (0: OMP_NUM_THREADS if set, else the cores divided by the "
+     "run's processes on the host)"},
     {"train.epochs", TS_CFG_I64, FIELD(train, epochs), 0, NULL, "[0, 1e9]", "0",
      "> 0: passes over the training split, instead of train.steps"},
     {"train.eval_every", TS_CFG_I64, FIELD(train, eval_every), 0, NULL, "[0, 1e15]", "0",

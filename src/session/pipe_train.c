@@ -73,6 +73,7 @@ ts_status ts_sess_pipe_setup(session *s) {
     p->S = s->c.pipe.stages, p->D = s->nranks / p->S, p->M = s->c.pipe.microbatches;
     p->bubble = p->overhead = p->grad_norm = NAN;
     ts_config c = s->c;
+    if (c.train.threads == 0) c.train.threads = s->threads; /* auto: ts_sess_resolve_threads */
     ts_status st = ts_stage_new(&c, s->o->comm, &p->st);
     if (st != TS_OK) return st;
     if (!s->plan) { /* no whole-model plan on this rank: the stage's is the session's */

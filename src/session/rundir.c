@@ -420,6 +420,9 @@ ts_status ts_sess_write_summary(session *s, const char *status, const char *erro
                                                    : 0),
                   "seed", (json_int_t)s->c.train.seed);
     if (!o) return ts_fail(TS_ERR_NOMEM, "out of memory for summary.json");
+    /* the threads each process used (train.threads 0: chosen per host, docs/config.md) */
+    if (s->threads_used > 0)
+        json_object_set_new(o, "threads_per_process", json_integer(s->threads_used));
     if (s->loader) /* time steps waited for their batch, summed (docs/data.md) */
         json_object_set_new(o, "data_wait_ms", json_real(1e3 * ts_loader_wait_seconds(s->loader)));
     if (s->c.batches_per_epoch)

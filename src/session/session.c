@@ -254,6 +254,8 @@ static void header(session *s) {
                     model_label(s), params, (long long)c->model.batch, (long long)c->train.steps,
                     epochs, data, test, st.n_instructions,
                     (double)st.arena_bytes / (1024.0 * 1024.0));
+    if (s->nranks > 1) /* the count every process of the run chose (docs/config.md) */
+        ts_progress_log(&s->pr, "threads per process: %d (%s)", s->threads_used, s->threads_why);
     if (c->peft.targets[0] || c->peft.adapter_after[0] || c->peft.base[0]) {
         double tr, all;
         ts_sess_peft_counts(s->plan, &tr, &all);
@@ -425,17 +427,18 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     const char *dir = o->out_dir && *o->out_dir ? o->out_dir : c->output.dir;
     const char *from = o->resume && *o->resume ? o->resume : NULL;
     s->resume_in_place = from && !strcmp(from, "latest");
-    ts_status st = TS_OK;
-    if (dir[0]) {
+    /* first: a collective on several ranks, before any check that may fail on one alone */
+    ts_status st = ts_sess_resolve_threads(s);
+    if (st == TS_OK && dir[0]) {
         if (snprintf(r->run_dir, sizeof r->run_dir, "%s", dir) >= (int)sizeof r->run_dir ||
             snprintf(s->c.output.dir, sizeof s->c.output.dir, "%s", dir) >=
                 (int)sizeof s->c.output.dir)
             st = ts_fail(TS_ERR_INVALID, "run directory '%.60s...': path too long", dir);
         if (st == TS_OK) st = ts_sess_open_run_dir(s, dir);
-    } else if (s->resume_in_place) {
+    } else if (st == TS_OK && s->resume_in_place) {
         st = ts_fail(TS_ERR_INVALID, "--resume latest continues a run in its directory: name it "
                                      "with --out RUN_DIR or output.dir");
-    } else if (c->ckpt.every > 0 && !o->shard_dir) {
+    } else if (st == TS_OK && c->ckpt.every > 0 && !o->shard_dir) {
         st = ts_fail(TS_ERR_INVALID, "ckpt.every needs a run directory for the checkpoints "
                                      "(--out RUN_DIR or output.dir)");
     }

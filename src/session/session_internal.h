@@ -99,9 +99,13 @@ typedef struct session {
     ts_http_server *http;
     ts_tfevents *tb;
     ts_metric
-        *compress_m[5];     /* gradient compression's gauges (compress_obs.c), made on first use */
-    ts_metric *gpu_m[3];    /* GPU utilisation, memory, power (gpu_obs.c), made on first use */
-    int rank, nranks;       /* data parallelism: this rank's rows of every batch */
+        *compress_m[5];  /* gradient compression's gauges (compress_obs.c), made on first use */
+    ts_metric *gpu_m[3]; /* GPU utilisation, memory, power (gpu_obs.c), made on first use */
+    int rank, nranks;    /* data parallelism: this rank's rows of every batch */
+    /* threads per process (ts_sess_resolve_threads): what every plan is compiled with when
+     * train.threads is 0 (0: OpenMP's default), the count used and why, for the log */
+    int threads, threads_used;
+    char threads_why[96];
     double model_params;    /* > 0: the model's parameters when s->plan is a pipeline stage's */
     int nslices;            /* slices of a batch the plan is built for: nranks, or with
                                dist.reproducible the micro-batches (session/repro.h) */
@@ -209,6 +213,12 @@ int ts_peft_base_find(const ts_peft_base *b, const char *name, ts_dtype *dt, int
 ts_status ts_peft_base_read(const ts_peft_base *b, const char *name, void *dst, size_t bytes);
 /* The i-th parameter tensor's name (i from 0 while it returns non-NULL). */
 const char *ts_peft_base_name(const ts_peft_base *b, int i);
+
+/* train.threads 0 (auto) on several processes: each uses the cores it may run on divided by
+ * the processes of the run on its host that share them (at least 1); OMP_NUM_THREADS, when
+ * set, and an explicit train.threads win. Sets s->threads, threads_used and threads_why.
+ * A collective when s->nranks > 1: every rank calls it first thing (ts_session_run). */
+ts_status ts_sess_resolve_threads(session *s);
 
 /* summary.json, however the run ended; `error` is NULL on success. */
 ts_status ts_sess_write_summary(session *s, const char *status, const char *error);

@@ -18,12 +18,13 @@
 /* The options every plan of the run is compiled with (ts_sess_build's). */
 static void train_options(const session *s, ts_compile_options *opt) {
     opt->comm = s->o->comm;
+    if (opt->threads == 0) opt->threads = s->threads; /* auto: ts_sess_resolve_threads */
     opt->bucket_mb = s->c.dist.bucket_mb;
     opt->dist_algo = s->c.dist.algo;
-    /* dist.reproducible sums the ranks' gradients in a balanced tree: every
-     * algorithm does for 2 ranks, recursive doubling for more (repro.h). */
-    if (s->c.dist.reproducible && s->nranks > 2) opt->dist_algo = TS_ALGO_RD;
-    /* on other counts each rank's plan is its own and the tree is finished across ranks */
+    /* dist.reproducible on several ranks: the plan reduces no gradients; each rank sums its
+     * run of micro-batches and repro_gather.h finishes the fixed tree across ranks once per
+     * step, so dist.algo cannot change its bits (repro.h). Without ZeRO the plan is this
+     * rank's alone; with ZeRO-1/2 it keeps the comm for the shards' update and all-gather. */
     if (ts_repro_local(s) && !ts_repro_zero(s)) opt->comm = NULL;
     opt->zero = s->nranks > 1 ? s->c.dist.zero : 0;
     opt->zero_summed_grads = ts_repro_zero(s); /* the shards read the tree's sums */

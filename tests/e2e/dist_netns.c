@@ -23,9 +23,12 @@
  * (its pid gone) are removed by the next run.
  *
  * dist.reproducible across hosts (docs/reproducibility.md): `tessel train`
- * of W1 (12 micro-batches) under mpirun on the two hosts, 4 ranks (the
- * all-reduce tree) and 3 ranks (2 + 1: the pieces all-gathered), ends with
- * the same bytes as one process and as 4 shm processes (`tessel ckpt diff`). */
+ * of W1 (12 micro-batches) under mpirun on the two hosts, 4 ranks (2 + 2
+ * per host; runs of 3 micro-batches, two pieces of the tree each) and 3
+ * ranks (2 + 1; one aligned block of 4 each), ends with the same bytes as
+ * one process and as 4 shm processes (`tessel ckpt diff`). Both counts
+ * finish the tree by all-gathering the ranks' pieces (src/dist/repro_gather.h:
+ * the one all-reduce is for one piece per rank on a power-of-two count). */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
