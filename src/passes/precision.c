@@ -146,7 +146,8 @@ static void drop_unread(ts_graph *g, int32_t *seed, int n, int cap) {
         if (p->dead || (ts_op_get(p->op)->flags & TS_OPF_SIDE_EFFECT)) continue;
         int read = 0;
         for (int k = 0; k < p->n_out; k++)
-            read += readers[p->out[k]] > 0 || g->values[p->out[k]].is_output;
+            read += readers[p->out[k]] > 0 || g->values[p->out[k]].is_output ||
+                    g->values[p->out[k]].grad_of >= 0; /* ts_plan_read_grad reads those */
         if (read) continue;
         p->dead = 1;
         for (int j = 0; j < p->n_in; j++)
