@@ -30,11 +30,13 @@
 #include "backends/cpu/dnnl_matmul.h"
 
 #define TS_MM_PROBE_MAX_MACS (INT64_C(1) << 28)
-/* bf16 / f16 products are probed up to 2^34 multiply-adds: with AMX tiles oneDNN 2.6.3 splits the
+/* bf16 / f16 products are probed up to 2^31 multiply-adds: with AMX tiles oneDNN 2.6.3 splits the
  * K of some large bf16 products by the thread count (W3's QKV data gradient, 2048x1536 . 1536x512,
- * differs between 1 and 2 threads). The price: three runs of each such shape when the first plan
- * of a process creates it (W3 in bf16: 15 shapes). */
-#define TS_MM_PROBE_MAX_MACS_LOW (INT64_C(1) << 34)
+ * 1.6e9, differs between 1 and 2 threads). The price: three runs of each such shape when the first
+ * plan of a process creates it, and the probe's operands in memory at that moment (at 2^34, which
+ * also took W3's LM head, 2 threads: 884 -> 1133 MB peak RSS, so the limit stays below it; the LM
+ * head's three products were timed thread-independent on that machine). */
+#define TS_MM_PROBE_MAX_MACS_LOW (INT64_C(1) << 31)
 #define TS_MM_PROBE_MAX_ELEMS    (INT64_C(1) << 24)
 
 /* Whether `m`, created for `nthr` threads, is probed: nthr > 1, not inside a parallel region,
