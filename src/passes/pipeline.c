@@ -119,8 +119,17 @@ static ts_status run_monitor_order(ts_pass_ctx *c) {
 static ts_status run_loss_scale_order(ts_pass_ctx *c) {
     return ts_pass_loss_scale_order(c->g, c->unscale);
 }
+/* The pass may leave recomputed nodes dead (their cast is shared with the forward one). */
 static ts_status run_precision(ts_pass_ctx *c) {
-    return ts_pass_precision(c->g, &c->opt->precision, NULL);
+    ts_status s = ts_pass_precision(c->g, &c->opt->precision, NULL);
+    int dead = 0;
+    for (int i = 0; s == TS_OK && i < c->g->n_nodes; i++) dead += c->g->nodes[i].dead;
+    if (s != TS_OK || !dead) return s;
+    int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(c->g->n_values + 1), "compile");
+    if (!map) return TS_ERR_NOMEM;
+    if ((s = ts_graph_compact(c->g, map)) == TS_OK && c->loss >= 0) c->loss = map[c->loss];
+    free(map);
+    return s;
 }
 static ts_status run_train_mode(ts_pass_ctx *c) {
     return ts_pass_train_mode(c->g, c->training);

@@ -17,7 +17,16 @@
  *
  * One cast per (value, type): a weight read by the forward GEMM and by
  * the backward data GEMM, or an activation read by the forward GEMM and
- * the weight-gradient GEMM, is converted once and shared. The cast is
+ * the weight-gradient GEMM, is converted once and shared. Reshapes are
+ * looked through: an operand that is a reshape (a view) of a value is read
+ * as the same reshape of that value's cast, so a gradient read as [B,T,C]
+ * by the data GEMM and as [B*T,C] by the weight GEMM is converted once
+ * (the bits are the same: a cast is elementwise). A value that autodiff
+ * recomputes for the backward pass (a layer norm, GELU or attention
+ * permute feeding a weight-gradient GEMM, passes/autodiff.c) is the same
+ * op on the same inputs as its forward original, so the same bits: the
+ * weight-gradient GEMM reads the forward GEMM's cast of the original, kept
+ * alive (at half the f32 size), and the recompute and its cast go. The cast is
  * placed right before its first reader (nodes are renumbered to keep the
  * graph in topological order), and every in-place update of the source
  * (the optimizer) is ordered after it, so the cast sees the old weights. */
@@ -91,6 +100,62 @@ int ts_precision_lowers_matmul(const ts_graph *g, const ts_precision_options *o)
     return 0;
 }
 
+/* The value v is a view of: follow reshapes back to the value they view. */
+static int32_t view_root(const ts_graph *g, int32_t v) {
+    for (;;) {
+        const ts_value *val = &g->values[v];
+        if (val->kind != TS_VK_NODE || val->node < 0) return v;
+        const ts_node *p = &g->nodes[val->node];
+        if (p->dead || p->op != TS_OP_RESHAPE) return v;
+        v = p->in[0];
+    }
+}
+
+/* When v is an output of autodiff's recomputed copy of a forward node (the same op, inputs and
+ * attributes, so the same bits), that forward node's output; else -1. */
+static int32_t recomputed_from(const ts_graph *g, int32_t v) {
+    const ts_value *val = &g->values[v];
+    if (val->kind != TS_VK_NODE || val->node < 0) return -1;
+    const ts_node *r = &g->nodes[val->node];
+    if (r->dead || !r->recompute) return -1;
+    for (int i = 0; i < val->node; i++) {
+        const ts_node *q = &g->nodes[i];
+        if (q->dead || q->recompute || q->op != r->op || q->n_in != r->n_in ||
+            q->n_out != r->n_out || memcmp(q->in, r->in, sizeof *r->in * (size_t)r->n_in) ||
+            memcmp(&q->a, &r->a, sizeof q->a))
+            continue;
+        return q->out[val->out_index];
+    }
+    return -1;
+}
+
+/* The pass replaced the GEMMs' reads of the values seed[0..n) (with their cast, or a view of it):
+ * (seed has room for cap) mark dead every node that, as a result, nothing reads (a reshape the GEMM
+ * read, a recomputed layer norm or GELU), and what only it read, recursively. Side-effect nodes and
+ * outputs stay. */
+static void drop_unread(ts_graph *g, int32_t *seed, int n, int cap) {
+    int32_t *readers = calloc((size_t)g->n_values, sizeof *readers);
+    if (!readers) return; /* they stay: correct, only slower */
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead)
+            for (int j = 0; j < g->nodes[i].n_in; j++) readers[g->nodes[i].in[j]]++;
+    while (n > 0) { /* seed[] is the work list: each node is marked dead once */
+        const ts_value *val = &g->values[seed[--n]];
+        if (val->kind != TS_VK_NODE || val->node < 0) continue;
+        ts_node *p = &g->nodes[val->node];
+        if (p->dead || (ts_op_get(p->op)->flags & TS_OPF_SIDE_EFFECT)) continue;
+        int read = 0;
+        for (int k = 0; k < p->n_out; k++)
+            read += readers[p->out[k]] > 0 || g->values[p->out[k]].is_output ||
+                    g->values[p->out[k]].grad_of >= 0; /* ts_plan_read_grad reads those */
+        if (read) continue;
+        p->dead = 1;
+        for (int j = 0; j < p->n_in; j++)
+            if (--readers[p->in[j]] == 0 && n < cap) seed[n++] = p->in[j];
+    }
+    free(readers);
+}
+
 ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast) {
     if (n_cast) *n_cast = 0;
     ts_status s = ts_precision_check(o);
@@ -99,14 +164,26 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_c
     int todo = 0;
     for (int i = 0; i < n0; i++) todo += lowers(g, &g->nodes[i], o);
     if (!todo) return TS_OK;
-    int32_t *cast_of = ts_alloc(sizeof(int32_t) * (size_t)nv0, "precision");
-    int32_t *perm = ts_alloc(sizeof(int32_t) * (size_t)(n0 + 2 * todo + 1), "precision");
+    /* cast_of[v]: the cast of value v; low_of[v]: what a lowered GEMM reads for operand v (its
+     * cast, or a reshape of its root's cast). Each lowered node adds at most 2 casts and 2
+     * reshapes. */
+    int32_t *cast_of = ts_alloc(sizeof(int32_t) * (size_t)nv0 * 2, "precision");
+    int32_t *perm = ts_alloc(sizeof(int32_t) * (size_t)(n0 + 4 * todo + 1), "precision");
     if (!cast_of || !perm) {
         free(cast_of);
         free(perm);
         return TS_ERR_NOMEM;
     }
-    for (int v = 0; v < nv0; v++) cast_of[v] = -1;
+    int32_t *low_of = cast_of + nv0;
+    /* the values the GEMMs read before, then drop_unread's work list */
+    int32_t *seed = ts_alloc(sizeof(int32_t) * ((size_t)nv0 + 2 * (size_t)todo + 1), "precision");
+    int n_seed = 0;
+    if (!seed) {
+        free(cast_of);
+        free(perm);
+        return TS_ERR_NOMEM;
+    }
+    for (int v = 0; v < 2 * nv0; v++) cast_of[v] = -1;
     int np = 0, casts = 0;
     ts_attrs ca = ts_attrs_zero();
     ca.cast.dtype = o->compute;
@@ -116,7 +193,16 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_c
             continue;
         }
         for (int j = 0; j < 2 && s == TS_OK; j++) {
-            int32_t v = g->nodes[i].in[j];
+            const int32_t op_v = g->nodes[i].in[j], v = view_root(g, op_v);
+            seed[n_seed++] = op_v;
+            if (low_of[op_v] >= 0) {
+                g->nodes[i].in[j] = low_of[op_v];
+                continue;
+            }
+            if (cast_of[v] < 0) {
+                const int32_t u = recomputed_from(g, v);
+                if (u >= 0 && u < nv0 && cast_of[u] >= 0) cast_of[v] = cast_of[u];
+            }
             if (cast_of[v] < 0) {
                 ts_val c = ts_node_add(g, TS_OP_CAST, 1, (ts_val[]){ts_mkval(v)}, &ca, NULL);
                 if ((s = ts_graph_status(g)) != TS_OK) break;
@@ -134,7 +220,17 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_c
                         }
                 }
             }
-            g->nodes[i].in[j] = cast_of[v];
+            if (s != TS_OK) break;
+            low_of[op_v] = cast_of[v];
+            if (op_v != v) { /* the operand's shape, as a view of the root's cast */
+                const ts_type *t = &g->values[op_v].t;
+                const int nn = g->n_nodes;
+                ts_val r = ts_reshape(g, ts_mkval(cast_of[v]), t->rank, t->dims);
+                if ((s = ts_graph_status(g)) != TS_OK) break;
+                if (g->n_nodes > nn) perm[np++] = g->n_nodes - 1;
+                low_of[op_v] = r.id;
+            }
+            g->nodes[i].in[j] = low_of[op_v];
         }
         *low_flag(&g->nodes[i]) = 1; /* f32 accumulation and output */
         perm[np++] = i;
@@ -142,6 +238,9 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_c
     if (s == TS_OK && np != g->n_nodes)
         s = ts_fail(TS_ERR_INTERNAL, "precision pass: %d of %d nodes ordered", np, g->n_nodes);
     if (s == TS_OK) s = ts_graph_permute_nodes(g, perm, np);
+    if (s == TS_OK)
+        drop_unread(g, seed, n_seed, nv0 + 2 * todo + 1); /* the caller compacts the graph */
+    free(seed);
     free(cast_of);
     free(perm);
     if (s == TS_OK && n_cast) *n_cast = casts;

@@ -210,6 +210,12 @@ static int brgemm_isa(void) {
     return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 }
 
+/* Whether oneDNN runs bf16 / f16 matmuls on AMX tiles here (avx512_core_amx). */
+static int amx_isa(void) {
+    return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_amx) ==
+           dnnl_cpu_isa_avx512_core_amx;
+}
+
 /* Hand out a created matmul, or, when its bits depend on the thread count (dnnl_matmul_threads.h),
  * the same product created for one thread, marked to run on one thread. */
 static ts_status finish_create(ts_mm *m, ts_mm **out) {
@@ -273,8 +279,12 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
         return s;
     }
 
-    /* A K that oneDNN might split between threads: blocks of K in one-thread order. */
-    if (ts_mm_ksplit_wanted(d, omp_get_max_threads()) && brgemm_isa()) {
+    /* A K that oneDNN might split between threads: blocks of K in one-thread order. Not for
+     * bf16 / f16 on AMX, whose one-thread K order is another (a bf16 384x2560 . 2560x448 weight
+     * gradient in K blocks differs from oneDNN's one-thread product there): the thread probe
+     * runs those on one thread instead (dnnl_matmul_threads.h). */
+    if (ts_mm_ksplit_wanted(d, omp_get_max_threads()) && brgemm_isa() &&
+        !(amx_isa() && d->a_dt != TS_F32)) {
         m->nthr = omp_get_max_threads();
         s = ts_mm_ksplit_create(&m->d, m->what, &m->ks);
         if (s != TS_OK) {

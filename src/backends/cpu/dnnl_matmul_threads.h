@@ -18,7 +18,8 @@
  * for other ISAs and oneDNN versions. Verdicts are cached per shape, implementation and T for the
  * process (a cached verdict costs one primitive creation and no runs).
  *
- * Limits: products above TS_MM_PROBE_MAX_MACS multiply-adds (batch * M * N * K) or with an operand
+ * Limits: products above TS_MM_PROBE_MAX_MACS multiply-adds (batch * M * N * K; bf16 / f16 ones
+ * above TS_MM_PROBE_MAX_MACS_LOW) or with an operand
  * above TS_MM_PROBE_MAX_ELEMS elements are not probed (treated as thread-independent): a probe
  * costs three runs and the operands' memory. Their bits may still depend on the thread count (on
  * an AVX2 EPYC, none of the sizes tried above the limit did; the long-K weight gradients that
@@ -28,8 +29,15 @@
 
 #include "backends/cpu/dnnl_matmul.h"
 
-#define TS_MM_PROBE_MAX_MACS  (INT64_C(1) << 28)
-#define TS_MM_PROBE_MAX_ELEMS (INT64_C(1) << 24)
+#define TS_MM_PROBE_MAX_MACS (INT64_C(1) << 28)
+/* bf16 / f16 products are probed up to 2^31 multiply-adds: with AMX tiles oneDNN 2.6.3 splits the
+ * K of some large bf16 products by the thread count (W3's QKV data gradient, 2048x1536 . 1536x512,
+ * 1.6e9, differs between 1 and 2 threads). The price: three runs of each such shape when the first
+ * plan of a process creates it, and the probe's operands in memory at that moment (at 2^34, which
+ * also took W3's LM head, 2 threads: 884 -> 1133 MB peak RSS, so the limit stays below it; the LM
+ * head's three products were timed thread-independent on that machine). */
+#define TS_MM_PROBE_MAX_MACS_LOW (INT64_C(1) << 31)
+#define TS_MM_PROBE_MAX_ELEMS    (INT64_C(1) << 24)
 
 /* Whether `m`, created for `nthr` threads, is probed: nthr > 1, not inside a parallel region,
  * and within the limits above. */
