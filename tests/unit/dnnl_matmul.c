@@ -356,6 +356,9 @@ static void test_workload_determinism(const char *name, ts_dtype in, int64_t bat
     m2 = create_with(&d, nthr);
     CHECK(m1 && m2, "%s: create failed", name);
     if (!ok) goto done;
+    note_impl(ts_mm_impl(m2));
+    if (strchr(ts_mm_impl(m2), '+')) /* which products the determinism machinery serves */
+        printf("%s (%s, %d threads): %s\n", name, ts_dtype_name(in), nthr, ts_mm_impl(m2));
     size_t sb = ts_mm_scratch_bytes(m1) > ts_mm_scratch_bytes(m2) ? ts_mm_scratch_bytes(m1)
                                                                   : ts_mm_scratch_bytes(m2);
     if (sb && !(scratch = ts_aligned_alloc(sb, "scratch"))) {

@@ -18,11 +18,19 @@
  * for other ISAs and oneDNN versions. Verdicts are cached per shape, implementation and T for the
  * process (a cached verdict costs one primitive creation and no runs).
  *
- * Limits: products above TS_MM_PROBE_MAX_MACS multiply-adds (batch * M * N * K) or with an operand
- * above TS_MM_PROBE_MAX_ELEMS elements are not probed (treated as thread-independent): a probe
- * costs three runs and the operands' memory. Their bits may still depend on the thread count (on
- * an AVX2 EPYC, none of the sizes tried above the limit did; the long-K weight gradients that
- * AVX-512 brgemm splits are dnnl_matmul_ksplit.h's). Small products lose little on one thread. */
+ * AMX: oneDNN 2.6.3's brg:avx512_core_amx_bf16 blocks K by the thread count it is created for,
+ * at any size and layout (2048 x 1536 . 1536 x 512: 593199 of 1048576 elements differ between 1
+ * and 2 threads; the running thread count changes nothing). So every product whose implementation
+ * names AMX is probed, however many multiply-adds (the operand limit below still holds), and a
+ * sensitive one first tries a row split (dnnl_matmul_rows.h), which keeps the threads, and gets
+ * the one-thread primitive only where that split is not exact either.
+ *
+ * Limits: products above TS_MM_PROBE_MAX_MACS multiply-adds (batch * M * N * K; not for AMX) or
+ * with an operand above TS_MM_PROBE_MAX_ELEMS elements are not probed (treated as
+ * thread-independent): a probe costs three runs and the operands' memory. Their bits may still
+ * depend on the thread count (on an AVX2 EPYC, none of the sizes tried above the limit did; the
+ * long-K weight gradients that AVX-512 brgemm splits are dnnl_matmul_ksplit.h's). Small products
+ * lose little on one thread. */
 #ifndef TS_DNNL_MATMUL_THREADS_H
 #define TS_DNNL_MATMUL_THREADS_H
 
