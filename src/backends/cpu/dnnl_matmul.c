@@ -243,7 +243,8 @@ static ts_status create_rows(const ts_mm_desc *d, int nthr, ts_mm **out) {
  * product created for one thread), else NULL. Fails only when creation or a probe run fails. */
 static ts_status try_rows(ts_mm *m, ts_mm *m1, ts_mm **out) {
     *out = NULL;
-    if (!ts_mm_rows_wanted(&m->d, m->nthr)) return TS_OK;
+    /* AMX only: elsewhere (gemm:jit on AVX2) the one-thread primitive stays, as before */
+    if (!strstr(m->impl, "amx") || !ts_mm_rows_wanted(&m->d, m->nthr)) return TS_OK;
     ts_mm *mr = NULL;
     ts_status s = create_rows(&m->d, m->nthr, &mr);
     int sensitive = s == TS_OK ? ts_mm_probe_cached(mr, m->nthr) : 1;

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "core/core.h"
 
 struct ts_mm_rows {
@@ -13,12 +14,12 @@ struct ts_mm_rows {
     int64_t row0[TS_MM_ROWS_MAX_BLOCKS + 1]; /* block t: rows [row0[t], row0[t + 1]) */
     ts_mm *blk[TS_MM_ROWS_MAX_BLOCKS];
     size_t scratch_off[TS_MM_ROWS_MAX_BLOCKS + 1]; /* block t's slice of the scratch */
+    size_t copy_off[TS_MM_ROWS_MAX_BLOCKS];        /* in it: its columns of a transposed A */
     char impl[64];
 };
 
 int ts_mm_rows_wanted(const ts_mm_desc *d, int nthr) {
-    return d && nthr > 1 && nthr <= TS_MM_ROWS_MAX_BLOCKS && d->batch == 1 && !d->trans_a &&
-           d->M >= nthr;
+    return d && nthr > 1 && nthr <= TS_MM_ROWS_MAX_BLOCKS && d->batch == 1 && d->M >= nthr;
 }
 
 static size_t round64(size_t n) {
@@ -46,7 +47,9 @@ ts_status ts_mm_rows_create(const ts_mm_desc *d, int nthr, const char *what, ts_
         sub.M = r->row0[t + 1] - r->row0[t];
         s = ts_mm_create(&sub, &r->blk[t]);
         if (s == TS_OK) s = ts_mm_own_stream(r->blk[t]);
-        r->scratch_off[t + 1] = r->scratch_off[t] + round64(ts_mm_scratch_bytes(r->blk[t]));
+        r->copy_off[t] = r->scratch_off[t] + round64(ts_mm_scratch_bytes(r->blk[t]));
+        const size_t copy = d->trans_a ? (size_t)(d->K * sub.M) * ts_dtype_size(d->a_dt) : 0;
+        r->scratch_off[t + 1] = r->copy_off[t] + round64(copy);
     }
     omp_set_num_threads(prev);
     if (s != TS_OK) {
@@ -84,10 +87,18 @@ ts_status ts_mm_rows_run(ts_mm_rows *r, const void *a, const void *b, void *c,
         const void *pt[4] = {0};
         for (int q = 0; q < d->n_post; q++)
             pt[q] = d->post[q] == TS_MM_POST_ADD ? (const float *)post[q] + i0 * d->N : post[q];
+        const char *at = (const char *)a + (size_t)(i0 * d->K) * asz;
+        if (d->trans_a) { /* A stored [K, M]: gather columns [i0, i1) into [K, i1 - i0] */
+            const int64_t w = r->row0[t + 1] - i0;
+            char *dst = base + r->copy_off[t];
+            for (int64_t k = 0; k < d->K; k++)
+                memcpy(dst + (size_t)(k * w) * asz, (const char *)a + (size_t)(k * d->M + i0) * asz,
+                       (size_t)w * asz);
+            at = dst;
+        }
         st[t] = ts_mm_run_post(
-            r->blk[t], (const char *)a + (size_t)(i0 * d->K) * asz, b,
-            (char *)c + (size_t)(i0 * d->N) * csz, d->n_post ? pt : NULL,
-            base && r->scratch_off[t + 1] > r->scratch_off[t] ? base + r->scratch_off[t] : NULL);
+            r->blk[t], at, b, (char *)c + (size_t)(i0 * d->N) * csz, d->n_post ? pt : NULL,
+            base && r->copy_off[t] > r->scratch_off[t] ? base + r->scratch_off[t] : NULL);
     }
     for (int t = 0; t < r->n; t++)
         if (st[t] != TS_OK)

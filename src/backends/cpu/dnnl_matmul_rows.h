@@ -19,9 +19,11 @@
  * thread-sensitive and then found the row split equal to the one-thread product on its operands;
  * elsewhere the one-thread primitive remains. impl: "<block impl>+rows".
  *
- * Covered: batch 1, A not transposed (A stored [M, K]; a transposed A's row block is strided,
- * which oneDNN 2.6 serves with gemm:jit only), at least one row per block; any B layout,
- * accumulate, bias and add post-ops (an add operand's rows are offset like C's). */
+ * Covered: batch 1, at least one row per block; any B layout, accumulate, bias and add post-ops
+ * (an add operand's rows are offset like C's). A transposed A (stored [K, M], weight gradients)
+ * has its block's columns gathered into the block's scratch first (K x rows elements, small
+ * next to the block's K x rows x N multiply-adds): oneDNN 2.6 serves a strided A with gemm:jit
+ * only. Used for AMX products only (finish_create in dnnl_matmul.c). */
 #ifndef TS_DNNL_MATMUL_ROWS_H
 #define TS_DNNL_MATMUL_ROWS_H
 
