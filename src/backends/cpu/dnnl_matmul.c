@@ -216,8 +216,8 @@ static int brgemm_isa(void) {
 /* Whether `d` runs on oneDNN 2.6's AMX kernels (bf16 on a CPU with AMX), whose one-thread K
  * order follows the shape and which dnnl_matmul_ksplit.h does not reproduce. */
 static int amx_bf16(const ts_mm_desc *d) {
-    const int amx = dnnl_cpu_isa_avx512_core_amx;
-    return d->a_dt == TS_BF16 && (dnnl_get_effective_cpu_isa() & amx) == amx;
+    const unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    return d->a_dt == TS_BF16 && ((unsigned)dnnl_get_effective_cpu_isa() & amx) == amx;
 }
 
 static ts_status new_mm(const ts_mm_desc *d, ts_mm **out);
