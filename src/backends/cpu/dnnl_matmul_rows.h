@@ -19,6 +19,17 @@
  * thread-sensitive and then found the row split equal to the one-thread product on its operands;
  * elsewhere the one-thread primitive remains. impl: "<block impl>+rows".
  *
+ * Why this design (evaluated on the AMX Xeon, 2 threads): (1) the one-thread primitive alone is
+ * exact but gives up the second thread; (2) extending dnnl_matmul_ksplit.h to AMX would mean
+ * mirroring oneDNN's AMX K blocking, which follows M and N as well as K and the thread count
+ * (its 512-row K blocks gave other bits than AMX's one-thread order: dW 384 x 448 over K 2560,
+ * 127203 of 172032 elements), so it would break on other shapes and releases; (3) the row split
+ * asks oneDNN, like the probe, and keeps the threads. bench/gemm_threads.c measures it: gpt's dX
+ * at 2 threads, GFLOP/s relative to the plain (thread-sensitive) 2-thread primitive, row split
+ * 0.86, one-thread primitive 0.54; the GRU's dW_ih 0.75 and 0.85 (one run of 5 interleaved reps
+ * each, load average 16 on 2 cores, the process got 11-16% of them: noisy: products where tessel
+ * uses the plain primitive measured 0.81-0.93 of the raw oneDNN one there).
+ *
  * Covered: batch 1, at least one row per block; any B layout, accumulate, bias and add post-ops
  * (an add operand's rows are offset like C's). A transposed A (stored [K, M], weight gradients)
  * has its block's columns gathered into the block's scratch first (K x rows elements, small
