@@ -559,6 +559,14 @@ int main(void) {
         test_workload_determinism("dW.8thr", bf ? TS_BF16 : TS_F32, 1, 384, 448, 2560, 1, 0, !bf,
                                   8);
     }
+    /* Thread-sensitive on AMX at any thread count (its K blocking follows the creating count):
+     * gpt's dX and the GRU's dW_ih (A transposed) on 3 and 4 threads, uneven row blocks. */
+    for (int bf = 0; bf < 2; bf++) {
+        test_workload_determinism("gpt.qkv.dX.4thr", bf ? TS_BF16 : TS_F32, 1, 2048, 512, 1536, 0,
+                                  0, 0, 4);
+        test_workload_determinism("gru.dWih.3thr", bf ? TS_BF16 : TS_F32, 1, 768, 32, 8192, 1, 0, 1,
+                                  3);
+    }
 
     for (int v = 0; v < 4; v++) test_unaligned(v & 1 ? TS_BF16 : TS_F32, v >> 1, v >> 1);
     test_errors();
