@@ -24,11 +24,12 @@
  * mirroring oneDNN's AMX K blocking, which follows M and N as well as K and the thread count
  * (its 512-row K blocks gave other bits than AMX's one-thread order: dW 384 x 448 over K 2560,
  * 127203 of 172032 elements), so it would break on other shapes and releases; (3) the row split
- * asks oneDNN, like the probe, and keeps the threads. bench/gemm_threads.c measures it: gpt's dX
- * at 2 threads, GFLOP/s relative to the plain (thread-sensitive) 2-thread primitive, row split
- * 0.86, one-thread primitive 0.54; the GRU's dW_ih 0.75 and 0.85 (one run of 5 interleaved reps
- * each, load average 16 on 2 cores, the process got 11-16% of them: noisy: products where tessel
- * uses the plain primitive measured 0.81-0.93 of the raw oneDNN one there).
+ * asks oneDNN, like the probe, and keeps the threads. bench/gemm_threads.c measures it (2
+ * threads, GFLOP/s relative to the plain thread-sensitive 2-thread primitive, two runs of 7
+ * interleaved reps, load average 10 on 2 cores, the process got 45-50% of them): gpt's dX, row
+ * split 0.97 and 0.98, one-thread primitive 0.61 and 0.57; the GRU's dW_ih (N = 32, A gathered)
+ * row split 0.65 and 0.70, one-thread 0.44 and 0.93 (noisy: a product tessel leaves plain
+ * measured 0.94 and 1.31 of the same oneDNN primitive there).
  *
  * Covered: batch 1, at least one row per block; any B layout, accumulate, bias and add post-ops
  * (an add operand's rows are offset like C's). A transposed A (stored [K, M], weight gradients)
