@@ -356,6 +356,9 @@ static void test_workload_determinism(const char *name, ts_dtype in, int64_t bat
     m2 = create_with(&d, nthr);
     CHECK(m1 && m2, "%s: create failed", name);
     if (!ok) goto done;
+    note_impl(ts_mm_impl(m2));
+    if (strchr(ts_mm_impl(m2), '+')) /* which products the determinism machinery serves */
+        printf("%s (%s, %d threads): %s\n", name, ts_dtype_name(in), nthr, ts_mm_impl(m2));
     size_t sb = ts_mm_scratch_bytes(m1) > ts_mm_scratch_bytes(m2) ? ts_mm_scratch_bytes(m1)
                                                                   : ts_mm_scratch_bytes(m2);
     if (sb && !(scratch = ts_aligned_alloc(sb, "scratch"))) {
@@ -555,6 +558,14 @@ int main(void) {
         test_workload_determinism("dW.4thr", bf ? TS_BF16 : TS_F32, 1, 96, 128, 4096, 1, 0, bf, 4);
         test_workload_determinism("dW.8thr", bf ? TS_BF16 : TS_F32, 1, 384, 448, 2560, 1, 0, !bf,
                                   8);
+    }
+    /* Thread-sensitive on AMX at any thread count (its K blocking follows the creating count):
+     * gpt's dX and the GRU's dW_ih (A transposed) on 3 and 4 threads, uneven row blocks. */
+    for (int bf = 0; bf < 2; bf++) {
+        test_workload_determinism("gpt.qkv.dX.4thr", bf ? TS_BF16 : TS_F32, 1, 2048, 512, 1536, 0,
+                                  0, 0, 4);
+        test_workload_determinism("gru.dWih.3thr", bf ? TS_BF16 : TS_F32, 1, 768, 32, 8192, 1, 0, 1,
+                                  3);
     }
 
     for (int v = 0; v < 4; v++) test_unaligned(v & 1 ? TS_BF16 : TS_F32, v >> 1, v >> 1);

@@ -1,6 +1,7 @@
 /* dnnl_matmul.c — oneDNN matmul wrapper: create once, run many times. */
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/dnnl_matmul_ksplit.h"
+#include "backends/cpu/dnnl_matmul_rows.h"
 #include "backends/cpu/dnnl_matmul_threads.h"
 
 #include <dnnl.h>
@@ -31,8 +32,10 @@ struct ts_mm {
     int widen;
     size_t dnnl_scratch_bytes; /* oneDNN's part of scratch_bytes; f32 A, B (and C) follow */
     int64_t a_elems, b_elems, c_elems;
-    ts_mm_ksplit *ks; /* set: the product runs in K blocks in a fixed order, without prim */
-    int one_thread;   /* thread-sensitive (dnnl_matmul_threads.h): every run uses one thread */
+    ts_mm_ksplit *ks;     /* set: the product runs in K blocks in a fixed order, without prim */
+    int one_thread;       /* thread-sensitive (dnnl_matmul_threads.h): every run uses one thread */
+    ts_mm_rows *rows;     /* set: one-thread products over row blocks in parallel, without prim */
+    dnnl_stream_t stream; /* its own stream (ts_mm_own_stream), or NULL: the global one */
 };
 
 /* ---- global engine and stream ------------------------------------------ */
@@ -210,14 +213,52 @@ static int brgemm_isa(void) {
     return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 }
 
-/* Whether oneDNN runs bf16 / f16 matmuls on AMX tiles here (avx512_core_amx). */
-static int amx_isa(void) {
-    return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_amx) ==
-           dnnl_cpu_isa_avx512_core_amx;
+/* Whether `d` runs on oneDNN 2.6's AMX kernels (bf16 on a CPU with AMX), whose one-thread K
+ * order follows the shape and which dnnl_matmul_ksplit.h does not reproduce. */
+static int amx_bf16(const ts_mm_desc *d) {
+    const unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    return d->a_dt == TS_BF16 && ((unsigned)dnnl_get_effective_cpu_isa() & amx) == amx;
+}
+
+static ts_status new_mm(const ts_mm_desc *d, ts_mm **out);
+
+/* A ts_mm computing `d` as `nthr` one-thread products over row blocks (dnnl_matmul_rows.h). */
+static ts_status create_rows(const ts_mm_desc *d, int nthr, ts_mm **out) {
+    ts_mm *m = NULL;
+    ts_status s = new_mm(d, &m);
+    if (s == TS_OK) s = ts_mm_rows_create(&m->d, nthr, m->what, &m->rows);
+    if (s != TS_OK) {
+        ts_mm_free(m);
+        return s;
+    }
+    m->nthr = nthr;
+    m->n_post_src = d->n_post;
+    m->scratch_bytes = ts_mm_rows_scratch_bytes(m->rows);
+    snprintf(m->impl, sizeof m->impl, "%s", ts_mm_rows_impl(m->rows));
+    *out = m;
+    return TS_OK;
+}
+
+/* A thread-sensitive `m`'s replacement: its row split when that gives `m1`'s bits (the same
+ * product created for one thread), else NULL. Fails only when creation or a probe run fails. */
+static ts_status try_rows(ts_mm *m, ts_mm *m1, ts_mm **out) {
+    *out = NULL;
+    /* AMX only: elsewhere (gemm:jit on AVX2) the one-thread primitive stays, as before */
+    if (!strstr(m->impl, "amx") || !ts_mm_rows_wanted(&m->d, m->nthr)) return TS_OK;
+    ts_mm *mr = NULL;
+    ts_status s = create_rows(&m->d, m->nthr, &mr);
+    int sensitive = s == TS_OK ? ts_mm_probe_cached(mr, m->nthr) : 1;
+    if (s == TS_OK && sensitive < 0) s = ts_mm_probe_threads(mr, m1, m->nthr, &sensitive);
+    if (s == TS_OK && !sensitive)
+        *out = mr;
+    else
+        ts_mm_free(mr);
+    return s;
 }
 
 /* Hand out a created matmul, or, when its bits depend on the thread count (dnnl_matmul_threads.h),
- * the same product created for one thread, marked to run on one thread. */
+ * its row split if that gives the one-thread bits (dnnl_matmul_rows.h), else the same product
+ * created for one thread, marked to run on one thread. */
 static ts_status finish_create(ts_mm *m, ts_mm **out) {
     const int nthr = m->nthr;
     int sensitive = 0;
@@ -240,6 +281,14 @@ static ts_status finish_create(ts_mm *m, ts_mm **out) {
         *out = m;
         return TS_OK;
     }
+    ts_mm *mr = NULL;
+    s = try_rows(m, m1, &mr);
+    if (s != TS_OK || mr) {
+        ts_mm_free(m1);
+        ts_mm_free(m);
+        *out = mr;
+        return s;
+    }
     ts_mm_free(m);
     m1->one_thread = 1;
     m1->nthr = nthr; /* the plan's thread count, as for any other matmul of the plan */
@@ -249,11 +298,9 @@ static ts_status finish_create(ts_mm *m, ts_mm **out) {
     return TS_OK;
 }
 
-ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
-    if (!out) return ts_fail(TS_ERR_INVALID, "ts_mm_create: out is NULL");
+/* A zeroed ts_mm holding a checked copy of `d` (label and description set), or an error. */
+static ts_status new_mm(const ts_mm_desc *d, ts_mm **out) {
     *out = NULL;
-    if (!d) return ts_fail(TS_ERR_INVALID, "ts_mm_create: descriptor is NULL");
-
     ts_mm *m = ts_zalloc(sizeof *m, "matmul primitive");
     if (!m) {
         ts_error_prefix("matmul '%s'", op_label(d));
@@ -278,13 +325,21 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
         ts_mm_free(m);
         return s;
     }
+    *out = m;
+    return TS_OK;
+}
 
-    /* A K that oneDNN might split between threads: blocks of K in one-thread order. Not for
-     * bf16 / f16 on AMX, whose one-thread K order is another (a bf16 384x2560 . 2560x448 weight
-     * gradient in K blocks differs from oneDNN's one-thread product there): the thread probe
-     * runs those on one thread instead (dnnl_matmul_threads.h). */
-    if (ts_mm_ksplit_wanted(d, omp_get_max_threads()) && brgemm_isa() &&
-        !(amx_isa() && d->a_dt != TS_F32)) {
+ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
+    if (!out) return ts_fail(TS_ERR_INVALID, "ts_mm_create: out is NULL");
+    *out = NULL;
+    if (!d) return ts_fail(TS_ERR_INVALID, "ts_mm_create: descriptor is NULL");
+    ts_mm *m = NULL;
+    ts_status s = new_mm(d, &m);
+    if (s != TS_OK) return s;
+
+    /* A K that oneDNN might split between threads: blocks of K in one-thread order (not on AMX,
+     * whose one-thread order is another: the thread probe in finish_create keeps those bits). */
+    if (ts_mm_ksplit_wanted(d, omp_get_max_threads()) && brgemm_isa() && !amx_bf16(d)) {
         m->nthr = omp_get_max_threads();
         s = ts_mm_ksplit_create(&m->d, m->what, &m->ks);
         if (s != TS_OK) {
@@ -456,6 +511,16 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     return finish_create(m, out);
 }
 
+ts_status ts_mm_own_stream(ts_mm *m) {
+    if (m->ks || m->rows || m->stream) return TS_OK; /* no primitive of its own, or done */
+    dnnl_status_t st = dnnl_stream_create(&m->stream, g_engine, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        m->stream = NULL;
+        return dnnl_fail(st, m->what, "dnnl_stream_create");
+    }
+    return TS_OK;
+}
+
 int ts_mm_row_chunks_exact(void) {
     return brgemm_isa();
 }
@@ -505,7 +570,7 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
     for (int p = 0; p < m->n_post_src; p++) {
         if (!post || !post[p])
             return ts_fail(TS_ERR_INVALID, "%s: post-op operand %d is NULL", m->what, p);
-        if (!m->ks)
+        if (!m->ks && !m->rows)
             TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_post[p], (void *)(uintptr_t)post[p]));
     }
     if (!a || !b || !c)
@@ -514,6 +579,7 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
         return ts_fail(TS_ERR_INVALID, "%s: needs %zu bytes of scratch, got NULL", m->what,
                        m->scratch_bytes);
     if (m->ks) return ts_mm_ksplit_run(m->ks, a, b, c, post, scratch);
+    if (m->rows) return ts_mm_rows_run(m->rows, a, b, c, post, scratch);
     void *narrow_c = NULL; /* the caller's bf16/f16 C when a widened run computes in f32 */
     if (m->widen) {
         float *wa = align_ptr((char *)scratch + m->dnnl_scratch_bytes);
@@ -534,8 +600,9 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
     TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_b, (void *)(uintptr_t)b));
     TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_c, c));
     if (m->mem_s) TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_s, scratch));
-    TS_DNNL_RUN(m, dnnl_primitive_execute(m->prim, g_stream, m->nargs, m->args));
-    TS_DNNL_RUN(m, dnnl_stream_wait(g_stream));
+    dnnl_stream_t stream = m->stream ? m->stream : g_stream;
+    TS_DNNL_RUN(m, dnnl_primitive_execute(m->prim, stream, m->nargs, m->args));
+    TS_DNNL_RUN(m, dnnl_stream_wait(stream));
     if (narrow_c) narrow_from_f32(narrow_c, c, m->d.c_dt, m->c_elems);
     return TS_OK;
 }
@@ -543,6 +610,8 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
 void ts_mm_free(ts_mm *m) {
     if (!m) return;
     ts_mm_ksplit_free(m->ks);
+    ts_mm_rows_free(m->rows);
+    if (m->stream) dnnl_stream_destroy(m->stream);
     if (m->mem_a) dnnl_memory_destroy(m->mem_a);
     if (m->mem_b) dnnl_memory_destroy(m->mem_b);
     if (m->mem_c) dnnl_memory_destroy(m->mem_c);

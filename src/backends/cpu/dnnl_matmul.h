@@ -34,17 +34,21 @@
  * on K only, so results are bit-identical for any thread count at creation or at run time, and
  * run to run. oneDNN does split K between threads for a transposed A with K >= 2048 when the
  * threads outnumber the blocks of N; ts_mm_create then runs the product in K blocks summed in
- * its one-thread order instead (dnnl_matmul_ksplit.h; impl "...+ksplit"), batch 1 only. Not
- * verified for AMX kernels (oneDNN may split K across threads there when it has 16 or more
- * threads). On a CPU without AVX512-BF16, oneDNN serves bf16 x bf16 with its gemm:jit driver, which
- * does split K by thread count; there ts_mm_create builds an f32 primitive instead and a run widens
- * A and B (and a bf16/f16 C) into its scratch (exact: bf16/f16 products are exact in f32);
- * ts_mm_impl() then ends in "+f32" (also where oneDNN has no bf16 kernel at all: AVX2).
- * Without AVX-512, f32 goes to oneDNN's gemm:jit driver, whose kernel and K split follow the thread
- * count; ts_mm_create probes every product created for more than one thread against the same
- * product created for one, and one that differs runs the one-thread primitive on one thread
- * (dnnl_matmul_threads.h; impl "...+1thr"). The K blocks above are used only where oneDNN uses
- * brgemm (AVX-512 and up), whose one-thread order they reproduce.
+ * its one-thread order instead (dnnl_matmul_ksplit.h; impl "...+ksplit"), batch 1 only. AMX
+ * (bf16 on Intel Xeon with amx_bf16, brg:avx512_core_amx_bf16) is another story: there the
+ * creating thread count picks how K is blocked, for any layout (gpt's dX 2048 x 1536 . 1536 x 512
+ * differs between 1 and 2 threads), so ts_mm_create probes every AMX product whatever its size
+ * (dnnl_matmul_threads.h) and replaces a thread-sensitive one by one-thread products over row
+ * blocks run in parallel where that gives the one-thread bits (dnnl_matmul_rows.h; impl
+ * "...+rows"), else by the one-thread primitive ("...+1thr"). On a CPU without AVX512-BF16, oneDNN
+ * serves bf16 x bf16 with its gemm:jit driver, which does split K by thread count; there
+ * ts_mm_create builds an f32 primitive instead and a run widens A and B (and a bf16/f16 C) into its
+ * scratch (exact: bf16/f16 products are exact in f32); ts_mm_impl() then ends in "+f32" (also where
+ * oneDNN has no bf16 kernel at all: AVX2). Without AVX-512, f32 goes to oneDNN's gemm:jit driver,
+ * whose kernel and K split follow the thread count; ts_mm_create probes every product created for
+ * more than one thread against the same product created for one, and one that differs runs the
+ * one-thread primitive on one thread (dnnl_matmul_threads.h; impl "...+1thr"). The K blocks above
+ * are used only where oneDNN uses brgemm (AVX-512 and up), whose one-thread order they reproduce.
  *
  * Scratch is only used during a run: any number of ts_mm may share one buffer
  * of the largest ts_mm_scratch_bytes as long as they do not run concurrently.
@@ -100,6 +104,10 @@ ts_status ts_mm_run_post(ts_mm *m, const void *a, const void *b, void *c, const 
 enum { TS_MM_POST_BIAS = 1, TS_MM_POST_ADD = 2 };
 
 void ts_mm_free(ts_mm *m);
+
+/* Internal (dnnl_matmul_rows.c): give `m` a oneDNN stream of its own, so that it may run at the
+ * same time as other ts_mm (each with its own scratch) from another thread. */
+ts_status ts_mm_own_stream(ts_mm *m);
 
 /* Whether computing a product in chunks of rows (M) gives every row its bits of the whole product
  * (passes/chunk_ce.c relies on it): yes where oneDNN 2.6 serves f32 with brgemm (AVX-512 and up),

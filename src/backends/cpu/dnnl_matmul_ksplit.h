@@ -17,6 +17,9 @@
  * split at the creating thread count need it (ts_mm_ksplit_wanted), and plans created on one
  * thread are unchanged.
  *
+ * Not used for bf16 on AMX (brg:avx512_core_amx_bf16), whose one-thread order is another (its
+ * K blocks follow the shape): there the thread probe keeps the bits (dnnl_matmul_threads.h).
+ *
  * Not covered: batched products (batch > 1; oneDNN splits them only when the batch times the N
  * blocks is below the thread count) and A and B both transposed; their bits may still depend on
  * the thread count above that point. */

@@ -100,10 +100,12 @@ int ts_mm_probe_wanted(const ts_mm *m, int nthr) {
     const int64_t na = (d->a_broadcast ? 1 : d->batch) * d->M * d->K;
     const int64_t nb = (d->b_broadcast ? 1 : d->batch) * d->K * d->N;
     const int64_t nc = d->batch * d->M * d->N;
-    const int64_t lim = d->a_dt == TS_F32 ? TS_MM_PROBE_MAX_MACS : TS_MM_PROBE_MAX_MACS_LOW;
-    return d->M * d->N <= lim / d->K && d->batch <= lim / (d->M * d->N * d->K) &&
-           na <= TS_MM_PROBE_MAX_ELEMS && nb <= TS_MM_PROBE_MAX_ELEMS &&
-           nc <= TS_MM_PROBE_MAX_ELEMS;
+    if (na > TS_MM_PROBE_MAX_ELEMS || nb > TS_MM_PROBE_MAX_ELEMS || nc > TS_MM_PROBE_MAX_ELEMS)
+        return 0;
+    /* AMX kernels block K by the creating thread count at any size (see the header) */
+    if (strstr(ts_mm_impl(m), "amx")) return 1;
+    return d->M * d->N <= TS_MM_PROBE_MAX_MACS / d->K &&
+           d->batch <= TS_MM_PROBE_MAX_MACS / (d->M * d->N * d->K);
 }
 
 int ts_mm_probe_cached(const ts_mm *m, int nthr) {

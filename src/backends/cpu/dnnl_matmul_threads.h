@@ -18,26 +18,29 @@
  * for other ISAs and oneDNN versions. Verdicts are cached per shape, implementation and T for the
  * process (a cached verdict costs one primitive creation and no runs).
  *
- * Limits: products above TS_MM_PROBE_MAX_MACS multiply-adds (batch * M * N * K; bf16 / f16 ones
- * above TS_MM_PROBE_MAX_MACS_LOW) or with an operand
- * above TS_MM_PROBE_MAX_ELEMS elements are not probed (treated as thread-independent): a probe
- * costs three runs and the operands' memory. Their bits may still depend on the thread count (on
- * an AVX2 EPYC, none of the sizes tried above the limit did; the long-K weight gradients that
- * AVX-512 brgemm splits are dnnl_matmul_ksplit.h's). Small products lose little on one thread. */
+ * AMX: oneDNN 2.6.3's brg:avx512_core_amx_bf16 blocks K by the thread count it is created for,
+ * at any size and layout (2048 x 1536 . 1536 x 512: 593199 of 1048576 elements differ between 1
+ * and 2 threads; the running thread count changes nothing). So every product whose implementation
+ * names AMX is probed, however many multiply-adds (the operand limit below still holds), and a
+ * sensitive one first tries a row split (dnnl_matmul_rows.h), which keeps the threads, and gets
+ * the one-thread primitive only where that split is not exact either. The probes cost plan
+ * creation time, once per shape and process: in bench_gemm (2 threads, load average 16 on 2
+ * cores) creating gpt's bf16 products took 450-1670 ms each instead of 1-27 ms, mlp1's 110-270
+ * ms instead of about 1 ms.
+ *
+ * Limits: products above TS_MM_PROBE_MAX_MACS multiply-adds (batch * M * N * K; not for AMX) or
+ * with an operand above TS_MM_PROBE_MAX_ELEMS elements are not probed (treated as
+ * thread-independent): a probe costs three runs and the operands' memory. Their bits may still
+ * depend on the thread count (on an AVX2 EPYC, none of the sizes tried above the limit did; the
+ * long-K weight gradients that AVX-512 brgemm splits are dnnl_matmul_ksplit.h's). Small products
+ * lose little on one thread. */
 #ifndef TS_DNNL_MATMUL_THREADS_H
 #define TS_DNNL_MATMUL_THREADS_H
 
 #include "backends/cpu/dnnl_matmul.h"
 
-#define TS_MM_PROBE_MAX_MACS (INT64_C(1) << 28)
-/* bf16 / f16 products are probed up to 2^31 multiply-adds: with AMX tiles oneDNN 2.6.3 splits the
- * K of some large bf16 products by the thread count (W3's QKV data gradient, 2048x1536 . 1536x512,
- * 1.6e9, differs between 1 and 2 threads). The price: three runs of each such shape when the first
- * plan of a process creates it, and the probe's operands in memory at that moment (at 2^34, which
- * also took W3's LM head, 2 threads: 884 -> 1133 MB peak RSS, so the limit stays below it; the LM
- * head's three products were timed thread-independent on that machine). */
-#define TS_MM_PROBE_MAX_MACS_LOW (INT64_C(1) << 31)
-#define TS_MM_PROBE_MAX_ELEMS    (INT64_C(1) << 24)
+#define TS_MM_PROBE_MAX_MACS  (INT64_C(1) << 28)
+#define TS_MM_PROBE_MAX_ELEMS (INT64_C(1) << 24)
 
 /* Whether `m`, created for `nthr` threads, is probed: nthr > 1, not inside a parallel region,
  * and within the limits above. */
