@@ -27,6 +27,8 @@ static const struct {
     {"fashion_mnist", "fashion_mnist", "--set train.epochs=0 --set data.val_fraction=0", 1},
     /* the multi-sensor model: conv + BatchNorm, a GRU and an MLP in one step */
     {"fusion", "fusion", "", 0},
+    /* the same with a validity mask and random source dropout */
+    {"fusion_dropout", "fusion_dropout", "", 0},
     /* the pretraining run its comment gives (the fine-tuning run needs its checkpoint) */
     {"gcn_lora", "gcn_lora",
      "--set peft.lora.targets=none --set peft.adapter.after=none --set peft.base=none --set "
