@@ -273,18 +273,6 @@ static int worker(int stall) {
 
 /* ---- the launcher ------------------------------------------------------------ */
 
-static int find_mpirun(char *out, size_t n) {
-    const char *path = getenv("PATH");
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path ? path : "/usr/bin:/bin");
-    char *save = NULL;
-    for (char *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        snprintf(out, n, "%s/mpirun", d);
-        if (access(out, X_OK) == 0) return 1;
-    }
-    return 0;
-}
-
 /* mpirun -np N this-program [--stall]; output in `out`; exit status. */
 static int run(const char *mpirun, int np, int stall, char **out) {
     char exe[1024], log[64] = "/tmp/tessel-dist-mpi-XXXXXX";
@@ -317,7 +305,7 @@ int main(int argc, char **argv) {
     setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
 #endif
     char mpirun[1024];
-    if (!find_mpirun(mpirun, sizeof mpirun)) {
+    if (!e2e_find_mpirun(mpirun, sizeof mpirun)) {
         printf("dist_mpi: skipped: mpirun not found on PATH (install openmpi-bin, see "
                "scripts/install-deps.sh)\n");
         return 77; /* reported as skipped (SKIP_RETURN_CODE) */

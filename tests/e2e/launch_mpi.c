@@ -21,18 +21,6 @@ static const char *small =
     "--set model.batch=16 --set model.hidden=32 --set model.window=4 --set model.features=4 "
     "--set train.threads=1 --set dist.algo=native --set ckpt.every=2 --steps 8";
 
-static int find_mpirun(void) {
-    const char *path = getenv("PATH");
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path ? path : "/usr/bin:/bin");
-    char *save = NULL;
-    for (char *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        snprintf(mpirun, sizeof mpirun, "%s/mpirun", d);
-        if (access(mpirun, X_OK) == 0) return 1;
-    }
-    return 0;
-}
-
 /* "mpirun [--allow-run-as-root] --oversubscribe -np 2 BIN train w1 SMALL" */
 static const char *job(void) {
     static char j[2048];
@@ -113,7 +101,7 @@ static void test_refusals(void) {
 }
 
 int main(void) {
-    if (!find_mpirun()) {
+    if (!e2e_find_mpirun(mpirun, sizeof mpirun)) {
         printf("launch_mpi: skipped: mpirun (openmpi-bin) not on PATH\n");
         return 77;
     }

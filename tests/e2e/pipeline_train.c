@@ -151,15 +151,8 @@ static void test_refusals(void) {
 }
 
 static void test_mpi(const char *bin) {
-    const char *path = getenv("PATH");
-    char buf[4096], mpirun[600] = "";
-    snprintf(buf, sizeof buf, "%s", path ? path : "/usr/bin:/bin");
-    char *save = NULL;
-    for (char *d = strtok_r(buf, ":", &save); d && !mpirun[0]; d = strtok_r(NULL, ":", &save)) {
-        snprintf(mpirun, sizeof mpirun, "%s/mpirun", d);
-        if (access(mpirun, X_OK) != 0) mpirun[0] = 0;
-    }
-    if (!mpirun[0]) {
+    char mpirun[600];
+    if (!e2e_find_mpirun(mpirun, sizeof mpirun)) {
         printf("pipeline_train: no mpirun on the PATH, the MPI run is left out\n");
         return;
     }

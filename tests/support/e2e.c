@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
@@ -93,4 +94,17 @@ void e2e_sh(const char *fmt, ...) {
     vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
     if (system(cmd) != 0) CHECK(0, "shell: %s", cmd);
+}
+
+int e2e_find_mpirun(char *out, size_t n) {
+    const char *path = getenv("PATH");
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path ? path : "/usr/bin:/bin");
+    char *save = NULL;
+    for (char *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(out, n, "%s/mpirun", d);
+        if (access(out, X_OK) == 0) return 1;
+    }
+    out[0] = 0;
+    return 0;
 }

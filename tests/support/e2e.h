@@ -41,5 +41,7 @@ e2e_result e2e_runf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void e2e_done(e2e_result *r);
 /* Run a shell command (printf-style) that must succeed; a failed check names it otherwise. */
 void e2e_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The first executable mpirun on $PATH into out (n bytes): 1, or 0 when there is none. */
+int e2e_find_mpirun(char *out, size_t n);
 
 #endif
