@@ -173,13 +173,9 @@ static dnnl_status_t init_md(dnnl_memory_desc_t *md, int batched, int64_t batch,
 
 /* ---- create / run / free ------------------------------------------------ */
 
-static size_t align_up(size_t n) {
-    return (n + 63) & ~(size_t)63;
-}
-
 /* The first 64-byte boundary at or after p (the caller's scratch need not be aligned). */
 static float *align_ptr(void *p) {
-    return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    return (float *)TS_ALIGN_UP((uintptr_t)p, TS_ALIGN);
 }
 
 /* dst[i] = src[i] rounded to nearest even, into a bf16 or f16 result. */
@@ -477,8 +473,9 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     m->dnnl_scratch_bytes = md_s ? dnnl_memory_desc_get_size(md_s) : 0;
     m->scratch_bytes = m->dnnl_scratch_bytes;
     if (m->widen)
-        m->scratch_bytes = 64 + align_up(m->scratch_bytes) + align_up((size_t)m->a_elems * 4) +
-                           align_up((size_t)m->b_elems * 4) +
+        m->scratch_bytes = 64 + TS_ALIGN_UP(m->scratch_bytes, TS_ALIGN) +
+                           TS_ALIGN_UP((size_t)m->a_elems * 4, TS_ALIGN) +
+                           TS_ALIGN_UP((size_t)m->b_elems * 4, TS_ALIGN) +
                            (d->c_dt != TS_F32 ? (size_t)m->c_elems * 4 : 0);
 
     st = dnnl_primitive_create(&m->prim, pd);
@@ -583,13 +580,13 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
     void *narrow_c = NULL; /* the caller's bf16/f16 C when a widened run computes in f32 */
     if (m->widen) {
         float *wa = align_ptr((char *)scratch + m->dnnl_scratch_bytes);
-        float *wb = (float *)((char *)wa + align_up((size_t)m->a_elems * 4));
+        float *wb = (float *)((char *)wa + TS_ALIGN_UP((size_t)m->a_elems * 4, TS_ALIGN));
         widen_to_f32(wa, a, m->d.a_dt, m->a_elems);
         widen_to_f32(wb, b, m->d.b_dt, m->b_elems);
         a = wa;
         b = wb;
         if (m->d.c_dt != TS_F32) { /* f32 C, rounded once at the end, as the native kernel does */
-            float *wc = (float *)((char *)wb + align_up((size_t)m->b_elems * 4));
+            float *wc = (float *)((char *)wb + TS_ALIGN_UP((size_t)m->b_elems * 4, TS_ALIGN));
             if (m->d.accumulate) widen_to_f32(wc, c, m->d.c_dt, m->c_elems);
             narrow_c = c;
             c = wc;

@@ -28,10 +28,6 @@ int ts_mm_ksplit_wanted(const ts_mm_desc *d, int nthr) {
     return (int64_t)nthr > nblk;
 }
 
-static size_t round64(size_t n) {
-    return (n + 63) & ~(size_t)63;
-}
-
 ts_status ts_mm_ksplit_create(const ts_mm_desc *d, const char *what, ts_mm_ksplit **out) {
     *out = NULL;
     ts_mm_ksplit *k = ts_zalloc(sizeof *k, "matmul K blocks");
@@ -64,7 +60,7 @@ ts_status ts_mm_ksplit_create(const ts_mm_desc *d, const char *what, ts_mm_kspli
         return s;
     }
     const int64_t nparts = k->nblocks + (k->tail != NULL);
-    k->partial_bytes = round64((size_t)(nparts * d->M * d->N) * sizeof(float));
+    k->partial_bytes = TS_ALIGN_UP((size_t)(nparts * d->M * d->N) * sizeof(float), TS_ALIGN);
     k->sub_scratch = ts_mm_scratch_bytes(k->blocks);
     if (k->tail && ts_mm_scratch_bytes(k->tail) > k->sub_scratch)
         k->sub_scratch = ts_mm_scratch_bytes(k->tail);

@@ -22,10 +22,6 @@ int ts_mm_rows_wanted(const ts_mm_desc *d, int nthr) {
     return d && nthr > 1 && nthr <= TS_MM_ROWS_MAX_BLOCKS && d->batch == 1 && d->M >= nthr;
 }
 
-static size_t round64(size_t n) {
-    return (n + 63) & ~(size_t)63;
-}
-
 ts_status ts_mm_rows_create(const ts_mm_desc *d, int nthr, const char *what, ts_mm_rows **out) {
     *out = NULL;
     if (!ts_mm_rows_wanted(d, nthr))
@@ -47,9 +43,9 @@ ts_status ts_mm_rows_create(const ts_mm_desc *d, int nthr, const char *what, ts_
         sub.M = r->row0[t + 1] - r->row0[t];
         s = ts_mm_create(&sub, &r->blk[t]);
         if (s == TS_OK) s = ts_mm_own_stream(r->blk[t]);
-        r->copy_off[t] = r->scratch_off[t] + round64(ts_mm_scratch_bytes(r->blk[t]));
+        r->copy_off[t] = r->scratch_off[t] + TS_ALIGN_UP(ts_mm_scratch_bytes(r->blk[t]), TS_ALIGN);
         const size_t copy = d->trans_a ? (size_t)(d->K * sub.M) * ts_dtype_size(d->a_dt) : 0;
-        r->scratch_off[t + 1] = r->copy_off[t] + round64(copy);
+        r->scratch_off[t + 1] = r->copy_off[t] + TS_ALIGN_UP(copy, TS_ALIGN);
     }
     omp_set_num_threads(prev);
     if (s != TS_OK) {
