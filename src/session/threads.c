@@ -38,16 +38,13 @@ ts_status ts_sess_resolve_threads(session *s) {
         s->threads_used = s->c.train.threads;
         return TS_OK;
     }
-    if (omp && *omp) { /* the user's (or the launcher's) choice: OpenMP follows it */
-        snprintf(s->threads_why, sizeof s->threads_why, "OMP_NUM_THREADS=%.32s", omp);
-        s->threads_used = atoi(omp) > 0 ? atoi(omp) : cpus;
-        return TS_OK;
-    }
     /* The processes of this run that share this process's cores: those on its host (the
      * comm's host table: machine and network namespace, or TESSEL_HOST) with the same
      * affinity mask. Ranks bound to their own cores (mpirun --bind-to core, srun's
      * --cpus-per-task binding) share none; forked or unbound ranks share all. Every rank
-     * calls this at the same point (a collective). */
+     * calls this at the same point (a collective), also a rank with OMP_NUM_THREADS set:
+     * the environment may differ between ranks, and one rank leaving the collective early
+     * would leave the others waiting in it. */
     int sharing = 1;
     if (s->o->comm && s->nranks > 1) {
         uint64_t *all = ts_zalloc(sizeof *all * (size_t)s->nranks, "affinity masks");
@@ -65,6 +62,11 @@ ts_status ts_sess_resolve_threads(session *s) {
             sharing += ts_comm_host(s->o->comm, r) == host && all[r] == mask;
         free(all);
         if (sharing < 1) sharing = 1;
+    }
+    if (omp && *omp) { /* the user's (or the launcher's) choice: OpenMP follows it */
+        snprintf(s->threads_why, sizeof s->threads_why, "OMP_NUM_THREADS=%.32s", omp);
+        s->threads_used = atoi(omp) > 0 ? atoi(omp) : cpus;
+        return TS_OK;
     }
     s->threads_used = cpus / sharing > 0 ? cpus / sharing : 1;
     snprintf(s->threads_why, sizeof s->threads_why, "%d core%s, %d process%s on this host", cpus,
