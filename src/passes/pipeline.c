@@ -119,17 +119,21 @@ static ts_status run_monitor_order(ts_pass_ctx *c) {
 static ts_status run_loss_scale_order(ts_pass_ctx *c) {
     return ts_pass_loss_scale_order(c->g, c->unscale);
 }
+/* Drops the dead nodes and renumbers the values, the loss among them. */
+static ts_status compact(ts_pass_ctx *c) {
+    int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(c->g->n_values + 1), "compile");
+    if (!map) return TS_ERR_NOMEM;
+    ts_status s = ts_graph_compact(c->g, map);
+    if (s == TS_OK && c->loss >= 0) c->loss = map[c->loss];
+    free(map);
+    return s;
+}
 /* The pass may leave recomputed nodes dead (their cast is shared with the forward one). */
 static ts_status run_precision(ts_pass_ctx *c) {
     ts_status s = ts_pass_precision(c->g, &c->opt->precision, NULL);
     int dead = 0;
     for (int i = 0; s == TS_OK && i < c->g->n_nodes; i++) dead += c->g->nodes[i].dead;
-    if (s != TS_OK || !dead) return s;
-    int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(c->g->n_values + 1), "compile");
-    if (!map) return TS_ERR_NOMEM;
-    if ((s = ts_graph_compact(c->g, map)) == TS_OK && c->loss >= 0) c->loss = map[c->loss];
-    free(map);
-    return s;
+    return s != TS_OK || !dead ? s : compact(c);
 }
 static ts_status run_train_mode(ts_pass_ctx *c) {
     return ts_pass_train_mode(c->g, c->training);
@@ -156,12 +160,7 @@ static ts_status run_fuse(ts_pass_ctx *c) {
     ts_fuse_options fo = {.no_norm = c->opt->no_fuse_norm || !c->fused_norm_ok,
                           .grads_released = with_ranks(c) && c->opt->zero == 3};
     ts_status s = ts_pass_fuse_ex(c->g, &fo, &c->fuse);
-    if (s != TS_OK) return s;
-    int32_t *map = ts_alloc(sizeof(int32_t) * (size_t)(c->g->n_values + 1), "compile");
-    if (!map) return TS_ERR_NOMEM;
-    if ((s = ts_graph_compact(c->g, map)) == TS_OK && c->loss >= 0) c->loss = map[c->loss];
-    free(map);
-    return s;
+    return s == TS_OK ? compact(c) : s;
 }
 static ts_status run_verify(ts_pass_ctx *c) {
     return ts_graph_verify(c->g);
