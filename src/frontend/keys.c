@@ -154,10 +154,9 @@ const ts_config_key cfg_keys[] = {
      "keep an activation and the layer norm reading it (and their backward) separate ops"},
     {"compile.no_recompute", TS_CFG_BOOL, FIELD(compile, no_recompute), 0, NULL, NULL, "false",
      "keep large GELU/LayerNorm outputs for the backward instead of recomputing them"},
-    {"compile.discard_outputs", TS_CFG_BOOL, FIELD(compile, discard_outputs), 0, NULL, NULL,
-     "false",
+    {"compile.discard_outputs", TS_CFG_BOOL, FIELD(compile, discard_outputs), 0, NULL, NULL, "true",
      "training: do not keep marked outputs (the logits) readable after the step, so "
-     "their memory is reused"},
+     "their memory is reused (tessel train never reads them; evaluation has its own plan)"},
     /* memory-aware scheduling (docs/scheduling.md) */
     {"compile.max_memory_mb", TS_CFG_F64, FIELD(compile, max_memory_mb), 0, NULL, "[0, 1e9]", "0",
      "the arena's limit in MiB (0: none): above it, forward activations are recomputed in the "

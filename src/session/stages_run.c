@@ -89,6 +89,8 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
      * first. The order changes no value, only the memory peak. */
     ts_compile_options opt = sm->opt;
     if (!st->last) opt.naive_schedule = 1;
+    /* pipe.out is what the next stage receives: an output the plan must keep */
+    opt.discard_outputs = 0;
     if (st->group) {
         /* ZeRO-1 among the stage's replicas: every replica writes the
          * replicas' sum (replicas_sum) into its whole gradients, updates

@@ -52,8 +52,8 @@ static void test_defaults_and_presets(void) {
     CHECK(c.train.schedule == TS_CFG_CONSTANT && c.train.seed == 0 && c.train.threads == 0,
           "train defaults");
     CHECK(!c.compile.debug_nan && !c.compile.no_simplify && !c.compile.naive_schedule &&
-              !c.compile.no_inplace,
-          "compile defaults");
+              !c.compile.no_inplace && c.compile.discard_outputs,
+          "compile defaults (the training plan does not keep the logits)");
 
     /* The preset fills what the file leaves, wherever the preset line is. */
     CHECK_OK(load(&c, "model:\n  batch: 3\n  preset: w1\n  hidden: 16\n", 0, NULL));
