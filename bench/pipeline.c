@@ -12,7 +12,10 @@
  * --slow makes one rank a device of 1/FACTOR the speed (it sleeps FACTOR-1
  * times each piece of its work); --devices gives the planner the speeds
  * (examples/devices_unequal.txt: the second device at half speed). The
- * first step is a warm-up; the median of the others is reported. */
+ * first step is a warm-up; the median of the others is reported. The last
+ * step is also shown piece by piece: each stage's time by kind (forward,
+ * backward, each wait, copies, sums, update) and its timeline, where the
+ * stages' micro-batches line up against each other. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,13 +25,22 @@
 #include "session/stages.h"
 #include "tessel/tessel.h"
 
-enum { MAX_STEPS = 64 };
+enum { MAX_STEPS = 64, MAX_EVENTS = 1024 };
+
+/* One piece of the last step's timeline (ts_stage_event, copied out of the
+ * worker). */
+typedef struct event {
+    char what[16];
+    int mb;
+    double t0, t1;
+} event;
 
 typedef struct result {
     double step[MAX_STEPS];
     ts_stage_times t[MAX_STEPS];
     double est_s, est_step, est_bubble, loss;
-    int n_ops;
+    int n_ops, n_ev;
+    event ev[MAX_EVENTS];
 } result;
 
 static const char *cfg_path = "examples/w3.yaml", *devices = NULL, *schedule = "1f1b";
@@ -105,6 +117,13 @@ static int worker(ts_comm *comm, void *user) {
         ts_stage_last_times(st, &r->t[t]);
         r->step[t] = r->t[t].step;
     }
+    const ts_stage_event *ev;
+    const int n_ev = ts_stage_timeline(st, &ev);
+    for (int i = 0; i < n_ev && i < MAX_EVENTS; i++) {
+        snprintf(r->ev[i].what, sizeof r->ev[i].what, "%s", ev[i].what);
+        r->ev[i].mb = ev[i].mb, r->ev[i].t0 = ev[i].t0, r->ev[i].t1 = ev[i].t1;
+    }
+    r->n_ev = n_ev < MAX_EVENTS ? n_ev : MAX_EVENTS;
     r->loss = ts_stage_loss(st);
     if (rank == 0) ts_partition_print(ts_stage_partition_of(st), stdout);
     fflush(stdout);
@@ -145,6 +164,56 @@ static int run_single(void) {
     ts_plan_free(p);
     ts_graph_free(g);
     return 0;
+}
+
+/* The last step's time on each stage by kind of piece (ts_stage_event's
+ * `what`), and its timeline: every piece with its micro-batch, start and
+ * end in ms from the earliest stage's start, so the stages line up. */
+static void print_timeline(int last_step) {
+    static const char *const kinds[] = {"F",          "B",          "FB",       "wait act",
+                                        "wait grad",  "wait share", "wait sum", "wait replica",
+                                        "wait sends", "stash",      "restore",  "send",
+                                        "sum",        "norm",       "clip",     "update"};
+    enum { NK = sizeof kinds / sizeof *kinds };
+    double t0 = INFINITY;
+    for (int s = 0; s < S; s++)
+        if (res[s].t[last_step].start < t0) t0 = res[s].t[last_step].start;
+    printf("\nlast step by piece, ms (other: the step less the pieces: feeding inputs, "
+           "starting sends):\n%-5s",
+           "stage");
+    for (int k = 0; k < NK; k++) printf(" %*s", k < 3 ? 7 : (int)strlen(kinds[k]) + 1, kinds[k]);
+    printf(" %8s %8s\n", "other", "step");
+    for (int s = 0; s < S; s++) {
+        double sum[NK] = {0}, all = 0;
+        for (int i = 0; i < res[s].n_ev; i++)
+            for (int k = 0; k < NK; k++)
+                if (!strcmp(res[s].ev[i].what, kinds[k]))
+                    sum[k] += res[s].ev[i].t1 - res[s].ev[i].t0,
+                        all += res[s].ev[i].t1 - res[s].ev[i].t0;
+        printf("%-5d", s);
+        for (int k = 0; k < NK; k++)
+            printf(" %*.1f", k < 3 ? 7 : (int)strlen(kinds[k]) + 1, 1e3 * sum[k]);
+        printf(" %8.1f %8.1f\n", 1e3 * (res[s].t[last_step].step - all),
+               1e3 * res[s].t[last_step].step);
+    }
+    printf("\ntimeline of the last step (ms from the first stage's start; pieces under 0.5 ms "
+           "left out):\n");
+    for (int s = 0; s < S; s++) {
+        printf("stage %d:", s);
+        int col = 8;
+        for (int i = 0; i < res[s].n_ev; i++) {
+            const event *e = &res[s].ev[i];
+            if (e->t1 - e->t0 < 5e-4) continue;
+            char item[64];
+            const int n = e->mb >= 0 ? snprintf(item, sizeof item, " %s%d %.0f-%.0f", e->what,
+                                                e->mb, 1e3 * (e->t0 - t0), 1e3 * (e->t1 - t0))
+                                     : snprintf(item, sizeof item, " %s %.0f-%.0f", e->what,
+                                                1e3 * (e->t0 - t0), 1e3 * (e->t1 - t0));
+            if (col + n > 100) printf("\n       "), col = 7;
+            fputs(item, stdout), col += n;
+        }
+        printf("\n");
+    }
 }
 
 int main(int argc, char **argv) {
@@ -233,5 +302,6 @@ int main(int argc, char **argv) {
            "(stash copies, send buffers, gradient sums, the tied embedding's exchange)\n",
            100 * (waiting + S * med - own) / (S * med), 100 * (own - busy - waiting) / (S * med));
     for (int t = 0; t < steps; t++) printf("  step %d: %.3f s\n", t, step[t]);
+    print_timeline(steps - 1);
     return 0;
 }
