@@ -164,10 +164,11 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
     st->cap_pending = 4 * st->M + 2 * MAX_SHARED + 4 + st->D;
     st->reqs = calloc((size_t)st->cap_pending, sizeof *st->reqs);
     st->pending = calloc((size_t)st->cap_pending, sizeof *st->pending);
-    /* per micro-batch at most: its wait, feed, run, send copy, stash,
-     * restore, two waits and sums per shared parameter; then the step's
-     * end */
-    st->cap_ev = st->M * (8 + 2 * st->n_shared) + 4 * st->n_shared + 2 * st->D + 16;
+    /* per micro-batch at most: the forward's wait, run, send copy and
+     * stash; the backward's wait, restore, run, send copy and sum; per
+     * shared parameter a wait, a sum and a send copy more; then the
+     * step's end */
+    st->cap_ev = st->M * (10 + 3 * st->n_shared) + 4 * st->n_shared + 2 * st->D + 16;
     st->ev = malloc((size_t)st->cap_ev * sizeof *st->ev);
     if (!st->reqs || !st->pending || !st->ev)
         return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
@@ -328,7 +329,8 @@ static ts_status after_backward(ts_stage *st, int mb) {
             t0 = now();
             float *g = (float *)sp->grad;
             const float *o = (const float *)sp->bufs;
-            for (size_t j = 0; s == TS_OK && j < sp->bytes / sizeof(float); j++) g[j] = g[j] + o[j];
+            if (s == TS_OK)
+                for (size_t j = 0; j < sp->bytes / sizeof(float); j++) g[j] = g[j] + o[j];
             ts_stage_mark(st, "sum", mb, t0, now());
             t0 = now();
         }
