@@ -2,7 +2,9 @@
  * "Pipeline stages", Benchmark): step time of S stage processes over M
  * micro-batches, each stage's measured forward + backward per micro-batch
  * against the cost model's estimate, and the bubble (idle share of stage
- * time) measured against the schedule's prediction.
+ * time) measured against the schedule's prediction and against the same
+ * schedule simulated with the stages' measured times (the part of the
+ * bubble their imbalance explains; the rest is overhead and jitter).
  *
  *   build/bench_pipeline [--config examples/w3.yaml] [--stages 2] [--microbatches 8]
  *       [--schedule 1f1b|gpipe] [--steps 3] [--threads 1] [--single]
@@ -22,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include "passes/partition.h"
 #include "session/stages.h"
 #include "tessel/tessel.h"
 
@@ -276,6 +279,7 @@ int main(int argc, char **argv) {
            "meas/est", "wait s", "stash MiB");
     double busy = 0, waiting = 0, own = 0;
     double fb[16], est_step = res[0].est_step, est_bubble = res[0].est_bubble;
+    double mf[16], mb[16], link[16] = {0}; /* measured forward, backward per micro-batch */
     for (int s = 0; s < S; s++) {
         double f[MAX_STEPS], w[MAX_STEPS], u[MAX_STEPS];
         for (int t = 1; t < steps; t++) {
@@ -284,6 +288,12 @@ int main(int argc, char **argv) {
             u[t - 1] = res[s].t[t].update;
         }
         fb[s] = median(f, k) / M;
+        double fw[MAX_STEPS];
+        for (int t = 1; t < steps; t++) fw[t - 1] = res[s].t[t].forward;
+        mf[s] = median(fw, k) / M;
+        mb[s] = fb[s] - mf[s];
+        if (s == S - 1)
+            mf[s] = fb[s] / 3, mb[s] = 2 * fb[s] / 3; /* one piece: split as the model */
         busy += median(f, k) + median(u, k);
         waiting += median(w, k);
         double own_t[MAX_STEPS];
@@ -301,6 +311,15 @@ int main(int argc, char **argv) {
     printf("  of which waiting %.1f %% (the bubble as tessel train reports it), overhead %.1f %% "
            "(stash copies, send buffers, gradient sums, the tied embedding's exchange)\n",
            100 * (waiting + S * med - own) / (S * med), 100 * (own - busy - waiting) / (S * med));
+    /* the same simulation with the stages' measured times: the bubble the
+     * schedule and the measured imbalance alone explain */
+    double sim_step, sim_bubble;
+    if (ts_pipe_simulate(strcmp(schedule, "gpipe") ? TS_PIPE_1F1B : TS_PIPE_GPIPE, S, M, mf, mb,
+                         link, &sim_step, &sim_bubble) == TS_OK)
+        printf(
+            "  the schedule simulated with the measured stage times: bubble %.1f %%, step %.3f s "
+            "(what the stages' measured imbalance alone explains)\n",
+            100 * sim_bubble, sim_step);
     for (int t = 0; t < steps; t++) printf("  step %d: %.3f s\n", t, step[t]);
     print_timeline(steps - 1);
     return 0;
