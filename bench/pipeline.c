@@ -2,7 +2,9 @@
  * "Pipeline stages", Benchmark): step time of S stage processes over M
  * micro-batches, each stage's measured forward + backward per micro-batch
  * against the cost model's estimate, and the bubble (idle share of stage
- * time) measured against the schedule's prediction.
+ * time) measured against the schedule's prediction and against the same
+ * schedule simulated with the stages' measured times (the part of the
+ * bubble their imbalance explains; the rest is overhead and jitter).
  *
  *   build/bench_pipeline [--config examples/w3.yaml] [--stages 2] [--microbatches 8]
  *       [--schedule 1f1b|gpipe] [--steps 3] [--threads 1] [--single]
@@ -12,23 +14,36 @@
  * --slow makes one rank a device of 1/FACTOR the speed (it sleeps FACTOR-1
  * times each piece of its work); --devices gives the planner the speeds
  * (examples/devices_unequal.txt: the second device at half speed). The
- * first step is a warm-up; the median of the others is reported. */
+ * first step is a warm-up; the median of the others is reported. The last
+ * step is also shown piece by piece: each stage's time by kind (forward,
+ * backward, each wait, copies, sums, update) and its timeline, where the
+ * stages' micro-batches line up against each other. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include "passes/partition.h"
 #include "session/stages.h"
 #include "tessel/tessel.h"
 
-enum { MAX_STEPS = 64 };
+enum { MAX_STEPS = 64, MAX_EVENTS = 1024 };
+
+/* One piece of the last step's timeline (ts_stage_event, copied out of the
+ * worker). */
+typedef struct event {
+    char what[16];
+    int mb;
+    double t0, t1;
+} event;
 
 typedef struct result {
     double step[MAX_STEPS];
     ts_stage_times t[MAX_STEPS];
     double est_s, est_step, est_bubble, loss;
-    int n_ops;
+    int n_ops, n_ev;
+    event ev[MAX_EVENTS];
 } result;
 
 static const char *cfg_path = "examples/w3.yaml", *devices = NULL, *schedule = "1f1b";
@@ -105,6 +120,13 @@ static int worker(ts_comm *comm, void *user) {
         ts_stage_last_times(st, &r->t[t]);
         r->step[t] = r->t[t].step;
     }
+    const ts_stage_event *ev;
+    const int n_ev = ts_stage_timeline(st, &ev);
+    for (int i = 0; i < n_ev && i < MAX_EVENTS; i++) {
+        snprintf(r->ev[i].what, sizeof r->ev[i].what, "%s", ev[i].what);
+        r->ev[i].mb = ev[i].mb, r->ev[i].t0 = ev[i].t0, r->ev[i].t1 = ev[i].t1;
+    }
+    r->n_ev = n_ev < MAX_EVENTS ? n_ev : MAX_EVENTS;
     r->loss = ts_stage_loss(st);
     if (rank == 0) ts_partition_print(ts_stage_partition_of(st), stdout);
     fflush(stdout);
@@ -145,6 +167,56 @@ static int run_single(void) {
     ts_plan_free(p);
     ts_graph_free(g);
     return 0;
+}
+
+/* The last step's time on each stage by kind of piece (ts_stage_event's
+ * `what`), and its timeline: every piece with its micro-batch, start and
+ * end in ms from the earliest stage's start, so the stages line up. */
+static void print_timeline(int last_step) {
+    static const char *const kinds[] = {"F",          "B",          "FB",       "wait act",
+                                        "wait grad",  "wait share", "wait sum", "wait replica",
+                                        "wait sends", "stash",      "restore",  "send",
+                                        "sum",        "norm",       "clip",     "update"};
+    enum { NK = sizeof kinds / sizeof *kinds };
+    double t0 = INFINITY;
+    for (int s = 0; s < S; s++)
+        if (res[s].t[last_step].start < t0) t0 = res[s].t[last_step].start;
+    printf("\nlast step by piece, ms (other: the step less the pieces: feeding inputs, "
+           "starting sends):\n%-5s",
+           "stage");
+    for (int k = 0; k < NK; k++) printf(" %*s", k < 3 ? 7 : (int)strlen(kinds[k]) + 1, kinds[k]);
+    printf(" %8s %8s\n", "other", "step");
+    for (int s = 0; s < S; s++) {
+        double sum[NK] = {0}, all = 0;
+        for (int i = 0; i < res[s].n_ev; i++)
+            for (int k = 0; k < NK; k++)
+                if (!strcmp(res[s].ev[i].what, kinds[k]))
+                    sum[k] += res[s].ev[i].t1 - res[s].ev[i].t0,
+                        all += res[s].ev[i].t1 - res[s].ev[i].t0;
+        printf("%-5d", s);
+        for (int k = 0; k < NK; k++)
+            printf(" %*.1f", k < 3 ? 7 : (int)strlen(kinds[k]) + 1, 1e3 * sum[k]);
+        printf(" %8.1f %8.1f\n", 1e3 * (res[s].t[last_step].step - all),
+               1e3 * res[s].t[last_step].step);
+    }
+    printf("\ntimeline of the last step (ms from the first stage's start; pieces under 0.5 ms "
+           "left out):\n");
+    for (int s = 0; s < S; s++) {
+        printf("stage %d:", s);
+        int col = 8;
+        for (int i = 0; i < res[s].n_ev; i++) {
+            const event *e = &res[s].ev[i];
+            if (e->t1 - e->t0 < 5e-4) continue;
+            char item[64];
+            const int n = e->mb >= 0 ? snprintf(item, sizeof item, " %s%d %.0f-%.0f", e->what,
+                                                e->mb, 1e3 * (e->t0 - t0), 1e3 * (e->t1 - t0))
+                                     : snprintf(item, sizeof item, " %s %.0f-%.0f", e->what,
+                                                1e3 * (e->t0 - t0), 1e3 * (e->t1 - t0));
+            if (col + n > 100) printf("\n       "), col = 7;
+            fputs(item, stdout), col += n;
+        }
+        printf("\n");
+    }
 }
 
 int main(int argc, char **argv) {
@@ -207,6 +279,7 @@ int main(int argc, char **argv) {
            "meas/est", "wait s", "stash MiB");
     double busy = 0, waiting = 0, own = 0;
     double fb[16], est_step = res[0].est_step, est_bubble = res[0].est_bubble;
+    double mf[16], mb[16], link[16] = {0}; /* measured forward, backward per micro-batch */
     for (int s = 0; s < S; s++) {
         double f[MAX_STEPS], w[MAX_STEPS], u[MAX_STEPS];
         for (int t = 1; t < steps; t++) {
@@ -215,6 +288,12 @@ int main(int argc, char **argv) {
             u[t - 1] = res[s].t[t].update;
         }
         fb[s] = median(f, k) / M;
+        double fw[MAX_STEPS];
+        for (int t = 1; t < steps; t++) fw[t - 1] = res[s].t[t].forward;
+        mf[s] = median(fw, k) / M;
+        mb[s] = fb[s] - mf[s];
+        if (s == S - 1)
+            mf[s] = fb[s] / 3, mb[s] = 2 * fb[s] / 3; /* one piece: split as the model */
         busy += median(f, k) + median(u, k);
         waiting += median(w, k);
         double own_t[MAX_STEPS];
@@ -232,6 +311,16 @@ int main(int argc, char **argv) {
     printf("  of which waiting %.1f %% (the bubble as tessel train reports it), overhead %.1f %% "
            "(stash copies, send buffers, gradient sums, the tied embedding's exchange)\n",
            100 * (waiting + S * med - own) / (S * med), 100 * (own - busy - waiting) / (S * med));
+    /* the same simulation with the stages' measured times: the bubble the
+     * schedule and the measured imbalance alone explain */
+    double sim_step, sim_bubble;
+    if (ts_pipe_simulate(strcmp(schedule, "gpipe") ? TS_PIPE_1F1B : TS_PIPE_GPIPE, S, M, mf, mb,
+                         link, &sim_step, &sim_bubble) == TS_OK)
+        printf(
+            "  the schedule simulated with the measured stage times: bubble %.1f %%, step %.3f s "
+            "(what the stages' measured imbalance alone explains)\n",
+            100 * sim_bubble, sim_step);
     for (int t = 0; t < steps; t++) printf("  step %d: %.3f s\n", t, step[t]);
+    print_timeline(steps - 1);
     return 0;
 }

@@ -125,3 +125,17 @@ void ts_tree_sum_free(ts_tree_sum *t) {
     for (int i = 0; i < TS_TREE_MAX_DEPTH; i++) free(t->buf[i]);
     memset(t, 0, sizeof *t);
 }
+
+int ts_tree_sum_buffers(int leaves, int nodes) {
+    int lv[TS_TREE_MAX_DEPTH + 1], d = 0, most = 0;
+    for (int k = 0; k < leaves && d < TS_TREE_MAX_DEPTH; k++) {
+        if (!nodes && d > 0 && lv[d - 1] == 0) {
+            lv[d - 1] = 1; /* added in place (ts_tree_sum_add) */
+        } else {
+            lv[d++] = 0;
+            if (d > most) most = d;
+        }
+        while (d > 1 && lv[d - 1] == lv[d - 2]) lv[d - 2]++, d--;
+    }
+    return most;
+}

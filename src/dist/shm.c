@@ -11,6 +11,13 @@
  * each stamped with the tag, the message size, and the sequence number and
  * kind of the collective it belongs to, so a rank that calls a different
  * collective than its peer is told so instead of receiving garbage.
+ * Copied through the ring, a message longer than the ring moves only while
+ * its sender calls into the comm. A point-to-point message outside the
+ * collectives whose buffer lies in the segment (ts_comm_alloc) and that
+ * needs more than one slot goes instead as one slot naming where it lies:
+ * the receiver copies it straight from the sender's buffer, so it arrives
+ * while the sender computes (pipeline stages: bench/pipeline.c), and the
+ * send is done once the receiver has taken that slot.
  *
  * Each rank's heap starts with a staging area and two small-message slots,
  * and then serves ts_comm_alloc. The native collectives ("direct") read peers' buffers in
@@ -73,9 +80,18 @@ typedef struct shm_slot {
     uint64_t seq, msg_bytes, chunk;
     uint32_t coll;
     int32_t tag;
-    unsigned char pad[32];
+    uint64_t direct; /* 0, or where the whole message lies (the sender's buffer) */
+    unsigned char pad[24];
     unsigned char data[SHM_SLOT_BYTES];
 } shm_slot;
+
+/* A send posted as a direct slot: done once the receiver's tail passes it
+ * (kept in ts_req's transport handle). */
+typedef struct shm_direct_send {
+    uint64_t slot; /* its slot's number on the channel */
+    int posted;
+} shm_direct_send;
+_Static_assert(sizeof(shm_direct_send) <= sizeof(((ts_req *)0)->native), "ts_req.native too small");
 
 typedef struct shm_hdr {
     uint64_t magic;
@@ -195,6 +211,8 @@ static void enqueue(ts_req **q, ts_req *r) {
     *q = r;
 }
 
+static int shm_is_shared(const ts_comm *c, const void *p, size_t bytes);
+
 static ts_status push_sends(shm_comm *s, int peer) {
     int n = s->base.size, me = s->base.rank;
     shm_chan *ch = &s->chan[me * n + peer];
@@ -203,6 +221,21 @@ static ts_status push_sends(shm_comm *s, int peer) {
     uint64_t tail = atomic_load_explicit(&ch->tail, memory_order_acquire);
     ts_req *r;
     while ((r = s->sq[peer]) && head - tail < SHM_SLOTS) {
+        if (r->moved == 0 && !r->coll && r->bytes > SHM_SLOT_BYTES &&
+            shm_is_shared(&s->base, r->buf, r->bytes)) {
+            shm_slot *sl = &ring[head % SHM_SLOTS];
+            sl->seq = r->seq;
+            sl->coll = r->coll;
+            sl->tag = r->tag;
+            sl->msg_bytes = r->bytes;
+            sl->chunk = 0;
+            sl->direct = (uint64_t)(uintptr_t)r->buf;
+            r->moved = r->bytes;
+            *(shm_direct_send *)r->native = (shm_direct_send){head, 1};
+            atomic_store_explicit(&ch->head, ++head, memory_order_release);
+            s->sq[peer] = r->next; /* done when the receiver took the slot (shm_test) */
+            continue;
+        }
         while (!r->done && head - tail < SHM_SLOTS) {
             shm_slot *sl = &ring[head % SHM_SLOTS];
             size_t chunk = r->bytes - r->moved;
@@ -212,6 +245,7 @@ static ts_status push_sends(shm_comm *s, int peer) {
             sl->tag = r->tag;
             sl->msg_bytes = r->bytes;
             sl->chunk = chunk;
+            sl->direct = 0;
             if (chunk) memcpy(sl->data, (char *)r->buf + r->moved, chunk);
             r->moved += chunk;
             atomic_store_explicit(&ch->head, ++head, memory_order_release);
@@ -251,8 +285,13 @@ static ts_status pull_recvs(shm_comm *s, int peer) {
                                     peer, (unsigned long long)sl->msg_bytes, sl->tag, got, r->bytes,
                                     r->tag, want);
             }
-            if (sl->chunk) memcpy((char *)r->buf + r->moved, sl->data, sl->chunk);
-            r->moved += sl->chunk;
+            if (sl->direct) { /* the whole message, from the sender's buffer */
+                memcpy(r->buf, (const void *)(uintptr_t)sl->direct, r->bytes);
+                r->moved = r->bytes;
+            } else {
+                if (sl->chunk) memcpy((char *)r->buf + r->moved, sl->data, sl->chunk);
+                r->moved += sl->chunk;
+            }
             atomic_store_explicit(&ch->tail, ++tail, memory_order_release);
             if (r->moved == r->bytes) r->done = 1;
         }
@@ -278,6 +317,13 @@ static ts_status shm_irecv(ts_comm *c, ts_req *r) {
 
 static ts_status shm_test(ts_comm *c, ts_req *r) {
     if (r->done) return TS_OK;
+    const shm_direct_send *d = (const shm_direct_send *)r->native;
+    if (r->kind == TS_REQ_SEND && d->posted) {
+        shm_comm *s = S(c);
+        const shm_chan *ch = &s->chan[c->rank * c->size + r->peer];
+        if (atomic_load_explicit(&ch->tail, memory_order_acquire) > d->slot) r->done = 1;
+        return push_sends(s, r->peer); /* sends queued behind it */
+    }
     return r->kind == TS_REQ_SEND ? push_sends(S(c), r->peer) : pull_recvs(S(c), r->peer);
 }
 

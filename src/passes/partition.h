@@ -34,6 +34,12 @@ typedef struct ts_part_problem {
     int stages, microbatches;
     ts_pipe_schedule schedule;
     double max_mem_mb; /* for devices with mem_mb 0 (0: none) */
+    /* each parameter's gradient bytes (NULL: not counted), for the buffers
+     * a stage keeps beside its plan: the micro-batch tree's partial sums of
+     * its gradients, and a parameter two stages hold has its gradient share
+     * sent per micro-batch (the later holder keeps M send buffers, the
+     * earlier one receive buffer) */
+    const double *grad_bytes;
 } ts_part_problem;
 
 typedef struct ts_part_result {

@@ -23,6 +23,7 @@ struct ts_partition {
     int32_t *unit_cut;   /* value crossing after each unit (-1: the last) */
     int *param_ids;      /* storage of the units' params */
     double *param_bytes; /* per parameter, with gradient and state */
+    double *grad_bytes;  /* per parameter, its gradient */
     int32_t *param_val;  /* its value id */
     int n_params;
     ts_device_speed devs[TS_PIPE_MAX_STAGES];
@@ -55,7 +56,8 @@ static int is_float(ts_dtype d) {
 void ts_partition_free(ts_partition *p) {
     if (!p) return;
     free(p->order), free(p->units), free(p->unit_end), free(p->unit_cut);
-    free(p->param_ids), free(p->param_bytes), free(p->param_val), free(p->op_names);
+    free(p->param_ids), free(p->param_bytes), free(p->grad_bytes), free(p->param_val);
+    free(p->op_names);
     free(p);
 }
 
@@ -142,14 +144,15 @@ static ts_status unit_costs(const ts_graph *g, ts_partition *p, int state_per_pa
     int *pidx = malloc((size_t)g->n_values * sizeof *pidx);
     p->units = calloc((size_t)p->n_units, sizeof *p->units);
     p->param_bytes = malloc((size_t)g->n_values * sizeof *p->param_bytes);
+    p->grad_bytes = malloc((size_t)g->n_values * sizeof *p->grad_bytes);
     p->param_val = malloc((size_t)g->n_values * sizeof *p->param_val);
     int cap = 1; /* every input of every node, the most the units can list */
     for (int i = 0; i < p->n_order; i++) cap += g->nodes[p->order[i]].n_in;
     p->param_ids = malloc((size_t)cap * sizeof *p->param_ids);
     p->op_names = malloc((size_t)p->n_order * sizeof *p->op_names);
     int *seen = calloc((size_t)g->n_values, sizeof *seen);
-    if (!pidx || !p->units || !p->param_bytes || !p->param_val || !p->param_ids || !p->op_names ||
-        !seen) {
+    if (!pidx || !p->units || !p->param_bytes || !p->grad_bytes || !p->param_val || !p->param_ids ||
+        !p->op_names || !seen) {
         free(pidx), free(seen);
         return ts_fail(TS_ERR_NOMEM, "partition: out of memory");
     }
@@ -171,6 +174,7 @@ static ts_status unit_costs(const ts_graph *g, ts_partition *p, int state_per_pa
                 if (pidx[nd->in[j]] < 0) {
                     pidx[nd->in[j]] = p->n_params;
                     p->param_val[p->n_params] = nd->in[j];
+                    p->grad_bytes[p->n_params] = (double)ts_type_bytes(&v->t);
                     p->param_bytes[p->n_params++] =
                         (double)ts_type_bytes(&v->t) * (2.0 + state_per_param);
                 }
@@ -252,8 +256,9 @@ ts_status ts_partition_graph(const ts_graph *g, ts_val loss, const ts_partition_
     if (s == TS_OK) s = live_order(g, loss, p);
     if (s == TS_OK) s = find_units(g, p);
     if (s == TS_OK) s = unit_costs(g, p, o->state_per_param);
-    ts_part_problem pr = {p->units,  p->n_units, p->param_bytes, p->n_params, p->devs,
-                          p->n_devs, p->S,       p->M,           p->sched,    p->max_mem_mb};
+    ts_part_problem pr = {p->units, p->n_units,    p->param_bytes, p->n_params,
+                          p->devs,  p->n_devs,     p->S,           p->M,
+                          p->sched, p->max_mem_mb, p->grad_bytes};
     if (s == TS_OK) s = ts_part_search(&pr, &p->res);
     if (s == TS_OK && p->S <= p->n_units) {
         int last[TS_PIPE_MAX_STAGES];

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "dist/repro_sum.h"
 #include "passes/partition.h"
 
 int ts_part_inflight(ts_pipe_schedule k, int S, int M, int s) {
@@ -27,15 +28,47 @@ static double limit_bytes(const ts_part_problem *p, int s) {
     return mb > 0 ? mb * 1024.0 * 1024.0 : INFINITY;
 }
 
-/* Per-range figures, reused by eval and search. `seen` has n_params ints
- * and `stamp` is unique per call. */
+/* Per-range figures, reused by eval and search. */
 typedef struct range_cost {
     double compute, xfer, mem, params;
     int inflight;
 } range_cost;
 
-static void range_of(const ts_part_problem *p, int s, int j, int k, int *seen, int stamp,
-                     range_cost *rc) {
+/* What ranges are measured with: seen (n_params ints) and a stamp unique
+ * per range, and the first and last unit that reads each parameter (one
+ * read outside the range: a parameter another stage holds too). */
+typedef struct range_ctx {
+    int *seen, stamp, *first, *last;
+} range_ctx;
+
+static ts_status ctx_init(const ts_part_problem *p, range_ctx *c) {
+    const size_t n = (size_t)p->n_params + 1;
+    c->stamp = 0;
+    c->seen = calloc(n, sizeof *c->seen);
+    c->first = malloc(n * sizeof *c->first);
+    c->last = malloc(n * sizeof *c->last);
+    if (!c->seen || !c->first || !c->last) {
+        free(c->seen), free(c->first), free(c->last);
+        return ts_fail(TS_ERR_NOMEM, "partition: out of memory");
+    }
+    for (int i = 0; i < p->n_params; i++) c->first[i] = p->n_units, c->last[i] = -1;
+    for (int u = 0; u < p->n_units; u++)
+        for (int i = 0; i < p->units[u].n_params; i++) {
+            const int id = p->units[u].params[i];
+            if (u < c->first[id]) c->first[id] = u;
+            c->last[id] = u;
+        }
+    return TS_OK;
+}
+
+static void ctx_free(range_ctx *c) {
+    free(c->seen), free(c->first), free(c->last);
+}
+
+static void range_of(const ts_part_problem *p, int s, int j, int k, range_ctx *c, range_cost *rc) {
+    int *seen = c->seen;
+    const int stamp = ++c->stamp;
+    double grads = 0, shared = 0;
     const ts_device_speed *d = dev_of(p, s);
     double flops = 0, traffic = 0, act = 0, params = 0;
     for (int u = j; u <= k; u++) {
@@ -48,6 +81,14 @@ static void range_of(const ts_part_problem *p, int s, int j, int k, int *seen, i
             if (seen[id] == stamp) continue;
             seen[id] = stamp;
             params += p->param_bytes[id];
+            if (!p->grad_bytes) continue;
+            grads += p->grad_bytes[id];
+            /* held with an earlier stage: a send buffer per micro-batch;
+             * with a later one: one receive buffer */
+            if (c->first[id] < j)
+                shared += p->microbatches * p->grad_bytes[id];
+            else if (c->last[id] > k)
+                shared += p->grad_bytes[id];
         }
     }
     const double in = j > 0 ? p->units[j - 1].out_bytes : 0;
@@ -56,9 +97,18 @@ static void range_of(const ts_part_problem *p, int s, int j, int k, int *seen, i
     rc->compute = flops / (d->gemm_gflops * 1e9) + traffic / (d->mem_gbps * 1e9);
     /* the activation in and out, and their gradients back */
     rc->xfer = 2.0 * (in + out) / (d->link_gbps * 1e9);
-    /* kept per micro-batch in flight: its activations and the received
-     * input; one buffer for the gradient of its output */
-    rc->mem = params + rc->inflight * (act + in) + out;
+    /* The activations (and the received input) of a micro-batch: in the
+     * plan's arena for the one running, and on a stage before the last
+     * saved for each micro-batch in flight (the last runs a micro-batch's
+     * forward and backward at once); one buffer for the gradient of its
+     * output, and a send buffer per micro-batch for the activation out and
+     * the gradient back (session/stages_run.c); the micro-batch tree's
+     * partial sums of the stage's gradients; the shared parameters'. */
+    const int last = s == p->stages - 1;
+    const int kept = last ? 1 : 1 + rc->inflight;
+    const int M = p->microbatches;
+    const int tree = M > 1 ? ts_tree_sum_buffers(M, 0) : 0;
+    rc->mem = params + kept * (act + in) + out + M * (in + out) + tree * grads + shared;
     rc->params = params;
 }
 
@@ -97,19 +147,19 @@ ts_status ts_part_eval(const ts_part_problem *p, const int *last, ts_part_result
     if (last[p->stages - 1] != p->n_units - 1)
         return ts_fail(TS_ERR_INVALID, "partition: the last stage must end at unit %d",
                        p->n_units - 1);
-    int *seen = calloc((size_t)p->n_params + 1, sizeof *seen);
-    if (!seen) return ts_fail(TS_ERR_NOMEM, "partition: out of memory");
+    range_ctx c;
+    if ((s = ctx_init(p, &c)) != TS_OK) return s;
     memset(out, 0, sizeof *out);
     out->fits = 1;
     for (int st = 0, j = 0; st < p->stages; st++) {
         if (last[st] < j || last[st] >= p->n_units) {
-            free(seen);
+            ctx_free(&c);
             return ts_fail(TS_ERR_INVALID,
                            "partition: stage %d ends at unit %d, before it starts (%d)", st,
                            last[st], j);
         }
         range_cost rc;
-        range_of(p, st, j, last[st], seen, st + 1, &rc);
+        range_of(p, st, j, last[st], &c, &rc);
         out->last[st] = last[st];
         out->compute_s[st] = rc.compute;
         out->xfer_s[st] = rc.xfer;
@@ -120,7 +170,7 @@ ts_status ts_part_eval(const ts_part_problem *p, const int *last, ts_part_result
         if (rc.mem > limit_bytes(p, st)) out->fits = 0;
         j = last[st] + 1;
     }
-    free(seen);
+    ctx_free(&c);
     return TS_OK;
 }
 
@@ -130,12 +180,11 @@ static ts_status search(const ts_part_problem *p, int mode, int *last, double *b
     const int S = p->stages, K = p->n_units;
     double *best = malloc((size_t)S * K * sizeof *best);
     int *from = malloc((size_t)S * K * sizeof *from);
-    int *seen = calloc((size_t)p->n_params + 1, sizeof *seen);
-    if (!best || !from || !seen) {
-        free(best), free(from), free(seen);
+    range_ctx c;
+    if (!best || !from || ctx_init(p, &c) != TS_OK) {
+        free(best), free(from);
         return ts_fail(TS_ERR_NOMEM, "partition: out of memory for %d stages x %d units", S, K);
     }
-    int stamp = 0;
     for (int i = 0; i < S * K; i++) best[i] = INFINITY, from[i] = -1;
     for (int s = 0; s < S; s++) {
         /* stage s covers j..k; stages before it end at j-1 */
@@ -145,7 +194,7 @@ static ts_status search(const ts_part_problem *p, int mode, int *last, double *b
             if (!isfinite(before)) continue;
             for (int k = s == S - 1 ? K - 1 : j; k <= khi; k++) {
                 range_cost rc;
-                range_of(p, s, j, k, seen, ++stamp, &rc);
+                range_of(p, s, j, k, &c, &rc);
                 double v;
                 if (mode == 0) {
                     if (rc.mem > limit_bytes(p, s)) continue;
@@ -166,7 +215,8 @@ static ts_status search(const ts_part_problem *p, int mode, int *last, double *b
             k = from[s * K + k] - 1;
         }
     *best_out = b;
-    free(best), free(from), free(seen);
+    free(best), free(from);
+    ctx_free(&c);
     return TS_OK;
 }
 

@@ -70,9 +70,28 @@ const ts_partition *ts_stage_partition_of(const ts_stage *st);
 /* Where the last step's time went on this stage, in seconds. */
 typedef struct ts_stage_times {
     double step, forward, backward, update, wait; /* wait: for messages */
-    size_t stash_bytes;                           /* saved per micro-batch in flight */
+    double start;       /* when the step began (CLOCK_MONOTONIC seconds) */
+    size_t stash_bytes; /* saved per micro-batch in flight */
 } ts_stage_times;
 void ts_stage_last_times(const ts_stage *st, ts_stage_times *t);
+/* The last step on this stage as a timeline, each piece of work and each
+ * wait in the order it happened (bench/pipeline.c prints the stages'
+ * side by side). `what` is one of: "F", "B" (a micro-batch's forward,
+ * backward), "FB" (both, on the last stage), "wait act", "wait grad",
+ * "wait share", "wait sum", "wait replica" (for a message: an activation,
+ * its gradient, a shared parameter's share or summed gradient, a
+ * replica's sum), "wait sends" (for this stage's sends to finish),
+ * "stash", "restore" (saving and putting back a backward's inputs),
+ * "send" (copies into send buffers), "sum" (the gradient tree and the
+ * shared parameters' adds), "clip", "update". Times are CLOCK_MONOTONIC
+ * seconds, which the processes of one host share; mb is -1 for pieces of
+ * no micro-batch. */
+typedef struct ts_stage_event {
+    const char *what;
+    int mb;
+    double t0, t1;
+} ts_stage_event;
+int ts_stage_timeline(const ts_stage *st, const ts_stage_event **events);
 /* The host memory the stage holds outside its plan's arena: saved
  * activations of the micro-batches in flight, the send buffers, the
  * gradient sums (the most partial sums the fixed trees over the

@@ -63,7 +63,15 @@ struct ts_stage {
     double grad_sq;  /* the last step's, before the update (ts_stage_grad_sq) */
     double slowdown; /* > 1: sleep (slowdown - 1) x each piece's time after it */
     ts_stage_times t;
+    ts_stage_event *ev; /* the last step's timeline (ts_stage_timeline) */
+    int n_ev, cap_ev;
 };
+
+/* Adds a piece of the step to its timeline (dropped past the capacity,
+ * which setup sizes for every piece a step makes). */
+static inline void ts_stage_mark(ts_stage *st, const char *what, int mb, double t0, double t1) {
+    if (st->n_ev < st->cap_ev) st->ev[st->n_ev++] = (ts_stage_event){what, mb, t0, t1};
+}
 
 /* The comm rank of this replica's stage t. */
 static inline int ts_stage_rank_of(const ts_stage *st, int t) {

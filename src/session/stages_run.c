@@ -25,18 +25,30 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* A buffer messages are sent from: in the comm's shared memory where it
+ * has some, so the peer copies a message straight out of it while this
+ * stage computes (dist/shm.c); ordinary memory when that is used up (the
+ * message is then copied through the mailbox as this stage calls into the
+ * comm). Freed with ts_comm_free. */
+static void *send_buffer(ts_stage *st, size_t bytes) {
+    void *p = ts_comm_alloc(st->comm, bytes);
+    return p ? p : ts_aligned_alloc(bytes, "pipeline send buffer");
+}
+
 void ts_stage_free(ts_stage *st) {
     if (!st) return;
     ts_plan_free(st->plan);
     ts_comm_close(st->group); /* after the plan, whose collectives use it */
     ts_partition_free(st->part);
-    free(st->ranges), free(st->stash), free(st->act_send), free(st->grad_send);
+    free(st->ranges), free(st->stash);
+    ts_comm_free(st->comm, st->act_send), ts_comm_free(st->comm, st->grad_send);
     free(st->reqs), free(st->pending);
-    for (int i = 0; i < st->n_shared; i++) free(st->shared[i].bufs);
+    for (int i = 0; i < st->n_shared; i++) ts_comm_free(st->comm, st->shared[i].bufs);
     ts_tree_sum_free(&st->gsum);
     ts_tree_sum_free(&st->dpsum);
     free(st->clip_v), free(st->clip_idx);
-    free(st->dp_buf);
+    ts_comm_free(st->comm, st->dp_buf);
+    free(st->ev);
     free(st);
 }
 
@@ -67,7 +79,7 @@ static ts_status find_shared(ts_stage *st, const ts_stage_model *sm) {
         sp->grad = ts_plan_value_at(st->plan, gname, &sp->bytes);
         if (!sp->grad)
             return ts_fail(TS_ERR_INTERNAL, "pipeline: no gradient %s in stage %d", gname, st->s);
-        sp->bufs = malloc(sp->bytes * (sp->owner ? 1 : (size_t)st->M));
+        sp->bufs = send_buffer(st, sp->bytes * (sp->owner ? 1 : (size_t)st->M));
         if (!sp->bufs) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory for %s", name);
     }
     return TS_OK;
@@ -141,10 +153,10 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
         for (int i = 0; i < st->n_ranges; i++) st->stash_bytes += st->ranges[i].bytes;
         st->n_slots = ts_part_inflight(st->kind, st->S, st->M, st->s);
         st->stash = malloc(st->stash_bytes * (size_t)st->n_slots + 1);
-        st->act_send = malloc(st->out_bytes * (size_t)st->M + 1);
+        st->act_send = send_buffer(st, st->out_bytes * (size_t)st->M + 1);
         if (!st->stash || !st->act_send) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
     }
-    if (st->s > 0 && !(st->grad_send = malloc(st->in_bytes * (size_t)st->M + 1)))
+    if (st->s > 0 && !(st->grad_send = send_buffer(st, st->in_bytes * (size_t)st->M + 1)))
         return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
     st->t.stash_bytes = st->stash_bytes;
     if ((s = ts_plan_grad_region(st->plan, &st->grad, &st->ngrad)) != TS_OK) return s;
@@ -154,7 +166,14 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
     st->cap_pending = 4 * st->M + 2 * MAX_SHARED + 4 + st->D;
     st->reqs = calloc((size_t)st->cap_pending, sizeof *st->reqs);
     st->pending = calloc((size_t)st->cap_pending, sizeof *st->pending);
-    if (!st->reqs || !st->pending) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
+    /* per micro-batch at most: the forward's wait, run, send copy and
+     * stash; the backward's wait, restore, run, send copy and sum; per
+     * shared parameter a wait, a sum and a send copy more; then the
+     * step's end */
+    st->cap_ev = st->M * (10 + 3 * st->n_shared) + 4 * st->n_shared + 2 * st->D + 16;
+    st->ev = malloc((size_t)st->cap_ev * sizeof *st->ev);
+    if (!st->reqs || !st->pending || !st->ev)
+        return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
     return TS_OK;
 }
 
@@ -211,7 +230,7 @@ ts_status ts_stage_new(ts_config *c0, ts_comm *comm, ts_stage **out) {
     if (s == TS_OK) s = setup(st, &sm);
     ts_graph_free(sm.g);
     if (s == TS_OK && D > 1) {
-        if (!(st->dp_buf = malloc(st->ngrad * sizeof(float) * (size_t)D + 1)))
+        if (!(st->dp_buf = send_buffer(st, st->ngrad * sizeof(float) * (size_t)D + 1)))
             s = ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
         else
             s = ts_tree_sum_init(&st->dpsum, st->ngrad);
@@ -233,7 +252,11 @@ static ts_status recv_from(ts_stage *st, int peer, int tag, void *buf, size_t by
     ts_comm_req r;
     ts_status s = ts_comm_irecv(st->comm, peer, tag, buf, bytes, &r);
     if (s == TS_OK) s = ts_comm_wait_progress(st->comm, &r, 1, st->pending, st->n_pending);
-    st->t.wait += now() - t0;
+    const double t1 = now();
+    st->t.wait += t1 - t0;
+    static const char *const waits[] = {"",           "wait act", "wait grad",
+                                        "wait share", "wait sum", "wait replica"};
+    ts_stage_mark(st, waits[tag], mb, t0, t1);
     if (s != TS_OK)
         ts_error_prefix("pipeline stage %d (rank %d), step %lld, micro-batch %d: waiting for %s "
                         "from stage %d (rank %d)",
@@ -253,7 +276,8 @@ static ts_status send_to(ts_stage *st, int peer, int tag, const void *buf, size_
     return TS_OK;
 }
 
-static ts_status run(ts_stage *st, int lo, int hi, double *acc) {
+/* Runs instructions [lo, hi), on the timeline as `what` of micro-batch mb. */
+static ts_status run(ts_stage *st, int lo, int hi, double *acc, const char *what, int mb) {
     const double t0 = now();
     ts_status s = ts_plan_run_range(st->plan, lo, hi);
     double d = now() - t0;
@@ -264,6 +288,7 @@ static ts_status run(ts_stage *st, int lo, int hi, double *acc) {
         d = now() - t0;
     }
     *acc += d;
+    ts_stage_mark(st, what, mb, t0, t0 + d);
     return s;
 }
 
@@ -286,6 +311,7 @@ static ts_status feed(ts_stage *st, int mb, int n, const char *const *names,
  * stage, shared parameters' shares, then into the tree. */
 static ts_status after_backward(ts_stage *st, int mb) {
     ts_status s = TS_OK;
+    double t0 = now();
     if (st->s > 0) {
         unsigned char *b = st->grad_send + (size_t)mb * st->in_bytes;
         memcpy(b, st->gin_at, st->in_bytes);
@@ -298,14 +324,23 @@ static ts_status after_backward(ts_stage *st, int mb) {
             unsigned char *b = sp->bufs + (size_t)mb * sp->bytes;
             memcpy(b, sp->grad, sp->bytes);
             s = send_to(st, ts_stage_rank_of(st, sp->peer), TAG_SHARE, b, sp->bytes);
-        } else if ((s = recv_from(st, ts_stage_rank_of(st, sp->peer), TAG_SHARE, sp->bufs,
-                                  sp->bytes, "a shared parameter's gradient", mb)) == TS_OK) {
+        } else {
+            ts_stage_mark(st, "send", mb, t0, now());
+            s = recv_from(st, ts_stage_rank_of(st, sp->peer), TAG_SHARE, sp->bufs, sp->bytes,
+                          "a shared parameter's gradient", mb);
+            t0 = now();
             float *g = (float *)sp->grad;
             const float *o = (const float *)sp->bufs;
-            for (size_t j = 0; j < sp->bytes / sizeof(float); j++) g[j] = g[j] + o[j];
+            if (s == TS_OK)
+                for (size_t j = 0; j < sp->bytes / sizeof(float); j++) g[j] = g[j] + o[j];
+            ts_stage_mark(st, "sum", mb, t0, now());
+            t0 = now();
         }
     }
+    ts_stage_mark(st, "send", mb, t0, now());
+    t0 = now();
     if (s == TS_OK && st->M > 1) s = ts_tree_sum_add(&st->gsum, st->grad);
+    ts_stage_mark(st, "sum", mb, t0, now());
     return s;
 }
 
@@ -338,6 +373,7 @@ static ts_status replicas_sum(ts_stage *st) {
 }
 
 static void stash(ts_stage *st, int mb, int save) {
+    const double t0 = now();
     unsigned char *p = st->stash + (size_t)(mb % st->n_slots) * st->stash_bytes;
     for (int i = 0; i < st->n_ranges; i++) {
         if (save)
@@ -346,6 +382,7 @@ static void stash(ts_stage *st, int mb, int save) {
             memcpy(st->ranges[i].at, p, st->ranges[i].bytes);
         p += st->ranges[i].bytes;
     }
+    ts_stage_mark(st, save ? "stash" : "restore", mb, t0, now());
 }
 
 /* The squares of this stage's gradients summed (parameter order, in
@@ -353,7 +390,9 @@ static void stash(ts_stage *st, int mb, int save) {
  * of a shared parameter left out, so the stages' sums add up to the
  * model's. */
 static double grad_sq(ts_stage *st) {
-    double sq = 0;
+    /* eight partial sums in a fixed order, so the loop is not one chain of
+     * dependent adds (it ran 5x the update's time with one); deterministic */
+    double sq[8] = {0};
     for (int p = 0; p < ts_plan_param_count(st->plan); p++) {
         const char *name = ts_plan_param_name(st->plan, p);
         if (!strncmp(name, "pipe.", 5)) continue;
@@ -365,9 +404,13 @@ static double grad_sq(ts_stage *st) {
         size_t bytes = 0;
         const float *g = (const float *)ts_plan_value_at(st->plan, gname, &bytes);
         if (skip || !g) continue;
-        for (size_t j = 0; j < bytes / sizeof(float); j++) sq += (double)g[j] * (double)g[j];
+        const size_t n = bytes / sizeof(float);
+        size_t j = 0;
+        for (; j + 8 <= n; j += 8)
+            for (int k = 0; k < 8; k++) sq[k] += (double)g[j + k] * (double)g[j + k];
+        for (; j < n; j++) sq[j % 8] += (double)g[j] * (double)g[j];
     }
-    return sq;
+    return ((sq[0] + sq[1]) + (sq[2] + sq[3])) + ((sq[4] + sq[5]) + (sq[6] + sq[7]));
 }
 
 ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const void *const *data) {
@@ -375,7 +418,9 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
         return ts_fail(TS_ERR_INVALID, "pipeline: step with NULL arguments");
     const double t0 = now();
     memset(&st->t, 0, sizeof st->t);
+    st->t.start = t0;
     st->t.stash_bytes = st->stash_bytes;
+    st->n_ev = 0;
     st->n_pending = 0;
     ts_pipe_op ops[2 * 1024];
     if (st->M > 1024) return ts_fail(TS_ERR_INVALID, "pipeline: more than 1024 micro-batches");
@@ -395,14 +440,16 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
             if (s == TS_OK) s = feed(st, mb, n, names, data);
             if (s != TS_OK) break;
             if (st->last) { /* its forward and backward at once */
-                if ((s = run(st, 0, st->gate, &st->t.forward)) != TS_OK) break;
+                if ((s = run(st, 0, st->gate, &st->t.forward, "FB", mb)) != TS_OK) break;
                 loss += ts_plan_loss_now(st->plan);
                 s = after_backward(st, mb);
                 continue;
             }
-            if ((s = run(st, 0, st->k, &st->t.forward)) != TS_OK) break;
+            if ((s = run(st, 0, st->k, &st->t.forward, "F", mb)) != TS_OK) break;
+            const double tc = now();
             unsigned char *b = st->act_send + (size_t)mb * st->out_bytes;
             memcpy(b, st->out_at, st->out_bytes);
+            ts_stage_mark(st, "send", mb, tc, now());
             if ((s = send_to(st, ts_stage_rank_of(st, st->s + 1), TAG_ACT, b, st->out_bytes)) !=
                 TS_OK)
                 break;
@@ -412,25 +459,30 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
                           "an activation's gradient", mb);
             if (s != TS_OK) break;
             stash(st, mb, 0);
-            if ((s = run(st, st->k, st->gate, &st->t.backward)) != TS_OK) break;
+            if ((s = run(st, st->k, st->gate, &st->t.backward, "B", mb)) != TS_OK) break;
             s = after_backward(st, mb);
         }
     }
+    const double tsum = now();
     if (s == TS_OK && st->D > 1)
         s = replicas_sum(st);
     else if (s == TS_OK && st->M > 1)
         s = ts_tree_sum_result(&st->gsum, st->grad, (float)st->M);
+    ts_stage_mark(st, "sum", -1, tsum, now());
     /* a shared parameter's summed gradient goes back to its other holder */
     for (int i = 0; i < st->n_shared && s == TS_OK; i++) {
         shared_param *sp = &st->shared[i];
-        if (sp->owner)
-            s = send_to(st, ts_stage_rank_of(st, sp->peer), TAG_SHARED_SUM, sp->grad, sp->bytes);
-        else
+        if (sp->owner) { /* from its receive buffer, free now */
+            memcpy(sp->bufs, sp->grad, sp->bytes);
+            s = send_to(st, ts_stage_rank_of(st, sp->peer), TAG_SHARED_SUM, sp->bufs, sp->bytes);
+        } else
             s = recv_from(st, ts_stage_rank_of(st, sp->peer), TAG_SHARED_SUM, sp->grad, sp->bytes,
                           "a shared parameter's summed gradient", st->M - 1);
     }
     ts_plan_set_seed(st->plan, seed);
+    const double tn = now();
     if (s == TS_OK) st->grad_sq = grad_sq(st);
+    ts_stage_mark(st, "norm", -1, tn, now());
     /* clipping: its all-reduce after this step's messages are all through;
      * so the ZeRO-1 all-gathers, which run on the group's communication
      * thread over the same transport */
@@ -438,15 +490,19 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
         const double tw = now();
         s = ts_comm_wait(st->comm, st->reqs, st->n_pending);
         st->t.wait += now() - tw;
+        ts_stage_mark(st, "wait sends", -1, tw, now());
         st->n_pending = 0;
     }
+    const double tc = now();
     if (s == TS_OK) s = ts_stage_clip(st);
-    if (s == TS_OK) s = run(st, st->gate, st->n_ins, &st->t.update);
+    if (st->max_norm > 0) ts_stage_mark(st, "clip", -1, tc, now());
+    if (s == TS_OK) s = run(st, st->gate, st->n_ins, &st->t.update, "update", -1);
     if (s == TS_OK && st->n_pending) {
         const double tw = now();
         ts_comm_req *reqs = st->reqs;
         s = ts_comm_wait(st->comm, reqs, st->n_pending);
         st->t.wait += now() - tw;
+        ts_stage_mark(st, "wait sends", -1, tw, now());
         if (s != TS_OK)
             ts_error_prefix("pipeline stage %d (rank %d), step %lld: sending to its neighbours",
                             st->s, ts_stage_rank_of(st, st->s),
@@ -457,72 +513,4 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
     st->loss = st->last ? loss / st->M : NAN;
     st->t.step = now() - t0;
     return TS_OK;
-}
-
-double ts_stage_loss(const ts_stage *st) {
-    return st ? st->loss : NAN;
-}
-ts_plan *ts_stage_plan(ts_stage *st) {
-    return st ? st->plan : NULL;
-}
-const ts_partition *ts_stage_partition_of(const ts_stage *st) {
-    return st ? st->part : NULL;
-}
-void ts_stage_last_times(const ts_stage *st, ts_stage_times *t) {
-    *t = st->t;
-}
-/* The partial sums a tree of n leaves (nodes: equal subtrees, each copied
- * in) allocates in dist/repro_sum.c: the deepest its stack gets, where a
- * leaf closing a single-leaf subtree is added in place. */
-static size_t tree_buffers(int n, int nodes) {
-    int lv[64], d = 0, most = 0;
-    for (int k = 0; k < n && d < 63; k++) {
-        if (!nodes && d > 0 && lv[d - 1] == 0) {
-            lv[d - 1] = 1;
-        } else {
-            lv[d++] = 0;
-            if (d > most) most = d;
-        }
-        while (d > 1 && lv[d - 1] == lv[d - 2]) lv[d - 2]++, d--;
-    }
-    return (size_t)most;
-}
-
-size_t ts_stage_buffer_bytes(const ts_stage *st) {
-    if (!st) return 0;
-    const size_t M = (size_t)st->M;
-    size_t b = st->stash_bytes * (size_t)st->n_slots;
-    if (st->act_send) b += st->out_bytes * M;
-    if (st->grad_send) b += st->in_bytes * M;
-    for (int i = 0; i < st->n_shared; i++) b += st->shared[i].bytes * (st->shared[i].owner ? 1 : M);
-    const size_t g = st->ngrad * sizeof(float);
-    if (st->M > 1) b += tree_buffers(st->M, 0) * g;
-    if (st->D > 1) b += tree_buffers(st->D, !(st->M & (st->M - 1))) * g;
-    if (st->D > 1) b += (size_t)st->D * st->ngrad * sizeof(float); /* dp_buf */
-    return b;
-}
-double ts_stage_param_count(const ts_stage *st) {
-    double n = 0;
-    for (int p = 0; st && p < ts_plan_param_count(st->plan); p++) {
-        const char *name = ts_plan_param_name(st->plan, p);
-        if (!strncmp(name, "pipe.", 5)) continue;
-        int skip = 0;
-        for (int i = 0; i < st->n_shared; i++)
-            if (!st->shared[i].owner && !strcmp(st->shared[i].name, name)) skip = 1;
-        int rank = 0;
-        int64_t dims[TS_MAX_RANK];
-        if (skip || ts_plan_value_info(st->plan, name, NULL, &rank, dims) != TS_OK) continue;
-        double e = 1;
-        for (int d = 0; d < rank; d++) e *= (double)dims[d];
-        n += e;
-    }
-    return n;
-}
-double ts_stage_grad_sq(const ts_stage *st) {
-    return st ? st->grad_sq : NAN;
-}
-int ts_stage_index(const ts_stage *st, int *replica, int *replicas) {
-    if (replica) *replica = st->d;
-    if (replicas) *replicas = st->D;
-    return st->s;
 }

@@ -3,7 +3,8 @@
  * and outside the shared segment, bit-identical results across runs and
  * ranks, point-to-point messages, non-blocking collectives, the tuning
  * cache, the hierarchical path on pretend hosts, memory shared by all
- * ranks (ts_comm_alloc_shared), and the errors for a
+ * ranks (ts_comm_alloc_shared), messages a receiver takes from the
+ * sender's shared buffer while the sender computes, and the errors for a
  * killed peer, a stalled peer and mismatched calls.
  *
  * Workers are forked processes: they record their checks in a MAP_SHARED
@@ -28,6 +29,7 @@ typedef struct shared {
     char msg[MAXR][1024];
     char tune[MAXR][512];
     int hosts[MAXR];
+    _Atomic int direct_got; /* work_p2p_direct: the receiver has both messages */
 } shared;
 
 static shared *SH;
@@ -395,11 +397,57 @@ static int work_p2p(ts_comm *c, void *user) {
     return 0;
 }
 
+/* A message longer than the mailbox from ts_comm_alloc memory arrives
+ * while its sender does not call into the comm (it computes, in a
+ * pipeline), and one queued behind it from ordinary memory too; the sends
+ * finish once the receiver has them. Through the mailbox alone the
+ * receiver would get 512 KiB of the first and wait for the sender. */
+static int work_p2p_direct(ts_comm *c, void *user) {
+    (void)user;
+    const int r = ts_comm_rank(c);
+    const size_t big = 3u << 20, small = 100000;
+    unsigned char *a = r == 0 ? ts_comm_alloc(c, big) : malloc(big), *b = malloc(small);
+    if (!a || !b) return 1;
+    ts_comm_req q[2];
+    if (r == 0) {
+        for (size_t i = 0; i < big; i++) a[i] = (unsigned char)(i * 7 + 1);
+        for (size_t i = 0; i < small; i++) b[i] = (unsigned char)(i * 5 + 3);
+        WCHECK(ts_comm_is_shared(c, a, big), r, "the send buffer lies in the segment");
+        WOK(ts_comm_isend(c, 1, 5, a, big, &q[0]), r);
+        WOK(ts_comm_isend(c, 1, 6, b, small, &q[1]), r);
+        const double t0 = now();
+        while (!atomic_load(&SH->direct_got) && now() - t0 < 20) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL); /* not calling into the comm */
+        }
+        WCHECK(atomic_load(&SH->direct_got), r,
+               "the receiver got the messages while the sender stayed out of the comm (%.1f s)",
+               now() - t0);
+        WOK(ts_comm_wait(c, q, 2), r);
+        ts_comm_free(c, a);
+    } else {
+        WOK(ts_comm_irecv(c, 0, 5, a, big, &q[0]), r);
+        WOK(ts_comm_irecv(c, 0, 6, b, small, &q[1]), r);
+        WOK(ts_comm_wait(c, q, 2), r);
+        size_t bad = 0;
+        for (size_t i = 0; i < big; i++) bad += a[i] != (unsigned char)(i * 7 + 1);
+        for (size_t i = 0; i < small; i++) bad += b[i] != (unsigned char)(i * 5 + 3);
+        WCHECK(!bad, r, "%zu bytes received wrong", bad);
+        atomic_store(&SH->direct_got, 1);
+        free(a);
+    }
+    free(b);
+    return 0;
+}
+
 static void test_p2p_async(void) {
     for (int n = 2; n <= 3; n++) {
         CHECK(ts_shm_launch(n, NULL, work_p2p, NULL, NULL) == TS_OK, "%s", ts_last_error());
         collect();
     }
+    atomic_store(&SH->direct_got, 0);
+    CHECK(ts_shm_launch(2, NULL, work_p2p_direct, NULL, NULL) == TS_OK, "%s", ts_last_error());
+    collect();
 }
 
 /* Non-blocking reduce-scatter then all-gather (the ZeRO pattern), every

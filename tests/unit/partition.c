@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "dist/repro_sum.h"
 #include "passes/partition.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -42,8 +43,8 @@ static void random_cases(void) {
         const int P = 1 + (int)(urand() * 6);
         ts_part_unit u[16];
         int params[16][3];
-        double pb[8];
-        for (int i = 0; i < P; i++) pb[i] = 1e6 * (1 + (int)(urand() * 8));
+        double pb[8], gb[8];
+        for (int i = 0; i < P; i++) pb[i] = 1e6 * (1 + (int)(urand() * 8)), gb[i] = pb[i] / 4;
         for (int i = 0; i < K; i++) {
             u[i] = (ts_part_unit){0};
             u[i].gemm_flops = urand() < 0.7 ? 1e9 * urand() : 0;
@@ -68,7 +69,8 @@ static void random_cases(void) {
                              S,
                              1 + (int)(urand() * 8),
                              urand() < 0.5 ? TS_PIPE_1F1B : TS_PIPE_GPIPE,
-                             urand() < 0.2 ? 30 : 0};
+                             urand() < 0.2 ? 30 : 0,
+                             urand() < 0.5 ? gb : NULL};
         int last[TS_PIPE_MAX_STAGES];
         const double want = brute(&p, last, 0, 0, INFINITY);
         ts_part_result r;
@@ -100,7 +102,7 @@ static void unequal_devices(void) {
     ts_part_unit u[6];
     for (int i = 0; i < 6; i++) u[i] = (ts_part_unit){1e9, 0, 0, i < 5 ? 1 : 0, NULL, 0};
     ts_device_speed d[2] = {dev("fast", 2, 1, 1e9, 0), dev("slow", 1, 1, 1e9, 0)};
-    ts_part_problem p = {u, 6, NULL, 0, d, 2, 2, 4, TS_PIPE_1F1B, 0};
+    ts_part_problem p = {u, 6, NULL, 0, d, 2, 2, 4, TS_PIPE_1F1B, 0, NULL};
     ts_part_result r, even;
     CHECK_OK(ts_part_search(&p, &r));
     CHECK(r.last[0] == 3 && r.last[1] == 5, "cuts after %d, %d", r.last[0], r.last[1]);
@@ -120,7 +122,7 @@ static void unequal_devices(void) {
 static void affinity(void) {
     ts_part_unit u[2] = {{0, 4e9, 0, 1, NULL, 0}, {4e9, 0, 0, 0, NULL, 0}};
     ts_device_speed a[2] = {dev("bw", 1, 4, 1e9, 0), dev("gemm", 4, 1, 1e9, 0)};
-    ts_part_problem p = {u, 2, NULL, 0, a, 2, 2, 1, TS_PIPE_1F1B, 0};
+    ts_part_problem p = {u, 2, NULL, 0, a, 2, 2, 1, TS_PIPE_1F1B, 0, NULL};
     ts_part_result r;
     CHECK_OK(ts_part_search(&p, &r));
     CHECK_NEAR(r.objective, 1.0, 1e-6);
@@ -134,11 +136,12 @@ static void memory_limits(void) {
     ts_part_unit u[3] = {{1e9, 0, 0, 1, p0, 1}, {1e9, 0, 0, 1, p1, 1}, {1e9, 0, 0, 0, p2, 1}};
     const double mib = 1024.0 * 1024.0, pb[3] = {10 * mib, 10 * mib, 10 * mib};
     ts_device_speed d[2] = {dev("a", 1, 1, 1e9, 15), dev("b", 1, 1, 1e9, 0)};
-    ts_part_problem p = {u, 3, pb, 3, d, 2, 2, 1, TS_PIPE_1F1B, 0};
+    ts_part_problem p = {u, 3, pb, 3, d, 2, 2, 1, TS_PIPE_1F1B, 0, NULL};
     ts_part_result r;
     CHECK_OK(ts_part_search(&p, &r));
     CHECK(r.last[0] == 0, "stage 0 can hold one parameter only: ends at %d", r.last[0]);
-    CHECK_NEAR(r.mem_bytes[0], 10 * mib + 1, 1); /* its parameter and its output's gradient */
+    /* its parameter, its output's gradient and the output's send buffer */
+    CHECK_NEAR(r.mem_bytes[0], 10 * mib + 2, 1);
     d[0].mem_mb = 5;
     CHECK(ts_part_search(&p, &r) != TS_OK, "a 5 MiB device cannot hold a 10 MiB parameter");
     CHECK(strstr(ts_last_error(), "10.0 MiB on stage 0 (device a, limit 5.0 MiB") != NULL, "%s",
@@ -152,7 +155,7 @@ static void memory_limits(void) {
     /* a parameter read by two stages (a tied embedding) is held by both */
     int tied[1] = {0};
     ts_part_unit t[2] = {{1e9, 0, 0, 1, tied, 1}, {1e9, 0, 0, 0, tied, 1}};
-    ts_part_problem q = {t, 2, pb, 1, d, 1, 2, 1, TS_PIPE_1F1B, 0};
+    ts_part_problem q = {t, 2, pb, 1, d, 1, 2, 1, TS_PIPE_1F1B, 0, NULL};
     CHECK_OK(ts_part_search(&q, &r));
     CHECK(r.param_bytes[0] == 10 * mib && r.param_bytes[1] == 10 * mib, "tied: %g %g",
           r.param_bytes[0], r.param_bytes[1]);
@@ -160,6 +163,37 @@ static void memory_limits(void) {
     q.stages = 3;
     CHECK(ts_part_search(&q, &r) != TS_OK && strstr(ts_last_error(), "only 1 place to cut"), "%s",
           ts_last_error());
+}
+
+/* A stage's memory counts the buffers beside its plan: activations of the
+ * micro-batches in flight plus the running one, a send buffer per
+ * micro-batch each way, the micro-batch tree's partial sums of its
+ * gradients and a shared parameter's gradient shares (session/stages_run.c
+ * allocates these; tests/unit/stage_memory.c checks the estimate against
+ * real stages). */
+static void stage_buffers(void) {
+    int a[1] = {0}, b[2] = {0, 1};
+    ts_part_unit u[2] = {{0, 0, 1000, 100, a, 1}, {0, 0, 2000, 0, b, 2}};
+    const double pb[2] = {40, 80}, gb[2] = {10, 20};
+    ts_device_speed d[1] = {dev("a", 1, 1, 1, 0)};
+    ts_part_problem p = {u, 2, pb, 2, d, 1, 2, 4, TS_PIPE_1F1B, 0, gb};
+    ts_part_result r;
+    CHECK_OK(ts_part_search(&p, &r));
+    CHECK(r.last[0] == 0 && r.inflight[0] == 2, "split %d, in flight %d", r.last[0], r.inflight[0]);
+    /* parameter 40; activations of 2 in flight + the running one 3000;
+     * gradient of its output 100; 4 activations sent 400; tree of 4
+     * micro-batches: 2 partial sums of 10; the tied parameter's one
+     * receive buffer 10 */
+    CHECK_NEAR(r.mem_bytes[0], 40 + 3000 + 100 + 400 + 20 + 10, 1e-9);
+    /* parameters 120; one micro-batch (it runs forward and backward at
+     * once) with its input 2100; 4 input gradients sent 400; 2 partial
+     * sums of 30; a share of the tied parameter's gradient per
+     * micro-batch 40 */
+    CHECK_NEAR(r.mem_bytes[1], 120 + 2100 + 400 + 60 + 40, 1e-9);
+    CHECK(ts_tree_sum_buffers(8, 0) == 3 && ts_tree_sum_buffers(6, 0) == 2 &&
+              ts_tree_sum_buffers(1, 0) == 1 && ts_tree_sum_buffers(2, 1) == 2,
+          "tree buffers %d %d %d %d", ts_tree_sum_buffers(8, 0), ts_tree_sum_buffers(6, 0),
+          ts_tree_sum_buffers(1, 0), ts_tree_sum_buffers(2, 1));
 }
 
 static void schedules(void) {
@@ -204,6 +238,7 @@ int main(void) {
     unequal_devices();
     affinity();
     memory_limits();
+    stage_buffers();
     schedules();
     return check_summary("partition");
 }
