@@ -2,7 +2,8 @@
  * in roles_keyholder.c).
  *
  * Payloads (little endian):
- *   PUBKEY     the public key file's text
+ *   PUBKEY     the public key file's text with the key holder's certificate and
+ *              signature (keysig.h); clients check it, the aggregator relays it
  *   HELLO      u64 samples
  *   GLOBAL     f32 params[n]
  *   ROUND      f64 weight, f32 params[n]
@@ -43,7 +44,8 @@ ts_fed_params ts_fed_params_default(void) {
                            .scale = 1 << 20,
                            .clip = 1.0,
                            .join_s = 30,
-                           .pool = 0};
+                           .pool = 0,
+                           .keyholder_name = "keyholder"};
 }
 
 /* The fixed point of masking: sums must fit the uint32 lanes. */
@@ -66,7 +68,12 @@ static ts_status agg_keyholder_hello(agg *a) {
         s = fedr_mask_pack(a->fp, &a->pack);
     } else if (a->fp->secure == 0) {
         if ((s = expect(a->kh, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m)) != TS_OK) return s;
-        s = ts_paillier_pub_from_text((const char *)m.data, m.len, &a->pk);
+        /* n alone, to add ciphertexts; the signature is for the clients to
+         * check (they trust the aggregator with nothing) */
+        const char *text;
+        size_t text_len;
+        s = ts_fed_pubkey_text(m.data, m.len, &text, &text_len);
+        if (s == TS_OK) s = ts_paillier_pub_from_text(text, text_len, &a->pk);
         a->pub_text = (char *)m.data; /* kept to forward */
         a->pub_len = m.len;
         m.data = NULL;
@@ -359,7 +366,13 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
         s = fedr_mask_pack(fp, &pack);
     } else if (s == TS_OK && fp->secure == 0) {
         s = expect(c, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m);
-        if (s == TS_OK) s = ts_paillier_pub_from_text((const char *)m.data, m.len, &pk);
+        /* only a key the key holder signed: one the aggregator made could be
+         * decrypted by it */
+        const char *text = NULL;
+        size_t text_len = 0;
+        if (s == TS_OK)
+            s = ts_fed_pubkey_verify(tls->ca, fp->keyholder_name, m.data, m.len, &text, &text_len);
+        if (s == TS_OK) s = ts_paillier_pub_from_text(text, text_len, &pk);
         ts_fed_msg_free(&m);
         if (s == TS_OK)
             s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));

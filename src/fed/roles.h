@@ -54,6 +54,9 @@ typedef struct ts_fed_params {
                                2: none, plain FedAvg (roles_plain.c; no protection) */
     int threshold;          /* masking: shares needed to unmask (0: a majority of the round) */
     struct ts_fed_obs *obs; /* Prometheus metrics of this role (obs.h); NULL: none */
+    /* The key holder's certificate CN: a client takes only a Paillier public
+     * key signed with that certificate's key (keysig.h). */
+    const char *keyholder_name;
 } ts_fed_params;
 
 ts_fed_params ts_fed_params_default(void);
@@ -91,7 +94,8 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
 
 /* Message types (the payloads are described in roles.c). */
 enum {
-    TS_FED_MSG_PUBKEY = 1, /* key holder -> aggregator -> clients: public key file text */
+    TS_FED_MSG_PUBKEY = 1, /* key holder -> aggregator -> clients: the public key file
+                              text, signed by the key holder (keysig.h) */
     TS_FED_MSG_HELLO,      /* client -> aggregator: u64 samples */
     TS_FED_MSG_GLOBAL,     /* key holder -> aggregator: f32 params */
     TS_FED_MSG_ROUND,      /* aggregator -> client: f64 weight, f32 params */

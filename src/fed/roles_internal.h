@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "fed/keysig.h"
 #include "fed/obs.h"
 #include "fed/roles.h"
 #include "fed/update.h"

@@ -31,6 +31,8 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
     ts_paillier_pub *pk = NULL;
     ts_fed_conn *c = NULL;
     char *text = NULL;
+    uint8_t *signed_key = NULL;
+    size_t signed_len = 0;
     float *global = malloc((size_t)n * sizeof *global);
     double *sum = malloc((size_t)n * sizeof *sum);
     ts_fed_pack pack;
@@ -45,9 +47,13 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
         if (s == TS_OK)
             s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));
         if (s == TS_OK) s = ts_paillier_pub_to_text(pk, &text);
+        /* signed with this role's TLS key, so clients can tell it from a key
+         * the aggregator relaying it might substitute */
+        if (s == TS_OK) s = ts_fed_pubkey_sign(tls, text, strlen(text), &signed_key, &signed_len);
     }
     if (s == TS_OK) s = ts_fed_connect(tls, host, port, server_name, &c);
-    if (s == TS_OK && fp->secure == 0) s = ts_fed_send(c, TS_FED_MSG_PUBKEY, 0, text, strlen(text));
+    if (s == TS_OK && fp->secure == 0)
+        s = ts_fed_send(c, TS_FED_MSG_PUBKEY, 0, signed_key, signed_len);
     if (s == TS_OK) {
         memcpy(global, init, (size_t)n * sizeof *global);
         s = ts_fed_send(c, TS_FED_MSG_GLOBAL, 1, global, (uint64_t)n * 4);
@@ -144,6 +150,7 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
     if (s != TS_OK) ts_error_prefix("key holder");
     ts_fed_close(c);
     free(text);
+    free(signed_key);
     free(global);
     free(sum);
     ts_paillier_pub_free(pk);
