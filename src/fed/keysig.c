@@ -7,6 +7,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <openssl/x509_vfy.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,7 +176,7 @@ ts_status ts_fed_pubkey_text(const uint8_t *msg, size_t len, const char **text, 
  * the CA file and the leaf's common name. */
 static ts_status check_cert(const char *ca, const char *want, const fields *f, X509 **leaf) {
     *leaf = NULL;
-    BIO *bio = BIO_new_mem_buf(f->at[1], (int)f->len[1]);
+    BIO *bio = f->len[1] <= CERT_MAX ? BIO_new_mem_buf(f->at[1], (int)f->len[1]) : NULL;
     X509 *x = bio ? PEM_read_bio_X509(bio, NULL, NULL, NULL) : NULL;
     STACK_OF(X509) *more = sk_X509_new_null();
     X509 *y;
@@ -187,7 +188,12 @@ static ts_status check_cert(const char *ca, const char *want, const fields *f, X
     X509_STORE_CTX *ctx = X509_STORE_CTX_new();
     ts_status s = TS_OK;
     char cn[256] = "";
-    if (!x) {
+    if (f->len[1] > CERT_MAX) {
+        s = ts_fail(TS_ERR_FORMAT,
+                    "fed: the Paillier public key comes with a certificate of %zu bytes, more "
+                    "than %d",
+                    f->len[1], CERT_MAX);
+    } else if (!x) {
         s = ts_fail(TS_ERR_FORMAT,
                     "fed: the Paillier public key is not the key holder's: its signer's "
                     "certificate cannot be read");
@@ -209,6 +215,13 @@ static ts_status check_cert(const char *ca, const char *want, const fields *f, X
                     "fed: the Paillier public key is not the key holder's: it is signed by '%s', "
                     "not by '%s' (fed.keyholder_name)",
                     cn, want);
+    } else if ((X509_get_extension_flags(x) & EXFLAG_KUSAGE) &&
+               !(X509_get_key_usage(x) & KU_DIGITAL_SIGNATURE)) {
+        /* a certificate whose key usage leaves out signatures may not sign */
+        s = ts_fail(TS_ERR_INVALID,
+                    "fed: the Paillier public key is not the key holder's: the certificate of "
+                    "'%s' does not allow digital signatures (its key usage)",
+                    cn);
     }
     X509_STORE_CTX_free(ctx);
     X509_STORE_free(store);

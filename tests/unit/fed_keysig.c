@@ -2,7 +2,8 @@
  * and the client's check of it (src/fed/roles.c): a key signed by the key
  * holder's certificate is accepted; an altered text, a key signed by another
  * role's certificate (the aggregator's), one whose certificate another CA
- * issued, an unsigned key text and a cut-off message are refused with a
+ * issued or does not allow signatures, an unsigned key text and a cut-off
+ * message are refused with a
  * message naming what failed. Then on loopback a real key holder and client
  * with a rogue aggregator between them that relays the key holder's key
  * unchanged (accepted) or substitutes its own: unsigned as the key holder
@@ -96,6 +97,21 @@ static void functions(const char *kh_text, const char *agg_text) {
     expect_refused("unsigned key text", (const uint8_t *)agg_text, al,
                    "is not a signed public key");
     expect_refused("cut off", good, len - 1, "field 3 is cut off");
+    /* a key holder certificate of the right CA whose key usage leaves out
+     * signatures (keyAgreement only) */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && printf 'keyUsage=keyAgreement\\n' > ku.ext && "
+             "openssl req -new -key keyholder.key -subj /CN=keyholder -out ku.csr 2>/dev/null && "
+             "openssl x509 -req -in ku.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+             "-extfile ku.ext -out nosig.pem 2>/dev/null && cp keyholder.key nosig.key",
+             dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    uint8_t *nosig = signed_by("nosig", 0, kh_text, &ol);
+    if (nosig)
+        expect_refused("a certificate without digitalSignature", nosig, ol,
+                       "does not allow digital signatures");
+    free(nosig);
 
     /* a key that does not belong to the certificate cannot sign */
     tls_paths p;
