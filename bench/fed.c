@@ -21,7 +21,7 @@
  * bits/2 bits) with mpz_powm_sec, which the code uses since p - 1 is
  * secret, against mpz_powm, alternating in blocks of 8: the price of the
  * constant-time exponentiation. --max-clients packs with headroom for H >= K
- * clients (fed.max_clients beyond the clients there are); --no-fresh leaves
+ * clients (as when H clients were admitted and K sent updates); --no-fresh leaves
  * out the encryption with a fresh r^n per ciphertext (the longest part). */
 #include <math.h>
 #include <omp.h>

@@ -45,7 +45,8 @@
 typedef struct ts_fed_params {
     int rounds;             /* rounds to run */
     int min_clients;        /* a round needs at least this many updates */
-    int max_clients;        /* clients admitted; the packing's headroom */
+    int max_clients;        /* clients admitted at most; the packing's headroom is the
+                               number admitted (SETUP) */
     int key_bits;           /* Paillier modulus size */
     double scale, clip;     /* fixed point of the updates (pack.h) */
     double join_s;          /* how long the aggregator admits clients before round 1 */
@@ -110,7 +111,10 @@ enum {
     TS_FED_MSG_BOXES,
     TS_FED_MSG_MASKED,
     TS_FED_MSG_UNMASK,
-    TS_FED_MSG_ANSWERS
+    TS_FED_MSG_ANSWERS,
+    /* Paillier: aggregator -> key holder, clients once admission is over:
+       u32 clients admitted, the packing's headroom */
+    TS_FED_MSG_SETUP
 };
 
 #endif
