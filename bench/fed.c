@@ -4,8 +4,9 @@
  * encrypt, the aggregator's sum and the key holder's decrypt, with the bytes
  * each client uploads. No network: the crypto and the bytes it puts on it.
  *
- *     bench_fed [--params N] [--clients K] [--bits 2048|3072] [--scale S] [--clip C]
- *               [--reps R] [--rn-sample M] [--cpu]
+ *     bench_fed [--params N] [--clients K] [--max-clients H] [--bits 2048|3072]
+ *               [--scale S] [--clip C] [--reps R] [--rn-sample M] [--dec-sample D]
+ *               [--no-fresh] [--cpu]
  *
  * Paillier encryption is timed twice: with r^n taken from a ring of M
  * precomputed values (what a full background pool provides) and with a
@@ -14,7 +15,14 @@
  * the DJN one, are timed on one thread, alternating in blocks of 8 (CPU
  * time of this thread, so other jobs on the machine count less). Every
  * decoded average is checked against the plaintext one within the
- * fixed-point bound. Medians of R rounds. */
+ * fixed-point bound. Medians of R rounds. After them, on one thread: D CRT
+ * decryptions of the aggregate (the key holder's cost per ciphertext), and
+ * the exponentiation each of its two halves does (c^(p-1) mod p², p of
+ * bits/2 bits) with mpz_powm_sec, which the code uses since p - 1 is
+ * secret, against mpz_powm, alternating in blocks of 8: the price of the
+ * constant-time exponentiation. --max-clients packs with headroom for H >= K
+ * clients (as when H clients were admitted and K sent updates); --no-fresh leaves
+ * out the encryption with a fresh r^n per ciphertext (the longest part). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -23,6 +31,7 @@
 #include <time.h>
 #include "fed/mask.h"
 #include "fed/pack.h"
+#include "fed/paillier.h"
 #include "fed/update.h"
 
 /* CPU time of the calling thread (the r^n comparison runs on one). */
@@ -59,16 +68,72 @@ static double median(double *v, int n) {
 
 enum { MAXK = 16, MAXR = 15 };
 
+/* The key holder's cost per ciphertext, on one thread: D CRT decryptions of
+ * the aggregate acc, and the exponentiation of each of their two halves,
+ * c^(p-1) mod p² for a fresh prime p of bits/2 bits, by mpz_powm_sec
+ * (constant time: what the decryption uses) and by mpz_powm, alternating
+ * in blocks of 8. */
+static void decrypt_sample(const ts_paillier_priv *sk, const uint8_t *acc, int64_t count,
+                           size_t wct, int bits, int d) {
+    mpz_t c, m, p, p2, e, o;
+    mpz_inits(c, m, p, p2, e, o, NULL);
+    double tc = thread_cpu();
+    for (int i = 0; i < d; i++) {
+        mpz_import(c, wct, 1, 1, 1, 0, acc + (size_t)(i % count) * wct);
+        if (ts_paillier_decrypt(sk, m, c) != TS_OK) DIE("decrypt sample");
+    }
+    double t_dec = (thread_cpu() - tc) / d;
+    unsigned char seed[32];
+    if (ts_fed_os_random(seed, sizeof seed) != TS_OK) DIE("seed");
+    gmp_randstate_t rs;
+    gmp_randinit_default(rs);
+    mpz_import(o, sizeof seed, 1, 1, 0, 0, seed);
+    gmp_randseed(rs, o);
+    mpz_urandomb(p, rs, (mp_bitcnt_t)bits / 2);
+    mpz_setbit(p, (mp_bitcnt_t)bits / 2 - 1);
+    mpz_nextprime(p, p);
+    mpz_mul(p2, p, p);
+    mpz_sub_ui(e, p, 1);
+    mpz_t *base = malloc((size_t)d * sizeof *base);
+    for (int i = 0; i < d; i++) {
+        mpz_init(base[i]);
+        mpz_urandomm(base[i], rs, p2);
+    }
+    double t_sec = 0, t_var = 0;
+    for (int b = 0; b < d; b += 8) {
+        tc = thread_cpu();
+        for (int i = b; i < b + 8 && i < d; i++) mpz_powm_sec(o, base[i], e, p2);
+        t_sec += thread_cpu() - tc;
+        tc = thread_cpu();
+        for (int i = b; i < b + 8 && i < d; i++) mpz_powm(o, base[i], e, p2);
+        t_var += thread_cpu() - tc;
+    }
+    t_sec /= d;
+    t_var /= d;
+    printf("key holder, one thread's CPU time, mean of %d: CRT decryption %.3f ms per ciphertext "
+           "(%.1f core-seconds for the %lld of an update); each of its 2 exponentiations "
+           "c^(p-1) mod p² (%d-bit p): mpz_powm_sec %.3f ms, mpz_powm %.3f ms (%.2fx)\n",
+           d, t_dec * 1e3, t_dec * (double)count, (long long)count, bits / 2, t_sec * 1e3,
+           t_var * 1e3, t_sec / t_var);
+    for (int i = 0; i < d; i++) mpz_clear(base[i]);
+    free(base);
+    gmp_randclear(rs);
+    mpz_clears(c, m, p, p2, e, o, NULL);
+}
+
 int main(int argc, char **argv) {
     int64_t n = 1000000;
-    int k = 3, bits = 2048, reps = 3, sample = 256;
+    int k = 3, bits = 2048, reps = 3, sample = 256, dec_sample = 64, headroom = 0, fresh = 1;
     double scale = 1 << 20, clip = 1.0;
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--cpu")) {
-            use_cpu = 1;
+        if (!strcmp(argv[i], "--cpu") || !strcmp(argv[i], "--no-fresh")) {
+            if (argv[i][2] == 'c')
+                use_cpu = 1;
+            else
+                fresh = 0;
             memmove(&argv[i], &argv[i + 1], (size_t)(argc - i - 1) * sizeof *argv);
             argc--;
-            break;
+            i--;
         }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--params"))
@@ -85,14 +150,22 @@ int main(int argc, char **argv) {
             reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--rn-sample"))
             sample = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dec-sample"))
+            dec_sample = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--max-clients"))
+            headroom = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "bench_fed: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (n < 1 || k < 2 || k > MAXK || reps < 1 || reps > MAXR || sample < 1) {
-        fprintf(stderr, "bench_fed: params >= 1, clients in [2, %d], reps in [1, %d]\n", MAXK,
-                MAXR);
+    if (headroom == 0) headroom = k;
+    if (n < 1 || k < 2 || k > MAXK || reps < 1 || reps > MAXR || sample < 1 || dec_sample < 1 ||
+        headroom < k) {
+        fprintf(stderr,
+                "bench_fed: params >= 1, clients in [2, %d], max-clients >= clients, reps in "
+                "[1, %d], samples >= 1\n",
+                MAXK, MAXR);
         return 2;
     }
     printf("federated round (%s): %lld parameters, %d clients, %d OpenMP threads, median of %d\n",
@@ -112,7 +185,7 @@ int main(int argc, char **argv) {
             x[j][i] = (float)(0.5 * sin(0.001 * (double)i * (j + 1) + j));
     }
     ts_fed_pack pack;
-    if (ts_fed_pack_init(&pack, scale, clip, k, bits) != TS_OK) DIE("pack");
+    if (ts_fed_pack_init(&pack, scale, clip, headroom, bits) != TS_OK) DIE("pack");
     double t_plain[MAXR], t_q[MAXR], t_menc[MAXR], t_magg[MAXR], t_mfin[MAXR], t_enc[MAXR],
         t_encf[MAXR], t_agg[MAXR], t_dec[MAXR];
 
@@ -249,8 +322,8 @@ int main(int argc, char **argv) {
                 double t2 = now();
                 /* again with a fresh DJN r^n per ciphertext (no pool); the
                  * aggregate takes these */
-                if (ts_fed_quantize(&pack, x[j], n, w[j], u[j], NULL) != TS_OK ||
-                    ts_fed_encrypt_update(pk, &pack, u[j], n, ct, NULL, 0) != TS_OK)
+                if (fresh && (ts_fed_quantize(&pack, x[j], n, w[j], u[j], NULL) != TS_OK ||
+                              ts_fed_encrypt_update(pk, &pack, u[j], n, ct, NULL, 0) != TS_OK))
                     DIE("encrypt with fresh r^n");
                 double t3 = now();
                 if (ts_fed_aggregate(pk, acc, ct, count) != TS_OK) DIE("aggregate");
@@ -275,7 +348,7 @@ int main(int argc, char **argv) {
            mpa = median(t_agg, reps), mpd = median(t_dec, reps), mpf = median(t_encf, reps);
     printf("fixed point: scale %g, clip %g, %d-bit slots (headroom for %d clients), bound %.3g; "
            "largest error: masking %.3g, paillier %.3g\n",
-           scale, clip, pack.slot_bits, k, bound, worst_m, worst_p);
+           scale, clip, pack.slot_bits, headroom, bound, worst_m, worst_p);
     printf("%-22s %12s %8s %12s %12s %12s %12s %8s\n", "mode", "MB up/client", "x plain",
            "encode+enc", "aggregate", "unmask/dec", "round s", "x plain");
     double rp = mp, rm = mq + mme + mma + mmf, rpa = mpe + mpa + mpd;
@@ -286,8 +359,10 @@ int main(int argc, char **argv) {
     printf("%-22s %12.2f %8.2f %12.4f %12.4f %12.4f %12.4f %8.1f\n", "paillier, full pool",
            pail_bytes / 1e6, pail_bytes / plain_bytes, mpe, mpa, mpd, rpa, rpa / rp);
     double rpf = mpf + mpa + mpd;
-    printf("%-22s %12.2f %8.2f %12.4f %12.4f %12.4f %12.4f %8.1f\n", "paillier, fresh DJN r^n",
-           pail_bytes / 1e6, pail_bytes / plain_bytes, mpf, mpa, mpd, rpf, rpf / rp);
+    if (fresh)
+        printf("%-22s %12.2f %8.2f %12.4f %12.4f %12.4f %12.4f %8.1f\n", "paillier, fresh DJN r^n",
+               pail_bytes / 1e6, pail_bytes / plain_bytes, mpf, mpa, mpd, rpf, rpf / rp);
+    decrypt_sample(sk, acc, count, wct, bits, dec_sample);
     printf("paillier %d-bit: keygen %.2f s; %lld ciphertexts of %zu bytes per update (%d slots "
            "each; one value "
            "per ciphertext would be %.0f MB); the r^n for one update: %.1f core-seconds full, "

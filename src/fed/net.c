@@ -152,12 +152,18 @@ static ts_status handshake_failed(ts_fed_conn *c, const char *what, int rc) {
 }
 
 ts_status ts_fed_accept(ts_fed_listener *l, ts_fed_conn **out) {
+    return ts_fed_accept_within(l, l->timeout_s, out);
+}
+
+ts_status ts_fed_accept_within(ts_fed_listener *l, double wait_s, ts_fed_conn **out) {
     *out = NULL;
     struct pollfd p = {.fd = l->fd, .events = POLLIN};
     int r;
-    do r = poll(&p, 1, (int)(l->timeout_s * 1000));
+    if (wait_s > l->timeout_s) wait_s = l->timeout_s;
+    if (wait_s < 0) wait_s = 0;
+    do r = poll(&p, 1, (int)(wait_s * 1000));
     while (r < 0 && errno == EINTR);
-    if (r == 0) return ts_fail(TS_ERR_IO, "fed: no connection within %g s", l->timeout_s);
+    if (r == 0) return ts_fail(TS_ERR_IO, "fed: no connection within %g s", wait_s);
     if (r < 0) return ts_fail(TS_ERR_IO, "fed: poll: %s", strerror(errno));
     int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) return ts_fail(TS_ERR_IO, "fed: accept: %s", strerror(errno));

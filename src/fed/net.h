@@ -49,6 +49,9 @@ void ts_fed_listener_tap(ts_fed_listener *l, ts_fed_tap_fn fn, void *user);
 /* Waits up to the timeout for a connection and completes the TLS handshake
  * (the client's certificate checked against the CA). */
 ts_status ts_fed_accept(ts_fed_listener *l, ts_fed_conn **out);
+/* The same, waiting at most wait_s (and at most the timeout) for the
+ * connection to arrive; the handshake is bounded by the timeout as above. */
+ts_status ts_fed_accept_within(ts_fed_listener *l, double wait_s, ts_fed_conn **out);
 /* Connects to host:port and checks that the server's certificate is signed by
  * the CA and issued to `server_name`. */
 ts_status ts_fed_connect(const ts_fed_tls *tls, const char *host, int port, const char *server_name,

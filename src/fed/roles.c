@@ -2,7 +2,8 @@
  * in roles_keyholder.c).
  *
  * Payloads (little endian):
- *   PUBKEY     the public key file's text
+ *   PUBKEY     the public key file's text with the key holder's certificate and
+ *              signature (keysig.h); clients check it, the aggregator relays it
  *   HELLO      u64 samples
  *   GLOBAL     f32 params[n]
  *   ROUND      f64 weight, f32 params[n]
@@ -10,6 +11,7 @@
  *   AGGREGATE  u32 k, f64 weight sum, u32 text length, text, ciphertexts[count]
  *   DONE       empty when every round is done, else the aggregator's error
  *              message (at most FEDR_DONE_MAX bytes)
+ *   SETUP      u32 clients admitted (Paillier, once admission is over)
  * The aggregator talks to its peers one after the other, each read bounded
  * by the transport's timeout, so a slow or silent client costs at most one
  * timeout per round and is then dropped. */
@@ -43,7 +45,8 @@ ts_fed_params ts_fed_params_default(void) {
                            .scale = 1 << 20,
                            .clip = 1.0,
                            .join_s = 30,
-                           .pool = 0};
+                           .pool = 0,
+                           .keyholder_name = "keyholder"};
 }
 
 /* The fixed point of masking: sums must fit the uint32 lanes. */
@@ -66,13 +69,15 @@ static ts_status agg_keyholder_hello(agg *a) {
         s = fedr_mask_pack(a->fp, &a->pack);
     } else if (a->fp->secure == 0) {
         if ((s = expect(a->kh, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m)) != TS_OK) return s;
-        s = ts_paillier_pub_from_text((const char *)m.data, m.len, &a->pk);
+        /* n alone, to add ciphertexts; the signature is for the clients to
+         * check (they trust the aggregator with nothing) */
+        const char *text;
+        size_t text_len;
+        s = ts_fed_pubkey_text(m.data, m.len, &text, &text_len);
+        if (s == TS_OK) s = ts_paillier_pub_from_text(text, text_len, &a->pk);
         a->pub_text = (char *)m.data; /* kept to forward */
         a->pub_len = m.len;
         m.data = NULL;
-        if (s == TS_OK)
-            s = ts_fed_pack_init(&a->pack, a->fp->scale, a->fp->clip, a->fp->max_clients,
-                                 ts_paillier_bits(a->pk));
     }
     if (s != TS_OK) return s;
     if ((s = expect(a->kh, TS_FED_MSG_GLOBAL, 1, (uint64_t)1 << 34, &m)) != TS_OK) return s;
@@ -106,7 +111,11 @@ static ts_status agg_admit(agg *a, ts_fed_listener *l, const char *kh_name) {
         int enough = a->kh && a->n_cl >= a->fp->min_clients;
         if (enough && now_s() > deadline) break;
         ts_fed_conn *c = NULL;
-        ts_status s = ts_fed_accept(l, &c);
+        /* with enough in, more may join only until the deadline: waiting a
+         * whole timeout for one more would let the key holder and the
+         * clients, waiting for the next message as long, time out first */
+        ts_status s =
+            enough ? ts_fed_accept_within(l, deadline - now_s(), &c) : ts_fed_accept(l, &c);
         if (s != TS_OK) {
             if (!strstr(ts_last_error(), "no connection")) { /* a failed handshake: log, go on */
                 ts_logf(TS_LOG_WARN, "fed: refused a connection: %s", ts_last_error());
@@ -152,6 +161,26 @@ static ts_status agg_admit(agg *a, ts_fed_listener *l, const char *kh_name) {
         agg_send_key(a);
     }
     return TS_OK;
+}
+
+/* Paillier, once admission is over: the slots need headroom for the sum of
+ * the clients admitted, not of fed.max_clients (fewer, narrower slots: with
+ * 3 of 16, 23 bits instead of 26 at scale 2^20 and 12 % fewer ciphertexts).
+ * The key holder and every client are told (SETUP); a client that cannot
+ * take it is dropped. */
+static ts_status agg_setup(agg *a) {
+    uint32_t h = 0;
+    for (int i = 0; i < a->n_cl; i++) h += (uint32_t)a->cl[i].alive;
+    ts_status s = h >= 1 ? TS_OK : ts_fail(TS_ERR_IO, "fed: every client was dropped on joining");
+    if (s == TS_OK)
+        s = ts_fed_pack_init(&a->pack, a->fp->scale, a->fp->clip, (int)h, ts_paillier_bits(a->pk));
+    if (s == TS_OK) s = ts_fed_send(a->kh, TS_FED_MSG_SETUP, 0, &h, 4);
+    for (int i = 0; s == TS_OK && i < a->n_cl; i++) {
+        peer *p = &a->cl[i];
+        if (p->alive && ts_fed_send(p->c, TS_FED_MSG_SETUP, 0, &h, 4) != TS_OK)
+            drop(p, ts_last_error());
+    }
+    return s;
 }
 
 ts_status fedr_send_rounds(agg *a, int r, double *weights, double *total, int *dropped,
@@ -284,6 +313,7 @@ ts_status ts_fed_aggregator_run(const ts_fed_params *fp, ts_fed_listener *l,
                        fp->min_clients, fp->max_clients, MAX_PEERS);
     agg a = {.fp = fp};
     ts_status s = agg_admit(&a, l, keyholder_name);
+    if (s == TS_OK && fp->secure == 0) s = agg_setup(&a);
     for (int r = 1; s == TS_OK && r <= fp->rounds; r++) {
         s = fp->secure == 1   ? fedr_agg_round_mask(&a, r, metrics)
             : fp->secure == 2 ? fedr_agg_round_plain(&a, r, metrics)
@@ -359,16 +389,25 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
         s = fedr_mask_pack(fp, &pack);
     } else if (s == TS_OK && fp->secure == 0) {
         s = expect(c, TS_FED_MSG_PUBKEY, 0, 1 << 16, &m);
-        if (s == TS_OK) s = ts_paillier_pub_from_text((const char *)m.data, m.len, &pk);
-        ts_fed_msg_free(&m);
+        /* only a key the key holder signed: one the aggregator made could be
+         * decrypted by it */
+        const char *text = NULL;
+        size_t text_len = 0;
         if (s == TS_OK)
-            s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));
+            s = ts_fed_pubkey_verify(tls->ca, fp->keyholder_name, m.data, m.len, &text, &text_len);
+        if (s == TS_OK) s = ts_paillier_pub_from_text(text, text_len, &pk);
+        ts_fed_msg_free(&m);
+        /* the pool thread fills while the others join and during local
+         * training; a pool smaller than a round leaves the rest to the
+         * encryption itself */
+        if (s == TS_OK && fp->pool > 0) s = ts_paillier_pool_start(pk, fp->pool);
+        int headroom = 0;
+        if (s == TS_OK) s = fedr_recv_setup(fp, c, "client", &headroom);
+        if (s == TS_OK)
+            s = ts_fed_pack_init(&pack, fp->scale, fp->clip, headroom, ts_paillier_bits(pk));
         if (s == TS_OK) ct_bytes = (size_t)ts_fed_pack_count(&pack, n) * ts_fed_ct_bytes(pk);
         if (s == TS_OK && !(ct = malloc(ct_bytes)))
             s = ts_fail(TS_ERR_NOMEM, "fed: client: %zu bytes", ct_bytes);
-        /* the pool thread fills during local training; a pool smaller
-         * than a round leaves the rest to the encryption itself */
-        if (s == TS_OK && fp->pool > 0) s = ts_paillier_pool_start(pk, fp->pool);
         int64_t count = s == TS_OK ? ts_fed_pack_count(&pack, n) : 0;
         if (s == TS_OK && fp->pool > 0 && fp->pool < count)
             ts_logf(TS_LOG_WARN,

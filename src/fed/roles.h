@@ -45,7 +45,8 @@
 typedef struct ts_fed_params {
     int rounds;             /* rounds to run */
     int min_clients;        /* a round needs at least this many updates */
-    int max_clients;        /* clients admitted; the packing's headroom */
+    int max_clients;        /* clients admitted at most; the packing's headroom is the
+                               number admitted (SETUP) */
     int key_bits;           /* Paillier modulus size */
     double scale, clip;     /* fixed point of the updates (pack.h) */
     double join_s;          /* how long the aggregator admits clients before round 1 */
@@ -54,6 +55,9 @@ typedef struct ts_fed_params {
                                2: none, plain FedAvg (roles_plain.c; no protection) */
     int threshold;          /* masking: shares needed to unmask (0: a majority of the round) */
     struct ts_fed_obs *obs; /* Prometheus metrics of this role (obs.h); NULL: none */
+    /* The key holder's certificate CN: a client takes only a Paillier public
+     * key signed with that certificate's key (keysig.h). */
+    const char *keyholder_name;
 } ts_fed_params;
 
 ts_fed_params ts_fed_params_default(void);
@@ -91,7 +95,8 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
 
 /* Message types (the payloads are described in roles.c). */
 enum {
-    TS_FED_MSG_PUBKEY = 1, /* key holder -> aggregator -> clients: public key file text */
+    TS_FED_MSG_PUBKEY = 1, /* key holder -> aggregator -> clients: the public key file
+                              text, signed by the key holder (keysig.h) */
     TS_FED_MSG_HELLO,      /* client -> aggregator: u64 samples */
     TS_FED_MSG_GLOBAL,     /* key holder -> aggregator: f32 params */
     TS_FED_MSG_ROUND,      /* aggregator -> client: f64 weight, f32 params */
@@ -106,7 +111,10 @@ enum {
     TS_FED_MSG_BOXES,
     TS_FED_MSG_MASKED,
     TS_FED_MSG_UNMASK,
-    TS_FED_MSG_ANSWERS
+    TS_FED_MSG_ANSWERS,
+    /* Paillier: aggregator -> key holder, clients once admission is over:
+       u32 clients admitted, the packing's headroom */
+    TS_FED_MSG_SETUP
 };
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "fed/keysig.h"
 #include "fed/obs.h"
 #include "fed/roles.h"
 #include "fed/update.h"
@@ -185,6 +186,11 @@ ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const 
  * message when it carries one or when rounds are missing, else TS_OK. */
 ts_status fedr_done_status(const ts_fed_msg *m, const char *role, uint64_t last, int rounds);
 ts_status fedr_mask_pack(const ts_fed_params *fp, ts_fed_pack *pack);
+/* Paillier: the SETUP message (roles_keyholder.c): the clients admitted,
+ * the packing's headroom, in [1, fed.max_clients]; `role` names the
+ * receiver in errors, and a DONE instead (admission failed) is the
+ * aggregator's error. */
+ts_status fedr_recv_setup(const ts_fed_params *fp, ts_fed_conn *c, const char *role, int *headroom);
 /* One aggregator round with fed.secure: none (roles_plain.c). */
 ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics);
 /* One client round with fed.secure: none: m is the ROUND message;

@@ -23,6 +23,30 @@ static ts_status load_or_make_key(const char *path, int bits, ts_paillier_priv *
     return s;
 }
 
+ts_status fedr_recv_setup(const ts_fed_params *fp, ts_fed_conn *c, const char *role,
+                          int *headroom) {
+    ts_fed_msg m;
+    ts_status s = ts_fed_recv(c, FEDR_DONE_MAX, &m);
+    if (s != TS_OK) return s;
+    if (m.type == TS_FED_MSG_DONE) {
+        s = fedr_done_status(&m, role, 0, fp->rounds);
+    } else if (m.type != TS_FED_MSG_SETUP || m.round != 0 || m.len != 4) {
+        s = ts_fail(TS_ERR_FORMAT,
+                    "fed: %s: a message of type %u, round %llu, %llu bytes where the setup "
+                    "(clients admitted) was due",
+                    role, m.type, (unsigned long long)m.round, (unsigned long long)m.len);
+    } else {
+        uint32_t h = get_u32(m.data);
+        if (h < 1 || h > (uint32_t)fp->max_clients)
+            s = ts_fail(TS_ERR_FORMAT, "fed: %s: %u clients admitted, fed.max_clients is %d", role,
+                        h, fp->max_clients);
+        else
+            *headroom = (int)h;
+    }
+    ts_fed_msg_free(&m);
+    return s;
+}
+
 ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, const char *host,
                                int port, const char *server_name, const char *key_path,
                                const float *init, int64_t n, ts_fed_global_fn on_global,
@@ -31,6 +55,8 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
     ts_paillier_pub *pk = NULL;
     ts_fed_conn *c = NULL;
     char *text = NULL;
+    uint8_t *signed_key = NULL;
+    size_t signed_len = 0;
     float *global = malloc((size_t)n * sizeof *global);
     double *sum = malloc((size_t)n * sizeof *sum);
     ts_fed_pack pack;
@@ -42,18 +68,25 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
     } else if (s == TS_OK && fp->secure == 0) {
         s = load_or_make_key(key_path, fp->key_bits, &sk);
         if (s == TS_OK) s = ts_paillier_pub_of(sk, &pk);
-        if (s == TS_OK)
-            s = ts_fed_pack_init(&pack, fp->scale, fp->clip, fp->max_clients, ts_paillier_bits(pk));
         if (s == TS_OK) s = ts_paillier_pub_to_text(pk, &text);
+        /* signed with this role's TLS key, so clients can tell it from a key
+         * the aggregator relaying it might substitute */
+        if (s == TS_OK) s = ts_fed_pubkey_sign(tls, text, strlen(text), &signed_key, &signed_len);
     }
     if (s == TS_OK) s = ts_fed_connect(tls, host, port, server_name, &c);
-    if (s == TS_OK && fp->secure == 0) s = ts_fed_send(c, TS_FED_MSG_PUBKEY, 0, text, strlen(text));
+    if (s == TS_OK && fp->secure == 0)
+        s = ts_fed_send(c, TS_FED_MSG_PUBKEY, 0, signed_key, signed_len);
     if (s == TS_OK) {
         memcpy(global, init, (size_t)n * sizeof *global);
         s = ts_fed_send(c, TS_FED_MSG_GLOBAL, 1, global, (uint64_t)n * 4);
     }
     ts_fed_round_info info = {0};
     if (s == TS_OK && on_global) s = on_global(user, global, n, &info);
+    /* the slots hold sums of as many updates as clients were admitted */
+    int headroom = 0;
+    if (s == TS_OK && fp->secure == 0) s = fedr_recv_setup(fp, c, "key holder", &headroom);
+    if (s == TS_OK && fp->secure == 0)
+        s = ts_fed_pack_init(&pack, fp->scale, fp->clip, headroom, ts_paillier_bits(pk));
     /* the aggregate's body: ciphertexts, (masking) the uint32 sums or (none)
      * the f64 sums */
     size_t ct_bytes = s != TS_OK        ? 0
@@ -79,7 +112,8 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
         uint32_t k = m.len >= 16 ? get_u32(m.data) : 0, tl = m.len >= 16 ? get_u32(m.data + 12) : 0;
         double wsum = m.len >= 16 ? get_f64(m.data + 4) : 0;
         if (m.len < 16 || m.len != 16 + (uint64_t)tl + ct_bytes || k < (uint32_t)fp->min_clients ||
-            k > (uint32_t)fp->max_clients || !(wsum > 0 && wsum <= 1 + 1e-9)) {
+            k > (uint32_t)(fp->secure == 0 ? pack.max_clients : fp->max_clients) ||
+            !(wsum > 0 && wsum <= 1 + 1e-9)) {
             s = ts_fail(TS_ERR_FORMAT,
                         "fed: key holder: round %d: a malformed aggregate (%u updates, weights %g, "
                         "%llu bytes)",
@@ -144,6 +178,7 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
     if (s != TS_OK) ts_error_prefix("key holder");
     ts_fed_close(c);
     free(text);
+    free(signed_key);
     free(global);
     free(sum);
     ts_paillier_pub_free(pk);

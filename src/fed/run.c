@@ -92,6 +92,7 @@ static ts_fed_params params_of(const ts_config *c) {
     fp.pool = c->fed.pool;
     fp.secure = c->fed.secure;
     fp.threshold = c->fed.threshold;
+    fp.keyholder_name = c->fed.keyholder_name;
     return fp;
 }
 

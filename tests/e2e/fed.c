@@ -7,7 +7,8 @@
  * clients' loss at the start of round 3 is below round 1's (the global model
  * learned); the aggregator ran with no key file, and nothing it wrote or
  * logged holds a client's update in the clear. Bad input: a key file others
- * can read, a client whose certificate another CA signed. */
+ * can read, a client whose certificate another CA signed, a client told
+ * another key holder name (fed.keyholder_name) refusing the relayed key. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +254,28 @@ int main(void) {
     free(arc);
     free(alog);
     free(rrc);
+
+    /* a client told another key holder name (fed.keyholder_name) refuses the
+     * public key the aggregator relays: it is signed by 'keyholder' */
+    write_config(port + 3, 1, 2, 4);
+    snprintf(cmd, sizeof cmd,
+             "cd %s && { %s fed serve fed.yaml %s --out agg3 >agg3.log 2>&1; echo $? >agg3.rc; } & "
+             "i=0; until grep -qs 'listening on' %s/agg3.log || [ $i -ge 1200 ]; do sleep 0.1; "
+             "i=$((i+1)); done; "
+             "cd %s && { %s fed keyholder fed.yaml %s --set fed.key=%s/kh3.key --out kh3 "
+             ">kh3.log 2>&1; echo $? >kh3.rc; } & "
+             "cd %s && { %s fed join fed.yaml %s --set fed.keyholder_name=site1 "
+             "--set data.path=%s/s1.csv --out wrongkh >wrongkh.log 2>&1; echo $? >wrongkh.rc; } "
+             "& wait",
+             dir, bin, tls_args("ca", "aggregator"), dir, dir, bin, tls_args("ca", "keyholder"),
+             dir, dir, bin, tls_args("ca", "site1"), dir);
+    fed_sh_script(dir, cmd);
+    char *wrc = e2e_slurp(e2e_path("wrongkh.rc"), NULL),
+         *wlog = e2e_slurp(e2e_path("wrongkh.log"), NULL);
+    CHECK(atoi(wrc) != 0 && strstr(wlog, "signed by 'keyholder', not by 'site1'"),
+          "a client expecting key holder site1: rc %s %s", wrc, wlog);
+    free(wrc);
+    free(wlog);
     e2e_cleanup(dir);
     return check_summary("e2e/fed");
 }

@@ -2,7 +2,8 @@
  * TLS, each in its own thread: 3 rounds of Paillier FedAvg, then of masking
  * (secure aggregation) and of plain FedAvg (fed.secure: none), the
  * global model equal to a
- * plaintext FedAvg of the same updates within the fixed-point bound; a
+ * plaintext FedAvg of the same updates within the fixed-point bound (also
+ * with 3 clients of at most 8, packed with headroom for the 3); a
  * client that fails in round 2 is dropped and the round completes with the
  * other two; a client that replays an old round or sends a tampered frame is
  * dropped; the key holder's key file is written 0600; what the aggregator
@@ -21,6 +22,7 @@
 enum { N = 300, ROUNDS = 3, MAXR = ROUNDS + 1 };
 
 static char dir[] = "/tmp/tessel_fed_roles_XXXXXX";
+static char last_who[2048]; /* the participants of the last run's round 1 */
 static ts_fed_params fp;
 static int port;
 
@@ -216,6 +218,7 @@ static void run(const char *label, int fail3, int rogue) {
         CHECK((strstr(k.who[r], "client3") != NULL) == in3 && strstr(k.who[r], "client1 "),
               "%s: round %d participants %s", label, r, k.who[r]);
     }
+    snprintf(last_who, sizeof last_who, "%s", k.who[1]);
     double worst = 0;
     for (int i = 0; i < N; i++) worst = fmax(worst, fabs(g[i] - k.global[ROUNDS][i]));
     CHECK(worst <= bound, "%s: global model off plaintext FedAvg by %g (bound %g)", label, worst,
@@ -274,6 +277,21 @@ int main(void) {
     fp.join_s = 20;
     run("3 clients", 0, -1);
     privacy("paillier", 0);
+    /* 3 clients of at most 8: the slots have headroom for the 3 admitted,
+     * so an update is as many ciphertexts as with fed.max_clients 3 (of 256
+     * bytes: n² of a 1024-bit key) */
+    fp.max_clients = 8;
+    fp.join_s = 2;
+    run("3 clients of at most 8", 0, -1);
+    ts_fed_pack p3, p8;
+    CHECK_OK(ts_fed_pack_init(&p3, fp.scale, fp.clip, 3, 1024));
+    CHECK_OK(ts_fed_pack_init(&p8, fp.scale, fp.clip, 8, 1024));
+    char want[64];
+    snprintf(want, sizeof want, "client1 %lld ", (long long)ts_fed_pack_count(&p3, N) * 256);
+    CHECK(ts_fed_pack_count(&p3, N) < ts_fed_pack_count(&p8, N) && strstr(last_who, want),
+          "3 clients of at most 8: participants \"%s\", wanted \"%s...\"", last_who, want);
+    fp.max_clients = 3;
+    fp.join_s = 20;
     char key[600];
     snprintf(key, sizeof key, "%s/fed.priv", dir);
     struct stat sb;
