@@ -21,13 +21,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "ckpt/pipe.h"
@@ -72,7 +72,17 @@ typedef struct sv_shard {
     int sharded; /* holds sharded values (listed through the rank's chunk set) */
     ts_status st;
     char err[1024];
+    /* While it is written: its cursor and what it streams (write_shards). */
+    int state; /* SH_TODO, SH_OPEN, SH_HELD (a thread advances it), SH_DONE */
+    ck_pfile *cur;
+    ck_part *parts;
+    unsigned char *prefix;
+    char *path;
+    ts_sha256 sha_ctx;
+    uint32_t *crc; /* per member */
 } sv_shard;
+
+enum { SH_TODO, SH_OPEN, SH_HELD, SH_DONE };
 
 struct ts_ckpt_saver {
     char *run_dir;
@@ -118,7 +128,13 @@ struct ts_ckpt_saver {
     int64_t data_position, epoch;
     char base_path[1024], base_sha[CK_SHA_HEX]; /* ts_ckpt_options: PEFT's base, "" none */
     int n_frozen;                               /* parameters this job leaves to the base */
-    atomic_int next_shard;
+    /* The shards of the running job: which are open, held or done, and
+     * whether someone waits for the save (then it runs at full priority). */
+    pthread_mutex_t wmu;
+    pthread_cond_t wcv; /* a shard was let go (for hashers waiting for one) */
+    pthread_cond_t bcv; /* boost, or every shard done (for the saver's thread) */
+    const ts_dir *wdir; /* the step-N.tmp being written; NULL outside write_shards */
+    int n_open, n_done, max_open, n_idle, boost;
     atomic_int cancel;            /* ts_ckpt_saver_cancel: stop waiting for the other ranks */
     atomic_llong run_ns, wait_ns; /* writer threads, from schedstat */
 
@@ -218,6 +234,9 @@ ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt
         return ts_fail(TS_ERR_INVALID, "ckpt saver: rank %d of world %d", o.rank, o.world);
     ts_ckpt_saver *s = ts_zalloc(sizeof *s, "ckpt saver");
     if (!s) return TS_ERR_NOMEM;
+    pthread_mutex_init(&s->wmu, NULL);
+    pthread_cond_init(&s->wcv, NULL);
+    pthread_cond_init(&s->bcv, NULL);
     /* Ranks > 0 write into rank 0's run directory and must not create it:
      * they open it at their first save (rank 0 may not have made it yet). */
     s->run.fd = -1;
@@ -325,65 +344,56 @@ static ts_status plan_shards(ts_ckpt_saver *s) {
  * file's SHA-256 and each tensor's CRC-32C are computed on those bytes
  * while they are in cache, so hashing costs no second pass over memory and
  * the file hash is exactly the hash of the bytes written (a load re-hashes
- * the file, so a write that went wrong still cannot pass as good). */
-typedef struct shard_hash {
-    ts_sha256 sha;
-    ts_ckpt_saver *s;
-    const sv_shard *sh;
-    uint64_t bytes;
-} shard_hash;
-
+ * the file, so a write that went wrong still cannot pass as good). The
+ * state is the shard's, so whichever thread holds the shard adds to it. */
 static void hash_piece(void *user, int tensor, const void *data, size_t n) {
-    shard_hash *h = user;
-    ts_sha256_update(&h->sha, data, n);
-    if (tensor >= 0) {
-        sv_tensor *t = &h->s->t[h->sh->members[tensor]];
-        t->crc = ts_crc32c(t->crc, data, n);
-    }
-    h->bytes += n;
+    sv_shard *sh = user;
+    ts_sha256_update(&sh->sha_ctx, data, n);
+    if (tensor >= 0) sh->crc[tensor] = ts_crc32c(sh->crc[tensor], data, n);
 }
 
-static ts_status write_shard(ts_ckpt_saver *s, const ts_dir *dir, sv_shard *sh) {
+static void shard_release(sv_shard *sh) {
+    free(sh->parts);
+    free(sh->prefix);
+    free(sh->path);
+    free(sh->crc);
+    sh->parts = NULL, sh->prefix = NULL, sh->path = NULL, sh->crc = NULL;
+}
+
+/* The safetensors prefix, the parts to stream and the open temporary
+ * file: the shard's cursor. */
+static ts_status shard_open(ts_ckpt_saver *s, const ts_dir *dir, sv_shard *sh) {
     ts_st_writer *w;
     ts_status st = ts_st_writer_new(&w);
     if (st != TS_OK) return st;
-    ck_part *parts = ts_alloc(sizeof *parts * (size_t)(sh->n + 1), "ckpt shard parts");
-    if (!parts) st = TS_ERR_NOMEM;
+    sh->parts = ts_alloc(sizeof *sh->parts * (size_t)(sh->n + 1), "ckpt shard parts");
+    sh->crc = ts_zalloc(sizeof *sh->crc * (size_t)(sh->n + 1), "ckpt shard parts");
+    if (!sh->parts || !sh->crc) st = TS_ERR_NOMEM;
     for (int j = 0; j < sh->n && st == TS_OK; j++) {
         sv_tensor *t = &s->t[sh->members[j]];
-        t->crc = 0;
-        parts[j + 1] = (ck_part){src_at(s, t->off), t->bytes, j};
+        sh->parts[j + 1] = (ck_part){src_at(s, t->off), t->bytes, j};
         st = ts_st_writer_add(w, t->name, t->dtype, t->rank, t->dims, src_at(s, t->off));
     }
-    char *path = ck_join(dir->path, sh->file);
-    if (!path && st == TS_OK) st = TS_ERR_NOMEM;
-    unsigned char *prefix = NULL;
+    sh->path = ck_join(dir->path, sh->file);
+    if (!sh->path && st == TS_OK) st = TS_ERR_NOMEM;
     size_t plen = 0;
-    if (st == TS_OK) st = ts_st_writer_prefix(w, path, &prefix, &plen);
-    shard_hash h = {{NULL}, s, sh, 0};
-    if (st == TS_OK) st = ts_sha256_begin(&h.sha, path);
-    if (st == TS_OK) {
-        parts[0] = (ck_part){prefix, plen, -1};
-        /* Every byte is hashed by the time this returns; the pipe's I/O
-         * threads may still be writing the last of them (ck_pipe_finish). */
-        st = ck_pipe_file(s->pipe, dir->fd, sh->file, path, parts, sh->n + 1, hash_piece, &h,
-                          &sh->file_bytes);
-        if (st == TS_OK)
-            ts_sha256_end(&h.sha, sh->sha);
-        else
-            ts_sha256_abort(&h.sha);
-    }
+    if (st == TS_OK) st = ts_st_writer_prefix(w, sh->path, &sh->prefix, &plen);
     ts_st_writer_free(w);
-    free(prefix);
-    free(parts);
-    free(path);
+    if (st == TS_OK) st = ts_sha256_begin(&sh->sha_ctx, sh->path);
+    if (st != TS_OK) return st;
+    sh->parts[0] = (ck_part){sh->prefix, plen, -1};
+    st = ck_pipe_open(s->pipe, dir->fd, sh->file, sh->path, sh->parts, sh->n + 1, hash_piece, sh,
+                      &sh->cur);
+    if (st != TS_OK) ts_sha256_abort(&sh->sha_ctx);
     return st;
 }
 
-typedef struct worker_arg {
-    ts_ckpt_saver *s;
-    const ts_dir *dir;
-} worker_arg;
+/* The shard's last byte is hashed and handed to the I/O threads (which
+ * may still be writing it: ck_pipe_finish). */
+static void shard_close(ts_ckpt_saver *s, sv_shard *sh) {
+    ts_sha256_end(&sh->sha_ctx, sh->sha);
+    for (int j = 0; j < sh->n; j++) s->t[sh->members[j]].crc = sh->crc[j];
+}
 
 /* This thread's time on a CPU and waiting for one, in ns (0 if unknown).
  * The CPU time comes from the thread's CPU clock, exact when read;
@@ -403,28 +413,87 @@ static void thread_sched(long long *run, long long *wait) {
                : sched_run;
 }
 
-static void *shard_worker(void *arg) {
-    worker_arg *wa = arg;
-    ts_ckpt_saver *s = wa->s;
+/* The next shard to advance, held by the caller: one begun and not held
+ * (finishing files frees their buffers), else a new one while fewer than
+ * max_open are open (each open file may keep a buffer: more would leave
+ * none to take). -1: none now. With wmu held. */
+static int pick_shard(ts_ckpt_saver *s) {
+    for (int k = 0; k < s->ns; k++)
+        if (s->shards[k].state == SH_OPEN) return k;
+    if (s->n_open >= s->max_open) return -1;
+    for (int k = 0; k < s->ns; k++)
+        if (s->shards[k].state == SH_TODO) return k;
+    return -1;
+}
+
+/* Hash and hand over pieces of any shard not held by another thread until
+ * every shard is done. A piece at a time: a thread that loses its CPU
+ * holds a shard for one piece at most, so a thread that takes over waits
+ * for little. */
+static void hash_shards(ts_ckpt_saver *s) {
     long long run0, wait0, run1, wait1;
     thread_sched(&run0, &wait0);
-    for (;;) {
-        int k = atomic_fetch_add(&s->next_shard, 1);
-        if (k >= s->ns) break;
+    pthread_mutex_lock(&s->wmu);
+    while (s->wdir && s->n_done < s->ns) {
+        int k = pick_shard(s);
+        if (k < 0) {
+            s->n_idle++;
+            pthread_cond_wait(&s->wcv, &s->wmu);
+            s->n_idle--;
+            continue;
+        }
         sv_shard *sh = &s->shards[k];
-        sh->st = write_shard(s, wa->dir, sh);
-        if (sh->st != TS_OK) snprintf(sh->err, sizeof sh->err, "%s", ts_last_error());
+        int fresh = sh->state == SH_TODO;
+        sh->state = SH_HELD;
+        s->n_open += fresh;
+        pthread_mutex_unlock(&s->wmu);
+        ts_status st = fresh ? shard_open(s, s->wdir, sh) : TS_OK;
+        int done = st != TS_OK;
+        if (st == TS_OK) st = ck_pipe_advance(s->pipe, sh->cur, CK_PIECE, &done, &sh->file_bytes);
+        if (st != TS_OK) {
+            sh->st = st;
+            snprintf(sh->err, sizeof sh->err, "%s", ts_last_error());
+        } else if (done) {
+            shard_close(s, sh);
+        }
+        if (done) shard_release(sh);
+        pthread_mutex_lock(&s->wmu);
+        sh->state = done ? SH_DONE : SH_OPEN;
+        s->n_open -= done;
+        s->n_done += done;
+        if (s->n_idle) pthread_cond_broadcast(&s->wcv);
+        if (s->n_done == s->ns) pthread_cond_broadcast(&s->bcv);
     }
+    pthread_mutex_unlock(&s->wmu);
     thread_sched(&run1, &wait1);
     atomic_fetch_add(&s->run_ns, run1 - run0);
     atomic_fetch_add(&s->wait_ns, wait1 - wait0);
+}
+
+/* A hasher of a background save: it runs only on CPU time nothing else
+ * of normal priority wants (SCHED_IDLE), so the training step beside it
+ * keeps its cores; a waking step thread preempts it at once. An
+ * unprivileged thread cannot leave SCHED_IDLE again, so these threads
+ * never speed up: when someone waits for the save, the saver's own thread
+ * and the waiter take the remaining pieces over at their priority. */
+static void *idle_hasher(void *arg) {
+    ts_ckpt_saver *s = arg;
+    struct sched_param sp = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp); /* failure costs speed only */
+    hash_shards(s);
     return NULL;
 }
 
-/* Hashers: one per core (at most the shard count and `threads`); the
- * pipe's two I/O threads keep two writes in flight while they hash. */
+static void *full_hasher(void *arg) {
+    hash_shards(arg);
+    return NULL;
+}
+
+/* Hashers, one per core (at most the shard count and `threads`); the
+ * pipe's two I/O threads keep two writes in flight while they hash. A
+ * background save hashes on idle CPU time until someone waits for it
+ * (ts_ckpt_saver_wait), a synchronous one at full priority from the start. */
 static ts_status write_shards(ts_ckpt_saver *s, const ts_dir *dir) {
-    atomic_store(&s->next_shard, 0);
     atomic_store(&s->run_ns, 0);
     atomic_store(&s->wait_ns, 0);
     ts_status st = TS_OK;
@@ -445,17 +514,47 @@ static ts_status write_shards(ts_ckpt_saver *s, const ts_dir *dir) {
     uint64_t fit = total / CK_CHUNK + 2;
     int nbufs = fit < (uint64_t)(2 * most + 2) ? (int)fit : 2 * most + 2;
     if (!s->pipe && (st = ck_pipe_new(s->io_mode, 2, nbufs, &s->pipe)) != TS_OK) return st;
+    pthread_mutex_lock(&s->wmu);
+    s->wdir = dir;
+    s->n_open = s->n_done = 0;
+    /* each open file may keep a buffer; one is left to take */
+    s->max_open = nbufs - 1 < hashers + 2 ? nbufs - 1 : hashers + 2;
+    if (s->max_open < 1) s->max_open = 1;
+    for (int k = 0; k < s->ns; k++) s->shards[k].state = SH_TODO;
+    pthread_mutex_unlock(&s->wmu);
     pthread_t th[8];
-    worker_arg wa = {s, dir};
     int started = 0;
-    for (; started < hashers - 1 && started < 8; started++)
-        if (pthread_create(&th[started], NULL, shard_worker, &wa) != 0) break;
-    shard_worker(&wa); /* this thread hashes too; fewer helpers only slow it down */
+    /* A synchronous save: this thread is one of the hashers. */
+    for (; started < hashers - !s->background && started < 8; started++)
+        if (pthread_create(&th[started], NULL, s->background ? idle_hasher : full_hasher, s) != 0)
+            break;
+    /* Until someone waits for the save (at once for a synchronous one),
+     * this thread only waits; then it hashes too (at its own priority),
+     * and hashes alone if no helper started. */
+    pthread_mutex_lock(&s->wmu);
+    while (s->background && started > 0 && !s->boost && s->n_done < s->ns)
+        pthread_cond_wait(&s->bcv, &s->wmu);
+    pthread_mutex_unlock(&s->wmu);
+    hash_shards(s);
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    pthread_mutex_lock(&s->wmu);
+    s->wdir = NULL;
+    pthread_mutex_unlock(&s->wmu);
     st = ck_pipe_finish(s->pipe);
     for (int k = 0; k < s->ns; k++)
         if (s->shards[k].st != TS_OK) return ts_fail(s->shards[k].st, "%s", s->shards[k].err);
     return st;
+}
+
+/* Someone waits for the save: the saver's thread stops waiting and hashes
+ * too, and so does the caller, at their priority, until every shard is
+ * handed over. */
+static void boost_and_help(ts_ckpt_saver *s) {
+    pthread_mutex_lock(&s->wmu);
+    s->boost = 1;
+    pthread_cond_broadcast(&s->bcv);
+    pthread_mutex_unlock(&s->wmu);
+    hash_shards(s);
 }
 
 /* ---- manifest ------------------------------------------------------------ */
@@ -770,17 +869,9 @@ static ts_status run_job(ts_ckpt_saver *s) {
 
 static void *job_thread(void *arg) {
     ts_ckpt_saver *s = arg;
-    /* Hashing competes with the training step for cores, and OpenMP
-     * threads that lose their core stall every barrier of the step. At
-     * nice 10 the writers take only what the step leaves idle. Linux nice
-     * is per thread and the shard workers inherit it; failure only costs
-     * speed, so it is ignored. */
-    if (s->background) {
-        errno = 0;
-        int cur = getpriority(PRIO_PROCESS, (id_t)gettid());
-        if (errno == 0)
-            (void)!setpriority(PRIO_PROCESS, (id_t)gettid(), cur + 10 > 19 ? 19 : cur + 10);
-    }
+    /* This thread keeps its priority: it hashes nothing until someone
+     * waits (write_shards), and the pipe's I/O threads it starts must not
+     * wait for a CPU between writes. */
     double t0 = ts_now();
     s->last = run_job(s);
     if (s->last != TS_OK) snprintf(s->last_err, sizeof s->last_err, "%s", ts_last_error());
@@ -802,6 +893,7 @@ static void *job_thread(void *arg) {
 ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s) {
     if (!s) return ts_fail(TS_ERR_INVALID, "ckpt saver: NULL");
     if (s->running) {
+        boost_and_help(s);
         pthread_join(s->thread, NULL);
         s->running = 0;
         job_clear(s);
@@ -1003,6 +1095,7 @@ ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_
     st = ts_plan_snapshot(p, s->buf, need);
     double t2 = ts_now();
     if (st == TS_OK) st = take_job(s, p, meta);
+    s->boost = 0; /* no thread of the saver runs now */
     if (st == TS_OK && pthread_create(&s->thread, NULL, job_thread, s) != 0)
         st = ts_fail(TS_ERR_INTERNAL, "ckpt saver: cannot start the writer thread");
     if (st != TS_OK) {
@@ -1029,10 +1122,14 @@ ts_status ts_ckpt_saver_stats(const ts_ckpt_saver *s, ts_ckpt_save_stats *st) {
 void ts_ckpt_saver_free(ts_ckpt_saver *s) {
     if (!s) return;
     if (s->running) {
+        boost_and_help(s);
         pthread_join(s->thread, NULL);
         s->running = 0;
     }
     job_clear(s);
+    pthread_mutex_destroy(&s->wmu);
+    pthread_cond_destroy(&s->wcv);
+    pthread_cond_destroy(&s->bcv);
     free(s->replay);
     ts_aligned_free(s->buf);
     ck_pipe_free(s->pipe);
@@ -1048,6 +1145,7 @@ ts_status ts_ckpt_save(const ts_plan *p, const char *run_dir, const ts_ckpt_meta
     ts_status st = ts_ckpt_saver_new(run_dir, NULL, opt, &s);
     if (st != TS_OK) return st;
     s->background = 0; /* the caller waits: full speed */
+    s->boost = 1;
     /* No step runs until this returns: the shards are written from the
      * plan's own memory, without the snapshot's copy (and its page faults). */
     const void *pp, *ps;
