@@ -132,8 +132,11 @@ ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt
                             ts_ckpt_saver **out);
 /* Snapshot every persistent value of the plan and its step count into the
  * saver's host buffer, then write the checkpoint in a background thread.
- * Waits first for the previous save; returns its failure, if any, instead
- * of starting a new one. */
+ * Its hashing runs only on CPU time no thread of normal priority wants
+ * (SCHED_IDLE), so it may wait for the step beside it to end; a call of
+ * wait() (or free(), or the next begin()) makes the saver's thread and the
+ * caller take the rest over at full speed. Waits first for the previous
+ * save; returns its failure, if any, instead of starting a new one. */
 ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_meta *meta);
 /* Tag the next save (a-z, 0-9, _): it is written as step-N-TAG/ with
  * "tag" in its manifest, does not move LATEST and is never removed by
@@ -147,7 +150,8 @@ ts_status ts_ckpt_saver_set_replay(ts_ckpt_saver *s, const char *json_object);
  * save then fails and commits nothing): for a run that failed, whose other
  * ranks may be gone. Then call wait as usual. */
 void ts_ckpt_saver_cancel(ts_ckpt_saver *s);
-/* Wait for the running save; its status (TS_OK when none ran). */
+/* Wait for the running save, hashing its remaining pieces on this thread
+ * too; its status (TS_OK when none ran). */
 ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s);
 /* Waits for a running save (its status is lost: call wait first). */
 void ts_ckpt_saver_free(ts_ckpt_saver *s);

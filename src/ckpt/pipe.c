@@ -252,16 +252,36 @@ static pf *file_new(ck_pipe *p, int at, const char *name, const char *shown) {
     return f;
 }
 
-ts_status ck_pipe_file(ck_pipe *p, int dirfd, const char *name, const char *shown,
+/* Where a file's stream stands: the next byte to copy and the buffer being
+ * filled. Advanced by one thread at a time (any thread). */
+struct ck_pfile {
+    pf *f;
+    const ck_part *parts;
+    int nparts, part;
+    size_t in_part; /* bytes of parts[part] already streamed */
+    ck_piece_fn fn;
+    void *user;
+    unsigned char *cur; /* the buffer being filled, NULL: none taken */
+    size_t fill;
+    uint64_t off; /* file offset of cur */
+    int ok;       /* 0 once the file failed: the rest is skipped */
+};
+
+ts_status ck_pipe_open(ck_pipe *p, int dirfd, const char *name, const char *shown,
                        const ck_part *parts, int nparts, ck_piece_fn fn, void *user,
-                       uint64_t *bytes) {
-    pf *f = file_new(p, dirfd, name, shown);
-    if (!f) return ts_fail(TS_ERR_NOMEM, "%s: out of memory", shown);
+                       ck_pfile **out) {
+    *out = NULL;
+    ck_pfile *c = ts_zalloc(sizeof *c, "checkpoint pipe file");
+    pf *f = c ? file_new(p, dirfd, name, shown) : NULL;
+    if (!f) {
+        free(c);
+        return ts_fail(TS_ERR_NOMEM, "%s: out of memory", shown);
+    }
     if ((f->fd = open_tmp(dirfd, f->tmp, p->mode == CK_IO_DIRECT)) < 0) {
         ts_status s =
             ts_fail(TS_ERR_IO, "%s: cannot create %s: %s", shown, f->tmp,
                     errno == ELOOP ? "it is a symbolic link (not followed)" : strerror(errno));
-        free(f->tmp), free(f->name), free(f->shown), free(f);
+        free(f->tmp), free(f->name), free(f->shown), free(f), free(c);
         return s;
     }
     pthread_mutex_lock(&p->mu);
@@ -269,45 +289,28 @@ ts_status ck_pipe_file(ck_pipe *p, int dirfd, const char *name, const char *show
     p->files = f;
     p->busy++;
     pthread_mutex_unlock(&p->mu);
+    *c = (ck_pfile){.f = f, .parts = parts, .nparts = nparts, .fn = fn, .user = user, .ok = 1};
+    *out = c;
+    return TS_OK;
+}
 
-    unsigned char *cur = NULL;
-    size_t fill = 0;
-    uint64_t off = 0;
-    int ok = 1;
-    for (int i = 0; i < nparts && ok; i++) {
-        const unsigned char *src = parts[i].data;
-        size_t left = parts[i].bytes;
-        while (left > 0 && ok) {
-            if (!cur) cur = take_buf(p);
-            size_t take = CK_CHUNK - fill;
-            if (take > left) take = left;
-            if (take > CK_PIECE) take = CK_PIECE;
-            memcpy(cur + fill, src, take);
-            /* hashed from the copy, while it is in L1/L2 */
-            if (fn) fn(user, parts[i].tensor, cur + fill, take);
-            fill += take;
-            src += take;
-            left -= take;
-            if (fill == CK_CHUNK) {
-                ok = submit(p, f, cur, fill, off);
-                off += fill;
-                cur = NULL;
-                fill = 0;
-            }
-        }
-    }
-    uint64_t size = off + fill;
-    if (cur && fill > 0 && ok) {
-        size_t len = fill;
+/* The last byte is streamed: hand over the last buffer and end the file
+ * here if no write of it is still in flight. */
+static void seal(ck_pipe *p, ck_pfile *c) {
+    pf *f = c->f;
+    uint64_t size = c->off + c->fill;
+    if (c->cur && c->fill > 0 && c->ok) {
+        size_t len = c->fill;
         if (p->mode == CK_IO_DIRECT) {
-            len = TS_ALIGN_UP(fill, CK_ALIGN);
-            memset(cur + fill, 0, len - fill);
-            f->padded = len != fill;
+            len = TS_ALIGN_UP(c->fill, CK_ALIGN);
+            memset(c->cur + c->fill, 0, len - c->fill);
+            f->padded = len != c->fill;
         }
-        ok = submit(p, f, cur, len, off);
-    } else if (cur) {
-        give_back(p, cur);
+        c->ok = submit(p, f, c->cur, len, c->off);
+    } else if (c->cur) {
+        give_back(p, c->cur);
     }
+    c->cur = NULL;
     pthread_mutex_lock(&p->mu);
     f->size = size;
     f->sealed = 1;
@@ -320,8 +323,53 @@ ts_status ck_pipe_file(ck_pipe *p, int dirfd, const char *name, const char *show
         pthread_cond_broadcast(&p->cv_done);
         pthread_mutex_unlock(&p->mu);
     }
+}
+
+ts_status ck_pipe_advance(ck_pipe *p, ck_pfile *c, size_t budget, int *done, uint64_t *bytes) {
+    *done = 0;
+    size_t moved = 0;
+    while (c->part < c->nparts && c->ok && moved < budget) {
+        const ck_part *pt = &c->parts[c->part];
+        size_t left = pt->bytes - c->in_part;
+        if (left == 0) {
+            c->part++, c->in_part = 0;
+            continue;
+        }
+        if (!c->cur) c->cur = take_buf(p);
+        size_t take = CK_CHUNK - c->fill;
+        if (take > left) take = left;
+        if (take > CK_PIECE) take = CK_PIECE;
+        memcpy(c->cur + c->fill, (const unsigned char *)pt->data + c->in_part, take);
+        /* hashed from the copy, while it is in L1/L2 */
+        if (c->fn) c->fn(c->user, pt->tensor, c->cur + c->fill, take);
+        c->fill += take;
+        c->in_part += take;
+        moved += take;
+        if (c->fill == CK_CHUNK) {
+            c->ok = submit(p, c->f, c->cur, c->fill, c->off);
+            c->off += c->fill;
+            c->cur = NULL;
+            c->fill = 0;
+        }
+    }
+    if (c->part < c->nparts && c->ok) return TS_OK;
+    /* every byte streamed (or the file failed: ck_pipe_finish reports it) */
+    uint64_t size = c->off + c->fill;
+    seal(p, c);
     if (bytes) *bytes = size;
+    free(c);
+    *done = 1;
     return TS_OK;
+}
+
+ts_status ck_pipe_file(ck_pipe *p, int dirfd, const char *name, const char *shown,
+                       const ck_part *parts, int nparts, ck_piece_fn fn, void *user,
+                       uint64_t *bytes) {
+    ck_pfile *c;
+    ts_status st = ck_pipe_open(p, dirfd, name, shown, parts, nparts, fn, user, &c);
+    int done = 0;
+    while (st == TS_OK && !done) st = ck_pipe_advance(p, c, SIZE_MAX, &done, bytes);
+    return st;
 }
 
 ts_status ck_pipe_finish(ck_pipe *p) {

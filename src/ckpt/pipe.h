@@ -14,6 +14,9 @@
  *     // in each hasher thread, for each of its files:
  *     ck_pipe_file(p, dirfd, "a.safetensors", "RUN/step-1.tmp/a.safetensors",
  *                  parts, nparts, on_piece, user, &bytes);
+ *     // or piece by piece, from whichever thread holds the file's cursor:
+ *     ck_pfile *c; ck_pipe_open(p, dirfd, name, shown, parts, nparts, fn, user, &c);
+ *     for (int done = 0; !done;) ck_pipe_advance(p, c, CK_PIECE, &done, &bytes);
  *     // once every hasher is done:
  *     ts_status st = ck_pipe_finish(p);   // every file ended and renamed, or the first error
  *     ...                                 // more files, finish again (a saver keeps its pipe)
@@ -59,6 +62,20 @@ ts_status ck_pipe_new(ck_io_mode mode, int io_threads, int nbufs, ck_pipe **out)
 ts_status ck_pipe_file(ck_pipe *p, int dirfd, const char *name, const char *shown,
                        const ck_part *parts, int nparts, ck_piece_fn fn, void *user,
                        uint64_t *bytes);
+
+/* The same as a cursor that any thread may advance (one thread at a time,
+ * the handover ordered by the caller's lock): hashing a file can then
+ * move between threads between pieces. `parts` must stay valid until
+ * *done. A file opened is advanced to its end (its last buffer, and a
+ * failure, are reported through ck_pipe_finish). */
+typedef struct ck_pfile ck_pfile;
+ts_status ck_pipe_open(ck_pipe *p, int dirfd, const char *name, const char *shown,
+                       const ck_part *parts, int nparts, ck_piece_fn fn, void *user,
+                       ck_pfile **out);
+/* Streams about `budget` more bytes (whole pieces, at least one). *done:
+ * the last byte is handed to the I/O threads and the cursor is freed;
+ * *bytes (may be NULL) is then the file's length. */
+ts_status ck_pipe_advance(ck_pipe *p, ck_pfile *c, size_t budget, int *done, uint64_t *bytes);
 
 /* Waits for every file; the first error by file name (shards sort in shard
  * order). The pipe can then take the files of another save. */

@@ -4,8 +4,8 @@
  * ts_ckpt_saver_begin() copies the plan's persistent regions into a host
  * buffer (that copy is the whole stall the training loop sees) and hands
  * the buffer to a background thread, which
- *   1. writes the shards into RUN/step-N.tmp/ — several files written and
- *      hashed by parallel threads, each fsync'ed by the safetensors writer,
+ *   1. writes the shards into RUN/step-N.tmp/ (save_shards.c) — several
+ *      files written and hashed by parallel threads, each fsync'ed,
  *   2. writes and fsyncs manifest.json (signed), fsyncs the directory,
  *   3. renames step-N.tmp to step-N and fsyncs RUN,
  *   4. writes LATEST.tmp, fsyncs it, renames it over LATEST, fsyncs RUN,
@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "ckpt/pipe.h"
@@ -36,99 +35,8 @@
 #include "core/dirlock.h"
 #include "core/fsat.h"
 #include "core/crc32c.h"
+#include "ckpt/save_internal.h"
 #include "tessel/tessel.h"
-
-#define SHARD_MIN_BYTES ((size_t)16 << 20)
-#define IO_PROBE_MIN    ((uint64_t)64 << 20) /* smaller saves do not measure the disk */
-
-typedef struct sv_tensor {
-    char *name;
-    int is_state;
-    ts_dtype dtype;
-    int rank;
-    int64_t dims[TS_MAX_RANK];
-    size_t bytes, off; /* in the snapshot */
-    uint32_t crc;
-    int shard;
-    int sharded; /* a ZeRO block of optimizer state ("zero.bucket*") */
-    int skip;    /* not this rank's to write (ranks > 0 write only their blocks) */
-} sv_tensor;
-
-/* A piece of a sharded value: elements of a logical tensor (ts_shard_piece). */
-typedef struct sv_piece {
-    char *name; /* "<param>.<what>" */
-    int tensor; /* the sharded value in s->t */
-    int64_t state_off, param_off, count;
-    int ndim;
-    int64_t dims[TS_MAX_RANK]; /* the parameter's */
-} sv_piece;
-
-typedef struct sv_shard {
-    char file[64];
-    int *members; /* tensor indices in file order */
-    int n;
-    uint64_t bytes, file_bytes;
-    char sha[CK_SHA_HEX];
-    int sharded; /* holds sharded values (listed through the rank's chunk set) */
-    ts_status st;
-    char err[1024];
-} sv_shard;
-
-struct ts_ckpt_saver {
-    char *run_dir;
-    ts_dir run; /* opened once: every name below it is reached without following links */
-    int threads, keep_last, keep_every;
-    int background;  /* lower the writer threads' priority (not for ts_ckpt_save) */
-    int rank, world; /* ts_ckpt_options: several ranks save sharded state together */
-    uint64_t group;
-    double rank_timeout_s;
-    ts_audit *audit;
-    ck_key key;
-
-    unsigned char *buf; /* the snapshot */
-    size_t buf_bytes;
-    /* A synchronous save reads the plan's own regions instead (no step runs
-     * meanwhile): snapshot offsets below view_split are in view_params,
-     * the rest in view_state. NULL: the snapshot. */
-    const unsigned char *view_params, *view_state;
-    size_t view_split;
-    ck_io_mode io_mode; /* 0 until chosen (ck_io_choose) for the run directory */
-    ck_pipe *pipe;      /* shards are written through it; made at the first save */
-
-    /* the job being written (owned by the background thread while running) */
-    sv_tensor *t;
-    int nt;
-    sv_shard *shards;
-    int ns;
-    int zero;             /* this job saves sharded state with the other ranks */
-    int others_save;      /* a tagged job of rank 0 while the other ranks save too */
-    uint64_t other_bytes; /* rank 0: the other ranks' state bytes in this save */
-    sv_piece *pc;
-    int npc;
-    char **zparams; /* ZeRO-3: the parameters saved as chunks of every rank's blocks */
-    int nzp;
-    int64_t step;
-    int64_t updates_applied;    /* optimizer updates applied (steps minus skipped ones) */
-    char tag_next[48], tag[48]; /* ts_ckpt_saver_set_tag: for the next save, for this job */
-    uint64_t seed;
-    char config_sha[CK_SHA_HEX];
-    char **data_paths, **data_shas;
-    char *replay; /* ts_ckpt_saver_set_replay (owned), NULL: none */
-    int n_data;
-    int64_t data_position, epoch;
-    char base_path[1024], base_sha[CK_SHA_HEX]; /* ts_ckpt_options: PEFT's base, "" none */
-    int n_frozen;                               /* parameters this job leaves to the base */
-    atomic_int next_shard;
-    atomic_int cancel;            /* ts_ckpt_saver_cancel: stop waiting for the other ranks */
-    atomic_llong run_ns, wait_ns; /* writer threads, from schedstat */
-
-    pthread_t thread;
-    int running;
-    ts_status last;
-    char last_err[1024];
-    ts_ckpt_save_stats stats; /* owned by the caller's thread */
-    ts_ckpt_save_stats done;  /* written by the background thread, merged by wait() */
-};
 
 ts_status ts_ckpt_saver_set_replay(ts_ckpt_saver *s, const char *json_object) {
     if (!s) return ts_fail(TS_ERR_INVALID, "set_replay: saver is NULL");
@@ -154,12 +62,6 @@ ts_ckpt_options ts_ckpt_options_default(void) {
     ts_ckpt_options o;
     memset(&o, 0, sizeof o);
     return o;
-}
-
-/* Where snapshot offset `off` of the job's values is. */
-static const unsigned char *src_at(const ts_ckpt_saver *s, size_t off) {
-    if (!s->view_params) return s->buf + off;
-    return off < s->view_split ? s->view_params + off : s->view_state + (off - s->view_split);
 }
 
 static void job_clear(ts_ckpt_saver *s) {
@@ -218,6 +120,9 @@ ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt
         return ts_fail(TS_ERR_INVALID, "ckpt saver: rank %d of world %d", o.rank, o.world);
     ts_ckpt_saver *s = ts_zalloc(sizeof *s, "ckpt saver");
     if (!s) return TS_ERR_NOMEM;
+    pthread_mutex_init(&s->wmu, NULL);
+    pthread_cond_init(&s->wcv, NULL);
+    pthread_cond_init(&s->bcv, NULL);
     /* Ranks > 0 write into rank 0's run directory and must not create it:
      * they open it at their first save (rank 0 may not have made it yet). */
     s->run.fd = -1;
@@ -271,191 +176,6 @@ ts_status ts_ckpt_saver_new(const char *run_dir, const ts_plan *p, const ts_ckpt
     }
     *out = s;
     return TS_OK;
-}
-
-/* ---- shards -------------------------------------------------------------- */
-
-static int by_dtype_size(const void *a, const void *b, void *ctx) {
-    const sv_tensor *t = ctx;
-    int x = *(const int *)a, y = *(const int *)b;
-    size_t sx = ts_dtype_size(t[x].dtype), sy = ts_dtype_size(t[y].dtype);
-    if (sx != sy) return sx > sy ? -1 : 1;
-    return x < y ? -1 : x > y; /* stable: arena order */
-}
-
-/* Cut parameters and state into files of about total / (2 * threads)
- * bytes (at least SHARD_MIN_BYTES), so the writer threads stay busy to the
- * end; a tensor is never split across files. */
-static ts_status plan_shards(ts_ckpt_saver *s) {
-    uint64_t total = 0;
-    for (int i = 0; i < s->nt; i++) total += s->t[i].skip ? 0 : s->t[i].bytes;
-    uint64_t target = total / (uint64_t)(2 * s->threads);
-    if (target < SHARD_MIN_BYTES) target = SHARD_MIN_BYTES;
-    s->shards = ts_zalloc(sizeof *s->shards * (size_t)(s->nt + 1), "ckpt shards");
-    if (!s->shards) return TS_ERR_NOMEM;
-    /* kinds: parameters, replicated state, this rank's sharded state */
-    static const char *const prefix[3] = {"params", "state", "optim"};
-    int counters[3] = {0, 0, 0};
-    for (int kind = 0; kind < 3; kind++) {
-        sv_shard *cur = NULL;
-        for (int i = 0; i < s->nt; i++) {
-            const sv_tensor *t = &s->t[i];
-            if (t->skip || (t->sharded ? 2 : t->is_state) != kind) continue;
-            if (!cur || (cur->bytes > 0 && cur->bytes + s->t[i].bytes > target)) {
-                cur = &s->shards[s->ns++];
-                snprintf(cur->file, sizeof cur->file, "%s-r%d-%03d.safetensors", prefix[kind],
-                         kind == 2 ? s->rank : 0, counters[kind]++);
-                cur->sharded = kind == 2;
-                cur->members = ts_alloc(sizeof(int) * (size_t)s->nt, "ckpt shard");
-                if (!cur->members) return TS_ERR_NOMEM;
-            }
-            cur->members[cur->n++] = i;
-            cur->bytes += s->t[i].bytes;
-            s->t[i].shard = (int)(cur - s->shards);
-        }
-    }
-    /* The safetensors writer lays tensors out back to back: larger elements
-     * first keeps every tensor aligned for its dtype. */
-    for (int k = 0; k < s->ns; k++)
-        qsort_r(s->shards[k].members, (size_t)s->shards[k].n, sizeof(int), by_dtype_size, s->t);
-    return TS_OK;
-}
-
-/* What the writer hands over, piece by piece, before writing it: the
- * file's SHA-256 and each tensor's CRC-32C are computed on those bytes
- * while they are in cache, so hashing costs no second pass over memory and
- * the file hash is exactly the hash of the bytes written (a load re-hashes
- * the file, so a write that went wrong still cannot pass as good). */
-typedef struct shard_hash {
-    ts_sha256 sha;
-    ts_ckpt_saver *s;
-    const sv_shard *sh;
-    uint64_t bytes;
-} shard_hash;
-
-static void hash_piece(void *user, int tensor, const void *data, size_t n) {
-    shard_hash *h = user;
-    ts_sha256_update(&h->sha, data, n);
-    if (tensor >= 0) {
-        sv_tensor *t = &h->s->t[h->sh->members[tensor]];
-        t->crc = ts_crc32c(t->crc, data, n);
-    }
-    h->bytes += n;
-}
-
-static ts_status write_shard(ts_ckpt_saver *s, const ts_dir *dir, sv_shard *sh) {
-    ts_st_writer *w;
-    ts_status st = ts_st_writer_new(&w);
-    if (st != TS_OK) return st;
-    ck_part *parts = ts_alloc(sizeof *parts * (size_t)(sh->n + 1), "ckpt shard parts");
-    if (!parts) st = TS_ERR_NOMEM;
-    for (int j = 0; j < sh->n && st == TS_OK; j++) {
-        sv_tensor *t = &s->t[sh->members[j]];
-        t->crc = 0;
-        parts[j + 1] = (ck_part){src_at(s, t->off), t->bytes, j};
-        st = ts_st_writer_add(w, t->name, t->dtype, t->rank, t->dims, src_at(s, t->off));
-    }
-    char *path = ck_join(dir->path, sh->file);
-    if (!path && st == TS_OK) st = TS_ERR_NOMEM;
-    unsigned char *prefix = NULL;
-    size_t plen = 0;
-    if (st == TS_OK) st = ts_st_writer_prefix(w, path, &prefix, &plen);
-    shard_hash h = {{NULL}, s, sh, 0};
-    if (st == TS_OK) st = ts_sha256_begin(&h.sha, path);
-    if (st == TS_OK) {
-        parts[0] = (ck_part){prefix, plen, -1};
-        /* Every byte is hashed by the time this returns; the pipe's I/O
-         * threads may still be writing the last of them (ck_pipe_finish). */
-        st = ck_pipe_file(s->pipe, dir->fd, sh->file, path, parts, sh->n + 1, hash_piece, &h,
-                          &sh->file_bytes);
-        if (st == TS_OK)
-            ts_sha256_end(&h.sha, sh->sha);
-        else
-            ts_sha256_abort(&h.sha);
-    }
-    ts_st_writer_free(w);
-    free(prefix);
-    free(parts);
-    free(path);
-    return st;
-}
-
-typedef struct worker_arg {
-    ts_ckpt_saver *s;
-    const ts_dir *dir;
-} worker_arg;
-
-/* This thread's time on a CPU and waiting for one, in ns (0 if unknown).
- * The CPU time comes from the thread's CPU clock, exact when read;
- * schedstat's run time is brought up to date only at scheduler events, so
- * a worker that hashed a small shard within one slice would read 0. */
-static void thread_sched(long long *run, long long *wait) {
-    *run = *wait = 0;
-    long long sched_run = 0;
-    FILE *f = fopen("/proc/thread-self/schedstat", "r");
-    if (f) {
-        if (fscanf(f, "%lld %lld", &sched_run, wait) != 2) *wait = 0;
-        fclose(f);
-    }
-    struct timespec ts;
-    *run = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0
-               ? (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec
-               : sched_run;
-}
-
-static void *shard_worker(void *arg) {
-    worker_arg *wa = arg;
-    ts_ckpt_saver *s = wa->s;
-    long long run0, wait0, run1, wait1;
-    thread_sched(&run0, &wait0);
-    for (;;) {
-        int k = atomic_fetch_add(&s->next_shard, 1);
-        if (k >= s->ns) break;
-        sv_shard *sh = &s->shards[k];
-        sh->st = write_shard(s, wa->dir, sh);
-        if (sh->st != TS_OK) snprintf(sh->err, sizeof sh->err, "%s", ts_last_error());
-    }
-    thread_sched(&run1, &wait1);
-    atomic_fetch_add(&s->run_ns, run1 - run0);
-    atomic_fetch_add(&s->wait_ns, wait1 - wait0);
-    return NULL;
-}
-
-/* Hashers: one per core (at most the shard count and `threads`); the
- * pipe's two I/O threads keep two writes in flight while they hash. */
-static ts_status write_shards(ts_ckpt_saver *s, const ts_dir *dir) {
-    atomic_store(&s->next_shard, 0);
-    atomic_store(&s->run_ns, 0);
-    atomic_store(&s->wait_ns, 0);
-    ts_status st = TS_OK;
-    /* Measuring costs 256 MiB of writes: not for small checkpoints. */
-    uint64_t total = 0;
-    for (int k = 0; k < s->ns; k++) total += s->shards[k].bytes;
-    if (!s->io_mode)
-        st = total >= IO_PROBE_MIN ? ck_io_choose(s->run.fd, s->run_dir, &s->io_mode, NULL)
-                                   : ck_io_peek(s->run.fd, s->run_dir, &s->io_mode, NULL);
-    if (st != TS_OK) return st;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int most = (int)(ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu);
-    if (most > s->threads) most = s->threads;
-    int hashers = most > s->ns ? (s->ns > 0 ? s->ns : 1) : most;
-    /* One pipe for the saver's life (its buffers are allocated and touched
-     * once): two buffers per hasher it can have and one per I/O thread, or
-     * fewer for a small checkpoint (any count is enough to make progress). */
-    uint64_t fit = total / CK_CHUNK + 2;
-    int nbufs = fit < (uint64_t)(2 * most + 2) ? (int)fit : 2 * most + 2;
-    if (!s->pipe && (st = ck_pipe_new(s->io_mode, 2, nbufs, &s->pipe)) != TS_OK) return st;
-    pthread_t th[8];
-    worker_arg wa = {s, dir};
-    int started = 0;
-    for (; started < hashers - 1 && started < 8; started++)
-        if (pthread_create(&th[started], NULL, shard_worker, &wa) != 0) break;
-    shard_worker(&wa); /* this thread hashes too; fewer helpers only slow it down */
-    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    st = ck_pipe_finish(s->pipe);
-    for (int k = 0; k < s->ns; k++)
-        if (s->shards[k].st != TS_OK) return ts_fail(s->shards[k].st, "%s", s->shards[k].err);
-    return st;
 }
 
 /* ---- manifest ------------------------------------------------------------ */
@@ -684,8 +404,8 @@ static ts_status run_job(ts_ckpt_saver *s) {
          * before the manifest; see zero.c). */
         if (st == TS_OK) st = ts_dir_mkdir(&s->run, tmp_name, 1);
         if (st == TS_OK) st = ts_dir_sub(&tmp, &s->run, tmp_name, 0);
-        if (st == TS_OK) st = plan_shards(s);
-        if (st == TS_OK) st = write_shards(s, &tmp);
+        if (st == TS_OK) st = ck_plan_shards(s);
+        if (st == TS_OK) st = ck_write_shards(s, &tmp);
         if (st == TS_OK) st = own_chunks(s, &z);
         if (st == TS_OK && s->rank > 0) {
             st = ck_rank_publish(tmp.path, s->rank, s->world, s->group, s->step, &z);
@@ -718,8 +438,8 @@ static ts_status run_job(ts_ckpt_saver *s) {
         if (st == TS_OK) st = ts_dir_remove_flat(&s->run, tmp_name);
         if (st == TS_OK) st = ts_dir_mkdir(&s->run, tmp_name, 0);
         if (st == TS_OK) st = ts_dir_sub(&tmp, &s->run, tmp_name, 0);
-        if (st == TS_OK) st = plan_shards(s);
-        if (st == TS_OK) st = write_shards(s, &tmp);
+        if (st == TS_OK) st = ck_plan_shards(s);
+        if (st == TS_OK) st = ck_write_shards(s, &tmp);
     }
     if (st == TS_OK) st = build_manifest(s, s->zero ? &z : NULL, step_name, &manifest, id);
     ck_zset_free(&z);
@@ -770,17 +490,9 @@ static ts_status run_job(ts_ckpt_saver *s) {
 
 static void *job_thread(void *arg) {
     ts_ckpt_saver *s = arg;
-    /* Hashing competes with the training step for cores, and OpenMP
-     * threads that lose their core stall every barrier of the step. At
-     * nice 10 the writers take only what the step leaves idle. Linux nice
-     * is per thread and the shard workers inherit it; failure only costs
-     * speed, so it is ignored. */
-    if (s->background) {
-        errno = 0;
-        int cur = getpriority(PRIO_PROCESS, (id_t)gettid());
-        if (errno == 0)
-            (void)!setpriority(PRIO_PROCESS, (id_t)gettid(), cur + 10 > 19 ? 19 : cur + 10);
-    }
+    /* This thread keeps its priority: it hashes nothing until someone
+     * waits (write_shards), and the pipe's I/O threads it starts must not
+     * wait for a CPU between writes. */
     double t0 = ts_now();
     s->last = run_job(s);
     if (s->last != TS_OK) snprintf(s->last_err, sizeof s->last_err, "%s", ts_last_error());
@@ -802,6 +514,7 @@ static void *job_thread(void *arg) {
 ts_status ts_ckpt_saver_wait(ts_ckpt_saver *s) {
     if (!s) return ts_fail(TS_ERR_INVALID, "ckpt saver: NULL");
     if (s->running) {
+        ck_save_boost(s);
         pthread_join(s->thread, NULL);
         s->running = 0;
         job_clear(s);
@@ -1003,6 +716,7 @@ ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_
     st = ts_plan_snapshot(p, s->buf, need);
     double t2 = ts_now();
     if (st == TS_OK) st = take_job(s, p, meta);
+    s->boost = 0; /* no thread of the saver runs now */
     if (st == TS_OK && pthread_create(&s->thread, NULL, job_thread, s) != 0)
         st = ts_fail(TS_ERR_INTERNAL, "ckpt saver: cannot start the writer thread");
     if (st != TS_OK) {
@@ -1029,10 +743,14 @@ ts_status ts_ckpt_saver_stats(const ts_ckpt_saver *s, ts_ckpt_save_stats *st) {
 void ts_ckpt_saver_free(ts_ckpt_saver *s) {
     if (!s) return;
     if (s->running) {
+        ck_save_boost(s);
         pthread_join(s->thread, NULL);
         s->running = 0;
     }
     job_clear(s);
+    pthread_mutex_destroy(&s->wmu);
+    pthread_cond_destroy(&s->wcv);
+    pthread_cond_destroy(&s->bcv);
     free(s->replay);
     ts_aligned_free(s->buf);
     ck_pipe_free(s->pipe);
@@ -1048,6 +766,7 @@ ts_status ts_ckpt_save(const ts_plan *p, const char *run_dir, const ts_ckpt_meta
     ts_status st = ts_ckpt_saver_new(run_dir, NULL, opt, &s);
     if (st != TS_OK) return st;
     s->background = 0; /* the caller waits: full speed */
+    s->boost = 1;
     /* No step runs until this returns: the shards are written from the
      * plan's own memory, without the snapshot's copy (and its page faults). */
     const void *pp, *ps;

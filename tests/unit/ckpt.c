@@ -40,22 +40,27 @@ static void test_crc32c(void) {
     for (int i = 0; i < 32; i++) buf[i] = (unsigned char)(31 - i);
     CHECK(ts_crc32c(0, buf, 32) == 0x113FDB5Cu, "RFC 3720: descending bytes");
 
-    /* Hardware and table agree on every alignment and split. */
-    enum { N = 4099 };
-    unsigned char *data = malloc(N + 8);
+    /* Hardware and table agree on every alignment and split, below and
+     * above the length the three-stream loop takes (3 x 4096 bytes). */
+    enum { MAXN = 40007 };
+    unsigned char *data = malloc(MAXN + 8);
     unsigned seed = 7;
-    for (int i = 0; i < N + 8; i++) data[i] = (unsigned char)rand_r(&seed);
+    for (int i = 0; i < MAXN + 8; i++) data[i] = (unsigned char)rand_r(&seed);
     int bad = 0;
-    for (int off = 0; off < 8; off++) {
-        uint32_t whole = ts_crc32c_table(0, data + off, N);
-        for (int trial = 0; trial < 20; trial++) {
-            size_t cut = (size_t)rand_r(&seed) % N;
-            uint32_t c = ts_crc32c(0, data + off, cut);
-            c = ts_crc32c(c, data + off + cut, N - cut);
-            bad += c != whole;
+    const size_t lens[] = {4099, 3 * 4096, 3 * 4096 + 7, MAXN};
+    for (int l = 0; l < 4; l++)
+        for (int off = 0; off < 8; off++) {
+            const size_t N = lens[l];
+            uint32_t whole = ts_crc32c_table(0, data + off, N);
+            bad += ts_crc32c(0, data + off, N) != whole;
+            for (int trial = 0; trial < 20; trial++) {
+                size_t cut = (size_t)rand_r(&seed) % N;
+                uint32_t c = ts_crc32c(0, data + off, cut);
+                c = ts_crc32c(c, data + off + cut, N - cut);
+                bad += c != whole;
+            }
         }
-    }
-    CHECK(bad == 0, "crc32c: %d splits differ from the table version", bad);
+    CHECK(bad == 0, "crc32c: %d lengths or splits differ from the table version", bad);
     free(data);
 }
 

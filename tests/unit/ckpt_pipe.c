@@ -1,7 +1,8 @@
 /* The checkpoint write pipeline (src/ckpt/pipe.c) and its O_DIRECT /
  * page-cache choice (src/ckpt/iomode.c): files hold exactly the parts'
  * bytes in both modes (across buffer boundaries, from several threads at
- * once), every byte reaches the piece callback in file order, a link
+ * once, and from a file's cursor handed between threads a piece at a
+ * time), every byte reaches the piece callback in file order, a link
  * planted as the final name is refused by name, and the choice is
  * measured once, cached on disk and read back by a new process. A whole
  * checkpoint written both ways has the same shard bytes. */
@@ -155,6 +156,86 @@ static void test_pipe(ck_io_mode mode) {
     ck_pipe_free(p);
     struct stat st;
     CHECK(stat(target, &st) == 0 && st.st_size == 0, "the link's target is untouched");
+    close(dfd);
+    free(data);
+}
+
+/* One file's cursor advanced by two threads in turns, a piece each (the
+ * handover a background save makes when the waiting thread takes over):
+ * the file and the callback see the same bytes, in order, as from one. */
+typedef struct turns {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ck_pipe *p;
+    ck_pfile *c;
+    int turn, done, moves[2];
+    uint64_t bytes;
+} turns;
+
+static void take_turns(turns *t, int me) {
+    pthread_mutex_lock(&t->mu);
+    while (!t->done) {
+        if (t->turn != me) {
+            pthread_cond_wait(&t->cv, &t->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&t->mu);
+        int done = 0;
+        CHECK_OK(ck_pipe_advance(t->p, t->c, 1, &done, &t->bytes));
+        pthread_mutex_lock(&t->mu);
+        t->moves[me]++;
+        t->done = done;
+        t->turn = !me;
+        pthread_cond_broadcast(&t->cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void *other_turns(void *arg) {
+    take_turns(arg, 1);
+    return NULL;
+}
+
+static void test_handover(ck_io_mode mode) {
+    char dir[400], path[500];
+    snprintf(dir, sizeof dir, "%s/turns-%s", root, ck_io_mode_name(mode));
+    CHECK(mkdir(dir, 0755) == 0, "mkdir %s", dir);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    size_t total = 3 * CK_CHUNK;
+    unsigned char *data = malloc(total);
+    unsigned x = 777;
+    for (size_t i = 0; i < total; i++) data[i] = (unsigned char)rand_r(&x);
+    ck_part pt[4];
+    int n = parts_of(1, data, pt);
+    seen s = {0, 0, 0, -1};
+    turns t = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, {0, 0}, 0};
+    CHECK_OK(ck_pipe_new(mode, 2, 3, &t.p));
+    snprintf(path, sizeof path, "%s/f.bin", dir);
+    CHECK_OK(ck_pipe_open(t.p, dfd, "f.bin", path, pt, n, on_piece, &s, &t.c));
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, other_turns, &t) == 0, "thread");
+    take_turns(&t, 0);
+    pthread_join(th, NULL);
+    CHECK_OK(ck_pipe_finish(t.p));
+    ck_pipe_free(t.p);
+    size_t len = 0, want = 0;
+    unsigned char *got = read_all(path, &len);
+    uint32_t crc = 0;
+    int same = got != NULL;
+    for (int q = 0; q < n; q++) {
+        same = same && want + pt[q].bytes <= len && !memcmp(got + want, pt[q].data, pt[q].bytes);
+        crc = ts_crc32c(crc, pt[q].data, pt[q].bytes);
+        want += pt[q].bytes;
+    }
+    CHECK(same && len == want && t.bytes == want,
+          "%s mode, handed over: %zu bytes (reported %llu), want %zu, same bytes %d",
+          ck_io_mode_name(mode), len, (unsigned long long)t.bytes, want, same);
+    CHECK(s.crc == crc && s.bytes == want && !s.bad_order,
+          "handed over: the callback saw %llu bytes (crc %08x, want %08x), in order %d",
+          (unsigned long long)s.bytes, s.crc, crc, !s.bad_order);
+    CHECK(t.moves[0] > 2 && t.moves[1] > 2, "both threads advanced it (%d, %d moves)", t.moves[0],
+          t.moves[1]);
+    free(got);
     close(dfd);
     free(data);
 }
@@ -317,6 +398,8 @@ int main(void) {
     CHECK(mkdir(root, 0755) == 0, "mkdir %s", root);
     test_pipe(CK_IO_DIRECT);
     test_pipe(CK_IO_BUFFERED);
+    test_handover(CK_IO_DIRECT);
+    test_handover(CK_IO_BUFFERED);
     test_choice();
     test_same_bytes();
     rm_rf(root);
