@@ -194,10 +194,13 @@ typedef struct ts_norm_act_attrs {
 } ts_norm_act_attrs;
 
 /* attention, attention_bwd (ops/attention_fused.c): causal 1 masks the
- * keys after each query; scale multiplies the scores q.k. */
+ * keys after each query; scale multiplies the scores q.k; low 1 (set by
+ * the precision pass, f32 tensors only) runs the block products on bf16
+ * operands with f32 accumulation, the softmax in f32. */
 typedef struct ts_attention_attrs {
     int64_t causal;
     double scale;
+    int64_t low;
 } ts_attention_attrs;
 
 /* softmax, log_softmax and their backward ops: the axis (normalised). */

@@ -143,6 +143,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
     case TS_OP_ATTENTION_BWD:
         field(out, "causal", a->attention.causal);
         if (a->attention.scale != 0) fprintf(out, " scale=%g", a->attention.scale);
+        if (a->attention.low) field(out, "low", a->attention.low);
         break;
     case TS_OP_SOFTMAX:
     case TS_OP_LOG_SOFTMAX:

@@ -10,8 +10,10 @@
  * conv_bwd_weight, conv_transpose) whose op is not listed in keep_fp32
  * reads its two tensor operands cast to the compute type (bf16 or f16) and
  * accumulates and writes f32 (matmul.low = 1, conv.low = 1;
- * oneDNN bf16 x bf16 -> f32); a conv's bias stays f32. Reductions,
- * norms, softmax, losses, attention and the optimizer are untouched and
+ * oneDNN bf16 x bf16 -> f32); a conv's bias stays f32. In bf16 the fused
+ * attention's block products round their operands to bf16 inside the
+ * kernel (attention.low; its tensors and softmax stay f32; lower_attention).
+ * Reductions, norms, softmax, losses and the optimizer are untouched and
  * stay f32, and so do the master weights, gradients and optimizer state:
  * a weight is cast on its way into a GEMM, never stored low.
  *
@@ -156,10 +158,26 @@ static void drop_unread(ts_graph *g, int32_t *seed, int n, int cap) {
     free(readers);
 }
 
-ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast) {
+/* bf16 attention: the fused attention and its backward run their block products on bf16
+ * operands with f32 accumulation (attention.low); the softmax, its statistics and every tensor
+ * stay f32, so no cast is added. fp16 keeps f32 attention (unscaled scores and their
+ * gradients would leave its range). keep_fp32: [attention] keeps both ops f32. */
+static void lower_attention(ts_graph *g, const ts_precision_options *o) {
+    if (o->compute != TS_BF16 || listed(o->keep_fp32, "attention")) return;
+    for (int i = 0; i < g->n_nodes; i++) {
+        ts_node *n = &g->nodes[i];
+        const int q = n->op == TS_OP_ATTENTION ? 0 : n->op == TS_OP_ATTENTION_BWD ? 1 : -1;
+        if (n->dead || q < 0 || listed(o->keep_fp32, ts_op_get(n->op)->name)) continue;
+        if (ts_in_type(g, n, q)->dtype == TS_F32) n->a.attention.low = 1;
+    }
+}
+
+ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int low_attention,
+                            int *n_cast) {
     if (n_cast) *n_cast = 0;
     ts_status s = ts_precision_check(o);
     if (s != TS_OK || o->compute == TS_F32) return s;
+    if (low_attention) lower_attention(g, o);
     const int n0 = g->n_nodes, nv0 = g->n_values;
     int todo = 0;
     for (int i = 0; i < n0; i++) todo += lowers(g, &g->nodes[i], o);
