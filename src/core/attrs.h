@@ -29,11 +29,14 @@ typedef struct ts_maxmin_attrs {
 } ts_maxmin_attrs;
 
 /* The unary elementwise ops with parameters (ops/unary.c): gelu: approx (a
- * ts_gelu_approx); pow_scalar: x^exponent; leaky_relu: slope, the negative
- * slope; affine_scalar: scale * x + shift. The other unary ops have none. */
+ * ts_gelu_approx), out_low 1 (set by the precision pass, f32 input) writes
+ * the result rounded to bf16 instead of f32 plus a cast; pow_scalar:
+ * x^exponent; leaky_relu: slope, the negative slope; affine_scalar: scale *
+ * x + shift. The other unary ops have none. */
 typedef struct ts_unary_attrs {
     int64_t approx;
     double exponent, slope, scale, shift;
+    int64_t out_low;
 } ts_unary_attrs;
 
 /* unary_bwd (dy, s) -> dx: the gradient of the unary op fwd_op (with its
