@@ -29,11 +29,14 @@ typedef struct ts_maxmin_attrs {
 } ts_maxmin_attrs;
 
 /* The unary elementwise ops with parameters (ops/unary.c): gelu: approx (a
- * ts_gelu_approx); pow_scalar: x^exponent; leaky_relu: slope, the negative
- * slope; affine_scalar: scale * x + shift. The other unary ops have none. */
+ * ts_gelu_approx), out_low 1 (set by the precision pass, f32 input) writes
+ * the result rounded to bf16 instead of f32 plus a cast; pow_scalar:
+ * x^exponent; leaky_relu: slope, the negative slope; affine_scalar: scale *
+ * x + shift. The other unary ops have none. */
 typedef struct ts_unary_attrs {
     int64_t approx;
     double exponent, slope, scale, shift;
+    int64_t out_low;
 } ts_unary_attrs;
 
 /* unary_bwd (dy, s) -> dx: the gradient of the unary op fwd_op (with its
@@ -194,10 +197,13 @@ typedef struct ts_norm_act_attrs {
 } ts_norm_act_attrs;
 
 /* attention, attention_bwd (ops/attention_fused.c): causal 1 masks the
- * keys after each query; scale multiplies the scores q.k. */
+ * keys after each query; scale multiplies the scores q.k; low 1 (set by
+ * the precision pass, f32 tensors only) runs the block products on bf16
+ * operands with f32 accumulation, the softmax in f32. */
 typedef struct ts_attention_attrs {
     int64_t causal;
     double scale;
+    int64_t low;
 } ts_attention_attrs;
 
 /* softmax, log_softmax and their backward ops: the axis (normalised). */

@@ -35,11 +35,17 @@
  * a * b + c into FMA in the GEMM kernel and exp (as oneDNN does in its
  * GEMMs), so the generic build differs in the last bits.
  *
+ * Mixed precision (attention.low = 1, set by the precision pass in bf16
+ * plans; f32 only): the same blocks, order and f32 softmax, but every block
+ * product rounds its operands to bf16 and accumulates in f32 on AVX512-BF16
+ * (attention_low.h): fwd_item_low and bwd_item_low below.
+ *
  * A row always sees key 0 when causal, so no row is fully masked. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 #include "kern.h"
+#include "ops/attention_low.h"
 
 #define BS       64        /* queries and keys per block */
 #define SLOTS    64        /* work items in flight at most (scratch slots) */
@@ -65,6 +71,9 @@ static ts_status check_attrs(const ts_node *n) {
     if (n->a.attention.causal != 0 && n->a.attention.causal != 1)
         return ts_fail(TS_ERR_INVALID, "causal must be 0 or 1, got %lld",
                        (long long)n->a.attention.causal);
+    if (n->a.attention.low != 0 && n->a.attention.low != 1)
+        return ts_fail(TS_ERR_INVALID, "low must be 0 or 1, got %lld",
+                       (long long)n->a.attention.low);
     if (!isfinite(n->a.attention.scale))
         return ts_fail(TS_ERR_INVALID, "scale must be finite, got %g", n->a.attention.scale);
     return TS_OK;
@@ -78,6 +87,9 @@ static ts_status check_like_q(const ts_graph *g, const ts_node *n, const ts_type
         return ts_fail(TS_ERR_SHAPE, "q must be a float tensor [B, H, T, hd]");
     if (q->dims[2] < 1 || q->dims[3] < 1)
         return ts_fail(TS_ERR_SHAPE, "T and hd must be at least 1");
+    if (n->a.attention.low && q->dtype != TS_F32)
+        return ts_fail(TS_ERR_SHAPE, "low (bf16 products) needs f32 q, k and v, got %s",
+                       ts_dtype_name(q->dtype));
     for (int i = first; i <= last; i++)
         if (!ts_type_equal(ts_in_type(g, n, i), q))
             return ts_fail(TS_ERR_SHAPE, "%s must have q's dtype and shape", names[i]);
@@ -416,11 +428,13 @@ static int threads_for(int64_t slots, int64_t work) {
         }                                                                                          \
         fwd_final_##SFX(ob, lse + q0, m, l, nq, hd);                                               \
     }                                                                                              \
-    static ts_status fwd_##SFX(const ts_kargs *k) {                                                \
+    typedef void fwd_item_fn_##SFX(const T *, const T *, const T *, T *, T *, int64_t, int64_t,    \
+                                   int64_t, T, int, T *);                                          \
+    /* item: fwd_item_##SFX, or for f32 fwd_item_low; slot: its scratch bytes */                   \
+    static ts_status fwd_##SFX(const ts_kargs *k, fwd_item_fn_##SFX *item, size_t slot) {          \
         const ts_tensor *qt = &k->in[0];                                                           \
         int64_t BH = qt->dims[0] * qt->dims[1], T_ = qt->dims[2], hd = qt->dims[3];                \
         int64_t nqb = nblocks(T_), items = BH * nqb, slots = slots_for(items);                     \
-        size_t slot = fwd_slot_bytes(hd, sizeof(T));                                               \
         if ((size_t)slots * slot > k->scratch_bytes)                                               \
             return ts_fail(TS_ERR_INTERNAL, "attention '%s': scratch too small", k->label);        \
         const T *q = qt->data, *kk = k->in[1].data, *v = k->in[2].data;                            \
@@ -433,8 +447,8 @@ static int threads_for(int64_t slots, int64_t work) {
             /* The last query blocks see the most keys: hand them out first. */                    \
             _Pragma("omp for schedule(dynamic, 1)") for (int64_t it = 0; it < items; it++) {       \
                 int64_t bh = it % BH, qb = nqb - 1 - it / BH, off = bh * T_ * hd;                  \
-                fwd_item_##SFX(q + off, kk + off, v + off, o + off, lse + bh * T_, T_, hd,         \
-                               qb * BS, scale, causal, w);                                         \
+                item(q + off, kk + off, v + off, o + off, lse + bh * T_, T_, hd, qb * BS, scale,   \
+                     causal, w);                                                                   \
             }                                                                                      \
         }                                                                                          \
         return TS_OK;                                                                              \
@@ -470,11 +484,12 @@ static int threads_for(int64_t slots, int64_t work) {
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    static ts_status bwd_##SFX(const ts_kargs *k) {                                                \
+    typedef void bwd_item_fn_##SFX(const T *, const T *, const T *, const T *, const T *,          \
+                                   const T *, T *, T *, T *, int64_t, int64_t, T, int, T *);       \
+    static ts_status bwd_##SFX(const ts_kargs *k, bwd_item_fn_##SFX *item, size_t slot) {          \
         const ts_tensor *qt = &k->in[1];                                                           \
         int64_t BH = qt->dims[0] * qt->dims[1], T_ = qt->dims[2], hd = qt->dims[3];                \
         int64_t slots = slots_for(BH);                                                             \
-        size_t slot = bwd_slot_bytes(T_, hd, sizeof(T));                                           \
         if ((size_t)slots * slot > k->scratch_bytes)                                               \
             return ts_fail(TS_ERR_INTERNAL, "attention_bwd '%s': scratch too small", k->label);    \
         const T *dout = k->in[0].data, *q = qt->data, *kk = k->in[2].data, *v = k->in[3].data;     \
@@ -488,8 +503,8 @@ static int threads_for(int64_t slots, int64_t work) {
             T *w = (T *)(ws + (size_t)omp_get_thread_num() * slot);                                \
             _Pragma("omp for schedule(dynamic, 1)") for (int64_t bh = 0; bh < BH; bh++) {          \
                 int64_t off = bh * T_ * hd;                                                        \
-                bwd_item_##SFX(dout + off, q + off, kk + off, v + off, o + off, lse + bh * T_,     \
-                               dq + off, dk + off, dv + off, T_, hd, scale, causal, w);            \
+                item(dout + off, q + off, kk + off, v + off, o + off, lse + bh * T_, dq + off,     \
+                     dk + off, dv + off, T_, hd, scale, causal, w);                                \
             }                                                                                      \
         }                                                                                          \
         return TS_OK;                                                                              \
@@ -498,18 +513,111 @@ static int threads_for(int64_t slots, int64_t work) {
 DEF_ITEMS(float, vf32, vi32, f32)
 DEF_ITEMS(double, vf64, vi64, f64)
 
+/* ---- bf16 products (attention.low, attention_low.h) -------------------- */
+
+/* The packed bf16 operands of a low slot, in 32-bit words after its f32 part: forward q^T
+ * pairs [hd/2][BS], k rows [BS][hd/2], v pairs [BS/2][hd], p pairs [BS/2][BS]; backward
+ * q^T and do^T pairs [hd/2][BS], q, do, k pairs [BS/2][hd], k and v rows [BS][hd/2], p and
+ * ds rows [BS][BS/2], ds pairs [BS/2][BS]. */
+static size_t low_words(int64_t hd, int fwd) {
+    int64_t hp = (hd + 1) / 2, BP = BS / 2;
+    return (size_t)(fwd ? hp * BS + BS * hp + BP * hd + BP * BS
+                        : 2 * hp * BS + 3 * BP * hd + 2 * BS * hp + 2 * BS * BP + BP * BS);
+}
+static size_t fwd_low_slot_bytes(int64_t hd) {
+    return fwd_slot_bytes(hd, sizeof(float)) + round64(low_words(hd, 1) * sizeof(uint32_t));
+}
+static size_t bwd_low_slot_bytes(int64_t T, int64_t hd) {
+    return bwd_slot_bytes(T, hd, sizeof(float)) + round64(low_words(hd, 0) * sizeof(uint32_t));
+}
+
+/* fwd_item_f32 with bf16 products: the same blocks, online softmax and f32 output. */
+static void fwd_item_low(const float *q, const float *k, const float *v, float *o, float *lse,
+                         int64_t T_, int64_t hd, int64_t q0, float scale, int causal, float *ws) {
+    int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_, hp = (hd + 1) / 2;
+    float *qt = ws, *s = qt + hd * BS, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;
+    uint32_t *qw = (uint32_t *)((char *)ws + fwd_slot_bytes(hd, sizeof(float)));
+    uint32_t *kw = qw + hp * BS, *vw = kw + BS * hp, *pw = vw + BS / 2 * hd;
+    float *ob = o + q0 * hd;
+    for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
+    transpose_f32(qt, q + q0 * hd, nq, hd);
+    ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq); /* qw[d/2][i] */
+    for (int64_t k0 = 0; k0 < kend; k0 += BS) {
+        int64_t nk = kend - k0 < BS ? kend - k0 : BS;
+        ts_attn_pack_rows(kw, hp, k + k0 * hd, hd, nk, hd);
+        ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, s, BS, 0); /* s^T = k q^T */
+        fwd_block_f32(s, nq, nk, m, l, k0 ? ob : NULL, hd, scale, causal, q0 - k0, tmp);
+        ts_attn_pack_pairs(pw, BS, s, BS, nk, nq); /* pw[j/2][i] */
+        ts_attn_pack_pairs(vw, hd, v + k0 * hd, hd, nk, hd);
+        ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, pw, 1, BS, vw, hd, ob, hd, k0 > 0); /* o += p v */
+    }
+    fwd_final_f32(ob, lse + q0, m, l, nq, hd);
+}
+
+/* bwd_item_f32 with bf16 products: the same blocks and order, p, ds and D in f32. */
+static void bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
+                         const float *o, const float *lse, float *dq, float *dk, float *dv,
+                         int64_t T_, int64_t hd, float scale, int causal, float *ws) {
+    const int64_t hp = (hd + 1) / 2, BP = BS / 2;
+    float *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS;
+    uint32_t *qw = (uint32_t *)((char *)ws + bwd_slot_bytes(T_, hd, sizeof(float)));
+    uint32_t *dow = qw + hp * BS, *qpw = dow + hp * BS, *dopw = qpw + BP * hd;
+    uint32_t *kpw = dopw + BP * hd, *kw = kpw + BP * hd, *vw = kw + BS * hp;
+    uint32_t *prw = vw + BS * hp, *dsrw = prw + BS * BP, *dspw = dsrw + BS * BP;
+    bwd_rowdot_f32(D, dout, o, T_, hd);
+    for (int64_t q0 = 0; q0 < T_; q0 += BS) {
+        int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_, nqp = (nq + 1) / 2;
+        const float *qb = q + q0 * hd, *dob = dout + q0 * hd;
+        float *dqb = dq + q0 * hd;
+        transpose_f32(qt, qb, nq, hd);
+        transpose_f32(dot, dob, nq, hd);
+        ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq);   /* q^T:  [d/2][i] */
+        ts_attn_pack_pairs(dow, BS, dot, BS, hd, nq); /* do^T: [d/2][i] */
+        ts_attn_pack_pairs(qpw, hd, qb, hd, nq, hd);  /* q:    [i/2][d] */
+        ts_attn_pack_pairs(dopw, hd, dob, hd, nq, hd);
+        for (int64_t k0 = 0; k0 < kend; k0 += BS) {
+            int64_t nk = kend - k0 < BS ? kend - k0 : BS;
+            const float *kb = k + k0 * hd;
+            float *dkb = dk + k0 * hd, *dvb = dv + k0 * hd;
+            ts_attn_pack_rows(kw, hp, kb, hd, nk, hd);
+            ts_attn_pack_rows(vw, hp, v + k0 * hd, hd, nk, hd);
+            ts_attn_pack_pairs(kpw, hd, kb, hd, nk, hd);
+            ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, p, BS, 0); /* s^T = k q^T */
+            bwd_p_f32(p, nq, nk, lse + q0, scale, causal, q0 - k0);
+            int first_q = q0 == (causal ? k0 : 0);
+            ts_attn_pack_rows(prw, BP, p, BS, nk, nq);
+            ts_attn_mm_bf16(nk, hd, nqp, prw, BP, 1, dopw, hd, dvb, hd,
+                            !first_q);                                  /* dv += p^T do */
+            ts_attn_mm_bf16(nk, nq, hp, vw, hp, 1, dow, BS, ds, BS, 0); /* dp^T = v do^T */
+            bwd_ds_f32(ds, p, nq, nk, D + q0, scale);
+            ts_attn_pack_pairs(dspw, BS, ds, BS, nk, nq);
+            ts_attn_pack_rows(dsrw, BP, ds, BS, nk, nq);
+            ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, dspw, 1, BS, kpw, hd, dqb, hd,
+                            k0 > 0); /* dq += ds k */
+            ts_attn_mm_bf16(nk, hd, nqp, dsrw, BP, 1, qpw, hd, dkb, hd,
+                            !first_q); /* dk += ds^T q */
+        }
+    }
+}
+
 static ts_status k_attn(const ts_kargs *k) {
+    int64_t hd = k->in[0].rank == 4 ? k->in[0].dims[3] : 0;
     switch (k->in[0].dtype) {
-    case TS_F32: return fwd_f32(k);
-    case TS_F64: return fwd_f64(k);
+    case TS_F32:
+        return k->a->attention.low ? fwd_f32(k, fwd_item_low, fwd_low_slot_bytes(hd))
+                                   : fwd_f32(k, fwd_item_f32, fwd_slot_bytes(hd, sizeof(float)));
+    case TS_F64: return fwd_f64(k, fwd_item_f64, fwd_slot_bytes(hd, sizeof(double)));
     default: return ts_kernel_bad_dtype(k, "attention", k->in[0].dtype);
     }
 }
 
 static ts_status k_attn_bwd(const ts_kargs *k) {
+    int64_t T = k->in[1].rank == 4 ? k->in[1].dims[2] : 0, hd = T ? k->in[1].dims[3] : 0;
     switch (k->in[1].dtype) {
-    case TS_F32: return bwd_f32(k);
-    case TS_F64: return bwd_f64(k);
+    case TS_F32:
+        return k->a->attention.low ? bwd_f32(k, bwd_item_low, bwd_low_slot_bytes(T, hd))
+                                   : bwd_f32(k, bwd_item_f32, bwd_slot_bytes(T, hd, sizeof(float)));
+    case TS_F64: return bwd_f64(k, bwd_item_f64, bwd_slot_bytes(T, hd, sizeof(double)));
     default: return ts_kernel_bad_dtype(k, "attention_bwd", k->in[1].dtype);
     }
 }
@@ -519,13 +627,17 @@ static ts_status k_attn_bwd(const ts_kargs *k) {
 static size_t scratch_attn(const ts_graph *g, const ts_node *n) {
     const ts_type *q = ts_in_type(g, n, 0);
     int64_t items = q->dims[0] * q->dims[1] * nblocks(q->dims[2]);
-    return (size_t)slots_for(items) * fwd_slot_bytes(q->dims[3], ts_dtype_size(q->dtype));
+    size_t slot = n->a.attention.low ? fwd_low_slot_bytes(q->dims[3])
+                                     : fwd_slot_bytes(q->dims[3], ts_dtype_size(q->dtype));
+    return (size_t)slots_for(items) * slot;
 }
 
 static size_t scratch_attn_bwd(const ts_graph *g, const ts_node *n) {
     const ts_type *q = ts_in_type(g, n, 1);
-    return (size_t)slots_for(q->dims[0] * q->dims[1]) *
-           bwd_slot_bytes(q->dims[2], q->dims[3], ts_dtype_size(q->dtype));
+    size_t slot = n->a.attention.low
+                      ? bwd_low_slot_bytes(q->dims[2], q->dims[3])
+                      : bwd_slot_bytes(q->dims[2], q->dims[3], ts_dtype_size(q->dtype));
+    return (size_t)slots_for(q->dims[0] * q->dims[1]) * slot;
 }
 
 /* Multiply-adds over the (query, key) pairs that are visible: 2 products

@@ -81,6 +81,7 @@ static void unary(FILE *out, const ts_unary_attrs *a) {
     real(out, "slope", a->slope);
     real(out, "scale", a->scale);
     real(out, "shift", a->shift);
+    if (a->out_low) field(out, "out_low", a->out_low);
 }
 
 void ts_attrs_print(const ts_node *n, FILE *out) {
@@ -143,6 +144,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
     case TS_OP_ATTENTION_BWD:
         field(out, "causal", a->attention.causal);
         if (a->attention.scale != 0) fprintf(out, " scale=%g", a->attention.scale);
+        if (a->attention.low) field(out, "low", a->attention.low);
         break;
     case TS_OP_SOFTMAX:
     case TS_OP_LOG_SOFTMAX:

@@ -133,7 +133,11 @@ static ts_status infer_unary(const ts_graph *g, const ts_node *n, ts_type *out, 
     ts_status s = need_float(x->dtype);
     if (s == TS_OK) s = check_attrs(n->op, &n->a);
     if (s != TS_OK) return s;
+    if (n->a.unary.out_low &&
+        (n->op != TS_OP_GELU || x->dtype != TS_F32 || n->a.unary.out_low != 1))
+        return ts_fail(TS_ERR_INVALID, "out_low (a bf16 result) is 1 on a gelu of f32 only");
     *out = *x;
+    if (n->a.unary.out_low) out->dtype = TS_BF16;
     *n_out = 1;
     return TS_OK;
 }
@@ -336,8 +340,32 @@ DEF_POW_FWD(pow_f64, double, sqrt, pow)
  * does not depend on the thread count. */
 #define CHUNK 4096
 
+/* One chunk of f32 results rounded to the bf16 output (unary.out_low). */
+TS_CLONES static void chunk_to_bf16(uint16_t *o, const float *x, int64_t n) {
+    _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = ts_f32_to_bf16(x[i]);
+}
+
+/* f32 -> bf16 (unary.out_low): each chunk computed in f32 on the stack, then rounded. */
+static ts_status run_fwd_low(const ts_kargs *k, fwd_fn f32, const char *op) {
+    const ts_tensor *x = &k->in[0], *o = &k->out[0];
+    if (x->dtype != TS_F32 || o->dtype != TS_BF16) return ts_kernel_bad_dtype(k, op, o->dtype);
+    int64_t n = ts_tensor_numel(o), nch = (n + CHUNK - 1) / CHUNK;
+    uint16_t *po = o->data;
+    const float *px = x->data;
+    const ts_attrs *a = k->a;
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+    for (int64_t c = 0; c < nch; c++) {
+        float buf[CHUNK];
+        int64_t s = c * CHUNK, len = n - s < CHUNK ? n - s : CHUNK;
+        f32(buf, px + s, len, a);
+        chunk_to_bf16(po + s, buf, len);
+    }
+    return TS_OK;
+}
+
 static ts_status run_fwd(const ts_kargs *k, fwd_fn f32, fwd_fn f64, const char *op) {
     const ts_tensor *x = &k->in[0], *o = &k->out[0];
+    if (k->a->unary.out_low) return run_fwd_low(k, f32, op);
     fwd_fn f = o->dtype == TS_F32 ? f32 : o->dtype == TS_F64 ? f64 : NULL;
     if (!f) return ts_kernel_bad_dtype(k, op, o->dtype);
     size_t es = ts_dtype_size(o->dtype);

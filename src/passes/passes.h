@@ -44,11 +44,14 @@ ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *p
 ts_status ts_pass_monitor(ts_graph *g, const int32_t *params, const int32_t *grads, int n);
 ts_status ts_pass_monitor_order(ts_graph *g);
 /* Mixed precision (precision.c): matmuls and convs on bf16/f16 operands with f32
- * output, one shared cast per value, per the policy in `o`. *n_cast (may
- * be NULL) receives the number of casts inserted. Run after the train
+ * output, one shared cast per value, per the policy in `o`; with low_kernels (the
+ * backend runs the op kernels' bf16 forms, attention.low and unary.out_low) and bf16,
+ * attention's block products in bf16 too and a GELU's bf16 cast folded into the GELU.
+ * *n_cast (may be NULL) receives the number of casts inserted. Run after the train
  * pass. ts_precision_check validates the options alone. */
 ts_status ts_precision_check(const ts_precision_options *o);
-ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast);
+ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int low_kernels,
+                            int *n_cast);
 /* 1 when ts_pass_precision would run at least one matmul of g in o->compute (a plan can then
  * only be built where that GEMM exists: backends/cpu/dnnl_caps.h). */
 int ts_precision_lowers_matmul(const ts_graph *g, const ts_precision_options *o);

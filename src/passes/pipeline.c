@@ -130,7 +130,7 @@ static ts_status compact(ts_pass_ctx *c) {
 }
 /* The pass may leave recomputed nodes dead (their cast is shared with the forward one). */
 static ts_status run_precision(ts_pass_ctx *c) {
-    ts_status s = ts_pass_precision(c->g, &c->opt->precision, NULL);
+    ts_status s = ts_pass_precision(c->g, &c->opt->precision, c->low_kernels_ok, NULL);
     int dead = 0;
     for (int i = 0; s == TS_OK && i < c->g->n_nodes; i++) dead += c->g->nodes[i].dead;
     return s != TS_OK || !dead ? s : compact(c);

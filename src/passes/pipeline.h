@@ -32,6 +32,9 @@ typedef struct ts_pass_ctx {
     int row_chunks_exact;
     /* the backend runs act_layer_norm and its backward (ts_pass_ctx_init: 1) */
     int fused_norm_ok;
+    /* the backend runs the op kernels' bf16 forms, attention.low and unary.out_low (host
+     * backends: the op table's kernels) */
+    int low_kernels_ok;
     /* state carried between passes, and the outputs */
     int32_t loss;    /* the loss value id (-1: inference), remapped as passes renumber */
     int32_t *grads;  /* per parameter: its gradient (autodiff) */

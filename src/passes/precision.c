@@ -10,8 +10,10 @@
  * conv_bwd_weight, conv_transpose) whose op is not listed in keep_fp32
  * reads its two tensor operands cast to the compute type (bf16 or f16) and
  * accumulates and writes f32 (matmul.low = 1, conv.low = 1;
- * oneDNN bf16 x bf16 -> f32); a conv's bias stays f32. Reductions,
- * norms, softmax, losses, attention and the optimizer are untouched and
+ * oneDNN bf16 x bf16 -> f32); a conv's bias stays f32. In bf16 the fused
+ * attention's block products round their operands to bf16 inside the
+ * kernel (attention.low; its tensors and softmax stay f32; lower_attention).
+ * Reductions, norms, softmax, losses and the optimizer are untouched and
  * stay f32, and so do the master weights, gradients and optimizer state:
  * a weight is cast on its way into a GEMM, never stored low.
  *
@@ -156,10 +158,65 @@ static void drop_unread(ts_graph *g, int32_t *seed, int n, int cap) {
     free(readers);
 }
 
-ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_cast) {
+/* bf16 attention: the fused attention and its backward run their block products on bf16
+ * operands with f32 accumulation (attention.low); the softmax, its statistics and every tensor
+ * stay f32, so no cast is added. fp16 keeps f32 attention (unscaled scores and their
+ * gradients would leave its range). keep_fp32: [attention] keeps both ops f32. */
+static void lower_attention(ts_graph *g, const ts_precision_options *o) {
+    if (o->compute != TS_BF16 || listed(o->keep_fp32, "attention")) return;
+    for (int i = 0; i < g->n_nodes; i++) {
+        ts_node *n = &g->nodes[i];
+        const int q = n->op == TS_OP_ATTENTION ? 0 : n->op == TS_OP_ATTENTION_BWD ? 1 : -1;
+        if (n->dead || q < 0 || listed(o->keep_fp32, ts_op_get(n->op)->name)) continue;
+        if (ts_in_type(g, n, q)->dtype == TS_F32) n->a.attention.low = 1;
+    }
+}
+
+/* A bf16 cast of a GELU's f32 output that nothing else reads (in bf16 plans the
+ * weight-gradient GEMM reads the forward GEMM's cast, see "Recomputes" above): the GELU
+ * writes the rounded result itself (unary.out_low, the same bits: it rounds its f32
+ * result as the cast did) and the cast goes, one pass over the tensor instead of two and
+ * half the bytes written. Returns how many casts went (marked dead). */
+static int fold_casts(ts_graph *g) {
+    int32_t *readers = calloc((size_t)g->n_values, sizeof *readers);
+    if (!readers) return 0; /* the casts stay: correct, only slower */
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead)
+            for (int j = 0; j < g->nodes[i].n_in; j++) readers[g->nodes[i].in[j]]++;
+    int folded = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        ts_node *c = &g->nodes[i];
+        if (c->dead || c->op != TS_OP_CAST || c->a.cast.dtype != TS_BF16) continue;
+        const int32_t v = c->in[0], w = c->out[0];
+        const ts_value *vv = &g->values[v], *wv = &g->values[w];
+        if (vv->kind != TS_VK_NODE || vv->node < 0 || readers[v] != 1 || vv->is_output ||
+            vv->grad_of >= 0 || wv->is_output || wv->grad_of >= 0)
+            continue;
+        int ordered = 0; /* a control edge names the cast (the optimizer's, never a GELU's) */
+        for (int u = 0; u < g->n_nodes && !ordered; u++)
+            for (int j = 0; j < g->nodes[u].n_ctrl; j++) ordered |= g->nodes[u].ctrl[j] == i;
+        ts_node *p = &g->nodes[vv->node];
+        if (ordered || p->dead || p->op != TS_OP_GELU || p->a.unary.out_low ||
+            vv->t.dtype != TS_F32)
+            continue;
+        p->a.unary.out_low = 1;
+        g->values[v].t.dtype = TS_BF16;
+        for (int u = 0; u < g->n_nodes; u++)
+            for (int j = 0; j < g->nodes[u].n_in; j++)
+                if (g->nodes[u].in[j] == w) g->nodes[u].in[j] = v;
+        c->dead = 1;
+        folded++;
+    }
+    free(readers);
+    return folded;
+}
+
+ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int low_kernels,
+                            int *n_cast) {
     if (n_cast) *n_cast = 0;
     ts_status s = ts_precision_check(o);
     if (s != TS_OK || o->compute == TS_F32) return s;
+    if (low_kernels) lower_attention(g, o);
     const int n0 = g->n_nodes, nv0 = g->n_values;
     int todo = 0;
     for (int i = 0; i < n0; i++) todo += lowers(g, &g->nodes[i], o);
@@ -240,6 +297,7 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int *n_c
     if (s == TS_OK) s = ts_graph_permute_nodes(g, perm, np);
     if (s == TS_OK)
         drop_unread(g, seed, n_seed, nv0 + 2 * todo + 1); /* the caller compacts the graph */
+    if (s == TS_OK && low_kernels) casts -= fold_casts(g);
     free(seed);
     free(cast_of);
     free(perm);

@@ -17,12 +17,19 @@
  *   within what bf16 rounding of the operands gives; the plan sharing the
  *   forward cast gives the bits of the plan that never recomputes
  *   (compile option no_recompute);
- * - determinism: 1 and 2 threads give the same loss and gradient bits. */
+ * - determinism: 1 and 2 threads give the same loss and gradient bits;
+ * - casts folded into their producer: a GELU whose output only its bf16 cast
+ *   reads writes bf16 itself (unary.out_low) and the cast is gone; the
+ *   kernel gives, for every input class (NaN, infinities, signed zeros,
+ *   subnormals, large and small values, 3 chunks), the bits of the f32 GELU
+ *   followed by the cast. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/dnnl_caps.h"
 #include "check.h"
+#include "core/half.h"
+#include "ops/op.h"
 #include "plan/plan.h"
 
 /* model 0: tanh between the layers, too small to be recomputed; model 1: GELU on
@@ -122,8 +129,8 @@ static void test_structure(const model *m) {
               of_view);
         CHECK(twice == 0, "%d values cast twice through views (want 0)", twice);
         /* x, w1, the activation, w2, dY and the gradient into the activation: 6 values, each
-         * cast once */
-        CHECK(casts == 6, "%d casts (want 6)", casts);
+         * cast once; a GELU activation writes bf16 itself (test_gelu_fold) */
+        CHECK(casts == 6 - m->gelu, "%d casts (want %d)", casts, 6 - m->gelu);
         /* the weight-gradient GEMMs read [b*t, .] views of the 3-d casts */
         CHECK(views >= 2, "%d bf16 reshapes (want at least 2)", views);
         if (m->gelu) {
@@ -172,7 +179,60 @@ static void test_numerics(const model *m) {
     for (int i = 0; i < 5; i++) ts_compiled_graph_free(&k[i]);
 }
 
+/* The folded GELU (unary.out_low) against the f32 kernel and the cast, bit for bit. */
+static void test_gelu_kernel(void) {
+    enum { N = 3 * 4096 + 77 };
+    static float x[N], y[N];
+    static uint16_t low[N];
+    const float special[] = {NAN,    -NAN,    INFINITY, -INFINITY, 0.0f,    -0.0f,
+                             1e-40f, -1e-40f, 1e30f,    -1e30f,    3.0e38f, 1e-20f};
+    for (int i = 0; i < N; i++)
+        x[i] = i < 12 ? special[i] : (float)(sin(0.7 * i) * pow(10.0, (i % 9) - 4));
+    const ts_op_def *d = ts_op_get(TS_OP_GELU);
+    for (int approx = 0; approx < 2; approx++) {
+        ts_attrs a = ts_attrs_zero();
+        a.unary.approx = approx;
+        ts_step_ctx ctx = {1, 0, 0.0, 1};
+        ts_tensor in = {TS_F32, 1, {N}, x}, o32 = {TS_F32, 1, {N}, y}, o16 = {TS_BF16, 1, {N}, low};
+        ts_kargs k32 = {&a, 1, 1, &in, &o32, NULL, 0, &ctx, "gelu", NULL};
+        CHECK_OK(d->kernel(&k32));
+        a.unary.out_low = 1;
+        ts_kargs k16 = {&a, 1, 1, &in, &o16, NULL, 0, &ctx, "gelu", NULL};
+        CHECK_OK(d->kernel(&k16));
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += low[i] != ts_f32_to_bf16(y[i]);
+        CHECK(bad == 0, "gelu approx %d out_low: %d of %d values differ from f32 gelu + cast",
+              approx, bad, N);
+    }
+}
+
+/* The GELU of model 1 writes bf16 and no cast reads a GELU. */
+static void test_gelu_fold(void) {
+    ts_compiled_graph kept = {0};
+    ts_plan *p = build(&k_models[1], TS_BF16, 0, 1, 0, &kept);
+    if (p) {
+        const ts_graph *g = kept.graph;
+        int gelus = 0, low = 0, cast_of_gelu = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const ts_node *n = &g->nodes[i];
+            if (n->dead) continue;
+            if (n->op == TS_OP_GELU) gelus++, low += n->a.unary.out_low == 1;
+            if (n->op == TS_OP_CAST) {
+                const ts_value *v = &g->values[n->in[0]];
+                cast_of_gelu +=
+                    v->kind == TS_VK_NODE && v->node >= 0 && g->nodes[v->node].op == TS_OP_GELU;
+            }
+        }
+        CHECK(gelus == 1 && low == 1 && cast_of_gelu == 0,
+              "bf16 GELU: %d gelus, %d writing bf16, %d casts of a gelu (1, 1, 0 expected)", gelus,
+              low, cast_of_gelu);
+    }
+    ts_plan_free(p);
+    ts_compiled_graph_free(&kept);
+}
+
 int main(void) {
+    test_gelu_kernel();
     if (!ts_cpu_supports_dtype_gemm(TS_BF16)) {
         printf("skipped: %s\n", ts_cpu_dtype_gemm_why(TS_BF16));
         return 77;
@@ -181,5 +241,6 @@ int main(void) {
         test_structure(&k_models[i]);
         test_numerics(&k_models[i]);
     }
+    test_gelu_fold();
     return check_summary("precision_views");
 }

@@ -281,7 +281,7 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
     }
     case TS_OP_ATTENTION:
     case TS_OP_ATTENTION_BWD: {
-        if (!all_f32(in))
+        if (!all_f32(in) || in->a.attention.low)
             return unsupported(prog, i, "needs f32 (bf16 attention is not written yet)");
         const ts_operand *q = &in->in[in->op == TS_OP_ATTENTION ? 0 : 1];
         if (q->rank != 4 || q->dims[3] > 256)

@@ -211,6 +211,10 @@ static void gather(ex *e, int32_t id, const ts_node *n) {
 static void attention(ex *e, int32_t id, const ts_node *n) {
     const ts_type *q = ty(e, n->in[0]), *k = ty(e, n->in[1]);
     const int32_t y = n->out[0];
+    if (n->a.attention.low) {
+        ex_refuse(e, id, "attention with bf16 products (tessel exports the fp32 graph)");
+        return;
+    }
     if (q->rank != 4) {
         ex_refuse(e, id, "q of rank %d (4 expected)", q->rank);
         return;

@@ -1,0 +1,189 @@
+/* The bf16 products of the fused attention (attention_low.h): operand
+ * packing and a register-blocked GEMM on packed bf16 pairs. */
+#include "ops/attention_low.h"
+#include "core/half.h"
+#include "kern.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static inline uint32_t pair(float lo, float hi) {
+    return (uint32_t)ts_f32_to_bf16(lo) | (uint32_t)ts_f32_to_bf16(hi) << 16;
+}
+
+TS_CLONES static void pack_rows_generic(uint32_t *dst, int64_t ldd, const float *src, int64_t lds,
+                                        int64_t n, int64_t cols) {
+    const int64_t half = cols / 2;
+    for (int64_t r = 0; r < n; r++) {
+        const float *s = src + r * lds;
+        uint32_t *d = dst + r * ldd;
+        for (int64_t c = 0; c < half; c++) d[c] = pair(s[2 * c], s[2 * c + 1]);
+        if (cols & 1) d[half] = pair(s[cols - 1], 0.0f);
+    }
+}
+
+TS_CLONES static void pack_pairs_generic(uint32_t *dst, int64_t ldd, const float *src, int64_t lds,
+                                         int64_t n, int64_t cols) {
+    for (int64_t r = 0; r + 1 < n; r += 2) {
+        const float *a = src + r * lds, *b = a + lds;
+        uint32_t *d = dst + r / 2 * ldd;
+        for (int64_t c = 0; c < cols; c++) d[c] = pair(a[c], b[c]);
+    }
+    if (n & 1) {
+        const float *a = src + (n - 1) * lds;
+        uint32_t *d = dst + n / 2 * ldd;
+        for (int64_t c = 0; c < cols; c++) d[c] = pair(a[c], 0.0f);
+    }
+}
+
+/* Plain C: the pair's upper product first, then the lower one, as vdpbf16ps is specified. */
+static void mm_generic(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int64_t sam,
+                       int64_t sak, const uint32_t *B, int64_t ldb, float *C, int64_t ldc,
+                       int acc) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            float c = acc ? C[m * ldc + n] : 0.0f;
+            for (int64_t p = 0; p < KP; p++) {
+                uint32_t a = A[m * sam + p * sak], b = B[p * ldb + n];
+                c += ts_bf16_to_f32((uint16_t)(a >> 16)) * ts_bf16_to_f32((uint16_t)(b >> 16));
+                c += ts_bf16_to_f32((uint16_t)a) * ts_bf16_to_f32((uint16_t)b);
+            }
+            C[m * ldc + n] = c;
+        }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* mr rows x nv vectors of 16 columns of C, kept in registers over the whole reduction;
+ * mk masks each vector's columns (the last may be partial). */
+static inline __attribute__((always_inline)) BF16_TARGET void
+dp_tile(const int mr, const int nv, int64_t KP, const uint32_t *A, int64_t sam, int64_t sak,
+        const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int acc, const __mmask16 *mk) {
+    __m512 c[4][4];
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nv; j++)
+            c[r][j] =
+                acc ? _mm512_maskz_loadu_ps(mk[j], C + r * ldc + 16 * j) : _mm512_setzero_ps();
+    for (int64_t p = 0; p < KP; p++) {
+        __m512i b[4];
+        for (int j = 0; j < nv; j++) b[j] = _mm512_maskz_loadu_epi32(mk[j], B + p * ldb + 16 * j);
+        for (int r = 0; r < mr; r++) {
+            __m512i a = _mm512_set1_epi32((int)A[r * sam + p * sak]);
+            for (int j = 0; j < nv; j++)
+                c[r][j] = _mm512_dpbf16_ps(c[r][j], (__m512bh)a, (__m512bh)b[j]);
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nv; j++) _mm512_mask_storeu_ps(C + r * ldc + 16 * j, mk[j], c[r][j]);
+}
+
+/* 16 values from p (n < 16: the first n, zeros after), as RNE bf16. vcvtneps2bf16 flushes
+ * denormals to zero, which vdpbf16ps does to its inputs anyway. */
+static inline __attribute__((always_inline)) BF16_TARGET __m256i cvt16(const float *p, int64_t n) {
+    __mmask16 k = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, p));
+}
+
+/* A row's pairs along it are the row in bf16, in order. */
+BF16_TARGET static void pack_rows_avx512bf16(uint32_t *dst, int64_t ldd, const float *src,
+                                             int64_t lds, int64_t n, int64_t cols) {
+    for (int64_t r = 0; r < n; r++) {
+        const float *s = src + r * lds;
+        uint16_t *d = (uint16_t *)(dst + r * ldd);
+        for (int64_t c = 0; c < cols; c += 16) {
+            int64_t left = cols - c < 16 ? cols - c : 16;
+            __m256i v = cvt16(s + c, left);
+            if (left == 16) {
+                _mm256_storeu_si256((__m256i *)(d + c), v);
+            } else { /* the tail, and a zero after an odd one */
+                int64_t w = (left + 1) & ~(int64_t)1;
+                _mm256_mask_storeu_epi16(d + c, (__mmask16)((1u << w) - 1), v);
+            }
+        }
+    }
+}
+
+/* Word c of a row pair: row 2p's bf16 in the lower half, row 2p + 1's in the upper. */
+BF16_TARGET static void pack_pairs_avx512bf16(uint32_t *dst, int64_t ldd, const float *src,
+                                              int64_t lds, int64_t n, int64_t cols) {
+    for (int64_t r = 0; r < n; r += 2) {
+        const float *a = src + r * lds, *b = r + 1 < n ? a + lds : NULL;
+        uint32_t *d = dst + r / 2 * ldd;
+        for (int64_t c = 0; c < cols; c += 16) {
+            int64_t left = cols - c < 16 ? cols - c : 16;
+            __m512i lo = _mm512_cvtepu16_epi32(cvt16(a + c, left));
+            __m512i hi = b ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(cvt16(b + c, left)), 16)
+                           : _mm512_setzero_si512();
+            __mmask16 k = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            _mm512_mask_storeu_epi32(d + c, k, _mm512_or_si512(lo, hi));
+        }
+    }
+}
+
+BF16_TARGET static void mm_avx512bf16(int64_t M, int64_t N, int64_t KP, const uint32_t *A,
+                                      int64_t sam, int64_t sak, const uint32_t *B, int64_t ldb,
+                                      float *C, int64_t ldc, int acc) {
+    for (int64_t n0 = 0; n0 < N; n0 += 64) {
+        const int64_t w = N - n0 < 64 ? N - n0 : 64;
+        const int nv = (int)((w + 15) / 16);
+        __mmask16 mk[4];
+        for (int j = 0; j < 4; j++) {
+            int64_t left = w - 16 * j;
+            mk[j] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        }
+        int64_t m = 0;
+        if (nv == 4)
+            for (; m + 4 <= M; m += 4)
+                dp_tile(4, 4, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
+                        mk);
+        for (; m < M; m++) /* the rows left over, and narrow column blocks */
+            for (int j = 0; j < nv; j++)
+                dp_tile(1, 1, KP, A + m * sam, sam, sak, B + n0 + 16 * j, ldb,
+                        C + m * ldc + n0 + 16 * j, ldc, acc, &mk[j]);
+    }
+}
+#endif
+
+/* AVX512-BF16 where the CPU has it: each kernel then runs its vdpbf16ps / vcvtneps2bf16 form. */
+static int has_bf16(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}
+
+void ts_attn_pack_rows(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
+                       int64_t cols) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (has_bf16()) {
+        pack_rows_avx512bf16(dst, ldd, src, lds, n, cols);
+        return;
+    }
+#endif
+    pack_rows_generic(dst, ldd, src, lds, n, cols);
+}
+
+void ts_attn_pack_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
+                        int64_t cols) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (has_bf16()) {
+        pack_pairs_avx512bf16(dst, ldd, src, lds, n, cols);
+        return;
+    }
+#endif
+    pack_pairs_generic(dst, ldd, src, lds, n, cols);
+}
+
+void ts_attn_mm_bf16(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int64_t sam, int64_t sak,
+                     const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int acc) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (has_bf16()) {
+        mm_avx512bf16(M, N, KP, A, sam, sak, B, ldb, C, ldc, acc);
+        return;
+    }
+#endif
+    mm_generic(M, N, KP, A, sam, sak, B, ldb, C, ldc, acc);
+}

@@ -1,0 +1,38 @@
+/* attention_low.h — the bf16 products of the fused attention (internal).
+ *
+ * With attention.low = 1 (the precision pass sets it in bf16 plans) the
+ * attention kernels (attention_fused.c) keep their f32 tensors, f32 softmax
+ * and f32 accumulators, and run every block product (q k^T and p v forward;
+ * q k^T, p^T do, v do^T, ds k and ds^T q backward) on operands rounded to
+ * bf16 (round to nearest even, as the cast op). The operands are packed as
+ * 32-bit words holding two bf16 values adjacent along the reduction axis
+ * (the lower half the even index), which is what AVX512-BF16's vdpbf16ps
+ * multiplies pairwise into f32 lanes:
+ *
+ *     ts_attn_pack_rows(kw, hdp, k, hd, nk, hd);      // kw[j][d/2]: pairs along a row
+ *     ts_attn_pack_pairs(vw, hd, v, hd, nk, hd);      // vw[j/2][d]: pairs of rows
+ *     ts_attn_mm_bf16(M, N, KP, A, sam, sak, B, ldb, C, ldc, acc);
+ *
+ * An odd reduction length is padded with a zero bf16, so the packed length
+ * is (n + 1) / 2 words. */
+#ifndef TS_ATTENTION_LOW_H
+#define TS_ATTENTION_LOW_H
+
+#include <stdint.h>
+
+/* dst[r * ldd + c / 2] for r < n rows, c < cols: src[r * lds + c] paired along the row. */
+void ts_attn_pack_rows(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
+                       int64_t cols);
+
+/* dst[(r / 2) * ldd + c] for r < n rows, c < cols: rows 2p and 2p + 1 of src paired. */
+void ts_attn_pack_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
+                        int64_t cols);
+
+/* C[m * ldc + n] = (acc ? C[m * ldc + n] : 0) + sum over p < KP of the two products of
+ * the pair A[m * sam + p * sak] with the pair B[p * ldb + n], for m < M, n < N, in
+ * increasing p, accumulated in f32: vdpbf16ps on CPUs with AVX512-BF16, else the same
+ * products in plain C (the same up to the last bits and denormals, which vdpbf16ps flushes). */
+void ts_attn_mm_bf16(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int64_t sam, int64_t sak,
+                     const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int acc);
+
+#endif
