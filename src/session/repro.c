@@ -239,8 +239,8 @@ ts_status ts_repro_setup(session *s) {
         (st = ts_tree_sum_init(&r->ssum, r->nstate)) != TS_OK)
         return st;
     if (r->local &&
-        ((st = ts_repro_gather_init(&r->ggat, r->N, r->rank, r->M, r->ngrad)) != TS_OK ||
-         (st = ts_repro_gather_init(&r->sgat, r->N, r->rank, r->M, r->nstate)) != TS_OK))
+        ((st = ts_repro_gather_init(&r->ggat, r->comm, r->N, r->rank, r->M, r->ngrad)) != TS_OK ||
+         (st = ts_repro_gather_init(&r->sgat, r->comm, r->N, r->rank, r->M, r->nstate)) != TS_OK))
         return st;
     /* In front of the alerts' gate (or none), which is asked once per
      * batch, after the last round, with the batch's gradients in place. */
