@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
-#include "dist/comm.h"
 
 enum { CHUNK = 1 << 20 }; /* floats of each piece per all-gather */
 
@@ -219,10 +218,9 @@ ts_status ts_repro_gather_result(ts_repro_gather *g, ts_comm *comm, float *dst) 
      * short spin it naps (as the communication thread does) instead of yielding, which on a
      * machine with fewer cores than runnable threads kept it running against the peer it waits
      * for (W1 on 2 processes, dist.reproducible: most of the step's extra time). */
-    const int slept = ts_spin_may_sleep, shared = g->shared != NULL;
-    ts_spin_may_sleep = 1;
+    const int naps = ts_comm_wait_naps(1), shared = g->shared != NULL;
     ts_status s = gather_result(g, comm, dst);
-    ts_spin_may_sleep = slept;
+    ts_comm_wait_naps(naps);
     /* the shared block's finish handed its blocks to the observer as it wrote them */
     if (s == TS_OK && !shared && g->observe && g->n) g->observe(g->observe_user, dst, 0, g->n);
     return s;

@@ -277,6 +277,9 @@ ts_status ts_repro_step(session *s, double *loss) {
     ts_status st = TS_OK;
     if (r->nstate) state_copy(r, r->s0, 0);
     r->gnorm_ok = 0;
+    /* The step waits for the other ranks at its end (the tree's finish, the alerts' agreement,
+     * the losses) with nothing else to do: naps, so a rank sharing the core runs meanwhile. */
+    const int naps = ts_comm_wait_naps(1);
     for (int64_t j = 0; j < r->k && st == TS_OK; j++) {
         /* this rank's micro-batch of round j: the j-th of its run */
         const int64_t i = r->rank * r->k + j;
@@ -296,11 +299,11 @@ ts_status ts_repro_step(session *s, double *loss) {
     }
     ts_plan_set_seed(p, r->seed);
     ts_plan_scaler_hold(p, 0);
-    if (st != TS_OK) return st;
-    if (r->N > 1) {
+    if (st == TS_OK && r->N > 1)
         st = ts_allgather(r->comm, r->loss, r->losses, (size_t)r->M, TS_F64, TS_ALGO_AUTO);
-        if (st != TS_OK) return st;
-    } else {
+    ts_comm_wait_naps(naps);
+    if (st != TS_OK) return st;
+    if (r->N == 1) {
         memcpy(r->losses, r->loss, sizeof(double) * (size_t)r->k);
     }
     /* In micro-batch order: the ranks' runs, rank-major, are it. */

@@ -199,6 +199,8 @@ static int gather(ts_comm *c, void *user) {
         }
         float *dst = jb->out + (size_t)r * jb->n;
         if (ts_repro_gather_result(&g, c, dst) != TS_OK) return 3;
+        /* the result's waits napped, and the thread's setting is back */
+        if (ts_comm_wait_naps(0) != 0) return 6;
         /* the observer saw the result, block by block in order */
         if (w.bad || w.next != jb->n || memcmp(w.copy, dst, jb->n * sizeof(float))) return 5;
         w.next = 0;
@@ -272,6 +274,8 @@ static void test_gather(void) {
               paths[a].N, paths[a].rank_tree ? "one all-reduce" : "pieces all-gathered");
         ts_repro_gather_free(&pg);
     }
+    /* A thread's waits yield until told to nap; the setting returns the previous one. */
+    CHECK(ts_comm_wait_naps(1) == 0 && ts_comm_wait_naps(0) == 1, "ts_comm_wait_naps: off, on");
     /* Refusals: a count that does not divide M, a subtree out of the counter's order. */
     ts_repro_gather g;
     CHECK(ts_repro_gather_init(&g, NULL, 5, 0, 12, 4) != TS_OK,
