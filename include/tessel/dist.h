@@ -160,6 +160,10 @@ int ts_comm_host(const ts_comm *c, int rank);
 uint64_t ts_comm_seq(const ts_comm *c);
 void ts_comm_set_timeout(ts_comm *c, double seconds);
 double ts_comm_timeout(const ts_comm *c);
+/* How the calling thread's collectives wait for a late peer once a short spin is over: on (1),
+ * 50 us naps, leaving the core to a peer that shares it; off (0, a thread's default), yielding,
+ * which answers sooner when every rank has a core. Returns the previous setting (to restore). */
+int ts_comm_wait_naps(int on);
 /* Forces the algorithm of one kind of collective (AUTO: back to measured
  * choice). Must be set the same way on every rank. An algorithm a kind
  * does not have falls back to RING; for broadcast and barrier, RING means

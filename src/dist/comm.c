@@ -104,6 +104,12 @@ int ts_spin(unsigned *spins) {
     return (s & 255) == 0;
 }
 
+int ts_comm_wait_naps(int on) {
+    const int was = ts_spin_may_sleep;
+    ts_spin_may_sleep = on != 0;
+    return was;
+}
+
 ts_status ts_wait_check(ts_comm *c, int peer, int (*recheck)(void *), void *arg) {
     const char *gone = c->ops->peer_gone ? c->ops->peer_gone(c, peer) : NULL;
     if (gone) {

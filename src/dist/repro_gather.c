@@ -38,7 +38,33 @@ static int rank_tree(const ts_repro_gather *g) {
     return g->total == g->N && (g->N & (g->N - 1)) == 0;
 }
 
-ts_status ts_repro_gather_init(ts_repro_gather *g, int N, int rank, int64_t M, size_t n) {
+/* The shared block's pieces are added in the tree of the ranks (at most this many). */
+enum { MAX_SHARED_RANKS = 64 };
+
+/* Where piece p of this rank goes: its slot of the shared block's current half, or its own
+ * buffer. */
+static float *piece_dst(const ts_repro_gather *g, int p) {
+    if (g->shared)
+        return g->shared + ((size_t)(g->parity & 1) * (size_t)g->N + (size_t)g->rank) * g->n;
+    return g->mine + (size_t)p * g->n;
+}
+
+/* The shared block (repro_gather.h), collective: NULL where the transport shares no memory
+ * or rank 0's heap cannot hold it (then the all-reduce path; every rank learns the same). */
+static ts_status share_pieces(ts_repro_gather *g, ts_comm *comm) {
+    if (!comm || g->N < 2 || g->N > MAX_SHARED_RANKS || g->n == 0 || !ts_comm_shares_memory(comm))
+        return TS_OK;
+    void *p = NULL;
+    ts_status s = ts_comm_alloc_shared(comm, 2 * (size_t)g->N * g->n * sizeof(float), &p);
+    if (s == TS_ERR_NOMEM) return TS_OK;
+    if (s != TS_OK) return s;
+    g->shared = p;
+    g->comm = comm;
+    return TS_OK;
+}
+
+ts_status ts_repro_gather_init(ts_repro_gather *g, ts_comm *comm, int N, int rank, int64_t M,
+                               size_t n) {
     if (!g) return ts_fail(TS_ERR_INVALID, "repro_gather: NULL argument");
     memset(g, 0, sizeof *g);
     if (N < 1 || rank < 0 || rank >= N || M < 1 || M % N)
@@ -65,9 +91,15 @@ ts_status ts_repro_gather_init(ts_repro_gather *g, int N, int rank, int64_t M, s
         t += c;
     }
     const size_t chunk = n < CHUNK ? n : CHUNK;
+    if (rank_tree(g)) {
+        ts_status s = share_pieces(g, comm);
+        if (s == TS_OK && !g->shared &&
+            !(g->mine = ts_alloc((n ? n : 1) * sizeof(float), "tree pieces")))
+            s = TS_ERR_NOMEM;
+        return s == TS_OK ? ts_tree_sum_init(&g->local, n) : s; /* no all-gather: xbuf, glob */
+    }
     if (!(g->mine = ts_alloc((size_t)g->npieces * (n ? n : 1) * sizeof(float), "tree pieces")))
         return TS_ERR_NOMEM;
-    if (rank_tree(g)) return ts_tree_sum_init(&g->local, n); /* no all-gather: no xbuf, glob */
     if (!(g->xbuf = ts_alloc((size_t)N * (size_t)g->pmax * (chunk ? chunk : 1) * sizeof(float),
                              "tree pieces' exchange")))
         return TS_ERR_NOMEM;
@@ -92,7 +124,7 @@ ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf) {
     ts_status s;
     /* The leaf completes a piece (a balanced tree of 2^level leaves): its sum, in one pass. */
     if (g->local.leaves + 1 == (int64_t)1 << g->level[t]) {
-        s = ts_tree_sum_finish(&g->local, leaf, g->mine + (size_t)g->cur * g->n, 1.0f);
+        s = ts_tree_sum_finish(&g->local, leaf, piece_dst(g, g->cur), 1.0f);
         g->cur++;
     } else {
         s = ts_tree_sum_add(&g->local, leaf);
@@ -101,25 +133,100 @@ ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf) {
     return s;
 }
 
+/* The division by M of the rank tree, as a product: there M = N * k with N and k (a piece's
+ * leaves) powers of two, and for M a power of two x / M and x * (1 / M) are both the correctly
+ * rounded value of the same real number, so the same float for every x (a multiplication is
+ * cheaper than a division in the vector units). */
+static float rank_tree_reciprocal(const ts_repro_gather *g) {
+    return 1.0f / (float)g->M;
+}
+
+/* dst[lo, hi) = the pieces of the shared block's current half (base) added in the tree of the
+ * ranks (the pairs of recursive doubling: r and r xor 1, then r xor 2, ...), divided by M. */
+static void fold_block(const ts_repro_gather *g, const float *base, float *restrict dst, size_t lo,
+                       size_t hi) {
+    const size_t n = g->n, N = (size_t)g->N;
+    const float inv = rank_tree_reciprocal(g);
+    if (N == 2) {
+        const float *restrict a = base, *restrict b = base + n;
+        for (size_t i = lo; i < hi; i++) dst[i] = (a[i] + b[i]) * inv;
+    } else if (N == 4) {
+        const float *restrict a = base, *restrict b = base + n, *restrict c = base + 2 * n,
+                              *restrict d = base + 3 * n;
+        for (size_t i = lo; i < hi; i++) dst[i] = ((a[i] + b[i]) + (c[i] + d[i])) * inv;
+    } else {
+        for (size_t i = lo; i < hi; i++) {
+            float v[MAX_SHARED_RANKS];
+            for (size_t q = 0; q < N; q++) v[q] = base[q * n + i];
+            for (size_t d = 1; d < N; d *= 2)
+                for (size_t q = 0; q + d < N; q += 2 * d) v[q] = v[q] + v[q + d];
+            dst[i] = v[0] * inv;
+        }
+    }
+}
+
+/* Floats per block of the one-pass finish: the block's pieces and result stay in the L1 cache
+ * for the observer (repro_gather.h) to read. */
+enum { FOLD_BLOCK = 2048 };
+
+/* dst = the tree's result from the shared block, every rank reading every piece in place, block
+ * by block, each block handed to the observer while it is in the cache. */
+static void fold_shared(const ts_repro_gather *g, float *restrict dst) {
+    const float *base = g->shared + (size_t)(g->parity & 1) * (size_t)g->N * g->n;
+    for (size_t lo = 0; lo < g->n; lo += FOLD_BLOCK) {
+        const size_t hi = g->n - lo < FOLD_BLOCK ? g->n : lo + FOLD_BLOCK;
+        fold_block(g, base, dst, lo, hi);
+        if (g->observe) g->observe(g->observe_user, dst + lo, lo, hi - lo);
+    }
+}
+
 static ts_status rank_tree_result(ts_repro_gather *g, ts_comm *comm, float *dst) {
     ts_status s = TS_OK;
+    if (g->shared) {
+        /* Past the barrier every piece of this half is written. A rank writes this half again
+         * two results later, after the next result's barrier, which no rank reaches before it
+         * has finished reading this one: no second barrier. */
+        if ((s = ts_barrier(comm)) == TS_OK) fold_shared(g, dst);
+        g->parity++;
+        g->added = 0;
+        g->cur = 0;
+        return s;
+    }
     if (g->N > 1)
         s = ts_allreduce(comm, g->mine, g->n, TS_F32, TS_RED_SUM,
                          g->N > 2 ? TS_ALGO_RD : TS_ALGO_AUTO);
-    /* the division of ts_tree_sum_result, so the floats of the all-gather's path; the status
-     * tested outside the loop, which then vectorises (it ran one divss per float: 6 % of W1's
-     * reproducible step on 2 processes; the same quotients either way) */
-    const float div = (float)g->M;
+    /* the quotients of ts_tree_sum_result's division, so the floats of the all-gather's path;
+     * the status tested outside the loop, which then vectorises (it ran one divss per float: 6 %
+     * of W1's reproducible step on 2 processes) */
+    const float inv = rank_tree_reciprocal(g);
     const float *mine = g->mine;
     if (s == TS_OK)
-        for (size_t i = 0; i < g->n; i++) dst[i] = mine[i] / div;
+        for (size_t i = 0; i < g->n; i++) dst[i] = mine[i] * inv;
     g->added = 0;
     g->cur = 0;
     return s;
 }
 
+static ts_status gather_result(ts_repro_gather *g, ts_comm *comm, float *dst);
+
 ts_status ts_repro_gather_result(ts_repro_gather *g, ts_comm *comm, float *dst) {
     if (!g || !dst) return ts_fail(TS_ERR_INVALID, "repro_gather_result: NULL argument");
+    if (g->shared && comm != g->comm)
+        return ts_fail(TS_ERR_INVALID,
+                       "repro_gather_result: not the comm the pieces are shared on");
+    /* The step's own thread waits here for the slowest rank with nothing else to do: after the
+     * short spin it naps (as the communication thread does) instead of yielding, which on a
+     * machine with fewer cores than runnable threads kept it running against the peer it waits
+     * for (W1 on 2 processes, dist.reproducible: most of the step's extra time). */
+    const int naps = ts_comm_wait_naps(1), shared = g->shared != NULL;
+    ts_status s = gather_result(g, comm, dst);
+    ts_comm_wait_naps(naps);
+    /* the shared block's finish handed its blocks to the observer as it wrote them */
+    if (s == TS_OK && !shared && g->observe && g->n) g->observe(g->observe_user, dst, 0, g->n);
+    return s;
+}
+
+static ts_status gather_result(ts_repro_gather *g, ts_comm *comm, float *dst) {
     if (g->added != g->k)
         return ts_fail(TS_ERR_INVALID, "repro_gather_result: %lld of the rank's %lld leaves added",
                        (long long)g->added, (long long)g->k);
@@ -147,8 +254,15 @@ ts_status ts_repro_gather_result(ts_repro_gather *g, ts_comm *comm, float *dst) 
     return s;
 }
 
+void ts_repro_gather_observe(ts_repro_gather *g, ts_repro_observe_fn fn, void *user) {
+    if (!g) return;
+    g->observe = fn;
+    g->observe_user = user;
+}
+
 void ts_repro_gather_free(ts_repro_gather *g) {
     if (!g) return;
+    if (g->shared) ts_comm_release_shared(g->comm, g->shared);
     free(g->start);
     free(g->level);
     free(g->owner);

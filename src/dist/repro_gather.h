@@ -3,7 +3,7 @@
  * processes; docs/reproducibility.md).
  *
  *     ts_repro_gather g;
- *     ts_repro_gather_init(&g, N, rank, M, n);       // rank holds leaves rank*M/N ...
+ *     ts_repro_gather_init(&g, comm, N, rank, M, n); // rank holds leaves rank*M/N ...
  *     for (j = 0; j < M / N; j++) ts_repro_gather_add(&g, leaf_j);
  *     ts_repro_gather_result(&g, comm, dst);          // collective: dst = tree sum / M
  *     ts_repro_gather_free(&g);
@@ -16,34 +16,62 @@
  * counter (ts_tree_sum_add_node), which finishes the same tree. So the result is the same
  * floats for every N dividing M, N = 1 included, and the same as a ts_tree_sum fed all M
  * leaves, then divided by M. Costs beside the leaves' own sum: each rank receives every
- * other rank's pieces, (N - 1) * pieces * n floats per result. */
+ * other rank's pieces, (N - 1) * pieces * n floats per result.
+ *
+ * Where every rank holds one piece and N is a power of two, the pieces are the leaves of a
+ * balanced tree over the ranks. On a transport whose ranks share memory (shm) each rank then
+ * writes its piece into a block every rank reads, and after one barrier every rank adds the N
+ * pieces in that tree and divides by M in a single pass into dst (no all-reduce, no copy in or
+ * out of a staging area, no separate division). Elsewhere one all-reduce of the pieces does
+ * it (recursive doubling's pairs are the same tree), followed by the division.
+ *
+ * An observer (ts_repro_gather_observe) sees the result as it is written: in the one-pass
+ * finish block by block while each is in the cache, elsewhere once over all of dst; a norm of
+ * the result then costs no pass over memory of its own. */
 #ifndef TS_DIST_REPRO_GATHER_H
 #define TS_DIST_REPRO_GATHER_H
 
 #include "dist/repro_sum.h"
 #include "tessel/dist.h"
 
+/* Reads dst[off, off + len) of a result, block points at dst + off; blocks come in order and
+ * cover dst once. */
+typedef void (*ts_repro_observe_fn)(void *user, const float *block, size_t off, size_t len);
+
 typedef struct ts_repro_gather {
     int N, rank, npieces, pmax, total; /* this rank's pieces, the most of any, all ranks' */
     int64_t M, k;                      /* leaves, per rank */
-    size_t n;                          /* floats per leaf */
-    int64_t *start;                    /* [total] first leaf of every piece, in leaf order */
-    int *level;                        /* [total] log2 of its leaf count */
-    int *owner, *index;                /* [total] its rank and its index there */
-    float *mine;                       /* [npieces][n] this rank's piece sums */
-    float *xbuf;                       /* [N][pmax][chunk] the all-gather's buffer */
-    int64_t added;                     /* leaves added since the last result */
-    int cur;                           /* the piece the next leaf belongs to */
+    ts_comm *comm;                     /* the comm `shared` came from, else NULL */
+    float *shared;   /* [2][N][n] the ranks' pieces (shm, rank tree); the halves alternate */
+    uint64_t parity; /* results so far: which half the pieces go into */
+    ts_repro_observe_fn observe; /* NULL: none */
+    void *observe_user;
+    size_t n;           /* floats per leaf */
+    int64_t *start;     /* [total] first leaf of every piece, in leaf order */
+    int *level;         /* [total] log2 of its leaf count */
+    int *owner, *index; /* [total] its rank and its index there */
+    float *mine;        /* [npieces][n] this rank's piece sums */
+    float *xbuf;        /* [N][pmax][chunk] the all-gather's buffer */
+    int64_t added;      /* leaves added since the last result */
+    int cur;            /* the piece the next leaf belongs to */
     ts_tree_sum local, glob;
 } ts_repro_gather;
 
-/* N ranks, M leaves (N divides M), n floats each; this rank holds leaves rank*M/N .. */
-ts_status ts_repro_gather_init(ts_repro_gather *g, int N, int rank, int64_t M, size_t n);
+/* N ranks, M leaves (N divides M), n floats each; this rank holds leaves rank*M/N ... With comm
+ * (NULL: none yet; then the all-reduce path) it is collective over comm's N ranks: on shm it
+ * allocates the block the ranks share for the one-pass finish above, 8 * N * n bytes of rank 0's
+ * heap (the all-reduce path if that is exhausted). */
+ts_status ts_repro_gather_init(ts_repro_gather *g, ts_comm *comm, int N, int rank, int64_t M,
+                               size_t n);
 /* The next of this rank's leaves (n floats, read only). */
 ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf);
-/* Collective over comm's N ranks, after each added its M/N leaves: dst (n floats) = the sum of
- * all M leaves in the fixed tree, divided by M. Then the sum starts again. */
+/* Collective over comm's N ranks (the comm given to init, if any), after each added its M/N
+ * leaves: dst (n floats) = the sum of all M leaves in the fixed tree, divided by M. Then the sum
+ * starts again. While it waits for the peers, the calling thread sleeps in short naps instead of
+ * yielding (a peer sharing its core gets the core). */
 ts_status ts_repro_gather_result(ts_repro_gather *g, ts_comm *comm, float *dst);
+/* fn (NULL: none) reads every later result as it is written (above). */
+void ts_repro_gather_observe(ts_repro_gather *g, ts_repro_observe_fn fn, void *user);
 void ts_repro_gather_free(ts_repro_gather *g);
 
 #endif

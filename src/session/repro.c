@@ -9,6 +9,7 @@
 #include "dist/repro_sum.h"
 #include "frontend/config.h"
 #include "plan/micro.h"
+#include "session/repro_norm.h"
 #include "tessel/ckpt.h"
 #include "tessel/dist.h"
 #include "tessel/tessel.h"
@@ -31,6 +32,9 @@ struct ts_repro {
     int nst;
     ts_plan_fwd_state *gt; /* the gradients, by name: the norm's order in every plan */
     int ngt;
+    ts_repro_norm norm; /* the logged norm of gt, fed as the tree's last pass writes them */
+    double gnorm;       /* ... its value after the step, when gnorm_ok */
+    int gnorm_ok;
     size_t nstate;         /* floats of all of them */
     float *s0, *leaf;      /* the state before the step; one round's, summed */
     double *loss, *losses; /* this rank's k losses; all M (rank-major) */
@@ -142,7 +146,10 @@ static ts_status gate_local(ts_plan *p, struct ts_repro *r, ts_gate_decision *ou
         *out = TS_GATE_SKIP;
         return TS_OK;
     }
+    ts_repro_norm_reset(&r->norm);
     if ((st = ts_repro_gather_result(&r->ggat, r->comm, r->grad)) != TS_OK) return st;
+    r->gnorm = ts_repro_norm_result(&r->norm);
+    r->gnorm_ok = 1;
     if (r->nstate) {
         if ((st = ts_repro_gather_result(&r->sgat, r->comm, r->leaf)) != TS_OK) return st;
         state_copy(r, r->leaf, 1);
@@ -177,6 +184,10 @@ static ts_status gate(ts_plan *p, void *user, ts_gate_decision *out) {
     found_inf(p, r);
     *out = TS_GATE_APPLY;
     return r->next_fn ? r->next_fn(p, r->next_user, out) : TS_OK;
+}
+
+static void norm_block(void *user, const float *block, size_t off, size_t len) {
+    ts_repro_norm_block(user, block, off, len);
 }
 
 static int by_name(const void *a, const void *b) {
@@ -227,7 +238,9 @@ ts_status ts_repro_setup(session *s) {
     if (nst && !(r->st = ts_alloc(sizeof *r->st * (size_t)nst, "forward state list")))
         return TS_ERR_NOMEM;
     r->nst = ts_plan_fwd_states(s->plan, r->st, nst);
-    if ((st = grad_tensors(r, s->plan)) != TS_OK) return st;
+    if ((st = grad_tensors(r, s->plan)) != TS_OK ||
+        (st = ts_repro_norm_init(&r->norm, r->gt, r->ngt, r->grad, r->ngrad)) != TS_OK)
+        return st;
     for (int i = 0; i < r->nst; i++) r->nstate += r->st[i].n;
     if (r->nstate && (!(r->s0 = ts_alloc(r->nstate * sizeof(float), "forward state")) ||
                       !(r->leaf = ts_alloc(r->nstate * sizeof(float), "forward state"))))
@@ -239,9 +252,11 @@ ts_status ts_repro_setup(session *s) {
         (st = ts_tree_sum_init(&r->ssum, r->nstate)) != TS_OK)
         return st;
     if (r->local &&
-        ((st = ts_repro_gather_init(&r->ggat, r->N, r->rank, r->M, r->ngrad)) != TS_OK ||
-         (st = ts_repro_gather_init(&r->sgat, r->N, r->rank, r->M, r->nstate)) != TS_OK))
+        ((st = ts_repro_gather_init(&r->ggat, r->comm, r->N, r->rank, r->M, r->ngrad)) != TS_OK ||
+         (st = ts_repro_gather_init(&r->sgat, r->comm, r->N, r->rank, r->M, r->nstate)) != TS_OK))
         return st;
+    /* the norm read from the gradients as the tree's result is written (one pass fewer) */
+    if (r->local) ts_repro_gather_observe(&r->ggat, norm_block, &r->norm);
     /* In front of the alerts' gate (or none), which is asked once per
      * batch, after the last round, with the batch's gradients in place. */
     ts_plan_get_update_gate(s->plan, &r->next_fn, &r->next_user);
@@ -261,6 +276,10 @@ ts_status ts_repro_step(session *s, double *loss) {
     const int64_t done = ts_plan_step_count(p), applied = ts_plan_updates_applied(p);
     ts_status st = TS_OK;
     if (r->nstate) state_copy(r, r->s0, 0);
+    r->gnorm_ok = 0;
+    /* The step waits for the other ranks at its end (the tree's finish, the alerts' agreement,
+     * the losses) with nothing else to do: naps, so a rank sharing the core runs meanwhile. */
+    const int naps = ts_comm_wait_naps(1);
     for (int64_t j = 0; j < r->k && st == TS_OK; j++) {
         /* this rank's micro-batch of round j: the j-th of its run */
         const int64_t i = r->rank * r->k + j;
@@ -280,11 +299,11 @@ ts_status ts_repro_step(session *s, double *loss) {
     }
     ts_plan_set_seed(p, r->seed);
     ts_plan_scaler_hold(p, 0);
-    if (st != TS_OK) return st;
-    if (r->N > 1) {
+    if (st == TS_OK && r->N > 1)
         st = ts_allgather(r->comm, r->loss, r->losses, (size_t)r->M, TS_F64, TS_ALGO_AUTO);
-        if (st != TS_OK) return st;
-    } else {
+    ts_comm_wait_naps(naps);
+    if (st != TS_OK) return st;
+    if (r->N == 1) {
         memcpy(r->losses, r->loss, sizeof(double) * (size_t)r->k);
     }
     /* In micro-batch order: the ranks' runs, rank-major, are it. */
@@ -294,25 +313,11 @@ ts_status ts_repro_step(session *s, double *loss) {
     return TS_OK;
 }
 
-ts_status ts_repro_grad_norm(const struct ts_repro *r, double *norm) {
+ts_status ts_repro_grad_norm(struct ts_repro *r, double *norm) {
     if (!r || !norm) return ts_fail(TS_ERR_INVALID, "grad_norm: NULL argument");
-    /* Per gradient, eight lanes summed in a fixed pattern, then in lane
-     * order (the compiler can vectorise it without reordering anything);
-     * the gradients' sums in name order. */
-    double sum = 0;
-    for (int t = 0; t < r->ngt; t++) {
-        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        const float *g = r->gt[t].data;
-        const size_t n = r->gt[t].n;
-        size_t i = 0;
-        for (; i + 8 <= n; i += 8)
-            for (int l = 0; l < 8; l++) acc[l] += (double)g[i + l] * g[i + l];
-        for (int l = 0; i < n; i++, l++) acc[l] += (double)g[i] * g[i];
-        double part = 0;
-        for (int l = 0; l < 8; l++) part += acc[l];
-        sum += part;
-    }
-    *norm = sqrt(sum);
+    /* Taken as the step's last pass wrote the gradients (the update only reads them), else a
+     * pass of its own (one process; a step that failed) */
+    *norm = r->gnorm_ok ? r->gnorm : ts_repro_norm_now(&r->norm);
     return TS_OK;
 }
 
@@ -323,6 +328,7 @@ void ts_repro_free(struct ts_repro *r) {
     ts_repro_gather_free(&r->ggat);
     ts_repro_gather_free(&r->sgat);
     free(r->st);
+    ts_repro_norm_free(&r->norm);
     free(r->gt);
     free(r->s0);
     free(r->leaf);

@@ -50,8 +50,9 @@ ts_status ts_repro_step(session *s, double *loss);
 
 /* The L2 norm of the batch's gradients after the step (the plan's gradient
  * monitors saw the last micro-batch only), in a fixed order: the same bits
- * for every process count. */
-ts_status ts_repro_grad_norm(const struct ts_repro *r, double *norm);
+ * for every process count (session/repro_norm.h). On more than one process
+ * it was taken as the step's last pass wrote the gradients. */
+ts_status ts_repro_grad_norm(struct ts_repro *r, double *norm);
 
 /* s->replay_json: what `tessel audit replay` needs, recorded in every
  * manifest as "replay": the tessel version and the SHA-256 of the running

@@ -156,6 +156,7 @@ static void test_chain(void) {
 
 typedef struct gjob {
     int M;
+    int share; /* 1: the comm to ts_repro_gather_init (shm: the shared block), 0: NULL */
     size_t n;
     float *out; /* MAP_SHARED: every rank's result, [N][n] */
 } gjob;
@@ -165,21 +166,48 @@ static void gleaf(int i, size_t n, float *dst) {
     for (size_t e = 0; e < n; e++) dst[e] = leaf_value(i + (int)(e / LEN) * 101, e % LEN);
 }
 
+/* The observer's view of a result: blocks in order, covering it once. */
+typedef struct seen {
+    float *copy;
+    size_t next;
+    int bad;
+} seen;
+
+static void observe(void *user, const float *block, size_t off, size_t len) {
+    seen *w = user;
+    if (off != w->next) w->bad = 1;
+    memcpy(w->copy + off, block, len * sizeof(float));
+    w->next = off + len;
+}
+
 static int gather(ts_comm *c, void *user) {
     gjob *jb = user;
     const int N = ts_comm_size(c), r = ts_comm_rank(c), k = jb->M / N;
     float *leaf = malloc(jb->n * sizeof(float));
+    seen w = {malloc(jb->n * sizeof(float)), 0, 0};
     ts_repro_gather g;
-    if (!leaf || ts_repro_gather_init(&g, N, r, jb->M, jb->n) != TS_OK) return 1;
+    if (!w.copy) return 1;
+    if (!leaf || ts_repro_gather_init(&g, jb->share ? c : NULL, N, r, jb->M, jb->n) != TS_OK)
+        return 1;
+    /* shm: one piece per rank on a power-of-two count goes through the shared block */
+    if (N > 1 && !g.xbuf && (g.shared != NULL) != jb->share) return 4;
+    ts_repro_gather_observe(&g, observe, &w);
     for (int round = 0; round < 2; round++) { /* twice: a result starts the next sum */
         for (int j = 0; j < k; j++) {
             gleaf(r * k + j, jb->n, leaf);
             if (ts_repro_gather_add(&g, leaf) != TS_OK) return 2;
         }
-        if (ts_repro_gather_result(&g, c, jb->out + (size_t)r * jb->n) != TS_OK) return 3;
+        float *dst = jb->out + (size_t)r * jb->n;
+        if (ts_repro_gather_result(&g, c, dst) != TS_OK) return 3;
+        /* the result's waits napped, and the thread's setting is back */
+        if (ts_comm_wait_naps(0) != 0) return 6;
+        /* the observer saw the result, block by block in order */
+        if (w.bad || w.next != jb->n || memcmp(w.copy, dst, jb->n * sizeof(float))) return 5;
+        w.next = 0;
     }
     ts_repro_gather_free(&g);
     free(leaf);
+    free(w.copy);
     return 0;
 }
 
@@ -204,7 +232,8 @@ static void test_gather(void) {
               {8, 2, LEN},
               {4, 4, LEN},
               {8, 4, LEN},
-              {16, 4, big}};
+              {16, 4, big},
+              {16, 8, LEN}};
     for (size_t a = 0; a < sizeof cs / sizeof cs[0]; a++) {
         const int M = cs[a].M, N = cs[a].N;
         const size_t n = cs[a].n, bytes = (size_t)N * n * sizeof(float);
@@ -220,13 +249,15 @@ static void test_gather(void) {
         }
         CHECK_OK(ts_tree_sum_result(&t, ref, (float)M));
         ts_tree_sum_free(&t);
-        memset(out, 0xff, bytes);
-        gjob jb = {M, n, out};
-        CHECK_OK(ts_shm_launch(N, NULL, gather, &jb, NULL));
-        for (int r = 0; r < N; r++)
-            CHECK(memcmp(out + (size_t)r * n, ref, n * sizeof(float)) == 0,
-                  "M %d on %d ranks (%zu floats): rank %d has the one-process tree's bits", M, N, n,
-                  r);
+        for (int share = 0; share < 2; share++) { /* the all-reduce, then the shared block */
+            memset(out, 0xff, bytes);
+            gjob jb = {M, share, n, out};
+            CHECK_OK(ts_shm_launch(N, NULL, gather, &jb, NULL));
+            for (int r = 0; r < N; r++)
+                CHECK(memcmp(out + (size_t)r * n, ref, n * sizeof(float)) == 0,
+                      "M %d on %d ranks (%zu floats, %s): rank %d has the one-process tree's bits",
+                      M, N, n, share ? "shared" : "not shared", r);
+        }
         munmap(out, bytes);
         free(ref);
         free(leaf);
@@ -238,14 +269,17 @@ static void test_gather(void) {
     } paths[] = {{8, 4, 1}, {4, 2, 1}, {2, 2, 1}, {8, 1, 1}, {12, 4, 0}, {12, 3, 0}, {12, 2, 0}};
     for (size_t a = 0; a < sizeof paths / sizeof paths[0]; a++) {
         ts_repro_gather pg;
-        CHECK_OK(ts_repro_gather_init(&pg, paths[a].N, 0, paths[a].M, LEN));
+        CHECK_OK(ts_repro_gather_init(&pg, NULL, paths[a].N, 0, paths[a].M, LEN));
         CHECK((pg.xbuf == NULL) == paths[a].rank_tree, "M %d on %d ranks: %s", paths[a].M,
               paths[a].N, paths[a].rank_tree ? "one all-reduce" : "pieces all-gathered");
         ts_repro_gather_free(&pg);
     }
+    /* A thread's waits yield until told to nap; the setting returns the previous one. */
+    CHECK(ts_comm_wait_naps(1) == 0 && ts_comm_wait_naps(0) == 1, "ts_comm_wait_naps: off, on");
     /* Refusals: a count that does not divide M, a subtree out of the counter's order. */
     ts_repro_gather g;
-    CHECK(ts_repro_gather_init(&g, 5, 0, 12, 4) != TS_OK, "5 ranks cannot hold runs of 12 leaves");
+    CHECK(ts_repro_gather_init(&g, NULL, 5, 0, 12, 4) != TS_OK,
+          "5 ranks cannot hold runs of 12 leaves");
     ts_repro_gather_free(&g);
     ts_tree_sum t;
     static float one[LEN];
