@@ -1,21 +1,26 @@
 /* Shape buckets on a W3-shaped GPT (docs/shapes.md): token documents of 16
  * to 256 tokens, trained on sequence buckets (shape.policy bucket,
- * seq_buckets multiple:64, length-sorted windows) against every batch
+ * seq_buckets multiple:32, length-sorted windows) against every batch
  * padded to ctx 256 (one plan), with the same batches in the same order.
+ * The corpus is STEPS batches of documents, trained once: with STEPS a
+ * multiple of WINDOW every sort window is whole, so the bucketed run's
+ * padding is what the sort window gives a corpus of that size, not that
+ * of a few hand-picked documents.
  *
  *     bench_shapes corpus FILE [DOCS] [SEED]   writes the corpus: DOCS (default 4096)
  *                                             documents of 16..256 uniform tokens, each
  *                                             ending with the end-of-text id 8191, uint16
  *     bench_shapes [STEPS] [REPS] [RULE] [WINDOW]
- *         default 6 steps, 2 runs of each, alternating; the bucketed runs'
- *         shape.seq_buckets RULE (default multiple:64) and shape.sort_window
+ *         default 16 steps, 3 runs of each, alternating; the bucketed runs'
+ *         shape.seq_buckets RULE (default multiple:32) and shape.sort_window
  *         WINDOW (default 16; both runs take it, so they see the same batches)
  *
  * Prints per run the real tokens per second (targets that are not
  * padding, over the step loop's wall time), the first and final loss,
  * and for the bucketed runs the plan cache: compiles, seconds per compile,
  * the memory of the bucket plans beside the shared state; then the
- * medians and their ratio. */
+ * medians, their ratio and its ceiling: the positions the padded run
+ * computes over those the buckets compute. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,7 +28,7 @@
 #include <string.h>
 #include "tessel/tessel.h"
 
-enum { EOT = 8191, BATCH = 8 };
+enum { EOT = 8191, BATCH = 8, CTX = 256 };
 
 /* Documents of 16..256 tokens (the end-of-text id included); the real
  * targets (tokens - 1 per document) of the first n_docs into *targets. */
@@ -52,7 +57,7 @@ typedef struct run {
     double rate, first, last, compiles, compile_s, plans, full, largest, state, padding;
 } run;
 
-static const char *rule = "multiple:64";
+static const char *rule = "multiple:32";
 static int window = 16;
 
 static int train(const char *corpus, int steps, int bucket, const char *out, run *r) {
@@ -110,7 +115,7 @@ int main(int argc, char **argv) {
         return write_corpus(argv[2], argc > 3 ? atoi(argv[3]) : 4096,
                             argc > 4 ? (unsigned)atoi(argv[4]) : 1, 0, &t);
     }
-    const int steps = argc > 1 ? atoi(argv[1]) : 6, reps = argc > 2 ? atoi(argv[2]) : 2;
+    const int steps = argc > 1 ? atoi(argv[1]) : 16, reps = argc > 2 ? atoi(argv[2]) : 3;
     if (argc > 3) rule = argv[3];
     if (argc > 4) window = atoi(argv[4]);
     if (steps < 1 || reps < 1 || reps > 16 || window < 0 || strlen(rule) > 200) {
@@ -123,8 +128,9 @@ int main(int argc, char **argv) {
     /* exactly steps batches: no short last batch in either run */
     if (write_corpus(corpus, steps * BATCH, 1, steps * BATCH, &targets)) return 1;
     printf("W3 GPT, %d steps of %d documents (16..256 tokens, %.0f real targets); buckets %s, "
-           "sort_window %d\n",
-           steps, BATCH, targets, rule, window);
+           "sort_window %d%s\n",
+           steps, BATCH, targets, rule, window,
+           window && steps % window ? " (the last window is partial)" : "");
     double rate[2][16];
     run r[2];
     for (int k = 0; k < reps; k++)
@@ -141,7 +147,12 @@ int main(int argc, char **argv) {
     qsort(rate[0], (size_t)reps, sizeof(double), cmp);
     qsort(rate[1], (size_t)reps, sizeof(double), cmp);
     const double m0 = rate[0][reps / 2], m1 = rate[1][reps / 2], mib = 1024.0 * 1024.0;
-    printf("median tokens/s: bucketed %.0f, pad-256 %.0f: %.2fx\n", m1, m0, m1 / m0);
+    /* positions computed: every row padded to ctx, or the real targets
+     * over the bucketed run's real share of what it computed */
+    const double padded = (double)steps * BATCH * CTX, bucketed = targets / (1 - r[1].padding);
+    printf("median tokens/s: bucketed %.0f, pad-256 %.0f: %.2fx (positions computed %.0f vs "
+           "%.0f: ceiling %.2fx)\n",
+           m1, m0, m1 / m0, bucketed, padded, padded / bucketed);
     printf("memory: shared state %.1f MiB once; the 256 plan's own %.1f MiB; all %d bucket "
            "plans' own %.1f MiB (largest %.1f)\n",
            r[1].state / mib, r[1].full / mib, (int)r[1].compiles + 1, r[1].plans / mib,

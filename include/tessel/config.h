@@ -118,6 +118,7 @@ typedef struct ts_config {
         int source; /* ts_cfg_source */
         char train_images[512], train_labels[512], test_images[512], test_labels[512]; /* idx */
         char x[512], y[512];                                                           /* npy */
+        char valid[512];         /* npy: source flags [n, 3] (data.valid) */
         char path[512];          /* csv, tokens */
         char features[1024];     /* csv: "a, b, c"; "" for every column but the label */
         char label[128];         /* csv */

@@ -55,6 +55,12 @@ typedef struct ts_dataset {
      * a keyed bijection computed per position, not by a Fisher-Yates
      * permutation of all n drawn before the first batch (order.c). */
     int shuffle_bijection;
+    /* Per-example flags (data.valid: which sources an example has), u8
+     * [n, valid_cols] in memory, indexed like y; NULL when there are none.
+     * A loader or ts_dataset_read writes a batch's flags after its y
+     * (ts_dataset_attach_valid). */
+    uint8_t *valid;
+    int64_t valid_cols;
 } ts_dataset;
 
 void ts_dataset_free(ts_dataset *d);
@@ -86,6 +92,20 @@ ts_status ts_data_load_npy_pair(const char *x_path, const char *y_path, ts_datas
  * index of examples each; y copied). */
 ts_status ts_data_map_idx_pair(const char *images, const char *labels, ts_dataset **out);
 ts_status ts_data_map_npy_pair(const char *x_path, const char *y_path, ts_dataset **out);
+
+/* Per-example flags from a .npy file (data.valid, src/data/valid.c): an
+ * array [d->n, cols] of 0s and 1s of any integer or float dtype becomes
+ * d->valid (u8), its SHA-256 joins d's lineage. Another shape, a value
+ * other than 0 or 1, or a missing file fail naming the file (and the
+ * example and column of a bad value). Splits copy the flags with the
+ * examples; from then on a batch's flags follow its y: a loader or
+ * ts_dataset_read of count examples writes count * y bytes of targets,
+ * then count * cols bytes of flags, so its y buffer must hold both.
+ *
+ *     ts_data_map_npy_pair("x.npy", "y.npy", &d);
+ *     ts_dataset_attach_valid(d, "valid.npy", 3);   // [n, 3]
+ */
+ts_status ts_dataset_attach_valid(ts_dataset *d, const char *path, int64_t cols);
 
 typedef struct ts_csv_options {
     const char *path;
@@ -217,7 +237,9 @@ ts_status ts_dataset_split(const ts_dataset *all, double val_fraction, uint64_t 
  * examples' bytes each): the same values whether d is in memory or mapped.
  * A mapped token window holding a token outside the vocabulary is an
  * error; what reading mapped examples brought into memory is dropped as
- * it goes (resident memory stays small whatever count is).
+ * it goes (resident memory stays small whatever count is). A data set with
+ * flags (d->valid) writes count * valid_cols bytes of them after the
+ * targets: y holds both.
  *
  *     ts_dataset_read(val, start, batch, bx, by);   // evaluation's batch */
 ts_status ts_dataset_read(const ts_dataset *d, int64_t first, int64_t count, void *x, void *y);
@@ -235,7 +257,9 @@ typedef struct ts_loader ts_loader;
  * ts_loader_free. */
 ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_t seed,
                         ts_loader **out);
-/* Copy the next batch into x and y (batch * example bytes each). */
+/* Copy the next batch into x and y (batch * example bytes each; a data set
+ * with flags, d->valid, adds batch * valid_cols bytes of them to y after
+ * the targets, row j's at batch * y bytes + j * valid_cols). */
 ts_status ts_loader_next(ts_loader *l, void *x, void *y);
 /* Keep each epoch's short last batch (data.drop_last false): an epoch is
  * ceil(n / batch) batches, the last one holding n % batch examples (when

@@ -117,6 +117,7 @@ void ts_dataset_free(ts_dataset *d) {
     free(d->index);
     free(d->norm_mean);
     free(d->norm_std);
+    free(d->valid);
     free(d);
 }
 
@@ -177,6 +178,9 @@ ts_status ts_dataset_read(const ts_dataset *d, int64_t first, int64_t count, voi
         return ts_fail(TS_ERR_INVALID, "dataset read: examples [%lld, +%lld) of %lld",
                        (long long)first, (long long)count, (long long)(d ? d->n : 0));
     const size_t xb = ts_dataset_x_bytes(d), yb = ts_dataset_y_bytes(d);
+    if (d->valid) /* the flags follow the targets (ts_dataset_attach_valid) */
+        memcpy((char *)y + (size_t)count * yb, d->valid + (size_t)first * (size_t)d->valid_cols,
+               (size_t)(count * d->valid_cols));
     if (!d->tokens && !d->xmap) { /* in memory: one copy each */
         memcpy(x, (const char *)d->x + (size_t)first * xb, (size_t)count * xb);
         memcpy(y, (const char *)d->y + (size_t)first * yb, (size_t)count * yb);
@@ -229,6 +233,14 @@ static ts_status subset(const ts_dataset *all, const int64_t *idx, int64_t count
             memcpy((char *)d->x + (size_t)i * xb, (const char *)all->x + (size_t)idx[i] * xb, xb);
             memcpy((char *)d->y + (size_t)i * yb, (const char *)all->y + (size_t)idx[i] * yb, yb);
         }
+    }
+    if (all->valid) { /* the flags go with their examples */
+        const size_t vb = (size_t)all->valid_cols;
+        if (!(d->valid = ts_alloc((size_t)(count ? count : 1) * vb, "dataset split flags")))
+            goto nomem;
+        for (int64_t i = 0; i < count; i++)
+            memcpy(d->valid + (size_t)i * vb, all->valid + (size_t)idx[i] * vb, vb);
+        d->valid_cols = all->valid_cols;
     }
     if (all->n_lineage) {
         d->lineage = ts_zalloc((size_t)all->n_lineage * sizeof *d->lineage, "lineage");
@@ -322,6 +334,7 @@ struct ts_loader {
     int shuffle;
     uint64_t key;
     size_t xb, yb;
+    size_t vb;                /* one example's flags (data.valid; 0: none), after the batch's y */
     int64_t *perm;            /* permutation of the epoch perm_epoch (shuffle or sorting only) */
     int64_t perm_epoch;       /* -1: none computed yet */
     int bijective;            /* shuffled by `order` instead of perm (token windows) */
@@ -352,6 +365,7 @@ ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_
     l->key = ts_order_key(seed, PURPOSE_LOADER);
     l->xb = ts_dataset_x_bytes(d);
     l->yb = ts_dataset_y_bytes(d);
+    l->vb = d->valid ? (size_t)d->valid_cols : 0;
     l->perm_epoch = -1;
     l->bijective = l->shuffle && d->shuffle_bijection;
     if (l->shuffle && !l->bijective &&
@@ -452,6 +466,9 @@ ts_status ts_loader_fill(ts_loader *l, int64_t pos, void *x, void *y) {
                                     (char *)y + (size_t)j * l->yb);
         drop_mapped(l->d, j, n);
         if (s != TS_OK) return s;
+        if (l->d->valid) /* after the whole batch's targets (ts_dataset_attach_valid) */
+            memcpy((char *)y + (size_t)l->batch * l->yb + (size_t)j * l->vb,
+                   l->d->valid + (size_t)e * l->vb, l->vb);
     }
     return TS_OK;
 }
@@ -467,8 +484,9 @@ ts_status ts_loader_next_rows(ts_loader *l, void *x, void *y, int64_t *rows) {
     ts_status st;
     *rows = batch_rows(l, l->pos);
     if (l->depth > 0) {
-        if (!l->pf && (st = ts_prefetch_start(l, l->depth, (size_t)l->batch * l->xb,
-                                              (size_t)l->batch * l->yb, l->pos, &l->pf)) != TS_OK)
+        if (!l->pf &&
+            (st = ts_prefetch_start(l, l->depth, (size_t)l->batch * l->xb,
+                                    (size_t)l->batch * (l->yb + l->vb), l->pos, &l->pf)) != TS_OK)
             return st;
         st = ts_prefetch_take(l->pf, l->pos, x, y, &l->wait_s);
     } else {
@@ -487,8 +505,8 @@ ts_status ts_loader_prefetch(ts_loader *l, int depth) {
     /* Started now, not at the first next: the first batches are ready by
      * the time the caller has compiled its plan. */
     if (depth == 0) return TS_OK;
-    return ts_prefetch_start(l, depth, (size_t)l->batch * l->xb, (size_t)l->batch * l->yb, l->pos,
-                             &l->pf);
+    return ts_prefetch_start(l, depth, (size_t)l->batch * l->xb, (size_t)l->batch * (l->yb + l->vb),
+                             l->pos, &l->pf);
 }
 
 double ts_loader_wait_seconds(const ts_loader *l) {

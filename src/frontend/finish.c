@@ -309,6 +309,13 @@ ts_status ts_config_finish(ts_config *c) {
             "model whose input valid says which sources a row has)",
             cfg_origin(c, ts_config_key_find("train.source_dropout"), where, sizeof where),
             c->train.source_dropout);
+    if (!strcmp(c->data.valid, "none")) c->data.valid[0] = 0; /* no flags: every source */
+    if (c->data.valid[0] && !c->model.source_mask)
+        return ts_fail(TS_ERR_INVALID,
+                       "%s: data.valid '%s' needs model.source_mask: true (a fusion model whose "
+                       "input valid says which sources a row has)",
+                       cfg_origin(c, ts_config_key_find("data.valid"), where, sizeof where),
+                       c->data.valid);
     /* "none" is how a file says unsigned; the written config omits it. */
     if (!strcmp(c->ckpt.sign_key, "none")) c->ckpt.sign_key[0] = 0;
     if (!strcmp(c->peft.targets, "none")) c->peft.targets[0] = 0;

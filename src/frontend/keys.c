@@ -200,6 +200,9 @@ const ts_config_key cfg_keys[] = {
     {"data.y", TS_CFG_STR, FIELD(data, y), FOR_NPY | FOR_GRAPH | TS_CFG_DERIVED, NULL, NULL,
      "required (npy, graph)",
      ".npy array of targets [n, ...] (integers: class ids; graph: node labels [nodes])"},
+    {"data.valid", TS_CFG_STR, FIELD(data, valid), FOR_NPY | TS_CFG_DERIVED, NULL, NULL, "none",
+     ".npy of 0/1 flags [n, sources]: which sources each example has (model.source_mask; "
+     "training and evaluation use them)"},
     {"data.edges", TS_CFG_STR, FIELD(data, edges), FOR_GRAPH | TS_CFG_DERIVED, NULL, NULL,
      "required (graph)", "edge list: a line \"src,dst\" (or tab/space separated) per edge"},
     {"data.node_split", TS_CFG_STR, FIELD(data, node_split), FOR_GRAPH | TS_CFG_DERIVED, NULL, NULL,

@@ -37,12 +37,22 @@ static double draw(uint64_t seed, int64_t step, int64_t row, int source) {
     return (double)(ts_hash64(key, sizeof key, 0x5e750125) >> 11) * 0x1p-53;
 }
 
-void ts_fusion_valid(int64_t rows, uint64_t seed, int64_t step, double p, uint8_t *valid) {
+void ts_fusion_valid(int64_t rows, uint64_t seed, int64_t step, double p, const uint8_t *have,
+                     uint8_t *valid) {
     const int S = TS_FUSION_SOURCES;
     for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *h = have ? have + r * S : NULL;
         uint8_t *v = valid + r * S;
-        int kept = 0;
-        for (int k = 0; k < S; k++) kept += v[k] = !(p > 0 && draw(seed, step, r, k) < p);
-        if (!kept) v[(int)(draw(seed, step, r, S) * S)] = 1;
+        int kept = 0, present = 0;
+        for (int k = 0; k < S; k++) {
+            const int in = !h || h[k];
+            present += in;
+            kept += v[k] = in && !(p > 0 && draw(seed, step, r, k) < p);
+        }
+        /* keep the pick-th present source (with every source present, the
+         * source drawn as before the data could say which are) */
+        int pick = (int)(draw(seed, step, r, S) * present);
+        for (int k = 0; !kept && k < S; k++)
+            if ((!h || h[k]) && pick-- == 0) v[k] = 1, kept = 1;
     }
 }

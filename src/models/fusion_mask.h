@@ -11,7 +11,7 @@
  *
  * Session side (the flags fed to the input `valid` of each step):
  *
- *     ts_fusion_valid(c, rows, seed, step, p, valid);   // u8 [rows, 3]
+ *     ts_fusion_valid(rows, seed, step, p, have, valid);   // u8 [rows, 3]
  */
 #ifndef TS_MODELS_FUSION_MASK_H
 #define TS_MODELS_FUSION_MASK_H
@@ -34,9 +34,12 @@ ts_val ts_fusion_mean(ts_graph *g, int n, const ts_val *parts, ts_val valid);
 
 /* The flags of a training batch's rows: each of the S sources of each row
  * is dropped (0) with probability p, drawn from a hash of (seed, step, row,
- * source) — the same bits for any thread or process count. A row never
- * loses every source: when all would be dropped, one (drawn from the same
- * hash) is kept. p = 0 gives all ones. */
-void ts_fusion_valid(int64_t rows, uint64_t seed, int64_t step, double p, uint8_t *valid);
+ * source) — the same bits for any thread or process count. `have` (u8
+ * [rows, S], NULL: every source) says which sources the data holds: a
+ * source it lacks is 0 whatever the draw. A row never loses every source
+ * it has: when all would be dropped, one of them (drawn from the same
+ * hash) is kept. p = 0 gives `have` (all ones without it). */
+void ts_fusion_valid(int64_t rows, uint64_t seed, int64_t step, double p, const uint8_t *have,
+                     uint8_t *valid);
 
 #endif

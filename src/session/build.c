@@ -74,9 +74,13 @@ ts_status ts_sess_build(session *s) {
                            "data (%zu, %zu bytes per example)",
                            s->xb, s->yb, ts_dataset_x_bytes(s->all), ts_dataset_y_bytes(s->all));
     }
+    const size_t data_flags =
+        s->all && s->all->valid ? (size_t)s->c.model.batch * (size_t)s->all->valid_cols : 0;
     if (!(s->bx = ts_alloc(s->xb * (size_t)s->nslices, "batch")) ||
-        !(s->by = ts_alloc(s->yb * (size_t)s->nslices, "batch")))
+        !(s->by = ts_alloc(s->yb * (size_t)s->nslices + data_flags, "batch")))
         return TS_ERR_NOMEM;
+    /* data.valid: the loader writes the batch's flags after its targets */
+    if (data_flags) s->data_valid = (uint8_t *)s->by + s->yb * (size_t)s->nslices;
     if (s->c.model.source_mask) {
         if (s->c.pipe.stages > 1 || s->c.dist.reproducible)
             return ts_fail(TS_ERR_INVALID,

@@ -122,16 +122,23 @@ static ts_status evaluate(session *s, const ts_dataset *d, ts_eval_result *e) {
     ts_status st = dice ? ts_zoo_dice_reset(&s->dice, width) : TS_OK;
     if (st == TS_OK) st = copy_params(s);
     /* the batch's targets (x goes to s->bx) */
-    char *ys = st == TS_OK ? ts_alloc((size_t)B * ye, "evaluation targets") : NULL;
+    /* data.valid: each example's flags, read after the targets */
+    const size_t fe = d->valid ? (size_t)d->valid_cols : 0;
+    char *ys = st == TS_OK ? ts_alloc((size_t)B * (ye + fe), "evaluation targets") : NULL;
     if (st == TS_OK && !ys) st = TS_ERR_NOMEM;
     for (int64_t start = 0; st == TS_OK && start < d->n; start += B) {
         const int64_t cnt = d->n - start < B ? d->n - start : B;
         if ((st = ts_dataset_read(d, start, cnt, s->bx, ys)) != TS_OK) break;
         for (int64_t i = cnt; i < B; i++) memcpy((char *)s->bx + (size_t)i * xe, s->bx, xe);
         st = ts_plan_set_input(s->eval, s->in_name, s->bx, s->xb);
-        if (st == TS_OK && s->valid) { /* model.source_mask: every source */
+        if (st == TS_OK && s->valid) { /* model.source_mask: the data's sources, or all */
             const size_t nv = (size_t)B * TS_FUSION_SOURCES;
-            memset(s->valid, 1, nv);
+            if (fe) {
+                memcpy(s->valid, ys + (size_t)cnt * ye, (size_t)cnt * fe);
+                for (int64_t i = cnt; i < B; i++) memcpy(s->valid + (size_t)i * fe, s->valid, fe);
+            } else {
+                memset(s->valid, 1, nv);
+            }
             st = ts_plan_set_input(s->eval, "valid", s->valid, nv);
         }
         if (st == TS_OK) st = ts_plan_step(s->eval);

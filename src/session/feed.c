@@ -7,6 +7,7 @@
 #include "core/core.h"
 #include "data/data_internal.h"
 #include "data/synthetic.h"
+#include "models/fusion_mask.h"
 #include "session/session_internal.h"
 
 static ts_status load_csv(session *s) {
@@ -89,6 +90,9 @@ ts_status ts_sess_load_data(session *s) {
         break;
     case TS_CFG_NPY:
         st = ts_data_map_npy_pair(c->data.x, c->data.y, &s->all);
+        /* which sources each example has (model.source_mask) */
+        if (st == TS_OK && c->data.valid[0])
+            st = ts_dataset_attach_valid(s->all, c->data.valid, TS_FUSION_SOURCES);
         label_file = c->data.y;
         break;
     case TS_CFG_CSV: st = load_csv(s); break;

@@ -138,6 +138,9 @@ typedef struct session {
     /* model.source_mask: the input valid, u8 [rows, 3] for the whole batch,
      * then room for one bucket's rows (feed_rows pads it) */
     uint8_t *valid;
+    /* data.valid: the flags the data gives the batch's rows, [batch, 3]
+     * after the targets in by (NULL: every source present) */
+    const uint8_t *data_valid;
     struct ts_metric *shape_metric[8]; /* the cache's Prometheus gauges */
 } session;
 

@@ -277,12 +277,13 @@ static ts_status feed_rows(session *s, int64_t from, int64_t n, int64_t b, int64
 }
 
 /* model.source_mask: the flags of every row of the batch (each rank draws
- * them all, as it loads the whole batch), dropped by train.source_dropout
- * at this step. */
+ * them all, as it loads the whole batch): the sources the data has
+ * (data.valid; all without it), dropped by train.source_dropout at this
+ * step. */
 static void source_flags(session *s) {
     const int64_t rows = s->cache ? s->rows : plan_rows(s) * s->nranks;
     ts_fusion_valid(rows, s->c.train.seed, ts_plan_step_count(s->plan), s->c.train.source_dropout,
-                    s->valid);
+                    s->data_valid, s->valid);
 }
 
 ts_status ts_sess_step(session *s) {

@@ -270,9 +270,9 @@ static void test_model(void) {
 static void test_flags(void) {
     enum { ROWS = 10000 };
     uint8_t *a = malloc(ROWS * S), *b = malloc(ROWS * S), *c = malloc(ROWS * S);
-    ts_fusion_valid(ROWS, 1, 5, 0.5, a);
-    ts_fusion_valid(ROWS, 1, 5, 0.5, b);
-    ts_fusion_valid(ROWS, 1, 6, 0.5, c);
+    ts_fusion_valid(ROWS, 1, 5, 0.5, NULL, a);
+    ts_fusion_valid(ROWS, 1, 5, 0.5, NULL, b);
+    ts_fusion_valid(ROWS, 1, 6, 0.5, NULL, c);
     CHECK(!memcmp(a, b, ROWS * S), "the same seed, step and rows gave other flags");
     CHECK(memcmp(a, c, ROWS * S), "another step gave the same flags");
     int none = 0, zeros = 0;
@@ -286,10 +286,32 @@ static void test_flags(void) {
     const double share = (double)zeros / (ROWS * S);
     CHECK(none == 0, "%d rows lost every source", none);
     CHECK(share > 0.435 && share < 0.481, "%.4f of the flags dropped at p 0.5", share);
-    ts_fusion_valid(ROWS, 1, 5, 0, a);
+    ts_fusion_valid(ROWS, 1, 5, 0, NULL, a);
     int ones = 1;
     for (int i = 0; i < ROWS * S; i++) ones &= a[i] == 1;
     CHECK(ones, "p 0 dropped a source");
+    /* flags from the data (data.valid): all present gives the flags drawn
+     * without them, bit for bit; a source the data lacks is never set, a
+     * row keeps one of the sources it has, and a row with none stays empty */
+    uint8_t *have = malloc(ROWS * S);
+    memset(have, 1, ROWS * S);
+    ts_fusion_valid(ROWS, 1, 5, 0.5, NULL, a);
+    ts_fusion_valid(ROWS, 1, 5, 0.5, have, b);
+    CHECK(!memcmp(a, b, ROWS * S), "every source present in the data changed the drawn flags");
+    for (int r = 0; r < ROWS; r++) have[r * S] = 0, have[r * S + 2] = r % 2;
+    have[S] = have[S + 1] = have[S + 2] = 0; /* row 1: no source at all */
+    ts_fusion_valid(ROWS, 1, 5, 0.5, have, b);
+    int lacked = 0, empty = 0;
+    for (int r = 0; r < ROWS; r++) {
+        for (int k = 0; k < S; k++) lacked += b[r * S + k] && !have[r * S + k];
+        empty += r != 1 && !b[r * S] && !b[r * S + 1] && !b[r * S + 2];
+    }
+    CHECK(lacked == 0, "%d flags set for sources the data lacks", lacked);
+    CHECK(empty == 0, "%d rows with a source in the data lost every source", empty);
+    CHECK(!b[S] && !b[S + 1] && !b[S + 2], "a row without a source in the data got one");
+    ts_fusion_valid(ROWS, 1, 5, 0, have, b);
+    CHECK(!memcmp(have, b, ROWS * S), "p 0 did not give the data's flags");
+    free(have);
     free(a), free(b), free(c);
 }
 
