@@ -29,6 +29,8 @@ static const struct {
     {"fusion", "fusion", "", 0},
     /* the same with a validity mask and random source dropout */
     {"fusion_dropout", "fusion_dropout", "", 0},
+    /* the same with the source flags read from data.valid */
+    {"fusion_valid", "fusion_valid", "", 0},
     /* the pretraining run its comment gives (the fine-tuning run needs its checkpoint) */
     {"gcn_lora", "gcn_lora",
      "--set peft.lora.targets=none --set peft.adapter.after=none --set peft.base=none --set "
