@@ -20,17 +20,6 @@ static const char SIG_CONTEXT[] = "tessel fed paillier public key v1";
 /* The largest certificate file sent along (a chain of a few certificates). */
 enum { CERT_MAX = 32 << 10 };
 
-static const char *ossl_err(void) {
-    static _Thread_local char buf[256];
-    unsigned long e = ERR_get_error();
-    if (e)
-        ERR_error_string_n(e, buf, sizeof buf);
-    else
-        snprintf(buf, sizeof buf, "no detail");
-    ERR_clear_error();
-    return buf;
-}
-
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
@@ -96,10 +85,10 @@ ts_status ts_fed_pubkey_sign(const ts_fed_tls *tls, const char *text, size_t tex
         if (f) fclose(f);
         if (!key)
             s = ts_fail(TS_ERR_IO, "fed: cannot load the key %s to sign the public key: %s",
-                        tls->key, f ? ossl_err() : strerror(errno));
+                        tls->key, f ? ts_fed_ssl_err(0) : strerror(errno));
     }
     if (s == TS_OK && !(x = first_cert(cert, cert_len)))
-        s = ts_fail(TS_ERR_FORMAT, "fed: no certificate in %s: %s", tls->cert, ossl_err());
+        s = ts_fail(TS_ERR_FORMAT, "fed: no certificate in %s: %s", tls->cert, ts_fed_ssl_err(0));
     if (s == TS_OK && X509_check_private_key(x, key) != 1)
         s = ts_fail(TS_ERR_INVALID, "fed: the key %s does not belong to %s", tls->key, tls->cert);
     if (s == TS_OK && text_len > UINT32_MAX)
@@ -109,7 +98,7 @@ ts_status ts_fed_pubkey_sign(const ts_fed_tls *tls, const char *text, size_t tex
     if (s == TS_OK &&
         (!(md = EVP_MD_CTX_new()) || EVP_DigestSignInit(md, NULL, md_of(key), NULL, key) != 1 ||
          EVP_DigestSign(md, NULL, &sig_len, tbs, tbs_len) != 1))
-        s = ts_fail(TS_ERR_INTERNAL, "fed: cannot sign with %s: %s", tls->key, ossl_err());
+        s = ts_fail(TS_ERR_INTERNAL, "fed: cannot sign with %s: %s", tls->key, ts_fed_ssl_err(0));
     size_t total = 12 + text_len + cert_len + sig_len;
     if (s == TS_OK && !(out = malloc(total)))
         s = ts_fail(TS_ERR_NOMEM, "fed: the signed public key");
@@ -122,7 +111,8 @@ ts_status ts_fed_pubkey_sign(const ts_fed_tls *tls, const char *text, size_t tex
         memcpy(p + 4, cert, cert_len);
         p += 4 + cert_len;
         if (EVP_DigestSign(md, p + 4, &sig_len, tbs, tbs_len) != 1) {
-            s = ts_fail(TS_ERR_INTERNAL, "fed: cannot sign with %s: %s", tls->key, ossl_err());
+            s = ts_fail(TS_ERR_INTERNAL, "fed: cannot sign with %s: %s", tls->key,
+                        ts_fed_ssl_err(0));
         } else {
             put32(p, (uint32_t)sig_len); /* an ECDSA signature may come out shorter */
             *msg = out;
@@ -200,9 +190,9 @@ static ts_status check_cert(const char *ca, const char *want, const fields *f, X
     } else if (!store || !ctx || !more) {
         s = ts_fail(TS_ERR_NOMEM, "fed: checking the public key's certificate");
     } else if (X509_STORE_load_locations(store, ca, NULL) != 1) {
-        s = ts_fail(TS_ERR_IO, "fed: cannot load the CA %s: %s", ca, ossl_err());
+        s = ts_fail(TS_ERR_IO, "fed: cannot load the CA %s: %s", ca, ts_fed_ssl_err(0));
     } else if (X509_STORE_CTX_init(ctx, store, x, more) != 1) {
-        s = ts_fail(TS_ERR_INTERNAL, "fed: X509_STORE_CTX_init: %s", ossl_err());
+        s = ts_fail(TS_ERR_INTERNAL, "fed: X509_STORE_CTX_init: %s", ts_fed_ssl_err(0));
     } else if (X509_verify_cert(ctx) != 1) {
         s = ts_fail(TS_ERR_INVALID,
                     "fed: the Paillier public key is not the key holder's: the signer's "

@@ -36,14 +36,13 @@ struct ts_fed_conn {
     void *tap_user;
 };
 
-/* The first OpenSSL error as text (the queue is cleared). */
-static const char *ssl_err(void) {
+const char *ts_fed_ssl_err(int errno_fallback) {
     static _Thread_local char buf[256];
     unsigned long e = ERR_get_error();
     if (e)
         ERR_error_string_n(e, buf, sizeof buf);
     else
-        snprintf(buf, sizeof buf, "%s", errno ? strerror(errno) : "no detail");
+        snprintf(buf, sizeof buf, "%s", errno_fallback && errno ? strerror(errno) : "no detail");
     ERR_clear_error();
     return buf;
 }
@@ -57,16 +56,17 @@ static ts_status make_ctx(const ts_fed_tls *tls, int server, SSL_CTX **out) {
     if (!(tls->timeout_s > 0))
         return ts_fail(TS_ERR_INVALID, "fed: timeout %g s must be > 0", tls->timeout_s);
     SSL_CTX *ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
-    if (!ctx) return ts_fail(TS_ERR_NOMEM, "fed: SSL_CTX_new: %s", ssl_err());
+    if (!ctx) return ts_fail(TS_ERR_NOMEM, "fed: SSL_CTX_new: %s", ts_fed_ssl_err(1));
     ts_status s = TS_OK;
     if (!SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION))
-        s = ts_fail(TS_ERR_INTERNAL, "fed: TLS 1.3 unavailable: %s", ssl_err());
+        s = ts_fail(TS_ERR_INTERNAL, "fed: TLS 1.3 unavailable: %s", ts_fed_ssl_err(1));
     else if (SSL_CTX_load_verify_locations(ctx, tls->ca, NULL) != 1)
-        s = ts_fail(TS_ERR_IO, "fed: cannot load the CA %s: %s", tls->ca, ssl_err());
+        s = ts_fail(TS_ERR_IO, "fed: cannot load the CA %s: %s", tls->ca, ts_fed_ssl_err(1));
     else if (SSL_CTX_use_certificate_chain_file(ctx, tls->cert) != 1)
-        s = ts_fail(TS_ERR_IO, "fed: cannot load the certificate %s: %s", tls->cert, ssl_err());
+        s = ts_fail(TS_ERR_IO, "fed: cannot load the certificate %s: %s", tls->cert,
+                    ts_fed_ssl_err(1));
     else if (SSL_CTX_use_PrivateKey_file(ctx, tls->key, SSL_FILETYPE_PEM) != 1)
-        s = ts_fail(TS_ERR_IO, "fed: cannot load the key %s: %s", tls->key, ssl_err());
+        s = ts_fail(TS_ERR_IO, "fed: cannot load the key %s: %s", tls->key, ts_fed_ssl_err(1));
     else if (SSL_CTX_check_private_key(ctx) != 1)
         s = ts_fail(TS_ERR_INVALID, "fed: the key %s does not belong to %s", tls->key, tls->cert);
     if (s != TS_OK) {
@@ -148,7 +148,7 @@ static ts_status handshake_failed(ts_fed_conn *c, const char *what, int rc) {
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ||
         (e == SSL_ERROR_SYSCALL && (errno == EAGAIN || errno == EWOULDBLOCK)))
         return ts_fail(TS_ERR_IO, "fed: %s: TLS handshake timed out", what);
-    return ts_fail(TS_ERR_INVALID, "fed: %s: TLS handshake failed: %s", what, ssl_err());
+    return ts_fail(TS_ERR_INVALID, "fed: %s: TLS handshake failed: %s", what, ts_fed_ssl_err(1));
 }
 
 ts_status ts_fed_accept(ts_fed_listener *l, ts_fed_conn **out) {
@@ -178,7 +178,7 @@ ts_status ts_fed_accept_within(ts_fed_listener *l, double wait_s, ts_fed_conn **
     c->tap_user = l->tap_user;
     ts_status s = TS_OK;
     if (!(c->ssl = SSL_new(l->ctx)) || SSL_set_fd(c->ssl, fd) != 1)
-        s = ts_fail(TS_ERR_NOMEM, "fed: SSL_new: %s", ssl_err());
+        s = ts_fail(TS_ERR_NOMEM, "fed: SSL_new: %s", ts_fed_ssl_err(1));
     else if ((r = SSL_accept(c->ssl)) != 1)
         s = handshake_failed(c, "accepting a connection", r);
     if (s != TS_OK) {
@@ -237,7 +237,7 @@ ts_status ts_fed_connect(const ts_fed_tls *tls, const char *host, int port, cons
     int r;
     if (s == TS_OK && (!(c->ssl = SSL_new(c->ctx)) || SSL_set_fd(c->ssl, c->fd) != 1 ||
                        SSL_set1_host(c->ssl, server_name) != 1))
-        s = ts_fail(TS_ERR_NOMEM, "fed: SSL_new: %s", ssl_err());
+        s = ts_fail(TS_ERR_NOMEM, "fed: SSL_new: %s", ts_fed_ssl_err(1));
     if (s == TS_OK && (r = SSL_connect(c->ssl)) != 1) s = handshake_failed(c, "connecting", r);
     if (s == TS_OK) {
         /* TLS 1.3: the server checks the client's certificate after the
@@ -253,7 +253,7 @@ ts_status ts_fed_connect(const ts_fed_tls *tls, const char *host, int port, cons
                 TS_ERR_INVALID,
                 "fed: %s:%d ended the connection after the handshake (it refused this side's "
                 "certificate, or timed out): %s",
-                host, port, ssl_err());
+                host, port, ts_fed_ssl_err(1));
         ERR_clear_error();
         set_timeouts(c->fd, tls->timeout_s);
     }
@@ -295,7 +295,7 @@ static ts_status io_fail(ts_fed_conn *c, int rc, const char *what) {
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ||
         (e == SSL_ERROR_SYSCALL && (errno == EAGAIN || errno == EWOULDBLOCK)))
         return ts_fail(TS_ERR_IO, "fed: %s: %s timed out", what, c->peer);
-    return ts_fail(TS_ERR_IO, "fed: %s: %s: %s", what, c->peer, ssl_err());
+    return ts_fail(TS_ERR_IO, "fed: %s: %s: %s", what, c->peer, ts_fed_ssl_err(1));
 }
 
 ts_status ts_fed_send_raw(ts_fed_conn *c, const void *data, size_t len) {

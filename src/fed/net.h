@@ -58,6 +58,10 @@ ts_status ts_fed_connect(const ts_fed_tls *tls, const char *host, int port, cons
                          ts_fed_conn **out);
 /* The peer certificate's common name. */
 const char *ts_fed_peer(const ts_fed_conn *c);
+/* The first queued OpenSSL error as text (this thread's buffer; the queue is
+ * cleared); with an empty queue, strerror(errno) when errno_fallback and
+ * errno is set, else "no detail". */
+const char *ts_fed_ssl_err(int errno_fallback);
 void ts_fed_close(ts_fed_conn *c);
 /* Bytes sent and received on this connection, frames included. */
 void ts_fed_conn_bytes(const ts_fed_conn *c, uint64_t *sent, uint64_t *received);
