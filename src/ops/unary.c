@@ -340,11 +340,6 @@ DEF_POW_FWD(pow_f64, double, sqrt, pow)
  * does not depend on the thread count. */
 #define CHUNK 4096
 
-/* One chunk of f32 results rounded to the bf16 output (unary.out_low). */
-TS_CLONES static void chunk_to_bf16(uint16_t *o, const float *x, int64_t n) {
-    _Pragma("omp simd") for (int64_t i = 0; i < n; i++) o[i] = ts_f32_to_bf16(x[i]);
-}
-
 /* f32 -> bf16 (unary.out_low): each chunk computed in f32 on the stack, then rounded. */
 static ts_status run_fwd_low(const ts_kargs *k, fwd_fn f32, const char *op) {
     const ts_tensor *x = &k->in[0], *o = &k->out[0];
@@ -358,7 +353,7 @@ static ts_status run_fwd_low(const ts_kargs *k, fwd_fn f32, const char *op) {
         float buf[CHUNK];
         int64_t s = c * CHUNK, len = n - s < CHUNK ? n - s : CHUNK;
         f32(buf, px + s, len, a);
-        chunk_to_bf16(po + s, buf, len);
+        ts_f32_to_bf16_n(po + s, buf, len); /* one chunk: below its threading size */
     }
     return TS_OK;
 }
