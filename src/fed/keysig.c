@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fed/wire.h"
 
 /* What the signature covers before the text: the purpose, so a signature
  * made with the same key for something else (TLS handshakes sign their own
@@ -20,20 +21,13 @@ static const char SIG_CONTEXT[] = "tessel fed paillier public key v1";
 /* The largest certificate file sent along (a chain of a few certificates). */
 enum { CERT_MAX = 32 << 10 };
 
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* The bytes signed: context, a zero byte, the text's length and the text. */
 static uint8_t *signed_bytes(const char *text, size_t text_len, size_t *len) {
     *len = sizeof SIG_CONTEXT + 4 + text_len; /* sizeof includes the zero byte */
     uint8_t *b = malloc(*len);
     if (!b) return NULL;
     memcpy(b, SIG_CONTEXT, sizeof SIG_CONTEXT);
-    put32(b + sizeof SIG_CONTEXT, (uint32_t)text_len);
+    put_u32(b + sizeof SIG_CONTEXT, (uint32_t)text_len);
     memcpy(b + sizeof SIG_CONTEXT + 4, text, text_len);
     return b;
 }
@@ -104,17 +98,17 @@ ts_status ts_fed_pubkey_sign(const ts_fed_tls *tls, const char *text, size_t tex
         s = ts_fail(TS_ERR_NOMEM, "fed: the signed public key");
     if (s == TS_OK) {
         uint8_t *p = out;
-        put32(p, (uint32_t)text_len);
+        put_u32(p, (uint32_t)text_len);
         memcpy(p + 4, text, text_len);
         p += 4 + text_len;
-        put32(p, (uint32_t)cert_len);
+        put_u32(p, (uint32_t)cert_len);
         memcpy(p + 4, cert, cert_len);
         p += 4 + cert_len;
         if (EVP_DigestSign(md, p + 4, &sig_len, tbs, tbs_len) != 1) {
             s = ts_fail(TS_ERR_INTERNAL, "fed: cannot sign with %s: %s", tls->key,
                         ts_fed_ssl_err(0));
         } else {
-            put32(p, (uint32_t)sig_len); /* an ECDSA signature may come out shorter */
+            put_u32(p, (uint32_t)sig_len); /* an ECDSA signature may come out shorter */
             *msg = out;
             *msg_len = (size_t)(p + 4 + sig_len - out);
             out = NULL;
@@ -138,12 +132,12 @@ typedef struct fields {
 static ts_status split(const uint8_t *msg, size_t len, fields *f) {
     size_t off = 0;
     for (int i = 0; i < 3; i++) {
-        if (len - off < 4 || get32(msg + off) > len - off - 4)
+        if (len - off < 4 || get_u32(msg + off) > len - off - 4)
             return ts_fail(TS_ERR_FORMAT,
                            "fed: the public key message (%zu bytes) is not a signed public key "
                            "(text, certificate, signature): field %d is cut off",
                            len, i + 1);
-        f->len[i] = get32(msg + off);
+        f->len[i] = get_u32(msg + off);
         f->at[i] = msg + off + 4;
         off += 4 + f->len[i];
     }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fed/mask.h"
+#include "fed/wire.h"
 
 #define MAX_CLIENTS 256
 
@@ -27,23 +28,6 @@ struct ts_mask_server {
     uint32_t *sum;
     ts_mask_share *shares; /* [(n + 1) · (n + 1)]: shares[from · (n + 1) + u] */
 };
-
-static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 void ts_mask_prg_add(const uint8_t seed[32], uint64_t round, int sign, uint32_t *v, int64_t len) {
     enum { LANES = 4096 }; /* 16 KiB = 256 ChaCha20 blocks per call */

@@ -13,6 +13,7 @@
 #include "fed/obs.h"
 #include "fed/roles.h"
 #include "fed/update.h"
+#include "fed/wire.h"
 
 #define MAX_PEERS 256
 /* The most bytes of the aggregator's error a DONE message carries. */
@@ -24,14 +25,6 @@ static inline double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static inline void put_u32(uint8_t *p, uint32_t v) {
-    memcpy(p, &v, 4);
-} /* little-endian hosts only */
-static inline uint32_t get_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 static inline void put_f64(uint8_t *p, double v) {
     memcpy(p, &v, 8);
 }
