@@ -454,7 +454,7 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
         if (fp->secure) {
             s = fp->secure == 1
                     ? fedr_client_round_mask(fp, c, &m, &pack, n, train, user, local, delta, u,
-                                             &train_s, &enc_s)
+                                             &train_s, &enc_s, &up_s)
                     : fedr_client_round_plain(c, &m, n, train, user, local, delta, &train_s, &up_s);
             ts_fed_msg_free(&m);
             if (s == TS_OK)
