@@ -14,7 +14,7 @@
 struct ts_fed_obs {
     ts_metrics *reg;
     ts_http_server *http;
-    char *dir;
+    char *dir, *role;
     ts_metric *rounds, *round, *clients, *dropped, *dropped_total, *up, *down, *seconds;
     ts_metric *pool_total, *pool_round;
 };
@@ -55,8 +55,8 @@ ts_status ts_fed_obs_create(const char *role, const char *dir, const char *addr,
                                1, client_label, &o->down);
     if (s == TS_OK)
         s = ts_metrics_gauge(o->reg, "tessel_fed_seconds",
-                             "Seconds the last round spent in a phase (train, encrypt, aggregate, "
-                             "decrypt, round).",
+                             "Seconds the last round spent in a phase (train, encrypt, upload, "
+                             "broadcast, updates, aggregate, keyholder, decrypt, round).",
                              1, phase_label, &o->seconds);
     if (s == TS_OK)
         s = ts_metrics_counter(o->reg, "tessel_fed_rn_pool_total",
@@ -71,6 +71,7 @@ ts_status ts_fed_obs_create(const char *role, const char *dir, const char *addr,
     if (s == TS_OK) ts_metric_lazy(o->up), ts_metric_lazy(o->down), ts_metric_lazy(o->seconds);
     if (s == TS_OK) ts_metric_lazy(o->pool_total), ts_metric_lazy(o->pool_round);
     if (s == TS_OK && dir && !(o->dir = strdup(dir))) s = ts_fail(TS_ERR_NOMEM, "fed: metrics");
+    if (s == TS_OK && !(o->role = strdup(role))) s = ts_fail(TS_ERR_NOMEM, "fed: metrics");
     if (s == TS_OK && port > 0) s = ts_http_serve_metrics(o->reg, addr, port, &o->http);
     if (s != TS_OK) {
         ts_fed_obs_free(o);
@@ -85,6 +86,7 @@ void ts_fed_obs_free(ts_fed_obs *o) {
     ts_http_stop(o->http);
     ts_metrics_free(o->reg);
     free(o->dir);
+    free(o->role);
     free(o);
 }
 
@@ -130,6 +132,34 @@ static ts_status write_file(ts_fed_obs *o) {
     return s;
 }
 
+/* The round's phases (those >= 0) as one line of DIR/rounds.jsonl. */
+static ts_status append_line(ts_fed_obs *o, const ts_fed_obs_round_info *r) {
+    const char *name[] = {"train",     "encrypt",   "upload",  "broadcast", "updates",
+                          "aggregate", "keyholder", "decrypt", "round"};
+    const double v[] = {r->train_s,     r->encrypt_s,   r->upload_s,  r->broadcast_s, r->updates_s,
+                        r->aggregate_s, r->keyholder_s, r->decrypt_s, r->round_s};
+    char line[1024], path[1100];
+    size_t len =
+        (size_t)snprintf(line, sizeof line, "{\"role\": \"%s\", \"round\": %d", o->role, r->round);
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        if (v[i] >= 0)
+            len +=
+                (size_t)snprintf(line + len, sizeof line - len, ", \"%s_s\": %.6f", name[i], v[i]);
+    if (r->has_pool)
+        len += (size_t)snprintf(line + len, sizeof line - len,
+                                ", \"rn_pool_hits\": %lld, \"rn_pool_misses\": %lld",
+                                (long long)r->pool_hits, (long long)r->pool_misses);
+    snprintf(line + len, sizeof line - len, "}\n");
+    snprintf(path, sizeof path, "%s/rounds.jsonl", o->dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return ts_fail(TS_ERR_IO, "fed: cannot write %s: %s", path, strerror(errno));
+    size_t want = strlen(line);
+    ssize_t w = write(fd, line, want);
+    if (close(fd) != 0 || w != (ssize_t)want)
+        return ts_fail(TS_ERR_IO, "fed: writing %s failed", path);
+    return TS_OK;
+}
+
 ts_status ts_fed_obs_round(ts_fed_obs *o, const ts_fed_obs_round_info *r) {
     if (!o) return TS_OK;
     ts_metric_inc(o->rounds, 1);
@@ -141,7 +171,11 @@ ts_status ts_fed_obs_round(ts_fed_obs *o, const ts_fed_obs_round_info *r) {
     }
     set_phase(o, "train", r->train_s);
     set_phase(o, "encrypt", r->encrypt_s);
+    set_phase(o, "upload", r->upload_s);
+    set_phase(o, "broadcast", r->broadcast_s);
+    set_phase(o, "updates", r->updates_s);
     set_phase(o, "aggregate", r->aggregate_s);
+    set_phase(o, "keyholder", r->keyholder_s);
     set_phase(o, "decrypt", r->decrypt_s);
     set_phase(o, "round", r->round_s);
     if (r->has_pool) {
@@ -154,5 +188,7 @@ ts_status ts_fed_obs_round(ts_fed_obs *o, const ts_fed_obs_round_info *r) {
                 ts_series_set(sr, (double)v[i]);
         }
     }
-    return o->dir ? write_file(o) : TS_OK;
+    ts_status s = o->dir ? write_file(o) : TS_OK;
+    if (s == TS_OK && o->dir) s = append_line(o, r);
+    return s;
 }

@@ -229,29 +229,34 @@ ts_status ts_paillier_check_ciphertext(const ts_paillier_pub *pk, const mpz_t c)
     return TS_OK;
 }
 
-/* L_p(c^(p-1) mod p²) · h mod p: one half of the CRT decryption. */
-static void decrypt_half(mpz_t out, const mpz_t c, const mpz_t pr, const mpz_t pr2,
-                         const mpz_t prm1, const mpz_t h) {
-    mpz_mod(out, c, pr2);
-    mpz_powm_sec(out, out, prm1, pr2); /* the exponent p - 1 is secret */
+/* L_p(c^(p-1) mod p²) · h mod p: one half of the CRT decryption (which = 0
+ * for p, 1 for q). */
+static ts_status decrypt_half(const ts_paillier_priv *sk, ts_paillier_dec_scratch *w, int which,
+                              mpz_t out, const mpz_t c) {
+    const mpz_t *pr = which ? &sk->q : &sk->p, *pr2 = which ? &sk->q2 : &sk->p2;
+    mpz_mod(out, c, *pr2);
+    ts_status s = ts_paillier_crt_pow(sk->crt, w, which, out, out); /* p - 1 is secret */
+    if (s != TS_OK) return s;
     mpz_sub_ui(out, out, 1);
-    mpz_divexact(out, out, pr);
-    mpz_mul(out, out, h);
-    mpz_mod(out, out, pr);
+    mpz_divexact(out, out, *pr);
+    mpz_mul(out, out, which ? sk->hq : sk->hp);
+    mpz_mod(out, out, *pr);
+    return TS_OK;
 }
 
-ts_status ts_paillier_decrypt(const ts_paillier_priv *sk, mpz_t m, const mpz_t c) {
+ts_status ts_paillier_decrypt_with(const ts_paillier_priv *sk, ts_paillier_dec_scratch *w, mpz_t m,
+                                   const mpz_t c) {
     if (mpz_sgn(c) <= 0 || mpz_cmp(c, sk->n2) >= 0)
         return ts_fail(TS_ERR_FORMAT, "paillier: ciphertext not in (0, n²)");
     mpz_t mp, mq, g;
     mpz_inits(mp, mq, g, NULL);
     mpz_gcd(g, c, sk->n);
     ts_status s = TS_OK;
-    if (mpz_cmp_ui(g, 1) != 0) {
+    if (mpz_cmp_ui(g, 1) != 0)
         s = ts_fail(TS_ERR_FORMAT, "paillier: ciphertext shares a factor with n");
-    } else {
-        decrypt_half(mp, c, sk->p, sk->p2, sk->pm1, sk->hp);
-        decrypt_half(mq, c, sk->q, sk->q2, sk->qm1, sk->hq);
+    if (s == TS_OK) s = decrypt_half(sk, w, 0, mp, c);
+    if (s == TS_OK) s = decrypt_half(sk, w, 1, mq, c);
+    if (s == TS_OK) {
         /* m = mq + ((mp - mq) q^-1 mod p) q */
         mpz_sub(mp, mp, mq);
         mpz_mul(mp, mp, sk->q_inv_p);
@@ -262,6 +267,14 @@ ts_status ts_paillier_decrypt(const ts_paillier_priv *sk, mpz_t m, const mpz_t c
     ts_paillier_mpz_wipe(mp);
     ts_paillier_mpz_wipe(mq);
     mpz_clear(g);
+    return s;
+}
+
+ts_status ts_paillier_decrypt(const ts_paillier_priv *sk, mpz_t m, const mpz_t c) {
+    ts_paillier_dec_scratch *w;
+    ts_status s = ts_paillier_dec_scratch_new(sk->crt, &w);
+    if (s == TS_OK) s = ts_paillier_decrypt_with(sk, w, m, c);
+    ts_paillier_dec_scratch_free(w);
     return s;
 }
 

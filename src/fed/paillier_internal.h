@@ -38,10 +38,17 @@ struct ts_paillier_pub {
     rn_pool *pool; /* NULL when no pool runs */
 };
 
+/* The CRT decryption's exponentiations (paillier_crt.c): p², q², p - 1,
+ * q - 1 and the Montgomery contexts of p² and q² in OpenSSL's form, made
+ * once per key; a decryption scratch holds what one thread needs. */
+typedef struct ts_paillier_crt ts_paillier_crt;
+typedef struct ts_paillier_dec_scratch ts_paillier_dec_scratch;
+
 struct ts_paillier_priv {
     mpz_t p, q, n, n2, p2, q2, pm1, qm1;
     mpz_t hp, hq;  /* L_p(g^(p-1) mod p²)^-1 mod p, and the same for q */
     mpz_t q_inv_p; /* q^-1 mod p, for the CRT */
+    ts_paillier_crt *crt;
     int bits;
 };
 
@@ -63,5 +70,22 @@ void ts_paillier_djn_free(ts_paillier_pub *pk);
 /* Checks a DJN base against n: 1 < hs < n² - 1, gcd(hs, n) = 1, hs² != 1;
  * the message names `where`. */
 ts_status ts_paillier_check_hs(const mpz_t n, const mpz_t n2, const mpz_t hs, const char *where);
+
+/* The exponentiation tables of a key: which = 0 raises to p - 1 mod p²,
+ * 1 to q - 1 mod q² (pass the same numbers twice for one modulus). */
+ts_status ts_paillier_crt_init(const mpz_t p2, const mpz_t q2, const mpz_t pm1, const mpz_t qm1,
+                               ts_paillier_crt **out);
+void ts_paillier_crt_free(ts_paillier_crt *crt);
+/* One thread's scratch for crt_pow and decrypt_with; not shared between
+ * threads running at the same time. */
+ts_status ts_paillier_dec_scratch_new(const ts_paillier_crt *crt, ts_paillier_dec_scratch **out);
+void ts_paillier_dec_scratch_free(ts_paillier_dec_scratch *w);
+/* out = base^(p-1) mod p² (which = 0) or base^(q-1) mod q² (1), in constant
+ * time in the exponent; base must be reduced (0 <= base < p² or q²). */
+ts_status ts_paillier_crt_pow(const ts_paillier_crt *crt, ts_paillier_dec_scratch *w, int which,
+                              mpz_t out, const mpz_t base);
+/* ts_paillier_decrypt with a scratch the caller keeps (one per thread). */
+ts_status ts_paillier_decrypt_with(const ts_paillier_priv *sk, ts_paillier_dec_scratch *w, mpz_t m,
+                                   const mpz_t c);
 
 #endif

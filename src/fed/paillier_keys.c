@@ -81,6 +81,7 @@ void ts_paillier_priv_free(ts_paillier_priv *sk) {
     ts_paillier_mpz_wipe(sk->hp);
     ts_paillier_mpz_wipe(sk->hq);
     ts_paillier_mpz_wipe(sk->q_inv_p);
+    ts_paillier_crt_free(sk->crt);
     mpz_clears(sk->n, sk->n2, NULL);
     free(sk);
 }
@@ -148,6 +149,8 @@ ts_status ts_paillier_priv_from_pq(const mpz_t p, const mpz_t q, ts_paillier_pri
              !crt_h(sk->hq, sk->n, sk->q, sk->q2, sk->qm1) ||
              mpz_invert(sk->q_inv_p, sk->q, sk->p) == 0)
         s = ts_fail(TS_ERR_INVALID, "paillier: the CRT constants do not exist for these p and q");
+    else
+        s = ts_paillier_crt_init(sk->p2, sk->q2, sk->pm1, sk->qm1, &sk->crt);
     ts_paillier_mpz_wipe(phi);
     mpz_clear(g);
     if (s != TS_OK) {

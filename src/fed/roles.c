@@ -263,6 +263,8 @@ ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const 
                           size_t text_len, const void *body, size_t body_len, uint64_t up,
                           uint64_t down, double t0, double t_sent, double t_agg, FILE *metrics) {
     ts_status s = TS_OK;
+    /* every update is in: what follows is the key holder's turn */
+    double t_in = now_s(), t_kh = 0;
     size_t hb = 16 + text_len, ab = hb + body_len;
     uint8_t *am = malloc(ab);
     if (!am) return ts_fail(TS_ERR_NOMEM, "fed: round %d aggregate", r);
@@ -282,13 +284,15 @@ ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const 
             memcpy(a->global, m.data, m.len);
         ts_fed_msg_free(&m);
     }
+    t_kh = now_s() - t_in;
     if (s == TS_OK && metrics) {
         fprintf(metrics,
                 "{\"round\": %d, \"clients\": %d, \"dropped\": %d, \"bytes_up\": %llu, "
                 "\"bytes_down\": %llu, "
-                "\"train_and_encrypt_s\": %.6f, \"aggregate_s\": %.6f, \"round_s\": %.6f}\n",
-                r, k, dropped, (unsigned long long)up, (unsigned long long)down,
-                now_s() - t_sent - t_agg, t_agg, now_s() - t0);
+                "\"broadcast_s\": %.6f, \"train_and_encrypt_s\": %.6f, \"aggregate_s\": %.6f, "
+                "\"keyholder_s\": %.6f, \"round_s\": %.6f}\n",
+                r, k, dropped, (unsigned long long)up, (unsigned long long)down, t_sent - t0,
+                t_in - t_sent - t_agg, t_agg, t_kh, now_s() - t0);
         fflush(metrics);
     }
     if (s == TS_OK) {
@@ -299,7 +303,11 @@ ts_status fedr_agg_finish(agg *a, int r, int k, int dropped, double wsum, const 
                                     .encrypt_s = -1,
                                     .aggregate_s = t_agg,
                                     .decrypt_s = -1,
-                                    .round_s = now_s() - t0};
+                                    .round_s = now_s() - t0,
+                                    .upload_s = -1,
+                                    .broadcast_s = t_sent - t0,
+                                    .updates_s = t_in - t_sent - t_agg,
+                                    .keyholder_s = t_kh};
         s = ts_fed_obs_round(a->fp->obs, &oi);
     }
     return s;
@@ -349,8 +357,8 @@ ts_status ts_fed_aggregator_run(const ts_fed_params *fp, ts_fed_listener *l,
 /* A client's round in its metrics: its own bytes (whole frames sent and
  * received from the round message on, as series client="self") and times. */
 static ts_status client_observe(const ts_fed_params *fp, ts_fed_conn *c, int r, uint64_t sent0,
-                                uint64_t recv0, double train_s, double enc_s, double t0,
-                                const int64_t pool[2]) {
+                                uint64_t recv0, double train_s, double enc_s, double up_s,
+                                double t0, const int64_t pool[2]) {
     uint64_t sent, recv;
     ts_fed_conn_bytes(c, &sent, &recv);
     ts_fed_obs_bytes(fp->obs, "self", sent - sent0, recv - recv0);
@@ -362,6 +370,10 @@ static ts_status client_observe(const ts_fed_params *fp, ts_fed_conn *c, int r, 
                                 .aggregate_s = -1,
                                 .decrypt_s = -1,
                                 .round_s = now_s() - t0,
+                                .upload_s = up_s,
+                                .broadcast_s = -1,
+                                .updates_s = -1,
+                                .keyholder_s = -1,
                                 .has_pool = pool != NULL,
                                 .pool_hits = pool ? pool[0] : 0,
                                 .pool_misses = pool ? pool[1] : 0};
@@ -438,15 +450,15 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
             break;
         }
         last = m.round;
-        double t0 = now_s(), train_s = 0, enc_s = 0;
+        double t0 = now_s(), train_s = 0, enc_s = 0, up_s = -1;
         if (fp->secure) {
             s = fp->secure == 1
                     ? fedr_client_round_mask(fp, c, &m, &pack, n, train, user, local, delta, u,
-                                             &train_s, &enc_s)
-                    : fedr_client_round_plain(c, &m, n, train, user, local, delta, &train_s);
+                                             &train_s, &enc_s, &up_s)
+                    : fedr_client_round_plain(c, &m, n, train, user, local, delta, &train_s, &up_s);
             ts_fed_msg_free(&m);
             if (s == TS_OK)
-                s = client_observe(fp, c, (int)last, sent0, recv0, train_s, enc_s, t0, NULL);
+                s = client_observe(fp, c, (int)last, sent0, recv0, train_s, enc_s, up_s, t0, NULL);
             continue;
         }
         double weight = get_f64(m.data);
@@ -466,10 +478,12 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
         enc_s = now_s() - t0 - train_s;
         ts_paillier_pool_stats(pk, &h1, &m1);
         const int64_t pool[2] = {h1 - h0, m1 - m0};
+        double tu = now_s();
         if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_UPDATE, m.round, ct, ct_bytes);
+        up_s = now_s() - tu;
         ts_fed_msg_free(&m);
         if (s == TS_OK)
-            s = client_observe(fp, c, (int)last, sent0, recv0, train_s, enc_s, t0,
+            s = client_observe(fp, c, (int)last, sent0, recv0, train_s, enc_s, up_s, t0,
                                fp->pool > 0 ? pool : NULL);
     }
     if (s != TS_OK) ts_error_prefix("client");

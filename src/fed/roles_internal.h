@@ -187,16 +187,18 @@ ts_status fedr_recv_setup(const ts_fed_params *fp, ts_fed_conn *c, const char *r
 /* One aggregator round with fed.secure: none (roles_plain.c). */
 ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics);
 /* One client round with fed.secure: none: m is the ROUND message;
- * *train_s gets the local training's seconds. */
+ * *train_s gets the local training's seconds, *up_s the sending of the update's. */
 ts_status fedr_client_round_plain(ts_fed_conn *c, const ts_fed_msg *m, int64_t n,
                                   ts_fed_train_fn train, void *user, float *local, float *delta,
-                                  double *train_s);
+                                  double *train_s, double *up_s);
 /* One aggregator round in masking mode (roles_mask.c). */
 ts_status fedr_agg_round_mask(agg *a, int r, FILE *metrics);
-/* One client round in masking mode: m is the ROUND message. */
+/* One client round in masking mode: m is the ROUND message; *train_s,
+ * *mask_s and *up_s get the seconds of the local training, the masking and
+ * the sending of the masked update. */
 ts_status fedr_client_round_mask(const ts_fed_params *fp, ts_fed_conn *c, const ts_fed_msg *m,
                                  const ts_fed_pack *pack, int64_t n, ts_fed_train_fn train,
                                  void *user, float *local, float *delta, uint64_t *u,
-                                 double *train_s, double *mask_s);
+                                 double *train_s, double *mask_s, double *up_s);
 
 #endif

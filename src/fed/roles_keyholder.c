@@ -170,7 +170,11 @@ ts_status ts_fed_keyholder_run(const ts_fed_params *fp, const ts_fed_tls *tls, c
                                         .encrypt_s = -1,
                                         .aggregate_s = -1,
                                         .decrypt_s = info.decrypt_s,
-                                        .round_s = -1};
+                                        .round_s = -1,
+                                        .upload_s = -1,
+                                        .broadcast_s = -1,
+                                        .updates_s = -1,
+                                        .keyholder_s = -1};
             s = ts_fed_obs_round(fp->obs, &oi);
         }
         free(who);

@@ -229,7 +229,7 @@ ts_status fedr_agg_round_mask(agg *a, int r, FILE *metrics) {
 ts_status fedr_client_round_mask(const ts_fed_params *fp, ts_fed_conn *c, const ts_fed_msg *m,
                                  const ts_fed_pack *pack, int64_t n, ts_fed_train_fn train,
                                  void *user, float *local, float *delta, uint64_t *u,
-                                 double *train_s, double *mask_s) {
+                                 double *train_s, double *mask_s, double *up_s) {
     (void)fp;
     uint64_t r = m->round;
     if (m->len != 20 + (uint64_t)n * 4)
@@ -294,6 +294,7 @@ ts_status fedr_client_round_mask(const ts_fed_params *fp, ts_fed_conn *c, const 
     if (s == TS_OK) s = ts_mask_client_mask(mc, u2, y, n, y);
     *mask_s = now_s() - t1;
     if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_MASKED, r, y, (uint64_t)n * 4);
+    *up_s = now_s() - t1 - *mask_s;
     if (s == TS_OK) s = expect(c, TS_FED_MSG_UNMASK, r, 2 * ((uint64_t)mm + 1), &k);
     if (s == TS_OK && k.len != 2 * ((uint64_t)mm + 1))
         s = ts_fail(TS_ERR_FORMAT, "fed: client: an unmask request of the wrong size");

@@ -86,12 +86,14 @@ ts_status fedr_agg_round_plain(agg *a, int r, FILE *metrics) {
 
 ts_status fedr_client_round_plain(ts_fed_conn *c, const ts_fed_msg *m, int64_t n,
                                   ts_fed_train_fn train, void *user, float *local, float *delta,
-                                  double *train_s) {
+                                  double *train_s, double *up_s) {
     const float *global = (const float *)(m->data + 8);
     double t0 = now_s();
     ts_status s = train(user, (int)m->round, global, local, n);
     *train_s = now_s() - t0;
     for (int64_t i = 0; s == TS_OK && i < n; i++) delta[i] = local[i] - global[i];
+    double tu = now_s();
     if (s == TS_OK) s = ts_fed_send(c, TS_FED_MSG_UPDATE, m->round, delta, (uint64_t)n * 4);
+    *up_s = now_s() - tu;
     return s;
 }

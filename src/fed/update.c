@@ -107,13 +107,21 @@ ts_status ts_fed_decrypt_sum(const ts_paillier_priv *sk, const ts_fed_pack *p, c
     {
         mpz_t c, m;
         mpz_inits(c, m, NULL);
+        /* one scratch per thread: nothing is allocated per ciphertext */
+        ts_paillier_dec_scratch *ws = NULL;
+        ts_status sw = ts_paillier_dec_scratch_new(sk->crt, &ws);
 #pragma omp for schedule(dynamic, 4)
         for (int64_t i = 0; i < count; i++) {
+            if (!ws) { /* this thread's ciphertexts fail, naming the first */
+                note_fail(&f, i, sw);
+                continue;
+            }
             mpz_import(c, w, 1, 1, 1, 0, acc + (size_t)i * w);
-            ts_status s = ts_paillier_decrypt(sk, m, c);
+            ts_status s = ts_paillier_decrypt_with(sk, ws, m, c);
             if (s == TS_OK) s = ts_fed_unpack_sum(p, m, i, n, k, out);
             if (s != TS_OK) note_fail(&f, i, s);
         }
+        ts_paillier_dec_scratch_free(ws);
         mpz_clear(c);
         ts_paillier_mpz_wipe(m);
     }

@@ -9,7 +9,8 @@
  *   - fed.prox_mu=20 keeps every client's local model of round 1 closer to
  *     the global model it started from than mu = 0 did;
  *   - each role's metrics.prom: bytes up and down per client, clients,
- *     dropped, and the phases that role measures. */
+ *     dropped, and the phases that role measures; its rounds.jsonl: one
+ *     line per round with those phases. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -210,16 +211,32 @@ int main(void) {
                          "tessel_fed_rounds_total{role=\"aggregator\"} 2",
                          "tessel_fed_clients{role=\"aggregator\"} 3",
                          "tessel_fed_dropped_total{role=\"aggregator\"} 0",
-                         "tessel_fed_seconds{role=\"aggregator\",phase=\"aggregate\"}"};
-    check_prom("agg-a/metrics.prom", agg, 6);
+                         "tessel_fed_seconds{role=\"aggregator\",phase=\"aggregate\"}",
+                         "tessel_fed_seconds{role=\"aggregator\",phase=\"broadcast\"}",
+                         "tessel_fed_seconds{role=\"aggregator\",phase=\"updates\"}",
+                         "tessel_fed_seconds{role=\"aggregator\",phase=\"keyholder\"}"};
+    check_prom("agg-a/metrics.prom", agg, 9);
     const char *kh[] = {"tessel_fed_round{role=\"keyholder\"} 2",
                         "tessel_fed_seconds{role=\"keyholder\",phase=\"decrypt\"}"};
     check_prom("kh-a/metrics.prom", kh, 2);
     const char *site[] = {"tessel_fed_round{role=\"client\"} 2",
                           "tessel_fed_seconds{role=\"client\",phase=\"train\"}",
                           "tessel_fed_seconds{role=\"client\",phase=\"encrypt\"}",
+                          "tessel_fed_seconds{role=\"client\",phase=\"upload\"}",
                           "tessel_fed_bytes_up_total{role=\"client\",client=\"self\"}"};
-    check_prom("site3-a/metrics.prom", site, 4);
+    check_prom("site3-a/metrics.prom", site, 5);
+    /* every round in rounds.jsonl, with the phases each role measures */
+    const char *agg_rounds[] = {
+        "{\"role\": \"aggregator\", \"round\": 1, \"broadcast_s\": ",
+        "{\"role\": \"aggregator\", \"round\": 2, \"broadcast_s\": ", "\"keyholder_s\": "};
+    check_prom("agg-a/rounds.jsonl", agg_rounds, 3);
+    const char *kh_rounds[] = {"{\"role\": \"keyholder\", \"round\": 1, \"decrypt_s\": ",
+                               "{\"role\": \"keyholder\", \"round\": 2, \"decrypt_s\": "};
+    check_prom("kh-a/rounds.jsonl", kh_rounds, 2);
+    const char *site_rounds[] = {
+        "{\"role\": \"client\", \"round\": 1, \"train_s\": ",
+        "{\"role\": \"client\", \"round\": 2, \"train_s\": ", "\"upload_s\": "};
+    check_prom("site1-a/rounds.jsonl", site_rounds, 3);
 
     /* FedProx with mu = 0 is FedAvg, bit for bit */
     launch("b", "--set fed.prox_mu=0");

@@ -2,8 +2,9 @@
  * two rounds in DIR/metrics.prom (bytes per client summed over rounds, the
  * last round's gauges, dropped clients counted), phases a role does not
  * measure left out, the /metrics endpoint serving the same text, a NULL
- * observer doing nothing, and a metrics.prom temporary that is a symbolic
- * link refused rather than followed. */
+ * observer doing nothing, one line per round in DIR/rounds.jsonl with the
+ * phases the role measured, and a metrics.prom temporary that is a
+ * symbolic link refused rather than followed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,11 @@ int main(void) {
                                 .encrypt_s = -1,
                                 .aggregate_s = 0.25,
                                 .decrypt_s = -1,
-                                .round_s = 2.5};
+                                .round_s = 2.5,
+                                .upload_s = -1,
+                                .broadcast_s = 0.125,
+                                .updates_s = 1.5,
+                                .keyholder_s = 0.5};
     CHECK_OK(ts_fed_obs_round(o, &r1));
     ts_fed_obs_bytes(o, "site1", 5000, 100);
     ts_fed_obs_round_info r2 = r1;
@@ -68,13 +73,28 @@ int main(void) {
         "tessel_fed_bytes_down_total{role=\"aggregator\",client=\"site2\"} 100",
         "tessel_fed_seconds{role=\"aggregator\",phase=\"aggregate\"} 0.5",
         "tessel_fed_seconds{role=\"aggregator\",phase=\"round\"} 2.5",
+        "tessel_fed_seconds{role=\"aggregator\",phase=\"broadcast\"} 0.125",
+        "tessel_fed_seconds{role=\"aggregator\",phase=\"updates\"} 1.5",
+        "tessel_fed_seconds{role=\"aggregator\",phase=\"keyholder\"} 0.5",
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         CHECK(strstr(t, want[i]) != NULL, "metrics.prom lacks '%s':\n%s", want[i], t);
-    CHECK(!strstr(t, "phase=\"decrypt\"") && !strstr(t, "phase=\"encrypt\""),
+    CHECK(!strstr(t, "phase=\"decrypt\"") && !strstr(t, "phase=\"encrypt\"") &&
+              !strstr(t, "phase=\"upload\""),
           "a phase the aggregator does not measure is shown:\n%s", t);
     CHECK(!strstr(t, "tessel_fed_rn_pool_total{") && !strstr(t, "tessel_fed_rn_pool_round{"),
           "the aggregator shows r^n pool series:\n%s", t);
+    free(t);
+    /* rounds.jsonl: every round, not only the last */
+    char jpath[256];
+    snprintf(jpath, sizeof jpath, "%s/rounds.jsonl", dir);
+    t = slurp(jpath);
+    const char *agg_lines =
+        "{\"role\": \"aggregator\", \"round\": 1, \"broadcast_s\": 0.125000, \"updates_s\": "
+        "1.500000, \"aggregate_s\": 0.250000, \"keyholder_s\": 0.500000, \"round_s\": 2.500000}\n"
+        "{\"role\": \"aggregator\", \"round\": 2, \"broadcast_s\": 0.125000, \"updates_s\": "
+        "1.500000, \"aggregate_s\": 0.500000, \"keyholder_s\": 0.500000, \"round_s\": 2.500000}\n";
+    CHECK(strcmp(t, agg_lines) == 0, "rounds.jsonl:\n%s", t);
     free(t);
     ts_fed_obs_free(o);
 
@@ -88,6 +108,10 @@ int main(void) {
                                 .aggregate_s = -1,
                                 .decrypt_s = -1,
                                 .round_s = 3,
+                                .upload_s = 0.25,
+                                .broadcast_s = -1,
+                                .updates_s = -1,
+                                .keyholder_s = -1,
                                 .has_pool = 1,
                                 .pool_hits = 40,
                                 .pool_misses = 12};
@@ -105,6 +129,13 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof want_pool / sizeof *want_pool; i++)
         CHECK(strstr(t, want_pool[i]) != NULL, "metrics.prom lacks '%s':\n%s", want_pool[i], t);
+    free(t);
+    t = slurp(jpath);
+    CHECK(strstr(t,
+                 "{\"role\": \"client\", \"round\": 2, \"train_s\": 2.000000, \"encrypt_s\": "
+                 "0.500000, \"upload_s\": 0.250000, \"round_s\": 3.000000, \"rn_pool_hits\": 52, "
+                 "\"rn_pool_misses\": 0}\n") != NULL,
+          "rounds.jsonl lacks the client's round 2:\n%s", t);
     free(t);
     ts_fed_obs_free(o);
 

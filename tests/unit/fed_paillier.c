@@ -1,14 +1,16 @@
 /* Paillier on GMP (src/fed/paillier*.c): round trips, homomorphic sums and
  * scalar products, the r^n pool, key files and their mode check, and
  * interop with python-paillier through the committed fixtures
- * (tests/parity/gen_phe_fixture.py). With FED_TESSEL_CT_OUT=FILE the test
- * also writes tessel ciphertexts under the phe key for that script to check. */
+ * (tests/parity/gen_phe_fixture.py), and the decryption's exponentiation
+ * (OpenSSL's, paillier_crt.c) against GMP's at the edges of its range. With FED_TESSEL_CT_OUT=FILE
+ * the test also writes tessel ciphertexts under the phe key for that script to check. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
 #include "fed/paillier.h"
+#include "fed/paillier_internal.h"
 
 #define PHE_FIXTURE    "tests/parity/fixtures/phe_paillier.txt"
 #define TESSEL_FIXTURE "tests/parity/fixtures/tessel_paillier.txt"
@@ -307,12 +309,52 @@ done:
     for (int i = 0; i < nf; i++) free(names[i]), free(vals[i]);
 }
 
+/* base^(p-1) mod p² through OpenSSL equals mpz_powm_sec's for bases 0, 1,
+ * p, p² - 1, values with leading zero bytes and random ones, for both
+ * halves of a key (p and q). */
+static void test_crt_pow(void) {
+    ts_paillier_priv *sk = NULL;
+    CHECK_OK(ts_paillier_keygen(1024, &sk));
+    if (!sk) return;
+    ts_paillier_dec_scratch *w = NULL;
+    CHECK_OK(ts_paillier_dec_scratch_new(sk->crt, &w));
+    gmp_randstate_t rs;
+    gmp_randinit_default(rs);
+    gmp_randseed_ui(rs, 7);
+    mpz_t b, want, got;
+    mpz_inits(b, want, got, NULL);
+    for (int which = 0; w && which < 2; which++) {
+        const mpz_t *pr = which ? &sk->q : &sk->p, *pr2 = which ? &sk->q2 : &sk->p2,
+                    *e = which ? &sk->qm1 : &sk->pm1;
+        for (int k = 0; k < 24; k++) {
+            if (k == 0) mpz_set_ui(b, 0);
+            if (k == 1) mpz_set_ui(b, 1);
+            if (k == 2) mpz_set(b, *pr);
+            if (k == 3) mpz_sub_ui(b, *pr2, 1);
+            if (k == 4) mpz_urandomb(b, rs, 40); /* many leading zero bytes */
+            if (k >= 5) mpz_urandomm(b, rs, *pr2);
+            mpz_powm_sec(want, b, *e, *pr2);
+            CHECK_OK(ts_paillier_crt_pow(sk->crt, w, which, got, b));
+            CHECK(mpz_cmp(want, got) == 0, "CRT power %d of base %d differs from GMP's", which, k);
+        }
+    }
+    /* a base wider than p² is refused, not raised */
+    mpz_set(b, sk->p2);
+    mpz_mul_2exp(b, b, 64);
+    CHECK(ts_paillier_crt_pow(sk->crt, w, 0, got, b) == TS_ERR_INTERNAL, "a base wider than p²");
+    mpz_clears(b, want, got, NULL);
+    gmp_randclear(rs);
+    ts_paillier_dec_scratch_free(w);
+    ts_paillier_priv_free(sk);
+}
+
 int main(void) {
     char dir[] = "/tmp/tessel_fed_paillier_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     test_phe_interop(dir);
     test_key_files(dir);
     test_keys_and_pool();
+    test_crt_pow();
     rmdir(dir);
     return check_summary("unit/fed_paillier");
 }
