@@ -261,10 +261,11 @@ ts_status ts_repro_setup(session *s) {
     if (r->local) ts_repro_gather_observe(&r->ggat, norm_block, &r->norm);
     /* Each round's backward pass writes its leaf's slot in the block the ranks share: no copy
      * out of the plan's region before the next round overwrites it, and the tree's finish is
-     * one pass over all the leaves (repro_gather.h). Not with ZeRO, whose plan has collective
-     * instructions of its own. The binding is checked here, once. */
+     * one pass over all the leaves (repro_gather.h). With ZeRO too: its plan's collectives and
+     * shard updates come after the gate, reading the plan's own region. The binding is checked
+     * here, once. */
     r->bound = r->grad;
-    r->inplace = r->local && !ts_repro_zero(s) && ts_repro_gather_leaf(&r->ggat, 0) &&
+    r->inplace = r->local && ts_repro_gather_leaf(&r->ggat, 0) &&
                  ts_plan_bind_grads(s->plan, r->grad, r->grad) == TS_OK;
     /* In front of the alerts' gate (or none), which is asked once per
      * batch, after the last round, with the batch's gradients in place. */
