@@ -70,6 +70,8 @@ typedef struct ts_runtime {
     size_t backend_scratch_bytes;
     ts_dist_rt dist;        /* data parallelism: buckets' tickets (owned) */
     struct ts_trace *trace; /* non-NULL: a compute span per instruction (not owned) */
+    ts_kernel_fn *held_fns; /* [n_ins] the kernels of the monitors held (ts_plan_hold_monitors),
+                               NULL where none is held (owned) */
 } ts_runtime;
 
 /* Where the value at arena offset `off` (the layout's) lives. */

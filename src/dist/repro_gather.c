@@ -1,8 +1,11 @@
 /* The fixed tree sum over leaves held in runs by any number of ranks. See repro_gather.h. */
 #include "dist/repro_gather.h"
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "core/core.h"
+#include "tessel/util.h"
 
 enum { CHUNK = 1 << 20 }; /* floats of each piece per all-gather */
 
@@ -38,28 +41,64 @@ static int rank_tree(const ts_repro_gather *g) {
     return g->total == g->N && (g->N & (g->N - 1)) == 0;
 }
 
-/* The shared block's pieces are added in the tree of the ranks (at most this many). */
-enum { MAX_SHARED_RANKS = 64 };
+/* The shared block holds every rank's leaves, added in one balanced tree (at most this many). */
+enum { MAX_SHARED_LEAVES = 64 };
 
-/* Where piece p of this rank goes: its slot of the shared block's current half, or its own
- * buffer. */
+/* Bytes of the shared block's header: one counter per rank, each on a cache line of its own. */
+enum { DONE_STRIDE = 64 };
+
+/* Where piece p of this rank goes (the all-reduce path). */
 static float *piece_dst(const ts_repro_gather *g, int p) {
-    if (g->shared)
-        return g->shared + ((size_t)(g->parity & 1) * (size_t)g->N + (size_t)g->rank) * g->n;
     return g->mine + (size_t)p * g->n;
 }
 
-/* The shared block (repro_gather.h), collective: NULL where the transport shares no memory
- * or rank 0's heap cannot hold it (then the all-reduce path; every rank learns the same). */
-static ts_status share_pieces(ts_repro_gather *g, ts_comm *comm) {
-    if (!comm || g->N < 2 || g->N > MAX_SHARED_RANKS || g->n == 0 || !ts_comm_shares_memory(comm))
+/* Leaf j of this rank's run in the shared block: leaf rank * k + j of the tree. */
+static float *leaf_slot(const ts_repro_gather *g, int64_t j) {
+    return g->shared + ((size_t)g->rank * (size_t)g->k + (size_t)j) * g->n;
+}
+
+static _Atomic uint64_t *done_of(const ts_repro_gather *g, int r) {
+    return (_Atomic uint64_t *)((unsigned char *)g->shared_block + (size_t)r * DONE_STRIDE);
+}
+
+/* The shared block (repro_gather.h), collective: NULL where the transport shares no memory,
+ * the leaves are too many for one fold or rank 0's heap cannot hold them (then the all-reduce
+ * path; every rank learns the same). Each rank zeroes its own leaves (padding a backward pass
+ * writing into them leaves as it is) and its counter. */
+static ts_status share_leaves(ts_repro_gather *g, ts_comm *comm) {
+    if (!comm || g->N < 2 || g->M > MAX_SHARED_LEAVES || g->n == 0 || !ts_comm_shares_memory(comm))
         return TS_OK;
     void *p = NULL;
-    ts_status s = ts_comm_alloc_shared(comm, 2 * (size_t)g->N * g->n * sizeof(float), &p);
+    const size_t head = (size_t)g->N * DONE_STRIDE;
+    ts_status s = ts_comm_alloc_shared(comm, head + (size_t)g->M * g->n * sizeof(float), &p);
     if (s == TS_ERR_NOMEM) return TS_OK;
     if (s != TS_OK) return s;
-    g->shared = p;
+    g->shared_block = p;
+    g->shared = (float *)((unsigned char *)p + head);
     g->comm = comm;
+    memset(leaf_slot(g, 0), 0, (size_t)g->k * g->n * sizeof(float));
+    atomic_store(done_of(g, g->rank), 0);
+    return TS_OK;
+}
+
+/* Before this rank writes the first leaf of a step into the shared block: every peer has read
+ * the previous step's leaves (it counts its results in its counter once its fold is done). A
+ * collective between the two steps (repro.c: the losses' all-gather) makes this free; without
+ * one the rank naps here. */
+static ts_status wait_readers(ts_repro_gather *g) {
+    if (g->waited || g->results == 0) return TS_OK;
+    const struct timespec nap = {0, 50000};
+    const double t0 = ts_now(), limit = ts_comm_timeout(g->comm);
+    for (int q = 0; q < g->N; q++)
+        while (atomic_load_explicit(done_of(g, q), memory_order_acquire) < g->results) {
+            if (ts_now() - t0 > limit)
+                return ts_fail(TS_ERR_IO,
+                               "repro_gather: rank %d timed out after %.1f s waiting for rank %d "
+                               "to read the previous step's leaves",
+                               g->rank, ts_now() - t0, q);
+            nanosleep(&nap, NULL);
+        }
+    g->waited = 1;
     return TS_OK;
 }
 
@@ -92,7 +131,7 @@ ts_status ts_repro_gather_init(ts_repro_gather *g, ts_comm *comm, int N, int ran
     }
     const size_t chunk = n < CHUNK ? n : CHUNK;
     if (rank_tree(g)) {
-        ts_status s = share_pieces(g, comm);
+        ts_status s = share_leaves(g, comm);
         if (s == TS_OK && !g->shared &&
             !(g->mine = ts_alloc((n ? n : 1) * sizeof(float), "tree pieces")))
             s = TS_ERR_NOMEM;
@@ -115,8 +154,26 @@ static int first_mine(const ts_repro_gather *g) {
     return t;
 }
 
+float *ts_repro_gather_leaf(const ts_repro_gather *g, int64_t j) {
+    return g && g->shared && j >= 0 && j < g->k ? leaf_slot(g, j) : NULL;
+}
+
 ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf) {
     if (!g || !leaf) return ts_fail(TS_ERR_INVALID, "repro_gather_add: NULL argument");
+    if (g->shared) {
+        /* the leaf goes into its slot of the shared block, unless it was written there */
+        if (g->added >= g->k)
+            return ts_fail(TS_ERR_INVALID, "repro_gather_add: more than the rank's %lld leaves",
+                           (long long)g->k);
+        float *slot = leaf_slot(g, g->added);
+        if (leaf != slot) {
+            ts_status s = wait_readers(g);
+            if (s != TS_OK) return s;
+            memcpy(slot, leaf, g->n * sizeof(float));
+        }
+        g->added++;
+        return TS_OK;
+    }
     if (g->cur >= g->npieces)
         return ts_fail(TS_ERR_INVALID, "repro_gather_add: more than the rank's %lld leaves",
                        (long long)g->k);
@@ -133,6 +190,11 @@ ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf) {
     return s;
 }
 
+ts_status ts_repro_gather_ready(ts_repro_gather *g) {
+    if (!g) return ts_fail(TS_ERR_INVALID, "repro_gather_ready: NULL argument");
+    return g->shared ? wait_readers(g) : TS_OK;
+}
+
 /* The division by M of the rank tree, as a product: there M = N * k with N and k (a piece's
  * leaves) powers of two, and for M a power of two x / M and x * (1 / M) are both the correctly
  * rounded value of the same real number, so the same float for every x (a multiplication is
@@ -141,41 +203,41 @@ static float rank_tree_reciprocal(const ts_repro_gather *g) {
     return 1.0f / (float)g->M;
 }
 
-/* dst[lo, hi) = the pieces of the shared block's current half (base) added in the tree of the
- * ranks (the pairs of recursive doubling: r and r xor 1, then r xor 2, ...), divided by M. */
-static void fold_block(const ts_repro_gather *g, const float *base, float *restrict dst, size_t lo,
-                       size_t hi) {
-    const size_t n = g->n, N = (size_t)g->N;
+/* dst[lo, hi) = the M leaves of the shared block (every rank's run, in leaf order) added in
+ * the balanced tree over them, divided by M. M = N * k with both powers of two, so this is the
+ * binary counter's tree: each rank's run summed as a balanced tree, then the runs in the tree of
+ * the ranks (recursive doubling's pairs: r and r xor 1, then r xor 2, ...). One pass that does
+ * the last leaf's add, the ranks' add and the division. */
+static void fold_block(const ts_repro_gather *g, float *restrict dst, size_t lo, size_t hi) {
+    const size_t n = g->n, L = (size_t)g->M;
     const float inv = rank_tree_reciprocal(g);
-    if (N == 2) {
-        const float *restrict a = base, *restrict b = base + n;
+    const float *restrict a = g->shared, *restrict b = a + n;
+    if (L == 2) {
         for (size_t i = lo; i < hi; i++) dst[i] = (a[i] + b[i]) * inv;
-    } else if (N == 4) {
-        const float *restrict a = base, *restrict b = base + n, *restrict c = base + 2 * n,
-                              *restrict d = base + 3 * n;
+    } else if (L == 4) {
+        const float *restrict c = a + 2 * n, *restrict d = a + 3 * n;
         for (size_t i = lo; i < hi; i++) dst[i] = ((a[i] + b[i]) + (c[i] + d[i])) * inv;
     } else {
         for (size_t i = lo; i < hi; i++) {
-            float v[MAX_SHARED_RANKS];
-            for (size_t q = 0; q < N; q++) v[q] = base[q * n + i];
-            for (size_t d = 1; d < N; d *= 2)
-                for (size_t q = 0; q + d < N; q += 2 * d) v[q] = v[q] + v[q + d];
+            float v[MAX_SHARED_LEAVES];
+            for (size_t q = 0; q < L; q++) v[q] = a[q * n + i];
+            for (size_t d = 1; d < L; d *= 2)
+                for (size_t q = 0; q + d < L; q += 2 * d) v[q] = v[q] + v[q + d];
             dst[i] = v[0] * inv;
         }
     }
 }
 
-/* Floats per block of the one-pass finish: the block's pieces and result stay in the L1 cache
- * for the observer (repro_gather.h) to read. */
+/* Floats per block of the one-pass finish: the block's result stays in the L1 cache for the
+ * observer (repro_gather.h) to read. */
 enum { FOLD_BLOCK = 2048 };
 
-/* dst = the tree's result from the shared block, every rank reading every piece in place, block
+/* dst = the tree's result from the shared block, every rank reading every leaf in place, block
  * by block, each block handed to the observer while it is in the cache. */
 static void fold_shared(const ts_repro_gather *g, float *restrict dst) {
-    const float *base = g->shared + (size_t)(g->parity & 1) * (size_t)g->N * g->n;
     for (size_t lo = 0; lo < g->n; lo += FOLD_BLOCK) {
         const size_t hi = g->n - lo < FOLD_BLOCK ? g->n : lo + FOLD_BLOCK;
-        fold_block(g, base, dst, lo, hi);
+        fold_block(g, dst, lo, hi);
         if (g->observe) g->observe(g->observe_user, dst + lo, lo, hi - lo);
     }
 }
@@ -183,11 +245,12 @@ static void fold_shared(const ts_repro_gather *g, float *restrict dst) {
 static ts_status rank_tree_result(ts_repro_gather *g, ts_comm *comm, float *dst) {
     ts_status s = TS_OK;
     if (g->shared) {
-        /* Past the barrier every piece of this half is written. A rank writes this half again
-         * two results later, after the next result's barrier, which no rank reaches before it
-         * has finished reading this one: no second barrier. */
+        /* Past the barrier every leaf is written. A rank writes its leaves again only once every
+         * rank has counted this result as read (wait_readers): no second barrier. */
         if ((s = ts_barrier(comm)) == TS_OK) fold_shared(g, dst);
-        g->parity++;
+        g->results++;
+        atomic_store_explicit(done_of(g, g->rank), g->results, memory_order_release);
+        g->waited = 0;
         g->added = 0;
         g->cur = 0;
         return s;
@@ -262,7 +325,7 @@ void ts_repro_gather_observe(ts_repro_gather *g, ts_repro_observe_fn fn, void *u
 
 void ts_repro_gather_free(ts_repro_gather *g) {
     if (!g) return;
-    if (g->shared) ts_comm_release_shared(g->comm, g->shared);
+    if (g->shared_block) ts_comm_release_shared(g->comm, g->shared_block);
     free(g->start);
     free(g->level);
     free(g->owner);

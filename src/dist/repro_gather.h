@@ -19,11 +19,15 @@
  * other rank's pieces, (N - 1) * pieces * n floats per result.
  *
  * Where every rank holds one piece and N is a power of two, the pieces are the leaves of a
- * balanced tree over the ranks. On a transport whose ranks share memory (shm) each rank then
- * writes its piece into a block every rank reads, and after one barrier every rank adds the N
- * pieces in that tree and divides by M in a single pass into dst (no all-reduce, no copy in or
- * out of a staging area, no separate division). Elsewhere one all-reduce of the pieces does
- * it (recursive doubling's pairs are the same tree), followed by the division.
+ * balanced tree over the ranks, so all M leaves are the leaves of one balanced tree. On a
+ * transport whose ranks share memory (shm, M <= 64) every leaf then has a slot in a block all
+ * ranks read (M * n floats in all, one per leaf: ts_repro_gather_leaf), which the caller can
+ * write in place (a backward pass bound there, plan/micro.h); after one barrier every rank adds
+ * the M leaves in that tree and divides by M in a single pass into dst (no copy of a leaf, no
+ * pass per level, no all-reduce, no separate division). A rank writes its next leaves once every
+ * rank has read these (a counter per rank in the block; no second barrier). Elsewhere each rank
+ * sums its run, and one all-reduce of the pieces (recursive doubling's pairs are the same tree)
+ * finishes it, followed by the division.
  *
  * An observer (ts_repro_gather_observe) sees the result as it is written: in the one-pass
  * finish block by block while each is in the cache, elsewhere once over all of dst; a norm of
@@ -42,8 +46,10 @@ typedef struct ts_repro_gather {
     int N, rank, npieces, pmax, total; /* this rank's pieces, the most of any, all ranks' */
     int64_t M, k;                      /* leaves, per rank */
     ts_comm *comm;                     /* the comm `shared` came from, else NULL */
-    float *shared;   /* [2][N][n] the ranks' pieces (shm, rank tree); the halves alternate */
-    uint64_t parity; /* results so far: which half the pieces go into */
+    void *shared_block;          /* [N] counters of results read, 64 bytes apart, then `shared` */
+    float *shared;               /* [N][k][n] every rank's leaves, in leaf order (shm, rank tree) */
+    uint64_t results;            /* results so far */
+    int waited;                  /* the peers have read the last result's leaves */
     ts_repro_observe_fn observe; /* NULL: none */
     void *observe_user;
     size_t n;           /* floats per leaf */
@@ -59,11 +65,20 @@ typedef struct ts_repro_gather {
 
 /* N ranks, M leaves (N divides M), n floats each; this rank holds leaves rank*M/N ... With comm
  * (NULL: none yet; then the all-reduce path) it is collective over comm's N ranks: on shm it
- * allocates the block the ranks share for the one-pass finish above, 8 * N * n bytes of rank 0's
- * heap (the all-reduce path if that is exhausted). */
+ * allocates the block the ranks share for the one-pass finish above, 4 * M * n bytes (and 64
+ * per rank) of rank 0's heap (the all-reduce path if that is exhausted). */
 ts_status ts_repro_gather_init(ts_repro_gather *g, ts_comm *comm, int N, int rank, int64_t M,
                                size_t n);
-/* The next of this rank's leaves (n floats, read only). */
+/* Where this rank's leaf j (0 <= j < M/N) lies in the shared block, to be written in place: then
+ * ts_repro_gather_add of that pointer copies nothing. NULL where there is no such block (then the
+ * leaf is written elsewhere and added). Call ts_repro_gather_ready before writing leaf 0. */
+float *ts_repro_gather_leaf(const ts_repro_gather *g, int64_t j);
+/* Waits until every rank has read the leaves of the last result (so this rank may write its
+ * next ones in place); returns at once without a shared block or when a collective after the
+ * result already ordered it. Fails after the comm's timeout. */
+ts_status ts_repro_gather_ready(ts_repro_gather *g);
+/* The next of this rank's leaves (n floats, read only; its slot from ts_repro_gather_leaf:
+ * nothing to copy). */
 ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf);
 /* Collective over comm's N ranks (the comm given to init, if any), after each added its M/N
  * leaves: dst (n floats) = the sum of all M leaves in the fixed tree, divided by M. Then the sum

@@ -60,6 +60,7 @@ void ts_plan_free(ts_plan *p) {
     else
         ts_aligned_free(rt->arena);
     free(rt->scaler);
+    free(rt->held_fns);
     ts_program_free(prog);
     free(p);
 }

@@ -1,6 +1,7 @@
 /* Access to a plan's gradient region, forward-written state, step seed and
  * update gate for micro-batched steps. See micro.h. */
 #include "plan/micro.h"
+#include <stdlib.h>
 #include "core/core.h"
 #include "plan/plan.h"
 #include "plan/scaler.h"
@@ -28,6 +29,53 @@ ts_status ts_plan_grad_region(ts_plan *p, float **g, size_t *n) {
                        l->grad_bytes);
     *g = (float *)ts_plan_at(p, l->grad_off);
     *n = l->grad_bytes / sizeof(float);
+    return TS_OK;
+}
+
+ts_status ts_plan_bind_grads(ts_plan *p, const float *from, float *to) {
+    float *own;
+    size_t n;
+    if (!p || !from || !to) return ts_fail(TS_ERR_INVALID, "bind_grads: NULL argument");
+    ts_status s = ts_plan_grad_region(p, &own, &n);
+    if (s != TS_OK) return s;
+    if (p->prog.gate_ins < 0)
+        return ts_fail(TS_ERR_INVALID, "bind_grads: the plan has no update gate to bind before");
+    const unsigned char *lo = (const unsigned char *)from, *hi = lo + n * sizeof(float);
+    unsigned char *dst = (unsigned char *)to;
+    for (int i = 0; i < p->prog.gate_ins; i++) {
+        ts_rt_instr *r = &p->rt.ins[i];
+        for (int j = 0; j < r->k.n_in + r->k.n_out; j++) {
+            ts_tensor *t = j < r->k.n_in ? &r->in[j] : &r->out[j - r->k.n_in];
+            const unsigned char *d = t->data;
+            if (d >= lo && d < hi) t->data = dst + (d - lo);
+        }
+    }
+    return TS_OK;
+}
+
+static ts_status monitor_off(const ts_kargs *k) {
+    (void)k;
+    return TS_OK;
+}
+
+ts_status ts_plan_hold_monitors(ts_plan *p, int hold) {
+    if (!p) return ts_fail(TS_ERR_INVALID, "hold_monitors: NULL plan");
+    ts_runtime *rt = &p->rt;
+    /* kept once allocated: held_fns[i] non-NULL while instruction i is held */
+    if (hold && !rt->held_fns &&
+        !(rt->held_fns =
+              ts_zalloc(sizeof *rt->held_fns * (size_t)(p->prog.n_ins + 1), "held monitors")))
+        return TS_ERR_NOMEM;
+    for (int i = 0; rt->held_fns && i < p->prog.n_ins; i++) {
+        if (!(p->prog.ins[i].flags & TS_OPF_MONITOR)) continue;
+        if (hold && !rt->held_fns[i]) {
+            rt->held_fns[i] = rt->ins[i].fn;
+            rt->ins[i].fn = monitor_off;
+        } else if (!hold && rt->held_fns[i]) {
+            rt->ins[i].fn = rt->held_fns[i];
+            rt->held_fns[i] = NULL;
+        }
+    }
     return TS_OK;
 }
 

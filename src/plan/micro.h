@@ -50,6 +50,22 @@ void ts_plan_set_seed(ts_plan *p, uint64_t seed);
  * scaling, the gate the scaler asks, not the scaler's own). */
 void ts_plan_get_update_gate(const ts_plan *p, ts_update_gate_fn *fn, void **user);
 
+/* Rebinds the instructions before the update gate (forward, backward, gradient monitors) from
+ * the gradient region they now write at `from` to `to`, the same size as the region
+ * (ts_plan_grad_region: n floats, its padding zero): every tensor of theirs inside [from,
+ * from + n) moves to the same offset in `to`. The update phase keeps reading the plan's own
+ * region. So each micro-batch's backward pass can write its gradients where they are summed
+ * (dist.reproducible: a leaf of the tree), with no copy; bind back to the own region (`to` =
+ * the region) when done. Kernels read their tensors' pointers when they run (the CPU backend's
+ * oneDNN memories are given them per call), so nothing else holds them. Fails when the plan
+ * has no update gate or no gradient region. */
+ts_status ts_plan_bind_grads(ts_plan *p, const float *from, float *to);
+
+/* hold 1: the gradient monitors' instructions (TS_OPF_MONITOR) do nothing in the steps that
+ * follow, their outputs keeping the last values computed; hold 0: they run again. For the
+ * rounds of a micro-batched step before its last, whose monitors nobody reads. */
+ts_status ts_plan_hold_monitors(ts_plan *p, int hold);
+
 /* Loss scaling (fp16) over micro-batches: hold 1 keeps the scale and its
  * growth tracker as they are after the steps that follow (the rounds of a
  * batch but its last); hold 0 lets the last one update them. Returns 0 when

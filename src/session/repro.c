@@ -26,6 +26,8 @@ struct ts_repro {
     ts_comm *comm;
     float *grad; /* the plan's gradient region */
     size_t ngrad;
+    float *bound; /* where the backward pass writes the gradients now: grad, or a leaf's slot */
+    int inplace;  /* each round's backward pass writes into its leaf's slot (no copy) */
     ts_tree_sum gsum, ssum;     /* gradients (per round), forward state (per round) */
     ts_repro_gather ggat, sgat; /* the same, local: this rank's run of micro-batches */
     ts_plan_fwd_state *st;      /* state the forward pass writes (BatchNorm) */
@@ -136,7 +138,7 @@ static void found_inf(ts_plan *p, const struct ts_repro *r) {
  * micro-batch's, summed in its pieces of the tree; the last round finishes
  * the tree with the other ranks' pieces. */
 static ts_status gate_local(ts_plan *p, struct ts_repro *r, ts_gate_decision *out) {
-    ts_status st = ts_repro_gather_add(&r->ggat, r->grad);
+    ts_status st = ts_repro_gather_add(&r->ggat, r->bound);
     if (st == TS_OK && r->nstate) {
         state_copy(r, r->leaf, 0);
         if ((st = ts_repro_gather_add(&r->sgat, r->leaf)) == TS_OK) state_copy(r, r->s0, 1);
@@ -257,6 +259,14 @@ ts_status ts_repro_setup(session *s) {
         return st;
     /* the norm read from the gradients as the tree's result is written (one pass fewer) */
     if (r->local) ts_repro_gather_observe(&r->ggat, norm_block, &r->norm);
+    /* Each round's backward pass writes its leaf's slot in the block the ranks share: no copy
+     * out of the plan's region before the next round overwrites it, and the tree's finish is
+     * one pass over all the leaves (repro_gather.h). With ZeRO too: its plan's collectives and
+     * shard updates come after the gate, reading the plan's own region. The binding is checked
+     * here, once. */
+    r->bound = r->grad;
+    r->inplace = r->local && ts_repro_gather_leaf(&r->ggat, 0) &&
+                 ts_plan_bind_grads(s->plan, r->grad, r->grad) == TS_OK;
     /* In front of the alerts' gate (or none), which is asked once per
      * batch, after the last round, with the batch's gradients in place. */
     ts_plan_get_update_gate(s->plan, &r->next_fn, &r->next_user);
@@ -270,6 +280,14 @@ static uint64_t seed_of(uint64_t seed, int64_t i) {
     return seed + (uint64_t)i * 0x9E3779B97F4A7C15ULL;
 }
 
+/* The backward pass writes the gradients at `to` from now on (plan/micro.h). */
+static ts_status bind(ts_plan *p, struct ts_repro *r, float *to) {
+    if (r->bound == to) return TS_OK;
+    ts_status st = ts_plan_bind_grads(p, r->bound, to);
+    if (st == TS_OK) r->bound = to;
+    return st;
+}
+
 ts_status ts_repro_step(session *s, double *loss) {
     struct ts_repro *r = s->rp;
     ts_plan *p = s->plan;
@@ -280,12 +298,16 @@ ts_status ts_repro_step(session *s, double *loss) {
     /* The step waits for the other ranks at its end (the tree's finish, the alerts' agreement,
      * the losses) with nothing else to do: naps, so a rank sharing the core runs meanwhile. */
     const int naps = ts_comm_wait_naps(1);
+    if (r->inplace) st = ts_repro_gather_ready(&r->ggat);
     for (int64_t j = 0; j < r->k && st == TS_OK; j++) {
         /* this rank's micro-batch of round j: the j-th of its run */
         const int64_t i = r->rank * r->k + j;
         st = ts_plan_set_input(p, s->in_name, (const char *)s->bx + (size_t)i * s->xb, s->xb);
         if (st == TS_OK)
             st = ts_plan_set_input(p, s->tgt_name, (const char *)s->by + (size_t)i * s->yb, s->yb);
+        if (st == TS_OK && r->inplace) st = bind(p, r, ts_repro_gather_leaf(&r->ggat, j));
+        /* the alerts read the monitors of the last round only: the others skip them */
+        if (st == TS_OK) st = ts_plan_hold_monitors(p, j < r->k - 1);
         if (st != TS_OK) break;
         /* A round is not a step: the step count, the learning rate and the
          * optimizer's t stay those of the batch. */
@@ -297,6 +319,9 @@ ts_status ts_repro_step(session *s, double *loss) {
         st = ts_plan_step(p);
         r->loss[j] = ts_plan_loss(p);
     }
+    const ts_status back = bind(p, r, r->grad);
+    if (st == TS_OK) st = back;
+    ts_plan_hold_monitors(p, 0);
     ts_plan_set_seed(p, r->seed);
     ts_plan_scaler_hold(p, 0);
     if (st == TS_OK && r->N > 1)

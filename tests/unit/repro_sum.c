@@ -192,10 +192,17 @@ static int gather(ts_comm *c, void *user) {
     /* shm: one piece per rank on a power-of-two count goes through the shared block */
     if (N > 1 && !g.xbuf && (g.shared != NULL) != jb->share) return 4;
     ts_repro_gather_observe(&g, observe, &w);
-    for (int round = 0; round < 2; round++) { /* twice: a result starts the next sum */
+    /* a leaf's slot in the shared block exactly where there is one */
+    if ((ts_repro_gather_leaf(&g, 0) != NULL) != (g.shared != NULL)) return 7;
+    /* Three results: the leaves copied in; written in place (the slot: no copy), with no
+     * collective since the last result (the ranks wait for each other's reads); copied again. */
+    for (int round = 0; round < 3; round++) {
+        const int inplace = round == 1 && g.shared;
+        if (inplace && ts_repro_gather_ready(&g) != TS_OK) return 8;
         for (int j = 0; j < k; j++) {
-            gleaf(r * k + j, jb->n, leaf);
-            if (ts_repro_gather_add(&g, leaf) != TS_OK) return 2;
+            float *dst = inplace ? ts_repro_gather_leaf(&g, j) : leaf;
+            gleaf(r * k + j, jb->n, dst);
+            if (ts_repro_gather_add(&g, dst) != TS_OK) return 2;
         }
         float *dst = jb->out + (size_t)r * jb->n;
         if (ts_repro_gather_result(&g, c, dst) != TS_OK) return 3;
@@ -226,7 +233,8 @@ static void test_gather(void) {
               {8, 1, LEN},
               {12, 2, LEN},
               {6, 3, big},
-              /* one piece per rank on a power-of-two count: the all-reduce path */
+              /* one piece per rank on a power-of-two count: the all-reduce path (share 0)
+                 or every leaf in the shared block (share 1) */
               {2, 2, LEN},
               {4, 2, LEN},
               {8, 2, LEN},
