@@ -107,7 +107,7 @@ static void range_of(const ts_part_problem *p, int s, int j, int k, range_ctx *c
     const int last = s == p->stages - 1;
     const int kept = last ? 1 : 1 + rc->inflight;
     const int M = p->microbatches;
-    const int tree = M > 1 ? ts_tree_sum_buffers(M, 0) : 0;
+    const int tree = M > 1 ? ts_tree_sum_buffers(M) : 0;
     rc->mem = params + kept * (act + in) + out + M * (in + out) + tree * grads + shared;
     rc->params = params;
 }

@@ -190,10 +190,10 @@ static void stage_buffers(void) {
      * sums of 30; a share of the tied parameter's gradient per
      * micro-batch 40 */
     CHECK_NEAR(r.mem_bytes[1], 120 + 2100 + 400 + 60 + 40, 1e-9);
-    CHECK(ts_tree_sum_buffers(8, 0) == 3 && ts_tree_sum_buffers(6, 0) == 2 &&
-              ts_tree_sum_buffers(1, 0) == 1 && ts_tree_sum_buffers(2, 1) == 2,
-          "tree buffers %d %d %d %d", ts_tree_sum_buffers(8, 0), ts_tree_sum_buffers(6, 0),
-          ts_tree_sum_buffers(1, 0), ts_tree_sum_buffers(2, 1));
+    CHECK(ts_tree_sum_buffers(8) == 3 && ts_tree_sum_buffers(6) == 2 &&
+              ts_tree_sum_buffers(1) == 1 && ts_tree_sum_buffers(2) == 1,
+          "tree buffers %d %d %d %d", ts_tree_sum_buffers(8), ts_tree_sum_buffers(6),
+          ts_tree_sum_buffers(1), ts_tree_sum_buffers(2));
 }
 
 static void schedules(void) {
