@@ -16,6 +16,13 @@ enum {
     MAX_SHARED = 16
 };
 
+/* A contiguous piece of the stage's gradient region that the micro-batch
+ * tree sums (stages_sum.c). */
+typedef struct grad_piece {
+    size_t off, n; /* floats into the region */
+    ts_tree_sum t;
+} grad_piece;
+
 /* A parameter this stage holds together with one other stage. */
 typedef struct shared_param {
     char name[128];
@@ -45,7 +52,12 @@ struct ts_stage {
     int n_pending, cap_pending;
     float *grad;
     size_t ngrad;
-    ts_tree_sum gsum;
+    /* the gradient region less the later holder's copies of shared
+     * parameters (whose sum the earlier holder forms and sends back): the
+     * pieces the micro-batch tree sums, nsum floats in all */
+    grad_piece pieces[MAX_SHARED + 1];
+    int n_pieces;
+    size_t nsum;
     shared_param shared[MAX_SHARED];
     int n_shared;
     float *dp_buf; /* D > 1: every replica's sum of this stage's gradients */
@@ -84,5 +96,14 @@ static inline int ts_stage_rank_of(const ts_stage *st, int t) {
  * gradients are final and before the update. */
 ts_status ts_stage_clip_setup(ts_stage *st, const ts_graph *whole, double max_norm);
 ts_status ts_stage_clip(ts_stage *st);
+
+/* The micro-batches' gradient sum (stages_sum.c): setup after the shared
+ * parameters are found; after each micro-batch's backward (in micro-batch
+ * order) ts_stage_sum_add puts its gradients into the tree, and the last
+ * one's also finishes it in the same pass: the sum / M into the gradients
+ * (one replica), or the replica's sum into its slot of dp_buf (D > 1). */
+ts_status ts_stage_sum_setup(ts_stage *st);
+ts_status ts_stage_sum_add(ts_stage *st, int mb);
+void ts_stage_sum_free(ts_stage *st);
 
 #endif

@@ -44,7 +44,7 @@ void ts_stage_free(ts_stage *st) {
     ts_comm_free(st->comm, st->act_send), ts_comm_free(st->comm, st->grad_send);
     free(st->reqs), free(st->pending);
     for (int i = 0; i < st->n_shared; i++) ts_comm_free(st->comm, st->shared[i].bufs);
-    ts_tree_sum_free(&st->gsum);
+    ts_stage_sum_free(st);
     ts_tree_sum_free(&st->dpsum);
     free(st->clip_v), free(st->clip_idx);
     ts_comm_free(st->comm, st->dp_buf);
@@ -160,8 +160,8 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
         return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
     st->t.stash_bytes = st->stash_bytes;
     if ((s = ts_plan_grad_region(st->plan, &st->grad, &st->ngrad)) != TS_OK) return s;
-    if ((s = ts_tree_sum_init(&st->gsum, st->ngrad)) != TS_OK) return s;
     if ((s = find_shared(st, sm)) != TS_OK) return s;
+    if ((s = ts_stage_sum_setup(st)) != TS_OK) return s;
     if ((s = ts_stage_clip_setup(st, sm->g, sm->spec.clip_grad_norm)) != TS_OK) return s;
     st->cap_pending = 4 * st->M + 2 * MAX_SHARED + 4 + st->D;
     st->reqs = calloc((size_t)st->cap_pending, sizeof *st->reqs);
@@ -230,10 +230,14 @@ ts_status ts_stage_new(ts_config *c0, ts_comm *comm, ts_stage **out) {
     if (s == TS_OK) s = setup(st, &sm);
     ts_graph_free(sm.g);
     if (s == TS_OK && D > 1) {
-        if (!(st->dp_buf = send_buffer(st, st->ngrad * sizeof(float) * (size_t)D + 1)))
+        const size_t bytes = st->ngrad * sizeof(float) * (size_t)D;
+        if (!(st->dp_buf = send_buffer(st, bytes + 1)))
             s = ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
         else
             s = ts_tree_sum_init(&st->dpsum, st->ngrad);
+        /* the shared gradients the micro-batch tree leaves out stay zero in
+         * every replica's sum (the summed one arrives after) */
+        if (st->dp_buf) memset(st->dp_buf, 0, bytes);
     }
     if (s != TS_OK) {
         ts_error_prefix("pipeline stage %d (rank %d)", st->s, rank);
@@ -339,7 +343,7 @@ static ts_status after_backward(ts_stage *st, int mb) {
     }
     ts_stage_mark(st, "send", mb, t0, now());
     t0 = now();
-    if (s == TS_OK && st->M > 1) s = ts_tree_sum_add(&st->gsum, st->grad);
+    if (s == TS_OK) s = ts_stage_sum_add(st, mb);
     ts_stage_mark(st, "sum", mb, t0, now());
     return s;
 }
@@ -353,9 +357,8 @@ static ts_status after_backward(ts_stage *st, int mb) {
  * fixed order on every replica (deterministic, but not one process's). */
 static ts_status replicas_sum(ts_stage *st) {
     const size_t n = st->ngrad;
-    float *mine = st->dp_buf + (size_t)st->d * n;
-    ts_status s = st->M > 1 ? ts_tree_sum_result(&st->gsum, mine, 1.0f) : TS_OK;
-    if (st->M == 1) memcpy(mine, st->grad, n * sizeof(float));
+    float *mine = st->dp_buf + (size_t)st->d * n; /* the tree's result (ts_stage_sum_add) */
+    ts_status s = TS_OK;
     for (int r = 0; r < st->D && s == TS_OK; r++)
         if (r != st->d) s = send_to(st, r * st->S + st->s, TAG_REPLICA, mine, n * sizeof(float));
     for (int r = 0; r < st->D && s == TS_OK; r++)
@@ -463,12 +466,12 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
             s = after_backward(st, mb);
         }
     }
-    const double tsum = now();
-    if (s == TS_OK && st->D > 1)
+    /* the micro-batches' sum is done (the last backward's ts_stage_sum_add) */
+    if (s == TS_OK && st->D > 1) {
+        const double tsum = now();
         s = replicas_sum(st);
-    else if (s == TS_OK && st->M > 1)
-        s = ts_tree_sum_result(&st->gsum, st->grad, (float)st->M);
-    ts_stage_mark(st, "sum", -1, tsum, now());
+        ts_stage_mark(st, "sum", -1, tsum, now());
+    }
     /* a shared parameter's summed gradient goes back to its other holder */
     for (int i = 0; i < st->n_shared && s == TS_OK; i++) {
         shared_param *sp = &st->shared[i];
