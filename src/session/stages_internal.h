@@ -5,6 +5,7 @@
 
 #include "dist/repro_sum.h"
 #include "plan/stages.h"
+#include <time.h>
 #include "session/stages.h"
 
 enum {
@@ -77,12 +78,26 @@ struct ts_stage {
     ts_stage_times t;
     ts_stage_event *ev; /* the last step's timeline (ts_stage_timeline) */
     int n_ev, cap_ev;
+    double cpu_last; /* the process's CPU time at the last piece's end */
 };
 
+/* The process's CPU time in seconds (every thread's; the figure a loaded
+ * machine does not stretch the way it stretches wall time). */
+static inline double ts_stage_cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* Adds a piece of the step to its timeline (dropped past the capacity,
- * which setup sizes for every piece a step makes). */
+ * which setup sizes for every piece a step makes), as it ends: its CPU
+ * time is the process's since the previous piece ended (the pieces follow
+ * each other; what little runs between two goes to the later). */
 static inline void ts_stage_mark(ts_stage *st, const char *what, int mb, double t0, double t1) {
-    if (st->n_ev < st->cap_ev) st->ev[st->n_ev++] = (ts_stage_event){what, mb, t0, t1};
+    const double c = ts_stage_cpu_now();
+    if (st->n_ev < st->cap_ev)
+        st->ev[st->n_ev++] = (ts_stage_event){what, mb, t0, t1, c - st->cpu_last};
+    st->cpu_last = c;
 }
 
 /* The comm rank of this replica's stage t. */

@@ -424,6 +424,8 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
     st->t.start = t0;
     st->t.stash_bytes = st->stash_bytes;
     st->n_ev = 0;
+    const double cpu0 = ts_stage_cpu_now();
+    st->cpu_last = cpu0;
     st->n_pending = 0;
     ts_pipe_op ops[2 * 1024];
     if (st->M > 1024) return ts_fail(TS_ERR_INVALID, "pipeline: more than 1024 micro-batches");
@@ -515,5 +517,6 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
     ts_plan_end_step(st->plan, 1);
     st->loss = st->last ? loss / st->M : NAN;
     st->t.step = now() - t0;
+    st->t.cpu = ts_stage_cpu_now() - cpu0;
     return TS_OK;
 }
