@@ -151,7 +151,9 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
         /* the received activation is a parameter, outside those regions */
         if (st->in_at) st->ranges[st->n_ranges++] = (ts_plan_range){st->in_at, st->in_bytes};
         for (int i = 0; i < st->n_ranges; i++) st->stash_bytes += st->ranges[i].bytes;
-        st->n_slots = ts_part_inflight(st->kind, st->S, st->M, st->s);
+        /* with one micro-batch nothing runs between its forward and its
+         * backward: nothing to save */
+        st->n_slots = st->M > 1 ? ts_part_inflight(st->kind, st->S, st->M, st->s) : 0;
         st->stash = malloc(st->stash_bytes * (size_t)st->n_slots + 1);
         st->act_send = send_buffer(st, st->out_bytes * (size_t)st->M + 1);
         if (!st->stash || !st->act_send) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
@@ -376,6 +378,7 @@ static ts_status replicas_sum(ts_stage *st) {
 }
 
 static void stash(ts_stage *st, int mb, int save) {
+    if (!st->n_slots) return;
     const double t0 = now();
     unsigned char *p = st->stash + (size_t)(mb % st->n_slots) * st->stash_bytes;
     for (int i = 0; i < st->n_ranges; i++) {
