@@ -419,9 +419,7 @@ static double grad_sq(ts_stage *st) {
     return ((sq[0] + sq[1]) + (sq[2] + sq[3])) + ((sq[4] + sq[5]) + (sq[6] + sq[7]));
 }
 
-ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const void *const *data) {
-    if (!st || (n > 0 && (!names || !data)))
-        return ts_fail(TS_ERR_INVALID, "pipeline: step with NULL arguments");
+static ts_status step(ts_stage *st, int n, const char *const *names, const void *const *data) {
     const double t0 = now();
     memset(&st->t, 0, sizeof st->t);
     st->t.start = t0;
@@ -522,4 +520,18 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
     st->t.step = now() - t0;
     st->t.cpu = ts_stage_cpu_now() - cpu0;
     return TS_OK;
+}
+
+ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const void *const *data) {
+    if (!st || (n > 0 && (!names || !data)))
+        return ts_fail(TS_ERR_INVALID, "pipeline: step with NULL arguments");
+    /* A stage waits for its neighbours for up to a micro-batch's time, and
+     * with fewer cores than processes (or other work on them) a wait that
+     * keeps yielding takes CPU time the neighbour it waits for could use:
+     * its waits nap once their short spin is over (50 us each, little
+     * against a micro-batch). */
+    const int naps = ts_comm_wait_naps(1);
+    const ts_status s = step(st, n, names, data);
+    ts_comm_wait_naps(naps);
+    return s;
 }
