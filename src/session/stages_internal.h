@@ -111,6 +111,9 @@ static inline int ts_stage_rank_of(const ts_stage *st, int t) {
  * gradients are final and before the update. */
 ts_status ts_stage_clip_setup(ts_stage *st, const ts_graph *whole, double max_norm);
 ts_status ts_stage_clip(ts_stage *st);
+/* The squares of this stage's gradients now, summed (the log's gradient
+ * norm; ts_stage_grad_sq keeps the last step's). */
+double ts_stage_grad_sq_now(ts_stage *st);
 
 /* The micro-batches' gradient sum (stages_sum.c): setup after the shared
  * parameters are found; after each micro-batch's backward (in micro-batch
