@@ -35,7 +35,7 @@ enum { MAX_STEPS = 64, MAX_EVENTS = 1024 };
 typedef struct event {
     char what[16];
     int mb;
-    double t0, t1;
+    double t0, t1, cpu;
 } event;
 
 typedef struct result {
@@ -125,6 +125,7 @@ static int worker(ts_comm *comm, void *user) {
     for (int i = 0; i < n_ev && i < MAX_EVENTS; i++) {
         snprintf(r->ev[i].what, sizeof r->ev[i].what, "%s", ev[i].what);
         r->ev[i].mb = ev[i].mb, r->ev[i].t0 = ev[i].t0, r->ev[i].t1 = ev[i].t1;
+        r->ev[i].cpu = ev[i].cpu;
     }
     r->n_ev = n_ev < MAX_EVENTS ? n_ev : MAX_EVENTS;
     r->loss = ts_stage_loss(st);
@@ -170,35 +171,46 @@ static int run_single(void) {
 }
 
 /* The last step's time on each stage by kind of piece (ts_stage_event's
- * `what`), and its timeline: every piece with its micro-batch, start and
- * end in ms from the earliest stage's start, so the stages line up. */
-static void print_timeline(int last_step) {
-    static const char *const kinds[] = {"F",          "B",          "FB",       "wait act",
-                                        "wait grad",  "wait share", "wait sum", "wait replica",
-                                        "wait sends", "stash",      "restore",  "send",
-                                        "sum",        "norm",       "clip",     "update"};
-    enum { NK = sizeof kinds / sizeof *kinds };
-    double t0 = INFINITY;
-    for (int s = 0; s < S; s++)
-        if (res[s].t[last_step].start < t0) t0 = res[s].t[last_step].start;
-    printf("\nlast step by piece, ms (other: the step less the pieces: feeding inputs, "
-           "starting sends):\n%-5s",
-           "stage");
+ * `what`), wall time or the process's CPU time, and its timeline: every
+ * piece with its micro-batch, start and end in ms from the earliest
+ * stage's start, so the stages line up. */
+static const char *const kinds[] = {"F",          "B",          "FB",       "wait act",
+                                    "wait grad",  "wait share", "wait sum", "wait replica",
+                                    "wait sends", "stash",      "restore",  "send",
+                                    "sum",        "norm",       "clip",     "update"};
+enum { NK = sizeof kinds / sizeof *kinds };
+
+static void print_by_kind(int last_step, int cpu) {
+    printf("\nlast step by piece, %s ms (other: the step less the pieces: feeding inputs, "
+           "starting sends%s):\n%-5s",
+           cpu ? "CPU" : "wall", cpu ? "; CPU: the step's CPU time less the pieces'" : "", "stage");
     for (int k = 0; k < NK; k++) printf(" %*s", k < 3 ? 7 : (int)strlen(kinds[k]) + 1, kinds[k]);
-    printf(" %8s %8s\n", "other", "step");
+    printf(" %8s %8s %9s\n", "other", "step", "overhead");
     for (int s = 0; s < S; s++) {
         double sum[NK] = {0}, all = 0;
         for (int i = 0; i < res[s].n_ev; i++)
             for (int k = 0; k < NK; k++)
-                if (!strcmp(res[s].ev[i].what, kinds[k]))
-                    sum[k] += res[s].ev[i].t1 - res[s].ev[i].t0,
-                        all += res[s].ev[i].t1 - res[s].ev[i].t0;
+                if (!strcmp(res[s].ev[i].what, kinds[k])) {
+                    const event *e = &res[s].ev[i];
+                    sum[k] += cpu ? e->cpu : e->t1 - e->t0, all += cpu ? e->cpu : e->t1 - e->t0;
+                }
+        /* the per-micro-batch work outside the kernels: stash, restore,
+         * send, sum, norm */
+        const double over = sum[9] + sum[10] + sum[11] + sum[12] + sum[13];
+        const double step = cpu ? res[s].t[last_step].cpu : res[s].t[last_step].step;
         printf("%-5d", s);
         for (int k = 0; k < NK; k++)
             printf(" %*.1f", k < 3 ? 7 : (int)strlen(kinds[k]) + 1, 1e3 * sum[k]);
-        printf(" %8.1f %8.1f\n", 1e3 * (res[s].t[last_step].step - all),
-               1e3 * res[s].t[last_step].step);
+        printf(" %8.1f %8.1f %9.1f\n", 1e3 * (step - all), 1e3 * step, 1e3 * over);
     }
+}
+
+static void print_timeline(int last_step) {
+    double t0 = INFINITY;
+    for (int s = 0; s < S; s++)
+        if (res[s].t[last_step].start < t0) t0 = res[s].t[last_step].start;
+    print_by_kind(last_step, 0);
+    print_by_kind(last_step, 1);
     printf("\ntimeline of the last step (ms from the first stage's start; pieces under 0.5 ms "
            "left out):\n");
     for (int s = 0; s < S; s++) {

@@ -43,10 +43,10 @@ ts_status ts_tree_sum_add(ts_tree_sum *t, const float *leaf);
  * subtrees must come in the binary counter's order: never one larger than
  * the subtree before it that is still open (an aligned block of leaves). */
 ts_status ts_tree_sum_add_node(ts_tree_sum *t, const float *sum, int level);
-/* The vectors of n floats a tree fed `leaves` leaves (nodes: as many
- * equal subtrees, by ts_tree_sum_add_node) allocates: the deepest its
- * stack gets. For memory estimates (pipeline stages). */
-int ts_tree_sum_buffers(int leaves, int nodes);
+/* The vectors of n floats a tree fed `leaves` leaves (or as many equal
+ * subtrees, by ts_tree_sum_add_node) allocates: the deepest its stack gets.
+ * For memory estimates (pipeline stages). */
+int ts_tree_sum_buffers(int leaves);
 /* dst (n floats) = the tree's sum / div; then the sum starts again. */
 ts_status ts_tree_sum_result(ts_tree_sum *t, float *dst, float div);
 /* ts_tree_sum_add(t, leaf) then ts_tree_sum_result(t, dst, div), the same

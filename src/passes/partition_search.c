@@ -68,7 +68,7 @@ static void ctx_free(range_ctx *c) {
 static void range_of(const ts_part_problem *p, int s, int j, int k, range_ctx *c, range_cost *rc) {
     int *seen = c->seen;
     const int stamp = ++c->stamp;
-    double grads = 0, shared = 0;
+    double shared = 0, summed = 0; /* summed: the gradients its micro-batch tree sums */
     const ts_device_speed *d = dev_of(p, s);
     double flops = 0, traffic = 0, act = 0, params = 0;
     for (int u = j; u <= k; u++) {
@@ -82,13 +82,14 @@ static void range_of(const ts_part_problem *p, int s, int j, int k, range_ctx *c
             seen[id] = stamp;
             params += p->param_bytes[id];
             if (!p->grad_bytes) continue;
-            grads += p->grad_bytes[id];
-            /* held with an earlier stage: a send buffer per micro-batch;
-             * with a later one: one receive buffer */
+            /* held with an earlier stage: a send buffer per micro-batch
+             * (and the earlier stage sums it); with a later one: one
+             * receive buffer */
             if (c->first[id] < j)
                 shared += p->microbatches * p->grad_bytes[id];
             else if (c->last[id] > k)
                 shared += p->grad_bytes[id];
+            if (c->first[id] >= j) summed += p->grad_bytes[id];
         }
     }
     const double in = j > 0 ? p->units[j - 1].out_bytes : 0;
@@ -103,12 +104,15 @@ static void range_of(const ts_part_problem *p, int s, int j, int k, range_ctx *c
      * forward and backward at once); one buffer for the gradient of its
      * output, and a send buffer per micro-batch for the activation out and
      * the gradient back (session/stages_run.c); the micro-batch tree's
-     * partial sums of the stage's gradients; the shared parameters'. */
+     * partial sums of the gradients the stage sums (stages_sum.c: not
+     * those of a parameter an earlier stage also holds); the shared
+     * parameters'. With one micro-batch nothing runs between its forward
+     * and its backward, so none is saved. */
     const int last = s == p->stages - 1;
-    const int kept = last ? 1 : 1 + rc->inflight;
     const int M = p->microbatches;
-    const int tree = M > 1 ? ts_tree_sum_buffers(M, 0) : 0;
-    rc->mem = params + kept * (act + in) + out + M * (in + out) + tree * grads + shared;
+    const int kept = last || M == 1 ? 1 : 1 + rc->inflight;
+    const int tree = M > 1 ? ts_tree_sum_buffers(M) : 0;
+    rc->mem = params + kept * (act + in) + out + M * (in + out) + tree * summed + shared;
     rc->params = params;
 }
 

@@ -39,10 +39,12 @@ typedef struct ts_plan_range {
     size_t bytes;
 } ts_plan_range;
 
-/* The input, constant and temporary bytes instructions [lo, hi) read,
- * merged into ranges (the named value `except` left out): what must be
- * put back before they run if other work used the arena in between. Fills
- * up to max; *n may exceed max. */
+/* The input, constant and temporary bytes instructions [lo, hi) read
+ * before any of them writes those bytes, merged into ranges (the named
+ * value `except` left out): what must be put back before they run if
+ * other work used the arena in between (bytes the range writes first,
+ * such as a backward's temporaries where the forward's values lay, need
+ * not be). Fills up to max; *n may exceed max. */
 ts_status ts_plan_read_ranges(const ts_plan *p, int lo, int hi, const char *except,
                               ts_plan_range *out, int max, int *n);
 

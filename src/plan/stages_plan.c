@@ -73,30 +73,107 @@ static int by_lo(const void *a, const void *b) {
     return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+/* The bytes instructions [lo, hi) have written so far: sorted, disjoint
+ * spans. */
+typedef struct written {
+    span *s;
+    int n, cap;
+} written;
+
+static ts_status written_add(written *w, size_t lo, size_t hi) {
+    /* the spans it touches merge with it */
+    int a = 0;
+    while (a < w->n && w->s[a].hi < lo) a++;
+    int b = a;
+    while (b < w->n && w->s[b].lo <= hi) {
+        if (w->s[b].lo < lo) lo = w->s[b].lo;
+        if (w->s[b].hi > hi) hi = w->s[b].hi;
+        b++;
+    }
+    if (a == b) { /* a new span at a */
+        if (w->n == w->cap) {
+            const int cap = w->cap ? 2 * w->cap : 64;
+            span *s = realloc(w->s, (size_t)cap * sizeof *s);
+            if (!s) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory for %d spans", cap);
+            w->s = s, w->cap = cap;
+        }
+        memmove(w->s + a + 1, w->s + a, (size_t)(w->n - a) * sizeof *w->s);
+        w->n++;
+    } else { /* spans a .. b-1 become one */
+        memmove(w->s + a + 1, w->s + b, (size_t)(w->n - b) * sizeof *w->s);
+        w->n -= b - a - 1;
+    }
+    w->s[a] = (span){lo, hi};
+    return TS_OK;
+}
+
+/* Appends the parts of [lo, hi) that w does not cover to sp. */
+static ts_status add_unwritten(const written *w, size_t lo, size_t hi, span **sp, int *ns,
+                               int *cap) {
+    for (int i = 0; i < w->n && lo < hi; i++) {
+        if (w->s[i].hi <= lo) continue;
+        if (w->s[i].lo >= hi) break;
+        if (w->s[i].lo > lo) {
+            if (*ns == *cap) {
+                span *s = realloc(*sp, (size_t)(2 * *cap) * sizeof *s);
+                if (!s) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory for ranges");
+                *sp = s, *cap *= 2;
+            }
+            (*sp)[(*ns)++] = (span){lo, w->s[i].lo};
+        }
+        lo = w->s[i].hi;
+    }
+    if (lo < hi) {
+        if (*ns == *cap) {
+            span *s = realloc(*sp, (size_t)(2 * *cap) * sizeof *s);
+            if (!s) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory for ranges");
+            *sp = s, *cap *= 2;
+        }
+        (*sp)[(*ns)++] = (span){lo, hi};
+    }
+    return TS_OK;
+}
+
 ts_status ts_plan_read_ranges(const ts_plan *p, int lo, int hi, const char *except,
                               ts_plan_range *out, int max, int *n) {
     const ts_arena_layout *L = &p->prog.layout;
     const ts_named *ex = except ? ts_plan_find(p, except) : NULL;
-    int cap = 0;
-    for (int i = lo; i < hi; i++) cap += p->prog.ins[i].n_in;
-    span *sp = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *sp);
+    int cap = 64;
+    span *sp = malloc((size_t)cap * sizeof *sp);
     if (!sp) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory for %d ranges", cap);
     int ns = 0;
+    written w = {0};
+    ts_status s = TS_OK;
     /* the two regions a later piece of the step may find overwritten */
     const size_t rlo[2] = {L->io_off, L->temp_off},
                  rhi[2] = {L->io_off + L->io_bytes, L->temp_off + L->temp_bytes};
-    for (int i = lo; i < hi; i++)
-        for (int j = 0; j < p->prog.ins[i].n_in; j++) {
-            const ts_operand *o = &p->prog.ins[i].in[j];
+    for (int i = lo; i < hi && s == TS_OK; i++) {
+        const ts_instr *in = &p->prog.ins[i];
+        /* what it reads that no instruction of the range wrote before it
+         * (the memory planner gives a backward's temporaries bytes the
+         * forward's values had: those are not the forward's) */
+        for (int j = 0; j < in->n_in && s == TS_OK; j++) {
+            const ts_operand *o = &in->in[j];
             const size_t b = ts_operand_bytes(o);
             if (!b || (ex && o->off == ex->v.off)) continue;
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 2 && s == TS_OK; r++) {
                 size_t a = o->off, e = o->off + b;
                 if (a < rlo[r]) a = rlo[r];
                 if (e > rhi[r]) e = rhi[r];
-                if (a < e) sp[ns++] = (span){a, e};
+                if (a < e) s = add_unwritten(&w, a, e, &sp, &ns, &cap);
             }
         }
+        /* a kernel writes every byte of its outputs */
+        for (int j = 0; j < in->n_out && s == TS_OK; j++) {
+            const size_t b = ts_operand_bytes(&in->out[j]);
+            if (b) s = written_add(&w, in->out[j].off, in->out[j].off + b);
+        }
+    }
+    free(w.s);
+    if (s != TS_OK) {
+        free(sp);
+        return s;
+    }
     qsort(sp, (size_t)ns, sizeof *sp, by_lo);
     int m = 0;
     for (int i = 0; i < ns; i++) {

@@ -71,6 +71,7 @@ const ts_partition *ts_stage_partition_of(const ts_stage *st);
 typedef struct ts_stage_times {
     double step, forward, backward, update, wait; /* wait: for messages */
     double start;       /* when the step began (CLOCK_MONOTONIC seconds) */
+    double cpu;         /* the process's CPU seconds in the step */
     size_t stash_bytes; /* saved per micro-batch in flight */
 } ts_stage_times;
 void ts_stage_last_times(const ts_stage *st, ts_stage_times *t);
@@ -83,13 +84,16 @@ void ts_stage_last_times(const ts_stage *st, ts_stage_times *t);
  * replica's sum), "wait sends" (for this stage's sends to finish),
  * "stash", "restore" (saving and putting back a backward's inputs),
  * "send" (copies into send buffers), "sum" (the gradient tree and the
- * shared parameters' adds), "clip", "update". Times are CLOCK_MONOTONIC
- * seconds, which the processes of one host share; mb is -1 for pieces of
- * no micro-batch. */
+ * shared parameters' adds), "norm", "clip", "update". Times are
+ * CLOCK_MONOTONIC seconds, which the processes of one host share; cpu is
+ * the process's CPU seconds in the piece (every thread's, and the little
+ * between it and the piece before: what a loaded machine does not
+ * stretch); mb is -1 for pieces of no micro-batch. */
 typedef struct ts_stage_event {
     const char *what;
     int mb;
     double t0, t1;
+    double cpu;
 } ts_stage_event;
 int ts_stage_timeline(const ts_stage *st, const ts_stage_event **events);
 /* The host memory the stage holds outside its plan's arena: saved

@@ -85,3 +85,31 @@ ts_status ts_stage_clip(ts_stage *st) {
     }
     return TS_OK;
 }
+
+/* The squares of this stage's gradients summed (parameter order, in
+ * double): pipe.in's (the gradient sent back) and the later holder's copy
+ * of a shared parameter left out, so the stages' sums add up to the
+ * model's. */
+double ts_stage_grad_sq_now(ts_stage *st) {
+    /* eight partial sums in a fixed order, so the loop is not one chain of
+     * dependent adds (it ran 5x the update's time with one); deterministic */
+    double sq[8] = {0};
+    for (int p = 0; p < ts_plan_param_count(st->plan); p++) {
+        const char *name = ts_plan_param_name(st->plan, p);
+        if (!strncmp(name, "pipe.", 5)) continue;
+        int skip = 0;
+        for (int i = 0; i < st->n_shared; i++)
+            if (!st->shared[i].owner && !strcmp(st->shared[i].name, name)) skip = 1;
+        char gname[160];
+        snprintf(gname, sizeof gname, "grad:%s", name);
+        size_t bytes = 0;
+        const float *g = (const float *)ts_plan_value_at(st->plan, gname, &bytes);
+        if (skip || !g) continue;
+        const size_t n = bytes / sizeof(float);
+        size_t j = 0;
+        for (; j + 8 <= n; j += 8)
+            for (int k = 0; k < 8; k++) sq[k] += (double)g[j + k] * (double)g[j + k];
+        for (; j < n; j++) sq[j % 8] += (double)g[j] * (double)g[j];
+    }
+    return ((sq[0] + sq[1]) + (sq[2] + sq[3])) + ((sq[4] + sq[5]) + (sq[6] + sq[7]));
+}

@@ -5,6 +5,7 @@
 
 #include "dist/repro_sum.h"
 #include "plan/stages.h"
+#include <time.h>
 #include "session/stages.h"
 
 enum {
@@ -15,6 +16,13 @@ enum {
     TAG_REPLICA = 5,
     MAX_SHARED = 16
 };
+
+/* A contiguous piece of the stage's gradient region that the micro-batch
+ * tree sums (stages_sum.c). */
+typedef struct grad_piece {
+    size_t off, n; /* floats into the region */
+    ts_tree_sum t;
+} grad_piece;
 
 /* A parameter this stage holds together with one other stage. */
 typedef struct shared_param {
@@ -45,7 +53,12 @@ struct ts_stage {
     int n_pending, cap_pending;
     float *grad;
     size_t ngrad;
-    ts_tree_sum gsum;
+    /* the gradient region less the later holder's copies of shared
+     * parameters (whose sum the earlier holder forms and sends back): the
+     * pieces the micro-batch tree sums, nsum floats in all */
+    grad_piece pieces[MAX_SHARED + 1];
+    int n_pieces;
+    size_t nsum;
     shared_param shared[MAX_SHARED];
     int n_shared;
     float *dp_buf; /* D > 1: every replica's sum of this stage's gradients */
@@ -65,12 +78,26 @@ struct ts_stage {
     ts_stage_times t;
     ts_stage_event *ev; /* the last step's timeline (ts_stage_timeline) */
     int n_ev, cap_ev;
+    double cpu_last; /* the process's CPU time at the last piece's end */
 };
 
+/* The process's CPU time in seconds (every thread's; the figure a loaded
+ * machine does not stretch the way it stretches wall time). */
+static inline double ts_stage_cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* Adds a piece of the step to its timeline (dropped past the capacity,
- * which setup sizes for every piece a step makes). */
+ * which setup sizes for every piece a step makes), as it ends: its CPU
+ * time is the process's since the previous piece ended (the pieces follow
+ * each other; what little runs between two goes to the later). */
 static inline void ts_stage_mark(ts_stage *st, const char *what, int mb, double t0, double t1) {
-    if (st->n_ev < st->cap_ev) st->ev[st->n_ev++] = (ts_stage_event){what, mb, t0, t1};
+    const double c = ts_stage_cpu_now();
+    if (st->n_ev < st->cap_ev)
+        st->ev[st->n_ev++] = (ts_stage_event){what, mb, t0, t1, c - st->cpu_last};
+    st->cpu_last = c;
 }
 
 /* The comm rank of this replica's stage t. */
@@ -84,5 +111,17 @@ static inline int ts_stage_rank_of(const ts_stage *st, int t) {
  * gradients are final and before the update. */
 ts_status ts_stage_clip_setup(ts_stage *st, const ts_graph *whole, double max_norm);
 ts_status ts_stage_clip(ts_stage *st);
+/* The squares of this stage's gradients now, summed (the log's gradient
+ * norm; ts_stage_grad_sq keeps the last step's). */
+double ts_stage_grad_sq_now(ts_stage *st);
+
+/* The micro-batches' gradient sum (stages_sum.c): setup after the shared
+ * parameters are found; after each micro-batch's backward (in micro-batch
+ * order) ts_stage_sum_add puts its gradients into the tree, and the last
+ * one's also finishes it in the same pass: the sum / M into the gradients
+ * (one replica), or the replica's sum into its slot of dp_buf (D > 1). */
+ts_status ts_stage_sum_setup(ts_stage *st);
+ts_status ts_stage_sum_add(ts_stage *st, int mb);
+void ts_stage_sum_free(ts_stage *st);
 
 #endif

@@ -32,8 +32,9 @@ size_t ts_stage_buffer_bytes(const ts_stage *st) {
     if (st->grad_send) b += st->in_bytes * M;
     for (int i = 0; i < st->n_shared; i++) b += st->shared[i].bytes * (st->shared[i].owner ? 1 : M);
     const size_t g = st->ngrad * sizeof(float);
-    if (st->M > 1) b += (size_t)ts_tree_sum_buffers(st->M, 0) * g;
-    if (st->D > 1) b += (size_t)ts_tree_sum_buffers(st->D, !(st->M & (st->M - 1))) * g;
+    /* the micro-batch tree, over the pieces it sums (stages_sum.c) */
+    if (st->M > 1) b += (size_t)ts_tree_sum_buffers(st->M) * st->nsum * sizeof(float);
+    if (st->D > 1) b += (size_t)ts_tree_sum_buffers(st->D) * g;
     if (st->D > 1) b += (size_t)st->D * st->ngrad * sizeof(float); /* dp_buf */
     return b;
 }

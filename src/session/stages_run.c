@@ -44,7 +44,7 @@ void ts_stage_free(ts_stage *st) {
     ts_comm_free(st->comm, st->act_send), ts_comm_free(st->comm, st->grad_send);
     free(st->reqs), free(st->pending);
     for (int i = 0; i < st->n_shared; i++) ts_comm_free(st->comm, st->shared[i].bufs);
-    ts_tree_sum_free(&st->gsum);
+    ts_stage_sum_free(st);
     ts_tree_sum_free(&st->dpsum);
     free(st->clip_v), free(st->clip_idx);
     ts_comm_free(st->comm, st->dp_buf);
@@ -151,7 +151,9 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
         /* the received activation is a parameter, outside those regions */
         if (st->in_at) st->ranges[st->n_ranges++] = (ts_plan_range){st->in_at, st->in_bytes};
         for (int i = 0; i < st->n_ranges; i++) st->stash_bytes += st->ranges[i].bytes;
-        st->n_slots = ts_part_inflight(st->kind, st->S, st->M, st->s);
+        /* with one micro-batch nothing runs between its forward and its
+         * backward: nothing to save */
+        st->n_slots = st->M > 1 ? ts_part_inflight(st->kind, st->S, st->M, st->s) : 0;
         st->stash = malloc(st->stash_bytes * (size_t)st->n_slots + 1);
         st->act_send = send_buffer(st, st->out_bytes * (size_t)st->M + 1);
         if (!st->stash || !st->act_send) return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
@@ -160,8 +162,8 @@ static ts_status setup(ts_stage *st, ts_stage_model *sm) {
         return ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
     st->t.stash_bytes = st->stash_bytes;
     if ((s = ts_plan_grad_region(st->plan, &st->grad, &st->ngrad)) != TS_OK) return s;
-    if ((s = ts_tree_sum_init(&st->gsum, st->ngrad)) != TS_OK) return s;
     if ((s = find_shared(st, sm)) != TS_OK) return s;
+    if ((s = ts_stage_sum_setup(st)) != TS_OK) return s;
     if ((s = ts_stage_clip_setup(st, sm->g, sm->spec.clip_grad_norm)) != TS_OK) return s;
     st->cap_pending = 4 * st->M + 2 * MAX_SHARED + 4 + st->D;
     st->reqs = calloc((size_t)st->cap_pending, sizeof *st->reqs);
@@ -230,10 +232,14 @@ ts_status ts_stage_new(ts_config *c0, ts_comm *comm, ts_stage **out) {
     if (s == TS_OK) s = setup(st, &sm);
     ts_graph_free(sm.g);
     if (s == TS_OK && D > 1) {
-        if (!(st->dp_buf = send_buffer(st, st->ngrad * sizeof(float) * (size_t)D + 1)))
+        const size_t bytes = st->ngrad * sizeof(float) * (size_t)D;
+        if (!(st->dp_buf = send_buffer(st, bytes + 1)))
             s = ts_fail(TS_ERR_NOMEM, "pipeline: out of memory");
         else
             s = ts_tree_sum_init(&st->dpsum, st->ngrad);
+        /* the shared gradients the micro-batch tree leaves out stay zero in
+         * every replica's sum (the summed one arrives after) */
+        if (st->dp_buf) memset(st->dp_buf, 0, bytes);
     }
     if (s != TS_OK) {
         ts_error_prefix("pipeline stage %d (rank %d)", st->s, rank);
@@ -339,7 +345,7 @@ static ts_status after_backward(ts_stage *st, int mb) {
     }
     ts_stage_mark(st, "send", mb, t0, now());
     t0 = now();
-    if (s == TS_OK && st->M > 1) s = ts_tree_sum_add(&st->gsum, st->grad);
+    if (s == TS_OK) s = ts_stage_sum_add(st, mb);
     ts_stage_mark(st, "sum", mb, t0, now());
     return s;
 }
@@ -353,9 +359,8 @@ static ts_status after_backward(ts_stage *st, int mb) {
  * fixed order on every replica (deterministic, but not one process's). */
 static ts_status replicas_sum(ts_stage *st) {
     const size_t n = st->ngrad;
-    float *mine = st->dp_buf + (size_t)st->d * n;
-    ts_status s = st->M > 1 ? ts_tree_sum_result(&st->gsum, mine, 1.0f) : TS_OK;
-    if (st->M == 1) memcpy(mine, st->grad, n * sizeof(float));
+    float *mine = st->dp_buf + (size_t)st->d * n; /* the tree's result (ts_stage_sum_add) */
+    ts_status s = TS_OK;
     for (int r = 0; r < st->D && s == TS_OK; r++)
         if (r != st->d) s = send_to(st, r * st->S + st->s, TAG_REPLICA, mine, n * sizeof(float));
     for (int r = 0; r < st->D && s == TS_OK; r++)
@@ -373,6 +378,7 @@ static ts_status replicas_sum(ts_stage *st) {
 }
 
 static void stash(ts_stage *st, int mb, int save) {
+    if (!st->n_slots) return;
     const double t0 = now();
     unsigned char *p = st->stash + (size_t)(mb % st->n_slots) * st->stash_bytes;
     for (int i = 0; i < st->n_ranges; i++) {
@@ -385,42 +391,14 @@ static void stash(ts_stage *st, int mb, int save) {
     ts_stage_mark(st, save ? "stash" : "restore", mb, t0, now());
 }
 
-/* The squares of this stage's gradients summed (parameter order, in
- * double): pipe.in's (the gradient sent back) and the later holder's copy
- * of a shared parameter left out, so the stages' sums add up to the
- * model's. */
-static double grad_sq(ts_stage *st) {
-    /* eight partial sums in a fixed order, so the loop is not one chain of
-     * dependent adds (it ran 5x the update's time with one); deterministic */
-    double sq[8] = {0};
-    for (int p = 0; p < ts_plan_param_count(st->plan); p++) {
-        const char *name = ts_plan_param_name(st->plan, p);
-        if (!strncmp(name, "pipe.", 5)) continue;
-        int skip = 0;
-        for (int i = 0; i < st->n_shared; i++)
-            if (!st->shared[i].owner && !strcmp(st->shared[i].name, name)) skip = 1;
-        char gname[160];
-        snprintf(gname, sizeof gname, "grad:%s", name);
-        size_t bytes = 0;
-        const float *g = (const float *)ts_plan_value_at(st->plan, gname, &bytes);
-        if (skip || !g) continue;
-        const size_t n = bytes / sizeof(float);
-        size_t j = 0;
-        for (; j + 8 <= n; j += 8)
-            for (int k = 0; k < 8; k++) sq[k] += (double)g[j + k] * (double)g[j + k];
-        for (; j < n; j++) sq[j % 8] += (double)g[j] * (double)g[j];
-    }
-    return ((sq[0] + sq[1]) + (sq[2] + sq[3])) + ((sq[4] + sq[5]) + (sq[6] + sq[7]));
-}
-
-ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const void *const *data) {
-    if (!st || (n > 0 && (!names || !data)))
-        return ts_fail(TS_ERR_INVALID, "pipeline: step with NULL arguments");
+static ts_status step(ts_stage *st, int n, const char *const *names, const void *const *data) {
     const double t0 = now();
     memset(&st->t, 0, sizeof st->t);
     st->t.start = t0;
     st->t.stash_bytes = st->stash_bytes;
     st->n_ev = 0;
+    const double cpu0 = ts_stage_cpu_now();
+    st->cpu_last = cpu0;
     st->n_pending = 0;
     ts_pipe_op ops[2 * 1024];
     if (st->M > 1024) return ts_fail(TS_ERR_INVALID, "pipeline: more than 1024 micro-batches");
@@ -463,12 +441,12 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
             s = after_backward(st, mb);
         }
     }
-    const double tsum = now();
-    if (s == TS_OK && st->D > 1)
+    /* the micro-batches' sum is done (the last backward's ts_stage_sum_add) */
+    if (s == TS_OK && st->D > 1) {
+        const double tsum = now();
         s = replicas_sum(st);
-    else if (s == TS_OK && st->M > 1)
-        s = ts_tree_sum_result(&st->gsum, st->grad, (float)st->M);
-    ts_stage_mark(st, "sum", -1, tsum, now());
+        ts_stage_mark(st, "sum", -1, tsum, now());
+    }
     /* a shared parameter's summed gradient goes back to its other holder */
     for (int i = 0; i < st->n_shared && s == TS_OK; i++) {
         shared_param *sp = &st->shared[i];
@@ -481,7 +459,7 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
     }
     ts_plan_set_seed(st->plan, seed);
     const double tn = now();
-    if (s == TS_OK) st->grad_sq = grad_sq(st);
+    if (s == TS_OK) st->grad_sq = ts_stage_grad_sq_now(st);
     ts_stage_mark(st, "norm", -1, tn, now());
     /* clipping: its all-reduce after this step's messages are all through;
      * so the ZeRO-1 all-gathers, which run on the group's communication
@@ -512,5 +490,20 @@ ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const voi
     ts_plan_end_step(st->plan, 1);
     st->loss = st->last ? loss / st->M : NAN;
     st->t.step = now() - t0;
+    st->t.cpu = ts_stage_cpu_now() - cpu0;
     return TS_OK;
+}
+
+ts_status ts_stage_step(ts_stage *st, int n, const char *const *names, const void *const *data) {
+    if (!st || (n > 0 && (!names || !data)))
+        return ts_fail(TS_ERR_INVALID, "pipeline: step with NULL arguments");
+    /* A stage waits for its neighbours for up to a micro-batch's time, and
+     * with fewer cores than processes (or other work on them) a wait that
+     * keeps yielding takes CPU time the neighbour it waits for could use:
+     * its waits nap once their short spin is over (50 us each, little
+     * against a micro-batch). */
+    const int naps = ts_comm_wait_naps(1);
+    const ts_status s = step(st, n, names, data);
+    ts_comm_wait_naps(naps);
+    return s;
 }

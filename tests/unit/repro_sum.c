@@ -105,6 +105,49 @@ static void test_grouping(void) {
     ts_tree_sum_free(&t);
 }
 
+/* The binary counter's tree written out an add at a time, element by
+ * element: each leaf pushed, two subtrees of equal size on top added (the
+ * lower one the left operand), the subtrees left added from the top down,
+ * then the division. ts_tree_sum fuses these adds into fewer passes over
+ * the vectors; each float must still come out of these same roundings. */
+static void counter_tree(int M, float div, float *out) {
+    for (size_t e = 0; e < LEN; e++) {
+        float v[64];
+        int lv[64], d = 0;
+        for (int i = 0; i < M; i++) {
+            v[d] = leaves[i][e], lv[d++] = 0;
+            while (d > 1 && lv[d - 1] == lv[d - 2])
+                v[d - 2] = v[d - 2] + v[d - 1], lv[d - 2]++, d--;
+        }
+        for (; d > 1; d--) v[d - 2] = v[d - 2] + v[d - 1];
+        out[e] = div == 1.0f ? v[0] : v[0] / div;
+    }
+}
+
+static void test_passes(void) {
+    static float ref[LEN], got[LEN];
+    for (int M = 1; M <= MAXM; M++) {
+        fill(M);
+        counter_tree(M, (float)M, ref);
+        tree_of(M, (float)M, got);
+        CHECK(memcmp(ref, got, sizeof ref) == 0, "add x %d + result: the counter's adds' bits", M);
+        counter_tree(M, 1.0f, ref);
+        tree_of(M, 1.0f, got);
+        CHECK(memcmp(ref, got, sizeof ref) == 0, "add x %d + result, no division: the same", M);
+    }
+    /* equal subtrees by add_node merge as leaves do: in place, so two of
+     * them use one buffer (ts_tree_sum_buffers counts them as leaves) */
+    ts_tree_sum t;
+    CHECK_OK(ts_tree_sum_init(&t, LEN));
+    fill(2);
+    for (int i = 0; i < 2; i++) CHECK_OK(ts_tree_sum_add_node(&t, leaves[i], 1));
+    CHECK(t.buf[1] == NULL && ts_tree_sum_buffers(2) == 1, "2 nodes of one level: one buffer");
+    CHECK_OK(ts_tree_sum_result(&t, got, 1.0f));
+    for (size_t e = 0; e < LEN; e++) ref[e] = leaves[0][e] + leaves[1][e];
+    CHECK(memcmp(ref, got, sizeof ref) == 0, "2 nodes: their sum");
+    ts_tree_sum_free(&t);
+}
+
 /* ---- the data-parallel chain over shm ------------------------------------ */
 
 typedef struct job {
@@ -299,6 +342,7 @@ static void test_gather(void) {
 
 int main(void) {
     test_grouping();
+    test_passes();
     test_chain();
     test_gather();
     return check_summary("unit/repro_sum");

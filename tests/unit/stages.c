@@ -10,6 +10,8 @@
 #include "check.h"
 #include "dist/repro_sum.h"
 #include "plan/micro.h"
+#include "plan/plan.h"
+#include "plan/stages.h"
 #include "session/stages.h"
 
 enum { STEPS = 3, B = 8 };
@@ -177,6 +179,51 @@ static int compare(ts_plan *stage, ts_plan *ref, int rank) {
     return bad != 0;
 }
 
+/* The bytes a stage saves between a micro-batch's forward and backward
+ * (ts_plan_read_ranges over the backward) are exactly those of the inputs
+ * and temporaries its instructions read before any of them writes them
+ * (pipe.grad, received, left out), worked out byte by byte: no more (a
+ * backward's temporaries where the forward's values lay need no saving)
+ * and no fewer (the weights' bits check that too). 0 when they are. */
+static int saved_bytes_exact(ts_plan *p) {
+    const int k = ts_plan_first_reader(p, "pipe.grad"), gate = ts_plan_gate_ins(p);
+    const ts_arena_layout *L = &p->prog.layout;
+    const ts_named *ex = ts_plan_find(p, "pipe.grad");
+    unsigned char *first = calloc(L->arena_bytes + 1, 1); /* 1: read first, 2: written first */
+    int n = 0, rc = 0;
+    if (!first || k < 0 || !ex || ts_plan_read_ranges(p, k, gate, "pipe.grad", NULL, 0, &n)) {
+        free(first);
+        return 30;
+    }
+    for (int i = k; i < gate; i++) {
+        const ts_instr *in = &p->prog.ins[i];
+        for (int j = 0; j < in->n_in; j++)
+            if (in->in[j].off != ex->v.off)
+                for (size_t b = 0; b < ts_operand_bytes(&in->in[j]); b++)
+                    if (!first[in->in[j].off + b]) first[in->in[j].off + b] = 1;
+        for (int j = 0; j < in->n_out; j++)
+            for (size_t b = 0; b < ts_operand_bytes(&in->out[j]); b++)
+                if (!first[in->out[j].off + b]) first[in->out[j].off + b] = 2;
+    }
+    ts_plan_range *r = malloc(sizeof *r * (size_t)(n + 1));
+    unsigned char *saved = calloc(L->arena_bytes + 1, 1);
+    if (!r || !saved || ts_plan_read_ranges(p, k, gate, "pipe.grad", r, n, &n)) rc = 31;
+    for (int i = 0; i < n && !rc; i++) memset(saved + (r[i].at - ts_plan_at(p, 0)), 1, r[i].bytes);
+    for (size_t b = 0; b < L->arena_bytes && !rc; b++) {
+        const int movable = (b >= L->io_off && b < L->io_off + L->io_bytes) ||
+                            (b >= L->temp_off && b < L->temp_off + L->temp_bytes);
+        if (saved[b] != (movable && first[b] == 1)) {
+            fprintf(stderr, "arena byte %zu: saved %d, first %s\n", b, saved[b],
+                    first[b] == 1   ? "read"
+                    : first[b] == 2 ? "written"
+                                    : "untouched");
+            rc = 32;
+        }
+    }
+    free(first), free(saved), free(r);
+    return rc;
+}
+
 static int worker(ts_comm *comm, void *user) {
     const job *j = user;
     const int gpt = j->yaml != MLP;
@@ -187,6 +234,13 @@ static int worker(ts_comm *comm, void *user) {
         return 2;
     }
     int t0 = 0;
+    if (ts_comm_rank(comm) < j->S - 1) {
+        const int rc = saved_bytes_exact(ts_stage_plan(st));
+        if (rc) {
+            ts_stage_free(st);
+            return rc;
+        }
+    }
     if (j->phase == 2) {
         if (ts_stage_load(st, j->ckpt) != TS_OK) {
             fprintf(stderr, "%s\n", ts_last_error());
