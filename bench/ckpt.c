@@ -1,7 +1,7 @@
 /* Checkpoint throughput and the stall an asynchronous save adds to a step,
  * for W3-sized state (GPT W3: 23 M parameters, AdamW moments: ~280 MB).
  *
- *     bench_ckpt [--save-only] [--reps N] [RUN_DIR]
+ *     bench_ckpt [--save-only] [--reps N] [--threads N] [RUN_DIR]
  *                               (default /tmp/tessel-bench-ckpt; removed after)
  *
  * Prints: CRC-32C and SHA-256 speed on one core; how checkpoint files are
@@ -17,6 +17,9 @@
  * medians side by side with the disk's own median (O_DIRECT or page
  * cache, the better), the load average at the start and the end, and the
  * targets of issue #26.
+ *
+ * --threads N runs the steps on N OpenMP threads (default: all cores), so
+ * a save can be measured beside a step that leaves cores idle.
  *
  * --save-only skips the training steps: the disk alone, then N synchronous
  * saves and N asynchronous saves waited for at once (nothing else running),
@@ -185,15 +188,18 @@ static int save_bench(ts_plan *p, const char *run, const char *sk, double bytes,
 }
 
 int main(int argc, char **argv) {
-    int save_only = 0, reps = 5;
+    int save_only = 0, reps = 5, threads = 0;
     while (argc > 1 && !strncmp(argv[1], "--", 2)) {
         if (!strcmp(argv[1], "--save-only")) {
             save_only = 1;
         } else if (!strcmp(argv[1], "--reps") && argc > 2) {
             reps = atoi(argv[2]);
             argv++, argc--;
+        } else if (!strcmp(argv[1], "--threads") && argc > 2) {
+            threads = atoi(argv[2]);
+            argv++, argc--;
         } else {
-            fprintf(stderr, "usage: bench_ckpt [--save-only] [--reps N] [RUN_DIR]\n");
+            fprintf(stderr, "usage: bench_ckpt [--save-only] [--reps N] [--threads N] [RUN_DIR]\n");
             return 2;
         }
         argv++, argc--;
@@ -214,7 +220,9 @@ int main(int argc, char **argv) {
     if (ts_build_gpt(g, &c, &m) != TS_OK) return fprintf(stderr, "%s\n", ts_last_error()), 1;
     ts_train_spec spec = ts_train_spec_default(m.loss);
     spec.opt = ts_adamw(3e-4, 0.9, 0.95, 1e-8, 0.1);
-    if (ts_compile(g, &spec, NULL, &p) != TS_OK) return fprintf(stderr, "%s\n", ts_last_error()), 1;
+    ts_compile_options co = ts_compile_options_default();
+    co.threads = threads > 0 ? threads : 0;
+    if (ts_compile(g, &spec, &co, &p) != TS_OK) return fprintf(stderr, "%s\n", ts_last_error()), 1;
     ts_plan_stats st;
     ts_plan_get_stats(p, &st);
     printf("W3: params %.1f MB, optimizer state %.1f MB, %d persistent tensors\n",
@@ -335,8 +343,9 @@ int main(int argc, char **argv) {
     ts_ckpt_saver_free(sv);
     int n = rounds / 2;
     double stall = stall_sum / n, alone = alone_sum / n;
-    printf("W3 step %.3f s alone, %.3f s beside a background save (first steps: %.3f s)\n", alone,
-           with_sum / n, t_step);
+    printf("W3 step (%d threads, 0: all; %ld cores) %.3f s alone, %.3f s beside a background "
+           "save (first steps: %.3f s)\n",
+           threads, sysconf(_SC_NPROCESSORS_ONLN), alone, with_sum / n, t_step);
     printf("async: stall %.1f ms per save = %.2f %% of a step; background save %.3f s = %.2f "
            "GB/s; median %.3f s of it after the step\n",
            stall * 1e3, 100 * stall / alone, write_sum / n, bytes / (write_sum / n) / 1e9,

@@ -106,6 +106,9 @@ typedef struct ts_session_result {
     char alert_rule[64];       /* ... that rule */
     int64_t anomaly_snapshots; /* step-N-anomaly checkpoints written by alerts */
     int64_t pauses;            /* alert pauses resumed */
+    /* Seconds from the start of the process to the start of its first step
+     * (its batch asked for), and that step's own seconds; NaN if no step ran. */
+    double start_to_first_step, first_step;
 } ts_session_result;
 
 /* Run the finished config `c` (it is not modified; epochs and the data's

@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <omp.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
@@ -717,6 +718,8 @@ ts_status ts_ckpt_saver_begin(ts_ckpt_saver *s, const ts_plan *p, const ts_ckpt_
     double t2 = ts_now();
     if (st == TS_OK) st = take_job(s, p, meta);
     s->boost = 0; /* no thread of the saver runs now */
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    s->free_cores = ncpu > omp_get_max_threads() ? (int)ncpu - omp_get_max_threads() : 0;
     if (st == TS_OK && pthread_create(&s->thread, NULL, job_thread, s) != 0)
         st = ts_fail(TS_ERR_INTERNAL, "ckpt saver: cannot start the writer thread");
     if (st != TS_OK) {

@@ -58,7 +58,11 @@ struct ts_ckpt_saver {
     char *run_dir;
     ts_dir run; /* opened once: every name below it is reached without following links */
     int threads, keep_last, keep_every;
-    int background;  /* lower the writer threads' priority (not for ts_ckpt_save) */
+    int background; /* lower the writer threads' priority (not for ts_ckpt_save) */
+    /* Cores the training step leaves free (online cores minus the OpenMP
+     * threads of the thread that called begin()): a background save hashes
+     * on that many at normal priority, on the rest at SCHED_IDLE. */
+    int free_cores;
     int rank, world; /* ts_ckpt_options: several ranks save sharded state together */
     uint64_t group;
     double rank_timeout_s;

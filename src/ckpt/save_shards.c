@@ -245,9 +245,13 @@ ts_status ck_write_shards(ts_ckpt_saver *s, const ts_dir *dir) {
     pthread_mutex_unlock(&s->wmu);
     pthread_t th[8];
     int started = 0;
-    /* A synchronous save: this thread is one of the hashers. */
+    /* A synchronous save: this thread is one of the hashers. A background
+     * one: as many as the step leaves cores free hash at normal priority
+     * (train.threads below the core count), the others on idle time. */
     for (; started < hashers - !s->background && started < 8; started++)
-        if (pthread_create(&th[started], NULL, s->background ? idle_hasher : full_hasher, s) != 0)
+        if (pthread_create(&th[started], NULL,
+                           s->background && started >= s->free_cores ? idle_hasher : full_hasher,
+                           s) != 0)
             break;
     /* Until someone waits for the save (at once for a synchronous one),
      * this thread only waits; then it hashes too (at its own priority),

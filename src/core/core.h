@@ -40,6 +40,20 @@ uint64_t ts_hash_str(const char *s);
  * cache) when the environment variable `off_env` is "0" or neither is set. */
 int ts_cache_dir(const char *off_env, char *dir, size_t n);
 
+/* Seconds since this process started (from /proc/self/stat, in clock
+ * ticks: 10 ms on Linux), the exec and loading of libraries included; NaN
+ * where it cannot be read. */
+double ts_process_age(void);
+
+/* Values [first, first + n) of the streams ts_rand_uniform_f64 and
+ * ts_rand_normal_f64 fill from 0 (`first` a multiple of 4: one Philox
+ * counter gives four values), so a long stream can be drawn in pieces, on
+ * several threads, to the same bits. */
+void ts_rand_uniform_f64_at(double *out, int64_t first, int64_t n, uint64_t key, double lo,
+                            double hi);
+void ts_rand_normal_f64_at(double *out, int64_t first, int64_t n, uint64_t key, double mean,
+                           double std);
+
 /* Uniform in [0, 1) from one random word (24-bit resolution, like float). */
 static inline double ts_u01(uint32_t r) {
     return (double)(r >> 8) * (1.0 / 16777216.0);

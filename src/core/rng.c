@@ -20,19 +20,21 @@ void ts_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]) 
     out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
 }
 
-void ts_rand_uniform_f64(double *out, int64_t n, uint64_t key, double lo, double hi) {
+void ts_rand_uniform_f64_at(double *out, int64_t first, int64_t n, uint64_t key, double lo,
+                            double hi) {
     for (int64_t i = 0; i < n; i += 4) {
         uint32_t r[4];
-        ts_philox(key, 0, (uint64_t)i / 4, r);
+        ts_philox(key, 0, (uint64_t)(first + i) / 4, r);
         for (int j = 0; j < 4 && i + j < n; j++) out[i + j] = lo + (hi - lo) * ts_u01(r[j]);
     }
 }
 
-void ts_rand_normal_f64(double *out, int64_t n, uint64_t key, double mean, double std) {
+void ts_rand_normal_f64_at(double *out, int64_t first, int64_t n, uint64_t key, double mean,
+                           double std) {
     /* Box-Muller on pairs; u1 is kept away from 0 so log() is finite. */
     for (int64_t i = 0; i < n; i += 4) {
         uint32_t r[4];
-        ts_philox(key, 1, (uint64_t)i / 4, r);
+        ts_philox(key, 1, (uint64_t)(first + i) / 4, r);
         for (int j = 0; j < 4; j += 2) {
             double u1 = (ts_u01(r[j]) + 0.5 / 16777216.0), u2 = ts_u01(r[j + 1]);
             double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
@@ -40,4 +42,12 @@ void ts_rand_normal_f64(double *out, int64_t n, uint64_t key, double mean, doubl
             if (i + j + 1 < n) out[i + j + 1] = mean + std * rad * sin(th);
         }
     }
+}
+
+void ts_rand_uniform_f64(double *out, int64_t n, uint64_t key, double lo, double hi) {
+    ts_rand_uniform_f64_at(out, 0, n, key, lo, hi);
+}
+
+void ts_rand_normal_f64(double *out, int64_t n, uint64_t key, double mean, double std) {
+    ts_rand_normal_f64_at(out, 0, n, key, mean, std);
 }

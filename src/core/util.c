@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "core.h"
 
 char *ts_shape_str(char *buf, size_t n, ts_dtype dt, int rank, const int64_t *dims) {
@@ -72,6 +73,29 @@ double ts_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double ts_process_age(void) {
+    /* Field 22 of /proc/self/stat, after the command name in parentheses
+     * (which may hold spaces and ')'), is the start in clock ticks since
+     * boot, the epoch of CLOCK_BOOTTIME. */
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f) return NAN;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    /* after ')': state (field 3), fields 4 to 21, then starttime */
+    for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
+    char *end = NULL;
+    unsigned long long ticks = p ? strtoull(p + 1, &end, 10) : 0;
+    if (!p || end == p + 1) return NAN;
+    long hz = sysconf(_SC_CLK_TCK);
+    struct timespec ts;
+    if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &ts) != 0) return NAN;
+    double age = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - (double)ticks / (double)hz;
+    return age >= 0 ? age : 0;
 }
 
 void ts_catf(char *buf, size_t cap, size_t *len, const char *fmt, ...) {

@@ -39,6 +39,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -294,6 +295,12 @@ static ts_status unchanged(const shard *sh) {
 static void *hash_all(void *arg) {
     ts_token_map *m = arg;
     ts_status s = TS_OK;
+    /* Nice 19: the first steps keep the cores (a 4 GB corpus is about 2
+     * CPU s of hashing, which doubled W3's first step beside it). Unlike
+     * SCHED_IDLE (the checkpoint's hashers) it still gets a small share
+     * under load, and a core whenever the step or a waiter leaves one:
+     * nobody can take a SHA-256 stream over, so the pass must not starve. */
+    (void)setpriority(PRIO_PROCESS, (id_t)gettid(), 19); /* failure costs only the steps' speed */
     for (int k = 0; s == TS_OK && k < m->n; k++) {
         shard *sh = &m->sh[k];
         char hex[65];

@@ -19,6 +19,28 @@ static void fans(const ts_type *t, double *fan_in, double *fan_out) {
     *fan_out = (double)t->dims[0] * rf;
 }
 
+/* Values are drawn in pieces of INIT_PIECE elements (a multiple of 4: a
+ * Philox counter gives four) on every thread: each is a pure function of
+ * (key, index), so the bits do not depend on the pieces or the threads, and
+ * no buffer of n doubles is allocated (W3's 23 M parameters and 46 M
+ * moments once cost 550 MB of page faults here). */
+#define INIT_PIECE 1024
+
+typedef struct {
+    ts_init_kind kind;
+    double lo, hi; /* uniform [lo, hi); normal: mean lo, std hi; constant: lo */
+} init_rule;
+
+/* Elements [first, first + m) of the value, as doubles. */
+static void init_piece(const init_rule *r, uint64_t key, int64_t first, int64_t m, double *out) {
+    if (r->kind == TS_INIT_NORMAL)
+        ts_rand_normal_f64_at(out, first, m, key, r->lo, r->hi);
+    else if (r->kind == TS_INIT_UNIFORM)
+        ts_rand_uniform_f64_at(out, first, m, key, r->lo, r->hi);
+    else
+        for (int64_t i = 0; i < m; i++) out[i] = r->lo;
+}
+
 static ts_status init_value(const ts_value *v, void *dst, uint64_t seed) {
     int64_t n = ts_type_numel(&v->t);
     size_t bytes = ts_type_bytes(&v->t);
@@ -29,44 +51,51 @@ static ts_status init_value(const ts_value *v, void *dst, uint64_t seed) {
     if (v->t.dtype != TS_F32 && v->t.dtype != TS_F64)
         return ts_fail(TS_ERR_UNSUPPORTED, "init of '%s': dtype %s not supported yet", v->name,
                        ts_dtype_name(v->t.dtype));
-    double *tmp = ts_alloc(sizeof(double) * (size_t)(n + 1), "parameter init");
-    if (!tmp) return TS_ERR_NOMEM;
     uint64_t key = ts_hash_str(v->name ? v->name : "") ^ (seed * 0x9E3779B97F4A7C15ull);
     double fi, fo, a = v->init.a, b = v->init.b;
     fans(&v->t, &fi, &fo);
+    /* Every kind as a normal, a uniform or a constant. */
+    init_rule r = {TS_INIT_CONSTANT, 0, 0};
     switch (v->init.kind) {
-    case TS_INIT_ZEROS: memset(tmp, 0, sizeof(double) * (size_t)n); break;
-    case TS_INIT_ONES:
-        for (int64_t i = 0; i < n; i++) tmp[i] = 1;
-        break;
-    case TS_INIT_CONSTANT:
-        for (int64_t i = 0; i < n; i++) tmp[i] = a;
-        break;
-    case TS_INIT_NORMAL: ts_rand_normal_f64(tmp, n, key, a, b); break;
-    case TS_INIT_UNIFORM: ts_rand_uniform_f64(tmp, n, key, a, b); break;
+    case TS_INIT_ZEROS:
+    case TS_INIT_BUFFER: break;
+    case TS_INIT_ONES: r.lo = 1; break;
+    case TS_INIT_CONSTANT: r.lo = a; break;
+    case TS_INIT_NORMAL: r = (init_rule){TS_INIT_NORMAL, a, b}; break;
+    case TS_INIT_UNIFORM: r = (init_rule){TS_INIT_UNIFORM, a, b}; break;
     case TS_INIT_KAIMING_UNIFORM: {
         double bound = sqrt(3.0) * sqrt(2.0 / (1.0 + a * a)) / sqrt(fi);
-        ts_rand_uniform_f64(tmp, n, key, -bound, bound);
+        r = (init_rule){TS_INIT_UNIFORM, -bound, bound};
         break;
     }
     case TS_INIT_KAIMING_NORMAL:
-        ts_rand_normal_f64(tmp, n, key, 0, sqrt(2.0 / (1.0 + a * a)) / sqrt(fi));
+        r = (init_rule){TS_INIT_NORMAL, 0, sqrt(2.0 / (1.0 + a * a)) / sqrt(fi)};
         break;
     case TS_INIT_XAVIER_UNIFORM: {
         double bound = a * sqrt(6.0 / (fi + fo));
-        ts_rand_uniform_f64(tmp, n, key, -bound, bound);
+        r = (init_rule){TS_INIT_UNIFORM, -bound, bound};
         break;
     }
     case TS_INIT_XAVIER_NORMAL:
-        ts_rand_normal_f64(tmp, n, key, 0, a * sqrt(2.0 / (fi + fo)));
+        r = (init_rule){TS_INIT_NORMAL, 0, a * sqrt(2.0 / (fi + fo))};
         break;
-    case TS_INIT_BUFFER: break;
     }
-    if (v->t.dtype == TS_F64)
-        memcpy(dst, tmp, bytes);
-    else
-        for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)tmp[i];
-    free(tmp);
+    if (r.kind == TS_INIT_CONSTANT && r.lo == 0 && !signbit(r.lo)) {
+        memset(dst, 0, bytes); /* zeros (most of the optimizer state): all bits 0 */
+        return TS_OK;
+    }
+    const int f64 = v->t.dtype == TS_F64;
+    const int64_t pieces = (n + INIT_PIECE - 1) / INIT_PIECE;
+#pragma omp parallel for schedule(static) if (n >= 4 * INIT_PIECE)
+    for (int64_t k = 0; k < pieces; k++) {
+        double tmp[INIT_PIECE];
+        const int64_t first = k * INIT_PIECE, m = n - first < INIT_PIECE ? n - first : INIT_PIECE;
+        init_piece(&r, key, first, m, tmp);
+        if (f64)
+            memcpy((double *)dst + first, tmp, sizeof(double) * (size_t)m);
+        else
+            for (int64_t i = 0; i < m; i++) ((float *)dst)[first + i] = (float)tmp[i];
+    }
     return TS_OK;
 }
 
@@ -124,6 +153,16 @@ static ts_status init_zero3_blocks(ts_plan *p, const ts_graph *g) {
     return s;
 }
 
+/* memset(p, 0, bytes) on every thread: most of its time is the kernel
+ * faulting in fresh pages (W3's 700 MiB arena: about 0.3 CPU s here), and
+ * the faults of separate pages proceed in parallel. */
+static void zero_pages(void *p, size_t bytes) {
+    const size_t piece = (size_t)2 << 20, pieces = (bytes + piece - 1) / piece;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (size_t k = 0; k < pieces; k++)
+        memset((unsigned char *)p + k * piece, 0, k + 1 < pieces ? piece : bytes - k * piece);
+}
+
 ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg) {
     const ts_graph *g = cg->graph;
     const ts_program *prog = &p->prog;
@@ -163,8 +202,8 @@ ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg) {
         if (!rt->arena) return TS_ERR_NOMEM;
     }
     const int owner = !rt->params || (!rt->params_borrowed && ts_comm_rank(comm) == 0);
-    memset(rt->arena, 0, bytes);
-    if (owner && rt->params) memset(rt->params, 0, pb);
+    zero_pages(rt->arena, bytes);
+    if (owner && rt->params) zero_pages(rt->params, pb);
     for (int v = 0; v < g->n_values; v++) {
         const ts_value *val = &g->values[v];
         if (cg->mp.off[v] == SIZE_MAX) continue;

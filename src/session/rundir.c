@@ -423,6 +423,10 @@ ts_status ts_sess_write_summary(session *s, const char *status, const char *erro
     /* the threads each process used (train.threads 0: chosen per host, docs/config.md) */
     if (s->threads_used > 0)
         json_object_set_new(o, "threads_per_process", json_integer(s->threads_used));
+    if (isfinite(r->start_to_first_step)) { /* process start to the first step (docs/data.md) */
+        json_object_set_new(o, "start_to_first_step_ms", json_real(1e3 * r->start_to_first_step));
+        json_object_set_new(o, "first_step_ms", json_real(1e3 * r->first_step));
+    }
     if (s->loader) /* time steps waited for their batch, summed (docs/data.md) */
         json_object_set_new(o, "data_wait_ms", json_real(1e3 * ts_loader_wait_seconds(s->loader)));
     if (s->c.batches_per_epoch)

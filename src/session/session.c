@@ -58,6 +58,8 @@ static ts_status train_loop(session *s) {
     }
     for (int64_t step = s->start_step + 1; step <= steps && !r->interrupted; step++) {
         const int64_t epoch = bpe ? (step - 1) / bpe + 1 : 0;
+        const int first = step == s->start_step + 1;
+        if (first) r->start_to_first_step = ts_process_age();
         const double lr = ts_plan_lr(s->plan), t0 = ts_now();
         /* The time this step waited for its batch (prefetch: src/data/prefetch.c). */
         const double w0 = s->loader ? ts_loader_wait_seconds(s->loader) : 0;
@@ -94,7 +96,7 @@ static ts_status train_loop(session *s) {
         const double rate = dt > 0 ? per_step * (double)s->rows / (double)c->model.batch / dt : 0;
         r->steps = step;
         r->final_loss = loss;
-        if (step == s->start_step + 1) r->first_loss = loss;
+        if (first) r->first_loss = loss, r->first_step = dt;
         if (step > s->start_step + 1 && s->n_rates < MAX_RATES) s->rates[s->n_rates++] = rate;
         double gnorm = NAN;
         unsigned alert = 0;
@@ -118,13 +120,17 @@ static ts_status train_loop(session *s) {
         }
         if ((st = ts_sess_gpu_observe(s, step)) != TS_OK) break;
         if (s->metrics) {
-            char b1[32], b2[32], b3[32], b4[32], amp[96] = "", shp[256], data[48] = "";
+            char b1[32], b2[32], b3[32], b4[32], amp[96] = "", shp[256], data[96] = "";
             ts_sess_shape_json(s, shp, sizeof shp);
             double scale;
             if (ts_plan_loss_scale(s->plan, &scale, NULL, NULL)) /* mixed precision */
                 snprintf(amp, sizeof amp, ",\"loss_scale\":%.9g,\"step_skipped\":%d", scale,
                          ts_plan_last_step_skipped(s->plan));
-            if (s->loader) snprintf(data, sizeof data, ",\"data_wait_ms\":%.4f", 1e3 * wait);
+            size_t dl = 0;
+            if (s->loader) ts_catf(data, sizeof data, &dl, ",\"data_wait_ms\":%.4f", 1e3 * wait);
+            if (first && isfinite(r->start_to_first_step)) /* how soon training began */
+                ts_catf(data, sizeof data, &dl, ",\"start_to_first_step_ms\":%.1f",
+                        1e3 * r->start_to_first_step);
             fprintf(s->metrics,
                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%s,"
                     "\"samples_per_s\":%s,\"grad_norm\":%s%s%s%s%s}\n",
@@ -411,6 +417,7 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
     if (!o) o = &dflt;
     memset(r, 0, sizeof *r);
     r->first_loss = r->final_loss = r->median_rate = NAN;
+    r->start_to_first_step = r->first_step = NAN;
     if (!c->finished) return ts_fail(TS_ERR_INVALID, "session: call ts_config_finish first");
     session *s = ts_zalloc(sizeof *s, "session");
     if (!s) return TS_ERR_NOMEM;

@@ -7,6 +7,7 @@
  * name order, and a bad shard is named in the error. First, the
  * validation split of a mapped file is evaluated from the mapping: a
  * tenth of a 48 MB file held out adds nothing like its 38 MB copy. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,16 +177,28 @@ int main(void) {
         CHECK(ru.ru_maxrss > 0 && ru.ru_maxrss < 160 * 1024,
               "peak resident memory %ld MB, not far below the 320 MB file", ru.ru_maxrss >> 10);
         char *m = e2e_slurp(e2e_path("run/metrics.jsonl"), NULL);
-        int train = 0, wait = 0;
+        int train = 0, wait = 0, first = 0;
+        double first_ms = -1;
         for (char *line = strtok(m, "\n"); line; line = strtok(NULL, "\n")) {
             if (!strstr(line, "\"type\":\"train\"")) continue;
             train++;
             wait += strstr(line, ",\"data_wait_ms\":") != NULL;
+            const char *f = strstr(line, ",\"start_to_first_step_ms\":");
+            if (f) first++, first_ms = atof(f + strlen(",\"start_to_first_step_ms\":"));
         }
         CHECK(train == 30 && wait == 30, "%d train records, %d with data_wait_ms", train, wait);
+        CHECK(first == 1, "%d train records with start_to_first_step_ms, not the first alone",
+              first);
         free(m);
         char *s = e2e_slurp(e2e_path("run/summary.json"), NULL);
         CHECK(strstr(s, "\"data_wait_ms\":"), "summary.json has data_wait_ms:\n%s", s);
+        /* the time from the process start to the first step, as the first record has it */
+        const char *f = strstr(s, "\"start_to_first_step_ms\": ");
+        const double sum_ms = f ? atof(f + strlen("\"start_to_first_step_ms\": ")) : -1;
+        CHECK(sum_ms > 0 && sum_ms < 600e3 && fabs(sum_ms - first_ms) < 0.1,
+              "summary.json's start_to_first_step_ms %g, the first record's %g", sum_ms, first_ms);
+        CHECK(strstr(s, "\"first_step_ms\": "), "summary.json has first_step_ms:\n%s", s);
+        printf("start to first step: %.1f ms\n", sum_ms);
         free(s);
     }
     remove(tok);

@@ -6,7 +6,8 @@
  *     CRC-32C of every tensor) and restores it into a fresh plan: every
  *     value and the step count come back;
  *   - saves the same values again, synchronously and in the background,
- *     through O_DIRECT and the page cache: every shard file is byte for byte
+ *     through O_DIRECT and the page cache, in the background beside a
+ *     caller on every core and on one: every shard file is byte for byte
  *     the golden one (the manifest differs only in its id and time).
  * The values are written, not computed, so the bytes do not depend on the
  * CPU. After an intended change of the format (and a bump of
@@ -15,6 +16,7 @@
  *     TESSEL_UPDATE_GOLDEN=1 build/test_unit_ckpt_golden
  */
 #include <dirent.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -172,16 +174,24 @@ static void test_same_bytes(void) {
         CHECK_OK(ts_ckpt_save(p, run, NULL, &o));
         step_dir(step, sizeof step, run);
         CHECK(same_shards(step) >= 2, "%s, synchronous: compared the shard files", modes[m]);
-        snprintf(run, sizeof run, "%s/bg-%s", root, modes[m]);
-        ts_ckpt_saver *sv = NULL;
-        CHECK_OK(ts_ckpt_saver_new(run, p, &o, &sv));
-        if (sv) {
-            CHECK_OK(ts_ckpt_saver_begin(sv, p, NULL));
-            CHECK_OK(ts_ckpt_saver_wait(sv));
-            ts_ckpt_saver_free(sv);
+        /* a step on every core (hashing on idle time) and on one (the
+         * other cores hash at normal priority: save.c's free_cores) */
+        const int all = omp_get_max_threads();
+        for (int one = 0; one < 2; one++) {
+            omp_set_num_threads(one ? 1 : all);
+            snprintf(run, sizeof run, "%s/bg-%s-%d", root, modes[m], one);
+            ts_ckpt_saver *sv = NULL;
+            CHECK_OK(ts_ckpt_saver_new(run, p, &o, &sv));
+            if (sv) {
+                CHECK_OK(ts_ckpt_saver_begin(sv, p, NULL));
+                CHECK_OK(ts_ckpt_saver_wait(sv));
+                ts_ckpt_saver_free(sv);
+            }
+            step_dir(step, sizeof step, run);
+            CHECK(same_shards(step) >= 2, "%s, background, step on %s: compared the shard files",
+                  modes[m], one ? "one thread" : "every core");
         }
-        step_dir(step, sizeof step, run);
-        CHECK(same_shards(step) >= 2, "%s, background: compared the shard files", modes[m]);
+        omp_set_num_threads(all);
     }
     unsetenv("TESSEL_CKPT_IO");
     ts_plan_free(p);
