@@ -212,8 +212,10 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         }                                                                                          \
         return TS_OK;                                                                              \
     }                                                                                              \
-    /* log(sum(exp(x))) of one row, max subtracted; a row of -inf gives -inf. */                   \
-    static inline double lse_row_##SFX(const T *x, int64_t c) {                                    \
+    /* log(sum(exp(x))) of one row, max subtracted; a row of -inf gives -inf. Always inlined:      \
+     * called on its own it is compiled once, for the baseline target, not in each clone of        \
+     * ce_block (W3's [2048, 8192] logits: most of the cross entropy's time). */                   \
+    static inline __attribute__((always_inline)) double lse_row_##SFX(const T *x, int64_t c) {     \
         if (c < LN) { /* a few classes: the same sums without the lanes (all 0) */                 \
             T m = (T)-INFINITY;                                                                    \
             for (int64_t i = 0; i < c; i++) m = x[i] > m ? x[i] : m;                               \
