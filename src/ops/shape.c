@@ -205,10 +205,8 @@ static ts_status strided_copy(const ts_kargs *k, const char *op, int rank, const
             char *o = out + (size_t)(t * inner_rows) * orow;
             for (int64_t j = 0; j < inner_rows; j++) {
                 const char *src = in + (size_t)(ib + j * s[L - 1]) * es;
-                if (low)
-                    for (int64_t e = 0; e < d[L]; e++)
-                        ((uint16_t *)(o + (size_t)j * orow))[e] =
-                            ts_f32_to_bf16(((const float *)src)[e]);
+                if (low) /* through the vectorised rounding (one thread: nested) */
+                    ts_f32_to_bf16_n((uint16_t *)(o + (size_t)j * orow), (const float *)src, d[L]);
                 else
                     memcpy(o + (size_t)j * row, src, row);
             }
