@@ -57,9 +57,12 @@ typedef struct ts_shape_attrs {
     int64_t dims[TS_ATTR_RANK];
 } ts_shape_attrs;
 
-/* permute: output dim i is input dim perm[i] (i < the input's rank). */
+/* permute: output dim i is input dim perm[i] (i < the input's rank);
+ * out_low 1 (set by the precision pass, f32 input) writes the copy rounded
+ * to bf16 instead of f32 plus a cast. */
 typedef struct ts_permute_attrs {
     int64_t perm[TS_ATTR_RANK];
+    int64_t out_low;
 } ts_permute_attrs;
 
 /* concat: the axis the inputs are joined along. */
@@ -85,10 +88,13 @@ typedef struct ts_dropout_attrs {
 /* cross_entropy, cross_entropy_bwd (ops/loss.c): rows whose target is
  * ignore_index add nothing. cross_entropy_bwd with row_count > 0 computes
  * only rows [row_start, row_start + row_count) of the logits gradient (the
- * chunk_ce pass, passes/chunk_ce.c); 0: every row. */
+ * chunk_ce pass, passes/chunk_ce.c); 0: every row. cross_entropy_bwd with
+ * out_low 1 (set by the precision pass, f32 logits) writes the gradient
+ * rounded to bf16 instead of f32 plus a cast. */
 typedef struct ts_cross_entropy_attrs {
     int64_t ignore_index;
     int64_t row_start, row_count;
+    int64_t out_low;
 } ts_cross_entropy_attrs;
 
 /* batch_norm, batch_norm_bwd (ops/batchnorm.c): affine (weight and bias
@@ -180,10 +186,13 @@ typedef struct ts_pool_attrs {
 
 /* layer_norm (x[, w][, b]) over the last axis: has_w, has_b say which of
  * the optional inputs are there, eps is added to the variance;
- * layer_norm_bwd: has_w, has_b as the forward's (eps unused). */
+ * layer_norm_bwd: has_w, has_b as the forward's (eps unused). layer_norm
+ * with out_low 1 (set by the precision pass, f32 x) writes y rounded to
+ * bf16 instead of f32 plus a cast (mean and rstd stay f32). */
 typedef struct ts_norm_attrs {
     int64_t has_w, has_b;
     double eps;
+    int64_t out_low;
 } ts_norm_attrs;
 
 /* act_layer_norm, layer_norm_act_bwd (built by the fusion pass, see

@@ -1,9 +1,144 @@
-/* Attention builders. Both emit one fused `attention` node (see
- * attention_fused.c): o = softmax(scale * q k^T [+ causal mask]) v computed
- * blockwise, so no [T, T] score matrix is stored in the forward or the
- * backward; the gradient is one `attention_bwd` node giving dq, dk and dv. */
+/* The attention ops: builders, inference, gradient, scratch and cost. Both
+ * builders emit one fused `attention` node: o = softmax(scale * q k^T
+ * [+ causal mask]) v computed blockwise (the kernels: attention_fused.c), so
+ * no [T, T] score matrix is stored in the forward or the backward; the
+ * gradient is one `attention_bwd` node giving dq, dk and dv. */
 #include <math.h>
+#include "ops/attention_fused.h"
 #include "ops/op.h"
+
+/* ---- inference --------------------------------------------------------- */
+
+static ts_status check_attrs(const ts_node *n) {
+    if (n->a.attention.causal != 0 && n->a.attention.causal != 1)
+        return ts_fail(TS_ERR_INVALID, "causal must be 0 or 1, got %lld",
+                       (long long)n->a.attention.causal);
+    if (n->a.attention.low != 0 && n->a.attention.low != 1)
+        return ts_fail(TS_ERR_INVALID, "low must be 0 or 1, got %lld",
+                       (long long)n->a.attention.low);
+    if (!isfinite(n->a.attention.scale))
+        return ts_fail(TS_ERR_INVALID, "scale must be finite, got %g", n->a.attention.scale);
+    return TS_OK;
+}
+
+/* q (input 0) is a float [B, H, T, hd] with T, hd >= 1; inputs [first, last]
+ * must have q's type. */
+static ts_status check_like_q(const ts_graph *g, const ts_node *n, const ts_type *q, int first,
+                              int last, const char *const *names) {
+    if (!ts_dtype_is_float(q->dtype) || q->rank != 4)
+        return ts_fail(TS_ERR_SHAPE, "q must be a float tensor [B, H, T, hd]");
+    if (q->dims[2] < 1 || q->dims[3] < 1)
+        return ts_fail(TS_ERR_SHAPE, "T and hd must be at least 1");
+    if (n->a.attention.low && q->dtype != TS_F32)
+        return ts_fail(TS_ERR_SHAPE, "low (bf16 products) needs f32 q, k and v, got %s",
+                       ts_dtype_name(q->dtype));
+    for (int i = first; i <= last; i++)
+        if (!ts_type_equal(ts_in_type(g, n, i), q))
+            return ts_fail(TS_ERR_SHAPE, "%s must have q's dtype and shape", names[i]);
+    return TS_OK;
+}
+
+static ts_type lse_type(const ts_type *q) {
+    return (ts_type){.dtype = q->dtype, .rank = 3, .dims = {q->dims[0], q->dims[1], q->dims[2]}};
+}
+
+static ts_status infer_attn(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    static const char *const names[] = {"q", "k", "v"};
+    const ts_type *q = ts_in_type(g, n, 0);
+    ts_status s = check_attrs(n);
+    if (s == TS_OK) s = check_like_q(g, n, q, 1, 2, names);
+    if (s != TS_OK) return s;
+    out[0] = *q;
+    out[1] = lse_type(q);
+    *n_out = 2;
+    return TS_OK;
+}
+
+/* (do, q, k, v, o, lse) -> (dq, dk, dv) */
+static ts_status infer_attn_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    static const char *const names[] = {"do", "q", "k", "v", "o"};
+    const ts_type *q = ts_in_type(g, n, 1);
+    ts_status s = check_attrs(n);
+    if (s == TS_OK) s = check_like_q(g, n, q, 2, 4, names);
+    if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, 0), q))
+        s = ts_fail(TS_ERR_SHAPE, "do must have q's dtype and shape");
+    ts_type lt = lse_type(q);
+    if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, 5), &lt))
+        s = ts_fail(TS_ERR_SHAPE, "lse must be %s[%lld, %lld, %lld]", ts_dtype_name(q->dtype),
+                    (long long)lt.dims[0], (long long)lt.dims[1], (long long)lt.dims[2]);
+    if (s != TS_OK) return s;
+    out[0] = out[1] = out[2] = *q;
+    *n_out = 3;
+    return TS_OK;
+}
+
+/* ---- gradient ---------------------------------------------------------- */
+
+static ts_status grad_attn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
+    /* lse exists for the backward op only; the builders never hand it out. */
+    if (ts_val_ok(dy[1])) {
+        ts_graph_fail(g, TS_ERR_UNSUPPORTED,
+                      "attention: gradients through the lse output are not supported");
+        return ts_graph_status(g);
+    }
+    if (!ts_val_ok(dy[0])) return TS_OK;
+    ts_val in[6] = {dy[0],
+                    ts_mkval(n->in[0]),
+                    ts_mkval(n->in[1]),
+                    ts_mkval(n->in[2]),
+                    ts_mkval(n->out[0]),
+                    ts_mkval(n->out[1])};
+    ts_attrs at = n->a; /* copy: n points into g->nodes, which moves */
+    ts_val outs[TS_MAX_OUT];
+    if (!ts_val_ok(ts_node_add(g, TS_OP_ATTENTION_BWD, 6, in, &at, outs)))
+        return ts_graph_status(g);
+    for (int i = 0; i < 3; i++) din[i] = outs[i];
+    return ts_graph_status(g);
+}
+
+/* ---- kernels, scratch and cost ------------------------------------------ */
+
+static size_t scratch_attn(const ts_graph *g, const ts_node *n) {
+    return ts_attn_fwd_scratch(ts_in_type(g, n, 0), n->a.attention.low != 0);
+}
+
+static size_t scratch_attn_bwd(const ts_graph *g, const ts_node *n) {
+    return ts_attn_bwd_scratch(ts_in_type(g, n, 1), n->a.attention.low != 0);
+}
+
+/* Multiply-adds over the (query, key) pairs that are visible: 2 products
+ * of hd in the forward, 5 in the backward (scores recomputed). */
+static double pairs_hd(const ts_graph *g, const ts_node *n, int q_in) {
+    const ts_type *q = ts_in_type(g, n, q_in);
+    double T = (double)q->dims[2];
+    double pairs = n->a.attention.causal ? T * (T + 1) / 2 : T * T;
+    return (double)(q->dims[0] * q->dims[1]) * pairs * (double)q->dims[3];
+}
+static double cost_attn(const ts_graph *g, const ts_node *n) {
+    return 4.0 * pairs_hd(g, n, 0);
+}
+static double cost_attn_bwd(const ts_graph *g, const ts_node *n) {
+    return 10.0 * pairs_hd(g, n, 1);
+}
+
+const ts_op_def ts_def_attention = {.name = "attention",
+                                    .min_in = 3,
+                                    .max_in = 3,
+                                    .infer = infer_attn,
+                                    .grad = grad_attn,
+                                    .kernel = ts_attn_fwd,
+                                    .scratch = scratch_attn,
+                                    .cost = cost_attn};
+
+const ts_op_def ts_def_attention_bwd = {.name = "attention_bwd",
+                                        .min_in = 6,
+                                        .max_in = 6,
+                                        .infer = infer_attn_bwd,
+                                        .kernel = ts_attn_bwd,
+                                        .scratch = scratch_attn_bwd,
+                                        .cost = cost_attn_bwd};
+
+/* ---- builders ----------------------------------------------------------- */
 
 ts_val ts_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, int causal, double scale) {
     if (!g || g->status != TS_OK || !ts_val_ok(q) || !ts_val_ok(k) || !ts_val_ok(v)) return TS_NONE;

@@ -38,19 +38,22 @@
  * Mixed precision (attention.low = 1, set by the precision pass in bf16
  * plans; f32 only): the same blocks, order and f32 softmax, but every block
  * product rounds its operands to bf16 and accumulates in f32 on AVX512-BF16
- * (attention_low.h): fwd_item_low and bwd_item_low below.
+ * (attention_low.h): the items of attention_items_low.c, which call the f32
+ * block pieces exported below (attention_fused.h).
+ *
+ * The op itself (inference, gradient, cost) is in attention.c.
  *
  * A row always sees key 0 when causal, so no row is fully masked. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 #include "kern.h"
-#include "ops/attention_low.h"
+#include "ops/attention_fused.h"
 
-#define BS       64        /* queries and keys per block */
-#define SLOTS    64        /* work items in flight at most (scratch slots) */
-#define LN       16        /* interleaved partial sums or maxima of a row reduction */
-#define PAR_WORK (1 << 20) /* B*H*T*T*hd below which a call runs on one thread */
+#define BS       TS_ATTN_BS /* queries and keys per block */
+#define SLOTS    64         /* work items in flight at most (scratch slots) */
+#define LN       16         /* interleaved partial sums or maxima of a row reduction */
+#define PAR_WORK (1 << 20)  /* B*H*T*T*hd below which a call runs on one thread */
 
 /* a * b + c contracted into FMA where the target has it (see above), in
  * the GEMM kernel and the block functions that evaluate exp. */
@@ -64,95 +67,6 @@ typedef float vf32 __attribute__((vector_size(64)));
 typedef double vf64 __attribute__((vector_size(64)));
 typedef int32_t vi32 __attribute__((vector_size(64))); /* shuffle masks */
 typedef int64_t vi64 __attribute__((vector_size(64)));
-
-/* ---- inference --------------------------------------------------------- */
-
-static ts_status check_attrs(const ts_node *n) {
-    if (n->a.attention.causal != 0 && n->a.attention.causal != 1)
-        return ts_fail(TS_ERR_INVALID, "causal must be 0 or 1, got %lld",
-                       (long long)n->a.attention.causal);
-    if (n->a.attention.low != 0 && n->a.attention.low != 1)
-        return ts_fail(TS_ERR_INVALID, "low must be 0 or 1, got %lld",
-                       (long long)n->a.attention.low);
-    if (!isfinite(n->a.attention.scale))
-        return ts_fail(TS_ERR_INVALID, "scale must be finite, got %g", n->a.attention.scale);
-    return TS_OK;
-}
-
-/* q (input 0) is a float [B, H, T, hd] with T, hd >= 1; inputs [first, last]
- * must have q's type. */
-static ts_status check_like_q(const ts_graph *g, const ts_node *n, const ts_type *q, int first,
-                              int last, const char *const *names) {
-    if (!ts_dtype_is_float(q->dtype) || q->rank != 4)
-        return ts_fail(TS_ERR_SHAPE, "q must be a float tensor [B, H, T, hd]");
-    if (q->dims[2] < 1 || q->dims[3] < 1)
-        return ts_fail(TS_ERR_SHAPE, "T and hd must be at least 1");
-    if (n->a.attention.low && q->dtype != TS_F32)
-        return ts_fail(TS_ERR_SHAPE, "low (bf16 products) needs f32 q, k and v, got %s",
-                       ts_dtype_name(q->dtype));
-    for (int i = first; i <= last; i++)
-        if (!ts_type_equal(ts_in_type(g, n, i), q))
-            return ts_fail(TS_ERR_SHAPE, "%s must have q's dtype and shape", names[i]);
-    return TS_OK;
-}
-
-static ts_type lse_type(const ts_type *q) {
-    return (ts_type){.dtype = q->dtype, .rank = 3, .dims = {q->dims[0], q->dims[1], q->dims[2]}};
-}
-
-static ts_status infer_attn(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    static const char *const names[] = {"q", "k", "v"};
-    const ts_type *q = ts_in_type(g, n, 0);
-    ts_status s = check_attrs(n);
-    if (s == TS_OK) s = check_like_q(g, n, q, 1, 2, names);
-    if (s != TS_OK) return s;
-    out[0] = *q;
-    out[1] = lse_type(q);
-    *n_out = 2;
-    return TS_OK;
-}
-
-/* (do, q, k, v, o, lse) -> (dq, dk, dv) */
-static ts_status infer_attn_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    static const char *const names[] = {"do", "q", "k", "v", "o"};
-    const ts_type *q = ts_in_type(g, n, 1);
-    ts_status s = check_attrs(n);
-    if (s == TS_OK) s = check_like_q(g, n, q, 2, 4, names);
-    if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, 0), q))
-        s = ts_fail(TS_ERR_SHAPE, "do must have q's dtype and shape");
-    ts_type lt = lse_type(q);
-    if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, 5), &lt))
-        s = ts_fail(TS_ERR_SHAPE, "lse must be %s[%lld, %lld, %lld]", ts_dtype_name(q->dtype),
-                    (long long)lt.dims[0], (long long)lt.dims[1], (long long)lt.dims[2]);
-    if (s != TS_OK) return s;
-    out[0] = out[1] = out[2] = *q;
-    *n_out = 3;
-    return TS_OK;
-}
-
-/* ---- gradient ---------------------------------------------------------- */
-
-static ts_status grad_attn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
-    /* lse exists for the backward op only; the builders never hand it out. */
-    if (ts_val_ok(dy[1])) {
-        ts_graph_fail(g, TS_ERR_UNSUPPORTED,
-                      "attention: gradients through the lse output are not supported");
-        return ts_graph_status(g);
-    }
-    if (!ts_val_ok(dy[0])) return TS_OK;
-    ts_val in[6] = {dy[0],
-                    ts_mkval(n->in[0]),
-                    ts_mkval(n->in[1]),
-                    ts_mkval(n->in[2]),
-                    ts_mkval(n->out[0]),
-                    ts_mkval(n->out[1])};
-    ts_attrs at = n->a; /* copy: n points into g->nodes, which moves */
-    ts_val outs[TS_MAX_OUT];
-    if (!ts_val_ok(ts_node_add(g, TS_OP_ATTENTION_BWD, 6, in, &at, outs)))
-        return ts_graph_status(g);
-    for (int i = 0; i < 3; i++) din[i] = outs[i];
-    return ts_graph_status(g);
-}
 
 /* ---- vectorisable exp for f32 ------------------------------------------ */
 
@@ -513,161 +427,75 @@ static int threads_for(int64_t slots, int64_t work) {
 DEF_ITEMS(float, vf32, vi32, f32)
 DEF_ITEMS(double, vf64, vi64, f64)
 
-/* ---- bf16 products (attention.low, attention_low.h) -------------------- */
+/* ---- the f32 pieces the bf16 items share (attention_fused.h) ----------- */
 
-/* The packed bf16 operands of a low slot, in 32-bit words after its f32 part: forward q^T
- * pairs [hd/2][BS], k rows [BS][hd/2], v pairs [BS/2][hd], p pairs [BS/2][BS]; backward
- * q^T and do^T pairs [hd/2][BS], q, do, k pairs [BS/2][hd], k and v rows [BS][hd/2], p and
- * ds rows [BS][BS/2], ds pairs [BS/2][BS]. */
-static size_t low_words(int64_t hd, int fwd) {
-    int64_t hp = (hd + 1) / 2, BP = BS / 2;
-    return (size_t)(fwd ? hp * BS + BS * hp + BP * hd + BP * BS
-                        : 2 * hp * BS + 3 * BP * hd + 2 * BS * hp + 2 * BS * BP + BP * BS);
+size_t ts_attn_round64(size_t bytes) {
+    return round64(bytes);
 }
-static size_t fwd_low_slot_bytes(int64_t hd) {
-    return fwd_slot_bytes(hd, sizeof(float)) + round64(low_words(hd, 1) * sizeof(uint32_t));
+size_t ts_attn_fwd_slot_bytes(int64_t hd, size_t es) {
+    return fwd_slot_bytes(hd, es);
 }
-static size_t bwd_low_slot_bytes(int64_t T, int64_t hd) {
-    return bwd_slot_bytes(T, hd, sizeof(float)) + round64(low_words(hd, 0) * sizeof(uint32_t));
+size_t ts_attn_bwd_slot_bytes(int64_t T, int64_t hd, size_t es) {
+    return bwd_slot_bytes(T, hd, es);
 }
-
-/* fwd_item_f32 with bf16 products: the same blocks, online softmax and f32 output. */
-static void fwd_item_low(const float *q, const float *k, const float *v, float *o, float *lse,
-                         int64_t T_, int64_t hd, int64_t q0, float scale, int causal, float *ws) {
-    int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_, hp = (hd + 1) / 2;
-    float *qt = ws, *s = qt + hd * BS, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;
-    uint32_t *qw = (uint32_t *)((char *)ws + fwd_slot_bytes(hd, sizeof(float)));
-    uint32_t *kw = qw + hp * BS, *vw = kw + BS * hp, *pw = vw + BS / 2 * hd;
-    float *ob = o + q0 * hd;
-    for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
-    transpose_f32(qt, q + q0 * hd, nq, hd);
-    ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq); /* qw[d/2][i] */
-    for (int64_t k0 = 0; k0 < kend; k0 += BS) {
-        int64_t nk = kend - k0 < BS ? kend - k0 : BS;
-        ts_attn_pack_rows(kw, hp, k + k0 * hd, hd, nk, hd);
-        ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, s, BS, 0); /* s^T = k q^T */
-        fwd_block_f32(s, nq, nk, m, l, k0 ? ob : NULL, hd, scale, causal, q0 - k0, tmp);
-        ts_attn_pack_pairs(pw, BS, s, BS, nk, nq); /* pw[j/2][i] */
-        ts_attn_pack_pairs(vw, hd, v + k0 * hd, hd, nk, hd);
-        ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, pw, 1, BS, vw, hd, ob, hd, k0 > 0); /* o += p v */
-    }
-    fwd_final_f32(ob, lse + q0, m, l, nq, hd);
+void ts_attn_transpose_f32(float *dst, const float *src, int64_t n, int64_t hd) {
+    transpose_f32(dst, src, n, hd);
+}
+void ts_attn_fwd_block_f32(float *s, int64_t nq, int64_t nk, float *m, float *l, float *o,
+                           int64_t hd, float scale, int causal, int64_t diag, float *tmp) {
+    fwd_block_f32(s, nq, nk, m, l, o, hd, scale, causal, diag, tmp);
+}
+void ts_attn_fwd_final_f32(float *o, float *lse, const float *m, const float *l, int64_t nq,
+                           int64_t hd) {
+    fwd_final_f32(o, lse, m, l, nq, hd);
+}
+void ts_attn_bwd_p_f32(float *s, int64_t nq, int64_t nk, const float *lse, float scale, int causal,
+                       int64_t diag) {
+    bwd_p_f32(s, nq, nk, lse, scale, causal, diag);
+}
+void ts_attn_bwd_ds_f32(float *dp, const float *p, int64_t nq, int64_t nk, const float *D,
+                        float scale) {
+    bwd_ds_f32(dp, p, nq, nk, D, scale);
+}
+void ts_attn_bwd_rowdot_f32(float *D, const float *dout, const float *o, int64_t n, int64_t hd) {
+    bwd_rowdot_f32(D, dout, o, n, hd);
 }
 
-/* bwd_item_f32 with bf16 products: the same blocks and order, p, ds and D in f32. */
-static void bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
-                         const float *o, const float *lse, float *dq, float *dk, float *dv,
-                         int64_t T_, int64_t hd, float scale, int causal, float *ws) {
-    const int64_t hp = (hd + 1) / 2, BP = BS / 2;
-    float *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS;
-    uint32_t *qw = (uint32_t *)((char *)ws + bwd_slot_bytes(T_, hd, sizeof(float)));
-    uint32_t *dow = qw + hp * BS, *qpw = dow + hp * BS, *dopw = qpw + BP * hd;
-    uint32_t *kpw = dopw + BP * hd, *kw = kpw + BP * hd, *vw = kw + BS * hp;
-    uint32_t *prw = vw + BS * hp, *dsrw = prw + BS * BP, *dspw = dsrw + BS * BP;
-    bwd_rowdot_f32(D, dout, o, T_, hd);
-    for (int64_t q0 = 0; q0 < T_; q0 += BS) {
-        int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_, nqp = (nq + 1) / 2;
-        const float *qb = q + q0 * hd, *dob = dout + q0 * hd;
-        float *dqb = dq + q0 * hd;
-        transpose_f32(qt, qb, nq, hd);
-        transpose_f32(dot, dob, nq, hd);
-        ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq);   /* q^T:  [d/2][i] */
-        ts_attn_pack_pairs(dow, BS, dot, BS, hd, nq); /* do^T: [d/2][i] */
-        ts_attn_pack_pairs(qpw, hd, qb, hd, nq, hd);  /* q:    [i/2][d] */
-        ts_attn_pack_pairs(dopw, hd, dob, hd, nq, hd);
-        for (int64_t k0 = 0; k0 < kend; k0 += BS) {
-            int64_t nk = kend - k0 < BS ? kend - k0 : BS;
-            const float *kb = k + k0 * hd;
-            float *dkb = dk + k0 * hd, *dvb = dv + k0 * hd;
-            ts_attn_pack_rows(kw, hp, kb, hd, nk, hd);
-            ts_attn_pack_rows(vw, hp, v + k0 * hd, hd, nk, hd);
-            ts_attn_pack_pairs(kpw, hd, kb, hd, nk, hd);
-            ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, p, BS, 0); /* s^T = k q^T */
-            bwd_p_f32(p, nq, nk, lse + q0, scale, causal, q0 - k0);
-            int first_q = q0 == (causal ? k0 : 0);
-            ts_attn_pack_rows(prw, BP, p, BS, nk, nq);
-            ts_attn_mm_bf16(nk, hd, nqp, prw, BP, 1, dopw, hd, dvb, hd,
-                            !first_q);                                  /* dv += p^T do */
-            ts_attn_mm_bf16(nk, nq, hp, vw, hp, 1, dow, BS, ds, BS, 0); /* dp^T = v do^T */
-            bwd_ds_f32(ds, p, nq, nk, D + q0, scale);
-            ts_attn_pack_pairs(dspw, BS, ds, BS, nk, nq);
-            ts_attn_pack_rows(dsrw, BP, ds, BS, nk, nq);
-            ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, dspw, 1, BS, kpw, hd, dqb, hd,
-                            k0 > 0); /* dq += ds k */
-            ts_attn_mm_bf16(nk, hd, nqp, dsrw, BP, 1, qpw, hd, dkb, hd,
-                            !first_q); /* dk += ds^T q */
-        }
-    }
-}
+/* ---- the kernels of attention and attention_bwd --------------------------- */
 
-static ts_status k_attn(const ts_kargs *k) {
+ts_status ts_attn_fwd(const ts_kargs *k) {
     int64_t hd = k->in[0].rank == 4 ? k->in[0].dims[3] : 0;
     switch (k->in[0].dtype) {
     case TS_F32:
-        return k->a->attention.low ? fwd_f32(k, fwd_item_low, fwd_low_slot_bytes(hd))
-                                   : fwd_f32(k, fwd_item_f32, fwd_slot_bytes(hd, sizeof(float)));
+        return k->a->attention.low
+                   ? fwd_f32(k, ts_attn_fwd_item_low, ts_attn_fwd_low_slot_bytes(hd))
+                   : fwd_f32(k, fwd_item_f32, fwd_slot_bytes(hd, sizeof(float)));
     case TS_F64: return fwd_f64(k, fwd_item_f64, fwd_slot_bytes(hd, sizeof(double)));
     default: return ts_kernel_bad_dtype(k, "attention", k->in[0].dtype);
     }
 }
 
-static ts_status k_attn_bwd(const ts_kargs *k) {
+ts_status ts_attn_bwd(const ts_kargs *k) {
     int64_t T = k->in[1].rank == 4 ? k->in[1].dims[2] : 0, hd = T ? k->in[1].dims[3] : 0;
     switch (k->in[1].dtype) {
     case TS_F32:
-        return k->a->attention.low ? bwd_f32(k, bwd_item_low, bwd_low_slot_bytes(T, hd))
-                                   : bwd_f32(k, bwd_item_f32, bwd_slot_bytes(T, hd, sizeof(float)));
+        return k->a->attention.low
+                   ? bwd_f32(k, ts_attn_bwd_item_low, ts_attn_bwd_low_slot_bytes(T, hd))
+                   : bwd_f32(k, bwd_item_f32, bwd_slot_bytes(T, hd, sizeof(float)));
     case TS_F64: return bwd_f64(k, bwd_item_f64, bwd_slot_bytes(T, hd, sizeof(double)));
     default: return ts_kernel_bad_dtype(k, "attention_bwd", k->in[1].dtype);
     }
 }
 
-/* ---- scratch and cost -------------------------------------------------- */
-
-static size_t scratch_attn(const ts_graph *g, const ts_node *n) {
-    const ts_type *q = ts_in_type(g, n, 0);
+size_t ts_attn_fwd_scratch(const ts_type *q, int low) {
     int64_t items = q->dims[0] * q->dims[1] * nblocks(q->dims[2]);
-    size_t slot = n->a.attention.low ? fwd_low_slot_bytes(q->dims[3])
-                                     : fwd_slot_bytes(q->dims[3], ts_dtype_size(q->dtype));
+    size_t slot = low ? ts_attn_fwd_low_slot_bytes(q->dims[3])
+                      : fwd_slot_bytes(q->dims[3], ts_dtype_size(q->dtype));
     return (size_t)slots_for(items) * slot;
 }
 
-static size_t scratch_attn_bwd(const ts_graph *g, const ts_node *n) {
-    const ts_type *q = ts_in_type(g, n, 1);
-    size_t slot = n->a.attention.low
-                      ? bwd_low_slot_bytes(q->dims[2], q->dims[3])
+size_t ts_attn_bwd_scratch(const ts_type *q, int low) {
+    size_t slot = low ? ts_attn_bwd_low_slot_bytes(q->dims[2], q->dims[3])
                       : bwd_slot_bytes(q->dims[2], q->dims[3], ts_dtype_size(q->dtype));
     return (size_t)slots_for(q->dims[0] * q->dims[1]) * slot;
 }
-
-/* Multiply-adds over the (query, key) pairs that are visible: 2 products
- * of hd in the forward, 5 in the backward (scores recomputed). */
-static double pairs_hd(const ts_graph *g, const ts_node *n, int q_in) {
-    const ts_type *q = ts_in_type(g, n, q_in);
-    double T = (double)q->dims[2];
-    double pairs = n->a.attention.causal ? T * (T + 1) / 2 : T * T;
-    return (double)(q->dims[0] * q->dims[1]) * pairs * (double)q->dims[3];
-}
-static double cost_attn(const ts_graph *g, const ts_node *n) {
-    return 4.0 * pairs_hd(g, n, 0);
-}
-static double cost_attn_bwd(const ts_graph *g, const ts_node *n) {
-    return 10.0 * pairs_hd(g, n, 1);
-}
-
-const ts_op_def ts_def_attention = {.name = "attention",
-                                    .min_in = 3,
-                                    .max_in = 3,
-                                    .infer = infer_attn,
-                                    .grad = grad_attn,
-                                    .kernel = k_attn,
-                                    .scratch = scratch_attn,
-                                    .cost = cost_attn};
-
-const ts_op_def ts_def_attention_bwd = {.name = "attention_bwd",
-                                        .min_in = 6,
-                                        .max_in = 6,
-                                        .infer = infer_attn_bwd,
-                                        .kernel = k_attn_bwd,
-                                        .scratch = scratch_attn_bwd,
-                                        .cost = cost_attn_bwd};

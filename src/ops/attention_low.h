@@ -1,7 +1,7 @@
 /* attention_low.h — the bf16 products of the fused attention (internal).
  *
  * With attention.low = 1 (the precision pass sets it in bf16 plans) the
- * attention kernels (attention_fused.c) keep their f32 tensors, f32 softmax
+ * attention kernels (attention_items_low.c) keep their f32 tensors, f32 softmax
  * and f32 accumulators, and run every block product (q k^T and p v forward;
  * q k^T, p^T do, v do^T, ds k and ds^T q backward) on operands rounded to
  * bf16 (round to nearest even, as the cast op). The operands are packed as

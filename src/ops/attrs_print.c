@@ -129,6 +129,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "has_w", a->norm.has_w);
         field(out, "has_b", a->norm.has_b);
         if (a->norm.eps != 0) fprintf(out, " eps=%g", a->norm.eps);
+        if (a->norm.out_low) field(out, "out_low", a->norm.out_low);
         break;
     case TS_OP_ACT_LAYER_NORM:
     case TS_OP_LAYER_NORM_ACT_BWD:
@@ -233,7 +234,10 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "rank", a->shape.rank);
         fieldn(out, "dims", a->shape.dims, a->shape.rank, TS_ATTR_RANK);
         break;
-    case TS_OP_PERMUTE: perm(out, a->permute.perm); break;
+    case TS_OP_PERMUTE:
+        perm(out, a->permute.perm);
+        if (a->permute.out_low) field(out, "out_low", a->permute.out_low);
+        break;
     case TS_OP_CONCAT: field(out, "axis", a->concat.axis); break;
     case TS_OP_SLICE:
     case TS_OP_SLICE_BWD:
@@ -254,6 +258,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
             field(out, "row_start", a->cross_entropy.row_start);
             field(out, "row_count", a->cross_entropy.row_count);
         }
+        if (a->cross_entropy.out_low) field(out, "out_low", a->cross_entropy.out_low);
         break;
     case TS_OP_BATCH_NORM:
     case TS_OP_BATCH_NORM_BWD:

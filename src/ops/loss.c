@@ -12,6 +12,7 @@
  * count. */
 #include <math.h>
 #include <string.h>
+#include "core/half.h"
 #include "kern.h"
 #include "vmath.h"
 
@@ -94,7 +95,10 @@ static ts_status infer_ce_bwd(const ts_graph *g, const ts_node *n, ts_type *out,
         return ts_fail(TS_ERR_SHAPE, "lse must be %s[%lld]", ts_dtype_name(lg->dtype),
                        (long long)lg->dims[0]);
     if (n->n_in == 5 && (s = check_weight(lg, ts_in_type(g, n, 4))) != TS_OK) return s;
+    if (n->a.cross_entropy.out_low && (n->a.cross_entropy.out_low != 1 || lg->dtype != TS_F32))
+        return ts_fail(TS_ERR_INVALID, "out_low (a bf16 gradient) is 1 on f32 logits only");
     *out = *lg;
+    if (n->a.cross_entropy.out_low) out->dtype = TS_BF16;
     const int64_t r0 = n->a.cross_entropy.row_start, nr = n->a.cross_entropy.row_count;
     if (nr > 0 || r0 != 0) {
         if (r0 < 0 || nr < 1 || r0 > lg->dims[0] - nr)
@@ -208,8 +212,10 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         }                                                                                          \
         return TS_OK;                                                                              \
     }                                                                                              \
-    /* log(sum(exp(x))) of one row, max subtracted; a row of -inf gives -inf. */                   \
-    static inline double lse_row_##SFX(const T *x, int64_t c) {                                    \
+    /* log(sum(exp(x))) of one row, max subtracted; a row of -inf gives -inf. Always inlined:      \
+     * called on its own it is compiled once, for the baseline target, not in each clone of        \
+     * ce_block (W3's [2048, 8192] logits: most of the cross entropy's time). */                   \
+    static inline __attribute__((always_inline)) double lse_row_##SFX(const T *x, int64_t c) {     \
         if (c < LN) { /* a few classes: the same sums without the lanes (all 0) */                 \
             T m = (T)-INFINITY;                                                                    \
             for (int64_t i = 0; i < c; i++) m = x[i] > m ? x[i] : m;                               \
@@ -336,18 +342,14 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
                 db[r * c + tr[r]] = (EXP(xt[r] - lse[r0 + r]) - 1) * scr[r];                       \
         }                                                                                          \
     }                                                                                              \
-    static ts_status ce_bwd_##SFX(const ts_kargs *k) {                                             \
-        const T *x = k->in[1].data, *lse = k->in[3].data;                                          \
-        const void *tg = k->in[2].data;                                                            \
+    /* dl / the summed weights of the rows not ignored (0 when all are): the                       \
+     * gradient's scale, the whole batch's also for a chunk (chunk_ce.c). */                       \
+    static ts_status ce_scale_##SFX(const ts_kargs *k, double *sc) {                               \
         const T *wt = k->n_in == 5 ? k->in[4].data : NULL;                                         \
+        const void *tg = k->in[2].data;                                                            \
         int is64 = k->in[2].dtype == TS_I64;                                                       \
-        T *dx = k->out[0].data;                                                                    \
         int64_t n = k->in[1].dims[0], c = k->in[1].dims[1],                                        \
                 ign = k->a->cross_entropy.ignore_index;                                            \
-        /* a chunk: rows [o0, o1) into dx (chunk_ce.c); the scale is the whole batch's */          \
-        const int64_t o0 = k->a->cross_entropy.row_start,                                          \
-                      o1 = k->a->cross_entropy.row_count > 0 ? o0 + k->a->cross_entropy.row_count  \
-                                                             : n;                                  \
         double wsum = 0;                                                                           \
         for (int64_t r = 0; r < n; r++) {                                                          \
             int64_t t = target_at(tg, is64, r);                                                    \
@@ -356,7 +358,24 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
             wsum += wt ? (double)wt[t] : 1.0;                                                      \
         }                                                                                          \
         /* With every row ignored all rows are zero and sc is never used. */                       \
-        double dl = (double)*(const T *)k->in[0].data, sc = wsum != 0 ? dl / wsum : 0;             \
+        double dl = (double)*(const T *)k->in[0].data;                                             \
+        *sc = wsum != 0 ? dl / wsum : 0;                                                           \
+        return TS_OK;                                                                              \
+    }                                                                                              \
+    static ts_status ce_bwd_##SFX(const ts_kargs *k) {                                             \
+        const T *x = k->in[1].data, *lse = k->in[3].data;                                          \
+        const void *tg = k->in[2].data;                                                            \
+        const T *wt = k->n_in == 5 ? k->in[4].data : NULL;                                         \
+        int is64 = k->in[2].dtype == TS_I64;                                                       \
+        T *dx = k->out[0].data;                                                                    \
+        int64_t c = k->in[1].dims[1], ign = k->a->cross_entropy.ignore_index;                      \
+        /* a chunk: rows [o0, o1) into dx (chunk_ce.c) */                                          \
+        const int64_t o0 = k->a->cross_entropy.row_start,                                          \
+                      o1 = k->a->cross_entropy.row_count > 0 ? o0 + k->a->cross_entropy.row_count  \
+                                                             : k->in[1].dims[0];                   \
+        double sc;                                                                                 \
+        ts_status st = ce_scale_##SFX(k, &sc);                                                     \
+        if (st != TS_OK) return st;                                                                \
         const int64_t m = o1 - o0;                                                                 \
         if (ROWWISE && c < LN) {                                                                   \
             const int64_t nb = (m + CE_ROWS - 1) / CE_ROWS;                                        \
@@ -383,6 +402,52 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
 DEF_LOSS(float, f32, m_exp_f32, log1pf, fabsf, m_log_f32, 1)
 DEF_LOSS(double, f64, exp, log1p, fabs, log, 0)
 
+/* cross_entropy_bwd writing bf16 (cross_entropy.out_low, f32 logits): each
+ * row computed as ce_bwd_row_f32 computes it, in pieces of CE_LOW on the
+ * stack, then rounded to nearest even: the bits of the f32 kernel plus a
+ * cast, with half the bytes written and no second pass. Any class count
+ * (the rows of few classes take this path too: the same values). */
+#define CE_LOW 1024
+TS_CLONES static void ce_bwd_row_low(uint16_t *d, const float *x, float lse, int64_t c, int64_t t,
+                                     float sc) {
+    float buf[CE_LOW];
+    for (int64_t c0 = 0; c0 < c; c0 += CE_LOW) {
+        const int64_t len = c - c0 < CE_LOW ? c - c0 : CE_LOW;
+        _Pragma("omp simd") for (int64_t i = 0; i < len; i++) buf[i] =
+            m_exp_f32(x[c0 + i] - lse) * sc;
+        if (t >= c0 && t < c0 + len) buf[t - c0] = (m_exp_f32(x[t] - lse) - 1) * sc;
+        for (int64_t i = 0; i < len; i++) d[c0 + i] = ts_f32_to_bf16(buf[i]);
+    }
+}
+
+static ts_status ce_bwd_low(const ts_kargs *k) {
+    if (k->in[1].dtype != TS_F32 || k->out[0].dtype != TS_BF16)
+        return ts_kernel_bad_dtype(k, "cross_entropy_bwd", k->out[0].dtype);
+    const float *x = k->in[1].data, *lse = k->in[3].data;
+    const void *tg = k->in[2].data;
+    const float *wt = k->n_in == 5 ? k->in[4].data : NULL;
+    int is64 = k->in[2].dtype == TS_I64;
+    uint16_t *dx = k->out[0].data;
+    int64_t c = k->in[1].dims[1], ign = k->a->cross_entropy.ignore_index;
+    const int64_t o0 = k->a->cross_entropy.row_start,
+                  o1 = k->a->cross_entropy.row_count > 0 ? o0 + k->a->cross_entropy.row_count
+                                                         : k->in[1].dims[0],
+                  m = o1 - o0;
+    double sc;
+    ts_status st = ce_scale_f32(k, &sc);
+    if (st != TS_OK) return st;
+#pragma omp parallel for schedule(static) if (m * c >= TS_PAR_MIN)
+    for (int64_t r = o0; r < o1; r++) {
+        int64_t t = target_at(tg, is64, r);
+        if (t == ign)
+            memset(dx + (r - o0) * c, 0, (size_t)c * sizeof *dx);
+        else
+            ce_bwd_row_low(dx + (r - o0) * c, x + r * c, lse[r], c, t,
+                           (float)(wt ? sc * (double)wt[t] : sc));
+    }
+    return TS_OK;
+}
+
 static ts_status k_bce(const ts_kargs *k) {
     TS_FLOAT_DISPATCH(k, k->in[0].dtype, "bce_logits", bce_f32, bce_f64);
 }
@@ -393,6 +458,7 @@ static ts_status k_ce(const ts_kargs *k) {
     TS_FLOAT_DISPATCH(k, k->in[0].dtype, "cross_entropy", ce_f32, ce_f64);
 }
 static ts_status k_ce_bwd(const ts_kargs *k) {
+    if (k->a->cross_entropy.out_low) return ce_bwd_low(k);
     TS_FLOAT_DISPATCH(k, k->in[1].dtype, "cross_entropy_bwd", ce_bwd_f32, ce_bwd_f64);
 }
 

@@ -12,6 +12,7 @@
  * partials to scratch, and the partials are added in block order per
  * column, so the result does not depend on the thread count. */
 #include <math.h>
+#include "core/half.h"
 #include "kern.h"
 #include "norm_rows.h"
 
@@ -62,7 +63,10 @@ static ts_status infer_ln(const ts_graph *g, const ts_node *n, ts_type *out, int
     int k = 1;
     if (n->a.norm.has_w && (s = check_vec(ts_in_type(g, n, k++), x, "weight")) != TS_OK) return s;
     if (n->a.norm.has_b && (s = check_vec(ts_in_type(g, n, k++), x, "bias")) != TS_OK) return s;
+    if (n->a.norm.out_low && (n->a.norm.out_low != 1 || x->dtype != TS_F32))
+        return ts_fail(TS_ERR_INVALID, "out_low (a bf16 y) is 1 on a layer_norm of f32 only");
     out[0] = *x;
+    if (n->a.norm.out_low) out[0].dtype = TS_BF16;
     out[1] = (ts_type){.dtype = x->dtype, .rank = 1, .dims = {rows_of(x)}};
     out[2] = out[1];
     *n_out = 3;
@@ -121,9 +125,8 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
 /* ---- kernels ----------------------------------------------------------- */
 
 #define DEF_LN(T, SFX)                                                                             \
-    /* One row: y, mean, rstd from x (w, b may be NULL). */                                        \
-    TS_CLONES static void ln_row_##SFX(T *y, T *mean_o, T *rstd_o, const T *x, const T *w,         \
-                                       const T *b, int64_t d, double eps) {                        \
+    /* mean and rstd of one row, accumulated in double. */                                         \
+    static inline void ln_stats_##SFX(T *m_o, T *r_o, const T *x, int64_t d, double eps) {         \
         double acc[LN] = {0}, s = 0;                                                               \
         int64_t i = 0;                                                                             \
         for (; i + LN <= d; i += LN)                                                               \
@@ -142,17 +145,29 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
             s += c * c;                                                                            \
         }                                                                                          \
         double rstd = 1.0 / sqrt((s + ts_lanes_sum(acc)) / (double)d + eps);                       \
-        T m = (T)mean, r = (T)rstd;                                                                \
+        *m_o = (T)mean;                                                                            \
+        *r_o = (T)rstd;                                                                            \
+    }                                                                                              \
+    /* y[0..n) of a row (or a piece of one) from its statistics; w, b may be NULL. */              \
+    static inline void ln_out_##SFX(T *y, const T *x, const T *w, const T *b, T m, T r,            \
+                                    int64_t n) {                                                   \
+        if (w && b)                                                                                \
+            for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * r * w[i] + b[i];                   \
+        else if (w)                                                                                \
+            for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * r * w[i];                          \
+        else if (b)                                                                                \
+            for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * r + b[i];                          \
+        else                                                                                       \
+            for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * r;                                 \
+    }                                                                                              \
+    /* One row: y, mean, rstd from x (w, b may be NULL). */                                        \
+    TS_CLONES static void ln_row_##SFX(T *y, T *mean_o, T *rstd_o, const T *x, const T *w,         \
+                                       const T *b, int64_t d, double eps) {                        \
+        T m, r;                                                                                    \
+        ln_stats_##SFX(&m, &r, x, d, eps);                                                         \
         *mean_o = m;                                                                               \
         *rstd_o = r;                                                                               \
-        if (w && b)                                                                                \
-            for (i = 0; i < d; i++) y[i] = (x[i] - m) * r * w[i] + b[i];                           \
-        else if (w)                                                                                \
-            for (i = 0; i < d; i++) y[i] = (x[i] - m) * r * w[i];                                  \
-        else if (b)                                                                                \
-            for (i = 0; i < d; i++) y[i] = (x[i] - m) * r + b[i];                                  \
-        else                                                                                       \
-            for (i = 0; i < d; i++) y[i] = (x[i] - m) * r;                                         \
+        ln_out_##SFX(y, x, w, b, m, r, d);                                                         \
     }                                                                                              \
     static ts_status ln_##SFX(const ts_kargs *k) {                                                 \
         const ts_tensor *xt = &k->in[0];                                                           \
@@ -266,6 +281,40 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
 DEF_LN(float, f32)
 DEF_LN(double, f64)
 
+/* layer_norm writing bf16 (norm.out_low): each row's statistics and its y
+ * as ln_row_f32 computes them, in pieces of LN_LOW on the stack, then
+ * rounded to nearest even: the bits of the f32 kernel plus a cast. */
+#define LN_LOW 512
+TS_CLONES static void ln_row_low(uint16_t *y, float *mean_o, float *rstd_o, const float *x,
+                                 const float *w, const float *b, int64_t d, double eps) {
+    float m, r, buf[LN_LOW];
+    ln_stats_f32(&m, &r, x, d, eps);
+    *mean_o = m;
+    *rstd_o = r;
+    for (int64_t c0 = 0; c0 < d; c0 += LN_LOW) {
+        const int64_t len = d - c0 < LN_LOW ? d - c0 : LN_LOW;
+        ln_out_f32(buf, x + c0, w ? w + c0 : NULL, b ? b + c0 : NULL, m, r, len);
+        for (int64_t i = 0; i < len; i++) y[c0 + i] = ts_f32_to_bf16(buf[i]);
+    }
+}
+
+static ts_status ln_low(const ts_kargs *k) {
+    const ts_tensor *xt = &k->in[0];
+    if (xt->dtype != TS_F32 || k->out[0].dtype != TS_BF16)
+        return ts_kernel_bad_dtype(k, "layer_norm", k->out[0].dtype);
+    int has_w = k->a->norm.has_w != 0, has_b = k->a->norm.has_b != 0;
+    const float *x = xt->data, *w = has_w ? k->in[1].data : NULL;
+    const float *b = has_b ? k->in[1 + has_w].data : NULL;
+    uint16_t *y = k->out[0].data;
+    float *mean = k->out[1].data, *rstd = k->out[2].data;
+    int64_t rows = ts_rows(xt), d = ts_inner(xt);
+    double eps = k->a->norm.eps;
+#pragma omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++)
+        ln_row_low(y + r * d, mean + r, rstd + r, x + r * d, w, b, d, eps);
+    return TS_OK;
+}
+
 /* The f32 pieces, for the fused activation + layer norm ops (norm_act.c):
  * the very functions layer_norm and layer_norm_bwd run, so the fused ops
  * give the same bits. */
@@ -287,6 +336,7 @@ size_t ts_ln_dwdb_scratch(int64_t rows, int64_t d) {
 }
 
 static ts_status k_ln(const ts_kargs *k) {
+    if (k->a->norm.out_low) return ln_low(k);
     TS_FLOAT_DISPATCH(k, k->in[0].dtype, "layer_norm", ln_f32, ln_f64);
 }
 

@@ -1,5 +1,6 @@
 /* Shape ops: reshape, permute/transpose, expand, concat, slice, split. */
 #include <string.h>
+#include "core/half.h"
 #include "kern.h"
 
 _Static_assert(TS_ATTR_RANK == TS_MAX_RANK, "ts_shape_attrs holds TS_MAX_RANK dims");
@@ -153,6 +154,15 @@ DEF_TILE(tile16, uint16_t)
 DEF_TILE(tile32, uint32_t)
 DEF_TILE(tile64, uint64_t)
 
+/* The same tile from f32 to bf16 (permute.out_low), rounded as the cast op. */
+static void tile_f32_bf16(void *out_, const void *in_, int64_t a0, int64_t a1, int64_t c0,
+                          int64_t c1, int64_t os, int64_t is) {
+    uint16_t *out = out_;
+    const float *in = in_;
+    for (int64_t a = a0; a < a1; a++)
+        for (int64_t c = c0; c < c1; c++) out[a * os + c] = ts_f32_to_bf16(in[a + c * is]);
+}
+
 typedef void (*tile_fn)(void *, const void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
 
 static tile_fn tile_for(size_t es) {
@@ -165,40 +175,48 @@ static tile_fn tile_for(size_t es) {
  * Covers every permutation: after simplification either the last output
  * axis is contiguous in the input (copy rows: the [B,T,H,hd] <-> [B,H,T,hd]
  * pattern), or some other output axis k is, and the copy is a batch of 2-D
- * transposes between axis k and the last axis done in cache-sized tiles. */
+ * transposes between axis k and the last axis done in cache-sized tiles.
+ * es is the element size of in; low 1: in is f32 and out bf16, each element
+ * rounded as the cast op rounds it (the bits of a copy plus a cast). */
 static ts_status strided_copy(const ts_kargs *k, const char *op, int rank, const int64_t *dims,
-                              const int64_t *strides, size_t es, char *out, const char *in) {
+                              const int64_t *strides, size_t es, int low, char *out,
+                              const char *in) {
+    const size_t oes = low ? sizeof(uint16_t) : es; /* out's element size */
     int64_t d[TS_MAX_RANK], s[TS_MAX_RANK], n = prod_dims(dims, 0, rank);
     for (int i = 0; i < rank; i++) d[i] = dims[i], s[i] = strides[i];
     int r = simplify_strides(rank, d, s);
-    if (r == 0) {
-        memcpy(out, in, es);
-        return TS_OK;
-    }
-    if (r == 1 && s[0] == 1) {
-        par_copy(out, in, (size_t)n * es);
+    if (r == 0 || (r == 1 && s[0] == 1)) { /* one element, or one contiguous run */
+        if (low)
+            ts_f32_to_bf16_n((uint16_t *)out, (const float *)in, n);
+        else
+            par_copy(out, in, (size_t)n * es);
         return TS_OK;
     }
     int L = r - 1;
     if (s[L] == 1) {
         /* Rows of d[L] contiguous elements; one work item walks the
          * second-to-last axis so the offset division is paid once per item. */
-        size_t row = (size_t)d[L] * es;
+        size_t row = (size_t)d[L] * es, orow = (size_t)d[L] * oes;
         /* r >= 2 here: a single unit-stride axis was a plain copy above. */
         int64_t inner_rows = d[L - 1], items = n / (d[L] * inner_rows);
 #pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
         for (int64_t t = 0; t < items; t++) {
             int64_t ib = strided_offset(t, L - 1, d, s);
-            char *o = out + (size_t)(t * inner_rows) * row;
-            for (int64_t j = 0; j < inner_rows; j++)
-                memcpy(o + (size_t)j * row, in + (size_t)(ib + j * s[L - 1]) * es, row);
+            char *o = out + (size_t)(t * inner_rows) * orow;
+            for (int64_t j = 0; j < inner_rows; j++) {
+                const char *src = in + (size_t)(ib + j * s[L - 1]) * es;
+                if (low) /* through the vectorised rounding (one thread: nested) */
+                    ts_f32_to_bf16_n((uint16_t *)(o + (size_t)j * orow), (const float *)src, d[L]);
+                else
+                    memcpy(o + (size_t)j * row, src, row);
+            }
         }
         return TS_OK;
     }
     int ka = -1;
     for (int i = 0; i < L; i++)
         if (s[i] == 1) ka = i;
-    tile_fn tile = tile_for(es);
+    tile_fn tile = low ? tile_f32_bf16 : tile_for(es);
     if (ka < 0 || !tile)
         return ts_fail(TS_ERR_INTERNAL, "%s '%s': no unit-stride axis (element size %zu)", op,
                        k->label ? k->label : "?", es);
@@ -222,7 +240,7 @@ static ts_status strided_copy(const ts_kargs *k, const char *op, int rank, const
         int64_t b = t / (ta * tc), rem = t % (ta * tc), a0 = rem / tc * TILE, c0 = rem % tc * TILE;
         int64_t a1 = a0 + TILE < A ? a0 + TILE : A, c1 = c0 + TILE < C ? c0 + TILE : C;
         int64_t ib = strided_offset(b, nb, bd, bi), ob = strided_offset(b, nb, bd, bo);
-        tile(out + (size_t)ob * es, in + (size_t)ib * es, a0, a1, c0, c1, oka, isl);
+        tile(out + (size_t)ob * oes, in + (size_t)ib * es, a0, a1, c0, c1, oka, isl);
     }
     return TS_OK;
 }
@@ -254,6 +272,9 @@ static ts_status infer_permute(const ts_graph *g, const ts_node *n, ts_type *out
         if (seen[p]++) return ts_fail(TS_ERR_INVALID, "perm repeats axis %lld", (long long)p);
         out->dims[i] = a->dims[p];
     }
+    if (n->a.permute.out_low && (n->a.permute.out_low != 1 || a->dtype != TS_F32))
+        return ts_fail(TS_ERR_INVALID, "out_low (a bf16 result) is 1 on a permute of f32 only");
+    if (n->a.permute.out_low) out->dtype = TS_BF16;
     *n_out = 1;
     return TS_OK;
 }
@@ -271,7 +292,10 @@ static ts_status k_permute(const ts_kargs *k) {
     ist[a->rank - 1 >= 0 ? a->rank - 1 : 0] = 1;
     for (int i = a->rank - 2; i >= 0; i--) ist[i] = ist[i + 1] * a->dims[i + 1];
     for (int i = 0; i < o->rank; i++) s[i] = ist[k->a->permute.perm[i]];
-    return strided_copy(k, "permute", o->rank, o->dims, s, ts_dtype_size(a->dtype), o->data,
+    const int low = k->a->permute.out_low != 0;
+    if (low && (a->dtype != TS_F32 || o->dtype != TS_BF16))
+        return ts_kernel_bad_dtype(k, "permute", o->dtype);
+    return strided_copy(k, "permute", o->rank, o->dims, s, ts_dtype_size(a->dtype), low, o->data,
                         a->data);
 }
 

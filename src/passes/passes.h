@@ -45,8 +45,9 @@ ts_status ts_pass_monitor(ts_graph *g, const int32_t *params, const int32_t *gra
 ts_status ts_pass_monitor_order(ts_graph *g);
 /* Mixed precision (precision.c): matmuls and convs on bf16/f16 operands with f32
  * output, one shared cast per value, per the policy in `o`; with low_kernels (the
- * backend runs the op kernels' bf16 forms, attention.low and unary.out_low) and bf16,
- * attention's block products in bf16 too and a GELU's bf16 cast folded into the GELU.
+ * backend runs the op kernels' bf16 forms: attention.low and the out_low of unary, norm,
+ * permute and cross_entropy) and bf16, attention's block products in bf16 too, and the
+ * bf16 cast of a GELU, layer norm, permute or cross-entropy backward folded into it.
  * *n_cast (may be NULL) receives the number of casts inserted. Run after the train
  * pass. ts_precision_check validates the options alone. */
 ts_status ts_precision_check(const ts_precision_options *o);

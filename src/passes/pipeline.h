@@ -32,8 +32,8 @@ typedef struct ts_pass_ctx {
     int row_chunks_exact;
     /* the backend runs act_layer_norm and its backward (ts_pass_ctx_init: 1) */
     int fused_norm_ok;
-    /* the backend runs the op kernels' bf16 forms, attention.low and unary.out_low (host
-     * backends: the op table's kernels) */
+    /* the backend runs the op kernels' bf16 forms, attention.low and the out_low of unary,
+     * norm, permute and cross_entropy (host backends: the op table's kernels) */
     int low_kernels_ok;
     /* state carried between passes, and the outputs */
     int32_t loss;    /* the loss value id (-1: inference), remapped as passes renumber */

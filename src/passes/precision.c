@@ -12,7 +12,9 @@
  * accumulates and writes f32 (matmul.low = 1, conv.low = 1;
  * oneDNN bf16 x bf16 -> f32); a conv's bias stays f32. In bf16 the fused
  * attention's block products round their operands to bf16 inside the
- * kernel (attention.low; its tensors and softmax stay f32; lower_attention).
+ * kernel (attention.low; its tensors and softmax stay f32; lower_attention),
+ * and a GELU, layer norm, permute or cross-entropy backward whose f32 output
+ * only its bf16 cast reads writes bf16 itself (out_low; fold_casts).
  * Reductions, norms, softmax, losses and the optimizer are untouched and
  * stay f32, and so do the master weights, gradients and optimizer state:
  * a weight is cast on its way into a GEMM, never stored low.
@@ -172,11 +174,25 @@ static void lower_attention(ts_graph *g, const ts_precision_options *o) {
     }
 }
 
-/* A bf16 cast of a GELU's f32 output that nothing else reads (in bf16 plans the
- * weight-gradient GEMM reads the forward GEMM's cast, see "Recomputes" above): the GELU
- * writes the rounded result itself (unary.out_low, the same bits: it rounds its f32
- * result as the cast did) and the cast goes, one pass over the tensor instead of two and
- * half the bytes written. Returns how many casts went (marked dead). */
+/* The flag that makes producer p write its output out_index rounded to bf16 itself, for the ops
+ * whose kernels have that form (the same bits as the f32 output plus the cast: each computes
+ * its f32 result and rounds it as the cast op does), or NULL. */
+static int64_t *out_low_flag(ts_node *p, int out_index) {
+    if (out_index != 0) return NULL; /* layer_norm's mean and rstd stay f32 */
+    switch (p->op) {
+    case TS_OP_GELU: return &p->a.unary.out_low;
+    case TS_OP_LAYER_NORM: return &p->a.norm.out_low;
+    case TS_OP_PERMUTE: return &p->a.permute.out_low;
+    case TS_OP_CROSS_ENTROPY_BWD: return &p->a.cross_entropy.out_low;
+    default: return NULL;
+    }
+}
+
+/* A bf16 cast of an f32 value that nothing else reads, made by a GELU, a layer norm (in bf16
+ * plans the weight-gradient GEMM reads the forward GEMM's cast, see "Recomputes" above), a
+ * permute (the attention output's) or the cross-entropy backward: the producer writes the
+ * rounded result itself (out_low, the same bits) and the cast goes, one pass over the tensor
+ * instead of two and half the bytes written. Returns how many casts went (marked dead). */
 static int fold_casts(ts_graph *g) {
     int32_t *readers = calloc((size_t)g->n_values, sizeof *readers);
     if (!readers) return 0; /* the casts stay: correct, only slower */
@@ -192,14 +208,13 @@ static int fold_casts(ts_graph *g) {
         if (vv->kind != TS_VK_NODE || vv->node < 0 || readers[v] != 1 || vv->is_output ||
             vv->grad_of >= 0 || wv->is_output || wv->grad_of >= 0)
             continue;
-        int ordered = 0; /* a control edge names the cast (the optimizer's, never a GELU's) */
+        int ordered = 0; /* a control edge names the cast (the optimizer's, of a weight) */
         for (int u = 0; u < g->n_nodes && !ordered; u++)
             for (int j = 0; j < g->nodes[u].n_ctrl; j++) ordered |= g->nodes[u].ctrl[j] == i;
         ts_node *p = &g->nodes[vv->node];
-        if (ordered || p->dead || p->op != TS_OP_GELU || p->a.unary.out_low ||
-            vv->t.dtype != TS_F32)
-            continue;
-        p->a.unary.out_low = 1;
+        int64_t *flag = out_low_flag(p, vv->out_index);
+        if (ordered || p->dead || !flag || *flag || vv->t.dtype != TS_F32) continue;
+        *flag = 1;
         g->values[v].t.dtype = TS_BF16;
         for (int u = 0; u < g->n_nodes; u++)
             for (int j = 0; j < g->nodes[u].n_in; j++)
