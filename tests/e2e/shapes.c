@@ -5,7 +5,8 @@
  *   padded on the 14 bucket, the padded target ignored) trains exactly as
  *   shape.policy exact with data.drop_last false (a plan of 13 rows):
  *   `tessel ckpt diff` finds 0 different tensors, and every step's loss is
- *   the same text; a regression (masked MSE) matches within 1e-6;
+ *   the same text; a regression (masked MSE) matches within 1e-6; exact
+ *   shapes with data.drop_last at its default say that they drop the 13;
  * - after the first epoch no bucket is compiled again (metrics.jsonl's
  *   plan_cache.compiles), and summary.json reports the cache;
  * - 3 steps, then --resume from that checkpoint (the next short batch on
@@ -135,6 +136,12 @@ static void test_equal(void) {
                           "--set 'shape.batch_buckets=4, 8, 12, 14, 16'",
                           dir, dir));
     ok("exact", e2e_runf("train %s/clf.yaml --out %s/e --set data.drop_last=false", dir, dir));
+    /* the default under exact drops the short batch of 13, and says so */
+    e2e_result d = e2e_runf("train %s/clf.yaml --out %s/d --steps 2", dir, dir);
+    CHECK(d.rc == 0 && strstr(d.out, "each epoch trains 32 of the 45 training examples; its short "
+                                     "batch of 13 is dropped"),
+          "exact, data.drop_last by default: exit %d\n%s%s", d.rc, d.out, d.err);
+    e2e_done(&d);
     /* Padded rows add exact zeros, but the GEMMs of the weight gradients
      * sum 13 and 14 rows in other blocks: fp32 rounding (3e-8 measured). */
     int moments;
