@@ -5,7 +5,8 @@
  * documents; a document longer than ctx + 1 tokens is cut into pieces
  * that share a token; a one-token document gives no example. The same
  * file read by its end-of-text id and by an offsets file gives the same
- * rows but for the pad token. */
+ * rows but for the pad token. Length-sorted windows (shape.sort_window)
+ * sort each window of an epoch by length, a pure function of the seed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,48 @@ static void check_rows(const char *what, const ts_dataset *d, int64_t pad) {
         }
 }
 
+/* The first input token of each of the next n batches of one row. */
+static void firsts(ts_loader *l, int n, int64_t *out) {
+    int64_t x[CTX], y[CTX];
+    for (int i = 0; i < n; i++) {
+        CHECK_OK(ts_loader_next(l, x, y));
+        out[i] = x[0];
+    }
+}
+
+/* Length-sorted windows (shape.sort_window): a window of the whole epoch
+ * gives the rows by length (3, 2, 4, 3, 1 targets), ties by position,
+ * whatever the shuffle; windows of 2 rows are each sorted and the order is
+ * a pure function of the seed. */
+static void test_sort_window(const ts_dataset *d) {
+    ts_loader *l = NULL;
+    int64_t got[10], again[10];
+    CHECK_OK(ts_loader_new(d, 1, 1, 7, &l));
+    if (l) CHECK_OK(ts_loader_sort_window(l, ROWS));
+    if (l) firsts(l, 10, got);
+    ts_loader_free(l);
+    const int64_t by_length[ROWS] = {40, 10, 1, 24, 20};
+    int sorted = 1;
+    for (int i = 0; i < 10; i++) sorted &= got[i] == by_length[i % ROWS];
+    CHECK(sorted, "a window of the epoch: %lld %lld %lld %lld %lld", (long long)got[0],
+          (long long)got[1], (long long)got[2], (long long)got[3], (long long)got[4]);
+    for (int k = 0; k < 2; k++) {
+        l = NULL;
+        CHECK_OK(ts_loader_new(d, 1, 1, 7, &l));
+        if (l) CHECK_OK(ts_loader_sort_window(l, 2));
+        if (l) firsts(l, 10, k ? again : got);
+        ts_loader_free(l);
+    }
+    CHECK(!memcmp(got, again, sizeof got), "the same seed gave another order");
+    /* the length of a row, from its first token */
+    int len[64] = {0}, pairs = 1;
+    len[1] = 3, len[10] = 2, len[20] = 4, len[24] = 3, len[40] = 1;
+    for (int e = 0; e < 2; e++)
+        for (int w = 0; w + 1 < ROWS; w += 2)
+            pairs &= len[got[e * ROWS + w]] <= len[got[e * ROWS + w + 1]];
+    CHECK(pairs, "a window of 2 rows is not sorted by length");
+}
+
 int main(void) {
     char dir[] = "/tmp/tessel-docs-XXXXXX";
     if (!mkdtemp(dir)) {
@@ -62,6 +105,7 @@ int main(void) {
     ts_dataset *d = NULL;
     CHECK_OK(ts_data_load_token_docs(bin, 16, CTX, VOCAB, EOT, &d));
     check_rows("data.eot_id", d, EOT);
+    if (d) test_sort_window(d);
     ts_dataset_free(d);
     d = NULL;
     CHECK_OK(ts_data_load_token_docs_at(bin, 16, CTX, VOCAB, EOT, off, &d));
