@@ -254,8 +254,7 @@ static void header(session *s) {
                     model_label(s), params, (long long)c->model.batch, (long long)c->train.steps,
                     epochs, data, test, st.n_instructions,
                     (double)st.arena_bytes / (1024.0 * 1024.0));
-    /* data.drop_last (the default under shape.policy exact): say what is left out, so no
-     * short batch is dropped silently */
+    /* data.drop_last true: say what is left out, so no short batch is dropped silently */
     const int64_t left_out = s->all && !s->graph.nodes && c->data.drop_last && c->model.batch > 0
                                  ? s->train->n % c->model.batch
                                  : 0;

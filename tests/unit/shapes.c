@@ -55,7 +55,7 @@ static ts_status load(ts_config *c, const char *text) {
 static void test_config(void) {
     ts_config c;
     CHECK_OK(load(&c, "model:\n  preset: w1\n"));
-    CHECK(c.shape.policy == 0 && c.data.drop_last == 1, "default: exact, short batch dropped");
+    CHECK(c.shape.policy == 0 && c.data.drop_last == 0, "default: exact, short batch trained");
     CHECK_OK(load(&c, "model:\n  preset: w1\nshape:\n  policy: bucket\n  batch_buckets: [8, 16, "
                       "32]\n  cache_mb: 64\n"));
     CHECK(c.shape.policy == 1 && c.data.drop_last == 0 && c.shape.cache_mb == 64 &&
