@@ -332,14 +332,29 @@ ts_val ts_batch_norm_relu(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
 ts_val ts_batch_norm_layout(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
                             const char *name_prefix, double momentum, double eps, int relu,
                             ts_layout layout);
-/* Every batch_norm node of g built so far takes its training statistics
- * (and running statistics, and gradient sums) over the real batch items
- * only: the input `mask_name`, f32 [N], is 1 for the leading real items and
- * 0 for the padding after them (shape buckets, docs/shapes.md). It is made
- * at the first batch_norm if g has no value of that name (a graph without
- * batch_norm gets none). The result is bit for bit a batch of just the
- * real items; padded items get a zero gradient. A mask of other 1s and 0s
- * fails the step. n_masked (may be NULL): how many nodes now read it. */
+/* ts_batch_norm_layout whose training statistics cover only the batch
+ * items that row_mask (f32 [N], 1 present, 0 absent, in any order) marks
+ * present: the batch mean and variance, the running statistics it updates
+ * and the sums of its backward take the present items only, in their
+ * order, so a present item's output does not depend on how many items are
+ * absent, where they are or what they hold (bit for bit: the reduction
+ * runs over a batch of just the present items). Every item is normalised
+ * with those statistics; an absent item's output is not meant to be used:
+ * its dy is never read and it gets dx = 0. With no item present the step
+ * normalises with the running statistics and leaves them unchanged (all
+ * gradients 0). A mask value other than 0 or 1 fails the step. Inference
+ * plans ignore the mask. The sensor masks of docs/shapes.md. */
+ts_val ts_batch_norm_masked(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
+                            const char *name_prefix, double momentum, double eps, int relu,
+                            ts_layout layout, ts_val row_mask);
+/* Every batch_norm node of g built so far without a row mask of its own
+ * becomes ts_batch_norm_masked with the input `mask_name`, f32 [N], 1 for
+ * the real items and 0 for padding (shape buckets, docs/shapes.md). It is
+ * made at the first such node if g has no value of that name (a graph
+ * without batch_norm gets none). With the padding after the real items the
+ * result is bit for bit a batch of just the real items. Nodes that already
+ * read a mask (a sensor mask, whose 0s include the padding) keep theirs.
+ * n_masked (may be NULL): how many nodes now read `mask_name`. */
 ts_status ts_batch_norm_mask_rows(ts_graph *g, const char *mask_name, int *n_masked);
 
 /* ---- recurrent layers -------------------------------------------------- */

@@ -102,8 +102,9 @@ typedef struct ts_cross_entropy_attrs {
  * batch_norm only: training (batch statistics, running ones updated; the
  * train_mode pass sets it), momentum of the running statistics, eps added
  * to the variance. masked (both): a last input, a row mask f32 [N], 1 for
- * the leading real batch items and 0 for padding after them: statistics and
- * gradients cover the real items only (ts_batch_norm_mask_rows). */
+ * present batch items and 0 for absent ones (padding, a missing sensor):
+ * statistics and gradients cover the present items only
+ * (ts_batch_norm_masked, ts_batch_norm_mask_rows). */
 typedef struct ts_batch_norm_attrs {
     int64_t affine, training, relu, channels_last;
     double momentum, eps;

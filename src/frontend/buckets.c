@@ -125,8 +125,9 @@ ts_status cfg_check_shape(ts_config *c) {
         return ts_fail(TS_ERR_INVALID,
                        "%s: data.doc_offsets and data.eot_id both mark documents: set one",
                        cfg_origin(c, c->set[i_off] ? i_off : i_eot, where, sizeof where));
-    /* Today's runs (one plan, exact shapes) keep dropping the short last
-     * batch, so their trained weights do not change; bucketed runs train it. */
-    if (!c->set[i_drop]) c->data.drop_last = c->shape.policy == 0;
+    /* Every policy trains an epoch's short last batch unless the user drops
+     * it (#20: no silent drop); paths that cannot train it refuse at setup,
+     * naming data.drop_last (ts_sess_shape_setup). */
+    if (!c->set[i_drop]) c->data.drop_last = 0;
     return TS_OK;
 }

@@ -42,7 +42,7 @@ int64_t ts_buckets_largest(const ts_buckets *b, int64_t full);
 int ts_buckets_all(const ts_buckets *b, int64_t full, int64_t *out, int cap);
 
 /* ts_config_finish: both bucket keys parse, and data.drop_last's default
- * (true under shape.policy exact, false under bucket). */
+ * (false: every policy trains an epoch's short last batch). */
 ts_status cfg_check_shape(ts_config *c);
 
 #endif

@@ -231,8 +231,7 @@ const ts_config_key cfg_keys[] = {
     {"data.shuffle", TS_CFG_BOOL, FIELD(data, shuffle), FOR_IDX | FOR_NPY | FOR_CSV | FOR_TOKENS,
      NULL, NULL, "true",
      "visit the training split in a new order each epoch (fixed by train.seed)"},
-    {"data.drop_last", TS_CFG_BOOL, FIELD(data, drop_last), TS_CFG_DERIVED, NULL, NULL,
-     "true under shape.policy exact, false under bucket",
+    {"data.drop_last", TS_CFG_BOOL, FIELD(data, drop_last), TS_CFG_DERIVED, NULL, NULL, "false",
      "drop an epoch's short last batch; false trains it (docs/shapes.md)"},
     {"data.eot_id", TS_CFG_I64, FIELD(data, eot_id), FOR_TOKENS, NULL, "[-1, 1e9]", "-1",
      "token files as documents ending with this id, one example per document (or ctx-long "

@@ -12,7 +12,9 @@
  *             a source's input is gated to zeros where its flag is 0, the
  *             camera projected to hidden (camera.proj), and the head reads
  *             the mean of the valid sources' [B, hidden] instead of the
- *             concat: Linear(hidden, hidden) (fusion_mask.h)
+ *             concat: Linear(hidden, hidden) (fusion_mask.h); the camera's
+ *             BatchNorms take their statistics over the rows that have
+ *             a camera (ts_batch_norm_masked)
  *
  * Cross-entropy against class ids (classes >= 2) or MSE against out_dim
  * targets (classes 0, the synthetic task). Parameter names follow torch
@@ -41,8 +43,10 @@ static ts_val linear(ts_graph *g, ts_val x, const char *prefix, int64_t in, int6
     return ts_linear(g, x, w, bias_param(g, bn, out, in));
 }
 
-/* Conv2d 3x3 (no bias) -> BatchNorm2d -> ReLU -> MaxPool2d 2, channels last. */
-static ts_val camera_block(ts_graph *g, ts_val x, int idx, int64_t cin, int64_t cout) {
+/* Conv2d 3x3 (no bias) -> BatchNorm2d -> ReLU -> MaxPool2d 2, channels last;
+ * with a row mask (model.source_mask: the rows that have a camera) the
+ * BatchNorm's statistics are those rows' alone. */
+static ts_val camera_block(ts_graph *g, ts_val x, int idx, int64_t cin, int64_t cout, ts_val rows) {
     char name[64];
     int64_t wd[4] = {cout, cin, 3, 3}, cd[1] = {cout}, pad[2] = {1, 1}, k[2] = {2, 2};
     snprintf(name, sizeof name, "camera.%d.weight", idx);
@@ -53,7 +57,9 @@ static ts_val camera_block(ts_graph *g, ts_val x, int idx, int64_t cin, int64_t 
     snprintf(name, sizeof name, "camera.%d.bias", idx + 1);
     ts_val bb = ts_param(g, name, TS_F32, 1, cd, ts_init_zeros());
     snprintf(name, sizeof name, "camera.%d", idx + 1);
-    x = ts_batch_norm_layout(g, x, bw, bb, name, 0.1, 1e-5, 1, TS_CHANNELS_LAST);
+    x = ts_val_ok(rows)
+            ? ts_batch_norm_masked(g, x, bw, bb, name, 0.1, 1e-5, 1, TS_CHANNELS_LAST, rows)
+            : ts_batch_norm_layout(g, x, bw, bb, name, 0.1, 1e-5, 1, TS_CHANNELS_LAST);
     return ts_max_pool_layout(g, x, 2, k, NULL, NULL, TS_CHANNELS_LAST);
 }
 
@@ -102,8 +108,10 @@ static ts_status build(const ts_config *c, const ts_config_graph *gr, ts_graph *
     int to_last[4] = {0, 2, 3, 1}, hw[2] = {1, 2};
     ts_val img = ts_reshape(g, source(g, m->input, valid, 0, 0, cam), 4, cd);
     img = C == 1 ? ts_reshape(g, img, 4, cl) : ts_permute(g, img, to_last);
-    img = camera_block(g, img, 0, C, c1);
-    img = camera_block(g, img, 4, c1, c2);
+    /* a missing camera's rows stay out of the BatchNorms' statistics */
+    ts_val cam_rows = ts_val_ok(valid) ? ts_fusion_rows(g, valid, 0) : TS_NONE;
+    img = camera_block(g, img, 0, C, c1, cam_rows);
+    img = camera_block(g, img, 4, c1, c2, cam_rows);
     img = ts_mean(g, img, 2, hw, 0); /* [B, c2] */
     /* sequence: the GRU's last state */
     int64_t sd[3] = {B, T, F}, hd[2] = {B, hid};

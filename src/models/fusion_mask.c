@@ -12,6 +12,11 @@ ts_val ts_fusion_gate(ts_graph *g, ts_val x, ts_val valid, int k) {
     return ts_where(g, flag, x, ts_scalar(g, 0.0, ts_dtype_of(g, x)));
 }
 
+ts_val ts_fusion_rows(ts_graph *g, ts_val valid, int k) {
+    int64_t d[1] = {ts_dim(g, valid, 0)};
+    return ts_cast(g, ts_reshape(g, ts_slice(g, valid, 1, k, k + 1), 1, d), TS_F32);
+}
+
 ts_val ts_fusion_mean(ts_graph *g, int n, const ts_val *parts, ts_val valid) {
     ts_val rows[TS_FUSION_SOURCES * 4];
     if (n < 1 || n > (int)(sizeof rows / sizeof rows[0])) {

@@ -6,6 +6,8 @@
  *
  *     ts_val valid = ts_input(g, "valid", TS_U8, 2, (int64_t[]){B, 3});
  *     ts_val cam = ts_fusion_gate(g, ts_slice(g, x, 1, 0, n), valid, 0);
+ *     cam = ts_batch_norm_masked(g, conv(cam), w, b, "camera.1", 0.1, 1e-5, 1,
+ *                                TS_CHANNELS_LAST, ts_fusion_rows(g, valid, 0));
  *     ...                                   // one branch per source: [B, D] each
  *     ts_val fused = ts_fusion_mean(g, 3, parts, valid);        // [B, D]
  *
@@ -25,6 +27,11 @@ enum { TS_FUSION_SOURCES = 3 }; /* camera, sequence, tabular */
  * as zeros — a select, so a NaN there is never read — and get an exact
  * zero gradient. */
 ts_val ts_fusion_gate(ts_graph *g, ts_val x, ts_val valid, int k);
+
+/* Source k's flags as a row mask, f32 [B] (1 where valid[:, k] is 1): for
+ * ts_batch_norm_masked, so a branch's BatchNorm takes its statistics over
+ * the rows that have the source. */
+ts_val ts_fusion_rows(ts_graph *g, ts_val valid, int k);
 
 /* The masked mean of n branch representations parts[i] [B, D] (one per
  * source) under valid u8 [B, n]: [B, D], a row's mean over its valid

@@ -32,13 +32,18 @@
  * pairwise update in block order; the backward's double partial sums are
  * added in block order too. Results do not depend on the thread count.
  *
- * With masked set (ts_batch_norm_mask_rows: shape buckets, docs/shapes.md)
- * both ops read a last input, a row mask f32 [N] that marks the leading
- * real batch items (1) and the padding after them (0). Statistics, running
- * statistics and gradient sums take the real items only, over the same
- * blocks in the same order as a batch of just those items (blocks start at
- * item 0), so a padded batch normalises bit for bit as the unpadded one;
- * padded items get dx = 0, so no gradient flows back from them. */
+ * With masked set (ts_batch_norm_masked; ts_batch_norm_mask_rows for the
+ * padding of shape buckets, docs/shapes.md) both ops read a last input, a
+ * row mask f32 [N]: 1 for a present batch item, 0 for an absent one, in
+ * any order. Statistics, running statistics and gradient sums take the
+ * present items only, over the blocks of a batch of just those items in
+ * their order (present_items, cl_run), so a padded batch normalises bit
+ * for bit as the unpadded one, and a present item's output does not depend
+ * on how many items are absent, where, or what they hold. Every item is
+ * normalised; absent items' dy is never read and they get dx = 0, so the
+ * backward is that of the present items' outputs alone. With no item
+ * present the running statistics normalise and stay as they were, and
+ * every gradient is 0. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,16 +84,22 @@ static int64_t n_sblocks(int64_t s) {
     return (s + BN_BLK - 1) / BN_BLK;
 }
 
-/* Scratch: per_task doubles per (channel, batch item, block) plus four
- * per-channel doubles. */
-static size_t scratch_for(const ts_type *x, int per_task, int cl) {
+/* Scratch: two doubles per reduction task (per channel, batch item and
+ * block; channels last per block of rows and channel) plus four doubles
+ * per channel, then with a row mask the list of present items (one
+ * int64_t per batch item, present_items). */
+static size_t scratch_doubles(int rank, const int64_t *dims, int cl) {
     if (cl) {
-        int64_t c = x->dims[x->rank - 1];
-        return (size_t)(cl_nblocks(x->rank, x->dims) * c * per_task + 4 * c) * sizeof(double);
+        int64_t c = dims[rank - 1];
+        return (size_t)(cl_nblocks(rank, dims) * c * 2 + 4 * c);
     }
-    bn_dims d = dims_of(x->rank, x->dims);
+    bn_dims d = dims_of(rank, dims);
     int64_t tasks = d.c * d.n * n_sblocks(d.s);
-    return (size_t)(tasks * per_task + 4 * d.c) * sizeof(double);
+    return (size_t)(tasks * 2 + 4 * d.c);
+}
+static size_t scratch_for(const ts_type *x, int cl, int masked) {
+    return (scratch_doubles(x->rank, x->dims, cl) + (masked ? (size_t)x->dims[0] : 0)) *
+           sizeof(double);
 }
 
 /* ---- inference --------------------------------------------------------- */
@@ -276,26 +287,70 @@ static inline void batch_stats(double mean, double m2, int64_t m, double mom, do
     o[3] = mom * (v * (double)m / (double)(m - 1)) + (1.0 - mom) * rv;
 }
 
-/* The batch items the statistics cover: all n, or with a row mask (input
- * `mi`) its leading 1s; anything but 1s then 0s is refused, as the blocks
- * of the reduction start at item 0. The callers pass masked = 0 for an
- * inference plan's forward, which normalises every item with the running
+/* The batch items the statistics cover: all n (*items NULL), or with a
+ * row mask (input `mi`, f32 [n], 1 present and 0 absent, in any order)
+ * the present ones, in order, listed in the scratch after the reduction's
+ * partials; *nr is their count. The reductions run over a batch of just
+ * those items (the k-th present item where such a batch has item k), so a
+ * prefix mask reduces exactly as the unmasked batch of its leading items,
+ * and a present item's statistics do not depend on where the absent items
+ * are or what they hold. The callers pass masked = 0 for an inference
+ * plan's forward, which normalises every item with the running
  * statistics. */
-static ts_status real_items(const ts_kargs *k, int masked, int mi, int64_t n, int64_t *nr) {
+static ts_status present_items(const ts_kargs *k, int masked, int mi, const ts_tensor *x, int cl,
+                               const int64_t **items, int64_t *nr) {
+    const int64_t n = x->dims[0];
+    *items = NULL;
     *nr = n;
     if (!masked) return TS_OK;
+    const size_t base = scratch_doubles(x->rank, x->dims, cl);
+    if ((base + (size_t)n) * sizeof(double) > k->scratch_bytes)
+        return ts_fail(TS_ERR_INTERNAL, "batch_norm '%s': scratch too small", k->label);
+    int64_t *list = (int64_t *)((double *)k->scratch + base), np = 0;
     const float *m = k->in[mi].data;
-    int64_t i = 0;
-    while (i < n && m[i] == 1.0f) i++;
-    for (int64_t j = i; j < n; j++)
-        if (m[j] != 0.0f)
+    for (int64_t i = 0; i < n; i++) {
+        if (m[i] != 0.0f && m[i] != 1.0f)
             return ts_fail(TS_ERR_INVALID,
-                           "batch_norm '%s': the row mask must be 1 for the leading real items "
-                           "and 0 for the padding after them; item %lld is %g after %lld real "
-                           "items",
-                           k->label, (long long)j, (double)m[j], (long long)i);
-    *nr = i;
+                           "batch_norm '%s': the row mask must be 1 (present) or 0 (absent) for "
+                           "each batch item; item %lld is %g",
+                           k->label, (long long)i, (double)m[i]);
+        if (m[i] == 1.0f) list[np++] = i;
+    }
+    *items = list;
+    *nr = np;
     return TS_OK;
+}
+
+/* The batch item of the i-th present item. */
+static inline int64_t item_at(const int64_t *items, int64_t i) {
+    return items ? items[i] : i;
+}
+
+/* dx of the absent items (of `item_bytes` each) is 0: nothing flows back
+ * from them, and their dy is never read. */
+static void zero_absent(void *dx, size_t item_bytes, const int64_t *items, int64_t nr, int64_t n) {
+    if (!items) return;
+    for (int64_t i = 0, j = 0; i < n; i++) {
+        if (j < nr && items[j] == i)
+            j++;
+        else
+            memset((char *)dx + (size_t)i * item_bytes, 0, item_bytes);
+    }
+}
+
+/* Channels last with s rows per batch item: reductions run over "virtual"
+ * rows, row v % s of the (v / s)-th present item. The run of x's rows that
+ * starts at virtual row v and stays inside one item, up to virtual row
+ * v1: *r0 is its first row of x; returns its length. Without a list
+ * (every item) virtual rows are x's rows, one run. */
+static inline int64_t cl_run(const int64_t *items, int64_t s, int64_t v, int64_t v1, int64_t *r0) {
+    if (!items) {
+        *r0 = v;
+        return v1 - v;
+    }
+    const int64_t off = v % s, left = s - off;
+    *r0 = items[v / s] * s + off;
+    return v1 - v < left ? v1 - v : left;
 }
 
 #define DEF_BN(T, SFX, F64)                                                                        \
@@ -388,23 +443,28 @@ static ts_status real_items(const ts_kargs *k, int masked, int mi, int64_t n, in
         const T *w = affine ? k->in[1].data : NULL, *b = affine ? k->in[2].data : NULL;            \
         T *rm = k->in[1 + 2 * affine].data, *rv = k->in[2 + 2 * affine].data;                      \
         T *y = k->out[0].data, *mean_o = k->out[1].data, *rstd_o = k->out[2].data;                 \
+        const int64_t *items;                                                                      \
         int64_t nr;                                                                                \
-        ts_status ms_ = real_items(k, at->masked && training, 3 + 2 * affine, d.n, &nr);           \
+        ts_status ms_ =                                                                            \
+            present_items(k, at->masked && training, 3 + 2 * affine, xt, 0, &items, &nr);          \
         if (ms_ != TS_OK) return ms_;                                                              \
         int64_t m = nr * d.s;                                                                      \
-        if (training) {                                                                            \
+        /* no present item: the running statistics normalise, unchanged */                         \
+        if (training && nr > 0) {                                                                  \
             if (m < 2)                                                                             \
                 return ts_fail(TS_ERR_SHAPE,                                                       \
                                "batch_norm '%s': training needs more than one value per "          \
-                               "channel (x is [%lld, %lld, ...] with %lld spatial elements)",      \
-                               k->label, (long long)d.n, (long long)d.c, (long long)d.s);          \
+                               "channel (x is [%lld, %lld, ...] with %lld spatial elements, "      \
+                               "%lld items present)",                                              \
+                               k->label, (long long)d.n, (long long)d.c, (long long)d.s,           \
+                               (long long)nr);                                                     \
             int64_t nsb = n_sblocks(d.s), per_c = nr * nsb, tasks = d.c * per_c;                   \
             if ((size_t)(2 * tasks) * sizeof(double) > k->scratch_bytes)                           \
                 return ts_fail(TS_ERR_INTERNAL, "batch_norm '%s': scratch too small", k->label);   \
             double *part = k->scratch;                                                             \
             _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (  \
                 int64_t t = 0; t < tasks; t++) {                                                   \
-                int64_t c = t / per_c, r = t % per_c, ni = r / nsb, sb = r % nsb;                  \
+                int64_t c = t / per_c, r = t % per_c, ni = item_at(items, r / nsb), sb = r % nsb;  \
                 bn_block_stats_##SFX(x + (ni * d.c + c) * d.s + sb * BN_BLK, blk_len(d.s, sb),     \
                                      &part[2 * t], &part[2 * t + 1]);                              \
             }                                                                                      \
@@ -443,8 +503,10 @@ static ts_status real_items(const ts_kargs *k, int masked, int mi, int64_t n, in
         const T *bias = affine && relu ? k->in[5].data : NULL;                                     \
         T *dx = k->out[0].data;                                                                    \
         T *dw = affine ? k->out[1].data : NULL, *db = affine ? k->out[2].data : NULL;              \
+        const int64_t *items;                                                                      \
         int64_t nr;                                                                                \
-        ts_status ms_ = real_items(k, k->a->batch_norm.masked != 0, k->n_in - 1, d.n, &nr);        \
+        ts_status ms_ =                                                                            \
+            present_items(k, k->a->batch_norm.masked != 0, k->n_in - 1, xt, 0, &items, &nr);       \
         if (ms_ != TS_OK) return ms_;                                                              \
         int64_t nsb = n_sblocks(d.s), per_c = nr * nsb, tasks = d.c * per_c, m = nr * d.s;         \
         size_t need = (size_t)(2 * tasks + 4 * d.c) * sizeof(double);                              \
@@ -456,7 +518,7 @@ static ts_status real_items(const ts_kargs *k, int masked, int mi, int64_t n, in
             bn_coef((double)rstd[c], w, bias, c, F64, (double)mean[c], &al[c], &be[c]);            \
         _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
             int64_t t = 0; t < tasks; t++) {                                                       \
-            int64_t c = t / per_c, r = t % per_c, ni = r / nsb, sb = r % nsb;                      \
+            int64_t c = t / per_c, r = t % per_c, ni = item_at(items, r / nsb), sb = r % nsb;      \
             int64_t off = (ni * d.c + c) * d.s + sb * BN_BLK;                                      \
             bn_dsum_##SFX(dy + off, x + off, blk_len(d.s, sb), mean[c], relu, (T)al[c], (T)be[c],  \
                           &p1[t], &p2[t]);                                                         \
@@ -473,16 +535,16 @@ static ts_status real_items(const ts_kargs *k, int masked, int mi, int64_t n, in
             if (db) db[c] = (T)s1;                                                                 \
         }                                                                                          \
         /* dx = w rstd (g - mean(g) - (x - mean) rstd^2 mean(g (x - mean))). */                    \
-        /* padding gets no gradient */                                                             \
-        memset(dx + nr * d.c * d.s, 0, sizeof(T) * (size_t)((d.n - nr) * d.c * d.s));              \
+        /* the absent items get no gradient */                                                     \
+        zero_absent(dx, sizeof(T) * (size_t)(d.c * d.s), items, nr, d.n);                          \
         _Pragma("omp parallel for schedule(static) if (d.n * d.c * d.s >= TS_PAR_MIN)") for (      \
             int64_t t = 0; t < nr * d.c; t++) {                                                    \
-            int64_t c = t % d.c;                                                                   \
+            int64_t c = t % d.c, off = (item_at(items, t / d.c) * d.c + c) * d.s;                  \
             double r = (double)rstd[c];                                                            \
             T kk = (T)(sdx[c] * r * r / (double)m), mdy = (T)(sdy[c] / (double)m);                 \
             T scale = (T)(r * (w ? (double)w[c] : 1.0));                                           \
-            bn_dx_##SFX(dx + t * d.s, dy + t * d.s, x + t * d.s, d.s, mean[c], kk, mdy, scale,     \
-                        relu, (T)al[c], (T)be[c]);                                                 \
+            bn_dx_##SFX(dx + off, dy + off, x + off, d.s, mean[c], kk, mdy, scale, relu, (T)al[c], \
+                        (T)be[c]);                                                                 \
         }                                                                                          \
         return TS_OK;                                                                              \
     }
@@ -495,17 +557,28 @@ DEF_BN(double, f64, 1)
  * (backward), then 4 C doubles for per-channel values. Blocks are merged
  * in block order, so results do not depend on the thread count. */
 #define DEF_BN_CL(T, SFX, F64)                                                                     \
-    TS_CLONES static void bn_cl_stats_##SFX(const T *x, int64_t rows, int64_t C, double *mean,     \
+    /* Per channel, the mean and sum of squared deviations of virtual rows                         \
+     * [v0, v1) (cl_run: s rows per item), taken row by row in order. */                           \
+    TS_CLONES static void bn_cl_stats_##SFX(const T *x, const int64_t *items, int64_t s,           \
+                                            int64_t v0, int64_t v1, int64_t C, double *mean,       \
                                             double *m2) {                                          \
         for (int64_t c = 0; c < C; c++) mean[c] = 0, m2[c] = 0;                                    \
-        for (int64_t r = 0; r < rows; r++)                                                         \
-            for (int64_t c = 0; c < C; c++) mean[c] += (double)x[r * C + c];                       \
-        for (int64_t c = 0; c < C; c++) mean[c] /= (double)rows;                                   \
-        for (int64_t r = 0; r < rows; r++)                                                         \
-            for (int64_t c = 0; c < C; c++) {                                                      \
-                double d = (double)x[r * C + c] - mean[c];                                         \
-                m2[c] += d * d;                                                                    \
-            }                                                                                      \
+        for (int64_t v = v0, r0, len; v < v1; v += len) {                                          \
+            len = cl_run(items, s, v, v1, &r0);                                                    \
+            const T *xr = x + r0 * C;                                                              \
+            for (int64_t r = 0; r < len; r++)                                                      \
+                for (int64_t c = 0; c < C; c++) mean[c] += (double)xr[r * C + c];                  \
+        }                                                                                          \
+        for (int64_t c = 0; c < C; c++) mean[c] /= (double)(v1 - v0);                              \
+        for (int64_t v = v0, r0, len; v < v1; v += len) {                                          \
+            len = cl_run(items, s, v, v1, &r0);                                                    \
+            const T *xr = x + r0 * C;                                                              \
+            for (int64_t r = 0; r < len; r++)                                                      \
+                for (int64_t c = 0; c < C; c++) {                                                  \
+                    double d = (double)xr[r * C + c] - mean[c];                                    \
+                    m2[c] += d * d;                                                                \
+                }                                                                                  \
+        }                                                                                          \
     }                                                                                              \
     /* Per channel, y = x * al + be (bn_coef), in T for the row loops. */                          \
     static void bn_cl_coefs_##SFX(T *al, T *be, const T *mean, const T *rstd, const T *w,          \
@@ -531,16 +604,20 @@ DEF_BN(double, f64, 1)
                 for (int64_t c = 0; c < C; c++) yr[c] = xr[c] * al[c] + be[c];                     \
         }                                                                                          \
     }                                                                                              \
-    TS_CLONES static void bn_cl_dsum_##SFX(const T *dy, const T *x, int64_t rows, int64_t C,       \
-                                           const T *mean, int relu, const T *al, const T *be,      \
-                                           double *s1, double *s2) {                               \
+    /* Per channel, the sums of g and g (x - mean) over virtual rows [v0, v1). */                  \
+    TS_CLONES static void bn_cl_dsum_##SFX(                                                        \
+        const T *dy, const T *x, const int64_t *items, int64_t s, int64_t v0, int64_t v1,          \
+        int64_t C, const T *mean, int relu, const T *al, const T *be, double *s1, double *s2) {    \
         for (int64_t c = 0; c < C; c++) s1[c] = 0, s2[c] = 0;                                      \
-        for (int64_t r = 0; r < rows; r++) {                                                       \
-            const T *xr = x + r * C, *gr = dy + r * C;                                             \
-            for (int64_t c = 0; c < C; c++) {                                                      \
-                T v = xr[c] * al[c] + be[c], gg = relu && !(v > 0) ? (T)0 : gr[c];                 \
-                s1[c] += (double)gg;                                                               \
-                s2[c] += (double)(gg * (xr[c] - mean[c]));                                         \
+        for (int64_t v = v0, r0, len; v < v1; v += len) {                                          \
+            len = cl_run(items, s, v, v1, &r0);                                                    \
+            for (int64_t r = r0; r < r0 + len; r++) {                                              \
+                const T *xr = x + r * C, *gr = dy + r * C;                                         \
+                for (int64_t c = 0; c < C; c++) {                                                  \
+                    T u = xr[c] * al[c] + be[c], gg = relu && !(u > 0) ? (T)0 : gr[c];             \
+                    s1[c] += (double)gg;                                                           \
+                    s2[c] += (double)(gg * (xr[c] - mean[c]));                                     \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
@@ -571,22 +648,26 @@ DEF_BN(double, f64, 1)
             return ts_fail(TS_ERR_INTERNAL, "batch_norm '%s': scratch too small", k->label);       \
         double *part = k->scratch;                                                                 \
         T *al = (T *)(part + 2 * nb * C), *be = (T *)(part + 2 * nb * C + C);                      \
+        const int64_t *items;                                                                      \
         int64_t nr;                                                                                \
-        ts_status ms_ = real_items(k, at->masked && training, 3 + 2 * affine, xt->dims[0], &nr);   \
+        ts_status ms_ =                                                                            \
+            present_items(k, at->masked && training, 3 + 2 * affine, xt, 1, &items, &nr);          \
         if (ms_ != TS_OK) return ms_;                                                              \
-        /* the real items' rows and their blocks (the leading ones) */                             \
-        const int64_t Rr = R / xt->dims[0] * nr, nbr = (Rr + br - 1) / br;                         \
-        if (training) {                                                                            \
+        /* the present items' rows (virtual rows, cl_run) and their blocks */                      \
+        const int64_t S = R / xt->dims[0], Rr = S * nr, nbr = (Rr + br - 1) / br;                  \
+        /* no present item: the running statistics normalise, unchanged */                         \
+        if (training && nr > 0) {                                                                  \
             if (Rr < 2)                                                                            \
                 return ts_fail(TS_ERR_SHAPE,                                                       \
                                "batch_norm '%s': training needs more than one value per "          \
-                               "channel (x has %lld rows of %lld channels)",                       \
-                               k->label, (long long)Rr, (long long)C);                             \
+                               "channel (x has %lld rows of %lld channels in %lld present "        \
+                               "items)",                                                           \
+                               k->label, (long long)Rr, (long long)C, (long long)nr);              \
             _Pragma(                                                                               \
                 "omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
                                                                                    q < nbr; q++) { \
-                int64_t r0 = q * br, rows = Rr - r0 < br ? Rr - r0 : br;                           \
-                bn_cl_stats_##SFX(x + r0 * C, rows, C, part + 2 * q * C, part + 2 * q * C + C);    \
+                int64_t v0 = q * br, v1 = Rr - v0 < br ? Rr : v0 + br;                             \
+                bn_cl_stats_##SFX(x, items, S, v0, v1, C, part + 2 * q * C, part + 2 * q * C + C); \
             }                                                                                      \
             for (int64_t c = 0; c < C; c++) {                                                      \
                 double cnt = 0, mean = 0, m2 = 0;                                                  \
@@ -626,19 +707,20 @@ DEF_BN(double, f64, 1)
         double *part = k->scratch, *tail = part + 2 * nb * C;                                      \
         T *al = (T *)tail, *be = (T *)(tail + C), *kk = (T *)(tail + 2 * C);                       \
         T *mdy = (T *)(tail + 3 * C), *scale = (T *)part; /* part is free once summed */           \
+        const int64_t *items;                                                                      \
         int64_t nr;                                                                                \
         ts_status ms_ =                                                                            \
-            real_items(k, k->a->batch_norm.masked != 0, k->n_in - 1, xt->dims[0], &nr);            \
+            present_items(k, k->a->batch_norm.masked != 0, k->n_in - 1, xt, 1, &items, &nr);       \
         if (ms_ != TS_OK) return ms_;                                                              \
-        /* the real items' rows: the sums and dx; padding gets no gradient */                      \
-        const int64_t Rr = R / xt->dims[0] * nr, nbr = (Rr + br - 1) / br;                         \
-        memset(dx + Rr * C, 0, sizeof(T) * (size_t)((R - Rr) * C));                                \
+        /* the present items' rows: the sums and dx; the absent get no gradient */                 \
+        const int64_t S = R / xt->dims[0], Rr = S * nr, nbr = (Rr + br - 1) / br;                  \
+        zero_absent(dx, sizeof(T) * (size_t)(S * C), items, nr, xt->dims[0]);                      \
         bn_cl_coefs_##SFX(al, be, mean, rstd, w, bias, C);                                         \
         _Pragma("omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
                                                                                    q < nbr; q++) { \
-            int64_t r0 = q * br, rows = Rr - r0 < br ? Rr - r0 : br;                               \
-            bn_cl_dsum_##SFX(dy + r0 * C, x + r0 * C, rows, C, mean, relu, al, be,                 \
-                             part + 2 * q * C, part + 2 * q * C + C);                              \
+            int64_t v0 = q * br, v1 = Rr - v0 < br ? Rr : v0 + br;                                 \
+            bn_cl_dsum_##SFX(dy, x, items, S, v0, v1, C, mean, relu, al, be, part + 2 * q * C,     \
+                             part + 2 * q * C + C);                                                \
         }                                                                                          \
         for (int64_t c = 0; c < C; c++) {                                                          \
             double s1 = 0, s2 = 0;                                                                 \
@@ -649,8 +731,8 @@ DEF_BN(double, f64, 1)
             if (dw) dw[c] = (T)(s2 * (double)rstd[c]);                                             \
             if (db) db[c] = (T)s1;                                                                 \
             double r = (double)rstd[c];                                                            \
-            kk[c] = (T)(s2 * r * r / (double)Rr);                                                  \
-            mdy[c] = (T)(s1 / (double)Rr);                                                         \
+            kk[c] = Rr ? (T)(s2 * r * r / (double)Rr) : (T)0;                                      \
+            mdy[c] = Rr ? (T)(s1 / (double)Rr) : (T)0;                                             \
         }                                                                                          \
         /* Block 0's sums (the first 2C doubles of part) are read above for                        \
          * every channel before scale overwrites them. */                                          \
@@ -658,9 +740,12 @@ DEF_BN(double, f64, 1)
             scale[c] = (T)((double)rstd[c] * (w ? (double)w[c] : 1.0));                            \
         _Pragma("omp parallel for schedule(static) if (R * C >= TS_PAR_MIN)") for (int64_t q = 0;  \
                                                                                    q < nbr; q++) { \
-            int64_t r0 = q * br, rows = Rr - r0 < br ? Rr - r0 : br;                               \
-            bn_cl_dx_##SFX(dx + r0 * C, dy + r0 * C, x + r0 * C, rows, C, mean, kk, mdy, scale,    \
-                           relu, al, be);                                                          \
+            int64_t v0 = q * br, v1 = Rr - v0 < br ? Rr : v0 + br;                                 \
+            for (int64_t v = v0, r0, len; v < v1; v += len) {                                      \
+                len = cl_run(items, S, v, v1, &r0);                                                \
+                bn_cl_dx_##SFX(dx + r0 * C, dy + r0 * C, x + r0 * C, len, C, mean, kk, mdy, scale, \
+                               relu, al, be);                                                      \
+            }                                                                                      \
         }                                                                                          \
         return TS_OK;                                                                              \
     }
@@ -689,10 +774,12 @@ static ts_status k_bn_bwd(const ts_kargs *k) {
 /* The forward needs partials only in training mode, but the mode is set
  * after the node is built, so the scratch is always planned. */
 static size_t scratch_bn(const ts_graph *g, const ts_node *n) {
-    return scratch_for(ts_in_type(g, n, 0), 2, n->a.batch_norm.channels_last != 0);
+    return scratch_for(ts_in_type(g, n, 0), n->a.batch_norm.channels_last != 0,
+                       n->a.batch_norm.masked != 0);
 }
 static size_t scratch_bn_bwd(const ts_graph *g, const ts_node *n) {
-    return scratch_for(ts_in_type(g, n, 1), 2, n->a.batch_norm.channels_last != 0);
+    return scratch_for(ts_in_type(g, n, 1), n->a.batch_norm.channels_last != 0,
+                       n->a.batch_norm.masked != 0);
 }
 
 static double cost_bn(const ts_graph *g, const ts_node *n) {
@@ -741,7 +828,7 @@ static int32_t new_stat(ts_graph *g, const char *prefix, const char *suffix, ts_
 }
 
 static ts_val add_bn(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const char *name_prefix,
-                     double momentum, double eps, int relu, int cl) {
+                     double momentum, double eps, int relu, int cl, ts_val row_mask) {
     /* TS_NONE for weight/bias means "no affine": with a sticky error
      * pending we return before it could be mistaken for that. */
     if (!g || g->status != TS_OK || !ts_val_ok(x)) return TS_NONE;
@@ -760,12 +847,18 @@ static ts_val add_bn(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const ch
                              ts_name(g, x) ? ts_name(g, x) : "x", ts_type_str(tb, sizeof tb, &xt),
                              ts_last_error());
     }
+    if (ts_val_ok(row_mask) &&
+        (row_mask.id >= g->n_values || check_mask(&ts_v(g, row_mask)->t, &xt) != TS_OK))
+        return ts_graph_fail(g, TS_ERR_SHAPE, "batch_norm '%s': %s", name_prefix,
+                             row_mask.id >= g->n_values
+                                 ? "the row mask is not a value of this graph"
+                                 : ts_last_error());
     int32_t rm =
         new_stat(g, name_prefix, "running_mean", xt.dtype, chans(&xt, cl), ts_init_zeros());
     if (rm < 0) return TS_NONE;
     int32_t rv = new_stat(g, name_prefix, "running_var", xt.dtype, chans(&xt, cl), ts_init_ones());
     if (rv < 0) return TS_NONE;
-    ts_val in[5] = {x};
+    ts_val in[6] = {x};
     int n = 1;
     ts_attrs at = ts_attrs_zero();
     at.batch_norm.affine = ts_val_ok(weight);
@@ -774,30 +867,42 @@ static ts_val add_bn(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const ch
     at.batch_norm.channels_last = cl;
     at.batch_norm.momentum = momentum;
     at.batch_norm.eps = eps;
+    at.batch_norm.masked = ts_val_ok(row_mask);
     if (ts_val_ok(weight)) {
         in[n++] = weight;
         in[n++] = bias;
     }
     in[n++] = ts_mkval(rm);
     in[n++] = ts_mkval(rv);
+    if (ts_val_ok(row_mask)) in[n++] = row_mask;
     return ts_node_add(g, TS_OP_BATCH_NORM, n, in, &at, NULL);
 }
 
 ts_val ts_batch_norm(ts_graph *g, ts_val x, ts_val weight, ts_val bias, const char *name_prefix,
                      double momentum, double eps) {
-    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, 0, 0);
+    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, 0, 0, TS_NONE);
 }
 
 ts_val ts_batch_norm_relu(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
                           const char *name_prefix, double momentum, double eps) {
-    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, 1, 0);
+    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, 1, 0, TS_NONE);
 }
 
 ts_val ts_batch_norm_layout(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
                             const char *name_prefix, double momentum, double eps, int relu,
                             ts_layout layout) {
     return add_bn(g, x, weight, bias, name_prefix, momentum, eps, relu != 0,
-                  layout == TS_CHANNELS_LAST);
+                  layout == TS_CHANNELS_LAST, TS_NONE);
+}
+
+ts_val ts_batch_norm_masked(ts_graph *g, ts_val x, ts_val weight, ts_val bias,
+                            const char *name_prefix, double momentum, double eps, int relu,
+                            ts_layout layout, ts_val row_mask) {
+    if (g && g->status == TS_OK && !ts_val_ok(row_mask))
+        return ts_graph_fail(g, TS_ERR_INVALID, "batch_norm '%s': no row mask given",
+                             name_prefix ? name_prefix : "?");
+    return add_bn(g, x, weight, bias, name_prefix, momentum, eps, relu != 0,
+                  layout == TS_CHANNELS_LAST, row_mask);
 }
 
 ts_status ts_batch_norm_mask_rows(ts_graph *g, const char *mask_name, int *n_masked) {

@@ -260,6 +260,16 @@ static void header(session *s) {
                     model_label(s), params, (long long)c->model.batch, (long long)c->train.steps,
                     epochs, data, test, st.n_instructions,
                     (double)st.arena_bytes / (1024.0 * 1024.0));
+    /* data.drop_last true: say what is left out, so no short batch is dropped silently */
+    const int64_t left_out = s->all && !s->graph.nodes && c->data.drop_last && c->model.batch > 0
+                                 ? s->train->n % c->model.batch
+                                 : 0;
+    if (left_out)
+        ts_progress_log(&s->pr,
+                        "data.drop_last: each epoch trains %lld of the %lld training examples; "
+                        "its short batch of %lld is dropped (data.drop_last: false trains it)",
+                        (long long)(s->train->n - left_out), (long long)s->train->n,
+                        (long long)left_out);
     if (s->nranks > 1) /* the count every process of the run chose (docs/config.md) */
         ts_progress_log(&s->pr, "threads per process: %d (%s)", s->threads_used, s->threads_why);
     if (c->peft.targets[0] || c->peft.adapter_after[0] || c->peft.base[0]) {

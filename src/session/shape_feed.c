@@ -99,17 +99,45 @@ static int64_t plan_rows(const session *s) {
     return s->c.model.batch / s->nranks;
 }
 
+/* Rows of an epoch's short last batch (0: the training split divides
+ * into batches, or the data is not a dataset of examples). */
+static int64_t short_batch(const session *s) {
+    const int64_t B = s->c.model.batch;
+    return s->all && s->train && !s->graph.nodes && B > 0 ? s->train->n % B : 0;
+}
+
+/* A path that cannot train the short last batch of s's data refuses, so
+ * none is dropped silently: the key (the path), why, and the two ways out. */
+static ts_status refuse_short(const session *s, const char *key, const char *why) {
+    char where[600];
+    return ts_fail(TS_ERR_UNSUPPORTED,
+                   "%s: %s with a short last batch (%lld of the %lld training examples, "
+                   "model.batch %lld): %s; set data.drop_last: true to drop it each epoch%s",
+                   ts_config_key_origin(&s->c, key, where, sizeof where), key,
+                   (long long)short_batch(s), (long long)s->train->n, (long long)s->c.model.batch,
+                   why, s->nranks > 1 ? " or shape.policy: bucket to pad it" : "");
+}
+
+/* One process under exact shapes: the paths whose steps do not go
+ * through the plan cache (ts_sess_step) cannot train a short batch. */
+static ts_status check_exact(const session *s) {
+    if (s->c.pipe.stages > 1)
+        return refuse_short(s, "dist.pipeline_stages", "the stages' plans have one size");
+    if (s->c.dist.reproducible)
+        return refuse_short(s, "dist.reproducible", "its micro-batches have one size");
+    return TS_OK;
+}
+
 /* What data parallelism on buckets cannot do yet, naming the key. */
 static ts_status check_ranks(const session *s) {
     const ts_config *c = &s->c;
     char where[600];
     const char *key = NULL, *why = NULL;
     if (c->shape.policy != 1)
-        key = "data.drop_last",
-        why = "data.drop_last false under shape.policy exact with several processes is not "
-              "supported (ranks' short batches would need plans of different sizes; use "
-              "shape.policy bucket)";
-    else if (c->dist.zero)
+        return refuse_short(s, "dist.procs",
+                            "under shape.policy exact the ranks' shares of it would need "
+                            "plans of different sizes");
+    if (c->dist.zero)
         key = "dist.zero", why = "shape buckets with ZeRO are not supported yet (set dist.zero: 0)";
     else if (c->dist.compress)
         key = "dist.compress",
@@ -128,15 +156,20 @@ ts_status ts_sess_shape_setup(session *s) {
     const int bucket = c->shape.policy == 1;
     s->rows = c->model.batch;
     s->bucket = plan_rows(s);
-    if (!bucket && c->data.drop_last) return TS_OK; /* one plan, as always */
+    /* exact shapes: one plan, as always, unless an epoch ends in a short
+     * batch to train (then its plan of its own size comes from the cache) */
+    if (!bucket && (c->data.drop_last || !short_batch(s))) return TS_OK;
     char where[600];
-    ts_status st = s->nranks > 1 ? check_ranks(s) : TS_OK;
+    ts_status st = s->nranks > 1 ? check_ranks(s) : bucket ? TS_OK : check_exact(s);
     if (st != TS_OK) return st;
     if (ts_plan_loss_scale(s->plan, NULL, NULL, NULL))
-        return ts_fail(TS_ERR_UNSUPPORTED,
-                       "%s: shape buckets with loss scaling are not supported yet (set "
-                       "precision.loss_scale: none)",
-                       ts_config_key_origin(c, "precision.loss_scale", where, sizeof where));
+        return bucket
+                   ? ts_fail(TS_ERR_UNSUPPORTED,
+                             "%s: shape buckets with loss scaling are not supported yet (set "
+                             "precision.loss_scale: none)",
+                             ts_config_key_origin(c, "precision.loss_scale", where, sizeof where))
+                   : refuse_short(s, "precision.loss_scale",
+                                  "loss scaling keeps its scale in one plan");
     if (bucket && (st = check_model(s)) != TS_OK) return st;
     const int64_t B = plan_rows(s);
     if ((st = ts_buckets_parse(c->shape.batch_buckets, "shape.batch_buckets",

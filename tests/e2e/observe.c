@@ -197,7 +197,8 @@ static void check_plot(void) {
 }
 
 /* Data parallel: every rank serves its own endpoint on base port + rank,
- * labelled with its rank, and publishes its collectives' bytes and time. */
+ * labelled with its rank, and publishes its collectives' bytes and time;
+ * run under shape.policy bucket, the plan cache's gauges too. */
 static void check_dist_metrics(void) {
     int port = -1;
     for (int tries = 0; tries < 20 && port < 0; tries++) {
@@ -227,7 +228,7 @@ static void check_dist_metrics(void) {
         execl(bin, bin, "train", "examples/w1.yaml", "--steps", "1000000", "--procs", "2", "--out",
               out, "--set", port_set, "--set", "model.batch=16", "--set", "model.hidden=32",
               "--set", "model.window=4", "--set", "model.features=4", "--set", "train.threads=1",
-              "--set", "dist.algo=native", (char *)NULL);
+              "--set", "dist.algo=native", "--set", "shape.policy=bucket", (char *)NULL);
         _exit(127);
     }
     const double t0 = now();
@@ -237,13 +238,17 @@ static void check_dist_metrics(void) {
             if (got[r]) continue;
             char *b = scrape(port + r), want[64];
             snprintf(want, sizeof want, "tessel_collective_bytes_total{rank=\"%d\",op=", r);
-            if (b && strstr(b, want) && strstr(b, "tessel_collectives_total{")) got[r] = 1;
+            /* shape.policy bucket: the plan cache's gauges too (docs/shapes.md) */
+            if (b && strstr(b, want) && strstr(b, "tessel_collectives_total{") &&
+                strstr(b, "\ntessel_plan_cache_hits") && strstr(b, "\ntessel_plan_cache_plans") &&
+                strstr(b, "\ntessel_plan_cache_padding_ratio"))
+                got[r] = 1;
             free(b);
         }
         if (!(got[0] && got[1])) usleep(20000);
     }
     CHECK(got[0] && got[1],
-          "rank 0 on port %d and rank 1 on port %d publish their collectives "
+          "rank 0 on port %d and rank 1 on port %d publish their collectives and plan cache "
           "(rank 0: %d, rank 1: %d)",
           port, port + 1, got[0], got[1]);
     kill(-pid, SIGINT);

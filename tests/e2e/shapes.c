@@ -5,11 +5,14 @@
  *   padded on the 14 bucket, the padded target ignored) trains exactly as
  *   shape.policy exact with data.drop_last false (a plan of 13 rows):
  *   `tessel ckpt diff` finds 0 different tensors, and every step's loss is
- *   the same text; a regression (masked MSE) matches within 1e-6;
+ *   the same text; a regression (masked MSE) matches within 1e-6; exact
+ *   shapes train the 13 by default (the same weights as data.drop_last
+ *   false), and with data.drop_last true say that they drop them;
  * - after the first epoch no bucket is compiled again (metrics.jsonl's
  *   plan_cache.compiles), and summary.json reports the cache;
  * - 3 steps, then --resume from that checkpoint (the next short batch on
- *   another bucket) reproduce the uninterrupted run bit for bit;
+ *   another bucket) reproduce the uninterrupted run bit for bit; so do 2
+ *   steps and a resume under exact shapes (the short batch on its plan);
  * - a batch larger than every bucket fails with exit 2 naming the shape and
  *   the largest bucket, before a run directory exists; with
  *   shape.split_oversize it runs as several steps; a bucket list that is
@@ -135,6 +138,20 @@ static void test_equal(void) {
                           "--set 'shape.batch_buckets=4, 8, 12, 14, 16'",
                           dir, dir));
     ok("exact", e2e_runf("train %s/clf.yaml --out %s/e --set data.drop_last=false", dir, dir));
+    /* the default under exact trains the short batch of 13 (the same run
+     * as data.drop_last false); data.drop_last true drops it, and says so */
+    e2e_result d = e2e_runf("train %s/clf.yaml --out %s/d", dir, dir);
+    CHECK(d.rc == 0 && !strstr(d.out, "is dropped"), "exact by default: exit %d\n%s%s", d.rc, d.out,
+          d.err);
+    e2e_done(&d);
+    int dm;
+    CHECK(diff_max("d", "e", &dm) == 0,
+          "exact by default vs data.drop_last false: weights or moments differ");
+    d = e2e_runf("train %s/clf.yaml --out %s/dd --steps 2 --set data.drop_last=true", dir, dir);
+    CHECK(d.rc == 0 && strstr(d.out, "each epoch trains 32 of the 45 training examples; its short "
+                                     "batch of 13 is dropped"),
+          "exact, data.drop_last true: exit %d\n%s%s", d.rc, d.out, d.err);
+    e2e_done(&d);
     /* Padded rows add exact zeros, but the GEMMs of the weight gradients
      * sum 13 and 14 rows in other blocks: fp32 rounding (3e-8 measured). */
     int moments;
@@ -189,6 +206,14 @@ static void test_resume(void) {
                                  dir, dir, dir));
     e2e_result r = e2e_runf("ckpt diff %s/b %s/b9", dir, dir);
     CHECK(r.rc == 0 && strstr(r.out, "0 different"), "9 vs 3 + resume: %s%s", r.out, r.err);
+    e2e_done(&r);
+    /* exact shapes by default: 2 steps, then the resumed run meets the
+     * short batch of 13 at steps 3, 6 and 9 on its own plan */
+    ok("exact 2", e2e_runf("train %s/clf.yaml --out %s/d2 --steps 2", dir, dir));
+    ok("exact resume",
+       e2e_runf("train %s/clf.yaml --out %s/d9 --resume %s/d2/step-00000002", dir, dir, dir));
+    r = e2e_runf("ckpt diff %s/d %s/d9", dir, dir);
+    CHECK(r.rc == 0 && strstr(r.out, "0 different"), "exact: 9 vs 2 + resume: %s%s", r.out, r.err);
     e2e_done(&r);
 }
 

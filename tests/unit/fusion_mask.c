@@ -4,7 +4,8 @@
  *   output an exact zero gradient, and a gradcheck of gate -> tanh -> mean;
  * - the whole model with a mask: NaN in a dropped source's inputs leaves
  *   the loss and every gradient finite; a source dropped in every row keeps
- *   its branch's weights bit for bit under SGD while the others move;
+ *   its branch's weights bit for bit under SGD while the others move; the
+ *   camera's BatchNorm statistics are those of the rows with a camera;
  * - the dropout flags: a pure function of (seed, step, row, source), about
  *   p of them dropped, never every source of a row;
  * - the keys: source_mask off builds the model without the input valid,
@@ -265,6 +266,77 @@ static void test_model(void) {
     CHECK(!kept, "a camera present in rows 0 and 3 did not learn");
 }
 
+/* The camera's BatchNorms take their statistics over the rows that have a
+ * camera: four rows with every source, in batches of 6 and 8 rows whose
+ * other rows lack the camera (2 and 4 of them, in other places, their
+ * camera values garbage, NaN or zeros), give those four rows the same
+ * predictions and the BatchNorms the same running statistics, bit for
+ * bit. (Before, the missing cameras' zeros joined the statistics.) */
+enum { PRESENT = 4 };
+
+static void camera_batch(int rows, const int *place, float *x, float *y, uint8_t *v) {
+    unsigned seed = 11;
+    float real[PRESENT][IN];
+    for (int p = 0; p < PRESENT; p++)
+        for (int i = 0; i < IN; i++) real[p][i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
+    for (int b = 0; b < rows; b++) {
+        v[b * S] = 0, v[b * S + 1] = 1, v[b * S + 2] = 1;
+        for (int i = 0; i < IN; i++) /* the other sources of a camera-less row */
+            x[b * IN + i] = i < CAM ? (b % 3 == 0   ? NAN
+                                       : b % 3 == 1 ? 1e3f * (float)b
+                                                    : 0.0f)
+                                    : 0.25f * (float)((b * 7 + i) % 5) - 0.5f;
+        y[b] = 0.1f * (float)b;
+    }
+    for (int p = 0; p < PRESENT; p++) {
+        memcpy(x + place[p] * IN, real[p], sizeof real[p]);
+        v[place[p] * S] = 1;
+        y[place[p]] = real[p][3] + real[p][CAM + 1];
+    }
+}
+
+static void test_camera_statistics(void) {
+    static const int rows[2] = {6, 8}, place[2][PRESENT] = {{0, 2, 3, 5}, {1, 2, 5, 6}};
+    static const char *stats[4] = {"camera.1.running_mean", "camera.1.running_var",
+                                   "camera.5.running_mean", "camera.5.running_var"};
+    float pred[2][PRESENT], st[2][4][8];
+    for (int k = 0; k < 2; k++) {
+        char yaml[512];
+        snprintf(yaml, sizeof yaml,
+                 "model: {name: fusion, batch: %d, channels: 2, height: 8, width: 8, c1: 4, c2: 8, "
+                 "ctx: 5, features: 3, hidden: 8, in_dim: 150, source_mask: true}\n",
+                 rows[k]);
+        ts_graph *g = NULL;
+        ts_plan *p = model_plan(yaml, &g);
+        float x[8 * IN], y[8], out[8];
+        uint8_t v[8 * S];
+        camera_batch(rows[k], place[k], x, y, v);
+        if (p) {
+            CHECK_OK(ts_plan_set_input(p, "x", x, sizeof(float) * (size_t)(rows[k] * IN)));
+            CHECK_OK(ts_plan_set_input(p, "y", y, sizeof(float) * (size_t)rows[k]));
+            CHECK_OK(ts_plan_set_input(p, "valid", v, (size_t)(rows[k] * S)));
+            CHECK_OK(ts_plan_step(p));
+            CHECK(isfinite(ts_plan_loss(p)), "loss %g", ts_plan_loss(p));
+            CHECK_OK(ts_plan_read(p, "pred", out, sizeof(float) * (size_t)rows[k]));
+            for (int i = 0; i < PRESENT; i++) pred[k][i] = out[place[k][i]];
+            for (int i = 0; i < 4; i++)
+                CHECK_OK(ts_plan_read(p, stats[i], st[k][i], sizeof(float) * (i < 2 ? 4 : 8)));
+        }
+        ts_plan_free(p);
+        ts_graph_free(g);
+    }
+    int same_stats = 1;
+    for (int i = 0; i < 4; i++)
+        same_stats &= !memcmp(st[0][i], st[1][i], sizeof(float) * (i < 2 ? 4 : 8));
+    printf("camera BatchNorm over the rows with a camera: 2 vs 4 rows without: predictions %s "
+           "(%.9g vs %.9g), running statistics %s\n",
+           memcmp(pred[0], pred[1], sizeof pred[0]) ? "differ" : "bit-identical",
+           (double)pred[0][0], (double)pred[1][0], same_stats ? "bit-identical" : "differ");
+    CHECK(!memcmp(pred[0], pred[1], sizeof pred[0]),
+          "the rows with a camera depend on how many rows lack one");
+    CHECK(same_stats, "the camera BatchNorms' running statistics depend on the rows without one");
+}
+
 /* ---- the dropout flags ------------------------------------------------------ */
 
 static void test_flags(void) {
@@ -357,6 +429,7 @@ int main(void) {
     test_input_and_output_gradients();
     test_gradcheck();
     test_model();
+    test_camera_statistics();
     test_flags();
     test_keys();
     return check_summary("fusion_mask");
