@@ -76,8 +76,9 @@ static char *losses(const char *dir) {
         if (!e) break;
         memcpy(out + k, p, (size_t)(e - p)), k += (size_t)(e - p);
         if (n) {
-            const char *ne = strchr(n, '}');
-            if (ne) memcpy(out + k, n, (size_t)(ne - n)), k += (size_t)(ne - n);
+            /* the value alone: the first record has a timing after it */
+            size_t len = strcspn(n + 12, ",}") + 12;
+            memcpy(out + k, n, len), k += len;
         }
         out[k++] = '\n';
     }
