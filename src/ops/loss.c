@@ -416,7 +416,7 @@ TS_CLONES static void ce_bwd_row_low(uint16_t *d, const float *x, float lse, int
         _Pragma("omp simd") for (int64_t i = 0; i < len; i++) buf[i] =
             m_exp_f32(x[c0 + i] - lse) * sc;
         if (t >= c0 && t < c0 + len) buf[t - c0] = (m_exp_f32(x[t] - lse) - 1) * sc;
-        for (int64_t i = 0; i < len; i++) d[c0 + i] = ts_f32_to_bf16(buf[i]);
+        ts_f32_to_bf16_n(d + c0, buf, len);
     }
 }
 

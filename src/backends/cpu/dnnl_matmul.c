@@ -178,28 +178,15 @@ static float *align_ptr(void *p) {
     return (float *)TS_ALIGN_UP((uintptr_t)p, TS_ALIGN);
 }
 
-/* dst[i] = src[i] rounded to nearest even, into a bf16 or f16 result. */
+/* dst[i] = src[i] rounded to nearest even, into a bf16 or f16 result
+ * (core's array conversions: vectorised, threaded from 64 Ki elements). */
 static void narrow_from_f32(void *dst, const float *src, ts_dtype dt, int64_t n) {
-    uint16_t *h = dst;
-    if (dt == TS_BF16) {
-#pragma omp parallel for schedule(static) if (n >= 65536)
-        for (int64_t i = 0; i < n; i++) h[i] = ts_f32_to_bf16(src[i]);
-    } else {
-#pragma omp parallel for schedule(static) if (n >= 65536)
-        for (int64_t i = 0; i < n; i++) h[i] = ts_f32_to_f16(src[i]);
-    }
+    (dt == TS_BF16 ? ts_f32_to_bf16_n : ts_f32_to_f16_n)(dst, src, n);
 }
 
 /* dst[i] = (float)src[i] for a bf16 or f16 operand. */
 static void widen_to_f32(float *dst, const void *src, ts_dtype dt, int64_t n) {
-    const uint16_t *h = src;
-    if (dt == TS_BF16) {
-#pragma omp parallel for schedule(static) if (n >= 65536)
-        for (int64_t i = 0; i < n; i++) dst[i] = ts_bf16_to_f32(h[i]);
-    } else {
-#pragma omp parallel for schedule(static) if (n >= 65536)
-        for (int64_t i = 0; i < n; i++) dst[i] = ts_f16_to_f32(h[i]);
-    }
+    (dt == TS_BF16 ? ts_bf16_to_f32_n : ts_f16_to_f32_n)(dst, src, n);
 }
 
 /* Whether oneDNN 2.6 serves f32 matmul with its brgemm kernels (AVX-512 and up), whose
