@@ -16,20 +16,12 @@ stuck reading, 4.0 in every value, and valid.npy marks it 0.
 """
 import os
 import random
-import struct
 import sys
+
+from npy_write import write_npy
 
 N, CAM, SEQ, TAB = 256, 64, 32, 16
 P_FAIL, STUCK = 0.3, 4.0
-
-
-def write_npy(path, descr, shape, values, fmt):
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d), }" % (descr, *shape)
-    pad = 64 - (10 + len(header) + 1) % 64
-    header += " " * pad + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
 
 
 def main():

@@ -17,20 +17,11 @@ first layer reads the old columns, has to be adapted.
 """
 import os
 import random
-import struct
 import sys
 
+from npy_write import write_npy
+
 NODES, FEATURES, CLASSES = 300, 8, 3
-
-
-def write_npy(path, descr, shape, values, fmt):
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (
-        descr, "(%d,)" % shape[0] if len(shape) == 1 else "(%d, %d)" % shape)
-    pad = 64 - (10 + len(header) + 1) % 64
-    header += " " * pad + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
 
 
 def features(rng, label, first):
