@@ -41,7 +41,9 @@ static void init_piece(const init_rule *r, uint64_t key, int64_t first, int64_t 
         for (int64_t i = 0; i < m; i++) out[i] = r->lo;
 }
 
-static ts_status init_value(const ts_value *v, void *dst, uint64_t seed) {
+/* Writes v's initial value at dst; dst_zeroed: dst already holds zeros (the
+ * arena is zeroed first), so a zero initialisation writes nothing. */
+static ts_status init_value(const ts_value *v, void *dst, uint64_t seed, int dst_zeroed) {
     int64_t n = ts_type_numel(&v->t);
     size_t bytes = ts_type_bytes(&v->t);
     if (v->data) { /* TS_INIT_BUFFER */
@@ -81,7 +83,8 @@ static ts_status init_value(const ts_value *v, void *dst, uint64_t seed) {
         break;
     }
     if (r.kind == TS_INIT_CONSTANT && r.lo == 0 && !signbit(r.lo)) {
-        memset(dst, 0, bytes); /* zeros (most of the optimizer state): all bits 0 */
+        /* zeros (most of the optimizer state): all bits 0 */
+        if (!dst_zeroed) memset(dst, 0, bytes);
         return TS_OK;
     }
     const int f64 = v->t.dtype == TS_F64;
@@ -142,7 +145,7 @@ static ts_status init_zero3_blocks(ts_plan *p, const ts_graph *g) {
                     s = TS_ERR_NOMEM;
                     break;
                 }
-                if ((s = init_value(val, full, prog->opt.seed)) != TS_OK) break;
+                if ((s = init_value(val, full, prog->opt.seed, 0)) != TS_OK) break;
             }
             const size_t es = ts_dtype_size(val->t.dtype);
             memcpy(ts_plan_at(p, st->v.off) + (size_t)pc->state_off * es,
@@ -215,7 +218,7 @@ ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg) {
         /* ZeRO-3: a gathered parameter lives in the temporaries */
         if (val->kind == TS_VK_PARAM && cg->mp.off[v] >= prog->layout.temp_off) continue;
         if (val->kind == TS_VK_PARAM || val->kind == TS_VK_STATE) {
-            ts_status s = init_value(val, dst, prog->opt.seed);
+            ts_status s = init_value(val, dst, prog->opt.seed, 1);
             if (s != TS_OK) return s;
         }
     }
