@@ -377,11 +377,12 @@ ts_status ts_loader_new(const ts_dataset *d, int64_t batch, int shuffle, uint64_
     return TS_OK;
 }
 
-/* Stable order of (length, position) for qsort over perm entries. */
-static const int64_t *sort_len;
-static int cmp_len(const void *a, const void *b) {
+/* Stable order of (length, position) for qsort_r over perm entries; the
+ * lengths come as the argument, so two loaders can sort at once. */
+static int cmp_len(const void *a, const void *b, void *lengths) {
+    const int64_t *len = lengths;
     const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    if (sort_len[x] != sort_len[y]) return sort_len[x] < sort_len[y] ? -1 : 1;
+    if (len[x] != len[y]) return len[x] < len[y] ? -1 : 1;
     return (x > y) - (x < y);
 }
 
@@ -449,10 +450,9 @@ ts_status ts_loader_fill(ts_loader *l, int64_t pos, void *x, void *y) {
             for (int64_t i = 0; i < l->d->n; i++) l->perm[i] = i;
         /* Length-sorted windows: a batch holds sequences of similar length,
          * so its bucket pads little; still a pure function of (seed, epoch). */
-        sort_len = l->len;
         for (int64_t w = 0; l->window && w < l->d->n; w += l->window)
-            qsort(l->perm + w, (size_t)(l->d->n - w < l->window ? l->d->n - w : l->window),
-                  sizeof *l->perm, cmp_len);
+            qsort_r(l->perm + w, (size_t)(l->d->n - w < l->window ? l->d->n - w : l->window),
+                    sizeof *l->perm, cmp_len, (void *)l->len);
         l->perm_epoch = epoch;
     }
     const int64_t n = batch_rows(l, pos);
