@@ -84,15 +84,6 @@ static void hash_speed(void) {
     free(b);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* The disk alone, as `dd` writes it: `bytes` from memory in 8 MiB blocks,
  * with O_DIRECT (dd oflag=direct) and through the page cache, each then
  * fsync'ed, three times each, alternating. Returns the better mode's median
@@ -128,7 +119,7 @@ static double raw_write(const char *run, size_t bytes) {
                direct ? "O_DIRECT" : "page cache", (double)done / 1e6, t, gbs);
     }
     free(mem);
-    double md = median(gbs_of[1], 3), mb = median(gbs_of[0], 3);
+    double md = ts_median(gbs_of[1], 3), mb = ts_median(gbs_of[0], 3);
     printf("disk alone, medians of 3: O_DIRECT %.2f GB/s, page cache %.2f GB/s\n", md, mb);
     return md > mb ? md : mb;
 }
@@ -174,16 +165,16 @@ static int save_bench(ts_plan *p, const char *run, const char *sk, double bytes,
         ts_plan_set_step(p, ts_plan_step_count(p) + 1);
     }
     ts_ckpt_saver_free(sv);
-    double w = median(wall, reps), c = median(cpus, reps), a = median(async, reps);
+    double w = ts_median(wall, reps), c = ts_median(cpus, reps), a = ts_median(async, reps);
     printf("sync save, median of %d: %.3f s wall = %.2f GB/s; %.3f CPU s (%.2f core-s per GB)\n",
            reps, w, bytes / w / 1e9, c, c / (bytes / 1e9));
-    double ac = median(acpu, reps);
+    double ac = ts_median(acpu, reps);
     printf("async save alone, median of %d: stall %.1f ms, background write %.3f s = %.2f GB/s; "
            "%.3f CPU s with the snapshot (%.2f core-s per GB)\n",
-           reps, median(stall, reps) * 1e3, a, bytes / a / 1e9, ac, ac / (bytes / 1e9));
+           reps, ts_median(stall, reps) * 1e3, a, bytes / a / 1e9, ac, ac / (bytes / 1e9));
     printf("  its shard writers: %.3f s on a CPU, %.3f s waiting for one (summed over threads; "
            "a large wait means other work held the cores)\n",
-           median(wcpu, reps), median(wwait, reps));
+           ts_median(wcpu, reps), ts_median(wwait, reps));
     return 0;
 }
 
@@ -264,7 +255,7 @@ int main(int argc, char **argv) {
                dt, bytes / dt / 1e9, dc, bytes / dc / 1e9);
         ts_plan_set_step(p, ts_plan_step_count(p) + 1);
     }
-    const double sync_med = median(sync_gbs, reps); /* bytes/s */
+    const double sync_med = ts_median(sync_gbs, reps); /* bytes/s */
     /* Verification of the newest checkpoint, its files in the page cache
      * (or not, with O_DIRECT writes): the median of `reps`. */
     double verify_s[100], verify_c[100];
@@ -277,7 +268,7 @@ int main(int argc, char **argv) {
         verify_s[rep] = now() - t0, verify_c[rep] = cpu() - c0;
         ts_ckpt_close(ck);
     }
-    const double t_verify = median(verify_s, reps), c_verify = median(verify_c, reps);
+    const double t_verify = ts_median(verify_s, reps), c_verify = ts_median(verify_c, reps);
     /* Verification reads the files back: from the device, not from the
      * page cache the buffered mode would leave them in. */
     sync();
@@ -349,12 +340,12 @@ int main(int argc, char **argv) {
     printf("async: stall %.1f ms per save = %.2f %% of a step; background save %.3f s = %.2f "
            "GB/s; median %.3f s of it after the step\n",
            stall * 1e3, 100 * stall / alone, write_sum / n, bytes / (write_sum / n) / 1e9,
-           median(tail_s, n));
+           ts_median(tail_s, n));
     /* Medians: of the background saves' times, and of each pair's ratio
      * (a step beside a save against the step after it, alone). */
     double ratio[100];
     for (int i = 0; i < n; i++) ratio[i] = with_s[i] / alone_s[i];
-    double bg = bytes / median(write_s, n) / 1e9, slow = 100 * (median(ratio, n) - 1);
+    double bg = bytes / ts_median(write_s, n) / 1e9, slow = 100 * (ts_median(ratio, n) - 1);
     printf("\nsummary, medians (GB/s, %s writes; load average %.1f at the start, %.1f at the "
            "end): disk alone %.2f | sync save %.2f (%.2fx disk) | background %.2f (%.2fx disk; "
            "step %+.1f %%) | verify %.2f (%.2fx disk), from the device %.2f\n",

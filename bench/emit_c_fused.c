@@ -22,11 +22,6 @@
 enum { ROWS = 2048, COLS = 2048, NE = 4, NG = 3 };
 #define N ((int64_t)ROWS * COLS)
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 typedef struct group {
     const char *what;
     int n;
@@ -175,8 +170,7 @@ int main(int argc, char **argv) {
             d->kernel(&ka);
             t[r] = omp_get_wtime() - t0;
         }
-        qsort(t, (size_t)reps, sizeof *t, cmp_d);
-        const double interp = t[reps / 2] * 1e3;
+        const double interp = ts_median(t, reps) * 1e3;
         const int same = !memcmp(A + out0 + (size_t)k * full, G + out0 + (size_t)k * full, full);
         printf("%-30s %11.3f ms %11.3f ms %11.2fx  %s\n", gs[k].what, interp, gen[k],
                interp / gen[k], same ? "yes" : "NO");

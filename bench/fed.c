@@ -53,15 +53,6 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 #define DIE(...)                                                                                   \
     do {                                                                                           \
         fprintf(stderr, __VA_ARGS__);                                                              \
@@ -377,9 +368,10 @@ int main(int argc, char **argv) {
     double pail_bytes = (double)count * (double)wct;
     double bound = ts_fed_pack_bound(&pack, k);
 
-    double mp = median(t_plain, reps), mq = median(t_q, reps), mme = median(t_menc, reps),
-           mma = median(t_magg, reps), mmf = median(t_mfin, reps), mpe = median(t_enc, reps),
-           mpa = median(t_agg, reps), mpd = median(t_dec, reps), mpf = median(t_encf, reps);
+    double mp = ts_median(t_plain, reps), mq = ts_median(t_q, reps), mme = ts_median(t_menc, reps),
+           mma = ts_median(t_magg, reps), mmf = ts_median(t_mfin, reps),
+           mpe = ts_median(t_enc, reps), mpa = ts_median(t_agg, reps), mpd = ts_median(t_dec, reps),
+           mpf = ts_median(t_encf, reps);
     printf("fixed point: scale %g, clip %g, %d-bit slots (headroom for %d clients), bound %.3g; "
            "largest error: masking %.3g, paillier %.3g\n",
            scale, clip, pack.slot_bits, headroom, bound, worst_m, worst_p);

@@ -20,11 +20,6 @@
 
 enum { ROWS = 2048, COLS = 2048 };
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The tanh GELU exactly as unary.c computes it. */
 static inline float gelu_tanh(float x) {
     float u2 = (float)(2.0 * 0.797884560802865355879) * (x + 0.044715f * (x * x * x));
@@ -70,8 +65,7 @@ static double time_plan(ts_plan *p, int reps) {
         ts_plan_step(p);
         t[i] = omp_get_wtime() - t0;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_d);
-    double m = t[reps / 2];
+    double m = ts_median(t, reps);
     free(t);
     return m;
 }
@@ -127,8 +121,7 @@ int main(int argc, char **argv) {
                 hand_g2(z, a, v, r);
             if (i) t[i - 1] = omp_get_wtime() - t0;
         }
-        qsort(t, (size_t)reps, sizeof *t, cmp_d);
-        double hand = 1e3 * t[reps / 2];
+        double hand = 1e3 * ts_median(t, reps);
         free(t);
         printf("%-36s %10.3f %12.3f %11.3f %12.2fx\n",
                which == 1 ? "gelu_tanh(a + bias) + r  (3 ops)" : "relu(a * v + r)  (3 ops)", ms[0],

@@ -41,11 +41,6 @@ static double cpu_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static const char *isa_name(dnnl_cpu_isa_t isa) {
     switch (isa) {
     case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
@@ -123,9 +118,8 @@ static ts_status bench_one(const shape *s, ts_dtype in, int reps, result *r) {
     }
     if (st != TS_OK) goto done;
     r->busy = (cpu_now() - c0) / ((ts_now() - w0) * ts_mm_threads(m));
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    r->gflops =
-        2.0 * (double)s->batch * (double)s->M * (double)s->N * (double)s->K / t[reps / 2] * 1e-9;
+    r->gflops = 2.0 * (double)s->batch * (double)s->M * (double)s->N * (double)s->K /
+                ts_median(t, reps) * 1e-9;
 done:
     ts_mm_free(m);
     ts_aligned_free(scratch);

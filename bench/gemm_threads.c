@@ -39,11 +39,6 @@ static double cpu_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void print_loadavg(const char *when) {
     char buf[128] = "?";
     FILE *f = fopen("/proc/loadavg", "r");
@@ -165,8 +160,8 @@ static int bench_shape(const shape *s, int nthr, int reps) {
         const double busy = (cpu_now() - c0) / ((ts_now() - w0) * nthr);
         double g[3];
         for (int k = 0; k < 3; k++) {
-            qsort(t + k * reps, (size_t)reps, sizeof *t, cmp_double);
-            g[k] = 2.0 * (double)s->M * (double)s->N * (double)s->K / t[k * reps + reps / 2] * 1e-9;
+            g[k] = 2.0 * (double)s->M * (double)s->N * (double)s->K /
+                   ts_median(t + k * reps, reps) * 1e-9;
         }
         printf("%-18s %5lldx%5lldx%5lld %8.1f %8.1f %8.1f %6.2f %6.2f %5.0f  %s\n", s->name,
                (long long)s->M, (long long)s->N, (long long)s->K, g[0], g[1], g[2], g[1] / g[0],

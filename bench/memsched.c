@@ -29,11 +29,6 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Random x, and y as class ids in [0, 2) (i64) or numbers (f32). */
 static int feed(ts_plan *p, const char *name, unsigned *seed) {
     ts_dtype dt;
@@ -132,8 +127,7 @@ static int workload(const char *path, const char *label, int steps, int threads,
     }
     double med[NP];
     for (int k = 0; k < NP; k++) {
-        qsort(t[k], (size_t)steps, sizeof(double), cmp_d);
-        med[k] = t[k][steps / 2];
+        med[k] = ts_median(t[k], steps);
     }
     unsigned long long h0 = param_hash(p[0]);
     int same = param_hash(p[1]) == h0 && param_hash(p[2]) == h0;

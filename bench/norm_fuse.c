@@ -20,16 +20,6 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static ts_plan *compile_w1(int no_norm, int threads, ts_dtype compute, size_t *bytes, int *n_ins) {
     ts_mlp_config mc = ts_mlp_w1();
     ts_graph *g = ts_graph_new();
@@ -111,7 +101,7 @@ static void run(int steps, int threads, ts_dtype compute, const char *label) {
         if (s >= 0) ratio[s] = t[1][s] / t[0][s];
     }
     int same = same_weights(p[0], p[1]);
-    double mr = median(ratio, steps), m0 = median(t[0], steps), m1 = median(t[1], steps);
+    double mr = ts_median(ratio, steps), m0 = ts_median(t[0], steps), m1 = ts_median(t[1], steps);
     printf("W1 %s, %d thread%s, %d steps alternated:\n", label, threads, threads > 1 ? "s" : "",
            steps);
     printf("  fused:   %2d instructions, operand bytes per step %8.2f MiB, median step %.2f ms\n",

@@ -14,11 +14,6 @@ typedef struct linear {
     int needs_dx;
 } linear;
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* One GEMM shape: C[M,N] (f32) = op(A) op(B), A/B of type dt, transposes by strides. */
 typedef struct gemm_desc {
     ts_dtype dt;
@@ -72,8 +67,7 @@ static ts_status time_gemm(const gemm_desc *d, double *sec, char *impl, size_t n
             if (r >= 0) tm[r] = ts_now() - t0;
         }
         if (s == TS_OK) {
-            qsort(tm, REPS, sizeof *tm, cmp_d);
-            *sec = tm[REPS / 2];
+            *sec = ts_median(tm, REPS);
             const char *name = NULL;
             dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
             snprintf(impl, n, "%s", name ? name : "?");

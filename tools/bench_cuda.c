@@ -83,16 +83,6 @@ typedef struct mode_result {
     ts_device_info dev;
 } mode_result;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* One mode: compile, warm up (the first step captures the graph), time. */
 static ts_status run_mode(const ts_bench_cuda_options *o, wl *w, int no_graph, mode_result *r) {
     memset(r, 0, sizeof *r);
@@ -129,8 +119,8 @@ static ts_status run_mode(const ts_bench_cuda_options *o, wl *w, int no_graph, m
         for (int i = 0; i < o->steps; i++) mean += t[i] / o->steps;
         for (int i = 0; i < o->steps; i++) var += (t[i] - mean) * (t[i] - mean) / o->steps;
         r->sigma_us = 1e6 * sqrt(var);
-        r->step_ms = 1e3 * median(t, o->steps);
-        r->launch_us = median(launch, o->steps);
+        r->step_ms = 1e3 * ts_median(t, o->steps);
+        r->launch_us = ts_median(launch, o->steps);
         r->loss_last = ts_plan_loss(p);
     }
     free(t);

@@ -39,11 +39,6 @@ typedef struct run_ctx {
     run_out *out;
 } run_ctx;
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The op kinds that took the most time, per step. */
 static void profile_text(const ts_plan *p, int steps, char *out) {
     ts_profile_entry top[12];
@@ -134,8 +129,7 @@ static ts_status run_worker(ts_comm *comm, const run_ctx *rc, double *median, do
     if (s == TS_OK && rank == 0 && ts_plan_get_stats(p, &st) == TS_OK)
         rc->out->arena = st.arena_bytes + st.shared_param_bytes;
     if (s == TS_OK) {
-        qsort(times, (size_t)o->steps, sizeof *times, cmp_d);
-        *median = times[o->steps / 2];
+        *median = ts_median(times, o->steps);
         *loss = ts_plan_loss(p);
     }
     free(times);
@@ -193,11 +187,6 @@ static const char *zero_words(const ts_bench_dist_options *o) {
                           "shared parameters";
 }
 
-static double median_of(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_result *r) {
     ts_bench_dist_options o = opts ? *opts : ts_bench_dist_options_default();
     FILE *out = o.out ? o.out : stdout;
@@ -247,8 +236,8 @@ ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_res
                     k + 1, t1[k] * 1e3, o.procs, tn[k] * 1e3, ti[k] * 1e3);
     }
     if (s == TS_OK) {
-        r->single_ms = median_of(t1, o.rounds) * 1e3;
-        r->multi_ms = median_of(tn, o.rounds) * 1e3;
+        r->single_ms = ts_median(t1, o.rounds) * 1e3;
+        r->multi_ms = ts_median(tn, o.rounds) * 1e3;
         r->single = (double)batch * per_row / (r->single_ms * 1e-3);
         r->multi = (double)(rank_batch * o.procs) * per_row / (r->multi_ms * 1e-3);
         r->ratio = r->multi / r->single;
@@ -262,7 +251,7 @@ ts_status ts_bench_dist_run(const ts_bench_dist_options *opts, ts_bench_dist_res
                 arena1 ? (double)arena_n / (double)arena1 : 0.0);
         /* What the machine gives N processes at all: the same ranks
          * computing their batches without exchanging gradients. */
-        r->compute_only = (double)(rank_batch * o.procs) * per_row / median_of(ti, o.rounds);
+        r->compute_only = (double)(rank_batch * o.procs) * per_row / ts_median(ti, o.rounds);
         fprintf(out,
                 "  %d processes without gradient exchange: %.0f %s (%.2fx one process), the "
                 "ceiling on this machine now; data parallel reaches %.0f %% of it\n",

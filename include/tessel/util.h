@@ -27,6 +27,10 @@ void *ts_zalloc(size_t bytes, const char *what);
 /* Wall clock in seconds (monotonic). */
 double ts_now(void);
 
+/* The median of v[0..n-1] (the mean of the two middle values for even n;
+ * 0 for n < 1). Sorts v in place: benchmarks report it over their runs. */
+double ts_median(double *v, int n);
+
 /* Append printf-style text at buf[*len] (cap bytes in all), truncating
  * quietly at the end of the buffer; *len is kept <= cap - 1. For messages
  * assembled from parts whose worst-case sum exceeds the buffer. */

@@ -75,6 +75,17 @@ double ts_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int cmp_f64(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double ts_median(double *v, int n) {
+    if (n < 1) return 0.0;
+    qsort(v, (size_t)n, sizeof *v, cmp_f64);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 double ts_process_age(void) {
     /* Field 22 of /proc/self/stat, after the command name in parentheses
      * (which may hold spaces and ')'), is the start in clock ticks since

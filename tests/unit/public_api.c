@@ -89,6 +89,10 @@ static void test_helpers(void) {
     size_t len = 0;
     ts_catf(buf, sizeof buf, &len, "%s", "0123456789");
     CHECK(len == 7 && !strcmp(buf, "0123456"), "ts_catf truncates quietly");
+    double odd[] = {3, 1, 2}, even[] = {4, 1, 3, 2}, one[] = {5};
+    CHECK(ts_median(odd, 3) == 2 && odd[0] == 1 && odd[2] == 3, "ts_median of 3 sorts them");
+    CHECK(ts_median(even, 4) == 2.5, "ts_median of 4 is the mean of the middle two");
+    CHECK(ts_median(one, 1) == 5 && ts_median(one, 0) == 0, "ts_median of 1 and of none");
 }
 
 int main(void) {
