@@ -223,6 +223,7 @@ typedef struct ts_config {
         char addr[64]; /* the aggregator's numeric IPv4 address */
         int port;      /* ... and port */
         int rounds, local_steps, min_clients, max_clients, key_bits, pool;
+        int pool_threads; /* threads filling the r^n pool */
         double scale, clip, timeout_s, join_s;
         double prox_mu; /* FedProx: weight of the proximal term (0: FedAvg) */
         char key[512];  /* the key holder's Paillier private key file */

@@ -87,29 +87,39 @@ static void *pool_main(void *arg) {
     mpz_init(v);
     for (;;) {
         pthread_mutex_lock(&pl->mu);
-        while (!pl->stop && pl->count == pl->cap) pthread_cond_wait(&pl->space, &pl->mu);
+        /* entries being computed count as taken, so threads never compute
+         * more than the pool has room for */
+        while (!pl->stop && pl->count + pl->busy >= pl->cap) pthread_cond_wait(&pl->space, &pl->mu);
         int stop = pl->stop;
+        if (!stop) pl->busy++;
         pthread_mutex_unlock(&pl->mu);
         if (stop) break;
         /* On a failure the thread ends; encryptions then compute their own
          * r^n and report the failure themselves. */
-        if (ts_paillier_fresh_rn(pk, v) != TS_OK) break;
+        ts_status s = ts_paillier_fresh_rn(pk, v);
         pthread_mutex_lock(&pl->mu);
-        if (!pl->stop && pl->count < pl->cap) mpz_swap(pl->slot[pl->count++], v);
+        pl->busy--;
+        if (s == TS_OK && !pl->stop && pl->count < pl->cap) mpz_swap(pl->slot[pl->count++], v);
         pthread_mutex_unlock(&pl->mu);
+        if (s != TS_OK) break;
     }
     ts_paillier_mpz_wipe(v);
     return NULL;
 }
 
-ts_status ts_paillier_pool_start(ts_paillier_pub *pk, int capacity) {
+ts_status ts_paillier_pool_start(ts_paillier_pub *pk, int capacity, int threads) {
     if (pk->pool) return ts_fail(TS_ERR_INVALID, "paillier: the r^n pool already runs");
     if (capacity < 1 || capacity > (1 << 20))
         return ts_fail(TS_ERR_INVALID, "paillier: pool capacity %d not in [1, 2^20]", capacity);
+    if (threads < 1 || threads > 256)
+        return ts_fail(TS_ERR_INVALID, "paillier: %d pool threads not in [1, 256]", threads);
     rn_pool *pl = calloc(1, sizeof *pl);
     if (!pl) return ts_fail(TS_ERR_NOMEM, "paillier: pool");
     pl->slot = calloc((size_t)capacity, sizeof *pl->slot);
-    if (!pl->slot) {
+    pl->thread = calloc((size_t)threads, sizeof *pl->thread);
+    if (!pl->slot || !pl->thread) {
+        free(pl->slot);
+        free(pl->thread);
         free(pl);
         return ts_fail(TS_ERR_NOMEM, "paillier: pool of %d entries", capacity);
     }
@@ -118,15 +128,14 @@ ts_status ts_paillier_pool_start(ts_paillier_pub *pk, int capacity) {
     pthread_mutex_init(&pl->mu, NULL);
     pthread_cond_init(&pl->space, NULL);
     pk->pool = pl;
-    int e = pthread_create(&pl->thread, NULL, pool_main, pk);
-    if (e != 0) {
-        pk->pool = NULL;
-        pthread_mutex_destroy(&pl->mu);
-        pthread_cond_destroy(&pl->space);
-        for (int i = 0; i < capacity; i++) mpz_clear(pl->slot[i]);
-        free(pl->slot);
-        free(pl);
-        return ts_fail(TS_ERR_INTERNAL, "paillier: cannot start the pool thread: %s", strerror(e));
+    for (int t = 0; t < threads; t++) {
+        int e = pthread_create(&pl->thread[t], NULL, pool_main, pk);
+        if (e != 0) {
+            ts_paillier_pool_stop(pk); /* joins the threads already started */
+            return ts_fail(TS_ERR_INTERNAL, "paillier: cannot start pool thread %d of %d: %s",
+                           t + 1, threads, strerror(e));
+        }
+        pl->n_threads++;
     }
     return TS_OK;
 }
@@ -138,7 +147,8 @@ void ts_paillier_pool_stop(ts_paillier_pub *pk) {
     pl->stop = 1;
     pthread_cond_broadcast(&pl->space);
     pthread_mutex_unlock(&pl->mu);
-    pthread_join(pl->thread, NULL);
+    for (int t = 0; t < pl->n_threads; t++) pthread_join(pl->thread[t], NULL);
+    free(pl->thread);
     pthread_mutex_destroy(&pl->mu);
     pthread_cond_destroy(&pl->space);
     for (int i = 0; i < pl->cap; i++) ts_paillier_mpz_wipe(pl->slot[i]);

@@ -8,7 +8,7 @@
  *     ts_paillier_priv *sk; ts_paillier_pub *pk;
  *     ts_paillier_keygen(2048, &sk);                 // primes from getrandom(2)
  *     ts_paillier_pub_of(sk, &pk);                   // with a DJN base hs: cheap r^n
- *     ts_paillier_pool_start(pk, 64);                // r^n precomputed in a thread
+ *     ts_paillier_pool_start(pk, 64, 1);             // r^n precomputed in a thread
  *     mpz_t m, c; mpz_inits(m, c, NULL);
  *     mpz_set_ui(m, 42);
  *     ts_paillier_encrypt(pk, c, m);                 // c = (1 + m n) r^n mod n²
@@ -52,11 +52,11 @@ void ts_paillier_priv_free(ts_paillier_priv *sk);
 const mpz_t *ts_paillier_n(const ts_paillier_pub *pk);
 int ts_paillier_bits(const ts_paillier_pub *pk);
 
-/* Precompute r^n mod n² for up to `capacity` encryptions in a background
- * thread, refilled as encryptions take them. An encryption that finds the
- * pool empty computes its own r^n. Stopped by ts_paillier_pool_stop or
- * ts_paillier_pub_free. */
-ts_status ts_paillier_pool_start(ts_paillier_pub *pk, int capacity);
+/* Precompute r^n mod n² for up to `capacity` encryptions in `threads`
+ * background threads (1 to 256), refilled as encryptions take them. An
+ * encryption that finds the pool empty computes its own r^n. Stopped by
+ * ts_paillier_pool_stop or ts_paillier_pub_free. */
+ts_status ts_paillier_pool_start(ts_paillier_pub *pk, int capacity, int threads);
 void ts_paillier_pool_stop(ts_paillier_pub *pk);
 /* How many encryptions took a precomputed r^n, and how many computed their own. */
 void ts_paillier_pool_stats(const ts_paillier_pub *pk, int64_t *hits, int64_t *misses);

@@ -7,14 +7,16 @@
 #include <pthread.h>
 #include "fed/paillier.h"
 
-/* The r^n pool: a stack of precomputed values the background thread keeps
+/* The r^n pool: a stack of precomputed values the background threads keep
  * full; `mu` guards every field below it. */
 typedef struct rn_pool {
-    pthread_t thread;
+    pthread_t *thread;
+    int n_threads; /* started */
     pthread_mutex_t mu;
     pthread_cond_t space; /* signalled when an entry is taken or on stop */
     mpz_t *slot;
     int cap, count, stop;
+    int busy; /* entries the threads are computing now */
     int64_t hits, misses;
 } rn_pool;
 

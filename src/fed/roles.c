@@ -46,6 +46,7 @@ ts_fed_params ts_fed_params_default(void) {
                            .clip = 1.0,
                            .join_s = 30,
                            .pool = 0,
+                           .pool_threads = 1,
                            .keyholder_name = "keyholder"};
 }
 
@@ -412,7 +413,7 @@ ts_status ts_fed_client_run(const ts_fed_params *fp, const ts_fed_tls *tls, cons
         /* the pool thread fills while the others join and during local
          * training; a pool smaller than a round leaves the rest to the
          * encryption itself */
-        if (s == TS_OK && fp->pool > 0) s = ts_paillier_pool_start(pk, fp->pool);
+        if (s == TS_OK && fp->pool > 0) s = ts_paillier_pool_start(pk, fp->pool, fp->pool_threads);
         int headroom = 0;
         if (s == TS_OK) s = fedr_recv_setup(fp, c, "client", &headroom);
         if (s == TS_OK)

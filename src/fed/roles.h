@@ -51,6 +51,7 @@ typedef struct ts_fed_params {
     double scale, clip;     /* fixed point of the updates (pack.h) */
     double join_s;          /* how long the aggregator admits clients before round 1 */
     int pool;               /* r^n precomputed per client (0: none) */
+    int pool_threads;       /* threads filling that pool (>= 1) */
     int secure;             /* 0: Paillier; 1: masking (roles_mask.c; no key at all);
                                2: none, plain FedAvg (roles_plain.c; no protection) */
     int threshold;          /* masking: shares needed to unmask (0: a majority of the round) */

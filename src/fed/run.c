@@ -90,6 +90,7 @@ static ts_fed_params params_of(const ts_config *c) {
     fp.clip = c->fed.clip;
     fp.join_s = c->fed.join_s;
     fp.pool = c->fed.pool;
+    fp.pool_threads = c->fed.pool_threads;
     fp.secure = c->fed.secure;
     fp.threshold = c->fed.threshold;
     fp.keyholder_name = c->fed.keyholder_name;

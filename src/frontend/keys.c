@@ -404,7 +404,10 @@ const ts_config_key cfg_keys[] = {
     {"fed.join_s", TS_CFG_F64, FIELD(fed, join_s), 0, NULL, "[0, 1e6]", "60",
      "seconds the aggregator admits clients before round 1 once min_clients are in"},
     {"fed.pool", TS_CFG_INT, FIELD(fed, pool), 0, NULL, "[0, 1e6]", "0",
-     "r^n values a client precomputes in a background thread (0: none)"},
+     "r^n values a client precomputes in the background (0: none)"},
+    {"fed.pool_threads", TS_CFG_INT, FIELD(fed, pool_threads), 0, NULL, "[1, 256]", "1",
+     "threads that fill a client's r^n pool (a host with cores to spare refills a round's pool "
+     "that many times faster)"},
     {"fed.key", TS_CFG_STR, FIELD(fed, key), 0, NULL, NULL, "fed-paillier.key",
      "the key holder's Paillier private key file (made, mode 0600, when missing; refused when "
      "group or others can read it)"},

@@ -155,7 +155,7 @@ int main(void) {
     ts_paillier_pub *pk = NULL;
     CHECK_OK(ts_paillier_keygen(1024, &sk));
     if (sk) CHECK_OK(ts_paillier_pub_of(sk, &pk));
-    if (pk) CHECK_OK(ts_paillier_pool_start(pk, 32));
+    if (pk) CHECK_OK(ts_paillier_pool_start(pk, 32, 1));
     if (sk && pk) {
         test_edge(sk, pk);
         test_bound(sk, pk);

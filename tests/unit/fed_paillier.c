@@ -88,8 +88,8 @@ static void test_keys_and_pool(void) {
     CHECK(ts_paillier_bits(pk) == 2048, "2048-bit key has %d bits", ts_paillier_bits(pk));
     check_arith(sk, pk, "2048");
     /* the pool: encryptions take precomputed r^n once the thread has made some */
-    CHECK_OK(ts_paillier_pool_start(pk, 4));
-    CHECK(ts_paillier_pool_start(pk, 4) == TS_ERR_INVALID, "second pool accepted");
+    CHECK_OK(ts_paillier_pool_start(pk, 4, 1));
+    CHECK(ts_paillier_pool_start(pk, 4, 1) == TS_ERR_INVALID, "second pool accepted");
     int64_t hits = 0, misses = 0;
     mpz_t m, c, d;
     mpz_inits(m, c, d, NULL);
@@ -105,8 +105,32 @@ static void test_keys_and_pool(void) {
     check_arith(sk, pk, "2048 with pool");
     ts_paillier_pool_stop(pk);
     ts_paillier_pool_stop(pk); /* stopping twice is harmless */
+    /* several threads fill a pool to its capacity and no further; every
+     * value they made encrypts correctly */
+    CHECK(ts_paillier_pool_start(pk, 8, 0) == TS_ERR_INVALID, "0 pool threads accepted");
+    CHECK(ts_paillier_pool_start(pk, 8, 257) == TS_ERR_INVALID, "257 pool threads accepted");
+    CHECK_OK(ts_paillier_pool_start(pk, 8, 3));
+    int full = 0;
+    for (int i = 0; i < 600 && !full; i++) {
+        usleep(20 * 1000);
+        pthread_mutex_lock(&pk->pool->mu);
+        full = pk->pool->count == 8;
+        CHECK(pk->pool->count + pk->pool->busy <= 8, "pool over capacity: %d + %d busy",
+              pk->pool->count, pk->pool->busy);
+        pthread_mutex_unlock(&pk->pool->mu);
+    }
+    CHECK(full, "3 threads did not fill a pool of 8");
+    for (int i = 0; i < 12; i++) { /* 8 from the pool, then computed here */
+        mpz_set_ui(m, 1000u + (unsigned)i);
+        CHECK_OK(ts_paillier_encrypt(pk, c, m));
+        CHECK_OK(ts_paillier_decrypt(sk, d, c));
+        CHECK(mpz_cmp(d, m) == 0, "3-thread pool encryption %d does not decrypt", i);
+    }
+    ts_paillier_pool_stats(pk, &hits, &misses);
+    CHECK(hits >= 8, "a full pool of 8 gave %lld hits", (long long)hits);
+    ts_paillier_pool_stop(pk);
     /* freeing a key whose pool runs stops and frees the pool (ASan checks) */
-    CHECK_OK(ts_paillier_pool_start(pk, 2));
+    CHECK_OK(ts_paillier_pool_start(pk, 2, 2));
     mpz_clears(m, c, d, NULL);
     ts_paillier_pub_free(pk);
     ts_paillier_priv_free(sk);

@@ -298,10 +298,13 @@ int main(void) {
     CHECK(stat(key, &sb) == 0 && (sb.st_mode & 0777) == 0600, "key holder's key file mode %o",
           sb.st_mode & 0777);
     /* the same with each client's r^n pool (fed.pool), smaller than a round's
-     * ciphertexts so both the pool and the encryption make r^n */
+     * ciphertexts so both the pool and the encryption make r^n, filled by
+     * two threads (fed.pool_threads) */
     fp.pool = 3;
+    fp.pool_threads = 2;
     run("client 3 fails in round 2", 2, -1); /* reuses the key file */
     fp.pool = 0;
+    fp.pool_threads = 1;
     run("client 3 replays round 0", 0, 0);
     run("client 3 tampers with its frame", 0, 1);
     /* a key file others can read stops the key holder before it connects */

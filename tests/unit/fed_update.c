@@ -16,7 +16,7 @@ int main(void) {
     CHECK_OK(ts_paillier_keygen(1024, &sk));
     if (sk) CHECK_OK(ts_paillier_pub_of(sk, &pk));
     if (!pk) return check_summary("unit/fed_update");
-    CHECK_OK(ts_paillier_pool_start(pk, 64));
+    CHECK_OK(ts_paillier_pool_start(pk, 64, 2));
     ts_fed_pack p;
     CHECK_OK(ts_fed_pack_init(&p, 1 << 20, 1.0, K, 1024));
     int64_t count = ts_fed_pack_count(&p, N);
