@@ -36,6 +36,10 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
                        c->rank, (long long)c->min_elems);
     if (c->method == TS_COMPRESS_POWERSGD && c->momentum)
         return ts_fail(TS_ERR_INVALID, "distribute: momentum correction is topk's, not PowerSGD's");
+    if (c->dense_steps < 0 || (c->method == TS_COMPRESS_TOPK && c->dense_steps))
+        return ts_fail(TS_ERR_INVALID,
+                       "distribute: %lld dense steps; they are PowerSGD's (topk has its warm-up)",
+                       (long long)c->dense_steps);
     if (d->zero)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "distribute: gradient compression with ZeRO-%d is not supported (ZeRO "
@@ -128,6 +132,7 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int32_t scale, 
     ca->ranks = d->size;
     ca->rank = r;
     ca->min_elems = c->min_elems;
+    ca->dense = c->dense_steps;
     ca->scaled = scale >= 0;
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 6), "compress");
     if (!args) return TS_ERR_NOMEM;
