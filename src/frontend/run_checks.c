@@ -104,13 +104,12 @@ static ts_status check_public_key(const ts_config *c, const char *path) {
 static ts_status check_compress(const ts_config *c, int nranks) {
     const int m = c->dist.compress;
     char where[600];
-    if (c->dist.compress_dense_steps && m != 2)
+    if (c->dist.compress_dense_steps && !m)
         return ts_fail(
             TS_ERR_INVALID,
-            "%s: dist.compress_dense_steps is PowerSGD's dense start; dist.compress is "
-            "%s (topk's is dist.compress_warmup_steps)",
-            cfg_origin(c, ts_config_key_find("dist.compress_dense_steps"), where, sizeof where),
-            m == 1 ? "topk" : "none");
+            "%s: dist.compress_dense_steps is the dense start of dist.compress topk or powersgd; "
+            "dist.compress is none",
+            cfg_origin(c, ts_config_key_find("dist.compress_dense_steps"), where, sizeof where));
     if (!m) {
         if (!c->dist.compress_momentum) return TS_OK;
         return ts_fail(

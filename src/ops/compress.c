@@ -32,7 +32,12 @@
  * The residual and velocity are state values [elements], this rank's
  * own (checkpointed as row r of [ranks, elements]), over the bucket's flat element range (g1's
  * elements, then g2's, ...; no padding). k follows the warm-up schedule of the step
- * (ts_topk_ratio_at), the same on every rank, so the payload size is too. */
+ * (ts_topk_ratio_at), the same on every rank, so the payload size is too.
+ *
+ * Dense start (a.dense > 0): steps 1..a.dense send every value in f32
+ * (ratio 1: the dense all-reduce's arithmetic, the residual left at 0)
+ * and do not mask the velocity, which then is the dense run's momentum
+ * averaged; the payloads are sized for them (kmax = elems). */
 #include <math.h>
 #include <string.h>
 #include "collective.h"
@@ -69,7 +74,9 @@ static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, 
     if (a->elems != elems || a->kmax < 1 || a->kmax > elems || a->ranks < 2)
         return ts_fail(TS_ERR_INVALID, "compress_start: elems %lld, kmax %lld, ranks %lld",
                        (long long)a->elems, (long long)a->kmax, (long long)a->ranks);
-    const int64_t words = (int64_t)(ts_topk_payload_bytes(a->kmax, (int)a->values) / 4);
+    /* the dense start (a->dense) sends every value in f32: kmax is elems then */
+    const int vmax = a->dense > 0 ? TS_CVAL_F32 : (int)a->values;
+    const int64_t words = (int64_t)(ts_topk_payload_bytes(a->kmax, vmax) / 4);
     memset(out, 0, 3 * sizeof *out);
     out[0].dtype = TS_I64;
     out[1].dtype = TS_I32;
@@ -122,8 +129,14 @@ static ts_status rt_of(const ts_kargs *k, const char *op, ts_dist_rt **rt, int *
 
 /* The k of this step, the same on every rank. */
 static int64_t k_now(const ts_compress_attrs *a, int64_t step) {
+    if (step <= a->dense) return a->elems; /* the dense start */
     int64_t kk = ts_topk_k(a->elems, ts_topk_ratio_at(a->ratio, a->warmup, step));
     return kk < a->kmax ? kk : a->kmax;
+}
+
+/* The encoding of the step's values: f32 in the dense start. */
+static int values_now(const ts_compress_attrs *a, int64_t step) {
+    return step <= a->dense ? TS_CVAL_F32 : (int)a->values;
 }
 
 /* A new step starts the step's figures afresh. */
@@ -155,7 +168,7 @@ static int all_finite(const ts_kargs *k, int from, int end) {
  * and encodes the top k into send; returns the residual's sum of squares
  * after the step. */
 static double accumulate_select(const ts_kargs *k, float *res, float *vel, float inv, int end,
-                                int64_t kk) {
+                                int64_t kk, int vf, int mask) {
     const ts_compress_attrs *a = &k->a->compress;
     const int ns = n_state(a), nr = (int)a->ranks;
     /* Local clipping (DGC): this rank's bucket norm to clip / sqrt(ranks). */
@@ -193,11 +206,11 @@ static double accumulate_select(const ts_kargs *k, float *res, float *vel, float
     const double acc_sq = ts_topk_accumulate_select(&acc, kk, fused, idx, NULL);
     double before = 0;
     for (int64_t j = 0; j < kk; j++) before += (double)res[idx[j]] * (double)res[idx[j]];
-    ts_topk_encode(res, idx, kk, (int)a->values, k->out[1].data);
+    ts_topk_encode(res, idx, kk, vf, k->out[1].data);
     double after = 0;
     for (int64_t j = 0; j < kk; j++) {
         after += (double)res[idx[j]] * (double)res[idx[j]];
-        if (vel) vel[idx[j]] = 0; /* momentum factor masking */
+        if (vel && mask) vel[idx[j]] = 0; /* momentum factor masking */
     }
     return acc_sq - before + after;
 }
@@ -213,14 +226,17 @@ static ts_status k_start(const ts_kargs *k) {
     int end;
     const float inv = inv_scale(k, &end);
     const int64_t kk = k_now(a, k->ctx->step);
+    const int vf = values_now(a, k->ctx->step);
     /* Loss scaling: an overflow on this rank leaves its state alone. */
     const int skip = a->scaled && !all_finite(k, ns, end);
     double res_sq = 0;
     if (skip)
-        ts_topk_encode_skipped(kk, (int)a->values, k->out[1].data);
+        ts_topk_encode_skipped(kk, vf, k->out[1].data);
     else
-        res_sq = accumulate_select(k, res, vel, inv, end, kk);
-    const size_t pb = ts_topk_payload_bytes(kk, (int)a->values);
+        /* the dense start keeps the velocity: all sent, it is the dense
+         * momentum, averaged (masking it would be SGD without momentum) */
+        res_sq = accumulate_select(k, res, vel, inv, end, kk, vf, k->ctx->step > a->dense);
+    const size_t pb = ts_topk_payload_bytes(kk, vf);
     /* The payloads land in recv at a stride of this step's payload (the
      * all-gather's count is the whole array, nr equal blocks). */
     ts_coll_ticket t = {0};
@@ -241,8 +257,7 @@ static ts_status k_start(const ts_kargs *k) {
 /* A skipped step (some rank's gradients overflowed): the bucket's
  * gradients become NaN on every rank, and what this rank sent goes back
  * into its residual (the wait's input `end`). */
-static void undo_skipped(const ts_kargs *k, int end, int64_t kk) {
-    const ts_compress_attrs *a = &k->a->compress;
+static void undo_skipped(const ts_kargs *k, int end, int64_t kk, int vf) {
     for (int j = 3; j < end; j++) {
         float *g = k->in[j].data;
         for (int64_t i = 0, n = ts_tensor_numel(&k->in[j]); i < n; i++) g[i] = NAN;
@@ -253,7 +268,7 @@ static void undo_skipped(const ts_kargs *k, int end, int64_t kk) {
     for (int64_t j = 0; j < kk; j++) {
         uint32_t i;
         float q;
-        ts_topk_decode_at(mine, (int)a->values, j, &i, &q);
+        ts_topk_decode_at(mine, vf, j, &i, &q);
         res[i] += q; /* exact: res[i] is acc - q */
     }
 }
@@ -270,7 +285,7 @@ static float *grad_at(const ts_kargs *k, int64_t i, int *t, int64_t *lo) {
  * bucket is not needed. An index goes to the first rank that sent it;
  * the later ones find it in an earlier rank's list (all ascend). scratch:
  * one position per rank. */
-static void mean_at_sent(const ts_kargs *k, int64_t kk, size_t pb, float scale) {
+static void mean_at_sent(const ts_kargs *k, int64_t kk, int vf, size_t pb, float scale) {
     const ts_compress_attrs *a = &k->a->compress;
     const int nr = (int)a->ranks;
     const char *recv = k->in[2].data;
@@ -283,12 +298,12 @@ static void mean_at_sent(const ts_kargs *k, int64_t kk, size_t pb, float scale) 
         for (int64_t j = 0; j < kk; j++) {
             uint32_t i, e;
             float q;
-            ts_topk_decode_at(p, (int)a->values, j, &i, &q);
+            ts_topk_decode_at(p, vf, j, &i, &q);
             int seen = 0;
             for (int r2 = 0; r2 < r && !seen; r2++) {
                 const void *p2 = recv + (size_t)r2 * pb;
                 for (; pos[r2] < kk; pos[r2]++) {
-                    ts_topk_decode_at(p2, (int)a->values, pos[r2], &e, &q);
+                    ts_topk_decode_at(p2, vf, pos[r2], &e, &q);
                     if (e >= i) break;
                 }
                 seen = pos[r2] < kk && e == i;
@@ -315,7 +330,8 @@ static ts_status k_wait(const ts_kargs *k) {
     const int nr = (int)a->ranks, end = k->n_in - (a->scaled ? 2 : 0), ng = end - 3;
     const float scale = a->scaled ? *(const float *)k->in[k->n_in - 1].data : 1.0f;
     const int64_t kk = k_now(a, k->ctx->step);
-    const size_t pb = ts_topk_payload_bytes(kk, (int)a->values);
+    const int vf = values_now(a, k->ctx->step);
+    const size_t pb = ts_topk_payload_bytes(kk, vf);
     const char *recv = k->in[2].data;
     for (int r = 0; r < nr; r++) {
         const void *p = recv + (size_t)r * pb;
@@ -324,7 +340,7 @@ static ts_status k_wait(const ts_kargs *k) {
                            "compress_wait '%s': rank %d sent %lld values, not %lld", lbl(k), r,
                            (long long)ts_topk_payload_k(p), (long long)kk);
         if (a->scaled && ts_topk_payload_skipped(p)) {
-            undo_skipped(k, end, kk);
+            undo_skipped(k, end, kk, vf);
             *(int64_t *)k->out[0].data = b;
             return TS_OK;
         }
@@ -338,7 +354,7 @@ static ts_status k_wait(const ts_kargs *k) {
         for (int64_t j = 0; j < kk; j++) {
             uint32_t i;
             float q;
-            ts_topk_decode_at(p, (int)a->values, j, &i, &q);
+            ts_topk_decode_at(p, vf, j, &i, &q);
             if ((int64_t)i >= a->elems || (int64_t)i <= prev)
                 return ts_fail(TS_ERR_INTERNAL,
                                "compress_wait '%s': rank %d sent index %u of %lld after %lld "
@@ -348,7 +364,7 @@ static ts_status k_wait(const ts_kargs *k) {
             *grad_at(k, i, &t, &lo) += q; /* ascending indices: the tensors in order */
         }
     }
-    mean_at_sent(k, kk, pb, scale);
+    mean_at_sent(k, kk, vf, pb, scale);
     *(int64_t *)k->out[0].data = b;
     return TS_OK;
 }

@@ -207,8 +207,8 @@ static void check_config(void) {
     expect_config("with ZeRO", z, 2, 2, "dist.zero");
     const char *m[] = {"dist.compress=topk", "dist.compress_momentum=true"};
     expect_config("momentum without sgd", m, 2, 2, "dist.compress_momentum");
-    const char *ds[] = {"dist.compress=topk", "dist.compress_dense_steps=10"};
-    expect_config("dense steps with topk", ds, 2, 2, "dist.compress_dense_steps");
+    const char *ds[] = {"dist.compress_dense_steps=10"};
+    expect_config("dense steps without compression", ds, 1, 2, "dist.compress_dense_steps");
     const char *dn[] = {"dist.compress=powersgd", "dist.compress_dense_steps=-1"};
     expect_config("negative dense steps", dn, 2, 2, "dist.compress_dense_steps");
     ts_config c;
@@ -444,6 +444,20 @@ static void check_step(int n) {
               st->residual_sq > 0,
           "stats: step %lld, dense %g, sent %g, received %g, residual %g", (long long)st->step,
           st->dense_bytes, st->sent_bytes, st->recv_bytes, st->residual_sq);
+    /* the dense start: every value in f32 for all the steps, the dense run's bits;
+     * for 2 of them, then ratio 0.01 again: not those bits, the ranks alike */
+    rc.c.dense_steps = STEPS;
+    CHECK(launch(n, &rc) == TS_OK, "topk dense start, %d ranks: %s (%s)", n, ts_last_error(),
+          SH->err[0]);
+    CHECK(!memcmp(SH->params[0], dense, sizeof(float) * nf),
+          "topk with dist.compress_dense_steps %d, %d ranks: the dense run's weights", STEPS, n);
+    rc.c.dense_steps = 2;
+    CHECK(launch(n, &rc) == TS_OK, "topk 2 dense steps, %d ranks: %s (%s)", n, ts_last_error(),
+          SH->err[0]);
+    CHECK(memcmp(SH->params[0], dense, sizeof(float) * nf) &&
+              !memcmp(SH->params[0], SH->params[n - 1], sizeof(float) * nf),
+          "topk after 2 dense steps, %d ranks: compressed, ranks bit-identical", n);
+    rc.c.dense_steps = 0;
     /* momentum correction, local clipping and warm-up with SGD */
     rc.sgd = 1;
     rc.c.momentum = 1;
@@ -454,6 +468,13 @@ static void check_step(int n) {
     for (int r = 1; r < n; r++)
         CHECK(!memcmp(SH->params[0], SH->params[r], sizeof(float) * nf),
               "momentum correction, %d ranks: rank %d differs", n, r);
+    rc.c.dense_steps = 2; /* the velocity kept through the dense start */
+    CHECK(launch(n, &rc) == TS_OK, "topk + momentum, dense start, %d ranks: %s (%s)", n,
+          ts_last_error(), SH->err[0]);
+    for (int r = 1; r < n; r++)
+        CHECK(!memcmp(SH->params[0], SH->params[r], sizeof(float) * nf),
+              "momentum correction after a dense start, %d ranks: rank %d differs", n, r);
+    rc.c.dense_steps = 0;
     ts_graph_free(rc.g);
 }
 
