@@ -212,7 +212,9 @@ static double accumulate_select(const ts_kargs *k, float *res, float *vel, float
         after += (double)res[idx[j]] * (double)res[idx[j]];
         if (vel && mask) vel[idx[j]] = 0; /* momentum factor masking */
     }
-    return acc_sq - before + after;
+    /* the sums run in different orders: when every value was sent, the
+     * residual is what encoding left, and never below 0 otherwise */
+    return kk == a->elems ? after : fmax(0.0, acc_sq - before + after);
 }
 
 static ts_status k_start(const ts_kargs *k) {
