@@ -36,6 +36,35 @@ size_t ts_topk_payload_bytes(int64_t k, int values);
  * O(n) and deterministic. */
 void ts_topk_select(const float *x, int64_t n, int64_t k, uint32_t *hist, uint32_t *idx);
 
+/* One bucket's error-feedback accumulation (ts_topk_accumulate_select):
+ * its gradients g[0..n_seg) of len[s] elements, flat in that order over
+ * res and vel (elems elements; vel NULL without momentum correction). */
+typedef struct ts_topk_accum {
+    const float *const *g;
+    const int64_t *len;
+    int n_seg;
+    float *res, *vel;
+    int64_t elems;
+    float inv, clip_scale, momentum; /* 1 / loss scale, local clipping's factor, m */
+    int64_t k_final;                 /* k after the warm-up: sizes the candidates */
+} ts_topk_accum;
+
+/* Scratch bytes of ts_topk_accumulate_select for a bucket of elems
+ * elements whose k is k_final after the warm-up; the candidates it holds. */
+size_t ts_topk_fused_scratch(int64_t elems, int64_t k_final);
+int64_t ts_topk_fused_cap(int64_t elems, int64_t k_final);
+
+/* res += g * inv * clip_scale (with momentum correction through vel first:
+ * vel = momentum * vel + that, res += vel), then the k largest |res| into
+ * idx, ascending: the indices ts_topk_select on the updated res gives, bit
+ * for bit, for any k (steps of the warm-up above k_final take the full
+ * select). Returns the sum of the updated res^2, the same bits for any
+ * thread count. One pass over the bucket when the sampled threshold holds
+ * (src/dist/topk_fused.c); *searched (may be NULL): the entries the
+ * selection ran on, the candidates then, else elems. */
+double ts_topk_accumulate_select(const ts_topk_accum *a, int64_t k, void *scratch, uint32_t *idx,
+                                 int64_t *searched);
+
 /* Encode acc[idx[0..k)] into payload and leave in acc what was not sent
  * (acc[i] -= q exactly). Returns the sum of q^2 (what was sent). */
 double ts_topk_encode(float *acc, const uint32_t *idx, int64_t k, int values, void *payload);

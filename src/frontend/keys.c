@@ -458,6 +458,10 @@ const ts_config_key cfg_keys[] = {
      "powersgd: rank of the factors P and Q"},
     {"dist.compress_min_elems", TS_CFG_I64, FIELD(dist, compress_min_elems), 0, NULL, "[0, 1e15]",
      "65536", "powersgd: gradients with fewer elements (and vectors) are all-reduced dense"},
+    {"dist.compress_dense_steps", TS_CFG_I64, FIELD(dist, compress_dense_steps), 0, NULL,
+     "[0, 1e15]", "0",
+     "the first steps exchange every gradient dense (topk: all values in f32, the velocity "
+     "kept), then compression starts (Vogels et al.'s start_powerSGD_iter; 0: from step 1)"},
     {"dist.compress_momentum", TS_CFG_BOOL, FIELD(dist, compress_momentum), 0, NULL, NULL, "false",
      "topk: DGC momentum correction: SGD's momentum is accumulated per rank before the top-k "
      "and masked where sent (train.optimizer sgd with momentum)"},

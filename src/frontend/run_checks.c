@@ -104,6 +104,12 @@ static ts_status check_public_key(const ts_config *c, const char *path) {
 static ts_status check_compress(const ts_config *c, int nranks) {
     const int m = c->dist.compress;
     char where[600];
+    if (c->dist.compress_dense_steps && !m)
+        return ts_fail(
+            TS_ERR_INVALID,
+            "%s: dist.compress_dense_steps is the dense start of dist.compress topk or powersgd; "
+            "dist.compress is none",
+            cfg_origin(c, ts_config_key_find("dist.compress_dense_steps"), where, sizeof where));
     if (!m) {
         if (!c->dist.compress_momentum) return TS_OK;
         return ts_fail(
@@ -230,4 +236,5 @@ void ts_config_compress_options(const ts_config *c, ts_compress_options *out) {
     out->clip = c->dist.compress_clip;
     out->rank = c->dist.compress_rank;
     out->min_elems = c->dist.compress_min_elems;
+    out->dense_steps = c->dist.compress_dense_steps;
 }

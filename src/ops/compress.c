@@ -32,7 +32,12 @@
  * The residual and velocity are state values [elements], this rank's
  * own (checkpointed as row r of [ranks, elements]), over the bucket's flat element range (g1's
  * elements, then g2's, ...; no padding). k follows the warm-up schedule of the step
- * (ts_topk_ratio_at), the same on every rank, so the payload size is too. */
+ * (ts_topk_ratio_at), the same on every rank, so the payload size is too.
+ *
+ * Dense start (a.dense > 0): steps 1..a.dense send every value in f32
+ * (ratio 1: the dense all-reduce's arithmetic, the residual left at 0)
+ * and do not mask the velocity, which then is the dense run's momentum
+ * averaged; the payloads are sized for them (kmax = elems). */
 #include <math.h>
 #include <string.h>
 #include "collective.h"
@@ -69,7 +74,9 @@ static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, 
     if (a->elems != elems || a->kmax < 1 || a->kmax > elems || a->ranks < 2)
         return ts_fail(TS_ERR_INVALID, "compress_start: elems %lld, kmax %lld, ranks %lld",
                        (long long)a->elems, (long long)a->kmax, (long long)a->ranks);
-    const int64_t words = (int64_t)(ts_topk_payload_bytes(a->kmax, (int)a->values) / 4);
+    /* the dense start (a->dense) sends every value in f32: kmax is elems then */
+    const int vmax = a->dense > 0 ? TS_CVAL_F32 : (int)a->values;
+    const int64_t words = (int64_t)(ts_topk_payload_bytes(a->kmax, vmax) / 4);
     memset(out, 0, 3 * sizeof *out);
     out[0].dtype = TS_I64;
     out[1].dtype = TS_I32;
@@ -82,9 +89,18 @@ static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, 
     return TS_OK;
 }
 
+/* The k after the warm-up (sizes the fused pass's candidates). */
+static int64_t k_final(const ts_compress_attrs *a) {
+    return ts_topk_k(a->elems, a->ratio);
+}
+
+/* The segments' pointers and lengths (2 x the inputs), the fused pass's
+ * scratch, then kmax indices. */
 static size_t scratch_start(const ts_graph *g, const ts_node *n) {
     (void)g;
-    return sizeof(uint32_t) * (2 * (size_t)TS_TOPK_HIST + (size_t)n->a.compress.kmax);
+    const ts_compress_attrs *a = &n->a.compress;
+    return 2 * sizeof(int64_t) * (size_t)n->n_in + ts_topk_fused_scratch(a->elems, k_final(a)) +
+           sizeof(uint32_t) * (size_t)a->kmax;
 }
 
 static ts_status infer_wait(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
@@ -113,8 +129,14 @@ static ts_status rt_of(const ts_kargs *k, const char *op, ts_dist_rt **rt, int *
 
 /* The k of this step, the same on every rank. */
 static int64_t k_now(const ts_compress_attrs *a, int64_t step) {
+    if (step <= a->dense) return a->elems; /* the dense start */
     int64_t kk = ts_topk_k(a->elems, ts_topk_ratio_at(a->ratio, a->warmup, step));
     return kk < a->kmax ? kk : a->kmax;
+}
+
+/* The encoding of the step's values: f32 in the dense start. */
+static int values_now(const ts_compress_attrs *a, int64_t step) {
+    return step <= a->dense ? TS_CVAL_F32 : (int)a->values;
 }
 
 /* A new step starts the step's figures afresh. */
@@ -146,10 +168,9 @@ static int all_finite(const ts_kargs *k, int from, int end) {
  * and encodes the top k into send; returns the residual's sum of squares
  * after the step. */
 static double accumulate_select(const ts_kargs *k, float *res, float *vel, float inv, int end,
-                                int64_t kk) {
+                                int64_t kk, int vf, int mask) {
     const ts_compress_attrs *a = &k->a->compress;
     const int ns = n_state(a), nr = (int)a->ranks;
-    const float m = (float)a->momentum;
     /* Local clipping (DGC): this rank's bucket norm to clip / sqrt(ranks). */
     float c = 1.0f;
     if (a->clip > 0) {
@@ -164,32 +185,36 @@ static double accumulate_select(const ts_kargs *k, float *res, float *vel, float
         const double thr = a->clip / sqrt((double)nr), nrm = sqrt(ss);
         if (nrm > thr) c = (float)(thr / nrm);
     }
-    double acc_sq = 0;
-    int64_t o = 0;
+    const float **segs = k->scratch;
+    int64_t *len = (int64_t *)(segs + k->n_in);
+    char *fused = (char *)(len + k->n_in);
+    uint32_t *idx = (uint32_t *)(fused + ts_topk_fused_scratch(a->elems, k_final(a)));
     for (int j = ns; j < end; j++) {
-        const float *g = k->in[j].data;
-        const int64_t n = ts_tensor_numel(&k->in[j]);
-        float *r = res + o, *u = vel ? vel + o : NULL;
-        for (int64_t i = 0; i < n; i++) {
-            float gi = inv == 1.0f ? g[i] : g[i] * inv;
-            if (c != 1.0f) gi = gi * c;
-            if (u) gi = u[i] = m * u[i] + gi; /* momentum correction: accumulate velocity */
-            r[i] += gi;
-            acc_sq += (double)r[i] * (double)r[i];
-        }
-        o += n;
+        segs[j - ns] = k->in[j].data;
+        len[j - ns] = ts_tensor_numel(&k->in[j]);
     }
-    uint32_t *hist = k->scratch, *idx = hist + 2 * TS_TOPK_HIST;
-    ts_topk_select(res, a->elems, kk, hist, idx);
+    const ts_topk_accum acc = {.g = segs,
+                               .len = len,
+                               .n_seg = end - ns,
+                               .res = res,
+                               .vel = vel,
+                               .elems = a->elems,
+                               .inv = inv,
+                               .clip_scale = c,
+                               .momentum = (float)a->momentum,
+                               .k_final = k_final(a)};
+    const double acc_sq = ts_topk_accumulate_select(&acc, kk, fused, idx, NULL);
     double before = 0;
     for (int64_t j = 0; j < kk; j++) before += (double)res[idx[j]] * (double)res[idx[j]];
-    ts_topk_encode(res, idx, kk, (int)a->values, k->out[1].data);
+    ts_topk_encode(res, idx, kk, vf, k->out[1].data);
     double after = 0;
     for (int64_t j = 0; j < kk; j++) {
         after += (double)res[idx[j]] * (double)res[idx[j]];
-        if (vel) vel[idx[j]] = 0; /* momentum factor masking */
+        if (vel && mask) vel[idx[j]] = 0; /* momentum factor masking */
     }
-    return acc_sq - before + after;
+    /* the sums run in different orders: when every value was sent, the
+     * residual is what encoding left, and never below 0 otherwise */
+    return kk == a->elems ? after : fmax(0.0, acc_sq - before + after);
 }
 
 static ts_status k_start(const ts_kargs *k) {
@@ -203,14 +228,17 @@ static ts_status k_start(const ts_kargs *k) {
     int end;
     const float inv = inv_scale(k, &end);
     const int64_t kk = k_now(a, k->ctx->step);
+    const int vf = values_now(a, k->ctx->step);
     /* Loss scaling: an overflow on this rank leaves its state alone. */
     const int skip = a->scaled && !all_finite(k, ns, end);
     double res_sq = 0;
     if (skip)
-        ts_topk_encode_skipped(kk, (int)a->values, k->out[1].data);
+        ts_topk_encode_skipped(kk, vf, k->out[1].data);
     else
-        res_sq = accumulate_select(k, res, vel, inv, end, kk);
-    const size_t pb = ts_topk_payload_bytes(kk, (int)a->values);
+        /* the dense start keeps the velocity: all sent, it is the dense
+         * momentum, averaged (masking it would be SGD without momentum) */
+        res_sq = accumulate_select(k, res, vel, inv, end, kk, vf, k->ctx->step > a->dense);
+    const size_t pb = ts_topk_payload_bytes(kk, vf);
     /* The payloads land in recv at a stride of this step's payload (the
      * all-gather's count is the whole array, nr equal blocks). */
     ts_coll_ticket t = {0};
@@ -231,8 +259,7 @@ static ts_status k_start(const ts_kargs *k) {
 /* A skipped step (some rank's gradients overflowed): the bucket's
  * gradients become NaN on every rank, and what this rank sent goes back
  * into its residual (the wait's input `end`). */
-static void undo_skipped(const ts_kargs *k, int end, int64_t kk) {
-    const ts_compress_attrs *a = &k->a->compress;
+static void undo_skipped(const ts_kargs *k, int end, int64_t kk, int vf) {
     for (int j = 3; j < end; j++) {
         float *g = k->in[j].data;
         for (int64_t i = 0, n = ts_tensor_numel(&k->in[j]); i < n; i++) g[i] = NAN;
@@ -243,9 +270,56 @@ static void undo_skipped(const ts_kargs *k, int end, int64_t kk) {
     for (int64_t j = 0; j < kk; j++) {
         uint32_t i;
         float q;
-        ts_topk_decode_at(mine, (int)a->values, j, &i, &q);
+        ts_topk_decode_at(mine, vf, j, &i, &q);
         res[i] += q; /* exact: res[i] is acc - q */
     }
+}
+
+/* The flat element i of the wait's gradients (inputs 3 ...): a pointer. */
+static float *grad_at(const ts_kargs *k, int64_t i, int *t, int64_t *lo) {
+    while (i >= *lo + ts_tensor_numel(&k->in[3 + *t])) *lo += ts_tensor_numel(&k->in[3 + (*t)++]);
+    return (float *)k->in[3 + *t].data + (i - *lo);
+}
+
+/* The sums become the mean, g / ranks (times the loss scale: the scaled
+ * gradients the graph's unscale_grads expects), once per index some rank
+ * sent: every other entry is 0, which stays 0, so the pass over the whole
+ * bucket is not needed. An index goes to the first rank that sent it;
+ * the later ones find it in an earlier rank's list (all ascend). scratch:
+ * one position per rank. */
+static void mean_at_sent(const ts_kargs *k, int64_t kk, int vf, size_t pb, float scale) {
+    const ts_compress_attrs *a = &k->a->compress;
+    const int nr = (int)a->ranks;
+    const char *recv = k->in[2].data;
+    int64_t *pos = k->scratch;
+    for (int r = 0; r < nr; r++) {
+        const void *p = recv + (size_t)r * pb;
+        int t = 0;
+        int64_t lo = 0;
+        memset(pos, 0, sizeof(int64_t) * (size_t)r);
+        for (int64_t j = 0; j < kk; j++) {
+            uint32_t i, e;
+            float q;
+            ts_topk_decode_at(p, vf, j, &i, &q);
+            int seen = 0;
+            for (int r2 = 0; r2 < r && !seen; r2++) {
+                const void *p2 = recv + (size_t)r2 * pb;
+                for (; pos[r2] < kk; pos[r2]++) {
+                    ts_topk_decode_at(p2, vf, pos[r2], &e, &q);
+                    if (e >= i) break;
+                }
+                seen = pos[r2] < kk && e == i;
+            }
+            if (seen) continue;
+            float *g = grad_at(k, i, &t, &lo);
+            *g = a->scaled ? *g / (float)nr * scale : *g / (float)nr;
+        }
+    }
+}
+
+static size_t scratch_wait(const ts_graph *g, const ts_node *n) {
+    (void)g;
+    return sizeof(int64_t) * (size_t)n->a.compress.ranks;
 }
 
 static ts_status k_wait(const ts_kargs *k) {
@@ -258,7 +332,8 @@ static ts_status k_wait(const ts_kargs *k) {
     const int nr = (int)a->ranks, end = k->n_in - (a->scaled ? 2 : 0), ng = end - 3;
     const float scale = a->scaled ? *(const float *)k->in[k->n_in - 1].data : 1.0f;
     const int64_t kk = k_now(a, k->ctx->step);
-    const size_t pb = ts_topk_payload_bytes(kk, (int)a->values);
+    const int vf = values_now(a, k->ctx->step);
+    const size_t pb = ts_topk_payload_bytes(kk, vf);
     const char *recv = k->in[2].data;
     for (int r = 0; r < nr; r++) {
         const void *p = recv + (size_t)r * pb;
@@ -267,7 +342,7 @@ static ts_status k_wait(const ts_kargs *k) {
                            "compress_wait '%s': rank %d sent %lld values, not %lld", lbl(k), r,
                            (long long)ts_topk_payload_k(p), (long long)kk);
         if (a->scaled && ts_topk_payload_skipped(p)) {
-            undo_skipped(k, end, kk);
+            undo_skipped(k, end, kk, vf);
             *(int64_t *)k->out[0].data = b;
             return TS_OK;
         }
@@ -277,29 +352,21 @@ static ts_status k_wait(const ts_kargs *k) {
     for (int r = 0; r < nr; r++) { /* rank order: the same sums on every rank */
         const void *p = recv + (size_t)r * pb;
         int t = 0;
-        int64_t lo = 0, hi = ts_tensor_numel(&k->in[3]);
+        int64_t lo = 0, prev = -1;
         for (int64_t j = 0; j < kk; j++) {
             uint32_t i;
             float q;
-            ts_topk_decode_at(p, (int)a->values, j, &i, &q);
-            if ((int64_t)i >= a->elems)
-                return ts_fail(TS_ERR_INTERNAL, "compress_wait '%s': rank %d sent index %u of %lld",
-                               lbl(k), r, i, (long long)a->elems);
-            while ((int64_t)i >= hi) { /* ascending indices: the tensors in order */
-                lo = hi;
-                hi += ts_tensor_numel(&k->in[3 + ++t]);
-            }
-            ((float *)k->in[3 + t].data)[i - lo] += q;
+            ts_topk_decode_at(p, vf, j, &i, &q);
+            if ((int64_t)i >= a->elems || (int64_t)i <= prev)
+                return ts_fail(TS_ERR_INTERNAL,
+                               "compress_wait '%s': rank %d sent index %u of %lld after %lld "
+                               "(indices ascend)",
+                               lbl(k), r, i, (long long)a->elems, (long long)prev);
+            prev = i;
+            *grad_at(k, i, &t, &lo) += q; /* ascending indices: the tensors in order */
         }
     }
-    for (int j = 0; j < ng; j++) {
-        float *g = k->in[3 + j].data;
-        const int64_t n = ts_tensor_numel(&k->in[3 + j]);
-        if (!a->scaled)
-            for (int64_t i = 0; i < n; i++) g[i] = g[i] / (float)nr;
-        else /* back to the scaled gradients the graph's unscale_grads expects */
-            for (int64_t i = 0; i < n; i++) g[i] = g[i] / (float)nr * scale;
-    }
+    mean_at_sent(k, kk, vf, pb, scale);
     *(int64_t *)k->out[0].data = b;
     return TS_OK;
 }
@@ -317,4 +384,5 @@ const ts_op_def ts_def_compress_wait = {.name = "compress_wait",
                                         .max_in = -1,
                                         .flags = TS_OPF_SIDE_EFFECT,
                                         .infer = infer_wait,
-                                        .kernel = k_wait};
+                                        .kernel = k_wait,
+                                        .scratch = scratch_wait};

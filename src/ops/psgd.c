@@ -28,7 +28,14 @@
  * (checkpointed as row r of [ranks, elements], ts_plan_compress_row); q is
  * [elements of the Q_i], the same on every rank, starting from N(0, 1)
  * drawn from the compile seed. Products accumulate in double, in a fixed
- * order. */
+ * order.
+ *
+ * Dense start (a.dense > 0, Vogels et al.'s start_powerSGD_iter): steps
+ * 1..a.dense all-reduce every gradient dense through buf (sized for them
+ * then), g = sum / ranks, as the uncompressed all-reduce; err is added in
+ * and cleared (it is 0 then, unless a run resumed with another a.dense)
+ * and q stays at its start, so compression begins with the warm start of
+ * step 1. */
 #include <math.h>
 #include <string.h>
 #include "collective.h"
@@ -89,7 +96,9 @@ static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, 
     out[0].dtype = TS_I64;
     out[1].dtype = out[2].dtype = TS_F32;
     out[1].rank = out[2].rank = 1;
-    out[1].dims[0] = at_least_1(z.buf);
+    int64_t dense = 0; /* a dense step's buf: every gradient */
+    for (int i = 0; i < k && a->dense > 0; i++) dense += ts_type_numel(ts_in_type(g, n, i));
+    out[1].dims[0] = at_least_1(z.buf > dense ? z.buf : dense);
     out[2].dims[0] = at_least_1(z.q);
     *n_out = 3;
     return TS_OK;
@@ -194,8 +203,22 @@ static ts_status k_start(const ts_kargs *k) {
     float *err = k->in[ng].data;
     const float *q = k->in[ng + 1].data;
     float *buf = k->out[1].data;
+    const int dense = k->ctx->step <= a->dense;
     int64_t oe = 0, oq = 0, ob = 0;
-    for (int i = 0; i < ng; i++) {
+    for (int i = 0; i < ng && dense; i++) { /* the dense start: every gradient as it is */
+        const ts_tensor *t = &k->in[i];
+        const float *g = t->data;
+        const int64_t e = ts_tensor_numel(t);
+        int64_t n, m;
+        const int compressed = ts_psgd_matrix(t->rank, t->dims, a->min_elems, r, &n, &m);
+        for (int64_t j = 0; j < e; j++) {
+            const float gj = inv == 1.0f ? g[j] : g[j] * inv;
+            buf[ob + j] = skip ? NAN : compressed ? err[oe + j] + gj : gj;
+        }
+        oe += compressed ? e : 0;
+        ob += e;
+    }
+    for (int i = 0; i < ng && !dense; i++) {
         const ts_tensor *t = &k->in[i];
         const float *g = t->data;
         int64_t n, m;
@@ -231,11 +254,11 @@ static ts_status k_start(const ts_kargs *k) {
         memset(&rt->cstats, 0, sizeof rt->cstats);
         rt->cstats.step = k->ctx->step;
     }
-    double dense = 0;
-    for (int i = 0; i < ng; i++) dense += 4.0 * (double)ts_tensor_numel(&k->in[i]);
-    rt->cstats.dense_bytes += dense;
+    double dense_bytes = 0;
+    for (int i = 0; i < ng; i++) dense_bytes += 4.0 * (double)ts_tensor_numel(&k->in[i]);
+    rt->cstats.dense_bytes += dense_bytes;
     rt->cstats.sent_bytes += 4.0 * (double)(ob + oq); /* the P all-reduce, then the Q one */
-    rt->cstats.recv_bytes += 4.0 * (double)(ob + oq);
+    rt->cstats.recv_bytes += 4.0 * (double)(ob + oq); /* (oq is 0 in a dense step) */
     *(int64_t *)k->out[0].data = b;
     return TS_OK;
 }
@@ -265,6 +288,21 @@ static ts_status k_wait(const ts_kargs *k) {
         for (int i = 0; i < ng; i++) {
             float *g = G[i].data;
             for (int64_t j = 0, e = ts_tensor_numel(&G[i]); j < e; j++) g[j] = NAN;
+        }
+        *(int64_t *)k->out[0].data = b;
+        return TS_OK;
+    }
+    if (k->ctx->step <= a->dense) { /* a dense step: the mean, err cleared (see the top) */
+        for (int i = 0; i < ng; i++) {
+            float *g = G[i].data;
+            const int64_t e = ts_tensor_numel(&G[i]);
+            int64_t n, m;
+            for (int64_t j = 0; j < e; j++) g[j] = buf[ob + j] / nr * scale;
+            if (ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, r, &n, &m)) {
+                memset(err + oe, 0, sizeof(float) * (size_t)e);
+                oe += e;
+            }
+            ob += e;
         }
         *(int64_t *)k->out[0].data = b;
         return TS_OK;

@@ -36,6 +36,9 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
                        c->rank, (long long)c->min_elems);
     if (c->method == TS_COMPRESS_POWERSGD && c->momentum)
         return ts_fail(TS_ERR_INVALID, "distribute: momentum correction is topk's, not PowerSGD's");
+    if (c->dense_steps < 0)
+        return ts_fail(TS_ERR_INVALID, "distribute: %lld dense steps (0 or more)",
+                       (long long)c->dense_steps);
     if (d->zero)
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "distribute: gradient compression with ZeRO-%d is not supported (ZeRO "
@@ -128,6 +131,7 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, int32_t scale, 
     ca->ranks = d->size;
     ca->rank = r;
     ca->min_elems = c->min_elems;
+    ca->dense = c->dense_steps;
     ca->scaled = scale >= 0;
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 6), "compress");
     if (!args) return TS_ERR_NOMEM;
@@ -197,6 +201,7 @@ ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
     ca->values = c->values;
     ca->elems = n;
     ca->warmup = c->warmup_steps;
+    ca->dense = c->dense_steps;
     ca->ranks = d->size;
     ca->ratio = c->ratio;
     ca->momentum = momentum;
@@ -204,6 +209,7 @@ ts_status ts_compress_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
     ca->scaled = scale >= 0;
     /* The most values of any step: the warm-up starts highest. */
     ca->kmax = ts_topk_k(n, ts_topk_ratio_at(c->ratio, c->warmup_steps, 1));
+    if (c->dense_steps > 0) ca->kmax = n; /* the dense start sends every value */
     const int ns = momentum > 0 ? 2 : 1;
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 5), "compress");
     if (!args) return TS_ERR_NOMEM;

@@ -4,12 +4,14 @@
  * state and error-feedback residuals of an uninterrupted run, bit for bit
  * (every rank's residual rows are in rank 0's checkpoint), for topk (with
  * E4M3 and E5M2 values, warm-up, DGC momentum correction and local
- * clipping) and PowerSGD, and with fp16 loss scaling (the scale and the
+ * clipping) and PowerSGD, resumed after and inside a dense start
+ * (dist.compress_dense_steps), and with fp16 loss scaling (the scale and the
  * residuals of unscaled gradients restored together); the exchanged bytes are in metrics.jsonl and
  * the TensorBoard events; mpirun (the mpi transport) gives the checkpoint of
  * --procs 2 bit for bit; `tessel bench --compress` reports both runs; and the
  * refusals name their key: compression with one process, with ZeRO,
- * momentum correction without SGD momentum, a ratio of 0; a resume on
+ * momentum correction without SGD momentum, a ratio of 0, a dense start
+ * without compression; a resume on
  * another number of processes starts every rank from the mean residual,
  * with a warning. */
 #include <dirent.h>
@@ -135,6 +137,16 @@ int main(void) {
                 "--set dist.compress=powersgd --set dist.compress_rank=1 "
                 "--set dist.compress_min_elems=100");
 
+    /* the dense start: resumed after it (topk, 3 dense steps) and inside it
+     * (PowerSGD, 6), each continuing where the uninterrupted run was */
+    kill_resume("dgc2dense", 2, "1",
+                "--set dist.compress=topk --set train.optimizer=sgd --set train.lr=0.05 "
+                "--set train.momentum=0.9 --set dist.compress_momentum=true "
+                "--set dist.compress_ratio=0.05 --set dist.compress_dense_steps=3");
+    kill_resume("psgd2dense", 2, "0",
+                "--set dist.compress=powersgd --set dist.compress_rank=2 "
+                "--set dist.compress_min_elems=0 --set dist.compress_dense_steps=6");
+
     kill_resume("fp16topk2", 2, "1",
                 "--set dist.compress=topk --set dist.compress_ratio=0.05 "
                 "--set precision.default=fp16");
@@ -188,6 +200,8 @@ int main(void) {
                    "dist.compress_momentum");
     expect_refused("ratio 0", "--procs 2 --set dist.compress=topk --set dist.compress_ratio=0",
                    "dist.compress_ratio");
+    expect_refused("dense start without compression", "--procs 2 --set dist.compress_dense_steps=5",
+                   "dist.compress_dense_steps");
     /* a checkpoint of 2 processes' residuals resumed on 4 (and of 4 on 2):
      * every rank starts from the mean of the saved rows, with a warning */
     e2e_result r = e2e_runf("train examples/w1.yaml %s --procs 4 --set dist.compress=topk "

@@ -207,6 +207,10 @@ static void check_config(void) {
     expect_config("with ZeRO", z, 2, 2, "dist.zero");
     const char *m[] = {"dist.compress=topk", "dist.compress_momentum=true"};
     expect_config("momentum without sgd", m, 2, 2, "dist.compress_momentum");
+    const char *ds[] = {"dist.compress_dense_steps=10"};
+    expect_config("dense steps without compression", ds, 1, 2, "dist.compress_dense_steps");
+    const char *dn[] = {"dist.compress=powersgd", "dist.compress_dense_steps=-1"};
+    expect_config("negative dense steps", dn, 2, 2, "dist.compress_dense_steps");
     ts_config c;
     ts_config_init(&c);
     CHECK_OK(ts_config_set(&c, "model.preset=w1"));
@@ -440,6 +444,20 @@ static void check_step(int n) {
               st->residual_sq > 0,
           "stats: step %lld, dense %g, sent %g, received %g, residual %g", (long long)st->step,
           st->dense_bytes, st->sent_bytes, st->recv_bytes, st->residual_sq);
+    /* the dense start: every value in f32 for all the steps, the dense run's bits;
+     * for 2 of them, then ratio 0.01 again: not those bits, the ranks alike */
+    rc.c.dense_steps = STEPS;
+    CHECK(launch(n, &rc) == TS_OK, "topk dense start, %d ranks: %s (%s)", n, ts_last_error(),
+          SH->err[0]);
+    CHECK(!memcmp(SH->params[0], dense, sizeof(float) * nf),
+          "topk with dist.compress_dense_steps %d, %d ranks: the dense run's weights", STEPS, n);
+    rc.c.dense_steps = 2;
+    CHECK(launch(n, &rc) == TS_OK, "topk 2 dense steps, %d ranks: %s (%s)", n, ts_last_error(),
+          SH->err[0]);
+    CHECK(memcmp(SH->params[0], dense, sizeof(float) * nf) &&
+              !memcmp(SH->params[0], SH->params[n - 1], sizeof(float) * nf),
+          "topk after 2 dense steps, %d ranks: compressed, ranks bit-identical", n);
+    rc.c.dense_steps = 0;
     /* momentum correction, local clipping and warm-up with SGD */
     rc.sgd = 1;
     rc.c.momentum = 1;
@@ -450,6 +468,13 @@ static void check_step(int n) {
     for (int r = 1; r < n; r++)
         CHECK(!memcmp(SH->params[0], SH->params[r], sizeof(float) * nf),
               "momentum correction, %d ranks: rank %d differs", n, r);
+    rc.c.dense_steps = 2; /* the velocity kept through the dense start */
+    CHECK(launch(n, &rc) == TS_OK, "topk + momentum, dense start, %d ranks: %s (%s)", n,
+          ts_last_error(), SH->err[0]);
+    for (int r = 1; r < n; r++)
+        CHECK(!memcmp(SH->params[0], SH->params[r], sizeof(float) * nf),
+              "momentum correction after a dense start, %d ranks: rank %d differs", n, r);
+    rc.c.dense_steps = 0;
     ts_graph_free(rc.g);
 }
 
@@ -489,6 +514,16 @@ static void check_powersgd(void) {
     CHECK(d > 1e-5 && SH->st[0].residual_sq > 1e-6,
           "powersgd rank 1 misses part of rank-4 gradients: max |dw| %g, residual %g", d,
           SH->st[0].residual_sq);
+    /* the dense start: step 1 all-reduces dense, the dense run's bits even at rank 1 */
+    rc.c.dense_steps = 1;
+    CHECK(launch(2, &rc) == TS_OK, "powersgd dense start: %s (%s)", ts_last_error(), SH->err[0]);
+    CHECK(!memcmp(SH->params[0], dense, sizeof(float) * nf) &&
+              !memcmp(SH->params[1], dense, sizeof(float) * nf),
+          "powersgd rank 1 with dist.compress_dense_steps 1: the dense run's weights");
+    CHECK(SH->st[0].sent_bytes == SH->st[0].dense_bytes && SH->st[0].residual_sq == 0,
+          "a dense step sends every gradient (%g of %g bytes) and keeps no error (%g)",
+          SH->st[0].sent_bytes, SH->st[0].dense_bytes, SH->st[0].residual_sq);
+    rc.c.dense_steps = 0;
     /* several steps, 4 ranks, defaults: ranks stay bit-identical */
     ts_graph_free(rc.g);
     rc.g = mlp(B / 4, &rc.loss);
@@ -499,6 +534,15 @@ static void check_powersgd(void) {
     for (int r = 1; r < 4; r++)
         CHECK(!memcmp(SH->params[0], SH->params[r], sizeof(float) * SH->n_floats),
               "powersgd 4 ranks: rank %d differs", r);
+    rc.c.dense_steps = 2; /* dense, then compressed from step 3 */
+    CHECK(launch(4, &rc) == TS_OK, "powersgd 4 ranks, 2 dense steps: %s (%s)", ts_last_error(),
+          SH->err[0]);
+    for (int r = 1; r < 4; r++)
+        CHECK(!memcmp(SH->params[0], SH->params[r], sizeof(float) * SH->n_floats),
+              "powersgd 4 ranks after 2 dense steps: rank %d differs", r);
+    CHECK(SH->st[0].step == STEPS && SH->st[0].sent_bytes < SH->st[0].dense_bytes,
+          "compressed again after the dense steps: %g of %g bytes", SH->st[0].sent_bytes,
+          SH->st[0].dense_bytes);
     ts_graph_free(rc.g);
 }
 
