@@ -25,10 +25,14 @@ ts_status ts_sess_compress_observe(session *s, int64_t step, char *json, size_t 
     if (st != TS_OK || cs.step != step || cs.sent_bytes <= 0) return st;
     const double v[5] = {cs.dense_bytes, cs.sent_bytes, cs.recv_bytes,
                          cs.dense_bytes / cs.sent_bytes, sqrt(cs.residual_sq)};
+    /* the residual norm is NaN after a step whose gradients overflowed (loss
+     * scaling): JSON has no NaN, so num() writes null */
+    char ratio[32], norm[32];
     snprintf(json, n,
              ",\"comm_dense_bytes\":%.0f,\"comm_sent_bytes\":%.0f,\"comm_recv_bytes\":%.0f,"
-             "\"compress_ratio\":%.6g,\"residual_norm\":%.9g,\"sent_values\":%lld",
-             v[0], v[1], v[2], v[3], v[4], (long long)cs.sent_values);
+             "\"compress_ratio\":%s,\"residual_norm\":%s,\"sent_values\":%lld",
+             v[0], v[1], v[2], num(v[3], ratio, sizeof ratio), num(v[4], norm, sizeof norm),
+             (long long)cs.sent_values);
     if (s->tm_made) {
         for (int i = 0; i < 5 && st == TS_OK; i++)
             if (!s->compress_m[i])

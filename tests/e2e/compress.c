@@ -15,6 +15,7 @@
  * another number of processes starts every rank from the mean residual,
  * with a warning. */
 #include <dirent.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -164,6 +165,24 @@ int main(void) {
     m = e2e_slurp(e2e_path("psgd2-full/metrics.jsonl"), NULL);
     CHECK(m && strstr(m, "\"comm_sent_bytes\":"), "powersgd's metrics.jsonl: %s", m ? m : "(none)");
     free(m);
+    /* every line is JSON: the dense start (whose residual norm once came
+     * out as "-nan") and fp16 loss scaling included */
+    const char *const runs[] = {"dgc2dense-full", "psgd2dense-full", "fp16topk2-full"};
+    for (int r = 0; r < 3; r++) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", e2e_path(runs[r]));
+        m = e2e_slurp(path, NULL);
+        int lines = 0, bad = 0;
+        for (char *line = m ? strtok(m, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+            json_error_t err;
+            json_t *j = json_loads(line, 0, &err);
+            lines++;
+            if (!j && bad++ == 0) printf("not JSON: %s (%s)\n", line, err.text);
+            json_decref(j);
+        }
+        CHECK(lines > 4 && bad == 0, "%s: %d of %d lines not JSON", path, bad, lines);
+        free(m);
+    }
 
     /* TensorBoard gets the figures as scalars */
     e2e_result t = e2e_runf("train examples/w1.yaml %s --procs 2 --set dist.compress=topk "
