@@ -150,8 +150,12 @@ typedef struct bufs {
     size_t max;
 } bufs;
 
+/* op SYNC_OP: the zero-byte collective, a barrier. */
+#define SYNC_OP NOPS
+
 static ts_status one(ts_comm *c, int op, const bufs *B, size_t bytes, ts_coll_algo algo) {
     size_t count = bytes / sizeof(float);
+    if (op == SYNC_OP) return ts_barrier(c);
     if (op == 0) return ts_allreduce(c, B->a, count, TS_F32, TS_RED_SUM, algo);
     if (op == 1) return ts_reduce_scatter(c, B->a, B->b, count, TS_F32, TS_RED_SUM, algo);
     return ts_allgather(c, NULL, B->a, count, TS_F32, algo);
@@ -186,6 +190,10 @@ static ts_status measure(ts_comm *c, int op, const bufs *B, size_t bytes, const 
     }
     if (s != TS_OK) return s;
     p->us = best * 1e6;
+    if (op == SYNC_OP) {
+        snprintf(p->algo, sizeof p->algo, "barrier");
+        return TS_OK;
+    }
     snprintf(p->algo, sizeof p->algo, "%s",
              ts_comm_algo_label(c, o->algo != TS_ALGO_AUTO
                                        ? o->algo
@@ -243,7 +251,7 @@ static ts_status ceiling_at(ts_comm *c, const opts *o, size_t bytes, unsigned ch
  * machine a ceiling measured minutes apart from the collectives it is
  * compared with would see another load. */
 static ts_status sweep(ts_comm *c, const opts *o, const results *R, point rows[NOPS][NSIZES],
-                       point *ceil, char *tune, size_t tune_n) {
+                       point *ceil, point *sync, char *tune, size_t tune_n) {
     bufs B = {0};
     size_t max = R->bytes[R->nsizes - 1];
     unsigned char *x = ceil ? malloc(max) : NULL, *y = ceil ? malloc(max) : NULL;
@@ -252,6 +260,7 @@ static ts_status sweep(ts_comm *c, const opts *o, const results *R, point rows[N
     if (s == TS_OK && ceil) memset(x, 1, max), memset(y, 2, max);
     if (s == TS_OK && o->algo == TS_ALGO_AUTO) s = ts_comm_tune(c);
     if (s == TS_OK) snprintf(tune, tune_n, "%s", ts_comm_tune_source(c));
+    if (s == TS_OK && sync) s = measure(c, SYNC_OP, &B, 0, o, sync);
     for (int k = 0; k < R->nsizes && s == TS_OK; k++) {
         if (ceil) s = ceiling_at(c, o, R->bytes[k], x, y, &ceil[k]);
         for (int op = 0; op < NOPS && s == TS_OK; op++)
@@ -270,8 +279,8 @@ typedef struct shm_job {
 
 static int shm_worker(ts_comm *c, void *user) {
     shm_job *j = user;
-    ts_status s =
-        sweep(c, j->o, j->R, j->R->tshm, j->R->tceil, j->R->shm_tune, sizeof j->R->shm_tune);
+    ts_status s = sweep(c, j->o, j->R, j->R->tshm, j->R->tceil, &j->R->tsync, j->R->shm_tune,
+                        sizeof j->R->shm_tune);
     if (s != TS_OK) {
         fprintf(stderr, "tessel: error: bench collectives: shm rank %d: %s\n", ts_comm_rank(c),
                 ts_last_error());
@@ -345,6 +354,7 @@ static void merge_all(results *R) {
     merge(&R->mpi[0][0], &R->tmpi[0][0], NOPS * NSIZES);
     merge(&R->ref[0][0], &R->tref[0][0], NOPS * NSIZES);
     merge(R->ceil, R->tceil, NSIZES);
+    merge(&R->sync, &R->tsync, 1);
 }
 
 /* Under mpirun: the mpi transport, then MPI_Allreduce, `rounds` times. */
@@ -356,7 +366,7 @@ static int run_mpi_part(const opts *o, results *R, int rounds) {
     }
     int rank = ts_comm_rank(c), rc = 0;
     for (int round = 0; round < rounds && !rc; round++) {
-        if (sweep(c, o, R, R->tmpi, NULL, R->mpi_tune, sizeof R->mpi_tune) != TS_OK) {
+        if (sweep(c, o, R, R->tmpi, NULL, NULL, R->mpi_tune, sizeof R->mpi_tune) != TS_OK) {
             fprintf(stderr, "tessel: error: bench collectives: mpi rank %d: %s\n", rank,
                     ts_last_error());
             rc = 1;
