@@ -242,8 +242,8 @@ static void free_bufs(ts_comm *c, bufs *B) {
 
 /* The copy ceiling at one size: every rank copies `bytes` between two
  * buffers of its own at once (the footprint and the contention a
- * collective of that size has); rank 0's fastest batch. What a core can
- * move per second there. */
+ * collective of that size has); the fastest batch, timed on rank 0 until
+ * every rank is done. What a core can move per second there. */
 static ts_status ceiling_at(ts_comm *c, const opts *o, size_t bytes, unsigned char *x,
                             unsigned char *y, point *p) {
     memcpy(y, x, bytes);
@@ -265,8 +265,10 @@ static ts_status ceiling_at(ts_comm *c, const opts *o, size_t bytes, unsigned ch
             memcpy(y, x, bytes);
             __asm__ volatile("" : : "r"(y) : "memory"); /* every copy happens */
         }
-        double t = (now_s() - t0) / per;
+        /* Until every rank has finished, as a collective's batch is timed:
+         * a collective is as slow as its slowest rank. */
         if (s == TS_OK) s = ts_barrier(c);
+        double t = (now_s() - t0) / per;
         if (b == 0 || t < best) best = t;
     }
     p->us = best * 1e6;
