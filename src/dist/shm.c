@@ -536,9 +536,9 @@ static ts_status small_allreduce(shm_comm *s, void *buf, size_t count, ts_dtype 
 }
 
 /* Runs one direct collective. The descriptor is filled field by field:
- * an initialiser would zero its three per-rank arrays (6 KiB) on every
- * call, a tenth of a 64 KiB all-gather's time; run_direct sets the
- * entries of the ranks there are. */
+ * an initialiser would zero its three per-rank arrays (6 KiB, tens of ns)
+ * on every call, where a 64 KiB all-gather takes 0.4 us; run_direct sets
+ * the entries of the ranks there are. */
 static ts_status direct_run(ts_comm *c, ts_coll_kind kind, size_t count, ts_dtype dt,
                             ts_reduce_op op, const void *src, void *dst, int root) {
     direct d;
