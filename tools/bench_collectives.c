@@ -11,9 +11,10 @@
  * MPI_Allreduce reference, and prints one table. Started by mpirun or srun
  * itself, it measures the mpi transport and MPI_Allreduce only.
  *
- * Each point: rank 0 times one call, picks an iteration count filling
- * --time seconds and broadcasts it; the calls run in 5 batches (barrier,
- * calls, barrier) and the point is rank 0's mean of the fastest batch. Bus bandwidth follows
+ * Each point: rank 0 times three calls, picks an iteration count filling
+ * --time seconds, splits it into 5-500 batches of about 200 us and
+ * broadcasts that; the batches run as barrier, calls, barrier and the
+ * point is rank 0's mean of the fastest batch. Bus bandwidth follows
  * nccl-tests: all-reduce moves 2(n-1)/n of the buffer per rank, reduce-scatter and all-gather
  * (n-1)/n.
  */
@@ -33,9 +34,26 @@
 #include <mpi.h>
 #endif
 
-/* Each point is the fastest of this many batches of calls: on a shared
- * machine a batch that another process interrupted is simply discarded. */
-#define BATCHES 5
+/* Each point is the fastest of several batches of calls: on a shared
+ * machine a batch that another process interrupted is simply discarded.
+ * A batch lasts about BATCH_S (at least one call), so that one
+ * interruption spoils one short batch instead of a fifth of the point:
+ * with five batches of 20 ms each, a 64 KiB collective (1 us) on a loaded
+ * machine measured 2-8x its undisturbed time. The same batches time the
+ * shm and mpi transports, Open MPI and the memcpy ceiling. */
+#define MIN_BATCHES 5
+#define MAX_BATCHES 500
+#define BATCH_S     200e-6
+
+/* Splits `iters` calls of `first` seconds each into batches. */
+static void plan_batches(double first, int iters, int plan[2]) {
+    int per = first > 0 ? (int)(BATCH_S / first) : 1;
+    if (per < 1) per = 1;
+    if (per > iters / MIN_BATCHES) per = iters / MIN_BATCHES > 0 ? iters / MIN_BATCHES : 1;
+    int nb = iters / per;
+    plan[0] = nb < MIN_BATCHES ? MIN_BATCHES : nb > MAX_BATCHES ? MAX_BATCHES : nb;
+    plan[1] = per;
+}
 
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "tessel: error: bench collectives: ");
@@ -150,33 +168,42 @@ typedef struct bufs {
     size_t max;
 } bufs;
 
+/* op SYNC_OP: the zero-byte collective, a barrier. */
+#define SYNC_OP NOPS
+
 static ts_status one(ts_comm *c, int op, const bufs *B, size_t bytes, ts_coll_algo algo) {
     size_t count = bytes / sizeof(float);
+    if (op == SYNC_OP) return ts_barrier(c);
     if (op == 0) return ts_allreduce(c, B->a, count, TS_F32, TS_RED_SUM, algo);
     if (op == 1) return ts_reduce_scatter(c, B->a, B->b, count, TS_F32, TS_RED_SUM, algo);
     return ts_allgather(c, NULL, B->a, count, TS_F32, algo);
 }
 
-/* Iterations filling `target` seconds, decided by rank 0 for everyone. */
-static ts_status iterations(ts_comm *c, double first, double target, int *iters) {
+/* Batches filling `target` seconds, decided by rank 0 for everyone:
+ * plan[0] batches of plan[1] calls. */
+static ts_status iterations(ts_comm *c, double first, double target, int plan[2]) {
     int n = first > 0 ? (int)(target / first) : 1000;
     if (n < 3) n = 3;
     if (n > 20000) n = 20000;
-    *iters = n;
-    return ts_broadcast(c, iters, sizeof *iters, 0);
+    plan_batches(first, n, plan);
+    return ts_broadcast(c, plan, 2 * sizeof *plan, 0);
 }
 
 static ts_status measure(ts_comm *c, int op, const bufs *B, size_t bytes, const opts *o, point *p) {
     ts_status s = TS_OK;
     for (int w = 0; w < 2 && s == TS_OK; w++) s = one(c, op, B, bytes, o->algo); /* warm-up */
     if (s == TS_OK) s = ts_barrier(c);
-    double t0 = now_s();
-    if (s == TS_OK) s = one(c, op, B, bytes, o->algo);
-    int iters = 0;
-    if (s == TS_OK) s = iterations(c, now_s() - t0, o->time, &iters);
-    int per = iters / BATCHES > 0 ? iters / BATCHES : 1;
+    double t0, first = 0; /* the fastest of three calls sizes the batches */
+    for (int k = 0; k < 3 && s == TS_OK; k++) {
+        t0 = now_s();
+        s = one(c, op, B, bytes, o->algo);
+        if (!k || now_s() - t0 < first) first = now_s() - t0;
+    }
+    int plan[2] = {1, 1};
+    if (s == TS_OK) s = iterations(c, first, o->time, plan);
+    int per = plan[1];
     double best = 0;
-    for (int b = 0; b < BATCHES && s == TS_OK; b++) {
+    for (int b = 0; b < plan[0] && s == TS_OK; b++) {
         s = ts_barrier(c);
         t0 = now_s();
         for (int i = 0; i < per && s == TS_OK; i++) s = one(c, op, B, bytes, o->algo);
@@ -186,6 +213,10 @@ static ts_status measure(ts_comm *c, int op, const bufs *B, size_t bytes, const 
     }
     if (s != TS_OK) return s;
     p->us = best * 1e6;
+    if (op == SYNC_OP) {
+        snprintf(p->algo, sizeof p->algo, "barrier");
+        return TS_OK;
+    }
     snprintf(p->algo, sizeof p->algo, "%s",
              ts_comm_algo_label(c, o->algo != TS_ALGO_AUTO
                                        ? o->algo
@@ -211,26 +242,33 @@ static void free_bufs(ts_comm *c, bufs *B) {
 
 /* The copy ceiling at one size: every rank copies `bytes` between two
  * buffers of its own at once (the footprint and the contention a
- * collective of that size has); rank 0's fastest batch. What a core can
- * move per second there. */
+ * collective of that size has); the fastest batch, timed on rank 0 until
+ * every rank is done. What a core can move per second there. */
 static ts_status ceiling_at(ts_comm *c, const opts *o, size_t bytes, unsigned char *x,
                             unsigned char *y, point *p) {
     memcpy(y, x, bytes);
-    double t0 = now_s();
-    memcpy(y, x, bytes);
-    int iters = 0;
-    ts_status s = iterations(c, now_s() - t0, o->time, &iters);
-    int per = iters / BATCHES > 0 ? iters / BATCHES : 1;
+    double t0, first = 0;
+    for (int k = 0; k < 3; k++) {
+        t0 = now_s();
+        memcpy(y, x, bytes);
+        __asm__ volatile("" : : "r"(y) : "memory");
+        if (!k || now_s() - t0 < first) first = now_s() - t0;
+    }
+    int plan[2] = {1, 1};
+    ts_status s = iterations(c, first, o->time, plan);
+    int per = plan[1];
     double best = 0;
-    for (int b = 0; b < BATCHES && s == TS_OK; b++) {
+    for (int b = 0; b < plan[0] && s == TS_OK; b++) {
         s = ts_barrier(c);
         t0 = now_s();
         for (int i = 0; i < per; i++) {
             memcpy(y, x, bytes);
             __asm__ volatile("" : : "r"(y) : "memory"); /* every copy happens */
         }
-        double t = (now_s() - t0) / per;
+        /* Until every rank has finished, as a collective's batch is timed:
+         * a collective is as slow as its slowest rank. */
         if (s == TS_OK) s = ts_barrier(c);
+        double t = (now_s() - t0) / per;
         if (b == 0 || t < best) best = t;
     }
     p->us = best * 1e6;
@@ -243,7 +281,7 @@ static ts_status ceiling_at(ts_comm *c, const opts *o, size_t bytes, unsigned ch
  * machine a ceiling measured minutes apart from the collectives it is
  * compared with would see another load. */
 static ts_status sweep(ts_comm *c, const opts *o, const results *R, point rows[NOPS][NSIZES],
-                       point *ceil, char *tune, size_t tune_n) {
+                       point *ceil, point *sync, char *tune, size_t tune_n) {
     bufs B = {0};
     size_t max = R->bytes[R->nsizes - 1];
     unsigned char *x = ceil ? malloc(max) : NULL, *y = ceil ? malloc(max) : NULL;
@@ -252,6 +290,7 @@ static ts_status sweep(ts_comm *c, const opts *o, const results *R, point rows[N
     if (s == TS_OK && ceil) memset(x, 1, max), memset(y, 2, max);
     if (s == TS_OK && o->algo == TS_ALGO_AUTO) s = ts_comm_tune(c);
     if (s == TS_OK) snprintf(tune, tune_n, "%s", ts_comm_tune_source(c));
+    if (s == TS_OK && sync) s = measure(c, SYNC_OP, &B, 0, o, sync);
     for (int k = 0; k < R->nsizes && s == TS_OK; k++) {
         if (ceil) s = ceiling_at(c, o, R->bytes[k], x, y, &ceil[k]);
         for (int op = 0; op < NOPS && s == TS_OK; op++)
@@ -270,8 +309,8 @@ typedef struct shm_job {
 
 static int shm_worker(ts_comm *c, void *user) {
     shm_job *j = user;
-    ts_status s =
-        sweep(c, j->o, j->R, j->R->tshm, j->R->tceil, j->R->shm_tune, sizeof j->R->shm_tune);
+    ts_status s = sweep(c, j->o, j->R, j->R->tshm, j->R->tceil, &j->R->tsync, j->R->shm_tune,
+                        sizeof j->R->shm_tune);
     if (s != TS_OK) {
         fprintf(stderr, "tessel: error: bench collectives: shm rank %d: %s\n", ts_comm_rank(c),
                 ts_last_error());
@@ -306,17 +345,22 @@ static int measure_ref(int op, size_t bytes, float *buf, float *out, const opts 
     for (int w = 0; w < 2; w++)
         if (ref_call(op, bytes, buf, out) != MPI_SUCCESS) return 1;
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    if (ref_call(op, bytes, buf, out) != MPI_SUCCESS) return 1;
-    double first = MPI_Wtime() - t0;
+    double t0, first = 0;
+    for (int k = 0; k < 3; k++) {
+        t0 = MPI_Wtime();
+        if (ref_call(op, bytes, buf, out) != MPI_SUCCESS) return 1;
+        if (!k || MPI_Wtime() - t0 < first) first = MPI_Wtime() - t0;
+    }
     if (rank == 0) {
         iters = first > 0 ? (int)(o->time / first) : 1000;
         iters = iters < 3 ? 3 : iters > 20000 ? 20000 : iters;
     }
-    MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    int per = iters / BATCHES > 0 ? iters / BATCHES : 1;
+    int plan[2] = {1, 1};
+    if (rank == 0) plan_batches(first, iters, plan);
+    MPI_Bcast(plan, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    int per = plan[1];
     double best = 0;
-    for (int b = 0; b < BATCHES; b++) {
+    for (int b = 0; b < plan[0]; b++) {
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
         for (int i = 0; i < per; i++)
@@ -345,6 +389,7 @@ static void merge_all(results *R) {
     merge(&R->mpi[0][0], &R->tmpi[0][0], NOPS * NSIZES);
     merge(&R->ref[0][0], &R->tref[0][0], NOPS * NSIZES);
     merge(R->ceil, R->tceil, NSIZES);
+    merge(&R->sync, &R->tsync, 1);
 }
 
 /* Under mpirun: the mpi transport, then MPI_Allreduce, `rounds` times. */
@@ -356,7 +401,7 @@ static int run_mpi_part(const opts *o, results *R, int rounds) {
     }
     int rank = ts_comm_rank(c), rc = 0;
     for (int round = 0; round < rounds && !rc; round++) {
-        if (sweep(c, o, R, R->tmpi, NULL, R->mpi_tune, sizeof R->mpi_tune) != TS_OK) {
+        if (sweep(c, o, R, R->tmpi, NULL, NULL, R->mpi_tune, sizeof R->mpi_tune) != TS_OK) {
             fprintf(stderr, "tessel: error: bench collectives: mpi rank %d: %s\n", rank,
                     ts_last_error());
             rc = 1;

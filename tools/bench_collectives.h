@@ -23,6 +23,9 @@ typedef struct results {
     point shm[NOPS][NSIZES], mpi[NOPS][NSIZES], ref[NOPS][NSIZES], ceil[NSIZES];
     point tshm[NOPS][NSIZES], tmpi[NOPS][NSIZES], tref[NOPS][NSIZES],
         tceil[NSIZES]; /* this round */
+    /* shm's zero-byte collective (ts_barrier): what the ranks'
+     * synchronisation alone costs, the floor under every small collective */
+    point sync, tsync;
     int shm_ok, mpi_ok;
     char shm_tune[256], mpi_tune[256];
 } results;

@@ -30,8 +30,26 @@ static void size_str(size_t b, char *out, size_t n) {
         snprintf(out, n, "%zu", b);
 }
 
-/* shm busbw as a fraction of the copy ceiling (0: not measured). */
+/* The least each rank must read plus write in the collective, as a share
+ * of what a memcpy of the whole message reads plus writes (2 x bytes):
+ * all-reduce: its 1/n slice of all n inputs read, the result written into
+ * all n outputs: read bytes, write bytes -> 1; reduce-scatter: its slice of
+ * all n inputs read, its slice written: (n + 1) / 2n; all-gather: the
+ * (n - 1)/n of the message the peers hold read and written: (n - 1) / n. */
+static double traffic_share(int op, int n) {
+    return op == 0 ? 1.0 : op == 1 ? (n + 1.0) / (2.0 * n) : (n - 1.0) / n;
+}
+
+/* The copy ceiling for the collective: the time memcpy's rate needs for
+ * the collective's minimal traffic over shm's time (0: not measured). */
 static double of_ceiling(int op, int n, const results *R, int k) {
+    const point *c = &R->ceil[k], *s = &R->shm[op][k];
+    return c->us > 0 && s->us > 0 ? c->us * traffic_share(op, n) / s->us : 0;
+}
+
+/* Before session 14 the %ceil column: shm busbw over the memcpy bandwidth,
+ * which for reduce-scatter counts half the bytes it must read. */
+static double bus_of_ceiling(int op, int n, const results *R, int k) {
     double c = algbw(R->bytes[k], &R->ceil[k]);
     return c > 0 ? busbw(op, n, R->bytes[k], &R->shm[op][k]) / c : 0;
 }
@@ -44,12 +62,17 @@ void bc_print_table(const opts *o, const results *R) {
     if (R->mpi_ok)
         printf("mpi: tessel's mpi transport under mpirun; algorithms from %s\n", R->mpi_tune);
     printf("Open MPI: its own MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather; ceil: "
-           "memcpy GB/s of that size on every rank at once; %%ceil = shm busbw / ceil\n");
+           "memcpy GB/s of that size on every rank at once\n"
+           "%%ceil = time ceil's rate needs for the collective's least traffic per rank / shm time "
+           "(all-reduce: read and write the message; reduce-scatter: read it, write 1/n; "
+           "all-gather: read and write the (n-1)/n peers hold); bus/c = shm busbw / ceil\n");
+    if (R->sync.us > 0)
+        printf("shm sync floor: a zero-byte collective (ts_barrier) takes %.2f us\n", R->sync.us);
     for (int op = 0; op < NOPS; op++) {
         if (!o->ops[op]) continue;
-        printf("\n%s\n%8s | %-7s %10s %8s %8s | %-7s %10s %8s | %10s %8s | %7s | %7s %6s\n",
+        printf("\n%s\n%8s | %-7s %10s %8s %8s | %-7s %10s %8s | %10s %8s | %7s | %7s %6s %6s\n",
                bc_op_names[op], "bytes", "shm", "us", "algbw", "busbw", "mpi", "us", "busbw",
-               "OpenMPI us", "busbw", "shm/OMPI", "ceil", "%ceil");
+               "OpenMPI us", "busbw", "shm/OMPI", "ceil", "bus/c", "%ceil");
         for (int k = 0; k < R->nsizes; k++) {
             char sz[24];
             size_str(R->bytes[k], sz, sizeof sz);
@@ -64,9 +87,10 @@ void bc_print_table(const opts *o, const results *R) {
                 printf("%7s | ", "-");
             double c = algbw(R->bytes[k], &R->ceil[k]);
             if (c > 0 && s->us > 0)
-                printf("%7.2f %5.1f%%\n", c, 100 * of_ceiling(op, n, R, k));
+                printf("%7.2f %5.1f%% %5.1f%%\n", c, 100 * bus_of_ceiling(op, n, R, k),
+                       100 * of_ceiling(op, n, R, k));
             else
-                printf("%7s %6s\n", "-", "-");
+                printf("%7s %6s %6s\n", "-", "-", "-");
         }
     }
     /* The targets of issue #26, from 64 KiB to 256 MiB: shm >= 1.5x Open
@@ -102,8 +126,8 @@ void bc_print_table(const opts *o, const results *R) {
 
 void bc_print_json(const opts *o, const results *R) {
     printf("{\"procs\": %d, \"dtype\": \"f32\", \"shm_tuning\": \"%s\", \"mpi_tuning\": \"%s\", "
-           "\"results\": [",
-           o->procs, R->shm_tune, R->mpi_tune);
+           "\"shm_sync_us\": %.4f, \"results\": [",
+           o->procs, R->shm_tune, R->mpi_tune, R->sync.us);
     int first = 1;
     for (int op = 0; op < NOPS; op++)
         for (int k = 0; k < R->nsizes; k++)
@@ -114,13 +138,16 @@ void bc_print_json(const opts *o, const results *R) {
                                           : &R->ceil[k];
                 if (p->us <= 0 || !o->ops[op]) continue;
                 printf("%s\n  {\"op\": \"%s\", \"bytes\": %zu, \"transport\": \"%s\", \"algo\": "
-                       "\"%s\", \"time_us\": %.4f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f}",
+                       "\"%s\", \"time_us\": %.4f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f",
                        first ? "" : ",", bc_op_names[op], R->bytes[k],
                        t == 0   ? "shm"
                        : t == 1 ? "mpi"
                        : t == 2 ? "openmpi"
                                 : "memcpy",
                        p->algo, p->us, algbw(R->bytes[k], p), busbw(op, o->procs, R->bytes[k], p));
+                if (t == 0 && R->ceil[k].us > 0)
+                    printf(", \"ceil_share\": %.4f", of_ceiling(op, o->procs, R, k));
+                printf("}");
                 first = 0;
             }
     printf("\n]}\n");

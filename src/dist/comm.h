@@ -98,7 +98,7 @@ struct ts_comm {
     ts_reduce_op cur_red;
     int cur_has_red;
     const char *cur_algo;
-    double cur_start, deadline;
+    double cur_start, deadline; /* 0 until a wait or a trace reads the clock */
 
     /* After a failed collective every later call fails with this. */
     int broken;

@@ -1,9 +1,13 @@
 /* `tessel bench collectives` end to end, shm transport (and Open MPI when
  * mpirun is installed), tiny sizes and times: every collective's table has
- * the copy-ceiling column with a positive memcpy figure and %ceil, the
- * ratio to Open MPI's own collective when it ran, and one target line per
- * collective; --json carries the memcpy rows. Figures are not judged (a
- * shared machine); their presence and form are. */
+ * the copy-ceiling column with a positive memcpy figure, bus/c and %ceil
+ * (the ceiling scaled to the collective's least traffic: for 2 ranks the
+ * same as bus/c for all-reduce and all-gather, 1.5x it for reduce-scatter,
+ * which reads twice the bytes its bus bandwidth counts), the ratio to Open
+ * MPI's own collective when it ran, the sync floor, and one target line
+ * per collective; --json carries the memcpy rows, the sync floor and each
+ * shm row's ceil_share. Figures are not judged (a shared machine); their
+ * presence, form and the fixed ratio between the two ceiling columns are. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +17,20 @@
 
 static const char *ops[3] = {"all_reduce", "reduce_scatter", "all_gather"};
 
-/* The row of size `sz` in op's table: ceil GB/s and %ceil. */
-static int row(const char *out, const char *op, const char *sz, double *ceil, double *pct,
-               int *has_ratio) {
+/* Cuts the last blank-separated field off `line` and returns its value. */
+static double last_field(char *line) {
+    char *end = line + strlen(line);
+    while (end > line && end[-1] == ' ') *--end = 0;
+    if (end > line && end[-1] == '%') *--end = 0;
+    char *sp = strrchr(line, ' ');
+    double v = sp ? atof(sp + 1) : -1;
+    if (sp) *sp = 0;
+    return v;
+}
+
+/* The row of size `sz` in op's table: ceil GB/s, bus/c and %ceil. */
+static int row(const char *out, const char *op, const char *sz, double *ceil, double *bus,
+               double *pct, int *has_ratio) {
     char head[64];
     snprintf(head, sizeof head, "\n%s\n", op);
     const char *t = strstr(out, head);
@@ -28,16 +43,11 @@ static int row(const char *out, const char *op, const char *sz, double *ceil, do
     const char *end = strchr(r + 1, '\n');
     char line[512];
     snprintf(line, sizeof line, "%.*s", (int)(end ? end - r - 1 : 200), r + 1);
-    /* the last two fields: ceil and NN% */
-    char *pc = strrchr(line, '%');
-    if (!pc) return 0;
-    *pc = 0;
-    char *sp = strrchr(line, ' ');
-    *pct = sp ? atof(sp + 1) : -1;
-    while (sp && sp > line && sp[-1] == ' ') sp--;
-    if (sp) *sp = 0;
-    char *sp2 = strrchr(line, ' ');
-    *ceil = sp2 ? atof(sp2 + 1) : -1;
+    /* the last three fields: ceil, bus/c NN% and %ceil NN% */
+    if (!strchr(line, '%')) return 0;
+    *pct = last_field(line);
+    *bus = last_field(line);
+    *ceil = last_field(line);
     *has_ratio = strstr(line, "x |") != NULL;
     return 1;
 }
@@ -62,14 +72,22 @@ int main(void) {
     CHECK(r.rc == 0, "exit %d: %s", r.rc, r.err);
     CHECK(strstr(r.out, "ceil: memcpy GB/s of that size on every rank at once") != NULL,
           "the header explains the ceiling: %s", r.out);
+    CHECK(strstr(r.out, "least traffic per rank") != NULL, "the header explains %%ceil: %s", r.out);
+    CHECK(strstr(r.out, "shm sync floor: a zero-byte collective (ts_barrier) takes ") != NULL,
+          "the sync floor is printed: %s", r.out);
     for (int op = 0; op < 3; op++) {
         const char *sizes[2] = {"4K", "64K"};
         for (int k = 0; k < 2; k++) {
-            double ceil = -1, pct = -1;
+            double ceil = -1, bus = -1, pct = -1;
             int ratio = 0;
-            CHECK(row(r.out, ops[op], sizes[k], &ceil, &pct, &ratio), "%s %s row: %s", ops[op],
-                  sizes[k], r.out);
-            CHECK(ceil > 0 && pct >= 0, "%s %s: ceil %g GB/s, %g %%", ops[op], sizes[k], ceil, pct);
+            CHECK(row(r.out, ops[op], sizes[k], &ceil, &bus, &pct, &ratio), "%s %s row: %s",
+                  ops[op], sizes[k], r.out);
+            CHECK(ceil > 0 && pct > 0 && bus > 0, "%s %s: ceil %g GB/s, %g %%, %g %%", ops[op],
+                  sizes[k], ceil, bus, pct);
+            /* 2 ranks: reduce-scatter reads 1.5x the bytes busbw counts */
+            double want = op == 1 ? 1.5 * bus : bus;
+            CHECK(pct > want * 0.98 - 0.1 && pct < want * 1.02 + 0.1,
+                  "%s %s: %%ceil %g, bus/c %g (want %g)", ops[op], sizes[k], pct, bus, want);
             if (mpi) CHECK(ratio, "%s %s: the ratio to Open MPI is printed", ops[op], sizes[k]);
         }
         char want[160];
@@ -87,7 +105,7 @@ int main(void) {
     CHECK(r.rc == 0, "--json: exit %d: %s", r.rc, r.err);
     json_error_t err;
     json_t *j = json_loads(r.out, 0, &err);
-    int memcpy_rows = 0, shm_rows = 0;
+    int memcpy_rows = 0, shm_rows = 0, shares = 0;
     json_t *e;
     size_t i;
     json_array_foreach(json_object_get(j, "results"), i, e) {
@@ -95,9 +113,12 @@ int main(void) {
         double gbs = json_number_value(json_object_get(e, "algbw_gbs"));
         memcpy_rows += t && !strcmp(t, "memcpy") && gbs > 0;
         shm_rows += t && !strcmp(t, "shm") && gbs > 0;
+        shares += t && !strcmp(t, "shm") && json_number_value(json_object_get(e, "ceil_share")) > 0;
     }
     CHECK(j && memcpy_rows == 1 && shm_rows == 1, "json: %d memcpy, %d shm rows: %s", memcpy_rows,
           shm_rows, r.out);
+    CHECK(shares == 1, "json: the shm row's ceil_share: %s", r.out);
+    CHECK(json_number_value(json_object_get(j, "shm_sync_us")) > 0, "json: shm_sync_us: %s", r.out);
     json_decref(j);
     e2e_done(&r);
     e2e_cleanup(dir);
