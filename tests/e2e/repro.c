@@ -184,29 +184,39 @@ int main(void) {
               "without dist.reproducible 1 and 2 processes differ");
 
     /* 4 micro-batches on 2 and 4 processes: each process's run is one aligned block of the
-     * tree, so one all-reduce per step finishes it (dist/repro_gather.h): the same bits as one
-     * process, with and without ZeRO-1. */
+     * tree, so on shm every rank folds its slice of the gradients into a result they share and
+     * the update reads it (dist/repro_gather.h, the split finish): the same bits as one
+     * process, with and without ZeRO-1, and with fp16 loss scaling (its skip decision read from
+     * that result). */
     char m4[700];
     snprintf(m4, sizeof m4,
              "%s --set dist.reproducible=true --set model.batch=48 --set dist.microbatch=12 --set "
              "train.steps=10",
              w1);
-    if (!train("m4-p1-t1", "examples/w1.yaml", m4, 1, 1)) {
-        char *want = train_numbers("m4-p1-t1");
+    const char *m4fp16 = "--set precision.default=fp16 --set precision.init_scale=1e6 --set "
+                         "precision.growth_interval=2";
+    for (int f = 0; f < 2; f++) {
+        const char *tag = f ? "m4fp16" : "m4", *extra = f ? m4fp16 : "";
+        char one[64], base[900];
+        snprintf(one, sizeof one, "%s-p1-t1", tag);
+        snprintf(base, sizeof base, "%s %s", m4, extra);
+        if (train(one, "examples/w1.yaml", base, 1, 1)) continue;
+        char *want = train_numbers(one);
         const int procs[] = {2, 4, 2}, zero[] = {0, 0, 1};
-        for (int i = 0; i < 3; i++) {
-            char run[64], all[800];
-            snprintf(run, sizeof run, "m4-z%d-p%d-t1", zero[i], procs[i]);
-            snprintf(all, sizeof all, "%s --set dist.zero=%d", m4, zero[i]);
+        for (int i = f; i < 3; i++) { /* fp16: 4 processes, and 2 with ZeRO-1 */
+            char run[64], all[1000];
+            snprintf(run, sizeof run, "%s-z%d-p%d-t1", tag, zero[i], procs[i]);
+            snprintf(all, sizeof all, "%s --set dist.zero=%d", base, zero[i]);
             if (train(run, "examples/w1.yaml", all, procs[i], 1)) continue;
             int n = 0;
-            CHECK(identical("m4-p1-t1", run, &n),
-                  "4 micro-batches, ZeRO-%d on %d processes: every tensor identical to 1 process "
-                  "(%d tensors)",
-                  zero[i], procs[i], n);
+            CHECK(identical(one, run, &n),
+                  "%s: 4 micro-batches, ZeRO-%d on %d processes: every tensor identical to 1 "
+                  "process (%d tensors)",
+                  tag, zero[i], procs[i], n);
             char *got = train_numbers(run);
             CHECK(want[0] && strcmp(want, got) == 0,
-                  "4 micro-batches on %d processes: the same losses and gradient norms", procs[i]);
+                  "%s: 4 micro-batches on %d processes: the same losses and gradient norms", tag,
+                  procs[i]);
             free(got);
         }
         free(want);
