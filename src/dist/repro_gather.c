@@ -70,11 +70,13 @@ static ts_status share_leaves(ts_repro_gather *g, ts_comm *comm) {
         return TS_OK;
     void *p = NULL;
     const size_t head = (size_t)g->N * DONE_STRIDE;
-    ts_status s = ts_comm_alloc_shared(comm, head + (size_t)g->M * g->n * sizeof(float), &p);
+    /* the M leaves, then the split finish's result */
+    ts_status s = ts_comm_alloc_shared(comm, head + ((size_t)g->M + 1) * g->n * sizeof(float), &p);
     if (s == TS_ERR_NOMEM) return TS_OK;
     if (s != TS_OK) return s;
     g->shared_block = p;
     g->shared = (float *)((unsigned char *)p + head);
+    g->result = g->shared + (size_t)g->M * g->n;
     g->comm = comm;
     memset(leaf_slot(g, 0), 0, (size_t)g->k * g->n * sizeof(float));
     atomic_store(done_of(g, g->rank), 0);
@@ -232,11 +234,11 @@ static void fold_block(const ts_repro_gather *g, float *restrict dst, size_t lo,
  * observer (repro_gather.h) to read. */
 enum { FOLD_BLOCK = 2048 };
 
-/* dst = the tree's result from the shared block, every rank reading every leaf in place, block
- * by block, each block handed to the observer while it is in the cache. */
-static void fold_shared(const ts_repro_gather *g, float *restrict dst) {
-    for (size_t lo = 0; lo < g->n; lo += FOLD_BLOCK) {
-        const size_t hi = g->n - lo < FOLD_BLOCK ? g->n : lo + FOLD_BLOCK;
+/* dst[from, to) = the tree's result from the shared block, reading the leaves in place, block by
+ * block, each block handed to the observer while it is in the cache. */
+static void fold_range(const ts_repro_gather *g, float *restrict dst, size_t from, size_t to) {
+    for (size_t lo = from; lo < to; lo += FOLD_BLOCK) {
+        const size_t hi = to - lo < FOLD_BLOCK ? to : lo + FOLD_BLOCK;
         fold_block(g, dst, lo, hi);
         if (g->observe) g->observe(g->observe_user, dst + lo, lo, hi - lo);
     }
@@ -247,7 +249,7 @@ static ts_status rank_tree_result(ts_repro_gather *g, ts_comm *comm, float *dst)
     if (g->shared) {
         /* Past the barrier every leaf is written. A rank writes its leaves again only once every
          * rank has counted this result as read (wait_readers): no second barrier. */
-        if ((s = ts_barrier(comm)) == TS_OK) fold_shared(g, dst);
+        if ((s = ts_barrier(comm)) == TS_OK) fold_range(g, dst, 0, g->n);
         g->results++;
         atomic_store_explicit(done_of(g, g->rank), g->results, memory_order_release);
         g->waited = 0;
@@ -265,6 +267,47 @@ static ts_status rank_tree_result(ts_repro_gather *g, ts_comm *comm, float *dst)
     const float *mine = g->mine;
     if (s == TS_OK)
         for (size_t i = 0; i < g->n; i++) dst[i] = mine[i] * inv;
+    g->added = 0;
+    g->cur = 0;
+    return s;
+}
+
+void ts_repro_gather_slice(const ts_repro_gather *g, size_t *lo, size_t *hi) {
+    const size_t n = g->n, N = (size_t)g->N, r = (size_t)g->rank;
+    *lo = r == 0 ? 0 : n * r / N / 16 * 16;
+    *hi = r + 1 == N ? n : n * (r + 1) / N / 16 * 16;
+}
+
+float *ts_repro_gather_shared_result(const ts_repro_gather *g) {
+    return g ? g->result : NULL;
+}
+
+ts_status ts_repro_gather_result_split(ts_repro_gather *g, ts_comm *comm, size_t lo, size_t hi) {
+    if (!g || !g->result)
+        return ts_fail(TS_ERR_INVALID, "repro_gather_result_split: no shared block");
+    if (comm != g->comm)
+        return ts_fail(TS_ERR_INVALID,
+                       "repro_gather_result_split: not the comm the pieces are shared on");
+    if (g->added != g->k)
+        return ts_fail(TS_ERR_INVALID,
+                       "repro_gather_result_split: %lld of the rank's %lld leaves added",
+                       (long long)g->added, (long long)g->k);
+    if (lo > hi || hi > g->n)
+        return ts_fail(TS_ERR_INVALID, "repro_gather_result_split: slice [%zu, %zu) of %zu floats",
+                       lo, hi, g->n);
+    const int naps = ts_comm_wait_naps(1);
+    /* Past the first barrier every leaf is written; past the second every slice of the result.
+     * The leaves and the result are written again only after the next step's first barrier,
+     * which every rank reaches after its reads of these: no counters to wait for. */
+    ts_status s = ts_barrier(comm);
+    if (s == TS_OK) {
+        fold_range(g, g->result, lo, hi);
+        s = ts_barrier(comm);
+    }
+    ts_comm_wait_naps(naps);
+    g->results++;
+    atomic_store_explicit(done_of(g, g->rank), g->results, memory_order_release);
+    g->waited = 1;
     g->added = 0;
     g->cur = 0;
     return s;

@@ -25,13 +25,16 @@
  * write in place (a backward pass bound there, plan/micro.h); after one barrier every rank adds
  * the M leaves in that tree and divides by M in a single pass into dst (no copy of a leaf, no
  * pass per level, no all-reduce, no separate division). A rank writes its next leaves once every
- * rank has read these (a counter per rank in the block; no second barrier). Elsewhere each rank
- * sums its run, and one all-reduce of the pieces (recursive doubling's pairs are the same tree)
- * finishes it, followed by the division.
+ * rank has read these (a counter per rank in the block; no second barrier). Or each rank folds
+ * only its slice into a result region of the block, and all read that
+ * (ts_repro_gather_result_split: two barriers, 1/N of the reads). Elsewhere each rank sums its run,
+ * and one all-reduce of the pieces (recursive doubling's pairs are the same tree) finishes it,
+ * followed by the division.
  *
  * An observer (ts_repro_gather_observe) sees the result as it is written: in the one-pass
- * finish block by block while each is in the cache, elsewhere once over all of dst; a norm of
- * the result then costs no pass over memory of its own. */
+ * finish block by block while each is in the cache (the split finish: this rank's slice only),
+ * elsewhere once over all of dst; a norm of the result then costs no pass over memory of its
+ * own. */
 #ifndef TS_DIST_REPRO_GATHER_H
 #define TS_DIST_REPRO_GATHER_H
 
@@ -48,6 +51,7 @@ typedef struct ts_repro_gather {
     ts_comm *comm;                     /* the comm `shared` came from, else NULL */
     void *shared_block;          /* [N] counters of results read, 64 bytes apart, then `shared` */
     float *shared;               /* [N][k][n] every rank's leaves, in leaf order (shm, rank tree) */
+    float *result;               /* [n] after them: the split finish's result */
     uint64_t results;            /* results so far */
     int waited;                  /* the peers have read the last result's leaves */
     ts_repro_observe_fn observe; /* NULL: none */
@@ -65,7 +69,7 @@ typedef struct ts_repro_gather {
 
 /* N ranks, M leaves (N divides M), n floats each; this rank holds leaves rank*M/N ... With comm
  * (NULL: none yet; then the all-reduce path) it is collective over comm's N ranks: on shm it
- * allocates the block the ranks share for the one-pass finish above, 4 * M * n bytes (and 64
+ * allocates the block the ranks share for the one-pass finish above, 4 * (M + 1) * n bytes (and 64
  * per rank) of rank 0's heap (the all-reduce path if that is exhausted). */
 ts_status ts_repro_gather_init(ts_repro_gather *g, ts_comm *comm, int N, int rank, int64_t M,
                                size_t n);
@@ -85,6 +89,20 @@ ts_status ts_repro_gather_add(ts_repro_gather *g, const float *leaf);
  * starts again. While it waits for the peers, the calling thread sleeps in short naps instead of
  * yielding (a peer sharing its core gets the core). */
 ts_status ts_repro_gather_result(ts_repro_gather *g, ts_comm *comm, float *dst);
+/* The split finish (shared block only): collective like ts_repro_gather_result, but each rank
+ * adds the M leaves in the same tree for its own slice [lo, hi) of the n floats and divides by
+ * M, writing the slice once into a result region of the block (the observer sees the slice's
+ * blocks as they are written, in order); after a second barrier every rank reads the whole
+ * result there (ts_repro_gather_shared_result) and none copies it. The ranks' slices must
+ * cover the n floats once (ts_repro_gather_slice: an even split at cache lines). The same floats
+ * as ts_repro_gather_result's, for 1/N of its reads per rank. The result stays valid until the
+ * next call's first barrier, which every rank reaches only after writing its next leaves. */
+ts_status ts_repro_gather_result_split(ts_repro_gather *g, ts_comm *comm, size_t lo, size_t hi);
+/* This rank's slice of an even split of the n floats, cut at multiples of 16 (64 bytes). */
+void ts_repro_gather_slice(const ts_repro_gather *g, size_t *lo, size_t *hi);
+/* The split finish's result region (n floats in the shared block, for reading: every rank
+ * reads it), NULL without one. */
+float *ts_repro_gather_shared_result(const ts_repro_gather *g);
 /* fn (NULL: none) reads every later result as it is written (above). */
 void ts_repro_gather_observe(ts_repro_gather *g, ts_repro_observe_fn fn, void *user);
 void ts_repro_gather_free(ts_repro_gather *g);

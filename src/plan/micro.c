@@ -32,6 +32,25 @@ ts_status ts_plan_grad_region(ts_plan *p, float **g, size_t *n) {
     return TS_OK;
 }
 
+static int overlaps(const ts_operand *o, size_t off, size_t bytes) {
+    return o->off < off + bytes && off < o->off + ts_operand_bytes(o);
+}
+
+/* Moves the tensors of instructions [lo, hi) that lie in [from, from + n floats) to the same
+ * offsets at `to`. */
+static void bind_range(ts_plan *p, int lo, int hi, const float *from, size_t n, float *to) {
+    const unsigned char *beg = (const unsigned char *)from, *end = beg + n * sizeof(float);
+    unsigned char *dst = (unsigned char *)to;
+    for (int i = lo; i < hi; i++) {
+        ts_rt_instr *r = &p->rt.ins[i];
+        for (int j = 0; j < r->k.n_in + r->k.n_out; j++) {
+            ts_tensor *t = j < r->k.n_in ? &r->in[j] : &r->out[j - r->k.n_in];
+            const unsigned char *d = t->data;
+            if (d >= beg && d < end) t->data = dst + (d - beg);
+        }
+    }
+}
+
 ts_status ts_plan_bind_grads(ts_plan *p, const float *from, float *to) {
     float *own;
     size_t n;
@@ -40,16 +59,44 @@ ts_status ts_plan_bind_grads(ts_plan *p, const float *from, float *to) {
     if (s != TS_OK) return s;
     if (p->prog.gate_ins < 0)
         return ts_fail(TS_ERR_INVALID, "bind_grads: the plan has no update gate to bind before");
-    const unsigned char *lo = (const unsigned char *)from, *hi = lo + n * sizeof(float);
-    unsigned char *dst = (unsigned char *)to;
-    for (int i = 0; i < p->prog.gate_ins; i++) {
-        ts_rt_instr *r = &p->rt.ins[i];
-        for (int j = 0; j < r->k.n_in + r->k.n_out; j++) {
-            ts_tensor *t = j < r->k.n_in ? &r->in[j] : &r->out[j - r->k.n_in];
-            const unsigned char *d = t->data;
-            if (d >= lo && d < hi) t->data = dst + (d - lo);
-        }
+    bind_range(p, 0, p->prog.gate_ins, from, n, to);
+    return TS_OK;
+}
+
+/* Ops after the gate that only read the gradients they take (each writes parameters, optimizer
+ * state or a coefficient, never a gradient). */
+static int reads_grads_only(int op) {
+    return op == TS_OP_SGD_UPDATE || op == TS_OP_ADAM_UPDATE || op == TS_OP_SHARD_UPDATE ||
+           op == TS_OP_CLIP_COEF;
+}
+
+ts_status ts_plan_bind_update_grads(ts_plan *p, const float *from, float *to) {
+    float *own;
+    size_t n;
+    if (!p || !from || !to) return ts_fail(TS_ERR_INVALID, "bind_update_grads: NULL argument");
+    ts_status s = ts_plan_grad_region(p, &own, &n);
+    if (s != TS_OK) return s;
+    const ts_program *prog = &p->prog;
+    if (prog->gate_ins < 0)
+        return ts_fail(TS_ERR_INVALID, "bind_update_grads: the plan has no update gate");
+    const size_t off = prog->layout.grad_off, bytes = n * sizeof(float);
+    for (int i = prog->gate_ins; i < prog->n_ins; i++) {
+        const ts_instr *in = &prog->ins[i];
+        for (int j = 0; j < in->n_out; j++)
+            if (overlaps(&in->out[j], off, bytes))
+                return ts_fail(TS_ERR_UNSUPPORTED,
+                               "bind_update_grads: instruction %d (%s, after the update gate) "
+                               "writes into the gradient region",
+                               i, in->label ? in->label : in->name);
+        for (int j = 0;
+             !reads_grads_only(in->op) && (in->flags & TS_OPF_SIDE_EFFECT) && j < in->n_in; j++)
+            if (overlaps(&in->in[j], off, bytes))
+                return ts_fail(TS_ERR_UNSUPPORTED,
+                               "bind_update_grads: instruction %d (%s, after the update gate) "
+                               "may update the gradient region in place",
+                               i, in->label ? in->label : in->name);
     }
+    bind_range(p, prog->gate_ins, prog->n_ins, from, n, to);
     return TS_OK;
 }
 
@@ -77,10 +124,6 @@ ts_status ts_plan_hold_monitors(ts_plan *p, int hold) {
         }
     }
     return TS_OK;
-}
-
-static int overlaps(const ts_operand *o, size_t off, size_t bytes) {
-    return o->off < off + bytes && off < o->off + ts_operand_bytes(o);
 }
 
 /* Does an instruction before the gate write the bytes [off, off + bytes)?

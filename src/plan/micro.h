@@ -61,6 +61,16 @@ void ts_plan_get_update_gate(const ts_plan *p, ts_update_gate_fn *fn, void **use
  * has no update gate or no gradient region. */
 ts_status ts_plan_bind_grads(ts_plan *p, const float *from, float *to);
 
+/* The same for the instructions from the update gate on (clipping, the optimizer's update):
+ * they read the gradients at `to` from now on, e.g. a finished sum that several processes
+ * share, which none of them copies into its own region. Only where they read them and nothing
+ * else: fails (TS_ERR_UNSUPPORTED, binding nothing) when an instruction after the gate writes
+ * into the region, or takes it as an input of an op with side effects other than the
+ * optimizer updates (which write parameters and state) — those would write `to`, which others
+ * read. The plan's own region is then stale after a step: whoever reads the gradients by name
+ * (ts_plan_read) must copy `to` back first. */
+ts_status ts_plan_bind_update_grads(ts_plan *p, const float *from, float *to);
+
 /* hold 1: the gradient monitors' instructions (TS_OPF_MONITOR) do nothing in the steps that
  * follow, their outputs keeping the last values computed; hold 0: they run again. For the
  * rounds of a micro-batched step before its last, whose monitors nobody reads. */

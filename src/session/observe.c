@@ -118,6 +118,7 @@ static ts_status gradient_pass(session *s, int64_t step, int hist, double *norm)
     /* ZeRO-3: parameters and gradients are sharded after the step; no
      * histograms (docs/distributed.md) */
     if (s->nranks > 1 && s->c.dist.zero == 3) hist = 0;
+    if (hist && s->rp) ts_repro_sync_grads(s->rp); /* the gradients, where the update read them */
     for (int i = 0; hist && i < ts_plan_param_count(s->plan) && st == TS_OK; i++) {
         const char *p = ts_plan_param_name(s->plan, i);
         if ((st = read_f32(s, p, &n)) != TS_OK) break;

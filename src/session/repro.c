@@ -26,8 +26,12 @@ struct ts_repro {
     ts_comm *comm;
     float *grad; /* the plan's gradient region */
     size_t ngrad;
-    float *bound; /* where the backward pass writes the gradients now: grad, or a leaf's slot */
-    int inplace;  /* each round's backward pass writes into its leaf's slot (no copy) */
+    float *bound;  /* where the backward pass writes the gradients now: grad, or a leaf's slot */
+    int inplace;   /* each round's backward pass writes into its leaf's slot (no copy) */
+    int split;     /* ... and the ranks finish the tree a slice each, into a shared result */
+    float *sum;    /* where the batch's summed gradients are after the step: grad, or that result */
+    size_t lo, hi; /* split: this rank's slice of the gradients */
+    void *parts;   /* split: the norm's chunk lanes, shared */
     ts_tree_sum gsum, ssum;     /* gradients (per round), forward state (per round) */
     ts_repro_gather ggat, sgat; /* the same, local: this rank's run of micro-batches */
     ts_plan_fwd_state *st;      /* state the forward pass writes (BatchNorm) */
@@ -130,7 +134,7 @@ static void state_copy(struct ts_repro *r, float *dst, int to_plan) {
 static void found_inf(ts_plan *p, const struct ts_repro *r) {
     if (!r->scaled) return;
     int found = 0;
-    for (size_t i = 0; i < r->ngrad; i++) found |= !isfinite(r->grad[i]);
+    for (size_t i = 0; i < r->ngrad; i++) found |= !isfinite(r->sum[i]);
     ts_plan_set_found_inf(p, found);
 }
 
@@ -148,8 +152,12 @@ static ts_status gate_local(ts_plan *p, struct ts_repro *r, ts_gate_decision *ou
         *out = TS_GATE_SKIP;
         return TS_OK;
     }
+    /* split: every rank folds its slice, feeding the norm's shared chunk lanes on the way; the
+     * update reads the shared result (bound at setup) */
     ts_repro_norm_reset(&r->norm);
-    if ((st = ts_repro_gather_result(&r->ggat, r->comm, r->grad)) != TS_OK) return st;
+    st = r->split ? ts_repro_gather_result_split(&r->ggat, r->comm, r->lo, r->hi)
+                  : ts_repro_gather_result(&r->ggat, r->comm, r->grad);
+    if (st != TS_OK) return st;
     r->gnorm = ts_repro_norm_result(&r->norm);
     r->gnorm_ok = 1;
     if (r->nstate) {
@@ -267,6 +275,30 @@ ts_status ts_repro_setup(session *s) {
     r->bound = r->grad;
     r->inplace = r->local && ts_repro_gather_leaf(&r->ggat, 0) &&
                  ts_plan_bind_grads(s->plan, r->grad, r->grad) == TS_OK;
+    /* The tree's finish split between the ranks (each adds the leaves of its slice of the
+     * gradients, once, into a result all of them read): the update phase is bound to that result
+     * for good, where it only reads the gradients (plan/micro.h); else each rank adds all leaves
+     * into its own region. */
+    float *res = ts_repro_gather_shared_result(&r->ggat);
+    r->sum = r->grad;
+    if (r->inplace && res) {
+        /* the norm's chunk lanes, which each rank writes for the chunks of its slice (collective:
+         * every rank gets here, or none) */
+        st = ts_comm_alloc_shared(r->comm, (ts_repro_norm_chunks(&r->norm) + 1) * sizeof(double[8]),
+                                  &r->parts);
+        if (st == TS_ERR_NOMEM) r->parts = NULL, st = TS_OK;
+        if (st != TS_OK) return st;
+    }
+    r->split = r->parts && ts_plan_bind_update_grads(s->plan, r->grad, res) == TS_OK;
+    if (r->split) {
+        r->sum = res;
+        ts_repro_norm_share(&r->norm, r->parts);
+        /* this rank's slice, cut where the norm's chunks allow: the neighbours cut at the same
+         * offsets, so the slices cover the gradients once */
+        ts_repro_gather_slice(&r->ggat, &r->lo, &r->hi);
+        if (r->rank > 0) r->lo = ts_repro_norm_cut(&r->norm, r->lo);
+        if (r->rank + 1 < r->N) r->hi = ts_repro_norm_cut(&r->norm, r->hi);
+    }
     /* In front of the alerts' gate (or none), which is asked once per
      * batch, after the last round, with the batch's gradients in place. */
     ts_plan_get_update_gate(s->plan, &r->next_fn, &r->next_user);
@@ -342,14 +374,21 @@ ts_status ts_repro_grad_norm(struct ts_repro *r, double *norm) {
     if (!r || !norm) return ts_fail(TS_ERR_INVALID, "grad_norm: NULL argument");
     /* Taken as the step's last pass wrote the gradients (the update only reads them), else a
      * pass of its own (one process; a step that failed) */
+    if (!r->gnorm_ok && r->split)
+        return ts_fail(TS_ERR_INVALID, "grad_norm: the step did not finish its gradients");
     *norm = r->gnorm_ok ? r->gnorm : ts_repro_norm_now(&r->norm);
     return TS_OK;
+}
+
+void ts_repro_sync_grads(struct ts_repro *r) {
+    if (r && r->split) memcpy(r->grad, r->sum, r->ngrad * sizeof(float));
 }
 
 void ts_repro_free(struct ts_repro *r) {
     if (!r) return;
     ts_tree_sum_free(&r->gsum);
     ts_tree_sum_free(&r->ssum);
+    if (r->parts) ts_comm_release_shared(r->comm, r->parts);
     ts_repro_gather_free(&r->ggat);
     ts_repro_gather_free(&r->sgat);
     free(r->st);

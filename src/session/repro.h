@@ -54,6 +54,11 @@ ts_status ts_repro_step(session *s, double *loss);
  * it was taken as the step's last pass wrote the gradients. */
 ts_status ts_repro_grad_norm(struct ts_repro *r, double *norm);
 
+/* Copies the batch's gradients into the plan's own region where the ranks finished the tree
+ * into a region they share, which the update reads (the plan's region is stale then): before
+ * reading gradients by name (ts_plan_read of "grad:..."). Nothing to do otherwise. */
+void ts_repro_sync_grads(struct ts_repro *r);
+
 /* s->replay_json: what `tessel audit replay` needs, recorded in every
  * manifest as "replay": the tessel version and the SHA-256 of the running
  * binary (its build), the config text the manifest's config_sha256 is the

@@ -9,9 +9,12 @@
  * skipped and applied steps); each of them also with ZeRO-1 and 2 on 2, 3
  * or 4 processes (W1 with clipping, shared and private parameters): the
  * same bits as ZeRO-0 on 1 process; W1 with 4 micro-batches on 2 and 4
- * processes (each process's run one block of the tree: one all-reduce); without the key 1 and 2
+ * processes (each process's run one block of the tree: on shm the ranks split its finish), also
+ * in fp16 and with ZeRO-1, the gradient histograms too; without the key 1 and 2
  * processes differ (so the comparison can fail). A count that does not divide the micro-batch count
  * and ZeRO-3 are refused, the first with the allowed counts named. */
+#include <dirent.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -47,6 +50,36 @@ static int train(const char *run, const char *cfg, const char *sets, int procs, 
     const int rc = r.rc;
     e2e_done(&r);
     return rc;
+}
+
+/* The gradient histograms of a run's TensorBoard events (every record naming "grads/", its
+ * wall time left out: an Event's first field), concatenated; *n their bytes. NULL without any. */
+static unsigned char *grad_histograms(const char *run, size_t *n) {
+    char tb[256], path[600] = "";
+    snprintf(tb, sizeof tb, "%s/%s/tb", dir, run);
+    DIR *d = opendir(tb);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, "events.out.tfevents.", 20))
+            snprintf(path, sizeof path, "%s/%s", tb, e->d_name);
+    if (d) closedir(d);
+    long slen = 0;
+    unsigned char *b = path[0] ? (unsigned char *)e2e_slurp(path, &slen) : NULL;
+    const size_t len = slen > 0 ? (size_t)slen : 0;
+    unsigned char *out = b ? malloc(len + 1) : NULL;
+    size_t o = 0;
+    for (size_t off = 0; out && off + 12 <= len;) {
+        uint64_t rl = 0;
+        for (int i = 7; i >= 0; i--) rl = rl << 8 | b[off + (size_t)i];
+        if (rl > len - off - 16) break;
+        const unsigned char *r = b + off + 12;
+        const size_t skip = rl > 9 && r[0] == 0x09 ? 9 : 0; /* wall_time: tag, then 8 bytes */
+        if (memmem(r, rl, "grads/", 6)) memcpy(out + o, r + skip, rl - skip), o += rl - skip;
+        off += 12 + rl + 4;
+    }
+    free(b);
+    *n = o;
+    if (!o) free(out), out = NULL;
+    return out;
 }
 
 /* ckpt diff of two runs: 1 when every tensor is identical. */
@@ -184,30 +217,49 @@ int main(void) {
               "without dist.reproducible 1 and 2 processes differ");
 
     /* 4 micro-batches on 2 and 4 processes: each process's run is one aligned block of the
-     * tree, so one all-reduce per step finishes it (dist/repro_gather.h): the same bits as one
-     * process, with and without ZeRO-1. */
+     * tree, so on shm every rank folds its slice of the gradients into a result they share and
+     * the update reads it (dist/repro_gather.h, the split finish): the same bits as one
+     * process, with and without ZeRO-1, and with fp16 loss scaling (its skip decision read from
+     * that result). */
     char m4[700];
     snprintf(m4, sizeof m4,
              "%s --set dist.reproducible=true --set model.batch=48 --set dist.microbatch=12 --set "
-             "train.steps=10",
+             "train.steps=10 --set observe.histogram_every=3",
              w1);
-    if (!train("m4-p1-t1", "examples/w1.yaml", m4, 1, 1)) {
-        char *want = train_numbers("m4-p1-t1");
+    const char *m4fp16 = "--set precision.default=fp16 --set precision.init_scale=1e6 --set "
+                         "precision.growth_interval=2";
+    for (int f = 0; f < 2; f++) {
+        const char *tag = f ? "m4fp16" : "m4", *extra = f ? m4fp16 : "";
+        char one[64], base[900];
+        snprintf(one, sizeof one, "%s-p1-t1", tag);
+        snprintf(base, sizeof base, "%s %s", m4, extra);
+        if (train(one, "examples/w1.yaml", base, 1, 1)) continue;
+        char *want = train_numbers(one);
         const int procs[] = {2, 4, 2}, zero[] = {0, 0, 1};
-        for (int i = 0; i < 3; i++) {
-            char run[64], all[800];
-            snprintf(run, sizeof run, "m4-z%d-p%d-t1", zero[i], procs[i]);
-            snprintf(all, sizeof all, "%s --set dist.zero=%d", m4, zero[i]);
+        for (int i = f; i < 3; i++) { /* fp16: 4 processes, and 2 with ZeRO-1 */
+            char run[64], all[1000];
+            snprintf(run, sizeof run, "%s-z%d-p%d-t1", tag, zero[i], procs[i]);
+            snprintf(all, sizeof all, "%s --set dist.zero=%d", base, zero[i]);
             if (train(run, "examples/w1.yaml", all, procs[i], 1)) continue;
             int n = 0;
-            CHECK(identical("m4-p1-t1", run, &n),
-                  "4 micro-batches, ZeRO-%d on %d processes: every tensor identical to 1 process "
-                  "(%d tensors)",
-                  zero[i], procs[i], n);
+            CHECK(identical(one, run, &n),
+                  "%s: 4 micro-batches, ZeRO-%d on %d processes: every tensor identical to 1 "
+                  "process (%d tensors)",
+                  tag, zero[i], procs[i], n);
             char *got = train_numbers(run);
             CHECK(want[0] && strcmp(want, got) == 0,
-                  "4 micro-batches on %d processes: the same losses and gradient norms", procs[i]);
+                  "%s: 4 micro-batches on %d processes: the same losses and gradient norms", tag,
+                  procs[i]);
             free(got);
+            /* the histograms read the gradients by name after the step, where the update read
+             * them (the plan's own region is copied from the shared result first) */
+            size_t hn1 = 0, hn = 0;
+            unsigned char *h1 = grad_histograms(one, &hn1), *h = grad_histograms(run, &hn);
+            CHECK(h1 && h && hn1 == hn && memcmp(h1, h, hn) == 0,
+                  "%s: 4 micro-batches, ZeRO-%d on %d processes: the gradient histograms of 1 "
+                  "process (%zu and %zu bytes)",
+                  tag, zero[i], procs[i], hn1, hn);
+            free(h1), free(h);
         }
         free(want);
     }

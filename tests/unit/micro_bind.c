@@ -2,12 +2,14 @@
  * round's gradients into a region of its own, and runs the monitors in the last round only):
  * a backward pass bound to another region writes there exactly the gradients it writes into
  * the plan's own, and leaves the own region alone; bound back, it writes the own region again;
- * held monitors keep the values of the last step that ran them. */
+ * held monitors keep the values of the last step that ran them; an update bound to another
+ * region (ts_plan_bind_update_grads) reads the gradients there. */
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
 #include "plan/micro.h"
 #include "plan/plan.h"
+#include "plan/stages.h"
 
 enum { B = 8, IN = 24, OUT = 3 };
 
@@ -40,6 +42,64 @@ static double *monitors(ts_plan *p) {
     return v;
 }
 
+/* Every parameter's bytes, concatenated, in a new array of *bytes. */
+static unsigned char *params(ts_plan *p, size_t *bytes) {
+    size_t total = 0, b = 0;
+    for (int i = 0; i < ts_plan_param_count(p); i++)
+        if (ts_plan_value_at(p, ts_plan_param_name(p, i), &b)) total += b;
+    unsigned char *v = malloc(total ? total : 1);
+    size_t o = 0;
+    for (int i = 0; v && i < ts_plan_param_count(p); i++) {
+        const unsigned char *at = ts_plan_value_at(p, ts_plan_param_name(p, i), &b);
+        if (at) memcpy(v + o, at, b), o += b;
+    }
+    *bytes = total;
+    return v;
+}
+
+/* ts_plan_bind_update_grads: two plans of one graph and seed take a step on one batch; the
+ * second's backward pass and update both bound to another region give the first's parameters
+ * while its own region (filled with 7s, which an update reading it would apply) stays as it
+ * was. Bound to the own region's 7s instead, the parameters differ: the test can fail. */
+static void test_bind_update(ts_graph *g, const ts_train_spec *spec,
+                             const ts_compile_options *opt) {
+    ts_plan *p1 = NULL, *p2 = NULL, *p3 = NULL;
+    CHECK_OK(ts_compile(g, spec, opt, &p1));
+    CHECK_OK(ts_compile(g, spec, opt, &p2));
+    CHECK_OK(ts_compile(g, spec, opt, &p3));
+    if (!p1 || !p2 || !p3) return;
+    float *own2 = NULL, *own3 = NULL;
+    size_t n = 0, n3 = 0;
+    CHECK_OK(ts_plan_grad_region(p2, &own2, &n));
+    CHECK_OK(ts_plan_grad_region(p3, &own3, &n3));
+    float *other = calloc(n, sizeof(float)), *other3 = calloc(n, sizeof(float));
+    CHECK(other && other3 && n == n3, "memory");
+    if (!other || !other3 || n != n3) return;
+    for (size_t i = 0; i < n; i++) own2[i] = own3[i] = 7.0f;
+    CHECK_OK(ts_plan_bind_grads(p2, own2, other));
+    CHECK_OK(ts_plan_bind_update_grads(p2, own2, other));
+    /* p3: the backward pass bound away, the update still reading the own region's 7s */
+    CHECK_OK(ts_plan_bind_grads(p3, own3, other3));
+    feed(p1, 5);
+    feed(p2, 5);
+    feed(p3, 5);
+    size_t b1, b2, b3;
+    unsigned char *w1 = params(p1, &b1), *w2 = params(p2, &b2), *w3 = params(p3, &b3);
+    CHECK(w1 && w2 && w3 && b1 == b2 && b1 == b3, "parameters read");
+    if (w1 && w2 && w3 && b1 == b2 && b1 == b3) {
+        CHECK(memcmp(w1, w2, b1) == 0, "update bound: the parameters of the unbound plan");
+        CHECK(memcmp(w1, w3, b1) != 0, "update not bound: it applied the own region's 7s");
+    }
+    int own_kept = 1;
+    for (size_t i = 0; i < n; i++) own_kept &= own2[i] == 7.0f;
+    CHECK(own_kept, "update bound: the plan's own region left as it was");
+    CHECK(ts_plan_bind_update_grads(p2, NULL, other) != TS_OK, "update: a NULL region refused");
+    CHECK(ts_plan_bind_update_grads(NULL, own2, other) != TS_OK, "update: a NULL plan refused");
+    free(w1), free(w2), free(w3);
+    free(other), free(other3);
+    ts_plan_free(p1), ts_plan_free(p2), ts_plan_free(p3);
+}
+
 int main(void) {
     ts_mlp_config mc = {B, 0, 0, IN, 16, 2, OUT, 1, 0};
     ts_graph *g = ts_graph_new();
@@ -50,6 +110,7 @@ int main(void) {
     ts_compile_options opt = ts_compile_options_default();
     opt.seed = 3;
     opt.monitors = 1;
+    test_bind_update(g, &spec, &opt);
     ts_plan *p = NULL;
     CHECK_OK(ts_compile(g, &spec, &opt, &p));
     if (!p) return check_summary("unit/micro_bind");
@@ -107,6 +168,8 @@ int main(void) {
     CHECK_OK(ts_compile(g, NULL, NULL, &fwd));
     CHECK(fwd && ts_plan_bind_grads(fwd, own, other) != TS_OK,
           "a plan without gradients: nothing to bind, refused");
+    CHECK(fwd && ts_plan_bind_update_grads(fwd, own, other) != TS_OK,
+          "update: a plan without gradients refused");
     ts_plan_free(fwd);
 
     free(mon1), free(mon1b), free(held), free(mon2);

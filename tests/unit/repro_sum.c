@@ -196,6 +196,8 @@ static void test_chain(void) {
 }
 
 /* ---- runs of leaves on any number of ranks (dist/repro_gather.h) ----------- */
+/* Every way of finishing is compared with a ts_tree_sum fed all M leaves in order: the one-pass
+ * finish on every rank, and (shared block) the split finish, each rank folding its slice. */
 
 typedef struct gjob {
     int M;
@@ -255,6 +257,29 @@ static int gather(ts_comm *c, void *user) {
         if (w.bad || w.next != jb->n || memcmp(w.copy, dst, jb->n * sizeof(float))) return 5;
         w.next = 0;
     }
+    /* The split finish (shared block only): each rank folds its slice (an even split) into the
+     * shared result, which every rank then reads whole; twice, the second with no collective since
+     * the first. Copied out per rank for the caller's comparison. */
+    if ((ts_repro_gather_shared_result(&g) != NULL) != (g.shared != NULL)) return 9;
+    for (int round = 0; g.shared && round < 2; round++) {
+        if (ts_repro_gather_ready(&g) != TS_OK) return 8;
+        for (int j = 0; j < k; j++) {
+            float *dst = ts_repro_gather_leaf(&g, j);
+            gleaf(r * k + j, jb->n, dst);
+            if (ts_repro_gather_add(&g, dst) != TS_OK) return 2;
+        }
+        size_t lo, hi;
+        ts_repro_gather_slice(&g, &lo, &hi);
+        w.next = lo;
+        if (ts_repro_gather_result_split(&g, c, lo, hi) != TS_OK) return 10;
+        if (ts_comm_wait_naps(0) != 0) return 6;
+        /* the observer saw this rank's slice, block by block in order */
+        if (w.bad || w.next != hi) return 13;
+        if (memcmp(ts_repro_gather_shared_result(&g), jb->out + (size_t)r * jb->n,
+                   jb->n * sizeof(float)))
+            return 11; /* not the bits of the one-pass finish above */
+    }
+    if (!g.shared && ts_repro_gather_result_split(&g, c, 0, jb->n) == TS_OK) return 12;
     ts_repro_gather_free(&g);
     free(leaf);
     free(w.copy);
