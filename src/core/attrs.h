@@ -286,10 +286,14 @@ typedef struct ts_compress_attrs {
 } ts_compress_attrs;
 
 /* reduce_sum, reduce_max, reduce_max_bwd (ops/reduce.c): axes as a bit
- * mask (bit j: axis j), keepdim, scale (the mean: 1/n; the sum: 1). */
+ * mask (bit j: axis j), keepdim, scale (the mean: 1/n; the sum: 1).
+ * reduce_sum with out_low 1 (set by the precision pass, f32 input) has a
+ * second output: the input rounded to bf16, as a cast would write it, made
+ * in the same pass over the input as the sum. */
 typedef struct ts_reduce_attrs {
     int64_t axes, keepdim;
     double scale;
+    int64_t out_low;
 } ts_reduce_attrs;
 
 /* gather (data, idx), scatter_add (dy, idx) (ops/index.c): the axis;

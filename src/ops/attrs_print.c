@@ -208,6 +208,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "axes", a->reduce.axes);
         field(out, "keepdim", a->reduce.keepdim);
         real(out, "scale", a->reduce.scale);
+        if (a->reduce.out_low) field(out, "out_low", a->reduce.out_low);
         break;
     case TS_OP_GATHER:
     case TS_OP_SCATTER_ADD:

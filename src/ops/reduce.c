@@ -5,10 +5,15 @@
  * Determinism: every output is accumulated in a fixed order that does not
  * depend on the thread count. Long reductions into few outputs are split
  * into fixed blocks of TS_RED_BLOCK elements whose partial sums (in double)
- * land in scratch memory and are then added in block order. */
+ * land in scratch memory and are then added in block order.
+ *
+ * A sum with reduce.out_low (the precision pass's, for a bias gradient that
+ * a bf16 cast also reads) writes that cast as its second output in the same
+ * pass over the input: the same sum bits, the same rounding as the cast. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
+#include "core/half.h"
 #include "kern.h"
 
 static ts_status infer_reduce(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
@@ -30,6 +35,14 @@ static ts_status infer_reduce(const ts_graph *g, const ts_node *n, ts_type *out,
         }
     }
     *n_out = 1;
+    if (n->a.reduce.out_low) {
+        if (n->op != TS_OP_REDUCE_SUM || n->a.reduce.out_low != 1 || a->dtype != TS_F32)
+            return ts_fail(TS_ERR_INVALID,
+                           "out_low (a bf16 copy of the input) is 1 on a sum of f32 only");
+        out[1] = *a;
+        out[1].dtype = TS_BF16;
+        *n_out = 2;
+    }
     return TS_OK;
 }
 
@@ -218,7 +231,60 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
 DEF_SUM(float, f32)
 DEF_SUM(double, f64)
 
+/* The column sums of sum_cols_f32 (the same order, so the same bits) with each row piece
+ * also rounded to bf16 into low as ts_f32_to_bf16 (the cast op) rounds it: the sum and the
+ * cast in one pass over p. */
+TS_CLONES static void sum_cols_low(float *o, uint16_t *low, const float *p, int64_t red,
+                                   int64_t inner, int64_t stride, double sc) {
+    for (int64_t j0 = 0; j0 < inner; j0 += 256) {
+        int64_t len = inner - j0 < 256 ? inner - j0 : 256;
+        double acc[256];
+        for (int64_t j = 0; j < len; j++) acc[j] = 0;
+        for (int64_t r = 0; r < red; r++) {
+            const float *row = p + r * stride + j0;
+            uint16_t *lrow = low + r * stride + j0;
+#pragma omp simd
+            for (int64_t j = 0; j < len; j++) {
+                acc[j] += (double)row[j];
+                lrow[j] = ts_f32_to_bf16(row[j]);
+            }
+        }
+        for (int64_t j = 0; j < len; j++) o[j0 + j] = (float)(acc[j] * sc);
+    }
+}
+
+/* sum with out_low: output 1 is the input rounded to bf16. The [outer, red, inner > 1] pattern
+ * (a bias gradient: the leading axes reduced) rounds while it sums; any other pattern sums,
+ * then rounds in a second pass. */
+static ts_status sum_low(const ts_kargs *k) {
+    const ts_tensor *x = &k->in[0];
+    if (x->dtype != TS_F32 || k->n_out != 2 || k->out[0].dtype != TS_F32 ||
+        k->out[1].dtype != TS_BF16)
+        return ts_kernel_bad_dtype(k, "sum (out_low)", x->dtype);
+    const float *p = x->data;
+    float *o = k->out[0].data;
+    uint16_t *low = k->out[1].data;
+    red_shape s;
+    merge_axes(x, (uint64_t)k->a->reduce.axes, &s);
+    int64_t outer, red, inner;
+    if (!as_ori(&s, &outer, &red, &inner) || inner == 1) {
+        ts_status st = sum_f32(k);
+        if (st == TS_OK) ts_f32_to_bf16_n(low, p, ts_tensor_numel(x));
+        return st;
+    }
+    const double sc = k->a->reduce.scale;
+    const int64_t ncb = (inner + 255) / 256, work = outer * red * inner;
+#pragma omp parallel for schedule(static) if (work >= TS_PAR_MIN)
+    for (int64_t t = 0; t < outer * ncb; t++) {
+        int64_t oi = t / ncb, j0 = (t % ncb) * 256;
+        int64_t len = inner - j0 < 256 ? inner - j0 : 256, base = oi * red * inner + j0;
+        sum_cols_low(o + oi * inner + j0, low + base, p + base, red, len, inner, sc);
+    }
+    return TS_OK;
+}
+
 static ts_status k_sum(const ts_kargs *k) {
+    if (k->a->reduce.out_low) return sum_low(k);
     TS_FLOAT_DISPATCH(k, k->in[0].dtype, "sum", sum_f32, sum_f64);
 }
 

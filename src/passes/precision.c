@@ -14,7 +14,9 @@
  * attention's block products round their operands to bf16 inside the
  * kernel (attention.low; its tensors and softmax stay f32; lower_attention),
  * and a GELU, layer norm, permute or cross-entropy backward whose f32 output
- * only its bf16 cast reads writes bf16 itself (out_low; fold_casts).
+ * only its bf16 cast reads writes bf16 itself (out_low; fold_casts), and
+ * a sum over the leading axes of a value that a bf16 cast also reads (a
+ * bias gradient) writes that cast as its second output (fold_sum_casts).
  * Reductions, norms, softmax, losses and the optimizer are untouched and
  * stay f32, and so do the master weights, gradients and optimizer state:
  * a weight is cast on its way into a GEMM, never stored low.
@@ -226,6 +228,44 @@ static int fold_casts(ts_graph *g) {
     return folded;
 }
 
+/* A bf16 cast of an f32 value that a sum over its leading axes also reads (a bias gradient,
+ * which the data and weight GEMMs read in bf16): the sum writes the cast as its second output
+ * (reduce.out_low) in the same pass over the value, and the cast goes: one read of the f32
+ * gradient instead of two, the same bits. Only where the sum comes before the cast (its
+ * readers then come after the sum) and no control edge names the cast. Returns how many casts
+ * went (marked dead). */
+static int fold_sum_casts(ts_graph *g) {
+    int folded = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        ts_node *c = &g->nodes[i];
+        if (c->dead || c->op != TS_OP_CAST || c->a.cast.dtype != TS_BF16 || c->n_ctrl) continue;
+        const int32_t v = c->in[0], w = c->out[0];
+        const ts_value *wv = &g->values[w];
+        if (g->values[v].t.dtype != TS_F32 || wv->is_output || wv->grad_of >= 0) continue;
+        const int rank = g->values[v].t.rank;
+        int sum = -1, ordered = 0;
+        for (int u = 0; u < g->n_nodes && !ordered; u++) {
+            const ts_node *s = &g->nodes[u];
+            for (int j = 0; j < s->n_ctrl; j++) ordered |= s->ctrl[j] == i;
+            const int64_t m = s->a.reduce.axes;
+            if (sum < 0 && u < i && !s->dead && s->op == TS_OP_REDUCE_SUM && s->in[0] == v &&
+                s->n_out == 1 && !s->a.reduce.out_low && m > 0 && m < ((int64_t)1 << rank) - 1 &&
+                (m & (m + 1)) == 0) /* the leading axes: a [red, inner] column sum */
+                sum = u;
+        }
+        if (ordered || sum < 0) continue;
+        ts_node *s = &g->nodes[sum];
+        s->a.reduce.out_low = 1;
+        s->out[1] = w;
+        s->n_out = 2;
+        g->values[w].node = sum;
+        g->values[w].out_index = 1;
+        c->dead = 1;
+        folded++;
+    }
+    return folded;
+}
+
 ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int low_kernels,
                             int *n_cast) {
     if (n_cast) *n_cast = 0;
@@ -312,7 +352,7 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int low_
     if (s == TS_OK) s = ts_graph_permute_nodes(g, perm, np);
     if (s == TS_OK)
         drop_unread(g, seed, n_seed, nv0 + 2 * todo + 1); /* the caller compacts the graph */
-    if (s == TS_OK && low_kernels) casts -= fold_casts(g);
+    if (s == TS_OK && low_kernels) casts -= fold_casts(g) + fold_sum_casts(g);
     free(seed);
     free(cast_of);
     free(perm);
