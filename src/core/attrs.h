@@ -294,6 +294,11 @@ typedef struct ts_reduce_attrs {
     int64_t axes, keepdim;
     double scale;
     int64_t out_low;
+    /* A sum of the precision pass (out_low 1, leading axes) may have a second
+     * input: it then sums, and rounds into output 1, unary_bwd(dy = input 0,
+     * s = input 1) with these attributes, computed a row piece at a time and
+     * never stored (a bias gradient behind a GELU: fold_bwd_sums). */
+    ts_unary_bwd_attrs bwd;
 } ts_reduce_attrs;
 
 /* gather (data, idx), scatter_add (dy, idx) (ops/index.c): the axis;

@@ -7,11 +7,15 @@
  *   blocks and a tail; an outer kept axis too), NaN / infinities / huge and
  *   tiny values, a mean's scale; the other patterns (trailing axes, a middle
  *   axis) that sum, then round; nothing written past either output;
- * - bad input: out_low on an f64 sum, on a max, or out_low 2 is refused by
+ * - the sum computing a GELU backward itself (reduce.bwd, a second input):
+ *   bit for bit against unary_bwd's kernel, the sum and the cast (tanh and
+ *   erf GELU, one and two reduced axes, several column pieces);
+ * - bad input: out_low on an f64 sum, on a max, or out_low 2, and a second
+ *   input with a trailing axis, another shape or no out_low are refused by
  *   inference;
  * - the pass: linear -> GELU -> linear -> cross entropy compiled in bf16
- *   has the first layer's output gradient cast by its bias-gradient sum (no
- *   cast of a value a sum reads), its loss and
+ *   has the first layer's output gradient computed, cast and summed by its
+ *   bias-gradient sum (no unary_bwd, no cast of a value a sum reads), its loss and
  *   gradients within bf16 rounding of f32 (relative L2 below 2e-2) and
  *   bit-identical on 1 and 2 threads. */
 #include <math.h>
@@ -84,7 +88,59 @@ static void kernel_case(const int64_t *dims, int64_t mask, double scale, const c
     free(low);
 }
 
+/* The sum with a second input (reduce.bwd, a GELU's backward): against unary_bwd's kernel, then
+ * the sum without out_low and the cast's rounding, bit for bit, on 1 and 2 threads. */
+static void bwd_case(const int64_t *dims, int64_t mask, int64_t approx, const char *what) {
+    const int64_t n = dims[0] * dims[1] * dims[2];
+    int64_t no = 1, od[3];
+    for (int i = 0; i < 3; i++) od[i] = (mask >> i & 1) ? 1 : dims[i], no *= od[i];
+    float *dy = malloc(sizeof(float) * (size_t)n), *x = malloc(sizeof(float) * (size_t)n);
+    float *dx = malloc(sizeof(float) * (size_t)n), *ref = malloc(sizeof(float) * (size_t)no);
+    float *sum = malloc(sizeof(float) * (size_t)no);
+    uint16_t *low = malloc(sizeof(uint16_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) dy[i] = value(i * 3 + 2), x[i] = (float)(4.0 * sin(0.1 * i));
+    ts_attrs ub = ts_attrs_zero();
+    ub.unary_bwd.fwd_op = TS_OP_GELU, ub.unary_bwd.fwd.approx = approx;
+    ts_step_ctx ctx = {1, 0, 0.0, 1};
+    ts_tensor uin[2] = {{TS_F32, 3, {dims[0], dims[1], dims[2]}, dy},
+                        {TS_F32, 3, {dims[0], dims[1], dims[2]}, x}};
+    ts_tensor uo = {TS_F32, 3, {dims[0], dims[1], dims[2]}, dx};
+    ts_kargs ku = {&ub, 2, 1, uin, &uo, NULL, 0, &ctx, "unary_bwd", NULL};
+    CHECK_OK(ts_op_get(TS_OP_UNARY_BWD)->kernel(&ku));
+    ts_graph *g = ts_graph_new();
+    ts_val xv = ts_input(g, "x", TS_F32, 3, dims);
+    ts_attrs a = ts_attrs_zero();
+    a.reduce.axes = mask, a.reduce.keepdim = 1, a.reduce.scale = 1.0;
+    ts_val sv = ts_node_add(g, TS_OP_REDUCE_SUM, 1, &xv, &a, NULL);
+    const ts_op_def *def = ts_op_get(TS_OP_REDUCE_SUM);
+    size_t sb = def->scratch(g, &g->nodes[g->values[sv.id].node]);
+    void *scratch = ts_aligned_alloc(sb, "test");
+    ts_tensor o32 = {TS_F32, 3, {od[0], od[1], od[2]}, ref};
+    ts_kargs k32 = {&a, 1, 1, &uo, &o32, scratch, sb, &ctx, "sum", NULL};
+    CHECK_OK(def->kernel(&k32));
+    a.reduce.out_low = 1, a.reduce.bwd = ub.unary_bwd;
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        ts_tensor outs[2] = {{TS_F32, 3, {od[0], od[1], od[2]}, sum},
+                             {TS_BF16, 3, {dims[0], dims[1], dims[2]}, low}};
+        ts_kargs k = {&a, 2, 2, uin, outs, scratch, sb, &ctx, "sum", NULL};
+        CHECK_OK(def->kernel(&k));
+        int bad_sum = memcmp(sum, ref, sizeof(float) * (size_t)no) != 0, bad_low = 0;
+        for (int64_t i = 0; i < n; i++) bad_low += low[i] != ts_f32_to_bf16(dx[i]);
+        CHECK(!bad_sum && !bad_low,
+              "sum of a GELU backward %s, %d threads: sums %s, %d of %lld bf16 values differ from "
+              "unary_bwd + cast",
+              what, threads, bad_sum ? "differ" : "the same bits", bad_low, (long long)n);
+    }
+    omp_set_num_threads(1);
+    ts_aligned_free(scratch);
+    ts_graph_free(g);
+    free(dy), free(x), free(dx), free(ref), free(sum), free(low);
+}
+
 static void test_kernel(void) {
+    bwd_case((const int64_t[]){3, 17, 2100}, 3, TS_GELU_TANH, "tanh, [3,17,2100] axes {0,1}");
+    bwd_case((const int64_t[]){2, 5, 700}, 1, TS_GELU_ERF, "erf, [2,5,700] axis 0");
     kernel_case((const int64_t[]){3, 17, 700}, 3, 1.0, "[3,17,700] axes {0,1} (bias gradient)");
     kernel_case((const int64_t[]){2, 9, 300}, 1, 1.0, "[2,9,300] axis 0 (an outer kept axis)");
     kernel_case((const int64_t[]){5, 4, 256}, 3, 0.05, "[5,4,256] axes {0,1}, mean");
@@ -114,6 +170,25 @@ static void test_bad_input(void) {
 /* x [B,T,C] -> linear(H, bias) -> gelu -> linear(V, bias) -> cross entropy: the two bias
  * gradients sum over {B, T}, and the first layer's output gradient is cast for both GEMMs. */
 enum { B = 2, T = 8, C = 32, H = 300, V = 40, NG = H * C + H + V * H + V };
+/* A sum with a second input: trailing axes, shapes that differ, no out_low are refused. */
+static void test_bad_bwd(void) {
+    const int64_t d2[2] = {3, 4}, d3[2] = {3, 5};
+    for (int c = 0; c < 3; c++) {
+        ts_graph *g = ts_graph_new();
+        ts_val in[2] = {ts_input(g, "dy", TS_F32, 2, d2),
+                        ts_input(g, "x", TS_F32, 2, c == 1 ? d3 : d2)};
+        ts_attrs a = ts_attrs_zero();
+        a.reduce.axes = c == 0 ? 2 : 1, a.reduce.scale = 1.0, a.reduce.out_low = c != 2;
+        a.reduce.bwd.fwd_op = TS_OP_GELU;
+        CHECK(!ts_val_ok(ts_node_add(g, TS_OP_REDUCE_SUM, 2, in, &a, NULL)),
+              "a sum with a second input and %s is refused",
+              c == 0   ? "a trailing axis"
+              : c == 1 ? "another shape"
+                       : "no out_low");
+        ts_graph_free(g);
+    }
+}
+
 static ts_plan *build(ts_dtype compute, int threads, ts_compiled_graph *kept) {
     ts_graph *g = ts_graph_new();
     const int64_t dx[3] = {B, T, C}, dt[1] = {B * T};
@@ -159,16 +234,22 @@ static void test_pass(void) {
             *p32 = build(TS_F32, 1, NULL);
     if (p && p2 && p32) {
         const ts_graph *g = kept.graph;
-        int folded = 0, stale = 0;
+        int folded = 0, stale = 0, bwd = 0, unary_bwd = 0;
         for (int i = 0; i < g->n_nodes; i++) {
             const ts_node *n = &g->nodes[i];
             if (n->dead) continue;
             folded += n->op == TS_OP_REDUCE_SUM && n->a.reduce.out_low == 1 && n->n_out == 2;
+            bwd +=
+                n->op == TS_OP_REDUCE_SUM && n->n_in == 2 && n->a.reduce.bwd.fwd_op == TS_OP_GELU;
+            unary_bwd += n->op == TS_OP_UNARY_BWD;
             if (n->op != TS_OP_CAST) continue;
             for (int u = 0; u < g->n_nodes; u++) /* a sum reading what this cast reads */
                 stale += !g->nodes[u].dead && g->nodes[u].op == TS_OP_REDUCE_SUM &&
                          g->nodes[u].in[0] == n->in[0];
         }
+        CHECK(bwd == 1 && unary_bwd == 0,
+              "bf16: %d sums computing the GELU backward (1 expected), %d unary_bwd left (0)", bwd,
+              unary_bwd);
         CHECK(folded == 1 && stale == 0,
               "bf16: %d bias-gradient sums writing the cast (1 expected: the first layer's), %d "
               "casts of a value a "
@@ -196,6 +277,7 @@ static void test_pass(void) {
 int main(void) {
     test_kernel();
     test_bad_input();
+    test_bad_bwd();
     if (!ts_cpu_supports_dtype_gemm(TS_BF16)) {
         printf("skipped: %s\n", ts_cpu_dtype_gemm_why(TS_BF16));
         return check_summary("precision_sum_cast");
