@@ -287,10 +287,19 @@ typedef struct ts_compress_attrs {
 } ts_compress_attrs;
 
 /* reduce_sum, reduce_max, reduce_max_bwd (ops/reduce.c): axes as a bit
- * mask (bit j: axis j), keepdim, scale (the mean: 1/n; the sum: 1). */
+ * mask (bit j: axis j), keepdim, scale (the mean: 1/n; the sum: 1).
+ * reduce_sum with out_low 1 (set by the precision pass, f32 input) has a
+ * second output: the input rounded to bf16, as a cast would write it, made
+ * in the same pass over the input as the sum. */
 typedef struct ts_reduce_attrs {
     int64_t axes, keepdim;
     double scale;
+    int64_t out_low;
+    /* A sum of the precision pass (out_low 1, leading axes) may have a second
+     * input: it then sums, and rounds into output 1, unary_bwd(dy = input 0,
+     * s = input 1) with these attributes, computed a row piece at a time and
+     * never stored (a bias gradient behind a GELU: fold_bwd_sums). */
+    ts_unary_bwd_attrs bwd;
 } ts_reduce_attrs;
 
 /* gather (data, idx), scatter_add (dy, idx) (ops/index.c): the axis;

@@ -209,6 +209,12 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "axes", a->reduce.axes);
         field(out, "keepdim", a->reduce.keepdim);
         real(out, "scale", a->reduce.scale);
+        if (a->reduce.out_low) field(out, "out_low", a->reduce.out_low);
+        if (a->reduce.bwd.fwd_op) {
+            op_field(out, "bwd_fwd_op", a->reduce.bwd.fwd_op);
+            field(out, "bwd_side", a->reduce.bwd.side);
+            unary(out, &a->reduce.bwd.fwd);
+        }
         break;
     case TS_OP_GATHER:
     case TS_OP_SCATTER_ADD:

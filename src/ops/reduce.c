@@ -5,10 +5,17 @@
  * Determinism: every output is accumulated in a fixed order that does not
  * depend on the thread count. Long reductions into few outputs are split
  * into fixed blocks of TS_RED_BLOCK elements whose partial sums (in double)
- * land in scratch memory and are then added in block order. */
+ * land in scratch memory and are then added in block order.
+ *
+ * A sum with reduce.out_low (the precision pass's, for a bias gradient that
+ * a bf16 cast also reads) writes that cast as its second output in the same
+ * pass over the input: the same sum bits, the same rounding as the cast. */
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
+#include "core/half.h"
+#include "eltwise.h"
 #include "kern.h"
 
 static ts_status infer_reduce(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
@@ -30,6 +37,25 @@ static ts_status infer_reduce(const ts_graph *g, const ts_node *n, ts_type *out,
         }
     }
     *n_out = 1;
+    if (n->n_in == 2) { /* the sum of unary_bwd(input 0, input 1) */
+        const int64_t m = n->a.reduce.axes;
+        ts_attrs fa;
+        if (n->op != TS_OP_REDUCE_SUM || n->a.reduce.out_low != 1 || m <= 0 || (m & (m + 1)) != 0 ||
+            !ts_type_equal(a, ts_in_type(g, n, 1)) ||
+            !ts_unary_bwd_chunk_f32(&(ts_attrs){.unary_bwd = n->a.reduce.bwd}, &fa))
+            return ts_fail(TS_ERR_INVALID,
+                           "a sum with a second input needs out_low 1, leading axes (mask "
+                           "0x%llx), two f32 inputs of one shape and a unary_bwd rule (bwd)",
+                           (unsigned long long)m);
+    }
+    if (n->a.reduce.out_low) {
+        if (n->op != TS_OP_REDUCE_SUM || n->a.reduce.out_low != 1 || a->dtype != TS_F32)
+            return ts_fail(TS_ERR_INVALID,
+                           "out_low (a bf16 copy of the input) is 1 on a sum of f32 only");
+        out[1] = *a;
+        out[1].dtype = TS_BF16;
+        *n_out = 2;
+    }
     return TS_OK;
 }
 
@@ -218,7 +244,82 @@ static size_t scratch_reduce(const ts_graph *g, const ts_node *n) {
 DEF_SUM(float, f32)
 DEF_SUM(double, f64)
 
+/* Columns per piece of sum_cols_low: its double sums stay in L1 beside the row piece. */
+#define SUM_LOW_COLS 2048
+
+/* Rows r < red, columns [0, len) of a row stride `stride`: the column sums in row order, as
+ * sum_cols_f32 adds them (the same bits), and each row piece rounded to bf16 into low as
+ * ts_f32_to_bf16 (the cast op) rounds it: the sum and the cast in one pass over p, a row
+ * piece of up to SUM_LOW_COLS contiguous floats at a time (sum_cols_f32's pieces of 256
+ * columns walk the rows with a jump after each kilobyte). With f, the pieces summed and
+ * rounded are f(p, ps), computed into the stack by the unary_bwd kernel's own chunk
+ * function (its bits). */
+TS_CLONES static void sum_cols_low(float *o, uint16_t *low, const float *p, const float *ps,
+                                   ts_unary_bwd_chunk_fn f, const ts_attrs *fa, int64_t red,
+                                   int64_t len, int64_t stride, double sc) {
+    double acc[SUM_LOW_COLS];
+    float buf[SUM_LOW_COLS];
+    for (int64_t j = 0; j < len; j++) acc[j] = 0;
+    for (int64_t r = 0; r < red; r++) {
+        const float *row = p + r * stride;
+        uint16_t *lrow = low + r * stride;
+        if (f) {
+            f(buf, row, ps + r * stride, len, fa);
+            row = buf;
+        }
+        for (int64_t j = 0; j < len; j++) acc[j] += (double)row[j];
+            /* apart from the sum: one loop of both vectorises with half-width vectors */
+#pragma omp simd
+        for (int64_t j = 0; j < len; j++) lrow[j] = ts_f32_to_bf16(row[j]);
+    }
+    for (int64_t j = 0; j < len; j++) o[j] = (float)(acc[j] * sc);
+}
+
+/* sum with out_low: output 1 is the (summed) input rounded to bf16. The [outer, red, inner > 1]
+ * pattern (a bias gradient: the leading axes reduced) rounds while it sums; any other pattern
+ * sums, then rounds in a second pass. With a second input (leading axes only, inference
+ * checks) the summed value is unary_bwd(input 0, input 1), always by columns. Each column's
+ * rows are added in order whatever the pieces, so the pieces follow the thread count. */
+static ts_status sum_low(const ts_kargs *k) {
+    const ts_tensor *x = &k->in[0];
+    if (x->dtype != TS_F32 || k->n_out != 2 || k->out[0].dtype != TS_F32 ||
+        k->out[1].dtype != TS_BF16 || (k->n_in == 2 && k->in[1].dtype != TS_F32))
+        return ts_kernel_bad_dtype(k, "sum (out_low)", x->dtype);
+    const float *p = x->data, *ps = k->n_in == 2 ? k->in[1].data : NULL;
+    float *o = k->out[0].data;
+    uint16_t *low = k->out[1].data;
+    ts_attrs fa = ts_attrs_zero();
+    ts_unary_bwd_chunk_fn f =
+        ps ? ts_unary_bwd_chunk_f32(&(ts_attrs){.unary_bwd = k->a->reduce.bwd}, &fa) : NULL;
+    if (ps && !f)
+        return ts_fail(TS_ERR_INTERNAL, "sum '%s': no unary_bwd rule for forward op %lld",
+                       k->label ? k->label : "?", (long long)k->a->reduce.bwd.fwd_op);
+    red_shape s;
+    merge_axes(x, (uint64_t)k->a->reduce.axes, &s);
+    int64_t outer, red, inner;
+    if (!as_ori(&s, &outer, &red, &inner) || (inner == 1 && !f)) {
+        ts_status st = sum_f32(k);
+        if (st == TS_OK) ts_f32_to_bf16_n(low, p, ts_tensor_numel(x));
+        return st;
+    }
+    const double sc = k->a->reduce.scale;
+    const int64_t work = outer * red * inner;
+    const int64_t nt = work >= TS_PAR_MIN ? omp_get_max_threads() : 1;
+    int64_t width = (inner + nt - 1) / nt;
+    width = width > SUM_LOW_COLS ? SUM_LOW_COLS : (width + 15) / 16 * 16;
+    const int64_t ncb = (inner + width - 1) / width;
+#pragma omp parallel for schedule(static) if (work >= TS_PAR_MIN)
+    for (int64_t t = 0; t < outer * ncb; t++) {
+        int64_t oi = t / ncb, j0 = (t % ncb) * width;
+        int64_t len = inner - j0 < width ? inner - j0 : width, base = oi * red * inner + j0;
+        sum_cols_low(o + oi * inner + j0, low + base, p + base, ps ? ps + base : NULL, f, &fa, red,
+                     len, inner, sc);
+    }
+    return TS_OK;
+}
+
 static ts_status k_sum(const ts_kargs *k) {
+    if (k->a->reduce.out_low) return sum_low(k);
     TS_FLOAT_DISPATCH(k, k->in[0].dtype, "sum", sum_f32, sum_f64);
 }
 
@@ -316,7 +417,7 @@ static double cost_reduce(const ts_graph *g, const ts_node *n) {
 
 const ts_op_def ts_def_reduce_sum = {.name = "sum",
                                      .min_in = 1,
-                                     .max_in = 1,
+                                     .max_in = 2, /* out_low with bwd (see infer_reduce) */
                                      .infer = infer_reduce,
                                      .grad = grad_sum,
                                      .kernel = k_sum,

@@ -83,16 +83,28 @@ static inline double m_gelu_tanh_f64(double x) {
  * evaluated as sigmoid(-2u) (no cancellation). Beyond |x| = 30 the
  * derivative is exactly 0 or 1 even in f64, so x is clamped there to keep
  * x^3 finite (inf * 0 would be NaN). */
-#define DEF_GELU_TANH_GRAD(name, T, SIG)                                                           \
+#define DEF_GELU_TANH_GRAD(name, T, SIG2)                                                          \
     static inline T name(T x) {                                                                    \
         x = x > (T)30 ? (T)30 : (x < (T)-30 ? (T)-30 : x);                                         \
         T x2 = x * x;                                                                              \
         T u2 = (T)(2.0 * GELU_BETA) * (x + (T)GELU_KAPPA * (x2 * x));                              \
-        T s = SIG(u2), sn = SIG(-u2);                                                              \
+        T s, sn;                                                                                   \
+        SIG2(u2, &s, &sn);                                                                         \
         return s + (T)2 * x * s * sn * (T)GELU_BETA * ((T)1 + (T)(3.0 * GELU_KAPPA) * x2);         \
     }
-DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f32, float, m_sigmoid_f32)
-DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f64, double, m_sigmoid_f64)
+/* sigmoid(u) and sigmoid(-u) as m_sigmoid_f32 computes each (the same bits: -|-u| is -|u|,
+ * and -u >= 0 is u <= 0, NaN included), from one exp. */
+static inline void m_sigmoid_pair_f32(float u, float *s, float *sn) {
+    float e = m_exp_f32(-fabsf(u)), d = 1.0f + e;
+    *s = (u >= 0.0f ? 1.0f : e) / d;
+    *sn = (u <= 0.0f ? 1.0f : e) / d;
+}
+static inline void m_sigmoid_pair_f64(double u, double *s, double *sn) {
+    *s = m_sigmoid_f64(u);
+    *sn = m_sigmoid_f64(-u);
+}
+DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f32, float, m_sigmoid_pair_f32)
+DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f64, double, m_sigmoid_pair_f64)
 
 /* ---- inference --------------------------------------------------------- */
 

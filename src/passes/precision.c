@@ -14,7 +14,11 @@
  * attention's block products round their operands to bf16 inside the
  * kernel (attention.low; its tensors and softmax stay f32; lower_attention),
  * and a GELU, layer norm, permute or cross-entropy backward whose f32 output
- * only its bf16 cast reads writes bf16 itself (out_low; fold_casts).
+ * only its bf16 cast reads writes bf16 itself (out_low; fold_casts), and
+ * a sum over the leading axes of a value that a bf16 cast also reads (a
+ * bias gradient) writes that cast as its second output (fold_sum_casts);
+ * when that value is a GELU backward's that nothing else reads, the sum
+ * computes the GELU backward itself and it is never stored (fold_bwd_sums).
  * Reductions, norms, softmax, losses and the optimizer are untouched and
  * stay f32, and so do the master weights, gradients and optimizer state:
  * a weight is cast on its way into a GEMM, never stored low.
@@ -226,6 +230,97 @@ static int fold_casts(ts_graph *g) {
     return folded;
 }
 
+/* A bf16 cast of an f32 value that a sum over its leading axes also reads (a bias gradient,
+ * which the data and weight GEMMs read in bf16): the sum writes the cast as its second output
+ * (reduce.out_low) in the same pass over the value, and the cast goes: one read of the f32
+ * gradient instead of two, the same bits. Only where the sum comes before the cast (its
+ * readers then come after the sum) and no control edge names the cast. Returns how many casts
+ * went (marked dead). */
+static int fold_sum_casts(ts_graph *g) {
+    int folded = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        ts_node *c = &g->nodes[i];
+        if (c->dead || c->op != TS_OP_CAST || c->a.cast.dtype != TS_BF16 || c->n_ctrl) continue;
+        const int32_t v = c->in[0], w = c->out[0];
+        const ts_value *wv = &g->values[w];
+        if (g->values[v].t.dtype != TS_F32 || wv->is_output || wv->grad_of >= 0) continue;
+        const int rank = g->values[v].t.rank;
+        int sum = -1, ordered = 0;
+        for (int u = 0; u < g->n_nodes && !ordered; u++) {
+            const ts_node *s = &g->nodes[u];
+            for (int j = 0; j < s->n_ctrl; j++) ordered |= s->ctrl[j] == i;
+            const int64_t m = s->a.reduce.axes;
+            if (sum < 0 && u < i && !s->dead && s->op == TS_OP_REDUCE_SUM && s->in[0] == v &&
+                s->n_out == 1 && !s->a.reduce.out_low && m > 0 && m < ((int64_t)1 << rank) - 1 &&
+                (m & (m + 1)) == 0) /* the leading axes: a [red, inner] column sum */
+                sum = u;
+        }
+        if (ordered || sum < 0) continue;
+        ts_node *s = &g->nodes[sum];
+        s->a.reduce.out_low = 1;
+        s->out[1] = w;
+        s->n_out = 2;
+        g->values[w].node = sum;
+        g->values[w].out_index = 1;
+        c->dead = 1;
+        folded++;
+    }
+    return folded;
+}
+
+/* A sum writing its input's cast (fold_sum_casts) whose input only it reads, made by a
+ * unary_bwd (a GELU's backward) that nothing waits for: the sum reads the unary_bwd's two
+ * inputs and computes the gradient itself a row piece at a time (reduce.bwd, ops/reduce.c),
+ * and the unary_bwd goes, so the f32 gradient is never stored: one pass instead of two, the
+ * same bits. Returns how many unary_bwd nodes went. */
+static int fold_bwd_sums(ts_graph *g) {
+    int32_t *readers = calloc((size_t)g->n_values, sizeof *readers);
+    char *waited = calloc((size_t)g->n_nodes + 1, 1);
+    if (!readers || !waited) { /* the unary_bwd nodes stay: correct, only slower */
+        free(readers);
+        free(waited);
+        return 0;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].dead) continue;
+        for (int j = 0; j < g->nodes[i].n_in; j++) readers[g->nodes[i].in[j]]++;
+        for (int j = 0; j < g->nodes[i].n_ctrl; j++) waited[g->nodes[i].ctrl[j]] = 1;
+    }
+    int folded = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        ts_node *s = &g->nodes[i];
+        if (s->dead || s->op != TS_OP_REDUCE_SUM || s->a.reduce.out_low != 1 || s->n_in != 1)
+            continue;
+        const int32_t v = s->in[0];
+        const ts_value *vv = &g->values[v];
+        if (vv->kind != TS_VK_NODE || vv->node < 0 || vv->node >= i || readers[v] != 1 ||
+            vv->is_output || vv->grad_of >= 0)
+            continue;
+        ts_node *u = &g->nodes[vv->node];
+        if (u->dead || u->op != TS_OP_UNARY_BWD || u->n_in != 2 || u->n_ctrl || waited[vv->node] ||
+            !ts_type_equal(&g->values[u->in[0]].t, &vv->t) ||
+            !ts_type_equal(&g->values[u->in[1]].t, &vv->t))
+            continue;
+        int64_t inner = 1; /* a one-column sum is summed in blocks (ops/reduce.c): other bits */
+        for (int d = 0; d < vv->t.rank; d++)
+            if (!(s->a.reduce.axes >> d & 1)) inner *= vv->t.dims[d];
+        const int64_t m = s->a.reduce.axes;
+        if (inner < 2 || (m & (m + 1)) != 0) continue;
+        int32_t *in = ts_alloc(sizeof(int32_t) * 2, "precision");
+        if (!in) break;
+        in[0] = u->in[0], in[1] = u->in[1];
+        free(s->in);
+        s->in = in;
+        s->n_in = 2;
+        s->a.reduce.bwd = u->a.unary_bwd;
+        u->dead = 1; /* v, produced by no live node now, goes with the compaction */
+        folded++;
+    }
+    free(waited);
+    free(readers);
+    return folded;
+}
+
 ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int low_kernels,
                             int *n_cast) {
     if (n_cast) *n_cast = 0;
@@ -312,7 +407,10 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int low_
     if (s == TS_OK) s = ts_graph_permute_nodes(g, perm, np);
     if (s == TS_OK)
         drop_unread(g, seed, n_seed, nv0 + 2 * todo + 1); /* the caller compacts the graph */
-    if (s == TS_OK && low_kernels) casts -= fold_casts(g);
+    if (s == TS_OK && low_kernels) {
+        casts -= fold_casts(g) + fold_sum_casts(g);
+        fold_bwd_sums(g);
+    }
     free(seed);
     free(cast_of);
     free(perm);
