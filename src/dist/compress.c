@@ -31,19 +31,13 @@ size_t ts_topk_payload_bytes(int64_t k, int values) {
     return (b + 3) & ~(size_t)3;
 }
 
-static inline uint32_t mag_key(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u & 0x7fffffffu; /* monotone in |x| for non-negative floats; NaN above inf */
-}
-
 void ts_topk_select(const float *x, int64_t n, int64_t k, uint32_t *hist, uint32_t *idx) {
     uint32_t *h1 = hist, *h2 = hist + TS_TOPK_HIST;
     memset(h1, 0, sizeof(uint32_t) * TS_TOPK_HIST);
     memset(h2, 0, sizeof(uint32_t) * TS_TOPK_HIST);
     if (k <= 0 || n <= 0) return;
     if (k > n) k = n;
-    for (int64_t i = 0; i < n; i++) h1[mag_key(x[i]) >> 16]++;
+    for (int64_t i = 0; i < n; i++) h1[ts_topk_key(x[i]) >> 16]++;
     /* The top 16 bits of the k-th largest key: h. */
     int64_t cum = 0, gt = 0;
     int h = TS_TOPK_HIST - 1;
@@ -53,7 +47,7 @@ void ts_topk_select(const float *x, int64_t n, int64_t k, uint32_t *hist, uint32
     }
     gt = cum; /* keys with top bits above h */
     for (int64_t i = 0; i < n; i++) {
-        uint32_t key = mag_key(x[i]);
+        uint32_t key = ts_topk_key(x[i]);
         if ((int)(key >> 16) == h) h2[key & 0xffffu]++;
     }
     int l = TS_TOPK_HIST - 1;
@@ -65,7 +59,7 @@ void ts_topk_select(const float *x, int64_t n, int64_t k, uint32_t *hist, uint32
     const uint32_t thr = ((uint32_t)h << 16) | (uint32_t)l;
     int64_t eq_take = k - cum, m = 0; /* keys above thr: cum; of those equal, the first eq_take */
     for (int64_t i = 0; i < n && m < k; i++) {
-        uint32_t key = mag_key(x[i]);
+        uint32_t key = ts_topk_key(x[i]);
         if (key > thr || (key == thr && eq_take-- > 0)) idx[m++] = (uint32_t)i;
     }
 }

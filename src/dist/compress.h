@@ -16,9 +16,19 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { TS_TOPK_HIST = 65536 }; /* u32 counters in each of the two histograms */
 enum { TS_TOPK_HEADER = 8 };
+
+/* The key top-k ranks by: the f32 bits of |x|, monotone in |x|, NaN above
+ * inf. ts_topk_select and the fused start (topk_fused.c) share it, so both
+ * pick the same indices. */
+static inline uint32_t ts_topk_key(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u & 0x7fffffffu;
+}
 
 /* Bytes of one value (ts_compress_values: e4m3, e5m2 1; bf16 2; f32 4). */
 int ts_topk_value_bytes(int values);

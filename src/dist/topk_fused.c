@@ -41,12 +41,6 @@ enum {
     SAMPLE = 16384 /* residual entries the threshold is estimated from */
 };
 
-static inline uint32_t key_of(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u & 0x7fffffffu; /* as ts_topk_select: monotone in |x|, NaN above inf */
-}
-
 int64_t ts_topk_fused_cap(int64_t elems, int64_t k) {
     int64_t cap = 4 * k + 4096;
     return cap < elems ? cap : elems;
@@ -94,7 +88,7 @@ TOPK_CLONES static void update(const float *g, float *r, float *u, int64_t n, fl
     }
 }
 
-/* The indices i in [lo, hi) with key_of(r[i]) >= t, ascending: the first
+/* The indices i in [lo, hi) with ts_topk_key(r[i]) >= t, ascending: the first
  * LOCAL into local; returns how many there are. Blocks of 16 are first
  * tested as a whole (vectorised; the candidates are few). */
 TOPK_CLONES static uint32_t collect(const float *r, int64_t lo, int64_t hi, uint32_t t,
@@ -103,11 +97,11 @@ TOPK_CLONES static uint32_t collect(const float *r, int64_t lo, int64_t hi, uint
     for (int64_t i = lo; i < hi; i += 16) {
         if (i + 16 <= hi) {
             int any = 0;
-            for (int j = 0; j < 16; j++) any |= key_of(r[i + j]) >= t;
+            for (int j = 0; j < 16; j++) any |= ts_topk_key(r[i + j]) >= t;
             if (!any) continue;
         }
         for (int64_t j = i; j < i + 16 && j < hi; j++)
-            if (key_of(r[j]) >= t) {
+            if (ts_topk_key(r[j]) >= t) {
                 if (cnt < LOCAL) local[cnt] = (uint32_t)j;
                 cnt++;
             }
@@ -172,7 +166,7 @@ static uint32_t sample_threshold(const ts_topk_accum *a, int64_t k, int64_t cap,
     ts_topk_select(samp, SAMPLE, j, hist, sel);
     uint32_t t = UINT32_MAX;
     for (int64_t q = 0; q < j; q++)
-        if (key_of(samp[sel[q]]) < t) t = key_of(samp[sel[q]]);
+        if (ts_topk_key(samp[sel[q]]) < t) t = ts_topk_key(samp[sel[q]]);
     return t;
 }
 
@@ -208,7 +202,7 @@ double ts_topk_accumulate_select(const ts_topk_accum *a, int64_t k, void *scratc
             }
             const int64_t lo = ch * CHUNK, hi = lo + CHUNK < n ? lo + CHUNK : n;
             for (int64_t i = lo; i < hi; i++) /* more than LOCAL: scanned again */
-                if (key_of(a->res[i]) >= t) cand[m++] = (uint32_t)i;
+                if (ts_topk_key(a->res[i]) >= t) cand[m++] = (uint32_t)i;
         }
         for (int64_t j = 0; j < nc; j++) vals[j] = a->res[cand[j]];
         ts_topk_select(vals, nc, k, hist, idx);
