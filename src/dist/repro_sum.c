@@ -53,30 +53,7 @@ static void fold_right(float *dst, float *const *b, int nb, const float *leaf, s
 
 ts_status ts_tree_sum_add(ts_tree_sum *t, const float *leaf) {
     if (!t || !leaf) return ts_fail(TS_ERR_INVALID, "tree_sum_add: NULL argument");
-    if (t->depth > 0 && t->level[t->depth - 1] == 0) {
-        /* The new leaf closes the single-leaf subtree on top, which then
-         * merges with every subtree below it of the size it has reached
-         * (levels 1, 2, ...): all of those adds in one pass, into the
-         * lowest of them, with no copy of the leaf. */
-        int lo = t->depth - 1, level = 1;
-        while (lo > 0 && t->level[lo - 1] == level) lo--, level++;
-        fold_right(t->buf[lo], t->buf + lo, t->depth - lo, leaf, t->n, 1.0f);
-        t->level[lo] = level;
-        t->depth = lo + 1;
-    } else {
-        /* A subtree of one leaf: no subtree below it has size 1, so nothing
-         * merges yet. */
-        if (t->depth == TS_TREE_MAX_DEPTH)
-            return ts_fail(TS_ERR_INVALID, "tree_sum_add: more than 2^%d leaves",
-                           TS_TREE_MAX_DEPTH);
-        float **b = &t->buf[t->depth];
-        if (!*b && !(*b = ts_alloc(t->n ? t->n * sizeof(float) : 1, "tree sum")))
-            return TS_ERR_NOMEM;
-        memcpy(*b, leaf, t->n * sizeof(float));
-        t->level[t->depth++] = 0;
-    }
-    t->leaves++;
-    return TS_OK;
+    return ts_tree_sum_add_node(t, leaf, 0); /* a leaf is a subtree of 2^0 leaves */
 }
 
 ts_status ts_tree_sum_add_node(ts_tree_sum *t, const float *sum, int level) {
@@ -87,8 +64,10 @@ ts_status ts_tree_sum_add_node(ts_tree_sum *t, const float *sum, int level) {
                        "tree_sum_add_node: a subtree of 2^%d leaves after one of 2^%d: the sum "
                        "would not be the binary counter's",
                        level, t->level[t->depth - 1]);
-    /* the node merges with every subtree below it of the size it reaches,
-     * in one pass as ts_tree_sum_add does */
+    /* The node merges with every subtree below it of the size it reaches
+     * (levels level, level + 1, ...): all of those adds in one pass, into
+     * the lowest of them, with no copy of the node. Else it is a subtree of
+     * its own on top. */
     int lo = t->depth, lv = level;
     while (lo > 0 && t->level[lo - 1] == lv) lo--, lv++;
     if (lo < t->depth) {
