@@ -244,17 +244,26 @@ static void fold_range(const ts_repro_gather *g, float *restrict dst, size_t fro
     }
 }
 
+/* This rank has read the shared leaves of one more result: it says so to
+ * the ranks that wait before writing theirs again (wait_readers), and the
+ * next step adds its leaves from the first. `waited`: whether this rank may
+ * write its own leaves next without that wait (a barrier already ordered
+ * every reader's reads before the next write). */
+static void result_read(ts_repro_gather *g, int waited) {
+    g->results++;
+    atomic_store_explicit(done_of(g, g->rank), g->results, memory_order_release);
+    g->waited = waited;
+    g->added = 0;
+    g->cur = 0;
+}
+
 static ts_status rank_tree_result(ts_repro_gather *g, ts_comm *comm, float *dst) {
     ts_status s = TS_OK;
     if (g->shared) {
         /* Past the barrier every leaf is written. A rank writes its leaves again only once every
          * rank has counted this result as read (wait_readers): no second barrier. */
         if ((s = ts_barrier(comm)) == TS_OK) fold_range(g, dst, 0, g->n);
-        g->results++;
-        atomic_store_explicit(done_of(g, g->rank), g->results, memory_order_release);
-        g->waited = 0;
-        g->added = 0;
-        g->cur = 0;
+        result_read(g, 0);
         return s;
     }
     if (g->N > 1)
@@ -305,11 +314,7 @@ ts_status ts_repro_gather_result_split(ts_repro_gather *g, ts_comm *comm, size_t
         s = ts_barrier(comm);
     }
     ts_comm_wait_naps(naps);
-    g->results++;
-    atomic_store_explicit(done_of(g, g->rank), g->results, memory_order_release);
-    g->waited = 1;
-    g->added = 0;
-    g->cur = 0;
+    result_read(g, 1);
     return s;
 }
 
