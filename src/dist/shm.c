@@ -502,7 +502,11 @@ static ts_status run_direct(shm_comm *s, direct *d) {
         direct_work(s, d, a, b);
         /* Past this barrier every rank has finished reading every input:
          * a caller may overwrite its buffer as soon as this returns (ZeRO-2
-         * reuses a gradient bucket's memory after its reduce-scatter). */
+         * reuses a gradient bucket's memory after its reduce-scatter).
+         * Copying inputs into alternating slots instead, to meet once,
+         * made 16-64 KiB reduce-scatters and all-gathers 2-7x slower: the
+         * slot's lines cross between cores on every call, where a caller's
+         * unchanged buffer stays cached (docs/distributed.md, session 15). */
         if ((st = epoch_barrier(s)) != TS_OK) return st;
         if (!shared && d->kind == TS_COLL_ALLREDUCE) stage(s, d, a, b, 0);
         if (b >= d->count) break;
