@@ -14,9 +14,10 @@
  * it. Counters only grow, so a rank already at the next meeting never holds up one still
  * waiting at this one. The comm's own barrier would do the same with the comm's waits; these
  * waits spin briefly (TS_MEET_SPIN_US) and then nap (50 us sleeps, as ts_comm_wait_naps does
- * for the collectives), never yield in a loop: a waiter that keeps its vCPU busy slows a peer
- * that shares the physical core with it (docs/reproducibility.md, "Waiting"). A peer that ended
- * (killed, exited) or the comm's timeout fails the wait with a message naming the rank. */
+ * for the collectives), never yield in a loop: a waiter that keeps its vCPU busy can slow a peer
+ * whose vCPU shares the physical core with it (docs/reproducibility.md, "Cost", session 15). A peer
+ * that ended (killed, exited) or the comm's timeout fails the wait with a message naming the rank.
+ */
 #ifndef TS_DIST_SHM_MEET_H
 #define TS_DIST_SHM_MEET_H
 

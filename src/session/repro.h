@@ -56,7 +56,7 @@ ts_status ts_repro_grad_norm(struct ts_repro *r, double *norm);
 
 /* buf = one line saying how long each rank waited at the split finish's meetings (the
  * meetings where it arrived first, their wall time, its naps), "" without them: which rank
- * holds up which (docs/reproducibility.md, "Waiting"). Read at the end of the run. */
+ * holds up which (docs/reproducibility.md, "Cost", session 15). Read at the end of the run. */
 void ts_repro_waits(const struct ts_repro *r, char *buf, size_t n);
 
 /* Copies the batch's gradients into the plan's own region where the ranks finished the tree
