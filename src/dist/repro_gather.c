@@ -337,6 +337,7 @@ ts_status ts_repro_gather_result_split(ts_repro_gather *g, ts_comm *comm, size_t
         ts_meet_arrive(&g->meet);
         s = ts_meet_wait(&g->meet);
     }
+    if (s != TS_OK) ts_error_prefix("dist.reproducible: the gradients' finish");
     result_read(g, 1);
     return s;
 }

@@ -332,7 +332,8 @@ ts_status ts_repro_step(session *s, double *loss) {
     if (r->nstate) state_copy(r, r->s0, 0);
     r->gnorm_ok = 0;
     /* The step waits for the other ranks at its end (the tree's finish, the alerts' agreement,
-     * the losses) with nothing else to do: naps, so a rank sharing the core runs meanwhile. */
+     * the losses' all-gather where they do not travel with the leaves) with nothing else to do:
+     * naps, so a rank sharing the core runs meanwhile (the split finish's meetings nap anyway). */
     const int naps = ts_comm_wait_naps(1);
     if (r->inplace) st = ts_repro_gather_ready(&r->ggat);
     for (int64_t j = 0; j < r->k && st == TS_OK; j++) {
