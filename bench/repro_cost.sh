@@ -10,7 +10,8 @@
 # the load average before each round. EXTRA: settings added to all three (ZeRO-1: the
 # reproducible runs then update their shards from the tree's sums). OLD: a second build (e.g.
 # before a change), whose three runs alternate with TESSEL's in every round (old first). STEPS:
-# steps per run instead of 30 (W1) and 8 (W3); longer runs weigh the start-up less.
+# steps per run instead of 30 (W1) and 8 (W3); longer runs weigh the start-up less. Under each
+# round's line, the reproducible run's waits at its meetings, per rank, where the build prints them.
 set -eu
 T=${1:-build/tessel}
 R=${2:-3}
@@ -46,6 +47,8 @@ for w in ${WORKLOADS:-w1 w3}; do
                     exit 1
                 }
                 rate "$out/log" >>"$out/$w.$b.$v"
+                # the split finish's waits per rank (builds that print them): who holds up whom
+                if [ "$v" = repro ]; then grep '^dist.reproducible: .*meetings' "$out/log" >"$out/$w.$b.waits" || :; fi
                 awk '/^cpu/ {print $2 + $3}' "$out/time" >>"$out/$w.$b.$v.cpu"
             done
         done
@@ -54,6 +57,7 @@ for w in ${WORKLOADS:-w1 w3}; do
             p=$(tail -1 "$f.plain") a=$(tail -1 "$f.repro") h=$(tail -1 "$f.half")
             pc=$(tail -1 "$f.plain.cpu") ac=$(tail -1 "$f.repro.cpu") hc=$(tail -1 "$f.half.cpu")
             echo "$w round $r ($b): rate plain $p, reproducible $a ($(ratio "$a" "$p")), batch/2 $h ($(ratio "$h" "$p")); cpu s plain $pc, reproducible $ac ($(ratio "$ac" "$pc")), batch/2 $hc ($(ratio "$hc" "$pc"))"
+            if [ -s "$f.waits" ]; then echo "  reproducible ($b): $(cat "$f.waits")"; fi
         done
     done
     for b in $builds; do

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include "core/core.h"
+#include "dist/shm_meet.h"
 #include "tessel/util.h"
 
 enum { CHUNK = 1 << 20 }; /* floats of each piece per all-gather */
@@ -47,6 +48,16 @@ enum { MAX_SHARED_LEAVES = 64 };
 /* Bytes of the shared block's header: one counter per rank, each on a cache line of its own. */
 enum { DONE_STRIDE = 64 };
 
+/* The shared block: [N] results-read counters (DONE_STRIDE apart), the split finish's meeting
+ * counters (dist/shm_meet.h), the M leaves' scalars (padded to a cache line), the M leaves, the
+ * split finish's result. */
+static size_t scalars_at(int N) {
+    return (size_t)N * DONE_STRIDE + ts_meet_bytes(N);
+}
+static size_t leaves_at(int N, int64_t M) {
+    return scalars_at(N) + ((size_t)M * sizeof(double) + 63) / 64 * 64;
+}
+
 /* Where piece p of this rank goes (the all-reduce path). */
 static float *piece_dst(const ts_repro_gather *g, int p) {
     return g->mine + (size_t)p * g->n;
@@ -69,18 +80,27 @@ static ts_status share_leaves(ts_repro_gather *g, ts_comm *comm) {
     if (!comm || g->N < 2 || g->M > MAX_SHARED_LEAVES || g->n == 0 || !ts_comm_shares_memory(comm))
         return TS_OK;
     void *p = NULL;
-    const size_t head = (size_t)g->N * DONE_STRIDE;
+    const size_t head = leaves_at(g->N, g->M);
     /* the M leaves, then the split finish's result */
     ts_status s = ts_comm_alloc_shared(comm, head + ((size_t)g->M + 1) * g->n * sizeof(float), &p);
     if (s == TS_ERR_NOMEM) return TS_OK;
     if (s != TS_OK) return s;
+    if (!(g->scalars = ts_zalloc((size_t)g->M * sizeof(double), "leaves' scalars"))) {
+        ts_comm_release_shared(comm, p);
+        return TS_ERR_NOMEM;
+    }
+    unsigned char *b = p;
     g->shared_block = p;
-    g->shared = (float *)((unsigned char *)p + head);
+    g->shared = (float *)(b + head);
     g->result = g->shared + (size_t)g->M * g->n;
+    g->shared_scalars = (double *)(b + scalars_at(g->N));
     g->comm = comm;
     memset(leaf_slot(g, 0), 0, (size_t)g->k * g->n * sizeof(float));
     atomic_store(done_of(g, g->rank), 0);
-    return TS_OK;
+    ts_meet_init(&g->meet, comm, b + (size_t)g->N * DONE_STRIDE, g->N, g->rank);
+    /* every rank's counters zeroed before any rank meets on them (the block may be memory a
+     * freed block's counters used) */
+    return ts_barrier(comm);
 }
 
 /* Before this rank writes the first leaf of a step into the shared block: every peer has read
@@ -304,18 +324,35 @@ ts_status ts_repro_gather_result_split(ts_repro_gather *g, ts_comm *comm, size_t
     if (lo > hi || hi > g->n)
         return ts_fail(TS_ERR_INVALID, "repro_gather_result_split: slice [%zu, %zu) of %zu floats",
                        lo, hi, g->n);
-    const int naps = ts_comm_wait_naps(1);
-    /* Past the first barrier every leaf is written; past the second every slice of the result.
-     * The leaves and the result are written again only after the next step's first barrier,
-     * which every rank reaches after its reads of these: no counters to wait for. */
-    ts_status s = ts_barrier(comm);
+    /* Two meetings on the block's counters (dist/shm_meet.h: a short spin, then naps). Past the
+     * first every leaf and scalar is written; past the second every slice of the result. A rank
+     * writes its leaves and scalars again only after the second, and the result only after the
+     * next step's first, which every rank reaches after its reads of these: no counters to wait
+     * for, and the scalars are copied out between the two. */
+    ts_meet_arrive(&g->meet);
+    ts_status s = ts_meet_wait(&g->meet);
     if (s == TS_OK) {
+        memcpy(g->scalars, g->shared_scalars, (size_t)g->M * sizeof(double));
         fold_range(g, g->result, lo, hi);
-        s = ts_barrier(comm);
+        ts_meet_arrive(&g->meet);
+        s = ts_meet_wait(&g->meet);
     }
-    ts_comm_wait_naps(naps);
+    if (s != TS_OK) ts_error_prefix("dist.reproducible: the gradients' finish");
     result_read(g, 1);
     return s;
+}
+
+void ts_repro_gather_put_scalar(ts_repro_gather *g, int64_t j, double v) {
+    if (g && g->shared_scalars && j >= 0 && j < g->k)
+        g->shared_scalars[(size_t)g->rank * (size_t)g->k + (size_t)j] = v;
+}
+
+const double *ts_repro_gather_scalars(const ts_repro_gather *g) {
+    return g ? g->scalars : NULL;
+}
+
+const ts_meet_stats *ts_repro_gather_waits(const ts_repro_gather *g) {
+    return g && g->shared ? &g->meet.st : NULL;
 }
 
 static ts_status gather_result(ts_repro_gather *g, ts_comm *comm, float *dst);
@@ -380,6 +417,7 @@ void ts_repro_gather_free(ts_repro_gather *g) {
     free(g->index);
     free(g->mine);
     free(g->xbuf);
+    free(g->scalars);
     ts_tree_sum_free(&g->local);
     ts_tree_sum_free(&g->glob);
     memset(g, 0, sizeof *g);

@@ -27,9 +27,10 @@
  * pass per level, no all-reduce, no separate division). A rank writes its next leaves once every
  * rank has read these (a counter per rank in the block; no second barrier). Or each rank folds
  * only its slice into a result region of the block, and all read that
- * (ts_repro_gather_result_split: two barriers, 1/N of the reads). Elsewhere each rank sums its run,
- * and one all-reduce of the pieces (recursive doubling's pairs are the same tree) finishes it,
- * followed by the division.
+ * (ts_repro_gather_result_split: two meetings on counters in the block, dist/shm_meet.h, 1/N of
+ * the reads; a scalar per leaf, such as its loss, travels with the first meeting). Elsewhere each
+ * rank sums its run, and one all-reduce of the pieces (recursive doubling's pairs are the same
+ * tree) finishes it, followed by the division.
  *
  * An observer (ts_repro_gather_observe) sees the result as it is written: in the one-pass
  * finish block by block while each is in the cache (the split finish: this rank's slice only),
@@ -39,6 +40,7 @@
 #define TS_DIST_REPRO_GATHER_H
 
 #include "dist/repro_sum.h"
+#include "dist/shm_meet.h"
 #include "tessel/dist.h"
 
 /* Reads dst[off, off + len) of a result, block points at dst + off; blocks come in order and
@@ -52,6 +54,9 @@ typedef struct ts_repro_gather {
     void *shared_block;          /* [N] counters of results read, 64 bytes apart, then `shared` */
     float *shared;               /* [N][k][n] every rank's leaves, in leaf order (shm, rank tree) */
     float *result;               /* [n] after them: the split finish's result */
+    double *shared_scalars;      /* [M] in the block: one scalar per leaf (the split finish) */
+    double *scalars;             /* [M] this rank's copy of them after a split result */
+    ts_meet meet;                /* the split finish's meetings, on counters in the block */
     uint64_t results;            /* results so far */
     int waited;                  /* the peers have read the last result's leaves */
     ts_repro_observe_fn observe; /* NULL: none */
@@ -69,8 +74,9 @@ typedef struct ts_repro_gather {
 
 /* N ranks, M leaves (N divides M), n floats each; this rank holds leaves rank*M/N ... With comm
  * (NULL: none yet; then the all-reduce path) it is collective over comm's N ranks: on shm it
- * allocates the block the ranks share for the one-pass finish above, 4 * (M + 1) * n bytes (and 64
- * per rank) of rank 0's heap (the all-reduce path if that is exhausted). */
+ * allocates the block the ranks share for the one-pass finish above, 4 * (M + 1) * n bytes (and
+ * 128 per rank, 8 per leaf) of rank 0's heap (the all-reduce path if that is exhausted), then
+ * waits for every rank (a barrier: the counters zeroed before any rank meets on them). */
 ts_status ts_repro_gather_init(ts_repro_gather *g, ts_comm *comm, int N, int rank, int64_t M,
                                size_t n);
 /* Where this rank's leaf j (0 <= j < M/N) lies in the shared block, to be written in place: then
@@ -92,12 +98,22 @@ ts_status ts_repro_gather_result(ts_repro_gather *g, ts_comm *comm, float *dst);
 /* The split finish (shared block only): collective like ts_repro_gather_result, but each rank
  * adds the M leaves in the same tree for its own slice [lo, hi) of the n floats and divides by
  * M, writing the slice once into a result region of the block (the observer sees the slice's
- * blocks as they are written, in order); after a second barrier every rank reads the whole
+ * blocks as they are written, in order); after a second meeting every rank reads the whole
  * result there (ts_repro_gather_shared_result) and none copies it. The ranks' slices must
  * cover the n floats once (ts_repro_gather_slice: an even split at cache lines). The same floats
  * as ts_repro_gather_result's, for 1/N of its reads per rank. The result stays valid until the
- * next call's first barrier, which every rank reaches only after writing its next leaves. */
+ * next call's first meeting, which every rank reaches only after writing its next leaves. */
 ts_status ts_repro_gather_result_split(ts_repro_gather *g, ts_comm *comm, size_t lo, size_t hi);
+/* The split finish carries one scalar per leaf (a micro-batch's loss) with the leaves, so the
+ * caller needs no collective of its own for them: this rank's leaf j's scalar, set before the
+ * result (no effect without a shared block). */
+void ts_repro_gather_put_scalar(ts_repro_gather *g, int64_t j, double v);
+/* After ts_repro_gather_result_split: the M leaves' scalars, in leaf order (every rank's run,
+ * rank-major), this rank's copy, valid until the next result. NULL without a shared block. */
+const double *ts_repro_gather_scalars(const ts_repro_gather *g);
+/* What the split finish's waits cost this rank so far (dist/shm_meet.h), NULL without a shared
+ * block. */
+const ts_meet_stats *ts_repro_gather_waits(const ts_repro_gather *g);
 /* This rank's slice of an even split of the n floats, cut at multiples of 16 (64 bytes). */
 void ts_repro_gather_slice(const ts_repro_gather *g, size_t *lo, size_t *hi);
 /* The split finish's result region (n floats in the shared block, for reading: every rank

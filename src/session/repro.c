@@ -9,6 +9,7 @@
 #include "dist/repro_sum.h"
 #include "frontend/config.h"
 #include "plan/micro.h"
+#include "plan/stages.h"
 #include "session/repro_norm.h"
 #include "tessel/ckpt.h"
 #include "tessel/dist.h"
@@ -143,6 +144,9 @@ static void found_inf(ts_plan *p, const struct ts_repro *r) {
  * the tree with the other ranks' pieces. */
 static ts_status gate_local(ts_plan *p, struct ts_repro *r, ts_gate_decision *out) {
     ts_status st = ts_repro_gather_add(&r->ggat, r->bound);
+    /* the round's loss travels with its leaf (the split finish's first meeting; the loss is in
+     * the plan until the step ends, which reads it from the same place) */
+    if (r->split) ts_repro_gather_put_scalar(&r->ggat, r->j, ts_plan_loss_now(p));
     if (st == TS_OK && r->nstate) {
         state_copy(r, r->leaf, 0);
         if ((st = ts_repro_gather_add(&r->sgat, r->leaf)) == TS_OK) state_copy(r, r->s0, 1);
@@ -328,7 +332,8 @@ ts_status ts_repro_step(session *s, double *loss) {
     if (r->nstate) state_copy(r, r->s0, 0);
     r->gnorm_ok = 0;
     /* The step waits for the other ranks at its end (the tree's finish, the alerts' agreement,
-     * the losses) with nothing else to do: naps, so a rank sharing the core runs meanwhile. */
+     * the losses' all-gather where they do not travel with the leaves) with nothing else to do:
+     * naps, so a rank sharing the core runs meanwhile (the split finish's meetings nap anyway). */
     const int naps = ts_comm_wait_naps(1);
     if (r->inplace) st = ts_repro_gather_ready(&r->ggat);
     for (int64_t j = 0; j < r->k && st == TS_OK; j++) {
@@ -356,7 +361,11 @@ ts_status ts_repro_step(session *s, double *loss) {
     ts_plan_hold_monitors(p, 0);
     ts_plan_set_seed(p, r->seed);
     ts_plan_scaler_hold(p, 0);
-    if (st == TS_OK && r->N > 1)
+    /* every micro-batch's loss: with the leaves on the split path (no meeting of its own), else
+     * all-gathered */
+    if (st == TS_OK && r->split)
+        memcpy(r->losses, ts_repro_gather_scalars(&r->ggat), sizeof(double) * (size_t)r->M);
+    else if (st == TS_OK && r->N > 1)
         st = ts_allgather(r->comm, r->loss, r->losses, (size_t)r->M, TS_F64, TS_ALGO_AUTO);
     ts_comm_wait_naps(naps);
     if (st != TS_OK) return st;
@@ -378,6 +387,22 @@ ts_status ts_repro_grad_norm(struct ts_repro *r, double *norm) {
         return ts_fail(TS_ERR_INVALID, "grad_norm: the step did not finish its gradients");
     *norm = r->gnorm_ok ? r->gnorm : ts_repro_norm_now(&r->norm);
     return TS_OK;
+}
+
+void ts_repro_waits(const struct ts_repro *r, char *buf, size_t n) {
+    const ts_meet_stats *own = r && r->split ? ts_repro_gather_waits(&r->ggat) : NULL;
+    if (n) buf[0] = 0;
+    if (!own) return;
+    size_t len = 0;
+    ts_catf(buf, n, &len, "dist.reproducible: 2 meetings a step, waited at");
+    for (int q = 0; q < r->N; q++) {
+        ts_meet_stats w;
+        ts_meet_peer_stats(&r->ggat.meet, q, &w);
+        if (q == r->rank) w = *own;
+        ts_catf(buf, n, &len, "%s rank %d %llu of %llu (%.1f ms, %llu naps)", q ? "," : "", q,
+                (unsigned long long)w.late, (unsigned long long)w.meets, 1e3 * w.wait_s,
+                (unsigned long long)w.naps);
+    }
 }
 
 void ts_repro_sync_grads(struct ts_repro *r) {

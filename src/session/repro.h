@@ -54,6 +54,11 @@ ts_status ts_repro_step(session *s, double *loss);
  * it was taken as the step's last pass wrote the gradients. */
 ts_status ts_repro_grad_norm(struct ts_repro *r, double *norm);
 
+/* buf = one line saying how long each rank waited at the split finish's meetings (the
+ * meetings where it arrived first, their wall time, its naps), "" without them: which rank
+ * holds up which (docs/reproducibility.md, "Cost", session 15). Read at the end of the run. */
+void ts_repro_waits(const struct ts_repro *r, char *buf, size_t n);
+
 /* Copies the batch's gradients into the plan's own region where the ranks finished the tree
  * into a region they share, which the update reads (the plan's region is stale then): before
  * reading gradients by name (ts_plan_read of "grad:..."). Nothing to do otherwise. */

@@ -531,6 +531,9 @@ ts_status ts_session_run(const ts_config *c, const ts_session_options *o, ts_ses
         }
         ts_progress_end(&s->pr);
         ts_sess_shape_log(s);
+        char waits[512];
+        ts_repro_waits(s->rp, waits, sizeof waits);
+        if (waits[0]) ts_progress_log(&s->pr, "%s", waits);
         /* A failed run reports how far it got, not a summary: its rate was
          * never computed (the error follows). */
         if (st == TS_OK)

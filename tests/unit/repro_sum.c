@@ -197,7 +197,8 @@ static void test_chain(void) {
 
 /* ---- runs of leaves on any number of ranks (dist/repro_gather.h) ----------- */
 /* Every way of finishing is compared with a ts_tree_sum fed all M leaves in order: the one-pass
- * finish on every rank, and (shared block) the split finish, each rank folding its slice. */
+ * finish on every rank, and (shared block) the split finish, each rank folding its slice, with a
+ * scalar per leaf carried beside the leaves. */
 
 typedef struct gjob {
     int M;
@@ -267,6 +268,8 @@ static int gather(ts_comm *c, void *user) {
             float *dst = ts_repro_gather_leaf(&g, j);
             gleaf(r * k + j, jb->n, dst);
             if (ts_repro_gather_add(&g, dst) != TS_OK) return 2;
+            /* each leaf's scalar (a micro-batch's loss) travels with it */
+            ts_repro_gather_put_scalar(&g, j, 1000.0 * round + r * k + j);
         }
         size_t lo, hi;
         ts_repro_gather_slice(&g, &lo, &hi);
@@ -278,8 +281,13 @@ static int gather(ts_comm *c, void *user) {
         if (memcmp(ts_repro_gather_shared_result(&g), jb->out + (size_t)r * jb->n,
                    jb->n * sizeof(float)))
             return 11; /* not the bits of the one-pass finish above */
+        /* every leaf's scalar, in leaf order, this step's */
+        const double *sc = ts_repro_gather_scalars(&g);
+        for (int i = 0; i < jb->M; i++)
+            if (!sc || sc[i] != 1000.0 * round + i) return 14;
     }
     if (!g.shared && ts_repro_gather_result_split(&g, c, 0, jb->n) == TS_OK) return 12;
+    if (!g.shared && ts_repro_gather_scalars(&g)) return 15; /* scalars travel in the block only */
     ts_repro_gather_free(&g);
     free(leaf);
     free(w.copy);
