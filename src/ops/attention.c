@@ -2,7 +2,9 @@
  * builders emit one fused `attention` node: o = softmax(scale * q k^T
  * [+ causal mask]) v computed blockwise (the kernels: attention_fused.c), so
  * no [T, T] score matrix is stored in the forward or the backward; the
- * gradient is one `attention_bwd` node giving dq, dk and dv. */
+ * gradient is one `attention_bwd` node giving dq, dk and dv. The packed form
+ * (one qkv [B, T, 3, H, hd] input, o [B, T, H, hd], gradient dqkv; see
+ * attention_fused.h) is made by passes/attention_qkv.c, not by a builder. */
 #include <math.h>
 #include "ops/attention_fused.h"
 #include "ops/op.h"
@@ -21,14 +23,19 @@ static ts_status check_attrs(const ts_node *n) {
     return TS_OK;
 }
 
-/* q (input 0) is a float [B, H, T, hd] with T, hd >= 1; inputs [first, last]
- * must have q's type. */
+/* q (input 0) is a float [B, H, T, hd] with T, hd >= 1, or in the packed form the qkv
+ * [B, T, 3, H, hd]; inputs [first, last] must have q's type. */
 static ts_status check_like_q(const ts_graph *g, const ts_node *n, const ts_type *q, int first,
                               int last, const char *const *names) {
-    if (!ts_dtype_is_float(q->dtype) || q->rank != 4)
-        return ts_fail(TS_ERR_SHAPE, "q must be a float tensor [B, H, T, hd]");
-    if (q->dims[2] < 1 || q->dims[3] < 1)
-        return ts_fail(TS_ERR_SHAPE, "T and hd must be at least 1");
+    if (!ts_dtype_is_float(q->dtype) || (q->rank != 4 && q->rank != 5))
+        return ts_fail(TS_ERR_SHAPE,
+                       "q must be a float tensor [B, H, T, hd] (or the qkv [B, T, 3, H, hd])");
+    if (q->rank == 5 && q->dims[2] != 3)
+        return ts_fail(TS_ERR_SHAPE, "qkv [B, T, 3, H, hd] must have 3 at axis 2, got %lld",
+                       (long long)q->dims[2]);
+    ts_attn_geom ge;
+    ts_attn_geom_of(q, &ge);
+    if (ge.seq < 1 || ge.hd < 1) return ts_fail(TS_ERR_SHAPE, "T and hd must be at least 1");
     if (n->a.attention.low && q->dtype != TS_F32)
         return ts_fail(TS_ERR_SHAPE, "low (bf16 products) needs f32 q, k and v, got %s",
                        ts_dtype_name(q->dtype));
@@ -38,37 +45,55 @@ static ts_status check_like_q(const ts_graph *g, const ts_node *n, const ts_type
     return TS_OK;
 }
 
+/* o: [B, H, T, hd] (split), [B, T, H, hd] (packed); lse [B, H, T]. */
+static ts_type o_type(const ts_type *q) {
+    ts_attn_geom ge;
+    ts_attn_geom_of(q, &ge);
+    if (!ge.packed) return *q;
+    return (ts_type){.dtype = q->dtype, .rank = 4, .dims = {ge.B, ge.seq, ge.H, ge.hd}};
+}
 static ts_type lse_type(const ts_type *q) {
-    return (ts_type){.dtype = q->dtype, .rank = 3, .dims = {q->dims[0], q->dims[1], q->dims[2]}};
+    ts_attn_geom ge;
+    ts_attn_geom_of(q, &ge);
+    return (ts_type){.dtype = q->dtype, .rank = 3, .dims = {ge.B, ge.H, ge.seq}};
 }
 
+/* (q, k, v) or (qkv) -> (o, lse) */
 static ts_status infer_attn(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     static const char *const names[] = {"q", "k", "v"};
     const ts_type *q = ts_in_type(g, n, 0);
     ts_status s = check_attrs(n);
-    if (s == TS_OK) s = check_like_q(g, n, q, 1, 2, names);
+    if (s == TS_OK && (q->rank == 5) != (n->n_in == 1))
+        s = ts_fail(TS_ERR_SHAPE, "attention takes q, k, v [B, H, T, hd] or one qkv "
+                                  "[B, T, 3, H, hd]");
+    if (s == TS_OK) s = check_like_q(g, n, q, 1, n->n_in - 1, names);
     if (s != TS_OK) return s;
-    out[0] = *q;
+    out[0] = o_type(q);
     out[1] = lse_type(q);
     *n_out = 2;
     return TS_OK;
 }
 
-/* (do, q, k, v, o, lse) -> (dq, dk, dv) */
+/* (do, q, k, v, o, lse) -> (dq, dk, dv), or packed (do, qkv, o, lse) -> (dqkv) */
 static ts_status infer_attn_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     static const char *const names[] = {"do", "q", "k", "v", "o"};
     const ts_type *q = ts_in_type(g, n, 1);
+    int packed = q->rank == 5;
     ts_status s = check_attrs(n);
-    if (s == TS_OK) s = check_like_q(g, n, q, 2, 4, names);
-    if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, 0), q))
-        s = ts_fail(TS_ERR_SHAPE, "do must have q's dtype and shape");
-    ts_type lt = lse_type(q);
-    if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, 5), &lt))
+    if (s == TS_OK && n->n_in != (packed ? 4 : 6))
+        s = ts_fail(TS_ERR_SHAPE, "attention_bwd takes (do, q, k, v, o, lse) or "
+                                  "(do, qkv [B, T, 3, H, hd], o, lse)");
+    if (s == TS_OK) s = check_like_q(g, n, q, 2, packed ? 1 : 3, names);
+    ts_type ot = o_type(q), lt = lse_type(q);
+    if (s == TS_OK && (!ts_type_equal(ts_in_type(g, n, 0), &ot) ||
+                       !ts_type_equal(ts_in_type(g, n, packed ? 2 : 4), &ot)))
+        s = ts_fail(TS_ERR_SHAPE, "do and o must be the forward output's dtype and shape");
+    if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, packed ? 3 : 5), &lt))
         s = ts_fail(TS_ERR_SHAPE, "lse must be %s[%lld, %lld, %lld]", ts_dtype_name(q->dtype),
                     (long long)lt.dims[0], (long long)lt.dims[1], (long long)lt.dims[2]);
     if (s != TS_OK) return s;
     out[0] = out[1] = out[2] = *q;
-    *n_out = 3;
+    *n_out = packed ? 1 : 3;
     return TS_OK;
 }
 
@@ -82,17 +107,18 @@ static ts_status grad_attn(ts_graph *g, const ts_node *n, const ts_val *dy, ts_v
         return ts_graph_status(g);
     }
     if (!ts_val_ok(dy[0])) return TS_OK;
-    ts_val in[6] = {dy[0],
-                    ts_mkval(n->in[0]),
-                    ts_mkval(n->in[1]),
-                    ts_mkval(n->in[2]),
-                    ts_mkval(n->out[0]),
-                    ts_mkval(n->out[1])};
+    /* (do, q, k, v, o, lse), or packed (do, qkv, o, lse) */
+    int n_in = n->n_in, k = 0;
+    ts_val in[6];
+    in[k++] = dy[0];
+    for (int i = 0; i < n_in; i++) in[k++] = ts_mkval(n->in[i]);
+    in[k++] = ts_mkval(n->out[0]);
+    in[k++] = ts_mkval(n->out[1]);
     ts_attrs at = n->a; /* copy: n points into g->nodes, which moves */
     ts_val outs[TS_MAX_OUT];
-    if (!ts_val_ok(ts_node_add(g, TS_OP_ATTENTION_BWD, 6, in, &at, outs)))
+    if (!ts_val_ok(ts_node_add(g, TS_OP_ATTENTION_BWD, k, in, &at, outs)))
         return ts_graph_status(g);
-    for (int i = 0; i < 3; i++) din[i] = outs[i];
+    for (int i = 0; i < n_in; i++) din[i] = outs[i];
     return ts_graph_status(g);
 }
 
@@ -109,10 +135,11 @@ static size_t scratch_attn_bwd(const ts_graph *g, const ts_node *n) {
 /* Multiply-adds over the (query, key) pairs that are visible: 2 products
  * of hd in the forward, 5 in the backward (scores recomputed). */
 static double pairs_hd(const ts_graph *g, const ts_node *n, int q_in) {
-    const ts_type *q = ts_in_type(g, n, q_in);
-    double T = (double)q->dims[2];
+    ts_attn_geom ge;
+    ts_attn_geom_of(ts_in_type(g, n, q_in), &ge);
+    double T = (double)ge.seq;
     double pairs = n->a.attention.causal ? T * (T + 1) / 2 : T * T;
-    return (double)(q->dims[0] * q->dims[1]) * pairs * (double)q->dims[3];
+    return (double)(ge.B * ge.H) * pairs * (double)ge.hd;
 }
 static double cost_attn(const ts_graph *g, const ts_node *n) {
     return 4.0 * pairs_hd(g, n, 0);
@@ -122,7 +149,7 @@ static double cost_attn_bwd(const ts_graph *g, const ts_node *n) {
 }
 
 const ts_op_def ts_def_attention = {.name = "attention",
-                                    .min_in = 3,
+                                    .min_in = 1,
                                     .max_in = 3,
                                     .infer = infer_attn,
                                     .grad = grad_attn,
@@ -131,7 +158,7 @@ const ts_op_def ts_def_attention = {.name = "attention",
                                     .cost = cost_attn};
 
 const ts_op_def ts_def_attention_bwd = {.name = "attention_bwd",
-                                        .min_in = 6,
+                                        .min_in = 4,
                                         .max_in = 6,
                                         .infer = infer_attn_bwd,
                                         .kernel = ts_attn_bwd,

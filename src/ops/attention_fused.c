@@ -190,8 +190,8 @@ static inline int64_t first(int causal, int64_t j, int64_t diag, int64_t nq) {
      * m the new maxima, l and the output rows o (NULL: not yet written) rescaled by exp(m_old -   \
      * m_new). tmp: 3*BS. */                                                                       \
     TS_CLONES FMA_OK static void fwd_block_##SFX(T *s, int64_t nq, int64_t nk, T *m, T *l, T *o,   \
-                                                 int64_t hd, T scale, int causal, int64_t diag,    \
-                                                 T *tmp) {                                         \
+                                                 int64_t hd, int64_t ldo, T scale, int causal,     \
+                                                 int64_t diag, T *tmp) {                           \
         T *mx = tmp, *al = tmp + BS, *rs = tmp + 2 * BS;                                           \
         for (int64_t i = 0; i < nq; i++) mx[i] = m[i], rs[i] = 0;                                  \
         for (int64_t j = 0; j < nk; j++) {                                                         \
@@ -218,15 +218,15 @@ static inline int64_t first(int causal, int64_t j, int64_t diag, int64_t nq) {
             l[i] = l[i] * al[i] + rs[i];                                                           \
             m[i] = mx[i];                                                                          \
             if (o)                                                                                 \
-                for (int64_t d = 0; d < hd; d++) o[i * hd + d] *= al[i];                           \
+                for (int64_t d = 0; d < hd; d++) o[i * ldo + d] *= al[i];                          \
         }                                                                                          \
     }                                                                                              \
     /* o /= l and lse = m + log(l) once every key block is in. */                                  \
     TS_CLONES static void fwd_final_##SFX(T *o, T *lse, const T *m, const T *l, int64_t nq,        \
-                                          int64_t hd) {                                            \
+                                          int64_t hd, int64_t ldo) {                               \
         for (int64_t i = 0; i < nq; i++) {                                                         \
             T inv = 1 / l[i];                                                                      \
-            for (int64_t d = 0; d < hd; d++) o[i * hd + d] *= inv;                                 \
+            for (int64_t d = 0; d < hd; d++) o[i * ldo + d] *= inv;                                \
             lse[i] = m[i] + LOG(l[i]);                                                             \
         }                                                                                          \
     }                                                                                              \
@@ -250,10 +250,10 @@ static inline int64_t first(int causal, int64_t j, int64_t diag, int64_t nq) {
         }                                                                                          \
     }                                                                                              \
     /* D[i] = sum_d do[i][d] * o[i][d], accumulated in double. */                                  \
-    TS_CLONES static void bwd_rowdot_##SFX(T *D, const T *dout, const T *o, int64_t n,             \
-                                           int64_t hd) {                                           \
+    TS_CLONES static void bwd_rowdot_##SFX(T *D, const T *dout, const T *o, int64_t n, int64_t hd, \
+                                           int64_t ldo) {                                          \
         for (int64_t i = 0; i < n; i++) {                                                          \
-            const T *a = dout + i * hd, *b = o + i * hd;                                           \
+            const T *a = dout + i * ldo, *b = o + i * ldo;                                         \
             double acc[LN] = {0}, s = 0;                                                           \
             int64_t d = 0;                                                                         \
             for (; d + LN <= hd; d += LN)                                                          \
@@ -294,9 +294,10 @@ static int threads_for(int64_t slots, int64_t work) {
 }
 
 #define DEF_ITEMS(T, V, VI, SFX)                                                                   \
-    /* dst[d*BS + i] = src[i*hd + d] for i < n: a block with rows along the vector axis. Whole     \
-     * L x L tiles (L lanes) are transposed in registers; the edges element by element. */         \
-    TS_CLONES static void transpose_##SFX(T *dst, const T *src, int64_t n, int64_t hd) {           \
+    /* dst[d*BS + i] = src[i*lds + d] for i < n, d < hd: a block with rows along the vector axis.  \
+     * Whole L x L tiles (L lanes) are transposed in registers; the edges element by element. */   \
+    TS_CLONES static void transpose_##SFX(T *dst, const T *src, int64_t n, int64_t hd,             \
+                                          int64_t lds) {                                           \
         enum { L = sizeof(V) / sizeof(T) };                                                        \
         int64_t nt = n / L * L, dt = hd / L * L;                                                   \
         /* Stage s (w = L/2 >> s) exchanges bit w of the row and column indices: elements (r, c)   \
@@ -311,7 +312,7 @@ static int threads_for(int64_t slots, int64_t work) {
             for (int64_t d0 = 0; d0 < dt; d0 += L) {                                               \
                 V r[L];                                                                            \
                 _Pragma("GCC unroll 16") for (int i = 0; i < L; i++)                               \
-                    memcpy(&r[i], src + (i0 + i) * hd + d0, sizeof(V));                            \
+                    memcpy(&r[i], src + (i0 + i) * lds + d0, sizeof(V));                           \
                 _Pragma("GCC unroll 4") for (int st = 0, w = L / 2; w >= 1; st++, w /= 2) {        \
                     _Pragma("GCC unroll 16") for (int i = 0; i < L; i++) if (!(i & w)) {           \
                         V a = r[i], b = r[i + w];                                                  \
@@ -323,35 +324,41 @@ static int threads_for(int64_t slots, int64_t work) {
                     memcpy(dst + (d0 + i) * BS + i0, &r[i], sizeof(V));                            \
             }                                                                                      \
         for (int64_t d = 0; d < hd; d++)                                                           \
-            for (int64_t i = d < dt ? nt : 0; i < n; i++) dst[d * BS + i] = src[i * hd + d];       \
+            for (int64_t i = d < dt ? nt : 0; i < n; i++) dst[d * BS + i] = src[i * lds + d];      \
     }                                                                                              \
-    /* One query block [q0, q0 + nq) of one (b, h): q, k, v, o point at the head. */               \
-    static void fwd_item_##SFX(const T *q, const T *k, const T *v, T *o, T *lse, int64_t T_,       \
-                               int64_t hd, int64_t q0, T scale, int causal, T *ws) {               \
+    /* One query block [q0, q0 + nq) of one (b, h): q, k, v, o point at the head, whose rows       \
+     * lie g->ld_in (q, k, v) and g->ld_out (o) elements apart. */                                 \
+    static void fwd_item_##SFX(const T *q, const T *k, const T *v, T *o, T *lse,                   \
+                               const ts_attn_geom *g, int64_t q0, T scale, int causal, T *ws) {    \
+        int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out;                            \
         int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_;                    \
         T *qt = ws, *s = qt + hd * BS, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;               \
-        T *ob = o + q0 * hd;                                                                       \
+        T *ob = o + q0 * lo;                                                                       \
         for (int64_t i = 0; i < nq; i++) m[i] = (T)-INFINITY, l[i] = 0;                            \
-        transpose_##SFX(qt, q + q0 * hd, nq, hd);                                                  \
+        transpose_##SFX(qt, q + q0 * li, nq, hd, li);                                              \
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {                                                \
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;                                          \
-            mm_##SFX(nk, nq, hd, k + k0 * hd, hd, 1, qt, BS, s, BS, 0); /* s^T = k q^T */          \
+            mm_##SFX(nk, nq, hd, k + k0 * li, li, 1, qt, BS, s, BS, 0); /* s^T = k q^T */          \
             /* The first key block writes o (no rescale, no accumulation). */                      \
-            fwd_block_##SFX(s, nq, nk, m, l, k0 ? ob : NULL, hd, scale, causal, q0 - k0, tmp);     \
-            mm_##SFX(nq, hd, nk, s, 1, BS, v + k0 * hd, hd, ob, hd, k0 > 0); /* o += p v */        \
+            fwd_block_##SFX(s, nq, nk, m, l, k0 ? ob : NULL, hd, lo, scale, causal, q0 - k0, tmp); \
+            mm_##SFX(nq, hd, nk, s, 1, BS, v + k0 * li, li, ob, lo, k0 > 0); /* o += p v */        \
         }                                                                                          \
-        fwd_final_##SFX(ob, lse + q0, m, l, nq, hd);                                               \
+        fwd_final_##SFX(ob, lse + q0, m, l, nq, hd, lo);                                           \
     }                                                                                              \
-    typedef void fwd_item_fn_##SFX(const T *, const T *, const T *, T *, T *, int64_t, int64_t,    \
-                                   int64_t, T, int, T *);                                          \
+    typedef void fwd_item_fn_##SFX(const T *, const T *, const T *, T *, T *,                      \
+                                   const ts_attn_geom *, int64_t, T, int, T *);                    \
     /* item: fwd_item_##SFX, or for f32 fwd_item_low; slot: its scratch bytes */                   \
     static ts_status fwd_##SFX(const ts_kargs *k, fwd_item_fn_##SFX *item, size_t slot) {          \
-        const ts_tensor *qt = &k->in[0];                                                           \
-        int64_t BH = qt->dims[0] * qt->dims[1], T_ = qt->dims[2], hd = qt->dims[3];                \
+        ts_attn_geom g;                                                                            \
+        ts_attn_geom_of_tensor(&k->in[0], &g);                                                     \
+        int64_t BH = g.B * g.H, T_ = g.seq, hd = g.hd;                                             \
         int64_t nqb = nblocks(T_), items = BH * nqb, slots = slots_for(items);                     \
         if ((size_t)slots * slot > k->scratch_bytes)                                               \
             return ts_fail(TS_ERR_INTERNAL, "attention '%s': scratch too small", k->label);        \
-        const T *q = qt->data, *kk = k->in[1].data, *v = k->in[2].data;                            \
+        /* packed: k and v are the next two of the three [H, hd] groups of a position's row */     \
+        const T *q = k->in[0].data;                                                                \
+        const T *kk = g.packed ? q + g.H * hd : k->in[1].data;                                     \
+        const T *v = g.packed ? q + 2 * g.H * hd : k->in[2].data;                                  \
         T *o = k->out[0].data, *lse = k->out[1].data, scale = (T)k->a->attention.scale;            \
         int causal = k->a->attention.causal != 0;                                                  \
         char *ws = k->scratch;                                                                     \
@@ -360,55 +367,64 @@ static int threads_for(int64_t slots, int64_t work) {
             T *w = (T *)(ws + (size_t)omp_get_thread_num() * slot);                                \
             /* The last query blocks see the most keys: hand them out first. */                    \
             _Pragma("omp for schedule(dynamic, 1)") for (int64_t it = 0; it < items; it++) {       \
-                int64_t bh = it % BH, qb = nqb - 1 - it / BH, off = bh * T_ * hd;                  \
-                item(q + off, kk + off, v + off, o + off, lse + bh * T_, T_, hd, qb * BS, scale,   \
-                     causal, w);                                                                   \
+                int64_t bh = it % BH, qb = nqb - 1 - it / BH, hi, ho;                              \
+                ts_attn_head_offsets(&g, bh, &hi, &ho);                                            \
+                item(q + hi, kk + hi, v + hi, o + ho, lse + bh * T_, &g, qb * BS, scale, causal,   \
+                     w);                                                                           \
             }                                                                                      \
         }                                                                                          \
         return TS_OK;                                                                              \
     }                                                                                              \
-    /* One (b, h): every pointer at the head. Query blocks outside, key blocks inside: dq of a     \
-     * block sums over key blocks in order, dk and dv of a key block over query blocks in order.   \
-     */                                                                                            \
+    /* One (b, h): every pointer at the head (row strides in g). Query blocks outside, key blocks  \
+     * inside: dq of a block sums over key blocks in order, dk and dv of a key block over query    \
+     * blocks in order. */                                                                         \
     static void bwd_item_##SFX(const T *dout, const T *q, const T *k, const T *v, const T *o,      \
-                               const T *lse, T *dq, T *dk, T *dv, int64_t T_, int64_t hd, T scale, \
+                               const T *lse, T *dq, T *dk, T *dv, const ts_attn_geom *g, T scale,  \
                                int causal, T *ws) {                                                \
+        int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_grad;           \
         T *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS; \
-        bwd_rowdot_##SFX(D, dout, o, T_, hd);                                                      \
+        bwd_rowdot_##SFX(D, dout, o, T_, hd, lo);                                                  \
         for (int64_t q0 = 0; q0 < T_; q0 += BS) {                                                  \
             int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_;                \
-            const T *qb = q + q0 * hd, *dob = dout + q0 * hd;                                      \
-            T *dqb = dq + q0 * hd;                                                                 \
-            transpose_##SFX(qt, qb, nq, hd);                                                       \
-            transpose_##SFX(dot, dob, nq, hd);                                                     \
+            const T *qb = q + q0 * li, *dob = dout + q0 * lo;                                      \
+            T *dqb = dq + q0 * lg;                                                                 \
+            transpose_##SFX(qt, qb, nq, hd, li);                                                   \
+            transpose_##SFX(dot, dob, nq, hd, lo);                                                 \
             for (int64_t k0 = 0; k0 < kend; k0 += BS) {                                            \
                 int64_t nk = kend - k0 < BS ? kend - k0 : BS;                                      \
-                const T *kb = k + k0 * hd, *vb = v + k0 * hd;                                      \
-                T *dkb = dk + k0 * hd, *dvb = dv + k0 * hd;                                        \
-                mm_##SFX(nk, nq, hd, kb, hd, 1, qt, BS, p, BS, 0); /* s^T = k q^T */               \
+                const T *kb = k + k0 * li, *vb = v + k0 * li;                                      \
+                T *dkb = dk + k0 * lg, *dvb = dv + k0 * lg;                                        \
+                mm_##SFX(nk, nq, hd, kb, li, 1, qt, BS, p, BS, 0); /* s^T = k q^T */               \
                 bwd_p_##SFX(p, nq, nk, lse + q0, scale, causal, q0 - k0);                          \
                 /* The first query block to see a key block writes its dk, dv; the first key       \
                  * block writes dq (so no output needs zeroing). */                                \
                 int first_q = q0 == (causal ? k0 : 0);                                             \
-                mm_##SFX(nk, hd, nq, p, BS, 1, dob, hd, dvb, hd, !first_q); /* dv += p^T do */     \
-                mm_##SFX(nk, nq, hd, vb, hd, 1, dot, BS, ds, BS, 0);        /* dp^T = v do^T */    \
+                mm_##SFX(nk, hd, nq, p, BS, 1, dob, lo, dvb, lg, !first_q); /* dv += p^T do */     \
+                mm_##SFX(nk, nq, hd, vb, li, 1, dot, BS, ds, BS, 0);        /* dp^T = v do^T */    \
                 bwd_ds_##SFX(ds, p, nq, nk, D + q0, scale);                                        \
-                mm_##SFX(nq, hd, nk, ds, 1, BS, kb, hd, dqb, hd, k0 > 0);   /* dq += ds k */       \
-                mm_##SFX(nk, hd, nq, ds, BS, 1, qb, hd, dkb, hd, !first_q); /* dk += ds^T q */     \
+                mm_##SFX(nq, hd, nk, ds, 1, BS, kb, li, dqb, lg, k0 > 0);   /* dq += ds k */       \
+                mm_##SFX(nk, hd, nq, ds, BS, 1, qb, li, dkb, lg, !first_q); /* dk += ds^T q */     \
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
     typedef void bwd_item_fn_##SFX(const T *, const T *, const T *, const T *, const T *,          \
-                                   const T *, T *, T *, T *, int64_t, int64_t, T, int, T *);       \
+                                   const T *, T *, T *, T *, const ts_attn_geom *, T, int, T *);   \
     static ts_status bwd_##SFX(const ts_kargs *k, bwd_item_fn_##SFX *item, size_t slot) {          \
-        const ts_tensor *qt = &k->in[1];                                                           \
-        int64_t BH = qt->dims[0] * qt->dims[1], T_ = qt->dims[2], hd = qt->dims[3];                \
+        ts_attn_geom g;                                                                            \
+        ts_attn_geom_of_tensor(&k->in[1], &g);                                                     \
+        int64_t BH = g.B * g.H, T_ = g.seq, hd = g.hd;                                             \
         int64_t slots = slots_for(BH);                                                             \
         if ((size_t)slots * slot > k->scratch_bytes)                                               \
             return ts_fail(TS_ERR_INTERNAL, "attention_bwd '%s': scratch too small", k->label);    \
-        const T *dout = k->in[0].data, *q = qt->data, *kk = k->in[2].data, *v = k->in[3].data;     \
-        const T *o = k->in[4].data, *lse = k->in[5].data;                                          \
-        T *dq = k->out[0].data, *dk = k->out[1].data, *dv = k->out[2].data;                        \
+        /* split: (do, q, k, v, o, lse) -> (dq, dk, dv); packed: (do, qkv, o, lse) -> (dqkv) */    \
+        int64_t gk = g.H * hd;                                                                     \
+        const T *dout = k->in[0].data, *q = k->in[1].data;                                         \
+        const T *kk = g.packed ? q + gk : k->in[2].data,                                           \
+                *v = g.packed ? q + 2 * gk : k->in[3].data;                                        \
+        const T *o = k->in[g.packed ? 2 : 4].data, *lse = k->in[g.packed ? 3 : 5].data;            \
+        T *dq = k->out[0].data;                                                                    \
+        T *dk = g.packed ? dq + gk : k->out[1].data,                                               \
+          *dv = g.packed ? dq + 2 * gk : k->out[2].data;                                           \
         T scale = (T)k->a->attention.scale;                                                        \
         int causal = k->a->attention.causal != 0;                                                  \
         char *ws = k->scratch;                                                                     \
@@ -416,9 +432,10 @@ static int threads_for(int64_t slots, int64_t work) {
         _Pragma("omp parallel num_threads(nt) if (nt > 1)") {                                      \
             T *w = (T *)(ws + (size_t)omp_get_thread_num() * slot);                                \
             _Pragma("omp for schedule(dynamic, 1)") for (int64_t bh = 0; bh < BH; bh++) {          \
-                int64_t off = bh * T_ * hd;                                                        \
-                item(dout + off, q + off, kk + off, v + off, o + off, lse + bh * T_, dq + off,     \
-                     dk + off, dv + off, T_, hd, scale, causal, w);                                \
+                int64_t hi, ho;                                                                    \
+                ts_attn_head_offsets(&g, bh, &hi, &ho);                                            \
+                item(dout + ho, q + hi, kk + hi, v + hi, o + ho, lse + bh * T_, dq + hi, dk + hi,  \
+                     dv + hi, &g, scale, causal, w);                                               \
             }                                                                                      \
         }                                                                                          \
         return TS_OK;                                                                              \
@@ -438,16 +455,17 @@ size_t ts_attn_fwd_slot_bytes(int64_t hd, size_t es) {
 size_t ts_attn_bwd_slot_bytes(int64_t T, int64_t hd, size_t es) {
     return bwd_slot_bytes(T, hd, es);
 }
-void ts_attn_transpose_f32(float *dst, const float *src, int64_t n, int64_t hd) {
-    transpose_f32(dst, src, n, hd);
+void ts_attn_transpose_f32(float *dst, const float *src, int64_t n, int64_t hd, int64_t lds) {
+    transpose_f32(dst, src, n, hd, lds);
 }
 void ts_attn_fwd_block_f32(float *s, int64_t nq, int64_t nk, float *m, float *l, float *o,
-                           int64_t hd, float scale, int causal, int64_t diag, float *tmp) {
-    fwd_block_f32(s, nq, nk, m, l, o, hd, scale, causal, diag, tmp);
+                           int64_t hd, int64_t ldo, float scale, int causal, int64_t diag,
+                           float *tmp) {
+    fwd_block_f32(s, nq, nk, m, l, o, hd, ldo, scale, causal, diag, tmp);
 }
 void ts_attn_fwd_final_f32(float *o, float *lse, const float *m, const float *l, int64_t nq,
-                           int64_t hd) {
-    fwd_final_f32(o, lse, m, l, nq, hd);
+                           int64_t hd, int64_t ldo) {
+    fwd_final_f32(o, lse, m, l, nq, hd, ldo);
 }
 void ts_attn_bwd_p_f32(float *s, int64_t nq, int64_t nk, const float *lse, float scale, int causal,
                        int64_t diag) {
@@ -457,45 +475,84 @@ void ts_attn_bwd_ds_f32(float *dp, const float *p, int64_t nq, int64_t nk, const
                         float scale) {
     bwd_ds_f32(dp, p, nq, nk, D, scale);
 }
-void ts_attn_bwd_rowdot_f32(float *D, const float *dout, const float *o, int64_t n, int64_t hd) {
-    bwd_rowdot_f32(D, dout, o, n, hd);
+void ts_attn_bwd_rowdot_f32(float *D, const float *dout, const float *o, int64_t n, int64_t hd,
+                            int64_t ldo) {
+    bwd_rowdot_f32(D, dout, o, n, hd, ldo);
+}
+
+/* ---- the kernels of attention and attention_bwd --------------------------- */
+
+/* ---- the geometry of the two forms ------------------------------------------------------- */
+
+void ts_attn_geom_of(const ts_type *q, ts_attn_geom *g) {
+    g->packed = q->rank == 5;
+    if (g->packed) {
+        g->B = q->dims[0], g->seq = q->dims[1], g->H = q->dims[3], g->hd = q->dims[4];
+        g->ld_in = g->ld_grad = 3 * g->H * g->hd;
+        g->ld_out = g->H * g->hd;
+    } else {
+        g->B = q->dims[0], g->H = q->dims[1], g->seq = q->dims[2], g->hd = q->dims[3];
+        g->ld_in = g->ld_out = g->ld_grad = g->hd;
+    }
+}
+
+void ts_attn_geom_of_tensor(const ts_tensor *q, ts_attn_geom *g) {
+    ts_type t = {.dtype = q->dtype, .rank = q->rank};
+    memcpy(t.dims, q->dims, sizeof t.dims);
+    ts_attn_geom_of(&t, g);
+}
+
+void ts_attn_head_offsets(const ts_attn_geom *g, int64_t bh, int64_t *in, int64_t *out) {
+    if (!g->packed) {
+        *in = *out = bh * g->seq * g->hd;
+        return;
+    }
+    int64_t b = bh / g->H, h = bh % g->H;
+    *in = b * g->seq * g->ld_in + h * g->hd;
+    *out = b * g->seq * g->ld_out + h * g->hd;
 }
 
 /* ---- the kernels of attention and attention_bwd --------------------------- */
 
 ts_status ts_attn_fwd(const ts_kargs *k) {
-    int64_t hd = k->in[0].rank == 4 ? k->in[0].dims[3] : 0;
+    ts_attn_geom g;
+    ts_attn_geom_of_tensor(&k->in[0], &g);
     switch (k->in[0].dtype) {
     case TS_F32:
         return k->a->attention.low
-                   ? fwd_f32(k, ts_attn_fwd_item_low, ts_attn_fwd_low_slot_bytes(hd))
-                   : fwd_f32(k, fwd_item_f32, fwd_slot_bytes(hd, sizeof(float)));
-    case TS_F64: return fwd_f64(k, fwd_item_f64, fwd_slot_bytes(hd, sizeof(double)));
+                   ? fwd_f32(k, ts_attn_fwd_item_low, ts_attn_fwd_low_slot_bytes(g.hd))
+                   : fwd_f32(k, fwd_item_f32, fwd_slot_bytes(g.hd, sizeof(float)));
+    case TS_F64: return fwd_f64(k, fwd_item_f64, fwd_slot_bytes(g.hd, sizeof(double)));
     default: return ts_kernel_bad_dtype(k, "attention", k->in[0].dtype);
     }
 }
 
 ts_status ts_attn_bwd(const ts_kargs *k) {
-    int64_t T = k->in[1].rank == 4 ? k->in[1].dims[2] : 0, hd = T ? k->in[1].dims[3] : 0;
+    ts_attn_geom g;
+    ts_attn_geom_of_tensor(&k->in[1], &g);
     switch (k->in[1].dtype) {
     case TS_F32:
         return k->a->attention.low
-                   ? bwd_f32(k, ts_attn_bwd_item_low, ts_attn_bwd_low_slot_bytes(T, hd))
-                   : bwd_f32(k, bwd_item_f32, bwd_slot_bytes(T, hd, sizeof(float)));
-    case TS_F64: return bwd_f64(k, bwd_item_f64, bwd_slot_bytes(T, hd, sizeof(double)));
+                   ? bwd_f32(k, ts_attn_bwd_item_low, ts_attn_bwd_low_slot_bytes(g.seq, g.hd))
+                   : bwd_f32(k, bwd_item_f32, bwd_slot_bytes(g.seq, g.hd, sizeof(float)));
+    case TS_F64: return bwd_f64(k, bwd_item_f64, bwd_slot_bytes(g.seq, g.hd, sizeof(double)));
     default: return ts_kernel_bad_dtype(k, "attention_bwd", k->in[1].dtype);
     }
 }
 
 size_t ts_attn_fwd_scratch(const ts_type *q, int low) {
-    int64_t items = q->dims[0] * q->dims[1] * nblocks(q->dims[2]);
-    size_t slot = low ? ts_attn_fwd_low_slot_bytes(q->dims[3])
-                      : fwd_slot_bytes(q->dims[3], ts_dtype_size(q->dtype));
+    ts_attn_geom g;
+    ts_attn_geom_of(q, &g);
+    int64_t items = g.B * g.H * nblocks(g.seq);
+    size_t slot =
+        low ? ts_attn_fwd_low_slot_bytes(g.hd) : fwd_slot_bytes(g.hd, ts_dtype_size(q->dtype));
     return (size_t)slots_for(items) * slot;
 }
 
 size_t ts_attn_bwd_scratch(const ts_type *q, int low) {
-    size_t slot = low ? ts_attn_bwd_low_slot_bytes(q->dims[2], q->dims[3])
-                      : bwd_slot_bytes(q->dims[2], q->dims[3], ts_dtype_size(q->dtype));
-    return (size_t)slots_for(q->dims[0] * q->dims[1]) * slot;
+    ts_attn_geom g;
+    ts_attn_geom_of(q, &g);
+    size_t slot = low ? ts_attn_bwd_low_slot_bytes(g.seq, g.hd)
+                      : bwd_slot_bytes(g.seq, g.hd, ts_dtype_size(q->dtype));
+    return (size_t)slots_for(g.B * g.H) * slot;
 }

@@ -10,7 +10,17 @@
  *     ts_attn_fwd(k);                 // attention (q, k, v) -> (o, lse)
  *     ts_attn_bwd(k);                 // attention_bwd (do, q, k, v, o, lse) -> (dq, dk, dv)
  *     ts_attn_fwd_scratch(&q, low);   // the scratch bytes each needs, q [B, H, T, hd]
- *     ts_attn_bwd_scratch(&q, low);
+ *     ts_attn_bwd_scratch(&q, low);   //   (or the packed qkv [B, T, 3, H, hd])
+ *
+ * Two forms, told apart by the rank of q (input 0 forward, 1 backward). Split: q, k, v, o
+ * and the gradients [B, H, T, hd], each its own tensor. Packed (the qkv projection's output
+ * read in place, passes/attention_qkv.c): one qkv [B, T, 3, H, hd] holds q, k and v,
+ *
+ *     attention (qkv) -> (o [B, T, H, hd], lse [B, H, T])
+ *     attention_bwd (do [B, T, H, hd], qkv, o, lse) -> (dqkv [B, T, 3, H, hd])
+ *
+ * so that no slice or head permute copies them; the kernels only read and write rows
+ * further apart (ts_attn_geom), with the same sums in the same order as the split form.
  */
 #ifndef TS_ATTENTION_FUSED_H
 #define TS_ATTENTION_FUSED_H
@@ -20,6 +30,20 @@
 #include "kern.h"
 
 #define TS_ATTN_BS 64 /* queries and keys per block */
+
+/* Where the rows of one (b, h) lie: T positions of hd elements, ld_in apart in q, k and v,
+ * ld_out in o and do, ld_grad in dq, dk and dv (all hd in the split form). */
+typedef struct ts_attn_geom {
+    int64_t B, H, seq, hd; /* seq: T, the positions */
+    int packed;            /* q is the rank-5 qkv */
+    int64_t ld_in, ld_out, ld_grad;
+} ts_attn_geom;
+/* The geometry of q's type (rank 4: split, rank 5: packed qkv). */
+void ts_attn_geom_of(const ts_type *q, ts_attn_geom *g);
+void ts_attn_geom_of_tensor(const ts_tensor *q, ts_attn_geom *g);
+/* Offsets of head bh = b * H + h: in q (and dq; k and v are H * hd and 2 * H * hd further
+ * in the packed form), out in o and do. */
+void ts_attn_head_offsets(const ts_attn_geom *g, int64_t bh, int64_t *in, int64_t *out);
 
 /* The kernels of attention and attention_bwd (f32 with or without attention.low, f64). */
 ts_status ts_attn_fwd(const ts_kargs *k);
@@ -33,32 +57,35 @@ size_t ts_attn_bwd_scratch(const ts_type *q, int low);
 size_t ts_attn_round64(size_t bytes);
 size_t ts_attn_fwd_slot_bytes(int64_t hd, size_t es);
 size_t ts_attn_bwd_slot_bytes(int64_t T, int64_t hd, size_t es);
-/* dst[d * BS + i] = src[i * hd + d] for i < n. */
-void ts_attn_transpose_f32(float *dst, const float *src, int64_t n, int64_t hd);
-/* Online softmax over one key block of transposed scores s (see attention_fused.c). */
+/* dst[d * BS + i] = src[i * lds + d] for i < n, d < hd. */
+void ts_attn_transpose_f32(float *dst, const float *src, int64_t n, int64_t hd, int64_t lds);
+/* Online softmax over one key block of transposed scores s (see attention_fused.c); o's
+ * rows ldo apart. */
 void ts_attn_fwd_block_f32(float *s, int64_t nq, int64_t nk, float *m, float *l, float *o,
-                           int64_t hd, float scale, int causal, int64_t diag, float *tmp);
+                           int64_t hd, int64_t ldo, float scale, int causal, int64_t diag,
+                           float *tmp);
 /* o /= l and lse = m + log(l) once every key block is in. */
 void ts_attn_fwd_final_f32(float *o, float *lse, const float *m, const float *l, int64_t nq,
-                           int64_t hd);
+                           int64_t hd, int64_t ldo);
 /* Backward: s becomes p = exp(scale * s - lse) (0 at masked keys). */
 void ts_attn_bwd_p_f32(float *s, int64_t nq, int64_t nk, const float *lse, float scale, int causal,
                        int64_t diag);
 /* dp becomes ds = scale * p * (dp - D). */
 void ts_attn_bwd_ds_f32(float *dp, const float *p, int64_t nq, int64_t nk, const float *D,
                         float scale);
-/* D[i] = sum_d do[i][d] * o[i][d]. */
-void ts_attn_bwd_rowdot_f32(float *D, const float *dout, const float *o, int64_t n, int64_t hd);
+/* D[i] = sum_d do[i][d] * o[i][d], rows ldo apart. */
+void ts_attn_bwd_rowdot_f32(float *D, const float *dout, const float *o, int64_t n, int64_t hd,
+                            int64_t ldo);
 
 /* ---- bf16 products (attention_items_low.c) --------------------------------------------- */
 
 /* One query block [q0, q0 + nq) of one (b, h), as the f32 item, with bf16 block products. */
 void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float *o, float *lse,
-                          int64_t T_, int64_t hd, int64_t q0, float scale, int causal, float *ws);
+                          const ts_attn_geom *g, int64_t q0, float scale, int causal, float *ws);
 /* One (b, h) of the backward, as the f32 item, with bf16 block products. */
 void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
                           const float *o, const float *lse, float *dq, float *dk, float *dv,
-                          int64_t T_, int64_t hd, float scale, int causal, float *ws);
+                          const ts_attn_geom *g, float scale, int causal, float *ws);
 /* Bytes of one slot of the bf16 items: the f32 slot and the packed operands. */
 size_t ts_attn_fwd_low_slot_bytes(int64_t hd);
 size_t ts_attn_bwd_low_slot_bytes(int64_t T, int64_t hd);

@@ -30,68 +30,70 @@ size_t ts_attn_bwd_low_slot_bytes(int64_t T, int64_t hd) {
 
 /* fwd_item_f32 with bf16 products: the same blocks, online softmax and f32 output. */
 void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float *o, float *lse,
-                          int64_t T_, int64_t hd, int64_t q0, float scale, int causal, float *ws) {
+                          const ts_attn_geom *g, int64_t q0, float scale, int causal, float *ws) {
+    const int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out;
     int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_, hp = (hd + 1) / 2;
     float *qt = ws, *s = qt + hd * BS, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;
     uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_fwd_slot_bytes(hd, sizeof(float)));
     uint32_t *kw = qw + hp * BS, *vw = kw + BS * hp, *pw = vw + BS / 2 * hd;
-    float *ob = o + q0 * hd;
+    float *ob = o + q0 * lo;
     for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
-    ts_attn_transpose_f32(qt, q + q0 * hd, nq, hd);
+    ts_attn_transpose_f32(qt, q + q0 * li, nq, hd, li);
     ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq); /* qw[d/2][i] */
     for (int64_t k0 = 0; k0 < kend; k0 += BS) {
         int64_t nk = kend - k0 < BS ? kend - k0 : BS;
-        ts_attn_pack_rows(kw, hp, k + k0 * hd, hd, nk, hd);
+        ts_attn_pack_rows(kw, hp, k + k0 * li, li, nk, hd);
         ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, s, BS, 0); /* s^T = k q^T */
-        ts_attn_fwd_block_f32(s, nq, nk, m, l, k0 ? ob : NULL, hd, scale, causal, q0 - k0, tmp);
+        ts_attn_fwd_block_f32(s, nq, nk, m, l, k0 ? ob : NULL, hd, lo, scale, causal, q0 - k0, tmp);
         ts_attn_pack_pairs(pw, BS, s, BS, nk, nq); /* pw[j/2][i] */
-        ts_attn_pack_pairs(vw, hd, v + k0 * hd, hd, nk, hd);
-        ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, pw, 1, BS, vw, hd, ob, hd, k0 > 0); /* o += p v */
+        ts_attn_pack_pairs(vw, hd, v + k0 * li, li, nk, hd);
+        ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, pw, 1, BS, vw, hd, ob, lo, k0 > 0); /* o += p v */
     }
-    ts_attn_fwd_final_f32(ob, lse + q0, m, l, nq, hd);
+    ts_attn_fwd_final_f32(ob, lse + q0, m, l, nq, hd, lo);
 }
 
 /* bwd_item_f32 with bf16 products: the same blocks and order, p, ds and D in f32. */
 void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
                           const float *o, const float *lse, float *dq, float *dk, float *dv,
-                          int64_t T_, int64_t hd, float scale, int causal, float *ws) {
+                          const ts_attn_geom *g, float scale, int causal, float *ws) {
+    const int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_grad;
     const int64_t hp = (hd + 1) / 2, BP = BS / 2;
     float *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS;
     uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_bwd_slot_bytes(T_, hd, sizeof(float)));
     uint32_t *dow = qw + hp * BS, *qpw = dow + hp * BS, *dopw = qpw + BP * hd;
     uint32_t *kpw = dopw + BP * hd, *kw = kpw + BP * hd, *vw = kw + BS * hp;
     uint32_t *prw = vw + BS * hp, *dsrw = prw + BS * BP, *dspw = dsrw + BS * BP;
-    ts_attn_bwd_rowdot_f32(D, dout, o, T_, hd);
+    ts_attn_bwd_rowdot_f32(D, dout, o, T_, hd, lo);
     for (int64_t q0 = 0; q0 < T_; q0 += BS) {
         int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_, nqp = (nq + 1) / 2;
-        const float *qb = q + q0 * hd, *dob = dout + q0 * hd;
-        float *dqb = dq + q0 * hd;
-        ts_attn_transpose_f32(qt, qb, nq, hd);
-        ts_attn_transpose_f32(dot, dob, nq, hd);
+        const float *qb = q + q0 * li, *dob = dout + q0 * lo;
+        float *dqb = dq + q0 * lg;
+        ts_attn_transpose_f32(qt, qb, nq, hd, li);
+        ts_attn_transpose_f32(dot, dob, nq, hd, lo);
         ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq);   /* q^T:  [d/2][i] */
         ts_attn_pack_pairs(dow, BS, dot, BS, hd, nq); /* do^T: [d/2][i] */
-        ts_attn_pack_pairs(qpw, hd, qb, hd, nq, hd);  /* q:    [i/2][d] */
-        ts_attn_pack_pairs(dopw, hd, dob, hd, nq, hd);
+        ts_attn_pack_pairs(qpw, hd, qb, li, nq, hd);  /* q:    [i/2][d] */
+        ts_attn_pack_pairs(dopw, hd, dob, lo, nq, hd);
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;
-            const float *kb = k + k0 * hd;
-            float *dkb = dk + k0 * hd, *dvb = dv + k0 * hd;
-            ts_attn_pack_rows(kw, hp, kb, hd, nk, hd);
-            ts_attn_pack_rows(vw, hp, v + k0 * hd, hd, nk, hd);
-            ts_attn_pack_pairs(kpw, hd, kb, hd, nk, hd);
+            const float *kb = k + k0 * li;
+            float *dkb = dk + k0 * lg, *dvb = dv + k0 * lg;
+            ts_attn_pack_rows(kw, hp, kb, li, nk, hd);
+            ts_attn_pack_rows(vw, hp, v + k0 * li, li, nk, hd);
+            ts_attn_pack_pairs(kpw, hd, kb, li, nk, hd);
             ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, p, BS, 0); /* s^T = k q^T */
             ts_attn_bwd_p_f32(p, nq, nk, lse + q0, scale, causal, q0 - k0);
             int first_q = q0 == (causal ? k0 : 0);
             ts_attn_pack_rows(prw, BP, p, BS, nk, nq);
-            ts_attn_mm_bf16(nk, hd, nqp, prw, BP, 1, dopw, hd, dvb, hd,
+            ts_attn_mm_bf16(nk, hd, nqp, prw, BP, 1, dopw, hd, dvb, lg,
                             !first_q);                                  /* dv += p^T do */
             ts_attn_mm_bf16(nk, nq, hp, vw, hp, 1, dow, BS, ds, BS, 0); /* dp^T = v do^T */
             ts_attn_bwd_ds_f32(ds, p, nq, nk, D + q0, scale);
             ts_attn_pack_pairs(dspw, BS, ds, BS, nk, nq);
             ts_attn_pack_rows(dsrw, BP, ds, BS, nk, nq);
-            ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, dspw, 1, BS, kpw, hd, dqb, hd,
+            ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, dspw, 1, BS, kpw, hd, dqb, lg,
                             k0 > 0); /* dq += ds k */
-            ts_attn_mm_bf16(nk, hd, nqp, dsrw, BP, 1, qpw, hd, dkb, hd,
+            ts_attn_mm_bf16(nk, hd, nqp, dsrw, BP, 1, qpw, hd, dkb, lg,
                             !first_q); /* dk += ds^T q */
         }
     }

@@ -72,6 +72,11 @@ ts_status ts_pass_loss_scale_order(ts_graph *g, int32_t node);
  * of dropout and batch-norm nodes (train_mode.c). */
 ts_status ts_pass_train_mode(ts_graph *g, int training);
 
+/* The fused attention reads q, k, v from the qkv projection's [B, T, 3D] output and writes
+ * its output as [B, T, H, hd] where the graph slices and permutes them (attention_qkv.c);
+ * before autodiff, leaving the old chain for simplify. *n_folded (may be NULL): how many. */
+ts_status ts_pass_attention_qkv(ts_graph *g, int *n_folded);
+
 /* Dead-code elimination, common-subexpression elimination, constant
  * folding. Keeps outputs, gradients and side effects. Renumbers values:
  * *remap (size = old value count) receives old -> new ids if non-NULL. */

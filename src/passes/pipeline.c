@@ -69,6 +69,14 @@ static ts_status run_peft(ts_pass_ctx *c) {
     c->n_params = n;
     return TS_OK;
 }
+/* The old chain it leaves is removed by simplify's dead-code elimination; the CUDA backend
+ * has no packed attention (host backends run the op table's kernels). */
+static int with_attention_qkv(const ts_pass_ctx *c) {
+    return with_simplify(c) && c->low_kernels_ok;
+}
+static ts_status run_attention_qkv(ts_pass_ctx *c) {
+    return ts_pass_attention_qkv(c->g, NULL);
+}
 static ts_status run_loss_scale(ts_pass_ctx *c) {
     return ts_pass_loss_scale_loss(c->g, &c->opt->precision, c->loss, &c->diff, &c->scale);
 }
@@ -218,6 +226,7 @@ static ts_status run_memplan(ts_pass_ctx *c) {
 
 static const ts_pass_def PASSES[] = {
     {"peft", with_peft, run_peft},
+    {"attention_qkv", with_attention_qkv, run_attention_qkv},
     {"loss_scale", with_loss_scale, run_loss_scale},
     {"autodiff", training, run_autodiff},
     {"discard_outputs", with_discard, run_discard},

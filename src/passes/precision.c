@@ -230,6 +230,44 @@ static int fold_casts(ts_graph *g) {
     return folded;
 }
 
+/* A sum over the leading axes of the [B, T, C] view of value v (the packed attention's
+ * gradient dqkv [B, T, 3, H, hd], passes/attention_qkv.c); node index or -1. */
+static int sum_of_view(const ts_graph *g, int32_t v, int before) {
+    for (int u = 0; u < before; u++) {
+        const ts_node *s = &g->nodes[u];
+        const int64_t m = s->a.reduce.axes;
+        if (s->dead || s->op != TS_OP_REDUCE_SUM || s->n_in != 1 || s->n_out != 1 ||
+            s->a.reduce.out_low)
+            continue;
+        const ts_value *r = &g->values[s->in[0]];
+        if (m <= 0 || m >= ((int64_t)1 << r->t.rank) - 1 || (m & (m + 1)) != 0) continue;
+        if (r->kind == TS_VK_NODE && r->node >= 0 && g->nodes[r->node].op == TS_OP_RESHAPE &&
+            g->nodes[r->node].in[0] == v)
+            return u;
+    }
+    return -1;
+}
+
+/* Cast node i of v, read only through reshapes (the GEMMs' views of it), casts the view
+ * that sum_of_view found instead, so fold_sum_casts can give it to that sum: the same
+ * bytes, another shape. */
+static int cast_the_summed_view(ts_graph *g, int i) {
+    const int32_t v = g->nodes[i].in[0], w = g->nodes[i].out[0];
+    const int sum = sum_of_view(g, v, i);
+    if (sum < 0) return -1;
+    for (int u = 0; u < g->n_nodes; u++) {
+        const ts_node *r = &g->nodes[u];
+        if (r->dead) continue;
+        for (int j = 0; j < r->n_in; j++)
+            if (r->in[j] == w && r->op != TS_OP_RESHAPE) return -1;
+    }
+    const int32_t view = g->nodes[sum].in[0];
+    g->nodes[i].in[0] = view;
+    g->values[w].t.rank = g->values[view].t.rank;
+    memcpy(g->values[w].t.dims, g->values[view].t.dims, sizeof g->values[w].t.dims);
+    return sum;
+}
+
 /* A bf16 cast of an f32 value that a sum over its leading axes also reads (a bias gradient,
  * which the data and weight GEMMs read in bf16): the sum writes the cast as its second output
  * (reduce.out_low) in the same pass over the value, and the cast goes: one read of the f32
@@ -255,6 +293,7 @@ static int fold_sum_casts(ts_graph *g) {
                 (m & (m + 1)) == 0) /* the leading axes: a [red, inner] column sum */
                 sum = u;
         }
+        if (!ordered && sum < 0) sum = cast_the_summed_view(g, i);
         if (ordered || sum < 0) continue;
         ts_node *s = &g->nodes[sum];
         s->a.reduce.out_low = 1;

@@ -23,6 +23,21 @@ static ts_val build_attn(ts_graph *g, const ts_val *in, void *user) {
     return ts_attention(g, in[0], in[1], in[2], o->causal, o->scale);
 }
 
+/* GPT-2's attention on a qkv [B, T, 3 * H * hd]: three slices, head permutes, the output
+ * permuted back, which passes/attention_qkv.c folds into the packed form (one qkv input,
+ * output [B, T, H, hd], gradient dqkv). user: H. */
+static ts_val build_qkv(ts_graph *g, const ts_val *in, void *user) {
+    int64_t H = *(const int64_t *)user, B = ts_dim(g, in[0], 0), T = ts_dim(g, in[0], 1);
+    int64_t D = ts_dim(g, in[0], 2) / 3, sizes[3] = {D, D, D}, hdims[4] = {B, T, H, D / H};
+    int perm[4] = {0, 2, 1, 3};
+    ts_val parts[3], qkv[3];
+    ts_split(g, in[0], 2, 3, sizes, parts);
+    for (int i = 0; i < 3; i++) qkv[i] = ts_permute(g, ts_reshape(g, parts[i], 4, hdims), perm);
+    ts_val y = ts_permute(g, ts_causal_attention(g, qkv[0], qkv[1], qkv[2]), perm);
+    int64_t ydims[3] = {B, T, D};
+    return ts_reshape(g, y, 3, ydims);
+}
+
 static void check_grads(void) {
     gc_input in[3] = {GC_F(2, 2, 5, 3), GC_F(2, 2, 5, 3), GC_F(2, 2, 5, 3)};
     gc_check("causal_attention B=2 H=2 T=5 hd=3", 3, in, build, NULL);
@@ -50,6 +65,15 @@ static void check_grads(void) {
     gc_check("attention non-causal T=70 hd=5", 3, odd, build_attn, &full);
     attn_opts causal = {1, 1.3};
     gc_check_opt("attention causal scale 1.3 T=130", 3, multi, build_attn, &causal, &few);
+    /* The packed form (passes/attention_qkv.c): H = 3 heads of 5 over a partial second
+     * block, rows 45 apart in qkv and 15 in the output. */
+    int64_t H = 3;
+    gc_input packed[1] = {GC_F(2, 70, 45)};
+    packed[0].lo = -2, packed[0].hi = 2;
+    gc_check_opt("attention packed qkv B=2 T=70 H=3 hd=5", 1, packed, build_qkv, &H, &few);
+    gc_input small[1] = {GC_F(1, 5, 12)};
+    H = 2;
+    gc_check("attention packed qkv B=1 T=5 H=2 hd=2", 1, small, build_qkv, &H);
 }
 
 /* softmax(q k^T / sqrt(3) masked) v for B=1, H=2, T=4, hd=3 computed by
