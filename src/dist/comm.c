@@ -92,9 +92,7 @@ int ts_spin(unsigned *spins) {
      * fair share of the CPU from the thread it shares a core with (waiting
      * for a slower peer, it would halve the backward pass it overlaps). */
     if (s < 2048) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        ts_cpu_pause();
     } else if (s < 2048 + 1024 || !ts_spin_may_sleep) {
         sched_yield();
     } else {

@@ -161,6 +161,14 @@ ts_status ts_p2p_start(ts_comm *c, ts_req *r, int kind, int peer, int tag, void 
  * deadline gives ts_coll_fail. */
 ts_status ts_p2p_waitall(ts_comm *c, ts_req *const *reqs, int n);
 
+/* One spin-wait hint to the core (x86 `pause`: the spinning hardware thread
+ * yields issue slots to its sibling), nothing elsewhere. */
+static inline void ts_cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* The spin-then-yield loop of every wait: call once per unsuccessful
  * check; returns non-zero every ~256 calls, when the caller should look at
  * the deadline and dead peers. */

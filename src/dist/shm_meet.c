@@ -54,12 +54,6 @@ static int first_behind(const ts_meet *m, int from) {
     return -1;
 }
 
-static void pause_once(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 ts_status ts_meet_wait(ts_meet *m) {
     int q = first_behind(m, 0);
     if (q < 0) return TS_OK;
@@ -68,7 +62,7 @@ ts_status ts_meet_wait(ts_meet *m) {
     const struct timespec nap = {0, 50000};
     /* the short spin: the counter read every few pauses, the clock every 64 */
     for (unsigned i = 1; q >= 0; i++) {
-        pause_once();
+        ts_cpu_pause();
         if (i % 8 == 0) q = first_behind(m, q);
         if (i % 64 == 0 && ts_now() - t0 > spin) break;
     }

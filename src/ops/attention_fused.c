@@ -381,7 +381,8 @@ static int threads_for(int64_t slots, int64_t work) {
     static void bwd_item_##SFX(const T *dout, const T *q, const T *k, const T *v, const T *o,      \
                                const T *lse, T *dq, T *dk, T *dv, const ts_attn_geom *g, T scale,  \
                                int causal, T *ws) {                                                \
-        int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_grad;           \
+        /* lg: the gradients' rows, laid out as their inputs' */                                   \
+        int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_in;             \
         T *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS; \
         bwd_rowdot_##SFX(D, dout, o, T_, hd, lo);                                                  \
         for (int64_t q0 = 0; q0 < T_; q0 += BS) {                                                  \
@@ -480,19 +481,17 @@ void ts_attn_bwd_rowdot_f32(float *D, const float *dout, const float *o, int64_t
     bwd_rowdot_f32(D, dout, o, n, hd, ldo);
 }
 
-/* ---- the kernels of attention and attention_bwd --------------------------- */
-
 /* ---- the geometry of the two forms ------------------------------------------------------- */
 
 void ts_attn_geom_of(const ts_type *q, ts_attn_geom *g) {
     g->packed = q->rank == 5;
     if (g->packed) {
         g->B = q->dims[0], g->seq = q->dims[1], g->H = q->dims[3], g->hd = q->dims[4];
-        g->ld_in = g->ld_grad = 3 * g->H * g->hd;
+        g->ld_in = 3 * g->H * g->hd;
         g->ld_out = g->H * g->hd;
     } else {
         g->B = q->dims[0], g->H = q->dims[1], g->seq = q->dims[2], g->hd = q->dims[3];
-        g->ld_in = g->ld_out = g->ld_grad = g->hd;
+        g->ld_in = g->ld_out = g->hd;
     }
 }
 

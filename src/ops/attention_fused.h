@@ -31,12 +31,13 @@
 
 #define TS_ATTN_BS 64 /* queries and keys per block */
 
-/* Where the rows of one (b, h) lie: T positions of hd elements, ld_in apart in q, k and v,
- * ld_out in o and do, ld_grad in dq, dk and dv (all hd in the split form). */
+/* Where the rows of one (b, h) lie: T positions of hd elements, ld_in apart in q, k and v
+ * (and in dq, dk and dv, which have their inputs' layout), ld_out in o and do (all hd in the
+ * split form). */
 typedef struct ts_attn_geom {
     int64_t B, H, seq, hd; /* seq: T, the positions */
     int packed;            /* q is the rank-5 qkv */
-    int64_t ld_in, ld_out, ld_grad;
+    int64_t ld_in, ld_out;
 } ts_attn_geom;
 /* The geometry of q's type (rank 4: split, rank 5: packed qkv). */
 void ts_attn_geom_of(const ts_type *q, ts_attn_geom *g);

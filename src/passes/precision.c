@@ -230,17 +230,23 @@ static int fold_casts(ts_graph *g) {
     return folded;
 }
 
+/* Whether node s is a live sum over the leading axes of its input (a [red, inner] column
+ * sum, such as a bias gradient) that does not yet write a cast of it: what fold_sum_casts
+ * can give a cast to. */
+static int leading_axes_sum(const ts_graph *g, const ts_node *s) {
+    if (s->dead || s->op != TS_OP_REDUCE_SUM || s->n_out != 1 || s->a.reduce.out_low) return 0;
+    const int64_t m = s->a.reduce.axes;
+    const int rank = g->values[s->in[0]].t.rank;
+    return m > 0 && m < ((int64_t)1 << rank) - 1 && (m & (m + 1)) == 0;
+}
+
 /* A sum over the leading axes of the [B, T, C] view of value v (the packed attention's
  * gradient dqkv [B, T, 3, H, hd], passes/attention_qkv.c); node index or -1. */
 static int sum_of_view(const ts_graph *g, int32_t v, int before) {
     for (int u = 0; u < before; u++) {
         const ts_node *s = &g->nodes[u];
-        const int64_t m = s->a.reduce.axes;
-        if (s->dead || s->op != TS_OP_REDUCE_SUM || s->n_in != 1 || s->n_out != 1 ||
-            s->a.reduce.out_low)
-            continue;
+        if (s->n_in != 1 || !leading_axes_sum(g, s)) continue;
         const ts_value *r = &g->values[s->in[0]];
-        if (m <= 0 || m >= ((int64_t)1 << r->t.rank) - 1 || (m & (m + 1)) != 0) continue;
         if (r->kind == TS_VK_NODE && r->node >= 0 && g->nodes[r->node].op == TS_OP_RESHAPE &&
             g->nodes[r->node].in[0] == v)
             return u;
@@ -282,16 +288,11 @@ static int fold_sum_casts(ts_graph *g) {
         const int32_t v = c->in[0], w = c->out[0];
         const ts_value *wv = &g->values[w];
         if (g->values[v].t.dtype != TS_F32 || wv->is_output || wv->grad_of >= 0) continue;
-        const int rank = g->values[v].t.rank;
         int sum = -1, ordered = 0;
         for (int u = 0; u < g->n_nodes && !ordered; u++) {
             const ts_node *s = &g->nodes[u];
             for (int j = 0; j < s->n_ctrl; j++) ordered |= s->ctrl[j] == i;
-            const int64_t m = s->a.reduce.axes;
-            if (sum < 0 && u < i && !s->dead && s->op == TS_OP_REDUCE_SUM && s->in[0] == v &&
-                s->n_out == 1 && !s->a.reduce.out_low && m > 0 && m < ((int64_t)1 << rank) - 1 &&
-                (m & (m + 1)) == 0) /* the leading axes: a [red, inner] column sum */
-                sum = u;
+            if (sum < 0 && u < i && leading_axes_sum(g, s) && s->in[0] == v) sum = u;
         }
         if (!ordered && sum < 0) sum = cast_the_summed_view(g, i);
         if (ordered || sum < 0) continue;
