@@ -237,9 +237,13 @@ typedef struct ts_adam_attrs {
     double beta1, beta2, eps, weight_decay;
 } ts_adam_attrs;
 
-/* clip_coef (g1..gn) -> min(1, max_norm / (norm + 1e-6)). */
+/* clip_coef (g1..gn) -> min(1, max_norm / (norm + 1e-6)). until_step > 0:
+ * max_norm holds through that step only, FLT_MAX after it (PowerSGD's
+ * dense start clips as the uncompressed run, its compressed steps clip
+ * locally: src/passes/compress.c). */
 typedef struct ts_clip_attrs {
     double max_norm;
+    int64_t until_step;
 } ts_clip_attrs;
 
 /* shard_update (ZeRO, ops/optim.c): the update op opt_op (sgd_update or

@@ -161,6 +161,19 @@ void ts_topk_decode_at(const void *payload, int values, int64_t j, uint32_t *ind
     *q = dec_value(p + TS_TOPK_HEADER + 4 * (size_t)k, values, j, scale);
 }
 
+float ts_compress_clip_scale(const float *const *seg, const int64_t *len, int n_seg, float inv,
+                             double clip, int ranks) {
+    if (!(clip > 0)) return 1.0f;
+    double ss = 0;
+    for (int j = 0; j < n_seg; j++)
+        for (int64_t i = 0; i < len[j]; i++) {
+            const float gi = inv == 1.0f ? seg[j][i] : seg[j][i] * inv;
+            ss += (double)gi * (double)gi;
+        }
+    const double thr = clip / sqrt((double)ranks), nrm = sqrt(ss);
+    return nrm > thr ? (float)(thr / nrm) : 1.0f;
+}
+
 void ts_psgd_orthonormalise(float *p, int64_t n, int r) {
     for (int c = 0; c < r; c++) {
         for (int j = 0; j < c; j++) {

@@ -88,6 +88,13 @@ int64_t ts_topk_payload_k(const void *payload);
 void ts_topk_encode_skipped(int64_t k, int values, void *payload);
 int ts_topk_payload_skipped(const void *payload);
 
+/* Local gradient clipping (DGC), for both methods: the factor (at most 1)
+ * that brings the norm of n_seg segments' values, each multiplied by inv
+ * (1 / the loss scale, or 1), down to clip / sqrt(ranks); 1 when clip is
+ * not positive. The sum of squares runs in double, in segment order. */
+float ts_compress_clip_scale(const float *const *seg, const int64_t *len, int n_seg, float inv,
+                             double clip, int ranks);
+
 /* PowerSGD: whether a gradient of this shape is compressed (rank >= 2,
  * at least min_elems elements, r below both sides of its matrix view
  * [dims[0], the rest]); *n and *m: that view. */

@@ -153,7 +153,10 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
     case TS_OP_LOG_SOFTMAX_BWD: field(out, "axis", a->softmax.axis); break;
     case TS_OP_SGD_UPDATE: sgd(out, &a->sgd); break;
     case TS_OP_ADAM_UPDATE: adam(out, &a->adam); break;
-    case TS_OP_CLIP_COEF: real(out, "max_norm", a->clip.max_norm); break;
+    case TS_OP_CLIP_COEF:
+        real(out, "max_norm", a->clip.max_norm);
+        if (a->clip.until_step > 0) field(out, "until_step", a->clip.until_step);
+        break;
     case TS_OP_SHARD_UPDATE:
         if (a->shard.opt_op == TS_OP_ADAM_UPDATE)
             adam(out, &a->shard.opt.adam);

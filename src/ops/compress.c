@@ -171,20 +171,6 @@ static double accumulate_select(const ts_kargs *k, float *res, float *vel, float
                                 int64_t kk, int vf, int mask) {
     const ts_compress_attrs *a = &k->a->compress;
     const int ns = n_state(a), nr = (int)a->ranks;
-    /* Local clipping (DGC): this rank's bucket norm to clip / sqrt(ranks). */
-    float c = 1.0f;
-    if (a->clip > 0) {
-        double ss = 0;
-        for (int j = ns; j < end; j++) {
-            const float *g = k->in[j].data;
-            for (int64_t i = 0, n = ts_tensor_numel(&k->in[j]); i < n; i++) {
-                const float gi = inv == 1.0f ? g[i] : g[i] * inv;
-                ss += (double)gi * (double)gi;
-            }
-        }
-        const double thr = a->clip / sqrt((double)nr), nrm = sqrt(ss);
-        if (nrm > thr) c = (float)(thr / nrm);
-    }
     const float **segs = k->scratch;
     int64_t *len = (int64_t *)(segs + k->n_in);
     char *fused = (char *)(len + k->n_in);
@@ -193,6 +179,8 @@ static double accumulate_select(const ts_kargs *k, float *res, float *vel, float
         segs[j - ns] = k->in[j].data;
         len[j - ns] = ts_tensor_numel(&k->in[j]);
     }
+    /* Local clipping (DGC): this rank's bucket norm to clip / sqrt(ranks). */
+    const float c = ts_compress_clip_scale(segs, len, end - ns, inv, a->clip, nr);
     const ts_topk_accum acc = {.g = segs,
                                .len = len,
                                .n_seg = end - ns,

@@ -10,6 +10,7 @@
  * plan gives torch's f32 results bit for bit (given the same gradients and clip coefficient). They
  * are elementwise, so splitting them across threads in chunks gives the same bits for any thread
  * count. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 #include "collective.h"
@@ -575,9 +576,16 @@ double ts_clip_sumsq_f32(const float *x, int64_t n) {
         }                                                                                          \
         T total = (T)sqrt(tot);                                                                    \
         T inv = (T)1 / (total + (T)1e-6);                                                          \
-        T coef = inv * (T)k->a->clip.max_norm;                                                     \
+        T coef = inv * (T)clip_max_norm(k);                                                        \
         *(T *)k->out[0].data = coef > (T)1 ? (T)1 : coef; /* NaN stays NaN, as torch.clamp */      \
     } while (0)
+
+/* max_norm, or FLT_MAX past until_step: finite, so a gradient of norm inf
+ * still gives 0 and NaN stays NaN. */
+static double clip_max_norm(const ts_kargs *k) {
+    const ts_clip_attrs *a = &k->a->clip;
+    return a->until_step > 0 && k->ctx && k->ctx->step > a->until_step ? FLT_MAX : a->max_norm;
+}
 
 static ts_status k_clip(const ts_kargs *k) {
     ts_dtype dt = k->out[0].dtype;

@@ -4,10 +4,12 @@
  *
  *   psgd_start (g1..gk, err, q) -> (token, buf, qbuf)
  *       per compressed gradient i (ts_psgd_matrix: a matrix view [n, m]
- *       with r < n, m and at least min_elems elements): M_i = g_i + e_i
+ *       with r < n, m and at least min_elems elements): M_i = c g_i + e_i
  *       (kept in err: the error feedback), P_i = M_i Q_i into buf; the
- *       other gradients are copied into buf as they are; starts the sum
- *       all-reduce of buf;
+ *       other gradients are copied into buf as c g_i; starts the sum
+ *       all-reduce of buf. c: the local clip (a.clip > 0), this rank's
+ *       bucket norm brought down to a.clip / sqrt(ranks) (DGC), before
+ *       the error feedback counts the gradient as sent;
  *   psgd_wait (token, buf, qbuf, g1..gk, err, q) -> token
  *       waits; the dense gradients become buf / ranks; per compressed
  *       gradient P = buf / ranks is orthonormalised, Q_i = M_i^T P into
@@ -35,7 +37,8 @@
  * then), g = sum / ranks, as the uncompressed all-reduce; err is added in
  * and cleared (it is 0 then, unless a run resumed with another a.dense)
  * and q stays at its start, so compression begins with the warm start of
- * step 1. */
+ * step 1. No local clip then: the graph's clip_coef clips those steps
+ * (its until_step), so they are the uncompressed run's. */
 #include <math.h>
 #include <string.h>
 #include "collective.h"
@@ -191,6 +194,25 @@ static int all_finite(const ts_kargs *k, int ng) {
     return 1;
 }
 
+/* psgd_start's scratch: the gradients' pointers and lengths for the local clip. */
+static size_t scratch_start(const ts_graph *g, const ts_node *n) {
+    (void)g;
+    return (sizeof(float *) + sizeof(int64_t)) * (size_t)n->n_in;
+}
+
+/* This rank's local clip factor over the bucket's gradients (DGC, as topk:
+ * see src/passes/compress.c for why not the global clip). */
+static float local_clip(const ts_kargs *k, int ng, float inv) {
+    const float **seg = k->scratch;
+    int64_t *len = (int64_t *)(seg + k->n_in);
+    for (int i = 0; i < ng; i++) {
+        seg[i] = k->in[i].data;
+        len[i] = ts_tensor_numel(&k->in[i]);
+    }
+    return ts_compress_clip_scale(seg, len, ng, inv, k->a->compress.clip,
+                                  (int)k->a->compress.ranks);
+}
+
 static ts_status k_start(const ts_kargs *k) {
     ts_dist_rt *rt;
     int b;
@@ -200,10 +222,13 @@ static ts_status k_start(const ts_kargs *k) {
     const int ng = k->n_in - 2 - (a->scaled ? 1 : 0), r = (int)a->rank;
     const float inv = a->scaled ? (float)(1.0 / (double)*(const float *)k->in[ng + 2].data) : 1.0f;
     const int skip = a->scaled && !all_finite(k, ng); /* an overflow: the state stays */
+    const int dense = k->ctx->step <= a->dense;
+    /* local clipping in compressed steps; a dense step is clipped by the
+     * graph's clip_coef, as in the uncompressed run */
+    const float c = skip || dense ? 1.0f : local_clip(k, ng, inv);
     float *err = k->in[ng].data;
     const float *q = k->in[ng + 1].data;
     float *buf = k->out[1].data;
-    const int dense = k->ctx->step <= a->dense;
     int64_t oe = 0, oq = 0, ob = 0;
     for (int i = 0; i < ng && dense; i++) { /* the dense start: every gradient as it is */
         const ts_tensor *t = &k->in[i];
@@ -212,7 +237,7 @@ static ts_status k_start(const ts_kargs *k) {
         int64_t n, m;
         const int compressed = ts_psgd_matrix(t->rank, t->dims, a->min_elems, r, &n, &m);
         for (int64_t j = 0; j < e; j++) {
-            const float gj = inv == 1.0f ? g[j] : g[j] * inv;
+            const float gu = inv == 1.0f ? g[j] : g[j] * inv, gj = c == 1.0f ? gu : gu * c;
             buf[ob + j] = skip ? NAN : compressed ? err[oe + j] + gj : gj;
         }
         oe += compressed ? e : 0;
@@ -227,8 +252,10 @@ static ts_status k_start(const ts_kargs *k) {
             if (skip)
                 for (int64_t j = 0; j < n * r; j++) buf[ob + j] = NAN;
             else {
-                for (int64_t j = 0; j < n * m; j++)
-                    M[j] += inv == 1.0f ? g[j] : g[j] * inv; /* error feedback */
+                for (int64_t j = 0; j < n * m; j++) { /* error feedback */
+                    const float gu = inv == 1.0f ? g[j] : g[j] * inv;
+                    M[j] += c == 1.0f ? gu : gu * c;
+                }
                 mm_nm_mr(M, q + oq, buf + ob, n, m, r);
             }
             oe += n * m;
@@ -238,10 +265,13 @@ static ts_status k_start(const ts_kargs *k) {
             const int64_t e = ts_tensor_numel(t);
             if (skip)
                 for (int64_t j = 0; j < e; j++) buf[ob + j] = NAN;
-            else if (inv == 1.0f)
+            else if (inv == 1.0f && c == 1.0f)
                 memcpy(buf + ob, g, sizeof(float) * (size_t)e);
             else
-                for (int64_t j = 0; j < e; j++) buf[ob + j] = g[j] * inv;
+                for (int64_t j = 0; j < e; j++) {
+                    const float gu = inv == 1.0f ? g[j] : g[j] * inv;
+                    buf[ob + j] = c == 1.0f ? gu : gu * c;
+                }
             ob += e;
         }
     }
@@ -354,7 +384,8 @@ const ts_op_def ts_def_psgd_start = {.name = "psgd_start",
                                      .max_in = -1,
                                      .flags = TS_OPF_SIDE_EFFECT,
                                      .infer = infer_start,
-                                     .kernel = k_start};
+                                     .kernel = k_start,
+                                     .scratch = scratch_start};
 
 const ts_op_def ts_def_psgd_wait = {.name = "psgd_wait",
                                     .min_in = 6,

@@ -248,6 +248,7 @@ typedef struct run_cfg {
     int sgd;
     int rows;         /* global batch (0: B) */
     int steps;        /* 0: STEPS */
+    double clip;      /* train.clip_grad_norm (the global clip; 0: none) */
     const char *save; /* run directory: rank 0 saves a checkpoint after the steps */
     const char *load; /* checkpoint to load before the steps (then no steps) */
 } run_cfg;
@@ -291,6 +292,7 @@ static int worker(ts_comm *comm, void *user) {
     const int per = (rc->rows ? rc->rows : B) / n, steps = rc->steps ? rc->steps : STEPS;
     ts_train_spec spec = ts_train_spec_default(rc->loss);
     spec.opt = rc->sgd ? ts_sgd(0.05, 0.9, 0, 0, 0) : ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
+    spec.clip_grad_norm = rc->clip;
     ts_compile_options opt = ts_compile_options_default();
     opt.seed = 7;
     opt.threads = 1;
@@ -478,6 +480,56 @@ static void check_step(int n) {
     ts_graph_free(rc.g);
 }
 
+/* PowerSGD clips locally, before the error feedback (src/passes/compress.c):
+ * on rank-4 gradients at rank 4 (exact), each rank's bucket scaled to
+ * clip / sqrt(2), so one SGD step moves the weights in proportion to the
+ * clip: w(4t) - w(2t) == 2 (w(2t) - w(t)) up to rounding, and not 0 (with
+ * the global clip after the exchange, or none, the three runs would
+ * agree). train.clip_grad_norm alone gives the same bits as
+ * dist.compress_clip: it becomes the local clip. */
+static void check_powersgd_clip(run_cfg *rc, const float *dense, size_t nf) {
+    static float w[3][MAX_FLOATS];
+    const double t = 1e-2;
+    for (int i = 0; i < 3; i++) {
+        rc->c.clip = t * (double)(1 << i);
+        CHECK(launch(2, rc) == TS_OK, "powersgd clip %g: %s (%s)", rc->c.clip, ts_last_error(),
+              SH->err[0]);
+        memcpy(w[i], SH->params[0], sizeof(float) * nf);
+    }
+    double d1 = 0, off = 0, far = 0;
+    for (size_t j = 0; j < nf; j++) {
+        const double a = (double)w[1][j] - w[0][j], b = (double)w[2][j] - w[1][j];
+        d1 = fmax(d1, fabs(a));
+        off = fmax(off, fabs(b - 2 * a));
+        far = fmax(far, fabs((double)w[0][j] - dense[j]));
+    }
+    CHECK(d1 > 0 && off <= 1e-2 * d1 + 4e-7 && far > 0,
+          "powersgd local clip: the step grows with the clip (max |dw| %g, off linear by %g; %g "
+          "from the unclipped run)",
+          d1, off, far);
+    rc->c.clip = 0;
+    rc->clip = 2 * t;
+    CHECK(launch(2, rc) == TS_OK, "powersgd clip_grad_norm: %s (%s)", ts_last_error(), SH->err[0]);
+    CHECK(!memcmp(SH->params[0], w[1], sizeof(float) * nf),
+          "powersgd: train.clip_grad_norm %g clips locally, as dist.compress_clip %g does", 2 * t,
+          2 * t);
+    /* a dense step clips globally, as the uncompressed run: the same bits */
+    const ts_compress_method method = rc->c.method;
+    rc->c.method = TS_COMPRESS_NONE;
+    CHECK(launch(2, rc) == TS_OK, "dense, clip: %s (%s)", ts_last_error(), SH->err[0]);
+    memcpy(w[0], SH->params[0], sizeof(float) * nf);
+    rc->c.method = method;
+    rc->c.dense_steps = 1;
+    CHECK(launch(2, rc) == TS_OK, "powersgd dense start, clip: %s (%s)", ts_last_error(),
+          SH->err[0]);
+    CHECK(!memcmp(SH->params[0], w[0], sizeof(float) * nf) &&
+              memcmp(w[0], w[1], sizeof(float) * nf),
+          "powersgd's dense step with train.clip_grad_norm %g: the uncompressed run's weights",
+          2 * t);
+    rc->c.dense_steps = 0;
+    rc->clip = 0;
+}
+
 /* PowerSGD on 2 ranks against the dense all-reduce: with 2 rows per rank
  * every weight gradient has rank <= 4 over both ranks, so rank-4 factors
  * reproduce the mean up to rounding (P = M Q spans M's columns, P P^T M =
@@ -524,6 +576,7 @@ static void check_powersgd(void) {
           "a dense step sends every gradient (%g of %g bytes) and keeps no error (%g)",
           SH->st[0].sent_bytes, SH->st[0].dense_bytes, SH->st[0].residual_sq);
     rc.c.dense_steps = 0;
+    check_powersgd_clip(&rc, dense, nf);
     /* several steps, 4 ranks, defaults: ranks stay bit-identical */
     ts_graph_free(rc.g);
     rc.g = mlp(B / 4, &rc.loss);
