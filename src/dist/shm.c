@@ -347,11 +347,51 @@ static int epoch_reached(void *arg) {
     return atomic_load_explicit(&w->s->ctl[w->peer].epoch, memory_order_acquire) >= w->e;
 }
 
-/* Everything this rank wrote before is visible to every peer after. */
-static ts_status epoch_barrier(shm_comm *s) {
+/* Lines a rank will touch first once a barrier opens, brought into its
+ * cache while it waits there: `rd` it will read, `wr` it will write.
+ * Either may be empty. */
+typedef struct warm_lines {
+    const char *rd;
+    char *wr;
+    size_t rd_bytes, wr_bytes;
+} warm_lines;
+
+/* At most this many lines of each range: with the peers' lines the fold
+ * reads beside them, 2 x 16 KiB stay within a 48 KiB L1. */
+#define WARM_LINES 256
+
+static int all_reached(const shm_comm *s, uint64_t e) {
+    for (int q = 0; q < s->base.size; q++)
+        if (atomic_load_explicit(&s->ctl[q].epoch, memory_order_acquire) < e) return 0;
+    return 1;
+}
+
+/* Prefetches w's lines one pair at a time until every peer has arrived
+ * or WARM_LINES are done. A 64 KiB reduce-scatter's fold is bound by the
+ * lines it moves into L1 (its time is a 64 KiB memcpy's), and the wait
+ * at its first barrier would otherwise move none (docs/distributed.md,
+ * session 16). Prefetches change no data: the fold still reads after the
+ * barrier, so it sees what the peers wrote. */
+#if defined(__x86_64__)
+__attribute__((target("prfchw"))) /* the output's lines fetched for writing */
+#endif
+static void
+warm_while_waiting(const shm_comm *s, uint64_t e, const warm_lines *w) {
+    size_t nrd = w->rd_bytes / 64, nwr = w->wr_bytes / 64;
+    for (size_t k = 0; k < WARM_LINES && (k < nrd || k < nwr); k++) {
+        if (all_reached(s, e)) return;
+        if (k < nrd) __builtin_prefetch(w->rd + 64 * k, 0, 3);
+        if (k < nwr) __builtin_prefetch(w->wr + 64 * k, 1, 3);
+    }
+}
+
+/* Everything this rank wrote before is visible to every peer after. With
+ * `w`, its lines are prefetched while the barrier waits. */
+static ts_status epoch_barrier_warm(shm_comm *s, const warm_lines *w) {
     ts_comm *c = &s->base;
     uint64_t e = ++s->epoch;
     atomic_store_explicit(&s->ctl[c->rank].epoch, e, memory_order_release);
+    if (w) warm_while_waiting(s, e, w);
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank) continue;
         epoch_wait w = {s, q, e};
@@ -364,6 +404,10 @@ static ts_status epoch_barrier(shm_comm *s) {
         }
     }
     return TS_OK;
+}
+
+static ts_status epoch_barrier(shm_comm *s) {
+    return epoch_barrier_warm(s, NULL);
 }
 
 static ts_status shm_barrier(ts_comm *c) {
@@ -485,7 +529,16 @@ static ts_status run_direct(shm_comm *s, direct *d) {
                                  : SHM_NOT_SHARED,
                           memory_order_relaxed);
     if (!shared) stage(s, d, 0, piece < d->count ? piece : d->count, 1);
-    ts_status st = epoch_barrier(s);
+    warm_lines w = {0}, *warm = NULL;
+    if (d->kind == TS_COLL_REDUCE_SCATTER && shared) {
+        /* The fold starts on this rank's own block of its input and on
+         * its output, both known before the peers arrive. */
+        size_t lo, len;
+        ts_comm_block(d->count, n, me, &lo, &len);
+        w = (warm_lines){d->src + lo * d->esz, d->dst, len * d->esz, len * d->esz};
+        warm = &w;
+    }
+    ts_status st = epoch_barrier_warm(s, warm);
     if (st != TS_OK) return st;
     int all = 1;
     for (int q = 0; q < n; q++) {
