@@ -18,7 +18,8 @@
 enum { P = 64, ROWS = 12 }; /* 4^3 points; T is a multiple of ROWS */
 
 /* A block's V and M together within this many bytes: half of a Zen 5 or
- * recent Intel core's L2, leaving room for U's slices and the volumes. */
+ * recent Intel core's L2, leaving room for U's slices and the volumes.
+ * 128 and 192 KiB timed no faster on W4's shapes (docs/benchmarks.md). */
 #define BLOCK_BUDGET (512u * 1024u)
 
 static size_t align64(size_t n) {
