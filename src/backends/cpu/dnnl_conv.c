@@ -1,6 +1,7 @@
 /* dnnl_conv.c — conv instructions on oneDNN primitives (see dnnl_conv.h). */
 #include "backends/cpu/dnnl_conv.h"
 #include "backends/cpu/dnnl_conv_wgrad.h"
+#include "backends/cpu/dnnl_conv_winograd.h"
 
 #include <dnnl.h>
 #include <dnnl_debug.h>
@@ -53,6 +54,9 @@ typedef struct dconv {
     /* backward weights on tessel's per-tap kernel instead of the primitive */
     int wgrad;
     ts_wgrad_shape ws;
+    /* forward or backward data on tessel's Winograd kernel instead */
+    int wino;
+    ts_wino wn;
 } dconv;
 
 /* ---- engine ------------------------------------------------------------- */
@@ -201,6 +205,33 @@ static int wgrad_shape(const ts_instr *in, const ts_tensor *const *t, ts_wgrad_s
     return t[S_WEI]->dims[0] == ws->O && t[S_WEI]->dims[1] == ws->C && ts_conv_wgrad_usable(ws);
 }
 
+/* The Winograd kernel's shape for a conv or conv_bwd_data instruction; 0
+ * if it does not apply: f32 channels-last 3-D, one group, 3^3 kernel,
+ * stride 1, padding 1, no dilation, no bias, at least 16 input and output
+ * channels (the shapes measured faster than oneDNN's direct kernels in
+ * bench/conv_winograd.c), on a CPU that runs it (ts_wino_enabled). */
+static int wino_shape(const ts_instr *in, const ts_tensor *const *t, int kind, ts_wino *wn) {
+    if ((in->op != TS_OP_CONV && in->op != TS_OP_CONV_BWD_DATA) || in->a.conv.low ||
+        !in->a.conv.channels_last || in->a.conv.groups != 1 || in->a.conv.nd != 3 || t[S_BIAS])
+        return 0;
+    for (int j = 0; j < 3; j++)
+        if (in->a.conv.stride[j] != 1 || in->a.conv.dilation[j] != 1 ||
+            in->a.conv.padding[j] != 1 || t[S_WEI]->dims[2 + j] != 3 ||
+            t[S_SRC]->dims[1 + j] != t[S_DST]->dims[1 + j])
+            return 0;
+    const int64_t cin = t[S_SRC]->dims[4], cout = t[S_DST]->dims[4];
+    if (cin < 16 || cout < 16 || t[S_WEI]->dims[0] != cout || t[S_WEI]->dims[1] != cin) return 0;
+    memset(wn, 0, sizeof *wn);
+    wn->N = t[S_SRC]->dims[0];
+    wn->D = t[S_SRC]->dims[1], wn->H = t[S_SRC]->dims[2], wn->W = t[S_SRC]->dims[3];
+    /* backward data: the conv of dy (cout channels) with the transposed,
+     * flipped weights, giving dx (cin channels) */
+    wn->flip = kind == DC_BWD_DATA;
+    wn->C = wn->flip ? cout : cin;
+    wn->O = wn->flip ? cin : cout;
+    return ts_wino_init(wn) && ts_wino_enabled();
+}
+
 /* Create the primitive, its reorders and lanes. Returns TS_ERR_UNSUPPORTED
  * (quietly, for the caller to keep the reference kernel) when oneDNN has no
  * implementation or only its reference one. */
@@ -216,6 +247,11 @@ static ts_status dconv_build(dconv *c, const ts_instr *in, const ts_rt_instr *r)
     int64_t batch = 0;
     int nthr = omp_get_max_threads();
     c->N = t[S_SRC]->dims[0];
+    if (c->kind != DC_BWD_WEIGHT && wino_shape(in, t, c->kind, &c->wn)) {
+        c->wino = 1;
+        c->scratch_bytes = ts_wino_scratch(&c->wn, nthr);
+        return TS_OK;
+    }
     if (c->kind == DC_BWD_WEIGHT) {
         /* Per image, each primitive on one thread: see the header. */
         c->per_image = 1;
@@ -464,6 +500,13 @@ static ts_status k_dnnl_conv(const ts_kargs *k) {
     char *scratch = k->scratch;
     if (c->wgrad) {
         ts_conv_wgrad(&c->ws, ptr[S_SRC], ptr[S_DST], ptr[S_WEI], (float *)scratch);
+        return TS_OK;
+    }
+    if (c->wino) {
+        if (c->kind == DC_FWD)
+            ts_wino_conv(&c->wn, ptr[S_SRC], ptr[S_WEI], ptr[S_DST], scratch);
+        else
+            ts_wino_conv(&c->wn, ptr[S_DST], ptr[S_WEI], ptr[S_SRC], scratch);
         return TS_OK;
     }
     if (!c->per_image) {
