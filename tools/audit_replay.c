@@ -22,7 +22,6 @@
  * config, a missing checkpoint), 1 an internal failure. */
 #include <errno.h>
 #include <jansson.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +32,7 @@
 #include "cli.h"
 #include "replay_cli.h"
 #include "tessel/ckpt.h"
+#include "tessel/util.h"
 
 typedef struct replay {
     const char *run, *pubkey, *key;
@@ -275,13 +275,6 @@ static void remove_tree(const char *dir) {
     if (system(cmd) != 0) fprintf(stderr, "tessel: warning: could not remove %s\n", dir);
 }
 
-/* As src/session/repro.c records it in the manifest. */
-static void cpu_path(char *buf, size_t n) {
-    const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, n, "onednn %d.%d.%d (%s), isa 0x%x", v->major, v->minor, v->patch, v->hash,
-             (unsigned)dnnl_get_effective_cpu_isa());
-}
-
 static int replay_run(replay *r) {
     /* 1. the checkpoints */
     char path[1100];
@@ -329,7 +322,7 @@ static int replay_run(replay *r) {
     json_object_set_new(report, "build_sha256", json_string(build));
     json_object_set_new(report, "same_build", json_boolean(rb && !strcmp(rb, build)));
     char cpu[160];
-    cpu_path(cpu, sizeof cpu);
+    ts_cpu_kernel_path(cpu, sizeof cpu);
     const char *rcpu = json_string_value(json_object_get(r->rec, "cpu_path"));
     json_object_set_new(report, "cpu_path", json_string(cpu));
     json_object_set_new(report, "same_cpu_path", json_boolean(rcpu && !strcmp(rcpu, cpu)));

@@ -46,6 +46,12 @@ void ts_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);
 void ts_rand_uniform_f64(double *out, int64_t n, uint64_t key, double lo, double hi);
 void ts_rand_normal_f64(double *out, int64_t n, uint64_t key, double mean, double std);
 
+/* The CPU kernels' path, as a replay manifest records it ("cpu_path"):
+ * oneDNN's version and the instruction set it runs, and tessel's own
+ * kernel choices that change bits (the 3-D Winograd convolutions, on or off
+ * with TESSEL_CONV_WINOGRAD). Another path may give other bits. */
+void ts_cpu_kernel_path(char *buf, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

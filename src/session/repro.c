@@ -14,8 +14,8 @@
 #include "tessel/ckpt.h"
 #include "tessel/dist.h"
 #include "tessel/tessel.h"
+#include "tessel/util.h"
 #include <jansson.h>
-#include <oneapi/dnnl/dnnl.h>
 
 enum { MAX_FWD_STATES = 256 };
 
@@ -426,18 +426,9 @@ void ts_repro_free(struct ts_repro *r) {
     free(r);
 }
 
-/* The kernels' path: oneDNN's version and the instruction set it runs
- * (another CPU generation or oneDNN release may pick other kernels, which
- * change bits; tools/audit_replay.c prints the same text). */
-static void cpu_path(char *buf, size_t n) {
-    const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, n, "onednn %d.%d.%d (%s), isa 0x%x", v->major, v->minor, v->patch, v->hash,
-             (unsigned)dnnl_get_effective_cpu_isa());
-}
-
 ts_status ts_repro_manifest(session *s) {
     char build[65] = "", cpu[160];
-    cpu_path(cpu, sizeof cpu);
+    ts_cpu_kernel_path(cpu, sizeof cpu);
     /* The build: the binary running this process (a library linked into
      * another program: that program). */
     if (ts_sha256_file("/proc/self/exe", build) != TS_OK) snprintf(build, sizeof build, "unknown");

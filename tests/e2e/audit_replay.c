@@ -39,6 +39,17 @@ int main(void) {
     e2e_done(&r);
     replay_same("run", 1);
     replay_same("run", 2);
+    /* The kernel path records tessel's Winograd convolutions: turned off
+     * (W1 has none, so the bits stay), the path differs on a CPU that has
+     * them. */
+    setenv("TESSEL_CONV_WINOGRAD", "0", 1);
+    r = e2e_runf("audit replay %s/run --from 4 --procs 1", dir);
+    unsetenv("TESSEL_CONV_WINOGRAD");
+    const int wino = __builtin_cpu_supports("avx512f");
+    CHECK(r.rc == 0 && strstr(r.out, "conv winograd off") &&
+              strstr(r.out, wino ? "\"same_cpu_path\": false" : "\"same_cpu_path\": true"),
+          "replay with TESSEL_CONV_WINOGRAD=0: exit %d: %s", r.rc, r.out);
+    e2e_done(&r);
     r = e2e_runf("audit verify %s/run --pubkey %s/k.pub", dir, dir);
     CHECK(r.rc == 0 && strstr(r.out, "OK"), "the log with its replay entries verifies: %s %s",
           r.out, r.err);
@@ -46,7 +57,7 @@ int main(void) {
     char *log = e2e_slurp(e2e_path("run/audit.log"), NULL);
     int n = 0;
     for (const char *p = log; (p = strstr(p, "\"event\":\"replay\"")); p++) n++;
-    CHECK(n == 2, "two replay entries in audit.log (%d)", n);
+    CHECK(n == 3, "three replay entries in audit.log (%d)", n);
     free(log);
 
     /* A changed config key is named. */

@@ -1,6 +1,8 @@
 /* dnnl_caps.c — probe once whether oneDNN can run bf16 / f16 matmuls here
  * (see dnnl_caps.h). */
 #include "backends/cpu/dnnl_caps.h"
+#include "backends/cpu/dnnl_conv_winograd.h"
+#include "tessel/util.h"
 
 #include <dnnl.h>
 #include <pthread.h>
@@ -76,4 +78,11 @@ const char *ts_cpu_dtype_gemm_why(ts_dtype dt) {
     if (dt != TS_BF16 && dt != TS_F16) return "only f32, bf16 and f16 GEMMs exist";
     pthread_once(&g_once, probe_all);
     return dt == TS_BF16 ? g_why_bf16 : g_why_f16;
+}
+
+void ts_cpu_kernel_path(char *buf, size_t n) {
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, n, "onednn %d.%d.%d (%s), isa 0x%x, conv winograd %s", v->major, v->minor,
+             v->patch, v->hash, (unsigned)dnnl_get_effective_cpu_isa(),
+             ts_wino_enabled() ? "on" : "off");
 }
