@@ -66,10 +66,11 @@ static ts_status train_loop(session *s) {
         st = ts_sess_next_batch(s, step);
         const double wait = s->loader ? ts_loader_wait_seconds(s->loader) - w0 : 0;
         double loss = NAN, agreed;
-        if (s->pipe) { /* pipeline stages: this rank's stage (pipe_train.h) */
+        int agreed_stop = -1; /* the step's own meetings agreed on the stop flag (repro.h) */
+        if (s->pipe) {        /* pipeline stages: this rank's stage (pipe_train.h) */
             if (st == TS_OK) st = ts_sess_pipe_step(s, &loss);
         } else if (s->rp) { /* dist.reproducible: this rank's micro-batches (repro.h) */
-            if (st == TS_OK) st = ts_repro_step(s, &loss);
+            if (st == TS_OK) st = ts_repro_step(s, &loss, &agreed_stop);
         } else {
             if (st == TS_OK) st = ts_sess_step(s); /* shape_feed.c */
             loss = s->step_loss;
@@ -77,7 +78,12 @@ static ts_status train_loop(session *s) {
         int stop = s->o->stop && *s->o->stop;
         if (stop && !t_stop) t_stop = stop_grace(s);
         agreed = loss;
-        if (st == TS_OK && s->nranks > 1) st = ts_session_agree(s->o->comm, &agreed, &stop);
+        if (st == TS_OK && agreed_stop >= 0) { /* what every rank saw, not this rank's flag now */
+            ts_session_kill_point();
+            stop = agreed_stop;
+        } else if (st == TS_OK && s->nranks > 1) {
+            st = ts_session_agree(s->o->comm, &agreed, &stop);
+        }
         if (stop && !t_stop) t_stop = stop_grace(s);
         /* reproducible and pipelined: already the batch's, in a fixed order */
         if (!s->rp && !s->pipe) loss = agreed;
