@@ -144,6 +144,14 @@ static ts_status train_loop(session *s) {
                     num(lr, b2, sizeof b2),
                     num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3),
                     num(gnorm, b4, sizeof b4), amp, data, shp, cj);
+            /* the line reaches the kernel with its step: a run killed with SIGKILL keeps every
+             * completed step's line (stdio held up to 4 KiB, about 33 W1 lines, and cut the
+             * last), and a running run can be plotted; one write a step, a few microseconds */
+            if (fflush(s->metrics) != 0) {
+                st = ts_fail(TS_ERR_IO, "step %lld: writing %s/metrics.jsonl failed",
+                             (long long)step, r->run_dir);
+                break;
+            }
         }
         /* A skipped update kept the weights: the run can go on. */
         if (!isfinite(loss) && !(alert & (1u << TS_AA_SKIP | 1u << TS_AA_STOP))) {
