@@ -328,14 +328,15 @@ ts_status ts_repro_gather_result_split(ts_repro_gather *g, ts_comm *comm, size_t
      * first every leaf and scalar is written; past the second every slice of the result. A rank
      * writes its leaves and scalars again only after the second, and the result only after the
      * next step's first, which every rank reaches after its reads of these: no counters to wait
-     * for, and the scalars are copied out between the two. */
+     * for, and the scalars are copied out between the two; each rank's flag rides on the second. */
     ts_meet_arrive(&g->meet);
     ts_status s = ts_meet_wait(&g->meet);
     if (s == TS_OK) {
         memcpy(g->scalars, g->shared_scalars, (size_t)g->M * sizeof(double));
         fold_range(g, g->result, lo, hi);
-        ts_meet_arrive(&g->meet);
+        ts_meet_arrive_with(&g->meet, g->flag);
         s = ts_meet_wait(&g->meet);
+        if (s == TS_OK) g->flags = ts_meet_or(&g->meet);
     }
     if (s != TS_OK) ts_error_prefix("dist.reproducible: the gradients' finish");
     result_read(g, 1);
@@ -345,6 +346,14 @@ ts_status ts_repro_gather_result_split(ts_repro_gather *g, ts_comm *comm, size_t
 void ts_repro_gather_put_scalar(ts_repro_gather *g, int64_t j, double v) {
     if (g && g->shared_scalars && j >= 0 && j < g->k)
         g->shared_scalars[(size_t)g->rank * (size_t)g->k + (size_t)j] = v;
+}
+
+void ts_repro_gather_put_flag(ts_repro_gather *g, uint64_t flag) {
+    if (g) g->flag = flag;
+}
+
+uint64_t ts_repro_gather_flags(const ts_repro_gather *g) {
+    return g ? g->flags : 0;
 }
 
 const double *ts_repro_gather_scalars(const ts_repro_gather *g) {

@@ -58,6 +58,7 @@ typedef struct ts_repro_gather {
     double *scalars;             /* [M] this rank's copy of them after a split result */
     ts_meet meet;                /* the split finish's meetings, on counters in the block */
     uint64_t results;            /* results so far */
+    uint64_t flag, flags;        /* the split finish: this rank's word, every rank's or-ed */
     int waited;                  /* the peers have read the last result's leaves */
     ts_repro_observe_fn observe; /* NULL: none */
     void *observe_user;
@@ -111,6 +112,11 @@ void ts_repro_gather_put_scalar(ts_repro_gather *g, int64_t j, double v);
 /* After ts_repro_gather_result_split: the M leaves' scalars, in leaf order (every rank's run,
  * rank-major), this rank's copy, valid until the next result. NULL without a shared block. */
 const double *ts_repro_gather_scalars(const ts_repro_gather *g);
+/* The split finish also carries one word per rank on its second meeting (the session's stop
+ * flag), so the ranks need no agreement of their own: this rank's, set before the result, and
+ * after it the or of every rank's (ts_meet_or), valid until the next result. */
+void ts_repro_gather_put_flag(ts_repro_gather *g, uint64_t flag);
+uint64_t ts_repro_gather_flags(const ts_repro_gather *g);
 /* What the split finish's waits cost this rank so far (dist/shm_meet.h), NULL without a shared
  * block. */
 const ts_meet_stats *ts_repro_gather_waits(const ts_repro_gather *g);

@@ -2,6 +2,7 @@
 #include "dist/shm_meet.h"
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include "dist/comm.h"
 #include "tessel/util.h"
@@ -9,8 +10,9 @@
 enum { LINE = 64 };
 
 /* Rank r's line: the meetings it reached, then what its waits cost (published for the peers'
- * logs: late, naps, nanoseconds waited). */
-enum { SEQ, LATE, NAPS, WAIT_NS, WORDS };
+ * logs: late, naps, nanoseconds waited), then the word its last ts_meet_arrive_with carried. */
+enum { SEQ, LATE, NAPS, WAIT_NS, CARRIED, WORDS };
+_Static_assert(WORDS * sizeof(uint64_t) <= LINE, "a rank's words fit in its cache line");
 
 static _Atomic uint64_t *word(const ts_meet *m, int r, int w) {
     return (_Atomic uint64_t *)(m->lines + (size_t)r * LINE) + w;
@@ -29,6 +31,8 @@ void ts_meet_init(ts_meet *m, ts_comm *comm, void *lines, int N, int rank) {
     m->comm = comm, m->lines = lines, m->N = N, m->rank = rank;
     for (int w = 0; w < WORDS; w++)
         atomic_store_explicit(word(m, rank, w), 0, memory_order_release);
+    /* the naps of the waits below wake when asked (shm_meet.h); failing, they oversleep */
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 }
 
 void ts_meet_peer_stats(const ts_meet *m, int r, ts_meet_stats *out) {
@@ -44,6 +48,19 @@ void ts_meet_arrive(ts_meet *m) {
     m->seq++;
     m->st.meets++;
     atomic_store_explicit(counter(m, m->rank), m->seq, memory_order_release);
+}
+
+void ts_meet_arrive_with(ts_meet *m, uint64_t w) {
+    /* ordered before the counter by its release store: a peer past the meeting reads it */
+    atomic_store_explicit(word(m, m->rank, CARRIED), w, memory_order_relaxed);
+    ts_meet_arrive(m);
+}
+
+uint64_t ts_meet_or(const ts_meet *m) {
+    uint64_t any = 0;
+    for (int q = 0; q < m->N; q++)
+        any |= atomic_load_explicit(word(m, q, CARRIED), memory_order_relaxed);
+    return any;
 }
 
 /* The first rank that has not reached meeting seq, or -1 when all have. */

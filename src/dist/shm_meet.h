@@ -7,6 +7,9 @@
  *     ts_meet_arrive(&m);                                // publishes it: meeting m.seq
  *     ts_meet_wait(&m);                                  // every rank has arrived there
  *     ...read what every rank wrote before arriving...
+ *     ts_meet_arrive_with(&m, flag);                     // or: arrive carrying a word
+ *     ts_meet_wait(&m);
+ *     any = ts_meet_or(&m);                              // every rank's word, or-ed
  *
  * Each rank counts the meetings it has reached on a cache line of its own (release) and a rank
  * past a meeting has seen (acquire) everything every rank wrote before arriving there, so data
@@ -17,6 +20,8 @@
  * for the collectives), never yield in a loop: a waiter that keeps its vCPU busy can slow a peer
  * whose vCPU shares the physical core with it (docs/reproducibility.md, "Cost", session 15). A peer
  * that ended (killed, exited) or the comm's timeout fails the wait with a message naming the rank.
+ * A word can ride on a meeting (ts_meet_arrive_with), so a small agreement, such as the session's
+ * stop flag, needs no collective of its own (docs/reproducibility.md, session 16).
  */
 #ifndef TS_DIST_SHM_MEET_H
 #define TS_DIST_SHM_MEET_H
@@ -54,7 +59,11 @@ size_t ts_meet_bytes(int N);
 
 /* Zeroes this rank's counter in lines (ts_meet_bytes(N), mapped by every rank of comm). The
  * ranks must be ordered after every rank's init (a barrier) before the first meeting: a peer's
- * counter may hold a stale count until its owner zeroed it. */
+ * counter may hold a stale count until its owner zeroed it. Also asks for the calling thread's
+ * timers to be exact (PR_SET_TIMERSLACK 1 ns; the waits must run on this thread to gain from
+ * it): a 50 us nap then takes about 85 us on the AMD EPYC of docs/reproducibility.md instead
+ * of 130-135 us with the default 50 us slack, so a waiter that napped starts sooner after its
+ * peer arrived. */
 void ts_meet_init(ts_meet *m, ts_comm *comm, void *lines, int N, int rank);
 
 /* Rank r's waits as it last published them (after each of its waits; this rank's own: m->st),
@@ -63,6 +72,14 @@ void ts_meet_peer_stats(const ts_meet *m, int r, ts_meet_stats *out);
 
 /* Arrives at the next meeting: what this rank wrote before is visible to every rank past it. */
 void ts_meet_arrive(ts_meet *m);
+
+/* The same, carrying `word` to every rank past this meeting (ts_meet_or). */
+void ts_meet_arrive_with(ts_meet *m, uint64_t word);
+
+/* After ts_meet_wait of a meeting every rank arrived at with ts_meet_arrive_with: the or of their
+ * words. Read it before this rank arrives at its next meeting (a peer past that one may carry a
+ * new word). */
+uint64_t ts_meet_or(const ts_meet *m);
 
 /* Waits until every rank has arrived at this rank's last meeting (ts_meet_arrive first). Fails
  * when a peer ended or after the comm's timeout. */

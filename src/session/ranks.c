@@ -18,8 +18,12 @@ void ts_session_arm_test_kill(int rank, int attempt) {
     kill_at_step = atoll(ks);
 }
 
-ts_status ts_session_agree(ts_comm *comm, double *loss, int *stop) {
+void ts_session_kill_point(void) {
     if (kill_at_step > 0 && ++steps_agreed == kill_at_step) raise(SIGKILL);
+}
+
+ts_status ts_session_agree(ts_comm *comm, double *loss, int *stop) {
+    ts_session_kill_point();
     double v[2] = {*loss, *stop ? 1.0 : 0.0};
     ts_status s = ts_allreduce(comm, v, 2, TS_F64, TS_RED_SUM, TS_ALGO_AUTO);
     if (s != TS_OK) return s;

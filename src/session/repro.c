@@ -2,6 +2,7 @@
  * repro.h and docs/reproducibility.md. */
 #include "session/repro.h"
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
@@ -25,7 +26,8 @@ struct ts_repro {
     int local;  /* ranks hold runs of micro-batches; the plan has no all-reduce (repro.h) */
     int scaled; /* fp16 loss scaling: the skip decision is made on the summed gradients */
     ts_comm *comm;
-    float *grad; /* the plan's gradient region */
+    volatile sig_atomic_t *stop; /* the session's stop flag (NULL: none), carried by the finish */
+    float *grad;                 /* the plan's gradient region */
     size_t ngrad;
     float *bound;  /* where the backward pass writes the gradients now: grad, or a leaf's slot */
     int inplace;   /* each round's backward pass writes into its leaf's slot (no copy) */
@@ -159,6 +161,7 @@ static ts_status gate_local(ts_plan *p, struct ts_repro *r, ts_gate_decision *ou
     /* split: every rank folds its slice, feeding the norm's shared chunk lanes on the way; the
      * update reads the shared result (bound at setup) */
     ts_repro_norm_reset(&r->norm);
+    if (r->split) ts_repro_gather_put_flag(&r->ggat, r->stop && *r->stop);
     st = r->split ? ts_repro_gather_result_split(&r->ggat, r->comm, r->lo, r->hi)
                   : ts_repro_gather_result(&r->ggat, r->comm, r->grad);
     if (st != TS_OK) return st;
@@ -236,6 +239,7 @@ ts_status ts_repro_setup(session *s) {
     r->local = ts_repro_local(s);
     r->scaled = ts_plan_loss_scale(s->plan, NULL, NULL, NULL);
     r->comm = s->o->comm;
+    r->stop = s->o->stop;
     r->M = s->nslices;
     r->m = s->c.model.batch / r->M;
     r->k = r->M / r->N;
@@ -324,8 +328,9 @@ static ts_status bind(ts_plan *p, struct ts_repro *r, float *to) {
     return st;
 }
 
-ts_status ts_repro_step(session *s, double *loss) {
+ts_status ts_repro_step(session *s, double *loss, int *stop) {
     struct ts_repro *r = s->rp;
+    *stop = -1;
     ts_plan *p = s->plan;
     const int64_t done = ts_plan_step_count(p), applied = ts_plan_updates_applied(p);
     ts_status st = TS_OK;
@@ -372,6 +377,7 @@ ts_status ts_repro_step(session *s, double *loss) {
     if (r->N == 1) {
         memcpy(r->losses, r->loss, sizeof(double) * (size_t)r->k);
     }
+    if (r->split) *stop = ts_repro_gather_flags(&r->ggat) != 0;
     /* In micro-batch order: the ranks' runs, rank-major, are it. */
     double sum = 0;
     for (int64_t i = 0; i < r->M; i++) sum += r->losses[i];

@@ -6,7 +6,7 @@
  *
  *     ts_repro_resolve(s);     // before the plan is built: s->nslices, refusals
  *     ts_repro_setup(s);       // after the plan and the alerts: buffers, the gate
- *     ts_repro_step(s, &loss); // instead of feeding the rows and ts_plan_step
+ *     ts_repro_step(s, &loss, &stop); // instead of feeding the rows and ts_plan_step
  *     ts_repro_free(s->rp);
  *
  * Micro-batch i of a batch is its rows i*m .. (i+1)*m - 1; with N processes
@@ -45,8 +45,12 @@ ts_status ts_repro_setup(session *s);
 
 /* One training step over the batch in s->bx / s->by: this rank's
  * micro-batches, then the update; *loss is the batch's mean loss, the same
- * bits on every rank and for every process count. */
-ts_status ts_repro_step(session *s, double *loss);
+ * bits on every rank and for every process count. Where the ranks finish
+ * the tree on shm (the split finish), each rank's stop flag (s->o->stop, read
+ * as its micro-batches are done) rides on the finish's last meeting and
+ * *stop is whether any rank's was set, the same on every rank: the session
+ * needs no agreement of its own (ranks.h). Elsewhere *stop is -1. */
+ts_status ts_repro_step(session *s, double *loss, int *stop);
 
 /* The L2 norm of the batch's gradients after the step (the plan's gradient
  * monitors saw the last micro-batch only), in a fixed order: the same bits

@@ -66,10 +66,11 @@ static ts_status train_loop(session *s) {
         st = ts_sess_next_batch(s, step);
         const double wait = s->loader ? ts_loader_wait_seconds(s->loader) - w0 : 0;
         double loss = NAN, agreed;
-        if (s->pipe) { /* pipeline stages: this rank's stage (pipe_train.h) */
+        int agreed_stop = -1; /* the step's own meetings agreed on the stop flag (repro.h) */
+        if (s->pipe) {        /* pipeline stages: this rank's stage (pipe_train.h) */
             if (st == TS_OK) st = ts_sess_pipe_step(s, &loss);
         } else if (s->rp) { /* dist.reproducible: this rank's micro-batches (repro.h) */
-            if (st == TS_OK) st = ts_repro_step(s, &loss);
+            if (st == TS_OK) st = ts_repro_step(s, &loss, &agreed_stop);
         } else {
             if (st == TS_OK) st = ts_sess_step(s); /* shape_feed.c */
             loss = s->step_loss;
@@ -77,7 +78,12 @@ static ts_status train_loop(session *s) {
         int stop = s->o->stop && *s->o->stop;
         if (stop && !t_stop) t_stop = stop_grace(s);
         agreed = loss;
-        if (st == TS_OK && s->nranks > 1) st = ts_session_agree(s->o->comm, &agreed, &stop);
+        if (st == TS_OK && agreed_stop >= 0) { /* what every rank saw, not this rank's flag now */
+            ts_session_kill_point();
+            stop = agreed_stop;
+        } else if (st == TS_OK && s->nranks > 1) {
+            st = ts_session_agree(s->o->comm, &agreed, &stop);
+        }
         if (stop && !t_stop) t_stop = stop_grace(s);
         /* reproducible and pipelined: already the batch's, in a fixed order */
         if (!s->rp && !s->pipe) loss = agreed;
@@ -138,6 +144,14 @@ static ts_status train_loop(session *s) {
                     num(lr, b2, sizeof b2),
                     num(rate / (s->gpt ? (double)c->model.ctx : 1.0), b3, sizeof b3),
                     num(gnorm, b4, sizeof b4), amp, data, shp, cj);
+            /* the line reaches the kernel with its step: a run killed with SIGKILL keeps every
+             * completed step's line (stdio held up to 4 KiB, about 33 W1 lines, and cut the
+             * last), and a running run can be plotted; one write a step, a few microseconds */
+            if (fflush(s->metrics) != 0) {
+                st = ts_fail(TS_ERR_IO, "step %lld: writing %s/metrics.jsonl failed",
+                             (long long)step, r->run_dir);
+                break;
+            }
         }
         /* A skipped update kept the weights: the run can go on. */
         if (!isfinite(loss) && !(alert & (1u << TS_AA_SKIP | 1u << TS_AA_STOP))) {

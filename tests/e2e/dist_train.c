@@ -465,6 +465,57 @@ static void test_sigterm_launcher(void) {
     free(sum);
 }
 
+/* A stop that reaches one worker alone (SIGUSR2, the launcher's forwarded stop, to rank 1
+ * only): the ranks agree on it, so both end after the same step and the run is interrupted,
+ * not failed (a rank that stopped alone would leave the other waiting for it). With `extra`
+ * "dist.reproducible=true" the stop flag rides on the reproducible finish's last meeting
+ * (repro.h) instead of the session's agreement. */
+static void test_stop_one_worker(const char *name, const char *extra) {
+    char out[256], metrics[300];
+    snprintf(out, sizeof out, "%s", e2e_path(name));
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) _exit(126);
+        execl(bin, bin, "train", "examples/w1.yaml", "--steps", "100000000", "--procs", "2",
+              "--set", "model.batch=8", "--set", "model.hidden=8", "--set", "model.window=2",
+              "--set", "model.features=2", "--set", "train.threads=1", "--set", "train.log_every=1",
+              "--set", "dist.timeout_s=20", "--set", extra, "--out", out, (char *)NULL);
+        _exit(127);
+    }
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    pid_t kids[4];
+    int nk = 0;
+    for (int i = 0; i < 1000; i++) {
+        char *m = e2e_slurp(metrics, NULL);
+        int started = strstr(m, "\"step\":3,") != NULL;
+        free(m);
+        nk = children(pid, kids, 4);
+        if (started && nk == 2) break;
+        nanosleep(&pause, NULL);
+    }
+    CHECK(nk == 2, "%s: the launcher has %d workers", name, nk);
+    if (nk == 2) kill(kids[1], SIGUSR2);
+    int st = 0, done = 0;
+    for (int i = 0; i < 1000 && !done; i++) {
+        done = waitpid(pid, &st, WNOHANG) == pid;
+        if (!done) nanosleep(&pause, NULL);
+    }
+    if (!done) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    CHECK(done && WIFEXITED(st) && WEXITSTATUS(st) == 130,
+          "%s: a stop seen by rank 1 alone stops the run (exit 130), status %d", name, st);
+    char path[300];
+    snprintf(path, sizeof path, "%s/summary.json", out);
+    char *sum = e2e_slurp(path, NULL);
+    CHECK(strstr(sum, "\"status\": \"interrupted\""), "%s: summary: %s", name, sum);
+    free(sum);
+}
+
 static void test_killed_worker(void) {
     char out[256], metrics[300], errf[300];
     snprintf(out, sizeof out, "%s", e2e_path("killed"));
@@ -532,6 +583,8 @@ int main(void) {
     test_mpirun();
     test_bench();
     test_killed_worker();
+    test_stop_one_worker("stop1", "dist.reproducible=false");
+    test_stop_one_worker("stop1r", "dist.reproducible=true");
     test_sigterm_launcher();
     e2e_cleanup(dir);
     return check_summary("e2e/dist_train");

@@ -6,7 +6,8 @@
  * file_version record, with the loss scalar and gradient histograms in
  * it; every train line of metrics.jsonl carries grad_norm; and
  * `tessel plot RUN_DIR` draws plots/grad_norm.png (skipped without
- * gnuplot). Runs $TESSEL_BIN from the repository root. */
+ * gnuplot); a run killed with SIGKILL keeps every logged step's line. Runs
+ * $TESSEL_BIN from the repository root. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -264,6 +265,60 @@ static void check_dist_metrics(void) {
     }
 }
 
+/* A run killed with SIGKILL keeps the metrics.jsonl line of every step it logged as done:
+ * each line is written out with its step (not held in stdio's buffer, which kept up to 4 KiB
+ * and cut the last line). The progress line of step k comes just before its metrics line. */
+static void check_killed_jsonl(void) {
+    char out[160], log[160], path[200];
+    snprintf(out, sizeof out, "%s/killed", dir);
+    snprintf(log, sizeof log, "%s/killed.log", dir);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        execl(bin, bin, "train", "examples/w1.yaml", "--steps", "100000000", "--set",
+              "model.batch=8", "--set", "model.hidden=8", "--set", "model.window=2", "--set",
+              "model.features=2", "--set", "train.threads=1", "--set", "train.log_every=1", "--out",
+              out, (char *)NULL);
+        _exit(127);
+    }
+    CHECK(pid > 0, "fork");
+    if (pid <= 0) return;
+    /* past step 60: more lines than stdio's buffer held */
+    const double t0 = now();
+    char *text = NULL;
+    size_t tn;
+    while (now() - t0 < 30 && !(text && strstr(text, "step 60/"))) {
+        free(text);
+        text = read_all(log, &tn);
+        if (!(text && strstr(text, "step 60/"))) usleep(20000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    free(text);
+    text = read_all(log, &tn);
+    long logged = 0; /* the last step the progress log shows */
+    for (const char *p = text ? strstr(text, "step ") : NULL; p; p = strstr(p + 1, "step "))
+        if (p[5] >= '0' && p[5] <= '9') logged = strtol(p + 5, NULL, 10);
+    size_t n = 0;
+    char *m = read_all(path, &n);
+    long lines = 0, last = 0, consecutive = 1;
+    for (const char *p = m ? strstr(m, "\"step\":") : NULL; p; p = strstr(p + 1, "\"step\":")) {
+        const long k = strtol(p + 7, NULL, 10);
+        consecutive &= k == last + 1;
+        last = k, lines++;
+    }
+    CHECK(logged >= 60, "the killed run logged step %ld", logged);
+    CHECK(m && n > 0 && m[n - 1] == '\n', "metrics.jsonl ends with a whole line (%zu bytes)", n);
+    CHECK(consecutive && last >= logged - 1,
+          "metrics.jsonl has steps 1..%ld (%ld lines) of the %ld the log showed done", last, lines,
+          logged);
+    free(m);
+    free(text);
+}
+
 int main(void) {
     bin = e2e_setup("observe", dir, sizeof dir);
     if (!bin) return check_summary("observe");
@@ -325,6 +380,7 @@ int main(void) {
     check_jsonl();
     check_plot();
     check_dist_metrics();
+    check_killed_jsonl();
 
     e2e_cleanup(dir);
     printf("observe: %.1f s\n", now() - t0);

@@ -271,10 +271,13 @@ static int gather(ts_comm *c, void *user) {
             /* each leaf's scalar (a micro-batch's loss) travels with it */
             ts_repro_gather_put_scalar(&g, j, 1000.0 * round + r * k + j);
         }
+        /* each rank's flag rides on the second meeting: round 0 rank N - 1's alone, round 1 none */
+        ts_repro_gather_put_flag(&g, round == 0 && r == N - 1);
         size_t lo, hi;
         ts_repro_gather_slice(&g, &lo, &hi);
         w.next = lo;
         if (ts_repro_gather_result_split(&g, c, lo, hi) != TS_OK) return 10;
+        if (ts_repro_gather_flags(&g) != (round == 0)) return 16; /* every rank sees the or */
         if (ts_comm_wait_naps(0) != 0) return 6;
         /* the observer saw this rank's slice, block by block in order */
         if (w.bad || w.next != hi) return 13;

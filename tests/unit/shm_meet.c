@@ -1,9 +1,9 @@
 /* Meetings on sequence counters in shared memory (dist/shm_meet.h), 2 to 4 forked ranks: what a
  * rank wrote before arriving is what every rank reads past the meeting, over many meetings with
- * ranks held up at random; a late rank's peers wait (the counts and the time they publish); a
- * peer that exits fails the wait naming it, soon, not at the timeout; a peer that never comes
- * fails it at the timeout. Each worker returns the number of its failed checks, with a message
- * on stderr. */
+ * ranks held up at random, and the words carried on meetings; a late rank's peers wait (the counts
+ * and the time they publish); a peer that exits fails the wait naming it, soon, not at the timeout;
+ * a peer that never comes fails it at the timeout. Each worker returns the number of its failed
+ * checks, with a message on stderr. */
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,9 +35,15 @@ static ts_status open_block(ts_comm *c, ts_meet *m, uint64_t **vals) {
     return ts_barrier(c); /* every counter zeroed before the first meeting */
 }
 
+/* The word rank r carries to its second meeting of round i. */
+static uint64_t carried(uint64_t i, int r) {
+    return (i * 31 + (uint64_t)r * 7) % 5 == 0 ? (uint64_t)1 << r : 0;
+}
+
 /* Each meeting: write the meeting's number, meet, read every rank's, meet again before the next
- * write (the protocol of repro_gather's split finish). A rank sleeps now and then so that the
- * others spin and nap. Without the wait, a reader would see a peer's older number. */
+ * write (the protocol of repro_gather's split finish), the second carrying a word per rank whose
+ * or every rank reads. A rank sleeps now and then so that the others spin and nap. Without the
+ * wait, a reader would see a peer's older number. */
 static int work_order(ts_comm *c, void *user) {
     (void)user;
     const int N = ts_comm_size(c), r = ts_comm_rank(c);
@@ -55,8 +61,14 @@ static int work_order(ts_comm *c, void *user) {
             if (((volatile uint64_t *)vals)[q * 8] != i)
                 WFAIL("meeting %llu: rank %d's value is %llu", (unsigned long long)i, q,
                       (unsigned long long)((volatile uint64_t *)vals)[q * 8]);
-        ts_meet_arrive(&m);
+        /* the second meeting carries a word per rank: bit q set at about one meeting in 5 */
+        ts_meet_arrive_with(&m, carried(i, r));
         if (ts_meet_wait(&m) != TS_OK) WFAIL("second meeting %llu", (unsigned long long)i);
+        uint64_t want = 0;
+        for (int q = 0; q < N; q++) want |= carried(i, q);
+        if (ts_meet_or(&m) != want)
+            WFAIL("second meeting %llu: or of the words %llx, not %llx", (unsigned long long)i,
+                  (unsigned long long)ts_meet_or(&m), (unsigned long long)want);
     }
     if (m.seq != 2 * MEETINGS || m.st.meets != 2 * MEETINGS)
         WFAIL("%llu meetings", (unsigned long long)m.seq);
