@@ -17,6 +17,7 @@
 #include "check.h"
 #include "core/half.h"
 #include "ir/ir.h"
+#include "ops/op.h"
 #include "plan/plan.h"
 #include "plan/stages.h"
 #include "tessel/ckpt.h"
@@ -333,6 +334,41 @@ static void test_bad_updates(void) {
     check_update(&ok, -1, 0, "and -1 copies");
 }
 
+/* The update kernel's own rounding into the copy (the vector path with streaming stores and
+ * the scalar tail) against ts_f32_to_bf16 on every kind of value: SGD with lr 0 and zero
+ * gradients keeps each weight's bits (p + -0), so the copy must be their rounding. */
+static void test_kernel_rounding(void) {
+    enum { N = 2 * 4096 + 23 };
+    float *p = ts_aligned_alloc(sizeof(float) * N, "test"), *g = calloc(N, sizeof(float));
+    uint16_t *c = ts_aligned_alloc(sizeof(uint16_t) * N, "test");
+    if (!p || !g || !c) goto done;
+    static const uint32_t special[] = {0x7fc00000u, 0xffc00001u, 0x7f800000u, 0xff800000u,
+                                       0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x3f808000u,
+                                       0x3f818000u, 0x3f807fffu, 0x00000000u, 0x80000000u};
+    uint64_t r = 0x243f6a8885a308d3ull;
+    for (int i = 0; i < N; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        uint32_t u = (uint32_t)(r >> 32);
+        if ((u & 0x7f800000u) == 0x7f800000u) u |= 0x00400000u; /* quiet NaNs only */
+        if (i % 7 == 0) u = special[(i / 7) % 12];
+        if (i % 11 == 0) u = (u & 0xffff0000u) | 0x8000u; /* ties */
+        memcpy(&p[i], &u, sizeof u);
+    }
+    ts_tensor t[3] = {{TS_F32, 1, {N}, p}, {TS_F32, 1, {N}, g}, {TS_BF16, 1, {N}, c}};
+    ts_attrs a = ts_attrs_zero();
+    a.sgd.n_low = 1;
+    ts_step_ctx ctx = {1, 0, 0.0, 1};
+    ts_kargs k = {.a = &a, .n_in = 3, .in = t, .ctx = &ctx, .label = "test"};
+    CHECK_OK(ts_op_get(TS_OP_SGD_UPDATE)->kernel(&k));
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += c[i] != ts_f32_to_bf16(p[i]);
+    CHECK(bad == 0, "the update's copy rounds as ts_f32_to_bf16 (%d of %d differ)", bad, N);
+done:
+    ts_aligned_free(p);
+    ts_aligned_free(c);
+    free(g);
+}
+
 int main(void) {
     test_structure();
     for (int adam = 0; adam < 2; adam++)
@@ -342,5 +378,6 @@ int main(void) {
     test_writers();
     test_resume();
     test_bad_updates();
+    test_kernel_rounding();
     return check_summary("weight_copies");
 }
