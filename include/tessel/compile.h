@@ -221,15 +221,18 @@ typedef struct ts_compile_options {
     double max_mem_mb;       /* > 0: ts_compile refuses (TS_ERR_UNSUPPORTED) a plan whose
                                 memory per process (its arena, with shared parameters)
                                 exceeds this many MiB; 0: no limit */
-    int no_fuse;         /* keep every op its own kernel: no GEMM epilogues, no fused elementwise
-                            groups (for checking fusion; same results, see docs/architecture.md) */
-    int no_fuse_norm;    /* keep activations and the layer norms reading them separate ops
-                            (for checking that fusion; same results, docs/architecture.md) */
-    int no_recompute;    /* store every activation the backward reads instead of recomputing
-                            large GELU/LayerNorm outputs there (same results, more memory) */
-    int discard_outputs; /* training plans: values marked as outputs (other than the loss) are
-                            not kept readable after the step, so their memory can be reused
-                            (e.g. the logits, overwritten by their gradient); benchmarks */
+    int no_fuse;          /* keep every op its own kernel: no GEMM epilogues, no fused elementwise
+                             groups (for checking fusion; same results, see docs/architecture.md) */
+    int no_fuse_norm;     /* keep activations and the layer norms reading them separate ops
+                             (for checking that fusion; same results, docs/architecture.md) */
+    int no_recompute;     /* store every activation the backward reads instead of recomputing
+                             large GELU/LayerNorm outputs there (same results, more memory) */
+    int no_weight_copies; /* bf16/fp16 plans: cast the weights for the GEMMs every step
+                             instead of the optimizer keeping their copies (same results,
+                             docs/precision.md) */
+    int discard_outputs;  /* training plans: values marked as outputs (other than the loss) are
+                             not kept readable after the step, so their memory can be reused
+                             (e.g. the logits, overwritten by their gradient); benchmarks */
     /* Memory-aware scheduling (docs/scheduling.md): the arena's limit in MiB
      * (0: none). Above it, forward activations are recomputed in the backward
      * until the step fits, else ts_compile refuses naming what it needs. */

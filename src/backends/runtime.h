@@ -72,6 +72,8 @@ typedef struct ts_runtime {
     struct ts_trace *trace; /* non-NULL: a compute span per instruction (not owned) */
     ts_kernel_fn *held_fns; /* [n_ins] the kernels of the monitors held (ts_plan_hold_monitors),
                                NULL where none is held (owned) */
+    int copies_stale;       /* a parameter's memory was handed out (ts_plan_value_at): the next
+                               step first rewrites the weights' low-precision copies */
 } ts_runtime;
 
 /* Where the value at arena offset `off` (the layout's) lives. */

@@ -50,6 +50,23 @@ static void dims_lit(FILE *f, const ts_operand *o) {
     fputs("}", f);
 }
 
+/* The optimizer's bf16 / f16 copies of the weights (passes/weight_copies.c), made in
+ * step_init from the weights main.c has just loaded (the plan makes them in plan/arena.c). */
+static void emit_copies(FILE *f, const ts_program *p) {
+    for (int i = 0; i < p->n_ins; i++) {
+        const ts_instr *in = &p->ins[i];
+        ts_update_layout L;
+        if (!ts_update_layout_of(in->op, &in->a, in->n_in, &L)) continue;
+        for (int j = 0; j < L.n_low; j++) {
+            const ts_operand *w = &in->in[j * L.gs], *c = &in->in[L.first_copy + j];
+            fprintf(f,
+                    "    ts_f32_to_%s_n((uint16_t *)(A + %zu), (const float *)(A + %zu), %lld);\n",
+                    c->dtype == TS_BF16 ? "bf16" : "f16", c->off, w->off,
+                    (long long)ts_shape_numel(w->rank, w->dims));
+        }
+    }
+}
+
 /* An instruction's label up to " = " (labels read "%5 = matmul(...)"). */
 static void short_label(const ts_instr *p, int q, char *out, size_t n) {
     const char *l = p->label ? p->label : "?";
@@ -364,7 +381,7 @@ static ts_status emit_step_c(FILE *f, const cg_ctx *g, const int *kinds,
             "kernels/, the\n * library's own sources. */\n",
             p->n_ins, p->flops * 1e-9);
     fprintf(f, "#include <stdlib.h>\n#include <string.h>\n#include \"backends/cpu/dnnl_conv.h\"\n"
-               "#include \"backends/cpu/dnnl_matmul.h\"\n"
+               "#include \"backends/cpu/dnnl_matmul.h\"\n#include \"core/half.h\"\n"
                "#include \"ops/kern.h\"\n#include \"ops/op.h\"\n#include \"ops/vmath.h\"\n"
                "#include \"step.h\"\n\n");
     if (p->opt.threads > 0) fprintf(f, "#include <omp.h>\n\n");
@@ -438,6 +455,7 @@ static ts_status emit_step_c(FILE *f, const cg_ctx *g, const int *kinds,
             "    conv_runtime.ins = conv_rt;\n"
             "    if ((s = ts_cpu_prepare_conv(&conv_prog, &conv_runtime)) != TS_OK) return s;\n",
             n_conv);
+    emit_copies(f, p);
     fprintf(f, "    size_t sb = 0;\n");
     for (int i = 0; i < p->n_ins; i++)
         if (kinds[i] == RUN_MM)

@@ -221,20 +221,24 @@ typedef struct ts_softmax_attrs {
     int64_t axis;
 } ts_softmax_attrs;
 
-/* sgd_update (p, g[, buf][, coef]) in place: has_buf (a momentum buffer
- * per parameter), has_coef (the clip coefficient last), nesterov;
- * momentum, dampening, weight_decay. The learning rate comes from the step
- * context. */
+/* sgd_update (p, g[, buf][, coef][, c1..c_n_low]) in place: has_buf (a
+ * momentum buffer per parameter), has_coef (the clip coefficient after the
+ * groups), nesterov; momentum, dampening, weight_decay. The learning rate
+ * comes from the step context. n_low: the first n_low parameters each have
+ * a bf16 / f16 copy (passes/weight_copies.c), the last inputs in parameter
+ * order, which the update rewrites from the new f32 values. */
 typedef struct ts_sgd_attrs {
     int64_t has_buf, has_coef, nesterov;
     double momentum, dampening, weight_decay;
+    int64_t n_low;
 } ts_sgd_attrs;
 
-/* adam_update (p, g, m, v[, coef]) in place: decoupled 1 for AdamW,
- * has_coef; beta1, beta2, eps, weight_decay. */
+/* adam_update (p, g, m, v[, coef][, c1..c_n_low]) in place: decoupled 1
+ * for AdamW, has_coef; beta1, beta2, eps, weight_decay; n_low as sgd's. */
 typedef struct ts_adam_attrs {
     int64_t decoupled, has_coef;
     double beta1, beta2, eps, weight_decay;
+    int64_t n_low;
 } ts_adam_attrs;
 
 /* clip_coef (g1..gn) -> min(1, max_norm / (norm + 1e-6)). until_step > 0:

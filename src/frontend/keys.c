@@ -154,6 +154,10 @@ const ts_config_key cfg_keys[] = {
      "keep an activation and the layer norm reading it (and their backward) separate ops"},
     {"compile.no_recompute", TS_CFG_BOOL, FIELD(compile, no_recompute), 0, NULL, NULL, "false",
      "keep large GELU/LayerNorm outputs for the backward instead of recomputing them"},
+    {"compile.no_weight_copies", TS_CFG_BOOL, FIELD(compile, no_weight_copies), 0, NULL, NULL,
+     "false",
+     "bf16/fp16: cast the weights for the GEMMs every step instead of the optimizer keeping "
+     "their low-precision copies"},
     {"compile.discard_outputs", TS_CFG_BOOL, FIELD(compile, discard_outputs), 0, NULL, NULL, "true",
      "training: do not keep marked outputs (the logits) readable after the step, so "
      "their memory is reused (tessel train never reads them; evaluation has its own plan)"},

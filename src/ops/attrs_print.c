@@ -49,6 +49,7 @@ static void sgd(FILE *out, const ts_sgd_attrs *a) {
     real(out, "momentum", a->momentum);
     real(out, "dampening", a->dampening);
     real(out, "weight_decay", a->weight_decay);
+    field(out, "n_low", a->n_low);
 }
 
 static void adam(FILE *out, const ts_adam_attrs *a) {
@@ -58,6 +59,7 @@ static void adam(FILE *out, const ts_adam_attrs *a) {
     real(out, "beta2", a->beta2);
     real(out, "eps", a->eps);
     real(out, "weight_decay", a->weight_decay);
+    field(out, "n_low", a->n_low);
 }
 
 /* permute's perm. Its length, the input's rank, is not in the node: a

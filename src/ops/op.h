@@ -59,6 +59,14 @@ ts_val ts_sum_to(ts_graph *g, ts_val dy, ts_val like);
  * (fixed blocks in double, added in order): for clipping done outside the
  * kernel with the same bits (pipeline stages, session/stages_run.c). */
 double ts_clip_sumsq_f32(const float *x, int64_t n);
+/* Where an sgd_update / adam_update node's inputs lie (ops/optim.c): ng parameter groups
+ * of gs inputs (p, g[, state...]), the clip coefficient if has_coef, then from input
+ * first_copy the bf16 / f16 copies of the first n_low groups' parameters, which the update
+ * rewrites (passes/weight_copies.c). Returns 0 for another op or inputs that do not fit. */
+typedef struct ts_update_layout {
+    int gs, ng, has_coef, n_low, first_copy;
+} ts_update_layout;
+int ts_update_layout_of(int op, const ts_attrs *a, int n_in, ts_update_layout *out);
 /* Kernel error for a dtype it does not handle. */
 ts_status ts_kernel_bad_dtype(const ts_kargs *k, const char *op, ts_dtype dt);
 

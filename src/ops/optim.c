@@ -14,7 +14,11 @@
 #include <math.h>
 #include <string.h>
 #include "collective.h"
+#include "core/half.h"
 #include "kern.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 /* torch's CPU kernels for add(x, alpha=a) and addcmul are built with FMA
  * (an explicit vec::fmadd, or a contracted a * b + c), so the updates use
@@ -75,20 +79,52 @@ static int sgd_group(const ts_attrs *a) {
 enum { ADAM_GROUP = 4 };
 
 /* Number of parameter groups of a node with n_in inputs, 0 if n_in does
- * not fit whole groups plus the coefficient. */
-static int n_groups(int n_in, int gs, int has_coef) {
-    int m = n_in - has_coef;
-    return m >= gs && m % gs == 0 ? m / gs : 0;
+ * not fit whole groups plus the coefficient and n_low copies. */
+static int n_groups(int n_in, int gs, int has_coef, int64_t n_low) {
+    int64_t m = n_in - has_coef - n_low;
+    return n_low >= 0 && m >= gs && m % gs == 0 && n_low <= m / gs ? (int)(m / gs) : 0;
+}
+
+int ts_update_layout_of(int op, const ts_attrs *a, int n_in, ts_update_layout *out) {
+    if (op != TS_OP_SGD_UPDATE && op != TS_OP_ADAM_UPDATE) return 0;
+    const int sgd = op == TS_OP_SGD_UPDATE;
+    const int64_t n_low = sgd ? a->sgd.n_low : a->adam.n_low;
+    out->gs = sgd ? sgd_group(a) : ADAM_GROUP;
+    out->has_coef = (sgd ? a->sgd.has_coef : a->adam.has_coef) != 0;
+    out->ng = n_groups(n_in, out->gs, out->has_coef, n_low);
+    out->n_low = (int)n_low;
+    out->first_copy = out->ng * out->gs + out->has_coef;
+    return out->ng > 0;
+}
+
+/* The low-precision copies (attribute n_low, passes/weight_copies.c): copy j, input
+ * ng * gs + has_coef + j, is the bf16 or f16 image of the f32 parameter of group j. */
+static ts_status check_copies(const ts_graph *g, const ts_node *n, int gs, int ng, int has_coef,
+                              int64_t n_low) {
+    for (int j = 0; j < n_low; j++) {
+        const ts_type *p = ts_in_type(g, n, j * gs), *c = ts_in_type(g, n, ng * gs + has_coef + j);
+        if (p->dtype != TS_F32 || (c->dtype != TS_BF16 && c->dtype != TS_F16) ||
+            c->rank != p->rank || memcmp(c->dims, p->dims, sizeof(int64_t) * (size_t)p->rank)) {
+            char a[128], b[128];
+            return ts_fail(TS_ERR_SHAPE,
+                           "low-precision copy %d is %s; parameter %d is %s (an f32 parameter's "
+                           "copy is bf16 or f16 of its shape)",
+                           j, ts_type_str(a, sizeof a, c), j, ts_type_str(b, sizeof b, p));
+        }
+    }
+    return TS_OK;
 }
 
 static ts_status infer_sgd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     (void)out;
     int has_buf = n->a.sgd.has_buf != 0, has_coef = n->a.sgd.has_coef != 0, gs = sgd_group(&n->a);
-    int ng = n_groups(n->n_in, gs, has_coef);
+    const int64_t n_low = n->a.sgd.n_low;
+    int ng = n_groups(n->n_in, gs, has_coef, n_low);
     if (ng == 0)
-        return ts_fail(TS_ERR_INVALID, "expects %d inputs (p, g%s%s) per parameter, got %d",
-                       2 + has_buf + has_coef, has_buf ? ", buf" : "", has_coef ? ", coef" : "",
-                       n->n_in);
+        return ts_fail(TS_ERR_INVALID,
+                       "expects %d inputs (p, g%s) per parameter%s and %lld copies, got %d",
+                       2 + has_buf, has_buf ? ", buf" : "", has_coef ? ", the coefficient" : "",
+                       (long long)n_low, n->n_in);
     if (n->a.sgd.nesterov && !has_buf)
         return ts_fail(TS_ERR_INVALID, "nesterov momentum needs a momentum buffer");
     ts_status s = TS_OK;
@@ -96,7 +132,8 @@ static ts_status infer_sgd(const ts_graph *g, const ts_node *n, ts_type *out, in
         s = check_param(g, n, j * gs);
         if (s == TS_OK && has_buf) s = check_same(g, n, j * gs, 2, "momentum buffer");
     }
-    if (s == TS_OK && has_coef) s = check_coef(g, n, n->n_in - 1);
+    if (s == TS_OK && has_coef) s = check_coef(g, n, ng * gs);
+    if (s == TS_OK) s = check_copies(g, n, gs, ng, has_coef, n_low);
     *n_out = 0;
     return s;
 }
@@ -104,10 +141,12 @@ static ts_status infer_sgd(const ts_graph *g, const ts_node *n, ts_type *out, in
 static ts_status infer_adam(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     (void)out;
     int has_coef = n->a.adam.has_coef != 0;
-    int ng = n_groups(n->n_in, ADAM_GROUP, has_coef);
+    const int64_t n_low = n->a.adam.n_low;
+    int ng = n_groups(n->n_in, ADAM_GROUP, has_coef, n_low);
     if (ng == 0)
-        return ts_fail(TS_ERR_INVALID, "expects %d inputs (p, g, m, v%s) per parameter, got %d",
-                       4 + has_coef, has_coef ? ", coef" : "", n->n_in);
+        return ts_fail(TS_ERR_INVALID,
+                       "expects 4 inputs (p, g, m, v) per parameter%s and %lld copies, got %d",
+                       has_coef ? ", the coefficient" : "", (long long)n_low, n->n_in);
     ts_status s = TS_OK;
     for (int j = 0; j < ng && s == TS_OK; j++) {
         int b = j * ADAM_GROUP;
@@ -115,7 +154,8 @@ static ts_status infer_adam(const ts_graph *g, const ts_node *n, ts_type *out, i
         if (s == TS_OK) s = check_same(g, n, b, 2, "first moment");
         if (s == TS_OK) s = check_same(g, n, b, 3, "second moment");
     }
-    if (s == TS_OK && has_coef) s = check_coef(g, n, n->n_in - 1);
+    if (s == TS_OK && has_coef) s = check_coef(g, n, ng * ADAM_GROUP);
+    if (s == TS_OK) s = check_copies(g, n, ADAM_GROUP, ng, has_coef, n_low);
     *n_out = 0;
     return s;
 }
@@ -229,12 +269,57 @@ static size_t upd_scratch_bytes(int ng) {
     return TS_ALIGN_UP(sizeof(int64_t) * (size_t)(ng + 1), TS_ALIGN);
 }
 
+/* Rounds the chunk of new f32 parameters the update just wrote (still in L1) into their
+ * bf16 / f16 copy: the bits the cast op gives (core/half.h), so a GEMM reading the copy
+ * reads what it read from the cast of the weights the copy replaces. */
+#if defined(__x86_64__)
+/* The same rounding as ts_f32_to_bf16, 16 lanes at a time, written with streaming stores:
+ * nothing reads the copy before the next step's GEMMs, long after it left the caches, so
+ * its lines are not fetched first (the read-for-ownership of a plain store). d + i is
+ * 32-byte aligned from i = 0 (the chunk starts at a multiple of OPT_CHUNK elements of a
+ * 64-byte aligned tensor); the tail goes through the scalar rounding. */
+__attribute__((target("avx512f"))) static int64_t bf16_stream(uint16_t *d, const float *p,
+                                                              int64_t n) {
+    if ((uintptr_t)d % 32) return 0;
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1),
+                  quiet = _mm512_set1_epi32(0x40);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(p + i));
+        const __m512i hi = _mm512_srli_epi32(u, 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), inf);
+        const __m512i r = _mm512_srli_epi32(
+            _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
+        const __m512i v = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(hi, quiet));
+        _mm256_stream_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(v));
+    }
+    _mm_sfence();
+    return i;
+}
+#endif
+
+static void write_copy(const ts_tensor *copy, const float *p, int64_t s, int64_t n) {
+    uint16_t *d = (uint16_t *)copy->data + s;
+    if (copy->dtype != TS_BF16) {
+        ts_f32_to_f16_n(d, p + s, n);
+        return;
+    }
+    int64_t done = 0;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) done = bf16_stream(d, p + s, n);
+#endif
+    ts_f32_to_bf16_n(d + done, p + s + done, n - done);
+}
+
 /* Run an update over every parameter group in fixed chunks of each
  * tensor, all (group, chunk) pairs in one parallel loop. Elementwise, and
  * each tensor is chunked as it would be alone, so the result does not
- * depend on the grouping or on how chunks are spread over threads. */
+ * depend on the grouping or on how chunks are spread over threads. The
+ * first n_low groups' copies (from input ng * gs + has_coef on) are
+ * rewritten chunk by chunk right after their parameter. */
 static ts_status run_update(const ts_kargs *k, const char *op, upd_fn f, int gs, int ng,
-                            int has_state2, const upd_args *c) {
+                            int has_state2, int has_coef, int64_t n_low, const upd_args *c) {
     int64_t local[9], *first = local;
     if (ng + 1 > (int)(sizeof local / sizeof local[0])) {
         if (!k->scratch || k->scratch_bytes < sizeof(int64_t) * (size_t)(ng + 1))
@@ -250,7 +335,10 @@ static ts_status run_update(const ts_kargs *k, const char *op, upd_fn f, int gs,
         first[j + 1] = first[j] + (n + OPT_CHUNK - 1) / OPT_CHUNK;
     }
     const int64_t nch = first[ng];
-    const ts_tensor *in = k->in;
+    const ts_tensor *in = k->in, *copies = k->in + ng * gs + has_coef;
+    if (n_low > 0 && k->in[0].dtype != TS_F32)
+        return ts_fail(TS_ERR_INTERNAL, "%s '%s': low-precision copies of %s parameters", op,
+                       lbl(k), ts_dtype_name(k->in[0].dtype));
 #pragma omp parallel for schedule(static) if (total >= TS_PAR_MIN)
     for (int64_t ch = 0; ch < nch; ch++) {
         int lo = 0, hi = ng; /* the last group whose first chunk is <= ch */
@@ -266,6 +354,8 @@ static ts_status run_update(const ts_kargs *k, const char *op, upd_fn f, int gs,
                       has_state2 ? t0[3].data : NULL};
         int64_t n = ts_tensor_numel(t0), s = (ch - first[lo]) * OPT_CHUNK;
         f(t, c, s, n - s < OPT_CHUNK ? n - s : OPT_CHUNK);
+        if (lo < n_low)
+            write_copy(&copies[lo], t0[0].data, s, n - s < OPT_CHUNK ? n - s : OPT_CHUNK);
     }
     return TS_OK;
 }
@@ -334,11 +424,12 @@ static ts_status k_sgd(const ts_kargs *k) {
     if (dt != TS_F32 && dt != TS_F64) return ts_kernel_bad_dtype(k, "sgd_update", dt);
     if (!k->ctx) return ts_fail(TS_ERR_INTERNAL, "sgd_update '%s': no step context", lbl(k));
     upd_args c = {0};
-    int gs = sgd_group(a), ng = n_groups(k->n_in, gs, has_coef);
+    int gs = sgd_group(a), ng = n_groups(k->n_in, gs, has_coef, a->sgd.n_low);
     if (ng == 0) return ts_fail(TS_ERR_INTERNAL, "sgd_update '%s': bad input count", lbl(k));
-    sgd_consts(&c, &a->sgd, k->ctx, has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0);
+    sgd_consts(&c, &a->sgd, k->ctx, has_coef ? coef_of(&k->in[ng * gs]) : 1.0);
     (void)has_buf;
-    return run_update(k, "sgd_update", dt == TS_F32 ? sgd_f32 : sgd_f64, gs, ng, 0, &c);
+    return run_update(k, "sgd_update", dt == TS_F32 ? sgd_f32 : sgd_f64, gs, ng, 0, has_coef,
+                      a->sgd.n_low, &c);
 }
 
 /* The step t of the bias corrections is the applied-update count
@@ -356,10 +447,11 @@ static ts_status k_adam(const ts_kargs *k) {
         return ts_fail(TS_ERR_INVALID, "adam_update '%s': step %lld (steps count from 1)", lbl(k),
                        (long long)opt_step);
     upd_args c = {0};
-    int ng = n_groups(k->n_in, ADAM_GROUP, has_coef);
+    int ng = n_groups(k->n_in, ADAM_GROUP, has_coef, a->adam.n_low);
     if (ng == 0) return ts_fail(TS_ERR_INTERNAL, "adam_update '%s': bad input count", lbl(k));
-    adam_consts(&c, &a->adam, k->ctx, has_coef ? coef_of(&k->in[k->n_in - 1]) : 1.0);
-    return run_update(k, "adam_update", dt == TS_F32 ? adam_f32 : adam_f64, ADAM_GROUP, ng, 1, &c);
+    adam_consts(&c, &a->adam, k->ctx, has_coef ? coef_of(&k->in[ng * ADAM_GROUP]) : 1.0);
+    return run_update(k, "adam_update", dt == TS_F32 ? adam_f32 : adam_f64, ADAM_GROUP, ng, 1,
+                      has_coef, a->adam.n_low, &c);
 }
 
 /* ---- ZeRO: the update of one rank's shard ------------------------------ */
@@ -387,6 +479,10 @@ static ts_status infer_shard(const ts_graph *g, const ts_node *n, ts_type *out, 
     const int has_coef = shard_has_coef(a), fused = a->fused_ranks > 0, ng = fused ? k : 1;
     if (a->opt_op != TS_OP_ADAM_UPDATE && a->opt_op != TS_OP_SGD_UPDATE)
         return ts_fail(TS_ERR_INVALID, "opt_op must be sgd_update or adam_update");
+    if ((a->opt_op == TS_OP_ADAM_UPDATE ? a->opt.adam.n_low : a->opt.sgd.n_low) != 0)
+        return ts_fail(TS_ERR_UNSUPPORTED,
+                       "a shard update writes no low-precision weight copies (n_low): ZeRO "
+                       "plans keep the weights' casts");
     if (k < 1 || n->n_in != k + ng + ns + has_coef)
         return ts_fail(TS_ERR_INVALID, "expects %d parameters, %s, %d states%s", k,
                        fused ? "their gradients" : "the gradient shard", ns,
@@ -623,25 +719,28 @@ static ts_status k_clip(const ts_kargs *k) {
 
 /* ---- costs and definitions --------------------------------------------- */
 
-static double group_numel(const ts_graph *g, const ts_node *n, int gs, int has_coef) {
+static double group_numel(const ts_graph *g, const ts_node *n, int gs, int has_coef,
+                          int64_t n_low) {
     double e = 0;
-    for (int j = 0, ng = n_groups(n->n_in, gs, has_coef); j < ng; j++)
+    for (int j = 0, ng = n_groups(n->n_in, gs, has_coef, n_low); j < ng; j++)
         e += (double)ts_type_numel(ts_in_type(g, n, j * gs));
     return e;
 }
 static double cost_sgd(const ts_graph *g, const ts_node *n) {
-    return 6.0 * group_numel(g, n, sgd_group(&n->a), n->a.sgd.has_coef != 0);
+    return 6.0 * group_numel(g, n, sgd_group(&n->a), n->a.sgd.has_coef != 0, n->a.sgd.n_low);
 }
 static double cost_adam(const ts_graph *g, const ts_node *n) {
-    return 14.0 * group_numel(g, n, ADAM_GROUP, n->a.adam.has_coef != 0);
+    return 14.0 * group_numel(g, n, ADAM_GROUP, n->a.adam.has_coef != 0, n->a.adam.n_low);
 }
 static size_t scratch_sgd(const ts_graph *g, const ts_node *n) {
     (void)g;
-    return upd_scratch_bytes(n_groups(n->n_in, sgd_group(&n->a), n->a.sgd.has_coef != 0));
+    return upd_scratch_bytes(
+        n_groups(n->n_in, sgd_group(&n->a), n->a.sgd.has_coef != 0, n->a.sgd.n_low));
 }
 static size_t scratch_adam(const ts_graph *g, const ts_node *n) {
     (void)g;
-    return upd_scratch_bytes(n_groups(n->n_in, ADAM_GROUP, n->a.adam.has_coef != 0));
+    return upd_scratch_bytes(
+        n_groups(n->n_in, ADAM_GROUP, n->a.adam.has_coef != 0, n->a.adam.n_low));
 }
 static double cost_clip(const ts_graph *g, const ts_node *n) {
     double c = 0;

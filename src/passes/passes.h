@@ -36,6 +36,15 @@ ts_status ts_pass_autodiff_ex(ts_graph *g, int32_t loss, const int32_t *params, 
  * nodes ordered after every other reader of the parameter. */
 ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *params,
                         const int32_t *grads, int n);
+/* Control edges so node u (an in-place update) runs after every node before it that reads
+ * one of the values vals[0], vals[stride], ... (n of them), directly or through a view of
+ * one (reshape shares memory): train.c. */
+ts_status ts_order_after_readers(ts_graph *g, int u, const int32_t *vals, int n, int stride);
+/* After the precision pass (weight_copies.c): each f32 parameter that the optimizer updates
+ * and a bf16 / f16 cast feeds to GEMMs gets a persistent low-precision copy (an unnamed
+ * STATE value) that the update rewrites with the new weights (attribute n_low), and the
+ * GEMMs read the copy: the cast leaves the step. *n_copies (may be NULL): how many. */
+ts_status ts_pass_weight_copies(ts_graph *g, int *n_copies);
 
 /* Gradient monitors (docs/observability.md): a grad_stats node per float
  * gradient, output "monitor:PARAM" (marked as an output); then, after the

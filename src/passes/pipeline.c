@@ -143,6 +143,16 @@ static ts_status run_precision(ts_pass_ctx *c) {
     for (int i = 0; s == TS_OK && i < c->g->n_nodes; i++) dead += c->g->nodes[i].dead;
     return s != TS_OK || !dead ? s : compact(c);
 }
+/* The optimizer writes the weights' bf16 / f16 copies (weight_copies.c) where its kernels
+ * do (host backends) and it is the plain update (not ZeRO's shard updates, distribute.c). */
+static int with_weight_copies(const ts_pass_ctx *c) {
+    return c->training && c->low_kernels_ok && c->opt->precision.compute != TS_F32 &&
+           !c->opt->no_weight_copies && !(with_ranks(c) && c->opt->zero > 0);
+}
+static ts_status run_weight_copies(ts_pass_ctx *c) {
+    ts_status s = ts_pass_weight_copies(c->g, NULL);
+    return s == TS_OK ? compact(c) : s;
+}
 static ts_status run_train_mode(ts_pass_ctx *c) {
     return ts_pass_train_mode(c->g, c->training);
 }
@@ -241,6 +251,7 @@ static const ts_pass_def PASSES[] = {
     {"fuse", with_fuse, run_fuse},
     /* after fuse: matmul_epi GEMMs are lowered with their f32 epilogue */
     {"precision", always, run_precision},
+    {"weight_copies", with_weight_copies, run_weight_copies},
     {"verify", always, run_verify},
     {"schedule", always, run_schedule},
     {"distribute", with_ranks, run_distribute},

@@ -56,15 +56,12 @@ static ts_status check_opt(const ts_train_spec *spec) {
     return TS_OK;
 }
 
-/* Control edges so update node u runs after every node before it that
- * reads one of its parameters (the first input of each of its ng groups
- * of gs), directly or through a view of one (reshape shares memory).
- * Nodes are in topological order, so one forward sweep propagates the
+/* Nodes are in topological order, so one forward sweep propagates the
  * views. */
-static ts_status order_after_readers(ts_graph *g, int u, int ng, int gs) {
+ts_status ts_order_after_readers(ts_graph *g, int u, const int32_t *vals, int n, int stride) {
     char *view = ts_zalloc((size_t)g->n_values, "train");
     if (!view) return TS_ERR_NOMEM;
-    for (int j = 0; j < ng; j++) view[g->nodes[u].in[j * gs]] = 1;
+    for (int j = 0; j < n; j++) view[vals[j * stride]] = 1;
     ts_status s = TS_OK;
     for (int j = 0; j < u && s == TS_OK; j++) {
         const ts_node *r = &g->nodes[j];
@@ -85,7 +82,8 @@ static ts_status add_update(ts_graph *g, int op, const ts_attrs *a, const ts_val
     const int u = g->n_nodes;
     ts_node_add(g, op, k, in, a, NULL);
     ts_status s = ts_graph_status(g);
-    return s == TS_OK ? order_after_readers(g, u, ng, gs) : s;
+    /* after every reader of a parameter: the first input of each group */
+    return s == TS_OK ? ts_order_after_readers(g, u, g->nodes[u].in, ng, gs) : s;
 }
 
 /* optim.fused_update: one update node per parameter, each ordered after

@@ -50,6 +50,10 @@ static ts_status init_value(const ts_value *v, void *dst, uint64_t seed, int dst
         memcpy(dst, v->data, bytes);
         return TS_OK;
     }
+    if (v->init.kind == TS_INIT_ZEROS) { /* any dtype: all bits 0 (a weight's bf16 copy) */
+        if (!dst_zeroed) memset(dst, 0, bytes);
+        return TS_OK;
+    }
     if (v->t.dtype != TS_F32 && v->t.dtype != TS_F64)
         return ts_fail(TS_ERR_UNSUPPORTED, "init of '%s': dtype %s not supported yet", v->name,
                        ts_dtype_name(v->t.dtype));
@@ -224,6 +228,7 @@ ts_status ts_arena_init(ts_plan *p, const ts_compiled_graph *cg) {
     }
     ts_status s = init_zero3_blocks(p, g);
     if (s != TS_OK) return s;
+    if (!rt->params_borrowed) ts_plan_refresh_copies(p, SIZE_MAX); /* a sharer's are the owner's */
     return prog->zero_shared ? exchange_arenas(p) : TS_OK;
 }
 

@@ -52,6 +52,7 @@ ts_status ts_plan_step(ts_plan *p) {
     p->rt.ctx.opt_step = p->rt.updates_applied + 1;
     p->rt.ctx.lr = ts_lr_at(&p->prog.spec.schedule, p->prog.spec.opt.lr, p->rt.ctx.step);
     if (p->prog.opt.threads > 0) omp_set_num_threads(p->prog.opt.threads);
+    if (p->rt.copies_stale) ts_plan_refresh_copies(p, SIZE_MAX);
     int skipped = 0;
     ts_status s = p->backend->execute(&p->prog, &p->rt, &skipped);
     if (s != TS_OK) return s;
@@ -156,6 +157,7 @@ ts_status ts_plan_write_param(ts_plan *p, const char *name, const void *src, siz
         memcmp(dst, src, bytes) == 0)
         return TS_OK;
     memcpy(dst, src, bytes);
+    if (nm->kind == TS_NAMED_PARAM) ts_plan_refresh_copies(p, nm->v.off);
     if (p->backend && p->backend->to_device)
         return p->backend->to_device(&p->prog, &p->rt, nm->v.off, bytes);
     return TS_OK;

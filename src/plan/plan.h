@@ -33,6 +33,13 @@ static inline unsigned char *ts_plan_at(const ts_plan *p, size_t off) {
 /* Look up a named value. */
 const ts_named *ts_plan_find(const ts_plan *p, const char *name);
 
+/* Rewrites the bf16 / f16 copies the optimizer keeps of the weights (passes/weight_copies.c)
+ * from the f32 weights: the copy of the parameter at arena offset param_off, or every copy
+ * for SIZE_MAX (which also clears rt.copies_stale). For whatever writes the weights outside
+ * the update: the plan's first values (arena.c), ts_plan_write_param, and the step after
+ * ts_plan_value_at handed out a parameter (rt.copies_stale). weight_copies.c. */
+void ts_plan_refresh_copies(ts_plan *p, size_t param_off);
+
 /* Plans of one model at several shapes (shape buckets, plan_shared.c).
  *
  *     ts_compile(g16, &spec, &opt, &p16);                 // owns the state

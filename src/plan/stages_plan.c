@@ -196,5 +196,6 @@ unsigned char *ts_plan_value_at(ts_plan *p, const char *name, size_t *bytes) {
     const ts_named *nm = ts_plan_find(p, name);
     if (!nm) return NULL;
     *bytes = ts_operand_bytes(&nm->v);
+    if (nm->kind == TS_NAMED_PARAM) p->rt.copies_stale = 1; /* the caller may write it */
     return ts_plan_at(p, nm->v.off);
 }
