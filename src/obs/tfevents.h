@@ -71,6 +71,16 @@ ts_status ts_tfevents_flush(ts_tfevents *w);
  * writer is freed either way. */
 ts_status ts_tfevents_close(ts_tfevents *w);
 
+/* The default histogram limits, ascending (for readers and tests): sets
+ * *limits (may be NULL) and returns their number, 0 when out of memory. */
+int ts_tfevents_default_limits(const double **limits);
+
+/* The bucket a finite float lands in: the index of the first default limit
+ * greater than it (TensorFlow's upper_bound; bucket i holds
+ * [limit[i-1], limit[i])), found as ts_tfevents_histogram does. -1 for inf
+ * and NaN. Exposed for tests. */
+int ts_tfevents_bucket_f32(float v);
+
 /* The masked CRC32C TFRecord stores for `data` (exposed for readers and
  * tests). */
 uint32_t ts_tfrecord_masked_crc(const void *data, size_t n);

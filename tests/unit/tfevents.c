@@ -2,6 +2,7 @@
  * small TFRecord + protobuf decoder below, which checks both masked CRCs of
  * every record, the Event fields, scalars and histograms; a flipped byte is
  * detected; the flush policy and the refusal to overwrite are checked. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,6 +415,160 @@ static void test_histogram_buckets(void) {
           cum, n);
 }
 
+/* TensorFlow's upper_bound over the limits by binary search, the last
+ * bucket for values at or past the last limit: the reference for the
+ * writer's lookup table. */
+static int upper_bound_ref(const double *lim, int n, double v) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (lim[mid] <= v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n ? lo : n - 1;
+}
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The float bucket lookup (a table on the top 16 bits and one compare)
+ * agrees with a binary search for every 4099th bit pattern, both ends of
+ * every table range, every limit and its float neighbours (two steps each
+ * way) and the special values; inf and NaN have no bucket. */
+static void test_bucket_table(void) {
+    const double *lim = NULL;
+    const int n = ts_tfevents_default_limits(&lim);
+    CHECK(n > 1000 && lim && lim[0] == -DBL_MAX && lim[n - 1] == DBL_MAX && lim[n / 2] == 0,
+          "%d default limits", n);
+    if (n <= 0 || !lim) return;
+    long checked = 0, bad = 0;
+    float first_bad = 0;
+#define CHECK_BUCKET(f)                                                                            \
+    do {                                                                                           \
+        const float f_ = (f);                                                                      \
+        const int want_ = isfinite(f_) ? upper_bound_ref(lim, n, f_) : -1;                         \
+        checked++;                                                                                 \
+        if (ts_tfevents_bucket_f32(f_) != want_ && bad++ == 0) first_bad = f_;                     \
+    } while (0)
+    for (uint64_t u = 0; u < (1ull << 32); u += 4099) CHECK_BUCKET(from_bits((uint32_t)u));
+    for (uint32_t p = 0; p < (1u << 16); p++) {
+        CHECK_BUCKET(from_bits(p << 16));
+        CHECK_BUCKET(from_bits(p << 16 | 0xffffu));
+    }
+    for (int i = 0; i < n; i++) {
+        const float f = (float)lim[i];
+        CHECK_BUCKET(f);
+        float up = f, down = f;
+        for (int k = 0; k < 2; k++) {
+            up = nextafterf(up, INFINITY);
+            down = nextafterf(down, -INFINITY);
+            CHECK_BUCKET(up);
+            CHECK_BUCKET(down);
+        }
+    }
+    const float special[] = {0.0f,
+                             -0.0f,
+                             FLT_TRUE_MIN,
+                             -FLT_TRUE_MIN,
+                             FLT_MIN,
+                             -FLT_MIN,
+                             FLT_MAX,
+                             -FLT_MAX,
+                             1e-12f,
+                             -1e-12f,
+                             1e20f,
+                             -1e20f,
+                             INFINITY,
+                             -INFINITY,
+                             NAN,
+                             -NAN,
+                             from_bits(0x7f800001u),
+                             from_bits(0xffc00001u)};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) CHECK_BUCKET(special[i]);
+#undef CHECK_BUCKET
+    CHECK(bad == 0, "%ld of %ld floats in the wrong bucket (first %a)", bad, checked,
+          (double)first_bad);
+}
+
+/* A float histogram (the table) and a double histogram of the same values
+ * (the logarithm and walk) write the same record but for the wall time:
+ * min, max, count, sum, sum of squares, limits and counts, bit for bit. */
+static void test_histogram_f32_matches_f64(void) {
+    enum { NV = 3000 };
+    float *f = malloc(sizeof(float) * NV);
+    double *d = malloc(sizeof(double) * NV);
+    if (!f || !d) {
+        CHECK(0, "out of memory");
+        free(f);
+        free(d);
+        return;
+    }
+    const double *lim = NULL;
+    const int n_lim = ts_tfevents_default_limits(&lim);
+    unsigned seed = 11;
+    int n = 0;
+    /* Weight-like values over two decades, limits 300..330 and neighbours,
+     * then zeros, subnormals, the ends and non-finite values. */
+    while (n < 2000) {
+        const double u = (double)rand_r(&seed) / RAND_MAX;
+        f[n++] = (float)((rand_r(&seed) % 2 ? 1 : -1) * pow(10, -3 + 2 * u));
+    }
+    for (int i = 300; i < 330 && i < n_lim; i++) {
+        const float l = (float)lim[i];
+        f[n++] = l;
+        f[n++] = nextafterf(l, INFINITY);
+        f[n++] = nextafterf(l, -INFINITY);
+    }
+    const float extra[] = {0.0f,    -0.0f,    FLT_TRUE_MIN, -FLT_MIN, 1e-12f,   -1e-12f,
+                           FLT_MAX, -FLT_MAX, INFINITY,     NAN,      -INFINITY};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) f[n++] = extra[i];
+    for (int i = 0; i < n; i++) d[i] = f[i];
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s/f32f64", dir);
+    ts_tfevents *w = NULL;
+    CHECK_OK(ts_tfevents_open(sub, NULL, &w));
+    if (!w) {
+        free(f);
+        free(d);
+        return;
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s", ts_tfevents_path(w));
+    int64_t bad32 = -1, bad64 = -1;
+    CHECK_OK(ts_tfevents_histogram(w, 1, "h", f, n, &bad32));
+    CHECK_OK(ts_tfevents_histogram_f64(w, 1, "h", d, n, &bad64));
+    CHECK_OK(ts_tfevents_close(w));
+    CHECK(bad32 == 3 && bad64 == 3, "non-finite: %lld f32, %lld f64", (long long)bad32,
+          (long long)bad64);
+    static event ev[3];
+    CHECK(read_events(path, ev, 3) == 3, "version and two histogram records");
+    const value *a = &ev[1].values[0], *b = &ev[2].values[0];
+    CHECK(a->has_histo && b->has_histo && a->num == n - 3 && a->n_limit < MAX_BUCKETS,
+          "%g values, %d limits", a->num, a->n_limit);
+    CHECK(!memcmp(&a->min, &b->min, sizeof(double)) && !memcmp(&a->max, &b->max, sizeof(double)) &&
+              !memcmp(&a->num, &b->num, sizeof(double)) &&
+              !memcmp(&a->sum, &b->sum, sizeof(double)) &&
+              !memcmp(&a->sum_sq, &b->sum_sq, sizeof(double)),
+          "moments f32 %a %a %a %a vs f64 %a %a %a %a", a->min, a->max, a->sum, a->sum_sq, b->min,
+          b->max, b->sum, b->sum_sq);
+    if (a->n_limit > MAX_BUCKETS || a->n_bucket > MAX_BUCKETS) {
+        free(f);
+        free(d);
+        return;
+    }
+    CHECK(a->n_limit == b->n_limit && a->n_bucket == b->n_bucket &&
+              !memcmp(a->limit, b->limit, sizeof(double) * (size_t)a->n_limit) &&
+              !memcmp(a->bucket, b->bucket, sizeof(double) * (size_t)a->n_bucket),
+          "limits and counts differ: %d/%d limits", a->n_limit, b->n_limit);
+    free(f);
+    free(d);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/tessel-tfevents-XXXXXX");
     if (!mkdtemp(dir)) {
@@ -423,6 +578,8 @@ int main(void) {
     test_crc();
     test_write_read();
     test_histogram_buckets();
+    test_bucket_table();
+    test_histogram_f32_matches_f64();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
