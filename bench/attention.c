@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "profile_step.h"
 #include "tessel/tessel.h"
 
 static int cmp_d(const void *a, const void *b) {
@@ -47,22 +48,6 @@ static ts_plan *compile(ts_dtype compute, int threads, const int64_t *d) {
     return p;
 }
 
-/* One step; fwd / bwd: seconds in attention and attention_bwd. */
-static void step(ts_plan *p, double *fwd, double *bwd) {
-    ts_plan_profile_reset(p);
-    if (ts_plan_step(p) != TS_OK) {
-        fprintf(stderr, "step: %s\n", ts_last_error());
-        exit(1);
-    }
-    ts_profile_entry e[16];
-    int n = ts_plan_profile(p, e, 16);
-    *fwd = *bwd = 0;
-    for (int i = 0; i < n && i < 16; i++) {
-        if (strcmp(e[i].op, "attention") == 0) *fwd = e[i].seconds;
-        if (strcmp(e[i].op, "attention_bwd") == 0) *bwd = e[i].seconds;
-    }
-}
-
 int main(int argc, char **argv) {
     int rounds = 15, threads = 1;
     int64_t T = 256, hd = 64;
@@ -89,10 +74,11 @@ int main(int argc, char **argv) {
     double *t = calloc((size_t)rounds * 6, sizeof *t); /* f32 fwd, bwd, bf16 fwd, bwd, ratios */
     if (!t) return 1;
     double f, b;
-    for (int i = 0; i < 2; i++) step(p[i], &f, &b); /* warm-up */
+    for (int i = 0; i < 2; i++)
+        bench_step_ops(p[i], "attention", &f, "attention_bwd", &b); /* warm-up */
     for (int r = 0; r < rounds; r++) {
-        step(p[0], &t[r], &t[rounds + r]);
-        step(p[1], &t[2 * rounds + r], &t[3 * rounds + r]);
+        bench_step_ops(p[0], "attention", &t[r], "attention_bwd", &t[rounds + r]);
+        bench_step_ops(p[1], "attention", &t[2 * rounds + r], "attention_bwd", &t[3 * rounds + r]);
         t[4 * rounds + r] = t[r] / t[2 * rounds + r];
         t[5 * rounds + r] = t[rounds + r] / t[3 * rounds + r];
     }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "profile_step.h"
 #include "tessel/tessel.h"
 
 static int cmp_d(const void *a, const void *b) {
@@ -58,22 +59,6 @@ static ts_plan *compile(int copies, int threads) {
     return p;
 }
 
-/* One step; upd / cast: seconds in adam_update and cast. */
-static void step(ts_plan *p, double *upd, double *cast) {
-    ts_plan_profile_reset(p);
-    if (ts_plan_step(p) != TS_OK) {
-        fprintf(stderr, "step: %s\n", ts_last_error());
-        exit(1);
-    }
-    ts_profile_entry e[32];
-    int n = ts_plan_profile(p, e, 32);
-    *upd = *cast = 0;
-    for (int i = 0; i < n && i < 32; i++) {
-        if (strcmp(e[i].op, "adam_update") == 0) *upd = e[i].seconds;
-        if (strcmp(e[i].op, "cast") == 0) *cast = e[i].seconds;
-    }
-}
-
 int main(int argc, char **argv) {
     int rounds = 15, threads = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -95,10 +80,10 @@ int main(int argc, char **argv) {
     double *t = calloc((size_t)rounds * 5, sizeof *t);
     if (!t) return 1;
     double u, c;
-    for (int i = 0; i < 2; i++) step(p[i], &u, &c); /* warm-up */
+    for (int i = 0; i < 2; i++) bench_step_ops(p[i], "adam_update", &u, "cast", &c); /* warm-up */
     for (int r = 0; r < rounds; r++) {
-        step(p[0], &t[r], &t[rounds + r]);
-        step(p[1], &t[2 * rounds + r], &t[3 * rounds + r]);
+        bench_step_ops(p[0], "adam_update", &t[r], "cast", &t[rounds + r]);
+        bench_step_ops(p[1], "adam_update", &t[2 * rounds + r], "cast", &t[3 * rounds + r]);
         t[4 * rounds + r] = (t[r] + t[rounds + r]) / (t[2 * rounds + r] + t[3 * rounds + r]);
     }
     printf("W3's 25 weights (23.0 M), AdamW, bf16, %d thread(s), %d rounds (medians per step)\n",
