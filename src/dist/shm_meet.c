@@ -89,9 +89,10 @@ ts_status ts_meet_wait(ts_meet *m) {
         m->st.naps++;
         if ((q = first_behind(m, q)) < 0) break;
         const char *gone = m->comm->ops->peer_gone ? m->comm->ops->peer_gone(m->comm, q) : NULL;
-        /* a peer that arrived just before it ended delivered what it had to */
+        /* a peer that arrived just before it ended delivered what it had to; `gone` names
+         * the rank that ended, which need not be q, the first of those still missing */
         if (gone && (q = first_behind(m, q)) >= 0)
-            return ts_fail(TS_ERR_IO, "rank %d waiting for rank %d at meeting %llu: %s", m->rank, q,
+            return ts_fail(TS_ERR_IO, "rank %d waiting at meeting %llu: %s", m->rank,
                            (unsigned long long)m->seq, gone);
         if (q >= 0 && ts_now() - t0 > limit)
             return ts_fail(TS_ERR_IO,
