@@ -39,6 +39,25 @@ static void test_basics(void) {
     e2e_done(&r);
     r = e2e_run("help");
     CHECK(r.rc == 0 && strstr(r.out, "usage: tessel") && strstr(r.out, "--dump"), "help");
+    /* help's --dump-after list is the pipeline's passes, in order (the error for an unknown
+     * pass lists them from the pipeline itself) */
+    char listed[1024] = "", *w = listed;
+    const char *h = strstr(r.out, "that pass of the pipeline:");
+    for (h = h ? strchr(h, '\n') : NULL; h && *h && *h != ';'; h++)
+        if (*h != ' ' && *h != '\n' && w < listed + sizeof listed - 1) *w++ = *h;
+    *w = 0;
+    e2e_done(&r);
+    r = e2e_run("compile examples/w1.yaml --dump-after nope");
+    char piped[1024] = "";
+    w = piped;
+    h = strstr(r.err, "(passes: ");
+    for (h = h ? h + 9 : NULL; h && *h && *h != ')'; h++)
+        if (*h != ' ' && w < piped + sizeof piped - 1) *w++ = *h;
+    *w = 0;
+    CHECK(r.rc == 2 && *piped && !strcmp(listed, piped),
+          "help lists the passes '%s', the pipeline "
+          "has '%s'",
+          listed, piped);
     e2e_done(&r);
     r = e2e_run("compile --help");
     CHECK(r.rc == 0 && strstr(r.out, "usage: tessel"), "--help");
