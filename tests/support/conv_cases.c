@@ -1,5 +1,7 @@
 #include "conv_cases.h"
 #include <string.h>
+#include "core/core.h"
+#include "tessel/util.h"
 
 /* clang-format off */
 const conv_case conv_cases[] = {
@@ -43,4 +45,14 @@ const conv_case *conv_case_named(const char *label) {
     for (int i = 0; i < n_conv_cases; i++)
         if (!strcmp(conv_cases[i].label, label)) return &conv_cases[i];
     return NULL;
+}
+
+float *conv_rand_buf(int64_t n, uint64_t seed) {
+    float *p = ts_aligned_alloc((size_t)(n > 0 ? n : 1) * sizeof(float), "test buffer");
+    for (int64_t i = 0; p && i < n; i++) {
+        uint32_t w[4];
+        ts_philox(seed, 0xc0de, (uint64_t)i, w);
+        p[i] = (float)(w[0] >> 8) * (1.0f / 8388608.0f) - 1.0f;
+    }
+    return p;
 }

@@ -23,4 +23,9 @@ extern const int n_conv_cases;
 /* The case with this label (NULL if none). */
 const conv_case *conv_case_named(const char *label);
 
+/* n floats in [-1, 1) from a Philox stream keyed by seed, in an aligned
+ * buffer (free()); NULL, with the error recorded, when out of memory. The
+ * conv kernels' unit tests feed them to both sides of a comparison. */
+float *conv_rand_buf(int64_t n, uint64_t seed);
+
 #endif

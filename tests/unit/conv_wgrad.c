@@ -15,31 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/dnnl_conv_wgrad.h"
+#include "check.h"
+#include "conv_cases.h"
 #include "core/core.h"
-
-static int g_fail, g_pass;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            g_pass++;                                                                              \
-        } else {                                                                                   \
-            g_fail++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
-
-static float *rand_buf(int64_t n, uint64_t seed) {
-    float *p = ts_aligned_alloc((size_t)(n > 0 ? n : 1) * sizeof(float), "test buffer");
-    for (int64_t i = 0; p && i < n; i++) {
-        uint32_t w[4];
-        ts_philox(seed, 0xc0de, (uint64_t)i, w);
-        p[i] = (float)(w[0] >> 8) * (1.0f / 8388608.0f) - 1.0f;
-    }
-    return p;
-}
 
 /* dw[o][c][tap] and the sum of |terms| per weight, in double. */
 static void direct(const ts_wgrad_shape *s, const float *x, const float *dy, double *dw,
@@ -76,7 +54,7 @@ typedef void (*wgrad_fn)(const ts_wgrad_shape *, const float *, const float *, f
 static float *run(wgrad_fn fn, const ts_wgrad_shape *s, const float *x, const float *dy,
                   int threads) {
     int64_t nw = s->O * s->C * s->k[0] * s->k[1] * s->k[2];
-    float *dw = rand_buf(nw, 99); /* overwritten: garbage first */
+    float *dw = conv_rand_buf(nw, 99); /* overwritten: garbage first */
     float *scratch = ts_aligned_alloc(ts_conv_wgrad_scratch(s), "test scratch");
     int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
@@ -108,7 +86,7 @@ static void check_shape(const char *what, const ts_wgrad_shape *s, int avx2) {
     int64_t nx = s->N * s->in[0] * s->in[1] * s->in[2] * s->C;
     int64_t ny = s->N * s->out[0] * s->out[1] * s->out[2] * s->O;
     int64_t nw = s->O * s->C * s->k[0] * s->k[1] * s->k[2];
-    float *x = rand_buf(nx, 1), *dy = rand_buf(ny, 2);
+    float *x = conv_rand_buf(nx, 1), *dy = conv_rand_buf(ny, 2);
     double *ref = malloc(sizeof(double) * (size_t)nw), *mag = malloc(sizeof(double) * (size_t)nw);
     direct(s, x, dy, ref, mag);
     float *sc1 = run(ts_conv_wgrad_scalar, s, x, dy, 1);
@@ -188,6 +166,5 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_shape(cases[i].what, &cases[i].s, avx2);
     refused();
-    printf("conv_wgrad: %d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_summary("unit/conv_wgrad");
 }

@@ -16,31 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/dnnl_conv_winograd.h"
+#include "check.h"
+#include "conv_cases.h"
 #include "core/core.h"
-
-static int g_fail, g_pass;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            g_pass++;                                                                              \
-        } else {                                                                                   \
-            g_fail++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
-
-static float *rand_buf(int64_t n, uint64_t seed) {
-    float *p = ts_aligned_alloc((size_t)(n > 0 ? n : 1) * sizeof(float), "test buffer");
-    for (int64_t i = 0; p && i < n; i++) {
-        uint32_t w[4];
-        ts_philox(seed, 0xc0de, (uint64_t)i, w);
-        p[i] = (float)(w[0] >> 8) * (1.0f / 8388608.0f) - 1.0f;
-    }
-    return p;
-}
 
 /* y = conv(x, w) with stride 1 and padding 1 in double, and the largest sum
  * of |terms| of one output. The weight of (o, c, tap) is w[o][c][tap]
@@ -77,7 +55,7 @@ static double direct(const ts_wino *s, const float *x, const float *w, double *y
 
 static float *run(const ts_wino *s, const float *x, const float *w, int threads) {
     const int64_t ny = s->N * s->D * s->H * s->W * s->O;
-    float *y = rand_buf(ny, 77); /* overwritten: garbage first */
+    float *y = conv_rand_buf(ny, 77); /* overwritten: garbage first */
     void *scratch = ts_aligned_alloc(ts_wino_scratch(s, threads), "test scratch");
     if (!y || !scratch) {
         fprintf(stderr, "out of memory\n");
@@ -114,7 +92,7 @@ static void check_shape(const shape *sh, int flip) {
     CHECK(s.T % 12 == 0 && s.nblk * s.T >= s.ntiles, "%s: %lld blocks of %lld for %lld tiles", what,
           (long long)s.nblk, (long long)s.T, (long long)s.ntiles);
     const int64_t nx = s.N * s.D * s.H * s.W * s.C, ny = s.N * s.D * s.H * s.W * s.O;
-    float *x = rand_buf(nx, 1 + (uint64_t)sh->C), *w = rand_buf(s.O * s.C * 27, 2);
+    float *x = conv_rand_buf(nx, 1 + (uint64_t)sh->C), *w = conv_rand_buf(s.O * s.C * 27, 2);
     double *ref = malloc(sizeof(double) * (size_t)ny);
     if (!x || !w || !ref) {
         fprintf(stderr, "out of memory\n");
@@ -146,10 +124,9 @@ int main(void) {
     if (!ts_wino_enabled()) {
         printf("unit_conv_winograd: kernel off on this CPU (no AVX-512F or "
                "TESSEL_CONV_WINOGRAD=0); only the shape checks ran\n");
-        return g_fail ? 1 : 0;
+        return check_summary("unit/conv_winograd");
     }
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int flip = 0; flip < 2; flip++) check_shape(&shapes[i], flip);
-    printf("unit_conv_winograd: %d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_summary("unit/conv_winograd");
 }
