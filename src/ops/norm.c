@@ -10,8 +10,11 @@
  * Backward: dx is row-parallel. dw and db sum over rows: rows are cut into
  * fixed blocks of LN_ROWS, each (block, column chunk) task writes double
  * partials to scratch, and the partials are added in block order per
- * column, so the result does not depend on the thread count. */
+ * column, so the result does not depend on the thread count. With blocks
+ * enough for the threads, a block's dx rows and then its partials are one
+ * task, so the block's dy and x are read from memory once, not twice. */
 #include <math.h>
+#include <omp.h>
 #include "core/half.h"
 #include "kern.h"
 #include "norm_rows.h"
@@ -229,25 +232,50 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         if (pb)                                                                                    \
             for (int64_t c = 0; c < len; c++) pb[c] = ab[c];                                       \
     }                                                                                              \
-    /* dw and db (either may be NULL) of all rows, through the partials in scratch. */             \
-    static ts_status ln_dwdb_all_##SFX(T *dw, T *db, const T *dy, const T *x, const T *mean,       \
-                                       const T *rstd, int64_t rows, int64_t d, void *scratch,      \
-                                       size_t scratch_bytes, const char *label) {                  \
+    /* dx of rows [r0, r1), then the block's partials of dw and db for all its columns, while      \
+     * the block's dy and x are still in cache (one pass over them instead of two). */             \
+    static void ln_block_##SFX(T *dx, double *pw, double *pb, const T *dy, const T *x, const T *w, \
+                               const T *mean, const T *rstd, int64_t r0, int64_t r1, int64_t d) {  \
+        for (int64_t r = r0; r < r1; r++)                                                          \
+            ln_dx_row_##SFX(dx + r * d, dy + r * d, x + r * d, w, mean[r], rstd[r], d);            \
+        for (int64_t c0 = 0; c0 < d; c0 += LN_COLS)                                                \
+            ln_dwdb_##SFX(pw ? pw + c0 : NULL, pb ? pb + c0 : NULL, dy, x, mean, rstd, r0, r1, c0, \
+                          d - c0 < LN_COLS ? d - c0 : LN_COLS, d);                                 \
+    }                                                                                              \
+    /* dw and db (either may be NULL) of all rows, through the partials in scratch; with dx,       \
+     * also dx (of w), a block of rows at a time (ln_block: the same partials, the same bits). */  \
+    static ts_status ln_dwdb_all_##SFX(                                                            \
+        T *dw, T *db, const T *dy, const T *x, const T *mean, const T *rstd, int64_t rows,         \
+        int64_t d, void *scratch, size_t scratch_bytes, const char *label, T *dx, const T *w) {    \
         if (!dw && !db) return TS_OK;                                                              \
         int64_t nrb = (rows + LN_ROWS - 1) / LN_ROWS, ncb = (d + LN_COLS - 1) / LN_COLS;           \
         size_t need = (size_t)(nrb * d * 2) * sizeof(double);                                      \
         if (need > scratch_bytes)                                                                  \
             return ts_fail(TS_ERR_INTERNAL, "layer_norm_bwd '%s': scratch too small", label);      \
         double *pw = scratch, *pb = pw + nrb * d;                                                  \
-        _Pragma(                                                                                   \
-            "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t t = 0;   \
-                                                                                  t < nrb * ncb;   \
-                                                                                  t++) {           \
-            int64_t rb = t / ncb, c0 = (t % ncb) * LN_COLS;                                        \
-            int64_t r0 = rb * LN_ROWS, r1 = r0 + LN_ROWS < rows ? r0 + LN_ROWS : rows;             \
-            int64_t len = d - c0 < LN_COLS ? d - c0 : LN_COLS;                                     \
-            ln_dwdb_##SFX(dw ? pw + rb *d + c0 : NULL, db ? pb + rb *d + c0 : NULL, dy, x, mean,   \
-                          rstd, r0, r1, c0, len, d);                                               \
+        if (dx) {                                                                                  \
+            _Pragma(                                                                               \
+                "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t rb = \
+                                                                                          0;       \
+                                                                                      rb < nrb;    \
+                                                                                      rb++) {      \
+                int64_t r0 = rb * LN_ROWS, r1 = r0 + LN_ROWS < rows ? r0 + LN_ROWS : rows;         \
+                ln_block_##SFX(dx, dw ? pw + rb *d : NULL, db ? pb + rb *d : NULL, dy, x, w, mean, \
+                               rstd, r0, r1, d);                                                   \
+            }                                                                                      \
+        } else {                                                                                   \
+            _Pragma(                                                                               \
+                "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t t =  \
+                                                                                          0;       \
+                                                                                      t <          \
+                                                                                      nrb * ncb;   \
+                                                                                      t++) {       \
+                int64_t rb = t / ncb, c0 = (t % ncb) * LN_COLS;                                    \
+                int64_t r0 = rb * LN_ROWS, r1 = r0 + LN_ROWS < rows ? r0 + LN_ROWS : rows;         \
+                int64_t len = d - c0 < LN_COLS ? d - c0 : LN_COLS;                                 \
+                ln_dwdb_##SFX(dw ? pw + rb *d + c0 : NULL, db ? pb + rb *d + c0 : NULL, dy, x,     \
+                              mean, rstd, r0, r1, c0, len, d);                                     \
+            }                                                                                      \
         }                                                                                          \
         _Pragma("omp parallel for schedule(static) if (nrb * d >= TS_PAR_MIN)") for (int64_t c =   \
                                                                                          0;        \
@@ -270,12 +298,16 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         T *dx = k->out[0].data;                                                                    \
         T *dw = has_w ? k->out[1].data : NULL, *db = has_b ? k->out[1 + has_w].data : NULL;        \
         int64_t rows = ts_rows(xt), d = ts_inner(xt);                                              \
+        /* dx inside the dw/db blocks when there are blocks enough for the threads */              \
+        if ((dw || db) && (rows + LN_ROWS - 1) / LN_ROWS >= omp_get_max_threads())                 \
+            return ln_dwdb_all_##SFX(dw, db, dy, x, mean, rstd, rows, d, k->scratch,               \
+                                     k->scratch_bytes, k->label, dx, w);                           \
         _Pragma(                                                                                   \
             "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t r = 0;   \
                                                                                   r < rows; r++)   \
             ln_dx_row_##SFX(dx + r * d, dy + r * d, x + r * d, w, mean[r], rstd[r], d);            \
         return ln_dwdb_all_##SFX(dw, db, dy, x, mean, rstd, rows, d, k->scratch, k->scratch_bytes, \
-                                 k->label);                                                        \
+                                 k->label, NULL, NULL);                                            \
     }
 
 DEF_LN(float, f32)
@@ -329,7 +361,8 @@ void ts_ln_dx_row_f32(float *dx, const float *dy, const float *x, const float *w
 ts_status ts_ln_dwdb_f32(float *dw, float *db, const float *dy, const float *x, const float *mean,
                          const float *rstd, int64_t rows, int64_t d, void *scratch,
                          size_t scratch_bytes, const char *label) {
-    return ln_dwdb_all_f32(dw, db, dy, x, mean, rstd, rows, d, scratch, scratch_bytes, label);
+    return ln_dwdb_all_f32(dw, db, dy, x, mean, rstd, rows, d, scratch, scratch_bytes, label, NULL,
+                           NULL);
 }
 size_t ts_ln_dwdb_scratch(int64_t rows, int64_t d) {
     return (size_t)(((rows + LN_ROWS - 1) / LN_ROWS) * d * 2) * sizeof(double);

@@ -20,7 +20,7 @@ struct ts_mm {
     char what[400]; /* "matmul 'label' f32[2,3,5] x f32[5,7]^T -> f32[2,3,7]" */
     dnnl_primitive_t prim;
     dnnl_memory_t mem_a, mem_b, mem_c, mem_s; /* mem_s is NULL without scratchpad */
-    dnnl_memory_t mem_post[4];                /* operands of the add post-ops */
+    dnnl_memory_t mem_post[4]; /* operands of d.post, in order: a leading bias as DNNL_ARG_BIAS */
     int n_post_src;
     dnnl_exec_arg_t args[8];
     int nargs;
@@ -359,8 +359,16 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
         ts_dtype c_dt = m->widen ? TS_F32 : d->c_dt;
         TS_DNNL_TRY(m, init_md(&md_c, batched, d->batch, d->M, d->N, 0, c_dt));
 
+        /* A leading bias goes to oneDNN as the matmul's own bias: its kernels add it to the
+         * accumulators before they store C, where a binary post-op is a pass of its own over C
+         * (W3's GEMMs with a bias: 3-8 % faster, docs/benchmarks.md). oneDNN adds the bias
+         * before any post-op, so C = (AB + bias) + adds as before, bit for bit. Not with
+         * accumulate, whose old C oneDNN's sum post-op would add after the bias. */
+        const int arg_bias = !d->accumulate && d->n_post > 0 && d->post[0] == TS_MM_POST_BIAS;
+        dnnl_memory_desc_t md_bias;
+        if (arg_bias) TS_DNNL_TRY(m, init_md(&md_bias, batched, 1, 1, d->N, 0, TS_F32));
         dnnl_matmul_desc_t op;
-        TS_DNNL_TRY(m, dnnl_matmul_desc_init(&op, &md_a, &md_b, NULL, &md_c));
+        TS_DNNL_TRY(m, dnnl_matmul_desc_init(&op, &md_a, &md_b, arg_bias ? &md_bias : NULL, &md_c));
 
         /* The attribute and post-ops objects live only during creation. */
         dnnl_primitive_attr_t attr = NULL;
@@ -376,14 +384,22 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
             call = "dnnl_primitive_attr_set_fpmath_mode";
             st = dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict);
         }
-        if (st == dnnl_success && (d->accumulate || d->n_post)) {
+        if (st == dnnl_success && arg_bias) {
+            call = "dnnl_memory_create(bias)";
+            st = dnnl_memory_create(&m->mem_post[0], &md_bias, g_engine, DNNL_MEMORY_NONE);
+            if (st == dnnl_success) {
+                m->args[4] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, m->mem_post[0]};
+                m->n_post_src = 1;
+            }
+        }
+        if (st == dnnl_success && (d->accumulate || d->n_post > arg_bias)) {
             call = "dnnl_post_ops_create";
             st = dnnl_post_ops_create(&po);
             if (st == dnnl_success && d->accumulate) {
                 call = "dnnl_post_ops_append_sum";
                 st = dnnl_post_ops_append_sum(po, 1.0f);
             }
-            for (int p = 0; st == dnnl_success && p < d->n_post; p++) {
+            for (int p = arg_bias; st == dnnl_success && p < d->n_post; p++) {
                 dnnl_memory_desc_t md1;
                 call = "dnnl_memory_desc_init_by_strides(post-op)";
                 if (d->post[p] == TS_MM_POST_BIAS)
@@ -399,7 +415,8 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
                     st = dnnl_memory_create(&m->mem_post[m->n_post_src], &md1, g_engine,
                                             DNNL_MEMORY_NONE);
                     if (st == dnnl_success) {
-                        int idx = p + (d->accumulate ? 1 : 0);
+                        /* oneDNN numbers the post-ops: the sum, then the binary adds */
+                        int idx = p - arg_bias + (d->accumulate ? 1 : 0);
                         m->args[4 + m->n_post_src] =
                             (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1,
                                               m->mem_post[m->n_post_src]};
@@ -482,7 +499,7 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_b, &md_b, g_engine, DNNL_MEMORY_NONE));
     TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_c, &md_c, g_engine, DNNL_MEMORY_NONE));
 
-    /* args[4..] already hold the post-op operands; pack them after the others */
+    /* args[4..] already hold the bias and post-op operands; pack them after the others */
     dnnl_exec_arg_t post_args[4];
     memcpy(post_args, m->args + 4, sizeof post_args);
     m->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, m->mem_a};
