@@ -467,8 +467,8 @@ const ts_config_key cfg_keys[] = {
      "the first steps exchange every gradient dense (topk: all values in f32, the velocity "
      "kept), then compression starts (Vogels et al.'s start_powerSGD_iter; 0: from step 1)"},
     {"dist.compress_momentum", TS_CFG_BOOL, FIELD(dist, compress_momentum), 0, NULL, NULL, "false",
-     "topk: DGC momentum correction: SGD's momentum is accumulated per rank before the top-k "
-     "and masked where sent (train.optimizer sgd with momentum)"},
+     "DGC momentum correction: SGD's momentum is accumulated per rank before the compression "
+     "(topk: and masked where sent; train.optimizer sgd with momentum)"},
     {"dist.compress_clip", TS_CFG_F64, FIELD(dist, compress_clip), 0, NULL, "[0, inf)", "0",
      "topk: local clipping: each rank's gradient norm is clipped to this / sqrt(ranks) before "
      "it is accumulated (0: none)"},

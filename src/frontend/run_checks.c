@@ -115,7 +115,7 @@ static ts_status check_compress(const ts_config *c, int nranks) {
         return ts_fail(
             TS_ERR_INVALID,
             "%s: dist.compress_momentum is the momentum correction of dist.compress "
-            "topk; dist.compress is none",
+            "topk or powersgd; dist.compress is none",
             cfg_origin(c, ts_config_key_find("dist.compress_momentum"), where, sizeof where));
     }
     const char *name = m == 1 ? "topk" : "powersgd";
@@ -133,16 +133,12 @@ static ts_status check_compress(const ts_config *c, int nranks) {
                        cfg_origin(c, ki, where, sizeof where), name, c->dist.zero);
     if (c->dist.compress_momentum) {
         const int ki2 = ts_config_key_find("dist.compress_momentum");
-        if (m != 1)
-            return ts_fail(TS_ERR_INVALID,
-                           "%s: dist.compress_momentum is the momentum correction of topk; "
-                           "dist.compress is %s",
-                           cfg_origin(c, ki2, where, sizeof where), name);
         if (c->train.optimizer != 0 || c->train.momentum <= 0)
-            return ts_fail(TS_ERR_INVALID,
-                           "%s: dist.compress_momentum moves SGD's momentum before the top-k; "
-                           "it needs train.optimizer sgd with train.momentum > 0",
-                           cfg_origin(c, ki2, where, sizeof where));
+            return ts_fail(
+                TS_ERR_INVALID,
+                "%s: dist.compress_momentum moves SGD's momentum before the compression; "
+                "it needs train.optimizer sgd with train.momentum > 0",
+                cfg_origin(c, ki2, where, sizeof where));
     }
     return TS_OK;
 }

@@ -32,6 +32,15 @@
  * drawn from the compile seed. Products accumulate in double, in a fixed
  * order.
  *
+ * Momentum correction (a.momentum > 0, DGC's, dist.compress_momentum): psgd_start
+ * takes one more state input after q, vel [elements of every gradient of the
+ * bucket], this rank's velocity: v = momentum v + c g for every gradient,
+ * and v takes the gradient's place above (added into M, or copied into buf
+ * for the uncompressed ones). The SGD update then runs without momentum
+ * (src/passes/compress.c), so what is applied is the exchanged velocity.
+ * The local clip then runs from step 1, dense start included: the global
+ * clip after the exchange would clip the velocity, not the gradient.
+ *
  * Dense start (a.dense > 0, Vogels et al.'s start_powerSGD_iter): steps
  * 1..a.dense all-reduce every gradient dense through buf (sized for them
  * then), g = sum / ranks, as the uncompressed all-reduce; err is added in
@@ -82,9 +91,14 @@ static int64_t at_least_1(int64_t x) {
     return x > 0 ? x : 1;
 }
 
+/* Inputs of psgd_start after the gradients: err, q[, vel][, scale]. */
+static int start_extra(const ts_compress_attrs *a) {
+    return 2 + (a->momentum > 0) + (a->scaled ? 1 : 0);
+}
+
 static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
     const ts_compress_attrs *a = &n->a.compress;
-    const int k = n->n_in - 2 - (a->scaled ? 1 : 0);
+    const int k = n->n_in - start_extra(a);
     psgd_sizes z;
     if (k < 1) return ts_fail(TS_ERR_SHAPE, "psgd_start: no gradients");
     ts_status s = sizes_graph(g, n, k, &z);
@@ -95,6 +109,11 @@ static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, 
                        (long long)a->rank, (long long)a->ranks,
                        (long long)ts_type_numel(ts_in_type(g, n, k)),
                        (long long)ts_type_numel(ts_in_type(g, n, k + 1)));
+    int64_t all = 0; /* elements of every gradient: the velocity's */
+    for (int i = 0; i < k; i++) all += ts_type_numel(ts_in_type(g, n, i));
+    if (a->momentum > 0 && ts_type_numel(ts_in_type(g, n, k + 2)) != all)
+        return ts_fail(TS_ERR_SHAPE, "psgd_start: velocity %lld, the gradients %lld",
+                       (long long)ts_type_numel(ts_in_type(g, n, k + 2)), (long long)all);
     memset(out, 0, 3 * sizeof *out);
     out[0].dtype = TS_I64;
     out[1].dtype = out[2].dtype = TS_F32;
@@ -219,42 +238,54 @@ static ts_status k_start(const ts_kargs *k) {
     ts_status s = rt_of(k, "psgd_start", &rt, &b);
     if (s != TS_OK) return s;
     const ts_compress_attrs *a = &k->a->compress;
-    const int ng = k->n_in - 2 - (a->scaled ? 1 : 0), r = (int)a->rank;
-    const float inv = a->scaled ? (float)(1.0 / (double)*(const float *)k->in[ng + 2].data) : 1.0f;
+    const int ng = k->n_in - start_extra(a), r = (int)a->rank;
+    const int mc = a->momentum > 0;
+    const float inv =
+        a->scaled ? (float)(1.0 / (double)*(const float *)k->in[k->n_in - 1].data) : 1.0f;
     const int skip = a->scaled && !all_finite(k, ng); /* an overflow: the state stays */
     const int dense = k->ctx->step <= a->dense;
-    /* local clipping in compressed steps; a dense step is clipped by the
-     * graph's clip_coef, as in the uncompressed run */
-    const float c = skip || dense ? 1.0f : local_clip(k, ng, inv);
+    /* local clipping in compressed steps; a dense step without momentum
+     * correction is clipped by the graph's clip_coef, as in the
+     * uncompressed run */
+    const float c = skip || (dense && !mc) ? 1.0f : local_clip(k, ng, inv);
     float *err = k->in[ng].data;
     const float *q = k->in[ng + 1].data;
+    float *vel = mc ? k->in[ng + 2].data : NULL;
     float *buf = k->out[1].data;
-    int64_t oe = 0, oq = 0, ob = 0;
-    for (int i = 0; i < ng && dense; i++) { /* the dense start: every gradient as it is */
+    int64_t oe = 0, oq = 0, ob = 0, ov = 0;
+    for (int i = 0; i < ng; i++) {
         const ts_tensor *t = &k->in[i];
-        const float *g = t->data;
         const int64_t e = ts_tensor_numel(t);
         int64_t n, m;
         const int compressed = ts_psgd_matrix(t->rank, t->dims, a->min_elems, r, &n, &m);
-        for (int64_t j = 0; j < e; j++) {
-            const float gu = inv == 1.0f ? g[j] : g[j] * inv, gj = c == 1.0f ? gu : gu * c;
-            buf[ob + j] = skip ? NAN : compressed ? err[oe + j] + gj : gj;
-        }
-        oe += compressed ? e : 0;
-        ob += e;
-    }
-    for (int i = 0; i < ng && !dense; i++) {
-        const ts_tensor *t = &k->in[i];
+        /* what this rank contributes: c g (unscaled), or its velocity */
         const float *g = t->data;
-        int64_t n, m;
-        if (ts_psgd_matrix(t->rank, t->dims, a->min_elems, r, &n, &m)) {
+        if (mc && !skip) {
+            float *v = vel + ov;
+            const float mom = (float)a->momentum;
+            for (int64_t j = 0; j < e; j++) {
+                const float gu = inv == 1.0f ? g[j] : g[j] * inv;
+                v[j] = mom * v[j] + (c == 1.0f ? gu : gu * c);
+            }
+            g = v;
+        }
+        const float gi = mc ? 1.0f : inv, ci = mc ? 1.0f : c; /* the velocity is both already */
+        ov += e;
+        if (dense) { /* the dense start: every gradient as it is */
+            for (int64_t j = 0; j < e; j++) {
+                const float gu = gi == 1.0f ? g[j] : g[j] * gi, gj = ci == 1.0f ? gu : gu * ci;
+                buf[ob + j] = skip ? NAN : compressed ? err[oe + j] + gj : gj;
+            }
+            oe += compressed ? e : 0;
+            ob += e;
+        } else if (compressed) {
             float *M = err + oe;
             if (skip)
                 for (int64_t j = 0; j < n * r; j++) buf[ob + j] = NAN;
             else {
                 for (int64_t j = 0; j < n * m; j++) { /* error feedback */
-                    const float gu = inv == 1.0f ? g[j] : g[j] * inv;
-                    M[j] += c == 1.0f ? gu : gu * c;
+                    const float gu = gi == 1.0f ? g[j] : g[j] * gi;
+                    M[j] += ci == 1.0f ? gu : gu * ci;
                 }
                 mm_nm_mr(M, q + oq, buf + ob, n, m, r);
             }
@@ -262,15 +293,14 @@ static ts_status k_start(const ts_kargs *k) {
             oq += m * r;
             ob += n * r;
         } else {
-            const int64_t e = ts_tensor_numel(t);
             if (skip)
                 for (int64_t j = 0; j < e; j++) buf[ob + j] = NAN;
-            else if (inv == 1.0f && c == 1.0f)
+            else if (gi == 1.0f && ci == 1.0f)
                 memcpy(buf + ob, g, sizeof(float) * (size_t)e);
             else
                 for (int64_t j = 0; j < e; j++) {
-                    const float gu = inv == 1.0f ? g[j] : g[j] * inv;
-                    buf[ob + j] = c == 1.0f ? gu : gu * c;
+                    const float gu = gi == 1.0f ? g[j] : g[j] * gi;
+                    buf[ob + j] = ci == 1.0f ? gu : gu * ci;
                 }
             ob += e;
         }

@@ -7,6 +7,8 @@
  *
  *   topk:     compress_start (residual[, velocity], g...) -> (token, send, recv)
  *             compress_wait  (token, send, recv, g...)
+ *   powersgd: psgd_start (g..., error, q[, velocity]) -> (token, p, qbuf)
+ *             psgd_wait  (token, p, qbuf, g..., error, q)
  *
  * The residual ("compress.bucket<b>.residual") and the DGC velocity
  * ("compress.bucket<b>.velocity") are state values [elements of the
@@ -14,8 +16,8 @@
  * rank's own: 1x the gradients' memory. A checkpoint holds them as row r
  * of a logical [ranks, elements] tensor, each rank writing its row
  * (ts_plan_compress_row, src/ckpt/save.c). With momentum correction the SGD
- * update's momentum moves into compress_start: the update itself runs
- * without momentum (its buffer then holds the plain gradient). */
+ * update's momentum moves into compress_start or psgd_start: the update
+ * itself runs without momentum (its buffer then holds the plain gradient). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -34,8 +36,6 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
     if (c->method == TS_COMPRESS_POWERSGD && (c->rank < 1 || c->rank > 64 || c->min_elems < 0))
         return ts_fail(TS_ERR_INVALID, "distribute: PowerSGD rank %d (1 to 64), min_elems %lld",
                        c->rank, (long long)c->min_elems);
-    if (c->method == TS_COMPRESS_POWERSGD && c->momentum)
-        return ts_fail(TS_ERR_INVALID, "distribute: momentum correction is topk's, not PowerSGD's");
     if (c->dense_steps < 0)
         return ts_fail(TS_ERR_INVALID, "distribute: %lld dense steps (0 or more)",
                        (long long)c->dense_steps);
@@ -73,10 +73,10 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
             ts_clip_attrs *ca = &g->nodes[i].a.clip;
             if (!(p->clip > 0)) p->clip = ca->max_norm;
             /* PowerSGD's dense start is the plain all-reduce, with the
-             * uncompressed run's global clip (and bits); topk's (with
-             * momentum correction, the velocity is exchanged, not the
-             * gradient) clips locally from step 1. */
-            if (c->method == TS_COMPRESS_POWERSGD && c->dense_steps > 0)
+             * uncompressed run's global clip (and bits); topk's, and any
+             * with momentum correction (the velocity is exchanged, not
+             * the gradient), clips locally from step 1. */
+            if (c->method == TS_COMPRESS_POWERSGD && c->dense_steps > 0 && !c->momentum)
                 ca->until_step = c->dense_steps;
             else
                 ca->max_norm = FLT_MAX;
@@ -91,7 +91,7 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
         return ts_fail(TS_ERR_UNSUPPORTED,
                        "distribute: momentum correction with Nesterov momentum is not supported");
     p->momentum = a->momentum;
-    a->momentum = 0; /* the momentum is accumulated per rank before the top-k instead */
+    a->momentum = 0; /* the momentum is accumulated per rank before compression instead */
     a->dampening = 0;
     return TS_OK;
 }
@@ -125,10 +125,11 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
     const int32_t scale = p->scale;
     const ts_compress_options *c = &d->compress;
     const int r = c->rank > 0 ? c->rank : 4;
-    int64_t nerr = 0, nq = 0;
+    int64_t nerr = 0, nq = 0, nall = 0;
     for (int i = 0; i < k; i++) {
         const ts_type *t = &g->values[grads[i].id].t;
         int64_t n, m;
+        nall += ts_type_numel(t);
         if (ts_psgd_matrix(t->rank, t->dims, c->min_elems, r, &n, &m)) {
             nerr += n * m;
             nq += m * r;
@@ -144,13 +145,16 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
     ca->min_elems = c->min_elems;
     ca->dense = c->dense_steps;
     ca->clip = p->clip;
+    ca->momentum = p->momentum;
     ca->scaled = scale >= 0;
+    const int mc = p->momentum > 0;
     ts_val *args = ts_alloc(sizeof(ts_val) * (size_t)(k + 6), "compress");
     if (!args) return TS_ERR_NOMEM;
     ts_status s = TS_OK;
     int32_t err = new_state(g, nerr > 0 ? nerr : 1, b, "error");
     int32_t q = new_state(g, nq > 0 ? nq : 1, b, "q");
-    if (err < 0 || q < 0) {
+    int32_t vel = mc ? new_state(g, nall, b, "velocity") : 0;
+    if (err < 0 || q < 0 || vel < 0) {
         s = ts_graph_status(g);
         goto done;
     }
@@ -158,9 +162,10 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
     for (int i = 0; i < k; i++) args[i] = grads[i];
     args[k] = ts_mkval(err);
     args[k + 1] = ts_mkval(q);
-    if (scale >= 0) args[k + 2] = ts_mkval(scale);
+    if (mc) args[k + 2] = ts_mkval(vel);
+    if (scale >= 0) args[k + 2 + mc] = ts_mkval(scale);
     ts_val outs[3];
-    ts_val tok = ts_node_add(g, TS_OP_PSGD_START, k + 2 + (scale >= 0), args, &a, outs);
+    ts_val tok = ts_node_add(g, TS_OP_PSGD_START, k + 2 + mc + (scale >= 0), args, &a, outs);
     if ((s = ts_graph_status(g)) != TS_OK) goto done;
     if ((s = name_bucket(g, tok, b, "start")) != TS_OK) goto done;
     if ((s = name_bucket(g, outs[1], b, "p")) != TS_OK) goto done;

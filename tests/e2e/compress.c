@@ -148,6 +148,14 @@ int main(void) {
                 "--set dist.compress=powersgd --set dist.compress_rank=2 "
                 "--set dist.compress_min_elems=0 --set dist.compress_dense_steps=6");
 
+    /* PowerSGD with momentum correction: each rank's velocity is state too,
+     * restored with the error */
+    kill_resume("psgd2mc", 2, "1",
+                "--set dist.compress=powersgd --set dist.compress_rank=2 "
+                "--set dist.compress_min_elems=0 --set train.optimizer=sgd --set train.lr=0.05 "
+                "--set train.momentum=0.9 --set dist.compress_momentum=true "
+                "--set dist.compress_dense_steps=3");
+
     kill_resume("fp16topk2", 2, "1",
                 "--set dist.compress=topk --set dist.compress_ratio=0.05 "
                 "--set precision.default=fp16");

@@ -245,7 +245,7 @@ typedef struct run_cfg {
     ts_graph *g;
     ts_val loss;
     ts_compress_options c;
-    int sgd;
+    int sgd;          /* 1: SGD with momentum 0.9, 2: without; 0: AdamW */
     int rows;         /* global batch (0: B) */
     int steps;        /* 0: STEPS */
     double clip;      /* train.clip_grad_norm (the global clip; 0: none) */
@@ -291,7 +291,8 @@ static int worker(ts_comm *comm, void *user) {
     const int r = ts_comm_rank(comm), n = ts_comm_size(comm);
     const int per = (rc->rows ? rc->rows : B) / n, steps = rc->steps ? rc->steps : STEPS;
     ts_train_spec spec = ts_train_spec_default(rc->loss);
-    spec.opt = rc->sgd ? ts_sgd(0.05, 0.9, 0, 0, 0) : ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
+    spec.opt = rc->sgd ? ts_sgd(0.05, rc->sgd == 2 ? 0 : 0.9, 0, 0, 0)
+                       : ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01); /* sgd 2: no momentum */
     spec.clip_grad_norm = rc->clip;
     ts_compile_options opt = ts_compile_options_default();
     opt.seed = 7;
@@ -530,6 +531,54 @@ static void check_powersgd_clip(run_cfg *rc, const float *dense, size_t nf) {
     rc->clip = 0;
 }
 
+/* PowerSGD with momentum correction (each rank's velocity before the
+ * compression, the SGD update without momentum): with every gradient
+ * below dist.compress_min_elems (sent as it is), the mean of the ranks'
+ * velocities is the velocity of the mean gradient, so the run is the dense
+ * run with momentum up to rounding, and far from plain SGD (a check that
+ * fails if the velocity is dropped or applied twice). Compressed, with a
+ * dense start and 4 ranks, the ranks stay bit-identical. */
+static void check_powersgd_momentum(void) {
+    static float dense[MAX_FLOATS], plain[MAX_FLOATS];
+    run_cfg rc = {0};
+    rc.g = mlp(B / 2, &rc.loss);
+    rc.sgd = 1;
+    CHECK(launch(2, &rc) == TS_OK, "dense sgd: %s (%s)", ts_last_error(), SH->err[0]);
+    const size_t nf = SH->n_floats;
+    memcpy(dense, SH->params[0], sizeof(float) * nf);
+    rc.sgd = 2; /* no momentum */
+    CHECK(launch(2, &rc) == TS_OK, "plain sgd: %s (%s)", ts_last_error(), SH->err[0]);
+    memcpy(plain, SH->params[0], sizeof(float) * nf);
+    rc.sgd = 1;
+    rc.c.method = TS_COMPRESS_POWERSGD;
+    rc.c.rank = 2;
+    rc.c.momentum = 1;
+    rc.c.min_elems = (int64_t)1 << 40;
+    CHECK(launch(2, &rc) == TS_OK, "powersgd + momentum, dense: %s (%s)", ts_last_error(),
+          SH->err[0]);
+    double d = 0, p = 0;
+    for (size_t i = 0; i < nf; i++) {
+        d = fmax(d, fabs((double)SH->params[0][i] - dense[i]));
+        p = fmax(p, fabs((double)plain[i] - dense[i]));
+    }
+    CHECK(d < 1e-5 && p > 1e3 * d,
+          "powersgd momentum correction, every gradient dense: %g from momentum SGD, which is %g "
+          "from plain SGD",
+          d, p);
+    CHECK(!memcmp(SH->params[0], SH->params[1], sizeof(float) * nf), "ranks bit-identical");
+    ts_graph_free(rc.g);
+    rc.g = mlp(B / 4, &rc.loss);
+    rc.c.min_elems = 0;
+    rc.c.dense_steps = 2;
+    CHECK(launch(4, &rc) == TS_OK, "powersgd + momentum, 4 ranks: %s (%s)", ts_last_error(),
+          SH->err[0]);
+    for (int r = 1; r < 4; r++)
+        CHECK(!memcmp(SH->params[0], SH->params[r], sizeof(float) * SH->n_floats),
+              "powersgd + momentum, 4 ranks: rank %d differs", r);
+    CHECK(SH->st[0].sent_bytes < SH->st[0].dense_bytes, "compressed after the dense start");
+    ts_graph_free(rc.g);
+}
+
 /* PowerSGD on 2 ranks against the dense all-reduce: with 2 rows per rank
  * every weight gradient has rank <= 4 over both ranks, so rank-4 factors
  * reproduce the mean up to rounding (P = M Q spans M's columns, P P^T M =
@@ -577,6 +626,7 @@ static void check_powersgd(void) {
           SH->st[0].sent_bytes, SH->st[0].dense_bytes, SH->st[0].residual_sq);
     rc.c.dense_steps = 0;
     check_powersgd_clip(&rc, dense, nf);
+    check_powersgd_momentum();
     /* several steps, 4 ranks, defaults: ranks stay bit-identical */
     ts_graph_free(rc.g);
     rc.g = mlp(B / 4, &rc.loss);
