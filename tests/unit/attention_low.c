@@ -29,22 +29,36 @@ static float bf(float x) {
     return ts_bf16_to_f32(ts_f32_to_bf16(x));
 }
 
-static void test_pack(void) {
-    float src[5 * 7];
-    for (int i = 0; i < 35; i++) src[i] = (float)sin(1.3 * i + 0.2) * 3.0f;
-    uint32_t rows[5 * 4], pairs[3 * 7];
-    ts_attn_pack_rows(rows, 4, src, 7, 5, 7);
-    ts_attn_pack_pairs(pairs, 7, src, 7, 5, 7);
+/* rows x cols values packed both ways: narrow (the 16-wide tails), and wide enough for the
+ * whole-vector paths (32 values a conversion along a row, 16 pairs of rows), odd and even. */
+static void test_pack_shape(int rows, int cols) {
+    const int hp = (cols + 1) / 2, rp = (rows + 1) / 2;
+    float *src = malloc(sizeof(float) * (size_t)(rows * cols));
+    uint32_t *rw = malloc(sizeof(uint32_t) * (size_t)(rows * hp)),
+             *pw = malloc(sizeof(uint32_t) * (size_t)(rp * cols));
+    for (int i = 0; i < rows * cols; i++) src[i] = (float)sin(1.3 * i + 0.2) * 3.0f;
+    ts_attn_pack_rows(rw, hp, src, cols, rows, cols);
+    ts_attn_pack_pairs(pw, cols, src, cols, rows, cols);
     int bad = 0;
-    for (int r = 0; r < 5; r++)
-        for (int c = 0; c < 7; c++) {
-            uint32_t w = rows[r * 4 + c / 2], u = pairs[r / 2 * 7 + c];
-            bad += (uint16_t)(w >> (c & 1 ? 16 : 0)) != ts_f32_to_bf16(src[r * 7 + c]);
-            bad += (uint16_t)(u >> (r & 1 ? 16 : 0)) != ts_f32_to_bf16(src[r * 7 + c]);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            uint32_t w = rw[r * hp + c / 2], u = pw[r / 2 * cols + c];
+            bad += (uint16_t)(w >> (c & 1 ? 16 : 0)) != ts_f32_to_bf16(src[r * cols + c]);
+            bad += (uint16_t)(u >> (r & 1 ? 16 : 0)) != ts_f32_to_bf16(src[r * cols + c]);
         }
-    for (int r = 0; r < 5; r++) bad += rows[r * 4 + 3] >> 16 != 0;  /* odd column tail */
-    for (int c = 0; c < 7; c++) bad += pairs[2 * 7 + c] >> 16 != 0; /* odd row tail */
-    CHECK(bad == 0, "pack_rows / pack_pairs: %d words wrong", bad);
+    if (cols & 1)
+        for (int r = 0; r < rows; r++) bad += rw[r * hp + hp - 1] >> 16 != 0; /* odd column tail */
+    if (rows & 1)
+        for (int c = 0; c < cols; c++) bad += pw[(rp - 1) * cols + c] >> 16 != 0; /* odd row tail */
+    CHECK(bad == 0, "pack_rows / pack_pairs %dx%d: %d words wrong", rows, cols, bad);
+    free(src);
+    free(rw);
+    free(pw);
+}
+
+static void test_pack(void) {
+    const int shapes[][2] = {{5, 7}, {5, 37}, {4, 64}, {3, 50}, {64, 16}};
+    for (int i = 0; i < 5; i++) test_pack_shape(shapes[i][0], shapes[i][1]);
 }
 
 static void test_mm(void) {
@@ -186,9 +200,11 @@ static void test_plans(const shape *s) {
 int main(void) {
     test_pack();
     test_mm();
-    /* W3's head size on 4 key blocks (large enough to run on 2 threads), partial
-     * blocks with an odd head size, and no mask. */
-    const shape shapes[3] = {{1, 4, 256, 64, 1}, {2, 1, 130, 5, 1}, {1, 2, 70, 12, 0}};
-    for (int i = 0; i < 3; i++) test_plans(&shapes[i]);
+    /* W3's head size on 4 key blocks (large enough to run on 2 threads; its forward items are
+     * whole heads on 1 thread, query blocks on 2), partial blocks with an odd head size, no
+     * mask, and 8 heads of an odd length (whole-head items on 2 threads too). */
+    const shape shapes[4] = {
+        {1, 4, 256, 64, 1}, {2, 1, 130, 5, 1}, {1, 2, 70, 12, 0}, {2, 4, 129, 32, 1}};
+    for (int i = 0; i < 4; i++) test_plans(&shapes[i]);
     return check_summary("attention_low");
 }
