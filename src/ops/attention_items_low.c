@@ -5,10 +5,12 @@
  * bf16, packs them as pairs along the reduction axis and accumulates in f32
  * on AVX512-BF16's vdpbf16ps (attention_low.h, attention_low.c). */
 #include <math.h>
+#include <string.h>
 #include "ops/attention_fused.h"
 #include "ops/attention_low.h"
 
 #define BS TS_ATTN_BS
+#define HB (BS / 2) /* half a block */
 
 /* The packed bf16 operands of a low slot, in 32-bit words after its f32 part. Forward: q^T
  * pairs [hd/2][BS], k rows [T][hd/2] and v pairs [T/2][hd] of the whole head, p pairs
@@ -30,6 +32,53 @@ size_t ts_attn_bwd_low_slot_bytes(int64_t T, int64_t hd) {
            ts_attn_round64(low_words(T, hd, 0) * sizeof(uint32_t));
 }
 
+/* A whole block on the causal diagonal (query block = key block): keys [HB, BS) are masked for
+ * queries [0, HB), so the products skip that quarter (a quarter of the diagonal's work). The
+ * terms skipped are the masked entries' exact zeros (p and ds are 0 there), so every output
+ * keeps its bits (up to the sign of an output that is exactly zero). */
+static int diag_full(int causal, int64_t q0, int64_t k0, int64_t nq, int64_t nk) {
+    return causal && q0 == k0 && nq == BS && nk == BS;
+}
+
+/* s^T = k q^T for one block pair (rows of kw hp words apart; qw [hp][BS]); on a full diagonal
+ * block keys [HB, BS) against queries [HB, BS) only (the other entries are masked, and left
+ * as they were). */
+static void scores_t(float *s, int64_t nq, int64_t nk, int64_t hp, const uint32_t *kw,
+                     const uint32_t *qw, int diag) {
+    if (!diag) {
+        ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, s, BS, 0);
+        return;
+    }
+    ts_attn_mm_bf16(HB, BS, hp, kw, hp, 1, qw, BS, s, BS, 0);
+    ts_attn_mm_bf16(HB, HB, hp, kw + HB * hp, hp, 1, qw + HB, BS, s + HB * BS + HB, BS, 0);
+}
+
+/* C [nq rows][hd] (+)= a^T b over key pairs: a [nk/2][BS] pairs of key rows (of p or ds, one
+ * column per query), b [nk/2][hd] (v or k pairs). Diagonal: queries [0, HB) see keys [0, HB). */
+static void by_keys(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd, const uint32_t *a,
+                    const uint32_t *b, int acc, int diag) {
+    if (!diag) {
+        ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, a, 1, BS, b, hd, c, ldc, acc);
+        return;
+    }
+    ts_attn_mm_bf16(HB, hd, HB / 2, a, 1, BS, b, hd, c, ldc, acc);
+    ts_attn_mm_bf16(HB, hd, BS / 2, a + HB, 1, BS, b, hd, c + HB * ldc, ldc, acc);
+}
+
+/* C [nk rows][hd] (+)= a b over query pairs: a [nk][BS/2] rows (of p or ds, pairs along the
+ * queries), b [nq/2][hd] (do or q pairs). Diagonal: keys [HB, BS) are seen by queries [HB, BS). */
+static void by_queries(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd, const uint32_t *a,
+                       const uint32_t *b, int acc, int diag) {
+    const int64_t BP = BS / 2;
+    if (!diag) {
+        ts_attn_mm_bf16(nk, hd, (nq + 1) / 2, a, BP, 1, b, hd, c, ldc, acc);
+        return;
+    }
+    ts_attn_mm_bf16(HB, hd, BP, a, BP, 1, b, hd, c, ldc, acc);
+    ts_attn_mm_bf16(HB, hd, HB / 2, a + HB * BP + HB / 2, BP, 1, b + HB / 2 * hd, hd, c + HB * ldc,
+                    ldc, acc);
+}
+
 /* fwd_item_f32 with bf16 products: the same blocks, online softmax and f32 output. */
 void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float *o, float *lse,
                           const ts_attn_geom *g, int64_t q0, int64_t q1, float scale, int causal,
@@ -49,12 +98,12 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
         ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq); /* qw[d/2][i] */
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;
-            ts_attn_mm_bf16(nk, nq, hp, kw + k0 * hp, hp, 1, qw, BS, s, BS, 0); /* s^T = k q^T */
+            int diag = diag_full(causal, q0, k0, nq, nk);
+            scores_t(s, nq, nk, hp, kw + k0 * hp, qw, diag);
             ts_attn_fwd_block_f32(s, nq, nk, m, l, k0 ? ob : NULL, hd, lo, scale, causal, q0 - k0,
                                   tmp);
-            ts_attn_pack_pairs(pw, BS, s, BS, nk, nq); /* pw[j/2][i] */
-            ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, pw, 1, BS, vw + k0 / 2 * hd, hd, ob, lo,
-                            k0 > 0); /* o += p v */
+            ts_attn_pack_pairs(pw, BS, s, BS, nk, nq);                       /* pw[j/2][i] */
+            by_keys(ob, lo, nq, nk, hd, pw, vw + k0 / 2 * hd, k0 > 0, diag); /* o += p v */
         }
         ts_attn_fwd_final_f32(ob, lse + q0, m, l, nq, hd, lo);
     }
@@ -77,7 +126,7 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
     ts_attn_pack_rows(vw, hp, v, li, T_, hd);   /* v:  [j][d/2] */
     ts_attn_pack_pairs(kpw, hd, k, li, T_, hd); /* k:  [j/2][d] */
     for (int64_t q0 = 0; q0 < T_; q0 += BS) {
-        int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_, nqp = (nq + 1) / 2;
+        int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_;
         const float *qb = q + q0 * li, *dob = dout + q0 * lo;
         float *dqb = dq + q0 * lg;
         ts_attn_transpose_f32(qt, qb, nq, hd, li);
@@ -89,21 +138,20 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;
             float *dkb = dk + k0 * lg, *dvb = dv + k0 * lg;
-            ts_attn_mm_bf16(nk, nq, hp, kw + k0 * hp, hp, 1, qw, BS, p, BS, 0); /* s^T = k q^T */
+            int diag = diag_full(causal, q0, k0, nq, nk);
+            scores_t(p, nq, nk, hp, kw + k0 * hp, qw, diag);
             ts_attn_bwd_p_f32(p, nq, nk, lse + q0, scale, causal, q0 - k0);
             int first_q = q0 == (causal ? k0 : 0);
             ts_attn_pack_rows(prw, BP, p, BS, nk, nq);
-            ts_attn_mm_bf16(nk, hd, nqp, prw, BP, 1, dopw, hd, dvb, lg,
-                            !first_q); /* dv += p^T do */
-            ts_attn_mm_bf16(nk, nq, hp, vw + k0 * hp, hp, 1, dow, BS, ds, BS,
-                            0); /* dp^T = v do^T */
+            by_queries(dvb, lg, nq, nk, hd, prw, dopw, !first_q, diag); /* dv += p^T do */
+            scores_t(ds, nq, nk, hp, vw + k0 * hp, dow, diag);          /* dp^T = v do^T */
+            if (diag) /* the masked quarter, not computed: ds = p * (...) must read finite 0s */
+                for (int64_t j = HB; j < BS; j++) memset(ds + j * BS, 0, HB * sizeof(float));
             ts_attn_bwd_ds_f32(ds, p, nq, nk, D + q0, scale);
             ts_attn_pack_pairs(dspw, BS, ds, BS, nk, nq);
             ts_attn_pack_rows(dsrw, BP, ds, BS, nk, nq);
-            ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, dspw, 1, BS, kpw + k0 / 2 * hd, hd, dqb, lg,
-                            k0 > 0); /* dq += ds k */
-            ts_attn_mm_bf16(nk, hd, nqp, dsrw, BP, 1, qpw, hd, dkb, lg,
-                            !first_q); /* dk += ds^T q */
+            by_keys(dqb, lg, nq, nk, hd, dspw, kpw + k0 / 2 * hd, k0 > 0, diag); /* dq += ds k */
+            by_queries(dkb, lg, nq, nk, hd, dsrw, qpw, !first_q, diag);          /* dk += ds^T q */
         }
     }
 }

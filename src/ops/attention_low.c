@@ -56,14 +56,15 @@ static void mm_generic(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int6
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-/* mr rows x nv vectors of 16 columns of C, kept in registers over the whole reduction;
+/* mr rows x nv vectors of 16 columns of C (mr * nv <= 16), kept in registers over the whole
+ * reduction;
  * mk masks each vector's columns (the last may be partial). full: every mask is whole, so
  * plain loads and stores (masked stores are slow on Zen 5). */
 static inline __attribute__((always_inline)) BF16_TARGET void
 dp_tile(const int mr, const int nv, const int full, int64_t KP, const uint32_t *A, int64_t sam,
         int64_t sak, const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int acc,
         const __mmask16 *mk) {
-    __m512 c[4][4];
+    __m512 c[8][4];
     for (int r = 0; r < mr; r++)
         for (int j = 0; j < nv; j++)
             c[r][j] = !acc   ? _mm512_setzero_ps()
@@ -158,9 +159,14 @@ BF16_TARGET static void mm_avx512bf16(int64_t M, int64_t N, int64_t KP, const ui
             mk[j] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
         }
         int64_t m = 0;
+        /* whole vectors: 16 accumulators, enough to keep both vdpbf16ps pipes busy */
         if (w == 64)
             for (; m + 4 <= M; m += 4)
                 dp_tile(4, 4, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
+                        mk);
+        else if (w == 32) /* half a block: the causal diagonal's visible quarter */
+            for (; m + 8 <= M; m += 8)
+                dp_tile(8, 2, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
                         mk);
         for (; m < M; m++) /* the rows left over, and narrow column blocks */
             for (int j = 0; j < nv; j++)
