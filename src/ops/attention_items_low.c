@@ -5,7 +5,6 @@
  * bf16, packs them as pairs along the reduction axis and accumulates in f32
  * on AVX512-BF16's vdpbf16ps (attention_low.h, attention_low.c). */
 #include <math.h>
-#include <string.h>
 #include "ops/attention_fused.h"
 #include "ops/attention_low.h"
 
@@ -100,9 +99,8 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;
             int diag = diag_full(causal, q0, k0, nq, nk);
             scores_t(s, nq, nk, hp, kw + k0 * hp, qw, diag);
-            ts_attn_fwd_block_f32(s, nq, nk, m, l, k0 ? ob : NULL, hd, lo, scale, causal, q0 - k0,
-                                  tmp);
-            ts_attn_pack_pairs(pw, BS, s, BS, nk, nq);                       /* pw[j/2][i] */
+            ts_attn_low_fwd_softmax(s, nq, nk, m, l, k0 ? ob : NULL, hd, lo, scale, causal, q0 - k0,
+                                    tmp, pw);                                /* p as pw[j/2][i] */
             by_keys(ob, lo, nq, nk, hd, pw, vw + k0 / 2 * hd, k0 > 0, diag); /* o += p v */
         }
         ts_attn_fwd_final_f32(ob, lse + q0, m, l, nq, hd, lo);
@@ -140,16 +138,11 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
             float *dkb = dk + k0 * lg, *dvb = dv + k0 * lg;
             int diag = diag_full(causal, q0, k0, nq, nk);
             scores_t(p, nq, nk, hp, kw + k0 * hp, qw, diag);
-            ts_attn_bwd_p_f32(p, nq, nk, lse + q0, scale, causal, q0 - k0);
+            ts_attn_low_bwd_p(p, nq, nk, lse + q0, scale, causal, q0 - k0, prw);
             int first_q = q0 == (causal ? k0 : 0);
-            ts_attn_pack_rows(prw, BP, p, BS, nk, nq);
             by_queries(dvb, lg, nq, nk, hd, prw, dopw, !first_q, diag); /* dv += p^T do */
             scores_t(ds, nq, nk, hp, vw + k0 * hp, dow, diag);          /* dp^T = v do^T */
-            if (diag) /* the masked quarter, not computed: ds = p * (...) must read finite 0s */
-                for (int64_t j = HB; j < BS; j++) memset(ds + j * BS, 0, HB * sizeof(float));
-            ts_attn_bwd_ds_f32(ds, p, nq, nk, D + q0, scale);
-            ts_attn_pack_pairs(dspw, BS, ds, BS, nk, nq);
-            ts_attn_pack_rows(dsrw, BP, ds, BS, nk, nq);
+            ts_attn_low_bwd_ds(ds, p, nq, nk, D + q0, scale, causal, q0 - k0, dsrw, dspw);
             by_keys(dqb, lg, nq, nk, hd, dspw, kpw + k0 / 2 * hd, k0 > 0, diag); /* dq += ds k */
             by_queries(dkb, lg, nq, nk, hd, dsrw, qpw, !first_q, diag);          /* dk += ds^T q */
         }
