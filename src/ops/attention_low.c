@@ -3,10 +3,7 @@
 #include "ops/attention_low.h"
 #include "core/half.h"
 #include "kern.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "ops/attention_low_simd.h"
 
 static inline uint32_t pair(float lo, float hi) {
     return (uint32_t)ts_f32_to_bf16(lo) | (uint32_t)ts_f32_to_bf16(hi) << 16;
@@ -53,8 +50,7 @@ static void mm_generic(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int6
         }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#if TS_ATTN_BF16_SIMD
 
 /* mr rows x nv vectors of 16 columns of C (mr * nv <= 16), kept in registers over the whole
  * reduction;
@@ -125,16 +121,14 @@ BF16_TARGET static void pack_rows_avx512bf16(uint32_t *dst, int64_t ldd, const f
  * vectors: both rows' 16 values in one conversion, interleaved by one permute. */
 BF16_TARGET static void pack_pairs_avx512bf16(uint32_t *dst, int64_t ldd, const float *src,
                                               int64_t lds, int64_t n, int64_t cols) {
-    const __m512i zip = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
-                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int64_t r = 0; r < n; r += 2) {
         const float *a = src + r * lds, *b = r + 1 < n ? a + lds : NULL;
         uint32_t *d = dst + r / 2 * ldd;
         int64_t c = 0;
         if (b)
             for (; c + 16 <= cols; c += 16) {
-                __m512bh ab = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(b + c), _mm512_loadu_ps(a + c));
-                _mm512_storeu_si512(d + c, _mm512_permutexvar_epi16(zip, (__m512i)ab));
+                _mm512_storeu_si512(
+                    d + c, ts_attn_zip_pairs(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c)));
             }
         for (; c < cols; c += 16) {
             int64_t left = cols - c < 16 ? cols - c : 16;
@@ -176,19 +170,10 @@ BF16_TARGET static void mm_avx512bf16(int64_t M, int64_t N, int64_t KP, const ui
 }
 #endif
 
-/* AVX512-BF16 where the CPU has it: each kernel then runs its vdpbf16ps / vcvtneps2bf16 form. */
-static int has_bf16(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    return __builtin_cpu_supports("avx512bf16");
-#else
-    return 0;
-#endif
-}
-
 void ts_attn_pack_rows(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
                        int64_t cols) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_bf16()) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
         pack_rows_avx512bf16(dst, ldd, src, lds, n, cols);
         return;
     }
@@ -198,8 +183,8 @@ void ts_attn_pack_rows(uint32_t *dst, int64_t ldd, const float *src, int64_t lds
 
 void ts_attn_pack_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
                         int64_t cols) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_bf16()) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
         pack_pairs_avx512bf16(dst, ldd, src, lds, n, cols);
         return;
     }
@@ -209,8 +194,8 @@ void ts_attn_pack_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t ld
 
 void ts_attn_mm_bf16(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int64_t sam, int64_t sak,
                      const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int acc) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_bf16()) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
         mm_avx512bf16(M, N, KP, A, sam, sak, B, ldb, C, ldc, acc);
         return;
     }

@@ -24,10 +24,7 @@
 #include <string.h>
 #include "ops/attention_fused.h"
 #include "ops/attention_low.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "ops/attention_low_simd.h"
 
 #define BS TS_ATTN_BS
 #define BP (BS / 2)
@@ -51,8 +48,7 @@ static void zero_masked(float *s, int64_t nq, int64_t nk, int causal, int64_t di
     }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#if TS_ATTN_BF16_SIMD
 
 static inline __attribute__((always_inline)) BF16_TARGET __m512 vexp(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); /* NaN is the second operand: kept */
@@ -71,17 +67,9 @@ static inline __attribute__((always_inline)) BF16_TARGET __m512 vexp(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* 16 words: lane t holds a[t]'s bf16 in its lower half and b[t]'s in its upper. */
-static inline __attribute__((always_inline)) BF16_TARGET __m512i zip_pairs(__m512 a, __m512 b) {
-    const __m512i zip = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
-                                         16, 0);
-    return _mm512_permutexvar_epi16(zip, (__m512i)_mm512_cvtne2ps_pbh(b, a));
-}
-
-BF16_TARGET static void fwd_avx512bf16(const float *s, int64_t nq, int64_t nk, float *m,
-                                       float *l, float *o, int64_t hd, int64_t ldo, float scale,
-                                       int causal, int64_t diag, float *tmp, uint32_t *pw) {
+BF16_TARGET static void fwd_avx512bf16(const float *s, int64_t nq, int64_t nk, float *m, float *l,
+                                       float *o, int64_t hd, int64_t ldo, float scale, int causal,
+                                       int64_t diag, float *tmp, uint32_t *pw) {
     float *al = tmp;
     const __m512 sc = _mm512_set1_ps(scale);
     for (int64_t i0 = 0; i0 < nq; i0 += 16) {
@@ -101,7 +89,7 @@ BF16_TARGET static void fwd_avx512bf16(const float *s, int64_t nq, int64_t nk, f
             __m512 e0 = _mm512_maskz_mov_ps(k0, vexp(_mm512_sub_ps(x0, mx)));
             __m512 e1 = _mm512_maskz_mov_ps(k1, vexp(_mm512_sub_ps(x1, mx)));
             rs = _mm512_add_ps(_mm512_add_ps(rs, e0), e1);
-            _mm512_storeu_si512(pw + j / 2 * BS + i0, zip_pairs(e0, e1));
+            _mm512_storeu_si512(pw + j / 2 * BS + i0, ts_attn_zip_pairs(e0, e1));
         }
         __m512 alpha = vexp(_mm512_sub_ps(mold, mx)); /* unused at first (m = -inf) */
         __m512 lv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(in, l + i0), alpha, rs);
@@ -146,8 +134,7 @@ BF16_TARGET static void ds_avx512bf16(const float *dp, const float *p, int64_t n
             for (int r = 0; r < 2; r++)
                 for (int h = 0; h < 2; h++) {
                     int64_t i = i0 + 16 * h, o = (j + r) * BS + i;
-                    __mmask16 k =
-                        r && !two ? 0 : (__mmask16)visible(causal, j + r, diag, nq, i);
+                    __mmask16 k = r && !two ? 0 : (__mmask16)visible(causal, j + r, diag, nq, i);
                     __m512 t = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + o),
                                              _mm512_maskz_loadu_ps(k, D + i));
                     t = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + o), t);
@@ -158,26 +145,18 @@ BF16_TARGET static void ds_avx512bf16(const float *dp, const float *p, int64_t n
             if (two)
                 _mm512_storeu_si512(dsrw + (j + 1) * BP + i0 / 2,
                                     (__m512i)_mm512_cvtne2ps_pbh(d[1][1], d[1][0]));
-            _mm512_storeu_si512(dspw + j / 2 * BS + i0, zip_pairs(d[0][0], d[1][0]));
-            _mm512_storeu_si512(dspw + j / 2 * BS + i0 + 16, zip_pairs(d[0][1], d[1][1]));
+            _mm512_storeu_si512(dspw + j / 2 * BS + i0, ts_attn_zip_pairs(d[0][0], d[1][0]));
+            _mm512_storeu_si512(dspw + j / 2 * BS + i0 + 16, ts_attn_zip_pairs(d[0][1], d[1][1]));
         }
     }
 }
 #endif
 
-static int has_bf16(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    return __builtin_cpu_supports("avx512bf16");
-#else
-    return 0;
-#endif
-}
-
 void ts_attn_low_fwd_softmax(float *s, int64_t nq, int64_t nk, float *m, float *l, float *o,
                              int64_t hd, int64_t ldo, float scale, int causal, int64_t diag,
                              float *tmp, uint32_t *pw) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_bf16()) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
         fwd_avx512bf16(s, nq, nk, m, l, o, hd, ldo, scale, causal, diag, tmp, pw);
         return;
     }
@@ -186,10 +165,10 @@ void ts_attn_low_fwd_softmax(float *s, int64_t nq, int64_t nk, float *m, float *
     ts_attn_pack_pairs(pw, BS, s, BS, nk, nq);
 }
 
-void ts_attn_low_bwd_p(float *s, int64_t nq, int64_t nk, const float *lse, float scale,
-                       int causal, int64_t diag, uint32_t *prw) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_bf16()) {
+void ts_attn_low_bwd_p(float *s, int64_t nq, int64_t nk, const float *lse, float scale, int causal,
+                       int64_t diag, uint32_t *prw) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
         p_avx512bf16(s, nq, nk, lse, scale, causal, diag, prw);
         return;
     }
@@ -200,8 +179,8 @@ void ts_attn_low_bwd_p(float *s, int64_t nq, int64_t nk, const float *lse, float
 
 void ts_attn_low_bwd_ds(float *dp, const float *p, int64_t nq, int64_t nk, const float *D,
                         float scale, int causal, int64_t diag, uint32_t *dsrw, uint32_t *dspw) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_bf16()) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
         ds_avx512bf16(dp, p, nq, nk, D, scale, causal, diag, dsrw, dspw);
         return;
     }
