@@ -4,9 +4,12 @@
  * (q, k, v -> attention -> MSE, gradients of q, k, v) alternate step by step
  * so that both see the same machine load; per round the time of the
  * attention and attention_bwd instructions is read from the profile; prints
- * the medians, GFLOP/s and the median of the per-round ratios.
+ * the medians (and minima, the least disturbed by other processes on a
+ * loaded machine), GFLOP/s and the median of the per-round ratios. --only
+ * times one of the two plans (for a profiler, or to compare two builds of
+ * the same plan by alternating the binaries).
  *
- *   build/bench_attention [--rounds N] [--threads T] [--t T] [--hd HD]
+ *   build/bench_attention [--rounds N] [--threads T] [--t T] [--hd HD] [--only f32|bf16]
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +26,11 @@ static int cmp_d(const void *a, const void *b) {
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* after median (sorted) */
+static double least(const double *v) {
+    return v[0];
 }
 
 static ts_plan *compile(ts_dtype compute, int threads, const int64_t *d) {
@@ -49,7 +57,7 @@ static ts_plan *compile(ts_dtype compute, int threads, const int64_t *d) {
 }
 
 int main(int argc, char **argv) {
-    int rounds = 15, threads = 1;
+    int rounds = 15, threads = 1, use[2] = {1, 1}; /* f32, bf16 */
     int64_t T = 256, hd = 64;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--rounds"))
@@ -60,8 +68,14 @@ int main(int argc, char **argv) {
             T = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--hd"))
             hd = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--only") && !strcmp(argv[i + 1], "f32"))
+            use[1] = 0;
+        else if (!strcmp(argv[i], "--only") && !strcmp(argv[i + 1], "bf16"))
+            use[0] = 0;
         else {
-            fprintf(stderr, "usage: %s [--rounds N] [--threads T] [--t T] [--hd HD]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--rounds N] [--threads T] [--t T] [--hd HD] [--only f32|bf16]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -70,15 +84,19 @@ int main(int argc, char **argv) {
         return 2;
     }
     const int64_t d[4] = {8, 8, T, hd};
-    ts_plan *p[2] = {compile(TS_F32, threads, d), compile(TS_BF16, threads, d)};
+    ts_plan *p[2] = {use[0] ? compile(TS_F32, threads, d) : NULL,
+                     use[1] ? compile(TS_BF16, threads, d) : NULL};
     double *t = calloc((size_t)rounds * 6, sizeof *t); /* f32 fwd, bwd, bf16 fwd, bwd, ratios */
     if (!t) return 1;
     double f, b;
     for (int i = 0; i < 2; i++)
-        bench_step_ops(p[i], "attention", &f, "attention_bwd", &b); /* warm-up */
+        if (p[i]) bench_step_ops(p[i], "attention", &f, "attention_bwd", &b); /* warm-up */
     for (int r = 0; r < rounds; r++) {
-        bench_step_ops(p[0], "attention", &t[r], "attention_bwd", &t[rounds + r]);
-        bench_step_ops(p[1], "attention", &t[2 * rounds + r], "attention_bwd", &t[3 * rounds + r]);
+        for (int i = 0; i < 2; i++)
+            if (p[i])
+                bench_step_ops(p[i], "attention", &t[2 * i * rounds + r], "attention_bwd",
+                               &t[(2 * i + 1) * rounds + r]);
+        if (!p[0] || !p[1]) continue;
         t[4 * rounds + r] = t[r] / t[2 * rounds + r];
         t[5 * rounds + r] = t[rounds + r] / t[3 * rounds + r];
     }
@@ -88,15 +106,19 @@ int main(int argc, char **argv) {
     printf("attention B 8 H 8 T %lld hd %lld causal, %d thread(s), %d rounds (medians)\n",
            (long long)T, (long long)hd, threads, rounds);
     for (int i = 0; i < 2; i++) {
+        if (!p[i]) continue;
         double mf = median(t + 2 * i * rounds, rounds),
                mb = median(t + (2 * i + 1) * rounds, rounds);
-        printf("  %s  forward %8.3f ms %6.1f GFLOP/s   backward %8.3f ms %6.1f GFLOP/s\n", name[i],
-               1e3 * mf, 4 * pairs / mf * 1e-9, 1e3 * mb, 10 * pairs / mb * 1e-9);
+        printf("  %s  forward %8.3f ms %6.1f GFLOP/s   backward %8.3f ms %6.1f GFLOP/s   "
+               "(min %.3f / %.3f ms)\n",
+               name[i], 1e3 * mf, 4 * pairs / mf * 1e-9, 1e3 * mb, 10 * pairs / mb * 1e-9,
+               1e3 * least(t + 2 * i * rounds), 1e3 * least(t + (2 * i + 1) * rounds));
     }
-    printf("  f32 / bf16 time: forward %.2fx, backward %.2fx (median of per-round ratios)\n",
-           median(t + 4 * rounds, rounds), median(t + 5 * rounds, rounds));
+    if (p[0] && p[1])
+        printf("  f32 / bf16 time: forward %.2fx, backward %.2fx (median of per-round ratios)\n",
+               median(t + 4 * rounds, rounds), median(t + 5 * rounds, rounds));
     free(t);
-    ts_plan_free(p[0]);
-    ts_plan_free(p[1]);
+    for (int i = 0; i < 2; i++)
+        if (p[i]) ts_plan_free(p[i]);
     return 0;
 }

@@ -326,29 +326,36 @@ static int threads_for(int64_t slots, int64_t work) {
         for (int64_t d = 0; d < hd; d++)                                                           \
             for (int64_t i = d < dt ? nt : 0; i < n; i++) dst[d * BS + i] = src[i * lds + d];      \
     }                                                                                              \
-    /* One query block [q0, q0 + nq) of one (b, h): q, k, v, o point at the head, whose rows       \
+    /* The query blocks from q0 to q1 of one (b, h): q, k, v, o point at the head, whose rows      \
      * lie g->ld_in (q, k, v) and g->ld_out (o) elements apart. */                                 \
     static void fwd_item_##SFX(const T *q, const T *k, const T *v, T *o, T *lse,                   \
-                               const ts_attn_geom *g, int64_t q0, T scale, int causal, T *ws) {    \
-        int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out;                            \
-        int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_;                    \
+                               const ts_attn_geom *g, int64_t q0, int64_t q1, T scale, int causal, \
+                               T *ws) {                                                            \
+        int64_t hd = g->hd, li = g->ld_in, lo = g->ld_out;                                         \
         T *qt = ws, *s = qt + hd * BS, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;               \
-        T *ob = o + q0 * lo;                                                                       \
-        for (int64_t i = 0; i < nq; i++) m[i] = (T)-INFINITY, l[i] = 0;                            \
-        transpose_##SFX(qt, q + q0 * li, nq, hd, li);                                              \
-        for (int64_t k0 = 0; k0 < kend; k0 += BS) {                                                \
-            int64_t nk = kend - k0 < BS ? kend - k0 : BS;                                          \
-            mm_##SFX(nk, nq, hd, k + k0 * li, li, 1, qt, BS, s, BS, 0); /* s^T = k q^T */          \
-            /* The first key block writes o (no rescale, no accumulation). */                      \
-            fwd_block_##SFX(s, nq, nk, m, l, k0 ? ob : NULL, hd, lo, scale, causal, q0 - k0, tmp); \
-            mm_##SFX(nq, hd, nk, s, 1, BS, v + k0 * li, li, ob, lo, k0 > 0); /* o += p v */        \
+        for (; q0 < q1; q0 += BS) {                                                                \
+            int64_t nq = q1 - q0 < BS ? q1 - q0 : BS, kend = causal ? q0 + nq : g->seq;            \
+            T *ob = o + q0 * lo;                                                                   \
+            for (int64_t i = 0; i < nq; i++) m[i] = (T)-INFINITY, l[i] = 0;                        \
+            transpose_##SFX(qt, q + q0 * li, nq, hd, li);                                          \
+            for (int64_t k0 = 0; k0 < kend; k0 += BS) {                                            \
+                int64_t nk = kend - k0 < BS ? kend - k0 : BS;                                      \
+                mm_##SFX(nk, nq, hd, k + k0 * li, li, 1, qt, BS, s, BS, 0); /* s^T = k q^T */      \
+                /* The first key block writes o (no rescale, no accumulation). */                  \
+                fwd_block_##SFX(s, nq, nk, m, l, k0 ? ob : NULL, hd, lo, scale, causal, q0 - k0,   \
+                                tmp);                                                              \
+                mm_##SFX(nq, hd, nk, s, 1, BS, v + k0 * li, li, ob, lo, k0 > 0); /* o += p v */    \
+            }                                                                                      \
+            fwd_final_##SFX(ob, lse + q0, m, l, nq, hd, lo);                                       \
         }                                                                                          \
-        fwd_final_##SFX(ob, lse + q0, m, l, nq, hd, lo);                                           \
     }                                                                                              \
     typedef void fwd_item_fn_##SFX(const T *, const T *, const T *, T *, T *,                      \
-                                   const ts_attn_geom *, int64_t, T, int, T *);                    \
-    /* item: fwd_item_##SFX, or for f32 fwd_item_low; slot: its scratch bytes */                   \
-    static ts_status fwd_##SFX(const ts_kargs *k, fwd_item_fn_##SFX *item, size_t slot) {          \
+                                   const ts_attn_geom *, int64_t, int64_t, T, int, T *);           \
+    /* item: fwd_item_##SFX, or for f32 fwd_item_low; slot: its scratch bytes; heads: an item is   \
+     * a whole (b, h) where there are enough of them for the threads (the bf16 item packs the      \
+     * head's k and v once), else one query block of one. */                                       \
+    static ts_status fwd_##SFX(const ts_kargs *k, fwd_item_fn_##SFX *item, size_t slot,            \
+                               int heads) {                                                        \
         ts_attn_geom g;                                                                            \
         ts_attn_geom_of_tensor(&k->in[0], &g);                                                     \
         int64_t BH = g.B * g.H, T_ = g.seq, hd = g.hd;                                             \
@@ -363,14 +370,16 @@ static int threads_for(int64_t slots, int64_t work) {
         int causal = k->a->attention.causal != 0;                                                  \
         char *ws = k->scratch;                                                                     \
         int nt = threads_for(slots, BH * T_ * T_ * hd);                                            \
+        if (heads && BH >= 4 * (int64_t)nt) items = BH, nqb = 1;                                   \
         _Pragma("omp parallel num_threads(nt) if (nt > 1)") {                                      \
             T *w = (T *)(ws + (size_t)omp_get_thread_num() * slot);                                \
             /* The last query blocks see the most keys: hand them out first. */                    \
             _Pragma("omp for schedule(dynamic, 1)") for (int64_t it = 0; it < items; it++) {       \
                 int64_t bh = it % BH, qb = nqb - 1 - it / BH, hi, ho;                              \
+                int64_t q0 = items == BH ? 0 : qb * BS, q1 = items == BH ? T_ : q0 + BS;           \
                 ts_attn_head_offsets(&g, bh, &hi, &ho);                                            \
-                item(q + hi, kk + hi, v + hi, o + ho, lse + bh * T_, &g, qb * BS, scale, causal,   \
-                     w);                                                                           \
+                item(q + hi, kk + hi, v + hi, o + ho, lse + bh * T_, &g, q0, q1 < T_ ? q1 : T_,    \
+                     scale, causal, w);                                                            \
             }                                                                                      \
         }                                                                                          \
         return TS_OK;                                                                              \
@@ -519,9 +528,9 @@ ts_status ts_attn_fwd(const ts_kargs *k) {
     switch (k->in[0].dtype) {
     case TS_F32:
         return k->a->attention.low
-                   ? fwd_f32(k, ts_attn_fwd_item_low, ts_attn_fwd_low_slot_bytes(g.hd))
-                   : fwd_f32(k, fwd_item_f32, fwd_slot_bytes(g.hd, sizeof(float)));
-    case TS_F64: return fwd_f64(k, fwd_item_f64, fwd_slot_bytes(g.hd, sizeof(double)));
+                   ? fwd_f32(k, ts_attn_fwd_item_low, ts_attn_fwd_low_slot_bytes(g.seq, g.hd), 1)
+                   : fwd_f32(k, fwd_item_f32, fwd_slot_bytes(g.hd, sizeof(float)), 0);
+    case TS_F64: return fwd_f64(k, fwd_item_f64, fwd_slot_bytes(g.hd, sizeof(double)), 0);
     default: return ts_kernel_bad_dtype(k, "attention", k->in[0].dtype);
     }
 }
@@ -543,8 +552,8 @@ size_t ts_attn_fwd_scratch(const ts_type *q, int low) {
     ts_attn_geom g;
     ts_attn_geom_of(q, &g);
     int64_t items = g.B * g.H * nblocks(g.seq);
-    size_t slot =
-        low ? ts_attn_fwd_low_slot_bytes(g.hd) : fwd_slot_bytes(g.hd, ts_dtype_size(q->dtype));
+    size_t slot = low ? ts_attn_fwd_low_slot_bytes(g.seq, g.hd)
+                      : fwd_slot_bytes(g.hd, ts_dtype_size(q->dtype));
     return (size_t)slots_for(items) * slot;
 }
 

@@ -80,15 +80,16 @@ void ts_attn_bwd_rowdot_f32(float *D, const float *dout, const float *o, int64_t
 
 /* ---- bf16 products (attention_items_low.c) --------------------------------------------- */
 
-/* One query block [q0, q0 + nq) of one (b, h), as the f32 item, with bf16 block products. */
+/* The query blocks [q0, q1) of one (b, h), as the f32 item, with bf16 block products. */
 void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float *o, float *lse,
-                          const ts_attn_geom *g, int64_t q0, float scale, int causal, float *ws);
+                          const ts_attn_geom *g, int64_t q0, int64_t q1, float scale, int causal,
+                          float *ws);
 /* One (b, h) of the backward, as the f32 item, with bf16 block products. */
 void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
                           const float *o, const float *lse, float *dq, float *dk, float *dv,
                           const ts_attn_geom *g, float scale, int causal, float *ws);
 /* Bytes of one slot of the bf16 items: the f32 slot and the packed operands. */
-size_t ts_attn_fwd_low_slot_bytes(int64_t hd);
+size_t ts_attn_fwd_low_slot_bytes(int64_t T, int64_t hd);
 size_t ts_attn_bwd_low_slot_bytes(int64_t T, int64_t hd);
 
 #endif

@@ -9,47 +9,102 @@
 #include "ops/attention_low.h"
 
 #define BS TS_ATTN_BS
+#define HB (BS / 2) /* half a block */
 
-/* The packed bf16 operands of a low slot, in 32-bit words after its f32 part: forward q^T
- * pairs [hd/2][BS], k rows [BS][hd/2], v pairs [BS/2][hd], p pairs [BS/2][BS]; backward
- * q^T and do^T pairs [hd/2][BS], q, do, k pairs [BS/2][hd], k and v rows [BS][hd/2], p and
- * ds rows [BS][BS/2], ds pairs [BS/2][BS]. */
-static size_t low_words(int64_t hd, int fwd) {
-    int64_t hp = (hd + 1) / 2, BP = BS / 2;
-    return (size_t)(fwd ? hp * BS + BS * hp + BP * hd + BP * BS
-                        : 2 * hp * BS + 3 * BP * hd + 2 * BS * hp + 2 * BS * BP + BP * BS);
+/* The packed bf16 operands of a low slot, in 32-bit words after its f32 part. Forward: q^T
+ * pairs [hd/2][BS], k rows [T][hd/2] and v pairs [T/2][hd] of the whole head, p pairs
+ * [BS/2][BS]. Backward: q^T and do^T pairs [hd/2][BS], q and do pairs [BS/2][hd], k pairs
+ * [T/2][hd], k and v rows [T][hd/2] of the whole head, p and ds rows [BS][BS/2], ds pairs
+ * [BS/2][BS]. k and v are packed once per head (an item is a whole head): a key block's
+ * operands then are read and rounded once, not once per query block that sees it. */
+static size_t low_words(int64_t T, int64_t hd, int fwd) {
+    int64_t hp = (hd + 1) / 2, BP = BS / 2, TP = (T + 1) / 2;
+    return (size_t)(fwd ? hp * BS + T * hp + TP * hd + BP * BS
+                        : 2 * hp * BS + 2 * BP * hd + TP * hd + 2 * T * hp + 2 * BS * BP + BP * BS);
 }
-size_t ts_attn_fwd_low_slot_bytes(int64_t hd) {
+size_t ts_attn_fwd_low_slot_bytes(int64_t T, int64_t hd) {
     return ts_attn_fwd_slot_bytes(hd, sizeof(float)) +
-           ts_attn_round64(low_words(hd, 1) * sizeof(uint32_t));
+           ts_attn_round64(low_words(T, hd, 1) * sizeof(uint32_t));
 }
 size_t ts_attn_bwd_low_slot_bytes(int64_t T, int64_t hd) {
     return ts_attn_bwd_slot_bytes(T, hd, sizeof(float)) +
-           ts_attn_round64(low_words(hd, 0) * sizeof(uint32_t));
+           ts_attn_round64(low_words(T, hd, 0) * sizeof(uint32_t));
+}
+
+/* A whole block on the causal diagonal (query block = key block): keys [HB, BS) are masked for
+ * queries [0, HB), so the products skip that quarter (a quarter of the diagonal's work). The
+ * terms skipped are the masked entries' exact zeros (p and ds are 0 there), so every output
+ * keeps its bits (up to the sign of an output that is exactly zero). */
+static int diag_full(int causal, int64_t q0, int64_t k0, int64_t nq, int64_t nk) {
+    return causal && q0 == k0 && nq == BS && nk == BS;
+}
+
+/* s^T = k q^T for one block pair (rows of kw hp words apart; qw [hp][BS]); on a full diagonal
+ * block keys [HB, BS) against queries [HB, BS) only (the other entries are masked, and left
+ * as they were). */
+static void scores_t(float *s, int64_t nq, int64_t nk, int64_t hp, const uint32_t *kw,
+                     const uint32_t *qw, int diag) {
+    if (!diag) {
+        ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, s, BS, 0);
+        return;
+    }
+    ts_attn_mm_bf16(HB, BS, hp, kw, hp, 1, qw, BS, s, BS, 0);
+    ts_attn_mm_bf16(HB, HB, hp, kw + HB * hp, hp, 1, qw + HB, BS, s + HB * BS + HB, BS, 0);
+}
+
+/* C [nq rows][hd] (+)= a^T b over key pairs: a [nk/2][BS] pairs of key rows (of p or ds, one
+ * column per query), b [nk/2][hd] (v or k pairs). Diagonal: queries [0, HB) see keys [0, HB). */
+static void by_keys(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd, const uint32_t *a,
+                    const uint32_t *b, int acc, int diag) {
+    if (!diag) {
+        ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, a, 1, BS, b, hd, c, ldc, acc);
+        return;
+    }
+    ts_attn_mm_bf16(HB, hd, HB / 2, a, 1, BS, b, hd, c, ldc, acc);
+    ts_attn_mm_bf16(HB, hd, BS / 2, a + HB, 1, BS, b, hd, c + HB * ldc, ldc, acc);
+}
+
+/* C [nk rows][hd] (+)= a b over query pairs: a [nk][BS/2] rows (of p or ds, pairs along the
+ * queries), b [nq/2][hd] (do or q pairs). Diagonal: keys [HB, BS) are seen by queries [HB, BS). */
+static void by_queries(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd, const uint32_t *a,
+                       const uint32_t *b, int acc, int diag) {
+    const int64_t BP = BS / 2;
+    if (!diag) {
+        ts_attn_mm_bf16(nk, hd, (nq + 1) / 2, a, BP, 1, b, hd, c, ldc, acc);
+        return;
+    }
+    ts_attn_mm_bf16(HB, hd, BP, a, BP, 1, b, hd, c, ldc, acc);
+    ts_attn_mm_bf16(HB, hd, HB / 2, a + HB * BP + HB / 2, BP, 1, b + HB / 2 * hd, hd, c + HB * ldc,
+                    ldc, acc);
 }
 
 /* fwd_item_f32 with bf16 products: the same blocks, online softmax and f32 output. */
 void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float *o, float *lse,
-                          const ts_attn_geom *g, int64_t q0, float scale, int causal, float *ws) {
-    const int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out;
-    int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_, hp = (hd + 1) / 2;
+                          const ts_attn_geom *g, int64_t q0, int64_t q1, float scale, int causal,
+                          float *ws) {
+    const int64_t hd = g->hd, li = g->ld_in, lo = g->ld_out, hp = (hd + 1) / 2;
+    const int64_t nkeys = causal ? q1 : g->seq; /* the keys these query blocks see */
     float *qt = ws, *s = qt + hd * BS, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;
     uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_fwd_slot_bytes(hd, sizeof(float)));
-    uint32_t *kw = qw + hp * BS, *vw = kw + BS * hp, *pw = vw + BS / 2 * hd;
-    float *ob = o + q0 * lo;
-    for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
-    ts_attn_transpose_f32(qt, q + q0 * li, nq, hd, li);
-    ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq); /* qw[d/2][i] */
-    for (int64_t k0 = 0; k0 < kend; k0 += BS) {
-        int64_t nk = kend - k0 < BS ? kend - k0 : BS;
-        ts_attn_pack_rows(kw, hp, k + k0 * li, li, nk, hd);
-        ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, s, BS, 0); /* s^T = k q^T */
-        ts_attn_fwd_block_f32(s, nq, nk, m, l, k0 ? ob : NULL, hd, lo, scale, causal, q0 - k0, tmp);
-        ts_attn_pack_pairs(pw, BS, s, BS, nk, nq); /* pw[j/2][i] */
-        ts_attn_pack_pairs(vw, hd, v + k0 * li, li, nk, hd);
-        ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, pw, 1, BS, vw, hd, ob, lo, k0 > 0); /* o += p v */
+    uint32_t *kw = qw + hp * BS, *vw = kw + g->seq * hp, *pw = vw + (g->seq + 1) / 2 * hd;
+    ts_attn_pack_rows(kw, hp, k, li, nkeys, hd);  /* kw[j][d/2] */
+    ts_attn_pack_pairs(vw, hd, v, li, nkeys, hd); /* vw[j/2][d] */
+    for (; q0 < q1; q0 += BS) {
+        int64_t nq = q1 - q0 < BS ? q1 - q0 : BS, kend = causal ? q0 + nq : g->seq;
+        float *ob = o + q0 * lo;
+        for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
+        ts_attn_transpose_f32(qt, q + q0 * li, nq, hd, li);
+        ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq); /* qw[d/2][i] */
+        for (int64_t k0 = 0; k0 < kend; k0 += BS) {
+            int64_t nk = kend - k0 < BS ? kend - k0 : BS;
+            int diag = diag_full(causal, q0, k0, nq, nk);
+            scores_t(s, nq, nk, hp, kw + k0 * hp, qw, diag);
+            ts_attn_low_fwd_softmax(s, nq, nk, m, l, k0 ? ob : NULL, hd, lo, scale, causal, q0 - k0,
+                                    tmp, pw);                                /* p as pw[j/2][i] */
+            by_keys(ob, lo, nq, nk, hd, pw, vw + k0 / 2 * hd, k0 > 0, diag); /* o += p v */
+        }
+        ts_attn_fwd_final_f32(ob, lse + q0, m, l, nq, hd, lo);
     }
-    ts_attn_fwd_final_f32(ob, lse + q0, m, l, nq, hd, lo);
 }
 
 /* bwd_item_f32 with bf16 products: the same blocks and order, p, ds and D in f32. */
@@ -62,11 +117,14 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
     float *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS;
     uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_bwd_slot_bytes(T_, hd, sizeof(float)));
     uint32_t *dow = qw + hp * BS, *qpw = dow + hp * BS, *dopw = qpw + BP * hd;
-    uint32_t *kpw = dopw + BP * hd, *kw = kpw + BP * hd, *vw = kw + BS * hp;
-    uint32_t *prw = vw + BS * hp, *dsrw = prw + BS * BP, *dspw = dsrw + BS * BP;
+    uint32_t *kpw = dopw + BP * hd, *kw = kpw + (T_ + 1) / 2 * hd, *vw = kw + T_ * hp;
+    uint32_t *prw = vw + T_ * hp, *dsrw = prw + BS * BP, *dspw = dsrw + BS * BP;
     ts_attn_bwd_rowdot_f32(D, dout, o, T_, hd, lo);
+    ts_attn_pack_rows(kw, hp, k, li, T_, hd);   /* k:  [j][d/2] */
+    ts_attn_pack_rows(vw, hp, v, li, T_, hd);   /* v:  [j][d/2] */
+    ts_attn_pack_pairs(kpw, hd, k, li, T_, hd); /* k:  [j/2][d] */
     for (int64_t q0 = 0; q0 < T_; q0 += BS) {
-        int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_, nqp = (nq + 1) / 2;
+        int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_;
         const float *qb = q + q0 * li, *dob = dout + q0 * lo;
         float *dqb = dq + q0 * lg;
         ts_attn_transpose_f32(qt, qb, nq, hd, li);
@@ -77,25 +135,16 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
         ts_attn_pack_pairs(dopw, hd, dob, lo, nq, hd);
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;
-            const float *kb = k + k0 * li;
             float *dkb = dk + k0 * lg, *dvb = dv + k0 * lg;
-            ts_attn_pack_rows(kw, hp, kb, li, nk, hd);
-            ts_attn_pack_rows(vw, hp, v + k0 * li, li, nk, hd);
-            ts_attn_pack_pairs(kpw, hd, kb, li, nk, hd);
-            ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, p, BS, 0); /* s^T = k q^T */
-            ts_attn_bwd_p_f32(p, nq, nk, lse + q0, scale, causal, q0 - k0);
+            int diag = diag_full(causal, q0, k0, nq, nk);
+            scores_t(p, nq, nk, hp, kw + k0 * hp, qw, diag);
+            ts_attn_low_bwd_p(p, nq, nk, lse + q0, scale, causal, q0 - k0, prw);
             int first_q = q0 == (causal ? k0 : 0);
-            ts_attn_pack_rows(prw, BP, p, BS, nk, nq);
-            ts_attn_mm_bf16(nk, hd, nqp, prw, BP, 1, dopw, hd, dvb, lg,
-                            !first_q);                                  /* dv += p^T do */
-            ts_attn_mm_bf16(nk, nq, hp, vw, hp, 1, dow, BS, ds, BS, 0); /* dp^T = v do^T */
-            ts_attn_bwd_ds_f32(ds, p, nq, nk, D + q0, scale);
-            ts_attn_pack_pairs(dspw, BS, ds, BS, nk, nq);
-            ts_attn_pack_rows(dsrw, BP, ds, BS, nk, nq);
-            ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, dspw, 1, BS, kpw, hd, dqb, lg,
-                            k0 > 0); /* dq += ds k */
-            ts_attn_mm_bf16(nk, hd, nqp, dsrw, BP, 1, qpw, hd, dkb, lg,
-                            !first_q); /* dk += ds^T q */
+            by_queries(dvb, lg, nq, nk, hd, prw, dopw, !first_q, diag); /* dv += p^T do */
+            scores_t(ds, nq, nk, hp, vw + k0 * hp, dow, diag);          /* dp^T = v do^T */
+            ts_attn_low_bwd_ds(ds, p, nq, nk, D + q0, scale, causal, q0 - k0, dsrw, dspw);
+            by_keys(dqb, lg, nq, nk, hd, dspw, kpw + k0 / 2 * hd, k0 > 0, diag); /* dq += ds k */
+            by_queries(dkb, lg, nq, nk, hd, dsrw, qpw, !first_q, diag);          /* dk += ds^T q */
         }
     }
 }

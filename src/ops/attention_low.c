@@ -3,10 +3,7 @@
 #include "ops/attention_low.h"
 #include "core/half.h"
 #include "kern.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "ops/attention_low_simd.h"
 
 static inline uint32_t pair(float lo, float hi) {
     return (uint32_t)ts_f32_to_bf16(lo) | (uint32_t)ts_f32_to_bf16(hi) << 16;
@@ -53,22 +50,27 @@ static void mm_generic(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int6
         }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#if TS_ATTN_BF16_SIMD
 
-/* mr rows x nv vectors of 16 columns of C, kept in registers over the whole reduction;
- * mk masks each vector's columns (the last may be partial). */
+/* mr rows x nv vectors of 16 columns of C (mr * nv <= 16), kept in registers over the whole
+ * reduction;
+ * mk masks each vector's columns (the last may be partial). full: every mask is whole, so
+ * plain loads and stores (masked stores are slow on Zen 5). */
 static inline __attribute__((always_inline)) BF16_TARGET void
-dp_tile(const int mr, const int nv, int64_t KP, const uint32_t *A, int64_t sam, int64_t sak,
-        const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int acc, const __mmask16 *mk) {
-    __m512 c[4][4];
+dp_tile(const int mr, const int nv, const int full, int64_t KP, const uint32_t *A, int64_t sam,
+        int64_t sak, const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int acc,
+        const __mmask16 *mk) {
+    __m512 c[8][4];
     for (int r = 0; r < mr; r++)
         for (int j = 0; j < nv; j++)
-            c[r][j] =
-                acc ? _mm512_maskz_loadu_ps(mk[j], C + r * ldc + 16 * j) : _mm512_setzero_ps();
+            c[r][j] = !acc   ? _mm512_setzero_ps()
+                      : full ? _mm512_loadu_ps(C + r * ldc + 16 * j)
+                             : _mm512_maskz_loadu_ps(mk[j], C + r * ldc + 16 * j);
     for (int64_t p = 0; p < KP; p++) {
         __m512i b[4];
-        for (int j = 0; j < nv; j++) b[j] = _mm512_maskz_loadu_epi32(mk[j], B + p * ldb + 16 * j);
+        for (int j = 0; j < nv; j++)
+            b[j] = full ? _mm512_loadu_si512(B + p * ldb + 16 * j)
+                        : _mm512_maskz_loadu_epi32(mk[j], B + p * ldb + 16 * j);
         for (int r = 0; r < mr; r++) {
             __m512i a = _mm512_set1_epi32((int)A[r * sam + p * sak]);
             for (int j = 0; j < nv; j++)
@@ -76,7 +78,12 @@ dp_tile(const int mr, const int nv, int64_t KP, const uint32_t *A, int64_t sam, 
         }
     }
     for (int r = 0; r < mr; r++)
-        for (int j = 0; j < nv; j++) _mm512_mask_storeu_ps(C + r * ldc + 16 * j, mk[j], c[r][j]);
+        for (int j = 0; j < nv; j++) {
+            if (full)
+                _mm512_storeu_ps(C + r * ldc + 16 * j, c[r][j]);
+            else
+                _mm512_mask_storeu_ps(C + r * ldc + 16 * j, mk[j], c[r][j]);
+        }
 }
 
 /* 16 values from p (n < 16: the first n, zeros after), as RNE bf16. vcvtneps2bf16 flushes
@@ -86,13 +93,18 @@ static inline __attribute__((always_inline)) BF16_TARGET __m256i cvt16(const flo
     return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, p));
 }
 
-/* A row's pairs along it are the row in bf16, in order. */
+/* A row's pairs along it are the row in bf16, in order: 32 values a conversion
+ * (vcvtne2ps2bf16, the same rounding as vcvtneps2bf16), then 16 at a time. */
 BF16_TARGET static void pack_rows_avx512bf16(uint32_t *dst, int64_t ldd, const float *src,
                                              int64_t lds, int64_t n, int64_t cols) {
     for (int64_t r = 0; r < n; r++) {
         const float *s = src + r * lds;
         uint16_t *d = (uint16_t *)(dst + r * ldd);
-        for (int64_t c = 0; c < cols; c += 16) {
+        int64_t c = 0;
+        for (; c + 32 <= cols; c += 32)
+            _mm512_storeu_si512(d + c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16),
+                                                                    _mm512_loadu_ps(s + c)));
+        for (; c < cols; c += 16) {
             int64_t left = cols - c < 16 ? cols - c : 16;
             __m256i v = cvt16(s + c, left);
             if (left == 16) {
@@ -105,13 +117,20 @@ BF16_TARGET static void pack_rows_avx512bf16(uint32_t *dst, int64_t ldd, const f
     }
 }
 
-/* Word c of a row pair: row 2p's bf16 in the lower half, row 2p + 1's in the upper. */
+/* Word c of a row pair: row 2p's bf16 in the lower half, row 2p + 1's in the upper. Whole
+ * vectors: both rows' 16 values in one conversion, interleaved by one permute. */
 BF16_TARGET static void pack_pairs_avx512bf16(uint32_t *dst, int64_t ldd, const float *src,
                                               int64_t lds, int64_t n, int64_t cols) {
     for (int64_t r = 0; r < n; r += 2) {
         const float *a = src + r * lds, *b = r + 1 < n ? a + lds : NULL;
         uint32_t *d = dst + r / 2 * ldd;
-        for (int64_t c = 0; c < cols; c += 16) {
+        int64_t c = 0;
+        if (b)
+            for (; c + 16 <= cols; c += 16) {
+                _mm512_storeu_si512(
+                    d + c, ts_attn_zip_pairs(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c)));
+            }
+        for (; c < cols; c += 16) {
             int64_t left = cols - c < 16 ? cols - c : 16;
             __m512i lo = _mm512_cvtepu16_epi32(cvt16(a + c, left));
             __m512i hi = b ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(cvt16(b + c, left)), 16)
@@ -134,31 +153,27 @@ BF16_TARGET static void mm_avx512bf16(int64_t M, int64_t N, int64_t KP, const ui
             mk[j] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
         }
         int64_t m = 0;
-        if (nv == 4)
+        /* whole vectors: 16 accumulators, enough to keep both vdpbf16ps pipes busy */
+        if (w == 64)
             for (; m + 4 <= M; m += 4)
-                dp_tile(4, 4, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
+                dp_tile(4, 4, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
+                        mk);
+        else if (w == 32) /* half a block: the causal diagonal's visible quarter */
+            for (; m + 8 <= M; m += 8)
+                dp_tile(8, 2, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
                         mk);
         for (; m < M; m++) /* the rows left over, and narrow column blocks */
             for (int j = 0; j < nv; j++)
-                dp_tile(1, 1, KP, A + m * sam, sam, sak, B + n0 + 16 * j, ldb,
+                dp_tile(1, 1, 0, KP, A + m * sam, sam, sak, B + n0 + 16 * j, ldb,
                         C + m * ldc + n0 + 16 * j, ldc, acc, &mk[j]);
     }
 }
 #endif
 
-/* AVX512-BF16 where the CPU has it: each kernel then runs its vdpbf16ps / vcvtneps2bf16 form. */
-static int has_bf16(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    return __builtin_cpu_supports("avx512bf16");
-#else
-    return 0;
-#endif
-}
-
 void ts_attn_pack_rows(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
                        int64_t cols) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_bf16()) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
         pack_rows_avx512bf16(dst, ldd, src, lds, n, cols);
         return;
     }
@@ -168,8 +183,8 @@ void ts_attn_pack_rows(uint32_t *dst, int64_t ldd, const float *src, int64_t lds
 
 void ts_attn_pack_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
                         int64_t cols) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_bf16()) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
         pack_pairs_avx512bf16(dst, ldd, src, lds, n, cols);
         return;
     }
@@ -179,8 +194,8 @@ void ts_attn_pack_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t ld
 
 void ts_attn_mm_bf16(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int64_t sam, int64_t sak,
                      const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int acc) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_bf16()) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
         mm_avx512bf16(M, N, KP, A, sam, sak, B, ldb, C, ldc, acc);
         return;
     }

@@ -35,4 +35,20 @@ void ts_attn_pack_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t ld
 void ts_attn_mm_bf16(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int64_t sam, int64_t sak,
                      const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int acc);
 
+/* The softmax pieces of the bf16 items (attention_softmax_low.c): attention_fused.h's f32
+ * block pieces on a transposed score block s [nk][BS] (key j, query i), each writing the
+ * packed operands of the products that follow it; masked entries are exact zeros. */
+/* Forward: the online softmax of fwd_block_f32 (m, l, o rescaled; tmp: BS floats); p only as
+ * pw[j/2][i] (BS words a row); s is scratch (the generic path leaves p in it). */
+void ts_attn_low_fwd_softmax(float *s, int64_t nq, int64_t nk, float *m, float *l, float *o,
+                             int64_t hd, int64_t ldo, float scale, int causal, int64_t diag,
+                             float *tmp, uint32_t *pw);
+/* Backward: s becomes p = exp(scale * s - lse), also written as rows prw[j][i/2] (BS/2). */
+void ts_attn_low_bwd_p(float *s, int64_t nq, int64_t nk, const float *lse, float scale, int causal,
+                       int64_t diag, uint32_t *prw);
+/* Backward: ds = scale * p * (dp - D) as rows dsrw[j][i/2] (BS/2 words a row) and pairs
+ * dspw[j/2][i] (BS); dp's masked entries are not read (the generic path zeroes them). */
+void ts_attn_low_bwd_ds(float *dp, const float *p, int64_t nq, int64_t nk, const float *D,
+                        float scale, int causal, int64_t diag, uint32_t *dsrw, uint32_t *dspw);
+
 #endif

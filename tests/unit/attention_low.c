@@ -15,6 +15,10 @@
  *   measured: loss 6e-5, gradients 7e-3 at most), for causal and
  *   non-causal attention, partial 64-row
  *   blocks and an odd head size (padded pairs);
+ * - the softmax pieces that write packed operands (ts_attn_low_*) against the
+ *   f32 block pieces followed by the packs, on full, partial, diagonal and
+ *   fully visible blocks, with NaN in every entry they must not read: f32
+ *   outputs within 4 ulp, bf16 halves within 1 unit, masked entries 0;
  * - determinism: 1 and 2 threads give the same loss and gradient bits. */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +26,7 @@
 #include <string.h>
 #include "check.h"
 #include "core/half.h"
+#include "ops/attention_fused.h"
 #include "ops/attention_low.h"
 #include "plan/plan.h"
 
@@ -29,22 +34,36 @@ static float bf(float x) {
     return ts_bf16_to_f32(ts_f32_to_bf16(x));
 }
 
-static void test_pack(void) {
-    float src[5 * 7];
-    for (int i = 0; i < 35; i++) src[i] = (float)sin(1.3 * i + 0.2) * 3.0f;
-    uint32_t rows[5 * 4], pairs[3 * 7];
-    ts_attn_pack_rows(rows, 4, src, 7, 5, 7);
-    ts_attn_pack_pairs(pairs, 7, src, 7, 5, 7);
+/* rows x cols values packed both ways: narrow (the 16-wide tails), and wide enough for the
+ * whole-vector paths (32 values a conversion along a row, 16 pairs of rows), odd and even. */
+static void test_pack_shape(int rows, int cols) {
+    const int hp = (cols + 1) / 2, rp = (rows + 1) / 2;
+    float *src = malloc(sizeof(float) * (size_t)(rows * cols));
+    uint32_t *rw = malloc(sizeof(uint32_t) * (size_t)(rows * hp)),
+             *pw = malloc(sizeof(uint32_t) * (size_t)(rp * cols));
+    for (int i = 0; i < rows * cols; i++) src[i] = (float)sin(1.3 * i + 0.2) * 3.0f;
+    ts_attn_pack_rows(rw, hp, src, cols, rows, cols);
+    ts_attn_pack_pairs(pw, cols, src, cols, rows, cols);
     int bad = 0;
-    for (int r = 0; r < 5; r++)
-        for (int c = 0; c < 7; c++) {
-            uint32_t w = rows[r * 4 + c / 2], u = pairs[r / 2 * 7 + c];
-            bad += (uint16_t)(w >> (c & 1 ? 16 : 0)) != ts_f32_to_bf16(src[r * 7 + c]);
-            bad += (uint16_t)(u >> (r & 1 ? 16 : 0)) != ts_f32_to_bf16(src[r * 7 + c]);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            uint32_t w = rw[r * hp + c / 2], u = pw[r / 2 * cols + c];
+            bad += (uint16_t)(w >> (c & 1 ? 16 : 0)) != ts_f32_to_bf16(src[r * cols + c]);
+            bad += (uint16_t)(u >> (r & 1 ? 16 : 0)) != ts_f32_to_bf16(src[r * cols + c]);
         }
-    for (int r = 0; r < 5; r++) bad += rows[r * 4 + 3] >> 16 != 0;  /* odd column tail */
-    for (int c = 0; c < 7; c++) bad += pairs[2 * 7 + c] >> 16 != 0; /* odd row tail */
-    CHECK(bad == 0, "pack_rows / pack_pairs: %d words wrong", bad);
+    if (cols & 1)
+        for (int r = 0; r < rows; r++) bad += rw[r * hp + hp - 1] >> 16 != 0; /* odd column tail */
+    if (rows & 1)
+        for (int c = 0; c < cols; c++) bad += pw[(rp - 1) * cols + c] >> 16 != 0; /* odd row tail */
+    CHECK(bad == 0, "pack_rows / pack_pairs %dx%d: %d words wrong", rows, cols, bad);
+    free(src);
+    free(rw);
+    free(pw);
+}
+
+static void test_pack(void) {
+    const int shapes[][2] = {{5, 7}, {5, 37}, {4, 64}, {3, 50}, {64, 16}};
+    for (int i = 0; i < 5; i++) test_pack_shape(shapes[i][0], shapes[i][1]);
 }
 
 static void test_mm(void) {
@@ -73,6 +92,96 @@ static void test_mm(void) {
     }
     CHECK(worst <= 1.0, "mm_bf16 against exact bf16 products: %.3g of the f32 summation bound",
           worst);
+}
+
+enum { BS = TS_ATTN_BS, BP = TS_ATTN_BS / 2 };
+
+/* Count of f32 values further apart than 4 ulp (relative 2^-21; equal NaNs and zeros agree). */
+static int far_f32(const float *a, const float *b, int n) {
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        if (!(a[i] == b[i] || (isnan(a[i]) && isnan(b[i])) ||
+              fabsf(a[i] - b[i]) <= ldexpf(fabsf(b[i]), -21)))
+            bad++;
+    return bad;
+}
+
+/* Count of bf16 halves of words more than one unit apart (+0 and -0 agree: a masked ds is
+ * scale * 0 * (0 - D) in the f32 piece, an exact +0 in the packing one). */
+static int far_words(const uint32_t *a, const uint32_t *b) {
+    int bad = 0;
+    for (int h = 0; h < 32; h += 16) {
+        uint32_t x = (a[0] >> h) & 0xffff, y = (b[0] >> h) & 0xffff;
+        int d = (int)x - (int)y;
+        bad += (d > 1 || d < -1) && (x | y) != 0x8000;
+    }
+    return bad;
+}
+
+/* One block pair: nq queries, nk keys, diag = query block start - key block start. */
+static void test_softmax_case(int64_t nq, int64_t nk, int causal, int64_t diag) {
+    static float s0[BS * BS], s1[BS * BS], s2[BS * BS], dp0[BS * BS], dp1[BS * BS];
+    static uint32_t w1[BS * BS], w2[BS * BS], x1[BS * BS], x2[BS * BS];
+    float m1[BS], l1[BS], m2[BS], l2[BS], tmp[3 * BS], lse[BS], D[BS];
+    static float o1[BS * 8], o2[BS * 8];
+    const float scale = 0.125f, nan = NAN;
+    for (int64_t j = 0; j < BS; j++)
+        for (int64_t i = 0; i < BS; i++) {
+            int vis = j < nk && i < nq && (!causal || i >= j - diag);
+            s0[j * BS + i] = vis ? (float)(4 * sin(0.37 * (double)(j * BS + i))) : nan;
+            dp0[j * BS + i] = vis ? (float)cos(0.23 * (double)(j * BS + i)) : nan;
+        }
+    for (int i = 0; i < BS; i++) {
+        m1[i] = m2[i] = (float)(i % 5) - 1.0f, l1[i] = l2[i] = 1.0f + (float)(i % 3);
+        lse[i] = 2.0f + 0.01f * (float)i, D[i] = 0.1f * (float)(i % 7);
+    }
+    for (int i = 0; i < BS * 8; i++) o1[i] = o2[i] = (float)sin(0.1 * i);
+    int bad = 0;
+    /* forward: m, l, o (8 columns) and p as pairs of key rows */
+    memcpy(s1, s0, sizeof s0), memcpy(s2, s0, sizeof s0);
+    ts_attn_low_fwd_softmax(s1, nq, nk, m1, l1, o1, 8, 8, scale, causal, diag, tmp, w1);
+    ts_attn_fwd_block_f32(s2, nq, nk, m2, l2, o2, 8, 8, scale, causal, diag, tmp);
+    ts_attn_pack_pairs(w2, BS, s2, BS, nk, nq);
+    bad += far_f32(m1, m2, (int)nq) + far_f32(l1, l2, (int)nq) + far_f32(o1, o2, (int)nq * 8);
+    for (int64_t j = 0; j < (nk + 1) / 2; j++)
+        for (int64_t i = 0; i < nq; i++) bad += far_words(w1 + j * BS + i, w2 + j * BS + i);
+    CHECK(bad == 0, "fwd softmax nq %lld nk %lld causal %d diag %lld: %d values apart",
+          (long long)nq, (long long)nk, causal, (long long)diag, bad);
+    /* backward: p in f32 and as rows, then ds as rows and pairs */
+    bad = 0;
+    memcpy(s1, s0, sizeof s0), memcpy(s2, s0, sizeof s0);
+    ts_attn_low_bwd_p(s1, nq, nk, lse, scale, causal, diag, w1);
+    ts_attn_bwd_p_f32(s2, nq, nk, lse, scale, causal, diag);
+    ts_attn_pack_rows(w2, BP, s2, BS, nk, nq);
+    for (int64_t j = 0; j < nk; j++) {
+        bad += far_f32(s1 + j * BS, s2 + j * BS, (int)nq);
+        for (int64_t i = 0; i < (nq + 1) / 2; i++)
+            bad += far_words(w1 + j * BP + i, w2 + j * BP + i);
+    }
+    memcpy(dp1, dp0, sizeof dp0);
+    ts_attn_low_bwd_ds(dp1, s2, nq, nk, D, scale, causal, diag, w1, x1);
+    for (int64_t j = 0; j < nk; j++) /* the reference reads every entry: masked ones 0 */
+        for (int64_t i = 0; i < nq; i++)
+            if (isnan(dp0[j * BS + i])) dp0[j * BS + i] = 0;
+    ts_attn_bwd_ds_f32(dp0, s2, nq, nk, D, scale);
+    ts_attn_pack_rows(w2, BP, dp0, BS, nk, nq);
+    ts_attn_pack_pairs(x2, BS, dp0, BS, nk, nq);
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t i = 0; i < (nq + 1) / 2; i++)
+            bad += far_words(w1 + j * BP + i, w2 + j * BP + i);
+    for (int64_t j = 0; j < (nk + 1) / 2; j++)
+        for (int64_t i = 0; i < nq; i++) bad += far_words(x1 + j * BS + i, x2 + j * BS + i);
+    CHECK(bad == 0, "bwd p / ds nq %lld nk %lld causal %d diag %lld: %d values apart",
+          (long long)nq, (long long)nk, causal, (long long)diag, bad);
+}
+
+static void test_softmax_pieces(void) {
+    test_softmax_case(64, 64, 1, 0);  /* a diagonal block */
+    test_softmax_case(64, 64, 1, 64); /* below the diagonal: all visible */
+    test_softmax_case(50, 50, 1, 0);  /* the diagonal of a partial last block */
+    test_softmax_case(37, 64, 0, 0);  /* no mask, partial queries */
+    test_softmax_case(64, 33, 0, 0);  /* an odd number of keys */
+    test_softmax_case(9, 64, 1, 64);  /* fewer queries than a vector */
 }
 
 typedef struct shape {
@@ -186,9 +295,12 @@ static void test_plans(const shape *s) {
 int main(void) {
     test_pack();
     test_mm();
-    /* W3's head size on 4 key blocks (large enough to run on 2 threads), partial
-     * blocks with an odd head size, and no mask. */
-    const shape shapes[3] = {{1, 4, 256, 64, 1}, {2, 1, 130, 5, 1}, {1, 2, 70, 12, 0}};
-    for (int i = 0; i < 3; i++) test_plans(&shapes[i]);
+    test_softmax_pieces();
+    /* W3's head size on 4 key blocks (large enough to run on 2 threads; its forward items are
+     * whole heads on 1 thread, query blocks on 2), partial blocks with an odd head size, no
+     * mask, and 8 heads of an odd length (whole-head items on 2 threads too). */
+    const shape shapes[4] = {
+        {1, 4, 256, 64, 1}, {2, 1, 130, 5, 1}, {1, 2, 70, 12, 0}, {2, 4, 129, 32, 1}};
+    for (int i = 0; i < 4; i++) test_plans(&shapes[i]);
     return check_summary("attention_low");
 }

@@ -1,0 +1,192 @@
+/* The softmax pieces of the fused attention's bf16 items (attention_low.h), each one pass over a
+ * score block that writes the packed bf16 operands of the next products itself, so no f32
+ * block is stored only to be read again by a pack:
+ *
+ *   forward   p = exp(scale * s - m_new), the running m, l and o as attention_fused.c's
+ *             fwd_block_f32, p written only as bf16 pairs of key rows (pw, for o += p v);
+ *   backward  p = exp(scale * s - lse) in f32 (for ds) and as bf16 rows (for dv += p^T do);
+ *             ds = scale * p * (dp - D) only as bf16 rows (dk += ds^T q) and pairs of key
+ *             rows (dq += ds k).
+ *
+ * Scores are transposed (s[j * BS + i], key j, query i), so every row statistic runs along
+ * the vector axis (16 queries a vector). Masked entries (causal, and queries past nq) are
+ * exact zeros in every output; the scores there are never read (a diagonal block's masked
+ * quarter is not even computed).
+ *
+ * Numerics: the f32 block pieces' operations in the same order (maximum, exp, sums of p over
+ * keys in increasing order), with exp on AVX-512 here: Cephes' range reduction and degree-5
+ * polynomial as attention_fused.c's aexpf (within 2 ulp of expf; vscalefps for the power of
+ * two, the same clamps at -87 and 88, NaN kept). Its last bit and the FMA contraction of
+ * l * alpha + rowsum may differ from the f32 pieces, so bf16 plans' bits differ from those of
+ * the separate passes (not f32 plans': they do not run this file). Where the CPU lacks
+ * AVX512-BF16 each piece is the f32 piece followed by the packs, as before. */
+#include <math.h>
+#include <string.h>
+#include "ops/attention_fused.h"
+#include "ops/attention_low.h"
+#include "ops/attention_low_simd.h"
+
+#define BS TS_ATTN_BS
+#define BP (BS / 2)
+
+/* Queries [i0, i0 + 16) of key row j that are visible: i < nq, and i >= j - diag when causal
+ * (diag: the query block's start minus the key block's). */
+static inline uint32_t visible(int causal, int64_t j, int64_t diag, int64_t nq, int64_t i0) {
+    int64_t lo = causal ? j - diag - i0 : 0, hi = nq - i0;
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 16 ? 16 : hi;
+    if (lo >= hi) return 0;
+    return (uint32_t)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+/* The masked entries of a transposed block set to 0 (the generic path's ds reads them). */
+static void zero_masked(float *s, int64_t nq, int64_t nk, int causal, int64_t diag) {
+    for (int64_t j = 0; j < nk; j++) {
+        int64_t f = causal && j > diag ? j - diag : 0;
+        if (f > nq) f = nq;
+        memset(s + j * BS, 0, (size_t)f * sizeof(float));
+    }
+}
+
+#if TS_ATTN_BF16_SIMD
+
+static inline __attribute__((always_inline)) BF16_TARGET __m512 vexp(__m512 x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); /* NaN is the second operand: kept */
+    x = _mm512_min_ps(_mm512_set1_ps(88.0f), x);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+BF16_TARGET static void fwd_avx512bf16(const float *s, int64_t nq, int64_t nk, float *m, float *l,
+                                       float *o, int64_t hd, int64_t ldo, float scale, int causal,
+                                       int64_t diag, float *tmp, uint32_t *pw) {
+    float *al = tmp;
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t i0 = 0; i0 < nq; i0 += 16) {
+        __mmask16 in = (__mmask16)visible(0, 0, 0, nq, i0);
+        __m512 mold = _mm512_maskz_loadu_ps(in, m + i0), mx = mold;
+        for (int64_t j = 0; j < nk; j++) {
+            __mmask16 k = (__mmask16)visible(causal, j, diag, nq, i0);
+            __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j * BS + i0), sc);
+            mx = _mm512_mask_max_ps(mx, k, x, mx); /* x > mx ? x : mx, as the f32 piece */
+        }
+        __m512 rs = _mm512_setzero_ps();
+        for (int64_t j = 0; j < nk; j += 2) {
+            __mmask16 k0 = (__mmask16)visible(causal, j, diag, nq, i0);
+            __mmask16 k1 = j + 1 < nk ? (__mmask16)visible(causal, j + 1, diag, nq, i0) : 0;
+            __m512 x0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, s + j * BS + i0), sc);
+            __m512 x1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, s + (j + 1) * BS + i0), sc);
+            __m512 e0 = _mm512_maskz_mov_ps(k0, vexp(_mm512_sub_ps(x0, mx)));
+            __m512 e1 = _mm512_maskz_mov_ps(k1, vexp(_mm512_sub_ps(x1, mx)));
+            rs = _mm512_add_ps(_mm512_add_ps(rs, e0), e1);
+            _mm512_storeu_si512(pw + j / 2 * BS + i0, ts_attn_zip_pairs(e0, e1));
+        }
+        __m512 alpha = vexp(_mm512_sub_ps(mold, mx)); /* unused at first (m = -inf) */
+        __m512 lv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(in, l + i0), alpha, rs);
+        _mm512_mask_storeu_ps(l + i0, in, lv);
+        _mm512_mask_storeu_ps(m + i0, in, mx);
+        _mm512_mask_storeu_ps(al + i0, in, alpha);
+    }
+    if (o)
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t d = 0; d < hd; d++) o[i * ldo + d] *= al[i];
+}
+
+BF16_TARGET static void p_avx512bf16(float *s, int64_t nq, int64_t nk, const float *lse,
+                                     float scale, int causal, int64_t diag, uint32_t *prw) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t j = 0; j < nk; j++) {
+        float *sj = s + j * BS;
+        for (int64_t i0 = 0; i0 < nq; i0 += 32) {
+            __mmask16 ka = (__mmask16)visible(causal, j, diag, nq, i0);
+            __mmask16 kb = (__mmask16)visible(causal, j, diag, nq, i0 + 16);
+            __m512 a = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(ka, sj + i0), sc,
+                                       _mm512_maskz_loadu_ps(ka, lse + i0));
+            __m512 b = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(kb, sj + i0 + 16), sc,
+                                       _mm512_maskz_loadu_ps(kb, lse + i0 + 16));
+            a = _mm512_maskz_mov_ps(ka, vexp(a));
+            b = _mm512_maskz_mov_ps(kb, vexp(b));
+            _mm512_storeu_ps(sj + i0, a); /* the block is BS wide: whole vectors fit */
+            _mm512_storeu_ps(sj + i0 + 16, b);
+            _mm512_storeu_si512(prw + j * BP + i0 / 2, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+        }
+    }
+}
+
+BF16_TARGET static void ds_avx512bf16(const float *dp, const float *p, int64_t nq, int64_t nk,
+                                      const float *D, float scale, int causal, int64_t diag,
+                                      uint32_t *dsrw, uint32_t *dspw) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t j = 0; j < nk; j += 2) {
+        const int two = j + 1 < nk;
+        for (int64_t i0 = 0; i0 < nq; i0 += 32) {
+            __m512 d[2][2]; /* [key j, j + 1][queries i0, i0 + 16] */
+            for (int r = 0; r < 2; r++)
+                for (int h = 0; h < 2; h++) {
+                    int64_t i = i0 + 16 * h, o = (j + r) * BS + i;
+                    __mmask16 k = r && !two ? 0 : (__mmask16)visible(causal, j + r, diag, nq, i);
+                    __m512 t = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + o),
+                                             _mm512_maskz_loadu_ps(k, D + i));
+                    t = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + o), t);
+                    d[r][h] = _mm512_maskz_mul_ps(k, sc, t);
+                }
+            _mm512_storeu_si512(dsrw + j * BP + i0 / 2,
+                                (__m512i)_mm512_cvtne2ps_pbh(d[0][1], d[0][0]));
+            if (two)
+                _mm512_storeu_si512(dsrw + (j + 1) * BP + i0 / 2,
+                                    (__m512i)_mm512_cvtne2ps_pbh(d[1][1], d[1][0]));
+            _mm512_storeu_si512(dspw + j / 2 * BS + i0, ts_attn_zip_pairs(d[0][0], d[1][0]));
+            _mm512_storeu_si512(dspw + j / 2 * BS + i0 + 16, ts_attn_zip_pairs(d[0][1], d[1][1]));
+        }
+    }
+}
+#endif
+
+void ts_attn_low_fwd_softmax(float *s, int64_t nq, int64_t nk, float *m, float *l, float *o,
+                             int64_t hd, int64_t ldo, float scale, int causal, int64_t diag,
+                             float *tmp, uint32_t *pw) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
+        fwd_avx512bf16(s, nq, nk, m, l, o, hd, ldo, scale, causal, diag, tmp, pw);
+        return;
+    }
+#endif
+    ts_attn_fwd_block_f32(s, nq, nk, m, l, o, hd, ldo, scale, causal, diag, tmp);
+    ts_attn_pack_pairs(pw, BS, s, BS, nk, nq);
+}
+
+void ts_attn_low_bwd_p(float *s, int64_t nq, int64_t nk, const float *lse, float scale, int causal,
+                       int64_t diag, uint32_t *prw) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
+        p_avx512bf16(s, nq, nk, lse, scale, causal, diag, prw);
+        return;
+    }
+#endif
+    ts_attn_bwd_p_f32(s, nq, nk, lse, scale, causal, diag);
+    ts_attn_pack_rows(prw, BP, s, BS, nk, nq);
+}
+
+void ts_attn_low_bwd_ds(float *dp, const float *p, int64_t nq, int64_t nk, const float *D,
+                        float scale, int causal, int64_t diag, uint32_t *dsrw, uint32_t *dspw) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
+        ds_avx512bf16(dp, p, nq, nk, D, scale, causal, diag, dsrw, dspw);
+        return;
+    }
+#endif
+    if (causal) zero_masked(dp, nq, nk, causal, diag);
+    ts_attn_bwd_ds_f32(dp, p, nq, nk, D, scale);
+    ts_attn_pack_pairs(dspw, BS, dp, BS, nk, nq);
+    ts_attn_pack_rows(dsrw, BP, dp, BS, nk, nq);
+}
