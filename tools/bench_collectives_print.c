@@ -146,7 +146,7 @@ void bc_print_json(const opts *o, const results *R) {
                                 : "memcpy",
                        p->algo, p->us, algbw(R->bytes[k], p), busbw(op, o->procs, R->bytes[k], p));
                 if (t == 0 && R->ceil[k].us > 0)
-                    printf(", \"ceil_share\": %.4f", of_ceiling(op, o->procs, R, k));
+                    printf(", \"ceil_share\": %.6g", of_ceiling(op, o->procs, R, k));
                 printf("}");
                 first = 0;
             }

@@ -82,7 +82,10 @@ int main(void) {
             int ratio = 0;
             CHECK(row(r.out, ops[op], sizes[k], &ceil, &bus, &pct, &ratio), "%s %s row: %s",
                   ops[op], sizes[k], r.out);
-            CHECK(ceil > 0 && pct > 0 && bus > 0, "%s %s: ceil %g GB/s, %g %%, %g %%", ops[op],
+            /* the table rounds to whole percent: a collective slowed 1000x
+             * by a loaded machine (seen: 10 ms for 4 KiB) prints 0 %, so
+             * the share's sign is checked on the JSON's unrounded one below */
+            CHECK(ceil > 0 && pct >= 0 && bus >= 0, "%s %s: ceil %g GB/s, %g %%, %g %%", ops[op],
                   sizes[k], ceil, bus, pct);
             /* 2 ranks: reduce-scatter reads 1.5x the bytes busbw counts */
             double want = op == 1 ? 1.5 * bus : bus;
