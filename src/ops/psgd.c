@@ -110,7 +110,7 @@ static ts_status infer_start(const ts_graph *g, const ts_node *n, ts_type *out, 
                        (long long)ts_type_numel(ts_in_type(g, n, k)),
                        (long long)ts_type_numel(ts_in_type(g, n, k + 1)));
     int64_t all = 0; /* elements of every gradient: the velocity's */
-    for (int i = 0; i < k; i++) all += ts_type_numel(ts_in_type(g, n, i));
+    for (int i = 0; i < k && a->momentum > 0; i++) all += ts_type_numel(ts_in_type(g, n, i));
     if (a->momentum > 0 && ts_type_numel(ts_in_type(g, n, k + 2)) != all)
         return ts_fail(TS_ERR_SHAPE, "psgd_start: velocity %lld, the gradients %lld",
                        (long long)ts_type_numel(ts_in_type(g, n, k + 2)), (long long)all);
@@ -213,6 +213,13 @@ static int all_finite(const ts_kargs *k, int ng) {
     return 1;
 }
 
+/* A gradient value unscaled (inv: 1 / loss scale) and clipped (c), in
+ * that order; a factor of 1 is skipped (exact either way, and cheaper). */
+static inline float unscale_clip(float g, float inv, float c) {
+    const float gu = inv == 1.0f ? g : g * inv;
+    return c == 1.0f ? gu : gu * c;
+}
+
 /* psgd_start's scratch: the gradients' pointers and lengths for the local clip. */
 static size_t scratch_start(const ts_graph *g, const ts_node *n) {
     (void)g;
@@ -263,17 +270,14 @@ static ts_status k_start(const ts_kargs *k) {
         if (mc && !skip) {
             float *v = vel + ov;
             const float mom = (float)a->momentum;
-            for (int64_t j = 0; j < e; j++) {
-                const float gu = inv == 1.0f ? g[j] : g[j] * inv;
-                v[j] = mom * v[j] + (c == 1.0f ? gu : gu * c);
-            }
+            for (int64_t j = 0; j < e; j++) v[j] = mom * v[j] + unscale_clip(g[j], inv, c);
             g = v;
         }
         const float gi = mc ? 1.0f : inv, ci = mc ? 1.0f : c; /* the velocity is both already */
         ov += e;
         if (dense) { /* the dense start: every gradient as it is */
             for (int64_t j = 0; j < e; j++) {
-                const float gu = gi == 1.0f ? g[j] : g[j] * gi, gj = ci == 1.0f ? gu : gu * ci;
+                const float gj = unscale_clip(g[j], gi, ci);
                 buf[ob + j] = skip ? NAN : compressed ? err[oe + j] + gj : gj;
             }
             oe += compressed ? e : 0;
@@ -283,10 +287,8 @@ static ts_status k_start(const ts_kargs *k) {
             if (skip)
                 for (int64_t j = 0; j < n * r; j++) buf[ob + j] = NAN;
             else {
-                for (int64_t j = 0; j < n * m; j++) { /* error feedback */
-                    const float gu = gi == 1.0f ? g[j] : g[j] * gi;
-                    M[j] += ci == 1.0f ? gu : gu * ci;
-                }
+                for (int64_t j = 0; j < n * m; j++)
+                    M[j] += unscale_clip(g[j], gi, ci); /* error feedback */
                 mm_nm_mr(M, q + oq, buf + ob, n, m, r);
             }
             oe += n * m;
@@ -298,10 +300,7 @@ static ts_status k_start(const ts_kargs *k) {
             else if (gi == 1.0f && ci == 1.0f)
                 memcpy(buf + ob, g, sizeof(float) * (size_t)e);
             else
-                for (int64_t j = 0; j < e; j++) {
-                    const float gu = gi == 1.0f ? g[j] : g[j] * gi;
-                    buf[ob + j] = ci == 1.0f ? gu : gu * ci;
-                }
+                for (int64_t j = 0; j < e; j++) buf[ob + j] = unscale_clip(g[j], gi, ci);
             ob += e;
         }
     }
