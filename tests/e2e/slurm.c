@@ -132,8 +132,15 @@ static void job_state(const char *id, char *state, size_t n, int *restarts) {
 }
 
 /* 2. The example batch script, preempted and requeued. */
+/* Long enough that the TERM sent at step 30 lands mid-run: 300 steps took 1.5 s on an idle
+ * machine, and the job once finished before scancel's signal reached it. */
+#define PREEMPT_STEPS 1500
+#define STR_(x)       #x
+#define STR(x)        STR_(x)
+
 static void test_sbatch_preempt(void) {
-    const char *args = "--set train.epochs=0 --steps 300 --set train.log_every=1";
+    const char *args =
+        "--set train.epochs=0 --steps " STR(PREEMPT_STEPS) " --set train.log_every=1";
     char full[256], run[256];
     snprintf(full, sizeof full, "%s", e2e_path("fm-full"));
     snprintf(run, sizeof run, "%s", e2e_path("fm-slurm"));
@@ -146,7 +153,8 @@ static void test_sbatch_preempt(void) {
                         "ckpt.on_signal=save --out '%s' %s",
                         bin, full, args);
     char *out = e2e_slurp(log, NULL);
-    CHECK(rc == 0 && strstr(out, "done: 300 steps"), "uninterrupted srun: exit %d\n%s", rc, out);
+    CHECK(rc == 0 && strstr(out, "done: " STR(PREEMPT_STEPS) " steps"),
+          "uninterrupted srun: exit %d\n%s", rc, out);
     free(out);
 
     const char *sub = e2e_path("sbatch.txt");
@@ -186,12 +194,13 @@ static void test_sbatch_preempt(void) {
     if (stop) sscanf(stop, "stopped by a signal: the checkpoint of step %ld", &at);
     char resumed[96];
     snprintf(resumed, sizeof resumed, "/step-%08ld at step %ld", at, at);
-    CHECK(at > 30 && at < 300 && strstr(out, "requeueing job") &&
+    CHECK(at > 30 && at < PREEMPT_STEPS && strstr(out, "requeueing job") &&
               strstr(out, "attempt 1 on n[1-2]: --resume latest") && strstr(out, resumed) &&
-              strstr(out, "done: 300 steps"),
+              strstr(out, "done: " STR(PREEMPT_STEPS) " steps"),
           "preempted at step %ld, requeued, resumed there, finished:\n%s", at, out);
     free(out);
-    same_weights("sbatch preempted and requeued", full, run, "step-00000300 (step 300)");
+    same_weights("sbatch preempted and requeued", full, run,
+                 "step-0000" STR(PREEMPT_STEPS) " (step " STR(PREEMPT_STEPS) ")");
 }
 
 /* 3. tessel launch around srun: a rank on n2 dies, the job runs again. */
