@@ -11,7 +11,8 @@
  * In an fp32 plan the gelu that qualifies is autodiff's recomputed copy (passes/autodiff.c,
  * which the backward reaches just before the unary_bwd); in a bf16 plan the precision pass
  * has removed that copy and the forward gelu qualifies. A gelu that another node reads x
- * after (besides the backward) is left alone: g would then live beside x.
+ * after (besides the backward) is left alone, and so is one of a parameter or an input (or of
+ * a value kept as an output): g would then live beside x.
  *
  * Runs after the precision pass (so the folded sums exist), on backends that run the op
  * table's kernels (ts_pass_ctx.low_kernels_ok): the CUDA backend has neither form. */
@@ -54,7 +55,9 @@ ts_status ts_pass_gelu_grad(ts_graph *g, int *n_rewritten) {
         if (!b) continue;
         const int32_t x = g->nodes[ci].in[1];
         const ts_value *xv = &g->values[x];
-        if (xv->t.dtype != TS_F32 || xv->is_output || xv->grad_of >= 0) continue;
+        /* a parameter or input lives on anyway: g would only add memory */
+        if (xv->kind != TS_VK_NODE || xv->t.dtype != TS_F32 || xv->is_output || xv->grad_of >= 0)
+            continue;
         const int gi = gelu_for(g, ci, x, b);
         if (gi < 0) continue;
         const ts_type t = xv->t;
