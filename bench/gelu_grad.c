@@ -5,12 +5,13 @@
  *                                               column sum and bf16 copy (reduce.bwd side 0)
  *   new: gelu(h) -> bf16 and g = gelu'(h)  then  sum(dA, g): dA g, the same sum and copy (side 2)
  *
- * on [rows, 2048] f32 tensors (W3: 8 x 256 rows), the four kernels alternated round by round
- * so that both sides see the same load; prints per kernel the minimum and the median ms, and
- * the median over rounds of new / old (forward + backward). Checks that both sides' bias
- * gradients and bf16 copies have the same bits.
+ * and with --fp32 as an fp32 plan runs them (the backward's recomputed gelu writing f32, the
+ * backward a unary_bwd reading h or g), on [rows, 2048] f32 tensors (W3: 8 x 256 rows), the
+ * four kernels alternated round by round so that both sides see the same load; prints per
+ * kernel the minimum and the median ms, and the median over rounds of new / old (forward +
+ * backward). Checks that both sides' gradients (and bf16 copies) have the same bits.
  *
- *   build/bench_gelu_grad [--rounds N] [--rows R] [--threads T] [--erf]
+ *   build/bench_gelu_grad [--rounds N] [--rows R] [--threads T] [--erf] [--fp32]
  */
 #include <math.h>
 #include <omp.h>
@@ -50,7 +51,7 @@ static void run(const ts_attrs *a, int op, ts_tensor *in, int n_in, ts_tensor *o
 }
 
 int main(int argc, char **argv) {
-    int rounds = 15, threads = 1;
+    int rounds = 15, threads = 1, fp32 = 0;
     int64_t rows = 8 * 256, approx = TS_GELU_TANH;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
@@ -61,8 +62,11 @@ int main(int argc, char **argv) {
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--erf"))
             approx = TS_GELU_ERF;
+        else if (!strcmp(argv[i], "--fp32"))
+            fp32 = 1;
         else {
-            fprintf(stderr, "usage: %s [--rounds N] [--rows R] [--threads T] [--erf]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--rounds N] [--rows R] [--threads T] [--erf] [--fp32]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -74,7 +78,8 @@ int main(int argc, char **argv) {
     const int64_t n = rows * COLS;
     const size_t fb = sizeof(float) * (size_t)n, hb = sizeof(uint16_t) * (size_t)n;
     float *h = ts_aligned_alloc(fb, "bench"), *dA = ts_aligned_alloc(fb, "bench");
-    float *g = ts_aligned_alloc(fb, "bench");
+    float *g = ts_aligned_alloc(fb, "bench"), *yf = ts_aligned_alloc(fb, "bench");
+    float *dh[2] = {ts_aligned_alloc(fb, "bench"), ts_aligned_alloc(fb, "bench")};
     uint16_t *y = ts_aligned_alloc(hb, "bench"),
              *low[2] = {ts_aligned_alloc(hb, "bench"), ts_aligned_alloc(hb, "bench")};
     float bias[2][COLS];
@@ -91,13 +96,19 @@ int main(int argc, char **argv) {
     ts_graph_free(gr);
 
     ts_attrs fo = ts_attrs_zero(), fn, so[2];
-    fo.unary.approx = (int32_t)approx, fo.unary.out_low = 1;
+    fo.unary.approx = (int32_t)approx, fo.unary.out_low = !fp32;
     fn = fo, fn.unary.out_grad = 1;
     sa.reduce.out_low = 1, sa.reduce.bwd.fwd_op = TS_OP_GELU, sa.reduce.bwd.fwd = fo.unary;
     sa.reduce.bwd.fwd.out_low = 0;
     so[0] = so[1] = sa;
     so[1].reduce.bwd.side = 2;
-    ts_tensor tx = {TS_F32, 2, {rows, COLS}, h}, ty = {TS_BF16, 2, {rows, COLS}, y};
+    ts_attrs ub[2]; /* fp32: unary_bwd reading h (side 0) or g (side 2) */
+    ub[0] = ub[1] = ts_attrs_zero();
+    ub[0].unary_bwd = ub[1].unary_bwd = sa.reduce.bwd;
+    ub[1].unary_bwd.side = 2;
+    ts_tensor tx = {TS_F32, 2, {rows, COLS}, h};
+    ts_tensor ty =
+        fp32 ? (ts_tensor){TS_F32, 2, {rows, COLS}, yf} : (ts_tensor){TS_BF16, 2, {rows, COLS}, y};
     ts_tensor tyg[2] = {ty, {TS_F32, 2, {rows, COLS}, g}};
     static double t[4][MAX_ROUNDS], ratio[MAX_ROUNDS];
     for (int r = 0; r < rounds; r++) {
@@ -110,27 +121,36 @@ int main(int argc, char **argv) {
             ts_tensor in[2] = {{TS_F32, 2, {rows, COLS}, dA}, {TS_F32, 2, {rows, COLS}, s ? g : h}};
             ts_tensor out[2] = {{TS_F32, 2, {1, COLS}, bias[s]},
                                 {TS_BF16, 2, {rows, COLS}, low[s]}};
+            ts_tensor od = {TS_F32, 2, {rows, COLS}, dh[s]};
             double a = now();
-            run(&so[s], TS_OP_REDUCE_SUM, in, 2, out, 2, scratch, sb);
+            if (fp32)
+                run(&ub[s], TS_OP_UNARY_BWD, in, 2, &od, 1, NULL, 0);
+            else
+                run(&so[s], TS_OP_REDUCE_SUM, in, 2, out, 2, scratch, sb);
             t[2 + s][r] = (now() - a) * 1e3;
         }
         t[0][r] = (t1 - t0) * 1e3, t[1][r] = (t2 - t1) * 1e3;
         ratio[r] = (t[1][r] + t[3][r]) / (t[0][r] + t[2][r]);
     }
-    const int same = !memcmp(bias[0], bias[1], sizeof bias[0]) && !memcmp(low[0], low[1], hb);
-    printf("gelu_grad: [%lld, %d] f32, %s GELU, %d threads, %d rounds; same bits: %s\n",
-           (long long)rows, COLS, approx == TS_GELU_TANH ? "tanh" : "erf", threads, rounds,
-           same ? "yes" : "NO");
-    static const char *name[4] = {
-        "old forward  gelu -> bf16        ", "new forward  gelu -> bf16 + g    ",
-        "old backward sum(dA, h) side 0   ", "new backward sum(dA, g) side 2   "};
+    const int same = fp32
+                         ? !memcmp(dh[0], dh[1], fb)
+                         : !memcmp(bias[0], bias[1], sizeof bias[0]) && !memcmp(low[0], low[1], hb);
+    printf("gelu_grad: [%lld, %d] f32, %s GELU, %s plan, %d threads, %d rounds; same bits: %s\n",
+           (long long)rows, COLS, approx == TS_GELU_TANH ? "tanh" : "erf", fp32 ? "fp32" : "bf16",
+           threads, rounds, same ? "yes" : "NO");
+    static const char *name[2][4] = {
+        {"old forward  gelu -> bf16        ", "new forward  gelu -> bf16 + g    ",
+         "old backward sum(dA, h) side 0   ", "new backward sum(dA, g) side 2   "},
+        {"old forward  gelu -> f32         ", "new forward  gelu -> f32 + g     ",
+         "old backward unary_bwd(dA, h)    ", "new backward unary_bwd(dA, g)    "}};
     for (int k = 0; k < 4; k++) {
         double mn = t[k][0];
         for (int r = 1; r < rounds; r++) mn = t[k][r] < mn ? t[k][r] : mn;
-        printf("  %s min %7.3f ms  median %7.3f ms\n", name[k], mn, median(t[k], rounds));
+        printf("  %s min %7.3f ms  median %7.3f ms\n", name[fp32][k], mn, median(t[k], rounds));
     }
     printf("  new / old (forward + backward), median over rounds: %.3f\n", median(ratio, rounds));
     ts_aligned_free(h), ts_aligned_free(dA), ts_aligned_free(g), ts_aligned_free(y);
     ts_aligned_free(low[0]), ts_aligned_free(low[1]), ts_aligned_free(scratch);
+    ts_aligned_free(yf), ts_aligned_free(dh[0]), ts_aligned_free(dh[1]);
     return same ? 0 : 1;
 }
