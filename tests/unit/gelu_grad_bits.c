@@ -9,7 +9,8 @@
  *   its result has the plain gelu kernel's bits and its second output
  *   those of unary_bwd's derivative (dy = 1), and unary_bwd side 2
  *   (dy * that output) those of side 0 for any dy.
- * (All 2^32 inputs were compared once, scalar and AVX-512: none differ.) */
+ * (All 2^32 inputs were compared once, scalar and AVX-512: none differ;
+ * and once more in session 18 with STEP 1, every check above: none differ.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
