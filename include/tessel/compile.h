@@ -230,6 +230,9 @@ typedef struct ts_compile_options {
     int no_weight_copies; /* bf16/fp16 plans: cast the weights for the GEMMs every step
                              instead of the optimizer keeping their copies (same results,
                              docs/precision.md) */
+    int no_gelu_grad;     /* training plans: the GELU backward evaluates gelu'(x) itself instead
+                             of the forward gelu also writing it (same results; for checking,
+                             docs/precision.md "The GELU backward") */
     int discard_outputs;  /* training plans: values marked as outputs (other than the loss) are
                              not kept readable after the step, so their memory can be reused
                              (e.g. the logits, overwritten by their gradient); benchmarks */

@@ -30,17 +30,22 @@ typedef struct ts_maxmin_attrs {
 
 /* The unary elementwise ops with parameters (ops/unary.c): gelu: approx (a
  * ts_gelu_approx), out_low 1 (set by the precision pass, f32 input) writes
- * the result rounded to bf16 instead of f32 plus a cast; pow_scalar:
- * x^exponent; leaky_relu: slope, the negative slope; affine_scalar: scale *
- * x + shift. The other unary ops have none. */
+ * the result rounded to bf16 instead of f32 plus a cast, out_grad 1 (set by
+ * the gelu_grad pass, f32 input) adds a second output, the f32 derivative
+ * gelu'(x) computed from the same exp; pow_scalar: x^exponent; leaky_relu:
+ * slope, the negative slope; affine_scalar: scale * x + shift. The other
+ * unary ops have none. approx and out_grad share a word so that a
+ * unary_bwd's attributes still fit a fused instruction record (ops/fused.h). */
 typedef struct ts_unary_attrs {
-    int64_t approx;
+    int32_t approx, out_grad;
     double exponent, slope, scale, shift;
     int64_t out_low;
 } ts_unary_attrs;
 
 /* unary_bwd (dy, s) -> dx: the gradient of the unary op fwd_op (with its
- * attributes fwd) from s, its input x (side 0) or its output y (side 1). */
+ * attributes fwd) from s, its input x (side 0), its output y (side 1) or,
+ * for gelu, the derivative itself (side 2: dx = dy * s, s the forward's
+ * out_grad output). */
 typedef struct ts_unary_bwd_attrs {
     int64_t fwd_op, side;
     ts_unary_attrs fwd;

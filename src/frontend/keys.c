@@ -154,6 +154,9 @@ const ts_config_key cfg_keys[] = {
      "keep an activation and the layer norm reading it (and their backward) separate ops"},
     {"compile.no_recompute", TS_CFG_BOOL, FIELD(compile, no_recompute), 0, NULL, NULL, "false",
      "keep large GELU/LayerNorm outputs for the backward instead of recomputing them"},
+    {"compile.no_gelu_grad", TS_CFG_BOOL, FIELD(compile, no_gelu_grad), 0, NULL, NULL, "false",
+     "training: the GELU backward evaluates gelu'(x) itself instead of the forward gelu "
+     "writing it"},
     {"compile.no_weight_copies", TS_CFG_BOOL, FIELD(compile, no_weight_copies), 0, NULL, NULL,
      "false",
      "bf16/fp16: cast the weights for the GEMMs every step instead of the optimizer keeping "

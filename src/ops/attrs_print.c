@@ -84,6 +84,7 @@ static void unary(FILE *out, const ts_unary_attrs *a) {
     real(out, "scale", a->scale);
     real(out, "shift", a->shift);
     if (a->out_low) field(out, "out_low", a->out_low);
+    if (a->out_grad) field(out, "out_grad", a->out_grad);
 }
 
 void ts_attrs_print(const ts_node *n, FILE *out) {

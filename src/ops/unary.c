@@ -82,14 +82,22 @@ static inline double m_gelu_tanh_f64(double x) {
  * with 1 + th = 2 s and 1 - th^2 = 4 s (1 - s), s = sigmoid(2u), 1 - s
  * evaluated as sigmoid(-2u) (no cancellation). Beyond |x| = 30 the
  * derivative is exactly 0 or 1 even in f64, so x is clamped there to keep
- * x^3 finite (inf * 0 would be NaN). */
+ * x^3 finite (inf * 0 would be NaN).
+ * With y != NULL also the GELU itself, *y = x s (gelu out_grad): the same
+ * bits as m_gelu_tanh_f32, whose s comes from the unclamped x. Within
+ * |x| <= 30 the two u2 are the same; beyond it both |u2| exceed 1900, so
+ * exp(-|u2|) is 0 for both and s is exactly 1 or 0 with u2's sign, which
+ * clamping keeps (and NaN stays NaN). tests/unit/gelu_grad_bits.c checks
+ * it on a dense sweep of all f32 patterns. */
 #define DEF_GELU_TANH_GRAD(name, T, SIG2)                                                          \
-    static inline T name(T x) {                                                                    \
+    static inline T name(T x, T *y) {                                                              \
+        const T x0 = x;                                                                            \
         x = x > (T)30 ? (T)30 : (x < (T)-30 ? (T)-30 : x);                                         \
         T x2 = x * x;                                                                              \
         T u2 = (T)(2.0 * GELU_BETA) * (x + (T)GELU_KAPPA * (x2 * x));                              \
         T s, sn;                                                                                   \
         SIG2(u2, &s, &sn);                                                                         \
+        if (y) *y = x0 * s;                                                                        \
         return s + (T)2 * x * s * sn * (T)GELU_BETA * ((T)1 + (T)(3.0 * GELU_KAPPA) * x2);         \
     }
 /* sigmoid(u) and sigmoid(-u) as m_sigmoid_f32 computes each (the same bits: -|-u| is -|u|,
@@ -105,6 +113,16 @@ static inline void m_sigmoid_pair_f64(double u, double *s, double *sn) {
 }
 DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f32, float, m_sigmoid_pair_f32)
 DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f64, double, m_sigmoid_pair_f64)
+
+/* d/dx of the erf GELU, Phi(x) + x phi(x) (x phi(x) is 0 beyond the clamp), and with y != NULL
+ * the GELU x Phi(x) itself: m_ncdf_f32 returns the same Phi whether or not it also yields phi,
+ * so *y has the forward kernel's bits. */
+static inline float m_gelu_erf_grad_f32(float x, float *y) {
+    float pdf, cdf = m_ncdf_f32(x, &pdf);
+    float xc = x > 16.0f ? 16.0f : (x < -16.0f ? -16.0f : x);
+    if (y) *y = x * cdf;
+    return cdf + xc * pdf;
+}
 
 /* ---- inference --------------------------------------------------------- */
 
@@ -148,9 +166,14 @@ static ts_status infer_unary(const ts_graph *g, const ts_node *n, ts_type *out, 
     if (n->a.unary.out_low &&
         (n->op != TS_OP_GELU || x->dtype != TS_F32 || n->a.unary.out_low != 1))
         return ts_fail(TS_ERR_INVALID, "out_low (a bf16 result) is 1 on a gelu of f32 only");
+    if (n->a.unary.out_grad &&
+        (n->op != TS_OP_GELU || x->dtype != TS_F32 || n->a.unary.out_grad != 1))
+        return ts_fail(TS_ERR_INVALID,
+                       "out_grad (a second output, the derivative) is 1 on a gelu of f32 only");
     *out = *x;
     if (n->a.unary.out_low) out->dtype = TS_BF16;
     *n_out = 1;
+    if (n->a.unary.out_grad) out[1] = *x, *n_out = 2;
     return TS_OK;
 }
 
@@ -176,7 +199,8 @@ static ts_status infer_cast(const ts_graph *g, const ts_node *n, ts_type *out, i
 }
 
 /* Which saved tensor unary_bwd can differentiate from: bit 0 set if x
- * (s = input), bit 1 if y (s = output). Ops whose derivative is cheap in y
+ * (s = input), bit 1 if y (s = output), bit 2 if the derivative itself
+ * (s = gelu's out_grad output). Ops whose derivative is cheap in y
  * also accept x (recomputing y), for passes that trade memory for compute. */
 static int bwd_sides(int64_t op) {
     switch (op) {
@@ -189,8 +213,8 @@ static int bwd_sides(int64_t op) {
     case TS_OP_LOG:
     case TS_OP_ABS:
     case TS_OP_POW_SCALAR:
-    case TS_OP_LEAKY_RELU:
-    case TS_OP_GELU: return 1;
+    case TS_OP_LEAKY_RELU: return 1;
+    case TS_OP_GELU: return 5;
     default: return 0;
     }
 }
@@ -208,12 +232,13 @@ static ts_status infer_unary_bwd(const ts_graph *g, const ts_node *n, ts_type *o
     int sides = bwd_sides(op);
     if (!sides)
         return ts_fail(TS_ERR_INVALID, "forward op %lld has no unary_bwd rule", (long long)op);
-    if (side != 0 && side != 1)
-        return ts_fail(TS_ERR_INVALID, "saved-tensor selector %lld is neither x (0) nor y (1)",
+    if (side < 0 || side > 2)
+        return ts_fail(TS_ERR_INVALID,
+                       "saved-tensor selector %lld is neither x (0), y (1) nor the derivative (2)",
                        (long long)side);
     if (!(sides & (1 << side)))
-        return ts_fail(TS_ERR_INVALID, "%s's gradient cannot be computed from its output",
-                       ts_op_get((int)op)->name);
+        return ts_fail(TS_ERR_INVALID, "%s's gradient cannot be computed from its %s",
+                       ts_op_get((int)op)->name, side == 1 ? "output" : "derivative");
     ts_status st = need_float(dy->dtype);
     if (st != TS_OK) return st;
     if (!ts_type_equal(dy, s))
@@ -370,6 +395,43 @@ static ts_status run_fwd_low(const ts_kargs *k, fwd_fn f32, const char *op) {
     return TS_OK;
 }
 
+/* One chunk of a gelu with out_grad: y[i] = gelu(x[i]) and g[i] = gelu'(x[i]) from one
+ * evaluation (one exp for tanh; Phi and phi share theirs for erf). y may equal x (in place). */
+typedef void (*fwd_grad_fn)(float *y, float *g, const float *x, int64_t n);
+
+#define DEF_FWD_GRAD(name, GRAD)                                                                   \
+    TS_CLONES static void name(float *y, float *g, const float *xs, int64_t n) {                   \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                      \
+            float yi;                                                                              \
+            g[i] = GRAD(xs[i], &yi);                                                               \
+            y[i] = yi;                                                                             \
+        }                                                                                          \
+    }
+DEF_FWD_GRAD(gelu_tanh_grad_f32, m_gelu_tanh_grad_f32)
+DEF_FWD_GRAD(gelu_erf_grad_f32, m_gelu_erf_grad_f32)
+
+/* gelu with out_grad: output 0 the GELU (f32, or bf16 with out_low, rounded per chunk on the
+ * stack as run_fwd_low does), output 1 the f32 derivative. */
+static ts_status run_fwd_grad(const ts_kargs *k, fwd_grad_fn f, const char *op) {
+    const ts_tensor *x = &k->in[0], *o = &k->out[0];
+    const int low = k->a->unary.out_low != 0;
+    if (k->n_out < 2 || x->dtype != TS_F32 || k->out[1].dtype != TS_F32 ||
+        o->dtype != (low ? TS_BF16 : TS_F32))
+        return ts_kernel_bad_dtype(k, op, k->n_out < 2 ? o->dtype : k->out[1].dtype);
+    int64_t n = ts_tensor_numel(o), nch = (n + CHUNK - 1) / CHUNK;
+    float *pg = k->out[1].data;
+    const float *px = x->data;
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+    for (int64_t c = 0; c < nch; c++) {
+        float buf[CHUNK];
+        int64_t s = c * CHUNK, len = n - s < CHUNK ? n - s : CHUNK;
+        float *py = low ? buf : (float *)o->data + s;
+        f(py, pg + s, px + s, len);
+        if (low) ts_f32_to_bf16_n((uint16_t *)o->data + s, buf, len);
+    }
+    return TS_OK;
+}
+
 static ts_status run_fwd(const ts_kargs *k, fwd_fn f32, fwd_fn f64, const char *op) {
     const ts_tensor *x = &k->in[0], *o = &k->out[0];
     if (k->a->unary.out_low) return run_fwd_low(k, f32, op);
@@ -406,7 +468,10 @@ FWD_KERNEL(leaky, "leaky_relu")
 FWD_KERNEL(affine, "affine_scalar")
 
 static ts_status k_gelu(const ts_kargs *k) {
-    if (k->a->unary.approx == TS_GELU_TANH) return run_fwd(k, gelu_tanh_f32, gelu_tanh_f64, "gelu");
+    const int tanh_ = k->a->unary.approx == TS_GELU_TANH;
+    if (k->a->unary.out_grad)
+        return run_fwd_grad(k, tanh_ ? gelu_tanh_grad_f32 : gelu_erf_grad_f32, "gelu");
+    if (tanh_) return run_fwd(k, gelu_tanh_f32, gelu_tanh_f64, "gelu");
     return run_fwd(k, gelu_erf_f32, gelu_erf_f64, "gelu");
 }
 
@@ -453,17 +518,14 @@ DEF_BWD2(tanh_x, d *(1.0f - m_tanh_f32(s) * m_tanh_f32(s)), d *(1.0 - tanh(s) * 
 /* leaky_relu_backward: x > 0 ? grad : grad * slope */
 DEF_BWD2(leaky_x, s > 0.0f ? d : d * slope, s > 0.0 ? d : d * slope)
 
-static inline float m_gelu_erf_grad_f32(float x) {
-    float pdf, cdf = m_ncdf_f32(x, &pdf);
-    float xc = x > 16.0f ? 16.0f : (x < -16.0f ? -16.0f : x);
-    return cdf + xc * pdf;
-}
 static inline double m_gelu_erf_grad_f64(double x) {
     double xc = x > 40.0 ? 40.0 : (x < -40.0 ? -40.0 : x); /* x * pdf is 0 beyond */
     return 0.5 * erfc(-x * SQRT1_2) + xc * (INV_SQRT_2PI * exp(-0.5 * xc * xc));
 }
-DEF_BWD2(gelu_erf_x, d *m_gelu_erf_grad_f32(s), d *m_gelu_erf_grad_f64(s))
-DEF_BWD2(gelu_tanh_x, d *m_gelu_tanh_grad_f32(s), d *m_gelu_tanh_grad_f64(s))
+DEF_BWD2(gelu_erf_x, d *m_gelu_erf_grad_f32(s, NULL), d *m_gelu_erf_grad_f64(s))
+DEF_BWD2(gelu_tanh_x, d *m_gelu_tanh_grad_f32(s, NULL), d *m_gelu_tanh_grad_f64(s, NULL))
+/* s is the derivative itself (gelu's out_grad output): the same product as the *_x forms */
+DEF_BWD2(deriv, d *s, d *s)
 
 /* pow backward: exponent 0 gives zeros; else grad * (e * x^(e-1)). */
 #define DEF_POW_BWD(name, T, SQRT, POW)                                                            \
@@ -528,7 +590,9 @@ static int pick_bwd(const ts_attrs *a, bwd_fn *pf32, bwd_fn *pf64) {
     case TS_OP_POW_SCALAR: PICK(pow_x); break;
     case TS_OP_LEAKY_RELU: PICK(leaky_x); break;
     case TS_OP_GELU:
-        if (a->unary_bwd.fwd.approx == TS_GELU_TANH)
+        if (side == 2)
+            PICK(deriv);
+        else if (a->unary_bwd.fwd.approx == TS_GELU_TANH)
             PICK(gelu_tanh_x);
         else
             PICK(gelu_erf_x);

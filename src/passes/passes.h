@@ -62,6 +62,12 @@ ts_status ts_pass_monitor_order(ts_graph *g);
 ts_status ts_precision_check(const ts_precision_options *o);
 ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int low_kernels,
                             int *n_cast);
+/* The GELU backward without its exp (gelu_grad.c): where a gelu(x) is the last reader of x
+ * before a GELU backward (unary_bwd with fwd_op gelu, or a sum with reduce.bwd gelu), the gelu
+ * also writes g = gelu'(x) (unary.out_grad) and the backward multiplies by g (side 2); the
+ * same bits. For backends that run the op table's kernels; run after ts_pass_precision.
+ * *n_rewritten (may be NULL) receives the number of backward nodes rewritten. */
+ts_status ts_pass_gelu_grad(ts_graph *g, int *n_rewritten);
 /* 1 when ts_pass_precision would run at least one matmul of g in o->compute (a plan can then
  * only be built where that GEMM exists: backends/cpu/dnnl_caps.h). */
 int ts_precision_lowers_matmul(const ts_graph *g, const ts_precision_options *o);

@@ -143,6 +143,15 @@ static ts_status run_precision(ts_pass_ctx *c) {
     for (int i = 0; s == TS_OK && i < c->g->n_nodes; i++) dead += c->g->nodes[i].dead;
     return s != TS_OK || !dead ? s : compact(c);
 }
+/* The GELU backward reads the derivative the forward gelu wrote (gelu_grad.c): host backends
+ * only (the CUDA backend has no gelu out_grad nor unary_bwd side 2), and not under
+ * compile.no_fuse (every op as autodiff wrote it) or compile.no_gelu_grad. */
+static int with_gelu_grad(const ts_pass_ctx *c) {
+    return c->training && c->low_kernels_ok && with_fuse(c) && !c->opt->no_gelu_grad;
+}
+static ts_status run_gelu_grad(ts_pass_ctx *c) {
+    return ts_pass_gelu_grad(c->g, NULL);
+}
 /* The optimizer writes the weights' bf16 / f16 copies (weight_copies.c) where its kernels
  * do (host backends) and it is the plain update (not ZeRO's shard updates, distribute.c). */
 static int with_weight_copies(const ts_pass_ctx *c) {
@@ -251,6 +260,8 @@ static const ts_pass_def PASSES[] = {
     {"fuse", with_fuse, run_fuse},
     /* after fuse: matmul_epi GEMMs are lowered with their f32 epilogue */
     {"precision", always, run_precision},
+    /* after precision: the GELU backward it folded into the bias-gradient sum is rewritten too */
+    {"gelu_grad", with_gelu_grad, run_gelu_grad},
     {"weight_copies", with_weight_copies, run_weight_copies},
     {"verify", always, run_verify},
     {"schedule", always, run_schedule},

@@ -132,6 +132,19 @@ static ts_val f_gelu_erf(ts_graph *g, ts_val a) {
 static ts_val f_gelu_tanh(ts_graph *g, ts_val a) {
     return ts_gelu(g, a, TS_GELU_TANH);
 }
+/* The GELU of -(-x) seen as [1, n]: a computed value, whose gradient flows through a reshape
+ * (which no elementwise group takes in), so the GELU backward stays a unary_bwd that the
+ * gelu_grad pass rewrites. */
+static ts_val gelu_node(ts_graph *g, ts_val a, ts_gelu_approx approx) {
+    ts_val v = ts_reshape(g, ts_neg(g, ts_neg(g, a)), 2, (const int64_t[]){1, ts_numel(g, a)});
+    return ts_gelu(g, v, approx);
+}
+static ts_val f_gelu_erf_node(ts_graph *g, ts_val a) {
+    return gelu_node(g, a, TS_GELU_ERF);
+}
+static ts_val f_gelu_tanh_node(ts_graph *g, ts_val a) {
+    return gelu_node(g, a, TS_GELU_TANH);
+}
 static ts_val f_pow17(ts_graph *g, ts_val a) {
     return ts_pow_scalar(g, a, 1.7);
 }
@@ -467,6 +480,21 @@ static void value_checks(void) {
                 for (int i = 0; i < 2; i++)
                     expect_close("gelu tanh grad tail", i, got[i], want[3][i], rtol);
         }
+    }
+    /* The f32 gradients above through a gelu of a computed value (-(-x), exact), which the
+     * gelu_grad pass rewrites (the gelu writes gelu'(x), the backward multiplies by it;
+     * passes/gelu_grad.c): the same bits as the gelu of the parameter, which it leaves alone. */
+    {
+        static const double tx[10] = {-6.0, -3.5, -1e30, -200, -90, -20, 20, 90, 200, 1e30};
+        double got[10], ref[10];
+        static const un_fn plain[2] = {f_gelu_erf, f_gelu_tanh};
+        static const un_fn node[2] = {f_gelu_erf_node, f_gelu_tanh_node};
+        for (int k = 0; k < 2; k++)
+            if (run_grad(plain[k], TS_F32, 10, tx, ref) && run_grad(node[k], TS_F32, 10, tx, got))
+                for (int i = 0; i < 10; i++)
+                    CHECK(memcmp(&got[i], &ref[i], sizeof got[i]) == 0,
+                          "gelu %s f32 grad of a computed value at %g: %.9g, of the parameter %.9g",
+                          k ? "tanh" : "erf", tx[i], got[i], ref[i]);
     }
     /* torch: x.pow(0.5) has gradient inf at 0 (0.5 * 0^-0.5) */
     {

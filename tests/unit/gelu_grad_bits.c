@@ -1,11 +1,16 @@
-/* The tanh GELU's f32 derivative (unary_bwd, ops/unary.c) computes
- * sigmoid(2u) and sigmoid(-2u) from one exp (session 14); its bits must be
- * those of the two m_sigmoid_f32 calls it replaced, in fp32 plans too.
- * Checked here on every 251st f32 bit pattern (17 million inputs: every
- * exponent, both signs, NaN and infinities) with dy = 1 (the product is
- * exact), through the kernel on chunks of the unary_bwd kernel's size and
- * an odd tail. (All 2^32 inputs were compared once, scalar and AVX-512:
- * none differ.) */
+/* The GELU's f32 derivative, bit for bit, on every 251st f32 bit pattern
+ * (17 million inputs: every exponent, both signs, NaN and infinities),
+ * through the kernels on chunks of their size and an odd tail:
+ * - the tanh GELU's unary_bwd computes sigmoid(2u) and sigmoid(-2u) from
+ *   one exp (session 14): its bits must be those of the two m_sigmoid_f32
+ *   calls it replaced, with dy = 1 (the product is exact);
+ * - a gelu with out_grad (session 18, passes/gelu_grad.c), tanh and erf,
+ *   f32 and bf16 (out_low) result, also in place (the result over x):
+ *   its result has the plain gelu kernel's bits and its second output
+ *   those of unary_bwd's derivative (dy = 1), and unary_bwd side 2
+ *   (dy * that output) those of side 0 for any dy.
+ * (All 2^32 inputs were compared once, scalar and AVX-512: none differ;
+ * and once more in session 18 with STEP 1, every check above: none differ.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,35 +32,88 @@ static float reference(float x) {
 
 enum { N = 1 << 20, STEP = 251 };
 
+static ts_step_ctx ctx = {1, 0, 0.0, 1};
+
+/* Run op's kernel with attributes a on n elements. */
+static void run(int op, const ts_attrs *a, int n_in, const void *in0, const void *in1,
+                ts_dtype out0, void *o0, void *o1, int n) {
+    ts_tensor in[2] = {{TS_F32, 1, {n}, (void *)in0}, {TS_F32, 1, {n}, (void *)in1}};
+    ts_tensor out[2] = {{out0, 1, {n}, o0}, {TS_F32, 1, {n}, o1}};
+    ts_kargs k = {a, n_in, o1 ? 2 : 1, in, out, NULL, 0, &ctx, "gelu_grad", NULL};
+    CHECK_OK(ts_op_get(op)->kernel(&k));
+}
+
+/* Bits differ (NaN equals NaN: its sign and payload follow the order the compiler gave a
+ * product's operands, which IEEE 754 leaves open). */
+static int differ(float a, float b) {
+    return memcmp(&a, &b, sizeof a) != 0 && !(a != a && b != b);
+}
+static int differ_bf16(uint16_t a, uint16_t b) {
+    return a != b && !((a & 0x7fffu) > 0x7f80u && (b & 0x7fffu) > 0x7f80u);
+}
+
+typedef struct bufs {
+    float *x, *one, *d, *ref, *y, *g, *b0, *b2, *xc;
+    uint16_t *low_ref, *low;
+} bufs;
+
+/* The checks of one batch of n inputs for one approximation; adds to bad[0..4]. */
+static void batch(bufs *B, int n, int64_t approx, long long *bad) {
+    ts_attrs fw = ts_attrs_zero(), bw = ts_attrs_zero();
+    fw.unary.approx = (int32_t)approx;
+    bw.unary_bwd.fwd_op = TS_OP_GELU, bw.unary_bwd.fwd = fw.unary;
+    run(TS_OP_GELU, &fw, 1, B->x, NULL, TS_F32, B->ref, NULL, n);       /* gelu(x) */
+    run(TS_OP_UNARY_BWD, &bw, 2, B->one, B->x, TS_F32, B->b0, NULL, n); /* gelu'(x) */
+    if (approx == TS_GELU_TANH)
+        for (int i = 0; i < n; i++) bad[0] += differ(reference(B->x[i]), B->b0[i]);
+    ts_attrs fg = fw;
+    fg.unary.out_grad = 1;
+    run(TS_OP_GELU, &fg, 1, B->x, NULL, TS_F32, B->y, B->g, n);
+    for (int i = 0; i < n; i++) bad[1] += differ(B->y[i], B->ref[i]) || differ(B->g[i], B->b0[i]);
+    memcpy(B->xc, B->x, sizeof(float) * (size_t)n); /* in place: the result over x */
+    run(TS_OP_GELU, &fg, 1, B->xc, NULL, TS_F32, B->xc, B->g, n);
+    for (int i = 0; i < n; i++) bad[2] += differ(B->xc[i], B->ref[i]) || differ(B->g[i], B->b0[i]);
+    ts_attrs fl = fw;
+    fl.unary.out_low = 1;
+    run(TS_OP_GELU, &fl, 1, B->x, NULL, TS_BF16, B->low_ref, NULL, n);
+    fl.unary.out_grad = 1;
+    run(TS_OP_GELU, &fl, 1, B->x, NULL, TS_BF16, B->low, B->g, n);
+    for (int i = 0; i < n; i++)
+        bad[3] += differ_bf16(B->low[i], B->low_ref[i]) || differ(B->g[i], B->b0[i]);
+    run(TS_OP_UNARY_BWD, &bw, 2, B->d, B->x, TS_F32, B->b0, NULL, n); /* d gelu'(x), side 0 */
+    bw.unary_bwd.side = 2;
+    run(TS_OP_UNARY_BWD, &bw, 2, B->d, B->g, TS_F32, B->b2, NULL, n); /* d g, side 2 */
+    for (int i = 0; i < n; i++) bad[4] += differ(B->b2[i], B->b0[i]);
+}
+
 int main(void) {
-    float *x = malloc(sizeof(float) * N), *dy = malloc(sizeof(float) * N);
-    float *o = malloc(sizeof(float) * N);
-    for (int i = 0; i < N; i++) dy[i] = 1.0f;
-    ts_attrs a = ts_attrs_zero();
-    a.unary_bwd.fwd_op = TS_OP_GELU, a.unary_bwd.fwd.approx = TS_GELU_TANH;
-    const ts_op_def *d = ts_op_get(TS_OP_UNARY_BWD);
-    ts_step_ctx ctx = {1, 0, 0.0, 1};
-    long long bad = 0, n_all = 0;
+    bufs B;
+    float **f[] = {&B.x, &B.one, &B.d, &B.ref, &B.y, &B.g, &B.b0, &B.b2, &B.xc};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) *f[i] = malloc(sizeof(float) * N);
+    B.low_ref = malloc(sizeof(uint16_t) * N), B.low = malloc(sizeof(uint16_t) * N);
+    for (int i = 0; i < N; i++)
+        B.one[i] = 1.0f, B.d[i] = (float)(sin(0.37 * i) * pow(10.0, (double)(i % 9) - 4));
+    long long bad[2][5] = {{0}}, n_all = 0;
     for (uint64_t u = 0; u <= 0xffffffffull;) {
-        int n = 0; /* a batch of N - 3 inputs: the kernel's 4096-element chunks and a tail */
+        int n = 0; /* a batch of N - 3 inputs: the kernels' 4096-element chunks and a tail */
         for (; n < N - 3 && u <= 0xffffffffull; n++, u += STEP) {
             uint32_t b = (uint32_t)u;
-            memcpy(&x[n], &b, sizeof b);
+            memcpy(&B.x[n], &b, sizeof b);
         }
-        ts_tensor in[2] = {{TS_F32, 1, {n}, dy}, {TS_F32, 1, {n}, x}};
-        ts_tensor out = {TS_F32, 1, {n}, o};
-        ts_kargs k = {&a, 2, 1, in, &out, NULL, 0, &ctx, "gelu_grad", NULL};
-        CHECK_OK(d->kernel(&k));
-        for (int i = 0; i < n; i++) {
-            float r = reference(x[i]);
-            bad += memcmp(&r, &o[i], sizeof r) != 0 && !(r != r && o[i] != o[i]);
-        }
+        batch(&B, n, TS_GELU_TANH, bad[0]);
+        batch(&B, n, TS_GELU_ERF, bad[1]);
         n_all += n;
     }
-    CHECK(bad == 0 && n_all > 17000000, "tanh GELU derivative: %lld of %lld inputs differ", bad,
-          n_all);
-    free(x);
-    free(dy);
-    free(o);
+    CHECK(n_all > 17000000, "%lld inputs", n_all);
+    CHECK(bad[0][0] == 0, "tanh GELU derivative: %lld of %lld inputs differ", bad[0][0], n_all);
+    static const char *what[] = {"", "out_grad", "out_grad in place", "out_grad with out_low",
+                                 "unary_bwd side 2"};
+    for (int a = 0; a < 2; a++)
+        for (int c = 1; c < 5; c++)
+            CHECK(bad[a][c] == 0, "%s GELU, %s: %lld of %lld inputs differ", a ? "erf" : "tanh",
+                  what[c], bad[a][c], n_all);
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(*f[i]);
+    free(B.low_ref);
+    free(B.low);
     return check_summary("gelu_grad_bits");
 }

@@ -205,6 +205,9 @@ static ts_status plan_eltwise(cu_state *st, const ts_program *prog, const ts_run
     } else if (in->op == TS_OP_UNARY_BWD) {
         if (!ew_bwd_ok((int)in->a.unary_bwd.fwd_op))
             return unsupported(prog, i, "no gradient rule for its forward op");
+        /* the gelu_grad pass does not run for this backend (passes/pipeline.c) */
+        if (in->a.unary_bwd.side == 2)
+            return unsupported(prog, i, "a gradient from the saved derivative (side 2)");
         ew_instr(&p->ins[0], in->op, &in->a, 0, 1, 0);
     } else {
         ew_instr(&p->ins[0], in->op, &in->a, 0, in->n_in > 1 ? 1 : 0, in->n_in > 2 ? 2 : 0);
@@ -234,6 +237,8 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
     const ts_instr *in = &prog->ins[i];
     cu_op *o = &st->ops[i];
     if (!cu_supports_op(in->op)) return unsupported(prog, i, "this op has no CUDA kernel yet");
+    if (in->op == TS_OP_GELU && in->a.unary.out_grad) /* gelu_grad runs for host backends only */
+        return unsupported(prog, i, "a gelu that also writes its derivative (out_grad)");
     for (int j = 0; j < in->n_in; j++)
         if (in->in[j].rank > CU_MAX_RANK) return unsupported(prog, i, "rank above 8");
     switch (in->op) {
