@@ -170,6 +170,10 @@ static ts_status fuse_accumulate(nctx *c, int32_t bi, int *fused) {
     const int32_t r = a->in[0] == dh ? a->in[1] : a->in[0];
     if (!ts_type_equal(&g->values[r].t, &dv->t) || !ts_type_equal(&g->values[a->out[0]].t, &dv->t))
         return TS_OK;
+    /* nor one of the norm's operands: written over in place, dy and x would
+     * change under the dw/db partials, which read them after dx */
+    for (int j = 0; j < b->n_in; j++)
+        if (b->in[j] == r) return TS_OK;
     /* the add's work moves to bi's slot: r must be ready there, and the add
      * must wait for nothing after it */
     if (g->values[r].kind == TS_VK_NODE && g->values[r].node >= bi) return TS_OK;

@@ -150,7 +150,18 @@ static ts_val ln_bwd(ts_graph *g, ts_val dy, ts_val x, ts_val w, ts_val *outs) {
     return ts_node_add(g, TS_OP_LAYER_NORM_BWD, 5, in, &a, outs);
 }
 
-enum { R_PLAIN, R_SWAPPED, R_BROADCAST, R_READ_TWICE, R_OBSERVED, R_F64, R_LATE, R_OFF, R_ACT };
+enum {
+    R_PLAIN,
+    R_SWAPPED,
+    R_BROADCAST,
+    R_READ_TWICE,
+    R_OBSERVED,
+    R_F64,
+    R_LATE,
+    R_OFF,
+    R_ACT,
+    R_SELF
+};
 
 /* r2 = add(r, dh) in the variant's form; returns how many fused. */
 static int rule(int variant) {
@@ -165,6 +176,7 @@ static int rule(int variant) {
     ts_mark_output(g, outs[1], "dw");
     ts_mark_output(g, outs[2], "db");
     if (variant == R_LATE) r = ts_exp(g, r); /* built after the norm */
+    if (variant == R_SELF) r = dy;           /* add(dy, dh): dy would be written over */
     if (variant == R_ACT) {                  /* layer_norm_act_bwd takes dh, the add stays */
         ts_attrs ua = ts_attrs_zero();
         ua.unary_bwd.fwd_op = TS_OP_RELU;
@@ -308,6 +320,7 @@ int main(void) {
     CHECK(rule(R_LATE) == 0, "r computed after the norm: fused");
     CHECK(rule(R_OFF) == 0, "no_norm: fused");
     CHECK(rule(R_ACT) == 0, "the activation's backward in between: fused");
+    CHECK(rule(R_SELF) == 0, "add(dy, dh) of the norm's own dy: fused");
     check_net(0);
     check_net(3);
     return check_summary("fuse_norm_acc");
