@@ -12,7 +12,11 @@
  * partials to scratch, and the partials are added in block order per
  * column, so the result does not depend on the thread count. With blocks
  * enough for the threads, a block's dx rows and then its partials are one
- * task, so the block's dy and x are read from memory once, not twice. */
+ * task, so the block's dy and x are read from memory once, not twice.
+ *
+ * layer_norm_bwd_acc, built by the fusion pass (passes/fuse_norm.c) from
+ * add(acc, layer_norm_bwd(...)), is the same op with each row of dx added
+ * to acc's row as it is formed, written over acc where the plan allows. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
