@@ -192,7 +192,8 @@ typedef struct ts_pool_attrs {
 
 /* layer_norm (x[, w][, b]) over the last axis: has_w, has_b say which of
  * the optional inputs are there, eps is added to the variance;
- * layer_norm_bwd: has_w, has_b as the forward's (eps unused). layer_norm
+ * layer_norm_bwd and layer_norm_bwd_acc: has_w, has_b as the forward's (eps
+ * unused). layer_norm
  * with out_low 1 (set by the precision pass, f32 x) writes y rounded to
  * bf16 instead of f32 plus a cast (mean and rstd stay f32). */
 typedef struct ts_norm_attrs {
@@ -329,7 +330,7 @@ typedef struct ts_attrs {
         ts_cast_attrs cast;             /* cast */
         ts_matmul_attrs matmul;         /* matmul */
         ts_matmul_epi_attrs matmul_epi; /* matmul_epi */
-        ts_norm_attrs norm;             /* layer_norm, layer_norm_bwd */
+        ts_norm_attrs norm;             /* layer_norm, layer_norm_bwd(_acc) */
         ts_norm_act_attrs norm_act;     /* act_layer_norm, layer_norm_act_bwd */
         ts_attention_attrs attention;   /* attention, attention_bwd */
         ts_softmax_attrs softmax;       /* softmax, log_softmax, softmax_bwd, log_softmax_bwd */

@@ -129,6 +129,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         break;
     case TS_OP_LAYER_NORM:
     case TS_OP_LAYER_NORM_BWD:
+    case TS_OP_LAYER_NORM_BWD_ACC:
         field(out, "has_w", a->norm.has_w);
         field(out, "has_b", a->norm.has_b);
         if (a->norm.eps != 0) fprintf(out, " eps=%g", a->norm.eps);

@@ -12,9 +12,14 @@
  * partials to scratch, and the partials are added in block order per
  * column, so the result does not depend on the thread count. With blocks
  * enough for the threads, a block's dx rows and then its partials are one
- * task, so the block's dy and x are read from memory once, not twice. */
+ * task, so the block's dy and x are read from memory once, not twice.
+ *
+ * layer_norm_bwd_acc, built by the fusion pass (passes/fuse_norm.c) from
+ * add(acc, layer_norm_bwd(...)), is the same op with each row of dx added
+ * to acc's row as it is formed, written over acc where the plan allows. */
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 #include "core/half.h"
 #include "kern.h"
 #include "norm_rows.h"
@@ -76,19 +81,25 @@ static ts_status infer_ln(const ts_graph *g, const ts_node *n, ts_type *out, int
     return TS_OK;
 }
 
-static ts_status infer_ln_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
-    ts_status s = check_flags(n, 4 + (int)n->a.norm.has_w);
+/* layer_norm_bwd's inputs from a0 on (a0 = 1: layer_norm_bwd_acc, acc first). */
+static ts_status infer_bwd_from(const ts_graph *g, const ts_node *n, int a0, ts_type *out,
+                                int *n_out) {
+    ts_status s = check_flags(n, a0 + 4 + (int)n->a.norm.has_w);
     if (s != TS_OK) return s;
-    const ts_type *dy = ts_in_type(g, n, 0), *x = ts_in_type(g, n, 1);
+    const ts_type *dy = ts_in_type(g, n, a0), *x = ts_in_type(g, n, a0 + 1);
     if (!ts_dtype_is_float(x->dtype))
         return ts_fail(TS_ERR_SHAPE, "x must be a float type, got %s", ts_dtype_name(x->dtype));
     if (x->rank < 1) return ts_fail(TS_ERR_SHAPE, "x must have at least one axis");
     if (!ts_type_equal(dy, x)) return ts_fail(TS_ERR_SHAPE, "dy and x must have the same type");
     ts_type st = {.dtype = x->dtype, .rank = 1, .dims = {rows_of(x)}};
-    if (!ts_type_equal(ts_in_type(g, n, 2), &st) || !ts_type_equal(ts_in_type(g, n, 3), &st))
+    if (!ts_type_equal(ts_in_type(g, n, a0 + 2), &st) ||
+        !ts_type_equal(ts_in_type(g, n, a0 + 3), &st))
         return ts_fail(TS_ERR_SHAPE, "mean and rstd must be %s[%lld]", ts_dtype_name(x->dtype),
                        (long long)st.dims[0]);
-    if (n->a.norm.has_w && (s = check_vec(ts_in_type(g, n, 4), x, "weight")) != TS_OK) return s;
+    if (n->a.norm.has_w && (s = check_vec(ts_in_type(g, n, a0 + 4), x, "weight")) != TS_OK)
+        return s;
+    if (a0 && !ts_type_equal(ts_in_type(g, n, 0), x))
+        return ts_fail(TS_ERR_SHAPE, "acc must have x's type");
     ts_type vec = {.dtype = x->dtype, .rank = 1, .dims = {x->dims[x->rank - 1]}};
     int k = 0;
     out[k++] = *x;
@@ -96,6 +107,13 @@ static ts_status infer_ln_bwd(const ts_graph *g, const ts_node *n, ts_type *out,
     if (n->a.norm.has_b) out[k++] = vec;
     *n_out = k;
     return TS_OK;
+}
+
+static ts_status infer_ln_bwd(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    return infer_bwd_from(g, n, 0, out, n_out);
+}
+static ts_status infer_ln_bwd_acc(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    return infer_bwd_from(g, n, 1, out, n_out);
 }
 
 /* ---- gradient ---------------------------------------------------------- */
@@ -187,11 +205,14 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         return TS_OK;                                                                              \
     }                                                                                              \
     /* dx of one row: g = dy * w, xh = (x - mean) * rstd,                                          \
-     * dx = rstd * (g - mean(g) - xh * mean(g * xh)). */                                           \
-    TS_CLONES static void ln_dx_row_##SFX(T *dx, const T *dy, const T *x, const T *w, T m, T r,    \
-                                          int64_t d) {                                             \
+     * dx = rstd * (g - mean(g) - xh * mean(g * xh)). With acc (NULL for none; may be dx           \
+     * itself: in place), acc + that: the row of acc is copied into dx first and the sum           \
+     * formed there, the bits of add(acc, dx) (IEEE a + b == b + a). */                            \
+    TS_CLONES static void ln_dx_row_##SFX(T *dx, const T *acc, const T *dy, const T *x,            \
+                                          const T *w, T m, T r, int64_t d) {                       \
         double a1[LN] = {0}, a2[LN] = {0}, s1 = 0, s2 = 0;                                         \
         int64_t i = 0;                                                                             \
+        if (acc && acc != dx) memcpy(dx, acc, sizeof(T) * (size_t)d);                              \
         for (; i + LN <= d; i += LN)                                                               \
             for (int j = 0; j < LN; j++) {                                                         \
                 T gv = w ? dy[i + j] * w[i + j] : dy[i + j];                                       \
@@ -210,7 +231,8 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         for (i = 0; i < d; i++) {                                                                  \
             T gv = w ? dy[i] * w[i] : dy[i];                                                       \
             T xh = (x[i] - m) * r;                                                                 \
-            dx[i] = r * (gv - mg - xh * mgx);                                                      \
+            T v = r * (gv - mg - xh * mgx);                                                        \
+            dx[i] = acc ? dx[i] + v : v;                                                           \
         }                                                                                          \
     }                                                                                              \
     /* Partial dw (dy * xh) and db (dy) of rows [r0, r1) for columns [c0, c0 + len). */            \
@@ -234,19 +256,23 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
     }                                                                                              \
     /* dx of rows [r0, r1), then the block's partials of dw and db for all its columns, while      \
      * the block's dy and x are still in cache (one pass over them instead of two). */             \
-    static void ln_block_##SFX(T *dx, double *pw, double *pb, const T *dy, const T *x, const T *w, \
-                               const T *mean, const T *rstd, int64_t r0, int64_t r1, int64_t d) {  \
+    static void ln_block_##SFX(T *dx, double *pw, double *pb, const T *acc, const T *dy,           \
+                               const T *x, const T *w, const T *mean, const T *rstd, int64_t r0,   \
+                               int64_t r1, int64_t d) {                                            \
         for (int64_t r = r0; r < r1; r++)                                                          \
-            ln_dx_row_##SFX(dx + r * d, dy + r * d, x + r * d, w, mean[r], rstd[r], d);            \
+            ln_dx_row_##SFX(dx + r * d, acc ? acc + r * d : NULL, dy + r * d, x + r * d, w,        \
+                            mean[r], rstd[r], d);                                                  \
         for (int64_t c0 = 0; c0 < d; c0 += LN_COLS)                                                \
             ln_dwdb_##SFX(pw ? pw + c0 : NULL, pb ? pb + c0 : NULL, dy, x, mean, rstd, r0, r1, c0, \
                           d - c0 < LN_COLS ? d - c0 : LN_COLS, d);                                 \
     }                                                                                              \
     /* dw and db (either may be NULL) of all rows, through the partials in scratch; with dx,       \
-     * also dx (of w), a block of rows at a time (ln_block: the same partials, the same bits). */  \
-    static ts_status ln_dwdb_all_##SFX(                                                            \
-        T *dw, T *db, const T *dy, const T *x, const T *mean, const T *rstd, int64_t rows,         \
-        int64_t d, void *scratch, size_t scratch_bytes, const char *label, T *dx, const T *w) {    \
+     * also dx (of w, plus acc where not NULL), a block of rows at a time (ln_block: the same      \
+     * partials, the same bits). */                                                                \
+    static ts_status ln_dwdb_all_##SFX(T *dw, T *db, const T *dy, const T *x, const T *mean,       \
+                                       const T *rstd, int64_t rows, int64_t d, void *scratch,      \
+                                       size_t scratch_bytes, const char *label, T *dx, const T *w, \
+                                       const T *acc) {                                             \
         if (!dw && !db) return TS_OK;                                                              \
         int64_t nrb = (rows + LN_ROWS - 1) / LN_ROWS, ncb = (d + LN_COLS - 1) / LN_COLS;           \
         size_t need = (size_t)(nrb * d * 2) * sizeof(double);                                      \
@@ -260,8 +286,8 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
                                                                                       rb < nrb;    \
                                                                                       rb++) {      \
                 int64_t r0 = rb * LN_ROWS, r1 = r0 + LN_ROWS < rows ? r0 + LN_ROWS : rows;         \
-                ln_block_##SFX(dx, dw ? pw + rb *d : NULL, db ? pb + rb *d : NULL, dy, x, w, mean, \
-                               rstd, r0, r1, d);                                                   \
+                ln_block_##SFX(dx, dw ? pw + rb *d : NULL, db ? pb + rb *d : NULL, acc, dy, x, w,  \
+                               mean, rstd, r0, r1, d);                                             \
             }                                                                                      \
         } else {                                                                                   \
             _Pragma(                                                                               \
@@ -290,24 +316,34 @@ static ts_status grad_ln(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val
         }                                                                                          \
         return TS_OK;                                                                              \
     }                                                                                              \
-    static ts_status ln_bwd_##SFX(const ts_kargs *k) {                                             \
-        const ts_tensor *xt = &k->in[1];                                                           \
+    /* layer_norm_bwd (a0 = 0) and layer_norm_bwd_acc (a0 = 1: acc is input 0, the others one      \
+     * later). */                                                                                  \
+    static ts_status ln_bwd_##SFX(const ts_kargs *k, int a0) {                                     \
+        const ts_tensor *xt = &k->in[a0 + 1];                                                      \
         int has_w = k->a->norm.has_w != 0, has_b = k->a->norm.has_b != 0;                          \
-        const T *dy = k->in[0].data, *x = xt->data, *mean = k->in[2].data;                         \
-        const T *rstd = k->in[3].data, *w = has_w ? k->in[4].data : NULL;                          \
+        const T *dy = k->in[a0].data, *x = xt->data, *mean = k->in[a0 + 2].data;                   \
+        const T *rstd = k->in[a0 + 3].data, *w = has_w ? k->in[a0 + 4].data : NULL;                \
+        const T *acc = a0 ? k->in[0].data : NULL;                                                  \
         T *dx = k->out[0].data;                                                                    \
         T *dw = has_w ? k->out[1].data : NULL, *db = has_b ? k->out[1 + has_w].data : NULL;        \
         int64_t rows = ts_rows(xt), d = ts_inner(xt);                                              \
         /* dx inside the dw/db blocks when there are blocks enough for the threads */              \
         if ((dw || db) && (rows + LN_ROWS - 1) / LN_ROWS >= omp_get_max_threads())                 \
             return ln_dwdb_all_##SFX(dw, db, dy, x, mean, rstd, rows, d, k->scratch,               \
-                                     k->scratch_bytes, k->label, dx, w);                           \
+                                     k->scratch_bytes, k->label, dx, w, acc);                      \
         _Pragma(                                                                                   \
             "omp parallel for schedule(static) if (rows * d >= TS_PAR_MIN)") for (int64_t r = 0;   \
                                                                                   r < rows; r++)   \
-            ln_dx_row_##SFX(dx + r * d, dy + r * d, x + r * d, w, mean[r], rstd[r], d);            \
+            ln_dx_row_##SFX(dx + r * d, acc ? acc + r * d : NULL, dy + r * d, x + r * d, w,        \
+                            mean[r], rstd[r], d);                                                  \
         return ln_dwdb_all_##SFX(dw, db, dy, x, mean, rstd, rows, d, k->scratch, k->scratch_bytes, \
-                                 k->label, NULL, NULL);                                            \
+                                 k->label, NULL, NULL, NULL);                                      \
+    }                                                                                              \
+    static ts_status ln_bwd_plain_##SFX(const ts_kargs *k) {                                       \
+        return ln_bwd_##SFX(k, 0);                                                                 \
+    }                                                                                              \
+    static ts_status ln_bwd_acc_##SFX(const ts_kargs *k) {                                         \
+        return ln_bwd_##SFX(k, 1);                                                                 \
     }
 
 DEF_LN(float, f32)
@@ -356,13 +392,13 @@ void ts_ln_row_f32(float *y, float *mean, float *rstd, const float *x, const flo
 }
 void ts_ln_dx_row_f32(float *dx, const float *dy, const float *x, const float *w, float mean,
                       float rstd, int64_t d) {
-    ln_dx_row_f32(dx, dy, x, w, mean, rstd, d);
+    ln_dx_row_f32(dx, NULL, dy, x, w, mean, rstd, d);
 }
 ts_status ts_ln_dwdb_f32(float *dw, float *db, const float *dy, const float *x, const float *mean,
                          const float *rstd, int64_t rows, int64_t d, void *scratch,
                          size_t scratch_bytes, const char *label) {
     return ln_dwdb_all_f32(dw, db, dy, x, mean, rstd, rows, d, scratch, scratch_bytes, label, NULL,
-                           NULL);
+                           NULL, NULL);
 }
 size_t ts_ln_dwdb_scratch(int64_t rows, int64_t d) {
     return (size_t)(((rows + LN_ROWS - 1) / LN_ROWS) * d * 2) * sizeof(double);
@@ -374,13 +410,16 @@ static ts_status k_ln(const ts_kargs *k) {
 }
 
 static ts_status k_ln_bwd(const ts_kargs *k) {
-    TS_FLOAT_DISPATCH(k, k->in[1].dtype, "layer_norm_bwd", ln_bwd_f32, ln_bwd_f64);
+    TS_FLOAT_DISPATCH(k, k->in[1].dtype, "layer_norm_bwd", ln_bwd_plain_f32, ln_bwd_plain_f64);
+}
+static ts_status k_ln_bwd_acc(const ts_kargs *k) {
+    TS_FLOAT_DISPATCH(k, k->in[2].dtype, "layer_norm_bwd_acc", ln_bwd_acc_f32, ln_bwd_acc_f64);
 }
 
 /* Partials of dw and db: one row of D doubles each per block of LN_ROWS rows. */
 static size_t scratch_ln_bwd(const ts_graph *g, const ts_node *n) {
     if (!n->a.norm.has_w && !n->a.norm.has_b) return 0;
-    const ts_type *x = ts_in_type(g, n, 1);
+    const ts_type *x = ts_in_type(g, n, n->op == TS_OP_LAYER_NORM_BWD_ACC ? 2 : 1);
     return ts_ln_dwdb_scratch(rows_of(x), x->dims[x->rank - 1]);
 }
 
@@ -389,6 +428,10 @@ static double cost_ln(const ts_graph *g, const ts_node *n) {
 }
 static double cost_ln_bwd(const ts_graph *g, const ts_node *n) {
     return 14.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
+}
+/* layer_norm_bwd's and the add's */
+static double cost_ln_bwd_acc(const ts_graph *g, const ts_node *n) {
+    return 15.0 * (double)ts_type_numel(ts_in_type(g, n, 0));
 }
 
 const ts_op_def ts_def_layer_norm = {.name = "layer_norm",
@@ -406,6 +449,19 @@ const ts_op_def ts_def_layer_norm_bwd = {.name = "layer_norm_bwd",
                                          .kernel = k_ln_bwd,
                                          .scratch = scratch_ln_bwd,
                                          .cost = cost_ln_bwd};
+
+/* layer_norm_bwd_acc (acc, dy, x, mean, rstd[, w]) -> (acc + dx[, dw][, db]): layer_norm_bwd
+ * with its input gradient added to acc (dx written over acc where the plan allows), as the
+ * fusion pass builds it from add(acc, layer_norm_bwd(...)) (passes/fuse_norm.c): the residual
+ * stream's gradient of a pre-norm transformer, without the temporary dx and the add's pass. */
+const ts_op_def ts_def_layer_norm_bwd_acc = {.name = "layer_norm_bwd_acc",
+                                             .min_in = 5,
+                                             .max_in = 6,
+                                             .flags = TS_OPF_INPLACE, /* acc + dx over acc */
+                                             .infer = infer_ln_bwd_acc,
+                                             .kernel = k_ln_bwd_acc,
+                                             .scratch = scratch_ln_bwd,
+                                             .cost = cost_ln_bwd_acc};
 
 /* ---- builder ----------------------------------------------------------- */
 

@@ -13,7 +13,8 @@
  *    two vocabulary-sized tensors at once.
  * 4. Before all: an activation and the layer norm reading it become
  *    act_layer_norm, and layer norm's backward with the activation's
- *    backward reading its input gradient layer_norm_act_bwd (fuse_norm.c);
+ *    backward reading its input gradient layer_norm_act_bwd, or with the
+ *    add of that gradient to another layer_norm_bwd_acc (fuse_norm.c);
  *    off with ts_fuse_options.no_norm.
  * 3. Elementwise trees: a node of a fusable elementwise op absorbs the
  *    producers of its inputs when they are fusable too, have the root's

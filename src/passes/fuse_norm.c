@@ -1,18 +1,25 @@
 /* fuse_norm: an activation and the layer norm that reads it become one op
- * each way (ops/norm_act.c), part of the fusion pass (fuse.c):
+ * each way (ops/norm_act.c), and a layer norm's input gradient added to
+ * another gradient becomes one op (ops/norm.c), part of the fusion pass
+ * (fuse.c):
  *
  *   h = act(x); y, mean, rstd = layer_norm(h[, w][, b])
  *     -> h, y, mean, rstd = act_layer_norm(x[, w][, b])       (the norm's slot)
  *   dh[, dw][, db] = layer_norm_bwd(dy, h, mean, rstd[, w]); dx = unary_bwd(dh, s)
  *     -> dx[, dw][, db] = layer_norm_act_bwd(dy, h, mean, rstd[, w], s)  (the norm's slot)
+ *   dh[, dw][, db] = layer_norm_bwd(dy, h, mean, rstd[, w]); r2 = add(r, dh)  (or add(dh, r))
+ *     -> r2[, dw][, db] = layer_norm_bwd_acc(r, dy, h, mean, rstd[, w])     (the norm's slot)
  *
  * act is any unary op with an f32 chunk function (relu, gelu, ...); all f32.
  * h stays an output of the forward (the backward reads it); dh must be read
- * by the unary_bwd alone and not be observable. A fused node takes one of
- * its members' slots in the node order, so the order stays topological only
- * when nothing that reads the moved values (or waits for the moved node)
- * sits between the two: such pairs are left alone. The results are the same
- * bits (see norm_act.c). */
+ * by the unary_bwd (or the add, whose operands and sum have dh's type) alone
+ * and not be observable; an activation's backward takes dh first, the
+ * rest go to the add. A fused node takes one of its members' slots in the
+ * node order, so the order stays topological only when nothing that reads
+ * the moved values (or waits for the moved node) sits between the two: such
+ * pairs are left alone. The results are the same
+ * bits (see norm_act.c; the add's sum r + dh is formed in f32 as the add
+ * forms it). */
 #include <stdlib.h>
 #include <string.h>
 #include "passes/fuse_norm.h"
@@ -144,6 +151,50 @@ static ts_status fuse_backward(nctx *c, int32_t bi, int *fused) {
     return absorb(c, ui, bi);
 }
 
+/* layer_norm_bwd node bi whose input gradient only an add of another
+ * gradient of its type reads (a pre-norm transformer's residual stream:
+ * each block's norm adds its input gradient to the stream's). The add's
+ * output becomes bi's output 0, written over r where the plan allows. */
+static ts_status fuse_accumulate(nctx *c, int32_t bi, int *fused) {
+    ts_graph *g = c->g;
+    ts_node *b = &g->nodes[bi];
+    const int32_t dh = b->out[0];
+    const ts_value *dv = &g->values[dh];
+    if (c->uses[dh] != 1 || dv->is_output || dv->grad_of >= 0 || !f32_of(g, dh)) return TS_OK;
+    const int32_t ai = c->first_read[dh];
+    const ts_node *a = &g->nodes[ai];
+    if (a->dead || c->root_of[ai] >= 0 || a->op != TS_OP_ADD || a->n_in != 2 ||
+        (a->in[0] == dh) == (a->in[1] == dh))
+        return TS_OK;
+    /* no broadcast: r, dh and the sum of one type */
+    const int32_t r = a->in[0] == dh ? a->in[1] : a->in[0];
+    if (!ts_type_equal(&g->values[r].t, &dv->t) || !ts_type_equal(&g->values[a->out[0]].t, &dv->t))
+        return TS_OK;
+    /* nor one of the norm's operands: written over in place, dy and x would
+     * change under the dw/db partials, which read them after dx */
+    for (int j = 0; j < b->n_in; j++)
+        if (b->in[j] == r) return TS_OK;
+    /* the add's work moves to bi's slot: r must be ready there, and the add
+     * must wait for nothing after it */
+    if (g->values[r].kind == TS_VK_NODE && g->values[r].node >= bi) return TS_OK;
+    for (int j = 0; j < a->n_ctrl; j++)
+        if (a->ctrl[j] >= bi) return TS_OK;
+    int32_t *ni = ts_alloc(sizeof(int32_t) * (size_t)(b->n_in + 1), "fuse");
+    if (!ni) return TS_ERR_NOMEM;
+    ni[0] = r;
+    memcpy(ni + 1, b->in, sizeof(int32_t) * (size_t)b->n_in);
+    free(b->in);
+    b->in = ni;
+    b->n_in++;
+    b->op = TS_OP_LAYER_NORM_BWD_ACC;
+    const int32_t sum = a->out[0];
+    b->out[0] = sum;
+    g->values[sum].node = bi;
+    g->values[sum].out_index = 0;
+    *fused += 1;
+    return absorb(c, ai, bi);
+}
+
 ts_status ts_fuse_norm(ts_graph *g, int32_t *root_of, int *pairs) {
     nctx c = {.g = g, .root_of = root_of};
     ts_status s = TS_OK;
@@ -163,6 +214,11 @@ ts_status ts_fuse_norm(ts_graph *g, int32_t *root_of, int *pairs) {
     for (int i = 0; i < g->n_nodes && s == TS_OK; i++)
         if (!g->nodes[i].dead && g->nodes[i].op == TS_OP_LAYER_NORM_BWD)
             s = fuse_backward(&c, i, pairs);
+    /* the norms whose input gradient no activation's backward took */
+    if (s == TS_OK) scan(&c);
+    for (int i = 0; i < g->n_nodes && s == TS_OK; i++)
+        if (!g->nodes[i].dead && g->nodes[i].op == TS_OP_LAYER_NORM_BWD)
+            s = fuse_accumulate(&c, i, pairs);
 done:
     free(c.uses);
     free(c.first_read);

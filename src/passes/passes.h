@@ -110,15 +110,16 @@ typedef struct ts_fuse_stats {
     int groups;      /* fused_eltwise nodes made */
     int concats;     /* sums of slice gradients made one concat */
     int nodes_fused; /* nodes that disappeared into them */
-    int norms;       /* activation + layer norm pairs made one op (forward or backward) */
+    int norms;       /* layer norm pairs made one op: with an activation (forward or
+                        backward) or with the add of its input gradient */
 } ts_fuse_stats;
 ts_status ts_pass_fuse(ts_graph *g, ts_fuse_stats *stats);
-/* The same with switches: no_norm keeps activations and layer norms apart
- * (fuse_norm.c; compile.no_fuse_norm); grads_released says the parameters'
- * gradients are temporaries that are not kept after the step (ZeRO-3, whose
- * gradient buckets live from their first gradient to their reduce-scatter):
- * a gradient that is a scatter_add plus another tensor then becomes a
- * scatter_add_to too. */
+/* The same with switches: no_norm keeps activations, layer norms and the
+ * adds of their input gradients apart (fuse_norm.c; compile.no_fuse_norm);
+ * grads_released says the parameters' gradients are temporaries that are
+ * not kept after the step (ZeRO-3, whose gradient buckets live from their
+ * first gradient to their reduce-scatter): a gradient that is a
+ * scatter_add plus another tensor then becomes a scatter_add_to too. */
 typedef struct ts_fuse_options {
     int no_norm;
     int grads_released;

@@ -30,7 +30,8 @@ typedef struct ts_pass_ctx {
     /* the backend computes a matmul's rows in chunks with the whole product's
      * bits (ts_backend.row_chunks_exact; ts_pass_ctx_init: 1) */
     int row_chunks_exact;
-    /* the backend runs act_layer_norm and its backward (ts_pass_ctx_init: 1) */
+    /* the backend runs act_layer_norm, its backward and layer_norm_bwd_acc
+     * (ts_pass_ctx_init: 1) */
     int fused_norm_ok;
     /* the backend runs the op kernels' bf16 forms, attention.low and the out_low of unary,
      * norm, permute and cross_entropy (host backends: the op table's kernels) */

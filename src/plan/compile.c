@@ -111,8 +111,9 @@ static ts_status compile_graph(ts_program *prog, const ts_backend *be, ts_compil
     /* the reference kernels sum every row alone */
     c.row_chunks_exact =
         prog->opt.reference_kernels || !be->row_chunks_exact || be->row_chunks_exact();
-    c.fused_norm_ok =
-        be->supports_op(TS_OP_ACT_LAYER_NORM) && be->supports_op(TS_OP_LAYER_NORM_ACT_BWD);
+    c.fused_norm_ok = be->supports_op(TS_OP_ACT_LAYER_NORM) &&
+                      be->supports_op(TS_OP_LAYER_NORM_ACT_BWD) &&
+                      be->supports_op(TS_OP_LAYER_NORM_BWD_ACC);
     c.low_kernels_ok = be->memory == TS_MEM_HOST;
     s = ts_pipeline_run(&c);
     *loss = c.loss;
