@@ -34,7 +34,7 @@ static const char usage[] =
     "      --dump-after PASS prints the graph (IR text) after that pass of the pipeline:\n"
     "      peft, attention_qkv, loss_scale, autodiff, discard_outputs, unscale, monitor, train,\n"
     "      monitor_order, loss_scale_order, train_mode, simplify, chunk_ce, fuse, precision,\n"
-    "      weight_copies, verify, schedule, distribute, memplan; --emit-c DIR writes the\n"
+    "      fuse_ce, weight_copies, verify, schedule, distribute, memplan; --emit-c DIR writes the\n"
     "      training step as a standalone C program (make, then ./train: train.steps steps,\n"
     "      the same weights as tessel train);\n"
     "      --dump partition: the pipeline stages dist.pipeline_stages asks for (cuts, each\n"

@@ -32,6 +32,8 @@ typedef struct ts_pass_ctx {
     int row_chunks_exact;
     /* the backend runs act_layer_norm and its backward (ts_pass_ctx_init: 1) */
     int fused_norm_ok;
+    /* the backend runs cross_entropy_fused (ts_pass_ctx_init: 1) */
+    int fused_ce_ok;
     /* the backend runs the op kernels' bf16 forms, attention.low and the out_low of unary,
      * norm, permute and cross_entropy (host backends: the op table's kernels) */
     int low_kernels_ok;

@@ -113,6 +113,7 @@ static ts_status compile_graph(ts_program *prog, const ts_backend *be, ts_compil
         prog->opt.reference_kernels || !be->row_chunks_exact || be->row_chunks_exact();
     c.fused_norm_ok =
         be->supports_op(TS_OP_ACT_LAYER_NORM) && be->supports_op(TS_OP_LAYER_NORM_ACT_BWD);
+    c.fused_ce_ok = be->supports_op(TS_OP_CROSS_ENTROPY_FUSED);
     c.low_kernels_ok = be->memory == TS_MEM_HOST;
     s = ts_pipeline_run(&c);
     *loss = c.loss;
