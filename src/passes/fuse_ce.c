@@ -15,10 +15,12 @@
  * autodiff after the forward but not reading it. The nodes dl (and the
  * backward's control dependencies) come from that sit after the forward
  * move to just before it; the pair is left alone if any of them reads the
- * forward, or if a node with side effects lies between (a state written
- * there must not be read earlier). Only where the logits are f32, every
- * row is computed (not chunk_ce's chunks: those keep the gradient from
- * being whole) and nothing but the pair reads the logits. The kernel
+ * forward, or if a node with side effects lies between forward and
+ * backward (a state written there must not be read earlier). Only where
+ * the logits are f32, every row is computed (not chunk_ce's chunks: those
+ * keep the gradient from being whole) and nothing but the pair reads the
+ * logits. On one core the saving is small (docs/benchmarks.md, session
+ * 18): both ops are bound by their exps, not by the second read. The kernel
  * computes each row with the two ops' own functions (ops/loss.c): the same
  * bits for loss, lse and gradient. */
 #include <stdlib.h>
@@ -46,7 +48,7 @@ static int32_t forward_of(const ts_graph *g, const ts_node *b) {
  * safe. stack: room for every node (each is pushed once). */
 static int mark_moves(const ts_graph *g, pair p, char *move, int32_t *stack) {
     const ts_node *b = &g->nodes[p.b];
-    int n = 0, last = p.f;
+    int n = 0;
 #define PUSH(i)                                                                                    \
     do {                                                                                           \
         const int32_t i_ = (i);                                                                    \
@@ -58,7 +60,6 @@ static int mark_moves(const ts_graph *g, pair p, char *move, int32_t *stack) {
     for (int j = 0; j < b->n_ctrl; j++) PUSH(b->ctrl[j]);
     while (n > 0) {
         const int32_t i = stack[--n];
-        last = i > last ? i : last;
         const ts_node *m = &g->nodes[i];
         for (int j = 0; j < m->n_in; j++) {
             const ts_value *v = &g->values[m->in[j]];
@@ -67,7 +68,9 @@ static int mark_moves(const ts_graph *g, pair p, char *move, int32_t *stack) {
         for (int j = 0; j < m->n_ctrl; j++) PUSH(m->ctrl[j]);
     }
 #undef PUSH
-    for (int i = p.f + 1; i <= last; i++)
+    /* no node writing a state in place (an update, a scaler's) between the two: what the
+     * fused op and the moved nodes read would be read before it */
+    for (int i = p.f + 1; i < p.b; i++)
         if (!g->nodes[i].dead && (ts_op_get(g->nodes[i].op)->flags & TS_OPF_SIDE_EFFECT)) return 0;
     return 1;
 }
