@@ -225,6 +225,8 @@ typedef struct ts_compile_options {
                              groups (for checking fusion; same results, see docs/architecture.md) */
     int no_fuse_norm;     /* keep activations and the layer norms reading them separate ops
                              (for checking that fusion; same results, docs/architecture.md) */
+    int no_fuse_ce;       /* keep cross_entropy and its backward two ops, each reading the
+                             logits (for checking that fusion; same results) */
     int no_recompute;     /* store every activation the backward reads instead of recomputing
                              large GELU/LayerNorm outputs there (same results, more memory) */
     int no_weight_copies; /* bf16/fp16 plans: cast the weights for the GEMMs every step

@@ -111,6 +111,7 @@ typedef struct ts_config {
         int debug_nan, no_simplify, naive_schedule, no_inplace;
         int no_fuse, no_recompute, discard_outputs;
         int no_fuse_norm;           /* activation + layer norm as separate ops */
+        int no_fuse_ce;             /* cross-entropy forward and backward as two ops */
         int no_weight_copies;       /* bf16/fp16: cast the weights every step (precision.md) */
         int no_gelu_grad;           /* the GELU backward computes gelu'(x) itself */
         double max_memory_mb;       /* memory-aware scheduling: the arena's limit (0: none) */

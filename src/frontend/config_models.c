@@ -74,6 +74,7 @@ ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph
     opt->no_inplace = c->compile.no_inplace;
     opt->no_fuse = c->compile.no_fuse;
     opt->no_fuse_norm = c->compile.no_fuse_norm;
+    opt->no_fuse_ce = c->compile.no_fuse_ce;
     opt->no_recompute = c->compile.no_recompute;
     opt->no_weight_copies = c->compile.no_weight_copies;
     opt->no_gelu_grad = c->compile.no_gelu_grad;

@@ -152,6 +152,8 @@ const ts_config_key cfg_keys[] = {
      "run every op as its own kernel (no GEMM epilogues or fused elementwise groups)"},
     {"compile.no_fuse_norm", TS_CFG_BOOL, FIELD(compile, no_fuse_norm), 0, NULL, NULL, "false",
      "keep an activation and the layer norm reading it (and their backward) separate ops"},
+    {"compile.no_fuse_ce", TS_CFG_BOOL, FIELD(compile, no_fuse_ce), 0, NULL, NULL, "false",
+     "keep the cross-entropy forward and backward two ops (each reads the logits)"},
     {"compile.no_recompute", TS_CFG_BOOL, FIELD(compile, no_recompute), 0, NULL, NULL, "false",
      "keep large GELU/LayerNorm outputs for the backward instead of recomputing them"},
     {"compile.no_gelu_grad", TS_CFG_BOOL, FIELD(compile, no_gelu_grad), 0, NULL, NULL, "false",

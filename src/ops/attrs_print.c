@@ -267,6 +267,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         break;
     case TS_OP_CROSS_ENTROPY:
     case TS_OP_CROSS_ENTROPY_BWD:
+    case TS_OP_CROSS_ENTROPY_FUSED:
         field(out, "ignore_index", a->cross_entropy.ignore_index);
         if (a->cross_entropy.row_count > 0) { /* a chunk (chunk_ce.c) */
             field(out, "row_start", a->cross_entropy.row_start);

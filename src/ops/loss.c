@@ -110,6 +110,30 @@ static ts_status infer_ce_bwd(const ts_graph *g, const ts_node *n, ts_type *out,
     return TS_OK;
 }
 
+/* (dl, logits, target[, weight]) -> (dlogits, loss, lse): f32 logits, every row. */
+static ts_status infer_ce_fused(const ts_graph *g, const ts_node *n, ts_type *out, int *n_out) {
+    const ts_type *lg = ts_in_type(g, n, 1);
+    ts_status s = check_ce(lg, ts_in_type(g, n, 2));
+    if (s != TS_OK) return s;
+    if (lg->dtype != TS_F32)
+        return ts_fail(TS_ERR_SHAPE, "cross_entropy_fused: logits must be f32, got %s",
+                       ts_dtype_name(lg->dtype));
+    if ((s = need_scalar(ts_in_type(g, n, 0), lg->dtype, "dl")) != TS_OK) return s;
+    if (n->n_in == 4 && (s = check_weight(lg, ts_in_type(g, n, 3))) != TS_OK) return s;
+    const ts_cross_entropy_attrs *a = &n->a.cross_entropy;
+    if (a->row_start != 0 || a->row_count != 0)
+        return ts_fail(TS_ERR_INVALID, "cross_entropy_fused computes every row (no row_start, "
+                                       "row_count)");
+    if (a->out_low != 0 && a->out_low != 1)
+        return ts_fail(TS_ERR_INVALID, "out_low (a bf16 gradient) is 0 or 1");
+    out[0] = *lg;
+    if (a->out_low) out[0].dtype = TS_BF16;
+    out[1] = (ts_type){.dtype = TS_F32, .rank = 0};
+    out[2] = (ts_type){.dtype = TS_F32, .rank = 1, .dims = {lg->dims[0]}};
+    *n_out = 3;
+    return TS_OK;
+}
+
 /* ---- gradients --------------------------------------------------------- */
 
 static ts_status grad_bce(ts_graph *g, const ts_node *n, const ts_val *dy, ts_val *din) {
@@ -278,6 +302,25 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         }                                                                                          \
         return p;                                                                                  \
     }                                                                                              \
+    /* The mean loss into *loss from the nb blocks' partials, added in block order; an error       \
+     * names the first row with a bad target. */                                                   \
+    static ts_status ce_mean_##SFX(const ts_kargs *k, const ce_part *part, int64_t nb,             \
+                                   const void *tg, int is64, int64_t n, int64_t c, int64_t ign,    \
+                                   T *loss) {                                                      \
+        double sum = 0, wsum = 0;                                                                  \
+        int64_t any = 0;                                                                           \
+        for (int64_t b = 0; b < nb; b++) {                                                         \
+            if (part[b].bad >= 0)                                                                  \
+                return bad_target(k, "cross_entropy", part[b].bad,                                 \
+                                  target_at(tg, is64, part[b].bad), c);                            \
+            sum += part[b].sum;                                                                    \
+            wsum += part[b].wsum;                                                                  \
+        }                                                                                          \
+        for (int64_t r = 0; r < n && !any; r++) any = target_at(tg, is64, r) != ign;               \
+        /* Every row ignored: 0/0 = NaN, as torch 1.13 (so are zero weights). */                   \
+        *loss = (T)(any ? sum / wsum : NAN);                                                       \
+        return TS_OK;                                                                              \
+    }                                                                                              \
     static ts_status ce_##SFX(const ts_kargs *k) {                                                 \
         const T *x = k->in[0].data;                                                                \
         const void *tg = k->in[1].data;                                                            \
@@ -295,19 +338,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
             int64_t r1 = (b + 1) * CE_ROWS < n ? (b + 1) * CE_ROWS : n;                            \
             part[b] = ce_block_##SFX(x, tg, is64, wt, lse, b * CE_ROWS, r1, c, ign);               \
         }                                                                                          \
-        double sum = 0, wsum = 0;                                                                  \
-        int64_t any = 0;                                                                           \
-        for (int64_t b = 0; b < nb; b++) {                                                         \
-            if (part[b].bad >= 0)                                                                  \
-                return bad_target(k, "cross_entropy", part[b].bad,                                 \
-                                  target_at(tg, is64, part[b].bad), c);                            \
-            sum += part[b].sum;                                                                    \
-            wsum += part[b].wsum;                                                                  \
-        }                                                                                          \
-        for (int64_t r = 0; r < n && !any; r++) any = target_at(tg, is64, r) != ign;               \
-        /* Every row ignored: 0/0 = NaN, as torch 1.13 (so are zero weights). */                   \
-        *(T *)k->out[0].data = (T)(any ? sum / wsum : NAN);                                        \
-        return TS_OK;                                                                              \
+        return ce_mean_##SFX(k, part, nb, tg, is64, n, c, ign, k->out[0].data);                    \
     }                                                                                              \
     /* d may be x itself (in place): x[t] is read before the row is written. */                    \
     TS_CLONES static void ce_bwd_row_##SFX(T *d, const T *x, T lse, int64_t c, int64_t t, T sc) {  \
@@ -343,9 +374,11 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         }                                                                                          \
     }                                                                                              \
     /* dl / the summed weights of the rows not ignored (0 when all are): the                       \
-     * gradient's scale, the whole batch's also for a chunk (chunk_ce.c). */                       \
-    static ts_status ce_scale_##SFX(const ts_kargs *k, double *sc) {                               \
-        const T *wt = k->n_in == 5 ? k->in[4].data : NULL;                                         \
+     * gradient's scale, the whole batch's also for a chunk (chunk_ce.c). dl, logits and           \
+     * targets are inputs 0, 1 and 2, the class weights (if any) input wi; op names the op in      \
+     * the message on a bad target. */                                                             \
+    static ts_status ce_scale_##SFX(const ts_kargs *k, const char *op, int wi, double *sc) {       \
+        const T *wt = k->n_in > wi ? k->in[wi].data : NULL;                                        \
         const void *tg = k->in[2].data;                                                            \
         int is64 = k->in[2].dtype == TS_I64;                                                       \
         int64_t n = k->in[1].dims[0], c = k->in[1].dims[1],                                        \
@@ -354,7 +387,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         for (int64_t r = 0; r < n; r++) {                                                          \
             int64_t t = target_at(tg, is64, r);                                                    \
             if (t == ign) continue;                                                                \
-            if (t < 0 || t >= c) return bad_target(k, "cross_entropy_bwd", r, t, c);               \
+            if (t < 0 || t >= c) return bad_target(k, op, r, t, c);                                \
             wsum += wt ? (double)wt[t] : 1.0;                                                      \
         }                                                                                          \
         /* With every row ignored all rows are zero and sc is never used. */                       \
@@ -374,7 +407,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
                       o1 = k->a->cross_entropy.row_count > 0 ? o0 + k->a->cross_entropy.row_count  \
                                                              : k->in[1].dims[0];                   \
         double sc;                                                                                 \
-        ts_status st = ce_scale_##SFX(k, &sc);                                                     \
+        ts_status st = ce_scale_##SFX(k, "cross_entropy_bwd", 4, &sc);                             \
         if (st != TS_OK) return st;                                                                \
         const int64_t m = o1 - o0;                                                                 \
         if (ROWWISE && c < LN) {                                                                   \
@@ -434,7 +467,7 @@ static ts_status ce_bwd_low(const ts_kargs *k) {
                                                          : k->in[1].dims[0],
                   m = o1 - o0;
     double sc;
-    ts_status st = ce_scale_f32(k, &sc);
+    ts_status st = ce_scale_f32(k, "cross_entropy_bwd", 4, &sc);
     if (st != TS_OK) return st;
 #pragma omp parallel for schedule(static) if (m * c >= TS_PAR_MIN)
     for (int64_t r = o0; r < o1; r++) {
@@ -446,6 +479,100 @@ static ts_status ce_bwd_low(const ts_kargs *k) {
                            (float)(wt ? sc * (double)wt[t] : sc));
     }
     return TS_OK;
+}
+
+/* ---- cross_entropy_fused --------------------------------------------------
+ * The forward and the backward in one pass over f32 logits (made by the
+ * fuse_ce pass where the gradient's seed dl is known before the forward):
+ * (dl, logits, target[, weight]) -> (dlogits, loss, lse). Each row's lse and
+ * loss term are computed as ce_block_f32 computes them and its gradient as
+ * ce_bwd_f32 (or, with out_low, ce_bwd_low) computes it, by the same
+ * functions, so loss, lse and gradient have the bits of the two ops; but the
+ * gradient reads the row while it is still in L1 (W3: 8192 classes, 32 KB),
+ * so the logits come from memory once instead of twice. */
+
+/* Row r's gradient into dx (f32) or d16 (bf16), the other NULL; t == ign: zeros. The bf16
+ * row goes by pieces of CE_LOW from its end: lse_row read the row last from start to end, so
+ * its end is the most recently used part of L1, and the pieces' writes then evict the parts
+ * already done. In row order they evicted the parts still to come (W3: 32 KB row + 16 KB
+ * gradient + 4 KB piece > 48 KB L1), and the fused op was 3-6 % slower than the two ops
+ * instead of 2-4 % faster. Each element is computed alone: the same bits in any order. */
+static inline __attribute__((always_inline)) void ce_fused_row_out(float *dx, uint16_t *d16,
+                                                                   const float *x, float lse,
+                                                                   int64_t r, int64_t c, int64_t t,
+                                                                   int64_t ign, float sc) {
+    if (t == ign) {
+        if (dx) memset(dx + r * c, 0, (size_t)c * sizeof *dx);
+        if (d16) memset(d16 + r * c, 0, (size_t)c * sizeof *d16);
+    } else if (dx) {
+        ce_bwd_row_f32(dx + r * c, x + r * c, lse, c, t, sc);
+    } else {
+        for (int64_t c0 = (c - 1) / CE_LOW * CE_LOW; c0 >= 0; c0 -= CE_LOW)
+            ce_bwd_row_low(d16 + r * c + c0, x + r * c + c0, lse, c - c0 < CE_LOW ? c - c0 : CE_LOW,
+                           t - c0, sc);
+    }
+}
+
+/* Rows [r0, r1) (at most CE_ROWS): the block's loss partial, lse[r0..r1) and the gradient
+ * rows. The targets were checked (ce_scale_f32). dx may be x (in place, TS_OPF_INPLACE_IN1):
+ * every logit of a row is read before its gradient is written. */
+TS_CLONES static ce_part ce_fused_block(float *dx, uint16_t *d16, const float *x, const void *tg,
+                                        int is64, const float *wt, float *lse, double sc,
+                                        int64_t r0, int64_t r1, int64_t c, int64_t ign) {
+    if (c < LN) { /* a few classes: each op's class-by-class form over the block */
+        ce_part p = ce_block_f32(x, tg, is64, wt, lse, r0, r1, c, ign);
+        if (dx) {
+            ce_bwd_rows_f32(dx, x, lse, tg, is64, wt, sc, r0, r1, c, ign, 0);
+            return p;
+        }
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t t = target_at(tg, is64, r);
+            ce_fused_row_out(dx, d16, x, lse[r], r, c, t, ign,
+                             t == ign ? 0.0f : (float)(wt ? sc * (double)wt[t] : sc));
+        }
+        return p;
+    }
+    ce_part p = {0, 0, -1, 0};
+    for (int64_t r = r0; r < r1; r++) {
+        const float *row = x + r * c;
+        const double l = lse_row_f32(row, c);
+        lse[r] = (float)l;
+        const int64_t t = target_at(tg, is64, r);
+        if (t == ign) {
+            ce_fused_row_out(dx, d16, x, lse[r], r, c, t, ign, 0.0f);
+            continue;
+        }
+        const double wv = wt ? (double)wt[t] : 1.0;
+        p.sum += wv * (l - (double)row[t]);
+        p.wsum += wv;
+        ce_fused_row_out(dx, d16, x, lse[r], r, c, t, ign, (float)(wt ? sc * wv : sc));
+    }
+    return p;
+}
+
+static ts_status k_ce_fused(const ts_kargs *k) {
+    if (k->in[1].dtype != TS_F32)
+        return ts_kernel_bad_dtype(k, "cross_entropy_fused", k->in[1].dtype);
+    const float *x = k->in[1].data, *wt = k->n_in == 4 ? k->in[3].data : NULL;
+    const void *tg = k->in[2].data;
+    const int is64 = k->in[2].dtype == TS_I64;
+    const int low = k->out[0].dtype == TS_BF16;
+    float *dx = low ? NULL : k->out[0].data, *lse = k->out[2].data;
+    uint16_t *d16 = low ? k->out[0].data : NULL;
+    const int64_t n = k->in[1].dims[0], c = k->in[1].dims[1],
+                  ign = k->a->cross_entropy.ignore_index, nb = (n + CE_ROWS - 1) / CE_ROWS;
+    ce_part *part = k->scratch;
+    if ((size_t)nb * sizeof(ce_part) > k->scratch_bytes)
+        return ts_fail(TS_ERR_INTERNAL, "cross_entropy_fused '%s': scratch too small", k->label);
+    double sc;
+    ts_status st = ce_scale_f32(k, "cross_entropy", 3, &sc);
+    if (st != TS_OK) return st;
+#pragma omp parallel for schedule(static) if (n * c >= TS_PAR_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t r1 = (b + 1) * CE_ROWS < n ? (b + 1) * CE_ROWS : n;
+        part[b] = ce_fused_block(dx, d16, x, tg, is64, wt, lse, sc, b * CE_ROWS, r1, c, ign);
+    }
+    return ce_mean_f32(k, part, nb, tg, is64, n, c, ign, k->out[1].data);
 }
 
 static ts_status k_bce(const ts_kargs *k) {
@@ -467,6 +594,11 @@ static size_t scratch_bce(const ts_graph *g, const ts_node *n) {
 }
 static size_t scratch_ce(const ts_graph *g, const ts_node *n) {
     int64_t rows = ts_in_type(g, n, 0)->dims[0];
+    return (size_t)((rows + CE_ROWS - 1) / CE_ROWS) * sizeof(ce_part);
+}
+
+static size_t scratch_ce_fused(const ts_graph *g, const ts_node *n) {
+    int64_t rows = ts_in_type(g, n, 1)->dims[0];
     return (size_t)((rows + CE_ROWS - 1) / CE_ROWS) * sizeof(ce_part);
 }
 
@@ -516,6 +648,21 @@ const ts_op_def ts_def_cross_entropy_bwd = {.name = "cross_entropy_bwd",
                                             .infer = infer_ce_bwd,
                                             .kernel = k_ce_bwd,
                                             .cost = cost_ce_bwd};
+
+static double cost_ce_fused(const ts_graph *g, const ts_node *n) {
+    return cost_ce(g, n) + cost_ce_bwd(g, n);
+}
+
+/* dlogits (output 0) may take the logits' memory when they die here, as
+ * cross_entropy_bwd's; made by the fuse_ce pass only (no gradient). */
+const ts_op_def ts_def_cross_entropy_fused = {.name = "cross_entropy_fused",
+                                              .min_in = 3,
+                                              .max_in = 4,
+                                              .flags = TS_OPF_INPLACE_IN1,
+                                              .infer = infer_ce_fused,
+                                              .kernel = k_ce_fused,
+                                              .scratch = scratch_ce_fused,
+                                              .cost = cost_ce_fused};
 
 /* ---- builders ---------------------------------------------------------- */
 

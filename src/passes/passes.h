@@ -102,6 +102,12 @@ ts_status ts_pass_simplify(ts_graph *g, int32_t **remap);
  * chunk_ce.c. *n_chunked (may be NULL) gets how many were chunked. */
 ts_status ts_pass_chunk_ce(ts_graph *g, int *n_chunked);
 
+/* A cross_entropy and its cross_entropy_bwd as one cross_entropy_fused (one
+ * pass over the logits), where the gradient's seed is ready before the
+ * forward; see fuse_ce.c. Marks the backward dead: compact afterwards.
+ * *n_fused (may be NULL) gets how many pairs were fused. */
+ts_status ts_pass_fuse_ce(ts_graph *g, int *n_fused);
+
 /* Fusion (after simplify): GEMM epilogues (bias, relu, residual add become
  * oneDNN post-ops of one matmul_epi) and trees of f32 elementwise ops (one
  * fused_eltwise each). Marks the fused nodes dead: compact afterwards. */

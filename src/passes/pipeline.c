@@ -189,6 +189,16 @@ static ts_status run_fuse(ts_pass_ctx *c) {
     ts_status s = ts_pass_fuse_ex(c->g, &fo, &c->fuse);
     return s == TS_OK ? compact(c) : s;
 }
+/* After precision (the backward's out_low); a backend without the fused op (CUDA today)
+ * keeps the two. */
+static int with_fuse_ce(const ts_pass_ctx *c) {
+    return c->training && with_fuse(c) && !c->opt->no_fuse_ce && c->fused_ce_ok;
+}
+static ts_status run_fuse_ce(ts_pass_ctx *c) {
+    int n = 0;
+    ts_status s = ts_pass_fuse_ce(c->g, &n);
+    return s == TS_OK && n ? compact(c) : s;
+}
 static ts_status run_verify(ts_pass_ctx *c) {
     return ts_graph_verify(c->g);
 }
@@ -262,6 +272,7 @@ static const ts_pass_def PASSES[] = {
     {"precision", always, run_precision},
     /* after precision: the GELU backward it folded into the bias-gradient sum is rewritten too */
     {"gelu_grad", with_gelu_grad, run_gelu_grad},
+    {"fuse_ce", with_fuse_ce, run_fuse_ce},
     {"weight_copies", with_weight_copies, run_weight_copies},
     {"verify", always, run_verify},
     {"schedule", always, run_schedule},
@@ -306,7 +317,7 @@ void ts_pass_ctx_init(ts_pass_ctx *c, ts_graph *g, const ts_train_spec *spec,
     c->n_params = n_params;
     c->loss = c->diff = loss;
     c->scale = c->unscale = -1;
-    c->row_chunks_exact = c->fused_norm_ok = 1;
+    c->row_chunks_exact = c->fused_norm_ok = c->fused_ce_ok = 1;
 }
 
 ts_status ts_pipeline_run(ts_pass_ctx *c) {

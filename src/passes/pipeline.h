@@ -33,6 +33,8 @@ typedef struct ts_pass_ctx {
     /* the backend runs act_layer_norm, its backward and layer_norm_bwd_acc
      * (ts_pass_ctx_init: 1) */
     int fused_norm_ok;
+    /* the backend runs cross_entropy_fused (ts_pass_ctx_init: 1) */
+    int fused_ce_ok;
     /* the backend runs the op kernels' bf16 forms, attention.low and the out_low of unary,
      * norm, permute and cross_entropy (host backends: the op table's kernels) */
     int low_kernels_ok;

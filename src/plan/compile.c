@@ -114,6 +114,7 @@ static ts_status compile_graph(ts_program *prog, const ts_backend *be, ts_compil
     c.fused_norm_ok = be->supports_op(TS_OP_ACT_LAYER_NORM) &&
                       be->supports_op(TS_OP_LAYER_NORM_ACT_BWD) &&
                       be->supports_op(TS_OP_LAYER_NORM_BWD_ACC);
+    c.fused_ce_ok = be->supports_op(TS_OP_CROSS_ENTROPY_FUSED);
     c.low_kernels_ok = be->memory == TS_MEM_HOST;
     s = ts_pipeline_run(&c);
     *loss = c.loss;

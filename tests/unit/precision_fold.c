@@ -252,11 +252,15 @@ static void test_pass(void) {
             if (n->dead) continue;
             ln += n->op == TS_OP_LAYER_NORM && n->a.norm.out_low == 1;
             perm += n->op == TS_OP_PERMUTE && n->a.permute.out_low == 1;
-            ce += n->op == TS_OP_CROSS_ENTROPY_BWD && n->a.cross_entropy.out_low == 1;
+            /* the backward is fused with the forward after the fold (passes/fuse_ce.c) and
+             * keeps its out_low */
+            const int ce_op =
+                n->op == TS_OP_CROSS_ENTROPY_BWD || n->op == TS_OP_CROSS_ENTROPY_FUSED;
+            ce += ce_op && n->a.cross_entropy.out_low == 1;
             if (n->op == TS_OP_CAST) {
                 int op = producer_op(g, n->in[0]);
-                stale +=
-                    op == TS_OP_LAYER_NORM || op == TS_OP_PERMUTE || op == TS_OP_CROSS_ENTROPY_BWD;
+                stale += op == TS_OP_LAYER_NORM || op == TS_OP_PERMUTE ||
+                         op == TS_OP_CROSS_ENTROPY_BWD || op == TS_OP_CROSS_ENTROPY_FUSED;
             }
         }
         CHECK(ln == 1 && perm == 2 && ce == 1 && stale == 0,
