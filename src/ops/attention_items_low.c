@@ -22,12 +22,14 @@ static size_t low_words(int64_t T, int64_t hd, int fwd) {
     return (size_t)(fwd ? hp * BS + T * hp + TP * hd + BP * BS
                         : 2 * hp * BS + 2 * BP * hd + TP * hd + 2 * T * hp + 2 * BS * BP + BP * BS);
 }
+/* The f32 part of a slot is the f32 kernel's without its transposed blocks (hd 0): q^T and
+ * do^T are packed from the rows directly (ts_attn_pack_rows_t). */
 size_t ts_attn_fwd_low_slot_bytes(int64_t T, int64_t hd) {
-    return ts_attn_fwd_slot_bytes(hd, sizeof(float)) +
+    return ts_attn_fwd_slot_bytes(0, sizeof(float)) +
            ts_attn_round64(low_words(T, hd, 1) * sizeof(uint32_t));
 }
 size_t ts_attn_bwd_low_slot_bytes(int64_t T, int64_t hd) {
-    return ts_attn_bwd_slot_bytes(T, hd, sizeof(float)) +
+    return ts_attn_bwd_slot_bytes(T, 0, sizeof(float)) +
            ts_attn_round64(low_words(T, hd, 0) * sizeof(uint32_t));
 }
 
@@ -84,8 +86,8 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
                           float *ws) {
     const int64_t hd = g->hd, li = g->ld_in, lo = g->ld_out, hp = (hd + 1) / 2;
     const int64_t nkeys = causal ? q1 : g->seq; /* the keys these query blocks see */
-    float *qt = ws, *s = qt + hd * BS, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;
-    uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_fwd_slot_bytes(hd, sizeof(float)));
+    float *s = ws, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;
+    uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_fwd_slot_bytes(0, sizeof(float)));
     uint32_t *kw = qw + hp * BS, *vw = kw + g->seq * hp, *pw = vw + (g->seq + 1) / 2 * hd;
     ts_attn_pack_rows(kw, hp, k, li, nkeys, hd);  /* kw[j][d/2] */
     ts_attn_pack_pairs(vw, hd, v, li, nkeys, hd); /* vw[j/2][d] */
@@ -93,8 +95,7 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
         int64_t nq = q1 - q0 < BS ? q1 - q0 : BS, kend = causal ? q0 + nq : g->seq;
         float *ob = o + q0 * lo;
         for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
-        ts_attn_transpose_f32(qt, q + q0 * li, nq, hd, li);
-        ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq); /* qw[d/2][i] */
+        ts_attn_pack_rows_t(qw, BS, q + q0 * li, li, nq, hd); /* qw[d/2][i] */
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;
             int diag = diag_full(causal, q0, k0, nq, nk);
@@ -114,8 +115,8 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
     /* lg: the gradients' rows, laid out as their inputs' */
     const int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_in;
     const int64_t hp = (hd + 1) / 2, BP = BS / 2;
-    float *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS;
-    uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_bwd_slot_bytes(T_, hd, sizeof(float)));
+    float *p = ws, *ds = p + BS * BS, *D = ds + BS * BS;
+    uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_bwd_slot_bytes(T_, 0, sizeof(float)));
     uint32_t *dow = qw + hp * BS, *qpw = dow + hp * BS, *dopw = qpw + BP * hd;
     uint32_t *kpw = dopw + BP * hd, *kw = kpw + (T_ + 1) / 2 * hd, *vw = kw + T_ * hp;
     uint32_t *prw = vw + T_ * hp, *dsrw = prw + BS * BP, *dspw = dsrw + BS * BP;
@@ -127,11 +128,9 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
         int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_;
         const float *qb = q + q0 * li, *dob = dout + q0 * lo;
         float *dqb = dq + q0 * lg;
-        ts_attn_transpose_f32(qt, qb, nq, hd, li);
-        ts_attn_transpose_f32(dot, dob, nq, hd, lo);
-        ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq);   /* q^T:  [d/2][i] */
-        ts_attn_pack_pairs(dow, BS, dot, BS, hd, nq); /* do^T: [d/2][i] */
-        ts_attn_pack_pairs(qpw, hd, qb, li, nq, hd);  /* q:    [i/2][d] */
+        ts_attn_pack_rows_t(qw, BS, qb, li, nq, hd);   /* q^T:  [d/2][i] */
+        ts_attn_pack_rows_t(dow, BS, dob, lo, nq, hd); /* do^T: [d/2][i] */
+        ts_attn_pack_pairs(qpw, hd, qb, li, nq, hd);   /* q:    [i/2][d] */
         ts_attn_pack_pairs(dopw, hd, dob, lo, nq, hd);
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;
