@@ -9,7 +9,6 @@
 #include "ops/attention_low.h"
 
 #define BS TS_ATTN_BS
-#define HB (BS / 2) /* half a block */
 
 /* The packed bf16 operands of a low slot, in 32-bit words after its f32 part. Forward: q^T
  * pairs [hd/2][BS], k rows [T][hd/2] and v pairs [T/2][hd] of the whole head, p pairs
@@ -33,16 +32,18 @@ size_t ts_attn_bwd_low_slot_bytes(int64_t T, int64_t hd) {
            ts_attn_round64(low_words(T, hd, 0) * sizeof(uint32_t));
 }
 
-/* A whole block on the causal diagonal (query block = key block): keys [HB, BS) are masked for
- * queries [0, HB), so the products skip that quarter (a quarter of the diagonal's work). The
- * terms skipped are the masked entries' exact zeros (p and ds are 0 there), so every output
- * keeps its bits (up to the sign of an output that is exactly zero). */
+/* A whole block on the causal diagonal (query block = key block): the products take it in
+ * strips of QS keys or queries, each against the queries or keys it sees: 10 of the block's
+ * 16 QS x QS squares (those on or below the diagonal) instead of all 16. The terms skipped
+ * are the masked entries' exact zeros (p and ds are 0 there), so every output keeps its bits
+ * (up to the sign of an output that is exactly zero). */
+#define QS 16
 static int diag_full(int causal, int64_t q0, int64_t k0, int64_t nq, int64_t nk) {
     return causal && q0 == k0 && nq == BS && nk == BS;
 }
 
 /* s^T = k q^T for one block pair (rows of kw hp words apart; qw [hp][BS]); on a full diagonal
- * block keys [HB, BS) against queries [HB, BS) only (the other entries are masked, and left
+ * block keys [t, t + QS) against queries [t, BS) only (the other entries are masked, and left
  * as they were). */
 static void scores_t(float *s, int64_t nq, int64_t nk, int64_t hp, const uint32_t *kw,
                      const uint32_t *qw, int diag) {
@@ -50,24 +51,26 @@ static void scores_t(float *s, int64_t nq, int64_t nk, int64_t hp, const uint32_
         ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, s, BS, 0);
         return;
     }
-    ts_attn_mm_bf16(HB, BS, hp, kw, hp, 1, qw, BS, s, BS, 0);
-    ts_attn_mm_bf16(HB, HB, hp, kw + HB * hp, hp, 1, qw + HB, BS, s + HB * BS + HB, BS, 0);
+    for (int64_t t = 0; t < BS; t += QS)
+        ts_attn_mm_bf16(QS, BS - t, hp, kw + t * hp, hp, 1, qw + t, BS, s + t * BS + t, BS, 0);
 }
 
 /* C [nq rows][hd] (+)= a^T b over key pairs: a [nk/2][BS] pairs of key rows (of p or ds, one
- * column per query), b [nk/2][hd] (v or k pairs). Diagonal: queries [0, HB) see keys [0, HB). */
+ * column per query), b [nk/2][hd] (v or k pairs). Diagonal: queries [s, s + QS) see keys
+ * [0, s + QS). */
 static void by_keys(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd, const uint32_t *a,
                     const uint32_t *b, int acc, int diag) {
     if (!diag) {
         ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, a, 1, BS, b, hd, c, ldc, acc);
         return;
     }
-    ts_attn_mm_bf16(HB, hd, HB / 2, a, 1, BS, b, hd, c, ldc, acc);
-    ts_attn_mm_bf16(HB, hd, BS / 2, a + HB, 1, BS, b, hd, c + HB * ldc, ldc, acc);
+    for (int64_t s = 0; s < BS; s += QS)
+        ts_attn_mm_bf16(QS, hd, (s + QS) / 2, a + s, 1, BS, b, hd, c + s * ldc, ldc, acc);
 }
 
 /* C [nk rows][hd] (+)= a b over query pairs: a [nk][BS/2] rows (of p or ds, pairs along the
- * queries), b [nq/2][hd] (do or q pairs). Diagonal: keys [HB, BS) are seen by queries [HB, BS). */
+ * queries), b [nq/2][hd] (do or q pairs). Diagonal: keys [s, s + QS) are seen by queries
+ * [s, BS). */
 static void by_queries(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd, const uint32_t *a,
                        const uint32_t *b, int acc, int diag) {
     const int64_t BP = BS / 2;
@@ -75,9 +78,9 @@ static void by_queries(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd
         ts_attn_mm_bf16(nk, hd, (nq + 1) / 2, a, BP, 1, b, hd, c, ldc, acc);
         return;
     }
-    ts_attn_mm_bf16(HB, hd, BP, a, BP, 1, b, hd, c, ldc, acc);
-    ts_attn_mm_bf16(HB, hd, HB / 2, a + HB * BP + HB / 2, BP, 1, b + HB / 2 * hd, hd, c + HB * ldc,
-                    ldc, acc);
+    for (int64_t s = 0; s < BS; s += QS)
+        ts_attn_mm_bf16(QS, hd, (BS - s) / 2, a + s * BP + s / 2, BP, 1, b + s / 2 * hd, hd,
+                        c + s * ldc, ldc, acc);
 }
 
 /* fwd_item_f32 with bf16 products: the same blocks, online softmax and f32 output. */

@@ -221,9 +221,17 @@ BF16_TARGET static void mm_avx512bf16(int64_t M, int64_t N, int64_t KP, const ui
             for (; m + 4 <= M; m += 4)
                 dp_tile(4, 4, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
                         mk);
-        else if (w == 32) /* half a block: the causal diagonal's visible quarter */
+        else if (w == 48) /* the causal diagonal's strips (attention_items_low.c) */
+            for (; m + 4 <= M; m += 4)
+                dp_tile(4, 3, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
+                        mk);
+        else if (w == 32)
             for (; m + 8 <= M; m += 8)
                 dp_tile(8, 2, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
+                        mk);
+        else if (w == 16)
+            for (; m + 8 <= M; m += 8)
+                dp_tile(8, 1, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
                         mk);
         for (; m < M; m++) /* the rows left over, and narrow column blocks */
             for (int j = 0; j < nv; j++)

@@ -78,10 +78,16 @@ static void test_pack(void) {
     for (int i = 0; i < 7; i++) test_pack_shape(shapes[i][0], shapes[i][1]);
 }
 
-static void test_mm(void) {
-    enum { M = 70, N = 67, K = 37, KP = (K + 1) / 2 };
-    static float a[M * K], b[K * N], c[M * N];
-    static uint32_t aw[M * KP], bw[KP * N];
+/* M x N (row stride ldc >= N) of K reduction values: every tile shape of the kernel is some
+ * N's (64-wide 4 x 4 tiles, 48-wide 4 x 3 and 16-wide 8 x 1 for the diagonal's strips,
+ * 32-wide 8 x 2, single-vector rows for what is left). */
+static void test_mm_shape(int M, int N, int K) {
+    const int KP = (K + 1) / 2;
+    float *a = malloc(sizeof(float) * (size_t)(M * K)),
+          *b = malloc(sizeof(float) * (size_t)(K * N));
+    float *c = malloc(sizeof(float) * (size_t)(M * N));
+    uint32_t *aw = malloc(sizeof(uint32_t) * (size_t)(M * KP)),
+             *bw = malloc(sizeof(uint32_t) * (size_t)(KP * N));
     for (int i = 0; i < M * K; i++) a[i] = (float)sin(0.7 * i) * 2.0f;
     for (int i = 0; i < K * N; i++) b[i] = (float)cos(0.3 * i + 1.0);
     ts_attn_pack_rows(aw, KP, a, K, M, K);
@@ -102,8 +108,19 @@ static void test_mm(void) {
                 worst = r > worst ? r : worst;
             }
     }
-    CHECK(worst <= 1.0, "mm_bf16 against exact bf16 products: %.3g of the f32 summation bound",
+    CHECK(worst <= 1.0,
+          "mm_bf16 %dx%dx%d against exact bf16 products: %.3g of the f32 summation bound", M, N, K,
           worst);
+    free(a);
+    free(b);
+    free(c);
+    free(aw);
+    free(bw);
+}
+
+static void test_mm(void) {
+    const int shapes[][3] = {{70, 67, 37}, {19, 48, 64}, {17, 16, 64}, {21, 32, 30}, {16, 112, 16}};
+    for (int i = 0; i < 5; i++) test_mm_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
 }
 
 enum { BS = TS_ATTN_BS, BP = TS_ATTN_BS / 2 };
