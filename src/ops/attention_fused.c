@@ -465,9 +465,6 @@ size_t ts_attn_fwd_slot_bytes(int64_t hd, size_t es) {
 size_t ts_attn_bwd_slot_bytes(int64_t T, int64_t hd, size_t es) {
     return bwd_slot_bytes(T, hd, es);
 }
-void ts_attn_transpose_f32(float *dst, const float *src, int64_t n, int64_t hd, int64_t lds) {
-    transpose_f32(dst, src, n, hd, lds);
-}
 void ts_attn_fwd_block_f32(float *s, int64_t nq, int64_t nk, float *m, float *l, float *o,
                            int64_t hd, int64_t ldo, float scale, int causal, int64_t diag,
                            float *tmp) {

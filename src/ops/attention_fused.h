@@ -58,8 +58,6 @@ size_t ts_attn_bwd_scratch(const ts_type *q, int low);
 size_t ts_attn_round64(size_t bytes);
 size_t ts_attn_fwd_slot_bytes(int64_t hd, size_t es);
 size_t ts_attn_bwd_slot_bytes(int64_t T, int64_t hd, size_t es);
-/* dst[d * BS + i] = src[i * lds + d] for i < n, d < hd. */
-void ts_attn_transpose_f32(float *dst, const float *src, int64_t n, int64_t hd, int64_t lds);
 /* Online softmax over one key block of transposed scores s (see attention_fused.c); o's
  * rows ldo apart. */
 void ts_attn_fwd_block_f32(float *s, int64_t nq, int64_t nk, float *m, float *l, float *o,

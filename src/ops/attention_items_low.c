@@ -9,7 +9,6 @@
 #include "ops/attention_low.h"
 
 #define BS TS_ATTN_BS
-#define HB (BS / 2) /* half a block */
 
 /* The packed bf16 operands of a low slot, in 32-bit words after its f32 part. Forward: q^T
  * pairs [hd/2][BS], k rows [T][hd/2] and v pairs [T/2][hd] of the whole head, p pairs
@@ -22,25 +21,29 @@ static size_t low_words(int64_t T, int64_t hd, int fwd) {
     return (size_t)(fwd ? hp * BS + T * hp + TP * hd + BP * BS
                         : 2 * hp * BS + 2 * BP * hd + TP * hd + 2 * T * hp + 2 * BS * BP + BP * BS);
 }
+/* The f32 part of a slot is the f32 kernel's without its transposed blocks (hd 0): q^T and
+ * do^T are packed from the rows directly (ts_attn_pack_rows_t). */
 size_t ts_attn_fwd_low_slot_bytes(int64_t T, int64_t hd) {
-    return ts_attn_fwd_slot_bytes(hd, sizeof(float)) +
+    return ts_attn_fwd_slot_bytes(0, sizeof(float)) +
            ts_attn_round64(low_words(T, hd, 1) * sizeof(uint32_t));
 }
 size_t ts_attn_bwd_low_slot_bytes(int64_t T, int64_t hd) {
-    return ts_attn_bwd_slot_bytes(T, hd, sizeof(float)) +
+    return ts_attn_bwd_slot_bytes(T, 0, sizeof(float)) +
            ts_attn_round64(low_words(T, hd, 0) * sizeof(uint32_t));
 }
 
-/* A whole block on the causal diagonal (query block = key block): keys [HB, BS) are masked for
- * queries [0, HB), so the products skip that quarter (a quarter of the diagonal's work). The
- * terms skipped are the masked entries' exact zeros (p and ds are 0 there), so every output
- * keeps its bits (up to the sign of an output that is exactly zero). */
+/* A whole block on the causal diagonal (query block = key block): the products take it in
+ * strips of QS keys or queries, each against the queries or keys it sees: 10 of the block's
+ * 16 QS x QS squares (those on or below the diagonal) instead of all 16. The terms skipped
+ * are the masked entries' exact zeros (p and ds are 0 there), so every output keeps its bits
+ * (up to the sign of an output that is exactly zero). */
+#define QS 16
 static int diag_full(int causal, int64_t q0, int64_t k0, int64_t nq, int64_t nk) {
     return causal && q0 == k0 && nq == BS && nk == BS;
 }
 
 /* s^T = k q^T for one block pair (rows of kw hp words apart; qw [hp][BS]); on a full diagonal
- * block keys [HB, BS) against queries [HB, BS) only (the other entries are masked, and left
+ * block keys [t, t + QS) against queries [t, BS) only (the other entries are masked, and left
  * as they were). */
 static void scores_t(float *s, int64_t nq, int64_t nk, int64_t hp, const uint32_t *kw,
                      const uint32_t *qw, int diag) {
@@ -48,24 +51,26 @@ static void scores_t(float *s, int64_t nq, int64_t nk, int64_t hp, const uint32_
         ts_attn_mm_bf16(nk, nq, hp, kw, hp, 1, qw, BS, s, BS, 0);
         return;
     }
-    ts_attn_mm_bf16(HB, BS, hp, kw, hp, 1, qw, BS, s, BS, 0);
-    ts_attn_mm_bf16(HB, HB, hp, kw + HB * hp, hp, 1, qw + HB, BS, s + HB * BS + HB, BS, 0);
+    for (int64_t t = 0; t < BS; t += QS)
+        ts_attn_mm_bf16(QS, BS - t, hp, kw + t * hp, hp, 1, qw + t, BS, s + t * BS + t, BS, 0);
 }
 
 /* C [nq rows][hd] (+)= a^T b over key pairs: a [nk/2][BS] pairs of key rows (of p or ds, one
- * column per query), b [nk/2][hd] (v or k pairs). Diagonal: queries [0, HB) see keys [0, HB). */
+ * column per query), b [nk/2][hd] (v or k pairs). Diagonal: queries [s, s + QS) see keys
+ * [0, s + QS). */
 static void by_keys(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd, const uint32_t *a,
                     const uint32_t *b, int acc, int diag) {
     if (!diag) {
         ts_attn_mm_bf16(nq, hd, (nk + 1) / 2, a, 1, BS, b, hd, c, ldc, acc);
         return;
     }
-    ts_attn_mm_bf16(HB, hd, HB / 2, a, 1, BS, b, hd, c, ldc, acc);
-    ts_attn_mm_bf16(HB, hd, BS / 2, a + HB, 1, BS, b, hd, c + HB * ldc, ldc, acc);
+    for (int64_t s = 0; s < BS; s += QS)
+        ts_attn_mm_bf16(QS, hd, (s + QS) / 2, a + s, 1, BS, b, hd, c + s * ldc, ldc, acc);
 }
 
 /* C [nk rows][hd] (+)= a b over query pairs: a [nk][BS/2] rows (of p or ds, pairs along the
- * queries), b [nq/2][hd] (do or q pairs). Diagonal: keys [HB, BS) are seen by queries [HB, BS). */
+ * queries), b [nq/2][hd] (do or q pairs). Diagonal: keys [s, s + QS) are seen by queries
+ * [s, BS). */
 static void by_queries(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd, const uint32_t *a,
                        const uint32_t *b, int acc, int diag) {
     const int64_t BP = BS / 2;
@@ -73,9 +78,9 @@ static void by_queries(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd
         ts_attn_mm_bf16(nk, hd, (nq + 1) / 2, a, BP, 1, b, hd, c, ldc, acc);
         return;
     }
-    ts_attn_mm_bf16(HB, hd, BP, a, BP, 1, b, hd, c, ldc, acc);
-    ts_attn_mm_bf16(HB, hd, HB / 2, a + HB * BP + HB / 2, BP, 1, b + HB / 2 * hd, hd, c + HB * ldc,
-                    ldc, acc);
+    for (int64_t s = 0; s < BS; s += QS)
+        ts_attn_mm_bf16(QS, hd, (BS - s) / 2, a + s * BP + s / 2, BP, 1, b + s / 2 * hd, hd,
+                        c + s * ldc, ldc, acc);
 }
 
 /* fwd_item_f32 with bf16 products: the same blocks, online softmax and f32 output. */
@@ -84,8 +89,8 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
                           float *ws) {
     const int64_t hd = g->hd, li = g->ld_in, lo = g->ld_out, hp = (hd + 1) / 2;
     const int64_t nkeys = causal ? q1 : g->seq; /* the keys these query blocks see */
-    float *qt = ws, *s = qt + hd * BS, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;
-    uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_fwd_slot_bytes(hd, sizeof(float)));
+    float *s = ws, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;
+    uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_fwd_slot_bytes(0, sizeof(float)));
     uint32_t *kw = qw + hp * BS, *vw = kw + g->seq * hp, *pw = vw + (g->seq + 1) / 2 * hd;
     ts_attn_pack_rows(kw, hp, k, li, nkeys, hd);  /* kw[j][d/2] */
     ts_attn_pack_pairs(vw, hd, v, li, nkeys, hd); /* vw[j/2][d] */
@@ -93,8 +98,7 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
         int64_t nq = q1 - q0 < BS ? q1 - q0 : BS, kend = causal ? q0 + nq : g->seq;
         float *ob = o + q0 * lo;
         for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
-        ts_attn_transpose_f32(qt, q + q0 * li, nq, hd, li);
-        ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq); /* qw[d/2][i] */
+        ts_attn_pack_rows_t(qw, BS, q + q0 * li, li, nq, hd); /* qw[d/2][i] */
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;
             int diag = diag_full(causal, q0, k0, nq, nk);
@@ -114,8 +118,8 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
     /* lg: the gradients' rows, laid out as their inputs' */
     const int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_in;
     const int64_t hp = (hd + 1) / 2, BP = BS / 2;
-    float *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS;
-    uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_bwd_slot_bytes(T_, hd, sizeof(float)));
+    float *p = ws, *ds = p + BS * BS, *D = ds + BS * BS;
+    uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_bwd_slot_bytes(T_, 0, sizeof(float)));
     uint32_t *dow = qw + hp * BS, *qpw = dow + hp * BS, *dopw = qpw + BP * hd;
     uint32_t *kpw = dopw + BP * hd, *kw = kpw + (T_ + 1) / 2 * hd, *vw = kw + T_ * hp;
     uint32_t *prw = vw + T_ * hp, *dsrw = prw + BS * BP, *dspw = dsrw + BS * BP;
@@ -127,11 +131,9 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
         int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_;
         const float *qb = q + q0 * li, *dob = dout + q0 * lo;
         float *dqb = dq + q0 * lg;
-        ts_attn_transpose_f32(qt, qb, nq, hd, li);
-        ts_attn_transpose_f32(dot, dob, nq, hd, lo);
-        ts_attn_pack_pairs(qw, BS, qt, BS, hd, nq);   /* q^T:  [d/2][i] */
-        ts_attn_pack_pairs(dow, BS, dot, BS, hd, nq); /* do^T: [d/2][i] */
-        ts_attn_pack_pairs(qpw, hd, qb, li, nq, hd);  /* q:    [i/2][d] */
+        ts_attn_pack_rows_t(qw, BS, qb, li, nq, hd);   /* q^T:  [d/2][i] */
+        ts_attn_pack_rows_t(dow, BS, dob, lo, nq, hd); /* do^T: [d/2][i] */
+        ts_attn_pack_pairs(qpw, hd, qb, li, nq, hd);   /* q:    [i/2][d] */
         ts_attn_pack_pairs(dopw, hd, dob, lo, nq, hd);
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;

@@ -34,6 +34,16 @@ TS_CLONES static void pack_pairs_generic(uint32_t *dst, int64_t ldd, const float
     }
 }
 
+TS_CLONES static void pack_rows_t_generic(uint32_t *dst, int64_t ldd, const float *src, int64_t lds,
+                                          int64_t n, int64_t cols) {
+    const int64_t half = cols / 2;
+    for (int64_t r = 0; r < n; r++) {
+        const float *s = src + r * lds;
+        for (int64_t c = 0; c < half; c++) dst[c * ldd + r] = pair(s[2 * c], s[2 * c + 1]);
+        if (cols & 1) dst[half * ldd + r] = pair(s[cols - 1], 0.0f);
+    }
+}
+
 /* Plain C: the pair's upper product first, then the lower one, as vdpbf16ps is specified. */
 static void mm_generic(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int64_t sam,
                        int64_t sak, const uint32_t *B, int64_t ldb, float *C, int64_t ldc,
@@ -141,6 +151,59 @@ BF16_TARGET static void pack_pairs_avx512bf16(uint32_t *dst, int64_t ldd, const 
     }
 }
 
+/* 16 x 16 tiles: 16 rows' 32 values as 16 words each (one conversion a row, as
+ * pack_rows_avx512bf16), transposed in registers (four stages, each exchanging one bit of
+ * the row and word indices, vpermt2d), stored as 16 words of 16 rows. Edges: masked loads
+ * (zeros past a row's end: an odd tail pairs with 0) and masked stores. */
+BF16_TARGET static void pack_rows_t_avx512bf16(uint32_t *dst, int64_t ldd, const float *src,
+                                               int64_t lds, int64_t n, int64_t cols) {
+    const int64_t hp = (cols + 1) / 2;
+    __m512i lo[4], hi[4];
+    for (int st = 0, w = 8; w >= 1; st++, w /= 2) {
+        int32_t l[16], h[16];
+        for (int c = 0; c < 16; c++) {
+            l[c] = c & w ? 16 + c - w : c;
+            h[c] = c & w ? 16 + c : c + w;
+        }
+        lo[st] = _mm512_loadu_si512(l);
+        hi[st] = _mm512_loadu_si512(h);
+    }
+    for (int64_t r0 = 0; r0 < n; r0 += 16) {
+        const int64_t nr = n - r0 < 16 ? n - r0 : 16;
+        const __mmask16 kr = nr == 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+        for (int64_t w0 = 0; w0 < hp; w0 += 16) {
+            const int64_t nw = hp - w0 < 16 ? hp - w0 : 16, fc = cols - 2 * w0;
+            const int64_t fa = fc < 16 ? fc : 16, fb = fc - 16 < 0    ? 0
+                                                       : fc - 16 < 16 ? fc - 16
+                                                                      : 16;
+            const __mmask16 ka = fa == 16 ? (__mmask16)0xffff : (__mmask16)((1u << fa) - 1);
+            const __mmask16 kb = fb == 16 ? (__mmask16)0xffff : (__mmask16)((1u << fb) - 1);
+            __m512i x[16];
+            _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++) {
+                x[t] = _mm512_setzero_si512();
+                if (t < nr) {
+                    const float *s = src + (r0 + t) * lds + 2 * w0;
+                    x[t] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(kb, s + 16),
+                                                        _mm512_maskz_loadu_ps(ka, s));
+                }
+            }
+            _Pragma("GCC unroll 4") for (int st = 0, w = 8; w >= 1; st++, w /= 2)
+                _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) if (!(i & w)) {
+                __m512i a = x[i], b = x[i + w];
+                x[i] = _mm512_permutex2var_epi32(a, lo[st], b);
+                x[i + w] = _mm512_permutex2var_epi32(a, hi[st], b);
+            }
+            for (int k = 0; k < nw; k++) {
+                uint32_t *d = dst + (w0 + k) * ldd + r0;
+                if (nr == 16)
+                    _mm512_storeu_si512(d, x[k]);
+                else
+                    _mm512_mask_storeu_epi32(d, kr, x[k]);
+            }
+        }
+    }
+}
+
 BF16_TARGET static void mm_avx512bf16(int64_t M, int64_t N, int64_t KP, const uint32_t *A,
                                       int64_t sam, int64_t sak, const uint32_t *B, int64_t ldb,
                                       float *C, int64_t ldc, int acc) {
@@ -158,9 +221,17 @@ BF16_TARGET static void mm_avx512bf16(int64_t M, int64_t N, int64_t KP, const ui
             for (; m + 4 <= M; m += 4)
                 dp_tile(4, 4, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
                         mk);
-        else if (w == 32) /* half a block: the causal diagonal's visible quarter */
+        else if (w == 48) /* the causal diagonal's strips (attention_items_low.c) */
+            for (; m + 4 <= M; m += 4)
+                dp_tile(4, 3, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
+                        mk);
+        else if (w == 32)
             for (; m + 8 <= M; m += 8)
                 dp_tile(8, 2, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
+                        mk);
+        else if (w == 16)
+            for (; m + 8 <= M; m += 8)
+                dp_tile(8, 1, 1, KP, A + m * sam, sam, sak, B + n0, ldb, C + m * ldc + n0, ldc, acc,
                         mk);
         for (; m < M; m++) /* the rows left over, and narrow column blocks */
             for (int j = 0; j < nv; j++)
@@ -190,6 +261,17 @@ void ts_attn_pack_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t ld
     }
 #endif
     pack_pairs_generic(dst, ldd, src, lds, n, cols);
+}
+
+void ts_attn_pack_rows_t(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
+                         int64_t cols) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
+        pack_rows_t_avx512bf16(dst, ldd, src, lds, n, cols);
+        return;
+    }
+#endif
+    pack_rows_t_generic(dst, ldd, src, lds, n, cols);
 }
 
 void ts_attn_mm_bf16(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int64_t sam, int64_t sak,

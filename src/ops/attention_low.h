@@ -11,6 +11,7 @@
  *
  *     ts_attn_pack_rows(kw, hdp, k, hd, nk, hd);      // kw[j][d/2]: pairs along a row
  *     ts_attn_pack_pairs(vw, hd, v, hd, nk, hd);      // vw[j/2][d]: pairs of rows
+ *     ts_attn_pack_rows_t(qw, BS, q, hd, nq, hd);     // qw[d/2][i]: rows' pairs, transposed
  *     ts_attn_mm_bf16(M, N, KP, A, sam, sak, B, ldb, C, ldc, acc);
  *
  * An odd reduction length is padded with a zero bf16, so the packed length
@@ -27,6 +28,12 @@ void ts_attn_pack_rows(uint32_t *dst, int64_t ldd, const float *src, int64_t lds
 /* dst[(r / 2) * ldd + c] for r < n rows, c < cols: rows 2p and 2p + 1 of src paired. */
 void ts_attn_pack_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
                         int64_t cols);
+
+/* dst[(c / 2) * ldd + r] for r < n rows, c < cols: src[r * lds + c] paired along the row, as
+ * ts_attn_pack_rows, with the words transposed (a block's q^T or do^T pairs for the products
+ * of scores, read from its rows without an f32 transpose: half the bytes moved). */
+void ts_attn_pack_rows_t(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
+                         int64_t cols);
 
 /* C[m * ldc + n] = (acc ? C[m * ldc + n] : 0) + sum over p < KP of the two products of
  * the pair A[m * sam + p * sak] with the pair B[p * ldb + n], for m < M, n < N, in

@@ -67,6 +67,14 @@ static inline __attribute__((always_inline)) BF16_TARGET __m512 vexp(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* The key rows [0, end) of a block that queries [i0, i0 + 16) can see (causal: key j is seen
+ * by query i >= j - diag); the rows past it are masked for all sixteen, so their exps are not
+ * computed (on a diagonal block, a third of them). */
+static inline int64_t keys_seen(int causal, int64_t nk, int64_t diag, int64_t i0, int64_t w) {
+    int64_t e = causal ? i0 + w + diag : nk;
+    return e < 0 ? 0 : e < nk ? e : nk;
+}
+
 BF16_TARGET static void fwd_avx512bf16(const float *s, int64_t nq, int64_t nk, float *m, float *l,
                                        float *o, int64_t hd, int64_t ldo, float scale, int causal,
                                        int64_t diag, float *tmp, uint32_t *pw) {
@@ -75,13 +83,15 @@ BF16_TARGET static void fwd_avx512bf16(const float *s, int64_t nq, int64_t nk, f
     for (int64_t i0 = 0; i0 < nq; i0 += 16) {
         __mmask16 in = (__mmask16)visible(0, 0, 0, nq, i0);
         __m512 mold = _mm512_maskz_loadu_ps(in, m + i0), mx = mold;
-        for (int64_t j = 0; j < nk; j++) {
+        const int64_t je = keys_seen(causal, nk, diag, i0, 16);
+        for (int64_t j = 0; j < je; j++) {
             __mmask16 k = (__mmask16)visible(causal, j, diag, nq, i0);
             __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j * BS + i0), sc);
             mx = _mm512_mask_max_ps(mx, k, x, mx); /* x > mx ? x : mx, as the f32 piece */
         }
         __m512 rs = _mm512_setzero_ps();
-        for (int64_t j = 0; j < nk; j += 2) {
+        int64_t j = 0;
+        for (; j < je; j += 2) {
             __mmask16 k0 = (__mmask16)visible(causal, j, diag, nq, i0);
             __mmask16 k1 = j + 1 < nk ? (__mmask16)visible(causal, j + 1, diag, nq, i0) : 0;
             __m512 x0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, s + j * BS + i0), sc);
@@ -91,6 +101,7 @@ BF16_TARGET static void fwd_avx512bf16(const float *s, int64_t nq, int64_t nk, f
             rs = _mm512_add_ps(_mm512_add_ps(rs, e0), e1);
             _mm512_storeu_si512(pw + j / 2 * BS + i0, ts_attn_zip_pairs(e0, e1));
         }
+        for (; j < nk; j += 2) _mm512_storeu_si512(pw + j / 2 * BS + i0, _mm512_setzero_si512());
         __m512 alpha = vexp(_mm512_sub_ps(mold, mx)); /* unused at first (m = -inf) */
         __m512 lv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(in, l + i0), alpha, rs);
         _mm512_mask_storeu_ps(l + i0, in, lv);
@@ -107,7 +118,13 @@ BF16_TARGET static void p_avx512bf16(float *s, int64_t nq, int64_t nk, const flo
     const __m512 sc = _mm512_set1_ps(scale);
     for (int64_t j = 0; j < nk; j++) {
         float *sj = s + j * BS;
-        for (int64_t i0 = 0; i0 < nq; i0 += 32) {
+        int64_t i0 = 0;
+        for (; causal && i0 + 32 <= j - diag && i0 < nq; i0 += 32) { /* all 32 masked */
+            _mm512_storeu_ps(sj + i0, _mm512_setzero_ps());
+            _mm512_storeu_ps(sj + i0 + 16, _mm512_setzero_ps());
+            _mm512_storeu_si512(prw + j * BP + i0 / 2, _mm512_setzero_si512());
+        }
+        for (; i0 < nq; i0 += 32) {
             __mmask16 ka = (__mmask16)visible(causal, j, diag, nq, i0);
             __mmask16 kb = (__mmask16)visible(causal, j, diag, nq, i0 + 16);
             __m512 a = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(ka, sj + i0), sc,

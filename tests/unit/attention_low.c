@@ -2,7 +2,8 @@
  * the precision pass sets in bf16 plans:
  *
  * - the packing is exact: each word holds the RNE bf16 of its two values,
- *   a zero for an odd tail;
+ *   a zero for an odd tail; the transposed row packing (q^T, do^T) is the row
+ *   packing transposed, on whole 16 x 16 tiles and edges;
  * - ts_attn_mm_bf16 against the same products summed in double: every
  *   product of two bf16 values is exact in f32, so the kernel may differ
  *   only by f32 summation, at most 2·K·2⁻²⁴·Σ|products| per element (the
@@ -44,7 +45,18 @@ static void test_pack_shape(int rows, int cols) {
     for (int i = 0; i < rows * cols; i++) src[i] = (float)sin(1.3 * i + 0.2) * 3.0f;
     ts_attn_pack_rows(rw, hp, src, cols, rows, cols);
     ts_attn_pack_pairs(pw, cols, src, cols, rows, cols);
+    /* the transposed form, rows 3 words wider than the rows packed (ldd > n) */
+    uint32_t *tw = calloc((size_t)(hp * (rows + 3)), sizeof(uint32_t));
+    ts_attn_pack_rows_t(tw, rows + 3, src, cols, rows, cols);
     int bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < hp; c++) bad += tw[c * (rows + 3) + r] != rw[r * hp + c];
+    for (int c = 0; c < hp; c++)
+        for (int r = rows; r < rows + 3; r++) bad += tw[c * (rows + 3) + r] != 0; /* not written */
+    CHECK(bad == 0, "pack_rows_t %dx%d: %d words differ from pack_rows transposed", rows, cols,
+          bad);
+    free(tw);
+    bad = 0;
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) {
             uint32_t w = rw[r * hp + c / 2], u = pw[r / 2 * cols + c];
@@ -62,14 +74,20 @@ static void test_pack_shape(int rows, int cols) {
 }
 
 static void test_pack(void) {
-    const int shapes[][2] = {{5, 7}, {5, 37}, {4, 64}, {3, 50}, {64, 16}};
-    for (int i = 0; i < 5; i++) test_pack_shape(shapes[i][0], shapes[i][1]);
+    const int shapes[][2] = {{5, 7}, {5, 37}, {4, 64}, {3, 50}, {64, 16}, {64, 64}, {37, 65}};
+    for (int i = 0; i < 7; i++) test_pack_shape(shapes[i][0], shapes[i][1]);
 }
 
-static void test_mm(void) {
-    enum { M = 70, N = 67, K = 37, KP = (K + 1) / 2 };
-    static float a[M * K], b[K * N], c[M * N];
-    static uint32_t aw[M * KP], bw[KP * N];
+/* M x N (row stride ldc >= N) of K reduction values: every tile shape of the kernel is some
+ * N's (64-wide 4 x 4 tiles, 48-wide 4 x 3 and 16-wide 8 x 1 for the diagonal's strips,
+ * 32-wide 8 x 2, single-vector rows for what is left). */
+static void test_mm_shape(int M, int N, int K) {
+    const int KP = (K + 1) / 2;
+    float *a = malloc(sizeof(float) * (size_t)(M * K)),
+          *b = malloc(sizeof(float) * (size_t)(K * N));
+    float *c = malloc(sizeof(float) * (size_t)(M * N));
+    uint32_t *aw = malloc(sizeof(uint32_t) * (size_t)(M * KP)),
+             *bw = malloc(sizeof(uint32_t) * (size_t)(KP * N));
     for (int i = 0; i < M * K; i++) a[i] = (float)sin(0.7 * i) * 2.0f;
     for (int i = 0; i < K * N; i++) b[i] = (float)cos(0.3 * i + 1.0);
     ts_attn_pack_rows(aw, KP, a, K, M, K);
@@ -90,8 +108,19 @@ static void test_mm(void) {
                 worst = r > worst ? r : worst;
             }
     }
-    CHECK(worst <= 1.0, "mm_bf16 against exact bf16 products: %.3g of the f32 summation bound",
+    CHECK(worst <= 1.0,
+          "mm_bf16 %dx%dx%d against exact bf16 products: %.3g of the f32 summation bound", M, N, K,
           worst);
+    free(a);
+    free(b);
+    free(c);
+    free(aw);
+    free(bw);
+}
+
+static void test_mm(void) {
+    const int shapes[][3] = {{70, 67, 37}, {19, 48, 64}, {17, 16, 64}, {21, 32, 30}, {16, 112, 16}};
+    for (int i = 0; i < 5; i++) test_mm_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
 }
 
 enum { BS = TS_ATTN_BS, BP = TS_ATTN_BS / 2 };
