@@ -19,22 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "core/core.h"
 #include "ops/op.h"
 
 static double clock_s(clockid_t id) {
     struct timespec t;
     clock_gettime(id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 typedef struct bufs {
@@ -133,8 +124,8 @@ int main(int argc, char **argv) {
             for (int r = 0; r < rounds; r++) ratio[w][r] = t[1][w][r] / t[0][w][r];
         double m[2][2], q[2];
         for (int v = 0; v < 2; v++)
-            for (int w = 0; w < 2; w++) m[v][w] = median(t[v][w], rounds);
-        for (int w = 0; w < 2; w++) q[w] = median(ratio[w], rounds);
+            for (int w = 0; w < 2; w++) m[v][w] = ts_median(t[v][w], rounds);
+        for (int w = 0; w < 2; w++) q[w] = ts_median(ratio[w], rounds);
         printf("%s gradient: two ops %.2f ms (cpu %.2f), fused %.2f ms (cpu %.2f); fused / two "
                "ops: wall %.3f, cpu %.3f (medians)\n",
                low ? "bf16" : "f32 ", 1e3 * m[0][0], 1e3 * m[0][1], 1e3 * m[1][0], 1e3 * m[1][1],

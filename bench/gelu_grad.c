@@ -30,16 +30,6 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void run(const ts_attrs *a, int op, ts_tensor *in, int n_in, ts_tensor *out, int n_out,
                 void *scratch, size_t sb) {
     ts_step_ctx ctx = {1, 0, 0.0, 1};
@@ -146,9 +136,10 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 4; k++) {
         double mn = t[k][0];
         for (int r = 1; r < rounds; r++) mn = t[k][r] < mn ? t[k][r] : mn;
-        printf("  %s min %7.3f ms  median %7.3f ms\n", name[fp32][k], mn, median(t[k], rounds));
+        printf("  %s min %7.3f ms  median %7.3f ms\n", name[fp32][k], mn, ts_median(t[k], rounds));
     }
-    printf("  new / old (forward + backward), median over rounds: %.3f\n", median(ratio, rounds));
+    printf("  new / old (forward + backward), median over rounds: %.3f\n",
+           ts_median(ratio, rounds));
     ts_aligned_free(h), ts_aligned_free(dA), ts_aligned_free(g), ts_aligned_free(y);
     ts_aligned_free(low[0]), ts_aligned_free(low[1]), ts_aligned_free(scratch);
     ts_aligned_free(yf), ts_aligned_free(dh[0]), ts_aligned_free(dh[1]);

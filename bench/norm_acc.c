@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "core/core.h"
 #include "ops/norm_rows.h"
 #include "ops/op.h"
 
@@ -66,15 +67,6 @@ static ts_status one(int fused, set *s, const float *w, float *tmp, void *scratc
     ts_tensor ain[2] = {big(s->r), big(tmp)}, aout = big(s->r);
     ts_kargs ka = {&none, 2, 1, ain, &aout, NULL, 0, &ctx, "add", NULL};
     return ts_op_get(TS_OP_ADD)->kernel(&ka);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int main(int argc, char **argv) {
@@ -137,10 +129,10 @@ int main(int argc, char **argv) {
                    wall[0][r - 1], cpu[0][r - 1], wall[1][r - 1], cpu[1][r - 1]);
         }
     }
-    double mp = median(cpu[0], rounds), ma = median(cpu[1], rounds);
-    double wp = median(wall[0], rounds), wa = median(wall[1], rounds);
+    double mp = ts_median(cpu[0], rounds), ma = ts_median(cpu[1], rounds);
+    double wp = ts_median(wall[0], rounds), wa = ts_median(wall[1], rounds);
     printf("medians: pair %.2f ms (wall %.2f), acc %.2f ms (wall %.2f) CPU per 12; "
            "acc / pair per round %.3f\n",
-           mp, wp, ma, wa, median(ratio, rounds));
+           mp, wp, ma, wa, ts_median(ratio, rounds));
     return same ? 0 : 1;
 }
