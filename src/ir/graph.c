@@ -115,6 +115,17 @@ int32_t ts_value_new(ts_graph *g, const ts_type *t, ts_value_kind kind, const ch
     return g->n_values++;
 }
 
+ts_status ts_node_append_output(ts_graph *g, int32_t node, int32_t v) {
+    ts_node *n = &g->nodes[node];
+    if (n->n_out >= TS_MAX_OUT)
+        return ts_fail(TS_ERR_INTERNAL, "node %d (%s) already has %d outputs", node,
+                       ts_ir_op_name(n->op), n->n_out);
+    g->values[v].node = node;
+    g->values[v].out_index = n->n_out;
+    n->out[n->n_out++] = v;
+    return TS_OK;
+}
+
 static int valid(const ts_graph *g, ts_val v) {
     return g && v.id >= 0 && v.id < g->n_values;
 }

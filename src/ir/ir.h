@@ -120,6 +120,10 @@ int32_t ts_value_new(ts_graph *g, const ts_type *t, ts_value_kind kind, const ch
  * make it return TS_NONE quietly (the earlier error stands). */
 ts_val ts_node_add(ts_graph *g, int op, int n_in, const ts_val *in, const ts_attrs *attrs,
                    ts_val *outs);
+/* Make value v (from ts_value_new, no producer yet) the next output of node `node`: for passes
+ * that give an op one more result (a bf16 copy, a derivative, the lse). TS_ERR_INTERNAL when
+ * the node already has TS_MAX_OUT outputs. */
+ts_status ts_node_append_output(ts_graph *g, int32_t node, int32_t v);
 /* Add a control dependency: node `after` must run after node `before`. */
 ts_status ts_node_add_ctrl(ts_graph *g, int32_t after, int32_t before);
 

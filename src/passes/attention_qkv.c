@@ -93,11 +93,7 @@ static ts_status make_packed(ts_graph *g, int pi, int32_t qkv, const ts_attrs *a
     n->op = TS_OP_ATTENTION;
     n->a = *at;
     n->in[0] = qkv;
-    n->n_out = 2;
-    n->out[1] = lse;
-    g->values[lse].node = pi;
-    g->values[lse].out_index = 1;
-    return TS_OK;
+    return ts_node_append_output(g, pi, lse); /* after y, the permute's one output */
 }
 
 ts_status ts_pass_attention_qkv(ts_graph *g, int *n_folded) {

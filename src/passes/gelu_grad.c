@@ -63,12 +63,9 @@ ts_status ts_pass_gelu_grad(ts_graph *g, int *n_rewritten) {
         const ts_type t = xv->t;
         const int32_t v = ts_value_new(g, &t, TS_VK_NODE, NULL); /* g->values may move */
         if (v < 0) return ts_graph_status(g);
-        ts_node *p = &g->nodes[gi];
-        p->a.unary.out_grad = 1;
-        p->out[1] = v;
-        p->n_out = 2;
-        g->values[v].node = gi;
-        g->values[v].out_index = 1;
+        ts_status s = ts_node_append_output(g, gi, v);
+        if (s != TS_OK) return s;
+        g->nodes[gi].a.unary.out_grad = 1;
         g->nodes[ci].in[1] = v;
         b->side = 2;
         done++;

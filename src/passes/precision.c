@@ -296,12 +296,8 @@ static int fold_sum_casts(ts_graph *g) {
         }
         if (!ordered && sum < 0) sum = cast_the_summed_view(g, i);
         if (ordered || sum < 0) continue;
-        ts_node *s = &g->nodes[sum];
-        s->a.reduce.out_low = 1;
-        s->out[1] = w;
-        s->n_out = 2;
-        g->values[w].node = sum;
-        g->values[w].out_index = 1;
+        if (ts_node_append_output(g, sum, w) != TS_OK) break; /* the cast stays: only slower */
+        g->nodes[sum].a.reduce.out_low = 1;
         c->dead = 1;
         folded++;
     }
