@@ -74,6 +74,47 @@ static int act_ok(const ts_node *a) {
     return a->n_in == 1 && a->n_out == 1 && ts_unary_chunk_f32(a->op, &a->a) != NULL;
 }
 
+/* The node that alone reads layer_norm_bwd node bi's input gradient dh (f32, not observable),
+ * live and not yet fused; -1 if there is none. */
+static int32_t sole_reader_of_dh(const nctx *c, int32_t bi) {
+    const ts_graph *g = c->g;
+    const int32_t dh = g->nodes[bi].out[0];
+    const ts_value *dv = &g->values[dh];
+    if (c->uses[dh] != 1 || dv->is_output || dv->grad_of >= 0 || !f32_of(g, dh)) return -1;
+    const int32_t ri = c->first_read[dh];
+    return g->nodes[ri].dead || c->root_of[ri] >= 0 ? -1 : ri;
+}
+
+/* Whether node ri's work may move to node bi's earlier slot: its other operand v is ready
+ * there and ri waits for nothing after it. */
+static int movable_to(const ts_graph *g, int32_t ri, int32_t v, int32_t bi) {
+    if (g->values[v].kind == TS_VK_NODE && g->values[v].node >= bi) return 0;
+    const ts_node *r = &g->nodes[ri];
+    for (int j = 0; j < r->n_ctrl; j++)
+        if (r->ctrl[j] >= bi) return 0;
+    return 1;
+}
+
+/* Node b's inputs with v inserted at position at. */
+static ts_status insert_input(ts_node *b, int at, int32_t v) {
+    int32_t *ni = ts_alloc(sizeof(int32_t) * (size_t)(b->n_in + 1), "fuse");
+    if (!ni) return TS_ERR_NOMEM;
+    memcpy(ni, b->in, sizeof(int32_t) * (size_t)at);
+    ni[at] = v;
+    memcpy(ni + at + 1, b->in + at, sizeof(int32_t) * (size_t)(b->n_in - at));
+    free(b->in);
+    b->in = ni;
+    b->n_in++;
+    return TS_OK;
+}
+
+/* Value v (the absorbed reader's result) becomes node bi's output 0. */
+static void take_output0(ts_graph *g, int32_t bi, int32_t v) {
+    g->nodes[bi].out[0] = v;
+    g->values[v].node = bi;
+    g->values[v].out_index = 0;
+}
+
 /* layer_norm node li whose input is an activation's output. */
 static ts_status fuse_forward(nctx *c, int32_t li, int *fused) {
     ts_graph *g = c->g;
@@ -98,10 +139,8 @@ static ts_status fuse_forward(nctx *c, int32_t li, int *fused) {
         l->out[k] = l->out[k - 1];
         g->values[l->out[k]].out_index = k;
     }
-    l->out[0] = h;
     l->n_out++;
-    g->values[h].node = li;
-    g->values[h].out_index = 0;
+    take_output0(g, li, h);
     *fused += 1;
     return absorb(c, ai, li);
 }
@@ -113,29 +152,19 @@ static ts_status fuse_backward(nctx *c, int32_t bi, int *fused) {
     ts_node *b = &g->nodes[bi];
     const int32_t dh = b->out[0];
     const ts_value *dv = &g->values[dh];
-    if (c->uses[dh] != 1 || dv->is_output || dv->grad_of >= 0 || !f32_of(g, dh)) return TS_OK;
-    const int32_t ui = c->first_read[dh];
+    const int32_t ui = sole_reader_of_dh(c, bi);
+    if (ui < 0) return TS_OK;
     const ts_node *u = &g->nodes[ui];
-    if (u->dead || c->root_of[ui] >= 0 || u->op != TS_OP_UNARY_BWD || u->n_in != 2 ||
-        u->in[0] != dh || u->in[1] == dh || !f32_of(g, u->out[0]) ||
-        !ts_type_equal(&g->values[u->out[0]].t, &dv->t))
+    if (u->op != TS_OP_UNARY_BWD || u->n_in != 2 || u->in[0] != dh || u->in[1] == dh ||
+        !f32_of(g, u->out[0]) || !ts_type_equal(&g->values[u->out[0]].t, &dv->t))
         return TS_OK;
     ts_attrs fa;
     if (!ts_unary_bwd_chunk_f32(&u->a, &fa)) return TS_OK;
-    /* u's work moves to bi's slot: s must be ready there, and u must wait
-     * for nothing after it */
+    /* u's work moves to bi's slot */
     const int32_t s = u->in[1];
-    if (g->values[s].kind == TS_VK_NODE && g->values[s].node >= bi) return TS_OK;
-    if (!ts_type_equal(&g->values[s].t, &dv->t)) return TS_OK;
-    for (int j = 0; j < u->n_ctrl; j++)
-        if (u->ctrl[j] >= bi) return TS_OK;
-    int32_t *ni = ts_alloc(sizeof(int32_t) * (size_t)(b->n_in + 2), "fuse");
-    if (!ni) return TS_ERR_NOMEM;
-    memcpy(ni, b->in, sizeof(int32_t) * (size_t)b->n_in);
-    ni[b->n_in] = s;
-    free(b->in);
-    b->in = ni;
-    b->n_in++;
+    if (!movable_to(g, ui, s, bi) || !ts_type_equal(&g->values[s].t, &dv->t)) return TS_OK;
+    ts_status st = insert_input(b, b->n_in, s);
+    if (st != TS_OK) return st;
     ts_attrs at = ts_attrs_zero();
     at.norm_act.norm = b->a.norm;
     at.norm_act.act = u->a.unary_bwd.fwd_op;
@@ -143,10 +172,7 @@ static ts_status fuse_backward(nctx *c, int32_t bi, int *fused) {
     at.norm_act.fwd = u->a.unary_bwd.fwd;
     b->op = TS_OP_LAYER_NORM_ACT_BWD;
     b->a = at;
-    const int32_t dx = u->out[0];
-    b->out[0] = dx;
-    g->values[dx].node = bi;
-    g->values[dx].out_index = 0;
+    take_output0(g, bi, u->out[0]);
     *fused += 1;
     return absorb(c, ui, bi);
 }
@@ -160,12 +186,10 @@ static ts_status fuse_accumulate(nctx *c, int32_t bi, int *fused) {
     ts_node *b = &g->nodes[bi];
     const int32_t dh = b->out[0];
     const ts_value *dv = &g->values[dh];
-    if (c->uses[dh] != 1 || dv->is_output || dv->grad_of >= 0 || !f32_of(g, dh)) return TS_OK;
-    const int32_t ai = c->first_read[dh];
+    const int32_t ai = sole_reader_of_dh(c, bi);
+    if (ai < 0) return TS_OK;
     const ts_node *a = &g->nodes[ai];
-    if (a->dead || c->root_of[ai] >= 0 || a->op != TS_OP_ADD || a->n_in != 2 ||
-        (a->in[0] == dh) == (a->in[1] == dh))
-        return TS_OK;
+    if (a->op != TS_OP_ADD || a->n_in != 2 || (a->in[0] == dh) == (a->in[1] == dh)) return TS_OK;
     /* no broadcast: r, dh and the sum of one type */
     const int32_t r = a->in[0] == dh ? a->in[1] : a->in[0];
     if (!ts_type_equal(&g->values[r].t, &dv->t) || !ts_type_equal(&g->values[a->out[0]].t, &dv->t))
@@ -174,23 +198,12 @@ static ts_status fuse_accumulate(nctx *c, int32_t bi, int *fused) {
      * change under the dw/db partials, which read them after dx */
     for (int j = 0; j < b->n_in; j++)
         if (b->in[j] == r) return TS_OK;
-    /* the add's work moves to bi's slot: r must be ready there, and the add
-     * must wait for nothing after it */
-    if (g->values[r].kind == TS_VK_NODE && g->values[r].node >= bi) return TS_OK;
-    for (int j = 0; j < a->n_ctrl; j++)
-        if (a->ctrl[j] >= bi) return TS_OK;
-    int32_t *ni = ts_alloc(sizeof(int32_t) * (size_t)(b->n_in + 1), "fuse");
-    if (!ni) return TS_ERR_NOMEM;
-    ni[0] = r;
-    memcpy(ni + 1, b->in, sizeof(int32_t) * (size_t)b->n_in);
-    free(b->in);
-    b->in = ni;
-    b->n_in++;
+    /* the add's work moves to bi's slot */
+    if (!movable_to(g, ai, r, bi)) return TS_OK;
+    ts_status st = insert_input(b, 0, r);
+    if (st != TS_OK) return st;
     b->op = TS_OP_LAYER_NORM_BWD_ACC;
-    const int32_t sum = a->out[0];
-    b->out[0] = sum;
-    g->values[sum].node = bi;
-    g->values[sum].out_index = 0;
+    take_output0(g, bi, a->out[0]);
     *fused += 1;
     return absorb(c, ai, bi);
 }
