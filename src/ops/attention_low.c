@@ -96,11 +96,15 @@ dp_tile(const int mr, const int nv, const int full, int64_t KP, const uint32_t *
         }
 }
 
+/* A mask of the first n of 16 lanes: none for n <= 0, all for n >= 16. */
+static inline __mmask16 first_lanes(int64_t n) {
+    return n <= 0 ? (__mmask16)0 : n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+}
+
 /* 16 values from p (n < 16: the first n, zeros after), as RNE bf16. vcvtneps2bf16 flushes
  * denormals to zero, which vdpbf16ps does to its inputs anyway. */
 static inline __attribute__((always_inline)) BF16_TARGET __m256i cvt16(const float *p, int64_t n) {
-    __mmask16 k = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-    return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, p));
+    return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(first_lanes(n), p));
 }
 
 /* A row's pairs along it are the row in bf16, in order: 32 values a conversion
@@ -121,7 +125,7 @@ BF16_TARGET static void pack_rows_avx512bf16(uint32_t *dst, int64_t ldd, const f
                 _mm256_storeu_si256((__m256i *)(d + c), v);
             } else { /* the tail, and a zero after an odd one */
                 int64_t w = (left + 1) & ~(int64_t)1;
-                _mm256_mask_storeu_epi16(d + c, (__mmask16)((1u << w) - 1), v);
+                _mm256_mask_storeu_epi16(d + c, first_lanes(w), v);
             }
         }
     }
@@ -145,8 +149,7 @@ BF16_TARGET static void pack_pairs_avx512bf16(uint32_t *dst, int64_t ldd, const 
             __m512i lo = _mm512_cvtepu16_epi32(cvt16(a + c, left));
             __m512i hi = b ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(cvt16(b + c, left)), 16)
                            : _mm512_setzero_si512();
-            __mmask16 k = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-            _mm512_mask_storeu_epi32(d + c, k, _mm512_or_si512(lo, hi));
+            _mm512_mask_storeu_epi32(d + c, first_lanes(left), _mm512_or_si512(lo, hi));
         }
     }
 }
@@ -170,14 +173,11 @@ BF16_TARGET static void pack_rows_t_avx512bf16(uint32_t *dst, int64_t ldd, const
     }
     for (int64_t r0 = 0; r0 < n; r0 += 16) {
         const int64_t nr = n - r0 < 16 ? n - r0 : 16;
-        const __mmask16 kr = nr == 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+        const __mmask16 kr = first_lanes(nr);
         for (int64_t w0 = 0; w0 < hp; w0 += 16) {
+            /* fc: the floats left in each row from word w0 on; ka, kb: its two halves' lanes */
             const int64_t nw = hp - w0 < 16 ? hp - w0 : 16, fc = cols - 2 * w0;
-            const int64_t fa = fc < 16 ? fc : 16, fb = fc - 16 < 0    ? 0
-                                                       : fc - 16 < 16 ? fc - 16
-                                                                      : 16;
-            const __mmask16 ka = fa == 16 ? (__mmask16)0xffff : (__mmask16)((1u << fa) - 1);
-            const __mmask16 kb = fb == 16 ? (__mmask16)0xffff : (__mmask16)((1u << fb) - 1);
+            const __mmask16 ka = first_lanes(fc), kb = first_lanes(fc - 16);
             __m512i x[16];
             _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++) {
                 x[t] = _mm512_setzero_si512();
@@ -211,10 +211,7 @@ BF16_TARGET static void mm_avx512bf16(int64_t M, int64_t N, int64_t KP, const ui
         const int64_t w = N - n0 < 64 ? N - n0 : 64;
         const int nv = (int)((w + 15) / 16);
         __mmask16 mk[4];
-        for (int j = 0; j < 4; j++) {
-            int64_t left = w - 16 * j;
-            mk[j] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-        }
+        for (int j = 0; j < 4; j++) mk[j] = first_lanes(w - 16 * j);
         int64_t m = 0;
         /* whole vectors: 16 accumulators, enough to keep both vdpbf16ps pipes busy */
         if (w == 64)
