@@ -390,7 +390,7 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     /* An LM head's dW with its embedding gradient: the product, then one pass of adds. */
     const int head_isa = brgemm_isa() && !amx_bf16(d);
     ts_mm_head_plan hp = {.pack_b = 0, .row_blocks = 1, .post_after = 0};
-    if (head_isa) hp = ts_mm_head_plan_for(d);
+    if (head_isa) hp = ts_mm_head_plan_for(d, omp_get_max_threads());
     if (hp.post_after) {
         ts_mm_desc bare = m->d;
         bare.n_post = 0;

@@ -7,10 +7,10 @@ void ts_mm_head_enable(int on) {
     g_enabled = on != 0;
 }
 
-ts_mm_head_plan ts_mm_head_plan_for(const ts_mm_desc *d) {
+ts_mm_head_plan ts_mm_head_plan_for(const ts_mm_desc *d, int nthr) {
     ts_mm_head_plan p = {.pack_b = 0, .row_blocks = 1, .post_after = 0};
-    if (!g_enabled || !d || d->batch != 1 || d->a_dt != TS_BF16 || d->b_dt != TS_BF16 ||
-        d->c_dt != TS_F32 || d->accumulate)
+    if (!g_enabled || !d || nthr != 1 || d->batch != 1 || d->a_dt != TS_BF16 ||
+        d->b_dt != TS_BF16 || d->c_dt != TS_F32 || d->accumulate)
         return p;
     if (d->trans_a) {
         /* dW = dY^T X with a full-size add (a tied embedding's gradient) */

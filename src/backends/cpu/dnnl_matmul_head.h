@@ -23,7 +23,14 @@
  *
  * Scope: bf16 x bf16 -> f32, batch 1, where oneDNN serves bf16 with brgemm without AMX (the
  * thresholds below are the measured shapes' neighbourhood; the layers' GEMMs, whose B is at
- * most 1 Mi elements, stay plain primitives). On AMX or another ISA nothing changes. */
+ * most 1 Mi elements, stay plain primitives). On AMX or another ISA nothing changes.
+ *
+ * One thread only (products created for one): on 2 threads of the same (shared, load average
+ * 12) machine the plan measured slower, process CPU time +4 to +18 ms a product, wall time
+ * too; each row block and the reorder is a parallel region of its own, and a loaded machine
+ * makes every region's barrier wait for a descheduled thread. Not measurable there with
+ * confidence, so plans for more threads keep the plain primitives (issue #25's open target is
+ * the one-thread step). */
 #ifndef TS_DNNL_MATMUL_HEAD_H
 #define TS_DNNL_MATMUL_HEAD_H
 
@@ -39,8 +46,9 @@ typedef struct ts_mm_head_plan {
     int post_after;     /* run without the add post-ops, then add them in one pass */
 } ts_mm_head_plan;
 
-/* The plan for `d` (all zero / 1 block: a plain primitive). The caller checks the ISA. */
-ts_mm_head_plan ts_mm_head_plan_for(const ts_mm_desc *d);
+/* The plan for `d` created for `nthr` threads (all zero / 1 block: a plain primitive). The caller
+ * checks the ISA. */
+ts_mm_head_plan ts_mm_head_plan_for(const ts_mm_desc *d, int nthr);
 
 /* For tests and benches: 0 makes ts_mm_head_plan_for plan nothing (the plain primitives, for
  * an A/B comparison), 1 (the default) restores it. Not thread-safe: set it between creations. */
