@@ -3,14 +3,15 @@
  *
  * Why: W3's tied head (vocabulary 8192, d 512, 2048 tokens) ran below the layers' GEMMs on one
  * Zen 5 thread (oneDNN 2.6.3, brg:avx512_core_bf16; bench_ceiling: fwd 492, dX 461, dW 468
- * GFLOP/s, the layers 484-516). Measured alone (a standalone probe, CPU time, 30 alternated reps,
- * docs/benchmarks.md), three changes win back about 4.5 ms of the head's ~107 ms a step:
+ * GFLOP/s, the layers 484-516). Measured alone (a standalone probe, CPU time, 20-30 alternated
+ * reps; then bench/gemm_head.c: 5.8 and 6.6 ms in two runs, docs/benchmarks.md), three changes win
+ * back about 6 ms of the head's ~107 ms a step:
  *
  *   - fwd, logits = x W^T (M 2048, N 8192, K 512, B stored [N, K]) and dX = dlogits W (M 2048,
- *     N 512, K 8192): oneDNN repacks a plain B inside the product, again for every block of rows
- *     it works on. Packing B once per run into oneDNN's own layout (a reorder into the scratch,
- *     ~1 ms for 4 Mi elements) and then running the product with that packed B in blocks of 512
- *     rows (pointer offsets into A and C) took fwd 33.8 -> 31.7 ms and dX 35.1 -> 31.7 ms,
+ *     N 512, K 8192): oneDNN repacks a plain B into its blocked layout inside the product, as
+ *     it goes (not measured apart). Packing B once per run into oneDNN's own layout (a reorder into
+ * the scratch, ~1 ms for 4 Mi elements) and then running the product with that packed B in blocks
+ * of 512 rows (pointer offsets into A and C) took fwd 33.8 -> 31.7 ms and dX 35.1 -> 31.7 ms,
  *     reorder included in neither (it costs ~1 ms each).
  *   - dW = dlogits^T x (M 8192, N 512, K 2048, A stored [K, M]) with the embedding's gradient as a
  *     full-size add post-op: oneDNN's binary post-op costs ~2.5 ms on this shape, the product
