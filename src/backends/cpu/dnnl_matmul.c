@@ -38,11 +38,9 @@ struct ts_mm {
     ts_mm_rows *rows;     /* set: one-thread products over row blocks in parallel, without prim */
     dnnl_stream_t stream; /* its own stream (ts_mm_own_stream), or NULL: the global one */
     /* An LM head's GEMMs (dnnl_matmul_head.h): */
-    ts_mm *bare;                       /* set: the product without its add post-ops, added after */
-    int64_t row_blocks;                /* the primitive computes M / row_blocks rows; a run loops */
-    dnnl_primitive_t reorder_b;        /* set: a run first packs B into its scratch (mem_b) */
-    dnnl_memory_t mem_b_plain, mem_rs; /* the caller's B; the reorder's scratchpad, or NULL */
-    size_t packed_bytes;               /* the packed B, after oneDNN's scratchpad, aligned */
+    ts_mm *bare;        /* set: the product without its add post-ops, added after */
+    int64_t row_blocks; /* the primitive computes M / row_blocks rows; a run loops */
+    ts_mm_packed_b pb;  /* pb.reorder set: a run first packs B into its scratch (mem_b) */
 };
 
 /* ---- global engine and stream ------------------------------------------ */
@@ -319,66 +317,6 @@ static ts_status new_mm(const ts_mm_desc *d, ts_mm **out) {
     return TS_OK;
 }
 
-/* A packed B (dnnl_matmul_head.h): the primitive's weights layout, a reorder into it from the
- * caller's layout `md_b`, and the scratch for both after oneDNN's scratchpad (m->scratch_bytes
- * is that scratchpad's size on entry). */
-static ts_status create_reorder_b(ts_mm *m, const_dnnl_primitive_desc_t pd,
-                                  const dnnl_memory_desc_t *md_b) {
-    const dnnl_memory_desc_t *md_w = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t rpd = NULL;
-    const char *call = "dnnl_primitive_attr_create";
-    dnnl_status_t st = dnnl_primitive_attr_create(&attr);
-    if (st == dnnl_success) {
-        call = "dnnl_primitive_attr_set_scratchpad_mode";
-        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-    }
-    if (st == dnnl_success) {
-        call = "dnnl_reorder_primitive_desc_create";
-        st = dnnl_reorder_primitive_desc_create(&rpd, md_b, g_engine, md_w, g_engine, attr);
-    }
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    size_t rs_bytes = 0;
-    if (st == dnnl_success) {
-        const dnnl_memory_desc_t *md_rs =
-            dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
-        rs_bytes = md_rs ? dnnl_memory_desc_get_size(md_rs) : 0;
-        call = "dnnl_memory_create(reorder scratchpad)";
-        if (rs_bytes) st = dnnl_memory_create(&m->mem_rs, md_rs, g_engine, DNNL_MEMORY_NONE);
-    }
-    if (st == dnnl_success) {
-        call = "dnnl_primitive_create(reorder)";
-        st = dnnl_primitive_create(&m->reorder_b, rpd);
-    }
-    if (rpd) dnnl_primitive_desc_destroy(rpd);
-    if (st == dnnl_success) {
-        call = "dnnl_memory_create(B)";
-        st = dnnl_memory_create(&m->mem_b_plain, md_b, g_engine, DNNL_MEMORY_NONE);
-    }
-    if (st == dnnl_success) {
-        call = "dnnl_memory_create(packed B)";
-        st = dnnl_memory_create(&m->mem_b, md_w, g_engine, DNNL_MEMORY_NONE);
-    }
-    if (st != dnnl_success) return dnnl_fail(st, m->what, call);
-    m->packed_bytes = TS_ALIGN_UP(dnnl_memory_desc_get_size(md_w), TS_ALIGN);
-    m->scratch_bytes = 64 + TS_ALIGN_UP(m->scratch_bytes, TS_ALIGN) + m->packed_bytes + rs_bytes;
-    return TS_OK;
-}
-
-/* Reorder the caller's B into the packed B in the scratch (after oneDNN's scratchpad). */
-static dnnl_status_t pack_b(ts_mm *m, const void *b, void *scratch, dnnl_stream_t stream) {
-    char *packed = (char *)align_ptr((char *)scratch + m->dnnl_scratch_bytes);
-    dnnl_status_t st = dnnl_memory_set_data_handle(m->mem_b_plain, (void *)(uintptr_t)b);
-    if (st == dnnl_success) st = dnnl_memory_set_data_handle(m->mem_b, packed);
-    if (st == dnnl_success && m->mem_rs)
-        st = dnnl_memory_set_data_handle(m->mem_rs, packed + m->packed_bytes);
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, m->mem_b_plain}, {DNNL_ARG_TO, m->mem_b}};
-    int n = 2;
-    if (m->mem_rs) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m->mem_rs};
-    if (st == dnnl_success) st = dnnl_primitive_execute(m->reorder_b, stream, n, args);
-    return st;
-}
-
 ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     if (!out) return ts_fail(TS_ERR_INVALID, "ts_mm_create: out is NULL");
     *out = NULL;
@@ -581,12 +519,16 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
                            (d->c_dt != TS_F32 ? (size_t)m->c_elems * 4 : 0);
 
     if (hp.pack_b) {
-        s = create_reorder_b(m, pd, &md_b);
-        if (s != TS_OK) {
+        st = ts_mm_packed_b_create(&m->pb, pd, &md_b, g_engine, &m->mem_b, &call);
+        if (st != dnnl_success) {
+            s = dnnl_fail(st, m->what, call);
             dnnl_primitive_desc_destroy(pd);
             ts_mm_free(m);
             return s;
         }
+        /* the packed B (and the reorder's scratchpad) follow oneDNN's scratchpad */
+        m->scratch_bytes =
+            64 + TS_ALIGN_UP(m->scratch_bytes, TS_ALIGN) + m->pb.packed_bytes + m->pb.rs_bytes;
         snprintf(m->impl + strlen(m->impl), sizeof m->impl - strlen(m->impl), "+packb");
     }
     if (m->row_blocks > 1)
@@ -715,8 +657,9 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
     }
     dnnl_stream_t stream = m->stream ? m->stream : g_stream;
     /* oneDNN only reads A and B; its C API has no const handle setter. */
-    if (m->reorder_b) {
-        TS_DNNL_RUN(m, pack_b(m, b, scratch, stream));
+    if (m->pb.reorder) {
+        char *packed = (char *)align_ptr((char *)scratch + m->dnnl_scratch_bytes);
+        TS_DNNL_RUN(m, ts_mm_packed_b_run(&m->pb, m->mem_b, b, packed, stream));
     } else {
         TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_b, (void *)(uintptr_t)b));
     }
@@ -738,9 +681,7 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
 void ts_mm_free(ts_mm *m) {
     if (!m) return;
     ts_mm_free(m->bare);
-    if (m->reorder_b) dnnl_primitive_destroy(m->reorder_b);
-    if (m->mem_b_plain) dnnl_memory_destroy(m->mem_b_plain);
-    if (m->mem_rs) dnnl_memory_destroy(m->mem_rs);
+    ts_mm_packed_b_free(&m->pb);
     ts_mm_ksplit_free(m->ks);
     ts_mm_rows_free(m->rows);
     if (m->stream) dnnl_stream_destroy(m->stream);

@@ -35,6 +35,7 @@
 #ifndef TS_DNNL_MATMUL_HEAD_H
 #define TS_DNNL_MATMUL_HEAD_H
 
+#include <dnnl.h>
 #include "backends/cpu/dnnl_matmul.h"
 
 #define TS_MM_HEAD_MIN_ELEMS (INT64_C(1) << 22) /* B (pack) or C (post add) at least 4 Mi */
@@ -58,5 +59,25 @@ void ts_mm_head_enable(int on);
 /* C[e] += post[0][e] + post[1][e] ..., in that order, for C's M x N f32 elements (every post-op
  * of `d` a full-size add), threaded over elements. */
 void ts_mm_head_add_posts(const ts_mm_desc *d, float *c, const void *const *post);
+
+/* A packed B: a reorder from the caller's layout into the one the primitive chose. */
+typedef struct ts_mm_packed_b {
+    dnnl_primitive_t reorder; /* NULL: no packed B */
+    dnnl_memory_t plain, rs;  /* the caller's B; the reorder's scratchpad, or NULL */
+    size_t packed_bytes;      /* the packed B, 64-byte rounded */
+    size_t rs_bytes;          /* the reorder's scratchpad */
+} ts_mm_packed_b;
+
+/* Fill `p` (zeroed) for the primitive `pd` created with B "any", the caller's B described by
+ * `md_b`; *packed gets the packed B's memory (no buffer; the caller owns it). On failure *call
+ * names the oneDNN call (p may be partly filled: ts_mm_packed_b_free it). */
+dnnl_status_t ts_mm_packed_b_create(ts_mm_packed_b *p, const_dnnl_primitive_desc_t pd,
+                                    const dnnl_memory_desc_t *md_b, dnnl_engine_t eng,
+                                    dnnl_memory_t *packed, const char **call);
+/* Pack the caller's `b` into `dst` (64-byte aligned, packed_bytes + rs_bytes), the buffer of
+ * `packed`, on `stream`. */
+dnnl_status_t ts_mm_packed_b_run(ts_mm_packed_b *p, dnnl_memory_t packed, const void *b, char *dst,
+                                 dnnl_stream_t stream);
+void ts_mm_packed_b_free(ts_mm_packed_b *p);
 
 #endif
