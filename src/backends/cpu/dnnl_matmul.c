@@ -1,5 +1,6 @@
 /* dnnl_matmul.c — oneDNN matmul wrapper: create once, run many times. */
 #include "backends/cpu/dnnl_matmul.h"
+#include "backends/cpu/dnnl_matmul_head.h"
 #include "backends/cpu/dnnl_matmul_ksplit.h"
 #include "backends/cpu/dnnl_matmul_rows.h"
 #include "backends/cpu/dnnl_matmul_threads.h"
@@ -36,6 +37,10 @@ struct ts_mm {
     int one_thread;       /* thread-sensitive (dnnl_matmul_threads.h): every run uses one thread */
     ts_mm_rows *rows;     /* set: one-thread products over row blocks in parallel, without prim */
     dnnl_stream_t stream; /* its own stream (ts_mm_own_stream), or NULL: the global one */
+    /* An LM head's GEMMs (dnnl_matmul_head.h): */
+    ts_mm *bare;        /* set: the product without its add post-ops, added after */
+    int64_t row_blocks; /* the primitive computes M / row_blocks rows; a run loops */
+    ts_mm_packed_b pb;  /* pb.reorder set: a run first packs B into its scratch (mem_b) */
 };
 
 /* ---- global engine and stream ------------------------------------------ */
@@ -320,6 +325,27 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     ts_status s = new_mm(d, &m);
     if (s != TS_OK) return s;
 
+    /* An LM head's dW with its embedding gradient: the product, then one pass of adds. */
+    const int head_isa = brgemm_isa() && !amx_bf16(d);
+    ts_mm_head_plan hp = {.pack_b = 0, .row_blocks = 1, .post_after = 0};
+    if (head_isa) hp = ts_mm_head_plan_for(d, omp_get_max_threads());
+    if (hp.post_after) {
+        ts_mm_desc bare = m->d;
+        bare.n_post = 0;
+        s = ts_mm_create(&bare, &m->bare);
+        if (s != TS_OK) {
+            ts_error_prefix("%s (without its post-ops)", m->what);
+            ts_mm_free(m);
+            return s;
+        }
+        m->nthr = ts_mm_threads(m->bare);
+        m->n_post_src = d->n_post;
+        m->scratch_bytes = ts_mm_scratch_bytes(m->bare);
+        snprintf(m->impl, sizeof m->impl, "%.50s+postadd", ts_mm_impl(m->bare));
+        *out = m;
+        return TS_OK;
+    }
+
     /* A K that oneDNN might split between threads: blocks of K in one-thread order (not on AMX,
      * whose one-thread order is another: the thread probe in finish_create keeps those bits). */
     if (ts_mm_ksplit_wanted(d, omp_get_max_threads()) && brgemm_isa() && !amx_bf16(d)) {
@@ -343,6 +369,7 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     }
 
     int batched = d->batch != 1;
+    m->row_blocks = 1;
     m->a_elems = (d->a_broadcast ? 1 : d->batch) * d->M * d->K;
     m->b_elems = (d->b_broadcast ? 1 : d->batch) * d->K * d->N;
     m->c_elems = d->batch * d->M * d->N;
@@ -352,12 +379,20 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     const char *call = "";
     for (;;) { /* at most twice: native operand types, then widened (m->widen) */
         ts_dtype a_dt = m->widen ? TS_F32 : d->a_dt, b_dt = m->widen ? TS_F32 : d->b_dt;
-        TS_DNNL_TRY(m, init_md(&md_a, batched, d->a_broadcast ? 1 : d->batch, d->M, d->K,
+        if (m->widen) hp.pack_b = 0, hp.row_blocks = 1; /* bf16 brgemm only */
+        m->row_blocks = hp.row_blocks;
+        const int64_t rows = d->M / m->row_blocks; /* of A and C per run of the primitive */
+        TS_DNNL_TRY(m, init_md(&md_a, batched, d->a_broadcast ? 1 : d->batch, rows, d->K,
                                d->trans_a, a_dt));
         TS_DNNL_TRY(m, init_md(&md_b, batched, d->b_broadcast ? 1 : d->batch, d->K, d->N,
                                d->trans_b, b_dt));
         ts_dtype c_dt = m->widen ? TS_F32 : d->c_dt;
-        TS_DNNL_TRY(m, init_md(&md_c, batched, d->batch, d->M, d->N, 0, c_dt));
+        TS_DNNL_TRY(m, init_md(&md_c, batched, d->batch, rows, d->N, 0, c_dt));
+        /* a packed B: the primitive chooses its layout ("any"), a run reorders B into it */
+        dnnl_memory_desc_t md_b_any;
+        if (hp.pack_b)
+            TS_DNNL_TRY(m, dnnl_memory_desc_init_by_tag(&md_b_any, 2, md_b.dims, to_dnnl_dt(b_dt),
+                                                        dnnl_format_tag_any));
 
         /* A leading bias goes to oneDNN as the matmul's own bias: its kernels add it to the
          * accumulators before they store C, where a binary post-op is a pass of its own over C
@@ -368,7 +403,8 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
         dnnl_memory_desc_t md_bias;
         if (arg_bias) TS_DNNL_TRY(m, init_md(&md_bias, batched, 1, 1, d->N, 0, TS_F32));
         dnnl_matmul_desc_t op;
-        TS_DNNL_TRY(m, dnnl_matmul_desc_init(&op, &md_a, &md_b, arg_bias ? &md_bias : NULL, &md_c));
+        TS_DNNL_TRY(m, dnnl_matmul_desc_init(&op, &md_a, hp.pack_b ? &md_b_any : &md_b,
+                                             arg_bias ? &md_bias : NULL, &md_c));
 
         /* The attribute and post-ops objects live only during creation. */
         dnnl_primitive_attr_t attr = NULL;
@@ -482,6 +518,23 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
                            TS_ALIGN_UP((size_t)m->b_elems * 4, TS_ALIGN) +
                            (d->c_dt != TS_F32 ? (size_t)m->c_elems * 4 : 0);
 
+    if (hp.pack_b) {
+        st = ts_mm_packed_b_create(&m->pb, pd, &md_b, g_engine, &m->mem_b, &call);
+        if (st != dnnl_success) {
+            s = dnnl_fail(st, m->what, call);
+            dnnl_primitive_desc_destroy(pd);
+            ts_mm_free(m);
+            return s;
+        }
+        /* the packed B (and the reorder's scratchpad) follow oneDNN's scratchpad */
+        m->scratch_bytes =
+            64 + TS_ALIGN_UP(m->scratch_bytes, TS_ALIGN) + m->pb.packed_bytes + m->pb.rs_bytes;
+        snprintf(m->impl + strlen(m->impl), sizeof m->impl - strlen(m->impl), "+packb");
+    }
+    if (m->row_blocks > 1)
+        snprintf(m->impl + strlen(m->impl), sizeof m->impl - strlen(m->impl), "+rows%lld",
+                 (long long)(d->M / m->row_blocks));
+
     st = dnnl_primitive_create(&m->prim, pd);
     call = "dnnl_primitive_create";
     if (st == dnnl_success && m->dnnl_scratch_bytes > 0) {
@@ -496,7 +549,7 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     }
 
     TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_a, &md_a, g_engine, DNNL_MEMORY_NONE));
-    TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_b, &md_b, g_engine, DNNL_MEMORY_NONE));
+    if (!m->mem_b) TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_b, &md_b, g_engine, DNNL_MEMORY_NONE));
     TS_DNNL_TRY(m, dnnl_memory_create(&m->mem_c, &md_c, g_engine, DNNL_MEMORY_NONE));
 
     /* args[4..] already hold the bias and post-op operands; pack them after the others */
@@ -513,6 +566,7 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
 }
 
 ts_status ts_mm_own_stream(ts_mm *m) {
+    if (m->bare) return ts_mm_own_stream(m->bare);
     if (m->ks || m->rows || m->stream) return TS_OK; /* no primitive of its own, or done */
     dnnl_status_t st = dnnl_stream_create(&m->stream, g_engine, dnnl_stream_default_flags);
     if (st != dnnl_success) {
@@ -571,7 +625,7 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
     for (int p = 0; p < m->n_post_src; p++) {
         if (!post || !post[p])
             return ts_fail(TS_ERR_INVALID, "%s: post-op operand %d is NULL", m->what, p);
-        if (!m->ks && !m->rows)
+        if (!m->ks && !m->rows && !m->bare)
             TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_post[p], (void *)(uintptr_t)post[p]));
     }
     if (!a || !b || !c)
@@ -581,6 +635,11 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
                        m->scratch_bytes);
     if (m->ks) return ts_mm_ksplit_run(m->ks, a, b, c, post, scratch);
     if (m->rows) return ts_mm_rows_run(m->rows, a, b, c, post, scratch);
+    if (m->bare) {
+        ts_status s = ts_mm_run(m->bare, a, b, c, scratch);
+        if (s == TS_OK) ts_mm_head_add_posts(&m->d, c, post);
+        return s;
+    }
     void *narrow_c = NULL; /* the caller's bf16/f16 C when a widened run computes in f32 */
     if (m->widen) {
         float *wa = align_ptr((char *)scratch + m->dnnl_scratch_bytes);
@@ -596,13 +655,24 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
             c = wc;
         }
     }
-    /* oneDNN only reads A and B; its C API has no const handle setter. */
-    TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_a, (void *)(uintptr_t)a));
-    TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_b, (void *)(uintptr_t)b));
-    TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_c, c));
-    if (m->mem_s) TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_s, scratch));
     dnnl_stream_t stream = m->stream ? m->stream : g_stream;
-    TS_DNNL_RUN(m, dnnl_primitive_execute(m->prim, stream, m->nargs, m->args));
+    /* oneDNN only reads A and B; its C API has no const handle setter. */
+    if (m->pb.reorder) {
+        char *packed = (char *)align_ptr((char *)scratch + m->dnnl_scratch_bytes);
+        TS_DNNL_RUN(m, ts_mm_packed_b_run(&m->pb, m->mem_b, b, packed, stream));
+    } else {
+        TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_b, (void *)(uintptr_t)b));
+    }
+    if (m->mem_s) TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_s, scratch));
+    /* row blocks (not with widen, a transposed A, or post-ops: dnnl_matmul_head.c) */
+    const int64_t rows = m->d.M / m->row_blocks;
+    const size_t a_step = (size_t)(rows * m->d.K) * ts_dtype_size(m->d.a_dt);
+    const size_t c_step = (size_t)(rows * m->d.N) * ts_dtype_size(m->d.c_dt);
+    for (int64_t blk = 0; blk < m->row_blocks; blk++) {
+        TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_a, (char *)(uintptr_t)a + blk * a_step));
+        TS_DNNL_RUN(m, dnnl_memory_set_data_handle(m->mem_c, (char *)c + blk * c_step));
+        TS_DNNL_RUN(m, dnnl_primitive_execute(m->prim, stream, m->nargs, m->args));
+    }
     TS_DNNL_RUN(m, dnnl_stream_wait(stream));
     if (narrow_c) narrow_from_f32(narrow_c, c, m->d.c_dt, m->c_elems);
     return TS_OK;
@@ -610,6 +680,8 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
 
 void ts_mm_free(ts_mm *m) {
     if (!m) return;
+    ts_mm_free(m->bare);
+    ts_mm_packed_b_free(&m->pb);
     ts_mm_ksplit_free(m->ks);
     ts_mm_rows_free(m->rows);
     if (m->stream) dnnl_stream_destroy(m->stream);

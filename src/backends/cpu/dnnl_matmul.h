@@ -49,6 +49,10 @@
  * more than one thread against the same product created for one, and one that differs runs the
  * one-thread primitive on one thread (dnnl_matmul_threads.h; impl "...+1thr"). The K blocks above
  * are used only where oneDNN uses brgemm (AVX-512 and up), whose one-thread order they reproduce.
+ * An LM head's large bf16 GEMMs (W3's logits, dX and dW on brgemm without AMX, created for one
+ * thread) run with B packed
+ * into oneDNN's layout once per run and in blocks of rows, or with their add post-ops after the
+ * product (dnnl_matmul_head.h; impl "...+packb+rows512", "...+postadd"): same bits, faster.
  *
  * Scratch is only used during a run: any number of ts_mm may share one buffer
  * of the largest ts_mm_scratch_bytes as long as they do not run concurrently.

@@ -1,0 +1,109 @@
+/* dnnl_matmul_head.c — the plan for an LM head's large bf16 GEMMs (see the header). */
+#include "backends/cpu/dnnl_matmul_head.h"
+
+#include <stdint.h>
+
+static int g_enabled = 1;
+
+void ts_mm_head_enable(int on) {
+    g_enabled = on != 0;
+}
+
+ts_mm_head_plan ts_mm_head_plan_for(const ts_mm_desc *d, int nthr) {
+    ts_mm_head_plan p = {.pack_b = 0, .row_blocks = 1, .post_after = 0};
+    if (!g_enabled || !d || nthr != 1 || d->batch != 1 || d->a_dt != TS_BF16 ||
+        d->b_dt != TS_BF16 || d->c_dt != TS_F32 || d->accumulate)
+        return p;
+    if (d->trans_a) {
+        /* dW = dY^T X with a full-size add (a tied embedding's gradient) */
+        int adds = d->n_post > 0;
+        for (int q = 0; q < d->n_post; q++) adds &= d->post[q] == TS_MM_POST_ADD;
+        p.post_after = adds && !d->trans_b && d->M * d->N >= TS_MM_HEAD_MIN_ELEMS;
+        return p;
+    }
+    /* logits = X W^T and dX = dlogits W: a large B, reused by many rows */
+    if (d->n_post == 0 && d->K * d->N >= TS_MM_HEAD_MIN_ELEMS && d->M >= TS_MM_HEAD_MIN_ROWS) {
+        p.pack_b = 1;
+        if (d->M % TS_MM_HEAD_ROW_BLOCK == 0) p.row_blocks = d->M / TS_MM_HEAD_ROW_BLOCK;
+    }
+    return p;
+}
+
+void ts_mm_head_add_posts(const ts_mm_desc *d, float *c, const void *const *post) {
+    const int64_t n = d->M * d->N;
+    const int np = d->n_post;
+    /* Element-wise, each in the post-ops' order: the bits do not depend on the threads. */
+    if (np == 1) { /* the usual case, vectorised */
+        const float *p0 = post[0];
+#pragma omp parallel for simd schedule(static) if (n >= 65536)
+        for (int64_t e = 0; e < n; e++) c[e] += p0[e];
+        return;
+    }
+#pragma omp parallel for schedule(static) if (n >= 65536)
+    for (int64_t e = 0; e < n; e++) {
+        float v = c[e];
+        for (int q = 0; q < np; q++) v += ((const float *)post[q])[e];
+        c[e] = v;
+    }
+}
+
+dnnl_status_t ts_mm_packed_b_create(ts_mm_packed_b *p, const_dnnl_primitive_desc_t pd,
+                                    const dnnl_memory_desc_t *md_b, dnnl_engine_t eng,
+                                    dnnl_memory_t *packed, const char **call) {
+    const dnnl_memory_desc_t *md_w = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t rpd = NULL;
+    *call = "dnnl_primitive_attr_create";
+    dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+    if (st == dnnl_success) { /* the reorder allocates nothing either: its scratch is ours */
+        *call = "dnnl_primitive_attr_set_scratchpad_mode";
+        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    }
+    if (st == dnnl_success) {
+        *call = "dnnl_reorder_primitive_desc_create";
+        st = dnnl_reorder_primitive_desc_create(&rpd, md_b, eng, md_w, eng, attr);
+    }
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (st == dnnl_success) {
+        const dnnl_memory_desc_t *md_rs =
+            dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
+        p->rs_bytes = md_rs ? dnnl_memory_desc_get_size(md_rs) : 0;
+        *call = "dnnl_memory_create(reorder scratchpad)";
+        if (p->rs_bytes) st = dnnl_memory_create(&p->rs, md_rs, eng, DNNL_MEMORY_NONE);
+    }
+    if (st == dnnl_success) {
+        *call = "dnnl_primitive_create(reorder)";
+        st = dnnl_primitive_create(&p->reorder, rpd);
+    }
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (st == dnnl_success) {
+        *call = "dnnl_memory_create(B)";
+        st = dnnl_memory_create(&p->plain, md_b, eng, DNNL_MEMORY_NONE);
+    }
+    if (st == dnnl_success) {
+        *call = "dnnl_memory_create(packed B)";
+        st = dnnl_memory_create(packed, md_w, eng, DNNL_MEMORY_NONE);
+    }
+    if (st == dnnl_success) p->packed_bytes = (dnnl_memory_desc_get_size(md_w) + 63) & ~(size_t)63;
+    return st;
+}
+
+dnnl_status_t ts_mm_packed_b_run(ts_mm_packed_b *p, dnnl_memory_t packed, const void *b, char *dst,
+                                 dnnl_stream_t stream) {
+    /* oneDNN only reads B; its C API has no const handle setter */
+    dnnl_status_t st = dnnl_memory_set_data_handle(p->plain, (void *)(uintptr_t)b);
+    if (st == dnnl_success) st = dnnl_memory_set_data_handle(packed, dst);
+    if (st == dnnl_success && p->rs) st = dnnl_memory_set_data_handle(p->rs, dst + p->packed_bytes);
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, p->plain}, {DNNL_ARG_TO, packed}};
+    int n = 2;
+    if (p->rs) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->rs};
+    if (st == dnnl_success) st = dnnl_primitive_execute(p->reorder, stream, n, args);
+    return st;
+}
+
+void ts_mm_packed_b_free(ts_mm_packed_b *p) {
+    if (p->reorder) dnnl_primitive_destroy(p->reorder);
+    if (p->plain) dnnl_memory_destroy(p->plain);
+    if (p->rs) dnnl_memory_destroy(p->rs);
+    p->reorder = NULL, p->plain = p->rs = NULL;
+}
