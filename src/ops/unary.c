@@ -79,33 +79,40 @@ static inline double m_gelu_tanh_f64(double x) {
 }
 
 /* d/dx of the tanh GELU: PyTorch's 0.5(1 + th) + 0.5x(1 - th^2) u'
- * with 1 + th = 2 s and 1 - th^2 = 4 s (1 - s), s = sigmoid(2u), 1 - s
- * evaluated as sigmoid(-2u) (no cancellation). Beyond |x| = 30 the
- * derivative is exactly 0 or 1 even in f64, so x is clamped there to keep
- * x^3 finite (inf * 0 would be NaN).
+ * with 1 + th = 2 s and 1 - th^2 = 4 s (1 - s), s = sigmoid(2u), and
+ * 2u' = 2 beta (1 + 3 k x^2): s + x s sn (2 beta + 6 beta k x^2), where sn = 1 - s =
+ * sigmoid(-2u) comes from SIG2 without cancellation. Beyond |x| = 30 the derivative is
+ * exactly 0 or 1 even in f64, so x is clamped there to keep x^3 finite (inf * 0 would be NaN).
  * With y != NULL also the GELU itself, *y = x s (gelu out_grad): the same
  * bits as m_gelu_tanh_f32, whose s comes from the unclamped x. Within
  * |x| <= 30 the two u2 are the same; beyond it both |u2| exceed 1900, so
  * exp(-|u2|) is 0 for both and s is exactly 1 or 0 with u2's sign, which
  * clamping keeps (and NaN stays NaN). tests/unit/gelu_grad_bits.c checks
- * it on a dense sweep of all f32 patterns. */
+ * it on a dense sweep of all f32 patterns, and the derivative's error against f64. */
 #define DEF_GELU_TANH_GRAD(name, T, SIG2)                                                          \
     static inline T name(T x, T *y) {                                                              \
         const T x0 = x;                                                                            \
-        x = x > (T)30 ? (T)30 : (x < (T)-30 ? (T)-30 : x);                                         \
+        /* as two selects, not nested: GCC then if-converts them to min / max */                   \
+        x = (T)30 < x ? (T)30 : x;                                                                 \
+        x = (T)-30 > x ? (T)-30 : x;                                                               \
         T x2 = x * x;                                                                              \
         T u2 = (T)(2.0 * GELU_BETA) * (x + (T)GELU_KAPPA * (x2 * x));                              \
         T s, sn;                                                                                   \
         SIG2(u2, &s, &sn);                                                                         \
         if (y) *y = x0 * s;                                                                        \
-        return s + (T)2 * x * s * sn * (T)GELU_BETA * ((T)1 + (T)(3.0 * GELU_KAPPA) * x2);         \
+        return s + x * (s * sn) * ((T)(2.0 * GELU_BETA) + (T)(6.0 * GELU_BETA * GELU_KAPPA) * x2); \
     }
-/* sigmoid(u) and sigmoid(-u) as m_sigmoid_f32 computes each (the same bits: -|-u| is -|u|,
- * and -u >= 0 is u <= 0, NaN included), from one exp. */
+/* sigmoid(u) with m_sigmoid_f32's bits (the forward GELU's), and sigmoid(-u) = 1 - sigmoid(u)
+ * without a second division: e s (= e / (1 + e), one more rounding) where s >= 0.5 (u >= 0),
+ * else 1 - s, which is > 0.5, so the subtraction loses nothing: within an ulp or so of the
+ * quotient either way (at s = 0.5 both are). The second choice tests s, not u: on u's sign
+ * GCC duplicates the division into both arms of the first choice (two divisions again). NaN
+ * gives NaN for both. */
 static inline void m_sigmoid_pair_f32(float u, float *s, float *sn) {
-    float e = m_exp_f32(-fabsf(u)), d = 1.0f + e;
-    *s = (u >= 0.0f ? 1.0f : e) / d;
-    *sn = (u <= 0.0f ? 1.0f : e) / d;
+    float e = m_exp_neg_f32(-fabsf(u));
+    float si = (u >= 0.0f ? 1.0f : e) / (1.0f + e);
+    *s = si;
+    *sn = si >= 0.5f ? e * si : 1.0f - si;
 }
 static inline void m_sigmoid_pair_f64(double u, double *s, double *sn) {
     *s = m_sigmoid_f64(u);
