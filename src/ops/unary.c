@@ -180,7 +180,9 @@ static ts_status infer_unary(const ts_graph *g, const ts_node *n, ts_type *out, 
     *out = *x;
     if (n->a.unary.out_low) out->dtype = TS_BF16;
     *n_out = 1;
-    if (n->a.unary.out_grad) out[1] = *x, *n_out = 2;
+    /* the derivative in the result's dtype: bf16 in a bf16 plan, as autocast's GELU backward
+     * runs on bf16 tensors (passes/gelu_grad.c) */
+    if (n->a.unary.out_grad) out[1] = out[0], *n_out = 2;
     return TS_OK;
 }
 
@@ -248,7 +250,10 @@ static ts_status infer_unary_bwd(const ts_graph *g, const ts_node *n, ts_type *o
                        ts_op_get((int)op)->name, side == 1 ? "output" : "derivative");
     ts_status st = need_float(dy->dtype);
     if (st != TS_OK) return st;
-    if (!ts_type_equal(dy, s))
+    /* side 2 may read a bf16 derivative (a bf16 plan's gelu out_grad) with an f32 gradient */
+    ts_type sw = *s;
+    if (side == 2 && dy->dtype == TS_F32 && s->dtype == TS_BF16) sw.dtype = TS_F32;
+    if (!ts_type_equal(dy, &sw))
         return ts_fail(TS_ERR_SHAPE, "gradient and saved tensor differ in dtype or shape");
     ts_attrs fa = fwd_attrs(&n->a);
     if ((st = check_attrs((int)op, &fa)) != TS_OK) return st;
@@ -417,24 +422,43 @@ typedef void (*fwd_grad_fn)(float *y, float *g, const float *x, int64_t n);
 DEF_FWD_GRAD(gelu_tanh_grad_f32, m_gelu_tanh_grad_f32)
 DEF_FWD_GRAD(gelu_erf_grad_f32, m_gelu_erf_grad_f32)
 
-/* gelu with out_grad: output 0 the GELU (f32, or bf16 with out_low, rounded per chunk on the
- * stack as run_fwd_low does), output 1 the f32 derivative. */
+/* gelu with out_grad: output 0 the GELU (f32, or bf16 with out_low), output 1 the derivative
+ * (f32 or bf16: inference gives it output 0's dtype; the kernel takes either, for
+ * bench/gelu_grad.c), each bf16 one computed in f32 on the stack per chunk and rounded as
+ * run_fwd_low does. */
+#define LOW_PIECE 512
 static ts_status run_fwd_grad(const ts_kargs *k, fwd_grad_fn f, const char *op) {
     const ts_tensor *x = &k->in[0], *o = &k->out[0];
-    const int low = k->a->unary.out_low != 0;
-    if (k->n_out < 2 || x->dtype != TS_F32 || k->out[1].dtype != TS_F32 ||
+    const int low = k->a->unary.out_low != 0, glow = k->n_out >= 2 && k->out[1].dtype == TS_BF16;
+    if (k->n_out < 2 || x->dtype != TS_F32 || (k->out[1].dtype != TS_F32 && !glow) ||
         o->dtype != (low ? TS_BF16 : TS_F32))
         return ts_kernel_bad_dtype(k, op, k->n_out < 2 ? o->dtype : k->out[1].dtype);
     int64_t n = ts_tensor_numel(o), nch = (n + CHUNK - 1) / CHUNK;
-    float *pg = k->out[1].data;
     const float *px = x->data;
+    if (low && glow) { /* both rounded per piece of LOW_PIECE, which stays in L1 */
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+        for (int64_t c = 0; c < nch; c++) {
+            float yb[LOW_PIECE], gb[LOW_PIECE];
+            int64_t e = n - c * CHUNK < CHUNK ? n : (c + 1) * CHUNK;
+            for (int64_t s = c * CHUNK; s < e; s += LOW_PIECE) {
+                int64_t len = e - s < LOW_PIECE ? e - s : LOW_PIECE;
+                f(yb, gb, px + s, len);
+                ts_f32_to_bf16_n((uint16_t *)o->data + s, yb, len);
+                ts_f32_to_bf16_n((uint16_t *)k->out[1].data + s, gb, len);
+            }
+        }
+        return TS_OK;
+    }
 #pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
     for (int64_t c = 0; c < nch; c++) {
-        float buf[CHUNK];
+        float buf[CHUNK], gbuf[CHUNK];
         int64_t s = c * CHUNK, len = n - s < CHUNK ? n - s : CHUNK;
         float *py = low ? buf : (float *)o->data + s;
-        f(py, pg + s, px + s, len);
+        float *pg = glow ? gbuf : (float *)k->out[1].data + s;
+        f(py, pg, px + s, len);
+        /* one chunk each: below the conversions' threading size */
         if (low) ts_f32_to_bf16_n((uint16_t *)o->data + s, buf, len);
+        if (glow) ts_f32_to_bf16_n((uint16_t *)k->out[1].data + s, gbuf, len);
     }
     return TS_OK;
 }
@@ -620,6 +644,10 @@ static ts_status k_unary_bwd(const ts_kargs *k) {
     const ts_tensor *d = &k->in[0], *s = &k->in[1], *o = &k->out[0];
     bwd_fn f = o->dtype == TS_F32 ? f32 : o->dtype == TS_F64 ? f64 : NULL;
     if (!f) return ts_kernel_bad_dtype(k, "unary_bwd", o->dtype);
+    /* a bf16 derivative (side 2, inference checks): each chunk widened on the stack */
+    const int low_s = s->dtype == TS_BF16;
+    if (low_s && (o->dtype != TS_F32 || k->a->unary_bwd.side != 2))
+        return ts_kernel_bad_dtype(k, "unary_bwd", s->dtype);
     /* the attributes as the forward op saw them */
     ts_attrs fa = fwd_attrs(k->a);
     size_t es = ts_dtype_size(o->dtype);
@@ -628,9 +656,12 @@ static ts_status k_unary_bwd(const ts_kargs *k) {
     const char *pd = d->data, *ps = s->data;
 #pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
     for (int64_t c = 0; c < nch; c++) {
+        float sbuf[CHUNK];
         int64_t st = c * CHUNK, len = n - st < CHUNK ? n - st : CHUNK;
         int64_t off = st * (int64_t)es;
-        f(po + off, pd + off, ps + off, len, &fa);
+        const void *sc = ps + off;
+        if (low_s) ts_bf16_to_f32_n(sbuf, (const uint16_t *)ps + st, len), sc = sbuf;
+        f(po + off, pd + off, sc, len, &fa);
     }
     return TS_OK;
 }
