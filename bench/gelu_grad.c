@@ -4,14 +4,17 @@
  *   old: gelu(h) -> bf16 (out_low)        then  sum(dA, h): dA gelu'(h), its bias-gradient
  *                                               column sum and bf16 copy (reduce.bwd side 0)
  *   new: gelu(h) -> bf16 and g = gelu'(h)  then  sum(dA, g): dA g, the same sum and copy (side 2)
+ *        g f32 (session 18) and g bf16 (session 19: what a bf16 plan runs now)
  *
  * and with --fp32 as an fp32 plan runs them (the backward's recomputed gelu writing f32, the
- * backward a unary_bwd reading h or g), on [rows, 2048] f32 tensors (W3: 8 x 256 rows), the
- * four kernels alternated round by round so that both sides see the same load; prints per
+ * backward a unary_bwd reading h or g; g f32 only), on [rows, 2048] f32 tensors (W3: 8 x 256
+ * rows), the kernels alternated round by round so that all see the same load; prints per
  * kernel the minimum and the median ms, and the median over rounds of new / old (forward +
- * backward). Checks that both sides' gradients (and bf16 copies) have the same bits.
+ * backward). Checks that side 0 and side 2 with an f32 g give the same bits (and bf16 copies),
+ * and that the bf16 g is bf16(the f32 g). --cpu times with the thread's CPU clock instead of
+ * the wall clock (1 thread: robust to other processes on a loaded machine).
  *
- *   build/bench_gelu_grad [--rounds N] [--rows R] [--threads T] [--erf] [--fp32]
+ *   build/bench_gelu_grad [--rounds N] [--rows R] [--threads T] [--erf] [--fp32] [--cpu]
  */
 #include <math.h>
 #include <omp.h>
@@ -20,13 +23,16 @@
 #include <string.h>
 #include <time.h>
 #include "core/core.h"
+#include "core/half.h"
 #include "ops/op.h"
 
 enum { COLS = 2048, MAX_ROUNDS = 999 };
 
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock_id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -54,14 +60,18 @@ int main(int argc, char **argv) {
             approx = TS_GELU_ERF;
         else if (!strcmp(argv[i], "--fp32"))
             fp32 = 1;
+        else if (!strcmp(argv[i], "--cpu"))
+            clock_id = CLOCK_THREAD_CPUTIME_ID;
         else {
-            fprintf(stderr, "usage: %s [--rounds N] [--rows R] [--threads T] [--erf] [--fp32]\n",
+            fprintf(stderr,
+                    "usage: %s [--rounds N] [--rows R] [--threads T] [--erf] [--fp32] [--cpu]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (rounds < 1 || rounds > MAX_ROUNDS || rows < 1 || threads < 1) {
-        fprintf(stderr, "rounds 1..%d, rows and threads >= 1\n", MAX_ROUNDS);
+    if (rounds < 1 || rounds > MAX_ROUNDS || rows < 1 || threads < 1 ||
+        (clock_id != CLOCK_MONOTONIC && threads != 1)) {
+        fprintf(stderr, "rounds 1..%d, rows and threads >= 1, --cpu with 1 thread\n", MAX_ROUNDS);
         return 2;
     }
     omp_set_num_threads(threads);
@@ -70,9 +80,10 @@ int main(int argc, char **argv) {
     float *h = ts_aligned_alloc(fb, "bench"), *dA = ts_aligned_alloc(fb, "bench");
     float *g = ts_aligned_alloc(fb, "bench"), *yf = ts_aligned_alloc(fb, "bench");
     float *dh[2] = {ts_aligned_alloc(fb, "bench"), ts_aligned_alloc(fb, "bench")};
-    uint16_t *y = ts_aligned_alloc(hb, "bench"),
-             *low[2] = {ts_aligned_alloc(hb, "bench"), ts_aligned_alloc(hb, "bench")};
-    float bias[2][COLS];
+    uint16_t *y = ts_aligned_alloc(hb, "bench"), *g16 = ts_aligned_alloc(hb, "bench"),
+             *low[3] = {ts_aligned_alloc(hb, "bench"), ts_aligned_alloc(hb, "bench"),
+                        ts_aligned_alloc(hb, "bench")};
+    float bias[3][COLS];
     for (int64_t i = 0; i < n; i++)
         h[i] = (float)(2.0 * sin(0.001 * (double)i)), dA[i] = (float)(1e-3 * cos(0.37 * i));
     /* the sum's scratch, sized by the op for this shape */
@@ -100,47 +111,61 @@ int main(int argc, char **argv) {
     ts_tensor ty =
         fp32 ? (ts_tensor){TS_F32, 2, {rows, COLS}, yf} : (ts_tensor){TS_BF16, 2, {rows, COLS}, y};
     ts_tensor tyg[2] = {ty, {TS_F32, 2, {rows, COLS}, g}};
-    static double t[4][MAX_ROUNDS], ratio[MAX_ROUNDS];
+    ts_tensor tyg16[2] = {ty, {TS_BF16, 2, {rows, COLS}, g16}};
+    /* kernels 0..3 as named below; in a bf16 plan also 4 (forward, g bf16) and 5 (its sum) */
+    const int nk = fp32 ? 4 : 6;
+    static double t[6][MAX_ROUNDS], ratio[MAX_ROUNDS], ratio16[MAX_ROUNDS];
     for (int r = 0; r < rounds; r++) {
         double t0 = now();
         run(&fo, TS_OP_GELU, &tx, 1, &ty, 1, NULL, 0); /* old forward */
         double t1 = now();
         run(&fn, TS_OP_GELU, &tx, 1, tyg, 2, NULL, 0); /* new forward: y and g */
         double t2 = now();
-        for (int s = 0; s < 2; s++) { /* old backward reads h, new reads g */
-            ts_tensor in[2] = {{TS_F32, 2, {rows, COLS}, dA}, {TS_F32, 2, {rows, COLS}, s ? g : h}};
+        if (!fp32) run(&fn, TS_OP_GELU, &tx, 1, tyg16, 2, NULL, 0); /* y and a bf16 g */
+        double t3 = now();
+        for (int s = 0; s < (fp32 ? 2 : 3); s++) { /* old backward reads h, new reads g */
+            ts_tensor in[2] = {{TS_F32, 2, {rows, COLS}, dA},
+                               s == 2 ? (ts_tensor){TS_BF16, 2, {rows, COLS}, g16}
+                                      : (ts_tensor){TS_F32, 2, {rows, COLS}, s ? g : h}};
             ts_tensor out[2] = {{TS_F32, 2, {1, COLS}, bias[s]},
                                 {TS_BF16, 2, {rows, COLS}, low[s]}};
-            ts_tensor od = {TS_F32, 2, {rows, COLS}, dh[s]};
+            ts_tensor od = {TS_F32, 2, {rows, COLS}, dh[s & 1]}; /* s < 2 in fp32 */
             double a = now();
             if (fp32)
-                run(&ub[s], TS_OP_UNARY_BWD, in, 2, &od, 1, NULL, 0);
+                run(&ub[s & 1], TS_OP_UNARY_BWD, in, 2, &od, 1, NULL, 0);
             else
-                run(&so[s], TS_OP_REDUCE_SUM, in, 2, out, 2, scratch, sb);
-            t[2 + s][r] = (now() - a) * 1e3;
+                run(&so[s ? 1 : 0], TS_OP_REDUCE_SUM, in, 2, out, 2, scratch, sb);
+            t[s < 2 ? 2 + s : 5][r] = (now() - a) * 1e3;
         }
-        t[0][r] = (t1 - t0) * 1e3, t[1][r] = (t2 - t1) * 1e3;
+        t[0][r] = (t1 - t0) * 1e3, t[1][r] = (t2 - t1) * 1e3, t[4][r] = (t3 - t2) * 1e3;
         ratio[r] = (t[1][r] + t[3][r]) / (t[0][r] + t[2][r]);
+        ratio16[r] = (t[4][r] + t[5][r]) / (t[0][r] + t[2][r]);
     }
-    const int same = fp32
-                         ? !memcmp(dh[0], dh[1], fb)
-                         : !memcmp(bias[0], bias[1], sizeof bias[0]) && !memcmp(low[0], low[1], hb);
-    printf("gelu_grad: [%lld, %d] f32, %s GELU, %s plan, %d threads, %d rounds; same bits: %s\n",
+    int same = fp32 ? !memcmp(dh[0], dh[1], fb)
+                    : !memcmp(bias[0], bias[1], sizeof bias[0]) && !memcmp(low[0], low[1], hb);
+    for (int64_t i = 0; !fp32 && i < n; i++) same &= g16[i] == ts_f32_to_bf16(g[i]);
+    printf("gelu_grad: [%lld, %d] f32, %s GELU, %s plan, %d threads, %d rounds, %s clock; "
+           "same bits: %s\n",
            (long long)rows, COLS, approx == TS_GELU_TANH ? "tanh" : "erf", fp32 ? "fp32" : "bf16",
-           threads, rounds, same ? "yes" : "NO");
-    static const char *name[2][4] = {
-        {"old forward  gelu -> bf16        ", "new forward  gelu -> bf16 + g    ",
-         "old backward sum(dA, h) side 0   ", "new backward sum(dA, g) side 2   "},
-        {"old forward  gelu -> f32         ", "new forward  gelu -> f32 + g     ",
-         "old backward unary_bwd(dA, h)    ", "new backward unary_bwd(dA, g)    "}};
-    for (int k = 0; k < 4; k++) {
+           threads, rounds, clock_id == CLOCK_MONOTONIC ? "wall" : "cpu", same ? "yes" : "NO");
+    static const char *name[2][6] = {
+        {"old forward  gelu -> bf16          ", "new forward  gelu -> bf16 + g f32  ",
+         "old backward sum(dA, h) side 0     ", "new backward sum(dA, g f32) side 2 ",
+         "new forward  gelu -> bf16 + g bf16 ", "new backward sum(dA, g bf16) side 2"},
+        {"old forward  gelu -> f32           ", "new forward  gelu -> f32 + g       ",
+         "old backward unary_bwd(dA, h)      ", "new backward unary_bwd(dA, g)      "}};
+    for (int k = 0; k < nk; k++) {
         double mn = t[k][0];
         for (int r = 1; r < rounds; r++) mn = t[k][r] < mn ? t[k][r] : mn;
         printf("  %s min %7.3f ms  median %7.3f ms\n", name[fp32][k], mn, ts_median(t[k], rounds));
     }
-    printf("  new / old (forward + backward), median over rounds: %.3f\n",
+    printf("  new / old (forward + backward, g f32), median over rounds: %.3f\n",
            ts_median(ratio, rounds));
+    if (!fp32)
+        printf("  new / old (forward + backward, g bf16), median over rounds: %.3f\n",
+               ts_median(ratio16, rounds));
     ts_aligned_free(h), ts_aligned_free(dA), ts_aligned_free(g), ts_aligned_free(y);
+    ts_aligned_free(g16), ts_aligned_free(low[2]);
     ts_aligned_free(low[0]), ts_aligned_free(low[1]), ts_aligned_free(scratch);
     ts_aligned_free(yf), ts_aligned_free(dh[0]), ts_aligned_free(dh[1]);
     return same ? 0 : 1;

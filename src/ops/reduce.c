@@ -40,13 +40,17 @@ static ts_status infer_reduce(const ts_graph *g, const ts_node *n, ts_type *out,
     if (n->n_in == 2) { /* the sum of unary_bwd(input 0, input 1) */
         const int64_t m = n->a.reduce.axes;
         ts_attrs fa;
+        ts_type s = *ts_in_type(g, n, 1); /* side 2 may read a bf16 derivative */
+        if (n->a.reduce.bwd.side == 2 && s.dtype == TS_BF16) s.dtype = TS_F32;
         if (n->op != TS_OP_REDUCE_SUM || n->a.reduce.out_low != 1 || m <= 0 || (m & (m + 1)) != 0 ||
-            !ts_type_equal(a, ts_in_type(g, n, 1)) ||
+            !ts_type_equal(a, &s) ||
             !ts_unary_bwd_chunk_f32(&(ts_attrs){.unary_bwd = n->a.reduce.bwd}, &fa))
-            return ts_fail(TS_ERR_INVALID,
-                           "a sum with a second input needs out_low 1, leading axes (mask "
-                           "0x%llx), two f32 inputs of one shape and a unary_bwd rule (bwd)",
-                           (unsigned long long)m);
+            return ts_fail(
+                TS_ERR_INVALID,
+                "a sum with a second input needs out_low 1, leading axes (mask "
+                "0x%llx), two f32 inputs of one shape (the second bf16 with side 2) and a "
+                "unary_bwd rule (bwd)",
+                (unsigned long long)m);
     }
     if (n->a.reduce.out_low) {
         if (n->op != TS_OP_REDUCE_SUM || n->a.reduce.out_low != 1 || a->dtype != TS_F32)
@@ -253,24 +257,27 @@ DEF_SUM(double, f64)
  * piece of up to SUM_LOW_COLS contiguous floats at a time (sum_cols_f32's pieces of 256
  * columns walk the rows with a jump after each kilobyte). With f, the pieces summed and
  * rounded are f(p, ps), computed into the stack by the unary_bwd kernel's own chunk
- * function (its bits). */
+ * function (its bits); a bf16 ps (pg: a bf16 plan's GELU derivative, side 2) is widened
+ * into the stack first, a row piece at a time. */
 TS_CLONES static void sum_cols_low(float *o, uint16_t *low, const float *p, const float *ps,
-                                   ts_unary_bwd_chunk_fn f, const ts_attrs *fa, int64_t red,
-                                   int64_t len, int64_t stride, double sc) {
+                                   const uint16_t *pg, ts_unary_bwd_chunk_fn f, const ts_attrs *fa,
+                                   int64_t red, int64_t len, int64_t stride, double sc) {
     double acc[SUM_LOW_COLS];
-    float buf[SUM_LOW_COLS];
+    float buf[SUM_LOW_COLS], gbuf[SUM_LOW_COLS];
     for (int64_t j = 0; j < len; j++) acc[j] = 0;
     for (int64_t r = 0; r < red; r++) {
         const float *row = p + r * stride;
         uint16_t *lrow = low + r * stride;
         if (f) {
-            f(buf, row, ps + r * stride, len, fa);
+            const float *srow = ps ? ps + r * stride : gbuf;
+            if (pg) ts_bf16_to_f32_n(gbuf, pg + r * stride, len); /* core/half.c: 64 bytes wide */
+            f(buf, row, srow, len, fa);
             row = buf;
         }
         for (int64_t j = 0; j < len; j++) acc[j] += (double)row[j];
-            /* apart from the sum: one loop of both vectorises with half-width vectors */
-#pragma omp simd
-        for (int64_t j = 0; j < len; j++) lrow[j] = ts_f32_to_bf16(row[j]);
+        /* apart from the sum (one loop of both vectorises with half-width vectors), and in
+         * core/half.c, whose variants store bf16 64 bytes wide where this one's could not */
+        ts_f32_to_bf16_n(lrow, row, len);
     }
     for (int64_t j = 0; j < len; j++) o[j] = (float)(acc[j] * sc);
 }
@@ -282,16 +289,21 @@ TS_CLONES static void sum_cols_low(float *o, uint16_t *low, const float *p, cons
  * rows are added in order whatever the pieces, so the pieces follow the thread count. */
 static ts_status sum_low(const ts_kargs *k) {
     const ts_tensor *x = &k->in[0];
+    /* a bf16 second input: a bf16 plan's GELU derivative (side 2, the product d * s) */
+    const int glow = k->n_in == 2 && k->in[1].dtype == TS_BF16;
     if (x->dtype != TS_F32 || k->n_out != 2 || k->out[0].dtype != TS_F32 ||
-        k->out[1].dtype != TS_BF16 || (k->n_in == 2 && k->in[1].dtype != TS_F32))
-        return ts_kernel_bad_dtype(k, "sum (out_low)", x->dtype);
-    const float *p = x->data, *ps = k->n_in == 2 ? k->in[1].data : NULL;
+        k->out[1].dtype != TS_BF16 || (k->n_in == 2 && k->in[1].dtype != TS_F32 && !glow) ||
+        (glow && (k->a->reduce.bwd.fwd_op != TS_OP_GELU || k->a->reduce.bwd.side != 2)))
+        return ts_kernel_bad_dtype(k, "sum (out_low)", k->n_in == 2 ? k->in[1].dtype : x->dtype);
+    const float *p = x->data, *ps = k->n_in == 2 && !glow ? k->in[1].data : NULL;
+    const uint16_t *pg = glow ? k->in[1].data : NULL;
     float *o = k->out[0].data;
     uint16_t *low = k->out[1].data;
     ts_attrs fa = ts_attrs_zero();
     ts_unary_bwd_chunk_fn f =
-        ps ? ts_unary_bwd_chunk_f32(&(ts_attrs){.unary_bwd = k->a->reduce.bwd}, &fa) : NULL;
-    if (ps && !f)
+        k->n_in == 2 ? ts_unary_bwd_chunk_f32(&(ts_attrs){.unary_bwd = k->a->reduce.bwd}, &fa)
+                     : NULL;
+    if (k->n_in == 2 && !f)
         return ts_fail(TS_ERR_INTERNAL, "sum '%s': no unary_bwd rule for forward op %lld",
                        k->label ? k->label : "?", (long long)k->a->reduce.bwd.fwd_op);
     red_shape s;
@@ -312,8 +324,8 @@ static ts_status sum_low(const ts_kargs *k) {
     for (int64_t t = 0; t < outer * ncb; t++) {
         int64_t oi = t / ncb, j0 = (t % ncb) * width;
         int64_t len = inner - j0 < width ? inner - j0 : width, base = oi * red * inner + j0;
-        sum_cols_low(o + oi * inner + j0, low + base, p + base, ps ? ps + base : NULL, f, &fa, red,
-                     len, inner, sc);
+        sum_cols_low(o + oi * inner + j0, low + base, p + base, ps ? ps + base : NULL,
+                     pg ? pg + base : NULL, f, &fa, red, len, inner, sc);
     }
     return TS_OK;
 }

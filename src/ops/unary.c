@@ -79,33 +79,40 @@ static inline double m_gelu_tanh_f64(double x) {
 }
 
 /* d/dx of the tanh GELU: PyTorch's 0.5(1 + th) + 0.5x(1 - th^2) u'
- * with 1 + th = 2 s and 1 - th^2 = 4 s (1 - s), s = sigmoid(2u), 1 - s
- * evaluated as sigmoid(-2u) (no cancellation). Beyond |x| = 30 the
- * derivative is exactly 0 or 1 even in f64, so x is clamped there to keep
- * x^3 finite (inf * 0 would be NaN).
+ * with 1 + th = 2 s and 1 - th^2 = 4 s (1 - s), s = sigmoid(2u), and
+ * 2u' = 2 beta (1 + 3 k x^2): s + x s sn (2 beta + 6 beta k x^2), where sn = 1 - s =
+ * sigmoid(-2u) comes from SIG2 without cancellation. Beyond |x| = 30 the derivative is
+ * exactly 0 or 1 even in f64, so x is clamped there to keep x^3 finite (inf * 0 would be NaN).
  * With y != NULL also the GELU itself, *y = x s (gelu out_grad): the same
  * bits as m_gelu_tanh_f32, whose s comes from the unclamped x. Within
  * |x| <= 30 the two u2 are the same; beyond it both |u2| exceed 1900, so
  * exp(-|u2|) is 0 for both and s is exactly 1 or 0 with u2's sign, which
  * clamping keeps (and NaN stays NaN). tests/unit/gelu_grad_bits.c checks
- * it on a dense sweep of all f32 patterns. */
+ * it on a dense sweep of all f32 patterns, and the derivative's error against f64. */
 #define DEF_GELU_TANH_GRAD(name, T, SIG2)                                                          \
     static inline T name(T x, T *y) {                                                              \
         const T x0 = x;                                                                            \
-        x = x > (T)30 ? (T)30 : (x < (T)-30 ? (T)-30 : x);                                         \
+        /* as two selects, not nested: GCC then if-converts them to min / max */                   \
+        x = (T)30 < x ? (T)30 : x;                                                                 \
+        x = (T)-30 > x ? (T)-30 : x;                                                               \
         T x2 = x * x;                                                                              \
         T u2 = (T)(2.0 * GELU_BETA) * (x + (T)GELU_KAPPA * (x2 * x));                              \
         T s, sn;                                                                                   \
         SIG2(u2, &s, &sn);                                                                         \
         if (y) *y = x0 * s;                                                                        \
-        return s + (T)2 * x * s * sn * (T)GELU_BETA * ((T)1 + (T)(3.0 * GELU_KAPPA) * x2);         \
+        return s + x * (s * sn) * ((T)(2.0 * GELU_BETA) + (T)(6.0 * GELU_BETA * GELU_KAPPA) * x2); \
     }
-/* sigmoid(u) and sigmoid(-u) as m_sigmoid_f32 computes each (the same bits: -|-u| is -|u|,
- * and -u >= 0 is u <= 0, NaN included), from one exp. */
+/* sigmoid(u) with m_sigmoid_f32's bits (the forward GELU's), and sigmoid(-u) = 1 - sigmoid(u)
+ * without a second division: e s (= e / (1 + e), one more rounding) where s >= 0.5 (u >= 0),
+ * else 1 - s, which is > 0.5, so the subtraction loses nothing: within an ulp or so of the
+ * quotient either way (at s = 0.5 both are). The second choice tests s, not u: on u's sign
+ * GCC duplicates the division into both arms of the first choice (two divisions again). NaN
+ * gives NaN for both. */
 static inline void m_sigmoid_pair_f32(float u, float *s, float *sn) {
-    float e = m_exp_f32(-fabsf(u)), d = 1.0f + e;
-    *s = (u >= 0.0f ? 1.0f : e) / d;
-    *sn = (u <= 0.0f ? 1.0f : e) / d;
+    float e = m_exp_neg_f32(-fabsf(u));
+    float si = (u >= 0.0f ? 1.0f : e) / (1.0f + e);
+    *s = si;
+    *sn = si >= 0.5f ? e * si : 1.0f - si;
 }
 static inline void m_sigmoid_pair_f64(double u, double *s, double *sn) {
     *s = m_sigmoid_f64(u);
@@ -173,7 +180,9 @@ static ts_status infer_unary(const ts_graph *g, const ts_node *n, ts_type *out, 
     *out = *x;
     if (n->a.unary.out_low) out->dtype = TS_BF16;
     *n_out = 1;
-    if (n->a.unary.out_grad) out[1] = *x, *n_out = 2;
+    /* the derivative in the result's dtype: bf16 in a bf16 plan, as autocast's GELU backward
+     * runs on bf16 tensors (passes/gelu_grad.c) */
+    if (n->a.unary.out_grad) out[1] = out[0], *n_out = 2;
     return TS_OK;
 }
 
@@ -241,7 +250,10 @@ static ts_status infer_unary_bwd(const ts_graph *g, const ts_node *n, ts_type *o
                        ts_op_get((int)op)->name, side == 1 ? "output" : "derivative");
     ts_status st = need_float(dy->dtype);
     if (st != TS_OK) return st;
-    if (!ts_type_equal(dy, s))
+    /* side 2 may read a bf16 derivative (a bf16 plan's gelu out_grad) with an f32 gradient */
+    ts_type sw = *s;
+    if (side == 2 && dy->dtype == TS_F32 && s->dtype == TS_BF16) sw.dtype = TS_F32;
+    if (!ts_type_equal(dy, &sw))
         return ts_fail(TS_ERR_SHAPE, "gradient and saved tensor differ in dtype or shape");
     ts_attrs fa = fwd_attrs(&n->a);
     if ((st = check_attrs((int)op, &fa)) != TS_OK) return st;
@@ -410,24 +422,43 @@ typedef void (*fwd_grad_fn)(float *y, float *g, const float *x, int64_t n);
 DEF_FWD_GRAD(gelu_tanh_grad_f32, m_gelu_tanh_grad_f32)
 DEF_FWD_GRAD(gelu_erf_grad_f32, m_gelu_erf_grad_f32)
 
-/* gelu with out_grad: output 0 the GELU (f32, or bf16 with out_low, rounded per chunk on the
- * stack as run_fwd_low does), output 1 the f32 derivative. */
+/* gelu with out_grad: output 0 the GELU (f32, or bf16 with out_low), output 1 the derivative
+ * (f32 or bf16: inference gives it output 0's dtype; the kernel takes either, for
+ * bench/gelu_grad.c), each bf16 one computed in f32 on the stack per chunk and rounded as
+ * run_fwd_low does. */
+#define LOW_PIECE 512
 static ts_status run_fwd_grad(const ts_kargs *k, fwd_grad_fn f, const char *op) {
     const ts_tensor *x = &k->in[0], *o = &k->out[0];
-    const int low = k->a->unary.out_low != 0;
-    if (k->n_out < 2 || x->dtype != TS_F32 || k->out[1].dtype != TS_F32 ||
+    const int low = k->a->unary.out_low != 0, glow = k->n_out >= 2 && k->out[1].dtype == TS_BF16;
+    if (k->n_out < 2 || x->dtype != TS_F32 || (k->out[1].dtype != TS_F32 && !glow) ||
         o->dtype != (low ? TS_BF16 : TS_F32))
         return ts_kernel_bad_dtype(k, op, k->n_out < 2 ? o->dtype : k->out[1].dtype);
     int64_t n = ts_tensor_numel(o), nch = (n + CHUNK - 1) / CHUNK;
-    float *pg = k->out[1].data;
     const float *px = x->data;
+    if (low && glow) { /* both rounded per piece of LOW_PIECE, which stays in L1 */
+#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
+        for (int64_t c = 0; c < nch; c++) {
+            float yb[LOW_PIECE], gb[LOW_PIECE];
+            int64_t e = n - c * CHUNK < CHUNK ? n : (c + 1) * CHUNK;
+            for (int64_t s = c * CHUNK; s < e; s += LOW_PIECE) {
+                int64_t len = e - s < LOW_PIECE ? e - s : LOW_PIECE;
+                f(yb, gb, px + s, len);
+                ts_f32_to_bf16_n((uint16_t *)o->data + s, yb, len);
+                ts_f32_to_bf16_n((uint16_t *)k->out[1].data + s, gb, len);
+            }
+        }
+        return TS_OK;
+    }
 #pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
     for (int64_t c = 0; c < nch; c++) {
-        float buf[CHUNK];
+        float buf[CHUNK], gbuf[CHUNK];
         int64_t s = c * CHUNK, len = n - s < CHUNK ? n - s : CHUNK;
         float *py = low ? buf : (float *)o->data + s;
-        f(py, pg + s, px + s, len);
+        float *pg = glow ? gbuf : (float *)k->out[1].data + s;
+        f(py, pg, px + s, len);
+        /* one chunk each: below the conversions' threading size */
         if (low) ts_f32_to_bf16_n((uint16_t *)o->data + s, buf, len);
+        if (glow) ts_f32_to_bf16_n((uint16_t *)k->out[1].data + s, gbuf, len);
     }
     return TS_OK;
 }
@@ -613,6 +644,10 @@ static ts_status k_unary_bwd(const ts_kargs *k) {
     const ts_tensor *d = &k->in[0], *s = &k->in[1], *o = &k->out[0];
     bwd_fn f = o->dtype == TS_F32 ? f32 : o->dtype == TS_F64 ? f64 : NULL;
     if (!f) return ts_kernel_bad_dtype(k, "unary_bwd", o->dtype);
+    /* a bf16 derivative (side 2, inference checks): each chunk widened on the stack */
+    const int low_s = s->dtype == TS_BF16;
+    if (low_s && (o->dtype != TS_F32 || k->a->unary_bwd.side != 2))
+        return ts_kernel_bad_dtype(k, "unary_bwd", s->dtype);
     /* the attributes as the forward op saw them */
     ts_attrs fa = fwd_attrs(k->a);
     size_t es = ts_dtype_size(o->dtype);
@@ -621,9 +656,12 @@ static ts_status k_unary_bwd(const ts_kargs *k) {
     const char *pd = d->data, *ps = s->data;
 #pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
     for (int64_t c = 0; c < nch; c++) {
+        float sbuf[CHUNK];
         int64_t st = c * CHUNK, len = n - st < CHUNK ? n - st : CHUNK;
         int64_t off = st * (int64_t)es;
-        f(po + off, pd + off, ps + off, len, &fa);
+        const void *sc = ps + off;
+        if (low_s) ts_bf16_to_f32_n(sbuf, (const uint16_t *)ps + st, len), sc = sbuf;
+        f(po + off, pd + off, sc, len, &fa);
     }
     return TS_OK;
 }

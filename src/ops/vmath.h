@@ -50,6 +50,30 @@ static inline float m_exp_f32(float x) {
     return p * s1 * s2;
 }
 
+/* exp(x) for x <= 0 (or NaN): m_exp_f32's bits, cheaper. No upper clamp (x <= 0 never
+ * meets it), and the scale 2^n (n in [-150, 0]) applied as 2^(n + 64), a normal power that
+ * p times exactly, then 2^-64, which rounds once, as the two halves do: the same result.
+ * (tests/unit/gelu_grad_bits.c compares the two on every non-positive f32.) */
+static inline float m_exp_neg_f32(float x) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    x = -104.0f > x ? -104.0f : x;   /* exp(-104) rounds to 0 below; NaN stays */
+    float t = x * 1.44269504088896341f + magic;
+    float r = t - magic;
+    uint32_t n = f32_bits(t) - f32_bits(magic);
+    x = x - r * 0.693359375f;
+    x = x - r * -2.12194440e-4f;
+    float z = x * x;
+    float p = (((((1.9875691500e-4f * x + 1.3981999507e-3f) * x + 8.3334519073e-3f) * x +
+                 4.1665795894e-2f) *
+                    x +
+                1.6666665459e-1f) *
+                   x +
+               5.0000001201e-1f) *
+                  z +
+              x + 1.0f;
+    return p * f32_from_bits((n + 127u + 64u) << 23) * 5.42101086242752217e-20f; /* 2^-64 */
+}
+
 /* log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by Cephes' logf
  * polynomial; subnormals are rescaled, and 0, negatives, inf and NaN are
  * patched at the end so the main path stays branch-free. */
@@ -94,7 +118,7 @@ static inline float m_log_f32(float x) {
 /* sigmoid(x) = 1 / (1 + e^-x), evaluated with e = exp(-|x|) <= 1 so that
  * it never overflows and the negative side keeps full relative accuracy. */
 static inline float m_sigmoid_f32(float x) {
-    float e = m_exp_f32(-fabsf(x));
+    float e = m_exp_neg_f32(-fabsf(x));
     return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
 }
 static inline double m_sigmoid_f64(double x) {

@@ -1,12 +1,18 @@
 /* gelu_grad: a GELU's backward without its exp.
  *
  * The GELU backward (unary_bwd(d, x) with fwd_op gelu, or the bias-gradient sum that computes
- * it, reduce.bwd, precision.c's fold_bwd_sums) evaluates gelu'(x): an exp and two divisions
- * per element, the same exp the forward gelu(x) already paid for. Where the gelu is the last
- * reader of x before that backward, the gelu writes g = gelu'(x) as a second f32 output
- * (unary.out_grad, ops/unary.c: the same bits as the backward's own evaluation) and the
- * backward reads g instead of x and only multiplies d * g (side 2): the same product, so the
- * same bits. x then dies at the gelu and g, of its size, lives in its place: memory neutral.
+ * it, reduce.bwd, precision.c's fold_bwd_sums) evaluates gelu'(x): an exp and a division per
+ * element, the same exp and division the forward gelu(x) already paid for. Where the gelu is
+ * the last reader of x before that backward, the gelu writes g = gelu'(x) as a second output
+ * (unary.out_grad, ops/unary.c) and the backward reads g instead of x and only multiplies
+ * d * g (side 2). x then dies at the gelu and g lives in its place.
+ *
+ * g has the gelu result's dtype. In an fp32 plan it is f32, the bits of the backward's own
+ * evaluation: the same product, the same bits as without this pass, and memory neutral. In
+ * a bf16 plan (the gelu's out_low) it is bf16, rounded once from that f32 value: dA * g then
+ * differs from dA * gelu'(x) by g's rounding (relative 2^-9), as in PyTorch's autocast, whose
+ * GELU backward runs on bf16 tensors (a bf16 result from bf16 inputs), and g takes half of
+ * x's memory and is read at half the bytes.
  *
  * In an fp32 plan the gelu that qualifies is autodiff's recomputed copy (passes/autodiff.c,
  * which the backward reaches just before the unary_bwd); in a bf16 plan the precision pass
@@ -60,7 +66,9 @@ ts_status ts_pass_gelu_grad(ts_graph *g, int *n_rewritten) {
             continue;
         const int gi = gelu_for(g, ci, x, b);
         if (gi < 0) continue;
-        const ts_type t = xv->t;
+        /* g in the gelu result's dtype: bf16 where the precision pass made it bf16 (out_low) */
+        ts_type t = xv->t;
+        t.dtype = g->values[g->nodes[gi].out[0]].t.dtype;
         const int32_t v = ts_value_new(g, &t, TS_VK_NODE, NULL); /* g->values may move */
         if (v < 0) return ts_graph_status(g);
         ts_status s = ts_node_append_output(g, gi, v);

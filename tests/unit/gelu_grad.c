@@ -3,35 +3,46 @@
  *
  * - the pass on hand-built graphs: a gelu of x followed by unary_bwd(d, x)
  *   is rewritten (the gelu has two outputs, the backward reads the second
- *   with side 2); not when another node reads x after the gelu, when the
- *   approximations differ, or when x is a graph output;
+ *   with side 2; the derivative f32, or bf16 where the gelu's result is, out_low);
+ *   not when another node reads x after the gelu, when the approximations differ,
+ *   or when x is a graph output;
  * - bad input: out_grad on an f64 gelu, on a relu, or out_grad 2; a
- *   unary_bwd side 2 of a relu, or side 3, are refused by inference;
+ *   unary_bwd side 2 of a relu, or side 3, or a bf16 saved x (side 0), are refused
+ *   by inference;
+ * - the kernels with a bf16 derivative (session 19): the gelu writes bf16(its f32
+ *   derivative), and unary_bwd and the folded sum (side 2) reading it give the bits they
+ *   give reading its f32 widening;
  * - the compile: linear -> GELU (tanh and erf) -> linear -> cross entropy,
  *   f32 and (where this CPU has bf16 GEMMs) bf16, trained 3 SGD steps:
  *   the plan has the new form (in bf16 the folded bias-gradient sum reads
- *   the derivative), compile.no_gelu_grad keeps the old one, and the loss,
- *   gradients and weights are bit-identical between the two. */
+ *   the derivative, bf16), compile.no_gelu_grad keeps the old one; in f32 the loss,
+ *   gradients and weights are bit-identical between the two, in bf16 (the derivative
+ *   rounded to bf16) close, and bit-identical between two compiles. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/dnnl_caps.h"
 #include "check.h"
+#include "core/half.h"
 #include "ops/op.h"
 #include "passes/passes.h"
 #include "plan/plan.h"
 
 /* ---- the pass on hand-built graphs ---------------------------------- */
 
-/* gelu(x) and unary_bwd(d, x) side 0, with a mul(x, x) read before the gelu (after = 0), after
- * it (1), or none (-1); bwd_approx the backward's approximation; x_output marks x an output.
- * Returns how many backward nodes the pass rewrote, and checks the rewritten form. */
-static int rewrite(int after, int64_t bwd_approx, int x_output) {
+/* gelu(x) (with out_low: a bf16 result) and unary_bwd(d, x) side 0, with a mul(x, x) read
+ * before the gelu (after = 0), after it (1), or none (-1); bwd_approx the backward's
+ * approximation; x_output marks x an output. Returns how many backward nodes the pass
+ * rewrote, and checks the rewritten form. */
+static int rewrite_low(int after, int64_t bwd_approx, int x_output, int low) {
     ts_graph *g = ts_graph_new();
     const int64_t dims[2] = {3, 5};
     ts_val x0 = ts_input(g, "x0", TS_F32, 2, dims), d = ts_input(g, "d", TS_F32, 2, dims);
     ts_val x = ts_neg(g, x0); /* made by a node, as a pre-activation is */
     if (after == 0) ts_mark_output(g, ts_mul(g, x, x), "m");
-    ts_val y = ts_gelu(g, x, TS_GELU_TANH);
+    ts_attrs ga = ts_attrs_zero();
+    ga.unary.approx = TS_GELU_TANH, ga.unary.out_low = low;
+    ts_val y = ts_node_add(g, TS_OP_GELU, 1, &x, &ga, NULL);
     ts_mark_output(g, y, "y");
     if (after == 1) ts_mark_output(g, ts_mul(g, x, x), "m");
     if (x_output) ts_mark_output(g, x, "x");
@@ -46,10 +57,12 @@ static int rewrite(int after, int64_t bwd_approx, int x_output) {
     const ts_node *gl = &g->nodes[g->values[y.id].node], *bw = &g->nodes[g->values[dx.id].node];
     if (n == 1)
         CHECK(gl->n_out == 2 && gl->a.unary.out_grad == 1 && bw->in[1] == gl->out[1] &&
-                  bw->a.unary_bwd.side == 2 && g->values[gl->out[1]].t.dtype == TS_F32,
+                  bw->a.unary_bwd.side == 2 &&
+                  g->values[gl->out[1]].t.dtype == (low ? TS_BF16 : TS_F32),
               "rewritten: gelu with 2 outputs (%d), out_grad %d, the backward reads its second "
-              "output with side 2 (%lld)",
-              gl->n_out, (int)gl->a.unary.out_grad, (long long)bw->a.unary_bwd.side);
+              "output (%s) with side 2 (%lld)",
+              gl->n_out, (int)gl->a.unary.out_grad, ts_dtype_name(g->values[gl->out[1]].t.dtype),
+              (long long)bw->a.unary_bwd.side);
     else
         CHECK(gl->n_out == 1 && bw->in[1] == x.id && bw->a.unary_bwd.side == 0,
               "left alone: the gelu and its backward unchanged");
@@ -57,7 +70,13 @@ static int rewrite(int after, int64_t bwd_approx, int x_output) {
     return n;
 }
 
+static int rewrite(int after, int64_t bwd_approx, int x_output) {
+    return rewrite_low(after, bwd_approx, x_output, 0);
+}
+
 static void test_rewrite(void) {
+    CHECK(rewrite_low(-1, TS_GELU_TANH, 0, 1) == 1, "a bf16 gelu: rewritten, a bf16 derivative");
+    CHECK(rewrite_low(0, TS_GELU_TANH, 0, 1) == 1, "a bf16 gelu, x read before: rewritten");
     CHECK(rewrite(-1, TS_GELU_TANH, 0) == 1, "gelu then its backward: rewritten");
     CHECK(rewrite(0, TS_GELU_TANH, 0) == 1, "x also read before the gelu: rewritten");
     CHECK(rewrite(1, TS_GELU_TANH, 0) == 0, "x also read after the gelu: left alone");
@@ -92,6 +111,80 @@ static void test_bad_input(void) {
               c == 0 ? "relu" : "gelu", ts_graph_error(g));
         ts_graph_free(g);
     }
+    for (int side = 0; side <= 2; side += 2) { /* a bf16 saved tensor: the derivative only */
+        ts_graph *g = ts_graph_new();
+        ts_val d = ts_input(g, "d", TS_F32, 1, (const int64_t[]){4});
+        ts_val s = ts_input(g, "s", TS_BF16, 1, (const int64_t[]){4});
+        ts_attrs a = ts_attrs_zero();
+        a.unary_bwd.fwd_op = TS_OP_GELU, a.unary_bwd.side = side;
+        ts_val y = ts_node_add(g, TS_OP_UNARY_BWD, 2, (ts_val[]){d, s}, &a, NULL);
+        if (side == 0)
+            CHECK(!ts_val_ok(y), "unary_bwd side 0 reading a bf16 x refused: %s",
+                  ts_graph_error(g));
+        else
+            CHECK(ts_val_ok(y) && g->values[y.id].t.dtype == TS_F32,
+                  "unary_bwd side 2 reading a bf16 derivative: an f32 gradient (%s)",
+                  ts_graph_error(g));
+        ts_graph_free(g);
+    }
+}
+
+/* ---- the kernels with a bf16 derivative ---------------------------------- */
+
+enum { KR = 37, KC = 300, KN = KR * KC }; /* odd rows, columns not a multiple of 16 */
+
+static void kernel(int op, const ts_attrs *a, ts_tensor *in, int n_in, ts_tensor *out, int n_out,
+                   void *scratch, size_t sb) {
+    static ts_step_ctx ctx = {1, 0, 0.0, 1};
+    ts_kargs k = {a, n_in, n_out, in, out, scratch, sb, &ctx, "gelu_grad", NULL};
+    CHECK_OK(ts_op_get(op)->kernel(&k));
+}
+
+static void test_bf16_kernels(int64_t approx) {
+    static float x[KN], d[KN], g32[KN], gw[KN], o16[KN], ow[KN], b16[KC], bw[KC];
+    static uint16_t y32[KN], y16[KN], g16[KN], l16[KN], lw[KN];
+    for (int i = 0; i < KN; i++)
+        x[i] = (float)(3.0 * sin(0.013 * i)), d[i] = (float)(1e-2 * cos(0.71 * i));
+    x[3] = NAN, x[4] = -40.0f, x[5] = 40.0f, x[6] = -9.7f;
+    ts_attrs fa = ts_attrs_zero();
+    fa.unary.approx = (int32_t)approx, fa.unary.out_low = 1, fa.unary.out_grad = 1;
+    ts_tensor tx = {TS_F32, 2, {KR, KC}, x};
+    ts_tensor o32[2] = {{TS_BF16, 2, {KR, KC}, y32}, {TS_F32, 2, {KR, KC}, g32}};
+    ts_tensor o16s[2] = {{TS_BF16, 2, {KR, KC}, y16}, {TS_BF16, 2, {KR, KC}, g16}};
+    kernel(TS_OP_GELU, &fa, &tx, 1, o32, 2, NULL, 0);
+    kernel(TS_OP_GELU, &fa, &tx, 1, o16s, 2, NULL, 0);
+    int bad = 0;
+    for (int i = 0; i < KN; i++) {
+        bad += y16[i] != y32[i] || g16[i] != ts_f32_to_bf16(g32[i]);
+        gw[i] = ts_bf16_to_f32(g16[i]);
+    }
+    const char *ap = approx == TS_GELU_TANH ? "tanh" : "erf";
+    CHECK(bad == 0,
+          "%s gelu, bf16 derivative: its result's bits, and bf16(the f32 derivative) "
+          "(%d of %d differ)",
+          ap, bad, KN);
+    ts_attrs ua = ts_attrs_zero();
+    ua.unary_bwd.fwd_op = TS_OP_GELU, ua.unary_bwd.side = 2;
+    ua.unary_bwd.fwd.approx = (int32_t)approx;
+    ts_tensor in16[2] = {{TS_F32, 2, {KR, KC}, d}, {TS_BF16, 2, {KR, KC}, g16}};
+    ts_tensor inw[2] = {{TS_F32, 2, {KR, KC}, d}, {TS_F32, 2, {KR, KC}, gw}};
+    ts_tensor t16 = {TS_F32, 2, {KR, KC}, o16}, tw = {TS_F32, 2, {KR, KC}, ow};
+    kernel(TS_OP_UNARY_BWD, &ua, in16, 2, &t16, 1, NULL, 0);
+    kernel(TS_OP_UNARY_BWD, &ua, inw, 2, &tw, 1, NULL, 0);
+    CHECK(memcmp(o16, ow, sizeof o16) == 0,
+          "%s unary_bwd side 2: a bf16 derivative gives the bits of its f32 widening", ap);
+    ts_attrs sa = ts_attrs_zero();
+    sa.reduce.axes = 1, sa.reduce.keepdim = 1, sa.reduce.scale = 1.0, sa.reduce.out_low = 1;
+    sa.reduce.bwd = ua.unary_bwd;
+    static double scratch[4096];
+    ts_tensor s16[2] = {{TS_F32, 2, {1, KC}, b16}, {TS_BF16, 2, {KR, KC}, l16}};
+    ts_tensor sw[2] = {{TS_F32, 2, {1, KC}, bw}, {TS_BF16, 2, {KR, KC}, lw}};
+    kernel(TS_OP_REDUCE_SUM, &sa, in16, 2, s16, 2, scratch, sizeof scratch);
+    kernel(TS_OP_REDUCE_SUM, &sa, inw, 2, sw, 2, scratch, sizeof scratch);
+    CHECK(memcmp(b16, bw, sizeof b16) == 0 && memcmp(l16, lw, sizeof l16) == 0,
+          "%s sum(d, g) side 2: a bf16 derivative gives the sums and bf16 copy of its f32 "
+          "widening",
+          ap);
 }
 
 /* ---- the compile ------------------------------------------------------ */
@@ -162,6 +255,15 @@ static void count(const ts_graph *g, int *gelus, int *bwds) {
     }
 }
 
+/* The dtype of the derivative a gelu writes (out_grad), TS_DTYPE_COUNT if none. */
+static ts_dtype deriv_dtype(const ts_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const ts_node *n = &g->nodes[i];
+        if (!n->dead && n->op == TS_OP_GELU && n->n_out == 2) return g->values[n->out[1]].t.dtype;
+    }
+    return TS_DTYPE_COUNT;
+}
+
 static void compile_case(ts_dtype compute, int64_t approx) {
     const char *what = compute == TS_BF16 ? "bf16" : "f32";
     const char *ap = approx == TS_GELU_TANH ? "tanh" : "erf";
@@ -176,14 +278,36 @@ static void compile_case(ts_dtype compute, int64_t approx) {
               gelus, bwds);
         CHECK(gelus0 == 0 && bwds0 == 0, "%s %s, compile.no_gelu_grad: %d and %d (0 and 0)", what,
               ap, gelus0, bwds0);
-        static float a[2 * NG], b[2 * NG];
-        double la[STEPS], lb[STEPS];
+        const ts_dtype gdt = deriv_dtype(kept.graph);
+        CHECK(gdt == compute, "%s %s: the derivative is %s", what, ap, ts_dtype_name(gdt));
+        static float a[2 * NG], b[2 * NG], c[2 * NG];
+        double la[STEPS], lb[STEPS], lc[STEPS];
         train(p, la, a);
         train(q, lb, b);
-        CHECK(memcmp(la, lb, sizeof la) == 0 && memcmp(a, b, sizeof a) == 0,
-              "%s %s: losses, gradients and weights after %d steps bit-identical to "
-              "compile.no_gelu_grad (loss %.9g vs %.9g)",
-              what, ap, STEPS, la[STEPS - 1], lb[STEPS - 1]);
+        if (compute == TS_F32) {
+            CHECK(memcmp(la, lb, sizeof la) == 0 && memcmp(a, b, sizeof a) == 0,
+                  "%s %s: losses, gradients and weights after %d steps bit-identical to "
+                  "compile.no_gelu_grad (loss %.9g vs %.9g)",
+                  what, ap, STEPS, la[STEPS - 1], lb[STEPS - 1]);
+        } else { /* dA * bf16(g) vs dA * g: close, not equal */
+            double md = 0, mw = 0;
+            for (int i = NG; i < 2 * NG; i++) {
+                md = fmax(md, fabs((double)a[i] - b[i]));
+                mw = fmax(mw, fabs((double)b[i]));
+            }
+            CHECK(fabs(la[STEPS - 1] - lb[STEPS - 1]) < 1e-2 * fabs(lb[STEPS - 1]) &&
+                      md < 1e-2 * mw,
+                  "%s %s: loss %.9g vs %.9g, weights within %.3g (largest %.3g) of "
+                  "compile.no_gelu_grad after %d steps",
+                  what, ap, la[STEPS - 1], lb[STEPS - 1], md, mw, STEPS);
+            ts_plan *r = build(compute, approx, 0, NULL);
+            if (r) {
+                train(r, lc, c);
+                CHECK(memcmp(la, lc, sizeof la) == 0 && memcmp(a, c, sizeof a) == 0,
+                      "%s %s: two compiles' losses, gradients and weights bit-identical", what, ap);
+            }
+            ts_plan_free(r);
+        }
     }
     ts_plan_free(p);
     ts_plan_free(q);
@@ -194,6 +318,8 @@ static void compile_case(ts_dtype compute, int64_t approx) {
 int main(void) {
     test_rewrite();
     test_bad_input();
+    test_bf16_kernels(TS_GELU_TANH);
+    test_bf16_kernels(TS_GELU_ERF);
     compile_case(TS_F32, TS_GELU_TANH);
     compile_case(TS_F32, TS_GELU_ERF);
     if (!ts_cpu_supports_dtype_gemm(TS_BF16)) {

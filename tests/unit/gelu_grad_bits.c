@@ -1,9 +1,14 @@
 /* The GELU's f32 derivative, bit for bit, on every 251st f32 bit pattern
  * (17 million inputs: every exponent, both signs, NaN and infinities),
  * through the kernels on chunks of their size and an odd tail:
- * - the tanh GELU's unary_bwd computes sigmoid(2u) and sigmoid(-2u) from
- *   one exp (session 14): its bits must be those of the two m_sigmoid_f32
- *   calls it replaced, with dy = 1 (the product is exact);
+ * - the tanh GELU's unary_bwd computes sigmoid(2u) from one exp and one division
+ *   (session 19; two divisions before, one exp since session 14) and sigmoid(-2u) from
+ *   it: its error against an f64 evaluation (in ulps of the larger of the two terms
+ *   s and x s sn 2u', as the cancellation between them is the formula's own) must
+ *   be at most that of the two m_sigmoid_f32 calls it replaced plus one, and NaN
+ *   only where they give NaN;
+ * - m_exp_neg_f32 has m_exp_f32's bits on every non-positive input of the sweep (and
+ *   NaN) (all 2^31 of them were compared once in session 19: none differ);
  * - a gelu with out_grad (session 18, passes/gelu_grad.c), tanh and erf,
  *   f32 and bf16 (out_low) result, also in place (the result over x):
  *   its result has the plain gelu kernel's bits and its second output
@@ -21,7 +26,7 @@
 #define BETA  0.797884560802865355879 /* sqrt(2/pi) */
 #define KAPPA 0.044715
 
-/* The formula as it was: two sigmoids, each with its own exp. */
+/* The formula as it was until session 18: two sigmoids, each with its own exp. */
 static float reference(float x) {
     x = x > 30.0f ? 30.0f : (x < -30.0f ? -30.0f : x);
     float x2 = x * x;
@@ -30,7 +35,26 @@ static float reference(float x) {
     return s + 2.0f * x * s * sn * (float)BETA * (1.0f + (float)(3.0 * KAPPA) * x2);
 }
 
+/* gelu'(x) in f64, and the larger magnitude of its two terms (the scale of its error) */
+static double exact(double x, double *scale) {
+    x = x > 30.0 ? 30.0 : (x < -30.0 ? -30.0 : x);
+    double u2 = 2.0 * BETA * (x + KAPPA * x * x * x);
+    double s = 1.0 / (1.0 + exp(-u2)), sn = 1.0 / (1.0 + exp(u2));
+    double t = x * s * sn * 2.0 * BETA * (1.0 + 3.0 * KAPPA * x * x);
+    *scale = fmax(fabs(s), fabs(t));
+    return s + t;
+}
+
+/* |a - r| in ulps of an f32 of magnitude sc (the subnormal spacing below) */
+static double ulps(float a, double r, double sc) {
+    int e;
+    frexp(sc, &e);
+    double u = ldexp(1.0, e - 24);
+    return fabs((double)a - r) / (u < 0x1p-149 ? 0x1p-149 : u);
+}
+
 enum { N = 1 << 20, STEP = 251 };
+static double err_old, err_new; /* the largest errors of the derivative, in ulps */
 
 static ts_step_ctx ctx = {1, 0, 0.0, 1};
 
@@ -65,7 +89,16 @@ static void batch(bufs *B, int n, int64_t approx, long long *bad) {
     run(TS_OP_GELU, &fw, 1, B->x, NULL, TS_F32, B->ref, NULL, n);       /* gelu(x) */
     run(TS_OP_UNARY_BWD, &bw, 2, B->one, B->x, TS_F32, B->b0, NULL, n); /* gelu'(x) */
     if (approx == TS_GELU_TANH)
-        for (int i = 0; i < n; i++) bad[0] += differ(reference(B->x[i]), B->b0[i]);
+        for (int i = 0; i < n; i++) {
+            const float x = B->x[i], r0 = reference(x), r1 = B->b0[i];
+            if (x != x || r0 != r0) {
+                bad[0] += !(x != x && r0 != r0 && r1 != r1);
+                continue;
+            }
+            double sc, r = exact((double)x, &sc);
+            err_old = fmax(err_old, ulps(r0, r, sc)), err_new = fmax(err_new, ulps(r1, r, sc));
+            if (!(x > 0.0f)) bad[0] += differ(m_exp_neg_f32(x), m_exp_f32(x));
+        }
     ts_attrs fg = fw;
     fg.unary.out_grad = 1;
     run(TS_OP_GELU, &fg, 1, B->x, NULL, TS_F32, B->y, B->g, n);
@@ -105,7 +138,14 @@ int main(void) {
         n_all += n;
     }
     CHECK(n_all > 17000000, "%lld inputs", n_all);
-    CHECK(bad[0][0] == 0, "tanh GELU derivative: %lld of %lld inputs differ", bad[0][0], n_all);
+    CHECK(bad[0][0] == 0, "tanh GELU derivative NaN where it was, exp_neg: %lld of %lld differ",
+          bad[0][0], n_all);
+    printf("tanh GELU derivative, largest error: %.3f ulps (two divisions: %.3f)\n", err_new,
+           err_old);
+    CHECK(err_new <= err_old + 1.0,
+          "tanh GELU derivative: largest error %.3f ulps of its larger term (two divisions: "
+          "%.3f)",
+          err_new, err_old);
     static const char *what[] = {"", "out_grad", "out_grad in place", "out_grad with out_low",
                                  "unary_bwd side 2"};
     for (int a = 0; a < 2; a++)
