@@ -115,8 +115,8 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
 void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
                           const float *o, const float *lse, float *dq, float *dk, float *dv,
                           const ts_attn_geom *g, float scale, int causal, float *ws) {
-    /* lg: the gradients' rows, laid out as their inputs' */
-    const int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_in;
+    /* lg: the gradients' rows (their inputs' layout, or the bf16 output's scratch) */
+    const int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_grad;
     const int64_t hp = (hd + 1) / 2, BP = BS / 2;
     float *p = ws, *ds = p + BS * BS, *D = ds + BS * BS;
     uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_bwd_slot_bytes(T_, 0, sizeof(float)));
