@@ -21,6 +21,9 @@ static ts_status check_attrs(const ts_node *n) {
     if (n->a.attention.out_low != 0 && n->a.attention.out_low != 1)
         return ts_fail(TS_ERR_INVALID, "out_low must be 0 or 1, got %lld",
                        (long long)n->a.attention.out_low);
+    if (n->a.attention.sums_rank < 0 || n->a.attention.sums_rank > TS_MAX_RANK)
+        return ts_fail(TS_ERR_INVALID, "sums_rank must be in [0, %d], got %lld", TS_MAX_RANK,
+                       (long long)n->a.attention.sums_rank);
     if (!isfinite(n->a.attention.scale))
         return ts_fail(TS_ERR_INVALID, "scale must be finite, got %g", n->a.attention.scale);
     return TS_OK;
@@ -106,7 +109,9 @@ static ts_status infer_attn_bwd(const ts_graph *g, const ts_node *n, ts_type *ou
         ts_attn_geom ge;
         ts_attn_geom_of(q, &ge);
         out[0].dtype = TS_BF16;
-        out[1] = (ts_type){.dtype = TS_F32, .rank = 1, .dims = {3 * ge.H * ge.hd}};
+        const int r = n->a.attention.sums_rank > 1 ? (int)n->a.attention.sums_rank : 1;
+        out[1] = (ts_type){.dtype = TS_F32, .rank = r};
+        for (int i = 0; i < r; i++) out[1].dims[i] = i < r - 1 ? 1 : 3 * ge.H * ge.hd;
         *n_out = 2;
     }
     return TS_OK;

@@ -92,6 +92,13 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
 void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
                           const float *o, const float *lse, float *dq, float *dk, float *dv,
                           const ts_attn_geom *g, float scale, int causal, float *ws);
+/* ts_attn_bwd_item_low calling fin(ctx, t0, n, what) once rows [t0, t0 + n) of dq (what 0)
+ * or of dk and dv (what 1) are final, in increasing t0 for each. */
+typedef void ts_attn_bwd_fin_fn(void *ctx, int64_t t0, int64_t n, int what);
+void ts_attn_bwd_item_low_fin(const float *dout, const float *q, const float *k, const float *v,
+                              const float *o, const float *lse, float *dq, float *dk, float *dv,
+                              const ts_attn_geom *g, float scale, int causal, float *ws,
+                              ts_attn_bwd_fin_fn *fin, void *ctx);
 /* Bytes of one slot of the bf16 items: the f32 slot and the packed operands. */
 size_t ts_attn_fwd_low_slot_bytes(int64_t T, int64_t hd);
 size_t ts_attn_bwd_low_slot_bytes(int64_t T, int64_t hd);

@@ -13,17 +13,17 @@
  *
  * Where the sum is the view's only reader and the view dqkv's only one, it becomes
  *
- *     (dqkv bf16, s f32 [3*H*hd]) = attention_bwd(do, qkv, o, lse)     low=1 out_low=1
- *     v = reshape(dqkv) bf16 [B, T, 3*H*hd]      (c's readers read v)
- *     db = reshape(s) [1, 1, 3*H*hd]             (the sum node, now a view)
+ *     (dqkv bf16, db) = attention_bwd(do, qkv, o, lse)      low=1 out_low=1 sums_rank=3
+ *     v = reshape(dqkv) bf16 [B, T, 3*H*hd]                  (c's readers read v)
  *
  * (ops/attention_bwd_low.c): the f32 gradient is never stored, the kernel rounds each head's
  * gradients from its scratch. The bf16 copy has the same bits; the column sums add each
  * batch row's T positions, then the B partials, in double: they may differ from the sum's
  * row-order double in the last bit of rare columns (see there). Runs after the precision pass
- * on backends that run the op table's kernels (ts_pass_ctx.low_kernels_ok); the caller
- * compacts the graph (the sum's bf16 output is left without a producer). */
-#include <string.h>
+ * on backends that run the op table's kernels (ts_pass_ctx.low_kernels_ok); the sum is
+ * marked dead: the caller compacts the graph. The sums take the sum's output value db itself
+ * (sums_rank keeps its keepdim shape), so no value or view is added: the plan's value ids
+ * keep a view's source numbered before the view, as the schedule and memory plan expect. */
 #include "passes.h"
 
 /* The only live reader of value v, or -1 (none, several, or v is kept or a gradient). */
@@ -41,6 +41,15 @@ static int sole_reader(const ts_graph *g, int32_t v) {
             }
     }
     return r;
+}
+
+/* Node i has control edges, or a control edge names it (it goes: keep such a sum). */
+static int waited(const ts_graph *g, int i) {
+    if (g->nodes[i].n_ctrl) return 1;
+    for (int u = 0; u < g->n_nodes; u++)
+        for (int j = 0; j < g->nodes[u].n_ctrl; j++)
+            if (g->nodes[u].ctrl[j] == i) return 1;
+    return 0;
 }
 
 /* Node s is a sum with out_low (scale 1) over the leading axes of its input x, leaving
@@ -72,29 +81,25 @@ ts_status ts_pass_attn_bwd_low(ts_graph *g, int *n_rewritten) {
         if (ri < 0 || g->nodes[ri].op != TS_OP_RESHAPE) continue;
         const int32_t view = g->nodes[ri].out[0];
         const int si = sole_reader(g, view);
-        if (si < 0 || !bias_sum(g, &g->nodes[si], q.dims[0] * q.dims[1], 3 * q.dims[3] * q.dims[4]))
+        const int64_t cols = 3 * q.dims[3] * q.dims[4];
+        if (si < 0 || !bias_sum(g, &g->nodes[si], q.dims[0] * q.dims[1], cols) || waited(g, si))
             continue;
-        const ts_type st = {.dtype = TS_F32, .rank = 1, .dims = {3 * q.dims[3] * q.dims[4]}};
-        const int32_t sv = ts_value_new(g, &st, TS_VK_NODE, NULL);
-        if (sv < 0) return ts_graph_status(g);
-        ts_status s = ts_node_append_output(g, ai, sv);
+        /* db, the sums [3*H*hd] or with leading 1s (keepdim): attention_bwd's output 1 */
+        const int32_t copy = g->nodes[si].out[1], db = g->nodes[si].out[0];
+        const ts_type *dt = &g->values[db].t;
+        int ones = dt->dtype == TS_F32 && dt->rank >= 1 && dt->dims[dt->rank - 1] == cols;
+        for (int k = 0; k + 1 < dt->rank; k++) ones &= dt->dims[k] == 1;
+        if (!ones) continue;
+        ts_status s = ts_node_append_output(g, ai, db);
         if (s != TS_OK) return s;
         g->nodes[ai].a.attention.out_low = 1;
+        g->nodes[ai].a.attention.sums_rank = dt->rank;
         g->values[d].t.dtype = TS_BF16;
         g->values[view].t.dtype = TS_BF16;
-        ts_node *sum = &g->nodes[si];
-        const int32_t copy = sum->out[1], db = sum->out[0];
         for (int u = 0; u < g->n_nodes; u++)
             for (int j = 0; j < g->nodes[u].n_in; j++)
                 if (g->nodes[u].in[j] == copy) g->nodes[u].in[j] = view;
-        /* the sum becomes the view db of s (its control edges stay) */
-        const ts_type *dt = &g->values[db].t;
-        sum->op = TS_OP_RESHAPE;
-        sum->a = ts_attrs_zero();
-        sum->a.shape.rank = dt->rank;
-        for (int k = 0; k < dt->rank; k++) sum->a.shape.dims[k] = dt->dims[k];
-        sum->in[0] = sv;
-        sum->n_out = 1; /* copy: no producer now, dropped by the compaction */
+        g->nodes[si].dead = 1; /* copy goes with it in the compaction */
         done++;
     }
     if (n_rewritten) *n_rewritten = done;
