@@ -235,9 +235,12 @@ typedef struct ts_compile_options {
     int no_gelu_grad;     /* training plans: the GELU backward evaluates gelu'(x) itself instead
                              of the forward gelu also writing it (same results; for checking,
                              docs/precision.md "The GELU backward") */
-    int discard_outputs;  /* training plans: values marked as outputs (other than the loss) are
-                             not kept readable after the step, so their memory can be reused
-                             (e.g. the logits, overwritten by their gradient); benchmarks */
+    int no_attn_bwd_low_out; /* bf16 training plans: the packed attention backward writes dqkv
+                                in f32 and a sum writes its bf16 copy and the qkv bias gradient
+                                (for checking, docs/precision.md "The attention backward") */
+    int discard_outputs;     /* training plans: values marked as outputs (other than the loss) are
+                                not kept readable after the step, so their memory can be reused
+                                (e.g. the logits, overwritten by their gradient); benchmarks */
     /* Memory-aware scheduling (docs/scheduling.md): the arena's limit in MiB
      * (0: none). Above it, forward activations are recomputed in the backward
      * until the step fits, else ts_compile refuses naming what it needs. */

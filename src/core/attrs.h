@@ -215,11 +215,17 @@ typedef struct ts_norm_act_attrs {
 /* attention, attention_bwd (ops/attention_fused.c): causal 1 masks the
  * keys after each query; scale multiplies the scores q.k; low 1 (set by
  * the precision pass, f32 tensors only) runs the block products on bf16
- * operands with f32 accumulation, the softmax in f32. */
+ * operands with f32 accumulation, the softmax in f32. out_low 1 (the packed
+ * attention_bwd with low 1 only, set by passes/attn_bwd_low.c) writes dqkv
+ * rounded to bf16 and, as a second output, its column sums f32 [3 * H * hd]
+ * (the qkv bias gradient; ops/attention_bwd_low.c), of rank sums_rank (0 or
+ * 1: [3 * H * hd]; more: with leading 1s, the [1, 1, 3 * H * hd] of the
+ * keepdim sum it replaces). */
 typedef struct ts_attention_attrs {
     int64_t causal;
     double scale;
     int64_t low;
+    int64_t out_low, sums_rank;
 } ts_attention_attrs;
 
 /* softmax, log_softmax and their backward ops: the axis (normalised). */

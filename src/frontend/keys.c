@@ -159,6 +159,10 @@ const ts_config_key cfg_keys[] = {
     {"compile.no_gelu_grad", TS_CFG_BOOL, FIELD(compile, no_gelu_grad), 0, NULL, NULL, "false",
      "training: the GELU backward evaluates gelu'(x) itself instead of the forward gelu "
      "writing it"},
+    {"compile.no_attn_bwd_low_out", TS_CFG_BOOL, FIELD(compile, no_attn_bwd_low_out), 0, NULL, NULL,
+     "false",
+     "bf16 training: the packed attention backward writes its gradient in f32 and a sum its "
+     "bf16 copy and the qkv bias gradient, instead of the backward writing both"},
     {"compile.no_weight_copies", TS_CFG_BOOL, FIELD(compile, no_weight_copies), 0, NULL, NULL,
      "false",
      "bf16/fp16: cast the weights for the GEMMs every step instead of the optimizer keeping "

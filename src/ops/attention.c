@@ -18,6 +18,12 @@ static ts_status check_attrs(const ts_node *n) {
     if (n->a.attention.low != 0 && n->a.attention.low != 1)
         return ts_fail(TS_ERR_INVALID, "low must be 0 or 1, got %lld",
                        (long long)n->a.attention.low);
+    if (n->a.attention.out_low != 0 && n->a.attention.out_low != 1)
+        return ts_fail(TS_ERR_INVALID, "out_low must be 0 or 1, got %lld",
+                       (long long)n->a.attention.out_low);
+    if (n->a.attention.sums_rank < 0 || n->a.attention.sums_rank > TS_MAX_RANK)
+        return ts_fail(TS_ERR_INVALID, "sums_rank must be in [0, %d], got %lld", TS_MAX_RANK,
+                       (long long)n->a.attention.sums_rank);
     if (!isfinite(n->a.attention.scale))
         return ts_fail(TS_ERR_INVALID, "scale must be finite, got %g", n->a.attention.scale);
     return TS_OK;
@@ -67,6 +73,8 @@ static ts_status infer_attn(const ts_graph *g, const ts_node *n, ts_type *out, i
         s = ts_fail(TS_ERR_SHAPE, "attention takes q, k, v [B, H, T, hd] or one qkv "
                                   "[B, T, 3, H, hd]");
     if (s == TS_OK) s = check_like_q(g, n, q, 1, n->n_in - 1, names);
+    if (s == TS_OK && n->a.attention.out_low)
+        s = ts_fail(TS_ERR_INVALID, "out_low is for the packed attention_bwd only");
     if (s != TS_OK) return s;
     out[0] = o_type(q);
     out[1] = lse_type(q);
@@ -91,9 +99,21 @@ static ts_status infer_attn_bwd(const ts_graph *g, const ts_node *n, ts_type *ou
     if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, packed ? 3 : 5), &lt))
         s = ts_fail(TS_ERR_SHAPE, "lse must be %s[%lld, %lld, %lld]", ts_dtype_name(q->dtype),
                     (long long)lt.dims[0], (long long)lt.dims[1], (long long)lt.dims[2]);
+    if (s == TS_OK && n->a.attention.out_low && (!packed || !n->a.attention.low))
+        s = ts_fail(TS_ERR_INVALID, "out_low (a bf16 dqkv and its column sums) needs the packed "
+                                    "form and low 1");
     if (s != TS_OK) return s;
     out[0] = out[1] = out[2] = *q;
     *n_out = packed ? 1 : 3;
+    if (n->a.attention.out_low) { /* dqkv in bf16, and its sums over B and T (f32) */
+        ts_attn_geom ge;
+        ts_attn_geom_of(q, &ge);
+        out[0].dtype = TS_BF16;
+        const int r = n->a.attention.sums_rank > 1 ? (int)n->a.attention.sums_rank : 1;
+        out[1] = (ts_type){.dtype = TS_F32, .rank = r};
+        for (int i = 0; i < r; i++) out[1].dims[i] = i < r - 1 ? 1 : 3 * ge.H * ge.hd;
+        *n_out = 2;
+    }
     return TS_OK;
 }
 
@@ -129,6 +149,7 @@ static size_t scratch_attn(const ts_graph *g, const ts_node *n) {
 }
 
 static size_t scratch_attn_bwd(const ts_graph *g, const ts_node *n) {
+    if (n->a.attention.out_low) return ts_attn_bwd_low_out_scratch(ts_in_type(g, n, 1));
     return ts_attn_bwd_scratch(ts_in_type(g, n, 1), n->a.attention.low != 0);
 }
 

@@ -391,7 +391,7 @@ static int threads_for(int64_t slots, int64_t work) {
                                const T *lse, T *dq, T *dk, T *dv, const ts_attn_geom *g, T scale,  \
                                int causal, T *ws) {                                                \
         /* lg: the gradients' rows, laid out as their inputs' */                                   \
-        int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_in;             \
+        int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_grad;           \
         T *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS; \
         bwd_rowdot_##SFX(D, dout, o, T_, hd, lo);                                                  \
         for (int64_t q0 = 0; q0 < T_; q0 += BS) {                                                  \
@@ -456,6 +456,12 @@ DEF_ITEMS(double, vf64, vi64, f64)
 
 /* ---- the f32 pieces the bf16 items share (attention_fused.h) ----------- */
 
+int64_t ts_attn_slots_for(int64_t items) {
+    return slots_for(items);
+}
+int ts_attn_threads_for(int64_t slots, int64_t work) {
+    return threads_for(slots, work);
+}
 size_t ts_attn_round64(size_t bytes) {
     return round64(bytes);
 }
@@ -499,6 +505,7 @@ void ts_attn_geom_of(const ts_type *q, ts_attn_geom *g) {
         g->B = q->dims[0], g->H = q->dims[1], g->seq = q->dims[2], g->hd = q->dims[3];
         g->ld_in = g->ld_out = g->hd;
     }
+    g->ld_grad = g->ld_in;
 }
 
 void ts_attn_geom_of_tensor(const ts_tensor *q, ts_attn_geom *g) {
@@ -537,6 +544,7 @@ ts_status ts_attn_bwd(const ts_kargs *k) {
     ts_attn_geom_of_tensor(&k->in[1], &g);
     switch (k->in[1].dtype) {
     case TS_F32:
+        if (k->a->attention.out_low) return ts_attn_bwd_low_out(k);
         return k->a->attention.low
                    ? bwd_f32(k, ts_attn_bwd_item_low, ts_attn_bwd_low_slot_bytes(g.seq, g.hd))
                    : bwd_f32(k, bwd_item_f32, bwd_slot_bytes(g.seq, g.hd, sizeof(float)));

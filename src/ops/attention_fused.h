@@ -31,13 +31,14 @@
 
 #define TS_ATTN_BS 64 /* queries and keys per block */
 
-/* Where the rows of one (b, h) lie: T positions of hd elements, ld_in apart in q, k and v
- * (and in dq, dk and dv, which have their inputs' layout), ld_out in o and do (all hd in the
- * split form). */
+/* Where the rows of one (b, h) lie: T positions of hd elements, ld_in apart in q, k and v,
+ * ld_grad in dq, dk and dv (ld_in: their inputs' layout, but for the bf16 output of
+ * attention_bwd_low.c, whose items write a head's gradients into scratch), ld_out in o and
+ * do (all hd in the split form). */
 typedef struct ts_attn_geom {
     int64_t B, H, seq, hd; /* seq: T, the positions */
     int packed;            /* q is the rank-5 qkv */
-    int64_t ld_in, ld_out;
+    int64_t ld_in, ld_out, ld_grad;
 } ts_attn_geom;
 /* The geometry of q's type (rank 4: split, rank 5: packed qkv). */
 void ts_attn_geom_of(const ts_type *q, ts_attn_geom *g);
@@ -53,6 +54,11 @@ size_t ts_attn_fwd_scratch(const ts_type *q, int low);
 size_t ts_attn_bwd_scratch(const ts_type *q, int low);
 
 /* ---- f32 pieces (attention_fused.c), shared with the bf16 items ----------------------- */
+
+/* Scratch slots for `items` work items, and the threads of a call over them (work =
+ * B*H*T*T*hd; one thread for a small problem). */
+int64_t ts_attn_slots_for(int64_t items);
+int ts_attn_threads_for(int64_t slots, int64_t work);
 
 /* Bytes of one forward / backward scratch slot of the f32 kernel (whole 64-byte lines). */
 size_t ts_attn_round64(size_t bytes);
@@ -86,8 +92,21 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
 void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
                           const float *o, const float *lse, float *dq, float *dk, float *dv,
                           const ts_attn_geom *g, float scale, int causal, float *ws);
+/* ts_attn_bwd_item_low calling fin(ctx, t0, n, what) once rows [t0, t0 + n) of dq (what 0)
+ * or of dk and dv (what 1) are final, in increasing t0 for each. */
+typedef void ts_attn_bwd_fin_fn(void *ctx, int64_t t0, int64_t n, int what);
+void ts_attn_bwd_item_low_fin(const float *dout, const float *q, const float *k, const float *v,
+                              const float *o, const float *lse, float *dq, float *dk, float *dv,
+                              const ts_attn_geom *g, float scale, int causal, float *ws,
+                              ts_attn_bwd_fin_fn *fin, void *ctx);
 /* Bytes of one slot of the bf16 items: the f32 slot and the packed operands. */
 size_t ts_attn_fwd_low_slot_bytes(int64_t T, int64_t hd);
 size_t ts_attn_bwd_low_slot_bytes(int64_t T, int64_t hd);
+
+/* ---- the packed backward with a bf16 dqkv (attention_bwd_low.c; attention.out_low) -------- */
+
+/* (do, qkv, o, lse) -> (dqkv rounded to bf16, its column sums f32 [3 * H * hd]). */
+ts_status ts_attn_bwd_low_out(const ts_kargs *k);
+size_t ts_attn_bwd_low_out_scratch(const ts_type *q);
 
 #endif

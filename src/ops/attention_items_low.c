@@ -115,8 +115,18 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
 void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
                           const float *o, const float *lse, float *dq, float *dk, float *dv,
                           const ts_attn_geom *g, float scale, int causal, float *ws) {
-    /* lg: the gradients' rows, laid out as their inputs' */
-    const int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_in;
+    ts_attn_bwd_item_low_fin(dout, q, k, v, o, lse, dq, dk, dv, g, scale, causal, ws, NULL, NULL);
+}
+
+/* The same, calling fin as rows of the gradients become final: dq rows of a query block
+ * after its last key block, dk and dv rows of a key block after the last query block (which
+ * sees every key block), each in increasing position. */
+void ts_attn_bwd_item_low_fin(const float *dout, const float *q, const float *k, const float *v,
+                              const float *o, const float *lse, float *dq, float *dk, float *dv,
+                              const ts_attn_geom *g, float scale, int causal, float *ws,
+                              ts_attn_bwd_fin_fn *fin, void *ctx) {
+    /* lg: the gradients' rows (their inputs' layout, or the bf16 output's scratch) */
+    const int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_grad;
     const int64_t hp = (hd + 1) / 2, BP = BS / 2;
     float *p = ws, *ds = p + BS * BS, *D = ds + BS * BS;
     uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_bwd_slot_bytes(T_, 0, sizeof(float)));
@@ -147,6 +157,8 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
             ts_attn_low_bwd_ds(ds, p, nq, nk, D + q0, scale, causal, q0 - k0, dsrw, dspw);
             by_keys(dqb, lg, nq, nk, hd, dspw, kpw + k0 / 2 * hd, k0 > 0, diag); /* dq += ds k */
             by_queries(dkb, lg, nq, nk, hd, dsrw, qpw, !first_q, diag);          /* dk += ds^T q */
+            if (fin && q0 + nq == T_) fin(ctx, k0, nk, 1);
         }
+        if (fin) fin(ctx, q0, nq, 0);
     }
 }

@@ -150,6 +150,8 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "causal", a->attention.causal);
         if (a->attention.scale != 0) fprintf(out, " scale=%g", a->attention.scale);
         if (a->attention.low) field(out, "low", a->attention.low);
+        if (a->attention.out_low) field(out, "out_low", a->attention.out_low);
+        if (a->attention.sums_rank) field(out, "sums_rank", a->attention.sums_rank);
         break;
     case TS_OP_SOFTMAX:
     case TS_OP_LOG_SOFTMAX:

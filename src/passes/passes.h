@@ -68,6 +68,12 @@ ts_status ts_pass_precision(ts_graph *g, const ts_precision_options *o, int low_
  * same bits. For backends that run the op table's kernels; run after ts_pass_precision.
  * *n_rewritten (may be NULL) receives the number of backward nodes rewritten. */
 ts_status ts_pass_gelu_grad(ts_graph *g, int *n_rewritten);
+/* The packed attention backward with bf16 products whose dqkv only the bias-gradient sum of
+ * the precision pass reads (through a view) writes dqkv in bf16 and the column sums itself
+ * (attention.out_low, attn_bwd_low.c) and the sum goes (a view of the sums now). For backends
+ * that run the op table's kernels; run after ts_pass_precision, then compact the graph.
+ * *n_rewritten (may be NULL): how many attention_bwd nodes. */
+ts_status ts_pass_attn_bwd_low(ts_graph *g, int *n_rewritten);
 /* 1 when ts_pass_precision would run at least one matmul of g in o->compute (a plan can then
  * only be built where that GEMM exists: backends/cpu/dnnl_caps.h). */
 int ts_precision_lowers_matmul(const ts_graph *g, const ts_precision_options *o);

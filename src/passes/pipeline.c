@@ -152,6 +152,18 @@ static int with_gelu_grad(const ts_pass_ctx *c) {
 static ts_status run_gelu_grad(ts_pass_ctx *c) {
     return ts_pass_gelu_grad(c->g, NULL);
 }
+/* The packed attention backward writes its bf16 gradient and the qkv bias gradient itself
+ * (attn_bwd_low.c): bf16 training plans on host backends (the CUDA backend has no
+ * attention.low), not under compile.no_attn_bwd_low_out. */
+static int with_attn_bwd_low(const ts_pass_ctx *c) {
+    return c->training && c->low_kernels_ok && c->opt->precision.compute == TS_BF16 &&
+           !c->opt->no_attn_bwd_low_out;
+}
+static ts_status run_attn_bwd_low(ts_pass_ctx *c) {
+    int n = 0;
+    ts_status s = ts_pass_attn_bwd_low(c->g, &n);
+    return s == TS_OK && n ? compact(c) : s;
+}
 /* The optimizer writes the weights' bf16 / f16 copies (weight_copies.c) where its kernels
  * do (host backends) and it is the plain update (not ZeRO's shard updates, distribute.c). */
 static int with_weight_copies(const ts_pass_ctx *c) {
@@ -272,6 +284,8 @@ static const ts_pass_def PASSES[] = {
     {"precision", always, run_precision},
     /* after precision: the GELU backward it folded into the bias-gradient sum is rewritten too */
     {"gelu_grad", with_gelu_grad, run_gelu_grad},
+    /* after precision: its bias-gradient sum of the packed attention's gradient goes */
+    {"attn_bwd_low", with_attn_bwd_low, run_attn_bwd_low},
     {"fuse_ce", with_fuse_ce, run_fuse_ce},
     {"weight_copies", with_weight_copies, run_weight_copies},
     {"verify", always, run_verify},
