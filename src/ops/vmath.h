@@ -26,24 +26,31 @@ static inline float f32_from_bits(uint32_t u) {
  * the subnormal range and the overflow to inf are rounded once, correctly.
  * n comes from the bits of x*log2(e) + 1.5*2^23 (round to nearest without a
  * float->int conversion, which would be undefined for NaN). */
-static inline float m_exp_f32(float x) {
+/* The part both exps share: x (clamped to [-104, 88.8] by the caller) = n ln2 + r with n
+ * from the magic-number rounding, and p = e^r by the degree-6 polynomial; returns p, *n. */
+static inline float m_exp_core_f32(float x, uint32_t *n) {
     const float magic = 12582912.0f; /* 1.5 * 2^23 */
-    x = x > 88.8f ? 88.8f : x;       /* exp(88.8) overflows to inf below */
-    x = x < -104.0f ? -104.0f : x;   /* exp(-104) rounds to 0 below */
     float t = x * 1.44269504088896341f + magic;
     float r = t - magic;
-    uint32_t n = f32_bits(t) - f32_bits(magic);
+    *n = f32_bits(t) - f32_bits(magic);
     x = x - r * 0.693359375f; /* ln2 split in two: r * hi is exact */
     x = x - r * -2.12194440e-4f;
     float z = x * x;
-    float p = (((((1.9875691500e-4f * x + 1.3981999507e-3f) * x + 8.3334519073e-3f) * x +
-                 4.1665795894e-2f) *
-                    x +
-                1.6666665459e-1f) *
-                   x +
-               5.0000001201e-1f) *
-                  z +
-              x + 1.0f;
+    return (((((1.9875691500e-4f * x + 1.3981999507e-3f) * x + 8.3334519073e-3f) * x +
+              4.1665795894e-2f) *
+                 x +
+             1.6666665459e-1f) *
+                x +
+            5.0000001201e-1f) *
+               z +
+           x + 1.0f;
+}
+
+static inline float m_exp_f32(float x) {
+    x = x > 88.8f ? 88.8f : x;     /* exp(88.8) overflows to inf below */
+    x = x < -104.0f ? -104.0f : x; /* exp(-104) rounds to 0 below */
+    uint32_t n;
+    float p = m_exp_core_f32(x, &n);
     int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
     float s1 = f32_from_bits((uint32_t)(n1 + 127) << 23);
     float s2 = f32_from_bits((uint32_t)(n2 + 127) << 23);
@@ -55,22 +62,9 @@ static inline float m_exp_f32(float x) {
  * p times exactly, then 2^-64, which rounds once, as the two halves do: the same result.
  * (tests/unit/gelu_grad_bits.c compares the two on every non-positive f32.) */
 static inline float m_exp_neg_f32(float x) {
-    const float magic = 12582912.0f; /* 1.5 * 2^23 */
-    x = -104.0f > x ? -104.0f : x;   /* exp(-104) rounds to 0 below; NaN stays */
-    float t = x * 1.44269504088896341f + magic;
-    float r = t - magic;
-    uint32_t n = f32_bits(t) - f32_bits(magic);
-    x = x - r * 0.693359375f;
-    x = x - r * -2.12194440e-4f;
-    float z = x * x;
-    float p = (((((1.9875691500e-4f * x + 1.3981999507e-3f) * x + 8.3334519073e-3f) * x +
-                 4.1665795894e-2f) *
-                    x +
-                1.6666665459e-1f) *
-                   x +
-               5.0000001201e-1f) *
-                  z +
-              x + 1.0f;
+    x = -104.0f > x ? -104.0f : x; /* exp(-104) rounds to 0 below; NaN stays */
+    uint32_t n;
+    float p = m_exp_core_f32(x, &n);
     return p * f32_from_bits((n + 127u + 64u) << 23) * 5.42101086242752217e-20f; /* 2^-64 */
 }
 
