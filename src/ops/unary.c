@@ -424,8 +424,9 @@ DEF_FWD_GRAD(gelu_erf_grad_f32, m_gelu_erf_grad_f32)
 
 /* gelu with out_grad: output 0 the GELU (f32, or bf16 with out_low), output 1 the derivative
  * (f32 or bf16: inference gives it output 0's dtype; the kernel takes either, for
- * bench/gelu_grad.c), each bf16 one computed in f32 on the stack per chunk and rounded as
- * run_fwd_low does. */
+ * bench/gelu_grad.c). A chunk goes by pieces of LOW_PIECE, which stay in L1: each bf16 output
+ * is computed in f32 on the stack and rounded as run_fwd_low does, an f32 one written in
+ * place. */
 #define LOW_PIECE 512
 static ts_status run_fwd_grad(const ts_kargs *k, fwd_grad_fn f, const char *op) {
     const ts_tensor *x = &k->in[0], *o = &k->out[0];
@@ -435,30 +436,19 @@ static ts_status run_fwd_grad(const ts_kargs *k, fwd_grad_fn f, const char *op) 
         return ts_kernel_bad_dtype(k, op, k->n_out < 2 ? o->dtype : k->out[1].dtype);
     int64_t n = ts_tensor_numel(o), nch = (n + CHUNK - 1) / CHUNK;
     const float *px = x->data;
-    if (low && glow) { /* both rounded per piece of LOW_PIECE, which stays in L1 */
-#pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
-        for (int64_t c = 0; c < nch; c++) {
-            float yb[LOW_PIECE], gb[LOW_PIECE];
-            int64_t e = n - c * CHUNK < CHUNK ? n : (c + 1) * CHUNK;
-            for (int64_t s = c * CHUNK; s < e; s += LOW_PIECE) {
-                int64_t len = e - s < LOW_PIECE ? e - s : LOW_PIECE;
-                f(yb, gb, px + s, len);
-                ts_f32_to_bf16_n((uint16_t *)o->data + s, yb, len);
-                ts_f32_to_bf16_n((uint16_t *)k->out[1].data + s, gb, len);
-            }
-        }
-        return TS_OK;
-    }
 #pragma omp parallel for schedule(static) if (n >= TS_PAR_MIN)
     for (int64_t c = 0; c < nch; c++) {
-        float buf[CHUNK], gbuf[CHUNK];
-        int64_t s = c * CHUNK, len = n - s < CHUNK ? n - s : CHUNK;
-        float *py = low ? buf : (float *)o->data + s;
-        float *pg = glow ? gbuf : (float *)k->out[1].data + s;
-        f(py, pg, px + s, len);
-        /* one chunk each: below the conversions' threading size */
-        if (low) ts_f32_to_bf16_n((uint16_t *)o->data + s, buf, len);
-        if (glow) ts_f32_to_bf16_n((uint16_t *)k->out[1].data + s, gbuf, len);
+        float yb[LOW_PIECE], gb[LOW_PIECE];
+        int64_t e = n - c * CHUNK < CHUNK ? n : (c + 1) * CHUNK;
+        for (int64_t s = c * CHUNK; s < e; s += LOW_PIECE) {
+            int64_t len = e - s < LOW_PIECE ? e - s : LOW_PIECE;
+            float *py = low ? yb : (float *)o->data + s;
+            float *pg = glow ? gb : (float *)k->out[1].data + s;
+            f(py, pg, px + s, len);
+            /* one piece each: below the conversions' threading size */
+            if (low) ts_f32_to_bf16_n((uint16_t *)o->data + s, yb, len);
+            if (glow) ts_f32_to_bf16_n((uint16_t *)k->out[1].data + s, gb, len);
+        }
     }
     return TS_OK;
 }
