@@ -594,3 +594,14 @@ void ts_graph_print(const ts_graph *g, const int32_t *order, FILE *out) {
         fprintf(out, "\n");
     }
 }
+
+int ts_value_reads(const ts_graph *g, int32_t v, int *last) {
+    int k = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const ts_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int j = 0; j < n->n_in; j++)
+            if (n->in[j] == v) k++, *last = i;
+    }
+    return k;
+}

@@ -124,6 +124,10 @@ ts_val ts_node_add(ts_graph *g, int op, int n_in, const ts_val *in, const ts_att
  * that give an op one more result (a bf16 copy, a derivative, the lse). TS_ERR_INTERNAL when
  * the node already has TS_MAX_OUT outputs. */
 ts_status ts_node_append_output(ts_graph *g, int32_t node, int32_t v);
+
+/* How many times live nodes read value v as an input (a node reading it twice counts twice);
+ * *last (when there is a read) is the last such node's index. */
+int ts_value_reads(const ts_graph *g, int32_t v, int *last);
 /* Add a control dependency: node `after` must run after node `before`. */
 ts_status ts_node_add_ctrl(ts_graph *g, int32_t after, int32_t before);
 

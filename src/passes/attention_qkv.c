@@ -38,18 +38,6 @@ static int is_head_perm(const ts_node *p) {
     return pm[0] == 0 && pm[1] == 2 && pm[2] == 1 && pm[3] == 3 && !p->a.permute.out_low;
 }
 
-/* The readers of value v: how many, and the last one's node. */
-static int readers(const ts_graph *g, int32_t v, int *last) {
-    int k = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const ts_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int j = 0; j < n->n_in; j++)
-            if (n->in[j] == v) k++, *last = i;
-    }
-    return k;
-}
-
 /* Input i of attention node a: permute(reshape(slice i of x)) with x [B, T, 3D]; returns
  * x or -1. */
 static int32_t qkv_source(const ts_graph *g, const ts_node *a, int i) {
@@ -71,8 +59,8 @@ static int32_t qkv_source(const ts_graph *g, const ts_node *a, int i) {
 static int out_permute(const ts_graph *g, const ts_node *a) {
     int last = -1;
     const ts_value *o = &g->values[a->out[0]], *lse = &g->values[a->out[1]];
-    if (o->is_output || lse->is_output || readers(g, a->out[1], &last) != 0 ||
-        readers(g, a->out[0], &last) != 1)
+    if (o->is_output || lse->is_output || ts_value_reads(g, a->out[1], &last) != 0 ||
+        ts_value_reads(g, a->out[0], &last) != 1)
         return -1;
     const ts_node *p = &g->nodes[last];
     if (p->op != TS_OP_PERMUTE || !is_head_perm(p)) return -1;

@@ -31,16 +31,7 @@ static int sole_reader(const ts_graph *g, int32_t v) {
     const ts_value *val = &g->values[v];
     if (val->is_output || val->grad_of >= 0) return -1;
     int r = -1;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const ts_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int j = 0; j < n->n_in; j++)
-            if (n->in[j] == v) {
-                if (r >= 0) return -1;
-                r = i;
-            }
-    }
-    return r;
+    return ts_value_reads(g, v, &r) == 1 ? r : -1;
 }
 
 /* Node i has control edges, or a control edge names it (it goes: keep such a sum). */
