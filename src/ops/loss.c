@@ -248,16 +248,10 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
             for (int64_t i = 0; i < c; i++) s += EXP(x[i] - m);                                    \
             return (double)m + log(s);                                                             \
         }                                                                                          \
-        T mx[LN], m = (T)-INFINITY;                                                                \
-        for (int j = 0; j < LN; j++) mx[j] = (T)-INFINITY;                                         \
-        int64_t i = 0;                                                                             \
-        for (; i + LN <= c; i += LN)                                                               \
-            for (int j = 0; j < LN; j++) mx[j] = x[i + j] > mx[j] ? x[i + j] : mx[j];              \
-        for (; i < c; i++) m = x[i] > m ? x[i] : m;                                                \
-        for (int j = 0; j < LN; j++) m = mx[j] > m ? mx[j] : m;                                    \
+        T m = ts_row_max_##SFX(x, c);                                                              \
         if (m == (T)-INFINITY) m = 0;                                                              \
         double acc[LN] = {0}, s = 0;                                                               \
-        i = 0;                                                                                     \
+        int64_t i = 0;                                                                             \
         for (; i + LN <= c; i += LN)                                                               \
             for (int j = 0; j < LN; j++) acc[j] += EXP(x[i + j] - m);                              \
         for (; i < c; i++) s += EXP(x[i] - m);                                                     \

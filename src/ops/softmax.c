@@ -69,13 +69,7 @@ static ts_status grad_softmax(ts_graph *g, const ts_node *n, const ts_val *dy, t
  * The max ignores NaN; a NaN still reaches every output through exp. */
 #define DEF_SOFTMAX(T, SFX, EXP, LOG)                                                              \
     TS_CLONES static T rowmax_##SFX(const T *x, int64_t n) {                                       \
-        T acc[LN], m = (T)-INFINITY;                                                               \
-        for (int j = 0; j < LN; j++) acc[j] = (T)-INFINITY;                                        \
-        int64_t i = 0;                                                                             \
-        for (; i + LN <= n; i += LN)                                                               \
-            for (int j = 0; j < LN; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];           \
-        for (; i < n; i++) m = x[i] > m ? x[i] : m;                                                \
-        for (int j = 0; j < LN; j++) m = acc[j] > m ? acc[j] : m;                                  \
+        T m = ts_row_max_##SFX(x, n);                                                              \
         return m == (T)-INFINITY ? (T)0 : m; /* fully masked: exp(-inf - 0) = 0 */                 \
     }                                                                                              \
     TS_CLONES static void sm_row_##SFX(void *o_, const void *x_, const void *u, int64_t n,         \
