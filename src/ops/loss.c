@@ -485,12 +485,12 @@ static ts_status ce_bwd_low(const ts_kargs *k) {
  * gradient reads the row while it is still in L1 (W3: 8192 classes, 32 KB),
  * so the logits come from memory once instead of twice. */
 
-/* Row r's gradient into dx (f32) or d16 (bf16), the other NULL; t == ign: zeros. The bf16
- * row goes by pieces of CE_LOW from its end: lse_row read the row last from start to end, so
- * its end is the most recently used part of L1, and the pieces' writes then evict the parts
- * already done. In row order they evicted the parts still to come (W3: 32 KB row + 16 KB
- * gradient + 4 KB piece > 48 KB L1), and the fused op was 3-6 % slower than the two ops
- * instead of 2-4 % faster. Each element is computed alone: the same bits in any order. */
+/* Row r's gradient into dx (f32) or d16 (bf16), the other NULL; t == ign: zeros. The bf16 row
+ * goes in row order, as ce_bwd_low writes it. (Sessions 17-19 wrote it by pieces from the row's
+ * end, so that the pieces would evict the parts of the row already done from L1; on session 20's
+ * host that made every piece start a new short store stream, and the conversion's stores cost
+ * 3.6x as much as in row order: the fused op in W3's step took 15.2 ms that way, 12.8 ms in row
+ * order.) Each element is computed alone: the same bits in any order. */
 static inline __attribute__((always_inline)) void ce_fused_row_out(float *dx, uint16_t *d16,
                                                                    const float *x, float lse,
                                                                    int64_t r, int64_t c, int64_t t,
@@ -501,9 +501,7 @@ static inline __attribute__((always_inline)) void ce_fused_row_out(float *dx, ui
     } else if (dx) {
         ce_bwd_row_f32(dx + r * c, x + r * c, lse, c, t, sc);
     } else {
-        for (int64_t c0 = (c - 1) / CE_LOW * CE_LOW; c0 >= 0; c0 -= CE_LOW)
-            ce_bwd_row_low(d16 + r * c + c0, x + r * c + c0, lse, c - c0 < CE_LOW ? c - c0 : CE_LOW,
-                           t - c0, sc);
+        ce_bwd_row_low(d16 + r * c, x + r * c, lse, c, t, sc);
     }
 }
 
