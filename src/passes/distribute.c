@@ -561,13 +561,8 @@ ts_status ts_pass_distribute(ts_graph *g, int32_t **order_io, int *n_order_io,
     }
     for (int i = 0; i < nn; i++) pos[i] = -1;
     for (int k = 0; k < n_order; k++) pos[order[k]] = k;
-    for (int v = 0; v < nv; v++) {
-        const ts_value *val = &g->values[v];
-        root[v] = v;
-        if (val->kind == TS_VK_NODE && is_alias(g, val->node))
-            root[v] = root[g->nodes[val->node].in[0]];
-        bucket_of[v] = -1;
-    }
+    ts_view_roots(g, root);
+    for (int v = 0; v < nv; v++) bucket_of[v] = -1;
     /* One entry per gradient storage root. */
     int ng = 0;
     for (int v = 0; v < nv; v++) {

@@ -207,13 +207,11 @@ ts_status ts_pass_memplan(const ts_graph *g, const int32_t *order, int n_order, 
     }
     for (int i = 0; i < nn; i++) pos[i] = -1;
     for (int k = 0; k < n_order; k++) pos[order[k]] = k;
+    ts_view_roots(g, root);
     for (int v = 0; v < nv; v++) {
         const ts_value *val = &g->values[v];
-        root[v] = v;
-        if (val->kind == TS_VK_NODE && (ts_op_get(g->nodes[val->node].op)->flags & TS_OPF_ALIAS)) {
-            root[v] = root[g->nodes[val->node].in[0]];
+        if (val->kind == TS_VK_NODE && (ts_op_get(g->nodes[val->node].op)->flags & TS_OPF_ALIAS))
             mp->alias_skip[val->node] = 1;
-        }
         mp->naive_bytes += ts_type_bytes(&val->t);
         mp->off[v] = goff[v] = SIZE_MAX;
     }

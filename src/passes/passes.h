@@ -36,6 +36,12 @@ ts_status ts_pass_autodiff_ex(ts_graph *g, int32_t loss, const int32_t *params, 
  * nodes ordered after every other reader of the parameter. */
 ts_status ts_pass_train(ts_graph *g, const ts_train_spec *spec, const int32_t *params,
                         const int32_t *grads, int n);
+/* The storage root of every value into root[0, g->n_values): a view's (an output of a
+ * TS_OPF_ALIAS op) is the root of the value it views, following chains of views in any id
+ * order; any other value is its own root. Passes may give a view a lower id than the value it
+ * reads (weight_copies' copies are new values read by existing reshapes), so a single pass in
+ * id order would read roots not yet set. */
+void ts_view_roots(const ts_graph *g, int32_t *root);
 /* Control edges so node u (an in-place update) runs after every node before it that reads
  * one of the values vals[0], vals[stride], ... (n of them), directly or through a view of
  * one (reshape shares memory): train.c. */

@@ -76,12 +76,7 @@ static ts_status analyse(const ts_graph *g, int32_t loss, info *f) {
         f->fwd[i] = 1;
         for (int j = 0; j < n->n_in; j++) f->need[n->in[j]] = 1;
     }
-    for (int v = 0; v < nv; v++) {
-        const ts_value *val = &g->values[v];
-        f->root[v] = v;
-        if (val->kind == TS_VK_NODE && (ts_op_get(g->nodes[val->node].op)->flags & TS_OPF_ALIAS))
-            f->root[v] = f->root[g->nodes[val->node].in[0]];
-    }
+    ts_view_roots(g, f->root);
     for (int v = 0; v < nv; v++) {
         const ts_value *val = &g->values[v];
         if (val->kind != TS_VK_NODE || val->is_output || val->grad_of >= 0) f->kept[f->root[v]] = 1;

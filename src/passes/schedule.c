@@ -54,13 +54,8 @@ static ts_status sched_init(sched_ctx *c, const ts_graph *g) {
     c->succ_start = ts_zalloc(sizeof(int) * (size_t)(nn + 2), "schedule");
     if (!c->root || !c->temp || !c->bytes || !c->remaining || !c->npred || !c->succ_start)
         return TS_ERR_NOMEM;
-    for (int v = 0; v < nv; v++) {
-        const ts_value *val = &g->values[v];
-        c->root[v] = v;
-        if (val->kind == TS_VK_NODE && is_alias_node(g, val->node))
-            c->root[v] = c->root[g->nodes[val->node].in[0]];
-        c->bytes[v] = ts_type_bytes(&val->t);
-    }
+    ts_view_roots(g, c->root);
+    for (int v = 0; v < nv; v++) c->bytes[v] = ts_type_bytes(&g->values[v].t);
     for (int v = 0; v < nv; v++) {
         const ts_value *val = &g->values[c->root[v]];
         if (c->root[v] == v)

@@ -96,11 +96,9 @@ static ts_status sg_init(sg *s, const ts_graph *g, int allow_inplace) {
         return TS_ERR_NOMEM;
     }
     /* roots and temporaries, as memplan decides them */
+    ts_view_roots(g, s->root);
     for (int v = 0; v < nv; v++) {
         const ts_value *val = &g->values[v];
-        s->root[v] = v;
-        if (val->kind == TS_VK_NODE && (ts_op_get(g->nodes[val->node].op)->flags & TS_OPF_ALIAS))
-            s->root[v] = s->root[g->nodes[val->node].in[0]];
         s->bytes[v] = ts_type_bytes(&val->t);
         s->temp[v] = val->kind == TS_VK_NODE;
     }

@@ -56,6 +56,21 @@ static ts_status check_opt(const ts_train_spec *spec) {
     return TS_OK;
 }
 
+void ts_view_roots(const ts_graph *g, int32_t *root) {
+    for (int v = 0; v < g->n_values; v++) {
+        int32_t r = v;
+        /* at most n_values steps: a verified graph has no cycle of views */
+        for (int k = 0; k < g->n_values; k++) {
+            const ts_value *val = &g->values[r];
+            if (val->kind != TS_VK_NODE ||
+                !(ts_op_get(g->nodes[val->node].op)->flags & TS_OPF_ALIAS))
+                break;
+            r = g->nodes[val->node].in[0];
+        }
+        root[v] = r;
+    }
+}
+
 /* Nodes are in topological order, so one forward sweep propagates the
  * views. */
 ts_status ts_order_after_readers(ts_graph *g, int u, const int32_t *vals, int n, int stride) {

@@ -109,13 +109,8 @@ ts_status ts_zero3_gathers(ts_graph *g, int32_t **order_io, int *m_io, const ts_
         s = TS_ERR_NOMEM;
         goto done;
     }
-    for (int v = 0; v < nv; v++) {
-        const ts_value *val = &g->values[v];
-        root[v] = v;
-        if (val->kind == TS_VK_NODE && (ts_op_get(g->nodes[val->node].op)->flags & TS_OPF_ALIAS))
-            root[v] = root[g->nodes[val->node].in[0]];
-        bucket_of[v] = -1;
-    }
+    ts_view_roots(g, root);
+    for (int v = 0; v < nv; v++) bucket_of[v] = -1;
     for (int b = 0; b < nb; b++)
         for (int i = 0; i < zb[b].k; i++) bucket_of[zb[b].params[i]] = b;
     /* The loss splits the step into the forward phase and the backward. */
