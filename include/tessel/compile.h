@@ -180,6 +180,7 @@ typedef struct ts_compress_options {
     double clip;          /* topk: local clipping to clip / sqrt(ranks) (0: none) */
     int rank;             /* powersgd: rank of the factors (0: 4) */
     int64_t min_elems;    /* powersgd: tensors with fewer elements go dense */
+    int64_t max_elems;    /* powersgd: tensors with more elements go dense (0: no limit) */
     int64_t dense_steps;  /* steps 1..dense_steps exchange every gradient dense */
 } ts_compress_options;
 

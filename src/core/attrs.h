@@ -302,7 +302,8 @@ typedef struct ts_bucket_attrs {
  * input (see src/ops/compress.c). */
 typedef struct ts_compress_attrs {
     int64_t ticket, algo, method, values, elems, kmax, warmup, ranks, rank, min_elems, scaled;
-    int64_t dense; /* steps 1..dense exchange the gradients dense */
+    int64_t dense;     /* steps 1..dense exchange the gradients dense */
+    int64_t max_elems; /* powersgd: larger gradients go dense (0: no limit) */
     double ratio, momentum, clip;
 } ts_compress_attrs;
 

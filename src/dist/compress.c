@@ -190,13 +190,13 @@ void ts_psgd_orthonormalise(float *p, int64_t n, int r) {
     }
 }
 
-int ts_psgd_matrix(int rank, const int64_t *dims, int64_t min_elems, int r, int64_t *n,
-                   int64_t *m) {
+int ts_psgd_matrix(int rank, const int64_t *dims, int64_t min_elems, int64_t max_elems, int r,
+                   int64_t *n, int64_t *m) {
     *n = *m = 0;
     if (rank < 2) return 0;
     int64_t numel = 1;
     for (int d = 0; d < rank; d++) numel *= dims[d];
     *n = dims[0];
     *m = dims[0] > 0 ? numel / dims[0] : 0;
-    return numel >= min_elems && r < *n && r < *m;
+    return numel >= min_elems && (max_elems <= 0 || numel <= max_elems) && r < *n && r < *m;
 }

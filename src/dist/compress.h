@@ -96,9 +96,10 @@ float ts_compress_clip_scale(const float *const *seg, const int64_t *len, int n_
                              double clip, int ranks);
 
 /* PowerSGD: whether a gradient of this shape is compressed (rank >= 2,
- * at least min_elems elements, r below both sides of its matrix view
- * [dims[0], the rest]); *n and *m: that view. */
-int ts_psgd_matrix(int rank, const int64_t *dims, int64_t min_elems, int r, int64_t *n, int64_t *m);
+ * at least min_elems elements and, with max_elems > 0, at most max_elems, r below both sides
+ * of its matrix view [dims[0], the rest]); *n and *m: that view. */
+int ts_psgd_matrix(int rank, const int64_t *dims, int64_t min_elems, int64_t max_elems, int r,
+                   int64_t *n, int64_t *m);
 
 /* PowerSGD: orthonormalise the r columns of p [n, r] (row-major) in
  * place by modified Gram-Schmidt in double; a column that vanishes

@@ -471,6 +471,10 @@ const ts_config_key cfg_keys[] = {
      "powersgd: rank of the factors P and Q"},
     {"dist.compress_min_elems", TS_CFG_I64, FIELD(dist, compress_min_elems), 0, NULL, "[0, 1e15]",
      "65536", "powersgd: gradients with fewer elements (and vectors) are all-reduced dense"},
+    {"dist.compress_max_elems", TS_CFG_I64, FIELD(dist, compress_max_elems), 0, NULL, "[0, 1e15]",
+     "0",
+     "powersgd: gradients with more elements are all-reduced dense too, e.g. a tied "
+     "embedding whose gradient is far from low rank (0: no limit)"},
     {"dist.compress_dense_steps", TS_CFG_I64, FIELD(dist, compress_dense_steps), 0, NULL,
      "[0, 1e15]", "0",
      "the first steps exchange every gradient dense (topk: all values in f32, the velocity "

@@ -120,6 +120,16 @@ static ts_status check_compress(const ts_config *c, int nranks) {
     }
     const char *name = m == 1 ? "topk" : "powersgd";
     const int ki = ts_config_key_find("dist.compress");
+    const int64_t lo = c->dist.compress_min_elems, hi = c->dist.compress_max_elems;
+    if (hi && (m != 2 || hi < lo))
+        return ts_fail(
+            TS_ERR_INVALID,
+            m != 2 ? "%s: dist.compress_max_elems %lld bounds the gradients powersgd compresses; "
+                     "dist.compress is topk"
+                   : "%s: dist.compress_max_elems %lld is below dist.compress_min_elems %lld: "
+                     "powersgd would compress nothing",
+            cfg_origin(c, ts_config_key_find("dist.compress_max_elems"), where, sizeof where),
+            (long long)hi, (long long)lo);
     if (nranks < 2)
         return ts_fail(TS_ERR_INVALID,
                        "%s: dist.compress %s compresses the gradients exchanged between "
@@ -232,5 +242,6 @@ void ts_config_compress_options(const ts_config *c, ts_compress_options *out) {
     out->clip = c->dist.compress_clip;
     out->rank = c->dist.compress_rank;
     out->min_elems = c->dist.compress_min_elems;
+    out->max_elems = c->dist.compress_max_elems;
     out->dense_steps = c->dist.compress_dense_steps;
 }

@@ -66,7 +66,7 @@ typedef struct psgd_sizes {
 
 static void add_sizes(psgd_sizes *z, const ts_compress_attrs *a, int rank, const int64_t *dims) {
     int64_t n, m;
-    if (ts_psgd_matrix(rank, dims, a->min_elems, (int)a->rank, &n, &m)) {
+    if (ts_psgd_matrix(rank, dims, a->min_elems, a->max_elems, (int)a->rank, &n, &m)) {
         z->err += n * m;
         z->q += m * a->rank;
         z->buf += n * a->rank;
@@ -264,7 +264,8 @@ static ts_status k_start(const ts_kargs *k) {
         const ts_tensor *t = &k->in[i];
         const int64_t e = ts_tensor_numel(t);
         int64_t n, m;
-        const int compressed = ts_psgd_matrix(t->rank, t->dims, a->min_elems, r, &n, &m);
+        const int compressed =
+            ts_psgd_matrix(t->rank, t->dims, a->min_elems, a->max_elems, r, &n, &m);
         /* what this rank contributes: c g (unscaled), or its velocity */
         const float *g = t->data;
         if (mc && !skip) {
@@ -357,7 +358,7 @@ static ts_status k_wait(const ts_kargs *k) {
             const int64_t e = ts_tensor_numel(&G[i]);
             int64_t n, m;
             for (int64_t j = 0; j < e; j++) g[j] = buf[ob + j] / nr * scale;
-            if (ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, r, &n, &m)) {
+            if (ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m)) {
                 memset(err + oe, 0, sizeof(float) * (size_t)e);
                 oe += e;
             }
@@ -368,7 +369,7 @@ static ts_status k_wait(const ts_kargs *k) {
     }
     for (int i = 0; i < ng; i++) {
         int64_t n, m;
-        if (ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, r, &n, &m)) {
+        if (ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m)) {
             float *P = buf + ob;
             for (int64_t j = 0; j < n * r; j++) P[j] = P[j] / nr;
             ts_psgd_orthonormalise(P, n, r);
@@ -390,7 +391,7 @@ static ts_status k_wait(const ts_kargs *k) {
     oe = oq = ob = 0;
     for (int i = 0; i < ng; i++) {
         int64_t n, m;
-        if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, r, &n, &m)) {
+        if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m)) {
             ob += ts_tensor_numel(&G[i]);
             continue;
         }

@@ -33,9 +33,12 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
     if (c->method != TS_COMPRESS_TOPK && c->method != TS_COMPRESS_POWERSGD)
         return ts_fail(TS_ERR_UNSUPPORTED, "distribute: compression method %d is not supported",
                        c->method);
-    if (c->method == TS_COMPRESS_POWERSGD && (c->rank < 1 || c->rank > 64 || c->min_elems < 0))
-        return ts_fail(TS_ERR_INVALID, "distribute: PowerSGD rank %d (1 to 64), min_elems %lld",
-                       c->rank, (long long)c->min_elems);
+    if (c->method == TS_COMPRESS_POWERSGD &&
+        (c->rank < 1 || c->rank > 64 || c->min_elems < 0 || c->max_elems < 0))
+        return ts_fail(TS_ERR_INVALID,
+                       "distribute: PowerSGD rank %d (1 to 64), min_elems %lld, max_elems %lld "
+                       "(0 or more)",
+                       c->rank, (long long)c->min_elems, (long long)c->max_elems);
     if (c->dense_steps < 0)
         return ts_fail(TS_ERR_INVALID, "distribute: %lld dense steps (0 or more)",
                        (long long)c->dense_steps);
@@ -130,7 +133,7 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
         const ts_type *t = &g->values[grads[i].id].t;
         int64_t n, m;
         nall += ts_type_numel(t);
-        if (ts_psgd_matrix(t->rank, t->dims, c->min_elems, r, &n, &m)) {
+        if (ts_psgd_matrix(t->rank, t->dims, c->min_elems, c->max_elems, r, &n, &m)) {
             nerr += n * m;
             nq += m * r;
         }
@@ -143,6 +146,7 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
     ca->ranks = d->size;
     ca->rank = r;
     ca->min_elems = c->min_elems;
+    ca->max_elems = c->max_elems;
     ca->dense = c->dense_steps;
     ca->clip = p->clip;
     ca->momentum = p->momentum;

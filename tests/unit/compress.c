@@ -211,6 +211,12 @@ static void check_config(void) {
     expect_config("dense steps without compression", ds, 1, 2, "dist.compress_dense_steps");
     const char *dn[] = {"dist.compress=powersgd", "dist.compress_dense_steps=-1"};
     expect_config("negative dense steps", dn, 2, 2, "dist.compress_dense_steps");
+    const char *mx[] = {"dist.compress=powersgd", "dist.compress_max_elems=-1"};
+    expect_config("negative max_elems", mx, 2, 2, "dist.compress_max_elems");
+    const char *mk[] = {"dist.compress=topk", "dist.compress_max_elems=1000"};
+    expect_config("max_elems with topk", mk, 2, 2, "dist.compress_max_elems");
+    const char *ml[] = {"dist.compress=powersgd", "dist.compress_max_elems=1000"};
+    expect_config("max_elems below min_elems", ml, 2, 2, "dist.compress_max_elems");
     ts_config c;
     ts_config_init(&c);
     CHECK_OK(ts_config_set(&c, "model.preset=w1"));
@@ -566,6 +572,16 @@ static void check_powersgd_momentum(void) {
           "from plain SGD",
           d, p);
     CHECK(!memcmp(SH->params[0], SH->params[1], sizeof(float) * nf), "ranks bit-identical");
+    /* every gradient above dist.compress_max_elems instead: the same dense run, bit for bit */
+    static float by_min[MAX_FLOATS];
+    memcpy(by_min, SH->params[0], sizeof(float) * nf);
+    rc.c.min_elems = 0;
+    rc.c.max_elems = 1;
+    CHECK(launch(2, &rc) == TS_OK, "powersgd + momentum, max_elems 1: %s (%s)", ts_last_error(),
+          SH->err[0]);
+    CHECK(!memcmp(SH->params[0], by_min, sizeof(float) * nf),
+          "powersgd: every gradient over max_elems is sent dense, as under min_elems");
+    rc.c.max_elems = 0;
     ts_graph_free(rc.g);
     rc.g = mlp(B / 4, &rc.loss);
     rc.c.min_elems = 0;
@@ -577,6 +593,22 @@ static void check_powersgd_momentum(void) {
               "powersgd + momentum, 4 ranks: rank %d differs", r);
     CHECK(SH->st[0].sent_bytes < SH->st[0].dense_bytes, "compressed after the dense start");
     ts_graph_free(rc.g);
+}
+
+/* Which shapes PowerSGD compresses: matrices within [min_elems, max_elems] (max 0: no limit)
+ * whose view has both sides above r; vectors never. W3's tied embedding [8192, 512] is the one
+ * tensor over a max_elems of 2M. */
+static void check_psgd_matrix(void) {
+    const int64_t emb[2] = {8192, 512}, mlp_w[2] = {2048, 512}, vec[1] = {1 << 20},
+                  thin[2] = {4, 512};
+    int64_t n, m;
+    CHECK(ts_psgd_matrix(2, emb, 65536, 0, 4, &n, &m) && n == 8192 && m == 512, "embedding");
+    CHECK(!ts_psgd_matrix(2, emb, 65536, 2 << 20, 4, &n, &m), "embedding over max_elems");
+    CHECK(ts_psgd_matrix(2, mlp_w, 65536, 2 << 20, 4, &n, &m), "[2048, 512] under max_elems");
+    CHECK(ts_psgd_matrix(2, mlp_w, 0, 2048 * 512, 4, &n, &m), "max_elems is inclusive");
+    CHECK(!ts_psgd_matrix(2, mlp_w, 2048 * 512 + 1, 0, 4, &n, &m), "under min_elems");
+    CHECK(!ts_psgd_matrix(1, vec, 0, 0, 4, &n, &m), "a vector");
+    CHECK(!ts_psgd_matrix(2, thin, 0, 0, 4, &n, &m), "a side not above r");
 }
 
 /* PowerSGD on 2 ranks against the dense all-reduce: with 2 rows per rank
@@ -739,6 +771,7 @@ int main(void) {
     check_schedule();
     check_orthonormal();
     check_config();
+    check_psgd_matrix();
     SH = mmap(NULL, sizeof *SH, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (SH == MAP_FAILED) return 1;
     check_step(2);
