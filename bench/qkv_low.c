@@ -3,9 +3,12 @@
  * (compile.no_qkv_low). The layer: x [B, T, C] -> linear (qkv, with bias: a matmul_epi) ->
  * the packed causal attention (passes/attention_qkv.c) -> MSE, trained; both plans alternate
  * step by step so they see the same machine load; per round the qkv GEMM (matmul_epi), the
- * attention and the attention_bwd instructions' times are read from the profile. Prints the
- * medians and minima of each and of their total per plan, the median of the per-round ratios
- * (off / on) and both plans' arenas.
+ * attention and the attention_bwd instructions' times are read from the profile, and the
+ * step's CPU time is taken from the calling thread's clock (with 1 thread every kernel runs
+ * on it: unlike the profile's wall clock, it does not count the time other processes hold
+ * the core, which on a loaded machine is most of the noise). Prints the medians and minima of
+ * each, of the three ops' total and of the step's CPU time per plan, the medians of the
+ * per-round ratios (off / on) and both plans' arenas.
  *
  *   build/bench_qkv_low [--rounds N] [--threads T] [--b B] [--t T]
  */
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "tessel/tessel.h"
 
 static int cmp_d(const void *a, const void *b) {
@@ -24,8 +28,15 @@ static double median(double *v, int n) { /* sorts v */
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-enum { H = 8, HD = 64, D = H * HD, NOPS = 3 };
-static const char *const OPS[NOPS] = {"matmul_epi", "attention", "attention_bwd"};
+enum { H = 8, HD = 64, D = H * HD, NOPS = 3, NCOL = NOPS + 2 }; /* the ops, total, step cpu */
+static const char *const COL[NCOL] = {"matmul_epi", "attention", "attention_bwd", "total",
+                                      "step cpu"};
+
+static double thread_cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static ts_plan *compile(int off, int threads, int64_t B, int64_t T) {
     ts_graph *g = ts_graph_new();
@@ -58,19 +69,23 @@ static ts_plan *compile(int off, int threads, int64_t B, int64_t T) {
     return p;
 }
 
-/* One step; the seconds of each of OPS into t[k * stride]. */
+/* One step; the seconds of each column into t[k * stride]. */
 static void step(ts_plan *p, double *t, int stride) {
     ts_plan_profile_reset(p);
+    const double c0 = thread_cpu();
     if (ts_plan_step(p) != TS_OK) {
         fprintf(stderr, "step: %s\n", ts_last_error());
         exit(1);
     }
+    t[(NOPS + 1) * stride] = thread_cpu() - c0;
     ts_profile_entry e[64];
     const int n = ts_plan_profile(p, e, 64);
+    t[NOPS * stride] = 0;
     for (int k = 0; k < NOPS; k++) {
         t[k * stride] = 0;
         for (int i = 0; i < n && i < 64; i++)
-            if (strcmp(e[i].op, OPS[k]) == 0) t[k * stride] = e[i].seconds;
+            if (strcmp(e[i].op, COL[k]) == 0) t[k * stride] = e[i].seconds;
+        t[NOPS * stride] += t[k * stride];
     }
 }
 
@@ -97,9 +112,9 @@ int main(int argc, char **argv) {
     }
     ts_plan *p[2] = {compile(0, threads, B, T), compile(1, threads, B, T)}; /* on, off */
     float *y = calloc((size_t)(B * T * D), sizeof *y);
-    /* [plan][op or total][round], then the per-round ratios of the totals */
-    const int per = (NOPS + 1) * rounds;
-    double *t = calloc((size_t)(2 * per + rounds), sizeof *t), w[NOPS];
+    /* [plan][column][round], then the per-round ratios of the totals and step cpu */
+    const int per = NCOL * rounds;
+    double *t = calloc((size_t)(2 * per + 2 * rounds), sizeof *t), w[NCOL];
     if (!y || !t) return 1;
     for (int64_t i = 0; i < B * T * D; i++) y[i] = (float)cos(0.11 * (double)i);
     for (int i = 0; i < 2; i++) {
@@ -107,13 +122,10 @@ int main(int argc, char **argv) {
         step(p[i], w, 1); /* warm */
     }
     for (int r = 0; r < rounds; r++) {
-        for (int i = 0; i < 2; i++) {
-            double *ti = t + i * per + r;
-            step(p[i], ti, rounds);
-            ti[NOPS * rounds] = 0;
-            for (int k = 0; k < NOPS; k++) ti[NOPS * rounds] += ti[k * rounds];
-        }
-        t[2 * per + r] = t[per + NOPS * rounds + r] / t[NOPS * rounds + r];
+        for (int i = 0; i < 2; i++) step(p[i], t + i * per + r, rounds);
+        for (int k = 0; k < 2; k++) /* total, step cpu */
+            t[2 * per + k * rounds + r] =
+                t[per + (NOPS + k) * rounds + r] / t[(NOPS + k) * rounds + r];
     }
     printf("qkv GEMM, attention, attention_bwd, bf16, B %lld H %d T %lld hd %d causal, %d "
            "thread(s), %d rounds: median (min) ms\n",
@@ -121,16 +133,17 @@ int main(int argc, char **argv) {
     const char *name[2] = {"bf16 qkv (on) ", "f32 qkv (off) "};
     for (int i = 0; i < 2; i++) {
         printf("  %s", name[i]);
-        for (int k = 0; k <= NOPS; k++) {
+        for (int k = 0; k < NCOL; k++) {
             double *v = t + i * per + k * rounds, m = median(v, rounds);
-            printf(" %s %7.3f (%7.3f)", k < NOPS ? OPS[k] : "total", 1e3 * m, 1e3 * v[0]);
+            printf(" %s %7.3f (%7.3f)", COL[k], 1e3 * m, 1e3 * v[0]);
         }
         ts_plan_stats ms;
         if (ts_plan_get_stats(p[i], &ms) == TS_OK)
             printf("  arena %.2f MiB", (double)ms.arena_bytes / 1048576.0);
         printf("\n");
     }
-    printf("  off / on total: %.3fx (median of per-round ratios)\n", median(t + 2 * per, rounds));
+    printf("  off / on: total %.3fx, step cpu %.3fx (medians of per-round ratios)\n",
+           median(t + 2 * per, rounds), median(t + 2 * per + rounds, rounds));
     free(t);
     free(y);
     for (int i = 0; i < 2; i++) ts_plan_free(p[i]);
