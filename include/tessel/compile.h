@@ -239,6 +239,9 @@ typedef struct ts_compile_options {
     int no_attn_bwd_low_out; /* bf16 training plans: the packed attention backward writes dqkv
                                 in f32 and a sum writes its bf16 copy and the qkv bias gradient
                                 (for checking, docs/precision.md "The attention backward") */
+    int no_qkv_low;          /* bf16 plans: the qkv projection writes f32 q, k and v for the
+                                bf16 attention instead of bf16 (same results; for checking,
+                                docs/precision.md "The qkv projection writes bf16") */
     int discard_outputs;     /* training plans: values marked as outputs (other than the loss) are
                                 not kept readable after the step, so their memory can be reused
                                 (e.g. the logits, overwritten by their gradient); benchmarks */

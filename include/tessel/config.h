@@ -115,6 +115,7 @@ typedef struct ts_config {
         int no_weight_copies;       /* bf16/fp16: cast the weights every step (precision.md) */
         int no_gelu_grad;           /* the GELU backward computes gelu'(x) itself */
         int no_attn_bwd_low_out;    /* the packed attention backward writes f32 dqkv */
+        int no_qkv_low;             /* the qkv projection writes f32 for the bf16 attention */
         double max_memory_mb;       /* memory-aware scheduling: the arena's limit (0: none) */
         int backend, no_cuda_graph; /* backend: 0 cpu, 1 cuda (docs/cuda.md) */
     } compile;

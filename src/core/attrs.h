@@ -158,6 +158,9 @@ typedef struct ts_matmul_epi_attrs {
     int64_t trans_a, trans_b, n_post;
     int64_t post[TS_ATTR_EPI_MAX];
     int64_t low; /* set by the precision pass: bf16/f16 A and B, f32 accumulation */
+    /* set by passes/qkv_low.c (with low, bf16 A and B): the output is the f32 result (the
+     * accumulator plus the post-ops) rounded to bf16, to nearest even as the cast op */
+    int64_t out_low;
 } ts_matmul_epi_attrs;
 
 /* conv, conv_bwd_data, conv_bwd_weight, conv_transpose (ops/conv.c): nd

@@ -79,6 +79,7 @@ ts_status ts_config_build_graph(const ts_config *c, const ts_config_graph *graph
     opt->no_weight_copies = c->compile.no_weight_copies;
     opt->no_gelu_grad = c->compile.no_gelu_grad;
     opt->no_attn_bwd_low_out = c->compile.no_attn_bwd_low_out;
+    opt->no_qkv_low = c->compile.no_qkv_low;
     opt->discard_outputs = c->compile.discard_outputs;
     opt->max_memory_mb = c->compile.max_memory_mb;
     opt->backend = c->compile.backend == 1 ? "cuda" : NULL;

@@ -163,6 +163,8 @@ const ts_config_key cfg_keys[] = {
      "false",
      "bf16 training: the packed attention backward writes its gradient in f32 and a sum its "
      "bf16 copy and the qkv bias gradient, instead of the backward writing both"},
+    {"compile.no_qkv_low", TS_CFG_BOOL, FIELD(compile, no_qkv_low), 0, NULL, NULL, "false",
+     "bf16: the qkv projection writes f32 q, k and v for the bf16 attention instead of bf16"},
     {"compile.no_weight_copies", TS_CFG_BOOL, FIELD(compile, no_weight_copies), 0, NULL, NULL,
      "false",
      "bf16/fp16: cast the weights for the GEMMs every step instead of the optimizer keeping "

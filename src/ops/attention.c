@@ -42,26 +42,36 @@ static ts_status check_like_q(const ts_graph *g, const ts_node *n, const ts_type
     ts_attn_geom ge;
     ts_attn_geom_of(q, &ge);
     if (ge.seq < 1 || ge.hd < 1) return ts_fail(TS_ERR_SHAPE, "T and hd must be at least 1");
-    if (n->a.attention.low && q->dtype != TS_F32)
-        return ts_fail(TS_ERR_SHAPE, "low (bf16 products) needs f32 q, k and v, got %s",
+    if (n->a.attention.low && q->dtype != TS_F32 && q->dtype != TS_BF16)
+        return ts_fail(TS_ERR_SHAPE, "low (bf16 products) needs f32 or bf16 q, k and v, got %s",
                        ts_dtype_name(q->dtype));
+    if (!n->a.attention.low && q->dtype == TS_BF16)
+        return ts_fail(TS_ERR_SHAPE, "bf16 q, k and v need low 1 (the bf16 products)");
     for (int i = first; i <= last; i++)
         if (!ts_type_equal(ts_in_type(g, n, i), q))
             return ts_fail(TS_ERR_SHAPE, "%s must have q's dtype and shape", names[i]);
     return TS_OK;
 }
 
-/* o: [B, H, T, hd] (split), [B, T, H, hd] (packed); lse [B, H, T]. */
-static ts_type o_type(const ts_type *q) {
-    ts_attn_geom ge;
-    ts_attn_geom_of(q, &ge);
-    if (!ge.packed) return *q;
-    return (ts_type){.dtype = q->dtype, .rank = 4, .dims = {ge.B, ge.seq, ge.H, ge.hd}};
+/* The dtype of o, lse and the gradients: q's, but f32 with low (whose q, k and v may be bf16:
+ * passes/qkv_low.c). */
+static ts_dtype out_dtype(const ts_node *n, const ts_type *q) {
+    return n->a.attention.low ? TS_F32 : q->dtype;
 }
-static ts_type lse_type(const ts_type *q) {
+
+/* o: [B, H, T, hd] (split), [B, T, H, hd] (packed); lse [B, H, T]. */
+static ts_type o_type(const ts_node *n, const ts_type *q) {
     ts_attn_geom ge;
     ts_attn_geom_of(q, &ge);
-    return (ts_type){.dtype = q->dtype, .rank = 3, .dims = {ge.B, ge.H, ge.seq}};
+    ts_type t = *q;
+    if (ge.packed) t = (ts_type){.rank = 4, .dims = {ge.B, ge.seq, ge.H, ge.hd}};
+    t.dtype = out_dtype(n, q);
+    return t;
+}
+static ts_type lse_type(const ts_node *n, const ts_type *q) {
+    ts_attn_geom ge;
+    ts_attn_geom_of(q, &ge);
+    return (ts_type){.dtype = out_dtype(n, q), .rank = 3, .dims = {ge.B, ge.H, ge.seq}};
 }
 
 /* (q, k, v) or (qkv) -> (o, lse) */
@@ -76,8 +86,8 @@ static ts_status infer_attn(const ts_graph *g, const ts_node *n, ts_type *out, i
     if (s == TS_OK && n->a.attention.out_low)
         s = ts_fail(TS_ERR_INVALID, "out_low is for the packed attention_bwd only");
     if (s != TS_OK) return s;
-    out[0] = o_type(q);
-    out[1] = lse_type(q);
+    out[0] = o_type(n, q);
+    out[1] = lse_type(n, q);
     *n_out = 2;
     return TS_OK;
 }
@@ -92,18 +102,19 @@ static ts_status infer_attn_bwd(const ts_graph *g, const ts_node *n, ts_type *ou
         s = ts_fail(TS_ERR_SHAPE, "attention_bwd takes (do, q, k, v, o, lse) or "
                                   "(do, qkv [B, T, 3, H, hd], o, lse)");
     if (s == TS_OK) s = check_like_q(g, n, q, 2, packed ? 1 : 3, names);
-    ts_type ot = o_type(q), lt = lse_type(q);
+    ts_type ot = o_type(n, q), lt = lse_type(n, q);
     if (s == TS_OK && (!ts_type_equal(ts_in_type(g, n, 0), &ot) ||
                        !ts_type_equal(ts_in_type(g, n, packed ? 2 : 4), &ot)))
         s = ts_fail(TS_ERR_SHAPE, "do and o must be the forward output's dtype and shape");
     if (s == TS_OK && !ts_type_equal(ts_in_type(g, n, packed ? 3 : 5), &lt))
-        s = ts_fail(TS_ERR_SHAPE, "lse must be %s[%lld, %lld, %lld]", ts_dtype_name(q->dtype),
+        s = ts_fail(TS_ERR_SHAPE, "lse must be %s[%lld, %lld, %lld]", ts_dtype_name(lt.dtype),
                     (long long)lt.dims[0], (long long)lt.dims[1], (long long)lt.dims[2]);
     if (s == TS_OK && n->a.attention.out_low && (!packed || !n->a.attention.low))
         s = ts_fail(TS_ERR_INVALID, "out_low (a bf16 dqkv and its column sums) needs the packed "
                                     "form and low 1");
     if (s != TS_OK) return s;
     out[0] = out[1] = out[2] = *q;
+    out[0].dtype = out[1].dtype = out[2].dtype = out_dtype(n, q);
     *n_out = packed ? 1 : 3;
     if (n->a.attention.out_low) { /* dqkv in bf16, and its sums over B and T (f32) */
         ts_attn_geom ge;

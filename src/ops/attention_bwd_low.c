@@ -1,5 +1,6 @@
 /* The packed attention_bwd with attention.out_low (set by passes/attn_bwd_low.c in bf16
- * plans): (do, qkv, o, lse) -> (dqkv rounded to bf16, its column sums f32 [3 * H * hd]).
+ * plans): (do, qkv, o, lse) -> (dqkv rounded to bf16, its column sums f32 [3 * H * hd]); the
+ * qkv f32, or bf16 where the qkv projection writes it so (passes/qkv_low.c).
  *
  * Without it the packed backward writes dqkv [B, T, 3, H, hd] in f32 and a sum with out_low
  * (ops/reduce.c) reads it back to write the qkv bias gradient (the column sums over B and T)
@@ -112,15 +113,18 @@ static void fin(void *ctx, int64_t t0, int64_t n, int what) {
 ts_status ts_attn_bwd_low_out(const ts_kargs *k) {
     ts_attn_geom g;
     ts_attn_geom_of_tensor(&k->in[1], &g);
-    if (!g.packed || k->n_in != 4 || k->n_out != 2 || k->in[1].dtype != TS_F32 ||
-        k->out[0].dtype != TS_BF16 || k->out[1].dtype != TS_F32)
+    if (!g.packed || k->n_in != 4 || k->n_out != 2 ||
+        (k->in[1].dtype != TS_F32 && k->in[1].dtype != TS_BF16) || k->out[0].dtype != TS_BF16 ||
+        k->out[1].dtype != TS_F32)
         return ts_kernel_bad_dtype(k, "attention_bwd (out_low)", k->in[1].dtype);
     const int64_t BH = g.B * g.H, T_ = g.seq, hd = g.hd, gk = g.H * hd, w = 3 * hd;
     const size_t slot = slot_bytes(T_, hd), low = ts_attn_bwd_low_slot_bytes(T_, hd);
     const int64_t slots = ts_attn_slots_for(BH);
     if ((size_t)slots * slot + (size_t)(BH * w) * sizeof(double) > k->scratch_bytes)
         return ts_fail(TS_ERR_INTERNAL, "attention_bwd '%s': scratch too small", k->label);
-    const float *dout = k->in[0].data, *q = k->in[1].data, *o = k->in[2].data;
+    const float *dout = k->in[0].data, *o = k->in[2].data;
+    const char *q = k->in[1].data; /* f32 or bf16 (passes/qkv_low.c): es bytes an element */
+    const int64_t es = (int64_t)ts_dtype_size(k->in[1].dtype);
     const float *lse = k->in[3].data;
     uint16_t *dqkv = k->out[0].data;
     float *sums = k->out[1].data;
@@ -141,9 +145,9 @@ ts_status ts_attn_bwd_low_out(const ts_kargs *k) {
             ts_attn_head_offsets(&g, bh, &hi, &ho);
             fin_ctx c = {gr, dqkv + hi, T_, hd, g.ld_in, gk, part + bh * w};
             for (int64_t j = 0; j < w; j++) c.col[j] = 0;
-            ts_attn_bwd_item_low_fin(dout + ho, q + hi, q + gk + hi, q + 2 * gk + hi, o + ho,
-                                     lse + bh * T_, gr, gr + hd, gr + 2 * hd, &gs, scale, causal,
-                                     (float *)sl, fin, &c);
+            ts_attn_bwd_item_low_fin(dout + ho, q + hi * es, q + (gk + hi) * es,
+                                     q + (2 * gk + hi) * es, o + ho, lse + bh * T_, gr, gr + hd,
+                                     gr + 2 * hd, &gs, scale, causal, (float *)sl, fin, &c);
         }
     }
     /* column (part p, head h, d) of the sums: the partials of (b, h) in b order */

@@ -36,10 +36,12 @@
  * GEMMs), so the generic build differs in the last bits.
  *
  * Mixed precision (attention.low = 1, set by the precision pass in bf16
- * plans; f32 only): the same blocks, order and f32 softmax, but every block
- * product rounds its operands to bf16 and accumulates in f32 on AVX512-BF16
- * (attention_low.h): the items of attention_items_low.c, which call the f32
- * block pieces exported below (attention_fused.h).
+ * plans; f32 tensors, q, k and v also bf16): the same blocks, order and f32
+ * softmax, but every block product rounds its operands to bf16 and
+ * accumulates in f32 on AVX512-BF16 (attention_low.h): the items of
+ * attention_items_low.c, which call the f32 block pieces exported below
+ * (attention_fused.h). The drivers below address q, k and v in bytes of
+ * their dtype for them.
  *
  * The op itself (inference, gradient, cost) is in attention.c.
  *
@@ -328,9 +330,10 @@ static int threads_for(int64_t slots, int64_t work) {
     }                                                                                              \
     /* The query blocks from q0 to q1 of one (b, h): q, k, v, o point at the head, whose rows      \
      * lie g->ld_in (q, k, v) and g->ld_out (o) elements apart. */                                 \
-    static void fwd_item_##SFX(const T *q, const T *k, const T *v, T *o, T *lse,                   \
+    static void fwd_item_##SFX(const void *qv, const void *kv, const void *vv, T *o, T *lse,       \
                                const ts_attn_geom *g, int64_t q0, int64_t q1, T scale, int causal, \
                                T *ws) {                                                            \
+        const T *q = qv, *k = kv, *v = vv;                                                         \
         int64_t hd = g->hd, li = g->ld_in, lo = g->ld_out;                                         \
         T *qt = ws, *s = qt + hd * BS, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;               \
         for (; q0 < q1; q0 += BS) {                                                                \
@@ -349,7 +352,7 @@ static int threads_for(int64_t slots, int64_t work) {
             fwd_final_##SFX(ob, lse + q0, m, l, nq, hd, lo);                                       \
         }                                                                                          \
     }                                                                                              \
-    typedef void fwd_item_fn_##SFX(const T *, const T *, const T *, T *, T *,                      \
+    typedef void fwd_item_fn_##SFX(const void *, const void *, const void *, T *, T *,             \
                                    const ts_attn_geom *, int64_t, int64_t, T, int, T *);           \
     /* item: fwd_item_##SFX, or for f32 fwd_item_low; slot: its scratch bytes; heads: an item is   \
      * a whole (b, h) where there are enough of them for the threads (the bf16 item packs the      \
@@ -362,10 +365,12 @@ static int threads_for(int64_t slots, int64_t work) {
         int64_t nqb = nblocks(T_), items = BH * nqb, slots = slots_for(items);                     \
         if ((size_t)slots * slot > k->scratch_bytes)                                               \
             return ts_fail(TS_ERR_INTERNAL, "attention '%s': scratch too small", k->label);        \
-        /* packed: k and v are the next two of the three [H, hd] groups of a position's row */     \
-        const T *q = k->in[0].data;                                                                \
-        const T *kk = g.packed ? q + g.H * hd : k->in[1].data;                                     \
-        const T *v = g.packed ? q + 2 * g.H * hd : k->in[2].data;                                  \
+        /* packed: k and v are the next two of the three [H, hd] groups of a position's row; es:   \
+         * their element's bytes (bf16 q, k, v for the bf16 items: attention_items_low.c) */       \
+        const int64_t es = (int64_t)ts_dtype_size(k->in[0].dtype);                                 \
+        const char *q = k->in[0].data;                                                             \
+        const char *kk = g.packed ? q + g.H * hd * es : k->in[1].data;                             \
+        const char *v = g.packed ? q + 2 * g.H * hd * es : k->in[2].data;                          \
         T *o = k->out[0].data, *lse = k->out[1].data, scale = (T)k->a->attention.scale;            \
         int causal = k->a->attention.causal != 0;                                                  \
         char *ws = k->scratch;                                                                     \
@@ -378,8 +383,8 @@ static int threads_for(int64_t slots, int64_t work) {
                 int64_t bh = it % BH, qb = nqb - 1 - it / BH, hi, ho;                              \
                 int64_t q0 = items == BH ? 0 : qb * BS, q1 = items == BH ? T_ : q0 + BS;           \
                 ts_attn_head_offsets(&g, bh, &hi, &ho);                                            \
-                item(q + hi, kk + hi, v + hi, o + ho, lse + bh * T_, &g, q0, q1 < T_ ? q1 : T_,    \
-                     scale, causal, w);                                                            \
+                item(q + hi * es, kk + hi * es, v + hi * es, o + ho, lse + bh * T_, &g, q0,        \
+                     q1 < T_ ? q1 : T_, scale, causal, w);                                         \
             }                                                                                      \
         }                                                                                          \
         return TS_OK;                                                                              \
@@ -387,9 +392,10 @@ static int threads_for(int64_t slots, int64_t work) {
     /* One (b, h): every pointer at the head (row strides in g). Query blocks outside, key blocks  \
      * inside: dq of a block sums over key blocks in order, dk and dv of a key block over query    \
      * blocks in order. */                                                                         \
-    static void bwd_item_##SFX(const T *dout, const T *q, const T *k, const T *v, const T *o,      \
-                               const T *lse, T *dq, T *dk, T *dv, const ts_attn_geom *g, T scale,  \
-                               int causal, T *ws) {                                                \
+    static void bwd_item_##SFX(const T *dout, const void *qv, const void *kv, const void *vv,      \
+                               const T *o, const T *lse, T *dq, T *dk, T *dv,                      \
+                               const ts_attn_geom *g, T scale, int causal, T *ws) {                \
+        const T *q = qv, *k = kv, *v = vv;                                                         \
         /* lg: the gradients' rows, laid out as their inputs' */                                   \
         int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_grad;           \
         T *qt = ws, *dot = qt + hd * BS, *p = dot + hd * BS, *ds = p + BS * BS, *D = ds + BS * BS; \
@@ -417,7 +423,7 @@ static int threads_for(int64_t slots, int64_t work) {
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    typedef void bwd_item_fn_##SFX(const T *, const T *, const T *, const T *, const T *,          \
+    typedef void bwd_item_fn_##SFX(const T *, const void *, const void *, const void *, const T *, \
                                    const T *, T *, T *, T *, const ts_attn_geom *, T, int, T *);   \
     static ts_status bwd_##SFX(const ts_kargs *k, bwd_item_fn_##SFX *item, size_t slot) {          \
         ts_attn_geom g;                                                                            \
@@ -427,10 +433,11 @@ static int threads_for(int64_t slots, int64_t work) {
         if ((size_t)slots * slot > k->scratch_bytes)                                               \
             return ts_fail(TS_ERR_INTERNAL, "attention_bwd '%s': scratch too small", k->label);    \
         /* split: (do, q, k, v, o, lse) -> (dq, dk, dv); packed: (do, qkv, o, lse) -> (dqkv) */    \
-        int64_t gk = g.H * hd;                                                                     \
-        const T *dout = k->in[0].data, *q = k->in[1].data;                                         \
-        const T *kk = g.packed ? q + gk : k->in[2].data,                                           \
-                *v = g.packed ? q + 2 * gk : k->in[3].data;                                        \
+        int64_t gk = g.H * hd, es = (int64_t)ts_dtype_size(k->in[1].dtype); /* q, k, v's */        \
+        const T *dout = k->in[0].data;                                                             \
+        const char *q = k->in[1].data;                                                             \
+        const char *kk = g.packed ? q + gk * es : k->in[2].data,                                   \
+                   *v = g.packed ? q + 2 * gk * es : k->in[3].data;                                \
         const T *o = k->in[g.packed ? 2 : 4].data, *lse = k->in[g.packed ? 3 : 5].data;            \
         T *dq = k->out[0].data;                                                                    \
         T *dk = g.packed ? dq + gk : k->out[1].data,                                               \
@@ -444,8 +451,8 @@ static int threads_for(int64_t slots, int64_t work) {
             _Pragma("omp for schedule(dynamic, 1)") for (int64_t bh = 0; bh < BH; bh++) {          \
                 int64_t hi, ho;                                                                    \
                 ts_attn_head_offsets(&g, bh, &hi, &ho);                                            \
-                item(dout + ho, q + hi, kk + hi, v + hi, o + ho, lse + bh * T_, dq + hi, dk + hi,  \
-                     dv + hi, &g, scale, causal, w);                                               \
+                item(dout + ho, q + hi * es, kk + hi * es, v + hi * es, o + ho, lse + bh * T_,     \
+                     dq + hi, dk + hi, dv + hi, &g, scale, causal, w);                             \
             }                                                                                      \
         }                                                                                          \
         return TS_OK;                                                                              \
@@ -497,6 +504,7 @@ void ts_attn_bwd_rowdot_f32(float *D, const float *dout, const float *o, int64_t
 
 void ts_attn_geom_of(const ts_type *q, ts_attn_geom *g) {
     g->packed = q->rank == 5;
+    g->in_bf16 = q->dtype == TS_BF16;
     if (g->packed) {
         g->B = q->dims[0], g->seq = q->dims[1], g->H = q->dims[3], g->hd = q->dims[4];
         g->ld_in = 3 * g->H * g->hd;
@@ -529,27 +537,28 @@ void ts_attn_head_offsets(const ts_attn_geom *g, int64_t bh, int64_t *in, int64_
 ts_status ts_attn_fwd(const ts_kargs *k) {
     ts_attn_geom g;
     ts_attn_geom_of_tensor(&k->in[0], &g);
-    switch (k->in[0].dtype) {
-    case TS_F32:
-        return k->a->attention.low
-                   ? fwd_f32(k, ts_attn_fwd_item_low, ts_attn_fwd_low_slot_bytes(g.seq, g.hd), 1)
-                   : fwd_f32(k, fwd_item_f32, fwd_slot_bytes(g.hd, sizeof(float)), 0);
+    const ts_dtype dt = k->in[0].dtype;
+    if (k->a->attention.low && (dt == TS_F32 || dt == TS_BF16)) /* bf16: q, k, v only */
+        return fwd_f32(k, ts_attn_fwd_item_low, ts_attn_fwd_low_slot_bytes(g.seq, g.hd), 1);
+    switch (dt) {
+    case TS_F32: return fwd_f32(k, fwd_item_f32, fwd_slot_bytes(g.hd, sizeof(float)), 0);
     case TS_F64: return fwd_f64(k, fwd_item_f64, fwd_slot_bytes(g.hd, sizeof(double)), 0);
-    default: return ts_kernel_bad_dtype(k, "attention", k->in[0].dtype);
+    default: return ts_kernel_bad_dtype(k, "attention", dt);
     }
 }
 
 ts_status ts_attn_bwd(const ts_kargs *k) {
     ts_attn_geom g;
     ts_attn_geom_of_tensor(&k->in[1], &g);
-    switch (k->in[1].dtype) {
-    case TS_F32:
+    const ts_dtype dt = k->in[1].dtype;
+    if (k->a->attention.low && (dt == TS_F32 || dt == TS_BF16)) { /* bf16: q, k, v only */
         if (k->a->attention.out_low) return ts_attn_bwd_low_out(k);
-        return k->a->attention.low
-                   ? bwd_f32(k, ts_attn_bwd_item_low, ts_attn_bwd_low_slot_bytes(g.seq, g.hd))
-                   : bwd_f32(k, bwd_item_f32, bwd_slot_bytes(g.seq, g.hd, sizeof(float)));
+        return bwd_f32(k, ts_attn_bwd_item_low, ts_attn_bwd_low_slot_bytes(g.seq, g.hd));
+    }
+    switch (dt) {
+    case TS_F32: return bwd_f32(k, bwd_item_f32, bwd_slot_bytes(g.seq, g.hd, sizeof(float)));
     case TS_F64: return bwd_f64(k, bwd_item_f64, bwd_slot_bytes(g.seq, g.hd, sizeof(double)));
-    default: return ts_kernel_bad_dtype(k, "attention_bwd", k->in[1].dtype);
+    default: return ts_kernel_bad_dtype(k, "attention_bwd", dt);
     }
 }
 

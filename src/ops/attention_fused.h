@@ -21,6 +21,10 @@
  *
  * so that no slice or head permute copies them; the kernels only read and write rows
  * further apart (ts_attn_geom), with the same sums in the same order as the split form.
+ *
+ * With attention.low, q, k and v (or the qkv) may be bf16 (passes/qkv_low.c: the qkv
+ * projection writes bf16 where only these kernels read it); o, lse and the gradients stay
+ * f32 (dqkv: bf16 with attention.out_low), and the outputs have the bits of the f32 input's.
  */
 #ifndef TS_ATTENTION_FUSED_H
 #define TS_ATTENTION_FUSED_H
@@ -38,6 +42,7 @@
 typedef struct ts_attn_geom {
     int64_t B, H, seq, hd; /* seq: T, the positions */
     int packed;            /* q is the rank-5 qkv */
+    int in_bf16;           /* q, k and v are bf16 (the bf16 items only: passes/qkv_low.c) */
     int64_t ld_in, ld_out, ld_grad;
 } ts_attn_geom;
 /* The geometry of q's type (rank 4: split, rank 5: packed qkv). */
@@ -84,18 +89,20 @@ void ts_attn_bwd_rowdot_f32(float *D, const float *dout, const float *o, int64_t
 
 /* ---- bf16 products (attention_items_low.c) --------------------------------------------- */
 
-/* The query blocks [q0, q1) of one (b, h), as the f32 item, with bf16 block products. */
-void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float *o, float *lse,
+/* The query blocks [q0, q1) of one (b, h), as the f32 item, with bf16 block products. q, k
+ * and v are f32, or bf16 where g->in_bf16 (their packs then only copy the bf16 halves: the
+ * same words as the f32 packs of the values those round from); everything else is f32. */
+void ts_attn_fwd_item_low(const void *q, const void *k, const void *v, float *o, float *lse,
                           const ts_attn_geom *g, int64_t q0, int64_t q1, float scale, int causal,
                           float *ws);
 /* One (b, h) of the backward, as the f32 item, with bf16 block products. */
-void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
+void ts_attn_bwd_item_low(const float *dout, const void *q, const void *k, const void *v,
                           const float *o, const float *lse, float *dq, float *dk, float *dv,
                           const ts_attn_geom *g, float scale, int causal, float *ws);
 /* ts_attn_bwd_item_low calling fin(ctx, t0, n, what) once rows [t0, t0 + n) of dq (what 0)
  * or of dk and dv (what 1) are final, in increasing t0 for each. */
 typedef void ts_attn_bwd_fin_fn(void *ctx, int64_t t0, int64_t n, int what);
-void ts_attn_bwd_item_low_fin(const float *dout, const float *q, const float *k, const float *v,
+void ts_attn_bwd_item_low_fin(const float *dout, const void *q, const void *k, const void *v,
                               const float *o, const float *lse, float *dq, float *dk, float *dv,
                               const ts_attn_geom *g, float scale, int causal, float *ws,
                               ts_attn_bwd_fin_fn *fin, void *ctx);

@@ -1,5 +1,6 @@
 /* The fused attention's work items with bf16 block products (attention.low,
- * set by the precision pass in bf16 plans; f32 tensors only): the blocks,
+ * set by the precision pass in bf16 plans; f32 tensors, but for q, k and v, which
+ * may be bf16: passes/qkv_low.c): the blocks,
  * order and f32 online softmax of the f32 items (attention_fused.c, whose
  * block pieces these call), but every block product rounds its operands to
  * bf16, packs them as pairs along the reduction axis and accumulates in f32
@@ -83,22 +84,48 @@ static void by_queries(float *c, int64_t ldc, int64_t nq, int64_t nk, int64_t hd
                         c + s * ldc, ldc, acc);
 }
 
+/* q, k and v: their row r, and the three packs of n rows of hd values (f32, or bf16 where
+ * g->in_bf16: the bf16 packs, the same words without a conversion). */
+static const void *in_row(const ts_attn_geom *g, const void *p, int64_t r) {
+    return (const char *)p + (size_t)(r * g->ld_in) * (g->in_bf16 ? 2 : 4);
+}
+static void rows_in(const ts_attn_geom *g, uint32_t *dst, int64_t ldd, const void *src, int64_t n) {
+    if (g->in_bf16)
+        ts_attn_pack_rows_bf16(dst, ldd, src, g->ld_in, n, g->hd);
+    else
+        ts_attn_pack_rows(dst, ldd, src, g->ld_in, n, g->hd);
+}
+static void pairs_in(const ts_attn_geom *g, uint32_t *dst, int64_t ldd, const void *src,
+                     int64_t n) {
+    if (g->in_bf16)
+        ts_attn_pack_pairs_bf16(dst, ldd, src, g->ld_in, n, g->hd);
+    else
+        ts_attn_pack_pairs(dst, ldd, src, g->ld_in, n, g->hd);
+}
+static void rows_t_in(const ts_attn_geom *g, uint32_t *dst, int64_t ldd, const void *src,
+                      int64_t n) {
+    if (g->in_bf16)
+        ts_attn_pack_rows_t_bf16(dst, ldd, src, g->ld_in, n, g->hd);
+    else
+        ts_attn_pack_rows_t(dst, ldd, src, g->ld_in, n, g->hd);
+}
+
 /* fwd_item_f32 with bf16 products: the same blocks, online softmax and f32 output. */
-void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float *o, float *lse,
+void ts_attn_fwd_item_low(const void *q, const void *k, const void *v, float *o, float *lse,
                           const ts_attn_geom *g, int64_t q0, int64_t q1, float scale, int causal,
                           float *ws) {
-    const int64_t hd = g->hd, li = g->ld_in, lo = g->ld_out, hp = (hd + 1) / 2;
+    const int64_t hd = g->hd, lo = g->ld_out, hp = (hd + 1) / 2;
     const int64_t nkeys = causal ? q1 : g->seq; /* the keys these query blocks see */
     float *s = ws, *m = s + BS * BS, *l = m + BS, *tmp = l + BS;
     uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_fwd_slot_bytes(0, sizeof(float)));
     uint32_t *kw = qw + hp * BS, *vw = kw + g->seq * hp, *pw = vw + (g->seq + 1) / 2 * hd;
-    ts_attn_pack_rows(kw, hp, k, li, nkeys, hd);  /* kw[j][d/2] */
-    ts_attn_pack_pairs(vw, hd, v, li, nkeys, hd); /* vw[j/2][d] */
+    rows_in(g, kw, hp, k, nkeys);  /* kw[j][d/2] */
+    pairs_in(g, vw, hd, v, nkeys); /* vw[j/2][d] */
     for (; q0 < q1; q0 += BS) {
         int64_t nq = q1 - q0 < BS ? q1 - q0 : BS, kend = causal ? q0 + nq : g->seq;
         float *ob = o + q0 * lo;
         for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
-        ts_attn_pack_rows_t(qw, BS, q + q0 * li, li, nq, hd); /* qw[d/2][i] */
+        rows_t_in(g, qw, BS, in_row(g, q, q0), nq); /* qw[d/2][i] */
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;
             int diag = diag_full(causal, q0, k0, nq, nk);
@@ -112,7 +139,7 @@ void ts_attn_fwd_item_low(const float *q, const float *k, const float *v, float 
 }
 
 /* bwd_item_f32 with bf16 products: the same blocks and order, p, ds and D in f32. */
-void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, const float *v,
+void ts_attn_bwd_item_low(const float *dout, const void *q, const void *k, const void *v,
                           const float *o, const float *lse, float *dq, float *dk, float *dv,
                           const ts_attn_geom *g, float scale, int causal, float *ws) {
     ts_attn_bwd_item_low_fin(dout, q, k, v, o, lse, dq, dk, dv, g, scale, causal, ws, NULL, NULL);
@@ -121,12 +148,12 @@ void ts_attn_bwd_item_low(const float *dout, const float *q, const float *k, con
 /* The same, calling fin as rows of the gradients become final: dq rows of a query block
  * after its last key block, dk and dv rows of a key block after the last query block (which
  * sees every key block), each in increasing position. */
-void ts_attn_bwd_item_low_fin(const float *dout, const float *q, const float *k, const float *v,
+void ts_attn_bwd_item_low_fin(const float *dout, const void *q, const void *k, const void *v,
                               const float *o, const float *lse, float *dq, float *dk, float *dv,
                               const ts_attn_geom *g, float scale, int causal, float *ws,
                               ts_attn_bwd_fin_fn *fin, void *ctx) {
     /* lg: the gradients' rows (their inputs' layout, or the bf16 output's scratch) */
-    const int64_t T_ = g->seq, hd = g->hd, li = g->ld_in, lo = g->ld_out, lg = g->ld_grad;
+    const int64_t T_ = g->seq, hd = g->hd, lo = g->ld_out, lg = g->ld_grad;
     const int64_t hp = (hd + 1) / 2, BP = BS / 2;
     float *p = ws, *ds = p + BS * BS, *D = ds + BS * BS;
     uint32_t *qw = (uint32_t *)((char *)ws + ts_attn_bwd_slot_bytes(T_, 0, sizeof(float)));
@@ -134,16 +161,17 @@ void ts_attn_bwd_item_low_fin(const float *dout, const float *q, const float *k,
     uint32_t *kpw = dopw + BP * hd, *kw = kpw + (T_ + 1) / 2 * hd, *vw = kw + T_ * hp;
     uint32_t *prw = vw + T_ * hp, *dsrw = prw + BS * BP, *dspw = dsrw + BS * BP;
     ts_attn_bwd_rowdot_f32(D, dout, o, T_, hd, lo);
-    ts_attn_pack_rows(kw, hp, k, li, T_, hd);   /* k:  [j][d/2] */
-    ts_attn_pack_rows(vw, hp, v, li, T_, hd);   /* v:  [j][d/2] */
-    ts_attn_pack_pairs(kpw, hd, k, li, T_, hd); /* k:  [j/2][d] */
+    rows_in(g, kw, hp, k, T_);   /* k:  [j][d/2] */
+    rows_in(g, vw, hp, v, T_);   /* v:  [j][d/2] */
+    pairs_in(g, kpw, hd, k, T_); /* k:  [j/2][d] */
     for (int64_t q0 = 0; q0 < T_; q0 += BS) {
         int64_t nq = T_ - q0 < BS ? T_ - q0 : BS, kend = causal ? q0 + nq : T_;
-        const float *qb = q + q0 * li, *dob = dout + q0 * lo;
+        const void *qb = in_row(g, q, q0);
+        const float *dob = dout + q0 * lo;
         float *dqb = dq + q0 * lg;
-        ts_attn_pack_rows_t(qw, BS, qb, li, nq, hd);   /* q^T:  [d/2][i] */
+        rows_t_in(g, qw, BS, qb, nq);                  /* q^T:  [d/2][i] */
         ts_attn_pack_rows_t(dow, BS, dob, lo, nq, hd); /* do^T: [d/2][i] */
-        ts_attn_pack_pairs(qpw, hd, qb, li, nq, hd);   /* q:    [i/2][d] */
+        pairs_in(g, qpw, hd, qb, nq);                  /* q:    [i/2][d] */
         ts_attn_pack_pairs(dopw, hd, dob, lo, nq, hd);
         for (int64_t k0 = 0; k0 < kend; k0 += BS) {
             int64_t nk = kend - k0 < BS ? kend - k0 : BS;

@@ -1,6 +1,7 @@
 /* The bf16 products of the fused attention (attention_low.h): operand
  * packing and a register-blocked GEMM on packed bf16 pairs. */
 #include "ops/attention_low.h"
+#include <string.h>
 #include "core/half.h"
 #include "kern.h"
 #include "ops/attention_low_simd.h"
@@ -41,6 +42,43 @@ TS_CLONES static void pack_rows_t_generic(uint32_t *dst, int64_t ldd, const floa
         const float *s = src + r * lds;
         for (int64_t c = 0; c < half; c++) dst[c * ldd + r] = pair(s[2 * c], s[2 * c + 1]);
         if (cols & 1) dst[half * ldd + r] = pair(s[cols - 1], 0.0f);
+    }
+}
+
+/* bf16 sources: the bf16 halves as they are (the f32 packs' words of the values they round
+ * from), a zero half after an odd row or column. */
+static void pack_rows_bf16_generic(uint32_t *dst, int64_t ldd, const uint16_t *src, int64_t lds,
+                                   int64_t n, int64_t cols) {
+    for (int64_t r = 0; r < n; r++) {
+        uint16_t *d = (uint16_t *)(dst + r * ldd);
+        memcpy(d, src + r * lds, sizeof(uint16_t) * (size_t)cols);
+        if (cols & 1) d[cols] = 0;
+    }
+}
+
+static inline uint32_t pair16(uint16_t lo, uint16_t hi) {
+    return (uint32_t)lo | (uint32_t)hi << 16;
+}
+
+TS_CLONES static void pack_pairs_bf16_generic(uint32_t *dst, int64_t ldd, const uint16_t *src,
+                                              int64_t lds, int64_t n, int64_t cols) {
+    for (int64_t r = 0; r < n; r += 2) {
+        const uint16_t *a = src + r * lds, *b = a + lds;
+        uint32_t *d = dst + r / 2 * ldd;
+        if (r + 1 < n)
+            for (int64_t c = 0; c < cols; c++) d[c] = pair16(a[c], b[c]);
+        else
+            for (int64_t c = 0; c < cols; c++) d[c] = a[c];
+    }
+}
+
+static void pack_rows_t_bf16_generic(uint32_t *dst, int64_t ldd, const uint16_t *src, int64_t lds,
+                                     int64_t n, int64_t cols) {
+    const int64_t half = cols / 2;
+    for (int64_t r = 0; r < n; r++) {
+        const uint16_t *s = src + r * lds;
+        for (int64_t c = 0; c < half; c++) dst[c * ldd + r] = pair16(s[2 * c], s[2 * c + 1]);
+        if (cols & 1) dst[half * ldd + r] = s[cols - 1];
     }
 }
 
@@ -154,12 +192,19 @@ BF16_TARGET static void pack_pairs_avx512bf16(uint32_t *dst, int64_t ldd, const 
     }
 }
 
-/* 16 x 16 tiles: 16 rows' 32 values as 16 words each (one conversion a row, as
- * pack_rows_avx512bf16), transposed in registers (four stages, each exchanging one bit of
- * the row and word indices, vpermt2d), stored as 16 words of 16 rows. Edges: masked loads
- * (zeros past a row's end: an odd tail pairs with 0) and masked stores. */
-BF16_TARGET static void pack_rows_t_avx512bf16(uint32_t *dst, int64_t ldd, const float *src,
-                                               int64_t lds, int64_t n, int64_t cols) {
+/* A mask of the first n of 32 lanes: none for n <= 0, all for n >= 32. */
+static inline __mmask32 first_lanes32(int64_t n) {
+    return n <= 0 ? (__mmask32)0 : n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1);
+}
+
+/* 16 x 16 tiles: 16 rows' 32 values as 16 words each (f32: one conversion a row, as
+ * pack_rows_avx512bf16; bf16: the row's 32 halves as they are), transposed in registers (four
+ * stages, each exchanging one bit of the row and word indices, vpermt2d), stored as 16 words of
+ * 16 rows. Edges: masked loads (zeros past a row's end: an odd tail pairs with 0) and masked
+ * stores. */
+static inline __attribute__((always_inline)) BF16_TARGET void
+rows_t_tiles(uint32_t *dst, int64_t ldd, const void *src, int64_t lds, int64_t n, int64_t cols,
+             const int bf16) {
     const int64_t hp = (cols + 1) / 2;
     __m512i lo[4], hi[4];
     for (int st = 0, w = 8; w >= 1; st++, w /= 2) {
@@ -175,14 +220,19 @@ BF16_TARGET static void pack_rows_t_avx512bf16(uint32_t *dst, int64_t ldd, const
         const int64_t nr = n - r0 < 16 ? n - r0 : 16;
         const __mmask16 kr = first_lanes(nr);
         for (int64_t w0 = 0; w0 < hp; w0 += 16) {
-            /* fc: the floats left in each row from word w0 on; ka, kb: its two halves' lanes */
+            /* fc: the values left in each row from word w0 on; ka, kb: its two halves' lanes
+             * (f32), kh: its lanes (bf16) */
             const int64_t nw = hp - w0 < 16 ? hp - w0 : 16, fc = cols - 2 * w0;
             const __mmask16 ka = first_lanes(fc), kb = first_lanes(fc - 16);
+            const __mmask32 kh = first_lanes32(fc);
             __m512i x[16];
             _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++) {
                 x[t] = _mm512_setzero_si512();
-                if (t < nr) {
-                    const float *s = src + (r0 + t) * lds + 2 * w0;
+                if (t < nr && bf16) {
+                    const uint16_t *s = (const uint16_t *)src + (r0 + t) * lds + 2 * w0;
+                    x[t] = _mm512_maskz_loadu_epi16(kh, s);
+                } else if (t < nr) {
+                    const float *s = (const float *)src + (r0 + t) * lds + 2 * w0;
                     x[t] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(kb, s + 16),
                                                         _mm512_maskz_loadu_ps(ka, s));
                 }
@@ -200,6 +250,39 @@ BF16_TARGET static void pack_rows_t_avx512bf16(uint32_t *dst, int64_t ldd, const
                 else
                     _mm512_mask_storeu_epi32(d, kr, x[k]);
             }
+        }
+    }
+}
+
+BF16_TARGET static void pack_rows_t_avx512bf16(uint32_t *dst, int64_t ldd, const float *src,
+                                               int64_t lds, int64_t n, int64_t cols) {
+    rows_t_tiles(dst, ldd, src, lds, n, cols, 0);
+}
+
+BF16_TARGET static void pack_rows_t_bf16_avx512(uint32_t *dst, int64_t ldd, const uint16_t *src,
+                                                int64_t lds, int64_t n, int64_t cols) {
+    rows_t_tiles(dst, ldd, src, lds, n, cols, 1);
+}
+
+/* Word c of a row pair from bf16 rows: row 2p's half zero-extended, row 2p + 1's shifted up;
+ * 16 words a step, the tail masked. */
+BF16_TARGET static void pack_pairs_bf16_avx512(uint32_t *dst, int64_t ldd, const uint16_t *src,
+                                               int64_t lds, int64_t n, int64_t cols) {
+    for (int64_t r = 0; r < n; r += 2) {
+        const uint16_t *a = src + r * lds, *b = r + 1 < n ? a + lds : NULL;
+        uint32_t *d = dst + r / 2 * ldd;
+        for (int64_t c = 0; c < cols; c += 16) {
+            const int64_t left = cols - c < 16 ? cols - c : 16;
+            const __mmask16 k = first_lanes(left);
+            __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, a + c));
+            if (b)
+                w = _mm512_or_si512(
+                    w, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, b + c)),
+                                         16));
+            if (left == 16)
+                _mm512_storeu_si512(d + c, w);
+            else
+                _mm512_mask_storeu_epi32(d + c, k, w);
         }
     }
 }
@@ -280,4 +363,31 @@ void ts_attn_mm_bf16(int64_t M, int64_t N, int64_t KP, const uint32_t *A, int64_
     }
 #endif
     mm_generic(M, N, KP, A, sam, sak, B, ldb, C, ldc, acc);
+}
+
+void ts_attn_pack_rows_bf16(uint32_t *dst, int64_t ldd, const uint16_t *src, int64_t lds, int64_t n,
+                            int64_t cols) {
+    pack_rows_bf16_generic(dst, ldd, src, lds, n, cols); /* a copy: memcpy is as fast */
+}
+
+void ts_attn_pack_pairs_bf16(uint32_t *dst, int64_t ldd, const uint16_t *src, int64_t lds,
+                             int64_t n, int64_t cols) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
+        pack_pairs_bf16_avx512(dst, ldd, src, lds, n, cols);
+        return;
+    }
+#endif
+    pack_pairs_bf16_generic(dst, ldd, src, lds, n, cols);
+}
+
+void ts_attn_pack_rows_t_bf16(uint32_t *dst, int64_t ldd, const uint16_t *src, int64_t lds,
+                              int64_t n, int64_t cols) {
+#if TS_ATTN_BF16_SIMD
+    if (ts_attn_has_bf16()) {
+        pack_rows_t_bf16_avx512(dst, ldd, src, lds, n, cols);
+        return;
+    }
+#endif
+    pack_rows_t_bf16_generic(dst, ldd, src, lds, n, cols);
 }

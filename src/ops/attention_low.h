@@ -35,6 +35,17 @@ void ts_attn_pack_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t ld
 void ts_attn_pack_rows_t(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t n,
                          int64_t cols);
 
+/* The same three packs of bf16 values (q, k and v from a qkv projection that writes bf16,
+ * passes/qkv_low.c): the words the f32 packs make of the f32 values these round from, with
+ * no conversion (rows: a copy; pairs: two rows' halves interleaved; rows_t: the row words
+ * transposed). */
+void ts_attn_pack_rows_bf16(uint32_t *dst, int64_t ldd, const uint16_t *src, int64_t lds, int64_t n,
+                            int64_t cols);
+void ts_attn_pack_pairs_bf16(uint32_t *dst, int64_t ldd, const uint16_t *src, int64_t lds,
+                             int64_t n, int64_t cols);
+void ts_attn_pack_rows_t_bf16(uint32_t *dst, int64_t ldd, const uint16_t *src, int64_t lds,
+                              int64_t n, int64_t cols);
+
 /* C[m * ldc + n] = (acc ? C[m * ldc + n] : 0) + sum over p < KP of the two products of
  * the pair A[m * sam + p * sak] with the pair B[p * ldb + n], for m < M, n < N, in
  * increasing p, accumulated in f32: vdpbf16ps on CPUs with AVX512-BF16, else the same

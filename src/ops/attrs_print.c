@@ -100,6 +100,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "trans_b", a->matmul_epi.trans_b);
         field(out, "n_post", a->matmul_epi.n_post);
         if (a->matmul_epi.low) field(out, "low", a->matmul_epi.low);
+        if (a->matmul_epi.out_low) field(out, "out_low", a->matmul_epi.out_low);
         for (int p = 0; p < a->matmul_epi.n_post && p < TS_ATTR_EPI_MAX; p++)
             fprintf(out, p ? ",%lld" : " post=[%lld", (long long)a->matmul_epi.post[p]);
         if (a->matmul_epi.n_post > 0) fprintf(out, "]");

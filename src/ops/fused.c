@@ -15,6 +15,7 @@
 #include "fused.h"
 
 #include <string.h>
+#include "core/half.h"
 #include "eltwise.h"
 #include "kern.h"
 
@@ -288,6 +289,16 @@ static ts_status infer_mm_epi(const ts_graph *g, const ts_node *n, ts_type *out,
             return ts_fail(TS_ERR_SHAPE,
                            "post-op operand %d is neither the output's shape nor a bias row",
                            j - 2);
+    if (n->a.matmul_epi.out_low != 0 && n->a.matmul_epi.out_low != 1)
+        return ts_fail(TS_ERR_INVALID, "out_low must be 0 or 1, got %lld",
+                       (long long)n->a.matmul_epi.out_low);
+    if (n->a.matmul_epi.out_low) { /* the reference kernel's row pieces need these */
+        if (ts_in_type(g, n, 0)->dtype != TS_BF16 || n->a.matmul_epi.trans_a ||
+            ts_in_type(g, n, 1)->rank != 2)
+            return ts_fail(TS_ERR_SHAPE, "out_low (a bf16 output) needs low, bf16 operands, A "
+                                         "not transposed and B one matrix");
+        out->dtype = TS_BF16;
+    }
     return TS_OK;
 }
 
@@ -308,19 +319,64 @@ ts_status ts_mm_epi_apply(const ts_kargs *k) {
     return TS_OK;
 }
 
+/* out_low: EPI_ROWS rows of the f32 result at a time in scratch (before the matmul kernel's
+ * own), rounded into the bf16 output (ts_f32_to_bf16, the cast op's rounding). A row of C
+ * depends only on its row of A (A not transposed, B one matrix: infer_mm_epi), so each row
+ * has the bits of the whole product. */
+#define EPI_ROWS 64
+static size_t rows_bytes(int64_t N) {
+    return ((size_t)(EPI_ROWS * N) * sizeof(float) + 63) / 64 * 64;
+}
+
+static ts_status k_mm_epi_out_low(const ts_kargs *k, const ts_attrs *mm) {
+    const ts_tensor *A = &k->in[0], *C = &k->out[0];
+    const int64_t K = A->dims[A->rank - 1], N = C->dims[C->rank - 1];
+    const int64_t rows = ts_tensor_numel(C) / N;
+    const size_t fb = rows_bytes(N);
+    if (k->n_in > 2 + TS_EPI_MAX || k->scratch_bytes < fb)
+        return ts_fail(TS_ERR_INTERNAL, "matmul_epi '%s': scratch too small", k->label);
+    ts_tensor in[2 + TS_EPI_MAX], out = *C;
+    float *f = k->scratch;
+    for (int64_t r0 = 0; r0 < rows; r0 += EPI_ROWS) {
+        const int64_t nr = rows - r0 < EPI_ROWS ? rows - r0 : EPI_ROWS;
+        for (int j = 0; j < k->n_in; j++) in[j] = k->in[j];
+        in[0].rank = 2, in[0].dims[0] = nr, in[0].dims[1] = K;
+        in[0].data = (char *)A->data + (size_t)(r0 * K) * ts_dtype_size(A->dtype);
+        for (int j = 2; j < k->n_in; j++) /* a full-shape operand: its rows; a bias row stays */
+            if (ts_tensor_numel(&k->in[j]) == rows * N) {
+                in[j].rank = 2, in[j].dims[0] = nr, in[j].dims[1] = N;
+                in[j].data = (float *)k->in[j].data + r0 * N;
+            }
+        out.dtype = TS_F32, out.rank = 2, out.dims[0] = nr, out.dims[1] = N, out.data = f;
+        ts_kargs ck = *k;
+        ck.in = in, ck.out = &out, ck.a = mm, ck.n_in = 2;
+        ck.scratch = (char *)k->scratch + fb, ck.scratch_bytes = k->scratch_bytes - fb;
+        ts_status s = ts_op_get(TS_OP_MATMUL)->kernel(&ck);
+        ck.a = k->a, ck.n_in = k->n_in;
+        if (s == TS_OK) s = ts_mm_epi_apply(&ck);
+        if (s != TS_OK) return s;
+        ts_f32_to_bf16_n((uint16_t *)C->data + r0 * N, f, nr * N);
+    }
+    return TS_OK;
+}
+
 static ts_status k_mm_epi(const ts_kargs *k) {
     ts_kargs mk = *k;
     ts_attrs a = plain_matmul_attrs(k->a);
+    if (k->a->matmul_epi.out_low) return k_mm_epi_out_low(k, &a);
     mk.a = &a;
     mk.n_in = 2;
     ts_status s = ts_op_get(TS_OP_MATMUL)->kernel(&mk);
     return s != TS_OK ? s : ts_mm_epi_apply(k);
 }
 
-/* A low matmul_epi's reference kernel widens A and B into scratch, as matmul's. */
+/* A low matmul_epi's reference kernel widens A and B into scratch, as matmul's; with out_low
+ * the f32 rows go before that. */
 static size_t scratch_mm_epi(const ts_graph *g, const ts_node *n) {
     ts_node mm = plain_matmul(n);
-    return ts_op_get(TS_OP_MATMUL)->scratch(g, &mm);
+    const ts_type *o = &g->values[n->out[0]].t;
+    return ts_op_get(TS_OP_MATMUL)->scratch(g, &mm) +
+           (n->a.matmul_epi.out_low ? rows_bytes(o->dims[o->rank - 1]) : 0);
 }
 
 static double cost_mm_epi(const ts_graph *g, const ts_node *n) {

@@ -80,6 +80,12 @@ ts_status ts_pass_gelu_grad(ts_graph *g, int *n_rewritten);
  * that run the op table's kernels; run after ts_pass_precision, then compact the graph.
  * *n_rewritten (may be NULL): how many attention_bwd nodes. */
 ts_status ts_pass_attn_bwd_low(ts_graph *g, int *n_rewritten);
+/* A bf16 qkv projection (a low matmul_epi) whose output only the bf16 attention reads (the
+ * packed attention and attention_bwd with attention.low, through reshapes) writes it in bf16
+ * (matmul_epi.out_low; qkv_low.c): the same bits for the attention, half the bytes. For
+ * backends that run the op table's kernels; run after ts_pass_attn_bwd_low. Changes only
+ * types and attributes. *n_rewritten (may be NULL): how many matmul_epi nodes. */
+ts_status ts_pass_qkv_low(ts_graph *g, int *n_rewritten);
 /* 1 when ts_pass_precision would run at least one matmul of g in o->compute (a plan can then
  * only be built where that GEMM exists: backends/cpu/dnnl_caps.h). */
 int ts_precision_lowers_matmul(const ts_graph *g, const ts_precision_options *o);

@@ -164,6 +164,14 @@ static ts_status run_attn_bwd_low(ts_pass_ctx *c) {
     ts_status s = ts_pass_attn_bwd_low(c->g, &n);
     return s == TS_OK && n ? compact(c) : s;
 }
+/* The qkv projection writes bf16 where only the bf16 attention reads it (qkv_low.c): bf16 plans
+ * on host backends (the CUDA backend has no attention.low), not under compile.no_qkv_low. */
+static int with_qkv_low(const ts_pass_ctx *c) {
+    return c->low_kernels_ok && c->opt->precision.compute == TS_BF16 && !c->opt->no_qkv_low;
+}
+static ts_status run_qkv_low(ts_pass_ctx *c) {
+    return ts_pass_qkv_low(c->g, NULL);
+}
 /* The optimizer writes the weights' bf16 / f16 copies (weight_copies.c) where its kernels
  * do (host backends) and it is the plain update (not ZeRO's shard updates, distribute.c). */
 static int with_weight_copies(const ts_pass_ctx *c) {
@@ -286,6 +294,8 @@ static const ts_pass_def PASSES[] = {
     {"gelu_grad", with_gelu_grad, run_gelu_grad},
     /* after precision: its bias-gradient sum of the packed attention's gradient goes */
     {"attn_bwd_low", with_attn_bwd_low, run_attn_bwd_low},
+    /* after attn_bwd_low: the attention backward's final form reads the qkv */
+    {"qkv_low", with_qkv_low, run_qkv_low},
     {"fuse_ce", with_fuse_ce, run_fuse_ce},
     {"weight_copies", with_weight_copies, run_weight_copies},
     {"verify", always, run_verify},

@@ -301,9 +301,13 @@ static ts_status new_mm(const ts_mm_desc *d, ts_mm **out) {
 
     ts_status s = check_desc(d, m->what);
     if (s == TS_OK) s = check_types(d, m->what);
-    if (s == TS_OK && (d->n_post < 0 || d->n_post > 4 || (d->n_post && d->c_dt != TS_F32)))
-        s = ts_fail(TS_ERR_UNSUPPORTED, "%s: %d post-ops (at most 4, f32 output only)", m->what,
-                    d->n_post);
+    /* A bf16 / f16 C takes one bias, oneDNN's own (below): it rounds accumulator + bias once */
+    const int one_bias = d->n_post == 1 && d->post[0] == TS_MM_POST_BIAS && !d->accumulate;
+    if (s == TS_OK &&
+        (d->n_post < 0 || d->n_post > 4 || (d->n_post && d->c_dt != TS_F32 && !one_bias)))
+        s = ts_fail(TS_ERR_UNSUPPORTED,
+                    "%s: %d post-ops (at most 4, f32 output only, or one bias for a %s output)",
+                    m->what, d->n_post, ts_dtype_name(d->c_dt));
     if (s == TS_OK && d->batch > 1 && d->a_broadcast && d->b_broadcast)
         s = ts_fail(TS_ERR_UNSUPPORTED,
                     "%s: A and B both broadcast over the batch (oneDNN needs one of them "

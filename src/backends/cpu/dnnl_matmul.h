@@ -77,8 +77,9 @@ typedef struct ts_mm_desc {
     int b_broadcast;           /* B has no batch dim: shared by every batch */
     int a_broadcast;           /* A has no batch dim: shared by every batch (not with b's) */
     int accumulate;            /* C += A*B instead of C = A*B */
-    /* Post-ops on C, in order (not with accumulate; f32 C only): TS_MM_POST_BIAS adds a row
-     * [N] to every row, TS_MM_POST_ADD adds a tensor of C's shape.
+    /* Post-ops on C, in order (not with accumulate; f32 C, or a bf16 / f16 C with one
+     * TS_MM_POST_BIAS: the f32 accumulator plus the bias, rounded once to nearest even):
+     * TS_MM_POST_BIAS adds a row [N] to every row, TS_MM_POST_ADD adds a tensor of C's shape.
      * Their operands are passed to ts_mm_run_post in the order of the adds. */
     int n_post;
     int post[4];

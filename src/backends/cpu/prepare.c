@@ -86,13 +86,16 @@ static ts_status widen_instr(ts_rt_instr *r, ts_mm_desc *d) {
  * (the reference kernel then stays). */
 static int mm_desc_for(const ts_instr *in, const ts_rt_instr *r, ts_mm_desc *d) {
     const ts_tensor *A = &r->in[0], *B = &r->in[1], *C = &r->out[0];
+    const int epi = in->op == TS_OP_MATMUL_EPI;
+    /* mixed precision: low operands, f32 accumulation, an f32 output or (matmul_epi.out_low) a
+     * bf16 one: oneDNN rounds the f32 result (accumulator + bias) to nearest even */
+    const int out_low = epi && in->a.matmul_epi.out_low && C->dtype == TS_BF16;
     int low = (A->dtype == TS_BF16 || A->dtype == TS_F16) && B->dtype == A->dtype &&
-              C->dtype == TS_F32; /* mixed precision: low operands, f32 accumulate/output */
+              (C->dtype == TS_F32 || (out_low && A->dtype == TS_BF16));
     if (!low && (A->dtype != TS_F32 || B->dtype != TS_F32 || C->dtype != TS_F32)) return 0;
     memset(d, 0, sizeof *d);
     d->a_dt = d->b_dt = A->dtype;
-    d->c_dt = TS_F32;
-    const int epi = in->op == TS_OP_MATMUL_EPI;
+    d->c_dt = C->dtype;
     d->trans_a = (int)(epi ? in->a.matmul_epi.trans_a : in->a.matmul.trans_a);
     d->trans_b = (int)(epi ? in->a.matmul_epi.trans_b : in->a.matmul.trans_b);
     d->M = C->dims[C->rank - 2];
