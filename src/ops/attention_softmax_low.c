@@ -208,7 +208,8 @@ BF16_TARGET static void p_avx512bf16(float *s, int64_t nq, int64_t nk, const flo
                                        _mm512_maskz_loadu_ps(ka, lse + i0));
             __m512 b = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(kb, sj + i0 + 16), sc,
                                        _mm512_maskz_loadu_ps(kb, lse + i0 + 16));
-            a = _mm512_maskz_mov_ps(ka, vexp(a));
+            /* a diagonal's rows past the first 16 queries leave them all masked: no exps */
+            a = ka ? _mm512_maskz_mov_ps(ka, vexp(a)) : _mm512_setzero_ps();
             b = _mm512_maskz_mov_ps(kb, vexp(b));
             _mm512_storeu_ps(sj + i0, a);
             _mm512_storeu_ps(sj + i0 + 16, b);
