@@ -68,5 +68,16 @@ void ts_attn_low_bwd_p(float *s, int64_t nq, int64_t nk, const float *lse, float
  * dspw[j/2][i] (BS); dp's masked entries are not read (the generic path zeroes them). */
 void ts_attn_low_bwd_ds(float *dp, const float *p, int64_t nq, int64_t nk, const float *D,
                         float scale, int causal, int64_t diag, uint32_t *dsrw, uint32_t *dspw);
+/* The three with every key row's mask computed, none of the maskless rows (those every query
+ * of a vector sees; on a block below the diagonal, all): the unit test's reference, which the
+ * pieces match bit for bit. */
+void ts_attn_low_fwd_softmax_masked(float *s, int64_t nq, int64_t nk, float *m, float *l, float *o,
+                                    int64_t hd, int64_t ldo, float scale, int causal, int64_t diag,
+                                    float *tmp, uint32_t *pw);
+void ts_attn_low_bwd_p_masked(float *s, int64_t nq, int64_t nk, const float *lse, float scale,
+                              int causal, int64_t diag, uint32_t *prw);
+void ts_attn_low_bwd_ds_masked(float *dp, const float *p, int64_t nq, int64_t nk, const float *D,
+                               float scale, int causal, int64_t diag, uint32_t *dsrw,
+                               uint32_t *dspw);
 
 #endif

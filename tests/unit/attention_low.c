@@ -19,7 +19,8 @@
  * - the softmax pieces that write packed operands (ts_attn_low_*) against the
  *   f32 block pieces followed by the packs, on full, partial, diagonal and
  *   fully visible blocks, with NaN in every entry they must not read: f32
- *   outputs within 4 ulp, bf16 halves within 1 unit, masked entries 0;
+ *   outputs within 4 ulp, bf16 halves within 1 unit, masked entries 0; and against their
+ *   all-masks form (every key row's mask computed) bit for bit, on random scores;
  * - determinism: 1 and 2 threads give the same loss and gradient bits. */
 #include <math.h>
 #include <stdio.h>
@@ -213,6 +214,79 @@ static void test_softmax_pieces(void) {
     test_softmax_case(9, 64, 1, 64);  /* fewer queries than a vector */
 }
 
+/* The pieces against their all-masks form (ts_attn_low_*_masked: every key row's mask
+ * computed, none of the rows every query sees run without one) on random scores with ties,
+ * -inf and NaN among the visible entries and NaN in every masked one: the same bits in every
+ * output word, for blocks below, on and above the diagonal, partial ones and unaligned
+ * diagonals (a key row's queries split inside a vector). */
+static uint32_t rnd_state = 12345;
+static float rnd(void) {
+    rnd_state = rnd_state * 1664525u + 1013904223u;
+    return (float)(rnd_state >> 8) / (float)(1u << 24);
+}
+
+static void test_masked_case(int64_t nq, int64_t nk, int causal, int64_t diag, int first) {
+    enum { NO = BS * 8 };
+    static float s0[BS * BS], s[2][BS * BS], dp[2][BS * BS], o[2][NO];
+    static uint32_t w[2][BS * BS], x[2][BS * BS];
+    float m[2][BS], l[2][BS], tmp[2][3 * BS], lse[BS], D[BS];
+    const float scale = 0.125f;
+    for (int64_t j = 0; j < BS; j++)
+        for (int64_t i = 0; i < BS; i++) {
+            int vis = j < nk && i < nq && (!causal || i >= j - diag);
+            float r = rnd(), v = 16 * rnd() - 8;
+            v = r < 0.05f ? 1.5f : r < 0.06f ? -INFINITY : r < 0.061f ? NAN : v; /* ties, -inf */
+            s0[j * BS + i] = vis ? v : NAN;
+            dp[0][j * BS + i] = dp[1][j * BS + i] = vis ? 2 * rnd() - 1 : NAN;
+        }
+    for (int i = 0; i < BS; i++) {
+        m[0][i] = m[1][i] = first ? -INFINITY : 4 * rnd() - 2;
+        l[0][i] = l[1][i] = first ? 0 : 1 + 3 * rnd();
+        lse[i] = 1 + 2 * rnd(), D[i] = rnd() - 0.5f;
+    }
+    for (int i = 0; i < NO; i++) o[0][i] = o[1][i] = rnd() - 0.5f;
+    for (int k = 0; k < 2; k++) {
+        memcpy(s[k], s0, sizeof s0);
+        memset(w[k], 0xab, sizeof w[k]);
+        memset(tmp[k], 0, sizeof tmp[k]);
+    }
+    ts_attn_low_fwd_softmax(s[0], nq, nk, m[0], l[0], first ? NULL : o[0], 8, 8, scale, causal,
+                            diag, tmp[0], w[0]);
+    ts_attn_low_fwd_softmax_masked(s[1], nq, nk, m[1], l[1], first ? NULL : o[1], 8, 8, scale,
+                                   causal, diag, tmp[1], w[1]);
+    CHECK(!memcmp(m[0], m[1], sizeof m[0]) && !memcmp(l[0], l[1], sizeof l[0]) &&
+              !memcmp(o[0], o[1], sizeof o[0]) && !memcmp(w[0], w[1], sizeof w[0]),
+          "fwd softmax vs masked nq %lld nk %lld causal %d diag %lld: bits differ", (long long)nq,
+          (long long)nk, causal, (long long)diag);
+    for (int k = 0; k < 2; k++) {
+        memcpy(s[k], s0, sizeof s0);
+        memset(w[k], 0xab, sizeof w[k]);
+        memset(x[k], 0xab, sizeof x[k]);
+    }
+    ts_attn_low_bwd_p(s[0], nq, nk, lse, scale, causal, diag, w[0]);
+    ts_attn_low_bwd_p_masked(s[1], nq, nk, lse, scale, causal, diag, w[1]);
+    CHECK(!memcmp(s[0], s[1], sizeof s[0]) && !memcmp(w[0], w[1], sizeof w[0]),
+          "bwd p vs masked nq %lld nk %lld causal %d diag %lld: bits differ", (long long)nq,
+          (long long)nk, causal, (long long)diag);
+    memset(w[0], 0xab, sizeof w[0]), memset(w[1], 0xab, sizeof w[1]);
+    ts_attn_low_bwd_ds(dp[0], s[0], nq, nk, D, scale, causal, diag, w[0], x[0]);
+    ts_attn_low_bwd_ds_masked(dp[1], s[0], nq, nk, D, scale, causal, diag, w[1], x[1]);
+    CHECK(!memcmp(w[0], w[1], sizeof w[0]) && !memcmp(x[0], x[1], sizeof x[0]),
+          "bwd ds vs masked nq %lld nk %lld causal %d diag %lld: bits differ", (long long)nq,
+          (long long)nk, causal, (long long)diag);
+}
+
+static void test_masked_same_bits(void) {
+    static const int64_t cases[][4] = {
+        /* nq, nk, causal, diag */
+        {64, 64, 1, 64}, {64, 64, 1, 0},  {64, 64, 1, 128}, {64, 64, 0, 0},  {50, 50, 1, 0},
+        {37, 64, 0, 0},  {64, 33, 0, 0},  {9, 64, 1, 64},   {64, 64, 1, 16}, {64, 64, 1, 31},
+        {64, 63, 1, 5},  {64, 64, 1, -8}, {48, 64, 1, 1},   {64, 17, 1, 40}, {1, 1, 1, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int first = 0; first < 2; first++)
+            test_masked_case(cases[c][0], cases[c][1], (int)cases[c][2], cases[c][3], first);
+}
+
 typedef struct shape {
     int64_t b, h, t, hd;
     int causal;
@@ -325,6 +399,7 @@ int main(void) {
     test_pack();
     test_mm();
     test_softmax_pieces();
+    test_masked_same_bits();
     /* W3's head size on 4 key blocks (large enough to run on 2 threads; its forward items are
      * whole heads on 1 thread, query blocks on 2), partial blocks with an odd head size, no
      * mask, and 8 heads of an odd length (whole-head items on 2 threads too). */
