@@ -81,10 +81,11 @@ static inline double ts_lanes_sum(const double *a) {
 
 /* The largest of x[0, n) as the loop `m = x[i] > m ? x[i] : m` from -inf finds it (a NaN is
  * never taken; a row of NaN or -inf gives -inf), written with GCC's vector extensions: GCC 12
- * compiles that loop over an array of TS_LANES maxima as sixteen scalar chains (W3's cross
- * entropy spent a fifth of its time there). Four vectors of maxima, so no compare waits on the
- * one before; the order does not change the value: a maximum is exact, and of equal values
- * only the sign of a zero can differ, which no caller sees (x - m and m + log s are the same
+ * compiles that loop over an array of TS_LANES maxima as sixteen scalar chains (perf put a
+ * fifth of W3's cross entropy there, but that pass mostly waits on the logits' first read from
+ * memory: the vector form measured no faster in the op). Four vectors of maxima, so no compare
+ * waits on the one before; the order does not change the value: a maximum is exact, and of equal
+ * values only the sign of a zero can differ, which no caller sees (x - m and m + log s are the same
  * for m = +0 and -0). Always inlined, so each TS_CLONES caller gets its target's vectors. */
 #define TS_DEF_ROW_MAX(T, SFX)                                                                     \
     static inline __attribute__((always_inline)) T ts_row_max_##SFX(const T *x, int64_t n) {       \
