@@ -25,7 +25,8 @@ static const char usage[] =
     "       tessel bench --workload W1|W3 --procs N --compress topk|powersgd [--threads N]\n"
     "                    [--steps N] [--rounds N] (compressed against the dense all-reduce)\n"
     "       tessel bench --workload W1|W3|gpt2-124m --backend cuda [--steps N] [--warmup N]\n"
-    "                    [--precision fp32|bf16] [--json FILE] (on the GPU, docs/cuda.md)\n";
+    "                    [--precision fp32|bf16] [--json FILE] [--profile] (on the GPU, "
+    "docs/cuda.md)\n";
 
 /* A positive integer option value. */
 static int count(const char *opt, const char *v, int *out) {
@@ -162,6 +163,7 @@ int cli_bench(int argc, char **argv) {
         if (steps_set) c.steps = o.steps;
         c.warmup = o.warmup;
         c.json_path = o.json_path;
+        c.profile = o.profile;
         ts_status s = ts_bench_cuda_run(&c);
         return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());
     }

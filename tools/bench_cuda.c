@@ -79,7 +79,7 @@ static ts_status wl_build(const ts_bench_cuda_options *o, wl *w) {
 }
 
 typedef struct mode_result {
-    double step_ms, sigma_us, launch_us, loss_first, loss_last;
+    double step_ms, sigma_us, launch_us, launch_sigma_us, loss_first, loss_last;
     ts_device_info dev;
 } mode_result;
 
@@ -120,10 +120,55 @@ static ts_status run_mode(const ts_bench_cuda_options *o, wl *w, int no_graph, m
         for (int i = 0; i < o->steps; i++) var += (t[i] - mean) * (t[i] - mean) / o->steps;
         r->sigma_us = 1e6 * sqrt(var);
         r->step_ms = 1e3 * ts_median(t, o->steps);
+        double lmean = 0, lvar = 0;
+        for (int i = 0; i < o->steps; i++) lmean += launch[i] / o->steps;
+        for (int i = 0; i < o->steps; i++)
+            lvar += (launch[i] - lmean) * (launch[i] - lmean) / o->steps;
+        r->launch_sigma_us = sqrt(lvar);
         r->launch_us = ts_median(launch, o->steps);
         r->loss_last = ts_plan_loss(p);
     }
     free(t);
+    ts_plan_free(p);
+    return s;
+}
+
+/* Three steps after one warm-up with every instruction timed (CUDA events,
+ * no graph): the time per op kind, slowest first, with the GEMMs' rate. */
+static ts_status run_profile(const ts_bench_cuda_options *o, wl *w, FILE *out) {
+    ts_compile_options opt = ts_compile_options_default();
+    opt.backend = "cuda";
+    opt.profile = 1;
+    opt.discard_outputs = 1;
+    opt.precision.compute = !strcasecmp(o->precision, "bf16") ? TS_BF16 : TS_F32;
+    ts_plan *p = NULL;
+    ts_status s = ts_compile(w->g, &w->spec, &opt, &p);
+    if (s != TS_OK) return s;
+    const char *xn = ts_name(w->g, w->m.input), *yn = ts_name(w->g, w->m.target);
+    enum { STEPS = 3, TOP = 24 };
+    for (int i = 0; i < 1 + STEPS && s == TS_OK; i++) {
+        if (i == 1) ts_plan_profile_reset(p);
+        s = ts_plan_set_input(p, xn, w->x[i % N_BATCHES], w->xb);
+        if (s == TS_OK) s = ts_plan_set_input(p, yn, w->y[i % N_BATCHES], w->yb);
+        if (s == TS_OK) s = ts_plan_step(p);
+    }
+    ts_profile_entry e[TOP];
+    int n = s == TS_OK ? ts_plan_profile(p, e, TOP) : 0;
+    if (n > TOP) n = TOP;
+    double total = 0;
+    for (int i = 0; i < n; i++) total += e[i].seconds / STEPS;
+    if (s == TS_OK) {
+        fprintf(out, "  profile (instructions timed one by one, ms per step):\n");
+        for (int i = 0; i < n; i++) {
+            double ms = 1e3 * e[i].seconds / STEPS;
+            fprintf(out, "    %-22s %9.3f ms %5.1f %% %5d instr", e[i].op, ms,
+                    total > 0 ? 100 * ms / (1e3 * total) : 0.0, e[i].instructions);
+            if (e[i].flops > 0 && ms > 0)
+                fprintf(out, "  %8.1f TFLOP/s", e[i].flops / (ms * 1e-3) / 1e12);
+            fputc('\n', out);
+        }
+        fprintf(out, "    %-22s %9.3f ms\n", "sum", 1e3 * total);
+    }
     ts_plan_free(p);
     return s;
 }
@@ -149,12 +194,18 @@ ts_status ts_bench_cuda_run(const ts_bench_cuda_options *o) {
     fprintf(out, "  %-28s %14.0f %14.0f\n", w.unit, w.per_step / (g.step_ms * 1e-3),
             w.per_step / (ng.step_ms * 1e-3));
     fprintf(out, "  %-28s %14.2f %14.2f\n", "launch cost per step (us)", g.launch_us, ng.launch_us);
+    fprintf(out, "  %-28s %14.2f %14.2f\n", "launch jitter, sigma (us)", g.launch_sigma_us,
+            ng.launch_sigma_us);
     fprintf(out, "  %-28s %14.2f %14.2f\n", "step jitter, sigma (us)", g.sigma_us, ng.sigma_us);
     fprintf(out, "  kernels per step %lld; device memory %.1f MiB; loss %.6g -> %.6g\n",
             (long long)g.dev.kernels_per_step, g.dev.device_bytes / 1048576.0, g.loss_first,
             g.loss_last);
     fprintf(out, "  GPU utilisation %.0f %%, memory used %.1f MiB, power %.0f W (NVML)\n",
             g.dev.util_pct, g.dev.mem_used_bytes / 1048576.0, g.dev.power_w);
+    if (o->profile && (s = run_profile(o, &w, out)) != TS_OK) {
+        wl_free(&w);
+        return s;
+    }
     if (o->json_path) {
         FILE *f = fopen(o->json_path, "a");
         if (!f) {
@@ -165,10 +216,12 @@ ts_status ts_bench_cuda_run(const ts_bench_cuda_options *o) {
                 "{\"workload\":\"%s\",\"backend\":\"cuda\",\"gpu\":\"%s\",\"precision\":\"%s\","
                 "\"steps\":%d,\"step_ms\":%.4f,\"step_ms_nograph\":%.4f,\"per_s\":%.1f,"
                 "\"unit\":\"%s\",\"launch_us\":%.3f,\"launch_us_nograph\":%.3f,"
+                "\"launch_sigma_us\":%.3f,\"launch_sigma_us_nograph\":%.3f,"
                 "\"sigma_us\":%.3f,\"sigma_us_nograph\":%.3f,\"kernels_per_step\":%lld}\n",
                 o->workload, g.dev.name, o->precision, o->steps, g.step_ms, ng.step_ms,
-                w.per_step / (g.step_ms * 1e-3), w.unit, g.launch_us, ng.launch_us, g.sigma_us,
-                ng.sigma_us, (long long)g.dev.kernels_per_step);
+                w.per_step / (g.step_ms * 1e-3), w.unit, g.launch_us, ng.launch_us,
+                g.launch_sigma_us, ng.launch_sigma_us, g.sigma_us, ng.sigma_us,
+                (long long)g.dev.kernels_per_step);
         fclose(f);
     }
     wl_free(&w);

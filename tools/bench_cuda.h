@@ -10,7 +10,9 @@
  * launched kernel by kernel (compile.no_cuda_graph), and prints for each:
  * the median step time, throughput, the host's launch cost per step and
  * the step-to-step jitter (standard deviation of the step times), then the
- * kernels per step and the GPU's memory, utilisation and power (NVML). */
+ * kernels per step and the GPU's memory, utilisation and power (NVML).
+ * With profile, three more steps run with every instruction timed by CUDA
+ * events (no graph) and the time per op kind is printed, slowest first. */
 #ifndef TESSEL_TOOLS_BENCH_CUDA_H
 #define TESSEL_TOOLS_BENCH_CUDA_H
 #include <stdio.h>
@@ -23,6 +25,7 @@ typedef struct ts_bench_cuda_options {
     int warmup;            /* untimed steps first (default 5; the first captures the graph) */
     const char *json_path; /* append one JSON line of the figures (NULL: none) */
     FILE *out;             /* the report (NULL: stdout) */
+    int profile;           /* then 3 more steps with every instruction timed: time per op */
 } ts_bench_cuda_options;
 
 ts_bench_cuda_options ts_bench_cuda_options_default(void);

@@ -125,7 +125,7 @@ static void run_case(tcase *c) {
     for (int j = 0; j < MAXN && c->cmp[j] && ref && dev; j++) {
         int64_t n = 0, m = 0, bad = 0, first = -1;
         float *a = read_all(ref, c->cmp[j], &n), *b = read_all(dev, c->cmp[j], &m);
-        double worst = 0;
+        double worst = 0, d2 = 0, n2 = 0;
         for (int64_t i = 0; a && b && i < n && n == m; i++) {
             double d = fabs((double)a[i] - (double)b[i]);
             double lim = c->tol * fabs((double)a[i]) + c->tol * 1e-2;
@@ -134,6 +134,24 @@ static void run_case(tcase *c) {
                 bad++;
             }
             if (d > worst) worst = d;
+            d2 += d * d, n2 += (double)a[i] * a[i];
+        }
+        if (c->compute != TS_F32) {
+            /* Two correct bf16 (fp16) plans round in different places (the
+             * CPU's bf16 kernels keep some intermediates the GPU rounds), and
+             * Adam's first step turns a near-zero gradient's rounding into a
+             * step of either sign: compared as a whole, relative L2. */
+            double rel = n2 > 0 ? sqrt(d2 / n2) : sqrt(d2);
+            CHECK(a && b && n == m && rel <= c->tol,
+                  "%s: '%s' relative L2 distance %.3g above %.3g (%lld of %lld elements beyond "
+                  "the elementwise limit, largest difference %.3g)",
+                  c->name, c->cmp[j], rel, c->tol, (long long)bad, (long long)n, worst);
+            if (bad)
+                printf("%s: '%s' relative L2 %.3g; %lld of %lld elements beyond %.0e relative\n",
+                       c->name, c->cmp[j], rel, (long long)bad, (long long)n, c->tol);
+            free(a);
+            free(b);
+            continue;
         }
         CHECK(a && b && n == m && bad == 0,
               "%s: '%s' differs at %lld of %lld elements (first %lld: cpu %.9g, %s %.9g), "

@@ -59,6 +59,7 @@ int cu_supports_op(int op) {
     case TS_OP_ATTENTION:
     case TS_OP_ATTENTION_BWD:
     case TS_OP_ADAM_UPDATE:
+    case TS_OP_SGD_UPDATE:
     case TS_OP_CLIP_COEF:
     case TS_OP_UNSCALE_GRADS:
     case TS_OP_GRAD_STATS: return 1;
@@ -228,6 +229,10 @@ size_t cu_table_bytes(const ts_program *prog, int i) {
         size_t g = (size_t)(in->n_in / 4);
         return g * (4 * sizeof(void *) + sizeof(int64_t)) + 64;
     }
+    if (in->op == TS_OP_SGD_UPDATE) {
+        size_t per = 2 + (in->a.sgd.has_buf != 0), g = (size_t)in->n_in / per;
+        return g * (per * sizeof(void *) + sizeof(int64_t)) + 64;
+    }
     if (in->op == TS_OP_CLIP_COEF || in->op == TS_OP_UNSCALE_GRADS)
         return (size_t)in->n_in * (sizeof(void *) + sizeof(int64_t)) + 64;
     return 0;
@@ -305,6 +310,17 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
             if (numel(&in->in[4 * g]) > o->max_size) o->max_size = numel(&in->in[4 * g]);
         return TS_OK;
     }
+    case TS_OP_SGD_UPDATE: {
+        if (!all_f32(in)) return unsupported(prog, i, "needs f32 parameters and state");
+        int has_coef = in->a.sgd.has_coef != 0, per = 2 + (in->a.sgd.has_buf != 0);
+        if (in->a.sgd.n_low || (in->n_in - has_coef) % per != 0 || in->n_in - has_coef < per)
+            return unsupported(prog, i, "inputs are not (p, g[, buf]) groups");
+        o->n_groups = (in->n_in - has_coef) / per;
+        o->max_size = 0;
+        for (int g = 0; g < o->n_groups; g++)
+            if (numel(&in->in[per * g]) > o->max_size) o->max_size = numel(&in->in[per * g]);
+        return TS_OK;
+    }
     case TS_OP_UNSCALE_GRADS:
         if (!all_f32(in) || numel(&in->in[0]) != 1)
             return unsupported(prog, i, "needs f32 gradients and scale");
@@ -347,7 +363,9 @@ ts_status cu_write_tables(cu_state *st, const ts_program *prog, int i) {
     if (!bytes) return TS_OK;
     /* adam: (p, g, m, v) per group; clip: one gradient each; unscale: the
      * gradients after the scale */
-    int g = o->n_groups, per = in->op == TS_OP_ADAM_UPDATE ? 4 : 1;
+    int g = o->n_groups, per = in->op == TS_OP_ADAM_UPDATE  ? 4
+                               : in->op == TS_OP_SGD_UPDATE ? 2 + (in->a.sgd.has_buf != 0)
+                                                            : 1;
     int first = in->op == TS_OP_UNSCALE_GRADS ? 1 : 0;
     unsigned char *host = calloc(1, bytes);
     if (!host) return cu_fail(TS_ERR_NOMEM, "optimizer tables of '%s'", in->label);
@@ -513,6 +531,17 @@ ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
                      o->max_size, st->d_step, has_coef ? dptr(st, &in->in[in->n_in - 1]) : NULL,
                      (int)in->a.adam.decoupled, in->a.adam.beta1, in->a.adam.beta2, in->a.adam.eps,
                      in->a.adam.weight_decay, s);
+        break;
+    }
+    case TS_OP_SGD_UPDATE: {
+        const unsigned char *t = st->dev + st->tables_off + o->table_off;
+        const ts_sgd_attrs *a = &in->a.sgd;
+        int per = 2 + (a->has_buf != 0);
+        rc = cu_sgd((float *const *)t,
+                    (const int64_t *)(t + (size_t)o->n_groups * per * sizeof(void *)), o->n_groups,
+                    per, o->max_size, st->d_step,
+                    a->has_coef ? dptr(st, &in->in[in->n_in - 1]) : NULL, a->momentum, a->dampening,
+                    a->weight_decay, a->nesterov != 0, s);
         break;
     }
     case TS_OP_CLIP_COEF: {

@@ -734,6 +734,46 @@ extern "C" int cu_adam(float *const *ptrs, const int64_t *sizes, int n_groups, i
     return launched();
 }
 
+/* torch.optim.SGD (_single_tensor_sgd) as src/ops/optim.c's sgd_f32, the
+ * same fmaf roundings: d = g coef; d = fma(wd, p, d); buf = first ? d :
+ * fma(1 - dampening, d, buf momentum); d = nesterov ? fma(momentum, buf, d)
+ * : buf; p = fma(-lr, d, p). "first" is the first applied update. */
+__global__ void k_sgd(float *const *ptrs, const int64_t *sizes, int per, const cu_step_vals *step,
+                      const float *coef_p, double momentum, double dampening, double wd_d,
+                      int nesterov) {
+    const int grp = blockIdx.y;
+    float *p = ptrs[per * grp], *g = ptrs[per * grp + 1],
+          *buf = per > 2 ? ptrs[per * grp + 2] : NULL;
+    const int64_t n = sizes[grp];
+    const float coef = coef_p ? *coef_p : 1.0f, wd = (float)wd_d, mom = (float)momentum,
+                damp1 = (float)(1.0 - dampening), neg_lr = (float)(-step->lr);
+    const int use_wd = wd_d != 0;
+    const int first = (step->opt_step > 0 ? step->opt_step : step->step) == 1;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float d = g[i] * coef;
+        if (use_wd) d = fmaf(wd, p[i], d);
+        if (buf) {
+            float b = first ? d : fmaf(damp1, d, buf[i] * mom);
+            buf[i] = b;
+            d = nesterov ? fmaf(mom, b, d) : b;
+        }
+        p[i] = fmaf(neg_lr, d, p[i]);
+    }
+}
+
+extern "C" int cu_sgd(float *const *ptrs, const int64_t *sizes, int n_groups, int per,
+                      int64_t max_size, const cu_step_vals *step, const float *coef,
+                      double momentum, double dampening, double wd, int nesterov, cu_stream s) {
+    if (n_groups <= 0 || max_size <= 0) return 0;
+    unsigned gx = grid_for(max_size);
+    if (gx > 1024) gx = 1024;
+    dim3 grid(gx, (unsigned)n_groups);
+    k_sgd<<<grid, THREADS, 0, (cudaStream_t)s>>>(ptrs, sizes, per, step, coef, momentum, dampening,
+                                                 wd, nesterov);
+    return launched();
+}
+
 /* part[grp] = sum of squares of group grp (one block per group). */
 __global__ void k_sumsq(double *part, const float *const *ptrs, const int64_t *sizes) {
     __shared__ double sh[THREADS];

@@ -123,6 +123,11 @@ typedef struct cu_step_vals {
     double lr;
     int64_t step, opt_step;
 } cu_step_vals;
+/* torch.optim.SGD over groups (p, g[, buf]) (per = 2 or 3), src/ops/optim.c's
+ * arithmetic: the buffer starts as d_p on the first applied update. */
+int cu_sgd(float *const *ptrs, const int64_t *sizes, int n_groups, int per, int64_t max_size,
+           const cu_step_vals *step, const float *coef, double momentum, double dampening,
+           double wd, int nesterov, cu_stream s);
 int cu_adam(float *const *ptrs, const int64_t *sizes, int n_groups, int64_t max_size,
             const cu_step_vals *step, const float *coef, int decoupled, double beta1, double beta2,
             double eps, double wd, cu_stream s);
