@@ -292,6 +292,28 @@ static void case_attention(void) {
     ts_graph_free(g);
 }
 
+/* Attention in bf16 plans, head size 64 (the GPU's tensor-core kernels,
+ * attention_tc.cu), T = 100 (one full tile of 64 and a ragged one),
+ * causal and not: gradients of the projections as a whole (relative L2). */
+static void case_attention_bf16(int causal) {
+    tcase c = {.name = causal ? "attention bf16 causal" : "attention bf16",
+               .tol = 2e-2,
+               .compute = TS_BF16};
+    ts_graph *g = c.g = ts_graph_new();
+    int64_t qd[] = {2, 3, 100, 64}, wd[] = {64, 64};
+    ts_val x = ts_input(g, "x", TS_F32, 4, qd);
+    ts_val q = ts_matmul(g, x, param(g, "wq", 2, wd), 0, 1);
+    ts_val k = ts_matmul(g, x, param(g, "wk", 2, wd), 0, 1);
+    ts_val v = ts_matmul(g, x, param(g, "wv", 2, wd), 0, 1);
+    ts_val o = ts_attention(g, q, k, v, causal, 0.125);
+    ts_mark_output(g, o, "o");
+    c.loss = weighted_sum(g, o, 4, qd);
+    c.in[0] = "x", c.in[1] = "r";
+    c.cmp[0] = "o", c.cmp[1] = "grad:wq", c.cmp[2] = "grad:wk", c.cmp[3] = "grad:wv";
+    run_case(&c);
+    ts_graph_free(g);
+}
+
 int main(void) {
     dev_backend = getenv("TESSEL_CUDA_TEST_BACKEND");
     if (!dev_backend || !*dev_backend) dev_backend = "cuda";
@@ -307,5 +329,7 @@ int main(void) {
     case_embedding_shapes();
     case_cross_entropy();
     case_attention();
+    case_attention_bf16(1);
+    case_attention_bf16(0);
     return check_summary("cuda ops");
 }

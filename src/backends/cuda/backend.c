@@ -238,7 +238,10 @@ static ts_status capture(cu_state *st, const ts_program *prog, ts_runtime *rt, i
         st->kernels_per_step = (lo == 0 ? 0 : st->kernels_per_step) + (int64_t)nodes;
     e = cudaGraphInstantiate(exec, g, 0);
     cudaGraphDestroy(g);
-    return e == cudaSuccess ? TS_OK : cu_err(e, "cudaGraphInstantiate", NULL);
+    if (e != cudaSuccess) return cu_err(e, "cudaGraphInstantiate", NULL);
+    /* the graph's work goes to the device now, not inside the first launch */
+    e = cudaGraphUpload(*exec, st->stream);
+    return e == cudaSuccess ? TS_OK : cu_err(e, "cudaGraphUpload", NULL);
 }
 
 static double now_us(void) {

@@ -49,6 +49,7 @@ typedef struct cu_op {
     int n_groups;
     int64_t max_size;
     size_t scratch; /* bytes of the shared scratch it uses */
+    int attn_tc;    /* attention(_bwd) on tensor cores (attention_tc.cu): bf16 plans, hd 64 */
 } cu_op;
 
 typedef struct cu_state {

@@ -297,6 +297,17 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
         if (q->rank != 4 || q->dims[3] > 256)
             return unsupported(prog, i, "needs [B, H, T, hd <= 256]");
         if (in->op == TS_OP_ATTENTION_BWD) o->scratch = (size_t)prod(q->dims, 0, 3) * sizeof(float);
+        /* bf16 plans round attention's operands to bf16 anyway (docs/precision.md): there
+         * the tensor-core kernels run, where the head size and alignment fit them */
+        const void *ptrs[9];
+        int n = 0;
+        for (int j = 0; j < in->n_in && n < 9; j++) ptrs[n++] = cu_at(st, in->in[j].off);
+        for (int j = 0; j < in->n_out && n < 9; j++) ptrs[n++] = cu_at(st, in->out[j].off);
+        o->attn_tc = prog->opt.precision.compute == TS_BF16 && prod(q->dims, 0, 2) <= 65535 &&
+                     cu_attention_tc_ok(q->dims[3], ptrs, n);
+        if (o->attn_tc && cu_attention_tc_setup() != 0)
+            return unsupported(prog, i,
+                               "the tensor-core attention's shared memory could not be set");
         return TS_OK;
     }
     case TS_OP_ADAM_UPDATE: {
@@ -508,6 +519,13 @@ ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
     }
     case TS_OP_ATTENTION: {
         const ts_operand *q = &in->in[0];
+        if (o->attn_tc) {
+            rc = cu_attention_tc(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, q),
+                                 dptr(st, &in->in[1]), dptr(st, &in->in[2]),
+                                 q->dims[0] * q->dims[1], q->dims[2], (int)in->a.attention.causal,
+                                 (float)in->a.attention.scale, s);
+            break;
+        }
         rc = cu_attention(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, q),
                           dptr(st, &in->in[1]), dptr(st, &in->in[2]), q->dims[0] * q->dims[1],
                           q->dims[2], q->dims[3], (int)in->a.attention.causal,
@@ -516,6 +534,14 @@ ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
     }
     case TS_OP_ATTENTION_BWD: {
         const ts_operand *q = &in->in[1];
+        if (o->attn_tc) {
+            rc = cu_attention_bwd_tc(
+                dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),
+                dptr(st, &in->in[0]), dptr(st, q), dptr(st, &in->in[2]), dptr(st, &in->in[3]),
+                dptr(st, &in->in[4]), dptr(st, &in->in[5]), scratch, q->dims[0] * q->dims[1],
+                q->dims[2], (int)in->a.attention.causal, (float)in->a.attention.scale, s);
+            break;
+        }
         rc = cu_attention_bwd(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),
                               dptr(st, &in->in[0]), dptr(st, q), dptr(st, &in->in[2]),
                               dptr(st, &in->in[3]), dptr(st, &in->in[4]), dptr(st, &in->in[5]),

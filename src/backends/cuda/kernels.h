@@ -157,6 +157,21 @@ int cu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const f
                      const float *k, const float *v, const float *o, const float *lse, float *delta,
                      int64_t bh, int64_t t, int64_t hd, int causal, float scale, cu_stream s);
 
+/* delta[row] = sum(dout o) over each of rows rows of hd (the attention backward's D). */
+int cu_attention_delta(float *delta, const float *dout, const float *o, int64_t rows, int64_t hd,
+                       cu_stream s);
+
+/* The same attention on bf16 tensor cores (attention_tc.cu) for bf16 plans: head size 64,
+ * B*H <= 65535, every pointer 16-byte aligned (cu_attention_tc_ok); cu_attention_tc_setup
+ * raises the kernels' shared-memory limit (once per plan; 0 or a cudaError). */
+int cu_attention_tc_ok(int64_t hd, const void *const *ptrs, int n);
+int cu_attention_tc_setup(void);
+int cu_attention_tc(float *o, float *lse, const float *q, const float *k, const float *v,
+                    int64_t bh, int64_t t, int causal, float scale, cu_stream s);
+int cu_attention_bwd_tc(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                        const float *k, const float *v, const float *o, const float *lse,
+                        float *delta, int64_t bh, int64_t t, int causal, float scale, cu_stream s);
+
 #ifdef __cplusplus
 }
 #endif
