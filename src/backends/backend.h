@@ -45,6 +45,10 @@ typedef struct ts_backend {
     /* 1 if a matmul computed in chunks of rows gives every row the bits of
      * the whole product (the chunk_ce pass relies on it); NULL: yes. */
     int (*row_chunks_exact)(void);
+    /* The head size its packed attention (one qkv [B, T, 3, H, hd] read in place,
+     * passes/attention_qkv.c) runs for, at this compute precision: 0 any, > 0 only that
+     * one, -1 none. NULL: any on host backends, none on device backends. */
+    int64_t (*packed_attention_hd)(ts_dtype compute);
     /* Once per program, after lowering and binding: choose kernels,
      * create their state. */
     ts_status (*prepare)(const ts_program *prog, ts_runtime *rt);

@@ -150,12 +150,19 @@ static ts_status cuda_device_info(const ts_program *prog, const ts_runtime *rt,
     return plugin->device_info(prog, rt, out);
 }
 
+/* The tensor-core attention (cuda/attention_tc.cu) reads the packed qkv: bf16 plans, head
+ * size 64; the f32 kernels take the split form only. */
+static int64_t cuda_packed_attention_hd(ts_dtype compute) {
+    return compute == TS_BF16 ? 64 : -1;
+}
+
 const ts_backend ts_backend_cuda = {
     .name = "cuda",
     .dtypes = (1u << TS_F32) | (1u << TS_BF16) | (1u << TS_F16) | (1u << TS_I32) | (1u << TS_I64) |
               (1u << TS_U8),
     .memory = TS_MEM_DEVICE,
     .supports_op = cuda_supports_op,
+    .packed_attention_hd = cuda_packed_attention_hd,
     .prepare = cuda_prepare,
     .execute = cuda_execute,
     .profile = cuda_profile,

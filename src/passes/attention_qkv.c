@@ -84,7 +84,7 @@ static ts_status make_packed(ts_graph *g, int pi, int32_t qkv, const ts_attrs *a
     return ts_node_append_output(g, pi, lse); /* after y, the permute's one output */
 }
 
-ts_status ts_pass_attention_qkv(ts_graph *g, int *n_folded) {
+ts_status ts_pass_attention_qkv(ts_graph *g, int64_t head_dim, int *n_folded) {
     int nn = g->n_nodes, folded = 0;
     /* before[i]: the reshape appended for the packed attention that node i becomes, or -1 */
     int32_t *before = ts_alloc(sizeof(int32_t) * (size_t)(nn + 1), "attention_qkv");
@@ -98,6 +98,7 @@ ts_status ts_pass_attention_qkv(ts_graph *g, int *n_folded) {
         int pi = out_permute(g, a);
         if (x < 0 || pi < 0 || qkv_source(g, a, 1) != x || qkv_source(g, a, 2) != x) continue;
         const ts_type *q = &g->values[a->in[0]].t;
+        if (head_dim > 0 && q->dims[3] != head_dim) continue; /* the backend's packed form */
         int64_t dims[5] = {q->dims[0], q->dims[2], 3, q->dims[1], q->dims[3]};
         ts_attrs at = a->a;
         int first = g->n_nodes;

@@ -107,8 +107,10 @@ ts_status ts_pass_train_mode(ts_graph *g, int training);
 
 /* The fused attention reads q, k, v from the qkv projection's [B, T, 3D] output and writes
  * its output as [B, T, H, hd] where the graph slices and permutes them (attention_qkv.c);
- * before autodiff, leaving the old chain for simplify. *n_folded (may be NULL): how many. */
-ts_status ts_pass_attention_qkv(ts_graph *g, int *n_folded);
+ * before autodiff, leaving the old chain for simplify. head_dim > 0: only attentions of that
+ * head size (the backend's packed form, ts_backend.packed_attention_hd). *n_folded (may be
+ * NULL): how many. */
+ts_status ts_pass_attention_qkv(ts_graph *g, int64_t head_dim, int *n_folded);
 
 /* Dead-code elimination, common-subexpression elimination, constant
  * folding. Keeps outputs, gradients and side effects. Renumbers values:

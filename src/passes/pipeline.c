@@ -69,13 +69,13 @@ static ts_status run_peft(ts_pass_ctx *c) {
     c->n_params = n;
     return TS_OK;
 }
-/* The old chain it leaves is removed by simplify's dead-code elimination; the CUDA backend
- * has no packed attention (host backends run the op table's kernels). */
+/* The old chain it leaves is removed by simplify's dead-code elimination; only where the
+ * backend runs the packed form (host backends: any; CUDA: bf16 plans, head size 64). */
 static int with_attention_qkv(const ts_pass_ctx *c) {
-    return with_simplify(c) && c->low_kernels_ok;
+    return with_simplify(c) && c->packed_attention_hd >= 0;
 }
 static ts_status run_attention_qkv(ts_pass_ctx *c) {
-    return ts_pass_attention_qkv(c->g, NULL);
+    return ts_pass_attention_qkv(c->g, c->packed_attention_hd, NULL);
 }
 static ts_status run_loss_scale(ts_pass_ctx *c) {
     return ts_pass_loss_scale_loss(c->g, &c->opt->precision, c->loss, &c->diff, &c->scale);

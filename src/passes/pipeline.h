@@ -38,6 +38,9 @@ typedef struct ts_pass_ctx {
     /* the backend runs the op kernels' bf16 forms, attention.low and the out_low of unary,
      * norm, permute and cross_entropy (host backends: the op table's kernels) */
     int low_kernels_ok;
+    /* attention_qkv's packed attention: -1 the backend has none, 0 any head size, > 0 only
+     * that head size (ts_backend.packed_attention_hd; ts_pass_ctx_init: 0) */
+    int64_t packed_attention_hd;
     /* state carried between passes, and the outputs */
     int32_t loss;    /* the loss value id (-1: inference), remapped as passes renumber */
     int32_t *grads;  /* per parameter: its gradient (autodiff) */

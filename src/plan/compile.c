@@ -116,6 +116,9 @@ static ts_status compile_graph(ts_program *prog, const ts_backend *be, ts_compil
                       be->supports_op(TS_OP_LAYER_NORM_BWD_ACC);
     c.fused_ce_ok = be->supports_op(TS_OP_CROSS_ENTROPY_FUSED);
     c.low_kernels_ok = be->memory == TS_MEM_HOST;
+    c.packed_attention_hd = be->packed_attention_hd
+                                ? be->packed_attention_hd(prog->opt.precision.compute)
+                                : (be->memory == TS_MEM_HOST ? 0 : -1);
     s = ts_pipeline_run(&c);
     *loss = c.loss;
     cg->order = c.order, cg->n_order = c.n_order;

@@ -314,6 +314,27 @@ static void case_attention_bf16(int causal) {
     ts_graph_free(g);
 }
 
+/* A one-layer GPT (d 128, 2 heads of 64, T 100) in a bf16 plan: on the GPU the attention
+ * reads the qkv projection in place (passes/attention_qkv.c, the packed form of the
+ * tensor-core kernels); the gradients as a whole against the CPU's. */
+static void case_gpt_packed(void) {
+    tcase c = {.name = "gpt bf16 packed attention", .tol = 2e-2, .compute = TS_BF16, .idx_hi = 50};
+    ts_graph *g = c.g = ts_graph_new();
+    ts_gpt_config gc = {2, 100, 50, 128, 1, 2, 0.0};
+    ts_model m;
+    if (ts_build_gpt(g, &gc, &m) != TS_OK) {
+        CHECK(0, "building the gpt: %s", ts_graph_error(g));
+        ts_graph_free(g);
+        return;
+    }
+    c.loss = m.loss;
+    c.in[0] = "tokens", c.in[1] = "targets";
+    c.cmp[0] = "grad:blocks.0.attn.c_attn.weight", c.cmp[1] = "grad:blocks.0.attn.c_proj.weight";
+    c.cmp[2] = "grad:blocks.0.fc.weight", c.cmp[3] = "grad:blocks.0.ln_1.weight";
+    run_case(&c);
+    ts_graph_free(g);
+}
+
 int main(void) {
     dev_backend = getenv("TESSEL_CUDA_TEST_BACKEND");
     if (!dev_backend || !*dev_backend) dev_backend = "cuda";
@@ -331,5 +352,6 @@ int main(void) {
     case_attention();
     case_attention_bf16(1);
     case_attention_bf16(0);
+    case_gpt_packed();
     return check_summary("cuda ops");
 }

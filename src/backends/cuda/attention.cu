@@ -107,16 +107,6 @@ __global__ void k_attn_delta(float *delta, const float *dout, const float *o, in
     }
 }
 
-extern "C" int cu_attention_delta(float *delta, const float *dout, const float *o, int64_t rows,
-                                  int64_t hd, cu_stream s) {
-    if (rows <= 0) return 0;
-    if (hd > 32 * MAX_PL) return (int)cudaErrorInvalidValue;
-    int64_t blocks = (rows + WARPS - 1) / WARPS;
-    if (blocks > 65535) blocks = 65535;
-    k_attn_delta<<<(unsigned)blocks, 32 * WARPS, 0, (cudaStream_t)s>>>(delta, dout, o, rows, hd);
-    return (int)cudaGetLastError();
-}
-
 /* dq of one query row per warp, keys in increasing order. */
 __global__ void k_attn_dq(float *dq, const float *dout, const float *q, const float *k,
                           const float *v, const float *lse, const float *delta, int64_t bh,

@@ -43,12 +43,21 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_b_col;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 
-/* Rows [r0, r0 + 64) of a [t, 64] f32 matrix into a bf16 tile; rows past t are zero. */
-__device__ static void load_tile(bf16 *dst, const float *src, int64_t r0, int64_t t) {
+/* Where head bh's rows start: in q (and dq; k, v and dk, dv at their own bases), and in o
+ * and do (cu_attn_geom: the split [B, H, T, 64] or the packed qkv [B, T, 3, H, 64]). */
+__device__ static int64_t in_off(const cu_attn_geom &G, int64_t bh) {
+    return bh / G.H * G.sb_in + bh % G.H * G.sh_in;
+}
+__device__ static int64_t out_off(const cu_attn_geom &G, int64_t bh) {
+    return bh / G.H * G.sb_out + bh % G.H * G.sh_out;
+}
+
+/* Rows [r0, r0 + 64) (ld apart) of an f32 matrix into a bf16 tile; rows past t are zero. */
+__device__ static void load_tile(bf16 *dst, const float *src, int64_t r0, int64_t t, int64_t ld) {
     for (int idx = threadIdx.x; idx < TILE * HD / 4; idx += NT) {
         int r = idx / (HD / 4), c = 4 * (idx % (HD / 4));
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r0 + r < t) v = *(const float4 *)(src + (r0 + r) * HD + c);
+        if (r0 + r < t) v = *(const float4 *)(src + (r0 + r) * ld + c);
         __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LDB + c);
         d[0] = __floats2bfloat162_rn(v.x, v.y);
         d[1] = __floats2bfloat162_rn(v.z, v.w);
@@ -85,10 +94,10 @@ __device__ static void rows_times_b(frag_c *acc, const bf16 *a, const bf16 *b) {
     }
 }
 
-/* The 16 x 64 result of a warp (scaled by s) to rows [r0, r0 + 16) of a
- * [t, 64] f32 matrix, through the warp's part of shared memory. */
+/* The 16 x 64 result of a warp (scaled by s) to rows [r0, r0 + 16) (ld apart) of an f32
+ * matrix, through the warp's part of shared memory. */
 __device__ static void store_rows(float *dst, frag_c *acc, float s, float *stage, int64_t r0,
-                                  int64_t t) {
+                                  int64_t t, int64_t ld) {
     for (int n = 0; n < 4; n++) {
         for (int e = 0; e < acc[n].num_elements; e++) acc[n].x[e] *= s;
         wmma::store_matrix_sync(stage + n * 16, acc[n], LDF, wmma::mem_row_major);
@@ -98,7 +107,7 @@ __device__ static void store_rows(float *dst, frag_c *acc, float s, float *stage
     for (int idx = lane; idx < 16 * HD / 4; idx += 32) {
         int r = idx / (HD / 4), c = 4 * (idx % (HD / 4));
         if (r0 + r < t)
-            *(float4 *)(dst + (r0 + r) * HD + c) = *(const float4 *)(stage + r * LDF + c);
+            *(float4 *)(dst + (r0 + r) * ld + c) = *(const float4 *)(stage + r * LDF + c);
     }
 }
 
@@ -109,19 +118,20 @@ __device__ static void store_rows(float *dst, frag_c *acc, float s, float *stage
 
 /* grid (query tiles, BH). */
 __global__ void __launch_bounds__(NT)
-    k_attn_tc_fwd(float *o, float *lse, const float *q, const float *k, const float *v, int64_t t,
-                  int causal, float scale) {
+    k_attn_tc_fwd(float *o, float *lse, const float *q, const float *k, const float *v,
+                  const cu_attn_geom G, int causal, float scale) {
     extern __shared__ __align__(128) unsigned char sm[];
     bf16 *Qs = (bf16 *)sm, *Ks = Qs + TILE * LDB, *Vs = Ks + TILE * LDB, *Ps = Vs + TILE * LDB;
     float *Ss = (float *)(Ps + TILE * LDB), *Os = Ss + TILE * LDF;
     /* the last query tiles see the most keys (causal): they start first */
     const int64_t bh = blockIdx.y, q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * TILE;
-    const float *qb = q + bh * t * HD, *kb = k + bh * t * HD, *vb = v + bh * t * HD;
+    const int64_t t = G.t, io = in_off(G, bh), ld = G.ld_in;
+    const float *qb = q + io, *kb = k + io, *vb = v + io;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = 16 * w + (lane >> 1), half = lane & 1; /* this lane: row r, columns half*32.. */
     const int64_t qg = q0 + r;
 
-    load_tile(Qs, qb, q0, t);
+    load_tile(Qs, qb, q0, t, ld);
     for (int c = 0; c < 32; c++) Os[r * LDF + half * 32 + c] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     int64_t n_tiles = (t + TILE - 1) / TILE;
@@ -132,8 +142,8 @@ __global__ void __launch_bounds__(NT)
     for (int64_t kt = 0; kt < n_tiles; kt++) {
         const int64_t k0 = kt * TILE;
         __syncthreads(); /* every warp is done with the previous K, V */
-        load_tile(Ks, kb, k0, t);
-        load_tile(Vs, vb, k0, t);
+        load_tile(Ks, kb, k0, t, ld);
+        load_tile(Vs, vb, k0, t, ld);
         __syncthreads();
         rows_times_bt(Ss + 16 * w * LDF, Qs + 16 * w * LDB, Ks);
         __syncwarp();
@@ -171,7 +181,7 @@ __global__ void __launch_bounds__(NT)
     }
     if (qg < t) {
         const float inv = 1.0f / l;
-        float *orow = o + (bh * t + qg) * HD + half * 32;
+        float *orow = o + out_off(G, bh) + qg * G.ld_out + half * 32;
         for (int c = 0; c < 32; c += 4)
             *(float4 *)(orow + c) = make_float4(
                 Os[r * LDF + half * 32 + c] * inv, Os[r * LDF + half * 32 + c + 1] * inv,
@@ -183,20 +193,21 @@ __global__ void __launch_bounds__(NT)
 /* grid (key tiles, BH): dk and dv of 64 keys, query tiles in increasing order. */
 __global__ void __launch_bounds__(NT)
     k_attn_tc_dkdv(float *dk, float *dv, const float *dout, const float *q, const float *k,
-                   const float *v, const float *lse, const float *delta, int64_t t, int causal,
-                   float scale) {
+                   const float *v, const float *lse, const float *delta, const cu_attn_geom G,
+                   int causal, float scale) {
     extern __shared__ __align__(128) unsigned char sm[];
     bf16 *Ks = (bf16 *)sm, *Vs = Ks + TILE * LDB, *Qs = Vs + TILE * LDB, *Ds = Qs + TILE * LDB;
     bf16 *Ps = Ds + TILE * LDB, *dSs = Ps + TILE * LDB;
     float *Ss = (float *)(dSs + TILE * LDB), *Ls = Ss + TILE * LDF, *Dl = Ls + TILE;
     const int64_t bh = blockIdx.y, k0 = (int64_t)blockIdx.x * TILE;
-    const float *qb = q + bh * t * HD, *db = dout + bh * t * HD;
+    const int64_t t = G.t, io = in_off(G, bh), ld = G.ld_in;
+    const float *qb = q + io, *db = dout + out_off(G, bh);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = 16 * w + (lane >> 1), half = lane & 1; /* key row r, query columns half*32.. */
     const int64_t kg = k0 + r;
 
-    load_tile(Ks, k + bh * t * HD, k0, t);
-    load_tile(Vs, v + bh * t * HD, k0, t);
+    load_tile(Ks, k + io, k0, t, ld);
+    load_tile(Vs, v + io, k0, t, ld);
     frag_c adk[4], adv[4];
     for (int n = 0; n < 4; n++)
         wmma::fill_fragment(adk[n], 0.0f), wmma::fill_fragment(adv[n], 0.0f);
@@ -204,8 +215,8 @@ __global__ void __launch_bounds__(NT)
     for (int64_t qt = causal ? k0 / TILE : 0; qt < n_tiles; qt++) {
         const int64_t q0 = qt * TILE;
         __syncthreads(); /* every warp is done with the previous Q, dO */
-        load_tile(Qs, qb, q0, t);
-        load_tile(Ds, db, q0, t);
+        load_tile(Qs, qb, q0, t, ld);
+        load_tile(Ds, db, q0, t, G.ld_out);
         for (int i = threadIdx.x; i < TILE; i += NT) {
             int64_t row = q0 + i;
             Ls[i] = row < t ? lse[bh * t + row] : INFINITY; /* p = 0 past the end */
@@ -237,29 +248,31 @@ __global__ void __launch_bounds__(NT)
         rows_times_b(adk, dSs + 16 * w * LDB, Qs);
     }
     __syncwarp();
-    store_rows(dv + bh * t * HD, adv, 1.0f, Ss + 16 * w * LDF, k0 + 16 * w, t);
+    store_rows(dv + io, adv, 1.0f, Ss + 16 * w * LDF, k0 + 16 * w, t, ld);
     __syncwarp();
-    store_rows(dk + bh * t * HD, adk, scale, Ss + 16 * w * LDF, k0 + 16 * w, t);
+    store_rows(dk + io, adk, scale, Ss + 16 * w * LDF, k0 + 16 * w, t, ld);
 }
 
 /* grid (query tiles, BH): dq of 64 queries, key tiles in increasing order. */
 __global__ void __launch_bounds__(NT)
     k_attn_tc_dq(float *dq, const float *dout, const float *q, const float *k, const float *v,
-                 const float *lse, const float *delta, int64_t t, int causal, float scale) {
+                 const float *lse, const float *delta, const cu_attn_geom G, int causal,
+                 float scale) {
     extern __shared__ __align__(128) unsigned char sm[];
     bf16 *Qs = (bf16 *)sm, *Ds = Qs + TILE * LDB, *Ks = Ds + TILE * LDB, *Vs = Ks + TILE * LDB;
     bf16 *dSs = Vs + TILE * LDB;
     float *Ss = (float *)(dSs + TILE * LDB);
     /* the last query tiles see the most keys (causal): they start first */
     const int64_t bh = blockIdx.y, q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * TILE;
-    const float *kb = k + bh * t * HD, *vb = v + bh * t * HD;
+    const int64_t t = G.t, io = in_off(G, bh), ld = G.ld_in;
+    const float *kb = k + io, *vb = v + io;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = 16 * w + (lane >> 1), half = lane & 1; /* query row r, key columns half*32.. */
     const int64_t qg = q0 + r;
     const float li = qg < t ? lse[bh * t + qg] : INFINITY, di = qg < t ? delta[bh * t + qg] : 0.0f;
 
-    load_tile(Qs, q + bh * t * HD, q0, t);
-    load_tile(Ds, dout + bh * t * HD, q0, t);
+    load_tile(Qs, q + io, q0, t, ld);
+    load_tile(Ds, dout + out_off(G, bh), q0, t, G.ld_out);
     frag_c adq[4];
     for (int n = 0; n < 4; n++) wmma::fill_fragment(adq[n], 0.0f);
     int64_t n_tiles = (t + TILE - 1) / TILE;
@@ -270,8 +283,8 @@ __global__ void __launch_bounds__(NT)
     for (int64_t kt = 0; kt < n_tiles; kt++) {
         const int64_t k0 = kt * TILE;
         __syncthreads();
-        load_tile(Ks, kb, k0, t);
-        load_tile(Vs, vb, k0, t);
+        load_tile(Ks, kb, k0, t, ld);
+        load_tile(Vs, vb, k0, t, ld);
         __syncthreads();
         rows_times_bt(Ss + 16 * w * LDF, Qs + 16 * w * LDB, Ks);
         __syncwarp();
@@ -293,7 +306,23 @@ __global__ void __launch_bounds__(NT)
         rows_times_b(adq, dSs + 16 * w * LDB, Ks); /* dQ_w += dS_w K */
     }
     __syncwarp();
-    store_rows(dq + bh * t * HD, adq, scale, Ss + 16 * w * LDF, q0 + 16 * w, t);
+    store_rows(dq + io, adq, scale, Ss + 16 * w * LDF, q0 + 16 * w, t, ld);
+}
+
+/* delta[bh * t + i] = sum(do o) over row i of head bh (both in the output layout): a warp
+ * per row, two elements a lane, a fixed butterfly. */
+__global__ void k_attn_tc_delta(float *delta, const float *dout, const float *o,
+                                const cu_attn_geom G, int64_t rows) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t row = (int64_t)blockIdx.x * (NT / 32) + (threadIdx.x >> 5); row < rows;
+         row += (int64_t)gridDim.x * (NT / 32)) {
+        const int64_t bh = row / G.t, i = row % G.t, off = out_off(G, bh) + i * G.ld_out;
+        float2 a = *(const float2 *)(dout + off + 2 * lane),
+               b = *(const float2 *)(o + off + 2 * lane);
+        float d = a.x * b.x + a.y * b.y;
+        for (int m = 16; m > 0; m >>= 1) d += __shfl_xor_sync(0xffffffffu, d, m);
+        if (lane == 0) delta[row] = d;
+    }
 }
 
 extern "C" int cu_attention_tc_ok(int64_t hd, const void *const *ptrs, int n) {
@@ -315,25 +344,28 @@ extern "C" int cu_attention_tc_setup(void) {
 }
 
 extern "C" int cu_attention_tc(float *o, float *lse, const float *q, const float *k, const float *v,
-                               int64_t bh, int64_t t, int causal, float scale, cu_stream s) {
+                               const cu_attn_geom *g, int causal, float scale, cu_stream s) {
+    const int64_t bh = g->B * g->H, t = g->t;
     if (bh <= 0 || t <= 0) return 0;
     if (bh > 65535) return (int)cudaErrorInvalidValue;
     dim3 grid((unsigned)((t + TILE - 1) / TILE), (unsigned)bh);
-    k_attn_tc_fwd<<<grid, NT, SM_FWD, (cudaStream_t)s>>>(o, lse, q, k, v, t, causal, scale);
+    k_attn_tc_fwd<<<grid, NT, SM_FWD, (cudaStream_t)s>>>(o, lse, q, k, v, *g, causal, scale);
     return (int)cudaGetLastError();
 }
 
 extern "C" int cu_attention_bwd_tc(float *dq, float *dk, float *dv, const float *dout,
                                    const float *q, const float *k, const float *v, const float *o,
-                                   const float *lse, float *delta, int64_t bh, int64_t t,
+                                   const float *lse, float *delta, const cu_attn_geom *g,
                                    int causal, float scale, cu_stream s) {
+    const int64_t bh = g->B * g->H, t = g->t;
     if (bh <= 0 || t <= 0) return 0;
     if (bh > 65535) return (int)cudaErrorInvalidValue;
-    int rc = cu_attention_delta(delta, dout, o, bh * t, HD, s);
-    if (rc) return rc;
-    dim3 grid((unsigned)((t + TILE - 1) / TILE), (unsigned)bh);
     cudaStream_t cs = (cudaStream_t)s;
-    k_attn_tc_dkdv<<<grid, NT, SM_DKDV, cs>>>(dk, dv, dout, q, k, v, lse, delta, t, causal, scale);
-    k_attn_tc_dq<<<grid, NT, SM_DQ, cs>>>(dq, dout, q, k, v, lse, delta, t, causal, scale);
+    int64_t rows = bh * t, blocks = (rows + NT / 32 - 1) / (NT / 32);
+    k_attn_tc_delta<<<(unsigned)(blocks > 65535 ? 65535 : blocks), NT, 0, cs>>>(delta, dout, o, *g,
+                                                                                rows);
+    dim3 grid((unsigned)((t + TILE - 1) / TILE), (unsigned)bh);
+    k_attn_tc_dkdv<<<grid, NT, SM_DKDV, cs>>>(dk, dv, dout, q, k, v, lse, delta, *g, causal, scale);
+    k_attn_tc_dq<<<grid, NT, SM_DQ, cs>>>(dq, dout, q, k, v, lse, delta, *g, causal, scale);
     return (int)cudaGetLastError();
 }

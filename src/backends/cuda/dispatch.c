@@ -238,6 +238,18 @@ size_t cu_table_bytes(const ts_program *prog, int i) {
     return 0;
 }
 
+/* Where q's heads and rows lie (kernels.h): split [B, H, T, hd] or packed [B, T, 3, H, hd]. */
+static void attn_geom(const ts_operand *q, cu_attn_geom *g) {
+    const int64_t *d = q->dims;
+    if (q->rank == 5) {
+        const int64_t B = d[0], T = d[1], H = d[3], hd = d[4];
+        *g = (cu_attn_geom){B, H, T, 3 * T * H * hd, hd, 3 * H * hd, T * H * hd, hd, H * hd};
+    } else {
+        const int64_t B = d[0], H = d[1], T = d[2], hd = d[3];
+        *g = (cu_attn_geom){B, H, T, H * T * hd, T * hd, hd, H * T * hd, T * hd, hd};
+    }
+}
+
 ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt, int i) {
     const ts_instr *in = &prog->ins[i];
     cu_op *o = &st->ops[i];
@@ -292,19 +304,26 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
     case TS_OP_ATTENTION:
     case TS_OP_ATTENTION_BWD: {
         if (!all_f32(in) || in->a.attention.low)
-            return unsupported(prog, i, "needs f32 (bf16 attention is not written yet)");
+            return unsupported(prog, i, "needs f32 operands (a bf16 plan rounds them itself)");
         const ts_operand *q = &in->in[in->op == TS_OP_ATTENTION ? 0 : 1];
-        if (q->rank != 4 || q->dims[3] > 256)
-            return unsupported(prog, i, "needs [B, H, T, hd <= 256]");
-        if (in->op == TS_OP_ATTENTION_BWD) o->scratch = (size_t)prod(q->dims, 0, 3) * sizeof(float);
+        if ((q->rank != 4 && q->rank != 5) || q->dims[q->rank - 1] > 256)
+            return unsupported(prog, i, "needs [B, H, T, hd <= 256] or the packed qkv");
+        cu_attn_geom ge;
+        attn_geom(q, &ge);
+        if (in->op == TS_OP_ATTENTION_BWD)
+            o->scratch = (size_t)(ge.B * ge.H * ge.t) * sizeof(float);
         /* bf16 plans round attention's operands to bf16 anyway (docs/precision.md): there
          * the tensor-core kernels run, where the head size and alignment fit them */
         const void *ptrs[9];
         int n = 0;
         for (int j = 0; j < in->n_in && n < 9; j++) ptrs[n++] = cu_at(st, in->in[j].off);
         for (int j = 0; j < in->n_out && n < 9; j++) ptrs[n++] = cu_at(st, in->out[j].off);
-        o->attn_tc = prog->opt.precision.compute == TS_BF16 && prod(q->dims, 0, 2) <= 65535 &&
-                     cu_attention_tc_ok(q->dims[3], ptrs, n);
+        o->attn_tc = prog->opt.precision.compute == TS_BF16 && ge.B * ge.H <= 65535 &&
+                     cu_attention_tc_ok(q->dims[q->rank - 1], ptrs, n);
+        if (q->rank == 5 && !o->attn_tc)
+            return unsupported(prog, i,
+                               "the packed attention (qkv) runs on the tensor-core kernels only: "
+                               "bf16 plans, head size 64");
         if (o->attn_tc && cu_attention_tc_setup() != 0)
             return unsupported(prog, i,
                                "the tensor-core attention's shared memory could not be set");
@@ -520,10 +539,15 @@ ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
     case TS_OP_ATTENTION: {
         const ts_operand *q = &in->in[0];
         if (o->attn_tc) {
-            rc = cu_attention_tc(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, q),
-                                 dptr(st, &in->in[1]), dptr(st, &in->in[2]),
-                                 q->dims[0] * q->dims[1], q->dims[2], (int)in->a.attention.causal,
-                                 (float)in->a.attention.scale, s);
+            cu_attn_geom ge;
+            attn_geom(q, &ge);
+            float *qp = dptr(st, q);
+            const int packed = q->rank == 5;
+            const int64_t kv = ge.H * q->dims[q->rank - 1]; /* k, v after q in the packed qkv */
+            rc = cu_attention_tc(dptr(st, &in->out[0]), dptr(st, &in->out[1]), qp,
+                                 packed ? qp + kv : dptr(st, &in->in[1]),
+                                 packed ? qp + 2 * kv : dptr(st, &in->in[2]), &ge,
+                                 (int)in->a.attention.causal, (float)in->a.attention.scale, s);
             break;
         }
         rc = cu_attention(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, q),
@@ -535,11 +559,19 @@ ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
     case TS_OP_ATTENTION_BWD: {
         const ts_operand *q = &in->in[1];
         if (o->attn_tc) {
+            /* (do, q, k, v, o, lse) -> (dq, dk, dv), or packed (do, qkv, o, lse) -> (dqkv) */
+            cu_attn_geom ge;
+            attn_geom(q, &ge);
+            const int packed = q->rank == 5;
+            const int64_t kv = ge.H * q->dims[q->rank - 1];
+            float *qp = dptr(st, q), *dq = dptr(st, &in->out[0]);
             rc = cu_attention_bwd_tc(
-                dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),
-                dptr(st, &in->in[0]), dptr(st, q), dptr(st, &in->in[2]), dptr(st, &in->in[3]),
-                dptr(st, &in->in[4]), dptr(st, &in->in[5]), scratch, q->dims[0] * q->dims[1],
-                q->dims[2], (int)in->a.attention.causal, (float)in->a.attention.scale, s);
+                dq, packed ? dq + kv : dptr(st, &in->out[1]),
+                packed ? dq + 2 * kv : dptr(st, &in->out[2]), dptr(st, &in->in[0]), qp,
+                packed ? qp + kv : dptr(st, &in->in[2]),
+                packed ? qp + 2 * kv : dptr(st, &in->in[3]), dptr(st, &in->in[packed ? 2 : 4]),
+                dptr(st, &in->in[packed ? 3 : 5]), scratch, &ge, (int)in->a.attention.causal,
+                (float)in->a.attention.scale, s);
             break;
         }
         rc = cu_attention_bwd(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),

@@ -458,25 +458,41 @@ extern "C" int cu_gather(void *y, const void *x, const void *idx, int idx64, int
 
 /* ---- layer norm ------------------------------------------------------------ */
 
-/* One block per row of d: mean and variance in double (fixed tree), then y. */
+/* A row per warp (8 warps a block): the lanes stride over the row, their
+ * f64 partial sums meet in a fixed butterfly, so every lane holds the same
+ * total and the result does not depend on the launch shape. */
+#define LN_WARPS 8
+
+__device__ static double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static unsigned ln_blocks(int64_t rows) {
+    int64_t b = (rows + LN_WARPS - 1) / LN_WARPS;
+    return b > 65535 ? 65535u : (unsigned)b;
+}
+
+/* mean and variance in double, then y = (x - mean) rstd w + b. */
 __global__ void k_layer_norm(float *y, float *mean, float *rstd, const float *x, const float *w,
                              const float *b, int64_t rows, int64_t d, double eps) {
-    __shared__ double sh[THREADS];
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5); r < rows;
+         r += (int64_t)gridDim.x * LN_WARPS) {
         const float *xr = x + r * d;
         double s = 0;
-        for (int64_t i = threadIdx.x; i < d; i += THREADS) s += (double)xr[i];
-        double mu = block_sum(s, sh) / (double)d;
+        for (int64_t i = lane; i < d; i += 32) s += (double)xr[i];
+        double mu = warp_sum_d(s) / (double)d;
         double v = 0;
-        for (int64_t i = threadIdx.x; i < d; i += THREADS) {
+        for (int64_t i = lane; i < d; i += 32) {
             double c = (double)xr[i] - mu;
             v += c * c;
         }
-        double rs = 1.0 / sqrt(block_sum(v, sh) / (double)d + eps);
+        double rs = 1.0 / sqrt(warp_sum_d(v) / (double)d + eps);
         float m = (float)mu, rf = (float)rs;
-        if (threadIdx.x == 0) mean[r] = m, rstd[r] = rf;
+        if (lane == 0) mean[r] = m, rstd[r] = rf;
         float *yr = y + r * d;
-        for (int64_t i = threadIdx.x; i < d; i += THREADS) {
+        for (int64_t i = lane; i < d; i += 32) {
             float t = (xr[i] - m) * rf;
             if (w) t = t * w[i];
             if (b) t = t + b[i];
@@ -488,30 +504,31 @@ __global__ void k_layer_norm(float *y, float *mean, float *rstd, const float *x,
 extern "C" int cu_layer_norm(float *y, float *mean, float *rstd, const float *x, const float *w,
                              const float *b, int64_t rows, int64_t d, double eps, cu_stream s) {
     if (rows <= 0) return 0;
-    k_layer_norm<<<row_blocks(rows), THREADS, 0, (cudaStream_t)s>>>(y, mean, rstd, x, w, b, rows, d,
-                                                                    eps);
+    k_layer_norm<<<ln_blocks(rows), 32 * LN_WARPS, 0, (cudaStream_t)s>>>(y, mean, rstd, x, w, b,
+                                                                         rows, d, eps);
     return launched();
 }
 
-/* dx of one row per block: g = dy w, xh = (x - mean) rstd,
- * dx = rstd (g - mean(g) - xh mean(g xh)). dx may be dy (in place): every
- * thread reads its own elements only after both sums are complete. */
+/* dx of one row per warp: g = dy w, xh = (x - mean) rstd,
+ * dx = rstd (g - mean(g) - xh mean(g xh)). dx may be dy (in place): a lane
+ * writes only the elements it read, after both sums are complete. */
 __global__ void k_ln_dx(float *dx, const float *dy, const float *x, const float *mean,
                         const float *rstd, const float *w, int64_t rows, int64_t d) {
-    __shared__ double sh[THREADS];
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t r = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5); r < rows;
+         r += (int64_t)gridDim.x * LN_WARPS) {
         const float *dyr = dy + r * d, *xr = x + r * d;
         float m = mean[r], rs = rstd[r];
         double s1 = 0, s2 = 0;
-        for (int64_t i = threadIdx.x; i < d; i += THREADS) {
+        for (int64_t i = lane; i < d; i += 32) {
             float g = w ? dyr[i] * w[i] : dyr[i], xh = (xr[i] - m) * rs;
             s1 += (double)g;
             s2 += (double)(g * xh);
         }
-        float mg = (float)(block_sum(s1, sh) / (double)d);
-        float mgx = (float)(block_sum(s2, sh) / (double)d);
+        float mg = (float)(warp_sum_d(s1) / (double)d);
+        float mgx = (float)(warp_sum_d(s2) / (double)d);
         float *dxr = dx + r * d;
-        for (int64_t i = threadIdx.x; i < d; i += THREADS) {
+        for (int64_t i = lane; i < d; i += 32) {
             float g = w ? dyr[i] * w[i] : dyr[i], xh = (xr[i] - m) * rs;
             dxr[i] = rs * (g - mg - xh * mgx);
         }
@@ -568,7 +585,7 @@ extern "C" int cu_layer_norm_bwd(float *dx, float *dw, float *db, const float *d
                                                               nrb);
         k_ln_dwdb_sum<<<grid_for(d), THREADS, 0, cs>>>(dw, db, partial, d, nrb);
     }
-    k_ln_dx<<<row_blocks(rows), THREADS, 0, cs>>>(dx, dy, x, mean, rstd, w, rows, d);
+    k_ln_dx<<<ln_blocks(rows), 32 * LN_WARPS, 0, cs>>>(dx, dy, x, mean, rstd, w, rows, d);
     return launched();
 }
 

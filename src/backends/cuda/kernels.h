@@ -157,20 +157,27 @@ int cu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const f
                      const float *k, const float *v, const float *o, const float *lse, float *delta,
                      int64_t bh, int64_t t, int64_t hd, int causal, float scale, cu_stream s);
 
-/* delta[row] = sum(dout o) over each of rows rows of hd (the attention backward's D). */
-int cu_attention_delta(float *delta, const float *dout, const float *o, int64_t rows, int64_t hd,
-                       cu_stream s);
+/* Where attention's rows lie, in elements: head bh = b H + h of q (and dq; k, v, dk, dv
+ * have their own bases) starts at b sb_in + h sh_in with positions ld_in apart; of o and
+ * do at b sb_out + h sh_out, ld_out apart. Split [B, H, T, hd]: sb = H T hd, sh = T hd,
+ * ld = hd. Packed qkv [B, T, 3, H, hd] (k, v at H hd and 2 H hd from q; o [B, T, H, hd]):
+ * sb_in = 3 T H hd, sh_in = hd, ld_in = 3 H hd; sb_out = T H hd, sh_out = hd, ld_out = H hd. */
+typedef struct cu_attn_geom {
+    int64_t B, H, t;
+    int64_t sb_in, sh_in, ld_in, sb_out, sh_out, ld_out;
+} cu_attn_geom;
 
-/* The same attention on bf16 tensor cores (attention_tc.cu) for bf16 plans: head size 64,
- * B*H <= 65535, every pointer 16-byte aligned (cu_attention_tc_ok); cu_attention_tc_setup
- * raises the kernels' shared-memory limit (once per plan; 0 or a cudaError). */
+/* The same attention on bf16 tensor cores (attention_tc.cu) for bf16 plans, split or packed:
+ * head size 64, B*H <= 65535, every pointer 16-byte aligned (cu_attention_tc_ok);
+ * cu_attention_tc_setup raises the kernels' shared-memory limit (once per plan; 0 or a
+ * cudaError). delta: B*H*T floats of scratch. */
 int cu_attention_tc_ok(int64_t hd, const void *const *ptrs, int n);
 int cu_attention_tc_setup(void);
 int cu_attention_tc(float *o, float *lse, const float *q, const float *k, const float *v,
-                    int64_t bh, int64_t t, int causal, float scale, cu_stream s);
+                    const cu_attn_geom *g, int causal, float scale, cu_stream s);
 int cu_attention_bwd_tc(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *o, const float *lse,
-                        float *delta, int64_t bh, int64_t t, int causal, float scale, cu_stream s);
+                        float *delta, const cu_attn_geom *g, int causal, float scale, cu_stream s);
 
 #ifdef __cplusplus
 }
