@@ -19,7 +19,9 @@
  * the same layout (KRSC), so the weight is permuted into the scratch after
  * the workspace before the forward and backward-data calls, and the
  * backward-filter result is written there in KRSC and permuted back into
- * [O, C/groups, kh, kw].
+ * [O, C/groups, kh, kw]. Should cuDNN offer no allowed algorithm for the
+ * NHWC problem, it runs in NCHW instead, the activations permuted through
+ * the scratch (via_nchw).
  *
  * cuDNN is loaded at run time (dlopen, below). Without it the three ops
  * are refused at prepare: "built without cuDNN" (TS_CUDNN undefined: CMake
@@ -176,11 +178,14 @@ struct cu_conv {
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t cd;
     int algo;
-    size_t ws;         /* workspace bytes at the start of the scratch */
-    size_t wt_off;     /* the KRSC weight's scratch offset (channels last) */
-    int cl;            /* channels last: the weight goes through the scratch */
-    int64_t wdims[4];  /* [O, C/groups, kh, kw] */
-    int64_t wtdims[4]; /* [O, kh, kw, C/groups] */
+    size_t ws;             /* workspace bytes at the start of the scratch */
+    size_t wt_off;         /* the KRSC weight's scratch offset (cl) */
+    int cl;                /* NHWC descriptors: the weight goes through the scratch in KRSC */
+    int via_nchw;          /* channels last run as NCHW: the activations through the scratch */
+    size_t xa_off, ya_off; /* their NCHW copies' scratch offsets */
+    int64_t wdims[4];      /* [O, C/groups, kh, kw] */
+    int64_t wtdims[4];     /* [O, kh, kw, C/groups] */
+    int64_t x4[4], y4[4];  /* the forward's x and y as (n, c, h, w) */
 };
 
 static ts_status dnn_err(const ts_program *prog, int i, cudnnStatus_t e, const char *call) {
@@ -239,6 +244,10 @@ static int fits_int(const int64_t *d4) {
         if (n > INT_MAX) return 0;
     }
     return 1;
+}
+
+static size_t align256(size_t b) {
+    return (b + ALIGN_256 - 1) / ALIGN_256 * ALIGN_256;
 }
 
 static int in_list(int algo, const int *ok, int n) {
@@ -400,14 +409,35 @@ ts_status cu_conv_plan(cu_state *st, const ts_program *prog, int i, struct cu_co
         goto fail;
     }
     c->algo = pick_algo(st->dnn, c, in->op, &c->ws);
+    if (c->algo < 0 && cl) {
+        /* No allowed NHWC algorithm: run it in NCHW, the activations
+         * permuted through the scratch (the weight is NCHW as it is). */
+        DNN(cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)x4[0],
+                                       (int)x4[1], (int)x4[2], (int)x4[3]));
+        DNN(cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)y4[0],
+                                       (int)y4[1], (int)y4[2], (int)y4[3]));
+        DNN(cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)w4[0],
+                                       (int)w4[1], (int)w4[2], (int)w4[3]));
+        c->cl = 0;
+        c->via_nchw = 1;
+        c->algo = pick_algo(st->dnn, c, in->op, &c->ws);
+    }
     if (c->algo < 0) {
         s = conv_unsupported(prog, i,
                              "cuDNN offers no deterministic f32 (non-TF32) algorithm for this "
                              "convolution");
         goto fail;
     }
-    c->wt_off = (c->ws + ALIGN_256 - 1) / ALIGN_256 * ALIGN_256;
-    *scratch = c->wt_off + (cl ? cu_bytes(w) : 0);
+    for (int j = 0; j < 4; j++) c->x4[j] = x4[j], c->y4[j] = y4[j];
+    /* scratch: [workspace | KRSC weight (cl) | x, y in NCHW (via_nchw)] */
+    size_t off = align256(c->ws);
+    c->wt_off = off;
+    if (c->cl) off += align256(cu_bytes(w));
+    c->xa_off = off;
+    if (c->via_nchw) off += align256(cu_bytes(x));
+    c->ya_off = off;
+    if (c->via_nchw) off += cu_bytes(y);
+    *scratch = off;
     *out = c;
     return TS_OK;
 fail:
@@ -422,52 +452,84 @@ fail:
         if (e_ != CUDNN_STATUS_SUCCESS) return dnn_err(prog, i, e_, #call);                        \
     } while (0)
 
-static ts_status permute_w(const ts_program *prog, int i, void *dst, const void *src,
-                           const int64_t *dims, const int64_t *perm, cudaStream_t s) {
+static ts_status permute4(const ts_program *prog, int i, void *dst, const void *src,
+                          const int64_t *dims, const int64_t *perm, cudaStream_t s) {
     int rc = cu_permute(dst, src, (int)sizeof(float), 4, dims, perm, (cu_stream)s);
-    return rc ? cu_err((cudaError_t)rc, "permuting a convolution weight", prog->ins[i].label)
+    return rc ? cu_err((cudaError_t)rc, "permuting a convolution operand", prog->ins[i].label)
               : TS_OK;
+}
+
+/* An activation (n, c, h, w) from NHWC (the graph's) to NCHW (the scratch
+ * copy of via_nchw) and back. */
+static ts_status to_nchw(const ts_program *prog, int i, void *dst, const void *src,
+                         const int64_t *d4, cudaStream_t s) {
+    static const int64_t perm[4] = {0, 3, 1, 2};
+    const int64_t dims[4] = {d4[0], d4[2], d4[3], d4[1]};
+    return permute4(prog, i, dst, src, dims, perm, s);
+}
+static ts_status to_nhwc(const ts_program *prog, int i, void *dst, const void *src,
+                         const int64_t *d4, cudaStream_t s) {
+    static const int64_t perm[4] = {0, 2, 3, 1};
+    return permute4(prog, i, dst, src, d4, perm, s);
 }
 
 ts_status cu_conv_run(cu_state *st, const ts_program *prog, int i, const struct cu_conv *c) {
     const ts_instr *in = &prog->ins[i];
     unsigned char *scratch = st->dev + st->scratch_off;
     void *ws = c->ws ? scratch : NULL;
-    float *wt = (float *)(scratch + c->wt_off);
+    float *wt = (float *)(scratch + c->wt_off), *xa = (float *)(scratch + c->xa_off);
+    float *ya = (float *)(scratch + c->ya_off);
     const float one = 1.0f, zero = 0.0f;
     static const int64_t TO_KRSC[4] = {0, 2, 3, 1}, TO_KCRS[4] = {0, 3, 1, 2};
     ts_status s;
     switch (in->op) {
     case TS_OP_CONV: {
-        const void *w = cu_at(st, in->in[1].off);
+        const void *w = cu_at(st, in->in[1].off), *x = cu_at(st, in->in[0].off);
+        void *y = cu_at(st, in->out[0].off);
         if (c->cl) {
-            if ((s = permute_w(prog, i, wt, w, c->wdims, TO_KRSC, st->stream)) != TS_OK) return s;
+            if ((s = permute4(prog, i, wt, w, c->wdims, TO_KRSC, st->stream)) != TS_OK) return s;
             w = wt;
         }
-        void *y = cu_at(st, in->out[0].off);
-        DNN(cudnnConvolutionForward(st->dnn, &one, c->x, cu_at(st, in->in[0].off), c->w, w, c->cd,
-                                    (cudnnConvolutionFwdAlgo_t)c->algo, ws, c->ws, &zero, c->y, y));
-        if (c->b) DNN(cudnnAddTensor(st->dnn, &one, c->b, cu_at(st, in->in[2].off), &one, c->y, y));
-        return TS_OK;
+        if (c->via_nchw) {
+            if ((s = to_nchw(prog, i, xa, x, c->x4, st->stream)) != TS_OK) return s;
+            x = xa;
+        }
+        void *yc = c->via_nchw ? (void *)ya : y;
+        DNN(cudnnConvolutionForward(st->dnn, &one, c->x, x, c->w, w, c->cd,
+                                    (cudnnConvolutionFwdAlgo_t)c->algo, ws, c->ws, &zero, c->y,
+                                    yc));
+        if (c->b)
+            DNN(cudnnAddTensor(st->dnn, &one, c->b, cu_at(st, in->in[2].off), &one, c->y, yc));
+        return c->via_nchw ? to_nhwc(prog, i, y, ya, c->y4, st->stream) : TS_OK;
     }
     case TS_OP_CONV_BWD_DATA: {
-        const void *w = cu_at(st, in->in[1].off);
+        const void *w = cu_at(st, in->in[1].off), *dy = cu_at(st, in->in[0].off);
+        void *dx = cu_at(st, in->out[0].off);
         if (c->cl) {
-            if ((s = permute_w(prog, i, wt, w, c->wdims, TO_KRSC, st->stream)) != TS_OK) return s;
+            if ((s = permute4(prog, i, wt, w, c->wdims, TO_KRSC, st->stream)) != TS_OK) return s;
             w = wt;
         }
-        DNN(cudnnConvolutionBackwardData(st->dnn, &one, c->w, w, c->y, cu_at(st, in->in[0].off),
-                                         c->cd, (cudnnConvolutionBwdDataAlgo_t)c->algo, ws, c->ws,
-                                         &zero, c->x, cu_at(st, in->out[0].off)));
-        return TS_OK;
+        if (c->via_nchw) {
+            if ((s = to_nchw(prog, i, ya, dy, c->y4, st->stream)) != TS_OK) return s;
+            dy = ya;
+        }
+        DNN(cudnnConvolutionBackwardData(st->dnn, &one, c->w, w, c->y, dy, c->cd,
+                                         (cudnnConvolutionBwdDataAlgo_t)c->algo, ws, c->ws, &zero,
+                                         c->x, c->via_nchw ? (void *)xa : dx));
+        return c->via_nchw ? to_nhwc(prog, i, dx, xa, c->x4, st->stream) : TS_OK;
     }
     default: { /* TS_OP_CONV_BWD_WEIGHT */
         void *dw = cu_at(st, in->out[0].off);
-        DNN(cudnnConvolutionBackwardFilter(st->dnn, &one, c->x, cu_at(st, in->in[1].off), c->y,
-                                           cu_at(st, in->in[0].off), c->cd,
+        const void *dy = cu_at(st, in->in[0].off), *x = cu_at(st, in->in[1].off);
+        if (c->via_nchw) {
+            if ((s = to_nchw(prog, i, xa, x, c->x4, st->stream)) != TS_OK) return s;
+            if ((s = to_nchw(prog, i, ya, dy, c->y4, st->stream)) != TS_OK) return s;
+            x = xa, dy = ya;
+        }
+        DNN(cudnnConvolutionBackwardFilter(st->dnn, &one, c->x, x, c->y, dy, c->cd,
                                            (cudnnConvolutionBwdFilterAlgo_t)c->algo, ws, c->ws,
                                            &zero, c->w, c->cl ? (void *)wt : dw));
-        if (c->cl) return permute_w(prog, i, dw, wt, c->wtdims, TO_KCRS, st->stream);
+        if (c->cl) return permute4(prog, i, dw, wt, c->wtdims, TO_KCRS, st->stream);
         return TS_OK;
     }
     }
