@@ -379,8 +379,11 @@ static void case_conv(int cl) {
  * update): channels first without ReLU, channels last with the fused ReLU;
  * more than one reduction chunk per channel (6 x 40 x 40 = 9600 values). */
 static void case_batch_norm(int cl) {
+    /* grad:scale sums x times batch norm's input gradient over 9600 values a channel, terms
+     * that cancel (that gradient has zero mean per channel): on an H200 the channels-first
+     * sums came out 1.8e-4 apart (0.224722 CPU, 0.224681 GPU), hence 5e-4 here. */
     tcase c = {.name = cl ? "batch norm + relu channels last" : "batch norm channels first",
-               .tol = 1e-4,
+               .tol = 5e-4,
                .compute = TS_F32};
     ts_graph *g = c.g = ts_graph_new();
     int64_t xd_cl[] = {6, 40, 40, 3}, xd_cf[] = {6, 3, 40, 40}, cd[] = {3};
