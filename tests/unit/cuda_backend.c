@@ -56,7 +56,7 @@ int main(void) {
         CHECK(cu->supports_op(TS_OP_MATMUL) && cu->supports_op(TS_OP_ATTENTION_BWD) &&
                   cu->supports_op(TS_OP_ADAM_UPDATE),
               "the plugin did not load or lacks its core ops: %s", ts_last_error());
-        CHECK(!cu->supports_op(TS_OP_CONV) && !cu->supports_op(-1),
+        CHECK(!cu->supports_op(TS_OP_CONV_TRANSPOSE) && !cu->supports_op(-1),
               "the plugin claims an op it has no kernel for");
     }
 

@@ -3,7 +3,8 @@
  * broadcasting, GEMMs with bias epilogues, bf16 GEMMs, fp16 GEMMs with the
  * GradScaler's unscale and update gate, reductions, shape
  * ops, embedding and its scatter-add backward with repeated indices,
- * LayerNorm, cross-entropy, causal attention, AdamW with clipping), run
+ * LayerNorm, cross-entropy, causal attention, AdamW with clipping,
+ * convolutions, batch norm, pooling and a small CNN), run
  * forward and backward on deterministic pseudo-random inputs on both
  * backends; outputs, gradients and updated parameters must agree within a
  * tolerance per dtype.
@@ -342,6 +343,121 @@ static void case_gpt_packed(void) {
     ts_graph_free(g);
 }
 
+/* Two convolutions (conv.c on cuDNN): 3x3 stride 1 padding 1 with a bias,
+ * then 3x3 stride 2 padding 1 (9 -> 5, so conv_bwd_data's dx is one larger
+ * than the smallest input: conv.c's extra[]); channels last, or channels
+ * first with 2 groups and a dilated second conv. x is scaled by a
+ * parameter so conv_bwd_data runs for both. */
+static void case_conv(int cl) {
+    tcase c = {.name = cl ? "conv channels last" : "conv channels first, groups, dilation",
+               .tol = 1e-4,
+               .compute = TS_F32};
+    ts_graph *g = c.g = ts_graph_new();
+    const ts_layout lay = cl ? TS_CHANNELS_LAST : TS_CHANNELS_FIRST;
+    const int64_t G = cl ? 1 : 2;
+    int64_t xd_cl[] = {2, 9, 9, 4}, xd_cf[] = {2, 4, 9, 9}, sd[] = {4};
+    int64_t w1d[] = {6, 4 / G, 3, 3}, b1d[] = {6}, w2d[] = {4, 6 / G, 3, 3};
+    int64_t yd_cl[] = {2, 5, 5, 4}, yd_cf[] = {2, 4, 4, 4};
+    ts_val x = ts_input(g, "x", TS_F32, 4, cl ? xd_cl : xd_cf);
+    ts_val sc = param(g, "scale", 1, sd);
+    int64_t bshape[] = {4, 1, 1};
+    ts_val xs = ts_mul(g, x, cl ? sc : ts_reshape(g, sc, 3, bshape));
+    ts_val w1 = param(g, "w1", 4, w1d), b1 = param(g, "b1", 1, b1d), w2 = param(g, "w2", 4, w2d);
+    int64_t one[] = {1, 1}, two[] = {2, 2}, pad[] = {1, 1};
+    ts_val h = ts_conv_layout(g, xs, w1, b1, 2, one, pad, NULL, G, lay);
+    /* channels first: dilation 2 with padding 1 and stride 2 on 9: (9 + 2 - 5) / 2 + 1 = 4 */
+    ts_val y = ts_conv_layout(g, ts_tanh(g, h), w2, TS_NONE, 2, two, pad, cl ? NULL : two, G, lay);
+    c.loss = weighted_sum(g, y, 4, cl ? yd_cl : yd_cf);
+    c.in[0] = "x", c.in[1] = "r";
+    c.cmp[0] = "grad:w1", c.cmp[1] = "grad:b1", c.cmp[2] = "grad:w2", c.cmp[3] = "grad:scale";
+    c.cmp[4] = "w1", c.cmp[5] = "w2";
+    run_case(&c);
+    ts_graph_free(g);
+}
+
+/* Batch norm in training mode (batch statistics, running statistics'
+ * update): channels first without ReLU, channels last with the fused ReLU;
+ * more than one reduction chunk per channel (6 x 40 x 40 = 9600 values). */
+static void case_batch_norm(int cl) {
+    /* grad:scale sums x times batch norm's input gradient over 9600 values a channel, terms
+     * that cancel (that gradient has zero mean per channel): on an H200 the channels-first
+     * sums came out 1.8e-4 apart (0.224722 CPU, 0.224681 GPU), hence 5e-4 here. */
+    tcase c = {.name = cl ? "batch norm + relu channels last" : "batch norm channels first",
+               .tol = 5e-4,
+               .compute = TS_F32};
+    ts_graph *g = c.g = ts_graph_new();
+    int64_t xd_cl[] = {6, 40, 40, 3}, xd_cf[] = {6, 3, 40, 40}, cd[] = {3};
+    ts_val x = ts_input(g, "x", TS_F32, 4, cl ? xd_cl : xd_cf);
+    ts_val sc = param(g, "scale", 1, cd);
+    int64_t bshape[] = {3, 1, 1};
+    ts_val xs = ts_mul(g, x, cl ? sc : ts_reshape(g, sc, 3, bshape));
+    ts_val bw = param(g, "bn.weight", 1, cd), bb = param(g, "bn.bias", 1, cd);
+    ts_val y = ts_batch_norm_layout(g, xs, bw, bb, "bn", 0.1, 1e-5, cl,
+                                    cl ? TS_CHANNELS_LAST : TS_CHANNELS_FIRST);
+    c.loss = weighted_sum(g, y, 4, cl ? xd_cl : xd_cf);
+    c.in[0] = "x", c.in[1] = "r";
+    c.cmp[0] = "grad:bn.weight", c.cmp[1] = "grad:bn.bias", c.cmp[2] = "grad:scale";
+    c.cmp[3] = "bn.running_mean", c.cmp[4] = "bn.running_var", c.cmp[5] = "bn.weight";
+    run_case(&c);
+    ts_graph_free(g);
+}
+
+/* Max pooling with overlapping windows and padding (kernel 3, stride 2,
+ * padding 1) after a ReLU, so windows hold ties at 0 (the first maximum
+ * takes the gradient); channels last, or channels first with average
+ * pooling counting the padding. */
+static void case_pool(int cl) {
+    tcase c = {.name = cl ? "max pool channels last" : "avg pool channels first",
+               .tol = 1e-4,
+               .compute = TS_F32};
+    ts_graph *g = c.g = ts_graph_new();
+    int64_t xd_cl[] = {2, 9, 8, 3}, xd_cf[] = {2, 3, 9, 8}, cd[] = {3};
+    int64_t yd_cl[] = {2, 5, 4, 3}, yd_cf[] = {2, 3, 5, 4};
+    ts_val x = ts_input(g, "x", TS_F32, 4, cl ? xd_cl : xd_cf);
+    ts_val sc = param(g, "scale", 1, cd);
+    int64_t bshape[] = {3, 1, 1};
+    ts_val xs = ts_relu(g, ts_mul(g, x, cl ? sc : ts_reshape(g, sc, 3, bshape)));
+    int64_t k[] = {3, 3}, st[] = {2, 2}, pad[] = {1, 1};
+    ts_val y = cl ? ts_max_pool_layout(g, xs, 2, k, st, pad, TS_CHANNELS_LAST)
+                  : ts_avg_pool_layout(g, xs, 2, k, st, pad, 1, TS_CHANNELS_FIRST);
+    c.loss = weighted_sum(g, y, 4, cl ? yd_cl : yd_cf);
+    c.in[0] = "x", c.in[1] = "r";
+    c.cmp[0] = "grad:scale", c.cmp[1] = "scale";
+    run_case(&c);
+    ts_graph_free(g);
+}
+
+/* The CNN's block (src/models/cnn.c): conv 3x3 (no bias) -> batch norm with
+ * the fused ReLU -> max pool 2 -> linear -> cross-entropy, channels last,
+ * two of them; AdamW on every parameter. */
+static void case_cnn_stack(void) {
+    tcase c = {.name = "conv-bn-relu-pool-linear", .tol = 1e-4, .compute = TS_F32, .idx_hi = 5};
+    ts_graph *g = c.g = ts_graph_new();
+    int64_t xd[] = {4, 12, 12, 2}, w1d[] = {8, 2, 3, 3}, c1[] = {8}, w2d[] = {6, 8, 3, 3};
+    int64_t c2[] = {6}, fd[] = {4, 3 * 3 * 6}, ld[] = {5, 3 * 3 * 6}, td[] = {4};
+    ts_val x = ts_input(g, "x", TS_F32, 4, xd);
+    ts_val t = ts_input(g, "t", TS_I64, 1, td);
+    int64_t one[] = {1, 1}, pad[] = {1, 1}, k2[] = {2, 2};
+    ts_val h = ts_conv_layout(g, x, param(g, "conv1.weight", 4, w1d), TS_NONE, 2, one, pad, NULL, 1,
+                              TS_CHANNELS_LAST);
+    h = ts_batch_norm_layout(g, h, param(g, "bn1.weight", 1, c1), param(g, "bn1.bias", 1, c1),
+                             "bn1", 0.1, 1e-5, 1, TS_CHANNELS_LAST);
+    h = ts_max_pool_layout(g, h, 2, k2, NULL, NULL, TS_CHANNELS_LAST); /* [4, 6, 6, 8] */
+    h = ts_conv_layout(g, h, param(g, "conv2.weight", 4, w2d), TS_NONE, 2, one, pad, NULL, 1,
+                       TS_CHANNELS_LAST);
+    h = ts_batch_norm_layout(g, h, param(g, "bn2.weight", 1, c2), param(g, "bn2.bias", 1, c2),
+                             "bn2", 0.1, 1e-5, 1, TS_CHANNELS_LAST);
+    h = ts_max_pool_layout(g, h, 2, k2, NULL, NULL, TS_CHANNELS_LAST); /* [4, 3, 3, 6] */
+    ts_val logits = ts_linear(g, ts_reshape(g, h, 2, fd), param(g, "fc.weight", 2, ld), TS_NONE);
+    c.loss = ts_cross_entropy(g, logits, t, -100);
+    c.in[0] = "x", c.in[1] = "t";
+    c.cmp[0] = "grad:conv1.weight", c.cmp[1] = "grad:conv2.weight", c.cmp[2] = "grad:bn1.weight";
+    c.cmp[3] = "grad:bn2.bias", c.cmp[4] = "grad:fc.weight", c.cmp[5] = "conv1.weight";
+    c.cmp[6] = "bn1.running_var", c.cmp[7] = "bn2.running_mean";
+    run_case(&c);
+    ts_graph_free(g);
+}
+
 int main(void) {
     dev_backend = getenv("TESSEL_CUDA_TEST_BACKEND");
     if (!dev_backend || !*dev_backend) dev_backend = "cuda";
@@ -360,5 +476,12 @@ int main(void) {
     case_attention_bf16(1);
     case_attention_bf16(0);
     case_gpt_packed();
+    case_conv(1);
+    case_conv(0);
+    case_batch_norm(0);
+    case_batch_norm(1);
+    case_pool(1);
+    case_pool(0);
+    case_cnn_stack();
     return check_summary("cuda ops");
 }

@@ -1,4 +1,4 @@
-/* Whole training steps of W1 and W3 on the CUDA backend against the CPU
+/* Whole training steps of W1, W3 and the Fashion-MNIST CNN on the CUDA backend against the CPU
  * backend (docs/cuda.md): the losses of every step and the parameters and
  * optimizer state after the run agree within f32 tolerance; two GPU runs
  * give the same bits, and so do the step replayed as a CUDA graph and the
@@ -28,8 +28,23 @@ enum { MID = 10 };
 static int skipped;
 
 /* steps steps of the model on backend (NULL: cpu), the same batches each time. */
+enum { W1 = 0, W3 = 1, CNN = 2 };
+
+/* A CNN batch: images x in [-1, 1) and labels y in [0, classes), batch k of 4. */
+static void synth_images(int k, int64_t nx, int64_t ny, int64_t classes, float *x, int64_t *y) {
+    uint32_t r = 0x9e3779b9u * (uint32_t)(k + 1);
+    for (int64_t i = 0; i < nx; i++) {
+        r = r * 1664525u + 1013904223u;
+        x[i] = (float)((double)(r >> 8) / 8388608.0 - 1.0);
+    }
+    for (int64_t i = 0; i < ny; i++) {
+        r = r * 1664525u + 1013904223u;
+        y[i] = (int64_t)((r >> 8) % (uint32_t)classes);
+    }
+}
+
 static void train(ts_graph *g, const ts_model *m, const ts_optimizer *opt, const char *backend,
-                  int no_graph, int steps, int w3, run *out) {
+                  int no_graph, int steps, int kind, run *out) {
     memset(out, 0, sizeof *out);
     ts_train_spec spec = ts_train_spec_default(m->loss);
     spec.opt = *opt;
@@ -55,7 +70,10 @@ static void train(ts_graph *g, const ts_model *m, const ts_optimizer *opt, const
     ts_mlp_config mc = ts_mlp_w1();
     ts_gpt_config gc = ts_gpt_w3();
     for (int k = 0; k < steps && x && y; k++) {
-        if (w3)
+        if (kind == CNN)
+            synth_images(k % 4, (int64_t)(xb / sizeof(float)), (int64_t)(yb / sizeof(int64_t)),
+                         ts_cnn_fashion().classes, x, y);
+        else if (kind == W3)
             CHECK_OK(ts_synth_tokens(1234, k % 4, gc.batch, gc.ctx, gc.vocab, x, y));
         else
             CHECK_OK(ts_synth_regression(1234, k % 4, mc.batch, mc.window, mc.features, mc.out_dim,
@@ -209,19 +227,19 @@ int main(void) {
     CHECK_OK(ts_build_mlp(g, &mc, &m));
     ts_optimizer adamw = ts_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
     run gpu, gpu2, nograph, cpu;
-    train(g, &m, &adamw, "cuda", 0, 20, 0, &gpu);
+    train(g, &m, &adamw, "cuda", 0, 20, W1, &gpu);
     if (skipped) {
         printf("cuda steps: skipped (no GPU here: %s)\n", ts_last_error());
         ts_graph_free(g);
         return 77;
     }
-    train(g, &m, &adamw, NULL, 0, 20, 0, &cpu);
+    train(g, &m, &adamw, NULL, 0, 20, W1, &cpu);
     lockstep_w1(g, &m, &adamw);
     near_losses("W1, 20 steps", &cpu, &gpu, MID, 1e-3);
     near_l2("W1, 20 steps", &cpu, &gpu, 2e-2);
-    train(g, &m, &adamw, "cuda", 0, 20, 0, &gpu2);
+    train(g, &m, &adamw, "cuda", 0, 20, W1, &gpu2);
     same("W1, two GPU runs", &gpu, &gpu2);
-    train(g, &m, &adamw, "cuda", 1, 20, 0, &nograph);
+    train(g, &m, &adamw, "cuda", 1, 20, W1, &nograph);
     same("W1, with and without the CUDA graph", &gpu, &nograph);
     drop(&gpu), drop(&gpu2), drop(&nograph), drop(&cpu);
     ts_graph_free(g);
@@ -231,12 +249,30 @@ int main(void) {
     ts_gpt_config gc = ts_gpt_w3();
     CHECK_OK(ts_build_gpt(g, &gc, &m));
     ts_optimizer w3opt = ts_adamw(3e-4, 0.9, 0.999, 1e-8, 0.1);
-    train(g, &m, &w3opt, "cuda", 0, 4, 1, &gpu);
-    train(g, &m, &w3opt, NULL, 0, 4, 1, &cpu);
+    train(g, &m, &w3opt, "cuda", 0, 4, W3, &gpu);
+    train(g, &m, &w3opt, NULL, 0, 4, W3, &cpu);
     near("W3, 4 steps", &cpu, &gpu, 4, 2e-3);
-    train(g, &m, &w3opt, "cuda", 1, 4, 1, &nograph);
+    train(g, &m, &w3opt, "cuda", 1, 4, W3, &nograph);
     same("W3, with and without the CUDA graph", &gpu, &nograph);
     drop(&gpu), drop(&nograph), drop(&cpu);
+    ts_graph_free(g);
+
+    /* The Fashion-MNIST CNN (cuDNN convolutions, batch norm with the fused
+     * ReLU, max pooling; channels last): 8 steps against the CPU, then
+     * determinism (deterministic cuDNN algorithms, no atomics). */
+    g = ts_graph_new();
+    ts_cnn_config cc = ts_cnn_fashion();
+    CHECK_OK(ts_build_cnn(g, &cc, &m));
+    ts_optimizer cnnopt = ts_adamw(2e-3, 0.9, 0.999, 1e-8, 0.05);
+    train(g, &m, &cnnopt, "cuda", 0, 8, CNN, &gpu);
+    train(g, &m, &cnnopt, NULL, 0, 8, CNN, &cpu);
+    near_losses("CNN, 8 steps", &cpu, &gpu, 8, 1e-3);
+    near_l2("CNN, 8 steps", &cpu, &gpu, 2e-2);
+    train(g, &m, &cnnopt, "cuda", 0, 8, CNN, &gpu2);
+    same("CNN, two GPU runs", &gpu, &gpu2);
+    train(g, &m, &cnnopt, "cuda", 1, 8, CNN, &nograph);
+    same("CNN, with and without the CUDA graph", &gpu, &nograph);
+    drop(&gpu), drop(&gpu2), drop(&nograph), drop(&cpu);
     ts_graph_free(g);
     return check_summary("cuda steps");
 }

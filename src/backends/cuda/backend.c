@@ -75,9 +75,13 @@ static void free_state(const ts_program *prog, cu_state *st) {
     if (st->g_all) cudaGraphExecDestroy(st->g_all);
     if (st->g_pre) cudaGraphExecDestroy(st->g_pre);
     if (st->g_post) cudaGraphExecDestroy(st->g_post);
-    for (int i = 0; st->ops && i < st->n_ops && i < prog->n_ins; i++) cu_gemm_free(st->ops[i].gemm);
+    for (int i = 0; st->ops && i < st->n_ops && i < prog->n_ins; i++) {
+        cu_gemm_free(st->ops[i].gemm);
+        cu_conv_free(st->ops[i].conv);
+    }
     free(st->ops);
     if (st->lt) cublasLtDestroy(st->lt);
+    cu_conv_release(st);
     if (st->ev0) cudaEventDestroy(st->ev0);
     if (st->ev1) cudaEventDestroy(st->ev1);
     if (st->stream) cudaStreamDestroy(st->stream);
@@ -154,6 +158,8 @@ static ts_status cuda_prepare(const ts_program *prog, ts_runtime *rt) {
         for (int i = 0; i < prog->n_ins; i++) {
             cu_gemm_free(st->ops[i].gemm);
             st->ops[i].gemm = NULL;
+            cu_conv_free(st->ops[i].conv);
+            st->ops[i].conv = NULL;
             if ((s = cu_plan_ins(st, prog, rt, i)) != TS_OK) return s;
             if (st->ops[i].scratch > st->scratch_bytes) st->scratch_bytes = st->ops[i].scratch;
         }

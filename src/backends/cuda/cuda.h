@@ -48,15 +48,17 @@ typedef struct cu_op {
     size_t table_off; /* adam_update, clip_coef: device tables (offset from the tables) */
     int n_groups;
     int64_t max_size;
-    size_t scratch; /* bytes of the shared scratch it uses */
-    int attn_tc;    /* attention(_bwd) on tensor cores (attention_tc.cu): bf16 plans, hd 64 */
+    size_t scratch;       /* bytes of the shared scratch it uses */
+    int attn_tc;          /* attention(_bwd) on tensor cores (attention_tc.cu): bf16 plans, hd 64 */
+    struct cu_conv *conv; /* conv, conv_bwd_data, conv_bwd_weight: the cuDNN plan (conv.c) */
 } cu_op;
 
 typedef struct cu_state {
     int device;
     cudaStream_t stream;
     cublasLtHandle_t lt;
-    unsigned char *dev; /* the one allocation */
+    struct cudnnContext *dnn; /* cudnnHandle_t on st->stream, made by the first conv (conv.c) */
+    unsigned char *dev;       /* the one allocation */
     size_t dev_bytes;
     size_t tables_off, scratch_off, work_off, work_bytes, scratch_bytes;
     cu_step_vals *d_step; /* in the tables */
@@ -106,6 +108,17 @@ size_t cu_table_bytes(const ts_program *prog, int i);
 ts_status cu_gemm_plan(cu_state *st, const ts_program *prog, int i, cu_gemm **out);
 ts_status cu_gemm_run(cu_state *st, const ts_program *prog, int i, const cu_gemm *g);
 void cu_gemm_free(cu_gemm *g);
+
+/* conv.c: conv, conv_bwd_data, conv_bwd_weight through cuDNN (f32, 1-d and
+ * 2-d); refused when the plugin was built without cuDNN. plan: descriptors,
+ * algorithm, the scratch bytes it needs; free: one plan; release: the
+ * plan's cuDNN handle. */
+struct cu_conv;
+ts_status cu_conv_plan(cu_state *st, const ts_program *prog, int i, struct cu_conv **out,
+                       size_t *scratch);
+ts_status cu_conv_run(cu_state *st, const ts_program *prog, int i, const struct cu_conv *c);
+void cu_conv_free(struct cu_conv *c);
+void cu_conv_release(cu_state *st);
 
 /* nvml.c: the device's utilisation (%), memory used (bytes) and power
  * (W) through the driver's libnvidia-ml, loaded at run time; 0 when NVML

@@ -62,7 +62,14 @@ int cu_supports_op(int op) {
     case TS_OP_SGD_UPDATE:
     case TS_OP_CLIP_COEF:
     case TS_OP_UNSCALE_GRADS:
-    case TS_OP_GRAD_STATS: return 1;
+    case TS_OP_GRAD_STATS:
+    case TS_OP_CONV: /* conv.c: through cuDNN (refused at prepare when built without it) */
+    case TS_OP_CONV_BWD_DATA:
+    case TS_OP_CONV_BWD_WEIGHT:
+    case TS_OP_BATCH_NORM:
+    case TS_OP_BATCH_NORM_BWD:
+    case TS_OP_POOL:
+    case TS_OP_POOL_BWD: return 1;
     default: return 0;
     }
 }
@@ -250,6 +257,58 @@ static void attn_geom(const ts_operand *q, cu_attn_geom *g) {
     }
 }
 
+/* ---- batch norm and pooling (bn_pool.cu) ---------------------------------- */
+
+/* x as n batch items, c channels, s spatial elements (src/ops/batchnorm.c's layouts). */
+static void bn_shape(const ts_operand *x, int cl, int64_t *n, int64_t *c, int64_t *s) {
+    *n = x->dims[0];
+    *c = x->dims[cl ? x->rank - 1 : 1];
+    *s = cl ? prod(x->dims, 1, x->rank - 1) : prod(x->dims, 2, x->rank);
+}
+
+static ts_status plan_bn(const ts_program *prog, int i, cu_op *o) {
+    const ts_instr *in = &prog->ins[i];
+    const ts_batch_norm_attrs *a = &in->a.batch_norm;
+    if (!all_f32(in)) return unsupported(prog, i, "needs f32");
+    if (a->masked) return unsupported(prog, i, "no CUDA kernel for the row-masked batch norm yet");
+    const ts_operand *x = &in->in[in->op == TS_OP_BATCH_NORM ? 0 : 1];
+    int64_t n, c, s;
+    bn_shape(x, a->channels_last != 0, &n, &c, &s);
+    if (c > 65535) return unsupported(prog, i, "more than 65535 channels");
+    if (in->op == TS_OP_BATCH_NORM && a->training && n * s < 2)
+        return unsupported(prog, i, "training needs more than one value per channel");
+    o->scratch = cu_batch_norm_scratch(n, c, s);
+    return TS_OK;
+}
+
+/* pool.c's geometry: x the pooled input, y the output. */
+static void pool_geo(cu_pool_geo *q, const ts_pool_attrs *a, const ts_operand *x,
+                     const ts_operand *y) {
+    const int nd = (int)a->nd, cl = a->channels_last != 0, sp = cl ? 1 : 2;
+    memset(q, 0, sizeof *q);
+    q->mode = (int)a->mode;
+    q->cl = cl;
+    q->N = x->dims[0];
+    q->C = x->dims[cl ? nd + 1 : 1];
+    for (int j = 0; j < 3; j++) q->in[j] = q->out[j] = q->k[j] = q->s[j] = 1, q->p[j] = 0;
+    for (int j = 0; j < nd; j++) {
+        int t = 3 - nd + j;
+        q->in[t] = x->dims[sp + j];
+        q->out[t] = y->dims[sp + j];
+        q->k[t] = a->kernel[j];
+        q->s[t] = a->stride[j];
+        q->p[t] = a->padding[j];
+    }
+}
+
+static ts_status plan_pool(const ts_program *prog, int i) {
+    const ts_instr *in = &prog->ins[i];
+    if (!all_f32(in)) return unsupported(prog, i, "needs f32");
+    if (in->a.pool.nd < 1 || in->a.pool.nd > 3 || in->a.pool.mode < 0 || in->a.pool.mode > 3)
+        return unsupported(prog, i, "unknown pooling geometry");
+    return TS_OK;
+}
+
 ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt, int i) {
     const ts_instr *in = &prog->ins[i];
     cu_op *o = &st->ops[i];
@@ -301,6 +360,13 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
         o->scratch = (size_t)(3 * in->in[xi].dims[0] + 1) * sizeof(double);
         return TS_OK;
     }
+    case TS_OP_CONV:
+    case TS_OP_CONV_BWD_DATA:
+    case TS_OP_CONV_BWD_WEIGHT: return cu_conv_plan(st, prog, i, &o->conv, &o->scratch);
+    case TS_OP_BATCH_NORM:
+    case TS_OP_BATCH_NORM_BWD: return plan_bn(prog, i, o);
+    case TS_OP_POOL:
+    case TS_OP_POOL_BWD: return plan_pool(prog, i);
     case TS_OP_ATTENTION:
     case TS_OP_ATTENTION_BWD: {
         if (!all_f32(in) || in->a.attention.low)
@@ -579,6 +645,46 @@ ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
                               dptr(st, &in->in[3]), dptr(st, &in->in[4]), dptr(st, &in->in[5]),
                               scratch, q->dims[0] * q->dims[1], q->dims[2], q->dims[3],
                               (int)in->a.attention.causal, (float)in->a.attention.scale, s);
+        break;
+    }
+    case TS_OP_CONV:
+    case TS_OP_CONV_BWD_DATA:
+    case TS_OP_CONV_BWD_WEIGHT: return cu_conv_run(st, prog, i, o->conv);
+    case TS_OP_BATCH_NORM: {
+        const ts_batch_norm_attrs *a = &in->a.batch_norm;
+        const int aff = a->affine != 0, cl = a->channels_last != 0;
+        int64_t n, c, sp;
+        bn_shape(&in->in[0], cl, &n, &c, &sp);
+        rc = cu_batch_norm(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),
+                           dptr(st, &in->in[1 + 2 * aff]), dptr(st, &in->in[2 + 2 * aff]),
+                           dptr(st, &in->in[0]), aff ? dptr(st, &in->in[1]) : NULL,
+                           aff ? dptr(st, &in->in[2]) : NULL, n, c, sp, cl, a->training != 0,
+                           a->relu != 0, a->momentum, a->eps, scratch, s);
+        break;
+    }
+    case TS_OP_BATCH_NORM_BWD: {
+        const ts_batch_norm_attrs *a = &in->a.batch_norm;
+        const int aff = a->affine != 0, relu = a->relu != 0, cl = a->channels_last != 0;
+        int64_t n, c, sp;
+        bn_shape(&in->in[1], cl, &n, &c, &sp);
+        rc = cu_batch_norm_bwd(
+            dptr(st, &in->out[0]), aff ? dptr(st, &in->out[1]) : NULL,
+            aff ? dptr(st, &in->out[2]) : NULL, dptr(st, &in->in[0]), dptr(st, &in->in[1]),
+            dptr(st, &in->in[2]), dptr(st, &in->in[3]), aff ? dptr(st, &in->in[4]) : NULL,
+            aff && relu ? dptr(st, &in->in[5]) : NULL, n, c, sp, cl, relu, scratch, s);
+        break;
+    }
+    case TS_OP_POOL: {
+        cu_pool_geo q;
+        pool_geo(&q, &in->a.pool, &in->in[0], &in->out[0]);
+        rc = cu_pool(dptr(st, &in->out[0]), dptr(st, &in->in[0]), &q, s);
+        break;
+    }
+    case TS_OP_POOL_BWD: {
+        cu_pool_geo q;
+        pool_geo(&q, &in->a.pool, &in->out[0], &in->in[0]);
+        rc = cu_pool_bwd(dptr(st, &in->out[0]), dptr(st, &in->in[0]),
+                         in->n_in > 1 ? dptr(st, &in->in[1]) : NULL, &q, s);
         break;
     }
     case TS_OP_ADAM_UPDATE: {

@@ -2,9 +2,13 @@
  * optimizer kernels (declared in kernels.h; attention in attention.cu, the
  * scatter-add in scatter.cu).
  *
- * Written to be obviously correct rather than fast: grid-stride loops, one
- * block per row or per output for reductions, reductions in double in a
- * fixed tree order (no atomics), shapes spelled out beside each kernel.
+ * Written to be obviously correct first: grid-stride loops, one block per
+ * row or per output for reductions, reductions in double in a fixed tree
+ * order (no atomics), shapes spelled out beside each kernel. The
+ * memory-bound kernels (elementwise, cast, permute, copies, gather) have
+ * fast paths chosen at launch (32-bit indices, no per-dim index walk,
+ * 16-byte loads); each element still gets the same operations in the same
+ * order on every path.
  * The math of each op mirrors the CPU reference kernel in src/ops (same
  * formulas and constants); results agree within f32 rounding, not bit for
  * bit (different exp/log implementations and summation orders). */
@@ -13,6 +17,8 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <atomic>
 
 #include "backends/cuda/kernels.h"
 #include "ops/op_ids.h"
@@ -35,6 +41,59 @@ static unsigned row_blocks(int64_t rows) {
 static int launched(void) {
     return (int)cudaGetLastError();
 }
+
+/* Blocks for the grid-stride loops of the memory-bound kernels (elementwise,
+ * cast, copies): 16 blocks of THREADS per SM (two waves at the 8 resident
+ * blocks an SM holds at most; the loop covers the rest), fewer when n is
+ * small. The SM count is asked once (132 on an H200). */
+static unsigned grid_fill(int64_t n) {
+    static std::atomic<int> sms{0};
+    int m = sms.load(std::memory_order_relaxed);
+    if (m <= 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&m, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            m <= 0) {
+            (void)cudaGetLastError(); /* not this launch's error: only a launch shape */
+            m = 132;
+        }
+        sms.store(m, std::memory_order_relaxed);
+    }
+    int64_t b = (n + THREADS - 1) / THREADS, cap = (int64_t)m * 16;
+    if (b > cap) b = cap;
+    if (b < 1) b = 1;
+    return (unsigned)b;
+}
+
+/* The widest unit of 16, 8, 4, 2 or 1 bytes that divides every value of v
+ * (addresses and byte counts): the copy kernels move whole units. */
+static int unit_of(const uint64_t *v, int nv) {
+    uint64_t g = 0;
+    for (int i = 0; i < nv; i++) g |= v[i];
+    int u = 16;
+    while (u > 1 && (g & (uint64_t)(u - 1))) u >>= 1;
+    return u;
+}
+
+/* Calls F<U, Idx>(...) for the unit of u bytes (uint4 for 16, uint2 for 8,
+ * else the unsigned integer of that size) and Idx uint32_t when small (every
+ * index and offset below 2^31: cheap 32-bit division), else uint64_t. */
+#define UNIT_CALL(F, Idx, u, ...)                                                                  \
+    switch (u) {                                                                                   \
+    case 16: F<uint4, Idx>(__VA_ARGS__); break;                                                    \
+    case 8: F<uint2, Idx>(__VA_ARGS__); break;                                                     \
+    case 4: F<uint32_t, Idx>(__VA_ARGS__); break;                                                  \
+    case 2: F<uint16_t, Idx>(__VA_ARGS__); break;                                                  \
+    default: F<uint8_t, Idx>(__VA_ARGS__);                                                         \
+    }
+#define UNIT_DISPATCH(F, u, small, ...)                                                            \
+    do {                                                                                           \
+        if (small) {                                                                               \
+            UNIT_CALL(F, uint32_t, u, __VA_ARGS__)                                                 \
+        } else {                                                                                   \
+            UNIT_CALL(F, uint64_t, u, __VA_ARGS__)                                                 \
+        }                                                                                          \
+    } while (0)
 
 /* ---- elementwise math (src/ops/unary.c, binary.c) ---------------------- */
 
@@ -133,78 +192,255 @@ __device__ static float d_binary(int op, float x, float y) {
     }
 }
 
-/* One output element per iteration: gather the inputs at its broadcast
- * position, run the program in registers, store the last result. */
-__global__ void k_eltwise(const cu_ew_prog P) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < P.n; i += stride) {
-        float r[CU_EW_MAX_EXT + CU_EW_MAX_INSTR];
-        int64_t off[CU_EW_MAX_EXT];
-        for (int j = 0; j < P.n_ext; j++) off[j] = P.in[j].full ? i : 0;
-        int64_t rem = i;
-        for (int d = P.rank - 1; d >= 0; d--) {
-            int64_t c = rem % P.dims[d];
-            rem /= P.dims[d];
-            for (int j = 0; j < P.n_ext; j++)
-                if (!P.in[j].full) off[j] += c * P.in[j].stride[d];
+/* Runs the program on one element whose inputs are r[0..n_ext-1]; returns
+ * the last instruction's result. Every path below calls this per element,
+ * so each element gets the same operations in the same order. */
+__device__ __forceinline__ static float ew_run(const cu_ew_prog &P, float *r) {
+    for (int t = 0; t < P.n_instr; t++) {
+        const cu_ew_instr &I = P.ins[t];
+        float a = r[I.src[0]], v;
+        if (I.op == TS_OP_UNARY_BWD) {
+            v = d_unary_bwd(I, a, r[I.src[1]]);
+        } else if (I.op == TS_OP_WHERE) {
+            v = a != 0.0f ? r[I.src[1]] : r[I.src[2]];
+        } else if (I.op == TS_OP_MAXMIN_BWD) {
+            /* (dy, a, b): the share of a (side 0) or b (side 1); ties halve */
+            float x = r[I.src[1]], y = r[I.src[2]];
+            float p = I.side ? y : x, q = I.side ? x : y;
+            int wins = I.min_ ? p < q : p > q;
+            v = wins ? a : (x == y ? a * 0.5f : 0.0f);
+        } else if (I.op >= TS_OP_ADD && I.op <= TS_OP_MINIMUM) {
+            v = d_binary(I.op, a, r[I.src[1]]);
+        } else {
+            v = d_unary(I, a);
         }
-        for (int j = 0; j < P.n_ext; j++)
-            r[j] = P.in[j].u8 ? (float)((const unsigned char *)P.in[j].p)[off[j]]
-                              : ((const float *)P.in[j].p)[off[j]];
-        for (int t = 0; t < P.n_instr; t++) {
-            const cu_ew_instr &I = P.ins[t];
-            float a = r[I.src[0]], v;
-            if (I.op == TS_OP_UNARY_BWD) {
-                v = d_unary_bwd(I, a, r[I.src[1]]);
-            } else if (I.op == TS_OP_WHERE) {
-                v = a != 0.0f ? r[I.src[1]] : r[I.src[2]];
-            } else if (I.op == TS_OP_MAXMIN_BWD) {
-                /* (dy, a, b): the share of a (side 0) or b (side 1); ties halve */
-                float x = r[I.src[1]], y = r[I.src[2]];
-                float p = I.side ? y : x, q = I.side ? x : y;
-                int wins = I.min_ ? p < q : p > q;
-                v = wins ? a : (x == y ? a * 0.5f : 0.0f);
-            } else if (I.op >= TS_OP_ADD && I.op <= TS_OP_MINIMUM) {
-                v = d_binary(I.op, a, r[I.src[1]]);
-            } else {
-                v = d_unary(I, a);
-            }
-            r[P.n_ext + t] = v;
-        }
-        P.out[i] = r[P.n_ext + P.n_instr - 1];
+        r[P.n_ext + t] = v;
     }
+    return r[P.n_ext + P.n_instr - 1];
+}
+
+template <typename Idx>
+__device__ __forceinline__ static float ew_load(const cu_ew_input &in, Idx off) {
+    return in.u8 ? (float)((const unsigned char *)in.p)[off] : ((const float *)in.p)[off];
+}
+
+/* How an input is addressed, decided on the host per launch (ew_plan):
+ * EW_FULL at the element's index i; EW_SCALAR at 0; EW_ROW at i % cols (the
+ * input is the output's trailing dims, contiguous, broadcast over the
+ * leading ones: a bias [C] over [B, T, C]); EW_GENERAL by the per-dim
+ * stride walk. */
+enum { EW_FULL = 0, EW_SCALAR = 1, EW_ROW = 2, EW_GENERAL = 3 };
+typedef struct ew_fast {
+    int kind[CU_EW_MAX_EXT];
+    int64_t cols[CU_EW_MAX_EXT]; /* EW_ROW */
+} ew_fast;
+
+template <typename Idx>
+__device__ __forceinline__ static Idx ew_off(const ew_fast &F, int j, Idx i) {
+    return F.kind[j] == EW_FULL ? i : F.kind[j] == EW_ROW ? i % (Idx)F.cols[j] : (Idx)0;
+}
+
+/* General path (some input broadcast in the middle, e.g. [B, 1, C] over
+ * [B, T, C]): one element per iteration, its inputs found by walking the
+ * output dims. Idx uint32_t when n < 2^31 (every offset is then below
+ * 2^31 too), else int64_t. */
+template <typename Idx> __global__ void k_eltwise(const __grid_constant__ cu_ew_prog P) {
+    const Idx n = (Idx)P.n, stride = (Idx)gridDim.x * blockDim.x;
+    for (Idx i = (Idx)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float r[CU_EW_MAX_EXT + CU_EW_MAX_INSTR];
+        Idx off[CU_EW_MAX_EXT];
+        for (int j = 0; j < P.n_ext; j++) off[j] = P.in[j].full ? i : (Idx)0;
+        Idx rem = i;
+        for (int d = P.rank - 1; d >= 0; d--) {
+            Idx dim = (Idx)P.dims[d], c = rem % dim;
+            rem /= dim;
+            for (int j = 0; j < P.n_ext; j++)
+                if (!P.in[j].full) off[j] += c * (Idx)P.in[j].stride[d];
+        }
+        for (int j = 0; j < P.n_ext; j++) r[j] = ew_load(P.in[j], off[j]);
+        P.out[i] = ew_run(P, r);
+    }
+}
+
+/* Every input full, a scalar or a row (no EW_GENERAL): no per-dim walk;
+ * one element per iteration (when the float4 path's alignment or length
+ * conditions fail). */
+template <typename Idx>
+__global__ void k_eltwise_simple(const __grid_constant__ cu_ew_prog P,
+                                 const __grid_constant__ ew_fast F) {
+    const Idx n = (Idx)P.n, stride = (Idx)gridDim.x * blockDim.x;
+    for (Idx i = (Idx)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float r[CU_EW_MAX_EXT + CU_EW_MAX_INSTR];
+        for (int j = 0; j < P.n_ext; j++) r[j] = ew_load(P.in[j], ew_off(F, j, i));
+        P.out[i] = ew_run(P, r);
+    }
+}
+
+/* As k_eltwise_simple, four elements i..i+3 (i a multiple of 4) per
+ * iteration with float4 loads and store. Applies when n < 2^31, n % 4 == 0,
+ * out and every f32 full/row input are 16-byte aligned and every row's
+ * cols % 4 == 0 (so the four elements of a row input are contiguous and
+ * aligned too); u8 inputs are read a byte at a time. */
+__global__ void k_eltwise_vec4(const __grid_constant__ cu_ew_prog P,
+                               const __grid_constant__ ew_fast F) {
+    const uint32_t n4 = (uint32_t)(P.n / 4), stride = gridDim.x * blockDim.x;
+    for (uint32_t q = blockIdx.x * blockDim.x + threadIdx.x; q < n4; q += stride) {
+        const uint32_t i = 4 * q;
+        float v[CU_EW_MAX_EXT][4];
+        for (int j = 0; j < P.n_ext; j++) {
+            const cu_ew_input &in = P.in[j];
+            const uint32_t o = ew_off(F, j, i);
+            if (in.u8) {
+                const unsigned char *b = (const unsigned char *)in.p + o;
+                const int s = F.kind[j] != EW_SCALAR; /* a scalar repeats b[0] */
+                for (int k = 0; k < 4; k++) v[j][k] = (float)b[k * s];
+            } else if (F.kind[j] == EW_SCALAR) {
+                const float s = ((const float *)in.p)[0];
+                for (int k = 0; k < 4; k++) v[j][k] = s;
+            } else {
+                const float4 f = *(const float4 *)((const float *)in.p + o);
+                v[j][0] = f.x, v[j][1] = f.y, v[j][2] = f.z, v[j][3] = f.w;
+            }
+        }
+        float res[4];
+#pragma unroll 1
+        for (int k = 0; k < 4; k++) {
+            float r[CU_EW_MAX_EXT + CU_EW_MAX_INSTR];
+            for (int j = 0; j < P.n_ext; j++) r[j] = v[j][k];
+            res[k] = ew_run(P, r);
+        }
+        *(float4 *)(P.out + i) = make_float4(res[0], res[1], res[2], res[3]);
+    }
+}
+
+/* Each input's kind; returns 1 when none is EW_GENERAL. An input that is not
+ * full is a row when its nonzero strides are those of a contiguous block of
+ * the output's trailing dims (then its offset sum c_d stride_d is exactly
+ * i % cols), a scalar when that block is empty; size-1 dims never move the
+ * offset and are skipped. */
+static int ew_plan(const cu_ew_prog *p, ew_fast *f) {
+    int simple = 1;
+    for (int j = 0; j < p->n_ext; j++) {
+        const cu_ew_input *in = &p->in[j];
+        f->cols[j] = 1;
+        if (in->full) {
+            f->kind[j] = EW_FULL;
+            continue;
+        }
+        int64_t run = 1;
+        int d = p->rank - 1;
+        for (; d >= 0 && (p->dims[d] == 1 || in->stride[d] == run); d--) run *= p->dims[d];
+        for (; d >= 0 && (p->dims[d] == 1 || in->stride[d] == 0); d--) {
+        }
+        f->kind[j] = d >= 0 ? EW_GENERAL : run == 1 ? EW_SCALAR : EW_ROW;
+        f->cols[j] = run;
+        simple &= d < 0;
+    }
+    return simple;
+}
+
+/* Whether the float4 path applies (its conditions above). */
+static int ew_vec4_ok(const cu_ew_prog *p, const ew_fast *f) {
+    if (p->n % 4 != 0 || p->n > INT32_MAX || (uintptr_t)p->out % 16 != 0) return 0;
+    for (int j = 0; j < p->n_ext; j++) {
+        if (f->kind[j] == EW_ROW && f->cols[j] % 4 != 0) return 0;
+        if (!p->in[j].u8 && f->kind[j] != EW_SCALAR && (uintptr_t)p->in[j].p % 16 != 0) return 0;
+    }
+    return 1;
 }
 
 extern "C" int cu_eltwise(const cu_ew_prog *p, cu_stream s) {
     if (p->n <= 0) return 0;
-    k_eltwise<<<grid_for(p->n), THREADS, 0, (cudaStream_t)s>>>(*p);
+    cudaStream_t cs = (cudaStream_t)s;
+    const int small = p->n <= INT32_MAX;
+    ew_fast f;
+    if (!ew_plan(p, &f)) {
+        if (small)
+            k_eltwise<uint32_t><<<grid_fill(p->n), THREADS, 0, cs>>>(*p);
+        else
+            k_eltwise<int64_t><<<grid_fill(p->n), THREADS, 0, cs>>>(*p);
+    } else if (ew_vec4_ok(p, &f)) {
+        k_eltwise_vec4<<<grid_fill(p->n / 4), THREADS, 0, cs>>>(*p, f);
+    } else if (small) {
+        k_eltwise_simple<uint32_t><<<grid_fill(p->n), THREADS, 0, cs>>>(*p, f);
+    } else {
+        k_eltwise_simple<int64_t><<<grid_fill(p->n), THREADS, 0, cs>>>(*p, f);
+    }
     return launched();
 }
 
 /* ---- cast ---------------------------------------------------------------- */
 
-__device__ static float load_f(const void *p, int k, int64_t i) {
-    if (k == CU_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (k == CU_F16) return __half2float(((const __half *)p)[i]);
-    return ((const float *)p)[i];
+/* x -> f32 -> y as before: widening to f32 is exact, narrowing rounds to
+ * nearest even. */
+__device__ __forceinline__ static float to_f32(float v) {
+    return v;
+}
+__device__ __forceinline__ static float to_f32(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+__device__ __forceinline__ static float to_f32(__half v) {
+    return __half2float(v);
+}
+template <typename T> __device__ __forceinline__ static T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) {
+    return v;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) {
+    return __float2half_rn(v);
 }
 
-__global__ void k_cast(void *y, int yk, const void *x, int xk, int64_t n) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float v = load_f(x, xk, i);
-        if (yk == CU_BF16)
-            ((__nv_bfloat16 *)y)[i] = __float2bfloat16_rn(v);
-        else if (yk == CU_F16)
-            ((__half *)y)[i] = __float2half_rn(v);
-        else
-            ((float *)y)[i] = v;
+/* W elements moved as one aligned load / store. */
+template <typename T, int W> struct alignas(W * sizeof(T)) pack { T v[W]; };
+
+/* W elements per iteration (W = 4 when both pointers are aligned to 4
+ * elements, else 1); the n % W tail elements by the first threads of
+ * block 0. */
+template <typename S, typename D, int W> __global__ void k_cast(D *y, const S *x, int64_t n) {
+    const int64_t nw = n / W, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < nw; q += stride) {
+        const pack<S, W> a = ((const pack<S, W> *)x)[q];
+        pack<D, W> b;
+#pragma unroll
+        for (int k = 0; k < W; k++) b.v[k] = from_f32<D>(to_f32(a.v[k]));
+        ((pack<D, W> *)y)[q] = b;
     }
+    if (blockIdx.x == 0 && (int64_t)threadIdx.x < n - nw * W) {
+        const int64_t i = nw * W + threadIdx.x;
+        y[i] = from_f32<D>(to_f32(x[i]));
+    }
+}
+
+template <typename S, typename D>
+static void launch_cast(void *y, const void *x, int64_t n, cudaStream_t cs) {
+    if ((uintptr_t)x % (4 * sizeof(S)) == 0 && (uintptr_t)y % (4 * sizeof(D)) == 0)
+        k_cast<S, D, 4><<<grid_fill((n + 3) / 4), THREADS, 0, cs>>>((D *)y, (const S *)x, n);
+    else
+        k_cast<S, D, 1><<<grid_fill(n), THREADS, 0, cs>>>((D *)y, (const S *)x, n);
+}
+
+template <typename S>
+static void cast_from(void *y, int yk, const void *x, int64_t n, cudaStream_t cs) {
+    if (yk == CU_BF16)
+        launch_cast<S, __nv_bfloat16>(y, x, n, cs);
+    else if (yk == CU_F16)
+        launch_cast<S, __half>(y, x, n, cs);
+    else
+        launch_cast<S, float>(y, x, n, cs);
 }
 
 extern "C" int cu_cast(void *y, int yk, const void *x, int xk, int64_t n, cu_stream s) {
     if (n <= 0) return 0;
-    k_cast<<<grid_for(n), THREADS, 0, (cudaStream_t)s>>>(y, yk, x, xk, n);
+    cudaStream_t cs = (cudaStream_t)s;
+    if (xk == CU_BF16)
+        cast_from<__nv_bfloat16>(y, yk, x, n, cs);
+    else if (xk == CU_F16)
+        cast_from<__half>(y, yk, x, n, cs);
+    else
+        cast_from<float>(y, yk, x, n, cs);
     return launched();
 }
 
@@ -332,81 +568,116 @@ extern "C" int cu_col_sum(float *y, const float *x, int64_t rows, int64_t cols, 
 
 /* ---- permute, copies along an axis -------------------------------------- */
 
+/* In units U (below): output dims, the x stride of each; rank >= 1. */
 typedef struct perm_shape {
     int rank;
-    int64_t odim[CU_MAX_RANK], xstr[CU_MAX_RANK]; /* output dims; x stride of each */
+    int64_t odim[CU_MAX_RANK], xstr[CU_MAX_RANK];
     int64_t n;
 } perm_shape;
 
-template <typename T> __global__ void k_permute(T *y, const T *x, const perm_shape S) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < S.n; i += stride) {
-        int64_t off = 0, rem = i;
+template <typename U, typename Idx>
+__global__ void k_permute(U *y, const U *x, const perm_shape S) {
+    const Idx n = (Idx)S.n, stride = (Idx)gridDim.x * blockDim.x;
+    for (Idx i = (Idx)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        Idx off = 0, rem = i;
         for (int d = S.rank - 1; d >= 0; d--) {
-            off += (rem % S.odim[d]) * S.xstr[d];
-            rem /= S.odim[d];
+            const Idx dim = (Idx)S.odim[d];
+            off += (rem % dim) * (Idx)S.xstr[d];
+            rem /= dim;
         }
         y[i] = x[off];
     }
 }
 
+template <typename U, typename Idx>
+static void launch_permute(void *y, const void *x, const perm_shape &S, cudaStream_t cs) {
+    k_permute<U, Idx><<<grid_fill(S.n), THREADS, 0, cs>>>((U *)y, (const U *)x, S);
+}
+
+/* The shape is simplified first: size-1 dims dropped, and neighbouring
+ * output dims that are neighbours in x too (x stride of the outer = inner's
+ * stride times its size) merged into one. When the last dim then has x
+ * stride 1 (the innermost dims keep their order, as GPT's [B, T, H, hd] ->
+ * [B, H, T, hd]), each output row of it is a contiguous run of x: it is
+ * moved in the widest unit (up to 16 bytes) that divides the run's bytes
+ * and both addresses. The run is x's trailing dims, so every other x stride
+ * is a multiple of the run and converts to units exactly. Otherwise (the
+ * innermost dim moves) one element at a time. */
 extern "C" int cu_permute(void *y, const void *x, int esize, int rank, const int64_t *xdims,
                           const int64_t *perm, cu_stream s) {
-    perm_shape S;
     int64_t xs[CU_MAX_RANK], st = 1;
     for (int d = rank - 1; d >= 0; d--) xs[d] = st, st *= xdims[d];
-    S.rank = rank;
-    S.n = st;
-    for (int d = 0; d < rank; d++) S.odim[d] = xdims[perm[d]], S.xstr[d] = xs[perm[d]];
-    if (S.n <= 0) return 0;
-    cudaStream_t cs = (cudaStream_t)s;
-    switch (esize) {
-    case 1:
-        k_permute<uint8_t><<<grid_for(S.n), THREADS, 0, cs>>>((uint8_t *)y, (const uint8_t *)x, S);
-        break;
-    case 2:
-        k_permute<uint16_t>
-            <<<grid_for(S.n), THREADS, 0, cs>>>((uint16_t *)y, (const uint16_t *)x, S);
-        break;
-    case 4:
-        k_permute<uint32_t>
-            <<<grid_for(S.n), THREADS, 0, cs>>>((uint32_t *)y, (const uint32_t *)x, S);
-        break;
-    default:
-        k_permute<uint64_t>
-            <<<grid_for(S.n), THREADS, 0, cs>>>((uint64_t *)y, (const uint64_t *)x, S);
+    if (st <= 0) return 0;
+    perm_shape S;
+    int r = 0;
+    for (int d = 0; d < rank; d++) {
+        const int64_t dim = xdims[perm[d]], str = xs[perm[d]];
+        if (dim == 1) continue;
+        if (r > 0 && S.xstr[r - 1] == str * dim) {
+            S.odim[r - 1] *= dim, S.xstr[r - 1] = str;
+        } else {
+            S.odim[r] = dim, S.xstr[r] = str, r++;
+        }
     }
+    if (r == 0) S.odim[0] = 1, S.xstr[0] = 1, r = 1;
+    S.rank = r;
+    int unit = esize;
+    if (S.xstr[r - 1] == 1) {
+        const uint64_t v[3] = {(uint64_t)(uintptr_t)y, (uint64_t)(uintptr_t)x,
+                               (uint64_t)(S.odim[r - 1] * esize)};
+        unit = unit_of(v, 3);
+        S.odim[r - 1] = S.odim[r - 1] * esize / unit;
+        for (int d = 0; d < r - 1; d++) S.xstr[d] = S.xstr[d] * esize / unit;
+    } else if (esize != 1 && esize != 2 && esize != 4 && esize != 8) {
+        return (int)cudaErrorInvalidValue;
+    }
+    S.n = st * esize / unit;
+    const int small = S.n <= INT32_MAX;
+    UNIT_DISPATCH(launch_permute, unit, small, y, x, S, (cudaStream_t)s);
     return launched();
 }
 
-/* y[b, dst_start + j, k] = x[b, src_start + j, k] for b < outer, j < len,
- * k < inner. */
-template <typename T>
-__global__ void k_copy_axis(T *y, int64_t dst_len, int64_t dst_start, const T *x, int64_t src_len,
-                            int64_t src_start, int64_t len, int64_t outer, int64_t inner) {
-    const int64_t n = outer * len * inner, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        int64_t k = i % inner, j = (i / inner) % len, b = i / (inner * len);
-        y[(b * dst_len + dst_start + j) * inner + k] = x[(b * src_len + src_start + j) * inner + k];
+/* For b < rows: y[b * ystride + yoff + k] = x[b * xstride + xoff + k],
+ * k < row (in units): copy_axis's [len, inner] block is contiguous in both
+ * tensors, so each b is one run. */
+template <typename U, typename Idx>
+__global__ void k_copy_rows(U *y, int64_t ystride, int64_t yoff, const U *x, int64_t xstride,
+                            int64_t xoff, int64_t row, int64_t rows) {
+    const Idx n = (Idx)(rows * row), rl = (Idx)row, ys = (Idx)ystride, yo = (Idx)yoff,
+              xst = (Idx)xstride, xo = (Idx)xoff, stride = (Idx)gridDim.x * blockDim.x;
+    for (Idx i = (Idx)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const Idx b = i / rl, k = i - b * rl;
+        y[b * ys + yo + k] = x[b * xst + xo + k];
     }
 }
 
+template <typename U, typename Idx>
+static void launch_copy_rows(void *y, int64_t ystride, int64_t yoff, const void *x, int64_t xstride,
+                             int64_t xoff, int64_t row, int64_t rows, cudaStream_t cs) {
+    k_copy_rows<U, Idx><<<grid_fill(rows * row), THREADS, 0, cs>>>(
+        (U *)y, ystride, yoff, (const U *)x, xstride, xoff, row, rows);
+}
+
+/* y[b, dst_start + j, k] = x[b, src_start + j, k] for b < outer, j < len,
+ * k < inner: outer runs of len * inner elements, moved in the widest unit
+ * (up to 16 bytes) dividing both addresses and every run length, stride
+ * and start in bytes; 32-bit indices when both tensors are below 2^31
+ * units. */
 extern "C" int cu_copy_axis(void *y, int64_t dst_len, int64_t dst_start, const void *x,
                             int64_t src_len, int64_t src_start, int64_t len, int64_t outer,
                             int64_t inner, int esize, cu_stream s) {
-    int64_t n = outer * len * inner;
-    if (n <= 0) return 0;
-    cudaStream_t cs = (cudaStream_t)s;
-#define CA(T)                                                                                      \
-    k_copy_axis<T><<<grid_for(n), THREADS, 0, cs>>>((T *)y, dst_len, dst_start, (const T *)x,      \
-                                                    src_len, src_start, len, outer, inner)
-    switch (esize) {
-    case 1: CA(uint8_t); break;
-    case 2: CA(uint16_t); break;
-    case 4: CA(uint32_t); break;
-    default: CA(uint64_t);
-    }
-#undef CA
+    if (outer * len * inner <= 0) return 0;
+    const int64_t rb = len * inner * esize, ysb = dst_len * inner * esize,
+                  yob = dst_start * inner * esize, xsb = src_len * inner * esize,
+                  xob = src_start * inner * esize;
+    const uint64_t v[7] = {(uint64_t)(uintptr_t)y, (uint64_t)(uintptr_t)x, (uint64_t)rb,
+                           (uint64_t)ysb,          (uint64_t)yob,          (uint64_t)xsb,
+                           (uint64_t)xob};
+    const int unit = unit_of(v, 7);
+    const int64_t ys = ysb / unit, xs = xsb / unit;
+    const int small = outer * (ys > xs ? ys : xs) <= INT32_MAX;
+    UNIT_DISPATCH(launch_copy_rows, unit, small, y, ys, yob / unit, x, xs, xob / unit, rb / unit,
+                  outer, (cudaStream_t)s);
     return launched();
 }
 
@@ -420,39 +691,46 @@ __device__ static int64_t index_at(const void *idx, int idx64, int64_t j) {
     return idx64 ? ((const int64_t *)idx)[j] : (int64_t)((const int32_t *)idx)[j];
 }
 
-/* y [outer, nidx, inner] from x [outer, extent, inner]. */
-template <typename T>
-__global__ void k_gather(T *y, const T *x, const void *idx, int idx64, int64_t nidx, int64_t outer,
+/* y [outer, nidx, inner] from x [outer, extent, inner], inner in units
+ * (a unit never spans two rows: it divides the row's bytes). */
+template <typename U, typename Idx>
+__global__ void k_gather(U *y, const U *x, const void *idx, int idx64, int64_t nidx, int64_t outer,
                          int64_t extent, int64_t inner, int *err) {
-    const int64_t n = outer * nidx * inner, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        int64_t k = i % inner, j = (i / inner) % nidx, b = i / (inner * nidx);
-        int64_t r = index_at(idx, idx64, j);
+    const Idx n = (Idx)(outer * nidx * inner), in = (Idx)inner, ni = (Idx)nidx, ex = (Idx)extent,
+              stride = (Idx)gridDim.x * blockDim.x;
+    for (Idx i = (Idx)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const Idx t = i / in, k = i - t * in, j = t % ni, b = t / ni;
+        const int64_t r = index_at(idx, idx64, (int64_t)j);
         if (r < 0 || r >= extent) {
-            y[i] = T(0);
+            y[i] = U{};
             *err = 1;
         } else {
-            y[i] = x[(b * extent + r) * inner + k];
+            y[i] = x[(b * ex + (Idx)r) * in + k];
         }
     }
 }
 
+template <typename U, typename Idx>
+static void launch_gather(void *y, const void *x, const void *idx, int idx64, int64_t nidx,
+                          int64_t outer, int64_t extent, int64_t inner, int *err, cudaStream_t cs) {
+    k_gather<U, Idx><<<grid_fill(outer * nidx * inner), THREADS, 0, cs>>>(
+        (U *)y, (const U *)x, idx, idx64, nidx, outer, extent, inner, err);
+}
+
+/* Rows of inner elements moved in the widest unit (up to 16 bytes) dividing
+ * the row's bytes and both addresses; 32-bit indices when x and y are below
+ * 2^31 units. */
 extern "C" int cu_gather(void *y, const void *x, const void *idx, int idx64, int64_t nidx,
                          int64_t outer, int64_t extent, int64_t inner, int esize, int *err,
                          cu_stream s) {
-    int64_t n = outer * nidx * inner;
-    if (n <= 0) return 0;
-    cudaStream_t cs = (cudaStream_t)s;
-#define G(T)                                                                                       \
-    k_gather<T><<<grid_for(n), THREADS, 0, cs>>>((T *)y, (const T *)x, idx, idx64, nidx, outer,    \
-                                                 extent, inner, err)
-    switch (esize) {
-    case 1: G(uint8_t); break;
-    case 2: G(uint16_t); break;
-    case 4: G(uint32_t); break;
-    default: G(uint64_t);
-    }
-#undef G
+    if (outer * nidx * inner <= 0) return 0;
+    const int64_t rowb = inner * esize;
+    const uint64_t v[3] = {(uint64_t)(uintptr_t)y, (uint64_t)(uintptr_t)x, (uint64_t)rowb};
+    const int unit = unit_of(v, 3);
+    const int64_t in_u = rowb / unit, rows = outer * (nidx > extent ? nidx : extent);
+    const int small = rows * in_u <= INT32_MAX;
+    UNIT_DISPATCH(launch_gather, unit, small, y, x, idx, idx64, nidx, outer, extent, in_u, err,
+                  (cudaStream_t)s);
     return launched();
 }
 

@@ -179,6 +179,36 @@ int cu_attention_bwd_tc(float *dq, float *dk, float *dv, const float *dout, cons
                         const float *k, const float *v, const float *o, const float *lse,
                         float *delta, const cu_attn_geom *g, int causal, float scale, cu_stream s);
 
+/* batch_norm (bn_pool.cu, src/ops/batchnorm.c's arithmetic): x of n batch
+ * items, c channels and s spatial elements per item, channels first [n, c, s]
+ * or channels last (cl) [n, s, c]. Training: batch statistics (biased
+ * variance), running statistics rm, rv updated with momentum (unbiased
+ * variance); else rm, rv normalise. mean_o, rstd_o: the statistics used.
+ * w, b may be NULL (no affine); relu: the fused ReLU. scratch:
+ * cu_batch_norm_scratch bytes (the backward's too). */
+size_t cu_batch_norm_scratch(int64_t n, int64_t c, int64_t s);
+int cu_batch_norm(float *y, float *mean_o, float *rstd_o, float *rm, float *rv, const float *x,
+                  const float *w, const float *b, int64_t n, int64_t c, int64_t s, int cl,
+                  int training, int relu, double momentum, double eps, void *scratch, cu_stream st);
+/* dx, and dw, db when not NULL; b (the bias) is read for the fused ReLU's
+ * mask only (NULL without relu or affine). */
+int cu_batch_norm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
+                      const float *mean, const float *rstd, const float *w, const float *b,
+                      int64_t n, int64_t c, int64_t s, int cl, int relu, void *scratch,
+                      cu_stream st);
+
+/* pool / pool_bwd (src/ops/pool.c): mode 0 max, 1 avg, 2 avg counting the
+ * padding, 3 adaptive avg; spatial dims right-aligned in 3 slots (unused
+ * leading slots 1, stride 1, padding 0); cl: channels last. The backward
+ * reads x in max mode only (the first maximum of each window again). */
+typedef struct cu_pool_geo {
+    int mode, cl;
+    int64_t N, C;
+    int64_t in[3], out[3], k[3], s[3], p[3];
+} cu_pool_geo;
+int cu_pool(float *y, const float *x, const cu_pool_geo *q, cu_stream s);
+int cu_pool_bwd(float *dx, const float *dy, const float *x, const cu_pool_geo *q, cu_stream s);
+
 #ifdef __cplusplus
 }
 #endif
