@@ -78,6 +78,19 @@ static ts_status wl_build(const ts_bench_cuda_options *o, wl *w) {
     return TS_OK;
 }
 
+/* The workload's training step for the GPU: with the CUDA graph or without, and with every
+ * instruction timed (profile, never captured). */
+static ts_status compile_cuda(const ts_bench_cuda_options *o, const wl *w, int no_graph,
+                              int profile, ts_plan **p) {
+    ts_compile_options opt = ts_compile_options_default();
+    opt.backend = "cuda";
+    opt.no_cuda_graph = no_graph;
+    opt.profile = profile;
+    opt.discard_outputs = 1;
+    opt.precision.compute = !strcasecmp(o->precision, "bf16") ? TS_BF16 : TS_F32;
+    return ts_compile(w->g, &w->spec, &opt, p);
+}
+
 typedef struct mode_result {
     double step_ms, sigma_us, launch_us, launch_sigma_us, loss_first, loss_last;
     ts_device_info dev;
@@ -86,13 +99,8 @@ typedef struct mode_result {
 /* One mode: compile, warm up (the first step captures the graph), time. */
 static ts_status run_mode(const ts_bench_cuda_options *o, wl *w, int no_graph, mode_result *r) {
     memset(r, 0, sizeof *r);
-    ts_compile_options opt = ts_compile_options_default();
-    opt.backend = "cuda";
-    opt.no_cuda_graph = no_graph;
-    opt.discard_outputs = 1;
-    opt.precision.compute = !strcasecmp(o->precision, "bf16") ? TS_BF16 : TS_F32;
     ts_plan *p = NULL;
-    ts_status s = ts_compile(w->g, &w->spec, &opt, &p);
+    ts_status s = compile_cuda(o, w, no_graph, 0, &p);
     if (s != TS_OK) return s;
     const char *xn = ts_name(w->g, w->m.input), *yn = ts_name(w->g, w->m.target);
     double *t = malloc(sizeof(double) * (size_t)o->steps * 2);
@@ -136,13 +144,8 @@ static ts_status run_mode(const ts_bench_cuda_options *o, wl *w, int no_graph, m
 /* Three steps after one warm-up with every instruction timed (CUDA events,
  * no graph): the time per op kind, slowest first, with the GEMMs' rate. */
 static ts_status run_profile(const ts_bench_cuda_options *o, wl *w, FILE *out) {
-    ts_compile_options opt = ts_compile_options_default();
-    opt.backend = "cuda";
-    opt.profile = 1;
-    opt.discard_outputs = 1;
-    opt.precision.compute = !strcasecmp(o->precision, "bf16") ? TS_BF16 : TS_F32;
     ts_plan *p = NULL;
-    ts_status s = ts_compile(w->g, &w->spec, &opt, &p);
+    ts_status s = compile_cuda(o, w, 1, 1, &p);
     if (s != TS_OK) return s;
     const char *xn = ts_name(w->g, w->m.input), *yn = ts_name(w->g, w->m.target);
     enum { STEPS = 3, TOP = 24 };

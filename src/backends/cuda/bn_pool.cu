@@ -21,9 +21,10 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/kernels.h"
 
-#define THREADS  256
+#define THREADS  CU_BLOCK
 #define BN_CHUNK 4096 /* values of one channel per reduction block */
 
 static unsigned grid_for(int64_t n) {
@@ -35,18 +36,6 @@ static unsigned grid_for(int64_t n) {
 
 static int launched(void) {
     return (int)cudaGetLastError();
-}
-
-__device__ static double bsum(double v, double *sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int w = THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
 }
 
 /* ---- batch norm ------------------------------------------------------- */
@@ -91,13 +80,13 @@ __global__ void k_bn_stats(double *part, const float *x, int64_t C, int64_t S, i
     const int64_t j0 = q * BN_CHUNK, j1 = j0 + BN_CHUNK < m ? j0 + BN_CHUNK : m;
     double s = 0;
     for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS) s += (double)x[bn_at(j, c, C, S, cl)];
-    const double mean = bsum(s, sh) / (double)(j1 - j0);
+    const double mean = cu_block_sum(s, sh) / (double)(j1 - j0);
     double v = 0;
     for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS) {
         double d = (double)x[bn_at(j, c, C, S, cl)] - mean;
         v += d * d;
     }
-    v = bsum(v, sh);
+    v = cu_block_sum(v, sh);
     if (threadIdx.x == 0) {
         part[2 * (c * nq + q)] = mean;
         part[2 * (c * nq + q) + 1] = v;
@@ -177,8 +166,8 @@ __global__ void k_bn_dsum(double *part, const float *dy, const float *x, const f
         s1 += (double)g;
         s2 += (double)(g * (xv - mu));
     }
-    s1 = bsum(s1, sh);
-    s2 = bsum(s2, sh);
+    s1 = cu_block_sum(s1, sh);
+    s2 = cu_block_sum(s2, sh);
     if (threadIdx.x == 0) {
         part[2 * (c * nq + q)] = s1;
         part[2 * (c * nq + q) + 1] = s2;

@@ -20,10 +20,11 @@
 
 #include <atomic>
 
+#include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/kernels.h"
 #include "ops/op_ids.h"
 
-#define THREADS 256
+#define THREADS CU_BLOCK
 
 /* Blocks for a grid-stride loop over n elements. */
 static unsigned grid_for(int64_t n) {
@@ -444,32 +445,6 @@ extern "C" int cu_cast(void *y, int yk, const void *x, int xk, int64_t n, cu_str
     return launched();
 }
 
-/* ---- block reductions in double (fixed tree: deterministic) ------------ */
-
-__device__ static double block_sum(double v, double *sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int w = THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
-__device__ static float block_max(float v, float *sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int w = THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + w]);
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 /* ---- reduce_sum ---------------------------------------------------------- */
 
 typedef struct red_shape {
@@ -498,7 +473,7 @@ __global__ void k_reduce_sum(float *y, const float *x, const red_shape S, double
             }
             acc += (double)x[off];
         }
-        double t = block_sum(acc, sh);
+        double t = cu_block_sum(acc, sh);
         if (threadIdx.x == 0) y[o] = (float)(t * scale);
     }
 }
@@ -879,11 +854,11 @@ __global__ void k_ce_rows(float *lse, const float *x, const void *tg, int tg64, 
         const float *xr = x + r * c;
         float m = -INFINITY;
         for (int64_t i = threadIdx.x; i < c; i += THREADS) m = fmaxf(m, xr[i]);
-        m = block_max(m, shf);
+        m = cu_block_max(m, shf);
         if (m == -INFINITY) m = 0.0f;
         double s = 0;
         for (int64_t i = threadIdx.x; i < c; i += THREADS) s += (double)expf(xr[i] - m);
-        double l = (double)m + log(block_sum(s, sh));
+        double l = (double)m + log(cu_block_sum(s, sh));
         if (threadIdx.x == 0) {
             lse[r] = (float)l;
             int64_t t = index_at(tg, tg64, r);
@@ -910,9 +885,9 @@ __global__ void k_ce_total(float *loss, const double *part, int64_t n) {
     double a = 0, b = 0, k = 0;
     for (int64_t r = threadIdx.x; r < n; r += THREADS)
         a += part[3 * r], b += part[3 * r + 1], k += part[3 * r + 2];
-    a = block_sum(a, sh);
-    b = block_sum(b, sh);
-    k = block_sum(k, sh);
+    a = cu_block_sum(a, sh);
+    b = cu_block_sum(b, sh);
+    k = cu_block_sum(k, sh);
     if (threadIdx.x == 0) *loss = k > 0 ? (float)(a / b) : __int_as_float(0x7fc00000);
 }
 
@@ -940,7 +915,7 @@ __global__ void k_ce_wsum(double *part, const void *tg, int tg64, const float *w
         }
         b += wt ? (double)wt[t] : 1.0;
     }
-    b = block_sum(b, sh);
+    b = cu_block_sum(b, sh);
     if (threadIdx.x == 0) part[0] = b;
 }
 
@@ -1078,7 +1053,7 @@ __global__ void k_sumsq(double *part, const float *const *ptrs, const int64_t *s
         double v = (double)x[i];
         a += v * v;
     }
-    a = block_sum(a, sh);
+    a = cu_block_sum(a, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = a;
 }
 
@@ -1115,9 +1090,9 @@ __global__ void k_stats_part(double *part, const float *x, int64_t n, int64_t ch
         sm += v;
         bad += isfinite(x[i]) ? 0.0 : 1.0;
     }
-    sq = block_sum(sq, sh);
-    sm = block_sum(sm, sh);
-    bad = block_sum(bad, sh);
+    sq = cu_block_sum(sq, sh);
+    sm = cu_block_sum(sm, sh);
+    bad = cu_block_sum(bad, sh);
     if (threadIdx.x == 0)
         part[3 * blockIdx.x] = sq, part[3 * blockIdx.x + 1] = sm, part[3 * blockIdx.x + 2] = bad;
 }
