@@ -1,5 +1,5 @@
 /* block_reduce.cuh — the fixed-order block reductions the CUDA kernels share
- * (kernels.cu, bn_pool.cu). Every thread of a block of CU_BLOCK threads
+ * (through launch.cuh, and bn_pool.cu). Every thread of a block of CU_BLOCK threads
  * calls them with its value and a shared array of CU_BLOCK elements; all
  * get the block's total (or maximum), summed in one fixed tree, so the
  * result does not depend on timing: deterministic.

@@ -1,6 +1,7 @@
 /* kernels.h — the CUDA kernels of the CUDA backend plugin, as C functions
- * that enqueue one kernel (or a few) on a stream (kernels.cu, attention.cu,
- * scatter.cu). Every tensor is contiguous, row-major and in the device arena;
+ * that enqueue one kernel (or a few) on a stream (eltwise.cu, shape.cu,
+ * reduce.cu, norm_loss.cu, optim.cu, attention.cu, attention_tc.cu,
+ * scatter.cu, bn_pool.cu). Every tensor is contiguous, row-major and in the device arena;
  * shapes are passed explicitly. Nothing here allocates or synchronises, so
  * each call can be captured into a CUDA graph. Each returns the launch's
  * cudaError_t as an int (0: cudaSuccess).
