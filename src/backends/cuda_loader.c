@@ -153,7 +153,7 @@ static ts_status cuda_device_info(const ts_program *prog, const ts_runtime *rt,
 /* The tensor-core attention (cuda/attention_tc.cu) reads the packed qkv: bf16 plans, head
  * size 64; the f32 kernels take the split form only. */
 static int64_t cuda_packed_attention_hd(ts_dtype compute) {
-    return compute == TS_BF16 ? 64 : -1;
+    return compute == TS_BF16 ? TS_CUDA_PACKED_ATTENTION_HD : -1;
 }
 
 const ts_backend ts_backend_cuda = {

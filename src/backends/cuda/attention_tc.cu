@@ -31,11 +31,11 @@
 
 using namespace nvcuda;
 
-#define HD   64         /* head size of these kernels */
-#define TILE 64         /* rows per block and columns per step */
-#define LDB  (HD + 8)   /* bf16 tile row stride (elements) */
-#define LDF  (TILE + 4) /* f32 score row stride (elements) */
-#define NT   128        /* threads: 4 warps */
+#define HD   CU_ATTN_TC_HD /* head size of these kernels */
+#define TILE 64            /* rows per block and columns per step */
+#define LDB  (HD + 8)      /* bf16 tile row stride (elements) */
+#define LDF  (TILE + 4)    /* f32 score row stride (elements) */
+#define NT   128           /* threads: 4 warps */
 
 typedef __nv_bfloat16 bf16;
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;

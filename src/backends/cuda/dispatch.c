@@ -12,6 +12,9 @@
 /* The fused_eltwise program's encoding (src/ops/fused.h, which a backend
  * may not include): per instruction TS_FUSE_REC words: op, three source
  * registers, then the op's attributes (the first 8 words of its ts_attrs). */
+_Static_assert(CU_ATTN_TC_HD == TS_CUDA_PACKED_ATTENTION_HD,
+               "the packed attention the loader announces is the tensor-core kernels'");
+
 #define FUSE_REC        12
 #define FUSE_ATTR_WORDS 8
 

@@ -168,6 +168,9 @@ typedef struct cu_attn_geom {
     int64_t sb_in, sh_in, ld_in, sb_out, sh_out, ld_out;
 } cu_attn_geom;
 
+/* The tensor-core attention's head size (TS_CUDA_PACKED_ATTENTION_HD in plugin.h). */
+#define CU_ATTN_TC_HD 64
+
 /* The same attention on bf16 tensor cores (attention_tc.cu) for bf16 plans, split or packed:
  * head size 64, B*H <= 65535, every pointer 16-byte aligned (cu_attention_tc_ok);
  * cu_attention_tc_setup raises the kernels' shared-memory limit (once per plan; 0 or a

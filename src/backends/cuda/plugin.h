@@ -20,9 +20,14 @@
 
 /* Bumped whenever ts_cuda_host, ts_backend or the program/runtime structs
  * change layout; the plugin refuses a host of another version. */
-#define TS_CUDA_PLUGIN_ABI    1
+#define TS_CUDA_PLUGIN_ABI    2
 #define TS_CUDA_PLUGIN_SYMBOL "ts_cuda_plugin_v1"
 #define TS_CUDA_PLUGIN_FILE   "libtessel_cuda.so"
+
+/* The head size of the plugin's packed attention (tensor-core kernels,
+ * attention_tc.cu: CU_ATTN_TC_HD), which the loader reports as
+ * ts_backend.packed_attention_hd for bf16 plans. */
+#define TS_CUDA_PACKED_ATTENTION_HD 64
 
 typedef struct ts_cuda_host {
     int abi;             /* TS_CUDA_PLUGIN_ABI */
