@@ -27,7 +27,6 @@ enum { MID = 10 };
 
 static int skipped;
 
-/* steps steps of the model on backend (NULL: cpu), the same batches each time. */
 enum { W1 = 0, W3 = 1, CNN = 2 };
 
 /* A CNN batch: images x in [-1, 1) and labels y in [0, classes), batch k of 4. */
@@ -43,6 +42,22 @@ static void synth_images(int k, int64_t nx, int64_t ny, int64_t classes, float *
     }
 }
 
+/* Batch k of 4 of workload kind into x and y (the model's input and target, xb and yb
+ * bytes). */
+static void make_batch(int kind, int k, void *x, size_t xb, void *y, size_t yb) {
+    ts_mlp_config mc = ts_mlp_w1();
+    ts_gpt_config gc = ts_gpt_w3();
+    if (kind == CNN)
+        synth_images(k % 4, (int64_t)(xb / sizeof(float)), (int64_t)(yb / sizeof(int64_t)),
+                     ts_cnn_fashion().classes, x, y);
+    else if (kind == W3)
+        CHECK_OK(ts_synth_tokens(1234, k % 4, gc.batch, gc.ctx, gc.vocab, x, y));
+    else
+        CHECK_OK(
+            ts_synth_regression(1234, k % 4, mc.batch, mc.window, mc.features, mc.out_dim, x, y));
+}
+
+/* steps steps of the model on backend (NULL: cpu), the same batches each time. */
 static void train(ts_graph *g, const ts_model *m, const ts_optimizer *opt, const char *backend,
                   int no_graph, int steps, int kind, run *out) {
     memset(out, 0, sizeof *out);
@@ -67,17 +82,8 @@ static void train(ts_graph *g, const ts_model *m, const ts_optimizer *opt, const
     size_t yb = (size_t)ts_numel(g, m->target) * ts_dtype_size(ts_dtype_of(g, m->target));
     void *x = malloc(xb), *y = malloc(yb);
     CHECK(x && y, "malloc");
-    ts_mlp_config mc = ts_mlp_w1();
-    ts_gpt_config gc = ts_gpt_w3();
     for (int k = 0; k < steps && x && y; k++) {
-        if (kind == CNN)
-            synth_images(k % 4, (int64_t)(xb / sizeof(float)), (int64_t)(yb / sizeof(int64_t)),
-                         ts_cnn_fashion().classes, x, y);
-        else if (kind == W3)
-            CHECK_OK(ts_synth_tokens(1234, k % 4, gc.batch, gc.ctx, gc.vocab, x, y));
-        else
-            CHECK_OK(ts_synth_regression(1234, k % 4, mc.batch, mc.window, mc.features, mc.out_dim,
-                                         x, y));
+        make_batch(kind, k, x, xb, y, yb);
         CHECK_OK(ts_plan_set_input(p, xn, x, xb));
         CHECK_OK(ts_plan_set_input(p, yn, y, yb));
         CHECK_OK(ts_plan_step(p));
@@ -92,15 +98,16 @@ static void train(ts_graph *g, const ts_model *m, const ts_optimizer *opt, const
     ts_plan_free(p);
 }
 
-/* Parameters and state of a and b within f32 tolerance: Adam divides by
- * sqrt(v), so an element whose gradient is near 0 may take a step of
- * either sign; such elements are allowed, but only a few. */
+/* The losses of the first steps steps within loss_tol (relative). */
 static void near_losses(const char *what, const run *a, const run *b, int steps, double loss_tol) {
     for (int k = 0; k < steps; k++)
         CHECK(fabs(a->loss[k] - b->loss[k]) <= loss_tol * fabs(a->loss[k]) + 1e-6,
               "%s: loss of step %d: cpu %.9g, cuda %.9g", what, k + 1, a->loss[k], b->loss[k]);
 }
 
+/* The losses, and the parameters and state of a and b within f32 tolerance: Adam divides
+ * by sqrt(v), so an element whose gradient is near 0 may take a step of either sign; such
+ * elements are allowed, but only a few. */
 static void near(const char *what, const run *a, const run *b, int steps, double loss_tol) {
     near_losses(what, a, b, steps, loss_tol);
     CHECK(a->bytes == b->bytes && a->snap && b->snap, "%s: snapshots differ in size", what);
@@ -171,7 +178,8 @@ static void value_diff(ts_plan *a, ts_plan *b, const char *name, double *worst, 
 
 /* W1 on both backends in lockstep: after step 1 every gradient agrees
  * within f32 tolerance relative to its tensor's scale (the GEMMs sum in
- * other orders); the per-tensor differences after steps 1, 2, 5 and 10
+ * other orders) and at most 1 in 10 000 weights of a tensor lies beyond
+ * f32 tolerance; the per-tensor differences after steps 1, 2, 5 and 10
  * are printed, to show where the two trajectories part. */
 static void lockstep_w1(ts_graph *g, const ts_model *m, const ts_optimizer *opt) {
     ts_train_spec spec = ts_train_spec_default(m->loss);
@@ -181,13 +189,12 @@ static void lockstep_w1(ts_graph *g, const ts_model *m, const ts_optimizer *opt)
     CHECK_OK(ts_compile(g, &spec, &o, &c));
     o.backend = "cuda";
     CHECK_OK(ts_compile(g, &spec, &o, &d));
-    ts_mlp_config mc = ts_mlp_w1();
     const char *xn = ts_name(g, m->input), *yn = ts_name(g, m->target);
-    size_t xb = (size_t)ts_numel(g, m->input) * 4, yb = (size_t)ts_numel(g, m->target) * 4;
+    size_t xb = (size_t)ts_numel(g, m->input) * ts_dtype_size(ts_dtype_of(g, m->input));
+    size_t yb = (size_t)ts_numel(g, m->target) * ts_dtype_size(ts_dtype_of(g, m->target));
     void *x = malloc(xb), *y = malloc(yb);
     for (int k = 0; k < 10 && c && d && x && y; k++) {
-        CHECK_OK(
-            ts_synth_regression(1234, k % 4, mc.batch, mc.window, mc.features, mc.out_dim, x, y));
+        make_batch(W1, k, x, xb, y, yb);
         CHECK_OK(ts_plan_set_input(c, xn, x, xb));
         CHECK_OK(ts_plan_set_input(c, yn, y, yb));
         CHECK_OK(ts_plan_set_input(d, xn, x, xb));
@@ -208,9 +215,13 @@ static void lockstep_w1(ts_graph *g, const ts_model *m, const ts_optimizer *opt)
             printf("  %-16s param: max diff %.3g (max |p| %.3g, %lld of %lld beyond); grad: max "
                    "diff %.3g (max |g| %.3g, %lld beyond)\n",
                    pn, pw, pa, (long long)pb, (long long)pnn, gw, ga, (long long)gb);
-            if (k == 0)
+            if (k == 0) {
                 CHECK(gn > 0 && gw <= 1e-4 * ga,
                       "W1 step 1: grad of %s differs by %.3g (max |g| %.3g)", pn, gw, ga);
+                /* docs/cuda.md: a handful of weights move by up to lr (22 of 3.1 M on an H200) */
+                CHECK(pb <= pnn / 10000, "W1 step 1: %lld of %lld elements of %s differ",
+                      (long long)pb, (long long)pnn, pn);
+            }
         }
     }
     free(x);
