@@ -96,6 +96,14 @@ typedef struct mode_result {
     ts_device_info dev;
 } mode_result;
 
+/* The standard deviation of v[0..n) (population). */
+static double sigma(const double *v, int n) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; i++) mean += v[i] / n;
+    for (int i = 0; i < n; i++) var += (v[i] - mean) * (v[i] - mean) / n;
+    return sqrt(var);
+}
+
 /* One mode: compile, warm up (the first step captures the graph), time. */
 static ts_status run_mode(const ts_bench_cuda_options *o, wl *w, int no_graph, mode_result *r) {
     memset(r, 0, sizeof *r);
@@ -123,16 +131,9 @@ static ts_status run_mode(const ts_bench_cuda_options *o, wl *w, int no_graph, m
         if (i == 0) r->loss_first = ts_plan_loss(p);
     }
     if (s == TS_OK) {
-        double mean = 0, var = 0;
-        for (int i = 0; i < o->steps; i++) mean += t[i] / o->steps;
-        for (int i = 0; i < o->steps; i++) var += (t[i] - mean) * (t[i] - mean) / o->steps;
-        r->sigma_us = 1e6 * sqrt(var);
+        r->sigma_us = 1e6 * sigma(t, o->steps); /* before ts_median, which sorts */
         r->step_ms = 1e3 * ts_median(t, o->steps);
-        double lmean = 0, lvar = 0;
-        for (int i = 0; i < o->steps; i++) lmean += launch[i] / o->steps;
-        for (int i = 0; i < o->steps; i++)
-            lvar += (launch[i] - lmean) * (launch[i] - lmean) / o->steps;
-        r->launch_sigma_us = sqrt(lvar);
+        r->launch_sigma_us = sigma(launch, o->steps);
         r->launch_us = ts_median(launch, o->steps);
         r->loss_last = ts_plan_loss(p);
     }
