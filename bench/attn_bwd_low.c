@@ -14,51 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include "profile_step.h"
+#include "attn_layer.h"
 #include "tessel/tessel.h"
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) { /* sorts v */
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-enum { H = 8, HD = 64, D = H * HD };
+enum { H = BENCH_ATTN_H, HD = BENCH_ATTN_HD, D = BENCH_ATTN_D };
 
 static ts_plan *compile(int off, int threads, int64_t B, int64_t T) {
-    ts_graph *g = ts_graph_new();
-    const int64_t xd[3] = {B, T, D}, hdims[4] = {B, T, H, HD}, sizes[3] = {D, D, D};
-    const int perm[4] = {0, 2, 1, 3};
-    ts_val x = ts_param(g, "x", TS_F32, 3, xd, ts_init_normal(0, 1.0));
-    ts_val w = ts_param(g, "w", TS_F32, 2, (const int64_t[]){3 * D, D}, ts_init_normal(0, 0.04));
-    ts_val b = ts_param(g, "b", TS_F32, 1, (const int64_t[]){3 * D}, ts_init_normal(0, 0.1));
-    ts_val y = ts_input(g, "y", TS_F32, 3, xd);
-    ts_val parts[3], h[3];
-    ts_split(g, ts_linear(g, x, w, b), 2, 3, sizes, parts);
-    for (int i = 0; i < 3; i++) h[i] = ts_permute(g, ts_reshape(g, parts[i], 4, hdims), perm);
-    ts_val o = ts_causal_attention(g, h[0], h[1], h[2]);
-    o = ts_reshape(g, ts_permute(g, o, perm), 3, xd);
-    ts_train_spec spec = ts_train_spec_default(ts_mse_loss(g, o, y));
-    spec.opt = ts_sgd(0.0, 0, 0, 0, 0);
     ts_compile_options opt = ts_compile_options_default();
-    opt.seed = 1;
     opt.threads = threads;
-    opt.profile = 1;
-    opt.precision.compute = TS_BF16;
     opt.no_attn_bwd_low_out = off;
-    /* x, a parameter the qkv GEMMs read through a reshape, would get a bf16 copy whose
-     * reshape has a lower value id than the copy, which the schedule pass does not expect
-     * (main's weight_copies, not this change); the optimizer is not what is timed */
-    opt.no_weight_copies = 1;
-    ts_plan *p = NULL;
-    if (ts_compile(g, &spec, &opt, &p) != TS_OK) {
-        fprintf(stderr, "compile: %s\n", ts_last_error());
-        exit(1);
-    }
-    ts_graph_free(g);
-    return p;
+    return bench_attn_layer(B, T, opt);
 }
 
 int main(int argc, char **argv) {
@@ -117,12 +82,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) {
         double *bw = t + 2 * i * rounds, *sm = t + (2 * i + 1) * rounds,
                *tot = t + (4 + i) * rounds;
-        double mb = median(bw, rounds), ms = median(sm, rounds), mt = median(tot, rounds);
+        double mb = ts_median(bw, rounds), ms = ts_median(sm, rounds), mt = ts_median(tot, rounds);
         printf("  %s attention_bwd %7.3f (%7.3f)  sum %6.3f (%6.3f)  total %7.3f (%7.3f)\n",
                name[i], 1e3 * mb, 1e3 * bw[0], 1e3 * ms, 1e3 * sm[0], 1e3 * mt, 1e3 * tot[0]);
     }
     printf("  off / on total: %.3fx (median of per-round ratios)\n",
-           median(t + 6 * rounds, rounds));
+           ts_median(t + 6 * rounds, rounds));
     free(t);
     free(y);
     for (int i = 0; i < 2; i++) ts_plan_free(p[i]);

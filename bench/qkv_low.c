@@ -17,18 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "attn_layer.h"
 #include "tessel/tessel.h"
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) { /* sorts v */
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-enum { H = 8, HD = 64, D = H * HD, NOPS = 3, NCOL = NOPS + 2 }; /* the ops, total, step cpu */
+enum {
+    H = BENCH_ATTN_H,
+    HD = BENCH_ATTN_HD,
+    D = BENCH_ATTN_D,
+    NOPS = 3,
+    NCOL = NOPS + 2
+}; /* the ops, total, step cpu */
 static const char *const COL[NCOL] = {"matmul_epi", "attention", "attention_bwd", "total",
                                       "step cpu"};
 
@@ -39,34 +37,10 @@ static double thread_cpu(void) {
 }
 
 static ts_plan *compile(int off, int threads, int64_t B, int64_t T) {
-    ts_graph *g = ts_graph_new();
-    const int64_t xd[3] = {B, T, D}, hdims[4] = {B, T, H, HD}, sizes[3] = {D, D, D};
-    const int perm[4] = {0, 2, 1, 3};
-    ts_val x = ts_param(g, "x", TS_F32, 3, xd, ts_init_normal(0, 1.0));
-    ts_val w = ts_param(g, "w", TS_F32, 2, (const int64_t[]){3 * D, D}, ts_init_normal(0, 0.04));
-    ts_val b = ts_param(g, "b", TS_F32, 1, (const int64_t[]){3 * D}, ts_init_normal(0, 0.1));
-    ts_val y = ts_input(g, "y", TS_F32, 3, xd);
-    ts_val parts[3], h[3];
-    ts_split(g, ts_linear(g, x, w, b), 2, 3, sizes, parts);
-    for (int i = 0; i < 3; i++) h[i] = ts_permute(g, ts_reshape(g, parts[i], 4, hdims), perm);
-    ts_val o = ts_causal_attention(g, h[0], h[1], h[2]);
-    o = ts_reshape(g, ts_permute(g, o, perm), 3, xd);
-    ts_train_spec spec = ts_train_spec_default(ts_mse_loss(g, o, y));
-    spec.opt = ts_sgd(0.0, 0, 0, 0, 0);
     ts_compile_options opt = ts_compile_options_default();
-    opt.seed = 1;
     opt.threads = threads;
-    opt.profile = 1;
-    opt.precision.compute = TS_BF16;
     opt.no_qkv_low = off;
-    opt.no_weight_copies = 1; /* as bench/attn_bwd_low.c: x is a parameter read via a view */
-    ts_plan *p = NULL;
-    if (ts_compile(g, &spec, &opt, &p) != TS_OK) {
-        fprintf(stderr, "compile: %s\n", ts_last_error());
-        exit(1);
-    }
-    ts_graph_free(g);
-    return p;
+    return bench_attn_layer(B, T, opt);
 }
 
 /* One step; the seconds of each column into t[k * stride]. */
@@ -134,7 +108,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) {
         printf("  %s", name[i]);
         for (int k = 0; k < NCOL; k++) {
-            double *v = t + i * per + k * rounds, m = median(v, rounds);
+            double *v = t + i * per + k * rounds, m = ts_median(v, rounds);
             printf(" %s %7.3f (%7.3f)", COL[k], 1e3 * m, 1e3 * v[0]);
         }
         ts_plan_stats ms;
@@ -143,7 +117,7 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     printf("  off / on: total %.3fx, step cpu %.3fx (medians of per-round ratios)\n",
-           median(t + 2 * per, rounds), median(t + 2 * per + rounds, rounds));
+           ts_median(t + 2 * per, rounds), ts_median(t + 2 * per + rounds, rounds));
     free(t);
     free(y);
     for (int i = 0; i < 2; i++) ts_plan_free(p[i]);
