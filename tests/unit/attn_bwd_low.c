@@ -22,6 +22,7 @@
 #include "ops/op.h"
 #include "passes/passes.h"
 #include "plan/plan.h"
+#include "small_gpt.h"
 #include "tessel/models.h"
 
 /* |a - b| in units in the last place (f32 bit patterns of one sign), or a large number */
@@ -163,27 +164,17 @@ static void test_bad_input(void) {
 
 /* ---- a bf16 GPT ----------------------------------------------------------- */
 
-enum { GB = 2, GT = 70, GV = 64 };
+enum { GB = SMALL_GPT_B, GT = SMALL_GPT_T, GV = SMALL_GPT_V };
 
 static ts_plan *gpt(ts_dtype compute, int threads, int off, const char *keep,
                     ts_compiled_graph *kept) {
-    ts_graph *g = ts_graph_new();
-    ts_gpt_config c = {
-        .batch = GB, .ctx = GT, .vocab = GV, .d_model = 40, .n_layers = 2, .n_heads = 4};
-    ts_model m;
-    CHECK_OK(ts_build_gpt(g, &c, &m));
-    ts_train_spec spec = ts_train_spec_default(m.loss);
-    spec.opt = ts_sgd(0.1, 0, 0, 0, 0);
     ts_compile_options o = ts_compile_options_default();
     o.seed = 5;
     o.threads = threads;
     o.precision.compute = compute;
     o.precision.keep_fp32 = keep;
     o.no_attn_bwd_low_out = off;
-    ts_plan *p = NULL;
-    CHECK_OK(ts_compile_keep(g, &spec, &o, &p, kept));
-    ts_graph_free(g);
-    return p;
+    return small_gpt_plan(&o, kept);
 }
 
 /* rewritten attention_bwd nodes in the kept graph */
