@@ -1,9 +1,10 @@
 /* dnnl_matmul_head.c — an LM head's GEMMs (dnnl_matmul_head.h) give the plain primitive's bits.
  *
  * On W3's head shapes (bf16, 2048 tokens, vocabulary 8192, d 512: the logits with a packed B in
- * row blocks, dX the same, dW with its add post-op applied after) and on a packed product whose
- * M is not a multiple of the row block: ts_mm_create's product, created and run on 1 and on 2
- * threads, must equal bit for bit the plain oneDNN primitive (ts_mm_head_enable(0)) on one
+ * row blocks, dX the same, dW with its add post-op applied after), on its layers' input gradients
+ * (a packed B) and residual products (bias and add, the add applied after) and on a packed
+ * product whose M is not a multiple of the row block: ts_mm_create's product, created and run on 1
+ * and on 2 threads, must equal bit for bit the plain oneDNN primitive (ts_mm_head_enable(0)) on one
  * thread, and sampled elements must match a double-precision reference. Where the plan applies
  * (brgemm bf16 without AMX, created for one thread) the implementation must name it ("+packb",
  * "+postadd"), so the test fails on a build without the plan; created for 2 threads, and for a
@@ -76,8 +77,9 @@ static double bf(const uint16_t *p, int64_t i) {
 /* M x N = op(A) . B, K deep; trans_a / trans_b as ts_mm_desc; add: one full-size add post-op.
  * `expect`: the implementation suffix where the plan applies, NULL where it must not. */
 static void test_shape(const char *name, int64_t M, int64_t N, int64_t K, int trans_a, int trans_b,
-                       int add, const char *expect) {
+                       int bias, int add, const char *expect) {
     int ok = 1;
+    const int np = bias + add;
     ts_mm_desc d = {.a_dt = TS_BF16,
                     .b_dt = TS_BF16,
                     .c_dt = TS_F32,
@@ -87,21 +89,22 @@ static void test_shape(const char *name, int64_t M, int64_t N, int64_t K, int tr
                     .K = K,
                     .trans_a = trans_a,
                     .trans_b = trans_b,
-                    .n_post = add ? 1 : 0,
-                    .post = {TS_MM_POST_ADD},
+                    .n_post = np,
+                    .post = {bias ? TS_MM_POST_BIAS : TS_MM_POST_ADD, TS_MM_POST_ADD},
                     .label = name};
     uint16_t *a = make_operand(M * K, 1, 1), *b = make_operand(K * N, 1, 2);
-    float *p = add ? make_operand(M * N, 0, 3) : NULL;
-    const void *post[1] = {p};
+    float *p = add ? make_operand(M * N, 0, 3) : NULL, *bv = bias ? make_operand(N, 0, 4) : NULL;
+    const void *post[2] = {bias ? (const void *)bv : p, p};
     float *c[3];
     const size_t cbytes = (size_t)(M * N) * 4;
     for (int i = 0; i < 3; i++) c[i] = ts_aligned_alloc(cbytes, "test C");
     char impl[3][64];
-    CHECK(a && b && (p || !add) && c[0] && c[1] && c[2], "%s: out of memory", name);
+    CHECK(a && b && (p || !add) && (bv || !bias) && c[0] && c[1] && c[2], "%s: out of memory",
+          name);
     if (!ok) goto done;
-    CHECK(run(&d, 1, 0, a, b, c[0], add ? post : NULL, impl[0], 64), "%s: plain", name);
-    CHECK(run(&d, 1, 1, a, b, c[1], add ? post : NULL, impl[1], 64), "%s: 1 thread", name);
-    CHECK(run(&d, 2, 1, a, b, c[2], add ? post : NULL, impl[2], 64), "%s: 2 threads", name);
+    CHECK(run(&d, 1, 0, a, b, c[0], np ? post : NULL, impl[0], 64), "%s: plain", name);
+    CHECK(run(&d, 1, 1, a, b, c[1], np ? post : NULL, impl[1], 64), "%s: 1 thread", name);
+    CHECK(run(&d, 2, 1, a, b, c[2], np ? post : NULL, impl[2], 64), "%s: 2 threads", name);
     if (!ok) goto done;
     /* the plan applies where oneDNN serves bf16 with brgemm, not AMX (dnnl_matmul_head.h) */
     const int applies = strcmp(impl[0], "brg:avx512_core_bf16") == 0;
@@ -122,7 +125,7 @@ static void test_shape(const char *name, int64_t M, int64_t N, int64_t K, int tr
     /* sampled elements against a double-precision reference: the products are correct */
     for (int s = 0; s < 64; s++) {
         const int64_t i = (s * 7919) % M, j = (s * 104729) % N;
-        double ref = p ? p[i * N + j] : 0.0;
+        double ref = (p ? p[i * N + j] : 0.0) + (bv ? bv[j] : 0.0);
         for (int64_t k = 0; k < K; k++)
             ref += bf(a, trans_a ? k * M + i : i * K + k) * bf(b, trans_b ? j * K + k : k * N + j);
         CHECK(fabs(c[1][i * N + j] - ref) <= 1e-4 * (1.0 + fabs(ref)) + 1e-6 * K,
@@ -134,6 +137,7 @@ done:
     ts_aligned_free(a);
     ts_aligned_free(b);
     ts_aligned_free(p);
+    ts_aligned_free(bv);
     for (int i = 0; i < 3; i++) ts_aligned_free(c[i]);
     ok ? g_pass++ : g_fail++;
 }
@@ -159,7 +163,14 @@ static void test_plan(void) {
     d.M = 512;
     CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "512 rows packed");
     d.M = 2048, d.N = 2048;
-    CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "a layer's B (1 Mi elements) packed");
+    CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "a layer's transposed B (1 Mi elements) packed");
+    d.trans_b = 0, d.N = 512, d.K = 2048; /* a layer's dX: a plain B of 1 Mi elements */
+    p = ts_mm_head_plan_for(&d, 1);
+    CHECK(p.pack_b && p.row_blocks == 4, "a layer's dX: %d %lld", p.pack_b,
+          (long long)p.row_blocks);
+    d.K = 512;
+    CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "a 256 Ki B packed");
+    d.trans_b = 1, d.N = 2048;
     d.N = 8192, d.a_dt = d.b_dt = TS_F32;
     CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "f32 packed");
     d.a_dt = d.b_dt = TS_BF16, d.n_post = 1, d.post[0] = TS_MM_POST_BIAS;
@@ -179,11 +190,18 @@ static void test_plan(void) {
           (long long)p.row_blocks);
     CHECK(!ts_mm_head_plan_for(&w, 2).post_after, "dW planned on 2 threads");
     w.post[0] = TS_MM_POST_BIAS;
-    CHECK(!ts_mm_head_plan_for(&w, 1).post_after, "a bias applied after");
+    CHECK(!ts_mm_head_plan_for(&w, 1).post_after, "a bias alone applied after");
+    w.n_post = 2, w.post[1] = TS_MM_POST_ADD;
+    CHECK(ts_mm_head_plan_for(&w, 1).post_after, "a bias then an add: not after");
+    w.post[0] = TS_MM_POST_ADD, w.post[1] = TS_MM_POST_BIAS;
+    CHECK(!ts_mm_head_plan_for(&w, 1).post_after, "an add then a bias applied after");
+    w.n_post = 1;
     w.post[0] = TS_MM_POST_ADD, w.accumulate = 1;
     CHECK(!ts_mm_head_plan_for(&w, 1).post_after, "accumulate applied after");
-    w.accumulate = 0, w.M = 1024;
-    CHECK(!ts_mm_head_plan_for(&w, 1).post_after, "a small dW applied after");
+    w.accumulate = 0, w.M = 2048;
+    CHECK(ts_mm_head_plan_for(&w, 1).post_after, "a 1 Mi-element C with an add not after");
+    w.M = 1024;
+    CHECK(!ts_mm_head_plan_for(&w, 1).post_after, "a 512 Ki-element C applied after");
     ts_mm_head_enable(0);
     w.M = 8192;
     CHECK(!ts_mm_head_plan_for(&w, 1).post_after, "disabled, still planned");
@@ -193,11 +211,16 @@ static void test_plan(void) {
 
 int main(void) {
     test_plan();
-    test_shape("logits = x W^T (W3)", 2048, 8192, 512, 0, 1, 0, "+packb+rows512");
-    test_shape("dX = dlogits W (W3)", 2048, 512, 8192, 0, 0, 0, "+packb+rows512");
-    test_shape("dW = dlogits^T x + dE (W3)", 8192, 512, 2048, 1, 0, 1, "+postadd");
-    test_shape("1100 rows, packed whole", 1100, 4096, 1024, 0, 0, 0, "+packb");
-    test_shape("a layer's fc (plain)", 2048, 2048, 512, 0, 1, 0, NULL);
+    test_shape("logits = x W^T (W3)", 2048, 8192, 512, 0, 1, 0, 0, "+packb+rows512");
+    test_shape("dX = dlogits W (W3)", 2048, 512, 8192, 0, 0, 0, 0, "+packb+rows512");
+    test_shape("dW = dlogits^T x + dE (W3)", 8192, 512, 2048, 1, 0, 0, 1, "+postadd");
+    test_shape("1100 rows, packed whole", 1100, 4096, 1024, 0, 0, 0, 0, "+packb");
+    test_shape("a layer's fc (plain)", 2048, 2048, 512, 0, 1, 1, 0, NULL);
+    test_shape("a layer's dX = dY W_fc (W3)", 2048, 512, 2048, 0, 0, 0, 0, "+packb+rows512");
+    test_shape("a layer's dX = dY W_qkv (W3)", 2048, 512, 1536, 0, 0, 0, 0, "+packb+rows512");
+    test_shape("fc2 + bias + residual (W3)", 2048, 512, 2048, 0, 1, 1, 1, "+postadd");
+    test_shape("proj + bias + residual (W3)", 2048, 512, 512, 0, 1, 1, 1, "+postadd");
+    test_shape("proj + residual, no bias", 2048, 512, 512, 0, 1, 0, 1, "+postadd");
     printf("dnnl_matmul_head: %d passed, %d failed\n", g_pass, g_fail);
     return g_fail != 0;
 }

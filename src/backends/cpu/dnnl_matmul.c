@@ -329,13 +329,14 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
     ts_status s = new_mm(d, &m);
     if (s != TS_OK) return s;
 
-    /* An LM head's dW with its embedding gradient: the product, then one pass of adds. */
+    /* Full-size adds (a residual, an LM head's embedding gradient): the product with its bias,
+     * then one pass of adds (dnnl_matmul_head.h). */
     const int head_isa = brgemm_isa() && !amx_bf16(d);
     ts_mm_head_plan hp = {.pack_b = 0, .row_blocks = 1, .post_after = 0};
     if (head_isa) hp = ts_mm_head_plan_for(d, omp_get_max_threads());
     if (hp.post_after) {
         ts_mm_desc bare = m->d;
-        bare.n_post = 0;
+        bare.n_post = d->n_post > 0 && d->post[0] == TS_MM_POST_BIAS; /* the bias, if any */
         s = ts_mm_create(&bare, &m->bare);
         if (s != TS_OK) {
             ts_error_prefix("%s (without its post-ops)", m->what);
@@ -640,7 +641,7 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
     if (m->ks) return ts_mm_ksplit_run(m->ks, a, b, c, post, scratch);
     if (m->rows) return ts_mm_rows_run(m->rows, a, b, c, post, scratch);
     if (m->bare) {
-        ts_status s = ts_mm_run(m->bare, a, b, c, scratch);
+        ts_status s = ts_mm_run_post(m->bare, a, b, c, post, scratch);
         if (s == TS_OK) ts_mm_head_add_posts(&m->d, c, post);
         return s;
     }

@@ -9,20 +9,33 @@ void ts_mm_head_enable(int on) {
     g_enabled = on != 0;
 }
 
+/* The post-ops a product can run after it: an optional bias first, then at least one add. */
+static int adds_after_bias(const ts_mm_desc *d) {
+    int adds = 0;
+    for (int q = 0; q < d->n_post; q++) {
+        if (d->post[q] == TS_MM_POST_ADD)
+            adds++;
+        else if (q != 0 || d->post[q] != TS_MM_POST_BIAS)
+            return 0;
+    }
+    return adds;
+}
+
 ts_mm_head_plan ts_mm_head_plan_for(const ts_mm_desc *d, int nthr) {
     ts_mm_head_plan p = {.pack_b = 0, .row_blocks = 1, .post_after = 0};
     if (!g_enabled || !d || nthr != 1 || d->batch != 1 || d->a_dt != TS_BF16 ||
         d->b_dt != TS_BF16 || d->c_dt != TS_F32 || d->accumulate)
         return p;
-    if (d->trans_a) {
-        /* dW = dY^T X with a full-size add (a tied embedding's gradient) */
-        int adds = d->n_post > 0;
-        for (int q = 0; q < d->n_post; q++) adds &= d->post[q] == TS_MM_POST_ADD;
-        p.post_after = adds && !d->trans_b && d->M * d->N >= TS_MM_HEAD_MIN_ELEMS;
+    /* a full-size add (a residual, a tied embedding's gradient), with or without a bias first */
+    if (adds_after_bias(d) && !(d->trans_a && d->trans_b) &&
+        d->M * d->N >= TS_MM_POST_AFTER_MIN_ELEMS) {
+        p.post_after = 1;
         return p;
     }
-    /* logits = X W^T and dX = dlogits W: a large B, reused by many rows */
-    if (d->n_post == 0 && d->K * d->N >= TS_MM_HEAD_MIN_ELEMS && d->M >= TS_MM_HEAD_MIN_ROWS) {
+    if (d->trans_a || d->n_post) return p;
+    /* logits = X W^T and the input gradients dX = dY W: a B reused by many rows */
+    const int64_t min_b = d->trans_b ? TS_MM_HEAD_MIN_ELEMS : TS_MM_PACK_DX_MIN_ELEMS;
+    if (d->K * d->N >= min_b && d->M >= TS_MM_HEAD_MIN_ROWS) {
         p.pack_b = 1;
         if (d->M % TS_MM_HEAD_ROW_BLOCK == 0) p.row_blocks = d->M / TS_MM_HEAD_ROW_BLOCK;
     }
@@ -31,7 +44,10 @@ ts_mm_head_plan ts_mm_head_plan_for(const ts_mm_desc *d, int nthr) {
 
 void ts_mm_head_add_posts(const ts_mm_desc *d, float *c, const void *const *post) {
     const int64_t n = d->M * d->N;
-    const int np = d->n_post;
+    /* the adds, skipping a leading bias (the product applied it) */
+    const int first = d->n_post > 0 && d->post[0] == TS_MM_POST_BIAS;
+    const int np = d->n_post - first;
+    post += first;
     /* Element-wise, each in the post-ops' order: the bits do not depend on the threads. */
     if (np == 1) { /* the usual case, vectorised */
         const float *p0 = post[0];

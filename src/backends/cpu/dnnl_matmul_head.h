@@ -1,4 +1,5 @@
-/* dnnl_matmul_head.h — how ts_mm_create runs a language model head's three large bf16 GEMMs
+/* dnnl_matmul_head.h — how ts_mm_create runs large one-thread bf16 GEMMs: a language model
+ * head's three, the layers' input gradients and their products with a residual add
  * (internal to dnnl_matmul.c).
  *
  * Why: W3's tied head (vocabulary 8192, d 512, 2048 tokens) ran below the layers' GEMMs on one
@@ -17,14 +18,29 @@
  *     full-size add post-op: oneDNN's binary post-op costs ~2.5 ms on this shape, the product
  *     without it followed by one pass C += P ~1.2 ms less (39.4 -> 38.2 and 37.8 -> 36.6 ms).
  *
+ * Session 22 carried two of them to the layers' GEMMs (a standalone probe alternating the plain
+ * and the planned product, 21 reps each, medians, the host's noise a few percent):
+ *
+ *   - the input gradients dX = dY W of W3's fc, c_proj and qkv (B 1 Mi, 1 Mi, 768 Ki elements,
+ *     not transposed) with a packed B in 512-row blocks: 0.974, 0.981, 0.986 of the plain
+ *     product's time (9.50 -> 9.26 ms for fc's); the attention projection's (256 Ki) 0.996, so
+ *     it stays plain; the forward products (B transposed) measured 0.99-1.09 and stay plain;
+ *   - the forward products with a residual add (fc2: M 2048, N 512, K 2048; the attention
+ *     projection, K 512) as the product with its bias, then C += residual in one pass: 0.972
+ *     and 0.910 (10.10 -> 9.82 ms, 2.68 -> 2.44 ms). Running the product in row blocks and
+ *     adding each block while it is in cache measured the same as one pass after the whole.
+ *
  * Bits: none change. A row block is the same rows of the same product (brgemm on AVX-512 sums
  * each element over K in an order that depends on K only: dnnl_matmul.h), a packed B holds the
- * same values, and C = AB + P rounds once either way (tests/unit/dnnl_matmul_head.c compares
- * each path with the plain primitive bit for bit on W3's shapes, on 1 and 2 threads).
+ * same values, and C = AB + P rounds once either way; with a bias, oneDNN rounds the product plus
+ * the bias and then that plus the add: the same two roundings as the product with its bias
+ * followed by the pass (tests/unit/dnnl_matmul_head.c compares each path with the plain
+ * primitive bit for bit on W3's shapes, on 1 and 2 threads).
  *
  * Scope: bf16 x bf16 -> f32, batch 1, where oneDNN serves bf16 with brgemm without AMX (the
- * thresholds below are the measured shapes' neighbourhood; the layers' GEMMs, whose B is at
- * most 1 Mi elements, stay plain primitives). On AMX or another ISA nothing changes.
+ * thresholds below are the measured shapes' neighbourhood; the layers' forward products without
+ * a residual and the small input gradients stay plain primitives). On AMX or another ISA nothing
+ * changes.
  *
  * One thread only (products created for one): on 2 threads of the same (shared, load average
  * 12) machine the plan measured slower, process CPU time +4 to +18 ms a product, wall time
@@ -38,14 +54,16 @@
 #include <dnnl.h>
 #include "backends/cpu/dnnl_matmul.h"
 
-#define TS_MM_HEAD_MIN_ELEMS (INT64_C(1) << 22) /* B (pack) or C (post add) at least 4 Mi */
-#define TS_MM_HEAD_MIN_ROWS  1024               /* rows that reuse a packed B enough */
-#define TS_MM_HEAD_ROW_BLOCK 512                /* rows of A and C per run of the product */
+#define TS_MM_HEAD_MIN_ELEMS       (INT64_C(1) << 22) /* a transposed B (logits) packed: 4 Mi */
+#define TS_MM_PACK_DX_MIN_ELEMS    (INT64_C(1) << 19) /* a plain B (dX = dY W) packed: 512 Ki */
+#define TS_MM_POST_AFTER_MIN_ELEMS (INT64_C(1) << 20) /* C with adds applied after: 1 Mi */
+#define TS_MM_HEAD_MIN_ROWS        1024               /* rows that reuse a packed B enough */
+#define TS_MM_HEAD_ROW_BLOCK       512                /* rows of A and C per run of the product */
 
 typedef struct ts_mm_head_plan {
     int pack_b;         /* reorder B into oneDNN's layout once per run */
     int64_t row_blocks; /* run the product on M / row_blocks rows at a time (1: whole) */
-    int post_after;     /* run without the add post-ops, then add them in one pass */
+    int post_after;     /* run with the bias only, then the adds in one pass */
 } ts_mm_head_plan;
 
 /* The plan for `d` created for `nthr` threads (all zero / 1 block: a plain primitive). The caller
