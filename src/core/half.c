@@ -42,3 +42,37 @@ DEF_CONVERT(ts_f32_to_bf16_n, uint16_t, float, ts_f32_to_bf16)
 DEF_CONVERT(ts_bf16_to_f32_n, float, uint16_t, ts_bf16_to_f32)
 DEF_CONVERT(ts_f32_to_f16_n, uint16_t, float, ts_f32_to_f16)
 DEF_CONVERT(ts_f16_to_f32_n, float, uint16_t, ts_f16_to_f32)
+
+/* The same rounding as ts_f32_to_bf16, 16 lanes at a time, written with streaming stores: their
+ * lines are not fetched first (the read-for-ownership of a plain store) and do not displace what
+ * the caches hold. From dst + i 32-byte aligned on; the rest through the plain conversion. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx512f"))) static int64_t bf16_stream(uint16_t *d, const float *p,
+                                                              int64_t n) {
+    int64_t i = 0;
+    for (; i < n && (uintptr_t)(d + i) % 32; i++) d[i] = ts_f32_to_bf16(p[i]);
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1),
+                  quiet = _mm512_set1_epi32(0x40);
+    for (; i + 16 <= n; i += 16) {
+        const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(p + i));
+        const __m512i hi = _mm512_srli_epi32(u, 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), inf);
+        const __m512i r = _mm512_srli_epi32(
+            _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
+        const __m512i v = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(hi, quiet));
+        _mm256_stream_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(v));
+    }
+    _mm_sfence(); /* the streamed lines reach memory before any later store is seen */
+    return i;
+}
+#endif
+
+void ts_f32_to_bf16_stream_n(uint16_t *dst, const float *src, int64_t n) {
+    int64_t done = 0;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) done = bf16_stream(dst, src, n);
+#endif
+    ts_f32_to_bf16_n(dst + done, src + done, n - done);
+}

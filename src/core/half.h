@@ -70,5 +70,9 @@ void ts_f32_to_bf16_n(uint16_t *dst, const float *src, int64_t n);
 void ts_bf16_to_f32_n(float *dst, const uint16_t *src, int64_t n);
 void ts_f32_to_f16_n(uint16_t *dst, const float *src, int64_t n);
 void ts_f16_to_f32_n(float *dst, const uint16_t *src, int64_t n);
+/* ts_f32_to_bf16_n's bits, written with streaming (non-temporal) stores where the CPU has
+ * AVX-512, on the calling thread: for an output nothing reads until it has left the caches
+ * anyway (a bf16 weight copy, a GELU derivative kept for the backward pass). */
+void ts_f32_to_bf16_stream_n(uint16_t *dst, const float *src, int64_t n);
 
 #endif

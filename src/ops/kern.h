@@ -14,7 +14,11 @@
 #include <string.h>
 #include "op.h"
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
+/* x86-64-v3 (AVX2 with FMA) rather than "avx2" alone: vmath.h's fmaf calls then compile to FMA
+ * instructions there too, not to calls into libm (avx512f implies FMA). */
+#define TS_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+#elif defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) /* clang: GCC's arch names only */
 #define TS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TS_CLONES

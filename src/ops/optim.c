@@ -256,32 +256,6 @@ static size_t upd_scratch_bytes(int ng) {
 /* Rounds the chunk of new f32 parameters the update just wrote (still in L1) into their
  * bf16 / f16 copy: the bits the cast op gives (core/half.h), so a GEMM reading the copy
  * reads what it read from the cast of the weights the copy replaces. */
-#if defined(__x86_64__)
-/* The same rounding as ts_f32_to_bf16, 16 lanes at a time, written with streaming stores:
- * nothing reads the copy before the next step's GEMMs, long after it left the caches, so
- * its lines are not fetched first (the read-for-ownership of a plain store). d + i is
- * 32-byte aligned from i = 0 (the chunk starts at a multiple of OPT_CHUNK elements of a
- * 64-byte aligned tensor); the tail goes through the scalar rounding. */
-__attribute__((target("avx512f"))) static int64_t bf16_stream(uint16_t *d, const float *p,
-                                                              int64_t n) {
-    if ((uintptr_t)d % 32) return 0;
-    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1),
-                  quiet = _mm512_set1_epi32(0x40);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(p + i));
-        const __m512i hi = _mm512_srli_epi32(u, 16);
-        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), inf);
-        const __m512i r = _mm512_srli_epi32(
-            _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
-        const __m512i v = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(hi, quiet));
-        _mm256_stream_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(v));
-    }
-    _mm_sfence();
-    return i;
-}
-#endif
 
 static void write_copy(const ts_tensor *copy, const float *p, int64_t s, int64_t n) {
     uint16_t *d = (uint16_t *)copy->data + s;
@@ -289,11 +263,8 @@ static void write_copy(const ts_tensor *copy, const float *p, int64_t s, int64_t
         ts_f32_to_f16_n(d, p + s, n);
         return;
     }
-    int64_t done = 0;
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) done = bf16_stream(d, p + s, n);
-#endif
-    ts_f32_to_bf16_n(d + done, p + s + done, n - done);
+    /* nothing reads the copy before the next step's GEMMs, long after it left the caches */
+    ts_f32_to_bf16_stream_n(d, p + s, n);
 }
 
 /* Run an update over every parameter group in fixed chunks of each

@@ -70,7 +70,7 @@ static inline float m_ncdf_f32(float x, float *pdf) {
 /* tanh GELU: 0.5x(1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi)(x + k x^3).
  * x^3 overflowing to inf only saturates the sigmoid (no NaN). */
 static inline float m_gelu_tanh_f32(float x) {
-    float u2 = (float)(2.0 * GELU_BETA) * (x + (float)GELU_KAPPA * (x * x * x));
+    float u2 = (float)(2.0 * GELU_BETA) * fmaf((float)GELU_KAPPA * (x * x), x, x);
     return x * m_sigmoid_f32(u2);
 }
 static inline double m_gelu_tanh_f64(double x) {
@@ -89,18 +89,19 @@ static inline double m_gelu_tanh_f64(double x) {
  * exp(-|u2|) is 0 for both and s is exactly 1 or 0 with u2's sign, which
  * clamping keeps (and NaN stays NaN). tests/unit/gelu_grad_bits.c checks
  * it on a dense sweep of all f32 patterns, and the derivative's error against f64. */
-#define DEF_GELU_TANH_GRAD(name, T, SIG2)                                                          \
+#define DEF_GELU_TANH_GRAD(name, T, SIG2, FMA)                                                     \
     static inline T name(T x, T *y) {                                                              \
         const T x0 = x;                                                                            \
         /* as two selects, not nested: GCC then if-converts them to min / max */                   \
         x = (T)30 < x ? (T)30 : x;                                                                 \
         x = (T)-30 > x ? (T)-30 : x;                                                               \
         T x2 = x * x;                                                                              \
-        T u2 = (T)(2.0 * GELU_BETA) * (x + (T)GELU_KAPPA * (x2 * x));                              \
+        T u2 = (T)(2.0 * GELU_BETA) * FMA((T)GELU_KAPPA * x2, x, x);                               \
         T s, sn;                                                                                   \
         SIG2(u2, &s, &sn);                                                                         \
         if (y) *y = x0 * s;                                                                        \
-        return s + x * (s * sn) * ((T)(2.0 * GELU_BETA) + (T)(6.0 * GELU_BETA * GELU_KAPPA) * x2); \
+        return FMA(x * (s * sn), FMA((T)(6.0 * GELU_BETA * GELU_KAPPA), x2, (T)(2.0 * GELU_BETA)), \
+                   s);                                                                             \
     }
 /* sigmoid(u) with m_sigmoid_f32's bits (the forward GELU's), and sigmoid(-u) = 1 - sigmoid(u)
  * without a second division: e s (= e / (1 + e), one more rounding) where s >= 0.5 (u >= 0),
@@ -118,8 +119,8 @@ static inline void m_sigmoid_pair_f64(double u, double *s, double *sn) {
     *s = m_sigmoid_f64(u);
     *sn = m_sigmoid_f64(-u);
 }
-DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f32, float, m_sigmoid_pair_f32)
-DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f64, double, m_sigmoid_pair_f64)
+DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f32, float, m_sigmoid_pair_f32, fmaf)
+DEF_GELU_TANH_GRAD(m_gelu_tanh_grad_f64, double, m_sigmoid_pair_f64, fma)
 
 /* d/dx of the erf GELU, Phi(x) + x phi(x) (x phi(x) is 0 beyond the clamp), and with y != NULL
  * the GELU x Phi(x) itself: m_ncdf_f32 returns the same Phi whether or not it also yields phi,
@@ -447,7 +448,8 @@ static ts_status run_fwd_grad(const ts_kargs *k, fwd_grad_fn f, const char *op) 
             f(py, pg, px + s, len);
             /* one piece each: below the conversions' threading size */
             if (low) ts_f32_to_bf16_n((uint16_t *)o->data + s, yb, len);
-            if (glow) ts_f32_to_bf16_n((uint16_t *)k->out[1].data + s, gb, len);
+            /* the derivative waits for the backward pass: streamed, past the caches */
+            if (glow) ts_f32_to_bf16_stream_n((uint16_t *)k->out[1].data + s, gb, len);
         }
     }
     return TS_OK;

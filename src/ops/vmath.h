@@ -2,7 +2,10 @@
  * libm's expf/logf cannot be), shared by every kernel that needs them.
  * Both are within 1 ulp over the normal range; -fno-trapping-math (set for
  * the whole library) lets the selects if-convert. No FMA contraction in ISO
- * C mode, so every target_clones variant returns the same bits. */
+ * C mode: the fused multiply-adds are the explicit fmaf calls, one rounding
+ * each wherever they run (an FMA instruction in the AVX-512 and x86-64-v3
+ * variants of TS_CLONES, libm's correctly rounded fmaf in the generic one), so
+ * every target_clones variant returns the same bits. */
 #ifndef TS_VMATH_H
 #define TS_VMATH_H
 
@@ -30,20 +33,17 @@ static inline float f32_from_bits(uint32_t u) {
  * from the magic-number rounding, and p = e^r by the degree-6 polynomial; returns p, *n. */
 static inline float m_exp_core_f32(float x, uint32_t *n) {
     const float magic = 12582912.0f; /* 1.5 * 2^23 */
-    float t = x * 1.44269504088896341f + magic;
+    float t = fmaf(x, 1.44269504088896341f, magic);
     float r = t - magic;
     *n = f32_bits(t) - f32_bits(magic);
-    x = x - r * 0.693359375f; /* ln2 split in two: r * hi is exact */
-    x = x - r * -2.12194440e-4f;
+    x = fmaf(r, -0.693359375f, x); /* ln2 split in two: r * hi is exact */
+    x = fmaf(r, 2.12194440e-4f, x);
     float z = x * x;
-    return (((((1.9875691500e-4f * x + 1.3981999507e-3f) * x + 8.3334519073e-3f) * x +
-              4.1665795894e-2f) *
-                 x +
-             1.6666665459e-1f) *
-                x +
-            5.0000001201e-1f) *
-               z +
-           x + 1.0f;
+    float p = fmaf(fmaf(fmaf(fmaf(fmaf(1.9875691500e-4f, x, 1.3981999507e-3f), x, 8.3334519073e-3f),
+                             x, 4.1665795894e-2f),
+                        x, 1.6666665459e-1f),
+                   x, 5.0000001201e-1f);
+    return fmaf(p, z, x) + 1.0f;
 }
 
 static inline float m_exp_f32(float x) {
