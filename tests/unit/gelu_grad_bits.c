@@ -14,6 +14,10 @@
  *   its result has the plain gelu kernel's bits and its second output
  *   those of unary_bwd's derivative (dy = 1), and unary_bwd side 2
  *   (dy * that output) those of side 0 for any dy.
+ * - the same on every ISA (session 22: vmath.h's fused multiply-adds): the exp, sigmoid and
+ *   gelu (tanh) kernels, run through the library's target_clones variant for this CPU (an FMA
+ *   instruction on AVX-512 or AVX2), have the bits of vmath.h inlined here, in a file built for
+ *   the baseline x86-64 (fmaf: libm's correctly rounded call).
  * (All 2^32 inputs were compared once, scalar and AVX-512: none differ;
  * and once more in session 18 with STEP 1, every check above: none differ.) */
 #include <math.h>
@@ -33,6 +37,12 @@ static float reference(float x) {
     float u2 = (float)(2.0 * BETA) * (x + (float)KAPPA * (x2 * x));
     float s = m_sigmoid_f32(u2), sn = m_sigmoid_f32(-u2);
     return s + 2.0f * x * s * sn * (float)BETA * (1.0f + (float)(3.0 * KAPPA) * x2);
+}
+
+/* The tanh GELU as unary.c evaluates it (x s, s = sigmoid(2u) from one fused multiply-add). */
+static float gelu_tanh(float x) {
+    float u2 = (float)(2.0 * BETA) * fmaf((float)KAPPA * (x * x), x, x);
+    return x * m_sigmoid_f32(u2);
 }
 
 /* gelu'(x) in f64, and the larger magnitude of its two terms (the scale of its error) */
@@ -99,6 +109,14 @@ static void batch(bufs *B, int n, int64_t approx, long long *bad) {
             err_old = fmax(err_old, ulps(r0, r, sc)), err_new = fmax(err_new, ulps(r1, r, sc));
             if (!(x > 0.0f)) bad[0] += differ(m_exp_neg_f32(x), m_exp_f32(x));
         }
+    if (approx == TS_GELU_TANH) { /* the clone for this CPU against this file's baseline build */
+        ts_attrs none = ts_attrs_zero();
+        run(TS_OP_EXP, &none, 1, B->x, NULL, TS_F32, B->y, NULL, n);
+        for (int i = 0; i < n; i++) bad[5] += differ(B->y[i], m_exp_f32(B->x[i]));
+        run(TS_OP_SIGMOID, &none, 1, B->x, NULL, TS_F32, B->y, NULL, n);
+        for (int i = 0; i < n; i++) bad[5] += differ(B->y[i], m_sigmoid_f32(B->x[i]));
+        for (int i = 0; i < n; i++) bad[5] += differ(B->ref[i], gelu_tanh(B->x[i]));
+    }
     ts_attrs fg = fw;
     fg.unary.out_grad = 1;
     run(TS_OP_GELU, &fg, 1, B->x, NULL, TS_F32, B->y, B->g, n);
@@ -126,7 +144,7 @@ int main(void) {
     B.low_ref = malloc(sizeof(uint16_t) * N), B.low = malloc(sizeof(uint16_t) * N);
     for (int i = 0; i < N; i++)
         B.one[i] = 1.0f, B.d[i] = (float)(sin(0.37 * i) * pow(10.0, (double)(i % 9) - 4));
-    long long bad[2][5] = {{0}}, n_all = 0;
+    long long bad[2][6] = {{0}}, n_all = 0;
     for (uint64_t u = 0; u <= 0xffffffffull;) {
         int n = 0; /* a batch of N - 3 inputs: the kernels' 4096-element chunks and a tail */
         for (; n < N - 3 && u <= 0xffffffffull; n++, u += STEP) {
@@ -152,6 +170,10 @@ int main(void) {
         for (int c = 1; c < 5; c++)
             CHECK(bad[a][c] == 0, "%s GELU, %s: %lld of %lld inputs differ", a ? "erf" : "tanh",
                   what[c], bad[a][c], n_all);
+    CHECK(bad[0][5] == 0,
+          "exp, sigmoid or tanh GELU: %lld of %lld inputs differ between this CPU's clone and the "
+          "baseline build",
+          bad[0][5], n_all);
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(*f[i]);
     free(B.low_ref);
     free(B.low);
