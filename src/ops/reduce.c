@@ -268,6 +268,16 @@ TS_CLONES static void sum_cols_low(float *o, uint16_t *low, const float *p, cons
     for (int64_t r = 0; r < red; r++) {
         const float *row = p + r * stride;
         uint16_t *lrow = low + r * stride;
+        /* With f (a GELU backward: W3's [2048, 2048] dA and g, 24 MiB from memory), the next
+         * row piece requested while this one is computed: 1.53 -> 1.18 ms in bench_gelu_grad.
+         * (Two rows ahead 1.38, four 1.31; the GELU forward, the cross entropy and the layer
+         * norms measured no gain from the same, and the layer norm's backward lost 5 %.) */
+        if (f && r + 1 < red) {
+            for (int64_t j = 0; j < len; j += 16) __builtin_prefetch(row + stride + j, 0, 3);
+            if (pg)
+                for (int64_t j = 0; j < len; j += 32)
+                    __builtin_prefetch(pg + (r + 1) * stride + j, 0, 3);
+        }
         if (f) {
             const float *srow = ps ? ps + r * stride : gbuf;
             if (pg) ts_bf16_to_f32_n(gbuf, pg + r * stride, len); /* core/half.c: 64 bytes wide */
