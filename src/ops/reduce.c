@@ -269,7 +269,7 @@ TS_CLONES static void sum_cols_low(float *o, uint16_t *low, const float *p, cons
         const float *row = p + r * stride;
         uint16_t *lrow = low + r * stride;
         /* With f (a GELU backward: W3's [2048, 2048] dA and g, 24 MiB from memory), the next
-         * row piece requested while this one is computed: 1.53 -> 1.18 ms in bench_gelu_grad.
+         * row piece requested while this one is computed: 1.53 -> 1.22 ms in bench_gelu_grad.
          * (Two rows ahead 1.38, four 1.31; the GELU forward, the cross entropy and the layer
          * norms measured no gain from the same, and the layer norm's backward lost 5 %.) */
         if (f && r + 1 < red) {
