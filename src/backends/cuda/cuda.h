@@ -94,7 +94,7 @@ static inline void *cu_at(const cu_state *st, size_t off) {
 }
 
 /* dispatch.c: check instruction i and plan its kernels (sizes st->ops[i]);
- * run instruction i (enqueue on st->stream). */
+ * dispatch_run.c: run instruction i (enqueue on st->stream). */
 ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt, int i);
 ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i);
 /* The ops this backend runs (1) or not (0). */

@@ -1,13 +1,13 @@
-/* The CUDA backend's instructions: which ops and dtypes it runs, what each
+/* The CUDA backend's instructions: which ops and dtypes it runs and what each
  * instruction needs (planned once at prepare: elementwise programs, GEMM
- * plans, optimizer tables, scratch) and how it is enqueued each step.
+ * plans, optimizer tables, scratch); dispatch_run.c enqueues them each step.
  * Every check that can fail happens in cu_plan_ins, so a step only
  * enqueues kernels; an op or operand it cannot run is a TS_ERR_UNSUPPORTED
  * naming the instruction, the op and the reason. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cuda/cuda.h"
+#include "backends/cuda/operands.h"
 
 /* The fused_eltwise program's encoding (src/ops/fused.h, which a backend
  * may not include): per instruction TS_FUSE_REC words: op, three source
@@ -91,18 +91,6 @@ static int all_f32(const ts_instr *in) {
     return 1;
 }
 
-static int64_t numel(const ts_operand *o) {
-    int64_t n = 1;
-    for (int d = 0; d < o->rank; d++) n *= o->dims[d];
-    return n;
-}
-
-static int64_t prod(const int64_t *dims, int lo, int hi) {
-    int64_t p = 1;
-    for (int d = lo; d < hi; d++) p *= dims[d];
-    return p;
-}
-
 /* ---- elementwise programs ---------------------------------------------- */
 
 /* Input j of an elementwise program reading x broadcast to out
@@ -112,7 +100,7 @@ static void ew_input(cu_ew_input *e, const cu_state *st, const ts_operand *x,
     memset(e, 0, sizeof *e);
     e->p = cu_at(st, x->off);
     e->u8 = x->dtype == TS_U8;
-    e->full = numel(x) == numel(out);
+    e->full = cu_numel(x) == cu_numel(out);
     int lead = out->rank - x->rank;
     int64_t str = 1;
     for (int d = out->rank - 1; d >= 0; d--) {
@@ -125,7 +113,7 @@ static void ew_input(cu_ew_input *e, const cu_state *st, const ts_operand *x,
 
 static void ew_shape(cu_ew_prog *p, const cu_state *st, const ts_operand *out) {
     p->rank = out->rank;
-    p->n = numel(out);
+    p->n = cu_numel(out);
     for (int d = 0; d < out->rank; d++) p->dims[d] = out->dims[d];
     p->out = cu_at(st, out->off);
 }
@@ -188,7 +176,7 @@ static ts_status plan_eltwise(cu_state *st, const ts_program *prog, const ts_run
         int n = (int)in->a.fused.n_instr;
         const ts_operand *po = &in->in[n_ext];
         if (n < 1 || n > CU_EW_MAX_INSTR || po->dtype != TS_I64 ||
-            numel(po) != (int64_t)n * FUSE_REC)
+            cu_numel(po) != (int64_t)n * FUSE_REC)
             return unsupported(prog, i, "a fused program of an unexpected size");
         /* The program is a constant: its words are in the host arena. */
         const int64_t *rec = (const int64_t *)ts_rt_at(rt, &prog->layout, po->off);
@@ -229,10 +217,6 @@ static ts_status plan_eltwise(cu_state *st, const ts_program *prog, const ts_run
 
 /* ---- planning ------------------------------------------------------------ */
 
-static int cast_kind(ts_dtype t) {
-    return t == TS_F32 ? CU_F32 : t == TS_BF16 ? CU_BF16 : t == TS_F16 ? CU_F16 : -1;
-}
-
 size_t cu_table_bytes(const ts_program *prog, int i) {
     const ts_instr *in = &prog->ins[i];
     if (in->op == TS_OP_ADAM_UPDATE) {
@@ -248,26 +232,7 @@ size_t cu_table_bytes(const ts_program *prog, int i) {
     return 0;
 }
 
-/* Where q's heads and rows lie (kernels.h): split [B, H, T, hd] or packed [B, T, 3, H, hd]. */
-static void attn_geom(const ts_operand *q, cu_attn_geom *g) {
-    const int64_t *d = q->dims;
-    if (q->rank == 5) {
-        const int64_t B = d[0], T = d[1], H = d[3], hd = d[4];
-        *g = (cu_attn_geom){B, H, T, 3 * T * H * hd, hd, 3 * H * hd, T * H * hd, hd, H * hd};
-    } else {
-        const int64_t B = d[0], H = d[1], T = d[2], hd = d[3];
-        *g = (cu_attn_geom){B, H, T, H * T * hd, T * hd, hd, H * T * hd, T * hd, hd};
-    }
-}
-
 /* ---- batch norm and pooling (bn_pool.cu) ---------------------------------- */
-
-/* x as n batch items, c channels, s spatial elements (src/ops/batchnorm.c's layouts). */
-static void bn_shape(const ts_operand *x, int cl, int64_t *n, int64_t *c, int64_t *s) {
-    *n = x->dims[0];
-    *c = x->dims[cl ? x->rank - 1 : 1];
-    *s = cl ? prod(x->dims, 1, x->rank - 1) : prod(x->dims, 2, x->rank);
-}
 
 static ts_status plan_bn(const ts_program *prog, int i, cu_op *o) {
     const ts_instr *in = &prog->ins[i];
@@ -276,32 +241,12 @@ static ts_status plan_bn(const ts_program *prog, int i, cu_op *o) {
     if (a->masked) return unsupported(prog, i, "no CUDA kernel for the row-masked batch norm yet");
     const ts_operand *x = &in->in[in->op == TS_OP_BATCH_NORM ? 0 : 1];
     int64_t n, c, s;
-    bn_shape(x, a->channels_last != 0, &n, &c, &s);
+    cu_bn_shape(x, a->channels_last != 0, &n, &c, &s);
     if (c > 65535) return unsupported(prog, i, "more than 65535 channels");
     if (in->op == TS_OP_BATCH_NORM && a->training && n * s < 2)
         return unsupported(prog, i, "training needs more than one value per channel");
     o->scratch = cu_batch_norm_scratch(n, c, s);
     return TS_OK;
-}
-
-/* pool.c's geometry: x the pooled input, y the output. */
-static void pool_geo(cu_pool_geo *q, const ts_pool_attrs *a, const ts_operand *x,
-                     const ts_operand *y) {
-    const int nd = (int)a->nd, cl = a->channels_last != 0, sp = cl ? 1 : 2;
-    memset(q, 0, sizeof *q);
-    q->mode = (int)a->mode;
-    q->cl = cl;
-    q->N = x->dims[0];
-    q->C = x->dims[cl ? nd + 1 : 1];
-    for (int j = 0; j < 3; j++) q->in[j] = q->out[j] = q->k[j] = q->s[j] = 1, q->p[j] = 0;
-    for (int j = 0; j < nd; j++) {
-        int t = 3 - nd + j;
-        q->in[t] = x->dims[sp + j];
-        q->out[t] = y->dims[sp + j];
-        q->k[t] = a->kernel[j];
-        q->s[t] = a->stride[j];
-        q->p[t] = a->padding[j];
-    }
 }
 
 static ts_status plan_pool(const ts_program *prog, int i) {
@@ -327,7 +272,7 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
     case TS_OP_MAXMIN_BWD:
     case TS_OP_WHERE: return plan_eltwise(st, prog, rt, i);
     case TS_OP_CAST:
-        if (cast_kind(in->in[0].dtype) < 0 || cast_kind(in->out[0].dtype) < 0)
+        if (cu_cast_kind(in->in[0].dtype) < 0 || cu_cast_kind(in->out[0].dtype) < 0)
             return unsupported(prog, i, "casts only between f32, bf16 and f16");
         return TS_OK;
     case TS_OP_MATMUL:
@@ -341,16 +286,18 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
     case TS_OP_SCATTER_ADD: {
         if (in->out[0].dtype != TS_F32 || in->in[0].dtype != TS_F32)
             return unsupported(prog, i, "needs f32");
-        if (numel(&in->in[1]) >= INT32_MAX || in->a.index.extent >= INT32_MAX)
+        if (cu_numel(&in->in[1]) >= INT32_MAX || in->a.index.extent >= INT32_MAX)
             return unsupported(prog, i, "more than 2^31 indices or rows");
-        o->scratch = cu_scatter_add_scratch(numel(&in->in[1]), in->out[0].dims[in->a.index.axis]);
+        o->scratch =
+            cu_scatter_add_scratch(cu_numel(&in->in[1]), in->out[0].dims[in->a.index.axis]);
         if (!o->scratch) return unsupported(prog, i, "CUB could not size its sort");
         return TS_OK;
     }
     case TS_OP_LAYER_NORM_BWD: {
         if (!all_f32(in)) return unsupported(prog, i, "needs f32");
         const ts_operand *x = &in->in[1];
-        o->scratch = cu_layer_norm_bwd_scratch(prod(x->dims, 0, x->rank - 1), x->dims[x->rank - 1]);
+        o->scratch =
+            cu_layer_norm_bwd_scratch(cu_prod(x->dims, 0, x->rank - 1), x->dims[x->rank - 1]);
         return TS_OK;
     }
     case TS_OP_CROSS_ENTROPY:
@@ -378,7 +325,7 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
         if ((q->rank != 4 && q->rank != 5) || q->dims[q->rank - 1] > 256)
             return unsupported(prog, i, "needs [B, H, T, hd <= 256] or the packed qkv");
         cu_attn_geom ge;
-        attn_geom(q, &ge);
+        cu_attn_geom_of(q, &ge);
         if (in->op == TS_OP_ATTENTION_BWD)
             o->scratch = (size_t)(ge.B * ge.H * ge.t) * sizeof(float);
         /* bf16 plans round attention's operands to bf16 anyway (docs/precision.md): there
@@ -406,7 +353,7 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
         o->n_groups = (in->n_in - has_coef) / 4;
         o->max_size = 0;
         for (int g = 0; g < o->n_groups; g++)
-            if (numel(&in->in[4 * g]) > o->max_size) o->max_size = numel(&in->in[4 * g]);
+            if (cu_numel(&in->in[4 * g]) > o->max_size) o->max_size = cu_numel(&in->in[4 * g]);
         return TS_OK;
     }
     case TS_OP_SGD_UPDATE: {
@@ -417,16 +364,16 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
         o->n_groups = (in->n_in - has_coef) / per;
         o->max_size = 0;
         for (int g = 0; g < o->n_groups; g++)
-            if (numel(&in->in[per * g]) > o->max_size) o->max_size = numel(&in->in[per * g]);
+            if (cu_numel(&in->in[per * g]) > o->max_size) o->max_size = cu_numel(&in->in[per * g]);
         return TS_OK;
     }
     case TS_OP_UNSCALE_GRADS:
-        if (!all_f32(in) || numel(&in->in[0]) != 1)
+        if (!all_f32(in) || cu_numel(&in->in[0]) != 1)
             return unsupported(prog, i, "needs f32 gradients and scale");
         o->n_groups = in->n_in - 1;
         o->max_size = 0;
         for (int g = 1; g < in->n_in; g++)
-            if (numel(&in->in[g]) > o->max_size) o->max_size = numel(&in->in[g]);
+            if (cu_numel(&in->in[g]) > o->max_size) o->max_size = cu_numel(&in->in[g]);
         o->scratch = (size_t)in->n_in * sizeof(int);
         return TS_OK;
     case TS_OP_GRAD_STATS:
@@ -446,7 +393,7 @@ ts_status cu_plan_ins(cu_state *st, const ts_program *prog, const ts_runtime *rt
             while (lead < x->rank && (in->a.reduce.axes >> lead & 1)) lead++;
             if (lead > 0 && lead < x->rank && in->a.reduce.axes == ((int64_t)1 << lead) - 1)
                 o->scratch =
-                    cu_col_sum_scratch(prod(x->dims, 0, lead), prod(x->dims, lead, x->rank));
+                    cu_col_sum_scratch(cu_prod(x->dims, 0, lead), cu_prod(x->dims, lead, x->rank));
             return TS_OK;
         }
         if (in->op == TS_OP_LAYER_NORM) return TS_OK;
@@ -473,263 +420,10 @@ ts_status cu_write_tables(cu_state *st, const ts_program *prog, int i) {
     for (int k = 0; k < g; k++) {
         for (int j = 0; j < per; j++)
             ptrs[per * k + j] = cu_at(st, in->in[first + per * k + j].off);
-        sizes[k] = numel(&in->in[first + per * k]);
+        sizes[k] = cu_numel(&in->in[first + per * k]);
     }
     cudaError_t e =
         cudaMemcpy(st->dev + st->tables_off + o->table_off, host, bytes, cudaMemcpyHostToDevice);
     free(host);
     return e == cudaSuccess ? TS_OK : cu_err(e, "writing the optimizer tables", in->label);
-}
-
-/* ---- running ------------------------------------------------------------- */
-
-static void *dptr(const cu_state *st, const ts_operand *o) {
-    return cu_at(st, o->off);
-}
-
-ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
-    const ts_instr *in = &prog->ins[i];
-    const cu_op *o = &st->ops[i];
-    cu_stream s = (cu_stream)st->stream;
-    void *scratch = st->dev + st->scratch_off;
-    int rc = 0;
-    switch (in->op) {
-    case TS_OP_CAST:
-        rc = cu_cast(dptr(st, &in->out[0]), cast_kind(in->out[0].dtype), dptr(st, &in->in[0]),
-                     cast_kind(in->in[0].dtype), numel(&in->out[0]), s);
-        break;
-    case TS_OP_MATMUL:
-    case TS_OP_MATMUL_EPI: return cu_gemm_run(st, prog, i, o->gemm);
-    case TS_OP_RESHAPE:
-        if (in->out[0].off != in->in[0].off)
-            rc = (int)cudaMemcpyAsync(dptr(st, &in->out[0]), dptr(st, &in->in[0]),
-                                      cu_bytes(&in->in[0]), cudaMemcpyDeviceToDevice, st->stream);
-        break;
-    case TS_OP_PERMUTE:
-        rc = cu_permute(dptr(st, &in->out[0]), dptr(st, &in->in[0]),
-                        (int)cu_host->dtype_size(in->in[0].dtype), in->in[0].rank, in->in[0].dims,
-                        in->a.permute.perm, s);
-        break;
-    case TS_OP_CONCAT: {
-        const ts_operand *y = &in->out[0];
-        int ax = (int)in->a.concat.axis, es = (int)cu_host->dtype_size(y->dtype);
-        int64_t outer = prod(y->dims, 0, ax), inner = prod(y->dims, ax + 1, y->rank), at = 0;
-        for (int j = 0; j < in->n_in && !rc; j++) {
-            int64_t len = in->in[j].dims[ax];
-            rc = cu_copy_axis(dptr(st, y), y->dims[ax], at, dptr(st, &in->in[j]), len, 0, len,
-                              outer, inner, es, s);
-            at += len;
-        }
-        break;
-    }
-    case TS_OP_SLICE: {
-        const ts_operand *x = &in->in[0];
-        int ax = (int)in->a.slice.axis, es = (int)cu_host->dtype_size(x->dtype);
-        int64_t len = in->a.slice.end - in->a.slice.start;
-        rc =
-            cu_copy_axis(dptr(st, &in->out[0]), len, 0, dptr(st, x), x->dims[ax], in->a.slice.start,
-                         len, prod(x->dims, 0, ax), prod(x->dims, ax + 1, x->rank), es, s);
-        break;
-    }
-    case TS_OP_SLICE_BWD: {
-        const ts_operand *y = &in->out[0];
-        int ax = (int)in->a.slice.axis, es = (int)cu_host->dtype_size(y->dtype);
-        int64_t len = in->a.slice.end - in->a.slice.start;
-        rc = cu_zero(dptr(st, y), cu_bytes(y), s);
-        if (!rc)
-            rc =
-                cu_copy_axis(dptr(st, y), y->dims[ax], in->a.slice.start, dptr(st, &in->in[0]), len,
-                             0, len, prod(y->dims, 0, ax), prod(y->dims, ax + 1, y->rank), es, s);
-        break;
-    }
-    case TS_OP_GATHER: {
-        const ts_operand *x = &in->in[0], *ix = &in->in[1];
-        int ax = (int)in->a.index.axis;
-        rc = cu_gather(dptr(st, &in->out[0]), dptr(st, x), dptr(st, ix), ix->dtype == TS_I64,
-                       numel(ix), prod(x->dims, 0, ax), x->dims[ax], prod(x->dims, ax + 1, x->rank),
-                       (int)cu_host->dtype_size(x->dtype), st->d_err, s);
-        break;
-    }
-    case TS_OP_SCATTER_ADD: {
-        const ts_operand *y = &in->out[0], *ix = &in->in[1];
-        int ax = (int)in->a.index.axis;
-        rc = cu_scatter_add(dptr(st, y), dptr(st, &in->in[0]), dptr(st, ix), ix->dtype == TS_I64,
-                            numel(ix), prod(y->dims, 0, ax), y->dims[ax],
-                            prod(y->dims, ax + 1, y->rank), scratch, o->scratch, st->d_err, s);
-        break;
-    }
-    case TS_OP_REDUCE_SUM:
-        if (o->scratch) { /* leading axes (planned): coalesced column sums */
-            const ts_operand *x = &in->in[0];
-            int lead = 0;
-            while (in->a.reduce.axes >> lead & 1) lead++;
-            rc = cu_col_sum(dptr(st, &in->out[0]), dptr(st, x), prod(x->dims, 0, lead),
-                            prod(x->dims, lead, x->rank), in->a.reduce.scale, scratch, s);
-            break;
-        }
-        rc = cu_reduce_sum(dptr(st, &in->out[0]), dptr(st, &in->in[0]), in->in[0].rank,
-                           in->in[0].dims, in->a.reduce.axes, in->a.reduce.scale, s);
-        break;
-    case TS_OP_LAYER_NORM: {
-        const ts_operand *x = &in->in[0];
-        int hw = in->a.norm.has_w != 0, hb = in->a.norm.has_b != 0;
-        rc = cu_layer_norm(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),
-                           dptr(st, x), hw ? dptr(st, &in->in[1]) : NULL,
-                           hb ? dptr(st, &in->in[1 + hw]) : NULL, prod(x->dims, 0, x->rank - 1),
-                           x->dims[x->rank - 1], in->a.norm.eps, s);
-        break;
-    }
-    case TS_OP_LAYER_NORM_BWD: {
-        const ts_operand *x = &in->in[1];
-        int hw = in->a.norm.has_w != 0, hb = in->a.norm.has_b != 0;
-        rc = cu_layer_norm_bwd(dptr(st, &in->out[0]), hw ? dptr(st, &in->out[1]) : NULL,
-                               hb ? dptr(st, &in->out[1 + hw]) : NULL, dptr(st, &in->in[0]),
-                               dptr(st, x), dptr(st, &in->in[2]), dptr(st, &in->in[3]),
-                               hw ? dptr(st, &in->in[4]) : NULL, prod(x->dims, 0, x->rank - 1),
-                               x->dims[x->rank - 1], scratch, s);
-        break;
-    }
-    case TS_OP_CROSS_ENTROPY: {
-        const ts_operand *x = &in->in[0], *t = &in->in[1];
-        rc = cu_cross_entropy(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, x),
-                              dptr(st, t), t->dtype == TS_I64,
-                              in->n_in == 3 ? dptr(st, &in->in[2]) : NULL, x->dims[0], x->dims[1],
-                              in->a.cross_entropy.ignore_index, scratch, st->d_err, s);
-        break;
-    }
-    case TS_OP_CROSS_ENTROPY_BWD: {
-        const ts_operand *x = &in->in[1], *t = &in->in[2];
-        rc = cu_cross_entropy_bwd(
-            dptr(st, &in->out[0]), dptr(st, &in->in[0]), dptr(st, x), dptr(st, &in->in[3]),
-            dptr(st, t), t->dtype == TS_I64, in->n_in == 5 ? dptr(st, &in->in[4]) : NULL,
-            x->dims[0], x->dims[1], in->a.cross_entropy.ignore_index, scratch, st->d_err, s);
-        break;
-    }
-    case TS_OP_ATTENTION: {
-        const ts_operand *q = &in->in[0];
-        if (o->attn_tc) {
-            cu_attn_geom ge;
-            attn_geom(q, &ge);
-            float *qp = dptr(st, q);
-            const int packed = q->rank == 5;
-            const int64_t kv = ge.H * q->dims[q->rank - 1]; /* k, v after q in the packed qkv */
-            rc = cu_attention_tc(dptr(st, &in->out[0]), dptr(st, &in->out[1]), qp,
-                                 packed ? qp + kv : dptr(st, &in->in[1]),
-                                 packed ? qp + 2 * kv : dptr(st, &in->in[2]), &ge,
-                                 (int)in->a.attention.causal, (float)in->a.attention.scale, s);
-            break;
-        }
-        rc = cu_attention(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, q),
-                          dptr(st, &in->in[1]), dptr(st, &in->in[2]), q->dims[0] * q->dims[1],
-                          q->dims[2], q->dims[3], (int)in->a.attention.causal,
-                          (float)in->a.attention.scale, s);
-        break;
-    }
-    case TS_OP_ATTENTION_BWD: {
-        const ts_operand *q = &in->in[1];
-        if (o->attn_tc) {
-            /* (do, q, k, v, o, lse) -> (dq, dk, dv), or packed (do, qkv, o, lse) -> (dqkv) */
-            cu_attn_geom ge;
-            attn_geom(q, &ge);
-            const int packed = q->rank == 5;
-            const int64_t kv = ge.H * q->dims[q->rank - 1];
-            float *qp = dptr(st, q), *dq = dptr(st, &in->out[0]);
-            rc = cu_attention_bwd_tc(
-                dq, packed ? dq + kv : dptr(st, &in->out[1]),
-                packed ? dq + 2 * kv : dptr(st, &in->out[2]), dptr(st, &in->in[0]), qp,
-                packed ? qp + kv : dptr(st, &in->in[2]),
-                packed ? qp + 2 * kv : dptr(st, &in->in[3]), dptr(st, &in->in[packed ? 2 : 4]),
-                dptr(st, &in->in[packed ? 3 : 5]), scratch, &ge, (int)in->a.attention.causal,
-                (float)in->a.attention.scale, s);
-            break;
-        }
-        rc = cu_attention_bwd(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),
-                              dptr(st, &in->in[0]), dptr(st, q), dptr(st, &in->in[2]),
-                              dptr(st, &in->in[3]), dptr(st, &in->in[4]), dptr(st, &in->in[5]),
-                              scratch, q->dims[0] * q->dims[1], q->dims[2], q->dims[3],
-                              (int)in->a.attention.causal, (float)in->a.attention.scale, s);
-        break;
-    }
-    case TS_OP_CONV:
-    case TS_OP_CONV_BWD_DATA:
-    case TS_OP_CONV_BWD_WEIGHT: return cu_conv_run(st, prog, i, o->conv);
-    case TS_OP_BATCH_NORM: {
-        const ts_batch_norm_attrs *a = &in->a.batch_norm;
-        const int aff = a->affine != 0, cl = a->channels_last != 0;
-        int64_t n, c, sp;
-        bn_shape(&in->in[0], cl, &n, &c, &sp);
-        rc = cu_batch_norm(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),
-                           dptr(st, &in->in[1 + 2 * aff]), dptr(st, &in->in[2 + 2 * aff]),
-                           dptr(st, &in->in[0]), aff ? dptr(st, &in->in[1]) : NULL,
-                           aff ? dptr(st, &in->in[2]) : NULL, n, c, sp, cl, a->training != 0,
-                           a->relu != 0, a->momentum, a->eps, scratch, s);
-        break;
-    }
-    case TS_OP_BATCH_NORM_BWD: {
-        const ts_batch_norm_attrs *a = &in->a.batch_norm;
-        const int aff = a->affine != 0, relu = a->relu != 0, cl = a->channels_last != 0;
-        int64_t n, c, sp;
-        bn_shape(&in->in[1], cl, &n, &c, &sp);
-        rc = cu_batch_norm_bwd(
-            dptr(st, &in->out[0]), aff ? dptr(st, &in->out[1]) : NULL,
-            aff ? dptr(st, &in->out[2]) : NULL, dptr(st, &in->in[0]), dptr(st, &in->in[1]),
-            dptr(st, &in->in[2]), dptr(st, &in->in[3]), aff ? dptr(st, &in->in[4]) : NULL,
-            aff && relu ? dptr(st, &in->in[5]) : NULL, n, c, sp, cl, relu, scratch, s);
-        break;
-    }
-    case TS_OP_POOL: {
-        cu_pool_geo q;
-        pool_geo(&q, &in->a.pool, &in->in[0], &in->out[0]);
-        rc = cu_pool(dptr(st, &in->out[0]), dptr(st, &in->in[0]), &q, s);
-        break;
-    }
-    case TS_OP_POOL_BWD: {
-        cu_pool_geo q;
-        pool_geo(&q, &in->a.pool, &in->out[0], &in->in[0]);
-        rc = cu_pool_bwd(dptr(st, &in->out[0]), dptr(st, &in->in[0]),
-                         in->n_in > 1 ? dptr(st, &in->in[1]) : NULL, &q, s);
-        break;
-    }
-    case TS_OP_ADAM_UPDATE: {
-        const unsigned char *t = st->dev + st->tables_off + o->table_off;
-        int has_coef = in->a.adam.has_coef != 0;
-        rc = cu_adam((float *const *)t,
-                     (const int64_t *)(t + (size_t)o->n_groups * 4 * sizeof(void *)), o->n_groups,
-                     o->max_size, st->d_step, has_coef ? dptr(st, &in->in[in->n_in - 1]) : NULL,
-                     (int)in->a.adam.decoupled, in->a.adam.beta1, in->a.adam.beta2, in->a.adam.eps,
-                     in->a.adam.weight_decay, s);
-        break;
-    }
-    case TS_OP_SGD_UPDATE: {
-        const unsigned char *t = st->dev + st->tables_off + o->table_off;
-        const ts_sgd_attrs *a = &in->a.sgd;
-        int per = 2 + (a->has_buf != 0);
-        rc = cu_sgd((float *const *)t,
-                    (const int64_t *)(t + (size_t)o->n_groups * per * sizeof(void *)), o->n_groups,
-                    per, o->max_size, st->d_step,
-                    a->has_coef ? dptr(st, &in->in[in->n_in - 1]) : NULL, a->momentum, a->dampening,
-                    a->weight_decay, a->nesterov != 0, s);
-        break;
-    }
-    case TS_OP_CLIP_COEF: {
-        const unsigned char *t = st->dev + st->tables_off + o->table_off;
-        rc = cu_clip_coef(dptr(st, &in->out[0]), (const float *const *)t,
-                          (const int64_t *)(t + (size_t)o->n_groups * sizeof(void *)), o->n_groups,
-                          in->a.clip.max_norm, scratch, s);
-        break;
-    }
-    case TS_OP_UNSCALE_GRADS: {
-        const unsigned char *t = st->dev + st->tables_off + o->table_off;
-        rc = cu_unscale(dptr(st, &in->out[0]), (float *const *)t,
-                        (const int64_t *)(t + (size_t)o->n_groups * sizeof(void *)), o->n_groups,
-                        o->max_size, dptr(st, &in->in[0]), scratch, s);
-        break;
-    }
-    case TS_OP_GRAD_STATS:
-        rc = cu_grad_stats(dptr(st, &in->out[0]), dptr(st, &in->in[0]), numel(&in->in[0]), scratch,
-                           s);
-        break;
-    default: rc = cu_eltwise(&o->ew, s); /* elementwise ops, fused_eltwise, expand */
-    }
-    return rc ? cu_err((cudaError_t)rc, in->name, in->label) : TS_OK;
 }
