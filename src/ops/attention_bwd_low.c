@@ -145,9 +145,20 @@ ts_status ts_attn_bwd_low_out(const ts_kargs *k) {
             ts_attn_head_offsets(&g, bh, &hi, &ho);
             fin_ctx c = {gr, dqkv + hi, T_, hd, g.ld_in, gk, part + bh * w};
             for (int64_t j = 0; j < w; j++) c.col[j] = 0;
+            ts_attn_geom gi = gs; /* the next head's q, k, v, do and o rows */
+            if (bh + 1 < BH) {
+                int64_t nh, no;
+                ts_attn_head_offsets(&g, bh + 1, &nh, &no);
+                for (int j = 0; j < 3; j++)
+                    gi.pf[j] = q + (j * gk + nh) * es, gi.pf_ld[j] = g.ld_in * es,
+                    gi.pf_bytes[j] = hd * es;
+                gi.pf[3] = (const char *)(dout + no), gi.pf[4] = (const char *)(o + no);
+                gi.pf_ld[3] = gi.pf_ld[4] = g.ld_out * 4, gi.pf_bytes[3] = gi.pf_bytes[4] = hd * 4;
+                gi.pf_n = 5;
+            }
             ts_attn_bwd_item_low_fin(dout + ho, q + hi * es, q + (gk + hi) * es,
                                      q + (2 * gk + hi) * es, o + ho, lse + bh * T_, gr, gr + hd,
-                                     gr + 2 * hd, &gs, scale, causal, (float *)sl, fin, &c);
+                                     gr + 2 * hd, &gi, scale, causal, (float *)sl, fin, &c);
         }
     }
     /* column (part p, head h, d) of the sums: the partials of (b, h) in b order */

@@ -383,7 +383,17 @@ static int threads_for(int64_t slots, int64_t work) {
                 int64_t bh = it % BH, qb = nqb - 1 - it / BH, hi, ho;                              \
                 int64_t q0 = items == BH ? 0 : qb * BS, q1 = items == BH ? T_ : q0 + BS;           \
                 ts_attn_head_offsets(&g, bh, &hi, &ho);                                            \
-                item(q + hi * es, kk + hi * es, v + hi * es, o + ho, lse + bh * T_, &g, q0,        \
+                ts_attn_geom gi = g; /* whole heads: the next head's q, k and v rows */            \
+                if (items == BH && bh + 1 < BH) {                                                  \
+                    int64_t nh, no;                                                                \
+                    ts_attn_head_offsets(&g, bh + 1, &nh, &no);                                    \
+                    const char *srcs[3] = {q, kk, v};                                              \
+                    for (int j = 0; j < 3; j++)                                                    \
+                        gi.pf[j] = srcs[j] + nh * es, gi.pf_ld[j] = g.ld_in * es,                  \
+                        gi.pf_bytes[j] = hd * es;                                                  \
+                    gi.pf_n = 3;                                                                   \
+                }                                                                                  \
+                item(q + hi * es, kk + hi * es, v + hi * es, o + ho, lse + bh * T_, &gi, q0,       \
                      q1 < T_ ? q1 : T_, scale, causal, w);                                         \
             }                                                                                      \
         }                                                                                          \
@@ -503,6 +513,7 @@ void ts_attn_bwd_rowdot_f32(float *D, const float *dout, const float *o, int64_t
 /* ---- the geometry of the two forms ------------------------------------------------------- */
 
 void ts_attn_geom_of(const ts_type *q, ts_attn_geom *g) {
+    memset(g, 0, sizeof *g); /* no prefetch streams */
     g->packed = q->rank == 5;
     g->in_bf16 = q->dtype == TS_BF16;
     if (g->packed) {
@@ -530,6 +541,14 @@ void ts_attn_head_offsets(const ts_attn_geom *g, int64_t bh, int64_t *in, int64_
     int64_t b = bh / g->H, h = bh % g->H;
     *in = b * g->seq * g->ld_in + h * g->hd;
     *out = b * g->seq * g->ld_out + h * g->hd;
+}
+
+void ts_attn_prefetch_part(const ts_attn_geom *g, int64_t part, int64_t parts) {
+    const int64_t r0 = g->seq * part / parts, r1 = g->seq * (part + 1) / parts;
+    for (int j = 0; j < g->pf_n; j++)
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t b = 0; b < g->pf_bytes[j]; b += 64)
+                __builtin_prefetch(g->pf[j] + r * g->pf_ld[j] + b, 0, 3);
 }
 
 /* ---- the kernels of attention and attention_bwd --------------------------- */

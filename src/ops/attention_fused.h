@@ -44,6 +44,12 @@ typedef struct ts_attn_geom {
     int packed;            /* q is the rank-5 qkv */
     int in_bf16;           /* q, k and v are bf16 (the bf16 items only: passes/qkv_low.c) */
     int64_t ld_in, ld_out, ld_grad;
+    /* The next item's rows to prefetch while this item runs (pf_n streams, NULL-free; 0: none):
+     * stream j's row r at pf[j] + r * pf_ld[j], pf_bytes[j] bytes of it. Set per item by the
+     * kernels' loops (ts_attn_prefetch_next), read by the bf16 items a part at a time. */
+    int pf_n;
+    const char *pf[5];
+    int64_t pf_ld[5], pf_bytes[5];
 } ts_attn_geom;
 /* The geometry of q's type (rank 4: split, rank 5: packed qkv). */
 void ts_attn_geom_of(const ts_type *q, ts_attn_geom *g);
@@ -51,6 +57,8 @@ void ts_attn_geom_of_tensor(const ts_tensor *q, ts_attn_geom *g);
 /* Offsets of head bh = b * H + h: in q (and dq; k and v are H * hd and 2 * H * hd further
  * in the packed form), out in o and do. */
 void ts_attn_head_offsets(const ts_attn_geom *g, int64_t bh, int64_t *in, int64_t *out);
+/* Prefetch rows [seq * part / parts, seq * (part + 1) / parts) of g's next-item streams. */
+void ts_attn_prefetch_part(const ts_attn_geom *g, int64_t part, int64_t parts);
 
 /* The kernels of attention and attention_bwd (f32 with or without attention.low, f64). */
 ts_status ts_attn_fwd(const ts_kargs *k);
