@@ -51,6 +51,10 @@ static ts_status train_loop(session *s) {
      * the step whose checkpoint ckpt.on_signal save commits for it. */
     double t_stop = 0;
     int64_t stop_saved = 0;
+    /* The data's own fault found during the loop (a batch's bad token, or the lineage's hashing
+     * pass that reached it first): a data error like one found before the first step (exit 2),
+     * whichever of the two readers meets the bad token first. */
+    int bad_data = 0;
     /* A stop requested while the data loaded or the plan compiled. */
     if (s->o->stop && *s->o->stop) {
         r->interrupted = 1;
@@ -64,6 +68,7 @@ static ts_status train_loop(session *s) {
         /* The time this step waited for its batch (prefetch: src/data/prefetch.c). */
         const double w0 = s->loader ? ts_loader_wait_seconds(s->loader) : 0;
         st = ts_sess_next_batch(s, step);
+        bad_data = st == TS_ERR_FORMAT || st == TS_ERR_INVALID;
         const double wait = s->loader ? ts_loader_wait_seconds(s->loader) - w0 : 0;
         double loss = NAN, agreed;
         int agreed_stop = -1; /* the step's own meetings agreed on the stop flag (repro.h) */
@@ -190,7 +195,10 @@ static ts_status train_loop(session *s) {
             break;
         }
     }
-    if (st == TS_OK) st = ts_sess_lineage_settle(s, 1);
+    if (st == TS_OK) {
+        st = ts_sess_lineage_settle(s, 1);
+        bad_data = st == TS_ERR_FORMAT || st == TS_ERR_INVALID;
+    }
     st = ts_sess_last_save(s, st);
     if (st == TS_OK && stop_saved && s->rank == 0) {
         const double took = ts_now() - t_stop;
@@ -208,7 +216,7 @@ static ts_status train_loop(session *s) {
     if (st == TS_OK && s->metrics && (fflush(s->metrics) != 0 || ferror(s->metrics)))
         st = ts_fail(TS_ERR_IO, "writing %s/metrics.jsonl failed", r->run_dir);
     if (st != TS_OK) {
-        r->failed_in_step = 1;
+        r->failed_in_step = !bad_data;
         return st;
     }
     if (s->n_rates) {
