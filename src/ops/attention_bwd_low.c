@@ -150,11 +150,9 @@ ts_status ts_attn_bwd_low_out(const ts_kargs *k) {
                 int64_t nh, no;
                 ts_attn_head_offsets(&g, bh + 1, &nh, &no);
                 for (int j = 0; j < 3; j++)
-                    gi.pf[j] = q + (j * gk + nh) * es, gi.pf_ld[j] = g.ld_in * es,
-                    gi.pf_bytes[j] = hd * es;
-                gi.pf[3] = (const char *)(dout + no), gi.pf[4] = (const char *)(o + no);
-                gi.pf_ld[3] = gi.pf_ld[4] = g.ld_out * 4, gi.pf_bytes[3] = gi.pf_bytes[4] = hd * 4;
-                gi.pf_n = 5;
+                    ts_attn_prefetch_add(&gi, q + (j * gk + nh) * es, g.ld_in * es, hd * es);
+                ts_attn_prefetch_add(&gi, dout + no, g.ld_out * 4, hd * 4);
+                ts_attn_prefetch_add(&gi, o + no, g.ld_out * 4, hd * 4);
             }
             ts_attn_bwd_item_low_fin(dout + ho, q + hi * es, q + (gk + hi) * es,
                                      q + (2 * gk + hi) * es, o + ho, lse + bh * T_, gr, gr + hd,

@@ -389,9 +389,7 @@ static int threads_for(int64_t slots, int64_t work) {
                     ts_attn_head_offsets(&g, bh + 1, &nh, &no);                                    \
                     const char *srcs[3] = {q, kk, v};                                              \
                     for (int j = 0; j < 3; j++)                                                    \
-                        gi.pf[j] = srcs[j] + nh * es, gi.pf_ld[j] = g.ld_in * es,                  \
-                        gi.pf_bytes[j] = hd * es;                                                  \
-                    gi.pf_n = 3;                                                                   \
+                        ts_attn_prefetch_add(&gi, srcs[j] + nh * es, g.ld_in * es, hd * es);       \
                 }                                                                                  \
                 item(q + hi * es, kk + hi * es, v + hi * es, o + ho, lse + bh * T_, &gi, q0,       \
                      q1 < T_ ? q1 : T_, scale, causal, w);                                         \
@@ -541,6 +539,12 @@ void ts_attn_head_offsets(const ts_attn_geom *g, int64_t bh, int64_t *in, int64_
     int64_t b = bh / g->H, h = bh % g->H;
     *in = b * g->seq * g->ld_in + h * g->hd;
     *out = b * g->seq * g->ld_out + h * g->hd;
+}
+
+void ts_attn_prefetch_add(ts_attn_geom *g, const void *p, int64_t ld_bytes, int64_t row_bytes) {
+    if (g->pf_n >= (int)(sizeof g->pf / sizeof g->pf[0])) return;
+    g->pf[g->pf_n] = p, g->pf_ld[g->pf_n] = ld_bytes, g->pf_bytes[g->pf_n] = row_bytes;
+    g->pf_n++;
 }
 
 void ts_attn_prefetch_part(const ts_attn_geom *g, int64_t part, int64_t parts) {

@@ -46,7 +46,7 @@ typedef struct ts_attn_geom {
     int64_t ld_in, ld_out, ld_grad;
     /* The next item's rows to prefetch while this item runs (pf_n streams, NULL-free; 0: none):
      * stream j's row r at pf[j] + r * pf_ld[j], pf_bytes[j] bytes of it. Set per item by the
-     * kernels' loops (ts_attn_prefetch_next), read by the bf16 items a part at a time. */
+     * kernels' loops (ts_attn_prefetch_add), read by the bf16 items a part at a time. */
     int pf_n;
     const char *pf[5];
     int64_t pf_ld[5], pf_bytes[5];
@@ -57,6 +57,8 @@ void ts_attn_geom_of_tensor(const ts_tensor *q, ts_attn_geom *g);
 /* Offsets of head bh = b * H + h: in q (and dq; k and v are H * hd and 2 * H * hd further
  * in the packed form), out in o and do. */
 void ts_attn_head_offsets(const ts_attn_geom *g, int64_t bh, int64_t *in, int64_t *out);
+/* Add a next-item stream to g: rows ld_bytes apart from p, row_bytes of each (at most 5). */
+void ts_attn_prefetch_add(ts_attn_geom *g, const void *p, int64_t ld_bytes, int64_t row_bytes);
 /* Prefetch rows [seq * part / parts, seq * (part + 1) / parts) of g's next-item streams. */
 void ts_attn_prefetch_part(const ts_attn_geom *g, int64_t part, int64_t parts);
 
