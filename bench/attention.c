@@ -47,13 +47,7 @@ static ts_plan *compile(ts_dtype compute, int threads, const int64_t *d) {
     opt.threads = threads;
     opt.profile = 1;
     opt.precision.compute = compute;
-    ts_plan *p = NULL;
-    if (ts_compile(g, &spec, &opt, &p) != TS_OK) {
-        fprintf(stderr, "compile: %s\n", ts_last_error());
-        exit(1);
-    }
-    ts_graph_free(g);
-    return p;
+    return bench_compile(g, &spec, &opt);
 }
 
 int main(int argc, char **argv) {

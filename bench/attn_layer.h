@@ -15,6 +15,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include "profile_step.h"
 #include "tessel/tessel.h"
 
 enum { BENCH_ATTN_H = 8, BENCH_ATTN_HD = 64, BENCH_ATTN_D = BENCH_ATTN_H * BENCH_ATTN_HD };
@@ -39,13 +40,7 @@ static inline ts_plan *bench_attn_layer(int64_t B, int64_t T, ts_compile_options
     opt.profile = 1;
     opt.precision.compute = TS_BF16;
     opt.no_weight_copies = 1; /* x's bf16 copy is the optimizer's business, not what is timed */
-    ts_plan *p = NULL;
-    if (ts_compile(g, &spec, &opt, &p) != TS_OK) {
-        fprintf(stderr, "compile: %s\n", ts_last_error());
-        exit(1);
-    }
-    ts_graph_free(g);
-    return p;
+    return bench_compile(g, &spec, &opt);
 }
 
 #endif

@@ -50,13 +50,7 @@ static ts_plan *compile(int copies, int threads) {
     opt.profile = 1;
     opt.precision.compute = TS_BF16;
     opt.no_weight_copies = !copies;
-    ts_plan *p = NULL;
-    if (ts_compile(g, &spec, &opt, &p) != TS_OK) {
-        fprintf(stderr, "compile: %s\n", ts_last_error());
-        exit(1);
-    }
-    ts_graph_free(g);
-    return p;
+    return bench_compile(g, &spec, &opt);
 }
 
 int main(int argc, char **argv) {
