@@ -30,7 +30,7 @@
  * (checkpointed as row r of [ranks, elements], ts_plan_compress_row); q is
  * [elements of the Q_i], the same on every rank, starting from N(0, 1)
  * drawn from the compile seed. Products accumulate in double, in a fixed
- * order.
+ * order (src/ops/psgd_products.h).
  *
  * Momentum correction (a.momentum > 0, DGC's, dist.compress_momentum): psgd_start
  * takes one more state input after q, vel [elements of every gradient of the
@@ -53,6 +53,7 @@
 #include "collective.h"
 #include "dist/compress.h"
 #include "kern.h"
+#include "psgd_products.h"
 
 static const char *lbl(const ts_kargs *k) {
     return k->label ? k->label : "?";
@@ -144,65 +145,6 @@ static ts_status rt_of(const ts_kargs *k, const char *op, ts_dist_rt **rt, int *
     return TS_OK;
 }
 
-/* c [n, r] = a [n, m] b [m, r]: rows in parallel, each row's sums in a
- * fixed order (the same bits with any thread count). */
-static void mm_nm_mr(const float *a, const float *b, float *c, int64_t n, int64_t m, int r) {
-#pragma omp parallel for schedule(static) if (n * m >= TS_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        double acc[64] = {0};
-        const float *ai = a + i * m;
-        for (int64_t l = 0; l < m; l++) {
-            const double al = ai[l];
-            for (int j = 0; j < r; j++) acc[j] += al * (double)b[l * r + j];
-        }
-        for (int j = 0; j < r; j++) c[i * r + j] = (float)acc[j];
-    }
-}
-
-/* c [m, r] = a^T b, a [n, m], b [n, r]: blocks of 32 columns of a in
- * parallel, each reading its columns of every row in order, so a is read
- * row-wise and every sum runs over i = 0, 1, ... */
-static void mm_tn(const float *a, const float *b, float *c, int64_t n, int64_t m, int r) {
-    enum { COLS = 32 };
-    const int64_t nblk = (m + COLS - 1) / COLS;
-#pragma omp parallel for schedule(static) if (n * m >= TS_PAR_MIN)
-    for (int64_t blk = 0; blk < nblk; blk++) {
-        double acc[COLS * 64];
-        const int64_t l0 = blk * COLS, l1 = l0 + COLS < m ? l0 + COLS : m;
-        memset(acc, 0, sizeof(double) * (size_t)((l1 - l0) * r));
-        for (int64_t i = 0; i < n; i++) {
-            const float *ai = a + i * m, *bi = b + i * r;
-            for (int64_t l = l0; l < l1; l++) {
-                const double al = ai[l];
-                double *al_acc = acc + (l - l0) * r;
-                for (int j = 0; j < r; j++) al_acc[j] += al * (double)bi[j];
-            }
-        }
-        for (int64_t l = l0; l < l1; l++)
-            for (int j = 0; j < r; j++) c[l * r + j] = (float)acc[(l - l0) * r + j];
-    }
-}
-
-/* g = P Q^T, M -= g (what the factors missed); returns the sum of the new M^2. */
-static double approx(const float *P, const float *Q, float *g, float *M, int64_t n, int64_t m,
-                     int r) {
-    double res = 0;
-#pragma omp parallel for schedule(static) reduction(+ : res) if (n * m >= TS_PAR_MIN)
-    for (int64_t x = 0; x < n; x++) {
-        double rr = 0; /* per row, then rows added in the reduction: only the norm's last bits
-                          may vary with threads, never g or M */
-        for (int64_t y = 0; y < m; y++) {
-            double v = 0;
-            for (int j = 0; j < r; j++) v += (double)P[x * r + j] * (double)Q[y * r + j];
-            g[x * m + y] = (float)v;
-            M[x * m + y] -= (float)v;
-            rr += (double)M[x * m + y] * (double)M[x * m + y];
-        }
-        res += rr;
-    }
-    return res;
-}
-
 /* Whether every value of the first ng inputs is finite. */
 static int all_finite(const ts_kargs *k, int ng) {
     for (int i = 0; i < ng; i++) {
@@ -220,10 +162,23 @@ static inline float unscale_clip(float g, float inv, float c) {
     return c == 1.0f ? gu : gu * c;
 }
 
-/* psgd_start's scratch: the gradients' pointers and lengths for the local clip. */
+/* psgd_start's scratch: the gradients' pointers and lengths for the local clip, then the
+ * transposed rows of mm_nm_mr (64-byte aligned). */
+static size_t clip_scratch(int n_in) {
+    return ((sizeof(float *) + sizeof(int64_t)) * (size_t)n_in + 63) & ~(size_t)63;
+}
 static size_t scratch_start(const ts_graph *g, const ts_node *n) {
-    (void)g;
-    return (sizeof(float *) + sizeof(int64_t)) * (size_t)n->n_in;
+    const ts_compress_attrs *a = &n->a.compress;
+    int64_t widest = 0;
+    for (int i = 0; i < n->n_in - start_extra(a); i++) {
+        const ts_type *t = ts_in_type(g, n, i);
+        int64_t rows, cols;
+        if (ts_psgd_matrix(t->rank, t->dims, a->min_elems, a->max_elems, (int)a->rank, &rows,
+                           &cols) &&
+            cols > widest)
+            widest = cols;
+    }
+    return clip_scratch(n->n_in) + ts_psgd_mq_scratch_bytes(widest);
 }
 
 /* This rank's local clip factor over the bucket's gradients (DGC, as topk:
@@ -290,7 +245,8 @@ static ts_status k_start(const ts_kargs *k) {
             else {
                 for (int64_t j = 0; j < n * m; j++)
                     M[j] += unscale_clip(g[j], gi, ci); /* error feedback */
-                mm_nm_mr(M, q + oq, buf + ob, n, m, r);
+                ts_psgd_mq(M, q + oq, buf + ob,
+                           (float *)((char *)k->scratch + clip_scratch(k->n_in)), n, m, r);
             }
             oe += n * m;
             oq += m * r;
@@ -373,7 +329,7 @@ static ts_status k_wait(const ts_kargs *k) {
             float *P = buf + ob;
             for (int64_t j = 0; j < n * r; j++) P[j] = P[j] / nr;
             ts_psgd_orthonormalise(P, n, r);
-            mm_tn(err + oe, P, qbuf + oq, n, m, r);
+            ts_psgd_mtp(err + oe, P, qbuf + oq, n, m, r);
             oe += n * m;
             oq += m * r;
             ob += n * r;
@@ -395,9 +351,11 @@ static ts_status k_wait(const ts_kargs *k) {
             ob += ts_tensor_numel(&G[i]);
             continue;
         }
-        float *Q = q + oq, *M = err + oe, *g = G[i].data;
+        float *Q = q + oq, *M = err + oe, *g = G[i].data, *qt = qbuf + oq;
         for (int64_t j = 0; j < m * r; j++) Q[j] = qbuf[oq + j] / nr; /* the warm start */
-        res += approx(buf + ob, Q, g, M, n, m, r);
+        for (int64_t y = 0; y < m; y++) /* qbuf's part, now free: Q transposed */
+            for (int j = 0; j < r; j++) qt[j * m + y] = Q[y * r + j];
+        res += ts_psgd_approx(buf + ob, qt, g, M, n, m, r);
         if (scale != 1.0f) /* back to the scaled gradients the graph's unscale_grads expects */
             for (int64_t j = 0; j < n * m; j++) g[j] = g[j] * scale;
         oe += n * m;

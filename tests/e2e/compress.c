@@ -114,6 +114,26 @@ static void mpi_same(const char *what, const char *extra) {
     e2e_done(&r);
 }
 
+/* PowerSGD's products give the same bits on any thread count (their parallel loops split the
+ * outputs, each thread with a scratch of its own): 128-wide layers, so that they run threaded. */
+static void threads_same(void) {
+    const char *extra = "--set dist.compress=powersgd --set dist.compress_rank=4 "
+                        "--set dist.compress_min_elems=0 --set model.hidden=128";
+    for (int t = 1; t <= 2; t++) {
+        char out[32];
+        snprintf(out, sizeof out, "psgd-threads%d", t);
+        e2e_result r =
+            e2e_runf("train examples/w1.yaml %s --procs 2 %s --set train.threads=%d --out %s",
+                     small, extra, t, e2e_path(out));
+        CHECK(r.rc == 0, "psgd, %d threads a rank: exit %d: %s", t, r.rc, r.err);
+        e2e_done(&r);
+    }
+    e2e_result r =
+        e2e_runf("ckpt diff %s %s", e2e_path("psgd-threads1"), e2e_path("psgd-threads2"));
+    CHECK(r.rc == 0 && strstr(r.out, " 0 different"), "psgd, 1 vs 2 threads: %s%s", r.out, r.err);
+    e2e_done(&r);
+}
+
 static void expect_refused(const char *what, const char *args, const char *frag) {
     e2e_result r = e2e_runf("train examples/w1.yaml %s %s --out %s", small, args, e2e_path("bad"));
     CHECK(r.rc == 2 && strstr(r.err, frag), "%s: exit %d, wanted 2 and '%s' in: %s", what, r.rc,
@@ -162,6 +182,7 @@ int main(void) {
 
     mpi_same("topk", "--set dist.compress=topk --set dist.compress_ratio=0.05");
     mpi_same("psgd", "--set dist.compress=powersgd --set dist.compress_min_elems=0");
+    threads_same();
 
     /* the exchanged bytes per step in metrics.jsonl */
     char *m = e2e_slurp(e2e_path("topk2-full/metrics.jsonl"), NULL);

@@ -1,0 +1,33 @@
+/* psgd_products.h — PowerSGD's three products over a compressed gradient (internal to
+ * src/ops/psgd.c; tests/unit/psgd_products.c checks them).
+ *
+ * M is a gradient viewed as a matrix [n, m] (row-major, f32), r its rank (1 to 64), P [n, r]
+ * and Q [m, r] its factors:
+ *
+ *     ts_psgd_mq(M, Q, P, at, n, m, r);          // P = M Q        (at:
+ * ts_psgd_mq_scratch_bytes(m)) ts_psgd_mtp(M, P, Q, n, m, r);             // Q = M^T P res =
+ * ts_psgd_approx(P, qt, g, M, n, m, r); // g = P Q^T, M -= g; res = sum of the new M^2
+ *                                                //   (qt: Q transposed, [r][m])
+ *
+ * Every output is one sum in double over its terms in increasing index (l for P, i for Q, j
+ * for g), each term a product of two floats widened to double (exact) added by itself: a
+ * multiply, then an add, never fused (ISO C: no contraction). So the outputs are the bits of
+ * the plain loops whatever the thread count or the TS_CLONES variant; the loops only choose
+ * which outputs share a vector. Only res, a metric, is summed in lanes and rows (its last
+ * bits may vary with the variant and the threads).
+ */
+#ifndef TS_PSGD_PRODUCTS_H
+#define TS_PSGD_PRODUCTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Scratch of ts_psgd_mq for matrices up to m columns (any thread count). */
+size_t ts_psgd_mq_scratch_bytes(int64_t m);
+
+void ts_psgd_mq(const float *M, const float *Q, float *P, float *at, int64_t n, int64_t m, int r);
+void ts_psgd_mtp(const float *M, const float *P, float *Q, int64_t n, int64_t m, int r);
+double ts_psgd_approx(const float *P, const float *qt, float *g, float *M, int64_t n, int64_t m,
+                      int r);
+
+#endif
