@@ -155,13 +155,6 @@ static int all_finite(const ts_kargs *k, int ng) {
     return 1;
 }
 
-/* A gradient value unscaled (inv: 1 / loss scale) and clipped (c), in
- * that order; a factor of 1 is skipped (exact either way, and cheaper). */
-static inline float unscale_clip(float g, float inv, float c) {
-    const float gu = inv == 1.0f ? g : g * inv;
-    return c == 1.0f ? gu : gu * c;
-}
-
 /* psgd_start's scratch: the gradients' pointers and lengths for the local clip, then the
  * transposed rows of mm_nm_mr (64-byte aligned). */
 static size_t clip_scratch(int n_in) {
@@ -226,14 +219,14 @@ static ts_status k_start(const ts_kargs *k) {
         if (mc && !skip) {
             float *v = vel + ov;
             const float mom = (float)a->momentum;
-            for (int64_t j = 0; j < e; j++) v[j] = mom * v[j] + unscale_clip(g[j], inv, c);
+            for (int64_t j = 0; j < e; j++) v[j] = mom * v[j] + ts_psgd_unscale_clip(g[j], inv, c);
             g = v;
         }
         const float gi = mc ? 1.0f : inv, ci = mc ? 1.0f : c; /* the velocity is both already */
         ov += e;
         if (dense) { /* the dense start: every gradient as it is */
             for (int64_t j = 0; j < e; j++) {
-                const float gj = unscale_clip(g[j], gi, ci);
+                const float gj = ts_psgd_unscale_clip(g[j], gi, ci);
                 buf[ob + j] = skip ? NAN : compressed ? err[oe + j] + gj : gj;
             }
             oe += compressed ? e : 0;
@@ -242,12 +235,9 @@ static ts_status k_start(const ts_kargs *k) {
             float *M = err + oe;
             if (skip)
                 for (int64_t j = 0; j < n * r; j++) buf[ob + j] = NAN;
-            else {
-                for (int64_t j = 0; j < n * m; j++)
-                    M[j] += unscale_clip(g[j], gi, ci); /* error feedback */
-                ts_psgd_mq(M, q + oq, buf + ob,
+            else /* M += c g (the error feedback), then P = M Q */
+                ts_psgd_mq(M, g, gi, ci, q + oq, buf + ob,
                            (float *)((char *)k->scratch + clip_scratch(k->n_in)), n, m, r);
-            }
             oe += n * m;
             oq += m * r;
             ob += n * r;
@@ -257,7 +247,7 @@ static ts_status k_start(const ts_kargs *k) {
             else if (gi == 1.0f && ci == 1.0f)
                 memcpy(buf + ob, g, sizeof(float) * (size_t)e);
             else
-                for (int64_t j = 0; j < e; j++) buf[ob + j] = unscale_clip(g[j], gi, ci);
+                for (int64_t j = 0; j < e; j++) buf[ob + j] = ts_psgd_unscale_clip(g[j], gi, ci);
             ob += e;
         }
     }

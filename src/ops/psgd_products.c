@@ -6,19 +6,13 @@
 #include <string.h>
 #include "kern.h"
 
-/* c [n, r] = a [n, m] b [m, r] for MQ_ROWS rows from i0 (fewer at the end): the rows copied
- * column by column into at [m][MQ_ROWS] (scratch), then per column l and factor column j one
- * vector over the rows. */
-enum { MQ_ROWS = 8, MQ_SLOTS = 64 };
-TS_CLONES static void mq_rows(const float *a, const float *b, float *c, float *at, int64_t i0,
-                              int64_t rows, int64_t m, int r) {
-    double acc[64][MQ_ROWS];
-    for (int64_t l = 0; l < m; l++)
-        for (int64_t k = 0; k < MQ_ROWS; k++)
-            at[l * MQ_ROWS + k] = k < rows ? a[(i0 + k) * m + l] : 0;
-    for (int j = 0; j < r; j++)
-        for (int k = 0; k < MQ_ROWS; k++) acc[j][k] = 0;
-    for (int64_t l = 0; l < m; l++) {
+/* acc [r][MQ_ROWS] += at [w][MQ_ROWS] b [w, r]: per column l and factor column j one vector over
+ * the rows, in increasing l. Inlined with the common ranks as constants, so that acc stays in
+ * registers. */
+enum { MQ_ROWS = 8, MQ_COLS = 512, MQ_SLOTS = 64 };
+static inline __attribute__((always_inline)) void mq_acc(double (*acc)[MQ_ROWS], const float *at,
+                                                         const float *b, int64_t w, const int r) {
+    for (int64_t l = 0; l < w; l++) {
         const float *al = at + l * MQ_ROWS, *bl = b + l * r;
         for (int j = 0; j < r; j++) {
             const double bj = bl[j];
@@ -26,22 +20,59 @@ TS_CLONES static void mq_rows(const float *a, const float *b, float *c, float *a
             for (int k = 0; k < MQ_ROWS; k++) acc[j][k] += (double)al[k] * bj;
         }
     }
+}
+
+/* c [n, r] = a [n, m] b [m, r] for MQ_ROWS rows from i0 (fewer at the end): MQ_COLS columns at a
+ * time copied column by column into at [MQ_COLS][MQ_ROWS] (scratch, in L1), then summed into
+ * acc, every output over l = 0, 1, ... With g, a += unscale_clip(g) first, on the way (the
+ * error feedback: one pass over a fewer). */
+TS_CLONES static void mq_rows(float *a, const float *g, float inv, float cl, const float *b,
+                              float *c, float *at, int64_t i0, int64_t rows, int64_t m, int r) {
+    double acc[64][MQ_ROWS];
+    for (int j = 0; j < r; j++)
+        for (int k = 0; k < MQ_ROWS; k++) acc[j][k] = 0;
+    for (int64_t l0 = 0; l0 < m; l0 += MQ_COLS) {
+        const int64_t w = m - l0 < MQ_COLS ? m - l0 : MQ_COLS;
+        for (int64_t k = 0; g && k < rows; k++) { /* row by row: the loops vectorise */
+            float *ak = a + (i0 + k) * m + l0;
+            const float *gk = g + (i0 + k) * m + l0;
+            if (inv == 1.0f && cl == 1.0f)
+#pragma omp simd
+                for (int64_t l = 0; l < w; l++) ak[l] += gk[l];
+            else
+#pragma omp simd
+                for (int64_t l = 0; l < w; l++) ak[l] += ts_psgd_unscale_clip(gk[l], inv, cl);
+        }
+        for (int64_t l = 0; l < w; l++)
+            for (int64_t k = 0; k < MQ_ROWS; k++)
+                at[l * MQ_ROWS + k] = k < rows ? a[(i0 + k) * m + l0 + l] : 0;
+        const float *bl = b + l0 * r;
+        if (r == 4)
+            mq_acc(acc, at, bl, w, 4);
+        else if (r == 2)
+            mq_acc(acc, at, bl, w, 2);
+        else if (r == 1)
+            mq_acc(acc, at, bl, w, 1);
+        else
+            mq_acc(acc, at, bl, w, r);
+    }
     for (int64_t k = 0; k < rows; k++)
         for (int j = 0; j < r; j++) c[(i0 + k) * r + j] = (float)acc[j][k];
 }
 
-/* at: MQ_ROWS * m floats of scratch for each of MQ_SLOTS threads at most. */
+/* at: MQ_ROWS x MQ_COLS floats (at most m columns) for each of MQ_SLOTS threads at most. */
 size_t ts_psgd_mq_scratch_bytes(int64_t m) {
-    return sizeof(float) * (size_t)(MQ_SLOTS * MQ_ROWS * m);
+    return sizeof(float) * (size_t)(MQ_SLOTS * MQ_ROWS * (m < MQ_COLS ? m : MQ_COLS));
 }
 
-void ts_psgd_mq(const float *a, const float *b, float *c, float *at, int64_t n, int64_t m, int r) {
-    const int64_t nblk = (n + MQ_ROWS - 1) / MQ_ROWS;
+void ts_psgd_mq(float *a, const float *g, float inv, float cl, const float *b, float *c, float *at,
+                int64_t n, int64_t m, int r) {
+    const int64_t nblk = (n + MQ_ROWS - 1) / MQ_ROWS, cols = m < MQ_COLS ? m : MQ_COLS;
     const int nt = omp_get_max_threads() < MQ_SLOTS ? omp_get_max_threads() : MQ_SLOTS;
 #pragma omp parallel for schedule(static) num_threads(nt) if (n * m >= TS_PAR_MIN)
     for (int64_t blk = 0; blk < nblk; blk++) {
         const int64_t i0 = blk * MQ_ROWS;
-        mq_rows(a, b, c, at + (size_t)omp_get_thread_num() * MQ_ROWS * m, i0,
+        mq_rows(a, g, inv, cl, b, c, at + (size_t)omp_get_thread_num() * MQ_ROWS * cols, i0,
                 n - i0 < MQ_ROWS ? n - i0 : MQ_ROWS, m, r);
     }
 }

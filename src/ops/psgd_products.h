@@ -25,7 +25,15 @@
 /* Scratch of ts_psgd_mq for matrices up to m columns (any thread count). */
 size_t ts_psgd_mq_scratch_bytes(int64_t m);
 
-void ts_psgd_mq(const float *M, const float *Q, float *P, float *at, int64_t n, int64_t m, int r);
+/* A gradient value unscaled (inv: 1 / loss scale) and clipped (c), in that order; a factor of 1
+ * is skipped (exact either way, and cheaper). */
+static inline float ts_psgd_unscale_clip(float g, float inv, float c) {
+    const float gu = inv == 1.0f ? g : g * inv;
+    return c == 1.0f ? gu : gu * c;
+}
+
+void ts_psgd_mq(float *M, const float *g, float inv, float c, const float *Q, float *P, float *at,
+                int64_t n, int64_t m, int r);
 void ts_psgd_mtp(const float *M, const float *P, float *Q, int64_t n, int64_t m, int r);
 double ts_psgd_approx(const float *P, const float *qt, float *g, float *M, int64_t n, int64_t m,
                       int r);

@@ -1,8 +1,9 @@
 /* PowerSGD's products (src/ops/psgd_products.h) against the plain loops they replaced, bit for
- * bit: P = M Q, Q = M^T P and g = P Q^T with M -= g, on matrices whose sides are and are not
- * multiples of the kernels' blocks (8 rows, 32 columns, 64-row chunks, 256-column pieces), at
- * ranks 1 to 16, with values spanning many magnitudes and signed zeros, on 1 and 2 threads.
- * The residual sum, a metric summed in lanes, is checked to a relative 1e-12 only. */
+ * bit: P = M Q (with and without the error feedback's M += g on the way), Q = M^T P and g = P Q^T
+ * with M -= g, on matrices whose sides are and are not multiples of the kernels' blocks (8 rows, 32
+ * columns, 64-row chunks, 256- and 512-column pieces), at ranks 1 to 16, with values spanning many
+ * magnitudes and signed zeros, on 1 and 2 threads. The residual sum, a metric summed in lanes, is
+ * checked to a relative 1e-12 only. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -77,9 +78,25 @@ static void check_shape(int64_t n, int64_t m, int r, int threads) {
     omp_set_num_threads(threads);
 
     ref_mq(M, Q, P, n, m, r);
-    ts_psgd_mq(M, Q, P2, at, n, m, r);
+    ts_psgd_mq(M, NULL, 1.0f, 1.0f, Q, P2, at, n, m, r);
     CHECK(same_bits(P, P2, n * r), "P = M Q, [%lld, %lld] rank %d, %d threads", (long long)n,
           (long long)m, r, threads);
+
+    /* the error feedback on the way: M += g / 1024 * 0.75 (unscaled, clipped), then P = M Q */
+    float *G = malloc(sizeof(float) * (size_t)(n * m)),
+          *Mf = malloc(sizeof(float) * (size_t)(n * m));
+    float *Mf2 = malloc(sizeof(float) * (size_t)(n * m));
+    fill(G, n * m, (uint64_t)(n + m + r + 5));
+    memcpy(Mf, M, sizeof(float) * (size_t)(n * m));
+    memcpy(Mf2, M, sizeof(float) * (size_t)(n * m));
+    for (int64_t e = 0; e < n * m; e++) Mf[e] += ts_psgd_unscale_clip(G[e], 1.0f / 1024, 0.75f);
+    ref_mq(Mf, Q, P, n, m, r);
+    ts_psgd_mq(Mf2, G, 1.0f / 1024, 0.75f, Q, P2, at, n, m, r);
+    CHECK(same_bits(Mf, Mf2, n * m) && same_bits(P, P2, n * r),
+          "M += g, P = M Q, [%lld, %lld] rank %d, %d threads", (long long)n, (long long)m, r,
+          threads);
+    free(G), free(Mf), free(Mf2);
+    ref_mq(M, Q, P, n, m, r);
 
     ref_mtp(M, P, Q2, n, m, r);
     ts_psgd_mtp(M, P, Q3, n, m, r);
