@@ -236,8 +236,13 @@ static void test_random_kills(const char *bin) {
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", run);
             CHECK(system(cmd) == 0, "remove %s", run);
         }
-        snprintf(cmd, sizeof cmd, "exec %s train examples/w1.yaml %s %s %s --out %s >>%s 2>&1", bin,
-                 small, cfg, resume ? "--resume latest" : "", run, log);
+        /* No leak check in these launchers under ASan: at exit LeakSanitizer runs a tracer as
+         * the launcher's child, and a random child killed then is that tracer, which leaves the
+         * launcher waiting for it forever (seen once under ASan in session 23). */
+        snprintf(cmd, sizeof cmd,
+                 "ASAN_OPTIONS=detect_leaks=0 exec %s train examples/w1.yaml %s %s %s --out %s "
+                 ">>%s 2>&1",
+                 bin, small, cfg, resume ? "--resume latest" : "", run, log);
         pid_t pid = fork();
         if (pid == 0) {
             execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
