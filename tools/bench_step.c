@@ -434,6 +434,24 @@ static void print_torch(FILE *out, const ts_bench_options *o, const ts_bench_res
             r->torch.rss_mb > 0 ? r->tessel.rss_mb / r->torch.rss_mb : NAN);
 }
 
+/* The spread behind the ratio: each round's own, tessel's median step of the round against the
+ * fastest mode's step of the same round (measured right after it, under the same load). On a
+ * shared machine the ratio of the medians can sit on either side of a target the rounds straddle.
+ */
+static void print_round_ratios(FILE *out, const ts_bench_options *o, const ts_bench_result *r,
+                               const double *round_ms, const double *torch_ms) {
+    if (o->rounds < 2) return;
+    int best = 0;
+    for (int m = 0; m < r->n_modes; m++)
+        if (strcmp(r->modes[m], r->torch_mode) == 0) best = m;
+    double ratio[64];
+    const int n = o->rounds < 64 ? o->rounds : 64;
+    for (int k = 0; k < n; k++) ratio[k] = torch_ms[best * o->rounds + k] / round_ms[k];
+    qsort(ratio, (size_t)n, sizeof *ratio, cmp_d);
+    fprintf(out, "rounds  %s: the rounds' own ratios %.2fx to %.2fx, median %.2fx (%d rounds)\n",
+            o->workload, ratio[0], ratio[n - 1], median(ratio, n), n);
+}
+
 ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
     if (!opts || !r) return ts_fail(TS_ERR_INVALID, "bench: NULL argument");
     ts_bench_options o = *opts;
@@ -464,8 +482,9 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
     double *torch_ms = ts_alloc(sizeof(double) * (size_t)(o.rounds * nm), "bench timings");
     double *torch_tp = ts_alloc(sizeof(double) * (size_t)(o.rounds * nm), "bench timings");
     double *copy = ts_alloc(sizeof(double) * (size_t)o.steps, "bench timings");
+    double *round_ms = ts_alloc(sizeof(double) * (size_t)o.rounds, "bench timings");
     int64_t done = 0;
-    if (!times || !torch_ms || !torch_tp || !copy) s = TS_ERR_NOMEM;
+    if (!times || !torch_ms || !torch_tp || !copy || !round_ms) s = TS_ERR_NOMEM;
     if (s == TS_OK) s = run_steps(&w, o.warmup ? o.warmup : 0, NULL, &done);
     r->loss_first = w.first_loss;
     /* Warm-up pays for page faults and cold caches: profile only what is timed. */
@@ -474,8 +493,9 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
         s = run_steps(&w, o.steps, times + round * o.steps, &done);
         if (s != TS_OK || !o.compare_torch) continue;
         memcpy(copy, times + round * o.steps, sizeof(double) * (size_t)o.steps);
+        round_ms[round] = 1e3 * median(copy, o.steps);
         fprintf(out, "  round %d/%d: tessel %.1f ms per step; pytorch", round + 1, o.rounds,
-                1e3 * median(copy, o.steps));
+                round_ms[round]);
         fflush(out);
         /* Each mode once per round, after tessel: the same load for all. */
         for (int m = 0; s == TS_OK && m < r->n_modes; m++) {
@@ -511,6 +531,7 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
         if (o.compare_torch) {
             torch_medians(r, torch_ms, torch_tp, o.rounds);
             print_torch(out, &o, r);
+            print_round_ratios(out, &o, r, round_ms, torch_ms);
         }
         fflush(out);
         if (o.json_path) s = append_json(&o, r);
@@ -519,6 +540,7 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
     free(torch_ms);
     free(torch_tp);
     free(copy);
+    free(round_ms);
     workload_free(&w);
     return s;
 }
