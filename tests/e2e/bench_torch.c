@@ -10,6 +10,7 @@
  * the options without --compare-torch: exit 2 naming what is wrong.
  * Exits 77 (skipped) if /usr/bin/python3 cannot import torch. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,25 @@ static void test_best(void) {
                             "compile compile_opt; torch 2.99.0)") &&
               strstr(r.out, "torch mode compile_opt") && strstr(r.out, "round 2/2"),
           "best of three fp32 modes is compile at 6500: %d %s %s", r.rc, r.out, r.err);
+    /* the rounds' own ratios: each round's compile step over tessel's, range and median */
+    double lo = 1e300, hi = 0, want_lo, want_hi, want_med;
+    for (int k = 1; k <= 2; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "round %d/2: tessel", k);
+        const char *q = strstr(r.out, key), *c = q ? strstr(q, "compile ") : NULL;
+        double t = 0, ms = 0;
+        CHECK(q && c && sscanf(q + strlen(key), "%lf", &t) == 1 && sscanf(c + 8, "%lf", &ms) == 1,
+              "round %d's line: %s", k, r.out);
+        if (t > 0 && ms / t < lo) lo = ms / t;
+        if (t > 0 && ms / t > hi) hi = ms / t;
+    }
+    const char *q = strstr(r.out, "rounds  W1: the rounds' own ratios ");
+    CHECK(q &&
+              sscanf(q, "rounds  W1: the rounds' own ratios %lfx to %lfx, median %lfx", &want_lo,
+                     &want_hi, &want_med) == 3 &&
+              fabs(want_lo - lo) < 0.02 * lo && fabs(want_hi - hi) < 0.02 * hi &&
+              want_med == want_lo && strstr(q, "(2 rounds)"),
+          "the rounds' ratios %.3f to %.3f: %s", lo, hi, q ? q : r.out);
     e2e_done(&r);
     check_json("compile", "2.99", 3);
 
