@@ -363,6 +363,16 @@ static ts_status append_json(const ts_bench_options *o, const ts_bench_result *r
         }
         json_object_set_new(j, "torch", t);
         json_object_set_new(j, "ratio", json_real(r->tessel.throughput / r->torch.throughput));
+        if (r->n_round_ratios > 0) {
+            json_t *rr = json_array();
+            for (int k = 0; rr && k < r->n_round_ratios; k++)
+                json_array_append_new(rr, json_real(r->round_ratios[k]));
+            if (!rr) {
+                json_decref(j);
+                return ts_fail(TS_ERR_NOMEM, "bench: out of memory for JSON");
+            }
+            json_object_set_new(j, "round_ratios", rr);
+        }
     }
     char *text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
     json_decref(j);
@@ -435,21 +445,23 @@ static void print_torch(FILE *out, const ts_bench_options *o, const ts_bench_res
 }
 
 /* The spread behind the ratio: each round's own, tessel's median step of the round against the
- * fastest mode's step of the same round (measured right after it, under the same load). On a
- * shared machine the ratio of the medians can sit on either side of a target the rounds straddle.
- */
-static void print_round_ratios(FILE *out, const ts_bench_options *o, const ts_bench_result *r,
-                               const double *round_ms, const double *torch_ms) {
+ * fastest mode's step of the same round (measured right after it, under the same load), kept in r
+ * for --json and printed as a range and median. On a shared machine the ratio of the medians can
+ * sit on either side of a target the rounds straddle. */
+static void round_ratios(FILE *out, const ts_bench_options *o, ts_bench_result *r,
+                         const double *round_ms, const double *torch_ms) {
     if (o->rounds < 2) return;
     int best = 0;
     for (int m = 0; m < r->n_modes; m++)
         if (strcmp(r->modes[m], r->torch_mode) == 0) best = m;
-    double ratio[64];
     const int n = o->rounds < 64 ? o->rounds : 64;
-    for (int k = 0; k < n; k++) ratio[k] = torch_ms[best * o->rounds + k] / round_ms[k];
-    qsort(ratio, (size_t)n, sizeof *ratio, cmp_d);
+    double sorted[64];
+    for (int k = 0; k < n; k++)
+        sorted[k] = r->round_ratios[k] = torch_ms[best * o->rounds + k] / round_ms[k];
+    r->n_round_ratios = n;
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_d);
     fprintf(out, "rounds  %s: the rounds' own ratios %.2fx to %.2fx, median %.2fx (%d rounds)\n",
-            o->workload, ratio[0], ratio[n - 1], median(ratio, n), n);
+            o->workload, sorted[0], sorted[n - 1], median(sorted, n), n);
 }
 
 ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
@@ -531,7 +543,7 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
         if (o.compare_torch) {
             torch_medians(r, torch_ms, torch_tp, o.rounds);
             print_torch(out, &o, r);
-            print_round_ratios(out, &o, r, round_ms, torch_ms);
+            round_ratios(out, &o, r, round_ms, torch_ms);
         }
         fflush(out);
         if (o.json_path) s = append_json(&o, r);

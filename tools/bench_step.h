@@ -61,6 +61,10 @@ typedef struct ts_bench_result {
     double gemm_share; /* share of the step's kernel time spent in GEMMs */
     double compile_s;
     double ceiling_gflops; /* W1/W3 fp32/bf16: oneDNN GEMM on their shapes (bench_ceiling.h) */
+    /* with --compare-torch and 2 rounds or more: each round's own ratio, in round order (the
+     * fastest mode's step of the round over tessel's median step of it; the first 64 rounds) */
+    int n_round_ratios;
+    double round_ratios[64];
     ts_plan_stats stats;
 } ts_bench_result;
 

@@ -47,7 +47,10 @@ static void setup_files(void) {
 }
 
 /* The last JSON line: torch.mode, torch.version and the number of modes. */
-static void check_json(const char *mode, const char *version_prefix, size_t n_modes) {
+/* The last JSON line: the fastest mode, the torch version, the modes run, and each round's own
+ * ratio (only with 2 rounds or more: `rounds` of them, each within [lo, hi] by 2 %). */
+static void check_json(const char *mode, const char *version_prefix, size_t n_modes, size_t rounds,
+                       double lo, double hi) {
     char *text = e2e_slurp(json, NULL), *last = text, *nl;
     while ((nl = strchr(last, '\n')) && nl[1]) last = nl + 1;
     json_error_t err;
@@ -58,6 +61,13 @@ static void check_json(const char *mode, const char *version_prefix, size_t n_mo
     CHECK(m && !strcmp(m, mode) && v && !strncmp(v, version_prefix, strlen(version_prefix)) &&
               json_array_size(json_object_get(t, "modes")) == n_modes,
           "JSON torch mode %s, version %s*, %zu modes: %s", mode, version_prefix, n_modes, last);
+    json_t *rr = j ? json_object_get(j, "round_ratios") : NULL;
+    int ok = rounds < 2 ? rr == NULL : json_array_size(rr) == rounds;
+    for (size_t k = 0; ok && rounds >= 2 && k < rounds; k++) {
+        double v = json_real_value(json_array_get(rr, k));
+        ok = v > 0.98 * lo && v < 1.02 * hi;
+    }
+    CHECK(ok, "JSON round_ratios: %zu of them within %.3f to %.3f: %s", rounds, lo, hi, last);
     json_decref(j);
     free(text);
 }
@@ -72,7 +82,7 @@ static void test_debian(void) {
               !strstr(r.out, "torch mode compile"),
           "Debian torch, best of fp32 modes: eager only: %d %s %s", r.rc, r.out, r.err);
     e2e_done(&r);
-    check_json("eager", "1.", 1);
+    check_json("eager", "1.", 1, 1, 0, 0);
 
     if (ts_cpu_supports_dtype_gemm(TS_BF16)) {
         r = e2e_runf("bench --workload W2 --precision bf16 --steps 1 --warmup 0 --compare-torch "
@@ -126,7 +136,7 @@ static void test_best(void) {
               want_med == want_lo && strstr(q, "(2 rounds)"),
           "the rounds' ratios %.3f to %.3f: %s", lo, hi, q ? q : r.out);
     e2e_done(&r);
-    check_json("compile", "2.99", 3);
+    check_json("compile", "2.99", 3, 2, lo, hi);
 
     if (ts_cpu_supports_dtype_gemm(TS_BF16)) {
         r = e2e_runf("bench --workload W1 --precision bf16 --steps 1 --warmup 0 --compare-torch "
