@@ -156,7 +156,7 @@ static int all_finite(const ts_kargs *k, int ng) {
 }
 
 /* psgd_start's scratch: the gradients' pointers and lengths for the local clip, then the
- * transposed rows of mm_nm_mr (64-byte aligned). */
+ * transposed rows of ts_psgd_mq (64-byte aligned). */
 static size_t clip_scratch(int n_in) {
     return ((sizeof(float *) + sizeof(int64_t)) * (size_t)n_in + 63) & ~(size_t)63;
 }

@@ -2,12 +2,14 @@
  * src/ops/psgd.c; tests/unit/psgd_products.c checks them).
  *
  * M is a gradient viewed as a matrix [n, m] (row-major, f32), r its rank (1 to 64), P [n, r]
- * and Q [m, r] its factors:
+ * and Q [m, r] its factors; each step of psgd.c runs, per compressed gradient:
  *
- *     ts_psgd_mq(M, Q, P, at, n, m, r);          // P = M Q        (at:
- * ts_psgd_mq_scratch_bytes(m)) ts_psgd_mtp(M, P, Q, n, m, r);             // Q = M^T P res =
- * ts_psgd_approx(P, qt, g, M, n, m, r); // g = P Q^T, M -= g; res = sum of the new M^2
- *                                                //   (qt: Q transposed, [r][m])
+ *     // M += unscale_clip(g) (the error feedback; g NULL: M as it is), then P = M Q;
+ *     // at: ts_psgd_mq_scratch_bytes(m) bytes
+ *     ts_psgd_mq(M, g, inv, c, Q, P, at, n, m, r);
+ *     ts_psgd_mtp(M, P, Q, n, m, r);              // Q = M^T P
+ *     // g = P Q^T and M -= g, qt: Q transposed [r][m]; res: the sum of the new M^2
+ *     double res = ts_psgd_approx(P, qt, g, M, n, m, r);
  *
  * Every output is one sum in double over its terms in increasing index (l for P, i for Q, j
  * for g), each term a product of two floats widened to double (exact) added by itself: a
