@@ -7,6 +7,16 @@ static void *dptr(const cu_state *st, const ts_operand *o) {
     return cu_at(st, o->off);
 }
 
+/* The tensor-core attention's q, k and v (or their gradients) from three operands in a row:
+ * split, ops[0], ops[1] and ops[2]; packed [B, T, 3, H, hd] (q's rank 5), all three in ops[0],
+ * k and v H * hd after q in each row (ops[1] and ops[2] are not read then). */
+static void qkv_ptrs(const cu_state *st, const ts_operand *ops, const ts_operand *q, float *p[3]) {
+    p[0] = dptr(st, &ops[0]);
+    const int packed = q->rank == 5;
+    const int64_t kv = q->dims[3] * q->dims[4]; /* packed only: H * hd */
+    for (int j = 1; j < 3; j++) p[j] = packed ? p[0] + j * kv : dptr(st, &ops[j]);
+}
+
 ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
     const ts_instr *in = &prog->ins[i];
     const cu_op *o = &st->ops[i];
@@ -131,13 +141,11 @@ ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
         if (o->attn_tc) {
             cu_attn_geom ge;
             cu_attn_geom_of(q, &ge);
-            float *qp = dptr(st, q);
-            const int packed = q->rank == 5;
-            const int64_t kv = ge.H * q->dims[q->rank - 1]; /* k, v after q in the packed qkv */
-            rc = cu_attention_tc(dptr(st, &in->out[0]), dptr(st, &in->out[1]), qp,
-                                 packed ? qp + kv : dptr(st, &in->in[1]),
-                                 packed ? qp + 2 * kv : dptr(st, &in->in[2]), &ge,
-                                 (int)in->a.attention.causal, (float)in->a.attention.scale, s);
+            float *qkv[3];
+            qkv_ptrs(st, &in->in[0], q, qkv);
+            rc = cu_attention_tc(dptr(st, &in->out[0]), dptr(st, &in->out[1]), qkv[0], qkv[1],
+                                 qkv[2], &ge, (int)in->a.attention.causal,
+                                 (float)in->a.attention.scale, s);
             break;
         }
         rc = cu_attention(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, q),
@@ -153,15 +161,13 @@ ts_status cu_run_ins(cu_state *st, const ts_program *prog, int i) {
             cu_attn_geom ge;
             cu_attn_geom_of(q, &ge);
             const int packed = q->rank == 5;
-            const int64_t kv = ge.H * q->dims[q->rank - 1];
-            float *qp = dptr(st, q), *dq = dptr(st, &in->out[0]);
-            rc = cu_attention_bwd_tc(
-                dq, packed ? dq + kv : dptr(st, &in->out[1]),
-                packed ? dq + 2 * kv : dptr(st, &in->out[2]), dptr(st, &in->in[0]), qp,
-                packed ? qp + kv : dptr(st, &in->in[2]),
-                packed ? qp + 2 * kv : dptr(st, &in->in[3]), dptr(st, &in->in[packed ? 2 : 4]),
-                dptr(st, &in->in[packed ? 3 : 5]), scratch, &ge, (int)in->a.attention.causal,
-                (float)in->a.attention.scale, s);
+            float *qkv[3], *dqkv[3];
+            qkv_ptrs(st, &in->in[1], q, qkv);
+            qkv_ptrs(st, &in->out[0], q, dqkv);
+            rc = cu_attention_bwd_tc(dqkv[0], dqkv[1], dqkv[2], dptr(st, &in->in[0]), qkv[0],
+                                     qkv[1], qkv[2], dptr(st, &in->in[packed ? 2 : 4]),
+                                     dptr(st, &in->in[packed ? 3 : 5]), scratch, &ge,
+                                     (int)in->a.attention.causal, (float)in->a.attention.scale, s);
             break;
         }
         rc = cu_attention_bwd(dptr(st, &in->out[0]), dptr(st, &in->out[1]), dptr(st, &in->out[2]),
