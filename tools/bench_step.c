@@ -407,12 +407,15 @@ static ts_status torch_plan(const ts_bench_options *o, ts_bench_result *r) {
 
 /* The fastest mode by median throughput (the upper middle of the rounds'
  * throughputs, the lower middle of their step times: for two rounds, the
- * better run). */
-static void torch_medians(ts_bench_result *r, double *ms, double *tp, int rounds) {
+ * better run); returns its index. tmp: scratch for `rounds` values. */
+static int torch_medians(ts_bench_result *r, const double *ms, double *tp, int rounds,
+                         double *tmp) {
     int best = 0;
     for (int m = 0; m < r->n_modes; m++) {
         ts_bench_side *side = &r->mode_sides[m];
-        side->step_ms = median(ms + m * rounds, rounds);
+        /* a copy: ms stays in round order for the rounds' own ratios */
+        memcpy(tmp, ms + m * rounds, sizeof(double) * (size_t)rounds);
+        side->step_ms = median(tmp, rounds);
         qsort(tp + m * rounds, (size_t)rounds, sizeof *tp, cmp_d);
         side->throughput = tp[m * rounds + rounds / 2];
         side->steps = rounds;
@@ -421,6 +424,7 @@ static void torch_medians(ts_bench_result *r, double *ms, double *tp, int rounds
     r->has_torch = 1;
     r->torch = r->mode_sides[best];
     r->torch_mode = r->modes[best];
+    return best;
 }
 
 static void print_torch(FILE *out, const ts_bench_options *o, const ts_bench_result *r) {
@@ -445,19 +449,15 @@ static void print_torch(FILE *out, const ts_bench_options *o, const ts_bench_res
 }
 
 /* The spread behind the ratio: each round's own, tessel's median step of the round against the
- * fastest mode's step of the same round (measured right after it, under the same load), kept in r
- * for --json and printed as a range and median. On a shared machine the ratio of the medians can
- * sit on either side of a target the rounds straddle. */
-static void round_ratios(FILE *out, const ts_bench_options *o, ts_bench_result *r,
-                         const double *round_ms, const double *torch_ms) {
+ * fastest mode's step of the same round (best_ms, measured right after it, under the same load),
+ * kept in r for --json and printed as a range and median. On a shared machine the ratio of the
+ * medians can sit on either side of a target the rounds straddle. */
+static void record_round_ratios(FILE *out, const ts_bench_options *o, ts_bench_result *r,
+                                const double *round_ms, const double *best_ms) {
     if (o->rounds < 2) return;
-    int best = 0;
-    for (int m = 0; m < r->n_modes; m++)
-        if (strcmp(r->modes[m], r->torch_mode) == 0) best = m;
     const int n = o->rounds < 64 ? o->rounds : 64;
     double sorted[64];
-    for (int k = 0; k < n; k++)
-        sorted[k] = r->round_ratios[k] = torch_ms[best * o->rounds + k] / round_ms[k];
+    for (int k = 0; k < n; k++) sorted[k] = r->round_ratios[k] = best_ms[k] / round_ms[k];
     r->n_round_ratios = n;
     qsort(sorted, (size_t)n, sizeof *sorted, cmp_d);
     fprintf(out, "rounds  %s: the rounds' own ratios %.2fx to %.2fx, median %.2fx (%d rounds)\n",
@@ -493,7 +493,9 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
     double *times = ts_alloc(sizeof(double) * (size_t)total, "bench timings");
     double *torch_ms = ts_alloc(sizeof(double) * (size_t)(o.rounds * nm), "bench timings");
     double *torch_tp = ts_alloc(sizeof(double) * (size_t)(o.rounds * nm), "bench timings");
-    double *copy = ts_alloc(sizeof(double) * (size_t)o.steps, "bench timings");
+    /* a round's steps, then the torch medians' scratch */
+    double *copy = ts_alloc(sizeof(double) * (size_t)(o.steps > o.rounds ? o.steps : o.rounds),
+                            "bench timings");
     double *round_ms = ts_alloc(sizeof(double) * (size_t)o.rounds, "bench timings");
     int64_t done = 0;
     if (!times || !torch_ms || !torch_tp || !copy || !round_ms) s = TS_ERR_NOMEM;
@@ -541,9 +543,9 @@ ts_status ts_bench_run(const ts_bench_options *opts, ts_bench_result *r) {
         print_ceiling(out, &o, w.p, r);
         if (o.profile) print_profile(out, w.p, total, TOP_KERNELS);
         if (o.compare_torch) {
-            torch_medians(r, torch_ms, torch_tp, o.rounds);
+            const int best = torch_medians(r, torch_ms, torch_tp, o.rounds, copy);
             print_torch(out, &o, r);
-            round_ratios(out, &o, r, round_ms, torch_ms);
+            record_round_ratios(out, &o, r, round_ms, torch_ms + best * o.rounds);
         }
         fflush(out);
         if (o.json_path) s = append_json(&o, r);

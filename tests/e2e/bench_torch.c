@@ -31,10 +31,15 @@ static void setup_files(void) {
     snprintf(torch2, sizeof torch2, "%s/torch2-python", dir);
     snprintf(json, sizeof json, "%s/bench.jsonl", dir);
     write_file(ref,
-               "import sys, torch\n"
+               "import os, sys, torch\n"
                "m = sys.argv[sys.argv.index('--mode') + 1]\n"
                "tp = {'eager': 5000.0, 'compile': 6500.0, 'compile_opt': 6000.0,\n"
                "      'bf16': 7000.0, 'bf16_compile': 9000.0}[m]\n"
+               "c = os.environ.get('FAKE_TORCH_CALLS')  # counts the runs: the first is slow\n"
+               "if c:\n"
+               "    n = int(open(c).read()) if os.path.exists(c) else 0\n"
+               "    open(c, 'w').write(str(n + 1))\n"
+               "    tp = tp / 3 if n == 0 else tp\n"
                "print(f'RESULT x {m} t=2 : {tp:.2f} samples/s  median step {256e3 / tp:.1f} ms "
                "(min 1 max 2, n=5)  peak RSS 344 MB')\n",
                0);
@@ -105,6 +110,49 @@ static void test_debian(void) {
 }
 
 /* "torch 2.99": every mode of the precision, the ratio against the fastest. */
+/* The rounds' own ratios pair each round's tessel step with the torch step run right after it:
+ * a reference whose first run is three times as slow as its second, two rounds; the JSON's
+ * round_ratios, in round order, are the round lines' compile ms over tessel ms. */
+static void test_round_pairing(void) {
+    char calls[160];
+    snprintf(calls, sizeof calls, "%s/calls", dir);
+    remove(calls);
+    setenv("FAKE_TORCH_CALLS", calls, 1);
+    e2e_result r = e2e_runf("bench --workload W1 --steps 1 --warmup 0 --compare-torch "
+                            "--torch-mode compile --torch-python %s --reference %s --rounds 2 "
+                            "--json %s",
+                            torch2, ref, json);
+    unsetenv("FAKE_TORCH_CALLS");
+    CHECK(r.rc == 0, "two rounds, a slow first reference run: %d %s", r.rc, r.err);
+    double want[2] = {0, 0}, ms[2] = {0, 0};
+    for (int k = 1; k <= 2; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "round %d/2: tessel", k);
+        const char *q = strstr(r.out, key), *c = q ? strstr(q, "compile ") : NULL;
+        double t = 0;
+        CHECK(q && c && sscanf(q + strlen(key), "%lf", &t) == 1 &&
+                  sscanf(c + 8, "%lf", &ms[k - 1]) == 1 && t > 0,
+              "round %d's line: %s", k, r.out);
+        want[k - 1] = t > 0 ? ms[k - 1] / t : 0;
+    }
+    CHECK(ms[0] > 2.9 * ms[1] && ms[0] < 3.1 * ms[1], "the stub's first run is 3x slower: %s",
+          r.out);
+    e2e_done(&r);
+    char *text = e2e_slurp(json, NULL), *last = text, *nl;
+    while (text && (nl = strchr(last, '\n')) && nl[1]) last = nl + 1;
+    json_error_t err;
+    json_t *j = text ? json_loads(last, JSON_DISABLE_EOF_CHECK, &err) : NULL;
+    json_t *rr = json_object_get(j, "round_ratios");
+    int ok = json_array_size(rr) == 2;
+    for (int k = 0; ok && k < 2; k++) {
+        double v = json_real_value(json_array_get(rr, (size_t)k));
+        ok = fabs(v - want[k]) < 0.02 * want[k];
+    }
+    CHECK(ok, "round_ratios in round order, %.3f then %.3f: %s", want[0], want[1], last);
+    json_decref(j);
+    free(text);
+}
+
 static void test_best(void) {
     e2e_result r = e2e_runf("bench --workload W1 --steps 1 --warmup 0 --compare-torch --torch-best "
                             "--torch-python %s --reference %s --rounds 2 --json %s",
@@ -195,6 +243,7 @@ int main(void) {
     test_errors();
     test_debian();
     test_best();
+    test_round_pairing();
     e2e_cleanup(dir);
     return check_summary("e2e/bench_torch");
 }
