@@ -182,6 +182,7 @@ typedef struct ts_compress_options {
     int64_t min_elems;    /* powersgd: tensors with fewer elements go dense */
     int64_t max_elems;    /* powersgd: tensors with more elements go dense (0: no limit) */
     int64_t dense_steps;  /* steps 1..dense_steps exchange every gradient dense */
+    int power_iters;      /* powersgd: power iterations a step (0: 1) */
 } ts_compress_options;
 
 typedef struct ts_compile_options {

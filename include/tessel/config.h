@@ -196,6 +196,7 @@ typedef struct ts_config {
         int compress_rank;             /* powersgd: rank r of the factors */
         int64_t compress_min_elems;    /* powersgd: smaller tensors are all-reduced dense */
         int64_t compress_max_elems;    /* powersgd: larger tensors too (0: no limit) */
+        int compress_power_iters;      /* powersgd: power iterations a step */
         int64_t compress_dense_steps;  /* the first steps exchange dense */
         int compress_momentum;         /* topk: DGC momentum correction (SGD's momentum) */
         double compress_clip; /* topk: local clipping of each rank's gradient norm; 0 off */

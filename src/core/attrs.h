@@ -302,9 +302,13 @@ typedef struct ts_bucket_attrs {
  * rank r of the factors; ratio; momentum (DGC correction, 0: none); clip
  * (local clipping threshold, 0: none); scaled: 1 when the gradients are
  * loss-scaled and the start and wait nodes take the scale as their last
- * input (see src/ops/compress.c). */
+ * input (see src/ops/compress.c); iters, PowerSGD's power iterations a step
+ * (0 and 1: one). scaled and iters share a word so that the struct still
+ * fits ts_conv_attrs. */
 typedef struct ts_compress_attrs {
-    int64_t ticket, algo, method, values, elems, kmax, warmup, ranks, rank, min_elems, scaled;
+    int64_t ticket, algo, method, values, elems, kmax, warmup, ranks, rank, min_elems;
+    int32_t scaled;
+    int32_t iters;
     int64_t dense;     /* steps 1..dense exchange the gradients dense */
     int64_t max_elems; /* powersgd: larger gradients go dense (0: no limit) */
     double ratio, momentum, clip;

@@ -477,6 +477,10 @@ const ts_config_key cfg_keys[] = {
      "0",
      "powersgd: gradients with more elements are all-reduced dense too, e.g. a tied "
      "embedding whose gradient is far from low rank (0: no limit)"},
+    {"dist.compress_power_iters", TS_CFG_INT, FIELD(dist, compress_power_iters), 0, NULL, "[1, 16]",
+     "1",
+     "powersgd: power iterations a step; each one after the first costs two more blocking "
+     "all-reduces of the factors and fits the ranks' mean gradient closer to its best rank r"},
     {"dist.compress_dense_steps", TS_CFG_I64, FIELD(dist, compress_dense_steps), 0, NULL,
      "[0, 1e15]", "0",
      "the first steps exchange every gradient dense (topk: all values in f32, the velocity "

@@ -110,6 +110,13 @@ static ts_status check_compress(const ts_config *c, int nranks) {
             "%s: dist.compress_dense_steps is the dense start of dist.compress topk or powersgd; "
             "dist.compress is none",
             cfg_origin(c, ts_config_key_find("dist.compress_dense_steps"), where, sizeof where));
+    if (c->dist.compress_power_iters != 1 && m != 2)
+        return ts_fail(
+            TS_ERR_INVALID,
+            "%s: dist.compress_power_iters %d is the power iterations of dist.compress powersgd; "
+            "dist.compress is %s",
+            cfg_origin(c, ts_config_key_find("dist.compress_power_iters"), where, sizeof where),
+            c->dist.compress_power_iters, m ? "topk" : "none");
     if (!m) {
         if (!c->dist.compress_momentum) return TS_OK;
         return ts_fail(
@@ -243,5 +250,6 @@ void ts_config_compress_options(const ts_config *c, ts_compress_options *out) {
     out->rank = c->dist.compress_rank;
     out->min_elems = c->dist.compress_min_elems;
     out->max_elems = c->dist.compress_max_elems;
+    out->power_iters = c->dist.compress_power_iters;
     out->dense_steps = c->dist.compress_dense_steps;
 }

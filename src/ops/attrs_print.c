@@ -208,6 +208,7 @@ void ts_attrs_print(const ts_node *n, FILE *out) {
         field(out, "rank", a->compress.rank);
         field(out, "min_elems", a->compress.min_elems);
         if (a->compress.max_elems) field(out, "max_elems", a->compress.max_elems);
+        if (a->compress.iters > 1) field(out, "iters", a->compress.iters);
         if (a->compress.scaled) field(out, "scaled", a->compress.scaled);
         if (a->compress.dense) field(out, "dense", a->compress.dense);
         real(out, "ratio", a->compress.ratio);

@@ -15,7 +15,11 @@
  *       gradient P = buf / ranks is orthonormalised, Q_i = M_i^T P into
  *       qbuf, which is all-reduced (blocking) and divided by the ranks;
  *       then g_i = P Q_i^T (the same bits on every rank), e_i = M_i - g_i,
- *       and Q_i is kept in q for the next step (warm start).
+ *       and Q_i is kept in q for the next step (warm start). With a.iters
+ *       > 1 (dist.compress_power_iters) each further iteration computes
+ *       P_i = M_i Q_i again, all-reduces the bucket's P factors (packed),
+ *       orthonormalises them and all-reduces Q_i = M_i^T P_i before g_i:
+ *       two more blocking all-reduces, a better rank-r fit of the mean.
  *
  * Loss scaling (a.scaled: the scale is both nodes' last input): M holds
  * unscaled values (psgd_start multiplies the gradients by 1 / scale) and
@@ -174,6 +178,21 @@ static size_t scratch_start(const ts_graph *g, const ts_node *n) {
     return clip_scratch(n->n_in) + ts_psgd_mq_scratch_bytes(widest);
 }
 
+/* psgd_wait's scratch: ts_psgd_mq's for the further power iterations (a.iters > 1). */
+static size_t scratch_wait(const ts_graph *g, const ts_node *n) {
+    const ts_compress_attrs *a = &n->a.compress;
+    int64_t widest = 0;
+    for (int i = 3; a->iters > 1 && i < n->n_in - 2 - (a->scaled ? 1 : 0); i++) {
+        const ts_type *t = ts_in_type(g, n, i);
+        int64_t rows, cols;
+        if (ts_psgd_matrix(t->rank, t->dims, a->min_elems, a->max_elems, (int)a->rank, &rows,
+                           &cols) &&
+            cols > widest)
+            widest = cols;
+    }
+    return widest ? ts_psgd_mq_scratch_bytes(widest) : 0;
+}
+
 /* This rank's local clip factor over the bucket's gradients (DGC, as topk:
  * see src/passes/compress.c for why not the global clip). */
 static float local_clip(const ts_kargs *k, int ng, float inv) {
@@ -313,15 +332,21 @@ static ts_status k_wait(const ts_kargs *k) {
         *(int64_t *)k->out[0].data = b;
         return TS_OK;
     }
+    /* P = the mean of the ranks' M Q, orthonormalised, packed at buf's start as it goes (the
+     * dense gradients it passes are consumed: a forward copy, op <= ob), so that further power
+     * iterations all-reduce every P of the bucket as one message; then Q = M^T P */
+    int64_t op = 0;
     for (int i = 0; i < ng; i++) {
         int64_t n, m;
         if (ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m)) {
-            float *P = buf + ob;
-            for (int64_t j = 0; j < n * r; j++) P[j] = P[j] / nr;
+            float *P = buf + op;
+            const float *from = buf + ob;
+            for (int64_t j = 0; j < n * r; j++) P[j] = from[j] / nr;
             ts_psgd_orthonormalise(P, n, r);
             ts_psgd_mtp(err + oe, P, qbuf + oq, n, m, r);
             oe += n * m;
             oq += m * r;
+            op += n * r;
             ob += n * r;
         } else {
             float *g = G[i].data;
@@ -330,27 +355,60 @@ static ts_status k_wait(const ts_kargs *k) {
             ob += e;
         }
     }
-    if (oq > 0 && (s = ts_allreduce(rt->comm, qbuf, (size_t)oq, TS_F32, TS_RED_SUM,
-                                    (ts_coll_algo)a->algo)) != TS_OK)
-        return s;
+    const int iters = a->iters > 1 ? (int)a->iters : 1;
+    for (int it = 1; oq > 0; it++) {
+        if ((s = ts_allreduce(rt->comm, qbuf, (size_t)oq, TS_F32, TS_RED_SUM,
+                              (ts_coll_algo)a->algo)) != TS_OK)
+            return s;
+        if (it == iters) break;
+        /* one more power iteration on the mean M (dist.compress_power_iters): P = M Q, summed,
+         * orthonormalised, Q = M^T P */
+        oe = oq = op = 0;
+        for (int i = 0; i < ng; i++) {
+            int64_t n, m;
+            if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m))
+                continue;
+            float *Q = q + oq;
+            for (int64_t j = 0; j < m * r; j++) Q[j] = qbuf[oq + j] / nr;
+            ts_psgd_mq(err + oe, NULL, 1.0f, 1.0f, Q, buf + op, k->scratch, n, m, r);
+            oe += n * m;
+            oq += m * r;
+            op += n * r;
+        }
+        if ((s = ts_allreduce(rt->comm, buf, (size_t)op, TS_F32, TS_RED_SUM,
+                              (ts_coll_algo)a->algo)) != TS_OK)
+            return s;
+        oe = oq = op = 0;
+        for (int i = 0; i < ng; i++) {
+            int64_t n, m;
+            if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m))
+                continue;
+            float *P = buf + op;
+            for (int64_t j = 0; j < n * r; j++) P[j] = P[j] / nr;
+            ts_psgd_orthonormalise(P, n, r);
+            ts_psgd_mtp(err + oe, P, qbuf + oq, n, m, r);
+            oe += n * m;
+            oq += m * r;
+            op += n * r;
+        }
+        rt->cstats.sent_bytes += 4.0 * (double)(op + oq);
+        rt->cstats.recv_bytes += 4.0 * (double)(op + oq);
+    }
     double res = 0;
-    oe = oq = ob = 0;
+    oe = oq = op = 0;
     for (int i = 0; i < ng; i++) {
         int64_t n, m;
-        if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m)) {
-            ob += ts_tensor_numel(&G[i]);
-            continue;
-        }
+        if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m)) continue;
         float *Q = q + oq, *M = err + oe, *g = G[i].data, *qt = qbuf + oq;
         for (int64_t j = 0; j < m * r; j++) Q[j] = qbuf[oq + j] / nr; /* the warm start */
         for (int64_t y = 0; y < m; y++) /* qbuf's part, now free: Q transposed */
             for (int j = 0; j < r; j++) qt[j * m + y] = Q[y * r + j];
-        res += ts_psgd_approx(buf + ob, qt, g, M, n, m, r);
+        res += ts_psgd_approx(buf + op, qt, g, M, n, m, r);
         if (scale != 1.0f) /* back to the scaled gradients the graph's unscale_grads expects */
             for (int64_t j = 0; j < n * m; j++) g[j] = g[j] * scale;
         oe += n * m;
         oq += m * r;
-        ob += n * r;
+        op += n * r;
     }
     rt->cstats.residual_sq += res;
     *(int64_t *)k->out[0].data = b;
@@ -370,4 +428,5 @@ const ts_op_def ts_def_psgd_wait = {.name = "psgd_wait",
                                     .max_in = -1,
                                     .flags = TS_OPF_SIDE_EFFECT,
                                     .infer = infer_wait,
-                                    .kernel = k_wait};
+                                    .kernel = k_wait,
+                                    .scratch = scratch_wait};

@@ -34,11 +34,12 @@ ts_status ts_compress_prepare(ts_graph *g, const ts_dist_spec *d, ts_compress_pr
         return ts_fail(TS_ERR_UNSUPPORTED, "distribute: compression method %d is not supported",
                        c->method);
     if (c->method == TS_COMPRESS_POWERSGD &&
-        (c->rank < 1 || c->rank > 64 || c->min_elems < 0 || c->max_elems < 0))
+        (c->rank < 1 || c->rank > 64 || c->min_elems < 0 || c->max_elems < 0 ||
+         c->power_iters < 0 || c->power_iters > 16))
         return ts_fail(TS_ERR_INVALID,
                        "distribute: PowerSGD rank %d (1 to 64), min_elems %lld, max_elems %lld "
-                       "(0 or more)",
-                       c->rank, (long long)c->min_elems, (long long)c->max_elems);
+                       "(0 or more), power iterations %d (0 to 16)",
+                       c->rank, (long long)c->min_elems, (long long)c->max_elems, c->power_iters);
     if (c->dense_steps < 0)
         return ts_fail(TS_ERR_INVALID, "distribute: %lld dense steps (0 or more)",
                        (long long)c->dense_steps);
@@ -147,6 +148,7 @@ static ts_status psgd_bucket(ts_graph *g, const ts_dist_spec *d, const ts_compre
     ca->rank = r;
     ca->min_elems = c->min_elems;
     ca->max_elems = c->max_elems;
+    ca->iters = c->power_iters > 1 ? c->power_iters : 1;
     ca->dense = c->dense_steps;
     ca->clip = p->clip;
     ca->momentum = p->momentum;

@@ -156,7 +156,7 @@ int main(void) {
                 "--set dist.compress_min_elems=0");
     kill_resume("psgd4", 4, "3",
                 "--set dist.compress=powersgd --set dist.compress_rank=1 "
-                "--set dist.compress_min_elems=100");
+                "--set dist.compress_min_elems=100 --set dist.compress_power_iters=2");
 
     /* the dense start: resumed after it (topk, 3 dense steps) and inside it
      * (PowerSGD, 6), each continuing where the uninterrupted run was */
@@ -182,6 +182,8 @@ int main(void) {
 
     mpi_same("topk", "--set dist.compress=topk --set dist.compress_ratio=0.05");
     mpi_same("psgd", "--set dist.compress=powersgd --set dist.compress_min_elems=0");
+    mpi_same("psgd3", "--set dist.compress=powersgd --set dist.compress_min_elems=0 "
+                      "--set dist.compress_power_iters=3");
     threads_same();
 
     /* the exchanged bytes per step in metrics.jsonl */
