@@ -23,7 +23,8 @@ static const char usage[] =
     "                    [--bucket-mb M] [--profile]\n"
     "                    (N data-parallel processes against 1)\n"
     "       tessel bench --workload W1|W3 --procs N --compress topk|powersgd [--threads N]\n"
-    "                    [--steps N] [--rounds N] (compressed against the dense all-reduce)\n"
+    "                    [--power-iters N] [--steps N] [--rounds N] (compressed against the dense\n"
+    "                    all-reduce; --power-iters: powersgd's dist.compress_power_iters)\n"
     "       tessel bench --workload W1|W3|gpt2-124m --backend cuda [--steps N] [--warmup N]\n"
     "                    [--precision fp32|bf16] [--json FILE] [--profile] (on the GPU, "
     "docs/cuda.md)\n";
@@ -43,13 +44,13 @@ int cli_bench(int argc, char **argv) {
     if (argc && !strcmp(argv[0], "collectives")) return tessel_cmd_bench_collectives(argc, argv);
     ts_bench_options o = ts_bench_options_default();
     int rc = CLI_OK, procs = 1, python_set = 0, per_rank_batch = 0, threads_set = 0, zero = 0,
-        private_params = 0, steps_set = 0;
+        private_params = 0, steps_set = 0, power_iters = 0;
     double bucket_mb = 0;
     const char *compress = NULL, *backend = NULL;
     static const char *const with_value[] = {
-        "--workload",     "--precision",  "--json",   "--reference", "--steps",
-        "--threads",      "--rounds",     "--warmup", "--procs",     "--compress",
-        "--torch-python", "--torch-mode", "--backend"};
+        "--workload",     "--precision",  "--json",    "--reference",  "--steps",
+        "--threads",      "--rounds",     "--warmup",  "--procs",      "--compress",
+        "--torch-python", "--torch-mode", "--backend", "--power-iters"};
     for (int i = 0; i < argc && rc == CLI_OK; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
         char name[64];
@@ -132,6 +133,8 @@ int cli_bench(int argc, char **argv) {
             rc = count(name, v, &procs);
         else if (!strcmp(name, "--compress")) /* gradient compression (bench_compress.c) */
             compress = v;
+        else if (!strcmp(name, "--power-iters")) /* powersgd: dist.compress_power_iters */
+            rc = count(name, v, &power_iters);
         else if (!strcmp(name, "--rounds"))
             rc = count(name, v, &o.rounds);
         else if (!strcmp(v, "0"))
@@ -167,6 +170,8 @@ int cli_bench(int argc, char **argv) {
         ts_status s = ts_bench_cuda_run(&c);
         return s == TS_OK ? CLI_OK : cli_error(cli_status_code(s), "%s", ts_last_error());
     }
+    if (power_iters && !compress)
+        return cli_error(CLI_USAGE, "bench: --power-iters needs --compress powersgd\n%s", usage);
     if (compress) {
         ts_bench_compress_options d = ts_bench_compress_options_default();
         if (!strcmp(compress, "powersgd"))
@@ -176,6 +181,11 @@ int cli_bench(int argc, char **argv) {
                              compress, usage);
         if (procs < 2)
             return cli_error(CLI_USAGE, "bench: --compress needs --procs N >= 2\n%s", usage);
+        if (power_iters && (d.c.method != TS_COMPRESS_POWERSGD || power_iters > 16))
+            return cli_error(CLI_USAGE,
+                             "bench: --power-iters %d: 1 to 16, with --compress powersgd\n%s",
+                             power_iters, usage);
+        d.c.power_iters = power_iters;
         d.workload = o.workload;
         d.procs = procs;
         if (threads_set) d.threads = o.threads;

@@ -129,7 +129,10 @@ static double median_of(double *v, int n) {
 static const char *method_words(const ts_compress_options *c, char *buf, size_t n) {
     static const char *const vals[] = {"e4m3", "e5m2", "bf16", "f32"};
     if (c->method == TS_COMPRESS_POWERSGD)
-        snprintf(buf, n, "powersgd rank %d, tensors under %lld elements dense", c->rank,
+        snprintf(buf, n,
+                 "powersgd rank %d, %d power iteration%s a step, tensors under %lld "
+                 "elements dense",
+                 c->rank, c->power_iters > 1 ? c->power_iters : 1, c->power_iters > 1 ? "s" : "",
                  (long long)c->min_elems);
     else
         snprintf(buf, n, "topk ratio %g, %s values", c->ratio, vals[c->values & 3]);

@@ -241,6 +241,19 @@ int main(void) {
               strstr(t.out, "round 1: none") && strstr(t.out, "sent bytes: 1/"),
           "bench --compress: exit %d\n%s%s", t.rc, t.out, t.err);
     e2e_done(&t);
+    t = e2e_run("bench --workload W1 --procs 2 --compress powersgd --power-iters 2 --steps 1 "
+                "--rounds 1 --warmup 0");
+    CHECK(t.rc == 0 && strstr(t.out, "powersgd rank 4, 2 power iterations a step") &&
+              strstr(t.out, "sent bytes: 1/"),
+          "bench --compress powersgd --power-iters 2: exit %d\n%s%s", t.rc, t.out, t.err);
+    e2e_done(&t);
+    t = e2e_run("bench --workload W1 --procs 2 --compress topk --power-iters 2 --steps 1");
+    CHECK(t.rc == 2 && strstr(t.err, "--power-iters"), "bench --power-iters with topk: exit %d: %s",
+          t.rc, t.err);
+    e2e_done(&t);
+    expect_refused("power iterations with topk",
+                   "--procs 2 --set dist.compress=topk --set dist.compress_power_iters=2",
+                   "dist.compress_power_iters");
 
     expect_refused("one process", "--set dist.compress=topk", "dist.compress");
     expect_refused("ZeRO", "--procs 2 --set dist.compress=topk --set dist.zero=1", "dist.zero");
