@@ -164,10 +164,11 @@ static int all_finite(const ts_kargs *k, int ng) {
 static size_t clip_scratch(int n_in) {
     return ((sizeof(float *) + sizeof(int64_t)) * (size_t)n_in + 63) & ~(size_t)63;
 }
-static size_t scratch_start(const ts_graph *g, const ts_node *n) {
+/* The most columns of the compressed gradients among inputs [from, to) of n. */
+static int64_t widest_matrix(const ts_graph *g, const ts_node *n, int from, int to) {
     const ts_compress_attrs *a = &n->a.compress;
     int64_t widest = 0;
-    for (int i = 0; i < n->n_in - start_extra(a); i++) {
+    for (int i = from; i < to; i++) {
         const ts_type *t = ts_in_type(g, n, i);
         int64_t rows, cols;
         if (ts_psgd_matrix(t->rank, t->dims, a->min_elems, a->max_elems, (int)a->rank, &rows,
@@ -175,21 +176,18 @@ static size_t scratch_start(const ts_graph *g, const ts_node *n) {
             cols > widest)
             widest = cols;
     }
-    return clip_scratch(n->n_in) + ts_psgd_mq_scratch_bytes(widest);
+    return widest;
+}
+static size_t scratch_start(const ts_graph *g, const ts_node *n) {
+    const int ng = n->n_in - start_extra(&n->a.compress);
+    return clip_scratch(n->n_in) + ts_psgd_mq_scratch_bytes(widest_matrix(g, n, 0, ng));
 }
 
 /* psgd_wait's scratch: ts_psgd_mq's for the further power iterations (a.iters > 1). */
 static size_t scratch_wait(const ts_graph *g, const ts_node *n) {
     const ts_compress_attrs *a = &n->a.compress;
-    int64_t widest = 0;
-    for (int i = 3; a->iters > 1 && i < n->n_in - 2 - (a->scaled ? 1 : 0); i++) {
-        const ts_type *t = ts_in_type(g, n, i);
-        int64_t rows, cols;
-        if (ts_psgd_matrix(t->rank, t->dims, a->min_elems, a->max_elems, (int)a->rank, &rows,
-                           &cols) &&
-            cols > widest)
-            widest = cols;
-    }
+    if (a->iters <= 1) return 0;
+    const int64_t widest = widest_matrix(g, n, 3, n->n_in - 2 - (a->scaled ? 1 : 0));
     return widest ? ts_psgd_mq_scratch_bytes(widest) : 0;
 }
 
@@ -294,6 +292,49 @@ static int buf_finite(const float *buf, int64_t n) {
     return 1;
 }
 
+/* P = the summed P factor (from) / ranks into P, orthonormalised; then Q = M^T P into qsum, this
+ * rank's part of the Q all-reduce. */
+static void p_then_q(float *P, const float *from, float nr, const float *M, float *qsum, int64_t n,
+                     int64_t m, int r) {
+    for (int64_t j = 0; j < n * r; j++) P[j] = from[j] / nr;
+    ts_psgd_orthonormalise(P, n, r);
+    ts_psgd_mtp(M, P, qsum, n, m, r);
+}
+
+/* One more power iteration on the ranks' mean M (dist.compress_power_iters), every compressed
+ * gradient of the bucket: Q = qsum / ranks (kept in q), P = M Q into the packed P factors at
+ * buf's start, all-reduced as one message, then p_then_q; returns the elements exchanged. */
+static ts_status power_iteration(const ts_kargs *k, ts_dist_rt *rt, const ts_tensor *G, int ng,
+                                 float *err, float *q, float *buf, float *qbuf, int64_t *sent) {
+    const ts_compress_attrs *a = &k->a->compress;
+    const int r = (int)a->rank;
+    const float nr = (float)a->ranks;
+    int64_t oe = 0, oq = 0, op = 0, n, m;
+    for (int i = 0; i < ng; i++) {
+        if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m)) continue;
+        float *Q = q + oq;
+        for (int64_t j = 0; j < m * r; j++) Q[j] = qbuf[oq + j] / nr;
+        /* M is err (g NULL: nothing added); ts_psgd_mq leaves it as it is */
+        ts_psgd_mq(err + oe, NULL, 1.0f, 1.0f, Q, buf + op, k->scratch, n, m, r);
+        oe += n * m;
+        oq += m * r;
+        op += n * r;
+    }
+    ts_status s =
+        ts_allreduce(rt->comm, buf, (size_t)op, TS_F32, TS_RED_SUM, (ts_coll_algo)a->algo);
+    if (s != TS_OK) return s;
+    oe = oq = op = 0;
+    for (int i = 0; i < ng; i++) {
+        if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m)) continue;
+        p_then_q(buf + op, buf + op, nr, err + oe, qbuf + oq, n, m, r);
+        oe += n * m;
+        oq += m * r;
+        op += n * r;
+    }
+    *sent = op + oq;
+    return ts_allreduce(rt->comm, qbuf, (size_t)oq, TS_F32, TS_RED_SUM, (ts_coll_algo)a->algo);
+}
+
 static ts_status k_wait(const ts_kargs *k) {
     ts_dist_rt *rt;
     int b;
@@ -339,11 +380,7 @@ static ts_status k_wait(const ts_kargs *k) {
     for (int i = 0; i < ng; i++) {
         int64_t n, m;
         if (ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m)) {
-            float *P = buf + op;
-            const float *from = buf + ob;
-            for (int64_t j = 0; j < n * r; j++) P[j] = from[j] / nr;
-            ts_psgd_orthonormalise(P, n, r);
-            ts_psgd_mtp(err + oe, P, qbuf + oq, n, m, r);
+            p_then_q(buf + op, buf + ob, nr, err + oe, qbuf + oq, n, m, r);
             oe += n * m;
             oq += m * r;
             op += n * r;
@@ -355,44 +392,14 @@ static ts_status k_wait(const ts_kargs *k) {
             ob += e;
         }
     }
-    const int iters = a->iters > 1 ? (int)a->iters : 1;
-    for (int it = 1; oq > 0; it++) {
-        if ((s = ts_allreduce(rt->comm, qbuf, (size_t)oq, TS_F32, TS_RED_SUM,
-                              (ts_coll_algo)a->algo)) != TS_OK)
-            return s;
-        if (it == iters) break;
-        /* one more power iteration on the mean M (dist.compress_power_iters): P = M Q, summed,
-         * orthonormalised, Q = M^T P */
-        oe = oq = op = 0;
-        for (int i = 0; i < ng; i++) {
-            int64_t n, m;
-            if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m))
-                continue;
-            float *Q = q + oq;
-            for (int64_t j = 0; j < m * r; j++) Q[j] = qbuf[oq + j] / nr;
-            ts_psgd_mq(err + oe, NULL, 1.0f, 1.0f, Q, buf + op, k->scratch, n, m, r);
-            oe += n * m;
-            oq += m * r;
-            op += n * r;
-        }
-        if ((s = ts_allreduce(rt->comm, buf, (size_t)op, TS_F32, TS_RED_SUM,
-                              (ts_coll_algo)a->algo)) != TS_OK)
-            return s;
-        oe = oq = op = 0;
-        for (int i = 0; i < ng; i++) {
-            int64_t n, m;
-            if (!ts_psgd_matrix(G[i].rank, G[i].dims, a->min_elems, a->max_elems, r, &n, &m))
-                continue;
-            float *P = buf + op;
-            for (int64_t j = 0; j < n * r; j++) P[j] = P[j] / nr;
-            ts_psgd_orthonormalise(P, n, r);
-            ts_psgd_mtp(err + oe, P, qbuf + oq, n, m, r);
-            oe += n * m;
-            oq += m * r;
-            op += n * r;
-        }
-        rt->cstats.sent_bytes += 4.0 * (double)(op + oq);
-        rt->cstats.recv_bytes += 4.0 * (double)(op + oq);
+    if (oq > 0 && (s = ts_allreduce(rt->comm, qbuf, (size_t)oq, TS_F32, TS_RED_SUM,
+                                    (ts_coll_algo)a->algo)) != TS_OK)
+        return s;
+    for (int it = 1; oq > 0 && it < a->iters; it++) {
+        int64_t sent = 0;
+        if ((s = power_iteration(k, rt, G, ng, err, q, buf, qbuf, &sent)) != TS_OK) return s;
+        rt->cstats.sent_bytes += 4.0 * (double)sent;
+        rt->cstats.recv_bytes += 4.0 * (double)sent;
     }
     double res = 0;
     oe = oq = op = 0;
