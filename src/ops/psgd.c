@@ -303,7 +303,7 @@ static void p_then_q(float *P, const float *from, float nr, const float *M, floa
 
 /* One more power iteration on the ranks' mean M (dist.compress_power_iters), every compressed
  * gradient of the bucket: Q = qsum / ranks (kept in q), P = M Q into the packed P factors at
- * buf's start, all-reduced as one message, then p_then_q; returns the elements exchanged. */
+ * buf's start, all-reduced as one message, then p_then_q; *sent: the elements exchanged. */
 static ts_status power_iteration(const ts_kargs *k, ts_dist_rt *rt, const ts_tensor *G, int ng,
                                  float *err, float *q, float *buf, float *qbuf, int64_t *sent) {
     const ts_compress_attrs *a = &k->a->compress;
