@@ -187,8 +187,7 @@ static size_t scratch_start(const ts_graph *g, const ts_node *n) {
 static size_t scratch_wait(const ts_graph *g, const ts_node *n) {
     const ts_compress_attrs *a = &n->a.compress;
     if (a->iters <= 1) return 0;
-    const int64_t widest = widest_matrix(g, n, 3, n->n_in - 2 - (a->scaled ? 1 : 0));
-    return widest ? ts_psgd_mq_scratch_bytes(widest) : 0;
+    return ts_psgd_mq_scratch_bytes(widest_matrix(g, n, 3, n->n_in - 2 - (a->scaled ? 1 : 0)));
 }
 
 /* This rank's local clip factor over the bucket's gradients (DGC, as topk:

@@ -51,15 +51,33 @@ static void setup_files(void) {
                1);
 }
 
-/* The last JSON line: torch.mode, torch.version and the number of modes. */
+/* The JSON file's last line, parsed (NULL if absent or not JSON); *text: the file, for the
+ * caller to free, and *last: that line in it, for messages. */
+static json_t *last_json(char **text, const char **last) {
+    char *nl;
+    *text = e2e_slurp(json, NULL);
+    *last = *text ? *text : "";
+    while ((nl = strchr(*last, '\n')) && nl[1]) *last = nl + 1;
+    json_error_t err;
+    return *text ? json_loads(*last, JSON_DISABLE_EOF_CHECK, &err) : NULL;
+}
+
+/* Round k of `rounds`'s line: tessel's median step and the compile mode's step, in ms. */
+static int round_line(const char *out, int k, int rounds, double *tessel_ms, double *compile_ms) {
+    char key[32];
+    snprintf(key, sizeof key, "round %d/%d: tessel", k, rounds);
+    const char *q = strstr(out, key), *c = q ? strstr(q, "compile ") : NULL;
+    return q && c && sscanf(q + strlen(key), "%lf", tessel_ms) == 1 &&
+           sscanf(c + 8, "%lf", compile_ms) == 1;
+}
+
 /* The last JSON line: the fastest mode, the torch version, the modes run, and each round's own
  * ratio (only with 2 rounds or more: `rounds` of them, each within [lo, hi] by 2 %). */
 static void check_json(const char *mode, const char *version_prefix, size_t n_modes, size_t rounds,
                        double lo, double hi) {
-    char *text = e2e_slurp(json, NULL), *last = text, *nl;
-    while ((nl = strchr(last, '\n')) && nl[1]) last = nl + 1;
-    json_error_t err;
-    json_t *j = json_loads(last, JSON_DISABLE_EOF_CHECK, &err);
+    char *text;
+    const char *last;
+    json_t *j = last_json(&text, &last);
     json_t *t = j ? json_object_get(j, "torch") : NULL;
     const char *m = json_string_value(json_object_get(t, "mode"));
     const char *v = json_string_value(json_object_get(t, "version"));
@@ -109,7 +127,6 @@ static void test_debian(void) {
     e2e_done(&r);
 }
 
-/* "torch 2.99": every mode of the precision, the ratio against the fastest. */
 /* The rounds' own ratios pair each round's tessel step with the torch step run right after it:
  * a reference whose first run is three times as slow as its second, two rounds; the JSON's
  * round_ratios, in round order, are the round lines' compile ms over tessel ms. */
@@ -126,22 +143,16 @@ static void test_round_pairing(void) {
     CHECK(r.rc == 0, "two rounds, a slow first reference run: %d %s", r.rc, r.err);
     double want[2] = {0, 0}, ms[2] = {0, 0};
     for (int k = 1; k <= 2; k++) {
-        char key[32];
-        snprintf(key, sizeof key, "round %d/2: tessel", k);
-        const char *q = strstr(r.out, key), *c = q ? strstr(q, "compile ") : NULL;
         double t = 0;
-        CHECK(q && c && sscanf(q + strlen(key), "%lf", &t) == 1 &&
-                  sscanf(c + 8, "%lf", &ms[k - 1]) == 1 && t > 0,
-              "round %d's line: %s", k, r.out);
+        CHECK(round_line(r.out, k, 2, &t, &ms[k - 1]) && t > 0, "round %d's line: %s", k, r.out);
         want[k - 1] = t > 0 ? ms[k - 1] / t : 0;
     }
     CHECK(ms[0] > 2.9 * ms[1] && ms[0] < 3.1 * ms[1], "the stub's first run is 3x slower: %s",
           r.out);
     e2e_done(&r);
-    char *text = e2e_slurp(json, NULL), *last = text, *nl;
-    while (text && (nl = strchr(last, '\n')) && nl[1]) last = nl + 1;
-    json_error_t err;
-    json_t *j = text ? json_loads(last, JSON_DISABLE_EOF_CHECK, &err) : NULL;
+    char *text;
+    const char *last;
+    json_t *j = last_json(&text, &last);
     json_t *rr = json_object_get(j, "round_ratios");
     int ok = json_array_size(rr) == 2;
     for (int k = 0; ok && k < 2; k++) {
@@ -153,6 +164,7 @@ static void test_round_pairing(void) {
     free(text);
 }
 
+/* "torch 2.99": every mode of the precision, the ratio against the fastest. */
 static void test_best(void) {
     e2e_result r = e2e_runf("bench --workload W1 --steps 1 --warmup 0 --compare-torch --torch-best "
                             "--torch-python %s --reference %s --rounds 2 --json %s",
@@ -167,12 +179,8 @@ static void test_best(void) {
     /* the rounds' own ratios: each round's compile step over tessel's, range and median */
     double lo = 1e300, hi = 0, want_lo, want_hi, want_med;
     for (int k = 1; k <= 2; k++) {
-        char key[32];
-        snprintf(key, sizeof key, "round %d/2: tessel", k);
-        const char *q = strstr(r.out, key), *c = q ? strstr(q, "compile ") : NULL;
         double t = 0, ms = 0;
-        CHECK(q && c && sscanf(q + strlen(key), "%lf", &t) == 1 && sscanf(c + 8, "%lf", &ms) == 1,
-              "round %d's line: %s", k, r.out);
+        CHECK(round_line(r.out, k, 2, &t, &ms), "round %d's line: %s", k, r.out);
         if (t > 0 && ms / t < lo) lo = ms / t;
         if (t > 0 && ms / t > hi) hi = ms / t;
     }
