@@ -157,10 +157,10 @@ int main(void) {
     memcpy(B, A, bytes);
 
     /* the generated functions into a harness */
-    const char *dir = "/tmp/tessel-emit_c_fused";
+    /* a directory of its own: two builds' suites may run this test at the same time */
+    char dir[] = "/tmp/tessel-emit_c_fused-XXXXXX";
     char cmd[1024], path[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-    CHECK(system(cmd) == 0, "scratch %s", dir);
+    CHECK(mkdtemp(dir) != NULL, "scratch %s", dir);
     snprintf(path, sizeof path, "%s/harness.c", dir);
     FILE *f = fopen(path, "w");
     CHECK(f != NULL, "open %s", path);

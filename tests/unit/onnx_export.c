@@ -17,7 +17,9 @@
 #include "tessel/onnx.h"
 #include "tessel/tessel.h"
 
-#define PATH "/tmp/tessel-unit-onnx-export.onnx"
+/* one file per process: two builds' suites may run this test at the same time */
+static char path_buf[64];
+#define PATH path_buf
 
 /* Weights: element i of a tensor is sin(i + strlen(name)); "missing" fails. */
 static ts_status weight(void *ctx, const char *name, void *dst, size_t bytes) {
@@ -158,7 +160,7 @@ static void refused(ts_graph *g, ts_val y, const ts_onnx_export_options *o, ts_s
     CHECK(s == want && strstr(ts_last_error(), msg), "status %d, '%s'; want %d, '%s'", s,
           ts_last_error(), want, msg);
     CHECK(access(PATH, F_OK) != 0, "a refused export leaves no file (%s)", msg);
-    char tmp[64];
+    char tmp[sizeof path_buf + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", PATH);
     CHECK(access(tmp, F_OK) != 0, "a refused export leaves no temporary file (%s)", msg);
 }
@@ -197,6 +199,7 @@ static void refusals(void) {
 }
 
 int main(void) {
+    snprintf(path_buf, sizeof path_buf, "/tmp/tessel-unit-onnx-export-%d.onnx", (int)getpid());
 #ifndef TESSEL_HAVE_ONNX
     puts("unit onnx_export: built without ONNX support, skipped");
     return 77;
