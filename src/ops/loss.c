@@ -14,6 +14,7 @@
 #include <string.h>
 #include "core/half.h"
 #include "kern.h"
+#include "ops/ce_simd.h"
 #include "vmath.h"
 
 #define LN      TS_LANES /* interleaved partial sums of a row reduction */
@@ -184,6 +185,25 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
                    (long long)k->a->cross_entropy.ignore_index);
 }
 
+/* The f32 cross entropy's exp loops start with ce_simd.c's hand-vectorised prefix (the same
+ * bits; 0 elements without AVX-512), the f64 ones (gradient checks) do not. */
+static inline int64_t sumexp_simd_f32(double *acc, const float *x, float m, int64_t c) {
+    return ts_ce_sumexp_simd(acc, x, m, c);
+}
+static inline int64_t sumexp_simd_f64(double *acc, const double *x, double m, int64_t c) {
+    (void)acc, (void)x, (void)m, (void)c;
+    return 0;
+}
+static inline int64_t scaled_exp_simd_f32(float *d, const float *x, float lse, float sc,
+                                          int64_t n) {
+    return ts_ce_scaled_exp_simd(d, x, lse, sc, n);
+}
+static inline int64_t scaled_exp_simd_f64(double *d, const double *x, double lse, double sc,
+                                          int64_t n) {
+    (void)d, (void)x, (void)lse, (void)sc, (void)n;
+    return 0;
+}
+
 #define DEF_LOSS(T, SFX, EXP, LOG1P, ABS, LOG, ROWWISE)                                            \
     /* Sum over [0, n) of max(x,0) - x*y + log1p(exp(-|x|)) (torch's stable form). */              \
     TS_CLONES static double bce_block_##SFX(const T *x, const T *y, int64_t n) {                   \
@@ -251,7 +271,7 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
         T m = ts_row_max_##SFX(x, c);                                                              \
         if (m == (T)-INFINITY) m = 0;                                                              \
         double acc[LN] = {0}, s = 0;                                                               \
-        int64_t i = 0;                                                                             \
+        int64_t i = sumexp_simd_##SFX(acc, x, m, c);                                               \
         for (; i + LN <= c; i += LN)                                                               \
             for (int j = 0; j < LN; j++) acc[j] += EXP(x[i + j] - m);                              \
         for (; i < c; i++) s += EXP(x[i] - m);                                                     \
@@ -337,7 +357,8 @@ static ts_status bad_target(const ts_kargs *k, const char *op, int64_t row, int6
     /* d may be x itself (in place): x[t] is read before the row is written. */                    \
     TS_CLONES static void ce_bwd_row_##SFX(T *d, const T *x, T lse, int64_t c, int64_t t, T sc) {  \
         const T xt = x[t];                                                                         \
-        _Pragma("omp simd") for (int64_t i = 0; i < c; i++) d[i] = EXP(x[i] - lse) * sc;           \
+        _Pragma("omp simd") for (int64_t i = scaled_exp_simd_##SFX(d, x, lse, sc, c); i < c; i++)  \
+            d[i] = EXP(x[i] - lse) * sc;                                                           \
         d[t] = (EXP(xt - lse) - 1) * sc;                                                           \
     }                                                                                              \
     /* Rows [r0, r1) of a few classes, class by class across the rows (see                         \
@@ -443,8 +464,8 @@ TS_CLONES static void ce_bwd_row_low(uint16_t *d, const float *x, float lse, int
     float buf[CE_LOW];
     for (int64_t c0 = 0; c0 < c; c0 += CE_LOW) {
         const int64_t len = c - c0 < CE_LOW ? c - c0 : CE_LOW;
-        _Pragma("omp simd") for (int64_t i = 0; i < len; i++) buf[i] =
-            m_exp_neg_f32(x[c0 + i] - lse) * sc;
+        _Pragma("omp simd") for (int64_t i = ts_ce_scaled_exp_simd(buf, x + c0, lse, sc, len);
+                                 i < len; i++) buf[i] = m_exp_neg_f32(x[c0 + i] - lse) * sc;
         if (t >= c0 && t < c0 + len) buf[t - c0] = (m_exp_neg_f32(x[t] - lse) - 1) * sc;
         ts_f32_to_bf16_n(d + c0, buf, len);
     }

@@ -29,6 +29,7 @@
 #include "eltwise.h"
 #include "core/half.h"
 #include "kern.h"
+#include "ops/gelu_simd.h"
 #include "vmath.h"
 
 /* Standard normal CDF Phi(x) = erfc(-x/sqrt2)/2 and, if pdf != NULL, the
@@ -420,8 +421,15 @@ typedef void (*fwd_grad_fn)(float *y, float *g, const float *x, int64_t n);
             y[i] = yi;                                                                             \
         }                                                                                          \
     }
-DEF_FWD_GRAD(gelu_tanh_grad_f32, m_gelu_tanh_grad_f32)
+DEF_FWD_GRAD(gelu_tanh_grad_scalar_f32, m_gelu_tanh_grad_f32)
 DEF_FWD_GRAD(gelu_erf_grad_f32, m_gelu_erf_grad_f32)
+
+/* The tanh one by hand-written AVX-512 where the CPU has it (gelu_simd.c: the same bits, about
+ * a fifth less time than GCC's vectorisation of the scalar code), the tail by the scalar code. */
+static void gelu_tanh_grad_f32(float *y, float *g, const float *xs, int64_t n) {
+    int64_t done = ts_gelu_tanh_grad_simd(y, g, xs, n);
+    if (done < n) gelu_tanh_grad_scalar_f32(y + done, g + done, xs + done, n - done);
+}
 
 /* gelu with out_grad: output 0 the GELU (f32, or bf16 with out_low), output 1 the derivative
  * (f32 or bf16: inference gives it output 0's dtype; the kernel takes either, for
