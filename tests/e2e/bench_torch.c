@@ -164,6 +164,13 @@ static void test_round_pairing(void) {
     free(text);
 }
 
+/* A ratio printed with two decimals ("%.2fx") against the value computed from the round lines:
+ * within 2 % and half a unit of the last digit (under ASan tessel's step is slow and the ratio
+ * near 0.24, where the rounding alone is 2 %). */
+static int near_printed(double printed, double x) {
+    return fabs(printed - x) <= 0.02 * x + 0.005;
+}
+
 /* "torch 2.99": every mode of the precision, the ratio against the fastest. */
 static void test_best(void) {
     e2e_result r = e2e_runf("bench --workload W1 --steps 1 --warmup 0 --compare-torch --torch-best "
@@ -188,8 +195,8 @@ static void test_best(void) {
     CHECK(q &&
               sscanf(q, "rounds  W1: the rounds' own ratios %lfx to %lfx, median %lfx", &want_lo,
                      &want_hi, &want_med) == 3 &&
-              fabs(want_lo - lo) < 0.02 * lo && fabs(want_hi - hi) < 0.02 * hi &&
-              want_med == want_lo && strstr(q, "(2 rounds)"),
+              near_printed(want_lo, lo) && near_printed(want_hi, hi) && want_med == want_lo &&
+              strstr(q, "(2 rounds)"),
           "the rounds' ratios %.3f to %.3f: %s", lo, hi, q ? q : r.out);
     e2e_done(&r);
     check_json("compile", "2.99", 3, 2, lo, hi);
