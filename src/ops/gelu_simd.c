@@ -13,14 +13,9 @@
 #include "ops/vexp_avx512.h"
 
 #if TS_VEXP_AVX512
-#define AVX512 TS_VEXP_TARGET
-#define INLINE static inline __attribute__((always_inline)) AVX512
-
-#define GELU_BETA  0.797884560802865355879 /* sqrt(2/pi), as unary.c */
-#define GELU_KAPPA 0.044715
-
 /* m_gelu_tanh_grad_f32(x0, &y): returns gelu'(x0), *y = gelu(x0). */
-INLINE __m512 gelu_tanh_grad(__m512 x0, __m512 *y) {
+static inline __attribute__((always_inline)) TS_VEXP_TARGET __m512 gelu_tanh_grad(__m512 x0,
+                                                                                  __m512 *y) {
     const __m512 one = _mm512_set1_ps(1.0f);
     const __m512i sign = _mm512_set1_epi32(INT32_MIN);   /* -|u2|: the sign bit set */
     __m512 x = _mm512_min_ps(_mm512_set1_ps(30.0f), x0); /* 30 < x ? 30 : x */
@@ -42,7 +37,7 @@ INLINE __m512 gelu_tanh_grad(__m512 x0, __m512 *y) {
     return _mm512_fmadd_ps(_mm512_mul_ps(x, _mm512_mul_ps(s, sn)), d, s);
 }
 
-AVX512 static int64_t run_avx512(float *y, float *g, const float *x, int64_t n) {
+TS_VEXP_TARGET static int64_t run_avx512(float *y, float *g, const float *x, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 yv, gv = gelu_tanh_grad(_mm512_loadu_ps(x + i), &yv);

@@ -11,6 +11,11 @@
 
 #include <stdint.h>
 
+/* PyTorch's tanh GELU: 0.5x(1 + tanh(u)), u = GELU_BETA (x + GELU_KAPPA x^3); the scalar code
+ * (unary.c) and the vector one use these. */
+#define GELU_BETA  0.797884560802865355879 /* sqrt(2/pi) */
+#define GELU_KAPPA 0.044715
+
 int64_t ts_gelu_tanh_grad_simd(float *y, float *g, const float *x, int64_t n);
 
 #endif

@@ -65,8 +65,7 @@ static inline float m_ncdf_f32(float x, float *pdf) {
 
 #define SQRT1_2      0.707106781186547524401
 #define INV_SQRT_2PI 0.398942280401432677940
-#define GELU_BETA    0.797884560802865355879 /* sqrt(2/pi) */
-#define GELU_KAPPA   0.044715
+/* GELU_BETA and GELU_KAPPA: gelu_simd.h */
 
 /* tanh GELU: 0.5x(1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi)(x + k x^3).
  * x^3 overflowing to inf only saturates the sigmoid (no NaN). */
