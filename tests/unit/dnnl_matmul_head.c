@@ -7,8 +7,8 @@
  * and on 2 threads, must equal bit for bit the plain oneDNN primitive (ts_mm_head_enable(0)) on one
  * thread, and sampled elements must match a double-precision reference. Where the plan applies
  * (brgemm bf16 without AMX, created for one thread) the implementation must name it ("+packb",
- * "+postadd"), so the test fails on a build without the plan; created for 2 threads, and for a
- * layer-sized GEMM, it must stay plain. */
+ * "+postadd"), so the test fails on a build without the plan; created for 2 threads, and for the
+ * attention projection's small B, it must stay plain. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -74,15 +74,16 @@ static double bf(const uint16_t *p, int64_t i) {
     return (double)ts_bf16_to_f32(p[i]);
 }
 
-/* M x N = op(A) . B, K deep; trans_a / trans_b as ts_mm_desc; add: one full-size add post-op.
- * `expect`: the implementation suffix where the plan applies, NULL where it must not. */
-static void test_shape(const char *name, int64_t M, int64_t N, int64_t K, int trans_a, int trans_b,
-                       int bias, int add, const char *expect) {
+/* M x N = op(A) . B, K deep; trans_a / trans_b as ts_mm_desc; add: one full-size add post-op;
+ * low: a bf16 C. `expect`: the implementation suffix where the plan applies, NULL where it must
+ * not. */
+static void test_shape_c(const char *name, int64_t M, int64_t N, int64_t K, int trans_a,
+                         int trans_b, int bias, int add, int low, const char *expect) {
     int ok = 1;
     const int np = bias + add;
     ts_mm_desc d = {.a_dt = TS_BF16,
                     .b_dt = TS_BF16,
-                    .c_dt = TS_F32,
+                    .c_dt = low ? TS_BF16 : TS_F32,
                     .batch = 1,
                     .M = M,
                     .N = N,
@@ -118,7 +119,9 @@ static void test_shape(const char *name, int64_t M, int64_t N, int64_t K, int tr
           impl[0]);
     for (int i = 1; i < 3; i++) {
         int64_t ndiff = 0;
-        for (int64_t e = 0; e < M * N; e++) ndiff += memcmp(&c[0][e], &c[i][e], 4) != 0;
+        const size_t es = low ? 2 : 4;
+        for (int64_t e = 0; e < M * N; e++)
+            ndiff += memcmp((char *)c[0] + e * es, (char *)c[i] + e * es, es) != 0;
         CHECK(ndiff == 0, "%s: %lld of %lld elements differ from the plain primitive (%d threads)",
               name, (long long)ndiff, (long long)(M * N), i);
     }
@@ -128,9 +131,10 @@ static void test_shape(const char *name, int64_t M, int64_t N, int64_t K, int tr
         double ref = (p ? p[i * N + j] : 0.0) + (bv ? bv[j] : 0.0);
         for (int64_t k = 0; k < K; k++)
             ref += bf(a, trans_a ? k * M + i : i * K + k) * bf(b, trans_b ? j * K + k : k * N + j);
-        CHECK(fabs(c[1][i * N + j] - ref) <= 1e-4 * (1.0 + fabs(ref)) + 1e-6 * K,
-              "%s: C[%lld,%lld] = %g, reference %g", name, (long long)i, (long long)j,
-              c[1][i * N + j], ref);
+        const double got = low ? bf((const uint16_t *)c[1], i * N + j) : c[1][i * N + j];
+        const double tol = low ? fabs(ref) / 128 + 1e-6 * K : 1e-4 * (1.0 + fabs(ref)) + 1e-6 * K;
+        CHECK(fabs(got - ref) <= tol, "%s: C[%lld,%lld] = %g, reference %g", name, (long long)i,
+              (long long)j, got, ref);
     }
     printf("  %-40s plain %s, new %s\n", name, impl[0], impl[1]);
 done:
@@ -140,6 +144,11 @@ done:
     ts_aligned_free(bv);
     for (int i = 0; i < 3; i++) ts_aligned_free(c[i]);
     ok ? g_pass++ : g_fail++;
+}
+
+static void test_shape(const char *name, int64_t M, int64_t N, int64_t K, int trans_a, int trans_b,
+                       int bias, int add, const char *expect) {
+    test_shape_c(name, M, N, K, trans_a, trans_b, bias, add, 0, expect);
 }
 
 /* The plan's rules on descriptors (no oneDNN involved). */
@@ -162,8 +171,12 @@ static void test_plan(void) {
     CHECK(p.pack_b && p.row_blocks == 1, "2000 rows: %d %lld", p.pack_b, (long long)p.row_blocks);
     d.M = 512;
     CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "512 rows packed");
-    d.M = 2048, d.N = 2048;
-    CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "a layer's transposed B (1 Mi elements) packed");
+    d.M = 2048, d.N = 2048; /* a layer's forward product: a transposed B of 1 Mi elements */
+    p = ts_mm_head_plan_for(&d, 1);
+    CHECK(p.pack_b && p.row_blocks == 4, "a layer's fc: %d %lld", p.pack_b,
+          (long long)p.row_blocks);
+    d.N = 512;
+    CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "a 256 Ki transposed B packed");
     d.trans_b = 0, d.N = 512, d.K = 2048; /* a layer's dX: a plain B of 1 Mi elements */
     p = ts_mm_head_plan_for(&d, 1);
     CHECK(p.pack_b && p.row_blocks == 4, "a layer's dX: %d %lld", p.pack_b,
@@ -174,7 +187,16 @@ static void test_plan(void) {
     d.N = 8192, d.a_dt = d.b_dt = TS_F32;
     CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "f32 packed");
     d.a_dt = d.b_dt = TS_BF16, d.n_post = 1, d.post[0] = TS_MM_POST_BIAS;
-    CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "with a post-op packed");
+    CHECK(ts_mm_head_plan_for(&d, 1).pack_b, "with its bias: not packed");
+    d.c_dt = TS_BF16; /* a bf16 C with its bias (the qkv projection: passes/qkv_low.c) */
+    CHECK(ts_mm_head_plan_for(&d, 1).pack_b, "a bf16 C with its bias: not packed");
+    d.n_post = 0;
+    CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "a bf16 C without a bias packed");
+    d.c_dt = TS_F32, d.n_post = 2, d.post[1] = TS_MM_POST_BIAS;
+    CHECK(!ts_mm_head_plan_for(&d, 1).pack_b, "with two biases packed");
+    d.n_post = 1, d.M = 256;
+    CHECK(!ts_mm_head_plan_for(&d, 1).pack_b && !ts_mm_head_plan_for(&d, 1).post_after,
+          "256 rows with a bias planned");
     ts_mm_desc w = {.a_dt = TS_BF16,
                     .b_dt = TS_BF16,
                     .c_dt = TS_F32,
@@ -215,10 +237,13 @@ int main(void) {
     test_shape("dX = dlogits W (W3)", 2048, 512, 8192, 0, 0, 0, 0, "+packb+rows512");
     test_shape("dW = dlogits^T x + dE (W3)", 8192, 512, 2048, 1, 0, 0, 1, "+postadd");
     test_shape("1100 rows, packed whole", 1100, 4096, 1024, 0, 0, 0, 0, "+packb");
-    test_shape("a layer's fc (plain)", 2048, 2048, 512, 0, 1, 1, 0, NULL);
+    test_shape("a layer's fc + bias (W3)", 2048, 2048, 512, 0, 1, 1, 0, "+packb+rows512");
+    test_shape_c("a layer's qkv + bias -> bf16 (W3)", 2048, 1536, 512, 0, 1, 1, 0, 1,
+                 "+packb+rows512");
+    test_shape("a layer's projection + bias (plain)", 2048, 512, 512, 0, 1, 1, 0, NULL);
     test_shape("a layer's dX = dY W_fc (W3)", 2048, 512, 2048, 0, 0, 0, 0, "+packb+rows512");
     test_shape("a layer's dX = dY W_qkv (W3)", 2048, 512, 1536, 0, 0, 0, 0, "+packb+rows512");
-    test_shape("fc2 + bias + residual (W3)", 2048, 512, 2048, 0, 1, 1, 1, "+postadd");
+    test_shape("fc2 + bias + residual (W3)", 2048, 512, 2048, 0, 1, 1, 1, "+packb+rows512+postadd");
     test_shape("proj + bias + residual (W3)", 2048, 512, 512, 0, 1, 1, 1, "+postadd");
     test_shape("proj + residual, no bias", 2048, 512, 512, 0, 1, 0, 1, "+postadd");
     printf("dnnl_matmul_head: %d passed, %d failed\n", g_pass, g_fail);

@@ -40,7 +40,7 @@ struct ts_mm {
     /* An LM head's GEMMs (dnnl_matmul_head.h): */
     ts_mm *bare;        /* set: the product without its add post-ops, added after */
     int64_t row_blocks; /* the primitive computes M / row_blocks rows; a run loops */
-    ts_mm_packed_b pb;  /* pb.reorder set: a run first packs B into its scratch (mem_b) */
+    ts_mm_packed_b pb;  /* pb.own or pb.reorder set: a run first packs B into its scratch (mem_b) */
 };
 
 /* ---- global engine and stream ------------------------------------------ */
@@ -524,7 +524,7 @@ ts_status ts_mm_create(const ts_mm_desc *d, ts_mm **out) {
                            (d->c_dt != TS_F32 ? (size_t)m->c_elems * 4 : 0);
 
     if (hp.pack_b) {
-        st = ts_mm_packed_b_create(&m->pb, pd, &md_b, g_engine, &m->mem_b, &call);
+        st = ts_mm_packed_b_create(&m->pb, pd, &md_b, d->trans_b, g_engine, &m->mem_b, &call);
         if (st != dnnl_success) {
             s = dnnl_fail(st, m->what, call);
             dnnl_primitive_desc_destroy(pd);
@@ -662,7 +662,7 @@ static ts_status run_post(ts_mm *m, const void *a, const void *b, void *c, const
     }
     dnnl_stream_t stream = m->stream ? m->stream : g_stream;
     /* oneDNN only reads A and B; its C API has no const handle setter. */
-    if (m->pb.reorder) {
+    if (m->pb.reorder || m->pb.own) {
         char *packed = (char *)align_ptr((char *)scratch + m->dnnl_scratch_bytes);
         TS_DNNL_RUN(m, ts_mm_packed_b_run(&m->pb, m->mem_b, b, packed, stream));
     } else {

@@ -1,5 +1,6 @@
 /* dnnl_matmul_head.c — the plan for an LM head's large bf16 GEMMs (see the header). */
 #include "backends/cpu/dnnl_matmul_head.h"
+#include "backends/cpu/dnnl_matmul_pack.h"
 
 #include <stdint.h>
 
@@ -23,8 +24,12 @@ static int adds_after_bias(const ts_mm_desc *d) {
 
 ts_mm_head_plan ts_mm_head_plan_for(const ts_mm_desc *d, int nthr) {
     ts_mm_head_plan p = {.pack_b = 0, .row_blocks = 1, .post_after = 0};
+    /* a bias is the primitive's own (oneDNN adds it in the kernel): it does not stop a packed B,
+     * nor a bf16 C, which oneDNN rounds once from the accumulator plus the bias */
+    const int bias_only = d && d->n_post == 1 && d->post[0] == TS_MM_POST_BIAS;
     if (!g_enabled || !d || nthr != 1 || d->batch != 1 || d->a_dt != TS_BF16 ||
-        d->b_dt != TS_BF16 || d->c_dt != TS_F32 || d->accumulate)
+        d->b_dt != TS_BF16 || (d->c_dt != TS_F32 && !(d->c_dt == TS_BF16 && bias_only)) ||
+        d->accumulate)
         return p;
     /* a full-size add (a residual, a tied embedding's gradient), with or without a bias first */
     if (adds_after_bias(d) && !(d->trans_a && d->trans_b) &&
@@ -32,9 +37,10 @@ ts_mm_head_plan ts_mm_head_plan_for(const ts_mm_desc *d, int nthr) {
         p.post_after = 1;
         return p;
     }
-    if (d->trans_a || d->n_post) return p;
-    /* logits = X W^T and the input gradients dX = dY W: a B reused by many rows */
-    const int64_t min_b = d->trans_b ? TS_MM_HEAD_MIN_ELEMS : TS_MM_PACK_DX_MIN_ELEMS;
+    if (d->trans_a || (d->n_post && !bias_only)) return p;
+    /* logits = X W^T, the forward products and the input gradients dX = dY W: a B reused by
+     * many rows */
+    const int64_t min_b = d->trans_b ? TS_MM_PACK_FWD_MIN_ELEMS : TS_MM_PACK_DX_MIN_ELEMS;
     if (d->K * d->N >= min_b && d->M >= TS_MM_HEAD_MIN_ROWS) {
         p.pack_b = 1;
         if (d->M % TS_MM_HEAD_ROW_BLOCK == 0) p.row_blocks = d->M / TS_MM_HEAD_ROW_BLOCK;
@@ -64,9 +70,19 @@ void ts_mm_head_add_posts(const ts_mm_desc *d, float *c, const void *const *post
 }
 
 dnnl_status_t ts_mm_packed_b_create(ts_mm_packed_b *p, const_dnnl_primitive_desc_t pd,
-                                    const dnnl_memory_desc_t *md_b, dnnl_engine_t eng,
+                                    const dnnl_memory_desc_t *md_b, int trans_b, dnnl_engine_t eng,
                                     dnnl_memory_t *packed, const char **call) {
     const dnnl_memory_desc_t *md_w = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    /* the layout tessel's packers write (dnnl_matmul_pack.h): no reorder primitive */
+    if (md_b->ndims == 2 &&
+        ts_mm_pack_layout_ok(md_w, md_b->dims[0], md_b->dims[1], &p->Kp, &p->Np)) {
+        p->own = 1, p->K = md_b->dims[0], p->N = md_b->dims[1], p->trans_b = trans_b;
+        *call = "dnnl_memory_create(packed B)";
+        dnnl_status_t st = dnnl_memory_create(packed, md_w, eng, DNNL_MEMORY_NONE);
+        if (st == dnnl_success)
+            p->packed_bytes = (dnnl_memory_desc_get_size(md_w) + 63) & ~(size_t)63;
+        return st;
+    }
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t rpd = NULL;
     *call = "dnnl_primitive_attr_create";
@@ -106,6 +122,10 @@ dnnl_status_t ts_mm_packed_b_create(ts_mm_packed_b *p, const_dnnl_primitive_desc
 
 dnnl_status_t ts_mm_packed_b_run(ts_mm_packed_b *p, dnnl_memory_t packed, const void *b, char *dst,
                                  dnnl_stream_t stream) {
+    if (p->own) {
+        ts_mm_pack_b((uint16_t *)dst, b, p->K, p->N, p->Kp, p->Np, p->trans_b);
+        return dnnl_memory_set_data_handle(packed, dst);
+    }
     /* oneDNN only reads B; its C API has no const handle setter */
     dnnl_status_t st = dnnl_memory_set_data_handle(p->plain, (void *)(uintptr_t)b);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(packed, dst);
@@ -122,4 +142,5 @@ void ts_mm_packed_b_free(ts_mm_packed_b *p) {
     if (p->plain) dnnl_memory_destroy(p->plain);
     if (p->rs) dnnl_memory_destroy(p->rs);
     p->reorder = NULL, p->plain = p->rs = NULL;
+    p->own = 0;
 }

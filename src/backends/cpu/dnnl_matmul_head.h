@@ -24,11 +24,18 @@
  *   - the input gradients dX = dY W of W3's fc, c_proj and qkv (B 1 Mi, 1 Mi, 768 Ki elements,
  *     not transposed) with a packed B in 512-row blocks: 0.974, 0.981, 0.986 of the plain
  *     product's time (9.50 -> 9.26 ms for fc's); the attention projection's (256 Ki) 0.996, so
- *     it stays plain; the forward products (B transposed) measured 0.99-1.09 and stay plain;
+ *     it stays plain; the forward products (B transposed) measured 0.99-1.09 then, the oneDNN
+ *     reorder into the packed layout costing 0.2-1.0 ms of it;
  *   - the forward products with a residual add (fc2: M 2048, N 512, K 2048; the attention
  *     projection, K 512) as the product with its bias, then C += residual in one pass: 0.972
  *     and 0.910 (10.10 -> 9.82 ms, 2.68 -> 2.44 ms). Running the product in row blocks and
  *     adding each block while it is in cache measured the same as one pass after the whole.
+ *
+ * Session 26 packs B with tessel's own loops where the primitive chose the layout they write
+ * (dnnl_matmul_pack.h: 0.04-0.1 ms for a layer's weight, against the reorder's 0.18-1.0), and
+ * with that the forward products with a bias (qkv with its bf16 C, fc, fc2's product before its
+ * residual) take a packed B too: 0.967-0.983 of the plain product alone; in W3's bf16 step the
+ * forward products' sum 158.9 -> 154.6 ms (four alternated 4-step traces; docs/benchmarks.md).
  *
  * Bits: none change. A row block is the same rows of the same product (brgemm on AVX-512 sums
  * each element over K in an order that depends on K only: dnnl_matmul.h), a packed B holds the
@@ -37,10 +44,10 @@
  * followed by the pass (tests/unit/dnnl_matmul_head.c compares each path with the plain
  * primitive bit for bit on W3's shapes, on 1 and 2 threads).
  *
- * Scope: bf16 x bf16 -> f32, batch 1, where oneDNN serves bf16 with brgemm without AMX (the
- * thresholds below are the measured shapes' neighbourhood; the layers' forward products without
- * a residual and the small input gradients stay plain primitives). On AMX or another ISA nothing
- * changes.
+ * Scope: bf16 x bf16 -> f32 (or -> bf16 with one bias), batch 1, where oneDNN serves bf16 with
+ * brgemm without AMX (the thresholds below are the measured shapes' neighbourhood; the layers'
+ * forward products without a residual and the small input gradients stay plain primitives). On AMX
+ * or another ISA nothing changes.
  *
  * One thread only (products created for one): on 2 threads of the same (shared, load average
  * 12) machine the plan measured slower, process CPU time +4 to +18 ms a product, wall time
@@ -54,7 +61,7 @@
 #include <dnnl.h>
 #include "backends/cpu/dnnl_matmul.h"
 
-#define TS_MM_HEAD_MIN_ELEMS       (INT64_C(1) << 22) /* a transposed B (logits) packed: 4 Mi */
+#define TS_MM_PACK_FWD_MIN_ELEMS   (INT64_C(1) << 19) /* a transposed B (X W^T) packed: 512 Ki */
 #define TS_MM_PACK_DX_MIN_ELEMS    (INT64_C(1) << 19) /* a plain B (dX = dY W) packed: 512 Ki */
 #define TS_MM_POST_AFTER_MIN_ELEMS (INT64_C(1) << 20) /* C with adds applied after: 1 Mi */
 #define TS_MM_HEAD_MIN_ROWS        1024               /* rows that reuse a packed B enough */
@@ -78,19 +85,24 @@ void ts_mm_head_enable(int on);
  * of `d` a full-size add), threaded over elements. */
 void ts_mm_head_add_posts(const ts_mm_desc *d, float *c, const void *const *post);
 
-/* A packed B: a reorder from the caller's layout into the one the primitive chose. */
+/* A packed B: tessel's packer (dnnl_matmul_pack.h) where the primitive chose the layout it
+ * writes, else a oneDNN reorder from the caller's layout into the one the primitive chose. */
 typedef struct ts_mm_packed_b {
-    dnnl_primitive_t reorder; /* NULL: no packed B */
+    int own;                  /* set: ts_mm_pack_b, no reorder */
+    int64_t K, N, Kp, Np;     /* its sizes (B [K, N], padded to Kp x Np) */
+    int trans_b;              /* B stored [N, K] */
+    dnnl_primitive_t reorder; /* NULL (and own 0): no packed B */
     dnnl_memory_t plain, rs;  /* the caller's B; the reorder's scratchpad, or NULL */
     size_t packed_bytes;      /* the packed B, 64-byte rounded */
     size_t rs_bytes;          /* the reorder's scratchpad */
 } ts_mm_packed_b;
 
 /* Fill `p` (zeroed) for the primitive `pd` created with B "any", the caller's B described by
- * `md_b`; *packed gets the packed B's memory (no buffer; the caller owns it). On failure *call
- * names the oneDNN call (p may be partly filled: ts_mm_packed_b_free it). */
+ * `md_b` (stored [N, K] when trans_b); *packed gets the packed B's memory (no buffer; the caller
+ * owns it). On failure *call names the oneDNN call (p may be partly filled: ts_mm_packed_b_free
+ * it). */
 dnnl_status_t ts_mm_packed_b_create(ts_mm_packed_b *p, const_dnnl_primitive_desc_t pd,
-                                    const dnnl_memory_desc_t *md_b, dnnl_engine_t eng,
+                                    const dnnl_memory_desc_t *md_b, int trans_b, dnnl_engine_t eng,
                                     dnnl_memory_t *packed, const char **call);
 /* Pack the caller's `b` into `dst` (64-byte aligned, packed_bytes + rs_bytes), the buffer of
  * `packed`, on `stream`. */
