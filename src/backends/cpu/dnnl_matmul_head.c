@@ -73,10 +73,10 @@ dnnl_status_t ts_mm_packed_b_create(ts_mm_packed_b *p, const_dnnl_primitive_desc
                                     const dnnl_memory_desc_t *md_b, int trans_b, dnnl_engine_t eng,
                                     dnnl_memory_t *packed, const char **call) {
     const dnnl_memory_desc_t *md_w = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    /* the layout tessel's packers write (dnnl_matmul_pack.h): no reorder primitive */
-    if (md_b->ndims == 2 &&
+    /* a transposed B into the layout tessel's packer writes (dnnl_matmul_pack.h): no reorder */
+    if (trans_b && md_b->ndims == 2 &&
         ts_mm_pack_layout_ok(md_w, md_b->dims[0], md_b->dims[1], &p->Kp, &p->Np)) {
-        p->own = 1, p->K = md_b->dims[0], p->N = md_b->dims[1], p->trans_b = trans_b;
+        p->own = 1, p->K = md_b->dims[0], p->N = md_b->dims[1];
         *call = "dnnl_memory_create(packed B)";
         dnnl_status_t st = dnnl_memory_create(packed, md_w, eng, DNNL_MEMORY_NONE);
         if (st == dnnl_success)
@@ -123,7 +123,7 @@ dnnl_status_t ts_mm_packed_b_create(ts_mm_packed_b *p, const_dnnl_primitive_desc
 dnnl_status_t ts_mm_packed_b_run(ts_mm_packed_b *p, dnnl_memory_t packed, const void *b, char *dst,
                                  dnnl_stream_t stream) {
     if (p->own) {
-        ts_mm_pack_b((uint16_t *)dst, b, p->K, p->N, p->Kp, p->Np, p->trans_b);
+        ts_mm_pack_bt((uint16_t *)dst, b, p->K, p->N, p->Kp, p->Np);
         return dnnl_memory_set_data_handle(packed, dst);
     }
     /* oneDNN only reads B; its C API has no const handle setter */

@@ -31,9 +31,9 @@
  *     and 0.910 (10.10 -> 9.82 ms, 2.68 -> 2.44 ms). Running the product in row blocks and
  *     adding each block while it is in cache measured the same as one pass after the whole.
  *
- * Session 26 packs B with tessel's own loops where the primitive chose the layout they write
- * (dnnl_matmul_pack.h: 0.04-0.1 ms for a layer's weight, against the reorder's 0.18-1.0), and
- * with that the forward products with a bias (qkv with its bf16 C, fc, fc2's product before its
+ * Session 26 packs a transposed B with tessel's own loops where the primitive chose the layout
+ * they write (dnnl_matmul_pack.h: 0.04-0.34 ms for W3's weights, against the reorder's 0.12-1.1),
+ * and with that the forward products with a bias (qkv with its bf16 C, fc, fc2's product before its
  * residual) take a packed B too: 0.967-0.983 of the plain product alone; in W3's bf16 step the
  * forward products' sum 158.9 -> 154.6 ms (four alternated 4-step traces; docs/benchmarks.md).
  *
@@ -85,12 +85,11 @@ void ts_mm_head_enable(int on);
  * of `d` a full-size add), threaded over elements. */
 void ts_mm_head_add_posts(const ts_mm_desc *d, float *c, const void *const *post);
 
-/* A packed B: tessel's packer (dnnl_matmul_pack.h) where the primitive chose the layout it
- * writes, else a oneDNN reorder from the caller's layout into the one the primitive chose. */
+/* A packed B: tessel's packer (dnnl_matmul_pack.h) for a transposed B where the primitive chose
+ * the layout it writes, else a oneDNN reorder from the caller's layout into the primitive's. */
 typedef struct ts_mm_packed_b {
-    int own;                  /* set: ts_mm_pack_b, no reorder */
-    int64_t K, N, Kp, Np;     /* its sizes (B [K, N], padded to Kp x Np) */
-    int trans_b;              /* B stored [N, K] */
+    int own;                  /* set: ts_mm_pack_bt, no reorder */
+    int64_t K, N, Kp, Np;     /* its sizes (B [K, N] stored [N, K], padded to Kp x Np) */
     dnnl_primitive_t reorder; /* NULL (and own 0): no packed B */
     dnnl_memory_t plain, rs;  /* the caller's B; the reorder's scratchpad, or NULL */
     size_t packed_bytes;      /* the packed B, 64-byte rounded */

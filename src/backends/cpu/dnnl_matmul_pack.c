@@ -27,40 +27,19 @@ static inline int64_t packed_at(int64_t k, int64_t n, int64_t Kp) {
 }
 
 /* Any shape, element by element (odd K, and CPUs without AVX-512). */
-static void pack_generic(uint16_t *dst, const uint16_t *b, int64_t K, int64_t N, int64_t Kp,
-                         int64_t Np, int trans_b) {
+static void pack_generic(uint16_t *dst, const uint16_t *bt, int64_t K, int64_t N, int64_t Kp,
+                         int64_t Np) {
     memset(dst, 0, (size_t)(Kp * Np) * sizeof *dst);
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t n = 0; n < N; n++)
-            dst[packed_at(k, n, Kp)] = trans_b ? b[n * K + k] : b[k * N + n];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) dst[packed_at(k, n, Kp)] = bt[n * K + k];
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-#define PACK_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define PACK_TARGET __attribute__((target("avx512f")))
 
 static inline __mmask16 first16(int64_t n) {
     return n <= 0 ? (__mmask16)0 : n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-}
-
-/* Plain B [K, N]: pair p's 64 words of panel q are rows 2p and 2p + 1 at columns 64q.., the
- * row 2p's value in the lower half. Rows past K and columns past N are zeros. */
-PACK_TARGET static void pack_plain(uint16_t *dst, const uint16_t *b, int64_t K, int64_t N,
-                                   int64_t Kp, int64_t Np) {
-    static const uint16_t zero_row[NB] = {0};
-    uint32_t *d = (uint32_t *)dst;
-    for (int64_t p = 0; p < Kp / 2; p++) {
-        const int have0 = 2 * p < K, have1 = 2 * p + 1 < K;
-        for (int64_t n0 = 0; n0 < Np; n0 += 16) {
-            const __mmask16 m = first16(N - n0);
-            const uint16_t *r0 = have0 ? b + 2 * p * N + n0 : zero_row;
-            const uint16_t *r1 = have1 ? b + (2 * p + 1) * N + n0 : zero_row;
-            const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(have0 ? m : 0, r0));
-            const __m512i hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(have1 ? m : 0, r1));
-            _mm512_store_si512(d + n0 / NB * (Kp / 2) * NB + p * NB + n0 % NB,
-                               _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-        }
-    }
 }
 
 /* r[i][j] -> r[j][i] for 16 x 16 32-bit words: pairs of rows interleaved (epi32), then pairs of
@@ -92,7 +71,7 @@ static inline __attribute__((always_inline)) PACK_TARGET void transpose16(__m512
 
 /* B stored [N, K], K even: row n's word p is element (2p, n) and (2p + 1, n) already paired,
  * so each panel is its 64 rows' words transposed, 16 x 16 at a time. */
-PACK_TARGET static void pack_trans(uint16_t *dst, const uint16_t *b, int64_t K, int64_t N,
+PACK_TARGET static void pack_trans(uint16_t *dst, const uint16_t *bt, int64_t K, int64_t N,
                                    int64_t Kp, int64_t Np) {
     const int64_t KP = K / 2, KPp = Kp / 2;
     uint32_t *d = (uint32_t *)dst;
@@ -103,7 +82,7 @@ PACK_TARGET static void pack_trans(uint16_t *dst, const uint16_t *b, int64_t K, 
                 __m512i r[16];
                 for (int i = 0; i < 16; i++) {
                     const int64_t n = q * NB + j0 + i;
-                    r[i] = n < N ? _mm512_maskz_loadu_epi32(m, (const uint32_t *)(b + n * K) + p0)
+                    r[i] = n < N ? _mm512_maskz_loadu_epi32(m, (const uint32_t *)(bt + n * K) + p0)
                                  : _mm512_setzero_si512();
                 }
                 transpose16(r);
@@ -113,21 +92,17 @@ PACK_TARGET static void pack_trans(uint16_t *dst, const uint16_t *b, int64_t K, 
         }
 }
 
-void ts_mm_pack_b(uint16_t *dst, const uint16_t *b, int64_t K, int64_t N, int64_t Kp, int64_t Np,
-                  int trans_b) {
-    if (!__builtin_cpu_supports("avx512bw") || ((uintptr_t)dst & 63) != 0 ||
-        (trans_b && K % 2 != 0)) {
-        pack_generic(dst, b, K, N, Kp, Np, trans_b);
+void ts_mm_pack_bt(uint16_t *dst, const uint16_t *bt, int64_t K, int64_t N, int64_t Kp,
+                   int64_t Np) {
+    if (!__builtin_cpu_supports("avx512f") || ((uintptr_t)dst & 63) != 0 || K % 2 != 0) {
+        pack_generic(dst, bt, K, N, Kp, Np);
         return;
     }
-    if (trans_b)
-        pack_trans(dst, b, K, N, Kp, Np);
-    else
-        pack_plain(dst, b, K, N, Kp, Np);
+    pack_trans(dst, bt, K, N, Kp, Np);
 }
 #else
-void ts_mm_pack_b(uint16_t *dst, const uint16_t *b, int64_t K, int64_t N, int64_t Kp, int64_t Np,
-                  int trans_b) {
-    pack_generic(dst, b, K, N, Kp, Np, trans_b);
+void ts_mm_pack_bt(uint16_t *dst, const uint16_t *bt, int64_t K, int64_t N, int64_t Kp,
+                   int64_t Np) {
+    pack_generic(dst, bt, K, N, Kp, Np);
 }
 #endif
