@@ -1,15 +1,17 @@
-/* bench_gemm_head.c — an LM head's GEMMs with and without tessel's plan for them.
+/* bench_gemm_head.c — an LM head's GEMMs and a layer's forward products with and without
+ * tessel's plan for them.
  *
  *     OMP_NUM_THREADS=1 bench_gemm_head [reps]   (default 30 timed runs of each, alternated)
  *
  * W3's tied head (bf16, 2048 tokens, vocabulary 8192, d 512): logits = x W^T, dX = dlogits W and
- * dW = dlogits^T x + dE (the embedding's gradient as an add post-op). Each is created twice
+ * dW = dlogits^T x + dE (the embedding's gradient as an add post-op); a W3 layer's forward
+ * products with their bias: qkv, fc, and fc2 with its residual add. Each is created twice
  * through ts_mm_create: "plain" with the head plan off (ts_mm_head_enable(0): one oneDNN
- * primitive, what main runs) and "head" with it on (src/backends/cpu/dnnl_matmul_head.h: a packed
- * B in row blocks, the add after the product). The two run in turn, rep by rep, so load changes
- * hit them alike. Per run: process CPU time (on one thread, the time the product had the core:
- * robust to other processes on a shared machine) and wall time; min and median of each, and the
- * outputs compared bit for bit. The load average is printed before and after.
+ * primitive) and "head" with it on (src/backends/cpu/dnnl_matmul_head.h: a packed B in row blocks,
+ * the add after the product; what tessel runs on one thread). The two run in turn, rep by rep, so
+ * load changes hit them alike. Per run: process CPU time (on one thread, the time the product had
+ * the core: robust to other processes on a shared machine) and wall time; min and median of each,
+ * and the outputs compared bit for bit. The load average is printed before and after.
  */
 #include <omp.h>
 #include <stdio.h>
@@ -26,13 +28,16 @@ enum { MAX_REPS = 200 };
 typedef struct shape {
     const char *name;
     int64_t M, N, K;
-    int ta, tb, add;
+    int ta, tb, bias, add;
 } shape;
 
 static const shape shapes[] = {
-    {"logits x.W^T", 2048, 8192, 512, 0, 1, 0},
-    {"dX dlogits.W", 2048, 512, 8192, 0, 0, 0},
-    {"dW dlogits^T.x+dE", 8192, 512, 2048, 1, 0, 1},
+    {"logits x.W^T", 2048, 8192, 512, 0, 1, 0, 0},
+    {"dX dlogits.W", 2048, 512, 8192, 0, 0, 0, 0},
+    {"dW dlogits^T.x+dE", 8192, 512, 2048, 1, 0, 0, 1},
+    {"qkv x.W^T+b", 2048, 1536, 512, 0, 1, 1, 0},
+    {"fc x.W^T+b", 2048, 2048, 512, 0, 1, 1, 0},
+    {"fc2 x.W^T+b+r", 2048, 512, 2048, 0, 1, 1, 1},
 };
 
 static double cpu_now(void) {
@@ -71,16 +76,17 @@ static int bench(const shape *s, int reps) {
                     .K = s->K,
                     .trans_a = s->ta,
                     .trans_b = s->tb,
-                    .n_post = s->add,
-                    .post = {TS_MM_POST_ADD},
+                    .n_post = s->bias + s->add,
+                    .post = {s->bias ? TS_MM_POST_BIAS : TS_MM_POST_ADD, TS_MM_POST_ADD},
                     .label = s->name};
     ts_mm *mm[2] = {NULL, NULL};
     void *scratch[2] = {NULL, NULL};
     float *c[2] = {NULL, NULL};
     void *a = operand(s->M * s->K, 2, 1), *b = operand(s->K * s->N, 2, 2);
     float *p = s->add ? operand(s->M * s->N, 4, 3) : NULL;
-    const void *post[1] = {p};
-    int ok = a && b && (p || !s->add);
+    float *bv = s->bias ? operand(s->N, 4, 4) : NULL;
+    const void *post[2] = {s->bias ? (const void *)bv : p, p};
+    int ok = a && b && (p || !s->add) && (bv || !s->bias);
     for (int v = 0; v < 2 && ok; v++) {
         ts_mm_head_enable(v);
         ok = ts_mm_create(&d, &mm[v]) == TS_OK;
@@ -94,7 +100,7 @@ static int bench(const shape *s, int reps) {
     for (int r = -1; r < reps && ok; r++) /* r = -1: warm-up (JIT, page faults) */
         for (int v = 0; v < 2 && ok; v++) {
             const double w0 = ts_now(), c0 = cpu_now();
-            ok = ts_mm_run_post(mm[v], a, b, c[v], s->add ? post : NULL, scratch[v]) == TS_OK;
+            ok = ts_mm_run_post(mm[v], a, b, c[v], d.n_post ? post : NULL, scratch[v]) == TS_OK;
             if (r >= 0) cpu[v][r] = cpu_now() - c0, wall[v][r] = ts_now() - w0;
         }
     if (ok) {
@@ -124,6 +130,7 @@ static int bench(const shape *s, int reps) {
     ts_aligned_free(a);
     ts_aligned_free(b);
     ts_aligned_free(p);
+    ts_aligned_free(bv);
     return ok;
 }
 

@@ -32,7 +32,7 @@
  *     adding each block while it is in cache measured the same as one pass after the whole.
  *
  * Session 26 packs a transposed B with tessel's own loops where the primitive chose the layout
- * they write (dnnl_matmul_pack.h: 0.04-0.34 ms for W3's weights, against the reorder's 0.12-1.1),
+ * they write (dnnl_matmul_pack.h: 0.04-0.34 ms for W3's weights, against the reorder's 0.21-1.1),
  * and with that the forward products with a bias (qkv with its bf16 C, fc, fc2's product before its
  * residual) take a packed B too: 0.967-0.983 of the plain product alone; in W3's bf16 step the
  * forward products' sum 158.9 -> 154.6 ms (four alternated 4-step traces; docs/benchmarks.md).

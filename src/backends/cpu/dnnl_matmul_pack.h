@@ -5,7 +5,7 @@
  *         ts_mm_pack_bt(dst, bt, K, N, Kp, Np);                    // instead of a oneDNN reorder
  *
  * Why: a forward product X W^T reads its weight transposed (W stored [N, K]). oneDNN's reorder of
- * such a B into its packed layout took 0.12-1.1 ms for W3's 0.75-8 MiB weights on one Zen 5
+ * such a B into its packed layout took 0.21-1.1 ms for W3's 0.75-8 MiB weights on one Zen 5
  * thread (the fc2 weight: 1.0 ms), most of what the packed B saves in the product (3-7 %); this
  * packer takes 0.04-0.34 ms (docs/benchmarks.md, session 26). The layout is simple: for bf16 on
  * AVX512-BF16 the brgemm matmul asks for B [K, N] as blocks of 32 K x 64 N, N blocks outermost,
