@@ -13,25 +13,15 @@
 #include <string.h>
 #include "backends/cpu/dnnl_matmul_pack.h"
 #include "core/core.h"
+#include "check.h"
 
-static int g_fail, g_checked;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_fail++;                                                                              \
-        }                                                                                          \
-    } while (0)
+static int g_checked;
 
 #define DNNL_OK(call)                                                                              \
     do {                                                                                           \
         dnnl_status_t st_ = (call);                                                                \
         if (st_ != dnnl_success) {                                                                 \
-            fprintf(stderr, "FAIL %s:%d: %s = %d\n", __FILE__, __LINE__, #call, (int)st_);         \
-            g_fail++;                                                                              \
+            CHECK(0, "%s = %d", #call, (int)st_);                                                  \
             return;                                                                                \
         }                                                                                          \
     } while (0)
@@ -116,8 +106,8 @@ int main(void) {
     dnnl_stream_t stream;
     if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) != dnnl_success) {
-        fprintf(stderr, "FAIL: no oneDNN CPU engine\n");
-        return 1;
+        CHECK(0, "no oneDNN CPU engine");
+        return check_summary("dnnl_matmul_pack");
     }
     /* a plain layout is not the packed one */
     dnnl_memory_desc_t plain;
@@ -133,10 +123,10 @@ int main(void) {
         check_shape(eng, stream, 256, shapes[i][0], shapes[i][1]);
     dnnl_stream_destroy(stream);
     dnnl_engine_destroy(eng);
-    if (!g_fail && !g_checked) {
+    if (!check_failed && !g_checked) {
         printf("SKIP: oneDNN chose another layout for every shape (no AVX512-BF16?)\n");
         return 77;
     }
-    printf("%d shapes compared, %d failures\n", g_checked, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d shapes compared\n", g_checked);
+    return check_summary("dnnl_matmul_pack");
 }
