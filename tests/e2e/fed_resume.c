@@ -3,7 +3,9 @@
  * rounds of Paillier FedAvg on breast-cancer shards; as soon as the key
  * holder has committed round 1 (round 2 under way) one role gets SIGKILL:
  *   - a client: the round completes with the other two, and so does the run
- *     (3 rounds committed, rounds 2 and 3 without the killed client);
+ *     (3 rounds committed; the rounds after the kill without the killed
+ *     client: 2 and 3, or 3 alone where the client had already sent its
+ *     round-2 update when the kill landed, which a loaded machine allows);
  *   - the aggregator, or the key holder: every other role ends (none hangs)
  *     with an error that names the killed role (clients too: the
  *     aggregator's DONE carries why the run ended);
@@ -185,7 +187,7 @@ int main(void) {
     port = 20000 + (int)((getpid() * 13) % 20000);
     write_config();
 
-    /* a client killed mid-round 2: rounds 2 and 3 complete without it */
+    /* a client killed mid-round 2: the rounds it did not send complete without it */
     int rc[5];
     launch("kc", "kc", ROUNDS, 3, rc);
     CHECK(rc[3] == 137, "the killed client exited %d", rc[3]);
@@ -195,8 +197,12 @@ int main(void) {
         free(l);
     }
     CHECK(committed("kc") == ROUNDS, "kc: %lld rounds committed", (long long)committed("kc"));
+    /* round 1 had all three clients; round 2 too if the client's update was in before the kill
+     * (the kill waits for round 1's commit, polling every 0.05 s); every later round two, and
+     * one round records the drop */
     char *m = e2e_slurp(e2e_path("agg-kc/metrics.jsonl"), NULL);
-    CHECK(count(m, "\"clients\": 3") == 1 && count(m, "\"clients\": 2") == ROUNDS - 1 &&
+    const int with3 = count(m, "\"clients\": 3");
+    CHECK(with3 >= 1 && with3 <= ROUNDS - 1 && count(m, "\"clients\": 2") == ROUNDS - with3 &&
               count(m, "\"dropped\": 1") == 1,
           "kc: aggregator metrics after the kill: %s", m);
     free(m);
