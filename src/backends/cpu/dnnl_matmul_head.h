@@ -45,9 +45,9 @@
  * primitive bit for bit on W3's shapes, on 1 and 2 threads).
  *
  * Scope: bf16 x bf16 -> f32 (or -> bf16 with one bias), batch 1, where oneDNN serves bf16 with
- * brgemm without AMX (the thresholds below are the measured shapes' neighbourhood; the layers'
- * forward products without a residual and the small input gradients stay plain primitives). On AMX
- * or another ISA nothing changes.
+ * brgemm without AMX (the thresholds below are the measured shapes' neighbourhood; products with
+ * a B under 512 Ki elements, such as the attention projection's, stay plain primitives, and the
+ * weight gradients take no packed B). On AMX or another ISA nothing changes.
  *
  * One thread only (products created for one): on 2 threads of the same (shared, load average
  * 12) machine the plan measured slower, process CPU time +4 to +18 ms a product, wall time
